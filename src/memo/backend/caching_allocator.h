@@ -1,0 +1,47 @@
+// A dynamic best-fit caching allocator, as PyTorch's caching allocator works in spirit: freed
+// blocks are kept and handed to later requests that fit; nothing is returned to the system until
+// destruction. Because memo's request sequence repeats every step, after the first step it makes
+// no system allocation. It is the engine's default until the static plan (issue #3) replaces it,
+// and stays as the baseline for fragmentation figures. Not thread-safe: one compute stream.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+#include "memo/backend/allocator.h"
+
+namespace memo {
+
+class CachingAllocator final : public ActivationAllocator {
+ public:
+  // budget_bytes: largest reserved_bytes() allowed (0: unlimited).
+  explicit CachingAllocator(int64_t budget_bytes = 0) : budget_bytes_(budget_bytes) {}
+  ~CachingAllocator() override;
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  Tensor acquire(std::string_view name, Shape shape, ActKind kind) override;
+  void release(const Tensor& t) override;
+
+  int64_t live_bytes() const override { return live_bytes_; }
+  int64_t peak_live_bytes() const override { return peak_live_bytes_; }
+  int64_t reserved_bytes() const override { return reserved_bytes_; }
+  void reset_peak() override { peak_live_bytes_ = live_bytes_; }
+
+ private:
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
+  using Block = std::unique_ptr<float, FreeDeleter>;
+
+  int64_t budget_bytes_;
+  int64_t live_bytes_ = 0;
+  int64_t peak_live_bytes_ = 0;
+  int64_t reserved_bytes_ = 0;
+  std::multimap<int64_t, Block> free_;                   // capacity bytes -> cached block
+  std::unordered_map<float*, std::pair<int64_t, Block>> used_;  // data -> (capacity bytes, block)
+};
+
+}  // namespace memo

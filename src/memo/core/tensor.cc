@@ -1,0 +1,14 @@
+#include "memo/core/tensor.h"
+
+namespace memo {
+
+std::string Shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < ndim; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace memo

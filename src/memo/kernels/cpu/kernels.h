@@ -1,0 +1,76 @@
+// memo's fp32 CPU kernels: the signatures every backend implements (memo::cuda mirrors them).
+// Arguments: outputs, then saved-for-backward, inputs, weights, then scalars; scratch comes from
+// the caller (no allocation, logging or throwing inside loops; checks on entry throw memo::Error).
+// Convention: weight gradients accumulate (+=); activation gradients overwrite (=), except where
+// a function says otherwise (the residual stream: rmsnorm_backward adds into dx).
+// Activations are [T, C] row-major with T = batch * seq tokens (the batch folded into rows);
+// token t is position t % seq of sequence t / seq.
+// Threads: OpenMP over both cores; every kernel gives bitwise-identical results for a fixed
+// thread count (static partitions, fixed reduction order).
+#pragma once
+
+#include <cstdint>
+
+#include "memo/core/tensor.h"
+
+namespace memo::cpu {
+
+// --- matrix product (through the BLAS library chosen at build time, see matmul.cc) ---
+// c = alpha * op(a) @ op(b) + beta * c.  op(a): [M, K], op(b): [K, N], c: [M, N].
+// a is [M, K] ([K, M] when trans_a), b is [K, N] ([N, K] when trans_b). Row strides from ld().
+void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha = 1.0f,
+            float beta = 0.0f);
+// Name and version of the BLAS in use, and its kernel ("OpenBLAS 0.3.21 SkylakeX").
+const char* blas_name();
+
+// --- RMSNorm ---
+// y[t,:] = x[t,:] * r[t] * w,  r[t] = 1 / sqrt(mean_c x[t,c]^2 + eps).  x, y: [T, C]; w: [C]; r: [T]
+void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, float eps);
+// dx[t,:] += r w*dy - x r^3 mean_c(w dy x)  (adds: x is on the residual stream);  dw += sum_t dy x r
+void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
+                      ConstTensor inv_rms);
+
+// --- rotary position embedding, Hugging Face Llama convention (rotate_half) ---
+// cos, sin: [S, D/2], angle(p, i) = p * theta^(-2i/D), computed in double.
+void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta);
+// In place on x: [T, n_heads * D]; row t uses position t % S (S = cos.rows()). For each head and
+// i < D/2: (x1, x2) = (x[i], x[i + D/2]) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim);
+// In place on dx: the transposed rotation (by -angle).
+void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim);
+
+// --- SwiGLU ---
+// a = silu(g) * u = g / (1 + exp(-g)) * u.  g, u, a: [T, F]
+void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u);
+// dg = da * u * silu'(g), du = da * silu(g);  silu'(g) = s (1 + g (1 - s)), s = sigmoid(g)
+void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g, ConstTensor u);
+
+// --- token embedding ---
+// x[t,:] = wte[tokens[t],:].  x: [T, C]; wte: [V, C]. Throws DataError naming t on an id >= V.
+void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte);
+// dwte[tokens[t],:] += dx[t,:], summed in token order for each row (deterministic).
+void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens);
+
+// --- softmax cross-entropy ---
+// losses[t] = logsumexp(logits[t,:]) - logits[t, targets[t]];  logits: [T, V]; losses: [T].
+// When dlogits is non-empty: dlogits[t,:] = (softmax(logits[t,:]) - onehot(targets[t])) * grad_scale
+// (dlogits may alias logits). Throws DataError on a target outside [0, V).
+void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
+                   float grad_scale);
+
+// --- causal self-attention with grouped-query heads, FlashAttention-2 tiling ---
+// q: [B*S, H*D]; k, v: [B*S, Hkv*D]; o: [B*S, H*D]; lse: [B, H, S] (natural log, of scaled scores).
+// o[b,s,h] = sum_{j<=s} softmax_j(q.k_j / sqrt(D)) v_j, with kv head h / (H / Hkv). The S x S
+// score matrix is never stored: tiles of at most kAttnTile x kAttnTile live in scratch.
+inline constexpr int64_t kAttnTile = 64;
+int64_t attention_forward_scratch_numel(int64_t head_dim);
+void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
+                       int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch);
+// Recomputes scores tile by tile from q, k and lse. dq, dk, dv overwrite.
+int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                         int64_t n_kv_heads);
+void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
+                        ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
+                        int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch);
+
+}  // namespace memo::cpu
