@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# memo against PyTorch on this machine, in one run: same architecture (configs/small.json, ~4.5M
+# parameters), same threads (2), same batch and sequence; a full training step (forward,
+# backward, AdamW). Prints tokens/s and peak resident memory of each and the ratios.
+# Usage: bench/compare_torch.sh [SEQ ...]   (default: 1024 4096)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seqs=("$@"); ((${#seqs[@]})) || seqs=(1024 4096)
+cfg=configs/small.json
+threads=2
+read -r C F L H KV V < <(/usr/bin/python3 -c "import json;c=json.load(open('$cfg'));print(c['hidden_size'],c['intermediate_size'],c['num_hidden_layers'],c['num_attention_heads'],c['num_key_value_heads'],c['vocab_size'])")
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $threads threads, $(date -u +%F)"
+printf '%-6s %-6s %12s %12s %8s %14s %14s %8s\n' seq batch memo_tok/s torch_tok/s ratio memo_peak_MiB torch_peak_MiB ratio
+for S in "${seqs[@]}"; do
+  m=$(OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads build/memo bench --config $cfg --seq "$S" --batch 1 --steps 3)
+  t=$(/usr/bin/python3 bench/torch_train_step.py --hidden $C --intermediate $F --layers $L --heads $H \
+      --kv-heads $KV --vocab $V --seq "$S" --batch 1 --steps 3 --threads $threads --json)
+  /usr/bin/python3 - "$S" "$m" "$t" <<'PY'
+import json, sys
+S, m, t = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+mt, tt = m["tokens_per_s"], t["tokens_per_s"]
+mp, tp = m["peak_rss_bytes"] / 2**20, t["peak_rss_bytes"] / 2**20
+print(f"{S:<6} {1:<6} {mt:12.0f} {tt:12.0f} {mt/tt:8.2f} {mp:14.1f} {tp:14.1f} {mp/tp:8.2f}")
+print(f"       memo MFU {100*m['mfu']:.1f}% of measured matmul peak {m['matmul_peak_flops']/1e9:.1f} GFLOP/s ({m['blas']})")
+PY
+done

@@ -1,0 +1,124 @@
+#include "memo/model/layer.h"
+
+#include "memo/kernels/cpu/kernels.h"
+#include "memo/kernels/cpu/tensor_ops.h"
+
+namespace memo {
+
+const SavedField kSavedFields[kNumSavedFields] = {
+    {"x", &SavedActs::x, false},          {"xn1", &SavedActs::xn1, true},
+    {"inv_rms1", &SavedActs::inv_rms1, true}, {"q", &SavedActs::q, true},
+    {"k", &SavedActs::k, true},           {"v", &SavedActs::v, true},
+    {"attn", &SavedActs::attn, false},    {"lse", &SavedActs::lse, false},
+    {"h", &SavedActs::h, true},           {"xn2", &SavedActs::xn2, true},
+    {"inv_rms2", &SavedActs::inv_rms2, true}, {"gate", &SavedActs::gate, true},
+    {"up", &SavedActs::up, true},         {"act", &SavedActs::act, true},
+};
+
+Shape saved_shape(const SavedField& field, const ModelConfig& config, int64_t batch, int64_t seq) {
+  const int64_t T = batch * seq, C = config.hidden_size, F = config.intermediate_size;
+  const int64_t QD = config.num_attention_heads * config.head_dim(), KD = config.kv_dim();
+  const std::string_view n = field.name;
+  if (n == "x" || n == "xn1" || n == "h" || n == "xn2") return {T, C};
+  if (n == "inv_rms1" || n == "inv_rms2") return {T};
+  if (n == "q" || n == "attn") return {T, QD};
+  if (n == "k" || n == "v") return {T, KD};
+  if (n == "lse") return {batch, config.num_attention_heads, seq};
+  return {T, F};  // gate, up, act
+}
+
+int64_t saved_acts_bytes(const ModelConfig& config, int64_t batch, int64_t seq) {
+  int64_t bytes = 0;
+  for (const SavedField& f : kSavedFields)
+    bytes += saved_shape(f, config, batch, seq).numel() * int64_t(sizeof(float));
+  return bytes;
+}
+
+void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const LayerContext& ctx) {
+  const ModelConfig& cfg = *ctx.config;
+  const int64_t D = cfg.head_dim();
+  const float eps = float(cfg.rms_norm_eps);
+  // attention block: h = x + o_proj(attn(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
+  cpu::rmsnorm_forward(s.xn1, s.inv_rms1, s.x, w.ln1, eps);
+  cpu::matmul(s.q, s.xn1, w.wq, false, true);
+  cpu::matmul(s.k, s.xn1, w.wk, false, true);
+  cpu::matmul(s.v, s.xn1, w.wv, false, true);
+  cpu::rope_forward(s.q, ctx.rope_cos, ctx.rope_sin, D);
+  cpu::rope_forward(s.k, ctx.rope_cos, ctx.rope_sin, D);
+  {
+    ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch", {cpu::attention_forward_scratch_numel(D)});
+    cpu::attention_forward(s.attn, s.lse, s.q, s.k, s.v, ctx.batch, cfg.num_attention_heads,
+                           cfg.num_key_value_heads, *scratch);
+  }
+  cpu::copy(s.h, s.x);
+  cpu::matmul(s.h, s.attn, w.wo, false, true, 1.0f, 1.0f);
+  // MLP block: y = h + down_proj(silu(gate_proj(xn2)) * up_proj(xn2))
+  cpu::rmsnorm_forward(s.xn2, s.inv_rms2, s.h, w.ln2, eps);
+  cpu::matmul(s.gate, s.xn2, w.wg, false, true);
+  cpu::matmul(s.up, s.xn2, w.wu, false, true);
+  cpu::swiglu_forward(s.act, s.gate, s.up);
+  cpu::copy(y, s.h);
+  cpu::matmul(y, s.act, w.wd, false, true, 1.0f, 1.0f);
+}
+
+void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, const LayerWeights& w,
+                    const LayerContext& ctx) {
+  const ModelConfig& cfg = *ctx.config;
+  const int64_t T = ctx.batch * ctx.seq, C = cfg.hidden_size, F = cfg.intermediate_size;
+  const int64_t D = cfg.head_dim(), QD = cfg.num_attention_heads * D, KD = cfg.kv_dim();
+  ActivationAllocator& alloc = *ctx.alloc;
+  // y = h + act Wd^T:  d act = dy Wd;  dWd += dy^T act;  dh = dy (+ the norm branch below)
+  Tensor dact = alloc.acquire("mlp.dact", {T, F}, ActKind::kTransient);
+  cpu::matmul(dact, dres, w.wd, false, false);
+  cpu::matmul(dw.wd, dres, s.act, true, false, 1.0f, 1.0f);
+  // act = silu(gate) * up
+  Tensor dgate = alloc.acquire("mlp.dgate", {T, F}, ActKind::kTransient);
+  Tensor dup = alloc.acquire("mlp.dup", {T, F}, ActKind::kTransient);
+  cpu::swiglu_backward(dgate, dup, dact, s.gate, s.up);
+  alloc.release(dact);
+  // gate = xn2 Wg^T, up = xn2 Wu^T
+  Tensor dxn2 = alloc.acquire("mlp.dxn2", {T, C}, ActKind::kTransient);
+  cpu::matmul(dxn2, dgate, w.wg, false, false);
+  cpu::matmul(dxn2, dup, w.wu, false, false, 1.0f, 1.0f);
+  cpu::matmul(dw.wg, dgate, s.xn2, true, false, 1.0f, 1.0f);
+  cpu::matmul(dw.wu, dup, s.xn2, true, false, 1.0f, 1.0f);
+  alloc.release(dup);
+  alloc.release(dgate);
+  // xn2 = rmsnorm(h): dres becomes dL/dh
+  cpu::rmsnorm_backward(dres, dw.ln2, dxn2, s.h, w.ln2, s.inv_rms2);
+  alloc.release(dxn2);
+  // h = x + attn Wo^T:  d attn = dh Wo;  dWo += dh^T attn
+  Tensor dattn = alloc.acquire("attn.dattn", {T, QD}, ActKind::kTransient);
+  cpu::matmul(dattn, dres, w.wo, false, false);
+  cpu::matmul(dw.wo, dres, s.attn, true, false, 1.0f, 1.0f);
+  // attention
+  Tensor dq = alloc.acquire("attn.dq", {T, QD}, ActKind::kTransient);
+  Tensor dk = alloc.acquire("attn.dk", {T, KD}, ActKind::kTransient);
+  Tensor dv = alloc.acquire("attn.dv", {T, KD}, ActKind::kTransient);
+  {
+    ScopedAct scratch(alloc, "attn.bwd_scratch",
+                      {cpu::attention_backward_scratch_numel(ctx.seq, D, cfg.num_attention_heads,
+                                                             cfg.num_key_value_heads)});
+    cpu::attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, ctx.batch,
+                            cfg.num_attention_heads, cfg.num_key_value_heads, *scratch);
+  }
+  alloc.release(dattn);
+  cpu::rope_backward(dq, ctx.rope_cos, ctx.rope_sin, D);
+  cpu::rope_backward(dk, ctx.rope_cos, ctx.rope_sin, D);
+  // q, k, v = xn1 W^T
+  Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient);
+  cpu::matmul(dxn1, dq, w.wq, false, false);
+  cpu::matmul(dxn1, dk, w.wk, false, false, 1.0f, 1.0f);
+  cpu::matmul(dxn1, dv, w.wv, false, false, 1.0f, 1.0f);
+  cpu::matmul(dw.wq, dq, s.xn1, true, false, 1.0f, 1.0f);
+  cpu::matmul(dw.wk, dk, s.xn1, true, false, 1.0f, 1.0f);
+  cpu::matmul(dw.wv, dv, s.xn1, true, false, 1.0f, 1.0f);
+  alloc.release(dv);
+  alloc.release(dk);
+  alloc.release(dq);
+  // xn1 = rmsnorm(x): dres becomes dL/dx
+  cpu::rmsnorm_backward(dres, dw.ln1, dxn1, s.x, w.ln1, s.inv_rms1);
+  alloc.release(dxn1);
+}
+
+}  // namespace memo

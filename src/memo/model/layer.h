@@ -1,0 +1,66 @@
+// One LLaMA decoder layer: RMSNorm, causal GQA self-attention with RoPE, residual, RMSNorm,
+// SwiGLU MLP, residual. Forward and backward are straight lists of kernel calls in the order of
+// the math. Skeletal tensors (what the backward reads) live in SavedActs, placed by the activation
+// strategy (memory/strategy.h); transients come from the ActivationAllocator. The layer never
+// branches on the memory strategy.
+#pragma once
+
+#include <cstdint>
+
+#include "memo/backend/allocator.h"
+#include "memo/core/tensor.h"
+#include "memo/model/config.h"
+#include "memo/model/params.h"
+
+namespace memo {
+
+// What layer_backward reads; shapes per micro-batch, T = B*S tokens. Every field except x is
+// written by layer_forward; x is the layer input, written by whoever produced it.
+struct SavedActs {
+  Tensor x;         // [T, C]     layer input: starts every recompute; always offloaded
+  Tensor xn1;       // [T, C]     input_layernorm(x)
+  Tensor inv_rms1;  // [T]        1/rms of x, for the norm's backward
+  Tensor q;         // [T, H*D]   queries after RoPE
+  Tensor k;         // [T, Hkv*D] keys after RoPE
+  Tensor v;         // [T, Hkv*D] values
+  Tensor attn;      // [T, H*D]   attention output: O(S^2) to rebuild, never recomputed
+  Tensor lse;       // [B, H, S]  attention log-sum-exp, travels with attn
+  Tensor h;         // [T, C]     residual stream after attention: x + attn o_proj
+  Tensor xn2;       // [T, C]     post_attention_layernorm(h)
+  Tensor inv_rms2;  // [T]
+  Tensor gate;      // [T, F]     gate_proj(xn2)
+  Tensor up;        // [T, F]     up_proj(xn2)
+  Tensor act;       // [T, F]     silu(gate) * up
+};
+
+// The fields of SavedActs in a fixed order with their shapes, so strategies can allocate, copy
+// and account for them without naming each one.
+struct SavedField {
+  const char* name;
+  Tensor SavedActs::*member;
+  bool per_token;  // a [T, ...] tensor rebuildable token by token (all but x, attn, lse)
+};
+inline constexpr int kNumSavedFields = 14;
+extern const SavedField kSavedFields[kNumSavedFields];
+Shape saved_shape(const SavedField& field, const ModelConfig& config, int64_t batch, int64_t seq);
+int64_t saved_acts_bytes(const ModelConfig& config, int64_t batch, int64_t seq);
+
+// Everything a layer needs besides weights and saved activations.
+struct LayerContext {
+  const ModelConfig* config;
+  int64_t batch;              // B sequences in the micro-batch
+  int64_t seq;                // S tokens per sequence
+  ConstTensor rope_cos;       // [S, D/2]
+  ConstTensor rope_sin;       // [S, D/2]
+  ActivationAllocator* alloc;  // transients
+};
+
+// Fills every field of s but x (read), and writes the layer output y = h + act down_proj. y: [T, C]
+void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const LayerContext& ctx);
+
+// On entry dres = dL/dy, on exit dres = dL/dx (updated in place: the residual stream's gradient
+// passes through unchanged plus the branches). Weight gradients accumulate into dw.
+void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, const LayerWeights& w,
+                    const LayerContext& ctx);
+
+}  // namespace memo

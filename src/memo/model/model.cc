@@ -1,0 +1,137 @@
+#include "memo/model/model.h"
+
+#include <algorithm>
+
+#include "memo/kernels/cpu/kernels.h"
+#include "memo/kernels/cpu/tensor_ops.h"
+
+namespace memo {
+
+Model::Model(const ModelConfig& config)
+    : config_((config.validate(), config)),
+      layout_(config_),
+      params_(layout_.total_numel()),
+      grads_(layout_.total_numel()),
+      w_(bind_weights(config_, layout_, params_.data())),
+      dw_(bind_weights(config_, layout_, grads_.data())) {}
+
+void Model::zero_grads() { cpu::fill(Tensor(grads_.data(), {grads_.numel()}), 0.0f); }
+
+const std::pair<AlignedBuffer<float>, AlignedBuffer<float>>& Model::rope_tables(int64_t seq) {
+  auto it = rope_.find(seq);
+  if (it == rope_.end()) {
+    const int64_t half = config_.head_dim() / 2;
+    std::pair<AlignedBuffer<float>, AlignedBuffer<float>> t{AlignedBuffer<float>(seq * half),
+                                                            AlignedBuffer<float>(seq * half)};
+    cpu::rope_table(Tensor(t.first.data(), {seq, half}), Tensor(t.second.data(), {seq, half}),
+                    config_.head_dim(), float(config_.rope_theta));
+    it = rope_.emplace(seq, std::move(t)).first;
+  }
+  return it->second;
+}
+
+double Model::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                               int64_t seq, float grad_scale, ActivationStrategy& strategy,
+                               ActivationAllocator& alloc) {
+  return run(inputs, targets, batch, seq, grad_scale, true, strategy, alloc);
+}
+
+double Model::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                           int64_t seq, ActivationStrategy& strategy, ActivationAllocator& alloc) {
+  return run(inputs, targets, batch, seq, 0.0f, false, strategy, alloc);
+}
+
+double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                  float grad_scale, bool backward, ActivationStrategy& strategy,
+                  ActivationAllocator& alloc) {
+  const int64_t T = batch * seq, C = config_.hidden_size;
+  const int L = int(config_.num_hidden_layers);
+  MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
+  const auto& rope = rope_tables(seq);
+  const int64_t half = config_.head_dim() / 2;
+  const LayerContext ctx{&config_, batch, seq, ConstTensor(rope.first.data(), {seq, half}),
+                         ConstTensor(rope.second.data(), {seq, half}), &alloc};
+  const View<const int32_t> tokens(inputs, {T});
+
+  // forward: embedding, then each layer writes its output into the next layer's input slot
+  strategy.begin_step(batch, seq);
+  cpu::embedding_forward(strategy.forward_slot(0).x, tokens, w_.embed);
+  Tensor final_hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient);
+  for (int l = 0; l < L; ++l) {
+    Tensor y = l + 1 < L ? strategy.forward_slot(l + 1).x : final_hidden;
+    layer_forward(y, strategy.forward_slot(l), w_.layers[size_t(l)], ctx);
+    if (backward)
+      strategy.forward_done(l);
+    else
+      strategy.discard(l);
+  }
+  // final norm, head and loss
+  Tensor xf = alloc.acquire("final.xn", {T, C}, ActKind::kTransient);
+  Tensor inv_rms = alloc.acquire("final.inv_rms", {T}, ActKind::kTransient);
+  cpu::rmsnorm_forward(xf, inv_rms, final_hidden, w_.norm, float(config_.rms_norm_eps));
+  Tensor dxf = backward ? alloc.acquire("final.dxn", {T, C}, ActKind::kTransient) : Tensor();
+  const double loss_sum = head_and_loss(dxf, xf, targets, T, grad_scale, backward, alloc);
+  if (!backward) {
+    alloc.release(inv_rms);
+    alloc.release(xf);
+    alloc.release(final_hidden);
+    return loss_sum;
+  }
+  Tensor dres = alloc.acquire("grad.hidden", {T, C}, ActKind::kTransient);  // dL/d(residual)
+  cpu::fill(dres, 0.0f);
+  cpu::rmsnorm_backward(dres, dw_.norm, dxf, final_hidden, w_.norm, inv_rms);
+  alloc.release(dxf);
+  alloc.release(inv_rms);
+  alloc.release(xf);
+  alloc.release(final_hidden);
+  // backward through the layers, top to bottom
+  for (int l = L - 1; l >= 0; --l) {
+    const SavedActs& s = strategy.backward_ready(l);
+    layer_backward(dres, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], ctx);
+    strategy.backward_done(l);
+  }
+  cpu::embedding_backward(dw_.embed, dres, tokens);
+  alloc.release(dres);
+  return loss_sum;
+}
+
+double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, int64_t tokens,
+                            float grad_scale, bool backward, ActivationAllocator& alloc) {
+  const int64_t V = config_.vocab_size;
+  // Chunk so one chunk of logits is at most 16 Mi floats (64 MiB); a function of (T, V) only,
+  // so every strategy and every run sums the head gradient in the same order.
+  constexpr int64_t kMaxLogitFloats = int64_t(1) << 24;
+  const int64_t chunk = std::max<int64_t>(1, std::min(tokens, kMaxLogitFloats / V));
+  Tensor losses = alloc.acquire("head.losses", {tokens}, ActKind::kTransient);
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const int64_t t1 = std::min(tokens, t0 + chunk);
+    Tensor logits = alloc.acquire("head.logits", {t1 - t0, V}, ActKind::kTransient);
+    ConstTensor x = xf.slice_rows(t0, t1);
+    cpu::matmul(logits, x, w_.head, false, true);
+    cpu::cross_entropy(losses.slice_rows(t0, t1), backward ? logits : Tensor(), logits,
+                       View<const int32_t>(targets + t0, {t1 - t0}), grad_scale);
+    if (backward) {  // logits now holds dL/dlogits
+      cpu::matmul(dw_.head, logits, x, true, false, 1.0f, 1.0f);
+      cpu::matmul(dxf.slice_rows(t0, t1), logits, w_.head, false, false);
+    }
+    alloc.release(logits);
+  }
+  double sum = 0.0;  // fixed order: deterministic
+  for (int64_t t = 0; t < tokens; ++t) sum += losses[t];
+  alloc.release(losses);
+  return sum;
+}
+
+double train_flops_per_token(const ModelConfig& config, int64_t seq) {
+  const double C = double(config.hidden_size), F = double(config.intermediate_size);
+  const double QD = double(config.num_attention_heads * config.head_dim());
+  const double KD = double(config.kv_dim()), V = double(config.vocab_size);
+  // forward matmul FLOPs per token: 2 per multiply-add of each weight
+  const double layer_matmul = 2.0 * (C * QD + 2.0 * C * KD + QD * C + 3.0 * C * F);
+  // causal attention: q.k and p.v over (S + 1) / 2 keys on average, 2 FLOPs each, per head dim
+  const double layer_attn = 2.0 * 2.0 * QD * (double(seq) + 1.0) / 2.0;
+  const double forward = double(config.num_hidden_layers) * (layer_matmul + layer_attn) + 2.0 * C * V;
+  return 3.0 * forward;
+}
+
+}  // namespace memo

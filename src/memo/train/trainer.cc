@@ -1,0 +1,305 @@
+#include "memo/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include "memo/backend/caching_allocator.h"
+#include "memo/core/error.h"
+#include "memo/data/sampler.h"
+#include "memo/data/token_data.h"
+#include "memo/io/atomic_file.h"
+#include "memo/io/checkpoint.h"
+#include "memo/io/config_json.h"
+#include "memo/kernels/cpu/kernels.h"
+#include "memo/kernels/cpu/matmul_peak.h"
+#include "memo/kernels/cpu/tensor_ops.h"
+#include "memo/memory/strategy.h"
+#include "memo/model/model.h"
+#include "memo/train/schedule.h"
+
+namespace fs = std::filesystem;
+
+namespace memo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string duration_str(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
+  return buf;
+}
+
+// Which training options a checkpoint pins: resuming with other values would not continue the
+// same run, so they are restored from trainer_state.json (see Note [Resume]).
+nlohmann::json pinned_options(const TrainOptions& o) {
+  return {{"seq", o.seq},           {"batch", o.batch},
+          {"micro_batch", o.micro_batch}, {"lr", o.lr},
+          {"min_lr_ratio", o.min_lr_ratio}, {"warmup", o.warmup},
+          {"clip", o.clip},         {"beta1", o.adamw.beta1},
+          {"beta2", o.adamw.beta2}, {"eps", o.adamw.eps},
+          {"weight_decay", o.adamw.weight_decay}, {"seed", o.seed},
+          {"steps", o.steps},       {"data", o.data_path},
+          {"val_data", o.val_data_path}, {"val_fraction", o.val_fraction}};
+}
+
+void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
+  o.seq = j.at("seq");
+  o.batch = j.at("batch");
+  o.micro_batch = j.at("micro_batch");
+  o.lr = j.at("lr");
+  o.min_lr_ratio = j.at("min_lr_ratio");
+  o.warmup = j.at("warmup");
+  o.clip = j.at("clip");
+  o.adamw.beta1 = j.at("beta1");
+  o.adamw.beta2 = j.at("beta2");
+  o.adamw.eps = j.at("eps");
+  o.adamw.weight_decay = j.at("weight_decay");
+  o.seed = j.at("seed");
+}
+
+std::vector<NamedTensor> model_tensors(Model& model) {
+  std::vector<NamedTensor> out;
+  for (const ParamInfo& p : model.layout().params())
+    out.push_back({p.name, p.shape, model.params() + p.offset});
+  return out;
+}
+
+void load_model_tensors(Model& model, const SafetensorsFile& file) {
+  for (const ParamInfo& p : model.layout().params())
+    file.read_into(p.name, model.params() + p.offset, p.numel);
+}
+
+// Checkpoint directories are <out>/step-00000123; `latest` names the newest complete one.
+std::string save(const TrainOptions& o, Model& model, AdamW& opt, int64_t step,
+                 const nlohmann::json& extra_state) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  const fs::path dir = fs::path(o.out_dir) / name;
+  CheckpointData data;
+  data.config = model.config();
+  data.model = model_tensors(model);
+  for (const StateTensor& s : opt.state()) data.optimizer.push_back({s.name, s.shape, s.data});
+  data.trainer_state = extra_state;
+  data.trainer_state["step"] = step;
+  data.trainer_state["optimizer"] = opt.name();
+  data.trainer_state["options"] = pinned_options(o);
+  save_checkpoint(dir, data);
+  write_file_atomic(fs::path(o.out_dir) / "latest", std::string(name) + "\n");
+  // Keep the two newest checkpoints: the one just written and the one before it.
+  std::vector<fs::path> old;
+  for (const auto& e : fs::directory_iterator(o.out_dir)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("step-", 0) == 0 && n.size() == 13 && n < std::string(name))
+      old.push_back(e.path());
+  }
+  std::sort(old.begin(), old.end());
+  for (size_t i = 0; i + 1 < old.size(); ++i) fs::remove_all(old[i]);
+  return dir.string();
+}
+
+}  // namespace
+
+// Note [Resume]
+// A resumed run continues bit for bit: the weights and both Adam moments are restored exactly
+// (fp32 in safetensors), the step counter sets the schedule and the sampler (windows are a pure
+// function of seed, step, micro-batch and row), and the options that shape the run are restored
+// from the checkpoint rather than taken from the command line.
+
+TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
+  TrainOptions o = options_in;
+  std::optional<LoadedCheckpoint> resume;
+  int64_t start_step = 0;
+  if (!o.resume_dir.empty()) {
+    resume = load_checkpoint(find_latest_checkpoint(o.resume_dir));
+    const nlohmann::json& state = resume->trainer_state;
+    if (!state.contains("step") || !state.contains("options"))
+      throw DataError(str(o.resume_dir, " holds no trainer state (trainer_state.json): it cannot be resumed; use --init-from to start a new run from its weights"));
+    restore_pinned(o, state.at("options"));
+    start_step = state.at("step");
+    if (o.steps <= start_step)
+      throw ConfigError(str("--steps ", o.steps, " but the checkpoint is already at step ", start_step,
+                            "; ask for more steps to continue"));
+  }
+  if (o.micro_batch == 0) o.micro_batch = o.batch;
+  if (o.batch <= 0 || o.micro_batch <= 0 || o.batch % o.micro_batch != 0)
+    throw ConfigError(str("--batch ", o.batch, " must be a positive multiple of --micro-batch ", o.micro_batch));
+  if (o.seq <= 0) throw ConfigError(str("--seq ", o.seq, " must be positive"));
+  if (o.steps <= 0) throw ConfigError(str("--steps ", o.steps, " must be positive"));
+
+  const ModelConfig config = resume ? resume->config : load_model_config(o.config_path);
+  if (o.seq > config.max_position_embeddings)
+    throw ConfigError(str("--seq ", o.seq, " exceeds max_position_embeddings = ",
+                          config.max_position_embeddings, " of the model config"));
+  // Data: validate everything before any output is written.
+  TokenData all = TokenData::load(o.data_path, config.vocab_size);
+  std::optional<TokenData> val;
+  TokenData train_data = [&] {
+    if (!o.val_data_path.empty()) {
+      val = TokenData::load(o.val_data_path, config.vocab_size);
+      return std::move(all);
+    }
+    auto [tr, va] = split_tail(std::move(all), o.val_fraction);
+    val = std::move(va);
+    return std::move(tr);
+  }();
+  const WindowSampler sampler(train_data, o.seq, o.seed);
+
+  Model model(config);
+  if (resume) {
+    load_model_tensors(model, resume->model);
+  } else if (!o.init_from.empty()) {
+    LoadedCheckpoint init = load_checkpoint(find_latest_checkpoint(o.init_from));
+    if (model_config_to_json(init.config) != model_config_to_json(config))
+      throw ConfigError(str("--init-from ", o.init_from, " has a different model config than ", o.config_path));
+    load_model_tensors(model, init.model);
+  } else {
+    model.init(o.seed);
+  }
+  AdamW opt(model.layout(), o.adamw, decay_matrices_only(model.layout()));
+  if (resume) {
+    if (!resume->optimizer) throw DataError(str(o.resume_dir, " has no optimizer.safetensors: it cannot be resumed exactly"));
+    for (const StateTensor& s : opt.state()) {
+      int64_t n = 1;
+      for (int64_t d : s.shape) n *= d;
+      resume->optimizer->read_into(s.name, s.data, n);
+    }
+    opt.set_steps_done(start_step);
+  }
+  fs::create_directories(o.out_dir);
+  std::ofstream log;
+  if (!o.log_path.empty()) {
+    log.open(o.log_path, resume ? std::ios::app : std::ios::trunc);
+    if (!log) throw DataError(str("cannot open log file ", o.log_path, " for writing"));
+  }
+
+  CachingAllocator alloc;
+  KeepStrategy strategy(config, alloc);
+  const LrSchedule schedule{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.steps};
+  const int64_t micro_steps = o.batch / o.micro_batch;
+  const int64_t tokens_per_step = o.batch * o.seq;
+  const double flops_per_step = train_flops_per_token(config, o.seq) * double(tokens_per_step);
+  const double peak_flops = measure_matmul_peak_flops(0.3);
+  std::vector<int32_t> inputs(size_t(o.micro_batch * o.seq)), targets(inputs.size());
+
+  progress << "memo: " << model.layout().count() << " parameters (" << config.num_hidden_layers
+           << " layers, hidden " << config.hidden_size << "), " << train_data.size()
+           << " training tokens, " << o.batch << " x " << o.seq << " tokens per step ("
+           << micro_steps << " micro-batches), " << omp_get_max_threads() << " threads, "
+           << cpu::blas_name() << "\n";
+  if (resume) progress << "memo: resuming at step " << start_step << " from " << o.resume_dir << "\n";
+
+  TrainResult result;
+  const float grad_scale = 1.0f / float(tokens_per_step);
+  const auto t_start = Clock::now();
+  for (int64_t step = start_step + 1; step <= o.steps; ++step) {
+    const auto t0 = Clock::now();
+    model.zero_grads();
+    alloc.reset_peak();
+    double loss_sum = 0.0;
+    for (int64_t micro = 0; micro < micro_steps; ++micro) {
+      sampler.fill(step, micro, inputs.data(), targets.data(), o.micro_batch);
+      loss_sum += model.forward_backward(inputs.data(), targets.data(), o.micro_batch, o.seq,
+                                         grad_scale, strategy, alloc);
+    }
+    const double loss = loss_sum / double(tokens_per_step);
+    if (!std::isfinite(loss))
+      throw Error(str("loss is ", loss, " at step ", step, "; lower --lr (now ", o.lr, ")"));
+    const double grad_norm = std::sqrt(cpu::sum_squares(ConstTensor(model.grads(), {model.params_numel()})));
+    if (o.clip > 0 && grad_norm > o.clip)
+      cpu::scale(Tensor(model.grads(), {model.params_numel()}), float(o.clip / (grad_norm + 1e-6)));
+    const double lr = schedule.at(step);
+    opt.step(model.params(), model.grads(), lr);
+    const double step_s = seconds_since(t0);
+    const double tokens_per_s = double(tokens_per_step) / step_s;
+    const double mfu = flops_per_step / step_s / peak_flops;
+    result.steps_done = step;
+    result.final_loss = loss;
+    if (log) {
+      log << nlohmann::json{{"step", step},           {"loss", loss},
+                            {"lr", lr},               {"grad_norm", grad_norm},
+                            {"tokens_per_s", tokens_per_s}, {"mfu", mfu},
+                            {"peak_bytes", alloc.peak_live_bytes()},
+                            {"reserved_bytes", alloc.reserved_bytes()}}
+                 .dump()
+          << "\n" << std::flush;
+    }
+    if (step % o.log_every == 0 || step == o.steps) {
+      const double elapsed = seconds_since(t_start);
+      const double eta = elapsed / double(step - start_step) * double(o.steps - step);
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s",
+                    static_cast<long long>(step), static_cast<long long>(o.steps), loss, lr,
+                    grad_norm, tokens_per_s, 100.0 * mfu, duration_str(eta).c_str());
+      progress << line << "\n" << std::flush;
+    }
+    if ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps)
+      result.checkpoint = save(o, model, opt, step, {});
+  }
+  // validation on windows in order from the start of the validation data
+  if (val) {
+    const WindowSampler val_sampler(*val, o.seq, o.seed);
+    const int64_t windows = val_sampler.num_sequential_windows();
+    double sum = 0.0;
+    int64_t tokens = 0;
+    for (int64_t b = 0; b < o.val_batches && b * o.micro_batch < windows; ++b) {
+      const int64_t rows = std::min(o.micro_batch, windows - b * o.micro_batch);
+      val_sampler.fill_sequential(b * o.micro_batch, inputs.data(), targets.data(), rows);
+      sum += model.forward_loss(inputs.data(), targets.data(), rows, o.seq, strategy, alloc);
+      tokens += rows * o.seq;
+    }
+    if (tokens > 0) {
+      result.val_loss = sum / double(tokens);
+      char line[120];
+      std::snprintf(line, sizeof line, "validation loss %.4f over %lld tokens", *result.val_loss,
+                    static_cast<long long>(tokens));
+      progress << line << "\n";
+    }
+  }
+  progress << "checkpoint: " << result.checkpoint << "\n";
+  return result;
+}
+
+EvalResult evaluate_checkpoint(const std::string& checkpoint_dir, const std::string& data_path,
+                               int64_t seq, int64_t batch, int64_t batches) {
+  LoadedCheckpoint ckpt = load_checkpoint(find_latest_checkpoint(checkpoint_dir));
+  Model model(ckpt.config);
+  load_model_tensors(model, ckpt.model);
+  if (seq > ckpt.config.max_position_embeddings)
+    throw ConfigError(str("--seq ", seq, " exceeds max_position_embeddings = ",
+                          ckpt.config.max_position_embeddings));
+  TokenData data = TokenData::load(data_path, ckpt.config.vocab_size);
+  const WindowSampler sampler(data, seq, 0);
+  CachingAllocator alloc;
+  KeepStrategy strategy(ckpt.config, alloc);
+  std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());
+  EvalResult r;
+  double sum = 0.0;
+  const int64_t windows = sampler.num_sequential_windows();
+  for (int64_t b = 0; b < batches && b * batch < windows; ++b) {
+    const int64_t rows = std::min(batch, windows - b * batch);
+    sampler.fill_sequential(b * batch, inputs.data(), targets.data(), rows);
+    sum += model.forward_loss(inputs.data(), targets.data(), rows, seq, strategy, alloc);
+    r.tokens += rows * seq;
+    r.windows += rows;
+  }
+  r.mean_loss = sum / double(r.tokens);
+  return r;
+}
+
+}  // namespace memo

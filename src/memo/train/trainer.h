@@ -1,0 +1,60 @@
+// The training loop: micro-batch accumulation, global-norm clipping, AdamW with warm-up and
+// cosine decay, progress lines, a JSON log, atomic checkpoints and bit-for-bit resume, and a
+// validation loss at the end. Deterministic: the same options give the same losses, bit for bit,
+// on the same machine and thread count (windows come from a counter-based sampler, kernels use
+// static partitions).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include "memo/model/config.h"
+#include "memo/optim/adamw.h"
+
+namespace memo {
+
+struct TrainOptions {
+  std::string config_path;      // model config.json (ignored when resuming: the checkpoint's is used)
+  std::string data_path;        // raw text (bytes) or llm.c token file
+  std::string val_data_path;    // empty: the last val_fraction of data_path
+  double val_fraction = 0.05;
+  int64_t seq = 256;            // tokens per sequence
+  int64_t batch = 8;            // sequences per optimiser step
+  int64_t micro_batch = 0;      // sequences per forward/backward; 0: = batch
+  int64_t steps = 100;
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;    // cosine decays to lr * min_lr_ratio
+  int64_t warmup = 10;
+  double clip = 1.0;            // global gradient norm; 0: off
+  AdamWOptions adamw;
+  uint64_t seed = 1234;
+  std::string out_dir = "runs/default";
+  int64_t save_every = 0;       // 0: only at the end
+  std::string resume_dir;       // a run directory or checkpoint to continue from
+  std::string init_from;        // a checkpoint to take the weights from (fresh optimiser)
+  std::string log_path;         // JSON lines, one per step
+  int64_t val_batches = 16;     // micro-batches of validation windows at the end
+  int64_t log_every = 1;        // progress line period in steps
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  double final_loss = 0.0;
+  std::optional<double> val_loss;
+  std::string checkpoint;       // the last checkpoint written
+};
+
+TrainResult train(const TrainOptions& options, std::ostream& progress);
+
+// Mean loss over `batches` micro-batches of `batch` sequential windows from the start of the file.
+struct EvalResult {
+  double mean_loss = 0.0;
+  int64_t tokens = 0;
+  int64_t windows = 0;
+};
+EvalResult evaluate_checkpoint(const std::string& checkpoint_dir, const std::string& data_path,
+                               int64_t seq, int64_t batch, int64_t batches);
+
+}  // namespace memo
