@@ -1,0 +1,342 @@
+#!/usr/bin/python3
+"""Independent float64 PyTorch oracle for memo's LLaMA model: loss, gradients and AdamW steps.
+
+Written from the Hugging Face Llama semantics (not from memo's code, not with transformers):
+plain full-matrix causal attention, autograd gradients, torch.optim.AdamW. Reads a Hugging Face
+checkpoint directory and an llm.c token file; writes one safetensors file of F64 tensors.
+Contract (memo's tests call it; the argparse options below): B windows of S+1 tokens from the
+file start, the same batch every step; per step loss, grad norm, optional clip_grad_norm_, AdamW.
+Output: loss [max(N,1)], grad_norm [max(N,1)], grad.<hf name> (step 0, before clipping) and
+final.<hf name> (after N steps), all F64. Checked by scripts/torch_reference_selftest.py.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+
+def _threads_from_argv(argv):
+    """The --threads value, or "1". It reaches OpenMP through the environment before torch loads;
+    OpenBLAS (Debian's torch uses its pthread build, a second pool) stays at 1 thread so the two
+    pools never oversubscribe the cores (see bench/torch_train_step.py, Note [Two thread pools])."""
+    for i, arg in enumerate(argv):
+        if arg == "--threads" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--threads="):
+            return arg.split("=", 1)[1]
+    return "1"
+
+
+if __name__ == "__main__":
+    os.environ["OMP_NUM_THREADS"] = _threads_from_argv(sys.argv)
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_io  # noqa: E402
+
+kTokenMagic = 20240520  # llm.c token file header: magic, version, token count, then zeros
+kTokenVersion = 1
+kTokenHeaderInts = 256
+kDtype = torch.float64  # the oracle must be sharper than the fp32 code it judges
+
+
+class ReferenceError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def load_config(checkpoint_dir):
+    """Returns the LlamaConfig fields memo uses, checked; D = C / H."""
+    path = os.path.join(checkpoint_dir, "config.json")
+    with open(path) as f:
+        raw = json.load(f)
+    required = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "vocab_size", "rms_norm_eps"]
+    missing = [k for k in required if k not in raw]
+    if missing:
+        raise ReferenceError(f"{path}: missing fields {missing}")
+    cfg = {
+        "C": int(raw["hidden_size"]),
+        "F": int(raw["intermediate_size"]),
+        "L": int(raw["num_hidden_layers"]),
+        "H": int(raw["num_attention_heads"]),
+        "Hkv": int(raw.get("num_key_value_heads") or raw["num_attention_heads"]),
+        "V": int(raw["vocab_size"]),
+        "eps": float(raw["rms_norm_eps"]),
+        "theta": float(raw.get("rope_theta", 10000.0)),
+        "max_pos": int(raw.get("max_position_embeddings", 2048)),
+        "tied": bool(raw.get("tie_word_embeddings", False)),
+    }
+    if cfg["C"] % cfg["H"] != 0:
+        raise ReferenceError(f"{path}: hidden_size {cfg['C']} is not a multiple of "
+                             f"num_attention_heads {cfg['H']}")
+    if cfg["H"] % cfg["Hkv"] != 0:
+        raise ReferenceError(f"{path}: num_key_value_heads {cfg['Hkv']} does not divide "
+                             f"num_attention_heads {cfg['H']}")
+    cfg["D"] = cfg["C"] // cfg["H"]
+    if cfg["D"] % 2 != 0:
+        raise ReferenceError(f"{path}: head_dim {cfg['D']} is odd; rotary needs it even")
+    if raw.get("head_dim") not in (None, cfg["D"]):
+        raise ReferenceError(f"{path}: head_dim {raw['head_dim']} differs from "
+                             f"hidden_size / num_attention_heads = {cfg['D']}; not supported")
+    if raw.get("rope_scaling") is not None:
+        raise ReferenceError(f"{path}: rope_scaling {raw['rope_scaling']} is not supported; use null")
+    for key in ("attention_bias", "mlp_bias"):
+        if raw.get(key):
+            raise ReferenceError(f"{path}: {key} is true; memo's Llama has no biases")
+    return cfg
+
+
+def param_shapes(cfg):
+    """Hugging Face Llama parameter names -> shapes, in a fixed order. y = x W^T, W: [out, in]."""
+    C, F_, H, Hkv, D, V = cfg["C"], cfg["F"], cfg["H"], cfg["Hkv"], cfg["D"], cfg["V"]
+    shapes = {"model.embed_tokens.weight": [V, C]}
+    for i in range(cfg["L"]):
+        p = f"model.layers.{i}."
+        shapes[p + "input_layernorm.weight"] = [C]
+        shapes[p + "self_attn.q_proj.weight"] = [H * D, C]
+        shapes[p + "self_attn.k_proj.weight"] = [Hkv * D, C]
+        shapes[p + "self_attn.v_proj.weight"] = [Hkv * D, C]
+        shapes[p + "self_attn.o_proj.weight"] = [C, H * D]
+        shapes[p + "post_attention_layernorm.weight"] = [C]
+        shapes[p + "mlp.gate_proj.weight"] = [F_, C]
+        shapes[p + "mlp.up_proj.weight"] = [F_, C]
+        shapes[p + "mlp.down_proj.weight"] = [C, F_]
+    shapes["model.norm.weight"] = [C]
+    if not cfg["tied"]:
+        shapes["lm_head.weight"] = [V, C]
+    return shapes
+
+
+def load_params(checkpoint_dir, cfg):
+    """Reads model.safetensors into float64 leaf tensors; names and shapes must match exactly.
+
+    When tied, a stored lm_head.weight is accepted only if it equals embed_tokens (some writers
+    store both) and is then dropped: the head uses embed_tokens.
+    """
+    path = os.path.join(checkpoint_dir, "model.safetensors")
+    tensors, _ = safetensors_io.read(path)
+    shapes = param_shapes(cfg)
+    if cfg["tied"] and "lm_head.weight" in tensors:
+        if not np.array_equal(tensors["lm_head.weight"], tensors.get("model.embed_tokens.weight")):
+            raise ReferenceError(f"{path}: tie_word_embeddings is true but lm_head.weight differs "
+                                 f"from model.embed_tokens.weight")
+        del tensors["lm_head.weight"]
+    missing = [n for n in shapes if n not in tensors]
+    unexpected = [n for n in tensors if n not in shapes]
+    if missing or unexpected:
+        raise ReferenceError(f"{path}: missing tensors {missing}, unexpected tensors {unexpected}")
+    params = {}
+    for name, shape in shapes.items():
+        if list(tensors[name].shape) != shape:
+            raise ReferenceError(f"{path}: tensor {name} has shape {list(tensors[name].shape)}, "
+                                 f"expected {shape}")
+        params[name] = torch.tensor(tensors[name].astype(np.float64), dtype=kDtype,
+                                    requires_grad=True)
+    return params
+
+
+def read_tokens(path):
+    """llm.c token file: 256 little-endian int32 header (magic, version, n), then n uint16."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    header_bytes = kTokenHeaderInts * 4
+    if len(blob) < header_bytes:
+        raise ReferenceError(f"{path}: {len(blob)} bytes, shorter than the {header_bytes}-byte header")
+    header = np.frombuffer(blob[:header_bytes], dtype="<i4")
+    if header[0] != kTokenMagic or header[1] != kTokenVersion:
+        raise ReferenceError(f"{path}: magic {header[0]} version {header[1]}, expected "
+                             f"{kTokenMagic} version {kTokenVersion}")
+    n = int(header[2])
+    if len(blob) != header_bytes + 2 * n:
+        raise ReferenceError(f"{path}: header says {n} tokens ({2 * n} bytes) but the file holds "
+                             f"{len(blob) - header_bytes} bytes after the header")
+    return np.frombuffer(blob[header_bytes:], dtype="<u2").astype(np.int64)
+
+
+def make_batch(tokens, S, B, V, path):
+    """Window b = tokens[b*S : b*S + S + 1]; inputs its first S, targets its last S. [B, S] int64."""
+    need = B * S + 1
+    if len(tokens) < need:
+        raise ReferenceError(f"{path}: {len(tokens)} tokens, the batch B={B} S={S} needs {need}")
+    windows = np.stack([tokens[b * S:b * S + S + 1] for b in range(B)])
+    bad = np.argwhere(windows >= V)
+    if len(bad):
+        b, t = bad[0]
+        raise ReferenceError(f"token id {windows[b, t]} at position {b * S + t} of {path} is "
+                             f"outside the vocabulary [0, {V})")
+    return torch.from_numpy(windows[:, :S].copy()), torch.from_numpy(windows[:, 1:].copy())
+
+
+# ---------------------------------------------------------------------------------------------
+# Model (Hugging Face Llama semantics, written out plainly)
+
+
+def rmsnorm(x, w, eps):
+    """x / sqrt(mean(x^2) + eps) * w over the last dim."""
+    return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * w
+
+
+def rope_cos_sin(S, D, theta):
+    """cos, sin: [S, D]. inv_freq_i = theta^(-2i/D), i < D/2; angle(p, i) = p * inv_freq_i,
+    repeated to width D as cat(freqs, freqs) (Hugging Face layout, not interleaved pairs)."""
+    inv_freq = theta ** (-torch.arange(0, D, 2, dtype=kDtype) / D)
+    freqs = torch.arange(S, dtype=kDtype)[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    """cat(-x[D/2:], x[:D/2]) over the last dim."""
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def apply_rotary(x, cos, sin):
+    """x: [B, heads, S, D]; cos, sin: [S, D]. x*cos + rotate_half(x)*sin."""
+    return x * cos + rotate_half(x) * sin
+
+
+def attention(x, wq, wk, wv, wo, cfg, cos, sin):
+    """Causal grouped-query attention, full softmax matrix. x: [B, S, C] -> [B, S, C]."""
+    B, S, _ = x.shape
+    H, Hkv, D = cfg["H"], cfg["Hkv"], cfg["D"]
+    q = (x @ wq.T).view(B, S, H, D).transpose(1, 2)    # [B, H, S, D]
+    k = (x @ wk.T).view(B, S, Hkv, D).transpose(1, 2)  # [B, Hkv, S, D]
+    v = (x @ wv.T).view(B, S, Hkv, D).transpose(1, 2)  # [B, Hkv, S, D]
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    group = H // Hkv  # query head h reads kv head h // group
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)  # [B, H, S, S]
+    future = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
+    scores = scores.masked_fill(future, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v            # [B, H, S, D]
+    return out.transpose(1, 2).reshape(B, S, H * D) @ wo.T
+
+
+def forward_loss(params, cfg, inputs, targets):
+    """Mean cross-entropy over all B*S tokens (a float64 scalar)."""
+    S = inputs.shape[1]
+    cos, sin = rope_cos_sin(S, cfg["D"], cfg["theta"])
+    eps = cfg["eps"]
+    x = params["model.embed_tokens.weight"][inputs]  # [B, S, C]
+    for i in range(cfg["L"]):
+        p = f"model.layers.{i}."
+        a = rmsnorm(x, params[p + "input_layernorm.weight"], eps)
+        h = x + attention(a, params[p + "self_attn.q_proj.weight"],
+                          params[p + "self_attn.k_proj.weight"],
+                          params[p + "self_attn.v_proj.weight"],
+                          params[p + "self_attn.o_proj.weight"], cfg, cos, sin)
+        m = rmsnorm(h, params[p + "post_attention_layernorm.weight"], eps)
+        gate = m @ params[p + "mlp.gate_proj.weight"].T
+        up = m @ params[p + "mlp.up_proj.weight"].T
+        x = h + (F.silu(gate) * up) @ params[p + "mlp.down_proj.weight"].T
+    head = params["model.embed_tokens.weight"] if cfg["tied"] else params["lm_head.weight"]
+    logits = rmsnorm(x, params["model.norm.weight"], eps) @ head.T  # [B, S, V]
+    return F.cross_entropy(logits.reshape(-1, cfg["V"]), targets.reshape(-1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+
+
+def train(params, cfg, inputs, targets, steps, lr, betas, eps, weight_decay, clip):
+    """Returns (losses [max(N,1)], grad_norms [max(N,1)], step-0 gradients before clipping).
+
+    AdamW (decoupled decay, constant lr) covers every parameter, norms and embeddings included.
+    """
+    names = list(params)
+    tensors = [params[n] for n in names]
+    optimizer = torch.optim.AdamW(tensors, lr=lr, betas=betas, eps=eps,
+                                  weight_decay=weight_decay) if steps > 0 else None
+    losses, grad_norms, grads0 = [], [], None
+    for step in range(max(steps, 1)):
+        for t in tensors:
+            t.grad = None
+        loss = forward_loss(params, cfg, inputs, targets)
+        loss.backward()
+        grad_norm = torch.sqrt(sum(t.grad.pow(2).sum() for t in tensors))
+        losses.append(loss.item())
+        grad_norms.append(grad_norm.item())
+        if step == 0:
+            grads0 = {n: params[n].grad.detach().clone() for n in names}
+        if steps == 0:
+            break
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(tensors, clip)
+        optimizer.step()
+    return losses, grad_norms, grads0
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkpoint", required=True, help="dir with config.json, model.safetensors")
+    ap.add_argument("--tokens", required=True, help="llm.c token file")
+    ap.add_argument("--seq", type=int, required=True, help="S, tokens per window")
+    ap.add_argument("--batch", type=int, required=True, help="B, windows from the file start")
+    ap.add_argument("--steps", type=int, required=True, help="N AdamW steps; 0: forward+grad only")
+    ap.add_argument("--lr", type=float, required=True)
+    ap.add_argument("--beta1", type=float, required=True)
+    ap.add_argument("--beta2", type=float, required=True)
+    ap.add_argument("--eps", type=float, required=True, help="AdamW eps")
+    ap.add_argument("--weight-decay", type=float, required=True)
+    ap.add_argument("--clip", type=float, default=None, help="global grad-norm clip (optional)")
+    ap.add_argument("--out", required=True, help="output .safetensors (all tensors F64)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    args = ap.parse_args(argv)
+    for key in ("seq", "batch"):
+        if getattr(args, key) < 1:
+            ap.error(f"--{key} {getattr(args, key)} must be >= 1")
+    if args.steps < 0:
+        ap.error(f"--steps {args.steps} must be >= 0")
+    if args.clip is not None and not args.clip > 0:
+        ap.error(f"--clip {args.clip} must be > 0")
+    return args
+
+
+def run(args):
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.checkpoint)
+    if args.seq > cfg["max_pos"]:
+        raise ReferenceError(f"--seq {args.seq} exceeds max_position_embeddings {cfg['max_pos']}")
+    params = load_params(args.checkpoint, cfg)
+    inputs, targets = make_batch(read_tokens(args.tokens), args.seq, args.batch, cfg["V"],
+                                 args.tokens)
+    losses, grad_norms, grads0 = train(params, cfg, inputs, targets, args.steps, args.lr,
+                                       (args.beta1, args.beta2), args.eps, args.weight_decay,
+                                       args.clip)
+    out = {"loss": np.array(losses, dtype=np.float64),
+           "grad_norm": np.array(grad_norms, dtype=np.float64)}
+    for name, p in params.items():
+        out["grad." + name] = grads0[name].numpy().astype(np.float64)
+        out["final." + name] = p.detach().numpy().astype(np.float64)
+    metadata = {"generator": "scripts/torch_reference.py", "torch": torch.__version__,
+                "args": json.dumps({k: v for k, v in vars(args).items() if k != "threads"})}
+    safetensors_io.write(args.out, out, metadata)
+    return losses, grad_norms
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        losses, grad_norms = run(args)
+    except (ReferenceError, safetensors_io.SafetensorsError, OSError, ValueError) as e:
+        print(f"torch_reference: {e}", file=sys.stderr)
+        return 1
+    print(f"torch_reference: steps {args.steps} loss {losses[0]:.10f} -> {losses[-1]:.10f} "
+          f"grad_norm[0] {grad_norms[0]:.6e} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
