@@ -33,7 +33,8 @@ TEST(WindowSampler, same_coordinates_give_same_windows_across_instances) {
   EXPECT_NE(x1, x2);
   for (int64_t r = 0; r < kBatch; ++r) {  // targets are inputs shifted by one token
     EXPECT_EQ(x1[size_t(r * kSeq)], a.window_start(7, 1, r));
-    for (int64_t t = 0; t < kSeq; ++t) EXPECT_EQ(y1[size_t(r * kSeq + t)], x1[size_t(r * kSeq + t)] + 1);
+    for (int64_t t = 0; t < kSeq; ++t)
+      EXPECT_EQ(y1[size_t(r * kSeq + t)], x1[size_t(r * kSeq + t)] + 1);
   }
 }
 
@@ -77,8 +78,9 @@ TEST(WindowSampler, exactly_seq_plus_one_tokens_gives_the_whole_file) {
 TEST(WindowSampler, too_short_data_names_source_count_and_need) {
   TokenData data = iota_tokens(8);
   std::string msg = error_message<DataError>([&] { WindowSampler s(data, 8, 1); });
-  EXPECT_EQ(msg, "iota.bin holds 8 tokens; a window of seq = 8 needs 9 (inputs plus the next-token "
-                 "target)");
+  EXPECT_EQ(msg,
+            "iota.bin holds 8 tokens; a window of seq = 8 needs 9 (inputs plus the next-token "
+            "target)");
   msg = error_message<ConfigError>([&] { WindowSampler s(data, 0, 1); });
   EXPECT_NE(msg.find("sequence length 0"), std::string::npos) << msg;
 }
@@ -93,7 +95,8 @@ TEST(WindowSampler, sequential_windows_run_in_order) {
   EXPECT_EQ(y, (std::vector<int32_t>{21, 22, 23, 24, 25, 26, 27, 28}));
   std::string msg = error_message<DataError>([&] { s.fill_sequential(6, x.data(), y.data(), 2); });
   EXPECT_NE(msg.find("windows [6, 8) of iota.bin are outside its 7 sequential windows"),
-            std::string::npos) << msg;
+            std::string::npos)
+      << msg;
 }
 
 }  // namespace

@@ -114,7 +114,9 @@ TEST(TokenData, split_tail_takes_validation_from_the_end) {
   EXPECT_EQ(train.source(), "d.bin [tokens 0, 90)");
   auto [t2, v2] = split_tail(TokenData({1, 2}, "s", 10), 0.001);  // at least one each
   EXPECT_EQ(v2.num_tokens(), 1);
-  std::string msg = error_message<ConfigError>([&] { split_tail(TokenData({1, 2}, "s", 10), 1.0); });
+  std::string msg = error_message<ConfigError>([&] {
+    split_tail(TokenData({1, 2}, "s", 10), 1.0);
+  });
   EXPECT_NE(msg.find("fraction 1 for s"), std::string::npos) << msg;
   msg = error_message<DataError>([&] { split_tail(TokenData({1}, "s", 10), 0.5); });
   EXPECT_NE(msg.find("s holds 1 token"), std::string::npos) << msg;

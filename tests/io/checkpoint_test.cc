@@ -22,7 +22,8 @@ struct State {
   ModelConfig config;
   CheckpointData data(int64_t step) const {
     return {config,
-            {{"model.embed_tokens.weight", {3, 2}, embed.data()}, {"model.norm.weight", {2}, norm.data()}},
+            {{"model.embed_tokens.weight", {3, 2}, embed.data()},
+             {"model.norm.weight", {2}, norm.data()}},
             {{"adamw.m.model.embed_tokens.weight", {3, 2}, m.data()}},
             json{{"step", step}, {"seed", 1234}}};
   }

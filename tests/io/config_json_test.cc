@@ -14,7 +14,7 @@ using test::error_message;
 using test::TempDir;
 
 json tiny() {
-  return json{{"hidden_size", 64},       {"intermediate_size", 172}, {"num_hidden_layers", 2},
+  return json{{"hidden_size", 64},        {"intermediate_size", 172}, {"num_hidden_layers", 2},
               {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 256}};
 }
 

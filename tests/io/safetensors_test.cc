@@ -31,8 +31,8 @@ std::string floats(std::initializer_list<float> v) {
 
 struct Fixture {
   std::vector<float> w = {1.5f, -2.0f, 3.25f, 0.0f, -0.0f, 1e-30f};  // [2, 3]
-  std::vector<float> b = {7.0f, 8.0f};                                // [2]
-  float s = 42.0f;                                                    // []
+  std::vector<float> b = {7.0f, 8.0f};                               // [2]
+  float s = 42.0f;                                                   // []
   std::vector<NamedTensor> tensors() const {
     return {{"model.layers.0.w", {2, 3}, w.data()},
             {"model.b", {2}, b.data()},
@@ -89,7 +89,8 @@ TEST(Safetensors, file_from_another_tool_without_checksum_loads) {
   TempDir tmp;
   std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                        R"("h":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]}})";
-  write_file_atomic(tmp / "x", make_file(header, floats({1, 2}) + std::string("\x80\x3f\x00\x40", 4)));
+  write_file_atomic(tmp / "x",
+                    make_file(header, floats({1, 2}) + std::string("\x80\x3f\x00\x40", 4)));
   SafetensorsFile file(tmp / "x");
   EXPECT_FALSE(file.has_checksum());
   std::vector<float> a(2);
@@ -107,8 +108,8 @@ TEST(Safetensors, truncated_file_is_format_error_at_every_cut) {
   std::string bytes = read_file(p);
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
-  for (size_t cut : {size_t(0), size_t(3), size_t(7), size_t(8), size_t(8 + n / 2),
-                     size_t(8 + n), bytes.size() - 4, bytes.size() - 1}) {
+  for (size_t cut : {size_t(0), size_t(3), size_t(7), size_t(8), size_t(8 + n / 2), size_t(8 + n),
+                     bytes.size() - 4, bytes.size() - 1}) {
     write_file_atomic(tmp / "cut", bytes.substr(0, cut));
     std::string msg = error_message<FormatError>([&] { SafetensorsFile file(tmp / "cut"); });
     EXPECT_NE(msg.find((tmp / "cut").string()), std::string::npos) << cut << ": " << msg;
@@ -167,8 +168,7 @@ TEST(Safetensors, invalid_headers_name_the_tensor) {
       {R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", "dims are integers >= 0"},
       {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", "'a'"},
       {R"({"a":{"dtype":"F32","shape":[4]}})", "'a'"},
-      {R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
-       "'k'"},
+      {R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", "'k'"},
       {R"([1, 2])", "does not start with '{'"},
   };
   for (const Case& c : cases) {
@@ -198,7 +198,8 @@ TEST(Safetensors, read_into_checks_element_count) {
   write_safetensors(tmp / "m", f.tensors());
   SafetensorsFile file(tmp / "m");
   std::vector<float> w(12);
-  std::string msg = error_message<DataError>([&] { file.read_into("model.layers.0.w", w.data(), 12); });
+  std::string msg =
+      error_message<DataError>([&] { file.read_into("model.layers.0.w", w.data(), 12); });
   EXPECT_NE(msg.find("shape [2, 3] (6 elements), expected 12"), std::string::npos) << msg;
 }
 
@@ -212,8 +213,7 @@ TEST(Safetensors, writer_rejects_bad_tensor_lists_and_keeps_old_file) {
   dup.push_back(dup[0]);
   std::string msg = error_message<DataError>([&] { write_safetensors(p, dup); });
   EXPECT_NE(msg.find("'model.layers.0.w'"), std::string::npos) << msg;
-  msg = error_message<DataError>(
-      [&] { write_safetensors(p, {{"neg", {-1, 2}, f.w.data()}}); });
+  msg = error_message<DataError>([&] { write_safetensors(p, {{"neg", {-1, 2}, f.w.data()}}); });
   EXPECT_NE(msg.find("shape [-1, 2]"), std::string::npos) << msg;
   msg = error_message<DataError>([&] { write_safetensors(p, {}, {{kChecksumKey, "x"}}); });
   EXPECT_NE(msg.find(kChecksumKey), std::string::npos) << msg;

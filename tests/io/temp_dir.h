@@ -2,13 +2,12 @@
 // test ends. Tests write only here.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <string>
 #include <system_error>
-
-#include <gtest/gtest.h>
 
 namespace memo::test {
 

@@ -85,7 +85,8 @@ TokenData::TokenData(std::vector<int32_t> tokens, std::string source, int64_t vo
     : TokenData(Checked{}, std::move(tokens), std::move(source), vocab_size) {
   check_vocab(vocab_size_, source_);
   if (tokens_.empty()) throw DataError(str(source_, " is empty"));
-  for (size_t i = 0; i < tokens_.size(); ++i) check_token(tokens_[i], int64_t(i), source_, vocab_size_);
+  for (size_t i = 0; i < tokens_.size(); ++i)
+    check_token(tokens_[i], int64_t(i), source_, vocab_size_);
 }
 
 TokenData TokenData::load(const fs::path& path, int64_t vocab_size) {
@@ -106,8 +107,8 @@ TokenData TokenData::load(const fs::path& path, int64_t vocab_size) {
 
 std::pair<TokenData, TokenData> split_tail(TokenData data, double val_fraction) {
   if (!(val_fraction > 0.0 && val_fraction < 1.0))
-    throw ConfigError(str("validation fraction ", val_fraction, " for ", data.source_,
-                          " must lie in (0, 1)"));
+    throw ConfigError(
+        str("validation fraction ", val_fraction, " for ", data.source_, " must lie in (0, 1)"));
   const int64_t n = data.num_tokens();
   if (n < 2)
     throw DataError(str(data.source_, " holds ", n, " token; a train/validation split needs 2"));
@@ -119,8 +120,8 @@ std::pair<TokenData, TokenData> split_tail(TokenData data, double val_fraction) 
   std::string src = data.source_;
   return {TokenData(TokenData::Checked{}, std::move(data.tokens_),
                     str(src, " [tokens 0, ", n_train, ")"), data.vocab_size_),
-          TokenData(TokenData::Checked{}, std::move(val), str(src, " [tokens ", n_train, ", ", n, ")"),
-                    data.vocab_size_)};
+          TokenData(TokenData::Checked{}, std::move(val),
+                    str(src, " [tokens ", n_train, ", ", n, ")"), data.vocab_size_)};
 }
 
 void write_llmc_tokens(const fs::path& path, const std::vector<int32_t>& tokens) {

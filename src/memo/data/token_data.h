@@ -46,7 +46,8 @@ class TokenData {
 };
 
 // (train, validation): validation is the last round(val_fraction * n) tokens (at least 1 and
-// leaving at least 1). val_fraction must lie in (0, 1): ConfigError; fewer than 2 tokens: DataError.
+// leaving at least 1). val_fraction must lie in (0, 1): ConfigError; fewer than 2 tokens:
+// DataError.
 std::pair<TokenData, TokenData> split_tail(TokenData data, double val_fraction);
 
 // Writes an llm.c GPT-2 token file (uint16 tokens) atomically. Ids must lie in [0, 65536):

@@ -37,7 +37,8 @@ class Fd {
 
 fs::path with_suffix(const fs::path& path, std::string_view suffix) {
   fs::path p = path.filename().empty() ? path.parent_path() : path;
-  return p.parent_path() / (p.filename().string() + std::string(suffix) + std::to_string(::getpid()));
+  return p.parent_path() /
+         (p.filename().string() + std::string(suffix) + std::to_string(::getpid()));
 }
 
 fs::path parent_or_dot(const fs::path& path) {
@@ -91,7 +92,8 @@ std::string read_file(const fs::path& path) {
 
 void fsync_path(const fs::path& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) throw DataError(str("cannot open ", path.string(), " to sync: ", reason(errno)));
+  if (fd.get() < 0)
+    throw DataError(str("cannot open ", path.string(), " to sync: ", reason(errno)));
   if (::fsync(fd.get()) != 0)
     throw DataError(str("cannot sync ", path.string(), ": ", reason(errno)));
 }
@@ -175,8 +177,8 @@ void AtomicDirWriter::commit() {
     throw DataError(str("cannot replace ", dir_.string(), ": it exists and is not a directory"));
   if (!fs::exists(target)) {
     if (::rename(temp_dir_.c_str(), dir_.c_str()) != 0)
-      throw DataError(str("cannot rename ", temp_dir_.string(), " to ", dir_.string(), ": ",
-                          reason(errno)));
+      throw DataError(
+          str("cannot rename ", temp_dir_.string(), " to ", dir_.string(), ": ", reason(errno)));
   } else if (::renameat2(AT_FDCWD, temp_dir_.c_str(), AT_FDCWD, dir_.c_str(), RENAME_EXCHANGE) ==
              0) {
     fs::remove_all(temp_dir_, ec);  // now the old tree; the new one is in place
@@ -184,13 +186,13 @@ void AtomicDirWriter::commit() {
     fs::path aside = with_suffix(dir_, ".old-");
     fs::remove_all(aside, ec);
     if (::rename(dir_.c_str(), aside.c_str()) != 0)
-      throw DataError(str("cannot move ", dir_.string(), " aside to ", aside.string(), ": ",
-                          reason(errno)));
+      throw DataError(
+          str("cannot move ", dir_.string(), " aside to ", aside.string(), ": ", reason(errno)));
     if (::rename(temp_dir_.c_str(), dir_.c_str()) != 0) {
       int err = errno;
       ::rename(aside.c_str(), dir_.c_str());  // put the old one back
-      throw DataError(str("cannot rename ", temp_dir_.string(), " to ", dir_.string(), ": ",
-                          reason(err)));
+      throw DataError(
+          str("cannot rename ", temp_dir_.string(), " to ", dir_.string(), ": ", reason(err)));
     }
     fs::remove_all(aside, ec);
   }

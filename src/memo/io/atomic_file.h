@@ -1,8 +1,8 @@
 // Whole-file reads and crash-safe writes: a reader never sees a half-written file or directory.
-// Files: temporary sibling, write, fsync, rename, fsync the parent. Directories: build everything in
-// a temporary sibling, fsync, then swap it in (see Note [Atomic directory commit]).
-// One writer per target path at a time (temporaries are named by pid, not by thread).
-// Every failure throws DataError naming the path and the system's reason; existing files survive.
+// Files: temporary sibling, write, fsync, rename, fsync the parent. Directories: build everything
+// in a temporary sibling, fsync, then swap it in (see Note [Atomic directory commit]). One writer
+// per target path at a time (temporaries are named by pid, not by thread). Every failure throws
+// DataError naming the path and the system's reason; existing files survive.
 #pragma once
 
 #include <cstdint>

@@ -71,12 +71,13 @@ LoadedCheckpoint load_checkpoint(const fs::path& dir) {
                         fs::exists(dir, ec) ? "it is a file" : "it does not exist", ")"));
   if (!is_file(dir / kModelFile)) {
     if (is_file(dir / "model.safetensors.index.json"))
-      throw DataError(str("checkpoint ", dir.string(), " is sharded (model.safetensors.index.json);",
+      throw DataError(str("checkpoint ", dir.string(),
+                          " is sharded (model.safetensors.index.json);",
                           " memo reads a single model.safetensors"));
     throw DataError(str("checkpoint ", dir.string(), " has no ", kModelFile));
   }
-  LoadedCheckpoint ckpt{dir, load_model_config(dir / kConfigFile), SafetensorsFile(dir / kModelFile),
-                        std::nullopt, json()};
+  LoadedCheckpoint ckpt{dir, load_model_config(dir / kConfigFile),
+                        SafetensorsFile(dir / kModelFile), std::nullopt, json()};
   if (is_file(dir / kOptimizerFile)) ckpt.optimizer.emplace(dir / kOptimizerFile);
   if (is_file(dir / kTrainerStateFile)) ckpt.trainer_state = load_json(dir / kTrainerStateFile);
   return ckpt;
@@ -93,7 +94,8 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
   std::string name = checkpoint_dir_name(step);
   std::error_code ec;
   fs::create_directories(run_dir, ec);
-  if (ec) throw DataError(str("cannot create run directory ", run_dir.string(), ": ", ec.message()));
+  if (ec)
+    throw DataError(str("cannot create run directory ", run_dir.string(), ": ", ec.message()));
   save_checkpoint(run_dir / name, data);
   write_file_atomic(run_dir / kLatestFile, name + "\n");
   return run_dir / name;

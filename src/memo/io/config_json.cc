@@ -48,8 +48,7 @@ void read_bool(const json& j, std::string_view where, const char* name, bool& ou
 }
 
 void require(const json& j, std::string_view where, const char* name) {
-  if (!field(j, name))
-    throw ConfigError(str(where, ": required field ", name, " is missing"));
+  if (!field(j, name)) throw ConfigError(str(where, ": required field ", name, " is missing"));
 }
 
 // Fields memo does not implement; accepting them silently would train or load a different model.
@@ -60,15 +59,18 @@ void reject_unsupported(const json& j, std::string_view where, const ModelConfig
   for (const char* name : {"attention_bias", "mlp_bias"}) {
     bool bias = false;
     read_bool(j, where, name, bias);
-    if (bias) throw ConfigError(str(where, ": ", name, " = true is not supported; memo has no biases"));
+    if (bias)
+      throw ConfigError(str(where, ": ", name, " = true is not supported; memo has no biases"));
   }
   if (const json* v = field(j, "hidden_act"); v && *v != "silu")
     throw ConfigError(str(where, ": hidden_act = ", v->dump(), " is not supported; only \"silu\""));
   int64_t head_dim = 0;
   read_int(j, where, "head_dim", head_dim);
   if (head_dim != 0 && c.num_attention_heads > 0 && head_dim != c.head_dim())
-    throw ConfigError(str(where, ": head_dim = ", head_dim, " differs from hidden_size / "
-                          "num_attention_heads = ", c.head_dim(), "; memo needs them equal"));
+    throw ConfigError(str(where, ": head_dim = ", head_dim,
+                          " differs from hidden_size / "
+                          "num_attention_heads = ",
+                          c.head_dim(), "; memo needs them equal"));
 }
 
 }  // namespace

@@ -6,9 +6,8 @@
 #pragma once
 
 #include <filesystem>
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "memo/model/config.h"
 

@@ -7,10 +7,9 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
@@ -84,7 +83,8 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
     int64_t numel = checked_numel(t.shape);
     if (numel < 0 || std::any_of(t.shape.begin(), t.shape.end(), [](int64_t d) { return d < 0; }))
       throw DataError(str("writing ", path.string(), ": tensor '", t.name, "' has shape ",
-                          shape_str(t.shape), "; dims must be non-negative and the count fit int64"));
+                          shape_str(t.shape),
+                          "; dims must be non-negative and the count fit int64"));
     if (numel > 0 && t.data == nullptr)
       throw DataError(str("writing ", path.string(), ": tensor '", t.name, "' has no data"));
     int64_t bytes = numel * int64_t(sizeof(float));
@@ -125,7 +125,8 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
   std::memcpy(&n, bytes_.data(), sizeof n);
   if (n > kMaxHeaderBytes)
     throw FormatError(str(path_.string(), ": header length ", n, " at offset 0 is over the ",
-                          kMaxHeaderBytes, "-byte limit; the file is not safetensors or is corrupt"));
+                          kMaxHeaderBytes,
+                          "-byte limit; the file is not safetensors or is corrupt"));
   if (int64_t(n) > file_bytes - kHeaderLengthBytes)
     throw FormatError(str(path_.string(), ": header length ", n, " at offset 0 runs past the end ",
                           "of the ", file_bytes, "-byte file; the file is truncated"));
@@ -150,11 +151,12 @@ void SafetensorsFile::parse_header(std::string_view header) {
   for (const auto& [name, value] : j.items()) {
     if (name == kMetadataKey) {
       if (!value.is_object())
-        throw FormatError(str(p, ": __metadata__ is a ", value.type_name(), ", expected an object"));
+        throw FormatError(
+            str(p, ": __metadata__ is a ", value.type_name(), ", expected an object"));
       for (const auto& [k, v] : value.items()) {
         if (!v.is_string())
-          throw FormatError(str(p, ": __metadata__ value for '", k, "' is ", v.dump(),
-                                ", expected a string"));
+          throw FormatError(
+              str(p, ": __metadata__ value for '", k, "' is ", v.dump(), ", expected a string"));
         metadata_[k] = v.get<std::string>();
       }
       continue;
@@ -214,7 +216,8 @@ void SafetensorsFile::check_coverage(int64_t data_bytes) const {
     const Entry& e = entries_.at(name);
     if (e.end > data_bytes)
       throw FormatError(str(p, ": tensor '", name, "' data_offsets [", e.begin, ", ", e.end,
-                            ") run past the ", data_bytes, "-byte data buffer; the file is truncated"));
+                            ") run past the ", data_bytes,
+                            "-byte data buffer; the file is truncated"));
     if (e.begin < covered)
       throw FormatError(str(p, ": tensor '", name, "' [", e.begin, ", ", e.end,
                             ") overlaps tensor '", *prev, "' ending at ", covered));
@@ -267,8 +270,8 @@ int64_t SafetensorsFile::numel(const std::string& name) const { return entry(nam
 void SafetensorsFile::read_into(const std::string& name, float* dst, int64_t numel) const {
   const Entry& e = entry(name);
   if (e.dtype != "F32")
-    throw FormatError(str(path_.string(), ": tensor '", name, "' has dtype ", e.dtype,
-                          "; memo reads F32 only"));
+    throw FormatError(
+        str(path_.string(), ": tensor '", name, "' has dtype ", e.dtype, "; memo reads F32 only"));
   if (e.numel != numel)
     throw DataError(str(path_.string(), ": tensor '", name, "' has shape ", shape_str(e.shape),
                         " (", e.numel, " elements), expected ", numel, " elements"));

@@ -1,9 +1,9 @@
 // The safetensors format (https://huggingface.co/docs/safetensors): an 8-byte little-endian header
 // length N, N bytes of JSON header {name: {"dtype", "shape", "data_offsets": [begin, end)}, plus an
-// optional "__metadata__" string map}, then the data buffer. memo writes F32 only and adds a CRC-32C
-// of the data buffer to __metadata__ ("memo_checksum": "crc32c:<8 hex digits>"); the reader checks
-// every size, offset and dtype, and the checksum when present (files from other tools lack it).
-// The reader loads the whole file into memory; it is not a memory-mapped reader.
+// optional "__metadata__" string map}, then the data buffer. memo writes F32 only and adds a
+// CRC-32C of the data buffer to __metadata__ ("memo_checksum": "crc32c:<8 hex digits>"); the reader
+// checks every size, offset and dtype, and the checksum when present (files from other tools lack
+// it). The reader loads the whole file into memory; it is not a memory-mapped reader.
 #pragma once
 
 #include <cstdint>
@@ -63,7 +63,7 @@ class SafetensorsFile {
   void check_checksum(std::string_view data) const;
 
   std::filesystem::path path_;
-  std::string bytes_;  // the whole file
+  std::string bytes_;              // the whole file
   int64_t data_offset_bytes_ = 0;  // 8 + N
   std::map<std::string, Entry> entries_;
   std::vector<std::string> names_;
