@@ -81,6 +81,15 @@ TEST(ConfigJson, wrong_type_names_the_field) {
   j["num_hidden_layers"] = 2.5;
   msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg.json"); });
   EXPECT_NE(msg.find("num_hidden_layers = 2.5"), std::string::npos) << msg;
+  j = tiny();
+  j["vocab_size"] = UINT64_MAX;
+  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("vocab_size = 18446744073709551615 is too large"), std::string::npos) << msg;
+  j = tiny();
+  j["rope_theta"] = "1e4";
+  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("rope_theta = \"1e4\" is a string, expected a number"), std::string::npos)
+      << msg;
 }
 
 TEST(ConfigJson, missing_required_field_names_it) {

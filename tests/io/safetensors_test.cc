@@ -169,6 +169,13 @@ TEST(Safetensors, invalid_headers_name_the_tensor) {
       {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", "'a'"},
       {R"({"a":{"dtype":"F32","shape":[4]}})", "'a'"},
       {R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", "'k'"},
+      {R"({"__metadata__":[1],"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+       "__metadata__ is a array"},
+      {R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})",
+       "'a': shape [4294967296, 4294967296] overflows"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16.0]}})", "'a': data_offsets"},
+      {R"({"a":{"dtype":7,"shape":[4],"data_offsets":[0,16]}})", "'a': dtype 7"},
+      {R"({"a":5})", "'a': 5 lacks"},
       {R"([1, 2])", "does not start with '{'"},
   };
   for (const Case& c : cases) {
