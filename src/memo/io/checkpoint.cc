@@ -1,0 +1,135 @@
+// Implementation of io/checkpoint.h.
+#include "memo/io/checkpoint.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "memo/core/error.h"
+#include "memo/io/atomic_file.h"
+#include "memo/io/config_json.h"
+
+namespace memo {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kStepPrefix = "step-";
+
+// The step of a "step-<digits>" name, or -1 for any other name (temporaries included).
+int64_t parse_step(const std::string& name) {
+  std::string prefix = kStepPrefix;
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
+  int64_t step = 0;
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+json load_json(const fs::path& path) {
+  std::string text = read_file(path);
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw FormatError(str(path.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(),
+                          ": ", e.what()));
+  }
+}
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+std::string trim(std::string s) {
+  const char* ws = " \t\r\n";
+  s.erase(0, s.find_first_not_of(ws));
+  s.erase(s.find_last_not_of(ws) + 1);
+  return s;
+}
+
+}  // namespace
+
+void save_checkpoint(const fs::path& dir, const CheckpointData& data) {
+  data.config.validate();
+  AtomicDirWriter writer(dir);
+  // format=pt: transformers refuses safetensors files without it.
+  write_safetensors(writer.path() / kModelFile, data.model, {{"format", "pt"}});
+  save_model_config(writer.path() / kConfigFile, data.config);
+  if (!data.optimizer.empty()) write_safetensors(writer.path() / kOptimizerFile, data.optimizer);
+  if (!data.trainer_state.is_null())
+    write_file_atomic(writer.path() / kTrainerStateFile, data.trainer_state.dump(2) + "\n");
+  writer.commit();
+}
+
+LoadedCheckpoint load_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw DataError(str("checkpoint ", dir.string(), " is not a directory (",
+                        fs::exists(dir, ec) ? "it is a file" : "it does not exist", ")"));
+  if (!is_file(dir / kModelFile)) {
+    if (is_file(dir / "model.safetensors.index.json"))
+      throw DataError(str("checkpoint ", dir.string(),
+                          " is sharded (model.safetensors.index.json);",
+                          " memo reads a single model.safetensors"));
+    throw DataError(str("checkpoint ", dir.string(), " has no ", kModelFile));
+  }
+  LoadedCheckpoint ckpt{dir, load_model_config(dir / kConfigFile),
+                        SafetensorsFile(dir / kModelFile), std::nullopt, json()};
+  if (is_file(dir / kOptimizerFile)) ckpt.optimizer.emplace(dir / kOptimizerFile);
+  if (is_file(dir / kTrainerStateFile)) ckpt.trainer_state = load_json(dir / kTrainerStateFile);
+  return ckpt;
+}
+
+std::string checkpoint_dir_name(int64_t step) {
+  if (step < 0) throw ConfigError(str("checkpoint step ", step, " must be >= 0"));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%s%08lld", kStepPrefix, static_cast<long long>(step));
+  return buf;
+}
+
+fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointData& data) {
+  std::string name = checkpoint_dir_name(step);
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec)
+    throw DataError(str("cannot create run directory ", run_dir.string(), ": ", ec.message()));
+  save_checkpoint(run_dir / name, data);
+  write_file_atomic(run_dir / kLatestFile, name + "\n");
+  return run_dir / name;
+}
+
+fs::path find_latest_checkpoint(const fs::path& run_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec))
+    throw DataError(str("no checkpoint at ", run_dir.string(), ": it is not a directory"));
+  fs::path latest = run_dir / kLatestFile;
+  if (is_file(latest)) {
+    std::string name = trim(read_file(latest));
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+      throw FormatError(str(latest.string(), " holds '", name,
+                            "', expected a directory name such as ", checkpoint_dir_name(100)));
+    if (!is_file(run_dir / name / kModelFile))
+      throw DataError(str(latest.string(), " names ", name, ", but ", (run_dir / name).string(),
+                          " has no ", kModelFile));
+    return run_dir / name;
+  }
+  if (is_file(run_dir / kModelFile)) return run_dir;
+  int64_t best_step = -1;
+  fs::path best;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    int64_t step = parse_step(entry.path().filename().string());
+    if (step > best_step && is_file(entry.path() / kModelFile)) {
+      best_step = step;
+      best = entry.path();
+    }
+  }
+  if (best_step < 0)
+    throw DataError(str("no checkpoint in ", run_dir.string(), ": no '", kLatestFile, "' file, no ",
+                        kModelFile, " and no ", kStepPrefix, "NNNNNNNN directory"));
+  return best;
+}
+
+}  // namespace memo

@@ -1,0 +1,66 @@
+// A checkpoint is a directory, written atomically as a whole (see Note [Atomic directory commit]):
+//   model.safetensors       caller-named tensors (Hugging Face Llama names), metadata format=pt
+//   config.json             the ModelConfig (io/config_json.h)
+//   optimizer.safetensors   caller-named optimizer tensors; only when there are any
+//   trainer_state.json      caller JSON (step, data position, seed, ...); only when not null
+// A model-only directory (as on the Hugging Face Hub) loads with no optimizer and no trainer state.
+// A run directory holds step-00000100/ style checkpoints and a `latest` file naming the newest.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memo/io/safetensors.h"
+#include "memo/model/config.h"
+
+namespace memo {
+
+inline constexpr const char* kModelFile = "model.safetensors";
+inline constexpr const char* kConfigFile = "config.json";
+inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+inline constexpr const char* kLatestFile = "latest";
+
+struct CheckpointData {
+  ModelConfig config;
+  std::vector<NamedTensor> model;      // non-owning views of the caller's buffers
+  std::vector<NamedTensor> optimizer;  // empty: no optimizer.safetensors
+  nlohmann::json trainer_state;        // null: no trainer_state.json
+};
+
+// Writes `dir` atomically: it afterwards holds either its old content or the whole new checkpoint.
+// Throws DataError (bad tensor list, failed write); the previous `dir`, if any, is then untouched.
+void save_checkpoint(const std::filesystem::path& dir, const CheckpointData& data);
+
+struct LoadedCheckpoint {
+  std::filesystem::path dir;
+  ModelConfig config;
+  SafetensorsFile model;
+  std::optional<SafetensorsFile> optimizer;  // nullopt without optimizer.safetensors
+  nlohmann::json trainer_state;              // null without trainer_state.json
+};
+
+// Loads and validates every file of the checkpoint in `dir` (config, tensors, checksums).
+// Missing directory, config.json or model.safetensors: DataError; corrupt files: FormatError or
+// ConfigError naming the file.
+LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir);
+
+// "step-00000100" for step 100: zero-padded so that names sort by step.
+std::string checkpoint_dir_name(int64_t step);
+
+// save_checkpoint into run_dir/checkpoint_dir_name(step) (creating run_dir), then points
+// run_dir/latest at it (atomically). Returns the checkpoint directory.
+std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, int64_t step,
+                                          const CheckpointData& data);
+
+// The checkpoint to resume from or load: the directory named by run_dir/latest; else run_dir
+// itself if it holds model.safetensors; else the highest-step step-NNNNNNNN directory that holds
+// model.safetensors (a save that committed before `latest` was written). Temporary directories
+// of interrupted saves (".tmp-<pid>") are never returned. Throws DataError if there is none.
+std::filesystem::path find_latest_checkpoint(const std::filesystem::path& run_dir);
+
+}  // namespace memo

@@ -1,0 +1,149 @@
+// Implementation of io/config_json.h.
+#include "memo/io/config_json.h"
+
+#include <limits>
+#include <string>
+
+#include "memo/core/error.h"
+#include "memo/io/atomic_file.h"
+
+namespace memo {
+namespace {
+
+using nlohmann::json;
+
+const json* field(const json& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+[[noreturn]] void wrong_type(std::string_view where, const char* name, const json& v,
+                             const char* expected) {
+  throw ConfigError(str(where, ": field ", name, " = ", v.dump(), " is a ", v.type_name(),
+                        ", expected ", expected));
+}
+
+void read_int(const json& j, std::string_view where, const char* name, int64_t& out) {
+  const json* v = field(j, name);
+  if (!v) return;
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    throw ConfigError(str(where, ": field ", name, " = ", v->dump(), " is too large"));
+  if (!v->is_number_integer()) wrong_type(where, name, *v, "an integer");
+  out = v->get<int64_t>();
+}
+
+void read_double(const json& j, std::string_view where, const char* name, double& out) {
+  const json* v = field(j, name);
+  if (!v) return;
+  if (!v->is_number()) wrong_type(where, name, *v, "a number");
+  out = v->get<double>();
+}
+
+void read_bool(const json& j, std::string_view where, const char* name, bool& out) {
+  const json* v = field(j, name);
+  if (!v) return;
+  if (!v->is_boolean()) wrong_type(where, name, *v, "true or false");
+  out = v->get<bool>();
+}
+
+void require(const json& j, std::string_view where, const char* name) {
+  if (!field(j, name)) throw ConfigError(str(where, ": required field ", name, " is missing"));
+}
+
+// Fields memo does not implement; accepting them silently would train or load a different model.
+void reject_unsupported(const json& j, std::string_view where, const ModelConfig& c) {
+  if (const json* v = field(j, "rope_scaling"))
+    throw ConfigError(str(where, ": rope_scaling = ", v->dump(),
+                          " is not supported; memo implements plain RoPE (rope_scaling null)"));
+  for (const char* name : {"attention_bias", "mlp_bias"}) {
+    bool bias = false;
+    read_bool(j, where, name, bias);
+    if (bias)
+      throw ConfigError(str(where, ": ", name, " = true is not supported; memo has no biases"));
+  }
+  if (const json* v = field(j, "hidden_act"); v && *v != "silu")
+    throw ConfigError(str(where, ": hidden_act = ", v->dump(), " is not supported; only \"silu\""));
+  int64_t head_dim = 0;
+  read_int(j, where, "head_dim", head_dim);
+  if (head_dim != 0 && c.num_attention_heads > 0 && head_dim != c.head_dim())
+    throw ConfigError(str(where, ": head_dim = ", head_dim,
+                          " differs from hidden_size / "
+                          "num_attention_heads = ",
+                          c.head_dim(), "; memo needs them equal"));
+}
+
+}  // namespace
+
+ModelConfig model_config_from_json(const json& j, std::string_view where) {
+  if (!j.is_object())
+    throw ConfigError(str(where, ": a model config must be a JSON object, got ", j.type_name()));
+  for (const char* name : {"hidden_size", "intermediate_size", "num_hidden_layers",
+                           "num_attention_heads", "vocab_size"})
+    require(j, where, name);
+  ModelConfig c;
+  c.rms_norm_eps = 1e-6;  // Hugging Face LlamaConfig defaults for the optional fields
+  c.rope_theta = 10000.0;
+  c.max_position_embeddings = 2048;
+  c.tie_word_embeddings = false;
+  c.initializer_range = 0.02;
+  read_int(j, where, "hidden_size", c.hidden_size);
+  read_int(j, where, "intermediate_size", c.intermediate_size);
+  read_int(j, where, "num_hidden_layers", c.num_hidden_layers);
+  read_int(j, where, "num_attention_heads", c.num_attention_heads);
+  c.num_key_value_heads = c.num_attention_heads;
+  read_int(j, where, "num_key_value_heads", c.num_key_value_heads);
+  read_int(j, where, "vocab_size", c.vocab_size);
+  read_double(j, where, "rms_norm_eps", c.rms_norm_eps);
+  read_double(j, where, "rope_theta", c.rope_theta);
+  read_int(j, where, "max_position_embeddings", c.max_position_embeddings);
+  read_bool(j, where, "tie_word_embeddings", c.tie_word_embeddings);
+  read_double(j, where, "initializer_range", c.initializer_range);
+  reject_unsupported(j, where, c);
+  try {
+    c.validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(str(where, ": ", e.what()));
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& path) {
+  std::string text = read_file(path);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw ConfigError(str(path.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(),
+                          ": ", e.what()));
+  }
+  return model_config_from_json(j, path.string());
+}
+
+json model_config_to_json(const ModelConfig& c) {
+  return json{
+      {"architectures", json::array({"LlamaForCausalLM"})},
+      {"model_type", "llama"},
+      {"hidden_act", "silu"},
+      {"torch_dtype", "float32"},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"vocab_size", c.vocab_size},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"initializer_range", c.initializer_range},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+  };
+}
+
+void save_model_config(const std::filesystem::path& path, const ModelConfig& config) {
+  write_file_atomic(path, model_config_to_json(config).dump(2) + "\n");
+}
+
+}  // namespace memo

@@ -1,0 +1,282 @@
+// Implementation of io/safetensors.h. Every size is checked before it is used: a truncated or
+// hostile file gives a FormatError, never a read past the buffer.
+#include "memo/io/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
+
+#include "memo/core/error.h"
+#include "memo/io/atomic_file.h"
+#include "memo/io/crc32c.h"
+
+namespace memo {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors stores little-endian data; memo copies it as-is");
+
+constexpr int64_t kHeaderLengthBytes = 8;
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
+constexpr const char* kMetadataKey = "__metadata__";
+
+int64_t dtype_bytes(const std::string& dtype) {
+  static constexpr std::pair<const char*, int64_t> kDtypes[] = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8}};
+  for (const auto& [name, bytes] : kDtypes)
+    if (dtype == name) return bytes;
+  return 0;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Product of dims, or -1 on int64 overflow.
+int64_t checked_numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+std::string checksum_str(uint32_t crc) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "crc32c:%08x", crc);
+  return buf;
+}
+
+std::string_view bytes_of(const NamedTensor& t, int64_t numel) {
+  return {reinterpret_cast<const char*>(t.data), size_t(numel) * sizeof(float)};
+}
+
+}  // namespace
+
+void write_safetensors(const std::filesystem::path& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  if (metadata.count(kChecksumKey))
+    throw DataError(str("writing ", path.string(), ": metadata key ", kChecksumKey,
+                        " is reserved for memo's checksum"));
+  std::set<std::string> seen;
+  std::vector<int64_t> numels;
+  ordered_json tensors_json = ordered_json::object();
+  uint32_t crc = 0;
+  int64_t offset_bytes = 0;
+  for (const NamedTensor& t : tensors) {
+    if (t.name.empty() || t.name == kMetadataKey || !seen.insert(t.name).second)
+      throw DataError(str("writing ", path.string(), ": tensor name '", t.name,
+                          "' is empty, reserved or used twice; names must be unique"));
+    int64_t numel = checked_numel(t.shape);
+    if (numel < 0 || std::any_of(t.shape.begin(), t.shape.end(), [](int64_t d) { return d < 0; }))
+      throw DataError(str("writing ", path.string(), ": tensor '", t.name, "' has shape ",
+                          shape_str(t.shape),
+                          "; dims must be non-negative and the count fit int64"));
+    if (numel > 0 && t.data == nullptr)
+      throw DataError(str("writing ", path.string(), ": tensor '", t.name, "' has no data"));
+    int64_t bytes = numel * int64_t(sizeof(float));
+    tensors_json[t.name] = {{"dtype", "F32"},
+                            {"shape", t.shape},
+                            {"data_offsets", {offset_bytes, offset_bytes + bytes}}};
+    offset_bytes += bytes;
+    numels.push_back(numel);
+    crc = crc32c(crc, bytes_of(t, numel));
+  }
+  ordered_json header = ordered_json::object();
+  ordered_json meta = ordered_json::object();
+  for (const auto& [k, v] : metadata) meta[k] = v;
+  meta[kChecksumKey] = checksum_str(crc);
+  header[kMetadataKey] = meta;
+  for (auto& [name, value] : tensors_json.items()) header[name] = value;
+
+  std::string header_text = header.dump();
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');  // align the data buffer to 8 bytes
+  uint64_t n = header_text.size();
+  char length_le[kHeaderLengthBytes];
+  std::memcpy(length_le, &n, sizeof n);
+
+  AtomicFileWriter out(path);
+  out.append({length_le, sizeof length_le});
+  out.append(header_text);
+  for (size_t i = 0; i < tensors.size(); ++i) out.append(bytes_of(tensors[i], numels[i]));
+  out.commit();
+}
+
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
+    : path_(path), bytes_(read_file(path)) {
+  const int64_t file_bytes = int64_t(bytes_.size());
+  if (file_bytes < kHeaderLengthBytes)
+    throw FormatError(str(path_.string(), " is ", file_bytes,
+                          " bytes, shorter than the 8-byte safetensors header length"));
+  uint64_t n = 0;
+  std::memcpy(&n, bytes_.data(), sizeof n);
+  if (n > kMaxHeaderBytes)
+    throw FormatError(str(path_.string(), ": header length ", n, " at offset 0 is over the ",
+                          kMaxHeaderBytes,
+                          "-byte limit; the file is not safetensors or is corrupt"));
+  if (int64_t(n) > file_bytes - kHeaderLengthBytes)
+    throw FormatError(str(path_.string(), ": header length ", n, " at offset 0 runs past the end ",
+                          "of the ", file_bytes, "-byte file; the file is truncated"));
+  data_offset_bytes_ = kHeaderLengthBytes + int64_t(n);
+  parse_header(std::string_view(bytes_).substr(kHeaderLengthBytes, n));
+  check_coverage(file_bytes - data_offset_bytes_);
+  check_checksum(std::string_view(bytes_).substr(size_t(data_offset_bytes_)));
+}
+
+void SafetensorsFile::parse_header(std::string_view header) {
+  const std::string& p = path_.string();
+  if (header.empty() || header[0] != '{')
+    throw FormatError(str(p, ": header at offset 8 does not start with '{'"));
+  json j;
+  try {
+    j = json::parse(header);
+  } catch (const json::parse_error& e) {
+    throw FormatError(str(p, ": malformed JSON header at byte ", kHeaderLengthBytes + e.byte,
+                          " of the file: ", e.what()));
+  }
+  if (!j.is_object()) throw FormatError(str(p, ": header is not a JSON object"));
+  for (const auto& [name, value] : j.items()) {
+    if (name == kMetadataKey) {
+      if (!value.is_object())
+        throw FormatError(
+            str(p, ": __metadata__ is a ", value.type_name(), ", expected an object"));
+      for (const auto& [k, v] : value.items()) {
+        if (!v.is_string())
+          throw FormatError(
+              str(p, ": __metadata__ value for '", k, "' is ", v.dump(), ", expected a string"));
+        metadata_[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](const std::string& what) {
+      return FormatError(str(p, ": tensor '", name, "': ", what));
+    };
+    if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") ||
+        !value.contains("data_offsets"))
+      throw bad(str(value.dump(), " lacks dtype, shape or data_offsets"));
+    const json& dtype = value["dtype"];
+    const json& shape = value["shape"];
+    const json& offsets = value["data_offsets"];
+    if (!dtype.is_string()) throw bad(str("dtype ", dtype.dump(), " is not a string"));
+    Entry e;
+    e.dtype = dtype.get<std::string>();
+    int64_t elem_bytes = dtype_bytes(e.dtype);
+    if (elem_bytes == 0)
+      throw bad(str("unknown dtype ", e.dtype, "; allowed: BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 ",
+                    "BF16 I32 U32 F32 F64 I64 U64"));
+    if (!shape.is_array()) throw bad(str("shape ", shape.dump(), " is not an array"));
+    for (const json& d : shape) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        throw bad(str("shape ", shape.dump(), " holds ", d.dump(), "; dims are integers >= 0"));
+      e.shape.push_back(d.get<int64_t>());
+    }
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned())
+      throw bad(str("data_offsets ", offsets.dump(), " is not [begin, end] of integers >= 0"));
+    uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    if (begin > end || end > uint64_t(std::numeric_limits<int64_t>::max()))
+      throw bad(str("data_offsets [", begin, ", ", end, "] are reversed or too large"));
+    e.begin = int64_t(begin);
+    e.end = int64_t(end);
+    e.numel = checked_numel(e.shape);
+    if (e.numel < 0 || e.numel > std::numeric_limits<int64_t>::max() / elem_bytes)
+      throw bad(str("shape ", shape_str(e.shape), " overflows int64 bytes"));
+    if (e.end - e.begin != e.numel * elem_bytes)
+      throw bad(str("data_offsets [", e.begin, ", ", e.end, ") span ", e.end - e.begin,
+                    " bytes, but dtype ", e.dtype, " and shape ", shape_str(e.shape), " need ",
+                    e.numel * elem_bytes));
+    entries_.emplace(name, std::move(e));
+  }
+  for (const auto& [name, e] : entries_) names_.push_back(name);
+  std::stable_sort(names_.begin(), names_.end(), [&](const std::string& a, const std::string& b) {
+    const Entry &x = entries_.at(a), &y = entries_.at(b);
+    return std::pair(x.begin, x.end) < std::pair(y.begin, y.end);
+  });
+}
+
+// The spec requires the tensors to tile the data buffer exactly: no overlap, no hole, no tail.
+void SafetensorsFile::check_coverage(int64_t data_bytes) const {
+  const std::string& p = path_.string();
+  int64_t covered = 0;
+  const std::string* prev = nullptr;
+  for (const std::string& name : names_) {
+    const Entry& e = entries_.at(name);
+    if (e.end > data_bytes)
+      throw FormatError(str(p, ": tensor '", name, "' data_offsets [", e.begin, ", ", e.end,
+                            ") run past the ", data_bytes,
+                            "-byte data buffer; the file is truncated"));
+    if (e.begin < covered)
+      throw FormatError(str(p, ": tensor '", name, "' [", e.begin, ", ", e.end,
+                            ") overlaps tensor '", *prev, "' ending at ", covered));
+    if (e.begin > covered)
+      throw FormatError(str(p, ": bytes [", covered, ", ", e.begin, ") of the data buffer before ",
+                            "tensor '", name, "' belong to no tensor"));
+    covered = e.end;
+    if (e.end > e.begin) prev = &name;
+  }
+  if (covered != data_bytes)
+    throw FormatError(str(p, ": bytes [", covered, ", ", data_bytes, ") at the end of the data ",
+                          "buffer belong to no tensor"));
+}
+
+void SafetensorsFile::check_checksum(std::string_view data) const {
+  auto it = metadata_.find(kChecksumKey);
+  if (it == metadata_.end()) return;
+  std::string actual = checksum_str(crc32c(0, data));
+  if (it->second != actual)
+    throw FormatError(str("checksum mismatch in ", path_.string(), ": the ", data.size(),
+                          "-byte data buffer at offset ", data_offset_bytes_, " has ", actual,
+                          ", the header records ", it->second, "; the file is corrupt"));
+}
+
+const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it != entries_.end()) return it->second;
+  constexpr size_t kShown = 8;
+  std::string have;
+  size_t shown = 0;
+  for (const auto& [n, e] : entries_) {  // sorted by name: near-misses sit together
+    if (shown == kShown) break;
+    have += (shown++ ? ", " : "") + n;
+  }
+  if (entries_.size() > kShown) have += ", ...";
+  throw DataError(str("tensor '", name, "' is not in ", path_.string(), "; it has ",
+                      entries_.size(), " tensors: ", have.empty() ? "(none)" : have));
+}
+
+std::vector<int64_t> SafetensorsFile::shape(const std::string& name) const {
+  return entry(name).shape;
+}
+
+const std::string& SafetensorsFile::dtype(const std::string& name) const {
+  return entry(name).dtype;
+}
+
+int64_t SafetensorsFile::numel(const std::string& name) const { return entry(name).numel; }
+
+void SafetensorsFile::read_into(const std::string& name, float* dst, int64_t numel) const {
+  const Entry& e = entry(name);
+  if (e.dtype != "F32")
+    throw FormatError(
+        str(path_.string(), ": tensor '", name, "' has dtype ", e.dtype, "; memo reads F32 only"));
+  if (e.numel != numel)
+    throw DataError(str(path_.string(), ": tensor '", name, "' has shape ", shape_str(e.shape),
+                        " (", e.numel, " elements), expected ", numel, " elements"));
+  if (numel > 0)
+    std::memcpy(dst, bytes_.data() + data_offset_bytes_ + e.begin, size_t(e.end - e.begin));
+}
+
+}  // namespace memo

@@ -1,0 +1,73 @@
+// The safetensors format (https://huggingface.co/docs/safetensors): an 8-byte little-endian header
+// length N, N bytes of JSON header {name: {"dtype", "shape", "data_offsets": [begin, end)}, plus an
+// optional "__metadata__" string map}, then the data buffer. memo writes F32 only and adds a
+// CRC-32C of the data buffer to __metadata__ ("memo_checksum": "crc32c:<8 hex digits>"); the reader
+// checks every size, offset and dtype, and the checksum when present (files from other tools lack
+// it). The reader loads the whole file into memory; it is not a memory-mapped reader.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace memo {
+
+// One tensor to write: row-major fp32, numel = product of shape (1 for shape []). Non-owning.
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data = nullptr;
+};
+
+// The metadata key holding memo's checksum; callers may not set it.
+inline constexpr const char* kChecksumKey = "memo_checksum";
+
+// Writes the tensors in the given order, atomically. Names must be unique, non-empty and not
+// "__metadata__"; shapes non-negative. Throws DataError on a bad tensor list or a failed write.
+void write_safetensors(const std::filesystem::path& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+class SafetensorsFile {
+ public:
+  // Loads and validates the whole file. Missing file: DataError; anything malformed, truncated,
+  // overlapping, not covering the data buffer, of unknown dtype or failing the checksum:
+  // FormatError naming the file (and the tensor, where there is one).
+  explicit SafetensorsFile(const std::filesystem::path& path);
+
+  const std::filesystem::path& path() const { return path_; }
+  bool contains(const std::string& name) const { return entries_.count(name) > 0; }
+  std::vector<std::string> names() const { return names_; }  // in data-buffer order
+  // The accessors below throw DataError for a name the file lacks, listing what it has.
+  std::vector<int64_t> shape(const std::string& name) const;
+  const std::string& dtype(const std::string& name) const;
+  int64_t numel(const std::string& name) const;
+  // Copies tensor `name` to dst. Throws FormatError unless its dtype is F32, DataError unless it
+  // has exactly `numel` elements.
+  void read_into(const std::string& name, float* dst, int64_t numel) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool has_checksum() const { return metadata_.count(kChecksumKey) > 0; }
+
+ private:
+  struct Entry {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    int64_t numel = 1;
+    int64_t begin = 0;  // byte offsets into the data buffer, [begin, end)
+    int64_t end = 0;
+  };
+  const Entry& entry(const std::string& name) const;
+  void parse_header(std::string_view header);
+  void check_coverage(int64_t data_bytes) const;
+  void check_checksum(std::string_view data) const;
+
+  std::filesystem::path path_;
+  std::string bytes_;              // the whole file
+  int64_t data_offset_bytes_ = 0;  // 8 + N
+  std::map<std::string, Entry> entries_;
+  std::vector<std::string> names_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace memo

@@ -1,0 +1,162 @@
+#include "memo/io/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include "io/temp_dir.h"
+#include "memo/core/error.h"
+#include "memo/io/atomic_file.h"
+#include "memo/io/config_json.h"
+
+namespace memo {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::error_message;
+using test::TempDir;
+
+struct State {
+  std::vector<float> embed = {1, 2, 3, 4, 5, 6};
+  std::vector<float> norm = {0.5f, 0.25f};
+  std::vector<float> m = {9, 8, 7, 6, 5, 4};
+  ModelConfig config;
+  CheckpointData data(int64_t step) const {
+    return {config,
+            {{"model.embed_tokens.weight", {3, 2}, embed.data()},
+             {"model.norm.weight", {2}, norm.data()}},
+            {{"adamw.m.model.embed_tokens.weight", {3, 2}, m.data()}},
+            json{{"step", step}, {"seed", 1234}}};
+  }
+};
+
+float first_embed(const fs::path& dir) {
+  LoadedCheckpoint ckpt = load_checkpoint(dir);
+  std::vector<float> embed(6);
+  ckpt.model.read_into("model.embed_tokens.weight", embed.data(), 6);
+  return embed[0];
+}
+
+TEST(Checkpoint, save_then_load_round_trips_all_parts) {
+  TempDir tmp;
+  State s;
+  s.config.num_key_value_heads = 2;
+  save_checkpoint(tmp / "ckpt", s.data(100));
+  LoadedCheckpoint c = load_checkpoint(tmp / "ckpt");
+  EXPECT_EQ(c.config.num_key_value_heads, 2);
+  EXPECT_EQ(c.model.names(),
+            (std::vector<std::string>{"model.embed_tokens.weight", "model.norm.weight"}));
+  EXPECT_EQ(c.model.metadata().at("format"), "pt");
+  std::vector<float> norm(2);
+  c.model.read_into("model.norm.weight", norm.data(), 2);
+  EXPECT_EQ(norm, s.norm);
+  ASSERT_TRUE(c.optimizer.has_value());
+  std::vector<float> m(6);
+  c.optimizer->read_into("adamw.m.model.embed_tokens.weight", m.data(), 6);
+  EXPECT_EQ(m, s.m);
+  EXPECT_EQ(c.trainer_state["step"], 100);
+}
+
+TEST(Checkpoint, model_only_directory_has_no_optimizer_or_trainer_state) {
+  TempDir tmp;
+  State s;
+  // As a Hugging Face model directory: config.json and model.safetensors only.
+  fs::create_directories(tmp / "hf");
+  save_model_config(tmp / "hf" / kConfigFile, s.config);
+  write_safetensors(tmp / "hf" / kModelFile, s.data(0).model);
+  LoadedCheckpoint c = load_checkpoint(tmp / "hf");
+  EXPECT_FALSE(c.optimizer.has_value());
+  EXPECT_TRUE(c.trainer_state.is_null());
+  EXPECT_EQ(find_latest_checkpoint(tmp / "hf"), tmp / "hf");
+
+  CheckpointData d = s.data(0);
+  d.optimizer.clear();
+  d.trainer_state = nullptr;
+  save_checkpoint(tmp / "plain", d);
+  EXPECT_FALSE(fs::exists(tmp / "plain" / kOptimizerFile));
+  EXPECT_FALSE(fs::exists(tmp / "plain" / kTrainerStateFile));
+}
+
+TEST(Checkpoint, load_errors_name_the_directory_and_file) {
+  TempDir tmp;
+  std::string msg = error_message<DataError>([&] { load_checkpoint(tmp / "none"); });
+  EXPECT_NE(msg.find((tmp / "none").string() + " is not a directory"), std::string::npos) << msg;
+  fs::create_directories(tmp / "empty");
+  msg = error_message<DataError>([&] { load_checkpoint(tmp / "empty"); });
+  EXPECT_NE(msg.find("has no model.safetensors"), std::string::npos) << msg;
+  write_file_atomic(tmp / "empty" / "model.safetensors.index.json", "{}");
+  msg = error_message<DataError>([&] { load_checkpoint(tmp / "empty"); });
+  EXPECT_NE(msg.find("sharded"), std::string::npos) << msg;
+
+  State s;
+  save_checkpoint(tmp / "c", s.data(1));
+  write_file_atomic(tmp / "c" / kTrainerStateFile, "{\"step\": ");
+  msg = error_message<FormatError>([&] { load_checkpoint(tmp / "c"); });
+  EXPECT_NE(msg.find(kTrainerStateFile), std::string::npos) << msg;
+  fs::remove(tmp / "c" / kConfigFile);
+  msg = error_message<DataError>([&] { load_checkpoint(tmp / "c"); });
+  EXPECT_NE(msg.find(kConfigFile), std::string::npos) << msg;
+}
+
+TEST(Checkpoint, run_directory_latest_names_newest_save) {
+  TempDir tmp;
+  State s;
+  fs::path run = tmp / "run";
+  EXPECT_EQ(save_run_checkpoint(run, 100, s.data(100)), run / "step-00000100");
+  s.embed[0] = 2;
+  save_run_checkpoint(run, 200, s.data(200));
+  EXPECT_EQ(read_file(run / kLatestFile), "step-00000200\n");
+  EXPECT_EQ(find_latest_checkpoint(run), run / "step-00000200");
+  EXPECT_EQ(first_embed(find_latest_checkpoint(run)), 2.0f);
+  EXPECT_EQ(checkpoint_dir_name(12345678), "step-12345678");
+  std::string msg = error_message<ConfigError>([&] { checkpoint_dir_name(-1); });
+  EXPECT_NE(msg.find("-1"), std::string::npos) << msg;
+}
+
+TEST(Checkpoint, partially_written_temp_directory_is_never_picked) {
+  TempDir tmp;
+  State s;
+  fs::path run = tmp / "run";
+  save_run_checkpoint(run, 100, s.data(100));
+  // A save killed before its commit leaves only its temporary sibling, perhaps with whole files.
+  fs::path partial = run / "step-00000200.tmp-99999";
+  fs::create_directories(partial);
+  write_safetensors(partial / kModelFile, s.data(200).model);
+  EXPECT_EQ(find_latest_checkpoint(run), run / "step-00000100");
+  fs::remove(run / kLatestFile);  // even without `latest`, the scan skips temporaries
+  EXPECT_EQ(find_latest_checkpoint(run), run / "step-00000100");
+}
+
+TEST(Checkpoint, interrupted_save_leaves_previous_checkpoint_loadable) {
+  TempDir tmp;
+  State s;
+  fs::path run = tmp / "run";
+  save_run_checkpoint(run, 100, s.data(100));
+  // The model file is written, then the optimizer tensor list is invalid: the save fails midway,
+  // both as a new step and when overwriting the existing one.
+  s.embed[0] = 99;
+  CheckpointData bad = s.data(200);
+  bad.optimizer.push_back({"neg", {-1}, nullptr});
+  EXPECT_THROW(save_run_checkpoint(run, 200, bad), DataError);
+  EXPECT_THROW(save_checkpoint(run / "step-00000100", bad), DataError);
+  EXPECT_EQ(find_latest_checkpoint(run), run / "step-00000100");
+  EXPECT_EQ(first_embed(run / "step-00000100"), 1.0f);
+  EXPECT_EQ(load_checkpoint(run / "step-00000100").trainer_state["step"], 100);
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(run)) ++entries;
+  EXPECT_EQ(entries, 2);  // step-00000100 and latest: no temporaries left
+}
+
+TEST(Checkpoint, find_latest_errors_name_the_run_directory) {
+  TempDir tmp;
+  std::string msg = error_message<DataError>([&] { find_latest_checkpoint(tmp.path()); });
+  EXPECT_NE(msg.find("no checkpoint in " + tmp.path().string()), std::string::npos) << msg;
+  write_file_atomic(tmp / kLatestFile, "step-00000300\n");
+  msg = error_message<DataError>([&] { find_latest_checkpoint(tmp.path()); });
+  EXPECT_NE(msg.find("names step-00000300"), std::string::npos) << msg;
+  write_file_atomic(tmp / kLatestFile, "../elsewhere\n");
+  msg = error_message<FormatError>([&] { find_latest_checkpoint(tmp.path()); });
+  EXPECT_NE(msg.find("'../elsewhere'"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace memo

@@ -1,0 +1,146 @@
+#include "memo/io/config_json.h"
+
+#include <gtest/gtest.h>
+
+#include "io/temp_dir.h"
+#include "memo/core/error.h"
+#include "memo/io/atomic_file.h"
+
+namespace memo {
+namespace {
+
+using nlohmann::json;
+using test::error_message;
+using test::TempDir;
+
+json tiny() {
+  return json{{"hidden_size", 64},        {"intermediate_size", 172}, {"num_hidden_layers", 2},
+              {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 256}};
+}
+
+TEST(ConfigJson, round_trips_every_field) {
+  ModelConfig c;
+  c.hidden_size = 96;
+  c.intermediate_size = 260;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 2;
+  c.vocab_size = 1000;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 500000.0;
+  c.max_position_embeddings = 4096;
+  c.tie_word_embeddings = true;
+  c.initializer_range = 0.01;
+  TempDir tmp;
+  save_model_config(tmp / "config.json", c);
+  ModelConfig r = load_model_config(tmp / "config.json");
+  EXPECT_EQ(r.hidden_size, 96);
+  EXPECT_EQ(r.intermediate_size, 260);
+  EXPECT_EQ(r.num_hidden_layers, 3);
+  EXPECT_EQ(r.num_attention_heads, 6);
+  EXPECT_EQ(r.num_key_value_heads, 2);
+  EXPECT_EQ(r.vocab_size, 1000);
+  EXPECT_EQ(r.rms_norm_eps, 1e-5);
+  EXPECT_EQ(r.rope_theta, 500000.0);
+  EXPECT_EQ(r.max_position_embeddings, 4096);
+  EXPECT_TRUE(r.tie_word_embeddings);
+  EXPECT_EQ(r.initializer_range, 0.01);
+}
+
+TEST(ConfigJson, writer_adds_hugging_face_fields) {
+  json j = model_config_to_json(ModelConfig{});
+  EXPECT_EQ(j["architectures"], json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(j["model_type"], "llama");
+  EXPECT_EQ(j["hidden_act"], "silu");
+  EXPECT_EQ(j["torch_dtype"], "float32");
+}
+
+TEST(ConfigJson, kv_heads_default_to_attention_heads_and_unknown_fields_are_ignored) {
+  json j = tiny();
+  j.erase("num_key_value_heads");
+  j["bos_token_id"] = 1;
+  j["rope_scaling"] = nullptr;
+  j["transformers_version"] = "4.44.0";
+  ModelConfig c = model_config_from_json(j, "cfg");
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);  // the Hugging Face default, not memo's
+}
+
+TEST(ConfigJson, wrong_type_names_the_field) {
+  json j = tiny();
+  j["hidden_size"] = "64";
+  std::string msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("cfg.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("hidden_size = \"64\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("integer"), std::string::npos) << msg;
+  j = tiny();
+  j["tie_word_embeddings"] = 1;
+  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("tie_word_embeddings = 1"), std::string::npos) << msg;
+  j = tiny();
+  j["num_hidden_layers"] = 2.5;
+  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("num_hidden_layers = 2.5"), std::string::npos) << msg;
+  j = tiny();
+  j["vocab_size"] = UINT64_MAX;
+  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("vocab_size = 18446744073709551615 is too large"), std::string::npos) << msg;
+  j = tiny();
+  j["rope_theta"] = "1e4";
+  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("rope_theta = \"1e4\" is a string, expected a number"), std::string::npos)
+      << msg;
+}
+
+TEST(ConfigJson, missing_required_field_names_it) {
+  json j = tiny();
+  j.erase("vocab_size");
+  std::string msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("vocab_size is missing"), std::string::npos) << msg;
+  msg = error_message<ConfigError>([&] { model_config_from_json(json::array(), "cfg.json"); });
+  EXPECT_NE(msg.find("JSON object"), std::string::npos) << msg;
+}
+
+TEST(ConfigJson, invalid_value_is_reported_with_source) {
+  json j = tiny();
+  j["num_key_value_heads"] = 3;
+  std::string msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("cfg.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("num_key_value_heads = 3"), std::string::npos) << msg;
+}
+
+TEST(ConfigJson, unsupported_llama_variants_are_rejected) {
+  json j = tiny();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  std::string msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
+  EXPECT_NE(msg.find("rope_scaling"), std::string::npos) << msg;
+  j = tiny();
+  j["attention_bias"] = true;
+  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
+  EXPECT_NE(msg.find("attention_bias"), std::string::npos) << msg;
+  j = tiny();
+  j["hidden_act"] = "gelu";
+  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
+  EXPECT_NE(msg.find("\"gelu\""), std::string::npos) << msg;
+  j = tiny();
+  j["head_dim"] = 32;
+  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
+  EXPECT_NE(msg.find("head_dim = 32"), std::string::npos) << msg;
+}
+
+TEST(ConfigJson, malformed_json_gives_path_and_byte) {
+  TempDir tmp;
+  write_file_atomic(tmp / "config.json", "{\"hidden_size\": 64,, }");
+  std::string msg = error_message<ConfigError>([&] { load_model_config(tmp / "config.json"); });
+  EXPECT_NE(msg.find((tmp / "config.json").string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at byte 20"), std::string::npos) << msg;
+}
+
+TEST(ConfigJson, missing_file_is_data_error) {
+  TempDir tmp;
+  std::string msg = error_message<DataError>([&] { load_model_config(tmp / "none.json"); });
+  EXPECT_NE(msg.find("none.json"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace memo

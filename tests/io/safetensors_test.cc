@@ -1,0 +1,237 @@
+#include "memo/io/safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "io/temp_dir.h"
+#include "memo/core/error.h"
+#include "memo/io/atomic_file.h"
+#include "memo/io/crc32c.h"
+
+namespace memo {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_message;
+using test::TempDir;
+
+// A safetensors file from a literal header and data buffer, as another tool would write it.
+std::string make_file(const std::string& header, const std::string& data) {
+  uint64_t n = header.size();
+  std::string bytes(8, '\0');
+  std::memcpy(bytes.data(), &n, 8);
+  return bytes + header + data;
+}
+
+std::string floats(std::initializer_list<float> v) {
+  return std::string(reinterpret_cast<const char*>(std::data(v)), v.size() * sizeof(float));
+}
+
+struct Fixture {
+  std::vector<float> w = {1.5f, -2.0f, 3.25f, 0.0f, -0.0f, 1e-30f};  // [2, 3]
+  std::vector<float> b = {7.0f, 8.0f};                               // [2]
+  float s = 42.0f;                                                   // []
+  std::vector<NamedTensor> tensors() const {
+    return {{"model.layers.0.w", {2, 3}, w.data()},
+            {"model.b", {2}, b.data()},
+            {"scalar", {}, &s},
+            {"empty", {0, 4}, nullptr}};
+  }
+};
+
+TEST(Crc32c, known_value_and_fast_path_matches_reference) {
+  EXPECT_EQ(crc32c(0, "123456789"), 0xE3069283u);
+  EXPECT_EQ(crc32c_ref(0, "123456789"), 0xE3069283u);
+  std::mt19937 rng(7);
+  std::string buf(1000, '\0');
+  for (char& c : buf) c = char(rng());
+  for (size_t len : {0, 1, 7, 8, 9, 63, 1000}) {
+    std::string_view v(buf.data() + 1, len - (len == 1000));  // unaligned start
+    EXPECT_EQ(crc32c(0, v), crc32c_ref(0, v)) << len;
+    // Chained updates equal one pass.
+    EXPECT_EQ(crc32c(crc32c(0, v.substr(0, len / 2)), v.substr(len / 2)), crc32c(0, v)) << len;
+  }
+}
+
+TEST(Safetensors, round_trips_tensors_shapes_and_metadata) {
+  TempDir tmp;
+  Fixture f;
+  fs::path p = tmp / "m.safetensors";
+  write_safetensors(p, f.tensors(), {{"format", "pt"}});
+  SafetensorsFile file(p);
+  EXPECT_EQ(file.names(),
+            (std::vector<std::string>{"model.layers.0.w", "model.b", "scalar", "empty"}));
+  EXPECT_EQ(file.shape("model.layers.0.w"), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(file.shape("scalar"), std::vector<int64_t>{});
+  EXPECT_EQ(file.numel("empty"), 0);
+  EXPECT_EQ(file.dtype("model.b"), "F32");
+  EXPECT_EQ(file.metadata().at("format"), "pt");
+  EXPECT_TRUE(file.has_checksum());
+  std::vector<float> w(6);
+  file.read_into("model.layers.0.w", w.data(), 6);
+  EXPECT_EQ(std::memcmp(w.data(), f.w.data(), 6 * sizeof(float)), 0);  // bitwise, -0.0 included
+  float s = 0;
+  file.read_into("scalar", &s, 1);
+  EXPECT_EQ(s, 42.0f);
+  file.read_into("empty", nullptr, 0);
+
+  std::string bytes = read_file(p);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(n % 8, 0u);  // header padded with spaces, as the reference writer does
+  EXPECT_EQ(bytes[8 + n - 1] == ' ' || bytes[8 + n - 1] == '}', true);
+  EXPECT_EQ(bytes.size(), 8 + n + (6 + 2 + 1) * sizeof(float));
+}
+
+TEST(Safetensors, file_from_another_tool_without_checksum_loads) {
+  TempDir tmp;
+  std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                       R"("h":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]}})";
+  write_file_atomic(tmp / "x",
+                    make_file(header, floats({1, 2}) + std::string("\x80\x3f\x00\x40", 4)));
+  SafetensorsFile file(tmp / "x");
+  EXPECT_FALSE(file.has_checksum());
+  std::vector<float> a(2);
+  file.read_into("a", a.data(), 2);
+  EXPECT_EQ(a[1], 2.0f);
+  std::string msg = error_message<FormatError>([&] { file.read_into("h", a.data(), 2); });
+  EXPECT_NE(msg.find("'h' has dtype BF16"), std::string::npos) << msg;
+}
+
+TEST(Safetensors, truncated_file_is_format_error_at_every_cut) {
+  TempDir tmp;
+  Fixture f;
+  fs::path p = tmp / "m.safetensors";
+  write_safetensors(p, f.tensors());
+  std::string bytes = read_file(p);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  for (size_t cut : {size_t(0), size_t(3), size_t(7), size_t(8), size_t(8 + n / 2), size_t(8 + n),
+                     bytes.size() - 4, bytes.size() - 1}) {
+    write_file_atomic(tmp / "cut", bytes.substr(0, cut));
+    std::string msg = error_message<FormatError>([&] { SafetensorsFile file(tmp / "cut"); });
+    EXPECT_NE(msg.find((tmp / "cut").string()), std::string::npos) << cut << ": " << msg;
+  }
+}
+
+TEST(Safetensors, flipped_data_byte_fails_the_checksum) {
+  TempDir tmp;
+  Fixture f;
+  fs::path p = tmp / "m.safetensors";
+  write_safetensors(p, f.tensors());
+  std::string bytes = read_file(p);
+  bytes[bytes.size() - 5] ^= 0x10;
+  write_file_atomic(p, bytes);
+  std::string msg = error_message<FormatError>([&] { SafetensorsFile file(p); });
+  EXPECT_NE(msg.find("checksum mismatch in " + p.string()), std::string::npos) << msg;
+}
+
+TEST(Safetensors, corrupted_header_is_format_error) {
+  TempDir tmp;
+  Fixture f;
+  fs::path p = tmp / "m.safetensors";
+  write_safetensors(p, f.tensors());
+  std::string bytes = read_file(p);
+  bytes[8 + 20] = '\x01';
+  write_file_atomic(p, bytes);
+  std::string msg = error_message<FormatError>([&] { SafetensorsFile file(p); });
+  EXPECT_NE(msg.find("malformed JSON header at byte"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(p.string()), std::string::npos) << msg;
+
+  bytes = read_file(p);
+  bytes[7] = '\x7f';  // header length in the exabytes
+  write_file_atomic(p, bytes);
+  msg = error_message<FormatError>([&] { SafetensorsFile file(p); });
+  EXPECT_NE(msg.find("header length"), std::string::npos) << msg;
+}
+
+// Each literal header is wrong in one way; the message must name the tensor or range at fault.
+TEST(Safetensors, invalid_headers_name_the_tensor) {
+  TempDir tmp;
+  std::string data = floats({1, 2, 3, 4});  // 16 bytes
+  struct Case {
+    std::string header, expect;
+  };
+  std::vector<Case> cases = {
+      {R"({"a":{"dtype":"F17","shape":[4],"data_offsets":[0,16]}})", "'a': unknown dtype F17"},
+      {R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", "need 12"},
+      {R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", "run past the 16-byte"},
+      {R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
+       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+       "'b' [8, 16) overlaps tensor 'a'"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
+       "bytes [8, 12)"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "bytes [8, 16) at the end"},
+      {R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", "dims are integers >= 0"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", "'a'"},
+      {R"({"a":{"dtype":"F32","shape":[4]}})", "'a'"},
+      {R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", "'k'"},
+      {R"({"__metadata__":[1],"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+       "__metadata__ is a array"},
+      {R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})",
+       "'a': shape [4294967296, 4294967296] overflows"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16.0]}})", "'a': data_offsets"},
+      {R"({"a":{"dtype":7,"shape":[4],"data_offsets":[0,16]}})", "'a': dtype 7"},
+      {R"({"a":5})", "'a': 5 lacks"},
+      {R"([1, 2])", "does not start with '{'"},
+  };
+  for (const Case& c : cases) {
+    write_file_atomic(tmp / "bad", make_file(c.header, data));
+    std::string msg = error_message<FormatError>([&] { SafetensorsFile file(tmp / "bad"); });
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << c.header << "\n  gives: " << msg;
+    EXPECT_NE(msg.find((tmp / "bad").string()), std::string::npos) << msg;
+  }
+}
+
+TEST(Safetensors, missing_tensor_lists_what_the_file_has) {
+  TempDir tmp;
+  Fixture f;
+  fs::path p = tmp / "m.safetensors";
+  write_safetensors(p, f.tensors());
+  SafetensorsFile file(p);
+  EXPECT_FALSE(file.contains("lm_head.weight"));
+  std::string msg = error_message<DataError>([&] { file.shape("lm_head.weight"); });
+  EXPECT_NE(msg.find("'lm_head.weight' is not in " + p.string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("4 tensors: empty, model.b, model.layers.0.w, scalar"), std::string::npos)
+      << msg;
+}
+
+TEST(Safetensors, read_into_checks_element_count) {
+  TempDir tmp;
+  Fixture f;
+  write_safetensors(tmp / "m", f.tensors());
+  SafetensorsFile file(tmp / "m");
+  std::vector<float> w(12);
+  std::string msg =
+      error_message<DataError>([&] { file.read_into("model.layers.0.w", w.data(), 12); });
+  EXPECT_NE(msg.find("shape [2, 3] (6 elements), expected 12"), std::string::npos) << msg;
+}
+
+TEST(Safetensors, writer_rejects_bad_tensor_lists_and_keeps_old_file) {
+  TempDir tmp;
+  Fixture f;
+  fs::path p = tmp / "m";
+  write_safetensors(p, f.tensors());
+  std::string before = read_file(p);
+  auto dup = f.tensors();
+  dup.push_back(dup[0]);
+  std::string msg = error_message<DataError>([&] { write_safetensors(p, dup); });
+  EXPECT_NE(msg.find("'model.layers.0.w'"), std::string::npos) << msg;
+  msg = error_message<DataError>([&] { write_safetensors(p, {{"neg", {-1, 2}, f.w.data()}}); });
+  EXPECT_NE(msg.find("shape [-1, 2]"), std::string::npos) << msg;
+  msg = error_message<DataError>([&] { write_safetensors(p, {}, {{kChecksumKey, "x"}}); });
+  EXPECT_NE(msg.find(kChecksumKey), std::string::npos) << msg;
+  EXPECT_EQ(read_file(p), before);
+}
+
+TEST(Safetensors, missing_file_is_data_error) {
+  TempDir tmp;
+  std::string msg = error_message<DataError>([&] { SafetensorsFile file(tmp / "nope"); });
+  EXPECT_NE(msg.find("nope"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace memo
