@@ -96,8 +96,32 @@ TEST(Safetensors, file_from_another_tool_without_checksum_loads) {
   std::vector<float> a(2);
   file.read_into("a", a.data(), 2);
   EXPECT_EQ(a[1], 2.0f);
-  std::string msg = error_message<FormatError>([&] { file.read_into("h", a.data(), 2); });
-  EXPECT_NE(msg.find("'h' has dtype BF16"), std::string::npos) << msg;
+  file.read_into("h", a.data(), 2);  // BF16 widens exactly
+  EXPECT_EQ(a[0], 1.0f);
+  EXPECT_EQ(a[1], 2.0f);
+}
+
+TEST(Safetensors, f16_and_f64_convert_and_integer_dtypes_are_rejected) {
+  TempDir tmp;
+  // F16 0x3c00 = 1, 0xc000 = -2, 0x0001 = 2^-24 (subnormal); F64 0.1; I32 7
+  std::string header = R"({"h":{"dtype":"F16","shape":[3],"data_offsets":[0,6]},)"
+                       R"("d":{"dtype":"F64","shape":[1],"data_offsets":[6,14]},)"
+                       R"("i":{"dtype":"I32","shape":[1],"data_offsets":[14,18]}})";
+  const double tenth = 0.1;
+  std::string data("\x00\x3c\x00\xc0\x01\x00", 6);
+  data.append(reinterpret_cast<const char*>(&tenth), 8);
+  data.append("\x07\x00\x00\x00", 4);
+  write_file_atomic(tmp / "x", make_file(header, data));
+  SafetensorsFile file(tmp / "x");
+  std::vector<float> h(3), d(1);
+  file.read_into("h", h.data(), 3);
+  EXPECT_EQ(h[0], 1.0f);
+  EXPECT_EQ(h[1], -2.0f);
+  EXPECT_EQ(h[2], 0x1.0p-24f);
+  file.read_into("d", d.data(), 1);
+  EXPECT_EQ(d[0], 0.1f);
+  std::string msg = error_message<FormatError>([&] { file.read_into("i", d.data(), 1); });
+  EXPECT_NE(msg.find("'i' has dtype I32"), std::string::npos) << msg;
 }
 
 TEST(Safetensors, truncated_file_is_format_error_at_every_cut) {

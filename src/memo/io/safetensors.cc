@@ -267,16 +267,64 @@ const std::string& SafetensorsFile::dtype(const std::string& name) const {
 
 int64_t SafetensorsFile::numel(const std::string& name) const { return entry(name).numel; }
 
+namespace {
+
+// IEEE half (binary16) to float, exactly (every half is a float).
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf, nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);  // normal: rebias 15 -> 127
+  } else if (mant == 0) {
+    bits = sign;  // zero
+  } else {  // subnormal half: normalise
+    int e = -1;
+    uint32_t m = mant;
+    do {
+      ++e;
+      m <<= 1;
+    } while ((m & 0x400) == 0);
+    bits = sign | (uint32_t(112 - e) << 23) | ((m & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace
+
 void SafetensorsFile::read_into(const std::string& name, float* dst, int64_t numel) const {
   const Entry& e = entry(name);
-  if (e.dtype != "F32")
-    throw FormatError(
-        str(path_.string(), ": tensor '", name, "' has dtype ", e.dtype, "; memo reads F32 only"));
+  if (e.dtype != "F32" && e.dtype != "F64" && e.dtype != "BF16" && e.dtype != "F16")
+    throw FormatError(str(path_.string(), ": tensor '", name, "' has dtype ", e.dtype,
+                          "; memo reads F32, F64, BF16 and F16"));
   if (e.numel != numel)
     throw DataError(str(path_.string(), ": tensor '", name, "' has shape ", shape_str(e.shape),
                         " (", e.numel, " elements), expected ", numel, " elements"));
-  if (numel > 0)
-    std::memcpy(dst, bytes_.data() + data_offset_bytes_ + e.begin, size_t(e.end - e.begin));
+  const char* src = bytes_.data() + data_offset_bytes_ + e.begin;
+  if (e.dtype == "F32") {
+    if (numel > 0) std::memcpy(dst, src, size_t(e.end - e.begin));
+  } else if (e.dtype == "F64") {  // rounded to nearest float
+    for (int64_t i = 0; i < numel; ++i) {
+      double v;
+      std::memcpy(&v, src + 8 * i, 8);
+      dst[i] = float(v);
+    }
+  } else {  // 16-bit types widen exactly
+    for (int64_t i = 0; i < numel; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      if (e.dtype == "BF16") {
+        const uint32_t bits = uint32_t(h) << 16;
+        std::memcpy(dst + i, &bits, 4);
+      } else {
+        dst[i] = half_to_float(h);
+      }
+    }
+  }
 }
 
 }  // namespace memo

@@ -43,8 +43,9 @@ class SafetensorsFile {
   std::vector<int64_t> shape(const std::string& name) const;
   const std::string& dtype(const std::string& name) const;
   int64_t numel(const std::string& name) const;
-  // Copies tensor `name` to dst. Throws FormatError unless its dtype is F32, DataError unless it
-  // has exactly `numel` elements.
+  // Copies tensor `name` to dst as float32: F32 as is, BF16 and F16 widened exactly, F64 rounded
+  // to nearest. Throws FormatError for other dtypes, DataError unless it has exactly `numel`
+  // elements.
   void read_into(const std::string& name, float* dst, int64_t numel) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has_checksum() const { return metadata_.count(kChecksumKey) > 0; }

@@ -1,5 +1,6 @@
 #include "memo/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -84,27 +85,20 @@ void load_model_tensors(Model& model, const SafetensorsFile& file) {
     file.read_into(p.name, model.params() + p.offset, p.numel);
 }
 
-// Checkpoint directories are <out>/step-00000123; `latest` names the newest complete one.
-std::string save(const TrainOptions& o, Model& model, AdamW& opt, int64_t step,
-                 const nlohmann::json& extra_state) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
-  const fs::path dir = fs::path(o.out_dir) / name;
+// Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
+// (io/checkpoint.h). The two newest are kept: a kill while writing one leaves the other.
+std::string save(const TrainOptions& o, Model& model, Optimizer& opt, int64_t step) {
   CheckpointData data;
   data.config = model.config();
   data.model = model_tensors(model);
   for (const StateTensor& s : opt.state()) data.optimizer.push_back({s.name, s.shape, s.data});
-  data.trainer_state = extra_state;
-  data.trainer_state["step"] = step;
-  data.trainer_state["optimizer"] = opt.name();
-  data.trainer_state["options"] = pinned_options(o);
-  save_checkpoint(dir, data);
-  write_file_atomic(fs::path(o.out_dir) / "latest", std::string(name) + "\n");
-  // Keep the two newest checkpoints: the one just written and the one before it.
+  data.trainer_state = {{"step", step}, {"optimizer", opt.name()}, {"options", pinned_options(o)}};
+  const fs::path dir = save_run_checkpoint(o.out_dir, step, data);
+  const std::string newest = dir.filename().string();
   std::vector<fs::path> old;
   for (const auto& e : fs::directory_iterator(o.out_dir)) {
     const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step-", 0) == 0 && n.size() == 13 && n < std::string(name))
+    if (e.is_directory() && n.size() == newest.size() && n.rfind("step-", 0) == 0 && n < newest)
       old.push_back(e.path());
   }
   std::sort(old.begin(), old.end());
@@ -197,7 +191,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   std::vector<int32_t> inputs(size_t(o.micro_batch * o.seq)), targets(inputs.size());
 
   progress << "memo: " << model.layout().count() << " parameters (" << config.num_hidden_layers
-           << " layers, hidden " << config.hidden_size << "), " << train_data.size()
+           << " layers, hidden " << config.hidden_size << "), " << train_data.num_tokens()
            << " training tokens, " << o.batch << " x " << o.seq << " tokens per step ("
            << micro_steps << " micro-batches), " << omp_get_max_threads() << " threads, "
            << cpu::blas_name() << "\n";
@@ -249,7 +243,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
       progress << line << "\n" << std::flush;
     }
     if ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps)
-      result.checkpoint = save(o, model, opt, step, {});
+      result.checkpoint = save(o, model, opt, step);
   }
   // validation on windows in order from the start of the validation data
   if (val) {
