@@ -39,10 +39,14 @@ void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g, ConstT
 #pragma omp simd
     for (int64_t f = 0; f < F; ++f) {
       const float x = gr[f];
-      const float s = 1.0f / (1.0f + exp_f32(-x));
+      const float e = exp_f32(-x);
+      const float s = 1.0f / (1.0f + e);
+      // 1 - s = e s: for x >= 0, 1 - s would cancel (s near 1) and x (1 - s) lose |x| ulps; for
+      // x < 0 (s < 1/2) 1 - s is exact enough, and e s would be inf * 0 once e overflows.
+      const float one_minus_s = x >= 0.0f ? e * s : 1.0f - s;
       const float d = dar[f];  // read before writing: dg or du may alias da
       dur[f] = d * x * s;
-      dgr[f] = d * ur[f] * s * (1.0f + x * (1.0f - s));
+      dgr[f] = d * ur[f] * s * (1.0f + x * one_minus_s);
     }
   }
 }
