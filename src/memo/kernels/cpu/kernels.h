@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "memo/core/tensor.h"
 
@@ -22,6 +23,9 @@ void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, 
             float beta = 0.0f);
 // Name and version of the BLAS in use, and its kernel ("OpenBLAS 0.3.21 SkylakeX").
 const char* blas_name();
+// One line to print at start-up when the BLAS runs a kernel below this CPU's SIMD level (say
+// OPENBLAS_CORETYPE forces an old core) or fewer threads than the other kernels; empty when fine.
+std::string blas_warning();
 
 // --- RMSNorm ---
 // y[t,:] = x[t,:] * r[t] * w,  r[t] = 1 / sqrt(mean_c x[t,c]^2 + eps).  x, y: [T, C]; w: [C]; r: [T]

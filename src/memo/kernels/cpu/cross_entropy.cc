@@ -1,0 +1,49 @@
+// Softmax cross-entropy over the vocabulary, fp32 in and out, one row per token, parallel over rows
+// (results do not depend on the thread count). The row max is exact; sum_c exp(x_c - max) adds
+// float exponentials in double, so logsumexp carries only exp_f32's few-ulp error for any V.
+#include <algorithm>
+#include <cmath>
+
+#include "memo/kernels/cpu/kernels.h"
+#include "memo/kernels/cpu/vec_math.h"
+#include "memo/kernels/cpu/view_checks.h"
+
+namespace memo::cpu {
+
+// With p = softmax(x): loss = lse(x) - x_y, d loss / dx_c = p_c - [c == y], times grad_scale.
+void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
+                   float grad_scale) {
+  const int64_t T = logits.rows(), V = logits.cols();
+  const bool want_grad = !dlogits.empty();
+  MEMO_CHECK(is_matrix(logits) && V > 0 && is_vector(losses, T) && is_vector(targets, T) &&
+                 (!want_grad || is_matrix(dlogits, T, V)),
+             "cross_entropy: losses ", losses.shape(), " dlogits ", dlogits.shape(), " logits ",
+             logits.shape(), " targets ", targets.shape());
+  const int32_t* ys = targets.data();
+  for (int64_t t = 0; t < T; ++t)
+    if (ys[t] < 0 || ys[t] >= V)
+      throw DataError(str("cross_entropy: target id ", ys[t], " at position ", t,
+                          " is outside the vocabulary [0, ", V, ")"));
+  float* lp = losses.data();
+#pragma omp parallel for schedule(static) if (T * V >= kParallelMinNumel)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xr = logits.data() + t * logits.ld();
+    float m = xr[0];
+#pragma omp simd reduction(max : m)
+    for (int64_t c = 0; c < V; ++c) m = std::max(m, xr[c]);
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < V; ++c) sum += double(exp_f32(xr[c] - m));
+    const float target_logit = xr[ys[t]];  // read before dlogits (which may alias) is written
+    lp[t] = float(double(m) + std::log(sum) - double(target_logit));
+    if (!want_grad) continue;
+    // p_c = exp(x_c - m) / sum: x_c - m is exact near the max (Sterbenz), unlike x_c - lse.
+    const float scale = float(double(grad_scale) / sum);
+    float* dr = dlogits.data() + t * dlogits.ld();
+#pragma omp simd
+    for (int64_t c = 0; c < V; ++c) dr[c] = exp_f32(xr[c] - m) * scale;
+    dr[ys[t]] -= grad_scale;
+  }
+}
+
+}  // namespace memo::cpu

@@ -1,0 +1,129 @@
+// memo::cpu::matmul: a thin wrapper over the BLAS chosen at build time (MEMO_BLAS in CMakeLists.txt,
+// measured in bench/matmul_bench.cc). The only place memo calls sgemm; it checks shapes and strides
+// on entry and passes row-major views straight through (no copies). Also names the library in use
+// and warns when it runs a kernel slower than this CPU allows.
+#include <algorithm>
+#include <climits>
+#include <omp.h>
+#include <cstdlib>
+#include <string>
+
+#include "memo/kernels/cpu/kernels.h"
+#include "memo/kernels/cpu/view_checks.h"
+
+#if defined(MEMO_BLAS_OPENBLAS)
+#include <cblas.h>
+#elif defined(MEMO_BLAS_DNNL)
+#include <dnnl.h>
+#else
+#error "define MEMO_BLAS_OPENBLAS or MEMO_BLAS_DNNL (CMake option MEMO_BLAS)"
+#endif
+
+namespace memo::cpu {
+namespace {
+
+// BLAS wants a leading dimension >= max(1, cols) even for one-row views, whose ld() may be anything.
+template <class T>
+int64_t blas_ld(const View<T>& v) {
+  return v.rows() <= 1 ? std::max<int64_t>(v.cols(), 1) : v.ld();
+}
+
+// The SIMD level of this CPU and of a BLAS kernel: 0 below AVX2, 1 AVX2 + FMA, 2 AVX-512.
+int cpu_simd_level() {
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return 2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
+  return 0;
+}
+
+#if defined(MEMO_BLAS_OPENBLAS)
+// OpenBLAS kernels ("corename") by the SIMD level their sgemm uses; anything else (Prescott,
+// Nehalem, Sandybridge, Bulldozer, ...) is below AVX2 + FMA.
+int openblas_core_level(const std::string& core) {
+  for (const char* name : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (core == name) return 2;
+  for (const char* name : {"Haswell", "Zen", "Excavator"})
+    if (core == name) return 1;
+  return 0;
+}
+#else
+// dnnl_cpu_isa_t values are bit sets: a level is reached when all its bits are present.
+int dnnl_isa_level(dnnl_cpu_isa_t isa) {
+  auto has = [isa](dnnl_cpu_isa_t level) { return (int(isa) & int(level)) == int(level); };
+  return has(dnnl_cpu_isa_avx512_core) ? 2 : has(dnnl_cpu_isa_avx2) ? 1 : 0;
+}
+#endif
+
+constexpr const char* kLevelName[] = {"below AVX2", "AVX2+FMA", "AVX-512"};
+
+}  // namespace
+
+void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
+            float beta) {
+  const int64_t M = c.rows(), N = c.cols();
+  const int64_t K = trans_a ? a.rows() : a.cols();
+  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+  MEMO_CHECK(is_matrix(c) && is_matrix(a, a_rows, a_cols) && is_matrix(b, b_rows, b_cols),
+             "matmul: c ", c.shape(), " = a", trans_a ? "^T " : " ", a.shape(), " @ b",
+             trans_b ? "^T " : " ", b.shape(), " (2-D row-major views, contiguous rows)");
+  MEMO_CHECK(std::max({M, N, K, blas_ld(a), blas_ld(b), blas_ld(c)}) <= INT_MAX,
+             "matmul: dimensions beyond the 32-bit BLAS interface: c ", c.shape(), " a ",
+             a.shape(), " b ", b.shape());
+  if (M == 0 || N == 0) return;
+#if defined(MEMO_BLAS_OPENBLAS)
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, int(M), int(N), int(K), alpha, a.data(),
+              int(blas_ld(a)), b.data(), int(blas_ld(b)), beta, c.data(), int(blas_ld(c)));
+#else
+  const dnnl_status_t status =
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, a.data(), blas_ld(a),
+                 b.data(), blas_ld(b), beta, c.data(), blas_ld(c));
+  MEMO_CHECK(status == dnnl_success, "matmul: dnnl_sgemm failed with status ", int(status),
+             " for c ", c.shape(), " a ", a.shape(), " b ", b.shape());
+#endif
+}
+
+const char* blas_name() {
+  static const std::string name = [] {
+#if defined(MEMO_BLAS_OPENBLAS)
+    return str("OpenBLAS ", openblas_get_corename(), ", ", openblas_get_num_threads(),
+               " threads (", openblas_get_config(), ")");
+#else
+    const dnnl_version_t* v = dnnl_version();
+    return str("oneDNN ", v->major, ".", v->minor, ".", v->patch, " sgemm, ",
+               kLevelName[dnnl_isa_level(dnnl_get_effective_cpu_isa())], " kernels, ",
+               omp_get_max_threads(), " OpenMP threads");
+#endif
+  }();
+  return name.c_str();
+}
+
+std::string blas_warning() {
+  const int cpu_level = cpu_simd_level();
+#if defined(MEMO_BLAS_OPENBLAS)
+  const std::string core = openblas_get_corename();
+  const int core_level = openblas_core_level(core);
+  if (core_level < cpu_level) {
+    const char* forced = std::getenv("OPENBLAS_CORETYPE");
+    return str("OpenBLAS runs its ", core, " kernel (", kLevelName[core_level],
+               ") on a CPU with ", kLevelName[cpu_level], "; matmul may be several times slower",
+               forced ? str(" (OPENBLAS_CORETYPE=", forced, " is set: unset it)")
+                      : std::string(" (set OPENBLAS_CORETYPE=Haswell or newer)"));
+  }
+  // The pthread build of OpenBLAS keeps its own pool, sized by OPENBLAS_NUM_THREADS, apart from
+  // the OpenMP threads of the other kernels.
+  if (openblas_get_num_threads() < omp_get_max_threads())
+    return str("OpenBLAS uses ", openblas_get_num_threads(), " threads but the other kernels use ",
+               omp_get_max_threads(), "; matmul is slower than it could be (unset or raise "
+               "OPENBLAS_NUM_THREADS)");
+#else
+  const int isa_level = dnnl_isa_level(dnnl_get_effective_cpu_isa());
+  if (isa_level < cpu_level)
+    return str("oneDNN runs ", kLevelName[isa_level], " kernels on a CPU with ",
+               kLevelName[cpu_level],
+               "; matmul may be several times slower (is ONEDNN_MAX_CPU_ISA set? unset it)");
+#endif
+  return "";
+}
+
+}  // namespace memo::cpu
