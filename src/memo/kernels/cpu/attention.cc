@@ -6,7 +6,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -44,33 +43,37 @@ inline Vec load(const float* p) {
   return v;
 }
 inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof(Vec)); }
-inline Vec splat(float x) { return Vec{} + x; }
+// A broadcast. (Vec{} + x would cost an add, as x + 0 is not x for -0; a fill loop is not
+// recognised as a broadcast by GCC 12.)
+static_assert(kW == 8, "splat lists kW lanes");
+inline Vec splat(float x) { return Vec{x, x, x, x, x, x, x, x}; }
 
 inline int64_t padded_dim(int64_t head_dim) { return (head_dim + kW - 1) / kW * kW; }
 
-// exp(x) for x <= ~0, as in Cephes expf (relative error ~2e-7): x = n ln2 + r, |r| <= ln2/2,
-// exp(r) by a degree-7 polynomial, 2^n through the exponent bits. Returns 0 below kExpMin
-// (masked scores are -inf). Plain arithmetic so `omp simd` loops vectorise it (glibc's vector
-// expf needs -ffast-math, which memo does not use).
+// exp(x) for x <= ~0, 8 lanes at a time, as in Cephes expf (relative error ~2e-7):
+// x = n ln2 + r with |r| <= ln2/2, exp(r) by a degree-7 polynomial, 2^n through the exponent
+// bits; 0 below kExpMin (masked scores are -inf). Written on vectors because glibc's vector expf
+// needs -ffast-math, which memo does not use, and GCC would not if-convert a scalar version here.
+typedef int32_t IVec __attribute__((vector_size(kW * sizeof(int32_t))));
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLn2Hi = 0.693359375f;
 constexpr float kLn2Lo = -2.12194440e-4f;
 constexpr float kExpMin = -87.0f;           // exp(-87) ~ 1.6e-38: still a normal float
 constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: x + magic - magic rounds to nearest
-#pragma omp declare simd
-inline float exp_neg(float x) {
-  const float xc = std::max(x, kExpMin);
-  const float n = (xc * kLog2e + kRoundMagic) - kRoundMagic;
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
+inline Vec exp_neg(Vec x) {
+  const Vec xc = x < kExpMin ? splat(kExpMin) : x;
+  const Vec n = (xc * kLog2e + kRoundMagic) - kRoundMagic;
+  const Vec r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  Vec p = splat(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const float two_n = std::bit_cast<float>((int32_t(n) + 127) << 23);
-  return x < kExpMin ? 0.0f : y * two_n;
+  const Vec y = p * r * r + r + 1.0f;
+  const IVec bits = (__builtin_convertvector(n, IVec) + 127) << 23;
+  const Vec two_n = (Vec)bits;  // same-size vector cast: a bit copy
+  return x < kExpMin ? Vec{} : y * two_n;
 }
 
 // c[kT][kT] = a[kT][dp] . bt[dp][kT]  (bt is the transposed key or value tile). Register block:
@@ -208,21 +211,24 @@ void forward_query_tile(const Tensor& o, const Tensor& lse, const ConstTensor& q
     tile_dot_nt(p, q_tile, kt_tile, dp);
     for (int64_t i = 0; i < kT; ++i) {
       float* pi = p + i * kT;
-      // Key j is visible to query i when j <= i (diagonal tile) and j is a real key.
-      const int64_t last = kt == qt ? std::min(i, nk - 1) : nk - 1;
+      // Keys [0, visible) are visible to query row i: j <= i on the diagonal tile, real keys.
+      const int64_t visible = kt == qt ? std::min(i + 1, nk) : nk;
       float mx = m[i];
 #pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < kT; ++j) {
-        pi[j] = j <= last ? pi[j] * scale : -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < visible; ++j) {
+        pi[j] *= scale;
         mx = std::max(mx, pi[j]);
       }
+      std::fill(pi + visible, pi + kT, -std::numeric_limits<float>::infinity());
       const float corr = std::exp(m[i] - mx);  // m[i] = -inf on the first tile: corr = 0
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < kT; ++j) {
-        pi[j] = exp_neg(pi[j] - mx);
-        sum += pi[j];
+      Vec sum_v{};
+      for (int64_t j = 0; j < kT; j += kW) {
+        const Vec e = exp_neg(load(pi + j) - mx);
+        store(pi + j, e);
+        sum_v += e;
       }
+      float sum = 0.0f;  // lanes in a fixed order: deterministic
+      for (int64_t w = 0; w < kW; ++w) sum += sum_v[w];
       m[i] = mx;
       l[i] = l[i] * corr + sum;
       float* ai = acc + i * dp;
@@ -294,12 +300,16 @@ void probs_and_dscores(const BackwardTiles& t, const AttnShape& s, int64_t qt, i
   for (int64_t i = 0; i < kT; ++i) {
     float* pi = t.p + i * kT;
     float* dsi = t.ds + i * kT;
-    const int64_t last = i >= nq ? -1 : kt == qt ? std::min(i, nk - 1) : nk - 1;
+    // Keys [0, visible) are unmasked for query row i; none for padded rows.
+    const int64_t visible = i >= nq ? 0 : kt == qt ? std::min(i + 1, nk) : nk;
     const float lse_i = t.lse[i], delta_i = t.delta[i];
 #pragma omp simd
-    for (int64_t j = 0; j < kT; ++j) {
-      pi[j] = j <= last ? exp_neg(pi[j] * scale - lse_i) : 0.0f;
-      dsi[j] = pi[j] * (dsi[j] - delta_i) * scale;
+    for (int64_t j = 0; j < visible; ++j) pi[j] = pi[j] * scale - lse_i;
+    std::fill(pi + visible, pi + kT, -std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < kT; j += kW) {
+      const Vec p = exp_neg(load(pi + j));
+      store(pi + j, p);
+      store(dsi + j, p * (load(dsi + j) - delta_i) * scale);
     }
   }
 }
