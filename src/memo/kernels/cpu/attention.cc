@@ -48,6 +48,11 @@ inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof(Vec)); }
 static_assert(kW == 8, "splat lists kW lanes");
 inline Vec splat(float x) { return Vec{x, x, x, x, x, x, x, x}; }
 
+// Makes GCC load v once into a register instead of folding the load into each of the 4 FMAs
+// that use it: the tile products are bound by loads otherwise (measured: fwd+bwd at S = 2048,
+// H = 8, D = 64 on one core took 0.64 s of CPU time without, 0.34 s with).
+inline void keep_in_register(Vec& v) { asm("" : "+x"(v)); }
+
 inline int64_t padded_dim(int64_t head_dim) { return (head_dim + kW - 1) / kW * kW; }
 
 // exp(x) for x <= ~0, 8 lanes at a time, as in Cephes expf (relative error ~2e-7):
@@ -83,7 +88,9 @@ void tile_dot_nt(float* c, const float* a, const float* bt, int64_t dp) {
     for (int64_t j = 0; j < kT; j += 2 * kW) {
       Vec acc[4][2] = {};
       for (int64_t d = 0; d < dp; ++d) {
-        const Vec b0 = load(bt + d * kT + j), b1 = load(bt + d * kT + j + kW);
+        Vec b0 = load(bt + d * kT + j), b1 = load(bt + d * kT + j + kW);
+        keep_in_register(b0);
+        keep_in_register(b1);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; ++r) {
           const Vec ar = splat(a[(i + r) * dp + d]);
@@ -113,7 +120,10 @@ void tile_acc_block(float* c, const float* a, int64_t a_rs, int64_t a_cs, const 
     for (int64_t j = 0; j < kT; ++j) {
       Vec bj[NC];
 #pragma GCC unroll 4
-      for (int v = 0; v < NC; ++v) bj[v] = load(b + j * dp + col + v * kW);
+      for (int v = 0; v < NC; ++v) {
+        bj[v] = load(b + j * dp + col + v * kW);
+        keep_in_register(bj[v]);
+      }
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
         const Vec ar = splat(a[(i + r) * a_rs + j * a_cs]);
