@@ -284,8 +284,12 @@ void load_query_side(const BackwardTiles& t, const BackwardArgs& a, const AttnSh
   load_tile(t.dout, a.dout, row0, nq, h * s.D, s.D, s.dp);
   for (int64_t i = 0; i < kT; ++i) {
     float delta = 0.0f;
-    if (i < nq)
-      for (int64_t d = 0; d < s.D; ++d) delta += a.dout(row0 + i, h * s.D + d) * a.o(row0 + i, h * s.D + d);
+    if (i < nq) {
+      const float* dout_i = &a.dout(row0 + i, h * s.D);
+      const float* o_i = &a.o(row0 + i, h * s.D);
+#pragma omp simd reduction(+ : delta)
+      for (int64_t d = 0; d < s.D; ++d) delta += dout_i[d] * o_i[d];
+    }
     t.delta[i] = delta;
     t.lse[i] = i < nq ? a.lse(b, h, qt * kT + i) : 0.0f;
   }
@@ -347,8 +351,11 @@ void backward_key_tile(const Tensor& dq, const Tensor& dk, const Tensor& dv, con
       std::fill(t.dq, t.dq + kT * dp, 0.0f);
       tile_acc(t.dq, t.ds, kT, 1, t.k, dp);
       const int64_t nq = s.tile_rows(qt), row0 = b * s.S + qt * kT;
-      for (int64_t i = 0; i < nq; ++i)
-        for (int64_t d = 0; d < s.D; ++d) dq(row0 + i, h * s.D + d) += t.dq[i * dp + d];
+      for (int64_t i = 0; i < nq; ++i) {
+        float* dq_i = &dq(row0 + i, h * s.D);
+#pragma omp simd
+        for (int64_t d = 0; d < s.D; ++d) dq_i[d] += t.dq[i * dp + d];
+      }
     }
   }
   const int64_t nk = s.tile_rows(kt), row0 = b * s.S + kt * kT;
