@@ -146,7 +146,7 @@ void tile_acc(float* c, const float* a, int64_t a_rs, int64_t a_cs, const float*
 }
 
 // Copies rows [r0, r0 + n) of a head's D columns (src(r, c0 + d)) into dst[kT][dp], zero-padded
-// in both directions, optionally scaled; or, transposed, into dst[dp][kT].
+// in both directions; or, transposed (load_tile_t), into dst[dp][kT].
 void load_tile(float* dst, const ConstTensor& src, int64_t r0, int64_t n, int64_t c0, int64_t D,
                int64_t dp) {
   std::fill(dst, dst + kT * dp, 0.0f);
