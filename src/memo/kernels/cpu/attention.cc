@@ -32,7 +32,7 @@ namespace {
 //     no atomics and no per-thread O(S) dq partials (at S = 1M, G = 8, D = 128 those would be
 //     4 GiB per thread); scratch stays O(threads * kAttnTile * D), independent of S.
 constexpr int64_t kT = kAttnTile;
-constexpr int64_t kW = 8;  // floats per vector register (AVX2; AVX-512 machines use two halves)
+constexpr int64_t kW = 8;  // floats per vector: one AVX2 ymm register (this CPU has no AVX-512)
 static_assert(kT % 16 == 0, "kAttnTile must be a multiple of 16 (two vectors of kW)");
 
 typedef float Vec __attribute__((vector_size(kW * sizeof(float))));
