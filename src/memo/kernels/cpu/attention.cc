@@ -32,7 +32,7 @@ namespace {
 //     no atomics and no per-thread O(S) dq partials (at S = 1M, G = 8, D = 128 those would be
 //     4 GiB per thread); scratch stays O(threads * kAttnTile * D), independent of S.
 constexpr int64_t kT = kAttnTile;
-constexpr int64_t kW = 8;  // floats per vector register (AVX2; AVX-512 machines use two halves)
+constexpr int64_t kW = 8;  // floats per vector: one AVX2 ymm register (this CPU has no AVX-512)
 static_assert(kT % 16 == 0, "kAttnTile must be a multiple of 16 (two vectors of kW)");
 
 typedef float Vec __attribute__((vector_size(kW * sizeof(float))));
@@ -146,7 +146,7 @@ void tile_acc(float* c, const float* a, int64_t a_rs, int64_t a_cs, const float*
 }
 
 // Copies rows [r0, r0 + n) of a head's D columns (src(r, c0 + d)) into dst[kT][dp], zero-padded
-// in both directions, optionally scaled; or, transposed, into dst[dp][kT].
+// in both directions; or, transposed (load_tile_t), into dst[dp][kT].
 void load_tile(float* dst, const ConstTensor& src, int64_t r0, int64_t n, int64_t c0, int64_t D,
                int64_t dp) {
   std::fill(dst, dst + kT * dp, 0.0f);
