@@ -54,7 +54,7 @@ nlohmann::json run_bench(const std::string& config_path, int64_t seq, int64_t ba
   for (int64_t i = 0; i < steps; ++i) one_step();
   const double step_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(steps);
-  const double peak = measure_matmul_peak_flops(1.0);
+  const double peak = cpu::measure_matmul_peak_flops(1.0);
   const double flops = train_flops_per_token(config, seq) * double(batch * seq);
   return {{"params", model.layout().count()},
           {"seq", seq},
@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
   CLI::App app{"memo: train LLaMA-style language models on long sequences within a memory budget"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Every subcommand's flags");
+  // A flag given twice takes its last value, as shell wrappers that append flags expect.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
   memo::TrainOptions t;
   CLI::App* train = app.add_subcommand("train", "Train a model");

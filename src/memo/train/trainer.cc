@@ -187,7 +187,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   const int64_t micro_steps = o.batch / o.micro_batch;
   const int64_t tokens_per_step = o.batch * o.seq;
   const double flops_per_step = train_flops_per_token(config, o.seq) * double(tokens_per_step);
-  const double peak_flops = measure_matmul_peak_flops(0.3);
+  const double peak_flops = cpu::measure_matmul_peak_flops(0.3);
   std::vector<int32_t> inputs(size_t(o.micro_batch * o.seq)), targets(inputs.size());
 
   progress << "memo: " << model.layout().count() << " parameters (" << config.num_hidden_layers
