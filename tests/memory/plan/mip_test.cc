@@ -16,6 +16,7 @@ Problem greedy_trap() {
 MipOptions forced_cbc() {
   MipOptions o;
   o.stop_at_lower_bound = false;  // make CBC run even when the heuristic is optimal
+  o.relative_gap = 0.0;           // and prove optimality
   return o;
 }
 
@@ -60,6 +61,16 @@ TEST(PlanMip, below_the_lower_bound_is_proven_infeasible_with_the_shortfall) {
   EXPECT_EQ(r.plan.offsets.size(), p.buffers.size());
 }
 
+TEST(PlanMip, relative_gap_accepts_a_close_heuristic_without_cbc) {
+  MipOptions o;
+  o.relative_gap = 0.06;  // the trap's greedy plan is 1088 / 20032 = 5.4% above the bound
+  SolveResult r = solve_mip(greedy_trap(), o);
+  EXPECT_EQ(r.status, Status::kFeasible);
+  EXPECT_EQ(r.plan.peak, 21120);
+  EXPECT_EQ(r.lower_bound, 20032);
+  EXPECT_EQ(r.counters.nodes, 0);
+}
+
 TEST(PlanMip, matches_brute_force_on_small_random_problems) {
   for (std::uint32_t seed = 0; seed < 24; ++seed) {
     const int n = 3 + int(seed % 5);  // 3..7 buffers
@@ -88,6 +99,7 @@ TEST(PlanMip, option_combinations_agree_on_feasibility_and_peak) {
       p.capacity = capacity;
       for (int mask = 0; mask < 8; ++mask) {
         MipOptions o;
+        o.relative_gap = mask == 0 ? 1e-4 : 0.0;  // tiny problems: 1e-4 is below one alignment unit
         o.warm_start = mask & 1;
         o.stop_at_lower_bound = mask & 2;
         o.break_symmetry = mask & 4;

@@ -46,8 +46,17 @@ void CbcModel::set_mip_start(const std::vector<int>& cols, const std::vector<dou
   Cbc_setMIPStartI(impl_->model, int(cols.size()), cols.data(), values.data());
 }
 
-void CbcModel::set_time_limit(double seconds) { Cbc_setMaximumSeconds(impl_->model, seconds); }
+void CbcModel::set_time_limit(double seconds) {
+  // CBC counts CPU seconds unless told otherwise; on a shared machine that overruns the limit.
+  Cbc_setParameter(impl_->model, "timeMode", "elapsed");
+  Cbc_setMaximumSeconds(impl_->model, seconds);
+}
+
+void CbcModel::set_parameter(const std::string& name, const std::string& value) {
+  Cbc_setParameter(impl_->model, name.c_str(), value.c_str());
+}
 void CbcModel::set_allowable_gap(double gap) { Cbc_setAllowableGap(impl_->model, gap); }
+void CbcModel::set_allowable_fraction_gap(double fraction) { Cbc_setAllowableFractionGap(impl_->model, fraction); }
 
 void CbcModel::minimize() {
   Cbc_setObjSense(impl_->model, 1.0);

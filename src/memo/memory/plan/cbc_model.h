@@ -24,8 +24,10 @@ class CbcModel {
   void add_row(const std::vector<int>& cols, const std::vector<double>& coefs, char sense, double rhs);
   void set_upper(int col, double upper);
   void set_mip_start(const std::vector<int>& cols, const std::vector<double>& values);
-  void set_time_limit(double seconds);
+  void set_time_limit(double seconds);  // wall-clock seconds
+  void set_parameter(const std::string& name, const std::string& value);  // "-name value" for CBC
   void set_allowable_gap(double gap);  // stop once incumbent - bound <= gap (objective units)
+  void set_allowable_fraction_gap(double fraction);  // ... or <= fraction of the incumbent
   void minimize();                     // solves; results below
 
   bool has_solution() const;

@@ -8,6 +8,10 @@
 // becomes exact aligned offsets.
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "memo/memory/plan/heuristic.h"
 #include "memo/memory/plan/problem.h"
 
@@ -18,11 +22,19 @@ struct MipOptions {
   bool verbose = false;              // show CBC's log (CLI: --plan-mip-verbose)
   bool warm_start = true;            // give CBC the heuristic plan as its first incumbent
   bool stop_at_lower_bound = true;   // skip CBC when the heuristic already reaches the lower bound
+  // Accept a plan within this fraction of the proven bound: skip CBC when the heuristic is that
+  // close to the lower bound (with stop_at_lower_bound), and let CBC stop at that gap. 1e-4 of a
+  // 40 GiB arena is 4 MiB; 0 insists on proven optimality (CLI: --plan-mip-gap).
+  double relative_gap = 1e-4;
   bool break_symmetry = true;        // fix one pair's order (a plan upside down is also a plan)
   HeuristicOptions heuristic;        // for the warm start and the big-M
+  // Extra CBC switches, passed as "-name value" on CBC's command line (CLI: --plan-cbc name=value),
+  // e.g. {"cuts", "off"}. Applied after memo's own settings, so they can override them.
+  std::vector<std::pair<std::string, std::string>> cbc_parameters;
 };
 
-// Runs solve_heuristic, then (unless it reached the lower bound and stop_at_lower_bound) CBC.
+// Runs solve_heuristic, then (unless it is within relative_gap of the lower bound and
+// stop_at_lower_bound) CBC.
 // Returns the best plan of the two and the proven bound (CBC's best bound, at least
 // lower_bound(problem)). Status: kOptimal when peak equals that bound; kTimeout when the time
 // limit ended the search first; kInfeasible when no plan within capacity was found (proven when
