@@ -18,7 +18,9 @@
 namespace memo::plan {
 
 struct MipOptions {
-  double time_limit_seconds = 10.0;  // CBC's wall-clock limit (CLI: --plan-mip-seconds)
+  // Wall-clock limit for the whole solve (CLI: --plan-mip-seconds). CBC checks it between nodes,
+  // so a large model can overrun it at the root (300 buffers: up to ~4 s in plan_bench).
+  double time_limit_seconds = 10.0;
   bool verbose = false;              // show CBC's log (CLI: --plan-mip-verbose)
   bool warm_start = true;            // give CBC the heuristic plan as its first incumbent
   bool stop_at_lower_bound = true;   // skip CBC when the heuristic already reaches the lower bound
