@@ -2,22 +2,29 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 #include <gtest/gtest.h>
 
 namespace memo::test {
 
-// A fresh directory under the system temp dir, removed when the object dies.
+// A fresh directory under the system temp dir, named after the running test, removed with
+// everything in it when the test ends. Tests write only here.
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "memo-test-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = "memo-test-" + std::to_string(::getpid()) + "-" +
+                       (info ? std::string(info->test_suite_name()) + "." + info->name() : "x");
+    path_ = std::filesystem::temp_directory_path() / name;
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
   }
   ~TempDir() {
     std::error_code ec;
@@ -26,11 +33,25 @@ class TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   const std::filesystem::path& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+  // A path inside as a string, to splice into command lines.
+  std::string str(const std::string& name) const { return (path_ / name).string(); }
 
  private:
   std::filesystem::path path_;
 };
+
+// The message of the memo::Error subclass E thrown by f; fails the test if none is thrown.
+template <class E, class F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return "";
+}
 
 inline std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);

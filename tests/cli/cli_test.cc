@@ -50,8 +50,8 @@ class Cli : public ::testing::Test {
     write_text(dir / "data.txt", corpus(20000));
   }
   std::string train_cmd(const std::string& out, const std::string& extra) const {
-    return test::memo_bin() + " train --config " + (dir / "config.json") + " --data " +
-           (dir / "data.txt") + " --seq 32 --batch 4 --micro-batch 2 --lr 3e-3 --warmup 2 --out " +
+    return test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+           dir.str("data.txt") + " --seq 32 --batch 4 --micro-batch 2 --lr 3e-3 --warmup 2 --out " +
            out + " " + extra;
   }
   // Runs a command that must fail: exit non-zero, one line on stderr naming `needle`.
@@ -66,45 +66,45 @@ class Cli : public ::testing::Test {
 };
 
 TEST_F(Cli, same_command_gives_bitwise_identical_losses) {
-  ASSERT_EQ(test::run_command(train_cmd(dir / "a", "--steps 6 --log " + (dir / "a.jsonl"))).exit_code, 0);
-  ASSERT_EQ(test::run_command(train_cmd(dir / "b", "--steps 6 --log " + (dir / "b.jsonl"))).exit_code, 0);
-  const auto a = losses(dir / "a.jsonl"), b = losses(dir / "b.jsonl");
+  ASSERT_EQ(test::run_command(train_cmd(dir / "a", "--steps 6 --log " + dir.str("a.jsonl"))).exit_code, 0);
+  ASSERT_EQ(test::run_command(train_cmd(dir / "b", "--steps 6 --log " + dir.str("b.jsonl"))).exit_code, 0);
+  const auto a = losses(dir.str("a.jsonl")), b = losses(dir.str("b.jsonl"));
   ASSERT_EQ(a.size(), 6u);
   EXPECT_EQ(a, b);
 }
 
 TEST_F(Cli, killed_run_resumes_with_identical_losses) {
   const int steps = 60;
-  const std::string full = train_cmd(dir / "full", "--steps " + std::to_string(steps) + " --log " + (dir / "full.jsonl"));
+  const std::string full = train_cmd(dir / "full", "--steps " + std::to_string(steps) + " --log " + dir.str("full.jsonl"));
   ASSERT_EQ(test::run_command(full).exit_code, 0);
   // Start the same run, SIGKILL it once step 20 is logged (checkpoints every 3 steps), resume.
   const std::string run = train_cmd(dir / "cut", "--steps " + std::to_string(steps) +
-                                                     " --save-every 3 --log " + (dir / "cut.jsonl"));
+                                                     " --save-every 3 --log " + dir.str("cut.jsonl"));
   const std::string kill_at_20 = "(" + run + " > /dev/null 2>&1 & pid=$!; " +
-                                 "while ! grep -q '\"step\":20,' " + (dir / "cut.jsonl") +
+                                 "while ! grep -q '\"step\":20,' " + dir.str("cut.jsonl") +
                                  " 2>/dev/null; do sleep 0.01; done; kill -9 $pid; wait $pid; true)";
   ASSERT_EQ(test::run_command(kill_at_20).exit_code, 0);
-  const auto before = losses(dir / "cut.jsonl");
+  const auto before = losses(dir.str("cut.jsonl"));
   ASSERT_LT(before.rbegin()->first, steps) << "the run ended before it was killed";
-  const test::CommandResult r = test::run_command(test::memo_bin() + " train --data " + (dir / "data.txt") +
+  const test::CommandResult r = test::run_command(test::memo_bin() + " train --data " + dir.str("data.txt") +
                                                   " --steps " + std::to_string(steps) + " --resume " +
-                                                  (dir / "cut") + " --log " + (dir / "cut.jsonl"));
+                                                  dir.str("cut") + " --log " + dir.str("cut.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resuming at step"), std::string::npos) << r.output;
-  EXPECT_EQ(losses(dir / "cut.jsonl"), losses(dir / "full.jsonl"));
+  EXPECT_EQ(losses(dir.str("cut.jsonl")), losses(dir.str("full.jsonl")));
 }
 
 TEST_F(Cli, data_of_exactly_seq_plus_one_tokens_trains) {
   write_text(dir / "tiny.txt", corpus(33));
   const test::CommandResult r = test::run_command(
-      train_cmd(dir / "out", "--steps 2 --val-data " + (dir / "tiny.txt")) + " --data " + (dir / "tiny.txt"));
+      train_cmd(dir / "out", "--steps 2 --val-data " + dir.str("tiny.txt")) + " --data " + dir.str("tiny.txt"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
   ASSERT_EQ(test::run_command(train_cmd(dir / "run", "--steps 2")).exit_code, 0);
-  const test::CommandResult r = test::run_command(test::memo_bin() + " eval --checkpoint " + (dir / "run") +
-                                                  " --data " + (dir / "data.txt") + " --seq 32 --batches 2 2>/dev/null");
+  const test::CommandResult r = test::run_command(test::memo_bin() + " eval --checkpoint " + dir.str("run") +
+                                                  " --data " + dir.str("data.txt") + " --seq 32 --batches 2 2>/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_GT(j.at("loss").get<double>(), 0.0);
@@ -116,32 +116,32 @@ TEST_F(Cli, unknown_flag_is_rejected) {
 }
 
 TEST_F(Cli, missing_data_file_names_the_path) {
-  expect_clean_failure(test::memo_bin() + " train --config " + (dir / "config.json") + " --data " +
-                           (dir / "nope.txt"), "nope.txt");
+  expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+                           dir.str("nope.txt"), "nope.txt");
 }
 
 TEST_F(Cli, empty_data_file_is_rejected) {
   write_text(dir / "empty.txt", "");
-  expect_clean_failure(train_cmd(dir / "out", "--steps 1") + " --data " + (dir / "empty.txt"), "empty");
+  expect_clean_failure(train_cmd(dir / "out", "--steps 1") + " --data " + dir.str("empty.txt"), "empty");
 }
 
 TEST_F(Cli, data_shorter_than_seq_plus_one_names_both) {
   write_text(dir / "short.txt", corpus(32));
-  expect_clean_failure(train_cmd(dir / "out", "--steps 1 --val-data " + (dir / "short.txt")) + " --data " +
-                           (dir / "short.txt"), "33");
+  expect_clean_failure(train_cmd(dir / "out", "--steps 1 --val-data " + dir.str("short.txt")) + " --data " +
+                           dir.str("short.txt"), "33");
 }
 
 TEST_F(Cli, token_id_outside_vocabulary_names_the_position) {
   std::vector<int32_t> tokens(200, 5);
   tokens[137] = 300;
   write_llmc_tokens(dir / "tokens.bin", tokens);
-  expect_clean_failure(train_cmd(dir / "out", "--steps 1") + " --data " + (dir / "tokens.bin"), "137");
+  expect_clean_failure(train_cmd(dir / "out", "--steps 1") + " --data " + dir.str("tokens.bin"), "137");
 }
 
 TEST_F(Cli, hidden_size_not_divisible_by_heads_is_rejected) {
   write_text(dir / "bad.json", R"({"hidden_size": 30, "intermediate_size": 64, "num_hidden_layers": 1,
     "num_attention_heads": 4, "vocab_size": 256})");
-  expect_clean_failure(test::memo_bin() + " train --config " + (dir / "bad.json") + " --data " + (dir / "data.txt"),
+  expect_clean_failure(test::memo_bin() + " train --config " + dir.str("bad.json") + " --data " + dir.str("data.txt"),
                        "hidden_size = 30");
 }
 
@@ -153,7 +153,7 @@ TEST_F(Cli, truncated_and_corrupted_checkpoints_are_rejected_and_left_alone) {
     std::ifstream in(st, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
-  const std::string eval = test::memo_bin() + " eval --checkpoint " + (dir / "run") + " --data " + (dir / "data.txt");
+  const std::string eval = test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " + dir.str("data.txt");
   write_text(st, bytes.substr(0, bytes.size() - 100));  // truncated
   expect_clean_failure(eval, "model.safetensors");
   std::string flipped = bytes;
@@ -169,7 +169,7 @@ TEST_F(Cli, truncated_and_corrupted_checkpoints_are_rejected_and_left_alone) {
     return names;
   };
   const auto before = listing();
-  expect_clean_failure(test::memo_bin() + " train --data " + (dir / "data.txt") + " --steps 4 --resume " + (dir / "run"),
+  expect_clean_failure(test::memo_bin() + " train --data " + dir.str("data.txt") + " --steps 4 --resume " + dir.str("run"),
                        "model.safetensors");
   EXPECT_EQ(listing(), before);
 }

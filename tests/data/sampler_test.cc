@@ -4,7 +4,7 @@
 
 #include <numeric>
 
-#include "io/temp_dir.h"
+#include "test_util.h"
 #include "memo/core/error.h"
 
 namespace memo {

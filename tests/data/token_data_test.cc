@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "io/temp_dir.h"
+#include "test_util.h"
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
 

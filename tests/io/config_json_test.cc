@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "io/temp_dir.h"
+#include "test_util.h"
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <random>
 
-#include "io/temp_dir.h"
+#include "test_util.h"
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/crc32c.h"

@@ -94,10 +94,10 @@ void check_against_torch(const ModelConfig& config, int64_t seq, int64_t batch) 
   const double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-6, wd = 0.1;
   const int steps = 3;
   const std::string cmd = "/usr/bin/python3 " + test::source_dir() + "/scripts/torch_reference.py" +
-                          " --checkpoint " + (dir / "ckpt") + " --tokens " + (dir / "tokens.bin") +
+                          " --checkpoint " + dir.str("ckpt") + " --tokens " + dir.str("tokens.bin") +
                           " --seq " + std::to_string(seq) + " --batch " + std::to_string(batch) +
                           " --steps " + std::to_string(steps) + " --lr " + std::to_string(lr) + " --beta1 0.9 --beta2 0.95" +
-                          " --eps " + std::to_string(eps) + " --weight-decay 0.1 --out " + (dir / "ref.safetensors");
+                          " --eps " + std::to_string(eps) + " --weight-decay 0.1 --out " + dir.str("ref.safetensors");
   const test::CommandResult r = test::run_command(cmd);
   ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
   SafetensorsFile ref(dir / "ref.safetensors");
