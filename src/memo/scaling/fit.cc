@@ -287,6 +287,7 @@ LawFit fit_law(Law law, const std::vector<OptimalLr>& points, double confidence)
   double JtJ[kMaxParams][kMaxParams], Jtr[kMaxParams], cov[kMaxParams][kMaxParams];
   fit.rss = evaluate(pr, best_theta, &fit.residuals, JtJ, Jtr);
   fit.aic = n * std::log(std::max(fit.rss, 1e-300) / n) + 2.0 * p;
+  fit.aicc = n - p - 1 > 0 ? fit.aic + 2.0 * p * (p + 1) / (n - p - 1) : kInf;
   double rhs[kMaxParams] = {};
   const bool invertible = solve(p, JtJ, rhs, cov);
   const double s2 = fit.dof > 0 ? fit.rss / fit.dof : kNaN;
@@ -310,12 +311,15 @@ LawComparison fit_laws(const std::vector<OptimalLr>& points, double confidence) 
   if (points.size() >= 3) c.fits.push_back(fit_law(Law::kPower, points, confidence));
   const LawFit* by_rss = &c.fits[0];
   const LawFit* by_aic = &c.fits[0];
+  const LawFit* by_aicc = &c.fits[0];
   for (const LawFit& f : c.fits) {
     if (f.rss < by_rss->rss) by_rss = &f;
     if (f.aic < by_aic->aic) by_aic = &f;
+    if (f.aicc < by_aicc->aicc) by_aicc = &f;
   }
   c.best_by_rss = by_rss->law;
   c.best_by_aic = by_aic->law;
+  c.best_by_aicc = by_aicc->law;
   return c;
 }
 
@@ -331,8 +335,9 @@ std::string LawComparison::summary() const {
                     f.ci_high[i]);
       out += buf;
     }
-    std::snprintf(buf, sizeof buf, "; RSS %.4g, AIC %.2f%s%s\n", f.rss, f.aic,
-                  f.law == best_by_rss ? ", best RSS" : "", f.law == best_by_aic ? ", best AIC" : "");
+    std::snprintf(buf, sizeof buf, "; RSS %.4g, AIC %.2f, AICc %.2f%s%s%s\n", f.rss, f.aic, f.aicc,
+                  f.law == best_by_rss ? ", best RSS" : "", f.law == best_by_aic ? ", best AIC" : "",
+                  f.law == best_by_aicc ? ", best AICc" : "");
     out += buf;
   }
   return out;

@@ -39,7 +39,10 @@ std::vector<OptimalLr> optimal_lrs(const std::vector<SweepRun>& runs);
 // a enters linearly and, for each start u_0 (every observed log B), a_0 is the mean residual.
 // The best of the starts is kept. Standard errors: s^2 (J^T J)^-1, s^2 = RSS / (n - p); the
 // intervals are t-quantile intervals in the fit coordinates, so exp() makes them asymmetric in
-// eps_max and B_noise. AIC = n log(RSS/n) + 2p (Gaussian residuals, constants dropped).
+// eps_max and B_noise. AIC = n log(RSS/n) + 2p (Gaussian residuals, constants dropped) and
+// AICc = AIC + 2p(p + 1)/(n - p - 1), its small-sample correction (Hurvich & Tsai 1989): a sweep
+// has 5-15 batch sizes, where plain AIC lets the 3-parameter power law win on noise alone (it
+// nests the SGD law at alpha = 1), so the verdict uses AICc.
 struct LawFit {
   Law law = Law::kSurge;
   std::vector<double> params;     // natural units, law_lr's order
@@ -49,6 +52,7 @@ struct LawFit {
   std::vector<double> residuals;  // log(lr_k) - log(law(B_k)), in the points' order
   double rss = 0.0;               // sum of squared residuals
   double aic = 0.0;
+  double aicc = 0.0;              // +inf when n <= p + 1
   int dof = 0;                    // n - p
   int iterations = 0;             // Levenberg-Marquardt iterations of the best start
 };
@@ -60,8 +64,9 @@ LawFit fit_law(Law law, const std::vector<OptimalLr>& points, double confidence 
 struct LawComparison {
   std::vector<LawFit> fits;  // surge, sgd, power (power only with >= 3 points)
   Law best_by_rss = Law::kSurge;
-  Law best_by_aic = Law::kSurge;  // penalises the power law's third parameter
-  std::string summary() const;    // one line per law: parameters, intervals, RSS, AIC
+  Law best_by_aic = Law::kSurge;
+  Law best_by_aicc = Law::kSurge;  // the verdict: penalises the power law's third parameter
+  std::string summary() const;     // one line per law: parameters, intervals, RSS, AIC, AICc
 };
 LawComparison fit_laws(const std::vector<OptimalLr>& points, double confidence = 0.95);
 

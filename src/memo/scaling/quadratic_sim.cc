@@ -91,13 +91,15 @@ std::vector<SweepRun> simulate_sweep(const QuadraticProblem& p, SimOptimizer opt
   if (steps < 1 || seeds < 1)
     throw ConfigError(str("simulate_sweep: steps ", steps, " and seeds ", seeds, " must be >= 1"));
   std::vector<SweepRun> runs;
-  for (double batch : batches)
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const uint64_t seed0 = first_seed + uint64_t(b) * uint64_t(seeds);  // own seeds per batch
     for (double lr : lrs) {
       double sum = 0.0;
       for (int64_t s = 0; s < seeds; ++s)
-        sum += simulate(p, optimizer, lr, batch, steps, first_seed + uint64_t(s)).back();
-      runs.push_back({batch, lr, sum / double(seeds)});
+        sum += simulate(p, optimizer, lr, batches[b], steps, seed0 + uint64_t(s)).back();
+      runs.push_back({batches[b], lr, sum / double(seeds)});
     }
+  }
   return runs;
 }
 

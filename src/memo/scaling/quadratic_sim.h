@@ -43,8 +43,12 @@ std::vector<double> simulate(const QuadraticProblem& problem, SimOptimizer optim
 // The surge and SGD laws are for the lr that maximises the expected one-step loss decrease at
 // the current point (surge Lemma 1 / App. B), and on a quadratic the second-order model is exact.
 // So the sweep measures, for each (batch, lr), the loss after `steps` steps (1 matches the theory
-// exactly; a few small-lr steps nearly) averaged over seeds first_seed .. first_seed + seeds - 1,
-// the same seeds for every lr; optimal_lrs() then picks and interpolates the best lr per batch.
+// exactly; a few small-lr steps nearly) averaged over `seeds` seeds; optimal_lrs() then picks and
+// interpolates the best lr per batch. Batch size j uses seeds first_seed + j seeds + [0, seeds):
+// the same seeds for every lr of one batch size (common random numbers: the loss is a smooth
+// function of lr, so its argmin is far less noisy than with fresh noise per lr), and different
+// seeds for different batch sizes, so the per-batch errors are independent, as in a real sweep
+// (shared seeds would make them correlated across B, a smooth bias that a law can absorb).
 std::vector<SweepRun> simulate_sweep(const QuadraticProblem& problem, SimOptimizer optimizer,
                                      const std::vector<double>& batches,
                                      const std::vector<double>& lrs, int64_t steps, int64_t seeds,
