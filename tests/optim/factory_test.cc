@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <omp.h>
+
 #include "optim/optim_test_util.h"
 
 namespace memo {
@@ -83,6 +85,36 @@ TEST(Factory, restoring_state_continues_bit_for_bit) {
     }
     EXPECT_EQ(std::memcmp(p.data(), q.data(), size_t(layout.total_numel()) * sizeof(float)), 0);
   }
+}
+
+// Tensors above kParallelMinNumel run threaded; every loop is elementwise or sums fixed chunks in
+// order (see Note [Deterministic reductions]), so 1 and 3 threads give the same bits.
+TEST(Factory, results_do_not_depend_on_thread_count) {
+  ModelConfig config = test::tiny_config();
+  config.hidden_size = 128;        // [160, 128] MLP matrices: 20480 elements, threaded
+  config.intermediate_size = 160;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  ParamLayout layout(config);
+  const OptimizerOptions options = stateful_options();
+  const int threads_before = omp_get_max_threads();
+  for (const std::string& name : optimizer_names()) {
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 3}) {
+      omp_set_num_threads(threads);
+      auto opt = make_optimizer(name, layout, options);
+      AlignedBuffer<float> p(layout.total_numel()), g(layout.total_numel());
+      test::fill_params(layout, p.data(), 1);
+      for (int t = 1; t <= 2; ++t) {
+        test::fill_grads(layout, g.data(), 2, t);
+        opt->step(p.data(), g.data(), 0.01);
+      }
+      results.emplace_back(p.data(), p.data() + layout.total_numel());
+    }
+    EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)),
+              0) << name;
+  }
+  omp_set_num_threads(threads_before);
 }
 
 TEST(Factory, hyperparameters_round_trip_through_json) {

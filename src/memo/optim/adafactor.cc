@@ -15,9 +15,10 @@ namespace {
 // of a vector) is summed serially in double by one thread, then the chunk sums are added in order.
 constexpr int64_t kChunk = 1024;
 
+// numel: the elements all chunks cover, to decide whether threads pay off.
 template <class ChunkSum>
-double ordered_sum(int64_t chunks, ChunkSum chunk_sum, double* partial) {
-#pragma omp parallel for schedule(static)
+double ordered_sum(int64_t chunks, int64_t numel, ChunkSum chunk_sum, double* partial) {
+#pragma omp parallel for schedule(static) if (numel >= kParallelMinNumel)
   for (int64_t k = 0; k < chunks; ++k) partial[k] = chunk_sum(k);
   double total = 0.0;
   for (int64_t k = 0; k < chunks; ++k) total += partial[k];
@@ -29,7 +30,7 @@ int64_t chunk_count(int64_t n) { return (n + kChunk - 1) / kChunk; }
 // RMS of x[0, n), see Note [Deterministic reductions].
 double rms(const float* x, int64_t n, double* partial) {
   const double sum_sq = ordered_sum(
-      chunk_count(n),
+      chunk_count(n), n,
       [&](int64_t k) {
         double s = 0.0;
         for (int64_t j = k * kChunk; j < std::min(n, (k + 1) * kChunk); ++j) s += double(x[j]) * x[j];
@@ -104,17 +105,17 @@ void Adafactor::step(float* params, const float* grads, double lr) {
 // U_hat = U / max(1, RMS(U) / d), p -= alpha U_hat.
 void Adafactor::update_factored(float* p, const float* g, float* m, const Slot& s, float keep,
                                 float alpha) {
-  const int64_t R = s.rows, C = s.cols;
+  const int64_t R = s.rows, C = s.cols, n = R * C;
   const float b = float(beta2t_), eps1 = float(options_.eps1);
   float* row = v_.data() + s.offset;
   float* col = row + R;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
   for (int64_t r = 0; r < R; ++r) {
     double sum = 0.0;
     for (int64_t c = 0; c < C; ++c) sum += double(g[r * C + c] * g[r * C + c] + eps1);
     row[r] = b * row[r] + (1.0f - b) * float(sum / double(C));
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
   for (int64_t c = 0; c < C; ++c) {  // strided reads; Adafactor's matrices are read once per step
     double sum = 0.0;
     for (int64_t r = 0; r < R; ++r) sum += double(g[r * C + c] * g[r * C + c] + eps1);
@@ -128,7 +129,7 @@ void Adafactor::update_factored(float* p, const float* g, float* m, const Slot& 
   for (int64_t r = 0; r < R; ++r) ri[r] = float(1.0 / std::sqrt(double(row[r]) / row_mean));
   for (int64_t c = 0; c < C; ++c) ci[c] = float(1.0 / std::sqrt(double(col[c])));
   const double sum_sq_u = ordered_sum(
-      R,
+      R, R * C,
       [&](int64_t r) {
         double sum = 0.0;
         for (int64_t c = 0; c < C; ++c) {
@@ -141,7 +142,7 @@ void Adafactor::update_factored(float* p, const float* g, float* m, const Slot& 
   const double rms_u = std::sqrt(sum_sq_u / double(R * C));
   const float scale = float(alpha / std::max(1.0, rms_u / options_.clip_threshold));
   const float b1 = float(options_.beta1);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
   for (int64_t r = 0; r < R; ++r) {
     for (int64_t c = 0; c < C; ++c) {
       const int64_t j = r * C + c;
@@ -159,10 +160,10 @@ void Adafactor::update_factored(float* p, const float* g, float* m, const Slot& 
 void Adafactor::update_vector(float* p, const float* g, float* m, float* v, int64_t n, float keep,
                               float alpha) {
   const float b = float(beta2t_), eps1 = float(options_.eps1);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
   for (int64_t j = 0; j < n; ++j) v[j] = b * v[j] + (1.0f - b) * (g[j] * g[j] + eps1);
   const double sum_sq_u = ordered_sum(
-      chunk_count(n),
+      chunk_count(n), n,
       [&](int64_t k) {
         double sum = 0.0;
         for (int64_t j = k * kChunk; j < std::min(n, (k + 1) * kChunk); ++j) {
@@ -175,7 +176,7 @@ void Adafactor::update_vector(float* p, const float* g, float* m, float* v, int6
   const double rms_u = std::sqrt(sum_sq_u / double(n));
   const float scale = float(alpha / std::max(1.0, rms_u / options_.clip_threshold));
   const float b1 = float(options_.beta1);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
   for (int64_t j = 0; j < n; ++j) {
     float update = scale * (g[j] / std::sqrt(v[j]));
     if (m) {

@@ -30,7 +30,7 @@ void Adagrad::step(float* params, const float* grads, double lr) {
     const float* g = grads + info.offset;
     float* s = sum_.data() + info.offset;
     const int64_t n = info.numel;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
     for (int64_t j = 0; j < n; ++j) {
       const float d = g[j] + wd * p[j];
       s[j] += d * d;

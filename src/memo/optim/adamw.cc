@@ -29,7 +29,7 @@ void AdamW::step(float* params, const float* grads, double lr) {
     float* m = m_.data() + info.offset;
     float* v = v_.data() + info.offset;
     const int64_t n = info.numel;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
     for (int64_t j = 0; j < n; ++j) {
       p[j] *= keep;
       m[j] = b1 * m[j] + (1.0f - b1) * g[j];

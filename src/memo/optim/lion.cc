@@ -29,7 +29,7 @@ void Lion::step(float* params, const float* grads, double lr) {
     const float* g = grads + info.offset;
     float* m = m_.data() + info.offset;
     const int64_t n = info.numel;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
     for (int64_t j = 0; j < n; ++j) {
       const float c = b1 * m[j] + (1.0f - b1) * g[j];
       p[j] = p[j] * keep - lr_f * sign_of(c);

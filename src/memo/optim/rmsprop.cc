@@ -35,7 +35,7 @@ void Rmsprop::step(float* params, const float* grads, double lr) {
     float* a = centered ? grad_avg_.data() + info.offset : nullptr;
     float* b = use_momentum ? buf_.data() + info.offset : nullptr;
     const int64_t n = info.numel;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
     for (int64_t j = 0; j < n; ++j) {
       const float d = g[j] + wd * p[j];
       v[j] = alpha * v[j] + (1.0f - alpha) * d * d;

@@ -31,13 +31,13 @@ void Sgd::step(float* params, const float* grads, double lr) {
     const float* g = grads + info.offset;
     const int64_t n = info.numel;
     if (options_.momentum == 0.0) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
       for (int64_t j = 0; j < n; ++j) p[j] -= lr_f * (g[j] + wd * p[j]);
       continue;
     }
     float* b = buf_.data() + info.offset;
     const bool nesterov = options_.nesterov;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
     for (int64_t j = 0; j < n; ++j) {
       const float d = g[j] + wd * p[j];
       b[j] = first ? d : mu * b[j] + keep_grad * d;

@@ -28,12 +28,12 @@ void SignSgd::step(float* params, const float* grads, double lr) {
     const float* g = grads + info.offset;
     const int64_t n = info.numel;
     if (options_.momentum == 0.0) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
       for (int64_t j = 0; j < n; ++j) p[j] = p[j] * keep - lr_f * sign_of(g[j]);
       continue;
     }
     float* m = m_.data() + info.offset;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
     for (int64_t j = 0; j < n; ++j) {
       m[j] = beta * m[j] + (1.0f - beta) * g[j];
       p[j] = p[j] * keep - lr_f * sign_of(m[j]);
