@@ -2,13 +2,16 @@
 
 #include <cmath>
 
+#include "memo/optim/adam.h"
+#include "memo/optim/checks.h"
+
 namespace memo {
 
 AdamW::AdamW(const ParamLayout& layout, AdamWOptions options, std::vector<bool> decay)
     : layout_(layout), options_(options), decay_(std::move(decay)), m_(layout.total_numel()),
       v_(layout.total_numel()) {
-  MEMO_CHECK(decay_.size() == layout.params().size(), "decay mask of ", decay_.size(),
-             " entries for ", layout.params().size(), " tensors");
+  check_decay_mask(layout, decay_);
+  check_adam_options("adamw", options_.beta1, options_.beta2, options_.eps, options_.weight_decay);
 }
 
 void AdamW::step(float* params, const float* grads, double lr) {
@@ -26,7 +29,7 @@ void AdamW::step(float* params, const float* grads, double lr) {
     float* m = m_.data() + info.offset;
     float* v = v_.data() + info.offset;
     const int64_t n = info.numel;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
     for (int64_t j = 0; j < n; ++j) {
       p[j] *= keep;
       m[j] = b1 * m[j] + (1.0f - b1) * g[j];
@@ -44,12 +47,6 @@ std::vector<StateTensor> AdamW::state() {
     out.push_back({"exp_avg_sq." + info.name, info.shape, v_.data() + info.offset});
   }
   return out;
-}
-
-std::vector<bool> decay_matrices_only(const ParamLayout& layout) {
-  std::vector<bool> decay;
-  for (const ParamInfo& p : layout.params()) decay.push_back(p.is_matrix());
-  return decay;
 }
 
 }  // namespace memo

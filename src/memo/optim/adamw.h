@@ -17,14 +17,16 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 0.1;
 };
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdamWOptions, beta1, beta2, eps, weight_decay)
 
 class AdamW final : public Optimizer {
  public:
-  // decay[i] says whether layout.params()[i] gets weight decay.
+  // decay[i] says whether layout.params()[i] gets weight decay. Throws ConfigError on bad options.
   AdamW(const ParamLayout& layout, AdamWOptions options, std::vector<bool> decay);
   std::string name() const override { return "adamw"; }
   void step(float* params, const float* grads, double lr) override;
   std::vector<StateTensor> state() override;
+  nlohmann::json hyperparameters() const override { return options_; }
 
  private:
   const ParamLayout& layout_;
@@ -33,8 +35,5 @@ class AdamW final : public Optimizer {
   AlignedBuffer<float> m_;  // [total_numel] first moment, same layout as the parameters
   AlignedBuffer<float> v_;  // [total_numel] second moment
 };
-
-// Weight decay on matrices (Linear and Embedding weights), none on the RMSNorm weights.
-std::vector<bool> decay_matrices_only(const ParamLayout& layout);
 
 }  // namespace memo

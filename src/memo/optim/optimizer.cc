@@ -1,0 +1,26 @@
+#include "memo/optim/optimizer.h"
+
+#include "memo/optim/checks.h"
+
+namespace memo {
+
+std::vector<bool> decay_matrices_only(const ParamLayout& layout) {
+  std::vector<bool> decay;
+  for (const ParamInfo& p : layout.params()) decay.push_back(p.is_matrix());
+  return decay;
+}
+
+void check_decay_mask(const ParamLayout& layout, const std::vector<bool>& decay) {
+  if (decay.size() != layout.params().size())
+    throw ConfigError(str("weight-decay mask has ", decay.size(), " entries but the model has ",
+                          layout.params().size(), " parameter tensors; pass one flag per tensor "
+                          "(decay_matrices_only(layout) gives the usual mask)"));
+}
+
+void check_option(bool ok, const std::string& optimizer, const std::string& option, double value,
+                  const std::string& allowed) {
+  if (!ok)
+    throw ConfigError(str(optimizer, " option ", option, " = ", value, " is outside ", allowed));
+}
+
+}  // namespace memo

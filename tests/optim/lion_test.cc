@@ -1,0 +1,30 @@
+#include "memo/optim/lion.h"
+
+#include "optim/optim_test_util.h"
+
+namespace memo {
+namespace {
+
+using test::Params64;
+
+// Chen et al. 2023, Algorithm 2, in float64.
+TEST(Lion, update_matches_reference) {
+  ParamLayout layout(test::tiny_config());
+  const std::vector<bool> decay = decay_matrices_only(layout);
+  const LionOptions o{.beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.5};
+  Lion opt(layout, o, decay);
+  Params64 m = test::zeros_like(layout);
+  auto reference = [&](int, double lr, Params64& p, const Params64& g) {
+    for (size_t i = 0; i < p.size(); ++i)
+      for (size_t j = 0; j < p[i].size(); ++j) {
+        const double c = o.beta1 * m[i][j] + (1 - o.beta1) * g[i][j];
+        const double wd = decay[i] ? o.weight_decay : 0.0;
+        p[i][j] -= lr * (test::sign_of(c) + wd * p[i][j]);
+        m[i][j] = o.beta2 * m[i][j] + (1 - o.beta2) * g[i][j];
+      }
+  };
+  test::run_against_reference(layout, opt, reference, test::kSteps, test::kAtol, test::kRtol);
+}
+
+}  // namespace
+}  // namespace memo
