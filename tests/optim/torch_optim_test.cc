@@ -94,7 +94,7 @@ class TorchOptim : public ::testing::Test {
     test::TempDir dir;
     std::ofstream(dir / "in.json") << input.dump();
     const test::CommandResult r = test::run_command("/usr/bin/python3 " + script_path() + " " +
-                                                    (dir / "in.json") + " " + (dir / "out.json"));
+                                                    dir.str("in.json") + " " + dir.str("out.json"));
     *script_output_ = r.output;
     script_ok_ = r.exit_code == 0;
     if (!script_ok_) return;
@@ -137,7 +137,7 @@ TEST(TorchOptimScript, unknown_optimizer_fails_with_a_message) {
   std::ofstream(dir / "in.json") << R"({"cases": [{"optimizer": "lion", "hyperparameters": {},
       "lrs": [], "tensors": [], "grads": []}]})";
   const test::CommandResult r = test::run_command("/usr/bin/python3 " + script_path() + " " +
-                                                  (dir / "in.json") + " " + (dir / "out.json"));
+                                                  dir.str("in.json") + " " + dir.str("out.json"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("no torch counterpart for optimizer 'lion'"), std::string::npos)
       << r.output;
