@@ -1,0 +1,86 @@
+// memo bench: a timed training step (forward, backward, AdamW) on random tokens: step time,
+// tokens/s, MFU against the measured matrix-product peak, peak activation bytes and peak RSS.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "memo/backend/caching_allocator.h"
+#include "memo/cli/commands.h"
+#include "memo/core/random.h"
+#include "memo/io/config_json.h"
+#include "memo/kernels/cpu/kernels.h"
+#include "memo/kernels/cpu/matmul_peak.h"
+#include "memo/memory/strategy.h"
+#include "memo/model/model.h"
+#include "memo/optim/adamw.h"
+
+namespace memo::cli {
+namespace {
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return int64_t(u.ru_maxrss) * 1024;
+}
+
+// memo bench: a timed training step (forward, backward, AdamW) on random tokens.
+nlohmann::json run_bench(const std::string& config_path, int64_t seq, int64_t batch, int64_t steps) {
+  const ModelConfig config = load_model_config(config_path);
+  Model model(config);
+  model.init(1);
+  AdamW opt(model.layout(), AdamWOptions{}, decay_matrices_only(model.layout()));
+  CachingAllocator alloc;
+  KeepStrategy strategy(config, alloc);
+  std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = int32_t(mix(7, i) % uint64_t(config.vocab_size));
+    targets[i] = int32_t(mix(8, i) % uint64_t(config.vocab_size));
+  }
+  auto one_step = [&] {
+    model.zero_grads();
+    model.forward_backward(inputs.data(), targets.data(), batch, seq, 1.0f / float(batch * seq),
+                           strategy, alloc);
+    opt.step(model.params(), model.grads(), 1e-4);
+  };
+  one_step();  // warm-up: first-touch allocations
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) one_step();
+  const double step_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(steps);
+  const double peak = cpu::measure_matmul_peak_flops(1.0);
+  const double flops = train_flops_per_token(config, seq) * double(batch * seq);
+  return {{"params", model.layout().count()},
+          {"seq", seq},
+          {"batch", batch},
+          {"step_seconds", step_s},
+          {"tokens_per_s", double(batch * seq) / step_s},
+          {"model_flops_per_step", flops},
+          {"matmul_peak_flops", peak},
+          {"mfu", flops / step_s / peak},
+          {"activation_peak_bytes", alloc.peak_live_bytes()},
+          {"peak_rss_bytes", peak_rss_bytes()},
+          {"blas", cpu::blas_name()}};
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  struct Options {
+    std::string config;
+    int64_t seq = 1024, batch = 1, steps = 3;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* bench = app.add_subcommand("bench", "Time a training step: step time, tokens/s, MFU");
+  bench->add_option("--config", o->config, "Model config.json")->required();
+  bench->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
+  bench->add_option("--batch", o->batch, "Sequences per step")->capture_default_str();
+  bench->add_option("--steps", o->steps, "Timed steps after one warm-up step")->capture_default_str();
+  bench->callback([o] { std::cout << run_bench(o->config, o->seq, o->batch, o->steps).dump() << "\n"; });
+}
+
+}  // namespace memo::cli

@@ -1,0 +1,13 @@
+// Each subcommand of `memo` registers its flags and its action on the app; main.cc only parses
+// and reports errors. One file per subcommand (train_command.cc, eval_command.cc, ...).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace memo::cli {
+
+void add_train_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+
+}  // namespace memo::cli

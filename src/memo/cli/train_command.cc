@@ -1,0 +1,52 @@
+// memo train: flags -> TrainOptions -> train().
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "memo/cli/commands.h"
+#include "memo/core/error.h"
+#include "memo/train/trainer.h"
+
+namespace memo::cli {
+
+void add_train_command(CLI::App& app) {
+  auto t = std::make_shared<TrainOptions>();
+  CLI::App* train = app.add_subcommand("train", "Train a model");
+  train->add_option("--config", t->config_path, "Model config.json (Hugging Face LlamaConfig fields)");
+  train->add_option("--data", t->data_path, "Training data: raw text (bytes) or an llm.c token file")->required();
+  train->add_option("--val-data", t->val_data_path, "Validation data (default: the last --val-fraction of --data)");
+  train->add_option("--val-fraction", t->val_fraction, "Fraction of --data held out for validation")->capture_default_str();
+  train->add_option("--val-batches", t->val_batches, "Micro-batches of validation windows at the end")->capture_default_str();
+  train->add_option("--seq", t->seq, "Tokens per sequence")->capture_default_str();
+  train->add_option("--batch", t->batch, "Sequences per optimiser step")->capture_default_str();
+  train->add_option("--micro-batch", t->micro_batch, "Sequences per forward/backward (0: --batch)")->capture_default_str();
+  train->add_option("--steps", t->steps, "Optimiser steps in total")->capture_default_str();
+  train->add_option("--lr", t->lr, "Peak learning rate")->capture_default_str();
+  train->add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")->capture_default_str();
+  train->add_option("--warmup", t->warmup, "Linear warm-up steps")->capture_default_str();
+  train->add_option("--weight-decay", t->adamw.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
+  train->add_option("--beta1", t->adamw.beta1, "AdamW beta1")->capture_default_str();
+  train->add_option("--beta2", t->adamw.beta2, "AdamW beta2")->capture_default_str();
+  train->add_option("--eps", t->adamw.eps, "AdamW epsilon")->capture_default_str();
+  train->add_option("--clip", t->clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
+  train->add_option("--seed", t->seed, "Seed of the weight init and the data windows")->capture_default_str();
+  CLI::Option* out = train->add_option("--out", t->out_dir, "Run directory for checkpoints")->capture_default_str();
+  train->add_option("--save-every", t->save_every, "Checkpoint period in steps (0: only at the end)")->capture_default_str();
+  train->add_option("--resume", t->resume_dir, "Continue the run in this directory (or checkpoint)");
+  train->add_option("--init-from", t->init_from, "Start from this checkpoint's weights with a fresh optimiser");
+  train->add_option("--log", t->log_path, "JSON-lines log, one object per step");
+  train->add_option("--log-every", t->log_every, "Progress line period in steps")->capture_default_str();
+  train->callback([t, out] {
+    TrainOptions o = *t;
+    if (o.resume_dir.empty() && o.config_path.empty())
+      throw ConfigError("--config is required (or --resume a run)");
+    if (!o.resume_dir.empty() && out->count() == 0) {
+      // continue writing into the run being resumed
+      const std::filesystem::path r(o.resume_dir);
+      o.out_dir = std::filesystem::exists(r / "model.safetensors") ? r.parent_path().string() : r.string();
+    }
+    memo::train(o, std::cout);
+  });
+}
+
+}  // namespace memo::cli
