@@ -20,7 +20,7 @@ using test::kFloatU;
 struct MatmulCase {
   int64_t M, N, K;
 };
-const std::vector<MatmulCase> kCases = {{1, 1, 1},   {1, 7, 13},  {13, 1, 7},  {7, 13, 1},
+const std::vector<MatmulCase> kCases = {{1, 1, 1},    {1, 7, 13},   {13, 1, 7},   {7, 13, 1},
                                         {17, 33, 97}, {97, 31, 64}, {64, 80, 257}};
 
 // Runs one product on views padded by `pad` columns (ld = cols + pad) and checks it against the
@@ -88,8 +88,8 @@ TEST(Matmul, rejects_mismatched_shapes_and_column_strides) {
   std::vector<float> buf(256);
   Tensor c(buf.data(), {4, 5}), a(buf.data(), {4, 3}), b(buf.data(), {3, 5});
   EXPECT_NO_THROW(matmul(c, a, b, false, false));
-  EXPECT_THROW(matmul(c, a, b, true, false), Error);   // a^T is [3, 4]
-  EXPECT_THROW(matmul(c, a, b, false, true), Error);   // b^T is [5, 3]
+  EXPECT_THROW(matmul(c, a, b, true, false), Error);  // a^T is [3, 4]
+  EXPECT_THROW(matmul(c, a, b, false, true), Error);  // b^T is [5, 3]
   EXPECT_THROW(matmul(Tensor(buf.data(), {4, 6}), a, b, false, false), Error);
   EXPECT_THROW(matmul(c, a, ConstTensor(buf.data(), {3, 5}, {1, 3}), false, false), Error);
   EXPECT_THROW(matmul(c, a, ConstTensor(buf.data(), {15}), false, false), Error);

@@ -1,0 +1,173 @@
+// Which BLAS should memo::cpu::matmul use? Times OpenBLAS (cblas_sgemm) and oneDNN (dnnl_sgemm)
+// in the same run, interleaved, on the products a LLaMA layer makes (forward y = x W^T, backward
+// dx = dy W and dW = dy^T x) and on a large square product (the peak). Also checks that repeated
+// calls give the same bits, and times each library right after an OpenMP kernel, as in training.
+// Usage: matmul_bench [tokens...]   (default 1024 8192). Results: bench/RESULTS.md.
+#include <cblas.h>
+#include <dnnl.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "memo/kernels/cpu/kernels.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kThreads = 2;
+// Timed calls per library and shape, interleaved, the best kept: at least kMinReps, more for
+// small products until about kMinSeconds per library, since the load from other processes comes
+// and goes.
+constexpr int kMinReps = 3, kMaxReps = 30;
+constexpr double kMinSeconds = 0.3;
+
+enum class Lib { kOpenBlas, kDnnl };
+
+struct Product {
+  const char* what;
+  int64_t M, N, K;
+  bool ta, tb;
+};
+
+// C[M,N] = op(A) op(B), row-major, contiguous.
+void sgemm(Lib lib, const Product& p, const float* a, const float* b, float* c) {
+  const int64_t lda = p.ta ? p.M : p.K, ldb = p.tb ? p.K : p.N;
+  if (lib == Lib::kOpenBlas) {
+    cblas_sgemm(CblasRowMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans,
+                int(p.M), int(p.N), int(p.K), 1.0f, a, int(lda), b, int(ldb), 0.0f, c, int(p.N));
+  } else if (dnnl_sgemm(p.ta ? 'T' : 'N', p.tb ? 'T' : 'N', p.M, p.N, p.K, 1.0f, a, lda, b, ldb,
+                        0.0f, c, p.N) != dnnl_success) {
+    std::fprintf(stderr, "dnnl_sgemm failed\n");
+    std::exit(1);
+  }
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Buffers {
+  std::vector<float> a, b, c, c2;
+  explicit Buffers(const Product& p) : a(p.M * p.K), b(p.K * p.N), c(p.M * p.N), c2(p.M * p.N) {
+    for (size_t i = 0; i < a.size(); ++i) a[i] = float(int(i % 17) - 8) / 8.0f;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = float(int(i % 13) - 6) / 6.0f;
+  }
+};
+
+// Best-of-kReps GFLOP/s of each library, alternating calls so that load from other processes
+// hits both alike. Also reports whether each library repeats its own bits.
+void time_product(const Product& p) {
+  Buffers buf(p);
+  const double gflop = 2.0 * double(p.M) * double(p.N) * double(p.K) * 1e-9;
+  double best[2] = {1e300, 1e300};
+  bool same_bits[2] = {true, true};
+  double first_s = 0.0;
+  for (Lib lib : {Lib::kOpenBlas, Lib::kDnnl}) {
+    const auto t0 = Clock::now();
+    sgemm(lib, p, buf.a.data(), buf.b.data(), buf.c.data());
+    first_s = std::max(first_s, seconds_since(t0));
+  }
+  const int reps = std::clamp(int(kMinSeconds / first_s), kMinReps, kMaxReps);
+  for (int rep = 0; rep < reps; ++rep) {
+    for (Lib lib : {Lib::kOpenBlas, Lib::kDnnl}) {
+      const int l = int(lib);
+      sgemm(lib, p, buf.a.data(), buf.b.data(), buf.c2.data());  // reference bits for this lib
+      const auto t0 = Clock::now();
+      sgemm(lib, p, buf.a.data(), buf.b.data(), buf.c.data());
+      best[l] = std::min(best[l], seconds_since(t0));
+      same_bits[l] &= std::memcmp(buf.c.data(), buf.c2.data(), buf.c.size() * sizeof(float)) == 0;
+    }
+  }
+  std::printf("%-22s %5ld %5ld %5ld  %c%c  %8.1f %8.1f  %6.2f   %s/%s\n", p.what, long(p.M),
+              long(p.N), long(p.K), p.ta ? 'T' : 'N', p.tb ? 'T' : 'N', gflop / best[0],
+              gflop / best[1], best[0] / best[1], same_bits[0] ? "same" : "DIFF",
+              same_bits[1] ? "same" : "DIFF");
+  std::fflush(stdout);
+}
+
+// An OpenMP kernel (rmsnorm over [M, K]) then the product, repeated: a training step alternates
+// them, and a BLAS with its own thread pool (OpenBLAS pthreads) can contend with OpenMP's
+// spinning workers on 2 cores. Prints seconds per pair against the sum of the parts alone.
+void time_after_openmp(const Product& p) {
+  Buffers buf(p);
+  std::vector<float> y(p.M * p.K), r(p.M), w(p.K, 1.0f);
+  memo::Tensor yv(y.data(), {p.M, p.K}), rv(r.data(), {p.M});
+  memo::ConstTensor xv(buf.a.data(), {p.M, p.K}), wv(w.data(), {p.K});
+  auto norm = [&] { memo::cpu::rmsnorm_forward(yv, rv, xv, wv, 1e-5f); };
+  auto best_of = [](auto&& f) {
+    double best = 1e300;
+    for (int rep = 0; rep < 7; ++rep) {
+      const auto t0 = Clock::now();
+      f();
+      best = std::min(best, seconds_since(t0));
+    }
+    return best;
+  };
+  norm();
+  const double t_norm = best_of(norm);
+  std::printf("after OpenMP: %ldx%ldx%ld, rmsnorm alone %.2f ms\n", long(p.M), long(p.N), long(p.K),
+              t_norm * 1e3);
+  for (Lib lib : {Lib::kOpenBlas, Lib::kDnnl}) {
+    auto mm = [&] { sgemm(lib, p, buf.a.data(), buf.b.data(), buf.c.data()); };
+    mm();
+    const double t_mm = best_of(mm);
+    const double t_pair = best_of([&] {
+                            for (int i = 0; i < 4; ++i) {
+                              norm();
+                              mm();
+                            }
+                          }) /
+                          4.0;
+    std::printf("  %-8s sgemm alone %7.2f ms, rmsnorm + sgemm %7.2f ms (parts sum %7.2f ms)\n",
+                lib == Lib::kOpenBlas ? "OpenBLAS" : "oneDNN", t_mm * 1e3, t_pair * 1e3,
+                (t_mm + t_norm) * 1e3);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> tokens;
+  for (int i = 1; i < argc; ++i) tokens.push_back(std::atol(argv[i]));
+  if (tokens.empty()) tokens = {1024, 8192};
+  omp_set_num_threads(kThreads);
+  openblas_set_num_threads(kThreads);
+  const dnnl_version_t* v = dnnl_version();
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  std::printf(
+      "threads %d, best of %d to %d interleaved calls\nOpenBLAS: %s, core %s "
+      "(OPENBLAS_CORETYPE=%s)\n"
+      "oneDNN %d.%d.%d (max ISA: ONEDNN_MAX_CPU_ISA=%s)\nmemo::cpu::matmul: %s\n",
+      kThreads, kMinReps, kMaxReps, openblas_get_config(), openblas_get_corename(),
+      coretype ? coretype : "unset", v->major, v->minor, v->patch,
+      std::getenv("ONEDNN_MAX_CPU_ISA") ? std::getenv("ONEDNN_MAX_CPU_ISA") : "unset",
+      memo::cpu::blas_name());
+  const std::string warning = memo::cpu::blas_warning();
+  std::printf("blas_warning: %s\n\n", warning.empty() ? "(none)" : warning.c_str());
+  std::printf("%-22s %5s %5s %5s  op  %8s %8s  %6s   bits\n", "product", "M", "N", "K", "OpenBLAS",
+              "oneDNN", "ratio");
+  std::printf("%-22s %5s %5s %5s      %8s %8s  %6s   (repeat)\n", "", "", "", "", "GFLOP/s",
+              "GFLOP/s", "dnnl/ob");
+  for (int64_t n : {2048, 4096}) time_product({"peak: square", n, n, n, false, false});
+  // (C, F) = (256, 688) and (1024, 2752): the widths of memo's small and 1024-wide configs.
+  for (auto [C, F] : {std::pair<int64_t, int64_t>{256, 688}, {1024, 2752}}) {
+    for (int64_t T : tokens) {
+      time_product({"fwd x W^T (C->F)", T, F, C, false, true});
+      time_product({"fwd x W^T (F->C)", T, C, F, false, true});
+      time_product({"fwd x W^T (C->C)", T, C, C, false, true});
+      time_product({"bwd dx = dy W (F->C)", T, C, F, false, false});
+      time_product({"bwd dx = dy W (C->F)", T, F, C, false, false});
+      time_product({"bwd dW = dy^T x (FxC)", F, C, T, true, false});
+      time_product({"bwd dW = dy^T x (CxF)", C, F, T, true, false});
+    }
+  }
+  std::printf("\n");
+  time_after_openmp({"", tokens.back(), 1024, 1024, false, true});
+  return 0;
+}
