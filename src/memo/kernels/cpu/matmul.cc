@@ -2,6 +2,7 @@
 // CMakeLists.txt, measured in bench/matmul_bench.cc). The only place memo calls sgemm; it checks
 // shapes and strides on entry and passes row-major views straight through (no copies). Also names
 // the library in use and warns when it runs a kernel slower than this CPU allows.
+
 #include <omp.h>
 
 #include <algorithm>
