@@ -2,7 +2,8 @@
 // in the same run, interleaved, on the products a LLaMA layer makes (forward y = x W^T, backward
 // dx = dy W and dW = dy^T x) and on a large square product (the peak). Also checks that repeated
 // calls give the same bits, and times each library right after an OpenMP kernel, as in training.
-// Usage: matmul_bench [tokens...]   (default 1024 8192). Results: bench/RESULTS.md.
+// Usage: matmul_bench [tokens...]   (default 1024 8192); matmul_bench --peak: square products
+// only (to compare OPENBLAS_CORETYPE settings). Results: bench/RESULTS.md.
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
@@ -133,8 +134,9 @@ void time_after_openmp(const Product& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool peak_only = argc > 1 && std::strcmp(argv[1], "--peak") == 0;
   std::vector<int64_t> tokens;
-  for (int i = 1; i < argc; ++i) tokens.push_back(std::atol(argv[i]));
+  for (int i = peak_only ? 2 : 1; i < argc; ++i) tokens.push_back(std::atol(argv[i]));
   if (tokens.empty()) tokens = {1024, 8192};
   omp_set_num_threads(kThreads);
   openblas_set_num_threads(kThreads);
@@ -155,6 +157,7 @@ int main(int argc, char** argv) {
   std::printf("%-22s %5s %5s %5s      %8s %8s  %6s   (repeat)\n", "", "", "", "", "GFLOP/s",
               "GFLOP/s", "dnnl/ob");
   for (int64_t n : {2048, 4096}) time_product({"peak: square", n, n, n, false, false});
+  if (peak_only) return 0;
   // (C, F) = (256, 688) and (1024, 2752): the widths of memo's small and 1024-wide configs.
   for (auto [C, F] : {std::pair<int64_t, int64_t>{256, 688}, {1024, 2752}}) {
     for (int64_t T : tokens) {

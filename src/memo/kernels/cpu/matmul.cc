@@ -106,18 +106,23 @@ std::string blas_warning() {
 #if defined(MEMO_BLAS_OPENBLAS)
   const std::string core = openblas_get_corename();
   const int core_level = openblas_core_level(core);
-  if (core_level < cpu_level) {
-    const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  const std::string remedy = forced ? str(" (OPENBLAS_CORETYPE=", forced, " is set: unset it)")
+                                    : std::string(" (set OPENBLAS_CORETYPE=Haswell or newer)");
+  // A kernel above the CPU's level (only possible when forced) dies with SIGILL in its first
+  // sgemm, so this must be printed before any matmul runs.
+  if (core_level > cpu_level)
     return str("OpenBLAS runs its ", core, " kernel (", kLevelName[core_level], ") on a CPU with ",
-               kLevelName[cpu_level], "; matmul may be several times slower",
-               forced ? str(" (OPENBLAS_CORETYPE=", forced, " is set: unset it)")
-                      : std::string(" (set OPENBLAS_CORETYPE=Haswell or newer)"));
-  }
+               kLevelName[cpu_level], ": the first matmul will die of an illegal instruction",
+               remedy);
+  if (core_level < cpu_level)
+    return str("OpenBLAS runs its ", core, " kernel (", kLevelName[core_level], ") on a CPU with ",
+               kLevelName[cpu_level], "; matmul may be several times slower", remedy);
   // The pthread build of OpenBLAS keeps its own pool, sized by OPENBLAS_NUM_THREADS, apart from
   // the OpenMP threads of the other kernels.
   if (openblas_get_num_threads() < omp_get_max_threads())
-    return str("OpenBLAS uses ", openblas_get_num_threads(), " threads but the other kernels use ",
-               omp_get_max_threads(),
+    return str("OpenBLAS uses ", openblas_get_num_threads(),
+               " thread(s) but the other kernels use ", omp_get_max_threads(),
                "; matmul is slower than it could be (unset or raise "
                "OPENBLAS_NUM_THREADS)");
 #else
