@@ -7,6 +7,7 @@
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -53,6 +54,28 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// CPU seconds used by this process. With one thread and no helper threads it is the product's
+// compute time, and unlike wall time it hardly moves when other processes share the cores.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+void set_threads(int n) {
+  omp_set_num_threads(n);  // oneDNN (OpenMP runtime) and memo's kernels
+  openblas_set_num_threads(n);
+}
+
+double load_average() {
+  double load = -1.0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = -1.0;
+    std::fclose(f);
+  }
+  return load;
+}
+
 struct Buffers {
   std::vector<float> a, b, c, c2;
   explicit Buffers(const Product& p) : a(p.M * p.K), b(p.K * p.N), c(p.M * p.N), c2(p.M * p.N) {
@@ -61,34 +84,51 @@ struct Buffers {
   }
 };
 
-// Best-of-kReps GFLOP/s of each library, alternating calls so that load from other processes
-// hits both alike. Also reports whether each library repeats its own bits.
-void time_product(const Product& p) {
-  Buffers buf(p);
-  const double gflop = 2.0 * double(p.M) * double(p.N) * double(p.K) * 1e-9;
-  double best[2] = {1e300, 1e300};
+// Best time of each library over `reps` alternating calls, so that load from other processes
+// hits both alike: wall seconds with kThreads threads, or CPU seconds with one thread. Also
+// whether each library repeats its own bits.
+struct Timing {
+  double best_s[2] = {1e300, 1e300};
   bool same_bits[2] = {true, true};
-  double first_s = 0.0;
-  for (Lib lib : {Lib::kOpenBlas, Lib::kDnnl}) {
-    const auto t0 = Clock::now();
-    sgemm(lib, p, buf.a.data(), buf.b.data(), buf.c.data());
-    first_s = std::max(first_s, seconds_since(t0));
-  }
-  const int reps = std::clamp(int(kMinSeconds / first_s), kMinReps, kMaxReps);
+};
+
+Timing time_libs(const Product& p, Buffers& buf, int reps, bool cpu_time) {
+  Timing timing;
   for (int rep = 0; rep < reps; ++rep) {
     for (Lib lib : {Lib::kOpenBlas, Lib::kDnnl}) {
       const int l = int(lib);
       sgemm(lib, p, buf.a.data(), buf.b.data(), buf.c2.data());  // reference bits for this lib
       const auto t0 = Clock::now();
+      const double cpu0 = process_cpu_seconds();
       sgemm(lib, p, buf.a.data(), buf.b.data(), buf.c.data());
-      best[l] = std::min(best[l], seconds_since(t0));
-      same_bits[l] &= std::memcmp(buf.c.data(), buf.c2.data(), buf.c.size() * sizeof(float)) == 0;
+      const double s = cpu_time ? process_cpu_seconds() - cpu0 : seconds_since(t0);
+      timing.best_s[l] = std::min(timing.best_s[l], s);
+      timing.same_bits[l] &=
+          std::memcmp(buf.c.data(), buf.c2.data(), buf.c.size() * sizeof(float)) == 0;
     }
   }
-  std::printf("%-22s %5ld %5ld %5ld  %c%c  %8.1f %8.1f  %6.2f   %s/%s\n", p.what, long(p.M),
-              long(p.N), long(p.K), p.ta ? 'T' : 'N', p.tb ? 'T' : 'N', gflop / best[0],
-              gflop / best[1], best[0] / best[1], same_bits[0] ? "same" : "DIFF",
-              same_bits[1] ? "same" : "DIFF");
+  return timing;
+}
+
+void time_product(const Product& p) {
+  Buffers buf(p);
+  const double gflop = 2.0 * double(p.M) * double(p.N) * double(p.K) * 1e-9;
+  double first_s = 0.0;
+  for (Lib lib : {Lib::kOpenBlas, Lib::kDnnl}) {  // warm-up: thread pools, JIT, page faults
+    const auto t0 = Clock::now();
+    sgemm(lib, p, buf.a.data(), buf.b.data(), buf.c.data());
+    first_s = std::max(first_s, seconds_since(t0));
+  }
+  const int reps = std::clamp(int(kMinSeconds / first_s), kMinReps, kMaxReps);
+  const Timing two = time_libs(p, buf, reps, false);
+  set_threads(1);
+  const Timing one = time_libs(p, buf, std::max(kMinReps, reps / 2), true);
+  set_threads(kThreads);
+  std::printf("%-22s %5ld %5ld %5ld  %c%c  %7.1f %7.1f %6.2f  %7.1f %7.1f %6.2f  %s/%s\n", p.what,
+              long(p.M), long(p.N), long(p.K), p.ta ? 'T' : 'N', p.tb ? 'T' : 'N',
+              gflop / two.best_s[0], gflop / two.best_s[1], two.best_s[0] / two.best_s[1],
+              gflop / one.best_s[0], gflop / one.best_s[1], one.best_s[0] / one.best_s[1],
+              two.same_bits[0] ? "same" : "DIFF", two.same_bits[1] ? "same" : "DIFF");
   std::fflush(stdout);
 }
 
@@ -138,8 +178,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> tokens;
   for (int i = peak_only ? 2 : 1; i < argc; ++i) tokens.push_back(std::atol(argv[i]));
   if (tokens.empty()) tokens = {1024, 8192};
-  omp_set_num_threads(kThreads);
-  openblas_set_num_threads(kThreads);
+  set_threads(kThreads);
+  std::printf("load average at start: %.2f\n", load_average());
   const dnnl_version_t* v = dnnl_version();
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   std::printf(
@@ -152,10 +192,10 @@ int main(int argc, char** argv) {
       memo::cpu::blas_name());
   const std::string warning = memo::cpu::blas_warning();
   std::printf("blas_warning: %s\n\n", warning.empty() ? "(none)" : warning.c_str());
-  std::printf("%-22s %5s %5s %5s  op  %8s %8s  %6s   bits\n", "product", "M", "N", "K", "OpenBLAS",
-              "oneDNN", "ratio");
-  std::printf("%-22s %5s %5s %5s      %8s %8s  %6s   (repeat)\n", "", "", "", "", "GFLOP/s",
-              "GFLOP/s", "dnnl/ob");
+  std::printf("GFLOP/s: %d threads by wall time | 1 thread by CPU time; ratio: oneDNN / OpenBLAS\n",
+              kThreads);
+  std::printf("%-22s %5s %5s %5s  op  %7s %7s %6s  %7s %7s %6s  bits\n", "product", "M", "N", "K",
+              "OpenBLS", "oneDNN", "ratio", "OpenBLS", "oneDNN", "ratio");
   for (int64_t n : {2048, 4096}) time_product({"peak: square", n, n, n, false, false});
   if (peak_only) return 0;
   // (C, F) = (256, 688) and (1024, 2752): the widths of memo's small and 1024-wide configs.
@@ -172,5 +212,6 @@ int main(int argc, char** argv) {
   }
   std::printf("\n");
   time_after_openmp({"", tokens.back(), 1024, 1024, false, true});
+  std::printf("load average at end: %.2f\n", load_average());
   return 0;
 }
