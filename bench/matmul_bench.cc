@@ -3,7 +3,8 @@
 // dx = dy W and dW = dy^T x) and on a large square product (the peak). Also checks that repeated
 // calls give the same bits, and times each library right after an OpenMP kernel, as in training.
 // Usage: matmul_bench [tokens...]   (default 1024 8192); matmul_bench --peak: square products
-// only (to compare OPENBLAS_CORETYPE settings). Results: bench/RESULTS.md.
+// only (to compare OPENBLAS_CORETYPE settings); matmul_bench -1: the OpenMP interplay only.
+// Results: bench/RESULTS.md.
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
@@ -132,42 +133,50 @@ void time_product(const Product& p) {
   std::fflush(stdout);
 }
 
-// An OpenMP kernel (rmsnorm over [M, K]) then the product, repeated: a training step alternates
-// them, and a BLAS with its own thread pool (OpenBLAS pthreads) can contend with OpenMP's
-// spinning workers on 2 cores. Prints seconds per pair against the sum of the parts alone.
+// An OpenMP kernel (rmsnorm over [M, K]) then the product, repeated, as a training step
+// alternates them. A BLAS with its own thread pool (OpenBLAS pthreads) can contend with OpenMP's
+// spinning workers on 2 cores, and each pool's idle spinning shows as extra CPU time. Prints wall
+// and process CPU milliseconds per pair against the sum of the parts run alone.
 void time_after_openmp(const Product& p) {
   Buffers buf(p);
   std::vector<float> y(p.M * p.K), r(p.M), w(p.K, 1.0f);
   memo::Tensor yv(y.data(), {p.M, p.K}), rv(r.data(), {p.M});
   memo::ConstTensor xv(buf.a.data(), {p.M, p.K}), wv(w.data(), {p.K});
   auto norm = [&] { memo::cpu::rmsnorm_forward(yv, rv, xv, wv, 1e-5f); };
+  struct Best {
+    double wall_ms = 1e300, cpu_ms = 1e300;
+  };
+  constexpr int kInner = 8;  // calls per timed repetition
   auto best_of = [](auto&& f) {
-    double best = 1e300;
-    for (int rep = 0; rep < 7; ++rep) {
+    Best best;
+    for (int rep = 0; rep < 5; ++rep) {
       const auto t0 = Clock::now();
-      f();
-      best = std::min(best, seconds_since(t0));
+      const double cpu0 = process_cpu_seconds();
+      for (int i = 0; i < kInner; ++i) f();
+      best.cpu_ms = std::min(best.cpu_ms, (process_cpu_seconds() - cpu0) * 1e3 / kInner);
+      best.wall_ms = std::min(best.wall_ms, seconds_since(t0) * 1e3 / kInner);
     }
     return best;
   };
   norm();
-  const double t_norm = best_of(norm);
-  std::printf("after OpenMP: %ldx%ldx%ld, rmsnorm alone %.2f ms\n", long(p.M), long(p.N), long(p.K),
-              t_norm * 1e3);
+  const Best b_norm = best_of(norm);
+  std::printf(
+      "after OpenMP: rmsnorm [%ld, %ld] then sgemm %ldx%ldx%ld: wall ms | CPU ms (both "
+      "threads) per call\n  rmsnorm alone %7.2f | %7.2f\n",
+      long(p.M), long(p.K), long(p.M), long(p.N), long(p.K), b_norm.wall_ms, b_norm.cpu_ms);
   for (Lib lib : {Lib::kOpenBlas, Lib::kDnnl}) {
     auto mm = [&] { sgemm(lib, p, buf.a.data(), buf.b.data(), buf.c.data()); };
     mm();
-    const double t_mm = best_of(mm);
-    const double t_pair = best_of([&] {
-                            for (int i = 0; i < 4; ++i) {
-                              norm();
-                              mm();
-                            }
-                          }) /
-                          4.0;
-    std::printf("  %-8s sgemm alone %7.2f ms, rmsnorm + sgemm %7.2f ms (parts sum %7.2f ms)\n",
-                lib == Lib::kOpenBlas ? "OpenBLAS" : "oneDNN", t_mm * 1e3, t_pair * 1e3,
-                (t_mm + t_norm) * 1e3);
+    const Best b_mm = best_of(mm);
+    const Best b_pair = best_of([&] {
+      norm();
+      mm();
+    });
+    std::printf(
+        "  %-8s sgemm alone %7.2f | %7.2f, rmsnorm + sgemm %7.2f | %7.2f (parts sum "
+        "%7.2f | %7.2f)\n",
+        lib == Lib::kOpenBlas ? "OpenBLAS" : "oneDNN", b_mm.wall_ms, b_mm.cpu_ms, b_pair.wall_ms,
+        b_pair.cpu_ms, b_mm.wall_ms + b_norm.wall_ms, b_mm.cpu_ms + b_norm.cpu_ms);
   }
 }
 
@@ -196,8 +205,14 @@ int main(int argc, char** argv) {
               kThreads);
   std::printf("%-22s %5s %5s %5s  op  %7s %7s %6s  %7s %7s %6s  bits\n", "product", "M", "N", "K",
               "OpenBLS", "oneDNN", "ratio", "OpenBLS", "oneDNN", "ratio");
-  for (int64_t n : {2048, 4096}) time_product({"peak: square", n, n, n, false, false});
+  time_product({"peak: square", 2048, 2048, 2048, false, false});
   if (peak_only) return 0;
+  time_product({"peak: square", 4096, 4096, 4096, false, false});
+  if (tokens.size() == 1 && tokens[0] < 0) {  // matmul_bench -1: the OpenMP interplay only
+    time_after_openmp({"", 1024, 688, 256, false, true});
+    time_after_openmp({"", 8192, 1024, 1024, false, true});
+    return 0;
+  }
   // (C, F) = (256, 688) and (1024, 2752): the widths of memo's small and 1024-wide configs.
   for (auto [C, F] : {std::pair<int64_t, int64_t>{256, 688}, {1024, 2752}}) {
     for (int64_t T : tokens) {
@@ -211,6 +226,7 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\n");
+  time_after_openmp({"", tokens.front(), 688, 256, false, true});
   time_after_openmp({"", tokens.back(), 1024, 1024, false, true});
   std::printf("load average at end: %.2f\n", load_average());
   return 0;

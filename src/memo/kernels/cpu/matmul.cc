@@ -117,7 +117,7 @@ std::string blas_warning() {
                remedy);
   if (core_level < cpu_level)
     return str("OpenBLAS runs its ", core, " kernel (", kLevelName[core_level], ") on a CPU with ",
-               kLevelName[cpu_level], "; matmul may be several times slower", remedy);
+               kLevelName[cpu_level], "; matmul runs 1.3x to 5x slower (bench/RESULTS.md)", remedy);
   // The pthread build of OpenBLAS keeps its own pool, sized by OPENBLAS_NUM_THREADS, apart from
   // the OpenMP threads of the other kernels.
   if (openblas_get_num_threads() < omp_get_max_threads())
