@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "memo/kernels/cpu/kernels.h"
+#include "memo/kernels/cpu/matmul_peak.h"
 
 namespace {
 
@@ -206,6 +207,8 @@ int main(int argc, char** argv) {
   std::printf("%-22s %5s %5s %5s  op  %7s %7s %6s  %7s %7s %6s  bits\n", "product", "M", "N", "K",
               "OpenBLS", "oneDNN", "ratio", "OpenBLS", "oneDNN", "ratio");
   time_product({"peak: square", 2048, 2048, 2048, false, false});
+  std::printf("memo::cpu::measure_matmul_peak_flops(2.0): %.1f GFLOP/s\n",
+              memo::cpu::measure_matmul_peak_flops(2.0) * 1e-9);
   if (peak_only) return 0;
   time_product({"peak: square", 4096, 4096, 4096, false, false});
   if (tokens.size() == 1 && tokens[0] < 0) {  // matmul_bench -1: the OpenMP interplay only
