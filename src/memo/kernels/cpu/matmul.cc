@@ -73,6 +73,11 @@ void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, 
              "matmul: dimensions beyond the 32-bit BLAS interface: c ", c.shape(), " a ", a.shape(),
              " b ", b.shape());
   if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: c = beta c (dnnl_sgemm rejects K = 0); beta = 0 clears NaNs too
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) c(i, j) = beta == 0.0f ? 0.0f : beta * c(i, j);
+    return;
+  }
 #if defined(MEMO_BLAS_OPENBLAS)
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, int(M), int(N), int(K), alpha, a.data(),
