@@ -66,8 +66,9 @@ TEST(CrossEntropy, reference_gradient_matches_finite_differences) {
   const std::vector<double> logits0 = test::to_double(test::random_floats(T * V, 54, -3.f, 3.f));
   auto loss = [&](const std::vector<double>& logits) {  // grad_scale * sum_t losses[t]
     std::vector<double> losses(T);
-    cross_entropy_ref(TensorF64(losses.data(), {T}), TensorF64(), ConstTensorF64(logits.data(), {T, V}),
-                      View<const int32_t>(ys.data(), {T}), grad_scale);
+    cross_entropy_ref(TensorF64(losses.data(), {T}), TensorF64(),
+                      ConstTensorF64(logits.data(), {T, V}), View<const int32_t>(ys.data(), {T}),
+                      grad_scale);
     return grad_scale * (losses[0] + losses[1] + losses[2]);
   };
   std::vector<double> losses(T), dlogits(T * V);

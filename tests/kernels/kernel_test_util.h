@@ -2,21 +2,21 @@
 // measures the tolerances are stated in. Header-only; tests only.
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include <omp.h>
-
 namespace memo::test {
 
 // Unit roundoff of float: the relative error of one correctly rounded fp32 operation.
 inline constexpr double kFloatU = 0x1p-24;
 
-// Uniform floats in [lo, hi) from a fixed seed (mt19937_64 is specified bit for bit by the standard;
-// the distribution is libstdc++'s, fixed for a toolchain).
+// Uniform floats in [lo, hi) from a fixed seed (mt19937_64 is specified bit for bit by the
+// standard; the distribution is libstdc++'s, fixed for a toolchain).
 inline std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1.0f,
                                         float hi = 1.0f) {
   std::mt19937_64 rng(seed);
@@ -38,8 +38,8 @@ inline std::vector<double> to_double(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
 
-// max_i |got_i - want_i| / scale_i: the error in units of a per-element magnitude (a sum of absolute
-// terms, so cancellation in want does not inflate the ratio).
+// max_i |got_i - want_i| / scale_i: the error in units of a per-element magnitude (a sum of
+// absolute terms, so cancellation in want does not inflate the ratio).
 inline double max_scaled_err(const std::vector<float>& got, const std::vector<double>& want,
                              const std::vector<double>& scale) {
   double worst = 0.0;

@@ -20,7 +20,7 @@ using test::kFloatU;
 struct MatmulCase {
   int64_t M, N, K;
 };
-const std::vector<MatmulCase> kCases = {{1, 1, 1},   {1, 7, 13},  {13, 1, 7},  {7, 13, 1},
+const std::vector<MatmulCase> kCases = {{1, 1, 1},    {1, 7, 13},   {13, 1, 7},   {7, 13, 1},
                                         {17, 33, 97}, {97, 31, 64}, {64, 80, 257}};
 
 // Runs one product on views padded by `pad` columns (ld = cols + pad) and checks it against the
@@ -71,6 +71,17 @@ TEST(Matmul, honours_row_strides_alpha_and_beta) {
       for (bool tb : {false, true}) check_matmul(mc, ta, tb, -0.75f, 0.5f, 5);
 }
 
+TEST(Matmul, empty_inner_dimension_scales_c_by_beta) {
+  std::vector<float> c = {1, 2, 3, 4, 5, NAN}, a(1), b(1);
+  matmul(Tensor(c.data(), {2, 3}), ConstTensor(a.data(), {2, 0}), ConstTensor(b.data(), {0, 3}),
+         false, false, 1.0f, 0.5f);
+  EXPECT_EQ(c[1], 1.0f);
+  EXPECT_TRUE(std::isnan(c[5]));
+  matmul(Tensor(c.data(), {2, 3}), ConstTensor(a.data(), {0, 2}), ConstTensor(b.data(), {3, 0}),
+         true, true, 1.0f, 0.0f);
+  EXPECT_EQ(c, std::vector<float>(6, 0.0f));  // beta = 0 overwrites, NaN included (BLAS rule)
+}
+
 TEST(Matmul, gives_the_same_bits_on_repeated_calls) {
   const int64_t M = 200, N = 190, K = 180;  // large enough for the BLAS to use both threads
   const std::vector<float> a = test::random_floats(M * K, 63), b = test::random_floats(N * K, 64);
@@ -88,8 +99,8 @@ TEST(Matmul, rejects_mismatched_shapes_and_column_strides) {
   std::vector<float> buf(256);
   Tensor c(buf.data(), {4, 5}), a(buf.data(), {4, 3}), b(buf.data(), {3, 5});
   EXPECT_NO_THROW(matmul(c, a, b, false, false));
-  EXPECT_THROW(matmul(c, a, b, true, false), Error);   // a^T is [3, 4]
-  EXPECT_THROW(matmul(c, a, b, false, true), Error);   // b^T is [5, 3]
+  EXPECT_THROW(matmul(c, a, b, true, false), Error);  // a^T is [3, 4]
+  EXPECT_THROW(matmul(c, a, b, false, true), Error);  // b^T is [5, 3]
   EXPECT_THROW(matmul(Tensor(buf.data(), {4, 6}), a, b, false, false), Error);
   EXPECT_THROW(matmul(c, a, ConstTensor(buf.data(), {3, 5}, {1, 3}), false, false), Error);
   EXPECT_THROW(matmul(c, a, ConstTensor(buf.data(), {15}), false, false), Error);

@@ -20,7 +20,8 @@ TEST(RmsnormForward, matches_float64_reference_on_awkward_shapes_and_magnitudes)
   // Magnitudes from 1e-18 (eps dominates) to 1e18 (x^2 = 1e36 would overflow a float sum).
   for (float magnitude : {1.0f, 1e-18f, 1e18f}) {
     for (auto [T, C] : test::awkward_shapes()) {
-      std::vector<float> x = test::random_floats(T * C, 1), w = test::random_floats(C, 2, 0.5f, 2.f);
+      std::vector<float> x = test::random_floats(T * C, 1),
+                         w = test::random_floats(C, 2, 0.5f, 2.f);
       for (float& v : x) v *= magnitude;
       std::vector<float> y(T * C), r(T);
       rmsnorm_forward(Tensor(y.data(), {T, C}), Tensor(r.data(), {T}),
@@ -47,7 +48,8 @@ TEST(RmsnormBackward, matches_float64_reference_and_accumulates_into_dx_and_dw) 
     // The reference starts from the same dx, dw and takes the same fp32 inv_rms, so only the
     // backward's arithmetic is compared.
     std::vector<double> xd = test::to_double(x), wd = test::to_double(w), dyd = test::to_double(dy),
-                        dxd = test::to_double(dx), dwd = test::to_double(dw), rd = test::to_double(r);
+                        dxd = test::to_double(dx), dwd = test::to_double(dw),
+                        rd = test::to_double(r);
     // Per-element magnitudes: the sum of the absolute values of the terms each result adds.
     std::vector<double> dx_scale(T * C), dw_scale(C);
     for (int64_t c = 0; c < C; ++c) dw_scale[c] = std::abs(dwd[c]);

@@ -20,7 +20,7 @@ struct RopeShape {
   int64_t T, S, n_heads, D;
 };
 // T a multiple of S (several sequences) or not, one head or several, D = 2 and D not a power of 2.
-const std::vector<RopeShape> kShapes = {{1, 1, 1, 2},  {7, 7, 3, 6},   {13, 5, 2, 10},
+const std::vector<RopeShape> kShapes = {{1, 1, 1, 2},    {7, 7, 3, 6},    {13, 5, 2, 10},
                                         {26, 13, 4, 64}, {97, 97, 1, 34}, {40, 20, 8, 64}};
 
 TEST(RopeTable, matches_float64_reference_to_one_rounding) {

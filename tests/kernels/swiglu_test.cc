@@ -85,19 +85,18 @@ TEST(SwigluBackward, reference_gradients_match_finite_differences) {
                       ConstTensorF64(probe.data(), {T, F}), ConstTensorF64(g0.data(), {T, F}),
                       ConstTensorF64(u0.data(), {T, F}));
   // Finite differences are good to ~1e-9 here (see finite_diff_grad); 1e-7 fails any wrong term.
-  EXPECT_LE(test::max_grad_err(dg, test::finite_diff_grad(g0, [&](const auto& g) {
-              return loss(g, u0);
-            })),
+  EXPECT_LE(test::max_grad_err(
+                dg, test::finite_diff_grad(g0, [&](const auto& g) { return loss(g, u0); })),
             1e-7);
-  EXPECT_LE(test::max_grad_err(du, test::finite_diff_grad(u0, [&](const auto& u) {
-              return loss(g0, u);
-            })),
+  EXPECT_LE(test::max_grad_err(
+                du, test::finite_diff_grad(u0, [&](const auto& u) { return loss(g0, u); })),
             1e-7);
 }
 
 TEST(Swiglu, gives_the_same_bits_on_one_and_two_threads_and_propagates_nan) {
   const int64_t T = 67, F = 257;
-  std::vector<float> g = test::random_floats(T * F, 38, -8.f, 8.f), u = test::random_floats(T * F, 39);
+  std::vector<float> g = test::random_floats(T * F, 38, -8.f, 8.f),
+                     u = test::random_floats(T * F, 39);
   g[5] = NAN;
   auto run = [&](int threads) {
     std::vector<float> out(3 * T * F);

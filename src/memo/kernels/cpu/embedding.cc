@@ -1,10 +1,10 @@
 // Token embedding lookup and its scatter-add backward, fp32. Token ids are checked once on entry
 // (DataError naming the position); the copies then run without checks. The backward is
 // deterministic for any thread count: threads own column ranges and add tokens in order.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <omp.h>
 
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/view_checks.h"

@@ -23,8 +23,9 @@ void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, 
             float beta = 0.0f);
 // Name and version of the BLAS in use, and its kernel ("OpenBLAS 0.3.21 SkylakeX").
 const char* blas_name();
-// One line to print at start-up when the BLAS runs a kernel below this CPU's SIMD level (say
-// OPENBLAS_CORETYPE forces an old core) or fewer threads than the other kernels; empty when fine.
+// One line to print at start-up, before any matmul, when the BLAS runs a kernel that does not
+// match this CPU's SIMD level (OPENBLAS_CORETYPE forcing an old core: several times slower; or a
+// newer one: SIGILL) or fewer threads than the other kernels; empty when all is well.
 std::string blas_warning();
 
 // --- RMSNorm ---

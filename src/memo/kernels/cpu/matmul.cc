@@ -1,10 +1,12 @@
-// memo::cpu::matmul: a thin wrapper over the BLAS chosen at build time (MEMO_BLAS in CMakeLists.txt,
-// measured in bench/matmul_bench.cc). The only place memo calls sgemm; it checks shapes and strides
-// on entry and passes row-major views straight through (no copies). Also names the library in use
-// and warns when it runs a kernel slower than this CPU allows.
+// memo::cpu::matmul: a thin wrapper over the BLAS chosen at build time (MEMO_BLAS in
+// CMakeLists.txt, measured in bench/matmul_bench.cc). The only place memo calls sgemm; it checks
+// shapes and strides on entry and passes row-major views straight through (no copies). Also names
+// the library in use and warns when it runs a kernel slower than this CPU allows.
+
+#include <omp.h>
+
 #include <algorithm>
 #include <climits>
-#include <omp.h>
 #include <cstdlib>
 #include <string>
 
@@ -22,7 +24,8 @@
 namespace memo::cpu {
 namespace {
 
-// BLAS wants a leading dimension >= max(1, cols) even for one-row views, whose ld() may be anything.
+// BLAS wants a leading dimension >= max(1, cols) even for one-row views, whose ld() may be
+// anything.
 template <class T>
 int64_t blas_ld(const View<T>& v) {
   return v.rows() <= 1 ? std::max<int64_t>(v.cols(), 1) : v.ld();
@@ -67,9 +70,14 @@ void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, 
              "matmul: c ", c.shape(), " = a", trans_a ? "^T " : " ", a.shape(), " @ b",
              trans_b ? "^T " : " ", b.shape(), " (2-D row-major views, contiguous rows)");
   MEMO_CHECK(std::max({M, N, K, blas_ld(a), blas_ld(b), blas_ld(c)}) <= INT_MAX,
-             "matmul: dimensions beyond the 32-bit BLAS interface: c ", c.shape(), " a ",
-             a.shape(), " b ", b.shape());
+             "matmul: dimensions beyond the 32-bit BLAS interface: c ", c.shape(), " a ", a.shape(),
+             " b ", b.shape());
   if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: c = beta c (dnnl_sgemm rejects K = 0); beta = 0 clears NaNs too
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) c(i, j) = beta == 0.0f ? 0.0f : beta * c(i, j);
+    return;
+  }
 #if defined(MEMO_BLAS_OPENBLAS)
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, int(M), int(N), int(K), alpha, a.data(),
@@ -86,8 +94,8 @@ void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, 
 const char* blas_name() {
   static const std::string name = [] {
 #if defined(MEMO_BLAS_OPENBLAS)
-    return str("OpenBLAS ", openblas_get_corename(), ", ", openblas_get_num_threads(),
-               " threads (", openblas_get_config(), ")");
+    return str("OpenBLAS ", openblas_get_corename(), ", ", openblas_get_num_threads(), " threads (",
+               openblas_get_config(), ")");
 #else
     const dnnl_version_t* v = dnnl_version();
     return str("oneDNN ", v->major, ".", v->minor, ".", v->patch, " sgemm, ",
@@ -103,18 +111,24 @@ std::string blas_warning() {
 #if defined(MEMO_BLAS_OPENBLAS)
   const std::string core = openblas_get_corename();
   const int core_level = openblas_core_level(core);
-  if (core_level < cpu_level) {
-    const char* forced = std::getenv("OPENBLAS_CORETYPE");
-    return str("OpenBLAS runs its ", core, " kernel (", kLevelName[core_level],
-               ") on a CPU with ", kLevelName[cpu_level], "; matmul may be several times slower",
-               forced ? str(" (OPENBLAS_CORETYPE=", forced, " is set: unset it)")
-                      : std::string(" (set OPENBLAS_CORETYPE=Haswell or newer)"));
-  }
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  const std::string remedy = forced ? str(" (OPENBLAS_CORETYPE=", forced, " is set: unset it)")
+                                    : std::string(" (set OPENBLAS_CORETYPE=Haswell or newer)");
+  // A kernel above the CPU's level (only possible when forced) dies with SIGILL in its first
+  // sgemm, so this must be printed before any matmul runs.
+  if (core_level > cpu_level)
+    return str("OpenBLAS runs its ", core, " kernel (", kLevelName[core_level], ") on a CPU with ",
+               kLevelName[cpu_level], ": the first matmul will die of an illegal instruction",
+               remedy);
+  if (core_level < cpu_level)
+    return str("OpenBLAS runs its ", core, " kernel (", kLevelName[core_level], ") on a CPU with ",
+               kLevelName[cpu_level], "; matmul runs 1.3x to 5x slower (bench/RESULTS.md)", remedy);
   // The pthread build of OpenBLAS keeps its own pool, sized by OPENBLAS_NUM_THREADS, apart from
   // the OpenMP threads of the other kernels.
   if (openblas_get_num_threads() < omp_get_max_threads())
-    return str("OpenBLAS uses ", openblas_get_num_threads(), " threads but the other kernels use ",
-               omp_get_max_threads(), "; matmul is slower than it could be (unset or raise "
+    return str("OpenBLAS uses ", openblas_get_num_threads(),
+               " thread(s) but the other kernels use ", omp_get_max_threads(),
+               "; matmul is slower than it could be (unset or raise "
                "OPENBLAS_NUM_THREADS)");
 #else
   const int isa_level = dnnl_isa_level(dnnl_get_effective_cpu_isa());

@@ -22,7 +22,8 @@ void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
 }
 
 // From a = silu(g) u with silu(g) = g s, s = sigmoid(g), s' = s (1 - s):
-//   du = da silu(g) = da g s,   dg = da u silu'(g),  silu'(g) = s + g s (1 - s) = s (1 + g (1 - s)).
+//   du = da silu(g) = da g s
+//   dg = da u silu'(g),  silu'(g) = s + g s (1 - s) = s (1 + g (1 - s))
 void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g, ConstTensor u) {
   const int64_t T = g.rows(), F = g.cols();
   MEMO_CHECK(is_matrix(g) && is_matrix(u, T, F) && is_matrix(da, T, F) && is_matrix(dg, T, F) &&
