@@ -9,5 +9,5 @@ mkdir -p data
 if [[ ! -s data/kjv.txt ]]; then
   bible gen1:1-rev22:21 > data/kjv.txt.tmp && mv data/kjv.txt.tmp data/kjv.txt
 fi
-exec build/memo train --config configs/small.json --data data/kjv.txt --seq 256 --batch 16 \
-  --steps 300 --lr 2e-3 --warmup 30 --save-every 100 --out runs/kjv-small --log runs/kjv-small.jsonl "$@"
+exec build/memo train --config configs/small.json --data data/kjv.txt --seq 256 --batch 8 \
+  --steps 200 --lr 2e-3 --warmup 20 --save-every 50 --out runs/kjv-small --log runs/kjv-small.jsonl "$@"

@@ -31,6 +31,7 @@ int64_t peak_rss_bytes() {
 // memo bench: a timed training step (forward, backward, AdamW) on random tokens.
 nlohmann::json run_bench(const std::string& config_path, int64_t seq, int64_t batch, int64_t steps) {
   const ModelConfig config = load_model_config(config_path);
+  if (const std::string w = cpu::blas_warning(); !w.empty()) std::cerr << "memo: warning: " << w << "\n";
   Model model(config);
   model.init(1);
   AdamW opt(model.layout(), AdamWOptions{}, decay_matrices_only(model.layout()));

@@ -187,7 +187,6 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   const int64_t micro_steps = o.batch / o.micro_batch;
   const int64_t tokens_per_step = o.batch * o.seq;
   const double flops_per_step = train_flops_per_token(config, o.seq) * double(tokens_per_step);
-  const double peak_flops = cpu::measure_matmul_peak_flops(0.3);
   std::vector<int32_t> inputs(size_t(o.micro_batch * o.seq)), targets(inputs.size());
 
   progress << "memo: " << model.layout().count() << " parameters (" << config.num_hidden_layers
@@ -195,6 +194,10 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
            << " training tokens, " << o.batch << " x " << o.seq << " tokens per step ("
            << micro_steps << " micro-batches), " << omp_get_max_threads() << " threads, "
            << cpu::blas_name() << "\n";
+  // The BLAS warning comes before the first matrix product: a forced OpenBLAS core the CPU cannot
+  // run crashes at the first sgemm.
+  if (const std::string w = cpu::blas_warning(); !w.empty()) progress << "memo: warning: " << w << "\n";
+  const double peak_flops = cpu::measure_matmul_peak_flops(0.5);  // the MFU denominator
   if (resume) progress << "memo: resuming at step " << start_step << " from " << o.resume_dir << "\n";
 
   TrainResult result;
