@@ -30,7 +30,7 @@ inline Trace tiny_trace(Model& model, int64_t batch, int64_t seq) {
 
 // Token ids in [0, V), deterministic in seed.
 inline std::vector<int32_t> tokens(const ModelConfig& c, int64_t n, uint64_t seed) {
-  std::vector<int32_t> out(size_t(n));
+  std::vector<int32_t> out(static_cast<size_t>(n));
   for (size_t i = 0; i < out.size(); ++i) out[i] = int32_t(mix(seed, i) % uint64_t(c.vocab_size));
   return out;
 }

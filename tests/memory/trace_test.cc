@@ -20,7 +20,9 @@ TEST(Trace, step_has_one_forward_and_one_backward_pass_per_layer) {
     EXPECT_GT(r.end, r.begin) << r.name;
     EXPECT_EQ(r.bytes % 4, 0) << r.name;
     saved += r.kind == ActKind::kSaved;
-    if (r.kind == ActKind::kSaved) EXPECT_EQ(r.phase, -1) << r.name;  // skeletal: level 2
+    if (r.kind == ActKind::kSaved) {
+      EXPECT_EQ(r.phase, -1) << r.name;  // skeletal: level 2
+    }
   }
   EXPECT_EQ(saved, kNumSavedFields * c.num_hidden_layers);  // keep holds every layer's set
   for (size_t p = 0; p < t.phases.size(); ++p) {
@@ -31,8 +33,9 @@ TEST(Trace, step_has_one_forward_and_one_backward_pass_per_layer) {
   }
   // the head, loss and cross-layer tensors are outside every layer pass
   for (const TracedRequest& r : t.requests)
-    if (r.name == "final.hidden" || r.name == "grad.hidden" || r.name == "head.logits")
+    if (r.name == "final.hidden" || r.name == "grad.hidden" || r.name == "head.logits") {
       EXPECT_EQ(r.phase, -1) << r.name;
+    }
 }
 
 TEST(Trace, every_layer_sub_trace_is_identical) {
