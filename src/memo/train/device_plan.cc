@@ -1,8 +1,7 @@
 #include "memo/train/device_plan.h"
 
-#include <cstdio>
-
 #include <algorithm>
+#include <cstdio>
 #include <ostream>
 #include <vector>
 
