@@ -9,5 +9,6 @@ namespace memo::cli {
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace memo::cli

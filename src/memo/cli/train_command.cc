@@ -5,6 +5,7 @@
 
 #include "memo/cli/commands.h"
 #include "memo/core/error.h"
+#include "memo/core/units.h"
 #include "memo/train/trainer.h"
 
 namespace memo::cli {
@@ -35,9 +36,12 @@ void add_train_command(CLI::App& app) {
   train->add_option("--resume", t->resume_dir, "Continue the run in this directory (or checkpoint)");
   train->add_option("--init-from", t->init_from, "Start from this checkpoint's weights with a fresh optimiser");
   train->add_option("--log", t->log_path, "JSON-lines log, one object per step");
+  auto device_memory = std::make_shared<std::string>();
+  train->add_option("--device-memory", *device_memory, "Device memory budget, e.g. 1.5GiB: plan activations into one arena and refuse a run that does not fit (default: no budget)");
   train->add_option("--log-every", t->log_every, "Progress line period in steps")->capture_default_str();
-  train->callback([t, out] {
+  train->callback([t, out, device_memory] {
     TrainOptions o = *t;
+    if (!device_memory->empty()) o.device_memory_bytes = parse_bytes(*device_memory);
     if (o.resume_dir.empty() && o.config_path.empty())
       throw ConfigError("--config is required (or --resume a run)");
     if (!o.resume_dir.empty() && out->count() == 0) {

@@ -24,6 +24,7 @@
 #include "memo/kernels/cpu/tensor_ops.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
+#include "memo/train/device_plan.h"
 #include "memo/train/schedule.h"
 
 namespace fs = std::filesystem;
@@ -174,6 +175,16 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     }
     opt.set_steps_done(start_step);
   }
+  // Activations: the static plan within --device-memory (refused here, before any output, when
+  // it does not fit), else the caching allocator. Validation runs forward-only, a sequence the
+  // plan does not cover, so it uses the caching allocator (TODO #3: plan the eval trace too).
+  CachingAllocator caching;
+  std::unique_ptr<PlannedAllocator> planned;
+  if (o.device_memory_bytes > 0)
+    planned = planned_allocator_within_budget(model, o.micro_batch, o.seq, o.device_memory_bytes, progress);
+  ActivationAllocator& alloc = planned ? static_cast<ActivationAllocator&>(*planned) : caching;
+  KeepStrategy strategy(config, alloc);
+  KeepStrategy eval_strategy(config, caching);
   fs::create_directories(o.out_dir);
   std::ofstream log;
   if (!o.log_path.empty()) {
@@ -181,8 +192,6 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     if (!log) throw DataError(str("cannot open log file ", o.log_path, " for writing"));
   }
 
-  CachingAllocator alloc;
-  KeepStrategy strategy(config, alloc);
   const LrSchedule schedule{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.steps};
   const int64_t micro_steps = o.batch / o.micro_batch;
   const int64_t tokens_per_step = o.batch * o.seq;
@@ -257,7 +266,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     for (int64_t b = 0; b < o.val_batches && b * o.micro_batch < windows; ++b) {
       const int64_t rows = std::min(o.micro_batch, windows - b * o.micro_batch);
       val_sampler.fill_sequential(b * o.micro_batch, inputs.data(), targets.data(), rows);
-      sum += model.forward_loss(inputs.data(), targets.data(), rows, o.seq, strategy, alloc);
+      sum += model.forward_loss(inputs.data(), targets.data(), rows, o.seq, eval_strategy, caching);
       tokens += rows * o.seq;
     }
     if (tokens > 0) {

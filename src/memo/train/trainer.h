@@ -37,6 +37,9 @@ struct TrainOptions {
   std::string log_path;         // JSON lines, one per step
   int64_t val_batches = 16;     // micro-batches of validation windows at the end
   int64_t log_every = 1;        // progress line period in steps
+  // --device-memory: plan the activations into one arena and check the whole device need against
+  // this many bytes before step 1 (train/device_plan.h); 0: no budget, the caching allocator.
+  int64_t device_memory_bytes = 0;
 };
 
 struct TrainResult {

@@ -1,0 +1,68 @@
+#include "memo/core/units.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+#include "memo/core/error.h"
+
+namespace memo {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+int64_t parse_bytes(std::string_view text) {
+  const auto bad = [&](const char* why) {
+    return ConfigError(str("size '", text, "' ", why,
+                           "; write a number and an optional unit: B, KiB, MiB, GiB, TiB (K, M, G, "
+                           "T the same), kB, MB, GB, TB, e.g. 1.5GiB"));
+  };
+  size_t end = 0;
+  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.'))
+    ++end;
+  if (end == 0) throw bad("does not start with a non-negative number");
+  double value = 0.0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + end, value);
+  if (ec != std::errc() || ptr != text.data() + end) throw bad("has a malformed number");
+  std::string_view unit = text.substr(end);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1.0},          {"b", 1.0},
+      {"k", 0x1p10},      {"kib", 0x1p10},  {"kb", 1e3},
+      {"m", 0x1p20},      {"mib", 0x1p20},  {"mb", 1e6},
+      {"g", 0x1p30},      {"gib", 0x1p30},  {"gb", 1e9},
+      {"t", 0x1p40},      {"tib", 0x1p40},  {"tb", 1e12},
+  };
+  const std::string u = lower(unit);
+  for (const auto& [name, scale] : kUnits) {
+    if (u != name) continue;
+    const double bytes = std::floor(value * scale);
+    if (!(bytes <= 0x1p62)) throw bad("is larger than 2^62 bytes");
+    return int64_t(bytes);
+  }
+  throw bad("has an unknown unit");
+}
+
+std::string format_bytes(int64_t bytes) {
+  static const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int unit = 0;
+  while (unit < 4 && std::fabs(v) >= 1024.0) {
+    v /= 1024.0;
+    ++unit;
+  }
+  char buf[48];
+  if (unit == 0) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else std::snprintf(buf, sizeof buf, "%.2f %s", v, kNames[unit]);
+  return buf;
+}
+
+}  // namespace memo

@@ -1,0 +1,21 @@
+// Byte sizes as people write them on a command line ("1.5GiB", "512MiB", "80GB", "4096"). Binary
+// (KiB, MiB, GiB, TiB, and the bare K, M, G, T) and decimal (kB, MB, GB, TB) units; no unit or B
+// means bytes. Not a general unit library: only byte counts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace memo {
+
+// "1.5GiB" -> 1610612736. Case-insensitive unit, optional space before it. Throws ConfigError
+// naming the text and the accepted forms for anything else (negative, empty, unknown unit, a
+// value over 2^62 bytes). Fractional results round down to whole bytes.
+int64_t parse_bytes(std::string_view text);
+
+// A size for a human: the largest binary unit that keeps the value >= 1, two decimals
+// ("1.50 GiB", "12.00 MiB", "512 B").
+std::string format_bytes(int64_t bytes);
+
+}  // namespace memo

@@ -1,0 +1,96 @@
+#include "memo/memory/budget.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "memo/core/error.h"
+#include "memo/core/units.h"
+
+namespace memo {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string gib_and_bytes(int64_t bytes) { return str(gib(double(bytes)), " (", bytes, " B)"); }
+
+}  // namespace
+
+int64_t DeviceNeed::fixed_bytes() const {
+  return weight_bytes + gradient_bytes + optimizer_bytes + rounding_buffer_bytes;
+}
+
+int64_t DeviceNeed::total_bytes() const { return fixed_bytes() + activation_arena_bytes; }
+
+DeviceNeed device_need(int64_t param_numel, int64_t activation_arena_bytes) {
+  const int64_t param_bytes = param_numel * int64_t(sizeof(float));
+  DeviceNeed need;
+  need.weight_bytes = param_bytes;
+  need.gradient_bytes = param_bytes;
+  need.optimizer_bytes = 2 * param_bytes;
+  need.activation_arena_bytes = activation_arena_bytes;
+  return need;
+}
+
+std::string need_breakdown(const DeviceNeed& need) {
+  std::string out;
+  const auto line = [&](const char* what, int64_t bytes) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "  %-20s %10.2f GiB  %14lld B\n", what, double(bytes) / kGiB,
+                  static_cast<long long>(bytes));
+    out += buf;
+  };
+  line("weights", need.weight_bytes);
+  line("gradients", need.gradient_bytes);
+  line("optimizer (AdamW)", need.optimizer_bytes);
+  line("activation arena", need.activation_arena_bytes);
+  line("rounding buffers", need.rounding_buffer_bytes);
+  line("total", need.total_bytes());
+  return out;
+}
+
+std::optional<int64_t> longest_fitting_seq(const Trace& trace, const Trace& other,
+                                           int64_t fixed_bytes, int64_t budget_bytes,
+                                           int64_t max_seq) {
+  const auto fits = [&](int64_t seq) {
+    const ActivationPlan p = plan_activations(scale_trace(trace, other, seq));
+    return fixed_bytes + p.arena_bytes <= budget_bytes;
+  };
+  if (max_seq < 1 || !fits(1)) return std::nullopt;
+  int64_t lo = 1, hi = max_seq;  // fits(lo); find the largest that fits
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+std::string budget_flag_value(int64_t bytes) {
+  char buf[48];
+  if (double(bytes) >= kGiB)
+    std::snprintf(buf, sizeof buf, "%.2fGiB", std::ceil(double(bytes) / kGiB * 100.0) / 100.0);
+  else
+    std::snprintf(buf, sizeof buf, "%lldMiB",
+                  static_cast<long long>((bytes + (int64_t(1) << 20) - 1) >> 20));
+  return buf;
+}
+
+std::string over_budget_message(const DeviceNeed& need, int64_t budget_bytes, int64_t batch,
+                                int64_t seq, const FitAdvice& advice) {
+  std::string fit;
+  if (advice.longest_seq)
+    fit = str("--seq ", *advice.longest_seq, " fits this budget (estimated from the scaled plan) or ");
+  else
+    fit = str("no sequence length fits this budget (the weights, gradients and optimizer state alone "
+              "need ", gib(double(need.fixed_bytes())), "); ");
+  return str("device memory: needs ", gib_and_bytes(need.total_bytes()), " = weights ",
+             gib(double(need.weight_bytes)), " + gradients ", gib(double(need.gradient_bytes)),
+             " + AdamW state ", gib(double(need.optimizer_bytes)), " + activation arena ",
+             gib(double(need.activation_arena_bytes)), " + rounding buffers ",
+             gib(double(need.rounding_buffer_bytes)), ", budget is ", gib_and_bytes(budget_bytes),
+             " (short ", gib(double(need.total_bytes() - budget_bytes)), ") at batch ", batch,
+             " x seq ", seq, "; ", fit, "--device-memory ",
+             budget_flag_value(advice.smallest_budget_bytes), " fits");
+}
+
+}  // namespace memo

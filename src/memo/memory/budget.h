@@ -1,0 +1,58 @@
+// The device-memory budget: what a run needs on the device (weights, gradients, optimiser state,
+// the planned activation arena, the memo strategy's rounding buffers) against --device-memory,
+// checked before step 1. A run that does not fit is refused with numbers: the need by part, the
+// budget, the shortfall, and what would fit (DESIGN.md section 5, step 1; STYLE.md section 4).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "memo/memory/activation_plan.h"
+#include "memo/memory/trace.h"
+
+namespace memo {
+
+struct DeviceNeed {
+  int64_t weight_bytes{};           // fp32 parameters
+  int64_t gradient_bytes{};         // fp32, one per parameter
+  int64_t optimizer_bytes{};        // AdamW: two fp32 moments per parameter
+  int64_t activation_arena_bytes{}; // the planned arena (the level-2 peak)
+  // The memo/offload strategies' two rounding buffers, each one layer's skeletal set. Filled by
+  // those strategies (issue #3); 0 for keep and recompute, which hold no rounding buffers.
+  int64_t rounding_buffer_bytes{};
+
+  int64_t fixed_bytes() const;  // everything but the arena: does not depend on the sequence
+  int64_t total_bytes() const;
+};
+
+// Weights, gradients and AdamW state for `param_numel` fp32 parameters, and the arena.
+DeviceNeed device_need(int64_t param_numel, int64_t activation_arena_bytes);
+
+// One line per part, then the total, each in GiB (two decimals) and bytes; for reports.
+std::string need_breakdown(const DeviceNeed& need);
+
+// What would fit a budget a run exceeds.
+struct FitAdvice {
+  int64_t smallest_budget_bytes{};  // the need itself: a --device-memory that fits
+  // The longest sequence (same batch) whose shape-scaled plan fits the budget; nullopt when not
+  // even one token per sequence fits (the fixed part alone may exceed it). An estimate: it plans
+  // scale_trace(trace, other, seq), not a real trace at that length.
+  std::optional<int64_t> longest_seq;
+};
+
+// Binary search over seq in [1, max_seq] for the longest whose scaled plan (heuristic solver)
+// plus `fixed_bytes` fits `budget_bytes`. Assumes the need grows with seq.
+std::optional<int64_t> longest_fitting_seq(const Trace& trace, const Trace& other,
+                                           int64_t fixed_bytes, int64_t budget_bytes,
+                                           int64_t max_seq);
+
+// A size --device-memory accepts, rounded up: "1.24GiB" (to 0.01 GiB) or "13MiB" below 1 GiB.
+std::string budget_flag_value(int64_t bytes);
+
+// The refusal: "device memory: needs X (weights .., gradients .., ...), budget is Y (short Z) at
+// batch B x seq S; --seq N fits this budget (estimated) or --device-memory M fits".
+std::string over_budget_message(const DeviceNeed& need, int64_t budget_bytes, int64_t batch,
+                                int64_t seq, const FitAdvice& advice);
+
+}  // namespace memo

@@ -1,0 +1,67 @@
+#include "memo/train/device_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+#include <vector>
+
+namespace memo {
+
+StrategyFactory make_strategy_factory(const std::string& name) {
+  if (name == "keep") return keep_strategy_factory();
+  throw ConfigError(str("--activations '", name, "' is not available in this build; available: keep"));
+}
+
+std::string DevicePlan::over_budget_message() const {
+  return memo::over_budget_message(need, budget_bytes, batch, seq, advice);
+}
+
+Trace trace_model_step(Model& model, int64_t batch, int64_t seq, const StrategyFactory& make_strategy) {
+  const std::vector<int32_t> tokens(size_t(batch * seq), 0);
+  Trace trace = record_step(model.config(), batch, seq, make_strategy,
+                            [&](ActivationStrategy& strategy, ActivationAllocator& alloc) {
+                              model.forward_backward(tokens.data(), tokens.data(), batch, seq,
+                                                     1.0f, strategy, alloc);
+                            });
+  model.zero_grads();
+  return trace;
+}
+
+DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t budget_bytes,
+                              const DevicePlanOptions& options) {
+  const StrategyFactory make_strategy = make_strategy_factory(options.strategy_name);
+  DevicePlan out;
+  out.batch = batch;
+  out.seq = seq;
+  out.budget_bytes = budget_bytes;
+  out.activations = plan_activations(trace_model_step(model, batch, seq, make_strategy), options.plan);
+  out.need = device_need(model.layout().total_numel(), out.activations.arena_bytes);
+  if (!out.fits()) {
+    out.advice.smallest_budget_bytes = out.need.total_bytes();
+    const int64_t short_seq = std::max<int64_t>(1, seq / 4);
+    const Trace other = short_seq == seq ? out.activations.trace
+                                         : trace_model_step(model, batch, short_seq, make_strategy);
+    out.advice.longest_seq = longest_fitting_seq(out.activations.trace, other, out.need.fixed_bytes(),
+                                                 budget_bytes, seq - 1);
+  }
+  return out;
+}
+
+std::unique_ptr<PlannedAllocator> planned_allocator_within_budget(Model& model, int64_t batch,
+                                                                  int64_t seq, int64_t budget_bytes,
+                                                                  std::ostream& progress) {
+  DevicePlan dp = plan_device_memory(model, batch, seq, budget_bytes);
+  if (!dp.fits()) throw BudgetError(dp.over_budget_message());
+  const ActivationPlan& a = dp.activations;
+  char line[240];
+  std::snprintf(line, sizeof line,
+                "memo: device plan: needs %s of %s; activation arena %s, %.2f%% over its lower "
+                "bound, %zu requests per micro-batch\n",
+                gib(double(dp.need.total_bytes())).c_str(), gib(double(budget_bytes)).c_str(),
+                gib(double(a.arena_bytes)).c_str(), plan::gap_percent(a.arena_bytes, a.lower_bound_bytes),
+                a.trace.requests.size());
+  progress << line;
+  return std::make_unique<PlannedAllocator>(std::move(dp.activations));
+}
+
+}  // namespace memo

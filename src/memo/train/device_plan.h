@@ -1,0 +1,55 @@
+// Step 1 of DESIGN.md section 5 for a model: trace one real training step, plan its activations
+// (memory/activation_plan.h), add the model state (memory/budget.h) and compare with the device
+// budget, all before training starts. The trainer and `memo plan` both come here.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+
+#include "memo/memory/activation_plan.h"
+#include "memo/memory/budget.h"
+#include "memo/memory/planned_allocator.h"
+#include "memo/memory/trace.h"
+#include "memo/model/model.h"
+
+namespace memo {
+
+struct DevicePlanOptions {
+  ActivationPlanOptions plan;
+  std::string strategy_name = "keep";  // CLI: --activations; see make_strategy_factory
+};
+
+// The activation strategies this build has (keep now; recompute, offload and memo plug in through
+// the same factory, issue #3). Throws ConfigError naming the ones available.
+StrategyFactory make_strategy_factory(const std::string& name);
+
+struct DevicePlan {
+  ActivationPlan activations;
+  DeviceNeed need;
+  int64_t budget_bytes{};  // 0: no budget
+  int64_t batch{}, seq{};
+  FitAdvice advice;        // filled only when it does not fit
+  bool fits() const { return budget_bytes == 0 || need.total_bytes() <= budget_bytes; }
+  std::string over_budget_message() const;  // memory/budget.h's refusal for this plan
+};
+
+// One forward and backward of `batch` x `seq` tokens of `model` under the trace recorder (token
+// id 0: the sequence of requests does not depend on values; the model's gradients are left
+// zeroed), with the strategy `strategy_name` makes.
+Trace trace_model_step(Model& model, int64_t batch, int64_t seq, const StrategyFactory& make_strategy);
+
+// Traces, plans and sizes the run. When it does not fit, also traces a shorter sequence (seq / 4)
+// to fit the sizes' dependence on seq and searches for the longest sequence that fits.
+DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t budget_bytes,
+                              const DevicePlanOptions& options = {});
+
+// For the trainer: plans the run of `batch` x `seq` tokens per micro-batch within budget_bytes
+// and returns the arena to run it in, after one line on `progress`; throws BudgetError with
+// DevicePlan::over_budget_message() when it does not fit.
+std::unique_ptr<PlannedAllocator> planned_allocator_within_budget(Model& model, int64_t batch,
+                                                                  int64_t seq, int64_t budget_bytes,
+                                                                  std::ostream& progress);
+
+}  // namespace memo

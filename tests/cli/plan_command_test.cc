@@ -1,0 +1,131 @@
+// `memo plan` end to end, and `memo train --device-memory`: the planned arena changes no loss,
+// and a run that does not fit is refused before step 1 with numbers.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "memo/io/atomic_file.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+const char* kTinyConfig = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
+  "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
+
+class PlanCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(dir / "config.json") << kTinyConfig;
+    std::string text;
+    while (text.size() < 20000) text += "In the beginning God created the heaven and the earth. ";
+    std::ofstream(dir / "data.txt") << text;
+  }
+  std::string plan_cmd(const std::string& extra) const {
+    return test::memo_bin() + " plan --config " + dir.str("config.json") + " --seq 64 --batch 2 " + extra;
+  }
+  std::string train_cmd(const std::string& out, const std::string& extra) const {
+    return test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+           dir.str("data.txt") + " --seq 32 --batch 4 --micro-batch 2 --steps 4 --warmup 1 --out " +
+           dir.str(out) + " --log " + dir.str(out + ".jsonl") + " " + extra;
+  }
+  std::map<int64_t, nlohmann::json> log(const std::string& name) const {
+    std::map<int64_t, nlohmann::json> out;
+    std::ifstream in(dir / (name + ".jsonl"));
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      out[j.at("step").get<int64_t>()] = j;
+    }
+    return out;
+  }
+  test::TempDir dir;
+};
+
+TEST_F(PlanCommand, json_has_the_budget_plan_and_solver_fields) {
+  const test::CommandResult r = test::run_command(plan_cmd("--device-memory 1GiB --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  for (const char* key : {"fits", "alpha", "device_need_bytes", "device_budget_bytes", "plan_peak_bytes",
+                          "lower_bound_bytes", "gap_percent", "solve_seconds", "need", "levels"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_TRUE(j["fits"].get<bool>());
+  EXPECT_TRUE(j["alpha"].is_null());
+  EXPECT_EQ(j["device_budget_bytes"].get<int64_t>(), int64_t(1) << 30);
+  const int64_t peak = j["plan_peak_bytes"], bound = j["lower_bound_bytes"];
+  EXPECT_GE(peak, bound);
+  EXPECT_GT(bound, 0);
+  EXPECT_NEAR(j["gap_percent"].get<double>(), 100.0 * double(peak - bound) / double(bound), 1e-9);
+  EXPECT_EQ(j["need"]["activation_arena_bytes"].get<int64_t>(), peak);
+  ASSERT_EQ(j["levels"].size(), 3u);
+  EXPECT_EQ(j["levels"][2]["peak_bytes"].get<int64_t>(), peak);
+}
+
+TEST_F(PlanCommand, over_budget_json_says_what_fits) {
+  const test::CommandResult r = test::run_command(plan_cmd("--device-memory 256KiB --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_FALSE(j["fits"].get<bool>());
+  EXPECT_GT(j["shortfall_bytes"].get<int64_t>(), 0);
+  EXPECT_NE(j["message"].get<std::string>().find("budget is 0.00 GiB (262144 B)"), std::string::npos)
+      << j["message"];
+}
+
+TEST_F(PlanCommand, text_report_and_timeline_svg) {
+  const test::CommandResult r =
+      test::run_command(plan_cmd("--device-memory 1.5GiB --solver mip --mip-seconds 1 --timeline " + dir.str("t.svg")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"activation arena", "alpha                  n/a (keep)", "plan peak",
+                           "lower bound", "gap", "level 1 forward", "level 1 backward",
+                           "level 2 iteration", "fits: yes"})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+  const std::string svg = read_file(dir / "t.svg");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("budget 1.50 GiB"), std::string::npos);
+  EXPECT_NE(svg.find("keep plan peak"), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+TEST_F(PlanCommand, bad_flags_fail_with_one_line) {
+  for (const char* extra : {"--activations memo2", "--device-memory 3furlongs", "--solver gurobi"}) {
+    const test::CommandResult r = test::run_command(plan_cmd(extra));
+    EXPECT_NE(r.exit_code, 0) << extra;
+    EXPECT_NE(r.output.find("memo: error: "), std::string::npos) << r.output;
+  }
+}
+
+TEST_F(PlanCommand, train_with_device_memory_gives_the_same_losses_and_reports_the_arena) {
+  ASSERT_EQ(test::run_command(train_cmd("a", "")).exit_code, 0);
+  const test::CommandResult r = test::run_command(train_cmd("b", "--device-memory 64MiB"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("memo: device plan: needs"), std::string::npos) << r.output;
+  const auto a = log("a"), b = log("b");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (const auto& [step, j] : a) EXPECT_EQ(j["loss"].dump(), b.at(step)["loss"].dump()) << step;
+  // the log's memory figures are the arena's: measured peak within the planned peak
+  const nlohmann::json plan = nlohmann::json::parse(test::run_command(
+      test::memo_bin() + " plan --config " + dir.str("config.json") + " --seq 32 --batch 2 --json").output);
+  for (const auto& [step, j] : b) {
+    EXPECT_EQ(j["reserved_bytes"].get<int64_t>(), plan["plan_peak_bytes"].get<int64_t>());
+    EXPECT_LE(j["peak_bytes"].get<int64_t>(), j["reserved_bytes"].get<int64_t>());
+  }
+}
+
+TEST_F(PlanCommand, train_over_budget_is_refused_before_step_1) {
+  const test::CommandResult r = test::run_command(train_cmd("c", "--device-memory 256KiB"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  for (const char* part : {"memo: error: device memory: needs", "budget is", "(short", "fits"})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "c"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "c.jsonl"));
+}
+
+}  // namespace
+}  // namespace memo
