@@ -5,6 +5,7 @@
 
 #include "memo/cli/commands.h"
 #include "memo/core/error.h"
+#include "memo/core/size.h"
 #include "memo/train/trainer.h"
 
 namespace memo::cli {
@@ -36,8 +37,18 @@ void add_train_command(CLI::App& app) {
   train->add_option("--init-from", t->init_from, "Start from this checkpoint's weights with a fresh optimiser");
   train->add_option("--log", t->log_path, "JSON-lines log, one object per step");
   train->add_option("--log-every", t->log_every, "Progress line period in steps")->capture_default_str();
-  train->callback([t, out] {
+  // activation strategy (memory/strategy_factory.h)
+  auto host_memory = std::make_shared<std::string>();
+  auto alpha = std::make_shared<double>(0.0);
+  train->add_option("--activations", t->activations.kind, "Where skeletal activations live: keep, recompute, offload or memo")
+      ->check(CLI::IsMember({"keep", "recompute", "offload", "memo"}))->capture_default_str();
+  CLI::Option* alpha_opt = train->add_option("--alpha", *alpha, "memo: fraction of tokens offloaded, the rest recomputed (default: the cost model's choice)");
+  train->add_option("--host-memory", *host_memory, "offload, memo: host memory budget for offloaded activations, e.g. 1.5GiB (default: unlimited)");
+  train->add_option("--copy-bandwidth", t->activations.copy_bandwidth_gb_per_s, "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
+  train->callback([t, out, host_memory, alpha, alpha_opt] {
     TrainOptions o = *t;
+    if (alpha_opt->count() > 0) o.activations.alpha = *alpha;
+    if (!host_memory->empty()) o.activations.host_memory_bytes = parse_bytes(*host_memory, "--host-memory");
     if (o.resume_dir.empty() && o.config_path.empty())
       throw ConfigError("--config is required (or --resume a run)");
     if (!o.resume_dir.empty() && out->count() == 0) {

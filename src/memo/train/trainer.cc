@@ -182,7 +182,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   }
 
   CachingAllocator alloc;
-  KeepStrategy strategy(config, alloc);
+  const std::unique_ptr<ActivationStrategy> strategy = make_strategy(config, alloc, o.activations);
   const LrSchedule schedule{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.steps};
   const int64_t micro_steps = o.batch / o.micro_batch;
   const int64_t tokens_per_step = o.batch * o.seq;
@@ -196,6 +196,12 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
            << micro_steps << " micro-batches), " << omp_get_max_threads() << " threads, "
            << cpu::blas_name() << "\n";
   if (resume) progress << "memo: resuming at step " << start_step << " from " << o.resume_dir << "\n";
+  if (strategy->wants_warmup()) {  // profile on the first micro-batch; its gradients are dropped
+    sampler.fill(start_step + 1, 0, inputs.data(), targets.data(), o.micro_batch);
+    model.zero_grads();
+    model.forward_backward(inputs.data(), targets.data(), o.micro_batch, o.seq, 0.0f, *strategy, alloc);
+  }
+  progress << "memo: activations: " << strategy->summary() << "\n";
 
   TrainResult result;
   const float grad_scale = 1.0f / float(tokens_per_step);
@@ -208,7 +214,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     for (int64_t micro = 0; micro < micro_steps; ++micro) {
       sampler.fill(step, micro, inputs.data(), targets.data(), o.micro_batch);
       loss_sum += model.forward_backward(inputs.data(), targets.data(), o.micro_batch, o.seq,
-                                         grad_scale, strategy, alloc);
+                                         grad_scale, *strategy, alloc);
     }
     const double loss = loss_sum / double(tokens_per_step);
     if (!std::isfinite(loss))
@@ -228,7 +234,9 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
                             {"lr", lr},               {"grad_norm", grad_norm},
                             {"tokens_per_s", tokens_per_s}, {"mfu", mfu},
                             {"peak_bytes", alloc.peak_live_bytes()},
-                            {"reserved_bytes", alloc.reserved_bytes()}}
+                            {"reserved_bytes", alloc.reserved_bytes()},
+                            {"device_peak_bytes", alloc.peak_live_bytes()},
+                            {"host_peak_bytes", strategy->host_peak_bytes()}}
                  .dump()
           << "\n" << std::flush;
     }
@@ -254,7 +262,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     for (int64_t b = 0; b < o.val_batches && b * o.micro_batch < windows; ++b) {
       const int64_t rows = std::min(o.micro_batch, windows - b * o.micro_batch);
       val_sampler.fill_sequential(b * o.micro_batch, inputs.data(), targets.data(), rows);
-      sum += model.forward_loss(inputs.data(), targets.data(), rows, o.seq, strategy, alloc);
+      sum += model.forward_loss(inputs.data(), targets.data(), rows, o.seq, *strategy, alloc);
       tokens += rows * o.seq;
     }
     if (tokens > 0) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "memo/memory/strategy_factory.h"
 #include "memo/model/config.h"
 #include "memo/optim/adamw.h"
 
@@ -37,6 +38,7 @@ struct TrainOptions {
   std::string log_path;         // JSON lines, one per step
   int64_t val_batches = 16;     // micro-batches of validation windows at the end
   int64_t log_every = 1;        // progress line period in steps
+  StrategyOptions activations;  // where skeletal activations live (--activations and its flags)
 };
 
 struct TrainResult {
