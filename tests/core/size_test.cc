@@ -1,9 +1,10 @@
-// The size parser: binary and decimal units, fractions, case, and errors that
-// name the flag, the text and the accepted forms.
+// The size parser: binary and decimal units, fractions, case, and errors that name the flag, the
+// text and the accepted forms.
+#include "memo/core/size.h"
+
 #include <gtest/gtest.h>
 
 #include "memo/core/error.h"
-#include "memo/core/size.h"
 #include "test_util.h"
 
 namespace memo {
@@ -23,16 +24,13 @@ TEST(ParseBytes, accepts_binary_and_decimal_units) {
 }
 
 TEST(ParseBytes, bad_text_names_flag_value_and_accepted_units) {
-  for (const char *bad :
-       {"", "GiB", "1.5GX", "-1GiB", "1..2GiB", "1e3", "2 GiBs"}) {
-    const std::string msg = test::error_message<ConfigError>(
-        [&] { parse_bytes(bad, "--host-memory"); });
-    EXPECT_NE(msg.find("--host-memory '" + std::string(bad) + "'"),
-              std::string::npos)
-        << msg;
+  for (const char* bad : {"", "GiB", "1.5GX", "-1GiB", "1..2GiB", "1e3", "2 GiBs"}) {
+    const std::string msg =
+        test::error_message<ConfigError>([&] { parse_bytes(bad, "--host-memory"); });
+    EXPECT_NE(msg.find("--host-memory '" + std::string(bad) + "'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("GiB"), std::string::npos) << msg;
   }
 }
 
-} // namespace
-} // namespace memo
+}  // namespace
+}  // namespace memo
