@@ -51,7 +51,6 @@ Measure measure(Model& model, const StrategyOptions& o, int64_t seq, int untimed
   const std::vector<int32_t> t = tokens(seq, int32_t(model.config().vocab_size));
   for (int i = 0; i < untimed; ++i)
     model.forward_backward(t.data(), t.data() + 1, 1, seq, 0.0f, *strategy, alloc);
-  alloc.reset_peak();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < timed; ++i)
     model.forward_backward(t.data(), t.data() + 1, 1, seq, 0.0f, *strategy, alloc);

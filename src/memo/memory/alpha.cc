@@ -82,12 +82,14 @@ AlphaChoice choose_alpha(const AlphaInputs& in) {
   return c;
 }
 
+// Per-layer sizes in MiB: at the lengths a CPU run reaches they round to 0.00 GiB.
 std::string describe(const AlphaInputs& in, const AlphaChoice& c) {
+  const auto mib = [](int64_t bytes) { return str(double(bytes) / 1048576.0, " MiB"); };
   return str(
       "alpha ", c.alpha, " (binding: ", alpha_bound_name(c.binding), "; bandwidth bound ",
-      c.alpha_bandwidth, ", host bound ", c.alpha_host, ") from S_in ", gib(double(in.input_bytes)),
-      ", S_attn ", gib(double(in.attn_bytes)), ", S_other ", gib(double(in.other_bytes)),
-      " per layer, L ", in.num_layers, ", T_layer ", in.layer_forward_s * 1e3, " ms, bandwidth ",
+      c.alpha_bandwidth, ", host bound ", c.alpha_host, ") from S_in ", mib(in.input_bytes),
+      ", S_attn ", mib(in.attn_bytes), ", S_other ", mib(in.other_bytes), " per layer, L ",
+      in.num_layers, ", T_layer ", in.layer_forward_s * 1e3, " ms, bandwidth ",
       in.bandwidth_bytes_per_s / 1e9, " GB/s, host memory ",
       in.host_memory_bytes > 0 ? gib(double(in.host_memory_bytes)) : std::string("unlimited"));
 }
