@@ -94,6 +94,31 @@ TEST_F(Cli, killed_run_resumes_with_identical_losses) {
   EXPECT_EQ(losses(dir.str("cut.jsonl")), losses(dir.str("full.jsonl")));
 }
 
+TEST_F(Cli, every_strategy_in_a_planned_arena_gives_the_losses_of_keep_with_a_lower_peak) {
+  // four layers: offload and memo keep the top two on the device, so two would save nothing
+  std::string four = kTinyConfig;
+  four.replace(four.find("\"num_hidden_layers\": 2"), 22, "\"num_hidden_layers\": 4");
+  write_text(dir.str("config.json"), four);
+  std::map<std::string, std::map<int64_t, std::string>> runs;
+  std::map<std::string, int64_t> peaks;
+  for (const std::string a : {"keep", "recompute", "offload", "memo"}) {
+    const test::CommandResult r = test::run_command(
+        train_cmd(dir.str("out-" + a), "--steps 3 --activations " + a + " --device-memory 256MiB --log " +
+                                           dir.str(a + ".jsonl")));
+    ASSERT_EQ(r.exit_code, 0) << a << ": " << r.output;
+    runs[a] = losses(dir.str(a + ".jsonl"));
+    std::ifstream in(dir.str(a + ".jsonl"));
+    std::string line;
+    std::getline(in, line);
+    peaks[a] = nlohmann::json::parse(line).at("peak_bytes").get<int64_t>();
+  }
+  ASSERT_EQ(runs["keep"].size(), 3u);
+  for (const std::string a : {"recompute", "offload", "memo"}) {
+    EXPECT_EQ(runs[a], runs["keep"]) << a;
+    EXPECT_LT(peaks[a], peaks["keep"]) << a;
+  }
+}
+
 TEST_F(Cli, data_of_exactly_seq_plus_one_tokens_trains) {
   write_text(dir / "tiny.txt", corpus(33));
   const test::CommandResult r = test::run_command(
@@ -172,6 +197,49 @@ TEST_F(Cli, truncated_and_corrupted_checkpoints_are_rejected_and_left_alone) {
   expect_clean_failure(test::memo_bin() + " train --data " + dir.str("data.txt") + " --steps 4 --resume " + dir.str("run"),
                        "model.safetensors");
   EXPECT_EQ(listing(), before);
+}
+
+// --activations memo (a 4-layer model, so two layers leave the "device") and keep give the same
+// log losses to the last digit; the log carries device and host peaks, and memo's device peak is
+// below keep's.
+TEST_F(Cli, memo_and_keep_activations_give_identical_log_losses) {
+  write_text(dir / "deep.json", R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512})");
+  auto cmd = [&](const std::string& name, const std::string& flags) {
+    return test::memo_bin() + " train --config " + dir.str("deep.json") + " --data " + dir.str("data.txt") +
+           " --seq 100 --batch 4 --micro-batch 2 --steps 3 --warmup 1 --out " + dir.str(name) +
+           " --log " + dir.str(name + ".jsonl") + " " + flags;
+  };
+  const test::CommandResult keep = test::run_command(cmd("keep", "--activations keep"));
+  ASSERT_EQ(keep.exit_code, 0) << keep.output;
+  const test::CommandResult memo = test::run_command(cmd("memo", "--activations memo --host-memory 1GiB --copy-bandwidth 50"));
+  ASSERT_EQ(memo.exit_code, 0) << memo.output;
+  EXPECT_NE(memo.output.find("memo: activations: memo: alpha"), std::string::npos) << memo.output;
+  const test::CommandResult fixed = test::run_command(cmd("fixed", "--activations memo --alpha 0.7"));
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.output;
+  const auto a = losses(dir.str("keep.jsonl"));
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a, losses(dir.str("memo.jsonl")));
+  EXPECT_EQ(a, losses(dir.str("fixed.jsonl")));
+  auto last = [](const std::string& path) {
+    std::ifstream in(path);
+    std::string line, prev;
+    while (std::getline(in, line)) prev = line;
+    return nlohmann::json::parse(prev);
+  };
+  const nlohmann::json k = last(dir.str("keep.jsonl")), m = last(dir.str("fixed.jsonl"));
+  EXPECT_EQ(k.at("host_peak_bytes").get<int64_t>(), 0);
+  EXPECT_GT(m.at("host_peak_bytes").get<int64_t>(), 0);
+  EXPECT_LT(m.at("device_peak_bytes").get<int64_t>(), k.at("device_peak_bytes").get<int64_t>());
+}
+
+TEST_F(Cli, bad_host_memory_size_names_the_flag_and_units) {
+  expect_clean_failure(train_cmd(dir / "run", "--activations memo --host-memory 1.5GX"),
+                       "--host-memory '1.5GX'");
+}
+
+TEST_F(Cli, alpha_with_keep_is_rejected) {
+  expect_clean_failure(train_cmd(dir / "run", "--alpha 0.5"), "--alpha applies to --activations memo only");
 }
 
 }  // namespace

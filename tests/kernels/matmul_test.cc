@@ -122,3 +122,36 @@ TEST(MatmulPeak, measures_a_positive_rate) {
 
 }  // namespace
 }  // namespace memo::cpu
+
+namespace memo::cpu {
+namespace {
+
+// Note [Token panels]: rows [r0, T) recomputed from a panel boundary r0 equal the full product's
+// rows bit for bit, with beta = 0 and beta = 1; and the product is within BLAS accuracy.
+TEST(MatmulTokenPanels, rebuilt_rows_from_a_panel_boundary_are_bitwise_equal) {
+  const int64_t T = 3 * kTokenPanelRows + 37, K = 48, N = 72;
+  const std::vector<float> a = test::random_floats(T * K, 1), b = test::random_floats(N * K, 2);
+  const std::vector<float> c0 = test::random_floats(T * N, 3);
+  for (float beta : {0.0f, 1.0f}) {
+    std::vector<float> whole = c0;
+    matmul_token_panels(Tensor(whole.data(), {T, N}), ConstTensor(a.data(), {T, K}),
+                        ConstTensor(b.data(), {N, K}), beta);
+    std::vector<float> plain = c0;
+    matmul(Tensor(plain.data(), {T, N}), ConstTensor(a.data(), {T, K}),
+           ConstTensor(b.data(), {N, K}), false, true, 1.0f, beta);
+    for (size_t i = 0; i < plain.size(); ++i)
+      ASSERT_NEAR(whole[i], plain[i], 1e-4 * (1.0 + std::fabs(plain[i]))) << i;
+    for (int64_t r0 : {int64_t(0), kTokenPanelRows, 3 * kTokenPanelRows}) {
+      std::vector<float> part = c0;
+      matmul_token_panels(Tensor(part.data(), {T, N}).slice_rows(r0, T),
+                          ConstTensor(a.data(), {T, K}).slice_rows(r0, T),
+                          ConstTensor(b.data(), {N, K}), beta);
+      EXPECT_EQ(0, std::memcmp(whole.data() + r0 * N, part.data() + r0 * N,
+                               size_t((T - r0) * N) * sizeof(float)))
+          << "r0 " << r0 << " beta " << beta;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace memo::cpu

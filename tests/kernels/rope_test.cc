@@ -107,3 +107,30 @@ TEST(Rope, rejects_odd_head_dim_and_mismatched_tables) {
 
 }  // namespace
 }  // namespace memo::cpu
+
+namespace memo::cpu {
+namespace {
+
+// A row range [r0, r1) rotated with first_row = r0 equals the same rows of the whole tensor: the
+// memo strategy rebuilds q and k this way (rows across sequence boundaries included).
+TEST(Rope, row_range_with_first_row_matches_whole_tensor) {
+  const int64_t S = 13, T = 3 * S, H = 2, D = 6;
+  std::vector<float> cos(S * D / 2), sin(S * D / 2);
+  rope_table(Tensor(cos.data(), {S, D / 2}), Tensor(sin.data(), {S, D / 2}), D, kTheta);
+  const ConstTensor cv(cos.data(), {S, D / 2}), sv(sin.data(), {S, D / 2});
+  for (bool backward : {false, true}) {
+    std::vector<float> whole = test::random_floats(T * H * D, 5), part = whole;
+    auto apply = [&](Tensor x, int64_t first_row) {
+      if (backward) rope_backward(x, cv, sv, D, first_row);
+      else rope_forward(x, cv, sv, D, first_row);
+    };
+    apply(Tensor(whole.data(), {T, H * D}), 0);
+    for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 5}, {5, 17}, {17, T}}) {
+      apply(Tensor(part.data(), {T, H * D}).slice_rows(r0, r1), r0);
+    }
+    EXPECT_EQ(whole, part) << (backward ? "backward" : "forward");
+  }
+}
+
+}  // namespace
+}  // namespace memo::cpu

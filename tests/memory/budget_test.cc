@@ -70,16 +70,18 @@ TEST(Budget, budget_below_the_model_state_says_no_sequence_fits) {
 TEST(Budget, trainer_entry_refuses_with_budget_error) {
   Model model(testing::tiny_config());
   std::ostringstream progress;
-  EXPECT_THROW(planned_allocator_within_budget(model, 1, 16, 1024, progress), BudgetError);
+  EXPECT_THROW(planned_allocator_within_budget(model, 1, 16, 1024, StrategyOptions{}, progress), BudgetError);
   EXPECT_TRUE(progress.str().empty());
 }
 
 TEST(Budget, unknown_strategy_names_the_available_ones) {
   try {
-    make_strategy_factory("memo2");
+    StrategyOptions options;
+    options.kind = "memo2";
+    make_strategy_factory(options);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("available: keep"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("available: keep, recompute, offload, memo"), std::string::npos) << e.what();
   }
 }
 

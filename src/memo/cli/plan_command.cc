@@ -114,8 +114,8 @@ void run_plan(const PlanCommandOptions& o) {
   DevicePlanOptions options;
   options.plan.solver = plan_solver_from_name(o.solver);
   options.plan.mip_seconds = o.mip_seconds;
-  options.strategy_name = o.activations;
-  make_strategy_factory(o.activations);  // reject an unknown strategy before the model is built
+  options.strategy.kind = o.activations;
+  make_strategy_factory(options.strategy);  // reject an unknown strategy before the model is built
   const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
   Model model(config);  // zero weights: the request sequence does not depend on values
   const DevicePlan dp = plan_device_memory(model, o.batch, o.seq, budget, options);

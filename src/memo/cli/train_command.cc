@@ -39,9 +39,19 @@ void add_train_command(CLI::App& app) {
   auto device_memory = std::make_shared<std::string>();
   train->add_option("--device-memory", *device_memory, "Device memory budget, e.g. 1.5GiB: plan activations into one arena and refuse a run that does not fit (default: no budget)");
   train->add_option("--log-every", t->log_every, "Progress line period in steps")->capture_default_str();
-  train->callback([t, out, device_memory] {
+  // activation strategy (memory/strategy_factory.h)
+  auto host_memory = std::make_shared<std::string>();
+  auto alpha = std::make_shared<double>(0.0);
+  train->add_option("--activations", t->activations.kind, "Where skeletal activations live: keep, recompute, offload or memo")
+      ->check(CLI::IsMember({"keep", "recompute", "offload", "memo"}))->capture_default_str();
+  CLI::Option* alpha_opt = train->add_option("--alpha", *alpha, "memo: fraction of tokens offloaded, the rest recomputed (default: the cost model's choice)");
+  train->add_option("--host-memory", *host_memory, "offload, memo: host memory budget for offloaded activations, e.g. 1.5GiB (default: unlimited)");
+  train->add_option("--copy-bandwidth", t->activations.copy_bandwidth_gb_per_s, "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
+  train->callback([t, out, device_memory, host_memory, alpha, alpha_opt] {
     TrainOptions o = *t;
-    if (!device_memory->empty()) o.device_memory_bytes = parse_bytes(*device_memory);
+    if (alpha_opt->count() > 0) o.activations.alpha = *alpha;
+    if (!host_memory->empty()) o.activations.host_memory_bytes = parse_bytes(*host_memory, "--host-memory");
+    if (!device_memory->empty()) o.device_memory_bytes = parse_bytes(*device_memory, "--device-memory");
     if (o.resume_dir.empty() && o.config_path.empty())
       throw ConfigError("--config is required (or --resume a run)");
     if (!o.resume_dir.empty() && out->count() == 0) {

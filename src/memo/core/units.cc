@@ -65,4 +65,12 @@ std::string format_bytes(int64_t bytes) {
   return buf;
 }
 
+int64_t parse_bytes(std::string_view text, std::string_view flag) {
+  try {
+    return parse_bytes(text);
+  } catch (const ConfigError& e) {
+    throw ConfigError(str(flag, " '", text, "': ", e.what()));
+  }
+}
+
 }  // namespace memo

@@ -13,6 +13,8 @@ namespace memo {
 // naming the text and the accepted forms for anything else (negative, empty, unknown unit, a
 // value over 2^62 bytes). Fractional results round down to whole bytes.
 int64_t parse_bytes(std::string_view text);
+// The same for a command-line flag: the error names the flag first ("--host-memory '1.5GX': ...").
+int64_t parse_bytes(std::string_view text, std::string_view flag);
 
 // A size for a human: the largest binary unit that keeps the value >= 1, two decimals
 // ("1.50 GiB", "12.00 MiB", "512 B").

@@ -5,8 +5,11 @@
 //             forward_done(l) after layer l's forward;
 //   backward: backward_ready(l) before layer l's backward, backward_done(l) after it;
 //   eval:     discard(l) instead of the backward.
+// forward_slot(l) is called twice per forward: first (before layer l-1 runs) only its x is
+// written; the second call comes right before layer l's forward, which writes every other field.
 // This file holds the interface and `keep` (every skeletal tensor stays on the device). The
-// recompute, offload and memo strategies (issue #3) implement the same interface.
+// recompute, offload and memo strategies (issue #3) implement the same interface in their own
+// files; make_strategy (memory/strategy_factory.h) picks one.
 #pragma once
 
 #include <memory>
@@ -16,6 +19,7 @@
 #include "memo/backend/allocator.h"
 #include "memo/model/config.h"
 #include "memo/model/layer.h"
+#include "memo/model/params.h"
 
 namespace memo {
 
@@ -25,12 +29,23 @@ class ActivationStrategy {
   virtual std::string name() const = 0;
   // Called once per micro-batch shape before the first layer; may plan or allocate.
   virtual void begin_step(int64_t batch, int64_t seq) = 0;
+  // Called right after begin_step with what a strategy needs to rebuild a layer's skeletal
+  // tensors (recompute, memo); both stay valid until the micro-batch ends.
+  virtual void set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) = 0;
   // Buffers for layer l's skeletal set; x is written by the producer of the layer's input.
   virtual const SavedActs& forward_slot(int layer) = 0;
   virtual void forward_done(int layer) = 0;
   virtual const SavedActs& backward_ready(int layer) = 0;
   virtual void backward_done(int layer) = 0;
   virtual void discard(int layer) = 0;
+
+  // Most host bytes held at once (0 for strategies that keep everything on the device).
+  virtual int64_t host_peak_bytes() const { return 0; }
+  // True while a warm-up micro-batch (run, then its gradients dropped) should precede step 1 so
+  // the strategy can profile (memo's cost model, memory/alpha.h).
+  virtual bool wants_warmup() const { return false; }
+  // One line for the start-of-run log: the strategy and its parameters.
+  virtual std::string summary() const { return name(); }
 };
 
 class KeepStrategy final : public ActivationStrategy {
@@ -41,6 +56,7 @@ class KeepStrategy final : public ActivationStrategy {
   ~KeepStrategy() override;
   std::string name() const override { return "keep"; }
   void begin_step(int64_t batch, int64_t seq) override;
+  void set_rebuild_inputs(const ModelWeights&, const LayerContext&) override {}  // keeps everything
   const SavedActs& forward_slot(int layer) override;
   void forward_done(int layer) override {}
   const SavedActs& backward_ready(int layer) override;

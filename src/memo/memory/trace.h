@@ -87,6 +87,12 @@ class TracingStrategy final : public ActivationStrategy {
       : inner_(inner), recorder_(recorder) {}
   std::string name() const override { return inner_.name(); }
   void begin_step(int64_t batch, int64_t seq) override { inner_.begin_step(batch, seq); }
+  void set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) override {
+    inner_.set_rebuild_inputs(weights, ctx);
+  }
+  int64_t host_peak_bytes() const override { return inner_.host_peak_bytes(); }
+  bool wants_warmup() const override { return inner_.wants_warmup(); }
+  std::string summary() const override { return inner_.summary(); }
   const SavedActs& forward_slot(int layer) override;
   void forward_done(int layer) override;
   const SavedActs& backward_ready(int layer) override;

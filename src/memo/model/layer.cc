@@ -34,15 +34,17 @@ int64_t saved_acts_bytes(const ModelConfig& config, int64_t batch, int64_t seq) 
   return bytes;
 }
 
+// The per-token products go through matmul_token_panels so layer_recompute_tokens can rebuild any
+// panel-aligned token range exactly; the down projection is never rebuilt and takes one call.
 void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const LayerContext& ctx) {
   const ModelConfig& cfg = *ctx.config;
   const int64_t D = cfg.head_dim();
   const float eps = float(cfg.rms_norm_eps);
   // attention block: h = x + o_proj(attn(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
   cpu::rmsnorm_forward(s.xn1, s.inv_rms1, s.x, w.ln1, eps);
-  cpu::matmul(s.q, s.xn1, w.wq, false, true);
-  cpu::matmul(s.k, s.xn1, w.wk, false, true);
-  cpu::matmul(s.v, s.xn1, w.wv, false, true);
+  cpu::matmul_token_panels(s.q, s.xn1, w.wq);
+  cpu::matmul_token_panels(s.k, s.xn1, w.wk);
+  cpu::matmul_token_panels(s.v, s.xn1, w.wv);
   cpu::rope_forward(s.q, ctx.rope_cos, ctx.rope_sin, D);
   cpu::rope_forward(s.k, ctx.rope_cos, ctx.rope_sin, D);
   {
@@ -51,14 +53,39 @@ void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const La
                            cfg.num_key_value_heads, *scratch);
   }
   cpu::copy(s.h, s.x);
-  cpu::matmul(s.h, s.attn, w.wo, false, true, 1.0f, 1.0f);
+  cpu::matmul_token_panels(s.h, s.attn, w.wo, 1.0f);
   // MLP block: y = h + down_proj(silu(gate_proj(xn2)) * up_proj(xn2))
   cpu::rmsnorm_forward(s.xn2, s.inv_rms2, s.h, w.ln2, eps);
-  cpu::matmul(s.gate, s.xn2, w.wg, false, true);
-  cpu::matmul(s.up, s.xn2, w.wu, false, true);
+  cpu::matmul_token_panels(s.gate, s.xn2, w.wg);
+  cpu::matmul_token_panels(s.up, s.xn2, w.wu);
   cpu::swiglu_forward(s.act, s.gate, s.up);
   cpu::copy(y, s.h);
   cpu::matmul(y, s.act, w.wd, false, true, 1.0f, 1.0f);
+}
+
+// layer_forward without attention and the down projection, on rows [r0, r1) of each tensor.
+void layer_recompute_tokens(const SavedActs& s, int64_t r0, int64_t r1, const LayerWeights& w,
+                            const LayerContext& ctx) {
+  const ModelConfig& cfg = *ctx.config;
+  const int64_t T = ctx.batch * ctx.seq, D = cfg.head_dim();
+  MEMO_CHECK(0 <= r0 && r0 <= r1 && r1 <= T && (r0 % cpu::kTokenPanelRows == 0 || r0 == r1),
+             "layer_recompute_tokens: rows [", r0, ", ", r1, ") of ", T, " tokens (need a range ",
+             "starting on a multiple of ", cpu::kTokenPanelRows, ")");
+  if (r0 == r1) return;
+  const float eps = float(cfg.rms_norm_eps);
+  auto rows = [r0, r1](const Tensor& t) { return t.slice_rows(r0, r1); };
+  cpu::rmsnorm_forward(rows(s.xn1), rows(s.inv_rms1), rows(s.x), w.ln1, eps);
+  cpu::matmul_token_panels(rows(s.q), rows(s.xn1), w.wq);
+  cpu::matmul_token_panels(rows(s.k), rows(s.xn1), w.wk);
+  cpu::matmul_token_panels(rows(s.v), rows(s.xn1), w.wv);
+  cpu::rope_forward(rows(s.q), ctx.rope_cos, ctx.rope_sin, D, r0);
+  cpu::rope_forward(rows(s.k), ctx.rope_cos, ctx.rope_sin, D, r0);
+  cpu::copy(rows(s.h), rows(s.x));
+  cpu::matmul_token_panels(rows(s.h), rows(s.attn), w.wo, 1.0f);
+  cpu::rmsnorm_forward(rows(s.xn2), rows(s.inv_rms2), rows(s.h), w.ln2, eps);
+  cpu::matmul_token_panels(rows(s.gate), rows(s.xn2), w.wg);
+  cpu::matmul_token_panels(rows(s.up), rows(s.xn2), w.wu);
+  cpu::swiglu_forward(rows(s.act), rows(s.gate), rows(s.up));
 }
 
 void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, const LayerWeights& w,

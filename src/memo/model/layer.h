@@ -58,6 +58,15 @@ struct LayerContext {
 // Fills every field of s but x (read), and writes the layer output y = h + act down_proj. y: [T, C]
 void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const LayerContext& ctx);
 
+// Rebuilds token rows [row_begin, row_end) of every per-token field of s (SavedField::per_token)
+// from s.x and s.attn, without attention: xn1, inv_rms1 = rmsnorm(x); q, k, v = xn1 W^T, RoPE on
+// q and k; h = x + attn Wo^T; xn2, inv_rms2 = rmsnorm(h); gate, up = xn2 W^T; act = silu(gate) up.
+// The rows come out bit for bit as layer_forward wrote them: the same kernels, and the products
+// in the same row panels (see Note [Token panels] in kernels/cpu/matmul.cc), so row_begin must be
+// a multiple of cpu::kTokenPanelRows (or row_begin == row_end). Needs no transients.
+void layer_recompute_tokens(const SavedActs& s, int64_t row_begin, int64_t row_end,
+                            const LayerWeights& w, const LayerContext& ctx);
+
 // On entry dres = dL/dy, on exit dres = dL/dx (updated in place: the residual stream's gradient
 // passes through unchanged plus the branches). Weight gradients accumulate into dw.
 void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, const LayerWeights& w,

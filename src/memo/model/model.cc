@@ -55,6 +55,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
 
   // forward: embedding, then each layer writes its output into the next layer's input slot
   strategy.begin_step(batch, seq);
+  strategy.set_rebuild_inputs(w_, ctx);
   cpu::embedding_forward(strategy.forward_slot(0).x, tokens, w_.embed);
   Tensor final_hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient);
   for (int l = 0; l < L; ++l) {

@@ -7,9 +7,12 @@
 
 namespace memo {
 
-StrategyFactory make_strategy_factory(const std::string& name) {
-  if (name == "keep") return keep_strategy_factory();
-  throw ConfigError(str("--activations '", name, "' is not available in this build; available: keep"));
+StrategyFactory make_strategy_factory(const StrategyOptions& options) {
+  if (std::find(std::begin(kStrategyNames), std::end(kStrategyNames), options.kind) == std::end(kStrategyNames))
+    throw ConfigError(str("--activations '", options.kind, "' is not a strategy; available: keep, recompute, offload, memo"));
+  return [options](const ModelConfig& config, ActivationAllocator& alloc) {
+    return make_strategy(config, alloc, options);
+  };
 }
 
 std::string DevicePlan::over_budget_message() const {
@@ -29,7 +32,7 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq, const StrategyF
 
 DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t budget_bytes,
                               const DevicePlanOptions& options) {
-  const StrategyFactory make_strategy = make_strategy_factory(options.strategy_name);
+  const StrategyFactory make_strategy = make_strategy_factory(options.strategy);
   DevicePlan out;
   out.batch = batch;
   out.seq = seq;
@@ -49,8 +52,11 @@ DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t 
 
 std::unique_ptr<PlannedAllocator> planned_allocator_within_budget(Model& model, int64_t batch,
                                                                   int64_t seq, int64_t budget_bytes,
+                                                                  const StrategyOptions& strategy,
                                                                   std::ostream& progress) {
-  DevicePlan dp = plan_device_memory(model, batch, seq, budget_bytes);
+  DevicePlanOptions options;
+  options.strategy = strategy;
+  DevicePlan dp = plan_device_memory(model, batch, seq, budget_bytes, options);
   if (!dp.fits()) throw BudgetError(dp.over_budget_message());
   const ActivationPlan& a = dp.activations;
   char line[240];

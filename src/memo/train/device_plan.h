@@ -3,6 +3,8 @@
 // budget, all before training starts. The trainer and `memo plan` both come here.
 #pragma once
 
+#include "memo/memory/strategy_factory.h"
+
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -18,12 +20,12 @@ namespace memo {
 
 struct DevicePlanOptions {
   ActivationPlanOptions plan;
-  std::string strategy_name = "keep";  // CLI: --activations; see make_strategy_factory
+  StrategyOptions strategy;  // CLI: --activations and its flags; see make_strategy_factory
 };
 
 // The activation strategies this build has (keep now; recompute, offload and memo plug in through
 // the same factory, issue #3). Throws ConfigError naming the ones available.
-StrategyFactory make_strategy_factory(const std::string& name);
+StrategyFactory make_strategy_factory(const StrategyOptions& options);
 
 struct DevicePlan {
   ActivationPlan activations;
@@ -50,6 +52,7 @@ DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t 
 // DevicePlan::over_budget_message() when it does not fit.
 std::unique_ptr<PlannedAllocator> planned_allocator_within_budget(Model& model, int64_t batch,
                                                                   int64_t seq, int64_t budget_bytes,
+                                                                  const StrategyOptions& strategy,
                                                                   std::ostream& progress);
 
 }  // namespace memo

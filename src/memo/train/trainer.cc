@@ -181,9 +181,10 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   CachingAllocator caching;
   std::unique_ptr<PlannedAllocator> planned;
   if (o.device_memory_bytes > 0)
-    planned = planned_allocator_within_budget(model, o.micro_batch, o.seq, o.device_memory_bytes, progress);
+    planned = planned_allocator_within_budget(model, o.micro_batch, o.seq, o.device_memory_bytes,
+                                              o.activations, progress);
   ActivationAllocator& alloc = planned ? static_cast<ActivationAllocator&>(*planned) : caching;
-  KeepStrategy strategy(config, alloc);
+  const std::unique_ptr<ActivationStrategy> strategy = make_strategy(config, alloc, o.activations);
   KeepStrategy eval_strategy(config, caching);
   fs::create_directories(o.out_dir);
   std::ofstream log;
@@ -208,6 +209,12 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   if (const std::string w = cpu::blas_warning(); !w.empty()) progress << "memo: warning: " << w << "\n";
   const double peak_flops = cpu::measure_matmul_peak_flops(0.5);  // the MFU denominator
   if (resume) progress << "memo: resuming at step " << start_step << " from " << o.resume_dir << "\n";
+  if (strategy->wants_warmup()) {  // profile on the first micro-batch; its gradients are dropped
+    sampler.fill(start_step + 1, 0, inputs.data(), targets.data(), o.micro_batch);
+    model.zero_grads();
+    model.forward_backward(inputs.data(), targets.data(), o.micro_batch, o.seq, 0.0f, *strategy, alloc);
+  }
+  progress << "memo: activations: " << strategy->summary() << "\n";
 
   TrainResult result;
   const float grad_scale = 1.0f / float(tokens_per_step);
@@ -220,7 +227,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     for (int64_t micro = 0; micro < micro_steps; ++micro) {
       sampler.fill(step, micro, inputs.data(), targets.data(), o.micro_batch);
       loss_sum += model.forward_backward(inputs.data(), targets.data(), o.micro_batch, o.seq,
-                                         grad_scale, strategy, alloc);
+                                         grad_scale, *strategy, alloc);
     }
     const double loss = loss_sum / double(tokens_per_step);
     if (!std::isfinite(loss))
@@ -240,7 +247,9 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
                             {"lr", lr},               {"grad_norm", grad_norm},
                             {"tokens_per_s", tokens_per_s}, {"mfu", mfu},
                             {"peak_bytes", alloc.peak_live_bytes()},
-                            {"reserved_bytes", alloc.reserved_bytes()}}
+                            {"reserved_bytes", alloc.reserved_bytes()},
+                            {"device_peak_bytes", alloc.peak_live_bytes()},
+                            {"host_peak_bytes", strategy->host_peak_bytes()}}
                  .dump()
           << "\n" << std::flush;
     }

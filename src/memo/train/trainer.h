@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "memo/memory/strategy_factory.h"
 #include "memo/model/config.h"
 #include "memo/optim/adamw.h"
 
@@ -40,6 +41,7 @@ struct TrainOptions {
   // --device-memory: plan the activations into one arena and check the whole device need against
   // this many bytes before step 1 (train/device_plan.h); 0: no budget, the caching allocator.
   int64_t device_memory_bytes = 0;
+  StrategyOptions activations;  // where skeletal activations live (--activations and its flags)
 };
 
 struct TrainResult {

@@ -21,6 +21,12 @@ namespace memo::cpu {
 // a is [M, K] ([K, M] when trans_a), b is [K, N] ([N, K] when trans_b). Row strides from ld().
 void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha = 1.0f,
             float beta = 0.0f);
+// c = a @ b^T + beta * c for per-token products (a, c: [T, *] token rows; b: [N, K] weights),
+// computed as one BLAS call per panel of kTokenPanelRows rows counted from row 0 of the views.
+// See Note [Token panels]: a row's bits depend only on its panel, so rebuilding rows
+// [r0, r1) with r0 a multiple of kTokenPanelRows reproduces the full product exactly.
+inline constexpr int64_t kTokenPanelRows = 128;
+void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta = 0.0f);
 // Name and version of the BLAS in use, and its kernel ("OpenBLAS 0.3.21 SkylakeX").
 const char* blas_name();
 // One line to print at start-up, before any matmul, when the BLAS runs a kernel that does not
@@ -38,11 +44,14 @@ void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, Const
 // --- rotary position embedding, Hugging Face Llama convention (rotate_half) ---
 // cos, sin: [S, D/2], angle(p, i) = p * theta^(-2i/D), computed in double.
 void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta);
-// In place on x: [T, n_heads * D]; row t uses position t % S (S = cos.rows()). For each head and
-// i < D/2: (x1, x2) = (x[i], x[i + D/2]) -> (x1 cos - x2 sin, x2 cos + x1 sin).
-void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim);
+// In place on x: [T, n_heads * D]; row t uses position (first_row + t) % S (S = cos.rows()), so
+// a row range [r0, r1) of a [T, ...] tensor passes first_row = r0. For each head and i < D/2:
+// (x1, x2) = (x[i], x[i + D/2]) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                  int64_t first_row = 0);
 // In place on dx: the transposed rotation (by -angle).
-void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim);
+void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                   int64_t first_row = 0);
 
 // --- SwiGLU ---
 // a = silu(g) * u = g / (1 + exp(-g)) * u.  g, u, a: [T, F]

@@ -91,6 +91,26 @@ void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, 
 #endif
 }
 
+// Note [Token panels]
+// The BLAS does not promise that a row of c = a @ b^T has the same bits whatever other rows share
+// the call: OpenBLAS 0.3.21 (Zen kernel, 1 or 2 threads) gives a different last bit for about half
+// of the rows of a [T - r0, 688] product against the same rows of the [T, 688] product, for every
+// r0 tried, 64 and 128 included (its thread split and edge kernels depend on the call's shape).
+// The memo strategy rebuilds a token range of q, k, v, h, gate and up before the backward and must
+// reproduce the forward bit for bit (DESIGN.md section 6), so those products are always computed
+// one panel of kTokenPanelRows rows at a time, panels counted from row 0. A rebuilt range that
+// starts on a panel boundary then makes exactly the calls the forward made for those rows. 128
+// rows: smaller panels (16 to 64) ran the small model's products 2 to 10x slower on this 2-core
+// machine (thread start-up per call); 128 was within noise of one call (bench numbers are noisy).
+void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) {
+  MEMO_CHECK(c.ndim() == 2 && a.ndim() == 2 && c.rows() == a.rows(), "matmul_token_panels: c ",
+             c.shape(), " a ", a.shape(), " (need the same token rows)");
+  for (int64_t r0 = 0; r0 < c.rows(); r0 += kTokenPanelRows) {
+    const int64_t r1 = std::min(c.rows(), r0 + kTokenPanelRows);
+    matmul(c.slice_rows(r0, r1), a.slice_rows(r0, r1), b, false, true, 1.0f, beta);
+  }
+}
+
 const char* blas_name() {
   static const std::string name = [] {
 #if defined(MEMO_BLAS_OPENBLAS)

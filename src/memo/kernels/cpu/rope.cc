@@ -20,13 +20,15 @@ void check_rope(const char* op, const Tensor& x, const ConstTensor& cos, const C
 
 // Rotates every head of x's rows by +angle (sign = 1) or -angle (sign = -1):
 //   (x1, x2) -> (x1 cos - sign x2 sin, x2 cos + sign x1 sin).
-void rotate(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim, float sign) {
+void rotate(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim, int64_t first_row,
+            float sign) {
   const int64_t T = x.rows(), S = cos.rows(), half = head_dim / 2;
   const int64_t n_heads = x.cols() / head_dim;
 #pragma omp parallel for schedule(static) if (x.numel() >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
-    const float* cr = cos.data() + (t % S) * cos.ld();
-    const float* sr = sin.data() + (t % S) * sin.ld();
+    const int64_t pos = (first_row + t) % S;
+    const float* cr = cos.data() + pos * cos.ld();
+    const float* sr = sin.data() + pos * sin.ld();
     for (int64_t h = 0; h < n_heads; ++h) {
       float* x1 = x.data() + t * x.ld() + h * head_dim;
       float* x2 = x1 + half;
@@ -57,15 +59,19 @@ void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
   }
 }
 
-void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim) {
+void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                  int64_t first_row) {
   check_rope("rope_forward", x, cos, sin, head_dim);
-  rotate(x, cos, sin, head_dim, 1.0f);
+  MEMO_CHECK(first_row >= 0, "rope_forward: first_row ", first_row, " must be >= 0");
+  rotate(x, cos, sin, head_dim, first_row, 1.0f);
 }
 
 // The rotation is orthogonal, so its transpose (rotation by -angle) maps dy to dx.
-void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim) {
+void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                   int64_t first_row) {
   check_rope("rope_backward", dx, cos, sin, head_dim);
-  rotate(dx, cos, sin, head_dim, -1.0f);
+  MEMO_CHECK(first_row >= 0, "rope_backward: first_row ", first_row, " must be >= 0");
+  rotate(dx, cos, sin, head_dim, first_row, -1.0f);
 }
 
 }  // namespace memo::cpu

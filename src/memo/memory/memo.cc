@@ -1,0 +1,90 @@
+#include "memo/memory/memo.h"
+
+#include <cmath>
+
+#include "memo/kernels/cpu/kernels.h"
+
+namespace memo {
+
+int64_t memo_offload_rows(double alpha, int64_t tokens) {
+  const double rows = alpha * double(tokens);
+  if (rows >= double(tokens)) return tokens;
+  return int64_t(std::floor(rows / double(cpu::kTokenPanelRows))) * cpu::kTokenPanelRows;
+}
+
+AlphaInputs memo_alpha_sizes(const ModelConfig& config, int64_t batch, int64_t seq) {
+  AlphaInputs in;
+  for (const SavedField& f : kSavedFields) {
+    const int64_t bytes = saved_shape(f, config, batch, seq).numel() * int64_t(sizeof(float));
+    if (f.per_token)
+      in.other_bytes += bytes;
+    else if (f.member == &SavedActs::x)
+      in.input_bytes += bytes;
+    else
+      in.attn_bytes += bytes;  // attn and lse
+  }
+  in.num_layers = int(config.num_hidden_layers);
+  in.seq = seq;
+  return in;
+}
+
+MemoStrategy::MemoStrategy(const ModelConfig& config, ActivationAllocator& alloc,
+                           const SwapOptions& swap, const MemoOptions& options)
+    : SwapStrategy(config, alloc, swap),
+      options_(options),
+      host_memory_bytes_(swap.host_memory_bytes) {
+  MEMO_CHECK(!options.alpha || (*options.alpha >= 0.0 && *options.alpha <= 1.0), "memo: alpha ",
+             *options.alpha, " must be in [0, 1]");
+}
+
+bool MemoStrategy::wants_warmup() const {
+  const bool given = options_.layer_forward_s > 0.0 && options_.bandwidth_bytes_per_s > 0.0;
+  return !options_.alpha && !given && !profile().valid;
+}
+
+MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
+  AlphaInputs in = memo_alpha_sizes(config(), batch, seq);
+  in.host_memory_bytes = host_memory_bytes_;
+  in.layer_forward_s =
+      options_.layer_forward_s > 0.0 ? options_.layer_forward_s : profile().layer_forward_s;
+  in.bandwidth_bytes_per_s = options_.bandwidth_bytes_per_s > 0.0 ? options_.bandwidth_bytes_per_s
+                                                                  : profile().d2h_bytes_per_s;
+  const AlphaChoice choice = choose_alpha(in);
+  if (!choice.host_fits) throw BudgetError(str("memo: ", choice.advice));
+  Decision d;
+  if (options_.alpha) {
+    d.alpha = *options_.alpha;
+    if (d.alpha > choice.alpha_host)
+      throw BudgetError(str("memo: --alpha ", d.alpha, " needs ", gib(host_bytes_at(in, d.alpha)),
+                            " of host memory for ", in.num_layers - 2, " offloaded layers, budget ",
+                            gib(double(host_memory_bytes_)), "; --alpha ",
+                            std::floor(choice.alpha_host * 100.0) / 100.0, " fits"));
+    d.text = str("memo: alpha ", d.alpha, " (given)");
+  } else if (wants_warmup()) {
+    d.alpha = 0.0;  // the warm-up: least host memory; every alpha gives the same
+                    // values
+    d.text = "memo: profiling a warm-up micro-batch at alpha 0";
+  } else {
+    d.alpha = choice.alpha;
+    d.text = str("memo: ", describe(in, choice));
+    if (!choice.copy_hidden) d.text += str("; warning: ", choice.advice);
+  }
+  const int64_t rows = memo_offload_rows(d.alpha, batch * seq);
+  d.text += str("; offloading ", rows, " of ", batch * seq, " token rows (alpha ",
+                double(rows) / double(batch * seq), " after rounding to ", cpu::kTokenPanelRows,
+                "-row panels), host ", gib(double(planned_host_bytes(batch, seq, rows))));
+  return d;
+}
+
+std::string MemoStrategy::summary() const {
+  return batch_ > 0 ? decide(batch_, seq_).text : std::string("memo: alpha not chosen yet");
+}
+
+int64_t MemoStrategy::choose_offload_rows(int64_t batch, int64_t seq) {
+  alpha_ = decide(batch, seq).alpha;
+  batch_ = batch;
+  seq_ = seq;
+  return memo_offload_rows(alpha_, batch * seq);
+}
+
+}  // namespace memo

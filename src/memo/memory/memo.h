@@ -1,0 +1,54 @@
+// `memo` (DESIGN.md section 2): of each layer below the top two, x and attn (with lse) always go to
+// the host; of every other skeletal tensor the first alpha of the tokens goes to the host and the
+// rest is rebuilt token-wise before the backward without re-running attention. alpha is given
+// (--alpha) or chosen by the cost model (memory/alpha.h) from a warm-up micro-batch that profiles
+// one layer's forward time and the device-to-host bandwidth. Results equal keep's bit for bit.
+#pragma once
+
+#include <optional>
+
+#include "memo/memory/alpha.h"
+#include "memo/memory/swap_strategy.h"
+
+namespace memo {
+
+struct MemoOptions {
+  std::optional<double> alpha;   // fixed alpha in [0, 1]; empty: the cost model picks it
+  double layer_forward_s = 0.0;  // given cost-model inputs; 0: profiled in the warm-up
+  double bandwidth_bytes_per_s = 0.0;
+};
+
+// Token rows offloaded for a fraction alpha of T tokens: rounded down to whole token panels (see
+// Note [Token panels] in kernels/cpu/matmul.cc), or all T when alpha * T >= T.
+int64_t memo_offload_rows(double alpha, int64_t tokens);
+
+// The cost model's per-layer byte sizes for one micro-batch shape (timings and host left unset).
+AlphaInputs memo_alpha_sizes(const ModelConfig& config, int64_t batch, int64_t seq);
+
+class MemoStrategy final : public SwapStrategy {
+ public:
+  MemoStrategy(const ModelConfig& config, ActivationAllocator& alloc, const SwapOptions& swap,
+               const MemoOptions& options);
+  std::string name() const override { return "memo"; }
+  bool wants_warmup() const override;
+  std::string summary() const override;    // alpha, its inputs and rows for the last shape
+  double alpha() const { return alpha_; }  // of the current shape, before rounding to panels
+
+ protected:
+  int64_t choose_offload_rows(int64_t batch, int64_t seq) override;
+
+ private:
+  struct Decision {
+    double alpha;
+    std::string text;
+  };
+  Decision decide(int64_t batch,
+                  int64_t seq) const;  // throws BudgetError when nothing fits
+
+  MemoOptions options_;
+  int64_t host_memory_bytes_;
+  double alpha_ = 0.0;
+  int64_t batch_ = 0, seq_ = 0;  // the last shape begin_step saw
+};
+
+}  // namespace memo

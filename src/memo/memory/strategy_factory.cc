@@ -1,0 +1,41 @@
+#include "memo/memory/strategy_factory.h"
+
+#include "memo/memory/memo.h"
+#include "memo/memory/offload.h"
+#include "memo/memory/recompute.h"
+
+namespace memo {
+
+std::unique_ptr<ActivationStrategy> make_strategy(const ModelConfig& config,
+                                                  ActivationAllocator& alloc,
+                                                  const StrategyOptions& o) {
+  const bool swaps = o.kind == "offload" || o.kind == "memo";
+  if (o.alpha && o.kind != "memo")
+    throw ConfigError(str("--alpha applies to --activations memo only, not ", o.kind));
+  if (o.alpha && (*o.alpha < 0.0 || *o.alpha > 1.0))
+    throw ConfigError(str("--alpha ", *o.alpha, " must be in [0, 1]"));
+  if (!swaps && (o.host_memory_bytes > 0 || o.copy_bandwidth_gb_per_s > 0.0))
+    throw ConfigError(
+        str("--host-memory and --copy-bandwidth apply to --activations offload or "
+            "memo, not ",
+            o.kind));
+  if (o.host_memory_bytes < 0 || o.copy_bandwidth_gb_per_s < 0.0)
+    throw ConfigError(str("--host-memory ", o.host_memory_bytes, " bytes and --copy-bandwidth ",
+                          o.copy_bandwidth_gb_per_s, " GB/s must be >= 0"));
+  SwapOptions swap;
+  swap.host_memory_bytes = o.host_memory_bytes;
+  swap.copy.bandwidth_bytes_per_s = o.copy_bandwidth_gb_per_s * 1e9;
+  swap.copy.max_random_delay_s = o.max_random_delay_s;
+  swap.copy.random_delay_seed = o.random_delay_seed;
+  swap.poison_released = o.poison_released;
+  if (o.kind == "keep") return std::make_unique<KeepStrategy>(config, alloc);
+  if (o.kind == "recompute") return std::make_unique<RecomputeStrategy>(config, alloc);
+  if (o.kind == "offload") return std::make_unique<OffloadStrategy>(config, alloc, swap);
+  if (o.kind == "memo")
+    return std::make_unique<MemoStrategy>(
+        config, alloc, swap, MemoOptions{o.alpha, o.layer_forward_s, o.bandwidth_bytes_per_s});
+  throw ConfigError(
+      str("--activations '", o.kind, "' is not one of keep, recompute, offload, memo"));
+}
+
+}  // namespace memo

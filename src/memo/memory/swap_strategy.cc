@@ -1,0 +1,264 @@
+#include "memo/memory/swap_strategy.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "memo/kernels/cpu/kernels.h"
+#include "memo/kernels/cpu/tensor_ops.h"
+
+namespace memo {
+
+// Note [Rounding buffers]
+// Device storage for skeletal tensors, held from begin_step to the end of the micro-batch:
+//   rounding_[0], rounding_[1]: every field but x of one layer; layer l uses rounding_[l % 2].
+//   x_ring_[0..2]: layer inputs; layer l's x lives in x_ring_[l % 3].
+// Why x has its own ring of three: the model asks for forward_slot(l+1) *before* running layer l,
+// because layer l writes its output straight into slot(l+1).x. Were x in the rounding buffer of
+// layer l+1 (the one of layer l-1), layer l could not start before l-1's offload finished, and
+// nothing would overlap. In the ring, slot l+1's x displaces x_{l-2}, whose offload was queued one
+// whole layer (l-1) earlier.
+//
+// Forward (L layers; the top two, L-2 and L-1, never leave the device):
+//   forward_slot(l), 1st call: wait offload_done_[l-3] (x_{l-3} leaves x_ring_[l % 3])
+//   forward_slot(l), 2nd call: wait offload_done_[l-2] (rounding_[l % 2] is free); layer l runs
+//   forward_done(l), l < L-2:  queue on D2H x, attn, lse whole and rows [0, offload_rows) of
+//                              each per-token field; record offload_done_[l]
+// Backward, top down:
+//   backward_ready(l), l < L-2: wait prefetch_done_[l]; rebuild rows [offload_rows, T) of the
+//                               per-token fields (layer_recompute_tokens, no attention)
+//   backward_done(l):           rounding_[l % 2] and x_ring_[l % 3] are free; queue on H2D the
+//                               prefetch of layer l-2 into rounding_[l % 2] and x_ring_[(l-2) % 3]
+//                               (it held x_{l+1}, whose backward is done); record
+//                               prefetch_done_[l-2]
+// So the prefetch of layer l-2 overlaps the backward of layer l-1.
+// Every offload has been waited on by the end of the forward (layer l+2's second slot call), so a
+// prefetch never reads a host block still being written; queue_prefetch checks it. With
+// SwapOptions::poison_released each buffer is filled with NaN when it is handed back, which turns a
+// missing wait or an unrebuilt row into a NaN loss.
+
+namespace {
+
+constexpr int64_t kHostAlignFloats = 16;  // 64 bytes
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Token rows of a per-token field's shape ([T] or [T, W]) and floats per row.
+int64_t row_floats(const Shape& shape) { return shape.ndim == 1 ? 1 : shape[1]; }
+
+}  // namespace
+
+SwapStrategy::SwapStrategy(const ModelConfig& config, ActivationAllocator& alloc,
+                           const SwapOptions& options)
+    : config_(config),
+      alloc_(alloc),
+      options_(options),
+      L_(int(config.num_hidden_layers)),
+      slots_(size_t(L_)),
+      forward_calls_(size_t(L_), 0),
+      offloaded_(size_t(L_), false),
+      host_("host", options.host_memory_bytes),
+      offload_done_(size_t(L_)),
+      prefetch_done_(size_t(L_)),
+      layer_forward_s_(size_t(L_), 0.0),
+      d2h_("d2h", options.copy),
+      h2d_("h2d", options.copy) {}
+
+SwapStrategy::~SwapStrategy() {
+  d2h_.synchronize();
+  h2d_.synchronize();
+  if (step_live_) release_step_buffers();
+}
+
+int64_t SwapStrategy::host_layer_bytes(int64_t batch, int64_t seq, int64_t rows) const {
+  int64_t floats = 0;
+  for (const SavedField& f : kSavedFields) {
+    const Shape shape = saved_shape(f, config_, batch, seq);
+    floats += round_up(f.per_token ? rows * row_floats(shape) : shape.numel(), kHostAlignFloats);
+  }
+  // MemorySpace rounds each block to 64 bytes, which the field rounding already is.
+  return floats * int64_t(sizeof(float));
+}
+
+int64_t SwapStrategy::planned_host_bytes(int64_t batch, int64_t seq, int64_t rows) const {
+  return std::max(0, L_ - 2) * host_layer_bytes(batch, seq, rows);
+}
+
+int64_t SwapStrategy::device_skeletal_bytes(int64_t batch, int64_t seq) const {
+  int64_t bytes = 0;
+  for (const SavedField& f : kSavedFields) {
+    const int64_t b = round_up(saved_shape(f, config_, batch, seq).numel() * 4, kAlignBytes);
+    bytes += (f.member == &SavedActs::x ? 3 : 2) * b;
+  }
+  return bytes;
+}
+
+void SwapStrategy::begin_step(int64_t batch, int64_t seq) {
+  if (step_live_) {  // the last micro-batch stopped early (an exception): start
+                     // clean
+    d2h_.synchronize();
+    h2d_.synchronize();
+    release_step_buffers();
+  }
+  batch_ = batch;
+  seq_ = seq;
+  const int64_t T = batch * seq;
+  offload_rows_ = choose_offload_rows(batch, seq);
+  MEMO_CHECK(offload_rows_ >= 0 && offload_rows_ <= T &&
+                 (offload_rows_ == T || offload_rows_ % cpu::kTokenPanelRows == 0),
+             name(), ": offload rows ", offload_rows_, " of ", T, " tokens (need a multiple of ",
+             cpu::kTokenPanelRows, " or all)");
+  std::fill(forward_calls_.begin(), forward_calls_.end(), 0);
+  std::fill(offloaded_.begin(), offloaded_.end(), false);
+  for (int l = 0; l < L_; ++l) {
+    offload_done_[size_t(l)] = Event();
+    prefetch_done_[size_t(l)] = Event();
+  }
+  acquire_step_buffers();
+}
+
+void SwapStrategy::set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) {
+  weights_ = &weights;
+  ctx_ = &ctx;
+}
+
+void SwapStrategy::acquire_step_buffers() {
+  for (Tensor& x : x_ring_)
+    x = alloc_.acquire("x", saved_shape(kSavedFields[0], config_, batch_, seq_), ActKind::kSaved);
+  for (SavedActs& r : rounding_)
+    for (const SavedField& f : kSavedFields)
+      if (f.member != &SavedActs::x)
+        r.*f.member =
+            alloc_.acquire(f.name, saved_shape(f, config_, batch_, seq_), ActKind::kSaved);
+  for (int l = 0; l < L_; ++l) {
+    slots_[size_t(l)] = rounding_[l % 2];
+    slots_[size_t(l)].x = x_ring_[l % 3];
+  }
+  step_live_ = true;
+}
+
+void SwapStrategy::release_step_buffers() {
+  for (int r = 1; r >= 0; --r)
+    for (int i = kNumSavedFields - 1; i >= 0; --i)
+      if (kSavedFields[i].member != &SavedActs::x) {
+        alloc_.release(rounding_[r].*kSavedFields[i].member);
+        rounding_[r].*kSavedFields[i].member = Tensor();
+      }
+  for (int i = 2; i >= 0; --i) {
+    alloc_.release(x_ring_[i]);
+    x_ring_[i] = Tensor();
+  }
+  for (SavedActs& s : slots_) s = SavedActs();
+  step_live_ = false;
+}
+
+void SwapStrategy::poison(const SavedActs& s, bool x_too) {
+  if (!options_.poison_released) return;
+  for (const SavedField& f : kSavedFields)
+    if (f.member != &SavedActs::x || x_too)
+      cpu::fill(s.*f.member, std::numeric_limits<float>::quiet_NaN());
+}
+
+const SavedActs& SwapStrategy::forward_slot(int layer) {
+  MEMO_CHECK(step_live_ && layer >= 0 && layer < L_, name(), ": forward_slot(", layer,
+             ") outside a micro-batch of ", L_, " layers");
+  int& calls = forward_calls_[size_t(layer)];
+  MEMO_CHECK(calls < 2, name(), ": forward_slot(", layer, ") called ", calls + 1,
+             " times (expected: once for its x, once before the layer runs)");
+  SavedActs& s = slots_[size_t(layer)];
+  if (calls++ == 0) {
+    if (layer >= 3) offload_done_[size_t(layer - 3)].wait();
+    if (options_.poison_released) cpu::fill(s.x, std::numeric_limits<float>::quiet_NaN());
+  } else {
+    if (layer >= 2) offload_done_[size_t(layer - 2)].wait();
+    poison(s, false);
+    layer_start_ = std::chrono::steady_clock::now();
+  }
+  return s;
+}
+
+void SwapStrategy::forward_done(int layer) {
+  layer_forward_s_[size_t(layer)] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - layer_start_).count();
+  if (layer < L_ - 2) queue_offload(layer);
+  if (layer == L_ - 1 && !profile_.valid) {
+    double sum = 0.0;
+    for (double s : layer_forward_s_) sum += s;
+    profile_.layer_forward_s = sum / double(L_);
+    d2h_.synchronize();  // so the bandwidth covers whole copies
+    if (d2h_.busy_s() > 0.0) profile_.d2h_bytes_per_s = double(d2h_.copied_bytes()) / d2h_.busy_s();
+    profile_.valid = true;
+  }
+}
+
+void SwapStrategy::ensure_host_storage() {
+  const int64_t shape[3] = {batch_, seq_, offload_rows_};
+  if (std::equal(shape, shape + 3, host_shape_)) return;
+  host_layers_.clear();  // free before allocating, so the peak is one shape's bytes
+  int64_t offset = 0;
+  for (int i = 0; i < kNumSavedFields; ++i) {
+    host_offset_[i] = offset;
+    const Shape s = saved_shape(kSavedFields[i], config_, batch_, seq_);
+    offset += round_up(kSavedFields[i].per_token ? offload_rows_ * row_floats(s) : s.numel(),
+                       kHostAlignFloats);
+  }
+  for (int l = 0; l < L_ - 2; ++l)
+    host_layers_.push_back(host_.allocate(str("the offload of layer ", l), offset * 4));
+  std::copy(shape, shape + 3, host_shape_);
+}
+
+void SwapStrategy::queue_offload(int layer) {
+  ensure_host_storage();
+  const SavedActs& s = slots_[size_t(layer)];
+  float* host = host_layers_[size_t(layer)].data();
+  for (int i = 0; i < kNumSavedFields; ++i) {
+    const Tensor& t = s.*kSavedFields[i].member;
+    const int64_t floats =
+        kSavedFields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
+    d2h_.copy(host + host_offset_[i], t.data(), floats * 4);
+  }
+  offload_done_[size_t(layer)] = d2h_.record();
+  offloaded_[size_t(layer)] = true;
+}
+
+void SwapStrategy::queue_prefetch(int layer) {
+  MEMO_CHECK(offloaded_[size_t(layer)] && offload_done_[size_t(layer)].done(), name(),
+             ": prefetch of layer ", layer, " before its offload completed");
+  const SavedActs& s = slots_[size_t(layer)];
+  const float* host = host_layers_[size_t(layer)].data();
+  for (int i = 0; i < kNumSavedFields; ++i) {
+    const Tensor& t = s.*kSavedFields[i].member;
+    const int64_t floats =
+        kSavedFields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
+    h2d_.copy(t.data(), host + host_offset_[i], floats * 4);
+  }
+  prefetch_done_[size_t(layer)] = h2d_.record();
+}
+
+const SavedActs& SwapStrategy::backward_ready(int layer) {
+  MEMO_CHECK(step_live_ && forward_calls_[size_t(layer)] == 2, name(), ": backward of layer ",
+             layer, " before its forward");
+  const SavedActs& s = slots_[size_t(layer)];
+  if (layer < L_ - 2) {
+    prefetch_done_[size_t(layer)].wait();
+    MEMO_CHECK(weights_ && ctx_, name(), ": no weights to rebuild layer ", layer, " with");
+    layer_recompute_tokens(s, offload_rows_, batch_ * seq_, weights_->layers[size_t(layer)], *ctx_);
+  }
+  return s;
+}
+
+void SwapStrategy::backward_done(int layer) {
+  poison(slots_[size_t(layer)], true);
+  if (layer >= 2) queue_prefetch(layer - 2);
+  if (layer == 0)
+    release_step_buffers();  // nothing is in flight: layer 0's prefetch was
+                             // waited
+}
+
+void SwapStrategy::discard(int layer) {
+  if (layer == L_ - 1) {
+    d2h_.synchronize();
+    release_step_buffers();
+  }
+}
+
+}  // namespace memo

@@ -1,0 +1,104 @@
+// The swap scheduler behind the offload and memo strategies: two rounding buffers, a ring of three
+// layer inputs, a host pool, and the device-to-host and host-to-device copy streams with their
+// events (DESIGN.md sections 2 and 5; memo-notes.md section 4.1). Of each layer below the top two,
+// x, attn and lse go to the host whole; of every per-token field the first `offload_rows` token
+// rows go to the host and the rest are rebuilt before the backward by layer_recompute_tokens.
+// Subclasses choose offload_rows (offload: all; memo: the alpha policy). See Note [Rounding
+// buffers] in swap_strategy.cc.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memo/backend/copy_stream.h"
+#include "memo/backend/memory_space.h"
+#include "memo/memory/strategy.h"
+
+namespace memo {
+
+struct SwapOptions {
+  int64_t host_memory_bytes = 0;  // host pool budget (0: unlimited)
+  CopyStreamOptions copy;         // both streams: bandwidth throttle, test delays
+  // Test/debug: fill every device buffer with NaN when it is handed back for reuse, so a copy that
+  // had not finished or a row nobody rebuilt poisons the result.
+  bool poison_released = false;
+};
+
+// Profile of the first training micro-batch (memo's cost-model inputs).
+struct SwapProfile {
+  bool valid = false;
+  double layer_forward_s = 0.0;  // mean over layers, waits on copies excluded
+  double d2h_bytes_per_s = 0.0;  // 0 when nothing was copied
+};
+
+class SwapStrategy : public ActivationStrategy {
+ public:
+  SwapStrategy(const ModelConfig& config, ActivationAllocator& alloc, const SwapOptions& options);
+  ~SwapStrategy() override;
+
+  void begin_step(int64_t batch, int64_t seq) override;
+  void set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) override;
+  const SavedActs& forward_slot(int layer) override;
+  void forward_done(int layer) override;
+  const SavedActs& backward_ready(int layer) override;
+  void backward_done(int layer) override;
+  void discard(int layer) override;
+  int64_t host_peak_bytes() const override { return host_.peak_bytes(); }
+
+  int64_t offload_rows() const { return offload_rows_; }  // of the current micro-batch shape
+  // Host bytes this shape needs: (L - 2) layers of host_layer_bytes.
+  int64_t planned_host_bytes(int64_t batch, int64_t seq, int64_t offload_rows) const;
+  // Device bytes of skeletal storage held through a micro-batch: 3 inputs + 2 rounding buffers.
+  int64_t device_skeletal_bytes(int64_t batch, int64_t seq) const;
+  const SwapProfile& profile() const { return profile_; }
+
+ protected:
+  // Token rows of each per-token field to offload for this shape, in [0, T]; called by begin_step.
+  // Rows below T must be a multiple of
+  // cpu::kTokenPanelRows.
+  virtual int64_t choose_offload_rows(int64_t batch, int64_t seq) = 0;
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  int64_t host_layer_bytes(int64_t batch, int64_t seq, int64_t rows) const;
+  void acquire_step_buffers();
+  void release_step_buffers();
+  void ensure_host_storage();
+  void queue_offload(int layer);
+  void queue_prefetch(int layer);
+  void poison(const SavedActs& s, bool x_too);
+
+  const ModelConfig& config_;
+  ActivationAllocator& alloc_;
+  SwapOptions options_;
+  const int L_;
+  int64_t batch_ = 0, seq_ = 0, offload_rows_ = 0;
+  const ModelWeights* weights_ = nullptr;
+  const LayerContext* ctx_ = nullptr;
+
+  // device, held from begin_step to the end of the micro-batch: see Note [Rounding buffers]
+  bool step_live_ = false;
+  Tensor x_ring_[3];              // [T, C] each; layer l's input in x_ring_[l % 3]
+  SavedActs rounding_[2];         // every field but x; layer l's in rounding_[l % 2]
+  std::vector<SavedActs> slots_;  // layer l: x_ring_[l % 3] + rounding_[l % 2]
+  std::vector<int> forward_calls_;
+  std::vector<bool> offloaded_;
+
+  // host: one block per offloaded layer (0 .. L-3), laid out by host_offset_ (floats)
+  MemorySpace host_;
+  std::vector<SpaceBuffer> host_layers_;
+  int64_t host_shape_[3] = {-1, -1, -1};  // batch, seq, rows of host_layers_
+  int64_t host_offset_[kNumSavedFields] = {};
+
+  std::vector<Event> offload_done_, prefetch_done_;
+  std::vector<double> layer_forward_s_;
+  std::chrono::steady_clock::time_point layer_start_;
+  SwapProfile profile_;
+
+  // Last: destroyed first, so both workers have finished every copy before any buffer goes.
+  CopyStream d2h_, h2d_;
+};
+
+}  // namespace memo

@@ -1,0 +1,260 @@
+// The four activation strategies give bitwise-identical losses and gradients for a seed (DESIGN.md
+// section 6): several steps of two micro-batches, grouped-query heads, a sequence that is not a
+// multiple of 64, memo at alpha 0, 0.3 and 1 and at the cost model's alpha, with random copy delays
+// and NaN-poisoning of released buffers; eval losses too. Also the memory accounting: the host peak
+// equals the planned host bytes, and memo's device peak is below keep's.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "memo/backend/caching_allocator.h"
+#include "memo/memory/memo.h"
+#include "memo/memory/strategy_factory.h"
+#include "memo/memory/swap_strategy.h"
+#include "memo/model/model.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+// Static: strategies keep a reference to the config.
+const ModelConfig& config() {
+  static const ModelConfig cfg = [] {
+    ModelConfig c;
+    c.hidden_size = 64;
+    c.intermediate_size = 96;
+    c.num_hidden_layers = 5;    // layers 0..2 leave the device; every ring slot is reused
+    c.num_attention_heads = 4;  // D = 16
+    c.num_key_value_heads = 2;  // grouped-query
+    c.vocab_size = 97;
+    c.max_position_embeddings = 512;
+    c.initializer_range = 0.2;  // large enough that every path carries signal
+    return c;
+  }();
+  return cfg;
+}
+
+constexpr int64_t kSeq = 300;  // not a multiple of 64; T = 600 = 4 panels + 88 rows
+constexpr int64_t kMicro = 2;  // sequences per micro-batch
+constexpr int kMicroSteps = 2;
+constexpr int kSteps = 3;
+
+struct StrategyRun {
+  std::vector<double> losses;             // per step, then the eval loss
+  std::vector<std::vector<float>> grads;  // per step
+  int64_t device_peak_bytes = 0;
+  int64_t host_peak_bytes = 0;
+  std::unique_ptr<CachingAllocator> alloc;       // outlives the strategy
+  std::unique_ptr<ActivationStrategy> strategy;  // for inspection after the run
+};
+
+std::vector<int32_t> tokens(int step, int micro) {
+  std::vector<int32_t> t(size_t(kMicro * kSeq + 1));
+  uint64_t s = 0x9e3779b97f4a7c15ull * uint64_t(step * 16 + micro + 1);
+  for (int32_t& v : t) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    v = int32_t(s % 97);
+  }
+  return t;
+}
+
+StrategyRun train_run(const StrategyOptions& options) {
+  const ModelConfig& cfg = config();
+  Model model(cfg);
+  model.init(11);
+  StrategyRun r;
+  r.alloc = std::make_unique<CachingAllocator>();
+  CachingAllocator& alloc = *r.alloc;
+  r.strategy = make_strategy(cfg, alloc, options);
+  const int64_t n = model.params_numel();
+  for (int step = 0; step < kSteps; ++step) {
+    model.zero_grads();
+    double loss = 0.0;
+    for (int micro = 0; micro < kMicroSteps; ++micro) {
+      const std::vector<int32_t> t = tokens(step, micro);
+      loss += model.forward_backward(t.data(), t.data() + 1, kMicro, kSeq, 1.0f / 1200.0f,
+                                     *r.strategy, alloc);
+    }
+    r.losses.push_back(loss);
+    r.grads.emplace_back(model.grads(), model.grads() + n);
+    for (int64_t i = 0; i < n; ++i) model.params()[i] -= 0.5f * model.grads()[i];  // plain SGD
+  }
+  const std::vector<int32_t> t = tokens(99, 0);
+  r.losses.push_back(model.forward_loss(t.data(), t.data() + 1, kMicro, kSeq, *r.strategy, alloc));
+  r.device_peak_bytes = alloc.peak_live_bytes();
+  r.host_peak_bytes = r.strategy->host_peak_bytes();
+  return r;
+}
+
+StrategyOptions with(const char* kind) {
+  StrategyOptions o;
+  o.kind = kind;
+  return o;
+}
+
+StrategyOptions memo_at(double alpha) {
+  StrategyOptions o = with("memo");
+  o.alpha = alpha;
+  return o;
+}
+
+// Bitwise: == on doubles, memcmp on the gradient buffers (NaN-safe, unlike ==).
+void expect_identical(const StrategyRun& want, const StrategyRun& got, const std::string& what) {
+  ASSERT_EQ(want.losses.size(), got.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(got.losses[i])) << what << " loss " << i;
+    EXPECT_EQ(0, std::memcmp(&want.losses[i], &got.losses[i], sizeof(double)))
+        << what << " loss " << i << ": " << want.losses[i] << " vs " << got.losses[i];
+  }
+  for (size_t s = 0; s < want.grads.size(); ++s)
+    EXPECT_EQ(0, std::memcmp(want.grads[s].data(), got.grads[s].data(),
+                             want.grads[s].size() * sizeof(float)))
+        << what << " gradients of step " << s;
+}
+
+// One OpenMP thread: results are bitwise-equal only for a fixed thread count anyway, and on a
+// loaded 2-core machine spinning OpenMP threads next to the copy workers made this suite 30x
+// slower. The CLI test compares memo and keep at the default thread count.
+class Strategies : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    threads_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+    keep_ = new StrategyRun(train_run(with("keep")));
+  }
+  static void TearDownTestSuite() {
+    delete keep_;
+    omp_set_num_threads(threads_);
+  }
+  static StrategyRun* keep_;
+  static int threads_;
+};
+StrategyRun* Strategies::keep_ = nullptr;
+int Strategies::threads_ = 1;
+
+TEST_F(Strategies, recompute_matches_keep_bitwise) {
+  expect_identical(*keep_, train_run(with("recompute")), "recompute");
+}
+
+TEST_F(Strategies, offload_matches_keep_bitwise) {
+  expect_identical(*keep_, train_run(with("offload")), "offload");
+}
+
+TEST_F(Strategies, memo_matches_keep_bitwise_for_alpha_0_03_1) {
+  for (double alpha : {0.0, 0.3, 1.0}) {
+    const StrategyRun r = train_run(memo_at(alpha));
+    expect_identical(*keep_, r, str("memo alpha ", alpha));
+    const int64_t rows = dynamic_cast<const SwapStrategy&>(*r.strategy).offload_rows();
+    EXPECT_EQ(rows, alpha == 0.0 ? 0 : alpha == 1.0 ? kMicro * kSeq : 128) << alpha;
+  }
+}
+
+TEST_F(Strategies, random_copy_delays_and_poisoned_releases_change_no_result) {
+  for (const char* kind : {"offload", "memo"}) {
+    StrategyOptions o = with(kind);
+    if (o.kind == "memo") o.alpha = 0.5;
+    o.max_random_delay_s = 0.0005;
+    o.random_delay_seed = 42;
+    o.poison_released = true;
+    expect_identical(*keep_, train_run(o), str(kind, " with delays and poison"));
+  }
+}
+
+TEST_F(Strategies, memo_cost_model_alpha_from_given_inputs_matches_keep) {
+  // Host budget for alpha = 0.5 exactly; bandwidth ample: the host bound picks 0.5 -> 256 rows.
+  const ModelConfig& cfg = config();
+  AlphaInputs in = memo_alpha_sizes(cfg, kMicro, kSeq);
+  StrategyOptions o = with("memo");
+  o.host_memory_bytes = int64_t(host_bytes_at(in, 0.5)) + (int64_t(1) << 16);  // + alignment slack
+  o.layer_forward_s = 1.0;
+  o.bandwidth_bytes_per_s = 1e12;
+  const StrategyRun r = train_run(o);
+  expect_identical(*keep_, r, "memo cost model");
+  EXPECT_EQ(dynamic_cast<const SwapStrategy&>(*r.strategy).offload_rows(), 256);
+  EXPECT_NE(r.strategy->summary().find("binding: host memory"), std::string::npos)
+      << r.strategy->summary();
+  EXPECT_LE(r.host_peak_bytes, o.host_memory_bytes);
+}
+
+TEST_F(Strategies, memo_warmup_profiles_then_picks_alpha) {
+  StrategyOptions o = with("memo");
+  const StrategyRun r =
+      train_run(o);  // the first micro-batch profiles at alpha 0, the rest use the choice
+  expect_identical(*keep_, r, "memo profiled");
+  EXPECT_FALSE(r.strategy->wants_warmup());
+  const SwapProfile& p = dynamic_cast<const SwapStrategy&>(*r.strategy).profile();
+  EXPECT_TRUE(p.valid);
+  EXPECT_GT(p.layer_forward_s, 0.0);
+  EXPECT_GT(p.d2h_bytes_per_s, 0.0);
+  EXPECT_NE(r.strategy->summary().find("T_layer"), std::string::npos) << r.strategy->summary();
+}
+
+TEST_F(Strategies, host_peak_equals_planned_host_bytes) {
+  for (double alpha : {0.0, 0.3, 1.0}) {
+    const StrategyRun r = train_run(memo_at(alpha));
+    const auto& s = dynamic_cast<const SwapStrategy&>(*r.strategy);
+    EXPECT_EQ(r.host_peak_bytes, s.planned_host_bytes(kMicro, kSeq, s.offload_rows())) << alpha;
+    EXPECT_GT(r.host_peak_bytes, 0);
+  }
+}
+
+TEST_F(Strategies, device_peaks_of_swapping_and_recompute_are_below_keep) {
+  for (const char* kind : {"recompute", "offload", "memo"}) {
+    const StrategyRun r = train_run(kind == std::string("memo") ? memo_at(0.3) : with(kind));
+    EXPECT_LT(r.device_peak_bytes, keep_->device_peak_bytes) << kind;
+  }
+  EXPECT_EQ(keep_->host_peak_bytes, 0);
+}
+
+TEST(StrategyErrors, host_too_small_for_memo_says_what_fits) {
+  const ModelConfig& cfg = config();
+  CachingAllocator alloc;
+  StrategyOptions o = with("memo");
+  o.host_memory_bytes = 512 << 10;  // alpha 0 needs 3 x (x + attn + lse) = 0.91 MiB
+  auto s = make_strategy(cfg, alloc, o);
+  const std::string msg = test::error_message<BudgetError>([&] { s->begin_step(kMicro, kSeq); });
+  EXPECT_NE(msg.find("cannot hold even alpha = 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--seq "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--host-memory "), std::string::npos) << msg;
+
+  o.alpha = 1.0;  // a budget a little above alpha 0.4's bytes
+  o.host_memory_bytes = int64_t(host_bytes_at(memo_alpha_sizes(cfg, kMicro, kSeq), 0.4)) + 4096;
+  auto s2 = make_strategy(cfg, alloc, o);
+  const std::string msg2 = test::error_message<BudgetError>([&] { s2->begin_step(kMicro, kSeq); });
+  EXPECT_NE(msg2.find("--alpha 1 needs"), std::string::npos) << msg2;
+  EXPECT_NE(msg2.find("--alpha 0.4 fits"), std::string::npos) << msg2;
+}
+
+TEST(StrategyErrors, factory_rejects_bad_combinations) {
+  const ModelConfig& cfg = config();
+  CachingAllocator alloc;
+  StrategyOptions o = with("keep");
+  o.alpha = 0.5;
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              make_strategy(cfg, alloc, o);
+            }).find("--alpha applies to --activations memo only"),
+            std::string::npos);
+  o = with("recompute");
+  o.host_memory_bytes = 1 << 30;
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              make_strategy(cfg, alloc, o);
+            }).find("--host-memory and --copy-bandwidth apply"),
+            std::string::npos);
+  o = memo_at(1.5);
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              make_strategy(cfg, alloc, o);
+            }).find("--alpha 1.5 must be in [0, 1]"),
+            std::string::npos);
+  o = with("swap");
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              make_strategy(cfg, alloc, o);
+            }).find("'swap' is not one of keep, recompute, offload, memo"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace memo
