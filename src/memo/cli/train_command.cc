@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "memo/cli/commands.h"
+#include "memo/cli/optimizer_flags.h"
 #include "memo/core/error.h"
 #include "memo/train/trainer.h"
 
@@ -24,10 +25,10 @@ void add_train_command(CLI::App& app) {
   train->add_option("--lr", t->lr, "Peak learning rate")->capture_default_str();
   train->add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")->capture_default_str();
   train->add_option("--warmup", t->warmup, "Linear warm-up steps")->capture_default_str();
-  train->add_option("--weight-decay", t->adamw.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
-  train->add_option("--beta1", t->adamw.beta1, "AdamW beta1")->capture_default_str();
-  train->add_option("--beta2", t->adamw.beta2, "AdamW beta2")->capture_default_str();
-  train->add_option("--eps", t->adamw.eps, "AdamW epsilon")->capture_default_str();
+  auto optim = std::make_shared<OptimizerFlags>();
+  add_optimizer_flags(*train, *optim);
+  train->add_flag("--gns,!--no-gns", t->gns, "Log the gradient noise scale B_simple (tokens) when a step has >= 2 micro-batches (on by default)");
+  train->add_option("--gns-decay", t->gns_decay, "EMA decay per step of the noise-scale estimator")->capture_default_str();
   train->add_option("--clip", t->clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
   train->add_option("--seed", t->seed, "Seed of the weight init and the data windows")->capture_default_str();
   CLI::Option* out = train->add_option("--out", t->out_dir, "Run directory for checkpoints")->capture_default_str();
@@ -36,8 +37,9 @@ void add_train_command(CLI::App& app) {
   train->add_option("--init-from", t->init_from, "Start from this checkpoint's weights with a fresh optimiser");
   train->add_option("--log", t->log_path, "JSON-lines log, one object per step");
   train->add_option("--log-every", t->log_every, "Progress line period in steps")->capture_default_str();
-  train->callback([t, out] {
+  train->callback([t, out, optim] {
     TrainOptions o = *t;
+    o.optimizer = resolve_optimizer(*optim);
     if (o.resume_dir.empty() && o.config_path.empty())
       throw ConfigError("--config is required (or --resume a run)");
     if (!o.resume_dir.empty() && out->count() == 0) {
