@@ -1,10 +1,11 @@
 // Per-micro-batch gradient norms for the online gradient noise scale (scaling/noise_scale.h,
 // DESIGN.md section 3). The model accumulates every micro-batch into its one gradient buffer, so
-// to see micro-batch i's gradient alone the probe keeps the running sum in a side buffer: the
-// model's buffer is zeroed before each micro-batch, its squared norm taken after, then it is
-// added into the side buffer (the last one the other way round, so the model's buffer ends
-// holding the step's gradient). Exact: each micro-batch norm is of that gradient alone, in
-// double, in a fixed order (deterministic). Not here: the estimator's maths, clipping.
+// to see micro-batch i's gradient alone the probe keeps the running sum in a side buffer: after
+// each micro-batch one fused pass takes the squared norm of the model's buffer, adds it into the
+// side buffer and zeroes it for the next micro-batch (after the last, the side buffer is added
+// into the model's buffer instead, which ends holding the step's gradient). Exact: each norm is
+// of that micro-batch's gradient alone, summed in double over fixed chunks and lanes in a fixed
+// order (deterministic, independent of the thread count). Not here: the estimator's maths.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +33,8 @@ class GradNoiseProbe {
   // numel: the gradient buffer's length; micro_steps >= 2; micro_tokens: tokens per micro-batch.
   GradNoiseProbe(int64_t numel, int64_t micro_steps, int64_t micro_tokens,
                  scaling::NoiseScaleOptions options = {});
-  // Around micro-batch `micro` (0-based) of a step; grads is the model's gradient buffer.
-  void before_micro(float* grads, int64_t micro);
+  // After micro-batch `micro` (0-based) of a step; grads is the model's gradient buffer, zero
+  // before micro-batch 0 (the trainer's zero_grads); the probe zeroes it for the later ones.
   void after_micro(float* grads, int64_t micro);
   // After the last micro-batch: |G|^2 of the step's gradient (before clipping).
   void end_step(double step_sq_norm);
@@ -52,6 +53,7 @@ class GradNoiseProbe {
   scaling::NoiseScaleEstimator estimator_;
   AlignedBuffer<float> sum_;         // [numel] fp32: the step's gradient so far; live within a step
   std::vector<double> micro_sq_;     // [micro_steps] |g_i|^2 of this step's micro-batches
+  std::vector<double> partial_;      // [chunks] per-chunk sums of the fused pass
 };
 
 // The log fields for a run without the probe: all null.

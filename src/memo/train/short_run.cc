@@ -69,7 +69,6 @@ ShortRunResult run_short(const ModelConfig& config, const TokenData& train, cons
     double loss_sum = 0.0;
     for (int64_t micro = 0; micro < micro_steps; ++micro) {
       sampler.fill(step, micro, inputs.data(), targets.data(), micro_rows);
-      if (probe) probe->before_micro(model.grads(), micro);
       loss_sum += model.forward_backward(inputs.data(), targets.data(), micro_rows, o.seq,
                                          grad_scale, strategy, alloc);
       if (probe) probe->after_micro(model.grads(), micro);

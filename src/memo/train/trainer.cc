@@ -217,7 +217,6 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     double loss_sum = 0.0;
     for (int64_t micro = 0; micro < micro_steps; ++micro) {
       sampler.fill(step, micro, inputs.data(), targets.data(), o.micro_batch);
-      if (probe) probe->before_micro(model.grads(), micro);
       loss_sum += model.forward_backward(inputs.data(), targets.data(), o.micro_batch, o.seq,
                                          grad_scale, strategy, alloc);
       if (probe) probe->after_micro(model.grads(), micro);
