@@ -69,6 +69,8 @@ SweepAnalysis analyse_sweep(const SweepFile& file, const std::string& path,
   for (const SweepLine& l : file.lines)
     a.grid.push_back({l.run.at("batch_tokens").get<double>(), l.run.at("lr").get<double>(),
                       metric_value(l.run, a.metric, options.at_tokens)});
+  if (options.at_tokens && a.metric != "loss_reduction")
+    a.metric = str("smoothed training loss at ", *options.at_tokens, " tokens");  // a label only now
   for (const OptimalLr& p : optimal_lrs(a.grid)) {
     if (!std::isfinite(p.loss)) continue;  // every run at this batch diverged or has no value
     BatchSummary b;
