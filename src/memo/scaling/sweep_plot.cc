@@ -10,8 +10,8 @@
 namespace memo::scaling {
 namespace {
 
-constexpr double kW = 760, kH = 480;                       // canvas, px
-constexpr double kLeft = 80, kRight = 250, kTop = 40, kBottom = 60;  // margins; legend on the right
+constexpr double kW = 900, kH = 480;                       // canvas, px
+constexpr double kLeft = 80, kRight = 340, kTop = 40, kBottom = 60;  // margins; legend on the right
 const char* const kColours[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
 
 std::string num(double v) {
@@ -93,7 +93,9 @@ std::string sweep_svg(const std::vector<SweepAnalysis>& analyses, const std::str
       s += "<path d=\"" + path + "\" fill=\"none\" stroke=\"" + colour + "\" stroke-width=\"1.5\"" + dash + "/>\n";
       char text[120];
       std::snprintf(text, sizeof text, "%s %s law%s", name.c_str(), law_name(f.law).c_str(),
-                    f.law == Law::kSurge ? str(", B_noise ", label(f.params[1])).c_str() : "");
+                    f.law != Law::kSurge ? ""
+                    : f.params[1] > 100.0 * bmax ? ", B_noise far beyond the sweep"
+                    : str(", B_noise ", label(f.params[1])).c_str());
       legend("<line x1=\"" + num(kW - kRight + 10) + "\" y1=\"" + num(legend_y) + "\" x2=\"" +
                  num(kW - kRight + 36) + "\" y2=\"" + num(legend_y) + "\" stroke=\"" + colour + "\" stroke-width=\"1.5\"" + dash + "/>",
              text);
