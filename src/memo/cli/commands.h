@@ -10,5 +10,8 @@ void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_sweep_command(CLI::App& app);
+void add_fit_command(CLI::App& app);
+void add_lr_command(CLI::App& app);
 
 }  // namespace memo::cli

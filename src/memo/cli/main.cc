@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   memo::cli::add_eval_command(app);
   memo::cli::add_bench_command(app);
   memo::cli::add_plan_command(app);
+  memo::cli::add_sweep_command(app);
+  memo::cli::add_fit_command(app);
+  memo::cli::add_lr_command(app);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's action
   } catch (const CLI::CallForHelp& e) {

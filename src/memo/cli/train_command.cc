@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "memo/cli/commands.h"
+#include "memo/cli/optimizer_flags.h"
 #include "memo/core/error.h"
 #include "memo/core/units.h"
 #include "memo/train/trainer.h"
@@ -25,10 +26,10 @@ void add_train_command(CLI::App& app) {
   train->add_option("--lr", t->lr, "Peak learning rate")->capture_default_str();
   train->add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")->capture_default_str();
   train->add_option("--warmup", t->warmup, "Linear warm-up steps")->capture_default_str();
-  train->add_option("--weight-decay", t->adamw.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
-  train->add_option("--beta1", t->adamw.beta1, "AdamW beta1")->capture_default_str();
-  train->add_option("--beta2", t->adamw.beta2, "AdamW beta2")->capture_default_str();
-  train->add_option("--eps", t->adamw.eps, "AdamW epsilon")->capture_default_str();
+  auto optim = std::make_shared<OptimizerFlags>();
+  add_optimizer_flags(*train, *optim);
+  train->add_flag("--gns,!--no-gns", t->gns, "Log the gradient noise scale B_simple (tokens) when a step has >= 2 micro-batches (on by default)");
+  train->add_option("--gns-decay", t->gns_decay, "EMA decay per step of the noise-scale estimator")->capture_default_str();
   train->add_option("--clip", t->clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
   train->add_option("--seed", t->seed, "Seed of the weight init and the data windows")->capture_default_str();
   CLI::Option* out = train->add_option("--out", t->out_dir, "Run directory for checkpoints")->capture_default_str();
@@ -47,8 +48,9 @@ void add_train_command(CLI::App& app) {
   CLI::Option* alpha_opt = train->add_option("--alpha", *alpha, "memo: fraction of tokens offloaded, the rest recomputed (default: the cost model's choice)");
   train->add_option("--host-memory", *host_memory, "offload, memo: host memory budget for offloaded activations, e.g. 1.5GiB (default: unlimited)");
   train->add_option("--copy-bandwidth", t->activations.copy_bandwidth_gb_per_s, "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
-  train->callback([t, out, device_memory, host_memory, alpha, alpha_opt] {
+  train->callback([t, out, optim, device_memory, host_memory, alpha, alpha_opt] {
     TrainOptions o = *t;
+    o.optimizer = resolve_optimizer(*optim);
     if (alpha_opt->count() > 0) o.activations.alpha = *alpha;
     if (!host_memory->empty()) o.activations.host_memory_bytes = parse_bytes(*host_memory, "--host-memory");
     if (!device_memory->empty()) o.device_memory_bytes = parse_bytes(*device_memory, "--device-memory");

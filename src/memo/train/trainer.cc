@@ -25,6 +25,7 @@
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/train/device_plan.h"
+#include "memo/train/grad_noise.h"
 #include "memo/train/schedule.h"
 
 namespace fs = std::filesystem;
@@ -52,9 +53,8 @@ nlohmann::json pinned_options(const TrainOptions& o) {
   return {{"seq", o.seq},           {"batch", o.batch},
           {"micro_batch", o.micro_batch}, {"lr", o.lr},
           {"min_lr_ratio", o.min_lr_ratio}, {"warmup", o.warmup},
-          {"clip", o.clip},         {"beta1", o.adamw.beta1},
-          {"beta2", o.adamw.beta2}, {"eps", o.adamw.eps},
-          {"weight_decay", o.adamw.weight_decay}, {"seed", o.seed},
+          {"clip", o.clip},         {"gns", o.gns},
+          {"gns_decay", o.gns_decay}, {"seed", o.seed},
           {"steps", o.steps},       {"data", o.data_path},
           {"val_data", o.val_data_path}, {"val_fraction", o.val_fraction}};
 }
@@ -67,10 +67,8 @@ void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
   o.min_lr_ratio = j.at("min_lr_ratio");
   o.warmup = j.at("warmup");
   o.clip = j.at("clip");
-  o.adamw.beta1 = j.at("beta1");
-  o.adamw.beta2 = j.at("beta2");
-  o.adamw.eps = j.at("eps");
-  o.adamw.weight_decay = j.at("weight_decay");
+  o.gns = j.value("gns", false);  // checkpoints from before the noise scale ran without it
+  o.gns_decay = j.value("gns_decay", 0.99);
   o.seed = j.at("seed");
 }
 
@@ -88,12 +86,16 @@ void load_model_tensors(Model& model, const SafetensorsFile& file) {
 
 // Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
 // (io/checkpoint.h). The two newest are kept: a kill while writing one leaves the other.
-std::string save(const TrainOptions& o, Model& model, Optimizer& opt, int64_t step) {
+std::string save(const TrainOptions& o, Model& model, Optimizer& opt,
+                 const GradNoiseProbe* probe, int64_t step) {
   CheckpointData data;
   data.config = model.config();
   data.model = model_tensors(model);
   for (const StateTensor& s : opt.state()) data.optimizer.push_back({s.name, s.shape, s.data});
-  data.trainer_state = {{"step", step}, {"optimizer", opt.name()}, {"options", pinned_options(o)}};
+  data.trainer_state = {{"step", step},
+                        {"optimizer", optimizer_record(opt)},
+                        {"options", pinned_options(o)},
+                        {"gns", probe ? nlohmann::json(probe->estimator().state()) : nlohmann::json()}};
   const fs::path dir = save_run_checkpoint(o.out_dir, step, data);
   const std::string newest = dir.filename().string();
   std::vector<fs::path> old;
@@ -110,10 +112,11 @@ std::string save(const TrainOptions& o, Model& model, Optimizer& opt, int64_t st
 }  // namespace
 
 // Note [Resume]
-// A resumed run continues bit for bit: the weights and both Adam moments are restored exactly
-// (fp32 in safetensors), the step counter sets the schedule and the sampler (windows are a pure
-// function of seed, step, micro-batch and row), and the options that shape the run are restored
-// from the checkpoint rather than taken from the command line.
+// A resumed run continues bit for bit: the weights and every optimiser state tensor are restored
+// exactly (fp32 in safetensors), as are the optimiser's name and hyperparameters and the
+// noise-scale EMAs (trainer_state.json); the step counter sets the schedule and the sampler
+// (windows are a pure function of seed, step, micro-batch and row), and the options that shape
+// the run are restored from the checkpoint rather than taken from the command line.
 
 TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   TrainOptions o = options_in;
@@ -125,6 +128,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     if (!state.contains("step") || !state.contains("options"))
       throw DataError(str(o.resume_dir, " holds no trainer state (trainer_state.json): it cannot be resumed; use --init-from to start a new run from its weights"));
     restore_pinned(o, state.at("options"));
+    o.optimizer = optimizer_choice_from_state(state);
     start_step = state.at("step");
     if (o.steps <= start_step)
       throw ConfigError(str("--steps ", o.steps, " but the checkpoint is already at step ", start_step,
@@ -165,15 +169,21 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   } else {
     model.init(o.seed);
   }
-  AdamW opt(model.layout(), o.adamw, decay_matrices_only(model.layout()));
+  const std::unique_ptr<Optimizer> optimizer =
+      make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options);
+  Optimizer& opt = *optimizer;
+  const int64_t micro_steps = o.batch / o.micro_batch;
+  std::optional<GradNoiseProbe> probe;  // see Note [Noise-scale accounting]
+  if (o.gns && micro_steps >= 2)
+    probe.emplace(model.params_numel(), micro_steps, o.micro_batch * o.seq,
+                  scaling::NoiseScaleOptions{o.gns_decay});
   if (resume) {
-    if (!resume->optimizer) throw DataError(str(o.resume_dir, " has no optimizer.safetensors: it cannot be resumed exactly"));
-    for (const StateTensor& s : opt.state()) {
-      int64_t n = 1;
-      for (int64_t d : s.shape) n *= d;
-      resume->optimizer->read_into(s.name, s.data, n);
-    }
+    if (!opt.state().empty() && !resume->optimizer)
+      throw DataError(str(o.resume_dir, " has no optimizer.safetensors: it cannot be resumed exactly"));
+    if (resume->optimizer) restore_optimizer(opt, *resume->optimizer, start_step, o.resume_dir);
     opt.set_steps_done(start_step);
+    const nlohmann::json& gns = resume->trainer_state.value("gns", nlohmann::json());
+    if (probe && gns.is_object()) probe->estimator().restore(gns.get<scaling::NoiseScaleState>());
   }
   // Activations: the static plan within --device-memory (refused here, before any output, when
   // it does not fit), else the caching allocator. Validation runs forward-only, a sequence the
@@ -194,7 +204,6 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   }
 
   const LrSchedule schedule{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.steps};
-  const int64_t micro_steps = o.batch / o.micro_batch;
   const int64_t tokens_per_step = o.batch * o.seq;
   const double flops_per_step = train_flops_per_token(config, o.seq) * double(tokens_per_step);
   std::vector<int32_t> inputs(size_t(o.micro_batch * o.seq)), targets(inputs.size());
@@ -202,7 +211,8 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   progress << "memo: " << model.layout().count() << " parameters (" << config.num_hidden_layers
            << " layers, hidden " << config.hidden_size << "), " << train_data.num_tokens()
            << " training tokens, " << o.batch << " x " << o.seq << " tokens per step ("
-           << micro_steps << " micro-batches), " << omp_get_max_threads() << " threads, "
+           << micro_steps << " micro-batches), " << opt.name() << " "
+           << opt.hyperparameters().dump() << ", " << omp_get_max_threads() << " threads, "
            << cpu::blas_name() << "\n";
   // The BLAS warning comes before the first matrix product: a forced OpenBLAS core the CPU cannot
   // run crashes at the first sgemm.
@@ -228,11 +238,14 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
       sampler.fill(step, micro, inputs.data(), targets.data(), o.micro_batch);
       loss_sum += model.forward_backward(inputs.data(), targets.data(), o.micro_batch, o.seq,
                                          grad_scale, *strategy, alloc);
+      if (probe) probe->after_micro(model.grads(), micro);
     }
     const double loss = loss_sum / double(tokens_per_step);
     if (!std::isfinite(loss))
       throw Error(str("loss is ", loss, " at step ", step, "; lower --lr (now ", o.lr, ")"));
-    const double grad_norm = std::sqrt(cpu::sum_squares(ConstTensor(model.grads(), {model.params_numel()})));
+    const double grad_sq = cpu::sum_squares(ConstTensor(model.grads(), {model.params_numel()}));
+    const double grad_norm = std::sqrt(grad_sq);
+    if (probe) probe->end_step(grad_sq);  // before clipping
     if (o.clip > 0 && grad_norm > o.clip)
       cpu::scale(Tensor(model.grads(), {model.params_numel()}), float(o.clip / (grad_norm + 1e-6)));
     const double lr = schedule.at(step);
@@ -243,15 +256,15 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     result.steps_done = step;
     result.final_loss = loss;
     if (log) {
-      log << nlohmann::json{{"step", step},           {"loss", loss},
+      nlohmann::json record{{"step", step},           {"loss", loss},
                             {"lr", lr},               {"grad_norm", grad_norm},
                             {"tokens_per_s", tokens_per_s}, {"mfu", mfu},
                             {"peak_bytes", alloc.peak_live_bytes()},
                             {"reserved_bytes", alloc.reserved_bytes()},
                             {"device_peak_bytes", alloc.peak_live_bytes()},
-                            {"host_peak_bytes", strategy->host_peak_bytes()}}
-                 .dump()
-          << "\n" << std::flush;
+                            {"host_peak_bytes", strategy->host_peak_bytes()}};
+      record.update(probe ? probe->log_fields() : gns_null_fields());
+      log << record.dump() << "\n" << std::flush;
     }
     if (step % o.log_every == 0 || step == o.steps) {
       const double elapsed = seconds_since(t_start);
@@ -261,10 +274,13 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
                     "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s",
                     static_cast<long long>(step), static_cast<long long>(o.steps), loss, lr,
                     grad_norm, tokens_per_s, 100.0 * mfu, duration_str(eta).c_str());
-      progress << line << "\n" << std::flush;
+      progress << line;
+      if (probe && probe->estimator().b_simple())
+        progress << " | B_simple " << int64_t(*probe->estimator().b_simple()) << " tok";
+      progress << "\n" << std::flush;
     }
     if ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps)
-      result.checkpoint = save(o, model, opt, step);
+      result.checkpoint = save(o, model, opt, probe ? &*probe : nullptr, step);
   }
   // validation on windows in order from the start of the validation data
   if (val) {

@@ -1,6 +1,7 @@
-// The training loop: micro-batch accumulation, global-norm clipping, AdamW with warm-up and
-// cosine decay, progress lines, a JSON log, atomic checkpoints and bit-for-bit resume, and a
-// validation loss at the end. Deterministic: the same options give the same losses, bit for bit,
+// The training loop: micro-batch accumulation, global-norm clipping, any optimiser of
+// optim/factory.h (AdamW by default) with warm-up and cosine decay, the online gradient noise
+// scale (train/grad_noise.h), progress lines, a JSON log, atomic checkpoints and bit-for-bit
+// resume, and a validation loss at the end. Deterministic: the same options give the same losses, bit for bit,
 // on the same machine and thread count (windows come from a counter-based sampler, kernels use
 // static partitions).
 #pragma once
@@ -12,7 +13,7 @@
 
 #include "memo/memory/strategy_factory.h"
 #include "memo/model/config.h"
-#include "memo/optim/adamw.h"
+#include "memo/train/optimizer_setup.h"
 
 namespace memo {
 
@@ -29,7 +30,9 @@ struct TrainOptions {
   double min_lr_ratio = 0.1;    // cosine decays to lr * min_lr_ratio
   int64_t warmup = 10;
   double clip = 1.0;            // global gradient norm; 0: off
-  AdamWOptions adamw;
+  OptimizerChoice optimizer;    // name and hyperparameters; AdamW by default
+  bool gns = true;              // gradient noise scale, when a step has >= 2 micro-batches
+  double gns_decay = 0.99;      // EMA decay per step of the noise-scale estimator
   uint64_t seed = 1234;
   std::string out_dir = "runs/default";
   int64_t save_every = 0;       // 0: only at the end

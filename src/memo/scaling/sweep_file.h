@@ -1,0 +1,35 @@
+// The sweep file `memo sweep` appends to and `memo fit` reads: JSON lines, one finished run each
+// (fields in cli/sweep_command.cc). Reading checks every line and names the first bad one by
+// number. Not here: running sweeps or fitting them (fit.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace memo::scaling {
+
+struct SweepLine {
+  int64_t line = 0;     // 1-based line number in the file
+  nlohmann::json run;   // the object; has optimizer (string), lr > 0, batch_tokens > 0
+};
+
+struct SweepFile {
+  std::vector<SweepLine> lines;
+  bool truncated_tail = false;  // the last line had no newline (a write cut short) and was dropped
+};
+
+// Throws DataError when the file cannot be read, FormatError "PATH line N: ..." for a line that is
+// not a JSON object with the required fields. Blank lines are skipped.
+SweepFile read_sweep_file(const std::string& path);
+
+// A loss-like value of a run: the number, or +inf for null / absent (a diverged or unfinished run).
+double loss_field(const nlohmann::json& run, const std::string& key);
+
+// The optimiser setting of a run: "name {hyperparameters}", to keep one setting per fit.
+std::string run_setting(const nlohmann::json& run);
+
+}  // namespace memo::scaling

@@ -1,0 +1,62 @@
+// Per-micro-batch gradient norms for the online gradient noise scale (scaling/noise_scale.h,
+// DESIGN.md section 3). The model accumulates every micro-batch into its one gradient buffer, so
+// to see micro-batch i's gradient alone the probe keeps the running sum in a side buffer: after
+// each micro-batch one fused pass takes the squared norm of the model's buffer, adds it into the
+// side buffer and zeroes it for the next micro-batch (after the last, the side buffer is added
+// into the model's buffer instead, which ends holding the step's gradient). Exact: each norm is
+// of that micro-batch's gradient alone, summed in double over fixed chunks and lanes in a fixed
+// order (deterministic, independent of the thread count). Not here: the estimator's maths.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "memo/core/buffer.h"
+#include "memo/scaling/noise_scale.h"
+
+namespace memo {
+
+// Note [Noise-scale accounting]
+// The trainer scales each micro-batch gradient by 1 / tokens per step, so what micro-batch i
+// writes is g_i / k for the per-token mean gradient g_i of its b = micro-batch tokens (k
+// micro-batches per step). The probe multiplies its squared norm by k^2; the step's buffer holds
+// the mean of the g_i, the "big" gradient over B = k b tokens. Batch sizes are tokens, so
+// tr(Sigma) is per token and B_simple comes out in tokens (= B_simple in sequences times seq when
+// the loss is a token mean, as here). Norms are taken before clipping and weight decay.
+// Reordering the accumulation changes the step gradient's rounding (the sum is formed outside
+// the kernels), so a run with the probe is deterministic but not bitwise equal to one without.
+class GradNoiseProbe {
+ public:
+  // numel: the gradient buffer's length; micro_steps >= 2; micro_tokens: tokens per micro-batch.
+  GradNoiseProbe(int64_t numel, int64_t micro_steps, int64_t micro_tokens,
+                 scaling::NoiseScaleOptions options = {});
+  // After micro-batch `micro` (0-based) of a step; grads is the model's gradient buffer, zero
+  // before micro-batch 0 (the trainer's zero_grads); the probe zeroes it for the later ones.
+  void after_micro(float* grads, int64_t micro);
+  // After the last micro-batch: |G|^2 of the step's gradient (before clipping).
+  void end_step(double step_sq_norm);
+
+  // |g_i|^2 of the last step's micro-batches, per-token-mean gradients (k^2 times the buffer's).
+  const std::vector<double>& micro_sq_norms() const { return micro_sq_; }
+  const scaling::NoiseScaleEstimator& estimator() const { return estimator_; }
+  scaling::NoiseScaleEstimator& estimator() { return estimator_; }
+  // {"gns_b_simple", "gns_g2", "gns_trace"}, each null until available (a JSON-log fragment).
+  nlohmann::json log_fields() const;
+
+ private:
+  int64_t numel_;
+  int64_t micro_steps_;
+  int64_t micro_tokens_;
+  scaling::NoiseScaleEstimator estimator_;
+  AlignedBuffer<float> sum_;         // [numel] fp32: the step's gradient so far; live within a step
+  std::vector<double> micro_sq_;     // [micro_steps] |g_i|^2 of this step's micro-batches
+  std::vector<double> partial_;      // [chunks] per-chunk sums of the fused pass
+};
+
+// The log fields for a run without the probe: all null.
+nlohmann::json gns_null_fields();
+
+}  // namespace memo
