@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages memo needs (idempotent: installs only what is missing).
 # Usage: scripts/install-deps.sh [--test]   (--test adds what the test suite needs: PyTorch)
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build libopenblas-dev libdnnl-dev nlohmann-json3-dev
+pkgs=(build-essential cmake ninja-build pkg-config libopenblas-dev libdnnl-dev coinor-libcbc-dev nlohmann-json3-dev
       libcli11-dev libgtest-dev bible-kjv bible-kjv-text)
 if [[ "${1:-}" == "--test" ]]; then pkgs+=(python3-torch python3-numpy); fi
 missing=()
