@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -77,6 +78,16 @@ inline CommandResult run_command(const std::string& cmd) {
   const int status = ::pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// Runs a `memo` command that must fail cleanly: non-zero exit, one line "memo: error: ..." that
+// names `needle`.
+inline void expect_clean_failure(const std::string& cmd, const std::string& needle) {
+  const CommandResult r = run_command(cmd);
+  EXPECT_NE(r.exit_code, 0) << cmd;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << "output: " << r.output;
+  EXPECT_NE(r.output.find("memo: error: "), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << "not one line: " << r.output;
 }
 
 }  // namespace memo::test

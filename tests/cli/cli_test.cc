@@ -54,14 +54,6 @@ class Cli : public ::testing::Test {
            dir.str("data.txt") + " --seq 32 --batch 4 --micro-batch 2 --lr 3e-3 --warmup 2 --out " +
            out + " " + extra;
   }
-  // Runs a command that must fail: exit non-zero, one line on stderr naming `needle`.
-  void expect_clean_failure(const std::string& cmd, const std::string& needle) {
-    const test::CommandResult r = test::run_command(cmd);
-    EXPECT_NE(r.exit_code, 0) << cmd;
-    EXPECT_NE(r.output.find(needle), std::string::npos) << "output: " << r.output;
-    EXPECT_NE(r.output.find("memo: error: "), std::string::npos) << r.output;
-    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << "not one line: " << r.output;
-  }
   test::TempDir dir;
 };
 
@@ -137,22 +129,22 @@ TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
 }
 
 TEST_F(Cli, unknown_flag_is_rejected) {
-  expect_clean_failure(train_cmd(dir / "out", "--steps 1 --frobnicate 3"), "--frobnicate");
+  test::expect_clean_failure(train_cmd(dir / "out", "--steps 1 --frobnicate 3"), "--frobnicate");
 }
 
 TEST_F(Cli, missing_data_file_names_the_path) {
-  expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
                            dir.str("nope.txt"), "nope.txt");
 }
 
 TEST_F(Cli, empty_data_file_is_rejected) {
   write_text(dir / "empty.txt", "");
-  expect_clean_failure(train_cmd(dir / "out", "--steps 1") + " --data " + dir.str("empty.txt"), "empty");
+  test::expect_clean_failure(train_cmd(dir / "out", "--steps 1") + " --data " + dir.str("empty.txt"), "empty");
 }
 
 TEST_F(Cli, data_shorter_than_seq_plus_one_names_both) {
   write_text(dir / "short.txt", corpus(32));
-  expect_clean_failure(train_cmd(dir / "out", "--steps 1 --val-data " + dir.str("short.txt")) + " --data " +
+  test::expect_clean_failure(train_cmd(dir / "out", "--steps 1 --val-data " + dir.str("short.txt")) + " --data " +
                            dir.str("short.txt"), "33");
 }
 
@@ -160,13 +152,13 @@ TEST_F(Cli, token_id_outside_vocabulary_names_the_position) {
   std::vector<int32_t> tokens(200, 5);
   tokens[137] = 300;
   write_llmc_tokens(dir / "tokens.bin", tokens);
-  expect_clean_failure(train_cmd(dir / "out", "--steps 1") + " --data " + dir.str("tokens.bin"), "137");
+  test::expect_clean_failure(train_cmd(dir / "out", "--steps 1") + " --data " + dir.str("tokens.bin"), "137");
 }
 
 TEST_F(Cli, hidden_size_not_divisible_by_heads_is_rejected) {
   write_text(dir / "bad.json", R"({"hidden_size": 30, "intermediate_size": 64, "num_hidden_layers": 1,
     "num_attention_heads": 4, "vocab_size": 256})");
-  expect_clean_failure(test::memo_bin() + " train --config " + dir.str("bad.json") + " --data " + dir.str("data.txt"),
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("bad.json") + " --data " + dir.str("data.txt"),
                        "hidden_size = 30");
 }
 
@@ -180,11 +172,11 @@ TEST_F(Cli, truncated_and_corrupted_checkpoints_are_rejected_and_left_alone) {
   }
   const std::string eval = test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " + dir.str("data.txt");
   write_text(st, bytes.substr(0, bytes.size() - 100));  // truncated
-  expect_clean_failure(eval, "model.safetensors");
+  test::expect_clean_failure(eval, "model.safetensors");
   std::string flipped = bytes;
   flipped[flipped.size() - 10] ^= 0x40;  // one bit of one weight
   write_text(st, flipped);
-  expect_clean_failure(eval, "model.safetensors");
+  test::expect_clean_failure(eval, "model.safetensors");
   // resuming from it fails before writing anything: the run directory is unchanged
   const auto listing = [&] {
     std::vector<std::string> names;
@@ -194,7 +186,7 @@ TEST_F(Cli, truncated_and_corrupted_checkpoints_are_rejected_and_left_alone) {
     return names;
   };
   const auto before = listing();
-  expect_clean_failure(test::memo_bin() + " train --data " + dir.str("data.txt") + " --steps 4 --resume " + dir.str("run"),
+  test::expect_clean_failure(test::memo_bin() + " train --data " + dir.str("data.txt") + " --steps 4 --resume " + dir.str("run"),
                        "model.safetensors");
   EXPECT_EQ(listing(), before);
 }
@@ -234,12 +226,12 @@ TEST_F(Cli, memo_and_keep_activations_give_identical_log_losses) {
 }
 
 TEST_F(Cli, bad_host_memory_size_names_the_flag_and_units) {
-  expect_clean_failure(train_cmd(dir / "run", "--activations memo --host-memory 1.5GX"),
+  test::expect_clean_failure(train_cmd(dir / "run", "--activations memo --host-memory 1.5GX"),
                        "--host-memory '1.5GX'");
 }
 
 TEST_F(Cli, alpha_with_keep_is_rejected) {
-  expect_clean_failure(train_cmd(dir / "run", "--alpha 0.5"), "--alpha applies to --activations memo only");
+  test::expect_clean_failure(train_cmd(dir / "run", "--alpha 0.5"), "--alpha applies to --activations memo only");
 }
 
 }  // namespace

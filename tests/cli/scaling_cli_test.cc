@@ -70,13 +70,6 @@ class ScalingCli : public ::testing::Test {
            " --seq 16 --micro-batch 1 --batches 32,64 --steps 3 --val-windows 4 --optimizer adam --lrs " + lrs +
            " --out " + dir.str("sweep.jsonl") + " " + extra;
   }
-  void expect_clean_failure(const std::string& cmd, const std::string& needle) {
-    const test::CommandResult r = test::run_command(cmd);
-    EXPECT_NE(r.exit_code, 0) << cmd;
-    EXPECT_NE(r.output.find(needle), std::string::npos) << "output: " << r.output;
-    EXPECT_NE(r.output.find("memo: error: "), std::string::npos) << r.output;
-    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << "not one line: " << r.output;
-  }
   test::TempDir dir;
 };
 
@@ -188,13 +181,13 @@ TEST_F(ScalingCli, no_gns_and_single_micro_batch_log_null_noise_scale) {
 }
 
 TEST_F(ScalingCli, unknown_optimizer_lists_the_valid_names) {
-  expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
                            dir.str("data.txt") + " --optimizer adamx",
                        "unknown optimizer 'adamx'; valid: sgd, signsgd, adam, adamw, adagrad, rmsprop, adafactor, lion");
 }
 
 TEST_F(ScalingCli, a_flag_the_optimizer_lacks_is_rejected) {
-  expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
                            dir.str("data.txt") + " --optimizer adam --momentum 0.9",
                        "--momentum does not apply to --optimizer adam");
 }
@@ -203,9 +196,9 @@ TEST_F(ScalingCli, malformed_sweep_line_is_named_by_number) {
   const std::string text = synthetic_sweep(1e-3, 2000.0, false);
   const size_t second = text.find('\n') + 1;
   write_text(dir / "bad.jsonl", text.substr(0, second) + "{not json}\n" + text.substr(second));
-  expect_clean_failure(test::memo_bin() + " fit " + dir.str("bad.jsonl"), "bad.jsonl line 2");
+  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("bad.jsonl"), "bad.jsonl line 2");
   write_text(dir / "neg.jsonl", R"({"optimizer": "adam", "lr": -1, "batch_tokens": 64})" "\n");
-  expect_clean_failure(test::memo_bin() + " fit " + dir.str("neg.jsonl"), "line 1: 'lr' must be a positive number");
+  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("neg.jsonl"), "line 1: 'lr' must be a positive number");
 }
 
 TEST_F(ScalingCli, too_few_batch_sizes_for_a_law_is_a_clear_error) {
@@ -213,7 +206,7 @@ TEST_F(ScalingCli, too_few_batch_sizes_for_a_law_is_a_clear_error) {
   for (double lr : {1e-3, 2e-3, 4e-3})
     one += nlohmann::json{{"optimizer", "adam"}, {"lr", lr}, {"batch_tokens", 512}, {"val_loss", 2.0 + lr}}.dump() + "\n";
   write_text(dir / "one.jsonl", one);
-  expect_clean_failure(test::memo_bin() + " fit " + dir.str("one.jsonl"), "sweep at least 2 batch sizes");
+  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("one.jsonl"), "sweep at least 2 batch sizes");
 }
 
 }  // namespace
