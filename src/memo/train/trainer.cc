@@ -187,7 +187,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   }
   // Activations: the static plan within --device-memory (refused here, before any output, when
   // it does not fit), else the caching allocator. Validation runs forward-only, a sequence the
-  // plan does not cover, so it uses the caching allocator (TODO #3: plan the eval trace too).
+  // plan does not cover, so it uses the caching allocator, outside the budgeted arena.
   CachingAllocator caching;
   std::unique_ptr<PlannedAllocator> planned;
   if (o.device_memory_bytes > 0)
