@@ -1,0 +1,66 @@
+#include "memo/model/presets.h"
+
+#include <gtest/gtest.h>
+
+#include "memo/core/error.h"
+#include "memo/model/params.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+using test::error_message;
+
+TEST(Presets, gpt_shapes_follow_the_memo_paper_table) {
+  const auto presets = gpt_presets();
+  ASSERT_EQ(presets.size(), 4u);
+  for (const GptPreset& p : presets) {
+    EXPECT_EQ(p.ffn, 4 * p.hidden) << p.name;
+    EXPECT_EQ(p.vocab, 50257) << p.name;
+    EXPECT_EQ(p.hidden % p.heads, 0) << p.name;
+  }
+  GptPreset g30 = gpt_preset("GPT-30B");
+  EXPECT_EQ(g30.layers, 48);
+  EXPECT_EQ(g30.hidden, 7168);
+  EXPECT_EQ(g30.heads, 56);
+}
+
+// 12 L C^2 + 13 L C + V C + 2C (see GptPreset::param_count); tied embedding, no positions.
+TEST(Presets, gpt_parameter_counts) {
+  EXPECT_EQ(gpt_preset("gpt-7b").param_count(), 6'650'015'744);
+  EXPECT_EQ(gpt_preset("gpt-13b").param_count(), 12'842'900'480);
+  EXPECT_EQ(gpt_preset("gpt-30b").param_count(), 29'959'738'368);
+  EXPECT_EQ(gpt_preset("gpt-65b").param_count(), 64'844'750'848);
+}
+
+// The published totals of the Hugging Face LLaMA-1 checkpoints (6.7B, 13.0B, 32.5B, 65.2B).
+TEST(Presets, llama_parameter_counts_match_the_published_totals) {
+  EXPECT_EQ(ParamLayout(llama_preset("llama-7b")).count(), 6'738'415'616);
+  EXPECT_EQ(ParamLayout(llama_preset("llama-13b")).count(), 13'015'864'320);
+  EXPECT_EQ(ParamLayout(llama_preset("llama-30b")).count(), 32'528'943'616);
+  EXPECT_EQ(ParamLayout(llama_preset("llama-65b")).count(), 65'285'660'672);
+}
+
+TEST(Presets, llama_presets_are_valid_configs_with_head_dim_128) {
+  for (const std::string& name : llama_preset_names()) {
+    ModelConfig c = llama_preset(name);
+    EXPECT_NO_THROW(c.validate()) << name;
+    EXPECT_EQ(c.head_dim(), 128) << name;
+    EXPECT_EQ(c.vocab_size, 32000) << name;
+    EXPECT_FALSE(c.tie_word_embeddings) << name;
+  }
+  EXPECT_EQ(llama_preset("LLaMA-30B").num_hidden_layers, 60);
+}
+
+TEST(Presets, unknown_name_lists_the_known_ones) {
+  std::string msg = error_message<ConfigError>([] { llama_preset("llama-70b"); });
+  EXPECT_NE(msg.find("unknown LLaMA preset 'llama-70b'; known: llama-7b, llama-13b, llama-30b, "
+                     "llama-65b"),
+            std::string::npos)
+      << msg;
+  msg = error_message<ConfigError>([] { gpt_preset("gpt-175b"); });
+  EXPECT_NE(msg.find("known: gpt-7b, gpt-13b, gpt-30b, gpt-65b"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace memo
