@@ -2,7 +2,8 @@
 // Arguments: outputs, then saved-for-backward, inputs, weights, then scalars; scratch comes from
 // the caller (no allocation, logging or throwing inside loops; checks on entry throw memo::Error).
 // Convention: weight gradients accumulate (+=); activation gradients overwrite (=), except where
-// a function says otherwise (the residual stream: rmsnorm_backward adds into dx).
+// a function says otherwise (the residual stream: rmsnorm_backward and layernorm_backward add
+// into dx).
 // Activations are [T, C] row-major with T = batch * seq tokens (the batch folded into rows);
 // token t is position t % seq of sequence t / seq.
 // Threads: OpenMP over both cores; every kernel gives bitwise-identical results for a fixed
@@ -41,6 +42,17 @@ void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, flo
 void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
                       ConstTensor inv_rms);
 
+// --- LayerNorm (PyTorch semantics: biased variance) ---
+// y[t,:] = (x[t,:] - mean[t]) * rstd[t] * w + b,  rstd[t] = 1 / sqrt(var_c x[t,c] + eps), var the
+// biased (divide by C) variance.  x, y: [T, C]; w, b: [C]; mean, rstd: [T], saved for the backward.
+void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
+                       ConstTensor b, float eps);
+// With xhat = (x - mean) rstd and g = w * dy:
+// dx[t,:] += rstd (g - mean_c g - xhat mean_c(g xhat))  (adds: x is on the residual stream);
+// dw += sum_t dy xhat;  db += sum_t dy
+void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
+                        ConstTensor w, ConstTensor mean, ConstTensor rstd);
+
 // --- rotary position embedding, Hugging Face Llama convention (rotate_half) ---
 // cos, sin: [S, D/2], angle(p, i) = p * theta^(-2i/D), computed in double.
 void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta);
@@ -58,6 +70,16 @@ void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim
 void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u);
 // dg = da * u * silu'(g), du = da * silu(g);  silu'(g) = s (1 + g (1 - s)), s = sigmoid(g)
 void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g, ConstTensor u);
+
+// --- GELU, the tanh approximation GPT-2 uses ---
+// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  x, y: [T, C]
+void gelu_forward(Tensor y, ConstTensor x);
+// dx = dy * gelu'(x)  (overwrites; dx may alias dy).  x, dy, dx: [T, C]
+void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x);
+
+// --- bias gradient (of y = ... + b) ---
+// db[c] += sum_t dy[t,c], summed in token order in double.  dy: [T, C]; db: [C]
+void bias_backward(Tensor db, ConstTensor dy);
 
 // --- token embedding ---
 // x[t,:] = wte[tokens[t],:].  x: [T, C]; wte: [V, C]. Throws DataError naming t on an id >= V.

@@ -55,6 +55,49 @@ void rmsnorm_backward_ref(TensorF64 dx, TensorF64 dw, ConstTensorF64 dy, ConstTe
   }
 }
 
+// y = (x - mean) r w + b,  r = 1 / sqrt(mean (x - mean)^2 + eps)
+void layernorm_forward_ref(TensorF64 y, TensorF64 mean, TensorF64 rstd, ConstTensorF64 x,
+                           ConstTensorF64 w, ConstTensorF64 b, double eps) {
+  const int64_t T = x.rows(), C = x.cols();
+  MEMO_CHECK(same_shape(x, y) && w.numel() == C && b.numel() == C && mean.numel() == T &&
+                 rstd.numel() == T,
+             "layernorm_forward_ref");
+  for (int64_t t = 0; t < T; ++t) {
+    double sum = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum += x(t, c);
+    mean[t] = sum / double(C);
+    double sum_sq = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum_sq += (x(t, c) - mean[t]) * (x(t, c) - mean[t]);
+    rstd[t] = 1.0 / std::sqrt(sum_sq / double(C) + eps);
+    for (int64_t c = 0; c < C; ++c) y(t, c) = (x(t, c) - mean[t]) * rstd[t] * w[c] + b[c];
+  }
+}
+
+// xhat = (x - mean) r, g = w dy:  dx += r (g - mean(g) - xhat mean(g xhat));  dw += sum_t dy xhat;
+// db += sum_t dy
+void layernorm_backward_ref(TensorF64 dx, TensorF64 dw, TensorF64 db, ConstTensorF64 dy,
+                            ConstTensorF64 x, ConstTensorF64 w, ConstTensorF64 mean,
+                            ConstTensorF64 rstd) {
+  const int64_t T = x.rows(), C = x.cols();
+  MEMO_CHECK(same_shape(x, dx) && same_shape(x, dy) && w.numel() == C && dw.numel() == C &&
+                 db.numel() == C && mean.numel() == T && rstd.numel() == T,
+             "layernorm_backward_ref");
+  for (int64_t t = 0; t < T; ++t) {
+    const double r = rstd[t];
+    double sum_g = 0.0, sum_gx = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      sum_g += w[c] * dy(t, c);
+      sum_gx += w[c] * dy(t, c) * (x(t, c) - mean[t]) * r;
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      const double xhat = (x(t, c) - mean[t]) * r;
+      dx(t, c) += r * (w[c] * dy(t, c) - sum_g / double(C) - xhat * sum_gx / double(C));
+      dw[c] += dy(t, c) * xhat;
+      db[c] += dy(t, c);
+    }
+  }
+}
+
 // cos[p, i] = cos(p theta^(-2i/D)), sin likewise
 void rope_table_ref(TensorF64 cos, TensorF64 sin, int64_t head_dim, double theta) {
   MEMO_CHECK(cos.cols() == head_dim / 2 && same_shape(cos, sin), "rope_table_ref");
@@ -118,6 +161,43 @@ void swiglu_backward_ref(TensorF64 dg, TensorF64 du, ConstTensorF64 da, ConstTen
       dg(t, f) = da(t, f) * u(t, f) * (s + x * s * (1.0 - s));
     }
   }
+}
+
+// y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), evaluated as x sigmoid(2u): the
+// same function (0.5 (1 + tanh(u)) = sigmoid(2u)), without the cancellation in 1 + tanh(u) that
+// leaves no correct digit for u < -19 even in double.
+namespace {
+constexpr double kGeluK = 0.79788456080286535588;  // sqrt(2/pi)
+constexpr double kGeluCubicRef = 0.044715;
+}  // namespace
+
+void gelu_forward_ref(TensorF64 y, ConstTensorF64 x) {
+  MEMO_CHECK(same_shape(x, y), "gelu_forward_ref");
+  for (int64_t t = 0; t < x.rows(); ++t) {
+    for (int64_t c = 0; c < x.cols(); ++c) {
+      const double v = x(t, c), u = kGeluK * (v + kGeluCubicRef * v * v * v);
+      y(t, c) = v * sigmoid_ref(2.0 * u);
+    }
+  }
+}
+
+// dx = dy (s + x s (1 - s) 2 u'),  s = sigmoid(2u),  u' = sqrt(2/pi) (1 + 3 0.044715 x^2)
+void gelu_backward_ref(TensorF64 dx, ConstTensorF64 dy, ConstTensorF64 x) {
+  MEMO_CHECK(same_shape(x, dx) && same_shape(x, dy), "gelu_backward_ref");
+  for (int64_t t = 0; t < x.rows(); ++t) {
+    for (int64_t c = 0; c < x.cols(); ++c) {
+      const double v = x(t, c), u = kGeluK * (v + kGeluCubicRef * v * v * v);
+      const double s = sigmoid_ref(2.0 * u);
+      const double du = kGeluK * (1.0 + 3.0 * kGeluCubicRef * v * v);
+      dx(t, c) = dy(t, c) * (s + v * s * (1.0 - s) * 2.0 * du);
+    }
+  }
+}
+
+void bias_backward_ref(TensorF64 db, ConstTensorF64 dy) {
+  MEMO_CHECK(db.numel() == dy.cols(), "bias_backward_ref");
+  for (int64_t t = 0; t < dy.rows(); ++t)
+    for (int64_t c = 0; c < dy.cols(); ++c) db[c] += dy(t, c);
 }
 
 void embedding_forward_ref(TensorF64 x, View<const int32_t> tokens, ConstTensorF64 wte) {
