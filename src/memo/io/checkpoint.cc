@@ -1,5 +1,6 @@
 // Implementation of io/checkpoint.h.
 #include "memo/io/checkpoint.h"
+#include "memo/io/json_file.h"
 
 #include <cstdio>
 #include <utility>
@@ -26,16 +27,6 @@ int64_t parse_step(const std::string& name) {
     step = step * 10 + (name[i] - '0');
   }
   return step;
-}
-
-json load_json(const fs::path& path) {
-  std::string text = read_file(path);
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw FormatError(str(path.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(),
-                          ": ", e.what()));
-  }
 }
 
 bool is_file(const fs::path& p) {
@@ -79,7 +70,8 @@ LoadedCheckpoint load_checkpoint(const fs::path& dir) {
   LoadedCheckpoint ckpt{dir, load_model_config(dir / kConfigFile),
                         SafetensorsFile(dir / kModelFile), std::nullopt, json()};
   if (is_file(dir / kOptimizerFile)) ckpt.optimizer.emplace(dir / kOptimizerFile);
-  if (is_file(dir / kTrainerStateFile)) ckpt.trainer_state = load_json(dir / kTrainerStateFile);
+  if (is_file(dir / kTrainerStateFile))
+    ckpt.trainer_state = read_json_file<FormatError>(dir / kTrainerStateFile);
   return ckpt;
 }
 

@@ -1,5 +1,6 @@
 // Implementation of io/config_json.h.
 #include "memo/io/config_json.h"
+#include "memo/io/json_file.h"
 
 #include <limits>
 #include <string>
@@ -109,15 +110,7 @@ ModelConfig model_config_from_json(const json& j, std::string_view where) {
 }
 
 ModelConfig load_model_config(const std::filesystem::path& path) {
-  std::string text = read_file(path);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw ConfigError(str(path.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(),
-                          ": ", e.what()));
-  }
-  return model_config_from_json(j, path.string());
+  return model_config_from_json(read_json_file<ConfigError>(path), path.string());
 }
 
 json model_config_to_json(const ModelConfig& c) {

@@ -1,5 +1,6 @@
 // Implementation of io/hardware_json.h.
 #include "memo/io/hardware_json.h"
+#include "memo/io/json_file.h"
 
 #include <algorithm>
 #include <cctype>
@@ -84,15 +85,7 @@ GpuSpec gpu_spec_from_json(const json& j, std::string_view where) {
 }
 
 GpuSpec load_gpu_spec(const std::filesystem::path& path) {
-  std::string text = read_file(path);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw ConfigError(str(path.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(),
-                          ": ", e.what()));
-  }
-  return gpu_spec_from_json(j, path.string());
+  return gpu_spec_from_json(read_json_file<ConfigError>(path), path.string());
 }
 
 std::vector<std::string> shipped_gpu_names(const std::filesystem::path& hardware_dir) {

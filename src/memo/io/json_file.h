@@ -1,0 +1,27 @@
+// Reading a whole JSON file with the one error message memo gives for it: the path, the byte
+// offset of the fault and the parser's reason. The error type is the caller's: a config file's
+// fault is a ConfigError, a checkpoint's a FormatError.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "memo/core/error.h"
+#include "memo/io/atomic_file.h"
+
+namespace memo {
+
+template <class E>
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  const std::string text = read_file(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw E(str(path.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(), ": ",
+                e.what()));
+  }
+}
+
+}  // namespace memo
