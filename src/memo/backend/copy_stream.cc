@@ -1,5 +1,7 @@
 #include "memo/backend/copy_stream.h"
 
+#include "memo/core/shape_only.h"
+
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -35,7 +37,7 @@ CopyStream::~CopyStream() {
 void CopyStream::copy(void* dst, const void* src, int64_t bytes) {
   MEMO_CHECK(bytes >= 0 && (bytes == 0 || (dst && src)), "copy stream ", name_, ": copy of ", bytes,
              " bytes from ", src, " to ", dst);
-  if (bytes == 0) return;
+  if (bytes == 0 || shapes_only()) return;  // Note [Shape-only mode]: no data to move
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back({dst, src, bytes, nullptr});

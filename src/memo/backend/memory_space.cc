@@ -17,7 +17,8 @@ void SpaceBuffer::Free::operator()(float* p) const { std::free(p); }
 SpaceBuffer::SpaceBuffer(SpaceBuffer&& o) noexcept
     : data_(std::move(o.data_)),
       bytes_(std::exchange(o.bytes_, 0)),
-      space_(std::exchange(o.space_, nullptr)) {}
+      space_(std::exchange(o.space_, nullptr)),
+      address_only_(std::exchange(o.address_only_, false)) {}
 
 SpaceBuffer& SpaceBuffer::operator=(SpaceBuffer&& o) noexcept {
   if (this != &o) {
@@ -25,12 +26,15 @@ SpaceBuffer& SpaceBuffer::operator=(SpaceBuffer&& o) noexcept {
     data_ = std::move(o.data_);
     bytes_ = std::exchange(o.bytes_, 0);
     space_ = std::exchange(o.space_, nullptr);
+    address_only_ = std::exchange(o.address_only_, false);
   }
   return *this;
 }
 
 void SpaceBuffer::reset() {
   if (space_) space_->live_bytes_ -= bytes_;
+  if (address_only_) space_->addresses_.give_back(data_.release(), bytes_);
+  address_only_ = false;
   data_.reset();
   bytes_ = 0;
   space_ = nullptr;
@@ -51,7 +55,10 @@ SpaceBuffer MemorySpace::allocate(std::string_view what, int64_t bytes) {
                           " budget are in use (short ",
                           gib(double(live_bytes_ + rounded - budget_bytes_)), ")"));
   SpaceBuffer b;
-  b.data_.reset(static_cast<float*>(std::aligned_alloc(kSpaceAlignBytes, size_t(rounded))));
+  b.address_only_ = shapes_only();
+  b.data_.reset(b.address_only_
+                    ? addresses_.take(rounded)
+                    : static_cast<float*>(std::aligned_alloc(kSpaceAlignBytes, size_t(rounded))));
   MEMO_CHECK(b.data_ != nullptr, "out of ", name_, " memory allocating ", gib(double(rounded)),
              " for ", what);
   b.bytes_ = rounded;

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "memo/core/shape_only.h"
+
 namespace memo {
 
 class MemorySpace;
@@ -37,6 +39,7 @@ class SpaceBuffer {
   std::unique_ptr<float, Free> data_;
   int64_t bytes_ = 0;
   MemorySpace* space_ = nullptr;
+  bool address_only_ = false;  // from the space's AddressSpace (Note [Shape-only mode])
 };
 
 class MemorySpace {
@@ -47,7 +50,8 @@ class MemorySpace {
   MemorySpace& operator=(const MemorySpace&) = delete;
 
   // A buffer of `bytes` (rounded up to 64), aligned to 64 bytes, contents undefined. `what` names
-  // the request in the error ("layer 3 offload").
+  // the request in the error ("layer 3 offload"). In shape-only mode an address range with no
+  // memory behind it, counted and budgeted the same way.
   SpaceBuffer allocate(std::string_view what, int64_t bytes);
 
   const std::string& name() const { return name_; }
@@ -62,6 +66,7 @@ class MemorySpace {
   int64_t budget_bytes_;
   int64_t live_bytes_ = 0;
   int64_t peak_bytes_ = 0;
+  AddressSpace addresses_;
 };
 
 }  // namespace memo

@@ -23,10 +23,18 @@ bool same_structure(const Trace& a, const Trace& b) {
 const char* pass_name(Pass pass) { return pass == Pass::kForward ? "forward" : "backward"; }
 
 Tensor TraceRecorder::acquire(std::string_view name, Shape shape, ActKind kind) {
-  Tensor t = memory_.acquire(name, shape, kind);
+  const bool address_only = shapes_only();
+  Tensor t;
+  if (address_only) {
+    t = Tensor(addresses_.take(shape.numel() * int64_t(sizeof(float))), shape);
+    address_live_ += t.bytes();
+    address_peak_ = std::max(address_peak_, address_live_);
+  } else {
+    t = memory_.acquire(name, shape, kind);
+  }
   const plan::Step step = plan::Step(requests_.size());
   requests_.push_back(TracedRequest{std::string(name), t.bytes(), kind, step, -1, -1});
-  live_[t.data()] = size_t(step);
+  live_[t.data()] = Live{size_t(step), address_only};
   return t;
 }
 
@@ -34,9 +42,15 @@ void TraceRecorder::release(const Tensor& t) {
   auto it = live_.find(t.data());
   MEMO_CHECK(it != live_.end(), "trace: release of a buffer the recorder did not hand out, shape ",
              t.shape());
-  requests_[it->second].end = plan::Step(requests_.size());
+  requests_[it->second.request].end = plan::Step(requests_.size());
+  const bool address_only = it->second.address_only;
   live_.erase(it);
-  memory_.release(t);
+  if (address_only) {
+    addresses_.give_back(t.data(), t.bytes());
+    address_live_ -= t.bytes();
+  } else {
+    memory_.release(t);
+  }
 }
 
 void TraceRecorder::mark_begin(Pass pass, int layer) {

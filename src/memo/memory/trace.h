@@ -1,10 +1,11 @@
 // The trace recorder: an ActivationAllocator that hands out real memory (so one real training step
-// runs under it) and records every request (name, bytes, kind, order) and release, giving each a
+// runs under it; in shape-only mode, address ranges without memory: Note [Shape-only mode]) and records every request (name, bytes, kind, order) and release, giving each a
 // lifetime in request-order steps. A decorating strategy marks where each layer's forward and
 // backward pass begins and ends, so the trace splits into the two levels of the static plan
 // (see Note [Bi-level planning] in plan/problem.h). It only records; activation_plan.h plans.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "memo/backend/allocator.h"
 #include "memo/backend/caching_allocator.h"
+#include "memo/core/shape_only.h"
 #include "memo/memory/plan/problem.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/config.h"
@@ -56,10 +58,15 @@ class TraceRecorder final : public ActivationAllocator {
   TraceRecorder() = default;
   Tensor acquire(std::string_view name, Shape shape, ActKind kind) override;
   void release(const Tensor& t) override;
-  int64_t live_bytes() const override { return memory_.live_bytes(); }
-  int64_t peak_live_bytes() const override { return memory_.peak_live_bytes(); }
+  int64_t live_bytes() const override { return memory_.live_bytes() + address_live_; }
+  int64_t peak_live_bytes() const override {
+    return std::max(memory_.peak_live_bytes(), address_peak_);
+  }
   int64_t reserved_bytes() const override { return memory_.reserved_bytes(); }
-  void reset_peak() override { memory_.reset_peak(); }
+  void reset_peak() override {
+    memory_.reset_peak();
+    address_peak_ = address_live_;
+  }
 
   // A layer pass starts now (the latest call for a pass and layer wins) or ends now.
   void mark_begin(Pass pass, int layer);
@@ -70,9 +77,15 @@ class TraceRecorder final : public ActivationAllocator {
 
  private:
   CachingAllocator memory_;
+  AddressSpace addresses_;  // shape-only mode
+  int64_t address_live_ = 0, address_peak_ = 0;
   std::vector<TracedRequest> requests_;
   std::vector<TracePhase> phases_;
-  std::unordered_map<const float*, size_t> live_;        // data -> request index
+  struct Live {
+    size_t request;
+    bool address_only;
+  };
+  std::unordered_map<const float*, Live> live_;          // data -> request
   std::unordered_map<int64_t, plan::Step> open_;         // (pass, layer) key -> begin
 };
 

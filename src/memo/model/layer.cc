@@ -1,5 +1,7 @@
 #include "memo/model/layer.h"
 
+#include <algorithm>
+
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/tensor_ops.h"
 
@@ -34,6 +36,13 @@ int64_t saved_acts_bytes(const ModelConfig& config, int64_t batch, int64_t seq) 
   return bytes;
 }
 
+bool activation_stays_fp32(std::string_view name) {
+  static constexpr std::string_view kFp32[] = {
+      "inv_rms1",    "inv_rms2",         "lse",         "final.inv_rms",   "head.logits",
+      "head.losses", "attn.fwd_scratch", "attn.bwd_scratch"};
+  return std::find(std::begin(kFp32), std::end(kFp32), name) != std::end(kFp32);
+}
+
 // The per-token products go through matmul_token_panels so layer_recompute_tokens can rebuild any
 // panel-aligned token range exactly; the down projection is never rebuilt and takes one call.
 void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const LayerContext& ctx) {
@@ -41,25 +50,38 @@ void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const La
   const int64_t D = cfg.head_dim();
   const float eps = float(cfg.rms_norm_eps);
   // attention block: h = x + o_proj(attn(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
+  const int64_t T = ctx.batch * ctx.seq, C = cfg.hidden_size;
+  const int64_t tp_rows = tp_comm_rows(ctx.parallel, T);  // Note [Per-GPU shapes]
   cpu::rmsnorm_forward(s.xn1, s.inv_rms1, s.x, w.ln1, eps);
-  cpu::matmul_token_panels(s.q, s.xn1, w.wq);
-  cpu::matmul_token_panels(s.k, s.xn1, w.wk);
-  cpu::matmul_token_panels(s.v, s.xn1, w.wv);
+  {
+    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_rows, C);
+    cpu::matmul_token_panels(s.q, s.xn1, w.wq);
+    cpu::matmul_token_panels(s.k, s.xn1, w.wk);
+    cpu::matmul_token_panels(s.v, s.xn1, w.wv);
+  }
   cpu::rope_forward(s.q, ctx.rope_cos, ctx.rope_sin, D);
   cpu::rope_forward(s.k, ctx.rope_cos, ctx.rope_sin, D);
   {
+    CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 4), cfg.kv_dim());
     ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch", {cpu::attention_forward_scratch_numel(D)});
     cpu::attention_forward(s.attn, s.lse, s.q, s.k, s.v, ctx.batch, cfg.num_attention_heads,
                            cfg.num_key_value_heads, *scratch);
   }
   cpu::copy(s.h, s.x);
-  cpu::matmul_token_panels(s.h, s.attn, w.wo, 1.0f);
+  {
+    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C);
+    cpu::matmul_token_panels(s.h, s.attn, w.wo, 1.0f);
+  }
   // MLP block: y = h + down_proj(silu(gate_proj(xn2)) * up_proj(xn2))
   cpu::rmsnorm_forward(s.xn2, s.inv_rms2, s.h, w.ln2, eps);
-  cpu::matmul_token_panels(s.gate, s.xn2, w.wg);
-  cpu::matmul_token_panels(s.up, s.xn2, w.wu);
+  {
+    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C);
+    cpu::matmul_token_panels(s.gate, s.xn2, w.wg);
+    cpu::matmul_token_panels(s.up, s.xn2, w.wu);
+  }
   cpu::swiglu_forward(s.act, s.gate, s.up);
   cpu::copy(y, s.h);
+  CommBuffer partial(*ctx.alloc, "tp.mlp_out", tp_rows, C);
   cpu::matmul(y, s.act, w.wd, false, true, 1.0f, 1.0f);
 }
 
@@ -74,17 +96,28 @@ void layer_recompute_tokens(const SavedActs& s, int64_t r0, int64_t r1, const La
   if (r0 == r1) return;
   const float eps = float(cfg.rms_norm_eps);
   auto rows = [r0, r1](const Tensor& t) { return t.slice_rows(r0, r1); };
+  // Under TP the rebuilt rows need the forward's collectives on those rows (Note [Per-GPU shapes])
+  const int64_t tp_rows = tp_comm_rows(ctx.parallel, r1 - r0), C = cfg.hidden_size;
   cpu::rmsnorm_forward(rows(s.xn1), rows(s.inv_rms1), rows(s.x), w.ln1, eps);
-  cpu::matmul_token_panels(rows(s.q), rows(s.xn1), w.wq);
-  cpu::matmul_token_panels(rows(s.k), rows(s.xn1), w.wk);
-  cpu::matmul_token_panels(rows(s.v), rows(s.xn1), w.wv);
+  {
+    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_rows, C);
+    cpu::matmul_token_panels(rows(s.q), rows(s.xn1), w.wq);
+    cpu::matmul_token_panels(rows(s.k), rows(s.xn1), w.wk);
+    cpu::matmul_token_panels(rows(s.v), rows(s.xn1), w.wv);
+  }
   cpu::rope_forward(rows(s.q), ctx.rope_cos, ctx.rope_sin, D, r0);
   cpu::rope_forward(rows(s.k), ctx.rope_cos, ctx.rope_sin, D, r0);
   cpu::copy(rows(s.h), rows(s.x));
-  cpu::matmul_token_panels(rows(s.h), rows(s.attn), w.wo, 1.0f);
+  {
+    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C);
+    cpu::matmul_token_panels(rows(s.h), rows(s.attn), w.wo, 1.0f);
+  }
   cpu::rmsnorm_forward(rows(s.xn2), rows(s.inv_rms2), rows(s.h), w.ln2, eps);
-  cpu::matmul_token_panels(rows(s.gate), rows(s.xn2), w.wg);
-  cpu::matmul_token_panels(rows(s.up), rows(s.xn2), w.wu);
+  {
+    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C);
+    cpu::matmul_token_panels(rows(s.gate), rows(s.xn2), w.wg);
+    cpu::matmul_token_panels(rows(s.up), rows(s.xn2), w.wu);
+  }
   cpu::swiglu_forward(rows(s.act), rows(s.gate), rows(s.up));
 }
 
@@ -94,10 +127,14 @@ void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, con
   const int64_t T = ctx.batch * ctx.seq, C = cfg.hidden_size, F = cfg.intermediate_size;
   const int64_t D = cfg.head_dim(), QD = cfg.num_attention_heads * D, KD = cfg.kv_dim();
   ActivationAllocator& alloc = *ctx.alloc;
+  const int64_t tp_rows = tp_comm_rows(ctx.parallel, T);  // Note [Per-GPU shapes]
   // y = h + act Wd^T:  d act = dy Wd;  dWd += dy^T act;  dh = dy (+ the norm branch below)
   Tensor dact = alloc.acquire("mlp.dact", {T, F}, ActKind::kTransient);
-  cpu::matmul(dact, dres, w.wd, false, false);
-  cpu::matmul(dw.wd, dres, s.act, true, false, 1.0f, 1.0f);
+  {
+    CommBuffer gathered(alloc, "tp.mlp_dout", tp_rows, C);
+    cpu::matmul(dact, dres, w.wd, false, false);
+    cpu::matmul(dw.wd, dres, s.act, true, false, 1.0f, 1.0f);
+  }
   // act = silu(gate) * up
   Tensor dgate = alloc.acquire("mlp.dgate", {T, F}, ActKind::kTransient);
   Tensor dup = alloc.acquire("mlp.dup", {T, F}, ActKind::kTransient);
@@ -105,10 +142,16 @@ void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, con
   alloc.release(dact);
   // gate = xn2 Wg^T, up = xn2 Wu^T
   Tensor dxn2 = alloc.acquire("mlp.dxn2", {T, C}, ActKind::kTransient);
-  cpu::matmul(dxn2, dgate, w.wg, false, false);
-  cpu::matmul(dxn2, dup, w.wu, false, false, 1.0f, 1.0f);
-  cpu::matmul(dw.wg, dgate, s.xn2, true, false, 1.0f, 1.0f);
-  cpu::matmul(dw.wu, dup, s.xn2, true, false, 1.0f, 1.0f);
+  {
+    CommBuffer partial(alloc, "tp.mlp_din", tp_rows, C);
+    cpu::matmul(dxn2, dgate, w.wg, false, false);
+    cpu::matmul(dxn2, dup, w.wu, false, false, 1.0f, 1.0f);
+  }
+  {
+    CommBuffer gathered(alloc, "tp.mlp_in", tp_rows, C);
+    cpu::matmul(dw.wg, dgate, s.xn2, true, false, 1.0f, 1.0f);
+    cpu::matmul(dw.wu, dup, s.xn2, true, false, 1.0f, 1.0f);
+  }
   alloc.release(dup);
   alloc.release(dgate);
   // xn2 = rmsnorm(h): dres becomes dL/dh
@@ -116,13 +159,17 @@ void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, con
   alloc.release(dxn2);
   // h = x + attn Wo^T:  d attn = dh Wo;  dWo += dh^T attn
   Tensor dattn = alloc.acquire("attn.dattn", {T, QD}, ActKind::kTransient);
-  cpu::matmul(dattn, dres, w.wo, false, false);
-  cpu::matmul(dw.wo, dres, s.attn, true, false, 1.0f, 1.0f);
+  {
+    CommBuffer gathered(alloc, "tp.attn_dout", tp_rows, C);
+    cpu::matmul(dattn, dres, w.wo, false, false);
+    cpu::matmul(dw.wo, dres, s.attn, true, false, 1.0f, 1.0f);
+  }
   // attention
   Tensor dq = alloc.acquire("attn.dq", {T, QD}, ActKind::kTransient);
   Tensor dk = alloc.acquire("attn.dk", {T, KD}, ActKind::kTransient);
   Tensor dv = alloc.acquire("attn.dv", {T, KD}, ActKind::kTransient);
   {
+    CommBuffer ring(alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), KD);
     ScopedAct scratch(alloc, "attn.bwd_scratch",
                       {cpu::attention_backward_scratch_numel(ctx.seq, D, cfg.num_attention_heads,
                                                              cfg.num_key_value_heads)});
@@ -134,12 +181,18 @@ void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, con
   cpu::rope_backward(dk, ctx.rope_cos, ctx.rope_sin, D);
   // q, k, v = xn1 W^T
   Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient);
-  cpu::matmul(dxn1, dq, w.wq, false, false);
-  cpu::matmul(dxn1, dk, w.wk, false, false, 1.0f, 1.0f);
-  cpu::matmul(dxn1, dv, w.wv, false, false, 1.0f, 1.0f);
-  cpu::matmul(dw.wq, dq, s.xn1, true, false, 1.0f, 1.0f);
-  cpu::matmul(dw.wk, dk, s.xn1, true, false, 1.0f, 1.0f);
-  cpu::matmul(dw.wv, dv, s.xn1, true, false, 1.0f, 1.0f);
+  {
+    CommBuffer partial(alloc, "tp.attn_din", tp_rows, C);
+    cpu::matmul(dxn1, dq, w.wq, false, false);
+    cpu::matmul(dxn1, dk, w.wk, false, false, 1.0f, 1.0f);
+    cpu::matmul(dxn1, dv, w.wv, false, false, 1.0f, 1.0f);
+  }
+  {
+    CommBuffer gathered(alloc, "tp.attn_in", tp_rows, C);
+    cpu::matmul(dw.wq, dq, s.xn1, true, false, 1.0f, 1.0f);
+    cpu::matmul(dw.wk, dk, s.xn1, true, false, 1.0f, 1.0f);
+    cpu::matmul(dw.wv, dv, s.xn1, true, false, 1.0f, 1.0f);
+  }
   alloc.release(dv);
   alloc.release(dk);
   alloc.release(dq);

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "memo/backend/allocator.h"
 #include "memo/core/tensor.h"
 #include "memo/model/config.h"
+#include "memo/model/parallel.h"
 #include "memo/model/params.h"
 
 namespace memo {
@@ -45,6 +47,12 @@ extern const SavedField kSavedFields[kNumSavedFields];
 Shape saved_shape(const SavedField& field, const ModelConfig& config, int64_t batch, int64_t seq);
 int64_t saved_acts_bytes(const ModelConfig& config, int64_t batch, int64_t seq);
 
+// Whether a GPU run in bf16 mixed precision keeps the activation of this request name in fp32: the
+// per-token statistics (1/rms, LayerNorm mean and rstd, attention log-sum-exp), the loss path
+// (final norm statistics, logits chunk, token losses) and the attention kernel's scratch. Every
+// other activation is bf16. For planning GPU memory (train/cluster_plan.h).
+bool activation_stays_fp32(std::string_view name);
+
 // Everything a layer needs besides weights and saved activations.
 struct LayerContext {
   const ModelConfig* config;
@@ -53,6 +61,7 @@ struct LayerContext {
   ConstTensor rope_cos;       // [S, D/2]
   ConstTensor rope_sin;       // [S, D/2]
   ActivationAllocator* alloc;  // transients
+  Parallel parallel{};         // t, c > 1 only in shape-only traces: Note [Per-GPU shapes]
 };
 
 // Fills every field of s but x (read), and writes the layer output y = h + act down_proj. y: [T, C]

@@ -10,17 +10,41 @@ namespace memo {
 Model::Model(const ModelConfig& config)
     : config_((config.validate(), config)),
       layout_(config_),
-      params_(layout_.total_numel()),
-      grads_(layout_.total_numel()),
-      w_(bind_weights(config_, layout_, params_.data())),
-      dw_(bind_weights(config_, layout_, grads_.data())) {}
+      params_storage_(layout_.total_numel()),
+      grads_storage_(layout_.total_numel()),
+      params_(params_storage_.data()),
+      grads_(grads_storage_.data()),
+      w_(bind_weights(config_, layout_, params_)),
+      dw_(bind_weights(config_, layout_, grads_)) {}
 
-void Model::zero_grads() { cpu::fill(Tensor(grads_.data(), {grads_.numel()}), 0.0f); }
+Model::Model(const ModelConfig& config, ShapesOnly)
+    : config_((config.validate(), config)),
+      layout_(config_),
+      params_(addresses_.take(layout_.total_numel() * int64_t(sizeof(float)))),
+      grads_(addresses_.take(layout_.total_numel() * int64_t(sizeof(float)))),
+      w_(bind_weights(config_, layout_, params_)),
+      dw_(bind_weights(config_, layout_, grads_)) {}
+
+void Model::set_parallel(const Parallel& parallel) {
+  if (parallel.tp < 1 || parallel.cp < 1)
+    throw ConfigError(str("tensor parallel ", parallel.tp, " and context parallel ", parallel.cp,
+                          " must be >= 1"));
+  if (has_values() && (parallel.tp > 1 || parallel.cp > 1))
+    throw ConfigError(str("tensor parallel ", parallel.tp, " x context parallel ", parallel.cp,
+                          ": memo runs one device; several ranks are planned only (memo plan)"));
+  parallel_ = parallel;
+}
+
+void Model::zero_grads() { cpu::fill(Tensor(grads_, {layout_.total_numel()}), 0.0f); }
 
 const std::pair<AlignedBuffer<float>, AlignedBuffer<float>>& Model::rope_tables(int64_t seq) {
+  const int64_t half = config_.head_dim() / 2;
+  if (memo::shapes_only()) {  // the kernel would not fill a table: never cache one
+    shape_only_rope_ = {AlignedBuffer<float>(seq * half), AlignedBuffer<float>(seq * half)};
+    return shape_only_rope_;
+  }
   auto it = rope_.find(seq);
   if (it == rope_.end()) {
-    const int64_t half = config_.head_dim() / 2;
     std::pair<AlignedBuffer<float>, AlignedBuffer<float>> t{AlignedBuffer<float>(seq * half),
                                                             AlignedBuffer<float>(seq * half)};
     cpu::rope_table(Tensor(t.first.data(), {seq, half}), Tensor(t.second.data(), {seq, half}),
@@ -50,7 +74,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   const auto& rope = rope_tables(seq);
   const int64_t half = config_.head_dim() / 2;
   const LayerContext ctx{&config_, batch, seq, ConstTensor(rope.first.data(), {seq, half}),
-                         ConstTensor(rope.second.data(), {seq, half}), &alloc};
+                         ConstTensor(rope.second.data(), {seq, half}), &alloc, parallel_};
   const View<const int32_t> tokens(inputs, {T});
 
   // forward: embedding, then each layer writes its output into the next layer's input slot
@@ -118,7 +142,8 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
     alloc.release(logits);
   }
   double sum = 0.0;  // fixed order: deterministic
-  for (int64_t t = 0; t < tokens; ++t) sum += losses[t];
+  if (!memo::shapes_only())  // no values to sum (Note [Shape-only mode])
+    for (int64_t t = 0; t < tokens; ++t) sum += losses[t];
   alloc.release(losses);
   return sum;
 }

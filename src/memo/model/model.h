@@ -10,28 +10,42 @@
 
 #include "memo/backend/allocator.h"
 #include "memo/core/buffer.h"
+#include "memo/core/shape_only.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/config.h"
 #include "memo/model/layer.h"
+#include "memo/model/parallel.h"
 #include "memo/model/params.h"
 
 namespace memo {
 
+// Tag for a model whose parameters and gradients are address ranges without memory, to run in
+// shape-only mode (Note [Shape-only mode] in core/shape_only.h): a 65B model traced on a laptop.
+struct ShapesOnly {};
+
 class Model {
  public:
   explicit Model(const ModelConfig& config);
+  Model(const ModelConfig& config, ShapesOnly);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
-  float* params() { return params_.data(); }
-  float* grads() { return grads_.data(); }
-  int64_t params_numel() const { return params_.numel(); }  // with padding (zero in both)
+  float* params() { return params_; }
+  float* grads() { return grads_; }
+  int64_t params_numel() const { return layout_.total_numel(); }  // with padding (zero in both)
+  bool has_values() const { return params_storage_.data() != nullptr; }  // false: ShapesOnly
   const ModelWeights& weights() const { return w_; }
   const ModelWeights& grad_weights() const { return dw_; }
 
-  void init(uint64_t seed) { init_weights(layout_, params_.data(), config_.initializer_range, seed); }
+  // The layout one GPU's shape-only trace runs in (Note [Per-GPU shapes] in model/parallel.h):
+  // forward_backward then takes the tokens of one rank, T/(t c) per micro-batch. Throws
+  // ConfigError for t or c > 1 on a model with values: memo cannot run a rank without its peers.
+  void set_parallel(const Parallel& parallel);
+  const Parallel& parallel() const { return parallel_; }
+
+  void init(uint64_t seed) { init_weights(layout_, params_, config_.initializer_range, seed); }
   void zero_grads();
 
   // One micro-batch of `batch` sequences of `seq` tokens: inputs and targets are [batch * seq].
@@ -56,11 +70,16 @@ class Model {
 
   ModelConfig config_;
   ParamLayout layout_;
-  AlignedBuffer<float> params_;
-  AlignedBuffer<float> grads_;
+  AlignedBuffer<float> params_storage_;  // both empty for ShapesOnly
+  AlignedBuffer<float> grads_storage_;
+  AddressSpace addresses_;               // ShapesOnly: where params_ and grads_ point
+  float* params_;
+  float* grads_;
   ModelWeights w_;
   ModelWeights dw_;
+  Parallel parallel_;
   std::map<int64_t, std::pair<AlignedBuffer<float>, AlignedBuffer<float>>> rope_;  // seq -> cos, sin
+  std::pair<AlignedBuffer<float>, AlignedBuffer<float>> shape_only_rope_;  // never computed
 };
 
 // Model FLOPs of one training step per token (forward + backward = 3 x forward), counting the

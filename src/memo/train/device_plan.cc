@@ -30,6 +30,14 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq, const StrategyF
   return trace;
 }
 
+Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int64_t batch,
+                        int64_t seq, const StrategyFactory& make_strategy) {
+  ShapeOnlyScope shapes_only;
+  Model model(config, ShapesOnly{});
+  model.set_parallel(parallel);
+  return trace_model_step(model, batch, seq, make_strategy);
+}
+
 DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t budget_bytes,
                               const DevicePlanOptions& options) {
   const StrategyFactory make_strategy = make_strategy_factory(options.strategy);

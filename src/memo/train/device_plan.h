@@ -42,6 +42,14 @@ struct DevicePlan {
 // zeroed), with the strategy `strategy_name` makes.
 Trace trace_model_step(Model& model, int64_t batch, int64_t seq, const StrategyFactory& make_strategy);
 
+// The same trace without data and arithmetic (Note [Shape-only mode]) of one rank of a run split
+// `parallel` ways (Note [Per-GPU shapes]), on a parameter-less model built here: batch x seq are
+// that rank's sequences and tokens per sequence (seq = the run's S / (t c)). Equal to
+// trace_model_step for t = c = 1 (tests/train/shape_only_test.cc); needs no memory for the
+// activations or weights, so a 65B model at a million tokens traces on a laptop.
+Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int64_t batch,
+                        int64_t seq, const StrategyFactory& make_strategy);
+
 // Traces, plans and sizes the run. When it does not fit, also traces a shorter sequence (seq / 4)
 // to fit the sizes' dependence on seq and searches for the longest sequence that fits.
 DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t budget_bytes,

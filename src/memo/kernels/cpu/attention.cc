@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "memo/core/shape_only.h"
 #include "memo/kernels/cpu/kernels.h"
 
 namespace memo::cpu {
@@ -401,6 +402,7 @@ void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, Const
              "attention_forward: scratch has ", scratch.numel(), " floats, needs ",
              threads * per_thread, " (attention_forward_scratch_numel(", s.D, ") with ", threads,
              " threads)");
+  if (shapes_only()) return;  // Note [Shape-only mode]
   const int64_t heads = s.B * s.H, n_items = heads * s.n_tiles();
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t item = 0; item < n_items; ++item) {
@@ -438,6 +440,7 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, Const
              "attention_backward: scratch has ", scratch.numel(), " floats, needs ",
              threads * per_thread, " (attention_backward_scratch_numel(", s.S, ", ", s.D, ", ",
              s.H, ", ", s.Hkv, ") with ", threads, " threads)");
+  if (shapes_only()) return;  // Note [Shape-only mode]
   const BackwardArgs a{dout, q, k, v, o, lse};
   const int64_t groups = s.B * s.Hkv, n_tiles = s.n_tiles();
   const bool by_group = (groups + threads - 1) / threads * threads * 4 <= groups * 5;

@@ -3,6 +3,7 @@
 // error is the final rounding.
 #include <algorithm>
 
+#include "memo/core/shape_only.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/view_checks.h"
 
@@ -16,6 +17,7 @@ void bias_backward(Tensor db, ConstTensor dy) {
   const int64_t T = dy.rows(), C = dy.cols();
   MEMO_CHECK(is_matrix(dy) && is_vector(db, C), "bias_backward: db ", db.shape(), " dy ",
              dy.shape());
+  if (shapes_only()) return;  // Note [Shape-only mode]
   const int64_t n_blocks = (C + kBiasColBlock - 1) / kBiasColBlock;
   float* dbp = db.data();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "memo/core/shape_only.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/vec_math.h"
 #include "memo/kernels/cpu/view_checks.h"
@@ -24,6 +25,7 @@ void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const
     if (ys[t] < 0 || ys[t] >= V)
       throw DataError(str("cross_entropy: target id ", ys[t], " at position ", t,
                           " is outside the vocabulary [0, ", V, ")"));
+  if (shapes_only()) return;  // Note [Shape-only mode]
   float* lp = losses.data();
 #pragma omp parallel for schedule(static) if (T * V >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {

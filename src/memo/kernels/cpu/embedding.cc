@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "memo/core/shape_only.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/view_checks.h"
 
@@ -27,6 +28,7 @@ void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
   MEMO_CHECK(is_matrix(x) && is_matrix(wte) && wte.cols() == C && is_vector(tokens, T),
              "embedding_forward: x ", x.shape(), " tokens ", tokens.shape(), " wte ", wte.shape());
   check_tokens("embedding_forward", tokens, wte.rows());
+  if (shapes_only()) return;  // Note [Shape-only mode]
   const int32_t* ids = tokens.data();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t)
@@ -41,6 +43,7 @@ void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens)
              "embedding_backward: dwte ", dwte.shape(), " dx ", dx.shape(), " tokens ",
              tokens.shape());
   check_tokens("embedding_backward", tokens, dwte.rows());
+  if (shapes_only()) return;  // Note [Shape-only mode]
   constexpr int64_t kAlign = 16;  // column ranges start on a 64-byte line
   const int32_t* ids = tokens.data();
 #pragma omp parallel if (T * C >= kParallelMinNumel)

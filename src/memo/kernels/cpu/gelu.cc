@@ -4,6 +4,7 @@
 // depend on the thread count.
 #include <cmath>
 
+#include "memo/core/shape_only.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/vec_math.h"
 #include "memo/kernels/cpu/view_checks.h"
@@ -27,6 +28,7 @@ constexpr float kGeluMaxSq = 1e30f;
 void gelu_forward(Tensor y, ConstTensor x) {
   const int64_t T = x.rows(), C = x.cols();
   MEMO_CHECK(is_matrix(x) && is_matrix(y, T, C), "gelu_forward: y ", y.shape(), " x ", x.shape());
+  if (shapes_only()) return;  // Note [Shape-only mode]
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x.data() + t * x.ld();
@@ -45,6 +47,7 @@ void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
   const int64_t T = x.rows(), C = x.cols();
   MEMO_CHECK(is_matrix(x) && is_matrix(dy, T, C) && is_matrix(dx, T, C), "gelu_backward: dx ",
              dx.shape(), " dy ", dy.shape(), " x ", x.shape());
+  if (shapes_only()) return;  // Note [Shape-only mode]
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x.data() + t * x.ld();

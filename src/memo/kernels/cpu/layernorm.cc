@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "memo/core/shape_only.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/view_checks.h"
 
@@ -23,6 +24,7 @@ void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstT
              "layernorm_forward: x ", x.shape(), " y ", y.shape(), " w ", w.shape(), " b ",
              b.shape(), " mean ", mean.shape(), " rstd ", rstd.shape());
   MEMO_CHECK(C > 0 && eps >= 0.0f, "layernorm_forward: C ", C, " eps ", eps);
+  if (shapes_only()) return;  // Note [Shape-only mode]
   const float* wp = w.data();
   const float* bp = b.data();
   float* mp = mean.data();
@@ -62,6 +64,7 @@ void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTe
              dy.shape(), " x ", x.shape(), " w ", w.shape(), " mean ", mean.shape(), " rstd ",
              rstd.shape());
   MEMO_CHECK(C > 0, "layernorm_backward: C ", C);
+  if (shapes_only()) return;  // Note [Shape-only mode]
   const float* wp = w.data();
   const float* mp = mean.data();
   const float* rp = rstd.data();

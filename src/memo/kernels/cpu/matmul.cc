@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "memo/core/shape_only.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/view_checks.h"
 
@@ -72,6 +73,7 @@ void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, 
   MEMO_CHECK(std::max({M, N, K, blas_ld(a), blas_ld(b), blas_ld(c)}) <= INT_MAX,
              "matmul: dimensions beyond the 32-bit BLAS interface: c ", c.shape(), " a ", a.shape(),
              " b ", b.shape());
+  if (shapes_only()) return;  // Note [Shape-only mode]
   if (M == 0 || N == 0) return;
   if (K == 0) {  // an empty sum: c = beta c (dnnl_sgemm rejects K = 0); beta = 0 clears NaNs too
     for (int64_t i = 0; i < M; ++i)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "memo/core/shape_only.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/view_checks.h"
 
@@ -19,6 +20,7 @@ void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, flo
              "rmsnorm_forward: x ", x.shape(), " y ", y.shape(), " w ", w.shape(), " inv_rms ",
              inv_rms.shape());
   MEMO_CHECK(C > 0 && eps >= 0.0f, "rmsnorm_forward: C ", C, " eps ", eps);
+  if (shapes_only()) return;  // Note [Shape-only mode]
   const float* wp = w.data();
   float* rp = inv_rms.data();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
@@ -46,6 +48,7 @@ void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, Const
              "rmsnorm_backward: dx ", dx.shape(), " dw ", dw.shape(), " dy ", dy.shape(), " x ",
              x.shape(), " w ", w.shape(), " inv_rms ", inv_rms.shape());
   MEMO_CHECK(C > 0, "rmsnorm_backward: C ", C);
+  if (shapes_only()) return;  // Note [Shape-only mode]
   const float* wp = w.data();
   const float* rp = inv_rms.data();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)

@@ -3,6 +3,7 @@
 // over rows and vectorised over i, so results do not depend on the thread count.
 #include <cmath>
 
+#include "memo/core/shape_only.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/view_checks.h"
 
@@ -49,6 +50,7 @@ void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
                  is_matrix(sin, cos.rows(), cos.cols()) && theta > 0.0f,
              "rope_table: cos ", cos.shape(), " sin ", sin.shape(), " head_dim ", head_dim,
              " theta ", theta, " (need [S, D/2] tables, D even, theta > 0)");
+  if (shapes_only()) return;  // Note [Shape-only mode]
   const int64_t S = cos.rows(), half = head_dim / 2;
   for (int64_t p = 0; p < S; ++p) {
     for (int64_t i = 0; i < half; ++i) {
@@ -63,6 +65,7 @@ void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                   int64_t first_row) {
   check_rope("rope_forward", x, cos, sin, head_dim);
   MEMO_CHECK(first_row >= 0, "rope_forward: first_row ", first_row, " must be >= 0");
+  if (shapes_only()) return;  // Note [Shape-only mode]
   rotate(x, cos, sin, head_dim, first_row, 1.0f);
 }
 
@@ -71,6 +74,7 @@ void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim
                    int64_t first_row) {
   check_rope("rope_backward", dx, cos, sin, head_dim);
   MEMO_CHECK(first_row >= 0, "rope_backward: first_row ", first_row, " must be >= 0");
+  if (shapes_only()) return;  // Note [Shape-only mode]
   rotate(dx, cos, sin, head_dim, first_row, -1.0f);
 }
 

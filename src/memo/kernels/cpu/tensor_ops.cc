@@ -1,3 +1,4 @@
+#include "memo/core/shape_only.h"
 #include "memo/kernels/cpu/tensor_ops.h"
 
 #include <algorithm>
@@ -21,6 +22,7 @@ void check_2d(const char* op, const Shape& s, bool contiguous) {
 
 void copy(Tensor dst, ConstTensor src) {
   MEMO_CHECK(dst.numel() == src.numel(), "copy: dst ", dst.shape(), " src ", src.shape());
+  if (shapes_only()) return;  // Note [Shape-only mode]
   if (dst.contiguous() && src.contiguous()) {
     std::memcpy(dst.data(), src.data(), size_t(dst.bytes()));
     return;
@@ -38,6 +40,7 @@ void copy(Tensor dst, ConstTensor src) {
 
 void fill(Tensor dst, float value) {
   MEMO_CHECK(dst.contiguous(), "fill: view ", dst.shape(), " must be contiguous");
+  if (shapes_only()) return;  // Note [Shape-only mode]
   float* d = dst.data();
   const int64_t n = dst.numel();
 #pragma omp parallel for simd schedule(static)
@@ -46,6 +49,7 @@ void fill(Tensor dst, float value) {
 
 void scale(Tensor x, float factor) {
   MEMO_CHECK(x.contiguous(), "scale: view ", x.shape(), " must be contiguous");
+  if (shapes_only()) return;  // Note [Shape-only mode]
   float* d = x.data();
   const int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static)
@@ -55,6 +59,7 @@ void scale(Tensor x, float factor) {
 void add_into(Tensor dst, ConstTensor src) {
   MEMO_CHECK(dst.contiguous() && src.contiguous() && dst.numel() == src.numel(), "add_into: dst ",
              dst.shape(), " src ", src.shape());
+  if (shapes_only()) return;  // Note [Shape-only mode]
   float* d = dst.data();
   const float* s = src.data();
   const int64_t n = dst.numel();
@@ -64,6 +69,7 @@ void add_into(Tensor dst, ConstTensor src) {
 
 double sum_squares(ConstTensor x) {
   MEMO_CHECK(x.contiguous(), "sum_squares: view ", x.shape(), " must be contiguous");
+  if (shapes_only()) return 0.0;  // Note [Shape-only mode]
   // Fixed chunks summed in a fixed order: the result does not depend on the thread count.
   constexpr int64_t kChunk = 1 << 14;
   const int64_t n = x.numel();

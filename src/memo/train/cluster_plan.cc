@@ -1,0 +1,356 @@
+#include "memo/train/cluster_plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "memo/core/error.h"
+#include "memo/memory/activation_plan.h"
+#include "memo/memory/alpha.h"
+#include "memo/memory/strategy_factory.h"
+#include "memo/model/layer.h"
+#include "memo/model/params.h"
+#include "memo/train/device_plan.h"
+
+namespace memo {
+
+// Note [Cluster cost model]
+// One step = one micro-batch of `batch` sequences of S tokens on each of the G / (t c)
+// data-parallel ranks; every GPU holds T = batch S / (t c) tokens of it (Note [Per-GPU shapes]).
+// Precision is Megatron-LM's bf16 mixed precision: activations bf16 except the per-token
+// statistics and the loss path (activation_stays_fp32), bf16 weights, fp32 gradient accumulators,
+// fp32 master weights and Adam moments (2 + 4 + 12 bytes per parameter), the last sharded over the
+// G / t data-parallel ranks at ZeRO 1 (and the gradients at 2, the weights at 3). Matrix
+// parameters are split t ways, vectors (norms, biases) replicated.
+// FLOPs per token, forward, unsharded: per layer 2 (matrix parameters of the layer) for the
+// products and 2 H D (S + 1) for causal attention (each query meets (S + 1) / 2 keys on average:
+// the kernel skips masked tiles); the head 2 C V. The backward is twice the products and 2.5 times
+// the attention (FlashAttention-2's backward runs five tile products to the forward's two). Time =
+// FLOPs / (t c) / (peak x efficiency). MFU counts the model's FLOPs, 3 x forward per token, never
+// the recomputation; once with causal attention and once with the whole S x S (Korthikanti et al.
+// 2022, the convention that gives ~2x at 1M tokens), over step time x G x peak.
+// Communication: TP+SP runs two all-gathers and two reduce-scatters of [T c, C] bf16 per layer
+// forward and six in the backward (the weight gradients gather again), each moving (t - 1) / t of
+// it over one direction of NVLink, not overlapped (Megatron's default). CP passes K and V round the
+// ring ((c - 1) chunks, twice that in the backward with dK, dV) overlapped with attention; only
+// what exceeds the attention's time counts. Offload (and memo's) copies overlap as scheduled by
+// swap_strategy.cc: layer l's offload under layer l+1's forward, layer l's prefetch under layer
+// l+1's backward; a layer takes the longer of its compute and its copy. Not modelled: the optimiser
+// step, data-parallel gradient all-reduce, pipeline parallelism, kernel launch gaps; the
+// efficiency is stated, not measured (default 0.6: FlashAttention-2 reports 50-73% of A100 peak
+// for its kernels and ~72% model FLOPs utilisation training GPT models, Dao 2023).
+
+namespace {
+
+constexpr double kBf16 = 2.0;
+
+bool is_layer_param(const std::string& name) {
+  return name.find(".layers.") != std::string::npos || name.find(".h.") != std::string::npos;
+}
+
+struct Flops {  // per token, forward, unsharded model
+  double layer_matmul{};    // one layer's products
+  double layer_rebuild{};   // of which memo's token-wise rebuild recomputes (all but the last)
+  double attn_causal{};     // one layer's attention, causal
+  double attn_full{};       // the same without the causal halving
+  double head{};
+  double layers{};          // L
+};
+
+Flops flops_per_token(const ModelConfig& config, int64_t seq) {
+  const ParamLayout layout(config);
+  double layer_matrix = 0.0;
+  for (const ParamInfo& p : layout.params())
+    if (p.is_matrix() && is_layer_param(p.name)) layer_matrix += double(p.numel);
+  Flops f;
+  f.layers = double(config.num_hidden_layers);
+  f.layer_matmul = 2.0 * layer_matrix / f.layers;
+  f.layer_rebuild = f.layer_matmul - 2.0 * double(config.hidden_size * config.intermediate_size);
+  const double qd = double(config.num_attention_heads * config.head_dim());
+  f.attn_causal = 2.0 * qd * (double(seq) + 1.0);
+  f.attn_full = 4.0 * qd * double(seq);
+  f.head = 2.0 * double(config.hidden_size) * double(config.vocab_size);
+  return f;
+}
+
+// Parameters one rank holds: matrices split t ways, vectors whole.
+double rank_params(const ModelConfig& config, int64_t tp) {
+  const ParamLayout layout(config);
+  double n = 0.0;
+  for (const ParamInfo& p : layout.params())
+    n += p.is_matrix() ? double(p.numel) / double(tp) : double(p.numel);
+  return n;
+}
+
+int64_t bf16_bytes(const TracedRequest& r) {
+  return activation_stays_fp32(r.name) ? r.bytes : r.bytes / 2;
+}
+
+Trace to_bf16(Trace trace) {
+  for (TracedRequest& r : trace.requests) r.bytes = bf16_bytes(r);
+  return trace;
+}
+
+// Per-layer skeletal bytes of one rank at bf16, split as the alpha cost model needs them.
+AlphaInputs alpha_sizes(const ModelConfig& config, int64_t batch, int64_t rank_seq) {
+  AlphaInputs in;
+  for (const SavedField& f : kSavedFields) {
+    const int64_t fp32 = saved_shape(f, config, batch, rank_seq).numel() * 4;
+    const int64_t bytes = activation_stays_fp32(f.name) ? fp32 : fp32 / 2;
+    if (f.per_token)
+      in.other_bytes += bytes;
+    else if (f.member == &SavedActs::x)
+      in.input_bytes += bytes;
+    else
+      in.attn_bytes += bytes;
+  }
+  in.num_layers = int(config.num_hidden_layers);
+  return in;
+}
+
+bool swaps(const std::string& strategy) { return strategy == "offload" || strategy == "memo"; }
+
+struct Sized {  // the memory side of a plan at one sequence length
+  ClusterMemory device;
+  int64_t requests{};
+  AlphaInputs alpha_in;
+  AlphaChoice choice;
+  double alpha{};  // memo: chosen; offload: 1
+  std::string alpha_bound;
+  int64_t host_need{};
+  bool host_fits = true;
+  std::string host_advice;
+};
+
+int64_t gpus_on_node(const ClusterOptions& o) { return std::min(o.gpus, o.gpus_per_node); }
+
+double host_bandwidth(const ClusterOptions& o) {
+  return o.host_bandwidth_bytes_per_s > 0.0 ? o.host_bandwidth_bytes_per_s
+                                            : o.gpu.host_link_bytes_per_s;
+}
+
+// Forward time of one layer on one GPU (compute and TP communication): the cost model's T_layer.
+struct LayerTimes {
+  double fwd_compute{}, bwd_compute{}, attn_fwd{}, rebuild{}, tp_fwd{}, tp_bwd{}, tp_rebuild{},
+      cp_fwd{}, cp_bwd{};
+};
+
+LayerTimes layer_times(const ModelConfig& config, int64_t seq, const ClusterOptions& o) {
+  const Flops f = flops_per_token(config, seq);
+  const double t = double(o.parallel.tp), c = double(o.parallel.cp);
+  const double tokens = double(o.batch) * double(seq) / (t * c);  // per GPU
+  const double rate = o.gpu.peak_bf16_flops * o.efficiency;
+  LayerTimes lt;
+  lt.attn_fwd = tokens * f.attn_causal / rate;
+  lt.fwd_compute = tokens * f.layer_matmul / rate + lt.attn_fwd;
+  lt.bwd_compute = 2.0 * tokens * f.layer_matmul / rate + 2.5 * lt.attn_fwd;
+  lt.rebuild = tokens * f.layer_rebuild / rate;  // all of a layer's rows; scaled by (1 - alpha)
+  const double link = o.gpu.nvlink_bytes_per_s / 2.0;  // one direction
+  if (t > 1.0 && link > 0.0) {
+    const double one = (t - 1.0) / t * tokens * t * double(config.hidden_size) * kBf16 / link;
+    lt.tp_fwd = 4.0 * one;
+    lt.tp_bwd = 6.0 * one;
+    lt.tp_rebuild = 3.0 * one;  // gather before QKV, reduce-scatter after o_proj, gather before MLP
+  }
+  if (c > 1.0 && link > 0.0) {
+    const double kv = 2.0 * tokens * double(config.kv_dim()) * kBf16;  // K and V of one chunk
+    lt.cp_fwd = std::max(0.0, (c - 1.0) * kv / link - lt.attn_fwd);
+    lt.cp_bwd = std::max(0.0, 2.0 * (c - 1.0) * kv / link - 2.5 * lt.attn_fwd);
+  }
+  return lt;
+}
+
+Sized size_memory(const ModelConfig& config, int64_t seq, const std::string& strategy,
+                  const ClusterOptions& o) {
+  const int64_t t = o.parallel.tp, c = o.parallel.cp;
+  const int64_t rank_seq = seq / (t * c);
+  Sized s;
+  // model state
+  const double params = rank_params(config, t);
+  const double dp = double(o.gpus / t);
+  s.device.weight_bytes = int64_t(std::ceil(params * 2.0 / (o.zero >= 3 ? dp : 1.0)));
+  s.device.gradient_bytes = int64_t(std::ceil(params * 4.0 / (o.zero >= 2 ? dp : 1.0)));
+  s.device.optimizer_bytes = int64_t(std::ceil(params * 12.0 / (o.zero >= 1 ? dp : 1.0)));
+  s.device.workspace_bytes = o.workspace_bytes;
+  // alpha first: the memo strategy's device requests do not depend on it, its host bytes do
+  s.alpha_in = alpha_sizes(config, o.batch, rank_seq);
+  s.alpha_in.seq = seq;
+  s.alpha_in.bandwidth_bytes_per_s = host_bandwidth(o);
+  const LayerTimes lt = layer_times(config, seq, o);
+  s.alpha_in.layer_forward_s = lt.fwd_compute + lt.tp_fwd + lt.cp_fwd;
+  s.alpha_in.host_memory_bytes = o.host_memory_bytes / gpus_on_node(o);
+  const double L2 = double(std::max<int64_t>(0, config.num_hidden_layers - 2));
+  const double fixed = double(s.alpha_in.input_bytes + s.alpha_in.attn_bytes);
+  if (strategy == "memo") {
+    if (o.host_memory_bytes <= 0) {
+      s.host_fits = L2 == 0.0;
+      s.host_advice = "memo needs host memory (--host-memory)";
+    } else {
+      s.choice = choose_alpha(s.alpha_in);
+      s.alpha = o.alpha ? *o.alpha : s.choice.alpha;
+      s.alpha_bound = o.alpha ? "given" : alpha_bound_name(s.choice.binding);
+      s.host_fits = s.choice.host_fits && s.alpha <= s.choice.alpha_host + 1e-12;
+      if (!s.choice.host_fits) s.host_advice = s.choice.advice;
+    }
+    s.host_need = int64_t(L2 * (fixed + s.alpha * double(s.alpha_in.other_bytes))) * gpus_on_node(o);
+  } else if (strategy == "offload") {
+    s.alpha = 1.0;
+    s.host_need = int64_t(L2 * (fixed + double(s.alpha_in.other_bytes))) * gpus_on_node(o);
+    s.host_fits = s.host_need <= o.host_memory_bytes;
+    if (!s.host_fits)
+      s.host_advice = str("offload needs ", gib(double(s.host_need)), " of host memory per node (",
+                          L2, " layers x ", gpus_on_node(o), " GPUs), there are ",
+                          gib(double(o.host_memory_bytes)));
+  }
+  // the activation arena: one rank's shape-only trace at bf16, planned
+  StrategyOptions so;
+  so.kind = strategy;
+  if (strategy == "memo") so.alpha = std::clamp(s.alpha, 0.0, 1.0);
+  const Trace trace =
+      to_bf16(trace_shapes_only(config, o.parallel, o.batch, rank_seq, make_strategy_factory(so)));
+  const ActivationPlan plan = plan_activations(trace);
+  s.requests = int64_t(trace.requests.size());
+  if (swaps(strategy))
+    for (const TracedRequest& r : trace.requests)
+      if (r.kind == ActKind::kSaved) s.device.rounding_bytes += r.bytes;
+  s.device.activation_bytes = plan.arena_bytes - s.device.rounding_bytes;
+  return s;
+}
+
+bool fits(const Sized& s, const ClusterOptions& o) {
+  return s.host_fits && s.device.total() <= o.gpu.memory_bytes;
+}
+
+ClusterTime step_time(const ModelConfig& config, int64_t seq, const std::string& strategy,
+                      double alpha, const AlphaInputs& sizes, const ClusterOptions& o) {
+  const LayerTimes lt = layer_times(config, seq, o);
+  const Flops f = flops_per_token(config, seq);
+  const double t = double(o.parallel.tp), c = double(o.parallel.cp);
+  const double tokens = double(o.batch) * double(seq) / (t * c);
+  const double rate = o.gpu.peak_bf16_flops * o.efficiency;
+  const double L = double(config.num_hidden_layers);
+  const double moved = swaps(strategy) ? double(sizes.input_bytes + sizes.attn_bytes) +
+                                             alpha * double(sizes.other_bytes)
+                                       : 0.0;
+  const double copy = moved / host_bandwidth(o);  // one layer, each way
+  const double swapped = swaps(strategy) ? std::max(0.0, L - 2.0) : 0.0;
+  ClusterTime ct;
+  ct.forward_s = L * lt.fwd_compute + tokens * f.head / rate;
+  ct.backward_s = L * lt.bwd_compute + 2.0 * tokens * f.head / rate;
+  ct.tp_comm_s = L * (lt.tp_fwd + lt.tp_bwd);
+  ct.cp_comm_s = L * (lt.cp_fwd + lt.cp_bwd);
+  if (strategy == "recompute") {
+    ct.recompute_s = L * lt.fwd_compute;
+    ct.tp_comm_s += L * lt.tp_fwd;
+    ct.cp_comm_s += L * lt.cp_fwd;
+  } else if (strategy == "memo") {
+    ct.recompute_s = swapped * (1.0 - alpha) * lt.rebuild;
+    ct.tp_comm_s += swapped * (1.0 - alpha) * lt.tp_rebuild;
+  }
+  if (swapped > 0.0) {
+    const double fwd = lt.fwd_compute + lt.tp_fwd + lt.cp_fwd;
+    const double bwd = lt.bwd_compute + lt.tp_bwd + lt.cp_bwd +
+                       (strategy == "memo" ? (1.0 - alpha) * (lt.rebuild + lt.tp_rebuild) : 0.0);
+    ct.copy_stall_s = swapped * (std::max(0.0, copy - fwd) + std::max(0.0, copy - bwd));
+  }
+  ct.step_s = ct.forward_s + ct.backward_s + ct.recompute_s + ct.tp_comm_s + ct.cp_comm_s +
+              ct.copy_stall_s;
+  return ct;
+}
+
+}  // namespace
+
+void validate_cluster(const ModelConfig& config, int64_t seq, const ClusterOptions& o) {
+  const int64_t t = o.parallel.tp, c = o.parallel.cp;
+  o.gpu.validate();
+  if (t < 1 || c < 1 || o.gpus < 1 || o.gpus_per_node < 1 || o.batch < 1)
+    throw ConfigError(str("--tp ", t, ", --cp ", c, ", --gpus ", o.gpus, ", --gpus-per-node ",
+                          o.gpus_per_node, " and --batch ", o.batch, " must be >= 1"));
+  if (o.gpus % (t * c) != 0)
+    throw ConfigError(str("--gpus ", o.gpus, " is not a multiple of --tp ", t, " x --cp ", c));
+  if (config.num_attention_heads % t != 0 || config.num_key_value_heads % t != 0 ||
+      config.intermediate_size % t != 0)
+    throw ConfigError(str("--tp ", t, " must divide the attention heads (",
+                          config.num_attention_heads, "), the key/value heads (",
+                          config.num_key_value_heads, ") and the MLP width (",
+                          config.intermediate_size, ")"));
+  if (seq < 1 || seq % (t * c) != 0)
+    throw ConfigError(str("--seq ", seq, " must be a positive multiple of --tp x --cp = ", t * c,
+                          " (each GPU holds seq / (tp cp) tokens)"));
+  if (!(o.efficiency > 0.0 && o.efficiency <= 1.0))
+    throw ConfigError(str("--efficiency ", o.efficiency, " must be in (0, 1]"));
+  if (o.zero < 0 || o.zero > 3) throw ConfigError(str("--zero ", o.zero, " must be 0, 1, 2 or 3"));
+  if (o.alpha && !(*o.alpha >= 0.0 && *o.alpha <= 1.0))
+    throw ConfigError(str("--alpha ", *o.alpha, " must be in [0, 1]"));
+  if (o.host_memory_bytes < 0 || o.workspace_bytes < 0 || o.host_bandwidth_bytes_per_s < 0.0)
+    throw ConfigError("--host-memory, --workspace and --host-bandwidth must not be negative");
+}
+
+ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::string& strategy,
+                         const ClusterOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  validate_cluster(config, seq, o);
+  make_strategy_factory(StrategyOptions{strategy});  // names the strategies on a bad one
+  const int64_t t = o.parallel.tp, c = o.parallel.cp;
+  ClusterPlan p;
+  p.strategy = strategy;
+  p.seq = seq;
+  p.rank_tokens = o.batch * seq / (t * c);
+  const Sized s = size_memory(config, seq, strategy, o);
+  p.device = s.device;
+  p.plan_requests = s.requests;
+  p.device_capacity_bytes = o.gpu.memory_bytes;
+  p.device_fits = s.device.total() <= o.gpu.memory_bytes;
+  p.host_need_bytes = s.host_need;
+  p.host_capacity_bytes = o.host_memory_bytes;
+  p.host_fits = s.host_fits;
+  if (strategy == "memo") {
+    p.alpha = s.alpha;
+    p.alpha_bound = s.alpha_bound;
+  }
+  if (!p.device_fits)
+    p.why_not = str("device: needs ", gib(double(s.device.total())), " per GPU, has ",
+                    gib(double(o.gpu.memory_bytes)), " (short ",
+                    gib(double(s.device.total() - o.gpu.memory_bytes)), ")");
+  if (!p.host_fits)
+    p.why_not += str(p.why_not.empty() ? "" : "; ", "host: ", s.host_advice);
+  p.time = step_time(config, seq, strategy, s.alpha, s.alpha_in, o);
+  const Flops f = flops_per_token(config, seq);
+  p.model_flops_per_token_causal = 3.0 * (f.layers * (f.layer_matmul + f.attn_causal) + f.head);
+  p.model_flops_per_token_noncausal = 3.0 * (f.layers * (f.layer_matmul + f.attn_full) + f.head);
+  const double tokens = double(o.gpus / (t * c)) * double(o.batch) * double(seq);
+  p.tokens_per_s = tokens / p.time.step_s;
+  const double peak = double(o.gpus) * o.gpu.peak_bf16_flops * p.time.step_s;
+  p.mfu_causal = tokens * p.model_flops_per_token_causal / peak;
+  p.mfu_noncausal = tokens * p.model_flops_per_token_noncausal / peak;
+  if (o.search_max_seq) {
+    // The need grows with seq: bisect over multiples of the step with real shape-only plans.
+    const int64_t step = 1024 * t * c;
+    auto ok = [&](int64_t n) { return fits(size_memory(config, n * step, strategy, o), o); };
+    p.max_seq_step = step;
+    if (ok(1)) {
+      int64_t lo = 1, hi = 2;
+      while (hi < (int64_t(1) << 16) && ok(hi)) lo = hi, hi *= 2;  // to 64Mi tokens x t c
+      while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        (ok(mid) ? lo : hi) = mid;
+      }
+      p.max_seq = lo * step;
+    }
+  }
+  p.planning_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return p;
+}
+
+std::string cluster_formulas() {
+  return "MFU = tokens per step x model FLOPs per token / (step seconds x GPUs x peak FLOP/s)\n"
+         "model FLOPs per token = 3 x (L x (2 P_layer + A) + 2 C V), P_layer = matrix parameters "
+         "of one layer\n"
+         "  causal (memo's MFU):  A = 2 H D (S + 1)  (each query meets (S + 1) / 2 keys)\n"
+         "  non-causal:           A = 4 H D S       (the whole S x S, as Korthikanti et al. 2022 "
+         "count it)\n"
+         "recomputation is never counted as model FLOPs\n";
+}
+
+}  // namespace memo

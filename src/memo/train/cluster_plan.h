@@ -1,0 +1,96 @@
+// Planning for hardware we do not have: one GPU's memory and a step's time for a model trained on
+// G GPUs of a given kind, under each activation strategy, from memo's own code. The activation
+// arena comes from a shape-only trace of one rank (train/device_plan.h, Note [Shape-only mode],
+// Note [Per-GPU shapes]) planned by memory/plan; the model state, alpha, host memory, step time
+// and MFU from the formulas in cluster_plan.cc (Note [Cluster cost model]). `memo plan --gpus`
+// prints it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "memo/model/config.h"
+#include "memo/model/hardware.h"
+#include "memo/model/parallel.h"
+
+namespace memo {
+
+struct ClusterOptions {
+  GpuSpec gpu;
+  int64_t gpus = 8;                 // G
+  int64_t gpus_per_node = 8;        // GPUs sharing one host's memory
+  Parallel parallel;                // t (with sequence parallelism) and c
+  int64_t batch = 1;                // sequences per micro-batch per data-parallel rank
+  int64_t host_memory_bytes = 0;    // per node; 0: no host memory for activations
+  double host_bandwidth_bytes_per_s = 0.0;  // per GPU and direction; 0: gpu.host_link_bytes_per_s
+  double efficiency = 0.6;          // achieved fraction of peak FLOP/s in compute (stated)
+  int zero = 1;                     // ZeRO stage over the G / t data-parallel ranks: 0..3
+  int64_t workspace_bytes = int64_t(1) << 30;  // CUDA context, cuBLAS and NCCL buffers (stated)
+  std::optional<double> alpha;      // memo: a fixed alpha instead of the cost model's
+  bool search_max_seq = true;       // also find the longest sequence that fits
+};
+
+// Throws ConfigError naming the flag when the layout does not divide the model or the GPUs.
+void validate_cluster(const ModelConfig& config, int64_t seq, const ClusterOptions& options);
+
+// Per GPU, bytes.
+struct ClusterMemory {
+  int64_t weight_bytes{};      // bf16 parameters of this rank
+  int64_t gradient_bytes{};    // fp32 gradient accumulators
+  int64_t optimizer_bytes{};   // fp32 master weights and Adam's two moments
+  int64_t activation_bytes{};  // the planned arena without the rounding buffers
+  int64_t rounding_bytes{};    // offload, memo: two rounding buffers and three layer inputs
+  int64_t workspace_bytes{};
+  int64_t total() const {
+    return weight_bytes + gradient_bytes + optimizer_bytes + activation_bytes + rounding_bytes +
+           workspace_bytes;
+  }
+};
+
+// Per GPU and step, seconds (Note [Cluster cost model]).
+struct ClusterTime {
+  double forward_s{};       // layers' and head's forward compute
+  double backward_s{};      // their backward compute
+  double recompute_s{};     // recompute: whole layer forwards; memo: the (1 - alpha) token rows
+  double tp_comm_s{};       // TP all-gathers and reduce-scatters (not overlapped)
+  double cp_comm_s{};       // CP ring transfers not hidden under attention
+  double copy_stall_s{};    // offload and prefetch time not hidden under compute
+  double step_s{};
+};
+
+struct ClusterPlan {
+  std::string strategy;
+  int64_t seq{};
+  int64_t rank_tokens{};         // tokens one GPU holds: batch * seq / (t c)
+  ClusterMemory device;
+  int64_t device_capacity_bytes{};
+  bool device_fits{};
+  std::optional<double> alpha;   // memo only
+  std::string alpha_bound;       // memo: "none", "bandwidth", "host memory", "given"
+  int64_t host_need_bytes{};     // per node
+  int64_t host_capacity_bytes{};
+  bool host_fits{};
+  bool fits() const { return device_fits && host_fits; }
+  std::string why_not;           // when !fits(): the numbers
+  ClusterTime time;
+  double tokens_per_s{};         // the whole cluster
+  double mfu_causal{};           // attention counted at the causal half (memo's convention)
+  double mfu_noncausal{};        // attention counted whole (Korthikanti et al.)
+  double model_flops_per_token_causal{};
+  double model_flops_per_token_noncausal{};
+  std::optional<int64_t> max_seq;  // the longest fitting seq (a multiple of the search step)
+  int64_t max_seq_step{};
+  int64_t plan_requests{};
+  double planning_seconds{};
+};
+
+// Traces one rank in shape-only mode under `strategy`, plans its arena, sizes the rest and
+// predicts a step. Throws ConfigError on a layout validate_cluster rejects.
+ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::string& strategy,
+                         const ClusterOptions& options);
+
+// The formulas plan_cluster prints (MFU under both conventions), one line each.
+std::string cluster_formulas();
+
+}  // namespace memo

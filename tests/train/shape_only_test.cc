@@ -1,0 +1,155 @@
+// Shape-only traces (Note [Shape-only mode]) are the real traces without the data: same requests,
+// sizes, order, lifetimes and passes for every strategy; a plan made from one runs a real training
+// step with its measured peak equal to the plan; and a 7B rank at a million tokens traces with no
+// memory behind it.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "memo/memory/planned_allocator.h"
+#include "memo/memory/strategy_factory.h"
+#include "memo/model/presets.h"
+#include "memo/train/device_plan.h"
+#include "../memory/memory_test_util.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+StrategyFactory factory(const std::string& kind) {
+  StrategyOptions o;
+  o.kind = kind;
+  if (kind == "memo") o.alpha = 0.5;  // given: no profiled warm-up, which has no shape-only twin
+  return make_strategy_factory(o);
+}
+
+void expect_same_trace(const Trace& got, const Trace& want) {
+  ASSERT_EQ(got.requests.size(), want.requests.size());
+  for (size_t i = 0; i < want.requests.size(); ++i) {
+    const TracedRequest &g = got.requests[i], &w = want.requests[i];
+    EXPECT_EQ(g.name, w.name) << "request " << i;
+    EXPECT_EQ(g.bytes, w.bytes) << "request " << i << " " << w.name;
+    EXPECT_EQ(g.kind, w.kind) << "request " << i << " " << w.name;
+    EXPECT_EQ(g.begin, w.begin) << "request " << i << " " << w.name;
+    EXPECT_EQ(g.end, w.end) << "request " << i << " " << w.name;
+    EXPECT_EQ(g.phase, w.phase) << "request " << i << " " << w.name;
+  }
+  ASSERT_EQ(got.phases.size(), want.phases.size());
+  for (size_t i = 0; i < want.phases.size(); ++i) {
+    EXPECT_EQ(got.phases[i].pass, want.phases[i].pass) << "phase " << i;
+    EXPECT_EQ(got.phases[i].layer, want.phases[i].layer) << "phase " << i;
+    EXPECT_EQ(got.phases[i].begin, want.phases[i].begin) << "phase " << i;
+    EXPECT_EQ(got.phases[i].end, want.phases[i].end) << "phase " << i;
+  }
+}
+
+class ShapeOnlyTrace : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShapeOnlyTrace, equals_the_real_trace) {
+  ModelConfig config = testing::tiny_config();
+  config.num_hidden_layers = 5;  // memo and offload move layers 0..2
+  for (const auto& [batch, seq] : {std::pair<int64_t, int64_t>{2, 150}, {1, 300}}) {
+    Model model(config);
+    model.init(5);
+    const Trace real = trace_model_step(model, batch, seq, factory(GetParam()));
+    const Trace shapes = trace_shapes_only(config, Parallel{}, batch, seq, factory(GetParam()));
+    SCOPED_TRACE(GetParam() + " batch " + std::to_string(batch) + " seq " + std::to_string(seq));
+    expect_same_trace(shapes, real);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, ShapeOnlyTrace,
+                         ::testing::Values("keep", "recompute", "offload", "memo"));
+
+// Two optimiser steps of two micro-batches under `alloc` and `kind`.
+void train_steps(Model& model, ActivationAllocator& alloc, const std::string& kind, int64_t batch,
+                 int64_t seq) {
+  auto strategy = factory(kind)(model.config(), alloc);
+  for (int step = 0; step < 2; ++step) {
+    model.zero_grads();
+    for (int micro = 0; micro < 2; ++micro) {
+      const auto in = testing::tokens(model.config(), batch * seq, 10 + step * 2 + micro);
+      const auto tg = testing::tokens(model.config(), batch * seq, 50 + step * 2 + micro);
+      model.forward_backward(in.data(), tg.data(), batch, seq, 0.01f, *strategy, alloc);
+    }
+  }
+}
+
+TEST(ShapeOnlyPlan, planned_activation_bytes_equal_the_peak_measured_in_training) {
+  ModelConfig config = testing::tiny_config();
+  config.num_hidden_layers = 4;
+  for (const std::string kind : {"keep", "memo"}) {
+    SCOPED_TRACE(kind);
+    const ActivationPlan plan =
+        plan_activations(trace_shapes_only(config, Parallel{}, 2, 200, factory(kind)));
+    Model model(config);
+    model.init(9);
+    PlannedAllocator arena(plan);  // throws on the first request the real step makes otherwise
+    train_steps(model, arena, kind, 2, 200);
+    EXPECT_EQ(arena.peak_top_bytes(), plan.arena_bytes);
+    // The most bytes live at once in training is the trace's, which the plan's lower bound is.
+    EXPECT_EQ(arena.peak_live_bytes(), plan.lower_bound_bytes);
+    EXPECT_GT(plan.arena_bytes, 0);
+  }
+}
+
+int64_t max_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return int64_t(u.ru_maxrss) * 1024;
+}
+
+TEST(ShapeOnlyTrace, a_7b_rank_at_a_million_tokens_needs_no_memory) {
+  const ModelConfig config = llama_preset("llama-7b");
+  const int64_t seq = 1 << 20, tp = 8;
+  const int64_t rss_before = max_rss_bytes();
+  const auto t0 = std::chrono::steady_clock::now();
+  const Trace trace = trace_shapes_only(config, Parallel{tp, 1}, 1, seq / tp, factory("memo"));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // One rank's layer input is 1/8 of [S, C] fp32: 2 GiB; the TP gathers hold all S tokens.
+  const int64_t x_bytes = seq / tp * config.hidden_size * 4;
+  int64_t gathered = 0, inputs = 0;
+  for (const TracedRequest& r : trace.requests) {
+    if (r.name == "x") EXPECT_EQ(r.bytes, x_bytes);
+    inputs += r.name == "x";
+    if (r.name == "tp.attn_in" && r.phase >= 0) {  // in a layer pass: all the tokens
+      EXPECT_EQ(r.bytes, tp * x_bytes);
+      ++gathered;
+    } else if (r.name == "tp.attn_in") {  // memo's rebuild: the recomputed (1 - alpha) of them
+      EXPECT_EQ(r.bytes, tp * x_bytes / 2);
+    }
+  }
+  EXPECT_EQ(inputs, 3);  // memo's ring of three layer inputs
+  EXPECT_GT(gathered, 0);
+  // Terabytes requested over the step, next to nothing resident.
+  EXPECT_LT(max_rss_bytes() - rss_before, int64_t(512) << 20);
+  std::printf("7B rank at 1M tokens, TP 8: %zu requests traced in %.2f s\n", trace.requests.size(),
+              seconds);
+}
+
+TEST(ShapeOnlyTrace, context_parallel_adds_the_ring_buffers) {
+  const ModelConfig config = testing::tiny_config();
+  const Trace trace = trace_shapes_only(config, Parallel{1, 4}, 1, 64, factory("keep"));
+  int64_t rings = 0;
+  for (const TracedRequest& r : trace.requests)
+    if (r.name == "cp.kv_ring") {
+      ++rings;
+      EXPECT_TRUE(r.bytes == 4 * 64 * config.kv_dim() * 4 || r.bytes == 8 * 64 * config.kv_dim() * 4)
+          << r.bytes;
+    }
+  EXPECT_EQ(rings, 2 * config.num_hidden_layers);  // one per forward, one per backward
+}
+
+TEST(ShapeOnlyTrace, a_model_with_values_refuses_several_ranks) {
+  Model model(testing::tiny_config());
+  const std::string msg = test::error_message<ConfigError>([&] { model.set_parallel({2, 1}); });
+  EXPECT_NE(msg.find("memo plan"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace memo
