@@ -1,10 +1,17 @@
-// memo plan: the static memory plan of a run, without training. Traces one step (forward and
-// backward of one micro-batch, zero weights), plans both levels, sizes the device need against
-// --device-memory and reports it as text or one JSON object; optionally draws the step's device
-// bytes as an SVG. Small configs only: the trace runs the real model once.
+// memo plan: the static memory plan of a run, without training, in two modes.
+// On this machine (--config): traces one real step (forward and backward of one micro-batch, zero
+// weights), plans both levels, sizes the device need against --device-memory and reports it as
+// text or one JSON object; optionally draws the step's device bytes as an SVG.
+// On hardware we do not have (--gpus / --gpu / --model): traces one GPU's rank in shape-only mode
+// and reports, per activation strategy, its memory, alpha, host memory, step time, MFU and the
+// longest sequence that fits (train/cluster_plan.h).
+#include <cctype>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +21,9 @@
 #include "memo/core/units.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
+#include "memo/io/hardware_json.h"
+#include "memo/model/presets.h"
+#include "memo/train/cluster_plan.h"
 #include "memo/memory/timeline.h"
 #include "memo/train/device_plan.h"
 
@@ -30,6 +40,21 @@ struct PlanCommandOptions {
   double mip_seconds = 10.0;
   bool json = false;
   std::string timeline_path;
+  // hardware we do not have
+  std::string model;  // a preset name or a config.json
+  int64_t gpus = 0;   // 0: not the cluster mode
+  std::string gpu;
+  std::string hardware_dir = MEMO_HARDWARE_DIR;
+  int64_t gpus_per_node = 8;
+  int64_t tp = 1, cp = 1;
+  std::string host_memory = "0";
+  double host_bandwidth_gb = 0.0;
+  double efficiency = 0.6;
+  int zero = 1;
+  std::string workspace = "1GiB";
+  std::optional<double> alpha;
+  bool compare = false;
+  bool activations_given = false;
 };
 
 nlohmann::json level_json(const PlanLevel& level) {
@@ -130,21 +155,245 @@ void run_plan(const PlanCommandOptions& o) {
   }
 }
 
+
+// --- hardware we do not have ---
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const std::string& i : items) out += (out.empty() ? "" : sep) + i;
+  return out;
+}
+
+ModelConfig resolve_model(const std::string& name) {
+  for (const std::string& n : llama_preset_names())
+    if (lower(name) == n) return llama_preset(name);
+  if (name.find('/') != std::string::npos || name.ends_with(".json")) return load_model_config(name);
+  std::string known;
+  for (const std::string& n : llama_preset_names()) known += n + ", ";
+  throw ConfigError(str("--model '", name, "' is neither a preset (", known,
+                        "or gpt-7b style) nor a config.json path"));
+}
+
+nlohmann::json cluster_json(const ClusterPlan& p) {
+  const ClusterMemory& d = p.device;
+  return {{"strategy", p.strategy},
+          {"fits", p.fits()},
+          {"device_fits", p.device_fits},
+          {"host_fits", p.host_fits},
+          {"why_not", p.why_not.empty() ? nlohmann::json() : nlohmann::json(p.why_not)},
+          {"seq", p.seq},
+          {"rank_tokens", p.rank_tokens},
+          {"alpha", p.alpha ? nlohmann::json(*p.alpha) : nlohmann::json()},
+          {"alpha_bound", p.alpha ? nlohmann::json(p.alpha_bound) : nlohmann::json()},
+          {"device_need_bytes", d.total()},
+          {"device_capacity_bytes", p.device_capacity_bytes},
+          {"need", {{"weight_bytes", d.weight_bytes},
+                    {"gradient_bytes", d.gradient_bytes},
+                    {"optimizer_bytes", d.optimizer_bytes},
+                    {"activation_arena_bytes", d.activation_bytes},
+                    {"rounding_buffer_bytes", d.rounding_bytes},
+                    {"workspace_bytes", d.workspace_bytes}}},
+          {"host_need_bytes", p.host_need_bytes},
+          {"host_capacity_bytes", p.host_capacity_bytes},
+          {"step_seconds", p.time.step_s},
+          {"time", {{"forward_s", p.time.forward_s},
+                    {"backward_s", p.time.backward_s},
+                    {"recompute_s", p.time.recompute_s},
+                    {"tp_comm_s", p.time.tp_comm_s},
+                    {"cp_comm_s", p.time.cp_comm_s},
+                    {"copy_stall_s", p.time.copy_stall_s}}},
+          {"tokens_per_s", p.tokens_per_s},
+          {"mfu", p.mfu_causal},
+          {"mfu_causal", p.mfu_causal},
+          {"mfu_noncausal", p.mfu_noncausal},
+          {"model_flops_per_token_causal", p.model_flops_per_token_causal},
+          {"model_flops_per_token_noncausal", p.model_flops_per_token_noncausal},
+          {"max_seq", p.max_seq ? nlohmann::json(*p.max_seq) : nlohmann::json()},
+          {"max_seq_step", p.max_seq_step},
+          {"requests", p.plan_requests},
+          {"planning_seconds", p.planning_seconds}};
+}
+
+std::string pct(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * x);
+  return b;
+}
+
+std::string secs(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f s", x);
+  return b;
+}
+
+// One row of the side-by-side table: a label and one cell per strategy.
+void row(const std::string& label, const std::vector<ClusterPlan>& plans,
+         const std::function<std::string(const ClusterPlan&)>& cell) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%-22s", label.c_str());
+  std::cout << b;
+  for (const ClusterPlan& p : plans) {
+    std::snprintf(b, sizeof b, " %16s", cell(p).c_str());
+    std::cout << b;
+  }
+  std::cout << "\n";
+}
+
+void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& config,
+                   const ClusterOptions& co, const PlanCommandOptions& o) {
+  const int64_t dp = co.gpus / (co.parallel.tp * co.parallel.cp);
+  std::cout << "memo plan: " << o.model << " (" << ParamLayout(config).count() / 1e9
+            << "B parameters, " << config.num_hidden_layers << " layers, hidden "
+            << config.hidden_size << "), seq " << o.seq << " x batch " << co.batch << " per rank\n"
+            << "  " << co.gpus << " x " << co.gpu.name << " (" << gib(double(co.gpu.memory_bytes))
+            << "): TP " << co.parallel.tp << " with sequence parallelism, CP " << co.parallel.cp
+            << ", DP " << dp << "; ZeRO " << co.zero << "; bf16 mixed precision\n"
+            << "  host " << gib(double(co.host_memory_bytes)) << " per node of "
+            << std::min(co.gpus, co.gpus_per_node) << " GPUs, host link "
+            << (co.host_bandwidth_bytes_per_s > 0 ? co.host_bandwidth_bytes_per_s
+                                                  : co.gpu.host_link_bytes_per_s) / 1e9
+            << " GB/s per GPU; compute at " << pct(co.efficiency) << " of "
+            << co.gpu.peak_bf16_flops / 1e12 << " TFLOP/s\n\n";
+  auto g = [](int64_t b) { return gib(double(b)); };
+  row("strategy", plans, [](const ClusterPlan& p) { return p.strategy; });
+  row("fits", plans, [](const ClusterPlan& p) {
+    return p.fits() ? std::string("yes") : std::string(p.device_fits ? "no (host)" : "no (device)");
+  });
+  std::cout << "per GPU device memory\n";
+  row("  weights (bf16)", plans, [&](const ClusterPlan& p) { return g(p.device.weight_bytes); });
+  row("  gradients (fp32)", plans, [&](const ClusterPlan& p) { return g(p.device.gradient_bytes); });
+  row("  optimizer state", plans, [&](const ClusterPlan& p) { return g(p.device.optimizer_bytes); });
+  row("  activation arena", plans, [&](const ClusterPlan& p) { return g(p.device.activation_bytes); });
+  row("  rounding buffers", plans, [&](const ClusterPlan& p) { return g(p.device.rounding_bytes); });
+  row("  workspace", plans, [&](const ClusterPlan& p) { return g(p.device.workspace_bytes); });
+  row("  total", plans, [&](const ClusterPlan& p) { return g(p.device.total()); });
+  row("alpha", plans, [](const ClusterPlan& p) {
+    if (!p.alpha) return std::string("-");
+    char b[48];
+    std::snprintf(b, sizeof b, "%.3f (%s)", *p.alpha, p.alpha_bound.c_str());
+    return std::string(b);
+  });
+  row("host memory per node", plans, [&](const ClusterPlan& p) { return g(p.host_need_bytes); });
+  std::cout << "step time\n";
+  row("  forward", plans, [](const ClusterPlan& p) { return secs(p.time.forward_s); });
+  row("  backward", plans, [](const ClusterPlan& p) { return secs(p.time.backward_s); });
+  row("  recompute", plans, [](const ClusterPlan& p) { return secs(p.time.recompute_s); });
+  row("  TP communication", plans, [](const ClusterPlan& p) { return secs(p.time.tp_comm_s); });
+  row("  CP (not hidden)", plans, [](const ClusterPlan& p) { return secs(p.time.cp_comm_s); });
+  row("  copy stalls", plans, [](const ClusterPlan& p) { return secs(p.time.copy_stall_s); });
+  row("  total", plans, [](const ClusterPlan& p) { return secs(p.time.step_s); });
+  row("tokens/s (cluster)", plans, [](const ClusterPlan& p) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.0f", p.tokens_per_s);
+    return std::string(b);
+  });
+  row("MFU, causal", plans, [](const ClusterPlan& p) { return pct(p.mfu_causal); });
+  row("MFU, non-causal", plans, [](const ClusterPlan& p) { return pct(p.mfu_noncausal); });
+  row("longest seq that fits", plans, [](const ClusterPlan& p) {
+    return p.max_seq ? std::to_string(*p.max_seq) : std::string("none");
+  });
+  row("planning time", plans, [](const ClusterPlan& p) { return secs(p.planning_seconds); });
+  for (const ClusterPlan& p : plans)
+    if (!p.fits()) std::cout << p.strategy << " does not fit: " << p.why_not << "\n";
+  std::cout << "\n" << cluster_formulas()
+            << "longest seq: bisection over multiples of " << plans.front().max_seq_step
+            << " tokens, each a shape-only trace and plan\n";
+}
+
+void run_cluster_plan(const PlanCommandOptions& o) {
+  if (o.model.empty()) throw ConfigError("--gpus and --gpu plan a model given by --model (a preset or a config.json)");
+  if (o.gpu.empty()) throw ConfigError(str("--model plans for a GPU given by --gpu: one of ",
+                                           join(shipped_gpu_names(o.hardware_dir), ", "),
+                                           ", or a path to a JSON file like them"));
+  if (o.compare && o.activations_given)
+    throw ConfigError("--compare prints every strategy; leave out --activations");
+  const ModelConfig config = resolve_model(o.model);
+  ClusterOptions co;
+  co.gpu = find_gpu(o.gpu, o.hardware_dir);
+  co.gpus = o.gpus > 0 ? o.gpus : o.tp * o.cp;
+  co.gpus_per_node = o.gpus_per_node;
+  co.parallel = Parallel{o.tp, o.cp};
+  co.batch = o.batch;
+  co.host_memory_bytes = parse_bytes(o.host_memory, "--host-memory");
+  co.host_bandwidth_bytes_per_s = o.host_bandwidth_gb * 1e9;
+  co.efficiency = o.efficiency;
+  co.zero = o.zero;
+  co.workspace_bytes = parse_bytes(o.workspace, "--workspace");
+  co.alpha = o.alpha;
+  std::vector<std::string> strategies;
+  if (o.activations_given) strategies = {o.activations};
+  else strategies.assign(std::begin(kStrategyNames), std::end(kStrategyNames));
+  std::vector<ClusterPlan> plans;
+  for (const std::string& s : strategies) plans.push_back(plan_cluster(config, o.seq, s, co));
+  if (o.json) {
+    if (plans.size() == 1) {
+      std::cout << cluster_json(plans.front()).dump(2) << "\n";
+    } else {
+      nlohmann::json all = {{"model", o.model},
+                            {"gpus", co.gpus},
+                            {"gpu", co.gpu.name},
+                            {"tp", co.parallel.tp},
+                            {"cp", co.parallel.cp},
+                            {"seq", o.seq},
+                            {"strategies", nlohmann::json::array()}};
+      for (const ClusterPlan& p : plans) all["strategies"].push_back(cluster_json(p));
+      std::cout << all.dump(2) << "\n";
+    }
+  } else {
+    print_cluster(plans, config, co, o);
+  }
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
   auto o = std::make_shared<PlanCommandOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "Plan a run's device memory without training");
-  cmd->add_option("--config", o->config_path, "Model config.json")->required();
+  cmd->add_option("--config", o->config_path, "Model config.json (a run on this machine)");
   cmd->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Sequences per micro-batch")->capture_default_str();
-  cmd->add_option("--activations", o->activations, "Activation strategy (keep)")->capture_default_str();
+  cmd->add_option("--activations", o->activations,
+                  "Activation strategy: keep, recompute, offload, memo (default: keep; with --gpus: all of them)")
+      ->each([o](const std::string&) { o->activations_given = true; });
   cmd->add_option("--device-memory", o->device_memory, "Device memory budget, e.g. 1.5GiB (default: none)");
   cmd->add_option("--solver", o->solver, "Planner: heuristic, or mip (CBC after the heuristics)")->capture_default_str();
   cmd->add_option("--mip-seconds", o->mip_seconds, "CBC time limit per level in seconds")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_option("--timeline", o->timeline_path, "Write device bytes over one step as an SVG");
-  cmd->callback([o] { run_plan(*o); });
+  // hardware we do not have
+  cmd->add_option("--model", o->model,
+                  "Model to plan on --gpus: 7b, 13b, 30b, 65b (the MEMO paper's GPT sizes), llama-7b .. "
+                  "llama-65b, or a config.json");
+  cmd->add_option("--gpus", o->gpus, "GPUs of the run (default: --tp x --cp)");
+  cmd->add_option("--gpu", o->gpu, "GPU kind: a name shipped in hardware/ (a800-80gb, a100-80gb, "
+                  "h100-sxm, h200) or a path to a JSON file like them");
+  cmd->add_option("--hardware-dir", o->hardware_dir, "Where the shipped GPU files are")->capture_default_str();
+  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs sharing one host's memory")->capture_default_str();
+  cmd->add_option("--tp", o->tp, "Tensor parallel ranks (with sequence parallelism)")->capture_default_str();
+  cmd->add_option("--cp", o->cp, "Context parallel ranks")->capture_default_str();
+  cmd->add_option("--host-memory", o->host_memory, "Host memory per node for offloaded activations, e.g. 2TiB")->capture_default_str();
+  cmd->add_option("--host-bandwidth", o->host_bandwidth_gb,
+                  "Host link GB/s per GPU and direction, all GPUs copying (default: the GPU file's)");
+  cmd->add_option("--efficiency", o->efficiency, "Achieved fraction of peak FLOP/s in compute")->capture_default_str();
+  cmd->add_option("--zero", o->zero, "ZeRO stage over the data-parallel ranks (0-3)")->capture_default_str();
+  cmd->add_option("--workspace", o->workspace, "Per-GPU memory outside memo's plan (CUDA context, cuBLAS, NCCL)")->capture_default_str();
+  cmd->add_option("--alpha", o->alpha, "memo: a fixed alpha instead of the cost model's");
+  cmd->add_flag("--compare", o->compare, "Every strategy side by side (the default with --gpus)");
+  cmd->callback([o] {
+    const bool cluster = !o->model.empty() || o->gpus > 0 || !o->gpu.empty();
+    if (cluster) {
+      if (!o->config_path.empty()) throw ConfigError("--config plans a run on this machine; with --gpus/--gpu/--model give the model as --model");
+      run_cluster_plan(*o);
+    } else {
+      if (o->config_path.empty()) throw ConfigError("memo plan needs --config (this machine) or --model with --gpus and --gpu (a cluster)");
+      run_plan(*o);
+    }
+  });
 }
 
 }  // namespace memo::cli

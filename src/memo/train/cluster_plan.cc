@@ -7,6 +7,7 @@
 #include "memo/core/error.h"
 #include "memo/memory/activation_plan.h"
 #include "memo/memory/alpha.h"
+#include "memo/memory/budget.h"
 #include "memo/memory/strategy_factory.h"
 #include "memo/model/layer.h"
 #include "memo/model/params.h"
@@ -190,7 +191,24 @@ Sized size_memory(const ModelConfig& config, int64_t seq, const std::string& str
       s.alpha = o.alpha ? *o.alpha : s.choice.alpha;
       s.alpha_bound = o.alpha ? "given" : alpha_bound_name(s.choice.binding);
       s.host_fits = s.choice.host_fits && s.alpha <= s.choice.alpha_host + 1e-12;
-      if (!s.choice.host_fits) s.host_advice = s.choice.advice;
+      if (!s.choice.host_fits) {
+        // Even alpha = 0 overflows: the numbers per node, and what would fit (the need is
+        // proportional to the sequence).
+        const double need = L2 * fixed * double(gpus_on_node(o));
+        const int64_t unit = 1024 * t * c;
+        const int64_t seq_fit =
+            int64_t(double(seq) * double(o.host_memory_bytes) / need) / unit * unit;
+        s.host_advice = str("memo needs ", gib(need), " of host memory per node even at alpha = 0 (",
+                            L2, " offloaded layers x ", gpus_on_node(o), " GPUs x (layer input ",
+                            gib(double(s.alpha_in.input_bytes)), " + attention output ",
+                            gib(double(s.alpha_in.attn_bytes)), ")), there are ",
+                            gib(double(o.host_memory_bytes)), "; --host-memory ",
+                            budget_flag_value(int64_t(std::ceil(need))), " or --seq ", seq_fit,
+                            " would fit");
+      } else if (o.alpha && !s.host_fits) {
+        s.host_advice = str("--alpha ", *o.alpha, " needs more host memory than there is; --alpha ",
+                            std::floor(s.choice.alpha_host * 1000.0) / 1000.0, " fits");
+      }
     }
     s.host_need = int64_t(L2 * (fixed + s.alpha * double(s.alpha_in.other_bytes))) * gpus_on_node(o);
   } else if (strategy == "offload") {
@@ -199,8 +217,9 @@ Sized size_memory(const ModelConfig& config, int64_t seq, const std::string& str
     s.host_fits = s.host_need <= o.host_memory_bytes;
     if (!s.host_fits)
       s.host_advice = str("offload needs ", gib(double(s.host_need)), " of host memory per node (",
-                          L2, " layers x ", gpus_on_node(o), " GPUs), there are ",
-                          gib(double(o.host_memory_bytes)));
+                          L2, " offloaded layers x ", gpus_on_node(o), " GPUs), there are ",
+                          gib(double(o.host_memory_bytes)), "; --host-memory ",
+                          budget_flag_value(s.host_need), " would fit");
   }
   // the activation arena: one rank's shape-only trace at bf16, planned
   StrategyOptions so;

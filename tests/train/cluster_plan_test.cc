@@ -1,0 +1,186 @@
+// The cluster planner against numbers worked out by hand from the closed forms of
+// memo-notes.md section 4.4 and Note [Cluster cost model]: alpha when host memory binds, when the
+// copy bandwidth binds, and when even alpha = 0 does not fit; the model state per GPU; both MFU
+// conventions; the longest sequence; layouts that do not divide.
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "memo/io/hardware_json.h"
+#include "memo/model/params.h"
+#include "memo/model/presets.h"
+#include "memo/train/cluster_plan.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+constexpr double kGiB = double(int64_t(1) << 30);
+
+ClusterOptions a800s(int64_t tp, int64_t host_bytes) {
+  ClusterOptions o;
+  o.gpu = find_gpu("a800-80gb", test::source_dir() + "/hardware");
+  o.gpus = 8;
+  o.parallel = Parallel{tp, 1};
+  o.host_memory_bytes = host_bytes;
+  o.search_max_seq = false;
+  return o;
+}
+
+// LLaMA-7B per layer and rank at T = S / t tokens, bf16 but for the fp32 statistics:
+// input x and the attention output [T, 4096]; lse [32 heads, T] fp32; the others xn1, q, k, v, h,
+// xn2 [T, 4096], gate, up, act [T, 11008], inv_rms1 and inv_rms2 [T] fp32.
+struct Sizes {
+  double in, attn, other;
+};
+Sizes llama7b_layer(double T) {
+  return {T * 4096 * 2, T * 4096 * 2 + 32 * T * 4, 6 * T * 4096 * 2 + 3 * T * 11008 * 2 + 2 * T * 4};
+}
+
+TEST(ClusterPlan, memo_alpha_is_host_bound_at_a_million_tokens_as_the_closed_form_says) {
+  const ModelConfig config = llama_preset("llama-7b");
+  const int64_t seq = 1 << 20;
+  const ClusterPlan p = plan_cluster(config, seq, "memo", a800s(8, int64_t(2048 * kGiB)));
+  const Sizes s = llama7b_layer(double(seq) / 8);
+  // (L - 2) (S_in + S_attn + alpha S_oth) <= 2 TiB / 8 GPUs
+  const double want = (2048 * kGiB / 8 / 30 - s.in - s.attn) / s.other;
+  ASSERT_TRUE(p.alpha.has_value());
+  EXPECT_NEAR(*p.alpha, want, 1e-9);
+  EXPECT_NEAR(want, 0.4635, 1e-3);
+  EXPECT_EQ(p.alpha_bound, "host memory");
+  EXPECT_TRUE(p.host_fits);
+  EXPECT_NEAR(double(p.host_need_bytes), 2048 * kGiB, 8 * 30.0);  // filled to the byte, rounded
+}
+
+TEST(ClusterPlan, memo_alpha_is_bandwidth_bound_when_the_link_is_slow) {
+  const ModelConfig config = llama_preset("llama-7b");
+  const int64_t seq = 131072, t = 8;
+  ClusterOptions o = a800s(t, int64_t(64 * 1024 * kGiB));
+  o.host_bandwidth_bytes_per_s = 10e9;
+  const ClusterPlan p = plan_cluster(config, seq, "memo", o);
+  // T_layer = one layer's forward per GPU: products 2 x 202,375,168 matrix parameters and causal
+  // attention 2 x 4096 x (S + 1) per token, over 8 GPUs, at 60% of 312 TFLOP/s, plus two
+  // all-gathers and two reduce-scatters of [S, 4096] bf16, 7/8 of it each over 200 GB/s.
+  const double tokens = double(seq) / t;
+  const double flops = tokens * (2.0 * 202375168.0 + 2.0 * 4096.0 * (double(seq) + 1.0));
+  const double t_layer =
+      flops / (0.6 * 312e12) + 4.0 * 7.0 / 8.0 * double(seq) * 4096 * 2 / 200e9;
+  const Sizes s = llama7b_layer(tokens);
+  const double want = (10e9 * t_layer - s.in - s.attn) / s.other;
+  ASSERT_TRUE(p.alpha.has_value());
+  EXPECT_GT(want, 0.0);
+  EXPECT_LT(want, 1.0);
+  EXPECT_NEAR(*p.alpha, want, 1e-9);
+  EXPECT_EQ(p.alpha_bound, "bandwidth");
+  EXPECT_NEAR(p.time.copy_stall_s, 0.0, 1e-9);  // the chosen alpha hides the copies
+}
+
+TEST(ClusterPlan, memo_says_what_would_fit_when_even_alpha_zero_overflows_the_host) {
+  const ModelConfig config = llama_preset("llama-7b");
+  const int64_t seq = 1 << 20;
+  const ClusterPlan p = plan_cluster(config, seq, "memo", a800s(8, int64_t(256 * kGiB)));
+  EXPECT_FALSE(p.fits());
+  EXPECT_FALSE(p.host_fits);
+  const Sizes s = llama7b_layer(double(seq) / 8);
+  const double need = 30 * 8 * (s.in + s.attn);  // per node at alpha = 0: 482 GiB
+  EXPECT_NE(p.why_not.find("even at alpha = 0"), std::string::npos) << p.why_not;
+  EXPECT_NE(p.why_not.find(gib(need)), std::string::npos) << p.why_not;
+  // 256 GiB holds 256 / 482 of the sequence: 556,032 tokens in whole 8192-token steps
+  const int64_t seq_fit = int64_t(double(seq) * 256 * kGiB / need) / 8192 * 8192;
+  EXPECT_NE(p.why_not.find("--seq " + std::to_string(seq_fit)), std::string::npos) << p.why_not;
+  EXPECT_NE(p.why_not.find("--host-memory"), std::string::npos) << p.why_not;
+}
+
+TEST(ClusterPlan, a_given_alpha_beyond_the_host_is_refused_with_the_alpha_that_fits) {
+  ClusterOptions o = a800s(8, int64_t(2048 * kGiB));
+  o.alpha = 0.9;
+  const ClusterPlan p = plan_cluster(llama_preset("llama-7b"), 1 << 20, "memo", o);
+  EXPECT_FALSE(p.host_fits);
+  EXPECT_NE(p.why_not.find("--alpha 0.463 fits"), std::string::npos) << p.why_not;
+}
+
+TEST(ClusterPlan, model_state_per_gpu_is_18_bytes_per_rank_parameter_sharded_as_asked) {
+  const ModelConfig config = llama_preset("llama-7b");
+  double matrices = 0, vectors = 0;
+  for (const ParamInfo& i : ParamLayout(config).params()) (i.is_matrix() ? matrices : vectors) += double(i.numel);
+  ClusterOptions o = a800s(4, 0);  // 8 GPUs, TP 4: two data-parallel ranks
+  o.zero = 0;
+  ClusterPlan p = plan_cluster(config, 4096, "keep", o);
+  const double rank4 = matrices / 4 + vectors;
+  EXPECT_EQ(p.device.weight_bytes, int64_t(std::ceil(rank4 * 2)));
+  EXPECT_EQ(p.device.gradient_bytes, int64_t(std::ceil(rank4 * 4)));
+  EXPECT_EQ(p.device.optimizer_bytes, int64_t(std::ceil(rank4 * 12)));
+  o.zero = 3;
+  p = plan_cluster(config, 4096, "keep", o);
+  EXPECT_EQ(p.device.weight_bytes, int64_t(std::ceil(rank4 * 2 / 2)));
+  EXPECT_EQ(p.device.gradient_bytes, int64_t(std::ceil(rank4 * 4 / 2)));
+  EXPECT_EQ(p.device.optimizer_bytes, int64_t(std::ceil(rank4 * 12 / 2)));
+  EXPECT_EQ(p.device.rounding_bytes, 0);
+  EXPECT_EQ(p.host_need_bytes, 0);
+}
+
+TEST(ClusterPlan, mfu_conventions_differ_by_the_attention_term) {
+  const ModelConfig config = llama_preset("llama-7b");
+  const int64_t seq = 1 << 20;
+  const ClusterPlan p = plan_cluster(config, seq, "memo", a800s(8, int64_t(2048 * kGiB)));
+  // 3 (L (2 P + A) + 2 C V) with A = 2 H D (S + 1) or 4 H D S
+  const double base = 32 * 2 * 202375168.0 + 2.0 * 4096 * 32000;
+  EXPECT_NEAR(p.model_flops_per_token_causal, 3 * (base + 32 * 2 * 4096.0 * (seq + 1)), 1.0);
+  EXPECT_NEAR(p.model_flops_per_token_noncausal, 3 * (base + 32 * 4 * 4096.0 * seq), 1.0);
+  EXPECT_NEAR(p.mfu_noncausal / p.mfu_causal,
+              p.model_flops_per_token_noncausal / p.model_flops_per_token_causal, 1e-12);
+  EXPECT_GT(p.mfu_noncausal / p.mfu_causal, 1.9);  // ~2x at 1M tokens
+  // MFU = tokens x FLOPs / (step x G x peak); one data-parallel rank of 8 GPUs
+  EXPECT_NEAR(p.mfu_causal, double(seq) * p.model_flops_per_token_causal / (p.time.step_s * 8 * 312e12), 1e-12);
+  EXPECT_NEAR(p.time.step_s,
+              p.time.forward_s + p.time.backward_s + p.time.recompute_s + p.time.tp_comm_s +
+                  p.time.cp_comm_s + p.time.copy_stall_s,
+              1e-9);
+}
+
+TEST(ClusterPlan, recompute_pays_a_whole_forward_and_memo_only_the_rebuilt_rows) {
+  const ModelConfig config = llama_preset("llama-7b");
+  const ClusterOptions o = a800s(8, int64_t(2048 * kGiB));
+  const ClusterPlan keep = plan_cluster(config, 1 << 20, "keep", o);
+  const ClusterPlan rec = plan_cluster(config, 1 << 20, "recompute", o);
+  const ClusterPlan memo = plan_cluster(config, 1 << 20, "memo", o);
+  // every layer's forward again: the forward without the head (2 C V per token, 1/8 per GPU)
+  const double head_s = double(1 << 20) / 8 * 2.0 * 4096 * 32000 / (0.6 * 312e12);
+  EXPECT_NEAR(rec.time.recompute_s, keep.time.forward_s - head_s, 1e-9 * keep.time.forward_s);
+  EXPECT_LT(memo.time.recompute_s, 0.02 * rec.time.recompute_s);  // no attention recomputed
+  EXPECT_GT(memo.time.recompute_s, 0.0);
+  EXPECT_LT(rec.mfu_causal, memo.mfu_causal);
+}
+
+TEST(ClusterPlan, the_longest_sequence_fits_and_one_step_more_does_not) {
+  const ModelConfig config = llama_preset("llama-7b");
+  ClusterOptions o = a800s(8, int64_t(2048 * kGiB));
+  o.search_max_seq = true;
+  for (const char* strategy : {"recompute", "memo"}) {
+    SCOPED_TRACE(strategy);
+    const ClusterPlan p = plan_cluster(config, 65536, strategy, o);
+    ASSERT_TRUE(p.max_seq.has_value());
+    o.search_max_seq = false;
+    EXPECT_TRUE(plan_cluster(config, *p.max_seq, strategy, o).fits());
+    EXPECT_FALSE(plan_cluster(config, *p.max_seq + p.max_seq_step, strategy, o).fits());
+    o.search_max_seq = true;
+  }
+}
+
+TEST(ClusterPlan, layouts_that_do_not_divide_are_refused_naming_the_flag) {
+  const ModelConfig config = llama_preset("llama-7b");
+  ClusterOptions o = a800s(8, 0);
+  o.parallel.tp = 3;
+  o.gpus = 9;
+  EXPECT_NE(test::error_message<ConfigError>([&] { plan_cluster(config, 9 * 1024, "keep", o); }).find("--tp 3 must divide"), std::string::npos);
+  o = a800s(8, 0);
+  EXPECT_NE(test::error_message<ConfigError>([&] { plan_cluster(config, 1001, "keep", o); }).find("--seq 1001"), std::string::npos);
+  o.gpus = 12;
+  EXPECT_NE(test::error_message<ConfigError>([&] { plan_cluster(config, 8192, "keep", o); }).find("--gpus 12"), std::string::npos);
+  o = a800s(8, 0);
+  EXPECT_NE(test::error_message<ConfigError>([&] { plan_cluster(config, 8192, "swap", o); }).find("keep, recompute, offload, memo"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace memo
