@@ -129,3 +129,70 @@ TEST_F(PlanCommand, train_over_budget_is_refused_before_step_1) {
 
 }  // namespace
 }  // namespace memo
+
+namespace memo {
+namespace {
+
+// `memo plan` for hardware we do not have: every strategy side by side, one JSON object.
+std::string cluster_cmd(const std::string& extra) {
+  return test::memo_bin() + " plan --model llama-7b --seq 1048576 --gpus 8 --gpu a800-80gb --tp 8 " +
+         "--hardware-dir " + test::source_dir() + "/hardware " + extra;
+}
+
+TEST(PlanCluster, compare_json_has_every_strategy_with_the_plan_fields) {
+  const test::CommandResult r = test::run_command(cluster_cmd("--host-memory 2TiB --compare --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j.at("strategies").size(), 4u);
+  std::map<std::string, nlohmann::json> by;
+  for (const nlohmann::json& s : j.at("strategies")) {
+    for (const char* field : {"fits", "alpha", "device_need_bytes", "host_need_bytes",
+                              "step_seconds", "mfu", "mfu_causal", "mfu_noncausal", "max_seq"})
+      EXPECT_TRUE(s.contains(field)) << field;
+    by[s.at("strategy").get<std::string>()] = s;
+  }
+  EXPECT_FALSE(by.at("keep").at("fits").get<bool>());
+  EXPECT_TRUE(by.at("memo").at("fits").get<bool>());
+  EXPECT_TRUE(by.at("keep").at("alpha").is_null());
+  EXPECT_NEAR(by.at("memo").at("alpha").get<double>(), 0.4635, 1e-3);
+  EXPECT_EQ(by.at("memo").at("alpha_bound"), "host memory");
+  EXPECT_GT(by.at("memo").at("max_seq").get<int64_t>(), 1048576);
+  EXPECT_LT(by.at("keep").at("max_seq").get<int64_t>(), 1048576);
+}
+
+TEST(PlanCluster, text_prints_the_table_and_both_mfu_formulas) {
+  const test::CommandResult r = test::run_command(cluster_cmd("--host-memory 2TiB"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* want : {"rounding buffers", "MFU, causal", "MFU, non-causal", "A = 2 H D (S + 1)",
+                           "A = 4 H D S", "longest seq that fits", "keep does not fit: device"})
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+}
+
+TEST(PlanCluster, one_strategy_prints_one_object) {
+  const test::CommandResult r =
+      test::run_command(cluster_cmd("--host-memory 256GiB --activations memo --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j.at("strategy"), "memo");
+  EXPECT_FALSE(j.at("fits").get<bool>());
+  EXPECT_NE(j.at("why_not").get<std::string>().find("even at alpha = 0"), std::string::npos);
+}
+
+TEST(PlanCluster, bad_input_fails_with_one_line) {
+  for (const std::string extra :
+       {std::string("--gpu b100-1tb"), std::string("--tp 3"), std::string("--host-memory 2furlongs"),
+        std::string("--activations memo --compare"), std::string("--config x.json")}) {
+    const test::CommandResult r = test::run_command(cluster_cmd(extra));
+    EXPECT_NE(r.exit_code, 0) << extra;
+    EXPECT_NE(r.output.find("memo: error: "), std::string::npos) << extra << ": " << r.output;
+  }
+  const test::CommandResult r = test::run_command(cluster_cmd("--gpu b100-1tb"));
+  EXPECT_NE(r.output.find("a800-80gb"), std::string::npos) << r.output;  // names the shipped ones
+  const test::CommandResult m = test::run_command(
+      test::memo_bin() + " plan --model gpt-3b --gpus 8 --gpu a800-80gb --seq 8192 --hardware-dir " +
+      test::source_dir() + "/hardware");
+  EXPECT_NE(m.output.find("neither a preset"), std::string::npos) << m.output;
+}
+
+}  // namespace
+}  // namespace memo
