@@ -49,6 +49,7 @@ struct PlanCommandOptions {
   int64_t tp = 1, cp = 1;
   std::string host_memory = "0";
   double host_bandwidth_gb = 0.0;
+  double network_gb = 25.0;
   double efficiency = 0.6;
   int zero = 1;
   std::string workspace = "1GiB";
@@ -321,6 +322,7 @@ void run_cluster_plan(const PlanCommandOptions& o) {
   co.batch = o.batch;
   co.host_memory_bytes = parse_bytes(o.host_memory, "--host-memory");
   co.host_bandwidth_bytes_per_s = o.host_bandwidth_gb * 1e9;
+  co.network_bytes_per_s = o.network_gb * 1e9;
   co.efficiency = o.efficiency;
   co.zero = o.zero;
   co.workspace_bytes = parse_bytes(o.workspace, "--workspace");
@@ -379,6 +381,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--host-memory", o->host_memory, "Host memory per node for offloaded activations, e.g. 2TiB")->capture_default_str();
   cmd->add_option("--host-bandwidth", o->host_bandwidth_gb,
                   "Host link GB/s per GPU and direction, all GPUs copying (default: the GPU file's)");
+  cmd->add_option("--network-bandwidth", o->network_gb,
+                  "Between nodes, GB/s per GPU and direction (for TP or CP groups wider than a node)")
+      ->capture_default_str();
   cmd->add_option("--efficiency", o->efficiency, "Achieved fraction of peak FLOP/s in compute")->capture_default_str();
   cmd->add_option("--zero", o->zero, "ZeRO stage over the data-parallel ranks (0-3)")->capture_default_str();
   cmd->add_option("--workspace", o->workspace, "Per-GPU memory outside memo's plan (CUDA context, cuBLAS, NCCL)")->capture_default_str();

@@ -32,8 +32,9 @@ namespace memo {
 // 2022, the convention that gives ~2x at 1M tokens), over step time x G x peak.
 // Communication: TP+SP runs two all-gathers and two reduce-scatters of [T c, C] bf16 per layer
 // forward and six in the backward (the weight gradients gather again), each moving (t - 1) / t of
-// it over one direction of NVLink, not overlapped (Megatron's default). CP passes K and V round the
-// ring ((c - 1) chunks, twice that in the backward with dK, dV) overlapped with attention; only
+// it over one direction of NVLink (the network where the group spans nodes), not overlapped
+// (Megatron's default). CP passes K and V round the ring ((c - 1) chunks, twice that in the
+// backward with dK, dV) overlapped with attention, over the network when t c exceeds a node; only
 // what exceeds the attention's time counts. Offload (and memo's) copies overlap as scheduled by
 // swap_strategy.cc: layer l's offload under layer l+1's forward, layer l's prefetch under layer
 // l+1's backward; a layer takes the longer of its compute and its copy. Not modelled: the optimiser
@@ -146,17 +147,22 @@ LayerTimes layer_times(const ModelConfig& config, int64_t seq, const ClusterOpti
   lt.fwd_compute = tokens * f.layer_matmul / rate + lt.attn_fwd;
   lt.bwd_compute = 2.0 * tokens * f.layer_matmul / rate + 2.5 * lt.attn_fwd;
   lt.rebuild = tokens * f.layer_rebuild / rate;  // all of a layer's rows; scaled by (1 - alpha)
-  const double link = o.gpu.nvlink_bytes_per_s / 2.0;  // one direction
-  if (t > 1.0 && link > 0.0) {
-    const double one = (t - 1.0) / t * tokens * t * double(config.hidden_size) * kBf16 / link;
+  // one direction of NVLink inside a node; the network where a group spans nodes
+  const double nvlink = o.gpu.nvlink_bytes_per_s > 0.0 ? o.gpu.nvlink_bytes_per_s / 2.0
+                                                       : o.gpu.host_link_bytes_per_s;
+  const double node = double(o.gpus_per_node);
+  const double tp_link = t > node ? std::min(nvlink, o.network_bytes_per_s) : nvlink;
+  const double cp_link = t * c > node ? std::min(nvlink, o.network_bytes_per_s) : nvlink;
+  if (t > 1.0) {
+    const double one = (t - 1.0) / t * tokens * t * double(config.hidden_size) * kBf16 / tp_link;
     lt.tp_fwd = 4.0 * one;
     lt.tp_bwd = 6.0 * one;
     lt.tp_rebuild = 3.0 * one;  // gather before QKV, reduce-scatter after o_proj, gather before MLP
   }
-  if (c > 1.0 && link > 0.0) {
+  if (c > 1.0) {
     const double kv = 2.0 * tokens * double(config.kv_dim()) * kBf16;  // K and V of one chunk
-    lt.cp_fwd = std::max(0.0, (c - 1.0) * kv / link - lt.attn_fwd);
-    lt.cp_bwd = std::max(0.0, 2.0 * (c - 1.0) * kv / link - 2.5 * lt.attn_fwd);
+    lt.cp_fwd = std::max(0.0, (c - 1.0) * kv / cp_link - lt.attn_fwd);
+    lt.cp_bwd = std::max(0.0, 2.0 * (c - 1.0) * kv / cp_link - 2.5 * lt.attn_fwd);
   }
   return lt;
 }
@@ -303,6 +309,8 @@ void validate_cluster(const ModelConfig& config, int64_t seq, const ClusterOptio
     throw ConfigError(str("--alpha ", *o.alpha, " must be in [0, 1]"));
   if (o.host_memory_bytes < 0 || o.workspace_bytes < 0 || o.host_bandwidth_bytes_per_s < 0.0)
     throw ConfigError("--host-memory, --workspace and --host-bandwidth must not be negative");
+  if (!(o.network_bytes_per_s > 0.0))
+    throw ConfigError(str("--network-bandwidth ", o.network_bytes_per_s / 1e9, " must be positive"));
 }
 
 ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::string& strategy,

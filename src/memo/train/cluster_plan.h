@@ -24,6 +24,9 @@ struct ClusterOptions {
   int64_t batch = 1;                // sequences per micro-batch per data-parallel rank
   int64_t host_memory_bytes = 0;    // per node; 0: no host memory for activations
   double host_bandwidth_bytes_per_s = 0.0;  // per GPU and direction; 0: gpu.host_link_bytes_per_s
+  // Between nodes, per GPU and direction (stated: one 200 Gb/s InfiniBand adapter per GPU, as
+  // A100/A800 HGX clusters are built); used by TP and CP groups that span nodes.
+  double network_bytes_per_s = 25e9;
   double efficiency = 0.6;          // achieved fraction of peak FLOP/s in compute (stated)
   int zero = 1;                     // ZeRO stage over the G / t data-parallel ranks: 0..3
   int64_t workspace_bytes = int64_t(1) << 30;  // CUDA context, cuBLAS and NCCL buffers (stated)
