@@ -142,7 +142,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
 
   const ModelConfig config = resume ? resume->config : load_model_config(o.config_path);
   if (o.seq > config.max_position_embeddings)
-    throw ConfigError(str("--seq ", o.seq, " exceeds max_position_embeddings = ",
+    throw ConfigError(str("--seq ", o.seq, " exceeds ", config.positions_field(), " = ",
                           config.max_position_embeddings, " of the model config"));
   // Data: validate everything before any output is written.
   TokenData all = TokenData::load(o.data_path, config.vocab_size);
@@ -312,7 +312,7 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint_dir, const std::str
   Model model(ckpt.config);
   load_model_tensors(model, ckpt.model);
   if (seq > ckpt.config.max_position_embeddings)
-    throw ConfigError(str("--seq ", seq, " exceeds max_position_embeddings = ",
+    throw ConfigError(str("--seq ", seq, " exceeds ", ckpt.config.positions_field(), " = ",
                           ckpt.config.max_position_embeddings));
   TokenData data = TokenData::load(data_path, ckpt.config.vocab_size);
   const WindowSampler sampler(data, seq, 0);
