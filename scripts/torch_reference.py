@@ -170,9 +170,9 @@ def embedding_name(cfg):
 
 
 def write_gpt2_init(checkpoint_dir, cfg, seed):
-    """GPT2PreTrainedModel init in float32 (N(0, 0.02)-style std from initializer_range is not
-    needed here: a larger std 0.2 makes every path carry signal), then model.safetensors as
-    PyTorch writes a tied GPT2LMHeadModel: every tensor F32, lm_head.weight a copy of wte."""
+    """Random float32 weights from a torch generator (std 0.2 matrices, norm weights near 1,
+    nonzero biases, so that every path carries signal), written as PyTorch saves a tied
+    GPT2LMHeadModel: F32 tensors, Hugging Face names, lm_head.weight a copy of wte."""
     gen = torch.Generator().manual_seed(seed)
     tensors = {}
     for name, shape in gpt2_param_shapes(cfg).items():
