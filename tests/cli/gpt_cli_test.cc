@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
+#include <filesystem>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -122,6 +124,40 @@ TEST_F(GptCli, checkpoint_holds_exactly_the_hugging_face_gpt2_names) {
   EXPECT_EQ(config.at("model_type"), "gpt2");
   EXPECT_EQ(config.at("n_inner"), 128);
   EXPECT_TRUE(std::filesystem::exists(ckpt / "optimizer.safetensors"));
+}
+
+// A GPT2Model's save names tensors without "transformer." (the Hub's gpt2 files do): the same
+// weights under those names evaluate to the same loss, bit for bit.
+TEST_F(GptCli, weights_without_the_transformer_prefix_load) {
+  ASSERT_EQ(test::run_command(train_cmd(dir.str("config.json"), dir.str("run"), "--steps 2"))
+                .exit_code,
+            0);
+  const std::filesystem::path ckpt = dir.path() / "run" / "step-00000002";
+  SafetensorsFile model(ckpt / "model.safetensors");
+  std::vector<std::vector<float>> data;
+  std::vector<NamedTensor> bare;
+  for (const std::string& name : model.names()) {
+    const std::vector<int64_t> shape = model.shape(name);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    data.emplace_back(size_t(n));
+    model.read_into(name, data.back().data(), n);
+    ASSERT_EQ(name.rfind("transformer.", 0), 0u) << name;
+    bare.push_back({name.substr(12), shape, data.back().data()});
+  }
+  std::filesystem::create_directories(dir.path() / "bare");
+  std::filesystem::copy_file(ckpt / "config.json", dir.path() / "bare" / "config.json");
+  write_safetensors(dir.path() / "bare" / "model.safetensors", bare, {{"format", "pt"}});
+  auto eval = [&](const std::string& name) {
+    const test::CommandResult r =
+        test::run_command(test::memo_bin() + " eval --checkpoint " + dir.str(name) + " --data " +
+                          dir.str("data.txt") + " --seq 32 --batches 2 2>/dev/null");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  const std::string want = eval("run");
+  EXPECT_NE(want.find("\"loss\""), std::string::npos) << want;
+  EXPECT_EQ(eval("bare"), want);
 }
 
 TEST_F(GptCli, sequence_longer_than_n_positions_is_a_one_line_error) {

@@ -18,6 +18,15 @@
 namespace memo {
 namespace {
 
+}  // namespace
+
+// Names the parameter in test output ("learned", "rope") instead of its bytes.
+void PrintTo(PositionEmbedding pos, std::ostream* os) {
+  *os << (pos == PositionEmbedding::kLearned ? "learned" : "rope");
+}
+
+namespace {
+
 // Static: strategies keep a reference to the config.
 const ModelConfig& gpt_config(PositionEmbedding pos) {
   auto make = [](PositionEmbedding p) {

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "memo/backend/caching_allocator.h"
 #include "memo/io/checkpoint.h"
+#include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/model/params.h"
 #include "test_util.h"
@@ -102,6 +104,44 @@ TEST(GptParams, checkpoint_save_and_load_round_trip_bit_for_bit) {
   for (const ParamInfo& p : b.layout().params())
     ckpt.model.read_into(p.name, b.params() + p.offset, p.numel);
   EXPECT_EQ(0, std::memcmp(a.params(), b.params(), size_t(a.params_numel()) * sizeof(float)));
+}
+
+TEST(GptConfig, validate_names_what_gpt2_does_not_have) {
+  ModelConfig c = gpt(PositionEmbedding::kLearned);
+  c.num_key_value_heads = 2;
+  EXPECT_NE(test::error_message<ConfigError>([&] { c.validate(); }).find("multi-head attention"),
+            std::string::npos);
+  c = gpt(PositionEmbedding::kLearned);
+  c.tie_word_embeddings = false;
+  EXPECT_NE(test::error_message<ConfigError>([&] { c.validate(); }).find("tie_word_embeddings"),
+            std::string::npos);
+  c = gpt(PositionEmbedding::kLearned);
+  c.hidden_size = 60;  // D = 15: odd, fine without rotary
+  c.intermediate_size = 240;
+  EXPECT_NO_THROW(c.validate());
+  c.position_embedding = PositionEmbedding::kRope;
+  EXPECT_NE(test::error_message<ConfigError>([&] { c.validate(); }).find("must be even"),
+            std::string::npos);
+  ModelConfig llama;
+  llama.position_embedding = PositionEmbedding::kLearned;
+  EXPECT_NE(test::error_message<ConfigError>([&] { llama.validate(); }).find("LLaMA"),
+            std::string::npos);
+}
+
+TEST(GptConfig, model_refuses_a_sequence_longer_than_the_learned_table) {
+  const ModelConfig c = gpt(PositionEmbedding::kLearned);  // 96 positions
+  Model model(c);
+  model.init(1);
+  CachingAllocator alloc;
+  KeepStrategy keep(c, alloc);
+  const std::vector<int32_t> tokens(2 * 97 + 1, 3);
+  const std::string msg = test::error_message<ConfigError>([&] {
+    model.forward_loss(tokens.data(), tokens.data() + 1, 2, 97, keep, alloc);
+  });
+  EXPECT_NE(msg.find("sequence of 97 tokens is longer than n_positions = 96"), std::string::npos)
+      << msg;
+  EXPECT_EQ(alloc.live_bytes(), 0);  // refused before anything was allocated
+  EXPECT_GT(model.forward_loss(tokens.data(), tokens.data() + 1, 2, 96, keep, alloc), 0.0);
 }
 
 }  // namespace

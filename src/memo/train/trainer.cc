@@ -79,9 +79,17 @@ std::vector<NamedTensor> model_tensors(Model& model) {
   return out;
 }
 
+// GPT-2 files saved from a GPT2Model (as the Hub's gpt2 checkpoints are) name the tensors without
+// GPT2LMHeadModel's "transformer." prefix ("h.0.attn.c_attn.weight"); both forms load.
 void load_model_tensors(Model& model, const SafetensorsFile& file) {
-  for (const ParamInfo& p : model.layout().params())
-    file.read_into(p.name, model.params() + p.offset, p.numel);
+  const std::string prefix = "transformer.";
+  for (const ParamInfo& p : model.layout().params()) {
+    std::string name = p.name;
+    if (model.config().is_gpt2() && !file.contains(name) && name.rfind(prefix, 0) == 0 &&
+        file.contains(name.substr(prefix.size())))
+      name = name.substr(prefix.size());
+    file.read_into(name, model.params() + p.offset, p.numel);
+  }
 }
 
 // Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
