@@ -1,15 +1,16 @@
 // The memo command with GPT-2 configs end to end: configs/gpt2-tiny.json trains (the loss falls),
 // a killed run resumes bit for bit, a checkpoint holds exactly the Hugging Face GPT-2 tensor names
-// (tied: no lm_head.weight), and a sequence longer than n_positions is a one-line error.
+// (tied: no lm_head.weight), weights named without "transformer." load too, and a sequence
+// longer than n_positions or an unsupported activation is a one-line error.
+#include <gtest/gtest.h>
+
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-#include <filesystem>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "memo/io/safetensors.h"
 #include "test_util.h"
@@ -72,18 +73,18 @@ TEST_F(GptCli, shipped_gpt2_tiny_config_trains_and_the_loss_falls) {
 TEST_F(GptCli, killed_run_resumes_with_identical_losses) {
   const int steps = 40;
   const std::string config = dir.str("config.json");
-  ASSERT_EQ(test::run_command(train_cmd(config, dir.str("full"),
-                                        "--steps " + std::to_string(steps) + " --log " +
-                                            dir.str("full.jsonl")))
+  ASSERT_EQ(test::run_command(
+                train_cmd(config, dir.str("full"),
+                          "--steps " + std::to_string(steps) + " --log " + dir.str("full.jsonl")))
                 .exit_code,
             0);
   // Start the same run, SIGKILL it once step 15 is logged (checkpoints every 3 steps), resume.
-  const std::string run = train_cmd(config, dir.str("cut"),
-                                    "--steps " + std::to_string(steps) +
-                                        " --save-every 3 --log " + dir.str("cut.jsonl"));
-  const std::string kill_at_15 = "(" + run + " > /dev/null 2>&1 & pid=$!; " +
-                                 "while ! grep -q '\"step\":15,' " + dir.str("cut.jsonl") +
-                                 " 2>/dev/null; do sleep 0.01; done; kill -9 $pid; wait $pid; true)";
+  const std::string run = train_cmd(
+      config, dir.str("cut"),
+      "--steps " + std::to_string(steps) + " --save-every 3 --log " + dir.str("cut.jsonl"));
+  const std::string kill_at_15 =
+      "(" + run + " > /dev/null 2>&1 & pid=$!; " + "while ! grep -q '\"step\":15,' " +
+      dir.str("cut.jsonl") + " 2>/dev/null; do sleep 0.01; done; kill -9 $pid; wait $pid; true)";
   ASSERT_EQ(test::run_command(kill_at_15).exit_code, 0);
   const auto before = losses(dir.str("cut.jsonl"));
   ASSERT_LT(before.rbegin()->first, steps) << "the run ended before it was killed";
@@ -96,18 +97,18 @@ TEST_F(GptCli, killed_run_resumes_with_identical_losses) {
 }
 
 TEST_F(GptCli, checkpoint_holds_exactly_the_hugging_face_gpt2_names) {
-  ASSERT_EQ(test::run_command(train_cmd(dir.str("config.json"), dir.str("run"), "--steps 2"))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      test::run_command(train_cmd(dir.str("config.json"), dir.str("run"), "--steps 2")).exit_code,
+      0);
   const std::filesystem::path ckpt = dir.path() / "run" / "step-00000002";
   SafetensorsFile model(ckpt / "model.safetensors");
   std::set<std::string> want = {"transformer.wte.weight", "transformer.wpe.weight",
                                 "transformer.ln_f.weight", "transformer.ln_f.bias"};
   for (int i = 0; i < 2; ++i)
-    for (const char* n : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
-                          "mlp.c_proj.bias"})
+    for (const char* n :
+         {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
+          "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
       want.insert("transformer.h." + std::to_string(i) + "." + n);
   const std::vector<std::string> names = model.names();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), want);
@@ -129,9 +130,9 @@ TEST_F(GptCli, checkpoint_holds_exactly_the_hugging_face_gpt2_names) {
 // A GPT2Model's save names tensors without "transformer." (the Hub's gpt2 files do): the same
 // weights under those names evaluate to the same loss, bit for bit.
 TEST_F(GptCli, weights_without_the_transformer_prefix_load) {
-  ASSERT_EQ(test::run_command(train_cmd(dir.str("config.json"), dir.str("run"), "--steps 2"))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      test::run_command(train_cmd(dir.str("config.json"), dir.str("run"), "--steps 2")).exit_code,
+      0);
   const std::filesystem::path ckpt = dir.path() / "run" / "step-00000002";
   SafetensorsFile model(ckpt / "model.safetensors");
   std::vector<std::vector<float>> data;

@@ -14,8 +14,8 @@ using test::error_message;
 using test::TempDir;
 
 json tiny_gpt2() {
-  return json{{"model_type", "gpt2"}, {"n_embd", 64}, {"n_layer", 2},
-              {"n_head", 4},          {"vocab_size", 300}};
+  return json{
+      {"model_type", "gpt2"}, {"n_embd", 64}, {"n_layer", 2}, {"n_head", 4}, {"vocab_size", 300}};
 }
 
 TEST(Gpt2ConfigJson, defaults_follow_gpt2config) {

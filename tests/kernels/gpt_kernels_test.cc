@@ -33,8 +33,10 @@ TEST(BiasAdd, rejects_a_bias_of_the_wrong_width) {
 }
 
 TEST(MatmulTokenPanelsKn, matches_float64_and_rebuilds_rows_bitwise) {
-  const int64_t T = 300, K = 48, wide = 3 * 40, N = 40;  // b: columns [40, 80) of a [48, 120] weight
-  const std::vector<float> a = test::random_floats(T * K, 82), w = test::random_floats(K * wide, 83);
+  const int64_t T = 300, K = 48, wide = 3 * 40,
+                N = 40;  // b: columns [40, 80) of a [48, 120] weight
+  const std::vector<float> a = test::random_floats(T * K, 82),
+                           w = test::random_floats(K * wide, 83);
   const ConstTensor b = ConstTensor(w.data(), {K, wide}).slice_cols(N, 2 * N);
   std::vector<float> c(size_t(T * N));
   matmul_token_panels_kn(Tensor(c.data(), {T, N}), ConstTensor(a.data(), {T, K}), b);

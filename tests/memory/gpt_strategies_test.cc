@@ -16,9 +16,7 @@
 #include "memo/model/model.h"
 
 namespace memo {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 // Names the parameter in test output ("learned", "rope") instead of its bytes.
 void PrintTo(PositionEmbedding pos, std::ostream* os) {

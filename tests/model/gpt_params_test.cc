@@ -78,8 +78,8 @@ TEST(GptParams, init_follows_gpt2_and_is_deterministic) {
   const double proj = 0.02 / std::sqrt(2.0 * 8);
   EXPECT_NEAR(stats("transformer.h.3.attn.c_proj.weight").second, proj, 0.05 * proj);
   EXPECT_NEAR(stats("transformer.h.3.mlp.c_proj.weight").second, proj, 0.05 * proj);
-  for (const char* n : {"transformer.h.3.ln_1.weight", "transformer.h.3.ln_2.weight",
-                        "transformer.ln_f.weight"})
+  for (const char* n :
+       {"transformer.h.3.ln_1.weight", "transformer.h.3.ln_2.weight", "transformer.ln_f.weight"})
     EXPECT_EQ(stats(n), (std::pair<double, double>{1.0, 1.0})) << n;
   for (const char* n : {"transformer.h.3.ln_1.bias", "transformer.h.3.attn.c_attn.bias",
                         "transformer.h.3.attn.c_proj.bias", "transformer.h.3.mlp.c_fc.bias",
@@ -135,9 +135,8 @@ TEST(GptConfig, model_refuses_a_sequence_longer_than_the_learned_table) {
   CachingAllocator alloc;
   KeepStrategy keep(c, alloc);
   const std::vector<int32_t> tokens(2 * 97 + 1, 3);
-  const std::string msg = test::error_message<ConfigError>([&] {
-    model.forward_loss(tokens.data(), tokens.data() + 1, 2, 97, keep, alloc);
-  });
+  const std::string msg = test::error_message<ConfigError>(
+      [&] { model.forward_loss(tokens.data(), tokens.data() + 1, 2, 97, keep, alloc); });
   EXPECT_NE(msg.find("sequence of 97 tokens is longer than n_positions = 96"), std::string::npos)
       << msg;
   EXPECT_EQ(alloc.live_bytes(), 0);  // refused before anything was allocated

@@ -3,11 +3,11 @@
 // tokens, for tiny configs with learned and with rotary positions. Checks the loss, every
 // parameter gradient and the weights after three AdamW steps; and that a model.safetensors which
 // PyTorch wrote under the Hugging Face GPT-2 names (with a tied lm_head.weight) loads into memo.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/random.h"
@@ -134,8 +134,7 @@ void check_against_torch(const ModelConfig& config, int64_t seq, int64_t batch,
     if (step == 0) {
       for (const ParamInfo& p : model.layout().params()) {
         // 1e-4 relative to the tensor's largest entry: fp32 accumulation through two layers
-        EXPECT_LT(rel_error(model.grads() + p.offset, read(ref, "grad." + p.name)), 1e-4)
-            << p.name;
+        EXPECT_LT(rel_error(model.grads() + p.offset, read(ref, "grad." + p.name)), 1e-4) << p.name;
       }
     }
     opt.step(model.params(), model.grads(), lr);

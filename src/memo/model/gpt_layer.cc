@@ -73,8 +73,8 @@ void gpt_layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w,
   cpu::bias_add(y, w.b_mlp_o);
 }
 
-void gpt_layer_recompute_tokens(const SavedActs& s, int64_t r0, int64_t r1,
-                                const LayerWeights& w, const LayerContext& ctx) {
+void gpt_layer_recompute_tokens(const SavedActs& s, int64_t r0, int64_t r1, const LayerWeights& w,
+                                const LayerContext& ctx) {
   const int64_t T = ctx.batch * ctx.seq;
   MEMO_CHECK(0 <= r0 && r0 <= r1 && r1 <= T && (r0 % cpu::kTokenPanelRows == 0 || r0 == r1),
              "gpt_layer_recompute_tokens: rows [", r0, ", ", r1, ") of ", T, " tokens (need a ",
@@ -128,7 +128,8 @@ void gpt_layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s,
     cpu::rope_backward(dq, ctx.rope_cos, ctx.rope_sin, D);
     cpu::rope_backward(dk, ctx.rope_cos, ctx.rope_sin, D);
   }
-  // q | k | v = xn1 W_attn + b_attn, block i:  d xn1 += d_i W_i^T;  dW_i += xn1^T d_i;  db_i += sum d_i
+  // q | k | v = xn1 W_attn + b_attn; per block i: d xn1 += d_i W_i^T, dW_i += xn1^T d_i,
+  // db_i += sum_t d_i
   Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient);
   const Tensor* grads[3] = {&dq, &dk, &dv};
   for (int i = 0; i < 3; ++i) {
