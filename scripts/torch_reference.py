@@ -1,13 +1,17 @@
 #!/usr/bin/python3
-"""Independent float64 PyTorch oracle for memo's LLaMA model: loss, gradients and AdamW steps.
+"""Independent float64 PyTorch oracle for memo's LLaMA and GPT-2 models: loss, gradients, AdamW.
 
-Written from the Hugging Face Llama semantics (not from memo's code, not with transformers):
+Written from the Hugging Face Llama and GPT-2 semantics (not from memo's code, not with
+transformers); the config's model_type ("llama" or absent, "gpt2") picks the model:
 plain full-matrix causal attention, autograd gradients, torch.optim.AdamW. Reads a Hugging Face
 checkpoint directory and an llm.c token file; writes one safetensors file of F64 tensors.
 Contract (memo's tests call it; the argparse options below): B windows of S+1 tokens from the
 file start, the same batch every step; per step loss, grad norm, optional clip_grad_norm_, AdamW.
 Output: loss [max(N,1)], grad_norm [max(N,1)], grad.<hf name> (step 0, before clipping) and
 final.<hf name> (after N steps), all F64. Checked by scripts/torch_reference_selftest.py.
+With --write-gpt2-init SEED (GPT-2 only) the script first writes the checkpoint's
+model.safetensors itself, as PyTorch would save a GPT2LMHeadModel: F32 tensors under the Hugging
+Face names, Conv1D weights [in, out], plus an lm_head.weight equal to wte (tied).
 """
 
 import argparse
@@ -54,17 +58,57 @@ class ReferenceError(Exception):
 # Inputs
 
 
+def load_gpt2_config(raw, path):
+    """Returns the GPT2Config fields memo uses, checked; D = C / H, F = n_inner or 4C."""
+    missing = [k for k in ("n_embd", "n_layer", "n_head", "vocab_size") if k not in raw]
+    if missing:
+        raise ReferenceError(f"{path}: missing fields {missing}")
+    C = int(raw["n_embd"])
+    cfg = {
+        "arch": "gpt2",
+        "C": C,
+        "F": int(raw.get("n_inner") or 4 * C),
+        "L": int(raw["n_layer"]),
+        "H": int(raw["n_head"]),
+        "V": int(raw["vocab_size"]),
+        "eps": float(raw.get("layer_norm_epsilon", 1e-5)),
+        "max_pos": int(raw.get("n_positions", 1024)),
+        "pos": raw.get("memo_position_embedding_type") or "learned",
+        "theta": float(raw.get("rope_theta", 10000.0)),
+        "tied": True,
+    }
+    cfg["Hkv"] = cfg["H"]
+    if C % cfg["H"] != 0:
+        raise ReferenceError(f"{path}: n_embd {C} is not a multiple of n_head {cfg['H']}")
+    cfg["D"] = C // cfg["H"]
+    if raw.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise ReferenceError(f"{path}: activation_function {raw['activation_function']} is not "
+                             f"the tanh GELU")
+    for key in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+        if raw.get(key):
+            raise ReferenceError(f"{path}: {key} is true; not supported")
+    if cfg["pos"] not in ("learned", "rope"):
+        raise ReferenceError(f"{path}: memo_position_embedding_type {cfg['pos']} is not "
+                             f"learned or rope")
+    if cfg["pos"] == "rope" and cfg["D"] % 2 != 0:
+        raise ReferenceError(f"{path}: head_dim {cfg['D']} is odd; rotary needs it even")
+    return cfg
+
+
 def load_config(checkpoint_dir):
-    """Returns the LlamaConfig fields memo uses, checked; D = C / H."""
+    """Returns the LlamaConfig (or GPT2Config) fields memo uses, checked; D = C / H."""
     path = os.path.join(checkpoint_dir, "config.json")
     with open(path) as f:
         raw = json.load(f)
+    if raw.get("model_type") == "gpt2":
+        return load_gpt2_config(raw, path)
     required = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "vocab_size", "rms_norm_eps"]
     missing = [k for k in required if k not in raw]
     if missing:
         raise ReferenceError(f"{path}: missing fields {missing}")
     cfg = {
+        "arch": "llama",
         "C": int(raw["hidden_size"]),
         "F": int(raw["intermediate_size"]),
         "L": int(raw["num_hidden_layers"]),
@@ -96,8 +140,58 @@ def load_config(checkpoint_dir):
     return cfg
 
 
+def gpt2_param_shapes(cfg):
+    """Hugging Face GPT-2 names -> shapes, in a fixed order. Conv1D: y = x W + b, W: [in, out]."""
+    C, F_, V = cfg["C"], cfg["F"], cfg["V"]
+    shapes = {"transformer.wte.weight": [V, C]}
+    if cfg["pos"] == "learned":
+        shapes["transformer.wpe.weight"] = [cfg["max_pos"], C]
+    for i in range(cfg["L"]):
+        p = f"transformer.h.{i}."
+        shapes[p + "ln_1.weight"] = [C]
+        shapes[p + "ln_1.bias"] = [C]
+        shapes[p + "attn.c_attn.weight"] = [C, 3 * C]
+        shapes[p + "attn.c_attn.bias"] = [3 * C]
+        shapes[p + "attn.c_proj.weight"] = [C, C]
+        shapes[p + "attn.c_proj.bias"] = [C]
+        shapes[p + "ln_2.weight"] = [C]
+        shapes[p + "ln_2.bias"] = [C]
+        shapes[p + "mlp.c_fc.weight"] = [C, F_]
+        shapes[p + "mlp.c_fc.bias"] = [F_]
+        shapes[p + "mlp.c_proj.weight"] = [F_, C]
+        shapes[p + "mlp.c_proj.bias"] = [C]
+    shapes["transformer.ln_f.weight"] = [C]
+    shapes["transformer.ln_f.bias"] = [C]
+    return shapes
+
+
+def embedding_name(cfg):
+    return "transformer.wte.weight" if cfg["arch"] == "gpt2" else "model.embed_tokens.weight"
+
+
+def write_gpt2_init(checkpoint_dir, cfg, seed):
+    """Random float32 weights from a torch generator (std 0.2 matrices, norm weights near 1,
+    nonzero biases, so that every path carries signal), written as PyTorch saves a tied
+    GPT2LMHeadModel: F32 tensors, Hugging Face names, lm_head.weight a copy of wte."""
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for name, shape in gpt2_param_shapes(cfg).items():
+        if name.endswith(".bias"):
+            t = 0.1 * torch.randn(shape, generator=gen, dtype=torch.float32)  # nonzero: tested
+        elif len(shape) == 1:
+            t = 1.0 + 0.1 * torch.randn(shape, generator=gen, dtype=torch.float32)
+        else:
+            t = 0.2 * torch.randn(shape, generator=gen, dtype=torch.float32)
+        tensors[name] = t.numpy()
+    tensors["lm_head.weight"] = tensors["transformer.wte.weight"].copy()
+    safetensors_io.write(os.path.join(checkpoint_dir, "model.safetensors"), tensors,
+                         {"format": "pt"})
+
+
 def param_shapes(cfg):
     """Hugging Face Llama parameter names -> shapes, in a fixed order. y = x W^T, W: [out, in]."""
+    if cfg["arch"] == "gpt2":
+        return gpt2_param_shapes(cfg)
     C, F_, H, Hkv, D, V = cfg["C"], cfg["F"], cfg["H"], cfg["Hkv"], cfg["D"], cfg["V"]
     shapes = {"model.embed_tokens.weight": [V, C]}
     for i in range(cfg["L"]):
@@ -127,9 +221,9 @@ def load_params(checkpoint_dir, cfg):
     tensors, _ = safetensors_io.read(path)
     shapes = param_shapes(cfg)
     if cfg["tied"] and "lm_head.weight" in tensors:
-        if not np.array_equal(tensors["lm_head.weight"], tensors.get("model.embed_tokens.weight")):
+        if not np.array_equal(tensors["lm_head.weight"], tensors.get(embedding_name(cfg))):
             raise ReferenceError(f"{path}: tie_word_embeddings is true but lm_head.weight differs "
-                                 f"from model.embed_tokens.weight")
+                                 f"from {embedding_name(cfg)}")
         del tensors["lm_head.weight"]
     missing = [n for n in shapes if n not in tensors]
     unexpected = [n for n in tensors if n not in shapes]
@@ -224,8 +318,54 @@ def attention(x, wq, wk, wv, wo, cfg, cos, sin):
     return out.transpose(1, 2).reshape(B, S, H * D) @ wo.T
 
 
+def gelu_tanh(x):
+    """GPT-2's GELU ("gelu_new"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+
+def gpt2_attention(x, w_attn, b_attn, w_proj, b_proj, cfg, cos, sin):
+    """Causal multi-head attention with GPT-2's fused c_attn (Conv1D). x: [B, S, C] -> [B, S, C]."""
+    B, S, C = x.shape
+    H, D = cfg["H"], cfg["D"]
+    q, k, v = (x @ w_attn + b_attn).split(C, dim=-1)
+    q, k, v = (t.view(B, S, H, D).transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
+    if cos is not None:
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)  # [B, H, S, S]
+    future = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
+    scores = scores.masked_fill(future, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v
+    return out.transpose(1, 2).reshape(B, S, C) @ w_proj + b_proj
+
+
+def gpt2_forward_loss(params, cfg, inputs, targets):
+    """GPT-2 (pre-LayerNorm blocks, tied head): mean cross-entropy over all B*S tokens."""
+    S, C, eps = inputs.shape[1], cfg["C"], cfg["eps"]
+    cos = sin = None
+    x = params["transformer.wte.weight"][inputs]  # [B, S, C]
+    if cfg["pos"] == "learned":
+        x = x + params["transformer.wpe.weight"][:S]
+    else:
+        cos, sin = rope_cos_sin(S, cfg["D"], cfg["theta"])
+    for i in range(cfg["L"]):
+        p = f"transformer.h.{i}."
+        a = F.layer_norm(x, (C,), params[p + "ln_1.weight"], params[p + "ln_1.bias"], eps)
+        x = x + gpt2_attention(a, params[p + "attn.c_attn.weight"], params[p + "attn.c_attn.bias"],
+                               params[p + "attn.c_proj.weight"], params[p + "attn.c_proj.bias"],
+                               cfg, cos, sin)
+        m = F.layer_norm(x, (C,), params[p + "ln_2.weight"], params[p + "ln_2.bias"], eps)
+        fc = gelu_tanh(m @ params[p + "mlp.c_fc.weight"] + params[p + "mlp.c_fc.bias"])
+        x = x + fc @ params[p + "mlp.c_proj.weight"] + params[p + "mlp.c_proj.bias"]
+    xf = F.layer_norm(x, (C,), params["transformer.ln_f.weight"],
+                      params["transformer.ln_f.bias"], eps)
+    logits = xf @ params["transformer.wte.weight"].T  # [B, S, V]
+    return F.cross_entropy(logits.reshape(-1, cfg["V"]), targets.reshape(-1))
+
+
 def forward_loss(params, cfg, inputs, targets):
     """Mean cross-entropy over all B*S tokens (a float64 scalar)."""
+    if cfg["arch"] == "gpt2":
+        return gpt2_forward_loss(params, cfg, inputs, targets)
     S = inputs.shape[1]
     cos, sin = rope_cos_sin(S, cfg["D"], cfg["theta"])
     eps = cfg["eps"]
@@ -293,6 +433,8 @@ def parse_args(argv):
     ap.add_argument("--clip", type=float, default=None, help="global grad-norm clip (optional)")
     ap.add_argument("--out", required=True, help="output .safetensors (all tensors F64)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    ap.add_argument("--write-gpt2-init", type=int, default=None, metavar="SEED",
+                    help="GPT-2 only: first write the checkpoint's model.safetensors from torch")
     args = ap.parse_args(argv)
     for key in ("seq", "batch"):
         if getattr(args, key) < 1:
@@ -309,6 +451,10 @@ def run(args):
     cfg = load_config(args.checkpoint)
     if args.seq > cfg["max_pos"]:
         raise ReferenceError(f"--seq {args.seq} exceeds max_position_embeddings {cfg['max_pos']}")
+    if args.write_gpt2_init is not None:
+        if cfg["arch"] != "gpt2":
+            raise ReferenceError("--write-gpt2-init needs a config with model_type gpt2")
+        write_gpt2_init(args.checkpoint, cfg, args.write_gpt2_init)
     params = load_params(args.checkpoint, cfg)
     inputs, targets = make_batch(read_tokens(args.tokens), args.seq, args.batch, cfg["V"],
                                  args.tokens)

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Self-test of scripts/torch_reference.py: is the oracle itself right?
 
-Builds random tiny checkpoints and token files in a temp dir, runs the reference through its CLI,
-and checks gradients by finite differences, the rotary layout by a hand-computed case, the loss at
+Builds random tiny checkpoints (LLaMA and GPT-2) and token files in a temp dir, runs the reference
+through its CLI, and checks gradients by finite differences, the rotary layout by a hand-computed case, the loss at
 a small-weight init against ln(V), AdamW against a hand-written update, and error paths.
 Exits non-zero on any failure; the last line is "N passed, M failed".
 """
@@ -16,6 +16,7 @@ import tempfile
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -246,6 +247,28 @@ def main():
              "model.layers.0.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"], "untied")
 
         check_bench_model_matches(t, cfg, weights, inputs, targets, "untied")
+
+        print("GPT-2 checkpoints (learned and rotary positions), N=0")
+        x = torch.linspace(-6.0, 6.0, 101, dtype=torch.float64)
+        t.check(torch.allclose(ref.gelu_tanh(x), F.gelu(x, approximate="tanh"), atol=1e-15),
+                "gelu_tanh equals torch's tanh-approximate GELU")
+        for pos, seed in (("learned", 21), ("rope", 22)):
+            gpt_cfg = {"model_type": "gpt2", "n_embd": 16, "n_layer": 2, "n_head": 4,
+                       "n_inner": 24, "vocab_size": 37, "n_positions": 64,
+                       "memo_position_embedding_type": pos}
+            g_ckpt, g_cfg, g_weights = make_checkpoint(tmp, "gpt2-" + pos, gpt_cfg, 0.3, seed=seed)
+            out = os.path.join(tmp, f"gpt2-{pos}.safetensors")
+            proc = run_cli(g_ckpt, tokens_path, out, S, B, 0)
+            t.check(proc.returncode == 0, f"gpt2 {pos}: CLI with --steps 0 exits 0", proc.stderr)
+            r = check_outputs(t, out, g_cfg, g_weights, 0, f"gpt2 {pos}")
+            picks = ["transformer.wte.weight", "transformer.h.0.ln_1.weight",
+                     "transformer.h.0.ln_1.bias", "transformer.h.0.attn.c_attn.weight",
+                     "transformer.h.1.attn.c_attn.bias", "transformer.h.0.attn.c_proj.bias",
+                     "transformer.h.1.mlp.c_fc.weight", "transformer.h.0.mlp.c_proj.weight",
+                     "transformer.ln_f.bias"]
+            if pos == "learned":
+                picks.append("transformer.wpe.weight")
+            check_finite_differences(t, g_cfg, g_weights, r, inputs, targets, picks, "gpt2 " + pos)
 
         print("AdamW steps (untied)")
         clip = 0.5 * r0["grad_norm"][0]  # below the norm, so clipping is active

@@ -24,7 +24,7 @@ TEST(Trace, step_has_one_forward_and_one_backward_pass_per_layer) {
       EXPECT_EQ(r.phase, -1) << r.name;  // skeletal: level 2
     }
   }
-  EXPECT_EQ(saved, kNumSavedFields * c.num_hidden_layers);  // keep holds every layer's set
+  EXPECT_EQ(saved, int(saved_fields(c).size()) * c.num_hidden_layers);  // keep holds every layer's set
   for (size_t p = 0; p < t.phases.size(); ++p) {
     int transients = 0;
     for (const TracedRequest& r : t.requests) transients += r.phase == int(p);

@@ -1,6 +1,7 @@
 // layer_recompute_tokens rebuilds every per-token field of a panel-aligned token range bit for bit
 // as layer_forward wrote it (across sequence boundaries, with a partial last panel), writes nothing
-// outside the range, and refuses a range that does not start on a panel boundary.
+// outside the range, and refuses a range that does not start on a panel boundary. For LLaMA and
+// for GPT-2 layers (learned and rotary positions).
 #include "memo/model/layer.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "kernels/kernel_test_util.h"
@@ -19,15 +21,7 @@
 namespace memo {
 namespace {
 
-TEST(LayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise) {
-  ModelConfig cfg;
-  cfg.hidden_size = 48;
-  cfg.intermediate_size = 80;
-  cfg.num_hidden_layers = 1;
-  cfg.num_attention_heads = 6;
-  cfg.num_key_value_heads = 2;
-  cfg.vocab_size = 31;
-  cfg.initializer_range = 0.2;
+void check_rebuild(const ModelConfig& cfg) {
   Model model(cfg);
   model.init(3);
   const int64_t B = 3, S = 111, T = B * S, C = cfg.hidden_size, half = cfg.head_dim() / 2;
@@ -35,10 +29,12 @@ TEST(LayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise) {
   cpu::rope_table(Tensor(cos.data(), {S, half}), Tensor(sin.data(), {S, half}), cfg.head_dim(),
                   float(cfg.rope_theta));
   CachingAllocator alloc;
-  const LayerContext ctx{
+  LayerContext ctx{
       &cfg, B, S, ConstTensor(cos.data(), {S, half}), ConstTensor(sin.data(), {S, half}), &alloc};
+  if (!cfg.uses_rope()) ctx.rope_cos = ctx.rope_sin = ConstTensor();
+  const std::span<const SavedField> fields = saved_fields(cfg);
   SavedActs fwd, re;
-  for (const SavedField& f : kSavedFields) {
+  for (const SavedField& f : fields) {
     fwd.*f.member = alloc.acquire(f.name, saved_shape(f, cfg, B, S), ActKind::kSaved);
     re.*f.member = alloc.acquire(f.name, saved_shape(f, cfg, B, S), ActKind::kSaved);
   }
@@ -49,7 +45,7 @@ TEST(LayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise) {
 
   for (int64_t r0 : {int64_t(0), cpu::kTokenPanelRows, 2 * cpu::kTokenPanelRows}) {
     // re starts as NaN except what memo moves whole (x, attn, lse) and the offloaded rows [0, r0)
-    for (const SavedField& f : kSavedFields) {
+    for (const SavedField& f : fields) {
       const Tensor& dst = re.*f.member;
       const Tensor& src = fwd.*f.member;
       if (f.per_token) {
@@ -60,7 +56,7 @@ TEST(LayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise) {
       }
     }
     layer_recompute_tokens(re, r0, T, model.weights().layers[0], ctx);
-    for (const SavedField& f : kSavedFields) {
+    for (const SavedField& f : fields) {
       const Tensor& a = fwd.*f.member;
       const Tensor& b = re.*f.member;
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.bytes())))
@@ -68,10 +64,46 @@ TEST(LayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise) {
     }
   }
   EXPECT_THROW(layer_recompute_tokens(re, 5, T, model.weights().layers[0], ctx), Error);
-  for (int i = kNumSavedFields - 1; i >= 0; --i) {
-    alloc.release(re.*kSavedFields[i].member);
-    alloc.release(fwd.*kSavedFields[i].member);
+  for (int i = int(fields.size()) - 1; i >= 0; --i) {
+    alloc.release(re.*fields[i].member);
+    alloc.release(fwd.*fields[i].member);
   }
+}
+
+TEST(LayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise) {
+  ModelConfig cfg;
+  cfg.hidden_size = 48;
+  cfg.intermediate_size = 80;
+  cfg.num_hidden_layers = 1;
+  cfg.num_attention_heads = 6;
+  cfg.num_key_value_heads = 2;
+  cfg.vocab_size = 31;
+  cfg.initializer_range = 0.2;
+  check_rebuild(cfg);
+}
+
+ModelConfig gpt_layer_config(PositionEmbedding pos) {
+  ModelConfig cfg;
+  cfg.arch = Arch::kGpt2;
+  cfg.position_embedding = pos;
+  cfg.hidden_size = 48;
+  cfg.intermediate_size = 4 * 48;
+  cfg.num_hidden_layers = 1;
+  cfg.num_attention_heads = 6;
+  cfg.num_key_value_heads = 6;
+  cfg.vocab_size = 31;
+  cfg.max_position_embeddings = 128;
+  cfg.tie_word_embeddings = true;
+  cfg.initializer_range = 0.2;
+  return cfg;
+}
+
+TEST(GptLayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise_learned_positions) {
+  check_rebuild(gpt_layer_config(PositionEmbedding::kLearned));
+}
+
+TEST(GptLayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise_rotary_positions) {
+  check_rebuild(gpt_layer_config(PositionEmbedding::kRope));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "memo/core/error.h"
+#include "memo/model/model.h"
 #include "memo/model/params.h"
 #include "test_util.h"
 
@@ -31,6 +32,26 @@ TEST(Presets, gpt_parameter_counts) {
   EXPECT_EQ(gpt_preset("gpt-13b").param_count(), 12'842'900'480);
   EXPECT_EQ(gpt_preset("gpt-30b").param_count(), 29'959'738'368);
   EXPECT_EQ(gpt_preset("gpt-65b").param_count(), 64'844'750'848);
+}
+
+// The engine's GPT-2 layout with rotary positions has exactly the paper model's parameters, at
+// the 1M-token length the paper plans for (a learned table would add 1M x C).
+TEST(Presets, gpt_preset_configs_have_the_preset_parameter_counts) {
+  for (const GptPreset& p : gpt_presets()) {
+    const ModelConfig c = gpt_preset_config(p, int64_t(1) << 20);
+    EXPECT_TRUE(c.is_gpt2() && c.uses_rope()) << p.name;
+    EXPECT_EQ(ParamLayout(c).count(), p.param_count()) << p.name;
+  }
+}
+
+// Per token, forward: L (2 (3C^2 + C^2 + 2 C F) + causal attention 2 C (S + 1)) + 2 C V; x3 to train.
+TEST(Presets, gpt_train_flops_count_fused_qkv_and_a_two_matrix_mlp) {
+  const GptPreset p = gpt_preset("gpt-7b");
+  const int64_t seq = 4096;
+  const double C = double(p.hidden), F = double(p.ffn), L = double(p.layers), V = double(p.vocab);
+  const double forward =
+      L * (2.0 * (4.0 * C * C + 2.0 * C * F) + 2.0 * C * double(seq + 1)) + 2.0 * C * V;
+  EXPECT_DOUBLE_EQ(train_flops_per_token(gpt_preset_config(p, seq), seq), 3.0 * forward);
 }
 
 // The published totals of the Hugging Face LLaMA-1 checkpoints (6.7B, 13.0B, 32.5B, 65.2B).

@@ -49,16 +49,30 @@ void expect_same_trace(const Trace& got, const Trace& want) {
 
 class ShapeOnlyTrace : public ::testing::TestWithParam<std::string> {};
 
+// GPT-2 layers with learned positions (LayerNorm statistics, biases, a position table).
+ModelConfig tiny_gpt_config() {
+  ModelConfig c = testing::tiny_config();
+  c.arch = Arch::kGpt2;
+  c.num_key_value_heads = c.num_attention_heads;
+  c.intermediate_size = 4 * c.hidden_size;
+  c.tie_word_embeddings = true;
+  c.position_embedding = PositionEmbedding::kLearned;
+  c.max_position_embeddings = 320;
+  return c;
+}
+
 TEST_P(ShapeOnlyTrace, equals_the_real_trace) {
-  ModelConfig config = testing::tiny_config();
-  config.num_hidden_layers = 5;  // memo and offload move layers 0..2
-  for (const auto& [batch, seq] : {std::pair<int64_t, int64_t>{2, 150}, {1, 300}}) {
-    Model model(config);
-    model.init(5);
-    const Trace real = trace_model_step(model, batch, seq, factory(GetParam()));
-    const Trace shapes = trace_shapes_only(config, Parallel{}, batch, seq, factory(GetParam()));
-    SCOPED_TRACE(GetParam() + " batch " + std::to_string(batch) + " seq " + std::to_string(seq));
-    expect_same_trace(shapes, real);
+  for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()}) {
+    config.num_hidden_layers = 5;  // memo and offload move layers 0..2
+    for (const auto& [batch, seq] : {std::pair<int64_t, int64_t>{2, 150}, {1, 300}}) {
+      Model model(config);
+      model.init(5);
+      const Trace real = trace_model_step(model, batch, seq, factory(GetParam()));
+      const Trace shapes = trace_shapes_only(config, Parallel{}, batch, seq, factory(GetParam()));
+      SCOPED_TRACE(GetParam() + (config.is_gpt2() ? " gpt2" : " llama") + " batch " +
+                   std::to_string(batch) + " seq " + std::to_string(seq));
+      expect_same_trace(shapes, real);
+    }
   }
 }
 
@@ -80,10 +94,10 @@ void train_steps(Model& model, ActivationAllocator& alloc, const std::string& ki
 }
 
 TEST(ShapeOnlyPlan, planned_activation_bytes_equal_the_peak_measured_in_training) {
-  ModelConfig config = testing::tiny_config();
-  config.num_hidden_layers = 4;
+  for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()})
   for (const std::string kind : {"keep", "memo"}) {
-    SCOPED_TRACE(kind);
+    config.num_hidden_layers = 4;
+    SCOPED_TRACE(kind + (config.is_gpt2() ? " gpt2" : " llama"));
     const ActivationPlan plan =
         plan_activations(trace_shapes_only(config, Parallel{}, 2, 200, factory(kind)));
     Model model(config);

@@ -173,8 +173,14 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
 ModelConfig resolve_model(const std::string& name) {
   for (const std::string& n : llama_preset_names())
     if (lower(name) == n) return llama_preset(name);
+  // The paper's GPT sizes, with rotary positions: a learned table for a million positions would
+  // be a million x C parameters (model/presets.h).
+  constexpr int64_t kPositions = int64_t(1) << 30;
+  for (const GptPreset& g : gpt_presets())
+    if (lower(name) == g.name || "gpt-" + lower(name) == g.name) return gpt_preset_config(g, kPositions);
   if (name.find('/') != std::string::npos || name.ends_with(".json")) return load_model_config(name);
   std::string known;
+  for (const GptPreset& g : gpt_presets()) known += g.name.substr(4) + ", ";
   for (const std::string& n : llama_preset_names()) known += n + ", ";
   throw ConfigError(str("--model '", name, "' is neither a preset (", known,
                         "or gpt-7b style) nor a config.json path"));

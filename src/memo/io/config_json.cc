@@ -13,6 +13,10 @@ namespace {
 
 using nlohmann::json;
 
+// memo's own GPT-2 field (transformers keeps unknown fields as attributes and ignores them here):
+// "learned" (default, GPT-2's wpe) or "rope" (rotary q and k, with rope_theta).
+constexpr const char* kMemoPositionField = "memo_position_embedding_type";
+
 const json* field(const json& j, const char* name) {
   auto it = j.find(name);
   if (it == j.end() || it->is_null()) return nullptr;
@@ -74,11 +78,70 @@ void reject_unsupported(const json& j, std::string_view where, const ModelConfig
                           c.head_dim(), "; memo needs them equal"));
 }
 
-}  // namespace
+// GPT2Config fields that would change the math memo implements.
+void reject_unsupported_gpt2(const json& j, std::string_view where) {
+  if (const json* v = field(j, "activation_function");
+      v && *v != "gelu_new" && *v != "gelu_pytorch_tanh")
+    throw ConfigError(str(where, ": activation_function = ", v->dump(),
+                          " is not supported; memo's GPT-2 uses the tanh GELU (\"gelu_new\" or "
+                          "\"gelu_pytorch_tanh\")"));
+  for (const char* name : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+                           "add_cross_attention"}) {
+    bool on = false;
+    read_bool(j, where, name, on);
+    if (on) throw ConfigError(str(where, ": ", name, " = true is not supported; set it to false"));
+  }
+  bool scale = true;
+  read_bool(j, where, "scale_attn_weights", scale);
+  if (!scale)
+    throw ConfigError(str(where, ": scale_attn_weights = false is not supported; memo scales "
+                          "attention scores by 1/sqrt(head_dim)"));
+  bool tied = true;
+  read_bool(j, where, "tie_word_embeddings", tied);
+  if (!tied)
+    throw ConfigError(str(where, ": tie_word_embeddings = false is not supported; GPT-2's head "
+                          "is wte"));
+}
 
-ModelConfig model_config_from_json(const json& j, std::string_view where) {
-  if (!j.is_object())
-    throw ConfigError(str(where, ": a model config must be a JSON object, got ", j.type_name()));
+ModelConfig gpt2_config_from_json(const json& j, std::string_view where) {
+  for (const char* name : {"n_embd", "n_layer", "n_head", "vocab_size"}) require(j, where, name);
+  ModelConfig c;
+  c.arch = Arch::kGpt2;
+  c.position_embedding = PositionEmbedding::kLearned;
+  c.rms_norm_eps = 1e-5;  // Hugging Face GPT2Config defaults for the optional fields
+  c.rope_theta = 10000.0;
+  c.max_position_embeddings = 1024;
+  c.tie_word_embeddings = true;
+  c.initializer_range = 0.02;
+  read_int(j, where, "n_embd", c.hidden_size);
+  read_int(j, where, "n_layer", c.num_hidden_layers);
+  read_int(j, where, "n_head", c.num_attention_heads);
+  c.num_key_value_heads = c.num_attention_heads;
+  read_int(j, where, "vocab_size", c.vocab_size);
+  c.intermediate_size = 4 * c.hidden_size;  // n_inner null
+  read_int(j, where, "n_inner", c.intermediate_size);
+  read_int(j, where, "n_positions", c.max_position_embeddings);
+  int64_t n_ctx = c.max_position_embeddings;
+  read_int(j, where, "n_ctx", n_ctx);
+  if (n_ctx != c.max_position_embeddings)
+    throw ConfigError(str(where, ": n_ctx = ", n_ctx, " differs from n_positions = ",
+                          c.max_position_embeddings, "; memo needs them equal (or n_ctx absent)"));
+  read_double(j, where, "layer_norm_epsilon", c.rms_norm_eps);
+  read_double(j, where, "initializer_range", c.initializer_range);
+  if (const json* v = field(j, kMemoPositionField)) {
+    if (*v == "rope") {
+      c.position_embedding = PositionEmbedding::kRope;
+      read_double(j, where, "rope_theta", c.rope_theta);
+    } else if (*v != "learned") {
+      throw ConfigError(str(where, ": ", kMemoPositionField, " = ", v->dump(),
+                            " is not supported; use \"learned\" (GPT-2's wpe) or \"rope\""));
+    }
+  }
+  reject_unsupported_gpt2(j, where);
+  return c;
+}
+
+ModelConfig llama_config_from_json(const json& j, std::string_view where) {
   for (const char* name : {"hidden_size", "intermediate_size", "num_hidden_layers",
                            "num_attention_heads", "vocab_size"})
     require(j, where, name);
@@ -101,6 +164,20 @@ ModelConfig model_config_from_json(const json& j, std::string_view where) {
   read_bool(j, where, "tie_word_embeddings", c.tie_word_embeddings);
   read_double(j, where, "initializer_range", c.initializer_range);
   reject_unsupported(j, where, c);
+  return c;
+}
+
+}  // namespace
+
+ModelConfig model_config_from_json(const json& j, std::string_view where) {
+  if (!j.is_object())
+    throw ConfigError(str(where, ": a model config must be a JSON object, got ", j.type_name()));
+  const json* type = field(j, "model_type");
+  if (type && *type != "llama" && *type != "gpt2")
+    throw ConfigError(str(where, ": model_type = ", type->dump(),
+                          " is not supported; memo reads \"llama\" and \"gpt2\" configs"));
+  ModelConfig c = type && *type == "gpt2" ? gpt2_config_from_json(j, where)
+                                          : llama_config_from_json(j, where);
   try {
     c.validate();
   } catch (const ConfigError& e) {
@@ -114,6 +191,33 @@ ModelConfig load_model_config(const std::filesystem::path& path) {
 }
 
 json model_config_to_json(const ModelConfig& c) {
+  if (c.is_gpt2()) {
+    json j{
+        {"architectures", json::array({"GPT2LMHeadModel"})},
+        {"model_type", "gpt2"},
+        {"activation_function", "gelu_new"},
+        {"torch_dtype", "float32"},
+        {"n_embd", c.hidden_size},
+        {"n_layer", c.num_hidden_layers},
+        {"n_head", c.num_attention_heads},
+        {"n_inner", c.intermediate_size},
+        {"n_positions", c.max_position_embeddings},
+        {"n_ctx", c.max_position_embeddings},
+        {"vocab_size", c.vocab_size},
+        {"layer_norm_epsilon", c.rms_norm_eps},
+        {"initializer_range", c.initializer_range},
+        {"tie_word_embeddings", true},
+        {"scale_attn_weights", true},
+        {"scale_attn_by_inverse_layer_idx", false},
+        {"reorder_and_upcast_attn", false},
+        {"embd_pdrop", 0.0},  // memo trains without dropout
+        {"attn_pdrop", 0.0},
+        {"resid_pdrop", 0.0},
+        {kMemoPositionField, c.uses_rope() ? "rope" : "learned"},
+    };
+    if (c.uses_rope()) j["rope_theta"] = c.rope_theta;
+    return j;
+  }
   return json{
       {"architectures", json::array({"LlamaForCausalLM"})},
       {"model_type", "llama"},

@@ -1,8 +1,11 @@
-// ModelConfig <-> config.json with Hugging Face LlamaConfig field names, so a memo checkpoint loads
-// in transformers and a Llama config.json from the Hub loads here. Not a general HF config reader:
-// fields that would change the math memo implements (rope_scaling, biases, another activation,
-// a head_dim other than hidden_size / num_attention_heads) are rejected, other unknown fields
-// are ignored.
+// ModelConfig <-> config.json with Hugging Face field names, so a memo checkpoint loads in
+// transformers and a config.json from the Hub loads here. model_type picks the reader: "llama"
+// (or absent) for LlamaConfig names, "gpt2" for GPT2Config names. Not a general HF config reader:
+// fields that would change the math memo implements are rejected (LLaMA: rope_scaling, biases,
+// another activation, a head_dim other than hidden_size / num_attention_heads; GPT-2: another
+// activation_function, scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn, unscaled
+// attention, an untied head); other unknown fields are ignored, GPT-2's dropout rates included
+// (memo trains without dropout).
 #pragma once
 
 #include <filesystem>
@@ -17,7 +20,11 @@ namespace memo {
 // type or an invalid value: ConfigError naming the path and the field.
 ModelConfig load_model_config(const std::filesystem::path& path);
 
-// `where` names the source in messages (a path, "--config"). Required: hidden_size,
+// `where` names the source in messages (a path, "--config"). GPT-2 (model_type "gpt2"): required
+// n_embd, n_layer, n_head, vocab_size; optional with GPT2Config defaults n_inner (null: 4 n_embd),
+// n_positions 1024 (n_ctx, if given, must equal it), layer_norm_epsilon 1e-5, initializer_range
+// 0.02, and memo's "memo_position_embedding_type": "learned" (default) or "rope" (then rope_theta,
+// default 10000). LLaMA: required hidden_size,
 // intermediate_size, num_hidden_layers, num_attention_heads, vocab_size. Absent optional fields
 // take the Hugging Face LlamaConfig defaults: num_key_value_heads = num_attention_heads,
 // rms_norm_eps 1e-6, rope_theta 10000, max_position_embeddings 2048, tie_word_embeddings false,
@@ -25,7 +32,8 @@ ModelConfig load_model_config(const std::filesystem::path& path);
 ModelConfig model_config_from_json(const nlohmann::json& json, std::string_view where);
 
 // All ModelConfig fields plus architectures, model_type, hidden_act and torch_dtype, which
-// transformers needs to build LlamaForCausalLM.
+// transformers needs to build LlamaForCausalLM; for GPT-2, the GPT2Config names (GPT2LMHeadModel,
+// dropout rates 0) and memo_position_embedding_type.
 nlohmann::json model_config_to_json(const ModelConfig& config);
 
 // model_config_to_json written atomically, indented, with a trailing newline.

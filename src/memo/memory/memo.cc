@@ -14,7 +14,7 @@ int64_t memo_offload_rows(double alpha, int64_t tokens) {
 
 AlphaInputs memo_alpha_sizes(const ModelConfig& config, int64_t batch, int64_t seq) {
   AlphaInputs in;
-  for (const SavedField& f : kSavedFields) {
+  for (const SavedField& f : saved_fields(config)) {
     const int64_t bytes = saved_shape(f, config, batch, seq).numel() * int64_t(sizeof(float));
     if (f.per_token)
       in.other_bytes += bytes;

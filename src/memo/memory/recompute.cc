@@ -26,7 +26,7 @@ void RecomputeStrategy::begin_step(int64_t batch, int64_t seq) {
   if (work_live_) release_work();
   batch_ = batch;
   seq_ = seq;
-  for (const SavedField& f : kSavedFields)
+  for (const SavedField& f : saved_fields(config_))
     if (f.member != &SavedActs::x)
       work_.*f.member =
           alloc_.acquire(f.name, saved_shape(f, config_, batch, seq), ActKind::kSaved);
@@ -43,7 +43,7 @@ const SavedActs& RecomputeStrategy::forward_slot(int layer) {
   SavedActs& s = slots_.at(size_t(layer));
   if (!x_live_[size_t(layer)]) {
     s = work_;
-    s.x = alloc_.acquire("x", saved_shape(kSavedFields[0], config_, batch_, seq_), ActKind::kSaved);
+    s.x = alloc_.acquire("x", saved_shape(saved_fields(config_)[0], config_, batch_, seq_), ActKind::kSaved);
     x_live_[size_t(layer)] = true;
   }
   return s;
@@ -78,10 +78,11 @@ void RecomputeStrategy::release_x(int layer) {
 }
 
 void RecomputeStrategy::release_work() {
-  for (int i = kNumSavedFields - 1; i >= 0; --i)
-    if (kSavedFields[i].member != &SavedActs::x) {
-      alloc_.release(work_.*kSavedFields[i].member);
-      work_.*kSavedFields[i].member = Tensor();
+  const std::span<const SavedField> fields = saved_fields(config_);
+  for (int i = int(fields.size()) - 1; i >= 0; --i)
+    if (fields[i].member != &SavedActs::x) {
+      alloc_.release(work_.*fields[i].member);
+      work_.*fields[i].member = Tensor();
     }
   work_live_ = false;
 }

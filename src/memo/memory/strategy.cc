@@ -15,7 +15,7 @@ void KeepStrategy::begin_step(int64_t batch, int64_t seq) {
 const SavedActs& KeepStrategy::forward_slot(int layer) {
   SavedActs& s = slots_.at(size_t(layer));
   if (!live_[size_t(layer)]) {
-    for (const SavedField& f : kSavedFields)
+    for (const SavedField& f : saved_fields(config_))
       s.*f.member = alloc_.acquire(f.name, saved_shape(f, config_, batch_, seq_), ActKind::kSaved);
     live_[size_t(layer)] = true;
   }
@@ -31,9 +31,10 @@ void KeepStrategy::release(int layer) {
   SavedActs& s = slots_.at(size_t(layer));
   MEMO_CHECK(live_[size_t(layer)], "keep: layer ", layer, " released twice");
   // Reverse order of acquisition, so a stack-like allocator sees LIFO releases.
-  for (int i = kNumSavedFields - 1; i >= 0; --i) {
-    alloc_.release(s.*kSavedFields[i].member);
-    s.*kSavedFields[i].member = Tensor();
+  const std::span<const SavedField> fields = saved_fields(config_);
+  for (int i = int(fields.size()) - 1; i >= 0; --i) {
+    alloc_.release(s.*fields[i].member);
+    s.*fields[i].member = Tensor();
   }
   live_[size_t(layer)] = false;
 }

@@ -71,7 +71,7 @@ SwapStrategy::~SwapStrategy() {
 
 int64_t SwapStrategy::host_layer_bytes(int64_t batch, int64_t seq, int64_t rows) const {
   int64_t floats = 0;
-  for (const SavedField& f : kSavedFields) {
+  for (const SavedField& f : saved_fields(config_)) {
     const Shape shape = saved_shape(f, config_, batch, seq);
     floats += round_up(f.per_token ? rows * row_floats(shape) : shape.numel(), kHostAlignFloats);
   }
@@ -85,7 +85,7 @@ int64_t SwapStrategy::planned_host_bytes(int64_t batch, int64_t seq, int64_t row
 
 int64_t SwapStrategy::device_skeletal_bytes(int64_t batch, int64_t seq) const {
   int64_t bytes = 0;
-  for (const SavedField& f : kSavedFields) {
+  for (const SavedField& f : saved_fields(config_)) {
     const int64_t b = round_up(saved_shape(f, config_, batch, seq).numel() * 4, kAlignBytes);
     bytes += (f.member == &SavedActs::x ? 3 : 2) * b;
   }
@@ -123,9 +123,9 @@ void SwapStrategy::set_rebuild_inputs(const ModelWeights& weights, const LayerCo
 
 void SwapStrategy::acquire_step_buffers() {
   for (Tensor& x : x_ring_)
-    x = alloc_.acquire("x", saved_shape(kSavedFields[0], config_, batch_, seq_), ActKind::kSaved);
+    x = alloc_.acquire("x", saved_shape(saved_fields(config_)[0], config_, batch_, seq_), ActKind::kSaved);
   for (SavedActs& r : rounding_)
-    for (const SavedField& f : kSavedFields)
+    for (const SavedField& f : saved_fields(config_))
       if (f.member != &SavedActs::x)
         r.*f.member =
             alloc_.acquire(f.name, saved_shape(f, config_, batch_, seq_), ActKind::kSaved);
@@ -137,11 +137,12 @@ void SwapStrategy::acquire_step_buffers() {
 }
 
 void SwapStrategy::release_step_buffers() {
+  const std::span<const SavedField> fields = saved_fields(config_);
   for (int r = 1; r >= 0; --r)
-    for (int i = kNumSavedFields - 1; i >= 0; --i)
-      if (kSavedFields[i].member != &SavedActs::x) {
-        alloc_.release(rounding_[r].*kSavedFields[i].member);
-        rounding_[r].*kSavedFields[i].member = Tensor();
+    for (int i = int(fields.size()) - 1; i >= 0; --i)
+      if (fields[i].member != &SavedActs::x) {
+        alloc_.release(rounding_[r].*fields[i].member);
+        rounding_[r].*fields[i].member = Tensor();
       }
   for (int i = 2; i >= 0; --i) {
     alloc_.release(x_ring_[i]);
@@ -153,7 +154,7 @@ void SwapStrategy::release_step_buffers() {
 
 void SwapStrategy::poison(const SavedActs& s, bool x_too) {
   if (!options_.poison_released) return;
-  for (const SavedField& f : kSavedFields)
+  for (const SavedField& f : saved_fields(config_))
     if (f.member != &SavedActs::x || x_too)
       cpu::fill(s.*f.member, std::numeric_limits<float>::quiet_NaN());
 }
@@ -195,10 +196,11 @@ void SwapStrategy::ensure_host_storage() {
   if (std::equal(shape, shape + 3, host_shape_)) return;
   host_layers_.clear();  // free before allocating, so the peak is one shape's bytes
   int64_t offset = 0;
-  for (int i = 0; i < kNumSavedFields; ++i) {
+  const std::span<const SavedField> fields = saved_fields(config_);
+  for (size_t i = 0; i < fields.size(); ++i) {
     host_offset_[i] = offset;
-    const Shape s = saved_shape(kSavedFields[i], config_, batch_, seq_);
-    offset += round_up(kSavedFields[i].per_token ? offload_rows_ * row_floats(s) : s.numel(),
+    const Shape s = saved_shape(fields[i], config_, batch_, seq_);
+    offset += round_up(fields[i].per_token ? offload_rows_ * row_floats(s) : s.numel(),
                        kHostAlignFloats);
   }
   for (int l = 0; l < L_ - 2; ++l)
@@ -210,10 +212,11 @@ void SwapStrategy::queue_offload(int layer) {
   ensure_host_storage();
   const SavedActs& s = slots_[size_t(layer)];
   float* host = host_layers_[size_t(layer)].data();
-  for (int i = 0; i < kNumSavedFields; ++i) {
-    const Tensor& t = s.*kSavedFields[i].member;
+  const std::span<const SavedField> fields = saved_fields(config_);
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const Tensor& t = s.*fields[i].member;
     const int64_t floats =
-        kSavedFields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
+        fields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
     d2h_.copy(host + host_offset_[i], t.data(), floats * 4);
   }
   offload_done_[size_t(layer)] = d2h_.record();
@@ -225,10 +228,11 @@ void SwapStrategy::queue_prefetch(int layer) {
              ": prefetch of layer ", layer, " before its offload completed");
   const SavedActs& s = slots_[size_t(layer)];
   const float* host = host_layers_[size_t(layer)].data();
-  for (int i = 0; i < kNumSavedFields; ++i) {
-    const Tensor& t = s.*kSavedFields[i].member;
+  const std::span<const SavedField> fields = saved_fields(config_);
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const Tensor& t = s.*fields[i].member;
     const int64_t floats =
-        kSavedFields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
+        fields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
     h2d_.copy(t.data(), host + host_offset_[i], floats * 4);
   }
   prefetch_done_[size_t(layer)] = h2d_.record();

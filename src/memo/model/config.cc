@@ -8,26 +8,38 @@ void ModelConfig::validate() const {
   auto positive = [](const char* field, int64_t v) {
     if (v <= 0) throw ConfigError(str(field, " = ", v, " must be positive"));
   };
-  positive("hidden_size", hidden_size);
-  positive("intermediate_size", intermediate_size);
-  positive("num_hidden_layers", num_hidden_layers);
-  positive("num_attention_heads", num_attention_heads);
+  const bool gpt = is_gpt2();  // name the fields as the config.json does (GPT2Config names)
+  positive(gpt ? "n_embd" : "hidden_size", hidden_size);
+  positive(gpt ? "n_inner" : "intermediate_size", intermediate_size);
+  positive(gpt ? "n_layer" : "num_hidden_layers", num_hidden_layers);
+  positive(gpt ? "n_head" : "num_attention_heads", num_attention_heads);
   positive("num_key_value_heads", num_key_value_heads);
   positive("vocab_size", vocab_size);
-  positive("max_position_embeddings", max_position_embeddings);
+  positive(positions_field(), max_position_embeddings);
   if (hidden_size % num_attention_heads != 0)
     throw ConfigError(str("hidden_size = ", hidden_size, " is not divisible by num_attention_heads = ",
                           num_attention_heads, "; hidden_size must be a multiple of it (e.g. ",
                           (hidden_size / num_attention_heads + 1) * num_attention_heads, ")"));
-  if (head_dim() % 2 != 0)
+  if (arch == Arch::kLlama && !uses_rope())
+    throw ConfigError("a LLaMA config has rotary position embeddings only (learned ones are GPT-2's)");
+  if (uses_rope() && head_dim() % 2 != 0)
     throw ConfigError(str("head_dim = hidden_size / num_attention_heads = ", head_dim(),
                           " must be even for rotary embeddings"));
+  if (is_gpt2()) {
+    if (num_key_value_heads != num_attention_heads)
+      throw ConfigError(str("GPT-2 has multi-head attention: num_key_value_heads = ",
+                            num_key_value_heads, " must equal n_head = ", num_attention_heads));
+    if (!tie_word_embeddings)
+      throw ConfigError("GPT-2 ties its head to wte: tie_word_embeddings must be true");
+  }
   if (num_attention_heads % num_key_value_heads != 0)
     throw ConfigError(str("num_key_value_heads = ", num_key_value_heads,
                           " must divide num_attention_heads = ", num_attention_heads));
   if (vocab_size > 65536)
     throw ConfigError(str("vocab_size = ", vocab_size, " is over 65536, the most uint16 token files hold"));
-  if (!(rms_norm_eps > 0)) throw ConfigError(str("rms_norm_eps = ", rms_norm_eps, " must be positive"));
+  if (!(rms_norm_eps > 0))
+    throw ConfigError(str(is_gpt2() ? "layer_norm_epsilon = " : "rms_norm_eps = ", rms_norm_eps,
+                          " must be positive"));
   if (!(rope_theta > 0)) throw ConfigError(str("rope_theta = ", rope_theta, " must be positive"));
   if (!(initializer_range > 0))
     throw ConfigError(str("initializer_range = ", initializer_range, " must be positive"));

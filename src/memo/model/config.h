@@ -1,5 +1,9 @@
 // The model's shape, with Hugging Face LlamaConfig field names (config.json round-trips through
 // io/config_json.h). Derived sizes (head_dim, kv width) are functions, never stored twice.
+// Two architectures share the struct: LLaMA (RMSNorm, SwiGLU, RoPE, no biases) and GPT-2 (LayerNorm
+// with bias, tanh-GELU MLP, biases on every projection, tied head, learned or rotary positions);
+// for GPT-2 the LlamaConfig names hold the GPT2Config values (n_embd -> hidden_size, see
+// io/config_json.h for the mapping).
 #pragma once
 
 #include <cstdint>
@@ -7,21 +11,34 @@
 
 namespace memo {
 
+enum class Arch { kLlama, kGpt2 };
+// kLearned: GPT-2's wpe table [max_position_embeddings, C] added to the token embedding.
+// kRope: q and k rotated as in the LLaMA layer (Megatron's --position-embedding-type rope).
+enum class PositionEmbedding { kRope, kLearned };
+
 struct ModelConfig {
+  Arch arch = Arch::kLlama;
   int64_t hidden_size = 256;           // C
-  int64_t intermediate_size = 688;     // F
+  int64_t intermediate_size = 688;     // F (GPT-2: n_inner, 4C when null)
   int64_t num_hidden_layers = 4;       // L
   int64_t num_attention_heads = 8;     // H
-  int64_t num_key_value_heads = 8;     // Hkv, divides H
+  int64_t num_key_value_heads = 8;     // Hkv, divides H (GPT-2: equal to H)
   int64_t vocab_size = 256;            // V
-  double rms_norm_eps = 1e-5;
+  double rms_norm_eps = 1e-5;          // the norms' eps: RMSNorm's, or GPT-2's layer_norm_epsilon
   double rope_theta = 10000.0;
-  int64_t max_position_embeddings = 2048;
-  bool tie_word_embeddings = false;
+  int64_t max_position_embeddings = 2048;  // GPT-2: n_positions
+  bool tie_word_embeddings = false;        // GPT-2: always true
   double initializer_range = 0.02;     // std of the normal weight init (Hugging Face)
+  PositionEmbedding position_embedding = PositionEmbedding::kRope;  // LLaMA: always kRope
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }  // D
   int64_t kv_dim() const { return num_key_value_heads * head_dim(); }     // Hkv * D
+  bool is_gpt2() const { return arch == Arch::kGpt2; }
+  bool uses_rope() const { return position_embedding == PositionEmbedding::kRope; }
+  // The config's name for max_position_embeddings in messages: "n_positions" for GPT-2.
+  const char* positions_field() const {
+    return is_gpt2() ? "n_positions" : "max_position_embeddings";
+  }
 
   // Throws ConfigError naming the field, its value and what is allowed.
   void validate() const;

@@ -1,13 +1,16 @@
 #include "memo/model/layer.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/tensor_ops.h"
+#include "memo/model/gpt_layer.h"
 
 namespace memo {
+namespace {
 
-const SavedField kSavedFields[kNumSavedFields] = {
+constexpr SavedField kLlamaSavedFields[] = {
     {"x", &SavedActs::x, false},          {"xn1", &SavedActs::xn1, true},
     {"inv_rms1", &SavedActs::inv_rms1, true}, {"q", &SavedActs::q, true},
     {"k", &SavedActs::k, true},           {"v", &SavedActs::v, true},
@@ -17,35 +20,59 @@ const SavedField kSavedFields[kNumSavedFields] = {
     {"up", &SavedActs::up, true},         {"act", &SavedActs::act, true},
 };
 
+// ln_1 and ln_2 save mean and rstd; the MLP saves c_fc's output and its GELU.
+constexpr SavedField kGptSavedFields[] = {
+    {"x", &SavedActs::x, false},          {"xn1", &SavedActs::xn1, true},
+    {"mean1", &SavedActs::mean1, true},   {"rstd1", &SavedActs::inv_rms1, true},
+    {"q", &SavedActs::q, true},           {"k", &SavedActs::k, true},
+    {"v", &SavedActs::v, true},           {"attn", &SavedActs::attn, false},
+    {"lse", &SavedActs::lse, false},      {"h", &SavedActs::h, true},
+    {"xn2", &SavedActs::xn2, true},       {"mean2", &SavedActs::mean2, true},
+    {"rstd2", &SavedActs::inv_rms2, true}, {"fc", &SavedActs::gate, true},
+    {"act", &SavedActs::act, true},
+};
+static_assert(std::size(kGptSavedFields) <= size_t(kNumSavedFields) &&
+              std::size(kLlamaSavedFields) <= size_t(kNumSavedFields));
+
+}  // namespace
+
+std::span<const SavedField> saved_fields(const ModelConfig& config) {
+  if (config.is_gpt2()) return kGptSavedFields;
+  return kLlamaSavedFields;
+}
+
 Shape saved_shape(const SavedField& field, const ModelConfig& config, int64_t batch, int64_t seq) {
   const int64_t T = batch * seq, C = config.hidden_size, F = config.intermediate_size;
   const int64_t QD = config.num_attention_heads * config.head_dim(), KD = config.kv_dim();
   const std::string_view n = field.name;
   if (n == "x" || n == "xn1" || n == "h" || n == "xn2") return {T, C};
-  if (n == "inv_rms1" || n == "inv_rms2") return {T};
+  if (n == "inv_rms1" || n == "inv_rms2" || n == "rstd1" || n == "rstd2" || n == "mean1" ||
+      n == "mean2")
+    return {T};
   if (n == "q" || n == "attn") return {T, QD};
   if (n == "k" || n == "v") return {T, KD};
   if (n == "lse") return {batch, config.num_attention_heads, seq};
-  return {T, F};  // gate, up, act
+  return {T, F};  // gate, up, act, fc
 }
 
 int64_t saved_acts_bytes(const ModelConfig& config, int64_t batch, int64_t seq) {
   int64_t bytes = 0;
-  for (const SavedField& f : kSavedFields)
+  for (const SavedField& f : saved_fields(config))
     bytes += saved_shape(f, config, batch, seq).numel() * int64_t(sizeof(float));
   return bytes;
 }
 
 bool activation_stays_fp32(std::string_view name) {
   static constexpr std::string_view kFp32[] = {
-      "inv_rms1",    "inv_rms2",         "lse",         "final.inv_rms",   "head.logits",
-      "head.losses", "attn.fwd_scratch", "attn.bwd_scratch"};
+      "inv_rms1", "inv_rms2",    "mean1",       "rstd1",            "mean2",           "rstd2",
+      "lse",      "final.inv_rms", "head.logits", "head.losses", "attn.fwd_scratch", "attn.bwd_scratch"};
   return std::find(std::begin(kFp32), std::end(kFp32), name) != std::end(kFp32);
 }
 
 // The per-token products go through matmul_token_panels so layer_recompute_tokens can rebuild any
 // panel-aligned token range exactly; the down projection is never rebuilt and takes one call.
 void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const LayerContext& ctx) {
+  if (ctx.config->is_gpt2()) return gpt_layer_forward(y, s, w, ctx);
   const ModelConfig& cfg = *ctx.config;
   const int64_t D = cfg.head_dim();
   const float eps = float(cfg.rms_norm_eps);
@@ -88,6 +115,7 @@ void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const La
 // layer_forward without attention and the down projection, on rows [r0, r1) of each tensor.
 void layer_recompute_tokens(const SavedActs& s, int64_t r0, int64_t r1, const LayerWeights& w,
                             const LayerContext& ctx) {
+  if (ctx.config->is_gpt2()) return gpt_layer_recompute_tokens(s, r0, r1, w, ctx);
   const ModelConfig& cfg = *ctx.config;
   const int64_t T = ctx.batch * ctx.seq, D = cfg.head_dim();
   MEMO_CHECK(0 <= r0 && r0 <= r1 && r1 <= T && (r0 % cpu::kTokenPanelRows == 0 || r0 == r1),
@@ -123,6 +151,7 @@ void layer_recompute_tokens(const SavedActs& s, int64_t r0, int64_t r1, const La
 
 void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, const LayerWeights& w,
                     const LayerContext& ctx) {
+  if (ctx.config->is_gpt2()) return gpt_layer_backward(dres, dw, s, w, ctx);
   const ModelConfig& cfg = *ctx.config;
   const int64_t T = ctx.batch * ctx.seq, C = cfg.hidden_size, F = cfg.intermediate_size;
   const int64_t D = cfg.head_dim(), QD = cfg.num_attention_heads * D, KD = cfg.kv_dim();

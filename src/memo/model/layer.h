@@ -1,4 +1,4 @@
-// One LLaMA decoder layer: RMSNorm, causal GQA self-attention with RoPE, residual, RMSNorm,
+// One LLaMA decoder layer (the three entry points dispatch GPT-2 configs to model/gpt_layer.h): RMSNorm, causal GQA self-attention with RoPE, residual, RMSNorm,
 // SwiGLU MLP, residual. Forward and backward are straight lists of kernel calls in the order of
 // the math. Skeletal tensors (what the backward reads) live in SavedActs, placed by the activation
 // strategy (memory/strategy.h); transients come from the ActivationAllocator. The layer never
@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "memo/backend/allocator.h"
@@ -18,10 +19,14 @@ namespace memo {
 
 // What layer_backward reads; shapes per micro-batch, T = B*S tokens. Every field except x is
 // written by layer_forward; x is the layer input, written by whoever produced it.
+// The union of both architectures' sets: saved_fields(config) lists the fields one uses. For GPT-2
+// (model/gpt_layer.h) inv_rms1/2 hold LayerNorm's rstd beside mean1/2, gate holds the pre-GELU
+// c_fc output and act the GELU output; up is unused. q, k, v are after RoPE only with rotary
+// positions.
 struct SavedActs {
   Tensor x;         // [T, C]     layer input: starts every recompute; always offloaded
   Tensor xn1;       // [T, C]     input_layernorm(x)
-  Tensor inv_rms1;  // [T]        1/rms of x, for the norm's backward
+  Tensor inv_rms1;  // [T]        1/rms of x, for the norm's backward (GPT-2: rstd of ln_1)
   Tensor q;         // [T, H*D]   queries after RoPE
   Tensor k;         // [T, Hkv*D] keys after RoPE
   Tensor v;         // [T, Hkv*D] values
@@ -29,10 +34,12 @@ struct SavedActs {
   Tensor lse;       // [B, H, S]  attention log-sum-exp, travels with attn
   Tensor h;         // [T, C]     residual stream after attention: x + attn o_proj
   Tensor xn2;       // [T, C]     post_attention_layernorm(h)
-  Tensor inv_rms2;  // [T]
-  Tensor gate;      // [T, F]     gate_proj(xn2)
-  Tensor up;        // [T, F]     up_proj(xn2)
-  Tensor act;       // [T, F]     silu(gate) * up
+  Tensor inv_rms2;  // [T]        (GPT-2: rstd of ln_2)
+  Tensor gate;      // [T, F]     gate_proj(xn2) (GPT-2: c_fc(xn2), before the GELU)
+  Tensor up;        // [T, F]     up_proj(xn2) (LLaMA only)
+  Tensor act;       // [T, F]     silu(gate) * up (GPT-2: gelu(c_fc(xn2)))
+  Tensor mean1;     // [T]        GPT-2 only: mean of x, for ln_1's backward
+  Tensor mean2;     // [T]        GPT-2 only: mean of h, for ln_2's backward
 };
 
 // The fields of SavedActs in a fixed order with their shapes, so strategies can allocate, copy
@@ -42,8 +49,10 @@ struct SavedField {
   Tensor SavedActs::*member;
   bool per_token;  // a [T, ...] tensor rebuildable token by token (all but x, attn, lse)
 };
-inline constexpr int kNumSavedFields = 14;
-extern const SavedField kSavedFields[kNumSavedFields];
+// The most fields an architecture saves (GPT-2: 15; LLaMA: 14), for fixed-size per-field arrays.
+inline constexpr int kNumSavedFields = 15;
+// The fields config's architecture saves, x first, in allocation order.
+std::span<const SavedField> saved_fields(const ModelConfig& config);
 Shape saved_shape(const SavedField& field, const ModelConfig& config, int64_t batch, int64_t seq);
 int64_t saved_acts_bytes(const ModelConfig& config, int64_t batch, int64_t seq);
 
@@ -58,8 +67,8 @@ struct LayerContext {
   const ModelConfig* config;
   int64_t batch;              // B sequences in the micro-batch
   int64_t seq;                // S tokens per sequence
-  ConstTensor rope_cos;       // [S, D/2]
-  ConstTensor rope_sin;       // [S, D/2]
+  ConstTensor rope_cos;       // [S, D/2]; empty with learned positions
+  ConstTensor rope_sin;       // [S, D/2]; empty with learned positions
   ActivationAllocator* alloc;  // transients
   Parallel parallel{};         // t, c > 1 only in shape-only traces: Note [Per-GPU shapes]
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "memo/core/error.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/tensor_ops.h"
 
@@ -71,16 +72,13 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   const int64_t T = batch * seq, C = config_.hidden_size;
   const int L = int(config_.num_hidden_layers);
   MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
-  const auto& rope = rope_tables(seq);
-  const int64_t half = config_.head_dim() / 2;
-  const LayerContext ctx{&config_, batch, seq, ConstTensor(rope.first.data(), {seq, half}),
-                         ConstTensor(rope.second.data(), {seq, half}), &alloc, parallel_};
+  const LayerContext ctx = layer_context(batch, seq, alloc);
   const View<const int32_t> tokens(inputs, {T});
 
   // forward: embedding, then each layer writes its output into the next layer's input slot
   strategy.begin_step(batch, seq);
   strategy.set_rebuild_inputs(w_, ctx);
-  cpu::embedding_forward(strategy.forward_slot(0).x, tokens, w_.embed);
+  embed_forward(strategy.forward_slot(0).x, tokens, batch, seq);
   Tensor final_hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient);
   for (int l = 0; l < L; ++l) {
     Tensor y = l + 1 < L ? strategy.forward_slot(l + 1).x : final_hidden;
@@ -92,8 +90,8 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   }
   // final norm, head and loss
   Tensor xf = alloc.acquire("final.xn", {T, C}, ActKind::kTransient);
-  Tensor inv_rms = alloc.acquire("final.inv_rms", {T}, ActKind::kTransient);
-  cpu::rmsnorm_forward(xf, inv_rms, final_hidden, w_.norm, float(config_.rms_norm_eps));
+  Tensor inv_rms = alloc.acquire("final.inv_rms", final_norm_stats_shape(T), ActKind::kTransient);
+  final_norm_forward(xf, inv_rms, final_hidden);
   Tensor dxf = backward ? alloc.acquire("final.dxn", {T, C}, ActKind::kTransient) : Tensor();
   const double loss_sum = head_and_loss(dxf, xf, targets, T, grad_scale, backward, alloc);
   if (!backward) {
@@ -104,7 +102,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   }
   Tensor dres = alloc.acquire("grad.hidden", {T, C}, ActKind::kTransient);  // dL/d(residual)
   cpu::fill(dres, 0.0f);
-  cpu::rmsnorm_backward(dres, dw_.norm, dxf, final_hidden, w_.norm, inv_rms);
+  final_norm_backward(dres, dxf, final_hidden, inv_rms);
   alloc.release(dxf);
   alloc.release(inv_rms);
   alloc.release(xf);
@@ -115,9 +113,60 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
     layer_backward(dres, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], ctx);
     strategy.backward_done(l);
   }
-  cpu::embedding_backward(dw_.embed, dres, tokens);
+  embed_backward(dres, tokens, batch, seq);
   alloc.release(dres);
   return loss_sum;
+}
+
+// Checks the sequence against a learned position table before any layer runs.
+LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocator& alloc) {
+  if (!config_.uses_rope()) {
+    // wpe has a row per position: a longer sequence has no embedding for its tail
+    if (seq > w_.pos.rows())
+      throw ConfigError(str("sequence of ", seq, " tokens is longer than n_positions = ",
+                            w_.pos.rows(), ", the learned position table; use --seq <= ",
+                            w_.pos.rows(), " or a config with more positions"));
+    return LayerContext{&config_, batch, seq, {}, {}, &alloc, parallel_};
+  }
+  const auto& rope = rope_tables(seq);
+  const int64_t half = config_.head_dim() / 2;
+  return LayerContext{&config_, batch, seq, ConstTensor(rope.first.data(), {seq, half}),
+                      ConstTensor(rope.second.data(), {seq, half}), &alloc, parallel_};
+}
+
+void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq) {
+  cpu::embedding_forward(x, tokens, w_.embed);
+  if (w_.pos.empty()) return;
+  for (int64_t b = 0; b < batch; ++b)
+    cpu::add_into(x.slice_rows(b * seq, (b + 1) * seq), w_.pos.slice_rows(0, seq));
+}
+
+void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch,
+                           int64_t seq) {
+  cpu::embedding_backward(dw_.embed, dx, tokens);
+  if (dw_.pos.empty()) return;
+  for (int64_t b = 0; b < batch; ++b)  // in sequence order: deterministic
+    cpu::add_into(dw_.pos.slice_rows(0, seq), dx.slice_rows(b * seq, (b + 1) * seq));
+}
+
+Shape Model::final_norm_stats_shape(int64_t tokens) const {
+  if (config_.is_gpt2()) return {2, tokens};
+  return {tokens};
+}
+
+void Model::final_norm_forward(Tensor xf, Tensor stats, ConstTensor x) {
+  const float eps = float(config_.rms_norm_eps);
+  if (!config_.is_gpt2()) return cpu::rmsnorm_forward(xf, stats, x, w_.norm, eps);
+  const int64_t T = x.rows();
+  cpu::layernorm_forward(xf, Tensor(stats.data(), {T}), Tensor(stats.data() + T, {T}), x, w_.norm,
+                         w_.norm_b, eps);
+}
+
+void Model::final_norm_backward(Tensor dx, ConstTensor dxf, ConstTensor x, ConstTensor stats) {
+  if (!config_.is_gpt2()) return cpu::rmsnorm_backward(dx, dw_.norm, dxf, x, w_.norm, stats);
+  const int64_t T = x.rows();
+  cpu::layernorm_backward(dx, dw_.norm, dw_.norm_b, dxf, x, w_.norm,
+                          ConstTensor(stats.data(), {T}), ConstTensor(stats.data() + T, {T}));
 }
 
 double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, int64_t tokens,
@@ -153,7 +202,10 @@ double train_flops_per_token(const ModelConfig& config, int64_t seq) {
   const double QD = double(config.num_attention_heads * config.head_dim());
   const double KD = double(config.kv_dim()), V = double(config.vocab_size);
   // forward matmul FLOPs per token: 2 per multiply-add of each weight
-  const double layer_matmul = 2.0 * (C * QD + 2.0 * C * KD + QD * C + 3.0 * C * F);
+  // (GPT-2: the fused c_attn is the same 3C^2 as q, k, v; its MLP has two matrices, not three;
+  // biases, norms and the position add are negligible)
+  const double mlp_matrices = config.is_gpt2() ? 2.0 : 3.0;
+  const double layer_matmul = 2.0 * (C * QD + 2.0 * C * KD + QD * C + mlp_matrices * C * F);
   // causal attention: q.k and p.v over (S + 1) / 2 keys on average, 2 FLOPs each, per head dim
   const double layer_attn = 2.0 * 2.0 * QD * (double(seq) + 1.0) / 2.0;
   const double forward = double(config.num_hidden_layers) * (layer_matmul + layer_attn) + 2.0 * C * V;

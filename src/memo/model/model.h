@@ -1,5 +1,5 @@
-// The decoder-only model: embedding, L layers, final RMSNorm, LM head (tied or untied) and softmax
-// cross-entropy, with its parameters and gradients in two flat buffers (model/params.h).
+// The decoder-only model: embedding (GPT-2: plus learned positions), L layers, final RMSNorm
+// (GPT-2: LayerNorm with bias), LM head (tied or untied) and softmax cross-entropy, with its parameters and gradients in two flat buffers (model/params.h).
 // forward_backward runs one micro-batch and accumulates gradients; the optimiser step, clipping
 // and accumulation over micro-batches belong to the trainer.
 #pragma once
@@ -67,6 +67,16 @@ class Model {
   double head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, int64_t tokens,
                        float grad_scale, bool backward, ActivationAllocator& alloc);
   const std::pair<AlignedBuffer<float>, AlignedBuffer<float>>& rope_tables(int64_t seq);
+  // The architecture-specific parts of run(). The layers' context (rope tables when rotary).
+  LayerContext layer_context(int64_t batch, int64_t seq, ActivationAllocator& alloc);
+  // x = wte[tokens] (+ wpe[position] with learned positions), and the gradients of both.
+  void embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq);
+  void embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch, int64_t seq);
+  // The final norm: RMSNorm (stats: [T], 1/rms) or GPT-2's ln_f (stats: [2, T], mean and rstd).
+  Shape final_norm_stats_shape(int64_t tokens) const;
+  void final_norm_forward(Tensor xf, Tensor stats, ConstTensor x);
+  // dx += d ln_f / dx (dx is the residual stream's gradient); the norm's weight gradients.
+  void final_norm_backward(Tensor dx, ConstTensor dxf, ConstTensor x, ConstTensor stats);
 
   ModelConfig config_;
   ParamLayout layout_;

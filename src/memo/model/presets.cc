@@ -38,6 +38,25 @@ int64_t GptPreset::param_count() const {
   return L * (attention + mlp + layer_norms) + V * C + 2 * C;  // + tied embedding, final norm
 }
 
+ModelConfig gpt_preset_config(const GptPreset& preset, int64_t n_positions) {
+  ModelConfig c;
+  c.arch = Arch::kGpt2;
+  c.position_embedding = PositionEmbedding::kRope;
+  c.hidden_size = preset.hidden;
+  c.intermediate_size = preset.ffn;
+  c.num_hidden_layers = preset.layers;
+  c.num_attention_heads = preset.heads;
+  c.num_key_value_heads = preset.heads;
+  c.vocab_size = preset.vocab;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000.0;
+  c.max_position_embeddings = n_positions;
+  c.tie_word_embeddings = true;
+  c.initializer_range = 0.02;
+  c.validate();
+  return c;
+}
+
 std::vector<GptPreset> gpt_presets() {
   constexpr int64_t kVocab = 50257;  // GPT-2 tokenizer, as in the paper's Table 2
   return {

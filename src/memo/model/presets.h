@@ -1,7 +1,6 @@
 // Model-size presets as plain data: the MEMO paper's GPT sizes (Table 2; see
-// shared/papers/memo-notes.md section 7.1) and LLaMA-1 sizes as memo ModelConfigs. Not engine
-// support: memo trains LLaMA-style layers only, so a GptPreset describes a paper model for sizing
-// and comparison, and is never trained.
+// shared/papers/memo-notes.md section 7.1) and LLaMA-1 sizes as memo ModelConfigs. A GptPreset
+// becomes a trainable GPT-2 config with rotary positions through gpt_preset_config.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +28,12 @@ struct GptPreset {
   // not fix. With F = 4C this is 12 L C^2 + 13 L C + V C + 2C.
   int64_t param_count() const;
 };
+
+// The preset as a GPT-2 ModelConfig with rotary positions (Megatron's
+// --position-embedding-type rope: no wpe table, so ParamLayout(config).count() equals
+// param_count()), room for n_positions tokens, vocab and init as GPT-2 (initializer_range 0.02,
+// layer_norm_epsilon 1e-5). Validated.
+ModelConfig gpt_preset_config(const GptPreset& preset, int64_t n_positions);
 
 // gpt-7b, gpt-13b, gpt-30b, gpt-65b, in that order.
 std::vector<GptPreset> gpt_presets();

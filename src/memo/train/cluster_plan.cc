@@ -96,7 +96,7 @@ Trace to_bf16(Trace trace) {
 // Per-layer skeletal bytes of one rank at bf16, split as the alpha cost model needs them.
 AlphaInputs alpha_sizes(const ModelConfig& config, int64_t batch, int64_t rank_seq) {
   AlphaInputs in;
-  for (const SavedField& f : kSavedFields) {
+  for (const SavedField& f : saved_fields(config)) {
     const int64_t fp32 = saved_shape(f, config, batch, rank_seq).numel() * 4;
     const int64_t bytes = activation_stays_fp32(f.name) ? fp32 : fp32 / 2;
     if (f.per_token)

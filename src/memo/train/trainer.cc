@@ -79,9 +79,17 @@ std::vector<NamedTensor> model_tensors(Model& model) {
   return out;
 }
 
+// GPT-2 files saved from a GPT2Model (as the Hub's gpt2 checkpoints are) name the tensors without
+// GPT2LMHeadModel's "transformer." prefix ("h.0.attn.c_attn.weight"); both forms load.
 void load_model_tensors(Model& model, const SafetensorsFile& file) {
-  for (const ParamInfo& p : model.layout().params())
-    file.read_into(p.name, model.params() + p.offset, p.numel);
+  const std::string prefix = "transformer.";
+  for (const ParamInfo& p : model.layout().params()) {
+    std::string name = p.name;
+    if (model.config().is_gpt2() && !file.contains(name) && name.rfind(prefix, 0) == 0 &&
+        file.contains(name.substr(prefix.size())))
+      name = name.substr(prefix.size());
+    file.read_into(name, model.params() + p.offset, p.numel);
+  }
 }
 
 // Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
@@ -142,7 +150,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
 
   const ModelConfig config = resume ? resume->config : load_model_config(o.config_path);
   if (o.seq > config.max_position_embeddings)
-    throw ConfigError(str("--seq ", o.seq, " exceeds max_position_embeddings = ",
+    throw ConfigError(str("--seq ", o.seq, " exceeds ", config.positions_field(), " = ",
                           config.max_position_embeddings, " of the model config"));
   // Data: validate everything before any output is written.
   TokenData all = TokenData::load(o.data_path, config.vocab_size);
@@ -312,7 +320,7 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint_dir, const std::str
   Model model(ckpt.config);
   load_model_tensors(model, ckpt.model);
   if (seq > ckpt.config.max_position_embeddings)
-    throw ConfigError(str("--seq ", seq, " exceeds max_position_embeddings = ",
+    throw ConfigError(str("--seq ", seq, " exceeds ", ckpt.config.positions_field(), " = ",
                           ckpt.config.max_position_embeddings));
   TokenData data = TokenData::load(data_path, ckpt.config.vocab_size);
   const WindowSampler sampler(data, seq, 0);

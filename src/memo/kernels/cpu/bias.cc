@@ -35,3 +35,21 @@ void bias_backward(Tensor db, ConstTensor dy) {
 }
 
 }  // namespace memo::cpu
+
+namespace memo::cpu {
+
+// Each element is one float add, so a row's result does not depend on which rows share the call.
+void bias_add(Tensor y, ConstTensor b) {
+  const int64_t T = y.rows(), C = y.cols();
+  MEMO_CHECK(is_matrix(y) && is_vector(b, C), "bias_add: y ", y.shape(), " b ", b.shape());
+  if (shapes_only()) return;  // Note [Shape-only mode]
+  const float* bp = b.data();
+#pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
+  for (int64_t t = 0; t < T; ++t) {
+    float* yr = y.data() + t * y.ld();
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) yr[c] += bp[c];
+  }
+}
+
+}  // namespace memo::cpu

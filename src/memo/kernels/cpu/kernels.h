@@ -28,6 +28,9 @@ void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, 
 // [r0, r1) with r0 a multiple of kTokenPanelRows reproduces the full product exactly.
 inline constexpr int64_t kTokenPanelRows = 128;
 void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta = 0.0f);
+// c = a @ b + beta * c, the same panels as matmul_token_panels, for weights stored [K, N] (GPT-2's
+// Conv1D layout; b may be a column slice of a wider weight).
+void matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta = 0.0f);
 // Name and version of the BLAS in use, and its kernel ("OpenBLAS 0.3.21 SkylakeX").
 const char* blas_name();
 // One line to print at start-up, before any matmul, when the BLAS runs a kernel that does not
@@ -76,6 +79,9 @@ void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g, ConstT
 void gelu_forward(Tensor y, ConstTensor x);
 // dx = dy * gelu'(x)  (overwrites; dx may alias dy).  x, dy, dx: [T, C]
 void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x);
+
+// --- bias add: y[t,c] += b[c].  y: [T, C]; b: [C]. Row by row, so any token range is exact ---
+void bias_add(Tensor y, ConstTensor b);
 
 // --- bias gradient (of y = ... + b) ---
 // db[c] += sum_t dy[t,c], summed in token order in double.  dy: [T, C]; db: [C]
