@@ -51,7 +51,8 @@ for name in ("7b-1m", "65b-1m"):
     s = load(name)
     m = {k: s[k]["max_seq"] or 0 for k in s}
     r = m["memo"] / m["recompute"] if m["recompute"] else float("inf")
-    print(f"{label[name]:26} {m['keep']:9d} {m['recompute']:10d} {m['offload']:9d} {m['memo']:9d} {r:9.2f}   {paper[name]}")
+    c = {k: str(v) if v else "none" for k, v in m.items()}
+    print(f"{label[name]:26} {c['keep']:>9} {c['recompute']:>10} {c['offload']:>9} {c['memo']:>9} {r:9.2f}   {paper[name]}")
 print("\nplanning time (wall, all four strategies with their longest-sequence bisection):")
 for name in ("7b-1m", "65b-1m"):
     s = load(name)
