@@ -196,3 +196,28 @@ TEST(PlanCluster, bad_input_fails_with_one_line) {
 
 }  // namespace
 }  // namespace memo
+
+namespace memo {
+namespace {
+
+TEST(PlanCluster, a_users_own_gpu_file_plans_like_a_shipped_one) {
+  test::TempDir dir;
+  std::ofstream(dir / "my-gpu.json") << R"({"name": "Half an A800", "peak_bf16_flops": 156e12,
+    "memory_bytes": 40000000000, "host_link_bytes_per_s": 16e9, "nvlink_bytes_per_s": 200e9,
+    "source": "a test: the A800 figures halved"})";
+  const test::CommandResult r = test::run_command(
+      test::memo_bin() + " plan --model 7b --seq 65536 --gpus 8 --tp 8 --host-memory 1TiB --json "
+      "--activations memo --gpu " + dir.str("my-gpu.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j.at("device_capacity_bytes").get<int64_t>(), 40000000000);
+  EXPECT_TRUE(j.at("fits").get<bool>());
+  std::ofstream(dir / "bad-gpu.json") << R"({"name": "x", "peak_bf16_flops": -1})";
+  const test::CommandResult bad = test::run_command(
+      test::memo_bin() + " plan --model 7b --seq 65536 --gpus 8 --tp 8 --gpu " + dir.str("bad-gpu.json"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("memo: error: "), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace memo

@@ -135,7 +135,7 @@ void run_plan(const PlanCommandOptions& o) {
   if (o.seq <= 0 || o.batch <= 0)
     throw ConfigError(str("--seq ", o.seq, " and --batch ", o.batch, " must be positive"));
   if (o.seq > config.max_position_embeddings)
-    throw ConfigError(str("--seq ", o.seq, " exceeds max_position_embeddings = ",
+    throw ConfigError(str("--seq ", o.seq, " exceeds ", config.positions_field(), " = ",
                           config.max_position_embeddings, " of ", o.config_path));
   DevicePlanOptions options;
   options.plan.solver = plan_solver_from_name(o.solver);
