@@ -11,37 +11,18 @@
 
 #include "memo/data/token_data.h"
 #include "test_util.h"
+#include "cli_test_util.h"
 
 namespace memo {
 namespace {
 
+using test::corpus;
+using test::losses;
+using test::write_text;
+
 const char* kTinyConfig = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
   "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-std::string corpus(int64_t bytes) {
-  std::string s;
-  const std::string line = "In the beginning God created the heaven and the earth. ";
-  while (int64_t(s.size()) < bytes) s += line;
-  s.resize(size_t(bytes));
-  return s;
-}
-
-// step -> the "loss" value as printed (round-trip exact), the last record of each step winning.
-std::map<int64_t, std::string> losses(const std::string& log_path) {
-  std::map<int64_t, std::string> out;
-  std::ifstream in(log_path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    out[j.at("step").get<int64_t>()] = j.at("loss").dump();
-  }
-  return out;
-}
 
 class Cli : public ::testing::Test {
  protected:

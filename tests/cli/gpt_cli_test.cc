@@ -14,36 +14,17 @@
 
 #include "memo/io/safetensors.h"
 #include "test_util.h"
+#include "cli_test_util.h"
 
 namespace memo {
 namespace {
 
+using test::corpus;
+using test::losses;
+using test::write_text;
+
 const char* kTinyGpt2 = R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4,
   "n_positions": 128, "vocab_size": 256, "activation_function": "gelu_new"})";
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-std::string corpus(int64_t bytes) {
-  std::string s;
-  const std::string line = "In the beginning God created the heaven and the earth. ";
-  while (int64_t(s.size()) < bytes) s += line;
-  s.resize(size_t(bytes));
-  return s;
-}
-
-// step -> the "loss" value as printed (round-trip exact), the last record of each step winning.
-std::map<int64_t, std::string> losses(const std::string& log_path) {
-  std::map<int64_t, std::string> out;
-  std::ifstream in(log_path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    out[j.at("step").get<int64_t>()] = j.at("loss").dump();
-  }
-  return out;
-}
 
 class GptCli : public ::testing::Test {
  protected:

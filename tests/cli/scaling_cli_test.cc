@@ -11,17 +11,16 @@
 
 #include "memo/scaling/laws.h"
 #include "test_util.h"
+#include "cli_test_util.h"
 
 namespace memo {
 namespace {
 
+using test::write_text;
+
 const char* kTinyConfig = R"({"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
   "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 256, "rms_norm_eps": 1e-5,
   "rope_theta": 10000.0, "max_position_embeddings": 64, "tie_word_embeddings": false})";
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
 
 std::vector<nlohmann::json> read_lines(const std::string& path) {
   std::vector<nlohmann::json> out;

@@ -14,6 +14,7 @@
 #include "memo/memory/strategy_factory.h"
 #include "memo/memory/swap_strategy.h"
 #include "memo/model/model.h"
+#include "memory_test_util.h"
 
 namespace memo {
 namespace {}  // namespace
@@ -24,6 +25,8 @@ void PrintTo(PositionEmbedding pos, std::ostream* os) {
 }
 
 namespace {
+
+using testing::expect_identical;
 
 // Static: strategies keep a reference to the config.
 const ModelConfig& gpt_config(PositionEmbedding pos) {
@@ -96,20 +99,6 @@ GptRun train_run(const ModelConfig& cfg, const char* kind, double alpha = -1.0) 
     r.offload_rows = swap->offload_rows();
   EXPECT_EQ(alloc.live_bytes(), 0) << kind;
   return r;
-}
-
-// Bitwise: memcmp on the losses and the gradient buffers (NaN-safe, unlike ==).
-void expect_identical(const GptRun& want, const GptRun& got, const std::string& what) {
-  ASSERT_EQ(want.losses.size(), got.losses.size());
-  for (size_t i = 0; i < want.losses.size(); ++i) {
-    EXPECT_TRUE(std::isfinite(got.losses[i])) << what << " loss " << i;
-    EXPECT_EQ(0, std::memcmp(&want.losses[i], &got.losses[i], sizeof(double)))
-        << what << " loss " << i << ": " << want.losses[i] << " vs " << got.losses[i];
-  }
-  for (size_t s = 0; s < want.grads.size(); ++s)
-    EXPECT_EQ(0, std::memcmp(want.grads[s].data(), got.grads[s].data(),
-                             want.grads[s].size() * sizeof(float)))
-        << what << " gradients of step " << s;
 }
 
 // One OpenMP thread, as in strategies_test.cc: bitwise equality holds for a fixed thread count,

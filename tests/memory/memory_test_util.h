@@ -1,8 +1,13 @@
 // Shared by the memory tests: a tiny model config and its traced step.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "memo/core/random.h"
 #include "memo/model/model.h"
@@ -22,6 +27,22 @@ inline ModelConfig tiny_config() {
   c.max_position_embeddings = 256;
   c.initializer_range = 0.2;
   return c;
+}
+
+// Bitwise: memcmp on the losses and on each step's gradient buffers (NaN-safe, unlike ==). Run has
+// `losses` (doubles) and `grads` (one float vector per step).
+template <class Run>
+void expect_identical(const Run& want, const Run& got, const std::string& what) {
+  ASSERT_EQ(want.losses.size(), got.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(got.losses[i])) << what << " loss " << i;
+    EXPECT_EQ(0, std::memcmp(&want.losses[i], &got.losses[i], sizeof(double)))
+        << what << " loss " << i << ": " << want.losses[i] << " vs " << got.losses[i];
+  }
+  for (size_t s = 0; s < want.grads.size(); ++s)
+    EXPECT_EQ(0, std::memcmp(want.grads[s].data(), got.grads[s].data(),
+                             want.grads[s].size() * sizeof(float)))
+        << what << " gradients of step " << s;
 }
 
 inline Trace tiny_trace(Model& model, int64_t batch, int64_t seq) {

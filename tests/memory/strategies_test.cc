@@ -16,10 +16,13 @@
 #include "memo/memory/strategy_factory.h"
 #include "memo/memory/swap_strategy.h"
 #include "memo/model/model.h"
+#include "memory_test_util.h"
 #include "test_util.h"
 
 namespace memo {
 namespace {
+
+using testing::expect_identical;
 
 // Static: strategies keep a reference to the config.
 const ModelConfig& config() {
@@ -100,20 +103,6 @@ StrategyOptions memo_at(double alpha) {
   StrategyOptions o = with("memo");
   o.alpha = alpha;
   return o;
-}
-
-// Bitwise: == on doubles, memcmp on the gradient buffers (NaN-safe, unlike ==).
-void expect_identical(const StrategyRun& want, const StrategyRun& got, const std::string& what) {
-  ASSERT_EQ(want.losses.size(), got.losses.size());
-  for (size_t i = 0; i < want.losses.size(); ++i) {
-    EXPECT_TRUE(std::isfinite(got.losses[i])) << what << " loss " << i;
-    EXPECT_EQ(0, std::memcmp(&want.losses[i], &got.losses[i], sizeof(double)))
-        << what << " loss " << i << ": " << want.losses[i] << " vs " << got.losses[i];
-  }
-  for (size_t s = 0; s < want.grads.size(); ++s)
-    EXPECT_EQ(0, std::memcmp(want.grads[s].data(), got.grads[s].data(),
-                             want.grads[s].size() * sizeof(float)))
-        << what << " gradients of step " << s;
 }
 
 // One OpenMP thread: results are bitwise-equal only for a fixed thread count anyway, and on a

@@ -17,9 +17,14 @@
 #include "memo/model/model.h"
 #include "memo/optim/adamw.h"
 #include "test_util.h"
+#include "torch_compare_util.h"
 
 namespace memo {
 namespace {
+
+using test::read;
+using test::rel_error;
+using test::rel_error_l2;
 
 struct Case {
   const char* name;
@@ -39,34 +44,6 @@ ModelConfig tiny(bool tied) {
   c.tie_word_embeddings = tied;
   c.initializer_range = 0.2;  // larger than HF's 0.02 so that every path carries signal
   return c;
-}
-
-// Max |a - b| over max |b|: one number per tensor, robust to entries near zero.
-double rel_error(const float* a, const std::vector<float>& b) {
-  double diff = 0.0, ref = 0.0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
-    ref = std::max(ref, std::fabs(double(b[i])));
-  }
-  return ref > 0 ? diff / ref : diff;
-}
-
-// ||a - b||_2 / ||b||_2: the norm-wise relative error of a whole tensor.
-double rel_error_l2(const float* a, const std::vector<float>& b) {
-  double diff = 0.0, ref = 0.0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
-    ref += double(b[i]) * double(b[i]);
-  }
-  return ref > 0 ? std::sqrt(diff / ref) : std::sqrt(diff);
-}
-
-std::vector<float> read(const SafetensorsFile& f, const std::string& name) {
-  int64_t n = 1;
-  for (int64_t d : f.shape(name)) n *= d;
-  std::vector<float> v(static_cast<size_t>(n));
-  f.read_into(name, v.data(), n);
-  return v;
 }
 
 void check_against_torch(const ModelConfig& config, int64_t seq, int64_t batch) {
