@@ -4,9 +4,8 @@
 #include <cstdint>
 #include <fstream>
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace memo::test {
 

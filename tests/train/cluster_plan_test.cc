@@ -2,15 +2,16 @@
 // memo-notes.md section 4.4 and Note [Cluster cost model]: alpha when host memory binds, when the
 // copy bandwidth binds, and when even alpha = 0 does not fit; the model state per GPU; both MFU
 // conventions; the longest sequence; layouts that do not divide.
-#include <cmath>
-#include <string>
+#include "memo/train/cluster_plan.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
 
 #include "memo/io/hardware_json.h"
 #include "memo/model/params.h"
 #include "memo/model/presets.h"
-#include "memo/train/cluster_plan.h"
 #include "test_util.h"
 
 namespace memo {
@@ -35,7 +36,8 @@ struct Sizes {
   double in, attn, other;
 };
 Sizes llama7b_layer(double T) {
-  return {T * 4096 * 2, T * 4096 * 2 + 32 * T * 4, 6 * T * 4096 * 2 + 3 * T * 11008 * 2 + 2 * T * 4};
+  return {T * 4096 * 2, T * 4096 * 2 + 32 * T * 4,
+          6 * T * 4096 * 2 + 3 * T * 11008 * 2 + 2 * T * 4};
 }
 
 TEST(ClusterPlan, memo_alpha_is_host_bound_at_a_million_tokens_as_the_closed_form_says) {
@@ -64,8 +66,7 @@ TEST(ClusterPlan, memo_alpha_is_bandwidth_bound_when_the_link_is_slow) {
   // all-gathers and two reduce-scatters of [S, 4096] bf16, 7/8 of it each over 200 GB/s.
   const double tokens = double(seq) / t;
   const double flops = tokens * (2.0 * 202375168.0 + 2.0 * 4096.0 * (double(seq) + 1.0));
-  const double t_layer =
-      flops / (0.6 * 312e12) + 4.0 * 7.0 / 8.0 * double(seq) * 4096 * 2 / 200e9;
+  const double t_layer = flops / (0.6 * 312e12) + 4.0 * 7.0 / 8.0 * double(seq) * 4096 * 2 / 200e9;
   const Sizes s = llama7b_layer(tokens);
   const double want = (10e9 * t_layer - s.in - s.attn) / s.other;
   ASSERT_TRUE(p.alpha.has_value());
@@ -103,7 +104,8 @@ TEST(ClusterPlan, a_given_alpha_beyond_the_host_is_refused_with_the_alpha_that_f
 TEST(ClusterPlan, model_state_per_gpu_is_18_bytes_per_rank_parameter_sharded_as_asked) {
   const ModelConfig config = llama_preset("llama-7b");
   double matrices = 0, vectors = 0;
-  for (const ParamInfo& i : ParamLayout(config).params()) (i.is_matrix() ? matrices : vectors) += double(i.numel);
+  for (const ParamInfo& i : ParamLayout(config).params())
+    (i.is_matrix() ? matrices : vectors) += double(i.numel);
   ClusterOptions o = a800s(4, 0);  // 8 GPUs, TP 4: two data-parallel ranks
   o.zero = 0;
   ClusterPlan p = plan_cluster(config, 4096, "keep", o);
@@ -132,7 +134,8 @@ TEST(ClusterPlan, mfu_conventions_differ_by_the_attention_term) {
               p.model_flops_per_token_noncausal / p.model_flops_per_token_causal, 1e-12);
   EXPECT_GT(p.mfu_noncausal / p.mfu_causal, 1.9);  // ~2x at 1M tokens
   // MFU = tokens x FLOPs / (step x G x peak); one data-parallel rank of 8 GPUs
-  EXPECT_NEAR(p.mfu_causal, double(seq) * p.model_flops_per_token_causal / (p.time.step_s * 8 * 312e12), 1e-12);
+  EXPECT_NEAR(p.mfu_causal,
+              double(seq) * p.model_flops_per_token_causal / (p.time.step_s * 8 * 312e12), 1e-12);
   EXPECT_NEAR(p.time.step_s,
               p.time.forward_s + p.time.backward_s + p.time.recompute_s + p.time.tp_comm_s +
                   p.time.cp_comm_s + p.time.copy_stall_s,
@@ -173,13 +176,25 @@ TEST(ClusterPlan, layouts_that_do_not_divide_are_refused_naming_the_flag) {
   ClusterOptions o = a800s(8, 0);
   o.parallel.tp = 3;
   o.gpus = 9;
-  EXPECT_NE(test::error_message<ConfigError>([&] { plan_cluster(config, 9 * 1024, "keep", o); }).find("--tp 3 must divide"), std::string::npos);
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              plan_cluster(config, 9 * 1024, "keep", o);
+            }).find("--tp 3 must divide"),
+            std::string::npos);
   o = a800s(8, 0);
-  EXPECT_NE(test::error_message<ConfigError>([&] { plan_cluster(config, 1001, "keep", o); }).find("--seq 1001"), std::string::npos);
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              plan_cluster(config, 1001, "keep", o);
+            }).find("--seq 1001"),
+            std::string::npos);
   o.gpus = 12;
-  EXPECT_NE(test::error_message<ConfigError>([&] { plan_cluster(config, 8192, "keep", o); }).find("--gpus 12"), std::string::npos);
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              plan_cluster(config, 8192, "keep", o);
+            }).find("--gpus 12"),
+            std::string::npos);
   o = a800s(8, 0);
-  EXPECT_NE(test::error_message<ConfigError>([&] { plan_cluster(config, 8192, "swap", o); }).find("keep, recompute, offload, memo"), std::string::npos);
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              plan_cluster(config, 8192, "swap", o);
+            }).find("keep, recompute, offload, memo"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -2,19 +2,18 @@
 // sizes, order, lifetimes and passes for every strategy; a plan made from one runs a real training
 // step with its measured peak equal to the plan; and a 7B rank at a million tokens traces with no
 // memory behind it.
+#include <gtest/gtest.h>
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cstring>
 #include <string>
 
-#include <gtest/gtest.h>
-
+#include "../memory/memory_test_util.h"
 #include "memo/memory/planned_allocator.h"
 #include "memo/memory/strategy_factory.h"
 #include "memo/model/presets.h"
 #include "memo/train/device_plan.h"
-#include "../memory/memory_test_util.h"
 #include "test_util.h"
 
 namespace memo {
@@ -95,20 +94,20 @@ void train_steps(Model& model, ActivationAllocator& alloc, const std::string& ki
 
 TEST(ShapeOnlyPlan, planned_activation_bytes_equal_the_peak_measured_in_training) {
   for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()})
-  for (const std::string kind : {"keep", "memo"}) {
-    config.num_hidden_layers = 4;
-    SCOPED_TRACE(kind + (config.is_gpt2() ? " gpt2" : " llama"));
-    const ActivationPlan plan =
-        plan_activations(trace_shapes_only(config, Parallel{}, 2, 200, factory(kind)));
-    Model model(config);
-    model.init(9);
-    PlannedAllocator arena(plan);  // throws on the first request the real step makes otherwise
-    train_steps(model, arena, kind, 2, 200);
-    EXPECT_EQ(arena.peak_top_bytes(), plan.arena_bytes);
-    // The most bytes live at once in training is the trace's, which the plan's lower bound is.
-    EXPECT_EQ(arena.peak_live_bytes(), plan.lower_bound_bytes);
-    EXPECT_GT(plan.arena_bytes, 0);
-  }
+    for (const std::string kind : {"keep", "memo"}) {
+      config.num_hidden_layers = 4;
+      SCOPED_TRACE(kind + (config.is_gpt2() ? " gpt2" : " llama"));
+      const ActivationPlan plan =
+          plan_activations(trace_shapes_only(config, Parallel{}, 2, 200, factory(kind)));
+      Model model(config);
+      model.init(9);
+      PlannedAllocator arena(plan);  // throws on the first request the real step makes otherwise
+      train_steps(model, arena, kind, 2, 200);
+      EXPECT_EQ(arena.peak_top_bytes(), plan.arena_bytes);
+      // The most bytes live at once in training is the trace's, which the plan's lower bound is.
+      EXPECT_EQ(arena.peak_live_bytes(), plan.lower_bound_bytes);
+      EXPECT_GT(plan.arena_bytes, 0);
+    }
 }
 
 int64_t max_rss_bytes() {
@@ -118,32 +117,35 @@ int64_t max_rss_bytes() {
 }
 
 TEST(ShapeOnlyTrace, a_7b_rank_at_a_million_tokens_needs_no_memory) {
-  const ModelConfig config = llama_preset("llama-7b");
-  const int64_t seq = 1 << 20, tp = 8;
-  const int64_t rss_before = max_rss_bytes();
-  const auto t0 = std::chrono::steady_clock::now();
-  const Trace trace = trace_shapes_only(config, Parallel{tp, 1}, 1, seq / tp, factory("memo"));
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // One rank's layer input is 1/8 of [S, C] fp32: 2 GiB; the TP gathers hold all S tokens.
-  const int64_t x_bytes = seq / tp * config.hidden_size * 4;
-  int64_t gathered = 0, inputs = 0;
-  for (const TracedRequest& r : trace.requests) {
-    if (r.name == "x") EXPECT_EQ(r.bytes, x_bytes);
-    inputs += r.name == "x";
-    if (r.name == "tp.attn_in" && r.phase >= 0) {  // in a layer pass: all the tokens
-      EXPECT_EQ(r.bytes, tp * x_bytes);
-      ++gathered;
-    } else if (r.name == "tp.attn_in") {  // memo's rebuild: the recomputed (1 - alpha) of them
-      EXPECT_EQ(r.bytes, tp * x_bytes / 2);
+  for (const ModelConfig& config :
+       {llama_preset("llama-7b"), gpt_preset_config(gpt_preset("gpt-7b"), int64_t(1) << 21)}) {
+    SCOPED_TRACE(config.is_gpt2() ? "gpt-7b" : "llama-7b");
+    const int64_t seq = 1 << 20, tp = 8;
+    const int64_t rss_before = max_rss_bytes();
+    const auto t0 = std::chrono::steady_clock::now();
+    const Trace trace = trace_shapes_only(config, Parallel{tp, 1}, 1, seq / tp, factory("memo"));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // One rank's layer input is 1/8 of [S, C] fp32: 2 GiB; the TP gathers hold all S tokens.
+    const int64_t x_bytes = seq / tp * config.hidden_size * 4;
+    int64_t gathered = 0, inputs = 0;
+    for (const TracedRequest& r : trace.requests) {
+      if (r.name == "x") EXPECT_EQ(r.bytes, x_bytes);
+      inputs += r.name == "x";
+      if (r.name == "tp.attn_in" && r.phase >= 0) {  // in a layer pass: all the tokens
+        EXPECT_EQ(r.bytes, tp * x_bytes);
+        ++gathered;
+      } else if (r.name == "tp.attn_in") {  // memo's rebuild: the recomputed (1 - alpha) of them
+        EXPECT_EQ(r.bytes, tp * x_bytes / 2);
+      }
     }
+    EXPECT_EQ(inputs, 3);  // memo's ring of three layer inputs
+    EXPECT_GT(gathered, 0);
+    // Terabytes requested over the step, next to nothing resident.
+    EXPECT_LT(max_rss_bytes() - rss_before, int64_t(512) << 20);
+    std::printf("%s rank at 1M tokens, TP 8: %zu requests traced in %.2f s\n",
+                config.is_gpt2() ? "gpt-7b" : "llama-7b", trace.requests.size(), seconds);
   }
-  EXPECT_EQ(inputs, 3);  // memo's ring of three layer inputs
-  EXPECT_GT(gathered, 0);
-  // Terabytes requested over the step, next to nothing resident.
-  EXPECT_LT(max_rss_bytes() - rss_before, int64_t(512) << 20);
-  std::printf("7B rank at 1M tokens, TP 8: %zu requests traced in %.2f s\n", trace.requests.size(),
-              seconds);
 }
 
 TEST(ShapeOnlyTrace, context_parallel_adds_the_ring_buffers) {
@@ -153,7 +155,8 @@ TEST(ShapeOnlyTrace, context_parallel_adds_the_ring_buffers) {
   for (const TracedRequest& r : trace.requests)
     if (r.name == "cp.kv_ring") {
       ++rings;
-      EXPECT_TRUE(r.bytes == 4 * 64 * config.kv_dim() * 4 || r.bytes == 8 * 64 * config.kv_dim() * 4)
+      EXPECT_TRUE(r.bytes == 4 * 64 * config.kv_dim() * 4 ||
+                  r.bytes == 8 * 64 * config.kv_dim() * 4)
           << r.bytes;
     }
   EXPECT_EQ(rings, 2 * config.num_hidden_layers);  // one per forward, one per backward

@@ -30,8 +30,8 @@ float* AddressSpace::take(int64_t bytes) {
   }
   if (chunks_.empty() || chunks_.back().bytes - chunks_.back().used < bytes) {
     const int64_t size = std::max(kChunkBytes, bytes);
-    void* base = mmap(nullptr, size_t(size), PROT_NONE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* base =
+        mmap(nullptr, size_t(size), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED)
       throw Error(str("shape-only mode: cannot reserve ", gib(double(size)),
                       " of address space: ", std::strerror(errno)));

@@ -51,7 +51,9 @@ class CommBuffer {
 
 // Rows of a TP communication buffer for a layer running `tokens` (= T/(t c)) tokens: T/c under
 // TP, none without it.
-inline int64_t tp_comm_rows(const Parallel& p, int64_t tokens) { return p.tp > 1 ? tokens * p.tp : 0; }
+inline int64_t tp_comm_rows(const Parallel& p, int64_t tokens) {
+  return p.tp > 1 ? tokens * p.tp : 0;
+}
 // Rows of the CP ring buffers (`copies` of [T/(t c), Hkv D]); none without CP.
 inline int64_t cp_comm_rows(const Parallel& p, int64_t tokens, int64_t copies) {
   return p.cp > 1 ? tokens * copies : 0;

@@ -50,13 +50,13 @@ bool is_layer_param(const std::string& name) {
   return name.find(".layers.") != std::string::npos || name.find(".h.") != std::string::npos;
 }
 
-struct Flops {  // per token, forward, unsharded model
-  double layer_matmul{};    // one layer's products
-  double layer_rebuild{};   // of which memo's token-wise rebuild recomputes (all but the last)
-  double attn_causal{};     // one layer's attention, causal
-  double attn_full{};       // the same without the causal halving
+struct Flops {             // per token, forward, unsharded model
+  double layer_matmul{};   // one layer's products
+  double layer_rebuild{};  // of which memo's token-wise rebuild recomputes (all but the last)
+  double attn_causal{};    // one layer's attention, causal
+  double attn_full{};      // the same without the causal halving
   double head{};
-  double layers{};          // L
+  double layers{};  // L
 };
 
 Flops flops_per_token(const ModelConfig& config, int64_t seq) {
@@ -148,8 +148,8 @@ LayerTimes layer_times(const ModelConfig& config, int64_t seq, const ClusterOpti
   lt.bwd_compute = 2.0 * tokens * f.layer_matmul / rate + 2.5 * lt.attn_fwd;
   lt.rebuild = tokens * f.layer_rebuild / rate;  // all of a layer's rows; scaled by (1 - alpha)
   // one direction of NVLink inside a node; the network where a group spans nodes
-  const double nvlink = o.gpu.nvlink_bytes_per_s > 0.0 ? o.gpu.nvlink_bytes_per_s / 2.0
-                                                       : o.gpu.host_link_bytes_per_s;
+  const double nvlink =
+      o.gpu.nvlink_bytes_per_s > 0.0 ? o.gpu.nvlink_bytes_per_s / 2.0 : o.gpu.host_link_bytes_per_s;
   const double node = double(o.gpus_per_node);
   const double tp_link = t > node ? std::min(nvlink, o.network_bytes_per_s) : nvlink;
   const double cp_link = t * c > node ? std::min(nvlink, o.network_bytes_per_s) : nvlink;
@@ -204,19 +204,20 @@ Sized size_memory(const ModelConfig& config, int64_t seq, const std::string& str
         const int64_t unit = 1024 * t * c;
         const int64_t seq_fit =
             int64_t(double(seq) * double(o.host_memory_bytes) / need) / unit * unit;
-        s.host_advice = str("memo needs ", gib(need), " of host memory per node even at alpha = 0 (",
-                            L2, " offloaded layers x ", gpus_on_node(o), " GPUs x (layer input ",
-                            gib(double(s.alpha_in.input_bytes)), " + attention output ",
-                            gib(double(s.alpha_in.attn_bytes)), ")), there are ",
-                            gib(double(o.host_memory_bytes)), "; --host-memory ",
-                            budget_flag_value(int64_t(std::ceil(need))), " or --seq ", seq_fit,
-                            " would fit");
+        s.host_advice =
+            str("memo needs ", gib(need), " of host memory per node even at alpha = 0 (", L2,
+                " offloaded layers x ", gpus_on_node(o), " GPUs x (layer input ",
+                gib(double(s.alpha_in.input_bytes)), " + attention output ",
+                gib(double(s.alpha_in.attn_bytes)), ")), there are ",
+                gib(double(o.host_memory_bytes)), "; --host-memory ",
+                budget_flag_value(int64_t(std::ceil(need))), " or --seq ", seq_fit, " would fit");
       } else if (o.alpha && !s.host_fits) {
         s.host_advice = str("--alpha ", *o.alpha, " needs more host memory than there is; --alpha ",
                             std::floor(s.choice.alpha_host * 1000.0) / 1000.0, " fits");
       }
     }
-    s.host_need = int64_t(L2 * (fixed + s.alpha * double(s.alpha_in.other_bytes))) * gpus_on_node(o);
+    s.host_need =
+        int64_t(L2 * (fixed + s.alpha * double(s.alpha_in.other_bytes))) * gpus_on_node(o);
   } else if (strategy == "offload") {
     s.alpha = 1.0;
     s.host_need = int64_t(L2 * (fixed + double(s.alpha_in.other_bytes))) * gpus_on_node(o);
@@ -278,8 +279,8 @@ ClusterTime step_time(const ModelConfig& config, int64_t seq, const std::string&
                        (strategy == "memo" ? (1.0 - alpha) * (lt.rebuild + lt.tp_rebuild) : 0.0);
     ct.copy_stall_s = swapped * (std::max(0.0, copy - fwd) + std::max(0.0, copy - bwd));
   }
-  ct.step_s = ct.forward_s + ct.backward_s + ct.recompute_s + ct.tp_comm_s + ct.cp_comm_s +
-              ct.copy_stall_s;
+  ct.step_s =
+      ct.forward_s + ct.backward_s + ct.recompute_s + ct.tp_comm_s + ct.cp_comm_s + ct.copy_stall_s;
   return ct;
 }
 
@@ -310,7 +311,8 @@ void validate_cluster(const ModelConfig& config, int64_t seq, const ClusterOptio
   if (o.host_memory_bytes < 0 || o.workspace_bytes < 0 || o.host_bandwidth_bytes_per_s < 0.0)
     throw ConfigError("--host-memory, --workspace and --host-bandwidth must not be negative");
   if (!(o.network_bytes_per_s > 0.0))
-    throw ConfigError(str("--network-bandwidth ", o.network_bytes_per_s / 1e9, " must be positive"));
+    throw ConfigError(
+        str("--network-bandwidth ", o.network_bytes_per_s / 1e9, " must be positive"));
 }
 
 ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::string& strategy,
@@ -339,8 +341,7 @@ ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::stri
     p.why_not = str("device: needs ", gib(double(s.device.total())), " per GPU, has ",
                     gib(double(o.gpu.memory_bytes)), " (short ",
                     gib(double(s.device.total() - o.gpu.memory_bytes)), ")");
-  if (!p.host_fits)
-    p.why_not += str(p.why_not.empty() ? "" : "; ", "host: ", s.host_advice);
+  if (!p.host_fits) p.why_not += str(p.why_not.empty() ? "" : "; ", "host: ", s.host_advice);
   p.time = step_time(config, seq, strategy, s.alpha, s.alpha_in, o);
   const Flops f = flops_per_token(config, seq);
   p.model_flops_per_token_causal = 3.0 * (f.layers * (f.layer_matmul + f.attn_causal) + f.head);
@@ -365,8 +366,7 @@ ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::stri
       p.max_seq = lo * step;
     }
   }
-  p.planning_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  p.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return p;
 }
 

@@ -18,20 +18,20 @@ namespace memo {
 
 struct ClusterOptions {
   GpuSpec gpu;
-  int64_t gpus = 8;                 // G
-  int64_t gpus_per_node = 8;        // GPUs sharing one host's memory
-  Parallel parallel;                // t (with sequence parallelism) and c
-  int64_t batch = 1;                // sequences per micro-batch per data-parallel rank
-  int64_t host_memory_bytes = 0;    // per node; 0: no host memory for activations
+  int64_t gpus = 8;                         // G
+  int64_t gpus_per_node = 8;                // GPUs sharing one host's memory
+  Parallel parallel;                        // t (with sequence parallelism) and c
+  int64_t batch = 1;                        // sequences per micro-batch per data-parallel rank
+  int64_t host_memory_bytes = 0;            // per node; 0: no host memory for activations
   double host_bandwidth_bytes_per_s = 0.0;  // per GPU and direction; 0: gpu.host_link_bytes_per_s
   // Between nodes, per GPU and direction (stated: one 200 Gb/s InfiniBand adapter per GPU, as
   // A100/A800 HGX clusters are built); used by TP and CP groups that span nodes.
   double network_bytes_per_s = 25e9;
-  double efficiency = 0.6;          // achieved fraction of peak FLOP/s in compute (stated)
-  int zero = 1;                     // ZeRO stage over the G / t data-parallel ranks: 0..3
+  double efficiency = 0.6;  // achieved fraction of peak FLOP/s in compute (stated)
+  int zero = 1;             // ZeRO stage over the G / t data-parallel ranks: 0..3
   int64_t workspace_bytes = int64_t(1) << 30;  // CUDA context, cuBLAS and NCCL buffers (stated)
-  std::optional<double> alpha;      // memo: a fixed alpha instead of the cost model's
-  bool search_max_seq = true;       // also find the longest sequence that fits
+  std::optional<double> alpha;                 // memo: a fixed alpha instead of the cost model's
+  bool search_max_seq = true;                  // also find the longest sequence that fits
 };
 
 // Throws ConfigError naming the flag when the layout does not divide the model or the GPUs.
@@ -53,33 +53,33 @@ struct ClusterMemory {
 
 // Per GPU and step, seconds (Note [Cluster cost model]).
 struct ClusterTime {
-  double forward_s{};       // layers' and head's forward compute
-  double backward_s{};      // their backward compute
-  double recompute_s{};     // recompute: whole layer forwards; memo: the (1 - alpha) token rows
-  double tp_comm_s{};       // TP all-gathers and reduce-scatters (not overlapped)
-  double cp_comm_s{};       // CP ring transfers not hidden under attention
-  double copy_stall_s{};    // offload and prefetch time not hidden under compute
+  double forward_s{};     // layers' and head's forward compute
+  double backward_s{};    // their backward compute
+  double recompute_s{};   // recompute: whole layer forwards; memo: the (1 - alpha) token rows
+  double tp_comm_s{};     // TP all-gathers and reduce-scatters (not overlapped)
+  double cp_comm_s{};     // CP ring transfers not hidden under attention
+  double copy_stall_s{};  // offload and prefetch time not hidden under compute
   double step_s{};
 };
 
 struct ClusterPlan {
   std::string strategy;
   int64_t seq{};
-  int64_t rank_tokens{};         // tokens one GPU holds: batch * seq / (t c)
+  int64_t rank_tokens{};  // tokens one GPU holds: batch * seq / (t c)
   ClusterMemory device;
   int64_t device_capacity_bytes{};
   bool device_fits{};
-  std::optional<double> alpha;   // memo only
-  std::string alpha_bound;       // memo: "none", "bandwidth", "host memory", "given"
-  int64_t host_need_bytes{};     // per node
+  std::optional<double> alpha;  // memo only
+  std::string alpha_bound;      // memo: "none", "bandwidth", "host memory", "given"
+  int64_t host_need_bytes{};    // per node
   int64_t host_capacity_bytes{};
   bool host_fits{};
   bool fits() const { return device_fits && host_fits; }
-  std::string why_not;           // when !fits(): the numbers
+  std::string why_not;  // when !fits(): the numbers
   ClusterTime time;
-  double tokens_per_s{};         // the whole cluster
-  double mfu_causal{};           // attention counted at the causal half (memo's convention)
-  double mfu_noncausal{};        // attention counted whole (Korthikanti et al.)
+  double tokens_per_s{};   // the whole cluster
+  double mfu_causal{};     // attention counted at the causal half (memo's convention)
+  double mfu_noncausal{};  // attention counted whole (Korthikanti et al.)
   double model_flops_per_token_causal{};
   double model_flops_per_token_noncausal{};
   std::optional<int64_t> max_seq;  // the longest fitting seq (a multiple of the search step)
