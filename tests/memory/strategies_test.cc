@@ -2,7 +2,8 @@
 // section 6): several steps of two micro-batches, grouped-query heads, a sequence that is not a
 // multiple of 64, memo at alpha 0, 0.3 and 1 and at the cost model's alpha, with random copy delays
 // and NaN-poisoning of released buffers; eval losses too. Also the memory accounting: the host peak
-// equals the planned host bytes, and memo's device peak is below keep's.
+// equals the planned host bytes, and memo's device peak is below keep's. GPT-2 layers (learned and
+// rotary positions) give bitwise-identical results across the strategies too.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -20,6 +21,12 @@
 #include "test_util.h"
 
 namespace memo {
+
+// Names the parameter in test output ("learned", "rope") instead of its bytes.
+void PrintTo(PositionEmbedding pos, std::ostream* os) {
+  *os << (pos == PositionEmbedding::kLearned ? "learned" : "rope");
+}
+
 namespace {
 
 using testing::expect_identical;
@@ -39,6 +46,28 @@ const ModelConfig& config() {
     return c;
   }();
   return cfg;
+}
+
+// GPT-2 layers (LayerNorm, biases, GELU), learned or rotary positions. Static, as config().
+const ModelConfig& gpt_config(PositionEmbedding pos) {
+  auto make = [](PositionEmbedding p) {
+    ModelConfig c;
+    c.arch = Arch::kGpt2;
+    c.position_embedding = p;
+    c.hidden_size = 64;
+    c.intermediate_size = 4 * 64;
+    c.num_hidden_layers = 5;    // layers 0..2 leave the device; every ring slot is reused
+    c.num_attention_heads = 4;  // D = 16
+    c.num_key_value_heads = 4;
+    c.vocab_size = 97;
+    c.max_position_embeddings = 512;
+    c.tie_word_embeddings = true;
+    c.initializer_range = 0.2;  // large enough that every path carries signal
+    return c;
+  };
+  static const ModelConfig learned = make(PositionEmbedding::kLearned);
+  static const ModelConfig rope = make(PositionEmbedding::kRope);
+  return pos == PositionEmbedding::kLearned ? learned : rope;
 }
 
 constexpr int64_t kSeq = 300;  // not a multiple of 64; T = 600 = 4 panels + 88 rows
@@ -65,8 +94,7 @@ std::vector<int32_t> tokens(int step, int micro) {
   return t;
 }
 
-StrategyRun train_run(const StrategyOptions& options) {
-  const ModelConfig& cfg = config();
+StrategyRun train_run(const StrategyOptions& options, const ModelConfig& cfg = config()) {
   Model model(cfg);
   model.init(11);
   StrategyRun r;
@@ -244,6 +272,38 @@ TEST(StrategyErrors, factory_rejects_bad_combinations) {
             }).find("'swap' is not one of keep, recompute, offload, memo"),
             std::string::npos);
 }
+
+// The same for GPT-2 layers: the GPT-2 saved set (saved_fields) is what the strategies allocate,
+// move and rebuild. One OpenMP thread, as the suite above.
+class GptStrategies : public ::testing::TestWithParam<PositionEmbedding> {
+ protected:
+  void SetUp() override {
+    threads_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+  }
+  void TearDown() override { omp_set_num_threads(threads_); }
+  int threads_ = 1;
+};
+
+TEST_P(GptStrategies, recompute_offload_and_memo_match_keep_bitwise) {
+  const ModelConfig& cfg = gpt_config(GetParam());
+  const StrategyRun keep = train_run(with("keep"), cfg);
+  expect_identical(keep, train_run(with("recompute"), cfg), "recompute");
+  expect_identical(keep, train_run(with("offload"), cfg), "offload");
+  for (double alpha : {0.0, 0.3, 1.0}) {
+    const StrategyRun r = train_run(memo_at(alpha), cfg);
+    expect_identical(keep, r, str("memo alpha ", alpha));
+    const auto* memo = dynamic_cast<const SwapStrategy*>(r.strategy.get());
+    ASSERT_NE(memo, nullptr);
+    EXPECT_EQ(memo->offload_rows(), alpha == 0.0 ? 0 : alpha == 1.0 ? kMicro * kSeq : 128) << alpha;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Positions, GptStrategies,
+                         ::testing::Values(PositionEmbedding::kLearned, PositionEmbedding::kRope),
+                         [](const auto& info) {
+                           return info.param == PositionEmbedding::kLearned ? "learned" : "rope";
+                         });
 
 }  // namespace
 }  // namespace memo
