@@ -33,8 +33,12 @@ float* AddressSpace::take(int64_t bytes) {
     void* base =
         mmap(nullptr, size_t(size), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED)
-      throw Error(str("shape-only mode: cannot reserve ", gib(double(size)),
-                      " of address space: ", std::strerror(errno)));
+      throw Error(str("shape-only mode: cannot reserve another ", gib(double(size)),
+                      " of address space after ", gib(double(reserved_)), " (",
+                      std::strerror(errno),
+                      "): the traced step holds more than a process can "
+                      "address; the sequence is far beyond what any GPU here holds, try a shorter "
+                      "--seq"));
     chunks_.push_back(Chunk{static_cast<char*>(base), size, 0});
     reserved_ += size;
   }

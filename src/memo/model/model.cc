@@ -38,11 +38,16 @@ void Model::set_parallel(const Parallel& parallel) {
 
 void Model::zero_grads() { cpu::fill(Tensor(grads_, {layout_.total_numel()}), 0.0f); }
 
-const std::pair<AlignedBuffer<float>, AlignedBuffer<float>>& Model::rope_tables(int64_t seq) {
+std::pair<const float*, const float*> Model::rope_tables(int64_t seq) {
   const int64_t half = config_.head_dim() / 2;
-  if (memo::shapes_only()) {  // the kernel would not fill a table: never cache one
-    shape_only_rope_ = {AlignedBuffer<float>(seq * half), AlignedBuffer<float>(seq * half)};
-    return shape_only_rope_;
+  if (memo::shapes_only()) {  // nothing would fill a table: address ranges, never cached
+    const int64_t bytes = seq * half * int64_t(sizeof(float));
+    for (float*& p : shape_only_rope_) {
+      addresses_.give_back(p, shape_only_rope_bytes_);
+      p = addresses_.take(bytes);
+    }
+    shape_only_rope_bytes_ = bytes;
+    return {shape_only_rope_[0], shape_only_rope_[1]};
   }
   auto it = rope_.find(seq);
   if (it == rope_.end()) {
@@ -52,7 +57,7 @@ const std::pair<AlignedBuffer<float>, AlignedBuffer<float>>& Model::rope_tables(
                     config_.head_dim(), float(config_.rope_theta));
     it = rope_.emplace(seq, std::move(t)).first;
   }
-  return it->second;
+  return {it->second.first.data(), it->second.second.data()};
 }
 
 double Model::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch,
@@ -128,10 +133,10 @@ LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocato
                             w_.pos.rows(), " or a config with more positions"));
     return LayerContext{&config_, batch, seq, {}, {}, &alloc, parallel_};
   }
-  const auto& rope = rope_tables(seq);
+  const auto [cos, sin] = rope_tables(seq);
   const int64_t half = config_.head_dim() / 2;
-  return LayerContext{&config_, batch, seq, ConstTensor(rope.first.data(), {seq, half}),
-                      ConstTensor(rope.second.data(), {seq, half}), &alloc, parallel_};
+  return LayerContext{&config_, batch, seq, ConstTensor(cos, {seq, half}),
+                      ConstTensor(sin, {seq, half}), &alloc, parallel_};
 }
 
 void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq) {

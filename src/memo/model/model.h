@@ -1,7 +1,8 @@
 // The decoder-only model: embedding (GPT-2: plus learned positions), L layers, final RMSNorm
-// (GPT-2: LayerNorm with bias), LM head (tied or untied) and softmax cross-entropy, with its parameters and gradients in two flat buffers (model/params.h).
-// forward_backward runs one micro-batch and accumulates gradients; the optimiser step, clipping
-// and accumulation over micro-batches belong to the trainer.
+// (GPT-2: LayerNorm with bias), LM head (tied or untied) and softmax cross-entropy, with its
+// parameters and gradients in two flat buffers (model/params.h). forward_backward runs one
+// micro-batch and accumulates gradients; the optimiser step, clipping and accumulation over
+// micro-batches belong to the trainer.
 #pragma once
 
 #include <cstdint>
@@ -66,7 +67,8 @@ class Model {
   // backward) and returns the loss sum.
   double head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, int64_t tokens,
                        float grad_scale, bool backward, ActivationAllocator& alloc);
-  const std::pair<AlignedBuffer<float>, AlignedBuffer<float>>& rope_tables(int64_t seq);
+  // cos and sin, [seq, D/2] each; in shape-only mode address ranges (Note [Shape-only mode]).
+  std::pair<const float*, const float*> rope_tables(int64_t seq);
   // The architecture-specific parts of run(). The layers' context (rope tables when rotary).
   LayerContext layer_context(int64_t batch, int64_t seq, ActivationAllocator& alloc);
   // x = wte[tokens] (+ wpe[position] with learned positions), and the gradients of both.
@@ -82,14 +84,16 @@ class Model {
   ParamLayout layout_;
   AlignedBuffer<float> params_storage_;  // both empty for ShapesOnly
   AlignedBuffer<float> grads_storage_;
-  AddressSpace addresses_;               // ShapesOnly: where params_ and grads_ point
+  AddressSpace addresses_;  // ShapesOnly: params_, grads_; shape-only runs: the rope tables
   float* params_;
   float* grads_;
   ModelWeights w_;
   ModelWeights dw_;
   Parallel parallel_;
-  std::map<int64_t, std::pair<AlignedBuffer<float>, AlignedBuffer<float>>> rope_;  // seq -> cos, sin
-  std::pair<AlignedBuffer<float>, AlignedBuffer<float>> shape_only_rope_;  // never computed
+  std::map<int64_t, std::pair<AlignedBuffer<float>, AlignedBuffer<float>>>
+      rope_;                                        // seq -> cos, sin
+  float* shape_only_rope_[2] = {nullptr, nullptr};  // never filled
+  int64_t shape_only_rope_bytes_ = 0;
 };
 
 // Model FLOPs of one training step per token (forward + backward = 3 x forward), counting the
