@@ -8,7 +8,7 @@ checkpoint directory and an llm.c token file; writes one safetensors file of F64
 Contract (memo's tests call it; the argparse options below): B windows of S+1 tokens from the
 file start, the same batch every step; per step loss, grad norm, optional clip_grad_norm_, AdamW.
 Output: loss [max(N,1)], grad_norm [max(N,1)], grad.<hf name> (step 0, before clipping) and
-final.<hf name> (after N steps), all F64. Checked by scripts/torch_reference_selftest.py.
+final.<hf name> (after N steps), with --logits also logits [B, S, V] (before any step), all F64. Checked by scripts/torch_reference_selftest.py.
 With --write-gpt2-init SEED (GPT-2 only) the script first writes the checkpoint's
 model.safetensors itself, as PyTorch would save a GPT2LMHeadModel: F32 tensors under the Hugging
 Face names, Conv1D weights [in, out], plus an lm_head.weight equal to wte (tied).
@@ -338,8 +338,8 @@ def gpt2_attention(x, w_attn, b_attn, w_proj, b_proj, cfg, cos, sin):
     return out.transpose(1, 2).reshape(B, S, C) @ w_proj + b_proj
 
 
-def gpt2_forward_loss(params, cfg, inputs, targets):
-    """GPT-2 (pre-LayerNorm blocks, tied head): mean cross-entropy over all B*S tokens."""
+def gpt2_forward_logits(params, cfg, inputs):
+    """GPT-2 (pre-LayerNorm blocks, tied head): logits [B, S, V]."""
     S, C, eps = inputs.shape[1], cfg["C"], cfg["eps"]
     cos = sin = None
     x = params["transformer.wte.weight"][inputs]  # [B, S, C]
@@ -358,14 +358,13 @@ def gpt2_forward_loss(params, cfg, inputs, targets):
         x = x + fc @ params[p + "mlp.c_proj.weight"] + params[p + "mlp.c_proj.bias"]
     xf = F.layer_norm(x, (C,), params["transformer.ln_f.weight"],
                       params["transformer.ln_f.bias"], eps)
-    logits = xf @ params["transformer.wte.weight"].T  # [B, S, V]
-    return F.cross_entropy(logits.reshape(-1, cfg["V"]), targets.reshape(-1))
+    return xf @ params["transformer.wte.weight"].T  # [B, S, V]
 
 
-def forward_loss(params, cfg, inputs, targets):
-    """Mean cross-entropy over all B*S tokens (a float64 scalar)."""
+def forward_logits(params, cfg, inputs):
+    """Logits [B, S, V] of the LLaMA or GPT-2 model."""
     if cfg["arch"] == "gpt2":
-        return gpt2_forward_loss(params, cfg, inputs, targets)
+        return gpt2_forward_logits(params, cfg, inputs)
     S = inputs.shape[1]
     cos, sin = rope_cos_sin(S, cfg["D"], cfg["theta"])
     eps = cfg["eps"]
@@ -382,7 +381,12 @@ def forward_loss(params, cfg, inputs, targets):
         up = m @ params[p + "mlp.up_proj.weight"].T
         x = h + (F.silu(gate) * up) @ params[p + "mlp.down_proj.weight"].T
     head = params["model.embed_tokens.weight"] if cfg["tied"] else params["lm_head.weight"]
-    logits = rmsnorm(x, params["model.norm.weight"], eps) @ head.T  # [B, S, V]
+    return rmsnorm(x, params["model.norm.weight"], eps) @ head.T  # [B, S, V]
+
+
+def forward_loss(params, cfg, inputs, targets):
+    """Mean cross-entropy over all B*S tokens (a float64 scalar)."""
+    logits = forward_logits(params, cfg, inputs)
     return F.cross_entropy(logits.reshape(-1, cfg["V"]), targets.reshape(-1))
 
 
@@ -435,6 +439,8 @@ def parse_args(argv):
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--write-gpt2-init", type=int, default=None, metavar="SEED",
                     help="GPT-2 only: first write the checkpoint's model.safetensors from torch")
+    ap.add_argument("--logits", action="store_true",
+                    help="also write logits [B, S, V] of the first forward (before any step)")
     args = ap.parse_args(argv)
     for key in ("seq", "batch"):
         if getattr(args, key) < 1:
@@ -458,6 +464,10 @@ def run(args):
     params = load_params(args.checkpoint, cfg)
     inputs, targets = make_batch(read_tokens(args.tokens), args.seq, args.batch, cfg["V"],
                                  args.tokens)
+    logits = None
+    if args.logits:
+        with torch.no_grad():
+            logits = forward_logits(params, cfg, inputs).numpy().astype(np.float64)
     losses, grad_norms, grads0 = train(params, cfg, inputs, targets, args.steps, args.lr,
                                        (args.beta1, args.beta2), args.eps, args.weight_decay,
                                        args.clip)
@@ -466,6 +476,8 @@ def run(args):
     for name, p in params.items():
         out["grad." + name] = grads0[name].numpy().astype(np.float64)
         out["final." + name] = p.detach().numpy().astype(np.float64)
+    if logits is not None:
+        out["logits"] = logits
     metadata = {"generator": "scripts/torch_reference.py", "torch": torch.__version__,
                 "args": json.dumps({k: v for k, v in vars(args).items() if k != "threads"})}
     safetensors_io.write(args.out, out, metadata)

@@ -13,5 +13,8 @@ void add_plan_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
 void add_fit_command(CLI::App& app);
 void add_lr_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_plot_command(CLI::App& app);
 
 }  // namespace memo::cli

@@ -1,30 +1,73 @@
-// memo eval: the mean loss of a checkpoint over windows read in order.
+// memo eval: loss, perplexity and bits per byte of a checkpoint on the validation split.
+#include <unistd.h>
+
 #include <iostream>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "memo/cli/commands.h"
+#include "memo/core/error.h"
+#include "memo/io/checkpoint.h"
+#include "memo/train/evaluate.h"
+#include "memo/train/generate.h"
 #include "memo/train/trainer.h"
 
 namespace memo::cli {
 
 void add_eval_command(CLI::App& app) {
   struct Options {
-    std::string checkpoint, data;
-    int64_t seq = 256, batch = 8, batches = 16;
+    std::string checkpoint, data, split = "val";
+    int64_t seq = 256, batch = 8, batches = 0;
+    double val_fraction = 0.05;
   };
   auto o = std::make_shared<Options>();
-  CLI::App* eval = app.add_subcommand("eval", "Mean loss of a checkpoint on windows read in order");
+  CLI::App* eval = app.add_subcommand(
+      "eval", "Loss, perplexity and bits per byte of a checkpoint on windows read in order");
   eval->add_option("--checkpoint", o->checkpoint, "Checkpoint (or run) directory")->required();
-  eval->add_option("--data", o->data, "Data: raw text (bytes) or an llm.c token file")->required();
+  eval->add_option("--data", o->data,
+                   "Data: raw text (bytes), an llm.c token file, a `memo tokenize` folder or a "
+                   "glob of shards")
+      ->required();
+  eval->add_option("--split", o->split,
+                   "val: a shard folder's validation shards, else the last --val-fraction of the "
+                   "data (as memo train holds it out); all: the whole data")
+      ->check(CLI::IsMember({"val", "all"}))
+      ->capture_default_str();
+  eval->add_option("--val-fraction", o->val_fraction, "Held-out tail when there are no val shards")
+      ->capture_default_str();
   eval->add_option("--seq", o->seq, "Tokens per window")->capture_default_str();
   eval->add_option("--batch", o->batch, "Windows per forward")->capture_default_str();
-  eval->add_option("--batches", o->batches, "Forwards (micro-batches) to average over")->capture_default_str();
+  eval->add_option("--batches", o->batches, "Forwards to average over; 0: every window")
+      ->capture_default_str();
   eval->callback([o] {
-    const EvalResult r = evaluate_checkpoint(o->checkpoint, o->data, o->seq, o->batch, o->batches);
-    std::cout << nlohmann::json{{"loss", r.mean_loss}, {"tokens", r.tokens}, {"windows", r.windows},
-                                {"seq", o->seq}}.dump()
+    const std::filesystem::path dir = find_latest_checkpoint(o->checkpoint);
+    LoadedCheckpoint ckpt = load_checkpoint(dir);
+    Model model(ckpt.config);
+    load_model_tensors(model, ckpt.model);
+    const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
+    const int64_t vocab = ckpt.config.vocab_size;
+    std::optional<TokenData> data;
+    if (o->split == "val") data = load_validation_shards(o->data, vocab);
+    if (!data) {
+      TokenData all = TokenData::load(o->data, vocab);
+      if (o->split == "val") {
+        data = std::move(split_tail(std::move(all), o->val_fraction).second);
+      } else {
+        data = std::move(all);
+      }
+    }
+    // The progress bar only on a terminal: scripts read one JSON object from the output.
+    const EvalReport r = evaluate(model, tokenizer, *data, o->seq, o->batch, o->batches,
+                                  ::isatty(2) ? &std::cerr : nullptr);
+    std::cout << nlohmann::json{{"loss", r.loss},
+                                {"perplexity", r.perplexity},
+                                {"bits_per_byte", r.bits_per_byte},
+                                {"tokens", r.tokens},
+                                {"bytes", r.bytes},
+                                {"windows", r.windows},
+                                {"seq", o->seq},
+                                {"data", data->source()}}
+                     .dump()
               << "\n";
   });
 }

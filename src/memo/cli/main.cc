@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   memo::cli::add_sweep_command(app);
   memo::cli::add_fit_command(app);
   memo::cli::add_lr_command(app);
+  memo::cli::add_tokenize_command(app);
+  memo::cli::add_generate_command(app);
+  memo::cli::add_plot_command(app);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's action
   } catch (const CLI::CallForHelp& e) {

@@ -44,9 +44,8 @@ int64_t WindowSampler::window_start(int64_t step, int64_t micro, int64_t row) co
 }
 
 void WindowSampler::copy_window(int64_t start, int32_t* inputs, int32_t* targets) const {
-  const int32_t* tokens = data_->tokens().data() + start;
-  std::copy(tokens, tokens + seq_, inputs);
-  std::copy(tokens + 1, tokens + seq_ + 1, targets);
+  data_->copy(start, seq_, inputs);
+  data_->copy(start + 1, seq_, targets);
 }
 
 void WindowSampler::fill(int64_t step, int64_t micro, int32_t* inputs, int32_t* targets,

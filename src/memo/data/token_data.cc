@@ -1,26 +1,49 @@
-// Implementation of data/token_data.h. Sizes are checked before any token is read, so a truncated
-// or lying header gives a FormatError, never a read past the buffer.
+// Implementation of data/token_data.h. Files are memory-mapped; sizes are checked before any
+// token is read, so a truncated or lying header gives a FormatError, never a read past the map.
 #include "memo/data/token_data.h"
 
+#include <glob.h>
+
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "memo/core/error.h"
+#include "memo/data/shards.h"
 #include "memo/io/atomic_file.h"
+#include "memo/io/mapped_file.h"
 
 namespace memo {
-namespace {
 
 namespace fs = std::filesystem;
 
 static_assert(std::endian::native == std::endian::little,
               "llm.c token files are little-endian; memo reads them as-is");
 
+// One file's ids (or the in-memory vector) at stream positions [first, first + count).
+struct TokenSegment {
+  const char* data = nullptr;
+  int width_bytes = 0;  // 1 (raw bytes), 2 (uint16), 4 (uint32 or in-memory int32)
+  int64_t count = 0;
+  int64_t first = 0;
+};
+
+struct TokenStore {
+  std::vector<int32_t> owned;    // in-memory tokens
+  std::vector<MappedFile> maps;  // mapped files, in stream order
+  std::vector<TokenSegment> segments;
+  int64_t num_tokens() const {
+    return segments.empty() ? 0 : segments.back().first + segments.back().count;
+  }
+};
+
+namespace {
+
 constexpr int64_t kHeaderBytes = kLlmcHeaderInts * int64_t(sizeof(int32_t));
 
-int32_t int_at(const std::string& bytes, int64_t index) {
+int32_t int_at(std::string_view bytes, int64_t index) {
   int32_t v;
   std::memcpy(&v, bytes.data() + index * sizeof(int32_t), sizeof v);
   return v;
@@ -31,35 +54,49 @@ void check_vocab(int64_t vocab_size, const std::string& source) {
     throw ConfigError(str("vocab_size = ", vocab_size, " for ", source, " must be positive"));
 }
 
-void check_token(int64_t id, int64_t position, const std::string& source, int64_t vocab_size) {
-  if (id < 0 || id >= vocab_size)
-    throw DataError(str("token id ", id, " at position ", position, " of ", source,
-                        " is outside the vocabulary [0, ", vocab_size, ")"));
+[[noreturn]] void throw_bad_token(int64_t id, int64_t position, const std::string& source,
+                                  int64_t vocab_size) {
+  throw DataError(str("token id ", id, " at position ", position, " of ", source,
+                      " is outside the vocabulary [0, ", vocab_size, ")"));
 }
 
-// Unsigned file ids to int32, each checked before the narrowing (uint32 ids may exceed int32).
 template <class T>
-std::vector<int32_t> widen(const char* data, int64_t count, const std::string& p,
-                           int64_t vocab_size) {
-  std::vector<int32_t> out(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    T v;
-    std::memcpy(&v, data + i * int64_t(sizeof(T)), sizeof v);
-    check_token(int64_t(v), i, p, vocab_size);
-    out[size_t(i)] = int32_t(v);
-  }
-  return out;
+int64_t id_at(const char* data, int64_t i) {
+  T v;
+  std::memcpy(&v, data + i * int64_t(sizeof(T)), sizeof v);
+  return int64_t(v);
 }
 
-// The tokens of an llm.c file whose first int32 is a known magic.
-std::vector<int32_t> read_llmc(const std::string& bytes, const std::string& p, int64_t vocab_size) {
+// Checks every id of a segment: one pass for the maximum (vectorises), a second only on failure.
+template <class T>
+void check_ids(const TokenSegment& s, const std::string& source, int64_t vocab_size) {
+  if (int64_t(std::numeric_limits<T>::max()) < vocab_size && std::is_unsigned_v<T>) return;
+  int64_t max_id = 0, min_id = 0;
+  const T* ids = reinterpret_cast<const T*>(s.data);  // llm.c bodies start 1024 bytes in: aligned
+  for (int64_t i = 0; i < s.count; ++i) {
+    max_id = std::max<int64_t>(max_id, int64_t(ids[i]));
+    min_id = std::min<int64_t>(min_id, int64_t(ids[i]));
+  }
+  if (max_id < vocab_size && min_id >= 0) return;
+  for (int64_t i = 0; i < s.count; ++i)
+    if (int64_t(ids[i]) >= vocab_size || int64_t(ids[i]) < 0)
+      throw_bad_token(int64_t(ids[i]), i, source, vocab_size);
+}
+
+// The token segment of one mapped file whose first int32 may be an llm.c magic.
+TokenSegment parse_file(std::string_view bytes, const std::string& p) {
   const int64_t file_bytes = int64_t(bytes.size());
+  if (file_bytes == 0) throw DataError(str(p, " is empty"));
+  int32_t magic = 0;
+  if (bytes.size() >= sizeof magic) magic = int_at(bytes, 0);
+  if (magic != kLlmcMagic && magic != kLlmcMagicLlama3)
+    return TokenSegment{bytes.data(), 1, file_bytes, 0};
   if (file_bytes < kHeaderBytes)
     throw FormatError(str(p, " starts with the llm.c magic but is ", file_bytes,
                           " bytes, shorter than the ", kHeaderBytes, "-byte header"));
-  int32_t magic = int_at(bytes, 0), version = int_at(bytes, 1), count = int_at(bytes, 2);
+  int32_t version = int_at(bytes, 1), count = int_at(bytes, 2);
   int32_t want_version = magic == kLlmcMagic ? kLlmcVersion : kLlmcVersionLlama3;
-  int64_t token_bytes = magic == kLlmcMagic ? 2 : 4;
+  int token_bytes = magic == kLlmcMagic ? 2 : 4;
   if (version != want_version)
     throw FormatError(str(p, ": llm.c header version ", version, " at offset 4 is not supported; ",
                           "magic ", magic, " needs version ", want_version));
@@ -71,38 +108,152 @@ std::vector<int32_t> read_llmc(const std::string& bytes, const std::string& p, i
     throw FormatError(str(p, ": llm.c header counts ", count, " tokens of ", token_bytes,
                           " bytes, so the file should be ", expected, " bytes, but it is ",
                           file_bytes, expected > file_bytes ? " (truncated)" : " (trailing data)"));
-  const char* data = bytes.data() + kHeaderBytes;
-  return token_bytes == 2 ? widen<uint16_t>(data, count, p, vocab_size)
-                          : widen<uint32_t>(data, count, p, vocab_size);
+  return TokenSegment{bytes.data() + kHeaderBytes, token_bytes, count, 0};
+}
+
+void check_segment(const TokenSegment& s, const std::string& source, int64_t vocab_size) {
+  if (s.width_bytes == 1) check_ids<uint8_t>(s, source, vocab_size);
+  if (s.width_bytes == 2) check_ids<uint16_t>(s, source, vocab_size);
+  if (s.width_bytes == 4) check_ids<uint32_t>(s, source, vocab_size);
+}
+
+std::vector<fs::path> glob_files(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<fs::path> files;
+  if (rc == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  if (files.empty()) throw DataError(str("no file matches ", pattern));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The shards of one split listed by a manifest, each checked to exist and to have the size and
+// checksum the manifest records before anything is mapped.
+std::vector<fs::path> manifest_shards(const fs::path& dir, const ShardManifest& m,
+                                      const std::string& split, int64_t vocab_size) {
+  const std::string manifest = (dir / kShardManifestFile).string();
+  if (!m.complete)
+    throw DataError(str(dir.string(), " is an unfinished `memo tokenize` run (", manifest,
+                        " says complete: false); rerun the same tokenize command to finish it"));
+  if (m.vocab_size > vocab_size)
+    throw ConfigError(str("the tokenizer of ", dir.string(), " has ", m.vocab_size,
+                          " ids but the model's vocab_size is ", vocab_size,
+                          "; set vocab_size >= ", m.vocab_size, " in the model config"));
+  std::vector<fs::path> files;
+  for (const ShardInfo& s : m.shards) {
+    if (s.split != split) continue;
+    const fs::path f = dir / s.file;
+    if (!fs::exists(f))
+      throw DataError(str("shard ", f.string(), " listed in ", manifest, " is missing"));
+    files.push_back(f);
+  }
+  return files;
 }
 
 }  // namespace
 
-TokenData::TokenData(Checked, std::vector<int32_t> tokens, std::string source, int64_t vocab_size)
-    : tokens_(std::move(tokens)), source_(std::move(source)), vocab_size_(vocab_size) {}
+TokenData::TokenData(std::shared_ptr<const TokenStore> store, int64_t begin, int64_t end,
+                     std::string source, int64_t vocab_size)
+    : store_(std::move(store)),
+      begin_(begin),
+      end_(end),
+      source_(std::move(source)),
+      vocab_size_(vocab_size) {}
 
 TokenData::TokenData(std::vector<int32_t> tokens, std::string source, int64_t vocab_size)
-    : TokenData(Checked{}, std::move(tokens), std::move(source), vocab_size) {
+    : source_(std::move(source)), vocab_size_(vocab_size) {
   check_vocab(vocab_size_, source_);
-  if (tokens_.empty()) throw DataError(str(source_, " is empty"));
-  for (size_t i = 0; i < tokens_.size(); ++i)
-    check_token(tokens_[i], int64_t(i), source_, vocab_size_);
+  if (tokens.empty()) throw DataError(str(source_, " is empty"));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab_size_)
+      throw_bad_token(tokens[i], int64_t(i), source_, vocab_size_);
+  auto store = std::make_shared<TokenStore>();
+  store->owned = std::move(tokens);
+  store->segments.push_back(TokenSegment{reinterpret_cast<const char*>(store->owned.data()), 4,
+                                         int64_t(store->owned.size()), 0});
+  end_ = store->num_tokens();
+  store_ = std::move(store);
+}
+
+TokenData TokenData::load_files(const std::vector<fs::path>& files, const std::string& source,
+                                int64_t vocab_size) {
+  check_vocab(vocab_size, source);
+  if (files.empty()) throw DataError(str(source, " has no token files"));
+  auto store = std::make_shared<TokenStore>();
+  for (const fs::path& f : files) {
+    MappedFile map(f);
+    TokenSegment s = parse_file(map.bytes(), f.string());
+    check_segment(s, f.string(), vocab_size);
+    s.first = store->num_tokens();
+    store->segments.push_back(s);
+    store->maps.push_back(std::move(map));
+  }
+  const int64_t n = store->num_tokens();
+  return TokenData(std::move(store), 0, n, source, vocab_size);
 }
 
 TokenData TokenData::load(const fs::path& path, int64_t vocab_size) {
   const std::string p = path.string();
   check_vocab(vocab_size, p);
-  std::string bytes = read_file(path);
-  if (bytes.empty()) throw DataError(str(p, " is empty"));
-  int32_t magic = 0;
-  if (bytes.size() >= sizeof magic) magic = int_at(bytes, 0);
-  std::vector<int32_t> tokens;
-  if (magic == kLlmcMagic || magic == kLlmcMagicLlama3) {
-    tokens = read_llmc(bytes, p, vocab_size);
-  } else {
-    tokens = widen<uint8_t>(bytes.data(), int64_t(bytes.size()), p, vocab_size);
+  if (p.find_first_of("*?[") != std::string::npos && !fs::exists(path))
+    return load_files(glob_files(p), p, vocab_size);
+  if (fs::is_directory(path)) {
+    if (std::optional<ShardManifest> m = read_shard_manifest(path)) {
+      std::vector<fs::path> files = manifest_shards(path, *m, "train", vocab_size);
+      return load_files(files, str(p, " (", files.size(), " training shards)"), vocab_size);
+    }
+    std::vector<fs::path> files = glob_files((path / "*.bin").string());
+    return load_files(files, str(p, " (", files.size(), " files)"), vocab_size);
   }
-  return TokenData(Checked{}, std::move(tokens), p, vocab_size);
+  return load_files({path}, p, vocab_size);
+}
+
+std::optional<TokenData> load_validation_shards(const fs::path& path, int64_t vocab_size) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return std::nullopt;
+  std::optional<ShardManifest> m = read_shard_manifest(path);
+  if (!m) return std::nullopt;
+  std::vector<fs::path> files = manifest_shards(path, *m, "val", vocab_size);
+  if (files.empty()) return std::nullopt;
+  return TokenData::load_files(files, str(path.string(), " (", files.size(), " validation shards)"),
+                               vocab_size);
+}
+
+int64_t TokenData::num_files() const { return int64_t(store_->maps.size()); }
+
+void TokenData::copy(int64_t start, int64_t count, int32_t* out) const {
+  MEMO_CHECK(start >= 0 && count >= 0 && start + count <= num_tokens(), "copy [", start, ", ",
+             start + count, ") of ", num_tokens(), " tokens");
+  const std::vector<TokenSegment>& segs = store_->segments;
+  int64_t g = begin_ + start;
+  auto it = std::upper_bound(segs.begin(), segs.end(), g,
+                             [](int64_t v, const TokenSegment& s) { return v < s.first; });
+  --it;  // the segment holding g
+  while (count > 0) {
+    const TokenSegment& s = *it;
+    const int64_t i0 = g - s.first, n = std::min(count, s.count - i0);
+    if (s.width_bytes == 1) {
+      const auto* src = reinterpret_cast<const uint8_t*>(s.data) + i0;
+      for (int64_t i = 0; i < n; ++i) out[i] = int32_t(src[i]);
+    } else if (s.width_bytes == 2) {
+      const auto* src = reinterpret_cast<const uint16_t*>(s.data) + i0;
+      for (int64_t i = 0; i < n; ++i) out[i] = int32_t(src[i]);
+    } else {
+      std::memcpy(out, s.data + i0 * 4, size_t(n) * 4);
+    }
+    out += n;
+    count -= n;
+    g += n;
+    ++it;
+  }
+}
+
+int32_t TokenData::operator[](int64_t i) const {
+  int32_t v;
+  copy(i, 1, &v);
+  return v;
 }
 
 std::pair<TokenData, TokenData> split_tail(TokenData data, double val_fraction) {
@@ -115,12 +266,10 @@ std::pair<TokenData, TokenData> split_tail(TokenData data, double val_fraction) 
   int64_t n_val = std::llround(val_fraction * double(n));
   n_val = std::min(std::max<int64_t>(n_val, 1), n - 1);
   const int64_t n_train = n - n_val;
-  std::vector<int32_t> val(data.tokens_.begin() + n_train, data.tokens_.end());
-  data.tokens_.resize(size_t(n_train));
-  std::string src = data.source_;
-  return {TokenData(TokenData::Checked{}, std::move(data.tokens_),
+  const std::string& src = data.source_;
+  return {TokenData(data.store_, data.begin_, data.begin_ + n_train,
                     str(src, " [tokens 0, ", n_train, ")"), data.vocab_size_),
-          TokenData(TokenData::Checked{}, std::move(val),
+          TokenData(data.store_, data.begin_ + n_train, data.end_,
                     str(src, " [tokens ", n_train, ", ", n, ")"), data.vocab_size_)};
 }
 

@@ -1,12 +1,15 @@
-// A token dataset held in memory as int32 ids, each checked against the vocabulary on load.
-// Files are either llm.c token files (a 256 x int32 header: magic 20240520, version 1, count, then
-// uint16 tokens; or llm.c's Llama 3 variant: magic 20240801, version 7, uint32 tokens) or raw
-// bytes, one token per byte (vocabulary 256). Not a tokeniser, not a streaming reader.
+// A token dataset: int32 ids read through memory maps (llm.c token files and shards) or held in
+// memory, each id checked against the vocabulary on load. Files are llm.c token files (a 256 x
+// int32 header: magic 20240520, version 1, count, then uint16 tokens; or llm.c's Llama 3 variant:
+// magic 20240801, version 7, uint32 tokens) or raw bytes, one token per byte (vocabulary 256).
+// Several files (a shard directory of `memo tokenize`, or a glob) are one concatenated stream, in
+// order. Not a tokeniser, not a prefetcher.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
-#include <span>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,28 +22,39 @@ inline constexpr int32_t kLlmcMagicLlama3 = 20240801;  // llm.c Llama 3 token fi
 inline constexpr int32_t kLlmcVersionLlama3 = 7;
 inline constexpr int64_t kLlmcHeaderInts = 256;
 
+struct TokenStore;  // the files or the vector behind a TokenData (token_data.cc)
+
 class TokenData {
  public:
-  // Reads `path` (llm.c if it starts with a known magic, else raw bytes). Errors: missing or empty
-  // file, a token id outside [0, vocab_size): DataError naming the id, position and path; an llm.c
-  // header that disagrees with the file size or has an unknown version: FormatError.
+  // Maps `path`: a file (llm.c if it starts with a known magic, else raw bytes), a shard
+  // directory (its manifest.json's training shards, see data/shards.h; without a manifest every
+  // *.bin in it, sorted), or a glob of files (sorted). Errors: a missing, empty or truncated file,
+  // a token id outside [0, vocab_size): DataError naming the id, position and file; an llm.c
+  // header that disagrees with the file size or has an unknown version: FormatError; a shard
+  // directory whose tokenizer has more ids than vocab_size: ConfigError.
   static TokenData load(const std::filesystem::path& path, int64_t vocab_size);
+  // Maps `files` in order as one stream named `source`; same errors as load().
+  static TokenData load_files(const std::vector<std::filesystem::path>& files,
+                              const std::string& source, int64_t vocab_size);
 
   // Tokens already in memory; `source` names them in messages. Checks every id like load().
   TokenData(std::vector<int32_t> tokens, std::string source, int64_t vocab_size);
 
-  int64_t num_tokens() const { return int64_t(tokens_.size()); }
-  std::span<const int32_t> tokens() const { return tokens_; }
-  int32_t operator[](int64_t i) const { return tokens_[size_t(i)]; }
+  int64_t num_tokens() const { return end_ - begin_; }
+  // Tokens [start, start + count) into out; the range must lie within num_tokens().
+  void copy(int64_t start, int64_t count, int32_t* out) const;
+  int32_t operator[](int64_t i) const;
   const std::string& source() const { return source_; }  // the path, or "path [tokens a, b)"
   int64_t vocab_size() const { return vocab_size_; }
+  int64_t num_files() const;  // mapped files behind it (0 in memory)
 
  private:
-  struct Checked {};  // ids known to be in range: skip the scan
-  TokenData(Checked, std::vector<int32_t> tokens, std::string source, int64_t vocab_size);
+  TokenData(std::shared_ptr<const TokenStore> store, int64_t begin, int64_t end, std::string source,
+            int64_t vocab_size);
   friend std::pair<TokenData, TokenData> split_tail(TokenData data, double val_fraction);
 
-  std::vector<int32_t> tokens_;
+  std::shared_ptr<const TokenStore> store_;
+  int64_t begin_ = 0, end_ = 0;  // this view's range of the store's stream
   std::string source_;
   int64_t vocab_size_ = 0;
 };
@@ -49,6 +63,11 @@ class TokenData {
 // leaving at least 1). val_fraction must lie in (0, 1): ConfigError; fewer than 2 tokens:
 // DataError.
 std::pair<TokenData, TokenData> split_tail(TokenData data, double val_fraction);
+
+// The validation shards of a `memo tokenize` directory, or nullopt when `path` is not one or it
+// has none (then callers split the training stream's tail).
+std::optional<TokenData> load_validation_shards(const std::filesystem::path& path,
+                                                int64_t vocab_size);
 
 // Writes an llm.c GPT-2 token file (uint16 tokens) atomically. Ids must lie in [0, 65536):
 // DataError naming the id and its position otherwise.

@@ -52,6 +52,8 @@ void save_checkpoint(const fs::path& dir, const CheckpointData& data) {
   if (!data.optimizer.empty()) write_safetensors(writer.path() / kOptimizerFile, data.optimizer);
   if (!data.trainer_state.is_null())
     write_file_atomic(writer.path() / kTrainerStateFile, data.trainer_state.dump(2) + "\n");
+  if (!data.tokenizer_json.empty())
+    write_file_atomic(writer.path() / kTokenizerFile, data.tokenizer_json);
   writer.commit();
 }
 

@@ -3,6 +3,7 @@
 //   config.json             the ModelConfig (io/config_json.h)
 //   optimizer.safetensors   caller-named optimizer tensors; only when there are any
 //   trainer_state.json      caller JSON (step, data position, seed, ...); only when not null
+//   tokenizer.json          the Hugging Face tokenizer of the training data; only when known
 // A model-only directory (as on the Hugging Face Hub) loads with no optimizer and no trainer state.
 // A run directory holds step-00000100/ style checkpoints and a `latest` file naming the newest.
 #pragma once
@@ -23,6 +24,7 @@ inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kConfigFile = "config.json";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+inline constexpr const char* kTokenizerFile = "tokenizer.json";
 inline constexpr const char* kLatestFile = "latest";
 
 struct CheckpointData {
@@ -30,6 +32,7 @@ struct CheckpointData {
   std::vector<NamedTensor> model;      // non-owning views of the caller's buffers
   std::vector<NamedTensor> optimizer;  // empty: no optimizer.safetensors
   nlohmann::json trainer_state;        // null: no trainer_state.json
+  std::string tokenizer_json;          // empty: no tokenizer.json
 };
 
 // Writes `dir` atomically: it afterwards holds either its old content or the whole new checkpoint.

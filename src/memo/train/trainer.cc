@@ -15,6 +15,7 @@
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/error.h"
 #include "memo/data/sampler.h"
+#include "memo/data/shards.h"
 #include "memo/data/token_data.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/checkpoint.h"
@@ -79,6 +80,8 @@ std::vector<NamedTensor> model_tensors(Model& model) {
   return out;
 }
 
+}  // namespace
+
 // GPT-2 files saved from a GPT2Model (as the Hub's gpt2 checkpoints are) name the tensors without
 // GPT2LMHeadModel's "transformer." prefix ("h.0.attn.c_attn.weight"); both forms load.
 void load_model_tensors(Model& model, const SafetensorsFile& file) {
@@ -92,6 +95,8 @@ void load_model_tensors(Model& model, const SafetensorsFile& file) {
   }
 }
 
+namespace {
+
 // Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
 // (io/checkpoint.h). The two newest are kept: a kill while writing one leaves the other.
 std::string save(const TrainOptions& o, Model& model, Optimizer& opt,
@@ -104,6 +109,7 @@ std::string save(const TrainOptions& o, Model& model, Optimizer& opt,
                         {"optimizer", optimizer_record(opt)},
                         {"options", pinned_options(o)},
                         {"gns", probe ? nlohmann::json(probe->estimator().state()) : nlohmann::json()}};
+  data.tokenizer_json = shard_tokenizer_json(o.data_path);  // the checkpoint names its tokenizer
   const fs::path dir = save_run_checkpoint(o.out_dir, step, data);
   const std::string newest = dir.filename().string();
   std::vector<fs::path> old;
@@ -154,12 +160,16 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
                           config.max_position_embeddings, " of the model config"));
   // Data: validate everything before any output is written.
   TokenData all = TokenData::load(o.data_path, config.vocab_size);
-  std::optional<TokenData> val;
+  // A `memo tokenize` directory with validation shards validates on them (data/shards.h).
+  std::optional<TokenData> val = o.val_data_path.empty()
+                                     ? load_validation_shards(o.data_path, config.vocab_size)
+                                     : std::nullopt;
   TokenData train_data = [&] {
     if (!o.val_data_path.empty()) {
       val = TokenData::load(o.val_data_path, config.vocab_size);
       return std::move(all);
     }
+    if (val) return std::move(all);
     auto [tr, va] = split_tail(std::move(all), o.val_fraction);
     val = std::move(va);
     return std::move(tr);

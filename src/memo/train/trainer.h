@@ -12,7 +12,9 @@
 #include <string>
 
 #include "memo/memory/strategy_factory.h"
+#include "memo/io/safetensors.h"
 #include "memo/model/config.h"
+#include "memo/model/model.h"
 #include "memo/train/optimizer_setup.h"
 
 namespace memo {
@@ -55,6 +57,9 @@ struct TrainResult {
 };
 
 TrainResult train(const TrainOptions& options, std::ostream& progress);
+
+// Copies a checkpoint's model tensors into `model` (GPT-2 names with or without "transformer.").
+void load_model_tensors(Model& model, const SafetensorsFile& file);
 
 // Mean loss over `batches` micro-batches of `batch` sequential windows from the start of the file.
 struct EvalResult {

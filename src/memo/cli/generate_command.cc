@@ -1,0 +1,66 @@
+// memo generate: text from a checkpoint, sampled through the KV-cache decoder.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "memo/cli/commands.h"
+#include "memo/io/checkpoint.h"
+#include "memo/train/generate.h"
+#include "memo/train/trainer.h"
+
+namespace memo::cli {
+
+void add_generate_command(CLI::App& app) {
+  struct Options {
+    std::string checkpoint, prompt;
+    GenerateOptions generate;
+    bool stream = false, no_kv_cache = false;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a checkpoint");
+  cmd->add_option("--checkpoint", o->checkpoint, "Checkpoint (or run) directory")->required();
+  cmd->add_option("--prompt", o->prompt, "Text to continue (\"\": start from end-of-text)")
+      ->required();
+  cmd->add_option("--max-new-tokens", o->generate.max_new_tokens, "Tokens to generate at most")
+      ->capture_default_str();
+  cmd->add_option("--temperature", o->generate.sampling.temperature,
+                  "Softmax temperature; 0: greedy")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->generate.sampling.top_k, "Sample among the k most likely; 0: all")
+      ->capture_default_str();
+  cmd->add_option("--top-p", o->generate.sampling.top_p,
+                  "Sample among the most likely tokens of total probability >= p; 1: all")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->generate.sampling.seed, "Random seed of the sampler")
+      ->capture_default_str();
+  cmd->add_flag("--stream", o->stream, "Print each token as it is generated");
+  cmd->add_flag("--no-kv-cache", o->no_kv_cache,
+                "Re-run the whole sequence for every token (the slow baseline, for comparison)");
+  cmd->callback([o] {
+    const std::filesystem::path dir = find_latest_checkpoint(o->checkpoint);
+    LoadedCheckpoint ckpt = load_checkpoint(dir);
+    Model model(ckpt.config);
+    load_model_tensors(model, ckpt.model);
+    const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
+    o->generate.kv_cache = !o->no_kv_cache;
+    std::function<void(std::string_view)> on_text;
+    if (o->stream)
+      on_text = [](std::string_view bytes) {
+        std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+        std::fflush(stdout);
+      };
+    const GenerateResult r = generate(model, tokenizer, o->prompt, o->generate, on_text);
+    if (!o->stream) std::fwrite(r.text.data(), 1, r.text.size(), stdout);
+    std::printf("\n");
+    std::fflush(stdout);
+    const double tok_per_s =
+        r.decode_seconds > 0 ? double(r.new_ids.size()) / r.decode_seconds : 0.0;
+    std::fprintf(stderr,
+                 "generate: %zu prompt tokens in %.3f s, %zu new tokens in %.3f s (%.1f tokens/s, "
+                 "%s)\n",
+                 r.prompt_ids.size(), r.prefill_seconds, r.new_ids.size(), r.decode_seconds,
+                 tok_per_s, o->no_kv_cache ? "no KV cache" : "KV cache");
+  });
+}
+
+}  // namespace memo::cli

@@ -1,0 +1,425 @@
+// Implementation of data/shards.h: `memo tokenize`'s reader of documents, its shard writers and
+// its manifest.
+// Note [Resuming a tokenize run]
+// Documents are numbered in input order and tokenised deterministically, so a run can restart at
+// any document. After each shard is written, the manifest records per split (train, val): the
+// shards written, the first document whose tokens are not all in them (its input file and byte
+// offset) and how many of its tokens are. A rerun with the same tokenizer, inputs and options
+// restarts reading at the earlier of the two documents, drops what each split already holds and
+// writes the next shards; tokens that were only in memory when the run died are made again.
+#include "memo/data/shards.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <ostream>
+
+#include "memo/core/error.h"
+#include "memo/data/token_data.h"
+#include "memo/data/tokenizer.h"
+#include "memo/io/atomic_file.h"
+#include "memo/io/crc32c.h"
+#include "memo/io/mapped_file.h"
+
+namespace memo {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::optional<ShardManifest> read_shard_manifest(const fs::path& dir) {
+  const fs::path file = dir / kShardManifestFile;
+  if (!fs::exists(file)) return std::nullopt;
+  ShardManifest m;
+  try {
+    m.json = json::parse(read_file(file));
+    if (m.json.at("format") != kShardFormat || m.json.at("version") != kShardFormatVersion)
+      throw FormatError(str(file.string(), " is not a version ", kShardFormatVersion, " ",
+                            kShardFormat, " manifest"));
+    m.vocab_size = m.json.at("vocab_size").get<int64_t>();
+    m.complete = m.json.at("complete").get<bool>();
+    for (const json& s : m.json.at("shards"))
+      m.shards.push_back({s.at("file").get<std::string>(), s.at("split").get<std::string>(),
+                          s.at("tokens").get<int64_t>(), s.at("crc32c").get<uint32_t>()});
+  } catch (const json::exception& e) {
+    throw FormatError(str(file.string(), " is not a valid shard manifest: ", e.what()));
+  }
+  return m;
+}
+
+std::string shard_tokenizer_json(const std::string& data_path) {
+  std::error_code ec;
+  fs::path dir(data_path);
+  if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::exists(dir / kShardManifestFile, ec) || !fs::exists(dir / kShardTokenizerFile, ec))
+    return "";
+  return read_file(dir / kShardTokenizerFile);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Input {
+  fs::path path;
+  int64_t bytes = 0;
+  bool json_lines = false;
+};
+
+struct Document {
+  std::string owned;              // JSON lines: the decoded text
+  std::string_view text;          // plain text: a view of the mapped file
+  int64_t input = 0, offset = 0;  // where it starts: input index, byte offset
+  int64_t index = 0;              // document number, in input order
+  int64_t global_offset = 0;      // offset among all input bytes
+};
+
+std::vector<Input> list_inputs(const std::vector<std::string>& inputs) {
+  std::vector<Input> out;
+  auto add = [&](const fs::path& p) {
+    const std::string ext = p.extension().string();
+    out.push_back({p, int64_t(fs::file_size(p)), ext == ".jsonl" || ext == ".json"});
+  };
+  for (const std::string& in : inputs) {
+    const fs::path p(in);
+    if (!fs::exists(p)) throw DataError(str("input ", in, " does not exist"));
+    if (fs::is_directory(p)) {
+      std::vector<fs::path> files;
+      for (const auto& e : fs::recursive_directory_iterator(p))
+        if (e.is_regular_file() && !e.path().filename().string().starts_with("."))
+          files.push_back(e.path());
+      std::sort(files.begin(), files.end());
+      for (const fs::path& f : files) add(f);
+    } else {
+      add(p);
+    }
+  }
+  if (out.empty()) throw DataError("no input files (the folders given are empty)");
+  return out;
+}
+
+// Where a split stands: see Note [Resuming a tokenize run].
+struct SplitState {
+  std::string name;
+  int64_t shards = 0, tokens = 0;           // written
+  int64_t resume_doc = 0, resume_skip = 0;  // first document not fully written; its written tokens
+  int64_t resume_input = 0, resume_offset = 0;
+  std::vector<int32_t> pending;  // tokens not yet in a shard
+};
+
+class ShardWriter {
+ public:
+  ShardWriter(fs::path dir, int64_t shard_tokens, int token_bytes, json& manifest)
+      : dir_(std::move(dir)),
+        shard_tokens_(shard_tokens),
+        token_bytes_(token_bytes),
+        manifest_(manifest) {}
+
+  // Writes pending tokens [0, count) as the split's next shard and records it.
+  void write(SplitState& s, int64_t count) {
+    const std::string name = str(s.name, "-", zero_pad(s.shards), ".bin");
+    int32_t header[kLlmcHeaderInts] = {};
+    header[0] = token_bytes_ == 2 ? kLlmcMagic : kLlmcMagicLlama3;
+    header[1] = token_bytes_ == 2 ? kLlmcVersion : kLlmcVersionLlama3;
+    header[2] = int32_t(count);
+    std::string bytes(sizeof header + size_t(count) * size_t(token_bytes_), '\0');
+    std::memcpy(bytes.data(), header, sizeof header);
+    char* body = bytes.data() + sizeof header;
+    for (int64_t i = 0; i < count; ++i) {
+      const int32_t id = s.pending[size_t(i)];
+      if (token_bytes_ == 2) {
+        const auto v = uint16_t(id);
+        std::memcpy(body + i * 2, &v, 2);
+      } else {
+        const auto v = uint32_t(id);
+        std::memcpy(body + i * 4, &v, 4);
+      }
+    }
+    write_file_atomic(dir_ / name, bytes);
+    manifest_["shards"].push_back(
+        {{"file", name}, {"split", s.name}, {"tokens", count}, {"crc32c", crc32c(0, bytes)}});
+    s.pending.erase(s.pending.begin(), s.pending.begin() + count);
+    s.shards += 1;
+    s.tokens += count;
+  }
+  int64_t shard_tokens() const { return shard_tokens_; }
+
+ private:
+  static std::string zero_pad(int64_t n) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%06lld", static_cast<long long>(n));
+    return buf;
+  }
+  fs::path dir_;
+  int64_t shard_tokens_;
+  int token_bytes_;
+  json& manifest_;
+};
+
+json split_json(const SplitState& s) {
+  return {{"shards", s.shards},
+          {"tokens", s.tokens},
+          {"resume_doc", s.resume_doc},
+          {"resume_skip", s.resume_skip},
+          {"resume_input", s.resume_input},
+          {"resume_offset", s.resume_offset}};
+}
+
+void restore_split(SplitState& s, const json& j) {
+  s.shards = j.at("shards");
+  s.tokens = j.at("tokens");
+  s.resume_doc = j.at("resume_doc");
+  s.resume_skip = j.at("resume_skip");
+  s.resume_input = j.at("resume_input");
+  s.resume_offset = j.at("resume_offset");
+}
+
+// Reads documents in order from (input, offset) on, up to about `batch_bytes` of text.
+class DocumentReader {
+ public:
+  DocumentReader(const std::vector<Input>& inputs, int64_t input, int64_t offset, int64_t doc)
+      : inputs_(inputs), input_(input), offset_(offset), next_doc_(doc) {
+    for (const Input& in : inputs) starts_.push_back(total_bytes_), total_bytes_ += in.bytes;
+  }
+
+  bool done() const { return input_ >= int64_t(inputs_.size()); }
+  int64_t total_bytes() const { return total_bytes_; }
+  int64_t global_position() const {
+    return done() ? total_bytes_ : starts_[size_t(input_)] + offset_;
+  }
+
+  // The next batch of documents; the views stay valid until the next call.
+  std::vector<Document>& next_batch(int64_t batch_bytes) {
+    batch_.clear();
+    batch_maps_.clear();
+    int64_t bytes = 0;
+    while (!done() && bytes < batch_bytes) {
+      const Input& in = inputs_[size_t(input_)];
+      if (!map_ || map_->path() != in.path) map_.emplace(in.path);
+      const std::string_view all = map_->bytes();
+      if (int64_t(all.size()) != in.bytes)
+        throw DataError(str("input ", in.path.string(), " changed size during the run"));
+      if (!in.json_lines) {  // a plain text file is one document
+        batch_.push_back(make_doc(all, {}));
+        bytes += in.bytes;
+        advance_file();
+        continue;
+      }
+      size_t end = all.find('\n', size_t(offset_));
+      if (end == std::string_view::npos) end = all.size();
+      const std::string_view line = all.substr(size_t(offset_), end - size_t(offset_));
+      const int64_t start = offset_;
+      offset_ = int64_t(end) + 1;
+      if (line.find_first_not_of(" \t\r") != std::string_view::npos) {
+        std::string text = parse_text(line, in.path, start);
+        bytes += int64_t(text.size());
+        batch_.push_back(make_doc({}, std::move(text)));
+        batch_.back().offset = start;
+        batch_.back().global_offset = starts_[size_t(input_)] + start;
+      }
+      if (offset_ >= in.bytes) advance_file();
+    }
+    return batch_;
+  }
+
+ private:
+  Document make_doc(std::string_view view, std::string owned) {
+    Document d;
+    d.owned = std::move(owned);
+    d.text = view;
+    d.input = input_;
+    d.offset = offset_;
+    d.index = next_doc_++;
+    d.global_offset = starts_[size_t(input_)] + offset_;
+    return d;
+  }
+  void advance_file() {
+    ++input_;
+    offset_ = 0;
+    if (map_) batch_maps_.push_back(std::move(*map_));  // batch_ may still view it
+    map_.reset();
+  }
+  std::string parse_text(std::string_view line, const fs::path& path, int64_t offset) const {
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::exception& e) {
+      throw DataError(
+          str(path.string(), " at byte ", offset, ": not a JSON line (", e.what(), ")"));
+    }
+    if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+      throw DataError(
+          str(path.string(), " at byte ", offset, ": the JSON line has no string field \"text\""));
+    return j["text"].get<std::string>();
+  }
+
+  const std::vector<Input>& inputs_;
+  std::vector<int64_t> starts_;
+  int64_t total_bytes_ = 0;
+  int64_t input_, offset_, next_doc_;
+  std::optional<MappedFile> map_;       // the input being read
+  std::vector<MappedFile> batch_maps_;  // inputs finished during this batch, viewed by batch_
+  std::vector<Document> batch_;
+};
+
+json run_description(const Tokenizer& t, const std::vector<Input>& inputs,
+                     const TokenizeOptions& o) {
+  json in = json::array();
+  for (const Input& i : inputs)
+    in.push_back({{"path", i.path.string()}, {"bytes", i.bytes}, {"json_lines", i.json_lines}});
+  return {{"tokenizer", o.tokenizer},
+          {"tokenizer_crc32c", crc32c(0, t.hf_json().dump())},
+          {"inputs", in},
+          {"shard_tokens", o.shard_tokens},
+          {"val_fraction", o.val_fraction}};
+}
+
+std::string progress_line(int64_t done_bytes, int64_t total_bytes, double seconds,
+                          int64_t run_bytes, int64_t docs, int64_t tokens) {
+  const double mb_per_s = seconds > 0 ? double(run_bytes) / 1e6 / seconds : 0.0;
+  const double eta = mb_per_s > 0 ? double(total_bytes - done_bytes) / 1e6 / mb_per_s : 0.0;
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "tokenize: %.1f / %.1f MB (%.0f%%), %.2f MB/s, ETA %.0f s, %lld documents, "
+                "%lld tokens",
+                double(done_bytes) / 1e6, double(total_bytes) / 1e6,
+                total_bytes > 0 ? 100.0 * double(done_bytes) / double(total_bytes) : 100.0,
+                mb_per_s, eta, static_cast<long long>(docs), static_cast<long long>(tokens));
+  return line;
+}
+
+}  // namespace
+
+TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress) {
+  if (o.shard_tokens <= 0 || o.shard_tokens > std::numeric_limits<int32_t>::max())
+    throw ConfigError(str("--shard-tokens ", o.shard_tokens, " must lie in [1, 2^31)"));
+  if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
+    throw ConfigError(str("--val-fraction ", o.val_fraction, " must lie in [0, 1)"));
+  if (o.inputs.empty()) throw ConfigError("no inputs: give text or JSON lines files or folders");
+  const Tokenizer tokenizer = Tokenizer::load(o.tokenizer);
+  if (tokenizer.is_bytes() || !tokenizer.end_of_text())
+    throw ConfigError(str("tokenizer ", o.tokenizer, " has no end-of-text token (<|endoftext|> ",
+                          "or <|end_of_text|>) to separate documents"));
+  const int32_t eot = *tokenizer.end_of_text();
+  const std::vector<Input> inputs = list_inputs(o.inputs);
+  const fs::path dir(o.out_dir);
+  fs::create_directories(dir);
+  const int token_bytes = tokenizer.vocab_size() <= 65536 ? 2 : 4;
+
+  const json run = run_description(tokenizer, inputs, o);
+  json manifest = {{"format", kShardFormat},
+                   {"version", kShardFormatVersion},
+                   {"run", run},
+                   {"tokenizer_file", kShardTokenizerFile},
+                   {"vocab_size", tokenizer.vocab_size()},
+                   {"end_of_text", eot},
+                   {"token_bytes", token_bytes},
+                   {"complete", false},
+                   {"shards", json::array()}};
+  SplitState train, val;
+  train.name = "train";
+  val.name = "val";
+  TokenizeResult result;
+  if (std::optional<ShardManifest> old = read_shard_manifest(dir)) {
+    if (old->json.at("run") != run)
+      throw ConfigError(str(o.out_dir, " holds shards of another run (", kShardManifestFile,
+                            " differs in tokenizer, inputs or options); use a new --out or ",
+                            "delete it"));
+    if (old->complete) {
+      result.already_complete = result.complete = true;
+      result.train_tokens = old->json.at("train_tokens");
+      result.val_tokens = old->json.at("val_tokens");
+      result.documents = old->json.at("documents");
+      result.shards = int64_t(old->shards.size());
+      return result;
+    }
+    manifest = old->json;
+    restore_split(train, manifest.at("train"));
+    restore_split(val, manifest.at("val"));
+    result.resumed = true;
+  }
+  write_file_atomic(dir / kShardTokenizerFile, tokenizer.hf_json().dump());
+  ShardWriter writer(dir, o.shard_tokens, token_bytes, manifest);
+  auto save_manifest = [&] {
+    manifest["train"] = split_json(train);
+    manifest["val"] = split_json(val);
+    write_file_atomic(dir / kShardManifestFile, manifest.dump(1));
+  };
+
+  // Resume at the earlier of the two splits' first unwritten documents.
+  SplitState& first = train.resume_doc <= val.resume_doc ? train : val;
+  DocumentReader reader(inputs, first.resume_input, first.resume_offset, first.resume_doc);
+  const int64_t total_bytes = reader.total_bytes();
+  const int64_t val_start = o.val_fraction > 0
+                                ? int64_t(double(total_bytes) * (1.0 - o.val_fraction))
+                                : std::numeric_limits<int64_t>::max();
+  if (result.resumed)
+    progress << "tokenize: resuming " << o.out_dir << " at document " << first.resume_doc << " ("
+             << train.shards << " train and " << val.shards << " val shards done)\n";
+  const int64_t start_position = reader.global_position();
+  const auto t0 = Clock::now();
+  auto last_print = t0;
+  int64_t documents = first.resume_doc;
+  int64_t new_shards = 0;
+  while (!reader.done()) {
+    std::vector<Document>& docs = reader.next_batch(o.batch_bytes);
+    std::vector<std::string_view> texts;
+    for (const Document& d : docs) texts.push_back(d.owned.empty() ? d.text : d.owned);
+    const std::vector<std::vector<int32_t>> ids = tokenizer.encode_batch(texts);
+    for (size_t i = 0; i < docs.size(); ++i) {
+      const Document& d = docs[i];
+      SplitState& s = d.global_offset >= val_start ? val : train;
+      documents = d.index + 1;
+      if (d.index < s.resume_doc) continue;  // already in this split's shards
+      const int64_t skip = d.index == s.resume_doc ? s.resume_skip : 0;
+      // The document's tokens: end-of-text, then its text's ids.
+      const int64_t doc_tokens = 1 + int64_t(ids[i].size());
+      if (skip == 0) s.pending.push_back(eot);
+      const size_t from = size_t(std::max<int64_t>(skip - 1, 0));
+      s.pending.insert(s.pending.end(), ids[i].begin() + int64_t(from), ids[i].end());
+      while (int64_t(s.pending.size()) >= o.shard_tokens) {
+        writer.write(s, o.shard_tokens);
+        // What is left belongs to document d (a shard closes within the last document added).
+        // A resumed run re-reads d and drops its first doc_tokens - left tokens (all of them
+        // when the shard ended exactly with d).
+        s.resume_doc = d.index;
+        s.resume_skip = doc_tokens - int64_t(s.pending.size());
+        s.resume_input = d.input;
+        s.resume_offset = d.offset;
+        save_manifest();
+        if (++new_shards == o.stop_after_shards) return result;
+      }
+    }
+    const auto now = Clock::now();
+    if (now - last_print > std::chrono::seconds(1) || reader.done()) {
+      last_print = now;
+      const double seconds = std::chrono::duration<double>(now - t0).count();
+      progress << progress_line(reader.global_position(), total_bytes, seconds,
+                                reader.global_position() - start_position, documents,
+                                train.tokens + val.tokens + int64_t(train.pending.size()) +
+                                    int64_t(val.pending.size()))
+               << "\n";
+    }
+  }
+  for (SplitState* s : {&train, &val})
+    if (!s->pending.empty()) writer.write(*s, int64_t(s->pending.size()));
+  train.resume_doc = val.resume_doc = documents;
+  train.resume_skip = val.resume_skip = 0;
+  manifest["complete"] = result.complete = true;
+  manifest["documents"] = documents;
+  manifest["train_tokens"] = train.tokens;
+  manifest["val_tokens"] = val.tokens;
+  manifest["text_bytes"] = total_bytes;
+  save_manifest();
+  result.documents = documents;
+  result.text_bytes = total_bytes;
+  result.train_tokens = train.tokens;
+  result.val_tokens = val.tokens;
+  result.shards = train.shards + val.shards;
+  result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace memo

@@ -1,0 +1,183 @@
+// Implementation of model/kv_decoder.h. The layer bodies mirror layer_forward (model/layer.cc)
+// and gpt_layer_forward (model/gpt_layer.cc) kernel for kernel, on a chunk of rows whose keys and
+// values land in the cache instead of in saved activations.
+#include "memo/model/kv_decoder.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "memo/core/error.h"
+#include "memo/kernels/cpu/kernels.h"
+#include "memo/kernels/cpu/tensor_ops.h"
+
+namespace memo {
+
+KvDecoder::KvDecoder(const Model& model, int64_t max_tokens)
+    : model_(model), cfg_(model.config()), max_tokens_(max_tokens) {
+  if (max_tokens <= 0 || max_tokens > cfg_.max_position_embeddings)
+    throw ConfigError(str("a decoder for ", max_tokens, " tokens: the model has ",
+                          cfg_.max_position_embeddings, " positions (", cfg_.positions_field(),
+                          "); ask for at most that many tokens, prompt included"));
+  const int64_t L = cfg_.num_hidden_layers, kv = cfg_.kv_dim();
+  k_cache_.assign(size_t(L * max_tokens * kv), 0.0f);
+  v_cache_.assign(k_cache_.size(), 0.0f);
+  if (cfg_.uses_rope()) {
+    const int64_t half = cfg_.head_dim() / 2;
+    rope_cos_.assign(size_t(max_tokens * half), 0.0f);
+    rope_sin_.assign(rope_cos_.size(), 0.0f);
+    cpu::rope_table(Tensor(rope_cos_.data(), {max_tokens, half}),
+                    Tensor(rope_sin_.data(), {max_tokens, half}), cfg_.head_dim(),
+                    float(cfg_.rope_theta));
+  }
+}
+
+void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits) {
+  const int64_t n = int64_t(tokens.size()), C = cfg_.hidden_size, V = cfg_.vocab_size;
+  MEMO_CHECK(n > 0 && int64_t(logits.size()) == V, "KvDecoder::forward: ", n, " tokens, ",
+             logits.size(), " logits for vocab ", V);
+  if (position_ + n > max_tokens_)
+    throw ConfigError(str("generation reached ", position_ + n, " tokens, more than the ",
+                          max_tokens_, " the decoder holds"));
+  if (n > chunk_capacity_) {  // grows for the prompt only; single tokens reuse it
+    const int64_t F = cfg_.intermediate_size, HD = cfg_.num_attention_heads * cfg_.head_dim();
+    x_.assign(size_t(n * C), 0.0f);
+    xn_.assign(size_t(n * C), 0.0f);
+    h_.assign(size_t(n * C), 0.0f);
+    stats_.assign(size_t(2 * n), 0.0f);
+    q_.assign(size_t(n * HD), 0.0f);
+    attn_.assign(size_t(n * HD), 0.0f);
+    gate_.assign(size_t(n * F), 0.0f);
+    up_.assign(size_t(n * F), 0.0f);
+    act_.assign(size_t(n * F), 0.0f);
+    lse_.assign(size_t(cfg_.num_attention_heads * n), 0.0f);
+    chunk_capacity_ = n;
+  }
+  const ModelWeights& w = model_.weights();
+  const Tensor x(x_.data(), {n, C});
+  cpu::embedding_forward(x, View<const int32_t>(tokens.data(), {n}), w.embed);
+  if (!w.pos.empty()) cpu::add_into(x, w.pos.slice_rows(position_, position_ + n));
+  for (int l = 0; l < int(cfg_.num_hidden_layers); ++l) layer(l, n);
+  // final norm and head on the last row only
+  const Tensor last = x.slice_rows(n - 1, n), xf(xn_.data(), {1, C});
+  const float eps = float(cfg_.rms_norm_eps);
+  if (cfg_.is_gpt2()) {
+    cpu::layernorm_forward(xf, Tensor(stats_.data(), {1}), Tensor(stats_.data() + 1, {1}), last,
+                           w.norm, w.norm_b, eps);
+  } else {
+    cpu::rmsnorm_forward(xf, Tensor(stats_.data(), {1}), last, w.norm, eps);
+  }
+  cpu::matmul(Tensor(logits.data(), {1, V}), xf, w.head, false, true);
+  position_ += n;
+}
+
+void KvDecoder::layer(int l, int64_t n) {
+  const LayerWeights& w = model_.weights().layers[size_t(l)];
+  const int64_t C = cfg_.hidden_size, D = cfg_.head_dim(), F = cfg_.intermediate_size;
+  const int64_t HD = cfg_.num_attention_heads * D, KV = cfg_.kv_dim();
+  const float eps = float(cfg_.rms_norm_eps);
+  const Tensor x(x_.data(), {n, C}), xn(xn_.data(), {n, C}), h(h_.data(), {n, C});
+  const Tensor q(q_.data(), {n, HD}), attn(attn_.data(), {n, HD});
+  const size_t cache_row = size_t((int64_t(l) * max_tokens_ + position_) * KV);
+  const Tensor k(k_cache_.data() + cache_row, {n, KV}), v(v_cache_.data() + cache_row, {n, KV});
+  const Tensor mean(stats_.data(), {n}), rstd(stats_.data() + n, {n});
+  const Tensor gate(gate_.data(), {n, F}), up(up_.data(), {n, F}), act(act_.data(), {n, F});
+  const int64_t half = D / 2;
+  const ConstTensor cos(rope_cos_.data(), {max_tokens_, half}),
+      sin(rope_sin_.data(), {max_tokens_, half});
+  if (!cfg_.is_gpt2()) {
+    // h = x + o_proj(attn(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
+    cpu::rmsnorm_forward(xn, rstd, x, w.ln1, eps);
+    cpu::matmul_token_panels(q, xn, w.wq);
+    cpu::matmul_token_panels(k, xn, w.wk);
+    cpu::matmul_token_panels(v, xn, w.wv);
+    cpu::rope_forward(q, cos, sin, D, position_);
+    cpu::rope_forward(k, cos, sin, D, position_);
+    attend(l, n);
+    cpu::copy(h, x);
+    cpu::matmul_token_panels(h, attn, w.wo, 1.0f);
+    // y = h + down_proj(silu(gate_proj(xn2)) * up_proj(xn2))
+    cpu::rmsnorm_forward(xn, rstd, h, w.ln2, eps);
+    cpu::matmul_token_panels(gate, xn, w.wg);
+    cpu::matmul_token_panels(up, xn, w.wu);
+    cpu::swiglu_forward(act, gate, up);
+    cpu::copy(x, h);
+    cpu::matmul(x, act, w.wd, false, true, 1.0f, 1.0f);
+    return;
+  }
+  // GPT-2: q | k | v = ln_1(x) W_attn + b_attn;  h = x + attn W_o + b_o
+  cpu::layernorm_forward(xn, mean, rstd, x, w.ln1, w.ln1_b, eps);
+  const Tensor* out[3] = {&q, &k, &v};
+  for (int i = 0; i < 3; ++i) {
+    cpu::matmul_token_panels_kn(*out[i], xn, w.w_qkv.slice_cols(i * C, (i + 1) * C));
+    cpu::bias_add(*out[i], w.b_qkv.slice_rows(i * C, (i + 1) * C));
+  }
+  if (cfg_.uses_rope()) {
+    cpu::rope_forward(q, cos, sin, D, position_);
+    cpu::rope_forward(k, cos, sin, D, position_);
+  }
+  attend(l, n);
+  cpu::copy(h, x);
+  cpu::matmul_token_panels_kn(h, attn, w.w_attn_o, 1.0f);
+  cpu::bias_add(h, w.b_attn_o);
+  // y = h + c_proj(gelu(c_fc(ln_2(h))))
+  cpu::layernorm_forward(xn, mean, rstd, h, w.ln2, w.ln2_b, eps);
+  cpu::matmul_token_panels_kn(gate, xn, w.w_fc);
+  cpu::bias_add(gate, w.b_fc);
+  cpu::gelu_forward(act, gate);
+  cpu::copy(x, h);
+  cpu::matmul(x, act, w.w_mlp_o, false, false, 1.0f, 1.0f);
+  cpu::bias_add(x, w.b_mlp_o);
+}
+
+// attn[i, head] = sum_{j <= position_ + i} softmax_j(q_i . k_j / sqrt(D)) v_j over the cache.
+void KvDecoder::attend(int l, int64_t n) {
+  const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim();
+  const int64_t KV = cfg_.kv_dim(), HD = H * D;
+  const float* k_layer = k_cache_.data() + size_t(int64_t(l) * max_tokens_ * KV);
+  const float* v_layer = v_cache_.data() + size_t(int64_t(l) * max_tokens_ * KV);
+  if (position_ == 0) {  // the prompt: the training kernel, as Model's forward runs it
+    const int64_t scratch_numel = cpu::attention_forward_scratch_numel(D);
+    if (int64_t(scratch_.size()) < scratch_numel) scratch_.assign(size_t(scratch_numel), 0.0f);
+    cpu::attention_forward(Tensor(attn_.data(), {n, HD}), Tensor(lse_.data(), {1, H, n}),
+                           ConstTensor(q_.data(), {n, HD}), ConstTensor(k_layer, {n, KV}),
+                           ConstTensor(v_layer, {n, KV}), 1, H, Hkv,
+                           Tensor(scratch_.data(), {scratch_numel}));
+    return;
+  }
+  const int threads = omp_get_max_threads();
+  const int64_t keys = position_ + n;
+  if (int64_t(scratch_.size()) < threads * keys) scratch_.assign(size_t(threads * keys), 0.0f);
+  const float scale = 1.0f / std::sqrt(float(D));
+  const int64_t group = H / Hkv;
+#pragma omp parallel for schedule(static)
+  for (int64_t task = 0; task < n * H; ++task) {
+    const int64_t i = task / H, head = task % H, kv_head = head / group;
+    const int64_t last = position_ + i;  // causal: keys [0, last]
+    float* scores = scratch_.data() + size_t(omp_get_thread_num()) * size_t(keys);
+    const float* qi = q_.data() + i * HD + head * D;
+    float max_score = -INFINITY;
+    for (int64_t j = 0; j <= last; ++j) {
+      const float* kj = k_layer + j * KV + kv_head * D;
+      float dot = 0.0f;
+      for (int64_t d = 0; d < D; ++d) dot += qi[d] * kj[d];
+      scores[j] = dot * scale;
+      max_score = std::max(max_score, scores[j]);
+    }
+    double sum = 0.0;  // double: thousands of terms of similar size
+    for (int64_t j = 0; j <= last; ++j) {
+      scores[j] = std::exp(scores[j] - max_score);
+      sum += scores[j];
+    }
+    float* out = attn_.data() + i * HD + head * D;
+    std::fill(out, out + D, 0.0f);
+    for (int64_t j = 0; j <= last; ++j) {
+      const float p = float(scores[j] / sum);
+      const float* vj = v_layer + j * KV + kv_head * D;
+      for (int64_t d = 0; d < D; ++d) out[d] += p * vj[d];
+    }
+  }
+}
+
+}  // namespace memo

@@ -1,0 +1,46 @@
+// Inference with a key/value cache: each layer keeps the keys and values of every position seen,
+// so a new token costs one pass of each layer over one row plus attention over the cache, not a
+// re-run of the whole prefix. LLaMA and GPT-2 configs (the same weights the trainer uses), batch 1,
+// fp32, forward only. A chunk starting at position 0 (the prompt) runs the training kernels
+// (FlashAttention-style attention over the chunk); later chunks attend to the cache with a plain
+// per-row softmax. Not a server: one sequence, no paging.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "memo/model/model.h"
+
+namespace memo {
+
+class KvDecoder {
+ public:
+  // Keeps a reference to `model` (must outlive the decoder); caches max_tokens positions
+  // (<= the config's max_position_embeddings, else ConfigError).
+  KvDecoder(const Model& model, int64_t max_tokens);
+
+  // Runs tokens at positions [position(), position() + n) and appends their keys and values to
+  // the cache; writes the logits of the last one into logits [V]. More tokens than the cache
+  // holds: ConfigError naming both; an id outside the vocabulary: DataError.
+  void forward(std::span<const int32_t> tokens, std::span<float> logits);
+  void reset() { position_ = 0; }  // forget the cache
+  int64_t position() const { return position_; }
+  int64_t max_tokens() const { return max_tokens_; }
+
+ private:
+  void layer(int l, int64_t n);   // x_ rows [0, n) through layer l, in place
+  void attend(int l, int64_t n);  // attn_ = attention of q_ rows over layer l's cache
+
+  const Model& model_;
+  const ModelConfig& cfg_;
+  int64_t max_tokens_;
+  int64_t position_ = 0;
+  std::vector<float> k_cache_, v_cache_;    // [L, max_tokens, Hkv*D] each, after RoPE for k
+  std::vector<float> rope_cos_, rope_sin_;  // [max_tokens, D/2]; empty with learned positions
+  // Per-chunk buffers, [n, width] each, grown to the longest chunk seen.
+  std::vector<float> x_, xn_, stats_, q_, attn_, h_, gate_, up_, act_, lse_, scratch_;
+  int64_t chunk_capacity_ = 0;
+};
+
+}  // namespace memo

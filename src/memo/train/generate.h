@@ -1,0 +1,58 @@
+// Text generation from a checkpoint: the prompt through the KV-cache decoder (model/kv_decoder.h),
+// then one token at a time, sampled with temperature, top-k and top-p (nucleus) from a
+// counter-based random stream, so a seed gives the same text. Works for byte models (vocabulary
+// 256, no tokenizer file) and BPE models (the checkpoint's tokenizer.json).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memo/data/tokenizer.h"
+#include "memo/model/model.h"
+
+namespace memo {
+
+struct SamplingOptions {
+  double temperature = 1.0;  // 0: greedy (argmax, lowest id on ties)
+  int64_t top_k = 0;         // keep the k most likely tokens; 0: all
+  double top_p = 1.0;        // keep the smallest set of probability >= top_p; 1: all
+  uint64_t seed = 1234;
+};
+
+// The token drawn from `logits` at generation step `step` (the random draw is a pure function of
+// seed and step). Bad options (temperature < 0, top_p outside (0, 1]): ConfigError.
+int32_t sample_token(std::span<const float> logits, const SamplingOptions& options, int64_t step);
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 128;
+  SamplingOptions sampling;
+  bool kv_cache = true;             // false: re-run the whole sequence for every token (baseline)
+  bool stop_at_end_of_text = true;  // stop when the tokenizer's end-of-text token is drawn
+};
+
+struct GenerateResult {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> new_ids;     // without a final end-of-text
+  std::string text;                 // decoded new_ids
+  std::vector<float> first_logits;  // [V] the logits that chose the first new token (ids past
+                                    // the tokenizer's vocabulary at -inf)
+  double prefill_seconds = 0.0, decode_seconds = 0.0;  // prompt; the rest
+};
+
+// Generates after `prompt` (special-token strings in it become their ids; an empty prompt starts
+// from end-of-text). Calls on_text with each new token's bytes as it is drawn, if set.
+GenerateResult generate(const Model& model, const Tokenizer& tokenizer, std::string_view prompt,
+                        const GenerateOptions& options,
+                        const std::function<void(std::string_view)>& on_text = {});
+
+// The tokenizer a checkpoint directory was trained with: its tokenizer.json, else the byte
+// tokenizer for a vocabulary of 256; else DataError saying how to supply one. A tokenizer with more
+// ids than the config's vocab_size: ConfigError.
+Tokenizer checkpoint_tokenizer(const std::filesystem::path& checkpoint_dir, int64_t vocab_size);
+
+}  // namespace memo

@@ -1,0 +1,175 @@
+// From text to a model and back through the memo command: tokenize into shards, train on them
+// (the same losses as on the concatenated file), eval (perplexity, bits per byte), generate, plot,
+// and the one-line errors of broken shard folders.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli_test_util.h"
+#include "data/small_tokenizer.h"
+#include "memo/data/token_data.h"
+#include "memo/io/atomic_file.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+namespace fs = std::filesystem;
+using test::losses;
+using test::write_text;
+
+// The command with its stderr dropped (run_command merges stderr into the output).
+std::string quiet(const std::string& cmd) { return "{ " + cmd + " 2>/dev/null; }"; }
+
+class TextCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_text(dir.str("tok.json"), test::small_tokenizer_json().dump());
+    vocab_ = test::small_tokenizer().vocab_size();
+    config(dir.str("config.json"), (vocab_ + 63) / 64 * 64);
+    fs::create_directories(dir / "in");
+    std::mt19937 rng(2);
+    const char* words[] = {" the", " and", " of", " hello", "\n", " in", "ing", " that", " he"};
+    for (int f = 0; f < 3; ++f) {
+      std::string text;
+      while (text.size() < 12000) text += words[rng() % 9];
+      write_text(dir.str("in/part" + std::to_string(f) + ".txt"), text);
+    }
+  }
+  void config(const std::string& path, int64_t vocab) const {
+    write_text(path, nlohmann::json{{"hidden_size", 32},
+                                    {"intermediate_size", 64},
+                                    {"num_hidden_layers", 2},
+                                    {"num_attention_heads", 4},
+                                    {"num_key_value_heads", 2},
+                                    {"vocab_size", vocab},
+                                    {"max_position_embeddings", 128}}
+                         .dump());
+  }
+  std::string tokenize_cmd(const std::string& extra = "") const {
+    return test::memo_bin() + " tokenize --tokenizer " + dir.str("tok.json") + " --out " +
+           dir.str("shards") + " --shard-tokens 2000 --val-fraction 0.4 " + extra + " " +
+           dir.str("in");
+  }
+  test::CommandResult tokenize() const { return test::run_command(tokenize_cmd()); }
+  std::string train_cmd(const std::string& data, const std::string& out,
+                        const std::string& extra) const {
+    return test::memo_bin() + " train --config " + dir.str("config.json") + " --data " + data +
+           " --seq 32 --batch 4 --steps 4 --lr 3e-3 --warmup 1 --out " + dir.str(out) + " --log " +
+           dir.str(out + ".jsonl") + " " + extra + " 2>&1";
+  }
+  test::TempDir dir;
+  int64_t vocab_ = 0;
+};
+
+TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
+  const test::CommandResult t = tokenize();
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_NE(t.output.find("MB/s, ETA"), std::string::npos) << t.output;
+  // The same token streams as single llm.c files: the train shards joined, the val shards joined.
+  const TokenData train = TokenData::load(dir / "shards", vocab_);
+  const std::optional<TokenData> val = load_validation_shards(dir / "shards", vocab_);
+  ASSERT_TRUE(val);
+  ASSERT_GT(train.num_files(), 2);  // windows cross shard boundaries
+  for (const auto& [data, file] : {std::pair{&train, "train.bin"}, std::pair{&*val, "val.bin"}}) {
+    std::vector<int32_t> all(static_cast<size_t>(data->num_tokens()));
+    data->copy(0, data->num_tokens(), all.data());
+    write_llmc_tokens(dir / file, all);
+  }
+  const test::CommandResult a = test::run_command(train_cmd(dir.str("shards"), "a", ""));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const test::CommandResult b =
+      test::run_command(train_cmd(dir.str("train.bin"), "b", "--val-data " + dir.str("val.bin")));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(losses(dir.str("a.jsonl")), losses(dir.str("b.jsonl")));
+  EXPECT_EQ(losses(dir.str("a.jsonl")).size(), 4u);
+  const auto val_line = [](const std::string& out) {
+    return out.substr(out.find("validation loss"));
+  };
+  EXPECT_EQ(val_line(a.output).substr(0, 30), val_line(b.output).substr(0, 30));
+  // the checkpoint carries the tokenizer; one trained on a lone file has none
+  EXPECT_EQ(read_file(dir / "a" / "step-00000004" / "tokenizer.json"),
+            read_file(dir / "shards" / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(dir / "b" / "step-00000004" / "tokenizer.json"));
+  // a glob of the training shards is the same stream
+  const test::CommandResult g = test::run_command(train_cmd(
+      "'" + dir.str("shards") + "/train-*.bin'", "g", "--val-data " + dir.str("val.bin")));
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_EQ(losses(dir.str("g.jsonl")), losses(dir.str("b.jsonl")));
+
+  // eval: the validation shards by default; perplexity and bits per byte agree with the loss
+  const test::CommandResult e =
+      test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --data " +
+                              dir.str("shards") + " --seq 32"));
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const nlohmann::json j = nlohmann::json::parse(e.output);
+  const double loss = j.at("loss"), tokens = j.at("tokens"), bytes = j.at("bytes");
+  EXPECT_EQ(j.at("windows").get<int64_t>(), (val->num_tokens() - 1) / 32);  // every window
+  EXPECT_NEAR(j.at("perplexity").get<double>(), std::exp(loss), 1e-9 * std::exp(loss));
+  EXPECT_NEAR(j.at("bits_per_byte").get<double>(), loss * tokens / std::log(2.0) / bytes, 1e-9);
+  EXPECT_GT(bytes, 2 * tokens);  // BPE tokens of this text hold several bytes each
+
+  // generate: greedy text, the same streamed or not, with or without the KV cache
+  const std::string gen = test::memo_bin() + " generate --checkpoint " + dir.str("a") +
+                          " --prompt ' the' --max-new-tokens 30 --temperature 0";
+  const test::CommandResult g1 = test::run_command(quiet(gen));
+  ASSERT_EQ(g1.exit_code, 0) << g1.output;
+  EXPECT_GT(g1.output.size(), 30u);  // 30 BPE tokens, several bytes each
+  EXPECT_EQ(test::run_command(quiet(gen + " --stream")).output, g1.output);
+  EXPECT_EQ(test::run_command(quiet(gen + " --no-kv-cache")).output, g1.output);
+  const test::CommandResult s = test::run_command(
+      test::memo_bin() + " generate --checkpoint " + dir.str("a") + " --prompt ' the' --seed 5 " +
+      "--max-new-tokens 50 --top-k 20 --top-p 0.9 --temperature 0.8");
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_NE(s.output.find("tokens/s, KV cache"), std::string::npos) << s.output;
+
+  // plot: both runs overlaid
+  const test::CommandResult p =
+      test::run_command(test::memo_bin() + " plot " + dir.str("a.jsonl") + " " +
+                        dir.str("b.jsonl") + " --out " + dir.str("p.svg"));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const std::string svg = read_file(dir / "p.svg");
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
+  EXPECT_NE(svg.find(">a</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">b</text>"), std::string::npos);
+}
+
+TEST_F(TextCli, broken_shard_folders_fail_with_one_line_naming_the_file) {
+  ASSERT_EQ(tokenize().exit_code, 0);
+  config(dir.str("small.json"), 256);
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("small.json") +
+                                 " --data " + dir.str("shards") + " --seq 32 --steps 1 --out " +
+                                 dir.str("x"),
+                             "but the model's vocab_size is 256");
+  const fs::path shard = dir / "shards" / "train-000001.bin";
+  const std::string bytes = read_file(shard);
+  write_file_atomic(shard, bytes.substr(0, bytes.size() - 2));
+  test::expect_clean_failure(train_cmd(dir.str("shards"), "x", ""),
+                             shard.string() + ": llm.c header counts");
+  fs::remove(shard);
+  test::expect_clean_failure(train_cmd(dir.str("shards"), "x", ""),
+                             "shard " + shard.string() + " listed in");
+  test::expect_clean_failure(tokenize_cmd("--shard-tokens 99"), "holds shards of another run");
+}
+
+TEST_F(TextCli, byte_models_generate_without_a_tokenizer_file) {
+  config(dir.str("bytes.json"), 256);
+  write_text(dir.str("kjv.txt"), test::corpus(5000));
+  const test::CommandResult t = test::run_command(
+      test::memo_bin() + " train --config " + dir.str("bytes.json") + " --data " +
+      dir.str("kjv.txt") + " --seq 32 --batch 4 --steps 2 --out " + dir.str("run"));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const test::CommandResult g =
+      test::run_command(quiet(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
+                              " --prompt 'In the' --max-new-tokens 10 --temperature 0"));
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_EQ(g.output.size(), 11u);  // 10 bytes and a newline
+  test::expect_clean_failure(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
+                                 " --prompt x --max-new-tokens 500",
+                             "exceed the model's 128 positions");
+}
+
+}  // namespace
+}  // namespace memo

@@ -1,0 +1,162 @@
+// The KV-cache decoder against the model it decodes: the prompt's logits against Model's forward
+// (through its losses), every incremental step against an independent float64 PyTorch forward of
+// the whole sequence, and greedy generation with the cache against greedy generation that re-runs
+// the whole sequence for every token. LLaMA (grouped-query) and GPT-2 (learned and rotary).
+#include "memo/model/kv_decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "memo/backend/caching_allocator.h"
+#include "memo/core/random.h"
+#include "memo/data/token_data.h"
+#include "memo/data/tokenizer.h"
+#include "memo/io/checkpoint.h"
+#include "memo/io/safetensors.h"
+#include "memo/memory/strategy.h"
+#include "memo/train/generate.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+ModelConfig tiny_llama() {
+  ModelConfig c;
+  c.hidden_size = 48;
+  c.intermediate_size = 72;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 6;  // D = 8
+  c.num_key_value_heads = 2;  // grouped-query
+  c.vocab_size = 256;
+  c.max_position_embeddings = 160;
+  c.initializer_range = 0.2;  // larger than HF's 0.02: logits spread out, no near ties
+  return c;
+}
+
+ModelConfig tiny_gpt(PositionEmbedding pos) {
+  ModelConfig c;
+  c.arch = Arch::kGpt2;
+  c.position_embedding = pos;
+  c.hidden_size = 48;
+  c.intermediate_size = 4 * 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 6;
+  c.vocab_size = 256;
+  c.max_position_embeddings = 160;
+  c.tie_word_embeddings = true;
+  c.initializer_range = 0.2;
+  return c;
+}
+
+std::vector<ModelConfig> configs() {
+  return {tiny_llama(), tiny_gpt(PositionEmbedding::kLearned), tiny_gpt(PositionEmbedding::kRope)};
+}
+
+std::vector<int32_t> some_tokens(int64_t n, uint64_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(mix(seed, i) % 256);
+  return t;
+}
+
+double max_abs_diff(std::span<const float> a, std::span<const double> b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  return m;
+}
+
+TEST(KvDecoder, prompt_logits_equal_the_model_forward) {
+  for (const ModelConfig& config : configs()) {
+    Model model(config);
+    model.init(3);
+    const int64_t S = 40, V = config.vocab_size;
+    const std::vector<int32_t> prompt = some_tokens(S, 5);
+    KvDecoder decoder(model, S);
+    std::vector<float> logits(static_cast<size_t>(V));
+    decoder.forward(prompt, logits);
+    // Model's forward gives losses, not logits: with every target fixed but the last,
+    // loss(last target = v) - loss(last target = 0) = logit[0] - logit[v].
+    CachingAllocator alloc;
+    KeepStrategy keep(config, alloc);
+    std::vector<int32_t> targets = some_tokens(S, 6);
+    std::vector<double> loss(static_cast<size_t>(V));
+    for (int32_t v = 0; v < V; ++v) {
+      targets.back() = v;
+      loss[size_t(v)] = model.forward_loss(prompt.data(), targets.data(), 1, S, keep, alloc);
+    }
+    for (int32_t v = 1; v < V; ++v)
+      // 1e-4: the loss sums 40 float losses in double; the decoder's head product is one row
+      EXPECT_NEAR(double(logits[size_t(v)] - logits[0]), loss[0] - loss[size_t(v)], 1e-4)
+          << "arch " << int(config.arch) << " id " << v;
+  }
+}
+
+TEST(KvDecoder, greedy_with_cache_equals_greedy_without_for_64_tokens) {
+  const Tokenizer bytes = Tokenizer::bytes();
+  for (const ModelConfig& config : configs()) {
+    Model model(config);
+    model.init(11);
+    GenerateOptions o;
+    o.max_new_tokens = 64;
+    o.sampling.temperature = 0.0;
+    const GenerateResult cached = generate(model, bytes, "In the beginning", o);
+    o.kv_cache = false;
+    const GenerateResult full = generate(model, bytes, "In the beginning", o);
+    EXPECT_EQ(cached.new_ids.size(), 64u);
+    EXPECT_EQ(cached.new_ids, full.new_ids) << "arch " << int(config.arch);
+    EXPECT_EQ(cached.text, bytes.decode(cached.new_ids));
+  }
+}
+
+TEST(KvDecoder, every_cached_step_matches_pytorch_float64) {
+  for (const ModelConfig& config : configs()) {
+    test::TempDir dir;
+    Model model(config);
+    model.init(21);
+    CheckpointData data;
+    data.config = config;
+    for (const ParamInfo& p : model.layout().params())
+      data.model.push_back({p.name, p.shape, model.params() + p.offset});
+    save_checkpoint(dir.path() / "ckpt", data);
+    const int64_t S = 90, prompt = 70, V = config.vocab_size;  // 90 > one 64-row attention tile
+    const std::vector<int32_t> tokens = some_tokens(S + 1, 9);
+    write_llmc_tokens(dir / "tokens.bin", tokens);
+    const std::string cmd = "/usr/bin/python3 " + test::source_dir() +
+                            "/scripts/torch_reference.py --checkpoint " + dir.str("ckpt") +
+                            " --tokens " + dir.str("tokens.bin") + " --seq " + std::to_string(S) +
+                            " --batch 1 --steps 0 --lr 0 --beta1 0.9 --beta2 0.95 --eps 1e-8 " +
+                            "--weight-decay 0 --logits --out " + dir.str("ref.safetensors");
+    const test::CommandResult r = test::run_command(cmd);
+    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+    SafetensorsFile ref(dir / "ref.safetensors");
+    std::vector<float> ref_logits(static_cast<size_t>(S * V));
+    ref.read_into("logits", ref_logits.data(), S * V);
+    // The prompt, then one token at a time: logits of position t against the reference's row t.
+    KvDecoder decoder(model, S);
+    std::vector<float> logits(static_cast<size_t>(V));
+    decoder.forward(std::span<const int32_t>(tokens.data(), size_t(prompt)), logits);
+    for (int64_t t = prompt - 1; t < S; ++t) {
+      if (t >= prompt) decoder.forward(std::span<const int32_t>(&tokens[size_t(t)], 1), logits);
+      std::vector<double> want(ref_logits.begin() + t * V, ref_logits.begin() + (t + 1) * V);
+      double scale = 0;
+      for (double w : want) scale = std::max(scale, std::fabs(w));
+      // 2e-5 of the largest logit: fp32 sums through two layers, against float64
+      EXPECT_LT(max_abs_diff(logits, want), 2e-5 * scale)
+          << "arch " << int(config.arch) << " position " << t;
+    }
+  }
+}
+
+TEST(KvDecoder, refuses_more_tokens_than_positions) {
+  Model model(tiny_llama());
+  model.init(1);
+  EXPECT_THROW(KvDecoder(model, 161), ConfigError);
+  KvDecoder decoder(model, 4);
+  std::vector<float> logits(256);
+  const std::vector<int32_t> five = some_tokens(5, 1);
+  EXPECT_THROW(decoder.forward(five, logits), ConfigError);
+}
+
+}  // namespace
+}  // namespace memo

@@ -1,0 +1,58 @@
+// Sampling: greedy, top-k, top-p, temperature and the seed's determinism.
+#include "memo/train/generate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "memo/core/error.h"
+
+namespace memo {
+namespace {
+
+const std::vector<float> kLogits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+
+TEST(SampleToken, temperature_zero_is_argmax_with_the_lowest_id_on_ties) {
+  EXPECT_EQ(sample_token(kLogits, {0.0, 0, 1.0, 1}, 0), 1);
+}
+
+TEST(SampleToken, top_k_one_and_tiny_top_p_are_greedy) {
+  for (int64_t step = 0; step < 50; ++step) {
+    EXPECT_EQ(sample_token(kLogits, {1.0, 1, 1.0, 7}, step), 1);
+    EXPECT_EQ(sample_token(kLogits, {1.0, 0, 1e-6, 7}, step), 1);
+  }
+}
+
+TEST(SampleToken, frequencies_follow_the_softmax_and_the_seed_repeats) {
+  std::map<int32_t, int> count;
+  const int n = 20000;
+  for (int64_t step = 0; step < n; ++step) {
+    const int32_t a = sample_token(kLogits, {1.0, 0, 1.0, 42}, step);
+    ASSERT_EQ(a, sample_token(kLogits, {1.0, 0, 1.0, 42}, step));  // a pure function
+    ++count[a];
+  }
+  double z = 0;
+  for (float l : kLogits) z += std::exp(double(l));
+  for (int32_t v = 0; v < 5; ++v) {
+    const double p = std::exp(double(kLogits[size_t(v)])) / z;
+    // 5 standard deviations of a binomial count: a fixed seed, so this never flickers
+    EXPECT_NEAR(count[v], n * p, 5 * std::sqrt(n * p * (1 - p)) + 1) << "id " << v;
+  }
+}
+
+TEST(SampleToken, top_k_two_never_draws_outside_the_two_best) {
+  for (int64_t step = 0; step < 500; ++step) {
+    const int32_t a = sample_token(kLogits, {2.0, 2, 1.0, 3}, step);
+    EXPECT_TRUE(a == 1 || a == 3) << a;
+  }
+}
+
+TEST(SampleToken, bad_options_are_refused) {
+  EXPECT_THROW(sample_token(kLogits, {-1.0, 0, 1.0, 1}, 0), ConfigError);
+  EXPECT_THROW(sample_token(kLogits, {1.0, 0, 0.0, 1}, 0), ConfigError);
+  EXPECT_THROW(sample_token(kLogits, {1.0, -2, 1.0, 1}, 0), ConfigError);
+}
+
+}  // namespace
+}  // namespace memo
