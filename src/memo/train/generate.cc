@@ -41,9 +41,12 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, in
   // Candidates by falling logit (ties: lower id first), cut by top-k, then by top-p.
   std::vector<int32_t> order(static_cast<size_t>(V));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  auto before = [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] ||
+           (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  };
   int64_t keep = o.top_k > 0 ? std::min(o.top_k, V) : V;
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), before);
   std::vector<double> p(static_cast<size_t>(keep));
   const double top = double(logits[size_t(order[0])]);
   double sum = 0.0;
