@@ -2,15 +2,18 @@
 // `tiktoken`: OpenAI's Rust core compiled to WebAssembly) and gpt-3-encoder (GPT-2's bpe() in
 // JavaScript), both with GPT-2's vocabulary, one thread, CPU time (process.cpuUsage, user +
 // system). Prints MB/s and the ids' FNV-1a checksum (equal to memo's when the ids are equal).
-// Usage: node tokenizer_reference.js NODE_MODULES_DIR FILE... [--reps N]
+// Usage: node tokenizer_reference.js NODE_MODULES_DIR FILE... [--reps N] [--encoding cl100k_base]
+// (with --encoding other than gpt2, only tiktoken runs)
 const path = require('path');
 const fs = require('fs');
 const args = process.argv.slice(2);
 const modules = args[0];
 let reps = 3;
+let encoding = 'gpt2';
 const files = [];
 for (let i = 1; i < args.length; ++i) {
   if (args[i] === '--reps') reps = parseInt(args[++i]);
+  else if (args[i] === '--encoding') encoding = args[++i];
   else files.push(args[i]);
 }
 const buf = Buffer.concat(files.map((f) => fs.readFileSync(f)));
@@ -37,9 +40,10 @@ function time(name, encode) {
 }
 
 const { get_encoding } = require(path.join(modules, 'tiktoken'));
-const enc = get_encoding('gpt2');
-time('tiktoken (WebAssembly) gpt2', (t) => enc.encode_ordinary(t));
+const enc = get_encoding(encoding);
+time(`tiktoken (WebAssembly) ${encoding}`, (t) => enc.encode_ordinary(t));
 enc.free();
+if (encoding !== 'gpt2') process.exit(0);
 // gpt-3-encoder concatenates arrays per piece (quadratic in a long text): feed it lines.
 const gpt3 = require(path.join(modules, 'gpt-3-encoder'));
 time('gpt-3-encoder', (t) => {
