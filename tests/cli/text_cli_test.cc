@@ -136,6 +136,43 @@ TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
   EXPECT_NE(svg.find(">b</text>"), std::string::npos);
 }
 
+TEST_F(TextCli, killed_tokenize_resumes_to_the_files_of_an_uninterrupted_run) {
+  // 30 MB of JSON lines, so the run is still going when the kill comes.
+  std::mt19937 rng(3);
+  const char* words[] = {" the", " and", " of", " hello", "\n", " in", "ing", " that", " he"};
+  std::string jsonl;
+  while (jsonl.size() < 30'000'000) {
+    std::string text;
+    while (text.size() < 2000) text += words[rng() % 9];
+    jsonl += nlohmann::json{{"text", text}}.dump() + "\n";
+  }
+  write_text(dir.str("big.jsonl"), jsonl);
+  const std::string base = test::memo_bin() + " tokenize --tokenizer " + dir.str("tok.json") +
+                           " --shard-tokens 300000 --val-fraction 0.1 " + dir.str("big.jsonl") +
+                           " --out ";
+  ASSERT_EQ(test::run_command(base + dir.str("whole")).exit_code, 0);
+  // SIGKILL once the manifest lists a third training shard, then run the same command again.
+  const std::string kill = "(" + base + dir.str("cut") + " > /dev/null 2>&1 & pid=$!; " +
+                           "while ! grep -q train-000002 " + dir.str("cut/manifest.json") +
+                           " 2>/dev/null; do sleep 0.005; done; kill -9 $pid; wait $pid; true)";
+  ASSERT_EQ(test::run_command(kill).exit_code, 0);
+  ASSERT_NE(read_file(dir / "cut" / "manifest.json").find("\"complete\": false"), std::string::npos)
+      << "the run ended before it was killed";
+  const test::CommandResult r = test::run_command(base + dir.str("cut"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokenize: resuming"), std::string::npos) << r.output;
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir / "whole")) {
+    const std::string name = e.path().filename().string();
+    if (name == "manifest.json") continue;
+    ++files;
+    EXPECT_EQ(read_file(e.path()), read_file(dir / "cut" / name)) << name;
+  }
+  EXPECT_GT(files, 10u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir / "whole"), fs::directory_iterator{}),
+            std::distance(fs::directory_iterator(dir / "cut"), fs::directory_iterator{}));
+}
+
 TEST_F(TextCli, broken_shard_folders_fail_with_one_line_naming_the_file) {
   ASSERT_EQ(tokenize().exit_code, 0);
   config(dir.str("small.json"), 256);

@@ -168,6 +168,8 @@ TEST_F(Shards, missing_truncated_or_out_of_vocabulary_shards_name_the_file) {
   EXPECT_NE(msg.find("has " + std::to_string(vocab) + " ids but the model's vocab_size is 300"),
             std::string::npos)
       << msg;
+  msg = error_message<ConfigError>([&] { TokenData::load(dir.str("out") + "/train-*.bin", 300); });
+  EXPECT_NE(msg.find("but the model's vocab_size is 300"), std::string::npos) << msg;
   const fs::path shard = dir / "out" / "train-000001.bin";
   const std::string bytes = read_file(shard);
   write_file_atomic(shard, bytes.substr(0, bytes.size() - 10));

@@ -340,6 +340,14 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
     restore_split(val, manifest.at("val"));
     result.resumed = true;
   }
+  // A killed run may have left the temporary of the file it was writing (io/atomic_file.h).
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".tmp-") != std::string::npos &&
+        (name.starts_with("train-") || name.starts_with("val-") ||
+         name.starts_with(kShardManifestFile) || name.starts_with(kShardTokenizerFile)))
+      fs::remove(e.path());
+  }
   write_file_atomic(dir / kShardTokenizerFile, tokenizer.hf_json().dump());
   ShardWriter writer(dir, o.shard_tokens, token_bytes, manifest);
   auto save_manifest = [&] {

@@ -129,18 +129,21 @@ std::vector<fs::path> glob_files(const std::string& pattern) {
   return files;
 }
 
-// The shards of one split listed by a manifest, each checked to exist and to have the size and
-// checksum the manifest records before anything is mapped.
+void check_manifest_vocab(const fs::path& dir, const ShardManifest& m, int64_t vocab_size) {
+  if (m.vocab_size > vocab_size)
+    throw ConfigError(str("the tokenizer of ", dir.string(), " has ", m.vocab_size,
+                          " ids but the model's vocab_size is ", vocab_size,
+                          "; set vocab_size >= ", m.vocab_size, " in the model config"));
+}
+
+// The shards of one split listed by a manifest, each checked to exist before anything is mapped.
 std::vector<fs::path> manifest_shards(const fs::path& dir, const ShardManifest& m,
                                       const std::string& split, int64_t vocab_size) {
   const std::string manifest = (dir / kShardManifestFile).string();
   if (!m.complete)
     throw DataError(str(dir.string(), " is an unfinished `memo tokenize` run (", manifest,
                         " says complete: false); rerun the same tokenize command to finish it"));
-  if (m.vocab_size > vocab_size)
-    throw ConfigError(str("the tokenizer of ", dir.string(), " has ", m.vocab_size,
-                          " ids but the model's vocab_size is ", vocab_size,
-                          "; set vocab_size >= ", m.vocab_size, " in the model config"));
+  check_manifest_vocab(dir, m, vocab_size);
   std::vector<fs::path> files;
   for (const ShardInfo& s : m.shards) {
     if (s.split != split) continue;
@@ -197,6 +200,11 @@ TokenData TokenData::load_files(const std::vector<fs::path>& files, const std::s
 TokenData TokenData::load(const fs::path& path, int64_t vocab_size) {
   const std::string p = path.string();
   check_vocab(vocab_size, p);
+  if (!fs::is_directory(path)) {  // shard files named one by one or by a glob: their folder's
+    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");  // manifest
+    if (std::optional<ShardManifest> m = read_shard_manifest(dir))
+      check_manifest_vocab(dir, *m, vocab_size);
+  }
   if (p.find_first_of("*?[") != std::string::npos && !fs::exists(path))
     return load_files(glob_files(p), p, vocab_size);
   if (fs::is_directory(path)) {
