@@ -129,6 +129,10 @@ TEST_F(Gpt2Reference, ids_equal_gpt3_encoder_on_varied_text) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const size_t tokens = compare_ids(t, chunks, dir / "ids.bin");
   EXPECT_GT(tokens, 1'500'000u);
+  // The whole Bible as one document: cut into segments by encode_batch, the same ids.
+  const std::string kjv = test::kjv_text(10'000'000);
+  const std::vector<std::string_view> one = {kjv};
+  EXPECT_EQ(t.encode_batch(one)[0], t.encode(kjv));
   std::printf("%zu tokens compared\n", tokens);
 }
 
@@ -153,6 +157,10 @@ TEST(Cl100kReference, ids_equal_tiktoken_on_varied_text) {
   EXPECT_EQ(t.end_of_text(), 100257);
   const size_t tokens = compare_ids(t, chunks, dir / "ids.bin");
   EXPECT_GT(tokens, 1'000'000u);
+  std::string all;
+  for (const std::string& c : chunks) all += c;
+  const std::vector<std::string_view> one = {all};
+  EXPECT_EQ(t.encode_batch(one)[0], t.encode(all));  // cut into segments: the same ids
   std::printf("%s; %zu tokens compared\n", r.output.c_str(), tokens);
 }
 

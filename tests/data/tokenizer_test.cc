@@ -205,6 +205,25 @@ TEST(Tokenizer, encode_batch_equals_one_by_one) {
   for (size_t i = 0; i < docs.size(); ++i) EXPECT_EQ(batch[i], t.encode(docs[i]));
 }
 
+TEST(Tokenizer, long_documents_cut_into_segments_give_the_ids_of_the_whole) {
+  std::mt19937 rng(12);
+  std::string text;  // > 2 MiB: cut into segments; line ends of every kind, invalid bytes too
+  while (text.size() < 5'000'000) {
+    text += random_bytes(rng, 200);
+    text += "x\nY";
+    if (rng() % 3 == 0) text += "!\n\nq \n  z\r\n";
+  }
+  for (const char* pre : {"ByteLevel", "Sequence"}) {
+    const Tokenizer t = small_tokenizer(pre);
+    const std::string shifted = text.substr(7);  // other cut points
+    const std::vector<std::string_view> docs = {text, "short", shifted};
+    const auto batch = t.encode_batch(docs);
+    EXPECT_EQ(batch[0], t.encode(text)) << pre;
+    EXPECT_EQ(batch[1], t.encode("short")) << pre;
+    EXPECT_EQ(batch[2], t.encode(shifted)) << pre;
+  }
+}
+
 TEST(Tokenizer, decode_names_an_unknown_id) {
   const Tokenizer t = small_tokenizer();
   const std::vector<int32_t> ids = {1, 2, 999999};

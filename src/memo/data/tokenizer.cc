@@ -482,12 +482,68 @@ std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const
   return ids;
 }
 
+// Note [Segments of a long document]
+// With GPT-2's and cl100k's split patterns no piece crosses a line end that has a printable,
+// non-space ASCII byte on both sides ("a\nB"): the byte before ends its piece together with the
+// newline or just before it, whatever follows, and no alternative lets a piece start with a
+// newline and continue into a non-space. Neither pattern looks behind, so matching from the
+// segment's start finds the same pieces as matching inside the whole text. Cutting right after
+// such a newline therefore gives the ids of the whole document; the batch test holds it. Other
+// patterns are not cut.
+namespace {
+
+constexpr size_t kSegmentBytes = 1 << 20;
+
+bool printable_ascii(char c) { return c > ' ' && c < 0x7F; }
+
+// [begin, end) byte ranges of `text`, about kSegmentBytes each, cut after "x\nY" newlines.
+std::vector<std::pair<size_t, size_t>> segments(std::string_view text) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t begin = 0;
+  while (text.size() - begin > 2 * kSegmentBytes) {
+    size_t cut = begin + kSegmentBytes;
+    while (cut + 1 < text.size() &&
+           !(text[cut] == '\n' && printable_ascii(text[cut - 1]) && printable_ascii(text[cut + 1])))
+      ++cut;
+    if (cut + 1 >= text.size()) break;
+    out.emplace_back(begin, cut + 1);
+    begin = cut + 1;
+  }
+  out.emplace_back(begin, text.size());
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::vector<int32_t>> Tokenizer::encode_batch(
     std::span<const std::string_view> docs) const {
-  std::vector<std::vector<int32_t>> out(docs.size());
-  const int64_t n = int64_t(docs.size());
+  const bool can_cut = impl_->pattern && (impl_->pattern->pattern() == kGpt2SplitPattern ||
+                                          impl_->pattern->pattern() == kCl100kSplitPattern);
+  struct Task {
+    size_t doc;
+    std::string_view text;
+  };
+  std::vector<Task> tasks;
+  for (size_t d = 0; d < docs.size(); ++d) {
+    if (!can_cut || docs[d].size() <= 2 * kSegmentBytes) {
+      tasks.push_back({d, docs[d]});
+      continue;
+    }
+    for (const auto& [b, e] : segments(docs[d])) tasks.push_back({d, docs[d].substr(b, e - b)});
+  }
+  std::vector<std::vector<int32_t>> ids(tasks.size());
+  const int64_t n = int64_t(tasks.size());
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < n; ++i) encode(docs[size_t(i)], out[size_t(i)]);
+  for (int64_t i = 0; i < n; ++i) encode(tasks[size_t(i)].text, ids[size_t(i)]);
+  std::vector<std::vector<int32_t>> out(docs.size());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    std::vector<int32_t>& dst = out[tasks[i].doc];
+    if (dst.empty()) {
+      dst = std::move(ids[i]);
+    } else {
+      dst.insert(dst.end(), ids[i].begin(), ids[i].end());
+    }
+  }
   return out;
 }
 

@@ -40,7 +40,9 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const;
   // Text in which special and added tokens' exact strings become their ids (prompts).
   std::vector<int32_t> encode_with_special(std::string_view text) const;
-  // Documents encoded in parallel (OpenMP, dynamic schedule), one id list each.
+  // Documents encoded in parallel (OpenMP, dynamic schedule), one id list each, equal to
+  // encode() of each. With GPT-2's or cl100k's split pattern a long document is also cut into
+  // segments that run in parallel (see Note [Segments of a long document]).
   std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> docs) const;
 
   // Raw bytes of the ids. An id outside [0, vocab_size()): DataError naming it and its position.
