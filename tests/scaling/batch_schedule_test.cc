@@ -17,6 +17,7 @@
 #include "memo/core/error.h"
 #include "memo/core/random.h"
 #include "memo/scaling/noise_scale.h"
+#include "memo/scaling/sweep_analysis.h"
 #include "memo/train/schedule.h"
 #include "scaling/scaling_test_util.h"
 #include "test_util.h"
@@ -28,25 +29,26 @@ namespace {
 // The controller sees the estimator's B_hat = EMA(T_s) / EMA(G_s) (noise_scale.h), where step s
 // with k_s micro-batches of b tokens (B_s = k_s b) gives, for independent Gaussian coordinates
 // g_ij = mu_i + sigma_i / sqrt(b) z (sigma_i^2 per token), writing S = sum_j |g_j - g_bar|^2:
-//   T_s = S b / (k_s - 1)      = sum_i sigma_i^2 chi^2_{k-1,i} / (k - 1):  E = tr(Sigma),
-//                                Var T_s = 2 sum sigma^4 / (k_s - 1)
-//   G_s = |g_bar|^2 - T_s / B_s: E = |G|^2,
-//                                Var G_s = sum (2 sigma^4 / B^2 + 4 mu^2 sigma^2 / B) + Var T_s /
-//                                B^2
+//   T_s = S b / (k_s - 1) = sum_i sigma_i^2 chi^2_{k-1,i} / (k_s - 1),  E T_s = tr(Sigma),
+//         Var T_s = 2 sum sigma^4 / (k_s - 1);
+//   G_s = |g_bar|^2 - T_s / B_s,  E G_s = |G|^2,
+//         Var G_s = sum (2 sigma^4 / B_s^2 + 4 mu^2 sigma^2 / B_s) + Var T_s / B_s^2;
 //   Cov(T_s, G_s) = -Var T_s / B_s  (g_bar and S are independent for Gaussian samples).
 // To first order (delta method), with EMA weights w_s = beta^(t - s) (the debiasing cancels),
-//   delta_t^2 = Var(B_hat) / B_ref^2 = sum_s w_s^2 [Var T_s / A^2 + Var G_s / C^2
-//                                                   - 2 Cov_s / (A C)],
+//   delta_t^2 = Var(B_hat) / B_ref^2
+//             = sum_s w_s^2 [Var T_s / A^2 + Var G_s / C^2 - 2 Cov_s / (A C)],
 //   A = sum_s w_s tr(Sigma), C = sum_s w_s |G_s|^2 (true values), B_ref = A / C.
-// The batch is sized by K min(B_hat over the patience streak) and rounded down to micro-batches, so
-// at every step  batch_tokens <= K max_s B_ref(s) (1 + z delta_s)  (s after min_observations),
+// The batch is sized by K min(B_hat over the patience streak) and rounded down to micro-batches,
+// so at every step  batch_tokens <= K max_s B_ref(s) (1 + z delta_s)  (s >= min_observations),
 // and once settled, B_hat above the band for `patience` steps would have grown it, so
 //   batch_tokens >= min(K B_ref (1 - z delta) / (1 + h),  K B_ref (1 - z delta) - micro_tokens,
 //                       max_batch tokens).
-// z = 4 standard deviations: the EMA's ~(1 + beta)/(1 - beta) = 199-step memory leaves ~15
-// independent stretches in 3000 steps, so a 4-sigma excursion has a chance of about 1e-3 (and the
-// runs are deterministic). The first-order expansion needs delta << 1; each test asserts delta <=
-// 0.15, where the neglected second-order bias (Var G / C^2, below 2%) is inside z delta.
+// z = 4 standard deviations: the EMA remembers ~(1 + beta) / (1 - beta) steps (199 at beta =
+// 0.99, 399 at 0.995), so a run of 1500-2500 steps holds fewer than 10 independent stretches and
+// a one-sided 4-sigma excursion in any of them has a chance below 1e-3 (and the runs are
+// deterministic: it either passes or not, for good). The first-order expansion needs delta << 1;
+// each test asserts delta <= 0.15, where the neglected second-order terms (relative size delta^2
+// <= 0.023) are small against z delta.
 struct Truth {          // the Gaussian model at one point, per token
   double trace = 0.0;   // tr(Sigma)
   double g2 = 0.0;      // |G|^2
@@ -460,6 +462,37 @@ TEST(BatchSchedule, step_lr_is_the_law_for_the_batch_times_the_token_schedule) {
   EXPECT_EQ(law_for_optimizer("sgd"), Law::kSgd);
   for (const char* name : {"adam", "adamw", "signsgd", "lion", "rmsprop"})
     EXPECT_EQ(law_for_optimizer(name), Law::kSurge) << name;
+}
+
+// The law's parameters from a sweep, as memo fit fits them: a sweep whose per-batch losses are
+// parabolas in log lr around the surge law's optimum (so each optimal lr is exact and only the
+// Levenberg-Marquardt tolerance remains) gives its eps_max and B_noise back.
+TEST(BatchSchedule, law_params_come_from_a_sweep_fit) {
+  SweepFile file;
+  int64_t line = 0;
+  for (double b : {256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0}) {
+    const double opt = lr_surge(b, 1e-3, 2000.0);
+    for (int k = -4; k <= 4; ++k) {
+      const double lr = 1e-3 * std::pow(2.0, 0.5 * k), d = std::log(lr / opt);
+      file.lines.push_back(
+          {++line,
+           {{"optimizer", "adam"}, {"lr", lr}, {"batch_tokens", b}, {"val_loss", 2.0 + d * d}}});
+    }
+  }
+  const SweepAnalysis a = analyse_sweep(file, "sweep.jsonl", {});
+  const LawParams surge = law_params_from_sweep(a, Law::kSurge);
+  EXPECT_NEAR(surge.eps_max / 1e-3, 1.0, 1e-3);
+  EXPECT_NEAR(surge.b_noise / 2000.0, 1.0, 1e-3);
+  const LawParams sgd = law_params_from_sweep(a, Law::kSgd);
+  EXPECT_GT(sgd.b_noise, 0.0);
+  BatchScheduleOptions o = base_options();
+  o.law = Law::kSurge;
+  o.law_params = surge;
+  EXPECT_NEAR(BatchSchedule(o).law_lr_for(2000) / 1e-3, 1.0, 2e-3);  // the peak: eps_max
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              law_params_from_sweep(a, Law::kPower);
+            }).find("--law power is not surge or sgd"),
+            std::string::npos);
 }
 
 TEST(BatchSchedule, bad_options_name_the_flag_and_the_allowed_range) {

@@ -10,6 +10,7 @@
 
 #include "memo/cli/commands.h"
 #include "memo/core/error.h"
+#include "memo/scaling/batch_schedule.h"
 #include "memo/scaling/run_log.h"
 #include "memo/scaling/sweep_analysis.h"
 
@@ -82,8 +83,8 @@ void add_lr_command(CLI::App& app) {
     } else if (fit->count() > 0) {
       const scaling::SweepAnalysis a =
           scaling::analyse_sweep(scaling::read_sweep_file(o->fit), o->fit, {});
-      for (const scaling::LawFit& f : a.laws.fits)
-        if (f.law == law) params = f.params;
+      const scaling::LawParams fitted = scaling::law_params_from_sweep(a, law);
+      params = {fitted.eps_max, fitted.b_noise};
     } else {
       if (bn->count() == 0 || em->count() == 0)
         throw ConfigError(

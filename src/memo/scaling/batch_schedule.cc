@@ -58,6 +58,14 @@ Law law_for_optimizer(const std::string& optimizer_name) {
   return optimizer_name == "sgd" ? Law::kSgd : Law::kSurge;
 }
 
+LawParams law_params_from_sweep(const SweepAnalysis& analysis, Law law) {
+  if (law != Law::kSurge && law != Law::kSgd)
+    throw ConfigError(str("--law ", law_name(law), " is not surge or sgd"));
+  for (const LawFit& f : analysis.laws.fits)
+    if (f.law == law) return {f.params.at(0), f.params.at(1)};
+  throw ConfigError(str(analysis.path, " has no ", law_name(law), " law fit"));
+}
+
 void check_options(const BatchScheduleOptions& o) {
   if (o.seq <= 0) throw ConfigError(str("--seq ", o.seq, " must be positive"));
   if (o.micro_batch <= 0)

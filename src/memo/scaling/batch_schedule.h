@@ -12,6 +12,7 @@
 #include <string>
 
 #include "memo/scaling/laws.h"
+#include "memo/scaling/sweep_analysis.h"
 
 namespace memo::scaling {
 
@@ -33,6 +34,10 @@ struct TokenLrSchedule {
 // family, signsgd and lion are sign-like; adagrad, rmsprop and adafactor are treated as the Adam
 // family, as their updates are normalised per coordinate too).
 Law law_for_optimizer(const std::string& optimizer_name);
+
+// eps_max and B_noise (tokens) of the surge or SGD law as fitted to a sweep (memo fit's fit,
+// fit.h Note [Law fits]). Throws ConfigError for another law or when the sweep has no such fit.
+LawParams law_params_from_sweep(const SweepAnalysis& analysis, Law law);
 
 struct BatchScheduleOptions {
   int64_t seq = 0;          // tokens per sequence (--seq)
