@@ -96,9 +96,11 @@ class RefEstimate {
   double a_ = 0.0, c_ = 0.0, vt_ = 0.0, vg_ = 0.0, cv_ = 0.0;
 };
 
-// One step's micro-batch gradients at the true gradient mu: the estimator's update.
-void feed(NoiseScaleEstimator& est, const std::vector<double>& mu, const std::vector<double>& sigma,
-          double micro_tokens, int64_t k, uint64_t seed, int64_t step) {
+// One step's micro-batch gradients at the true gradient mu: the estimator's update. Returns the
+// step's gradient, the mean of the micro-batch gradients.
+std::vector<double> feed(NoiseScaleEstimator& est, const std::vector<double>& mu,
+                         const std::vector<double>& sigma, double micro_tokens, int64_t k,
+                         uint64_t seed, int64_t step) {
   const size_t n = mu.size();
   std::vector<double> small(static_cast<size_t>(k)), sum(n, 0.0);
   NormalStream z(seed, uint64_t(step));
@@ -113,8 +115,12 @@ void feed(NoiseScaleEstimator& est, const std::vector<double>& mu, const std::ve
     small[size_t(j)] = sq;
   }
   double big = 0.0;
-  for (size_t i = 0; i < n; ++i) big += (sum[i] / double(k)) * (sum[i] / double(k));
+  for (size_t i = 0; i < n; ++i) {
+    sum[i] /= double(k);
+    big += sum[i] * sum[i];
+  }
   est.update(small, big, micro_tokens);
+  return sum;
 }
 
 constexpr double kZ = 4.0;
@@ -169,8 +175,7 @@ struct Isotropic {
   QuadraticProblem p;
   std::vector<double> mu;
 };
-Isotropic isotropic_problem(double h, double b_simple_tokens) {
-  constexpr int64_t n = 1024;
+Isotropic isotropic_problem(double h, double b_simple_tokens, int64_t n = 1024) {
   Isotropic r;
   double trace = 0.0, g2 = 0.0;
   for (int64_t i = 0; i < n; ++i) {
@@ -227,6 +232,64 @@ TEST(BatchSchedule, tracks_the_critical_batch_and_the_sgd_optimal_lr_on_an_isotr
     EXPECT_LE(s.next().lr, lr_sgd_exact(m, r.upper_tokens));
     EXPECT_GE(s.next().lr, lr_sgd_exact(m, lower_tokens(o, r.b_ref, r.delta)));
   }
+}
+
+// SGD with the schedule in the loop on an isotropic quadratic: the step's gradient is the mean of
+// the micro-batch gradients the estimator sees, theta moves towards theta*, |G|^2 falls and
+// B_simple rises (here 32x, to twice the cap). Every step the batch must stay within
+// the band of Note [Tolerance of the tracked batch] around the moving B_ref (the EMAs of the true
+// values along this trajectory: the smoothing's lag is by design, not an error): at most K max
+// B_ref (1 + z delta) so far, and at least the lower bound at the smallest B_ref of the last 2
+// patience windows (the last change, or the step that broke the streak, lies there). A small lr
+// (eps_max 0.005/h) keeps B_simple's rise (0.1-0.4% a step) slow against the EMA's ~200-step
+// memory; 256 coordinates keep delta below 0.05 from a start at half of B_simple.
+TEST(BatchSchedule, follows_the_rising_noise_scale_of_a_converging_sgd_run) {
+  const double h = 2.0;
+  const Isotropic iso = isotropic_problem(h, 2048.0, 256);
+  BatchScheduleOptions o = base_options();
+  o.micro_batch = 8;  // 512 tokens
+  o.batch = 16;       // 2 micro-batches, 1024 tokens
+  o.max_batch = 512;  // 64 micro-batches, 32768 tokens
+  o.law = Law::kSgd;
+  o.law_params = {0.002 / h, 2048.0};
+  const double beta = 0.99, micro_tokens = double(o.micro_batch * o.seq);
+  BatchSchedule s(o);
+  NoiseScaleEstimator est(NoiseScaleOptions{beta});
+  RefEstimate ref(beta);
+  std::vector<double> theta = iso.p.theta0, mu = iso.mu;
+  std::vector<double> lower_window;  // per step: the lower bound at that step's B_ref
+  double upper = 0.0, delta_max = 0.0;
+  int64_t changes = 0, checked = 0;
+  // until the true B_simple is twice the cap (past it, B_simple / batch and so delta grow
+  // unbounded)
+  for (int64_t step = 1; !(ref.b_ref() >= 2.0 * double(o.max_batch * o.seq)); ++step) {
+    ASSERT_LT(step, 8000) << "B_simple does not rise";
+    const StepPlan p = s.next();
+    for (size_t i = 0; i < theta.size(); ++i) mu[i] = h * (theta[i] - iso.p.theta_star[i]);
+    const std::vector<double> g =
+        feed(est, mu, iso.p.sigma, micro_tokens, p.micro_batches, 5, step);
+    ref.add(truth_of(mu, iso.p.sigma), micro_tokens, p.micro_batches);
+    for (size_t i = 0; i < theta.size(); ++i) theta[i] -= p.lr * g[i];
+    changes += s.observe(est.b_simple()).has_value();
+    const double tokens = double(s.state().batch * o.seq);
+    lower_window.push_back(lower_tokens(o, ref.b_ref(), ref.delta()));
+    if (step < o.min_observations) continue;
+    delta_max = std::max(delta_max, ref.delta());
+    upper = std::max(upper, o.noise_multiple * ref.b_ref() * (1.0 + kZ * ref.delta()));
+    EXPECT_LE(tokens, upper) << "step " << step;
+    if (step - 2 * o.patience < o.min_observations) continue;
+    const double lower =
+        *std::min_element(lower_window.end() - 2 * o.patience - 1, lower_window.end());
+    EXPECT_GE(tokens, lower) << "step " << step;
+    ++checked;
+  }
+  std::cout << "sgd run: " << changes << " changes, batch " << s.state().batch * o.seq
+            << " tokens, B_ref " << ref.b_ref() << ", true B_simple "
+            << truth_of(mu, iso.p.sigma).b_simple() << ", delta_max " << delta_max << "\n";
+  ASSERT_LE(delta_max, 0.15) << "outside the first-order regime of the derivation";
+  EXPECT_GE(changes, 3);
+  EXPECT_GT(checked, 100);
+  EXPECT_EQ(s.state().batch, o.max_batch);  // B_simple passed the cap
 }
 
 // A rank-one quadratic, H = diag(h) + rho u u^T (quadratic_sim.h), where sign descent's optimal lr
