@@ -466,6 +466,34 @@ TEST(BatchSchedule, state_round_trips_through_json_and_a_restored_run_continues_
   }
 }
 
+TEST(BatchSchedule, options_round_trip_through_json_for_the_checkpoint) {
+  BatchScheduleOptions o = base_options();
+  o.noise_multiple = 0.1;  // not a short binary fraction
+  o.law = Law::kSurge;
+  o.law_params = {1.0 / 3.0, 4096.0 * std::sqrt(2.0)};
+  o.schedule = {1000, 123456789, 0.1};
+  const BatchScheduleOptions back =
+      batch_schedule_options_from_json(nlohmann::json::parse(to_json(o).dump()));
+  EXPECT_EQ(to_json(back), to_json(o));
+  EXPECT_EQ(back.noise_multiple, o.noise_multiple);
+  EXPECT_EQ(back.law_params.eps_max, o.law_params.eps_max);
+  EXPECT_EQ(back.law_params.b_noise, o.law_params.b_noise);
+  EXPECT_EQ(back.schedule.min_lr_ratio, o.schedule.min_lr_ratio);
+  EXPECT_EQ(back.law, Law::kSurge);
+  nlohmann::json j = to_json(o);
+  j["law"] = "power";
+  EXPECT_NE(test::error_message<FormatError>([&] {
+              batch_schedule_options_from_json(j);
+            }).find("'law' must be \"surge\" or \"sgd\", got \"power\""),
+            std::string::npos);
+  j = to_json(o);
+  j.erase("eps_max");
+  EXPECT_NE(test::error_message<FormatError>([&] {
+              batch_schedule_options_from_json(j);
+            }).find("'eps_max' is missing"),
+            std::string::npos);
+}
+
 TEST(BatchSchedule, corrupt_state_is_refused_with_the_field) {
   BatchScheduleOptions o = base_options();
   nlohmann::json j = to_json(BatchSchedule(o).state());

@@ -30,13 +30,13 @@ double parse_hex_double(const nlohmann::json& j, const char* field) {
   errno = 0;
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE)
-    throw FormatError(str("batch schedule state: '", field, "' = \"", s, "\" is not a double"));
+    throw FormatError(str("batch schedule: '", field, "' = \"", s, "\" is not a double"));
   return v;
 }
 
 int64_t parse_int(const nlohmann::json& j, const char* field) {
   if (!j.contains(field) || !j.at(field).is_number_integer())
-    throw FormatError(str("batch schedule state: '", field, "' must be an integer"));
+    throw FormatError(str("batch schedule: '", field, "' must be an integer"));
   return j.at(field).get<int64_t>();
 }
 
@@ -130,6 +130,51 @@ BatchScheduleState batch_schedule_state_from_json(const nlohmann::json& j) {
   if (!j.at("last_b_simple").is_null())
     s.last_b_simple = parse_hex_double(j.at("last_b_simple"), "last_b_simple");
   return s;
+}
+
+nlohmann::json to_json(const BatchScheduleOptions& o) {
+  return {{"seq", o.seq},
+          {"micro_batch", o.micro_batch},
+          {"batch", o.batch},
+          {"max_batch", o.max_batch},
+          {"noise_multiple", hex_double(o.noise_multiple)},
+          {"hysteresis", hex_double(o.hysteresis)},
+          {"patience", o.patience},
+          {"min_observations", o.min_observations},
+          {"law", law_name(o.law)},
+          {"eps_max", hex_double(o.law_params.eps_max)},
+          {"b_noise", hex_double(o.law_params.b_noise)},
+          {"warmup_tokens", o.schedule.warmup_tokens},
+          {"total_tokens", o.schedule.total_tokens},
+          {"min_lr_ratio", hex_double(o.schedule.min_lr_ratio)}};
+}
+
+BatchScheduleOptions batch_schedule_options_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw FormatError("batch schedule options: not a JSON object");
+  auto hex = [&](const char* field) {
+    if (!j.contains(field))
+      throw FormatError(str("batch schedule options: '", field, "' is missing"));
+    return parse_hex_double(j.at(field), field);
+  };
+  BatchScheduleOptions o;
+  o.seq = parse_int(j, "seq");
+  o.micro_batch = parse_int(j, "micro_batch");
+  o.batch = parse_int(j, "batch");
+  o.max_batch = parse_int(j, "max_batch");
+  o.noise_multiple = hex("noise_multiple");
+  o.hysteresis = hex("hysteresis");
+  o.patience = parse_int(j, "patience");
+  o.min_observations = parse_int(j, "min_observations");
+  const std::string law = j.value("law", "");
+  if (law != "surge" && law != "sgd")
+    throw FormatError(str("batch schedule options: 'law' must be \"surge\" or \"sgd\", got ",
+                          j.contains("law") ? j.at("law").dump() : "nothing"));
+  o.law = law == "surge" ? Law::kSurge : Law::kSgd;
+  o.law_params = {hex("eps_max"), hex("b_noise")};
+  o.schedule.warmup_tokens = parse_int(j, "warmup_tokens");
+  o.schedule.total_tokens = parse_int(j, "total_tokens");
+  o.schedule.min_lr_ratio = hex("min_lr_ratio");
+  return o;
 }
 
 nlohmann::json BatchChange::to_json() const {

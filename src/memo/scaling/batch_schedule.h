@@ -61,6 +61,11 @@ struct BatchScheduleOptions {
 // Throws ConfigError with one line naming the flag, its value and the allowed range.
 void check_options(const BatchScheduleOptions& options);
 
+// The options a checkpoint pins, so that a resumed run uses exactly these (doubles as hex floats,
+// like the state); from_json throws FormatError naming a missing or mistyped field.
+nlohmann::json to_json(const BatchScheduleOptions& options);
+BatchScheduleOptions batch_schedule_options_from_json(const nlohmann::json& j);
+
 // What a checkpoint saves; from_json(to_json(s)) == s bit for bit (doubles as hex floats).
 struct BatchScheduleState {
   int64_t steps = 0;                    // optimiser steps done
