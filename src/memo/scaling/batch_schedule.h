@@ -47,12 +47,13 @@ struct BatchScheduleOptions {
   int64_t max_batch = 0;    // cap in sequences (--max-batch): a multiple of micro_batch, >= batch
   double noise_multiple = 1.0;  // K (--noise-multiple): the batch tracks K B_simple, in (0, 1e6]
   // Hysteresis (--noise-hysteresis, in [0, 10]): grow only while K B_simple >= (1 + h) times the
-  // current batch in tokens. The new batch is at most K B_simple, so after a change B_simple has
-  // to rise by a factor (1 + h) before the next one: small fluctuations never change the batch.
+  // current batch in tokens. A new batch is at most K B_simple, so the next change needs K
+  // B_simple to pass (1 + h) times it: fluctuations around the value that sized it do not.
   double hysteresis = 0.25;
   int64_t patience = 10;  // --noise-patience, >= 1: consecutive steps above the band
-  int64_t min_observations =
-      50;                 // --noise-min-steps, >= 1: steps with a B_simple before any change
+  // --noise-min-steps, >= 1: steps with a B_simple before any change (the EMAs' first values are
+  // few-step averages: noisy, most of all while the batch is far below B_simple)
+  int64_t min_observations = 50;
   Law law = Law::kSurge;  // kSurge or kSgd (--law; law_for_optimizer by default)
   LawParams law_params;   // eps_max and B_noise (tokens): given, or fitted from a sweep
   TokenLrSchedule schedule;
