@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "memo/kernels/cpu/attention_reference.h"
+#include "reference/attention_reference.h"
 #include "memo/kernels/cpu/kernels.h"
 
 namespace {

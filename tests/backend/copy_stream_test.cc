@@ -1,6 +1,7 @@
 // Copy streams and events: copies run in queue order, an event covers every copy before it, the
-// destructor finishes queued work, the throttle's lower bound, and random delays that change no
-// data. No test depends on timing beyond a sleep's lower bound.
+// destructor finishes queued work, the throttle's lower bound, random delays that change no data,
+// and "stream waits on event" ordering one stream after another without blocking the host. No
+// test depends on timing beyond a sleep's lower bound.
 #include "memo/backend/copy_stream.h"
 
 #include <gtest/gtest.h>
@@ -17,7 +18,7 @@ namespace {
 TEST(Event, default_event_is_complete) {
   Event e;
   EXPECT_TRUE(e.done());
-  e.wait();
+  e.synchronize();
 }
 
 TEST(CopyStream, event_completes_after_every_copy_queued_before_it) {
@@ -31,7 +32,7 @@ TEST(CopyStream, event_completes_after_every_copy_queued_before_it) {
     events.push_back(s.record());
   }
   for (int i = n - 1; i >= 0; --i) {  // waiting on a late event implies the earlier ones
-    events[size_t(i)].wait();
+    events[size_t(i)].synchronize();
     EXPECT_TRUE(events[size_t(i)].done());
     for (int j = 0; j <= i; ++j) EXPECT_TRUE(events[size_t(j)].done()) << i << " " << j;
     EXPECT_EQ(dst[size_t(i)], src[size_t(i)]);
@@ -73,8 +74,40 @@ TEST(CopyStream, throttled_copy_takes_at_least_bytes_over_bandwidth) {
             100e6);  // measured bandwidth honours the cap
 }
 
+// The second stream's copy reads what the first stream's copy wrote, ordered only by
+// b.wait(a.record()): the host never blocks between them, and the random delays on a make a
+// missing wait show up as a stale value.
+TEST(CopyStream, stream_waits_on_another_streams_event_without_blocking_the_host) {
+  CopyStream a("d2h", {.max_random_delay_s = 0.003, .random_delay_seed = 5});
+  CopyStream b("h2d", {});
+  for (int round = 0; round < 20; ++round) {
+    std::vector<int> src(4096, round), mid(4096, -1), dst(4096, -2);
+    a.copy(mid.data(), src.data(), int64_t(mid.size() * sizeof(int)));
+    const Event written = a.record();
+    b.wait(written);  // returns at once; b's worker waits
+    b.copy(dst.data(), mid.data(), int64_t(dst.size() * sizeof(int)));
+    b.synchronize();
+    EXPECT_TRUE(written.done());
+    EXPECT_EQ(dst, src) << "round " << round;
+  }
+}
+
+TEST(HostStream, runs_copies_at_once_and_its_events_are_complete) {
+  HostStream s("compute");
+  std::vector<int> src(100, 3), dst(100, 0);
+  s.copy(dst.data(), src.data(), int64_t(src.size() * sizeof(int)));
+  EXPECT_EQ(dst, src);
+  EXPECT_TRUE(s.record().done());
+  EXPECT_EQ(s.copied_bytes(), int64_t(src.size() * sizeof(int)));
+  CopyStream other("d2h", {.max_random_delay_s = 0.002});
+  std::vector<int> late(100, 0);
+  other.copy(late.data(), src.data(), int64_t(src.size() * sizeof(int)));
+  s.wait(other.record());  // the host is this stream: it waits here
+  EXPECT_EQ(late, src);
+}
+
 TEST(CopyStream, rejects_negative_options_and_sizes) {
-  const CopyStreamOptions negative{.bandwidth_bytes_per_s = -1.0};
+  const StreamOptions negative{.bandwidth_bytes_per_s = -1.0};
   EXPECT_THROW(CopyStream("x", negative), Error);
   CopyStream s("x", {});
   EXPECT_THROW(s.copy(nullptr, nullptr, -4), Error);

@@ -13,7 +13,7 @@ namespace memo {
 namespace {
 
 TEST(MemorySpace, tracks_live_and_peak_bytes) {
-  MemorySpace host("host", 0);
+  MemorySpace host("host", 0, default_host_allocator());
   {
     SpaceBuffer a = host.allocate("a", 1000);  // rounded to 1024
     EXPECT_EQ(a.bytes(), 1024);
@@ -32,7 +32,7 @@ TEST(MemorySpace, tracks_live_and_peak_bytes) {
 }
 
 TEST(MemorySpace, over_budget_names_space_request_and_shortfall) {
-  MemorySpace host("host", 1 << 20);
+  MemorySpace host("host", 1 << 20, default_host_allocator());
   SpaceBuffer a = host.allocate("first", 1 << 19);
   const std::string msg =
       test::error_message<BudgetError>([&] { host.allocate("the offload of layer 3", 1 << 20); });

@@ -1,5 +1,6 @@
 // The memo command end to end: determinism, kill-and-resume, and every bad-input path giving a
 // one-line error that names the value, a non-zero exit, and no overwritten files.
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -9,7 +10,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "memo/backend/caching_allocator.h"
 #include "memo/data/token_data.h"
+#include "memo/io/checkpoint.h"
+#include "memo/memory/strategy.h"
+#include "memo/model/model.h"
 #include "test_util.h"
 #include "cli_test_util.h"
 
@@ -102,11 +107,48 @@ TEST_F(Cli, data_of_exactly_seq_plus_one_tokens_trains) {
 TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
   ASSERT_EQ(test::run_command(train_cmd(dir / "run", "--steps 2")).exit_code, 0);
   const test::CommandResult r = test::run_command(test::memo_bin() + " eval --checkpoint " + dir.str("run") +
-                                                  " --data " + dir.str("data.txt") + " --seq 32 --batches 2 2>/dev/null");
+                                                  " --data " + dir.str("data.txt") + " --split all --seq 32 --batches 2 2>/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
-  EXPECT_GT(j.at("loss").get<double>(), 0.0);
   EXPECT_EQ(j.at("tokens").get<int64_t>(), 2 * 8 * 32);
+  // The same mean computed here from the checkpoint's tensors: the first 16 windows of 32 tokens
+  // of the file, targets shifted by one, forward only, summed batch by batch in order.
+  const LoadedCheckpoint ckpt = load_checkpoint(find_latest_checkpoint(dir / "run"));
+  Model model(ckpt.config);
+  for (const ParamInfo& p : model.layout().params())
+    ckpt.model.read_into(p.name, model.params() + p.offset, p.numel);
+  const TokenData data = TokenData::load(dir / "data.txt", 256);
+  CachingAllocator alloc;
+  KeepStrategy keep(ckpt.config, alloc);
+  double sum = 0.0;
+  for (int64_t b = 0; b < 2; ++b) {
+    std::vector<int32_t> in, tgt;
+    for (int64_t w = b * 8; w < (b + 1) * 8; ++w)
+      for (int64_t t = 0; t < 32; ++t) {
+        in.push_back(data[w * 32 + t]);
+        tgt.push_back(data[w * 32 + t + 1]);
+      }
+    sum += model.forward_loss(in.data(), tgt.data(), 8, 32, keep, alloc);
+  }
+  EXPECT_EQ(j.at("loss").get<double>(), sum / double(2 * 8 * 32));
+}
+
+TEST_F(Cli, the_last_log_record_carries_the_validation_loss) {
+  const test::CommandResult r =
+      test::run_command(train_cmd(dir / "run", "--steps 3 --log " + dir.str("run.jsonl")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(dir.str("run.jsonl"));
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_FALSE(records[0].contains("val_loss"));
+  EXPECT_FALSE(records[1].contains("val_loss"));
+  const double val = records[2].at("val_loss").get<double>();
+  EXPECT_GT(records[2].at("val_tokens").get<int64_t>(), 0);
+  char printed[64];
+  std::snprintf(printed, sizeof printed, "validation loss %.4f over %lld tokens", val,
+                static_cast<long long>(records[2].at("val_tokens").get<int64_t>()));
+  EXPECT_NE(r.output.find(printed), std::string::npos) << printed << "\n" << r.output;
 }
 
 TEST_F(Cli, unknown_flag_is_rejected) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memo/io/atomic_file.h"
+#include "svg_check.h"
 #include "test_util.h"
 
 namespace memo {
@@ -86,9 +87,17 @@ TEST_F(PlanCommand, text_report_and_timeline_svg) {
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
   const std::string svg = read_file(dir / "t.svg");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
-  EXPECT_NE(svg.find("budget 1.50 GiB"), std::string::npos);
-  EXPECT_NE(svg.find("keep plan peak"), std::string::npos);
-  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  const test::SvgSummary t = test::check_svg(svg);
+  ASSERT_TRUE(t.ok) << t.error;
+  // one strategy: its live bytes (thick) and its planned arena's top (thin) over the step
+  EXPECT_EQ(t.elements.at("polyline"), 2);
+  auto has_text = [&](const std::string& part) {
+    for (const std::string& s : t.texts)
+      if (s.find(part) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(has_text("budget 1.50 GiB"));
+  EXPECT_TRUE(has_text("keep plan peak"));
 }
 
 TEST_F(PlanCommand, bad_flags_fail_with_one_line) {
@@ -179,7 +188,7 @@ TEST(PlanCluster, one_strategy_prints_one_object) {
 }
 
 TEST(PlanCluster, bad_input_fails_with_one_line) {
-  for (const std::string extra :
+  for (const std::string& extra :
        {std::string("--gpu b100-1tb"), std::string("--tp 3"), std::string("--host-memory 2furlongs"),
         std::string("--activations memo --compare"), std::string("--config x.json")}) {
     const test::CommandResult r = test::run_command(cluster_cmd(extra));

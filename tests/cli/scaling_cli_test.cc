@@ -7,9 +7,12 @@
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "memo/scaling/laws.h"
+#include "svg_check.h"
 #include "test_util.h"
 #include "cli_test_util.h"
 
@@ -111,8 +114,16 @@ TEST_F(ScalingCli, fit_recovers_b_noise_from_a_surge_law_sweep) {
   EXPECT_TRUE(j.at("target").is_null());
   std::ifstream svg(dir.str("s.svg"));
   const std::string text((std::istreambuf_iterator<char>(svg)), {});
-  EXPECT_NE(text.find("<svg"), std::string::npos);
-  EXPECT_NE(text.find("surge law"), std::string::npos);
+  const test::SvgSummary plot = test::check_svg(text);
+  ASSERT_TRUE(plot.ok) << plot.error;
+  // one optimum per batch size of the sweep (7), plus the legend's marker
+  EXPECT_EQ(plot.elements.at("circle"), 7 + 1);
+  // the surge and the SGD law's curves (the power law is fitted, not drawn)
+  ASSERT_TRUE(j.at("laws").contains("power"));
+  EXPECT_EQ(plot.elements.at("path"), 2);
+  EXPECT_NE(std::find_if(plot.texts.begin(), plot.texts.end(),
+                         [](const std::string& t) { return t.find("surge law") != std::string::npos; }),
+            plot.texts.end());
 }
 
 TEST_F(ScalingCli, fit_of_a_target_loss_sweep_recovers_b_noise_from_steps_and_tokens) {

@@ -25,7 +25,8 @@ struct State {
             {{"model.embed_tokens.weight", {3, 2}, embed.data()},
              {"model.norm.weight", {2}, norm.data()}},
             {{"adamw.m.model.embed_tokens.weight", {3, 2}, m.data()}},
-            json{{"step", step}, {"seed", 1234}}};
+            json{{"step", step}, {"seed", 1234}},
+            ""};  // no tokenizer.json
   }
 };
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "memo/kernels/cpu/attention_reference.h"
+#include "reference/attention_reference.h"
 #include "memo/kernels/cpu/kernels.h"
 
 namespace memo::cpu {

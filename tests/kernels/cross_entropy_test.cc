@@ -9,7 +9,7 @@
 
 #include "kernels/kernel_test_util.h"
 #include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/reference.h"
+#include "reference/reference.h"
 
 namespace memo::cpu {
 namespace {

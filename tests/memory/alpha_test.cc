@@ -1,4 +1,4 @@
-// The closed form for alpha (memo-notes.md section 4.4) on hand-computed cases: each constraint
+// The closed form for alpha (memory/alpha.h) on hand-computed cases: each constraint
 // binding, neither binding, the L <= 2 case, and the infeasible cases with their advice.
 #include "memo/memory/alpha.h"
 

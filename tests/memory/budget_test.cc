@@ -10,18 +10,20 @@
 namespace memo {
 namespace {
 
-TEST(Budget, need_adds_weights_gradients_adamw_state_and_the_arena) {
-  const DeviceNeed n = device_need(1000, 6400);
+TEST(Budget, need_adds_weights_gradients_the_optimizers_state_and_the_arena) {
+  const DeviceNeed n = device_need(1000, "lion", 4000, 6400);
   EXPECT_EQ(n.weight_bytes, 4000);
   EXPECT_EQ(n.gradient_bytes, 4000);
-  EXPECT_EQ(n.optimizer_bytes, 8000);
-  EXPECT_EQ(n.rounding_buffer_bytes, 0);
-  EXPECT_EQ(n.fixed_bytes(), 16000);
-  EXPECT_EQ(n.total_bytes(), 22400);
+  EXPECT_EQ(n.optimizer_bytes, 4000);
+  EXPECT_EQ(n.fixed_bytes(), 12000);
+  EXPECT_EQ(n.total_bytes(), 18400);
   const std::string b = need_breakdown(n);
-  for (const char* part : {"weights", "gradients", "optimizer (AdamW)", "activation arena",
-                           "rounding buffers", "total", "22400 B"})
+  for (const char* part :
+       {"weights", "gradients", "optimizer (lion)", "activation arena", "total", "18400 B"})
     EXPECT_NE(b.find(part), std::string::npos) << part << "\n" << b;
+  const std::string msg = over_budget_message(n, 10000, 1, 16, FitAdvice{18400, std::nullopt});
+  EXPECT_NE(msg.find("lion state 0.00 GiB"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("short"), std::string::npos) << msg;
 }
 
 TEST(Budget, flag_value_rounds_up_and_parses_back_to_at_least_the_need) {
@@ -70,7 +72,7 @@ TEST(Budget, budget_below_the_model_state_says_no_sequence_fits) {
 TEST(Budget, trainer_entry_refuses_with_budget_error) {
   Model model(testing::tiny_config());
   std::ostringstream progress;
-  EXPECT_THROW(planned_allocator_within_budget(model, 1, 16, 1024, StrategyOptions{}, progress), BudgetError);
+  EXPECT_THROW(planned_allocator_within_budget(model, 1, 16, 1024, DevicePlanOptions{}, progress), BudgetError);
   EXPECT_TRUE(progress.str().empty());
 }
 

@@ -68,7 +68,7 @@ TEST(PlannedAllocator, planned_peak_is_within_the_budget_it_was_planned_for) {
   ASSERT_TRUE(dp.fits());
   EXPECT_LE(dp.need.fixed_bytes() + dp.activations.arena_bytes, budget);
   std::ostringstream progress;
-  const auto alloc = planned_allocator_within_budget(model, 1, 32, budget, StrategyOptions{}, progress);
+  const auto alloc = planned_allocator_within_budget(model, 1, 32, budget, DevicePlanOptions{}, progress);
   EXPECT_LE(alloc->reserved_bytes() + dp.need.fixed_bytes(), budget);
   EXPECT_NE(progress.str().find("device plan"), std::string::npos);
 }

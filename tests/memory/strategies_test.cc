@@ -233,6 +233,9 @@ TEST(StrategyErrors, host_too_small_for_memo_says_what_fits) {
   StrategyOptions o = with("memo");
   o.host_memory_bytes = 512 << 10;  // alpha 0 needs 3 x (x + attn + lse) = 0.91 MiB
   auto s = make_strategy(cfg, alloc, o);
+  Model model(cfg);
+  const LayerContext ctx{&cfg, kMicro, kSeq, {}, {}, &alloc, &model.backend(), Parallel{}};
+  s->set_rebuild_inputs(model.weights(), ctx);  // names the backend, as the model does first
   const std::string msg = test::error_message<BudgetError>([&] { s->begin_step(kMicro, kSeq); });
   EXPECT_NE(msg.find("cannot hold even alpha = 0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--seq "), std::string::npos) << msg;
@@ -241,6 +244,7 @@ TEST(StrategyErrors, host_too_small_for_memo_says_what_fits) {
   o.alpha = 1.0;  // a budget a little above alpha 0.4's bytes
   o.host_memory_bytes = int64_t(host_bytes_at(memo_alpha_sizes(cfg, kMicro, kSeq), 0.4)) + 4096;
   auto s2 = make_strategy(cfg, alloc, o);
+  s2->set_rebuild_inputs(model.weights(), ctx);
   const std::string msg2 = test::error_message<BudgetError>([&] { s2->begin_step(kMicro, kSeq); });
   EXPECT_NE(msg2.find("--alpha 1 needs"), std::string::npos) << msg2;
   EXPECT_NE(msg2.find("--alpha 0.4 fits"), std::string::npos) << msg2;

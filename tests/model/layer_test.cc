@@ -14,6 +14,7 @@
 
 #include "kernels/kernel_test_util.h"
 #include "memo/backend/caching_allocator.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/tensor_ops.h"
 #include "memo/model/model.h"
@@ -30,7 +31,8 @@ void check_rebuild(const ModelConfig& cfg) {
                   float(cfg.rope_theta));
   CachingAllocator alloc;
   LayerContext ctx{
-      &cfg, B, S, ConstTensor(cos.data(), {S, half}), ConstTensor(sin.data(), {S, half}), &alloc};
+      &cfg,          B, S, ConstTensor(cos.data(), {S, half}), ConstTensor(sin.data(), {S, half}),
+      &alloc,        &cpu_backend(), Parallel{}};
   if (!cfg.uses_rope()) ctx.rope_cos = ctx.rope_sin = ConstTensor();
   const std::span<const SavedField> fields = saved_fields(cfg);
   SavedActs fwd, re;
@@ -43,14 +45,17 @@ void check_rebuild(const ModelConfig& cfg) {
   std::vector<float> y(size_t(T * C));
   layer_forward(Tensor(y.data(), {T, C}), fwd, model.weights().layers[0], ctx);
 
+  // Rows below r0 hold a sentinel no kernel computes, so a write there shows; rows from r0 start
+  // as NaN, so a row left unrebuilt shows.
+  constexpr float kSentinel = -12345.5f;
   for (int64_t r0 : {int64_t(0), cpu::kTokenPanelRows, 2 * cpu::kTokenPanelRows}) {
-    // re starts as NaN except what memo moves whole (x, attn, lse) and the offloaded rows [0, r0)
+    // what memo moves whole (x, attn, lse) is copied; per-token fields are rebuilt from row r0
     for (const SavedField& f : fields) {
       const Tensor& dst = re.*f.member;
       const Tensor& src = fwd.*f.member;
       if (f.per_token) {
         cpu::fill(dst, std::numeric_limits<float>::quiet_NaN());
-        cpu::copy(dst.slice_rows(0, r0), src.slice_rows(0, r0));
+        if (r0 > 0) cpu::fill(dst.slice_rows(0, r0), kSentinel);
       } else {
         cpu::copy(dst, src);
       }
@@ -59,8 +64,17 @@ void check_rebuild(const ModelConfig& cfg) {
     for (const SavedField& f : fields) {
       const Tensor& a = fwd.*f.member;
       const Tensor& b = re.*f.member;
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.bytes())))
+      if (!f.per_token) {
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.bytes()))) << f.name;
+        continue;
+      }
+      const Tensor a_rebuilt = a.slice_rows(r0, T), b_rebuilt = b.slice_rows(r0, T);
+      EXPECT_EQ(0, std::memcmp(a_rebuilt.data(), b_rebuilt.data(), size_t(a_rebuilt.bytes())))
           << f.name << " from row " << r0;
+      const Tensor kept = b.slice_rows(0, r0);
+      for (int64_t i = 0; i < kept.numel(); ++i)
+        ASSERT_EQ(kept.data()[i], kSentinel) << f.name << ": element " << i << " below row " << r0
+                                             << " was written";
     }
   }
   EXPECT_THROW(layer_recompute_tokens(re, 5, T, model.weights().layers[0], ctx), Error);

@@ -1,6 +1,8 @@
 #include "memo/optim/factory.h"
 
 #include <cstring>
+#include <functional>
+#include <numeric>
 
 #include <omp.h>
 
@@ -38,6 +40,27 @@ TEST(Factory, every_name_builds_the_named_optimizer) {
   ParamLayout layout(test::tiny_config());
   for (const std::string& name : optimizer_names())
     EXPECT_EQ(make_optimizer(name, layout, {})->name(), name);
+}
+
+// The device budget counts an optimiser's state before it exists: the prediction must equal the
+// buffers the optimiser then allocates, with the default options (some state absent) and with
+// every state buffer switched on.
+TEST(Factory, state_bytes_predicted_equal_the_state_allocated) {
+  ParamLayout layout(test::tiny_config());
+  for (const OptimizerOptions& o : {OptimizerOptions{}, stateful_options()})
+    for (const std::string& name : optimizer_names()) {
+      const int64_t predicted = optimizer_state_bytes(name, layout, o);
+      EXPECT_EQ(predicted, make_optimizer(name, layout, o)->state_bytes()) << name;
+      int64_t listed = 0;  // what state() exposes is within the allocation (padding aside)
+      for (const StateTensor& t : make_optimizer(name, layout, o)->state())
+        listed += std::accumulate(t.shape.begin(), t.shape.end(), int64_t(1),
+                                  std::multiplies<int64_t>()) *
+                  int64_t(sizeof(float));
+      EXPECT_LE(listed, predicted) << name;
+    }
+  EXPECT_EQ(optimizer_state_bytes("sgd", layout, {}), 0);  // no momentum: stateless
+  EXPECT_EQ(optimizer_state_bytes("adamw", layout, {}), 8 * layout.total_numel());
+  EXPECT_THROW(optimizer_state_bytes("adamax", layout, {}), ConfigError);
 }
 
 TEST(Factory, decay_mask_of_wrong_length_is_rejected) {

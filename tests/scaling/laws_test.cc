@@ -10,7 +10,7 @@
 namespace memo::scaling {
 namespace {
 
-// surge-notes section 1.3, "Normalised shapes": x = B / B_noise.
+// The laws in normalised form, x = B / B_noise (surge paper Eq. 13 and the SGD law), at a few x.
 TEST(Laws, normalised_shapes_match_the_table) {
   const double xs[] = {1.0 / 64, 1.0 / 4, 1.0, 4.0, 64.0};
   const double surge[] = {0.246, 0.80, 1.0, 0.80, 0.246};
@@ -36,7 +36,7 @@ TEST(Laws, exact_sgd_optimum_is_the_sgd_law) {
     EXPECT_NEAR(lr_sgd_exact(m, b) / lr_sgd(b, sgd.eps_max, sgd.b_noise), 1.0, 1e-12) << b;
 }
 
-// surge-notes' recipe: Eq. 13 tracks Eq. 9 at small B, Eq. 9 tends to the Eq. 17 plateau at
+// The surge paper (arXiv 2405.14578): Eq. 13 tracks Eq. 9 at small B, Eq. 9 tends to the Eq. 17 plateau at
 // large B, and its peak is near Eq. 14's B_noise with a height near Eq. 16's eps_max.
 TEST(Laws, exact_sign_optimum_follows_theorems_3_and_4) {
   const QuadraticProblem p = test::surge_problem();

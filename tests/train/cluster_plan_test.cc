@@ -1,5 +1,5 @@
 // The cluster planner against numbers worked out by hand from the closed forms of
-// memo-notes.md section 4.4 and Note [Cluster cost model]: alpha when host memory binds, when the
+// the closed form of memory/alpha.h and Note [Cluster cost model]: alpha when host memory binds, when the
 // copy bandwidth binds, and when even alpha = 0 does not fit; the model state per GPU; both MFU
 // conventions; the longest sequence; layouts that do not divide.
 #include "memo/train/cluster_plan.h"
@@ -104,7 +104,8 @@ TEST(ClusterPlan, a_given_alpha_beyond_the_host_is_refused_with_the_alpha_that_f
 TEST(ClusterPlan, model_state_per_gpu_is_18_bytes_per_rank_parameter_sharded_as_asked) {
   const ModelConfig config = llama_preset("llama-7b");
   double matrices = 0, vectors = 0;
-  for (const ParamInfo& i : ParamLayout(config).params())
+  const ParamLayout layout(config);  // a named layout: params() refers into it
+  for (const ParamInfo& i : layout.params())
     (i.is_matrix() ? matrices : vectors) += double(i.numel);
   ClusterOptions o = a800s(4, 0);  // 8 GPUs, TP 4: two data-parallel ranks
   o.zero = 0;

@@ -1,4 +1,4 @@
-// Shape-only traces (Note [Shape-only mode]) are the real traces without the data: same requests,
+// Shape-only traces (Note [Meta backend]) are the real traces without the data: same requests,
 // sizes, order, lifetimes and passes for every strategy; a plan made from one runs a real training
 // step with its measured peak equal to the plan; and a 7B rank at a million tokens traces with no
 // memory behind it.
@@ -130,7 +130,9 @@ TEST(ShapeOnlyTrace, a_7b_rank_at_a_million_tokens_needs_no_memory) {
     const int64_t x_bytes = seq / tp * config.hidden_size * 4;
     int64_t gathered = 0, inputs = 0;
     for (const TracedRequest& r : trace.requests) {
-      if (r.name == "x") EXPECT_EQ(r.bytes, x_bytes);
+      if (r.name == "x") {
+        EXPECT_EQ(r.bytes, x_bytes);
+      }
       inputs += r.name == "x";
       if (r.name == "tp.attn_in" && r.phase >= 0) {  // in a layer pass: all the tokens
         EXPECT_EQ(r.bytes, tp * x_bytes);

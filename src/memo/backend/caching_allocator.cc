@@ -1,11 +1,9 @@
 #include "memo/backend/caching_allocator.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <string>
 
 namespace memo {
-
-void CachingAllocator::FreeDeleter::operator()(float* p) const { std::free(p); }
 
 CachingAllocator::~CachingAllocator() = default;
 
@@ -25,12 +23,10 @@ Tensor CachingAllocator::acquire(std::string_view name, Shape shape, ActKind) {
       throw BudgetError(str("activation '", name, "' of ", gib(double(capacity)),
                             " does not fit: ", gib(double(reserved_bytes_)), " reserved, budget ",
                             gib(double(budget_bytes_))));
-    block.reset(static_cast<float*>(std::aligned_alloc(kAlignBytes, size_t(std::max<int64_t>(capacity, kAlignBytes)))));
-    MEMO_CHECK(block != nullptr, "out of host memory allocating ", gib(double(capacity)),
-               " for activation '", name, "'");
+    block = RawBuffer(*raw_, capacity, std::string(name).c_str());
     reserved_bytes_ += capacity;
   }
-  float* data = block.get();
+  float* data = block.as<float>();
   used_.emplace(data, std::make_pair(got, std::move(block)));
   live_bytes_ += got;
   if (live_bytes_ > peak_live_bytes_) peak_live_bytes_ = live_bytes_;

@@ -11,13 +11,17 @@
 #include <unordered_map>
 
 #include "memo/backend/allocator.h"
+#include "memo/backend/raw_allocator.h"
 
 namespace memo {
 
 class CachingAllocator final : public ActivationAllocator {
  public:
-  // budget_bytes: largest reserved_bytes() allowed (0: unlimited).
-  explicit CachingAllocator(int64_t budget_bytes = 0) : budget_bytes_(budget_bytes) {}
+  // budget_bytes: largest reserved_bytes() allowed (0: unlimited). Blocks come from `raw` (host
+  // memory by default; the meta backend's address ranges when tracing with it), which must
+  // outlive the allocator.
+  explicit CachingAllocator(int64_t budget_bytes = 0, RawAllocator& raw = default_host_allocator())
+      : budget_bytes_(budget_bytes), raw_(&raw) {}
   ~CachingAllocator() override;
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -31,12 +35,10 @@ class CachingAllocator final : public ActivationAllocator {
   void reset_peak() override { peak_live_bytes_ = live_bytes_; }
 
  private:
-  struct FreeDeleter {
-    void operator()(float* p) const;
-  };
-  using Block = std::unique_ptr<float, FreeDeleter>;
+  using Block = RawBuffer;
 
   int64_t budget_bytes_;
+  RawAllocator* raw_;
   int64_t live_bytes_ = 0;
   int64_t peak_live_bytes_ = 0;
   int64_t reserved_bytes_ = 0;

@@ -1,7 +1,5 @@
 #include "memo/backend/copy_stream.h"
 
-#include "memo/core/shape_only.h"
-
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -9,15 +7,27 @@
 #include "memo/core/error.h"
 
 namespace memo {
+namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void Event::wait() const {
-  if (!state_) return;
-  state_->done.wait(false, std::memory_order_acquire);
-}
+// An event of a CopyStream: set by the worker when it reaches the marker.
+class FlagEvent final : public EventState {
+ public:
+  bool done() const override { return done_.load(std::memory_order_acquire); }
+  void synchronize() const override { done_.wait(false, std::memory_order_acquire); }
+  void set() const {
+    done_.store(true, std::memory_order_release);
+    done_.notify_all();
+  }
 
-CopyStream::CopyStream(std::string name, const CopyStreamOptions& options)
+ private:
+  mutable std::atomic<bool> done_{false};
+};
+
+}  // namespace
+
+CopyStream::CopyStream(std::string name, const StreamOptions& options)
     : name_(std::move(name)), options_(options) {
   MEMO_CHECK(options.bandwidth_bytes_per_s >= 0.0 && options.max_random_delay_s >= 0.0,
              "copy stream ", name_, ": bandwidth ", options.bandwidth_bytes_per_s,
@@ -37,26 +47,32 @@ CopyStream::~CopyStream() {
 void CopyStream::copy(void* dst, const void* src, int64_t bytes) {
   MEMO_CHECK(bytes >= 0 && (bytes == 0 || (dst && src)), "copy stream ", name_, ": copy of ", bytes,
              " bytes from ", src, " to ", dst);
-  if (bytes == 0 || shapes_only()) return;  // Note [Shape-only mode]: no data to move
+  if (bytes == 0) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({dst, src, bytes, nullptr});
+    queue_.push_back({dst, src, bytes, nullptr, nullptr});
   }
   cv_.notify_one();
 }
 
 Event CopyStream::record() {
-  Event e;
-  e.state_ = std::make_shared<detail::EventState>();
+  auto state = std::make_shared<FlagEvent>();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({nullptr, nullptr, 0, e.state_});
+    queue_.push_back({nullptr, nullptr, 0, state, nullptr});
   }
   cv_.notify_one();
-  return e;
+  return Event(std::move(state));
 }
 
-void CopyStream::synchronize() { record().wait(); }
+void CopyStream::wait(const Event& event) {
+  if (event.done()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({nullptr, nullptr, 0, nullptr, event.state()});
+  }
+  cv_.notify_one();
+}
 
 // The worker drains the queue even after stop_ is set, so no queued copy is ever dropped.
 void CopyStream::run() {
@@ -71,9 +87,12 @@ void CopyStream::run() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (task.event) {
-      task.event->done.store(true, std::memory_order_release);
-      task.event->done.notify_all();
+    if (task.signal) {
+      static_cast<const FlagEvent&>(*task.signal).set();
+      continue;
+    }
+    if (task.wait) {
+      task.wait->synchronize();
       continue;
     }
     if (options_.max_random_delay_s > 0.0)
@@ -89,6 +108,16 @@ void CopyStream::run() {
     busy_s_.fetch_add(std::chrono::duration<double>(Clock::now() - t0).count());
     copied_bytes_.fetch_add(task.bytes);
   }
+}
+
+void HostStream::copy(void* dst, const void* src, int64_t bytes) {
+  MEMO_CHECK(bytes >= 0 && (bytes == 0 || (dst && src)), "stream ", name_, ": copy of ", bytes,
+             " bytes from ", src, " to ", dst);
+  if (bytes == 0) return;
+  const auto t0 = Clock::now();
+  std::memcpy(dst, src, size_t(bytes));
+  busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  copied_bytes_ += bytes;
 }
 
 }  // namespace memo

@@ -1,8 +1,6 @@
-// Copy streams and events of the CPU backend. A CopyStream is one worker thread that executes the
-// copies queued on it in order (the device-to-host and host-to-device streams of DESIGN.md section
-// 2; the compute stream is the calling thread). An Event, recorded on a stream, completes when
-// every copy queued before it has finished; the compute thread waits on it before it reuses a
-// buffer a copy reads or writes. Not here: what to copy when (memory/swap_strategy.h).
+// The CPU backend's streams. A CopyStream is one worker thread that executes the copies queued on
+// it in order (the device-to-host and host-to-device streams of DESIGN.md section 2); the compute
+// stream is the calling thread (HostStream). Not here: what to copy when (memory/swap_strategy.h).
 #pragma once
 
 #include <atomic>
@@ -14,72 +12,37 @@
 #include <string>
 #include <thread>
 
+#include "memo/backend/stream.h"
+
 namespace memo {
 
-struct CopyStreamOptions {
-  // Throttle: a copy of n bytes takes at least n / bandwidth seconds (the stream sleeps the rest),
-  // to model a PCIe link on a machine whose memcpy is faster. 0: unthrottled.
-  double bandwidth_bytes_per_s = 0.0;
-  // Test only: sleep a random time in [0, max_random_delay_s) before each copy, drawn from a
-  // generator seeded with random_delay_seed, so that a missing wait shows up as a wrong result.
-  double max_random_delay_s = 0.0;
-  uint64_t random_delay_seed = 0;
-};
-
-namespace detail {
-struct EventState {
-  std::atomic<bool> done{false};
-};
-}  // namespace detail
-
-// Move-only handle on one recorded point of a stream. A default Event is complete (nothing to wait
-// for), so "the copy of a layer that was never offloaded" needs no special case.
-class Event {
+class CopyStream final : public Stream {
  public:
-  Event() = default;
-  Event(Event&&) noexcept = default;
-  Event& operator=(Event&&) noexcept = default;
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-
-  bool done() const { return !state_ || state_->done.load(std::memory_order_acquire); }
-  void wait() const;  // blocks until done(); the copies before it are visible afterwards
-
- private:
-  friend class CopyStream;
-  std::shared_ptr<detail::EventState> state_;
-};
-
-class CopyStream {
- public:
-  CopyStream(std::string name, const CopyStreamOptions& options);
-  ~CopyStream();  // finishes every queued copy, then joins the worker
+  CopyStream(std::string name, const StreamOptions& options);
+  ~CopyStream() override;  // finishes every queued copy, then joins the worker
   CopyStream(const CopyStream&) = delete;
   CopyStream& operator=(const CopyStream&) = delete;
 
-  const std::string& name() const { return name_; }
-  // Queues dst[0, bytes) = src[0, bytes). Both ranges must stay valid and untouched by other
-  // threads until an event recorded after this copy completes.
-  void copy(void* dst, const void* src, int64_t bytes);
-  Event record();      // completes once every copy queued so far has finished
-  void synchronize();  // record().wait()
-
-  // Measured on the worker: bytes copied and seconds spent copying (throttle sleeps included,
-  // random delays excluded), so copied_bytes / busy_s is the stream's effective bandwidth.
-  int64_t copied_bytes() const { return copied_bytes_.load(); }
-  double busy_s() const { return busy_s_.load(); }
+  const std::string& name() const override { return name_; }
+  void copy(void* dst, const void* src, int64_t bytes) override;
+  Event record() override;
+  // The worker waits for `event` before the next task; the calling thread goes on.
+  void wait(const Event& event) override;
+  int64_t copied_bytes() const override { return copied_bytes_.load(); }
+  double busy_s() const override { return busy_s_.load(); }
 
  private:
   struct Task {
     void* dst;
     const void* src;
     int64_t bytes;
-    std::shared_ptr<detail::EventState> event;  // set: an event marker, no copy
+    std::shared_ptr<const EventState> signal;  // set: complete this event, no copy
+    std::shared_ptr<const EventState> wait;    // set: wait for this event, no copy
   };
   void run();
 
   std::string name_;
-  CopyStreamOptions options_;
+  StreamOptions options_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Task> queue_;  // guarded by mutex_
@@ -87,6 +50,40 @@ class CopyStream {
   std::atomic<int64_t> copied_bytes_{0};
   std::atomic<double> busy_s_{0.0};
   std::thread worker_;  // last: starts after every member above exists
+};
+
+// The CPU compute stream: work runs on the calling thread when it is queued, so every event it
+// records is already complete, and waiting on another stream's event blocks the host (the host
+// is this stream). Copies are plain memcpy.
+class HostStream final : public Stream {
+ public:
+  explicit HostStream(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  void copy(void* dst, const void* src, int64_t bytes) override;
+  Event record() override { return Event(); }
+  void wait(const Event& event) override { event.synchronize(); }
+  int64_t copied_bytes() const override { return copied_bytes_; }
+  double busy_s() const override { return busy_s_; }
+
+ private:
+  std::string name_;
+  int64_t copied_bytes_ = 0;
+  double busy_s_ = 0.0;
+};
+
+// A stream that moves nothing and whose events are complete: the meta backend's.
+class NullStream final : public Stream {
+ public:
+  explicit NullStream(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  void copy(void*, const void*, int64_t) override {}
+  Event record() override { return Event(); }
+  void wait(const Event&) override {}
+  int64_t copied_bytes() const override { return 0; }
+  double busy_s() const override { return 0.0; }
+
+ private:
+  std::string name_;
 };
 
 }  // namespace memo

@@ -12,36 +12,30 @@ namespace {
 constexpr int64_t kSpaceAlignBytes = 64;
 }
 
-void SpaceBuffer::Free::operator()(float* p) const { std::free(p); }
-
 SpaceBuffer::SpaceBuffer(SpaceBuffer&& o) noexcept
-    : data_(std::move(o.data_)),
+    : block_(std::move(o.block_)),
       bytes_(std::exchange(o.bytes_, 0)),
-      space_(std::exchange(o.space_, nullptr)),
-      address_only_(std::exchange(o.address_only_, false)) {}
+      space_(std::exchange(o.space_, nullptr)) {}
 
 SpaceBuffer& SpaceBuffer::operator=(SpaceBuffer&& o) noexcept {
   if (this != &o) {
     reset();
-    data_ = std::move(o.data_);
+    block_ = std::move(o.block_);
     bytes_ = std::exchange(o.bytes_, 0);
     space_ = std::exchange(o.space_, nullptr);
-    address_only_ = std::exchange(o.address_only_, false);
   }
   return *this;
 }
 
 void SpaceBuffer::reset() {
   if (space_) space_->live_bytes_ -= bytes_;
-  if (address_only_) space_->addresses_.give_back(data_.release(), bytes_);
-  address_only_ = false;
-  data_.reset();
+  block_.reset();
   bytes_ = 0;
   space_ = nullptr;
 }
 
-MemorySpace::MemorySpace(std::string name, int64_t budget_bytes)
-    : name_(std::move(name)), budget_bytes_(budget_bytes) {
+MemorySpace::MemorySpace(std::string name, int64_t budget_bytes, RawAllocator& raw)
+    : name_(std::move(name)), budget_bytes_(budget_bytes), raw_(&raw) {
   MEMO_CHECK(budget_bytes >= 0, name_, " memory budget ", budget_bytes, " bytes must be >= 0");
 }
 
@@ -55,12 +49,7 @@ SpaceBuffer MemorySpace::allocate(std::string_view what, int64_t bytes) {
                           " budget are in use (short ",
                           gib(double(live_bytes_ + rounded - budget_bytes_)), ")"));
   SpaceBuffer b;
-  b.address_only_ = shapes_only();
-  b.data_.reset(b.address_only_
-                    ? addresses_.take(rounded)
-                    : static_cast<float*>(std::aligned_alloc(kSpaceAlignBytes, size_t(rounded))));
-  MEMO_CHECK(b.data_ != nullptr, "out of ", name_, " memory allocating ", gib(double(rounded)),
-             " for ", what);
+  b.block_ = RawBuffer(*raw_, rounded, std::string(what).c_str());
   b.bytes_ = rounded;
   b.space_ = this;
   live_bytes_ += rounded;

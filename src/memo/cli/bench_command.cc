@@ -13,11 +13,13 @@
 #include "memo/cli/commands.h"
 #include "memo/core/random.h"
 #include "memo/io/config_json.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/matmul_peak.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/optim/adamw.h"
+#include "memo/parallel/self_communicator.h"
+#include "memo/train/step.h"
 
 namespace memo::cli {
 namespace {
@@ -32,28 +34,30 @@ int64_t peak_rss_bytes() {
 nlohmann::json run_bench(const std::string& config_path, int64_t seq, int64_t batch, int64_t steps) {
   const ModelConfig config = load_model_config(config_path);
   if (const std::string w = cpu::blas_warning(); !w.empty()) std::cerr << "memo: warning: " << w << "\n";
-  Model model(config);
+  CpuBackend& backend = cpu_backend();
+  SelfCommunicator data_parallel(backend);
+  Model model(config, backend);
   model.init(1);
   AdamW opt(model.layout(), AdamWOptions{}, decay_matrices_only(model.layout()));
-  CachingAllocator alloc;
+  CachingAllocator alloc(0, backend.allocator(backend.device_space()));
   KeepStrategy strategy(config, alloc);
-  std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    inputs[i] = int32_t(mix(7, i) % uint64_t(config.vocab_size));
-    targets[i] = int32_t(mix(8, i) % uint64_t(config.vocab_size));
-  }
-  auto one_step = [&] {
-    model.zero_grads();
-    model.forward_backward(inputs.data(), targets.data(), batch, seq, 1.0f / float(batch * seq),
-                           strategy, alloc);
-    opt.step(model.params(), model.grads(), 1e-4);
+  const auto fixed_tokens = [&config, seq](int64_t, int64_t, int32_t* in, int32_t* tgt,
+                                           int64_t rows) {
+    for (int64_t i = 0; i < rows * seq; ++i) {  // the same random tokens every step
+      in[i] = int32_t(mix(7, uint64_t(i)) % uint64_t(config.vocab_size));
+      tgt[i] = int32_t(mix(8, uint64_t(i)) % uint64_t(config.vocab_size));
+    }
   };
+  // The trainer's step (train/step.h): one micro-batch of the whole batch, no clipping.
+  TrainStep train_step(model, opt, strategy, alloc, StepShape{batch, seq, 1}, fixed_tokens,
+                       nullptr, data_parallel);
+  auto one_step = [&] { train_step.update(train_step.gradients(1), 1e-4, 0.0); };
   one_step();  // warm-up: first-touch allocations
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) one_step();
   const double step_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(steps);
-  const double peak = cpu::measure_matmul_peak_flops(1.0);
+  const double peak = backend.measure_matmul_peak_flops(1.0);
   const double flops = train_flops_per_token(config, seq) * double(batch * seq);
   return {{"params", model.layout().count()},
           {"seq", seq},

@@ -35,6 +35,7 @@ struct PlanCommandOptions {
   int64_t seq = 1024;
   int64_t batch = 1;
   std::string activations = "keep";
+  std::string optimizer = "adamw";  // whose state the device need counts (default options)
   std::string device_memory;  // empty: no budget
   std::string solver = "heuristic";
   double mip_seconds = 10.0;
@@ -83,9 +84,9 @@ nlohmann::json plan_json(const DevicePlan& dp, const std::string& strategy) {
       {"device_budget_bytes", dp.budget_bytes},
       {"need", {{"weight_bytes", dp.need.weight_bytes},
                 {"gradient_bytes", dp.need.gradient_bytes},
+                {"optimizer", dp.need.optimizer},
                 {"optimizer_bytes", dp.need.optimizer_bytes},
-                {"activation_arena_bytes", dp.need.activation_arena_bytes},
-                {"rounding_buffer_bytes", dp.need.rounding_buffer_bytes}}},
+                {"activation_arena_bytes", dp.need.activation_arena_bytes}}},
       {"plan_peak_bytes", a.arena_bytes},
       {"lower_bound_bytes", a.lower_bound_bytes},
       {"gap_percent", plan::gap_percent(a.arena_bytes, a.lower_bound_bytes)},
@@ -141,7 +142,9 @@ void run_plan(const PlanCommandOptions& o) {
   options.plan.solver = plan_solver_from_name(o.solver);
   options.plan.mip_seconds = o.mip_seconds;
   options.strategy.kind = o.activations;
+  options.optimizer.name = o.optimizer;  // its default hyperparameters
   make_strategy_factory(options.strategy);  // reject an unknown strategy before the model is built
+  optimizer_state_bytes(o.optimizer, ParamLayout(config), options.optimizer.options);  // or a bad name
   const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
   Model model(config);  // zero weights: the request sequence does not depend on values
   const DevicePlan dp = plan_device_memory(model, o.batch, o.seq, budget, options);
@@ -368,6 +371,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--activations", o->activations,
                   "Activation strategy: keep, recompute, offload, memo (default: keep; with --gpus: all of them)")
       ->each([o](const std::string&) { o->activations_given = true; });
+  CLI::Option* optimizer_flag = cmd->add_option("--optimizer", o->optimizer,
+                  "Optimiser whose state the device need counts (--config plans; default "
+                  "hyperparameters)")
+      ->capture_default_str();
   cmd->add_option("--device-memory", o->device_memory, "Device memory budget, e.g. 1.5GiB (default: none)");
   cmd->add_option("--solver", o->solver, "Planner: heuristic, or mip (CBC after the heuristics)")->capture_default_str();
   cmd->add_option("--mip-seconds", o->mip_seconds, "CBC time limit per level in seconds")->capture_default_str();
@@ -395,10 +402,13 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--workspace", o->workspace, "Per-GPU memory outside memo's plan (CUDA context, cuBLAS, NCCL)")->capture_default_str();
   cmd->add_option("--alpha", o->alpha, "memo: a fixed alpha instead of the cost model's");
   cmd->add_flag("--compare", o->compare, "Every strategy side by side (the default with --gpus)");
-  cmd->callback([o] {
+  cmd->callback([o, optimizer_flag] {
     const bool cluster = !o->model.empty() || o->gpus > 0 || !o->gpu.empty();
     if (cluster) {
       if (!o->config_path.empty()) throw ConfigError("--config plans a run on this machine; with --gpus/--gpu/--model give the model as --model");
+      if (optimizer_flag->count() > 0)
+        throw ConfigError("--optimizer applies to --config plans; --gpus plans count Adam's "
+                          "mixed-precision state (fp32 master weights and two moments)");
       run_cluster_plan(*o);
     } else {
       if (o->config_path.empty()) throw ConfigError("memo plan needs --config (this machine) or --model with --gpus and --gpu (a cluster)");

@@ -1,5 +1,6 @@
 // The MEMO cost model for alpha, the fraction of tokens whose "other" skeletal tensors are
-// offloaded (the rest are recomputed). memo-notes.md section 4.4, closed form:
+// offloaded (the rest are recomputed). The MEMO paper's program (arXiv 2407.12117, section 4.1)
+// has this closed form:
 //   alpha* = clamp(min((B T_layer - S_in - S_attn) / S_oth,
 //                      (M_host / (L-2) - S_in - S_attn) / S_oth), 0, 1)
 // i.e. the largest alpha with (S_in + S_attn + alpha S_oth) / B <= T_layer (the offload hides under

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "memo/core/error.h"
 #include "memo/core/units.h"
@@ -16,17 +17,19 @@ std::string gib_and_bytes(int64_t bytes) { return str(gib(double(bytes)), " (", 
 }  // namespace
 
 int64_t DeviceNeed::fixed_bytes() const {
-  return weight_bytes + gradient_bytes + optimizer_bytes + rounding_buffer_bytes;
+  return weight_bytes + gradient_bytes + optimizer_bytes;
 }
 
 int64_t DeviceNeed::total_bytes() const { return fixed_bytes() + activation_arena_bytes; }
 
-DeviceNeed device_need(int64_t param_numel, int64_t activation_arena_bytes) {
+DeviceNeed device_need(int64_t param_numel, const std::string& optimizer, int64_t optimizer_bytes,
+                       int64_t activation_arena_bytes) {
   const int64_t param_bytes = param_numel * int64_t(sizeof(float));
   DeviceNeed need;
   need.weight_bytes = param_bytes;
   need.gradient_bytes = param_bytes;
-  need.optimizer_bytes = 2 * param_bytes;
+  need.optimizer = optimizer;
+  need.optimizer_bytes = optimizer_bytes;
   need.activation_arena_bytes = activation_arena_bytes;
   return need;
 }
@@ -41,9 +44,8 @@ std::string need_breakdown(const DeviceNeed& need) {
   };
   line("weights", need.weight_bytes);
   line("gradients", need.gradient_bytes);
-  line("optimizer (AdamW)", need.optimizer_bytes);
+  line(str("optimizer (", need.optimizer, ")").c_str(), need.optimizer_bytes);
   line("activation arena", need.activation_arena_bytes);
-  line("rounding buffers", need.rounding_buffer_bytes);
   line("total", need.total_bytes());
   return out;
 }
@@ -85,9 +87,9 @@ std::string over_budget_message(const DeviceNeed& need, int64_t budget_bytes, in
               "need ", gib(double(need.fixed_bytes())), "); ");
   return str("device memory: needs ", gib_and_bytes(need.total_bytes()), " = weights ",
              gib(double(need.weight_bytes)), " + gradients ", gib(double(need.gradient_bytes)),
-             " + AdamW state ", gib(double(need.optimizer_bytes)), " + activation arena ",
-             gib(double(need.activation_arena_bytes)), " + rounding buffers ",
-             gib(double(need.rounding_buffer_bytes)), ", budget is ", gib_and_bytes(budget_bytes),
+             " + ", need.optimizer, " state ", gib(double(need.optimizer_bytes)),
+             " + activation arena ", gib(double(need.activation_arena_bytes)), ", budget is ",
+             gib_and_bytes(budget_bytes),
              " (short ", gib(double(need.total_bytes() - budget_bytes)), ") at batch ", batch,
              " x seq ", seq, "; ", fit, "--device-memory ",
              budget_flag_value(advice.smallest_budget_bytes), " fits");

@@ -16,18 +16,20 @@ namespace memo {
 struct DeviceNeed {
   int64_t weight_bytes{};           // fp32 parameters
   int64_t gradient_bytes{};         // fp32, one per parameter
-  int64_t optimizer_bytes{};        // AdamW: two fp32 moments per parameter
-  int64_t activation_arena_bytes{}; // the planned arena (the level-2 peak)
-  // The memo/offload strategies' two rounding buffers, each one layer's skeletal set. Filled by
-  // those strategies (issue #3); 0 for keep and recompute, which hold no rounding buffers.
-  int64_t rounding_buffer_bytes{};
+  std::string optimizer = "adamw";  // whose state optimizer_bytes counts
+  int64_t optimizer_bytes{};        // that optimiser's state tensors (Optimizer::state())
+  // The planned arena (the level-2 peak). It holds the offload and memo strategies' rounding
+  // buffers too: they are requests of the trace like any other.
+  int64_t activation_arena_bytes{};
 
   int64_t fixed_bytes() const;  // everything but the arena: does not depend on the sequence
   int64_t total_bytes() const;
 };
 
-// Weights, gradients and AdamW state for `param_numel` fp32 parameters, and the arena.
-DeviceNeed device_need(int64_t param_numel, int64_t activation_arena_bytes);
+// Weights and gradients for `param_numel` fp32 parameters, the named optimiser's state bytes, and
+// the arena.
+DeviceNeed device_need(int64_t param_numel, const std::string& optimizer, int64_t optimizer_bytes,
+                       int64_t activation_arena_bytes);
 
 // One line per part, then the total, each in GiB (two decimals) and bytes; for reports.
 std::string need_breakdown(const DeviceNeed& need);

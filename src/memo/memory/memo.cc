@@ -1,15 +1,16 @@
 #include "memo/memory/memo.h"
 
+#include <algorithm>
 #include <cmath>
 
-#include "memo/kernels/cpu/kernels.h"
 
 namespace memo {
 
-int64_t memo_offload_rows(double alpha, int64_t tokens) {
+int64_t memo_offload_rows(double alpha, int64_t tokens, int64_t granularity) {
   const double rows = alpha * double(tokens);
   if (rows >= double(tokens)) return tokens;
-  return int64_t(std::floor(rows / double(cpu::kTokenPanelRows))) * cpu::kTokenPanelRows;
+  const int64_t g = std::max<int64_t>(granularity, 1);
+  return int64_t(std::floor(rows / double(g))) * g;
 }
 
 AlphaInputs memo_alpha_sizes(const ModelConfig& config, int64_t batch, int64_t seq) {
@@ -69,9 +70,10 @@ MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
     d.text = str("memo: ", describe(in, choice));
     if (!choice.copy_hidden) d.text += str("; warning: ", choice.advice);
   }
-  const int64_t rows = memo_offload_rows(d.alpha, batch * seq);
+  const int64_t g = backend()->reproducible_rows();
+  const int64_t rows = memo_offload_rows(d.alpha, batch * seq, g);
   d.text += str("; offloading ", rows, " of ", batch * seq, " token rows (alpha ",
-                double(rows) / double(batch * seq), " after rounding to ", cpu::kTokenPanelRows,
+                double(rows) / double(batch * seq), " after rounding to ", g,
                 "-row panels), host ", gib(double(planned_host_bytes(batch, seq, rows))));
   return d;
 }
@@ -84,7 +86,7 @@ int64_t MemoStrategy::choose_offload_rows(int64_t batch, int64_t seq) {
   alpha_ = decide(batch, seq).alpha;
   batch_ = batch;
   seq_ = seq;
-  return memo_offload_rows(alpha_, batch * seq);
+  return memo_offload_rows(alpha_, batch * seq, backend()->reproducible_rows());
 }
 
 }  // namespace memo

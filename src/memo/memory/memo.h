@@ -18,9 +18,13 @@ struct MemoOptions {
   double bandwidth_bytes_per_s = 0.0;
 };
 
-// Token rows offloaded for a fraction alpha of T tokens: rounded down to whole token panels (see
-// Note [Token panels] in kernels/cpu/matmul.cc), or all T when alpha * T >= T.
-int64_t memo_offload_rows(double alpha, int64_t tokens);
+// Token rows offloaded for a fraction alpha of T tokens: rounded down to a multiple of the
+// backend's reproducible rows (Note [Reproducible rows] in backend/backend.h; granularity 0 or 1:
+// any row), or all T when alpha * T >= T.
+// Without a granularity the rebuilt rows come from products over other row sets than keep's, so
+// memo's losses equal keep's only to within the rounding of those products, not bit for bit. Every
+// backend with values today (the CPU) promises 128 rows, so that path runs only under test.
+int64_t memo_offload_rows(double alpha, int64_t tokens, int64_t granularity);
 
 // The cost model's per-layer byte sizes for one micro-batch shape (timings and host left unset).
 AlphaInputs memo_alpha_sizes(const ModelConfig& config, int64_t batch, int64_t seq);

@@ -11,8 +11,8 @@ const char* kind_name(ActKind kind) { return kind == ActKind::kSaved ? "saved" :
 
 }  // namespace
 
-PlannedAllocator::PlannedAllocator(ActivationPlan plan)
-    : plan_(std::move(plan)), arena_(plan_.arena_bytes / int64_t(sizeof(float))) {
+PlannedAllocator::PlannedAllocator(ActivationPlan plan, RawAllocator& raw)
+    : plan_(std::move(plan)), arena_(raw, plan_.arena_bytes, "the planned activation arena") {
   MEMO_CHECK(plan_.arena_bytes % kAlignBytes == 0 && plan_.offsets.size() == plan_.trace.requests.size(),
              "planned allocator: arena of ", plan_.arena_bytes, " bytes, ", plan_.offsets.size(),
              " offsets for ", plan_.trace.requests.size(), " requests");
@@ -42,7 +42,7 @@ Tensor PlannedAllocator::acquire(std::string_view name, Shape shape, ActKind kin
                                  ") is still live at request ", next_, " '", name,
                                  "', but the plan freed it before request ", late.end, replan));
   }
-  float* data = arena_.data() + plan_.offsets[size_t(next_)] / int64_t(sizeof(float));
+  float* data = arena_.as<float>() + plan_.offsets[size_t(next_)] / int64_t(sizeof(float));
   live_.emplace(data, size_t(next_));
   live_by_end_.emplace(want.end, size_t(next_));
   live_bytes_ += aligned(bytes);

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "memo/backend/allocator.h"
-#include "memo/core/buffer.h"
+#include "memo/backend/raw_allocator.h"
 #include "memo/memory/activation_plan.h"
 
 namespace memo {
@@ -30,7 +30,8 @@ class TraceMismatchError : public Error {
 
 class PlannedAllocator final : public ActivationAllocator {
  public:
-  explicit PlannedAllocator(ActivationPlan plan);
+  // The arena comes from `raw` (the backend's device memory; host memory by default).
+  explicit PlannedAllocator(ActivationPlan plan, RawAllocator& raw = default_host_allocator());
   PlannedAllocator(const PlannedAllocator&) = delete;
   PlannedAllocator& operator=(const PlannedAllocator&) = delete;
 
@@ -47,8 +48,6 @@ class PlannedAllocator final : public ActivationAllocator {
   // The highest arena byte in use since reset_peak(): reaches the plan's peak, never passes it.
   int64_t peak_top_bytes() const { return peak_top_bytes_; }
   const ActivationPlan& plan() const { return plan_; }
-  // Requests made in the current step so far.
-  int64_t next_request() const { return next_; }
 
   // A test hook, called at the start of every acquire with the request's index in the step.
   // Tests use it to make a request the trace does not have; never set in a run.
@@ -58,7 +57,7 @@ class PlannedAllocator final : public ActivationAllocator {
   int64_t top_bytes() const;
 
   ActivationPlan plan_;
-  AlignedBuffer<float> arena_;
+  RawBuffer arena_;  // [arena_bytes], the backend's device space
   int64_t next_ = 0;
   int64_t live_bytes_ = 0, peak_live_bytes_ = 0, peak_top_bytes_ = 0;
   // data -> request index; a multimap because a zero-byte buffer may share its address

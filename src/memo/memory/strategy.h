@@ -27,11 +27,13 @@ class ActivationStrategy {
  public:
   virtual ~ActivationStrategy() = default;
   virtual std::string name() const = 0;
-  // Called once per micro-batch shape before the first layer; may plan or allocate.
-  virtual void begin_step(int64_t batch, int64_t seq) = 0;
-  // Called right after begin_step with what a strategy needs to rebuild a layer's skeletal
-  // tensors (recompute, memo); both stay valid until the micro-batch ends.
+  // Called first in every micro-batch with what a strategy needs to rebuild a layer's skeletal
+  // tensors (recompute, memo) and the backend the layers run on (ctx.backend: its streams, host
+  // memory and reproducible rows); both stay valid until the micro-batch ends.
   virtual void set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) = 0;
+  // Called once per micro-batch right after set_rebuild_inputs, before the first layer; may plan
+  // or allocate.
+  virtual void begin_step(int64_t batch, int64_t seq) = 0;
   // Buffers for layer l's skeletal set; x is written by the producer of the layer's input.
   virtual const SavedActs& forward_slot(int layer) = 0;
   virtual void forward_done(int layer) = 0;

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <limits>
 
-#include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/tensor_ops.h"
 
 namespace memo {
 
@@ -18,21 +16,27 @@ namespace memo {
 // nothing would overlap. In the ring, slot l+1's x displaces x_{l-2}, whose offload was queued one
 // whole layer (l-1) earlier.
 //
+// Every wait below is "the compute stream waits on the event" (backend/stream.h): no host block
+// on a device that can order streams (on the CPU the compute stream is the host thread). Copies
+// queued on D2H and H2D first wait on an event of the compute stream, so they never read a buffer
+// a kernel is still writing.
 // Forward (L layers; the top two, L-2 and L-1, never leave the device):
 //   forward_slot(l), 1st call: wait offload_done_[l-3] (x_{l-3} leaves x_ring_[l % 3])
 //   forward_slot(l), 2nd call: wait offload_done_[l-2] (rounding_[l % 2] is free); layer l runs
-//   forward_done(l), l < L-2:  queue on D2H x, attn, lse whole and rows [0, offload_rows) of
-//                              each per-token field; record offload_done_[l]
+//   forward_done(l), l < L-2:  D2H waits for layer l's kernels, then queues x, attn, lse whole
+//                              and rows [0, offload_rows) of each per-token field; record
+//                              offload_done_[l]
 // Backward, top down:
 //   backward_ready(l), l < L-2: wait prefetch_done_[l]; rebuild rows [offload_rows, T) of the
 //                               per-token fields (layer_recompute_tokens, no attention)
-//   backward_done(l):           rounding_[l % 2] and x_ring_[l % 3] are free; queue on H2D the
+//   backward_done(l):           rounding_[l % 2] and x_ring_[l % 3] are free once layer l's
+//                               backward kernels finish: H2D waits for them, then queues the
 //                               prefetch of layer l-2 into rounding_[l % 2] and x_ring_[(l-2) % 3]
 //                               (it held x_{l+1}, whose backward is done); record
 //                               prefetch_done_[l-2]
 // So the prefetch of layer l-2 overlaps the backward of layer l-1.
-// Every offload has been waited on by the end of the forward (layer l+2's second slot call), so a
-// prefetch never reads a host block still being written; queue_prefetch checks it. With
+// Every offload has been waited on by the end of the forward (layer l+2's second slot call), and
+// H2D waits on the offload's event too, so a prefetch never reads a host block still being written. With
 // SwapOptions::poison_released each buffer is filled with NaN when it is handed back, which turns a
 // missing wait or an unrebuilt row into a NaN loss.
 
@@ -56,17 +60,24 @@ SwapStrategy::SwapStrategy(const ModelConfig& config, ActivationAllocator& alloc
       slots_(size_t(L_)),
       forward_calls_(size_t(L_), 0),
       offloaded_(size_t(L_), false),
-      host_("host", options.host_memory_bytes),
       offload_done_(size_t(L_)),
       prefetch_done_(size_t(L_)),
-      layer_forward_s_(size_t(L_), 0.0),
-      d2h_("d2h", options.copy),
-      h2d_("h2d", options.copy) {}
+      layer_forward_s_(size_t(L_), 0.0) {}
 
 SwapStrategy::~SwapStrategy() {
-  d2h_.synchronize();
-  h2d_.synchronize();
+  if (d2h_) d2h_->synchronize();
+  if (h2d_) h2d_->synchronize();
   if (step_live_) release_step_buffers();
+}
+
+void SwapStrategy::bind_backend(Backend& backend) {
+  if (backend_ == &backend) return;
+  MEMO_CHECK(backend_ == nullptr, name(), ": bound to the ", backend_->name(),
+             " backend, now asked to run on the ", backend.name(), " backend");
+  backend_ = &backend;
+  host_.emplace("host", options_.host_memory_bytes, backend.allocator(MemSpace::kPinnedHost));
+  d2h_ = backend.make_copy_stream("d2h", options_.copy);
+  h2d_ = backend.make_copy_stream("h2d", options_.copy);
 }
 
 int64_t SwapStrategy::host_layer_bytes(int64_t batch, int64_t seq, int64_t rows) const {
@@ -83,30 +94,22 @@ int64_t SwapStrategy::planned_host_bytes(int64_t batch, int64_t seq, int64_t row
   return std::max(0, L_ - 2) * host_layer_bytes(batch, seq, rows);
 }
 
-int64_t SwapStrategy::device_skeletal_bytes(int64_t batch, int64_t seq) const {
-  int64_t bytes = 0;
-  for (const SavedField& f : saved_fields(config_)) {
-    const int64_t b = round_up(saved_shape(f, config_, batch, seq).numel() * 4, kAlignBytes);
-    bytes += (f.member == &SavedActs::x ? 3 : 2) * b;
-  }
-  return bytes;
-}
-
 void SwapStrategy::begin_step(int64_t batch, int64_t seq) {
-  if (step_live_) {  // the last micro-batch stopped early (an exception): start
-                     // clean
-    d2h_.synchronize();
-    h2d_.synchronize();
+  MEMO_CHECK(backend_, name(), ": begin_step before set_rebuild_inputs named the backend");
+  if (step_live_) {  // the last micro-batch stopped early (an exception): start clean
+    d2h_->synchronize();
+    h2d_->synchronize();
     release_step_buffers();
   }
   batch_ = batch;
   seq_ = seq;
   const int64_t T = batch * seq;
   offload_rows_ = choose_offload_rows(batch, seq);
+  const int64_t g = backend_->reproducible_rows();
   MEMO_CHECK(offload_rows_ >= 0 && offload_rows_ <= T &&
-                 (offload_rows_ == T || offload_rows_ % cpu::kTokenPanelRows == 0),
-             name(), ": offload rows ", offload_rows_, " of ", T, " tokens (need a multiple of ",
-             cpu::kTokenPanelRows, " or all)");
+                 (offload_rows_ == T || g == 0 || offload_rows_ % g == 0),
+             name(), ": offload rows ", offload_rows_, " of ", T, " tokens (need a multiple of ", g,
+             " or all)");
   std::fill(forward_calls_.begin(), forward_calls_.end(), 0);
   std::fill(offloaded_.begin(), offloaded_.end(), false);
   for (int l = 0; l < L_; ++l) {
@@ -119,6 +122,7 @@ void SwapStrategy::begin_step(int64_t batch, int64_t seq) {
 void SwapStrategy::set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) {
   weights_ = &weights;
   ctx_ = &ctx;
+  bind_backend(*ctx.backend);
 }
 
 void SwapStrategy::acquire_step_buffers() {
@@ -156,7 +160,7 @@ void SwapStrategy::poison(const SavedActs& s, bool x_too) {
   if (!options_.poison_released) return;
   for (const SavedField& f : saved_fields(config_))
     if (f.member != &SavedActs::x || x_too)
-      cpu::fill(s.*f.member, std::numeric_limits<float>::quiet_NaN());
+      backend_->fill(s.*f.member, std::numeric_limits<float>::quiet_NaN());
 }
 
 const SavedActs& SwapStrategy::forward_slot(int layer) {
@@ -167,10 +171,10 @@ const SavedActs& SwapStrategy::forward_slot(int layer) {
              " times (expected: once for its x, once before the layer runs)");
   SavedActs& s = slots_[size_t(layer)];
   if (calls++ == 0) {
-    if (layer >= 3) offload_done_[size_t(layer - 3)].wait();
-    if (options_.poison_released) cpu::fill(s.x, std::numeric_limits<float>::quiet_NaN());
+    if (layer >= 3) backend_->compute_stream().wait(offload_done_[size_t(layer - 3)]);
+    if (options_.poison_released) backend_->fill(s.x, std::numeric_limits<float>::quiet_NaN());
   } else {
-    if (layer >= 2) offload_done_[size_t(layer - 2)].wait();
+    if (layer >= 2) backend_->compute_stream().wait(offload_done_[size_t(layer - 2)]);
     poison(s, false);
     layer_start_ = std::chrono::steady_clock::now();
   }
@@ -185,8 +189,9 @@ void SwapStrategy::forward_done(int layer) {
     double sum = 0.0;
     for (double s : layer_forward_s_) sum += s;
     profile_.layer_forward_s = sum / double(L_);
-    d2h_.synchronize();  // so the bandwidth covers whole copies
-    if (d2h_.busy_s() > 0.0) profile_.d2h_bytes_per_s = double(d2h_.copied_bytes()) / d2h_.busy_s();
+    d2h_->synchronize();  // so the bandwidth covers whole copies
+    if (d2h_->busy_s() > 0.0)
+      profile_.d2h_bytes_per_s = double(d2h_->copied_bytes()) / d2h_->busy_s();
     profile_.valid = true;
   }
 }
@@ -204,7 +209,7 @@ void SwapStrategy::ensure_host_storage() {
                        kHostAlignFloats);
   }
   for (int l = 0; l < L_ - 2; ++l)
-    host_layers_.push_back(host_.allocate(str("the offload of layer ", l), offset * 4));
+    host_layers_.push_back(host_->allocate(str("the offload of layer ", l), offset * 4));
   std::copy(shape, shape + 3, host_shape_);
 }
 
@@ -212,30 +217,33 @@ void SwapStrategy::queue_offload(int layer) {
   ensure_host_storage();
   const SavedActs& s = slots_[size_t(layer)];
   float* host = host_layers_[size_t(layer)].data();
+  d2h_->wait(backend_->compute_stream().record());  // layer l's kernels have written s
   const std::span<const SavedField> fields = saved_fields(config_);
   for (size_t i = 0; i < fields.size(); ++i) {
     const Tensor& t = s.*fields[i].member;
     const int64_t floats =
         fields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
-    d2h_.copy(host + host_offset_[i], t.data(), floats * 4);
+    d2h_->copy(host + host_offset_[i], t.data(), floats * 4);
   }
-  offload_done_[size_t(layer)] = d2h_.record();
+  offload_done_[size_t(layer)] = d2h_->record();
   offloaded_[size_t(layer)] = true;
 }
 
 void SwapStrategy::queue_prefetch(int layer) {
-  MEMO_CHECK(offloaded_[size_t(layer)] && offload_done_[size_t(layer)].done(), name(),
-             ": prefetch of layer ", layer, " before its offload completed");
+  MEMO_CHECK(offloaded_[size_t(layer)], name(), ": prefetch of layer ", layer,
+             " that was never offloaded");
   const SavedActs& s = slots_[size_t(layer)];
   const float* host = host_layers_[size_t(layer)].data();
+  h2d_->wait(offload_done_[size_t(layer)]);         // the host block is complete
+  h2d_->wait(backend_->compute_stream().record());  // the backward that used the buffers is done
   const std::span<const SavedField> fields = saved_fields(config_);
   for (size_t i = 0; i < fields.size(); ++i) {
     const Tensor& t = s.*fields[i].member;
     const int64_t floats =
         fields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
-    h2d_.copy(t.data(), host + host_offset_[i], floats * 4);
+    h2d_->copy(t.data(), host + host_offset_[i], floats * 4);
   }
-  prefetch_done_[size_t(layer)] = h2d_.record();
+  prefetch_done_[size_t(layer)] = h2d_->record();
 }
 
 const SavedActs& SwapStrategy::backward_ready(int layer) {
@@ -243,7 +251,7 @@ const SavedActs& SwapStrategy::backward_ready(int layer) {
              layer, " before its forward");
   const SavedActs& s = slots_[size_t(layer)];
   if (layer < L_ - 2) {
-    prefetch_done_[size_t(layer)].wait();
+    backend_->compute_stream().wait(prefetch_done_[size_t(layer)]);
     MEMO_CHECK(weights_ && ctx_, name(), ": no weights to rebuild layer ", layer, " with");
     layer_recompute_tokens(s, offload_rows_, batch_ * seq_, weights_->layers[size_t(layer)], *ctx_);
   }
@@ -260,7 +268,7 @@ void SwapStrategy::backward_done(int layer) {
 
 void SwapStrategy::discard(int layer) {
   if (layer == L_ - 1) {
-    d2h_.synchronize();
+    d2h_->synchronize();
     release_step_buffers();
   }
 }

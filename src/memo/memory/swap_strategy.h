@@ -1,6 +1,7 @@
 // The swap scheduler behind the offload and memo strategies: two rounding buffers, a ring of three
 // layer inputs, a host pool, and the device-to-host and host-to-device copy streams with their
-// events (DESIGN.md sections 2 and 5; memo-notes.md section 4.1). Of each layer below the top two,
+// events (DESIGN.md sections 2 and 5; the MEMO paper, arXiv 2407.12117, sections 4.1 and 4.3.4).
+// Of each layer below the top two,
 // x, attn and lse go to the host whole; of every per-token field the first `offload_rows` token
 // rows go to the host and the rest are rebuilt before the backward by layer_recompute_tokens.
 // Subclasses choose offload_rows (offload: all; memo: the alpha policy). See Note [Rounding
@@ -9,10 +10,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "memo/backend/copy_stream.h"
+#include "memo/backend/backend.h"
 #include "memo/backend/memory_space.h"
 #include "memo/memory/strategy.h"
 
@@ -20,7 +23,7 @@ namespace memo {
 
 struct SwapOptions {
   int64_t host_memory_bytes = 0;  // host pool budget (0: unlimited)
-  CopyStreamOptions copy;         // both streams: bandwidth throttle, test delays
+  StreamOptions copy;             // both streams: bandwidth throttle, test delays
   // Test/debug: fill every device buffer with NaN when it is handed back for reuse, so a copy that
   // had not finished or a row nobody rebuilt poisons the result.
   bool poison_released = false;
@@ -45,21 +48,21 @@ class SwapStrategy : public ActivationStrategy {
   const SavedActs& backward_ready(int layer) override;
   void backward_done(int layer) override;
   void discard(int layer) override;
-  int64_t host_peak_bytes() const override { return host_.peak_bytes(); }
+  int64_t host_peak_bytes() const override { return host_ ? host_->peak_bytes() : 0; }
 
   int64_t offload_rows() const { return offload_rows_; }  // of the current micro-batch shape
   // Host bytes this shape needs: (L - 2) layers of host_layer_bytes.
   int64_t planned_host_bytes(int64_t batch, int64_t seq, int64_t offload_rows) const;
-  // Device bytes of skeletal storage held through a micro-batch: 3 inputs + 2 rounding buffers.
-  int64_t device_skeletal_bytes(int64_t batch, int64_t seq) const;
   const SwapProfile& profile() const { return profile_; }
 
  protected:
   // Token rows of each per-token field to offload for this shape, in [0, T]; called by begin_step.
-  // Rows below T must be a multiple of
-  // cpu::kTokenPanelRows.
+  // Rows below T must be a multiple of the backend's reproducible_rows() (Note [Reproducible
+  // rows] in backend/backend.h).
   virtual int64_t choose_offload_rows(int64_t batch, int64_t seq) = 0;
   const ModelConfig& config() const { return config_; }
+  // The backend the layers run on (from set_rebuild_inputs); null before the first micro-batch.
+  Backend* backend() const { return backend_; }
 
  private:
   int64_t host_layer_bytes(int64_t batch, int64_t seq, int64_t rows) const;
@@ -69,6 +72,7 @@ class SwapStrategy : public ActivationStrategy {
   void queue_offload(int layer);
   void queue_prefetch(int layer);
   void poison(const SavedActs& s, bool x_too);
+  void bind_backend(Backend& backend);
 
   const ModelConfig& config_;
   ActivationAllocator& alloc_;
@@ -77,6 +81,7 @@ class SwapStrategy : public ActivationStrategy {
   int64_t batch_ = 0, seq_ = 0, offload_rows_ = 0;
   const ModelWeights* weights_ = nullptr;
   const LayerContext* ctx_ = nullptr;
+  Backend* backend_ = nullptr;  // the layers' (ctx_->backend); fixed once bound
 
   // device, held from begin_step to the end of the micro-batch: see Note [Rounding buffers]
   bool step_live_ = false;
@@ -86,8 +91,9 @@ class SwapStrategy : public ActivationStrategy {
   std::vector<int> forward_calls_;
   std::vector<bool> offloaded_;
 
-  // host: one block per offloaded layer (0 .. L-3), laid out by host_offset_ (floats)
-  MemorySpace host_;
+  // host: one block per offloaded layer (0 .. L-3), laid out by host_offset_ (floats), in the
+  // backend's pinned host memory
+  std::optional<MemorySpace> host_;
   std::vector<SpaceBuffer> host_layers_;
   int64_t host_shape_[3] = {-1, -1, -1};  // batch, seq, rows of host_layers_
   int64_t host_offset_[kNumSavedFields] = {};
@@ -97,8 +103,9 @@ class SwapStrategy : public ActivationStrategy {
   std::chrono::steady_clock::time_point layer_start_;
   SwapProfile profile_;
 
-  // Last: destroyed first, so both workers have finished every copy before any buffer goes.
-  CopyStream d2h_, h2d_;
+  // Last: destroyed first, so both streams have finished every copy before any buffer goes.
+  // Made by the backend when it is bound.
+  std::unique_ptr<Stream> d2h_, h2d_;
 };
 
 }  // namespace memo

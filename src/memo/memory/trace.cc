@@ -23,18 +23,10 @@ bool same_structure(const Trace& a, const Trace& b) {
 const char* pass_name(Pass pass) { return pass == Pass::kForward ? "forward" : "backward"; }
 
 Tensor TraceRecorder::acquire(std::string_view name, Shape shape, ActKind kind) {
-  const bool address_only = shapes_only();
-  Tensor t;
-  if (address_only) {
-    t = Tensor(addresses_.take(shape.numel() * int64_t(sizeof(float))), shape);
-    address_live_ += t.bytes();
-    address_peak_ = std::max(address_peak_, address_live_);
-  } else {
-    t = memory_.acquire(name, shape, kind);
-  }
+  const Tensor t = memory_.acquire(name, shape, kind);
   const plan::Step step = plan::Step(requests_.size());
   requests_.push_back(TracedRequest{std::string(name), t.bytes(), kind, step, -1, -1});
-  live_[t.data()] = Live{size_t(step), address_only};
+  live_[t.data()] = size_t(step);
   return t;
 }
 
@@ -42,15 +34,9 @@ void TraceRecorder::release(const Tensor& t) {
   auto it = live_.find(t.data());
   MEMO_CHECK(it != live_.end(), "trace: release of a buffer the recorder did not hand out, shape ",
              t.shape());
-  requests_[it->second.request].end = plan::Step(requests_.size());
-  const bool address_only = it->second.address_only;
+  requests_[it->second].end = plan::Step(requests_.size());
   live_.erase(it);
-  if (address_only) {
-    addresses_.give_back(t.data(), t.bytes());
-    address_live_ -= t.bytes();
-  } else {
-    memory_.release(t);
-  }
+  memory_.release(t);
 }
 
 void TraceRecorder::mark_begin(Pass pass, int layer) {
@@ -118,9 +104,9 @@ StrategyFactory keep_strategy_factory() {
   };
 }
 
-Trace record_step(const ModelConfig& config, int64_t batch, int64_t seq,
+Trace record_step(RawAllocator& memory, const ModelConfig& config, int64_t batch, int64_t seq,
                   const StrategyFactory& make_strategy, const StepFunction& step) {
-  TraceRecorder recorder;
+  TraceRecorder recorder(memory);
   {
     std::unique_ptr<ActivationStrategy> inner = make_strategy(config, recorder);
     TracingStrategy tracing(*inner, recorder);

@@ -1,5 +1,5 @@
 // The trace recorder: an ActivationAllocator that hands out real memory (so one real training step
-// runs under it; in shape-only mode, address ranges without memory: Note [Shape-only mode]) and records every request (name, bytes, kind, order) and release, giving each a
+// runs under it; in shape-only mode, address ranges without memory: Note [Meta backend]) and records every request (name, bytes, kind, order) and release, giving each a
 // lifetime in request-order steps. A decorating strategy marks where each layer's forward and
 // backward pass begins and ends, so the trace splits into the two levels of the static plan
 // (see Note [Bi-level planning] in plan/problem.h). It only records; activation_plan.h plans.
@@ -15,7 +15,6 @@
 
 #include "memo/backend/allocator.h"
 #include "memo/backend/caching_allocator.h"
-#include "memo/core/shape_only.h"
 #include "memo/memory/plan/problem.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/config.h"
@@ -55,18 +54,15 @@ struct Trace {
 // Records while delegating the memory to a CachingAllocator. Not thread-safe (one compute stream).
 class TraceRecorder final : public ActivationAllocator {
  public:
-  TraceRecorder() = default;
+  // Requests are served from `raw` (host memory by default; the meta backend's address ranges
+  // when tracing with it).
+  explicit TraceRecorder(RawAllocator& raw = default_host_allocator()) : memory_(0, raw) {}
   Tensor acquire(std::string_view name, Shape shape, ActKind kind) override;
   void release(const Tensor& t) override;
-  int64_t live_bytes() const override { return memory_.live_bytes() + address_live_; }
-  int64_t peak_live_bytes() const override {
-    return std::max(memory_.peak_live_bytes(), address_peak_);
-  }
+  int64_t live_bytes() const override { return memory_.live_bytes(); }
+  int64_t peak_live_bytes() const override { return memory_.peak_live_bytes(); }
   int64_t reserved_bytes() const override { return memory_.reserved_bytes(); }
-  void reset_peak() override {
-    memory_.reset_peak();
-    address_peak_ = address_live_;
-  }
+  void reset_peak() override { memory_.reset_peak(); }
 
   // A layer pass starts now (the latest call for a pass and layer wins) or ends now.
   void mark_begin(Pass pass, int layer);
@@ -77,15 +73,9 @@ class TraceRecorder final : public ActivationAllocator {
 
  private:
   CachingAllocator memory_;
-  AddressSpace addresses_;  // shape-only mode
-  int64_t address_live_ = 0, address_peak_ = 0;
   std::vector<TracedRequest> requests_;
   std::vector<TracePhase> phases_;
-  struct Live {
-    size_t request;
-    bool address_only;
-  };
-  std::unordered_map<const float*, Live> live_;          // data -> request
+  std::unordered_map<const float*, size_t> live_;        // data -> request
   std::unordered_map<int64_t, plan::Step> open_;         // (pass, layer) key -> begin
 };
 
@@ -126,7 +116,7 @@ StrategyFactory keep_strategy_factory();
 // caller: memory/ does not know the model) once under a TraceRecorder, with the strategy
 // `make_strategy` builds over it, and returns the trace. train/device_plan.h runs the model.
 using StepFunction = std::function<void(ActivationStrategy& strategy, ActivationAllocator& alloc)>;
-Trace record_step(const ModelConfig& config, int64_t batch, int64_t seq,
+Trace record_step(RawAllocator& memory, const ModelConfig& config, int64_t batch, int64_t seq,
                   const StrategyFactory& make_strategy, const StepFunction& step);
 
 // The requests of `trace` resized for `seq` tokens per sequence: each size is the affine function

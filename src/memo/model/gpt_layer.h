@@ -19,7 +19,7 @@ void gpt_layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w,
                        const LayerContext& ctx);
 
 // Rebuilds rows [row_begin, row_end) of every per-token GPT-2 field from s.x and s.attn, bit for
-// bit as gpt_layer_forward wrote them (row_begin a multiple of cpu::kTokenPanelRows).
+// bit as gpt_layer_forward wrote them (row_begin a multiple of the backend's reproducible_rows()).
 void gpt_layer_recompute_tokens(const SavedActs& s, int64_t row_begin, int64_t row_end,
                                 const LayerWeights& w, const LayerContext& ctx);
 

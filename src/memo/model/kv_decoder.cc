@@ -3,14 +3,10 @@
 // values land in the cache instead of in saved activations.
 #include "memo/model/kv_decoder.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 
 #include "memo/core/error.h"
-#include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/tensor_ops.h"
 
 namespace memo {
 
@@ -27,7 +23,7 @@ KvDecoder::KvDecoder(const Model& model, int64_t max_tokens)
     const int64_t half = cfg_.head_dim() / 2;
     rope_cos_.assign(size_t(max_tokens * half), 0.0f);
     rope_sin_.assign(rope_cos_.size(), 0.0f);
-    cpu::rope_table(Tensor(rope_cos_.data(), {max_tokens, half}),
+    model_.backend().rope_table(Tensor(rope_cos_.data(), {max_tokens, half}),
                     Tensor(rope_sin_.data(), {max_tokens, half}), cfg_.head_dim(),
                     float(cfg_.rope_theta));
   }
@@ -56,19 +52,19 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
   }
   const ModelWeights& w = model_.weights();
   const Tensor x(x_.data(), {n, C});
-  cpu::embedding_forward(x, View<const int32_t>(tokens.data(), {n}), w.embed);
-  if (!w.pos.empty()) cpu::add_into(x, w.pos.slice_rows(position_, position_ + n));
+  model_.backend().embedding_forward(x, View<const int32_t>(tokens.data(), {n}), w.embed);
+  if (!w.pos.empty()) model_.backend().add_into(x, w.pos.slice_rows(position_, position_ + n));
   for (int l = 0; l < int(cfg_.num_hidden_layers); ++l) layer(l, n);
   // final norm and head on the last row only
   const Tensor last = x.slice_rows(n - 1, n), xf(xn_.data(), {1, C});
   const float eps = float(cfg_.rms_norm_eps);
   if (cfg_.is_gpt2()) {
-    cpu::layernorm_forward(xf, Tensor(stats_.data(), {1}), Tensor(stats_.data() + 1, {1}), last,
+    model_.backend().layernorm_forward(xf, Tensor(stats_.data(), {1}), Tensor(stats_.data() + 1, {1}), last,
                            w.norm, w.norm_b, eps);
   } else {
-    cpu::rmsnorm_forward(xf, Tensor(stats_.data(), {1}), last, w.norm, eps);
+    model_.backend().rmsnorm_forward(xf, Tensor(stats_.data(), {1}), last, w.norm, eps);
   }
-  cpu::matmul(Tensor(logits.data(), {1, V}), xf, w.head, false, true);
+  model_.backend().matmul(Tensor(logits.data(), {1, V}), xf, w.head, false, true);
   position_ += n;
 }
 
@@ -88,96 +84,67 @@ void KvDecoder::layer(int l, int64_t n) {
       sin(rope_sin_.data(), {max_tokens_, half});
   if (!cfg_.is_gpt2()) {
     // h = x + o_proj(attn(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
-    cpu::rmsnorm_forward(xn, rstd, x, w.ln1, eps);
-    cpu::matmul_token_panels(q, xn, w.wq);
-    cpu::matmul_token_panels(k, xn, w.wk);
-    cpu::matmul_token_panels(v, xn, w.wv);
-    cpu::rope_forward(q, cos, sin, D, position_);
-    cpu::rope_forward(k, cos, sin, D, position_);
+    model_.backend().rmsnorm_forward(xn, rstd, x, w.ln1, eps);
+    model_.backend().matmul_token_panels(q, xn, w.wq);
+    model_.backend().matmul_token_panels(k, xn, w.wk);
+    model_.backend().matmul_token_panels(v, xn, w.wv);
+    model_.backend().rope_forward(q, cos, sin, D, position_);
+    model_.backend().rope_forward(k, cos, sin, D, position_);
     attend(l, n);
-    cpu::copy(h, x);
-    cpu::matmul_token_panels(h, attn, w.wo, 1.0f);
+    model_.backend().copy(h, x);
+    model_.backend().matmul_token_panels(h, attn, w.wo, 1.0f);
     // y = h + down_proj(silu(gate_proj(xn2)) * up_proj(xn2))
-    cpu::rmsnorm_forward(xn, rstd, h, w.ln2, eps);
-    cpu::matmul_token_panels(gate, xn, w.wg);
-    cpu::matmul_token_panels(up, xn, w.wu);
-    cpu::swiglu_forward(act, gate, up);
-    cpu::copy(x, h);
-    cpu::matmul(x, act, w.wd, false, true, 1.0f, 1.0f);
+    model_.backend().rmsnorm_forward(xn, rstd, h, w.ln2, eps);
+    model_.backend().matmul_token_panels(gate, xn, w.wg);
+    model_.backend().matmul_token_panels(up, xn, w.wu);
+    model_.backend().swiglu_forward(act, gate, up);
+    model_.backend().copy(x, h);
+    model_.backend().matmul(x, act, w.wd, false, true, 1.0f, 1.0f);
     return;
   }
   // GPT-2: q | k | v = ln_1(x) W_attn + b_attn;  h = x + attn W_o + b_o
-  cpu::layernorm_forward(xn, mean, rstd, x, w.ln1, w.ln1_b, eps);
+  model_.backend().layernorm_forward(xn, mean, rstd, x, w.ln1, w.ln1_b, eps);
   const Tensor* out[3] = {&q, &k, &v};
   for (int i = 0; i < 3; ++i) {
-    cpu::matmul_token_panels_kn(*out[i], xn, w.w_qkv.slice_cols(i * C, (i + 1) * C));
-    cpu::bias_add(*out[i], w.b_qkv.slice_rows(i * C, (i + 1) * C));
+    model_.backend().matmul_token_panels_kn(*out[i], xn, w.w_qkv.slice_cols(i * C, (i + 1) * C));
+    model_.backend().bias_add(*out[i], w.b_qkv.slice_rows(i * C, (i + 1) * C));
   }
   if (cfg_.uses_rope()) {
-    cpu::rope_forward(q, cos, sin, D, position_);
-    cpu::rope_forward(k, cos, sin, D, position_);
+    model_.backend().rope_forward(q, cos, sin, D, position_);
+    model_.backend().rope_forward(k, cos, sin, D, position_);
   }
   attend(l, n);
-  cpu::copy(h, x);
-  cpu::matmul_token_panels_kn(h, attn, w.w_attn_o, 1.0f);
-  cpu::bias_add(h, w.b_attn_o);
+  model_.backend().copy(h, x);
+  model_.backend().matmul_token_panels_kn(h, attn, w.w_attn_o, 1.0f);
+  model_.backend().bias_add(h, w.b_attn_o);
   // y = h + c_proj(gelu(c_fc(ln_2(h))))
-  cpu::layernorm_forward(xn, mean, rstd, h, w.ln2, w.ln2_b, eps);
-  cpu::matmul_token_panels_kn(gate, xn, w.w_fc);
-  cpu::bias_add(gate, w.b_fc);
-  cpu::gelu_forward(act, gate);
-  cpu::copy(x, h);
-  cpu::matmul(x, act, w.w_mlp_o, false, false, 1.0f, 1.0f);
-  cpu::bias_add(x, w.b_mlp_o);
+  model_.backend().layernorm_forward(xn, mean, rstd, h, w.ln2, w.ln2_b, eps);
+  model_.backend().matmul_token_panels_kn(gate, xn, w.w_fc);
+  model_.backend().bias_add(gate, w.b_fc);
+  model_.backend().gelu_forward(act, gate);
+  model_.backend().copy(x, h);
+  model_.backend().matmul(x, act, w.w_mlp_o, false, false, 1.0f, 1.0f);
+  model_.backend().bias_add(x, w.b_mlp_o);
 }
 
-// attn[i, head] = sum_{j <= position_ + i} softmax_j(q_i . k_j / sqrt(D)) v_j over the cache.
+// attn = attention of the chunk's q rows over layer l's cache (keys [0, position_ + n)).
 void KvDecoder::attend(int l, int64_t n) {
+  Backend& be = model_.backend();
   const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim();
-  const int64_t KV = cfg_.kv_dim(), HD = H * D;
+  const int64_t KV = cfg_.kv_dim(), HD = H * D, keys = position_ + n;
   const float* k_layer = k_cache_.data() + size_t(int64_t(l) * max_tokens_ * KV);
   const float* v_layer = v_cache_.data() + size_t(int64_t(l) * max_tokens_ * KV);
-  if (position_ == 0) {  // the prompt: the training kernel, as Model's forward runs it
-    const int64_t scratch_numel = cpu::attention_forward_scratch_numel(D);
-    if (int64_t(scratch_.size()) < scratch_numel) scratch_.assign(size_t(scratch_numel), 0.0f);
-    cpu::attention_forward(Tensor(attn_.data(), {n, HD}), Tensor(lse_.data(), {1, H, n}),
-                           ConstTensor(q_.data(), {n, HD}), ConstTensor(k_layer, {n, KV}),
-                           ConstTensor(v_layer, {n, KV}), 1, H, Hkv,
-                           Tensor(scratch_.data(), {scratch_numel}));
-    return;
-  }
-  const int threads = omp_get_max_threads();
-  const int64_t keys = position_ + n;
-  if (int64_t(scratch_.size()) < threads * keys) scratch_.assign(size_t(threads * keys), 0.0f);
-  const float scale = 1.0f / std::sqrt(float(D));
-  const int64_t group = H / Hkv;
-#pragma omp parallel for schedule(static)
-  for (int64_t task = 0; task < n * H; ++task) {
-    const int64_t i = task / H, head = task % H, kv_head = head / group;
-    const int64_t last = position_ + i;  // causal: keys [0, last]
-    float* scores = scratch_.data() + size_t(omp_get_thread_num()) * size_t(keys);
-    const float* qi = q_.data() + i * HD + head * D;
-    float max_score = -INFINITY;
-    for (int64_t j = 0; j <= last; ++j) {
-      const float* kj = k_layer + j * KV + kv_head * D;
-      float dot = 0.0f;
-      for (int64_t d = 0; d < D; ++d) dot += qi[d] * kj[d];
-      scores[j] = dot * scale;
-      max_score = std::max(max_score, scores[j]);
-    }
-    double sum = 0.0;  // double: thousands of terms of similar size
-    for (int64_t j = 0; j <= last; ++j) {
-      scores[j] = std::exp(scores[j] - max_score);
-      sum += scores[j];
-    }
-    float* out = attn_.data() + i * HD + head * D;
-    std::fill(out, out + D, 0.0f);
-    for (int64_t j = 0; j <= last; ++j) {
-      const float p = float(scores[j] / sum);
-      const float* vj = v_layer + j * KV + kv_head * D;
-      for (int64_t d = 0; d < D; ++d) out[d] += p * vj[d];
-    }
-  }
+  const bool prompt = position_ == 0;  // the training kernel, as Model's forward runs it
+  const int64_t scratch_numel = prompt ? be.attention_forward_scratch_numel(D)
+                                       : be.attention_decode_scratch_numel(keys);
+  if (int64_t(scratch_.size()) < scratch_numel) scratch_.assign(size_t(scratch_numel), 0.0f);
+  const Tensor scratch(scratch_.data(), {scratch_numel});
+  const ConstTensor k(k_layer, {keys, KV}), v(v_layer, {keys, KV});
+  if (prompt)
+    return be.attention_forward(Tensor(attn_.data(), {n, HD}), Tensor(lse_.data(), {1, H, n}),
+                                ConstTensor(q_.data(), {n, HD}), k, v, 1, H, Hkv, scratch);
+  be.attention_decode(Tensor(attn_.data(), {n, HD}), ConstTensor(q_.data(), {n, HD}), k, v,
+                      position_, H, Hkv, scratch);
 }
 
 }  // namespace memo

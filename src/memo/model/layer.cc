@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <iterator>
 
-#include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/tensor_ops.h"
 #include "memo/model/gpt_layer.h"
 
 namespace memo {
@@ -79,37 +77,45 @@ void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const La
   // attention block: h = x + o_proj(attn(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
   const int64_t T = ctx.batch * ctx.seq, C = cfg.hidden_size;
   const int64_t tp_rows = tp_comm_rows(ctx.parallel, T);  // Note [Per-GPU shapes]
-  cpu::rmsnorm_forward(s.xn1, s.inv_rms1, s.x, w.ln1, eps);
+  ctx.backend->rmsnorm_forward(s.xn1, s.inv_rms1, s.x, w.ln1, eps);
   {
     CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_rows, C);
-    cpu::matmul_token_panels(s.q, s.xn1, w.wq);
-    cpu::matmul_token_panels(s.k, s.xn1, w.wk);
-    cpu::matmul_token_panels(s.v, s.xn1, w.wv);
+    ctx.backend->matmul_token_panels(s.q, s.xn1, w.wq);
+    ctx.backend->matmul_token_panels(s.k, s.xn1, w.wk);
+    ctx.backend->matmul_token_panels(s.v, s.xn1, w.wv);
   }
-  cpu::rope_forward(s.q, ctx.rope_cos, ctx.rope_sin, D);
-  cpu::rope_forward(s.k, ctx.rope_cos, ctx.rope_sin, D);
+  ctx.backend->rope_forward(s.q, ctx.rope_cos, ctx.rope_sin, D);
+  ctx.backend->rope_forward(s.k, ctx.rope_cos, ctx.rope_sin, D);
   {
     CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 4), cfg.kv_dim());
-    ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch", {cpu::attention_forward_scratch_numel(D)});
-    cpu::attention_forward(s.attn, s.lse, s.q, s.k, s.v, ctx.batch, cfg.num_attention_heads,
+    ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch", {ctx.backend->attention_forward_scratch_numel(D)});
+    ctx.backend->attention_forward(s.attn, s.lse, s.q, s.k, s.v, ctx.batch, cfg.num_attention_heads,
                            cfg.num_key_value_heads, *scratch);
   }
-  cpu::copy(s.h, s.x);
+  ctx.backend->copy(s.h, s.x);
   {
     CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C);
-    cpu::matmul_token_panels(s.h, s.attn, w.wo, 1.0f);
+    ctx.backend->matmul_token_panels(s.h, s.attn, w.wo, 1.0f);
   }
   // MLP block: y = h + down_proj(silu(gate_proj(xn2)) * up_proj(xn2))
-  cpu::rmsnorm_forward(s.xn2, s.inv_rms2, s.h, w.ln2, eps);
+  ctx.backend->rmsnorm_forward(s.xn2, s.inv_rms2, s.h, w.ln2, eps);
   {
     CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C);
-    cpu::matmul_token_panels(s.gate, s.xn2, w.wg);
-    cpu::matmul_token_panels(s.up, s.xn2, w.wu);
+    ctx.backend->matmul_token_panels(s.gate, s.xn2, w.wg);
+    ctx.backend->matmul_token_panels(s.up, s.xn2, w.wu);
   }
-  cpu::swiglu_forward(s.act, s.gate, s.up);
-  cpu::copy(y, s.h);
+  ctx.backend->swiglu_forward(s.act, s.gate, s.up);
+  ctx.backend->copy(y, s.h);
   CommBuffer partial(*ctx.alloc, "tp.mlp_out", tp_rows, C);
-  cpu::matmul(y, s.act, w.wd, false, true, 1.0f, 1.0f);
+  ctx.backend->matmul(y, s.act, w.wd, false, true, 1.0f, 1.0f);
+}
+
+void check_recompute_rows(const char* fn, int64_t r0, int64_t r1, int64_t T,
+                          const LayerContext& ctx) {
+  const int64_t g = ctx.backend->reproducible_rows();
+  MEMO_CHECK(0 <= r0 && r0 <= r1 && r1 <= T && (g == 0 || r0 % g == 0 || r0 == r1), fn,
+             ": rows [", r0, ", ", r1, ") of ", T, " tokens (need a range starting on a multiple of ",
+             g, ", the ", ctx.backend->name(), " backend's reproducible rows)");
 }
 
 // layer_forward without attention and the down projection, on rows [r0, r1) of each tensor.
@@ -118,35 +124,33 @@ void layer_recompute_tokens(const SavedActs& s, int64_t r0, int64_t r1, const La
   if (ctx.config->is_gpt2()) return gpt_layer_recompute_tokens(s, r0, r1, w, ctx);
   const ModelConfig& cfg = *ctx.config;
   const int64_t T = ctx.batch * ctx.seq, D = cfg.head_dim();
-  MEMO_CHECK(0 <= r0 && r0 <= r1 && r1 <= T && (r0 % cpu::kTokenPanelRows == 0 || r0 == r1),
-             "layer_recompute_tokens: rows [", r0, ", ", r1, ") of ", T, " tokens (need a range ",
-             "starting on a multiple of ", cpu::kTokenPanelRows, ")");
+  check_recompute_rows("layer_recompute_tokens", r0, r1, T, ctx);
   if (r0 == r1) return;
   const float eps = float(cfg.rms_norm_eps);
   auto rows = [r0, r1](const Tensor& t) { return t.slice_rows(r0, r1); };
   // Under TP the rebuilt rows need the forward's collectives on those rows (Note [Per-GPU shapes])
   const int64_t tp_rows = tp_comm_rows(ctx.parallel, r1 - r0), C = cfg.hidden_size;
-  cpu::rmsnorm_forward(rows(s.xn1), rows(s.inv_rms1), rows(s.x), w.ln1, eps);
+  ctx.backend->rmsnorm_forward(rows(s.xn1), rows(s.inv_rms1), rows(s.x), w.ln1, eps);
   {
     CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_rows, C);
-    cpu::matmul_token_panels(rows(s.q), rows(s.xn1), w.wq);
-    cpu::matmul_token_panels(rows(s.k), rows(s.xn1), w.wk);
-    cpu::matmul_token_panels(rows(s.v), rows(s.xn1), w.wv);
+    ctx.backend->matmul_token_panels(rows(s.q), rows(s.xn1), w.wq);
+    ctx.backend->matmul_token_panels(rows(s.k), rows(s.xn1), w.wk);
+    ctx.backend->matmul_token_panels(rows(s.v), rows(s.xn1), w.wv);
   }
-  cpu::rope_forward(rows(s.q), ctx.rope_cos, ctx.rope_sin, D, r0);
-  cpu::rope_forward(rows(s.k), ctx.rope_cos, ctx.rope_sin, D, r0);
-  cpu::copy(rows(s.h), rows(s.x));
+  ctx.backend->rope_forward(rows(s.q), ctx.rope_cos, ctx.rope_sin, D, r0);
+  ctx.backend->rope_forward(rows(s.k), ctx.rope_cos, ctx.rope_sin, D, r0);
+  ctx.backend->copy(rows(s.h), rows(s.x));
   {
     CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C);
-    cpu::matmul_token_panels(rows(s.h), rows(s.attn), w.wo, 1.0f);
+    ctx.backend->matmul_token_panels(rows(s.h), rows(s.attn), w.wo, 1.0f);
   }
-  cpu::rmsnorm_forward(rows(s.xn2), rows(s.inv_rms2), rows(s.h), w.ln2, eps);
+  ctx.backend->rmsnorm_forward(rows(s.xn2), rows(s.inv_rms2), rows(s.h), w.ln2, eps);
   {
     CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C);
-    cpu::matmul_token_panels(rows(s.gate), rows(s.xn2), w.wg);
-    cpu::matmul_token_panels(rows(s.up), rows(s.xn2), w.wu);
+    ctx.backend->matmul_token_panels(rows(s.gate), rows(s.xn2), w.wg);
+    ctx.backend->matmul_token_panels(rows(s.up), rows(s.xn2), w.wu);
   }
-  cpu::swiglu_forward(rows(s.act), rows(s.gate), rows(s.up));
+  ctx.backend->swiglu_forward(rows(s.act), rows(s.gate), rows(s.up));
 }
 
 void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, const LayerWeights& w,
@@ -161,37 +165,37 @@ void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, con
   Tensor dact = alloc.acquire("mlp.dact", {T, F}, ActKind::kTransient);
   {
     CommBuffer gathered(alloc, "tp.mlp_dout", tp_rows, C);
-    cpu::matmul(dact, dres, w.wd, false, false);
-    cpu::matmul(dw.wd, dres, s.act, true, false, 1.0f, 1.0f);
+    ctx.backend->matmul(dact, dres, w.wd, false, false);
+    ctx.backend->matmul(dw.wd, dres, s.act, true, false, 1.0f, 1.0f);
   }
   // act = silu(gate) * up
   Tensor dgate = alloc.acquire("mlp.dgate", {T, F}, ActKind::kTransient);
   Tensor dup = alloc.acquire("mlp.dup", {T, F}, ActKind::kTransient);
-  cpu::swiglu_backward(dgate, dup, dact, s.gate, s.up);
+  ctx.backend->swiglu_backward(dgate, dup, dact, s.gate, s.up);
   alloc.release(dact);
   // gate = xn2 Wg^T, up = xn2 Wu^T
   Tensor dxn2 = alloc.acquire("mlp.dxn2", {T, C}, ActKind::kTransient);
   {
     CommBuffer partial(alloc, "tp.mlp_din", tp_rows, C);
-    cpu::matmul(dxn2, dgate, w.wg, false, false);
-    cpu::matmul(dxn2, dup, w.wu, false, false, 1.0f, 1.0f);
+    ctx.backend->matmul(dxn2, dgate, w.wg, false, false);
+    ctx.backend->matmul(dxn2, dup, w.wu, false, false, 1.0f, 1.0f);
   }
   {
     CommBuffer gathered(alloc, "tp.mlp_in", tp_rows, C);
-    cpu::matmul(dw.wg, dgate, s.xn2, true, false, 1.0f, 1.0f);
-    cpu::matmul(dw.wu, dup, s.xn2, true, false, 1.0f, 1.0f);
+    ctx.backend->matmul(dw.wg, dgate, s.xn2, true, false, 1.0f, 1.0f);
+    ctx.backend->matmul(dw.wu, dup, s.xn2, true, false, 1.0f, 1.0f);
   }
   alloc.release(dup);
   alloc.release(dgate);
   // xn2 = rmsnorm(h): dres becomes dL/dh
-  cpu::rmsnorm_backward(dres, dw.ln2, dxn2, s.h, w.ln2, s.inv_rms2);
+  ctx.backend->rmsnorm_backward(dres, dw.ln2, dxn2, s.h, w.ln2, s.inv_rms2);
   alloc.release(dxn2);
   // h = x + attn Wo^T:  d attn = dh Wo;  dWo += dh^T attn
   Tensor dattn = alloc.acquire("attn.dattn", {T, QD}, ActKind::kTransient);
   {
     CommBuffer gathered(alloc, "tp.attn_dout", tp_rows, C);
-    cpu::matmul(dattn, dres, w.wo, false, false);
-    cpu::matmul(dw.wo, dres, s.attn, true, false, 1.0f, 1.0f);
+    ctx.backend->matmul(dattn, dres, w.wo, false, false);
+    ctx.backend->matmul(dw.wo, dres, s.attn, true, false, 1.0f, 1.0f);
   }
   // attention
   Tensor dq = alloc.acquire("attn.dq", {T, QD}, ActKind::kTransient);
@@ -200,33 +204,33 @@ void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, con
   {
     CommBuffer ring(alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), KD);
     ScopedAct scratch(alloc, "attn.bwd_scratch",
-                      {cpu::attention_backward_scratch_numel(ctx.seq, D, cfg.num_attention_heads,
+                      {ctx.backend->attention_backward_scratch_numel(ctx.seq, D, cfg.num_attention_heads,
                                                              cfg.num_key_value_heads)});
-    cpu::attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, ctx.batch,
+    ctx.backend->attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, ctx.batch,
                             cfg.num_attention_heads, cfg.num_key_value_heads, *scratch);
   }
   alloc.release(dattn);
-  cpu::rope_backward(dq, ctx.rope_cos, ctx.rope_sin, D);
-  cpu::rope_backward(dk, ctx.rope_cos, ctx.rope_sin, D);
+  ctx.backend->rope_backward(dq, ctx.rope_cos, ctx.rope_sin, D);
+  ctx.backend->rope_backward(dk, ctx.rope_cos, ctx.rope_sin, D);
   // q, k, v = xn1 W^T
   Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient);
   {
     CommBuffer partial(alloc, "tp.attn_din", tp_rows, C);
-    cpu::matmul(dxn1, dq, w.wq, false, false);
-    cpu::matmul(dxn1, dk, w.wk, false, false, 1.0f, 1.0f);
-    cpu::matmul(dxn1, dv, w.wv, false, false, 1.0f, 1.0f);
+    ctx.backend->matmul(dxn1, dq, w.wq, false, false);
+    ctx.backend->matmul(dxn1, dk, w.wk, false, false, 1.0f, 1.0f);
+    ctx.backend->matmul(dxn1, dv, w.wv, false, false, 1.0f, 1.0f);
   }
   {
     CommBuffer gathered(alloc, "tp.attn_in", tp_rows, C);
-    cpu::matmul(dw.wq, dq, s.xn1, true, false, 1.0f, 1.0f);
-    cpu::matmul(dw.wk, dk, s.xn1, true, false, 1.0f, 1.0f);
-    cpu::matmul(dw.wv, dv, s.xn1, true, false, 1.0f, 1.0f);
+    ctx.backend->matmul(dw.wq, dq, s.xn1, true, false, 1.0f, 1.0f);
+    ctx.backend->matmul(dw.wk, dk, s.xn1, true, false, 1.0f, 1.0f);
+    ctx.backend->matmul(dw.wv, dv, s.xn1, true, false, 1.0f, 1.0f);
   }
   alloc.release(dv);
   alloc.release(dk);
   alloc.release(dq);
   // xn1 = rmsnorm(x): dres becomes dL/dx
-  cpu::rmsnorm_backward(dres, dw.ln1, dxn1, s.x, w.ln1, s.inv_rms1);
+  ctx.backend->rmsnorm_backward(dres, dw.ln1, dxn1, s.x, w.ln1, s.inv_rms1);
   alloc.release(dxn1);
 }
 

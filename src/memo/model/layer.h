@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "memo/backend/allocator.h"
+#include "memo/backend/backend.h"
 #include "memo/core/tensor.h"
 #include "memo/model/config.h"
 #include "memo/model/parallel.h"
@@ -70,6 +71,7 @@ struct LayerContext {
   ConstTensor rope_cos;       // [S, D/2]; empty with learned positions
   ConstTensor rope_sin;       // [S, D/2]; empty with learned positions
   ActivationAllocator* alloc;  // transients
+  Backend* backend;            // every kernel runs through it
   Parallel parallel{};         // t, c > 1 only in shape-only traces: Note [Per-GPU shapes]
 };
 
@@ -80,13 +82,18 @@ void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const La
 // from s.x and s.attn, without attention: xn1, inv_rms1 = rmsnorm(x); q, k, v = xn1 W^T, RoPE on
 // q and k; h = x + attn Wo^T; xn2, inv_rms2 = rmsnorm(h); gate, up = xn2 W^T; act = silu(gate) up.
 // The rows come out bit for bit as layer_forward wrote them: the same kernels, and the products
-// in the same row panels (see Note [Token panels] in kernels/cpu/matmul.cc), so row_begin must be
-// a multiple of cpu::kTokenPanelRows (or row_begin == row_end). Needs no transients.
+// in the same row panels (see Note [Reproducible rows] in backend/backend.h), so row_begin must be
+// a multiple of the backend's reproducible_rows() (or row_begin == row_end). Needs no transients.
 void layer_recompute_tokens(const SavedActs& s, int64_t row_begin, int64_t row_end,
                             const LayerWeights& w, const LayerContext& ctx);
 
 // On entry dres = dL/dy, on exit dres = dL/dx (updated in place: the residual stream's gradient
 // passes through unchanged plus the branches). Weight gradients accumulate into dw.
+// Throws unless [r0, r1) is a row range of T tokens that fn can rebuild exactly: r0 a multiple of
+// ctx.backend->reproducible_rows() (any r0 when the backend promises none), or empty.
+void check_recompute_rows(const char* fn, int64_t r0, int64_t r1, int64_t T,
+                          const LayerContext& ctx);
+
 void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, const LayerWeights& w,
                     const LayerContext& ctx);
 

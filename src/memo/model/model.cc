@@ -1,30 +1,31 @@
 #include "memo/model/model.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "memo/core/error.h"
-#include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/tensor_ops.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 
 namespace memo {
 
-Model::Model(const ModelConfig& config)
-    : config_((config.validate(), config)),
-      layout_(config_),
-      params_storage_(layout_.total_numel()),
-      grads_storage_(layout_.total_numel()),
-      params_(params_storage_.data()),
-      grads_(grads_storage_.data()),
-      w_(bind_weights(config_, layout_, params_)),
-      dw_(bind_weights(config_, layout_, grads_)) {}
+Model::Model(const ModelConfig& config) : Model(config, cpu_backend()) {}
 
-Model::Model(const ModelConfig& config, ShapesOnly)
-    : config_((config.validate(), config)),
+Model::Model(const ModelConfig& config, Backend& backend)
+    : backend_(&backend),
+      config_((config.validate(), config)),
       layout_(config_),
-      params_(addresses_.take(layout_.total_numel() * int64_t(sizeof(float)))),
-      grads_(addresses_.take(layout_.total_numel() * int64_t(sizeof(float)))),
+      params_storage_(backend.allocator(backend.device_space()),
+                      layout_.total_numel() * int64_t(sizeof(float)), "the parameters"),
+      grads_storage_(backend.allocator(backend.device_space()),
+                     layout_.total_numel() * int64_t(sizeof(float)), "the gradients"),
+      params_(params_storage_.as<float>()),
+      grads_(grads_storage_.as<float>()),
       w_(bind_weights(config_, layout_, params_)),
-      dw_(bind_weights(config_, layout_, grads_)) {}
+      dw_(bind_weights(config_, layout_, grads_)) {
+  // Padding between tensors stays zero in both buffers (ParamLayout), and gradients start at 0.
+  backend.fill(Tensor(params_, {layout_.total_numel()}), 0.0f);
+  backend.fill(Tensor(grads_, {layout_.total_numel()}), 0.0f);
+}
 
 void Model::set_parallel(const Parallel& parallel) {
   if (parallel.tp < 1 || parallel.cp < 1)
@@ -36,28 +37,34 @@ void Model::set_parallel(const Parallel& parallel) {
   parallel_ = parallel;
 }
 
-void Model::zero_grads() { cpu::fill(Tensor(grads_, {layout_.total_numel()}), 0.0f); }
+void Model::init(uint64_t seed) {
+  if (!backend_->has_values()) return;
+  if (backend_->host_can_access(backend_->device_space()))
+    return init_weights(layout_, params_, config_.initializer_range, seed);
+  std::vector<float> host(size_t(layout_.total_numel()), 0.0f);
+  init_weights(layout_, host.data(), config_.initializer_range, seed);
+  backend_->copy_from_host(params_, host.data(), int64_t(host.size() * sizeof(float)));
+}
+
+void Model::zero_grads() { backend_->fill(Tensor(grads_, {layout_.total_numel()}), 0.0f); }
 
 std::pair<const float*, const float*> Model::rope_tables(int64_t seq) {
   const int64_t half = config_.head_dim() / 2;
-  if (memo::shapes_only()) {  // nothing would fill a table: address ranges, never cached
-    const int64_t bytes = seq * half * int64_t(sizeof(float));
-    for (float*& p : shape_only_rope_) {
-      addresses_.give_back(p, shape_only_rope_bytes_);
-      p = addresses_.take(bytes);
-    }
-    shape_only_rope_bytes_ = bytes;
-    return {shape_only_rope_[0], shape_only_rope_[1]};
-  }
   auto it = rope_.find(seq);
   if (it == rope_.end()) {
-    std::pair<AlignedBuffer<float>, AlignedBuffer<float>> t{AlignedBuffer<float>(seq * half),
-                                                            AlignedBuffer<float>(seq * half)};
-    cpu::rope_table(Tensor(t.first.data(), {seq, half}), Tensor(t.second.data(), {seq, half}),
-                    config_.head_dim(), float(config_.rope_theta));
+    // Meta tables hold nothing worth keeping: one shape at a time, so a bisection over sequence
+    // lengths does not pile up address ranges.
+    if (!backend_->has_values()) rope_.clear();
+    RawAllocator& device = backend_->allocator(backend_->device_space());
+    const int64_t bytes = seq * half * int64_t(sizeof(float));
+    std::pair<RawBuffer, RawBuffer> t{RawBuffer(device, bytes, "the rope cos table"),
+                                      RawBuffer(device, bytes, "the rope sin table")};
+    backend_->rope_table(Tensor(t.first.as<float>(), {seq, half}),
+                         Tensor(t.second.as<float>(), {seq, half}), config_.head_dim(),
+                         float(config_.rope_theta));
     it = rope_.emplace(seq, std::move(t)).first;
   }
-  return {it->second.first.data(), it->second.second.data()};
+  return {it->second.first.as<float>(), it->second.second.as<float>()};
 }
 
 double Model::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch,
@@ -81,8 +88,8 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   const View<const int32_t> tokens(inputs, {T});
 
   // forward: embedding, then each layer writes its output into the next layer's input slot
-  strategy.begin_step(batch, seq);
   strategy.set_rebuild_inputs(w_, ctx);
+  strategy.begin_step(batch, seq);
   embed_forward(strategy.forward_slot(0).x, tokens, batch, seq);
   Tensor final_hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient);
   for (int l = 0; l < L; ++l) {
@@ -106,7 +113,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
     return loss_sum;
   }
   Tensor dres = alloc.acquire("grad.hidden", {T, C}, ActKind::kTransient);  // dL/d(residual)
-  cpu::fill(dres, 0.0f);
+  backend_->fill(dres, 0.0f);
   final_norm_backward(dres, dxf, final_hidden, inv_rms);
   alloc.release(dxf);
   alloc.release(inv_rms);
@@ -131,27 +138,27 @@ LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocato
       throw ConfigError(str("sequence of ", seq, " tokens is longer than n_positions = ",
                             w_.pos.rows(), ", the learned position table; use --seq <= ",
                             w_.pos.rows(), " or a config with more positions"));
-    return LayerContext{&config_, batch, seq, {}, {}, &alloc, parallel_};
+    return LayerContext{&config_, batch, seq, {}, {}, &alloc, backend_, parallel_};
   }
   const auto [cos, sin] = rope_tables(seq);
   const int64_t half = config_.head_dim() / 2;
   return LayerContext{&config_, batch, seq, ConstTensor(cos, {seq, half}),
-                      ConstTensor(sin, {seq, half}), &alloc, parallel_};
+                      ConstTensor(sin, {seq, half}), &alloc, backend_, parallel_};
 }
 
 void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq) {
-  cpu::embedding_forward(x, tokens, w_.embed);
+  backend_->embedding_forward(x, tokens, w_.embed);
   if (w_.pos.empty()) return;
   for (int64_t b = 0; b < batch; ++b)
-    cpu::add_into(x.slice_rows(b * seq, (b + 1) * seq), w_.pos.slice_rows(0, seq));
+    backend_->add_into(x.slice_rows(b * seq, (b + 1) * seq), w_.pos.slice_rows(0, seq));
 }
 
 void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch,
                            int64_t seq) {
-  cpu::embedding_backward(dw_.embed, dx, tokens);
+  backend_->embedding_backward(dw_.embed, dx, tokens);
   if (dw_.pos.empty()) return;
   for (int64_t b = 0; b < batch; ++b)  // in sequence order: deterministic
-    cpu::add_into(dw_.pos.slice_rows(0, seq), dx.slice_rows(b * seq, (b + 1) * seq));
+    backend_->add_into(dw_.pos.slice_rows(0, seq), dx.slice_rows(b * seq, (b + 1) * seq));
 }
 
 Shape Model::final_norm_stats_shape(int64_t tokens) const {
@@ -161,16 +168,16 @@ Shape Model::final_norm_stats_shape(int64_t tokens) const {
 
 void Model::final_norm_forward(Tensor xf, Tensor stats, ConstTensor x) {
   const float eps = float(config_.rms_norm_eps);
-  if (!config_.is_gpt2()) return cpu::rmsnorm_forward(xf, stats, x, w_.norm, eps);
+  if (!config_.is_gpt2()) return backend_->rmsnorm_forward(xf, stats, x, w_.norm, eps);
   const int64_t T = x.rows();
-  cpu::layernorm_forward(xf, Tensor(stats.data(), {T}), Tensor(stats.data() + T, {T}), x, w_.norm,
+  backend_->layernorm_forward(xf, Tensor(stats.data(), {T}), Tensor(stats.data() + T, {T}), x, w_.norm,
                          w_.norm_b, eps);
 }
 
 void Model::final_norm_backward(Tensor dx, ConstTensor dxf, ConstTensor x, ConstTensor stats) {
-  if (!config_.is_gpt2()) return cpu::rmsnorm_backward(dx, dw_.norm, dxf, x, w_.norm, stats);
+  if (!config_.is_gpt2()) return backend_->rmsnorm_backward(dx, dw_.norm, dxf, x, w_.norm, stats);
   const int64_t T = x.rows();
-  cpu::layernorm_backward(dx, dw_.norm, dw_.norm_b, dxf, x, w_.norm,
+  backend_->layernorm_backward(dx, dw_.norm, dw_.norm_b, dxf, x, w_.norm,
                           ConstTensor(stats.data(), {T}), ConstTensor(stats.data() + T, {T}));
 }
 
@@ -186,18 +193,16 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
     const int64_t t1 = std::min(tokens, t0 + chunk);
     Tensor logits = alloc.acquire("head.logits", {t1 - t0, V}, ActKind::kTransient);
     ConstTensor x = xf.slice_rows(t0, t1);
-    cpu::matmul(logits, x, w_.head, false, true);
-    cpu::cross_entropy(losses.slice_rows(t0, t1), backward ? logits : Tensor(), logits,
+    backend_->matmul(logits, x, w_.head, false, true);
+    backend_->cross_entropy(losses.slice_rows(t0, t1), backward ? logits : Tensor(), logits,
                        View<const int32_t>(targets + t0, {t1 - t0}), grad_scale);
     if (backward) {  // logits now holds dL/dlogits
-      cpu::matmul(dw_.head, logits, x, true, false, 1.0f, 1.0f);
-      cpu::matmul(dxf.slice_rows(t0, t1), logits, w_.head, false, false);
+      backend_->matmul(dw_.head, logits, x, true, false, 1.0f, 1.0f);
+      backend_->matmul(dxf.slice_rows(t0, t1), logits, w_.head, false, false);
     }
     alloc.release(logits);
   }
-  double sum = 0.0;  // fixed order: deterministic
-  if (!memo::shapes_only())  // no values to sum (Note [Shape-only mode])
-    for (int64_t t = 0; t < tokens; ++t) sum += losses[t];
+  const double sum = backend_->sum(losses);  // in token order: deterministic
   alloc.release(losses);
   return sum;
 }

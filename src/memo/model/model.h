@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "memo/backend/allocator.h"
-#include "memo/core/buffer.h"
-#include "memo/core/shape_only.h"
+#include "memo/backend/backend.h"
+#include "memo/backend/raw_allocator.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/config.h"
 #include "memo/model/layer.h"
@@ -20,14 +20,14 @@
 
 namespace memo {
 
-// Tag for a model whose parameters and gradients are address ranges without memory, to run in
-// shape-only mode (Note [Shape-only mode] in core/shape_only.h): a 65B model traced on a laptop.
-struct ShapesOnly {};
-
 class Model {
  public:
+  // Parameters and gradients (zeroed) in the backend's device space; every kernel runs on it.
+  // With the meta backend both are address ranges without memory (Note [Meta backend] in
+  // kernels/meta/meta_backend.h): a 65B model traced on a laptop. The backend must outlive the
+  // model. The one-argument form runs on the process's CPU backend.
   explicit Model(const ModelConfig& config);
-  Model(const ModelConfig& config, ShapesOnly);
+  Model(const ModelConfig& config, Backend& backend);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -36,7 +36,8 @@ class Model {
   float* params() { return params_; }
   float* grads() { return grads_; }
   int64_t params_numel() const { return layout_.total_numel(); }  // with padding (zero in both)
-  bool has_values() const { return params_storage_.data() != nullptr; }  // false: ShapesOnly
+  bool has_values() const { return backend_->has_values(); }  // false: the meta backend
+  Backend& backend() const { return *backend_; }
   const ModelWeights& weights() const { return w_; }
   const ModelWeights& grad_weights() const { return dw_; }
 
@@ -46,7 +47,8 @@ class Model {
   void set_parallel(const Parallel& parallel);
   const Parallel& parallel() const { return parallel_; }
 
-  void init(uint64_t seed) { init_weights(layout_, params_, config_.initializer_range, seed); }
+  // Hugging Face's initialisation (model/params.h), drawn on the host; a no-op without values.
+  void init(uint64_t seed);
   void zero_grads();
 
   // One micro-batch of `batch` sequences of `seq` tokens: inputs and targets are [batch * seq].
@@ -67,7 +69,8 @@ class Model {
   // backward) and returns the loss sum.
   double head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, int64_t tokens,
                        float grad_scale, bool backward, ActivationAllocator& alloc);
-  // cos and sin, [seq, D/2] each; in shape-only mode address ranges (Note [Shape-only mode]).
+  // cos and sin, [seq, D/2] each, in the device space; cached per seq when the backend has values
+  // (the meta backend's are address ranges, replaced at each new seq).
   std::pair<const float*, const float*> rope_tables(int64_t seq);
   // The architecture-specific parts of run(). The layers' context (rope tables when rotary).
   LayerContext layer_context(int64_t batch, int64_t seq, ActivationAllocator& alloc);
@@ -80,20 +83,17 @@ class Model {
   // dx += d ln_f / dx (dx is the residual stream's gradient); the norm's weight gradients.
   void final_norm_backward(Tensor dx, ConstTensor dxf, ConstTensor x, ConstTensor stats);
 
+  Backend* backend_;
   ModelConfig config_;
   ParamLayout layout_;
-  AlignedBuffer<float> params_storage_;  // both empty for ShapesOnly
-  AlignedBuffer<float> grads_storage_;
-  AddressSpace addresses_;  // ShapesOnly: params_, grads_; shape-only runs: the rope tables
+  RawBuffer params_storage_;  // [total_numel] f32, device space
+  RawBuffer grads_storage_;   // [total_numel] f32, device space
   float* params_;
   float* grads_;
   ModelWeights w_;
   ModelWeights dw_;
   Parallel parallel_;
-  std::map<int64_t, std::pair<AlignedBuffer<float>, AlignedBuffer<float>>>
-      rope_;                                        // seq -> cos, sin
-  float* shape_only_rope_[2] = {nullptr, nullptr};  // never filled
-  int64_t shape_only_rope_bytes_ = 0;
+  std::map<int64_t, std::pair<RawBuffer, RawBuffer>> rope_;  // seq -> cos, sin ([seq, D/2] f32)
 };
 
 // Model FLOPs of one training step per token (forward + backward = 3 x forward), counting the

@@ -10,7 +10,7 @@ namespace memo {
 // Note [Per-GPU shapes]
 // memo runs one process on one device today. To plan one GPU's memory under Megatron-LM's tensor
 // parallelism with sequence parallelism (t ways) and context parallelism (c ways), the shape-only
-// trace (Note [Shape-only mode]) runs the layer as one rank holds it. Under TP+SP every activation
+// trace (Note [Meta backend]) runs the layer as one rank holds it. Under TP+SP every activation
 // of a rank is one t-th of the unsharded tensor: the norm and residual tensors hold T/t tokens of
 // width C, the column- and row-parallel ones T tokens of width W/t; CP splits the tokens c ways on
 // top. Both kinds have the bytes of T/(t c) tokens at the unsharded width, so the layer runs at

@@ -1,5 +1,5 @@
-// Model-size presets as plain data: the MEMO paper's GPT sizes (Table 2; see
-// shared/papers/memo-notes.md section 7.1) and LLaMA-1 sizes as memo ModelConfigs. A GptPreset
+// Model-size presets as plain data: the MEMO paper's GPT sizes (arXiv 2407.12117, Table 2) and
+// LLaMA-1 sizes as memo ModelConfigs. A GptPreset
 // becomes a trainable GPT-2 config with rotary positions through gpt_preset_config.
 #pragma once
 

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "memo/core/buffer.h"
+#include "memo/backend/backend.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -30,11 +32,16 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdafactorOptions, beta1, decay_e
 
 class Adafactor final : public Optimizer {
  public:
-  Adafactor(const ParamLayout& layout, AdafactorOptions options, std::vector<bool> decay);
+  Adafactor(const ParamLayout& layout, AdafactorOptions options, std::vector<bool> decay,
+            Backend& backend = cpu_backend());
+  // Floats of the state buffers for layout: the factored second moment (rows + columns of each
+  // matrix, every entry of a vector) and, with beta1 > 0, the first moment.
+  static int64_t state_numel(const ParamLayout& layout, const AdafactorOptions& options);
   std::string name() const override { return "adafactor"; }
   // With relative_step on (the default) lr is ignored: the step size is alpha_t above.
   void step(float* params, const float* grads, double lr) override;
   std::vector<StateTensor> state() override;
+  int64_t state_bytes() const override { return v_.bytes() + m_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }
 
  private:
@@ -43,20 +50,17 @@ class Adafactor final : public Optimizer {
     int64_t cols = 0;    // C
     int64_t offset = 0;  // factored: row means at v_[offset, +R), column means at v_[offset + R, +C);
   };                     // unfactored: the full EMA at v_[offset, +numel)
-  void update_factored(float* p, const float* g, float* m, const Slot& s, float keep, float alpha);
-  void update_vector(float* p, const float* g, float* m, float* v, int64_t n, float keep,
-                     float alpha);
 
   const ParamLayout& layout_;
   AdafactorOptions options_;
   std::vector<bool> decay_;
   std::vector<Slot> slots_;
-  double beta2t_ = 0.0;             // this step's beta2_t
   AlignedBuffer<float> v_;          // row/column means (matrices), full EMA (vectors); fp32
   AlignedBuffer<float> m_;          // [total_numel] first moment; empty when beta1 = 0
   AlignedBuffer<float> row_inv_;    // scratch [max R]: 1 / sqrt(row mean / mean of row means)
   AlignedBuffer<float> col_inv_;    // scratch [max C]: 1 / sqrt(column mean)
   AlignedBuffer<double> partial_;   // scratch: chunk sums of the deterministic reductions
+  Backend& backend_;  // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

@@ -6,8 +6,9 @@
 
 namespace memo {
 
-Adagrad::Adagrad(const ParamLayout& layout, AdagradOptions options, std::vector<bool> decay)
-    : layout_(layout), options_(options), decay_(std::move(decay)), sum_(layout.total_numel()) {
+Adagrad::Adagrad(const ParamLayout& layout, AdagradOptions options, std::vector<bool> decay,
+                 Backend& backend)
+    : layout_(layout), options_(options), decay_(std::move(decay)), sum_(layout.total_numel()), backend_(backend) {
   check_decay_mask(layout, decay_);
   check_option(options_.lr_decay >= 0.0, "adagrad", "lr_decay", options_.lr_decay, "[0, inf)");
   check_option(options_.initial_accumulator_value >= 0.0, "adagrad", "initial_accumulator_value",
@@ -21,21 +22,15 @@ Adagrad::Adagrad(const ParamLayout& layout, AdagradOptions options, std::vector<
 
 void Adagrad::step(float* params, const float* grads, double lr) {
   ++steps_done_;
-  const float clr = float(lr / (1.0 + double(steps_done_ - 1) * options_.lr_decay));
-  const float eps = float(options_.eps);
+  AdagradStep s;
+  s.lr = float(lr / (1.0 + double(steps_done_ - 1) * options_.lr_decay));
+  s.eps = float(options_.eps);
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
-    const float wd = decay_[i] ? float(options_.weight_decay) : 0.0f;
-    float* p = params + info.offset;
-    const float* g = grads + info.offset;
-    float* s = sum_.data() + info.offset;
-    const int64_t n = info.numel;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
-    for (int64_t j = 0; j < n; ++j) {
-      const float d = g[j] + wd * p[j];
-      s[j] += d * d;
-      p[j] -= clr * (d / (std::sqrt(s[j]) + eps));
-    }
+    s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
+    backend_.adagrad_update(Tensor(params + info.offset, {info.numel}),
+                            Tensor(sum_.data() + info.offset, {info.numel}),
+                            ConstTensor(grads + info.offset, {info.numel}), s);
   }
 }
 

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "memo/core/buffer.h"
+#include "memo/backend/backend.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -21,10 +23,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdagradOptions, lr_decay,
 
 class Adagrad final : public Optimizer {
  public:
-  Adagrad(const ParamLayout& layout, AdagradOptions options, std::vector<bool> decay);
+  Adagrad(const ParamLayout& layout, AdagradOptions options, std::vector<bool> decay,
+          Backend& backend = cpu_backend());
   std::string name() const override { return "adagrad"; }
   void step(float* params, const float* grads, double lr) override;
   std::vector<StateTensor> state() override;
+  int64_t state_bytes() const override { return sum_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }
 
  private:
@@ -32,6 +36,7 @@ class Adagrad final : public Optimizer {
   AdagradOptions options_;
   std::vector<bool> decay_;
   AlignedBuffer<float> sum_;  // [total_numel] running sum of squared gradients
+  Backend& backend_;  // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

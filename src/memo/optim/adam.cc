@@ -14,9 +14,10 @@ void check_adam_options(const std::string& optimizer, double beta1, double beta2
   check_option(weight_decay >= 0.0, optimizer, "weight_decay", weight_decay, "[0, inf)");
 }
 
-Adam::Adam(const ParamLayout& layout, AdamOptions options, std::vector<bool> decay)
+Adam::Adam(const ParamLayout& layout, AdamOptions options, std::vector<bool> decay,
+           Backend& backend)
     : layout_(layout), options_(options), decay_(std::move(decay)), m_(layout.total_numel()),
-      v_(layout.total_numel()) {
+      v_(layout.total_numel()), backend_(backend) {
   check_decay_mask(layout, decay_);
   check_adam_options("adam", options_.beta1, options_.beta2, options_.eps, options_.weight_decay);
 }
@@ -24,24 +25,19 @@ Adam::Adam(const ParamLayout& layout, AdamOptions options, std::vector<bool> dec
 void Adam::step(float* params, const float* grads, double lr) {
   ++steps_done_;
   const double t = double(steps_done_);
-  const float b1 = float(options_.beta1), b2 = float(options_.beta2), eps = float(options_.eps);
-  const float bias2_sqrt = float(std::sqrt(1.0 - std::pow(options_.beta2, t)));
-  const float step_size = float(lr / (1.0 - std::pow(options_.beta1, t)));
+  AdamStep s;
+  s.beta1 = float(options_.beta1);
+  s.beta2 = float(options_.beta2);
+  s.eps = float(options_.eps);
+  s.bias2_sqrt = float(std::sqrt(1.0 - std::pow(options_.beta2, t)));
+  s.step_size = float(lr / (1.0 - std::pow(options_.beta1, t)));
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
-    const float wd = decay_[i] ? float(options_.weight_decay) : 0.0f;
-    float* p = params + info.offset;
-    const float* g = grads + info.offset;
-    float* m = m_.data() + info.offset;
-    float* v = v_.data() + info.offset;
-    const int64_t n = info.numel;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
-    for (int64_t j = 0; j < n; ++j) {
-      const float d = g[j] + wd * p[j];
-      m[j] = b1 * m[j] + (1.0f - b1) * d;
-      v[j] = b2 * v[j] + (1.0f - b2) * d * d;
-      p[j] -= step_size * (m[j] / (std::sqrt(v[j]) / bias2_sqrt + eps));
-    }
+    s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
+    backend_.adam_update(Tensor(params + info.offset, {info.numel}),
+                         Tensor(m_.data() + info.offset, {info.numel}),
+                         Tensor(v_.data() + info.offset, {info.numel}),
+                         ConstTensor(grads + info.offset, {info.numel}), s);
   }
 }
 

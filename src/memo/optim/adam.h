@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "memo/core/buffer.h"
+#include "memo/backend/backend.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -22,10 +24,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdamOptions, beta1, beta2, eps, 
 
 class Adam final : public Optimizer {
  public:
-  Adam(const ParamLayout& layout, AdamOptions options, std::vector<bool> decay);
+  Adam(const ParamLayout& layout, AdamOptions options, std::vector<bool> decay,
+       Backend& backend = cpu_backend());
   std::string name() const override { return "adam"; }
   void step(float* params, const float* grads, double lr) override;
   std::vector<StateTensor> state() override;
+  int64_t state_bytes() const override { return m_.bytes() + v_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }
 
  private:
@@ -34,6 +38,7 @@ class Adam final : public Optimizer {
   std::vector<bool> decay_;
   AlignedBuffer<float> m_;  // [total_numel] first moment, same layout as the parameters
   AlignedBuffer<float> v_;  // [total_numel] second moment
+  Backend& backend_;  // runs the updates (backend/backend.h)
 };
 
 // Throws ConfigError unless 0 <= beta1 < 1, 0 <= beta2 < 1, eps > 0, weight_decay >= 0.

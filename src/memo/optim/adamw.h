@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "memo/core/buffer.h"
+#include "memo/backend/backend.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -22,10 +24,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdamWOptions, beta1, beta2, eps,
 class AdamW final : public Optimizer {
  public:
   // decay[i] says whether layout.params()[i] gets weight decay. Throws ConfigError on bad options.
-  AdamW(const ParamLayout& layout, AdamWOptions options, std::vector<bool> decay);
+  AdamW(const ParamLayout& layout, AdamWOptions options, std::vector<bool> decay,
+        Backend& backend = cpu_backend());
   std::string name() const override { return "adamw"; }
   void step(float* params, const float* grads, double lr) override;
   std::vector<StateTensor> state() override;
+  int64_t state_bytes() const override { return m_.bytes() + v_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }
 
  private:
@@ -34,6 +38,7 @@ class AdamW final : public Optimizer {
   std::vector<bool> decay_;
   AlignedBuffer<float> m_;  // [total_numel] first moment, same layout as the parameters
   AlignedBuffer<float> v_;  // [total_numel] second moment
+  Backend& backend_;  // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

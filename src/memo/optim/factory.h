@@ -40,6 +40,11 @@ const std::vector<std::string>& optimizer_names();
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParamLayout& layout,
                                           const OptimizerOptions& options);
 
+// Bytes of the named optimiser's state tensors (what Optimizer::state() lists) for `layout`,
+// without allocating them: what the device budget counts. Throws ConfigError for an unknown name.
+int64_t optimizer_state_bytes(const std::string& name, const ParamLayout& layout,
+                              const OptimizerOptions& options);
+
 // options with the named optimiser's fields replaced by those in hyperparameters (as written by
 // Optimizer::hyperparameters(), e.g. from a checkpoint). Throws ConfigError for an unknown
 // optimiser, an unknown key (naming the valid keys) or a value of the wrong type.

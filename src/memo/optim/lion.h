@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "memo/core/buffer.h"
+#include "memo/backend/backend.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -19,10 +21,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LionOptions, beta1, beta2, weigh
 
 class Lion final : public Optimizer {
  public:
-  Lion(const ParamLayout& layout, LionOptions options, std::vector<bool> decay);
+  Lion(const ParamLayout& layout, LionOptions options, std::vector<bool> decay,
+       Backend& backend = cpu_backend());
   std::string name() const override { return "lion"; }
   void step(float* params, const float* grads, double lr) override;
   std::vector<StateTensor> state() override;
+  int64_t state_bytes() const override { return m_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }
 
  private:
@@ -30,6 +34,7 @@ class Lion final : public Optimizer {
   LionOptions options_;
   std::vector<bool> decay_;
   AlignedBuffer<float> m_;  // [total_numel] momentum
+  Backend& backend_;  // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

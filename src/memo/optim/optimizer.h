@@ -37,6 +37,9 @@ class Optimizer {
   void set_steps_done(int64_t n) { steps_done_ = n; }
   // Every state buffer, for saving and restoring (restoring writes through the pointers).
   virtual std::vector<StateTensor> state() = 0;
+  // Bytes of the state buffers as allocated (padding between tensors included, scratch not):
+  // what optimizer_state_bytes (optim/factory.h) predicts before the optimiser exists.
+  virtual int64_t state_bytes() const = 0;
   // Every option by name (numbers and booleans), for checkpoints and run logs.
   virtual nlohmann::json hyperparameters() const = 0;
 

@@ -6,9 +6,10 @@
 
 namespace memo {
 
-Rmsprop::Rmsprop(const ParamLayout& layout, RmspropOptions options, std::vector<bool> decay)
+Rmsprop::Rmsprop(const ParamLayout& layout, RmspropOptions options, std::vector<bool> decay,
+                 Backend& backend)
     : layout_(layout), options_(options), decay_(std::move(decay)),
-      square_avg_(layout.total_numel()) {
+      square_avg_(layout.total_numel()), backend_(backend) {
   check_decay_mask(layout, decay_);
   check_option(options_.alpha >= 0.0 && options_.alpha < 1.0, "rmsprop", "alpha", options_.alpha,
                "[0, 1)");
@@ -23,35 +24,21 @@ Rmsprop::Rmsprop(const ParamLayout& layout, RmspropOptions options, std::vector<
 
 void Rmsprop::step(float* params, const float* grads, double lr) {
   ++steps_done_;
-  const float alpha = float(options_.alpha), eps = float(options_.eps);
-  const float mu = float(options_.momentum), lr_f = float(lr);
-  const bool centered = options_.centered, use_momentum = options_.momentum > 0.0;
+  RmspropStep s;
+  s.alpha = float(options_.alpha);
+  s.eps = float(options_.eps);
+  s.momentum = float(options_.momentum);
+  s.lr = float(lr);
+  s.centered = options_.centered;
+  const bool use_momentum = options_.momentum > 0.0;
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
-    const float wd = decay_[i] ? float(options_.weight_decay) : 0.0f;
-    float* p = params + info.offset;
-    const float* g = grads + info.offset;
-    float* v = square_avg_.data() + info.offset;
-    float* a = centered ? grad_avg_.data() + info.offset : nullptr;
-    float* b = use_momentum ? buf_.data() + info.offset : nullptr;
-    const int64_t n = info.numel;
-#pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
-    for (int64_t j = 0; j < n; ++j) {
-      const float d = g[j] + wd * p[j];
-      v[j] = alpha * v[j] + (1.0f - alpha) * d * d;
-      float var = v[j];
-      if (centered) {
-        a[j] = alpha * a[j] + (1.0f - alpha) * d;
-        var = v[j] - a[j] * a[j];
-      }
-      const float den = std::sqrt(var) + eps;
-      if (use_momentum) {
-        b[j] = mu * b[j] + d / den;
-        p[j] -= lr_f * b[j];
-      } else {
-        p[j] -= lr_f * (d / den);
-      }
-    }
+    s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
+    const Tensor a = options_.centered ? Tensor(grad_avg_.data() + info.offset, {info.numel}) : Tensor();
+    const Tensor b = use_momentum ? Tensor(buf_.data() + info.offset, {info.numel}) : Tensor();
+    backend_.rmsprop_update(Tensor(params + info.offset, {info.numel}),
+                            Tensor(square_avg_.data() + info.offset, {info.numel}), a, b,
+                            ConstTensor(grads + info.offset, {info.numel}), s);
   }
 }
 

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "memo/core/buffer.h"
+#include "memo/backend/backend.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -24,10 +26,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RmspropOptions, alpha, eps, mome
 
 class Rmsprop final : public Optimizer {
  public:
-  Rmsprop(const ParamLayout& layout, RmspropOptions options, std::vector<bool> decay);
+  Rmsprop(const ParamLayout& layout, RmspropOptions options, std::vector<bool> decay,
+          Backend& backend = cpu_backend());
   std::string name() const override { return "rmsprop"; }
   void step(float* params, const float* grads, double lr) override;
   std::vector<StateTensor> state() override;
+  int64_t state_bytes() const override { return square_avg_.bytes() + grad_avg_.bytes() + buf_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }
 
  private:
@@ -37,6 +41,7 @@ class Rmsprop final : public Optimizer {
   AlignedBuffer<float> square_avg_;  // [total_numel] v
   AlignedBuffer<float> grad_avg_;    // [total_numel] a; empty unless centered
   AlignedBuffer<float> buf_;         // [total_numel] momentum buffer; empty unless momentum > 0
+  Backend& backend_;  // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "memo/core/buffer.h"
+#include "memo/backend/backend.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -23,10 +25,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SgdOptions, momentum, dampening,
 class Sgd final : public Optimizer {
  public:
   // decay[i] says whether layout.params()[i] gets weight decay. Throws ConfigError on bad options.
-  Sgd(const ParamLayout& layout, SgdOptions options, std::vector<bool> decay);
+  Sgd(const ParamLayout& layout, SgdOptions options, std::vector<bool> decay,
+      Backend& backend = cpu_backend());
   std::string name() const override { return "sgd"; }
   void step(float* params, const float* grads, double lr) override;
   std::vector<StateTensor> state() override;
+  int64_t state_bytes() const override { return buf_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }
 
  private:
@@ -34,6 +38,7 @@ class Sgd final : public Optimizer {
   SgdOptions options_;
   std::vector<bool> decay_;
   AlignedBuffer<float> buf_;  // [total_numel] momentum buffer; empty when momentum = 0
+  Backend& backend_;  // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

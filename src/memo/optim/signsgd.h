@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "memo/core/buffer.h"
+#include "memo/backend/backend.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -19,10 +21,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SignSgdOptions, momentum, weight
 
 class SignSgd final : public Optimizer {
  public:
-  SignSgd(const ParamLayout& layout, SignSgdOptions options, std::vector<bool> decay);
+  SignSgd(const ParamLayout& layout, SignSgdOptions options, std::vector<bool> decay,
+          Backend& backend = cpu_backend());
   std::string name() const override { return "signsgd"; }
   void step(float* params, const float* grads, double lr) override;
   std::vector<StateTensor> state() override;
+  int64_t state_bytes() const override { return m_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }
 
  private:
@@ -30,6 +34,7 @@ class SignSgd final : public Optimizer {
   SignSgdOptions options_;
   std::vector<bool> decay_;
   AlignedBuffer<float> m_;  // [total_numel] momentum; empty when momentum = 0
+  Backend& backend_;  // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

@@ -1,5 +1,5 @@
-// Learning-rate laws in batch size (DESIGN.md section 3; surge paper arXiv 2405.14578, notes in
-// shared/papers/surge-notes.md): the closed-form laws a sweep is fitted to, and the exact optima
+// Learning-rate laws in batch size (DESIGN.md section 3; the surge paper, arXiv 2405.14578): the
+// closed-form laws a sweep is fitted to, and the exact optima
 // of the Gaussian gradient model they approximate. Batch sizes and B_noise share one unit
 // (tokens for language models, examples otherwise). Pure functions, no state.
 #pragma once

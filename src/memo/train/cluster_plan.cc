@@ -319,7 +319,9 @@ ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::stri
                          const ClusterOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   validate_cluster(config, seq, o);
-  make_strategy_factory(StrategyOptions{strategy});  // names the strategies on a bad one
+  StrategyOptions named;
+  named.kind = strategy;
+  make_strategy_factory(named);  // names the strategies on a bad one
   const int64_t t = o.parallel.tp, c = o.parallel.cp;
   ClusterPlan p;
   p.strategy = strategy;

@@ -1,6 +1,6 @@
 // Planning for hardware we do not have: one GPU's memory and a step's time for a model trained on
 // G GPUs of a given kind, under each activation strategy, from memo's own code. The activation
-// arena comes from a shape-only trace of one rank (train/device_plan.h, Note [Shape-only mode],
+// arena comes from a shape-only trace of one rank (train/device_plan.h, Note [Meta backend],
 // Note [Per-GPU shapes]) planned by memory/plan; the model state, alpha, host memory, step time
 // and MFU from the formulas in cluster_plan.cc (Note [Cluster cost model]). `memo plan --gpus`
 // prints it.

@@ -5,6 +5,9 @@
 #include <ostream>
 #include <vector>
 
+#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/kernels/meta/meta_backend.h"
+
 namespace memo {
 
 StrategyFactory make_strategy_factory(const StrategyOptions& options) {
@@ -21,7 +24,9 @@ std::string DevicePlan::over_budget_message() const {
 
 Trace trace_model_step(Model& model, int64_t batch, int64_t seq, const StrategyFactory& make_strategy) {
   const std::vector<int32_t> tokens(size_t(batch * seq), 0);
-  Trace trace = record_step(model.config(), batch, seq, make_strategy,
+  Backend& backend = model.backend();
+  Trace trace = record_step(backend.allocator(backend.device_space()), model.config(), batch, seq,
+                            make_strategy,
                             [&](ActivationStrategy& strategy, ActivationAllocator& alloc) {
                               model.forward_backward(tokens.data(), tokens.data(), batch, seq,
                                                      1.0f, strategy, alloc);
@@ -32,8 +37,8 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq, const StrategyF
 
 Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int64_t batch,
                         int64_t seq, const StrategyFactory& make_strategy) {
-  ShapeOnlyScope shapes_only;
-  Model model(config, ShapesOnly{});
+  MetaBackend meta(cpu_backend());  // sized as the CPU kernels would run it
+  Model model(config, meta);
   model.set_parallel(parallel);
   return trace_model_step(model, batch, seq, make_strategy);
 }
@@ -46,7 +51,10 @@ DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t 
   out.seq = seq;
   out.budget_bytes = budget_bytes;
   out.activations = plan_activations(trace_model_step(model, batch, seq, make_strategy), options.plan);
-  out.need = device_need(model.layout().total_numel(), out.activations.arena_bytes);
+  out.need = device_need(model.layout().total_numel(), options.optimizer.name,
+                         optimizer_state_bytes(options.optimizer.name, model.layout(),
+                                               options.optimizer.options),
+                         out.activations.arena_bytes);
   if (!out.fits()) {
     out.advice.smallest_budget_bytes = out.need.total_bytes();
     const int64_t short_seq = std::max<int64_t>(1, seq / 4);
@@ -60,10 +68,8 @@ DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t 
 
 std::unique_ptr<PlannedAllocator> planned_allocator_within_budget(Model& model, int64_t batch,
                                                                   int64_t seq, int64_t budget_bytes,
-                                                                  const StrategyOptions& strategy,
+                                                                  const DevicePlanOptions& options,
                                                                   std::ostream& progress) {
-  DevicePlanOptions options;
-  options.strategy = strategy;
   DevicePlan dp = plan_device_memory(model, batch, seq, budget_bytes, options);
   if (!dp.fits()) throw BudgetError(dp.over_budget_message());
   const ActivationPlan& a = dp.activations;
@@ -75,7 +81,9 @@ std::unique_ptr<PlannedAllocator> planned_allocator_within_budget(Model& model, 
                 gib(double(a.arena_bytes)).c_str(), plan::gap_percent(a.arena_bytes, a.lower_bound_bytes),
                 a.trace.requests.size());
   progress << line;
-  return std::make_unique<PlannedAllocator>(std::move(dp.activations));
+  Backend& backend = model.backend();
+  return std::make_unique<PlannedAllocator>(std::move(dp.activations),
+                                            backend.allocator(backend.device_space()));
 }
 
 }  // namespace memo

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "memo/memory/strategy_factory.h"
+#include "memo/train/optimizer_setup.h"
 
 #include <cstdint>
 #include <iosfwd>
@@ -21,6 +22,7 @@ namespace memo {
 struct DevicePlanOptions {
   ActivationPlanOptions plan;
   StrategyOptions strategy;  // CLI: --activations and its flags; see make_strategy_factory
+  OptimizerChoice optimizer;  // whose state the budget counts (optimizer_state_bytes)
 };
 
 // The activation strategies this build has (keep now; recompute, offload and memo plug in through
@@ -42,7 +44,7 @@ struct DevicePlan {
 // zeroed), with the strategy `strategy_name` makes.
 Trace trace_model_step(Model& model, int64_t batch, int64_t seq, const StrategyFactory& make_strategy);
 
-// The same trace without data and arithmetic (Note [Shape-only mode]) of one rank of a run split
+// The same trace without data and arithmetic (Note [Meta backend]) of one rank of a run split
 // `parallel` ways (Note [Per-GPU shapes]), on a parameter-less model built here: batch x seq are
 // that rank's sequences and tokens per sequence (seq = the run's S / (t c)). Equal to
 // trace_model_step for t = c = 1 (tests/train/shape_only_test.cc); needs no memory for the
@@ -60,7 +62,7 @@ DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t 
 // DevicePlan::over_budget_message() when it does not fit.
 std::unique_ptr<PlannedAllocator> planned_allocator_within_budget(Model& model, int64_t batch,
                                                                   int64_t seq, int64_t budget_bytes,
-                                                                  const StrategyOptions& strategy,
+                                                                  const DevicePlanOptions& options,
                                                                   std::ostream& progress);
 
 }  // namespace memo

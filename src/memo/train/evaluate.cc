@@ -1,6 +1,7 @@
 // Implementation of train/evaluate.h.
 #include "memo/train/evaluate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,26 @@
 
 namespace memo {
 
+EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationAllocator& alloc,
+                         const WindowSampler& sampler, int64_t batch, int64_t max_windows,
+                         const EvalBatchHook& after_batch) {
+  MEMO_CHECK(batch > 0 && max_windows >= 0, "evaluation in batches of ", batch, " windows, at most ",
+             max_windows);
+  const int64_t seq = sampler.seq();
+  const int64_t windows = std::min(max_windows, sampler.num_sequential_windows());
+  std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());
+  EvalSum r;
+  for (int64_t w = 0; w < windows; w += batch) {
+    const int64_t rows = std::min(batch, windows - w);
+    sampler.fill_sequential(w, inputs.data(), targets.data(), rows);
+    r.loss_sum += model.forward_loss(inputs.data(), targets.data(), rows, seq, strategy, alloc);
+    r.tokens += rows * seq;
+    r.windows += rows;
+    if (after_batch) after_batch(targets.data(), rows, r);
+  }
+  return r;
+}
+
 EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& data, int64_t seq,
                     int64_t batch, int64_t max_batches, std::ostream* progress) {
   const ModelConfig& cfg = model.config();
@@ -22,40 +43,39 @@ EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& d
         str("--seq ", seq, " exceeds ", cfg.positions_field(), " = ", cfg.max_position_embeddings));
   if (batch <= 0) throw ConfigError(str("--batch ", batch, " must be positive"));
   const WindowSampler sampler(data, seq, 0);
-  CachingAllocator alloc;
+  CachingAllocator alloc(0, model.backend().allocator(model.backend().device_space()));
   KeepStrategy strategy(cfg, alloc);
-  std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());
-  const int64_t windows = sampler.num_sequential_windows();
-  int64_t batches = (windows + batch - 1) / batch;
-  if (max_batches > 0) batches = std::min(batches, max_batches);
+  const int64_t all_windows = sampler.num_sequential_windows();
+  const int64_t max_windows = max_batches > 0 ? max_batches * batch : all_windows;
+  const int64_t batches = (std::min(max_windows, all_windows) + batch - 1) / batch;
   EvalReport r;
-  double loss_sum = 0.0;
+  int64_t done = 0;
   const auto t0 = std::chrono::steady_clock::now();
   auto last_print = t0;
-  for (int64_t b = 0; b < batches; ++b) {
-    const int64_t rows = std::min(batch, windows - b * batch);
-    sampler.fill_sequential(b * batch, inputs.data(), targets.data(), rows);
-    loss_sum += model.forward_loss(inputs.data(), targets.data(), rows, seq, strategy, alloc);
-    for (int64_t i = 0; i < rows * seq; ++i)
-      r.bytes += int64_t(tokenizer.token_bytes(targets[size_t(i)]).size());
-    r.tokens += rows * seq;
-    r.windows += rows;
-    const auto now = std::chrono::steady_clock::now();
-    if (progress && (now - last_print > std::chrono::seconds(1) || b + 1 == batches)) {
-      last_print = now;
-      const double s = std::chrono::duration<double>(now - t0).count();
-      char line[160];
-      std::snprintf(line, sizeof line,
-                    "eval: %lld / %lld batches (%.0f%%), %.0f tokens/s, ETA %.0f s",
-                    static_cast<long long>(b + 1), static_cast<long long>(batches),
-                    100.0 * double(b + 1) / double(batches), double(r.tokens) / s,
-                    s / double(b + 1) * double(batches - b - 1));
-      *progress << "\r" << line << (b + 1 == batches ? "\n" : "") << std::flush;
-    }
-  }
-  r.loss = loss_sum / double(r.tokens);
+  const EvalSum sum = evaluate_windows(
+      model, strategy, alloc, sampler, batch, max_windows,
+      [&](const int32_t* targets, int64_t rows, const EvalSum& so_far) {
+        for (int64_t i = 0; i < rows * seq; ++i)
+          r.bytes += int64_t(tokenizer.token_bytes(targets[i]).size());
+        ++done;
+        const auto now = std::chrono::steady_clock::now();
+        if (progress && (now - last_print > std::chrono::seconds(1) || done == batches)) {
+          last_print = now;
+          const double s = std::chrono::duration<double>(now - t0).count();
+          char line[160];
+          std::snprintf(line, sizeof line,
+                        "eval: %lld / %lld batches (%.0f%%), %.0f tokens/s, ETA %.0f s",
+                        static_cast<long long>(done), static_cast<long long>(batches),
+                        100.0 * double(done) / double(batches), double(so_far.tokens) / s,
+                        s / double(done) * double(batches - done));
+          *progress << "\r" << line << (done == batches ? "\n" : "") << std::flush;
+        }
+      });
+  r.tokens = sum.tokens;
+  r.windows = sum.windows;
+  r.loss = sum.mean_loss();
   r.perplexity = std::exp(r.loss);
-  r.bits_per_byte = r.bytes > 0 ? loss_sum / std::log(2.0) / double(r.bytes) : 0.0;
+  r.bits_per_byte = r.bytes > 0 ? sum.loss_sum / std::log(2.0) / double(r.bytes) : 0.0;
   return r;
 }
 

@@ -1,18 +1,37 @@
-// Evaluation of a model on token data: mean loss per token (nats), perplexity exp(loss) and bits
-// per byte (the summed loss in bits over the bytes the target tokens decode to), so models with
-// different tokenizers compare. Windows of seq tokens are read in order from the start of the
-// data; a progress bar (one line redrawn with \r) goes to `progress` at most once a second.
+// Evaluation of a model on token data, the one evaluation loop of memo: forward only over the
+// sequential windows of seq tokens from the start of the data, in batches (memo train's
+// validation, memo sweep's short runs, memo eval). The report of memo eval adds perplexity
+// exp(loss) and bits per byte (the summed loss in bits over the bytes the target tokens decode
+// to), so models with different tokenizers compare; a progress bar (one line redrawn with \r)
+// goes to `progress` at most once a second.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <string>
 
+#include "memo/backend/allocator.h"
+#include "memo/data/sampler.h"
 #include "memo/data/token_data.h"
 #include "memo/data/tokenizer.h"
+#include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 
 namespace memo {
+
+// The windows [0, min(max_windows, all)) of `sampler`'s data in batches of `batch` windows.
+struct EvalSum {
+  double loss_sum = 0.0;  // summed token losses, nats
+  int64_t tokens = 0;
+  int64_t windows = 0;
+  double mean_loss() const { return tokens > 0 ? loss_sum / double(tokens) : 0.0; }
+};
+// Called after each batch with its targets (rows x seq ids) and the sums so far.
+using EvalBatchHook = std::function<void(const int32_t* targets, int64_t rows, const EvalSum& sum)>;
+EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationAllocator& alloc,
+                         const WindowSampler& sampler, int64_t batch, int64_t max_windows,
+                         const EvalBatchHook& after_batch = {});
 
 struct EvalReport {
   double loss = 0.0;           // mean over target tokens, nats

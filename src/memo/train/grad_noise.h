@@ -14,7 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "memo/backend/backend.h"
 #include "memo/core/buffer.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/scaling/noise_scale.h"
 
 namespace memo {
@@ -31,8 +33,9 @@ namespace memo {
 class GradNoiseProbe {
  public:
   // numel: the gradient buffer's length; micro_steps >= 2; micro_tokens: tokens per micro-batch.
+  // The fused pass (norm, side-buffer sum, zeroing) runs on `backend`.
   GradNoiseProbe(int64_t numel, int64_t micro_steps, int64_t micro_tokens,
-                 scaling::NoiseScaleOptions options = {});
+                 scaling::NoiseScaleOptions options = {}, Backend& backend = cpu_backend());
   // After micro-batch `micro` (0-based) of a step; grads is the model's gradient buffer, zero
   // before micro-batch 0 (the trainer's zero_grads); the probe zeroes it for the later ones.
   void after_micro(float* grads, int64_t micro);
@@ -51,6 +54,7 @@ class GradNoiseProbe {
   int64_t micro_steps_;
   int64_t micro_tokens_;
   scaling::NoiseScaleEstimator estimator_;
+  Backend& backend_;
   AlignedBuffer<float> sum_;         // [numel] fp32: the step's gradient so far; live within a step
   std::vector<double> micro_sq_;     // [micro_steps] |g_i|^2 of this step's micro-batches
   std::vector<double> partial_;      // [chunks] per-chunk sums of the fused pass

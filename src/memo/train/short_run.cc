@@ -9,11 +9,14 @@
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/error.h"
 #include "memo/data/sampler.h"
-#include "memo/kernels/cpu/tensor_ops.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
+#include "memo/parallel/self_communicator.h"
 #include "memo/train/grad_noise.h"
 #include "memo/train/schedule.h"
+#include "memo/train/evaluate.h"
+#include "memo/train/step.h"
 
 namespace memo {
 namespace {
@@ -44,17 +47,22 @@ ShortRunResult run_short(const ModelConfig& config, const TokenData& train, cons
   const int64_t micro_rows = o.micro_batch == 0 ? rows : o.micro_batch;
   const int64_t micro_steps = rows / micro_rows;
   const WindowSampler sampler(train, o.seq, o.seed);
-  Model model(config);
+  CpuBackend& backend = cpu_backend();
+  SelfCommunicator data_parallel(backend);
+  Model model(config, backend);
   model.init(o.seed);
   const std::unique_ptr<Optimizer> opt = make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options);
   std::optional<GradNoiseProbe> probe;
   if (o.gns && micro_steps >= 2) probe.emplace(model.params_numel(), micro_steps, micro_rows * o.seq);
-  CachingAllocator alloc;
+  CachingAllocator alloc(0, backend.allocator(backend.device_space()));
   KeepStrategy strategy(config, alloc);
   const LrSchedule schedule{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.max_steps};
-  std::vector<int32_t> inputs(size_t(micro_rows * o.seq)), targets(inputs.size());
-  const float grad_scale = 1.0f / float(o.batch_tokens);
-  const ConstTensor grads(model.grads(), {model.params_numel()});
+  TrainStep train_step(
+      model, *opt, strategy, alloc, StepShape{micro_rows, o.seq, micro_steps},
+      [&sampler](int64_t step, int64_t micro, int32_t* in, int32_t* tgt, int64_t rows) {
+        sampler.fill(step, micro, in, tgt, rows);
+      },
+      probe ? &*probe : nullptr, data_parallel);
 
   ShortRunResult r;
   r.best_loss = std::numeric_limits<double>::infinity();
@@ -65,26 +73,17 @@ ShortRunResult run_short(const ModelConfig& config, const TokenData& train, cons
   auto curve_step = [&](int64_t i) { return (o.max_steps * i + n_curve - 1) / n_curve; };
   next_curve = curve_step(curve_i);
   for (int64_t step = 1; step <= o.max_steps; ++step) {
-    model.zero_grads();
-    double loss_sum = 0.0;
-    for (int64_t micro = 0; micro < micro_steps; ++micro) {
-      sampler.fill(step, micro, inputs.data(), targets.data(), micro_rows);
-      loss_sum += model.forward_backward(inputs.data(), targets.data(), micro_rows, o.seq,
-                                         grad_scale, strategy, alloc);
-      if (probe) probe->after_micro(model.grads(), micro);
-    }
-    const double loss = loss_sum / double(o.batch_tokens);
+    const StepGradients g = train_step.gradients(step);
+    const double loss = g.loss;
     r.steps = step;
     r.tokens = step * o.batch_tokens;
     if (step == 1) first_loss = loss;
-    const double grad_sq = cpu::sum_squares(grads);
-    if (probe) probe->end_step(grad_sq);
     window.push_back(loss);
     if (int64_t(window.size()) > o.loss_window) window.pop_front();
     double smoothed = 0.0;  // a fresh sum each step: no drift from a running add and subtract
     for (double l : window) smoothed += l;
     smoothed /= double(window.size());
-    if (!std::isfinite(loss) || !std::isfinite(grad_sq) || smoothed > first_loss + 2.0) {
+    if (!std::isfinite(loss) || !std::isfinite(g.grad_sq) || smoothed > first_loss + 2.0) {
       r.diverged = true;
       break;
     }
@@ -105,23 +104,14 @@ ShortRunResult run_short(const ModelConfig& config, const TokenData& train, cons
         break;
       }
     }
-    const double grad_norm = std::sqrt(grad_sq);
-    if (o.clip > 0 && grad_norm > o.clip)
-      cpu::scale(Tensor(model.grads(), {model.params_numel()}), float(o.clip / (grad_norm + 1e-6)));
-    opt->step(model.params(), model.grads(), schedule.at(step));
+    train_step.update(g, schedule.at(step), o.clip);
   }
   if (r.diverged) r.final_loss = std::numeric_limits<double>::infinity();
   if (probe) r.gns_b_simple = probe->estimator().b_simple();
   if (val && o.val_windows > 0 && !r.diverged) {
-    const WindowSampler val_sampler(*val, o.seq, o.seed);
-    const int64_t windows = std::min(o.val_windows, val_sampler.num_sequential_windows());
-    double sum = 0.0;
-    for (int64_t w = 0; w < windows; w += micro_rows) {
-      const int64_t n = std::min(micro_rows, windows - w);
-      val_sampler.fill_sequential(w, inputs.data(), targets.data(), n);
-      sum += model.forward_loss(inputs.data(), targets.data(), n, o.seq, strategy, alloc);
-    }
-    if (windows > 0) r.val_loss = sum / double(windows * o.seq);
+    const EvalSum v = evaluate_windows(model, strategy, alloc, WindowSampler(*val, o.seq, o.seed),
+                                       micro_rows, o.val_windows);
+    if (v.windows > 0) r.val_loss = v.mean_loss();
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

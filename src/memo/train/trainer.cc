@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <ostream>
 #include <vector>
 
@@ -20,14 +21,17 @@
 #include "memo/io/atomic_file.h"
 #include "memo/io/checkpoint.h"
 #include "memo/io/config_json.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/matmul_peak.h"
-#include "memo/kernels/cpu/tensor_ops.h"
+#include "memo/memory/planned_allocator.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
+#include "memo/parallel/self_communicator.h"
 #include "memo/train/device_plan.h"
 #include "memo/train/grad_noise.h"
 #include "memo/train/schedule.h"
+#include "memo/train/evaluate.h"
+#include "memo/train/step.h"
 
 namespace fs = std::filesystem;
 
@@ -132,61 +136,140 @@ std::string save(const TrainOptions& o, Model& model, Optimizer& opt,
 // (windows are a pure function of seed, step, micro-batch and row), and the options that shape
 // the run are restored from the checkpoint rather than taken from the command line.
 
-TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
-  TrainOptions o = options_in;
-  std::optional<LoadedCheckpoint> resume;
-  int64_t start_step = 0;
-  if (!o.resume_dir.empty()) {
-    resume = load_checkpoint(find_latest_checkpoint(o.resume_dir));
-    const nlohmann::json& state = resume->trainer_state;
-    if (!state.contains("step") || !state.contains("options"))
-      throw DataError(str(o.resume_dir, " holds no trainer state (trainer_state.json): it cannot be resumed; use --init-from to start a new run from its weights"));
-    restore_pinned(o, state.at("options"));
-    o.optimizer = optimizer_choice_from_state(state);
-    start_step = state.at("step");
-    if (o.steps <= start_step)
-      throw ConfigError(str("--steps ", o.steps, " but the checkpoint is already at step ", start_step,
-                            "; ask for more steps to continue"));
-  }
+namespace {
+
+// The checkpoint a resumed run continues, with the options it pins restored into o.
+struct ResumePoint {
+  LoadedCheckpoint checkpoint;
+  int64_t step = 0;
+};
+
+std::optional<ResumePoint> resume_point(TrainOptions& o) {
+  if (o.resume_dir.empty()) return std::nullopt;
+  ResumePoint r{load_checkpoint(find_latest_checkpoint(o.resume_dir)), 0};
+  const nlohmann::json& state = r.checkpoint.trainer_state;
+  if (!state.contains("step") || !state.contains("options"))
+    throw DataError(str(o.resume_dir, " holds no trainer state (trainer_state.json): it cannot be resumed; use --init-from to start a new run from its weights"));
+  restore_pinned(o, state.at("options"));
+  o.optimizer = optimizer_choice_from_state(state);
+  r.step = state.at("step");
+  if (o.steps <= r.step)
+    throw ConfigError(str("--steps ", o.steps, " but the checkpoint is already at step ", r.step,
+                          "; ask for more steps to continue"));
+  return r;
+}
+
+void check_shape_options(TrainOptions& o) {
   if (o.micro_batch == 0) o.micro_batch = o.batch;
   if (o.batch <= 0 || o.micro_batch <= 0 || o.batch % o.micro_batch != 0)
     throw ConfigError(str("--batch ", o.batch, " must be a positive multiple of --micro-batch ", o.micro_batch));
   if (o.seq <= 0) throw ConfigError(str("--seq ", o.seq, " must be positive"));
   if (o.steps <= 0) throw ConfigError(str("--steps ", o.steps, " must be positive"));
+}
 
-  const ModelConfig config = resume ? resume->config : load_model_config(o.config_path);
+void check_positions(const TrainOptions& o, const ModelConfig& config) {
   if (o.seq > config.max_position_embeddings)
     throw ConfigError(str("--seq ", o.seq, " exceeds ", config.positions_field(), " = ",
                           config.max_position_embeddings, " of the model config"));
-  // Data: validate everything before any output is written.
-  TokenData all = TokenData::load(o.data_path, config.vocab_size);
-  // A `memo tokenize` directory with validation shards validates on them (data/shards.h).
-  std::optional<TokenData> val = o.val_data_path.empty()
-                                     ? load_validation_shards(o.data_path, config.vocab_size)
-                                     : std::nullopt;
-  TokenData train_data = [&] {
-    if (!o.val_data_path.empty()) {
-      val = TokenData::load(o.val_data_path, config.vocab_size);
-      return std::move(all);
-    }
-    if (val) return std::move(all);
-    auto [tr, va] = split_tail(std::move(all), o.val_fraction);
-    val = std::move(va);
-    return std::move(tr);
-  }();
-  const WindowSampler sampler(train_data, o.seq, o.seed);
+}
 
-  Model model(config);
-  if (resume) {
-    load_model_tensors(model, resume->model);
-  } else if (!o.init_from.empty()) {
-    LoadedCheckpoint init = load_checkpoint(find_latest_checkpoint(o.init_from));
-    if (model_config_to_json(init.config) != model_config_to_json(config))
-      throw ConfigError(str("--init-from ", o.init_from, " has a different model config than ", o.config_path));
-    load_model_tensors(model, init.model);
-  } else {
-    model.init(o.seed);
-  }
+// Training data and validation data (a file of its own, the validation shards of a `memo
+// tokenize` directory (data/shards.h), or the tail of the training file), all validated before
+// any output is written.
+struct RunData {
+  TokenData train;
+  std::optional<TokenData> val;
+};
+
+RunData load_run_data(const TrainOptions& o, const ModelConfig& config) {
+  TokenData all = TokenData::load(o.data_path, config.vocab_size);
+  if (!o.val_data_path.empty())
+    return RunData{std::move(all), TokenData::load(o.val_data_path, config.vocab_size)};
+  if (std::optional<TokenData> shards = load_validation_shards(o.data_path, config.vocab_size))
+    return RunData{std::move(all), std::move(shards)};
+  auto [tr, va] = split_tail(std::move(all), o.val_fraction);
+  return RunData{std::move(tr), std::move(va)};
+}
+
+// The weights: a resumed checkpoint's, another run's (--init-from), or a fresh initialisation.
+void start_weights(Model& model, const TrainOptions& o, const std::optional<ResumePoint>& resume) {
+  if (resume) return load_model_tensors(model, resume->checkpoint.model);
+  if (o.init_from.empty()) return model.init(o.seed);
+  LoadedCheckpoint init = load_checkpoint(find_latest_checkpoint(o.init_from));
+  if (model_config_to_json(init.config) != model_config_to_json(model.config()))
+    throw ConfigError(str("--init-from ", o.init_from, " has a different model config than ", o.config_path));
+  load_model_tensors(model, init.model);
+}
+
+void restore_training_state(Optimizer& opt, GradNoiseProbe* probe, const ResumePoint& resume,
+                            const TrainOptions& o) {
+  if (!opt.state().empty() && !resume.checkpoint.optimizer)
+    throw DataError(str(o.resume_dir, " has no optimizer.safetensors: it cannot be resumed exactly"));
+  if (resume.checkpoint.optimizer)
+    restore_optimizer(opt, *resume.checkpoint.optimizer, resume.step, o.resume_dir);
+  opt.set_steps_done(resume.step);
+  const nlohmann::json& gns = resume.checkpoint.trainer_state.value("gns", nlohmann::json());
+  if (probe && gns.is_object()) probe->estimator().restore(gns.get<scaling::NoiseScaleState>());
+}
+
+// The start-of-run lines: the model and data, then the backend (the BLAS warning before the first
+// matrix product: a forced OpenBLAS core the CPU cannot run crashes at the first sgemm).
+void print_run_header(std::ostream& progress, const Model& model, const TrainOptions& o,
+                      const Optimizer& opt, int64_t train_tokens, int64_t micro_steps) {
+  const ModelConfig& config = model.config();
+  progress << "memo: " << model.layout().count() << " parameters (" << config.num_hidden_layers
+           << " layers, hidden " << config.hidden_size << "), " << train_tokens
+           << " training tokens, " << o.batch << " x " << o.seq << " tokens per step ("
+           << micro_steps << " micro-batches), " << opt.name() << " "
+           << opt.hyperparameters().dump() << ", " << omp_get_max_threads() << " threads, "
+           << model.backend().describe() << "\n";
+  if (const std::string w = cpu::blas_warning(); !w.empty()) progress << "memo: warning: " << w << "\n";
+}
+
+void print_step_line(std::ostream& progress, int64_t step, int64_t steps, const StepGradients& g,
+                     double lr, double tokens_per_s, double mfu, double eta_s,
+                     const GradNoiseProbe* probe) {
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s",
+                static_cast<long long>(step), static_cast<long long>(steps), g.loss, lr,
+                g.grad_norm(), tokens_per_s, 100.0 * mfu, duration_str(eta_s).c_str());
+  progress << line;
+  if (probe && probe->estimator().b_simple())
+    progress << " | B_simple " << int64_t(*probe->estimator().b_simple()) << " tok";
+  progress << "\n" << std::flush;
+}
+
+nlohmann::json log_record(int64_t step, const StepGradients& g, double lr, double tokens_per_s,
+                          double mfu, const ActivationAllocator& alloc,
+                          const ActivationStrategy& strategy, const GradNoiseProbe* probe) {
+  nlohmann::json record{{"step", step},           {"loss", g.loss},
+                        {"lr", lr},               {"grad_norm", g.grad_norm()},
+                        {"tokens_per_s", tokens_per_s}, {"mfu", mfu},
+                        {"peak_bytes", alloc.peak_live_bytes()},
+                        {"reserved_bytes", alloc.reserved_bytes()},
+                        {"device_peak_bytes", alloc.peak_live_bytes()},
+                        {"host_peak_bytes", strategy.host_peak_bytes()}};
+  record.update(probe ? probe->log_fields() : gns_null_fields());
+  return record;
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
+  TrainOptions o = options_in;
+  const std::optional<ResumePoint> resume = resume_point(o);
+  const int64_t start_step = resume ? resume->step : 0;
+  check_shape_options(o);
+  const ModelConfig config = resume ? resume->checkpoint.config : load_model_config(o.config_path);
+  check_positions(o, config);
+  const RunData data = load_run_data(o, config);
+  const WindowSampler sampler(data.train, o.seq, o.seed);
+
+  CpuBackend& backend = cpu_backend();
+  SelfCommunicator data_parallel(backend);
+  Model model(config, backend);
+  start_weights(model, o, resume);
   const std::unique_ptr<Optimizer> optimizer =
       make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options);
   Optimizer& opt = *optimizer;
@@ -195,22 +278,18 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   if (o.gns && micro_steps >= 2)
     probe.emplace(model.params_numel(), micro_steps, o.micro_batch * o.seq,
                   scaling::NoiseScaleOptions{o.gns_decay});
-  if (resume) {
-    if (!opt.state().empty() && !resume->optimizer)
-      throw DataError(str(o.resume_dir, " has no optimizer.safetensors: it cannot be resumed exactly"));
-    if (resume->optimizer) restore_optimizer(opt, *resume->optimizer, start_step, o.resume_dir);
-    opt.set_steps_done(start_step);
-    const nlohmann::json& gns = resume->trainer_state.value("gns", nlohmann::json());
-    if (probe && gns.is_object()) probe->estimator().restore(gns.get<scaling::NoiseScaleState>());
-  }
+  GradNoiseProbe* const probe_ptr = probe ? &*probe : nullptr;
+  if (resume) restore_training_state(opt, probe_ptr, *resume, o);
+
   // Activations: the static plan within --device-memory (refused here, before any output, when
   // it does not fit), else the caching allocator. Validation runs forward-only, a sequence the
   // plan does not cover, so it uses the caching allocator, outside the budgeted arena.
-  CachingAllocator caching;
+  CachingAllocator caching(0, backend.allocator(backend.device_space()));
   std::unique_ptr<PlannedAllocator> planned;
   if (o.device_memory_bytes > 0)
-    planned = planned_allocator_within_budget(model, o.micro_batch, o.seq, o.device_memory_bytes,
-                                              o.activations, progress);
+    planned = planned_allocator_within_budget(
+        model, o.micro_batch, o.seq, o.device_memory_bytes,
+        DevicePlanOptions{ActivationPlanOptions{}, o.activations, o.optimizer}, progress);
   ActivationAllocator& alloc = planned ? static_cast<ActivationAllocator&>(*planned) : caching;
   const std::unique_ptr<ActivationStrategy> strategy = make_strategy(config, alloc, o.activations);
   KeepStrategy eval_strategy(config, caching);
@@ -221,134 +300,68 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     if (!log) throw DataError(str("cannot open log file ", o.log_path, " for writing"));
   }
 
+  const StepShape shape{o.micro_batch, o.seq, micro_steps};
+  TrainStep train_step(
+      model, opt, *strategy, alloc, shape,
+      [&sampler](int64_t step, int64_t micro, int32_t* in, int32_t* tgt, int64_t rows) {
+        sampler.fill(step, micro, in, tgt, rows);
+      },
+      probe_ptr, data_parallel);
   const LrSchedule schedule{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.steps};
-  const int64_t tokens_per_step = o.batch * o.seq;
-  const double flops_per_step = train_flops_per_token(config, o.seq) * double(tokens_per_step);
-  std::vector<int32_t> inputs(size_t(o.micro_batch * o.seq)), targets(inputs.size());
-
-  progress << "memo: " << model.layout().count() << " parameters (" << config.num_hidden_layers
-           << " layers, hidden " << config.hidden_size << "), " << train_data.num_tokens()
-           << " training tokens, " << o.batch << " x " << o.seq << " tokens per step ("
-           << micro_steps << " micro-batches), " << opt.name() << " "
-           << opt.hyperparameters().dump() << ", " << omp_get_max_threads() << " threads, "
-           << cpu::blas_name() << "\n";
-  // The BLAS warning comes before the first matrix product: a forced OpenBLAS core the CPU cannot
-  // run crashes at the first sgemm.
-  if (const std::string w = cpu::blas_warning(); !w.empty()) progress << "memo: warning: " << w << "\n";
-  const double peak_flops = cpu::measure_matmul_peak_flops(0.5);  // the MFU denominator
+  const double flops_per_step = train_flops_per_token(config, o.seq) * double(shape.tokens());
+  print_run_header(progress, model, o, opt, data.train.num_tokens(), micro_steps);
+  const double peak_flops = backend.measure_matmul_peak_flops(0.5);  // the MFU denominator
   if (resume) progress << "memo: resuming at step " << start_step << " from " << o.resume_dir << "\n";
-  if (strategy->wants_warmup()) {  // profile on the first micro-batch; its gradients are dropped
-    sampler.fill(start_step + 1, 0, inputs.data(), targets.data(), o.micro_batch);
-    model.zero_grads();
-    model.forward_backward(inputs.data(), targets.data(), o.micro_batch, o.seq, 0.0f, *strategy, alloc);
-  }
+  // profile on the first micro-batch; its gradients are dropped
+  if (strategy->wants_warmup()) train_step.warmup(start_step + 1);
   progress << "memo: activations: " << strategy->summary() << "\n";
 
   TrainResult result;
-  const float grad_scale = 1.0f / float(tokens_per_step);
   const auto t_start = Clock::now();
   for (int64_t step = start_step + 1; step <= o.steps; ++step) {
     const auto t0 = Clock::now();
-    model.zero_grads();
     alloc.reset_peak();
-    double loss_sum = 0.0;
-    for (int64_t micro = 0; micro < micro_steps; ++micro) {
-      sampler.fill(step, micro, inputs.data(), targets.data(), o.micro_batch);
-      loss_sum += model.forward_backward(inputs.data(), targets.data(), o.micro_batch, o.seq,
-                                         grad_scale, *strategy, alloc);
-      if (probe) probe->after_micro(model.grads(), micro);
-    }
-    const double loss = loss_sum / double(tokens_per_step);
-    if (!std::isfinite(loss))
-      throw Error(str("loss is ", loss, " at step ", step, "; lower --lr (now ", o.lr, ")"));
-    const double grad_sq = cpu::sum_squares(ConstTensor(model.grads(), {model.params_numel()}));
-    const double grad_norm = std::sqrt(grad_sq);
-    if (probe) probe->end_step(grad_sq);  // before clipping
-    if (o.clip > 0 && grad_norm > o.clip)
-      cpu::scale(Tensor(model.grads(), {model.params_numel()}), float(o.clip / (grad_norm + 1e-6)));
+    const StepGradients g = train_step.gradients(step);
+    if (!std::isfinite(g.loss))
+      throw Error(str("loss is ", g.loss, " at step ", step, "; lower --lr (now ", o.lr, ")"));
     const double lr = schedule.at(step);
-    opt.step(model.params(), model.grads(), lr);
+    train_step.update(g, lr, o.clip);
     const double step_s = seconds_since(t0);
-    const double tokens_per_s = double(tokens_per_step) / step_s;
+    const double tokens_per_s = double(shape.tokens()) / step_s;
     const double mfu = flops_per_step / step_s / peak_flops;
     result.steps_done = step;
-    result.final_loss = loss;
+    result.final_loss = g.loss;
+    // The last step's record carries the validation loss (on windows in order from the start of
+    // the validation data, after the last update), so `memo plot` draws it beside the training loss.
+    std::optional<EvalSum> val;
+    if (step == o.steps && data.val)
+      val = evaluate_windows(model, eval_strategy, caching, WindowSampler(*data.val, o.seq, o.seed),
+                             o.micro_batch, o.val_batches * o.micro_batch);
+    if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     if (log) {
-      nlohmann::json record{{"step", step},           {"loss", loss},
-                            {"lr", lr},               {"grad_norm", grad_norm},
-                            {"tokens_per_s", tokens_per_s}, {"mfu", mfu},
-                            {"peak_bytes", alloc.peak_live_bytes()},
-                            {"reserved_bytes", alloc.reserved_bytes()},
-                            {"device_peak_bytes", alloc.peak_live_bytes()},
-                            {"host_peak_bytes", strategy->host_peak_bytes()}};
-      record.update(probe ? probe->log_fields() : gns_null_fields());
+      nlohmann::json record = log_record(step, g, lr, tokens_per_s, mfu, alloc, *strategy, probe_ptr);
+      if (result.val_loss && step == o.steps) {
+        record["val_loss"] = *result.val_loss;
+        record["val_tokens"] = val->tokens;
+      }
       log << record.dump() << "\n" << std::flush;
     }
     if (step % o.log_every == 0 || step == o.steps) {
       const double elapsed = seconds_since(t_start);
       const double eta = elapsed / double(step - start_step) * double(o.steps - step);
-      char line[200];
-      std::snprintf(line, sizeof line,
-                    "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s",
-                    static_cast<long long>(step), static_cast<long long>(o.steps), loss, lr,
-                    grad_norm, tokens_per_s, 100.0 * mfu, duration_str(eta).c_str());
-      progress << line;
-      if (probe && probe->estimator().b_simple())
-        progress << " | B_simple " << int64_t(*probe->estimator().b_simple()) << " tok";
-      progress << "\n" << std::flush;
+      print_step_line(progress, step, o.steps, g, lr, tokens_per_s, mfu, eta, probe_ptr);
     }
-    if ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps)
-      result.checkpoint = save(o, model, opt, probe ? &*probe : nullptr, step);
-  }
-  // validation on windows in order from the start of the validation data
-  if (val) {
-    const WindowSampler val_sampler(*val, o.seq, o.seed);
-    const int64_t windows = val_sampler.num_sequential_windows();
-    double sum = 0.0;
-    int64_t tokens = 0;
-    for (int64_t b = 0; b < o.val_batches && b * o.micro_batch < windows; ++b) {
-      const int64_t rows = std::min(o.micro_batch, windows - b * o.micro_batch);
-      val_sampler.fill_sequential(b * o.micro_batch, inputs.data(), targets.data(), rows);
-      sum += model.forward_loss(inputs.data(), targets.data(), rows, o.seq, eval_strategy, caching);
-      tokens += rows * o.seq;
-    }
-    if (tokens > 0) {
-      result.val_loss = sum / double(tokens);
+    if (result.val_loss && step == o.steps) {
       char line[120];
       std::snprintf(line, sizeof line, "validation loss %.4f over %lld tokens", *result.val_loss,
-                    static_cast<long long>(tokens));
+                    static_cast<long long>(val->tokens));
       progress << line << "\n";
     }
+    if ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps)
+      result.checkpoint = save(o, model, opt, probe_ptr, step);
   }
   progress << "checkpoint: " << result.checkpoint << "\n";
   return result;
-}
-
-EvalResult evaluate_checkpoint(const std::string& checkpoint_dir, const std::string& data_path,
-                               int64_t seq, int64_t batch, int64_t batches) {
-  LoadedCheckpoint ckpt = load_checkpoint(find_latest_checkpoint(checkpoint_dir));
-  Model model(ckpt.config);
-  load_model_tensors(model, ckpt.model);
-  if (seq > ckpt.config.max_position_embeddings)
-    throw ConfigError(str("--seq ", seq, " exceeds ", ckpt.config.positions_field(), " = ",
-                          ckpt.config.max_position_embeddings));
-  TokenData data = TokenData::load(data_path, ckpt.config.vocab_size);
-  const WindowSampler sampler(data, seq, 0);
-  CachingAllocator alloc;
-  KeepStrategy strategy(ckpt.config, alloc);
-  std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());
-  EvalResult r;
-  double sum = 0.0;
-  const int64_t windows = sampler.num_sequential_windows();
-  for (int64_t b = 0; b < batches && b * batch < windows; ++b) {
-    const int64_t rows = std::min(batch, windows - b * batch);
-    sampler.fill_sequential(b * batch, inputs.data(), targets.data(), rows);
-    sum += model.forward_loss(inputs.data(), targets.data(), rows, seq, strategy, alloc);
-    r.tokens += rows * seq;
-    r.windows += rows;
-  }
-  r.mean_loss = sum / double(r.tokens);
-  return r;
 }
 
 }  // namespace memo

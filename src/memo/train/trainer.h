@@ -61,13 +61,5 @@ TrainResult train(const TrainOptions& options, std::ostream& progress);
 // Copies a checkpoint's model tensors into `model` (GPT-2 names with or without "transformer.").
 void load_model_tensors(Model& model, const SafetensorsFile& file);
 
-// Mean loss over `batches` micro-batches of `batch` sequential windows from the start of the file.
-struct EvalResult {
-  double mean_loss = 0.0;
-  int64_t tokens = 0;
-  int64_t windows = 0;
-};
-EvalResult evaluate_checkpoint(const std::string& checkpoint_dir, const std::string& data_path,
-                               int64_t seq, int64_t batch, int64_t batches);
 
 }  // namespace memo

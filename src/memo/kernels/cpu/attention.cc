@@ -10,7 +10,7 @@
 #include <cstring>
 #include <limits>
 
-#include "memo/core/shape_only.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
 
 namespace memo::cpu {
@@ -167,26 +167,7 @@ struct AttnShape {
   int64_t tile_rows(int64_t t) const { return std::min(kT, S - t * kT); }
 };
 
-AttnShape check_attention(const char* fn, const ConstTensor& q, const ConstTensor& k,
-                          const ConstTensor& v, const ConstTensor& o, const ConstTensor& lse,
-                          int64_t batch, int64_t n_heads, int64_t n_kv_heads) {
-  MEMO_CHECK(batch > 0 && n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0, fn,
-             ": batch ", batch, ", n_heads ", n_heads, ", n_kv_heads ", n_kv_heads,
-             " (all > 0, n_heads a multiple of n_kv_heads)");
-  MEMO_CHECK(q.ndim() == 2 && q.rows() > 0 && q.rows() % batch == 0 && q.cols() > 0 &&
-                 q.cols() % n_heads == 0,
-             fn, ": q ", q.shape(), " must be [B*S, H*D] with batch ", batch, ", n_heads ",
-             n_heads);
-  const int64_t S = q.rows() / batch, D = q.cols() / n_heads;
-  MEMO_CHECK(k.shape() == Shape({q.rows(), n_kv_heads * D}) && same_shape(k, v), fn, ": k ",
-             k.shape(), " v ", v.shape(), " must be [", q.rows(), ", ", n_kv_heads * D, "]");
-  MEMO_CHECK(same_shape(o, q), fn, ": o ", o.shape(), " must match q ", q.shape());
-  MEMO_CHECK(lse.shape() == Shape({batch, n_heads, S}), fn, ": lse ", lse.shape(), " must be [",
-             batch, ", ", n_heads, ", ", S, "]");
-  for (const ConstTensor* t : {&q, &k, &v, &o})
-    MEMO_CHECK(t->stride()[1] == 1, fn, ": tensor ", t->shape(), " needs unit column stride");
-  return {batch, S, n_heads, n_kv_heads, n_heads / n_kv_heads, D, padded_dim(D)};
-}
+AttnShape attn_shape(const AttnDims& d) { return {d.B, d.S, d.H, d.Hkv, d.G, d.D, padded_dim(d.D)}; }
 
 // Per-thread forward workspace, in floats: q, k^T, v, o-accumulator tiles (kT * dp each), the
 // score tile (kT * kT), running max and sum (kT each).
@@ -395,14 +376,13 @@ int64_t attention_forward_scratch_numel(int64_t head_dim) {
 void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                        int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch) {
   const AttnShape s =
-      check_attention("attention_forward", q, k, v, o, lse, batch, n_heads, n_kv_heads);
+      attn_shape(check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads));
   const int64_t per_thread = forward_thread_numel(s.dp);
   const int threads = omp_get_max_threads();
   MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread,
              "attention_forward: scratch has ", scratch.numel(), " floats, needs ",
              threads * per_thread, " (attention_forward_scratch_numel(", s.D, ") with ", threads,
              " threads)");
-  if (shapes_only()) return;  // Note [Shape-only mode]
   const int64_t heads = s.B * s.H, n_items = heads * s.n_tiles();
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t item = 0; item < n_items; ++item) {
@@ -426,21 +406,14 @@ int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                         ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
                         int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch) {
-  const AttnShape s =
-      check_attention("attention_backward", q, k, v, o, lse, batch, n_heads, n_kv_heads);
-  MEMO_CHECK(same_shape(dq, q) && same_shape(dout, q) && same_shape(dk, k) && same_shape(dv, k) &&
-                 dq.stride()[1] == 1 && dout.stride()[1] == 1 && dk.stride()[1] == 1 &&
-                 dv.stride()[1] == 1,
-             "attention_backward: dq ", dq.shape(), " and dout ", dout.shape(), " must match q ",
-             q.shape(), "; dk ", dk.shape(), " and dv ", dv.shape(), " must match k ", k.shape(),
-             "; all with unit column stride");
+  const AttnShape s = attn_shape(check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch,
+                                                         n_heads, n_kv_heads));
   const int64_t per_thread = backward_thread_numel(s.dp);
   const int threads = omp_get_max_threads();
   MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread,
              "attention_backward: scratch has ", scratch.numel(), " floats, needs ",
              threads * per_thread, " (attention_backward_scratch_numel(", s.S, ", ", s.D, ", ",
              s.H, ", ", s.Hkv, ") with ", threads, " threads)");
-  if (shapes_only()) return;  // Note [Shape-only mode]
   const BackwardArgs a{dout, q, k, v, o, lse};
   const int64_t groups = s.B * s.Hkv, n_tiles = s.n_tiles();
   const bool by_group = (groups + threads - 1) / threads * threads * 4 <= groups * 5;

@@ -3,9 +3,9 @@
 // error is the final rounding.
 #include <algorithm>
 
-#include "memo/core/shape_only.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/view_checks.h"
+#include "memo/kernels/view_checks.h"
 
 namespace memo::cpu {
 namespace {
@@ -14,10 +14,8 @@ constexpr int64_t kBiasColBlock = 128;
 }  // namespace
 
 void bias_backward(Tensor db, ConstTensor dy) {
+  check_bias_backward(db, dy);
   const int64_t T = dy.rows(), C = dy.cols();
-  MEMO_CHECK(is_matrix(dy) && is_vector(db, C), "bias_backward: db ", db.shape(), " dy ",
-             dy.shape());
-  if (shapes_only()) return;  // Note [Shape-only mode]
   const int64_t n_blocks = (C + kBiasColBlock - 1) / kBiasColBlock;
   float* dbp = db.data();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
@@ -40,9 +38,8 @@ namespace memo::cpu {
 
 // Each element is one float add, so a row's result does not depend on which rows share the call.
 void bias_add(Tensor y, ConstTensor b) {
+  check_bias_add(y, b);
   const int64_t T = y.rows(), C = y.cols();
-  MEMO_CHECK(is_matrix(y) && is_vector(b, C), "bias_add: y ", y.shape(), " b ", b.shape());
-  if (shapes_only()) return;  // Note [Shape-only mode]
   const float* bp = b.data();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {

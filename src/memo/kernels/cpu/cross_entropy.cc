@@ -4,28 +4,20 @@
 #include <algorithm>
 #include <cmath>
 
-#include "memo/core/shape_only.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/vec_math.h"
-#include "memo/kernels/cpu/view_checks.h"
+#include "memo/kernels/view_checks.h"
 
 namespace memo::cpu {
 
 // With p = softmax(x): loss = lse(x) - x_y, d loss / dx_c = p_c - [c == y], times grad_scale.
 void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
                    float grad_scale) {
+  check_cross_entropy(losses, dlogits, logits, targets, grad_scale);
   const int64_t T = logits.rows(), V = logits.cols();
   const bool want_grad = !dlogits.empty();
-  MEMO_CHECK(is_matrix(logits) && V > 0 && is_vector(losses, T) && is_vector(targets, T) &&
-                 (!want_grad || is_matrix(dlogits, T, V)),
-             "cross_entropy: losses ", losses.shape(), " dlogits ", dlogits.shape(), " logits ",
-             logits.shape(), " targets ", targets.shape());
   const int32_t* ys = targets.data();
-  for (int64_t t = 0; t < T; ++t)
-    if (ys[t] < 0 || ys[t] >= V)
-      throw DataError(str("cross_entropy: target id ", ys[t], " at position ", t,
-                          " is outside the vocabulary [0, ", V, ")"));
-  if (shapes_only()) return;  // Note [Shape-only mode]
   float* lp = losses.data();
 #pragma omp parallel for schedule(static) if (T * V >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {

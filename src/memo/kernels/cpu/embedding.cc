@@ -6,29 +6,18 @@
 #include <algorithm>
 #include <cstring>
 
-#include "memo/core/shape_only.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/view_checks.h"
+#include "memo/kernels/view_checks.h"
 
 namespace memo::cpu {
 namespace {
 
-void check_tokens(const char* op, const View<const int32_t>& tokens, int64_t V) {
-  const int32_t* ids = tokens.data();
-  for (int64_t t = 0; t < tokens.numel(); ++t)
-    if (ids[t] < 0 || ids[t] >= V)
-      throw DataError(str(op, ": token id ", ids[t], " at position ", t,
-                          " is outside the vocabulary [0, ", V, ")"));
-}
-
 }  // namespace
 
 void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
+  check_embedding_forward(x, tokens, wte);
   const int64_t T = x.rows(), C = x.cols();
-  MEMO_CHECK(is_matrix(x) && is_matrix(wte) && wte.cols() == C && is_vector(tokens, T),
-             "embedding_forward: x ", x.shape(), " tokens ", tokens.shape(), " wte ", wte.shape());
-  check_tokens("embedding_forward", tokens, wte.rows());
-  if (shapes_only()) return;  // Note [Shape-only mode]
   const int32_t* ids = tokens.data();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t)
@@ -38,12 +27,8 @@ void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
 // Rows of dwte are shared by repeated tokens, so threads split the columns instead: thread i owns
 // columns [c0, c1) of every row and walks the tokens in order 0..T-1.
 void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) {
+  check_embedding_backward(dwte, dx, tokens);
   const int64_t T = dx.rows(), C = dx.cols();
-  MEMO_CHECK(is_matrix(dx) && is_matrix(dwte) && dwte.cols() == C && is_vector(tokens, T),
-             "embedding_backward: dwte ", dwte.shape(), " dx ", dx.shape(), " tokens ",
-             tokens.shape());
-  check_tokens("embedding_backward", tokens, dwte.rows());
-  if (shapes_only()) return;  // Note [Shape-only mode]
   constexpr int64_t kAlign = 16;  // column ranges start on a 64-byte line
   const int32_t* ids = tokens.data();
 #pragma omp parallel if (T * C >= kParallelMinNumel)

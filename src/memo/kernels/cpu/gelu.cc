@@ -4,10 +4,10 @@
 // depend on the thread count.
 #include <cmath>
 
-#include "memo/core/shape_only.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/vec_math.h"
-#include "memo/kernels/cpu/view_checks.h"
+#include "memo/kernels/view_checks.h"
 
 namespace memo::cpu {
 namespace {
@@ -26,9 +26,8 @@ constexpr float kGeluMaxSq = 1e30f;
 // y = x s, s = sigmoid(z). For large finite x (z = inf once x^3 overflows) e^-z = 0 and y = x;
 // for large negative x e^-z = inf and y = -0, the limit; NaN flows through. (x = -inf gives NaN.)
 void gelu_forward(Tensor y, ConstTensor x) {
+  check_gelu_forward(y, x);
   const int64_t T = x.rows(), C = x.cols();
-  MEMO_CHECK(is_matrix(x) && is_matrix(y, T, C), "gelu_forward: y ", y.shape(), " x ", x.shape());
-  if (shapes_only()) return;  // Note [Shape-only mode]
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x.data() + t * x.ld();
@@ -44,10 +43,8 @@ void gelu_forward(Tensor y, ConstTensor x) {
 
 // From y = x s(z), s' = s (1 - s):  dy/dx = s + x s (1 - s) dz/dx,  dz/dx = A + 3 B x^2.
 void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
+  check_gelu_backward(dx, dy, x);
   const int64_t T = x.rows(), C = x.cols();
-  MEMO_CHECK(is_matrix(x) && is_matrix(dy, T, C) && is_matrix(dx, T, C), "gelu_backward: dx ",
-             dx.shape(), " dy ", dy.shape(), " x ", x.shape());
-  if (shapes_only()) return;  // Note [Shape-only mode]
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x.data() + t * x.ld();

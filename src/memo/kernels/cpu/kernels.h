@@ -115,4 +115,12 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, Const
                         ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
                         int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch);
 
+// --- causal attention of new rows over a key/value cache (generation) ---
+// q, o: [n, H*D], the rows at positions first .. first+n-1; k, v: [first + n, Hkv*D], every key
+// and value so far. o[i, h] = sum_{j <= first+i} softmax_j(q_i . k_j / sqrt(D)) v_j. Scratch:
+// attention_decode_scratch_numel(first + n) floats.
+int64_t attention_decode_scratch_numel(int64_t keys);
+void attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v, int64_t first,
+                      int64_t n_heads, int64_t n_kv_heads, Tensor scratch);
+
 }  // namespace memo::cpu

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "memo/core/shape_only.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/view_checks.h"
+#include "memo/kernels/view_checks.h"
 
 namespace memo::cpu {
 namespace {
@@ -18,13 +18,8 @@ constexpr int64_t kLnColBlock = 128;
 
 void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
                        ConstTensor b, float eps) {
+  check_layernorm_forward(y, mean, rstd, x, w, b, eps);
   const int64_t T = x.rows(), C = x.cols();
-  MEMO_CHECK(is_matrix(x) && is_matrix(y, T, C) && is_vector(w, C) && is_vector(b, C) &&
-                 is_vector(mean, T) && is_vector(rstd, T),
-             "layernorm_forward: x ", x.shape(), " y ", y.shape(), " w ", w.shape(), " b ",
-             b.shape(), " mean ", mean.shape(), " rstd ", rstd.shape());
-  MEMO_CHECK(C > 0 && eps >= 0.0f, "layernorm_forward: C ", C, " eps ", eps);
-  if (shapes_only()) return;  // Note [Shape-only mode]
   const float* wp = w.data();
   const float* bp = b.data();
   float* mp = mean.data();
@@ -57,14 +52,8 @@ void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstT
 // exact).
 void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
                         ConstTensor w, ConstTensor mean, ConstTensor rstd) {
+  check_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
   const int64_t T = x.rows(), C = x.cols();
-  MEMO_CHECK(is_matrix(x) && is_matrix(dx, T, C) && is_matrix(dy, T, C) && is_vector(w, C) &&
-                 is_vector(dw, C) && is_vector(db, C) && is_vector(mean, T) && is_vector(rstd, T),
-             "layernorm_backward: dx ", dx.shape(), " dw ", dw.shape(), " db ", db.shape(), " dy ",
-             dy.shape(), " x ", x.shape(), " w ", w.shape(), " mean ", mean.shape(), " rstd ",
-             rstd.shape());
-  MEMO_CHECK(C > 0, "layernorm_backward: C ", C);
-  if (shapes_only()) return;  // Note [Shape-only mode]
   const float* wp = w.data();
   const float* mp = mean.data();
   const float* rp = rstd.data();

@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "memo/core/shape_only.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/view_checks.h"
+#include "memo/kernels/view_checks.h"
 
 #if defined(MEMO_BLAS_OPENBLAS)
 #include <cblas.h>
@@ -63,17 +63,12 @@ constexpr const char* kLevelName[] = {"below AVX2", "AVX2+FMA", "AVX-512"};
 
 void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
             float beta) {
+  check_matmul(c, a, b, trans_a, trans_b, alpha, beta);
   const int64_t M = c.rows(), N = c.cols();
   const int64_t K = trans_a ? a.rows() : a.cols();
-  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
-  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-  MEMO_CHECK(is_matrix(c) && is_matrix(a, a_rows, a_cols) && is_matrix(b, b_rows, b_cols),
-             "matmul: c ", c.shape(), " = a", trans_a ? "^T " : " ", a.shape(), " @ b",
-             trans_b ? "^T " : " ", b.shape(), " (2-D row-major views, contiguous rows)");
   MEMO_CHECK(std::max({M, N, K, blas_ld(a), blas_ld(b), blas_ld(c)}) <= INT_MAX,
              "matmul: dimensions beyond the 32-bit BLAS interface: c ", c.shape(), " a ", a.shape(),
              " b ", b.shape());
-  if (shapes_only()) return;  // Note [Shape-only mode]
   if (M == 0 || N == 0) return;
   if (K == 0) {  // an empty sum: c = beta c (dnnl_sgemm rejects K = 0); beta = 0 clears NaNs too
     for (int64_t i = 0; i < M; ++i)

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "memo/core/shape_only.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/view_checks.h"
+#include "memo/kernels/view_checks.h"
 
 namespace memo::cpu {
 
@@ -15,12 +15,8 @@ namespace memo::cpu {
 inline constexpr int64_t kDwBlock = 128;
 
 void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, float eps) {
+  check_rmsnorm_forward(y, inv_rms, x, w, eps);
   const int64_t T = x.rows(), C = x.cols();
-  MEMO_CHECK(is_matrix(x) && is_matrix(y, T, C) && is_vector(w, C) && is_vector(inv_rms, T),
-             "rmsnorm_forward: x ", x.shape(), " y ", y.shape(), " w ", w.shape(), " inv_rms ",
-             inv_rms.shape());
-  MEMO_CHECK(C > 0 && eps >= 0.0f, "rmsnorm_forward: C ", C, " eps ", eps);
-  if (shapes_only()) return;  // Note [Shape-only mode]
   const float* wp = w.data();
   float* rp = inv_rms.data();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
@@ -42,13 +38,8 @@ void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, flo
 //   dw_c = sum_t dy[t,c] x[t,c] r[t]
 void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
                       ConstTensor inv_rms) {
+  check_rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
   const int64_t T = x.rows(), C = x.cols();
-  MEMO_CHECK(is_matrix(x) && is_matrix(dx, T, C) && is_matrix(dy, T, C) && is_vector(w, C) &&
-                 is_vector(dw, C) && is_vector(inv_rms, T),
-             "rmsnorm_backward: dx ", dx.shape(), " dw ", dw.shape(), " dy ", dy.shape(), " x ",
-             x.shape(), " w ", w.shape(), " inv_rms ", inv_rms.shape());
-  MEMO_CHECK(C > 0, "rmsnorm_backward: C ", C);
-  if (shapes_only()) return;  // Note [Shape-only mode]
   const float* wp = w.data();
   const float* rp = inv_rms.data();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)

@@ -3,21 +3,12 @@
 // over rows and vectorised over i, so results do not depend on the thread count.
 #include <cmath>
 
-#include "memo/core/shape_only.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/view_checks.h"
+#include "memo/kernels/view_checks.h"
 
 namespace memo::cpu {
 namespace {
-
-void check_rope(const char* op, const Tensor& x, const ConstTensor& cos, const ConstTensor& sin,
-                int64_t head_dim) {
-  MEMO_CHECK(head_dim > 0 && head_dim % 2 == 0 && is_matrix(x) && x.cols() % head_dim == 0 &&
-                 is_matrix(cos) && cos.rows() > 0 && cos.cols() == head_dim / 2 &&
-                 is_matrix(sin, cos.rows(), cos.cols()),
-             op, ": x ", x.shape(), " cos ", cos.shape(), " sin ", sin.shape(), " head_dim ",
-             head_dim, " (need x: [T, n_heads * D], cos and sin: [S, D/2], D even)");
-}
 
 // Rotates every head of x's rows by +angle (sign = 1) or -angle (sign = -1):
 //   (x1, x2) -> (x1 cos - sign x2 sin, x2 cos + sign x1 sin).
@@ -46,11 +37,7 @@ void rotate(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim, int64_
 }  // namespace
 
 void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
-  MEMO_CHECK(head_dim > 0 && head_dim % 2 == 0 && is_matrix(cos) && cos.cols() == head_dim / 2 &&
-                 is_matrix(sin, cos.rows(), cos.cols()) && theta > 0.0f,
-             "rope_table: cos ", cos.shape(), " sin ", sin.shape(), " head_dim ", head_dim,
-             " theta ", theta, " (need [S, D/2] tables, D even, theta > 0)");
-  if (shapes_only()) return;  // Note [Shape-only mode]
+  check_rope_table(cos, sin, head_dim, theta);
   const int64_t S = cos.rows(), half = head_dim / 2;
   for (int64_t p = 0; p < S; ++p) {
     for (int64_t i = 0; i < half; ++i) {
@@ -63,18 +50,14 @@ void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
 
 void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                   int64_t first_row) {
-  check_rope("rope_forward", x, cos, sin, head_dim);
-  MEMO_CHECK(first_row >= 0, "rope_forward: first_row ", first_row, " must be >= 0");
-  if (shapes_only()) return;  // Note [Shape-only mode]
+  check_rope_forward(x, cos, sin, head_dim, first_row);
   rotate(x, cos, sin, head_dim, first_row, 1.0f);
 }
 
 // The rotation is orthogonal, so its transpose (rotation by -angle) maps dy to dx.
 void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                    int64_t first_row) {
-  check_rope("rope_backward", dx, cos, sin, head_dim);
-  MEMO_CHECK(first_row >= 0, "rope_backward: first_row ", first_row, " must be >= 0");
-  if (shapes_only()) return;  // Note [Shape-only mode]
+  check_rope_backward(dx, cos, sin, head_dim, first_row);
   rotate(dx, cos, sin, head_dim, first_row, -1.0f);
 }
 

@@ -1,17 +1,15 @@
 // SwiGLU, elementwise fp32: a = silu(g) * u. Vectorised with exp_f32 (vec_math.h), parallel over
 // rows; results do not depend on the thread count.
-#include "memo/core/shape_only.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/vec_math.h"
-#include "memo/kernels/cpu/view_checks.h"
+#include "memo/kernels/view_checks.h"
 
 namespace memo::cpu {
 
 void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
+  check_swiglu_forward(a, g, u);
   const int64_t T = g.rows(), F = g.cols();
-  MEMO_CHECK(is_matrix(g) && is_matrix(u, T, F) && is_matrix(a, T, F), "swiglu_forward: a ",
-             a.shape(), " g ", g.shape(), " u ", u.shape());
-  if (shapes_only()) return;  // Note [Shape-only mode]
 #pragma omp parallel for schedule(static) if (T * F >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
     const float* gr = g.data() + t * g.ld();
@@ -27,12 +25,8 @@ void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
 //   du = da silu(g) = da g s
 //   dg = da u silu'(g),  silu'(g) = s + g s (1 - s) = s (1 + g (1 - s))
 void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g, ConstTensor u) {
+  check_swiglu_backward(dg, du, da, g, u);
   const int64_t T = g.rows(), F = g.cols();
-  MEMO_CHECK(is_matrix(g) && is_matrix(u, T, F) && is_matrix(da, T, F) && is_matrix(dg, T, F) &&
-                 is_matrix(du, T, F),
-             "swiglu_backward: dg ", dg.shape(), " du ", du.shape(), " da ", da.shape(), " g ",
-             g.shape(), " u ", u.shape());
-  if (shapes_only()) return;  // Note [Shape-only mode]
 #pragma omp parallel for schedule(static) if (T * F >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
     const float* gr = g.data() + t * g.ld();

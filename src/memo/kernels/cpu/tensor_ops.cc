@@ -1,5 +1,6 @@
-#include "memo/core/shape_only.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/tensor_ops.h"
+#include "memo/kernels/view_checks.h"
 
 #include <algorithm>
 #include <cstring>
@@ -21,8 +22,7 @@ void check_2d(const char* op, const Shape& s, bool contiguous) {
 }  // namespace
 
 void copy(Tensor dst, ConstTensor src) {
-  MEMO_CHECK(dst.numel() == src.numel(), "copy: dst ", dst.shape(), " src ", src.shape());
-  if (shapes_only()) return;  // Note [Shape-only mode]
+  check_copy(dst, src);
   if (dst.contiguous() && src.contiguous()) {
     std::memcpy(dst.data(), src.data(), size_t(dst.bytes()));
     return;
@@ -39,8 +39,7 @@ void copy(Tensor dst, ConstTensor src) {
 }
 
 void fill(Tensor dst, float value) {
-  MEMO_CHECK(dst.contiguous(), "fill: view ", dst.shape(), " must be contiguous");
-  if (shapes_only()) return;  // Note [Shape-only mode]
+  check_fill(dst, value);
   float* d = dst.data();
   const int64_t n = dst.numel();
 #pragma omp parallel for simd schedule(static)
@@ -48,8 +47,7 @@ void fill(Tensor dst, float value) {
 }
 
 void scale(Tensor x, float factor) {
-  MEMO_CHECK(x.contiguous(), "scale: view ", x.shape(), " must be contiguous");
-  if (shapes_only()) return;  // Note [Shape-only mode]
+  check_scale(x, factor);
   float* d = x.data();
   const int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static)
@@ -57,9 +55,7 @@ void scale(Tensor x, float factor) {
 }
 
 void add_into(Tensor dst, ConstTensor src) {
-  MEMO_CHECK(dst.contiguous() && src.contiguous() && dst.numel() == src.numel(), "add_into: dst ",
-             dst.shape(), " src ", src.shape());
-  if (shapes_only()) return;  // Note [Shape-only mode]
+  check_add_into(dst, src);
   float* d = dst.data();
   const float* s = src.data();
   const int64_t n = dst.numel();
@@ -67,9 +63,18 @@ void add_into(Tensor dst, ConstTensor src) {
   for (int64_t i = 0; i < n; ++i) d[i] += s[i];
 }
 
+// One thread in index order: the loss of a micro-batch is this sum of its token losses, and it
+// must not depend on the thread count.
+double sum(ConstTensor x) {
+  check_sum(x);
+  const float* p = x.data();
+  double total = 0.0;
+  for (int64_t i = 0; i < x.numel(); ++i) total += p[i];
+  return total;
+}
+
 double sum_squares(ConstTensor x) {
-  MEMO_CHECK(x.contiguous(), "sum_squares: view ", x.shape(), " must be contiguous");
-  if (shapes_only()) return 0.0;  // Note [Shape-only mode]
+  check_sum_squares(x);
   // Fixed chunks summed in a fixed order: the result does not depend on the thread count.
   constexpr int64_t kChunk = 1 << 14;
   const int64_t n = x.numel();
@@ -85,6 +90,54 @@ double sum_squares(ConstTensor x) {
   }
   double total = 0.0;
   for (double s : partial) total += s;
+  return total;
+}
+
+}  // namespace memo::cpu
+
+namespace memo::cpu {
+namespace {
+
+constexpr int64_t kNoiseProbeChunk = int64_t(1) << 14;  // elements per partial sum: fixed
+constexpr int kLanes = 8;  // independent double accumulators: vectorisable, no reassociation
+
+}  // namespace
+
+int64_t noise_probe_chunks(int64_t n) { return (n + kNoiseProbeChunk - 1) / kNoiseProbeChunk; }
+
+// One read of g per element: the probe's whole cost per micro-batch.
+double noise_probe_pass(Tensor g_t, Tensor sum_t, NoiseProbePass pass, View<double> partial_t) {
+  const int64_t n = g_t.numel(), chunks = noise_probe_chunks(n);
+  check_optimizer_update("noise_probe_pass", g_t, g_t, {sum_t});
+  MEMO_CHECK(partial_t.numel() >= chunks, "noise_probe_pass: ", partial_t.numel(),
+             " partial sums for ", chunks, " chunks");
+  float* g = g_t.data();
+  float* sum = sum_t.data();
+  double* partial = partial_t.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double acc[kLanes] = {};
+    const int64_t begin = c * kNoiseProbeChunk, end = std::min(n, begin + kNoiseProbeChunk);
+    int64_t i = begin;
+    for (; i + kLanes <= end; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) acc[j] += double(g[i + j]) * double(g[i + j]);
+    for (int j = 0; i < end; ++i, ++j) acc[j] += double(g[i]) * double(g[i]);
+    if (pass == NoiseProbePass::kFirst) {
+#pragma omp simd
+      for (i = begin; i < end; ++i) sum[i] = g[i], g[i] = 0.0f;
+    } else if (pass == NoiseProbePass::kMiddle) {
+#pragma omp simd
+      for (i = begin; i < end; ++i) sum[i] += g[i], g[i] = 0.0f;
+    } else {
+#pragma omp simd
+      for (i = begin; i < end; ++i) g[i] += sum[i];
+    }
+    double s = 0.0;
+    for (int j = 0; j < kLanes; ++j) s += acc[j];
+    partial[c] = s;
+  }
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) total += partial[c];
   return total;
 }
 

@@ -2,6 +2,7 @@
 // Parallel with static partitions; reductions sum in double in a fixed order (deterministic).
 #pragma once
 
+#include "memo/backend/backend.h"
 #include "memo/core/tensor.h"
 
 namespace memo::cpu {
@@ -9,7 +10,13 @@ namespace memo::cpu {
 void copy(Tensor dst, ConstTensor src);      // dst = src (any 1-D/2-D views of equal shape)
 void fill(Tensor dst, float value);          // dst = value
 void scale(Tensor x, float factor);          // x *= factor
+double sum(ConstTensor x);                   // sum x, in double, in index order (one thread)
 double sum_squares(ConstTensor x);           // sum x^2, in double
 void add_into(Tensor dst, ConstTensor src);  // dst += src
+// The noise-scale probe's fused pass (Backend::noise_probe_pass): sum g^2 over fixed chunks of
+// kNoiseProbeChunk with 8 double lanes each, chunk sums added in order; noise_probe_chunks(n)
+// partial sums.
+int64_t noise_probe_chunks(int64_t n);
+double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass, View<double> partial);
 
 }  // namespace memo::cpu

@@ -9,11 +9,11 @@
 namespace memo::plan {
 
 struct HeuristicOptions {
-  // Which gap a buffer takes (CLI: --plan-gap smallest|lowest). solve_heuristic ignores it when
+  // Which gap a buffer takes (smallest or lowest; no flag). solve_heuristic ignores it when
   // try_all_gap_rules is set.
   GapRule gap_rule = GapRule::kSmallestGap;
-  // solve_heuristic: try every (order, gap rule) pair, not only options.gap_rule
-  // (CLI: --plan-try-all-gaps).
+  // solve_heuristic: try every (order, gap rule) pair, not only options.gap_rule (no flag; the
+  // planner tests switch it off to test one rule).
   bool try_all_gap_rules = true;
 };
 

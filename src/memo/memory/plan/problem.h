@@ -7,7 +7,7 @@
 //
 // Note [Bi-level planning]
 // The solvers and the validator do not know which level they plan; a caller builds two kinds of
-// Problem from the traced request sequence (memo-notes.md section 5):
+// Problem from the traced request sequence (the MEMO paper's bi-level planning, arXiv 2407.12117):
 //   level 1: the transient buffers of ONE layer's forward (and, separately, its backward), times
 //            in that pass's request order. Its plan's offsets are reused by every layer; its
 //            peak is the size of the layer's block.

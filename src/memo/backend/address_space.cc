@@ -1,4 +1,4 @@
-#include "memo/core/shape_only.h"
+#include "memo/backend/address_space.h"
 
 #include <sys/mman.h>
 
@@ -33,7 +33,7 @@ float* AddressSpace::take(int64_t bytes) {
     void* base =
         mmap(nullptr, size_t(size), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED)
-      throw Error(str("shape-only mode: cannot reserve another ", gib(double(size)),
+      throw Error(str("meta backend: cannot reserve another ", gib(double(size)),
                       " of address space after ", gib(double(reserved_)), " (",
                       std::strerror(errno),
                       "): the traced step holds more than a process can "

@@ -1,4 +1,4 @@
-// Entry checks shared by the CPU kernels (not part of the kernel API). A "matrix" is a 2-D view
+// Entry checks shared by the CPU kernels of every backend (not part of the kernel API). A "matrix" is a 2-D view
 // whose rows are contiguous (column stride 1, any row stride ld() >= cols); a "vector" is any
 // contiguous view, so [T] and [B, S] both serve as a length-T vector.
 #pragma once
@@ -7,7 +7,7 @@
 
 #include "memo/core/tensor.h"
 
-namespace memo::cpu {
+namespace memo {
 
 template <class T>
 bool is_matrix(const View<T>& v) {
@@ -29,4 +29,4 @@ bool is_vector(const View<T>& v, int64_t numel) {
 // kernels give the same bits either way (rows are independent).
 inline constexpr int64_t kParallelMinNumel = 1 << 14;
 
-}  // namespace memo::cpu
+}  // namespace memo

@@ -1,6 +1,6 @@
 // Float64 references (see reference.h): plain loops from the math, used only by tests. Shapes
 // are checked with MEMO_CHECK; token ids and targets are trusted (the tests pass valid ones).
-#include "memo/kernels/cpu/reference.h"
+#include "reference/reference.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // Plain float64 causal grouped-query attention, written straight from the math (see
 // attention_reference.h). One (batch, head) at a time, full score matrix, double everywhere.
-#include "memo/kernels/cpu/attention_reference.h"
+#include "reference/attention_reference.h"
 
 #include <cmath>
 #include <limits>

@@ -1,0 +1,154 @@
+// The one interface between the engine and a device: memory spaces, streams, the reproducibility
+// promise, and every kernel the model, the strategies and the optimiser step call. Layers hold a
+// Backend& and never name an implementation. Implementations: CpuBackend (kernels/cpu/, today's
+// fp32 kernels), MetaBackend (kernels/meta/, shapes and address ranges only: what planning traces
+// with), and CUDA (kernels/cuda/, issue #10). See docs/architecture.md for where a new one plugs in.
+// Kernel semantics (math, argument order, += versus =) are those stated in kernels/cpu/kernels.h;
+// every implementation runs the entry checks of kernels/checks.h first.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "memo/backend/dtype.h"
+#include "memo/backend/optim_steps.h"
+#include "memo/backend/raw_allocator.h"
+#include "memo/backend/stream.h"
+#include "memo/core/tensor.h"
+
+namespace memo {
+
+// Which micro-batch of a step the noise-scale probe's fused pass sees (train/grad_noise.h).
+enum class NoiseProbePass { kFirst, kMiddle, kLast };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;  // "cpu", "meta", "cuda"
+  // One line for the start-of-run log (the BLAS and its kernel on the CPU, the GPU on CUDA).
+  virtual std::string describe() const = 0;
+  // False for the meta backend: kernels check shapes and return, reductions return 0.
+  virtual bool has_values() const = 0;
+
+  // Note [Reproducible rows]
+  // A per-token product over rows [r0, r1) of a [T, *] tensor gives the same bits as the same
+  // rows of the product over all T rows whenever r0 is a multiple of reproducible_rows() (the CPU:
+  // its 128-row token panels, Note [Token panels] in kernels/cpu/matmul.cc). The memo strategy
+  // rounds its offloaded rows (alpha) down to this granularity, and layer_recompute_tokens refuses
+  // other starts, so every strategy gives bitwise-identical losses. 0: the backend promises no
+  // such granularity; memo then splits at any row and its losses agree with keep's only within
+  // the tolerance stated in memory/memo.h.
+  virtual int64_t reproducible_rows() const = 0;
+
+  // Memory: where the engine's "device" tensors (weights, gradients, optimiser state, the
+  // activation arena) live, and a raw allocator for each space the backend offers. Throws
+  // ConfigError for a space it lacks.
+  virtual MemSpace device_space() const = 0;
+  virtual RawAllocator& allocator(MemSpace space) = 0;
+  // Whether host code may read and write memory of `space` directly (the CPU: every space; CUDA:
+  // host and pinned host; meta: none). Where not, it goes through copy_to_host / copy_from_host.
+  virtual bool host_can_access(MemSpace space) const = 0;
+
+  // Streams: the one compute stream kernels are ordered on, and new copy streams (the swap
+  // scheduler's device-to-host and host-to-device). Both outlive nothing of the backend.
+  virtual Stream& compute_stream() = 0;
+  virtual std::unique_ptr<Stream> make_copy_stream(std::string name,
+                                                   const StreamOptions& options) = 0;
+  // The host reads device values only through this: dst (host) = src (device space), after the
+  // compute stream's work so far. Never operator[] on a device view.
+  virtual void copy_to_host(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void copy_from_host(void* dst, const void* src, int64_t bytes) = 0;
+  // Peak fp32 (CPU) or bf16 (GPU) matrix-product rate measured now over ~`seconds`, FLOP/s: the
+  // MFU denominator.
+  virtual double measure_matmul_peak_flops(double seconds) = 0;
+
+  // --- kernels: see kernels/cpu/kernels.h for the math of each ---
+  virtual void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
+                      float alpha = 1.0f, float beta = 0.0f) = 0;
+  // Per-token products (c, a: [T, *] rows; b: [N, K] weights), bit-exact on any row range that
+  // starts at a multiple of reproducible_rows().
+  virtual void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta = 0.0f) = 0;
+  virtual void matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b,
+                                      float beta = 0.0f) = 0;
+  virtual void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
+                               float eps) = 0;
+  virtual void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
+                                ConstTensor inv_rms) = 0;
+  virtual void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
+                                 ConstTensor b, float eps) = 0;
+  virtual void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
+                                  ConstTensor w, ConstTensor mean, ConstTensor rstd) = 0;
+  virtual void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) = 0;
+  virtual void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                            int64_t first_row = 0) = 0;
+  virtual void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                             int64_t first_row = 0) = 0;
+  virtual void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) = 0;
+  virtual void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
+                               ConstTensor u) = 0;
+  virtual void gelu_forward(Tensor y, ConstTensor x) = 0;
+  virtual void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) = 0;
+  virtual void bias_add(Tensor y, ConstTensor b) = 0;
+  virtual void bias_backward(Tensor db, ConstTensor dy) = 0;
+  // Token ids live in host memory and are checked there (DataError naming the position).
+  virtual void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) = 0;
+  virtual void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) = 0;
+  virtual void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
+                             View<const int32_t> targets, float grad_scale) = 0;
+  // Scratch of the attention kernels, in floats (a property of the implementation).
+  virtual int64_t attention_forward_scratch_numel(int64_t head_dim) = 0;
+  virtual void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
+                                 int64_t batch, int64_t n_heads, int64_t n_kv_heads,
+                                 Tensor scratch) = 0;
+  virtual int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                                   int64_t n_kv_heads) = 0;
+  virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
+                                  ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
+                                  int64_t batch, int64_t n_heads, int64_t n_kv_heads,
+                                  Tensor scratch) = 0;
+
+  // Causal attention of n new rows over a key/value cache (generation), see kernels/cpu/kernels.h.
+  virtual int64_t attention_decode_scratch_numel(int64_t keys) = 0;
+  virtual void attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v,
+                                int64_t first, int64_t n_heads, int64_t n_kv_heads,
+                                Tensor scratch) = 0;
+
+  // --- elementwise and reductions (kernels/cpu/tensor_ops.h) ---
+  virtual void copy(Tensor dst, ConstTensor src) = 0;
+  virtual void fill(Tensor dst, float value) = 0;
+  virtual void scale(Tensor x, float factor) = 0;
+  virtual void add_into(Tensor dst, ConstTensor src) = 0;
+  // Reductions return to the host (an explicit read of device values), summed in double in a
+  // fixed order: deterministic.
+  virtual double sum(ConstTensor x) = 0;          // sum x, in index order
+  virtual double sum_squares(ConstTensor x) = 0;  // sum x^2
+  // The noise-scale probe's one pass over a micro-batch gradient g (train/grad_noise.h): returns
+  // sum g^2 and kFirst: sum = g, g = 0; kMiddle: sum += g, g = 0; kLast: g += sum. partial:
+  // scratch of noise_probe_partial_numel(n) doubles.
+  virtual int64_t noise_probe_partial_numel(int64_t n) = 0;
+  virtual double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
+                                  View<double> partial) = 0;
+
+  // --- optimiser updates of one tensor (math: kernels/cpu/optim_kernels.h; the scalars:
+  // backend/optim_steps.h). A state tensor the options switch off is passed empty. ---
+  virtual void sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) = 0;
+  virtual void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) = 0;
+  virtual void adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) = 0;
+  virtual void adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) = 0;
+  virtual void adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& s) = 0;
+  virtual void rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf,
+                              ConstTensor g, const RmspropStep& s) = 0;
+  virtual void lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) = 0;
+  // Adafactor: the scratch it needs (doubles) for a tensor of `rows` rows (0: a vector) and
+  // `numel` elements; RMS(x) for the relative step; the factored and the plain update.
+  virtual int64_t adafactor_partial_numel(int64_t rows, int64_t numel) = 0;
+  virtual double adafactor_rms(ConstTensor x, View<double> partial) = 0;
+  virtual void adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col, ConstTensor g,
+                                       Tensor row_inv, Tensor col_inv, View<double> partial,
+                                       const AdafactorStep& s) = 0;
+  virtual void adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g,
+                                       View<double> partial, const AdafactorStep& s) = 0;
+};
+
+}  // namespace memo

@@ -1,0 +1,63 @@
+// The communicator seam: every collective memo's layouts need (DESIGN.md section 4, `parallel`),
+// as one interface. SelfCommunicator (one process, below) is the implementation today; MPI
+// between CPU processes and NCCL between GPUs implement the same calls (issue #11). Buffers are
+// contiguous f32 views in the memory space of the backend the communicator was made for; every
+// call is collective (each rank of the group makes it, in the same order) and returns when this
+// rank's part is done. The sums of all_reduce and reduce_scatter add the ranks' values in rank
+// order, so a result does not depend on timing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "memo/core/tensor.h"
+
+namespace memo {
+
+// Bytes this rank sent and received and calls made, per collective kind; the trainer logs them
+// per step and `memo plan --gpus` predicts the same counts.
+struct CommCounters {
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;      // what left this rank
+  int64_t bytes_received = 0;  // what arrived at this rank
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual const char* name() const = 0;  // "self", "mpi", "nccl"
+  virtual int rank() const = 0;          // in [0, size())
+  virtual int size() const = 0;
+
+  // x = sum over ranks of x (in place).
+  virtual void all_reduce_sum(Tensor x) = 0;
+  // out = rank()-th of size() equal slices of (sum over ranks of in). in: [size() * n], out: [n].
+  virtual void reduce_scatter_sum(Tensor out, ConstTensor in) = 0;
+  // out = the ranks' in, concatenated in rank order. in: [n], out: [size() * n].
+  virtual void all_gather(Tensor out, ConstTensor in) = 0;
+  // x = root's x on every rank.
+  virtual void broadcast(Tensor x, int root) = 0;
+  // Point to point, matched in call order per (sender, receiver) pair: a ring passes with
+  // send(next) then recv(prev).
+  virtual void send(ConstTensor x, int peer) = 0;
+  virtual void recv(Tensor x, int peer) = 0;
+  virtual void barrier() = 0;
+  // The ranks with the same color form a group, ordered by (key, rank): how the data-, tensor-
+  // and context-parallel groups of a layout are made (collective over this communicator).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  const CommCounters& counters() const { return counters_; }
+  void reset_counters() { counters_ = {}; }
+
+ protected:
+  void count(int64_t sent, int64_t received) {
+    ++counters_.calls;
+    counters_.bytes_sent += sent;
+    counters_.bytes_received += received;
+  }
+
+ private:
+  CommCounters counters_;
+};
+
+}  // namespace memo

@@ -1,0 +1,60 @@
+#include "memo/parallel/self_communicator.h"
+
+#include "memo/core/error.h"
+
+namespace memo {
+
+void SelfCommunicator::check_peer(const char* op, int peer) const {
+  MEMO_CHECK(peer == 0, op, ": peer ", peer, " is outside a group of 1 rank");
+}
+
+void SelfCommunicator::all_reduce_sum(Tensor x) {
+  MEMO_CHECK(x.contiguous(), "all_reduce_sum: view ", x.shape(), " must be contiguous");
+  count(0, 0);
+}
+
+void SelfCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
+  MEMO_CHECK(out.contiguous() && in.contiguous() && in.numel() == out.numel(),
+             "reduce_scatter_sum: out ", out.shape(), " must hold 1/1 of in ", in.shape());
+  backend_.copy(out.reshape({out.numel()}), in.reshape({in.numel()}));
+  count(0, 0);
+}
+
+void SelfCommunicator::all_gather(Tensor out, ConstTensor in) {
+  MEMO_CHECK(out.contiguous() && in.contiguous() && in.numel() == out.numel(), "all_gather: out ",
+             out.shape(), " must hold 1 x in ", in.shape());
+  backend_.copy(out.reshape({out.numel()}), in.reshape({in.numel()}));
+  count(0, 0);
+}
+
+void SelfCommunicator::broadcast(Tensor x, int root) {
+  check_peer("broadcast", root);
+  MEMO_CHECK(x.contiguous(), "broadcast: view ", x.shape(), " must be contiguous");
+  count(0, 0);
+}
+
+void SelfCommunicator::send(ConstTensor x, int peer) {
+  check_peer("send", peer);
+  MEMO_CHECK(x.contiguous(), "send: view ", x.shape(), " must be contiguous");
+  std::vector<float> copy(size_t(x.numel()));
+  backend_.copy_to_host(copy.data(), x.data(), x.bytes());
+  sent_.push_back(std::move(copy));
+  count(0, 0);
+}
+
+void SelfCommunicator::recv(Tensor x, int peer) {
+  check_peer("recv", peer);
+  MEMO_CHECK(!sent_.empty(), "recv from rank 0 (self) with no send before it: it would never return");
+  MEMO_CHECK(x.contiguous() && int64_t(sent_.front().size()) == x.numel(), "recv: view ", x.shape(),
+             " does not match the ", sent_.front().size(), " floats sent");
+  backend_.copy_from_host(x.data(), sent_.front().data(), x.bytes());
+  sent_.pop_front();
+  count(0, 0);
+}
+
+std::unique_ptr<Communicator> SelfCommunicator::split(int, int) {
+  count(0, 0);
+  return std::make_unique<SelfCommunicator>(backend_);
+}
+
+}  // namespace memo

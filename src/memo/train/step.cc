@@ -1,0 +1,73 @@
+#include "memo/train/step.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "memo/core/error.h"
+
+namespace memo {
+
+double StepGradients::grad_norm() const { return std::sqrt(grad_sq); }
+
+TrainStep::TrainStep(Model& model, Optimizer& optimizer, ActivationStrategy& strategy,
+                     ActivationAllocator& alloc, const StepShape& shape, BatchSource source,
+                     GradNoiseProbe* probe, Communicator& data_parallel)
+    : model_(model),
+      optimizer_(optimizer),
+      strategy_(strategy),
+      alloc_(alloc),
+      shape_(shape),
+      source_(std::move(source)),
+      probe_(probe),
+      data_parallel_(data_parallel),
+      inputs_(size_t(shape.micro_batch * shape.seq)),
+      targets_(inputs_.size()) {
+  MEMO_CHECK(shape.micro_batch > 0 && shape.seq > 0 && shape.micro_steps > 0, "step of ",
+             shape.micro_steps, " micro-batches of ", shape.micro_batch, " x ", shape.seq,
+             " tokens");
+}
+
+StepGradients TrainStep::gradients(int64_t step) {
+  Backend& backend = model_.backend();
+  const Tensor grads(model_.grads(), {model_.params_numel()});
+  const int64_t tokens = shape_.tokens() * data_parallel_.size();
+  const float grad_scale = 1.0f / float(tokens);
+  model_.zero_grads();
+  double loss_sum = 0.0;
+  for (int64_t micro = 0; micro < shape_.micro_steps; ++micro) {
+    source_(step, micro, inputs_.data(), targets_.data(), shape_.micro_batch);
+    loss_sum += model_.forward_backward(inputs_.data(), targets_.data(), shape_.micro_batch,
+                                        shape_.seq, grad_scale, strategy_, alloc_);
+    if (probe_) probe_->after_micro(model_.grads(), micro);
+  }
+  // The gradient-reduction hook: the data-parallel ranks' gradients summed (each is already
+  // scaled by the global token count), and their losses.
+  data_parallel_.all_reduce_sum(grads);
+  if (data_parallel_.size() > 1) {
+    float loss_f = float(loss_sum);  // the reduction carries f32; one rank needs no rounding
+    data_parallel_.all_reduce_sum(Tensor(&loss_f, {1}));
+    loss_sum = loss_f;
+  }
+  StepGradients g;
+  g.loss = loss_sum / double(tokens);
+  g.grad_sq = backend.sum_squares(grads);
+  if (probe_) probe_->end_step(g.grad_sq);  // before clipping
+  return g;
+}
+
+void TrainStep::update(const StepGradients& g, double lr, double clip) {
+  const double norm = g.grad_norm();
+  if (clip > 0 && norm > clip)
+    model_.backend().scale(Tensor(model_.grads(), {model_.params_numel()}),
+                           float(clip / (norm + 1e-6)));
+  optimizer_.step(model_.params(), model_.grads(), lr);
+}
+
+void TrainStep::warmup(int64_t step) {
+  source_(step, 0, inputs_.data(), targets_.data(), shape_.micro_batch);
+  model_.zero_grads();
+  model_.forward_backward(inputs_.data(), targets_.data(), shape_.micro_batch, shape_.seq, 0.0f,
+                          strategy_, alloc_);
+}
+
+}  // namespace memo

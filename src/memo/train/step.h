@@ -1,0 +1,76 @@
+// One optimiser step, the only one in memo: memo train, the short runs of memo sweep and memo
+// bench all run it (DESIGN.md section 4, train). Micro-batches accumulate into the model's one
+// gradient buffer as the mean over the step's tokens; the gradient-reduction hook sums them over
+// the data-parallel group (a SelfCommunicator: one process); then the global gradient norm and
+// the noise-scale statistics (before clipping), clipping, and the optimiser update. The step is
+// split in two (gradients, then update) because callers decide in between: the trainer stops on a
+// non-finite loss, a sweep on divergence. The one evaluation loop is in train/evaluate.h.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "memo/backend/allocator.h"
+#include "memo/data/sampler.h"
+#include "memo/memory/strategy.h"
+#include "memo/model/model.h"
+#include "memo/optim/optimizer.h"
+#include "memo/parallel/communicator.h"
+#include "memo/train/grad_noise.h"
+
+namespace memo {
+
+// A step of micro_steps micro-batches of micro_batch sequences of seq tokens.
+struct StepShape {
+  int64_t micro_batch = 1;
+  int64_t seq = 1;
+  int64_t micro_steps = 1;
+  int64_t tokens() const { return micro_batch * seq * micro_steps; }
+};
+
+// Fills rows x seq input and target tokens for micro-batch `micro` of step `step` (the trainer's
+// counter-based sampler; memo bench's fixed random tokens).
+using BatchSource = std::function<void(int64_t step, int64_t micro, int32_t* inputs,
+                                       int32_t* targets, int64_t rows)>;
+
+// What the first half of a step measured.
+struct StepGradients {
+  double loss = 0.0;     // mean token loss of the step (over every rank's tokens)
+  double grad_sq = 0.0;  // squared global gradient norm, before clipping
+  double grad_norm() const;
+};
+
+class TrainStep {
+ public:
+  // Everything is borrowed and must outlive the step. probe: null for no noise scale.
+  // data_parallel: the group whose gradients are summed (its size multiplies the tokens a step
+  // averages over).
+  TrainStep(Model& model, Optimizer& optimizer, ActivationStrategy& strategy,
+            ActivationAllocator& alloc, const StepShape& shape, BatchSource source,
+            GradNoiseProbe* probe, Communicator& data_parallel);
+
+  // Zeroes the gradients, runs every micro-batch of `step`, reduces the gradients over the
+  // data-parallel group, and measures the loss, the gradient norm and the noise-scale statistics.
+  StepGradients gradients(int64_t step);
+  // Scales the gradients to norm `clip` when they exceed it (0: never), then the optimiser update
+  // at learning rate lr.
+  void update(const StepGradients& g, double lr, double clip);
+  // One micro-batch of `step` whose gradients are dropped: the profiling run of strategies that
+  // want one (ActivationStrategy::wants_warmup).
+  void warmup(int64_t step);
+
+  const StepShape& shape() const { return shape_; }
+
+ private:
+  Model& model_;
+  Optimizer& optimizer_;
+  ActivationStrategy& strategy_;
+  ActivationAllocator& alloc_;
+  StepShape shape_;
+  BatchSource source_;
+  GradNoiseProbe* probe_;
+  Communicator& data_parallel_;
+  std::vector<int32_t> inputs_, targets_;  // [micro_batch * seq] host tokens
+};
+
+}  // namespace memo

@@ -1,0 +1,119 @@
+// The one training step (train/step.h): its gradients are the mean over the step's micro-batches
+// exactly as separate forward/backward calls accumulate them; the gradient-reduction hook runs
+// once per step; clipping scales to the requested norm; the update is the optimiser's; and the
+// evaluation loop (train/evaluate.h) sums the windows it covers.
+#include "memo/train/step.h"
+#include "memo/train/evaluate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "memo/backend/caching_allocator.h"
+#include "memo/core/random.h"
+#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/optim/sgd.h"
+#include "memo/parallel/self_communicator.h"
+#include "../memory/memory_test_util.h"
+
+namespace memo {
+namespace {
+
+struct Fixture {
+  ModelConfig config = testing::tiny_config();
+  Model model{config};
+  CachingAllocator alloc;
+  KeepStrategy strategy{config, alloc};
+  SelfCommunicator dp{cpu_backend()};
+  std::vector<int32_t> tokens;
+  static constexpr int64_t kRows = 2, kSeq = 24, kMicro = 3;
+  Fixture() {
+    model.init(7);
+    tokens.resize(size_t(kMicro * kRows * kSeq + 1));
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(mix(11, i) % 64);
+  }
+  // Micro-batch m's rows: consecutive slices of one token stream, targets shifted by one.
+  BatchSource source() {
+    return [this](int64_t, int64_t micro, int32_t* in, int32_t* tgt, int64_t rows) {
+      const int32_t* base = tokens.data() + micro * rows * kSeq;
+      std::memcpy(in, base, size_t(rows * kSeq) * sizeof(int32_t));
+      std::memcpy(tgt, base + 1, size_t(rows * kSeq) * sizeof(int32_t));
+    };
+  }
+};
+
+TEST(TrainStep, gradients_equal_the_micro_batches_accumulated_by_hand) {
+  Fixture f;
+  const int64_t n = f.model.params_numel();
+  // by hand: three forward/backward calls into one gradient buffer, scaled to the step's mean
+  f.model.zero_grads();
+  double loss_sum = 0.0;
+  const float scale = 1.0f / float(Fixture::kMicro * Fixture::kRows * Fixture::kSeq);
+  std::vector<int32_t> in(size_t(Fixture::kRows * Fixture::kSeq)), tgt(in.size());
+  for (int64_t m = 0; m < Fixture::kMicro; ++m) {
+    f.source()(1, m, in.data(), tgt.data(), Fixture::kRows);
+    loss_sum += f.model.forward_backward(in.data(), tgt.data(), Fixture::kRows, Fixture::kSeq,
+                                         scale, f.strategy, f.alloc);
+  }
+  const std::vector<float> want(f.model.grads(), f.model.grads() + n);
+  Sgd sgd(f.model.layout(), SgdOptions{}, decay_matrices_only(f.model.layout()));
+  TrainStep step(f.model, sgd, f.strategy, f.alloc,
+                 StepShape{Fixture::kRows, Fixture::kSeq, Fixture::kMicro}, f.source(), nullptr,
+                 f.dp);
+  const StepGradients g = step.gradients(1);
+  EXPECT_EQ(0, std::memcmp(want.data(), f.model.grads(), size_t(n) * sizeof(float)));
+  EXPECT_EQ(g.loss, loss_sum / double(Fixture::kMicro * Fixture::kRows * Fixture::kSeq));
+  double sq = 0.0;
+  for (float v : want) sq += double(v) * v;
+  EXPECT_NEAR(g.grad_sq, sq, 1e-12 * sq);
+  EXPECT_EQ(f.dp.counters().calls, 1);  // the gradient-reduction hook, once per step
+}
+
+TEST(TrainStep, update_clips_to_the_requested_norm_then_steps_the_optimizer) {
+  Fixture f;
+  const int64_t n = f.model.params_numel();
+  Sgd sgd(f.model.layout(), SgdOptions{},
+          std::vector<bool>(f.model.layout().params().size(), false));
+  TrainStep step(f.model, sgd, f.strategy, f.alloc,
+                 StepShape{Fixture::kRows, Fixture::kSeq, Fixture::kMicro}, f.source(), nullptr,
+                 f.dp);
+  const std::vector<float> before(f.model.params(), f.model.params() + n);
+  const StepGradients g = step.gradients(1);
+  ASSERT_GT(g.grad_norm(), 0.01);
+  const double clip = g.grad_norm() / 4;
+  step.update(g, 0.5, clip);
+  // plain SGD: p -= lr * clipped g, so the step's length is lr * clip (up to the 1e-6 guard)
+  double moved_sq = 0.0, grad_sq = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    moved_sq += std::pow(double(before[size_t(i)]) - f.model.params()[i], 2);
+    grad_sq += double(f.model.grads()[i]) * f.model.grads()[i];
+  }
+  EXPECT_NEAR(std::sqrt(grad_sq), clip, 1e-5 * clip);
+  EXPECT_NEAR(std::sqrt(moved_sq), 0.5 * clip, 1e-4 * clip);
+  EXPECT_EQ(sgd.steps_done(), 1);
+}
+
+TEST(Evaluate, sums_the_sequential_windows_it_covers) {
+  Fixture f;
+  const TokenData data(f.tokens, "test tokens", 64);
+  const WindowSampler sampler(data, Fixture::kSeq, 0);
+  const int64_t all = sampler.num_sequential_windows();
+  ASSERT_GE(all, 5);
+  const EvalSum some = evaluate_windows(f.model, f.strategy, f.alloc, sampler, 2, 5);
+  EXPECT_EQ(some.windows, 5);
+  EXPECT_EQ(some.tokens, 5 * Fixture::kSeq);
+  double want = 0.0;  // window by window, in the loop's batches of 2, 2, 1
+  std::vector<int32_t> in(size_t(2 * Fixture::kSeq)), tgt(in.size());
+  for (int64_t w = 0; w < 5; w += 2) {
+    const int64_t rows = std::min<int64_t>(2, 5 - w);
+    sampler.fill_sequential(w, in.data(), tgt.data(), rows);
+    want += f.model.forward_loss(in.data(), tgt.data(), rows, Fixture::kSeq, f.strategy, f.alloc);
+  }
+  EXPECT_EQ(some.loss_sum, want);
+  EXPECT_EQ(evaluate_windows(f.model, f.strategy, f.alloc, sampler, 4, 1000).windows, all);
+}
+
+}  // namespace
+}  // namespace memo
