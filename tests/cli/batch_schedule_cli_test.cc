@@ -133,6 +133,31 @@ TEST_F(BatchScheduleCli, batch_grows_in_micro_batches_with_the_law_lr_and_every_
       << r.output;
 }
 
+// --fit: the law's parameters fitted to a sweep, as memo lr --fit fits them (one code path); a
+// sweep exactly on the surge law gives back its eps_max and B_noise up to the fit's tolerance.
+TEST_F(BatchScheduleCli, law_fitted_to_a_sweep_sets_the_lr) {
+  write_text(dir / "sweep.jsonl", test::surge_sweep(1e-2, 2048.0));
+  const std::string sweep = dir.str("sweep.jsonl");
+  const test::CommandResult fit =
+      test::run_command(test::memo_bin() + " lr --batch 128 --fit " + sweep + " --json");
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const nlohmann::json law = nlohmann::json::parse(fit.output);
+  const double eps_max = law.at("eps_max").get<double>(), b_noise = law.at("b_noise").get<double>();
+  EXPECT_NEAR(eps_max, 1e-2, 1e-6);
+  EXPECT_NEAR(b_noise, 2048.0, 1e-2);
+  const test::CommandResult r =
+      test::run_command(cmd(dir / "run", "--steps 4 --batch-schedule noise --fit " + sweep +
+                                             " --log " + dir.str("run.jsonl")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const scaling::TokenLrSchedule lr{2 * 4 * 32, 4 * 4 * 32, 0.1};
+  const std::vector<nlohmann::json> log = records(dir.str("run.jsonl"));
+  ASSERT_EQ(log.size(), 4u);  // no change before --noise-min-steps 50: the batch stays 4
+  for (const nlohmann::json& j : log)
+    EXPECT_EQ(j.at("lr").get<double>(),
+              lr.lr(scaling::law_lr(scaling::Law::kSurge, {eps_max, b_noise}, 4.0 * 32),
+                    j.at("tokens").get<int64_t>()));
+}
+
 TEST_F(BatchScheduleCli, killed_run_resumes_mid_schedule_with_identical_steps) {
   ASSERT_EQ(test::run_command(noise_cmd(dir / "full", "--log " + dir.str("full.jsonl"))).exit_code,
             0);

@@ -24,7 +24,8 @@ void add_batch_schedule_flags(CLI::App& cmd, BatchScheduleFlags& f) {
       cmd.add_option("--noise-hysteresis", o.hysteresis,
                      "noise: grow only while K x B_simple >= (1 + this) x the batch in tokens")
           ->capture_default_str(),
-      cmd.add_option("--noise-patience", o.patience, "noise: ... for this many consecutive steps")
+      cmd.add_option("--noise-patience", o.patience,
+                     "noise: consecutive steps above that band before the batch grows")
           ->capture_default_str(),
       cmd.add_option("--noise-min-steps", o.min_observations,
                      "noise: steps with a B_simple before the first change")
