@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "memo/scaling/batch_schedule.h"
 
