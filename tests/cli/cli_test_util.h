@@ -1,11 +1,15 @@
-// Shared by the command-line tests: a config and corpus on disk, and the losses of a JSON log.
+// Shared by the command-line tests: a config and corpus on disk, the losses of a JSON log, and a
+// sweep file on an exact law.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "memo/scaling/laws.h"
 
 namespace memo::test {
 
@@ -30,6 +34,24 @@ inline std::map<int64_t, std::string> losses(const std::string& log_path) {
   while (std::getline(in, line)) {
     const nlohmann::json j = nlohmann::json::parse(line);
     out[j.at("step").get<int64_t>()] = j.at("loss").dump();
+  }
+  return out;
+}
+
+// A sweep whose per-batch optimal lr is exactly the surge law's (parabolas in log lr).
+inline std::string surge_sweep(double eps_max, double b_noise) {
+  std::string out;
+  for (double b : {256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0}) {
+    const double opt = scaling::lr_surge(b, eps_max, b_noise);
+    for (int k = -4; k <= 4; ++k) {
+      const double lr = eps_max * std::pow(2.0, 0.5 * k);
+      const double d = std::log(lr / opt);
+      out +=
+          nlohmann::json{
+              {"optimizer", "adam"}, {"lr", lr}, {"batch_tokens", b}, {"val_loss", 2.0 + d * d}}
+              .dump() +
+          "\n";
+    }
   }
   return out;
 }

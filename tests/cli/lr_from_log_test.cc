@@ -16,6 +16,7 @@
 namespace memo {
 namespace {
 
+using test::surge_sweep;
 using test::write_text;
 
 // A log as memo train writes it: null noise scale first (too few updates), then values.
@@ -29,24 +30,6 @@ std::string log_text(const std::vector<std::optional<double>>& b_simple) {
                      {"gns_trace", nullptr}};
     j["gns_b_simple"] = b_simple[i] ? nlohmann::json(*b_simple[i]) : nlohmann::json();
     out += j.dump() + "\n";
-  }
-  return out;
-}
-
-// A sweep whose per-batch optimal lr is exactly the surge law's (parabolas in log lr).
-std::string surge_sweep(double eps_max, double b_noise) {
-  std::string out;
-  for (double b : {256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0}) {
-    const double opt = scaling::lr_surge(b, eps_max, b_noise);
-    for (int k = -4; k <= 4; ++k) {
-      const double lr = eps_max * std::pow(2.0, 0.5 * k);
-      const double d = std::log(lr / opt);
-      out +=
-          nlohmann::json{
-              {"optimizer", "adam"}, {"lr", lr}, {"batch_tokens", b}, {"val_loss", 2.0 + d * d}}
-              .dump() +
-          "\n";
-    }
   }
   return out;
 }

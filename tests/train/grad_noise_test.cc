@@ -11,6 +11,7 @@
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/train/grad_noise.h"
+#include "test_util.h"
 
 namespace memo {
 namespace {
@@ -54,6 +55,19 @@ TEST(GradNoiseProbe, micro_norms_are_exact_and_the_step_gradient_is_their_sum) {
   probe.end_step(cpu::sum_squares(ConstTensor(model.grads(), {n})));
   EXPECT_EQ(probe.estimator().state().updates, 1);
   EXPECT_TRUE(probe.log_fields().at("gns_g2").is_number());
+}
+
+TEST(GradNoiseProbe, micro_batch_count_changes_within_its_capacity_only) {
+  GradNoiseProbe probe(10, 4, 8);
+  EXPECT_EQ(probe.micro_steps(), 4);
+  probe.set_micro_steps(2);
+  EXPECT_EQ(probe.micro_sq_norms().size(), 2u);
+  probe.set_micro_steps(4);
+  EXPECT_EQ(probe.micro_sq_norms().size(), 4u);
+  EXPECT_NE(test::error_message<Error>([&] { probe.set_micro_steps(5); }).find("outside [2, 4]"),
+            std::string::npos);
+  EXPECT_NE(test::error_message<Error>([&] { probe.set_micro_steps(1); }).find("outside [2, 4]"),
+            std::string::npos);
 }
 
 }  // namespace

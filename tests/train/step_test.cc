@@ -71,6 +71,54 @@ TEST(TrainStep, gradients_equal_the_micro_batches_accumulated_by_hand) {
   EXPECT_EQ(f.dp.counters().calls, 1);  // the gradient-reduction hook, once per step
 }
 
+// A growing batch (--batch-schedule noise) runs more or fewer micro-batches of the same shape: two
+// of the shape's three give exactly the two accumulated by hand at scale 1 / (2 rows seq), and a
+// probe sized for three measures this step's two.
+TEST(TrainStep, a_step_of_fewer_micro_batches_is_their_mean_and_the_probe_follows) {
+  Fixture f;
+  const int64_t n = f.model.params_numel(), k = 2;
+  f.model.zero_grads();
+  double loss_sum = 0.0;
+  const float scale = 1.0f / float(k * Fixture::kRows * Fixture::kSeq);
+  std::vector<int32_t> in(size_t(Fixture::kRows * Fixture::kSeq)), tgt(in.size());
+  std::vector<double> micro_sq;
+  for (int64_t m = 0; m < k; ++m) {
+    f.source()(1, m, in.data(), tgt.data(), Fixture::kRows);
+    std::vector<float> before(f.model.grads(), f.model.grads() + n);
+    loss_sum += f.model.forward_backward(in.data(), tgt.data(), Fixture::kRows, Fixture::kSeq,
+                                         scale, f.strategy, f.alloc);
+    double sq = 0.0;  // micro-batch m's per-token-mean gradient is k times its share
+    for (int64_t i = 0; i < n; ++i)
+      sq += std::pow(double(k) * (double(f.model.grads()[i]) - before[size_t(i)]), 2);
+    micro_sq.push_back(sq);
+  }
+  const std::vector<float> want(f.model.grads(), f.model.grads() + n);
+  Sgd sgd(f.model.layout(), SgdOptions{}, decay_matrices_only(f.model.layout()));
+  const StepShape shape{Fixture::kRows, Fixture::kSeq, Fixture::kMicro};
+  TrainStep plain(f.model, sgd, f.strategy, f.alloc, shape, f.source(), nullptr, f.dp);
+  const StepGradients g = plain.gradients(1, k);
+  EXPECT_EQ(0, std::memcmp(want.data(), f.model.grads(), size_t(n) * sizeof(float)));
+  EXPECT_EQ(g.loss, loss_sum / double(k * Fixture::kRows * Fixture::kSeq));
+
+  GradNoiseProbe probe(n, Fixture::kMicro, Fixture::kRows * Fixture::kSeq);
+  TrainStep probed(f.model, sgd, f.strategy, f.alloc, shape, f.source(), &probe, f.dp);
+  const StepGradients gp = probed.gradients(1, k);
+  EXPECT_EQ(gp.loss, g.loss);
+  EXPECT_EQ(probe.micro_steps(), k);
+  ASSERT_EQ(probe.micro_sq_norms().size(), size_t(k));
+  // the micro-batch gradients by difference above carry the fp32 rounding of the running sum:
+  // a few ulp of the larger term, ~1e-6 relative
+  for (int64_t m = 0; m < k; ++m)
+    EXPECT_NEAR(probe.micro_sq_norms()[size_t(m)], micro_sq[size_t(m)], 1e-5 * micro_sq[size_t(m)]);
+  EXPECT_EQ(probe.estimator().state().updates, 1);
+  // the step's gradient summed through the side buffer: the same up to fp32 reordering
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(f.model.grads()[i], want[size_t(i)], 1e-6f * (1.0f + std::abs(want[size_t(i)])));
+  probed.gradients(2);  // the shape's own count again
+  EXPECT_EQ(probe.micro_steps(), Fixture::kMicro);
+  EXPECT_EQ(probe.micro_sq_norms().size(), size_t(Fixture::kMicro));
+}
+
 TEST(TrainStep, update_clips_to_the_requested_norm_then_steps_the_optimizer) {
   Fixture f;
   const int64_t n = f.model.params_numel();

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 
+#include "memo/cli/batch_schedule_flags.h"
 #include "memo/cli/commands.h"
 #include "memo/cli/optimizer_flags.h"
 #include "memo/core/error.h"
@@ -23,7 +24,7 @@ void add_train_command(CLI::App& app) {
   train->add_option("--batch", t->batch, "Sequences per optimiser step")->capture_default_str();
   train->add_option("--micro-batch", t->micro_batch, "Sequences per forward/backward (0: --batch)")->capture_default_str();
   train->add_option("--steps", t->steps, "Optimiser steps in total")->capture_default_str();
-  train->add_option("--lr", t->lr, "Peak learning rate")->capture_default_str();
+  CLI::Option* lr = train->add_option("--lr", t->lr, "Peak learning rate")->capture_default_str();
   train->add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")->capture_default_str();
   train->add_option("--warmup", t->warmup, "Linear warm-up steps")->capture_default_str();
   auto optim = std::make_shared<OptimizerFlags>();
@@ -48,12 +49,21 @@ void add_train_command(CLI::App& app) {
   CLI::Option* alpha_opt = train->add_option("--alpha", *alpha, "memo: fraction of tokens offloaded, the rest recomputed (default: the cost model's choice)");
   train->add_option("--host-memory", *host_memory, "offload, memo: host memory budget for offloaded activations, e.g. 1.5GiB (default: unlimited)");
   train->add_option("--copy-bandwidth", t->activations.copy_bandwidth_gb_per_s, "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
-  train->callback([t, out, optim, device_memory, host_memory, alpha, alpha_opt] {
+  auto schedule = std::make_shared<BatchScheduleFlags>();
+  add_batch_schedule_flags(*train, *schedule);
+  train->callback([t, out, optim, device_memory, host_memory, alpha, alpha_opt, schedule, lr] {
     TrainOptions o = *t;
     o.optimizer = resolve_optimizer(*optim);
+    o.batch_schedule = resolve_batch_schedule(*schedule, o.optimizer.name, !o.resume_dir.empty());
+    if (o.batch_schedule && o.resume_dir.empty() && lr->count() > 0)
+      throw ConfigError(
+          "--lr is set by the law under --batch-schedule noise: give --eps-max and --b-noise, or "
+          "--fit");
     if (alpha_opt->count() > 0) o.activations.alpha = *alpha;
-    if (!host_memory->empty()) o.activations.host_memory_bytes = parse_bytes(*host_memory, "--host-memory");
-    if (!device_memory->empty()) o.device_memory_bytes = parse_bytes(*device_memory, "--device-memory");
+    if (!host_memory->empty())
+      o.activations.host_memory_bytes = parse_bytes(*host_memory, "--host-memory");
+    if (!device_memory->empty())
+      o.device_memory_bytes = parse_bytes(*device_memory, "--device-memory");
     if (o.resume_dir.empty() && o.config_path.empty())
       throw ConfigError("--config is required (or --resume a run)");
     if (!o.resume_dir.empty() && out->count() == 0) {

@@ -6,20 +6,27 @@
 
 namespace memo {
 
-GradNoiseProbe::GradNoiseProbe(int64_t numel, int64_t micro_steps, int64_t micro_tokens,
+GradNoiseProbe::GradNoiseProbe(int64_t numel, int64_t max_micro_steps, int64_t micro_tokens,
                                scaling::NoiseScaleOptions options, Backend& backend)
     : numel_(numel),
-      micro_steps_(micro_steps),
+      max_micro_steps_(max_micro_steps),
+      micro_steps_(max_micro_steps),
       micro_tokens_(micro_tokens),
       estimator_(options),
       backend_(backend),
       sum_(numel),
-      micro_sq_(size_t(micro_steps), 0.0),
+      micro_sq_(size_t(std::max<int64_t>(max_micro_steps, 0)), 0.0),
       partial_(size_t(backend.noise_probe_partial_numel(numel)), 0.0) {
-  MEMO_CHECK(micro_steps >= 2 && micro_tokens > 0, "noise probe needs >= 2 micro-batches, got ",
-             micro_steps, " of ", micro_tokens, " tokens");
+  MEMO_CHECK(max_micro_steps >= 2 && micro_tokens > 0, "noise probe needs >= 2 micro-batches, got ",
+             max_micro_steps, " of ", micro_tokens, " tokens");
 }
 
+void GradNoiseProbe::set_micro_steps(int64_t micro_steps) {
+  MEMO_CHECK(micro_steps >= 2 && micro_steps <= max_micro_steps_, "noise probe: ", micro_steps,
+             " micro-batches per step is outside [2, ", max_micro_steps_, "]");
+  micro_steps_ = micro_steps;
+  micro_sq_.resize(size_t(micro_steps));  // within the capacity reserved at construction
+}
 
 void GradNoiseProbe::after_micro(float* grads, int64_t micro) {
   const double k = double(micro_steps_);

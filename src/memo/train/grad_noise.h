@@ -32,10 +32,17 @@ namespace memo {
 // the kernels), so a run with the probe is deterministic but not bitwise equal to one without.
 class GradNoiseProbe {
  public:
-  // numel: the gradient buffer's length; micro_steps >= 2; micro_tokens: tokens per micro-batch.
-  // The fused pass (norm, side-buffer sum, zeroing) runs on `backend`.
-  GradNoiseProbe(int64_t numel, int64_t micro_steps, int64_t micro_tokens,
+  // numel: the gradient buffer's length; max_micro_steps >= 2: micro-batches per step until
+  // set_micro_steps changes it, and the most it may set (sized here: a change allocates nothing);
+  // micro_tokens: tokens per micro-batch. The fused pass (norm, side-buffer sum, zeroing) runs on
+  // `backend`.
+  GradNoiseProbe(int64_t numel, int64_t max_micro_steps, int64_t micro_tokens,
                  scaling::NoiseScaleOptions options = {}, Backend& backend = cpu_backend());
+  // The micro-batch count k of the steps from now on, in [2, max_micro_steps]: a growing batch
+  // (--batch-schedule noise) adds micro-batches of the same size. The estimator carries on: each
+  // step's update is unbiased for its own k (Note [Noise-scale accounting]).
+  void set_micro_steps(int64_t micro_steps);
+  int64_t micro_steps() const { return micro_steps_; }
   // After micro-batch `micro` (0-based) of a step; grads is the model's gradient buffer, zero
   // before micro-batch 0 (the trainer's zero_grads); the probe zeroes it for the later ones.
   void after_micro(float* grads, int64_t micro);
@@ -51,12 +58,14 @@ class GradNoiseProbe {
 
  private:
   int64_t numel_;
-  int64_t micro_steps_;
+  int64_t max_micro_steps_;
+  int64_t micro_steps_;  // k of this step
   int64_t micro_tokens_;
   scaling::NoiseScaleEstimator estimator_;
   Backend& backend_;
   AlignedBuffer<float> sum_;         // [numel] fp32: the step's gradient so far; live within a step
-  std::vector<double> micro_sq_;     // [micro_steps] |g_i|^2 of this step's micro-batches
+  std::vector<double> micro_sq_;     // [micro_steps_] |g_i|^2 of this step's micro-batches;
+                                     // capacity max_micro_steps_
   std::vector<double> partial_;      // [chunks] per-chunk sums of the fused pass
 };
 

@@ -27,14 +27,18 @@ TrainStep::TrainStep(Model& model, Optimizer& optimizer, ActivationStrategy& str
              " tokens");
 }
 
-StepGradients TrainStep::gradients(int64_t step) {
+StepGradients TrainStep::gradients(int64_t step) { return gradients(step, shape_.micro_steps); }
+
+StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
+  MEMO_CHECK(micro_steps > 0, "step ", step, " of ", micro_steps, " micro-batches");
   Backend& backend = model_.backend();
   const Tensor grads(model_.grads(), {model_.params_numel()});
-  const int64_t tokens = shape_.tokens() * data_parallel_.size();
+  const int64_t tokens = shape_.micro_batch * shape_.seq * micro_steps * data_parallel_.size();
   const float grad_scale = 1.0f / float(tokens);
+  if (probe_) probe_->set_micro_steps(micro_steps);
   model_.zero_grads();
   double loss_sum = 0.0;
-  for (int64_t micro = 0; micro < shape_.micro_steps; ++micro) {
+  for (int64_t micro = 0; micro < micro_steps; ++micro) {
     source_(step, micro, inputs_.data(), targets_.data(), shape_.micro_batch);
     loss_sum += model_.forward_backward(inputs_.data(), targets_.data(), shape_.micro_batch,
                                         shape_.seq, grad_scale, strategy_, alloc_);

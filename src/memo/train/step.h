@@ -52,6 +52,10 @@ class TrainStep {
   // Zeroes the gradients, runs every micro-batch of `step`, reduces the gradients over the
   // data-parallel group, and measures the loss, the gradient norm and the noise-scale statistics.
   StepGradients gradients(int64_t step);
+  // The same with micro_steps micro-batches of shape().micro_batch x seq tokens instead of
+  // shape().micro_steps: a step of a growing batch (--batch-schedule noise). The micro-batch, and
+  // so the activation memory, is the same; the probe, if any, is set to this count.
+  StepGradients gradients(int64_t step, int64_t micro_steps);
   // Scales the gradients to norm `clip` when they exceed it (0: never), then the optimiser update
   // at learning rate lr.
   void update(const StepGradients& g, double lr, double clip);

@@ -29,9 +29,9 @@
 #include "memo/parallel/self_communicator.h"
 #include "memo/train/device_plan.h"
 #include "memo/train/grad_noise.h"
-#include "memo/train/schedule.h"
 #include "memo/train/evaluate.h"
 #include "memo/train/step.h"
+#include "memo/train/step_schedule.h"
 
 namespace fs = std::filesystem;
 
@@ -103,16 +103,18 @@ namespace {
 
 // Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
 // (io/checkpoint.h). The two newest are kept: a kill while writing one leaves the other.
-std::string save(const TrainOptions& o, Model& model, Optimizer& opt,
-                 const GradNoiseProbe* probe, int64_t step) {
+std::string save(const TrainOptions& o, Model& model, Optimizer& opt, const GradNoiseProbe* probe,
+                 const StepSchedule& plan, int64_t step) {
   CheckpointData data;
   data.config = model.config();
   data.model = model_tensors(model);
   for (const StateTensor& s : opt.state()) data.optimizer.push_back({s.name, s.shape, s.data});
-  data.trainer_state = {{"step", step},
-                        {"optimizer", optimizer_record(opt)},
-                        {"options", pinned_options(o)},
-                        {"gns", probe ? nlohmann::json(probe->estimator().state()) : nlohmann::json()}};
+  data.trainer_state = {
+      {"step", step},
+      {"optimizer", optimizer_record(opt)},
+      {"options", pinned_options(o)},
+      {"gns", probe ? nlohmann::json(probe->estimator().state()) : nlohmann::json()},
+      {"batch_schedule", plan.checkpoint_json()}};
   data.tokenizer_json = shard_tokenizer_json(o.data_path);  // the checkpoint names its tokenizer
   const fs::path dir = save_run_checkpoint(o.out_dir, step, data);
   const std::string newest = dir.filename().string();
@@ -134,7 +136,9 @@ std::string save(const TrainOptions& o, Model& model, Optimizer& opt,
 // exactly (fp32 in safetensors), as are the optimiser's name and hyperparameters and the
 // noise-scale EMAs (trainer_state.json); the step counter sets the schedule and the sampler
 // (windows are a pure function of seed, step, micro-batch and row), and the options that shape
-// the run are restored from the checkpoint rather than taken from the command line.
+// the run are restored from the checkpoint rather than taken from the command line. A noise batch
+// schedule's options and state are saved exactly (hex floats) and restored the same way: its
+// flags on a resuming command line are ignored, like --batch.
 
 namespace {
 
@@ -142,20 +146,32 @@ namespace {
 struct ResumePoint {
   LoadedCheckpoint checkpoint;
   int64_t step = 0;
+  std::optional<scaling::BatchSchedule> noise;  // the batch schedule, if the run had one
 };
 
 std::optional<ResumePoint> resume_point(TrainOptions& o) {
   if (o.resume_dir.empty()) return std::nullopt;
-  ResumePoint r{load_checkpoint(find_latest_checkpoint(o.resume_dir)), 0};
+  ResumePoint r{load_checkpoint(find_latest_checkpoint(o.resume_dir)), 0, std::nullopt};
   const nlohmann::json& state = r.checkpoint.trainer_state;
   if (!state.contains("step") || !state.contains("options"))
     throw DataError(str(o.resume_dir, " holds no trainer state (trainer_state.json): it cannot be resumed; use --init-from to start a new run from its weights"));
   restore_pinned(o, state.at("options"));
   o.optimizer = optimizer_choice_from_state(state);
   r.step = state.at("step");
-  if (o.steps <= r.step)
+  r.noise = noise_schedule_from_checkpoint(state, r.step, o.resume_dir);
+  if (o.batch_schedule && !r.noise)
+    throw ConfigError(
+        str(o.resume_dir, " ran a fixed batch: --batch-schedule cannot be added on --resume"));
+  if (r.noise) {
+    o.batch_schedule = r.noise->options();
+    if (r.noise->done())
+      throw ConfigError(str(o.resume_dir, " has spent the batch schedule's budget of ",
+                            r.noise->options().schedule.total_tokens, " tokens at step ", r.step,
+                            ": there is nothing to continue"));
+  } else if (o.steps <= r.step) {
     throw ConfigError(str("--steps ", o.steps, " but the checkpoint is already at step ", r.step,
                           "; ask for more steps to continue"));
+  }
   return r;
 }
 
@@ -165,6 +181,17 @@ void check_shape_options(TrainOptions& o) {
     throw ConfigError(str("--batch ", o.batch, " must be a positive multiple of --micro-batch ", o.micro_batch));
   if (o.seq <= 0) throw ConfigError(str("--seq ", o.seq, " must be positive"));
   if (o.steps <= 0) throw ConfigError(str("--steps ", o.steps, " must be positive"));
+}
+
+// The steps to run: the resumed checkpoint's noise schedule, a new one (its options are checked
+// here, before any output), or a fixed batch.
+StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoint>& resume,
+                           int64_t start_step) {
+  if (resume && resume->noise) return StepSchedule(*resume->noise);
+  if (!o.batch_schedule) return StepSchedule(o, start_step);
+  if (!o.gns)
+    throw ConfigError("--batch-schedule noise grows the batch with the noise scale: drop --no-gns");
+  return StepSchedule(scaling::BatchSchedule(noise_schedule_options(o)));
 }
 
 void check_positions(const TrainOptions& o, const ModelConfig& config) {
@@ -226,31 +253,55 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
   if (const std::string w = cpu::blas_warning(); !w.empty()) progress << "memo: warning: " << w << "\n";
 }
 
-void print_step_line(std::ostream& progress, int64_t step, int64_t steps, const StepGradients& g,
+// "step 12/60" for a fixed batch; with a noise schedule, whose step count is not known in
+// advance, "step 12 | 3072/8192 tok | batch 8".
+std::string step_label(const StepRun& run, const StepSchedule& plan, int64_t steps) {
+  char label[120];
+  if (plan.noise())
+    std::snprintf(label, sizeof label, "step %lld | %lld/%lld tok | batch %lld",
+                  static_cast<long long>(run.step), static_cast<long long>(run.tokens_end),
+                  static_cast<long long>(plan.total_tokens()), static_cast<long long>(run.batch));
+  else
+    std::snprintf(label, sizeof label, "step %lld/%lld", static_cast<long long>(run.step),
+                  static_cast<long long>(steps));
+  return label;
+}
+
+void print_step_line(std::ostream& progress, const std::string& label, const StepGradients& g,
                      double lr, double tokens_per_s, double mfu, double eta_s,
                      const GradNoiseProbe* probe) {
-  char line[200];
+  char line[300];
   std::snprintf(line, sizeof line,
-                "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s",
-                static_cast<long long>(step), static_cast<long long>(steps), g.loss, lr,
-                g.grad_norm(), tokens_per_s, 100.0 * mfu, duration_str(eta_s).c_str());
+                "%s | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s",
+                label.c_str(), g.loss, lr, g.grad_norm(), tokens_per_s, 100.0 * mfu,
+                duration_str(eta_s).c_str());
   progress << line;
   if (probe && probe->estimator().b_simple())
     progress << " | B_simple " << int64_t(*probe->estimator().b_simple()) << " tok";
   progress << "\n" << std::flush;
 }
 
-nlohmann::json log_record(int64_t step, const StepGradients& g, double lr, double tokens_per_s,
+// One JSON line per step. A batch change made after the step rides in its record (as
+// "batch_change"), so every line is a step with its loss.
+nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tokens_per_s,
                           double mfu, const ActivationAllocator& alloc,
-                          const ActivationStrategy& strategy, const GradNoiseProbe* probe) {
-  nlohmann::json record{{"step", step},           {"loss", g.loss},
-                        {"lr", lr},               {"grad_norm", g.grad_norm()},
-                        {"tokens_per_s", tokens_per_s}, {"mfu", mfu},
+                          const ActivationStrategy& strategy, const GradNoiseProbe* probe,
+                          const std::optional<scaling::BatchChange>& change) {
+  nlohmann::json record{{"step", run.step},
+                        {"loss", g.loss},
+                        {"lr", run.lr},
+                        {"grad_norm", g.grad_norm()},
+                        {"batch", run.batch},
+                        {"micro_batches", run.micro_steps},
+                        {"tokens", run.tokens_end},
+                        {"tokens_per_s", tokens_per_s},
+                        {"mfu", mfu},
                         {"peak_bytes", alloc.peak_live_bytes()},
                         {"reserved_bytes", alloc.reserved_bytes()},
                         {"device_peak_bytes", alloc.peak_live_bytes()},
                         {"host_peak_bytes", strategy.host_peak_bytes()}};
   record.update(probe ? probe->log_fields() : gns_null_fields());
+  if (change) record["batch_change"] = change->to_json();
   return record;
 }
 
@@ -261,6 +312,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   const std::optional<ResumePoint> resume = resume_point(o);
   const int64_t start_step = resume ? resume->step : 0;
   check_shape_options(o);
+  StepSchedule plan = step_schedule(o, resume, start_step);
   const ModelConfig config = resume ? resume->checkpoint.config : load_model_config(o.config_path);
   check_positions(o, config);
   const RunData data = load_run_data(o, config);
@@ -274,9 +326,10 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
       make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options);
   Optimizer& opt = *optimizer;
   const int64_t micro_steps = o.batch / o.micro_batch;
-  std::optional<GradNoiseProbe> probe;  // see Note [Noise-scale accounting]
+  // see Note [Noise-scale accounting]; sized for the most micro-batches a step will run
+  std::optional<GradNoiseProbe> probe;
   if (o.gns && micro_steps >= 2)
-    probe.emplace(model.params_numel(), micro_steps, o.micro_batch * o.seq,
+    probe.emplace(model.params_numel(), plan.max_micro_steps(), o.micro_batch * o.seq,
                   scaling::NoiseScaleOptions{o.gns_decay});
   GradNoiseProbe* const probe_ptr = probe ? &*probe : nullptr;
   if (resume) restore_training_state(opt, probe_ptr, *resume, o);
@@ -307,9 +360,9 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
         sampler.fill(step, micro, in, tgt, rows);
       },
       probe_ptr, data_parallel);
-  const LrSchedule schedule{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.steps};
-  const double flops_per_step = train_flops_per_token(config, o.seq) * double(shape.tokens());
+  const double flops_per_token = train_flops_per_token(config, o.seq);
   print_run_header(progress, model, o, opt, data.train.num_tokens(), micro_steps);
+  if (plan.noise()) progress << plan.summary() << "\n";
   const double peak_flops = backend.measure_matmul_peak_flops(0.5);  // the MFU denominator
   if (resume) progress << "memo: resuming at step " << start_step << " from " << o.resume_dir << "\n";
   // profile on the first micro-batch; its gradients are dropped
@@ -318,47 +371,61 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
 
   TrainResult result;
   const auto t_start = Clock::now();
-  for (int64_t step = start_step + 1; step <= o.steps; ++step) {
+  const int64_t start_tokens = plan.next().tokens_end - plan.next().tokens;
+  while (!plan.done()) {
+    const StepRun run = plan.next();
+    const int64_t step = run.step;
     const auto t0 = Clock::now();
     alloc.reset_peak();
-    const StepGradients g = train_step.gradients(step);
+    const StepGradients g = train_step.gradients(step, run.micro_steps);
     if (!std::isfinite(g.loss))
-      throw Error(str("loss is ", g.loss, " at step ", step, "; lower --lr (now ", o.lr, ")"));
-    const double lr = schedule.at(step);
-    train_step.update(g, lr, o.clip);
+      throw Error(str("loss is ", g.loss, " at step ", step,
+                      plan.noise() ? str("; lower --eps-max (the law's lr is ", run.lr, " here)")
+                                   : str("; lower --lr (now ", o.lr, ")")));
+    train_step.update(g, run.lr, o.clip);
+    // B_simple after this step's update, before the next step is planned (Note [Noise batch
+    // schedule]); a fixed batch only counts the step
+    const std::optional<scaling::BatchChange> change =
+        plan.observe(probe ? probe->estimator().b_simple() : std::nullopt);
     const double step_s = seconds_since(t0);
-    const double tokens_per_s = double(shape.tokens()) / step_s;
+    const double flops_per_step = flops_per_token * double(run.tokens);
+    const double tokens_per_s = double(run.tokens) / step_s;
     const double mfu = flops_per_step / step_s / peak_flops;
     result.steps_done = step;
     result.final_loss = g.loss;
     // The last step's record carries the validation loss (on windows in order from the start of
     // the validation data, after the last update), so `memo plot` draws it beside the training loss.
     std::optional<EvalSum> val;
-    if (step == o.steps && data.val)
+    if (plan.done() && data.val)
       val = evaluate_windows(model, eval_strategy, caching, WindowSampler(*data.val, o.seq, o.seed),
                              o.micro_batch, o.val_batches * o.micro_batch);
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     if (log) {
-      nlohmann::json record = log_record(step, g, lr, tokens_per_s, mfu, alloc, *strategy, probe_ptr);
-      if (result.val_loss && step == o.steps) {
+      nlohmann::json record =
+          log_record(run, g, tokens_per_s, mfu, alloc, *strategy, probe_ptr, change);
+      if (val && val->tokens > 0) {
         record["val_loss"] = *result.val_loss;
         record["val_tokens"] = val->tokens;
       }
       log << record.dump() << "\n" << std::flush;
     }
-    if (step % o.log_every == 0 || step == o.steps) {
+    if (step % o.log_every == 0 || plan.done()) {
       const double elapsed = seconds_since(t_start);
-      const double eta = elapsed / double(step - start_step) * double(o.steps - step);
-      print_step_line(progress, step, o.steps, g, lr, tokens_per_s, mfu, eta, probe_ptr);
+      const double eta = elapsed / double(run.tokens_end - start_tokens) *
+                         double(std::max<int64_t>(plan.total_tokens() - run.tokens_end, 0));
+      print_step_line(progress, step_label(run, plan, o.steps), g, run.lr, tokens_per_s, mfu, eta,
+                      probe_ptr);
     }
-    if (result.val_loss && step == o.steps) {
+    if (change)
+      progress << batch_change_line(*change, plan.noise()->options()) << "\n" << std::flush;
+    if (val && val->tokens > 0) {
       char line[120];
       std::snprintf(line, sizeof line, "validation loss %.4f over %lld tokens", *result.val_loss,
                     static_cast<long long>(val->tokens));
       progress << line << "\n";
     }
-    if ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps)
-      result.checkpoint = save(o, model, opt, probe_ptr, step);
+    if ((o.save_every > 0 && step % o.save_every == 0) || plan.done())
+      result.checkpoint = save(o, model, opt, probe_ptr, plan, step);
   }
   progress << "checkpoint: " << result.checkpoint << "\n";
   return result;

@@ -1,9 +1,10 @@
 // The training loop: micro-batch accumulation, global-norm clipping, any optimiser of
 // optim/factory.h (AdamW by default) with warm-up and cosine decay, the online gradient noise
-// scale (train/grad_noise.h), progress lines, a JSON log, atomic checkpoints and bit-for-bit
-// resume, and a validation loss at the end. Deterministic: the same options give the same losses, bit for bit,
-// on the same machine and thread count (windows come from a counter-based sampler, kernels use
-// static partitions).
+// scale (train/grad_noise.h), optionally a batch that grows with it (--batch-schedule noise,
+// train/step_schedule.h), progress lines, a JSON log, atomic checkpoints and bit-for-bit
+// resume, and a validation loss at the end. Deterministic: the same options give the same losses,
+// bit for bit, on the same machine and thread count (windows come from a counter-based sampler,
+// kernels use static partitions).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "memo/io/safetensors.h"
 #include "memo/model/config.h"
 #include "memo/model/model.h"
+#include "memo/scaling/batch_schedule.h"
 #include "memo/train/optimizer_setup.h"
 
 namespace memo {
@@ -47,6 +49,11 @@ struct TrainOptions {
   // this many bytes before step 1 (train/device_plan.h); 0: no budget, the caching allocator.
   int64_t device_memory_bytes = 0;
   StrategyOptions activations;  // where skeletal activations live (--activations and its flags)
+  // --batch-schedule noise (scaling/batch_schedule.h): the controller's own flags (max_batch, 0:
+  // 16 x batch; noise_multiple, hysteresis, patience, min_observations, law, law_params); train()
+  // fills in seq, micro_batch, batch and the token schedule from the fields above
+  // (noise_schedule_options). None: a fixed batch. A resumed run continues the checkpoint's.
+  std::optional<scaling::BatchScheduleOptions> batch_schedule;
 };
 
 struct TrainResult {

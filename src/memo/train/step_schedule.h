@@ -1,0 +1,81 @@
+// What each step of memo train runs: its micro-batch count, its tokens and its learning rate.
+// Either a fixed batch with the step-based warm-up and cosine decay (schedule.h), or the
+// noise-driven batch schedule of `--batch-schedule noise` (scaling/batch_schedule.h: the batch
+// grows in whole micro-batches to track K x B_simple, the lr is the law's for the batch, warm-up
+// and decay are in tokens). Not here: running a step (step.h) or measuring B_simple (grad_noise.h).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "memo/scaling/batch_schedule.h"
+#include "memo/train/schedule.h"
+#include "memo/train/trainer.h"
+
+namespace memo {
+
+struct StepRun {            // what the trainer runs as step `step`
+  int64_t step = 0;         // 1-based
+  int64_t batch = 0;        // sequences
+  int64_t micro_steps = 0;  // micro-batches of the run's --micro-batch sequences
+  int64_t tokens = 0;       // this step's tokens: batch x seq
+  int64_t tokens_end = 0;   // tokens seen once this step is done, counted from the run's start
+  double lr = 0.0;
+};
+
+// --max-batch when not given: this many times --batch.
+inline constexpr int64_t kDefaultMaxBatchMultiple = 16;
+
+// The noise schedule of a fresh run: o.batch_schedule's own flags, with seq, micro_batch and
+// batch from o, max_batch kDefaultMaxBatchMultiple x batch when 0, and the fixed run's schedule
+// in tokens: warm-up o.warmup x batch x seq, the budget o.steps x batch x seq (then decay ends
+// where it would for a fixed batch, after the same tokens). Not checked here: see check_options.
+scaling::BatchScheduleOptions noise_schedule_options(const TrainOptions& o);
+
+// The noise schedule a checkpoint saved (trainer_state.json "batch_schedule"), checked against
+// the checkpoint's step; none for a run with a fixed batch. Throws FormatError naming `where`.
+std::optional<scaling::BatchSchedule> noise_schedule_from_checkpoint(
+    const nlohmann::json& trainer_state, int64_t step, const std::string& where);
+
+class StepSchedule {
+ public:
+  // A fixed batch: o.batch / o.micro_batch micro-batches per step for steps start_step + 1 ..
+  // o.steps, lr LrSchedule{o.lr, o.lr o.min_lr_ratio, o.warmup, o.steps}.at(step), as always.
+  StepSchedule(const TrainOptions& o, int64_t start_step);
+  // The noise-driven schedule, from its start or from a restored state.
+  explicit StepSchedule(const scaling::BatchSchedule& noise);
+
+  StepRun next() const;
+  // After the step next() gave ran; b_simple: the noise-scale estimate after this step's update.
+  // Returns the batch change a noise schedule makes from the next step on.
+  std::optional<scaling::BatchChange> observe(std::optional<double> b_simple);
+  // Fixed: o.steps steps done; noise: the token budget spent (the last step may pass it by less
+  // than one batch).
+  bool done() const;
+  int64_t total_tokens() const;
+  int64_t max_micro_steps() const;  // the most micro-batches any step will run
+  const scaling::BatchSchedule* noise() const { return noise_ ? &*noise_ : nullptr; }
+  // trainer_state.json's "batch_schedule": the noise schedule's {"options", "state"} (exact: hex
+  // floats); null for a fixed batch.
+  nlohmann::json checkpoint_json() const;
+  // One progress line (no newline) saying what the noise schedule will do; empty when fixed.
+  std::string summary() const;
+
+ private:
+  LrSchedule fixed_lr_;  // fixed batch only
+  int64_t steps_done_ = 0;
+  int64_t total_steps_ = 0;
+  int64_t batch_ = 0;
+  int64_t micro_steps_ = 0;
+  int64_t seq_ = 0;
+  std::optional<scaling::BatchSchedule> noise_;
+};
+
+// The progress line (no newline) of a batch change: old and new batch, where, the B_simple that
+// sized it and the law's lr for the new batch.
+std::string batch_change_line(const scaling::BatchChange& change,
+                              const scaling::BatchScheduleOptions& options);
+
+}  // namespace memo

@@ -1,0 +1,122 @@
+// What each step of memo train runs (train/step_schedule.h): a fixed batch gives LrSchedule's lr
+// and the same micro-batches every step; a noise schedule takes the run's shape and the fixed
+// run's budget in tokens, follows its controller step for step, and its checkpoint record
+// restores it exactly (and is refused at another step).
+#include "memo/train/step_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include "memo/core/error.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+TrainOptions fixed_options() {
+  TrainOptions o;
+  o.seq = 32;
+  o.batch = 8;
+  o.micro_batch = 2;
+  o.steps = 12;
+  o.warmup = 3;
+  o.lr = 2e-3;
+  o.min_lr_ratio = 0.25;
+  return o;
+}
+
+TrainOptions noise_options() {
+  TrainOptions o = fixed_options();
+  scaling::BatchScheduleOptions s;
+  s.law = scaling::Law::kSurge;
+  s.law_params = {4e-3, 1000.0};
+  s.patience = 1;
+  s.min_observations = 1;
+  s.hysteresis = 0.0;
+  o.batch_schedule = s;
+  return o;
+}
+
+TEST(StepSchedule, fixed_batch_runs_the_step_lr_schedule_from_the_start_step) {
+  const TrainOptions o = fixed_options();
+  const LrSchedule lr{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.steps};
+  StepSchedule plan(o, 5);
+  EXPECT_EQ(plan.noise(), nullptr);
+  EXPECT_TRUE(plan.checkpoint_json().is_null());
+  EXPECT_EQ(plan.max_micro_steps(), 4);
+  EXPECT_EQ(plan.total_tokens(), 12 * 8 * 32);
+  int64_t steps = 0;
+  while (!plan.done()) {
+    const StepRun r = plan.next();
+    EXPECT_EQ(r.step, 6 + steps);
+    EXPECT_EQ(r.batch, 8);
+    EXPECT_EQ(r.micro_steps, 4);
+    EXPECT_EQ(r.tokens, 8 * 32);
+    EXPECT_EQ(r.tokens_end, r.step * 8 * 32);
+    EXPECT_EQ(r.lr, lr.at(r.step));  // the same call as before the schedule existed
+    EXPECT_FALSE(plan.observe(1e9).has_value());
+    ++steps;
+  }
+  EXPECT_EQ(steps, 7);
+}
+
+TEST(StepSchedule, noise_options_take_the_run_shape_and_its_budget_in_tokens) {
+  const scaling::BatchScheduleOptions s = noise_schedule_options(noise_options());
+  EXPECT_EQ(s.seq, 32);
+  EXPECT_EQ(s.micro_batch, 2);
+  EXPECT_EQ(s.batch, 8);
+  EXPECT_EQ(s.max_batch, kDefaultMaxBatchMultiple * 8);
+  EXPECT_EQ(s.schedule.warmup_tokens, 3 * 8 * 32);
+  EXPECT_EQ(s.schedule.total_tokens, 12 * 8 * 32);
+  EXPECT_EQ(s.schedule.min_lr_ratio, 0.25);
+  EXPECT_EQ(s.law_params.b_noise, 1000.0);
+  TrainOptions capped = noise_options();
+  capped.batch_schedule->max_batch = 20;
+  EXPECT_EQ(noise_schedule_options(capped).max_batch, 20);
+}
+
+TEST(StepSchedule, noise_schedule_follows_its_controller_and_restores_from_its_record) {
+  const scaling::BatchScheduleOptions s = noise_schedule_options(noise_options());
+  scaling::BatchSchedule reference(s);
+  StepSchedule plan{scaling::BatchSchedule(s)};
+  ASSERT_NE(plan.noise(), nullptr);
+  EXPECT_EQ(plan.max_micro_steps(), s.max_batch / s.micro_batch);
+  EXPECT_NE(plan.summary().find("surge law"), std::string::npos) << plan.summary();
+  // B_simple of 200 tokens (below the 256 of the batch), then 2000: the batch grows once to 2000
+  // tokens = 62 sequences (31 micro-batches of 64 tokens), rounded down
+  const double b_simple[] = {200.0, 2000.0, 2000.0};
+  int changes = 0;
+  for (double b : b_simple) {
+    const StepRun r = plan.next();
+    const scaling::StepPlan p = reference.next();
+    EXPECT_EQ(r.step, p.step);
+    EXPECT_EQ(r.batch, p.batch);
+    EXPECT_EQ(r.micro_steps, p.micro_batches);
+    EXPECT_EQ(r.tokens, p.batch_tokens);
+    EXPECT_EQ(r.tokens_end, p.tokens_end);
+    EXPECT_EQ(r.lr, p.lr);
+    const auto change = plan.observe(b);
+    EXPECT_EQ(change.has_value(), reference.observe(b).has_value());
+    if (change) {
+      ++changes;
+      EXPECT_EQ(change->batch, 62);
+      EXPECT_NE(batch_change_line(*change, s).find("batch 8 -> 62 sequences"), std::string::npos)
+          << batch_change_line(*change, s);
+    }
+  }
+  EXPECT_EQ(changes, 1);
+  EXPECT_EQ(plan.next().batch, 62);
+  const nlohmann::json state = {{"step", 3}, {"batch_schedule", plan.checkpoint_json()}};
+  const std::optional<scaling::BatchSchedule> restored =
+      noise_schedule_from_checkpoint(state, 3, "run");
+  ASSERT_TRUE(restored.has_value());
+  EXPECT_EQ(restored->state(), plan.noise()->state());
+  EXPECT_EQ(scaling::to_json(restored->options()), scaling::to_json(s));
+  EXPECT_NE(test::error_message<FormatError>([&] {
+              noise_schedule_from_checkpoint(state, 4, "run");
+            }).find("run: the batch schedule is at step 3 but the checkpoint at step 4"),
+            std::string::npos);
+  EXPECT_FALSE(noise_schedule_from_checkpoint({{"step", 3}}, 3, "run").has_value());
+}
+
+}  // namespace
+}  // namespace memo
