@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "reference/attention_reference.h"
 #include "memo/kernels/cpu/kernels.h"
+#include "reference/attention_reference.h"
 
 namespace {
 
@@ -34,19 +34,27 @@ BenchOptions parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const size_t eq = arg.find('=');
-    const std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    const std::string key = arg.substr(0, eq),
+                      value = eq == std::string::npos ? "" : arg.substr(eq + 1);
     if (key == "--seqs") {
       opt.seqs.clear();
       std::stringstream list(value);
       for (std::string item; std::getline(list, item, ',');) opt.seqs.push_back(std::stoll(item));
-    } else if (key == "--batch") opt.batch = std::stoll(value);
-    else if (key == "--heads") opt.heads = std::stoll(value);
-    else if (key == "--kv-heads") opt.kv_heads = std::stoll(value);
-    else if (key == "--head-dim") opt.head_dim = std::stoll(value);
-    else if (key == "--reps") opt.reps = std::stoll(value);
-    else if (key == "--ref-seq") opt.ref_seq = std::stoll(value);
+    } else if (key == "--batch")
+      opt.batch = std::stoll(value);
+    else if (key == "--heads")
+      opt.heads = std::stoll(value);
+    else if (key == "--kv-heads")
+      opt.kv_heads = std::stoll(value);
+    else if (key == "--head-dim")
+      opt.head_dim = std::stoll(value);
+    else if (key == "--reps")
+      opt.reps = std::stoll(value);
+    else if (key == "--ref-seq")
+      opt.ref_seq = std::stoll(value);
     else {
-      std::fprintf(stderr, "unknown flag %s; see the header of bench/attention_bench.cc\n", arg.c_str());
+      std::fprintf(stderr, "unknown flag %s; see the header of bench/attention_bench.cc\n",
+                   arg.c_str());
       std::exit(2);
     }
   }
@@ -73,8 +81,8 @@ struct AttnBuffers {
       : B(b), S(s), H(h), Hkv(hkv), D(d), T(b * s) {
     std::mt19937 rng(1);
     std::normal_distribution<float> normal;
-    for (auto [x, n] : {std::pair{&q, T * H * D}, {&k, T * Hkv * D}, {&v, T * Hkv * D},
-                        {&dout, T * H * D}}) {
+    for (auto [x, n] :
+         {std::pair{&q, T * H * D}, {&k, T * Hkv * D}, {&v, T * Hkv * D}, {&dout, T * H * D}}) {
       x->resize(n);
       for (float& e : *x) e = normal(rng);
     }
@@ -95,16 +103,18 @@ struct AttnBuffers {
   int64_t scratch_bytes() const { return int64_t(scratch.size() * sizeof(float)); }
   void forward() {
     memo::cpu::attention_forward(Tensor(o.data(), {T, H * D}), Tensor(lse.data(), {B, H, S}),
-                                 ConstTensor(q.data(), {T, H * D}), ConstTensor(k.data(), {T, Hkv * D}),
+                                 ConstTensor(q.data(), {T, H * D}),
+                                 ConstTensor(k.data(), {T, Hkv * D}),
                                  ConstTensor(v.data(), {T, Hkv * D}), B, H, Hkv,
                                  Tensor(scratch.data(), {int64_t(scratch.size())}));
   }
   void backward() {
     memo::cpu::attention_backward(
-        Tensor(dq.data(), {T, H * D}), Tensor(dk.data(), {T, Hkv * D}), Tensor(dv.data(), {T, Hkv * D}),
-        ConstTensor(dout.data(), {T, H * D}), ConstTensor(q.data(), {T, H * D}),
-        ConstTensor(k.data(), {T, Hkv * D}), ConstTensor(v.data(), {T, Hkv * D}),
-        ConstTensor(o.data(), {T, H * D}), ConstTensor(lse.data(), {B, H, S}), B, H, Hkv,
+        Tensor(dq.data(), {T, H * D}), Tensor(dk.data(), {T, Hkv * D}),
+        Tensor(dv.data(), {T, Hkv * D}), ConstTensor(dout.data(), {T, H * D}),
+        ConstTensor(q.data(), {T, H * D}), ConstTensor(k.data(), {T, Hkv * D}),
+        ConstTensor(v.data(), {T, Hkv * D}), ConstTensor(o.data(), {T, H * D}),
+        ConstTensor(lse.data(), {B, H, S}), B, H, Hkv,
         Tensor(scratch.data(), {int64_t(scratch.size())}));
   }
 };
@@ -124,12 +134,13 @@ void compare_to_reference(const BenchOptions& opt) {
   memo::cpu::attention_forward_ref({o.data(), {T, qc}}, {lse.data(), {buf.B, buf.H, buf.S}},
                                    {q.data(), {T, qc}}, {k.data(), {T, kc}}, {v.data(), {T, kc}},
                                    buf.B, buf.H, buf.Hkv);
-  memo::cpu::attention_backward_ref({dq.data(), {T, qc}}, {dk.data(), {T, kc}}, {dv.data(), {T, kc}},
-                                    {dout.data(), {T, qc}}, {q.data(), {T, qc}}, {k.data(), {T, kc}},
-                                    {v.data(), {T, kc}}, buf.B, buf.H, buf.Hkv);
+  memo::cpu::attention_backward_ref(
+      {dq.data(), {T, qc}}, {dk.data(), {T, kc}}, {dv.data(), {T, kc}}, {dout.data(), {T, qc}},
+      {q.data(), {T, qc}}, {k.data(), {T, kc}}, {v.data(), {T, kc}}, buf.B, buf.H, buf.Hkv);
   const double ref_s = seconds_since(t0);
-  std::printf("baseline S=%lld: naive float64 reference fwd+bwd %.1f ms, tiled fp32 %.1f ms: %.1fx\n",
-              (long long)opt.ref_seq, 1e3 * ref_s, 1e3 * kernel_s, ref_s / kernel_s);
+  std::printf(
+      "baseline S=%lld: naive float64 reference fwd+bwd %.1f ms, tiled fp32 %.1f ms: %.1fx\n",
+      (long long)opt.ref_seq, 1e3 * ref_s, 1e3 * kernel_s, ref_s / kernel_s);
 }
 
 }  // namespace
@@ -167,9 +178,9 @@ int main(int argc, char** argv) {
     const double s2 = double(S) * S * opt.batch * opt.heads;
     std::printf("%7lld %10.1f %10.1f %9.3f %9.3f %8.1f %8.1f %10.1f %11.2f %9.0f %11.2f %9.0f\n",
                 (long long)S, 1e3 * fwd_s, 1e3 * bwd_s, 1e9 * fwd_s / s2, 1e9 * bwd_s / s2,
-                2 * unit_flops / fwd_s * 1e-9, 5 * unit_flops / bwd_s * 1e-9, scratch_bytes / 1024.0,
-                total_bytes / 1048576.0, double(total_bytes) / S, hwm_grow / 1048576.0,
-                double(hwm_grow) / S);
+                2 * unit_flops / fwd_s * 1e-9, 5 * unit_flops / bwd_s * 1e-9,
+                scratch_bytes / 1024.0, total_bytes / 1048576.0, double(total_bytes) / S,
+                hwm_grow / 1048576.0, double(hwm_grow) / S);
     std::fflush(stdout);
   }
   compare_to_reference(opt);  // last: its float64 buffers must not set the high-water mark

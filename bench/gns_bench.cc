@@ -25,7 +25,9 @@
 using namespace memo;
 using Clock = std::chrono::steady_clock;
 
-static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+static double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 static double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -37,8 +39,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const ModelConfig config = load_model_config(argv[1]);
-  const int64_t seq = argc > 2 ? std::atoll(argv[2]) : 64, batch = argc > 3 ? std::atoll(argv[3]) : 16;
-  const int64_t micro = argc > 4 ? std::atoll(argv[4]) : 4, steps = argc > 5 ? std::atoll(argv[5]) : 20;
+  const int64_t seq = argc > 2 ? std::atoll(argv[2]) : 64,
+                batch = argc > 3 ? std::atoll(argv[3]) : 16;
+  const int64_t micro = argc > 4 ? std::atoll(argv[4]) : 4,
+                steps = argc > 5 ? std::atoll(argv[5]) : 20;
   const int64_t k = batch / micro;
   Model model(config);
   model.init(1);
@@ -47,7 +51,8 @@ int main(int argc, char** argv) {
   KeepStrategy strategy(config, alloc);
   GradNoiseProbe probe(model.params_numel(), k, micro * seq);
   std::vector<int32_t> tokens(size_t(batch * seq + 1));
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(mix(9, i) % uint64_t(config.vocab_size));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = int32_t(mix(9, i) % uint64_t(config.vocab_size));
   const float scale = 1.0f / float(batch * seq);
   const int64_t n = model.params_numel();
   double probe_s = 0.0;
@@ -77,10 +82,14 @@ int main(int argc, char** argv) {
     }
   }
   const double m_off = median(off), m_on = median(on), probe_per_step = probe_s / double(steps);
-  std::printf("gns_bench: %lld params, seq %lld, batch %lld x %lld micro-batches of %lld, %lld steps each, %d threads\n",
-              (long long)model.layout().count(), (long long)seq, (long long)batch, (long long)k, (long long)micro,
-              (long long)steps, omp_get_max_threads());
-  std::printf("step median: no probe %.2f ms, probe %.2f ms, ratio %.4f; probe calls alone %.3f ms/step = %.2f%% of the step\n",
-              1e3 * m_off, 1e3 * m_on, m_on / m_off, 1e3 * probe_per_step, 100.0 * probe_per_step / m_off);
+  std::printf(
+      "gns_bench: %lld params, seq %lld, batch %lld x %lld micro-batches of %lld, %lld steps each, "
+      "%d threads\n",
+      (long long)model.layout().count(), (long long)seq, (long long)batch, (long long)k,
+      (long long)micro, (long long)steps, omp_get_max_threads());
+  std::printf(
+      "step median: no probe %.2f ms, probe %.2f ms, ratio %.4f; probe calls alone %.3f ms/step = "
+      "%.2f%% of the step\n",
+      1e3 * m_off, 1e3 * m_on, m_on / m_off, 1e3 * probe_per_step, 100.0 * probe_per_step / m_off);
   return 0;
 }

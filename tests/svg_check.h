@@ -15,10 +15,10 @@ namespace memo::test {
 
 struct SvgSummary {
   bool ok = false;
-  std::string error;                   // the first problem found
-  double width = 0.0, height = 0.0;    // of the root <svg>
-  std::map<std::string, int> elements; // tag name -> count
-  std::vector<std::string> texts;      // the contents of <text> elements, in order
+  std::string error;                    // the first problem found
+  double width = 0.0, height = 0.0;     // of the root <svg>
+  std::map<std::string, int> elements;  // tag name -> count
+  std::vector<std::string> texts;       // the contents of <text> elements, in order
 };
 
 inline SvgSummary check_svg(const std::string& svg) {
@@ -48,7 +48,8 @@ inline SvgSummary check_svg(const std::string& svg) {
     if (self_closing) tag.pop_back();
     const std::string name = tag.substr(0, tag.find_first_of(" \n\t"));
     ++s.elements[name];
-    for (auto it = std::sregex_iterator(tag.begin(), tag.end(), attr_re); it != std::sregex_iterator(); ++it) {
+    for (auto it = std::sregex_iterator(tag.begin(), tag.end(), attr_re);
+         it != std::sregex_iterator(); ++it) {
       const std::string key = (*it)[1], value = (*it)[2];
       const bool horizontal = key == "x" || key == "x1" || key == "x2" || key == "cx";
       const bool vertical = key == "y" || key == "y1" || key == "y2" || key == "cy";
@@ -59,7 +60,8 @@ inline SvgSummary check_svg(const std::string& svg) {
       if (!horizontal && !vertical && key != "points" && key != "d") continue;
       if (value.find('%') != std::string::npos) continue;
       std::vector<double> numbers;
-      for (auto n = std::sregex_iterator(value.begin(), value.end(), number_re); n != std::sregex_iterator(); ++n)
+      for (auto n = std::sregex_iterator(value.begin(), value.end(), number_re);
+           n != std::sregex_iterator(); ++n)
         numbers.push_back(std::atof(n->str().c_str()));
       for (size_t i = 0; i < numbers.size(); ++i) {
         const double v = numbers[i];
@@ -71,7 +73,8 @@ inline SvgSummary check_svg(const std::string& svg) {
                       std::to_string(s.width) + " x " + std::to_string(s.height) + " canvas");
       }
     }
-    if (name == "text") s.texts.push_back(svg.substr(text_start, svg.find('<', text_start) - text_start));
+    if (name == "text")
+      s.texts.push_back(svg.substr(text_start, svg.find('<', text_start) - text_start));
     if (!self_closing) open.push_back(name);
   }
   if (!open.empty()) return fail("<" + open.back() + "> never closed");

@@ -1,6 +1,7 @@
 // Shared helpers for memo's tests: a scratch directory, the memo binary, the source tree.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,8 +11,6 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
-
-#include <gtest/gtest.h>
 
 namespace memo::test {
 

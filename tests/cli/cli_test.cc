@@ -1,22 +1,22 @@
 // The memo command end to end: determinism, kill-and-resume, and every bad-input path giving a
 // one-line error that names the value, a non-zero exit, and no overwritten files.
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
+#include "cli_test_util.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/data/token_data.h"
 #include "memo/io/checkpoint.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "test_util.h"
-#include "cli_test_util.h"
 
 namespace memo {
 namespace {
@@ -44,8 +44,12 @@ class Cli : public ::testing::Test {
 };
 
 TEST_F(Cli, same_command_gives_bitwise_identical_losses) {
-  ASSERT_EQ(test::run_command(train_cmd(dir / "a", "--steps 6 --log " + dir.str("a.jsonl"))).exit_code, 0);
-  ASSERT_EQ(test::run_command(train_cmd(dir / "b", "--steps 6 --log " + dir.str("b.jsonl"))).exit_code, 0);
+  ASSERT_EQ(
+      test::run_command(train_cmd(dir / "a", "--steps 6 --log " + dir.str("a.jsonl"))).exit_code,
+      0);
+  ASSERT_EQ(
+      test::run_command(train_cmd(dir / "b", "--steps 6 --log " + dir.str("b.jsonl"))).exit_code,
+      0);
   const auto a = losses(dir.str("a.jsonl")), b = losses(dir.str("b.jsonl"));
   ASSERT_EQ(a.size(), 6u);
   EXPECT_EQ(a, b);
@@ -53,20 +57,22 @@ TEST_F(Cli, same_command_gives_bitwise_identical_losses) {
 
 TEST_F(Cli, killed_run_resumes_with_identical_losses) {
   const int steps = 60;
-  const std::string full = train_cmd(dir / "full", "--steps " + std::to_string(steps) + " --log " + dir.str("full.jsonl"));
+  const std::string full = train_cmd(
+      dir / "full", "--steps " + std::to_string(steps) + " --log " + dir.str("full.jsonl"));
   ASSERT_EQ(test::run_command(full).exit_code, 0);
   // Start the same run, SIGKILL it once step 20 is logged (checkpoints every 3 steps), resume.
-  const std::string run = train_cmd(dir / "cut", "--steps " + std::to_string(steps) +
-                                                     " --save-every 3 --log " + dir.str("cut.jsonl"));
-  const std::string kill_at_20 = "(" + run + " > /dev/null 2>&1 & pid=$!; " +
-                                 "while ! grep -q '\"step\":20,' " + dir.str("cut.jsonl") +
-                                 " 2>/dev/null; do sleep 0.01; done; kill -9 $pid; wait $pid; true)";
+  const std::string run =
+      train_cmd(dir / "cut", "--steps " + std::to_string(steps) + " --save-every 3 --log " +
+                                 dir.str("cut.jsonl"));
+  const std::string kill_at_20 =
+      "(" + run + " > /dev/null 2>&1 & pid=$!; " + "while ! grep -q '\"step\":20,' " +
+      dir.str("cut.jsonl") + " 2>/dev/null; do sleep 0.01; done; kill -9 $pid; wait $pid; true)";
   ASSERT_EQ(test::run_command(kill_at_20).exit_code, 0);
   const auto before = losses(dir.str("cut.jsonl"));
   ASSERT_LT(before.rbegin()->first, steps) << "the run ended before it was killed";
-  const test::CommandResult r = test::run_command(test::memo_bin() + " train --data " + dir.str("data.txt") +
-                                                  " --steps " + std::to_string(steps) + " --resume " +
-                                                  dir.str("cut") + " --log " + dir.str("cut.jsonl"));
+  const test::CommandResult r = test::run_command(
+      test::memo_bin() + " train --data " + dir.str("data.txt") + " --steps " +
+      std::to_string(steps) + " --resume " + dir.str("cut") + " --log " + dir.str("cut.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resuming at step"), std::string::npos) << r.output;
   EXPECT_EQ(losses(dir.str("cut.jsonl")), losses(dir.str("full.jsonl")));
@@ -80,9 +86,9 @@ TEST_F(Cli, every_strategy_in_a_planned_arena_gives_the_losses_of_keep_with_a_lo
   std::map<std::string, std::map<int64_t, std::string>> runs;
   std::map<std::string, int64_t> peaks;
   for (const std::string a : {"keep", "recompute", "offload", "memo"}) {
-    const test::CommandResult r = test::run_command(
-        train_cmd(dir.str("out-" + a), "--steps 3 --activations " + a + " --device-memory 256MiB --log " +
-                                           dir.str(a + ".jsonl")));
+    const test::CommandResult r = test::run_command(train_cmd(
+        dir.str("out-" + a),
+        "--steps 3 --activations " + a + " --device-memory 256MiB --log " + dir.str(a + ".jsonl")));
     ASSERT_EQ(r.exit_code, 0) << a << ": " << r.output;
     runs[a] = losses(dir.str(a + ".jsonl"));
     std::ifstream in(dir.str(a + ".jsonl"));
@@ -99,15 +105,17 @@ TEST_F(Cli, every_strategy_in_a_planned_arena_gives_the_losses_of_keep_with_a_lo
 
 TEST_F(Cli, data_of_exactly_seq_plus_one_tokens_trains) {
   write_text(dir / "tiny.txt", corpus(33));
-  const test::CommandResult r = test::run_command(
-      train_cmd(dir / "out", "--steps 2 --val-data " + dir.str("tiny.txt")) + " --data " + dir.str("tiny.txt"));
+  const test::CommandResult r =
+      test::run_command(train_cmd(dir / "out", "--steps 2 --val-data " + dir.str("tiny.txt")) +
+                        " --data " + dir.str("tiny.txt"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
   ASSERT_EQ(test::run_command(train_cmd(dir / "run", "--steps 2")).exit_code, 0);
-  const test::CommandResult r = test::run_command(test::memo_bin() + " eval --checkpoint " + dir.str("run") +
-                                                  " --data " + dir.str("data.txt") + " --split all --seq 32 --batches 2 2>/dev/null");
+  const test::CommandResult r =
+      test::run_command(test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " +
+                        dir.str("data.txt") + " --split all --seq 32 --batches 2 2>/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j.at("tokens").get<int64_t>(), 2 * 8 * 32);
@@ -156,33 +164,40 @@ TEST_F(Cli, unknown_flag_is_rejected) {
 }
 
 TEST_F(Cli, missing_data_file_names_the_path) {
-  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
-                           dir.str("nope.txt"), "nope.txt");
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") +
+                                 " --data " + dir.str("nope.txt"),
+                             "nope.txt");
 }
 
 TEST_F(Cli, empty_data_file_is_rejected) {
   write_text(dir / "empty.txt", "");
-  test::expect_clean_failure(train_cmd(dir / "out", "--steps 1") + " --data " + dir.str("empty.txt"), "empty");
+  test::expect_clean_failure(
+      train_cmd(dir / "out", "--steps 1") + " --data " + dir.str("empty.txt"), "empty");
 }
 
 TEST_F(Cli, data_shorter_than_seq_plus_one_names_both) {
   write_text(dir / "short.txt", corpus(32));
-  test::expect_clean_failure(train_cmd(dir / "out", "--steps 1 --val-data " + dir.str("short.txt")) + " --data " +
-                           dir.str("short.txt"), "33");
+  test::expect_clean_failure(
+      train_cmd(dir / "out", "--steps 1 --val-data " + dir.str("short.txt")) + " --data " +
+          dir.str("short.txt"),
+      "33");
 }
 
 TEST_F(Cli, token_id_outside_vocabulary_names_the_position) {
   std::vector<int32_t> tokens(200, 5);
   tokens[137] = 300;
   write_llmc_tokens(dir / "tokens.bin", tokens);
-  test::expect_clean_failure(train_cmd(dir / "out", "--steps 1") + " --data " + dir.str("tokens.bin"), "137");
+  test::expect_clean_failure(
+      train_cmd(dir / "out", "--steps 1") + " --data " + dir.str("tokens.bin"), "137");
 }
 
 TEST_F(Cli, hidden_size_not_divisible_by_heads_is_rejected) {
-  write_text(dir / "bad.json", R"({"hidden_size": 30, "intermediate_size": 64, "num_hidden_layers": 1,
+  write_text(dir / "bad.json",
+             R"({"hidden_size": 30, "intermediate_size": 64, "num_hidden_layers": 1,
     "num_attention_heads": 4, "vocab_size": 256})");
-  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("bad.json") + " --data " + dir.str("data.txt"),
-                       "hidden_size = 30");
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("bad.json") +
+                                 " --data " + dir.str("data.txt"),
+                             "hidden_size = 30");
 }
 
 TEST_F(Cli, truncated_and_corrupted_checkpoints_are_rejected_and_left_alone) {
@@ -193,7 +208,8 @@ TEST_F(Cli, truncated_and_corrupted_checkpoints_are_rejected_and_left_alone) {
     std::ifstream in(st, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
-  const std::string eval = test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " + dir.str("data.txt");
+  const std::string eval =
+      test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " + dir.str("data.txt");
   write_text(st, bytes.substr(0, bytes.size() - 100));  // truncated
   test::expect_clean_failure(eval, "model.safetensors");
   std::string flipped = bytes;
@@ -209,8 +225,9 @@ TEST_F(Cli, truncated_and_corrupted_checkpoints_are_rejected_and_left_alone) {
     return names;
   };
   const auto before = listing();
-  test::expect_clean_failure(test::memo_bin() + " train --data " + dir.str("data.txt") + " --steps 4 --resume " + dir.str("run"),
-                       "model.safetensors");
+  test::expect_clean_failure(test::memo_bin() + " train --data " + dir.str("data.txt") +
+                                 " --steps 4 --resume " + dir.str("run"),
+                             "model.safetensors");
   EXPECT_EQ(listing(), before);
 }
 
@@ -218,19 +235,23 @@ TEST_F(Cli, truncated_and_corrupted_checkpoints_are_rejected_and_left_alone) {
 // log losses to the last digit; the log carries device and host peaks, and memo's device peak is
 // below keep's.
 TEST_F(Cli, memo_and_keep_activations_give_identical_log_losses) {
-  write_text(dir / "deep.json", R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
+  write_text(dir / "deep.json",
+             R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512})");
   auto cmd = [&](const std::string& name, const std::string& flags) {
-    return test::memo_bin() + " train --config " + dir.str("deep.json") + " --data " + dir.str("data.txt") +
+    return test::memo_bin() + " train --config " + dir.str("deep.json") + " --data " +
+           dir.str("data.txt") +
            " --seq 100 --batch 4 --micro-batch 2 --steps 3 --warmup 1 --out " + dir.str(name) +
            " --log " + dir.str(name + ".jsonl") + " " + flags;
   };
   const test::CommandResult keep = test::run_command(cmd("keep", "--activations keep"));
   ASSERT_EQ(keep.exit_code, 0) << keep.output;
-  const test::CommandResult memo = test::run_command(cmd("memo", "--activations memo --host-memory 1GiB --copy-bandwidth 50"));
+  const test::CommandResult memo =
+      test::run_command(cmd("memo", "--activations memo --host-memory 1GiB --copy-bandwidth 50"));
   ASSERT_EQ(memo.exit_code, 0) << memo.output;
   EXPECT_NE(memo.output.find("memo: activations: memo: alpha"), std::string::npos) << memo.output;
-  const test::CommandResult fixed = test::run_command(cmd("fixed", "--activations memo --alpha 0.7"));
+  const test::CommandResult fixed =
+      test::run_command(cmd("fixed", "--activations memo --alpha 0.7"));
   ASSERT_EQ(fixed.exit_code, 0) << fixed.output;
   const auto a = losses(dir.str("keep.jsonl"));
   ASSERT_EQ(a.size(), 3u);
@@ -250,11 +271,12 @@ TEST_F(Cli, memo_and_keep_activations_give_identical_log_losses) {
 
 TEST_F(Cli, bad_host_memory_size_names_the_flag_and_units) {
   test::expect_clean_failure(train_cmd(dir / "run", "--activations memo --host-memory 1.5GX"),
-                       "--host-memory '1.5GX'");
+                             "--host-memory '1.5GX'");
 }
 
 TEST_F(Cli, alpha_with_keep_is_rejected) {
-  test::expect_clean_failure(train_cmd(dir / "run", "--alpha 0.5"), "--alpha applies to --activations memo only");
+  test::expect_clean_failure(train_cmd(dir / "run", "--alpha 0.5"),
+                             "--alpha applies to --activations memo only");
 }
 
 }  // namespace

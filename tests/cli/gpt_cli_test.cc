@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "cli_test_util.h"
 #include "memo/io/safetensors.h"
 #include "test_util.h"
-#include "cli_test_util.h"
 
 namespace memo {
 namespace {

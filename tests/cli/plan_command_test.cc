@@ -1,12 +1,12 @@
 // `memo plan` end to end, and `memo train --device-memory`: the planned arena changes no loss,
 // and a run that does not fit is refused before step 1 with numbers.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "memo/io/atomic_file.h"
 #include "svg_check.h"
@@ -28,7 +28,8 @@ class PlanCommand : public ::testing::Test {
     std::ofstream(dir / "data.txt") << text;
   }
   std::string plan_cmd(const std::string& extra) const {
-    return test::memo_bin() + " plan --config " + dir.str("config.json") + " --seq 64 --batch 2 " + extra;
+    return test::memo_bin() + " plan --config " + dir.str("config.json") + " --seq 64 --batch 2 " +
+           extra;
   }
   std::string train_cmd(const std::string& out, const std::string& extra) const {
     return test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
@@ -52,8 +53,9 @@ TEST_F(PlanCommand, json_has_the_budget_plan_and_solver_fields) {
   const test::CommandResult r = test::run_command(plan_cmd("--device-memory 1GiB --json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
-  for (const char* key : {"fits", "alpha", "device_need_bytes", "device_budget_bytes", "plan_peak_bytes",
-                          "lower_bound_bytes", "gap_percent", "solve_seconds", "need", "levels"})
+  for (const char* key :
+       {"fits", "alpha", "device_need_bytes", "device_budget_bytes", "plan_peak_bytes",
+        "lower_bound_bytes", "gap_percent", "solve_seconds", "need", "levels"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_TRUE(j["fits"].get<bool>());
   EXPECT_TRUE(j["alpha"].is_null());
@@ -73,17 +75,18 @@ TEST_F(PlanCommand, over_budget_json_says_what_fits) {
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_FALSE(j["fits"].get<bool>());
   EXPECT_GT(j["shortfall_bytes"].get<int64_t>(), 0);
-  EXPECT_NE(j["message"].get<std::string>().find("budget is 0.00 GiB (262144 B)"), std::string::npos)
+  EXPECT_NE(j["message"].get<std::string>().find("budget is 0.00 GiB (262144 B)"),
+            std::string::npos)
       << j["message"];
 }
 
 TEST_F(PlanCommand, text_report_and_timeline_svg) {
-  const test::CommandResult r =
-      test::run_command(plan_cmd("--device-memory 1.5GiB --solver mip --mip-seconds 1 --timeline " + dir.str("t.svg")));
+  const test::CommandResult r = test::run_command(plan_cmd(
+      "--device-memory 1.5GiB --solver mip --mip-seconds 1 --timeline " + dir.str("t.svg")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* part : {"activation arena", "alpha                  n/a (keep)", "plan peak",
-                           "lower bound", "gap", "level 1 forward", "level 1 backward",
-                           "level 2 iteration", "fits: yes"})
+  for (const char* part :
+       {"activation arena", "alpha                  n/a (keep)", "plan peak", "lower bound", "gap",
+        "level 1 forward", "level 1 backward", "level 2 iteration", "fits: yes"})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
   const std::string svg = read_file(dir / "t.svg");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
@@ -101,7 +104,8 @@ TEST_F(PlanCommand, text_report_and_timeline_svg) {
 }
 
 TEST_F(PlanCommand, bad_flags_fail_with_one_line) {
-  for (const char* extra : {"--activations memo2", "--device-memory 3furlongs", "--solver gurobi"}) {
+  for (const char* extra :
+       {"--activations memo2", "--device-memory 3furlongs", "--solver gurobi"}) {
     const test::CommandResult r = test::run_command(plan_cmd(extra));
     EXPECT_NE(r.exit_code, 0) << extra;
     EXPECT_NE(r.output.find("memo: error: "), std::string::npos) << r.output;
@@ -118,8 +122,10 @@ TEST_F(PlanCommand, train_with_device_memory_gives_the_same_losses_and_reports_t
   ASSERT_EQ(b.size(), 4u);
   for (const auto& [step, j] : a) EXPECT_EQ(j["loss"].dump(), b.at(step)["loss"].dump()) << step;
   // the log's memory figures are the arena's: measured peak within the planned peak
-  const nlohmann::json plan = nlohmann::json::parse(test::run_command(
-      test::memo_bin() + " plan --config " + dir.str("config.json") + " --seq 32 --batch 2 --json").output);
+  const nlohmann::json plan =
+      nlohmann::json::parse(test::run_command(test::memo_bin() + " plan --config " +
+                                              dir.str("config.json") + " --seq 32 --batch 2 --json")
+                                .output);
   for (const auto& [step, j] : b) {
     EXPECT_EQ(j["reserved_bytes"].get<int64_t>(), plan["plan_peak_bytes"].get<int64_t>());
     EXPECT_LE(j["peak_bytes"].get<int64_t>(), j["reserved_bytes"].get<int64_t>());
@@ -144,12 +150,14 @@ namespace {
 
 // `memo plan` for hardware we do not have: every strategy side by side, one JSON object.
 std::string cluster_cmd(const std::string& extra) {
-  return test::memo_bin() + " plan --model llama-7b --seq 1048576 --gpus 8 --gpu a800-80gb --tp 8 " +
+  return test::memo_bin() +
+         " plan --model llama-7b --seq 1048576 --gpus 8 --gpu a800-80gb --tp 8 " +
          "--hardware-dir " + test::source_dir() + "/hardware " + extra;
 }
 
 TEST(PlanCluster, compare_json_has_every_strategy_with_the_plan_fields) {
-  const test::CommandResult r = test::run_command(cluster_cmd("--host-memory 2TiB --compare --json"));
+  const test::CommandResult r =
+      test::run_command(cluster_cmd("--host-memory 2TiB --compare --json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   ASSERT_EQ(j.at("strategies").size(), 4u);
@@ -172,8 +180,9 @@ TEST(PlanCluster, compare_json_has_every_strategy_with_the_plan_fields) {
 TEST(PlanCluster, text_prints_the_table_and_both_mfu_formulas) {
   const test::CommandResult r = test::run_command(cluster_cmd("--host-memory 2TiB"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* want : {"rounding buffers", "MFU, causal", "MFU, non-causal", "A = 2 H D (S + 1)",
-                           "A = 4 H D S", "longest seq that fits", "keep does not fit: device"})
+  for (const char* want :
+       {"rounding buffers", "MFU, causal", "MFU, non-causal", "A = 2 H D (S + 1)", "A = 4 H D S",
+        "longest seq that fits", "keep does not fit: device"})
     EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
 }
 
@@ -189,17 +198,19 @@ TEST(PlanCluster, one_strategy_prints_one_object) {
 
 TEST(PlanCluster, bad_input_fails_with_one_line) {
   for (const std::string& extra :
-       {std::string("--gpu b100-1tb"), std::string("--tp 3"), std::string("--host-memory 2furlongs"),
-        std::string("--activations memo --compare"), std::string("--config x.json")}) {
+       {std::string("--gpu b100-1tb"), std::string("--tp 3"),
+        std::string("--host-memory 2furlongs"), std::string("--activations memo --compare"),
+        std::string("--config x.json")}) {
     const test::CommandResult r = test::run_command(cluster_cmd(extra));
     EXPECT_NE(r.exit_code, 0) << extra;
     EXPECT_NE(r.output.find("memo: error: "), std::string::npos) << extra << ": " << r.output;
   }
   const test::CommandResult r = test::run_command(cluster_cmd("--gpu b100-1tb"));
   EXPECT_NE(r.output.find("a800-80gb"), std::string::npos) << r.output;  // names the shipped ones
-  const test::CommandResult m = test::run_command(
-      test::memo_bin() + " plan --model gpt-3b --gpus 8 --gpu a800-80gb --seq 8192 --hardware-dir " +
-      test::source_dir() + "/hardware");
+  const test::CommandResult m =
+      test::run_command(test::memo_bin() +
+                        " plan --model gpt-3b --gpus 8 --gpu a800-80gb --seq 8192 --hardware-dir " +
+                        test::source_dir() + "/hardware");
   EXPECT_NE(m.output.find("neither a preset"), std::string::npos) << m.output;
 }
 
@@ -214,16 +225,19 @@ TEST(PlanCluster, a_users_own_gpu_file_plans_like_a_shipped_one) {
   std::ofstream(dir / "my-gpu.json") << R"({"name": "Half an A800", "peak_bf16_flops": 156e12,
     "memory_bytes": 40000000000, "host_link_bytes_per_s": 16e9, "nvlink_bytes_per_s": 200e9,
     "source": "a test: the A800 figures halved"})";
-  const test::CommandResult r = test::run_command(
-      test::memo_bin() + " plan --model 7b --seq 65536 --gpus 8 --tp 8 --host-memory 1TiB --json "
-      "--activations memo --gpu " + dir.str("my-gpu.json"));
+  const test::CommandResult r =
+      test::run_command(test::memo_bin() +
+                        " plan --model 7b --seq 65536 --gpus 8 --tp 8 --host-memory 1TiB --json "
+                        "--activations memo --gpu " +
+                        dir.str("my-gpu.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j.at("device_capacity_bytes").get<int64_t>(), 40000000000);
   EXPECT_TRUE(j.at("fits").get<bool>());
   std::ofstream(dir / "bad-gpu.json") << R"({"name": "x", "peak_bf16_flops": -1})";
-  const test::CommandResult bad = test::run_command(
-      test::memo_bin() + " plan --model 7b --seq 65536 --gpus 8 --tp 8 --gpu " + dir.str("bad-gpu.json"));
+  const test::CommandResult bad =
+      test::run_command(test::memo_bin() + " plan --model 7b --seq 65536 --gpus 8 --tp 8 --gpu " +
+                        dir.str("bad-gpu.json"));
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("memo: error: "), std::string::npos) << bad.output;
 }

@@ -1,20 +1,19 @@
 // memo sweep, fit and lr end to end, and the optimiser flags of memo train: sweeps resume by
 // skipping finished runs, fits recover B_noise from sweep files written from a known surge law,
 // lr prints one JSON object, a non-Adam run resumes exactly, and the error paths name the value.
-#include <cmath>
-#include <fstream>
-#include <map>
-#include <string>
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 
+#include "cli_test_util.h"
 #include "memo/scaling/laws.h"
 #include "svg_check.h"
 #include "test_util.h"
-#include "cli_test_util.h"
 
 namespace memo {
 namespace {
@@ -44,8 +43,11 @@ std::string synthetic_sweep(double eps_max, double b_noise, bool target) {
     for (int k = -4; k <= 4; ++k) {
       const double lr = eps_max * std::pow(2.0, 0.5 * k);
       const double d = std::log(lr / opt);
-      nlohmann::json j{{"optimizer", "adam"}, {"hyperparameters", {{"beta1", 0.0}}}, {"lr", lr},
-                       {"batch_tokens", b}, {"val_loss", 2.0 + d * d}};
+      nlohmann::json j{{"optimizer", "adam"},
+                       {"hyperparameters", {{"beta1", 0.0}}},
+                       {"lr", lr},
+                       {"batch_tokens", b},
+                       {"val_loss", 2.0 + d * d}};
       if (target) {
         const double steps = std::round(s_min * (1.0 + b_noise / b));
         j["target_loss"] = 2.5;
@@ -68,9 +70,11 @@ class ScalingCli : public ::testing::Test {
     write_text(dir / "data.txt", text);
   }
   std::string sweep_cmd(const std::string& lrs, const std::string& extra = "") const {
-    return test::memo_bin() + " sweep --config " + dir.str("config.json") + " --data " + dir.str("data.txt") +
-           " --seq 16 --micro-batch 1 --batches 32,64 --steps 3 --val-windows 4 --optimizer adam --lrs " + lrs +
-           " --out " + dir.str("sweep.jsonl") + " " + extra;
+    return test::memo_bin() + " sweep --config " + dir.str("config.json") + " --data " +
+           dir.str("data.txt") +
+           " --seq 16 --micro-batch 1 --batches 32,64 --steps 3 --val-windows 4 --optimizer adam "
+           "--lrs " +
+           lrs + " --out " + dir.str("sweep.jsonl") + " " + extra;
   }
   test::TempDir dir;
 };
@@ -89,11 +93,14 @@ TEST_F(ScalingCli, sweep_appends_one_line_per_run_and_resume_skips_finished_runs
     EXPECT_FALSE(j.at("curve").empty());
   }
   // a cut-short last line (a kill mid-write) is dropped, finished runs are skipped
-  std::ofstream(dir.str("sweep.jsonl"), std::ios::app) << R"({"optimizer": "adam", "lr": 2e-3, "ba)";
+  std::ofstream(dir.str("sweep.jsonl"), std::ios::app)
+      << R"({"optimizer": "adam", "lr": 2e-3, "ba)";
   r = test::run_command(sweep_cmd("1e-3,2e-3"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("run 1/4: lr 0.001 batch 32 tokens: already in"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("run 3/4: lr 0.001 batch 64 tokens: already in"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("run 1/4: lr 0.001 batch 32 tokens: already in"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("run 3/4: lr 0.001 batch 64 tokens: already in"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("dropped an incomplete last line"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("2 runs done, 2 skipped"), std::string::npos) << r.output;
   lines = read_lines(dir.str("sweep.jsonl"));
@@ -121,14 +128,16 @@ TEST_F(ScalingCli, fit_recovers_b_noise_from_a_surge_law_sweep) {
   // the surge and the SGD law's curves (the power law is fitted, not drawn)
   ASSERT_TRUE(j.at("laws").contains("power"));
   EXPECT_EQ(plot.elements.at("path"), 2);
-  EXPECT_NE(std::find_if(plot.texts.begin(), plot.texts.end(),
-                         [](const std::string& t) { return t.find("surge law") != std::string::npos; }),
-            plot.texts.end());
+  EXPECT_NE(
+      std::find_if(plot.texts.begin(), plot.texts.end(),
+                   [](const std::string& t) { return t.find("surge law") != std::string::npos; }),
+      plot.texts.end());
 }
 
 TEST_F(ScalingCli, fit_of_a_target_loss_sweep_recovers_b_noise_from_steps_and_tokens) {
   write_text(dir / "t.jsonl", synthetic_sweep(1e-3, 2000.0, true));
-  const test::CommandResult r = test::run_command(test::memo_bin() + " fit " + dir.str("t.jsonl") + " --json");
+  const test::CommandResult r =
+      test::run_command(test::memo_bin() + " fit " + dir.str("t.jsonl") + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j.at("metric"), "loss_reduction");
@@ -138,37 +147,49 @@ TEST_F(ScalingCli, fit_of_a_target_loss_sweep_recovers_b_noise_from_steps_and_to
 }
 
 TEST_F(ScalingCli, lr_json_prints_lr_and_peak_batch) {
-  const test::CommandResult r = test::run_command(
-      test::memo_bin() + " lr --batch 1000 --b-noise 4000 --eps-max 1e-3 --json");
+  const test::CommandResult r =
+      test::run_command(test::memo_bin() + " lr --batch 1000 --b-noise 4000 --eps-max 1e-3 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_NEAR(j.at("lr").get<double>(), 2e-3 * std::sqrt(1000.0 * 4000.0) / 5000.0, 1e-12);
   EXPECT_EQ(j.at("peak_batch").get<double>(), 4000.0);
-  const nlohmann::json sgd = nlohmann::json::parse(test::run_command(
-      test::memo_bin() + " lr --batch 1000 --b-noise 4000 --eps-max 1e-3 --law sgd --json").output);
+  const nlohmann::json sgd = nlohmann::json::parse(
+      test::run_command(test::memo_bin() +
+                        " lr --batch 1000 --b-noise 4000 --eps-max 1e-3 --law sgd --json")
+          .output);
   EXPECT_NEAR(sgd.at("lr").get<double>(), 1e-3 / 5.0, 1e-12);
   EXPECT_TRUE(sgd.at("peak_batch").is_null());
   // from a sweep file: the fitted surge law
   write_text(dir / "s.jsonl", synthetic_sweep(1e-3, 2000.0, false));
-  const nlohmann::json f = nlohmann::json::parse(
-      test::run_command(test::memo_bin() + " lr --batch 2000 --fit " + dir.str("s.jsonl") + " --json").output);
+  const nlohmann::json f =
+      nlohmann::json::parse(test::run_command(test::memo_bin() + " lr --batch 2000 --fit " +
+                                              dir.str("s.jsonl") + " --json")
+                                .output);
   EXPECT_NEAR(f.at("peak_batch").get<double>(), 2000.0, 100.0);
 }
 
 TEST_F(ScalingCli, lion_run_resumes_with_identical_losses_and_noise_scale) {
   // constant lr: the schedule does not depend on --steps, so a 4-step run resumed to 8 must match
-  const std::string base = test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
-                           dir.str("data.txt") + " --seq 16 --batch 4 --micro-batch 1 --warmup 0 " +
-                           "--min-lr-ratio 1 --optimizer lion --lr 1e-3 --beta2 0.98 --weight-decay 0.1 ";
-  ASSERT_EQ(test::run_command(base + "--steps 8 --out " + dir.str("full") + " --log " + dir.str("full.jsonl")).exit_code, 0);
-  ASSERT_EQ(test::run_command(base + "--steps 4 --out " + dir.str("cut") + " --log " + dir.str("cut.jsonl")).exit_code, 0);
+  const std::string base =
+      test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+      dir.str("data.txt") + " --seq 16 --batch 4 --micro-batch 1 --warmup 0 " +
+      "--min-lr-ratio 1 --optimizer lion --lr 1e-3 --beta2 0.98 --weight-decay 0.1 ";
+  ASSERT_EQ(test::run_command(base + "--steps 8 --out " + dir.str("full") + " --log " +
+                              dir.str("full.jsonl"))
+                .exit_code,
+            0);
+  ASSERT_EQ(test::run_command(base + "--steps 4 --out " + dir.str("cut") + " --log " +
+                              dir.str("cut.jsonl"))
+                .exit_code,
+            0);
   std::ifstream state_in(dir.str("cut") + "/step-00000004/trainer_state.json");
   const nlohmann::json state = nlohmann::json::parse(state_in);
   EXPECT_EQ(state.at("optimizer").at("name"), "lion");
   EXPECT_EQ(state.at("optimizer").at("hyperparameters").at("beta2"), 0.98);
   EXPECT_GT(state.at("gns").at("updates").get<int64_t>(), 0);
-  const test::CommandResult r = test::run_command(test::memo_bin() + " train --data " + dir.str("data.txt") +
-                                                  " --steps 8 --resume " + dir.str("cut") + " --log " + dir.str("cut.jsonl"));
+  const test::CommandResult r =
+      test::run_command(test::memo_bin() + " train --data " + dir.str("data.txt") +
+                        " --steps 8 --resume " + dir.str("cut") + " --log " + dir.str("cut.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("lion"), std::string::npos) << r.output;
   const auto full = read_lines(dir.str("full.jsonl")), cut = read_lines(dir.str("cut.jsonl"));
@@ -176,30 +197,37 @@ TEST_F(ScalingCli, lion_run_resumes_with_identical_losses_and_noise_scale) {
   ASSERT_EQ(cut.size(), 8u);
   for (size_t i = 0; i < full.size(); ++i) {
     EXPECT_EQ(full[i].at("loss").dump(), cut[i].at("loss").dump()) << "step " << i + 1;
-    EXPECT_EQ(full[i].at("gns_b_simple").dump(), cut[i].at("gns_b_simple").dump()) << "step " << i + 1;
+    EXPECT_EQ(full[i].at("gns_b_simple").dump(), cut[i].at("gns_b_simple").dump())
+        << "step " << i + 1;
     EXPECT_TRUE(full[i].contains("gns_g2") && full[i].contains("gns_trace"));
   }
 }
 
 TEST_F(ScalingCli, no_gns_and_single_micro_batch_log_null_noise_scale) {
-  const std::string base = test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
-                           dir.str("data.txt") + " --seq 16 --steps 2 --out " + dir.str("run");
-  ASSERT_EQ(test::run_command(base + " --batch 2 --micro-batch 1 --no-gns --log " + dir.str("a.jsonl")).exit_code, 0);
+  const std::string base = test::memo_bin() + " train --config " + dir.str("config.json") +
+                           " --data " + dir.str("data.txt") + " --seq 16 --steps 2 --out " +
+                           dir.str("run");
+  ASSERT_EQ(
+      test::run_command(base + " --batch 2 --micro-batch 1 --no-gns --log " + dir.str("a.jsonl"))
+          .exit_code,
+      0);
   ASSERT_EQ(test::run_command(base + " --batch 2 --log " + dir.str("b.jsonl")).exit_code, 0);
   for (const char* f : {"a.jsonl", "b.jsonl"})
     for (const auto& j : read_lines(dir.str(f))) EXPECT_TRUE(j.at("gns_b_simple").is_null()) << f;
 }
 
 TEST_F(ScalingCli, unknown_optimizer_lists_the_valid_names) {
-  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
-                           dir.str("data.txt") + " --optimizer adamx",
-                       "unknown optimizer 'adamx'; valid: sgd, signsgd, adam, adamw, adagrad, rmsprop, adafactor, lion");
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") +
+                                 " --data " + dir.str("data.txt") + " --optimizer adamx",
+                             "unknown optimizer 'adamx'; valid: sgd, signsgd, adam, adamw, "
+                             "adagrad, rmsprop, adafactor, lion");
 }
 
 TEST_F(ScalingCli, a_flag_the_optimizer_lacks_is_rejected) {
-  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
-                           dir.str("data.txt") + " --optimizer adam --momentum 0.9",
-                       "--momentum does not apply to --optimizer adam");
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") +
+                                 " --data " + dir.str("data.txt") +
+                                 " --optimizer adam --momentum 0.9",
+                             "--momentum does not apply to --optimizer adam");
 }
 
 TEST_F(ScalingCli, malformed_sweep_line_is_named_by_number) {
@@ -207,16 +235,23 @@ TEST_F(ScalingCli, malformed_sweep_line_is_named_by_number) {
   const size_t second = text.find('\n') + 1;
   write_text(dir / "bad.jsonl", text.substr(0, second) + "{not json}\n" + text.substr(second));
   test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("bad.jsonl"), "bad.jsonl line 2");
-  write_text(dir / "neg.jsonl", R"({"optimizer": "adam", "lr": -1, "batch_tokens": 64})" "\n");
-  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("neg.jsonl"), "line 1: 'lr' must be a positive number");
+  write_text(dir / "neg.jsonl", R"({"optimizer": "adam", "lr": -1, "batch_tokens": 64})"
+                                "\n");
+  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("neg.jsonl"),
+                             "line 1: 'lr' must be a positive number");
 }
 
 TEST_F(ScalingCli, too_few_batch_sizes_for_a_law_is_a_clear_error) {
   std::string one;
   for (double lr : {1e-3, 2e-3, 4e-3})
-    one += nlohmann::json{{"optimizer", "adam"}, {"lr", lr}, {"batch_tokens", 512}, {"val_loss", 2.0 + lr}}.dump() + "\n";
+    one +=
+        nlohmann::json{
+            {"optimizer", "adam"}, {"lr", lr}, {"batch_tokens", 512}, {"val_loss", 2.0 + lr}}
+            .dump() +
+        "\n";
   write_text(dir / "one.jsonl", one);
-  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("one.jsonl"), "sweep at least 2 batch sizes");
+  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("one.jsonl"),
+                             "sweep at least 2 batch sizes");
 }
 
 }  // namespace

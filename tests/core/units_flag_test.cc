@@ -1,10 +1,9 @@
 // The size parser: binary and decimal units, fractions, case, and errors that name the flag, the
 // text and the accepted forms.
-#include "memo/core/units.h"
-
 #include <gtest/gtest.h>
 
 #include "memo/core/error.h"
+#include "memo/core/units.h"
 #include "test_util.h"
 
 namespace memo {

@@ -1,8 +1,9 @@
 // Byte sizes from the command line.
+#include "memo/core/units.h"
+
 #include <gtest/gtest.h>
 
 #include "memo/core/error.h"
-#include "memo/core/units.h"
 
 namespace memo {
 namespace {

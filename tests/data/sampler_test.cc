@@ -4,8 +4,8 @@
 
 #include <numeric>
 
-#include "test_util.h"
 #include "memo/core/error.h"
+#include "test_util.h"
 
 namespace memo {
 namespace {

@@ -4,9 +4,9 @@
 
 #include <cstring>
 
-#include "test_util.h"
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
+#include "test_util.h"
 
 namespace memo {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "test_util.h"
 #include "memo/core/error.h"
+#include "test_util.h"
 
 namespace memo {
 namespace {

@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include "test_util.h"
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
+#include "test_util.h"
 
 namespace memo {
 namespace {

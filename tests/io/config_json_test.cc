@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include "test_util.h"
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
+#include "test_util.h"
 
 namespace memo {
 namespace {

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <random>
 
-#include "test_util.h"
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/crc32c.h"
+#include "test_util.h"
 
 namespace memo {
 namespace {

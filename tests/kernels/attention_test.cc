@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "reference/attention_reference.h"
 #include "memo/kernels/cpu/kernels.h"
+#include "reference/attention_reference.h"
 
 namespace memo::cpu {
 namespace {
@@ -73,17 +73,15 @@ struct AttnData {
   }
 
   void run_reference() {
-    attention_forward_ref(View<double>(o64.data(), {T, qc}),
-                          View<double>(lse64.data(), {c.B, c.H, c.S}),
-                          View<const double>(q64.data(), {T, qc}),
-                          View<const double>(k64.data(), {T, kc}),
-                          View<const double>(v64.data(), {T, kc}), c.B, c.H, c.Hkv);
-    attention_backward_ref(View<double>(dq64.data(), {T, qc}), View<double>(dk64.data(), {T, kc}),
-                           View<double>(dv64.data(), {T, kc}),
-                           View<const double>(dout64.data(), {T, qc}),
-                           View<const double>(q64.data(), {T, qc}),
-                           View<const double>(k64.data(), {T, kc}),
-                           View<const double>(v64.data(), {T, kc}), c.B, c.H, c.Hkv);
+    attention_forward_ref(
+        View<double>(o64.data(), {T, qc}), View<double>(lse64.data(), {c.B, c.H, c.S}),
+        View<const double>(q64.data(), {T, qc}), View<const double>(k64.data(), {T, kc}),
+        View<const double>(v64.data(), {T, kc}), c.B, c.H, c.Hkv);
+    attention_backward_ref(
+        View<double>(dq64.data(), {T, qc}), View<double>(dk64.data(), {T, kc}),
+        View<double>(dv64.data(), {T, kc}), View<const double>(dout64.data(), {T, qc}),
+        View<const double>(q64.data(), {T, qc}), View<const double>(k64.data(), {T, kc}),
+        View<const double>(v64.data(), {T, kc}), c.B, c.H, c.Hkv);
   }
 };
 
@@ -161,8 +159,11 @@ TEST(Attention, repeated_calls_are_bitwise_equal) {
     AttnData first(c, 1.0, 3), second(c, 1.0, 3);
     first.run_kernels();
     second.run_kernels();
-    for (auto [a, b] : {std::pair{&first.o, &second.o}, {&first.lse, &second.lse},
-                        {&first.dq, &second.dq}, {&first.dk, &second.dk}, {&first.dv, &second.dv}})
+    for (auto [a, b] : {std::pair{&first.o, &second.o},
+                        {&first.lse, &second.lse},
+                        {&first.dq, &second.dq},
+                        {&first.dk, &second.dk},
+                        {&first.dv, &second.dv}})
       EXPECT_EQ(0, std::memcmp(a->data(), b->data(), a->size() * sizeof(float))) << c;
   }
 }
@@ -185,8 +186,8 @@ TEST(AttentionReference, backward_matches_central_differences) {
     return l;
   };
   constexpr double kEps = 1e-5;
-  for (auto [x, grad] : {std::pair{&data.q64, &data.dq64}, {&data.k64, &data.dk64},
-                         {&data.v64, &data.dv64}})
+  for (auto [x, grad] :
+       {std::pair{&data.q64, &data.dq64}, {&data.k64, &data.dk64}, {&data.v64, &data.dv64}})
     for (size_t i = 0; i < x->size(); ++i) {
       const double saved = (*x)[i];
       (*x)[i] = saved + kEps;

@@ -33,8 +33,7 @@ TEST(MetaBackend, runs_a_layers_kernels_without_touching_memory) {
   Tensor lse = meta_tensor(meta, keep, {B, H, S});
   Tensor cos = meta_tensor(meta, keep, {S, D / 2}), sin = meta_tensor(meta, keep, {S, D / 2});
   Tensor g = meta_tensor(meta, keep, {T, F}), u = meta_tensor(meta, keep, {T, F});
-  Tensor scratch =
-      meta_tensor(meta, keep, {meta.attention_backward_scratch_numel(S, D, H, Hkv)});
+  Tensor scratch = meta_tensor(meta, keep, {meta.attention_backward_scratch_numel(S, D, H, Hkv)});
   Backend& be = meta;  // as the layers call it
   be.rmsnorm_forward(y, r, x, w, 1e-5f);
   be.matmul_token_panels(q, y, wq);
@@ -62,13 +61,19 @@ TEST(MetaBackend, rejects_the_shapes_the_cpu_kernels_reject_with_the_same_messag
   std::vector<RawBuffer> keep;
   std::vector<float> host(64 * 64);
   auto both = [&](auto&& call) {
-    const std::string m = test::error_message<Error>([&] { call(meta, meta_tensor(meta, keep, {8, 8}), Tensor(host.data(), {8, 8})); });
-    const std::string c = test::error_message<Error>([&] { call(cpu_backend(), Tensor(host.data(), {8, 8}), Tensor(host.data(), {8, 8})); });
+    const std::string m = test::error_message<Error>([&] {
+      call(meta, meta_tensor(meta, keep, {8, 8}), Tensor(host.data(), {8, 8}));
+    });
+    const std::string c = test::error_message<Error>([&] {
+      call(cpu_backend(), Tensor(host.data(), {8, 8}), Tensor(host.data(), {8, 8}));
+    });
     EXPECT_FALSE(m.empty());
     EXPECT_EQ(m, c);
   };
   // y [8, 8] from x [8, 8] with a weight of the wrong width
-  both([&](Backend& be, Tensor a, Tensor) { be.rmsnorm_forward(a, Tensor(a.data(), {8}), a, Tensor(a.data(), {7}), 1e-5f); });
+  both([&](Backend& be, Tensor a, Tensor) {
+    be.rmsnorm_forward(a, Tensor(a.data(), {8}), a, Tensor(a.data(), {7}), 1e-5f);
+  });
   // a [8, 8] @ b^T with b [4, 7]: inner dimensions differ
   both([&](Backend& be, Tensor a, Tensor) {
     be.matmul(a, a, Tensor(a.data(), {4, 7}), false, true);

@@ -121,8 +121,10 @@ TEST(Rope, row_range_with_first_row_matches_whole_tensor) {
   for (bool backward : {false, true}) {
     std::vector<float> whole = test::random_floats(T * H * D, 5), part = whole;
     auto apply = [&](Tensor x, int64_t first_row) {
-      if (backward) rope_backward(x, cv, sv, D, first_row);
-      else rope_forward(x, cv, sv, D, first_row);
+      if (backward)
+        rope_backward(x, cv, sv, D, first_row);
+      else
+        rope_forward(x, cv, sv, D, first_row);
     };
     apply(Tensor(whole.data(), {T, H * D}), 0);
     for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 5}, {5, 17}, {17, T}}) {

@@ -1,11 +1,12 @@
 // The bi-level plan of a real step: every level validated, the joined offsets checked against
 // every request, layer blocks reusing one level-1 plan.
-#include <climits>
-#include <map>
+#include "memo/memory/activation_plan.h"
 
 #include <gtest/gtest.h>
 
-#include "memo/memory/activation_plan.h"
+#include <climits>
+#include <map>
+
 #include "memo/memory/plan/validate.h"
 #include "memory_test_util.h"
 
@@ -55,7 +56,8 @@ TEST(ActivationPlan, layers_reuse_the_level_1_offsets_inside_their_blocks) {
       if (p.trace.requests[i].phase == int(p_i)) base = std::min(base, p.offsets[i]);
     for (size_t i = 0; i < p.trace.requests.size(); ++i)
       if (p.trace.requests[i].phase == int(p_i))
-        rel[{int(p.trace.phases[p_i].pass), p.trace.requests[i].name}].push_back(p.offsets[i] - base);
+        rel[{int(p.trace.phases[p_i].pass), p.trace.requests[i].name}].push_back(p.offsets[i] -
+                                                                                 base);
   }
   ASSERT_FALSE(rel.empty());
   for (const auto& [key, v] : rel)

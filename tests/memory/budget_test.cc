@@ -1,10 +1,11 @@
 // The device budget: need by part, the refusal message and its advice, checked against real plans.
-#include <sstream>
+#include "memo/memory/budget.h"
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "memo/core/units.h"
-#include "memo/memory/budget.h"
 #include "memory_test_util.h"
 
 namespace memo {
@@ -72,7 +73,8 @@ TEST(Budget, budget_below_the_model_state_says_no_sequence_fits) {
 TEST(Budget, trainer_entry_refuses_with_budget_error) {
   Model model(testing::tiny_config());
   std::ostringstream progress;
-  EXPECT_THROW(planned_allocator_within_budget(model, 1, 16, 1024, DevicePlanOptions{}, progress), BudgetError);
+  EXPECT_THROW(planned_allocator_within_budget(model, 1, 16, 1024, DevicePlanOptions{}, progress),
+               BudgetError);
   EXPECT_TRUE(progress.str().empty());
 }
 
@@ -83,7 +85,9 @@ TEST(Budget, unknown_strategy_names_the_available_ones) {
     make_strategy_factory(options);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("available: keep, recompute, offload, memo"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("available: keep, recompute, offload, memo"),
+              std::string::npos)
+        << e.what();
   }
 }
 

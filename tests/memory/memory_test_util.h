@@ -1,13 +1,13 @@
 // Shared by the memory tests: a tiny model config and its traced step.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "memo/core/random.h"
 #include "memo/model/model.h"

@@ -1,12 +1,13 @@
 // The planned arena: same numbers as the caching allocator, measured peak within the plan, and a
 // request sequence that departs from the trace stopped with a message naming the request.
-#include <cstring>
-#include <sstream>
+#include "memo/memory/planned_allocator.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <sstream>
+
 #include "memo/backend/caching_allocator.h"
-#include "memo/memory/planned_allocator.h"
 #include "memory_test_util.h"
 #include "test_util.h"
 
@@ -27,7 +28,8 @@ StepResult run_steps(Model& model, ActivationAllocator& alloc, int64_t batch, in
     for (int micro = 0; micro < 2; ++micro) {
       const auto in = testing::tokens(model.config(), batch * seq, 10 + step * 2 + micro);
       const auto tg = testing::tokens(model.config(), batch * seq, 50 + step * 2 + micro);
-      r.losses.push_back(model.forward_backward(in.data(), tg.data(), batch, seq, 0.01f, strategy, alloc));
+      r.losses.push_back(
+          model.forward_backward(in.data(), tg.data(), batch, seq, 0.01f, strategy, alloc));
     }
   }
   r.grads.assign(model.grads(), model.grads() + model.params_numel());
@@ -68,7 +70,8 @@ TEST(PlannedAllocator, planned_peak_is_within_the_budget_it_was_planned_for) {
   ASSERT_TRUE(dp.fits());
   EXPECT_LE(dp.need.fixed_bytes() + dp.activations.arena_bytes, budget);
   std::ostringstream progress;
-  const auto alloc = planned_allocator_within_budget(model, 1, 32, budget, DevicePlanOptions{}, progress);
+  const auto alloc =
+      planned_allocator_within_budget(model, 1, 32, budget, DevicePlanOptions{}, progress);
   EXPECT_LE(alloc->reserved_bytes() + dp.need.fixed_bytes(), budget);
   EXPECT_NE(progress.str().find("device plan"), std::string::npos);
 }
@@ -76,9 +79,11 @@ TEST(PlannedAllocator, planned_peak_is_within_the_budget_it_was_planned_for) {
 TEST(PlannedAllocator, another_sequence_length_is_stopped_at_the_first_request) {
   Model model(testing::tiny_config());
   PlannedAllocator planned(plan_activations(testing::tiny_trace(model, 1, 32)));
-  const std::string msg = test::error_message<TraceMismatchError>([&] { run_steps(model, planned, 1, 16); });
+  const std::string msg =
+      test::error_message<TraceMismatchError>([&] { run_steps(model, planned, 1, 16); });
   EXPECT_NE(msg.find("activation request 0 does not match the plan"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("expected 'x' 4096 B (saved), got 'x' 2048 B (saved)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected 'x' 4096 B (saved), got 'x' 2048 B (saved)"), std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("trace and plan again"), std::string::npos) << msg;
 }
 
@@ -92,9 +97,11 @@ TEST(PlannedAllocator, an_extra_request_is_stopped_naming_its_index) {
     added = true;
     planned.acquire("test.extra", {8}, ActKind::kTransient);
   };
-  const std::string msg = test::error_message<TraceMismatchError>([&] { run_steps(model, planned, 1, 16); });
+  const std::string msg =
+      test::error_message<TraceMismatchError>([&] { run_steps(model, planned, 1, 16); });
   EXPECT_NE(msg.find("activation request 20 does not match the plan: expected '" + expected + "'"),
-            std::string::npos) << msg;
+            std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("got 'test.extra' 32 B (transient)"), std::string::npos) << msg;
 }
 

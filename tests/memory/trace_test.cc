@@ -1,9 +1,10 @@
 // The trace recorder: what one real step requests, the split into layer passes, the check that
 // every layer's sub-trace is the same, and the shape-scaled trace.
+#include "memo/memory/trace.h"
+
 #include <gtest/gtest.h>
 
 #include "memo/memory/activation_plan.h"
-#include "memo/memory/trace.h"
 #include "memory_test_util.h"
 #include "test_util.h"
 
@@ -24,7 +25,8 @@ TEST(Trace, step_has_one_forward_and_one_backward_pass_per_layer) {
       EXPECT_EQ(r.phase, -1) << r.name;  // skeletal: level 2
     }
   }
-  EXPECT_EQ(saved, int(saved_fields(c).size()) * c.num_hidden_layers);  // keep holds every layer's set
+  EXPECT_EQ(saved,
+            int(saved_fields(c).size()) * c.num_hidden_layers);  // keep holds every layer's set
   for (size_t p = 0; p < t.phases.size(); ++p) {
     int transients = 0;
     for (const TracedRequest& r : t.requests) transients += r.phase == int(p);

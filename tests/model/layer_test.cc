@@ -30,9 +30,14 @@ void check_rebuild(const ModelConfig& cfg) {
   cpu::rope_table(Tensor(cos.data(), {S, half}), Tensor(sin.data(), {S, half}), cfg.head_dim(),
                   float(cfg.rope_theta));
   CachingAllocator alloc;
-  LayerContext ctx{
-      &cfg,          B, S, ConstTensor(cos.data(), {S, half}), ConstTensor(sin.data(), {S, half}),
-      &alloc,        &cpu_backend(), Parallel{}};
+  LayerContext ctx{&cfg,
+                   B,
+                   S,
+                   ConstTensor(cos.data(), {S, half}),
+                   ConstTensor(sin.data(), {S, half}),
+                   &alloc,
+                   &cpu_backend(),
+                   Parallel{}};
   if (!cfg.uses_rope()) ctx.rope_cos = ctx.rope_sin = ConstTensor();
   const std::span<const SavedField> fields = saved_fields(cfg);
   SavedActs fwd, re;
@@ -73,8 +78,8 @@ void check_rebuild(const ModelConfig& cfg) {
           << f.name << " from row " << r0;
       const Tensor kept = b.slice_rows(0, r0);
       for (int64_t i = 0; i < kept.numel(); ++i)
-        ASSERT_EQ(kept.data()[i], kSentinel) << f.name << ": element " << i << " below row " << r0
-                                             << " was written";
+        ASSERT_EQ(kept.data()[i], kSentinel)
+            << f.name << ": element " << i << " below row " << r0 << " was written";
     }
   }
   EXPECT_THROW(layer_recompute_tokens(re, 5, T, model.weights().layers[0], ctx), Error);

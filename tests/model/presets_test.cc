@@ -44,7 +44,8 @@ TEST(Presets, gpt_preset_configs_have_the_preset_parameter_counts) {
   }
 }
 
-// Per token, forward: L (2 (3C^2 + C^2 + 2 C F) + causal attention 2 C (S + 1)) + 2 C V; x3 to train.
+// Per token, forward: L (2 (3C^2 + C^2 + 2 C F) + causal attention 2 C (S + 1)) + 2 C V; x3 to
+// train.
 TEST(Presets, gpt_train_flops_count_fused_qkv_and_a_two_matrix_mlp) {
   const GptPreset p = gpt_preset("gpt-7b");
   const int64_t seq = 4096;

@@ -78,8 +78,8 @@ TEST(Adafactor, relative_step_without_first_moment_matches_reference) {
 
 // d = 0.5 makes update clipping act on most tensors; beta1 adds the first moment.
 TEST(Adafactor, given_lr_with_first_moment_and_clipping_matches_reference) {
-  check_adafactor({.beta1 = 0.9, .clip_threshold = 0.5, .relative_step = false,
-                   .weight_decay = 0.1});
+  check_adafactor(
+      {.beta1 = 0.9, .clip_threshold = 0.5, .relative_step = false, .weight_decay = 0.1});
 }
 
 TEST(Adafactor, matrices_keep_row_and_column_statistics_vectors_keep_full) {

@@ -13,8 +13,8 @@ using test::Params64;
 TEST(Adagrad, accumulator_and_lr_decay_match_reference) {
   ParamLayout layout(test::tiny_config());
   const std::vector<bool> decay = decay_matrices_only(layout);
-  const AdagradOptions o{.lr_decay = 0.05, .initial_accumulator_value = 0.1, .eps = 1e-10,
-                         .weight_decay = 0.05};
+  const AdagradOptions o{
+      .lr_decay = 0.05, .initial_accumulator_value = 0.1, .eps = 1e-10, .weight_decay = 0.05};
   Adagrad opt(layout, o, decay);
   Params64 s = test::zeros_like(layout);
   for (auto& t : s)

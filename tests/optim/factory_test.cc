@@ -1,10 +1,10 @@
 #include "memo/optim/factory.h"
 
+#include <omp.h>
+
 #include <cstring>
 #include <functional>
 #include <numeric>
-
-#include <omp.h>
 
 #include "optim/optim_test_util.h"
 
@@ -114,7 +114,7 @@ TEST(Factory, restoring_state_continues_bit_for_bit) {
 // order (see Note [Deterministic reductions]), so 1 and 3 threads give the same bits.
 TEST(Factory, results_do_not_depend_on_thread_count) {
   ModelConfig config = test::tiny_config();
-  config.hidden_size = 128;        // [160, 128] MLP matrices: 20480 elements, threaded
+  config.hidden_size = 128;  // [160, 128] MLP matrices: 20480 elements, threaded
   config.intermediate_size = 160;
   config.num_attention_heads = 4;
   config.num_key_value_heads = 2;
@@ -135,7 +135,8 @@ TEST(Factory, results_do_not_depend_on_thread_count) {
       results.emplace_back(p.data(), p.data() + layout.total_numel());
     }
     EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)),
-              0) << name;
+              0)
+        << name;
   }
   omp_set_num_threads(threads_before);
 }
@@ -155,7 +156,8 @@ TEST(Factory, unknown_hyperparameter_names_the_valid_keys) {
     with_hyperparameters({}, "lion", {{"beta3", 0.5}});
     FAIL() << "no ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "unknown lion hyperparameter 'beta3'; valid: beta1, beta2, weight_decay");
+    EXPECT_STREQ(e.what(),
+                 "unknown lion hyperparameter 'beta3'; valid: beta1, beta2, weight_decay");
   }
   EXPECT_THROW(with_hyperparameters({}, "sgd", {{"nesterov", 1.0}}), ConfigError);
 }

@@ -3,11 +3,11 @@
 // plain reference implementations written in each test.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "memo/core/buffer.h"
 #include "memo/core/random.h"
@@ -67,8 +67,8 @@ inline void expect_close(const ParamLayout& layout, const float* p,
     for (int64_t j = 0; j < info.numel; ++j) {
       const double want = ref[i][size_t(j)], got = p[info.offset + j];
       if (!(std::abs(got - want) <= atol + rtol * std::abs(want))) {
-        ADD_FAILURE() << info.name << "[" << j << "]: got " << got << ", want " << want
-                      << " (atol " << atol << ", rtol " << rtol << ")";
+        ADD_FAILURE() << info.name << "[" << j << "]: got " << got << ", want " << want << " (atol "
+                      << atol << ", rtol " << rtol << ")";
         return;
       }
     }

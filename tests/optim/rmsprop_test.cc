@@ -32,14 +32,14 @@ void check_rmsprop(RmspropOptions o) {
 }
 
 TEST(Rmsprop, plain_matches_reference) {
-  check_rmsprop({.alpha = 0.99, .eps = 1e-8, .momentum = 0.0, .centered = false,
-                 .weight_decay = 0.05});
+  check_rmsprop(
+      {.alpha = 0.99, .eps = 1e-8, .momentum = 0.0, .centered = false, .weight_decay = 0.05});
 }
 
 // Centered with alpha 0.9: v - a^2 stays well above zero, so float32 cancellation is mild.
 TEST(Rmsprop, centered_with_momentum_matches_reference) {
-  check_rmsprop({.alpha = 0.9, .eps = 1e-8, .momentum = 0.8, .centered = true,
-                 .weight_decay = 0.05});
+  check_rmsprop(
+      {.alpha = 0.9, .eps = 1e-8, .momentum = 0.8, .centered = true, .weight_decay = 0.05});
 }
 
 TEST(Rmsprop, state_lists_only_the_buffers_in_use) {

@@ -23,7 +23,7 @@ std::string script_path() {
 }
 
 struct Case {
-  std::string label;      // the test that reads it
+  std::string label;  // the test that reads it
   std::string optimizer;
   OptimizerOptions options;
 };
@@ -39,8 +39,8 @@ std::vector<Case> cases() {
   out.push_back({"adam", "adam", o});
   o.adamw = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   out.push_back({"adamw", "adamw", o});
-  o.adagrad = {.lr_decay = 0.01, .initial_accumulator_value = 0.1, .eps = 1e-10,
-               .weight_decay = 0.05};
+  o.adagrad = {
+      .lr_decay = 0.01, .initial_accumulator_value = 0.1, .eps = 1e-10, .weight_decay = 0.05};
   out.push_back({"adagrad", "adagrad", o});
   o.rmsprop = {.alpha = 0.9, .eps = 1e-8, .momentum = 0.5, .centered = true, .weight_decay = 0.05};
   out.push_back({"rmsprop_centered", "rmsprop", o});
@@ -72,7 +72,8 @@ class TorchOptim : public ::testing::Test {
       for (size_t i = 0; i < layout.params().size(); ++i) {
         const ParamInfo& info = layout.params()[i];
         const float* x = p.data() + info.offset;
-        spec["tensors"].push_back({{"name", info.name}, {"shape", info.shape},
+        spec["tensors"].push_back({{"name", info.name},
+                                   {"shape", info.shape},
                                    {"decay", decay[i]},
                                    {"data", std::vector<float>(x, x + info.numel)}});
       }

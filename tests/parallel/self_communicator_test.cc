@@ -48,11 +48,13 @@ TEST(SelfCommunicator, sends_to_itself_arrive_in_order) {
 TEST(SelfCommunicator, misuse_is_an_error_not_a_hang) {
   SelfCommunicator comm(cpu_backend());
   std::vector<float> x(4), y(3);
-  EXPECT_NE(test::error_message<Error>([&] { comm.recv(Tensor(x.data(), {4}), 0); })
-                .find("no send before it"),
+  EXPECT_NE(test::error_message<Error>([&] {
+              comm.recv(Tensor(x.data(), {4}), 0);
+            }).find("no send before it"),
             std::string::npos);
-  EXPECT_NE(test::error_message<Error>([&] { comm.send(ConstTensor(x.data(), {4}), 1); })
-                .find("peer 1 is outside a group of 1 rank"),
+  EXPECT_NE(test::error_message<Error>([&] {
+              comm.send(ConstTensor(x.data(), {4}), 1);
+            }).find("peer 1 is outside a group of 1 rank"),
             std::string::npos);
   comm.send(ConstTensor(x.data(), {4}), 0);
   EXPECT_THROW(comm.recv(Tensor(y.data(), {3}), 0), Error);

@@ -18,8 +18,8 @@ RefShape check_ref_shapes(const View<const double>& q, const View<const double>&
                           int64_t n_kv_heads) {
   MEMO_CHECK(batch > 0 && n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0,
              "attention_ref: batch ", batch, " n_heads ", n_heads, " n_kv_heads ", n_kv_heads);
-  MEMO_CHECK(q.ndim() == 2 && q.rows() % batch == 0 && q.cols() % n_heads == 0,
-             "attention_ref: q ", q.shape());
+  MEMO_CHECK(q.ndim() == 2 && q.rows() % batch == 0 && q.cols() % n_heads == 0, "attention_ref: q ",
+             q.shape());
   const int64_t D = q.cols() / n_heads;
   MEMO_CHECK(k.shape() == Shape({q.rows(), n_kv_heads * D}) && same_shape(k, v),
              "attention_ref: q ", q.shape(), " k ", k.shape(), " v ", v.shape());
@@ -81,8 +81,8 @@ void attention_backward_ref(View<double> dq, View<double> dk, View<double> dv,
                             int64_t n_kv_heads) {
   const RefShape s = check_ref_shapes(q, k, v, batch, n_heads, n_kv_heads);
   MEMO_CHECK(same_shape(dq, q) && same_shape(dout, q) && same_shape(dk, k) && same_shape(dv, v),
-             "attention_backward_ref: dq ", dq.shape(), " dout ", dout.shape(), " dk ",
-             dk.shape(), " dv ", dv.shape());
+             "attention_backward_ref: dq ", dq.shape(), " dout ", dout.shape(), " dk ", dk.shape(),
+             " dv ", dv.shape());
   const double scale = 1.0 / std::sqrt(double(s.D));
   for (int64_t t = 0; t < dq.rows(); ++t)
     for (int64_t c = 0; c < dq.cols(); ++c) dq(t, c) = 0.0;

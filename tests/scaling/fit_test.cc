@@ -1,8 +1,8 @@
 #include "memo/scaling/fit.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "memo/core/error.h"
 #include "memo/core/random.h"
@@ -11,7 +11,8 @@ namespace memo::scaling {
 namespace {
 
 std::vector<OptimalLr> points_from(Law law, const std::vector<double>& params,
-                                   const std::vector<double>& batches, double noise, uint64_t seed) {
+                                   const std::vector<double>& batches, double noise,
+                                   uint64_t seed) {
   std::vector<OptimalLr> out;
   NormalStream z(seed, 0);
   for (double b : batches) out.push_back({b, law_lr(law, params, b) * std::exp(noise * z.next())});
@@ -29,7 +30,8 @@ TEST(Fit, exact_surge_data_gives_its_parameters_back) {
 }
 
 TEST(Fit, exact_power_data_gives_its_parameters_back) {
-  const LawFit f = fit_law(Law::kPower, points_from(Law::kPower, {1e-3, 3e4, 0.7}, kBatches, 0.0, 1));
+  const LawFit f =
+      fit_law(Law::kPower, points_from(Law::kPower, {1e-3, 3e4, 0.7}, kBatches, 0.0, 1));
   EXPECT_NEAR(f.params[0] / 1e-3, 1.0, 1e-5);
   EXPECT_NEAR(f.params[1] / 3e4, 1.0, 1e-5);
   EXPECT_NEAR(f.params[2], 0.7, 1e-5);
@@ -59,8 +61,9 @@ TEST(Fit, fewer_points_than_parameters_is_rejected) {
     fit_law(Law::kPower, two);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "the power law has 3 parameters but only 2 batch sizes were given; "
-                           "sweep at least 3 batch sizes");
+    EXPECT_STREQ(e.what(),
+                 "the power law has 3 parameters but only 2 batch sizes were given; "
+                 "sweep at least 3 batch sizes");
   }
   EXPECT_THROW(fit_law(Law::kSurge, {{1e3, 1e-3}}), ConfigError);
   const LawFit exact = fit_law(Law::kSgd, two);  // n = p: fits, but no interval

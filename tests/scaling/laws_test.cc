@@ -1,8 +1,8 @@
 #include "memo/scaling/laws.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "memo/core/error.h"
 #include "scaling/scaling_test_util.h"
@@ -36,8 +36,8 @@ TEST(Laws, exact_sgd_optimum_is_the_sgd_law) {
     EXPECT_NEAR(lr_sgd_exact(m, b) / lr_sgd(b, sgd.eps_max, sgd.b_noise), 1.0, 1e-12) << b;
 }
 
-// The surge paper (arXiv 2405.14578): Eq. 13 tracks Eq. 9 at small B, Eq. 9 tends to the Eq. 17 plateau at
-// large B, and its peak is near Eq. 14's B_noise with a height near Eq. 16's eps_max.
+// The surge paper (arXiv 2405.14578): Eq. 13 tracks Eq. 9 at small B, Eq. 9 tends to the Eq. 17
+// plateau at large B, and its peak is near Eq. 14's B_noise with a height near Eq. 16's eps_max.
 TEST(Laws, exact_sign_optimum_follows_theorems_3_and_4) {
   const QuadraticProblem p = test::surge_problem();
   const GaussianModel m = gaussian_model_at(p, p.theta0);

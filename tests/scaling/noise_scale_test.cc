@@ -1,9 +1,9 @@
 #include "memo/scaling/noise_scale.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <iostream>
-
-#include <gtest/gtest.h>
 
 #include "memo/core/error.h"
 #include "memo/core/random.h"

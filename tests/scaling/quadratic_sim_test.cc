@@ -1,12 +1,11 @@
 #include "memo/scaling/quadratic_sim.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <iostream>
 
-#include <gtest/gtest.h>
-
 #include "memo/core/error.h"
-
 #include "scaling/scaling_test_util.h"
 
 namespace memo::scaling {
@@ -38,7 +37,8 @@ TEST(QuadraticSim, sign_descent_sweep_recovers_b_noise_and_prefers_the_surge_law
   const LawComparison c = fit_laws(best);
   const LawFit& surge = c.fits[0];
   std::cout << "sign descent: Eq. 14 B_noise " << truth.b_noise << ", exact peak " << peak
-            << ", eps_max " << truth.eps_max << "\n" << c.summary();
+            << ", eps_max " << truth.eps_max << "\n"
+            << c.summary();
   EXPECT_NEAR(surge.params[1] / truth.b_noise, 1.0, 0.15);
   EXPECT_NEAR(surge.params[1] / peak, 1.0, 0.15);
   EXPECT_NEAR(surge.params[0] / truth.eps_max, 1.0, 0.15);

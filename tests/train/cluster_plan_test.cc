@@ -1,7 +1,7 @@
 // The cluster planner against numbers worked out by hand from the closed forms of
-// the closed form of memory/alpha.h and Note [Cluster cost model]: alpha when host memory binds, when the
-// copy bandwidth binds, and when even alpha = 0 does not fit; the model state per GPU; both MFU
-// conventions; the longest sequence; layouts that do not divide.
+// the closed form of memory/alpha.h and Note [Cluster cost model]: alpha when host memory binds,
+// when the copy bandwidth binds, and when even alpha = 0 does not fit; the model state per GPU;
+// both MFU conventions; the longest sequence; layouts that do not divide.
 #include "memo/train/cluster_plan.h"
 
 #include <gtest/gtest.h>

@@ -1,16 +1,17 @@
 // GradNoiseProbe: each micro-batch norm is exactly that of its gradient computed alone, the step's
 // gradient is their sum, and the estimator gets one update per step.
-#include <cmath>
-#include <vector>
+#include "memo/train/grad_noise.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
 
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/random.h"
 #include "memo/kernels/cpu/tensor_ops.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
-#include "memo/train/grad_noise.h"
 #include "test_util.h"
 
 namespace memo {
@@ -47,9 +48,11 @@ TEST(GradNoiseProbe, micro_norms_are_exact_and_the_step_gradient_is_their_sum) {
   }
   // the same fp32 gradients squared and summed in double, in another order: ~1e-15 relative
   for (int64_t i = 0; i < k; ++i)
-    EXPECT_NEAR(probe.micro_sq_norms()[size_t(i)], ref_sq[size_t(i)], 1e-12 * ref_sq[size_t(i)]) << i;
+    EXPECT_NEAR(probe.micro_sq_norms()[size_t(i)], ref_sq[size_t(i)], 1e-12 * ref_sq[size_t(i)])
+        << i;
   double max_err = 0.0;
-  for (int64_t j = 0; j < n; ++j) max_err = std::max(max_err, std::abs(model.grads()[j] - ref_sum[size_t(j)]));
+  for (int64_t j = 0; j < n; ++j)
+    max_err = std::max(max_err, std::abs(model.grads()[j] - ref_sum[size_t(j)]));
   EXPECT_LT(max_err, 1e-7);  // fp32 sums of three terms of size <= ~1e-2: a few ulps
   EXPECT_FALSE(probe.estimator().b_simple().has_value());
   probe.end_step(cpu::sum_squares(ConstTensor(model.grads(), {n})));

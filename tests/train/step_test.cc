@@ -3,7 +3,6 @@
 // once per step; clipping scales to the requested norm; the update is the optimiser's; and the
 // evaluation loop (train/evaluate.h) sums the windows it covers.
 #include "memo/train/step.h"
-#include "memo/train/evaluate.h"
 
 #include <gtest/gtest.h>
 
@@ -11,12 +10,13 @@
 #include <cstring>
 #include <vector>
 
+#include "../memory/memory_test_util.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/random.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/sgd.h"
 #include "memo/parallel/self_communicator.h"
-#include "../memory/memory_test_util.h"
+#include "memo/train/evaluate.h"
 
 namespace memo {
 namespace {

@@ -26,7 +26,7 @@ class ActivationAllocator {
   // Gives back a buffer obtained from acquire; the view must be the one acquire returned.
   virtual void release(const Tensor& t) = 0;
 
-  virtual int64_t live_bytes() const = 0;      // bytes handed out now
+  virtual int64_t live_bytes() const = 0;       // bytes handed out now
   virtual int64_t peak_live_bytes() const = 0;  // most bytes handed out at once
   virtual int64_t reserved_bytes() const = 0;   // bytes this allocator holds from the system
   virtual void reset_peak() = 0;

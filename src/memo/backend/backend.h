@@ -2,9 +2,9 @@
 // promise, and every kernel the model, the strategies and the optimiser step call. Layers hold a
 // Backend& and never name an implementation. Implementations: CpuBackend (kernels/cpu/, today's
 // fp32 kernels), MetaBackend (kernels/meta/, shapes and address ranges only: what planning traces
-// with), and CUDA (kernels/cuda/, issue #10). See docs/architecture.md for where a new one plugs in.
-// Kernel semantics (math, argument order, += versus =) are those stated in kernels/cpu/kernels.h;
-// every implementation runs the entry checks of kernels/checks.h first.
+// with), and CUDA (kernels/cuda/, issue #10). See docs/architecture.md for where a new one plugs
+// in. Kernel semantics (math, argument order, += versus =) are those stated in
+// kernels/cpu/kernels.h; every implementation runs the entry checks of kernels/checks.h first.
 #pragma once
 
 #include <cstdint>

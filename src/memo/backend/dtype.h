@@ -17,10 +17,13 @@ enum class DType : uint8_t {
 
 inline constexpr int64_t dtype_bytes(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
+    case DType::kF32:
+      return 4;
     case DType::kBF16:
-    case DType::kF16: return 2;
-    case DType::kF8E4M3: return 1;
+    case DType::kF16:
+      return 2;
+    case DType::kF8E4M3:
+      return 1;
   }
   return 0;
 }

@@ -13,7 +13,7 @@ struct SgdStep {
   float momentum = 0.0f;      // mu (the buffer is empty when 0)
   float keep_grad = 1.0f;     // 1 - dampening
   bool nesterov = false;
-  bool first = false;         // the first step: the buffer starts at d
+  bool first = false;  // the first step: the buffer starts at d
 };
 
 struct SignSgdStep {
@@ -24,8 +24,8 @@ struct SignSgdStep {
 
 struct AdamStep {
   float beta1 = 0.0f, beta2 = 0.0f, eps = 0.0f;
-  float step_size = 0.0f;   // lr / (1 - beta1^t)
-  float bias2_sqrt = 1.0f;  // sqrt(1 - beta2^t)
+  float step_size = 0.0f;     // lr / (1 - beta1^t)
+  float bias2_sqrt = 1.0f;    // sqrt(1 - beta2^t)
   float weight_decay = 0.0f;  // Adam: L2 added to the gradient
   float keep = 1.0f;          // AdamW: 1 - lr * weight_decay, applied to p first
 };
@@ -47,12 +47,12 @@ struct LionStep {
 };
 
 struct AdafactorStep {
-  float beta2t = 0.0f;        // this step's beta2_t
-  float eps1 = 0.0f;          // added to g^2
-  float alpha = 0.0f;         // the step size alpha_t, rounded to float as the update uses it
+  float beta2t = 0.0f;  // this step's beta2_t
+  float eps1 = 0.0f;    // added to g^2
+  float alpha = 0.0f;   // the step size alpha_t, rounded to float as the update uses it
   double clip_threshold = 1.0;
-  float beta1 = 0.0f;         // first moment (the buffer is empty when 0)
-  float keep = 1.0f;          // 1 - alpha * weight_decay, or 1
+  float beta1 = 0.0f;  // first moment (the buffer is empty when 0)
+  float keep = 1.0f;   // 1 - alpha * weight_decay, or 1
 };
 
 }  // namespace memo

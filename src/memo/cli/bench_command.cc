@@ -5,9 +5,8 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "memo/backend/caching_allocator.h"
 #include "memo/cli/commands.h"
@@ -31,9 +30,11 @@ int64_t peak_rss_bytes() {
 }
 
 // memo bench: a timed training step (forward, backward, AdamW) on random tokens.
-nlohmann::json run_bench(const std::string& config_path, int64_t seq, int64_t batch, int64_t steps) {
+nlohmann::json run_bench(const std::string& config_path, int64_t seq, int64_t batch,
+                         int64_t steps) {
   const ModelConfig config = load_model_config(config_path);
-  if (const std::string w = cpu::blas_warning(); !w.empty()) std::cerr << "memo: warning: " << w << "\n";
+  if (const std::string w = cpu::blas_warning(); !w.empty())
+    std::cerr << "memo: warning: " << w << "\n";
   CpuBackend& backend = cpu_backend();
   SelfCommunicator data_parallel(backend);
   Model model(config, backend);
@@ -49,8 +50,8 @@ nlohmann::json run_bench(const std::string& config_path, int64_t seq, int64_t ba
     }
   };
   // The trainer's step (train/step.h): one micro-batch of the whole batch, no clipping.
-  TrainStep train_step(model, opt, strategy, alloc, StepShape{batch, seq, 1}, fixed_tokens,
-                       nullptr, data_parallel);
+  TrainStep train_step(model, opt, strategy, alloc, StepShape{batch, seq, 1}, fixed_tokens, nullptr,
+                       data_parallel);
   auto one_step = [&] { train_step.update(train_step.gradients(1), 1e-4, 0.0); };
   one_step();  // warm-up: first-touch allocations
   const auto t0 = std::chrono::steady_clock::now();
@@ -84,8 +85,10 @@ void add_bench_command(CLI::App& app) {
   bench->add_option("--config", o->config, "Model config.json")->required();
   bench->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
   bench->add_option("--batch", o->batch, "Sequences per step")->capture_default_str();
-  bench->add_option("--steps", o->steps, "Timed steps after one warm-up step")->capture_default_str();
-  bench->callback([o] { std::cout << run_bench(o->config, o->seq, o->batch, o->steps).dump() << "\n"; });
+  bench->add_option("--steps", o->steps, "Timed steps after one warm-up step")
+      ->capture_default_str();
+  bench->callback(
+      [o] { std::cout << run_bench(o->config, o->seq, o->batch, o->steps).dump() << "\n"; });
 }
 
 }  // namespace memo::cli

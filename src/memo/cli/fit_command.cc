@@ -22,12 +22,19 @@ void add_fit_command(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("fit", "Fit the surge, SGD and power lr laws to sweep files");
-  cmd->add_option("files", o->files, "Sweep files (JSON lines from memo sweep), one optimiser setting each")->required();
+  cmd->add_option("files", o->files,
+                  "Sweep files (JSON lines from memo sweep), one optimiser setting each")
+      ->required();
   cmd->add_option("--plot", o->plot, "Write an SVG of the optimal lrs and fitted laws (log-log)");
   cmd->add_flag("--json", o->json, "Print JSON instead of text");
-  cmd->add_option("--metric", o->metric, "val_loss, final_loss, best_loss or loss_reduction (default: loss_reduction for target-loss sweeps, else val_loss when present)");
-  cmd->add_option("--at-tokens", o->at_tokens, "Judge runs by their smoothed training loss at this many tokens (from the curve) instead");
-  cmd->add_option("--confidence", o->confidence, "Confidence level of the intervals")->capture_default_str();
+  cmd->add_option("--metric", o->metric,
+                  "val_loss, final_loss, best_loss or loss_reduction (default: loss_reduction for "
+                  "target-loss sweeps, else val_loss when present)");
+  cmd->add_option(
+      "--at-tokens", o->at_tokens,
+      "Judge runs by their smoothed training loss at this many tokens (from the curve) instead");
+  cmd->add_option("--confidence", o->confidence, "Confidence level of the intervals")
+      ->capture_default_str();
   cmd->callback([o] {
     scaling::SweepAnalysisOptions options;
     options.metric = o->metric;

@@ -1,10 +1,9 @@
 // The `memo` command: parses, validates and reports; the work is in the library. Each
 // subcommand lives in its own file (cli/commands.h).
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "memo/cli/commands.h"
 

@@ -64,7 +64,8 @@ OptimizerChoice resolve_optimizer(const OptimizerFlags& flags) {
     if (!mine.contains(key)) {
       std::string has;
       for (const auto& [k, v] : mine.items()) has += (has.empty() ? "" : ", ") + flag_of(k);
-      throw ConfigError(str(flag_of(key), " does not apply to --optimizer ", c.name, "; its flags: ", has));
+      throw ConfigError(
+          str(flag_of(key), " does not apply to --optimizer ", c.name, "; its flags: ", has));
     }
     given[key] = mine.at(key).is_boolean() ? nlohmann::json(flags.booleans.at(key))
                                            : nlohmann::json(flags.numbers.at(key));

@@ -3,10 +3,9 @@
 // with every optimiser's default. A flag the chosen optimiser does not have is an error.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <map>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "memo/train/optimizer_setup.h"
 

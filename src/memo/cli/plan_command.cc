@@ -5,26 +5,26 @@
 // On hardware we do not have (--gpus / --gpu / --model): traces one GPU's rank in shape-only mode
 // and reports, per activation strategy, its memory, alpha, host memory, step time, MFU and the
 // longest sequence that fits (train/cluster_plan.h).
+#include <omp.h>
+
 #include <cctype>
 #include <cstdio>
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <optional>
-#include <vector>
-#include <string>
-
 #include <nlohmann/json.hpp>
-#include <omp.h>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "memo/cli/commands.h"
 #include "memo/core/units.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
 #include "memo/io/hardware_json.h"
+#include "memo/memory/timeline.h"
 #include "memo/model/presets.h"
 #include "memo/train/cluster_plan.h"
-#include "memo/memory/timeline.h"
 #include "memo/train/device_plan.h"
 
 namespace memo::cli {
@@ -36,7 +36,7 @@ struct PlanCommandOptions {
   int64_t batch = 1;
   std::string activations = "keep";
   std::string optimizer = "adamw";  // whose state the device need counts (default options)
-  std::string device_memory;  // empty: no budget
+  std::string device_memory;        // empty: no budget
   std::string solver = "heuristic";
   double mip_seconds = 10.0;
   bool json = false;
@@ -82,11 +82,12 @@ nlohmann::json plan_json(const DevicePlan& dp, const std::string& strategy) {
       {"threads", omp_get_max_threads()},
       {"device_need_bytes", dp.need.total_bytes()},
       {"device_budget_bytes", dp.budget_bytes},
-      {"need", {{"weight_bytes", dp.need.weight_bytes},
-                {"gradient_bytes", dp.need.gradient_bytes},
-                {"optimizer", dp.need.optimizer},
-                {"optimizer_bytes", dp.need.optimizer_bytes},
-                {"activation_arena_bytes", dp.need.activation_arena_bytes}}},
+      {"need",
+       {{"weight_bytes", dp.need.weight_bytes},
+        {"gradient_bytes", dp.need.gradient_bytes},
+        {"optimizer", dp.need.optimizer},
+        {"optimizer_bytes", dp.need.optimizer_bytes},
+        {"activation_arena_bytes", dp.need.activation_arena_bytes}}},
       {"plan_peak_bytes", a.arena_bytes},
       {"lower_bound_bytes", a.lower_bound_bytes},
       {"gap_percent", plan::gap_percent(a.arena_bytes, a.lower_bound_bytes)},
@@ -96,7 +97,8 @@ nlohmann::json plan_json(const DevicePlan& dp, const std::string& strategy) {
   if (!dp.fits()) {
     j["shortfall_bytes"] = dp.need.total_bytes() - dp.budget_bytes;
     j["smallest_budget_bytes"] = dp.advice.smallest_budget_bytes;
-    j["longest_seq"] = dp.advice.longest_seq ? nlohmann::json(*dp.advice.longest_seq) : nlohmann::json();
+    j["longest_seq"] =
+        dp.advice.longest_seq ? nlohmann::json(*dp.advice.longest_seq) : nlohmann::json();
     j["message"] = dp.over_budget_message();
   }
   return j;
@@ -113,22 +115,30 @@ void print_text(const DevicePlan& dp, const PlanCommandOptions& o) {
     std::cout << "  budget               " << gib(double(dp.budget_bytes)) << "\n";
   std::cout << "alpha                  n/a (" << o.activations << ")\n";
   char line[200];
-  std::snprintf(line, sizeof line, "plan peak              %s (%lld B)\nlower bound            %s (%lld B)\ngap                    %.2f %%\n",
+  std::snprintf(line, sizeof line,
+                "plan peak              %s (%lld B)\nlower bound            %s (%lld B)\ngap       "
+                "             %.2f %%\n",
                 format_bytes(a.arena_bytes).c_str(), static_cast<long long>(a.arena_bytes),
-                format_bytes(a.lower_bound_bytes).c_str(), static_cast<long long>(a.lower_bound_bytes),
+                format_bytes(a.lower_bound_bytes).c_str(),
+                static_cast<long long>(a.lower_bound_bytes),
                 plan::gap_percent(a.arena_bytes, a.lower_bound_bytes));
   std::cout << line;
   for (const PlanLevel* level : {&a.forward, &a.backward, &a.iteration}) {
     const plan::SolveResult& r = level->result;
-    std::snprintf(line, sizeof line, "%-18s %4zu buffers, peak %s, lower bound %s, %s (%s), %.4f s\n",
-                  level->name.c_str(), level->problem.buffers.size(), format_bytes(r.plan.peak).c_str(),
-                  format_bytes(r.lower_bound).c_str(), r.solver.c_str(), plan::status_name(r.status),
-                  r.solve_seconds);
+    std::snprintf(line, sizeof line,
+                  "%-18s %4zu buffers, peak %s, lower bound %s, %s (%s), %.4f s\n",
+                  level->name.c_str(), level->problem.buffers.size(),
+                  format_bytes(r.plan.peak).c_str(), format_bytes(r.lower_bound).c_str(),
+                  r.solver.c_str(), plan::status_name(r.status), r.solve_seconds);
     std::cout << line;
   }
-  if (dp.budget_bytes == 0) std::cout << "fits: yes (no --device-memory given)\n";
-  else if (dp.fits()) std::cout << "fits: yes, " << gib(double(dp.budget_bytes - dp.need.total_bytes())) << " to spare\n";
-  else std::cout << "fits: no: " << dp.over_budget_message() << "\n";
+  if (dp.budget_bytes == 0)
+    std::cout << "fits: yes (no --device-memory given)\n";
+  else if (dp.fits())
+    std::cout << "fits: yes, " << gib(double(dp.budget_bytes - dp.need.total_bytes()))
+              << " to spare\n";
+  else
+    std::cout << "fits: no: " << dp.over_budget_message() << "\n";
 }
 
 void run_plan(const PlanCommandOptions& o) {
@@ -142,23 +152,26 @@ void run_plan(const PlanCommandOptions& o) {
   options.plan.solver = plan_solver_from_name(o.solver);
   options.plan.mip_seconds = o.mip_seconds;
   options.strategy.kind = o.activations;
-  options.optimizer.name = o.optimizer;  // its default hyperparameters
+  options.optimizer.name = o.optimizer;     // its default hyperparameters
   make_strategy_factory(options.strategy);  // reject an unknown strategy before the model is built
-  optimizer_state_bytes(o.optimizer, ParamLayout(config), options.optimizer.options);  // or a bad name
+  optimizer_state_bytes(o.optimizer, ParamLayout(config),
+                        options.optimizer.options);  // or a bad name
   const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
   Model model(config);  // zero weights: the request sequence does not depend on values
   const DevicePlan dp = plan_device_memory(model, o.batch, o.seq, budget, options);
-  if (o.json) std::cout << plan_json(dp, o.activations).dump(2) << "\n";
-  else print_text(dp, o);
+  if (o.json)
+    std::cout << plan_json(dp, o.activations).dump(2) << "\n";
+  else
+    print_text(dp, o);
   if (!o.timeline_path.empty()) {
-    const TimelineSeries series = timeline_series(o.activations, dp.activations, dp.need.fixed_bytes());
+    const TimelineSeries series =
+        timeline_series(o.activations, dp.activations, dp.need.fixed_bytes());
     write_file_atomic(o.timeline_path,
                       timeline_svg({series}, budget,
                                    str("device bytes over one step: ", o.config_path, ", batch ",
                                        o.batch, " x seq ", o.seq)));
   }
 }
-
 
 // --- hardware we do not have ---
 
@@ -180,8 +193,10 @@ ModelConfig resolve_model(const std::string& name) {
   // be a million x C parameters (model/presets.h).
   constexpr int64_t kPositions = int64_t(1) << 30;
   for (const GptPreset& g : gpt_presets())
-    if (lower(name) == g.name || "gpt-" + lower(name) == g.name) return gpt_preset_config(g, kPositions);
-  if (name.find('/') != std::string::npos || name.ends_with(".json")) return load_model_config(name);
+    if (lower(name) == g.name || "gpt-" + lower(name) == g.name)
+      return gpt_preset_config(g, kPositions);
+  if (name.find('/') != std::string::npos || name.ends_with(".json"))
+    return load_model_config(name);
   std::string known;
   for (const GptPreset& g : gpt_presets()) known += g.name.substr(4) + ", ";
   for (const std::string& n : llama_preset_names()) known += n + ", ";
@@ -202,21 +217,23 @@ nlohmann::json cluster_json(const ClusterPlan& p) {
           {"alpha_bound", p.alpha ? nlohmann::json(p.alpha_bound) : nlohmann::json()},
           {"device_need_bytes", d.total()},
           {"device_capacity_bytes", p.device_capacity_bytes},
-          {"need", {{"weight_bytes", d.weight_bytes},
-                    {"gradient_bytes", d.gradient_bytes},
-                    {"optimizer_bytes", d.optimizer_bytes},
-                    {"activation_arena_bytes", d.activation_bytes},
-                    {"rounding_buffer_bytes", d.rounding_bytes},
-                    {"workspace_bytes", d.workspace_bytes}}},
+          {"need",
+           {{"weight_bytes", d.weight_bytes},
+            {"gradient_bytes", d.gradient_bytes},
+            {"optimizer_bytes", d.optimizer_bytes},
+            {"activation_arena_bytes", d.activation_bytes},
+            {"rounding_buffer_bytes", d.rounding_bytes},
+            {"workspace_bytes", d.workspace_bytes}}},
           {"host_need_bytes", p.host_need_bytes},
           {"host_capacity_bytes", p.host_capacity_bytes},
           {"step_seconds", p.time.step_s},
-          {"time", {{"forward_s", p.time.forward_s},
-                    {"backward_s", p.time.backward_s},
-                    {"recompute_s", p.time.recompute_s},
-                    {"tp_comm_s", p.time.tp_comm_s},
-                    {"cp_comm_s", p.time.cp_comm_s},
-                    {"copy_stall_s", p.time.copy_stall_s}}},
+          {"time",
+           {{"forward_s", p.time.forward_s},
+            {"backward_s", p.time.backward_s},
+            {"recompute_s", p.time.recompute_s},
+            {"tp_comm_s", p.time.tp_comm_s},
+            {"cp_comm_s", p.time.cp_comm_s},
+            {"copy_stall_s", p.time.copy_stall_s}}},
           {"tokens_per_s", p.tokens_per_s},
           {"mfu", p.mfu_causal},
           {"mfu_causal", p.mfu_causal},
@@ -266,7 +283,8 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
             << "  host " << gib(double(co.host_memory_bytes)) << " per node of "
             << std::min(co.gpus, co.gpus_per_node) << " GPUs, host link "
             << (co.host_bandwidth_bytes_per_s > 0 ? co.host_bandwidth_bytes_per_s
-                                                  : co.gpu.host_link_bytes_per_s) / 1e9
+                                                  : co.gpu.host_link_bytes_per_s) /
+                   1e9
             << " GB/s per GPU; compute at " << pct(co.efficiency) << " of "
             << co.gpu.peak_bf16_flops / 1e12 << " TFLOP/s\n\n";
   auto g = [](int64_t b) { return gib(double(b)); };
@@ -276,10 +294,14 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
   });
   std::cout << "per GPU device memory\n";
   row("  weights (bf16)", plans, [&](const ClusterPlan& p) { return g(p.device.weight_bytes); });
-  row("  gradients (fp32)", plans, [&](const ClusterPlan& p) { return g(p.device.gradient_bytes); });
-  row("  optimizer state", plans, [&](const ClusterPlan& p) { return g(p.device.optimizer_bytes); });
-  row("  activation arena", plans, [&](const ClusterPlan& p) { return g(p.device.activation_bytes); });
-  row("  rounding buffers", plans, [&](const ClusterPlan& p) { return g(p.device.rounding_bytes); });
+  row("  gradients (fp32)", plans,
+      [&](const ClusterPlan& p) { return g(p.device.gradient_bytes); });
+  row("  optimizer state", plans,
+      [&](const ClusterPlan& p) { return g(p.device.optimizer_bytes); });
+  row("  activation arena", plans,
+      [&](const ClusterPlan& p) { return g(p.device.activation_bytes); });
+  row("  rounding buffers", plans,
+      [&](const ClusterPlan& p) { return g(p.device.rounding_bytes); });
   row("  workspace", plans, [&](const ClusterPlan& p) { return g(p.device.workspace_bytes); });
   row("  total", plans, [&](const ClusterPlan& p) { return g(p.device.total()); });
   row("alpha", plans, [](const ClusterPlan& p) {
@@ -310,16 +332,18 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
   row("planning time", plans, [](const ClusterPlan& p) { return secs(p.planning_seconds); });
   for (const ClusterPlan& p : plans)
     if (!p.fits()) std::cout << p.strategy << " does not fit: " << p.why_not << "\n";
-  std::cout << "\n" << cluster_formulas()
-            << "longest seq: bisection over multiples of " << plans.front().max_seq_step
-            << " tokens, each a shape-only trace and plan\n";
+  std::cout << "\n"
+            << cluster_formulas() << "longest seq: bisection over multiples of "
+            << plans.front().max_seq_step << " tokens, each a shape-only trace and plan\n";
 }
 
 void run_cluster_plan(const PlanCommandOptions& o) {
-  if (o.model.empty()) throw ConfigError("--gpus and --gpu plan a model given by --model (a preset or a config.json)");
-  if (o.gpu.empty()) throw ConfigError(str("--model plans for a GPU given by --gpu: one of ",
-                                           join(shipped_gpu_names(o.hardware_dir), ", "),
-                                           ", or a path to a JSON file like them"));
+  if (o.model.empty())
+    throw ConfigError("--gpus and --gpu plan a model given by --model (a preset or a config.json)");
+  if (o.gpu.empty())
+    throw ConfigError(str("--model plans for a GPU given by --gpu: one of ",
+                          join(shipped_gpu_names(o.hardware_dir), ", "),
+                          ", or a path to a JSON file like them"));
   if (o.compare && o.activations_given)
     throw ConfigError("--compare prints every strategy; leave out --activations");
   const ModelConfig config = resolve_model(o.model);
@@ -337,8 +361,10 @@ void run_cluster_plan(const PlanCommandOptions& o) {
   co.workspace_bytes = parse_bytes(o.workspace, "--workspace");
   co.alpha = o.alpha;
   std::vector<std::string> strategies;
-  if (o.activations_given) strategies = {o.activations};
-  else strategies.assign(std::begin(kStrategyNames), std::end(kStrategyNames));
+  if (o.activations_given)
+    strategies = {o.activations};
+  else
+    strategies.assign(std::begin(kStrategyNames), std::end(kStrategyNames));
   std::vector<ClusterPlan> plans;
   for (const std::string& s : strategies) plans.push_back(plan_cluster(config, o.seq, s, co));
   if (o.json) {
@@ -369,49 +395,73 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Sequences per micro-batch")->capture_default_str();
   cmd->add_option("--activations", o->activations,
-                  "Activation strategy: keep, recompute, offload, memo (default: keep; with --gpus: all of them)")
+                  "Activation strategy: keep, recompute, offload, memo (default: keep; with "
+                  "--gpus: all of them)")
       ->each([o](const std::string&) { o->activations_given = true; });
-  CLI::Option* optimizer_flag = cmd->add_option("--optimizer", o->optimizer,
-                  "Optimiser whose state the device need counts (--config plans; default "
-                  "hyperparameters)")
+  CLI::Option* optimizer_flag =
+      cmd->add_option("--optimizer", o->optimizer,
+                      "Optimiser whose state the device need counts (--config plans; default "
+                      "hyperparameters)")
+          ->capture_default_str();
+  cmd->add_option("--device-memory", o->device_memory,
+                  "Device memory budget, e.g. 1.5GiB (default: none)");
+  cmd->add_option("--solver", o->solver, "Planner: heuristic, or mip (CBC after the heuristics)")
       ->capture_default_str();
-  cmd->add_option("--device-memory", o->device_memory, "Device memory budget, e.g. 1.5GiB (default: none)");
-  cmd->add_option("--solver", o->solver, "Planner: heuristic, or mip (CBC after the heuristics)")->capture_default_str();
-  cmd->add_option("--mip-seconds", o->mip_seconds, "CBC time limit per level in seconds")->capture_default_str();
+  cmd->add_option("--mip-seconds", o->mip_seconds, "CBC time limit per level in seconds")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_option("--timeline", o->timeline_path, "Write device bytes over one step as an SVG");
   // hardware we do not have
-  cmd->add_option("--model", o->model,
-                  "Model to plan on --gpus: 7b, 13b, 30b, 65b (the MEMO paper's GPT sizes), llama-7b .. "
-                  "llama-65b, or a config.json");
+  cmd->add_option(
+      "--model", o->model,
+      "Model to plan on --gpus: 7b, 13b, 30b, 65b (the MEMO paper's GPT sizes), llama-7b .. "
+      "llama-65b, or a config.json");
   cmd->add_option("--gpus", o->gpus, "GPUs of the run (default: --tp x --cp)");
-  cmd->add_option("--gpu", o->gpu, "GPU kind: a name shipped in hardware/ (a800-80gb, a100-80gb, "
+  cmd->add_option("--gpu", o->gpu,
+                  "GPU kind: a name shipped in hardware/ (a800-80gb, a100-80gb, "
                   "h100-sxm, h200) or a path to a JSON file like them");
-  cmd->add_option("--hardware-dir", o->hardware_dir, "Where the shipped GPU files are")->capture_default_str();
-  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs sharing one host's memory")->capture_default_str();
-  cmd->add_option("--tp", o->tp, "Tensor parallel ranks (with sequence parallelism)")->capture_default_str();
-  cmd->add_option("--cp", o->cp, "Context parallel ranks")->capture_default_str();
-  cmd->add_option("--host-memory", o->host_memory, "Host memory per node for offloaded activations, e.g. 2TiB")->capture_default_str();
-  cmd->add_option("--host-bandwidth", o->host_bandwidth_gb,
-                  "Host link GB/s per GPU and direction, all GPUs copying (default: the GPU file's)");
-  cmd->add_option("--network-bandwidth", o->network_gb,
-                  "Between nodes, GB/s per GPU and direction (for TP or CP groups wider than a node)")
+  cmd->add_option("--hardware-dir", o->hardware_dir, "Where the shipped GPU files are")
       ->capture_default_str();
-  cmd->add_option("--efficiency", o->efficiency, "Achieved fraction of peak FLOP/s in compute")->capture_default_str();
-  cmd->add_option("--zero", o->zero, "ZeRO stage over the data-parallel ranks (0-3)")->capture_default_str();
-  cmd->add_option("--workspace", o->workspace, "Per-GPU memory outside memo's plan (CUDA context, cuBLAS, NCCL)")->capture_default_str();
+  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs sharing one host's memory")
+      ->capture_default_str();
+  cmd->add_option("--tp", o->tp, "Tensor parallel ranks (with sequence parallelism)")
+      ->capture_default_str();
+  cmd->add_option("--cp", o->cp, "Context parallel ranks")->capture_default_str();
+  cmd->add_option("--host-memory", o->host_memory,
+                  "Host memory per node for offloaded activations, e.g. 2TiB")
+      ->capture_default_str();
+  cmd->add_option(
+      "--host-bandwidth", o->host_bandwidth_gb,
+      "Host link GB/s per GPU and direction, all GPUs copying (default: the GPU file's)");
+  cmd->add_option(
+         "--network-bandwidth", o->network_gb,
+         "Between nodes, GB/s per GPU and direction (for TP or CP groups wider than a node)")
+      ->capture_default_str();
+  cmd->add_option("--efficiency", o->efficiency, "Achieved fraction of peak FLOP/s in compute")
+      ->capture_default_str();
+  cmd->add_option("--zero", o->zero, "ZeRO stage over the data-parallel ranks (0-3)")
+      ->capture_default_str();
+  cmd->add_option("--workspace", o->workspace,
+                  "Per-GPU memory outside memo's plan (CUDA context, cuBLAS, NCCL)")
+      ->capture_default_str();
   cmd->add_option("--alpha", o->alpha, "memo: a fixed alpha instead of the cost model's");
   cmd->add_flag("--compare", o->compare, "Every strategy side by side (the default with --gpus)");
   cmd->callback([o, optimizer_flag] {
     const bool cluster = !o->model.empty() || o->gpus > 0 || !o->gpu.empty();
     if (cluster) {
-      if (!o->config_path.empty()) throw ConfigError("--config plans a run on this machine; with --gpus/--gpu/--model give the model as --model");
+      if (!o->config_path.empty())
+        throw ConfigError(
+            "--config plans a run on this machine; with --gpus/--gpu/--model give the model as "
+            "--model");
       if (optimizer_flag->count() > 0)
-        throw ConfigError("--optimizer applies to --config plans; --gpus plans count Adam's "
-                          "mixed-precision state (fp32 master weights and two moments)");
+        throw ConfigError(
+            "--optimizer applies to --config plans; --gpus plans count Adam's "
+            "mixed-precision state (fp32 master weights and two moments)");
       run_cluster_plan(*o);
     } else {
-      if (o->config_path.empty()) throw ConfigError("memo plan needs --config (this machine) or --model with --gpus and --gpu (a cluster)");
+      if (o->config_path.empty())
+        throw ConfigError(
+            "memo plan needs --config (this machine) or --model with --gpus and --gpu (a cluster)");
       run_plan(*o);
     }
   });

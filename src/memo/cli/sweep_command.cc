@@ -13,9 +13,8 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "memo/cli/commands.h"
 #include "memo/cli/optimizer_flags.h"
@@ -38,18 +37,29 @@ struct SweepOptions {
   ShortRunOptions run;
 };
 
-nlohmann::json optional_json(std::optional<double> v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
-nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+nlohmann::json optional_json(std::optional<double> v) {
+  return v ? nlohmann::json(*v) : nlohmann::json();
+}
+nlohmann::json finite_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
+}
 
 // What identifies a run: a line with the same values is the same run, and is skipped.
-nlohmann::json run_key(const SweepOptions& s, const OptimizerChoice& optimizer, double lr, int64_t batch) {
+nlohmann::json run_key(const SweepOptions& s, const OptimizerChoice& optimizer, double lr,
+                       int64_t batch) {
   const ShortRunOptions& o = s.run;
   nlohmann::json key{{"optimizer", optimizer.name},
                      {"hyperparameters", hyperparameters_of(optimizer)},
-                     {"lr", lr}, {"batch_tokens", batch}, {"seq", o.seq},
-                     {"micro_batch", o.micro_batch}, {"seed", o.seed},
-                     {"budget", s.steps > 0 ? nlohmann::json{{"steps", s.steps}} : nlohmann::json{{"tokens", s.tokens}}},
-                     {"warmup", o.warmup}, {"min_lr_ratio", o.min_lr_ratio}, {"clip", o.clip}};
+                     {"lr", lr},
+                     {"batch_tokens", batch},
+                     {"seq", o.seq},
+                     {"micro_batch", o.micro_batch},
+                     {"seed", o.seed},
+                     {"budget", s.steps > 0 ? nlohmann::json{{"steps", s.steps}}
+                                            : nlohmann::json{{"tokens", s.tokens}}},
+                     {"warmup", o.warmup},
+                     {"min_lr_ratio", o.min_lr_ratio},
+                     {"clip", o.clip}};
   if (o.target_loss) {
     key["target_loss"] = *o.target_loss;
     key["extra_steps"] = o.extra_steps;
@@ -77,20 +87,25 @@ std::string fixed1(double v) {
 
 std::string duration_str(double s) {
   char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
-  else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
-  else std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
+  if (s < 60)
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
   return buf;
 }
 
 void run_sweep(SweepOptions s, const OptimizerChoice& optimizer) {
   if ((s.tokens > 0) == (s.steps > 0))
-    throw ConfigError("give exactly one of --tokens N (tokens per run) and --steps N (steps per run)");
-  if (s.lrs.empty() || s.batches.empty()) throw ConfigError("--lrs and --batches need at least one value each");
+    throw ConfigError(
+        "give exactly one of --tokens N (tokens per run) and --steps N (steps per run)");
+  if (s.lrs.empty() || s.batches.empty())
+    throw ConfigError("--lrs and --batches need at least one value each");
   for (int64_t b : s.batches)
     if (b <= 0 || b % s.run.seq != 0)
-      throw ConfigError(str("--batches value ", b, " is not a positive multiple of --seq ", s.run.seq,
-                            " (batches are tokens per step)"));
+      throw ConfigError(str("--batches value ", b, " is not a positive multiple of --seq ",
+                            s.run.seq, " (batches are tokens per step)"));
   s.run.optimizer = optimizer;
   const ModelConfig config = load_model_config(s.config);
   // Data: loaded once for every run, validated before the sweep file is touched.
@@ -119,11 +134,15 @@ void run_sweep(SweepOptions s, const OptimizerChoice& optimizer) {
   const int64_t total = int64_t(s.lrs.size() * s.batches.size());
   int64_t index = 0, ran = 0, skipped = 0;
   double run_seconds = 0.0;
-  std::cout << "sweep: " << total << " runs (" << s.batches.size() << " batch sizes x " << s.lrs.size()
-            << " lrs), " << optimizer.name << " " << hyperparameters_of(optimizer).dump()
-            << ", " << (s.steps > 0 ? str(s.steps, " steps") : str(s.tokens, " tokens")) << " per run"
-            << (s.run.target_loss ? str(", target loss ", *s.run.target_loss, " + ", s.run.extra_steps, " steps") : "")
-            << "\n" << std::flush;
+  std::cout << "sweep: " << total << " runs (" << s.batches.size() << " batch sizes x "
+            << s.lrs.size() << " lrs), " << optimizer.name << " "
+            << hyperparameters_of(optimizer).dump() << ", "
+            << (s.steps > 0 ? str(s.steps, " steps") : str(s.tokens, " tokens")) << " per run"
+            << (s.run.target_loss
+                    ? str(", target loss ", *s.run.target_loss, " + ", s.run.extra_steps, " steps")
+                    : "")
+            << "\n"
+            << std::flush;
   for (int64_t batch : s.batches) {
     for (double lr : s.lrs) {
       ++index;
@@ -144,13 +163,19 @@ void run_sweep(SweepOptions s, const OptimizerChoice& optimizer) {
       nlohmann::json line = key;
       nlohmann::json curve = nlohmann::json::array();
       for (const CurvePoint& p : r.curve) curve.push_back({p.step, p.tokens, p.loss});
-      line.update({{"steps", r.steps}, {"tokens", r.tokens}, {"final_loss", finite_or_null(r.final_loss)},
-                   {"best_loss", finite_or_null(r.best_loss)}, {"val_loss", optional_json(r.val_loss)},
-                   {"diverged", r.diverged}, {"curve", curve}, {"gns_b_simple", optional_json(r.gns_b_simple)},
+      line.update({{"steps", r.steps},
+                   {"tokens", r.tokens},
+                   {"final_loss", finite_or_null(r.final_loss)},
+                   {"best_loss", finite_or_null(r.best_loss)},
+                   {"val_loss", optional_json(r.val_loss)},
+                   {"diverged", r.diverged},
+                   {"curve", curve},
+                   {"gns_b_simple", optional_json(r.gns_b_simple)},
                    {"seconds", r.seconds}});
       if (o.target_loss) {
         line["target_steps"] = r.target_steps ? nlohmann::json(*r.target_steps) : nlohmann::json();
-        line["target_tokens"] = r.target_steps ? nlohmann::json(*r.target_steps * batch) : nlohmann::json();
+        line["target_tokens"] =
+            r.target_steps ? nlohmann::json(*r.target_steps * batch) : nlohmann::json();
         line["loss_reduction"] = optional_json(r.loss_reduction);
       }
       {
@@ -177,7 +202,8 @@ void run_sweep(SweepOptions s, const OptimizerChoice& optimizer) {
       std::cout << msg << "\n" << std::flush;
     }
   }
-  std::cout << "sweep: " << ran << " runs done, " << skipped << " skipped; results in " << s.out << "\n";
+  std::cout << "sweep: " << ran << " runs done, " << skipped << " skipped; results in " << s.out
+            << "\n";
 }
 
 }  // namespace
@@ -186,28 +212,53 @@ void add_sweep_command(CLI::App& app) {
   auto s = std::make_shared<SweepOptions>();
   auto optim = std::make_shared<OptimizerFlags>();
   auto target = std::make_shared<double>(0.0);
-  CLI::App* cmd = app.add_subcommand("sweep", "Learning-rate x batch-size sweep of short runs (JSON lines)");
+  CLI::App* cmd =
+      app.add_subcommand("sweep", "Learning-rate x batch-size sweep of short runs (JSON lines)");
   cmd->add_option("--config", s->config, "Model config.json")->required();
-  cmd->add_option("--data", s->data, "Training data: raw text (bytes) or an llm.c token file")->required();
-  cmd->add_option("--val-data", s->val_data, "Validation data (default: the last --val-fraction of --data)");
-  cmd->add_option("--val-fraction", s->val_fraction, "Fraction of --data held out for validation")->capture_default_str();
-  cmd->add_option("--val-windows", s->run.val_windows, "Validation windows (of --seq tokens) for val_loss; 0: none")->capture_default_str();
-  cmd->add_option("--out", s->out, "Sweep file (JSON lines); runs already in it are skipped")->required();
+  cmd->add_option("--data", s->data, "Training data: raw text (bytes) or an llm.c token file")
+      ->required();
+  cmd->add_option("--val-data", s->val_data,
+                  "Validation data (default: the last --val-fraction of --data)");
+  cmd->add_option("--val-fraction", s->val_fraction, "Fraction of --data held out for validation")
+      ->capture_default_str();
+  cmd->add_option("--val-windows", s->run.val_windows,
+                  "Validation windows (of --seq tokens) for val_loss; 0: none")
+      ->capture_default_str();
+  cmd->add_option("--out", s->out, "Sweep file (JSON lines); runs already in it are skipped")
+      ->required();
   cmd->add_option("--lrs", s->lrs, "Learning rates, comma-separated")->delimiter(',')->required();
-  cmd->add_option("--batches", s->batches, "Batch sizes in tokens per step, comma-separated, each a multiple of --seq")->delimiter(',')->required();
+  cmd->add_option("--batches", s->batches,
+                  "Batch sizes in tokens per step, comma-separated, each a multiple of --seq")
+      ->delimiter(',')
+      ->required();
   cmd->add_option("--tokens", s->tokens, "Tokens per run (steps = tokens / batch)");
   cmd->add_option("--steps", s->steps, "Steps per run (the cap with --target-loss)");
   cmd->add_option("--seq", s->run.seq, "Tokens per sequence")->capture_default_str();
-  cmd->add_option("--micro-batch", s->run.micro_batch, "Sequences per forward/backward (0: the whole batch); >= 2 micro-batches give B_simple")->capture_default_str();
+  cmd->add_option(
+         "--micro-batch", s->run.micro_batch,
+         "Sequences per forward/backward (0: the whole batch); >= 2 micro-batches give B_simple")
+      ->capture_default_str();
   add_optimizer_flags(*cmd, *optim);
   cmd->add_option("--warmup", s->run.warmup, "Linear warm-up steps")->capture_default_str();
-  cmd->add_option("--min-lr-ratio", s->run.min_lr_ratio, "Cosine decay to lr * this (1: constant lr)")->capture_default_str();
-  cmd->add_option("--clip", s->run.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
-  cmd->add_option("--seed", s->run.seed, "Seed of the weight init and the data windows (the same for every run)")->capture_default_str();
-  cmd->add_flag("--gns,!--no-gns", s->run.gns, "Record B_simple (tokens) when a step has >= 2 micro-batches (on by default)");
-  cmd->add_option("--loss-window", s->run.loss_window, "Steps in the window mean that smooths the training loss")->capture_default_str();
-  CLI::Option* target_opt = cmd->add_option("--target-loss", *target, "Train until the smoothed training loss reaches this, then --extra-steps more (surge paper protocol)");
-  cmd->add_option("--extra-steps", s->run.extra_steps, "Steps after the target whose loss reduction is recorded")->capture_default_str();
+  cmd->add_option("--min-lr-ratio", s->run.min_lr_ratio,
+                  "Cosine decay to lr * this (1: constant lr)")
+      ->capture_default_str();
+  cmd->add_option("--clip", s->run.clip, "Clip the global gradient norm to this (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--seed", s->run.seed,
+                  "Seed of the weight init and the data windows (the same for every run)")
+      ->capture_default_str();
+  cmd->add_flag("--gns,!--no-gns", s->run.gns,
+                "Record B_simple (tokens) when a step has >= 2 micro-batches (on by default)");
+  cmd->add_option("--loss-window", s->run.loss_window,
+                  "Steps in the window mean that smooths the training loss")
+      ->capture_default_str();
+  CLI::Option* target_opt = cmd->add_option("--target-loss", *target,
+                                            "Train until the smoothed training loss reaches this, "
+                                            "then --extra-steps more (surge paper protocol)");
+  cmd->add_option("--extra-steps", s->run.extra_steps,
+                  "Steps after the target whose loss reduction is recorded")
+      ->capture_default_str();
   cmd->callback([s, optim, target, target_opt] {
     SweepOptions o = *s;
     if (target_opt->count() > 0) o.run.target_loss = *target;

@@ -15,40 +15,71 @@ namespace memo::cli {
 void add_train_command(CLI::App& app) {
   auto t = std::make_shared<TrainOptions>();
   CLI::App* train = app.add_subcommand("train", "Train a model");
-  train->add_option("--config", t->config_path, "Model config.json (Hugging Face LlamaConfig fields)");
-  train->add_option("--data", t->data_path, "Training data: raw text (bytes) or an llm.c token file")->required();
-  train->add_option("--val-data", t->val_data_path, "Validation data (default: the last --val-fraction of --data)");
-  train->add_option("--val-fraction", t->val_fraction, "Fraction of --data held out for validation")->capture_default_str();
-  train->add_option("--val-batches", t->val_batches, "Micro-batches of validation windows at the end")->capture_default_str();
+  train->add_option("--config", t->config_path,
+                    "Model config.json (Hugging Face LlamaConfig fields)");
+  train
+      ->add_option("--data", t->data_path, "Training data: raw text (bytes) or an llm.c token file")
+      ->required();
+  train->add_option("--val-data", t->val_data_path,
+                    "Validation data (default: the last --val-fraction of --data)");
+  train->add_option("--val-fraction", t->val_fraction, "Fraction of --data held out for validation")
+      ->capture_default_str();
+  train
+      ->add_option("--val-batches", t->val_batches,
+                   "Micro-batches of validation windows at the end")
+      ->capture_default_str();
   train->add_option("--seq", t->seq, "Tokens per sequence")->capture_default_str();
   train->add_option("--batch", t->batch, "Sequences per optimiser step")->capture_default_str();
-  train->add_option("--micro-batch", t->micro_batch, "Sequences per forward/backward (0: --batch)")->capture_default_str();
+  train->add_option("--micro-batch", t->micro_batch, "Sequences per forward/backward (0: --batch)")
+      ->capture_default_str();
   train->add_option("--steps", t->steps, "Optimiser steps in total")->capture_default_str();
   CLI::Option* lr = train->add_option("--lr", t->lr, "Peak learning rate")->capture_default_str();
-  train->add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")->capture_default_str();
+  train->add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")
+      ->capture_default_str();
   train->add_option("--warmup", t->warmup, "Linear warm-up steps")->capture_default_str();
   auto optim = std::make_shared<OptimizerFlags>();
   add_optimizer_flags(*train, *optim);
-  train->add_flag("--gns,!--no-gns", t->gns, "Log the gradient noise scale B_simple (tokens) when a step has >= 2 micro-batches (on by default)");
-  train->add_option("--gns-decay", t->gns_decay, "EMA decay per step of the noise-scale estimator")->capture_default_str();
-  train->add_option("--clip", t->clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
-  train->add_option("--seed", t->seed, "Seed of the weight init and the data windows")->capture_default_str();
-  CLI::Option* out = train->add_option("--out", t->out_dir, "Run directory for checkpoints")->capture_default_str();
-  train->add_option("--save-every", t->save_every, "Checkpoint period in steps (0: only at the end)")->capture_default_str();
-  train->add_option("--resume", t->resume_dir, "Continue the run in this directory (or checkpoint)");
-  train->add_option("--init-from", t->init_from, "Start from this checkpoint's weights with a fresh optimiser");
+  train->add_flag("--gns,!--no-gns", t->gns,
+                  "Log the gradient noise scale B_simple (tokens) when a step has >= 2 "
+                  "micro-batches (on by default)");
+  train->add_option("--gns-decay", t->gns_decay, "EMA decay per step of the noise-scale estimator")
+      ->capture_default_str();
+  train->add_option("--clip", t->clip, "Clip the global gradient norm to this (0: off)")
+      ->capture_default_str();
+  train->add_option("--seed", t->seed, "Seed of the weight init and the data windows")
+      ->capture_default_str();
+  CLI::Option* out = train->add_option("--out", t->out_dir, "Run directory for checkpoints")
+                         ->capture_default_str();
+  train
+      ->add_option("--save-every", t->save_every, "Checkpoint period in steps (0: only at the end)")
+      ->capture_default_str();
+  train->add_option("--resume", t->resume_dir,
+                    "Continue the run in this directory (or checkpoint)");
+  train->add_option("--init-from", t->init_from,
+                    "Start from this checkpoint's weights with a fresh optimiser");
   train->add_option("--log", t->log_path, "JSON-lines log, one object per step");
   auto device_memory = std::make_shared<std::string>();
-  train->add_option("--device-memory", *device_memory, "Device memory budget, e.g. 1.5GiB: plan activations into one arena and refuse a run that does not fit (default: no budget)");
-  train->add_option("--log-every", t->log_every, "Progress line period in steps")->capture_default_str();
+  train->add_option("--device-memory", *device_memory,
+                    "Device memory budget, e.g. 1.5GiB: plan activations into one arena and refuse "
+                    "a run that does not fit (default: no budget)");
+  train->add_option("--log-every", t->log_every, "Progress line period in steps")
+      ->capture_default_str();
   // activation strategy (memory/strategy_factory.h)
   auto host_memory = std::make_shared<std::string>();
   auto alpha = std::make_shared<double>(0.0);
-  train->add_option("--activations", t->activations.kind, "Where skeletal activations live: keep, recompute, offload or memo")
-      ->check(CLI::IsMember({"keep", "recompute", "offload", "memo"}))->capture_default_str();
-  CLI::Option* alpha_opt = train->add_option("--alpha", *alpha, "memo: fraction of tokens offloaded, the rest recomputed (default: the cost model's choice)");
-  train->add_option("--host-memory", *host_memory, "offload, memo: host memory budget for offloaded activations, e.g. 1.5GiB (default: unlimited)");
-  train->add_option("--copy-bandwidth", t->activations.copy_bandwidth_gb_per_s, "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
+  train
+      ->add_option("--activations", t->activations.kind,
+                   "Where skeletal activations live: keep, recompute, offload or memo")
+      ->check(CLI::IsMember({"keep", "recompute", "offload", "memo"}))
+      ->capture_default_str();
+  CLI::Option* alpha_opt = train->add_option(
+      "--alpha", *alpha,
+      "memo: fraction of tokens offloaded, the rest recomputed (default: the cost model's choice)");
+  train->add_option("--host-memory", *host_memory,
+                    "offload, memo: host memory budget for offloaded activations, e.g. 1.5GiB "
+                    "(default: unlimited)");
+  train->add_option("--copy-bandwidth", t->activations.copy_bandwidth_gb_per_s,
+                    "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
   auto schedule = std::make_shared<BatchScheduleFlags>();
   add_batch_schedule_flags(*train, *schedule);
   train->callback([t, out, optim, device_memory, host_memory, alpha, alpha_opt, schedule, lr] {
@@ -69,7 +100,8 @@ void add_train_command(CLI::App& app) {
     if (!o.resume_dir.empty() && out->count() == 0) {
       // continue writing into the run being resumed
       const std::filesystem::path r(o.resume_dir);
-      o.out_dir = std::filesystem::exists(r / "model.safetensors") ? r.parent_path().string() : r.string();
+      o.out_dir =
+          std::filesystem::exists(r / "model.safetensors") ? r.parent_path().string() : r.string();
     }
     memo::train(o, std::cout);
   });

@@ -23,7 +23,8 @@ class AlignedBuffer {
   AlignedBuffer() = default;
   explicit AlignedBuffer(int64_t numel) : numel_(numel) {
     MEMO_CHECK(numel >= 0, "negative buffer length ", numel);
-    const int64_t bytes = std::max<int64_t>((numel * int64_t(sizeof(T)) + kAlign - 1) / kAlign * kAlign, kAlign);
+    const int64_t bytes =
+        std::max<int64_t>((numel * int64_t(sizeof(T)) + kAlign - 1) / kAlign * kAlign, kAlign);
     data_.reset(static_cast<T*>(std::aligned_alloc(kAlign, size_t(bytes))));
     MEMO_CHECK(data_ != nullptr, "out of memory allocating ", gib(double(bytes)));
     std::memset(static_cast<void*>(data_.get()), 0, size_t(bytes));

@@ -13,10 +13,18 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
-class ConfigError : public Error { using Error::Error; };  // bad config or flag value
-class DataError : public Error { using Error::Error; };    // missing, short or out-of-range data
-class FormatError : public Error { using Error::Error; };  // corrupt or truncated file
-class BudgetError : public Error { using Error::Error; };  // does not fit in a memory budget
+class ConfigError : public Error {
+  using Error::Error;
+};  // bad config or flag value
+class DataError : public Error {
+  using Error::Error;
+};  // missing, short or out-of-range data
+class FormatError : public Error {
+  using Error::Error;
+};  // corrupt or truncated file
+class BudgetError : public Error {
+  using Error::Error;
+};  // does not fit in a memory budget
 
 namespace detail {
 template <class... Args>
@@ -38,9 +46,9 @@ std::string gib(double bytes);
 
 }  // namespace memo
 
-#define MEMO_CHECK(cond, ...)                                                                  \
-  do {                                                                                         \
-    if (!(cond))                                                                               \
-      throw ::memo::Error(::memo::str(__FILE__, ":", __LINE__, ": check failed: " #cond ": ", \
-                                      __VA_ARGS__));                                           \
+#define MEMO_CHECK(cond, ...)                                                                \
+  do {                                                                                       \
+    if (!(cond))                                                                             \
+      throw ::memo::Error(                                                                   \
+          ::memo::str(__FILE__, ":", __LINE__, ": check failed: " #cond ": ", __VA_ARGS__)); \
   } while (0)

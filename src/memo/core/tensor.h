@@ -1,6 +1,7 @@
 // memo's one tensor-view type: a non-owning (pointer, shape, stride) value, up to 4 dimensions.
 // Views never own memory; buffers come from an allocator (backend/allocator.h) or an owner such as
-// the parameter store. Strides are in elements. A view is printable: "[T=8, C=64]" style via shape_str().
+// the parameter store. Strides are in elements. A view is printable: "[T=8, C=64]" style via
+// shape_str().
 #pragma once
 
 #include <array>

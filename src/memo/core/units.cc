@@ -26,7 +26,8 @@ int64_t parse_bytes(std::string_view text) {
                            "T the same), kB, MB, GB, TB, e.g. 1.5GiB"));
   };
   size_t end = 0;
-  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.'))
+  while (end < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.'))
     ++end;
   if (end == 0) throw bad("does not start with a non-negative number");
   double value = 0.0;
@@ -35,11 +36,9 @@ int64_t parse_bytes(std::string_view text) {
   std::string_view unit = text.substr(end);
   while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
   static const std::pair<const char*, double> kUnits[] = {
-      {"", 1.0},          {"b", 1.0},
-      {"k", 0x1p10},      {"kib", 0x1p10},  {"kb", 1e3},
-      {"m", 0x1p20},      {"mib", 0x1p20},  {"mb", 1e6},
-      {"g", 0x1p30},      {"gib", 0x1p30},  {"gb", 1e9},
-      {"t", 0x1p40},      {"tib", 0x1p40},  {"tb", 1e12},
+      {"", 1.0},     {"b", 1.0},      {"k", 0x1p10},   {"kib", 0x1p10}, {"kb", 1e3},
+      {"m", 0x1p20}, {"mib", 0x1p20}, {"mb", 1e6},     {"g", 0x1p30},   {"gib", 0x1p30},
+      {"gb", 1e9},   {"t", 0x1p40},   {"tib", 0x1p40}, {"tb", 1e12},
   };
   const std::string u = lower(unit);
   for (const auto& [name, scale] : kUnits) {
@@ -60,8 +59,10 @@ std::string format_bytes(int64_t bytes) {
     ++unit;
   }
   char buf[48];
-  if (unit == 0) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.2f %s", v, kNames[unit]);
+  if (unit == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, kNames[unit]);
   return buf;
 }
 

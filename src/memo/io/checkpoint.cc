@@ -1,6 +1,5 @@
 // Implementation of io/checkpoint.h.
 #include "memo/io/checkpoint.h"
-#include "memo/io/json_file.h"
 
 #include <cstdio>
 #include <utility>
@@ -8,6 +7,7 @@
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
+#include "memo/io/json_file.h"
 
 namespace memo {
 namespace {

@@ -1,12 +1,12 @@
 // Implementation of io/config_json.h.
 #include "memo/io/config_json.h"
-#include "memo/io/json_file.h"
 
 #include <limits>
 #include <string>
 
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
+#include "memo/io/json_file.h"
 
 namespace memo {
 namespace {
@@ -85,8 +85,8 @@ void reject_unsupported_gpt2(const json& j, std::string_view where) {
     throw ConfigError(str(where, ": activation_function = ", v->dump(),
                           " is not supported; memo's GPT-2 uses the tanh GELU (\"gelu_new\" or "
                           "\"gelu_pytorch_tanh\")"));
-  for (const char* name : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
-                           "add_cross_attention"}) {
+  for (const char* name :
+       {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"}) {
     bool on = false;
     read_bool(j, where, name, on);
     if (on) throw ConfigError(str(where, ": ", name, " = true is not supported; set it to false"));
@@ -94,12 +94,14 @@ void reject_unsupported_gpt2(const json& j, std::string_view where) {
   bool scale = true;
   read_bool(j, where, "scale_attn_weights", scale);
   if (!scale)
-    throw ConfigError(str(where, ": scale_attn_weights = false is not supported; memo scales "
+    throw ConfigError(str(where,
+                          ": scale_attn_weights = false is not supported; memo scales "
                           "attention scores by 1/sqrt(head_dim)"));
   bool tied = true;
   read_bool(j, where, "tie_word_embeddings", tied);
   if (!tied)
-    throw ConfigError(str(where, ": tie_word_embeddings = false is not supported; GPT-2's head "
+    throw ConfigError(str(where,
+                          ": tie_word_embeddings = false is not supported; GPT-2's head "
                           "is wte"));
 }
 
@@ -176,8 +178,8 @@ ModelConfig model_config_from_json(const json& j, std::string_view where) {
   if (type && *type != "llama" && *type != "gpt2")
     throw ConfigError(str(where, ": model_type = ", type->dump(),
                           " is not supported; memo reads \"llama\" and \"gpt2\" configs"));
-  ModelConfig c = type && *type == "gpt2" ? gpt2_config_from_json(j, where)
-                                          : llama_config_from_json(j, where);
+  ModelConfig c =
+      type && *type == "gpt2" ? gpt2_config_from_json(j, where) : llama_config_from_json(j, where);
   try {
     c.validate();
   } catch (const ConfigError& e) {

@@ -1,6 +1,5 @@
 // Implementation of io/hardware_json.h.
 #include "memo/io/hardware_json.h"
-#include "memo/io/json_file.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,6 +8,7 @@
 
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
+#include "memo/io/json_file.h"
 
 namespace memo {
 namespace {

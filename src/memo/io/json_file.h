@@ -4,9 +4,8 @@
 #pragma once
 
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"

@@ -280,7 +280,7 @@ float half_to_float(uint16_t h) {
     bits = sign | ((exp + 112) << 23) | (mant << 13);  // normal: rebias 15 -> 127
   } else if (mant == 0) {
     bits = sign;  // zero
-  } else {  // subnormal half: normalise
+  } else {        // subnormal half: normalise
     int e = -1;
     uint32_t m = mant;
     do {

@@ -56,7 +56,7 @@ void check_rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor 
 }
 
 void check_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
-                      ConstTensor inv_rms) {
+                            ConstTensor inv_rms) {
   const int64_t T = x.rows(), C = x.cols();
   MEMO_CHECK(is_matrix(x) && is_matrix(dx, T, C) && is_matrix(dy, T, C) && is_vector(w, C) &&
                  is_vector(dw, C) && is_vector(inv_rms, T),
@@ -66,7 +66,7 @@ void check_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
 }
 
 void check_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
-                       ConstTensor b, float eps) {
+                             ConstTensor b, float eps) {
   const int64_t T = x.rows(), C = x.cols();
   MEMO_CHECK(is_matrix(x) && is_matrix(y, T, C) && is_vector(w, C) && is_vector(b, C) &&
                  is_vector(mean, T) && is_vector(rstd, T),
@@ -76,7 +76,7 @@ void check_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, 
 }
 
 void check_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
-                        ConstTensor w, ConstTensor mean, ConstTensor rstd) {
+                              ConstTensor w, ConstTensor mean, ConstTensor rstd) {
   const int64_t T = x.rows(), C = x.cols();
   MEMO_CHECK(is_matrix(x) && is_matrix(dx, T, C) && is_matrix(dy, T, C) && is_vector(w, C) &&
                  is_vector(dw, C) && is_vector(db, C) && is_vector(mean, T) && is_vector(rstd, T),
@@ -94,13 +94,13 @@ void check_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
 }
 
 void check_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                  int64_t first_row) {
+                        int64_t first_row) {
   check_rope("rope_forward", x, cos, sin, head_dim);
   MEMO_CHECK(first_row >= 0, "rope_forward: first_row ", first_row, " must be >= 0");
 }
 
 void check_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                   int64_t first_row) {
+                         int64_t first_row) {
   check_rope("rope_backward", dx, cos, sin, head_dim);
   MEMO_CHECK(first_row >= 0, "rope_backward: first_row ", first_row, " must be >= 0");
 }
@@ -156,8 +156,8 @@ void check_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> t
   check_tokens("embedding_backward", tokens, dwte.rows());
 }
 
-void check_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
-                   float grad_scale) {
+void check_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
+                         View<const int32_t> targets, float grad_scale) {
   const int64_t T = logits.rows(), V = logits.cols();
   const bool want_grad = !dlogits.empty();
   MEMO_CHECK(is_matrix(logits) && V > 0 && is_vector(losses, T) && is_vector(targets, T) &&
@@ -172,7 +172,7 @@ void check_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View
 }
 
 void check_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
-            float beta) {
+                  float beta) {
   const int64_t M = c.rows(), N = c.cols();
   const int64_t K = trans_a ? a.rows() : a.cols();
   const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
@@ -208,7 +208,8 @@ void check_sum_squares(ConstTensor x) {
 }
 
 AttnDims check_attention_forward(ConstTensor o, ConstTensor lse, ConstTensor q, ConstTensor k,
-                                 ConstTensor v, int64_t batch, int64_t n_heads, int64_t n_kv_heads) {
+                                 ConstTensor v, int64_t batch, int64_t n_heads,
+                                 int64_t n_kv_heads) {
   return check_attention("attention_forward", q, k, v, o, lse, batch, n_heads, n_kv_heads);
 }
 
@@ -246,8 +247,8 @@ void check_attention_decode(ConstTensor o, ConstTensor q, ConstTensor k, ConstTe
   MEMO_CHECK(same_shape(o, q) && k.shape() == Shape({first + q.rows(), n_kv_heads * D}) &&
                  same_shape(k, v),
              "attention_decode: o ", o.shape(), " q ", q.shape(), " k ", k.shape(), " v ",
-             v.shape(), " (k and v: [first + n, Hkv*D] = [", first + q.rows(), ", ",
-             n_kv_heads * D, "])");
+             v.shape(), " (k and v: [first + n, Hkv*D] = [", first + q.rows(), ", ", n_kv_heads * D,
+             "])");
   for (const ConstTensor* t : {&o, &q, &k, &v})
     MEMO_CHECK(t->stride()[1] == 1, "attention_decode: tensor ", t->shape(),
                " needs unit column stride");

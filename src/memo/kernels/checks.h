@@ -14,16 +14,16 @@ namespace memo {
 
 void check_rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, float eps);
 void check_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
-                      ConstTensor inv_rms);
+                            ConstTensor inv_rms);
 void check_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
-                       ConstTensor b, float eps);
+                             ConstTensor b, float eps);
 void check_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
-                        ConstTensor w, ConstTensor mean, ConstTensor rstd);
+                              ConstTensor w, ConstTensor mean, ConstTensor rstd);
 void check_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta);
 void check_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                  int64_t first_row);
+                        int64_t first_row);
 void check_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                   int64_t first_row);
+                         int64_t first_row);
 void check_swiglu_forward(Tensor a, ConstTensor g, ConstTensor u);
 void check_swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g, ConstTensor u);
 void check_gelu_forward(Tensor y, ConstTensor x);
@@ -32,10 +32,10 @@ void check_bias_backward(Tensor db, ConstTensor dy);
 void check_bias_add(Tensor y, ConstTensor b);
 void check_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte);
 void check_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens);
-void check_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
-                   float grad_scale);
+void check_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
+                         View<const int32_t> targets, float grad_scale);
 void check_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
-            float beta);
+                  float beta);
 void check_copy(Tensor dst, ConstTensor src);
 void check_fill(Tensor dst, float value);
 void check_scale(Tensor x, float factor);

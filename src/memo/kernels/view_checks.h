@@ -1,6 +1,6 @@
-// Entry checks shared by the CPU kernels of every backend (not part of the kernel API). A "matrix" is a 2-D view
-// whose rows are contiguous (column stride 1, any row stride ld() >= cols); a "vector" is any
-// contiguous view, so [T] and [B, S] both serve as a length-T vector.
+// Entry checks shared by the CPU kernels of every backend (not part of the kernel API). A "matrix"
+// is a 2-D view whose rows are contiguous (column stride 1, any row stride ld() >= cols); a
+// "vector" is any contiguous view, so [T] and [B, S] both serve as a length-T vector.
 #pragma once
 
 #include <cstdint>

@@ -84,7 +84,8 @@ void check_layers_identical(const Trace& trace) {
                    trace.phases[size_t(first)].layer, "'s");
       };
       for (size_t k = 0; k < std::min(ref.size(), got.size()); ++k) {
-        const TracedRequest &a = trace.requests[ref[k].request], &b = trace.requests[got[k].request];
+        const TracedRequest &a = trace.requests[ref[k].request],
+                            &b = trace.requests[got[k].request];
         if (a.name != b.name || a.bytes != b.bytes || ref[k].begin != got[k].begin ||
             ref[k].end != got[k].end)
           throw Error(str(where(), " at its request ", k, " (request ", b.begin, " of the step): ",
@@ -110,7 +111,8 @@ plan::Problem layer_problem(const Trace& trace, int phase) {
 plan::Problem flat_problem(const Trace& trace) {
   plan::Problem p;
   for (const TracedRequest& r : trace.requests)
-    p.buffers.push_back(plan::Buffer{str(r.name, "#", r.begin), r.bytes, kAlignBytes, r.begin, r.end});
+    p.buffers.push_back(
+        plan::Buffer{str(r.name, "#", r.begin), r.bytes, kAlignBytes, r.begin, r.end});
   return p;
 }
 
@@ -140,7 +142,8 @@ ActivationPlan plan_activations(const Trace& trace, const ActivationPlanOptions&
   std::vector<size_t> block_index(trace.phases.size(), SIZE_MAX);
   for (size_t p = 0; p < trace.phases.size(); ++p) {
     const TracePhase& ph = trace.phases[p];
-    const plan::Bytes block = (ph.pass == Pass::kForward ? out.forward : out.backward).result.plan.peak;
+    const plan::Bytes block =
+        (ph.pass == Pass::kForward ? out.forward : out.backward).result.plan.peak;
     if (block == 0 || ph.end <= ph.begin) continue;
     block_index[p] = top.buffers.size();
     top.buffers.push_back(plan::Buffer{str("layer", ph.layer, ".", pass_name(ph.pass)), block,
@@ -157,7 +160,8 @@ ActivationPlan plan_activations(const Trace& trace, const ActivationPlanOptions&
     const plan::Plan& inner =
         (trace.phases[p].pass == Pass::kForward ? out.forward : out.backward).result.plan;
     const std::vector<LocalRequest> local = local_requests(trace, int(p));
-    for (size_t k = 0; k < local.size(); ++k) out.offsets[local[k].request] = base + inner.offsets[k];
+    for (size_t k = 0; k < local.size(); ++k)
+      out.offsets[local[k].request] = base + inner.offsets[k];
   }
   for (size_t i = 0; i < trace.requests.size(); ++i)
     if (top_index[i] != SIZE_MAX) out.offsets[i] = out.iteration.result.plan.offsets[top_index[i]];

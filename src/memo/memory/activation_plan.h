@@ -39,9 +39,9 @@ struct ActivationPlan {
   // The whole step's live-bytes lower bound (largest sum of aligned live bytes at one request):
   // no placement of these requests needs less. arena_bytes above it is the plan's fragmentation.
   plan::Bytes lower_bound_bytes{};
-  PlanLevel forward;    // one layer's forward transients; every layer reuses the offsets
-  PlanLevel backward;   // one layer's backward transients
-  PlanLevel iteration;  // the step with one block per layer pass
+  PlanLevel forward;             // one layer's forward transients; every layer reuses the offsets
+  PlanLevel backward;            // one layer's backward transients
+  PlanLevel iteration;           // the step with one block per layer pass
   double solve_seconds() const;  // all levels
 };
 

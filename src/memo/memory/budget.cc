@@ -16,9 +16,7 @@ std::string gib_and_bytes(int64_t bytes) { return str(gib(double(bytes)), " (", 
 
 }  // namespace
 
-int64_t DeviceNeed::fixed_bytes() const {
-  return weight_bytes + gradient_bytes + optimizer_bytes;
-}
+int64_t DeviceNeed::fixed_bytes() const { return weight_bytes + gradient_bytes + optimizer_bytes; }
 
 int64_t DeviceNeed::total_bytes() const { return fixed_bytes() + activation_arena_bytes; }
 
@@ -61,8 +59,10 @@ std::optional<int64_t> longest_fitting_seq(const Trace& trace, const Trace& othe
   int64_t lo = 1, hi = max_seq;  // fits(lo); find the largest that fits
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (fits(mid)) lo = mid;
-    else hi = mid - 1;
+    if (fits(mid))
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -81,18 +81,20 @@ std::string over_budget_message(const DeviceNeed& need, int64_t budget_bytes, in
                                 int64_t seq, const FitAdvice& advice) {
   std::string fit;
   if (advice.longest_seq)
-    fit = str("--seq ", *advice.longest_seq, " fits this budget (estimated from the scaled plan) or ");
+    fit = str("--seq ", *advice.longest_seq,
+              " fits this budget (estimated from the scaled plan) or ");
   else
-    fit = str("no sequence length fits this budget (the weights, gradients and optimizer state alone "
-              "need ", gib(double(need.fixed_bytes())), "); ");
-  return str("device memory: needs ", gib_and_bytes(need.total_bytes()), " = weights ",
-             gib(double(need.weight_bytes)), " + gradients ", gib(double(need.gradient_bytes)),
-             " + ", need.optimizer, " state ", gib(double(need.optimizer_bytes)),
-             " + activation arena ", gib(double(need.activation_arena_bytes)), ", budget is ",
-             gib_and_bytes(budget_bytes),
-             " (short ", gib(double(need.total_bytes() - budget_bytes)), ") at batch ", batch,
-             " x seq ", seq, "; ", fit, "--device-memory ",
-             budget_flag_value(advice.smallest_budget_bytes), " fits");
+    fit =
+        str("no sequence length fits this budget (the weights, gradients and optimizer state alone "
+            "need ",
+            gib(double(need.fixed_bytes())), "); ");
+  return str(
+      "device memory: needs ", gib_and_bytes(need.total_bytes()), " = weights ",
+      gib(double(need.weight_bytes)), " + gradients ", gib(double(need.gradient_bytes)), " + ",
+      need.optimizer, " state ", gib(double(need.optimizer_bytes)), " + activation arena ",
+      gib(double(need.activation_arena_bytes)), ", budget is ", gib_and_bytes(budget_bytes),
+      " (short ", gib(double(need.total_bytes() - budget_bytes)), ") at batch ", batch, " x seq ",
+      seq, "; ", fit, "--device-memory ", budget_flag_value(advice.smallest_budget_bytes), " fits");
 }
 
 }  // namespace memo

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-
 namespace memo {
 
 int64_t memo_offload_rows(double alpha, int64_t tokens, int64_t granularity) {
@@ -73,8 +72,8 @@ MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
   const int64_t g = backend()->reproducible_rows();
   const int64_t rows = memo_offload_rows(d.alpha, batch * seq, g);
   d.text += str("; offloading ", rows, " of ", batch * seq, " token rows (alpha ",
-                double(rows) / double(batch * seq), " after rounding to ", g,
-                "-row panels), host ", gib(double(planned_host_bytes(batch, seq, rows))));
+                double(rows) / double(batch * seq), " after rounding to ", g, "-row panels), host ",
+                gib(double(planned_host_bytes(batch, seq, rows))));
   return d;
 }
 

@@ -13,9 +13,10 @@ const char* kind_name(ActKind kind) { return kind == ActKind::kSaved ? "saved" :
 
 PlannedAllocator::PlannedAllocator(ActivationPlan plan, RawAllocator& raw)
     : plan_(std::move(plan)), arena_(raw, plan_.arena_bytes, "the planned activation arena") {
-  MEMO_CHECK(plan_.arena_bytes % kAlignBytes == 0 && plan_.offsets.size() == plan_.trace.requests.size(),
-             "planned allocator: arena of ", plan_.arena_bytes, " bytes, ", plan_.offsets.size(),
-             " offsets for ", plan_.trace.requests.size(), " requests");
+  MEMO_CHECK(
+      plan_.arena_bytes % kAlignBytes == 0 && plan_.offsets.size() == plan_.trace.requests.size(),
+      "planned allocator: arena of ", plan_.arena_bytes, " bytes, ", plan_.offsets.size(),
+      " offsets for ", plan_.trace.requests.size(), " requests");
 }
 
 Tensor PlannedAllocator::acquire(std::string_view name, Shape shape, ActKind kind) {
@@ -24,17 +25,18 @@ Tensor PlannedAllocator::acquire(std::string_view name, Shape shape, ActKind kin
   if (on_acquire) on_acquire(next_);
   const int64_t bytes = shape.numel() * int64_t(sizeof(float));
   const auto got = [&] { return str("'", name, "' ", bytes, " B (", kind_name(kind), ")"); };
-  const auto replan = "; the request sequence changed since it was traced (another --seq, --batch, "
-                      "thread count or code path): trace and plan again";
+  const auto replan =
+      "; the request sequence changed since it was traced (another --seq, --batch, "
+      "thread count or code path): trace and plan again";
   if (next_ >= n)
     throw TraceMismatchError(str("activation request ", next_, " is beyond the ", n,
                                  " traced requests of a step (", live_.size(),
                                  " buffers still live): got ", got(), replan));
   const TracedRequest& want = plan_.trace.requests[size_t(next_)];
   if (want.name != name || want.bytes != bytes || want.kind != kind)
-    throw TraceMismatchError(str("activation request ", next_, " does not match the plan: expected '",
-                                 want.name, "' ", want.bytes, " B (", kind_name(want.kind),
-                                 "), got ", got(), replan));
+    throw TraceMismatchError(
+        str("activation request ", next_, " does not match the plan: expected '", want.name, "' ",
+            want.bytes, " B (", kind_name(want.kind), "), got ", got(), replan));
   // Every buffer the plan may place over this one must be dead by now.
   if (!live_by_end_.empty() && live_by_end_.begin()->first <= next_) {
     const TracedRequest& late = plan_.trace.requests[live_by_end_.begin()->second];

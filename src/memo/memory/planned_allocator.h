@@ -37,7 +37,7 @@ class PlannedAllocator final : public ActivationAllocator {
 
   Tensor acquire(std::string_view name, Shape shape, ActKind kind) override;
   void release(const Tensor& t) override;
-  int64_t live_bytes() const override { return live_bytes_; }           // aligned, as planned
+  int64_t live_bytes() const override { return live_bytes_; }  // aligned, as planned
   int64_t peak_live_bytes() const override { return peak_live_bytes_; }
   int64_t reserved_bytes() const override { return plan_.arena_bytes; }  // the whole arena
   void reset_peak() override {

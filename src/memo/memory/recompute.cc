@@ -43,7 +43,8 @@ const SavedActs& RecomputeStrategy::forward_slot(int layer) {
   SavedActs& s = slots_.at(size_t(layer));
   if (!x_live_[size_t(layer)]) {
     s = work_;
-    s.x = alloc_.acquire("x", saved_shape(saved_fields(config_)[0], config_, batch_, seq_), ActKind::kSaved);
+    s.x = alloc_.acquire("x", saved_shape(saved_fields(config_)[0], config_, batch_, seq_),
+                         ActKind::kSaved);
     x_live_[size_t(layer)] = true;
   }
   return s;

@@ -53,7 +53,9 @@ class ActivationStrategy {
 class KeepStrategy final : public ActivationStrategy {
  public:
   KeepStrategy(const ModelConfig& config, ActivationAllocator& alloc)
-      : config_(config), alloc_(alloc), slots_(size_t(config.num_hidden_layers)),
+      : config_(config),
+        alloc_(alloc),
+        slots_(size_t(config.num_hidden_layers)),
         live_(size_t(config.num_hidden_layers), false) {}
   ~KeepStrategy() override;
   std::string name() const override { return "keep"; }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 
-
 namespace memo {
 
 // Note [Rounding buffers]
@@ -36,9 +35,9 @@ namespace memo {
 //                               prefetch_done_[l-2]
 // So the prefetch of layer l-2 overlaps the backward of layer l-1.
 // Every offload has been waited on by the end of the forward (layer l+2's second slot call), and
-// H2D waits on the offload's event too, so a prefetch never reads a host block still being written. With
-// SwapOptions::poison_released each buffer is filled with NaN when it is handed back, which turns a
-// missing wait or an unrebuilt row into a NaN loss.
+// H2D waits on the offload's event too, so a prefetch never reads a host block still being written.
+// With SwapOptions::poison_released each buffer is filled with NaN when it is handed back, which
+// turns a missing wait or an unrebuilt row into a NaN loss.
 
 namespace {
 
@@ -127,7 +126,8 @@ void SwapStrategy::set_rebuild_inputs(const ModelWeights& weights, const LayerCo
 
 void SwapStrategy::acquire_step_buffers() {
   for (Tensor& x : x_ring_)
-    x = alloc_.acquire("x", saved_shape(saved_fields(config_)[0], config_, batch_, seq_), ActKind::kSaved);
+    x = alloc_.acquire("x", saved_shape(saved_fields(config_)[0], config_, batch_, seq_),
+                       ActKind::kSaved);
   for (SavedActs& r : rounding_)
     for (const SavedField& f : saved_fields(config_))
       if (f.member != &SavedActs::x)
@@ -205,8 +205,8 @@ void SwapStrategy::ensure_host_storage() {
   for (size_t i = 0; i < fields.size(); ++i) {
     host_offset_[i] = offset;
     const Shape s = saved_shape(fields[i], config_, batch_, seq_);
-    offset += round_up(fields[i].per_token ? offload_rows_ * row_floats(s) : s.numel(),
-                       kHostAlignFloats);
+    offset +=
+        round_up(fields[i].per_token ? offload_rows_ * row_floats(s) : s.numel(), kHostAlignFloats);
   }
   for (int l = 0; l < L_ - 2; ++l)
     host_layers_.push_back(host_->allocate(str("the offload of layer ", l), offset * 4));
@@ -221,8 +221,7 @@ void SwapStrategy::queue_offload(int layer) {
   const std::span<const SavedField> fields = saved_fields(config_);
   for (size_t i = 0; i < fields.size(); ++i) {
     const Tensor& t = s.*fields[i].member;
-    const int64_t floats =
-        fields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
+    const int64_t floats = fields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
     d2h_->copy(host + host_offset_[i], t.data(), floats * 4);
   }
   offload_done_[size_t(layer)] = d2h_->record();
@@ -239,8 +238,7 @@ void SwapStrategy::queue_prefetch(int layer) {
   const std::span<const SavedField> fields = saved_fields(config_);
   for (size_t i = 0; i < fields.size(); ++i) {
     const Tensor& t = s.*fields[i].member;
-    const int64_t floats =
-        fields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
+    const int64_t floats = fields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
     h2d_->copy(t.data(), host + host_offset_[i], floats * 4);
   }
   prefetch_done_[size_t(layer)] = h2d_->record();

@@ -45,7 +45,8 @@ void TraceRecorder::mark_begin(Pass pass, int layer) {
 
 void TraceRecorder::mark_end(Pass pass, int layer) {
   auto it = open_.find(phase_key(pass, layer));
-  MEMO_CHECK(it != open_.end(), "trace: layer ", layer, " ", pass_name(pass), " ended before it began");
+  MEMO_CHECK(it != open_.end(), "trace: layer ", layer, " ", pass_name(pass),
+             " ended before it began");
   const TracePhase phase{pass, layer, it->second, plan::Step(requests_.size())};
   open_.erase(it);
   const int index = int(phases_.size());

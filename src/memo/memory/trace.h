@@ -1,8 +1,9 @@
 // The trace recorder: an ActivationAllocator that hands out real memory (so one real training step
-// runs under it; in shape-only mode, address ranges without memory: Note [Meta backend]) and records every request (name, bytes, kind, order) and release, giving each a
-// lifetime in request-order steps. A decorating strategy marks where each layer's forward and
-// backward pass begins and ends, so the trace splits into the two levels of the static plan
-// (see Note [Bi-level planning] in plan/problem.h). It only records; activation_plan.h plans.
+// runs under it; in shape-only mode, address ranges without memory: Note [Meta backend]) and
+// records every request (name, bytes, kind, order) and release, giving each a lifetime in
+// request-order steps. A decorating strategy marks where each layer's forward and backward pass
+// begins and ends, so the trace splits into the two levels of the static plan (see Note [Bi-level
+// planning] in plan/problem.h). It only records; activation_plan.h plans.
 #pragma once
 
 #include <algorithm>
@@ -29,12 +30,12 @@ const char* pass_name(Pass pass);
 // before request j+1 is dead from step j+1 on, so its lifetime is [i, j+1). Releases between two
 // requests all happen "at once"; their order among themselves does not matter to a plan.
 struct TracedRequest {
-  std::string name;       // as the model names it ("attn.dq"); stable across steps and layers
-  int64_t bytes{};        // requested bytes (numel * 4), before rounding to kAlignBytes
+  std::string name;  // as the model names it ("attn.dq"); stable across steps and layers
+  int64_t bytes{};   // requested bytes (numel * 4), before rounding to kAlignBytes
   ActKind kind{};
-  plan::Step begin{};     // its index in the request sequence
-  plan::Step end{};       // requests made before its release (see Note [Request-order time])
-  int phase = -1;         // index into Trace::phases for a transient made inside a layer pass
+  plan::Step begin{};  // its index in the request sequence
+  plan::Step end{};    // requests made before its release (see Note [Request-order time])
+  int phase = -1;      // index into Trace::phases for a transient made inside a layer pass
 };
 
 // One layer's forward or backward pass: the requests [begin, end) made inside it.
@@ -75,8 +76,8 @@ class TraceRecorder final : public ActivationAllocator {
   CachingAllocator memory_;
   std::vector<TracedRequest> requests_;
   std::vector<TracePhase> phases_;
-  std::unordered_map<const float*, size_t> live_;        // data -> request
-  std::unordered_map<int64_t, plan::Step> open_;         // (pass, layer) key -> begin
+  std::unordered_map<const float*, size_t> live_;  // data -> request
+  std::unordered_map<int64_t, plan::Step> open_;   // (pass, layer) key -> begin
 };
 
 // Forwards every call to `inner` and tells the recorder where each layer pass begins and ends:

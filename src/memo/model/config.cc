@@ -17,11 +17,13 @@ void ModelConfig::validate() const {
   positive("vocab_size", vocab_size);
   positive(positions_field(), max_position_embeddings);
   if (hidden_size % num_attention_heads != 0)
-    throw ConfigError(str("hidden_size = ", hidden_size, " is not divisible by num_attention_heads = ",
-                          num_attention_heads, "; hidden_size must be a multiple of it (e.g. ",
+    throw ConfigError(str("hidden_size = ", hidden_size,
+                          " is not divisible by num_attention_heads = ", num_attention_heads,
+                          "; hidden_size must be a multiple of it (e.g. ",
                           (hidden_size / num_attention_heads + 1) * num_attention_heads, ")"));
   if (arch == Arch::kLlama && !uses_rope())
-    throw ConfigError("a LLaMA config has rotary position embeddings only (learned ones are GPT-2's)");
+    throw ConfigError(
+        "a LLaMA config has rotary position embeddings only (learned ones are GPT-2's)");
   if (uses_rope() && head_dim() % 2 != 0)
     throw ConfigError(str("head_dim = hidden_size / num_attention_heads = ", head_dim(),
                           " must be even for rotary embeddings"));
@@ -36,7 +38,8 @@ void ModelConfig::validate() const {
     throw ConfigError(str("num_key_value_heads = ", num_key_value_heads,
                           " must divide num_attention_heads = ", num_attention_heads));
   if (vocab_size > 65536)
-    throw ConfigError(str("vocab_size = ", vocab_size, " is over 65536, the most uint16 token files hold"));
+    throw ConfigError(
+        str("vocab_size = ", vocab_size, " is over 65536, the most uint16 token files hold"));
   if (!(rms_norm_eps > 0))
     throw ConfigError(str(is_gpt2() ? "layer_norm_epsilon = " : "rms_norm_eps = ", rms_norm_eps,
                           " must be positive"));

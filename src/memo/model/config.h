@@ -18,17 +18,17 @@ enum class PositionEmbedding { kRope, kLearned };
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  int64_t hidden_size = 256;           // C
-  int64_t intermediate_size = 688;     // F (GPT-2: n_inner, 4C when null)
-  int64_t num_hidden_layers = 4;       // L
-  int64_t num_attention_heads = 8;     // H
-  int64_t num_key_value_heads = 8;     // Hkv, divides H (GPT-2: equal to H)
-  int64_t vocab_size = 256;            // V
-  double rms_norm_eps = 1e-5;          // the norms' eps: RMSNorm's, or GPT-2's layer_norm_epsilon
+  int64_t hidden_size = 256;        // C
+  int64_t intermediate_size = 688;  // F (GPT-2: n_inner, 4C when null)
+  int64_t num_hidden_layers = 4;    // L
+  int64_t num_attention_heads = 8;  // H
+  int64_t num_key_value_heads = 8;  // Hkv, divides H (GPT-2: equal to H)
+  int64_t vocab_size = 256;         // V
+  double rms_norm_eps = 1e-5;       // the norms' eps: RMSNorm's, or GPT-2's layer_norm_epsilon
   double rope_theta = 10000.0;
   int64_t max_position_embeddings = 2048;  // GPT-2: n_positions
   bool tie_word_embeddings = false;        // GPT-2: always true
-  double initializer_range = 0.02;     // std of the normal weight init (Hugging Face)
+  double initializer_range = 0.02;         // std of the normal weight init (Hugging Face)
   PositionEmbedding position_embedding = PositionEmbedding::kRope;  // LLaMA: always kRope
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }  // D

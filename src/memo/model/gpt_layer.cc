@@ -3,7 +3,6 @@
 // into their saved tensors and never exist fused.
 #include "memo/model/gpt_layer.h"
 
-
 namespace memo {
 namespace {
 
@@ -24,8 +23,8 @@ void attention_inputs(const SavedActs& s, int64_t r0, int64_t r1, const LayerWei
   const int64_t C = cfg.hidden_size, D = cfg.head_dim();
   auto rows = [r0, r1](const Tensor& t) { return t.slice_rows(r0, r1); };
   // q | k | v = ln_1(x) W_attn + b_attn
-  ctx.backend->layernorm_forward(rows(s.xn1), rows(s.mean1), rows(s.inv_rms1), rows(s.x), w.ln1, w.ln1_b,
-                         float(cfg.rms_norm_eps));
+  ctx.backend->layernorm_forward(rows(s.xn1), rows(s.mean1), rows(s.inv_rms1), rows(s.x), w.ln1,
+                                 w.ln1_b, float(cfg.rms_norm_eps));
   const Tensor* out[3] = {&s.q, &s.k, &s.v};
   {
     CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_comm_rows(ctx.parallel, r1 - r0), C);
@@ -51,8 +50,8 @@ void attention_outputs(const SavedActs& s, int64_t r0, int64_t r1, const LayerWe
     ctx.backend->matmul_token_panels_kn(rows(s.h), rows(s.attn), w.w_attn_o, 1.0f);
   }
   ctx.backend->bias_add(rows(s.h), w.b_attn_o);
-  ctx.backend->layernorm_forward(rows(s.xn2), rows(s.mean2), rows(s.inv_rms2), rows(s.h), w.ln2, w.ln2_b,
-                         float(ctx.config->rms_norm_eps));
+  ctx.backend->layernorm_forward(rows(s.xn2), rows(s.mean2), rows(s.inv_rms2), rows(s.h), w.ln2,
+                                 w.ln2_b, float(ctx.config->rms_norm_eps));
   {
     CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C);
     ctx.backend->matmul_token_panels_kn(rows(s.gate), rows(s.xn2), w.w_fc);
@@ -142,8 +141,8 @@ void gpt_layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s,
     CommBuffer ring(alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), cfg.kv_dim());
     ScopedAct scratch(alloc, "attn.bwd_scratch",
                       {ctx.backend->attention_backward_scratch_numel(ctx.seq, D, H, H)});
-    ctx.backend->attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, ctx.batch, H, H,
-                            *scratch);
+    ctx.backend->attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, ctx.batch, H,
+                                    H, *scratch);
   }
   alloc.release(dattn);
   if (cfg.uses_rope()) {
@@ -158,7 +157,8 @@ void gpt_layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s,
     CommBuffer partial(alloc, "tp.attn_din", tp_rows, C);  // TP: both live across the blocks
     CommBuffer gathered(alloc, "tp.attn_in", tp_rows, C);
     for (int i = 0; i < 3; ++i) {
-      ctx.backend->matmul(dxn1, *grads[i], qkv_weight(w, i, C), false, true, 1.0f, i == 0 ? 0.0f : 1.0f);
+      ctx.backend->matmul(dxn1, *grads[i], qkv_weight(w, i, C), false, true, 1.0f,
+                          i == 0 ? 0.0f : 1.0f);
       ctx.backend->matmul(qkv_weight(dw, i, C), s.xn1, *grads[i], true, false, 1.0f, 1.0f);
       ctx.backend->bias_backward(qkv_bias(dw, i, C), *grads[i]);
     }

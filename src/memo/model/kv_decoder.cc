@@ -24,8 +24,8 @@ KvDecoder::KvDecoder(const Model& model, int64_t max_tokens)
     rope_cos_.assign(size_t(max_tokens * half), 0.0f);
     rope_sin_.assign(rope_cos_.size(), 0.0f);
     model_.backend().rope_table(Tensor(rope_cos_.data(), {max_tokens, half}),
-                    Tensor(rope_sin_.data(), {max_tokens, half}), cfg_.head_dim(),
-                    float(cfg_.rope_theta));
+                                Tensor(rope_sin_.data(), {max_tokens, half}), cfg_.head_dim(),
+                                float(cfg_.rope_theta));
   }
 }
 
@@ -59,8 +59,8 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
   const Tensor last = x.slice_rows(n - 1, n), xf(xn_.data(), {1, C});
   const float eps = float(cfg_.rms_norm_eps);
   if (cfg_.is_gpt2()) {
-    model_.backend().layernorm_forward(xf, Tensor(stats_.data(), {1}), Tensor(stats_.data() + 1, {1}), last,
-                           w.norm, w.norm_b, eps);
+    model_.backend().layernorm_forward(xf, Tensor(stats_.data(), {1}),
+                                       Tensor(stats_.data() + 1, {1}), last, w.norm, w.norm_b, eps);
   } else {
     model_.backend().rmsnorm_forward(xf, Tensor(stats_.data(), {1}), last, w.norm, eps);
   }
@@ -135,8 +135,8 @@ void KvDecoder::attend(int l, int64_t n) {
   const float* k_layer = k_cache_.data() + size_t(int64_t(l) * max_tokens_ * KV);
   const float* v_layer = v_cache_.data() + size_t(int64_t(l) * max_tokens_ * KV);
   const bool prompt = position_ == 0;  // the training kernel, as Model's forward runs it
-  const int64_t scratch_numel = prompt ? be.attention_forward_scratch_numel(D)
-                                       : be.attention_decode_scratch_numel(keys);
+  const int64_t scratch_numel =
+      prompt ? be.attention_forward_scratch_numel(D) : be.attention_decode_scratch_numel(keys);
   if (int64_t(scratch_.size()) < scratch_numel) scratch_.assign(size_t(scratch_numel), 0.0f);
   const Tensor scratch(scratch_.data(), {scratch_numel});
   const ConstTensor k(k_layer, {keys, KV}), v(v_layer, {keys, KV});

@@ -9,24 +9,38 @@ namespace memo {
 namespace {
 
 constexpr SavedField kLlamaSavedFields[] = {
-    {"x", &SavedActs::x, false},          {"xn1", &SavedActs::xn1, true},
-    {"inv_rms1", &SavedActs::inv_rms1, true}, {"q", &SavedActs::q, true},
-    {"k", &SavedActs::k, true},           {"v", &SavedActs::v, true},
-    {"attn", &SavedActs::attn, false},    {"lse", &SavedActs::lse, false},
-    {"h", &SavedActs::h, true},           {"xn2", &SavedActs::xn2, true},
-    {"inv_rms2", &SavedActs::inv_rms2, true}, {"gate", &SavedActs::gate, true},
-    {"up", &SavedActs::up, true},         {"act", &SavedActs::act, true},
+    {"x", &SavedActs::x, false},
+    {"xn1", &SavedActs::xn1, true},
+    {"inv_rms1", &SavedActs::inv_rms1, true},
+    {"q", &SavedActs::q, true},
+    {"k", &SavedActs::k, true},
+    {"v", &SavedActs::v, true},
+    {"attn", &SavedActs::attn, false},
+    {"lse", &SavedActs::lse, false},
+    {"h", &SavedActs::h, true},
+    {"xn2", &SavedActs::xn2, true},
+    {"inv_rms2", &SavedActs::inv_rms2, true},
+    {"gate", &SavedActs::gate, true},
+    {"up", &SavedActs::up, true},
+    {"act", &SavedActs::act, true},
 };
 
 // ln_1 and ln_2 save mean and rstd; the MLP saves c_fc's output and its GELU.
 constexpr SavedField kGptSavedFields[] = {
-    {"x", &SavedActs::x, false},          {"xn1", &SavedActs::xn1, true},
-    {"mean1", &SavedActs::mean1, true},   {"rstd1", &SavedActs::inv_rms1, true},
-    {"q", &SavedActs::q, true},           {"k", &SavedActs::k, true},
-    {"v", &SavedActs::v, true},           {"attn", &SavedActs::attn, false},
-    {"lse", &SavedActs::lse, false},      {"h", &SavedActs::h, true},
-    {"xn2", &SavedActs::xn2, true},       {"mean2", &SavedActs::mean2, true},
-    {"rstd2", &SavedActs::inv_rms2, true}, {"fc", &SavedActs::gate, true},
+    {"x", &SavedActs::x, false},
+    {"xn1", &SavedActs::xn1, true},
+    {"mean1", &SavedActs::mean1, true},
+    {"rstd1", &SavedActs::inv_rms1, true},
+    {"q", &SavedActs::q, true},
+    {"k", &SavedActs::k, true},
+    {"v", &SavedActs::v, true},
+    {"attn", &SavedActs::attn, false},
+    {"lse", &SavedActs::lse, false},
+    {"h", &SavedActs::h, true},
+    {"xn2", &SavedActs::xn2, true},
+    {"mean2", &SavedActs::mean2, true},
+    {"rstd2", &SavedActs::inv_rms2, true},
+    {"fc", &SavedActs::gate, true},
     {"act", &SavedActs::act, true},
 };
 static_assert(std::size(kGptSavedFields) <= size_t(kNumSavedFields) &&
@@ -61,9 +75,18 @@ int64_t saved_acts_bytes(const ModelConfig& config, int64_t batch, int64_t seq) 
 }
 
 bool activation_stays_fp32(std::string_view name) {
-  static constexpr std::string_view kFp32[] = {
-      "inv_rms1", "inv_rms2",    "mean1",       "rstd1",            "mean2",           "rstd2",
-      "lse",      "final.inv_rms", "head.logits", "head.losses", "attn.fwd_scratch", "attn.bwd_scratch"};
+  static constexpr std::string_view kFp32[] = {"inv_rms1",
+                                               "inv_rms2",
+                                               "mean1",
+                                               "rstd1",
+                                               "mean2",
+                                               "rstd2",
+                                               "lse",
+                                               "final.inv_rms",
+                                               "head.logits",
+                                               "head.losses",
+                                               "attn.fwd_scratch",
+                                               "attn.bwd_scratch"};
   return std::find(std::begin(kFp32), std::end(kFp32), name) != std::end(kFp32);
 }
 
@@ -88,9 +111,10 @@ void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const La
   ctx.backend->rope_forward(s.k, ctx.rope_cos, ctx.rope_sin, D);
   {
     CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 4), cfg.kv_dim());
-    ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch", {ctx.backend->attention_forward_scratch_numel(D)});
+    ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch",
+                      {ctx.backend->attention_forward_scratch_numel(D)});
     ctx.backend->attention_forward(s.attn, s.lse, s.q, s.k, s.v, ctx.batch, cfg.num_attention_heads,
-                           cfg.num_key_value_heads, *scratch);
+                                   cfg.num_key_value_heads, *scratch);
   }
   ctx.backend->copy(s.h, s.x);
   {
@@ -113,9 +137,9 @@ void layer_forward(Tensor y, const SavedActs& s, const LayerWeights& w, const La
 void check_recompute_rows(const char* fn, int64_t r0, int64_t r1, int64_t T,
                           const LayerContext& ctx) {
   const int64_t g = ctx.backend->reproducible_rows();
-  MEMO_CHECK(0 <= r0 && r0 <= r1 && r1 <= T && (g == 0 || r0 % g == 0 || r0 == r1), fn,
-             ": rows [", r0, ", ", r1, ") of ", T, " tokens (need a range starting on a multiple of ",
-             g, ", the ", ctx.backend->name(), " backend's reproducible rows)");
+  MEMO_CHECK(0 <= r0 && r0 <= r1 && r1 <= T && (g == 0 || r0 % g == 0 || r0 == r1), fn, ": rows [",
+             r0, ", ", r1, ") of ", T, " tokens (need a range starting on a multiple of ", g,
+             ", the ", ctx.backend->name(), " backend's reproducible rows)");
 }
 
 // layer_forward without attention and the down projection, on rows [r0, r1) of each tensor.
@@ -204,10 +228,10 @@ void layer_backward(Tensor dres, const LayerWeights& dw, const SavedActs& s, con
   {
     CommBuffer ring(alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), KD);
     ScopedAct scratch(alloc, "attn.bwd_scratch",
-                      {ctx.backend->attention_backward_scratch_numel(ctx.seq, D, cfg.num_attention_heads,
-                                                             cfg.num_key_value_heads)});
+                      {ctx.backend->attention_backward_scratch_numel(
+                          ctx.seq, D, cfg.num_attention_heads, cfg.num_key_value_heads)});
     ctx.backend->attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, ctx.batch,
-                            cfg.num_attention_heads, cfg.num_key_value_heads, *scratch);
+                                    cfg.num_attention_heads, cfg.num_key_value_heads, *scratch);
   }
   alloc.release(dattn);
   ctx.backend->rope_backward(dq, ctx.rope_cos, ctx.rope_sin, D);

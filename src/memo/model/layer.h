@@ -1,8 +1,8 @@
-// One LLaMA decoder layer (the three entry points dispatch GPT-2 configs to model/gpt_layer.h): RMSNorm, causal GQA self-attention with RoPE, residual, RMSNorm,
-// SwiGLU MLP, residual. Forward and backward are straight lists of kernel calls in the order of
-// the math. Skeletal tensors (what the backward reads) live in SavedActs, placed by the activation
-// strategy (memory/strategy.h); transients come from the ActivationAllocator. The layer never
-// branches on the memory strategy.
+// One LLaMA decoder layer (the three entry points dispatch GPT-2 configs to model/gpt_layer.h):
+// RMSNorm, causal GQA self-attention with RoPE, residual, RMSNorm, SwiGLU MLP, residual. Forward
+// and backward are straight lists of kernel calls in the order of the math. Skeletal tensors (what
+// the backward reads) live in SavedActs, placed by the activation strategy (memory/strategy.h);
+// transients come from the ActivationAllocator. The layer never branches on the memory strategy.
 #pragma once
 
 #include <cstdint>
@@ -66,10 +66,10 @@ bool activation_stays_fp32(std::string_view name);
 // Everything a layer needs besides weights and saved activations.
 struct LayerContext {
   const ModelConfig* config;
-  int64_t batch;              // B sequences in the micro-batch
-  int64_t seq;                // S tokens per sequence
-  ConstTensor rope_cos;       // [S, D/2]; empty with learned positions
-  ConstTensor rope_sin;       // [S, D/2]; empty with learned positions
+  int64_t batch;               // B sequences in the micro-batch
+  int64_t seq;                 // S tokens per sequence
+  ConstTensor rope_cos;        // [S, D/2]; empty with learned positions
+  ConstTensor rope_sin;        // [S, D/2]; empty with learned positions
   ActivationAllocator* alloc;  // transients
   Backend* backend;            // every kernel runs through it
   Parallel parallel{};         // t, c > 1 only in shape-only traces: Note [Per-GPU shapes]

@@ -135,15 +135,17 @@ LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocato
   if (!config_.uses_rope()) {
     // wpe has a row per position: a longer sequence has no embedding for its tail
     if (seq > w_.pos.rows())
-      throw ConfigError(str("sequence of ", seq, " tokens is longer than n_positions = ",
-                            w_.pos.rows(), ", the learned position table; use --seq <= ",
-                            w_.pos.rows(), " or a config with more positions"));
+      throw ConfigError(str("sequence of ", seq,
+                            " tokens is longer than n_positions = ", w_.pos.rows(),
+                            ", the learned position table; use --seq <= ", w_.pos.rows(),
+                            " or a config with more positions"));
     return LayerContext{&config_, batch, seq, {}, {}, &alloc, backend_, parallel_};
   }
   const auto [cos, sin] = rope_tables(seq);
   const int64_t half = config_.head_dim() / 2;
-  return LayerContext{&config_, batch, seq, ConstTensor(cos, {seq, half}),
-                      ConstTensor(sin, {seq, half}), &alloc, backend_, parallel_};
+  return LayerContext{
+      &config_, batch,    seq,      ConstTensor(cos, {seq, half}), ConstTensor(sin, {seq, half}),
+      &alloc,   backend_, parallel_};
 }
 
 void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq) {
@@ -153,8 +155,7 @@ void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, i
     backend_->add_into(x.slice_rows(b * seq, (b + 1) * seq), w_.pos.slice_rows(0, seq));
 }
 
-void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch,
-                           int64_t seq) {
+void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch, int64_t seq) {
   backend_->embedding_backward(dw_.embed, dx, tokens);
   if (dw_.pos.empty()) return;
   for (int64_t b = 0; b < batch; ++b)  // in sequence order: deterministic
@@ -170,15 +171,15 @@ void Model::final_norm_forward(Tensor xf, Tensor stats, ConstTensor x) {
   const float eps = float(config_.rms_norm_eps);
   if (!config_.is_gpt2()) return backend_->rmsnorm_forward(xf, stats, x, w_.norm, eps);
   const int64_t T = x.rows();
-  backend_->layernorm_forward(xf, Tensor(stats.data(), {T}), Tensor(stats.data() + T, {T}), x, w_.norm,
-                         w_.norm_b, eps);
+  backend_->layernorm_forward(xf, Tensor(stats.data(), {T}), Tensor(stats.data() + T, {T}), x,
+                              w_.norm, w_.norm_b, eps);
 }
 
 void Model::final_norm_backward(Tensor dx, ConstTensor dxf, ConstTensor x, ConstTensor stats) {
   if (!config_.is_gpt2()) return backend_->rmsnorm_backward(dx, dw_.norm, dxf, x, w_.norm, stats);
   const int64_t T = x.rows();
   backend_->layernorm_backward(dx, dw_.norm, dw_.norm_b, dxf, x, w_.norm,
-                          ConstTensor(stats.data(), {T}), ConstTensor(stats.data() + T, {T}));
+                               ConstTensor(stats.data(), {T}), ConstTensor(stats.data() + T, {T}));
 }
 
 double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, int64_t tokens,
@@ -195,7 +196,7 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
     ConstTensor x = xf.slice_rows(t0, t1);
     backend_->matmul(logits, x, w_.head, false, true);
     backend_->cross_entropy(losses.slice_rows(t0, t1), backward ? logits : Tensor(), logits,
-                       View<const int32_t>(targets + t0, {t1 - t0}), grad_scale);
+                            View<const int32_t>(targets + t0, {t1 - t0}), grad_scale);
     if (backward) {  // logits now holds dL/dlogits
       backend_->matmul(dw_.head, logits, x, true, false, 1.0f, 1.0f);
       backend_->matmul(dxf.slice_rows(t0, t1), logits, w_.head, false, false);
@@ -218,7 +219,8 @@ double train_flops_per_token(const ModelConfig& config, int64_t seq) {
   const double layer_matmul = 2.0 * (C * QD + 2.0 * C * KD + QD * C + mlp_matrices * C * F);
   // causal attention: q.k and p.v over (S + 1) / 2 keys on average, 2 FLOPs each, per head dim
   const double layer_attn = 2.0 * 2.0 * QD * (double(seq) + 1.0) / 2.0;
-  const double forward = double(config.num_hidden_layers) * (layer_matmul + layer_attn) + 2.0 * C * V;
+  const double forward =
+      double(config.num_hidden_layers) * (layer_matmul + layer_attn) + 2.0 * C * V;
   return 3.0 * forward;
 }
 

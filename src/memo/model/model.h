@@ -36,7 +36,7 @@ class Model {
   float* params() { return params_; }
   float* grads() { return grads_; }
   int64_t params_numel() const { return layout_.total_numel(); }  // with padding (zero in both)
-  bool has_values() const { return backend_->has_values(); }  // false: the meta backend
+  bool has_values() const { return backend_->has_values(); }      // false: the meta backend
   Backend& backend() const { return *backend_; }
   const ModelWeights& weights() const { return w_; }
   const ModelWeights& grad_weights() const { return dw_; }

@@ -1,7 +1,8 @@
 // The model's parameters: one flat fp32 buffer laid out tensor after tensor under their Hugging
 // Face names and layouts (Llama, or GPT-2 with its Conv1D [in, out] weights), and typed views of
-// it per layer. A checkpoint is the buffer's tensors as they are: no transposes, no renaming. Gradients use the same layout in a second
-// buffer, so optimisers work on flat arrays and checkpoints map names to ranges.
+// it per layer. A checkpoint is the buffer's tensors as they are: no transposes, no renaming.
+// Gradients use the same layout in a second buffer, so optimisers work on flat arrays and
+// checkpoints map names to ranges.
 #pragma once
 
 #include <cstdint>
@@ -17,12 +18,14 @@ namespace memo {
 enum class ParamInit { kNormal, kOne, kZero };
 
 struct ParamInfo {
-  std::string name;            // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
-  std::vector<int64_t> shape;  // as Hugging Face stores it: Linear [out, in], GPT-2 Conv1D [in, out]
-  int64_t offset = 0;          // elements from the start of the flat buffer (64-byte aligned)
+  std::string name;  // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t>
+      shape;           // as Hugging Face stores it: Linear [out, in], GPT-2 Conv1D [in, out]
+  int64_t offset = 0;  // elements from the start of the flat buffer (64-byte aligned)
   int64_t numel = 0;
   ParamInit init = ParamInit::kNormal;
-  double init_std_scale = 1.0;  // kNormal: std = initializer_range * this (GPT-2 c_proj: 1/sqrt(2L))
+  double init_std_scale =
+      1.0;  // kNormal: std = initializer_range * this (GPT-2 c_proj: 1/sqrt(2L))
   bool is_matrix() const { return shape.size() == 2; }
 };
 
@@ -30,7 +33,7 @@ class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& config);
   const std::vector<ParamInfo>& params() const { return params_; }
-  int64_t total_numel() const { return total_numel_; }  // with alignment padding
+  int64_t total_numel() const { return total_numel_; }   // with alignment padding
   int64_t count() const;                                 // parameters, without padding
   const ParamInfo& find(const std::string& name) const;  // throws ConfigError if absent
 
@@ -55,16 +58,16 @@ struct LayerWeights {
   Tensor wu;   // [F, C]       up_proj
   Tensor wd;   // [C, F]       down_proj
   // GPT-2 (Conv1D weights [in, out]: y = x W + b)
-  Tensor ln1_b;      // [C]      ln_1.bias
-  Tensor w_qkv;      // [C, 3C]  attn.c_attn.weight: columns q | k | v
-  Tensor b_qkv;      // [3C]     attn.c_attn.bias
-  Tensor w_attn_o;   // [C, C]   attn.c_proj.weight
-  Tensor b_attn_o;   // [C]      attn.c_proj.bias
-  Tensor ln2_b;      // [C]      ln_2.bias
-  Tensor w_fc;       // [C, F]   mlp.c_fc.weight
-  Tensor b_fc;       // [F]      mlp.c_fc.bias
-  Tensor w_mlp_o;    // [F, C]   mlp.c_proj.weight
-  Tensor b_mlp_o;    // [C]      mlp.c_proj.bias
+  Tensor ln1_b;     // [C]      ln_1.bias
+  Tensor w_qkv;     // [C, 3C]  attn.c_attn.weight: columns q | k | v
+  Tensor b_qkv;     // [3C]     attn.c_attn.bias
+  Tensor w_attn_o;  // [C, C]   attn.c_proj.weight
+  Tensor b_attn_o;  // [C]      attn.c_proj.bias
+  Tensor ln2_b;     // [C]      ln_2.bias
+  Tensor w_fc;      // [C, F]   mlp.c_fc.weight
+  Tensor b_fc;      // [F]      mlp.c_fc.bias
+  Tensor w_mlp_o;   // [F, C]   mlp.c_proj.weight
+  Tensor b_mlp_o;   // [C]      mlp.c_proj.bias
 };
 
 struct ModelWeights {

@@ -7,13 +7,12 @@
 
 namespace memo {
 
-
 Adafactor::Adafactor(const ParamLayout& layout, AdafactorOptions options, std::vector<bool> decay,
                      Backend& backend)
     : layout_(layout), options_(options), decay_(std::move(decay)), backend_(backend) {
   check_decay_mask(layout, decay_);
-  check_option(options_.beta1 >= 0.0 && options_.beta1 < 1.0, "adafactor", "beta1",
-               options_.beta1, "[0, 1)");
+  check_option(options_.beta1 >= 0.0 && options_.beta1 < 1.0, "adafactor", "beta1", options_.beta1,
+               "[0, 1)");
   check_option(options_.decay_exponent > 0.0 && options_.decay_exponent <= 1.0, "adafactor",
                "decay_exponent", options_.decay_exponent, "(0, 1]");
   check_option(options_.eps1 > 0.0, "adafactor", "eps1", options_.eps1, "(0, inf)");
@@ -39,9 +38,9 @@ Adafactor::Adafactor(const ParamLayout& layout, AdafactorOptions options, std::v
     slots_.push_back(s);
   }
   v_ = AlignedBuffer<float>(v_numel);
-  MEMO_CHECK(v_numel + (options_.beta1 > 0.0 ? layout.total_numel() : 0) ==
-                 state_numel(layout, options_),
-             "adafactor: state_numel disagrees with the buffers");
+  MEMO_CHECK(
+      v_numel + (options_.beta1 > 0.0 ? layout.total_numel() : 0) == state_numel(layout, options_),
+      "adafactor: state_numel disagrees with the buffers");
   if (options_.beta1 > 0.0) m_ = AlignedBuffer<float>(layout.total_numel());
   row_inv_ = AlignedBuffer<float>(max_rows);
   col_inv_ = AlignedBuffer<float>(max_cols);
@@ -51,7 +50,8 @@ Adafactor::Adafactor(const ParamLayout& layout, AdafactorOptions options, std::v
 void Adafactor::step(float* params, const float* grads, double lr) {
   ++steps_done_;
   const double t = double(steps_done_);
-  const double beta2t = 1.0 - std::pow(t, -options_.decay_exponent);  // 0 at t = 1: no bias correction
+  const double beta2t =
+      1.0 - std::pow(t, -options_.decay_exponent);  // 0 at t = 1: no bias correction
   const double rho = std::min(1e-2, 1.0 / std::sqrt(t));
   const View<double> partial(partial_.data(), {partial_.numel()});
   AdafactorStep s;
@@ -63,7 +63,8 @@ void Adafactor::step(float* params, const float* grads, double lr) {
     const ParamInfo& info = layout_.params()[i];
     const Tensor p(params + info.offset, {info.numel});
     const ConstTensor g(grads + info.offset, {info.numel});
-    const Tensor m = options_.beta1 > 0.0 ? Tensor(m_.data() + info.offset, {info.numel}) : Tensor();
+    const Tensor m =
+        options_.beta1 > 0.0 ? Tensor(m_.data() + info.offset, {info.numel}) : Tensor();
     // alpha_t from p_{t-1}, before this step changes it.
     const double alpha = options_.relative_step
                              ? std::max(options_.eps2, backend_.adafactor_rms(p, partial)) * rho
@@ -74,10 +75,10 @@ void Adafactor::step(float* params, const float* grads, double lr) {
     float* v = v_.data() + slot.offset;
     if (slot.rows > 0) {
       const Shape rc{slot.rows, slot.cols};
-      backend_.adafactor_update_matrix(
-          p.reshape(rc), m.empty() ? m : m.reshape(rc), Tensor(v, {slot.rows}),
-          Tensor(v + slot.rows, {slot.cols}), g.reshape(rc), Tensor(row_inv_.data(), {slot.rows}),
-          Tensor(col_inv_.data(), {slot.cols}), partial, s);
+      backend_.adafactor_update_matrix(p.reshape(rc), m.empty() ? m : m.reshape(rc),
+                                       Tensor(v, {slot.rows}), Tensor(v + slot.rows, {slot.cols}),
+                                       g.reshape(rc), Tensor(row_inv_.data(), {slot.rows}),
+                                       Tensor(col_inv_.data(), {slot.cols}), partial, s);
     } else {
       backend_.adafactor_update_vector(p, m, Tensor(v, {info.numel}), g, partial, s);
     }

@@ -11,8 +11,8 @@
 
 #include <vector>
 
-#include "memo/core/buffer.h"
 #include "memo/backend/backend.h"
+#include "memo/core/buffer.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -24,11 +24,11 @@ struct AdafactorOptions {
   double eps1 = 1e-30;          // added to g^2 before averaging
   double eps2 = 1e-3;           // lower bound on RMS(p) in the relative step
   double clip_threshold = 1.0;  // d: the update's RMS is clipped to d
-  bool relative_step = true;    // alpha_t = max(eps2, RMS(p)) min(1e-2, 1/sqrt(t)); off: alpha_t = lr
-  double weight_decay = 0.0;    // decoupled, scaled by alpha_t
+  bool relative_step = true;  // alpha_t = max(eps2, RMS(p)) min(1e-2, 1/sqrt(t)); off: alpha_t = lr
+  double weight_decay = 0.0;  // decoupled, scaled by alpha_t
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdafactorOptions, beta1, decay_exponent, eps1,
-                                                eps2, clip_threshold, relative_step, weight_decay)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdafactorOptions, beta1, decay_exponent, eps1, eps2,
+                                                clip_threshold, relative_step, weight_decay)
 
 class Adafactor final : public Optimizer {
  public:
@@ -45,22 +45,23 @@ class Adafactor final : public Optimizer {
   nlohmann::json hyperparameters() const override { return options_; }
 
  private:
-  struct Slot {          // where tensor i's second-moment statistics live in v_
-    int64_t rows = 0;    // R of an [R, C] matrix; 0 for an unfactored tensor
-    int64_t cols = 0;    // C
-    int64_t offset = 0;  // factored: row means at v_[offset, +R), column means at v_[offset + R, +C);
-  };                     // unfactored: the full EMA at v_[offset, +numel)
+  struct Slot {        // where tensor i's second-moment statistics live in v_
+    int64_t rows = 0;  // R of an [R, C] matrix; 0 for an unfactored tensor
+    int64_t cols = 0;  // C
+    int64_t offset =
+        0;  // factored: row means at v_[offset, +R), column means at v_[offset + R, +C);
+  };        // unfactored: the full EMA at v_[offset, +numel)
 
   const ParamLayout& layout_;
   AdafactorOptions options_;
   std::vector<bool> decay_;
   std::vector<Slot> slots_;
-  AlignedBuffer<float> v_;          // row/column means (matrices), full EMA (vectors); fp32
-  AlignedBuffer<float> m_;          // [total_numel] first moment; empty when beta1 = 0
-  AlignedBuffer<float> row_inv_;    // scratch [max R]: 1 / sqrt(row mean / mean of row means)
-  AlignedBuffer<float> col_inv_;    // scratch [max C]: 1 / sqrt(column mean)
-  AlignedBuffer<double> partial_;   // scratch: chunk sums of the deterministic reductions
-  Backend& backend_;  // runs the updates (backend/backend.h)
+  AlignedBuffer<float> v_;         // row/column means (matrices), full EMA (vectors); fp32
+  AlignedBuffer<float> m_;         // [total_numel] first moment; empty when beta1 = 0
+  AlignedBuffer<float> row_inv_;   // scratch [max R]: 1 / sqrt(row mean / mean of row means)
+  AlignedBuffer<float> col_inv_;   // scratch [max C]: 1 / sqrt(column mean)
+  AlignedBuffer<double> partial_;  // scratch: chunk sums of the deterministic reductions
+  Backend& backend_;               // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

@@ -8,7 +8,11 @@ namespace memo {
 
 Adagrad::Adagrad(const ParamLayout& layout, AdagradOptions options, std::vector<bool> decay,
                  Backend& backend)
-    : layout_(layout), options_(options), decay_(std::move(decay)), sum_(layout.total_numel()), backend_(backend) {
+    : layout_(layout),
+      options_(options),
+      decay_(std::move(decay)),
+      sum_(layout.total_numel()),
+      backend_(backend) {
   check_decay_mask(layout, decay_);
   check_option(options_.lr_decay >= 0.0, "adagrad", "lr_decay", options_.lr_decay, "[0, inf)");
   check_option(options_.initial_accumulator_value >= 0.0, "adagrad", "initial_accumulator_value",

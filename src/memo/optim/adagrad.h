@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "memo/core/buffer.h"
 #include "memo/backend/backend.h"
+#include "memo/core/buffer.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -18,8 +18,8 @@ struct AdagradOptions {
   double eps = 1e-10;
   double weight_decay = 0.0;  // L2 coefficient added to the gradient
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdagradOptions, lr_decay,
-                                                initial_accumulator_value, eps, weight_decay)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdagradOptions, lr_decay, initial_accumulator_value,
+                                                eps, weight_decay)
 
 class Adagrad final : public Optimizer {
  public:
@@ -36,7 +36,7 @@ class Adagrad final : public Optimizer {
   AdagradOptions options_;
   std::vector<bool> decay_;
   AlignedBuffer<float> sum_;  // [total_numel] running sum of squared gradients
-  Backend& backend_;  // runs the updates (backend/backend.h)
+  Backend& backend_;          // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

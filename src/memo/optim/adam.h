@@ -7,8 +7,8 @@
 
 #include <vector>
 
-#include "memo/core/buffer.h"
 #include "memo/backend/backend.h"
+#include "memo/core/buffer.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -16,7 +16,7 @@ namespace memo {
 
 struct AdamOptions {
   double beta1 = 0.9;
-  double beta2 = 0.999;       // torch's default
+  double beta2 = 0.999;  // torch's default
   double eps = 1e-8;
   double weight_decay = 0.0;  // L2 coefficient added to the gradient
 };
@@ -38,7 +38,7 @@ class Adam final : public Optimizer {
   std::vector<bool> decay_;
   AlignedBuffer<float> m_;  // [total_numel] first moment, same layout as the parameters
   AlignedBuffer<float> v_;  // [total_numel] second moment
-  Backend& backend_;  // runs the updates (backend/backend.h)
+  Backend& backend_;        // runs the updates (backend/backend.h)
 };
 
 // Throws ConfigError unless 0 <= beta1 < 1, 0 <= beta2 < 1, eps > 0, weight_decay >= 0.

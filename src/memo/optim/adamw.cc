@@ -9,8 +9,12 @@ namespace memo {
 
 AdamW::AdamW(const ParamLayout& layout, AdamWOptions options, std::vector<bool> decay,
              Backend& backend)
-    : layout_(layout), options_(options), decay_(std::move(decay)), m_(layout.total_numel()),
-      v_(layout.total_numel()), backend_(backend) {
+    : layout_(layout),
+      options_(options),
+      decay_(std::move(decay)),
+      m_(layout.total_numel()),
+      v_(layout.total_numel()),
+      backend_(backend) {
   check_decay_mask(layout, decay_);
   check_adam_options("adamw", options_.beta1, options_.beta2, options_.eps, options_.weight_decay);
 }

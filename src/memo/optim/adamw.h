@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "memo/core/buffer.h"
 #include "memo/backend/backend.h"
+#include "memo/core/buffer.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -38,7 +38,7 @@ class AdamW final : public Optimizer {
   std::vector<bool> decay_;
   AlignedBuffer<float> m_;  // [total_numel] first moment, same layout as the parameters
   AlignedBuffer<float> v_;  // [total_numel] second moment
-  Backend& backend_;  // runs the updates (backend/backend.h)
+  Backend& backend_;        // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

@@ -62,28 +62,43 @@ int64_t optimizer_state_bytes(const std::string& name, const ParamLayout& layout
                               const OptimizerOptions& o) {
   const int64_t n = layout.total_numel();
   int64_t floats = 0;
-  if (name == "sgd") floats = o.sgd.momentum > 0.0 ? n : 0;
-  else if (name == "signsgd") floats = o.signsgd.momentum > 0.0 ? n : 0;
-  else if (name == "adam" || name == "adamw") floats = 2 * n;
-  else if (name == "adagrad" || name == "lion") floats = n;
+  if (name == "sgd")
+    floats = o.sgd.momentum > 0.0 ? n : 0;
+  else if (name == "signsgd")
+    floats = o.signsgd.momentum > 0.0 ? n : 0;
+  else if (name == "adam" || name == "adamw")
+    floats = 2 * n;
+  else if (name == "adagrad" || name == "lion")
+    floats = n;
   else if (name == "rmsprop")
     floats = n * (1 + (o.rmsprop.centered ? 1 : 0) + (o.rmsprop.momentum > 0.0 ? 1 : 0));
-  else if (name == "adafactor") floats = Adafactor::state_numel(layout, o.adafactor);
-  else throw_unknown(name);
+  else if (name == "adafactor")
+    floats = Adafactor::state_numel(layout, o.adafactor);
+  else
+    throw_unknown(name);
   return floats * int64_t(sizeof(float));
 }
 
 OptimizerOptions with_hyperparameters(OptimizerOptions o, const std::string& name,
                                       const nlohmann::json& h) {
-  if (name == "sgd") merge(o.sgd, name, h);
-  else if (name == "signsgd") merge(o.signsgd, name, h);
-  else if (name == "adam") merge(o.adam, name, h);
-  else if (name == "adamw") merge(o.adamw, name, h);
-  else if (name == "adagrad") merge(o.adagrad, name, h);
-  else if (name == "rmsprop") merge(o.rmsprop, name, h);
-  else if (name == "adafactor") merge(o.adafactor, name, h);
-  else if (name == "lion") merge(o.lion, name, h);
-  else throw_unknown(name);
+  if (name == "sgd")
+    merge(o.sgd, name, h);
+  else if (name == "signsgd")
+    merge(o.signsgd, name, h);
+  else if (name == "adam")
+    merge(o.adam, name, h);
+  else if (name == "adamw")
+    merge(o.adamw, name, h);
+  else if (name == "adagrad")
+    merge(o.adagrad, name, h);
+  else if (name == "rmsprop")
+    merge(o.rmsprop, name, h);
+  else if (name == "adafactor")
+    merge(o.adafactor, name, h);
+  else if (name == "lion")
+    merge(o.lion, name, h);
+  else
+    throw_unknown(name);
   return o;
 }
 

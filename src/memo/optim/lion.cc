@@ -6,7 +6,11 @@ namespace memo {
 
 Lion::Lion(const ParamLayout& layout, LionOptions options, std::vector<bool> decay,
            Backend& backend)
-    : layout_(layout), options_(options), decay_(std::move(decay)), m_(layout.total_numel()), backend_(backend) {
+    : layout_(layout),
+      options_(options),
+      decay_(std::move(decay)),
+      m_(layout.total_numel()),
+      backend_(backend) {
   check_decay_mask(layout, decay_);
   check_option(options_.beta1 >= 0.0 && options_.beta1 <= 1.0, "lion", "beta1", options_.beta1,
                "[0, 1]");

@@ -5,17 +5,18 @@
 
 #include <vector>
 
-#include "memo/core/buffer.h"
 #include "memo/backend/backend.h"
+#include "memo/core/buffer.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
 
 struct LionOptions {
-  double beta1 = 0.9;         // interpolation for the update direction
-  double beta2 = 0.99;        // momentum decay
-  double weight_decay = 0.0;  // decoupled; the paper uses 3-10x AdamW's value with a 3-10x smaller lr
+  double beta1 = 0.9;   // interpolation for the update direction
+  double beta2 = 0.99;  // momentum decay
+  double weight_decay =
+      0.0;  // decoupled; the paper uses 3-10x AdamW's value with a 3-10x smaller lr
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LionOptions, beta1, beta2, weight_decay)
 
@@ -34,7 +35,7 @@ class Lion final : public Optimizer {
   LionOptions options_;
   std::vector<bool> decay_;
   AlignedBuffer<float> m_;  // [total_numel] momentum
-  Backend& backend_;  // runs the updates (backend/backend.h)
+  Backend& backend_;        // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

@@ -13,7 +13,8 @@ std::vector<bool> decay_matrices_only(const ParamLayout& layout) {
 void check_decay_mask(const ParamLayout& layout, const std::vector<bool>& decay) {
   if (decay.size() != layout.params().size())
     throw ConfigError(str("weight-decay mask has ", decay.size(), " entries but the model has ",
-                          layout.params().size(), " parameter tensors; pass one flag per tensor "
+                          layout.params().size(),
+                          " parameter tensors; pass one flag per tensor "
                           "(decay_matrices_only(layout) gives the usual mask)"));
 }
 

@@ -5,10 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "memo/core/tensor.h"
 #include "memo/model/params.h"
@@ -16,7 +15,7 @@
 namespace memo {
 
 struct StateTensor {
-  std::string name;            // e.g. "exp_avg.model.norm.weight"
+  std::string name;  // e.g. "exp_avg.model.norm.weight"
   std::vector<int64_t> shape;
   float* data;
 };

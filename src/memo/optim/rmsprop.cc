@@ -8,8 +8,11 @@ namespace memo {
 
 Rmsprop::Rmsprop(const ParamLayout& layout, RmspropOptions options, std::vector<bool> decay,
                  Backend& backend)
-    : layout_(layout), options_(options), decay_(std::move(decay)),
-      square_avg_(layout.total_numel()), backend_(backend) {
+    : layout_(layout),
+      options_(options),
+      decay_(std::move(decay)),
+      square_avg_(layout.total_numel()),
+      backend_(backend) {
   check_decay_mask(layout, decay_);
   check_option(options_.alpha >= 0.0 && options_.alpha < 1.0, "rmsprop", "alpha", options_.alpha,
                "[0, 1)");
@@ -34,7 +37,8 @@ void Rmsprop::step(float* params, const float* grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
-    const Tensor a = options_.centered ? Tensor(grad_avg_.data() + info.offset, {info.numel}) : Tensor();
+    const Tensor a =
+        options_.centered ? Tensor(grad_avg_.data() + info.offset, {info.numel}) : Tensor();
     const Tensor b = use_momentum ? Tensor(buf_.data() + info.offset, {info.numel}) : Tensor();
     backend_.rmsprop_update(Tensor(params + info.offset, {info.numel}),
                             Tensor(square_avg_.data() + info.offset, {info.numel}), a, b,

@@ -7,15 +7,15 @@
 
 #include <vector>
 
-#include "memo/core/buffer.h"
 #include "memo/backend/backend.h"
+#include "memo/core/buffer.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
 
 struct RmspropOptions {
-  double alpha = 0.99;        // decay of the squared-gradient average
+  double alpha = 0.99;  // decay of the squared-gradient average
   double eps = 1e-8;
   double momentum = 0.0;      // mu; 0: no momentum buffer
   bool centered = false;      // divide by the estimated std instead of the RMS
@@ -31,7 +31,9 @@ class Rmsprop final : public Optimizer {
   std::string name() const override { return "rmsprop"; }
   void step(float* params, const float* grads, double lr) override;
   std::vector<StateTensor> state() override;
-  int64_t state_bytes() const override { return square_avg_.bytes() + grad_avg_.bytes() + buf_.bytes(); }
+  int64_t state_bytes() const override {
+    return square_avg_.bytes() + grad_avg_.bytes() + buf_.bytes();
+  }
   nlohmann::json hyperparameters() const override { return options_; }
 
  private:
@@ -41,7 +43,7 @@ class Rmsprop final : public Optimizer {
   AlignedBuffer<float> square_avg_;  // [total_numel] v
   AlignedBuffer<float> grad_avg_;    // [total_numel] a; empty unless centered
   AlignedBuffer<float> buf_;         // [total_numel] momentum buffer; empty unless momentum > 0
-  Backend& backend_;  // runs the updates (backend/backend.h)
+  Backend& backend_;                 // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

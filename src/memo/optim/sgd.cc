@@ -4,8 +4,7 @@
 
 namespace memo {
 
-Sgd::Sgd(const ParamLayout& layout, SgdOptions options, std::vector<bool> decay,
-         Backend& backend)
+Sgd::Sgd(const ParamLayout& layout, SgdOptions options, std::vector<bool> decay, Backend& backend)
     : layout_(layout), options_(options), decay_(std::move(decay)), backend_(backend) {
   check_decay_mask(layout, decay_);
   check_option(options_.momentum >= 0.0 && options_.momentum < 1.0, "sgd", "momentum",
@@ -31,7 +30,8 @@ void Sgd::step(float* params, const float* grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
-    const Tensor buf = options_.momentum == 0.0 ? Tensor() : Tensor(buf_.data() + info.offset, {info.numel});
+    const Tensor buf =
+        options_.momentum == 0.0 ? Tensor() : Tensor(buf_.data() + info.offset, {info.numel});
     backend_.sgd_update(Tensor(params + info.offset, {info.numel}), buf,
                         ConstTensor(grads + info.offset, {info.numel}), s);
   }

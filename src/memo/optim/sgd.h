@@ -6,16 +6,16 @@
 
 #include <vector>
 
-#include "memo/core/buffer.h"
 #include "memo/backend/backend.h"
+#include "memo/core/buffer.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
 
 struct SgdOptions {
-  double momentum = 0.0;      // mu; 0: plain SGD, no state
-  double dampening = 0.0;     // torch's dampening; must be 0 with nesterov
+  double momentum = 0.0;   // mu; 0: plain SGD, no state
+  double dampening = 0.0;  // torch's dampening; must be 0 with nesterov
   bool nesterov = false;
   double weight_decay = 0.0;  // L2 coefficient added to the gradient
 };
@@ -38,7 +38,7 @@ class Sgd final : public Optimizer {
   SgdOptions options_;
   std::vector<bool> decay_;
   AlignedBuffer<float> buf_;  // [total_numel] momentum buffer; empty when momentum = 0
-  Backend& backend_;  // runs the updates (backend/backend.h)
+  Backend& backend_;          // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

@@ -23,7 +23,8 @@ void SignSgd::step(float* params, const float* grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.keep = decay_[i] ? float(1.0 - lr * options_.weight_decay) : 1.0f;
-    const Tensor m = options_.momentum == 0.0 ? Tensor() : Tensor(m_.data() + info.offset, {info.numel});
+    const Tensor m =
+        options_.momentum == 0.0 ? Tensor() : Tensor(m_.data() + info.offset, {info.numel});
     backend_.signsgd_update(Tensor(params + info.offset, {info.numel}), m,
                             ConstTensor(grads + info.offset, {info.numel}), s);
   }

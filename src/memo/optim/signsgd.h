@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "memo/core/buffer.h"
 #include "memo/backend/backend.h"
+#include "memo/core/buffer.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -34,7 +34,7 @@ class SignSgd final : public Optimizer {
   SignSgdOptions options_;
   std::vector<bool> decay_;
   AlignedBuffer<float> m_;  // [total_numel] momentum; empty when momentum = 0
-  Backend& backend_;  // runs the updates (backend/backend.h)
+  Backend& backend_;        // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

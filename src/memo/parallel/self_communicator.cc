@@ -44,7 +44,8 @@ void SelfCommunicator::send(ConstTensor x, int peer) {
 
 void SelfCommunicator::recv(Tensor x, int peer) {
   check_peer("recv", peer);
-  MEMO_CHECK(!sent_.empty(), "recv from rank 0 (self) with no send before it: it would never return");
+  MEMO_CHECK(!sent_.empty(),
+             "recv from rank 0 (self) with no send before it: it would never return");
   MEMO_CHECK(x.contiguous() && int64_t(sent_.front().size()) == x.numel(), "recv: view ", x.shape(),
              " does not match the ", sent_.front().size(), " floats sent");
   backend_.copy_from_host(x.data(), sent_.front().data(), x.bytes());

@@ -31,7 +31,9 @@ double parabola_vertex(double x0, double y0, double x1, double y1, double x2, do
 // ---- the laws in fit coordinates (see Note [Law fits]) ----
 
 double softplus(double z) { return std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))); }
-double sigmoid(double z) { return z >= 0 ? 1.0 / (1.0 + std::exp(-z)) : std::exp(z) / (1.0 + std::exp(z)); }
+double sigmoid(double z) {
+  return z >= 0 ? 1.0 / (1.0 + std::exp(-z)) : std::exp(z) / (1.0 + std::exp(z));
+}
 double log_cosh(double z) {
   const double a = std::abs(z);
   return a + std::log1p(std::exp(-2.0 * a)) - std::log(2.0);
@@ -61,7 +63,8 @@ double model(Law law, const double* theta, double x, double* grad) {
 }
 
 // Solves A x = b (p x p, row-major) by Gauss-Jordan with partial pivoting; false if singular.
-bool solve(int p, double A[kMaxParams][kMaxParams], double* b, double inverse[kMaxParams][kMaxParams]) {
+bool solve(int p, double A[kMaxParams][kMaxParams], double* b,
+           double inverse[kMaxParams][kMaxParams]) {
   double M[kMaxParams][2 * kMaxParams + 1];
   for (int i = 0; i < p; ++i) {
     for (int j = 0; j < p; ++j) M[i][j] = A[i][j], M[i][p + j] = i == j ? 1.0 : 0.0;
@@ -216,8 +219,8 @@ std::vector<OptimalLr> optimal_lrs(const std::vector<SweepRun>& runs) {
   std::map<double, std::map<double, std::pair<double, int>>> grid;  // batch -> lr -> (sum, n)
   for (const SweepRun& r : runs) {
     if (!(r.batch > 0.0 && r.lr > 0.0))
-      throw ConfigError(str("sweep run with batch ", r.batch, " and lr ", r.lr,
-                            ": both must be positive"));
+      throw ConfigError(
+          str("sweep run with batch ", r.batch, " and lr ", r.lr, ": both must be positive"));
     auto& cell = grid[r.batch][r.lr];
     cell.first += std::isfinite(r.loss) ? r.loss : kInf;  // a diverged seed spoils its cell
     cell.second += 1;
@@ -235,8 +238,8 @@ std::vector<OptimalLr> optimal_lrs(const std::vector<SweepRun>& runs) {
       if (y[k] < y[best]) best = k;
     OptimalLr o{batch, std::exp(x[best]), y[best], true, int(n)};
     if (best > 0 && best + 1 < n && std::isfinite(y[best - 1]) && std::isfinite(y[best + 1])) {
-      o.lr = std::exp(parabola_vertex(x[best - 1], y[best - 1], x[best], y[best], x[best + 1],
-                                      y[best + 1]));
+      o.lr = std::exp(
+          parabola_vertex(x[best - 1], y[best - 1], x[best], y[best], x[best + 1], y[best + 1]));
       o.at_grid_edge = false;
     }
     out.push_back(o);
@@ -262,14 +265,15 @@ LawFit fit_law(Law law, const std::vector<OptimalLr>& points, double confidence)
   const auto [x_min, x_max] = std::minmax_element(pr.x.begin(), pr.x.end());
   u_starts.push_back(*x_min - 2.0);
   u_starts.push_back(*x_max + 2.0);
-  const std::vector<double> alpha_starts = law == Law::kPower ? std::vector<double>{0.5, 1.0}
-                                                              : std::vector<double>{0.0};
+  const std::vector<double> alpha_starts =
+      law == Law::kPower ? std::vector<double>{0.5, 1.0} : std::vector<double>{0.0};
   double best_theta[kMaxParams] = {}, best_rss = kInf;
   int best_iterations = 0;
   for (double u0 : u_starts)
     for (double alpha0 : alpha_starts) {
       double theta[kMaxParams] = {0.0, u0, alpha0}, grad[kMaxParams], mean = 0.0;
-      for (int k = 0; k < n; ++k) mean += pr.y[size_t(k)] - model(law, theta, pr.x[size_t(k)], grad);
+      for (int k = 0; k < n; ++k)
+        mean += pr.y[size_t(k)] - model(law, theta, pr.x[size_t(k)], grad);
       theta[0] = mean / n;
       double rss = kInf;
       const int it = levenberg_marquardt(pr, theta, &rss);
@@ -336,7 +340,8 @@ std::string LawComparison::summary() const {
       out += buf;
     }
     std::snprintf(buf, sizeof buf, "; RSS %.4g, AIC %.2f, AICc %.2f%s%s%s\n", f.rss, f.aic, f.aicc,
-                  f.law == best_by_rss ? ", best RSS" : "", f.law == best_by_aic ? ", best AIC" : "",
+                  f.law == best_by_rss ? ", best RSS" : "",
+                  f.law == best_by_aic ? ", best AIC" : "",
                   f.law == best_by_aicc ? ", best AICc" : "");
     out += buf;
   }
@@ -368,7 +373,8 @@ TargetLossFit fit_steps_to_target(const std::vector<StepsToTarget>& pairs, doubl
     f.rss += f.residuals.back() * f.residuals.back();
   }
   if (!(f.slope < 0.0 && f.intercept > 0.0))
-    throw ConfigError(str("1/S = ", f.slope, " (1/E) + ", f.intercept, ": surge Eq. 22 needs a "
+    throw ConfigError(str("1/S = ", f.slope, " (1/E) + ", f.intercept,
+                          ": surge Eq. 22 needs a "
                           "negative slope (-B_noise) and a positive intercept (1/S_min); the "
                           "points do not show the steps-examples trade-off"));
   f.b_noise = -f.slope;

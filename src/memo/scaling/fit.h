@@ -14,7 +14,7 @@ namespace memo::scaling {
 struct SweepRun {
   double batch = 0.0;  // tokens per step (or examples): the unit every B in the fit takes
   double lr = 0.0;
-  double loss = 0.0;   // final or best loss; NaN or inf for a diverged run
+  double loss = 0.0;  // final or best loss; NaN or inf for a diverged run
 };
 
 struct OptimalLr {
@@ -45,16 +45,16 @@ std::vector<OptimalLr> optimal_lrs(const std::vector<SweepRun>& runs);
 // nests the SGD law at alpha = 1), so the verdict uses AICc.
 struct LawFit {
   Law law = Law::kSurge;
-  std::vector<double> params;     // natural units, law_lr's order
-  std::vector<double> ci_low;     // confidence interval per parameter (NaN when n = p)
+  std::vector<double> params;  // natural units, law_lr's order
+  std::vector<double> ci_low;  // confidence interval per parameter (NaN when n = p)
   std::vector<double> ci_high;
-  std::vector<double> std_errors; // in the fit coordinates (log for eps and B)
-  std::vector<double> residuals;  // log(lr_k) - log(law(B_k)), in the points' order
-  double rss = 0.0;               // sum of squared residuals
+  std::vector<double> std_errors;  // in the fit coordinates (log for eps and B)
+  std::vector<double> residuals;   // log(lr_k) - log(law(B_k)), in the points' order
+  double rss = 0.0;                // sum of squared residuals
   double aic = 0.0;
-  double aicc = 0.0;              // +inf when n <= p + 1
-  int dof = 0;                    // n - p
-  int iterations = 0;             // Levenberg-Marquardt iterations of the best start
+  double aicc = 0.0;   // +inf when n <= p + 1
+  int dof = 0;         // n - p
+  int iterations = 0;  // Levenberg-Marquardt iterations of the best start
 };
 
 // Fits one law to (batch, lr) points (at_grid_edge points included: they are still the best
@@ -77,9 +77,9 @@ struct StepsToTarget {
   double examples = 0.0;  // E, in the unit of B
 };
 struct TargetLossFit {
-  double b_noise = 0.0;        // -slope = E_min / S_min
-  double s_min = 0.0;          // 1 / intercept
-  double e_min = 0.0;          // b_noise * s_min
+  double b_noise = 0.0;  // -slope = E_min / S_min
+  double s_min = 0.0;    // 1 / intercept
+  double e_min = 0.0;    // b_noise * s_min
   double slope = 0.0, intercept = 0.0;
   double slope_se = 0.0, intercept_se = 0.0;
   double b_noise_ci_low = 0.0, b_noise_ci_high = 0.0;

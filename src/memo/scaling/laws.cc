@@ -17,15 +17,16 @@ void check_batch(double batch) {
 
 void check_params(Law law, const std::vector<double>& p) {
   if (int(p.size()) != law_param_count(law))
-    throw ConfigError(str(law_name(law), " law takes ", law_param_count(law), " parameters, got ",
-                          p.size()));
+    throw ConfigError(
+        str(law_name(law), " law takes ", law_param_count(law), " parameters, got ", p.size()));
 }
 
 double quad_form(const GaussianModel& m, const std::vector<double>& x) {  // x^T H x
   const int64_t n = m.size();
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) sum += x[size_t(i)] * m.hessian[size_t(i * n + j)] * x[size_t(j)];
+    for (int64_t j = 0; j < n; ++j)
+      sum += x[size_t(i)] * m.hessian[size_t(i * n + j)] * x[size_t(j)];
   return sum;
 }
 
@@ -48,9 +49,12 @@ double lr_power(double batch, double eps, double b_star, double alpha) {
 
 std::string law_name(Law law) {
   switch (law) {
-    case Law::kSurge: return "surge";
-    case Law::kSgd: return "sgd";
-    case Law::kPower: return "power";
+    case Law::kSurge:
+      return "surge";
+    case Law::kSgd:
+      return "sgd";
+    case Law::kPower:
+      return "power";
   }
   return "?";
 }
@@ -60,9 +64,12 @@ int law_param_count(Law law) { return law == Law::kPower ? 3 : 2; }
 double law_lr(Law law, const std::vector<double>& p, double batch) {
   check_params(law, p);
   switch (law) {
-    case Law::kSurge: return lr_surge(batch, p[0], p[1]);
-    case Law::kSgd: return lr_sgd(batch, p[0], p[1]);
-    case Law::kPower: return lr_power(batch, p[0], p[1], p[2]);
+    case Law::kSurge:
+      return lr_surge(batch, p[0], p[1]);
+    case Law::kSgd:
+      return lr_sgd(batch, p[0], p[1]);
+    case Law::kPower:
+      return lr_power(batch, p[0], p[1], p[2]);
   }
   return 0.0;
 }
@@ -80,7 +87,8 @@ void check_model(const GaussianModel& m) {
                           m.sigma.size(), ", hessian ", m.hessian.size(), " (want n, n, n*n)"));
   for (int64_t i = 0; i < n; ++i) {
     if (!(m.sigma[size_t(i)] > 0.0))
-      throw ConfigError(str("Gaussian model sigma[", i, "] = ", m.sigma[size_t(i)], " must be > 0"));
+      throw ConfigError(
+          str("Gaussian model sigma[", i, "] = ", m.sigma[size_t(i)], " must be > 0"));
     for (int64_t j = 0; j < i; ++j)
       if (m.hessian[size_t(i * n + j)] != m.hessian[size_t(j * n + i)])
         throw ConfigError(str("Gaussian model Hessian is not symmetric at (", i, ", ", j, ")"));
@@ -157,7 +165,8 @@ LawParams surge_params(const GaussianModel& m) {
   }
   const double off = quad_form(m, s) - diag_s;  // sum_{i != j} s_i s_j H_ij
   if (!(off > 0.0))
-    throw ConfigError(str("sum_{i!=j} s_i s_j H_ij = ", off, " is not positive: the sign-descent "
+    throw ConfigError(str("sum_{i!=j} s_i s_j H_ij = ", off,
+                          " is not positive: the sign-descent "
                           "optimum has no peak (surge Eq. 14 needs off-diagonal curvature along "
                           "the signal)"));
   return {weighted / (2.0 * std::sqrt(tr_h * off)), kPi * tr_h / (2.0 * off)};

@@ -33,7 +33,8 @@ bool NoiseScaleEstimator::update(const std::vector<double>& small_sq_norms, doub
     ++state_.skipped;
     return false;
   }
-  const NoiseEstimate e = estimate_noise(mean_small, big_sq_norm, micro_batch, double(k) * micro_batch);
+  const NoiseEstimate e =
+      estimate_noise(mean_small, big_sq_norm, micro_batch, double(k) * micro_batch);
   const double d = options_.decay;
   state_.ema_g2 = d * state_.ema_g2 + (1.0 - d) * e.g2;
   state_.ema_trace = d * state_.ema_trace + (1.0 - d) * e.trace;

@@ -7,10 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace memo::scaling {
 
@@ -29,7 +28,7 @@ struct NoiseScaleOptions {
   double decay = 0.99;  // EMA decay per update (GPT-NeoX uses 0.99, k-diffusion 0.9998)
 };
 
-struct NoiseScaleState {  // what a checkpoint saves; restore() puts it back exactly
+struct NoiseScaleState {   // what a checkpoint saves; restore() puts it back exactly
   double ema_g2 = 0.0;     // EMA of the |G|^2 estimates, not yet debiased
   double ema_trace = 0.0;  // EMA of the tr(Sigma) estimates, not yet debiased
   int64_t updates = 0;     // finite updates so far (debiasing divides by 1 - decay^updates)

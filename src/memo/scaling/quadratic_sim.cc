@@ -10,12 +10,14 @@ namespace memo::scaling {
 namespace {
 
 // H v = h o v + rho u (u . v): O(n), no dense H on the simulation path.
-void hessian_times(const QuadraticProblem& p, const std::vector<double>& v, std::vector<double>& out) {
+void hessian_times(const QuadraticProblem& p, const std::vector<double>& v,
+                   std::vector<double>& out) {
   const size_t n = v.size();
   double uv = 0.0;
   if (p.rho != 0.0)
     for (size_t i = 0; i < n; ++i) uv += p.u[i] * v[i];
-  for (size_t i = 0; i < n; ++i) out[i] = p.h[i] * v[i] + (p.rho != 0.0 ? p.rho * p.u[i] * uv : 0.0);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = p.h[i] * v[i] + (p.rho != 0.0 ? p.rho * p.u[i] * uv : 0.0);
 }
 
 }  // namespace
@@ -30,8 +32,8 @@ void check_problem(const QuadraticProblem& p) {
   if (!(p.rho >= 0.0)) throw ConfigError(str("quadratic problem rho ", p.rho, " must be >= 0"));
   for (size_t i = 0; i < n; ++i)
     if (!(p.h[i] > 0.0 && p.sigma[i] > 0.0))
-      throw ConfigError(str("quadratic problem h[", i, "] = ", p.h[i], " and sigma[", i, "] = ",
-                            p.sigma[i], " must be > 0"));
+      throw ConfigError(str("quadratic problem h[", i, "] = ", p.h[i], " and sigma[", i,
+                            "] = ", p.sigma[i], " must be > 0"));
 }
 
 double quadratic_loss(const QuadraticProblem& p, const std::vector<double>& theta) {
@@ -57,7 +59,8 @@ GaussianModel gaussian_model_at(const QuadraticProblem& p, const std::vector<dou
   m.hessian.assign(n * n, 0.0);
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < n; ++j)
-      m.hessian[i * n + j] = (i == j ? p.h[i] : 0.0) + (p.rho != 0.0 ? p.rho * p.u[i] * p.u[j] : 0.0);
+      m.hessian[i * n + j] =
+          (i == j ? p.h[i] : 0.0) + (p.rho != 0.0 ? p.rho * p.u[i] * p.u[j] : 0.0);
   return m;
 }
 
@@ -65,8 +68,8 @@ std::vector<double> simulate(const QuadraticProblem& p, SimOptimizer optimizer, 
                              double batch, int64_t steps, uint64_t seed) {
   check_problem(p);
   if (!(batch > 0.0 && lr >= 0.0 && steps >= 0))
-    throw ConfigError(str("simulate: batch ", batch, " must be > 0, lr ", lr, " >= 0, steps ",
-                          steps, " >= 0"));
+    throw ConfigError(
+        str("simulate: batch ", batch, " must be > 0, lr ", lr, " >= 0, steps ", steps, " >= 0"));
   const size_t n = p.h.size();
   const double noise_scale = 1.0 / std::sqrt(batch);
   std::vector<double> theta = p.theta0, d(n), g(n), losses;

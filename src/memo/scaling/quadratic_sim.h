@@ -1,10 +1,11 @@
 // A simulated quadratic problem for checking the learning-rate laws end to end (the Gaussian
-// gradient model of the surge paper, arXiv 2405.14578, Section 3): L(theta) = 0.5 (theta - theta*)^T H (theta - theta*) with H = diag(h) + rho u u^T
-// and a batch-B gradient H (theta - theta*) + sigma / sqrt(B) z, z ~ N(0, I) per coordinate.
-// rho = 0 gives the separable L = 0.5 sum_i h_i (theta_i - theta*_i)^2; the rank-one term is what
-// makes sign descent's optimal lr surge: with a diagonal H, surge Eq. 9 reduces to
-// sum_i E_i mu_i / tr(H), which rises monotonically in B (no peak, Eq. 14's B_noise is infinite).
-// Not a model of training: a check that sweeps and fits recover the known B_noise.
+// gradient model of the surge paper, arXiv 2405.14578, Section 3): L(theta) = 0.5 (theta -
+// theta*)^T H (theta - theta*) with H = diag(h) + rho u u^T and a batch-B gradient H (theta -
+// theta*) + sigma / sqrt(B) z, z ~ N(0, I) per coordinate. rho = 0 gives the separable L = 0.5
+// sum_i h_i (theta_i - theta*_i)^2; the rank-one term is what makes sign descent's optimal lr
+// surge: with a diagonal H, surge Eq. 9 reduces to sum_i E_i mu_i / tr(H), which rises
+// monotonically in B (no peak, Eq. 14's B_noise is infinite). Not a model of training: a check that
+// sweeps and fits recover the known B_noise.
 #pragma once
 
 #include <cstdint>

@@ -64,13 +64,15 @@ SweepAnalysis analyse_sweep(const SweepFile& file, const std::string& path,
   a.metric = options.metric.empty() ? default_metric(file) : options.metric;
   if (a.metric != "val_loss" && a.metric != "final_loss" && a.metric != "best_loss" &&
       a.metric != "loss_reduction")
-    throw FormatError(str("unknown metric '", a.metric, "'; valid: val_loss, final_loss, best_loss, loss_reduction"));
+    throw FormatError(str("unknown metric '", a.metric,
+                          "'; valid: val_loss, final_loss, best_loss, loss_reduction"));
   a.runs = int64_t(file.lines.size());
   for (const SweepLine& l : file.lines)
     a.grid.push_back({l.run.at("batch_tokens").get<double>(), l.run.at("lr").get<double>(),
                       metric_value(l.run, a.metric, options.at_tokens)});
   if (options.at_tokens && a.metric != "loss_reduction")
-    a.metric = str("smoothed training loss at ", *options.at_tokens, " tokens");  // a label only now
+    a.metric =
+        str("smoothed training loss at ", *options.at_tokens, " tokens");  // a label only now
   for (const OptimalLr& p : optimal_lrs(a.grid)) {
     if (!std::isfinite(p.loss)) continue;  // every run at this batch diverged or has no value
     BatchSummary b;
@@ -86,14 +88,16 @@ SweepAnalysis analyse_sweep(const SweepFile& file, const std::string& path,
       if (a.grid[i].loss < best) best = a.grid[i].loss, best_run = &run;
     }
     if (n > 0) b.b_simple = sum / n;
-    if (best_run && best_run->contains("target_steps") && best_run->at("target_steps").is_number()) {
+    if (best_run && best_run->contains("target_steps") &&
+        best_run->at("target_steps").is_number()) {
       b.target_steps = best_run->at("target_steps").get<int64_t>();
       b.target_tokens = best_run->at("target_tokens").get<int64_t>();
     }
     a.batches.push_back(b);
   }
   if (a.batches.empty())
-    throw FormatError(str(path, ": no batch size has a run with a finite ", a.metric, " (all diverged?)"));
+    throw FormatError(
+        str(path, ": no batch size has a run with a finite ", a.metric, " (all diverged?)"));
   std::vector<OptimalLr> points;
   for (const BatchSummary& b : a.batches) points.push_back(b.optimum);
   a.laws = fit_laws(points, options.confidence);
@@ -119,25 +123,44 @@ SweepAnalysis analyse_sweep(const SweepFile& file, const std::string& path,
 nlohmann::json to_json(const SweepAnalysis& a) {
   nlohmann::json batches = nlohmann::json::array();
   for (const BatchSummary& b : a.batches)
-    batches.push_back({{"batch_tokens", b.optimum.batch}, {"lr_opt", b.optimum.lr},
-                       {"loss", b.optimum.loss}, {"at_grid_edge", b.optimum.at_grid_edge},
-                       {"lrs_tried", b.optimum.lrs_tried}, {"b_simple", opt(b.b_simple)},
-                       {"target_steps", b.target_steps ? nlohmann::json(*b.target_steps) : nlohmann::json()},
-                       {"target_tokens", b.target_tokens ? nlohmann::json(*b.target_tokens) : nlohmann::json()}});
+    batches.push_back(
+        {{"batch_tokens", b.optimum.batch},
+         {"lr_opt", b.optimum.lr},
+         {"loss", b.optimum.loss},
+         {"at_grid_edge", b.optimum.at_grid_edge},
+         {"lrs_tried", b.optimum.lrs_tried},
+         {"b_simple", opt(b.b_simple)},
+         {"target_steps", b.target_steps ? nlohmann::json(*b.target_steps) : nlohmann::json()},
+         {"target_tokens", b.target_tokens ? nlohmann::json(*b.target_tokens) : nlohmann::json()}});
   nlohmann::json laws = nlohmann::json::object();
   for (const LawFit& f : a.laws.fits)
-    laws[law_name(f.law)] = {{"params", f.params}, {"ci_low", f.ci_low}, {"ci_high", f.ci_high},
-                             {"residuals", f.residuals}, {"rss", f.rss}, {"aic", f.aic},
-                             {"aicc", std::isfinite(f.aicc) ? nlohmann::json(f.aicc) : nlohmann::json()},
-                             {"peak_batch", opt(law_peak_batch(f.law, f.params))}};
-  nlohmann::json j{{"path", a.path}, {"setting", a.setting}, {"metric", a.metric}, {"runs", a.runs},
-                   {"batches", batches}, {"laws", laws},
-                   {"best_law", aicc_defined(a) ? nlohmann::json(law_name(a.laws.best_by_aicc)) : nlohmann::json()}, {"best_by_rss", law_name(a.laws.best_by_rss)}};
+    laws[law_name(f.law)] = {
+        {"params", f.params},
+        {"ci_low", f.ci_low},
+        {"ci_high", f.ci_high},
+        {"residuals", f.residuals},
+        {"rss", f.rss},
+        {"aic", f.aic},
+        {"aicc", std::isfinite(f.aicc) ? nlohmann::json(f.aicc) : nlohmann::json()},
+        {"peak_batch", opt(law_peak_batch(f.law, f.params))}};
+  nlohmann::json j{{"path", a.path},
+                   {"setting", a.setting},
+                   {"metric", a.metric},
+                   {"runs", a.runs},
+                   {"batches", batches},
+                   {"laws", laws},
+                   {"best_law", aicc_defined(a) ? nlohmann::json(law_name(a.laws.best_by_aicc))
+                                                : nlohmann::json()},
+                   {"best_by_rss", law_name(a.laws.best_by_rss)}};
   if (a.target) {
     const TargetLossFit& t = *a.target;
-    j["target"] = {{"b_noise", t.b_noise}, {"b_noise_ci", {t.b_noise_ci_low, t.b_noise_ci_high}},
-                   {"s_min", t.s_min}, {"e_min", t.e_min}, {"residuals", t.residuals},
-                   {"eps_max_surge", opt(a.eps_max_surge)}, {"eps_max_sgd", opt(a.eps_max_sgd)}};
+    j["target"] = {{"b_noise", t.b_noise},
+                   {"b_noise_ci", {t.b_noise_ci_low, t.b_noise_ci_high}},
+                   {"s_min", t.s_min},
+                   {"e_min", t.e_min},
+                   {"residuals", t.residuals},
+                   {"eps_max_surge", opt(a.eps_max_surge)},
+                   {"eps_max_sgd", opt(a.eps_max_sgd)}};
   } else {
     j["target"] = nullptr;
     j["target_note"] = a.target_note;
@@ -148,13 +171,13 @@ nlohmann::json to_json(const SweepAnalysis& a) {
 std::string to_text(const SweepAnalysis& a) {
   std::string out = str(a.path, ": ", a.runs, " runs, ", a.setting, ", judged by ", a.metric, "\n");
   char buf[200];
-  std::snprintf(buf, sizeof buf, "%12s %11s %9s %5s %11s %s\n", "batch_tok", "lr_opt", "loss", "lrs",
-                "B_simple", "");
+  std::snprintf(buf, sizeof buf, "%12s %11s %9s %5s %11s %s\n", "batch_tok", "lr_opt", "loss",
+                "lrs", "B_simple", "");
   out += buf;
   for (const BatchSummary& b : a.batches) {
-    std::snprintf(buf, sizeof buf, "%12.0f %11.4g %9.4f %5d %11s %s\n", b.optimum.batch, b.optimum.lr,
-                  a.metric == "loss_reduction" ? -b.optimum.loss : b.optimum.loss, b.optimum.lrs_tried,
-                  b.b_simple ? str(int64_t(*b.b_simple)).c_str() : "-",
+    std::snprintf(buf, sizeof buf, "%12.0f %11.4g %9.4f %5d %11s %s\n", b.optimum.batch,
+                  b.optimum.lr, a.metric == "loss_reduction" ? -b.optimum.loss : b.optimum.loss,
+                  b.optimum.lrs_tried, b.b_simple ? str(int64_t(*b.b_simple)).c_str() : "-",
                   b.optimum.at_grid_edge ? "(at the lr grid's edge: a bound)" : "");
     out += buf;
   }
@@ -169,12 +192,13 @@ std::string to_text(const SweepAnalysis& a) {
     }
   }
   out += aicc_defined(a) ? "\nbest law (AICc): " + law_name(a.laws.best_by_aicc) + "\n"
-                      : str("\nbest law: undetermined (AICc needs at least 4 batch sizes, have ",
-                            a.batches.size(), ")\n");
+                         : str("\nbest law: undetermined (AICc needs at least 4 batch sizes, have ",
+                               a.batches.size(), ")\n");
   if (a.target) {
     const TargetLossFit& t = *a.target;
     std::snprintf(buf, sizeof buf,
-                  "target loss (Eq. 22): B_noise %.4g tokens [%.4g, %.4g], S_min %.4g steps, E_min %.4g tokens\n",
+                  "target loss (Eq. 22): B_noise %.4g tokens [%.4g, %.4g], S_min %.4g steps, E_min "
+                  "%.4g tokens\n",
                   t.b_noise, t.b_noise_ci_low, t.b_noise_ci_high, t.s_min, t.e_min);
     out += buf;
     std::snprintf(buf, sizeof buf, "eps_max: surge (Eq. 23) %.4g, sgd (Eq. 24, alpha 1) %.4g\n",

@@ -5,11 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "memo/scaling/fit.h"
 #include "memo/scaling/sweep_file.h"
@@ -27,24 +26,24 @@ struct SweepAnalysisOptions {
 
 struct BatchSummary {
   OptimalLr optimum;
-  std::optional<double> b_simple;      // mean gns_b_simple over the batch's finite runs (tokens)
-  std::optional<int64_t> target_steps; // S of the best grid lr's run (target-loss sweeps)
+  std::optional<double> b_simple;       // mean gns_b_simple over the batch's finite runs (tokens)
+  std::optional<int64_t> target_steps;  // S of the best grid lr's run (target-loss sweeps)
   std::optional<int64_t> target_tokens;
 };
 
 struct SweepAnalysis {
   std::string path;
-  std::string setting;   // "optimizer {hyperparameters}"
+  std::string setting;  // "optimizer {hyperparameters}"
   std::string metric;
   int64_t runs = 0;
-  std::vector<SweepRun> grid;        // every run as fitted (loss = the metric, lower is better)
-  std::vector<BatchSummary> batches; // ascending batch size
+  std::vector<SweepRun> grid;         // every run as fitted (loss = the metric, lower is better)
+  std::vector<BatchSummary> batches;  // ascending batch size
   LawComparison laws;
   // target-loss sweeps: Eq. 22 over (S, E) of each batch's best run, then Eq. 23 / 24
   std::optional<TargetLossFit> target;
-  std::optional<double> eps_max_surge;    // Eq. 23 at target->b_noise
-  std::optional<double> eps_max_sgd;      // Eq. 24, alpha = 1
-  std::string target_note;                // why there is no target fit, when there is none
+  std::optional<double> eps_max_surge;  // Eq. 23 at target->b_noise
+  std::optional<double> eps_max_sgd;    // Eq. 24, alpha = 1
+  std::string target_note;              // why there is no target fit, when there is none
 };
 
 // Throws FormatError (mixed optimiser settings, no usable runs, unknown metric) and ConfigError

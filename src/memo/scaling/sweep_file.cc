@@ -39,7 +39,8 @@ SweepFile read_sweep_file(const std::string& path) {
 }
 
 double loss_field(const nlohmann::json& run, const std::string& key) {
-  if (!run.contains(key) || !run.at(key).is_number()) return std::numeric_limits<double>::infinity();
+  if (!run.contains(key) || !run.at(key).is_number())
+    return std::numeric_limits<double>::infinity();
   return run.at(key).get<double>();
 }
 

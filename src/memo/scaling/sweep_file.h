@@ -4,17 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 namespace memo::scaling {
 
 struct SweepLine {
-  int64_t line = 0;     // 1-based line number in the file
-  nlohmann::json run;   // the object; has optimizer (string), lr > 0, batch_tokens > 0
+  int64_t line = 0;    // 1-based line number in the file
+  nlohmann::json run;  // the object; has optimizer (string), lr > 0, batch_tokens > 0
 };
 
 struct SweepFile {

@@ -11,8 +11,10 @@
 namespace memo {
 
 StrategyFactory make_strategy_factory(const StrategyOptions& options) {
-  if (std::find(std::begin(kStrategyNames), std::end(kStrategyNames), options.kind) == std::end(kStrategyNames))
-    throw ConfigError(str("--activations '", options.kind, "' is not a strategy; available: keep, recompute, offload, memo"));
+  if (std::find(std::begin(kStrategyNames), std::end(kStrategyNames), options.kind) ==
+      std::end(kStrategyNames))
+    throw ConfigError(str("--activations '", options.kind,
+                          "' is not a strategy; available: keep, recompute, offload, memo"));
   return [options](const ModelConfig& config, ActivationAllocator& alloc) {
     return make_strategy(config, alloc, options);
   };
@@ -22,15 +24,15 @@ std::string DevicePlan::over_budget_message() const {
   return memo::over_budget_message(need, budget_bytes, batch, seq, advice);
 }
 
-Trace trace_model_step(Model& model, int64_t batch, int64_t seq, const StrategyFactory& make_strategy) {
+Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
+                       const StrategyFactory& make_strategy) {
   const std::vector<int32_t> tokens(size_t(batch * seq), 0);
   Backend& backend = model.backend();
-  Trace trace = record_step(backend.allocator(backend.device_space()), model.config(), batch, seq,
-                            make_strategy,
-                            [&](ActivationStrategy& strategy, ActivationAllocator& alloc) {
-                              model.forward_backward(tokens.data(), tokens.data(), batch, seq,
-                                                     1.0f, strategy, alloc);
-                            });
+  Trace trace = record_step(
+      backend.allocator(backend.device_space()), model.config(), batch, seq, make_strategy,
+      [&](ActivationStrategy& strategy, ActivationAllocator& alloc) {
+        model.forward_backward(tokens.data(), tokens.data(), batch, seq, 1.0f, strategy, alloc);
+      });
   model.zero_grads();
   return trace;
 }
@@ -50,18 +52,19 @@ DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t 
   out.batch = batch;
   out.seq = seq;
   out.budget_bytes = budget_bytes;
-  out.activations = plan_activations(trace_model_step(model, batch, seq, make_strategy), options.plan);
-  out.need = device_need(model.layout().total_numel(), options.optimizer.name,
-                         optimizer_state_bytes(options.optimizer.name, model.layout(),
-                                               options.optimizer.options),
-                         out.activations.arena_bytes);
+  out.activations =
+      plan_activations(trace_model_step(model, batch, seq, make_strategy), options.plan);
+  out.need = device_need(
+      model.layout().total_numel(), options.optimizer.name,
+      optimizer_state_bytes(options.optimizer.name, model.layout(), options.optimizer.options),
+      out.activations.arena_bytes);
   if (!out.fits()) {
     out.advice.smallest_budget_bytes = out.need.total_bytes();
     const int64_t short_seq = std::max<int64_t>(1, seq / 4);
     const Trace other = short_seq == seq ? out.activations.trace
                                          : trace_model_step(model, batch, short_seq, make_strategy);
-    out.advice.longest_seq = longest_fitting_seq(out.activations.trace, other, out.need.fixed_bytes(),
-                                                 budget_bytes, seq - 1);
+    out.advice.longest_seq = longest_fitting_seq(out.activations.trace, other,
+                                                 out.need.fixed_bytes(), budget_bytes, seq - 1);
   }
   return out;
 }
@@ -78,8 +81,8 @@ std::unique_ptr<PlannedAllocator> planned_allocator_within_budget(Model& model, 
                 "memo: device plan: needs %s of %s; activation arena %s, %.2f%% over its lower "
                 "bound, %zu requests per micro-batch\n",
                 gib(double(dp.need.total_bytes())).c_str(), gib(double(budget_bytes)).c_str(),
-                gib(double(a.arena_bytes)).c_str(), plan::gap_percent(a.arena_bytes, a.lower_bound_bytes),
-                a.trace.requests.size());
+                gib(double(a.arena_bytes)).c_str(),
+                plan::gap_percent(a.arena_bytes, a.lower_bound_bytes), a.trace.requests.size());
   progress << line;
   Backend& backend = model.backend();
   return std::make_unique<PlannedAllocator>(std::move(dp.activations),

@@ -3,9 +3,6 @@
 // budget, all before training starts. The trainer and `memo plan` both come here.
 #pragma once
 
-#include "memo/memory/strategy_factory.h"
-#include "memo/train/optimizer_setup.h"
-
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -14,14 +11,16 @@
 #include "memo/memory/activation_plan.h"
 #include "memo/memory/budget.h"
 #include "memo/memory/planned_allocator.h"
+#include "memo/memory/strategy_factory.h"
 #include "memo/memory/trace.h"
 #include "memo/model/model.h"
+#include "memo/train/optimizer_setup.h"
 
 namespace memo {
 
 struct DevicePlanOptions {
   ActivationPlanOptions plan;
-  StrategyOptions strategy;  // CLI: --activations and its flags; see make_strategy_factory
+  StrategyOptions strategy;   // CLI: --activations and its flags; see make_strategy_factory
   OptimizerChoice optimizer;  // whose state the budget counts (optimizer_state_bytes)
 };
 
@@ -34,7 +33,7 @@ struct DevicePlan {
   DeviceNeed need;
   int64_t budget_bytes{};  // 0: no budget
   int64_t batch{}, seq{};
-  FitAdvice advice;        // filled only when it does not fit
+  FitAdvice advice;  // filled only when it does not fit
   bool fits() const { return budget_bytes == 0 || need.total_bytes() <= budget_bytes; }
   std::string over_budget_message() const;  // memory/budget.h's refusal for this plan
 };
@@ -42,7 +41,8 @@ struct DevicePlan {
 // One forward and backward of `batch` x `seq` tokens of `model` under the trace recorder (token
 // id 0: the sequence of requests does not depend on values; the model's gradients are left
 // zeroed), with the strategy `strategy_name` makes.
-Trace trace_model_step(Model& model, int64_t batch, int64_t seq, const StrategyFactory& make_strategy);
+Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
+                       const StrategyFactory& make_strategy);
 
 // The same trace without data and arithmetic (Note [Meta backend]) of one rank of a run split
 // `parallel` ways (Note [Per-GPU shapes]), on a parameter-less model built here: batch x seq are

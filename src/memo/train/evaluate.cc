@@ -18,8 +18,8 @@ namespace memo {
 EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationAllocator& alloc,
                          const WindowSampler& sampler, int64_t batch, int64_t max_windows,
                          const EvalBatchHook& after_batch) {
-  MEMO_CHECK(batch > 0 && max_windows >= 0, "evaluation in batches of ", batch, " windows, at most ",
-             max_windows);
+  MEMO_CHECK(batch > 0 && max_windows >= 0, "evaluation in batches of ", batch,
+             " windows, at most ", max_windows);
   const int64_t seq = sampler.seq();
   const int64_t windows = std::min(max_windows, sampler.num_sequential_windows());
   std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());

@@ -30,7 +30,7 @@ void GradNoiseProbe::set_micro_steps(int64_t micro_steps) {
 
 void GradNoiseProbe::after_micro(float* grads, int64_t micro) {
   const double k = double(micro_steps_);
-  const NoiseProbePass pass = micro == 0                   ? NoiseProbePass::kFirst
+  const NoiseProbePass pass = micro == 0                 ? NoiseProbePass::kFirst
                               : micro + 1 < micro_steps_ ? NoiseProbePass::kMiddle
                                                          : NoiseProbePass::kLast;
   // see Note [Noise-scale accounting]: the buffer holds g_i / k

@@ -9,10 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "memo/backend/backend.h"
 #include "memo/core/buffer.h"
@@ -63,10 +62,10 @@ class GradNoiseProbe {
   int64_t micro_tokens_;
   scaling::NoiseScaleEstimator estimator_;
   Backend& backend_;
-  AlignedBuffer<float> sum_;         // [numel] fp32: the step's gradient so far; live within a step
-  std::vector<double> micro_sq_;     // [micro_steps_] |g_i|^2 of this step's micro-batches;
-                                     // capacity max_micro_steps_
-  std::vector<double> partial_;      // [chunks] per-chunk sums of the fused pass
+  AlignedBuffer<float> sum_;      // [numel] fp32: the step's gradient so far; live within a step
+  std::vector<double> micro_sq_;  // [micro_steps_] |g_i|^2 of this step's micro-batches;
+                                  // capacity max_micro_steps_
+  std::vector<double> partial_;   // [chunks] per-chunk sums of the fused pass
 };
 
 // The log fields for a run without the probe: all null.

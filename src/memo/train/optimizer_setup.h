@@ -5,9 +5,8 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "memo/io/safetensors.h"
 #include "memo/optim/factory.h"

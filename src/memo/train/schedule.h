@@ -15,7 +15,8 @@ struct LrSchedule {
   int64_t total_steps = 1;
 
   double at(int64_t step) const {
-    if (warmup_steps > 0 && step <= warmup_steps) return peak_lr * double(step) / double(warmup_steps);
+    if (warmup_steps > 0 && step <= warmup_steps)
+      return peak_lr * double(step) / double(warmup_steps);
     const int64_t decay_steps = total_steps - warmup_steps;
     if (decay_steps <= 0) return peak_lr;
     const double progress = std::clamp(double(step - warmup_steps) / double(decay_steps), 0.0, 1.0);

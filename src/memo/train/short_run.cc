@@ -13,9 +13,9 @@
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/parallel/self_communicator.h"
+#include "memo/train/evaluate.h"
 #include "memo/train/grad_noise.h"
 #include "memo/train/schedule.h"
-#include "memo/train/evaluate.h"
 #include "memo/train/step.h"
 
 namespace memo {
@@ -24,7 +24,8 @@ namespace {
 void check_options(const ShortRunOptions& o) {
   if (o.seq <= 0) throw ConfigError(str("--seq ", o.seq, " must be positive"));
   if (o.batch_tokens <= 0 || o.batch_tokens % o.seq != 0)
-    throw ConfigError(str("batch of ", o.batch_tokens, " tokens must be a positive multiple of --seq ", o.seq));
+    throw ConfigError(
+        str("batch of ", o.batch_tokens, " tokens must be a positive multiple of --seq ", o.seq));
   const int64_t rows = o.batch_tokens / o.seq;
   const int64_t micro = o.micro_batch == 0 ? rows : o.micro_batch;
   if (micro <= 0 || rows % micro != 0)
@@ -32,7 +33,8 @@ void check_options(const ShortRunOptions& o) {
                           " tokens) is not a multiple of --micro-batch ", micro));
   if (o.max_steps <= 0) throw ConfigError(str("step budget ", o.max_steps, " must be positive"));
   if (!(o.lr > 0.0)) throw ConfigError(str("lr ", o.lr, " must be positive"));
-  if (o.loss_window <= 0) throw ConfigError(str("--loss-window ", o.loss_window, " must be positive"));
+  if (o.loss_window <= 0)
+    throw ConfigError(str("--loss-window ", o.loss_window, " must be positive"));
   if (o.target_loss && o.extra_steps < 0)
     throw ConfigError(str("--extra-steps ", o.extra_steps, " must be >= 0"));
 }
@@ -51,9 +53,11 @@ ShortRunResult run_short(const ModelConfig& config, const TokenData& train, cons
   SelfCommunicator data_parallel(backend);
   Model model(config, backend);
   model.init(o.seed);
-  const std::unique_ptr<Optimizer> opt = make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options);
+  const std::unique_ptr<Optimizer> opt =
+      make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options);
   std::optional<GradNoiseProbe> probe;
-  if (o.gns && micro_steps >= 2) probe.emplace(model.params_numel(), micro_steps, micro_rows * o.seq);
+  if (o.gns && micro_steps >= 2)
+    probe.emplace(model.params_numel(), micro_steps, micro_rows * o.seq);
   CachingAllocator alloc(0, backend.allocator(backend.device_space()));
   KeepStrategy strategy(config, alloc);
   const LrSchedule schedule{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.max_steps};
@@ -95,7 +99,8 @@ ShortRunResult run_short(const ModelConfig& config, const TokenData& train, cons
       next_curve = curve_step(++curve_i);
     }
     if (o.target_loss) {
-      if (!r.target_steps && int64_t(window.size()) == o.loss_window && smoothed <= *o.target_loss) {
+      if (!r.target_steps && int64_t(window.size()) == o.loss_window &&
+          smoothed <= *o.target_loss) {
         r.target_steps = step;
         loss_at_target = smoothed;
       }

@@ -17,17 +17,17 @@
 namespace memo {
 
 struct ShortRunOptions {
-  int64_t seq = 64;             // tokens per sequence
-  int64_t batch_tokens = 512;   // tokens per optimiser step: a multiple of seq
-  int64_t micro_batch = 0;      // sequences per forward/backward; 0: the whole batch
-  int64_t max_steps = 100;      // the budget (fixed-budget runs) or the cap (target runs)
+  int64_t seq = 64;            // tokens per sequence
+  int64_t batch_tokens = 512;  // tokens per optimiser step: a multiple of seq
+  int64_t micro_batch = 0;     // sequences per forward/backward; 0: the whole batch
+  int64_t max_steps = 100;     // the budget (fixed-budget runs) or the cap (target runs)
   double lr = 1e-3;
-  int64_t warmup = 0;           // linear warm-up steps
-  double min_lr_ratio = 1.0;    // cosine decay to lr * this; 1: constant after warm-up
-  double clip = 0.0;            // global gradient-norm clipping; 0: off (the surge laws assume none)
+  int64_t warmup = 0;         // linear warm-up steps
+  double min_lr_ratio = 1.0;  // cosine decay to lr * this; 1: constant after warm-up
+  double clip = 0.0;          // global gradient-norm clipping; 0: off (the surge laws assume none)
   OptimizerChoice optimizer;
-  uint64_t seed = 1234;         // weight init and data windows
-  bool gns = true;              // noise-scale probe when there are >= 2 micro-batches
+  uint64_t seed = 1234;  // weight init and data windows
+  bool gns = true;       // noise-scale probe when there are >= 2 micro-batches
   // Note [Smoothed training loss]
   // The training loss of one step is noisy at small batches. A run's loss at step s is the mean
   // of the losses of steps max(1, s - loss_window + 1) .. s: a window mean, not an EMA, so it has
@@ -37,8 +37,8 @@ struct ShortRunOptions {
   int64_t loss_window = 10;
   std::optional<double> target_loss;
   int64_t extra_steps = 50;
-  int64_t val_windows = 64;     // sequential windows of the validation data for val_loss; 0: none
-  int64_t curve_points = 32;    // smoothed-loss samples kept, at evenly spaced steps
+  int64_t val_windows = 64;   // sequential windows of the validation data for val_loss; 0: none
+  int64_t curve_points = 32;  // smoothed-loss samples kept, at evenly spaced steps
 };
 
 struct CurvePoint {
@@ -48,16 +48,17 @@ struct CurvePoint {
 };
 
 struct ShortRunResult {
-  int64_t steps = 0;   // steps taken
-  int64_t tokens = 0;  // steps * batch_tokens
-  bool diverged = false;          // non-finite loss, or smoothed loss above the first step's + 2
-  double final_loss = 0.0;        // smoothed loss at the last step (+inf when diverged)
-  double best_loss = 0.0;         // lowest smoothed loss seen
-  std::optional<double> val_loss; // mean loss over the validation windows (not when diverged)
+  int64_t steps = 0;               // steps taken
+  int64_t tokens = 0;              // steps * batch_tokens
+  bool diverged = false;           // non-finite loss, or smoothed loss above the first step's + 2
+  double final_loss = 0.0;         // smoothed loss at the last step (+inf when diverged)
+  double best_loss = 0.0;          // lowest smoothed loss seen
+  std::optional<double> val_loss;  // mean loss over the validation windows (not when diverged)
   std::vector<CurvePoint> curve;
-  std::optional<double> gns_b_simple;  // the estimator's B_simple (tokens) at the end
+  std::optional<double> gns_b_simple;   // the estimator's B_simple (tokens) at the end
   std::optional<int64_t> target_steps;  // S: the step the target was reached
-  std::optional<double> loss_reduction; // over extra_steps after S; nullopt when the cap came first
+  std::optional<double>
+      loss_reduction;  // over extra_steps after S; nullopt when the cap came first
   double seconds = 0.0;
 };
 

@@ -1,17 +1,17 @@
 #include "memo/train/trainer.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <vector>
-
-#include <nlohmann/json.hpp>
-#include <omp.h>
 
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/error.h"
@@ -28,8 +28,8 @@
 #include "memo/model/model.h"
 #include "memo/parallel/self_communicator.h"
 #include "memo/train/device_plan.h"
-#include "memo/train/grad_noise.h"
 #include "memo/train/evaluate.h"
+#include "memo/train/grad_noise.h"
 #include "memo/train/step.h"
 #include "memo/train/step_schedule.h"
 
@@ -46,22 +46,32 @@ double seconds_since(Clock::time_point t0) {
 
 std::string duration_str(double s) {
   char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
-  else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
-  else std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
+  if (s < 60)
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
   return buf;
 }
 
 // Which training options a checkpoint pins: resuming with other values would not continue the
 // same run, so they are restored from trainer_state.json (see Note [Resume]).
 nlohmann::json pinned_options(const TrainOptions& o) {
-  return {{"seq", o.seq},           {"batch", o.batch},
-          {"micro_batch", o.micro_batch}, {"lr", o.lr},
-          {"min_lr_ratio", o.min_lr_ratio}, {"warmup", o.warmup},
-          {"clip", o.clip},         {"gns", o.gns},
-          {"gns_decay", o.gns_decay}, {"seed", o.seed},
-          {"steps", o.steps},       {"data", o.data_path},
-          {"val_data", o.val_data_path}, {"val_fraction", o.val_fraction}};
+  return {{"seq", o.seq},
+          {"batch", o.batch},
+          {"micro_batch", o.micro_batch},
+          {"lr", o.lr},
+          {"min_lr_ratio", o.min_lr_ratio},
+          {"warmup", o.warmup},
+          {"clip", o.clip},
+          {"gns", o.gns},
+          {"gns_decay", o.gns_decay},
+          {"seed", o.seed},
+          {"steps", o.steps},
+          {"data", o.data_path},
+          {"val_data", o.val_data_path},
+          {"val_fraction", o.val_fraction}};
 }
 
 void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
@@ -154,7 +164,9 @@ std::optional<ResumePoint> resume_point(TrainOptions& o) {
   ResumePoint r{load_checkpoint(find_latest_checkpoint(o.resume_dir)), 0, std::nullopt};
   const nlohmann::json& state = r.checkpoint.trainer_state;
   if (!state.contains("step") || !state.contains("options"))
-    throw DataError(str(o.resume_dir, " holds no trainer state (trainer_state.json): it cannot be resumed; use --init-from to start a new run from its weights"));
+    throw DataError(str(o.resume_dir,
+                        " holds no trainer state (trainer_state.json): it cannot be resumed; use "
+                        "--init-from to start a new run from its weights"));
   restore_pinned(o, state.at("options"));
   o.optimizer = optimizer_choice_from_state(state);
   r.step = state.at("step");
@@ -178,7 +190,8 @@ std::optional<ResumePoint> resume_point(TrainOptions& o) {
 void check_shape_options(TrainOptions& o) {
   if (o.micro_batch == 0) o.micro_batch = o.batch;
   if (o.batch <= 0 || o.micro_batch <= 0 || o.batch % o.micro_batch != 0)
-    throw ConfigError(str("--batch ", o.batch, " must be a positive multiple of --micro-batch ", o.micro_batch));
+    throw ConfigError(
+        str("--batch ", o.batch, " must be a positive multiple of --micro-batch ", o.micro_batch));
   if (o.seq <= 0) throw ConfigError(str("--seq ", o.seq, " must be positive"));
   if (o.steps <= 0) throw ConfigError(str("--steps ", o.steps, " must be positive"));
 }
@@ -224,14 +237,16 @@ void start_weights(Model& model, const TrainOptions& o, const std::optional<Resu
   if (o.init_from.empty()) return model.init(o.seed);
   LoadedCheckpoint init = load_checkpoint(find_latest_checkpoint(o.init_from));
   if (model_config_to_json(init.config) != model_config_to_json(model.config()))
-    throw ConfigError(str("--init-from ", o.init_from, " has a different model config than ", o.config_path));
+    throw ConfigError(
+        str("--init-from ", o.init_from, " has a different model config than ", o.config_path));
   load_model_tensors(model, init.model);
 }
 
 void restore_training_state(Optimizer& opt, GradNoiseProbe* probe, const ResumePoint& resume,
                             const TrainOptions& o) {
   if (!opt.state().empty() && !resume.checkpoint.optimizer)
-    throw DataError(str(o.resume_dir, " has no optimizer.safetensors: it cannot be resumed exactly"));
+    throw DataError(
+        str(o.resume_dir, " has no optimizer.safetensors: it cannot be resumed exactly"));
   if (resume.checkpoint.optimizer)
     restore_optimizer(opt, *resume.checkpoint.optimizer, resume.step, o.resume_dir);
   opt.set_steps_done(resume.step);
@@ -250,7 +265,8 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
            << micro_steps << " micro-batches), " << opt.name() << " "
            << opt.hyperparameters().dump() << ", " << omp_get_max_threads() << " threads, "
            << model.backend().describe() << "\n";
-  if (const std::string w = cpu::blas_warning(); !w.empty()) progress << "memo: warning: " << w << "\n";
+  if (const std::string w = cpu::blas_warning(); !w.empty())
+    progress << "memo: warning: " << w << "\n";
 }
 
 // "step 12/60" for a fixed batch; with a noise schedule, whose step count is not known in
@@ -364,7 +380,8 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   print_run_header(progress, model, o, opt, data.train.num_tokens(), micro_steps);
   if (plan.noise()) progress << plan.summary() << "\n";
   const double peak_flops = backend.measure_matmul_peak_flops(0.5);  // the MFU denominator
-  if (resume) progress << "memo: resuming at step " << start_step << " from " << o.resume_dir << "\n";
+  if (resume)
+    progress << "memo: resuming at step " << start_step << " from " << o.resume_dir << "\n";
   // profile on the first micro-batch; its gradients are dropped
   if (strategy->wants_warmup()) train_step.warmup(start_step + 1);
   progress << "memo: activations: " << strategy->summary() << "\n";
@@ -394,7 +411,8 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     result.steps_done = step;
     result.final_loss = g.loss;
     // The last step's record carries the validation loss (on windows in order from the start of
-    // the validation data, after the last update), so `memo plot` draws it beside the training loss.
+    // the validation data, after the last update), so `memo plot` draws it beside the training
+    // loss.
     std::optional<EvalSum> val;
     if (plan.done() && data.val)
       val = evaluate_windows(model, eval_strategy, caching, WindowSampler(*data.val, o.seq, o.seed),

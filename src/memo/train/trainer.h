@@ -12,8 +12,8 @@
 #include <optional>
 #include <string>
 
-#include "memo/memory/strategy_factory.h"
 #include "memo/io/safetensors.h"
+#include "memo/memory/strategy_factory.h"
 #include "memo/model/config.h"
 #include "memo/model/model.h"
 #include "memo/scaling/batch_schedule.h"
@@ -22,29 +22,29 @@
 namespace memo {
 
 struct TrainOptions {
-  std::string config_path;      // model config.json (ignored when resuming: the checkpoint's is used)
-  std::string data_path;        // raw text (bytes) or llm.c token file
-  std::string val_data_path;    // empty: the last val_fraction of data_path
+  std::string config_path;    // model config.json (ignored when resuming: the checkpoint's is used)
+  std::string data_path;      // raw text (bytes) or llm.c token file
+  std::string val_data_path;  // empty: the last val_fraction of data_path
   double val_fraction = 0.05;
-  int64_t seq = 256;            // tokens per sequence
-  int64_t batch = 8;            // sequences per optimiser step
-  int64_t micro_batch = 0;      // sequences per forward/backward; 0: = batch
+  int64_t seq = 256;        // tokens per sequence
+  int64_t batch = 8;        // sequences per optimiser step
+  int64_t micro_batch = 0;  // sequences per forward/backward; 0: = batch
   int64_t steps = 100;
   double lr = 1e-3;
-  double min_lr_ratio = 0.1;    // cosine decays to lr * min_lr_ratio
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
   int64_t warmup = 10;
-  double clip = 1.0;            // global gradient norm; 0: off
-  OptimizerChoice optimizer;    // name and hyperparameters; AdamW by default
-  bool gns = true;              // gradient noise scale, when a step has >= 2 micro-batches
-  double gns_decay = 0.99;      // EMA decay per step of the noise-scale estimator
+  double clip = 1.0;          // global gradient norm; 0: off
+  OptimizerChoice optimizer;  // name and hyperparameters; AdamW by default
+  bool gns = true;            // gradient noise scale, when a step has >= 2 micro-batches
+  double gns_decay = 0.99;    // EMA decay per step of the noise-scale estimator
   uint64_t seed = 1234;
   std::string out_dir = "runs/default";
-  int64_t save_every = 0;       // 0: only at the end
-  std::string resume_dir;       // a run directory or checkpoint to continue from
-  std::string init_from;        // a checkpoint to take the weights from (fresh optimiser)
-  std::string log_path;         // JSON lines, one per step
-  int64_t val_batches = 16;     // micro-batches of validation windows at the end
-  int64_t log_every = 1;        // progress line period in steps
+  int64_t save_every = 0;    // 0: only at the end
+  std::string resume_dir;    // a run directory or checkpoint to continue from
+  std::string init_from;     // a checkpoint to take the weights from (fresh optimiser)
+  std::string log_path;      // JSON lines, one per step
+  int64_t val_batches = 16;  // micro-batches of validation windows at the end
+  int64_t log_every = 1;     // progress line period in steps
   // --device-memory: plan the activations into one arena and check the whole device need against
   // this many bytes before step 1 (train/device_plan.h); 0: no budget, the caching allocator.
   int64_t device_memory_bytes = 0;
@@ -60,13 +60,12 @@ struct TrainResult {
   int64_t steps_done = 0;
   double final_loss = 0.0;
   std::optional<double> val_loss;
-  std::string checkpoint;       // the last checkpoint written
+  std::string checkpoint;  // the last checkpoint written
 };
 
 TrainResult train(const TrainOptions& options, std::ostream& progress);
 
 // Copies a checkpoint's model tensors into `model` (GPT-2 names with or without "transformer.").
 void load_model_tensors(Model& model, const SafetensorsFile& file);
-
 
 }  // namespace memo

@@ -11,8 +11,8 @@ constexpr Bytes kMiB = 1024 * 1024;
 
 TEST(PlanDynamicSim, rounds_small_requests_and_carves_them_from_one_2mib_segment) {
   DynamicAllocatorSim sim;
-  const auto a = sim.allocate(1);      // 512 B
-  const auto b = sim.allocate(1000);   // 1024 B
+  const auto a = sim.allocate(1);     // 512 B
+  const auto b = sim.allocate(1000);  // 1024 B
   EXPECT_EQ(sim.allocated_bytes(), 512 + 1024);
   EXPECT_EQ(sim.reserved_bytes(), 2 * kMiB);
   sim.release(a);
@@ -77,7 +77,8 @@ TEST(PlanDynamicSim, freed_blocks_merge_within_a_segment) {
 }
 
 TEST(PlanDynamicSim, over_capacity_releases_free_segments_then_counts_an_oom) {
-  Problem p{{{"a", 12 * kMiB, 512, 0, 1}, {"b", 14 * kMiB, 512, 1, 2}, {"c", 30 * kMiB, 512, 1, 2}}, 20 * kMiB};
+  Problem p{{{"a", 12 * kMiB, 512, 0, 1}, {"b", 14 * kMiB, 512, 1, 2}, {"c", 30 * kMiB, 512, 1, 2}},
+            20 * kMiB};
   // a's 12 MiB segment is free at step 1 but too small for b, and 12 + 14 MiB exceeds 20 MiB:
   // empty_cache releases a's segment and b fits. c cannot fit (14 + 30 > 20 MiB): one OOM.
   const DynamicSimStats s = simulate_dynamic(p);

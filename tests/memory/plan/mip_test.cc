@@ -10,7 +10,11 @@ namespace {
 
 // See heuristic_test.cc: greedy 21120 B, optimum 20032 B = the lower bound.
 Problem greedy_trap() {
-  return Problem{{{"b0", 16000, 64, 7, 8}, {"b1", 7000, 64, 2, 6}, {"b2", 4000, 64, 4, 8}, {"b3", 10000, 64, 3, 4}}, 0};
+  return Problem{{{"b0", 16000, 64, 7, 8},
+                  {"b1", 7000, 64, 2, 6},
+                  {"b2", 4000, 64, 4, 8},
+                  {"b3", 10000, 64, 3, 4}},
+                 0};
 }
 
 MipOptions forced_cbc() {
@@ -56,8 +60,8 @@ TEST(PlanMip, below_the_lower_bound_is_proven_infeasible_with_the_shortfall) {
   p.capacity = 20000;
   SolveResult r = solve_mip(p);
   EXPECT_EQ(r.status, Status::kInfeasible);
-  EXPECT_EQ(r.lower_bound, 20032);                // 32 B short, proven
-  EXPECT_EQ(r.plan.peak, 21120);                  // the best plan found, for the message
+  EXPECT_EQ(r.lower_bound, 20032);  // 32 B short, proven
+  EXPECT_EQ(r.plan.peak, 21120);    // the best plan found, for the message
   EXPECT_EQ(r.plan.offsets.size(), p.buffers.size());
 }
 
@@ -105,7 +109,8 @@ TEST(PlanMip, option_combinations_agree_on_feasibility_and_peak) {
         o.break_symmetry = mask & 4;
         const SolveResult r = solve_mip(p, o);
         const bool fits = capacity == 0 || capacity >= optimum;
-        EXPECT_EQ(r.status, fits ? Status::kOptimal : Status::kInfeasible) << "seed " << seed << " mask " << mask;
+        EXPECT_EQ(r.status, fits ? Status::kOptimal : Status::kInfeasible)
+            << "seed " << seed << " mask " << mask;
         if (fits) {
           EXPECT_EQ(r.plan.peak, optimum);
           validate(p, r.plan);

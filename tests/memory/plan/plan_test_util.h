@@ -48,14 +48,15 @@ inline Bytes brute_force_peak(const Problem& p) {
       const Buffer& b = p.buffers[i];
       std::vector<Bytes> tries{0};
       for (std::size_t j = 0; j < n; ++j)
-        if (offset[j] >= 0) tries.push_back((offset[j] + bytes(j) + b.align - 1) / b.align * b.align);
+        if (offset[j] >= 0)
+          tries.push_back((offset[j] + bytes(j) + b.align - 1) / b.align * b.align);
       std::sort(tries.begin(), tries.end());
       for (Bytes x : tries) {
         bool clash = false;
         for (std::size_t j = 0; j < n && !clash; ++j) {
           const Buffer& o = p.buffers[j];
-          clash = offset[j] >= 0 && b.begin < o.end && o.begin < b.end && x < offset[j] + bytes(j) &&
-                  offset[j] < x + bytes(i);
+          clash = offset[j] >= 0 && b.begin < o.end && o.begin < b.end &&
+                  x < offset[j] + bytes(j) && offset[j] < x + bytes(i);
         }
         if (!clash) {
           offset[i] = x;

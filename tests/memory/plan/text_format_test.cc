@@ -48,27 +48,38 @@ TEST(PlanText, format_starts_with_magic_and_version) {
 }
 
 TEST(PlanText, comments_and_blank_lines_are_skipped) {
-  const Problem p = problem_from_text("# saved by a test\nmemo-plan-problem 1\n\ncapacity 0\nbuffers 1\na 1 64 0 1\nend\n");
+  const Problem p = problem_from_text(
+      "# saved by a test\nmemo-plan-problem 1\n\ncapacity 0\nbuffers 1\na 1 64 0 1\nend\n");
   ASSERT_EQ(p.buffers.size(), 1u);
   EXPECT_EQ(p.buffers[0].name, "a");
 }
 
 TEST(PlanText, malformed_input_is_rejected_with_its_line_number) {
-  EXPECT_NE(format_error("memo-plan-plan 1\n").find("line 1: expected header 'memo-plan-problem 1'"), std::string::npos);
-  EXPECT_NE(format_error("memo-plan-problem 2\n").find("line 1: version 2 is not supported"), std::string::npos);
-  EXPECT_NE(format_error("memo-plan-problem 1\ncapacity x\n").find("line 2: expected an integer capacity, got 'x'"),
+  EXPECT_NE(
+      format_error("memo-plan-plan 1\n").find("line 1: expected header 'memo-plan-problem 1'"),
+      std::string::npos);
+  EXPECT_NE(format_error("memo-plan-problem 2\n").find("line 1: version 2 is not supported"),
             std::string::npos);
-  const std::string short_line = format_error("memo-plan-problem 1\ncapacity 0\nbuffers 2\na 1 64 0 1\nb 1 64 0\nend\n");
-  EXPECT_NE(short_line.find("line 5: buffer 1: expected '<name> <size> <align> <begin> <end>', got 4 fields"),
+  EXPECT_NE(format_error("memo-plan-problem 1\ncapacity x\n")
+                .find("line 2: expected an integer capacity, got 'x'"),
+            std::string::npos);
+  const std::string short_line =
+      format_error("memo-plan-problem 1\ncapacity 0\nbuffers 2\na 1 64 0 1\nb 1 64 0\nend\n");
+  EXPECT_NE(short_line.find(
+                "line 5: buffer 1: expected '<name> <size> <align> <begin> <end>', got 4 fields"),
             std::string::npos)
       << short_line;
-  EXPECT_NE(format_error("memo-plan-problem 1\ncapacity 0\nbuffers 2\na 1 64 0 1\n").find("line 5: text ends"),
+  EXPECT_NE(format_error("memo-plan-problem 1\ncapacity 0\nbuffers 2\na 1 64 0 1\n")
+                .find("line 5: text ends"),
             std::string::npos);
-  EXPECT_NE(format_error("memo-plan-problem 1\ncapacity 0\nbuffers 0\nend\nmore\n").find("line 5: text after 'end'"),
+  EXPECT_NE(format_error("memo-plan-problem 1\ncapacity 0\nbuffers 0\nend\nmore\n")
+                .find("line 5: text after 'end'"),
             std::string::npos);
-  EXPECT_NE(format_error("memo-plan-problem 1\ncapacity 0\nbuffers 1\na%4 1 64 0 1\nend\n").find("line 4: truncated"),
+  EXPECT_NE(format_error("memo-plan-problem 1\ncapacity 0\nbuffers 1\na%4 1 64 0 1\nend\n")
+                .find("line 4: truncated"),
             std::string::npos);
-  EXPECT_NE(format_error("memo-plan-problem 1\ncapacity 0\nbuffers -1\nend\n").find("line 3: buffers count -1"),
+  EXPECT_NE(format_error("memo-plan-problem 1\ncapacity 0\nbuffers -1\nend\n")
+                .find("line 3: buffers count -1"),
             std::string::npos);
   EXPECT_THROW(plan_from_text("memo-plan-plan 1\npeak 1\noffsets 1\n1 2\nend\n"), FormatError);
 }

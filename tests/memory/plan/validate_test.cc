@@ -22,7 +22,8 @@ const Problem kTwo{{{"q", 4096, 64, 0, 5}, {"k", 4096, 64, 2, 6}}, 0};
 TEST(PlanValidate, accepts_a_correct_plan) {
   EXPECT_NO_THROW(validate(kTwo, Plan{{0, 4096}, 8192}));
   // Buffers never alive together may share bytes.
-  EXPECT_NO_THROW(validate(Problem{{{"a", 64, 64, 0, 1}, {"b", 64, 64, 1, 2}}, 0}, Plan{{0, 0}, 64}));
+  EXPECT_NO_THROW(
+      validate(Problem{{{"a", 64, 64, 0, 1}, {"b", 64, 64, 1, 2}}, 0}, Plan{{0, 0}, 64}));
 }
 
 TEST(PlanValidate, overlap_names_both_buffers_ranges_and_lifetimes) {
@@ -33,10 +34,13 @@ TEST(PlanValidate, overlap_names_both_buffers_ranges_and_lifetimes) {
 }
 
 TEST(PlanValidate, rejects_misaligned_negative_and_past_peak_offsets) {
-  EXPECT_NE(validate_message(kTwo, Plan{{0, 4100}, 9000}).find("not a multiple of align 64"), std::string::npos);
+  EXPECT_NE(validate_message(kTwo, Plan{{0, 4100}, 9000}).find("not a multiple of align 64"),
+            std::string::npos);
   EXPECT_NE(validate_message(kTwo, Plan{{-64, 4096}, 8192}).find("negative"), std::string::npos);
-  EXPECT_NE(validate_message(kTwo, Plan{{0, 4096}, 8000}).find("past the plan peak 8000"), std::string::npos);
-  EXPECT_NE(validate_message(kTwo, Plan{{0}, 8192}).find("1 offsets for 2 buffers"), std::string::npos);
+  EXPECT_NE(validate_message(kTwo, Plan{{0, 4096}, 8000}).find("past the plan peak 8000"),
+            std::string::npos);
+  EXPECT_NE(validate_message(kTwo, Plan{{0}, 8192}).find("1 offsets for 2 buffers"),
+            std::string::npos);
 }
 
 TEST(PlanValidate, rejects_a_peak_over_capacity_with_the_shortfall) {

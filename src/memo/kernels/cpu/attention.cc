@@ -167,7 +167,9 @@ struct AttnShape {
   int64_t tile_rows(int64_t t) const { return std::min(kT, S - t * kT); }
 };
 
-AttnShape attn_shape(const AttnDims& d) { return {d.B, d.S, d.H, d.Hkv, d.G, d.D, padded_dim(d.D)}; }
+AttnShape attn_shape(const AttnDims& d) {
+  return {d.B, d.S, d.H, d.Hkv, d.G, d.D, padded_dim(d.D)};
+}
 
 // Per-thread forward workspace, in floats: q, k^T, v, o-accumulator tiles (kT * dp each), the
 // score tile (kT * kT), running max and sum (kT each).
@@ -177,8 +179,8 @@ int64_t forward_thread_numel(int64_t dp) { return 4 * kT * dp + kT * kT + 2 * kT
 int64_t backward_thread_numel(int64_t dp) { return 8 * kT * dp + 2 * kT * kT + 2 * kT; }
 
 // Forward of one query tile qt of head h in sequence b: the online softmax of FlashAttention-2
-// (Algorithm 1): per key tile, m_new = max(m, rowmax s), acc = acc * e^(m - m_new) + e^(s - m_new) v,
-// l = l * e^(m - m_new) + rowsum e^(s - m_new); at the end o = acc / l, lse = m + log l.
+// (Algorithm 1): per key tile, m_new = max(m, rowmax s), acc = acc * e^(m - m_new) + e^(s - m_new)
+// v, l = l * e^(m - m_new) + rowsum e^(s - m_new); at the end o = acc / l, lse = m + log l.
 void forward_query_tile(const Tensor& o, const Tensor& lse, const ConstTensor& q,
                         const ConstTensor& k, const ConstTensor& v, const AttnShape& s, int64_t b,
                         int64_t h, int64_t qt, float* ws) {
@@ -404,16 +406,16 @@ int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t 
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
-                        ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
-                        int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch) {
-  const AttnShape s = attn_shape(check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch,
-                                                         n_heads, n_kv_heads));
+                        ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse, int64_t batch,
+                        int64_t n_heads, int64_t n_kv_heads, Tensor scratch) {
+  const AttnShape s = attn_shape(
+      check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads));
   const int64_t per_thread = backward_thread_numel(s.dp);
   const int threads = omp_get_max_threads();
   MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread,
              "attention_backward: scratch has ", scratch.numel(), " floats, needs ",
-             threads * per_thread, " (attention_backward_scratch_numel(", s.S, ", ", s.D, ", ",
-             s.H, ", ", s.Hkv, ") with ", threads, " threads)");
+             threads * per_thread, " (attention_backward_scratch_numel(", s.S, ", ", s.D, ", ", s.H,
+             ", ", s.Hkv, ") with ", threads, " threads)");
   const BackwardArgs a{dout, q, k, v, o, lse};
   const int64_t groups = s.B * s.Hkv, n_tiles = s.n_tiles();
   const bool by_group = (groups + threads - 1) / threads * threads * 4 <= groups * 5;
@@ -424,7 +426,8 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, Const
       float* ws = scratch.data() + omp_get_thread_num() * per_thread;
       for (int64_t t = b * s.S; t < (b + 1) * s.S; ++t)
         std::fill(&dq(t, hk * s.G * s.D), &dq(t, hk * s.G * s.D) + s.G * s.D, 0.0f);
-      for (int64_t kt = 0; kt < n_tiles; ++kt) backward_key_tile(dq, dk, dv, a, s, b, hk, kt, true, ws);
+      for (int64_t kt = 0; kt < n_tiles; ++kt)
+        backward_key_tile(dq, dk, dv, a, s, b, hk, kt, true, ws);
     }
     return;
   }
@@ -433,8 +436,8 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, Const
     float* ws = scratch.data() + omp_get_thread_num() * per_thread;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < groups * n_tiles; ++item)  // early (heavy) key tiles first
-      backward_key_tile(dq, dk, dv, a, s, item % groups / s.Hkv, item % s.Hkv, item / groups,
-                        false, ws);
+      backward_key_tile(dq, dk, dv, a, s, item % groups / s.Hkv, item % s.Hkv, item / groups, false,
+                        ws);
     const int64_t heads = s.B * s.H;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < heads * n_tiles; ++item) {  // late (heavy) query tiles first

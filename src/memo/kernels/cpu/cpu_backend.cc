@@ -24,10 +24,14 @@ int64_t CpuBackend::reproducible_rows() const { return cpu::kTokenPanelRows; }
 
 RawAllocator& CpuBackend::allocator(MemSpace space) {
   switch (space) {
-    case MemSpace::kHost: return host_;
-    case MemSpace::kPinnedHost: return pinned_;
-    case MemSpace::kDevice: return device_;
-    case MemSpace::kMeta: break;
+    case MemSpace::kHost:
+      return host_;
+    case MemSpace::kPinnedHost:
+      return pinned_;
+    case MemSpace::kDevice:
+      return device_;
+    case MemSpace::kMeta:
+      break;
   }
   throw ConfigError(str("the cpu backend has no ", space_name(space), " memory"));
 }
@@ -117,8 +121,8 @@ void CpuBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTen
                                    int64_t n_kv_heads, Tensor scratch) {
   cpu::attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads, scratch);
 }
-int64_t CpuBackend::attention_backward_scratch_numel(int64_t seq, int64_t head_dim,
-                                                     int64_t n_heads, int64_t n_kv_heads) {
+int64_t CpuBackend::attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                                     int64_t n_kv_heads) {
   return cpu::attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
 }
 void CpuBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,

@@ -71,8 +71,7 @@ class CpuBackend final : public Backend {
   double sum(ConstTensor x) override;
   double sum_squares(ConstTensor x) override;
   int64_t noise_probe_partial_numel(int64_t n) override;
-  double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
-                          View<double> partial) override;
+  double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass, View<double> partial) override;
   void sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) override;
   void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) override;
   void adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) override;

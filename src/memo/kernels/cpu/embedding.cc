@@ -11,9 +11,7 @@
 #include "memo/kernels/view_checks.h"
 
 namespace memo::cpu {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
   check_embedding_forward(x, tokens, wte);

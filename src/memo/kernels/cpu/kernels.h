@@ -39,9 +39,11 @@ const char* blas_name();
 std::string blas_warning();
 
 // --- RMSNorm ---
-// y[t,:] = x[t,:] * r[t] * w,  r[t] = 1 / sqrt(mean_c x[t,c]^2 + eps).  x, y: [T, C]; w: [C]; r: [T]
+// y[t,:] = x[t,:] * r[t] * w,  r[t] = 1 / sqrt(mean_c x[t,c]^2 + eps).  x, y: [T, C]; w: [C]; r:
+// [T]
 void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, float eps);
-// dx[t,:] += r w*dy - x r^3 mean_c(w dy x)  (adds: x is on the residual stream);  dw += sum_t dy x r
+// dx[t,:] += r w*dy - x r^3 mean_c(w dy x)  (adds: x is on the residual stream);  dw += sum_t dy x
+// r
 void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
                       ConstTensor inv_rms);
 
@@ -95,8 +97,8 @@ void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens)
 
 // --- softmax cross-entropy ---
 // losses[t] = logsumexp(logits[t,:]) - logits[t, targets[t]];  logits: [T, V]; losses: [T].
-// When dlogits is non-empty: dlogits[t,:] = (softmax(logits[t,:]) - onehot(targets[t])) * grad_scale
-// (dlogits may alias logits). Throws DataError on a target outside [0, V).
+// When dlogits is non-empty: dlogits[t,:] = (softmax(logits[t,:]) - onehot(targets[t])) *
+// grad_scale (dlogits may alias logits). Throws DataError on a target outside [0, V).
 void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
                    float grad_scale);
 
@@ -112,8 +114,8 @@ void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, Const
 int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                          int64_t n_kv_heads);
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
-                        ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
-                        int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch);
+                        ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse, int64_t batch,
+                        int64_t n_heads, int64_t n_kv_heads, Tensor scratch);
 
 // --- causal attention of new rows over a key/value cache (generation) ---
 // q, o: [n, H*D], the rows at positions first .. first+n-1; k, v: [first + n, Hkv*D], every key

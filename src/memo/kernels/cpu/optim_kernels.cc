@@ -197,8 +197,8 @@ void adafactor_update_matrix(Tensor p, Tensor m, Tensor row_t, Tensor col_t, Con
                              const AdafactorStep& s) {
   check_optimizer_update("adafactor_update_matrix", p, g, {m});
   const int64_t R = p.rows(), C = p.cols(), n = R * C;
-  MEMO_CHECK(p.ndim() == 2 && row_t.numel() == R && col_t.numel() == C &&
-                 row_inv.numel() >= R && col_inv.numel() >= C && partial.numel() >= R,
+  MEMO_CHECK(p.ndim() == 2 && row_t.numel() == R && col_t.numel() == C && row_inv.numel() >= R &&
+                 col_inv.numel() >= C && partial.numel() >= R,
              "adafactor_update_matrix: p ", p.shape(), " row ", row_t.shape(), " col ",
              col_t.shape(), " scratch ", row_inv.shape(), " ", col_inv.shape(), " ",
              partial.shape());

@@ -48,8 +48,7 @@ void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
   }
 }
 
-void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                  int64_t first_row) {
+void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim, int64_t first_row) {
   check_rope_forward(x, cos, sin, head_dim, first_row);
   rotate(x, cos, sin, head_dim, first_row, 1.0f);
 }

@@ -1,12 +1,13 @@
-#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/tensor_ops.h"
-#include "memo/kernels/view_checks.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include <omp.h>
+#include "memo/kernels/checks.h"
+#include "memo/kernels/view_checks.h"
 
 namespace memo::cpu {
 namespace {

@@ -44,9 +44,8 @@ void MetaBackend::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTen
                                     ConstTensor w, ConstTensor b, float eps) {
   check_layernorm_forward(y, mean, rstd, x, w, b, eps);
 }
-void MetaBackend::layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy,
-                                     ConstTensor x, ConstTensor w, ConstTensor mean,
-                                     ConstTensor rstd) {
+void MetaBackend::layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
+                                     ConstTensor w, ConstTensor mean, ConstTensor rstd) {
   check_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
 }
 void MetaBackend::rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
@@ -112,7 +111,8 @@ void MetaBackend::attention_decode(Tensor o, ConstTensor q, ConstTensor k, Const
                                    int64_t first, int64_t n_heads, int64_t n_kv_heads,
                                    Tensor scratch) {
   check_attention_decode(o, q, k, v, first, n_heads, n_kv_heads);
-  check_scratch("attention_decode", scratch, target_.attention_decode_scratch_numel(first + q.rows()));
+  check_scratch("attention_decode", scratch,
+                target_.attention_decode_scratch_numel(first + q.rows()));
 }
 void MetaBackend::copy(Tensor dst, ConstTensor src) { check_copy(dst, src); }
 void MetaBackend::fill(Tensor dst, float value) { check_fill(dst, value); }
@@ -168,8 +168,8 @@ void MetaBackend::adafactor_update_matrix(Tensor p, Tensor m, Tensor, Tensor, Co
                                           Tensor, View<double>, const AdafactorStep&) {
   check_optimizer_update("adafactor_update_matrix", p, g, {m});
 }
-void MetaBackend::adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g,
-                                          View<double>, const AdafactorStep&) {
+void MetaBackend::adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g, View<double>,
+                                          const AdafactorStep&) {
   check_optimizer_update("adafactor_update_vector", p, g, {m, v});
 }
 

@@ -30,19 +30,23 @@ CbcModel& CbcModel::operator=(CbcModel&&) noexcept = default;
 
 int CbcModel::add_column(double lower, double upper, double objective, bool integer) {
   const std::string name = str("c", impl_->columns);
-  Cbc_addCol(impl_->model, name.c_str(), lower, upper, objective, integer ? 1 : 0, 0, nullptr, nullptr);
+  Cbc_addCol(impl_->model, name.c_str(), lower, upper, objective, integer ? 1 : 0, 0, nullptr,
+             nullptr);
   return impl_->columns++;
 }
 
-void CbcModel::add_row(const std::vector<int>& cols, const std::vector<double>& coefs, char sense, double rhs) {
-  MEMO_CHECK(cols.size() == coefs.size(), "CbcModel::add_row: ", cols.size(), " columns, ", coefs.size(), " coefs");
+void CbcModel::add_row(const std::vector<int>& cols, const std::vector<double>& coefs, char sense,
+                       double rhs) {
+  MEMO_CHECK(cols.size() == coefs.size(), "CbcModel::add_row: ", cols.size(), " columns, ",
+             coefs.size(), " coefs");
   Cbc_addRow(impl_->model, "", int(cols.size()), cols.data(), coefs.data(), sense, rhs);
 }
 
 void CbcModel::set_upper(int col, double upper) { Cbc_setColUpper(impl_->model, col, upper); }
 
 void CbcModel::set_mip_start(const std::vector<int>& cols, const std::vector<double>& values) {
-  MEMO_CHECK(cols.size() == values.size(), "CbcModel::set_mip_start: ", cols.size(), " vs ", values.size());
+  MEMO_CHECK(cols.size() == values.size(), "CbcModel::set_mip_start: ", cols.size(), " vs ",
+             values.size());
   Cbc_setMIPStartI(impl_->model, int(cols.size()), cols.data(), values.data());
 }
 
@@ -56,7 +60,9 @@ void CbcModel::set_parameter(const std::string& name, const std::string& value) 
   Cbc_setParameter(impl_->model, name.c_str(), value.c_str());
 }
 void CbcModel::set_allowable_gap(double gap) { Cbc_setAllowableGap(impl_->model, gap); }
-void CbcModel::set_allowable_fraction_gap(double fraction) { Cbc_setAllowableFractionGap(impl_->model, fraction); }
+void CbcModel::set_allowable_fraction_gap(double fraction) {
+  Cbc_setAllowableFractionGap(impl_->model, fraction);
+}
 
 void CbcModel::minimize() {
   Cbc_setObjSense(impl_->model, 1.0);
@@ -64,7 +70,9 @@ void CbcModel::minimize() {
   impl_->solved = true;
 }
 
-bool CbcModel::has_solution() const { return impl_->solved && Cbc_bestSolution(impl_->model) != nullptr; }
+bool CbcModel::has_solution() const {
+  return impl_->solved && Cbc_bestSolution(impl_->model) != nullptr;
+}
 
 std::vector<double> CbcModel::solution() const {
   const double* x = Cbc_bestSolution(impl_->model);

@@ -21,14 +21,15 @@ class CbcModel {
   // Adds a column with bounds [lower, upper] and objective coefficient; returns its index.
   int add_column(double lower, double upper, double objective, bool integer);
   // Adds the row  sum coefs[k] * x[cols[k]]  <= rhs  (sense 'L'), >= ('G') or = ('E').
-  void add_row(const std::vector<int>& cols, const std::vector<double>& coefs, char sense, double rhs);
+  void add_row(const std::vector<int>& cols, const std::vector<double>& coefs, char sense,
+               double rhs);
   void set_upper(int col, double upper);
   void set_mip_start(const std::vector<int>& cols, const std::vector<double>& values);
-  void set_time_limit(double seconds);  // wall-clock seconds
+  void set_time_limit(double seconds);                                    // wall-clock seconds
   void set_parameter(const std::string& name, const std::string& value);  // "-name value" for CBC
   void set_allowable_gap(double gap);  // stop once incumbent - bound <= gap (objective units)
   void set_allowable_fraction_gap(double fraction);  // ... or <= fraction of the incumbent
-  void minimize();                     // solves; results below
+  void minimize();                                   // solves; results below
 
   bool has_solution() const;
   std::vector<double> solution() const;  // best integer solution, one value per column

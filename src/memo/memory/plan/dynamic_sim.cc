@@ -13,10 +13,12 @@ constexpr Bytes kSmallSize = 1 * kMiB;     // largest request served by the smal
 constexpr Bytes kSmallBuffer = 2 * kMiB;   // small-pool segment size
 constexpr Bytes kLargeBuffer = 20 * kMiB;  // segment size for requests under kMinLargeAlloc
 constexpr Bytes kMinLargeAlloc = 10 * kMiB;
-constexpr Bytes kRoundLarge = 2 * kMiB;    // larger requests round their segment up to this
+constexpr Bytes kRoundLarge = 2 * kMiB;  // larger requests round their segment up to this
 
 Bytes round_up(Bytes x, Bytes to) { return (x + to - 1) / to * to; }
-Bytes round_size(Bytes size) { return size < kMinBlockSize ? kMinBlockSize : round_up(size, kMinBlockSize); }
+Bytes round_size(Bytes size) {
+  return size < kMinBlockSize ? kMinBlockSize : round_up(size, kMinBlockSize);
+}
 Bytes segment_size(Bytes size) {
   if (size <= kSmallSize) return kSmallBuffer;
   if (size < kMinLargeAlloc) return kLargeBuffer;

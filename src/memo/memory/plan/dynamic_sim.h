@@ -56,7 +56,7 @@ class DynamicAllocatorSim {
     Bytes requested{};
     bool small{};
     bool free{};
-    bool dead{};       // merged into a neighbour or released with its segment
+    bool dead{};                // merged into a neighbour or released with its segment
     Handle prev{-1}, next{-1};  // neighbours in the same segment
   };
   using Pool = std::set<std::pair<Bytes, Handle>>;  // (size, block) ordered by size, then address

@@ -30,15 +30,18 @@ SolveResult solve_ordered(const Problem& problem, Order order, GapRule rule) {
   check_problem(problem);
   SolveResult result;
   result.lower_bound = lower_bound(problem);
-  result.plan = place_in_order(problem, make_order(problem, order), rule, &result.counters.candidates);
+  result.plan =
+      place_in_order(problem, make_order(problem, order), rule, &result.counters.candidates);
   if (problem.capacity > 0 && result.plan.peak > problem.capacity)
     result.status = Status::kInfeasible;
   else if (result.plan.peak == result.lower_bound)
     result.status = Status::kOptimal;
   else
     result.status = Status::kFeasible;
-  result.solver = str(order == Order::kSize ? "best_fit_size" : "best_fit_lifetime", "/", gap_rule_name(rule));
-  result.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.solver =
+      str(order == Order::kSize ? "best_fit_size" : "best_fit_lifetime", "/", gap_rule_name(rule));
+  result.solve_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }
 

@@ -10,10 +10,10 @@
 // and it keeps offsets aligned when every align equals g. Then we fix z = 0 for the alive-together
 // pair with the largest combined size, halving the search tree.
 // Repair: CBC's offsets satisfy the constraints only up to its tolerances (z_ij may be 1e-6 off a
-// whole number, times U). So we keep only the order: sort buffers by the midpoint of [A_i, A_i + S_i)
-// (for a pair alive together, the lower one has the lower midpoint even with slack below one unit),
-// then place them in that order at the lowest aligned offset where they fit (placement.h). By
-// induction each offset is at most A_i, so the repaired peak is at most M, and it is exact.
+// whole number, times U). So we keep only the order: sort buffers by the midpoint of [A_i, A_i +
+// S_i) (for a pair alive together, the lower one has the lower midpoint even with slack below one
+// unit), then place them in that order at the lowest aligned offset where they fit (placement.h).
+// By induction each offset is at most A_i, so the repaired peak is at most M, and it is exact.
 #include "memo/memory/plan/mip.h"
 
 #include <algorithm>
@@ -37,7 +37,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 Status status_for(const Problem& problem, Bytes peak, Bytes bound, bool timed_out) {
-  if (problem.capacity > 0 && peak > problem.capacity) return timed_out ? Status::kTimeout : Status::kInfeasible;
+  if (problem.capacity > 0 && peak > problem.capacity)
+    return timed_out ? Status::kTimeout : Status::kInfeasible;
   if (peak <= bound) return Status::kOptimal;
   return timed_out ? Status::kTimeout : Status::kFeasible;
 }
@@ -60,7 +61,8 @@ SolveResult solve_mip(const Problem& problem, const MipOptions& options) {
   const auto close_enough = [&](Bytes peak, Bytes bound) {
     return double(peak - bound) <= options.relative_gap * double(bound);
   };
-  if (options.stop_at_lower_bound && close_enough(best.plan.peak, live_bound)) return finish(live_bound, false);
+  if (options.stop_at_lower_bound && close_enough(best.plan.peak, live_bound))
+    return finish(live_bound, false);
 
   const std::vector<Buffer>& bs = problem.buffers;
   std::vector<std::size_t> active;  // buffers that occupy bytes; the others fit anywhere
@@ -108,8 +110,9 @@ SolveResult solve_mip(const Problem& problem, const MipOptions& options) {
   std::vector<Bytes> start = best.plan.offsets;
   if (options.break_symmetry && uniform_align && !pairs.empty()) {
     const auto weight = [&](const Pair& p) { return units[p.i] + units[p.j]; };
-    const Pair& fixed = *std::max_element(pairs.begin(), pairs.end(),
-                                          [&](const Pair& p, const Pair& q) { return weight(p) < weight(q); });
+    const Pair& fixed =
+        *std::max_element(pairs.begin(), pairs.end(),
+                          [&](const Pair& p, const Pair& q) { return weight(p) < weight(q); });
     model.set_upper(fixed.z, 0.0);
     if (start[fixed.i] > start[fixed.j])
       for (std::size_t i : active) start[i] = best.plan.peak - start[i] - aligned_size(bs[i]);
@@ -117,9 +120,11 @@ SolveResult solve_mip(const Problem& problem, const MipOptions& options) {
   if (options.warm_start && heuristic_fits) {
     std::vector<int> cols;
     std::vector<double> values;
-    for (std::size_t i : active) cols.push_back(x_col[i]), values.push_back(double(start[i] / g) / coef[i]);
+    for (std::size_t i : active)
+      cols.push_back(x_col[i]), values.push_back(double(start[i] / g) / coef[i]);
     cols.push_back(m_col), values.push_back(double(best.plan.peak / g));
-    for (const Pair& p : pairs) cols.push_back(p.z), values.push_back(start[p.i] < start[p.j] ? 0.0 : 1.0);
+    for (const Pair& p : pairs)
+      cols.push_back(p.z), values.push_back(start[p.i] < start[p.j] ? 0.0 : 1.0);
     model.set_mip_start(cols, values);
   }
   model.set_time_limit(std::max(0.0, options.time_limit_seconds - seconds_since(t0)));
@@ -141,7 +146,8 @@ SolveResult solve_mip(const Problem& problem, const MipOptions& options) {
     std::iota(order.begin(), order.end(), std::size_t{0});
     std::vector<double> mid(bs.size(), -1.0);  // empty buffers first: they fit anywhere
     for (std::size_t i : active) mid[i] = x[x_col[i]] * coef[i] + units[i] / 2;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return mid[a] < mid[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return mid[a] < mid[b]; });
     std::int64_t candidates = 0;
     Plan repaired = place_in_order(problem, order, GapRule::kLowestGap, &candidates);
     best.counters.candidates += candidates;
@@ -155,7 +161,8 @@ SolveResult solve_mip(const Problem& problem, const MipOptions& options) {
     bound = (upper + 1) * g;  // no plan with M <= U exists
   } else {
     const double cbc_bound = model.best_bound();
-    if (std::isfinite(cbc_bound) && cbc_bound < 1e18) bound = Bytes(std::ceil(cbc_bound - 1e-6)) * g;
+    if (std::isfinite(cbc_bound) && cbc_bound < 1e18)
+      bound = Bytes(std::ceil(cbc_bound - 1e-6)) * g;
   }
   const bool timed_out = model.time_limit_reached() && !model.proven_optimal();
   return finish(bound, timed_out);

@@ -22,15 +22,15 @@ struct MipOptions {
   // between nodes, so a large model can overrun it at the root (300 buffers: up to ~4 s in
   // plan_bench).
   double time_limit_seconds = 10.0;
-  bool verbose = false;              // show CBC's log (no flag: for debugging the planner)
-  bool warm_start = true;            // give CBC the heuristic plan as its first incumbent
-  bool stop_at_lower_bound = true;   // skip CBC when the heuristic already reaches the lower bound
+  bool verbose = false;             // show CBC's log (no flag: for debugging the planner)
+  bool warm_start = true;           // give CBC the heuristic plan as its first incumbent
+  bool stop_at_lower_bound = true;  // skip CBC when the heuristic already reaches the lower bound
   // Accept a plan within this fraction of the proven bound: skip CBC when the heuristic is that
   // close to the lower bound (with stop_at_lower_bound), and let CBC stop at that gap. 1e-4 of a
   // 40 GiB arena is 4 MiB; 0 insists on proven optimality (no flag; the tests set it).
   double relative_gap = 1e-4;
-  bool break_symmetry = true;        // fix one pair's order (a plan upside down is also a plan)
-  HeuristicOptions heuristic;        // for the warm start and the big-M
+  bool break_symmetry = true;  // fix one pair's order (a plan upside down is also a plan)
+  HeuristicOptions heuristic;  // for the warm start and the big-M
   // Extra CBC switches, passed as "-name value" on CBC's command line, e.g. {"cuts", "off"} (no
   // flag: for experiments from code). Applied after memo's own settings, so they can override them.
   std::vector<std::pair<std::string, std::string>> cbc_parameters;

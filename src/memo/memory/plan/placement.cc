@@ -16,7 +16,8 @@ Plan place_in_order(const Problem& problem, const std::vector<std::size_t>& orde
   Plan plan{std::vector<Bytes>(n, 0), 0};
   std::vector<std::size_t> placed;
   placed.reserve(n);
-  std::vector<std::pair<Bytes, Bytes>> taken;  // [lo, hi) byte ranges of placed buffers alive with b
+  std::vector<std::pair<Bytes, Bytes>>
+      taken;  // [lo, hi) byte ranges of placed buffers alive with b
   for (std::size_t i : order) {
     const Buffer& b = problem.buffers[i];
     const Bytes size = aligned_size(b);

@@ -8,10 +8,14 @@ namespace memo::plan {
 
 const char* status_name(Status status) {
   switch (status) {
-    case Status::kOptimal: return "optimal";
-    case Status::kFeasible: return "feasible";
-    case Status::kInfeasible: return "infeasible";
-    case Status::kTimeout: return "timeout";
+    case Status::kOptimal:
+      return "optimal";
+    case Status::kFeasible:
+      return "feasible";
+    case Status::kInfeasible:
+      return "infeasible";
+    case Status::kTimeout:
+      return "timeout";
   }
   return "unknown";
 }
@@ -22,18 +26,22 @@ Bytes aligned_size(const Buffer& buffer) {
 
 void check_problem(const Problem& problem) {
   if (problem.capacity < 0)
-    throw PlanError(str("problem capacity is ", problem.capacity, " bytes; use >= 0 (0 = unlimited)"));
+    throw PlanError(
+        str("problem capacity is ", problem.capacity, " bytes; use >= 0 (0 = unlimited)"));
   if (problem.buffers.size() > std::size_t{INT32_MAX})
     throw PlanError(str("problem has ", problem.buffers.size(), " buffers; at most ", INT32_MAX));
   for (std::size_t i = 0; i < problem.buffers.size(); ++i) {
     const Buffer& b = problem.buffers[i];
     const auto where = [&] { return str("buffer ", i, " '", b.name, "'"); };
-    if (b.name.empty()) throw PlanError(str("buffer ", i, " has an empty name; every buffer needs one"));
+    if (b.name.empty())
+      throw PlanError(str("buffer ", i, " has an empty name; every buffer needs one"));
     if (b.size < 0) throw PlanError(str(where(), " has size ", b.size, " bytes; use >= 0"));
     if (b.align <= 0) throw PlanError(str(where(), " has align ", b.align, " bytes; use > 0"));
-    if (b.size > (INT64_MAX / 4)) throw PlanError(str(where(), " has size ", b.size, " bytes; too large"));
+    if (b.size > (INT64_MAX / 4))
+      throw PlanError(str(where(), " has size ", b.size, " bytes; too large"));
     if (b.end <= b.begin)
-      throw PlanError(str(where(), " has lifetime [", b.begin, ", ", b.end, "); end must exceed begin"));
+      throw PlanError(
+          str(where(), " has lifetime [", b.begin, ", ", b.end, "); end must exceed begin"));
   }
 }
 

@@ -3,7 +3,8 @@
 // allocation (DESIGN.md section 2): place every buffer at an offset so that buffers alive at the
 // same time do not overlap, minimising the peak. Pure data and a few pure functions; no solver.
 //
-// Data flows one way:  Problem -> solve_*(problem, options) -> SolveResult -> validate(problem, plan)
+// Data flows one way:  Problem -> solve_*(problem, options) -> SolveResult -> validate(problem,
+// plan)
 //
 // Note [Bi-level planning]
 // The solvers and the validator do not know which level they plan; a caller builds two kinds of

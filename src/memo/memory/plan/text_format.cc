@@ -55,7 +55,9 @@ class LineReader {
     throw FormatError(str("line ", line_ + 1, ": text ends; expected ", expecting));
   }
 
-  [[noreturn]] void fail(const std::string& what) const { throw FormatError(str("line ", line_, ": ", what)); }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw FormatError(str("line ", line_, ": ", what));
+  }
 
   std::int64_t integer(std::string_view field, std::string_view what) const {
     std::int64_t value = 0;
@@ -76,7 +78,8 @@ class LineReader {
     const auto f = next(magic);
     if (f.size() != 2 || f[0] != magic) fail(str("expected header '", magic, " ", kVersion, "'"));
     const std::int64_t version = integer(f[1], "version");
-    if (version != kVersion) fail(str("version ", version, " is not supported; this reader reads ", kVersion));
+    if (version != kVersion)
+      fail(str("version ", version, " is not supported; this reader reads ", kVersion));
   }
 
   void trailer() {
@@ -102,7 +105,8 @@ class LineReader {
       int value = 0;
       if (i + 3 > field.size()) fail(str("truncated %XX escape in name '", field, "'"));
       const auto [end, ec] = std::from_chars(field.data() + i + 1, field.data() + i + 3, value, 16);
-      if (ec != std::errc{} || end != field.data() + i + 3) fail(str("bad %XX escape in name '", field, "'"));
+      if (ec != std::errc{} || end != field.data() + i + 3)
+        fail(str("bad %XX escape in name '", field, "'"));
       out += char(value);
       i += 2;
     }
@@ -117,7 +121,8 @@ class LineReader {
 
 std::int64_t count_field(LineReader& in, std::string_view key) {
   const std::int64_t n = in.keyed(key);
-  if (n < 0 || n > INT32_MAX) in.fail(str(key, " count ", n, " is out of range [0, ", INT32_MAX, "]"));
+  if (n < 0 || n > INT32_MAX)
+    in.fail(str(key, " count ", n, " is out of range [0, ", INT32_MAX, "]"));
   return n;
 }
 
@@ -132,7 +137,8 @@ std::string to_text(const Problem& problem) {
 }
 
 std::string to_text(const Plan& plan) {
-  std::string out = str(kPlanMagic, " ", kVersion, "\npeak ", plan.peak, "\noffsets ", plan.offsets.size(), "\n");
+  std::string out =
+      str(kPlanMagic, " ", kVersion, "\npeak ", plan.peak, "\noffsets ", plan.offsets.size(), "\n");
   for (Bytes offset : plan.offsets) out += str(offset, "\n");
   return out + "end\n";
 }
@@ -145,9 +151,12 @@ Problem problem_from_text(std::string_view text) {
   const std::int64_t n = count_field(in, "buffers");
   for (std::int64_t i = 0; i < n; ++i) {
     const auto f = in.next(str("buffer ", i, " of ", n));
-    if (f.size() != 5) in.fail(str("buffer ", i, ": expected '<name> <size> <align> <begin> <end>', got ", f.size(), " fields"));
-    problem.buffers.push_back(Buffer{in.unescape_name(f[0]), in.integer(f[1], "size"), in.integer(f[2], "align"),
-                                     in.integer(f[3], "begin"), in.integer(f[4], "end")});
+    if (f.size() != 5)
+      in.fail(str("buffer ", i, ": expected '<name> <size> <align> <begin> <end>', got ", f.size(),
+                  " fields"));
+    problem.buffers.push_back(Buffer{in.unescape_name(f[0]), in.integer(f[1], "size"),
+                                     in.integer(f[2], "align"), in.integer(f[3], "begin"),
+                                     in.integer(f[4], "end")});
   }
   in.trailer();
   return problem;
@@ -161,7 +170,8 @@ Plan plan_from_text(std::string_view text) {
   const std::int64_t n = count_field(in, "offsets");
   for (std::int64_t i = 0; i < n; ++i) {
     const auto f = in.next(str("offset ", i, " of ", n));
-    if (f.size() != 1) in.fail(str("offset ", i, ": expected one integer, got ", f.size(), " fields"));
+    if (f.size() != 1)
+      in.fail(str("offset ", i, ": expected one integer, got ", f.size(), " fields"));
     plan.offsets.push_back(in.integer(f[0], "offset"));
   }
   in.trailer();

@@ -24,16 +24,19 @@ void validate(const Problem& problem, const Plan& plan) {
     throw PlanError(str("plan has ", plan.offsets.size(), " offsets for ", n, " buffers"));
   if (problem.capacity > 0 && plan.peak > problem.capacity)
     throw PlanError(str("plan peak ", plan.peak, " bytes (", gib(double(plan.peak)),
-                        ") exceeds capacity ", problem.capacity, " bytes (", gib(double(problem.capacity)),
-                        "), short ", plan.peak - problem.capacity, " bytes"));
+                        ") exceeds capacity ", problem.capacity, " bytes (",
+                        gib(double(problem.capacity)), "), short ", plan.peak - problem.capacity,
+                        " bytes"));
   for (std::size_t i = 0; i < n; ++i) {
     const Buffer& b = problem.buffers[i];
     const Bytes offset = plan.offsets[i];
     if (offset < 0) throw PlanError(str(describe(problem, plan, i), ": offset is negative"));
     if (offset % b.align != 0)
-      throw PlanError(str(describe(problem, plan, i), ": offset is not a multiple of align ", b.align));
+      throw PlanError(
+          str(describe(problem, plan, i), ": offset is not a multiple of align ", b.align));
     if (offset + rounded_bytes(b) > plan.peak)
-      throw PlanError(str(describe(problem, plan, i), ": ends past the plan peak ", plan.peak, " bytes"));
+      throw PlanError(
+          str(describe(problem, plan, i), ": ends past the plan peak ", plan.peak, " bytes"));
   }
   for (std::size_t i = 0; i < n; ++i) {
     for (std::size_t j = i + 1; j < n; ++j) {
@@ -44,8 +47,8 @@ void validate(const Problem& problem, const Plan& plan) {
       const Bytes b_lo = plan.offsets[j], b_hi = b_lo + rounded_bytes(b);
       const bool same_bytes = a_lo < b_hi && b_lo < a_hi;
       if (same_time && same_bytes)
-        throw PlanError(str(describe(problem, plan, i), " overlaps ", describe(problem, plan, j), " by ",
-                            std::min(a_hi, b_hi) - std::max(a_lo, b_lo), " bytes"));
+        throw PlanError(str(describe(problem, plan, i), " overlaps ", describe(problem, plan, j),
+                            " by ", std::min(a_hi, b_hi) - std::max(a_lo, b_lo), " bytes"));
     }
   }
 }

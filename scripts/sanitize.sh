@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The sanitizer runs of the test command: the whole suite once under AddressSanitizer +
+# UndefinedBehaviorSanitizer (build-asan/), and the tests of the copy streams, the activation
+# strategies, the one training step and the communicator under ThreadSanitizer (build-tsan/, the
+# memo_thread_tests binary), each build at -O1.
+# OpenMP runs one thread under TSan: libgomp is not instrumented, so its barriers would be
+# reported as races; the copy streams' worker threads and the compute thread are what it checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="$(nproc)"
+san_build() {  # dir, flags, targets...
+  local dir=$1 flags=$2
+  shift 2
+  # Warnings are the Release build's job: under the sanitizers GCC 12 warns about its own
+  # libstdc++ (<regex>: "may be used uninitialized"), so these builds do not make them errors.
+  mkdir -p "$dir"
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMO_WERROR=OFF \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DMEMO_SANITIZE="$flags" > "$dir/configure.log" 2>&1 ||
+    { cat "$dir/configure.log"; exit 1; }
+  local targets=()
+  for t in "$@"; do targets+=(--target "$t"); done
+  cmake --build "$dir" -j"$jobs" "${targets[@]}"
+}
+
+echo "memo: AddressSanitizer + UndefinedBehaviorSanitizer: every test"
+san_build build-asan "address,undefined" memo memo_tests
+(cd build-asan &&
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ctest --output-on-failure -j"$jobs" --timeout 600)
+
+echo "memo: ThreadSanitizer: copy streams, strategies, the training step, the communicator"
+san_build build-tsan "thread" memo_thread_tests
+OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/memo_thread_tests
