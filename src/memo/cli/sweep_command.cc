@@ -19,6 +19,7 @@
 #include "memo/cli/commands.h"
 #include "memo/cli/optimizer_flags.h"
 #include "memo/core/error.h"
+#include "memo/core/units.h"
 #include "memo/data/token_data.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
@@ -82,17 +83,6 @@ std::string fixed4(double v) {
 std::string fixed1(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
-
-std::string duration_str(double s) {
-  char buf[32];
-  if (s < 60)
-    std::snprintf(buf, sizeof buf, "%.0fs", s);
-  else if (s < 3600)
-    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
   return buf;
 }
 

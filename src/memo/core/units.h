@@ -20,4 +20,7 @@ int64_t parse_bytes(std::string_view text, std::string_view flag);
 // ("1.50 GiB", "12.00 MiB", "512 B").
 std::string format_bytes(int64_t bytes);
 
+// A duration for progress lines: "42s", "3m07s", "2h05m".
+std::string duration_str(double seconds);
+
 }  // namespace memo

@@ -15,6 +15,7 @@
 
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/error.h"
+#include "memo/core/units.h"
 #include "memo/data/sampler.h"
 #include "memo/data/shards.h"
 #include "memo/data/token_data.h"
@@ -42,17 +43,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string duration_str(double s) {
-  char buf[32];
-  if (s < 60)
-    std::snprintf(buf, sizeof buf, "%.0fs", s);
-  else if (s < 3600)
-    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
-  return buf;
 }
 
 // Which training options a checkpoint pins: resuming with other values would not continue the
