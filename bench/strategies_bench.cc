@@ -47,7 +47,7 @@ std::vector<int32_t> tokens(int64_t n, int32_t V) {
 // Runs `untimed` then `timed` micro-batches of one sequence of `seq` tokens.
 Measure measure(Model& model, const StrategyOptions& o, int64_t seq, int untimed, int timed) {
   CachingAllocator alloc;
-  auto strategy = make_strategy(model.config(), alloc, o);
+  auto strategy = make_strategy(model.skeletal(), alloc, o);
   const std::vector<int32_t> t = tokens(seq, int32_t(model.config().vocab_size));
   for (int i = 0; i < untimed; ++i)
     model.forward_backward(t.data(), t.data() + 1, 1, seq, 0.0f, *strategy, alloc);

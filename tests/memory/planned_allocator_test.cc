@@ -21,7 +21,7 @@ struct StepResult {
 
 // Two steps of two micro-batches each under `alloc`, from the same weights.
 StepResult run_steps(Model& model, ActivationAllocator& alloc, int64_t batch, int64_t seq) {
-  KeepStrategy strategy(model.config(), alloc);
+  KeepStrategy strategy(skeletal_layout(model.config()), alloc);
   StepResult r;
   for (int step = 0; step < 2; ++step) {
     model.zero_grads();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "memo/memory/activation_plan.h"
+#include "memo/model/architecture.h"
 #include "memory_test_util.h"
 #include "test_util.h"
 
@@ -26,7 +27,7 @@ TEST(Trace, step_has_one_forward_and_one_backward_pass_per_layer) {
     }
   }
   EXPECT_EQ(saved,
-            int(saved_fields(c).size()) * c.num_hidden_layers);  // keep holds every layer's set
+            skeletal_layout(c).num_fields() * c.num_hidden_layers);  // keep holds every layer's set
   for (size_t p = 0; p < t.phases.size(); ++p) {
     int transients = 0;
     for (const TracedRequest& r : t.requests) transients += r.phase == int(p);

@@ -81,7 +81,7 @@ INSTANTIATE_TEST_SUITE_P(Strategies, ShapeOnlyTrace,
 // Two optimiser steps of two micro-batches under `alloc` and `kind`.
 void train_steps(Model& model, ActivationAllocator& alloc, const std::string& kind, int64_t batch,
                  int64_t seq) {
-  auto strategy = factory(kind)(model.config(), alloc);
+  auto strategy = factory(kind)(model.skeletal(), alloc);
   for (int step = 0; step < 2; ++step) {
     model.zero_grads();
     for (int micro = 0; micro < 2; ++micro) {

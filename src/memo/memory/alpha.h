@@ -15,7 +15,7 @@ namespace memo {
 
 struct AlphaInputs {
   // Bytes per layer per micro-batch: the layer input x; the attention output with its lse; all
-  // other skeletal tensors (SavedField::per_token) over all T tokens.
+  // other skeletal tensors (SkeletalField::per_token) over all T tokens.
   int64_t input_bytes = 0;
   int64_t attn_bytes = 0;
   int64_t other_bytes = 0;

@@ -12,25 +12,25 @@ int64_t memo_offload_rows(double alpha, int64_t tokens, int64_t granularity) {
   return int64_t(std::floor(rows / double(g))) * g;
 }
 
-AlphaInputs memo_alpha_sizes(const ModelConfig& config, int64_t batch, int64_t seq) {
+AlphaInputs memo_alpha_sizes(const SkeletalLayout& layout, int64_t batch, int64_t seq) {
   AlphaInputs in;
-  for (const SavedField& f : saved_fields(config)) {
-    const int64_t bytes = saved_shape(f, config, batch, seq).numel() * int64_t(sizeof(float));
-    if (f.per_token)
+  for (int i = 0; i < layout.num_fields(); ++i) {
+    const int64_t bytes = layout.shape(i, batch, seq).numel() * int64_t(sizeof(float));
+    if (layout.fields[size_t(i)].per_token)
       in.other_bytes += bytes;
-    else if (f.member == &SavedActs::x)
-      in.input_bytes += bytes;
+    else if (i == 0)
+      in.input_bytes += bytes;  // x
     else
       in.attn_bytes += bytes;  // attn and lse
   }
-  in.num_layers = int(config.num_hidden_layers);
+  in.num_layers = layout.num_layers;
   in.seq = seq;
   return in;
 }
 
-MemoStrategy::MemoStrategy(const ModelConfig& config, ActivationAllocator& alloc,
+MemoStrategy::MemoStrategy(const SkeletalLayout& layout, ActivationAllocator& alloc,
                            const SwapOptions& swap, const MemoOptions& options)
-    : SwapStrategy(config, alloc, swap),
+    : SwapStrategy(layout, alloc, swap),
       options_(options),
       host_memory_bytes_(swap.host_memory_bytes) {
   MEMO_CHECK(!options.alpha || (*options.alpha >= 0.0 && *options.alpha <= 1.0), "memo: alpha ",
@@ -43,7 +43,7 @@ bool MemoStrategy::wants_warmup() const {
 }
 
 MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
-  AlphaInputs in = memo_alpha_sizes(config(), batch, seq);
+  AlphaInputs in = memo_alpha_sizes(layout(), batch, seq);
   in.host_memory_bytes = host_memory_bytes_;
   in.layer_forward_s =
       options_.layer_forward_s > 0.0 ? options_.layer_forward_s : profile().layer_forward_s;

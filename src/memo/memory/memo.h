@@ -27,11 +27,11 @@ struct MemoOptions {
 int64_t memo_offload_rows(double alpha, int64_t tokens, int64_t granularity);
 
 // The cost model's per-layer byte sizes for one micro-batch shape (timings and host left unset).
-AlphaInputs memo_alpha_sizes(const ModelConfig& config, int64_t batch, int64_t seq);
+AlphaInputs memo_alpha_sizes(const SkeletalLayout& layout, int64_t batch, int64_t seq);
 
 class MemoStrategy final : public SwapStrategy {
  public:
-  MemoStrategy(const ModelConfig& config, ActivationAllocator& alloc, const SwapOptions& swap,
+  MemoStrategy(const SkeletalLayout& layout, ActivationAllocator& alloc, const SwapOptions& swap,
                const MemoOptions& options);
   std::string name() const override { return "memo"; }
   bool wants_warmup() const override;

@@ -9,8 +9,9 @@ namespace memo {
 
 class OffloadStrategy final : public SwapStrategy {
  public:
-  OffloadStrategy(const ModelConfig& config, ActivationAllocator& alloc, const SwapOptions& options)
-      : SwapStrategy(config, alloc, options) {}
+  OffloadStrategy(const SkeletalLayout& layout, ActivationAllocator& alloc,
+                  const SwapOptions& options)
+      : SwapStrategy(layout, alloc, options) {}
   std::string name() const override { return "offload"; }
   std::string summary() const override;
 

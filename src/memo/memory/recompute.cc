@@ -2,11 +2,11 @@
 
 namespace memo {
 
-RecomputeStrategy::RecomputeStrategy(const ModelConfig& config, ActivationAllocator& alloc)
-    : config_(config),
+RecomputeStrategy::RecomputeStrategy(const SkeletalLayout& layout, ActivationAllocator& alloc)
+    : layout_(layout),
       alloc_(alloc),
-      slots_(size_t(config.num_hidden_layers)),
-      x_live_(size_t(config.num_hidden_layers), false) {}
+      slots_(size_t(layout.num_layers)),
+      x_live_(size_t(layout.num_layers), false) {}
 
 RecomputeStrategy::~RecomputeStrategy() {
   for (int l = int(slots_.size()) - 1; l >= 0; --l)
@@ -15,7 +15,7 @@ RecomputeStrategy::~RecomputeStrategy() {
 }
 
 std::string RecomputeStrategy::summary() const {
-  return str("recompute: ", config_.num_hidden_layers,
+  return str("recompute: ", layout_.num_layers,
              " layer inputs stay on the device; each layer's forward is re-run "
              "before its backward");
 }
@@ -26,25 +26,20 @@ void RecomputeStrategy::begin_step(int64_t batch, int64_t seq) {
   if (work_live_) release_work();
   batch_ = batch;
   seq_ = seq;
-  for (const SavedField& f : saved_fields(config_))
-    if (f.member != &SavedActs::x)
-      work_.*f.member =
-          alloc_.acquire(f.name, saved_shape(f, config_, batch, seq), ActKind::kSaved);
+  for (int i = 1; i < layout_.num_fields(); ++i)  // every field but x
+    work_[i] = alloc_.acquire(layout_.fields[size_t(i)].name, layout_.shape(i, batch, seq),
+                              ActKind::kSaved);
   work_live_ = true;
 }
 
-void RecomputeStrategy::set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) {
-  weights_ = &weights;
-  ctx_ = &ctx;
-}
+void RecomputeStrategy::bind_layers(const LayerRunner& layers) { layers_ = &layers; }
 
 const SavedActs& RecomputeStrategy::forward_slot(int layer) {
   MEMO_CHECK(work_live_, "recompute: forward_slot(", layer, ") before begin_step");
   SavedActs& s = slots_.at(size_t(layer));
   if (!x_live_[size_t(layer)]) {
     s = work_;
-    s.x = alloc_.acquire("x", saved_shape(saved_fields(config_)[0], config_, batch_, seq_),
-                         ActKind::kSaved);
+    s.x() = alloc_.acquire(layout_.fields[0].name, layout_.shape(0, batch_, seq_), ActKind::kSaved);
     x_live_[size_t(layer)] = true;
   }
   return s;
@@ -54,9 +49,9 @@ const SavedActs& RecomputeStrategy::backward_ready(int layer) {
   MEMO_CHECK(x_live_.at(size_t(layer)), "recompute: layer ", layer, " backward before its forward");
   const SavedActs& s = slots_[size_t(layer)];
   if (layer + 1 < int(slots_.size())) {
-    MEMO_CHECK(weights_ && ctx_, "recompute: no weights to re-run layer ", layer, " with");
-    ScopedAct y(alloc_, "recompute.y", {batch_ * seq_, config_.hidden_size});
-    layer_forward(*y, s, weights_->layers[size_t(layer)], *ctx_);
+    MEMO_CHECK(layers_, "recompute: no layers bound to re-run layer ", layer, " with");
+    ScopedAct y(alloc_, "recompute.y", {batch_ * seq_, layout_.hidden_size});
+    layers_->forward(layer, *y, s);
   }
   return s;
 }
@@ -73,18 +68,16 @@ void RecomputeStrategy::discard(int layer) {
 
 void RecomputeStrategy::release_x(int layer) {
   MEMO_CHECK(x_live_[size_t(layer)], "recompute: layer ", layer, " released twice");
-  alloc_.release(slots_[size_t(layer)].x);
+  alloc_.release(slots_[size_t(layer)].x());
   slots_[size_t(layer)] = SavedActs();
   x_live_[size_t(layer)] = false;
 }
 
 void RecomputeStrategy::release_work() {
-  const std::span<const SavedField> fields = saved_fields(config_);
-  for (int i = int(fields.size()) - 1; i >= 0; --i)
-    if (fields[i].member != &SavedActs::x) {
-      alloc_.release(work_.*fields[i].member);
-      work_.*fields[i].member = Tensor();
-    }
+  for (int i = layout_.num_fields() - 1; i >= 1; --i) {  // every field but x
+    alloc_.release(work_[i]);
+    work_[i] = Tensor();
+  }
   work_live_ = false;
 }
 

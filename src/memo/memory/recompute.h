@@ -1,7 +1,7 @@
 // `recompute`: full recomputation, Megatron style. Only each layer's input x stays on the device (L
 // tensors of [T, C]); every other skeletal tensor is written into one shared work slot during the
 // forward and thrown away. Before layer l's backward its forward is re-run into the work slot by
-// layer_forward itself (the output goes to a scratch [T, C] transient), so the values are the
+// the layer's forward itself (the output goes to a scratch [T, C] transient), so the values are the
 // forward's bit for bit. The top layer skips the re-run: the slot still holds its forward.
 #pragma once
 
@@ -13,12 +13,12 @@ namespace memo {
 
 class RecomputeStrategy final : public ActivationStrategy {
  public:
-  RecomputeStrategy(const ModelConfig& config, ActivationAllocator& alloc);
+  RecomputeStrategy(const SkeletalLayout& layout, ActivationAllocator& alloc);
   ~RecomputeStrategy() override;
   std::string name() const override { return "recompute"; }
   std::string summary() const override;
   void begin_step(int64_t batch, int64_t seq) override;
-  void set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) override;
+  void bind_layers(const LayerRunner& layers) override;
   const SavedActs& forward_slot(int layer) override;
   void forward_done(int layer) override {}
   const SavedActs& backward_ready(int layer) override;
@@ -29,11 +29,10 @@ class RecomputeStrategy final : public ActivationStrategy {
   void release_x(int layer);
   void release_work();
 
-  const ModelConfig& config_;
+  const SkeletalLayout layout_;
   ActivationAllocator& alloc_;
   int64_t batch_ = 0, seq_ = 0;
-  const ModelWeights* weights_ = nullptr;
-  const LayerContext* ctx_ = nullptr;
+  const LayerRunner* layers_ = nullptr;
   SavedActs work_;                // every field but x; [T, ...], held for the micro-batch
   std::vector<SavedActs> slots_;  // layer l: its own x + the work slot
   std::vector<bool> x_live_;

@@ -15,8 +15,9 @@ void KeepStrategy::begin_step(int64_t batch, int64_t seq) {
 const SavedActs& KeepStrategy::forward_slot(int layer) {
   SavedActs& s = slots_.at(size_t(layer));
   if (!live_[size_t(layer)]) {
-    for (const SavedField& f : saved_fields(config_))
-      s.*f.member = alloc_.acquire(f.name, saved_shape(f, config_, batch_, seq_), ActKind::kSaved);
+    for (int i = 0; i < layout_.num_fields(); ++i)
+      s[i] = alloc_.acquire(layout_.fields[size_t(i)].name, layout_.shape(i, batch_, seq_),
+                            ActKind::kSaved);
     live_[size_t(layer)] = true;
   }
   return s;
@@ -31,10 +32,9 @@ void KeepStrategy::release(int layer) {
   SavedActs& s = slots_.at(size_t(layer));
   MEMO_CHECK(live_[size_t(layer)], "keep: layer ", layer, " released twice");
   // Reverse order of acquisition, so a stack-like allocator sees LIFO releases.
-  const std::span<const SavedField> fields = saved_fields(config_);
-  for (int i = int(fields.size()) - 1; i >= 0; --i) {
-    alloc_.release(s.*fields[i].member);
-    s.*fields[i].member = Tensor();
+  for (int i = layout_.num_fields() - 1; i >= 0; --i) {
+    alloc_.release(s[i]);
+    s[i] = Tensor();
   }
   live_[size_t(layer)] = false;
 }

@@ -17,9 +17,7 @@
 #include <vector>
 
 #include "memo/backend/allocator.h"
-#include "memo/model/config.h"
-#include "memo/model/layer.h"
-#include "memo/model/params.h"
+#include "memo/memory/skeletal.h"
 
 namespace memo {
 
@@ -27,12 +25,12 @@ class ActivationStrategy {
  public:
   virtual ~ActivationStrategy() = default;
   virtual std::string name() const = 0;
-  // Called first in every micro-batch with what a strategy needs to rebuild a layer's skeletal
-  // tensors (recompute, memo) and the backend the layers run on (ctx.backend: its streams, host
-  // memory and reproducible rows); both stay valid until the micro-batch ends.
-  virtual void set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) = 0;
-  // Called once per micro-batch right after set_rebuild_inputs, before the first layer; may plan
-  // or allocate.
+  // Called first in every micro-batch with the layers that run it: how to rebuild a layer's
+  // skeletal tensors (recompute, memo) and the backend (its streams, host memory and reproducible
+  // rows). `layers` stays valid until the micro-batch ends.
+  virtual void bind_layers(const LayerRunner& layers) = 0;
+  // Called once per micro-batch right after bind_layers, before the first layer; may plan or
+  // allocate.
   virtual void begin_step(int64_t batch, int64_t seq) = 0;
   // Buffers for layer l's skeletal set; x is written by the producer of the layer's input.
   virtual const SavedActs& forward_slot(int layer) = 0;
@@ -52,15 +50,15 @@ class ActivationStrategy {
 
 class KeepStrategy final : public ActivationStrategy {
  public:
-  KeepStrategy(const ModelConfig& config, ActivationAllocator& alloc)
-      : config_(config),
+  KeepStrategy(const SkeletalLayout& layout, ActivationAllocator& alloc)
+      : layout_(layout),
         alloc_(alloc),
-        slots_(size_t(config.num_hidden_layers)),
-        live_(size_t(config.num_hidden_layers), false) {}
+        slots_(size_t(layout.num_layers)),
+        live_(size_t(layout.num_layers), false) {}
   ~KeepStrategy() override;
   std::string name() const override { return "keep"; }
   void begin_step(int64_t batch, int64_t seq) override;
-  void set_rebuild_inputs(const ModelWeights&, const LayerContext&) override {}  // keeps everything
+  void bind_layers(const LayerRunner&) override {}  // keeps everything
   const SavedActs& forward_slot(int layer) override;
   void forward_done(int layer) override {}
   const SavedActs& backward_ready(int layer) override;
@@ -69,7 +67,7 @@ class KeepStrategy final : public ActivationStrategy {
 
  private:
   void release(int layer);
-  const ModelConfig& config_;
+  const SkeletalLayout layout_;
   ActivationAllocator& alloc_;
   int64_t batch_ = 0, seq_ = 0;
   std::vector<SavedActs> slots_;

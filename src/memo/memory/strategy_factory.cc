@@ -6,7 +6,7 @@
 
 namespace memo {
 
-std::unique_ptr<ActivationStrategy> make_strategy(const ModelConfig& config,
+std::unique_ptr<ActivationStrategy> make_strategy(const SkeletalLayout& layout,
                                                   ActivationAllocator& alloc,
                                                   const StrategyOptions& o) {
   const bool swaps = o.kind == "offload" || o.kind == "memo";
@@ -28,12 +28,12 @@ std::unique_ptr<ActivationStrategy> make_strategy(const ModelConfig& config,
   swap.copy.max_random_delay_s = o.max_random_delay_s;
   swap.copy.random_delay_seed = o.random_delay_seed;
   swap.poison_released = o.poison_released;
-  if (o.kind == "keep") return std::make_unique<KeepStrategy>(config, alloc);
-  if (o.kind == "recompute") return std::make_unique<RecomputeStrategy>(config, alloc);
-  if (o.kind == "offload") return std::make_unique<OffloadStrategy>(config, alloc, swap);
+  if (o.kind == "keep") return std::make_unique<KeepStrategy>(layout, alloc);
+  if (o.kind == "recompute") return std::make_unique<RecomputeStrategy>(layout, alloc);
+  if (o.kind == "offload") return std::make_unique<OffloadStrategy>(layout, alloc, swap);
   if (o.kind == "memo")
     return std::make_unique<MemoStrategy>(
-        config, alloc, swap, MemoOptions{o.alpha, o.layer_forward_s, o.bandwidth_bytes_per_s});
+        layout, alloc, swap, MemoOptions{o.alpha, o.layer_forward_s, o.bandwidth_bytes_per_s});
   throw ConfigError(
       str("--activations '", o.kind, "' is not one of keep, recompute, offload, memo"));
 }

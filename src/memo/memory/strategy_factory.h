@@ -27,7 +27,7 @@ struct StrategyOptions {
 inline constexpr const char* kStrategyNames[] = {"keep", "recompute", "offload", "memo"};
 
 // Throws ConfigError naming the flag and the allowed values on a bad combination.
-std::unique_ptr<ActivationStrategy> make_strategy(const ModelConfig& config,
+std::unique_ptr<ActivationStrategy> make_strategy(const SkeletalLayout& layout,
                                                   ActivationAllocator& alloc,
                                                   const StrategyOptions& options);
 

@@ -27,7 +27,7 @@ namespace memo {
 //                              offload_done_[l]
 // Backward, top down:
 //   backward_ready(l), l < L-2: wait prefetch_done_[l]; rebuild rows [offload_rows, T) of the
-//                               per-token fields (layer_recompute_tokens, no attention)
+//                               per-token fields (recompute_tokens, no attention)
 //   backward_done(l):           rounding_[l % 2] and x_ring_[l % 3] are free once layer l's
 //                               backward kernels finish: H2D waits for them, then queues the
 //                               prefetch of layer l-2 into rounding_[l % 2] and x_ring_[(l-2) % 3]
@@ -50,12 +50,12 @@ int64_t row_floats(const Shape& shape) { return shape.ndim == 1 ? 1 : shape[1]; 
 
 }  // namespace
 
-SwapStrategy::SwapStrategy(const ModelConfig& config, ActivationAllocator& alloc,
+SwapStrategy::SwapStrategy(const SkeletalLayout& layout, ActivationAllocator& alloc,
                            const SwapOptions& options)
-    : config_(config),
+    : layout_(layout),
       alloc_(alloc),
       options_(options),
-      L_(int(config.num_hidden_layers)),
+      L_(layout.num_layers),
       slots_(size_t(L_)),
       forward_calls_(size_t(L_), 0),
       offloaded_(size_t(L_), false),
@@ -81,8 +81,8 @@ void SwapStrategy::bind_backend(Backend& backend) {
 
 int64_t SwapStrategy::host_layer_bytes(int64_t batch, int64_t seq, int64_t rows) const {
   int64_t floats = 0;
-  for (const SavedField& f : saved_fields(config_)) {
-    const Shape shape = saved_shape(f, config_, batch, seq);
+  for (const SkeletalField& f : layout_.fields) {
+    const Shape shape = f.shape(batch, seq);
     floats += round_up(f.per_token ? rows * row_floats(shape) : shape.numel(), kHostAlignFloats);
   }
   // MemorySpace rounds each block to 64 bytes, which the field rounding already is.
@@ -94,7 +94,7 @@ int64_t SwapStrategy::planned_host_bytes(int64_t batch, int64_t seq, int64_t row
 }
 
 void SwapStrategy::begin_step(int64_t batch, int64_t seq) {
-  MEMO_CHECK(backend_, name(), ": begin_step before set_rebuild_inputs named the backend");
+  MEMO_CHECK(backend_, name(), ": begin_step before bind_layers named the backend");
   if (step_live_) {  // the last micro-batch stopped early (an exception): start clean
     d2h_->synchronize();
     h2d_->synchronize();
@@ -118,36 +118,31 @@ void SwapStrategy::begin_step(int64_t batch, int64_t seq) {
   acquire_step_buffers();
 }
 
-void SwapStrategy::set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) {
-  weights_ = &weights;
-  ctx_ = &ctx;
-  bind_backend(*ctx.backend);
+void SwapStrategy::bind_layers(const LayerRunner& layers) {
+  layers_ = &layers;
+  bind_backend(layers.backend());
 }
 
 void SwapStrategy::acquire_step_buffers() {
   for (Tensor& x : x_ring_)
-    x = alloc_.acquire("x", saved_shape(saved_fields(config_)[0], config_, batch_, seq_),
-                       ActKind::kSaved);
+    x = alloc_.acquire(layout_.fields[0].name, layout_.shape(0, batch_, seq_), ActKind::kSaved);
   for (SavedActs& r : rounding_)
-    for (const SavedField& f : saved_fields(config_))
-      if (f.member != &SavedActs::x)
-        r.*f.member =
-            alloc_.acquire(f.name, saved_shape(f, config_, batch_, seq_), ActKind::kSaved);
+    for (int i = 1; i < layout_.num_fields(); ++i)  // every field but x
+      r[i] = alloc_.acquire(layout_.fields[size_t(i)].name, layout_.shape(i, batch_, seq_),
+                            ActKind::kSaved);
   for (int l = 0; l < L_; ++l) {
     slots_[size_t(l)] = rounding_[l % 2];
-    slots_[size_t(l)].x = x_ring_[l % 3];
+    slots_[size_t(l)].x() = x_ring_[l % 3];
   }
   step_live_ = true;
 }
 
 void SwapStrategy::release_step_buffers() {
-  const std::span<const SavedField> fields = saved_fields(config_);
   for (int r = 1; r >= 0; --r)
-    for (int i = int(fields.size()) - 1; i >= 0; --i)
-      if (fields[i].member != &SavedActs::x) {
-        alloc_.release(rounding_[r].*fields[i].member);
-        rounding_[r].*fields[i].member = Tensor();
-      }
+    for (int i = layout_.num_fields() - 1; i >= 1; --i) {  // every field but x
+      alloc_.release(rounding_[r][i]);
+      rounding_[r][i] = Tensor();
+    }
   for (int i = 2; i >= 0; --i) {
     alloc_.release(x_ring_[i]);
     x_ring_[i] = Tensor();
@@ -158,9 +153,8 @@ void SwapStrategy::release_step_buffers() {
 
 void SwapStrategy::poison(const SavedActs& s, bool x_too) {
   if (!options_.poison_released) return;
-  for (const SavedField& f : saved_fields(config_))
-    if (f.member != &SavedActs::x || x_too)
-      backend_->fill(s.*f.member, std::numeric_limits<float>::quiet_NaN());
+  for (int i = x_too ? 0 : 1; i < layout_.num_fields(); ++i)
+    backend_->fill(s[i], std::numeric_limits<float>::quiet_NaN());
 }
 
 const SavedActs& SwapStrategy::forward_slot(int layer) {
@@ -172,7 +166,7 @@ const SavedActs& SwapStrategy::forward_slot(int layer) {
   SavedActs& s = slots_[size_t(layer)];
   if (calls++ == 0) {
     if (layer >= 3) backend_->compute_stream().wait(offload_done_[size_t(layer - 3)]);
-    if (options_.poison_released) backend_->fill(s.x, std::numeric_limits<float>::quiet_NaN());
+    if (options_.poison_released) backend_->fill(s.x(), std::numeric_limits<float>::quiet_NaN());
   } else {
     if (layer >= 2) backend_->compute_stream().wait(offload_done_[size_t(layer - 2)]);
     poison(s, false);
@@ -201,12 +195,12 @@ void SwapStrategy::ensure_host_storage() {
   if (std::equal(shape, shape + 3, host_shape_)) return;
   host_layers_.clear();  // free before allocating, so the peak is one shape's bytes
   int64_t offset = 0;
-  const std::span<const SavedField> fields = saved_fields(config_);
-  for (size_t i = 0; i < fields.size(); ++i) {
+  for (int i = 0; i < layout_.num_fields(); ++i) {
     host_offset_[i] = offset;
-    const Shape s = saved_shape(fields[i], config_, batch_, seq_);
+    const Shape s = layout_.shape(i, batch_, seq_);
     offset +=
-        round_up(fields[i].per_token ? offload_rows_ * row_floats(s) : s.numel(), kHostAlignFloats);
+        round_up(layout_.fields[size_t(i)].per_token ? offload_rows_ * row_floats(s) : s.numel(),
+                 kHostAlignFloats);
   }
   for (int l = 0; l < L_ - 2; ++l)
     host_layers_.push_back(host_->allocate(str("the offload of layer ", l), offset * 4));
@@ -218,10 +212,10 @@ void SwapStrategy::queue_offload(int layer) {
   const SavedActs& s = slots_[size_t(layer)];
   float* host = host_layers_[size_t(layer)].data();
   d2h_->wait(backend_->compute_stream().record());  // layer l's kernels have written s
-  const std::span<const SavedField> fields = saved_fields(config_);
-  for (size_t i = 0; i < fields.size(); ++i) {
-    const Tensor& t = s.*fields[i].member;
-    const int64_t floats = fields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
+  for (int i = 0; i < layout_.num_fields(); ++i) {
+    const Tensor& t = s[i];
+    const int64_t floats =
+        layout_.fields[size_t(i)].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
     d2h_->copy(host + host_offset_[i], t.data(), floats * 4);
   }
   offload_done_[size_t(layer)] = d2h_->record();
@@ -235,10 +229,10 @@ void SwapStrategy::queue_prefetch(int layer) {
   const float* host = host_layers_[size_t(layer)].data();
   h2d_->wait(offload_done_[size_t(layer)]);         // the host block is complete
   h2d_->wait(backend_->compute_stream().record());  // the backward that used the buffers is done
-  const std::span<const SavedField> fields = saved_fields(config_);
-  for (size_t i = 0; i < fields.size(); ++i) {
-    const Tensor& t = s.*fields[i].member;
-    const int64_t floats = fields[i].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
+  for (int i = 0; i < layout_.num_fields(); ++i) {
+    const Tensor& t = s[i];
+    const int64_t floats =
+        layout_.fields[size_t(i)].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
     h2d_->copy(t.data(), host + host_offset_[i], floats * 4);
   }
   prefetch_done_[size_t(layer)] = h2d_->record();
@@ -250,8 +244,8 @@ const SavedActs& SwapStrategy::backward_ready(int layer) {
   const SavedActs& s = slots_[size_t(layer)];
   if (layer < L_ - 2) {
     backend_->compute_stream().wait(prefetch_done_[size_t(layer)]);
-    MEMO_CHECK(weights_ && ctx_, name(), ": no weights to rebuild layer ", layer, " with");
-    layer_recompute_tokens(s, offload_rows_, batch_ * seq_, weights_->layers[size_t(layer)], *ctx_);
+    MEMO_CHECK(layers_, name(), ": no layers bound to rebuild layer ", layer, " with");
+    layers_->recompute_tokens(layer, s, offload_rows_, batch_ * seq_);
   }
   return s;
 }

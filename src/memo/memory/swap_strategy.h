@@ -3,9 +3,9 @@
 // events (DESIGN.md sections 2 and 5; the MEMO paper, arXiv 2407.12117, sections 4.1 and 4.3.4).
 // Of each layer below the top two,
 // x, attn and lse go to the host whole; of every per-token field the first `offload_rows` token
-// rows go to the host and the rest are rebuilt before the backward by layer_recompute_tokens.
-// Subclasses choose offload_rows (offload: all; memo: the alpha policy). See Note [Rounding
-// buffers] in swap_strategy.cc.
+// rows go to the host and the rest are rebuilt before the backward by
+// LayerRunner::recompute_tokens. Subclasses choose offload_rows (offload: all; memo: the alpha
+// policy). See Note [Rounding buffers] in swap_strategy.cc.
 #pragma once
 
 #include <chrono>
@@ -38,11 +38,12 @@ struct SwapProfile {
 
 class SwapStrategy : public ActivationStrategy {
  public:
-  SwapStrategy(const ModelConfig& config, ActivationAllocator& alloc, const SwapOptions& options);
+  SwapStrategy(const SkeletalLayout& layout, ActivationAllocator& alloc,
+               const SwapOptions& options);
   ~SwapStrategy() override;
 
   void begin_step(int64_t batch, int64_t seq) override;
-  void set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) override;
+  void bind_layers(const LayerRunner& layers) override;
   const SavedActs& forward_slot(int layer) override;
   void forward_done(int layer) override;
   const SavedActs& backward_ready(int layer) override;
@@ -60,8 +61,8 @@ class SwapStrategy : public ActivationStrategy {
   // Rows below T must be a multiple of the backend's reproducible_rows() (Note [Reproducible
   // rows] in backend/backend.h).
   virtual int64_t choose_offload_rows(int64_t batch, int64_t seq) = 0;
-  const ModelConfig& config() const { return config_; }
-  // The backend the layers run on (from set_rebuild_inputs); null before the first micro-batch.
+  const SkeletalLayout& layout() const { return layout_; }
+  // The backend the layers run on (from bind_layers); null before the first micro-batch.
   Backend* backend() const { return backend_; }
 
  private:
@@ -74,14 +75,13 @@ class SwapStrategy : public ActivationStrategy {
   void poison(const SavedActs& s, bool x_too);
   void bind_backend(Backend& backend);
 
-  const ModelConfig& config_;
+  const SkeletalLayout layout_;
   ActivationAllocator& alloc_;
   SwapOptions options_;
   const int L_;
   int64_t batch_ = 0, seq_ = 0, offload_rows_ = 0;
-  const ModelWeights* weights_ = nullptr;
-  const LayerContext* ctx_ = nullptr;
-  Backend* backend_ = nullptr;  // the layers' (ctx_->backend); fixed once bound
+  const LayerRunner* layers_ = nullptr;
+  Backend* backend_ = nullptr;  // the layers' (layers_->backend()); fixed once bound
 
   // device, held from begin_step to the end of the micro-batch: see Note [Rounding buffers]
   bool step_live_ = false;
@@ -96,7 +96,7 @@ class SwapStrategy : public ActivationStrategy {
   std::optional<MemorySpace> host_;
   std::vector<SpaceBuffer> host_layers_;
   int64_t host_shape_[3] = {-1, -1, -1};  // batch, seq, rows of host_layers_
-  int64_t host_offset_[kNumSavedFields] = {};
+  int64_t host_offset_[kMaxSkeletalFields] = {};
 
   std::vector<Event> offload_done_, prefetch_done_;
   std::vector<double> layer_forward_s_;

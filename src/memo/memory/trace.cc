@@ -100,16 +100,16 @@ void TracingStrategy::backward_done(int layer) {
 }
 
 StrategyFactory keep_strategy_factory() {
-  return [](const ModelConfig& config, ActivationAllocator& alloc) {
-    return std::make_unique<KeepStrategy>(config, alloc);
+  return [](const SkeletalLayout& layout, ActivationAllocator& alloc) {
+    return std::make_unique<KeepStrategy>(layout, alloc);
   };
 }
 
-Trace record_step(RawAllocator& memory, const ModelConfig& config, int64_t batch, int64_t seq,
+Trace record_step(RawAllocator& memory, const SkeletalLayout& layout, int64_t batch, int64_t seq,
                   const StrategyFactory& make_strategy, const StepFunction& step) {
   TraceRecorder recorder(memory);
   {
-    std::unique_ptr<ActivationStrategy> inner = make_strategy(config, recorder);
+    std::unique_ptr<ActivationStrategy> inner = make_strategy(layout, recorder);
     TracingStrategy tracing(*inner, recorder);
     step(tracing, recorder);
   }  // the strategy releases what it still holds before the trace is read

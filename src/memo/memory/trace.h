@@ -18,7 +18,6 @@
 #include "memo/backend/caching_allocator.h"
 #include "memo/memory/plan/problem.h"
 #include "memo/memory/strategy.h"
-#include "memo/model/config.h"
 
 namespace memo {
 
@@ -91,9 +90,7 @@ class TracingStrategy final : public ActivationStrategy {
       : inner_(inner), recorder_(recorder) {}
   std::string name() const override { return inner_.name(); }
   void begin_step(int64_t batch, int64_t seq) override { inner_.begin_step(batch, seq); }
-  void set_rebuild_inputs(const ModelWeights& weights, const LayerContext& ctx) override {
-    inner_.set_rebuild_inputs(weights, ctx);
-  }
+  void bind_layers(const LayerRunner& layers) override { inner_.bind_layers(layers); }
   int64_t host_peak_bytes() const override { return inner_.host_peak_bytes(); }
   bool wants_warmup() const override { return inner_.wants_warmup(); }
   std::string summary() const override { return inner_.summary(); }
@@ -110,14 +107,14 @@ class TracingStrategy final : public ActivationStrategy {
 
 // Makes the activation strategy a run uses, over the allocator it is given.
 using StrategyFactory =
-    std::function<std::unique_ptr<ActivationStrategy>(const ModelConfig&, ActivationAllocator&)>;
+    std::function<std::unique_ptr<ActivationStrategy>(const SkeletalLayout&, ActivationAllocator&)>;
 StrategyFactory keep_strategy_factory();
 
 // Runs `step` (one forward and backward of one micro-batch of `batch` x `seq` tokens, run by the
 // caller: memory/ does not know the model) once under a TraceRecorder, with the strategy
 // `make_strategy` builds over it, and returns the trace. train/device_plan.h runs the model.
 using StepFunction = std::function<void(ActivationStrategy& strategy, ActivationAllocator& alloc)>;
-Trace record_step(RawAllocator& memory, const ModelConfig& config, int64_t batch, int64_t seq,
+Trace record_step(RawAllocator& memory, const SkeletalLayout& layout, int64_t batch, int64_t seq,
                   const StrategyFactory& make_strategy, const StepFunction& step);
 
 // The requests of `trace` resized for `seq` tokens per sequence: each size is the affine function

@@ -1,5 +1,5 @@
-// Implementation of model/kv_decoder.h. The layer bodies mirror layer_forward (model/layer.cc)
-// and gpt_layer_forward (model/gpt_layer.cc) kernel for kernel, on a chunk of rows whose keys and
+// Implementation of model/kv_decoder.h. Each layer runs its architecture's decode step
+// (Architecture::decode: the layer's forward kernel for kernel) on a chunk of rows whose keys and
 // values land in the cache instead of in saved activations.
 #include "memo/model/kv_decoder.h"
 
@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "memo/core/error.h"
+#include "memo/model/architecture.h"
 
 namespace memo {
 
@@ -57,74 +58,38 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
   for (int l = 0; l < int(cfg_.num_hidden_layers); ++l) layer(l, n);
   // final norm and head on the last row only
   const Tensor last = x.slice_rows(n - 1, n), xf(xn_.data(), {1, C});
-  const float eps = float(cfg_.rms_norm_eps);
-  if (cfg_.is_gpt2()) {
-    model_.backend().layernorm_forward(xf, Tensor(stats_.data(), {1}),
-                                       Tensor(stats_.data() + 1, {1}), last, w.norm, w.norm_b, eps);
-  } else {
-    model_.backend().rmsnorm_forward(xf, Tensor(stats_.data(), {1}), last, w.norm, eps);
-  }
+  const Architecture& arch = architecture(cfg_.arch);
+  arch.final_norm_forward(xf, Tensor(stats_.data(), arch.final_norm_stats_shape(1)), last, w, cfg_,
+                          model_.backend());
   model_.backend().matmul(Tensor(logits.data(), {1, V}), xf, w.head, false, true);
   position_ += n;
 }
 
 void KvDecoder::layer(int l, int64_t n) {
-  const LayerWeights& w = model_.weights().layers[size_t(l)];
-  const int64_t C = cfg_.hidden_size, D = cfg_.head_dim(), F = cfg_.intermediate_size;
-  const int64_t HD = cfg_.num_attention_heads * D, KV = cfg_.kv_dim();
-  const float eps = float(cfg_.rms_norm_eps);
-  const Tensor x(x_.data(), {n, C}), xn(xn_.data(), {n, C}), h(h_.data(), {n, C});
-  const Tensor q(q_.data(), {n, HD}), attn(attn_.data(), {n, HD});
+  const int64_t C = cfg_.hidden_size, F = cfg_.intermediate_size;
+  const int64_t HD = cfg_.num_attention_heads * cfg_.head_dim(), KV = cfg_.kv_dim();
   const size_t cache_row = size_t((int64_t(l) * max_tokens_ + position_) * KV);
-  const Tensor k(k_cache_.data() + cache_row, {n, KV}), v(v_cache_.data() + cache_row, {n, KV});
-  const Tensor mean(stats_.data(), {n}), rstd(stats_.data() + n, {n});
-  const Tensor gate(gate_.data(), {n, F}), up(up_.data(), {n, F}), act(act_.data(), {n, F});
-  const int64_t half = D / 2;
-  const ConstTensor cos(rope_cos_.data(), {max_tokens_, half}),
-      sin(rope_sin_.data(), {max_tokens_, half});
-  if (!cfg_.is_gpt2()) {
-    // h = x + o_proj(attn(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
-    model_.backend().rmsnorm_forward(xn, rstd, x, w.ln1, eps);
-    model_.backend().matmul_token_panels(q, xn, w.wq);
-    model_.backend().matmul_token_panels(k, xn, w.wk);
-    model_.backend().matmul_token_panels(v, xn, w.wv);
-    model_.backend().rope_forward(q, cos, sin, D, position_);
-    model_.backend().rope_forward(k, cos, sin, D, position_);
-    attend(l, n);
-    model_.backend().copy(h, x);
-    model_.backend().matmul_token_panels(h, attn, w.wo, 1.0f);
-    // y = h + down_proj(silu(gate_proj(xn2)) * up_proj(xn2))
-    model_.backend().rmsnorm_forward(xn, rstd, h, w.ln2, eps);
-    model_.backend().matmul_token_panels(gate, xn, w.wg);
-    model_.backend().matmul_token_panels(up, xn, w.wu);
-    model_.backend().swiglu_forward(act, gate, up);
-    model_.backend().copy(x, h);
-    model_.backend().matmul(x, act, w.wd, false, true, 1.0f, 1.0f);
-    return;
-  }
-  // GPT-2: q | k | v = ln_1(x) W_attn + b_attn;  h = x + attn W_o + b_o
-  model_.backend().layernorm_forward(xn, mean, rstd, x, w.ln1, w.ln1_b, eps);
-  const Tensor* out[3] = {&q, &k, &v};
-  for (int i = 0; i < 3; ++i) {
-    model_.backend().matmul_token_panels_kn(*out[i], xn, w.w_qkv.slice_cols(i * C, (i + 1) * C));
-    model_.backend().bias_add(*out[i], w.b_qkv.slice_rows(i * C, (i + 1) * C));
-  }
+  DecodeRows r;
+  r.x = Tensor(x_.data(), {n, C});
+  r.xn = Tensor(xn_.data(), {n, C});
+  r.h = Tensor(h_.data(), {n, C});
+  r.q = Tensor(q_.data(), {n, HD});
+  r.k = Tensor(k_cache_.data() + cache_row, {n, KV});
+  r.v = Tensor(v_cache_.data() + cache_row, {n, KV});
+  r.attn = Tensor(attn_.data(), {n, HD});
+  r.mean = Tensor(stats_.data(), {n});
+  r.rstd = Tensor(stats_.data() + n, {n});
+  r.mlp_gate = Tensor(gate_.data(), {n, F});
+  r.mlp_in = Tensor(up_.data(), {n, F});
+  r.mlp_act = Tensor(act_.data(), {n, F});
   if (cfg_.uses_rope()) {
-    model_.backend().rope_forward(q, cos, sin, D, position_);
-    model_.backend().rope_forward(k, cos, sin, D, position_);
+    const int64_t half = cfg_.head_dim() / 2;
+    r.rope_cos = ConstTensor(rope_cos_.data(), {max_tokens_, half});
+    r.rope_sin = ConstTensor(rope_sin_.data(), {max_tokens_, half});
   }
-  attend(l, n);
-  model_.backend().copy(h, x);
-  model_.backend().matmul_token_panels_kn(h, attn, w.w_attn_o, 1.0f);
-  model_.backend().bias_add(h, w.b_attn_o);
-  // y = h + c_proj(gelu(c_fc(ln_2(h))))
-  model_.backend().layernorm_forward(xn, mean, rstd, h, w.ln2, w.ln2_b, eps);
-  model_.backend().matmul_token_panels_kn(gate, xn, w.w_fc);
-  model_.backend().bias_add(gate, w.b_fc);
-  model_.backend().gelu_forward(act, gate);
-  model_.backend().copy(x, h);
-  model_.backend().matmul(x, act, w.w_mlp_o, false, false, 1.0f, 1.0f);
-  model_.backend().bias_add(x, w.b_mlp_o);
+  r.position = position_;
+  r.attend = [this, l, n] { attend(l, n); };
+  architecture(cfg_.arch).decode(r, model_.weights().layers[size_t(l)], cfg_, model_.backend());
 }
 
 // attn = attention of the chunk's q rows over layer l's cache (keys [0, position_ + n)).

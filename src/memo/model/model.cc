@@ -7,12 +7,37 @@
 #include "memo/kernels/cpu/cpu_backend.h"
 
 namespace memo {
+namespace {
+
+// The layers of one micro-batch, as the activation strategy re-runs them.
+class Layers final : public LayerRunner {
+ public:
+  Layers(const Architecture& arch, const ModelWeights& weights, const LayerContext& ctx)
+      : arch_(arch), weights_(weights), ctx_(ctx) {}
+  Backend& backend() const override { return *ctx_.backend; }
+  void forward(int layer, Tensor y, const SavedActs& s) const override {
+    arch_.forward(y, s, weights_.layers[size_t(layer)], ctx_);
+  }
+  void recompute_tokens(int layer, const SavedActs& s, int64_t row_begin,
+                        int64_t row_end) const override {
+    arch_.recompute_tokens(s, row_begin, row_end, weights_.layers[size_t(layer)], ctx_);
+  }
+
+ private:
+  const Architecture& arch_;
+  const ModelWeights& weights_;
+  const LayerContext& ctx_;
+};
+
+}  // namespace
 
 Model::Model(const ModelConfig& config) : Model(config, cpu_backend()) {}
 
 Model::Model(const ModelConfig& config, Backend& backend)
     : backend_(&backend),
       config_((config.validate(), config)),
+      arch_(memo::architecture(config_.arch)),
+      skeletal_(skeletal_layout(config_)),
       layout_(config_),
       params_storage_(backend.allocator(backend.device_space()),
                       layout_.total_numel() * int64_t(sizeof(float)), "the parameters"),
@@ -86,15 +111,16 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
   const LayerContext ctx = layer_context(batch, seq, alloc);
   const View<const int32_t> tokens(inputs, {T});
+  const Layers layers(arch_, w_, ctx);
 
   // forward: embedding, then each layer writes its output into the next layer's input slot
-  strategy.set_rebuild_inputs(w_, ctx);
+  strategy.bind_layers(layers);
   strategy.begin_step(batch, seq);
-  embed_forward(strategy.forward_slot(0).x, tokens, batch, seq);
+  embed_forward(strategy.forward_slot(0).x(), tokens, batch, seq);
   Tensor final_hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient);
   for (int l = 0; l < L; ++l) {
-    Tensor y = l + 1 < L ? strategy.forward_slot(l + 1).x : final_hidden;
-    layer_forward(y, strategy.forward_slot(l), w_.layers[size_t(l)], ctx);
+    Tensor y = l + 1 < L ? strategy.forward_slot(l + 1).x() : final_hidden;
+    arch_.forward(y, strategy.forward_slot(l), w_.layers[size_t(l)], ctx);
     if (backward)
       strategy.forward_done(l);
     else
@@ -102,8 +128,9 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   }
   // final norm, head and loss
   Tensor xf = alloc.acquire("final.xn", {T, C}, ActKind::kTransient);
-  Tensor inv_rms = alloc.acquire("final.inv_rms", final_norm_stats_shape(T), ActKind::kTransient);
-  final_norm_forward(xf, inv_rms, final_hidden);
+  Tensor inv_rms =
+      alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(T), ActKind::kTransient);
+  arch_.final_norm_forward(xf, inv_rms, final_hidden, w_, config_, *backend_);
   Tensor dxf = backward ? alloc.acquire("final.dxn", {T, C}, ActKind::kTransient) : Tensor();
   const double loss_sum = head_and_loss(dxf, xf, targets, T, grad_scale, backward, alloc);
   if (!backward) {
@@ -114,7 +141,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   }
   Tensor dres = alloc.acquire("grad.hidden", {T, C}, ActKind::kTransient);  // dL/d(residual)
   backend_->fill(dres, 0.0f);
-  final_norm_backward(dres, dxf, final_hidden, inv_rms);
+  arch_.final_norm_backward(dres, dw_, dxf, final_hidden, inv_rms, w_, *backend_);
   alloc.release(dxf);
   alloc.release(inv_rms);
   alloc.release(xf);
@@ -122,7 +149,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   // backward through the layers, top to bottom
   for (int l = L - 1; l >= 0; --l) {
     const SavedActs& s = strategy.backward_ready(l);
-    layer_backward(dres, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], ctx);
+    arch_.backward(dres, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], ctx);
     strategy.backward_done(l);
   }
   embed_backward(dres, tokens, batch, seq);
@@ -162,26 +189,6 @@ void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t b
     backend_->add_into(dw_.pos.slice_rows(0, seq), dx.slice_rows(b * seq, (b + 1) * seq));
 }
 
-Shape Model::final_norm_stats_shape(int64_t tokens) const {
-  if (config_.is_gpt2()) return {2, tokens};
-  return {tokens};
-}
-
-void Model::final_norm_forward(Tensor xf, Tensor stats, ConstTensor x) {
-  const float eps = float(config_.rms_norm_eps);
-  if (!config_.is_gpt2()) return backend_->rmsnorm_forward(xf, stats, x, w_.norm, eps);
-  const int64_t T = x.rows();
-  backend_->layernorm_forward(xf, Tensor(stats.data(), {T}), Tensor(stats.data() + T, {T}), x,
-                              w_.norm, w_.norm_b, eps);
-}
-
-void Model::final_norm_backward(Tensor dx, ConstTensor dxf, ConstTensor x, ConstTensor stats) {
-  if (!config_.is_gpt2()) return backend_->rmsnorm_backward(dx, dw_.norm, dxf, x, w_.norm, stats);
-  const int64_t T = x.rows();
-  backend_->layernorm_backward(dx, dw_.norm, dw_.norm_b, dxf, x, w_.norm,
-                               ConstTensor(stats.data(), {T}), ConstTensor(stats.data() + T, {T}));
-}
-
 double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, int64_t tokens,
                             float grad_scale, bool backward, ActivationAllocator& alloc) {
   const int64_t V = config_.vocab_size;
@@ -215,7 +222,7 @@ double train_flops_per_token(const ModelConfig& config, int64_t seq) {
   // forward matmul FLOPs per token: 2 per multiply-add of each weight
   // (GPT-2: the fused c_attn is the same 3C^2 as q, k, v; its MLP has two matrices, not three;
   // biases, norms and the position add are negligible)
-  const double mlp_matrices = config.is_gpt2() ? 2.0 : 3.0;
+  const double mlp_matrices = double(architecture(config.arch).mlp_matrices());
   const double layer_matmul = 2.0 * (C * QD + 2.0 * C * KD + QD * C + mlp_matrices * C * F);
   // causal attention: q.k and p.v over (S + 1) / 2 keys on average, 2 FLOPs each, per head dim
   const double layer_attn = 2.0 * 2.0 * QD * (double(seq) + 1.0) / 2.0;

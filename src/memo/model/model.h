@@ -1,6 +1,6 @@
-// The decoder-only model: embedding (GPT-2: plus learned positions), L layers, final RMSNorm
-// (GPT-2: LayerNorm with bias), LM head (tied or untied) and softmax cross-entropy, with its
-// parameters and gradients in two flat buffers (model/params.h). forward_backward runs one
+// The decoder-only model: embedding (GPT-2: plus learned positions), L layers and the final norm of
+// its architecture (model/architecture.h), LM head (tied or untied) and softmax cross-entropy,
+// with its parameters and gradients in two flat buffers (model/params.h). forward_backward runs one
 // micro-batch and accumulates gradients; the optimiser step, clipping and accumulation over
 // micro-batches belong to the trainer.
 #pragma once
@@ -13,8 +13,8 @@
 #include "memo/backend/backend.h"
 #include "memo/backend/raw_allocator.h"
 #include "memo/memory/strategy.h"
+#include "memo/model/architecture.h"
 #include "memo/model/config.h"
-#include "memo/model/layer.h"
 #include "memo/model/parallel.h"
 #include "memo/model/params.h"
 
@@ -32,6 +32,9 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  const Architecture& architecture() const { return arch_; }
+  // The layers' skeletal set, for the activation strategy a run uses (memory/strategy.h).
+  const SkeletalLayout& skeletal() const { return skeletal_; }
   const ParamLayout& layout() const { return layout_; }
   float* params() { return params_; }
   float* grads() { return grads_; }
@@ -72,19 +75,16 @@ class Model {
   // cos and sin, [seq, D/2] each, in the device space; cached per seq when the backend has values
   // (the meta backend's are address ranges, replaced at each new seq).
   std::pair<const float*, const float*> rope_tables(int64_t seq);
-  // The architecture-specific parts of run(). The layers' context (rope tables when rotary).
+  // The layers' context (rope tables when rotary).
   LayerContext layer_context(int64_t batch, int64_t seq, ActivationAllocator& alloc);
   // x = wte[tokens] (+ wpe[position] with learned positions), and the gradients of both.
   void embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq);
   void embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch, int64_t seq);
-  // The final norm: RMSNorm (stats: [T], 1/rms) or GPT-2's ln_f (stats: [2, T], mean and rstd).
-  Shape final_norm_stats_shape(int64_t tokens) const;
-  void final_norm_forward(Tensor xf, Tensor stats, ConstTensor x);
-  // dx += d ln_f / dx (dx is the residual stream's gradient); the norm's weight gradients.
-  void final_norm_backward(Tensor dx, ConstTensor dxf, ConstTensor x, ConstTensor stats);
 
   Backend* backend_;
   ModelConfig config_;
+  const Architecture& arch_;
+  SkeletalLayout skeletal_;
   ParamLayout layout_;
   RawBuffer params_storage_;  // [total_numel] f32, device space
   RawBuffer grads_storage_;   // [total_numel] f32, device space

@@ -1,10 +1,11 @@
 // The model's parameters: one flat fp32 buffer laid out tensor after tensor under their Hugging
-// Face names and layouts (Llama, or GPT-2 with its Conv1D [in, out] weights), and typed views of
-// it per layer. A checkpoint is the buffer's tensors as they are: no transposes, no renaming.
-// Gradients use the same layout in a second buffer, so optimisers work on flat arrays and
-// checkpoints map names to ranges.
+// Face names and layouts (as the architecture lists them: Llama's Linear [out, in], GPT-2's Conv1D
+// [in, out] weights), and views of it per layer. A checkpoint is the buffer's tensors as they are:
+// no transposes, no renaming. Gradients use the same layout in a second buffer, so optimisers work
+// on flat arrays and checkpoints map names to ranges.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +18,11 @@ namespace memo {
 // How init_weights starts a tensor (Hugging Face's _init_weights for the architecture).
 enum class ParamInit { kNormal, kOne, kZero };
 
+// What a tensor is to the model: the layers' tensors are the architecture's business
+// (model/architecture.h); the model itself reads the embedding, the learned positions, the final
+// norm and the head.
+enum class ParamRole { kEmbedding, kPositions, kLayer, kNorm, kNormBias, kHead };
+
 struct ParamInfo {
   std::string name;  // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
   std::vector<int64_t>
@@ -26,9 +32,13 @@ struct ParamInfo {
   ParamInit init = ParamInit::kNormal;
   double init_std_scale =
       1.0;  // kNormal: std = initializer_range * this (GPT-2 c_proj: 1/sqrt(2L))
+  ParamRole role = ParamRole::kLayer;
+  int64_t layer = -1;  // kLayer: the layer it belongs to
   bool is_matrix() const { return shape.size() == 2; }
 };
 
+// The parameters of config's architecture (Architecture::params) in checkpoint order, each at its
+// offset in one flat buffer.
 class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& config);
@@ -38,36 +48,19 @@ class ParamLayout {
   const ParamInfo& find(const std::string& name) const;  // throws ConfigError if absent
 
  private:
-  void add(std::string name, std::vector<int64_t> shape, ParamInit init, double std_scale = 1.0);
-  void add_gpt2(const ModelConfig& config);
   std::vector<ParamInfo> params_;
   int64_t total_numel_ = 0;
 };
 
-// Views of one layer's weights (or of their gradients: same struct over the gradient buffer).
-// The union of both architectures' tensors; the other architecture's fields stay empty.
+// The most tensors one layer has (GPT-2: 12, LLaMA: 9).
+inline constexpr int kMaxLayerParams = 16;
+
+// Views of one layer's weights (or of their gradients: the same over the gradient buffer), in the
+// order its architecture lists them; the architecture names them (model/architecture.h).
 struct LayerWeights {
-  // LLaMA (Linear weights [out, in]: y = x W^T)
-  Tensor ln1;  // [C]          input_layernorm (GPT-2: ln_1.weight)
-  Tensor wq;   // [H*D, C]     q_proj
-  Tensor wk;   // [Hkv*D, C]   k_proj
-  Tensor wv;   // [Hkv*D, C]   v_proj
-  Tensor wo;   // [C, H*D]     o_proj
-  Tensor ln2;  // [C]          post_attention_layernorm (GPT-2: ln_2.weight)
-  Tensor wg;   // [F, C]       gate_proj
-  Tensor wu;   // [F, C]       up_proj
-  Tensor wd;   // [C, F]       down_proj
-  // GPT-2 (Conv1D weights [in, out]: y = x W + b)
-  Tensor ln1_b;     // [C]      ln_1.bias
-  Tensor w_qkv;     // [C, 3C]  attn.c_attn.weight: columns q | k | v
-  Tensor b_qkv;     // [3C]     attn.c_attn.bias
-  Tensor w_attn_o;  // [C, C]   attn.c_proj.weight
-  Tensor b_attn_o;  // [C]      attn.c_proj.bias
-  Tensor ln2_b;     // [C]      ln_2.bias
-  Tensor w_fc;      // [C, F]   mlp.c_fc.weight
-  Tensor b_fc;      // [F]      mlp.c_fc.bias
-  Tensor w_mlp_o;   // [F, C]   mlp.c_proj.weight
-  Tensor b_mlp_o;   // [C]      mlp.c_proj.bias
+  std::array<Tensor, kMaxLayerParams> tensors{};
+  int count = 0;
+  const Tensor& operator[](int i) const { return tensors[size_t(i)]; }
 };
 
 struct ModelWeights {

@@ -9,7 +9,7 @@
 #include "memo/memory/alpha.h"
 #include "memo/memory/budget.h"
 #include "memo/memory/strategy_factory.h"
-#include "memo/model/layer.h"
+#include "memo/model/architecture.h"
 #include "memo/model/params.h"
 #include "memo/train/device_plan.h"
 
@@ -96,13 +96,15 @@ Trace to_bf16(Trace trace) {
 // Per-layer skeletal bytes of one rank at bf16, split as the alpha cost model needs them.
 AlphaInputs alpha_sizes(const ModelConfig& config, int64_t batch, int64_t rank_seq) {
   AlphaInputs in;
-  for (const SavedField& f : saved_fields(config)) {
-    const int64_t fp32 = saved_shape(f, config, batch, rank_seq).numel() * 4;
+  const SkeletalLayout layout = skeletal_layout(config);
+  for (int i = 0; i < layout.num_fields(); ++i) {
+    const SkeletalField& f = layout.fields[size_t(i)];
+    const int64_t fp32 = f.shape(batch, rank_seq).numel() * 4;
     const int64_t bytes = activation_stays_fp32(f.name) ? fp32 : fp32 / 2;
     if (f.per_token)
       in.other_bytes += bytes;
-    else if (f.member == &SavedActs::x)
-      in.input_bytes += bytes;
+    else if (i == 0)
+      in.input_bytes += bytes;  // x
     else
       in.attn_bytes += bytes;
   }

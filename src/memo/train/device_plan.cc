@@ -15,8 +15,8 @@ StrategyFactory make_strategy_factory(const StrategyOptions& options) {
       std::end(kStrategyNames))
     throw ConfigError(str("--activations '", options.kind,
                           "' is not a strategy; available: keep, recompute, offload, memo"));
-  return [options](const ModelConfig& config, ActivationAllocator& alloc) {
-    return make_strategy(config, alloc, options);
+  return [options](const SkeletalLayout& layout, ActivationAllocator& alloc) {
+    return make_strategy(layout, alloc, options);
   };
 }
 
@@ -29,7 +29,7 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
   const std::vector<int32_t> tokens(size_t(batch * seq), 0);
   Backend& backend = model.backend();
   Trace trace = record_step(
-      backend.allocator(backend.device_space()), model.config(), batch, seq, make_strategy,
+      backend.allocator(backend.device_space()), model.skeletal(), batch, seq, make_strategy,
       [&](ActivationStrategy& strategy, ActivationAllocator& alloc) {
         model.forward_backward(tokens.data(), tokens.data(), batch, seq, 1.0f, strategy, alloc);
       });

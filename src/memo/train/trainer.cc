@@ -89,10 +89,10 @@ std::vector<NamedTensor> model_tensors(Model& model) {
 // GPT-2 files saved from a GPT2Model (as the Hub's gpt2 checkpoints are) name the tensors without
 // GPT2LMHeadModel's "transformer." prefix ("h.0.attn.c_attn.weight"); both forms load.
 void load_model_tensors(Model& model, const SafetensorsFile& file) {
-  const std::string prefix = "transformer.";
+  const std::string prefix(model.architecture().optional_name_prefix());
   for (const ParamInfo& p : model.layout().params()) {
     std::string name = p.name;
-    if (model.config().is_gpt2() && !file.contains(name) && name.rfind(prefix, 0) == 0 &&
+    if (!prefix.empty() && !file.contains(name) && name.rfind(prefix, 0) == 0 &&
         file.contains(name.substr(prefix.size())))
       name = name.substr(prefix.size());
     file.read_into(name, model.params() + p.offset, p.numel);
@@ -350,8 +350,9 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
         model, o.micro_batch, o.seq, o.device_memory_bytes,
         DevicePlanOptions{ActivationPlanOptions{}, o.activations, o.optimizer}, progress);
   ActivationAllocator& alloc = planned ? static_cast<ActivationAllocator&>(*planned) : caching;
-  const std::unique_ptr<ActivationStrategy> strategy = make_strategy(config, alloc, o.activations);
-  KeepStrategy eval_strategy(config, caching);
+  const std::unique_ptr<ActivationStrategy> strategy =
+      make_strategy(model.skeletal(), alloc, o.activations);
+  KeepStrategy eval_strategy(model.skeletal(), caching);
   fs::create_directories(o.out_dir);
   std::ofstream log;
   if (!o.log_path.empty()) {

@@ -1,9 +1,7 @@
-// layer_recompute_tokens rebuilds every per-token field of a panel-aligned token range bit for bit
-// as layer_forward wrote it (across sequence boundaries, with a partial last panel), writes nothing
-// outside the range, and refuses a range that does not start on a panel boundary. For LLaMA and
-// for GPT-2 layers (learned and rotary positions).
-#include "memo/model/layer.h"
-
+// Architecture::recompute_tokens rebuilds every per-token field of a panel-aligned token range bit
+// for bit as the architecture's forward wrote it (across sequence boundaries, with a partial last
+// panel), writes nothing outside the range, and refuses a range that does not start on a panel
+// boundary. For LLaMA and for GPT-2 layers (learned and rotary positions).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +15,7 @@
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/tensor_ops.h"
+#include "memo/model/architecture.h"
 #include "memo/model/model.h"
 
 namespace memo {
@@ -39,36 +38,38 @@ void check_rebuild(const ModelConfig& cfg) {
                    &cpu_backend(),
                    Parallel{}};
   if (!cfg.uses_rope()) ctx.rope_cos = ctx.rope_sin = ConstTensor();
-  const std::span<const SavedField> fields = saved_fields(cfg);
+  const Architecture& arch = architecture(cfg.arch);
+  const std::vector<SkeletalField> fields = arch.skeletal_fields(cfg);
   SavedActs fwd, re;
-  for (const SavedField& f : fields) {
-    fwd.*f.member = alloc.acquire(f.name, saved_shape(f, cfg, B, S), ActKind::kSaved);
-    re.*f.member = alloc.acquire(f.name, saved_shape(f, cfg, B, S), ActKind::kSaved);
+  for (size_t i = 0; i < fields.size(); ++i) {
+    fwd[int(i)] = alloc.acquire(fields[i].name, fields[i].shape(B, S), ActKind::kSaved);
+    re[int(i)] = alloc.acquire(fields[i].name, fields[i].shape(B, S), ActKind::kSaved);
   }
   const std::vector<float> x = test::random_floats(T * C, 8);
-  std::memcpy(fwd.x.data(), x.data(), x.size() * sizeof(float));
+  std::memcpy(fwd.x().data(), x.data(), x.size() * sizeof(float));
   std::vector<float> y(size_t(T * C));
-  layer_forward(Tensor(y.data(), {T, C}), fwd, model.weights().layers[0], ctx);
+  arch.forward(Tensor(y.data(), {T, C}), fwd, model.weights().layers[0], ctx);
 
   // Rows below r0 hold a sentinel no kernel computes, so a write there shows; rows from r0 start
   // as NaN, so a row left unrebuilt shows.
   constexpr float kSentinel = -12345.5f;
   for (int64_t r0 : {int64_t(0), cpu::kTokenPanelRows, 2 * cpu::kTokenPanelRows}) {
     // what memo moves whole (x, attn, lse) is copied; per-token fields are rebuilt from row r0
-    for (const SavedField& f : fields) {
-      const Tensor& dst = re.*f.member;
-      const Tensor& src = fwd.*f.member;
-      if (f.per_token) {
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const Tensor& dst = re[int(i)];
+      const Tensor& src = fwd[int(i)];
+      if (fields[i].per_token) {
         cpu::fill(dst, std::numeric_limits<float>::quiet_NaN());
         if (r0 > 0) cpu::fill(dst.slice_rows(0, r0), kSentinel);
       } else {
         cpu::copy(dst, src);
       }
     }
-    layer_recompute_tokens(re, r0, T, model.weights().layers[0], ctx);
-    for (const SavedField& f : fields) {
-      const Tensor& a = fwd.*f.member;
-      const Tensor& b = re.*f.member;
+    arch.recompute_tokens(re, r0, T, model.weights().layers[0], ctx);
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const SkeletalField& f = fields[i];
+      const Tensor& a = fwd[int(i)];
+      const Tensor& b = re[int(i)];
       if (!f.per_token) {
         EXPECT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.bytes()))) << f.name;
         continue;
@@ -82,10 +83,10 @@ void check_rebuild(const ModelConfig& cfg) {
             << f.name << ": element " << i << " below row " << r0 << " was written";
     }
   }
-  EXPECT_THROW(layer_recompute_tokens(re, 5, T, model.weights().layers[0], ctx), Error);
+  EXPECT_THROW(arch.recompute_tokens(re, 5, T, model.weights().layers[0], ctx), Error);
   for (int i = int(fields.size()) - 1; i >= 0; --i) {
-    alloc.release(re.*fields[i].member);
-    alloc.release(fwd.*fields[i].member);
+    alloc.release(re[i]);
+    alloc.release(fwd[i]);
   }
 }
 

@@ -1,0 +1,18 @@
+#include "memo/memory/skeletal.h"
+
+namespace memo {
+
+Shape SkeletalField::shape(int64_t batch, int64_t seq) const {
+  if (heads > 0) return {batch, heads, seq};
+  if (width > 0) return {batch * seq, width};
+  return {batch * seq};
+}
+
+int64_t SkeletalLayout::layer_bytes(int64_t batch, int64_t seq) const {
+  int64_t bytes = 0;
+  for (const SkeletalField& f : fields)
+    bytes += f.shape(batch, seq).numel() * int64_t(sizeof(float));
+  return bytes;
+}
+
+}  // namespace memo

@@ -1,0 +1,73 @@
+// What the activation strategies know of a model's layers, whatever the architecture: the skeletal
+// set of one layer (the tensors its backward reads) as a list of named fields, and a way to re-run
+// a layer to rebuild them. An architecture (model/architecture.h) says which fields it saves and
+// how they are computed; a strategy only allocates, moves and asks to rebuild them by index, so it
+// never names a field and memory/ depends on nothing above backend/.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memo/backend/backend.h"
+#include "memo/core/tensor.h"
+
+namespace memo {
+
+// One skeletal tensor of a layer, for a micro-batch of B sequences of S tokens (T = B*S).
+struct SkeletalField {
+  std::string name;        // the request name the allocator and the plan see ("xn1", "lse")
+  int64_t width = 0;       // a [T, width] tensor; 0: a [T] vector (a per-token statistic)
+  int64_t heads = 0;       // > 0: a [B, heads, S] tensor instead (the attention log-sum-exp)
+  bool per_token = false;  // rebuildable token by token from x and the attention output
+  Shape shape(int64_t batch, int64_t seq) const;
+};
+
+// The most fields one layer saves (GPT-2: 15, LLaMA: 14), for fixed-size per-field arrays.
+inline constexpr int kMaxSkeletalFields = 16;
+
+// The skeletal set of every layer of a model: L layers, each saving `fields` (x, the layer input,
+// first; it starts every rebuild and always travels). Fields that are neither x nor per-token
+// (the attention output and its log-sum-exp, O(S^2) to rebuild) are never recomputed.
+struct SkeletalLayout {
+  int num_layers = 0;
+  int64_t hidden_size = 0;  // C: the width of a layer's input and output
+  std::vector<SkeletalField> fields;
+
+  int num_fields() const { return int(fields.size()); }
+  Shape shape(int field, int64_t batch, int64_t seq) const {
+    return fields[size_t(field)].shape(batch, seq);
+  }
+  // One layer's set in fp32.
+  int64_t layer_bytes(int64_t batch, int64_t seq) const;
+};
+
+// One layer's skeletal tensors: field i of the layout in slot i (x in slot 0).
+struct SavedActs {
+  std::array<Tensor, kMaxSkeletalFields> fields{};
+
+  Tensor& operator[](int i) { return fields[size_t(i)]; }
+  const Tensor& operator[](int i) const { return fields[size_t(i)]; }
+  Tensor& x() { return fields[0]; }
+  const Tensor& x() const { return fields[0]; }
+};
+
+// How a strategy re-runs the layers of the micro-batch in flight; the model implements it
+// (model/model.h) over its weights and the micro-batch's context.
+class LayerRunner {
+ public:
+  virtual ~LayerRunner() = default;
+  // The backend the layers run on: its streams, host memory and reproducible rows.
+  virtual Backend& backend() const = 0;
+  // Layer l's forward from s.x(): fills every other field of s and writes its output into y [T, C]
+  // (recompute: a full re-run, bit for bit as the first).
+  virtual void forward(int layer, Tensor y, const SavedActs& s) const = 0;
+  // Rebuilds token rows [row_begin, row_end) of every per-token field of s from s.x() and the
+  // attention output, bit for bit as the forward wrote them; row_begin a multiple of the backend's
+  // reproducible_rows() (Note [Reproducible rows] in backend/backend.h) or row_begin == row_end.
+  virtual void recompute_tokens(int layer, const SavedActs& s, int64_t row_begin,
+                                int64_t row_end) const = 0;
+};
+
+}  // namespace memo

@@ -1,0 +1,124 @@
+// The seam between the model and one decoder architecture. The model (model/model.h) owns the
+// parameters, runs the embedding, the stack of layers, the head and the loss, and hands each layer
+// to its architecture; the strategies (memory/) see a layer only as its skeletal set. An
+// architecture owns everything that differs between LLaMA and GPT-2: the Hugging Face tensors and
+// their init, the layer's forward, token-wise recompute and backward as straight lists of kernel
+// calls, the tensors the backward reads (its skeletal set, with names and shapes), the final norm,
+// and the layer's step in incremental decoding (model/kv_decoder.h).
+//
+// Adding an architecture: one file that implements Architecture (model/llama.cc is the model to
+// follow), its value in `enum class Arch` (model/config.h), and one line in architecture()
+// (model/architecture.cc). Its Hugging Face config names belong to io/config_json.cc.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "memo/backend/allocator.h"
+#include "memo/backend/backend.h"
+#include "memo/core/tensor.h"
+#include "memo/memory/skeletal.h"
+#include "memo/model/config.h"
+#include "memo/model/parallel.h"
+#include "memo/model/params.h"
+
+namespace memo {
+
+// Everything a layer needs besides weights and saved activations.
+struct LayerContext {
+  const ModelConfig* config;
+  int64_t batch;               // B sequences in the micro-batch
+  int64_t seq;                 // S tokens per sequence
+  ConstTensor rope_cos;        // [S, D/2]; empty with learned positions
+  ConstTensor rope_sin;        // [S, D/2]; empty with learned positions
+  ActivationAllocator* alloc;  // transients
+  Backend* backend;            // every kernel runs through it
+  Parallel parallel{};         // t, c > 1 only in shape-only traces: Note [Per-GPU shapes]
+};
+
+// One layer of incremental decoding on n new token rows at `position`: buffers the decoder owns.
+// x is the layer's input on entry and its output on exit; k and v are the rows of the layer's
+// cache that the new tokens fill; `attend` computes attn from q over the cache (keys up to
+// position + n), after k and v are written. mean and rstd are [n] scratch for the norms'
+// statistics, mlp_gate, mlp_in and mlp_act [n, F] scratch for the MLP (LLaMA: gate, up and
+// silu(gate) * up; GPT-2: c_fc's output and its GELU).
+struct DecodeRows {
+  Tensor x, xn, h, q, k, v, attn;
+  Tensor mean, rstd;
+  Tensor mlp_in, mlp_gate, mlp_act;
+  ConstTensor rope_cos, rope_sin;  // [max tokens, D/2]; empty with learned positions
+  int64_t position = 0;
+  std::function<void()> attend;
+};
+
+class Architecture {
+ public:
+  virtual ~Architecture() = default;
+  virtual std::string_view name() const = 0;  // "llama", "gpt2"
+
+  // Every parameter in Hugging Face's names, layouts and checkpoint order, with its role and init
+  // (offset and numel are the layout's to fill). A layer's tensors are listed in the order its
+  // forward reads them from LayerWeights.
+  virtual std::vector<ParamInfo> params(const ModelConfig& config) const = 0;
+  // The tensors one layer's backward reads, x first (memory/skeletal.h): SavedActs slot i holds
+  // field i.
+  virtual std::vector<SkeletalField> skeletal_fields(const ModelConfig& config) const = 0;
+  // Weight matrices of the MLP (LLaMA's SwiGLU: 3; GPT-2: 2), for the FLOP count.
+  virtual int mlp_matrices() const = 0;
+
+  // Fills every field of s but x (read), and writes the layer output y: [T, C].
+  virtual void forward(Tensor y, const SavedActs& s, const LayerWeights& w,
+                       const LayerContext& ctx) const = 0;
+  // Rebuilds token rows [row_begin, row_end) of every per-token field of s from x and the
+  // attention output, without attention. The rows come out bit for bit as forward wrote them: the
+  // same kernels, and the products in the same row panels (Note [Reproducible rows] in
+  // backend/backend.h), so row_begin must be a multiple of the backend's reproducible_rows() (or
+  // row_begin == row_end; check_recompute_rows throws otherwise). Needs no transients.
+  virtual void recompute_tokens(const SavedActs& s, int64_t row_begin, int64_t row_end,
+                                const LayerWeights& w, const LayerContext& ctx) const = 0;
+  // On entry dres = dL/dy, on exit dres = dL/dx (updated in place: the residual stream's gradient
+  // passes through unchanged plus the branches). Weight gradients accumulate into dw.
+  virtual void backward(Tensor dres, const LayerWeights& dw, const SavedActs& s,
+                        const LayerWeights& w, const LayerContext& ctx) const = 0;
+
+  // The final norm's statistics for T tokens ([T]: 1/rms; [2, T]: LayerNorm's mean and rstd).
+  virtual Shape final_norm_stats_shape(int64_t tokens) const = 0;
+  virtual void final_norm_forward(Tensor xf, Tensor stats, ConstTensor x, const ModelWeights& w,
+                                  const ModelConfig& config, Backend& backend) const = 0;
+  // dx += d norm / dx (dx is the residual stream's gradient); the norm's weight gradients
+  // accumulate into dw.
+  virtual void final_norm_backward(Tensor dx, const ModelWeights& dw, ConstTensor dxf,
+                                   ConstTensor x, ConstTensor stats, const ModelWeights& w,
+                                   Backend& backend) const = 0;
+
+  // A prefix of the parameter names that checkpoints saved from the base model rather than the
+  // language-model class leave off (GPT-2's "transformer.": "h.0.attn.c_attn.weight"); loading
+  // accepts both forms. Empty: names are always whole.
+  virtual std::string_view optional_name_prefix() const { return {}; }
+
+  // The layer's forward on a chunk of decoded rows (model/kv_decoder.h), kernel for kernel as
+  // forward computes them.
+  virtual void decode(const DecodeRows& r, const LayerWeights& w, const ModelConfig& config,
+                      Backend& backend) const = 0;
+};
+
+// The registered architectures.
+const Architecture& architecture(Arch arch);
+
+// config's skeletal set, as the strategies see it.
+SkeletalLayout skeletal_layout(const ModelConfig& config);
+
+// Throws unless [r0, r1) is a row range of T tokens that recompute_tokens can rebuild exactly: r0 a
+// multiple of ctx.backend->reproducible_rows() (any r0 when the backend promises none), or empty.
+void check_recompute_rows(const char* fn, int64_t r0, int64_t r1, int64_t T,
+                          const LayerContext& ctx);
+
+// Whether a GPU run in bf16 mixed precision keeps the activation of this request name in fp32: the
+// per-token statistics (1/rms, LayerNorm mean and rstd, attention log-sum-exp), the loss path
+// (final norm statistics, logits chunk, token losses) and the attention kernel's scratch. Every
+// other activation is bf16. For planning GPU memory (train/cluster_plan.h).
+bool activation_stays_fp32(std::string_view name);
+
+}  // namespace memo

@@ -1,0 +1,356 @@
+// The GPT-2 block (Hugging Face GPT2Block, Megatron's GPT layer): LayerNorm, causal multi-head
+// self-attention with a fused c_attn projection (biases; RoPE on q and k only with rotary
+// positions), c_proj, residual, LayerNorm, c_fc, tanh GELU, c_proj, residual. Weights stay in
+// the Conv1D layout [in, out] of the checkpoint (y = x W + b). c_attn's weight [C, 3C] holds
+// q | k | v in column blocks; each projection reads its block as a strided [C, C] view, so q, k
+// and v are written straight into their saved tensors and never exist fused. The final norm is
+// ln_f (LayerNorm with bias); the head is the tied wte.
+#include <cmath>
+#include <string>
+
+#include "memo/model/architecture.h"
+#include "memo/model/named_views.h"
+
+namespace memo {
+namespace {
+
+// One block's tensors, in Hugging Face's order.
+struct Weights {
+  Tensor ln1;       // [C]      ln_1.weight
+  Tensor ln1_b;     // [C]      ln_1.bias
+  Tensor w_qkv;     // [C, 3C]  attn.c_attn.weight: columns q | k | v
+  Tensor b_qkv;     // [3C]     attn.c_attn.bias
+  Tensor w_attn_o;  // [C, C]   attn.c_proj.weight
+  Tensor b_attn_o;  // [C]      attn.c_proj.bias
+  Tensor ln2;       // [C]      ln_2.weight
+  Tensor ln2_b;     // [C]      ln_2.bias
+  Tensor w_fc;      // [C, F]   mlp.c_fc.weight
+  Tensor b_fc;      // [F]      mlp.c_fc.bias
+  Tensor w_mlp_o;   // [F, C]   mlp.c_proj.weight
+  Tensor b_mlp_o;   // [C]      mlp.c_proj.bias
+};
+constexpr Tensor Weights::*kWeights[] = {
+    &Weights::ln1,  &Weights::ln1_b, &Weights::w_qkv, &Weights::b_qkv,
+    &Weights::w_attn_o, &Weights::b_attn_o, &Weights::ln2, &Weights::ln2_b,
+    &Weights::w_fc, &Weights::b_fc,  &Weights::w_mlp_o, &Weights::b_mlp_o};
+
+// What backward reads; shapes per micro-batch, T = B*S tokens. q, k are after RoPE only with
+// rotary positions.
+struct Saved {
+  Tensor x;      // [T, C]    block input: starts every recompute; always offloaded
+  Tensor xn1;    // [T, C]    ln_1(x)
+  Tensor mean1;  // [T]       mean of x, for ln_1's backward
+  Tensor rstd1;  // [T]       1/std of x
+  Tensor q;      // [T, C]
+  Tensor k;      // [T, C]
+  Tensor v;      // [T, C]
+  Tensor attn;   // [T, C]    attention output: O(S^2) to rebuild, never recomputed
+  Tensor lse;    // [B, H, S] attention log-sum-exp, travels with attn
+  Tensor h;      // [T, C]    residual stream after attention: x + attn W_o + b_o
+  Tensor xn2;    // [T, C]    ln_2(h)
+  Tensor mean2;  // [T]
+  Tensor rstd2;  // [T]
+  Tensor fc;     // [T, F]    c_fc(xn2), before the GELU
+  Tensor act;    // [T, F]    gelu(fc)
+};
+constexpr SavedSpec<Saved> kSaved[] = {
+    {"x", &Saved::x, SavedWidth::kHidden, false},
+    {"xn1", &Saved::xn1, SavedWidth::kHidden, true},
+    {"mean1", &Saved::mean1, SavedWidth::kToken, true},
+    {"rstd1", &Saved::rstd1, SavedWidth::kToken, true},
+    {"q", &Saved::q, SavedWidth::kQuery, true},
+    {"k", &Saved::k, SavedWidth::kKv, true},
+    {"v", &Saved::v, SavedWidth::kKv, true},
+    {"attn", &Saved::attn, SavedWidth::kQuery, false},
+    {"lse", &Saved::lse, SavedWidth::kHeads, false},
+    {"h", &Saved::h, SavedWidth::kHidden, true},
+    {"xn2", &Saved::xn2, SavedWidth::kHidden, true},
+    {"mean2", &Saved::mean2, SavedWidth::kToken, true},
+    {"rstd2", &Saved::rstd2, SavedWidth::kToken, true},
+    {"fc", &Saved::fc, SavedWidth::kFfn, true},
+    {"act", &Saved::act, SavedWidth::kFfn, true},
+};
+
+// Column block i (0: q, 1: k, 2: v) of c_attn's weight [C, 3C] and bias [3C].
+Tensor qkv_weight(const Weights& w, int i, int64_t C) {
+  return w.w_qkv.slice_cols(i * C, (i + 1) * C);
+}
+Tensor qkv_bias(const Weights& w, int i, int64_t C) {
+  return w.b_qkv.slice_rows(i * C, (i + 1) * C);
+}
+
+// The per-token part of the forward on rows [r0, r1): everything but attention and the second
+// c_proj. The forward calls it for all rows around attention; the recompute for a token range.
+// Each product is a token-panel product over the same rows, so both give the same bits.
+void attention_inputs(const Saved& s, int64_t r0, int64_t r1, const Weights& w,
+                      const LayerContext& ctx) {
+  const ModelConfig& cfg = *ctx.config;
+  const int64_t C = cfg.hidden_size, D = cfg.head_dim();
+  auto rows = [r0, r1](const Tensor& t) { return t.slice_rows(r0, r1); };
+  // q | k | v = ln_1(x) W_attn + b_attn
+  ctx.backend->layernorm_forward(rows(s.xn1), rows(s.mean1), rows(s.rstd1), rows(s.x), w.ln1,
+                                 w.ln1_b, float(cfg.rms_norm_eps));
+  const Tensor* out[3] = {&s.q, &s.k, &s.v};
+  {
+    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_comm_rows(ctx.parallel, r1 - r0), C);
+    for (int i = 0; i < 3; ++i) {
+      ctx.backend->matmul_token_panels_kn(rows(*out[i]), rows(s.xn1), qkv_weight(w, i, C));
+      ctx.backend->bias_add(rows(*out[i]), qkv_bias(w, i, C));
+    }
+  }
+  if (cfg.uses_rope()) {
+    ctx.backend->rope_forward(rows(s.q), ctx.rope_cos, ctx.rope_sin, D, r0);
+    ctx.backend->rope_forward(rows(s.k), ctx.rope_cos, ctx.rope_sin, D, r0);
+  }
+}
+
+// h = x + attn W_o + b_o;  fc = ln_2(h) W_fc + b_fc;  act = gelu(fc), on rows [r0, r1).
+void attention_outputs(const Saved& s, int64_t r0, int64_t r1, const Weights& w,
+                       const LayerContext& ctx) {
+  auto rows = [r0, r1](const Tensor& t) { return t.slice_rows(r0, r1); };
+  const int64_t tp_rows = tp_comm_rows(ctx.parallel, r1 - r0), C = ctx.config->hidden_size;
+  ctx.backend->copy(rows(s.h), rows(s.x));
+  {
+    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C);
+    ctx.backend->matmul_token_panels_kn(rows(s.h), rows(s.attn), w.w_attn_o, 1.0f);
+  }
+  ctx.backend->bias_add(rows(s.h), w.b_attn_o);
+  ctx.backend->layernorm_forward(rows(s.xn2), rows(s.mean2), rows(s.rstd2), rows(s.h), w.ln2,
+                                 w.ln2_b, float(ctx.config->rms_norm_eps));
+  {
+    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C);
+    ctx.backend->matmul_token_panels_kn(rows(s.fc), rows(s.xn2), w.w_fc);
+  }
+  ctx.backend->bias_add(rows(s.fc), w.b_fc);
+  ctx.backend->gelu_forward(rows(s.act), rows(s.fc));
+}
+
+class Gpt2 final : public Architecture {
+ public:
+  std::string_view name() const override { return "gpt2"; }
+  std::vector<ParamInfo> params(const ModelConfig& config) const override;
+  std::vector<SkeletalField> skeletal_fields(const ModelConfig& config) const override {
+    return skeletal_fields_of(kSaved, config);
+  }
+  int mlp_matrices() const override { return 2; }
+  void forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
+               const LayerContext& ctx) const override;
+  void recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, const LayerWeights& lw,
+                        const LayerContext& ctx) const override;
+  void backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved,
+                const LayerWeights& lw, const LayerContext& ctx) const override;
+  // ln_f's mean in row 0, rstd in row 1.
+  Shape final_norm_stats_shape(int64_t tokens) const override { return {2, tokens}; }
+  void final_norm_forward(Tensor xf, Tensor stats, ConstTensor x, const ModelWeights& w,
+                          const ModelConfig& config, Backend& backend) const override {
+    const int64_t T = x.rows();
+    backend.layernorm_forward(xf, Tensor(stats.data(), {T}), Tensor(stats.data() + T, {T}), x,
+                              w.norm, w.norm_b, float(config.rms_norm_eps));
+  }
+  void final_norm_backward(Tensor dx, const ModelWeights& dw, ConstTensor dxf, ConstTensor x,
+                           ConstTensor stats, const ModelWeights& w,
+                           Backend& backend) const override {
+    const int64_t T = x.rows();
+    backend.layernorm_backward(dx, dw.norm, dw.norm_b, dxf, x, w.norm,
+                               ConstTensor(stats.data(), {T}), ConstTensor(stats.data() + T, {T}));
+  }
+  std::string_view optional_name_prefix() const override { return "transformer."; }
+  void decode(const DecodeRows& r, const LayerWeights& lw, const ModelConfig& config,
+              Backend& backend) const override;
+};
+
+// Hugging Face GPT2LMHeadModel's tensors in its order and Conv1D layout ([in, out]); no
+// lm_head.weight: the head is wte.
+std::vector<ParamInfo> Gpt2::params(const ModelConfig& config) const {
+  const int64_t C = config.hidden_size, F = config.intermediate_size, V = config.vocab_size;
+  const double proj_scale = 1.0 / std::sqrt(2.0 * double(config.num_hidden_layers));
+  std::vector<ParamInfo> p;
+  auto add = [&p](std::string name, std::vector<int64_t> shape, ParamInit init, ParamRole role,
+                  int64_t layer = -1, double std_scale = 1.0) {
+    ParamInfo info;
+    info.name = std::move(name);
+    info.shape = std::move(shape);
+    info.init = init;
+    info.init_std_scale = std_scale;
+    info.role = role;
+    info.layer = layer;
+    p.push_back(std::move(info));
+  };
+  add("transformer.wte.weight", {V, C}, ParamInit::kNormal, ParamRole::kEmbedding);
+  if (!config.uses_rope())
+    add("transformer.wpe.weight", {config.max_position_embeddings, C}, ParamInit::kNormal,
+        ParamRole::kPositions);
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {  // in the order of kWeights
+    const std::string l = "transformer.h." + std::to_string(i) + ".";
+    const ParamRole r = ParamRole::kLayer;
+    add(l + "ln_1.weight", {C}, ParamInit::kOne, r, i);
+    add(l + "ln_1.bias", {C}, ParamInit::kZero, r, i);
+    add(l + "attn.c_attn.weight", {C, 3 * C}, ParamInit::kNormal, r, i);
+    add(l + "attn.c_attn.bias", {3 * C}, ParamInit::kZero, r, i);
+    add(l + "attn.c_proj.weight", {C, C}, ParamInit::kNormal, r, i, proj_scale);
+    add(l + "attn.c_proj.bias", {C}, ParamInit::kZero, r, i);
+    add(l + "ln_2.weight", {C}, ParamInit::kOne, r, i);
+    add(l + "ln_2.bias", {C}, ParamInit::kZero, r, i);
+    add(l + "mlp.c_fc.weight", {C, F}, ParamInit::kNormal, r, i);
+    add(l + "mlp.c_fc.bias", {F}, ParamInit::kZero, r, i);
+    add(l + "mlp.c_proj.weight", {F, C}, ParamInit::kNormal, r, i, proj_scale);
+    add(l + "mlp.c_proj.bias", {C}, ParamInit::kZero, r, i);
+  }
+  add("transformer.ln_f.weight", {C}, ParamInit::kOne, ParamRole::kNorm);
+  add("transformer.ln_f.bias", {C}, ParamInit::kZero, ParamRole::kNormBias);
+  return p;
+}
+
+void Gpt2::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
+                   const LayerContext& ctx) const {
+  const Saved s = bind_saved(saved, kSaved);
+  const Weights w = bind_weights(lw, kWeights);
+  const ModelConfig& cfg = *ctx.config;
+  const int64_t T = ctx.batch * ctx.seq, H = cfg.num_attention_heads;
+  // attention block: h = x + c_proj(attn(q, k, v)), q | k | v = c_attn(ln_1(x))
+  attention_inputs(s, 0, T, w, ctx);
+  {
+    CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 4), cfg.kv_dim());
+    ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch",
+                      {ctx.backend->attention_forward_scratch_numel(cfg.head_dim())});
+    ctx.backend->attention_forward(s.attn, s.lse, s.q, s.k, s.v, ctx.batch, H, H, *scratch);
+  }
+  // MLP block: y = h + c_proj(gelu(c_fc(ln_2(h))))
+  attention_outputs(s, 0, T, w, ctx);
+  ctx.backend->copy(y, s.h);
+  CommBuffer partial(*ctx.alloc, "tp.mlp_out", tp_comm_rows(ctx.parallel, T), cfg.hidden_size);
+  ctx.backend->matmul(y, s.act, w.w_mlp_o, false, false, 1.0f, 1.0f);
+  ctx.backend->bias_add(y, w.b_mlp_o);
+}
+
+void Gpt2::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1,
+                            const LayerWeights& lw, const LayerContext& ctx) const {
+  const Saved s = bind_saved(saved, kSaved);
+  const Weights w = bind_weights(lw, kWeights);
+  const int64_t T = ctx.batch * ctx.seq;
+  check_recompute_rows("gpt2 recompute_tokens", r0, r1, T, ctx);
+  if (r0 == r1) return;
+  attention_inputs(s, r0, r1, w, ctx);
+  attention_outputs(s, r0, r1, w, ctx);
+}
+
+void Gpt2::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved,
+                    const LayerWeights& lw, const LayerContext& ctx) const {
+  const Saved s = bind_saved(saved, kSaved);
+  const Weights w = bind_weights(lw, kWeights), dw = bind_weights(ldw, kWeights);
+  const ModelConfig& cfg = *ctx.config;
+  const int64_t T = ctx.batch * ctx.seq, C = cfg.hidden_size, F = cfg.intermediate_size;
+  const int64_t D = cfg.head_dim(), H = cfg.num_attention_heads;
+  ActivationAllocator& alloc = *ctx.alloc;
+  const int64_t tp_rows = tp_comm_rows(ctx.parallel, T);  // Note [Per-GPU shapes]
+  // y = h + act W_p + b_p:  d act = dy W_p^T;  dW_p += act^T dy;  db_p += sum_t dy;  dh = dy + ...
+  Tensor dact = alloc.acquire("mlp.dact", {T, F}, ActKind::kTransient);
+  {
+    CommBuffer gathered(alloc, "tp.mlp_dout", tp_rows, C);
+    ctx.backend->matmul(dact, dres, w.w_mlp_o, false, true);
+    ctx.backend->matmul(dw.w_mlp_o, s.act, dres, true, false, 1.0f, 1.0f);
+  }
+  ctx.backend->bias_backward(dw.b_mlp_o, dres);
+  // act = gelu(fc)
+  Tensor dfc = alloc.acquire("mlp.dfc", {T, F}, ActKind::kTransient);
+  ctx.backend->gelu_backward(dfc, dact, s.fc);
+  alloc.release(dact);
+  // fc = xn2 W_fc + b_fc:  d xn2 = dfc W_fc^T;  dW_fc += xn2^T dfc;  db_fc += sum_t dfc
+  Tensor dxn2 = alloc.acquire("mlp.dxn2", {T, C}, ActKind::kTransient);
+  {
+    CommBuffer partial(alloc, "tp.mlp_din", tp_rows, C);
+    ctx.backend->matmul(dxn2, dfc, w.w_fc, false, true);
+  }
+  {
+    CommBuffer gathered(alloc, "tp.mlp_in", tp_rows, C);
+    ctx.backend->matmul(dw.w_fc, s.xn2, dfc, true, false, 1.0f, 1.0f);
+  }
+  ctx.backend->bias_backward(dw.b_fc, dfc);
+  alloc.release(dfc);
+  // xn2 = ln_2(h): dres becomes dL/dh
+  ctx.backend->layernorm_backward(dres, dw.ln2, dw.ln2_b, dxn2, s.h, w.ln2, s.mean2, s.rstd2);
+  alloc.release(dxn2);
+  // h = x + attn W_o + b_o:  d attn = dh W_o^T;  dW_o += attn^T dh;  db_o += sum_t dh
+  Tensor dattn = alloc.acquire("attn.dattn", {T, C}, ActKind::kTransient);
+  {
+    CommBuffer gathered(alloc, "tp.attn_dout", tp_rows, C);
+    ctx.backend->matmul(dattn, dres, w.w_attn_o, false, true);
+    ctx.backend->matmul(dw.w_attn_o, s.attn, dres, true, false, 1.0f, 1.0f);
+  }
+  ctx.backend->bias_backward(dw.b_attn_o, dres);
+  // attention
+  Tensor dq = alloc.acquire("attn.dq", {T, C}, ActKind::kTransient);
+  Tensor dk = alloc.acquire("attn.dk", {T, C}, ActKind::kTransient);
+  Tensor dv = alloc.acquire("attn.dv", {T, C}, ActKind::kTransient);
+  {
+    CommBuffer ring(alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), cfg.kv_dim());
+    ScopedAct scratch(alloc, "attn.bwd_scratch",
+                      {ctx.backend->attention_backward_scratch_numel(ctx.seq, D, H, H)});
+    ctx.backend->attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, ctx.batch, H,
+                                    H, *scratch);
+  }
+  alloc.release(dattn);
+  if (cfg.uses_rope()) {
+    ctx.backend->rope_backward(dq, ctx.rope_cos, ctx.rope_sin, D);
+    ctx.backend->rope_backward(dk, ctx.rope_cos, ctx.rope_sin, D);
+  }
+  // q | k | v = xn1 W_attn + b_attn; per block i: d xn1 += d_i W_i^T, dW_i += xn1^T d_i,
+  // db_i += sum_t d_i
+  Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient);
+  const Tensor* grads[3] = {&dq, &dk, &dv};
+  {
+    CommBuffer partial(alloc, "tp.attn_din", tp_rows, C);  // TP: both live across the blocks
+    CommBuffer gathered(alloc, "tp.attn_in", tp_rows, C);
+    for (int i = 0; i < 3; ++i) {
+      ctx.backend->matmul(dxn1, *grads[i], qkv_weight(w, i, C), false, true, 1.0f,
+                          i == 0 ? 0.0f : 1.0f);
+      ctx.backend->matmul(qkv_weight(dw, i, C), s.xn1, *grads[i], true, false, 1.0f, 1.0f);
+      ctx.backend->bias_backward(qkv_bias(dw, i, C), *grads[i]);
+    }
+  }
+  alloc.release(dv);
+  alloc.release(dk);
+  alloc.release(dq);
+  // xn1 = ln_1(x): dres becomes dL/dx
+  ctx.backend->layernorm_backward(dres, dw.ln1, dw.ln1_b, dxn1, s.x, w.ln1, s.mean1, s.rstd1);
+  alloc.release(dxn1);
+}
+
+// q | k | v = ln_1(x) W_attn + b_attn;  h = x + attn W_o + b_o;
+// y = h + c_proj(gelu(c_fc(ln_2(h)))), on the decoded rows.
+void Gpt2::decode(const DecodeRows& r, const LayerWeights& lw, const ModelConfig& config,
+                  Backend& backend) const {
+  const Weights w = bind_weights(lw, kWeights);
+  const int64_t C = config.hidden_size, D = config.head_dim();
+  const float eps = float(config.rms_norm_eps);
+  backend.layernorm_forward(r.xn, r.mean, r.rstd, r.x, w.ln1, w.ln1_b, eps);
+  const Tensor* out[3] = {&r.q, &r.k, &r.v};
+  for (int i = 0; i < 3; ++i) {
+    backend.matmul_token_panels_kn(*out[i], r.xn, qkv_weight(w, i, C));
+    backend.bias_add(*out[i], qkv_bias(w, i, C));
+  }
+  if (config.uses_rope()) {
+    backend.rope_forward(r.q, r.rope_cos, r.rope_sin, D, r.position);
+    backend.rope_forward(r.k, r.rope_cos, r.rope_sin, D, r.position);
+  }
+  r.attend();
+  backend.copy(r.h, r.x);
+  backend.matmul_token_panels_kn(r.h, r.attn, w.w_attn_o, 1.0f);
+  backend.bias_add(r.h, w.b_attn_o);
+  backend.layernorm_forward(r.xn, r.mean, r.rstd, r.h, w.ln2, w.ln2_b, eps);
+  backend.matmul_token_panels_kn(r.mlp_gate, r.xn, w.w_fc);
+  backend.bias_add(r.mlp_gate, w.b_fc);
+  backend.gelu_forward(r.mlp_act, r.mlp_gate);
+  backend.copy(r.x, r.h);
+  backend.matmul(r.x, r.mlp_act, w.w_mlp_o, false, false, 1.0f, 1.0f);
+  backend.bias_add(r.x, w.b_mlp_o);
+}
+
+}  // namespace
+
+const Architecture& gpt2_architecture() {
+  static const Gpt2 gpt2;
+  return gpt2;
+}
+
+}  // namespace memo

@@ -1,0 +1,82 @@
+// What an architecture's file (model/llama.cc, model/gpt2.cc) uses to give names to the tensors the
+// model and the strategies hold by index: a layer's weights (LayerWeights, in the order of
+// Architecture::params) and its skeletal set (SavedActs, in the order of skeletal_fields). Each
+// architecture declares a struct of named Tensors and a table of its members in that order; one
+// table serves both the binding and the field list, so the two cannot disagree.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "memo/core/error.h"
+#include "memo/core/tensor.h"
+#include "memo/memory/skeletal.h"
+#include "memo/model/config.h"
+#include "memo/model/params.h"
+
+namespace memo {
+
+// The named struct whose member i is layer tensor i (LayerWeights, Architecture::params order).
+template <class Named, size_t N>
+Named bind_weights(const LayerWeights& w, Tensor Named::* const (&members)[N]) {
+  MEMO_CHECK(w.count == int(N), "a layer with ", w.count, " tensors bound as ", N);
+  Named named;
+  for (size_t i = 0; i < N; ++i) named.*members[i] = w[int(i)];
+  return named;
+}
+
+// The width of a skeletal tensor in the config's dimensions.
+enum class SavedWidth {
+  kHidden,  // [T, C]
+  kQuery,   // [T, H*D]
+  kKv,      // [T, Hkv*D]
+  kFfn,     // [T, F]
+  kToken,   // [T]       a per-token statistic
+  kHeads,   // [B, H, S] per head and position (the attention log-sum-exp)
+};
+
+// One row of an architecture's skeletal table.
+template <class Saved>
+struct SavedSpec {
+  const char* name;  // the request name the plan sees
+  Tensor Saved::*member;
+  SavedWidth width;
+  bool per_token;  // rebuildable token by token (all but x, the attention output and lse)
+};
+
+inline SkeletalField skeletal_field(const char* name, SavedWidth width, bool per_token,
+                                    const ModelConfig& c) {
+  SkeletalField f;
+  f.name = name;
+  f.per_token = per_token;
+  switch (width) {
+    case SavedWidth::kHidden: f.width = c.hidden_size; break;
+    case SavedWidth::kQuery: f.width = c.num_attention_heads * c.head_dim(); break;
+    case SavedWidth::kKv: f.width = c.kv_dim(); break;
+    case SavedWidth::kFfn: f.width = c.intermediate_size; break;
+    case SavedWidth::kToken: break;
+    case SavedWidth::kHeads: f.heads = c.num_attention_heads; break;
+  }
+  return f;
+}
+
+// The named struct whose member specs[i].member is slot i of s.
+template <class Saved, size_t N>
+Saved bind_saved(const SavedActs& s, const SavedSpec<Saved> (&specs)[N]) {
+  static_assert(N <= size_t(kMaxSkeletalFields));
+  Saved named;
+  for (size_t i = 0; i < N; ++i) named.*specs[i].member = s[int(i)];
+  return named;
+}
+
+template <class Saved, size_t N>
+std::vector<SkeletalField> skeletal_fields_of(const SavedSpec<Saved> (&specs)[N],
+                                              const ModelConfig& c) {
+  std::vector<SkeletalField> fields;
+  for (const SavedSpec<Saved>& spec : specs)
+    fields.push_back(skeletal_field(spec.name, spec.width, spec.per_token, c));
+  return fields;
+}
+
+}  // namespace memo
