@@ -2,6 +2,8 @@
 // for bit as the architecture's forward wrote it (across sequence boundaries, with a partial last
 // panel), writes nothing outside the range, and refuses a range that does not start on a panel
 // boundary. For LLaMA and for GPT-2 layers (learned and rotary positions).
+#include "memo/model/architecture.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +17,6 @@
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/tensor_ops.h"
-#include "memo/model/architecture.h"
 #include "memo/model/model.h"
 
 namespace memo {

@@ -35,9 +35,9 @@ class Backend {
   // A per-token product over rows [r0, r1) of a [T, *] tensor gives the same bits as the same
   // rows of the product over all T rows whenever r0 is a multiple of reproducible_rows() (the CPU:
   // its 128-row token panels, Note [Token panels] in kernels/cpu/matmul.cc). The memo strategy
-  // rounds its offloaded rows (alpha) down to this granularity, and Architecture::recompute_tokens refuses
-  // other starts, so every strategy gives bitwise-identical losses. 0: the backend promises no
-  // such granularity; memo then splits at any row and its losses agree with keep's only within
+  // rounds its offloaded rows (alpha) down to this granularity, and Architecture::recompute_tokens
+  // refuses other starts, so every strategy gives bitwise-identical losses. 0: the backend promises
+  // no such granularity; memo then splits at any row and its losses agree with keep's only within
   // the tolerance stated in memory/memo.h.
   virtual int64_t reproducible_rows() const = 0;
 

@@ -13,8 +13,10 @@ const Architecture& gpt2_architecture();
 
 const Architecture& architecture(Arch arch) {
   switch (arch) {
-    case Arch::kLlama: return llama_architecture();
-    case Arch::kGpt2: return gpt2_architecture();
+    case Arch::kLlama:
+      return llama_architecture();
+    case Arch::kGpt2:
+      return gpt2_architecture();
   }
   throw ConfigError(str("unknown architecture ", int(arch)));
 }

@@ -29,10 +29,10 @@ struct Weights {
   Tensor w_mlp_o;   // [F, C]   mlp.c_proj.weight
   Tensor b_mlp_o;   // [C]      mlp.c_proj.bias
 };
-constexpr Tensor Weights::*kWeights[] = {
-    &Weights::ln1,  &Weights::ln1_b, &Weights::w_qkv, &Weights::b_qkv,
-    &Weights::w_attn_o, &Weights::b_attn_o, &Weights::ln2, &Weights::ln2_b,
-    &Weights::w_fc, &Weights::b_fc,  &Weights::w_mlp_o, &Weights::b_mlp_o};
+constexpr Tensor Weights::*kWeights[] = {&Weights::ln1,   &Weights::ln1_b,    &Weights::w_qkv,
+                                         &Weights::b_qkv, &Weights::w_attn_o, &Weights::b_attn_o,
+                                         &Weights::ln2,   &Weights::ln2_b,    &Weights::w_fc,
+                                         &Weights::b_fc,  &Weights::w_mlp_o,  &Weights::b_mlp_o};
 
 // What backward reads; shapes per micro-batch, T = B*S tokens. q, k are after RoPE only with
 // rotary positions.
@@ -223,8 +223,8 @@ void Gpt2::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
   ctx.backend->bias_add(y, w.b_mlp_o);
 }
 
-void Gpt2::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1,
-                            const LayerWeights& lw, const LayerContext& ctx) const {
+void Gpt2::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, const LayerWeights& lw,
+                            const LayerContext& ctx) const {
   const Saved s = bind_saved(saved, kSaved);
   const Weights w = bind_weights(lw, kWeights);
   const int64_t T = ctx.batch * ctx.seq;

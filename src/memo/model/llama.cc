@@ -24,9 +24,9 @@ struct Weights {
   Tensor wu;   // [F, C]       up_proj
   Tensor wd;   // [C, F]       down_proj
 };
-constexpr Tensor Weights::*kWeights[] = {&Weights::ln1, &Weights::wq,  &Weights::wk,
-                                         &Weights::wv,  &Weights::wo,  &Weights::ln2,
-                                         &Weights::wg,  &Weights::wu,  &Weights::wd};
+constexpr Tensor Weights::*kWeights[] = {&Weights::ln1, &Weights::wq, &Weights::wk,
+                                         &Weights::wv,  &Weights::wo, &Weights::ln2,
+                                         &Weights::wg,  &Weights::wu, &Weights::wd};
 
 // What backward reads; shapes per micro-batch, T = B*S tokens. Every field except x is written by
 // forward; x is the layer input, written by whoever produced it.
@@ -170,8 +170,8 @@ void Llama::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
 }
 
 // forward without attention and the down projection, on rows [r0, r1) of each tensor.
-void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1,
-                             const LayerWeights& lw, const LayerContext& ctx) const {
+void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, const LayerWeights& lw,
+                             const LayerContext& ctx) const {
   const Saved s = bind_saved(saved, kSaved);
   const Weights w = bind_weights(lw, kWeights);
   const ModelConfig& cfg = *ctx.config;

@@ -19,7 +19,7 @@ namespace memo {
 
 // The named struct whose member i is layer tensor i (LayerWeights, Architecture::params order).
 template <class Named, size_t N>
-Named bind_weights(const LayerWeights& w, Tensor Named::* const (&members)[N]) {
+Named bind_weights(const LayerWeights& w, Tensor Named::*const (&members)[N]) {
   MEMO_CHECK(w.count == int(N), "a layer with ", w.count, " tensors bound as ", N);
   Named named;
   for (size_t i = 0; i < N; ++i) named.*members[i] = w[int(i)];
@@ -51,12 +51,23 @@ inline SkeletalField skeletal_field(const char* name, SavedWidth width, bool per
   f.name = name;
   f.per_token = per_token;
   switch (width) {
-    case SavedWidth::kHidden: f.width = c.hidden_size; break;
-    case SavedWidth::kQuery: f.width = c.num_attention_heads * c.head_dim(); break;
-    case SavedWidth::kKv: f.width = c.kv_dim(); break;
-    case SavedWidth::kFfn: f.width = c.intermediate_size; break;
-    case SavedWidth::kToken: break;
-    case SavedWidth::kHeads: f.heads = c.num_attention_heads; break;
+    case SavedWidth::kHidden:
+      f.width = c.hidden_size;
+      break;
+    case SavedWidth::kQuery:
+      f.width = c.num_attention_heads * c.head_dim();
+      break;
+    case SavedWidth::kKv:
+      f.width = c.kv_dim();
+      break;
+    case SavedWidth::kFfn:
+      f.width = c.intermediate_size;
+      break;
+    case SavedWidth::kToken:
+      break;
+    case SavedWidth::kHeads:
+      f.heads = c.num_attention_heads;
+      break;
   }
   return f;
 }
