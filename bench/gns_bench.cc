@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   model.init(1);
   AdamW opt(model.layout(), AdamWOptions{}, decay_matrices_only(model.layout()));
   CachingAllocator alloc;
-  KeepStrategy strategy(skeletal_layout(config), alloc);
+  KeepStrategy strategy(skeletal_layout(config, DType::kF32), alloc);
   GradNoiseProbe probe(model.params_numel(), k, micro * seq);
   std::vector<int32_t> tokens(size_t(batch * seq + 1));
   for (size_t i = 0; i < tokens.size(); ++i)

@@ -127,7 +127,7 @@ TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
     ckpt.model.read_into(p.name, model.params() + p.offset, p.numel);
   const TokenData data = TokenData::load(dir / "data.txt", 256);
   CachingAllocator alloc;
-  KeepStrategy keep(skeletal_layout(ckpt.config), alloc);
+  KeepStrategy keep(skeletal_layout(ckpt.config, DType::kF32), alloc);
   double sum = 0.0;
   for (int64_t b = 0; b < 2; ++b) {
     std::vector<int32_t> in, tgt;

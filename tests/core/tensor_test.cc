@@ -25,10 +25,10 @@ TEST(Tensor, slice_cols_keeps_row_stride) {
 
 TEST(CachingAllocator, reuses_released_blocks_without_new_reservation) {
   CachingAllocator alloc;
-  Tensor a = alloc.acquire("a", {100, 10}, ActKind::kTransient);
+  Tensor a = alloc.acquire("a", {100, 10}, ActKind::kTransient, DType::kF32);
   alloc.release(a);
   int64_t reserved = alloc.reserved_bytes();
-  Tensor b = alloc.acquire("b", {100, 10}, ActKind::kTransient);
+  Tensor b = alloc.acquire("b", {100, 10}, ActKind::kTransient, DType::kF32);
   EXPECT_EQ(alloc.reserved_bytes(), reserved);
   EXPECT_EQ(b.data(), a.data());
   alloc.release(b);
@@ -37,7 +37,7 @@ TEST(CachingAllocator, reuses_released_blocks_without_new_reservation) {
 
 TEST(CachingAllocator, budget_exceeded_throws_budget_error) {
   CachingAllocator alloc(1024);
-  EXPECT_THROW(alloc.acquire("big", {1024}, ActKind::kTransient), BudgetError);
+  EXPECT_THROW(alloc.acquire("big", {1024}, ActKind::kTransient, DType::kF32), BudgetError);
 }
 
 }  // namespace memo

@@ -21,7 +21,7 @@ struct StepResult {
 
 // Two steps of two micro-batches each under `alloc`, from the same weights.
 StepResult run_steps(Model& model, ActivationAllocator& alloc, int64_t batch, int64_t seq) {
-  KeepStrategy strategy(skeletal_layout(model.config()), alloc);
+  KeepStrategy strategy(skeletal_layout(model.config(), DType::kF32), alloc);
   StepResult r;
   for (int step = 0; step < 2; ++step) {
     model.zero_grads();
@@ -82,7 +82,8 @@ TEST(PlannedAllocator, another_sequence_length_is_stopped_at_the_first_request) 
   const std::string msg =
       test::error_message<TraceMismatchError>([&] { run_steps(model, planned, 1, 16); });
   EXPECT_NE(msg.find("activation request 0 does not match the plan"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("expected 'x' 4096 B (saved), got 'x' 2048 B (saved)"), std::string::npos)
+  EXPECT_NE(msg.find("expected 'x' 4096 B f32 (saved), got 'x' 2048 B f32 (saved)"),
+            std::string::npos)
       << msg;
   EXPECT_NE(msg.find("trace and plan again"), std::string::npos) << msg;
 }
@@ -95,42 +96,55 @@ TEST(PlannedAllocator, an_extra_request_is_stopped_naming_its_index) {
   planned.on_acquire = [&](int64_t request) {
     if (request != 20 || added) return;
     added = true;
-    planned.acquire("test.extra", {8}, ActKind::kTransient);
+    planned.acquire("test.extra", {8}, ActKind::kTransient, DType::kF32);
   };
   const std::string msg =
       test::error_message<TraceMismatchError>([&] { run_steps(model, planned, 1, 16); });
   EXPECT_NE(msg.find("activation request 20 does not match the plan: expected '" + expected + "'"),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("got 'test.extra' 32 B (transient)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("got 'test.extra' 32 B f32 (transient)"), std::string::npos) << msg;
 }
 
 TEST(PlannedAllocator, a_release_later_than_traced_is_stopped) {
   // traced: a [0,1), b [1,2): the plan may put b over a
   TraceRecorder rec;
-  rec.release(rec.acquire("a", {64}, ActKind::kTransient));
-  rec.release(rec.acquire("b", {64}, ActKind::kTransient));
+  rec.release(rec.acquire("a", {64}, ActKind::kTransient, DType::kF32));
+  rec.release(rec.acquire("b", {64}, ActKind::kTransient, DType::kF32));
   PlannedAllocator planned(plan_activations(rec.finish(1, 1)));
-  const Tensor a = planned.acquire("a", {64}, ActKind::kTransient);
+  const Tensor a = planned.acquire("a", {64}, ActKind::kTransient, DType::kF32);
   const std::string msg = test::error_message<TraceMismatchError>(
-      [&] { planned.acquire("b", {64}, ActKind::kTransient); });
+      [&] { planned.acquire("b", {64}, ActKind::kTransient, DType::kF32); });
   EXPECT_NE(msg.find("'a' (request 0) is still live at request 1"), std::string::npos) << msg;
   planned.release(a);
 }
 
 TEST(PlannedAllocator, a_request_beyond_the_step_is_stopped) {
   TraceRecorder rec;
-  const Tensor t = rec.acquire("a", {64}, ActKind::kTransient);
+  const Tensor t = rec.acquire("a", {64}, ActKind::kTransient, DType::kF32);
   rec.release(t);
   PlannedAllocator planned(plan_activations(rec.finish(1, 1)));
-  const Tensor a = planned.acquire("a", {64}, ActKind::kTransient);
+  const Tensor a = planned.acquire("a", {64}, ActKind::kTransient, DType::kF32);
   const std::string msg = test::error_message<TraceMismatchError>(
-      [&] { planned.acquire("a", {64}, ActKind::kTransient); });
+      [&] { planned.acquire("a", {64}, ActKind::kTransient, DType::kF32); });
   EXPECT_NE(msg.find("request 1 is beyond the 1 traced requests"), std::string::npos) << msg;
   planned.release(a);
   // with nothing live the sequence starts again
-  planned.release(planned.acquire("a", {64}, ActKind::kTransient));
+  planned.release(planned.acquire("a", {64}, ActKind::kTransient, DType::kF32));
 }
 
 }  // namespace
+// The plan is keyed by dtype as well as bytes: the same bytes in another dtype are another request.
+TEST(PlannedAllocator, another_dtype_of_the_same_bytes_is_stopped) {
+  TraceRecorder rec;
+  rec.release(rec.acquire("a", {64}, ActKind::kTransient, DType::kBF16));
+  PlannedAllocator planned(plan_activations(rec.finish(1, 1)));
+  const std::string msg = test::error_message<TraceMismatchError>(
+      [&] { planned.acquire("a", {32}, ActKind::kTransient, DType::kF32); });
+  EXPECT_NE(msg.find("expected 'a' 128 B bf16 (transient), got 'a' 128 B f32 (transient)"),
+            std::string::npos)
+      << msg;
+  planned.release(planned.acquire("a", {64}, ActKind::kTransient, DType::kBF16));
+}
+
 }  // namespace memo

@@ -116,7 +116,7 @@ StrategyRun train_run(const StrategyOptions& options, const ModelConfig& cfg = c
   StrategyRun r;
   r.alloc = std::make_unique<CachingAllocator>();
   CachingAllocator& alloc = *r.alloc;
-  r.strategy = make_strategy(skeletal_layout(cfg), alloc, options);
+  r.strategy = make_strategy(skeletal_layout(cfg, DType::kF32), alloc, options);
   const int64_t n = model.params_numel();
   for (int step = 0; step < kSteps; ++step) {
     model.zero_grads();
@@ -200,7 +200,7 @@ TEST_F(Strategies, random_copy_delays_and_poisoned_releases_change_no_result) {
 TEST_F(Strategies, memo_cost_model_alpha_from_given_inputs_matches_keep) {
   // Host budget for alpha = 0.5 exactly; bandwidth ample: the host bound picks 0.5 -> 256 rows.
   const ModelConfig& cfg = config();
-  AlphaInputs in = memo_alpha_sizes(skeletal_layout(cfg), kMicro, kSeq);
+  AlphaInputs in = memo_alpha_sizes(skeletal_layout(cfg, DType::kF32), kMicro, kSeq);
   StrategyOptions o = with("memo");
   o.host_memory_bytes = int64_t(host_bytes_at(in, 0.5)) + (int64_t(1) << 16);  // + alignment slack
   o.layer_forward_s = 1.0;
@@ -248,7 +248,7 @@ TEST(StrategyErrors, host_too_small_for_memo_says_what_fits) {
   CachingAllocator alloc;
   StrategyOptions o = with("memo");
   o.host_memory_bytes = 512 << 10;  // alpha 0 needs 3 x (x + attn + lse) = 0.91 MiB
-  auto s = make_strategy(skeletal_layout(cfg), alloc, o);
+  auto s = make_strategy(skeletal_layout(cfg, DType::kF32), alloc, o);
   Model model(cfg);
   const BackendOnly layers(model.backend());
   s->bind_layers(layers);  // names the backend, as the model does first
@@ -259,8 +259,10 @@ TEST(StrategyErrors, host_too_small_for_memo_says_what_fits) {
 
   o.alpha = 1.0;  // a budget a little above alpha 0.4's bytes
   o.host_memory_bytes =
-      int64_t(host_bytes_at(memo_alpha_sizes(skeletal_layout(cfg), kMicro, kSeq), 0.4)) + 4096;
-  auto s2 = make_strategy(skeletal_layout(cfg), alloc, o);
+      int64_t(
+          host_bytes_at(memo_alpha_sizes(skeletal_layout(cfg, DType::kF32), kMicro, kSeq), 0.4)) +
+      4096;
+  auto s2 = make_strategy(skeletal_layout(cfg, DType::kF32), alloc, o);
   s2->bind_layers(layers);
   const std::string msg2 = test::error_message<BudgetError>([&] { s2->begin_step(kMicro, kSeq); });
   EXPECT_NE(msg2.find("--alpha 1 needs"), std::string::npos) << msg2;
@@ -273,23 +275,23 @@ TEST(StrategyErrors, factory_rejects_bad_combinations) {
   StrategyOptions o = with("keep");
   o.alpha = 0.5;
   EXPECT_NE(test::error_message<ConfigError>([&] {
-              make_strategy(skeletal_layout(cfg), alloc, o);
+              make_strategy(skeletal_layout(cfg, DType::kF32), alloc, o);
             }).find("--alpha applies to --activations memo only"),
             std::string::npos);
   o = with("recompute");
   o.host_memory_bytes = 1 << 30;
   EXPECT_NE(test::error_message<ConfigError>([&] {
-              make_strategy(skeletal_layout(cfg), alloc, o);
+              make_strategy(skeletal_layout(cfg, DType::kF32), alloc, o);
             }).find("--host-memory and --copy-bandwidth apply"),
             std::string::npos);
   o = memo_at(1.5);
   EXPECT_NE(test::error_message<ConfigError>([&] {
-              make_strategy(skeletal_layout(cfg), alloc, o);
+              make_strategy(skeletal_layout(cfg, DType::kF32), alloc, o);
             }).find("--alpha 1.5 must be in [0, 1]"),
             std::string::npos);
   o = with("swap");
   EXPECT_NE(test::error_message<ConfigError>([&] {
-              make_strategy(skeletal_layout(cfg), alloc, o);
+              make_strategy(skeletal_layout(cfg, DType::kF32), alloc, o);
             }).find("'swap' is not one of keep, recompute, offload, memo"),
             std::string::npos);
 }

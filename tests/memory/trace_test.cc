@@ -26,8 +26,8 @@ TEST(Trace, step_has_one_forward_and_one_backward_pass_per_layer) {
       EXPECT_EQ(r.phase, -1) << r.name;  // skeletal: level 2
     }
   }
-  EXPECT_EQ(saved,
-            skeletal_layout(c).num_fields() * c.num_hidden_layers);  // keep holds every layer's set
+  EXPECT_EQ(saved, skeletal_layout(c, DType::kF32).num_fields() *
+                       c.num_hidden_layers);  // keep holds every layer's set
   for (size_t p = 0; p < t.phases.size(); ++p) {
     int transients = 0;
     for (const TracedRequest& r : t.requests) transients += r.phase == int(p);
@@ -80,9 +80,9 @@ TEST(Trace, differing_layer_is_reported_by_layer_pass_and_request) {
 TEST(Trace, transient_outliving_its_layer_pass_is_rejected) {
   TraceRecorder rec;
   rec.mark_begin(Pass::kForward, 0);
-  const Tensor a = rec.acquire("leak", {16}, ActKind::kTransient);
+  const Tensor a = rec.acquire("leak", {16}, ActKind::kTransient, DType::kF32);
   rec.mark_end(Pass::kForward, 0);
-  const Tensor b = rec.acquire("after", {16}, ActKind::kTransient);
+  const Tensor b = rec.acquire("after", {16}, ActKind::kTransient, DType::kF32);
   rec.release(a);
   rec.release(b);
   const std::string msg = test::error_message<Error>([&] { rec.finish(1, 1); });
@@ -92,7 +92,7 @@ TEST(Trace, transient_outliving_its_layer_pass_is_rejected) {
 
 TEST(Trace, unreleased_request_is_rejected) {
   TraceRecorder rec;
-  const Tensor a = rec.acquire("kept", {16}, ActKind::kTransient);
+  const Tensor a = rec.acquire("kept", {16}, ActKind::kTransient, DType::kF32);
   const std::string msg = test::error_message<Error>([&] { rec.finish(1, 1); });
   EXPECT_NE(msg.find("'kept'"), std::string::npos) << msg;
   rec.release(a);
@@ -101,11 +101,11 @@ TEST(Trace, unreleased_request_is_rejected) {
 TEST(Trace, lifetimes_count_requests) {
   // a [0,2)   b [1,2)   c [2,3): releases between two requests die at the next one
   TraceRecorder rec;
-  const Tensor a = rec.acquire("a", {1}, ActKind::kTransient);
-  const Tensor b = rec.acquire("b", {1}, ActKind::kTransient);
+  const Tensor a = rec.acquire("a", {1}, ActKind::kTransient, DType::kF32);
+  const Tensor b = rec.acquire("b", {1}, ActKind::kTransient, DType::kF32);
   rec.release(b);
   rec.release(a);
-  const Tensor c = rec.acquire("c", {1}, ActKind::kTransient);
+  const Tensor c = rec.acquire("c", {1}, ActKind::kTransient, DType::kF32);
   rec.release(c);
   const Trace t = rec.finish(1, 1);
   ASSERT_EQ(t.requests.size(), 3u);
@@ -132,4 +132,16 @@ TEST(Trace, scaled_trace_equals_the_real_trace_at_that_length) {
 }
 
 }  // namespace
+TEST(TraceRecorder, bytes_come_from_the_dtype) {
+  TraceRecorder rec;
+  rec.release(rec.acquire("half", {10, 3}, ActKind::kTransient, DType::kBF16));
+  rec.release(rec.acquire("full", {10, 3}, ActKind::kTransient, DType::kF32));
+  const Trace t = rec.finish(1, 1);
+  ASSERT_EQ(t.requests.size(), 2u);
+  EXPECT_EQ(t.requests[0].bytes, 60);
+  EXPECT_EQ(t.requests[0].dtype, DType::kBF16);
+  EXPECT_EQ(t.requests[1].bytes, 120);
+  EXPECT_EQ(t.requests[1].dtype, DType::kF32);
+}
+
 }  // namespace memo

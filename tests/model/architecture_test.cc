@@ -37,14 +37,16 @@ void check_rebuild(const ModelConfig& cfg) {
                    ConstTensor(sin.data(), {S, half}),
                    &alloc,
                    &cpu_backend(),
-                   Parallel{}};
+                   Parallel{},
+                   DType::kF32};
   if (!cfg.uses_rope()) ctx.rope_cos = ctx.rope_sin = ConstTensor();
   const Architecture& arch = architecture(cfg.arch);
-  const std::vector<SkeletalField> fields = arch.skeletal_fields(cfg);
+  const std::vector<SkeletalField> fields = arch.skeletal_fields(cfg, DType::kF32);
   SavedActs fwd, re;
   for (size_t i = 0; i < fields.size(); ++i) {
-    fwd[int(i)] = alloc.acquire(fields[i].name, fields[i].shape(B, S), ActKind::kSaved);
-    re[int(i)] = alloc.acquire(fields[i].name, fields[i].shape(B, S), ActKind::kSaved);
+    fwd[int(i)] =
+        alloc.acquire(fields[i].name, fields[i].shape(B, S), ActKind::kSaved, DType::kF32);
+    re[int(i)] = alloc.acquire(fields[i].name, fields[i].shape(B, S), ActKind::kSaved, DType::kF32);
   }
   const std::vector<float> x = test::random_floats(T * C, 8);
   std::memcpy(fwd.x().data(), x.data(), x.size() * sizeof(float));

@@ -133,7 +133,7 @@ TEST(GptConfig, model_refuses_a_sequence_longer_than_the_learned_table) {
   Model model(c);
   model.init(1);
   CachingAllocator alloc;
-  KeepStrategy keep(skeletal_layout(c), alloc);
+  KeepStrategy keep(skeletal_layout(c, DType::kF32), alloc);
   const std::vector<int32_t> tokens(2 * 97 + 1, 3);
   const std::string msg = test::error_message<ConfigError>(
       [&] { model.forward_loss(tokens.data(), tokens.data() + 1, 2, 97, keep, alloc); });

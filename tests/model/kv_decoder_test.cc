@@ -78,7 +78,7 @@ TEST(KvDecoder, prompt_logits_equal_the_model_forward) {
     // Model's forward gives losses, not logits: with every target fixed but the last,
     // loss(last target = v) - loss(last target = 0) = logit[0] - logit[v].
     CachingAllocator alloc;
-    KeepStrategy keep(skeletal_layout(config), alloc);
+    KeepStrategy keep(skeletal_layout(config, DType::kF32), alloc);
     std::vector<int32_t> targets = some_tokens(S, 6);
     std::vector<double> loss(static_cast<size_t>(V));
     for (int32_t v = 0; v < V; ++v) {

@@ -106,7 +106,7 @@ inline void check_against_torch(const ModelConfig& config, int64_t seq, int64_t 
   const std::vector<float> ref_loss = read(ref, "loss");
 
   CachingAllocator alloc;
-  KeepStrategy keep(skeletal_layout(config), alloc);
+  KeepStrategy keep(skeletal_layout(config, DType::kF32), alloc);
   // decay on every tensor: the reference uses one torch.optim.AdamW parameter group
   AdamW opt(model.layout(), AdamWOptions{beta1, beta2, eps, wd},
             std::vector<bool>(model.layout().params().size(), true));

@@ -24,7 +24,7 @@ TEST(GradNoiseProbe, micro_norms_are_exact_and_the_step_gradient_is_their_sum) {
   Model model(c);
   model.init(3);
   CachingAllocator alloc;
-  KeepStrategy strategy(skeletal_layout(c), alloc);
+  KeepStrategy strategy(skeletal_layout(c, DType::kF32), alloc);
   const int64_t k = 3, rows = 2, seq = 8, n = model.params_numel();
   std::vector<int32_t> tokens(size_t(k * rows * seq + 1));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(mix(5, i) % 256);

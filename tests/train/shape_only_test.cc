@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "../memory/memory_test_util.h"
@@ -162,6 +163,42 @@ TEST(ShapeOnlyTrace, context_parallel_adds_the_ring_buffers) {
           << r.bytes;
     }
   EXPECT_EQ(rings, 2 * config.num_hidden_layers);  // one per forward, one per backward
+}
+
+// A bf16 trace (a GPU run in mixed precision): the same requests as the f32 trace, each of its
+// dtype's bytes: statistics, the log-sum-exp, the loss path and attention scratch stay f32, every
+// other activation (saved, transient, communication) is bf16.
+TEST(ShapeOnlyTrace, a_bf16_trace_keeps_statistics_and_the_loss_path_in_f32) {
+  for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()}) {
+    SCOPED_TRACE(config.is_gpt2() ? "gpt2" : "llama");
+    const Trace f32 = trace_shapes_only(config, Parallel{2, 2}, 1, 64, factory("memo"));
+    const Trace bf16 =
+        trace_shapes_only(config, Parallel{2, 2}, 1, 64, factory("memo"), DType::kBF16);
+    ASSERT_EQ(f32.requests.size(), bf16.requests.size());
+    const std::set<std::string> f32_names = {"inv_rms1",
+                                             "inv_rms2",
+                                             "mean1",
+                                             "rstd1",
+                                             "mean2",
+                                             "rstd2",
+                                             "lse",
+                                             "final.inv_rms",
+                                             "head.logits",
+                                             "head.losses",
+                                             "attn.fwd_scratch",
+                                             "attn.bwd_scratch"};
+    int halved = 0;
+    for (size_t i = 0; i < f32.requests.size(); ++i) {
+      const TracedRequest &a = f32.requests[i], &b = bf16.requests[i];
+      ASSERT_EQ(a.name, b.name);
+      EXPECT_EQ(a.dtype, DType::kF32) << a.name;
+      const bool stays = f32_names.count(a.name) > 0;
+      EXPECT_EQ(b.dtype, stays ? DType::kF32 : DType::kBF16) << b.name;
+      EXPECT_EQ(b.bytes, stays ? a.bytes : a.bytes / 2) << b.name;
+      halved += !stays;
+    }
+    EXPECT_GT(halved, 20);  // the skeletal set, the gradients and the TP/CP buffers
+  }
 }
 
 TEST(ShapeOnlyTrace, a_model_with_values_refuses_several_ranks) {

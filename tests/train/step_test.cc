@@ -25,7 +25,7 @@ struct Fixture {
   ModelConfig config = testing::tiny_config();
   Model model{config};
   CachingAllocator alloc;
-  KeepStrategy strategy{skeletal_layout(config), alloc};
+  KeepStrategy strategy{skeletal_layout(config, DType::kF32), alloc};
   SelfCommunicator dp{cpu_backend()};
   std::vector<int32_t> tokens;
   static constexpr int64_t kRows = 2, kSeq = 24, kMicro = 3;

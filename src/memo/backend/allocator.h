@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "memo/backend/dtype.h"
 #include "memo/core/tensor.h"
 
 namespace memo {
@@ -20,9 +21,12 @@ inline constexpr int64_t kAlignBytes = 64;  // one cache line / one AVX-512 vect
 class ActivationAllocator {
  public:
   virtual ~ActivationAllocator() = default;
-  // A float32 buffer of `shape`, contents undefined, aligned to kAlignBytes. Throws BudgetError
-  // when a budget is exceeded. `name` is stable across steps and layers ("attn.q", "mlp.gate").
-  virtual Tensor acquire(std::string_view name, Shape shape, ActKind kind) = 0;
+  // A buffer of `shape` elements of `dtype` (numel * dtype_bytes(dtype) bytes), contents
+  // undefined, aligned to kAlignBytes. Throws BudgetError when a budget is exceeded. `name` is
+  // stable across steps and layers ("attn.q", "mlp.gate"). The view is typed float: a buffer of
+  // another dtype is only ever handed to a backend that computes in it (today: the meta backend
+  // tracing a bf16 GPU run; Backend::activation_dtype).
+  virtual Tensor acquire(std::string_view name, Shape shape, ActKind kind, DType dtype) = 0;
   // Gives back a buffer obtained from acquire; the view must be the one acquire returned.
   virtual void release(const Tensor& t) = 0;
 
@@ -35,8 +39,8 @@ class ActivationAllocator {
 // RAII pairing of acquire/release for transients whose lifetime is one scope.
 class ScopedAct {
  public:
-  ScopedAct(ActivationAllocator& alloc, std::string_view name, Shape shape)
-      : alloc_(&alloc), t_(alloc.acquire(name, shape, ActKind::kTransient)) {}
+  ScopedAct(ActivationAllocator& alloc, std::string_view name, Shape shape, DType dtype)
+      : alloc_(&alloc), t_(alloc.acquire(name, shape, ActKind::kTransient, dtype)) {}
   ~ScopedAct() { alloc_->release(t_); }
   ScopedAct(const ScopedAct&) = delete;
   ScopedAct& operator=(const ScopedAct&) = delete;

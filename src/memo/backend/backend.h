@@ -40,6 +40,9 @@ class Backend {
   // no such granularity; memo then splits at any row and its losses agree with keep's only within
   // the tolerance stated in memory/memo.h.
   virtual int64_t reproducible_rows() const = 0;
+  // The dtype the layers' activations are stored and computed in (the CPU: f32; a GPU in mixed
+  // precision: bf16). Per-token statistics, the loss path and attention scratch are always f32.
+  virtual DType activation_dtype() const = 0;
 
   // Memory: where the engine's "device" tensors (weights, gradients, optimiser state, the
   // activation arena) live, and a raw allocator for each space the backend offers. Throws

@@ -7,8 +7,8 @@ namespace memo {
 
 CachingAllocator::~CachingAllocator() = default;
 
-Tensor CachingAllocator::acquire(std::string_view name, Shape shape, ActKind) {
-  const int64_t want = shape.numel() * int64_t(sizeof(float));
+Tensor CachingAllocator::acquire(std::string_view name, Shape shape, ActKind, DType dtype) {
+  const int64_t want = shape.numel() * dtype_bytes(dtype);
   const int64_t capacity = (want + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
   Block block;
   int64_t got = capacity;

@@ -26,7 +26,7 @@ class CachingAllocator final : public ActivationAllocator {
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  Tensor acquire(std::string_view name, Shape shape, ActKind kind) override;
+  Tensor acquire(std::string_view name, Shape shape, ActKind kind, DType dtype) override;
   void release(const Tensor& t) override;
 
   int64_t live_bytes() const override { return live_bytes_; }

@@ -42,7 +42,7 @@ nlohmann::json run_bench(const std::string& config_path, int64_t seq, int64_t ba
   model.init(1);
   AdamW opt(model.layout(), AdamWOptions{}, decay_matrices_only(model.layout()));
   CachingAllocator alloc(0, backend.allocator(backend.device_space()));
-  KeepStrategy strategy(skeletal_layout(config), alloc);
+  KeepStrategy strategy(model.skeletal(), alloc);
   // The same random tokens every step, drawn once: the timed loop copies them, as a sampler would.
   std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {

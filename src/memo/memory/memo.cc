@@ -15,7 +15,7 @@ int64_t memo_offload_rows(double alpha, int64_t tokens, int64_t granularity) {
 AlphaInputs memo_alpha_sizes(const SkeletalLayout& layout, int64_t batch, int64_t seq) {
   AlphaInputs in;
   for (int i = 0; i < layout.num_fields(); ++i) {
-    const int64_t bytes = layout.shape(i, batch, seq).numel() * int64_t(sizeof(float));
+    const int64_t bytes = layout.fields[size_t(i)].bytes(batch, seq);
     if (layout.fields[size_t(i)].per_token)
       in.other_bytes += bytes;
     else if (i == 0)

@@ -19,12 +19,14 @@ PlannedAllocator::PlannedAllocator(ActivationPlan plan, RawAllocator& raw)
       " offsets for ", plan_.trace.requests.size(), " requests");
 }
 
-Tensor PlannedAllocator::acquire(std::string_view name, Shape shape, ActKind kind) {
+Tensor PlannedAllocator::acquire(std::string_view name, Shape shape, ActKind kind, DType dtype) {
   const int64_t n = int64_t(plan_.trace.requests.size());
   if (next_ == n && live_.empty()) next_ = 0;  // the next micro-batch repeats the sequence
   if (on_acquire) on_acquire(next_);
-  const int64_t bytes = shape.numel() * int64_t(sizeof(float));
-  const auto got = [&] { return str("'", name, "' ", bytes, " B (", kind_name(kind), ")"); };
+  const int64_t bytes = shape.numel() * dtype_bytes(dtype);
+  const auto got = [&] {
+    return str("'", name, "' ", bytes, " B ", dtype_name(dtype), " (", kind_name(kind), ")");
+  };
   const auto replan =
       "; the request sequence changed since it was traced (another --seq, --batch, "
       "thread count or code path): trace and plan again";
@@ -33,10 +35,11 @@ Tensor PlannedAllocator::acquire(std::string_view name, Shape shape, ActKind kin
                                  " traced requests of a step (", live_.size(),
                                  " buffers still live): got ", got(), replan));
   const TracedRequest& want = plan_.trace.requests[size_t(next_)];
-  if (want.name != name || want.bytes != bytes || want.kind != kind)
-    throw TraceMismatchError(
-        str("activation request ", next_, " does not match the plan: expected '", want.name, "' ",
-            want.bytes, " B (", kind_name(want.kind), "), got ", got(), replan));
+  if (want.name != name || want.bytes != bytes || want.kind != kind || want.dtype != dtype)
+    throw TraceMismatchError(str("activation request ", next_,
+                                 " does not match the plan: expected '", want.name, "' ",
+                                 want.bytes, " B ", dtype_name(want.dtype), " (",
+                                 kind_name(want.kind), "), got ", got(), replan));
   // Every buffer the plan may place over this one must be dead by now.
   if (!live_by_end_.empty() && live_by_end_.begin()->first <= next_) {
     const TracedRequest& late = plan_.trace.requests[live_by_end_.begin()->second];
@@ -44,7 +47,7 @@ Tensor PlannedAllocator::acquire(std::string_view name, Shape shape, ActKind kin
                                  ") is still live at request ", next_, " '", name,
                                  "', but the plan freed it before request ", late.end, replan));
   }
-  float* data = arena_.as<float>() + plan_.offsets[size_t(next_)] / int64_t(sizeof(float));
+  float* data = reinterpret_cast<float*>(arena_.as<char>() + plan_.offsets[size_t(next_)]);
   live_.emplace(data, size_t(next_));
   live_by_end_.emplace(want.end, size_t(next_));
   live_bytes_ += aligned(bytes);
@@ -57,7 +60,8 @@ Tensor PlannedAllocator::acquire(std::string_view name, Shape shape, ActKind kin
 void PlannedAllocator::release(const Tensor& t) {
   auto [first, last] = live_.equal_range(t.data());
   auto it = std::find_if(first, last, [&](const auto& e) {
-    return plan_.trace.requests[e.second].bytes == t.bytes();
+    const TracedRequest& r = plan_.trace.requests[e.second];
+    return r.bytes == t.numel() * dtype_bytes(r.dtype);
   });
   MEMO_CHECK(it != last, "planned allocator: release of a buffer it did not hand out, shape ",
              t.shape());

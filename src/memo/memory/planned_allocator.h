@@ -35,7 +35,7 @@ class PlannedAllocator final : public ActivationAllocator {
   PlannedAllocator(const PlannedAllocator&) = delete;
   PlannedAllocator& operator=(const PlannedAllocator&) = delete;
 
-  Tensor acquire(std::string_view name, Shape shape, ActKind kind) override;
+  Tensor acquire(std::string_view name, Shape shape, ActKind kind, DType dtype) override;
   void release(const Tensor& t) override;
   int64_t live_bytes() const override { return live_bytes_; }  // aligned, as planned
   int64_t peak_live_bytes() const override { return peak_live_bytes_; }

@@ -28,7 +28,7 @@ void RecomputeStrategy::begin_step(int64_t batch, int64_t seq) {
   seq_ = seq;
   for (int i = 1; i < layout_.num_fields(); ++i)  // every field but x
     work_[i] = alloc_.acquire(layout_.fields[size_t(i)].name, layout_.shape(i, batch, seq),
-                              ActKind::kSaved);
+                              ActKind::kSaved, layout_.fields[size_t(i)].dtype);
   work_live_ = true;
 }
 
@@ -39,7 +39,8 @@ const SavedActs& RecomputeStrategy::forward_slot(int layer) {
   SavedActs& s = slots_.at(size_t(layer));
   if (!x_live_[size_t(layer)]) {
     s = work_;
-    s.x() = alloc_.acquire(layout_.fields[0].name, layout_.shape(0, batch_, seq_), ActKind::kSaved);
+    s.x() = alloc_.acquire(layout_.fields[0].name, layout_.shape(0, batch_, seq_), ActKind::kSaved,
+                           layout_.fields[0].dtype);
     x_live_[size_t(layer)] = true;
   }
   return s;
@@ -50,7 +51,8 @@ const SavedActs& RecomputeStrategy::backward_ready(int layer) {
   const SavedActs& s = slots_[size_t(layer)];
   if (layer + 1 < int(slots_.size())) {
     MEMO_CHECK(layers_, "recompute: no layers bound to re-run layer ", layer, " with");
-    ScopedAct y(alloc_, "recompute.y", {batch_ * seq_, layout_.hidden_size});
+    ScopedAct y(alloc_, "recompute.y", {batch_ * seq_, layout_.hidden_size},
+                layout_.fields[0].dtype);  // the layer output: x's dtype
     layers_->forward(layer, *y, s);
   }
   return s;

@@ -10,8 +10,7 @@ Shape SkeletalField::shape(int64_t batch, int64_t seq) const {
 
 int64_t SkeletalLayout::layer_bytes(int64_t batch, int64_t seq) const {
   int64_t bytes = 0;
-  for (const SkeletalField& f : fields)
-    bytes += f.shape(batch, seq).numel() * int64_t(sizeof(float));
+  for (const SkeletalField& f : fields) bytes += f.bytes(batch, seq);
   return bytes;
 }
 

@@ -21,7 +21,11 @@ struct SkeletalField {
   int64_t width = 0;       // a [T, width] tensor; 0: a [T] vector (a per-token statistic)
   int64_t heads = 0;       // > 0: a [B, heads, S] tensor instead (the attention log-sum-exp)
   bool per_token = false;  // rebuildable token by token from x and the attention output
+  DType dtype = DType::kF32;
   Shape shape(int64_t batch, int64_t seq) const;
+  int64_t bytes(int64_t batch, int64_t seq) const {
+    return shape(batch, seq).numel() * dtype_bytes(dtype);
+  }
 };
 
 // The most fields one layer saves (GPT-2: 15, LLaMA: 14), for fixed-size per-field arrays.
@@ -39,7 +43,7 @@ struct SkeletalLayout {
   Shape shape(int field, int64_t batch, int64_t seq) const {
     return fields[size_t(field)].shape(batch, seq);
   }
-  // One layer's set in fp32.
+  // One layer's set.
   int64_t layer_bytes(int64_t batch, int64_t seq) const;
 };
 

@@ -17,7 +17,7 @@ const SavedActs& KeepStrategy::forward_slot(int layer) {
   if (!live_[size_t(layer)]) {
     for (int i = 0; i < layout_.num_fields(); ++i)
       s[i] = alloc_.acquire(layout_.fields[size_t(i)].name, layout_.shape(i, batch_, seq_),
-                            ActKind::kSaved);
+                            ActKind::kSaved, layout_.fields[size_t(i)].dtype);
     live_[size_t(layer)] = true;
   }
   return s;

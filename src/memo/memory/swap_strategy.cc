@@ -41,12 +41,16 @@ namespace memo {
 
 namespace {
 
-constexpr int64_t kHostAlignFloats = 16;  // 64 bytes
+constexpr int64_t kHostAlignBytes = 64;
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// Token rows of a per-token field's shape ([T] or [T, W]) and floats per row.
-int64_t row_floats(const Shape& shape) { return shape.ndim == 1 ? 1 : shape[1]; }
+// Bytes of a field that travel: all of it, or the first `rows` token rows of a per-token field
+// ([T] or [T, W]).
+int64_t moved_bytes(const SkeletalField& f, const Shape& shape, int64_t rows) {
+  const int64_t elements = f.per_token ? rows * (shape.ndim == 1 ? 1 : shape[1]) : shape.numel();
+  return elements * dtype_bytes(f.dtype);
+}
 
 }  // namespace
 
@@ -80,13 +84,11 @@ void SwapStrategy::bind_backend(Backend& backend) {
 }
 
 int64_t SwapStrategy::host_layer_bytes(int64_t batch, int64_t seq, int64_t rows) const {
-  int64_t floats = 0;
-  for (const SkeletalField& f : layout_.fields) {
-    const Shape shape = f.shape(batch, seq);
-    floats += round_up(f.per_token ? rows * row_floats(shape) : shape.numel(), kHostAlignFloats);
-  }
+  int64_t bytes = 0;
+  for (const SkeletalField& f : layout_.fields)
+    bytes += round_up(moved_bytes(f, f.shape(batch, seq), rows), kHostAlignBytes);
   // MemorySpace rounds each block to 64 bytes, which the field rounding already is.
-  return floats * int64_t(sizeof(float));
+  return bytes;
 }
 
 int64_t SwapStrategy::planned_host_bytes(int64_t batch, int64_t seq, int64_t rows) const {
@@ -125,11 +127,12 @@ void SwapStrategy::bind_layers(const LayerRunner& layers) {
 
 void SwapStrategy::acquire_step_buffers() {
   for (Tensor& x : x_ring_)
-    x = alloc_.acquire(layout_.fields[0].name, layout_.shape(0, batch_, seq_), ActKind::kSaved);
+    x = alloc_.acquire(layout_.fields[0].name, layout_.shape(0, batch_, seq_), ActKind::kSaved,
+                       layout_.fields[0].dtype);
   for (SavedActs& r : rounding_)
     for (int i = 1; i < layout_.num_fields(); ++i)  // every field but x
       r[i] = alloc_.acquire(layout_.fields[size_t(i)].name, layout_.shape(i, batch_, seq_),
-                            ActKind::kSaved);
+                            ActKind::kSaved, layout_.fields[size_t(i)].dtype);
   for (int l = 0; l < L_; ++l) {
     slots_[size_t(l)] = rounding_[l % 2];
     slots_[size_t(l)].x() = x_ring_[l % 3];
@@ -197,27 +200,23 @@ void SwapStrategy::ensure_host_storage() {
   int64_t offset = 0;
   for (int i = 0; i < layout_.num_fields(); ++i) {
     host_offset_[i] = offset;
-    const Shape s = layout_.shape(i, batch_, seq_);
-    offset +=
-        round_up(layout_.fields[size_t(i)].per_token ? offload_rows_ * row_floats(s) : s.numel(),
-                 kHostAlignFloats);
+    offset += round_up(
+        moved_bytes(layout_.fields[size_t(i)], layout_.shape(i, batch_, seq_), offload_rows_),
+        kHostAlignBytes);
   }
   for (int l = 0; l < L_ - 2; ++l)
-    host_layers_.push_back(host_->allocate(str("the offload of layer ", l), offset * 4));
+    host_layers_.push_back(host_->allocate(str("the offload of layer ", l), offset));
   std::copy(shape, shape + 3, host_shape_);
 }
 
 void SwapStrategy::queue_offload(int layer) {
   ensure_host_storage();
   const SavedActs& s = slots_[size_t(layer)];
-  float* host = host_layers_[size_t(layer)].data();
+  char* host = reinterpret_cast<char*>(host_layers_[size_t(layer)].data());
   d2h_->wait(backend_->compute_stream().record());  // layer l's kernels have written s
-  for (int i = 0; i < layout_.num_fields(); ++i) {
-    const Tensor& t = s[i];
-    const int64_t floats =
-        layout_.fields[size_t(i)].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
-    d2h_->copy(host + host_offset_[i], t.data(), floats * 4);
-  }
+  for (int i = 0; i < layout_.num_fields(); ++i)
+    d2h_->copy(host + host_offset_[i], s[i].data(),
+               moved_bytes(layout_.fields[size_t(i)], s[i].shape(), offload_rows_));
   offload_done_[size_t(layer)] = d2h_->record();
   offloaded_[size_t(layer)] = true;
 }
@@ -226,15 +225,12 @@ void SwapStrategy::queue_prefetch(int layer) {
   MEMO_CHECK(offloaded_[size_t(layer)], name(), ": prefetch of layer ", layer,
              " that was never offloaded");
   const SavedActs& s = slots_[size_t(layer)];
-  const float* host = host_layers_[size_t(layer)].data();
+  const char* host = reinterpret_cast<const char*>(host_layers_[size_t(layer)].data());
   h2d_->wait(offload_done_[size_t(layer)]);         // the host block is complete
   h2d_->wait(backend_->compute_stream().record());  // the backward that used the buffers is done
-  for (int i = 0; i < layout_.num_fields(); ++i) {
-    const Tensor& t = s[i];
-    const int64_t floats =
-        layout_.fields[size_t(i)].per_token ? offload_rows_ * row_floats(t.shape()) : t.numel();
-    h2d_->copy(t.data(), host + host_offset_[i], floats * 4);
-  }
+  for (int i = 0; i < layout_.num_fields(); ++i)
+    h2d_->copy(s[i].data(), host + host_offset_[i],
+               moved_bytes(layout_.fields[size_t(i)], s[i].shape(), offload_rows_));
   prefetch_done_[size_t(layer)] = h2d_->record();
 }
 

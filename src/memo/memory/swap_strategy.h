@@ -91,7 +91,7 @@ class SwapStrategy : public ActivationStrategy {
   std::vector<int> forward_calls_;
   std::vector<bool> offloaded_;
 
-  // host: one block per offloaded layer (0 .. L-3), laid out by host_offset_ (floats), in the
+  // host: one block per offloaded layer (0 .. L-3), laid out by host_offset_ (bytes), in the
   // backend's pinned host memory
   std::optional<MemorySpace> host_;
   std::vector<SpaceBuffer> host_layers_;

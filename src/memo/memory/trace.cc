@@ -22,10 +22,11 @@ bool same_structure(const Trace& a, const Trace& b) {
 
 const char* pass_name(Pass pass) { return pass == Pass::kForward ? "forward" : "backward"; }
 
-Tensor TraceRecorder::acquire(std::string_view name, Shape shape, ActKind kind) {
-  const Tensor t = memory_.acquire(name, shape, kind);
+Tensor TraceRecorder::acquire(std::string_view name, Shape shape, ActKind kind, DType dtype) {
+  const Tensor t = memory_.acquire(name, shape, kind, dtype);
   const plan::Step step = plan::Step(requests_.size());
-  requests_.push_back(TracedRequest{std::string(name), t.bytes(), kind, step, -1, -1});
+  requests_.push_back(TracedRequest{std::string(name), shape.numel() * dtype_bytes(dtype), kind,
+                                    dtype, step, -1, -1});
   live_[t.data()] = size_t(step);
   return t;
 }
@@ -127,8 +128,9 @@ Trace scale_trace(const Trace& trace, const Trace& other, int64_t seq) {
       const double slope = (b1 - double(other.requests[i].bytes)) / double(trace.seq - other.seq);
       bytes = b1 + slope * double(seq - trace.seq);
     }
-    // whole floats, never negative
-    out.requests[i].bytes = std::max<int64_t>(0, int64_t(bytes / 4.0 + 0.5) * 4);
+    // whole elements, never negative
+    const double elem = double(dtype_bytes(out.requests[i].dtype));
+    out.requests[i].bytes = std::max<int64_t>(0, int64_t(bytes / elem + 0.5) * int64_t(elem));
   }
   return out;
 }

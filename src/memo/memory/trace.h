@@ -30,8 +30,9 @@ const char* pass_name(Pass pass);
 // requests all happen "at once"; their order among themselves does not matter to a plan.
 struct TracedRequest {
   std::string name;  // as the model names it ("attn.dq"); stable across steps and layers
-  int64_t bytes{};   // requested bytes (numel * 4), before rounding to kAlignBytes
+  int64_t bytes{};   // requested bytes (numel * dtype_bytes), before rounding to kAlignBytes
   ActKind kind{};
+  DType dtype{};
   plan::Step begin{};  // its index in the request sequence
   plan::Step end{};    // requests made before its release (see Note [Request-order time])
   int phase = -1;      // index into Trace::phases for a transient made inside a layer pass
@@ -57,7 +58,7 @@ class TraceRecorder final : public ActivationAllocator {
   // Requests are served from `raw` (host memory by default; the meta backend's address ranges
   // when tracing with it).
   explicit TraceRecorder(RawAllocator& raw = default_host_allocator()) : memory_(0, raw) {}
-  Tensor acquire(std::string_view name, Shape shape, ActKind kind) override;
+  Tensor acquire(std::string_view name, Shape shape, ActKind kind, DType dtype) override;
   void release(const Tensor& t) override;
   int64_t live_bytes() const override { return memory_.live_bytes(); }
   int64_t peak_live_bytes() const override { return memory_.peak_live_bytes(); }

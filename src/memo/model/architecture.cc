@@ -1,8 +1,5 @@
 #include "memo/model/architecture.h"
 
-#include <algorithm>
-#include <iterator>
-
 #include "memo/core/error.h"
 
 namespace memo {
@@ -21,11 +18,11 @@ const Architecture& architecture(Arch arch) {
   throw ConfigError(str("unknown architecture ", int(arch)));
 }
 
-SkeletalLayout skeletal_layout(const ModelConfig& config) {
+SkeletalLayout skeletal_layout(const ModelConfig& config, DType activations) {
   SkeletalLayout layout;
   layout.num_layers = int(config.num_hidden_layers);
   layout.hidden_size = config.hidden_size;
-  layout.fields = architecture(config.arch).skeletal_fields(config);
+  layout.fields = architecture(config.arch).skeletal_fields(config, activations);
   MEMO_CHECK(!layout.fields.empty() && layout.num_fields() <= kMaxSkeletalFields &&
                  layout.fields[0].width == config.hidden_size && !layout.fields[0].per_token,
              "the ", architecture(config.arch).name(),
@@ -40,22 +37,6 @@ void check_recompute_rows(const char* fn, int64_t r0, int64_t r1, int64_t T,
   MEMO_CHECK(0 <= r0 && r0 <= r1 && r1 <= T && (g == 0 || r0 % g == 0 || r0 == r1), fn, ": rows [",
              r0, ", ", r1, ") of ", T, " tokens (need a range starting on a multiple of ", g,
              ", the ", ctx.backend->name(), " backend's reproducible rows)");
-}
-
-bool activation_stays_fp32(std::string_view name) {
-  static constexpr std::string_view kFp32[] = {"inv_rms1",
-                                               "inv_rms2",
-                                               "mean1",
-                                               "rstd1",
-                                               "mean2",
-                                               "rstd2",
-                                               "lse",
-                                               "final.inv_rms",
-                                               "head.logits",
-                                               "head.losses",
-                                               "attn.fwd_scratch",
-                                               "attn.bwd_scratch"};
-  return std::find(std::begin(kFp32), std::end(kFp32), name) != std::end(kFp32);
 }
 
 }  // namespace memo

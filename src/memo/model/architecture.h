@@ -35,7 +35,8 @@ struct LayerContext {
   ConstTensor rope_sin;        // [S, D/2]; empty with learned positions
   ActivationAllocator* alloc;  // transients
   Backend* backend;            // every kernel runs through it
-  Parallel parallel{};         // t, c > 1 only in shape-only traces: Note [Per-GPU shapes]
+  Parallel parallel;           // t, c > 1 only in shape-only traces: Note [Per-GPU shapes]
+  DType act;                   // the activations' dtype (backend->activation_dtype())
 };
 
 // One layer of incremental decoding on n new token rows at `position`: buffers the decoder owns.
@@ -63,8 +64,9 @@ class Architecture {
   // forward reads them from LayerWeights.
   virtual std::vector<ParamInfo> params(const ModelConfig& config) const = 0;
   // The tensors one layer's backward reads, x first (memory/skeletal.h): SavedActs slot i holds
-  // field i.
-  virtual std::vector<SkeletalField> skeletal_fields(const ModelConfig& config) const = 0;
+  // field i. Activations are of dtype `activations`, per-token statistics fp32.
+  virtual std::vector<SkeletalField> skeletal_fields(const ModelConfig& config,
+                                                     DType activations) const = 0;
   // Weight matrices of the MLP (LLaMA's SwiGLU: 3; GPT-2: 2), for the FLOP count.
   virtual int mlp_matrices() const = 0;
 
@@ -107,18 +109,13 @@ class Architecture {
 // The registered architectures.
 const Architecture& architecture(Arch arch);
 
-// config's skeletal set, as the strategies see it.
-SkeletalLayout skeletal_layout(const ModelConfig& config);
+// config's skeletal set with activations of dtype `activations` (the backend's
+// activation_dtype()), as the strategies see it.
+SkeletalLayout skeletal_layout(const ModelConfig& config, DType activations);
 
 // Throws unless [r0, r1) is a row range of T tokens that recompute_tokens can rebuild exactly: r0 a
 // multiple of ctx.backend->reproducible_rows() (any r0 when the backend promises none), or empty.
 void check_recompute_rows(const char* fn, int64_t r0, int64_t r1, int64_t T,
                           const LayerContext& ctx);
-
-// Whether a GPU run in bf16 mixed precision keeps the activation of this request name in fp32: the
-// per-token statistics (1/rms, LayerNorm mean and rstd, attention log-sum-exp), the loss path
-// (final norm statistics, logits chunk, token losses) and the attention kernel's scratch. Every
-// other activation is bf16. For planning GPU memory (train/cluster_plan.h).
-bool activation_stays_fp32(std::string_view name);
 
 }  // namespace memo

@@ -92,7 +92,7 @@ void attention_inputs(const Saved& s, int64_t r0, int64_t r1, const Weights& w,
                                  w.ln1_b, float(cfg.rms_norm_eps));
   const Tensor* out[3] = {&s.q, &s.k, &s.v};
   {
-    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_comm_rows(ctx.parallel, r1 - r0), C);
+    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_comm_rows(ctx.parallel, r1 - r0), C, ctx.act);
     for (int i = 0; i < 3; ++i) {
       ctx.backend->matmul_token_panels_kn(rows(*out[i]), rows(s.xn1), qkv_weight(w, i, C));
       ctx.backend->bias_add(rows(*out[i]), qkv_bias(w, i, C));
@@ -111,14 +111,14 @@ void attention_outputs(const Saved& s, int64_t r0, int64_t r1, const Weights& w,
   const int64_t tp_rows = tp_comm_rows(ctx.parallel, r1 - r0), C = ctx.config->hidden_size;
   ctx.backend->copy(rows(s.h), rows(s.x));
   {
-    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C);
+    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C, ctx.act);
     ctx.backend->matmul_token_panels_kn(rows(s.h), rows(s.attn), w.w_attn_o, 1.0f);
   }
   ctx.backend->bias_add(rows(s.h), w.b_attn_o);
   ctx.backend->layernorm_forward(rows(s.xn2), rows(s.mean2), rows(s.rstd2), rows(s.h), w.ln2,
                                  w.ln2_b, float(ctx.config->rms_norm_eps));
   {
-    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C);
+    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C, ctx.act);
     ctx.backend->matmul_token_panels_kn(rows(s.fc), rows(s.xn2), w.w_fc);
   }
   ctx.backend->bias_add(rows(s.fc), w.b_fc);
@@ -129,8 +129,9 @@ class Gpt2 final : public Architecture {
  public:
   std::string_view name() const override { return "gpt2"; }
   std::vector<ParamInfo> params(const ModelConfig& config) const override;
-  std::vector<SkeletalField> skeletal_fields(const ModelConfig& config) const override {
-    return skeletal_fields_of(kSaved, config);
+  std::vector<SkeletalField> skeletal_fields(const ModelConfig& config,
+                                             DType activations) const override {
+    return skeletal_fields_of(kSaved, config, activations);
   }
   int mlp_matrices() const override { return 2; }
   void forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
@@ -210,15 +211,17 @@ void Gpt2::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
   // attention block: h = x + c_proj(attn(q, k, v)), q | k | v = c_attn(ln_1(x))
   attention_inputs(s, 0, T, w, ctx);
   {
-    CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 4), cfg.kv_dim());
+    CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 4), cfg.kv_dim(),
+                    ctx.act);
     ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch",
-                      {ctx.backend->attention_forward_scratch_numel(cfg.head_dim())});
+                      {ctx.backend->attention_forward_scratch_numel(cfg.head_dim())}, DType::kF32);
     ctx.backend->attention_forward(s.attn, s.lse, s.q, s.k, s.v, ctx.batch, H, H, *scratch);
   }
   // MLP block: y = h + c_proj(gelu(c_fc(ln_2(h))))
   attention_outputs(s, 0, T, w, ctx);
   ctx.backend->copy(y, s.h);
-  CommBuffer partial(*ctx.alloc, "tp.mlp_out", tp_comm_rows(ctx.parallel, T), cfg.hidden_size);
+  CommBuffer partial(*ctx.alloc, "tp.mlp_out", tp_comm_rows(ctx.parallel, T), cfg.hidden_size,
+                     ctx.act);
   ctx.backend->matmul(y, s.act, w.w_mlp_o, false, false, 1.0f, 1.0f);
   ctx.backend->bias_add(y, w.b_mlp_o);
 }
@@ -244,25 +247,25 @@ void Gpt2::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved
   ActivationAllocator& alloc = *ctx.alloc;
   const int64_t tp_rows = tp_comm_rows(ctx.parallel, T);  // Note [Per-GPU shapes]
   // y = h + act W_p + b_p:  d act = dy W_p^T;  dW_p += act^T dy;  db_p += sum_t dy;  dh = dy + ...
-  Tensor dact = alloc.acquire("mlp.dact", {T, F}, ActKind::kTransient);
+  Tensor dact = alloc.acquire("mlp.dact", {T, F}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer gathered(alloc, "tp.mlp_dout", tp_rows, C);
+    CommBuffer gathered(alloc, "tp.mlp_dout", tp_rows, C, ctx.act);
     ctx.backend->matmul(dact, dres, w.w_mlp_o, false, true);
     ctx.backend->matmul(dw.w_mlp_o, s.act, dres, true, false, 1.0f, 1.0f);
   }
   ctx.backend->bias_backward(dw.b_mlp_o, dres);
   // act = gelu(fc)
-  Tensor dfc = alloc.acquire("mlp.dfc", {T, F}, ActKind::kTransient);
+  Tensor dfc = alloc.acquire("mlp.dfc", {T, F}, ActKind::kTransient, ctx.act);
   ctx.backend->gelu_backward(dfc, dact, s.fc);
   alloc.release(dact);
   // fc = xn2 W_fc + b_fc:  d xn2 = dfc W_fc^T;  dW_fc += xn2^T dfc;  db_fc += sum_t dfc
-  Tensor dxn2 = alloc.acquire("mlp.dxn2", {T, C}, ActKind::kTransient);
+  Tensor dxn2 = alloc.acquire("mlp.dxn2", {T, C}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer partial(alloc, "tp.mlp_din", tp_rows, C);
+    CommBuffer partial(alloc, "tp.mlp_din", tp_rows, C, ctx.act);
     ctx.backend->matmul(dxn2, dfc, w.w_fc, false, true);
   }
   {
-    CommBuffer gathered(alloc, "tp.mlp_in", tp_rows, C);
+    CommBuffer gathered(alloc, "tp.mlp_in", tp_rows, C, ctx.act);
     ctx.backend->matmul(dw.w_fc, s.xn2, dfc, true, false, 1.0f, 1.0f);
   }
   ctx.backend->bias_backward(dw.b_fc, dfc);
@@ -271,21 +274,22 @@ void Gpt2::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved
   ctx.backend->layernorm_backward(dres, dw.ln2, dw.ln2_b, dxn2, s.h, w.ln2, s.mean2, s.rstd2);
   alloc.release(dxn2);
   // h = x + attn W_o + b_o:  d attn = dh W_o^T;  dW_o += attn^T dh;  db_o += sum_t dh
-  Tensor dattn = alloc.acquire("attn.dattn", {T, C}, ActKind::kTransient);
+  Tensor dattn = alloc.acquire("attn.dattn", {T, C}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer gathered(alloc, "tp.attn_dout", tp_rows, C);
+    CommBuffer gathered(alloc, "tp.attn_dout", tp_rows, C, ctx.act);
     ctx.backend->matmul(dattn, dres, w.w_attn_o, false, true);
     ctx.backend->matmul(dw.w_attn_o, s.attn, dres, true, false, 1.0f, 1.0f);
   }
   ctx.backend->bias_backward(dw.b_attn_o, dres);
   // attention
-  Tensor dq = alloc.acquire("attn.dq", {T, C}, ActKind::kTransient);
-  Tensor dk = alloc.acquire("attn.dk", {T, C}, ActKind::kTransient);
-  Tensor dv = alloc.acquire("attn.dv", {T, C}, ActKind::kTransient);
+  Tensor dq = alloc.acquire("attn.dq", {T, C}, ActKind::kTransient, ctx.act);
+  Tensor dk = alloc.acquire("attn.dk", {T, C}, ActKind::kTransient, ctx.act);
+  Tensor dv = alloc.acquire("attn.dv", {T, C}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer ring(alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), cfg.kv_dim());
+    CommBuffer ring(alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), cfg.kv_dim(), ctx.act);
     ScopedAct scratch(alloc, "attn.bwd_scratch",
-                      {ctx.backend->attention_backward_scratch_numel(ctx.seq, D, H, H)});
+                      {ctx.backend->attention_backward_scratch_numel(ctx.seq, D, H, H)},
+                      DType::kF32);
     ctx.backend->attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, ctx.batch, H,
                                     H, *scratch);
   }
@@ -296,11 +300,12 @@ void Gpt2::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved
   }
   // q | k | v = xn1 W_attn + b_attn; per block i: d xn1 += d_i W_i^T, dW_i += xn1^T d_i,
   // db_i += sum_t d_i
-  Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient);
+  Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient, ctx.act);
   const Tensor* grads[3] = {&dq, &dk, &dv};
   {
-    CommBuffer partial(alloc, "tp.attn_din", tp_rows, C);  // TP: both live across the blocks
-    CommBuffer gathered(alloc, "tp.attn_in", tp_rows, C);
+    CommBuffer partial(alloc, "tp.attn_din", tp_rows, C,
+                       ctx.act);  // TP: both live across the blocks
+    CommBuffer gathered(alloc, "tp.attn_in", tp_rows, C, ctx.act);
     for (int i = 0; i < 3; ++i) {
       ctx.backend->matmul(dxn1, *grads[i], qkv_weight(w, i, C), false, true, 1.0f,
                           i == 0 ? 0.0f : 1.0f);

@@ -67,8 +67,9 @@ class Llama final : public Architecture {
  public:
   std::string_view name() const override { return "llama"; }
   std::vector<ParamInfo> params(const ModelConfig& config) const override;
-  std::vector<SkeletalField> skeletal_fields(const ModelConfig& config) const override {
-    return skeletal_fields_of(kSaved, config);
+  std::vector<SkeletalField> skeletal_fields(const ModelConfig& config,
+                                             DType activations) const override {
+    return skeletal_fields_of(kSaved, config, activations);
   }
   int mlp_matrices() const override { return 3; }
   void forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
@@ -137,7 +138,7 @@ void Llama::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
   const int64_t tp_rows = tp_comm_rows(ctx.parallel, T);  // Note [Per-GPU shapes]
   ctx.backend->rmsnorm_forward(s.xn1, s.inv_rms1, s.x, w.ln1, eps);
   {
-    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_rows, C);
+    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_rows, C, ctx.act);
     ctx.backend->matmul_token_panels(s.q, s.xn1, w.wq);
     ctx.backend->matmul_token_panels(s.k, s.xn1, w.wk);
     ctx.backend->matmul_token_panels(s.v, s.xn1, w.wv);
@@ -145,27 +146,28 @@ void Llama::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
   ctx.backend->rope_forward(s.q, ctx.rope_cos, ctx.rope_sin, D);
   ctx.backend->rope_forward(s.k, ctx.rope_cos, ctx.rope_sin, D);
   {
-    CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 4), cfg.kv_dim());
+    CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 4), cfg.kv_dim(),
+                    ctx.act);
     ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch",
-                      {ctx.backend->attention_forward_scratch_numel(D)});
+                      {ctx.backend->attention_forward_scratch_numel(D)}, DType::kF32);
     ctx.backend->attention_forward(s.attn, s.lse, s.q, s.k, s.v, ctx.batch, cfg.num_attention_heads,
                                    cfg.num_key_value_heads, *scratch);
   }
   ctx.backend->copy(s.h, s.x);
   {
-    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C);
+    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C, ctx.act);
     ctx.backend->matmul_token_panels(s.h, s.attn, w.wo, 1.0f);
   }
   // MLP block: y = h + down_proj(silu(gate_proj(xn2)) * up_proj(xn2))
   ctx.backend->rmsnorm_forward(s.xn2, s.inv_rms2, s.h, w.ln2, eps);
   {
-    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C);
+    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C, ctx.act);
     ctx.backend->matmul_token_panels(s.gate, s.xn2, w.wg);
     ctx.backend->matmul_token_panels(s.up, s.xn2, w.wu);
   }
   ctx.backend->swiglu_forward(s.act, s.gate, s.up);
   ctx.backend->copy(y, s.h);
-  CommBuffer partial(*ctx.alloc, "tp.mlp_out", tp_rows, C);
+  CommBuffer partial(*ctx.alloc, "tp.mlp_out", tp_rows, C, ctx.act);
   ctx.backend->matmul(y, s.act, w.wd, false, true, 1.0f, 1.0f);
 }
 
@@ -184,7 +186,7 @@ void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, con
   const int64_t tp_rows = tp_comm_rows(ctx.parallel, r1 - r0), C = cfg.hidden_size;
   ctx.backend->rmsnorm_forward(rows(s.xn1), rows(s.inv_rms1), rows(s.x), w.ln1, eps);
   {
-    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_rows, C);
+    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_rows, C, ctx.act);
     ctx.backend->matmul_token_panels(rows(s.q), rows(s.xn1), w.wq);
     ctx.backend->matmul_token_panels(rows(s.k), rows(s.xn1), w.wk);
     ctx.backend->matmul_token_panels(rows(s.v), rows(s.xn1), w.wv);
@@ -193,12 +195,12 @@ void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, con
   ctx.backend->rope_forward(rows(s.k), ctx.rope_cos, ctx.rope_sin, D, r0);
   ctx.backend->copy(rows(s.h), rows(s.x));
   {
-    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C);
+    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C, ctx.act);
     ctx.backend->matmul_token_panels(rows(s.h), rows(s.attn), w.wo, 1.0f);
   }
   ctx.backend->rmsnorm_forward(rows(s.xn2), rows(s.inv_rms2), rows(s.h), w.ln2, eps);
   {
-    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C);
+    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C, ctx.act);
     ctx.backend->matmul_token_panels(rows(s.gate), rows(s.xn2), w.wg);
     ctx.backend->matmul_token_panels(rows(s.up), rows(s.xn2), w.wu);
   }
@@ -215,26 +217,26 @@ void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& save
   ActivationAllocator& alloc = *ctx.alloc;
   const int64_t tp_rows = tp_comm_rows(ctx.parallel, T);  // Note [Per-GPU shapes]
   // y = h + act Wd^T:  d act = dy Wd;  dWd += dy^T act;  dh = dy (+ the norm branch below)
-  Tensor dact = alloc.acquire("mlp.dact", {T, F}, ActKind::kTransient);
+  Tensor dact = alloc.acquire("mlp.dact", {T, F}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer gathered(alloc, "tp.mlp_dout", tp_rows, C);
+    CommBuffer gathered(alloc, "tp.mlp_dout", tp_rows, C, ctx.act);
     ctx.backend->matmul(dact, dres, w.wd, false, false);
     ctx.backend->matmul(dw.wd, dres, s.act, true, false, 1.0f, 1.0f);
   }
   // act = silu(gate) * up
-  Tensor dgate = alloc.acquire("mlp.dgate", {T, F}, ActKind::kTransient);
-  Tensor dup = alloc.acquire("mlp.dup", {T, F}, ActKind::kTransient);
+  Tensor dgate = alloc.acquire("mlp.dgate", {T, F}, ActKind::kTransient, ctx.act);
+  Tensor dup = alloc.acquire("mlp.dup", {T, F}, ActKind::kTransient, ctx.act);
   ctx.backend->swiglu_backward(dgate, dup, dact, s.gate, s.up);
   alloc.release(dact);
   // gate = xn2 Wg^T, up = xn2 Wu^T
-  Tensor dxn2 = alloc.acquire("mlp.dxn2", {T, C}, ActKind::kTransient);
+  Tensor dxn2 = alloc.acquire("mlp.dxn2", {T, C}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer partial(alloc, "tp.mlp_din", tp_rows, C);
+    CommBuffer partial(alloc, "tp.mlp_din", tp_rows, C, ctx.act);
     ctx.backend->matmul(dxn2, dgate, w.wg, false, false);
     ctx.backend->matmul(dxn2, dup, w.wu, false, false, 1.0f, 1.0f);
   }
   {
-    CommBuffer gathered(alloc, "tp.mlp_in", tp_rows, C);
+    CommBuffer gathered(alloc, "tp.mlp_in", tp_rows, C, ctx.act);
     ctx.backend->matmul(dw.wg, dgate, s.xn2, true, false, 1.0f, 1.0f);
     ctx.backend->matmul(dw.wu, dup, s.xn2, true, false, 1.0f, 1.0f);
   }
@@ -244,21 +246,22 @@ void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& save
   ctx.backend->rmsnorm_backward(dres, dw.ln2, dxn2, s.h, w.ln2, s.inv_rms2);
   alloc.release(dxn2);
   // h = x + attn Wo^T:  d attn = dh Wo;  dWo += dh^T attn
-  Tensor dattn = alloc.acquire("attn.dattn", {T, QD}, ActKind::kTransient);
+  Tensor dattn = alloc.acquire("attn.dattn", {T, QD}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer gathered(alloc, "tp.attn_dout", tp_rows, C);
+    CommBuffer gathered(alloc, "tp.attn_dout", tp_rows, C, ctx.act);
     ctx.backend->matmul(dattn, dres, w.wo, false, false);
     ctx.backend->matmul(dw.wo, dres, s.attn, true, false, 1.0f, 1.0f);
   }
   // attention
-  Tensor dq = alloc.acquire("attn.dq", {T, QD}, ActKind::kTransient);
-  Tensor dk = alloc.acquire("attn.dk", {T, KD}, ActKind::kTransient);
-  Tensor dv = alloc.acquire("attn.dv", {T, KD}, ActKind::kTransient);
+  Tensor dq = alloc.acquire("attn.dq", {T, QD}, ActKind::kTransient, ctx.act);
+  Tensor dk = alloc.acquire("attn.dk", {T, KD}, ActKind::kTransient, ctx.act);
+  Tensor dv = alloc.acquire("attn.dv", {T, KD}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer ring(alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), KD);
+    CommBuffer ring(alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), KD, ctx.act);
     ScopedAct scratch(alloc, "attn.bwd_scratch",
                       {ctx.backend->attention_backward_scratch_numel(
-                          ctx.seq, D, cfg.num_attention_heads, cfg.num_key_value_heads)});
+                          ctx.seq, D, cfg.num_attention_heads, cfg.num_key_value_heads)},
+                      DType::kF32);
     ctx.backend->attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, ctx.batch,
                                     cfg.num_attention_heads, cfg.num_key_value_heads, *scratch);
   }
@@ -266,15 +269,15 @@ void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& save
   ctx.backend->rope_backward(dq, ctx.rope_cos, ctx.rope_sin, D);
   ctx.backend->rope_backward(dk, ctx.rope_cos, ctx.rope_sin, D);
   // q, k, v = xn1 W^T
-  Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient);
+  Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer partial(alloc, "tp.attn_din", tp_rows, C);
+    CommBuffer partial(alloc, "tp.attn_din", tp_rows, C, ctx.act);
     ctx.backend->matmul(dxn1, dq, w.wq, false, false);
     ctx.backend->matmul(dxn1, dk, w.wk, false, false, 1.0f, 1.0f);
     ctx.backend->matmul(dxn1, dv, w.wv, false, false, 1.0f, 1.0f);
   }
   {
-    CommBuffer gathered(alloc, "tp.attn_in", tp_rows, C);
+    CommBuffer gathered(alloc, "tp.attn_in", tp_rows, C, ctx.act);
     ctx.backend->matmul(dw.wq, dq, s.xn1, true, false, 1.0f, 1.0f);
     ctx.backend->matmul(dw.wk, dk, s.xn1, true, false, 1.0f, 1.0f);
     ctx.backend->matmul(dw.wv, dv, s.xn1, true, false, 1.0f, 1.0f);

@@ -37,7 +37,7 @@ Model::Model(const ModelConfig& config, Backend& backend)
     : backend_(&backend),
       config_((config.validate(), config)),
       arch_(memo::architecture(config_.arch)),
-      skeletal_(skeletal_layout(config_)),
+      skeletal_(skeletal_layout(config_, backend.activation_dtype())),
       layout_(config_),
       params_storage_(backend.allocator(backend.device_space()),
                       layout_.total_numel() * int64_t(sizeof(float)), "the parameters"),
@@ -117,7 +117,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   strategy.bind_layers(layers);
   strategy.begin_step(batch, seq);
   embed_forward(strategy.forward_slot(0).x(), tokens, batch, seq);
-  Tensor final_hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient);
+  Tensor final_hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient, ctx.act);
   for (int l = 0; l < L; ++l) {
     Tensor y = l + 1 < L ? strategy.forward_slot(l + 1).x() : final_hidden;
     arch_.forward(y, strategy.forward_slot(l), w_.layers[size_t(l)], ctx);
@@ -127,11 +127,12 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
       strategy.discard(l);
   }
   // final norm, head and loss
-  Tensor xf = alloc.acquire("final.xn", {T, C}, ActKind::kTransient);
-  Tensor inv_rms =
-      alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(T), ActKind::kTransient);
+  Tensor xf = alloc.acquire("final.xn", {T, C}, ActKind::kTransient, ctx.act);
+  Tensor inv_rms = alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(T),
+                                 ActKind::kTransient, DType::kF32);
   arch_.final_norm_forward(xf, inv_rms, final_hidden, w_, config_, *backend_);
-  Tensor dxf = backward ? alloc.acquire("final.dxn", {T, C}, ActKind::kTransient) : Tensor();
+  Tensor dxf =
+      backward ? alloc.acquire("final.dxn", {T, C}, ActKind::kTransient, ctx.act) : Tensor();
   const double loss_sum = head_and_loss(dxf, xf, targets, T, grad_scale, backward, alloc);
   if (!backward) {
     alloc.release(inv_rms);
@@ -139,7 +140,8 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
     alloc.release(final_hidden);
     return loss_sum;
   }
-  Tensor dres = alloc.acquire("grad.hidden", {T, C}, ActKind::kTransient);  // dL/d(residual)
+  Tensor dres =
+      alloc.acquire("grad.hidden", {T, C}, ActKind::kTransient, ctx.act);  // dL/d(residual)
   backend_->fill(dres, 0.0f);
   arch_.final_norm_backward(dres, dw_, dxf, final_hidden, inv_rms, w_, *backend_);
   alloc.release(dxf);
@@ -166,13 +168,14 @@ LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocato
                             " tokens is longer than n_positions = ", w_.pos.rows(),
                             ", the learned position table; use --seq <= ", w_.pos.rows(),
                             " or a config with more positions"));
-    return LayerContext{&config_, batch, seq, {}, {}, &alloc, backend_, parallel_};
+    return LayerContext{
+        &config_, batch, seq, {}, {}, &alloc, backend_, parallel_, backend_->activation_dtype()};
   }
   const auto [cos, sin] = rope_tables(seq);
   const int64_t half = config_.head_dim() / 2;
   return LayerContext{
-      &config_, batch,    seq,      ConstTensor(cos, {seq, half}), ConstTensor(sin, {seq, half}),
-      &alloc,   backend_, parallel_};
+      &config_, batch,    seq,       ConstTensor(cos, {seq, half}), ConstTensor(sin, {seq, half}),
+      &alloc,   backend_, parallel_, backend_->activation_dtype()};
 }
 
 void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq) {
@@ -196,10 +199,10 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
   // so every strategy and every run sums the head gradient in the same order.
   constexpr int64_t kMaxLogitFloats = int64_t(1) << 24;
   const int64_t chunk = std::max<int64_t>(1, std::min(tokens, kMaxLogitFloats / V));
-  Tensor losses = alloc.acquire("head.losses", {tokens}, ActKind::kTransient);
+  Tensor losses = alloc.acquire("head.losses", {tokens}, ActKind::kTransient, DType::kF32);
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
     const int64_t t1 = std::min(tokens, t0 + chunk);
-    Tensor logits = alloc.acquire("head.logits", {t1 - t0, V}, ActKind::kTransient);
+    Tensor logits = alloc.acquire("head.logits", {t1 - t0, V}, ActKind::kTransient, DType::kF32);
     ConstTensor x = xf.slice_rows(t0, t1);
     backend_->matmul(logits, x, w_.head, false, true);
     backend_->cross_entropy(losses.slice_rows(t0, t1), backward ? logits : Tensor(), logits,

@@ -45,11 +45,13 @@ struct SavedSpec {
   bool per_token;  // rebuildable token by token (all but x, the attention output and lse)
 };
 
+// Per-token statistics and the log-sum-exp stay fp32 whatever the activations' dtype.
 inline SkeletalField skeletal_field(const char* name, SavedWidth width, bool per_token,
-                                    const ModelConfig& c) {
+                                    const ModelConfig& c, DType activations) {
   SkeletalField f;
   f.name = name;
   f.per_token = per_token;
+  f.dtype = width == SavedWidth::kToken || width == SavedWidth::kHeads ? DType::kF32 : activations;
   switch (width) {
     case SavedWidth::kHidden:
       f.width = c.hidden_size;
@@ -83,10 +85,10 @@ Saved bind_saved(const SavedActs& s, const SavedSpec<Saved> (&specs)[N]) {
 
 template <class Saved, size_t N>
 std::vector<SkeletalField> skeletal_fields_of(const SavedSpec<Saved> (&specs)[N],
-                                              const ModelConfig& c) {
+                                              const ModelConfig& c, DType activations) {
   std::vector<SkeletalField> fields;
   for (const SavedSpec<Saved>& spec : specs)
-    fields.push_back(skeletal_field(spec.name, spec.width, spec.per_token, c));
+    fields.push_back(skeletal_field(spec.name, spec.width, spec.per_token, c, activations));
   return fields;
 }
 

@@ -34,9 +34,9 @@ struct Parallel {
 // (t = 1 or c = 1, the only case that runs with values).
 class CommBuffer {
  public:
-  CommBuffer(ActivationAllocator& alloc, const char* name, int64_t rows, int64_t cols)
+  CommBuffer(ActivationAllocator& alloc, const char* name, int64_t rows, int64_t cols, DType dtype)
       : alloc_(rows > 0 ? &alloc : nullptr) {
-    if (alloc_) t_ = alloc_->acquire(name, {rows, cols}, ActKind::kTransient);
+    if (alloc_) t_ = alloc_->acquire(name, {rows, cols}, ActKind::kTransient, dtype);
   }
   ~CommBuffer() {
     if (alloc_) alloc_->release(t_);

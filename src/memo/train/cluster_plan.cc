@@ -19,28 +19,28 @@ namespace memo {
 // One step = one micro-batch of `batch` sequences of S tokens on each of the G / (t c)
 // data-parallel ranks; every GPU holds T = batch S / (t c) tokens of it (Note [Per-GPU shapes]).
 // Precision is Megatron-LM's bf16 mixed precision: activations bf16 except the per-token
-// statistics and the loss path (activation_stays_fp32), bf16 weights, fp32 gradient accumulators,
-// fp32 master weights and Adam moments (2 + 4 + 12 bytes per parameter), the last sharded over the
-// G / t data-parallel ranks at ZeRO 1 (and the gradients at 2, the weights at 3). Matrix
-// parameters are split t ways, vectors (norms, biases) replicated.
-// FLOPs per token, forward, unsharded: per layer 2 (matrix parameters of the layer) for the
-// products and 2 H D (S + 1) for causal attention (each query meets (S + 1) / 2 keys on average:
-// the kernel skips masked tiles); the head 2 C V. The backward is twice the products and 2.5 times
-// the attention (FlashAttention-2's backward runs five tile products to the forward's two). Time =
-// FLOPs / (t c) / (peak x efficiency). MFU counts the model's FLOPs, 3 x forward per token, never
-// the recomputation; once with causal attention and once with the whole S x S (Korthikanti et al.
-// 2022, the convention that gives ~2x at 1M tokens), over step time x G x peak.
-// Communication: TP+SP runs two all-gathers and two reduce-scatters of [T c, C] bf16 per layer
-// forward and six in the backward (the weight gradients gather again), each moving (t - 1) / t of
-// it over one direction of NVLink (the network where the group spans nodes), not overlapped
-// (Megatron's default). CP passes K and V round the ring ((c - 1) chunks, twice that in the
-// backward with dK, dV) overlapped with attention, over the network when t c exceeds a node; only
-// what exceeds the attention's time counts. Offload (and memo's) copies overlap as scheduled by
-// swap_strategy.cc: layer l's offload under layer l+1's forward, layer l's prefetch under layer
-// l+1's backward; a layer takes the longer of its compute and its copy. Not modelled: the optimiser
-// step, data-parallel gradient all-reduce, pipeline parallelism, kernel launch gaps; the
-// efficiency is stated, not measured (default 0.6: FlashAttention-2 reports 50-73% of A100 peak
-// for its kernels and ~72% model FLOPs utilisation training GPT models, Dao 2023).
+// statistics, the loss path and attention scratch (Backend::activation_dtype), bf16 weights, fp32
+// gradient accumulators, fp32 master weights and Adam moments (2 + 4 + 12 bytes per parameter), the
+// last sharded over the G / t data-parallel ranks at ZeRO 1 (and the gradients at 2, the weights at
+// 3). Matrix parameters are split t ways, vectors (norms, biases) replicated. FLOPs per token,
+// forward, unsharded: per layer 2 (matrix parameters of the layer) for the products and 2 H D (S +
+// 1) for causal attention (each query meets (S + 1) / 2 keys on average: the kernel skips masked
+// tiles); the head 2 C V. The backward is twice the products and 2.5 times the attention
+// (FlashAttention-2's backward runs five tile products to the forward's two). Time = FLOPs / (t c)
+// / (peak x efficiency). MFU counts the model's FLOPs, 3 x forward per token, never the
+// recomputation; once with causal attention and once with the whole S x S (Korthikanti et al. 2022,
+// the convention that gives ~2x at 1M tokens), over step time x G x peak. Communication: TP+SP runs
+// two all-gathers and two reduce-scatters of [T c, C] bf16 per layer forward and six in the
+// backward (the weight gradients gather again), each moving (t - 1) / t of it over one direction of
+// NVLink (the network where the group spans nodes), not overlapped (Megatron's default). CP passes
+// K and V round the ring ((c - 1) chunks, twice that in the backward with dK, dV) overlapped with
+// attention, over the network when t c exceeds a node; only what exceeds the attention's time
+// counts. Offload (and memo's) copies overlap as scheduled by swap_strategy.cc: layer l's offload
+// under layer l+1's forward, layer l's prefetch under layer l+1's backward; a layer takes the
+// longer of its compute and its copy. Not modelled: the optimiser step, data-parallel gradient
+// all-reduce, pipeline parallelism, kernel launch gaps; the efficiency is stated, not measured
+// (default 0.6: FlashAttention-2 reports 50-73% of A100 peak for its kernels and ~72% model FLOPs
+// utilisation training GPT models, Dao 2023).
 
 namespace {
 
@@ -84,23 +84,13 @@ double rank_params(const ModelConfig& config, int64_t tp) {
   return n;
 }
 
-int64_t bf16_bytes(const TracedRequest& r) {
-  return activation_stays_fp32(r.name) ? r.bytes : r.bytes / 2;
-}
-
-Trace to_bf16(Trace trace) {
-  for (TracedRequest& r : trace.requests) r.bytes = bf16_bytes(r);
-  return trace;
-}
-
 // Per-layer skeletal bytes of one rank at bf16, split as the alpha cost model needs them.
 AlphaInputs alpha_sizes(const ModelConfig& config, int64_t batch, int64_t rank_seq) {
   AlphaInputs in;
-  const SkeletalLayout layout = skeletal_layout(config);
+  const SkeletalLayout layout = skeletal_layout(config, DType::kBF16);
   for (int i = 0; i < layout.num_fields(); ++i) {
     const SkeletalField& f = layout.fields[size_t(i)];
-    const int64_t fp32 = f.shape(batch, rank_seq).numel() * 4;
-    const int64_t bytes = activation_stays_fp32(f.name) ? fp32 : fp32 / 2;
+    const int64_t bytes = f.bytes(batch, rank_seq);
     if (f.per_token)
       in.other_bytes += bytes;
     else if (i == 0)
@@ -234,8 +224,8 @@ Sized size_memory(const ModelConfig& config, int64_t seq, const std::string& str
   StrategyOptions so;
   so.kind = strategy;
   if (strategy == "memo") so.alpha = std::clamp(s.alpha, 0.0, 1.0);
-  const Trace trace =
-      to_bf16(trace_shapes_only(config, o.parallel, o.batch, rank_seq, make_strategy_factory(so)));
+  const Trace trace = trace_shapes_only(config, o.parallel, o.batch, rank_seq,
+                                        make_strategy_factory(so), DType::kBF16);
   const ActivationPlan plan = plan_activations(trace);
   s.requests = int64_t(trace.requests.size());
   if (swaps(strategy))

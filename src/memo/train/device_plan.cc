@@ -38,8 +38,8 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
 }
 
 Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int64_t batch,
-                        int64_t seq, const StrategyFactory& make_strategy) {
-  MetaBackend meta(cpu_backend());  // sized as the CPU kernels would run it
+                        int64_t seq, const StrategyFactory& make_strategy, DType activations) {
+  MetaBackend meta(cpu_backend(), activations);  // sized as the CPU kernels would run it
   Model model(config, meta);
   model.set_parallel(parallel);
   return trace_model_step(model, batch, seq, make_strategy);

@@ -48,9 +48,12 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
 // `parallel` ways (Note [Per-GPU shapes]), on a parameter-less model built here: batch x seq are
 // that rank's sequences and tokens per sequence (seq = the run's S / (t c)). Equal to
 // trace_model_step for t = c = 1 (tests/train/shape_only_test.cc); needs no memory for the
-// activations or weights, so a 65B model at a million tokens traces on a laptop.
+// activations or weights, so a 65B model at a million tokens traces on a laptop. `activations`:
+// the dtype of the run planned (f32 on the CPU, bf16 for a GPU in mixed precision); statistics,
+// the loss path and attention scratch are f32 in either (Backend::activation_dtype).
 Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int64_t batch,
-                        int64_t seq, const StrategyFactory& make_strategy);
+                        int64_t seq, const StrategyFactory& make_strategy,
+                        DType activations = DType::kF32);
 
 // Traces, plans and sizes the run. When it does not fit, also traces a shorter sequence (seq / 4)
 // to fit the sizes' dependence on seq and searches for the longest sequence that fits.

@@ -44,7 +44,7 @@ EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& d
   if (batch <= 0) throw ConfigError(str("--batch ", batch, " must be positive"));
   const WindowSampler sampler(data, seq, 0);
   CachingAllocator alloc(0, model.backend().allocator(model.backend().device_space()));
-  KeepStrategy strategy(skeletal_layout(cfg), alloc);
+  KeepStrategy strategy(model.skeletal(), alloc);
   const int64_t all_windows = sampler.num_sequential_windows();
   const int64_t max_windows = max_batches > 0 ? max_batches * batch : all_windows;
   const int64_t batches = (std::min(max_windows, all_windows) + batch - 1) / batch;

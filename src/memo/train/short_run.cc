@@ -59,7 +59,7 @@ ShortRunResult run_short(const ModelConfig& config, const TokenData& train, cons
   if (o.gns && micro_steps >= 2)
     probe.emplace(model.params_numel(), micro_steps, micro_rows * o.seq);
   CachingAllocator alloc(0, backend.allocator(backend.device_space()));
-  KeepStrategy strategy(skeletal_layout(config), alloc);
+  KeepStrategy strategy(model.skeletal(), alloc);
   const LrSchedule schedule{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.max_steps};
   TrainStep train_step(
       model, *opt, strategy, alloc, StepShape{micro_rows, o.seq, micro_steps},

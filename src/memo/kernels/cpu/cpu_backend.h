@@ -16,6 +16,7 @@ class CpuBackend final : public Backend {
   std::string describe() const override;
   bool has_values() const override { return true; }
   int64_t reproducible_rows() const override;
+  DType activation_dtype() const override { return DType::kF32; }
   MemSpace device_space() const override { return MemSpace::kDevice; }
   RawAllocator& allocator(MemSpace space) override;
   bool host_can_access(MemSpace space) const override { return space != MemSpace::kMeta; }

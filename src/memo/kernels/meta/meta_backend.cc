@@ -6,7 +6,10 @@
 
 namespace memo {
 
-MetaBackend::MetaBackend(Backend& target) : target_(target) {}
+MetaBackend::MetaBackend(Backend& target) : MetaBackend(target, target.activation_dtype()) {}
+
+MetaBackend::MetaBackend(Backend& target, DType activations)
+    : target_(target), activations_(activations) {}
 
 std::string MetaBackend::describe() const {
   return str("meta (shapes only), sized for ", target_.name());

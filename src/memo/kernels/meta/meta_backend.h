@@ -22,11 +22,14 @@ namespace memo {
 class MetaBackend final : public Backend {
  public:
   // target: whose scratch sizes and row granularity the trace takes (the CPU's by default).
+  // activations: the dtype of the run being planned (a bf16 GPU run: kBF16; default: target's).
   explicit MetaBackend(Backend& target);
+  MetaBackend(Backend& target, DType activations);
   const char* name() const override { return "meta"; }
   std::string describe() const override;
   bool has_values() const override { return false; }
   int64_t reproducible_rows() const override { return target_.reproducible_rows(); }
+  DType activation_dtype() const override { return activations_; }
   MemSpace device_space() const override { return MemSpace::kMeta; }
   RawAllocator& allocator(MemSpace) override { return addresses_; }
   bool host_can_access(MemSpace) const override { return false; }
@@ -103,6 +106,7 @@ class MetaBackend final : public Backend {
 
  private:
   Backend& target_;
+  DType activations_;
   AddressAllocator addresses_;
   NullStream compute_{"compute"};
 };
