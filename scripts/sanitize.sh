@@ -23,7 +23,7 @@ san_build() {  # dir, flags, targets...
 }
 
 echo "memo: AddressSanitizer + UndefinedBehaviorSanitizer: every test"
-san_build build-asan "address,undefined" memo memo_tests
+san_build build-asan "address,undefined" memo memo_tests memo_mpi_tests
 (cd build-asan &&
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --output-on-failure -j"$jobs" --timeout 600)

@@ -67,10 +67,13 @@ TEST(GradNoiseProbe, micro_batch_count_changes_within_its_capacity_only) {
   EXPECT_EQ(probe.micro_sq_norms().size(), 2u);
   probe.set_micro_steps(4);
   EXPECT_EQ(probe.micro_sq_norms().size(), 4u);
-  EXPECT_NE(test::error_message<Error>([&] { probe.set_micro_steps(5); }).find("outside [2, 4]"),
+  EXPECT_NE(
+      test::error_message<Error>([&] { probe.set_micro_steps(5); }).find("at most 4 per rank"),
+      std::string::npos);
+  EXPECT_NE(test::error_message<Error>([&] { probe.set_micro_steps(1); }).find("need >= 2 in all"),
             std::string::npos);
-  EXPECT_NE(test::error_message<Error>([&] { probe.set_micro_steps(1); }).find("outside [2, 4]"),
-            std::string::npos);
+  probe.set_micro_steps(1, 2);  // one micro-batch on each of two data-parallel ranks
+  EXPECT_EQ(probe.micro_sq_norms().size(), 1u);
 }
 
 }  // namespace

@@ -4,9 +4,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "memo/parallel/communicator.h"
+
 namespace memo::cli {
 
-void add_train_command(CLI::App& app);
+// world: the MPI job this process is one rank of (null: not started by mpirun).
+void add_train_command(CLI::App& app, Communicator* world);
 void add_eval_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_plan_command(CLI::App& app);

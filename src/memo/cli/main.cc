@@ -3,17 +3,28 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "memo/cli/commands.h"
+#include "memo/parallel/mpi_communicator.h"
 
 int main(int argc, char** argv) {
+  // Under mpirun every rank runs this same command. The world outlives every subcommand, so a rank
+  // that fails takes the job down (abort_job_if_parallel) before MPI is finalised.
+  std::unique_ptr<memo::MpiCommunicator> world;
+  try {
+    if (memo::MpiCommunicator::launched_by_mpirun()) world = memo::MpiCommunicator::world();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memo: error: %s\n", e.what());
+    return 1;
+  }
   CLI::App app{"memo: train LLaMA-style language models on long sequences within a memory budget"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Every subcommand's flags");
   // A flag given twice takes its last value, as shell wrappers that append flags expect.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  memo::cli::add_train_command(app);
+  memo::cli::add_train_command(app, world.get());
   memo::cli::add_eval_command(app);
   memo::cli::add_bench_command(app);
   memo::cli::add_plan_command(app);
@@ -36,7 +47,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "memo: error: %s (see memo --help)\n", msg.c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "memo: error: %s\n", e.what());
+    if (world && world->size() > 1)
+      std::fprintf(stderr, "memo: error: rank %d of %d: %s\n", world->rank(), world->size(),
+                   e.what());
+    else
+      std::fprintf(stderr, "memo: error: %s\n", e.what());
+    memo::abort_job_if_parallel(1);
     return 1;
   }
   return 0;

@@ -12,7 +12,7 @@
 
 namespace memo::cli {
 
-void add_train_command(CLI::App& app) {
+void add_train_command(CLI::App& app, Communicator* world) {
   auto t = std::make_shared<TrainOptions>();
   CLI::App* train = app.add_subcommand("train", "Train a model");
   train->add_option("--config", t->config_path,
@@ -82,7 +82,8 @@ void add_train_command(CLI::App& app) {
                     "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
   auto schedule = std::make_shared<BatchScheduleFlags>();
   add_batch_schedule_flags(*train, *schedule);
-  train->callback([t, out, optim, device_memory, host_memory, alpha, alpha_opt, schedule, lr] {
+  train->callback([t, out, optim, device_memory, host_memory, alpha, alpha_opt, schedule, lr,
+                   world] {
     TrainOptions o = *t;
     o.optimizer = resolve_optimizer(*optim);
     o.batch_schedule = resolve_batch_schedule(*schedule, o.optimizer.name, !o.resume_dir.empty());
@@ -103,7 +104,7 @@ void add_train_command(CLI::App& app) {
       o.out_dir =
           std::filesystem::exists(r / "model.safetensors") ? r.parent_path().string() : r.string();
     }
-    memo::train(o, std::cout);
+    memo::train(o, std::cout, world);
   });
 }
 

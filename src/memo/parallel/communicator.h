@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "memo/core/tensor.h"
 
@@ -20,6 +21,7 @@ struct CommCounters {
   int64_t calls = 0;
   int64_t bytes_sent = 0;      // what left this rank
   int64_t bytes_received = 0;  // what arrived at this rank
+  double seconds = 0.0;        // wall time inside the calls, waiting for peers included
 };
 
 class Communicator {
@@ -35,6 +37,10 @@ class Communicator {
   virtual void reduce_scatter_sum(Tensor out, ConstTensor in) = 0;
   // out = the ranks' in, concatenated in rank order. in: [n], out: [size() * n].
   virtual void all_gather(Tensor out, ConstTensor in) = 0;
+  // Host statistics in double (a step's loss sum, the noise-scale norms): x = the sum over ranks in
+  // rank order; out = the ranks' in, concatenated in rank order (in: [n], out: [size() * n]).
+  virtual void all_reduce_sum(std::span<double> x) = 0;
+  virtual void all_gather(std::span<double> out, std::span<const double> in) = 0;
   // x = root's x on every rank.
   virtual void broadcast(Tensor x, int root) = 0;
   // Point to point, matched in call order per (sender, receiver) pair: a ring passes with
@@ -50,10 +56,11 @@ class Communicator {
   void reset_counters() { counters_ = {}; }
 
  protected:
-  void count(int64_t sent, int64_t received) {
+  void count(int64_t sent, int64_t received, double seconds = 0.0) {
     ++counters_.calls;
     counters_.bytes_sent += sent;
     counters_.bytes_received += received;
+    counters_.seconds += seconds;
   }
 
  private:

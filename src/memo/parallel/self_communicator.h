@@ -21,6 +21,8 @@ class SelfCommunicator final : public Communicator {
   void all_reduce_sum(Tensor x) override;
   void reduce_scatter_sum(Tensor out, ConstTensor in) override;
   void all_gather(Tensor out, ConstTensor in) override;
+  void all_reduce_sum(std::span<double> x) override;
+  void all_gather(std::span<double> out, std::span<const double> in) override;
   void broadcast(Tensor x, int root) override;
   void send(ConstTensor x, int peer) override;
   void recv(Tensor x, int peer) override;

@@ -17,19 +17,26 @@ GradNoiseProbe::GradNoiseProbe(int64_t numel, int64_t max_micro_steps, int64_t m
       sum_(numel),
       micro_sq_(size_t(std::max<int64_t>(max_micro_steps, 0)), 0.0),
       partial_(size_t(backend.noise_probe_partial_numel(numel)), 0.0) {
-  MEMO_CHECK(max_micro_steps >= 2 && micro_tokens > 0, "noise probe needs >= 2 micro-batches, got ",
+  MEMO_CHECK(max_micro_steps >= 1 && micro_tokens > 0, "noise probe needs micro-batches, got ",
              max_micro_steps, " of ", micro_tokens, " tokens");
 }
 
-void GradNoiseProbe::set_micro_steps(int64_t micro_steps) {
-  MEMO_CHECK(micro_steps >= 2 && micro_steps <= max_micro_steps_, "noise probe: ", micro_steps,
-             " micro-batches per step is outside [2, ", max_micro_steps_, "]");
+void GradNoiseProbe::set_micro_steps(int64_t micro_steps, int64_t ranks) {
+  MEMO_CHECK(
+      micro_steps >= 1 && micro_steps <= max_micro_steps_ && ranks >= 1 && micro_steps * ranks >= 2,
+      "noise probe: ", micro_steps, " micro-batches per step on each of ", ranks,
+      " ranks (need >= 2 in all, at most ", max_micro_steps_, " per rank)");
   micro_steps_ = micro_steps;
+  ranks_ = ranks;
   micro_sq_.resize(size_t(micro_steps));  // within the capacity reserved at construction
 }
 
 void GradNoiseProbe::after_micro(float* grads, int64_t micro) {
-  const double k = double(micro_steps_);
+  const double k = double(micro_steps_ * ranks_);  // the buffer holds g_i / k
+  if (micro_steps_ == 1) {  // this rank's only micro-batch: the buffer is its gradient alone
+    micro_sq_[0] = k * k * backend_.sum_squares(Tensor(grads, {numel_}));
+    return;
+  }
   const NoiseProbePass pass = micro == 0                 ? NoiseProbePass::kFirst
                               : micro + 1 < micro_steps_ ? NoiseProbePass::kMiddle
                                                          : NoiseProbePass::kLast;
@@ -40,8 +47,16 @@ void GradNoiseProbe::after_micro(float* grads, int64_t micro) {
                                 View<double>(partial_.data(), {int64_t(partial_.size())}));
 }
 
-void GradNoiseProbe::end_step(double step_sq_norm) {
-  estimator_.update(micro_sq_, step_sq_norm, double(micro_tokens_));
+void GradNoiseProbe::end_step(double step_sq_norm, Communicator* data_parallel) {
+  if (ranks_ == 1) {
+    estimator_.update(micro_sq_, step_sq_norm, double(micro_tokens_));
+    return;
+  }
+  MEMO_CHECK(data_parallel && data_parallel->size() == ranks_, "noise probe: a step of ", ranks_,
+             " ranks needs their communicator");
+  all_sq_.resize(micro_sq_.size() * size_t(ranks_));
+  data_parallel->all_gather(std::span<double>(all_sq_), std::span<const double>(micro_sq_));
+  estimator_.update(all_sq_, step_sq_norm, double(micro_tokens_));
 }
 
 nlohmann::json GradNoiseProbe::log_fields() const {

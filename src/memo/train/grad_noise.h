@@ -16,6 +16,7 @@
 #include "memo/backend/backend.h"
 #include "memo/core/buffer.h"
 #include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/parallel/communicator.h"
 #include "memo/scaling/noise_scale.h"
 
 namespace memo {
@@ -26,27 +27,33 @@ namespace memo {
 // micro-batches per step). The probe multiplies its squared norm by k^2; the step's buffer holds
 // the mean of the g_i, the "big" gradient over B = k b tokens. Batch sizes are tokens, so
 // tr(Sigma) is per token and B_simple comes out in tokens (= B_simple in sequences times seq when
-// the loss is a token mean, as here). Norms are taken before clipping and weight decay.
+// the loss is a token mean, as here). Norms are taken before clipping and weight decay. Under
+// data parallelism each of the P ranks runs k micro-batches of the step's k P: the buffer holds
+// g_i / (k P), each rank measures its own micro-batches, and end_step gathers the k P norms in rank
+// order, so the estimate is the one-process run's.
 // Reordering the accumulation changes the step gradient's rounding (the sum is formed outside
 // the kernels), so a run with the probe is deterministic but not bitwise equal to one without.
 class GradNoiseProbe {
  public:
-  // numel: the gradient buffer's length; max_micro_steps >= 2: micro-batches per step until
-  // set_micro_steps changes it, and the most it may set (sized here: a change allocates nothing);
+  // numel: the gradient buffer's length; max_micro_steps >= 1: this rank's micro-batches per step
+  // until set_micro_steps changes it, and the most it may set (sized here: a change allocates
+  // nothing; a step needs >= 2 micro-batches over all ranks);
   // micro_tokens: tokens per micro-batch. The fused pass (norm, side-buffer sum, zeroing) runs on
   // `backend`.
   GradNoiseProbe(int64_t numel, int64_t max_micro_steps, int64_t micro_tokens,
                  scaling::NoiseScaleOptions options = {}, Backend& backend = cpu_backend());
-  // The micro-batch count k of the steps from now on, in [2, max_micro_steps]: a growing batch
-  // (--batch-schedule noise) adds micro-batches of the same size. The estimator carries on: each
-  // step's update is unbiased for its own k (Note [Noise-scale accounting]).
-  void set_micro_steps(int64_t micro_steps);
+  // The micro-batch count k of this rank's steps from now on, in [1, max_micro_steps], on each of
+  // `ranks` data-parallel ranks (k ranks >= 2): a growing batch (--batch-schedule noise) adds
+  // micro-batches of the same size. The estimator carries on: each step's update is unbiased for
+  // its own k (Note [Noise-scale accounting]).
+  void set_micro_steps(int64_t micro_steps, int64_t ranks = 1);
   int64_t micro_steps() const { return micro_steps_; }
   // After micro-batch `micro` (0-based) of a step; grads is the model's gradient buffer, zero
   // before micro-batch 0 (the trainer's zero_grads); the probe zeroes it for the later ones.
   void after_micro(float* grads, int64_t micro);
-  // After the last micro-batch: |G|^2 of the step's gradient (before clipping).
-  void end_step(double step_sq_norm);
+  // After the last micro-batch: |G|^2 of the step's gradient over every rank (before clipping).
+  // With several ranks, data_parallel gathers their micro-batch norms (collective).
+  void end_step(double step_sq_norm, Communicator* data_parallel = nullptr);
 
   // |g_i|^2 of the last step's micro-batches, per-token-mean gradients (k^2 times the buffer's).
   const std::vector<double>& micro_sq_norms() const { return micro_sq_; }
@@ -58,13 +65,15 @@ class GradNoiseProbe {
  private:
   int64_t numel_;
   int64_t max_micro_steps_;
-  int64_t micro_steps_;  // k of this step
+  int64_t micro_steps_;  // k of this step, on this rank
+  int64_t ranks_ = 1;    // data-parallel ranks: the step has k ranks micro-batches
   int64_t micro_tokens_;
   scaling::NoiseScaleEstimator estimator_;
   Backend& backend_;
   AlignedBuffer<float> sum_;      // [numel] fp32: the step's gradient so far; live within a step
-  std::vector<double> micro_sq_;  // [micro_steps_] |g_i|^2 of this step's micro-batches;
+  std::vector<double> micro_sq_;  // [micro_steps_] |g_i|^2 of this rank's micro-batches;
                                   // capacity max_micro_steps_
+  std::vector<double> all_sq_;    // [micro_steps_ ranks_] every rank's, in rank order
   std::vector<double> partial_;   // [chunks] per-chunk sums of the fused pass
 };
 

@@ -33,13 +33,16 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
   MEMO_CHECK(micro_steps > 0, "step ", step, " of ", micro_steps, " micro-batches");
   Backend& backend = model_.backend();
   const Tensor grads(model_.grads(), {model_.params_numel()});
-  const int64_t tokens = shape_.micro_batch * shape_.seq * micro_steps * data_parallel_.size();
+  const int64_t ranks = data_parallel_.size();
+  const int64_t tokens = shape_.micro_batch * shape_.seq * micro_steps * ranks;
   const float grad_scale = 1.0f / float(tokens);
-  if (probe_) probe_->set_micro_steps(micro_steps);
+  if (probe_) probe_->set_micro_steps(micro_steps, ranks);
   model_.zero_grads();
   double loss_sum = 0.0;
+  // rank r runs micro-batches [r k, (r + 1) k) of the step's k P: the windows of one process
+  const int64_t first = int64_t(data_parallel_.rank()) * micro_steps;
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
-    source_(step, micro, inputs_.data(), targets_.data(), shape_.micro_batch);
+    source_(step, first + micro, inputs_.data(), targets_.data(), shape_.micro_batch);
     loss_sum += model_.forward_backward(inputs_.data(), targets_.data(), shape_.micro_batch,
                                         shape_.seq, grad_scale, strategy_, alloc_);
     if (probe_) probe_->after_micro(model_.grads(), micro);
@@ -47,15 +50,11 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
   // The gradient-reduction hook: the data-parallel ranks' gradients summed (each is already
   // scaled by the global token count), and their losses.
   data_parallel_.all_reduce_sum(grads);
-  if (data_parallel_.size() > 1) {
-    float loss_f = float(loss_sum);  // the reduction carries f32; one rank needs no rounding
-    data_parallel_.all_reduce_sum(Tensor(&loss_f, {1}));
-    loss_sum = loss_f;
-  }
+  if (ranks > 1) data_parallel_.all_reduce_sum(std::span<double>(&loss_sum, 1));
   StepGradients g;
   g.loss = loss_sum / double(tokens);
   g.grad_sq = backend.sum_squares(grads);
-  if (probe_) probe_->end_step(g.grad_sq);  // before clipping
+  if (probe_) probe_->end_step(g.grad_sq, &data_parallel_);  // before clipping
   return g;
 }
 

@@ -197,6 +197,20 @@ StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoin
   return StepSchedule(scaling::BatchSchedule(noise_schedule_options(o)));
 }
 
+// What a run over several processes supports today: a fixed batch whose micro-batches split
+// evenly over the ranks.
+void check_data_parallel(const TrainOptions& o, int ranks) {
+  if (ranks == 1) return;
+  const int64_t micro_steps = o.batch / o.micro_batch;
+  if (micro_steps % ranks != 0)
+    throw ConfigError(str("--batch ", o.batch, " / --micro-batch ", o.micro_batch, " = ",
+                          micro_steps, " micro-batches per step do not split over ", ranks,
+                          " processes; make it a multiple of ", ranks));
+  if (o.batch_schedule)
+    throw ConfigError(str("--batch-schedule noise runs in one process only (this job has ", ranks,
+                          "); drop it or run without mpirun"));
+}
+
 void check_positions(const TrainOptions& o, const ModelConfig& config) {
   if (o.seq > config.max_position_embeddings)
     throw ConfigError(str("--seq ", o.seq, " exceeds ", config.positions_field(), " = ",
@@ -247,7 +261,8 @@ void restore_training_state(Optimizer& opt, GradNoiseProbe* probe, const ResumeP
 // The start-of-run lines: the model and data, then the backend (the BLAS warning before the first
 // matrix product: a forced OpenBLAS core the CPU cannot run crashes at the first sgemm).
 void print_run_header(std::ostream& progress, const Model& model, const TrainOptions& o,
-                      const Optimizer& opt, int64_t train_tokens, int64_t micro_steps) {
+                      const Optimizer& opt, int64_t train_tokens, int64_t micro_steps,
+                      const Communicator& data_parallel) {
   const ModelConfig& config = model.config();
   progress << "memo: " << model.layout().count() << " parameters (" << config.num_hidden_layers
            << " layers, hidden " << config.hidden_size << "), " << train_tokens
@@ -255,6 +270,10 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
            << micro_steps << " micro-batches), " << opt.name() << " "
            << opt.hyperparameters().dump() << ", " << omp_get_max_threads() << " threads, "
            << model.backend().describe() << "\n";
+  if (data_parallel.size() > 1)
+    progress << "memo: data parallel over " << data_parallel.size() << " processes ("
+             << data_parallel.name() << "), " << micro_steps / data_parallel.size()
+             << " micro-batches each per step\n";
   if (const std::string w = cpu::blas_warning(); !w.empty())
     progress << "memo: warning: " << w << "\n";
 }
@@ -292,7 +311,8 @@ void print_step_line(std::ostream& progress, const std::string& label, const Ste
 nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tokens_per_s,
                           double mfu, const ActivationAllocator& alloc,
                           const ActivationStrategy& strategy, const GradNoiseProbe* probe,
-                          const std::optional<scaling::BatchChange>& change) {
+                          const std::optional<scaling::BatchChange>& change,
+                          const Communicator& data_parallel) {
   nlohmann::json record{{"step", run.step},
                         {"loss", g.loss},
                         {"lr", run.lr},
@@ -307,14 +327,22 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
                         {"device_peak_bytes", alloc.peak_live_bytes()},
                         {"host_peak_bytes", strategy.host_peak_bytes()}};
   record.update(probe ? probe->log_fields() : gns_null_fields());
+  // the layout, and what rank 0 sent over the data-parallel group in this step
+  record["ranks"] = data_parallel.size();
+  record["comm_bytes"] = data_parallel.counters().bytes_sent;
+  record["comm_s"] = data_parallel.counters().seconds;
   if (change) record["batch_change"] = change->to_json();
   return record;
 }
 
 }  // namespace
 
-TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
+TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Communicator* world) {
   TrainOptions o = options_in;
+  // rank 0 speaks for the job; the other ranks print nothing (an ostream without a buffer)
+  std::ostream silent(nullptr);
+  const bool lead = !world || world->rank() == 0;
+  std::ostream& progress = lead ? progress_in : silent;
   const std::optional<ResumePoint> resume = resume_point(o);
   const int64_t start_step = resume ? resume->step : 0;
   check_shape_options(o);
@@ -325,18 +353,21 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   const WindowSampler sampler(data.train, o.seq, o.seed);
 
   CpuBackend& backend = cpu_backend();
-  SelfCommunicator data_parallel(backend);
+  SelfCommunicator self(backend);
+  Communicator& data_parallel = world ? *world : self;
+  check_data_parallel(o, data_parallel.size());
   Model model(config, backend);
   start_weights(model, o, resume);
   const std::unique_ptr<Optimizer> optimizer =
       make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options);
   Optimizer& opt = *optimizer;
-  const int64_t micro_steps = o.batch / o.micro_batch;
+  const int64_t micro_steps = o.batch / o.micro_batch;  // over all ranks
+  const int64_t rank_micro_steps = micro_steps / data_parallel.size();
   // see Note [Noise-scale accounting]; sized for the most micro-batches a step will run
   std::optional<GradNoiseProbe> probe;
   if (o.gns && micro_steps >= 2)
-    probe.emplace(model.params_numel(), plan.max_micro_steps(), o.micro_batch * o.seq,
-                  scaling::NoiseScaleOptions{o.gns_decay});
+    probe.emplace(model.params_numel(), plan.max_micro_steps() / data_parallel.size(),
+                  o.micro_batch * o.seq, scaling::NoiseScaleOptions{o.gns_decay});
   GradNoiseProbe* const probe_ptr = probe ? &*probe : nullptr;
   if (resume) restore_training_state(opt, probe_ptr, *resume, o);
 
@@ -353,14 +384,14 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
   const std::unique_ptr<ActivationStrategy> strategy =
       make_strategy(model.skeletal(), alloc, o.activations);
   KeepStrategy eval_strategy(model.skeletal(), caching);
-  fs::create_directories(o.out_dir);
+  if (lead) fs::create_directories(o.out_dir);
   std::ofstream log;
-  if (!o.log_path.empty()) {
+  if (lead && !o.log_path.empty()) {
     log.open(o.log_path, resume ? std::ios::app : std::ios::trunc);
     if (!log) throw DataError(str("cannot open log file ", o.log_path, " for writing"));
   }
 
-  const StepShape shape{o.micro_batch, o.seq, micro_steps};
+  const StepShape shape{o.micro_batch, o.seq, rank_micro_steps};
   TrainStep train_step(
       model, opt, *strategy, alloc, shape,
       [&sampler](int64_t step, int64_t micro, int32_t* in, int32_t* tgt, int64_t rows) {
@@ -368,7 +399,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
       },
       probe_ptr, data_parallel);
   const double flops_per_token = train_flops_per_token(config, o.seq);
-  print_run_header(progress, model, o, opt, data.train.num_tokens(), micro_steps);
+  print_run_header(progress, model, o, opt, data.train.num_tokens(), micro_steps, data_parallel);
   if (plan.noise()) progress << plan.summary() << "\n";
   const double peak_flops = backend.measure_matmul_peak_flops(0.5);  // the MFU denominator
   if (resume)
@@ -385,7 +416,8 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     const int64_t step = run.step;
     const auto t0 = Clock::now();
     alloc.reset_peak();
-    const StepGradients g = train_step.gradients(step, run.micro_steps);
+    data_parallel.reset_counters();
+    const StepGradients g = train_step.gradients(step, run.micro_steps / data_parallel.size());
     if (!std::isfinite(g.loss))
       throw Error(str("loss is ", g.loss, " at step ", step,
                       plan.noise() ? str("; lower --eps-max (the law's lr is ", run.lr, " here)")
@@ -398,7 +430,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     const double step_s = seconds_since(t0);
     const double flops_per_step = flops_per_token * double(run.tokens);
     const double tokens_per_s = double(run.tokens) / step_s;
-    const double mfu = flops_per_step / step_s / peak_flops;
+    const double mfu = flops_per_step / step_s / (peak_flops * double(data_parallel.size()));
     result.steps_done = step;
     result.final_loss = g.loss;
     // The last step's record carries the validation loss (on windows in order from the start of
@@ -411,7 +443,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     if (log) {
       nlohmann::json record =
-          log_record(run, g, tokens_per_s, mfu, alloc, *strategy, probe_ptr, change);
+          log_record(run, g, tokens_per_s, mfu, alloc, *strategy, probe_ptr, change, data_parallel);
       if (val && val->tokens > 0) {
         record["val_loss"] = *result.val_loss;
         record["val_tokens"] = val->tokens;
@@ -433,8 +465,12 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress) {
                     static_cast<long long>(val->tokens));
       progress << line << "\n";
     }
-    if ((o.save_every > 0 && step % o.save_every == 0) || plan.done())
-      result.checkpoint = save(o, model, opt, probe_ptr, plan, step);
+    if ((o.save_every > 0 && step % o.save_every == 0) || plan.done()) {
+      // rank 0 writes (every rank holds the same weights and optimiser state); the others wait
+      // for the commit, so a job stopped after this step resumes from it on every rank
+      if (lead) result.checkpoint = save(o, model, opt, probe_ptr, plan, step);
+      if (data_parallel.size() > 1) data_parallel.barrier();
+    }
   }
   progress << "checkpoint: " << result.checkpoint << "\n";
   return result;

@@ -16,6 +16,7 @@
 #include "memo/memory/strategy_factory.h"
 #include "memo/model/config.h"
 #include "memo/model/model.h"
+#include "memo/parallel/communicator.h"
 #include "memo/scaling/batch_schedule.h"
 #include "memo/train/optimizer_setup.h"
 
@@ -63,7 +64,12 @@ struct TrainResult {
   std::string checkpoint;  // the last checkpoint written
 };
 
-TrainResult train(const TrainOptions& options, std::ostream& progress);
+// world: the processes of an MPI job (parallel/mpi_communicator.h) that train together as
+// data-parallel ranks, each running the same options: rank r takes micro-batches [r k, (r + 1) k)
+// of every step's k P (the windows of a one-process run), the gradients and the loss are summed
+// over the ranks, and rank 0 alone prints, logs and writes checkpoints. Null: one process.
+TrainResult train(const TrainOptions& options, std::ostream& progress,
+                  Communicator* world = nullptr);
 
 // Copies a checkpoint's model tensors into `model` (GPT-2 names with or without "transformer.").
 void load_model_tensors(Model& model, const SafetensorsFile& file);

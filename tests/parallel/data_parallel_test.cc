@@ -1,0 +1,189 @@
+// memo train over several processes (mpirun, parallel/mpi_communicator.h): the same losses as one
+// process with the same global batch, bit for bit when each rank runs one micro-batch (the rank
+// order of the sum is the one process's order of accumulation) and within rounding otherwise;
+// runs that repeat bit for bit; a layout that does not split refused; a rank that hangs or dies
+// taking the job down within seconds, and a resume that continues the uninterrupted run.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "../cli/cli_test_util.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+namespace fs = std::filesystem;
+using test::losses;
+
+const char* kTinyConfig = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
+  "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
+
+// mpirun as the tests need it: root allowed (CI), more ranks than cores, one thread per rank, no
+// leak check of Open MPI's own allocations under AddressSanitizer.
+std::string mpirun(int ranks) {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+         "ASAN_OPTIONS=detect_leaks=0 mpirun --oversubscribe --bind-to none -np " +
+         std::to_string(ranks) + " ";
+}
+
+class DataParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::write_text(dir / "config.json", kTinyConfig);
+    test::write_text(dir / "data.txt", test::corpus(20000));
+  }
+  // 8 sequences of 32 tokens per step in micro-batches of 2: 4 micro-batches over the ranks.
+  std::string train_cmd(const std::string& out, const std::string& extra) const {
+    return test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+           dir.str("data.txt") + " --seq 32 --batch 8 --micro-batch 2 --lr 3e-3 --warmup 2" +
+           " --val-batches 2 --out " + out + " --log " + out + ".jsonl " + extra;
+  }
+  test::TempDir dir;
+};
+
+std::vector<nlohmann::json> records(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST_F(DataParallel, two_and_four_ranks_match_one_process) {
+  const std::string one = dir / "one", two = dir / "two", four = dir / "four";
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd(one, "--steps 4")).exit_code, 0);
+  const test::CommandResult r2 = test::run_command(mpirun(2) + train_cmd(two, "--steps 4"));
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  const test::CommandResult r4 = test::run_command(mpirun(4) + train_cmd(four, "--steps 4"));
+  ASSERT_EQ(r4.exit_code, 0) << r4.output;
+  EXPECT_NE(r2.output.find("data parallel over 2 processes (mpi)"), std::string::npos) << r2.output;
+  const auto a = records(one + ".jsonl"), b = records(two + ".jsonl"), c = records(four + ".jsonl");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  ASSERT_EQ(c.size(), 4u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double la = a[i]["loss"], lb = b[i]["loss"];
+    // 2 ranks add two micro-batches each, then the two sums: another rounding than 1 process's
+    // running sum of four, so equal within fp32 accumulation error, not bitwise
+    EXPECT_NEAR(lb, la, 1e-5 * std::abs(la)) << "step " << i + 1;
+    // 4 ranks of one micro-batch each, summed in rank order: exactly the one process's order
+    EXPECT_EQ(c[i]["loss"].dump(), a[i]["loss"].dump()) << "step " << i + 1;
+    EXPECT_EQ(c[i]["grad_norm"].dump(), a[i]["grad_norm"].dump()) << "step " << i + 1;
+    // the noise scale from every rank's micro-batch norms, as one process measures it
+    if (!a[i]["gns_b_simple"].is_null()) {
+      const double ga = a[i]["gns_b_simple"];
+      EXPECT_NEAR(double(b[i]["gns_b_simple"]), ga, 1e-5 * std::abs(ga)) << "step " << i + 1;
+      EXPECT_NEAR(double(c[i]["gns_b_simple"]), ga, 1e-5 * std::abs(ga)) << "step " << i + 1;
+    }
+    EXPECT_EQ(b[i]["ranks"], 2);
+    EXPECT_EQ(c[i]["ranks"], 4);
+    EXPECT_EQ(a[i]["comm_bytes"], 0);
+    // the gradient all-reduce sends 2 (P - 1) / P of the gradients, plus a few statistics
+    const int64_t grads = b[i]["comm_bytes"].get<int64_t>();
+    EXPECT_GT(grads, 0);
+    EXPECT_LT(c[i]["comm_bytes"].get<int64_t>(), 2 * grads);
+  }
+  EXPECT_EQ(c.back()["val_loss"].dump(), a.back()["val_loss"].dump());
+  // rank 0 alone wrote the checkpoint and the log
+  EXPECT_TRUE(fs::exists(fs::path(two) / "latest"));
+}
+
+TEST_F(DataParallel, repeats_bit_for_bit) {
+  const std::string a = dir / "a", b = dir / "b";
+  ASSERT_EQ(test::run_command(mpirun(2) + train_cmd(a, "--steps 3")).exit_code, 0);
+  ASSERT_EQ(test::run_command(mpirun(2) + train_cmd(b, "--steps 3")).exit_code, 0);
+  EXPECT_EQ(losses(a + ".jsonl"), losses(b + ".jsonl"));
+  EXPECT_EQ(losses(a + ".jsonl").size(), 3u);
+}
+
+TEST_F(DataParallel, micro_batches_that_do_not_split_are_refused) {
+  const test::CommandResult r = test::run_command(mpirun(3) + train_cmd(dir / "x", "--steps 2"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("4 micro-batches per step do not split over 3 processes"),
+            std::string::npos)
+      << r.output;
+}
+
+// The pid of rank `rank` of the job whose command line contains `marker`, or 0.
+pid_t rank_pid(int rank, const std::string& marker) {
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(e.path() / "cmdline"), env(e.path() / "environ");
+    const std::string cmdline((std::istreambuf_iterator<char>(cmd)), {});
+    if (cmdline.find(marker) == std::string::npos || cmdline.find("mpirun") == 0) continue;
+    const std::string environ((std::istreambuf_iterator<char>(env)), {});
+    for (size_t p = 0; p < environ.size(); p = environ.find('\0', p) + 1) {
+      if (environ.compare(p, want.size() + 1, want + '\0') == 0) return pid_t(std::stoi(name));
+      if (environ.find('\0', p) == std::string::npos) break;
+    }
+  }
+  return 0;
+}
+
+// Runs `cmd` in the background; once `ready` exists, sends `signal` to rank 1. Returns the
+// command's result and how long it ran after the signal (a job still running 60 s after it is
+// killed).
+std::pair<test::CommandResult, double> signal_rank_one(const std::string& cmd,
+                                                       const fs::path& ready,
+                                                       const std::string& marker, int signal) {
+  std::future<test::CommandResult> job =
+      std::async(std::launch::async, [cmd] { return test::run_command(cmd); });
+  pid_t pid = 0;
+  for (int i = 0; i < 3000 && pid == 0; ++i) {  // up to 60 s for the job to get going
+    if (job.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) break;
+    if (fs::exists(ready)) pid = rank_pid(1, marker);
+  }
+  EXPECT_NE(pid, 0) << "rank 1 of the job was not found";
+  const auto t0 = std::chrono::steady_clock::now();
+  if (pid != 0) ::kill(pid, signal);
+  if (job.wait_for(std::chrono::seconds(60)) != std::future_status::ready && pid != 0)
+    ::kill(pid, SIGKILL);  // the job did not stop by itself: end it so the test can report that
+  const test::CommandResult result = job.get();
+  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (signal == SIGSTOP && pid != 0) ::kill(pid, SIGKILL);  // whatever is left of it
+  return {result, after};
+}
+
+TEST_F(DataParallel, a_hung_rank_times_out_with_a_clear_error) {
+  const std::string out = dir / "hung";
+  const auto [r, seconds] = signal_rank_one(
+      "MEMO_COMM_TIMEOUT=2 " + mpirun(2) + train_cmd(out, "--steps 100000 --save-every 1"),
+      fs::path(out) / "latest", out, SIGSTOP);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("did not complete within 2 s"), std::string::npos) << r.output;
+  EXPECT_LT(seconds, 30.0);
+}
+
+TEST_F(DataParallel, a_killed_rank_stops_the_job_and_the_run_resumes_where_it_was) {
+  const std::string full = dir / "full", cut = dir / "cut";
+  ASSERT_EQ(test::run_command(mpirun(2) + train_cmd(full, "--steps 400")).exit_code, 0);
+  const auto [r, seconds] =
+      signal_rank_one(mpirun(2) + train_cmd(cut, "--steps 400 --save-every 2"),
+                      fs::path(cut) / "step-00000002", cut, SIGKILL);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(seconds, 30.0);
+  ASSERT_TRUE(fs::exists(fs::path(cut) / "latest"));
+  // resume the last complete checkpoint, for 400 steps in all
+  const test::CommandResult resumed = test::run_command(
+      mpirun(2) + test::memo_bin() + " train --data " + dir.str("data.txt") + " --resume " + cut +
+      " --steps 400 --val-batches 2 --log " + cut + ".resumed.jsonl");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto want = losses(full + ".jsonl"), got = losses(cut + ".resumed.jsonl");
+  ASSERT_FALSE(got.empty());
+  for (const auto& [step, loss] : got) EXPECT_EQ(loss, want.at(step)) << "step " << step;
+  EXPECT_EQ(got.rbegin()->first, 400);
+}
+
+}  // namespace
+}  // namespace memo
