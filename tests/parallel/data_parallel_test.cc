@@ -113,6 +113,43 @@ TEST_F(DataParallel, micro_batches_that_do_not_split_are_refused) {
       << r.output;
 }
 
+// ZeRO-1 shards the optimiser over the ranks and changes no value; its checkpoint holds the whole
+// state, so it resumes on another layout (here: ZeRO-0 on 2 and on 4 ranks, and one process).
+TEST_F(DataParallel, zero_one_equals_zero_zero_and_resumes_on_another_layout) {
+  for (const std::string optimizer : {"adamw", "adafactor"}) {
+    SCOPED_TRACE(optimizer);
+    const std::string z0 = dir / (optimizer + "-z0"), z1 = dir / (optimizer + "-z1");
+    const std::string extra = "--steps 6 --save-every 3 --optimizer " + optimizer;
+    ASSERT_EQ(test::run_command(mpirun(2) + train_cmd(z0, extra + " --zero 0")).exit_code, 0);
+    const test::CommandResult r = test::run_command(mpirun(2) + train_cmd(z1, extra + " --zero 1"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("ZeRO-1"), std::string::npos) << r.output;
+    const auto want = losses(z0 + ".jsonl");
+    ASSERT_EQ(want.size(), 6u);
+    EXPECT_EQ(losses(z1 + ".jsonl"), want);
+    if (optimizer != "adamw") continue;
+    // from ZeRO-1's step-3 checkpoint: ZeRO-0 on 2 ranks continues bit for bit, 4 ranks and one
+    // process within the rounding of another summation order
+    const std::string from = z1 + "/step-00000003";
+    for (const std::string& launch : {mpirun(2), mpirun(4), std::string("OMP_NUM_THREADS=1 ")}) {
+      const std::string out = dir / ("resumed" + std::to_string(launch.size()));
+      const test::CommandResult resumed = test::run_command(
+          launch + test::memo_bin() + " train --data " + dir.str("data.txt") + " --resume " + from +
+          " --steps 6 --val-batches 2 --zero 0 --out " + out + " --log " + out + ".jsonl");
+      ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+      const auto got = losses(out + ".jsonl");
+      ASSERT_EQ(got.size(), 3u);
+      for (const auto& [step, loss] : got) {
+        if (launch == mpirun(2))
+          EXPECT_EQ(loss, want.at(step)) << "step " << step;
+        else
+          EXPECT_NEAR(std::stod(loss), std::stod(want.at(step)), 1e-5 * std::stod(loss))
+              << launch << "step " << step;
+      }
+    }
+  }
+}
+
 // The pid of rank `rank` of the job whose command line contains `marker`, or 0.
 pid_t rank_pid(int rank, const std::string& marker) {
   const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);

@@ -64,6 +64,11 @@ void add_train_command(CLI::App& app, Communicator* world) {
                     "a run that does not fit (default: no budget)");
   train->add_option("--log-every", t->log_every, "Progress line period in steps")
       ->capture_default_str();
+  train
+      ->add_option("--zero", t->zero,
+                   "Under mpirun: 1 shards the optimiser state and update over the processes "
+                   "(ZeRO-1), 0 keeps all of it on each")
+      ->capture_default_str();
   // activation strategy (memory/strategy_factory.h)
   auto host_memory = std::make_shared<std::string>();
   auto alpha = std::make_shared<double>(0.0);

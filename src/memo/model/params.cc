@@ -19,6 +19,17 @@ ParamLayout::ParamLayout(const ModelConfig& config) {
   }
 }
 
+ParamLayout::ParamLayout(const ParamLayout& full, size_t first, size_t last) {
+  MEMO_CHECK(first <= last && last <= full.params_.size(), "tensors [", first, ", ", last,
+             ") of a layout of ", full.params_.size());
+  base_offset_ = first < full.params_.size() ? full.params_[first].offset : full.total_numel_;
+  const int64_t end = last < full.params_.size() ? full.params_[last].offset : full.total_numel_;
+  params_.assign(full.params_.begin() + std::ptrdiff_t(first),
+                 full.params_.begin() + std::ptrdiff_t(last));
+  for (ParamInfo& p : params_) p.offset -= base_offset_;
+  total_numel_ = end - base_offset_;
+}
+
 int64_t ParamLayout::count() const {
   int64_t n = 0;
   for (const ParamInfo& p : params_) n += p.numel;

@@ -42,7 +42,12 @@ struct ParamInfo {
 class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& config);
+  // Tensors [first, last) of `full`, at offsets from the first one's: the part of the parameters
+  // one data-parallel rank updates under ZeRO-1 (train/zero.h), starting base_offset() elements
+  // into the full buffer.
+  ParamLayout(const ParamLayout& full, size_t first, size_t last);
   const std::vector<ParamInfo>& params() const { return params_; }
+  int64_t base_offset() const { return base_offset_; }
   int64_t total_numel() const { return total_numel_; }   // with alignment padding
   int64_t count() const;                                 // parameters, without padding
   const ParamInfo& find(const std::string& name) const;  // throws ConfigError if absent
@@ -50,6 +55,7 @@ class ParamLayout {
  private:
   std::vector<ParamInfo> params_;
   int64_t total_numel_ = 0;
+  int64_t base_offset_ = 0;
 };
 
 // The most tensors one layer has (GPT-2: 12, LLaMA: 9).

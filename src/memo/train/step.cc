@@ -63,7 +63,13 @@ void TrainStep::update(const StepGradients& g, double lr, double clip) {
   if (clip > 0 && norm > clip)
     model_.backend().scale(Tensor(model_.grads(), {model_.params_numel()}),
                            float(clip / (norm + 1e-6)));
-  optimizer_.step(model_.params(), model_.grads(), lr);
+  if (!shards_) {
+    optimizer_.step(model_.params(), model_.grads(), lr);
+    return;
+  }
+  const ZeroShard& mine = (*shards_)[size_t(data_parallel_.rank())];
+  optimizer_.step(model_.params() + mine.begin, model_.grads() + mine.begin, lr);
+  all_gather_shards(model_.params(), *shards_, data_parallel_);
 }
 
 void TrainStep::warmup(int64_t step) {

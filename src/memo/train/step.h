@@ -17,6 +17,7 @@
 #include "memo/optim/optimizer.h"
 #include "memo/parallel/communicator.h"
 #include "memo/train/grad_noise.h"
+#include "memo/train/zero.h"
 
 namespace memo {
 
@@ -57,8 +58,11 @@ class TrainStep {
   // so the activation memory, is the same; the probe, if any, is set to this count.
   StepGradients gradients(int64_t step, int64_t micro_steps);
   // Scales the gradients to norm `clip` when they exceed it (0: never), then the optimiser update
-  // at learning rate lr.
+  // at learning rate lr: of every parameter, or under ZeRO-1 of this rank's shard, whose new
+  // weights every rank then receives.
   void update(const StepGradients& g, double lr, double clip);
+  // ZeRO-1: the optimiser was built for shards[rank]'s tensors (train/zero.h); null: every tensor.
+  void set_zero_shards(const std::vector<ZeroShard>* shards) { shards_ = shards; }
   // One micro-batch of `step` whose gradients are dropped: the profiling run of strategies that
   // want one (ActivationStrategy::wants_warmup).
   void warmup(int64_t step);
@@ -74,6 +78,7 @@ class TrainStep {
   BatchSource source_;
   GradNoiseProbe* probe_;
   Communicator& data_parallel_;
+  const std::vector<ZeroShard>* shards_ = nullptr;
   std::vector<int32_t> inputs_, targets_;  // [micro_batch * seq] host tokens
 };
 

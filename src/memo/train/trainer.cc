@@ -103,12 +103,13 @@ namespace {
 
 // Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
 // (io/checkpoint.h). The two newest are kept: a kill while writing one leaves the other.
-std::string save(const TrainOptions& o, Model& model, Optimizer& opt, const GradNoiseProbe* probe,
+std::string save(const TrainOptions& o, Model& model, const Optimizer& opt,
+                 const std::vector<StateTensor>& state, const GradNoiseProbe* probe,
                  const StepSchedule& plan, int64_t step) {
   CheckpointData data;
   data.config = model.config();
   data.model = model_tensors(model);
-  for (const StateTensor& s : opt.state()) data.optimizer.push_back({s.name, s.shape, s.data});
+  for (const StateTensor& s : state) data.optimizer.push_back({s.name, s.shape, s.data});
   data.trainer_state = {
       {"step", step},
       {"optimizer", optimizer_record(opt)},
@@ -200,6 +201,8 @@ StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoin
 // What a run over several processes supports today: a fixed batch whose micro-batches split
 // evenly over the ranks.
 void check_data_parallel(const TrainOptions& o, int ranks) {
+  if (o.zero != 0 && o.zero != 1)
+    throw ConfigError(str("--zero ", o.zero, " is not a stage memo runs; use 0 or 1"));
   if (ranks == 1) return;
   const int64_t micro_steps = o.batch / o.micro_batch;
   if (micro_steps % ranks != 0)
@@ -358,8 +361,15 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   check_data_parallel(o, data_parallel.size());
   Model model(config, backend);
   start_weights(model, o, resume);
+  // ZeRO-1: this rank's optimiser covers its shard's tensors only
+  const std::vector<ZeroShard> shards =
+      zero_shards(model.layout(), o.zero == 1 ? data_parallel.size() : 1);
+  const ZeroShard& mine = shards[o.zero == 1 ? size_t(data_parallel.rank()) : 0];
+  const ParamLayout shard_layout(model.layout(), mine.first, mine.last);
   const std::unique_ptr<Optimizer> optimizer =
-      make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options);
+      o.zero == 1
+          ? make_optimizer(o.optimizer.name, shard_layout, shard_options(o.optimizer.options, mine))
+          : make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options);
   Optimizer& opt = *optimizer;
   const int64_t micro_steps = o.batch / o.micro_batch;  // over all ranks
   const int64_t rank_micro_steps = micro_steps / data_parallel.size();
@@ -398,6 +408,12 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
         sampler.fill(step, micro, in, tgt, rows);
       },
       probe_ptr, data_parallel);
+  if (o.zero == 1) {
+    train_step.set_zero_shards(&shards);
+    progress << "memo: ZeRO-1: the optimiser state and update of " << shards.size()
+             << " shards of whole tensors, " << mine.end - mine.begin << " of "
+             << model.layout().total_numel() << " parameter slots on rank 0\n";
+  }
   const double flops_per_token = train_flops_per_token(config, o.seq);
   print_run_header(progress, model, o, opt, data.train.num_tokens(), micro_steps, data_parallel);
   if (plan.noise()) progress << plan.summary() << "\n";
@@ -468,7 +484,11 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
     if ((o.save_every > 0 && step % o.save_every == 0) || plan.done()) {
       // rank 0 writes (every rank holds the same weights and optimiser state); the others wait
       // for the commit, so a job stopped after this step resumes from it on every rank
-      if (lead) result.checkpoint = save(o, model, opt, probe_ptr, plan, step);
+      const GatheredState state =
+          o.zero == 1 ? gather_optimizer_state(opt, o.optimizer.name, o.optimizer.options,
+                                               model.layout(), shards, data_parallel)
+                      : GatheredState{opt.state(), {}, {}};
+      if (lead) result.checkpoint = save(o, model, opt, state.tensors, probe_ptr, plan, step);
       if (data_parallel.size() > 1) data_parallel.barrier();
     }
   }

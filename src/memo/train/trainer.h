@@ -49,6 +49,9 @@ struct TrainOptions {
   // --device-memory: plan the activations into one arena and check the whole device need against
   // this many bytes before step 1 (train/device_plan.h); 0: no budget, the caching allocator.
   int64_t device_memory_bytes = 0;
+  // --zero 1: shard the optimiser state and update over the data-parallel ranks (train/zero.h);
+  // 0: every rank keeps all of it. Not pinned by a checkpoint: a run resumes on either.
+  int zero = 0;
   StrategyOptions activations;  // where skeletal activations live (--activations and its flags)
   // --batch-schedule noise (scaling/batch_schedule.h): the controller's own flags (max_batch, 0:
   // 16 x batch; noise_multiple, hysteresis, patience, min_observations, law, law_params); train()
