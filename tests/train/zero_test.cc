@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include "memo/model/presets.h"
 #include "../memory/memory_test_util.h"
+#include "memo/model/presets.h"
 #include "test_util.h"
 
 namespace memo {

@@ -15,8 +15,7 @@ std::vector<ZeroShard> zero_shards(const ParamLayout& layout, int ranks) {
     s.first = t;
     // a tensor goes to the rank whose even share of the buffer holds its midpoint
     const int64_t target = total * (r + 1) / ranks;
-    while (t < params.size() &&
-           (r + 1 == ranks || params[t].offset + params[t].numel / 2 < target))
+    while (t < params.size() && (r + 1 == ranks || params[t].offset + params[t].numel / 2 < target))
       ++t;
     s.last = t;
     s.begin = s.first < params.size() ? params[s.first].offset : total;
