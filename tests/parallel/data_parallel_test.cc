@@ -92,7 +92,9 @@ TEST_F(DataParallel, two_and_four_ranks_match_one_process) {
     EXPECT_GT(grads, 0);
     EXPECT_LT(c[i]["comm_bytes"].get<int64_t>(), 2 * grads);
   }
-  EXPECT_EQ(c.back()["val_loss"].dump(), a.back()["val_loss"].dump());
+  // validation split over the ranks: the same windows, their sums added in another order
+  EXPECT_NEAR(double(c.back()["val_loss"]), double(a.back()["val_loss"]), 1e-12);
+  EXPECT_NEAR(double(b.back()["val_loss"]), double(a.back()["val_loss"]), 1e-5);
   // rank 0 alone wrote the checkpoint and the log
   EXPECT_TRUE(fs::exists(fs::path(two) / "latest"));
 }

@@ -17,20 +17,30 @@ namespace memo {
 
 EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationAllocator& alloc,
                          const WindowSampler& sampler, int64_t batch, int64_t max_windows,
-                         const EvalBatchHook& after_batch) {
+                         const EvalBatchHook& after_batch, Communicator* group) {
   MEMO_CHECK(batch > 0 && max_windows >= 0, "evaluation in batches of ", batch,
              " windows, at most ", max_windows);
   const int64_t seq = sampler.seq();
   const int64_t windows = std::min(max_windows, sampler.num_sequential_windows());
   std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());
   EvalSum r;
-  for (int64_t w = 0; w < windows; w += batch) {
+  const int64_t batches = (windows + batch - 1) / batch;
+  const int64_t ranks = group ? group->size() : 1, rank = group ? group->rank() : 0;
+  for (int64_t b = batches * rank / ranks; b < batches * (rank + 1) / ranks; ++b) {
+    const int64_t w = b * batch;
     const int64_t rows = std::min(batch, windows - w);
     sampler.fill_sequential(w, inputs.data(), targets.data(), rows);
     r.loss_sum += model.forward_loss(inputs.data(), targets.data(), rows, seq, strategy, alloc);
     r.tokens += rows * seq;
     r.windows += rows;
     if (after_batch) after_batch(targets.data(), rows, r);
+  }
+  if (ranks > 1) {
+    double sums[3] = {r.loss_sum, double(r.tokens), double(r.windows)};
+    group->all_reduce_sum(std::span<double>(sums, 3));
+    r.loss_sum = sums[0];
+    r.tokens = int64_t(sums[1]);
+    r.windows = int64_t(sums[2]);
   }
   return r;
 }

@@ -17,6 +17,7 @@
 #include "memo/data/tokenizer.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
+#include "memo/parallel/communicator.h"
 
 namespace memo {
 
@@ -29,9 +30,12 @@ struct EvalSum {
 };
 // Called after each batch with its targets (rows x seq ids) and the sums so far.
 using EvalBatchHook = std::function<void(const int32_t* targets, int64_t rows, const EvalSum& sum)>;
+// group: data-parallel ranks that share the work (collective): rank r evaluates the r-th of P
+// contiguous runs of the batches, and the sums are added over the ranks in rank order (the same
+// windows as one process, its sum up to double rounding); after_batch sees this rank's batches.
 EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationAllocator& alloc,
                          const WindowSampler& sampler, int64_t batch, int64_t max_windows,
-                         const EvalBatchHook& after_batch = {});
+                         const EvalBatchHook& after_batch = {}, Communicator* group = nullptr);
 
 struct EvalReport {
   double loss = 0.0;           // mean over target tokens, nats

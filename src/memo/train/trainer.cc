@@ -455,7 +455,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
     std::optional<EvalSum> val;
     if (plan.done() && data.val)
       val = evaluate_windows(model, eval_strategy, caching, WindowSampler(*data.val, o.seq, o.seed),
-                             o.micro_batch, o.val_batches * o.micro_batch);
+                             o.micro_batch, o.val_batches * o.micro_batch, {}, &data_parallel);
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     if (log) {
       nlohmann::json record =
