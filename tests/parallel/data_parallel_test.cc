@@ -152,6 +152,31 @@ TEST_F(DataParallel, zero_one_equals_zero_zero_and_resumes_on_another_layout) {
   }
 }
 
+// --device-memory is per process: under ZeRO-1 it counts this rank's shard of the optimiser
+// state, without ZeRO the whole of it, as one process does.
+TEST_F(DataParallel, the_device_budget_counts_this_ranks_optimizer_shard) {
+  auto need = [](const std::string& output) -> int64_t {  // "needs 0.00 GiB (874240 B)"
+    const size_t at = output.find("needs ");
+    const size_t open = output.find('(', at), close = output.find(" B)", at);
+    if (at == std::string::npos || open == std::string::npos || close == std::string::npos)
+      return -1;
+    return std::stoll(output.substr(open + 1, close - open - 1));
+  };
+  const std::string budget = "--steps 2 --device-memory 1KiB";
+  const test::CommandResult one =
+      test::run_command("OMP_NUM_THREADS=1 " + train_cmd(dir / "one", budget));
+  const test::CommandResult z0 = test::run_command(mpirun(2) + train_cmd(dir / "z0", budget));
+  const test::CommandResult z1 =
+      test::run_command(mpirun(2) + train_cmd(dir / "z1", budget + " --zero 1"));
+  EXPECT_NE(one.exit_code, 0);
+  EXPECT_NE(z0.exit_code, 0);
+  EXPECT_NE(z1.exit_code, 0);
+  ASSERT_GT(need(one.output), 0) << one.output;
+  EXPECT_EQ(need(z0.output), need(one.output)) << z0.output;
+  EXPECT_LT(need(z1.output), need(one.output)) << z1.output;
+  EXPECT_GT(need(z1.output), 0) << z1.output;
+}
+
 // The pid of rank `rank` of the job whose command line contains `marker`, or 0.
 pid_t rank_pid(int rank, const std::string& marker) {
   const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);

@@ -56,7 +56,9 @@ DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t 
       plan_activations(trace_model_step(model, batch, seq, make_strategy), options.plan);
   out.need = device_need(
       model.layout().total_numel(), options.optimizer.name,
-      optimizer_state_bytes(options.optimizer.name, model.layout(), options.optimizer.options),
+      optimizer_state_bytes(options.optimizer.name,
+                            options.optimizer_layout ? *options.optimizer_layout : model.layout(),
+                            options.optimizer.options),
       out.activations.arena_bytes);
   if (!out.fits()) {
     out.advice.smallest_budget_bytes = out.need.total_bytes();

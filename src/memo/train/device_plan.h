@@ -22,6 +22,9 @@ struct DevicePlanOptions {
   ActivationPlanOptions plan;
   StrategyOptions strategy;   // CLI: --activations and its flags; see make_strategy_factory
   OptimizerChoice optimizer;  // whose state the budget counts (optimizer_state_bytes)
+  // The tensors whose optimiser state this process holds: its ZeRO-1 shard (train/zero.h); null:
+  // the model's whole layout.
+  const ParamLayout* optimizer_layout = nullptr;
 };
 
 // The activation strategies this build has (keep now; recompute, offload and memo plug in through

@@ -389,7 +389,9 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   if (o.device_memory_bytes > 0)
     planned = planned_allocator_within_budget(
         model, o.micro_batch, o.seq, o.device_memory_bytes,
-        DevicePlanOptions{ActivationPlanOptions{}, o.activations, o.optimizer}, progress);
+        DevicePlanOptions{ActivationPlanOptions{}, o.activations, o.optimizer,
+                          o.zero == 1 ? &shard_layout : nullptr},
+        progress);
   ActivationAllocator& alloc = planned ? static_cast<ActivationAllocator&>(*planned) : caching;
   const std::unique_ptr<ActivationStrategy> strategy =
       make_strategy(model.skeletal(), alloc, o.activations);
