@@ -37,14 +37,14 @@ Adafactor::Adafactor(const ParamLayout& layout, AdafactorOptions options, std::v
     max_chunks = std::max(max_chunks, backend.adafactor_partial_numel(s.rows, info.numel));
     slots_.push_back(s);
   }
-  v_ = AlignedBuffer<float>(v_numel);
+  v_ = SpaceArray<float>(backend_, v_numel);
   MEMO_CHECK(
       v_numel + (options_.beta1 > 0.0 ? layout.total_numel() : 0) == state_numel(layout, options_),
       "adafactor: state_numel disagrees with the buffers");
-  if (options_.beta1 > 0.0) m_ = AlignedBuffer<float>(layout.total_numel());
-  row_inv_ = AlignedBuffer<float>(max_rows);
-  col_inv_ = AlignedBuffer<float>(max_cols);
-  partial_ = AlignedBuffer<double>(max_chunks);
+  if (options_.beta1 > 0.0) m_ = SpaceArray<float>(backend_, layout.total_numel());
+  row_inv_ = SpaceArray<float>(backend_, max_rows);
+  col_inv_ = SpaceArray<float>(backend_, max_cols);
+  partial_ = SpaceArray<double>(backend_, max_chunks);
 }
 
 void Adafactor::step(float* params, const float* grads, double lr) {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "memo/backend/backend.h"
-#include "memo/core/buffer.h"
+#include "memo/backend/space_array.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -56,12 +56,12 @@ class Adafactor final : public Optimizer {
   AdafactorOptions options_;
   std::vector<bool> decay_;
   std::vector<Slot> slots_;
-  AlignedBuffer<float> v_;         // row/column means (matrices), full EMA (vectors); fp32
-  AlignedBuffer<float> m_;         // [total_numel] first moment; empty when beta1 = 0
-  AlignedBuffer<float> row_inv_;   // scratch [max R]: 1 / sqrt(row mean / mean of row means)
-  AlignedBuffer<float> col_inv_;   // scratch [max C]: 1 / sqrt(column mean)
-  AlignedBuffer<double> partial_;  // scratch: chunk sums of the deterministic reductions
-  Backend& backend_;               // runs the updates (backend/backend.h)
+  SpaceArray<float> v_;         // row/column means (matrices), full EMA (vectors); fp32
+  SpaceArray<float> m_;         // [total_numel] first moment; empty when beta1 = 0
+  SpaceArray<float> row_inv_;   // scratch [max R]: 1 / sqrt(row mean / mean of row means)
+  SpaceArray<float> col_inv_;   // scratch [max C]: 1 / sqrt(column mean)
+  SpaceArray<double> partial_;  // scratch: chunk sums of the deterministic reductions
+  Backend& backend_;            // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

@@ -11,7 +11,7 @@ Adagrad::Adagrad(const ParamLayout& layout, AdagradOptions options, std::vector<
     : layout_(layout),
       options_(options),
       decay_(std::move(decay)),
-      sum_(layout.total_numel()),
+      sum_(backend, layout.total_numel()),
       backend_(backend) {
   check_decay_mask(layout, decay_);
   check_option(options_.lr_decay >= 0.0, "adagrad", "lr_decay", options_.lr_decay, "[0, inf)");
@@ -21,7 +21,7 @@ Adagrad::Adagrad(const ParamLayout& layout, AdagradOptions options, std::vector<
   check_option(options_.weight_decay >= 0.0, "adagrad", "weight_decay", options_.weight_decay,
                "[0, inf)");
   const float init = float(options_.initial_accumulator_value);
-  for (int64_t j = 0; j < sum_.numel(); ++j) sum_[j] = init;
+  backend_.fill(Tensor(sum_.data(), {sum_.numel()}), init);
 }
 
 void Adagrad::step(float* params, const float* grads, double lr) {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "memo/backend/backend.h"
-#include "memo/core/buffer.h"
+#include "memo/backend/space_array.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -35,8 +35,8 @@ class Adagrad final : public Optimizer {
   const ParamLayout& layout_;
   AdagradOptions options_;
   std::vector<bool> decay_;
-  AlignedBuffer<float> sum_;  // [total_numel] running sum of squared gradients
-  Backend& backend_;          // runs the updates (backend/backend.h)
+  SpaceArray<float> sum_;  // [total_numel] running sum of squared gradients
+  Backend& backend_;       // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

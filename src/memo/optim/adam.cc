@@ -19,8 +19,8 @@ Adam::Adam(const ParamLayout& layout, AdamOptions options, std::vector<bool> dec
     : layout_(layout),
       options_(options),
       decay_(std::move(decay)),
-      m_(layout.total_numel()),
-      v_(layout.total_numel()),
+      m_(backend, layout.total_numel()),
+      v_(backend, layout.total_numel()),
       backend_(backend) {
   check_decay_mask(layout, decay_);
   check_adam_options("adam", options_.beta1, options_.beta2, options_.eps, options_.weight_decay);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "memo/backend/backend.h"
-#include "memo/core/buffer.h"
+#include "memo/backend/space_array.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -36,9 +36,9 @@ class Adam final : public Optimizer {
   const ParamLayout& layout_;
   AdamOptions options_;
   std::vector<bool> decay_;
-  AlignedBuffer<float> m_;  // [total_numel] first moment, same layout as the parameters
-  AlignedBuffer<float> v_;  // [total_numel] second moment
-  Backend& backend_;        // runs the updates (backend/backend.h)
+  SpaceArray<float> m_;  // [total_numel] first moment, same layout as the parameters
+  SpaceArray<float> v_;  // [total_numel] second moment
+  Backend& backend_;     // runs the updates (backend/backend.h)
 };
 
 // Throws ConfigError unless 0 <= beta1 < 1, 0 <= beta2 < 1, eps > 0, weight_decay >= 0.

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "memo/backend/backend.h"
-#include "memo/core/buffer.h"
+#include "memo/backend/space_array.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -36,9 +36,9 @@ class AdamW final : public Optimizer {
   const ParamLayout& layout_;
   AdamWOptions options_;
   std::vector<bool> decay_;
-  AlignedBuffer<float> m_;  // [total_numel] first moment, same layout as the parameters
-  AlignedBuffer<float> v_;  // [total_numel] second moment
-  Backend& backend_;        // runs the updates (backend/backend.h)
+  SpaceArray<float> m_;  // [total_numel] first moment, same layout as the parameters
+  SpaceArray<float> v_;  // [total_numel] second moment
+  Backend& backend_;     // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

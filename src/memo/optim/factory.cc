@@ -44,17 +44,20 @@ const std::vector<std::string>& optimizer_names() {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParamLayout& layout,
-                                          const OptimizerOptions& o) {
+                                          const OptimizerOptions& o, Backend& backend) {
   std::vector<bool> decay = o.decay.empty() ? decay_matrices_only(layout) : o.decay;
-  if (name == "sgd") return std::make_unique<Sgd>(layout, o.sgd, std::move(decay));
-  if (name == "signsgd") return std::make_unique<SignSgd>(layout, o.signsgd, std::move(decay));
-  if (name == "adam") return std::make_unique<Adam>(layout, o.adam, std::move(decay));
-  if (name == "adamw") return std::make_unique<AdamW>(layout, o.adamw, std::move(decay));
-  if (name == "adagrad") return std::make_unique<Adagrad>(layout, o.adagrad, std::move(decay));
-  if (name == "rmsprop") return std::make_unique<Rmsprop>(layout, o.rmsprop, std::move(decay));
+  if (name == "sgd") return std::make_unique<Sgd>(layout, o.sgd, std::move(decay), backend);
+  if (name == "signsgd")
+    return std::make_unique<SignSgd>(layout, o.signsgd, std::move(decay), backend);
+  if (name == "adam") return std::make_unique<Adam>(layout, o.adam, std::move(decay), backend);
+  if (name == "adamw") return std::make_unique<AdamW>(layout, o.adamw, std::move(decay), backend);
+  if (name == "adagrad")
+    return std::make_unique<Adagrad>(layout, o.adagrad, std::move(decay), backend);
+  if (name == "rmsprop")
+    return std::make_unique<Rmsprop>(layout, o.rmsprop, std::move(decay), backend);
   if (name == "adafactor")
-    return std::make_unique<Adafactor>(layout, o.adafactor, std::move(decay));
-  if (name == "lion") return std::make_unique<Lion>(layout, o.lion, std::move(decay));
+    return std::make_unique<Adafactor>(layout, o.adafactor, std::move(decay), backend);
+  if (name == "lion") return std::make_unique<Lion>(layout, o.lion, std::move(decay), backend);
   throw_unknown(name);
 }
 

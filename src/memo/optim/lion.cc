@@ -9,7 +9,7 @@ Lion::Lion(const ParamLayout& layout, LionOptions options, std::vector<bool> dec
     : layout_(layout),
       options_(options),
       decay_(std::move(decay)),
-      m_(layout.total_numel()),
+      m_(backend, layout.total_numel()),
       backend_(backend) {
   check_decay_mask(layout, decay_);
   check_option(options_.beta1 >= 0.0 && options_.beta1 <= 1.0, "lion", "beta1", options_.beta1,

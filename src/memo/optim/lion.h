@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "memo/backend/backend.h"
-#include "memo/core/buffer.h"
+#include "memo/backend/space_array.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -34,8 +34,8 @@ class Lion final : public Optimizer {
   const ParamLayout& layout_;
   LionOptions options_;
   std::vector<bool> decay_;
-  AlignedBuffer<float> m_;  // [total_numel] momentum
-  Backend& backend_;        // runs the updates (backend/backend.h)
+  SpaceArray<float> m_;  // [total_numel] momentum
+  Backend& backend_;     // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

@@ -11,7 +11,7 @@ Rmsprop::Rmsprop(const ParamLayout& layout, RmspropOptions options, std::vector<
     : layout_(layout),
       options_(options),
       decay_(std::move(decay)),
-      square_avg_(layout.total_numel()),
+      square_avg_(backend, layout.total_numel()),
       backend_(backend) {
   check_decay_mask(layout, decay_);
   check_option(options_.alpha >= 0.0 && options_.alpha < 1.0, "rmsprop", "alpha", options_.alpha,
@@ -21,8 +21,8 @@ Rmsprop::Rmsprop(const ParamLayout& layout, RmspropOptions options, std::vector<
                options_.momentum, "[0, 1)");
   check_option(options_.weight_decay >= 0.0, "rmsprop", "weight_decay", options_.weight_decay,
                "[0, inf)");
-  if (options_.centered) grad_avg_ = AlignedBuffer<float>(layout.total_numel());
-  if (options_.momentum > 0.0) buf_ = AlignedBuffer<float>(layout.total_numel());
+  if (options_.centered) grad_avg_ = SpaceArray<float>(backend_, layout.total_numel());
+  if (options_.momentum > 0.0) buf_ = SpaceArray<float>(backend_, layout.total_numel());
 }
 
 void Rmsprop::step(float* params, const float* grads, double lr) {

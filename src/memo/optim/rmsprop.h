@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "memo/backend/backend.h"
-#include "memo/core/buffer.h"
+#include "memo/backend/space_array.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -40,10 +40,10 @@ class Rmsprop final : public Optimizer {
   const ParamLayout& layout_;
   RmspropOptions options_;
   std::vector<bool> decay_;
-  AlignedBuffer<float> square_avg_;  // [total_numel] v
-  AlignedBuffer<float> grad_avg_;    // [total_numel] a; empty unless centered
-  AlignedBuffer<float> buf_;         // [total_numel] momentum buffer; empty unless momentum > 0
-  Backend& backend_;                 // runs the updates (backend/backend.h)
+  SpaceArray<float> square_avg_;  // [total_numel] v
+  SpaceArray<float> grad_avg_;    // [total_numel] a; empty unless centered
+  SpaceArray<float> buf_;         // [total_numel] momentum buffer; empty unless momentum > 0
+  Backend& backend_;              // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

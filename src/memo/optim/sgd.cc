@@ -16,7 +16,7 @@ Sgd::Sgd(const ParamLayout& layout, SgdOptions options, std::vector<bool> decay,
   if (options_.nesterov && (options_.momentum == 0.0 || options_.dampening != 0.0))
     throw ConfigError(str("sgd option nesterov needs momentum > 0 and dampening = 0 (got momentum ",
                           options_.momentum, ", dampening ", options_.dampening, ")"));
-  if (options_.momentum > 0.0) buf_ = AlignedBuffer<float>(layout.total_numel());
+  if (options_.momentum > 0.0) buf_ = SpaceArray<float>(backend_, layout.total_numel());
 }
 
 void Sgd::step(float* params, const float* grads, double lr) {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "memo/backend/backend.h"
-#include "memo/core/buffer.h"
+#include "memo/backend/space_array.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -37,8 +37,8 @@ class Sgd final : public Optimizer {
   const ParamLayout& layout_;
   SgdOptions options_;
   std::vector<bool> decay_;
-  AlignedBuffer<float> buf_;  // [total_numel] momentum buffer; empty when momentum = 0
-  Backend& backend_;          // runs the updates (backend/backend.h)
+  SpaceArray<float> buf_;  // [total_numel] momentum buffer; empty when momentum = 0
+  Backend& backend_;       // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

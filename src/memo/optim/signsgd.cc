@@ -12,7 +12,7 @@ SignSgd::SignSgd(const ParamLayout& layout, SignSgdOptions options, std::vector<
                options_.momentum, "[0, 1)");
   check_option(options_.weight_decay >= 0.0, "signsgd", "weight_decay", options_.weight_decay,
                "[0, inf)");
-  if (options_.momentum > 0.0) m_ = AlignedBuffer<float>(layout.total_numel());
+  if (options_.momentum > 0.0) m_ = SpaceArray<float>(backend_, layout.total_numel());
 }
 
 void SignSgd::step(float* params, const float* grads, double lr) {

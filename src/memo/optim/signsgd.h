@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "memo/backend/backend.h"
-#include "memo/core/buffer.h"
+#include "memo/backend/space_array.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/optim/optimizer.h"
 
@@ -33,8 +33,8 @@ class SignSgd final : public Optimizer {
   const ParamLayout& layout_;
   SignSgdOptions options_;
   std::vector<bool> decay_;
-  AlignedBuffer<float> m_;  // [total_numel] momentum; empty when momentum = 0
-  Backend& backend_;        // runs the updates (backend/backend.h)
+  SpaceArray<float> m_;  // [total_numel] momentum; empty when momentum = 0
+  Backend& backend_;     // runs the updates (backend/backend.h)
 };
 
 }  // namespace memo

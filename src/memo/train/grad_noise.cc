@@ -14,7 +14,7 @@ GradNoiseProbe::GradNoiseProbe(int64_t numel, int64_t max_micro_steps, int64_t m
       micro_tokens_(micro_tokens),
       estimator_(options),
       backend_(backend),
-      sum_(numel),
+      sum_(backend, numel, "the noise probe's side buffer"),
       micro_sq_(size_t(std::max<int64_t>(max_micro_steps, 0)), 0.0),
       partial_(size_t(backend.noise_probe_partial_numel(numel)), 0.0) {
   MEMO_CHECK(max_micro_steps >= 1 && micro_tokens > 0, "noise probe needs micro-batches, got ",

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "memo/backend/backend.h"
-#include "memo/core/buffer.h"
+#include "memo/backend/space_array.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/parallel/communicator.h"
 #include "memo/scaling/noise_scale.h"
@@ -70,7 +70,7 @@ class GradNoiseProbe {
   int64_t micro_tokens_;
   scaling::NoiseScaleEstimator estimator_;
   Backend& backend_;
-  AlignedBuffer<float> sum_;      // [numel] fp32: the step's gradient so far; live within a step
+  SpaceArray<float> sum_;         // [numel] fp32: the step's gradient so far; live within a step
   std::vector<double> micro_sq_;  // [micro_steps_] |g_i|^2 of this rank's micro-batches;
                                   // capacity max_micro_steps_
   std::vector<double> all_sq_;    // [micro_steps_ ranks_] every rank's, in rank order

@@ -1,5 +1,7 @@
 #include "memo/train/optimizer_setup.h"
 
+#include <vector>
+
 #include "memo/core/error.h"
 
 namespace memo {
@@ -39,13 +41,21 @@ OptimizerChoice optimizer_choice_from_state(const nlohmann::json& state) {
   return c;
 }
 
-void restore_optimizer(Optimizer& optimizer, const SafetensorsFile& file, int64_t steps_done,
-                       const std::string& source) {
+void restore_optimizer(Optimizer& optimizer, Backend& backend, const SafetensorsFile& file,
+                       int64_t steps_done, const std::string& source) {
+  const bool direct = backend.host_can_access(backend.device_space());
+  std::vector<float> host;
   for (const StateTensor& s : optimizer.state()) {
     int64_t n = 1;
     for (int64_t d : s.shape) n *= d;
     try {
-      file.read_into(s.name, s.data, n);
+      if (direct) {
+        file.read_into(s.name, s.data, n);
+      } else {
+        host.resize(size_t(n));
+        file.read_into(s.name, host.data(), n);
+        backend.copy_from_host(s.data, host.data(), n * int64_t(sizeof(float)));
+      }
     } catch (const DataError& e) {
       throw DataError(str(source, ": the ", optimizer.name(), " state tensor ", s.name,
                           " cannot be restored: ", e.what()));

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "memo/backend/backend.h"
 #include "memo/io/safetensors.h"
 #include "memo/optim/factory.h"
 
@@ -30,7 +31,9 @@ OptimizerChoice optimizer_choice_from_state(const nlohmann::json& trainer_state)
 
 // Reads every state tensor of `optimizer` from `file` and sets its step count; throws DataError
 // naming the tensor when the file lacks one (a checkpoint of another optimiser).
-void restore_optimizer(Optimizer& optimizer, const SafetensorsFile& file, int64_t steps_done,
-                       const std::string& source);
+// The state lives in `backend`'s device space: read through a host copy when the host cannot
+// address it.
+void restore_optimizer(Optimizer& optimizer, Backend& backend, const SafetensorsFile& file,
+                       int64_t steps_done, const std::string& source);
 
 }  // namespace memo

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -77,10 +78,29 @@ void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
   o.seed = j.at("seed");
 }
 
-std::vector<NamedTensor> model_tensors(Model& model) {
+// Host views of tensors that live in a backend's device space, for writing a checkpoint: the
+// tensors themselves when the host can address them, else host copies held here.
+class HostStaging {
+ public:
+  explicit HostStaging(Backend& backend)
+      : backend_(backend), direct_(backend.host_can_access(backend.device_space())) {}
+  const float* host(const float* device, int64_t numel) {
+    if (direct_) return device;
+    copies_.emplace_back(size_t(numel));
+    backend_.copy_to_host(copies_.back().data(), device, numel * int64_t(sizeof(float)));
+    return copies_.back().data();
+  }
+
+ private:
+  Backend& backend_;
+  bool direct_;
+  std::deque<std::vector<float>> copies_;  // stable addresses
+};
+
+std::vector<NamedTensor> model_tensors(Model& model, HostStaging& staging) {
   std::vector<NamedTensor> out;
   for (const ParamInfo& p : model.layout().params())
-    out.push_back({p.name, p.shape, model.params() + p.offset});
+    out.push_back({p.name, p.shape, staging.host(model.params() + p.offset, p.numel)});
   return out;
 }
 
@@ -90,12 +110,22 @@ std::vector<NamedTensor> model_tensors(Model& model) {
 // GPT2LMHeadModel's "transformer." prefix ("h.0.attn.c_attn.weight"); both forms load.
 void load_model_tensors(Model& model, const SafetensorsFile& file) {
   const std::string prefix(model.architecture().optional_name_prefix());
+  Backend& backend = model.backend();
+  const bool direct = backend.host_can_access(backend.device_space());
+  std::vector<float> host;  // the staging copy when the host cannot address the parameters
   for (const ParamInfo& p : model.layout().params()) {
     std::string name = p.name;
     if (!prefix.empty() && !file.contains(name) && name.rfind(prefix, 0) == 0 &&
         file.contains(name.substr(prefix.size())))
       name = name.substr(prefix.size());
-    file.read_into(name, model.params() + p.offset, p.numel);
+    if (direct) {
+      file.read_into(name, model.params() + p.offset, p.numel);
+      continue;
+    }
+    host.resize(size_t(p.numel));
+    file.read_into(name, host.data(), p.numel);
+    backend.copy_from_host(model.params() + p.offset, host.data(),
+                           p.numel * int64_t(sizeof(float)));
   }
 }
 
@@ -108,8 +138,13 @@ std::string save(const TrainOptions& o, Model& model, const Optimizer& opt,
                  const StepSchedule& plan, int64_t step) {
   CheckpointData data;
   data.config = model.config();
-  data.model = model_tensors(model);
-  for (const StateTensor& s : state) data.optimizer.push_back({s.name, s.shape, s.data});
+  HostStaging staging(model.backend());
+  data.model = model_tensors(model, staging);
+  for (const StateTensor& s : state) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    data.optimizer.push_back({s.name, s.shape, staging.host(s.data, n)});
+  }
   data.trainer_state = {
       {"step", step},
       {"optimizer", optimizer_record(opt)},
@@ -249,13 +284,13 @@ void start_weights(Model& model, const TrainOptions& o, const std::optional<Resu
   load_model_tensors(model, init.model);
 }
 
-void restore_training_state(Optimizer& opt, GradNoiseProbe* probe, const ResumePoint& resume,
-                            const TrainOptions& o) {
+void restore_training_state(Optimizer& opt, Backend& backend, GradNoiseProbe* probe,
+                            const ResumePoint& resume, const TrainOptions& o) {
   if (!opt.state().empty() && !resume.checkpoint.optimizer)
     throw DataError(
         str(o.resume_dir, " has no optimizer.safetensors: it cannot be resumed exactly"));
   if (resume.checkpoint.optimizer)
-    restore_optimizer(opt, *resume.checkpoint.optimizer, resume.step, o.resume_dir);
+    restore_optimizer(opt, backend, *resume.checkpoint.optimizer, resume.step, o.resume_dir);
   opt.set_steps_done(resume.step);
   const nlohmann::json& gns = resume.checkpoint.trainer_state.value("gns", nlohmann::json());
   if (probe && gns.is_object()) probe->estimator().restore(gns.get<scaling::NoiseScaleState>());
@@ -340,7 +375,8 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
 
 }  // namespace
 
-TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Communicator* world) {
+TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Communicator* world,
+                  Backend* backend_in) {
   TrainOptions o = options_in;
   // rank 0 speaks for the job; the other ranks print nothing (an ostream without a buffer)
   std::ostream silent(nullptr);
@@ -355,7 +391,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   const RunData data = load_run_data(o, config);
   const WindowSampler sampler(data.train, o.seq, o.seed);
 
-  CpuBackend& backend = cpu_backend();
+  Backend& backend = backend_in ? *backend_in : cpu_backend();
   SelfCommunicator self(backend);
   Communicator& data_parallel = world ? *world : self;
   check_data_parallel(o, data_parallel.size());
@@ -367,9 +403,9 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   const ZeroShard& mine = shards[o.zero == 1 ? size_t(data_parallel.rank()) : 0];
   const ParamLayout shard_layout(model.layout(), mine.first, mine.last);
   const std::unique_ptr<Optimizer> optimizer =
-      o.zero == 1
-          ? make_optimizer(o.optimizer.name, shard_layout, shard_options(o.optimizer.options, mine))
-          : make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options);
+      o.zero == 1 ? make_optimizer(o.optimizer.name, shard_layout,
+                                   shard_options(o.optimizer.options, mine), backend)
+                  : make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options, backend);
   Optimizer& opt = *optimizer;
   const int64_t micro_steps = o.batch / o.micro_batch;  // over all ranks
   const int64_t rank_micro_steps = micro_steps / data_parallel.size();
@@ -377,9 +413,9 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   std::optional<GradNoiseProbe> probe;
   if (o.gns && micro_steps >= 2)
     probe.emplace(model.params_numel(), plan.max_micro_steps() / data_parallel.size(),
-                  o.micro_batch * o.seq, scaling::NoiseScaleOptions{o.gns_decay});
+                  o.micro_batch * o.seq, scaling::NoiseScaleOptions{o.gns_decay}, backend);
   GradNoiseProbe* const probe_ptr = probe ? &*probe : nullptr;
-  if (resume) restore_training_state(opt, probe_ptr, *resume, o);
+  if (resume) restore_training_state(opt, backend, probe_ptr, *resume, o);
 
   // Activations: the static plan within --device-memory (refused here, before any output, when
   // it does not fit), else the caching allocator. Validation runs forward-only, a sequence the

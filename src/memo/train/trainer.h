@@ -71,8 +71,9 @@ struct TrainResult {
 // data-parallel ranks, each running the same options: rank r takes micro-batches [r k, (r + 1) k)
 // of every step's k P (the windows of a one-process run), the gradients and the loss are summed
 // over the ranks, and rank 0 alone prints, logs and writes checkpoints. Null: one process.
+// backend: where the model runs (null: the process's CPU backend).
 TrainResult train(const TrainOptions& options, std::ostream& progress,
-                  Communicator* world = nullptr);
+                  Communicator* world = nullptr, Backend* backend = nullptr);
 
 // Copies a checkpoint's model tensors into `model` (GPT-2 names with or without "transformer.").
 void load_model_tensors(Model& model, const SafetensorsFile& file);
