@@ -2,16 +2,20 @@
 // the host may not address (CpuBackend with host_can_access(kDevice) false) must train, write
 // checkpoints and resume through the backend's copies, giving the same bytes and losses as the
 // plain CPU backend: the optimiser state, the noise-scale side buffer and the parameters live in
-// the device space, and every host read or write of them is staged.
+// the device space, and every host read or write of them is staged; the same for incremental
+// decoding.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "../cli/cli_test_util.h"
 #include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/model/kv_decoder.h"
 #include "memo/train/trainer.h"
 #include "test_util.h"
 
@@ -78,6 +82,35 @@ TEST(DeviceStaging, checkpoints_and_resume_through_the_backend_copies_are_unchan
   EXPECT_EQ(got.at(3), want.at(3));
   EXPECT_EQ(file_bytes(fs::path(plain.out_dir) / "step-00000003" / "optimizer.safetensors"),
             file_bytes(fs::path(resumed.out_dir) / "step-00000003" / "optimizer.safetensors"));
+}
+
+// Incremental decoding with every cache and buffer in the device space: the logits of the CPU
+// backend's decoder, bit for bit, for the prompt and the tokens after it.
+TEST(DeviceStaging, the_kv_decoder_runs_in_the_device_space) {
+  ModelConfig c;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.vocab_size = 50;
+  c.max_position_embeddings = 64;
+  c.initializer_range = 0.2;
+  HiddenDevice hidden;
+  Model plain(c), staged(c, hidden);
+  plain.init(7);
+  staged.init(7);
+  KvDecoder a(plain, 32), b(staged, 32);
+  std::vector<float> la(50), lb(50);
+  const std::vector<int32_t> prompt = {3, 14, 15, 9, 26};
+  a.forward(prompt, la);
+  b.forward(prompt, lb);
+  EXPECT_EQ(la, lb);
+  for (int32_t t : {5, 35, 8}) {
+    a.forward(std::span<const int32_t>(&t, 1), la);
+    b.forward(std::span<const int32_t>(&t, 1), lb);
+    EXPECT_EQ(la, lb) << "after token " << t;
+  }
 }
 
 }  // namespace

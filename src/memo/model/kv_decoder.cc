@@ -18,12 +18,13 @@ KvDecoder::KvDecoder(const Model& model, int64_t max_tokens)
                           cfg_.max_position_embeddings, " positions (", cfg_.positions_field(),
                           "); ask for at most that many tokens, prompt included"));
   const int64_t L = cfg_.num_hidden_layers, kv = cfg_.kv_dim();
-  k_cache_.assign(size_t(L * max_tokens * kv), 0.0f);
-  v_cache_.assign(k_cache_.size(), 0.0f);
+  Backend& be = model_.backend();
+  k_cache_ = SpaceArray<float>(be, L * max_tokens * kv, "the key cache");
+  v_cache_ = SpaceArray<float>(be, L * max_tokens * kv, "the value cache");
   if (cfg_.uses_rope()) {
     const int64_t half = cfg_.head_dim() / 2;
-    rope_cos_.assign(size_t(max_tokens * half), 0.0f);
-    rope_sin_.assign(rope_cos_.size(), 0.0f);
+    rope_cos_ = SpaceArray<float>(be, max_tokens * half, "the rope cos table");
+    rope_sin_ = SpaceArray<float>(be, max_tokens * half, "the rope sin table");
     model_.backend().rope_table(Tensor(rope_cos_.data(), {max_tokens, half}),
                                 Tensor(rope_sin_.data(), {max_tokens, half}), cfg_.head_dim(),
                                 float(cfg_.rope_theta));
@@ -37,23 +38,31 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
   if (position_ + n > max_tokens_)
     throw ConfigError(str("generation reached ", position_ + n, " tokens, more than the ",
                           max_tokens_, " the decoder holds"));
+  Backend& be = model_.backend();
+  const bool direct = be.host_can_access(be.device_space());
   if (n > chunk_capacity_) {  // grows for the prompt only; single tokens reuse it
     const int64_t F = cfg_.intermediate_size, HD = cfg_.num_attention_heads * cfg_.head_dim();
-    x_.assign(size_t(n * C), 0.0f);
-    xn_.assign(size_t(n * C), 0.0f);
-    h_.assign(size_t(n * C), 0.0f);
-    stats_.assign(size_t(2 * n), 0.0f);
-    q_.assign(size_t(n * HD), 0.0f);
-    attn_.assign(size_t(n * HD), 0.0f);
-    gate_.assign(size_t(n * F), 0.0f);
-    up_.assign(size_t(n * F), 0.0f);
-    act_.assign(size_t(n * F), 0.0f);
-    lse_.assign(size_t(cfg_.num_attention_heads * n), 0.0f);
+    x_ = SpaceArray<float>(be, n * C);
+    xn_ = SpaceArray<float>(be, n * C);
+    h_ = SpaceArray<float>(be, n * C);
+    stats_ = SpaceArray<float>(be, 2 * n);
+    q_ = SpaceArray<float>(be, n * HD);
+    attn_ = SpaceArray<float>(be, n * HD);
+    gate_ = SpaceArray<float>(be, n * F);
+    up_ = SpaceArray<float>(be, n * F);
+    act_ = SpaceArray<float>(be, n * F);
+    lse_ = SpaceArray<float>(be, cfg_.num_attention_heads * n);
     chunk_capacity_ = n;
   }
   const ModelWeights& w = model_.weights();
   const Tensor x(x_.data(), {n, C});
-  model_.backend().embedding_forward(x, View<const int32_t>(tokens.data(), {n}), w.embed);
+  const int32_t* ids = tokens.data();
+  if (!direct) {
+    if (tokens_.numel() < n) tokens_ = SpaceArray<int32_t>(be, n, "the decoded tokens");
+    be.copy_from_host(tokens_.data(), ids, n * int64_t(sizeof(int32_t)));
+    ids = tokens_.data();
+  }
+  be.embedding_forward(x, View<const int32_t>(ids, {n}), w.embed);
   if (!w.pos.empty()) model_.backend().add_into(x, w.pos.slice_rows(position_, position_ + n));
   for (int l = 0; l < int(cfg_.num_hidden_layers); ++l) layer(l, n);
   // final norm and head on the last row only
@@ -61,7 +70,13 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
   const Architecture& arch = architecture(cfg_.arch);
   arch.final_norm_forward(xf, Tensor(stats_.data(), arch.final_norm_stats_shape(1)), last, w, cfg_,
                           model_.backend());
-  model_.backend().matmul(Tensor(logits.data(), {1, V}), xf, w.head, false, true);
+  if (direct) {
+    be.matmul(Tensor(logits.data(), {1, V}), xf, w.head, false, true);
+  } else {
+    if (logits_.numel() < V) logits_ = SpaceArray<float>(be, V, "the logits");
+    be.matmul(Tensor(logits_.data(), {1, V}), xf, w.head, false, true);
+    be.copy_to_host(logits.data(), logits_.data(), V * int64_t(sizeof(float)));
+  }
   position_ += n;
 }
 
@@ -102,7 +117,7 @@ void KvDecoder::attend(int l, int64_t n) {
   const bool prompt = position_ == 0;  // the training kernel, as Model's forward runs it
   const int64_t scratch_numel =
       prompt ? be.attention_forward_scratch_numel(D) : be.attention_decode_scratch_numel(keys);
-  if (int64_t(scratch_.size()) < scratch_numel) scratch_.assign(size_t(scratch_numel), 0.0f);
+  if (scratch_.numel() < scratch_numel) scratch_ = SpaceArray<float>(be, scratch_numel);
   const Tensor scratch(scratch_.data(), {scratch_numel});
   const ConstTensor k(k_layer, {keys, KV}), v(v_layer, {keys, KV});
   if (prompt)

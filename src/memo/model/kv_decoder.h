@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "memo/backend/space_array.h"
 #include "memo/model/model.h"
 
 namespace memo {
@@ -36,10 +37,14 @@ class KvDecoder {
   const ModelConfig& cfg_;
   int64_t max_tokens_;
   int64_t position_ = 0;
-  std::vector<float> k_cache_, v_cache_;    // [L, max_tokens, Hkv*D] each, after RoPE for k
-  std::vector<float> rope_cos_, rope_sin_;  // [max_tokens, D/2]; empty with learned positions
+  // Every buffer lives in the model backend's device space (read by its kernels).
+  SpaceArray<float> k_cache_, v_cache_;    // [L, max_tokens, Hkv*D] each, after RoPE for k
+  SpaceArray<float> rope_cos_, rope_sin_;  // [max_tokens, D/2]; empty with learned positions
   // Per-chunk buffers, [n, width] each, grown to the longest chunk seen.
-  std::vector<float> x_, xn_, stats_, q_, attn_, h_, gate_, up_, act_, lse_, scratch_;
+  SpaceArray<float> x_, xn_, stats_, q_, attn_, h_, gate_, up_, act_, lse_, scratch_;
+  // The chunk's tokens and the logits, when the host cannot address the device space.
+  SpaceArray<int32_t> tokens_;
+  SpaceArray<float> logits_;
   int64_t chunk_capacity_ = 0;
 };
 

@@ -110,6 +110,18 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   const int L = int(config_.num_hidden_layers);
   MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
   const LayerContext ctx = layer_context(batch, seq, alloc);
+  // the kernels read device memory (the meta backend's checks read the host tokens)
+  if (backend_->has_values() && !backend_->host_can_access(backend_->device_space())) {
+    const int64_t bytes = 2 * T * int64_t(sizeof(int32_t));
+    if (device_tokens_.bytes() < bytes)
+      device_tokens_ = RawBuffer(backend_->allocator(backend_->device_space()), bytes,
+                                 "the micro-batch's tokens");
+    int32_t* device = device_tokens_.as<int32_t>();
+    backend_->copy_from_host(device, inputs, T * int64_t(sizeof(int32_t)));
+    backend_->copy_from_host(device + T, targets, T * int64_t(sizeof(int32_t)));
+    inputs = device;
+    targets = device + T;
+  }
   const View<const int32_t> tokens(inputs, {T});
   const Layers layers(arch_, w_, ctx);
 

@@ -54,7 +54,8 @@ class Model {
   void init(uint64_t seed);
   void zero_grads();
 
-  // One micro-batch of `batch` sequences of `seq` tokens: inputs and targets are [batch * seq].
+  // One micro-batch of `batch` sequences of `seq` tokens: inputs and targets are [batch * seq] in
+  // host memory (copied to the device first when the host cannot address it).
   // Gradients accumulate (+=) scaled by grad_scale (1 / tokens per optimiser step gives the mean).
   // Returns the sum of the token losses.
   double forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
@@ -94,6 +95,9 @@ class Model {
   ModelWeights dw_;
   Parallel parallel_;
   std::map<int64_t, std::pair<RawBuffer, RawBuffer>> rope_;  // seq -> cos, sin ([seq, D/2] f32)
+  // The micro-batch's inputs and targets in the device space, when the host cannot address it
+  // (grown to the largest micro-batch; unused otherwise).
+  RawBuffer device_tokens_;
 };
 
 // Model FLOPs of one training step per token (forward + backward = 3 x forward), counting the
