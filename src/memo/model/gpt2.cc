@@ -168,14 +168,7 @@ std::vector<ParamInfo> Gpt2::params(const ModelConfig& config) const {
   std::vector<ParamInfo> p;
   auto add = [&p](std::string name, std::vector<int64_t> shape, ParamInit init, ParamRole role,
                   int64_t layer = -1, double std_scale = 1.0) {
-    ParamInfo info;
-    info.name = std::move(name);
-    info.shape = std::move(shape);
-    info.init = init;
-    info.init_std_scale = std_scale;
-    info.role = role;
-    info.layer = layer;
-    p.push_back(std::move(info));
+    p.push_back(param_info(std::move(name), std::move(shape), init, role, layer, std_scale));
   };
   add("transformer.wte.weight", {V, C}, ParamInit::kNormal, ParamRole::kEmbedding);
   if (!config.uses_rope())

@@ -98,13 +98,7 @@ std::vector<ParamInfo> Llama::params(const ModelConfig& config) const {
   std::vector<ParamInfo> p;
   auto add = [&p](std::string name, std::vector<int64_t> shape, ParamInit init, ParamRole role,
                   int64_t layer = -1) {
-    ParamInfo info;
-    info.name = std::move(name);
-    info.shape = std::move(shape);
-    info.init = init;
-    info.role = role;
-    info.layer = layer;
-    p.push_back(std::move(info));
+    p.push_back(param_info(std::move(name), std::move(shape), init, role, layer));
   };
   add("model.embed_tokens.weight", {V, C}, ParamInit::kNormal, ParamRole::kEmbedding);
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {  // in the order of kWeights

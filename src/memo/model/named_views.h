@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "memo/core/error.h"
@@ -24,6 +26,19 @@ Named bind_weights(const LayerWeights& w, Tensor Named::*const (&members)[N]) {
   Named named;
   for (size_t i = 0; i < N; ++i) named.*members[i] = w[int(i)];
   return named;
+}
+
+// One entry of Architecture::params (the layout fills in offset and numel).
+inline ParamInfo param_info(std::string name, std::vector<int64_t> shape, ParamInit init,
+                            ParamRole role, int64_t layer = -1, double std_scale = 1.0) {
+  ParamInfo info;
+  info.name = std::move(name);
+  info.shape = std::move(shape);
+  info.init = init;
+  info.init_std_scale = std_scale;
+  info.role = role;
+  info.layer = layer;
+  return info;
 }
 
 // The width of a skeletal tensor in the config's dimensions.
