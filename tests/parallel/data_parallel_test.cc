@@ -85,6 +85,7 @@ TEST_F(DataParallel, two_and_four_ranks_match_one_process) {
       EXPECT_NEAR(double(c[i]["gns_b_simple"]), ga, 1e-5 * std::abs(ga)) << "step " << i + 1;
     }
     EXPECT_EQ(b[i]["ranks"], 2);
+    EXPECT_EQ(b[i]["zero"], 0);
     EXPECT_EQ(c[i]["ranks"], 4);
     EXPECT_EQ(a[i]["comm_bytes"], 0);
     // the gradient all-reduce sends 2 (P - 1) / P of the gradients, plus a few statistics

@@ -350,7 +350,7 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
                           double mfu, const ActivationAllocator& alloc,
                           const ActivationStrategy& strategy, const GradNoiseProbe* probe,
                           const std::optional<scaling::BatchChange>& change,
-                          const Communicator& data_parallel) {
+                          const Communicator& data_parallel, int zero) {
   nlohmann::json record{{"step", run.step},
                         {"loss", g.loss},
                         {"lr", run.lr},
@@ -367,6 +367,7 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
   record.update(probe ? probe->log_fields() : gns_null_fields());
   // the layout, and what rank 0 sent over the data-parallel group in this step
   record["ranks"] = data_parallel.size();
+  record["zero"] = zero;
   record["comm_bytes"] = data_parallel.counters().bytes_sent;
   record["comm_s"] = data_parallel.counters().seconds;
   if (change) record["batch_change"] = change->to_json();
@@ -496,8 +497,8 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
                              o.micro_batch, o.val_batches * o.micro_batch, {}, &data_parallel);
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     if (log) {
-      nlohmann::json record =
-          log_record(run, g, tokens_per_s, mfu, alloc, *strategy, probe_ptr, change, data_parallel);
+      nlohmann::json record = log_record(run, g, tokens_per_s, mfu, alloc, *strategy, probe_ptr,
+                                         change, data_parallel, o.zero);
       if (val && val->tokens > 0) {
         record["val_loss"] = *result.val_loss;
         record["val_tokens"] = val->tokens;
