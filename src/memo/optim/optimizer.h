@@ -18,6 +18,11 @@ struct StateTensor {
   std::string name;  // e.g. "exp_avg.model.norm.weight"
   std::vector<int64_t> shape;
   float* data;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
 };
 
 // Note [Optimizer state]

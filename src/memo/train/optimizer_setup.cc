@@ -41,21 +41,20 @@ OptimizerChoice optimizer_choice_from_state(const nlohmann::json& state) {
   return c;
 }
 
+void read_into_device(const SafetensorsFile& file, const std::string& name, float* dst,
+                      int64_t numel, Backend& backend, std::vector<float>& staging) {
+  if (backend.host_can_access(backend.device_space())) return file.read_into(name, dst, numel);
+  staging.resize(size_t(numel));
+  file.read_into(name, staging.data(), numel);
+  backend.copy_from_host(dst, staging.data(), numel * int64_t(sizeof(float)));
+}
+
 void restore_optimizer(Optimizer& optimizer, Backend& backend, const SafetensorsFile& file,
                        int64_t steps_done, const std::string& source) {
-  const bool direct = backend.host_can_access(backend.device_space());
-  std::vector<float> host;
+  std::vector<float> staging;
   for (const StateTensor& s : optimizer.state()) {
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
     try {
-      if (direct) {
-        file.read_into(s.name, s.data, n);
-      } else {
-        host.resize(size_t(n));
-        file.read_into(s.name, host.data(), n);
-        backend.copy_from_host(s.data, host.data(), n * int64_t(sizeof(float)));
-      }
+      read_into_device(file, s.name, s.data, s.numel(), backend, staging);
     } catch (const DataError& e) {
       throw DataError(str(source, ": the ", optimizer.name(), " state tensor ", s.name,
                           " cannot be restored: ", e.what()));

@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "memo/backend/backend.h"
 #include "memo/io/safetensors.h"
@@ -28,6 +29,11 @@ nlohmann::json optimizer_record(const Optimizer& optimizer);
 // The inverse: the record's name and hyperparameters over default options. Also reads the
 // older format (name only, AdamW's beta1/beta2/eps/weight_decay in the pinned options).
 OptimizerChoice optimizer_choice_from_state(const nlohmann::json& trainer_state);
+
+// Reads tensor `name` of `file` (numel floats) into dst in `backend`'s device space: directly when
+// the host can address it, else through `staging` (grown as needed) and copy_from_host.
+void read_into_device(const SafetensorsFile& file, const std::string& name, float* dst,
+                      int64_t numel, Backend& backend, std::vector<float>& staging);
 
 // Reads every state tensor of `optimizer` from `file` and sets its step count; throws DataError
 // naming the tensor when the file lacks one (a checkpoint of another optimiser).

@@ -110,22 +110,13 @@ std::vector<NamedTensor> model_tensors(Model& model, HostStaging& staging) {
 // GPT2LMHeadModel's "transformer." prefix ("h.0.attn.c_attn.weight"); both forms load.
 void load_model_tensors(Model& model, const SafetensorsFile& file) {
   const std::string prefix(model.architecture().optional_name_prefix());
-  Backend& backend = model.backend();
-  const bool direct = backend.host_can_access(backend.device_space());
-  std::vector<float> host;  // the staging copy when the host cannot address the parameters
+  std::vector<float> staging;  // when the host cannot address the parameters
   for (const ParamInfo& p : model.layout().params()) {
     std::string name = p.name;
     if (!prefix.empty() && !file.contains(name) && name.rfind(prefix, 0) == 0 &&
         file.contains(name.substr(prefix.size())))
       name = name.substr(prefix.size());
-    if (direct) {
-      file.read_into(name, model.params() + p.offset, p.numel);
-      continue;
-    }
-    host.resize(size_t(p.numel));
-    file.read_into(name, host.data(), p.numel);
-    backend.copy_from_host(model.params() + p.offset, host.data(),
-                           p.numel * int64_t(sizeof(float)));
+    read_into_device(file, name, model.params() + p.offset, p.numel, model.backend(), staging);
   }
 }
 
@@ -140,11 +131,8 @@ std::string save(const TrainOptions& o, Model& model, const Optimizer& opt,
   data.config = model.config();
   HostStaging staging(model.backend());
   data.model = model_tensors(model, staging);
-  for (const StateTensor& s : state) {
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
-    data.optimizer.push_back({s.name, s.shape, staging.host(s.data, n)});
-  }
+  for (const StateTensor& s : state)
+    data.optimizer.push_back({s.name, s.shape, staging.host(s.data, s.numel())});
   data.trainer_state = {
       {"step", step},
       {"optimizer", optimizer_record(opt)},

@@ -45,11 +45,7 @@ GatheredState gather_optimizer_state(Optimizer& mine, const std::string& name,
                                      const std::vector<ZeroShard>& shards, Communicator& group) {
   GatheredState out;
   if (group.rank() != 0) {
-    for (const StateTensor& s : mine.state()) {
-      int64_t n = 1;
-      for (int64_t d : s.shape) n *= d;
-      group.send(ConstTensor(s.data, {n}), 0);
-    }
+    for (const StateTensor& s : mine.state()) group.send(ConstTensor(s.data, {s.numel()}), 0);
     return out;
   }
   out.tensors = mine.state();
@@ -59,9 +55,7 @@ GatheredState gather_optimizer_state(Optimizer& mine, const std::string& name,
     out.layouts.push_back(std::make_unique<ParamLayout>(full, shard.first, shard.last));
     out.holders.push_back(make_optimizer(name, *out.layouts.back(), shard_options(options, shard)));
     for (const StateTensor& s : out.holders.back()->state()) {
-      int64_t n = 1;
-      for (int64_t d : s.shape) n *= d;
-      group.recv(Tensor(s.data, {n}), r);
+      group.recv(Tensor(s.data, {s.numel()}), r);
       out.tensors.push_back(s);
     }
   }
