@@ -40,8 +40,8 @@ TEST(MetaBackend, runs_a_layers_kernels_without_touching_memory) {
   be.matmul_token_panels(k, y, wk);
   be.rope_table(cos, sin, D, 10000.0f);
   be.rope_forward(q, cos, sin, D);
-  be.attention_forward(o, lse, q, k, v, B, H, Hkv, scratch);
-  be.attention_backward(q, k, v, o, q, k, v, o, lse, B, H, Hkv, scratch);
+  be.attention_forward(o, lse, q, k, v, B, H, Hkv, scratch, AttnMask::kCausal);
+  be.attention_backward(q, k, v, o, q, k, v, o, lse, B, H, Hkv, scratch, AttnMask::kCausal);
   be.swiglu_forward(g, g, u);
   be.fill(x, 1.0f);
   be.add_into(x, y);
@@ -82,7 +82,7 @@ TEST(MetaBackend, rejects_the_shapes_the_cpu_kernels_reject_with_the_same_messag
   both([&](Backend& be, Tensor a, Tensor) { be.copy(a, Tensor(a.data(), {3})); });
   // attention with 3 query heads over 2 kv heads
   both([&](Backend& be, Tensor a, Tensor) {
-    be.attention_forward(a, Tensor(a.data(), {1, 3, 8}), a, a, a, 1, 3, 2, a);
+    be.attention_forward(a, Tensor(a.data(), {1, 3, 8}), a, a, a, 1, 3, 2, a, AttnMask::kCausal);
   });
 }
 

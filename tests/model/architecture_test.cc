@@ -38,7 +38,8 @@ void check_rebuild(const ModelConfig& cfg) {
                    &alloc,
                    &cpu_backend(),
                    Parallel{},
-                   DType::kF32};
+                   DType::kF32,
+                   nullptr};
   if (!cfg.uses_rope()) ctx.rope_cos = ctx.rope_sin = ConstTensor();
   const Architecture& arch = architecture(cfg.arch);
   const std::vector<SkeletalField> fields = arch.skeletal_fields(cfg, DType::kF32);

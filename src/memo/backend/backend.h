@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "memo/backend/attn_mask.h"
 #include "memo/backend/dtype.h"
 #include "memo/backend/optim_steps.h"
 #include "memo/backend/raw_allocator.h"
@@ -102,14 +103,15 @@ class Backend {
   // Scratch of the attention kernels, in floats (a property of the implementation).
   virtual int64_t attention_forward_scratch_numel(int64_t head_dim) = 0;
   virtual void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
-                                 int64_t batch, int64_t n_heads, int64_t n_kv_heads,
-                                 Tensor scratch) = 0;
+                                 int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                                 AttnMask mask) = 0;
   virtual int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                                    int64_t n_kv_heads) = 0;
   virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                                   ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
                                   int64_t batch, int64_t n_heads, int64_t n_kv_heads,
-                                  Tensor scratch) = 0;
+                                  Tensor scratch, AttnMask mask) = 0;
+  virtual void attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) = 0;
 
   // Causal attention of n new rows over a key/value cache (generation), see kernels/cpu/kernels.h.
   virtual int64_t attention_decode_scratch_numel(int64_t keys) = 0;

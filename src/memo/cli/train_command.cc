@@ -69,6 +69,11 @@ void add_train_command(CLI::App& app, Communicator* world) {
                    "Under mpirun: 1 shards the optimiser state and update over the processes "
                    "(ZeRO-1), 0 keeps all of it on each")
       ->capture_default_str();
+  train
+      ->add_option("--cp", t->cp,
+                   "Under mpirun: split each sequence over this many processes (context "
+                   "parallelism, ring attention); the rest of the processes are data parallel")
+      ->capture_default_str();
   // activation strategy (memory/strategy_factory.h)
   auto host_memory = std::make_shared<std::string>();
   auto alpha = std::make_shared<double>(0.0);

@@ -228,6 +228,17 @@ AttnDims check_attention_backward(ConstTensor dq, ConstTensor dk, ConstTensor dv
   return s;
 }
 
+void check_attention_merge(ConstTensor o, ConstTensor lse, ConstTensor o_part,
+                           ConstTensor lse_part) {
+  MEMO_CHECK(o.ndim() == 2 && lse.ndim() == 3 && same_shape(o, o_part) &&
+                 same_shape(lse, lse_part) && o.contiguous() && o_part.contiguous() &&
+                 lse.contiguous() && lse_part.contiguous() && o.rows() == lse.dim(0) * lse.dim(2) &&
+                 o.cols() % lse.dim(1) == 0,
+             "attention_merge: o ", o.shape(), " and o_part ", o_part.shape(),
+             " must be one [B*S, H*D] shape, lse ", lse.shape(), " and lse_part ", lse_part.shape(),
+             " one [B, H, S] shape, all contiguous");
+}
+
 void check_optimizer_update(const char* op, ConstTensor p, ConstTensor g,
                             std::initializer_list<ConstTensor> state) {
   MEMO_CHECK(p.contiguous() && g.contiguous() && p.numel() == g.numel(), op, ": p ", p.shape(),

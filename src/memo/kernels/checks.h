@@ -55,6 +55,9 @@ AttnDims check_attention_backward(ConstTensor dq, ConstTensor dk, ConstTensor dv
                                   ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,
                                   ConstTensor lse, int64_t batch, int64_t n_heads,
                                   int64_t n_kv_heads);
+// o, o_part: [B*S, H*D] alike; lse, lse_part: [B, H, S] alike; all contiguous.
+void check_attention_merge(ConstTensor o, ConstTensor lse, ConstTensor o_part,
+                           ConstTensor lse_part);
 // An optimiser update of one tensor: p and g contiguous of one length, each state tensor empty
 // (switched off) or contiguous of that length.
 void check_optimizer_update(const char* op, ConstTensor p, ConstTensor g,

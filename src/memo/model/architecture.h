@@ -21,6 +21,7 @@
 #include "memo/core/tensor.h"
 #include "memo/memory/skeletal.h"
 #include "memo/model/config.h"
+#include "memo/model/context_parallel.h"
 #include "memo/model/parallel.h"
 #include "memo/model/params.h"
 
@@ -37,7 +38,21 @@ struct LayerContext {
   Backend* backend;            // every kernel runs through it
   Parallel parallel;           // t, c > 1 only in shape-only traces: Note [Per-GPU shapes]
   DType act;                   // the activations' dtype (backend->activation_dtype())
+  // Context parallelism (Note [Context parallel layout]): seq is then this rank's 2n tokens per
+  // sequence, chunk-major, and rope_cos/sin are the tables of the whole sequence. Null: one rank.
+  const ContextParallel* cp;
 };
+
+// The layer's rotary embedding of rows [first_row, first_row + x.rows()) of its tokens (at their
+// true positions under context parallelism), and its causal self-attention over whole sequences
+// (the ring of model/context_parallel.h under context parallelism, one kernel call otherwise):
+// what every architecture calls, so a layer never branches on the layout.
+void layer_rope(Tensor x, int64_t first_row, const LayerContext& ctx, bool backward);
+void layer_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
+                             int64_t n_heads, int64_t n_kv_heads, const LayerContext& ctx);
+void layer_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
+                              ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
+                              int64_t n_heads, int64_t n_kv_heads, const LayerContext& ctx);
 
 // One layer of incremental decoding on n new token rows at `position`: buffers the decoder owns.
 // x is the layer's input on entry and its output on exit; k and v are the rows of the layer's

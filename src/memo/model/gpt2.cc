@@ -85,7 +85,7 @@ Tensor qkv_bias(const Weights& w, int i, int64_t C) {
 void attention_inputs(const Saved& s, int64_t r0, int64_t r1, const Weights& w,
                       const LayerContext& ctx) {
   const ModelConfig& cfg = *ctx.config;
-  const int64_t C = cfg.hidden_size, D = cfg.head_dim();
+  const int64_t C = cfg.hidden_size;
   auto rows = [r0, r1](const Tensor& t) { return t.slice_rows(r0, r1); };
   // q | k | v = ln_1(x) W_attn + b_attn
   ctx.backend->layernorm_forward(rows(s.xn1), rows(s.mean1), rows(s.rstd1), rows(s.x), w.ln1,
@@ -99,8 +99,8 @@ void attention_inputs(const Saved& s, int64_t r0, int64_t r1, const Weights& w,
     }
   }
   if (cfg.uses_rope()) {
-    ctx.backend->rope_forward(rows(s.q), ctx.rope_cos, ctx.rope_sin, D, r0);
-    ctx.backend->rope_forward(rows(s.k), ctx.rope_cos, ctx.rope_sin, D, r0);
+    layer_rope(rows(s.q), r0, ctx, false);
+    layer_rope(rows(s.k), r0, ctx, false);
   }
 }
 
@@ -203,13 +203,7 @@ void Gpt2::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
   const int64_t T = ctx.batch * ctx.seq, H = cfg.num_attention_heads;
   // attention block: h = x + c_proj(attn(q, k, v)), q | k | v = c_attn(ln_1(x))
   attention_inputs(s, 0, T, w, ctx);
-  {
-    CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 4), cfg.kv_dim(),
-                    ctx.act);
-    ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch",
-                      {ctx.backend->attention_forward_scratch_numel(cfg.head_dim())}, DType::kF32);
-    ctx.backend->attention_forward(s.attn, s.lse, s.q, s.k, s.v, ctx.batch, H, H, *scratch);
-  }
+  layer_attention_forward(s.attn, s.lse, s.q, s.k, s.v, H, H, ctx);
   // MLP block: y = h + c_proj(gelu(c_fc(ln_2(h))))
   attention_outputs(s, 0, T, w, ctx);
   ctx.backend->copy(y, s.h);
@@ -236,7 +230,7 @@ void Gpt2::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved
   const Weights w = bind_weights(lw, kWeights), dw = bind_weights(ldw, kWeights);
   const ModelConfig& cfg = *ctx.config;
   const int64_t T = ctx.batch * ctx.seq, C = cfg.hidden_size, F = cfg.intermediate_size;
-  const int64_t D = cfg.head_dim(), H = cfg.num_attention_heads;
+  const int64_t H = cfg.num_attention_heads;
   ActivationAllocator& alloc = *ctx.alloc;
   const int64_t tp_rows = tp_comm_rows(ctx.parallel, T);  // Note [Per-GPU shapes]
   // y = h + act W_p + b_p:  d act = dy W_p^T;  dW_p += act^T dy;  db_p += sum_t dy;  dh = dy + ...
@@ -278,18 +272,11 @@ void Gpt2::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved
   Tensor dq = alloc.acquire("attn.dq", {T, C}, ActKind::kTransient, ctx.act);
   Tensor dk = alloc.acquire("attn.dk", {T, C}, ActKind::kTransient, ctx.act);
   Tensor dv = alloc.acquire("attn.dv", {T, C}, ActKind::kTransient, ctx.act);
-  {
-    CommBuffer ring(alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), cfg.kv_dim(), ctx.act);
-    ScopedAct scratch(alloc, "attn.bwd_scratch",
-                      {ctx.backend->attention_backward_scratch_numel(ctx.seq, D, H, H)},
-                      DType::kF32);
-    ctx.backend->attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, ctx.batch, H,
-                                    H, *scratch);
-  }
+  layer_attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, H, H, ctx);
   alloc.release(dattn);
   if (cfg.uses_rope()) {
-    ctx.backend->rope_backward(dq, ctx.rope_cos, ctx.rope_sin, D);
-    ctx.backend->rope_backward(dk, ctx.rope_cos, ctx.rope_sin, D);
+    layer_rope(dq, 0, ctx, true);
+    layer_rope(dk, 0, ctx, true);
   }
   // q | k | v = xn1 W_attn + b_attn; per block i: d xn1 += d_i W_i^T, dW_i += xn1^T d_i,
   // db_i += sum_t d_i

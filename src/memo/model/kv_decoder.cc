@@ -122,7 +122,8 @@ void KvDecoder::attend(int l, int64_t n) {
   const ConstTensor k(k_layer, {keys, KV}), v(v_layer, {keys, KV});
   if (prompt)
     return be.attention_forward(Tensor(attn_.data(), {n, HD}), Tensor(lse_.data(), {1, H, n}),
-                                ConstTensor(q_.data(), {n, HD}), k, v, 1, H, Hkv, scratch);
+                                ConstTensor(q_.data(), {n, HD}), k, v, 1, H, Hkv, scratch,
+                                AttnMask::kCausal);
   be.attention_decode(Tensor(attn_.data(), {n, HD}), ConstTensor(q_.data(), {n, HD}), k, v,
                       position_, H, Hkv, scratch);
 }

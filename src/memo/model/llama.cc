@@ -125,7 +125,6 @@ void Llama::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
   const Saved s = bind_saved(saved, kSaved);
   const Weights w = bind_weights(lw, kWeights);
   const ModelConfig& cfg = *ctx.config;
-  const int64_t D = cfg.head_dim();
   const float eps = float(cfg.rms_norm_eps);
   // attention block: h = x + o_proj(attn(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
   const int64_t T = ctx.batch * ctx.seq, C = cfg.hidden_size;
@@ -137,16 +136,10 @@ void Llama::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
     ctx.backend->matmul_token_panels(s.k, s.xn1, w.wk);
     ctx.backend->matmul_token_panels(s.v, s.xn1, w.wv);
   }
-  ctx.backend->rope_forward(s.q, ctx.rope_cos, ctx.rope_sin, D);
-  ctx.backend->rope_forward(s.k, ctx.rope_cos, ctx.rope_sin, D);
-  {
-    CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 4), cfg.kv_dim(),
-                    ctx.act);
-    ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch",
-                      {ctx.backend->attention_forward_scratch_numel(D)}, DType::kF32);
-    ctx.backend->attention_forward(s.attn, s.lse, s.q, s.k, s.v, ctx.batch, cfg.num_attention_heads,
-                                   cfg.num_key_value_heads, *scratch);
-  }
+  layer_rope(s.q, 0, ctx, false);
+  layer_rope(s.k, 0, ctx, false);
+  layer_attention_forward(s.attn, s.lse, s.q, s.k, s.v, cfg.num_attention_heads,
+                          cfg.num_key_value_heads, ctx);
   ctx.backend->copy(s.h, s.x);
   {
     CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C, ctx.act);
@@ -171,7 +164,7 @@ void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, con
   const Saved s = bind_saved(saved, kSaved);
   const Weights w = bind_weights(lw, kWeights);
   const ModelConfig& cfg = *ctx.config;
-  const int64_t T = ctx.batch * ctx.seq, D = cfg.head_dim();
+  const int64_t T = ctx.batch * ctx.seq;
   check_recompute_rows("llama recompute_tokens", r0, r1, T, ctx);
   if (r0 == r1) return;
   const float eps = float(cfg.rms_norm_eps);
@@ -185,8 +178,8 @@ void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, con
     ctx.backend->matmul_token_panels(rows(s.k), rows(s.xn1), w.wk);
     ctx.backend->matmul_token_panels(rows(s.v), rows(s.xn1), w.wv);
   }
-  ctx.backend->rope_forward(rows(s.q), ctx.rope_cos, ctx.rope_sin, D, r0);
-  ctx.backend->rope_forward(rows(s.k), ctx.rope_cos, ctx.rope_sin, D, r0);
+  layer_rope(rows(s.q), r0, ctx, false);
+  layer_rope(rows(s.k), r0, ctx, false);
   ctx.backend->copy(rows(s.h), rows(s.x));
   {
     CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C, ctx.act);
@@ -250,18 +243,11 @@ void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& save
   Tensor dq = alloc.acquire("attn.dq", {T, QD}, ActKind::kTransient, ctx.act);
   Tensor dk = alloc.acquire("attn.dk", {T, KD}, ActKind::kTransient, ctx.act);
   Tensor dv = alloc.acquire("attn.dv", {T, KD}, ActKind::kTransient, ctx.act);
-  {
-    CommBuffer ring(alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), KD, ctx.act);
-    ScopedAct scratch(alloc, "attn.bwd_scratch",
-                      {ctx.backend->attention_backward_scratch_numel(
-                          ctx.seq, D, cfg.num_attention_heads, cfg.num_key_value_heads)},
-                      DType::kF32);
-    ctx.backend->attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, ctx.batch,
-                                    cfg.num_attention_heads, cfg.num_key_value_heads, *scratch);
-  }
+  layer_attention_backward(dq, dk, dv, dattn, s.q, s.k, s.v, s.attn, s.lse, cfg.num_attention_heads,
+                           cfg.num_key_value_heads, ctx);
   alloc.release(dattn);
-  ctx.backend->rope_backward(dq, ctx.rope_cos, ctx.rope_sin, D);
-  ctx.backend->rope_backward(dk, ctx.rope_cos, ctx.rope_sin, D);
+  layer_rope(dq, 0, ctx, true);
+  layer_rope(dk, 0, ctx, true);
   // q, k, v = xn1 W^T
   Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient, ctx.act);
   {

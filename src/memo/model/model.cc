@@ -62,6 +62,16 @@ void Model::set_parallel(const Parallel& parallel) {
   parallel_ = parallel;
 }
 
+void Model::set_context_parallel(Communicator* group) {
+  if (!group || group->size() == 1) {
+    cp_.reset();
+    return;
+  }
+  if (!has_values())
+    throw ConfigError("context parallelism runs with values; memo plan models it per rank");
+  cp_ = ContextParallel{group, 0};
+}
+
 void Model::init(uint64_t seed) {
   if (!backend_->has_values()) return;
   if (backend_->host_can_access(backend_->device_space()))
@@ -106,9 +116,20 @@ double Model::forward_loss(const int32_t* inputs, const int32_t* targets, int64_
 double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                   float grad_scale, bool backward, ActivationStrategy& strategy,
                   ActivationAllocator& alloc) {
+  MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
+  if (cp_) {  // this rank's chunks of every sequence, chunk-major
+    check_context_parallel_seq(seq, cp_->ranks());
+    cp_->seq = seq;
+    seq /= cp_->ranks();
+    cp_inputs_.resize(size_t(batch * seq));
+    cp_targets_.resize(cp_inputs_.size());
+    context_parallel_tokens(cp_inputs_.data(), inputs, batch, *cp_);
+    context_parallel_tokens(cp_targets_.data(), targets, batch, *cp_);
+    inputs = cp_inputs_.data();
+    targets = cp_targets_.data();
+  }
   const int64_t T = batch * seq, C = config_.hidden_size;
   const int L = int(config_.num_hidden_layers);
-  MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
   const LayerContext ctx = layer_context(batch, seq, alloc);
   // the kernels read device memory (the meta backend's checks read the host tokens)
   if (backend_->has_values() && !backend_->host_can_access(backend_->device_space())) {
@@ -145,7 +166,8 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   arch_.final_norm_forward(xf, inv_rms, final_hidden, w_, config_, *backend_);
   Tensor dxf =
       backward ? alloc.acquire("final.dxn", {T, C}, ActKind::kTransient, ctx.act) : Tensor();
-  const double loss_sum = head_and_loss(dxf, xf, targets, T, grad_scale, backward, alloc);
+  double loss_sum = head_and_loss(dxf, xf, targets, T, grad_scale, backward, alloc);
+  if (cp_) cp_->group->all_reduce_sum(std::span<double>(&loss_sum, 1));
   if (!backward) {
     alloc.release(inv_rms);
     alloc.release(xf);
@@ -173,35 +195,67 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
 
 // Checks the sequence against a learned position table before any layer runs.
 LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocator& alloc) {
+  const ContextParallel* cp = cp_ ? &*cp_ : nullptr;
+  const int64_t whole = cp ? cp->seq : seq;  // positions run over the whole sequence
   if (!config_.uses_rope()) {
     // wpe has a row per position: a longer sequence has no embedding for its tail
-    if (seq > w_.pos.rows())
-      throw ConfigError(str("sequence of ", seq,
+    if (whole > w_.pos.rows())
+      throw ConfigError(str("sequence of ", whole,
                             " tokens is longer than n_positions = ", w_.pos.rows(),
                             ", the learned position table; use --seq <= ", w_.pos.rows(),
                             " or a config with more positions"));
     return LayerContext{
-        &config_, batch, seq, {}, {}, &alloc, backend_, parallel_, backend_->activation_dtype()};
+        &config_, batch, seq, {}, {}, &alloc, backend_, parallel_, backend_->activation_dtype(),
+        cp};
   }
-  const auto [cos, sin] = rope_tables(seq);
+  const auto [cos, sin] = rope_tables(whole);
   const int64_t half = config_.head_dim() / 2;
-  return LayerContext{
-      &config_, batch,    seq,       ConstTensor(cos, {seq, half}), ConstTensor(sin, {seq, half}),
-      &alloc,   backend_, parallel_, backend_->activation_dtype()};
+  return LayerContext{&config_,
+                      batch,
+                      seq,
+                      ConstTensor(cos, {whole, half}),
+                      ConstTensor(sin, {whole, half}),
+                      &alloc,
+                      backend_,
+                      parallel_,
+                      backend_->activation_dtype(),
+                      cp};
 }
+
+namespace {
+
+// The rows of sequence b that hold positions [p0, p0 + len): under context parallelism, for each
+// slot of the rank (Note [Context parallel layout]); otherwise the sequence.
+template <class F>
+void for_each_position_run(const std::optional<ContextParallel>& cp, int64_t batch, int64_t seq,
+                           F&& run) {
+  for (int64_t b = 0; b < batch; ++b) {
+    if (!cp) {
+      run(b * seq, 0, seq);
+      continue;
+    }
+    const int64_t n = cp->chunk_len();
+    for (int sl = 0; sl < 2; ++sl) run((sl * batch + b) * n, cp->chunk(sl) * n, n);
+  }
+}
+
+}  // namespace
 
 void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq) {
   backend_->embedding_forward(x, tokens, w_.embed);
   if (w_.pos.empty()) return;
-  for (int64_t b = 0; b < batch; ++b)
-    backend_->add_into(x.slice_rows(b * seq, (b + 1) * seq), w_.pos.slice_rows(0, seq));
+  for_each_position_run(cp_, batch, seq, [&](int64_t row, int64_t pos, int64_t len) {
+    backend_->add_into(x.slice_rows(row, row + len), w_.pos.slice_rows(pos, pos + len));
+  });
 }
 
 void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch, int64_t seq) {
   backend_->embedding_backward(dw_.embed, dx, tokens);
   if (dw_.pos.empty()) return;
-  for (int64_t b = 0; b < batch; ++b)  // in sequence order: deterministic
-    backend_->add_into(dw_.pos.slice_rows(0, seq), dx.slice_rows(b * seq, (b + 1) * seq));
+  // in sequence order: deterministic
+  for_each_position_run(cp_, batch, seq, [&](int64_t row, int64_t pos, int64_t len) {
+    backend_->add_into(dw_.pos.slice_rows(pos, pos + len), dx.slice_rows(row, row + len));
+  });
 }
 
 double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, int64_t tokens,

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "memo/backend/allocator.h"
 #include "memo/backend/backend.h"
@@ -15,6 +17,7 @@
 #include "memo/memory/strategy.h"
 #include "memo/model/architecture.h"
 #include "memo/model/config.h"
+#include "memo/model/context_parallel.h"
 #include "memo/model/parallel.h"
 #include "memo/model/params.h"
 
@@ -49,6 +52,13 @@ class Model {
   // ConfigError for t or c > 1 on a model with values: memo cannot run a rank without its peers.
   void set_parallel(const Parallel& parallel);
   const Parallel& parallel() const { return parallel_; }
+  // Context parallelism over `group` (Note [Context parallel layout] in model/context_parallel.h):
+  // forward_backward and forward_loss still take the whole micro-batch's tokens, run this rank's
+  // chunks of them, and return the loss sum over the whole micro-batch (summed over the group);
+  // the gradients are this rank's share, which the caller sums over the group. Null or a group of
+  // one: off. Every rank of the group must make the same calls.
+  void set_context_parallel(Communicator* group);
+  Communicator* context_parallel_group() const { return cp_ ? cp_->group : nullptr; }
 
   // Hugging Face's initialisation (model/params.h), drawn on the host; a no-op without values.
   void init(uint64_t seed);
@@ -76,7 +86,8 @@ class Model {
   // cos and sin, [seq, D/2] each, in the device space; cached per seq when the backend has values
   // (the meta backend's are address ranges, replaced at each new seq).
   std::pair<const float*, const float*> rope_tables(int64_t seq);
-  // The layers' context (rope tables when rotary).
+  // The layers' context (rope tables when rotary) for batch x seq tokens of this rank (under
+  // context parallelism seq is the rank's share and the rope tables are of the whole sequence).
   LayerContext layer_context(int64_t batch, int64_t seq, ActivationAllocator& alloc);
   // x = wte[tokens] (+ wpe[position] with learned positions), and the gradients of both.
   void embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq);
@@ -94,6 +105,8 @@ class Model {
   ModelWeights w_;
   ModelWeights dw_;
   Parallel parallel_;
+  std::optional<ContextParallel> cp_;            // set: context parallel over cp_->group
+  std::vector<int32_t> cp_inputs_, cp_targets_;  // this rank's chunks of the micro-batch
   std::map<int64_t, std::pair<RawBuffer, RawBuffer>> rope_;  // seq -> cos, sin ([seq, D/2] f32)
   // The micro-batch's inputs and targets in the device space, when the host cannot address it
   // (grown to the largest micro-batch; unused otherwise).

@@ -43,10 +43,13 @@ class Communicator {
   virtual void all_gather(std::span<double> out, std::span<const double> in) = 0;
   // x = root's x on every rank.
   virtual void broadcast(Tensor x, int root) = 0;
-  // Point to point, matched in call order per (sender, receiver) pair: a ring passes with
-  // send(next) then recv(prev).
+  // Point to point, matched in call order per (sender, receiver) pair. send returns once x may be
+  // reused, which for a large message can mean once the peer receives it: a ring pass, where every
+  // rank sends and receives at once, is send_recv.
   virtual void send(ConstTensor x, int peer) = 0;
   virtual void recv(Tensor x, int peer) = 0;
+  // Sends x to rank `to` while receiving y from rank `from` (x and y distinct): one step of a ring.
+  virtual void send_recv(ConstTensor x, int to, Tensor y, int from) = 0;
   virtual void barrier() = 0;
   // The ranks with the same color form a group, ordered by (key, rank): how the data-, tensor-
   // and context-parallel groups of a layout are made (collective over this communicator).

@@ -244,6 +244,20 @@ void MpiCommunicator::recv(Tensor x, int peer) {
   count(0, x.bytes(), seconds_since(t0));
 }
 
+void MpiCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
+  check_peer("send_recv", to);
+  check_peer("send_recv", from);
+  MEMO_CHECK(x.contiguous() && y.contiguous(), "send_recv: views ", x.shape(), " and ", y.shape(),
+             " must be contiguous");
+  const auto t0 = Clock::now();
+  MPI_Request receive, send;  // both posted before either wait: no rank waits on an unposted peer
+  MPI_Irecv(y.data(), to_int(y.numel(), "send_recv"), MPI_FLOAT, from, 0, comm_, &receive);
+  MPI_Isend(x.data(), to_int(x.numel(), "send_recv"), MPI_FLOAT, to, 0, comm_, &send);
+  wait(receive, "send_recv");
+  wait(send, "send_recv");
+  count(x.bytes(), y.bytes(), seconds_since(t0));
+}
+
 void MpiCommunicator::barrier() {
   const auto t0 = Clock::now();
   MPI_Request request;

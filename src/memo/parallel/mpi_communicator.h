@@ -40,6 +40,7 @@ class MpiCommunicator final : public Communicator {
   void broadcast(Tensor x, int root) override;
   void send(ConstTensor x, int peer) override;
   void recv(Tensor x, int peer) override;
+  void send_recv(ConstTensor x, int to, Tensor y, int from) override;
   void barrier() override;
   std::unique_ptr<Communicator> split(int color, int key) override;
   double timeout_s() const { return timeout_s_; }

@@ -64,6 +64,11 @@ void SelfCommunicator::recv(Tensor x, int peer) {
   count(0, 0);
 }
 
+void SelfCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
+  send(x, to);
+  recv(y, from);
+}
+
 std::unique_ptr<Communicator> SelfCommunicator::split(int, int) {
   count(0, 0);
   return std::make_unique<SelfCommunicator>(backend_);

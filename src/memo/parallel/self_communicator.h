@@ -26,6 +26,7 @@ class SelfCommunicator final : public Communicator {
   void broadcast(Tensor x, int root) override;
   void send(ConstTensor x, int peer) override;
   void recv(Tensor x, int peer) override;
+  void send_recv(ConstTensor x, int to, Tensor y, int from) override;
   void barrier() override { count(0, 0); }
   std::unique_ptr<Communicator> split(int color, int key) override;
 

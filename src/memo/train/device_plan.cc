@@ -62,7 +62,10 @@ DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t 
       out.activations.arena_bytes);
   if (!out.fits()) {
     out.advice.smallest_budget_bytes = out.need.total_bytes();
-    const int64_t short_seq = std::max<int64_t>(1, seq / 4);
+    // under context parallelism a traced sequence must split into 2C chunks
+    const Communicator* cp = model.context_parallel_group();
+    const int64_t unit = cp ? 2 * int64_t(cp->size()) : 1;
+    const int64_t short_seq = std::max<int64_t>(unit, seq / 4 / unit * unit);
     const Trace other = short_seq == seq ? out.activations.trace
                                          : trace_model_step(model, batch, short_seq, make_strategy);
     out.advice.longest_seq = longest_fitting_seq(out.activations.trace, other,

@@ -38,6 +38,7 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
   const float grad_scale = 1.0f / float(tokens);
   if (probe_) probe_->set_micro_steps(micro_steps, ranks);
   model_.zero_grads();
+  Communicator* const cp = model_.context_parallel_group();
   double loss_sum = 0.0;
   // rank r runs micro-batches [r k, (r + 1) k) of the step's k P: the windows of one process
   const int64_t first = int64_t(data_parallel_.rank()) * micro_steps;
@@ -45,10 +46,16 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
     source_(step, first + micro, inputs_.data(), targets_.data(), shape_.micro_batch);
     loss_sum += model_.forward_backward(inputs_.data(), targets_.data(), shape_.micro_batch,
                                         shape_.seq, grad_scale, strategy_, alloc_);
+    // the probe reads each micro-batch's whole gradient: under context parallelism the sum of
+    // the group's shares
+    if (probe_ && cp) cp->all_reduce_sum(grads);
     if (probe_) probe_->after_micro(model_.grads(), micro);
   }
-  // The gradient-reduction hook: the data-parallel ranks' gradients summed (each is already
-  // scaled by the global token count), and their losses.
+  // The gradient-reduction hook: the context-parallel shares of each micro-batch, then the
+  // data-parallel ranks' gradients summed (each is already scaled by the global token count), and
+  // their losses (forward_backward returns each micro-batch's whole loss on every rank of a
+  // context-parallel group).
+  if (cp && !probe_) cp->all_reduce_sum(grads);
   data_parallel_.all_reduce_sum(grads);
   if (ranks > 1) data_parallel_.all_reduce_sum(std::span<double>(&loss_sum, 1));
   StepGradients g;

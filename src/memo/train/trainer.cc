@@ -221,8 +221,17 @@ StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoin
   return StepSchedule(scaling::BatchSchedule(noise_schedule_options(o)));
 }
 
+// The context-parallel layout of a job of `ranks` processes: C ranks share each sequence.
+void check_context_parallel(const TrainOptions& o, int ranks) {
+  if (o.cp < 1 || ranks % o.cp != 0)
+    throw ConfigError(str("--cp ", o.cp, " does not divide the job's ", ranks,
+                          " processes; use a divisor of the process count"));
+  check_context_parallel_seq(o.seq, o.cp);
+  if (o.cp > 1 && o.batch_schedule) throw ConfigError("--batch-schedule noise runs without --cp");
+}
+
 // What a run over several processes supports today: a fixed batch whose micro-batches split
-// evenly over the ranks.
+// evenly over the data-parallel ranks.
 void check_data_parallel(const TrainOptions& o, int ranks) {
   if (o.zero != 0 && o.zero != 1)
     throw ConfigError(str("--zero ", o.zero, " is not a stage memo runs; use 0 or 1"));
@@ -288,7 +297,7 @@ void restore_training_state(Optimizer& opt, Backend& backend, GradNoiseProbe* pr
 // matrix product: a forced OpenBLAS core the CPU cannot run crashes at the first sgemm).
 void print_run_header(std::ostream& progress, const Model& model, const TrainOptions& o,
                       const Optimizer& opt, int64_t train_tokens, int64_t micro_steps,
-                      const Communicator& data_parallel) {
+                      const Communicator& data_parallel, const Communicator* context_parallel) {
   const ModelConfig& config = model.config();
   progress << "memo: " << model.layout().count() << " parameters (" << config.num_hidden_layers
            << " layers, hidden " << config.hidden_size << "), " << train_tokens
@@ -300,6 +309,10 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
     progress << "memo: data parallel over " << data_parallel.size() << " processes ("
              << data_parallel.name() << "), " << micro_steps / data_parallel.size()
              << " micro-batches each per step\n";
+  if (context_parallel)
+    progress << "memo: context parallel over " << context_parallel->size()
+             << " processes: each sequence in " << 2 * context_parallel->size() << " chunks of "
+             << o.seq / (2 * context_parallel->size()) << " tokens, 2 per process\n";
   if (const std::string w = cpu::blas_warning(); !w.empty())
     progress << "memo: warning: " << w << "\n";
 }
@@ -338,7 +351,8 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
                           double mfu, const ActivationAllocator& alloc,
                           const ActivationStrategy& strategy, const GradNoiseProbe* probe,
                           const std::optional<scaling::BatchChange>& change,
-                          const Communicator& data_parallel, int zero) {
+                          const Communicator& data_parallel, const Communicator* context_parallel,
+                          int zero) {
   nlohmann::json record{{"step", run.step},
                         {"loss", g.loss},
                         {"lr", run.lr},
@@ -353,11 +367,17 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
                         {"device_peak_bytes", alloc.peak_live_bytes()},
                         {"host_peak_bytes", strategy.host_peak_bytes()}};
   record.update(probe ? probe->log_fields() : gns_null_fields());
-  // the layout, and what rank 0 sent over the data-parallel group in this step
-  record["ranks"] = data_parallel.size();
+  // the layout, and what rank 0 sent over its data- and context-parallel groups in this step
+  const int cp = context_parallel ? context_parallel->size() : 1;
+  record["ranks"] = data_parallel.size() * cp;
+  record["cp"] = cp;
   record["zero"] = zero;
   record["comm_bytes"] = data_parallel.counters().bytes_sent;
   record["comm_s"] = data_parallel.counters().seconds;
+  if (context_parallel) {
+    record["cp_comm_bytes"] = context_parallel->counters().bytes_sent;
+    record["cp_comm_s"] = context_parallel->counters().seconds;
+  }
   if (change) record["batch_change"] = change->to_json();
   return record;
 }
@@ -382,9 +402,18 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
 
   Backend& backend = backend_in ? *backend_in : cpu_backend();
   SelfCommunicator self(backend);
-  Communicator& data_parallel = world ? *world : self;
+  Communicator& job = world ? *world : self;
+  check_context_parallel(o, job.size());
+  // groups of o.cp consecutive ranks share sequences; rank r is data-parallel rank r / cp
+  std::unique_ptr<Communicator> cp_group, dp_group;
+  if (o.cp > 1) {
+    cp_group = job.split(job.rank() / o.cp, job.rank() % o.cp);
+    dp_group = job.split(job.rank() % o.cp, job.rank() / o.cp);
+  }
+  Communicator& data_parallel = dp_group ? *dp_group : job;
   check_data_parallel(o, data_parallel.size());
   Model model(config, backend);
+  model.set_context_parallel(cp_group.get());
   start_weights(model, o, resume);
   // ZeRO-1: this rank's optimiser covers its shard's tensors only
   const std::vector<ZeroShard> shards =
@@ -442,7 +471,8 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
              << model.layout().total_numel() << " parameter slots on rank 0\n";
   }
   const double flops_per_token = train_flops_per_token(config, o.seq);
-  print_run_header(progress, model, o, opt, data.train.num_tokens(), micro_steps, data_parallel);
+  print_run_header(progress, model, o, opt, data.train.num_tokens(), micro_steps, data_parallel,
+                   cp_group.get());
   if (plan.noise()) progress << plan.summary() << "\n";
   const double peak_flops = backend.measure_matmul_peak_flops(0.5);  // the MFU denominator
   if (resume)
@@ -460,6 +490,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
     const auto t0 = Clock::now();
     alloc.reset_peak();
     data_parallel.reset_counters();
+    if (cp_group) cp_group->reset_counters();
     const StepGradients g = train_step.gradients(step, run.micro_steps / data_parallel.size());
     if (!std::isfinite(g.loss))
       throw Error(str("loss is ", g.loss, " at step ", step,
@@ -473,7 +504,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
     const double step_s = seconds_since(t0);
     const double flops_per_step = flops_per_token * double(run.tokens);
     const double tokens_per_s = double(run.tokens) / step_s;
-    const double mfu = flops_per_step / step_s / (peak_flops * double(data_parallel.size()));
+    const double mfu = flops_per_step / step_s / (peak_flops * double(job.size()));
     result.steps_done = step;
     result.final_loss = g.loss;
     // The last step's record carries the validation loss (on windows in order from the start of
@@ -486,7 +517,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     if (log) {
       nlohmann::json record = log_record(run, g, tokens_per_s, mfu, alloc, *strategy, probe_ptr,
-                                         change, data_parallel, o.zero);
+                                         change, data_parallel, cp_group.get(), o.zero);
       if (val && val->tokens > 0) {
         record["val_loss"] = *result.val_loss;
         record["val_tokens"] = val->tokens;
@@ -516,7 +547,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
                                                model.layout(), shards, data_parallel)
                       : GatheredState{opt.state(), {}, {}};
       if (lead) result.checkpoint = save(o, model, opt, state.tensors, probe_ptr, plan, step);
-      if (data_parallel.size() > 1) data_parallel.barrier();
+      if (job.size() > 1) job.barrier();
     }
   }
   progress << "checkpoint: " << result.checkpoint << "\n";

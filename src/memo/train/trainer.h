@@ -52,6 +52,9 @@ struct TrainOptions {
   // --zero 1: shard the optimiser state and update over the data-parallel ranks (train/zero.h);
   // 0: every rank keeps all of it. Not pinned by a checkpoint: a run resumes on either.
   int zero = 0;
+  // --cp C: context parallelism (model/context_parallel.h) over groups of C consecutive ranks; the
+  // job's P ranks are P / C data-parallel groups of them. 1: every rank is data parallel.
+  int cp = 1;
   StrategyOptions activations;  // where skeletal activations live (--activations and its flags)
   // --batch-schedule noise (scaling/batch_schedule.h): the controller's own flags (max_batch, 0:
   // 16 x batch; noise_multiple, hysteresis, patience, min_observations, law, law_params); train()

@@ -7,8 +7,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <vector>
 
+#include "memo/backend/caching_allocator.h"
+#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/model/architecture.h"
+#include "memo/model/context_parallel.h"
 #include "memo/parallel/mpi_communicator.h"
 
 namespace memo {
@@ -84,6 +89,107 @@ TEST(MpiCommunicator, broadcast_and_a_ring_of_sends) {
     w.send(ConstTensor(mine.data(), {3}), next);
   }
   for (float v : got) EXPECT_EQ(v, float(prev));
+}
+
+// Every rank sends and receives at once, 4 MiB each way: past Open MPI's eager limit, where a
+// ring of blocking sends would wait for receives that are never posted.
+TEST(MpiCommunicator, send_recv_passes_a_large_block_round_the_ring) {
+  MpiCommunicator& w = *g_world;
+  const int next = (w.rank() + 1) % w.size(), prev = (w.rank() + w.size() - 1) % w.size();
+  const int64_t n = int64_t(1) << 20;
+  std::vector<float> mine(static_cast<size_t>(n)), got(static_cast<size_t>(n), -1.0f);
+  for (int64_t i = 0; i < n; ++i) mine[size_t(i)] = value(w.rank(), i);
+  w.reset_counters();
+  w.send_recv(ConstTensor(mine.data(), {n}), next, Tensor(got.data(), {n}), prev);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], value(prev, i)) << i;
+  EXPECT_EQ(w.counters().bytes_sent, 4 * n);
+  EXPECT_EQ(w.counters().bytes_received, 4 * n);
+}
+
+// Ring attention (model/context_parallel.h) on this rank's chunks gives what one process's causal
+// attention over the whole sequences gives on the same rows: o, lse, dq, dk, dv. The softmax sums
+// the same terms grouped by key block, so agreement is to fp32 rounding: measured up to ~1e-6
+// (relative to 1 + |value|) for these sizes; 2e-5 still catches one wrongly visible block (~1e-2).
+TEST(RingAttention, matches_one_process_attention_on_every_rank) {
+  MpiCommunicator& w = *g_world;
+  Backend& be = cpu_backend();
+  const int64_t C = w.size(), B = 2, H = 4, Hkv = 2, D = 16, QD = H * D, KD = Hkv * D;
+  for (const int64_t n : {int64_t(24), int64_t(80)}) {  // 80: a full and a partial 64-row tile
+    const int64_t S = 2 * C * n, T = B * S, Tl = T / C;
+    std::mt19937 rng(7);  // the same tensors on every rank
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    auto random = [&](int64_t numel) {
+      std::vector<float> x(static_cast<size_t>(numel));
+      for (float& e : x) e = normal(rng);
+      return x;
+    };
+    std::vector<float> q = random(T * QD), k = random(T * KD), v = random(T * KD),
+                       dout = random(T * QD);
+    // one process
+    std::vector<float> o(size_t(T * QD)), lse(size_t(B * H * S)), dq(q.size()), dk(k.size()),
+        dv(v.size());
+    std::vector<float> scratch(size_t(std::max(be.attention_forward_scratch_numel(D),
+                                               be.attention_backward_scratch_numel(S, D, H, Hkv))));
+    const Tensor sc(scratch.data(), {int64_t(scratch.size())});
+    be.attention_forward(Tensor(o.data(), {T, QD}), Tensor(lse.data(), {B, H, S}),
+                         ConstTensor(q.data(), {T, QD}), ConstTensor(k.data(), {T, KD}),
+                         ConstTensor(v.data(), {T, KD}), B, H, Hkv, sc, AttnMask::kCausal);
+    be.attention_backward(Tensor(dq.data(), {T, QD}), Tensor(dk.data(), {T, KD}),
+                          Tensor(dv.data(), {T, KD}), ConstTensor(dout.data(), {T, QD}),
+                          ConstTensor(q.data(), {T, QD}), ConstTensor(k.data(), {T, KD}),
+                          ConstTensor(v.data(), {T, KD}), ConstTensor(o.data(), {T, QD}),
+                          ConstTensor(lse.data(), {B, H, S}), B, H, Hkv, sc, AttnMask::kCausal);
+    // this rank's rows, chunk-major (Note [Context parallel layout])
+    const ContextParallel cp{&w, S};
+    auto full_row = [&](int64_t local) {
+      const int64_t sl = local / (B * n), b = local / n % B, t = local % n;
+      return b * S + cp.chunk(int(sl)) * n + t;
+    };
+    auto local_rows = [&](const std::vector<float>& full, int64_t width) {
+      std::vector<float> out(size_t(Tl * width));
+      for (int64_t r = 0; r < Tl; ++r)
+        std::copy_n(&full[size_t(full_row(r) * width)], width, &out[size_t(r * width)]);
+      return out;
+    };
+    std::vector<float> ql = local_rows(q, QD), kl = local_rows(k, KD), vl = local_rows(v, KD),
+                       doutl = local_rows(dout, QD);
+    std::vector<float> ol(ql.size()), lsel(size_t(B * H * 2 * n)), dql(ql.size()), dkl(kl.size()),
+        dvl(vl.size());
+    CachingAllocator alloc;
+    const LayerContext ctx{nullptr, B, 2 * n, {}, {}, &alloc, &be, Parallel{}, DType::kF32, &cp};
+    ring_attention_forward(Tensor(ol.data(), {Tl, QD}), Tensor(lsel.data(), {B, H, 2 * n}),
+                           ConstTensor(ql.data(), {Tl, QD}), ConstTensor(kl.data(), {Tl, KD}),
+                           ConstTensor(vl.data(), {Tl, KD}), H, Hkv, ctx);
+    ring_attention_backward(Tensor(dql.data(), {Tl, QD}), Tensor(dkl.data(), {Tl, KD}),
+                            Tensor(dvl.data(), {Tl, KD}), ConstTensor(doutl.data(), {Tl, QD}),
+                            ConstTensor(ql.data(), {Tl, QD}), ConstTensor(kl.data(), {Tl, KD}),
+                            ConstTensor(vl.data(), {Tl, KD}), ConstTensor(ol.data(), {Tl, QD}),
+                            ConstTensor(lsel.data(), {B, H, 2 * n}), H, Hkv, ctx);
+    double worst = 0.0;
+    auto compare = [&](const std::vector<float>& got, const std::vector<float>& full, int64_t width,
+                       const char* what) {
+      for (int64_t r = 0; r < Tl; ++r)
+        for (int64_t c = 0; c < width; ++c) {
+          const double want = full[size_t(full_row(r) * width + c)];
+          const double err = std::abs(got[size_t(r * width + c)] - want) / (1.0 + std::abs(want));
+          worst = std::max(worst, err);
+          ASSERT_LT(err, 2e-5) << what << " row " << r << " col " << c << " n " << n;
+        }
+    };
+    compare(ol, o, QD, "o");
+    compare(dql, dq, QD, "dq");
+    compare(dkl, dk, KD, "dk");
+    compare(dvl, dv, KD, "dv");
+    for (int64_t sb = 0; sb < 2 * B; ++sb)  // lse as [2B, H, n]: (slot, b) chunks
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t b = sb % B, pos = cp.chunk(int(sb / B)) * n + t;
+          ASSERT_NEAR(lsel[size_t((sb * H + h) * n + t)], lse[size_t((b * H + h) * S + pos)], 2e-5)
+              << "lse";
+        }
+    if (w.rank() == 0)
+      std::printf("ring attention, n %lld: worst error %.2e\n", (long long)n, worst);
+  }
 }
 
 TEST(MpiCommunicator, split_makes_groups_by_color_ordered_by_key) {

@@ -163,12 +163,13 @@ void load_tile_t(float* dst, const ConstTensor& src, int64_t r0, int64_t n, int6
 // The shapes every entry point checks, in the dimension legend of STYLE.md.
 struct AttnShape {
   int64_t B, S, H, Hkv, G, D, dp;
+  bool causal;  // AttnMask::kCausal: key j visible to query i for j <= i; kFull: every key
   int64_t n_tiles() const { return (S + kT - 1) / kT; }
   int64_t tile_rows(int64_t t) const { return std::min(kT, S - t * kT); }
 };
 
-AttnShape attn_shape(const AttnDims& d) {
-  return {d.B, d.S, d.H, d.Hkv, d.G, d.D, padded_dim(d.D)};
+AttnShape attn_shape(const AttnDims& d, AttnMask mask) {
+  return {d.B, d.S, d.H, d.Hkv, d.G, d.D, padded_dim(d.D), mask == AttnMask::kCausal};
 }
 
 // Per-thread forward workspace, in floats: q, k^T, v, o-accumulator tiles (kT * dp each), the
@@ -198,15 +199,17 @@ void forward_query_tile(const Tensor& o, const Tensor& lse, const ConstTensor& q
   std::fill(acc, acc + kT * dp, 0.0f);
   std::fill(m, m + kT, -std::numeric_limits<float>::infinity());
   std::fill(l, l + kT, 0.0f);
-  for (int64_t kt = 0; kt <= qt; ++kt) {  // causal: key tiles after the query tile are skipped
+  // causal: key tiles after the query tile are skipped
+  const int64_t kt_last = s.causal ? qt : s.n_tiles() - 1;
+  for (int64_t kt = 0; kt <= kt_last; ++kt) {
     const int64_t nk = s.tile_rows(kt), krow0 = b * s.S + kt * kT;
     load_tile_t(kt_tile, k, krow0, nk, hk * s.D, s.D, dp);
     load_tile(v_tile, v, krow0, nk, hk * s.D, s.D, dp);
     tile_dot_nt(p, q_tile, kt_tile, dp);
     for (int64_t i = 0; i < kT; ++i) {
       float* pi = p + i * kT;
-      // Keys [0, visible) are visible to query row i: j <= i on the diagonal tile, real keys.
-      const int64_t visible = kt == qt ? std::min(i + 1, nk) : nk;
+      // Keys [0, visible) are visible to query row i: j <= i on a causal diagonal tile, real keys.
+      const int64_t visible = s.causal && kt == qt ? std::min(i + 1, nk) : nk;
       float mx = m[i];
 #pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < visible; ++j) {
@@ -299,7 +302,7 @@ void probs_and_dscores(const BackwardTiles& t, const AttnShape& s, int64_t qt, i
     float* pi = t.p + i * kT;
     float* dsi = t.ds + i * kT;
     // Keys [0, visible) are unmasked for query row i; none for padded rows.
-    const int64_t visible = i >= nq ? 0 : kt == qt ? std::min(i + 1, nk) : nk;
+    const int64_t visible = i >= nq ? 0 : s.causal && kt == qt ? std::min(i + 1, nk) : nk;
     const float lse_i = t.lse[i], delta_i = t.delta[i];
 #pragma omp simd
     for (int64_t j = 0; j < visible; ++j) pi[j] = pi[j] * scale - lse_i;
@@ -326,7 +329,7 @@ void backward_key_tile(const Tensor& dq, const Tensor& dk, const Tensor& dv, con
   std::fill(t.dv, t.dv + kT * dp, 0.0f);
   for (int64_t g = 0; g < s.G; ++g) {
     const int64_t h = hk * s.G + g;
-    for (int64_t qt = kt; qt < s.n_tiles(); ++qt) {
+    for (int64_t qt = s.causal ? kt : 0; qt < s.n_tiles(); ++qt) {
       load_query_side(t, a, s, b, h, qt);
       probs_and_dscores(t, s, qt, kt);
       tile_acc(t.dv, t.p, 1, kT, t.dout, dp);  // dv[j] += sum_i p[i][j] dO[i]: p transposed
@@ -358,7 +361,8 @@ void backward_query_tile(const Tensor& dq, const BackwardArgs& a, const AttnShap
   const int64_t dp = s.dp;
   load_query_side(t, a, s, b, h, qt);
   std::fill(t.dq, t.dq + kT * dp, 0.0f);
-  for (int64_t kt = 0; kt <= qt; ++kt) {
+  const int64_t kt_last = s.causal ? qt : s.n_tiles() - 1;
+  for (int64_t kt = 0; kt <= kt_last; ++kt) {
     load_key_side(t, a, s, b, h / s.G, kt);
     probs_and_dscores(t, s, qt, kt);
     tile_acc(t.dq, t.ds, kT, 1, t.k, dp);
@@ -376,9 +380,10 @@ int64_t attention_forward_scratch_numel(int64_t head_dim) {
 }
 
 void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
-                       int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch) {
+                       int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                       AttnMask mask) {
   const AttnShape s =
-      attn_shape(check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads));
+      attn_shape(check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads), mask);
   const int64_t per_thread = forward_thread_numel(s.dp);
   const int threads = omp_get_max_threads();
   MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread,
@@ -407,9 +412,10 @@ int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t 
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                         ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse, int64_t batch,
-                        int64_t n_heads, int64_t n_kv_heads, Tensor scratch) {
+                        int64_t n_heads, int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
   const AttnShape s = attn_shape(
-      check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads));
+      check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads),
+      mask);
   const int64_t per_thread = backward_thread_numel(s.dp);
   const int threads = omp_get_max_threads();
   MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread,

@@ -118,8 +118,8 @@ int64_t CpuBackend::attention_forward_scratch_numel(int64_t head_dim) {
 }
 void CpuBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
                                    ConstTensor v, int64_t batch, int64_t n_heads,
-                                   int64_t n_kv_heads, Tensor scratch) {
-  cpu::attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads, scratch);
+                                   int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+  cpu::attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads, scratch, mask);
 }
 int64_t CpuBackend::attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                                      int64_t n_kv_heads) {
@@ -128,8 +128,12 @@ int64_t CpuBackend::attention_backward_scratch_numel(int64_t seq, int64_t head_d
 void CpuBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
                                     ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,
                                     ConstTensor lse, int64_t batch, int64_t n_heads,
-                                    int64_t n_kv_heads, Tensor scratch) {
-  cpu::attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads, scratch);
+                                    int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+  cpu::attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads, scratch,
+                          mask);
+}
+void CpuBackend::attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) {
+  cpu::attention_merge(o, lse, o_part, lse_part);
 }
 int64_t CpuBackend::attention_decode_scratch_numel(int64_t keys) {
   return cpu::attention_decode_scratch_numel(keys);

@@ -56,14 +56,15 @@ class CpuBackend : public Backend {
                      float grad_scale) override;
   int64_t attention_forward_scratch_numel(int64_t head_dim) override;
   void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
-                         int64_t batch, int64_t n_heads, int64_t n_kv_heads,
-                         Tensor scratch) override;
+                         int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                         AttnMask mask) override;
   int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                            int64_t n_kv_heads) override;
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                           ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
-                          int64_t batch, int64_t n_heads, int64_t n_kv_heads,
-                          Tensor scratch) override;
+                          int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                          AttnMask mask) override;
+  void attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) override;
   int64_t attention_decode_scratch_numel(int64_t keys) override;
   void attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v, int64_t first,
                         int64_t n_heads, int64_t n_kv_heads, Tensor scratch) override;

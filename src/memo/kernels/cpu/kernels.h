@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "memo/backend/attn_mask.h"
 #include "memo/core/tensor.h"
 
 namespace memo::cpu {
@@ -105,17 +106,26 @@ void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const
 // --- causal self-attention with grouped-query heads, FlashAttention-2 tiling ---
 // q: [B*S, H*D]; k, v: [B*S, Hkv*D]; o: [B*S, H*D]; lse: [B, H, S] (natural log, of scaled scores).
 // o[b,s,h] = sum_{j<=s} softmax_j(q.k_j / sqrt(D)) v_j, with kv head h / (H / Hkv). The S x S
-// score matrix is never stored: tiles of at most kAttnTile x kAttnTile live in scratch.
+// score matrix is never stored: tiles of at most kAttnTile x kAttnTile live in scratch. With
+// AttnMask::kFull the sums run over every key j < S (q and k are then two different chunks of the
+// same length, the keys' chunk wholly before the queries').
 inline constexpr int64_t kAttnTile = 64;
 int64_t attention_forward_scratch_numel(int64_t head_dim);
 void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
-                       int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch);
+                       int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                       AttnMask mask = AttnMask::kCausal);
 // Recomputes scores tile by tile from q, k and lse. dq, dk, dv overwrite.
 int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                          int64_t n_kv_heads);
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                         ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse, int64_t batch,
-                        int64_t n_heads, int64_t n_kv_heads, Tensor scratch);
+                        int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                        AttnMask mask = AttnMask::kCausal);
+// Merges a second attention over other keys into (o, lse): with l = log(e^lse + e^lse_part),
+// o = o e^(lse - l) + o_part e^(lse_part - l), lse = l. o, o_part: [B*S, H*D]; lse, lse_part:
+// [B, H, S]. The partial outputs of a query block over disjoint key blocks merge into the output
+// over their union (FlashAttention's online softmax across ranks, ring attention).
+void attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part);
 
 // --- causal attention of new rows over a key/value cache (generation) ---
 // q, o: [n, H*D], the rows at positions first .. first+n-1; k, v: [first + n, Hkv*D], every key

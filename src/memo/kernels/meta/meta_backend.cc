@@ -90,7 +90,7 @@ int64_t MetaBackend::attention_forward_scratch_numel(int64_t head_dim) {
 }
 void MetaBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
                                     ConstTensor v, int64_t batch, int64_t n_heads,
-                                    int64_t n_kv_heads, Tensor scratch) {
+                                    int64_t n_kv_heads, Tensor scratch, AttnMask) {
   const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
   check_scratch("attention_forward", scratch, target_.attention_forward_scratch_numel(d.D));
 }
@@ -101,11 +101,14 @@ int64_t MetaBackend::attention_backward_scratch_numel(int64_t seq, int64_t head_
 void MetaBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
                                      ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,
                                      ConstTensor lse, int64_t batch, int64_t n_heads,
-                                     int64_t n_kv_heads, Tensor scratch) {
+                                     int64_t n_kv_heads, Tensor scratch, AttnMask) {
   const AttnDims d =
       check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
   check_scratch("attention_backward", scratch,
                 target_.attention_backward_scratch_numel(d.S, d.D, d.H, d.Hkv));
+}
+void MetaBackend::attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) {
+  check_attention_merge(o, lse, o_part, lse_part);
 }
 int64_t MetaBackend::attention_decode_scratch_numel(int64_t keys) {
   return target_.attention_decode_scratch_numel(keys);
