@@ -25,6 +25,7 @@ std::ostream& operator<<(std::ostream& out, const AttnCase& c) {
 // All tensors of one case, in float (kernel) and double (reference) copies of the same values.
 struct AttnData {
   AttnCase c;
+  AttnMask mask = AttnMask::kCausal;
   int64_t T, qc, kc;  // rows, q columns, k columns
   std::vector<float> q, k, v, dout, o, lse, dq, dk, dv, scratch;
   std::vector<double> q64, k64, v64, dout64, o64, lse64, dq64, dk64, dv64;
@@ -64,24 +65,24 @@ struct AttnData {
     Tensor s(scratch.data(), {int64_t(scratch.size())});
     attention_forward(Tensor(o.data(), {T, qc}), Tensor(lse.data(), {c.B, c.H, c.S}),
                       ConstTensor(q.data(), {T, qc}), ConstTensor(k.data(), {T, kc}),
-                      ConstTensor(v.data(), {T, kc}), c.B, c.H, c.Hkv, s);
+                      ConstTensor(v.data(), {T, kc}), c.B, c.H, c.Hkv, s, mask);
     attention_backward(Tensor(dq.data(), {T, qc}), Tensor(dk.data(), {T, kc}),
                        Tensor(dv.data(), {T, kc}), ConstTensor(dout.data(), {T, qc}),
                        ConstTensor(q.data(), {T, qc}), ConstTensor(k.data(), {T, kc}),
                        ConstTensor(v.data(), {T, kc}), ConstTensor(o.data(), {T, qc}),
-                       ConstTensor(lse.data(), {c.B, c.H, c.S}), c.B, c.H, c.Hkv, s);
+                       ConstTensor(lse.data(), {c.B, c.H, c.S}), c.B, c.H, c.Hkv, s, mask);
   }
 
   void run_reference() {
     attention_forward_ref(
         View<double>(o64.data(), {T, qc}), View<double>(lse64.data(), {c.B, c.H, c.S}),
         View<const double>(q64.data(), {T, qc}), View<const double>(k64.data(), {T, kc}),
-        View<const double>(v64.data(), {T, kc}), c.B, c.H, c.Hkv);
+        View<const double>(v64.data(), {T, kc}), c.B, c.H, c.Hkv, mask);
     attention_backward_ref(
         View<double>(dq64.data(), {T, qc}), View<double>(dk64.data(), {T, kc}),
         View<double>(dv64.data(), {T, kc}), View<const double>(dout64.data(), {T, qc}),
         View<const double>(q64.data(), {T, qc}), View<const double>(k64.data(), {T, kc}),
-        View<const double>(v64.data(), {T, kc}), c.B, c.H, c.Hkv);
+        View<const double>(v64.data(), {T, kc}), c.B, c.H, c.Hkv, mask);
   }
 };
 
@@ -130,6 +131,46 @@ std::vector<AttnCase> attention_cases() {
   cases.push_back({3, 7, 8, 8, 12});
   cases.push_back({1, 200, 1, 1, 12});
   return cases;
+}
+
+// Every key visible (a context-parallel rank's block over an earlier chunk): the same bounds.
+TEST_P(AttentionVsReference, full_mask_matches_float64) {
+  AttnData data(GetParam(), 1.0, 43);
+  data.mask = AttnMask::kFull;
+  data.run_kernels();
+  data.run_reference();
+  EXPECT_LT(max_err(data.o, data.o64), kFwdTol);
+  EXPECT_LT(max_err(data.lse, data.lse64), kFwdTol);
+  EXPECT_LT(max_err(data.dq, data.dq64), kBwdTol);
+  EXPECT_LT(max_err(data.dk, data.dk64), kBwdTol);
+  EXPECT_LT(max_err(data.dv, data.dv64), kBwdTol);
+}
+
+// The second half of a sequence attends causally to itself and fully to the first half; merging
+// the two by their log-sum-exp gives the causal attention of the whole sequence on those rows.
+TEST(Attention, merge_of_two_key_blocks_equals_attention_over_both) {
+  const int64_t n = 70, H = 4, Hkv = 2, D = 16, QD = H * D, KD = Hkv * D;
+  AttnData whole({1, 2 * n, H, Hkv, D}, 1.0, 5);
+  whole.run_reference();
+  std::vector<float> scratch(size_t(attention_forward_scratch_numel(D)));
+  const Tensor s(scratch.data(), {int64_t(scratch.size())});
+  auto rows = [&](std::vector<float>& x, int64_t width, int64_t r0) {
+    return Tensor(x.data() + r0 * width, {n, width});
+  };
+  std::vector<float> o(size_t(n * QD)), lse(size_t(H * n)), o_part(o.size()), lse_part(lse.size());
+  attention_forward(Tensor(o.data(), {n, QD}), Tensor(lse.data(), {1, H, n}), rows(whole.q, QD, n),
+                    rows(whole.k, KD, n), rows(whole.v, KD, n), 1, H, Hkv, s, AttnMask::kCausal);
+  attention_forward(Tensor(o_part.data(), {n, QD}), Tensor(lse_part.data(), {1, H, n}),
+                    rows(whole.q, QD, n), rows(whole.k, KD, 0), rows(whole.v, KD, 0), 1, H, Hkv, s,
+                    AttnMask::kFull);
+  attention_merge(Tensor(o.data(), {n, QD}), Tensor(lse.data(), {1, H, n}),
+                  ConstTensor(o_part.data(), {n, QD}), ConstTensor(lse_part.data(), {1, H, n}));
+  const std::vector<double> want_o(whole.o64.begin() + n * QD, whole.o64.end());
+  std::vector<double> want_lse;
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t t = n; t < 2 * n; ++t) want_lse.push_back(whole.lse64[size_t(h * 2 * n + t)]);
+  EXPECT_LT(max_err(o, want_o), kFwdTol);
+  EXPECT_LT(max_err(lse, want_lse), kFwdTol);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionVsReference, ::testing::ValuesIn(attention_cases()),

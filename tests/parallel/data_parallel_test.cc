@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "../cli/cli_test_util.h"
+#include "mpi_launch.h"
 #include "test_util.h"
 
 namespace memo {
@@ -23,18 +24,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::losses;
+using test::mpirun;
+using test::records;
 
 const char* kTinyConfig = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
   "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
-
-// mpirun as the tests need it: root allowed (CI), more ranks than cores, one thread per rank, no
-// leak check of Open MPI's own allocations under AddressSanitizer.
-std::string mpirun(int ranks) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
-         "ASAN_OPTIONS=detect_leaks=0 mpirun --oversubscribe --bind-to none -np " +
-         std::to_string(ranks) + " ";
-}
 
 class DataParallel : public ::testing::Test {
  protected:
@@ -50,13 +45,6 @@ class DataParallel : public ::testing::Test {
   }
   test::TempDir dir;
 };
-
-std::vector<nlohmann::json> records(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
 
 TEST_F(DataParallel, two_and_four_ranks_match_one_process) {
   const std::string one = dir / "one", two = dir / "two", four = dir / "four";

@@ -11,6 +11,8 @@ namespace {
 
 struct RefShape {
   int64_t S, D, H, Hkv, G;
+  bool causal = true;
+  int64_t last_key(int64_t i) const { return causal ? i : S - 1; }
 };
 
 RefShape check_ref_shapes(const View<const double>& q, const View<const double>& k,
@@ -26,8 +28,8 @@ RefShape check_ref_shapes(const View<const double>& q, const View<const double>&
   return {q.rows() / batch, D, n_heads, n_kv_heads, n_heads / n_kv_heads};
 }
 
-// For one (b, h): p[i*S + j] = exp(s_ij - lse_i) for j <= i and 0 above the diagonal;
-// lse[i] = log sum_{j<=i} exp(s_ij), s_ij = q_i.k_j / sqrt(D).
+// For one (b, h): p[i*S + j] = exp(s_ij - lse_i) for j <= last_key(i) and 0 after;
+// lse[i] = log sum_{j<=last_key(i)} exp(s_ij), s_ij = q_i.k_j / sqrt(D).
 void ref_probs(std::vector<double>& p, std::vector<double>& lse, const View<const double>& q,
                const View<const double>& k, const RefShape& s, int64_t b, int64_t h) {
   const double scale = 1.0 / std::sqrt(double(s.D));
@@ -37,7 +39,7 @@ void ref_probs(std::vector<double>& p, std::vector<double>& lse, const View<cons
   for (int64_t i = 0; i < s.S; ++i) {
     double* row = &p[i * s.S];
     double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = 0; j <= s.last_key(i); ++j) {
       double dot = 0.0;
       for (int64_t d = 0; d < s.D; ++d)
         dot += q(b * s.S + i, h * s.D + d) * k(b * s.S + j, hk * s.D + d);
@@ -45,9 +47,9 @@ void ref_probs(std::vector<double>& p, std::vector<double>& lse, const View<cons
       mx = std::max(mx, row[j]);
     }
     double sum = 0.0;
-    for (int64_t j = 0; j <= i; ++j) sum += std::exp(row[j] - mx);
+    for (int64_t j = 0; j <= s.last_key(i); ++j) sum += std::exp(row[j] - mx);
     lse[i] = mx + std::log(sum);
-    for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(row[j] - lse[i]);
+    for (int64_t j = 0; j <= s.last_key(i); ++j) row[j] = std::exp(row[j] - lse[i]);
   }
 }
 
@@ -55,8 +57,9 @@ void ref_probs(std::vector<double>& p, std::vector<double>& lse, const View<cons
 
 void attention_forward_ref(View<double> o, View<double> lse, View<const double> q,
                            View<const double> k, View<const double> v, int64_t batch,
-                           int64_t n_heads, int64_t n_kv_heads) {
-  const RefShape s = check_ref_shapes(q, k, v, batch, n_heads, n_kv_heads);
+                           int64_t n_heads, int64_t n_kv_heads, AttnMask mask) {
+  RefShape s = check_ref_shapes(q, k, v, batch, n_heads, n_kv_heads);
+  s.causal = mask == AttnMask::kCausal;
   MEMO_CHECK(same_shape(o, q) && lse.shape() == Shape({batch, n_heads, s.S}),
              "attention_forward_ref: o ", o.shape(), " lse ", lse.shape());
   std::vector<double> p, row_lse;
@@ -68,7 +71,8 @@ void attention_forward_ref(View<double> o, View<double> lse, View<const double> 
         lse(b, h, i) = row_lse[i];
         for (int64_t d = 0; d < s.D; ++d) {
           double acc = 0.0;
-          for (int64_t j = 0; j <= i; ++j) acc += p[i * s.S + j] * v(b * s.S + j, hk * s.D + d);
+          for (int64_t j = 0; j <= s.last_key(i); ++j)
+            acc += p[i * s.S + j] * v(b * s.S + j, hk * s.D + d);
           o(b * s.S + i, h * s.D + d) = acc;
         }
       }
@@ -78,8 +82,9 @@ void attention_forward_ref(View<double> o, View<double> lse, View<const double> 
 void attention_backward_ref(View<double> dq, View<double> dk, View<double> dv,
                             View<const double> dout, View<const double> q, View<const double> k,
                             View<const double> v, int64_t batch, int64_t n_heads,
-                            int64_t n_kv_heads) {
-  const RefShape s = check_ref_shapes(q, k, v, batch, n_heads, n_kv_heads);
+                            int64_t n_kv_heads, AttnMask mask) {
+  RefShape s = check_ref_shapes(q, k, v, batch, n_heads, n_kv_heads);
+  s.causal = mask == AttnMask::kCausal;
   MEMO_CHECK(same_shape(dq, q) && same_shape(dout, q) && same_shape(dk, k) && same_shape(dv, v),
              "attention_backward_ref: dq ", dq.shape(), " dout ", dout.shape(), " dk ", dk.shape(),
              " dv ", dv.shape());
@@ -96,13 +101,13 @@ void attention_backward_ref(View<double> dq, View<double> dk, View<double> dv,
       const int64_t r0 = b * s.S;
       for (int64_t i = 0; i < s.S; ++i) {
         double row_dot = 0.0;  // sum_j p_ij dp_ij
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j <= s.last_key(i); ++j) {
           dp[j] = 0.0;
           for (int64_t d = 0; d < s.D; ++d)
             dp[j] += dout(r0 + i, h * s.D + d) * v(r0 + j, hk * s.D + d);
           row_dot += p[i * s.S + j] * dp[j];
         }
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j <= s.last_key(i); ++j) {
           const double pij = p[i * s.S + j];
           const double ds = pij * (dp[j] - row_dot);
           for (int64_t d = 0; d < s.D; ++d) {

@@ -1,0 +1,182 @@
+// memo train --cp under mpirun (model/context_parallel.h): each sequence split over C ranks, keys
+// and values round a ring. The same losses, gradient norms, validation loss and weights as one
+// process within fp32 rounding; the activation strategies bit-identical to each other under it;
+// data and context parallelism together, with ZeRO-1 and a planned arena; layouts that do not
+// split refused on every rank with one line.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../cli/cli_test_util.h"
+#include "memo/io/checkpoint.h"
+#include "memo/io/config_json.h"
+#include "memo/io/safetensors.h"
+#include "memo/model/params.h"
+#include "mpi_launch.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+namespace fs = std::filesystem;
+using test::losses;
+using test::mpirun;
+using test::records;
+
+const char* kLlama = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
+  "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
+const char* kGpt2 = R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4,
+  "n_inner": 64, "vocab_size": 256, "n_positions": 256, "layer_norm_epsilon": 1e-5})";
+
+// Tolerance of a context-parallel run against one process. Ring attention adds the same softmax
+// terms grouped by key block: its outputs and gradients differ from one process's by ~1e-6
+// relative (tests/parallel/mpi: RingAttention); the loss averages them over every token and a few
+// AdamW steps carry them on, measured at ~1e-9 relative. 1e-5 leaves room for other shapes and
+// still catches a wrong mask, position or reduction (each moves the loss by >= 1e-3).
+constexpr double kTol = 1e-5;
+
+class ContextParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::write_text(dir / "llama.json", kLlama);
+    test::write_text(dir / "gpt2.json", kGpt2);
+    test::write_text(dir / "data.txt", test::corpus(40000));
+  }
+  // 4 sequences of `seq` tokens per step in micro-batches of 2.
+  std::string train_cmd(const std::string& config, const std::string& out, int64_t seq,
+                        const std::string& extra) const {
+    return test::memo_bin() + " train --config " + dir.str(config) + " --data " +
+           dir.str("data.txt") + " --seq " + std::to_string(seq) +
+           " --batch 4 --micro-batch 2 --lr 3e-3 --warmup 2 --val-batches 2 --out " + out +
+           " --log " + out + ".jsonl " + extra;
+  }
+  test::TempDir dir;
+};
+
+double relative(double got, double want) { return std::abs(got - want) / std::abs(want); }
+
+// Largest |a - b| / (1 + |b|) over every tensor of two checkpoints' model.safetensors.
+double weights_difference(const std::string& run_a, const std::string& run_b) {
+  const SafetensorsFile a(find_latest_checkpoint(run_a) / kModelFile);
+  const SafetensorsFile b(find_latest_checkpoint(run_b) / kModelFile);
+  EXPECT_EQ(a.names(), b.names());
+  double worst = 0.0;
+  for (const std::string& name : a.names()) {
+    std::vector<float> x(static_cast<size_t>(a.numel(name))), y(x.size());
+    a.read_into(name, x.data(), int64_t(x.size()));
+    b.read_into(name, y.data(), int64_t(y.size()));
+    for (size_t i = 0; i < x.size(); ++i)
+      worst = std::max(worst, double(std::abs(x[i] - y[i])) / (1.0 + std::abs(y[i])));
+  }
+  return worst;
+}
+
+void expect_close_runs(const std::string& got, const std::string& want, int cp, int ranks) {
+  const auto a = records(want + ".jsonl"), b = records(got + ".jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LT(relative(b[i]["loss"], a[i]["loss"]), kTol) << got << " step " << i + 1;
+    EXPECT_LT(relative(b[i]["grad_norm"], a[i]["grad_norm"]), kTol) << got << " step " << i + 1;
+    EXPECT_EQ(b[i]["cp"], cp);
+    EXPECT_EQ(b[i]["ranks"], ranks);
+    EXPECT_GT(b[i]["cp_comm_bytes"].get<int64_t>(), 0);  // the ring moved keys and values
+  }
+  EXPECT_LT(relative(b.back()["val_loss"], a.back()["val_loss"]), kTol) << got;
+  EXPECT_LT(weights_difference(got, want), kTol) << got;
+}
+
+TEST_F(ContextParallel, two_and_four_ranks_match_one_process) {
+  const std::string one = dir / "one";
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd("llama.json", one, 64, "--steps 4"))
+                .exit_code,
+            0);
+  const std::string cp2 = dir / "cp2", cp4 = dir / "cp4", dp2cp2 = dir / "dp2cp2";
+  const test::CommandResult r2 =
+      test::run_command(mpirun(2) + train_cmd("llama.json", cp2, 64, "--steps 4 --cp 2"));
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  EXPECT_NE(r2.output.find("context parallel over 2 processes: each sequence in 4 chunks of 16"),
+            std::string::npos)
+      << r2.output;
+  const test::CommandResult r4 =
+      test::run_command(mpirun(4) + train_cmd("llama.json", cp4, 64, "--steps 4 --cp 4"));
+  ASSERT_EQ(r4.exit_code, 0) << r4.output;
+  // data parallel over 2 groups of 2 context-parallel ranks, the optimiser sharded over the 2
+  const test::CommandResult r22 = test::run_command(
+      mpirun(4) + train_cmd("llama.json", dp2cp2, 64, "--steps 4 --cp 2 --zero 1"));
+  ASSERT_EQ(r22.exit_code, 0) << r22.output;
+  EXPECT_NE(r22.output.find("data parallel over 2 processes"), std::string::npos) << r22.output;
+  expect_close_runs(cp2, one, 2, 2);
+  expect_close_runs(cp4, one, 4, 4);
+  expect_close_runs(dp2cp2, one, 2, 4);
+  // What rank 0 sent in step 1, to the byte: the ring of Note [Context parallel layout], the loss
+  // of each micro-batch, and the gradients summed over the group after each micro-batch (the
+  // noise-scale probe reads them); a data-parallel group of one sends nothing.
+  const int64_t grads = ParamLayout(load_model_config(dir / "llama.json")).total_numel();
+  auto cp_bytes = [grads](int64_t C, int64_t micro) {
+    const int64_t block = 2 * 64 / C * 16 * 4;  // [T/C, Hkv D] floats: B 2, S 64, Hkv D 16
+    const int64_t ring = 2 * micro * ((C - 1) * 2 * block + (C - 1) * 4 * block + 2 * block);
+    return ring + micro * 8 * (C - 1) + micro * (2 * grads * 4 * (C - 1) / C);
+  };
+  EXPECT_EQ(records(cp2 + ".jsonl")[0]["cp_comm_bytes"].get<int64_t>(), cp_bytes(2, 2));
+  EXPECT_EQ(records(cp4 + ".jsonl")[0]["cp_comm_bytes"].get<int64_t>(), cp_bytes(4, 2));
+  EXPECT_EQ(records(dp2cp2 + ".jsonl")[0]["cp_comm_bytes"].get<int64_t>(), cp_bytes(2, 1));
+  EXPECT_EQ(records(cp2 + ".jsonl")[0]["comm_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(records(dp2cp2 + ".jsonl")[0]["comm_bytes"].get<int64_t>(), 0);
+}
+
+// GPT-2's learned positions are added at each rank's true positions.
+TEST_F(ContextParallel, gpt2_matches_one_process) {
+  const std::string one = dir / "g1", two = dir / "g2";
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd("gpt2.json", one, 64, "--steps 3"))
+                .exit_code,
+            0);
+  const test::CommandResult r =
+      test::run_command(mpirun(2) + train_cmd("gpt2.json", two, 64, "--steps 3 --cp 2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_close_runs(two, one, 2, 2);
+}
+
+// keep, recompute (which re-runs the ring in the backward), offload and memo (token-wise
+// recompute from row 128 of 512, across the boundary of the rank's two chunks at row 256) give
+// the same bits under context parallelism, as in one process; with a planned arena too.
+TEST_F(ContextParallel, activation_strategies_are_bit_identical) {
+  const std::string base = "--steps 3 --cp 2 --device-memory 64MiB --activations ";
+  std::map<int64_t, std::string> want;
+  for (const auto& [name, flags] : {std::pair<const char*, const char*>{"keep", "keep"},
+                                    {"recompute", "recompute"},
+                                    {"offload", "offload"},
+                                    {"memo", "memo --alpha 0.25"}}) {
+    const std::string out = dir / name;
+    const test::CommandResult r =
+        test::run_command(mpirun(2) + train_cmd("llama.json", out, 512, base + std::string(flags)));
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    if (want.empty())
+      want = losses(out + ".jsonl");
+    else
+      EXPECT_EQ(losses(out + ".jsonl"), want) << name;
+  }
+  EXPECT_EQ(want.size(), 3u);
+}
+
+TEST_F(ContextParallel, layouts_that_do_not_split_are_refused) {
+  const test::CommandResult odd =
+      test::run_command(mpirun(2) + train_cmd("llama.json", dir / "x", 64, "--steps 2 --cp 3"));
+  EXPECT_NE(odd.exit_code, 0);
+  EXPECT_NE(odd.output.find("--cp 3 does not divide the job's 2 processes"), std::string::npos)
+      << odd.output;
+  const test::CommandResult seq =
+      test::run_command(mpirun(2) + train_cmd("llama.json", dir / "y", 30, "--steps 2 --cp 2"));
+  EXPECT_NE(seq.exit_code, 0);
+  EXPECT_NE(seq.output.find("--seq 30 does not split into 4 equal chunks"), std::string::npos)
+      << seq.output;
+}
+
+}  // namespace
+}  // namespace memo
