@@ -165,6 +165,35 @@ TEST_F(ContextParallel, activation_strategies_are_bit_identical) {
   EXPECT_EQ(want.size(), 3u);
 }
 
+// Every rank holds the whole weights and optimiser state, so a checkpoint saved under --cp resumes
+// in one process and one saved by one process resumes under --cp 4, continuing the uninterrupted
+// run's losses within kTol.
+TEST_F(ContextParallel, resumes_on_another_layout) {
+  const std::string one = dir / "one", cp2 = dir / "cp2";
+  const std::string steps = "--steps 4 --save-every 2";
+  ASSERT_EQ(
+      test::run_command("OMP_NUM_THREADS=1 " + train_cmd("llama.json", one, 64, steps)).exit_code,
+      0);
+  ASSERT_EQ(
+      test::run_command(mpirun(2) + train_cmd("llama.json", cp2, 64, steps + " --cp 2")).exit_code,
+      0);
+  const auto want = losses(one + ".jsonl");
+  ASSERT_EQ(want.size(), 4u);
+  for (const auto& [launch, from] :
+       {std::pair{std::string("OMP_NUM_THREADS=1 "), cp2}, {mpirun(4) + "", one}}) {
+    const std::string out = dir / ("resumed-" + fs::path(from).filename().string());
+    const std::string cp = from == one ? " --cp 4" : "";
+    const test::CommandResult r = test::run_command(
+        launch + test::memo_bin() + " train --data " + dir.str("data.txt") + " --resume " + from +
+        "/step-00000002 --steps 4 --val-batches 2 --out " + out + " --log " + out + ".jsonl" + cp);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto got = losses(out + ".jsonl");
+    ASSERT_EQ(got.size(), 2u) << r.output;
+    for (const auto& [step, loss] : got)
+      EXPECT_LT(relative(std::stod(loss), std::stod(want.at(step))), kTol) << out << " " << step;
+  }
+}
+
 TEST_F(ContextParallel, layouts_that_do_not_split_are_refused) {
   const test::CommandResult odd =
       test::run_command(mpirun(2) + train_cmd("llama.json", dir / "x", 64, "--steps 2 --cp 3"));

@@ -57,8 +57,10 @@ void Model::set_parallel(const Parallel& parallel) {
     throw ConfigError(str("tensor parallel ", parallel.tp, " and context parallel ", parallel.cp,
                           " must be >= 1"));
   if (has_values() && (parallel.tp > 1 || parallel.cp > 1))
-    throw ConfigError(str("tensor parallel ", parallel.tp, " x context parallel ", parallel.cp,
-                          ": memo runs one device; several ranks are planned only (memo plan)"));
+    throw ConfigError(
+        str("tensor parallel ", parallel.tp, " x context parallel ", parallel.cp,
+            ": a layout for shape-only planning (memo plan); a run splits sequences with "
+            "--cp under mpirun"));
   parallel_ = parallel;
 }
 

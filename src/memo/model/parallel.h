@@ -8,7 +8,9 @@
 namespace memo {
 
 // Note [Per-GPU shapes]
-// memo runs one process on one device today. To plan one GPU's memory under Megatron-LM's tensor
+// memo runs data and context parallelism for real (train/, model/context_parallel.h) but not yet
+// tensor parallelism, and `memo plan --gpus` plans layouts on one laptop. To plan one GPU's memory
+// under Megatron-LM's tensor
 // parallelism with sequence parallelism (t ways) and context parallelism (c ways), the shape-only
 // trace (Note [Meta backend]) runs the layer as one rank holds it. Under TP+SP every activation
 // of a rank is one t-th of the unsharded tensor: the norm and residual tensors hold T/t tokens of
@@ -24,7 +26,9 @@ namespace memo {
 //       and, in the backward, the dK and dV partials that travel with them (4 more).
 // The arithmetic of a rank is not the arithmetic of this layout (a rank multiplies T/c tokens by
 // W/t columns), so FLOPs come from the cost model (train/cluster_plan.h), never from the trace, and
-// a model with values refuses t or c > 1 (Model::set_parallel).
+// a model with values refuses t or c > 1 (Model::set_parallel). A real context-parallel run
+// traces its own ring buffers (Model::set_context_parallel); that the two agree is not yet
+// tested (issue #11).
 struct Parallel {
   int64_t tp = 1;  // tensor (and sequence) parallel ranks
   int64_t cp = 1;  // context parallel ranks
