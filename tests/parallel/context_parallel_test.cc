@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,6 +19,7 @@
 #include "memo/io/config_json.h"
 #include "memo/io/safetensors.h"
 #include "memo/model/params.h"
+#include "memo/parallel/communicator.h"
 #include "mpi_launch.h"
 #include "test_util.h"
 
@@ -191,6 +193,41 @@ TEST_F(ContextParallel, resumes_on_another_layout) {
     ASSERT_EQ(got.size(), 2u) << r.output;
     for (const auto& [step, loss] : got)
       EXPECT_LT(relative(std::stod(loss), std::stod(want.at(step))), kTol) << out << " " << step;
+  }
+}
+
+// memo plan --config --cp C traces one rank with shapes only (a group that moves nothing); a real
+// job's rank traces itself with values over MPI. The two plans are the same: the arena memo plan
+// prints is the arena each rank runs in, its lower bound the rank's measured peak, and the ring's
+// bytes per micro-batch times the micro-batches, plus the gradients summed over the group after
+// each, are what rank 0 measured sending in step 1 (the last step adds validation). (Attention
+// scratch grows with the OpenMP
+// threads, so both run with one.)
+TEST_F(ContextParallel, memo_plan_predicts_each_ranks_arena_and_bytes) {
+  const int64_t grads = ParamLayout(load_model_config(dir / "llama.json")).total_numel();
+  for (const auto& [ranks, strategy] :
+       {std::pair<int, const char*>{2, "keep"}, {2, "recompute"}, {4, "keep"}}) {
+    SCOPED_TRACE(std::to_string(ranks) + " " + strategy);
+    const std::string out = dir / (std::string(strategy) + std::to_string(ranks));
+    const std::string flags = " --seq 64 --cp " + std::to_string(ranks) + " --activations " +
+                              strategy + " --device-memory 64MiB";
+    const test::CommandResult plan = test::run_command(
+        "OMP_NUM_THREADS=1 " + test::memo_bin() + " plan --config " + dir.str("llama.json") +
+        " --batch 2 --json" + flags + " > " + out + ".plan.json");
+    ASSERT_EQ(plan.exit_code, 0) << plan.output;
+    const nlohmann::json predicted = nlohmann::json::parse(std::ifstream(out + ".plan.json"));
+    const test::CommandResult run = test::run_command(
+        mpirun(ranks) + test::memo_bin() + " train --config " + dir.str("llama.json") + " --data " +
+        dir.str("data.txt") + " --batch 4 --micro-batch 2 --steps 2 --out " + out + " --log " +
+        out + ".jsonl" + flags);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const nlohmann::json measured = records(out + ".jsonl").at(0);
+    EXPECT_EQ(predicted["plan_peak_bytes"], measured["reserved_bytes"]);
+    EXPECT_EQ(predicted["lower_bound_bytes"], measured["peak_bytes"]);
+    const int64_t micro = 2;  // 4 sequences in micro-batches of 2, every rank runs both
+    EXPECT_EQ(measured["cp_comm_bytes"].get<int64_t>(),
+              micro * predicted["cp_bytes_per_micro_batch"].get<int64_t>() +
+                  micro * all_reduce_bytes(grads * 4, ranks));
   }
 }
 

@@ -151,18 +151,31 @@ TEST(ShapeOnlyTrace, a_7b_rank_at_a_million_tokens_needs_no_memory) {
   }
 }
 
-TEST(ShapeOnlyTrace, context_parallel_adds_the_ring_buffers) {
+// Context parallelism traces the real ring (Note [Context parallel layout]) on rank 0 of a group
+// of 4 that moves nothing: the double-buffered [k; v] blocks of the forward and [k; v; dk; dv] of
+// the backward, and the bytes the rank would send: per layer 3 blocks of [k; v] forward, 3 of
+// [k; v; dk; dv] and one [dk; dv] home backward (a block: one of k, v of the rank's 64 tokens),
+// the forward's share again under recompute, and the loss's 8 bytes gathered from 3 peers.
+TEST(ShapeOnlyTrace, context_parallel_traces_the_ring) {
   const ModelConfig config = testing::tiny_config();
-  const Trace trace = trace_shapes_only(config, Parallel{1, 4}, 1, 64, factory("keep"));
-  int64_t rings = 0;
-  for (const TracedRequest& r : trace.requests)
-    if (r.name == "cp.kv_ring") {
-      ++rings;
-      EXPECT_TRUE(r.bytes == 4 * 64 * config.kv_dim() * 4 ||
-                  r.bytes == 8 * 64 * config.kv_dim() * 4)
-          << r.bytes;
-    }
-  EXPECT_EQ(rings, 2 * config.num_hidden_layers);  // one per forward, one per backward
+  const int64_t block = 64 * config.kv_dim() * 4, L = config.num_hidden_layers;
+  for (const char* strategy : {"keep", "recompute"}) {
+    SCOPED_TRACE(strategy);
+    CommCounters comm;
+    const Trace trace =
+        trace_shapes_only(config, Parallel{1, 4}, 1, 64, factory(strategy), DType::kF32, &comm);
+    int64_t rings = 0;
+    for (const TracedRequest& r : trace.requests)
+      if (r.name == "cp.kv_ring" || r.name == "cp.kv_ring_next") {
+        ++rings;
+        EXPECT_TRUE(r.bytes == 2 * block || r.bytes == 4 * block) << r.bytes;
+      }
+    // recompute re-runs every layer but the last, whose activations the backward starts from
+    const int64_t forwards = std::string(strategy) == "recompute" ? 2 * L - 1 : L;
+    EXPECT_EQ(rings, 2 * (forwards + L));  // two per layer forward, two per layer backward
+    EXPECT_EQ(comm.bytes_sent, forwards * 3 * 2 * block + L * (3 * 4 + 2) * block + 3 * 8);
+    EXPECT_EQ(comm.bytes_received, comm.bytes_sent);
+  }
 }
 
 // A bf16 trace (a GPU run in mixed precision): the same requests as the f32 trace, each of its
@@ -186,7 +199,8 @@ TEST(ShapeOnlyTrace, a_bf16_trace_keeps_statistics_and_the_loss_path_in_f32) {
                                              "head.logits",
                                              "head.losses",
                                              "attn.fwd_scratch",
-                                             "attn.bwd_scratch"};
+                                             "attn.bwd_scratch",
+                                             "cp.lse_part"};
     int halved = 0;
     for (size_t i = 0; i < f32.requests.size(); ++i) {
       const TracedRequest &a = f32.requests[i], &b = bf16.requests[i];

@@ -22,8 +22,11 @@
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
 #include "memo/io/hardware_json.h"
+#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/kernels/meta/meta_backend.h"
 #include "memo/memory/timeline.h"
 #include "memo/model/presets.h"
+#include "memo/parallel/shape_communicator.h"
 #include "memo/train/cluster_plan.h"
 #include "memo/train/device_plan.h"
 
@@ -157,12 +160,42 @@ void run_plan(const PlanCommandOptions& o) {
   optimizer_state_bytes(o.optimizer, ParamLayout(config),
                         options.optimizer.options);  // or a bad name
   const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
-  Model model(config);  // zero weights: the request sequence does not depend on values
-  const DevicePlan dp = plan_device_memory(model, o.batch, o.seq, budget, options);
-  if (o.json)
-    std::cout << plan_json(dp, o.activations).dump(2) << "\n";
-  else
+  if (o.tp != 1)
+    throw ConfigError(str("--tp ", o.tp,
+                          " plans a cluster (--gpus and --gpu): memo does not run "
+                          "tensor parallelism on this machine yet"));
+  if (o.cp < 1) throw ConfigError(str("--cp ", o.cp, " must be >= 1"));
+  check_context_parallel_seq(o.seq, int(o.cp));
+  // One rank of `mpirun -np C memo train --cp C`: the model, strategy and ring of the run, traced
+  // with shapes only on a group of C ranks that moves nothing (its counters: the ring's bytes).
+  std::optional<MetaBackend> meta;
+  std::optional<ShapeCommunicator> group;
+  std::optional<Model> model;
+  if (o.cp > 1) {
+    meta.emplace(cpu_backend(), DType::kF32);
+    group.emplace(int(o.cp));
+    model.emplace(config, *meta);
+    model->set_context_parallel(&*group);
+  } else {
+    model.emplace(config);  // zero weights: the request sequence does not depend on values
+  }
+  const DevicePlan dp = plan_device_memory(*model, o.batch, o.seq, budget, options);
+  CommCounters ring;  // one micro-batch's forward and backward, as the run sends them
+  if (o.cp > 1)
+    trace_shapes_only(config, Parallel{1, o.cp}, o.batch, o.seq / o.cp,
+                      make_strategy_factory(options.strategy), DType::kF32, &ring);
+  if (o.json) {
+    nlohmann::json j = plan_json(dp, o.activations);
+    j["cp"] = o.cp;
+    if (o.cp > 1) j["cp_bytes_per_micro_batch"] = ring.bytes_sent;
+    std::cout << j.dump(2) << "\n";
+  } else {
     print_text(dp, o);
+    if (o.cp > 1)
+      std::cout << "context parallel: one of " << o.cp << " ranks, " << o.seq / o.cp
+                << " tokens of each sequence; the ring and the loss send " << ring.bytes_sent
+                << " B per micro-batch (forward and backward)\n";
+  }
   if (!o.timeline_path.empty()) {
     const TimelineSeries series =
         timeline_series(o.activations, dp.activations, dp.need.fixed_bytes());

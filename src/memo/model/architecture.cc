@@ -45,9 +45,6 @@ void layer_rope(Tensor x, int64_t first_row, const LayerContext& ctx, bool backw
 void layer_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                              int64_t n_heads, int64_t n_kv_heads, const LayerContext& ctx) {
   if (ctx.cp) return ring_attention_forward(o, lse, q, k, v, n_heads, n_kv_heads, ctx);
-  const int64_t T = ctx.batch * ctx.seq;
-  // a shape-only trace of one rank of a planned layout: its ring buffers (Note [Per-GPU shapes])
-  CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 4), k.cols(), ctx.act);
   ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch",
                     {ctx.backend->attention_forward_scratch_numel(ctx.config->head_dim())},
                     DType::kF32);
@@ -60,8 +57,6 @@ void layer_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
                               int64_t n_heads, int64_t n_kv_heads, const LayerContext& ctx) {
   if (ctx.cp)
     return ring_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, n_heads, n_kv_heads, ctx);
-  const int64_t T = ctx.batch * ctx.seq;
-  CommBuffer ring(*ctx.alloc, "cp.kv_ring", cp_comm_rows(ctx.parallel, T, 8), k.cols(), ctx.act);
   ScopedAct scratch(*ctx.alloc, "attn.bwd_scratch",
                     {ctx.backend->attention_backward_scratch_numel(ctx.seq, ctx.config->head_dim(),
                                                                    n_heads, n_kv_heads)},

@@ -56,6 +56,9 @@ void Model::set_parallel(const Parallel& parallel) {
   if (parallel.tp < 1 || parallel.cp < 1)
     throw ConfigError(str("tensor parallel ", parallel.tp, " and context parallel ", parallel.cp,
                           " must be >= 1"));
+  MEMO_CHECK(parallel.cp == 1,
+             "context parallelism runs through set_context_parallel (a shape-only",
+             " trace gives it a ShapeCommunicator)");
   if (has_values() && (parallel.tp > 1 || parallel.cp > 1))
     throw ConfigError(
         str("tensor parallel ", parallel.tp, " x context parallel ", parallel.cp,
@@ -69,8 +72,6 @@ void Model::set_context_parallel(Communicator* group) {
     cp_.reset();
     return;
   }
-  if (!has_values())
-    throw ConfigError("context parallelism runs with values; memo plan models it per rank");
   cp_ = ContextParallel{group, 0};
 }
 

@@ -8,34 +8,32 @@
 namespace memo {
 
 // Note [Per-GPU shapes]
-// memo runs data and context parallelism for real (train/, model/context_parallel.h) but not yet
-// tensor parallelism, and `memo plan --gpus` plans layouts on one laptop. To plan one GPU's memory
-// under Megatron-LM's tensor
-// parallelism with sequence parallelism (t ways) and context parallelism (c ways), the shape-only
-// trace (Note [Meta backend]) runs the layer as one rank holds it. Under TP+SP every activation
-// of a rank is one t-th of the unsharded tensor: the norm and residual tensors hold T/t tokens of
-// width C, the column- and row-parallel ones T tokens of width W/t; CP splits the tokens c ways on
-// top. Both kinds have the bytes of T/(t c) tokens at the unsharded width, so the layer runs at
-// T/(t c) tokens with the unsharded widths: the same requests, in the same order, with the same
-// lifetimes and sizes as the rank's. What that leaves out are the communication buffers; the layer
-// requests them explicitly (CommBuffer), where Megatron-LM holds them:
-//   TP: the all-gathered input of each column-parallel product ([T/c, C]; in the forward, and again
-//       in the backward for the weight gradient) and the partial output of each row-parallel
-//       product before its reduce-scatter ([T/c, C]);
-//   CP: ring attention's double-buffered K and V from the neighbour rank (4 x [T/(t c), Hkv D])
-//       and, in the backward, the dK and dV partials that travel with them (4 more).
-// The arithmetic of a rank is not the arithmetic of this layout (a rank multiplies T/c tokens by
-// W/t columns), so FLOPs come from the cost model (train/cluster_plan.h), never from the trace, and
-// a model with values refuses t or c > 1 (Model::set_parallel). A real context-parallel run
-// traces its own ring buffers (Model::set_context_parallel); that the two agree is not yet
-// tested (issue #11).
+// memo runs data and context parallelism (train/, model/context_parallel.h) but not yet tensor
+// parallelism, and `memo plan --gpus` plans layouts on one laptop. To plan one GPU's memory under
+// Megatron-LM's tensor parallelism with sequence parallelism (t ways) and context parallelism
+// (c ways), the shape-only trace (Note [Meta backend]) runs the layer as one rank holds it.
+// Context parallelism is the real code: the trace's model splits each sequence of S/t tokens over
+// a ShapeCommunicator of c ranks (train/device_plan.h: trace_shapes_only), so its ring buffers,
+// block temporaries and the bytes it would send are those of a real --cp run's rank. Tensor
+// parallelism is modelled: under TP+SP every activation of a rank is one t-th of the unsharded
+// tensor (the norm and residual tensors hold T/t tokens of width C, the column- and row-parallel
+// ones T tokens of width W/t); both kinds have the bytes of T/t tokens at the unsharded width, so
+// the layer runs at T/t tokens (T/(t c) on a context-parallel rank) with the unsharded widths:
+// the same requests, in the same order, with the same lifetimes and sizes as the rank's. What
+// that leaves out are TP's communication buffers; the layer requests them explicitly
+// (CommBuffer), where Megatron-LM holds them: the all-gathered input of each column-parallel
+// product ([T/c, C]; in the forward, and again in the backward for the weight gradient) and the
+// partial output of each row-parallel product before its reduce-scatter ([T/c, C]). The
+// arithmetic of a rank is not the arithmetic of this layout (a rank multiplies T/c tokens by W/t
+// columns), so FLOPs come from the cost model (train/cluster_plan.h), never from the trace, and a
+// model with values refuses t > 1 (Model::set_parallel).
 struct Parallel {
   int64_t tp = 1;  // tensor (and sequence) parallel ranks
-  int64_t cp = 1;  // context parallel ranks
+  int64_t cp = 1;  // context parallel ranks (a Model takes them through set_context_parallel)
 };
 
 // A communication buffer of `rows` x `cols` for the scope it lives in; nothing when rows is 0
-// (t = 1 or c = 1, the only case that runs with values).
+// (t = 1, the only case that runs with values).
 class CommBuffer {
  public:
   CommBuffer(ActivationAllocator& alloc, const char* name, int64_t rows, int64_t cols, DType dtype)
@@ -57,10 +55,6 @@ class CommBuffer {
 // TP, none without it.
 inline int64_t tp_comm_rows(const Parallel& p, int64_t tokens) {
   return p.tp > 1 ? tokens * p.tp : 0;
-}
-// Rows of the CP ring buffers (`copies` of [T/(t c), Hkv D]); none without CP.
-inline int64_t cp_comm_rows(const Parallel& p, int64_t tokens, int64_t copies) {
-  return p.cp > 1 ? tokens * copies : 0;
 }
 
 }  // namespace memo

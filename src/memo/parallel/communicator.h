@@ -24,6 +24,13 @@ struct CommCounters {
   double seconds = 0.0;        // wall time inside the calls, waiting for peers included
 };
 
+// Bytes one rank sends (and receives) in a collective over P ranks of `bytes` per rank (the
+// buffer each holds: x of all_reduce, out of reduce_scatter, in of all_gather): what
+// MpiCommunicator counts and what a shape-only trace (ShapeCommunicator) predicts.
+inline int64_t all_reduce_bytes(int64_t bytes, int P) { return 2 * bytes * (P - 1) / P; }
+inline int64_t reduce_scatter_bytes(int64_t bytes, int P) { return bytes * (P - 1); }
+inline int64_t all_gather_bytes(int64_t bytes, int P) { return bytes * (P - 1); }
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -153,7 +153,7 @@ void MpiCommunicator::all_reduce_sum(Tensor x) {
   const int64_t n = x.numel();
   for (int64_t begin = 0; begin < n; begin += kMaxChunk)
     all_reduce_chunk(x.data() + begin, std::min(kMaxChunk, n - begin));
-  const int64_t moved = 2 * (n * 4) * (size_ - 1) / size_;
+  const int64_t moved = all_reduce_bytes(n * 4, size_);
   count(moved, moved, seconds_since(t0));
 }
 
@@ -172,7 +172,7 @@ void MpiCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
     for (int j = 1; j < size_; ++j) sum += scratch_[size_t(int64_t(j) * n + i)];
     out.data()[i] = sum;
   }
-  const int64_t moved = int64_t(n) * 4 * (size_ - 1);
+  const int64_t moved = reduce_scatter_bytes(int64_t(n) * 4, size_);
   count(moved, moved, seconds_since(t0));
 }
 
@@ -184,7 +184,8 @@ void MpiCommunicator::all_gather(Tensor out, ConstTensor in) {
   MPI_Request request;
   MPI_Iallgather(in.data(), n, MPI_FLOAT, out.data(), n, MPI_FLOAT, comm_, &request);
   wait(request, "all_gather");
-  count(int64_t(n) * 4 * (size_ - 1), int64_t(n) * 4 * (size_ - 1), seconds_since(t0));
+  const int64_t moved = all_gather_bytes(int64_t(n) * 4, size_);
+  count(moved, moved, seconds_since(t0));
 }
 
 void MpiCommunicator::all_reduce_sum(std::span<double> x) {
@@ -199,7 +200,8 @@ void MpiCommunicator::all_reduce_sum(std::span<double> x) {
     for (int j = 1; j < size_; ++j) sum += all[size_t(j) * x.size() + i];
     x[i] = sum;
   }
-  count(int64_t(n) * 8 * (size_ - 1), int64_t(n) * 8 * (size_ - 1), seconds_since(t0));
+  const int64_t moved = all_gather_bytes(int64_t(n) * 8, size_);
+  count(moved, moved, seconds_since(t0));
 }
 
 void MpiCommunicator::all_gather(std::span<double> out, std::span<const double> in) {
@@ -210,7 +212,8 @@ void MpiCommunicator::all_gather(std::span<double> out, std::span<const double> 
   MPI_Request request;
   MPI_Iallgather(in.data(), n, MPI_DOUBLE, out.data(), n, MPI_DOUBLE, comm_, &request);
   wait(request, "all_gather");
-  count(int64_t(n) * 8 * (size_ - 1), int64_t(n) * 8 * (size_ - 1), seconds_since(t0));
+  const int64_t moved = all_gather_bytes(int64_t(n) * 8, size_);
+  count(moved, moved, seconds_since(t0));
 }
 
 void MpiCommunicator::broadcast(Tensor x, int root) {

@@ -292,9 +292,12 @@ void validate_cluster(const ModelConfig& config, int64_t seq, const ClusterOptio
                           config.num_attention_heads, "), the key/value heads (",
                           config.num_key_value_heads, ") and the MLP width (",
                           config.intermediate_size, ")"));
-  if (seq < 1 || seq % (t * c) != 0)
-    throw ConfigError(str("--seq ", seq, " must be a positive multiple of --tp x --cp = ", t * c,
-                          " (each GPU holds seq / (tp cp) tokens)"));
+  const int64_t unit = c > 1 ? 2 * t * c : t;  // context parallelism: 2c chunks of S/t tokens
+  if (seq < 1 || seq % unit != 0)
+    throw ConfigError(str("--seq ", seq, " must be a positive multiple of ", unit,
+                          c > 1 ? str(" = 2 x --tp x --cp (each GPU holds 2 of the 2 x cp chunks "
+                                      "of each sequence's seq / tp tokens)")
+                                : str(" = --tp (each GPU holds seq / tp tokens)")));
   if (!(o.efficiency > 0.0 && o.efficiency <= 1.0))
     throw ConfigError(str("--efficiency ", o.efficiency, " must be in (0, 1]"));
   if (o.zero < 0 || o.zero > 3) throw ConfigError(str("--zero ", o.zero, " must be 0, 1, 2 or 3"));

@@ -7,6 +7,7 @@
 
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/kernels/meta/meta_backend.h"
+#include "memo/parallel/shape_communicator.h"
 
 namespace memo {
 
@@ -38,11 +39,17 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
 }
 
 Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int64_t batch,
-                        int64_t seq, const StrategyFactory& make_strategy, DType activations) {
+                        int64_t seq, const StrategyFactory& make_strategy, DType activations,
+                        CommCounters* context_parallel_comm) {
   MetaBackend meta(cpu_backend(), activations);  // sized as the CPU kernels would run it
   Model model(config, meta);
-  model.set_parallel(parallel);
-  return trace_model_step(model, batch, seq, make_strategy);
+  model.set_parallel(Parallel{parallel.tp, 1});
+  // context parallelism runs for real on rank 0 of a group that moves nothing
+  ShapeCommunicator group(int(parallel.cp));
+  model.set_context_parallel(&group);
+  Trace trace = trace_model_step(model, batch, seq * parallel.cp, make_strategy);
+  if (context_parallel_comm) *context_parallel_comm = group.counters();
+  return trace;
 }
 
 DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t budget_bytes,

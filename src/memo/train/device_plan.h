@@ -14,6 +14,7 @@
 #include "memo/memory/strategy_factory.h"
 #include "memo/memory/trace.h"
 #include "memo/model/model.h"
+#include "memo/parallel/communicator.h"
 #include "memo/train/optimizer_setup.h"
 
 namespace memo {
@@ -53,10 +54,15 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
 // trace_model_step for t = c = 1 (tests/train/shape_only_test.cc); needs no memory for the
 // activations or weights, so a 65B model at a million tokens traces on a laptop. `activations`:
 // the dtype of the run planned (f32 on the CPU, bf16 for a GPU in mixed precision); statistics,
-// the loss path and attention scratch are f32 in either (Backend::activation_dtype).
+// the loss path and attention scratch are f32 in either (Backend::activation_dtype). Context
+// parallelism (c > 1) runs the real ring (Note [Per-GPU shapes]) over a ShapeCommunicator, whose
+// counters (what this rank would send in the traced forward and backward of one micro-batch: the
+// ring and the loss) land in *context_parallel_comm when given; seq * c must then split into 2c
+// chunks.
 Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int64_t batch,
                         int64_t seq, const StrategyFactory& make_strategy,
-                        DType activations = DType::kF32);
+                        DType activations = DType::kF32,
+                        CommCounters* context_parallel_comm = nullptr);
 
 // Traces, plans and sizes the run. When it does not fit, also traces a shorter sequence (seq / 4)
 // to fit the sizes' dependence on seq and searches for the longest sequence that fits.
