@@ -4,6 +4,7 @@
 // data and context parallelism together, with ZeRO-1 and a planned arena; layouts that do not
 // split refused on every rank with one line.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cmath>
 #include <filesystem>
@@ -229,6 +230,36 @@ TEST_F(ContextParallel, memo_plan_predicts_each_ranks_arena_and_bytes) {
               micro * predicted["cp_bytes_per_micro_batch"].get<int64_t>() +
                   micro * all_reduce_bytes(grads * 4, ranks));
   }
+}
+
+// A rank that stops inside the ring takes the job down within seconds: its peer's send_recv
+// times out with the collective's name; a rank killed mid-run ends the job, and the last
+// checkpoint resumes to the losses of an uninterrupted run.
+TEST_F(ContextParallel, a_hung_or_killed_rank_ends_the_job_and_the_run_resumes) {
+  const std::string hung = dir / "hung";
+  const auto [h, h_seconds] = test::signal_rank_one(
+      "MEMO_COMM_TIMEOUT=2 " + mpirun(2) +
+          train_cmd("llama.json", hung, 64, "--steps 100000 --save-every 1 --cp 2"),
+      fs::path(hung) / "latest", hung, SIGSTOP);
+  EXPECT_NE(h.exit_code, 0);
+  EXPECT_NE(h.output.find("did not complete within 2 s"), std::string::npos) << h.output;
+  EXPECT_LT(h_seconds, 30.0);
+  const std::string full = dir / "full", cut = dir / "cut";
+  ASSERT_EQ(test::run_command(mpirun(2) + train_cmd("llama.json", full, 64, "--steps 300 --cp 2"))
+                .exit_code,
+            0);
+  const auto [k, k_seconds] = test::signal_rank_one(
+      mpirun(2) + train_cmd("llama.json", cut, 64, "--steps 300 --save-every 2 --cp 2"),
+      fs::path(cut) / "step-00000002", cut, SIGKILL);
+  EXPECT_NE(k.exit_code, 0);
+  EXPECT_LT(k_seconds, 30.0);
+  const test::CommandResult resumed = test::run_command(
+      mpirun(2) + test::memo_bin() + " train --data " + dir.str("data.txt") + " --resume " + cut +
+      " --steps 300 --val-batches 2 --cp 2 --log " + cut + ".resumed.jsonl");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto want = losses(full + ".jsonl"), got = losses(cut + ".resumed.jsonl");
+  ASSERT_FALSE(got.empty());
+  for (const auto& [step, loss] : got) EXPECT_EQ(loss, want.at(step)) << "step " << step;
 }
 
 TEST_F(ContextParallel, layouts_that_do_not_split_are_refused) {

@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 using test::losses;
 using test::mpirun;
 using test::records;
+using test::signal_rank_one;
 
 const char* kTinyConfig = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
@@ -164,48 +165,6 @@ TEST_F(DataParallel, the_device_budget_counts_this_ranks_optimizer_shard) {
   EXPECT_EQ(need(z0.output), need(one.output)) << z0.output;
   EXPECT_LT(need(z1.output), need(one.output)) << z1.output;
   EXPECT_GT(need(z1.output), 0) << z1.output;
-}
-
-// The pid of rank `rank` of the job whose command line contains `marker`, or 0.
-pid_t rank_pid(int rank, const std::string& marker) {
-  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
-  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cmd(e.path() / "cmdline"), env(e.path() / "environ");
-    const std::string cmdline((std::istreambuf_iterator<char>(cmd)), {});
-    if (cmdline.find(marker) == std::string::npos || cmdline.find("mpirun") == 0) continue;
-    const std::string environ((std::istreambuf_iterator<char>(env)), {});
-    for (size_t p = 0; p < environ.size(); p = environ.find('\0', p) + 1) {
-      if (environ.compare(p, want.size() + 1, want + '\0') == 0) return pid_t(std::stoi(name));
-      if (environ.find('\0', p) == std::string::npos) break;
-    }
-  }
-  return 0;
-}
-
-// Runs `cmd` in the background; once `ready` exists, sends `signal` to rank 1. Returns the
-// command's result and how long it ran after the signal (a job still running 60 s after it is
-// killed).
-std::pair<test::CommandResult, double> signal_rank_one(const std::string& cmd,
-                                                       const fs::path& ready,
-                                                       const std::string& marker, int signal) {
-  std::future<test::CommandResult> job =
-      std::async(std::launch::async, [cmd] { return test::run_command(cmd); });
-  pid_t pid = 0;
-  for (int i = 0; i < 3000 && pid == 0; ++i) {  // up to 60 s for the job to get going
-    if (job.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) break;
-    if (fs::exists(ready)) pid = rank_pid(1, marker);
-  }
-  EXPECT_NE(pid, 0) << "rank 1 of the job was not found";
-  const auto t0 = std::chrono::steady_clock::now();
-  if (pid != 0) ::kill(pid, signal);
-  if (job.wait_for(std::chrono::seconds(60)) != std::future_status::ready && pid != 0)
-    ::kill(pid, SIGKILL);  // the job did not stop by itself: end it so the test can report that
-  const test::CommandResult result = job.get();
-  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (signal == SIGSTOP && pid != 0) ::kill(pid, SIGKILL);  // whatever is left of it
-  return {result, after};
 }
 
 TEST_F(DataParallel, a_hung_rank_times_out_with_a_clear_error) {
