@@ -172,6 +172,22 @@ TEST(ClusterPlan, the_longest_sequence_fits_and_one_step_more_does_not) {
   }
 }
 
+// LLaMA-7B, TP 4 x CP 2 on 8 GPUs at S = 262,144: a GPU holds T = 32,768 tokens; the trace's
+// ring sends per layer one bf16 [k; v] block of T x 4096 (kv width) x 2 forward, and one
+// [k; v; dk; dv] plus one [dk; dv] backward: 2 + 4 + 2 = 8 T x 4096 x 2 B per layer, 32 layers;
+// plus the loss's 8 B from one peer. recompute re-runs the forward share of all but the last layer.
+TEST(ClusterPlan, the_traced_ring_sends_what_the_context_parallel_layout_does) {
+  const ModelConfig config = llama_preset("llama-7b");
+  ClusterOptions o = a800s(4, int64_t(2048) * (int64_t(1) << 30));
+  o.parallel.cp = 2;
+  const int64_t T = 262144 / 8, block = T * 4096 * 2;
+  EXPECT_EQ(plan_cluster(config, 262144, "keep", o).cp_bytes_per_micro_batch, 32 * 8 * block + 8);
+  EXPECT_EQ(plan_cluster(config, 262144, "recompute", o).cp_bytes_per_micro_batch,
+            32 * 8 * block + 31 * 2 * block + 8);
+  o.parallel.cp = 1;
+  EXPECT_EQ(plan_cluster(config, 262144, "keep", o).cp_bytes_per_micro_batch, 0);
+}
+
 TEST(ClusterPlan, layouts_that_do_not_divide_are_refused_naming_the_flag) {
   const ModelConfig config = llama_preset("llama-7b");
   ClusterOptions o = a800s(8, 0);

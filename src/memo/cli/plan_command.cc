@@ -276,6 +276,7 @@ nlohmann::json cluster_json(const ClusterPlan& p) {
           {"max_seq", p.max_seq ? nlohmann::json(*p.max_seq) : nlohmann::json()},
           {"max_seq_step", p.max_seq_step},
           {"requests", p.plan_requests},
+          {"cp_bytes_per_micro_batch", p.cp_bytes_per_micro_batch},
           {"planning_seconds", p.planning_seconds}};
 }
 
@@ -350,6 +351,9 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
   row("  recompute", plans, [](const ClusterPlan& p) { return secs(p.time.recompute_s); });
   row("  TP communication", plans, [](const ClusterPlan& p) { return secs(p.time.tp_comm_s); });
   row("  CP (not hidden)", plans, [](const ClusterPlan& p) { return secs(p.time.cp_comm_s); });
+  if (plans.front().cp_bytes_per_micro_batch > 0)
+    row("  CP ring sends (traced)", plans,
+        [&](const ClusterPlan& p) { return g(p.cp_bytes_per_micro_batch); });
   row("  copy stalls", plans, [](const ClusterPlan& p) { return secs(p.time.copy_stall_s); });
   row("  total", plans, [](const ClusterPlan& p) { return secs(p.time.step_s); });
   row("tokens/s (cluster)", plans, [](const ClusterPlan& p) {

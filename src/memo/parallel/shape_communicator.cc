@@ -4,7 +4,8 @@
 
 namespace memo {
 
-ShapeCommunicator::ShapeCommunicator(int size, int rank) : size_(size), rank_(rank) {
+ShapeCommunicator::ShapeCommunicator(int size, int rank, DType elements)
+    : size_(size), rank_(rank), elements_(elements) {
   MEMO_CHECK(size >= 1 && 0 <= rank && rank < size, "ShapeCommunicator: rank ", rank, " of ", size);
 }
 
@@ -13,21 +14,21 @@ void ShapeCommunicator::check_peer(const char* op, int peer) const {
 }
 
 void ShapeCommunicator::all_reduce_sum(Tensor x) {
-  const int64_t moved = all_reduce_bytes(x.bytes(), size_);
+  const int64_t moved = all_reduce_bytes(bytes(x), size_);
   count(moved, moved);
 }
 
 void ShapeCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
   MEMO_CHECK(in.numel() == out.numel() * size_, "reduce_scatter_sum: out ", out.shape(),
              " must hold 1/", size_, " of in ", in.shape());
-  const int64_t moved = reduce_scatter_bytes(out.bytes(), size_);
+  const int64_t moved = reduce_scatter_bytes(bytes(out), size_);
   count(moved, moved);
 }
 
 void ShapeCommunicator::all_gather(Tensor out, ConstTensor in) {
   MEMO_CHECK(out.numel() == in.numel() * size_, "all_gather: out ", out.shape(), " must hold ",
              size_, " x in ", in.shape());
-  const int64_t moved = all_gather_bytes(in.bytes(), size_);
+  const int64_t moved = all_gather_bytes(bytes(in), size_);
   count(moved, moved);
 }
 
@@ -46,23 +47,23 @@ void ShapeCommunicator::all_gather(std::span<double> out, std::span<const double
 
 void ShapeCommunicator::broadcast(Tensor x, int root) {
   check_peer("broadcast", root);
-  count(rank_ == root ? x.bytes() * (size_ - 1) : 0, rank_ == root ? 0 : x.bytes());
+  count(rank_ == root ? bytes(x) * (size_ - 1) : 0, rank_ == root ? 0 : bytes(x));
 }
 
 void ShapeCommunicator::send(ConstTensor x, int peer) {
   check_peer("send", peer);
-  count(x.bytes(), 0);
+  count(bytes(x), 0);
 }
 
 void ShapeCommunicator::recv(Tensor x, int peer) {
   check_peer("recv", peer);
-  count(0, x.bytes());
+  count(0, bytes(x));
 }
 
 void ShapeCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
   check_peer("send_recv", to);
   check_peer("send_recv", from);
-  count(x.bytes(), y.bytes());
+  count(bytes(x), bytes(y));
 }
 
 std::unique_ptr<Communicator> ShapeCommunicator::split(int, int) {

@@ -3,16 +3,19 @@
 // without memory) and counts the bytes an MpiCommunicator of that group would send and receive,
 // so a trace predicts a rank's communication as it predicts its memory. `memo plan` traces
 // context parallelism with one (model/context_parallel.h); the host statistics it would sum stay
-// as they are. split is refused: the other ranks' colours are unknown.
+// as they are. split is refused: the other ranks' colours are unknown. Tensors are counted at
+// `elements` bytes per element: the views are float views whatever they hold (issue #9), and a
+// trace's communicated tensors are its activations (bf16 in a GPU plan).
 #pragma once
 
+#include "memo/backend/dtype.h"
 #include "memo/parallel/communicator.h"
 
 namespace memo {
 
 class ShapeCommunicator final : public Communicator {
  public:
-  explicit ShapeCommunicator(int size, int rank = 0);
+  explicit ShapeCommunicator(int size, int rank = 0, DType elements = DType::kF32);
   const char* name() const override { return "shape"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -30,7 +33,9 @@ class ShapeCommunicator final : public Communicator {
 
  private:
   void check_peer(const char* op, int peer) const;
+  int64_t bytes(ConstTensor t) const { return t.numel() * dtype_bytes(elements_); }
   int size_, rank_;
+  DType elements_;
 };
 
 }  // namespace memo

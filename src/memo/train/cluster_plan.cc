@@ -107,6 +107,7 @@ bool swaps(const std::string& strategy) { return strategy == "offload" || strate
 struct Sized {  // the memory side of a plan at one sequence length
   ClusterMemory device;
   int64_t requests{};
+  int64_t cp_bytes{};  // the trace's ring bytes
   AlphaInputs alpha_in;
   AlphaChoice choice;
   double alpha{};  // memo: chosen; offload: 1
@@ -152,9 +153,11 @@ LayerTimes layer_times(const ModelConfig& config, int64_t seq, const ClusterOpti
     lt.tp_rebuild = 3.0 * one;  // gather before QKV, reduce-scatter after o_proj, gather before MLP
   }
   if (c > 1.0) {
-    const double kv = 2.0 * tokens * double(config.kv_dim()) * kBf16;  // K and V of one chunk
+    // K and V of the rank's tokens: c - 1 passes forward; backward c - 1 passes of K, V, dK and
+    // dV and one of dK, dV home (Note [Context parallel layout])
+    const double kv = 2.0 * tokens * double(config.kv_dim()) * kBf16;
     lt.cp_fwd = std::max(0.0, (c - 1.0) * kv / cp_link - lt.attn_fwd);
-    lt.cp_bwd = std::max(0.0, 2.0 * (c - 1.0) * kv / cp_link - 2.5 * lt.attn_fwd);
+    lt.cp_bwd = std::max(0.0, (2.0 * (c - 1.0) + 1.0) * kv / cp_link - 2.5 * lt.attn_fwd);
   }
   return lt;
 }
@@ -224,10 +227,12 @@ Sized size_memory(const ModelConfig& config, int64_t seq, const std::string& str
   StrategyOptions so;
   so.kind = strategy;
   if (strategy == "memo") so.alpha = std::clamp(s.alpha, 0.0, 1.0);
+  CommCounters ring;
   const Trace trace = trace_shapes_only(config, o.parallel, o.batch, rank_seq,
-                                        make_strategy_factory(so), DType::kBF16);
+                                        make_strategy_factory(so), DType::kBF16, &ring);
   const ActivationPlan plan = plan_activations(trace);
   s.requests = int64_t(trace.requests.size());
+  s.cp_bytes = ring.bytes_sent;
   if (swaps(strategy))
     for (const TracedRequest& r : trace.requests)
       if (r.kind == ActKind::kSaved) s.device.rounding_bytes += r.bytes;
@@ -325,6 +330,7 @@ ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::stri
   const Sized s = size_memory(config, seq, strategy, o);
   p.device = s.device;
   p.plan_requests = s.requests;
+  p.cp_bytes_per_micro_batch = s.cp_bytes;
   p.device_capacity_bytes = o.gpu.memory_bytes;
   p.device_fits = s.device.total() <= o.gpu.memory_bytes;
   p.host_need_bytes = s.host_need;

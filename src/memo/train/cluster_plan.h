@@ -85,6 +85,10 @@ struct ClusterPlan {
   std::optional<int64_t> max_seq;  // the longest fitting seq (a multiple of the search step)
   int64_t max_seq_step{};
   int64_t plan_requests{};
+  // What one GPU sends round the context-parallel ring (and its loss) in one micro-batch's
+  // forward and backward under the strategy, counted by the shape-only trace's ShapeCommunicator:
+  // the code a `--cp` run executes (0 without CP).
+  int64_t cp_bytes_per_micro_batch{};
   double planning_seconds{};
 };
 
