@@ -19,28 +19,12 @@
 namespace memo {
 namespace {
 
+using test::random_words;
 using test::write_text;
 
 const char* kTinyConfig = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
   "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
-
-// Words drawn at random by a fixed LCG. Unlike a repeated verse, this text stays noisy once the
-// model has learnt its statistics, so the mean gradient shrinks faster than its noise and B_simple
-// rises during a short run (from ~15 to ~40 tokens over the runs below).
-std::string random_words(int64_t bytes) {
-  const std::vector<std::string> words = {"in",     "the", "beginning", "god",   "created",
-                                          "heaven", "and", "earth",     "light", "was",
-                                          "good",   "day", "night",     "waters"};
-  std::string s;
-  uint64_t x = 12345;
-  while (int64_t(s.size()) < bytes) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    s += words[(x >> 33) % words.size()] + " ";
-  }
-  s.resize(size_t(bytes));
-  return s;
-}
 
 std::vector<nlohmann::json> records(const std::string& log_path) {
   std::vector<nlohmann::json> out;

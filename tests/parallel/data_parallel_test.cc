@@ -167,6 +167,56 @@ TEST_F(DataParallel, the_device_budget_counts_this_ranks_optimizer_shard) {
   EXPECT_GT(need(z1.output), 0) << z1.output;
 }
 
+// --batch-schedule noise over 2 ranks: the batch grows in steps of --micro-batch x 2 sequences,
+// so every step splits over the ranks; B_simple comes from every rank's micro-batch norms, as one
+// process measures it on the same windows (compared while the batches are equal); the lr is the
+// law's at each batch. The checkpoint resumes in one process (steps of 4 split into micro-batches
+// of 2) but not on 4 ranks (they would need steps of 8), which is refused with the reason.
+TEST_F(DataParallel, the_noise_batch_schedule_grows_in_steps_that_split_over_the_ranks) {
+  test::write_text(dir / "words.txt", test::random_words(40000));
+  auto cmd = [&](const std::string& out) {
+    return test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+           dir.str("words.txt") +
+           " --seq 32 --batch 8 --micro-batch 2 --warmup 2 --steps 40 --save-every 10 --out " +
+           out + " --log " + out +
+           ".jsonl --batch-schedule noise --eps-max 1e-2 --b-noise 2048 "
+           "--noise-multiple 20 --noise-min-steps 3 --noise-patience 2 --max-batch 24";
+  };
+  const std::string one = dir / "one", two = dir / "two";
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + cmd(one)).exit_code, 0);
+  const test::CommandResult r = test::run_command(mpirun(2) + cmd(two));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("growing in steps of 4 sequences"), std::string::npos) << r.output;
+  const auto a = records(one + ".jsonl"), b = records(two + ".jsonl");
+  int changes = 0;
+  bool same_batches = true;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const int64_t batch = b[i]["batch"];
+    EXPECT_EQ(batch % 4, 0) << b[i];
+    EXPECT_EQ(b[i]["micro_batches"].get<int64_t>(), batch / 2);
+    EXPECT_EQ(b[i]["lr"].get<double>() > 0.0, true);
+    changes += b[i].contains("batch_change");
+    same_batches = same_batches && i < a.size() && a[i]["batch"] == b[i]["batch"];
+    if (same_batches && !a[i]["gns_b_simple"].is_null()) {
+      EXPECT_NEAR(double(b[i]["gns_b_simple"]), double(a[i]["gns_b_simple"]),
+                  1e-5 * double(a[i]["gns_b_simple"]))
+          << "step " << i + 1;
+    }
+  }
+  EXPECT_GE(changes, 1);
+  const std::string from = two + "/step-00000010";
+  const test::CommandResult on_one = test::run_command(
+      "OMP_NUM_THREADS=1 " + test::memo_bin() + " train --data " + dir.str("words.txt") +
+      " --resume " + from + " --steps 40 --val-batches 2 --out " + dir.str("r1"));
+  EXPECT_EQ(on_one.exit_code, 0) << on_one.output;
+  const test::CommandResult on_four =
+      test::run_command(mpirun(4) + test::memo_bin() + " train --data " + dir.str("words.txt") +
+                        " --resume " + from + " --steps 40 --out " + dir.str("r4"));
+  EXPECT_NE(on_four.exit_code, 0);
+  EXPECT_NE(on_four.output.find("batch schedule grows in steps of 4 sequences"), std::string::npos)
+      << on_four.output;
+}
+
 TEST_F(DataParallel, a_hung_rank_times_out_with_a_clear_error) {
   const std::string out = dir / "hung";
   const auto [r, seconds] = signal_rank_one(

@@ -77,7 +77,7 @@ TEST(StepSchedule, noise_options_take_the_run_shape_and_its_budget_in_tokens) {
 TEST(StepSchedule, noise_schedule_follows_its_controller_and_restores_from_its_record) {
   const scaling::BatchScheduleOptions s = noise_schedule_options(noise_options());
   scaling::BatchSchedule reference(s);
-  StepSchedule plan{scaling::BatchSchedule(s)};
+  StepSchedule plan{scaling::BatchSchedule(s), s.micro_batch};
   ASSERT_NE(plan.noise(), nullptr);
   EXPECT_EQ(plan.max_micro_steps(), s.max_batch / s.micro_batch);
   EXPECT_NE(plan.summary().find("surge law"), std::string::npos) << plan.summary();

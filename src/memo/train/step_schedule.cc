@@ -43,12 +43,17 @@ StepSchedule::StepSchedule(const TrainOptions& o, int64_t start_step)
       micro_steps_(o.batch / o.micro_batch),
       seq_(o.seq) {}
 
-StepSchedule::StepSchedule(const scaling::BatchSchedule& noise) : noise_(noise) {}
+StepSchedule::StepSchedule(const scaling::BatchSchedule& noise, int64_t micro_batch)
+    : micro_batch_(micro_batch), noise_(noise) {
+  MEMO_CHECK(micro_batch > 0 && noise.options().micro_batch % micro_batch == 0,
+             "StepSchedule: the schedule's unit of ", noise.options().micro_batch,
+             " sequences is not a multiple of micro-batches of ", micro_batch);
+}
 
 StepRun StepSchedule::next() const {
   if (noise_) {
     const scaling::StepPlan p = noise_->next();
-    return {p.step, p.batch, p.micro_batches, p.batch_tokens, p.tokens_end, p.lr};
+    return {p.step, p.batch, p.batch / micro_batch_, p.batch_tokens, p.tokens_end, p.lr};
   }
   const int64_t step = steps_done_ + 1;
   const int64_t tokens = batch_ * seq_;
@@ -68,7 +73,7 @@ int64_t StepSchedule::total_tokens() const {
 }
 
 int64_t StepSchedule::max_micro_steps() const {
-  return noise_ ? noise_->options().max_batch / noise_->options().micro_batch : micro_steps_;
+  return noise_ ? noise_->options().max_batch / micro_batch_ : micro_steps_;
 }
 
 nlohmann::json StepSchedule::checkpoint_json() const {
@@ -82,8 +87,8 @@ std::string StepSchedule::summary() const {
   const scaling::BatchScheduleOptions& o = noise_->options();
   char line[600];
   std::snprintf(line, sizeof line,
-                "memo: batch schedule noise: %lld sequences per step now, growing in micro-batches "
-                "of %lld up to %lld to track %g x B_simple (hysteresis %g, patience %lld steps, "
+                "memo: batch schedule noise: %lld sequences per step now, growing in steps of %lld "
+                "sequences up to %lld to track %g x B_simple (hysteresis %g, patience %lld steps, "
                 "after %lld steps with a B_simple); lr from the %s law (eps_max %.4g, B_noise "
                 "%.4g tokens), warm-up over %lld tokens, cosine decay to %g x at %lld tokens",
                 static_cast<long long>(noise_->state().batch),

@@ -44,8 +44,10 @@ class StepSchedule {
   // A fixed batch: o.batch / o.micro_batch micro-batches per step for steps start_step + 1 ..
   // o.steps, lr LrSchedule{o.lr, o.lr o.min_lr_ratio, o.warmup, o.steps}.at(step), as always.
   StepSchedule(const TrainOptions& o, int64_t start_step);
-  // The noise-driven schedule, from its start or from a restored state.
-  explicit StepSchedule(const scaling::BatchSchedule& noise);
+  // The noise-driven schedule, from its start or from a restored state, run in micro-batches of
+  // micro_batch sequences (its growth unit, options().micro_batch, is a multiple: micro_batch x
+  // the data-parallel ranks).
+  StepSchedule(const scaling::BatchSchedule& noise, int64_t micro_batch);
 
   StepRun next() const;
   // After the step next() gave ran; b_simple: the noise-scale estimate after this step's update.
@@ -70,6 +72,7 @@ class StepSchedule {
   int64_t batch_ = 0;
   int64_t micro_steps_ = 0;
   int64_t seq_ = 0;
+  int64_t micro_batch_ = 0;  // noise: sequences per micro-batch
   std::optional<scaling::BatchSchedule> noise_;
 };
 

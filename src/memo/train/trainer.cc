@@ -211,14 +211,38 @@ void check_shape_options(TrainOptions& o) {
 }
 
 // The steps to run: the resumed checkpoint's noise schedule, a new one (its options are checked
-// here, before any output), or a fixed batch.
+// here, before any output), or a fixed batch. A noise schedule over `dp_ranks` data-parallel
+// ranks grows the batch in steps of --micro-batch x dp_ranks sequences, so that every step's
+// micro-batches split evenly over the ranks.
 StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoint>& resume,
-                           int64_t start_step) {
-  if (resume && resume->noise) return StepSchedule(*resume->noise);
+                           int64_t start_step, int dp_ranks) {
+  const int64_t unit = o.micro_batch * dp_ranks;
+  if (resume && resume->noise) {
+    const int64_t saved = resume->noise->options().micro_batch;
+    if (saved % unit != 0)
+      throw ConfigError(str(o.resume_dir, "'s batch schedule grows in steps of ", saved,
+                            " sequences, which do not split into micro-batches of ", o.micro_batch,
+                            " over ", dp_ranks,
+                            " data-parallel processes; resume on a number of processes that "
+                            "divides ",
+                            saved / o.micro_batch));
+    return StepSchedule(*resume->noise, o.micro_batch);
+  }
   if (!o.batch_schedule) return StepSchedule(o, start_step);
   if (!o.gns)
     throw ConfigError("--batch-schedule noise grows the batch with the noise scale: drop --no-gns");
-  return StepSchedule(scaling::BatchSchedule(noise_schedule_options(o)));
+  scaling::BatchScheduleOptions s = noise_schedule_options(o);
+  s.micro_batch = unit;  // the growth unit
+  if (dp_ranks > 1 && o.batch < 2 * unit)
+    throw ConfigError(str("--batch-schedule noise over ", dp_ranks,
+                          " data-parallel processes grows the batch in steps of --micro-batch ",
+                          o.micro_batch, " x ", dp_ranks, " = ", unit,
+                          " sequences and starts from at least two: use --batch ", 2 * unit,
+                          " or more"));
+  if (s.max_batch % unit != 0)
+    throw ConfigError(str("--max-batch ", s.max_batch, " must be a multiple of --micro-batch ",
+                          o.micro_batch, " x ", dp_ranks, " data-parallel processes = ", unit));
+  return StepSchedule(scaling::BatchSchedule(s), o.micro_batch);
 }
 
 // The context-parallel layout of a job of `ranks` processes: C ranks share each sequence.
@@ -227,7 +251,6 @@ void check_context_parallel(const TrainOptions& o, int ranks) {
     throw ConfigError(str("--cp ", o.cp, " does not divide the job's ", ranks,
                           " processes; use a divisor of the process count"));
   check_context_parallel_seq(o.seq, o.cp);
-  if (o.cp > 1 && o.batch_schedule) throw ConfigError("--batch-schedule noise runs without --cp");
 }
 
 // What a run over several processes supports today: a fixed batch whose micro-batches split
@@ -241,9 +264,6 @@ void check_data_parallel(const TrainOptions& o, int ranks) {
     throw ConfigError(str("--batch ", o.batch, " / --micro-batch ", o.micro_batch, " = ",
                           micro_steps, " micro-batches per step do not split over ", ranks,
                           " processes; make it a multiple of ", ranks));
-  if (o.batch_schedule)
-    throw ConfigError(str("--batch-schedule noise runs in one process only (this job has ", ranks,
-                          "); drop it or run without mpirun"));
 }
 
 void check_positions(const TrainOptions& o, const ModelConfig& config) {
@@ -394,7 +414,9 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   const std::optional<ResumePoint> resume = resume_point(o);
   const int64_t start_step = resume ? resume->step : 0;
   check_shape_options(o);
-  StepSchedule plan = step_schedule(o, resume, start_step);
+  const int job_size = world ? world->size() : 1;
+  check_context_parallel(o, job_size);
+  StepSchedule plan = step_schedule(o, resume, start_step, job_size / o.cp);
   const ModelConfig config = resume ? resume->checkpoint.config : load_model_config(o.config_path);
   check_positions(o, config);
   const RunData data = load_run_data(o, config);
@@ -403,7 +425,6 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   Backend& backend = backend_in ? *backend_in : cpu_backend();
   SelfCommunicator self(backend);
   Communicator& job = world ? *world : self;
-  check_context_parallel(o, job.size());
   // groups of o.cp consecutive ranks share sequences; rank r is data-parallel rank r / cp
   std::unique_ptr<Communicator> cp_group, dp_group;
   if (o.cp > 1) {
