@@ -1,0 +1,230 @@
+#include "memo/nccl/nccl_communicator.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "memo/core/error.h"
+
+namespace memo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check_cuda(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw Error(str("CUDA: ", what, ": ", cudaGetErrorString(rc)));
+}
+
+void check_nccl(ncclResult_t rc, const char* what) {
+  if (rc != ncclSuccess) throw Error(str("NCCL: ", what, ": ", ncclGetErrorString(rc)));
+}
+
+size_t count_of(const ConstTensor& t, const char* op) {
+  MEMO_CHECK(t.contiguous(), op, ": view ", t.shape(), " must be contiguous");
+  return size_t(t.numel());
+}
+
+}  // namespace
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::over(MpiCommunicator& world) {
+  int devices = 0;
+  check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  if (devices == 0) throw ConfigError("NCCL needs a GPU: this process sees none");
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const int device = (local ? std::atoi(local) : world.rank()) % devices;
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  // rank 0's unique id, as raw bytes in floats (MPI copies them unchanged between like hosts)
+  ncclUniqueId id;
+  if (world.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  constexpr int64_t kFloats = (sizeof(id) + sizeof(float) - 1) / sizeof(float);
+  float packed[kFloats] = {};
+  std::memcpy(packed, &id, sizeof(id));
+  world.broadcast(Tensor(packed, {kFloats}), 0);
+  std::memcpy(&id, packed, sizeof(id));
+  ncclComm_t comm;
+  check_nccl(ncclCommInitRank(&comm, world.size(), id, world.rank()), "ncclCommInitRank");
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(comm, device, world.timeout_s()));
+}
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::single(int device) {
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  ncclUniqueId id;
+  check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  ncclComm_t comm;
+  check_nccl(ncclCommInitRank(&comm, 1, id, 0), "ncclCommInitRank");
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(comm, device, kDefaultCommTimeoutS));
+}
+
+NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, double timeout_s)
+    : comm_(comm), device_(device), timeout_s_(timeout_s) {
+  check_nccl(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
+  check_nccl(ncclCommCount(comm_, &size_), "ncclCommCount");
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), "cudaStreamCreate");
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (scratch_) cudaFree(scratch_);
+  if (stream_) cudaStreamDestroy(stream_);
+  ncclCommDestroy(comm_);
+}
+
+void NcclCommunicator::check_peer(const char* op, int peer) const {
+  MEMO_CHECK(0 <= peer && peer < size_, op, ": rank ", peer, " is not in a group of ", size_);
+}
+
+void* NcclCommunicator::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    if (scratch_) check_cuda(cudaFree(scratch_), "cudaFree");
+    check_cuda(cudaMalloc(&scratch_, bytes), "cudaMalloc");
+    scratch_bytes_ = bytes;
+  }
+  return scratch_;
+}
+
+void NcclCommunicator::finish(const char* op) {
+  const auto t0 = Clock::now();
+  for (int polls = 0;; ++polls) {
+    const cudaError_t rc = cudaStreamQuery(stream_);
+    if (rc == cudaSuccess) return;
+    if (rc != cudaErrorNotReady) check_cuda(rc, op);
+    ncclResult_t async = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort(comm_);
+      check_nccl(async, op);
+    }
+    if (std::chrono::duration<double>(Clock::now() - t0).count() > timeout_s_) {
+      ncclCommAbort(comm_);
+      throw Error(str("rank ", rank_, " of ", size_, ": ", op, " did not complete within ",
+                      timeout_s_,
+                      " s (a rank died or hangs; MEMO_COMM_TIMEOUT sets the limit); stopping "
+                      "the job"));
+    }
+    if (polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+void NcclCommunicator::all_reduce_sum(Tensor x) {
+  const auto t0 = Clock::now();
+  const size_t n = count_of(x, "all_reduce_sum");
+  check_nccl(ncclAllReduce(x.data(), x.data(), n, ncclFloat, ncclSum, comm_, stream_),
+             "ncclAllReduce");
+  finish("all_reduce_sum");
+  const int64_t moved = all_reduce_bytes(x.bytes(), size_);
+  count(moved, moved, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+void NcclCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
+  MEMO_CHECK(in.numel() == out.numel() * size_, "reduce_scatter_sum: out ", out.shape(),
+             " must hold 1/", size_, " of in ", in.shape());
+  const auto t0 = Clock::now();
+  check_nccl(ncclReduceScatter(in.data(), out.data(), count_of(out, "reduce_scatter_sum"),
+                               ncclFloat, ncclSum, comm_, stream_),
+             "ncclReduceScatter");
+  finish("reduce_scatter_sum");
+  const int64_t moved = reduce_scatter_bytes(out.bytes(), size_);
+  count(moved, moved, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+void NcclCommunicator::all_gather(Tensor out, ConstTensor in) {
+  MEMO_CHECK(out.numel() == in.numel() * size_, "all_gather: out ", out.shape(), " must hold ",
+             size_, " x in ", in.shape());
+  const auto t0 = Clock::now();
+  check_nccl(
+      ncclAllGather(in.data(), out.data(), count_of(in, "all_gather"), ncclFloat, comm_, stream_),
+      "ncclAllGather");
+  finish("all_gather");
+  const int64_t moved = all_gather_bytes(in.bytes(), size_);
+  count(moved, moved, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+// Host doubles: gathered through the device scratch, summed on the host in rank order.
+void NcclCommunicator::all_reduce_sum(std::span<double> x) {
+  std::vector<double> all(x.size() * size_t(size_));
+  all_gather(std::span<double>(all), std::span<const double>(x.data(), x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    double sum = all[i];
+    for (int r = 1; r < size_; ++r) sum += all[size_t(r) * x.size() + i];
+    x[i] = sum;
+  }
+}
+
+void NcclCommunicator::all_gather(std::span<double> out, std::span<const double> in) {
+  MEMO_CHECK(out.size() == in.size() * size_t(size_), "all_gather: out of ", out.size(),
+             " must hold ", size_, " x in of ", in.size());
+  const auto t0 = Clock::now();
+  const size_t bytes = in.size() * sizeof(double);
+  char* dev = static_cast<char*>(scratch(bytes * size_t(size_ + 1)));
+  check_cuda(cudaMemcpyAsync(dev, in.data(), bytes, cudaMemcpyHostToDevice, stream_),
+             "cudaMemcpyAsync");
+  check_nccl(ncclAllGather(dev, dev + bytes, in.size(), ncclDouble, comm_, stream_),
+             "ncclAllGather");
+  check_cuda(cudaMemcpyAsync(out.data(), dev + bytes, bytes * size_t(size_), cudaMemcpyDeviceToHost,
+                             stream_),
+             "cudaMemcpyAsync");
+  finish("all_gather");
+  const int64_t moved = all_gather_bytes(int64_t(bytes), size_);
+  count(moved, moved, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+void NcclCommunicator::broadcast(Tensor x, int root) {
+  check_peer("broadcast", root);
+  const auto t0 = Clock::now();
+  check_nccl(
+      ncclBroadcast(x.data(), x.data(), count_of(x, "broadcast"), ncclFloat, root, comm_, stream_),
+      "ncclBroadcast");
+  finish("broadcast");
+  count(rank_ == root ? x.bytes() * (size_ - 1) : 0, rank_ == root ? 0 : x.bytes(),
+        std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+void NcclCommunicator::send(ConstTensor x, int peer) {
+  check_peer("send", peer);
+  const auto t0 = Clock::now();
+  check_nccl(ncclSend(x.data(), count_of(x, "send"), ncclFloat, peer, comm_, stream_), "ncclSend");
+  finish("send");
+  count(x.bytes(), 0, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+void NcclCommunicator::recv(Tensor x, int peer) {
+  check_peer("recv", peer);
+  const auto t0 = Clock::now();
+  check_nccl(ncclRecv(x.data(), count_of(x, "recv"), ncclFloat, peer, comm_, stream_), "ncclRecv");
+  finish("recv");
+  count(0, x.bytes(), std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+// One group: NCCL posts both before either waits, so a ring of them cannot deadlock.
+void NcclCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
+  check_peer("send_recv", to);
+  check_peer("send_recv", from);
+  const auto t0 = Clock::now();
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  check_nccl(ncclSend(x.data(), count_of(x, "send_recv"), ncclFloat, to, comm_, stream_),
+             "ncclSend");
+  check_nccl(ncclRecv(y.data(), count_of(y, "send_recv"), ncclFloat, from, comm_, stream_),
+             "ncclRecv");
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  finish("send_recv");
+  count(x.bytes(), y.bytes(), std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+void NcclCommunicator::barrier() {
+  const auto t0 = Clock::now();
+  float* one = static_cast<float*>(scratch(sizeof(float)));
+  check_nccl(ncclAllReduce(one, one, 1, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+  finish("barrier");
+  count(0, 0, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+  ncclComm_t group;
+  check_nccl(ncclCommSplit(comm_, color, key, &group, nullptr), "ncclCommSplit");
+  count(0, 0);
+  return std::unique_ptr<Communicator>(new NcclCommunicator(group, device_, timeout_s_));
+}
+
+}  // namespace memo
