@@ -273,6 +273,15 @@ TEST_F(ContextParallel, layouts_that_do_not_split_are_refused) {
   EXPECT_NE(seq.exit_code, 0);
   EXPECT_NE(seq.output.find("--seq 30 does not split into 4 equal chunks"), std::string::npos)
       << seq.output;
+  // a budget too small: refused before step 1 by every rank, the sequence it suggests splitting
+  const test::CommandResult budget = test::run_command(
+      mpirun(2) + train_cmd("llama.json", dir / "z", 256, "--steps 2 --cp 2 --device-memory 1MiB"));
+  EXPECT_NE(budget.exit_code, 0);
+  for (const char* rank : {"rank 0 of 2: device memory: needs", "rank 1 of 2: device memory"})
+    EXPECT_NE(budget.output.find(rank), std::string::npos) << budget.output;
+  const size_t at = budget.output.find("; --seq ");
+  ASSERT_NE(at, std::string::npos) << budget.output;
+  EXPECT_EQ(std::stoll(budget.output.substr(at + 8)) % 4, 0) << budget.output;
 }
 
 }  // namespace

@@ -77,6 +77,10 @@ DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t 
                                          : trace_model_step(model, batch, short_seq, make_strategy);
     out.advice.longest_seq = longest_fitting_seq(out.activations.trace, other,
                                                  out.need.fixed_bytes(), budget_bytes, seq - 1);
+    if (out.advice.longest_seq) {  // a sequence the run can split
+      const int64_t fit = *out.advice.longest_seq / unit * unit;
+      out.advice.longest_seq = fit > 0 ? std::optional<int64_t>(fit) : std::nullopt;
+    }
   }
   return out;
 }
