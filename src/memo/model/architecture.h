@@ -36,7 +36,7 @@ struct LayerContext {
   ConstTensor rope_sin;        // [S, D/2]; empty with learned positions
   ActivationAllocator* alloc;  // transients
   Backend* backend;            // every kernel runs through it
-  Parallel parallel;           // t, c > 1 only in shape-only traces: Note [Per-GPU shapes]
+  Parallel parallel;           // t > 1 only in shape-only traces (Note [Per-GPU shapes]); c = 1
   DType act;                   // the activations' dtype (backend->activation_dtype())
   // Context parallelism (Note [Context parallel layout]): seq is then this rank's 2n tokens per
   // sequence, chunk-major, and rope_cos/sin are the tables of the whole sequence. Null: one rank.

@@ -53,7 +53,7 @@ void context_parallel_tokens(int32_t* local, const int32_t* full, int64_t batch,
                              const ContextParallel& cp);
 
 // Rotary embedding of local rows [first_row, first_row + x.rows()) by their true positions: cos
-// and sin are the tables of the whole sequence ([S, D/2]). sign +1 forward, -1 backward.
+// and sin are the tables of the whole sequence ([S, D/2]). backward: the transposed rotation.
 void context_parallel_rope(Backend& backend, Tensor x, ConstTensor cos, ConstTensor sin,
                            int64_t head_dim, int64_t first_row, int64_t batch,
                            const ContextParallel& cp, bool backward);

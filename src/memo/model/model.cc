@@ -59,11 +59,10 @@ void Model::set_parallel(const Parallel& parallel) {
   MEMO_CHECK(parallel.cp == 1,
              "context parallelism runs through set_context_parallel (a shape-only",
              " trace gives it a ShapeCommunicator)");
-  if (has_values() && (parallel.tp > 1 || parallel.cp > 1))
-    throw ConfigError(
-        str("tensor parallel ", parallel.tp, " x context parallel ", parallel.cp,
-            ": a layout for shape-only planning (memo plan); a run splits sequences with "
-            "--cp under mpirun"));
+  if (has_values() && parallel.tp > 1)
+    throw ConfigError(str("tensor parallel ", parallel.tp,
+                          ": a layout for shape-only planning (memo plan); memo does not run "
+                          "tensor parallelism yet"));
   parallel_ = parallel;
 }
 

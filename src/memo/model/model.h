@@ -47,9 +47,10 @@ class Model {
   const ModelWeights& weights() const { return w_; }
   const ModelWeights& grad_weights() const { return dw_; }
 
-  // The layout one GPU's shape-only trace runs in (Note [Per-GPU shapes] in model/parallel.h):
-  // forward_backward then takes the tokens of one rank, T/(t c) per micro-batch. Throws
-  // ConfigError for t or c > 1 on a model with values: memo cannot run a rank without its peers.
+  // The tensor-parallel layout one GPU's shape-only trace runs in (Note [Per-GPU shapes] in
+  // model/parallel.h): forward_backward then takes the tokens of one rank, T/t per micro-batch.
+  // Throws ConfigError for t > 1 on a model with values (memo does not run TP yet); c must be 1
+  // (context parallelism is set_context_parallel).
   void set_parallel(const Parallel& parallel);
   const Parallel& parallel() const { return parallel_; }
   // Context parallelism over `group` (Note [Context parallel layout] in model/context_parallel.h):

@@ -60,15 +60,29 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::single(int device) {
 
 NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, double timeout_s)
     : comm_(comm), device_(device), timeout_s_(timeout_s) {
-  check_nccl(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
-  check_nccl(ncclCommCount(comm_, &size_), "ncclCommCount");
-  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), "cudaStreamCreate");
+  try {
+    check_nccl(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
+    check_nccl(ncclCommCount(comm_, &size_), "ncclCommCount");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), "cudaStreamCreate");
+  } catch (...) {
+    ncclCommDestroy(comm_);
+    throw;
+  }
 }
 
 NcclCommunicator::~NcclCommunicator() {
   if (scratch_) cudaFree(scratch_);
   if (stream_) cudaStreamDestroy(stream_);
-  ncclCommDestroy(comm_);
+  if (comm_) ncclCommDestroy(comm_);  // null once aborted
+}
+
+void NcclCommunicator::abort() {
+  if (comm_) ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+void NcclCommunicator::check_alive(const char* op) const {
+  MEMO_CHECK(comm_ != nullptr, op, ": the NCCL communicator was aborted after an earlier error");
 }
 
 void NcclCommunicator::check_peer(const char* op, int peer) const {
@@ -89,15 +103,18 @@ void NcclCommunicator::finish(const char* op) {
   for (int polls = 0;; ++polls) {
     const cudaError_t rc = cudaStreamQuery(stream_);
     if (rc == cudaSuccess) return;
-    if (rc != cudaErrorNotReady) check_cuda(rc, op);
+    if (rc != cudaErrorNotReady) {
+      abort();
+      check_cuda(rc, op);
+    }
     ncclResult_t async = ncclSuccess;
-    check_nccl(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
-    if (async != ncclSuccess && async != ncclInProgress) {
-      ncclCommAbort(comm_);
-      check_nccl(async, op);
+    const ncclResult_t query = ncclCommGetAsyncError(comm_, &async);
+    if (query != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
+      abort();
+      check_nccl(query != ncclSuccess ? query : async, op);
     }
     if (std::chrono::duration<double>(Clock::now() - t0).count() > timeout_s_) {
-      ncclCommAbort(comm_);
+      abort();
       throw Error(str("rank ", rank_, " of ", size_, ": ", op, " did not complete within ",
                       timeout_s_,
                       " s (a rank died or hangs; MEMO_COMM_TIMEOUT sets the limit); stopping "
@@ -108,6 +125,7 @@ void NcclCommunicator::finish(const char* op) {
 }
 
 void NcclCommunicator::all_reduce_sum(Tensor x) {
+  check_alive("all_reduce_sum");
   const auto t0 = Clock::now();
   const size_t n = count_of(x, "all_reduce_sum");
   check_nccl(ncclAllReduce(x.data(), x.data(), n, ncclFloat, ncclSum, comm_, stream_),
@@ -118,6 +136,8 @@ void NcclCommunicator::all_reduce_sum(Tensor x) {
 }
 
 void NcclCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
+  check_alive("reduce_scatter_sum");
+  count_of(in, "reduce_scatter_sum");
   MEMO_CHECK(in.numel() == out.numel() * size_, "reduce_scatter_sum: out ", out.shape(),
              " must hold 1/", size_, " of in ", in.shape());
   const auto t0 = Clock::now();
@@ -130,6 +150,8 @@ void NcclCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
 }
 
 void NcclCommunicator::all_gather(Tensor out, ConstTensor in) {
+  check_alive("all_gather");
+  count_of(out, "all_gather");
   MEMO_CHECK(out.numel() == in.numel() * size_, "all_gather: out ", out.shape(), " must hold ",
              size_, " x in ", in.shape());
   const auto t0 = Clock::now();
@@ -153,6 +175,7 @@ void NcclCommunicator::all_reduce_sum(std::span<double> x) {
 }
 
 void NcclCommunicator::all_gather(std::span<double> out, std::span<const double> in) {
+  check_alive("all_gather");
   MEMO_CHECK(out.size() == in.size() * size_t(size_), "all_gather: out of ", out.size(),
              " must hold ", size_, " x in of ", in.size());
   const auto t0 = Clock::now();
@@ -162,15 +185,17 @@ void NcclCommunicator::all_gather(std::span<double> out, std::span<const double>
              "cudaMemcpyAsync");
   check_nccl(ncclAllGather(dev, dev + bytes, in.size(), ncclDouble, comm_, stream_),
              "ncclAllGather");
-  check_cuda(cudaMemcpyAsync(out.data(), dev + bytes, bytes * size_t(size_), cudaMemcpyDeviceToHost,
-                             stream_),
-             "cudaMemcpyAsync");
+  // the gather is polled first: a copy into pageable memory would block the host on it, with
+  // no timeout, if a peer never arrived
   finish("all_gather");
+  check_cuda(cudaMemcpy(out.data(), dev + bytes, bytes * size_t(size_), cudaMemcpyDeviceToHost),
+             "cudaMemcpy");
   const int64_t moved = all_gather_bytes(int64_t(bytes), size_);
   count(moved, moved, std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
 void NcclCommunicator::broadcast(Tensor x, int root) {
+  check_alive("broadcast");
   check_peer("broadcast", root);
   const auto t0 = Clock::now();
   check_nccl(
@@ -182,6 +207,7 @@ void NcclCommunicator::broadcast(Tensor x, int root) {
 }
 
 void NcclCommunicator::send(ConstTensor x, int peer) {
+  check_alive("send");
   check_peer("send", peer);
   const auto t0 = Clock::now();
   check_nccl(ncclSend(x.data(), count_of(x, "send"), ncclFloat, peer, comm_, stream_), "ncclSend");
@@ -190,6 +216,7 @@ void NcclCommunicator::send(ConstTensor x, int peer) {
 }
 
 void NcclCommunicator::recv(Tensor x, int peer) {
+  check_alive("recv");
   check_peer("recv", peer);
   const auto t0 = Clock::now();
   check_nccl(ncclRecv(x.data(), count_of(x, "recv"), ncclFloat, peer, comm_, stream_), "ncclRecv");
@@ -199,28 +226,35 @@ void NcclCommunicator::recv(Tensor x, int peer) {
 
 // One group: NCCL posts both before either waits, so a ring of them cannot deadlock.
 void NcclCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
+  check_alive("send_recv");
   check_peer("send_recv", to);
   check_peer("send_recv", from);
+  const size_t nx = count_of(x, "send_recv"), ny = count_of(y, "send_recv");  // before the group
   const auto t0 = Clock::now();
   check_nccl(ncclGroupStart(), "ncclGroupStart");
-  check_nccl(ncclSend(x.data(), count_of(x, "send_recv"), ncclFloat, to, comm_, stream_),
-             "ncclSend");
-  check_nccl(ncclRecv(y.data(), count_of(y, "send_recv"), ncclFloat, from, comm_, stream_),
-             "ncclRecv");
-  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  const ncclResult_t sent = ncclSend(x.data(), nx, ncclFloat, to, comm_, stream_);
+  const ncclResult_t received =
+      sent == ncclSuccess ? ncclRecv(y.data(), ny, ncclFloat, from, comm_, stream_) : sent;
+  const ncclResult_t ended = ncclGroupEnd();  // always: an open group defers every later call
+  check_nccl(sent, "ncclSend");
+  check_nccl(received, "ncclRecv");
+  check_nccl(ended, "ncclGroupEnd");
   finish("send_recv");
   count(x.bytes(), y.bytes(), std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
 void NcclCommunicator::barrier() {
+  check_alive("barrier");
   const auto t0 = Clock::now();
   float* one = static_cast<float*>(scratch(sizeof(float)));
+  check_cuda(cudaMemsetAsync(one, 0, sizeof(float), stream_), "cudaMemsetAsync");
   check_nccl(ncclAllReduce(one, one, 1, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
   finish("barrier");
   count(0, 0, std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+  check_alive("split");
   ncclComm_t group;
   check_nccl(ncclCommSplit(comm_, color, key, &group, nullptr), "ncclCommSplit");
   count(0, 0);

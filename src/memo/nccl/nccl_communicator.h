@@ -2,9 +2,12 @@
 // unique id broadcast over the job's MPI world. Buffers are device memory of this rank's GPU.
 // Every call enqueues on the communicator's own CUDA stream and returns once the collective is
 // done, polling with the MPI communicator's timeout (Note [Collective timeouts] in
-// parallel/mpi_communicator.cc): past it the communicator is aborted and the call throws, which
-// ends the job. Built only where the CUDA toolkit with NCCL is found (CMakeLists.txt); not yet run
-// on a GPU (none was lent while it was written): scripts/gpu-check.sh runs its check.
+// parallel/mpi_communicator.cc): past it, or on any CUDA or NCCL error while waiting, the
+// communicator is aborted and the call throws, which ends the job. Creating it
+// (ncclCommInitRank) and split (ncclCommSplit) block without a timeout: a rank that fails before
+// them leaves its peers waiting until mpirun ends the job. Built only where the CUDA toolkit with
+// NCCL is found (CMakeLists.txt); not yet run on a GPU (none was lent while it was written):
+// scripts/gpu-check.sh runs its check.
 //
 // Until the CUDA backend (issue #10) hands it its compute stream, the stream is a blocking one:
 // it starts after work already queued on CUDA's legacy default stream, and the host waits for it.
@@ -55,6 +58,9 @@ class NcclCommunicator final : public Communicator {
   // Waits for the stream, polling NCCL's asynchronous error; past the timeout aborts the
   // communicator and throws Error naming `op`.
   void finish(const char* op);
+  // ncclCommAbort once; every later call refuses (check_alive) and the destructor skips it.
+  void abort();
+  void check_alive(const char* op) const;
   void check_peer(const char* op, int peer) const;
   // A device scratch of at least `bytes` (the double statistics travel through it).
   void* scratch(size_t bytes);

@@ -223,8 +223,8 @@ StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoin
       throw ConfigError(str(o.resume_dir, "'s batch schedule grows in steps of ", saved,
                             " sequences, which do not split into micro-batches of ", o.micro_batch,
                             " over ", dp_ranks,
-                            " data-parallel processes; resume on a number of processes that "
-                            "divides ",
+                            " data-parallel ranks; resume with a number of data-parallel ranks "
+                            "(processes / --cp) that divides ",
                             saved / o.micro_batch));
     return StepSchedule(*resume->noise, o.micro_batch);
   }
@@ -253,8 +253,8 @@ void check_context_parallel(const TrainOptions& o, int ranks) {
   check_context_parallel_seq(o.seq, o.cp);
 }
 
-// What a run over several processes supports today: a fixed batch whose micro-batches split
-// evenly over the data-parallel ranks.
+// What a run over several processes needs: a batch whose micro-batches split evenly over the
+// data-parallel ranks (a noise schedule keeps it so: step_schedule), and a ZeRO stage memo runs.
 void check_data_parallel(const TrainOptions& o, int ranks) {
   if (o.zero != 0 && o.zero != 1)
     throw ConfigError(str("--zero ", o.zero, " is not a stage memo runs; use 0 or 1"));
