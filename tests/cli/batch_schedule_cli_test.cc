@@ -22,10 +22,6 @@ namespace {
 using test::random_words;
 using test::write_text;
 
-const char* kTinyConfig = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
-  "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
-
 std::vector<nlohmann::json> records(const std::string& log_path) {
   std::vector<nlohmann::json> out;
   std::ifstream in(log_path);
@@ -46,7 +42,7 @@ std::map<int64_t, std::string> steps_run(const std::string& log_path) {
 class BatchScheduleCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    write_text(dir / "config.json", kTinyConfig);
+    write_text(dir / "config.json", test::kTinyLlamaConfig);
     write_text(dir / "data.txt", random_words(40000));
   }
   // 4 sequences of 32 tokens to start, micro-batches of 2, a budget of 60 x 128 = 7680 tokens.

@@ -25,14 +25,10 @@ using test::corpus;
 using test::losses;
 using test::write_text;
 
-const char* kTinyConfig = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
-  "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
-
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    write_text(dir / "config.json", kTinyConfig);
+    write_text(dir / "config.json", test::kTinyLlamaConfig);
     write_text(dir / "data.txt", corpus(20000));
   }
   std::string train_cmd(const std::string& out, const std::string& extra) const {
@@ -80,7 +76,7 @@ TEST_F(Cli, killed_run_resumes_with_identical_losses) {
 
 TEST_F(Cli, every_strategy_in_a_planned_arena_gives_the_losses_of_keep_with_a_lower_peak) {
   // four layers: offload and memo keep the top two on the device, so two would save nothing
-  std::string four = kTinyConfig;
+  std::string four = test::kTinyLlamaConfig;
   four.replace(four.find("\"num_hidden_layers\": 2"), 22, "\"num_hidden_layers\": 4");
   write_text(dir.str("config.json"), four);
   std::map<std::string, std::map<int64_t, std::string>> runs;

@@ -18,6 +18,13 @@ inline void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
+// A LLaMA of 35k parameters (2 layers, hidden 32, GQA 4/2 heads, byte vocabulary): the model of
+// the tests that launch memo train.
+inline constexpr const char* kTinyLlamaConfig =
+    R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
+  "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
+
 // `bytes` of Genesis 1:1, repeated.
 inline std::string corpus(int64_t bytes) {
   std::string s;

@@ -103,17 +103,22 @@ double max_err(const std::vector<float>& got, const std::vector<double>& want) {
 constexpr double kFwdTol = 2e-5;
 constexpr double kBwdTol = 5e-5;  // gradients sum one more product, over up to S * G terms
 
+// Every output of the kernels within fwd_tol (o, lse) and bwd_tol (dq, dk, dv) of float64.
+void expect_within(const AttnData& data, double fwd_tol, double bwd_tol) {
+  EXPECT_LT(max_err(data.o, data.o64), fwd_tol);
+  EXPECT_LT(max_err(data.lse, data.lse64), fwd_tol);
+  EXPECT_LT(max_err(data.dq, data.dq64), bwd_tol);
+  EXPECT_LT(max_err(data.dk, data.dk64), bwd_tol);
+  EXPECT_LT(max_err(data.dv, data.dv64), bwd_tol);
+}
+
 class AttentionVsReference : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(AttentionVsReference, forward_and_backward_match_float64) {
   AttnData data(GetParam(), 1.0, 42);
   data.run_kernels();
   data.run_reference();
-  EXPECT_LT(max_err(data.o, data.o64), kFwdTol);
-  EXPECT_LT(max_err(data.lse, data.lse64), kFwdTol);
-  EXPECT_LT(max_err(data.dq, data.dq64), kBwdTol);
-  EXPECT_LT(max_err(data.dk, data.dk64), kBwdTol);
-  EXPECT_LT(max_err(data.dv, data.dv64), kBwdTol);
+  expect_within(data, kFwdTol, kBwdTol);
 }
 
 // Every S at one head layout; every head layout (MHA, GQA, MQA) at two sizes; D from 1 to 64
@@ -139,11 +144,7 @@ TEST_P(AttentionVsReference, full_mask_matches_float64) {
   data.mask = AttnMask::kFull;
   data.run_kernels();
   data.run_reference();
-  EXPECT_LT(max_err(data.o, data.o64), kFwdTol);
-  EXPECT_LT(max_err(data.lse, data.lse64), kFwdTol);
-  EXPECT_LT(max_err(data.dq, data.dq64), kBwdTol);
-  EXPECT_LT(max_err(data.dk, data.dk64), kBwdTol);
-  EXPECT_LT(max_err(data.dv, data.dv64), kBwdTol);
+  expect_within(data, kFwdTol, kBwdTol);
 }
 
 // The second half of a sequence attends causally to itself and fully to the first half; merging
@@ -188,11 +189,7 @@ TEST(Attention, large_scores_stay_finite_and_accurate) {
   data.run_kernels();
   data.run_reference();
   constexpr double kLargeTol = 2e-4;
-  EXPECT_LT(max_err(data.o, data.o64), kLargeTol);
-  EXPECT_LT(max_err(data.lse, data.lse64), kLargeTol);
-  EXPECT_LT(max_err(data.dq, data.dq64), kLargeTol);
-  EXPECT_LT(max_err(data.dk, data.dk64), kLargeTol);
-  EXPECT_LT(max_err(data.dv, data.dv64), kLargeTol);
+  expect_within(data, kLargeTol, kLargeTol);
 }
 
 TEST(Attention, repeated_calls_are_bitwise_equal) {

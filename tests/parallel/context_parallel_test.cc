@@ -32,9 +32,6 @@ using test::losses;
 using test::mpirun;
 using test::records;
 
-const char* kLlama = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
-  "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
 const char* kGpt2 = R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4,
   "n_inner": 64, "vocab_size": 256, "n_positions": 256, "layer_norm_epsilon": 1e-5})";
 
@@ -48,7 +45,7 @@ constexpr double kTol = 1e-5;
 class ContextParallel : public ::testing::Test {
  protected:
   void SetUp() override {
-    test::write_text(dir / "llama.json", kLlama);
+    test::write_text(dir / "llama.json", test::kTinyLlamaConfig);
     test::write_text(dir / "gpt2.json", kGpt2);
     test::write_text(dir / "data.txt", test::corpus(40000));
   }

@@ -28,14 +28,10 @@ using test::mpirun;
 using test::records;
 using test::signal_rank_one;
 
-const char* kTinyConfig = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
-  "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
-
 class DataParallel : public ::testing::Test {
  protected:
   void SetUp() override {
-    test::write_text(dir / "config.json", kTinyConfig);
+    test::write_text(dir / "config.json", test::kTinyLlamaConfig);
     test::write_text(dir / "data.txt", test::corpus(20000));
   }
   // 8 sequences of 32 tokens per step in micro-batches of 2: 4 micro-batches over the ranks.

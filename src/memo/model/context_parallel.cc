@@ -41,6 +41,15 @@ void visible_pairs(int j, int rank, F&& pair) {
     pair(1, 1);  // chunk 2c-1-r over chunk 2c-1-j < 2c-1-r
 }
 
+// The ring of one layer's attention on this rank, after checking q is its 2 x B x n rows.
+Ring layer_ring(const char* fn, ConstTensor q, int64_t n_heads, int64_t n_kv_heads,
+                const LayerContext& ctx) {
+  const Ring r{*ctx.cp, *ctx.backend, ctx.batch, ctx.cp->chunk_len(), n_heads, n_kv_heads};
+  MEMO_CHECK(q.rows() == 2 * r.rows() && ctx.seq == 2 * r.n, fn, ": q ", q.shape(), " is not 2 x ",
+             ctx.batch, " x ", r.n, " rows");
+  return r;
+}
+
 }  // namespace
 
 void check_context_parallel_seq(int64_t seq, int ranks) {
@@ -81,10 +90,8 @@ void context_parallel_rope(Backend& backend, Tensor x, ConstTensor cos, ConstTen
 void ring_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                             int64_t n_heads, int64_t n_kv_heads, const LayerContext& ctx) {
   const ContextParallel& cp = *ctx.cp;
-  const Ring r{cp, *ctx.backend, ctx.batch, cp.chunk_len(), n_heads, n_kv_heads};
+  const Ring r = layer_ring("ring_attention_forward", q, n_heads, n_kv_heads, ctx);
   const int64_t T = 2 * r.rows(), KD = k.cols(), D = q.cols() / n_heads;
-  MEMO_CHECK(q.rows() == T && ctx.seq == 2 * r.n, "ring_attention_forward: q ", q.shape(),
-             " is not 2 x ", ctx.batch, " x ", r.n, " rows");
   ActivationAllocator& alloc = *ctx.alloc;
   const Tensor lse3 = lse.reshape({2 * r.B, r.H, r.n});
   ScopedAct scratch(alloc, "attn.fwd_scratch", {r.be.attention_forward_scratch_numel(D)},
@@ -119,10 +126,8 @@ void ring_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, 
                              ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
                              int64_t n_heads, int64_t n_kv_heads, const LayerContext& ctx) {
   const ContextParallel& cp = *ctx.cp;
-  const Ring r{cp, *ctx.backend, ctx.batch, cp.chunk_len(), n_heads, n_kv_heads};
+  const Ring r = layer_ring("ring_attention_backward", q, n_heads, n_kv_heads, ctx);
   const int64_t T = 2 * r.rows(), KD = k.cols(), D = q.cols() / n_heads;
-  MEMO_CHECK(q.rows() == T && ctx.seq == 2 * r.n, "ring_attention_backward: q ", q.shape(),
-             " is not 2 x ", ctx.batch, " x ", r.n, " rows");
   ActivationAllocator& alloc = *ctx.alloc;
   const ConstTensor lse3 = lse.reshape({2 * r.B, r.H, r.n});
   // the travelling block [k; v; dk; dv] of the rank `step` places back
