@@ -131,6 +131,18 @@ TEST_F(ContextParallel, two_and_four_ranks_match_one_process) {
   EXPECT_GT(records(dp2cp2 + ".jsonl")[0]["comm_bytes"].get<int64_t>(), 0);
 }
 
+// An odd group: 3 ranks, each sequence in 6 chunks, rank 1 holding chunks 1 and 4.
+TEST_F(ContextParallel, an_odd_group_of_three_matches_one_process) {
+  const std::string one = dir / "one", cp3 = dir / "cp3";
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd("llama.json", one, 96, "--steps 3"))
+                .exit_code,
+            0);
+  const test::CommandResult r =
+      test::run_command(mpirun(3) + train_cmd("llama.json", cp3, 96, "--steps 3 --cp 3"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_close_runs(cp3, one, 3, 3);
+}
+
 // GPT-2's learned positions are added at each rank's true positions.
 TEST_F(ContextParallel, gpt2_matches_one_process) {
   const std::string one = dir / "g1", two = dir / "g2";
