@@ -57,6 +57,9 @@ class ContextParallel : public ::testing::Test {
            " --batch 4 --micro-batch 2 --lr 3e-3 --warmup 2 --val-batches 2 --out " + out +
            " --log " + out + ".jsonl " + extra;
   }
+  // 3 steps of `config` at `seq` in one process and under --cp `ranks` on as many ranks agree
+  // (expect_close_runs, below).
+  void matches_one_process(const std::string& config, int64_t seq, int ranks);
   test::TempDir dir;
 };
 
@@ -90,6 +93,17 @@ void expect_close_runs(const std::string& got, const std::string& want, int cp, 
   }
   EXPECT_LT(relative(b.back()["val_loss"], a.back()["val_loss"]), kTol) << got;
   EXPECT_LT(weights_difference(got, want), kTol) << got;
+}
+
+void ContextParallel::matches_one_process(const std::string& config, int64_t seq, int ranks) {
+  const std::string one = dir / (config + ".one"), cp = dir / (config + ".cp");
+  ASSERT_EQ(
+      test::run_command("OMP_NUM_THREADS=1 " + train_cmd(config, one, seq, "--steps 3")).exit_code,
+      0);
+  const test::CommandResult r = test::run_command(
+      mpirun(ranks) + train_cmd(config, cp, seq, "--steps 3 --cp " + std::to_string(ranks)));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_close_runs(cp, one, ranks, ranks);
 }
 
 TEST_F(ContextParallel, two_and_four_ranks_match_one_process) {
@@ -133,27 +147,11 @@ TEST_F(ContextParallel, two_and_four_ranks_match_one_process) {
 
 // An odd group: 3 ranks, each sequence in 6 chunks, rank 1 holding chunks 1 and 4.
 TEST_F(ContextParallel, an_odd_group_of_three_matches_one_process) {
-  const std::string one = dir / "one", cp3 = dir / "cp3";
-  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd("llama.json", one, 96, "--steps 3"))
-                .exit_code,
-            0);
-  const test::CommandResult r =
-      test::run_command(mpirun(3) + train_cmd("llama.json", cp3, 96, "--steps 3 --cp 3"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_close_runs(cp3, one, 3, 3);
+  matches_one_process("llama.json", 96, 3);
 }
 
 // GPT-2's learned positions are added at each rank's true positions.
-TEST_F(ContextParallel, gpt2_matches_one_process) {
-  const std::string one = dir / "g1", two = dir / "g2";
-  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd("gpt2.json", one, 64, "--steps 3"))
-                .exit_code,
-            0);
-  const test::CommandResult r =
-      test::run_command(mpirun(2) + train_cmd("gpt2.json", two, 64, "--steps 3 --cp 2"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_close_runs(two, one, 2, 2);
-}
+TEST_F(ContextParallel, gpt2_matches_one_process) { matches_one_process("gpt2.json", 64, 2); }
 
 // keep, recompute (which re-runs the ring in the backward), offload and memo (token-wise
 // recompute from row 128 of 512, across the boundary of the rank's two chunks at row 256) give
