@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "cli_test_util.h"
@@ -97,14 +98,120 @@ TEST_F(ScalingCli, sweep_appends_one_line_per_run_and_resume_skips_finished_runs
       << R"({"optimizer": "adam", "lr": 2e-3, "ba)";
   r = test::run_command(sweep_cmd("1e-3,2e-3"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("run 1/4: lr 0.001 batch 32 tokens: already in"), std::string::npos)
+  EXPECT_NE(r.output.find("run 1/4: lr 0.001 batch 32 tokens seed 1234: already in"),
+            std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("run 3/4: lr 0.001 batch 64 tokens: already in"), std::string::npos)
+  EXPECT_NE(r.output.find("run 3/4: lr 0.001 batch 64 tokens seed 1234: already in"),
+            std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("dropped an incomplete last line"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("2 runs done, 2 skipped"), std::string::npos) << r.output;
   lines = read_lines(dir.str("sweep.jsonl"));
   ASSERT_EQ(lines.size(), 4u);
+}
+
+TEST_F(ScalingCli, several_seeds_run_the_grid_once_each_and_fit_shows_their_spread) {
+  const std::string cmd = sweep_cmd("1e-3,4e-3,1.6e-2", "--seed 7,8");
+  test::CommandResult r = test::run_command(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto lines = read_lines(dir.str("sweep.jsonl"));
+  ASSERT_EQ(lines.size(), 12u);
+  std::map<int64_t, int> per_seed;
+  for (const auto& j : lines) ++per_seed[j.at("seed").get<int64_t>()];
+  EXPECT_EQ(per_seed, (std::map<int64_t, int>{{7, 6}, {8, 6}}));
+  // seeds differ in weights and data: the same (lr, batch) gives another loss
+  EXPECT_NE(lines[0].at("val_loss").dump(), lines[6].at("val_loss").dump());
+  r = test::run_command(cmd);  // everything is done: all skipped
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("0 runs done, 12 skipped"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("seed 8: already in"), std::string::npos) << r.output;
+}
+
+TEST_F(ScalingCli, fit_averages_seeds_and_reports_each_seeds_optimum) {
+  // two seeds whose optima lie a factor 2^0.25 either side of the law; steps to the target differ
+  // by 2 between them, so Eq. 22 sees their mean
+  const std::string text = synthetic_sweep(1e-3, 2000.0, true);
+  std::string both;
+  for (int seed : {1, 2}) {
+    std::istringstream in(text);
+    std::string l;
+    while (std::getline(in, l)) {
+      nlohmann::json j = nlohmann::json::parse(l);
+      const double opt = scaling::lr_surge(j.at("batch_tokens").get<double>(), 1e-3, 2000.0) *
+                         std::pow(2.0, seed == 1 ? 0.25 : -0.25);
+      const double d = std::log(j.at("lr").get<double>() / opt);
+      j["seed"] = seed;
+      j["loss_reduction"] = 0.5 - d * d;
+      j["target_steps"] = j.at("target_steps").get<double>() + (seed == 1 ? 0 : 2);
+      j["target_tokens"] = j.at("target_steps").get<double>() * j.at("batch_tokens").get<double>();
+      both += j.dump() + "\n";
+    }
+  }
+  write_text(dir / "t.jsonl", both);
+  const test::CommandResult r =
+      test::run_command(test::memo_bin() + " fit " + dir.str("t.jsonl") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j.at("seeds"), 2);
+  for (const auto& b : j.at("batches")) {
+    const auto& seeds = b.at("seed_lrs");
+    ASSERT_EQ(seeds.size(), 2u);
+    const double law = scaling::lr_surge(b.at("batch_tokens").get<double>(), 1e-3, 2000.0);
+    // each seed's own parabola vertex (grid 2^0.5 apart, clamped at the neighbours)
+    EXPECT_LT(seeds.at(0).get<double>(), law);
+    EXPECT_GT(seeds.at(1).get<double>(), law);
+    const double s1 = std::round(100.0 * (1.0 + 2000.0 / b.at("batch_tokens").get<double>()));
+    EXPECT_DOUBLE_EQ(b.at("target_steps").get<double>(), s1 + 1.0);
+  }
+}
+
+TEST_F(ScalingCli, several_target_levels_record_what_single_target_runs_would) {
+  // the data repeat one sentence, so the loss falls fast: levels 5 and 4 are reached in a few steps
+  const std::string base = test::memo_bin() + " sweep --config " + dir.str("config.json") +
+                           " --data " + dir.str("data.txt") +
+                           " --seq 16 --micro-batch 1 --batches 32,64 --steps 400 --val-windows 0 "
+                           "--optimizer adam --lrs 1e-2 --loss-window 3 --extra-steps 4 ";
+  ASSERT_EQ(test::run_command(base + "--target-loss 4,5 --out " + dir.str("both.jsonl")).exit_code,
+            0);
+  ASSERT_EQ(test::run_command(base + "--target-loss 5 --out " + dir.str("five.jsonl")).exit_code,
+            0);
+  ASSERT_EQ(test::run_command(base + "--target-loss 4 --out " + dir.str("four.jsonl")).exit_code,
+            0);
+  const nlohmann::json both = read_lines(dir.str("both.jsonl")).at(0);
+  const nlohmann::json five = read_lines(dir.str("five.jsonl")).at(0);
+  const nlohmann::json four = read_lines(dir.str("four.jsonl")).at(0);
+  EXPECT_EQ(both.at("target_loss"), nlohmann::json({5.0, 4.0}));  // sorted, highest first
+  const auto& levels = both.at("targets");
+  ASSERT_EQ(levels.size(), 2u);
+  EXPECT_EQ(read_lines(dir.str("both.jsonl")).size(), 2u);
+  ASSERT_TRUE(five.at("target_steps").is_number()) << five.dump();
+  ASSERT_TRUE(four.at("target_steps").is_number()) << four.dump();
+  EXPECT_LT(five.at("target_steps").get<int64_t>(), four.at("target_steps").get<int64_t>());
+  EXPECT_EQ(levels.at(0).at("steps"), five.at("target_steps"));
+  EXPECT_EQ(levels.at(0).at("loss_reduction").dump(), five.at("loss_reduction").dump());
+  EXPECT_EQ(levels.at(1).at("steps"), four.at("target_steps"));
+  EXPECT_EQ(levels.at(1).at("loss_reduction").dump(), four.at("loss_reduction").dump());
+  // the run ends at the lowest level: the same run as the single-target one
+  EXPECT_EQ(both.at("steps"), four.at("steps"));
+  EXPECT_EQ(both.at("loss_reduction").dump(), four.at("loss_reduction").dump());
+  EXPECT_EQ(both.at("final_loss").dump(), four.at("final_loss").dump());
+
+  // memo fit picks a level; one the runs lack is named with the ones they have
+  test::CommandResult r = test::run_command(test::memo_bin() + " fit " + dir.str("both.jsonl") +
+                                            " --target-loss 5 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json fit = nlohmann::json::parse(r.output);
+  EXPECT_EQ(fit.at("target_level"), 5.0);
+  EXPECT_EQ(fit.at("batches").at(0).at("target_steps").get<double>(),
+            five.at("target_steps").get<double>());
+  r = test::run_command(test::memo_bin() + " fit " + dir.str("both.jsonl") +
+                        " --target-loss 3.5 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("line 1: no target level 3.5 (the run has 5, 4)"), std::string::npos)
+      << r.output;
+  r = test::run_command(base + "--target-loss 4,4 --out " + dir.str("dup.jsonl") + " 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--target-loss 4 is given twice"), std::string::npos) << r.output;
 }
 
 TEST_F(ScalingCli, fit_recovers_b_noise_from_a_surge_law_sweep) {

@@ -17,6 +17,7 @@ void add_fit_command(CLI::App& app) {
     std::vector<std::string> files;
     std::string plot, metric;
     int64_t at_tokens = 0;
+    std::vector<double> target_levels;
     double confidence = 0.95;
     bool json = false;
   };
@@ -33,6 +34,10 @@ void add_fit_command(CLI::App& app) {
   cmd->add_option(
       "--at-tokens", o->at_tokens,
       "Judge runs by their smoothed training loss at this many tokens (from the curve) instead");
+  cmd->add_option("--target-loss", o->target_levels,
+                  "Target-loss sweeps with several levels: judge at these (comma-separated; one "
+                  "analysis per file and level); default: the lowest level")
+      ->delimiter(',');
   cmd->add_option("--confidence", o->confidence, "Confidence level of the intervals")
       ->capture_default_str();
   cmd->callback([o] {
@@ -41,8 +46,14 @@ void add_fit_command(CLI::App& app) {
     if (o->at_tokens > 0) options.at_tokens = o->at_tokens;
     options.confidence = o->confidence;
     std::vector<scaling::SweepAnalysis> all;
-    for (const std::string& f : o->files)
-      all.push_back(scaling::analyse_sweep(scaling::read_sweep_file(f), f, options));
+    for (const std::string& f : o->files) {
+      const scaling::SweepFile file = scaling::read_sweep_file(f);
+      if (o->target_levels.empty()) all.push_back(scaling::analyse_sweep(file, f, options));
+      for (double level : o->target_levels) {
+        options.target_level = level;
+        all.push_back(scaling::analyse_sweep(file, f, options));
+      }
+    }
     if (o->json) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& a : all) j.push_back(scaling::to_json(a));

@@ -6,11 +6,16 @@
 // A line: {"optimizer", "hyperparameters", "lr", "batch_tokens", "seq", "micro_batch", "seed",
 // "budget" ({"steps"} or {"tokens"}), "warmup", "min_lr_ratio", "clip", "steps", "tokens",
 // "final_loss", "best_loss", "val_loss", "diverged", "curve" ([[step, tokens, loss], ...]),
-// "gns_b_simple", "seconds"} and with --target-loss also "target_loss", "extra_steps",
-// "loss_window", "target_steps", "target_tokens", "loss_reduction". Losses are smoothed training
-// losses (Note [Smoothed training loss]); null where not available (diverged, target not reached).
+// "gns_b_simple", "seconds"} and with --target-loss also "target_loss" (a number, or the list
+// with several levels), "extra_steps", "loss_window", "target_steps", "target_tokens",
+// "loss_reduction" (for the lowest level: the one that ends the run) and "targets" ([{"loss",
+// "steps", "tokens", "loss_reduction", "b_simple"}] per level, which `memo fit --target-loss`
+// picks from). Losses are smoothed training losses (Note [Smoothed training loss]); null where
+// not available (diverged, target not reached). Several --seed values run the grid once per seed.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -34,6 +39,7 @@ struct SweepOptions {
   double val_fraction = 0.05;
   std::vector<double> lrs;
   std::vector<int64_t> batches;  // tokens per step
+  std::vector<uint64_t> seeds{1234};
   int64_t tokens = 0, steps = 0;
   ShortRunOptions run;
 };
@@ -61,8 +67,9 @@ nlohmann::json run_key(const SweepOptions& s, const OptimizerChoice& optimizer, 
                      {"warmup", o.warmup},
                      {"min_lr_ratio", o.min_lr_ratio},
                      {"clip", o.clip}};
-  if (o.target_loss) {
-    key["target_loss"] = *o.target_loss;
+  if (!o.target_losses.empty()) {
+    key["target_loss"] = o.target_losses.size() == 1 ? nlohmann::json(o.target_losses[0])
+                                                     : nlohmann::json(o.target_losses);
     key["extra_steps"] = o.extra_steps;
     key["loss_window"] = o.loss_window;
   }
@@ -90,8 +97,12 @@ void run_sweep(SweepOptions s, const OptimizerChoice& optimizer) {
   if ((s.tokens > 0) == (s.steps > 0))
     throw ConfigError(
         "give exactly one of --tokens N (tokens per run) and --steps N (steps per run)");
-  if (s.lrs.empty() || s.batches.empty())
-    throw ConfigError("--lrs and --batches need at least one value each");
+  if (s.lrs.empty() || s.batches.empty() || s.seeds.empty())
+    throw ConfigError("--lrs, --batches and --seed need at least one value each");
+  std::sort(s.run.target_losses.begin(), s.run.target_losses.end(), std::greater<>());
+  for (size_t i = 1; i < s.run.target_losses.size(); ++i)
+    if (s.run.target_losses[i] == s.run.target_losses[i - 1])
+      throw ConfigError(str("--target-loss ", s.run.target_losses[i], " is given twice"));
   for (int64_t b : s.batches)
     if (b <= 0 || b % s.run.seq != 0)
       throw ConfigError(str("--batches value ", b, " is not a positive multiple of --seq ",
@@ -121,77 +132,91 @@ void run_sweep(SweepOptions s, const OptimizerChoice& optimizer) {
       std::cout << "sweep: dropped an incomplete last line of " << s.out << "\n";
     }
   }
-  const int64_t total = int64_t(s.lrs.size() * s.batches.size());
+  const int64_t total = int64_t(s.seeds.size() * s.lrs.size() * s.batches.size());
   int64_t index = 0, ran = 0, skipped = 0;
   double run_seconds = 0.0;
   std::cout << "sweep: " << total << " runs (" << s.batches.size() << " batch sizes x "
-            << s.lrs.size() << " lrs), " << optimizer.name << " "
+            << s.lrs.size() << " lrs x " << s.seeds.size() << " seeds), " << optimizer.name << " "
             << hyperparameters_of(optimizer).dump() << ", "
             << (s.steps > 0 ? str(s.steps, " steps") : str(s.tokens, " tokens")) << " per run"
-            << (s.run.target_loss
-                    ? str(", target loss ", *s.run.target_loss, " + ", s.run.extra_steps, " steps")
-                    : "")
+            << (s.run.target_losses.empty()
+                    ? std::string()
+                    : str(", target loss ", nlohmann::json(s.run.target_losses).dump(), " + ",
+                          s.run.extra_steps, " steps"))
             << "\n"
             << std::flush;
-  for (int64_t batch : s.batches) {
-    for (double lr : s.lrs) {
-      ++index;
-      const nlohmann::json key = run_key(s, optimizer, lr, batch);
-      bool already = false;
-      for (const nlohmann::json& d : done) already = already || same_run(d, key);
-      if (already) {
-        ++skipped;
-        std::cout << "run " << index << "/" << total << ": lr " << lr << " batch " << batch
-                  << " tokens: already in " << s.out << ", skipped\n";
-        continue;
+  for (uint64_t seed : s.seeds)
+    for (int64_t batch : s.batches) {
+      for (double lr : s.lrs) {
+        ++index;
+        s.run.seed = seed;
+        const nlohmann::json key = run_key(s, optimizer, lr, batch);
+        bool already = false;
+        for (const nlohmann::json& d : done) already = already || same_run(d, key);
+        if (already) {
+          ++skipped;
+          std::cout << "run " << index << "/" << total << ": lr " << lr << " batch " << batch
+                    << " tokens seed " << seed << ": already in " << s.out << ", skipped\n";
+          continue;
+        }
+        ShortRunOptions o = s.run;
+        o.lr = lr;
+        o.batch_tokens = batch;
+        o.max_steps = s.steps > 0 ? s.steps : std::max<int64_t>(1, s.tokens / batch);
+        const ShortRunResult r = run_short(config, *train, val ? &*val : nullptr, o);
+        nlohmann::json line = key;
+        nlohmann::json curve = nlohmann::json::array();
+        for (const CurvePoint& p : r.curve) curve.push_back({p.step, p.tokens, p.loss});
+        line.update({{"steps", r.steps},
+                     {"tokens", r.tokens},
+                     {"final_loss", finite_or_null(r.final_loss)},
+                     {"best_loss", finite_or_null(r.best_loss)},
+                     {"val_loss", optional_json(r.val_loss)},
+                     {"diverged", r.diverged},
+                     {"curve", curve},
+                     {"gns_b_simple", optional_json(r.gns_b_simple)},
+                     {"seconds", r.seconds}});
+        if (!r.targets.empty()) {
+          nlohmann::json levels = nlohmann::json::array();
+          for (const ShortRunResult::TargetLevel& t : r.targets)
+            levels.push_back(
+                {{"loss", t.target},
+                 {"steps", t.steps ? nlohmann::json(*t.steps) : nlohmann::json()},
+                 {"tokens", t.steps ? nlohmann::json(*t.steps * batch) : nlohmann::json()},
+                 {"loss_reduction", optional_json(t.loss_reduction)},
+                 {"b_simple", optional_json(t.b_simple_at_target)}});
+          const nlohmann::json& last = levels.back();
+          line["target_steps"] = last.at("steps");
+          line["target_tokens"] = last.at("tokens");
+          line["loss_reduction"] = last.at("loss_reduction");
+          line["targets"] = levels;
+        }
+        {
+          std::ofstream out(s.out, std::ios::app);
+          out << line.dump() << "\n" << std::flush;
+          if (!out) throw DataError(str("cannot append to sweep file ", s.out));
+        }
+        done.push_back(line);
+        ++ran;
+        run_seconds += r.seconds;
+        const double eta = run_seconds / double(ran) * double(total - index);
+        char head[160];
+        std::snprintf(head, sizeof head,
+                      "run %lld/%lld: lr %.3g batch %lld tokens seed %llu: %lld steps, ",
+                      (long long)index, (long long)total, lr, (long long)batch,
+                      (unsigned long long)seed, (long long)r.steps);
+        std::string msg = head;
+        msg += r.diverged ? std::string("diverged") : str("loss ", fixed4(r.final_loss));
+        if (r.val_loss) msg += str(", val ", fixed4(*r.val_loss));
+        if (r.gns_b_simple) msg += str(", B_simple ", int64_t(*r.gns_b_simple), " tok");
+        for (const ShortRunResult::TargetLevel& t : r.targets)
+          msg += t.steps ? str(", ", t.target, " at step ", *t.steps, " (reduction ",
+                               t.loss_reduction ? fixed4(*t.loss_reduction) : std::string("-"), ")")
+                         : str(", ", t.target, " not reached");
+        msg += str(", ", fixed1(r.seconds), "s | ETA ", duration_str(eta));
+        std::cout << msg << "\n" << std::flush;
       }
-      ShortRunOptions o = s.run;
-      o.lr = lr;
-      o.batch_tokens = batch;
-      o.max_steps = s.steps > 0 ? s.steps : std::max<int64_t>(1, s.tokens / batch);
-      const ShortRunResult r = run_short(config, *train, val ? &*val : nullptr, o);
-      nlohmann::json line = key;
-      nlohmann::json curve = nlohmann::json::array();
-      for (const CurvePoint& p : r.curve) curve.push_back({p.step, p.tokens, p.loss});
-      line.update({{"steps", r.steps},
-                   {"tokens", r.tokens},
-                   {"final_loss", finite_or_null(r.final_loss)},
-                   {"best_loss", finite_or_null(r.best_loss)},
-                   {"val_loss", optional_json(r.val_loss)},
-                   {"diverged", r.diverged},
-                   {"curve", curve},
-                   {"gns_b_simple", optional_json(r.gns_b_simple)},
-                   {"seconds", r.seconds}});
-      if (o.target_loss) {
-        line["target_steps"] = r.target_steps ? nlohmann::json(*r.target_steps) : nlohmann::json();
-        line["target_tokens"] =
-            r.target_steps ? nlohmann::json(*r.target_steps * batch) : nlohmann::json();
-        line["loss_reduction"] = optional_json(r.loss_reduction);
-      }
-      {
-        std::ofstream out(s.out, std::ios::app);
-        out << line.dump() << "\n" << std::flush;
-        if (!out) throw DataError(str("cannot append to sweep file ", s.out));
-      }
-      done.push_back(line);
-      ++ran;
-      run_seconds += r.seconds;
-      const double eta = run_seconds / double(ran) * double(total - index);
-      char head[160];
-      std::snprintf(head, sizeof head, "run %lld/%lld: lr %.3g batch %lld tokens: %lld steps, ",
-                    (long long)index, (long long)total, lr, (long long)batch, (long long)r.steps);
-      std::string msg = head;
-      msg += r.diverged ? std::string("diverged") : str("loss ", fixed4(r.final_loss));
-      if (r.val_loss) msg += str(", val ", fixed4(*r.val_loss));
-      if (r.gns_b_simple) msg += str(", B_simple ", int64_t(*r.gns_b_simple), " tok");
-      if (o.target_loss)
-        msg += r.target_steps ? str(", target at step ", *r.target_steps, ", reduction ",
-                                    r.loss_reduction ? fixed4(*r.loss_reduction) : std::string("-"))
-                              : std::string(", target not reached");
-      msg += str(", ", fixed1(r.seconds), "s | ETA ", duration_str(eta));
-      std::cout << msg << "\n" << std::flush;
     }
-  }
   std::cout << "sweep: " << ran << " runs done, " << skipped << " skipped; results in " << s.out
             << "\n";
 }
@@ -201,7 +226,7 @@ void run_sweep(SweepOptions s, const OptimizerChoice& optimizer) {
 void add_sweep_command(CLI::App& app) {
   auto s = std::make_shared<SweepOptions>();
   auto optim = std::make_shared<OptimizerFlags>();
-  auto target = std::make_shared<double>(0.0);
+  auto target = std::make_shared<std::vector<double>>();
   CLI::App* cmd =
       app.add_subcommand("sweep", "Learning-rate x batch-size sweep of short runs (JSON lines)");
   cmd->add_option("--config", s->config, "Model config.json")->required();
@@ -235,23 +260,28 @@ void add_sweep_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--clip", s->run.clip, "Clip the global gradient norm to this (0: off)")
       ->capture_default_str();
-  cmd->add_option("--seed", s->run.seed,
-                  "Seed of the weight init and the data windows (the same for every run)")
+  cmd->add_option("--seed", s->seeds,
+                  "Seeds of the weight init and the data windows, comma-separated: the grid runs "
+                  "once per seed (memo fit averages them and shows their spread)")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_flag("--gns,!--no-gns", s->run.gns,
                 "Record B_simple (tokens) when a step has >= 2 micro-batches (on by default)");
   cmd->add_option("--loss-window", s->run.loss_window,
                   "Steps in the window mean that smooths the training loss")
       ->capture_default_str();
-  CLI::Option* target_opt = cmd->add_option("--target-loss", *target,
-                                            "Train until the smoothed training loss reaches this, "
-                                            "then --extra-steps more (surge paper protocol)");
+  CLI::Option* target_opt =
+      cmd->add_option("--target-loss", *target,
+                      "Train until the smoothed training loss reaches this, then --extra-steps "
+                      "more (surge paper protocol); several, comma-separated, judge each run at "
+                      "each level (memo fit --target-loss picks one)")
+          ->delimiter(',');
   cmd->add_option("--extra-steps", s->run.extra_steps,
                   "Steps after the target whose loss reduction is recorded")
       ->capture_default_str();
   cmd->callback([s, optim, target, target_opt] {
     SweepOptions o = *s;
-    if (target_opt->count() > 0) o.run.target_loss = *target;
+    if (target_opt->count() > 0) o.run.target_losses = *target;
     run_sweep(o, resolve_optimizer(*optim));
   });
 }

@@ -1,9 +1,12 @@
 #include "memo/scaling/sweep_analysis.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "memo/core/error.h"
 
@@ -48,13 +51,54 @@ bool aicc_defined(const SweepAnalysis& a) {  // AICc needs n > p + 1 for some la
 
 nlohmann::json opt(std::optional<double> v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
 
+// The level of a run's "targets" equal to `level` (the lowest when none is asked for), copied
+// into the run's top-level target fields; throws FormatError naming the line when it lacks it.
+void select_target_level(SweepLine& l, const std::string& path, std::optional<double> level) {
+  nlohmann::json& run = l.run;
+  if (!run.contains("targets") || !run.at("targets").is_array() || run.at("targets").empty()) {
+    if (level)
+      throw FormatError(str(path, " line ", l.line,
+                            ": no \"targets\" levels to pick --target-loss ", *level,
+                            " from (not a target-loss sweep, or written by an older memo)"));
+    return;
+  }
+  const nlohmann::json* pick = &run.at("targets").back();
+  if (level) {
+    pick = nullptr;
+    std::string have;
+    for (const nlohmann::json& t : run.at("targets")) {
+      const double v = t.at("loss").get<double>();
+      if (std::abs(v - *level) <= 1e-9 * std::max(1.0, std::abs(v))) pick = &t;
+      have += (have.empty() ? "" : ", ") + str(v);
+    }
+    if (!pick)
+      throw FormatError(
+          str(path, " line ", l.line, ": no target level ", *level, " (the run has ", have, ")"));
+  }
+  const nlohmann::json t = *pick;  // a copy: run is written below
+  run["target_loss"] = t.at("loss");
+  run["target_steps"] = t.at("steps");
+  run["target_tokens"] = t.at("tokens");
+  run["loss_reduction"] = t.at("loss_reduction");
+  run["b_simple_at_target"] = t.value("b_simple", nlohmann::json());
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0.0;
+  for (double x : v) s += x;
+  return s / double(v.size());
+}
+
 }  // namespace
 
-SweepAnalysis analyse_sweep(const SweepFile& file, const std::string& path,
+SweepAnalysis analyse_sweep(const SweepFile& input, const std::string& path,
                             const SweepAnalysisOptions& options) {
   SweepAnalysis a;
   a.path = path;
-  if (file.lines.empty()) throw FormatError(str(path, " holds no runs"));
+  a.series = std::filesystem::path(path).stem().string();
+  if (input.lines.empty()) throw FormatError(str(path, " holds no runs"));
+  SweepFile file = input;
+  for (SweepLine& l : file.lines) select_target_level(l, path, options.target_level);
   a.setting = run_setting(file.lines.front().run);
   for (const SweepLine& l : file.lines)
     if (run_setting(l.run) != a.setting)
@@ -67,31 +111,71 @@ SweepAnalysis analyse_sweep(const SweepFile& file, const std::string& path,
     throw FormatError(str("unknown metric '", a.metric,
                           "'; valid: val_loss, final_loss, best_loss, loss_reduction"));
   a.runs = int64_t(file.lines.size());
-  for (const SweepLine& l : file.lines)
+  std::set<int64_t> seed_set;
+  for (const SweepLine& l : file.lines) {
     a.grid.push_back({l.run.at("batch_tokens").get<double>(), l.run.at("lr").get<double>(),
                       metric_value(l.run, a.metric, options.at_tokens)});
-  if (options.at_tokens && a.metric != "loss_reduction")
+    seed_set.insert(l.run.value("seed", int64_t(0)));
+  }
+  a.seeds = int(seed_set.size());
+  const bool by_target = a.metric == "loss_reduction";
+  if (by_target && file.lines.front().run.contains("target_loss") &&
+      file.lines.front().run.at("target_loss").is_number()) {
+    a.target_level = file.lines.front().run.at("target_loss").get<double>();
+    if (options.target_level) a.series += str(" at loss ", *a.target_level);
+  }
+  if (options.at_tokens && !by_target) {
     a.metric =
         str("smoothed training loss at ", *options.at_tokens, " tokens");  // a label only now
+    a.series += str(" at ", *options.at_tokens, " tokens");
+  }
+  // each seed's own optimum per batch, for the spread
+  std::map<double, std::vector<double>> seed_lrs;
+  if (a.seeds > 1)
+    for (int64_t seed : seed_set) {
+      std::vector<SweepRun> one;
+      for (size_t i = 0; i < a.grid.size(); ++i)
+        if (file.lines[i].run.value("seed", int64_t(0)) == seed) one.push_back(a.grid[i]);
+      for (const OptimalLr& p : optimal_lrs(one))
+        if (std::isfinite(p.loss)) seed_lrs[p.batch].push_back(p.lr);
+    }
   for (const OptimalLr& p : optimal_lrs(a.grid)) {
     if (!std::isfinite(p.loss)) continue;  // every run at this batch diverged or has no value
     BatchSummary b;
     b.optimum = p;
-    double sum = 0.0, best = kInf;
-    int n = 0;
-    const nlohmann::json* best_run = nullptr;
+    b.seed_lrs = seed_lrs[p.batch];
+    std::sort(b.seed_lrs.begin(), b.seed_lrs.end());
+    // B_simple over the batch's finite runs; the best grid lr by its mean over seeds
+    std::vector<double> b_simple;
+    std::map<double, std::vector<size_t>> by_lr;
     for (size_t i = 0; i < a.grid.size(); ++i) {
-      if (a.grid[i].batch != p.batch || !std::isfinite(a.grid[i].loss)) continue;
+      if (a.grid[i].batch != p.batch) continue;
+      by_lr[a.grid[i].lr].push_back(i);
+      if (!std::isfinite(a.grid[i].loss)) continue;
       const nlohmann::json& run = file.lines[i].run;
-      if (run.contains("gns_b_simple") && run.at("gns_b_simple").is_number())
-        sum += run.at("gns_b_simple").get<double>(), ++n;
-      if (a.grid[i].loss < best) best = a.grid[i].loss, best_run = &run;
+      const char* key = by_target ? "b_simple_at_target" : "gns_b_simple";
+      if (run.contains(key) && run.at(key).is_number())
+        b_simple.push_back(run.at(key).get<double>());
     }
-    if (n > 0) b.b_simple = sum / n;
-    if (best_run && best_run->contains("target_steps") &&
-        best_run->at("target_steps").is_number()) {
-      b.target_steps = best_run->at("target_steps").get<int64_t>();
-      b.target_tokens = best_run->at("target_tokens").get<int64_t>();
+    if (!b_simple.empty()) b.b_simple = mean(b_simple);
+    double best = kInf;
+    const std::vector<size_t>* best_runs = nullptr;
+    for (const auto& [lr, idx] : by_lr) {
+      std::vector<double> losses;
+      for (size_t i : idx) losses.push_back(a.grid[i].loss);
+      const double m = mean(losses);
+      if (m < best) best = m, best_runs = &idx;
+    }
+    if (best_runs) {
+      std::vector<double> steps, tokens;
+      for (size_t i : *best_runs) {
+        const nlohmann::json& run = file.lines[i].run;
+        if (run.contains("target_steps") && run.at("target_steps").is_number()) {
+          steps.push_back(run.at("target_steps").get<double>());
+          tokens.push_back(run.at("target_tokens").get<double>());
+        }
+      }
+      if (!steps.empty()) b.target_steps = mean(steps), b.target_tokens = mean(tokens);
     }
     a.batches.push_back(b);
   }
@@ -103,8 +187,8 @@ SweepAnalysis analyse_sweep(const SweepFile& file, const std::string& path,
   a.laws = fit_laws(points, options.confidence);
   std::vector<StepsToTarget> pairs;
   for (const BatchSummary& b : a.batches)
-    if (b.target_steps) pairs.push_back({double(*b.target_steps), double(*b.target_tokens)});
-  if (a.metric != "loss_reduction") {
+    if (b.target_steps) pairs.push_back({*b.target_steps, *b.target_tokens});
+  if (!by_target) {
     a.target_note = "not a target-loss sweep";
   } else if (pairs.size() < 2) {
     a.target_note = str("only ", pairs.size(), " batch sizes reached the target; Eq. 22 needs 2");
@@ -123,15 +207,15 @@ SweepAnalysis analyse_sweep(const SweepFile& file, const std::string& path,
 nlohmann::json to_json(const SweepAnalysis& a) {
   nlohmann::json batches = nlohmann::json::array();
   for (const BatchSummary& b : a.batches)
-    batches.push_back(
-        {{"batch_tokens", b.optimum.batch},
-         {"lr_opt", b.optimum.lr},
-         {"loss", b.optimum.loss},
-         {"at_grid_edge", b.optimum.at_grid_edge},
-         {"lrs_tried", b.optimum.lrs_tried},
-         {"b_simple", opt(b.b_simple)},
-         {"target_steps", b.target_steps ? nlohmann::json(*b.target_steps) : nlohmann::json()},
-         {"target_tokens", b.target_tokens ? nlohmann::json(*b.target_tokens) : nlohmann::json()}});
+    batches.push_back({{"batch_tokens", b.optimum.batch},
+                       {"lr_opt", b.optimum.lr},
+                       {"loss", b.optimum.loss},
+                       {"at_grid_edge", b.optimum.at_grid_edge},
+                       {"lrs_tried", b.optimum.lrs_tried},
+                       {"b_simple", opt(b.b_simple)},
+                       {"seed_lrs", b.seed_lrs},
+                       {"target_steps", opt(b.target_steps)},
+                       {"target_tokens", opt(b.target_tokens)}});
   nlohmann::json laws = nlohmann::json::object();
   for (const LawFit& f : a.laws.fits)
     laws[law_name(f.law)] = {
@@ -144,9 +228,12 @@ nlohmann::json to_json(const SweepAnalysis& a) {
         {"aicc", std::isfinite(f.aicc) ? nlohmann::json(f.aicc) : nlohmann::json()},
         {"peak_batch", opt(law_peak_batch(f.law, f.params))}};
   nlohmann::json j{{"path", a.path},
+                   {"series", a.series},
                    {"setting", a.setting},
                    {"metric", a.metric},
+                   {"target_level", opt(a.target_level)},
                    {"runs", a.runs},
+                   {"seeds", a.seeds},
                    {"batches", batches},
                    {"laws", laws},
                    {"best_law", aicc_defined(a) ? nlohmann::json(law_name(a.laws.best_by_aicc))
@@ -169,14 +256,26 @@ nlohmann::json to_json(const SweepAnalysis& a) {
 }
 
 std::string to_text(const SweepAnalysis& a) {
-  std::string out = str(a.path, ": ", a.runs, " runs, ", a.setting, ", judged by ", a.metric, "\n");
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "%12s %11s %9s %5s %11s %s\n", "batch_tok", "lr_opt", "loss",
-                "lrs", "B_simple", "");
+  const bool by_target = a.metric == "loss_reduction";
+  std::string out =
+      str(a.path, ": ", a.runs, " runs (", a.seeds, a.seeds == 1 ? " seed" : " seeds", "), ",
+          a.setting, ", judged by ", a.metric,
+          a.target_level ? str(" at target loss ", *a.target_level) : std::string(), "\n");
+  char buf[240];
+  std::snprintf(buf, sizeof buf, "%12s %11s %21s %9s %5s %11s %s\n", "batch_tok", "lr_opt",
+                a.seeds > 1 ? "seeds' lr_opt range" : "", "loss", "lrs",
+                by_target ? "B_simple@S" : "B_simple", "");
   out += buf;
   for (const BatchSummary& b : a.batches) {
-    std::snprintf(buf, sizeof buf, "%12.0f %11.4g %9.4f %5d %11s %s\n", b.optimum.batch,
-                  b.optimum.lr, a.metric == "loss_reduction" ? -b.optimum.loss : b.optimum.loss,
+    std::string range;
+    if (b.seed_lrs.size() > 1) {
+      char r[64];
+      std::snprintf(r, sizeof r, "%.3g-%.3g (%zu)", b.seed_lrs.front(), b.seed_lrs.back(),
+                    b.seed_lrs.size());
+      range = r;
+    }
+    std::snprintf(buf, sizeof buf, "%12.0f %11.4g %21s %9.4f %5d %11s %s\n", b.optimum.batch,
+                  b.optimum.lr, range.c_str(), by_target ? -b.optimum.loss : b.optimum.loss,
                   b.optimum.lrs_tried, b.b_simple ? str(int64_t(*b.b_simple)).c_str() : "-",
                   b.optimum.at_grid_edge ? "(at the lr grid's edge: a bound)" : "");
     out += buf;

@@ -21,21 +21,32 @@ struct SweepAnalysisOptions {
   // paper's for target-loss sweeps, else val_loss when the runs have it, else final_loss.
   std::string metric;
   std::optional<int64_t> at_tokens;  // judge by the curve's smoothed loss nearest this many tokens
+  // Target-loss sweeps with several levels (memo sweep --target-loss A,B): the level to judge at,
+  // from each run's "targets"; default: the lowest (the one that ended the runs).
+  std::optional<double> target_level;
   double confidence = 0.95;
 };
 
 struct BatchSummary {
   OptimalLr optimum;
-  std::optional<double> b_simple;       // mean gns_b_simple over the batch's finite runs (tokens)
-  std::optional<int64_t> target_steps;  // S of the best grid lr's run (target-loss sweeps)
-  std::optional<int64_t> target_tokens;
+  // mean B_simple over the batch's finite runs (tokens): at the target for target-loss sweeps,
+  // else at the end of the runs
+  std::optional<double> b_simple;
+  // target-loss sweeps: S and E = B S of the best grid lr (by the mean over seeds), averaged over
+  // its seeds
+  std::optional<double> target_steps;
+  std::optional<double> target_tokens;
+  std::vector<double> seed_lrs;  // with several seeds: each seed's own optimum (ascending)
 };
 
 struct SweepAnalysis {
   std::string path;
+  std::string series;   // the plot's name: the file's stem, and the level or tokens judged at
   std::string setting;  // "optimizer {hyperparameters}"
   std::string metric;
+  std::optional<double> target_level;  // the level judged at (target-loss sweeps)
   int64_t runs = 0;
+  int seeds = 1;                      // distinct seeds in the file
   std::vector<SweepRun> grid;         // every run as fitted (loss = the metric, lower is better)
   std::vector<BatchSummary> batches;  // ascending batch size
   LawComparison laws;

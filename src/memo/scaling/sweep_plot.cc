@@ -47,6 +47,7 @@ std::string sweep_svg(const std::vector<SweepAnalysis>& analyses, const std::str
     for (const BatchSummary& b : a.batches) {
       bmin = std::min(bmin, b.optimum.batch), bmax = std::max(bmax, b.optimum.batch);
       lmin = std::min(lmin, b.optimum.lr), lmax = std::max(lmax, b.optimum.lr);
+      for (double lr : b.seed_lrs) lmin = std::min(lmin, lr), lmax = std::max(lmax, lr);
     }
   const Axes ax{std::floor(std::log10(bmin / 1.5) * 2) / 2,
                 std::ceil(std::log10(bmax * 1.5) * 2) / 2, std::floor(std::log10(lmin / 2) * 2) / 2,
@@ -91,8 +92,7 @@ std::string sweep_svg(const std::vector<SweepAnalysis>& analyses, const std::str
   for (size_t k = 0; k < analyses.size(); ++k) {
     const SweepAnalysis& a = analyses[k];
     const std::string colour = kColours[k % 6];
-    const std::string name =
-        std::filesystem::path(a.path).stem().string();  // the file names the series
+    const std::string& name = a.series;
     for (const LawFit& f : a.laws.fits) {
       if (f.law == Law::kPower) continue;
       std::string path;
@@ -115,13 +115,18 @@ std::string sweep_svg(const std::vector<SweepAnalysis>& analyses, const std::str
              text);
     }
     for (const BatchSummary& b : a.batches) {
+      if (b.seed_lrs.size() > 1)  // the seeds' own optima: a bar from the lowest to the highest
+        s += "<line x1=\"" + num(ax.px(b.optimum.batch)) + "\" y1=\"" +
+             num(ax.py(b.seed_lrs.front())) + "\" x2=\"" + num(ax.px(b.optimum.batch)) +
+             "\" y2=\"" + num(ax.py(b.seed_lrs.back())) + "\" stroke=\"" + colour +
+             "\" stroke-width=\"1\"/>\n";
       const std::string fill = b.optimum.at_grid_edge ? "white" : colour;
       s += "<circle cx=\"" + num(ax.px(b.optimum.batch)) + "\" cy=\"" + num(ax.py(b.optimum.lr)) +
            "\" r=\"4\" fill=\"" + fill + "\" stroke=\"" + colour + "\"/>\n";
     }
     legend("<circle cx=\"" + num(kW - kRight + 23) + "\" cy=\"" + num(legend_y) +
                "\" r=\"4\" fill=\"" + colour + "\" stroke=\"" + colour + "\"/>",
-           name + " optimal lr (hollow: grid edge)");
+           name + " optimal lr (hollow: grid edge" + (a.seeds > 1 ? "; bar: seeds' range)" : ")"));
     for (const LawFit& f : a.laws.fits)
       if (f.law == Law::kSurge && std::log10(f.params[1]) > ax.x0 &&
           std::log10(f.params[1]) < ax.x1)

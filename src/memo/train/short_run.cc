@@ -35,8 +35,12 @@ void check_options(const ShortRunOptions& o) {
   if (!(o.lr > 0.0)) throw ConfigError(str("lr ", o.lr, " must be positive"));
   if (o.loss_window <= 0)
     throw ConfigError(str("--loss-window ", o.loss_window, " must be positive"));
-  if (o.target_loss && o.extra_steps < 0)
+  if (!o.target_losses.empty() && o.extra_steps < 0)
     throw ConfigError(str("--extra-steps ", o.extra_steps, " must be >= 0"));
+  for (size_t i = 1; i < o.target_losses.size(); ++i)
+    if (!(o.target_losses[i] < o.target_losses[i - 1]))
+      throw ConfigError(str("target losses must be strictly decreasing (", o.target_losses[i - 1],
+                            " then ", o.target_losses[i], ")"));
 }
 
 }  // namespace
@@ -71,7 +75,10 @@ ShortRunResult run_short(const ModelConfig& config, const TokenData& train, cons
   ShortRunResult r;
   r.best_loss = std::numeric_limits<double>::infinity();
   std::deque<double> window;  // see Note [Smoothed training loss]
-  double first_loss = 0.0, loss_at_target = 0.0;
+  double first_loss = 0.0;
+  std::vector<double> loss_at_target(o.target_losses.size(), 0.0);
+  for (double t : o.target_losses)
+    r.targets.push_back({t, std::nullopt, std::nullopt, std::nullopt});
   int64_t next_curve = 1, curve_i = 1;
   const int64_t n_curve = std::max<int64_t>(1, o.curve_points);
   auto curve_step = [&](int64_t i) { return (o.max_steps * i + n_curve - 1) / n_curve; };
@@ -98,17 +105,18 @@ ShortRunResult run_short(const ModelConfig& config, const TokenData& train, cons
         r.curve.push_back({step, r.tokens, smoothed});
       next_curve = curve_step(++curve_i);
     }
-    if (o.target_loss) {
-      if (!r.target_steps && int64_t(window.size()) == o.loss_window &&
-          smoothed <= *o.target_loss) {
-        r.target_steps = step;
-        loss_at_target = smoothed;
+    for (size_t i = 0; i < r.targets.size(); ++i) {
+      ShortRunResult::TargetLevel& level = r.targets[i];
+      if (!level.steps && int64_t(window.size()) == o.loss_window && smoothed <= level.target) {
+        level.steps = step;
+        loss_at_target[i] = smoothed;
+        // this step's gradients are in the estimator already (gradients() fed the probe)
+        if (probe) level.b_simple_at_target = probe->estimator().b_simple();
       }
-      if (r.target_steps && step == *r.target_steps + o.extra_steps) {
-        r.loss_reduction = loss_at_target - smoothed;
-        break;
-      }
+      if (level.steps && step == *level.steps + o.extra_steps)
+        level.loss_reduction = loss_at_target[i] - smoothed;
     }
+    if (!r.targets.empty() && r.targets.back().loss_reduction) break;
     train_step.update(g, schedule.at(step), o.clip);
   }
   if (r.diverged) r.final_loss = std::numeric_limits<double>::infinity();

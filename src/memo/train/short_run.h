@@ -34,8 +34,11 @@ struct ShortRunOptions {
   // no start-up bias and no memory beyond the window. The target is reached at the first step S
   // whose window holds loss_window steps and whose mean is <= target_loss; the loss reduction is
   // smoothed(S) - smoothed(S + extra_steps) (use extra_steps >= loss_window for disjoint windows).
+  // Several targets (descending) judge one run at several loss levels: each level's S and loss
+  // reduction are what a run with that single target would record (the run is the same up to
+  // there), and the run stops extra_steps after the lowest.
   int64_t loss_window = 10;
-  std::optional<double> target_loss;
+  std::vector<double> target_losses;  // empty: a fixed budget
   int64_t extra_steps = 50;
   int64_t val_windows = 64;   // sequential windows of the validation data for val_loss; 0: none
   int64_t curve_points = 32;  // smoothed-loss samples kept, at evenly spaced steps
@@ -55,10 +58,14 @@ struct ShortRunResult {
   double best_loss = 0.0;          // lowest smoothed loss seen
   std::optional<double> val_loss;  // mean loss over the validation windows (not when diverged)
   std::vector<CurvePoint> curve;
-  std::optional<double> gns_b_simple;   // the estimator's B_simple (tokens) at the end
-  std::optional<int64_t> target_steps;  // S: the step the target was reached
-  std::optional<double>
-      loss_reduction;  // over extra_steps after S; nullopt when the cap came first
+  std::optional<double> gns_b_simple;  // the estimator's B_simple (tokens) at the end
+  struct TargetLevel {
+    double target = 0.0;
+    std::optional<int64_t> steps;          // S: the step the target was reached
+    std::optional<double> loss_reduction;  // over extra_steps after S; nullopt: the cap came first
+    std::optional<double> b_simple_at_target;  // the estimator's B_simple at step S (tokens)
+  };
+  std::vector<TargetLevel> targets;  // one per options.target_losses, in its order
   double seconds = 0.0;
 };
 
