@@ -402,6 +402,32 @@ TEST(BatchSchedule, batch_is_monotone_capped_on_the_micro_batch_grid_and_ignores
   EXPECT_EQ(u.state().batch, o.batch);
 }
 
+// Two micro-batches per step: one micro-batch is half the batch, more than the hysteresis band,
+// so the first steps above the band cannot add one. A slowly rising B_simple must still grow the
+// batch once it passes the next micro-batch (memo train --batch 16 --micro-batch 8 once stayed at
+// 16 sequences for a whole run while B_simple rose from 50 to 27,000 tokens: the streak's minimum
+// was frozen at the first value above the band).
+TEST(BatchSchedule, grows_when_the_band_lies_within_a_micro_batch_of_the_batch) {
+  BatchScheduleOptions o = base_options();
+  o.micro_batch = 4;  // 256 tokens
+  o.batch = 8;        // 512 tokens: the band starts at 640, the next micro-batch at 768
+  o.min_observations = 1;
+  int64_t first_growth = -1;
+  BatchSchedule s(o);
+  for (int i = 0; i < 400 && first_growth < 0; ++i) {
+    const double b_simple = 600.0 * std::pow(1.002, i);  // +0.2% a step: 640 at ~32, 768 at ~124
+    if (s.observe(b_simple)) first_growth = i;
+    if (first_growth < 0) {
+      EXPECT_EQ(s.state().batch, 8) << "step " << i;
+    }
+  }
+  ASSERT_GE(first_growth, 0) << "the batch never grew";
+  EXPECT_EQ(s.state().batch, 12);  // 3 micro-batches: 768 tokens <= B_simple
+  // no later than `patience` steps after every value of a streak lies above 768 tokens
+  const int first_above_768 = int(std::ceil(std::log(768.0 / 600.0) / std::log(1.002)));
+  EXPECT_LE(first_growth, first_above_768 + 2 * o.patience);
+}
+
 TEST(BatchSchedule, waits_for_min_observations_and_patience) {
   BatchScheduleOptions o = base_options();
   o.min_observations = 5;

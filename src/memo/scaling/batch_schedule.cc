@@ -248,7 +248,13 @@ std::optional<BatchChange> BatchSchedule::observe(std::optional<double> b_simple
   const double micro_batches = std::floor(k * s.streak_min_b_simple / micro_tokens);
   const double max_micro_batches = double(options_.max_batch / options_.micro_batch);
   const int64_t batch = int64_t(std::min(micro_batches, max_micro_batches)) * options_.micro_batch;
-  if (batch <= s.batch) return std::nullopt;  // the band was passed by less than a micro-batch
+  if (batch <= s.batch) {
+    // The band was passed by less than a micro-batch (h smaller than a micro-batch's share of
+    // the batch): start a new streak, so that its minimum is the last `patience` steps' and not
+    // frozen at the first value above the band, which would hold the batch forever.
+    s.streak = 0;
+    return std::nullopt;
+  }
   BatchChange c;
   c.step = s.steps;
   c.tokens = s.tokens;

@@ -118,7 +118,9 @@ struct BatchChange {      // one log record: the batch grew after `step`
 //   1. if B_simple is known, finite and positive and min_observations steps reported one, the step
 //      is "above the band" when K B_simple >= (1 + h) batch_tokens; otherwise the streak restarts;
 //   2. after `patience` consecutive steps above the band, the new batch is the largest multiple of
-//      micro_batch with tokens <= K min(streak's B_simple), capped at max_batch, taken if larger.
+//      micro_batch with tokens <= K min(streak's B_simple), capped at max_batch, taken if larger;
+//      if it is not larger (the band lies within a micro-batch of the batch), the streak restarts,
+//      so the next decision takes the minimum of the next `patience` steps.
 // So the batch never falls (monotone), never exceeds the cap or K times any B_simple that sized
 // it, and changes only when B_simple rose by (1 + h) over what sized the current batch, for
 // `patience` steps: a stationary B_simple changes the batch a bounded number of times, it does
