@@ -153,7 +153,10 @@ SweepAnalysis analyse_sweep(const SweepFile& input, const std::string& path,
       by_lr[a.grid[i].lr].push_back(i);
       if (!std::isfinite(a.grid[i].loss)) continue;
       const nlohmann::json& run = file.lines[i].run;
-      const char* key = by_target ? "b_simple_at_target" : "gns_b_simple";
+      // at the target when the run recorded it (memo sweep since several levels), else at the end
+      const bool at_target = by_target && run.contains("b_simple_at_target");
+      a.b_simple_at_target = a.b_simple_at_target || at_target;
+      const char* key = at_target ? "b_simple_at_target" : "gns_b_simple";
       if (run.contains(key) && run.at(key).is_number())
         b_simple.push_back(run.at(key).get<double>());
     }
@@ -234,6 +237,7 @@ nlohmann::json to_json(const SweepAnalysis& a) {
                    {"target_level", opt(a.target_level)},
                    {"runs", a.runs},
                    {"seeds", a.seeds},
+                   {"b_simple_at_target", a.b_simple_at_target},
                    {"batches", batches},
                    {"laws", laws},
                    {"best_law", aicc_defined(a) ? nlohmann::json(law_name(a.laws.best_by_aicc))
@@ -264,7 +268,7 @@ std::string to_text(const SweepAnalysis& a) {
   char buf[240];
   std::snprintf(buf, sizeof buf, "%12s %11s %21s %9s %5s %11s %s\n", "batch_tok", "lr_opt",
                 a.seeds > 1 ? "seeds' lr_opt range" : "", "loss", "lrs",
-                by_target ? "B_simple@S" : "B_simple", "");
+                a.b_simple_at_target ? "B_simple@S" : "B_simple", "");
   out += buf;
   for (const BatchSummary& b : a.batches) {
     std::string range;

@@ -29,8 +29,8 @@ struct SweepAnalysisOptions {
 
 struct BatchSummary {
   OptimalLr optimum;
-  // mean B_simple over the batch's finite runs (tokens): at the target for target-loss sweeps,
-  // else at the end of the runs
+  // mean B_simple over the batch's finite runs (tokens): at the target for target-loss sweeps
+  // that recorded it (SweepAnalysis::b_simple_at_target), else at the end of the runs
   std::optional<double> b_simple;
   // target-loss sweeps: S and E = B S of the best grid lr (by the mean over seeds), averaged over
   // its seeds
@@ -47,6 +47,7 @@ struct SweepAnalysis {
   std::optional<double> target_level;  // the level judged at (target-loss sweeps)
   int64_t runs = 0;
   int seeds = 1;                      // distinct seeds in the file
+  bool b_simple_at_target = false;    // BatchSummary::b_simple is at the target, not at the end
   std::vector<SweepRun> grid;         // every run as fitted (loss = the metric, lower is better)
   std::vector<BatchSummary> batches;  // ascending batch size
   LawComparison laws;
