@@ -8,11 +8,11 @@
 #   bible gen1:1-rev22:21 > data/kjv.txt     # once (package bible-kjv-text; data/ is gitignored)
 #   bench/surge_study.sh [--quick] [build/memo] [out_dir]
 #
-# Full: about 45 minutes on 2 cores (JOBS=2 single-threaded sweeps side by side); --quick: a few
-# minutes, small grids, one seed (a smoke test of the pipeline, not a result). Interrupted? Run it
+# Full: about 53 minutes on 2 cores (JOBS=2 single-threaded jobs side by side); --quick: under a
+# minute, small grids, one seed (a smoke test of the pipeline, not a result). Interrupted? Run it
 # again: every sweep skips the runs already in its file, finished training runs are kept. Output:
 # OUT/*.jsonl (sweeps), OUT/*.fit.txt and OUT/*.fit.json (memo fit), OUT/summary.txt,
-# OUT/*.svg (plots), OUT/schedule/ (training logs) and OUT/schedule.txt.
+# OUT/*.svg (plots), OUT/schedule/ and OUT/bpe/ (training logs), OUT/schedule.txt, OUT/bpe.txt.
 set -euo pipefail
 QUICK=0
 if [[ ${1:-} == --quick ]]; then QUICK=1; shift; fi
