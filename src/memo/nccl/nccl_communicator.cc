@@ -124,15 +124,20 @@ void NcclCommunicator::finish(const char* op) {
   }
 }
 
+void NcclCommunicator::finish(const char* op, Clock::time_point t0, int64_t sent,
+                              int64_t received) {
+  finish(op);
+  count(sent, received, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
 void NcclCommunicator::all_reduce_sum(Tensor x) {
   check_alive("all_reduce_sum");
   const auto t0 = Clock::now();
   const size_t n = count_of(x, "all_reduce_sum");
   check_nccl(ncclAllReduce(x.data(), x.data(), n, ncclFloat, ncclSum, comm_, stream_),
              "ncclAllReduce");
-  finish("all_reduce_sum");
   const int64_t moved = all_reduce_bytes(x.bytes(), size_);
-  count(moved, moved, std::chrono::duration<double>(Clock::now() - t0).count());
+  finish("all_reduce_sum", t0, moved, moved);
 }
 
 void NcclCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
@@ -144,9 +149,8 @@ void NcclCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
   check_nccl(ncclReduceScatter(in.data(), out.data(), count_of(out, "reduce_scatter_sum"),
                                ncclFloat, ncclSum, comm_, stream_),
              "ncclReduceScatter");
-  finish("reduce_scatter_sum");
   const int64_t moved = reduce_scatter_bytes(out.bytes(), size_);
-  count(moved, moved, std::chrono::duration<double>(Clock::now() - t0).count());
+  finish("reduce_scatter_sum", t0, moved, moved);
 }
 
 void NcclCommunicator::all_gather(Tensor out, ConstTensor in) {
@@ -158,9 +162,8 @@ void NcclCommunicator::all_gather(Tensor out, ConstTensor in) {
   check_nccl(
       ncclAllGather(in.data(), out.data(), count_of(in, "all_gather"), ncclFloat, comm_, stream_),
       "ncclAllGather");
-  finish("all_gather");
   const int64_t moved = all_gather_bytes(in.bytes(), size_);
-  count(moved, moved, std::chrono::duration<double>(Clock::now() - t0).count());
+  finish("all_gather", t0, moved, moved);
 }
 
 // Host doubles: gathered through the device scratch, summed on the host in rank order.
@@ -201,9 +204,8 @@ void NcclCommunicator::broadcast(Tensor x, int root) {
   check_nccl(
       ncclBroadcast(x.data(), x.data(), count_of(x, "broadcast"), ncclFloat, root, comm_, stream_),
       "ncclBroadcast");
-  finish("broadcast");
-  count(rank_ == root ? x.bytes() * (size_ - 1) : 0, rank_ == root ? 0 : x.bytes(),
-        std::chrono::duration<double>(Clock::now() - t0).count());
+  finish("broadcast", t0, rank_ == root ? x.bytes() * (size_ - 1) : 0,
+         rank_ == root ? 0 : x.bytes());
 }
 
 void NcclCommunicator::send(ConstTensor x, int peer) {
@@ -211,8 +213,7 @@ void NcclCommunicator::send(ConstTensor x, int peer) {
   check_peer("send", peer);
   const auto t0 = Clock::now();
   check_nccl(ncclSend(x.data(), count_of(x, "send"), ncclFloat, peer, comm_, stream_), "ncclSend");
-  finish("send");
-  count(x.bytes(), 0, std::chrono::duration<double>(Clock::now() - t0).count());
+  finish("send", t0, x.bytes(), 0);
 }
 
 void NcclCommunicator::recv(Tensor x, int peer) {
@@ -220,8 +221,7 @@ void NcclCommunicator::recv(Tensor x, int peer) {
   check_peer("recv", peer);
   const auto t0 = Clock::now();
   check_nccl(ncclRecv(x.data(), count_of(x, "recv"), ncclFloat, peer, comm_, stream_), "ncclRecv");
-  finish("recv");
-  count(0, x.bytes(), std::chrono::duration<double>(Clock::now() - t0).count());
+  finish("recv", t0, 0, x.bytes());
 }
 
 // One group: NCCL posts both before either waits, so a ring of them cannot deadlock.
@@ -239,8 +239,7 @@ void NcclCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
   check_nccl(sent, "ncclSend");
   check_nccl(received, "ncclRecv");
   check_nccl(ended, "ncclGroupEnd");
-  finish("send_recv");
-  count(x.bytes(), y.bytes(), std::chrono::duration<double>(Clock::now() - t0).count());
+  finish("send_recv", t0, x.bytes(), y.bytes());
 }
 
 void NcclCommunicator::barrier() {
@@ -249,8 +248,7 @@ void NcclCommunicator::barrier() {
   float* one = static_cast<float*>(scratch(sizeof(float)));
   check_cuda(cudaMemsetAsync(one, 0, sizeof(float), stream_), "cudaMemsetAsync");
   check_nccl(ncclAllReduce(one, one, 1, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
-  finish("barrier");
-  count(0, 0, std::chrono::duration<double>(Clock::now() - t0).count());
+  finish("barrier", t0, 0, 0);
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {

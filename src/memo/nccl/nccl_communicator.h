@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <memory>
 
 #include "memo/parallel/communicator.h"
@@ -58,6 +59,9 @@ class NcclCommunicator final : public Communicator {
   // Waits for the stream, polling NCCL's asynchronous error; past the timeout aborts the
   // communicator and throws Error naming `op`.
   void finish(const char* op);
+  // finish(op), then counts the bytes and the seconds since `t0` (the call's start).
+  void finish(const char* op, std::chrono::steady_clock::time_point t0, int64_t sent,
+              int64_t received);
   // ncclCommAbort once; every later call refuses (check_alive) and the destructor skips it.
   void abort();
   void check_alive(const char* op) const;
