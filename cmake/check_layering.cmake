@@ -24,7 +24,7 @@ foreach(folder IN LISTS folders)
 endforeach()
 
 foreach(layer IN LISTS layers)
-  file(GLOB_RECURSE files "${ROOT}/${layer}/*.h" "${ROOT}/${layer}/*.cc" "${ROOT}/${layer}/*.cuh"
+  file(GLOB_RECURSE files "${ROOT}/${layer}/*.h" "${ROOT}/${layer}/*.cc" "${ROOT}/${layer}/*.cu" "${ROOT}/${layer}/*.cuh"
        "${ROOT}/${layer}/*.cu")
   foreach(path IN LISTS files)
     file(STRINGS "${path}" includes REGEX "^[ \t]*#[ \t]*include[ \t]*\"memo/")

@@ -1,0 +1,406 @@
+// The arithmetic of every CUDA kernel, as plain functions of one work item (an element, a row, a
+// column or an attention query), compiled twice: by nvcc into the kernels of cuda_backend.cu
+// (each thread calls one body), and by the host compiler into tests/cuda/bodies_test.cc, which
+// runs every item on the CPU and compares with the CPU kernels (kernels/cpu/). So the logic of
+// each GPU kernel is tested on machines without a GPU; what only a GPU can show (launch shapes,
+// streams, cuBLASLt) is tested by tests/gpu/cuda_backend_test.cc where one is present.
+// Semantics are those of kernels/cpu/kernels.h; row and column sums run in double in index order,
+// as the CPU kernels do, so every result is deterministic.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "memo/backend/optim_steps.h"
+
+#if defined(__CUDACC__)
+#define MEMO_HD __host__ __device__
+#else
+#define MEMO_HD
+#endif
+
+namespace memo::cuda {
+
+// A 2-D fp32 matrix in device memory: rows of `cols` floats, `ld` floats apart (a 1-D tensor is
+// one row). Unit column stride; what every kernel below indexes.
+struct Mat {
+  float* p = nullptr;
+  int64_t rows = 0, cols = 0, ld = 0;
+  MEMO_HD float& at(int64_t r, int64_t c) const { return p[r * ld + c]; }
+};
+struct CMat {
+  const float* p = nullptr;
+  int64_t rows = 0, cols = 0, ld = 0;
+  MEMO_HD const float& at(int64_t r, int64_t c) const { return p[r * ld + c]; }
+};
+
+MEMO_HD inline float sign_of(float x) { return float((x > 0.0f) - (x < 0.0f)); }
+MEMO_HD inline float exp_f(float x) { return ::expf(x); }
+
+// --- RMSNorm: one row t (forward, dx) or one column c (dw) ---
+MEMO_HD inline void rmsnorm_forward_row(Mat y, float* inv_rms, CMat x, const float* w, float eps,
+                                        int64_t t) {
+  double sum_sq = 0.0;
+  for (int64_t c = 0; c < x.cols; ++c) sum_sq += double(x.at(t, c)) * double(x.at(t, c));
+  const float r = float(1.0 / ::sqrt(sum_sq / double(x.cols) + double(eps)));
+  inv_rms[t] = r;
+  for (int64_t c = 0; c < x.cols; ++c) y.at(t, c) = x.at(t, c) * r * w[c];
+}
+MEMO_HD inline void rmsnorm_backward_row(Mat dx, CMat dy, CMat x, const float* w, const float* r,
+                                         int64_t t) {
+  double dot = 0.0;
+  for (int64_t c = 0; c < x.cols; ++c)
+    dot += double(w[c]) * double(dy.at(t, c)) * double(x.at(t, c));
+  const double rd = r[t];
+  const float coef = float(rd * rd * rd * dot / double(x.cols));
+  const float rf = r[t];
+  for (int64_t c = 0; c < x.cols; ++c) dx.at(t, c) += rf * w[c] * dy.at(t, c) - x.at(t, c) * coef;
+}
+MEMO_HD inline void rmsnorm_dw_col(float* dw, CMat dy, CMat x, const float* r, int64_t c) {
+  double acc = 0.0;
+  for (int64_t t = 0; t < x.rows; ++t)
+    acc += double(dy.at(t, c)) * double(x.at(t, c)) * double(r[t]);
+  dw[c] = float(double(dw[c]) + acc);
+}
+
+// --- LayerNorm ---
+MEMO_HD inline void layernorm_forward_row(Mat y, float* mean, float* rstd, CMat x, const float* w,
+                                          const float* b, float eps, int64_t t) {
+  const int64_t C = x.cols;
+  double sum = 0.0;
+  for (int64_t c = 0; c < C; ++c) sum += double(x.at(t, c));
+  const double m = sum / double(C);
+  double sum_sq = 0.0;
+  for (int64_t c = 0; c < C; ++c) sum_sq += (double(x.at(t, c)) - m) * (double(x.at(t, c)) - m);
+  const double r = 1.0 / ::sqrt(sum_sq / double(C) + double(eps));
+  mean[t] = float(m);
+  rstd[t] = float(r);
+  for (int64_t c = 0; c < C; ++c) y.at(t, c) = float((double(x.at(t, c)) - m) * r) * w[c] + b[c];
+}
+MEMO_HD inline void layernorm_backward_row(Mat dx, CMat dy, CMat x, const float* w,
+                                           const float* mean, const float* rstd, int64_t t) {
+  const int64_t C = x.cols;
+  const double m = mean[t], r = rstd[t];
+  double sum_g = 0.0, sum_gx = 0.0;
+  for (int64_t c = 0; c < C; ++c) {
+    const double g = double(w[c]) * double(dy.at(t, c));
+    sum_g += g;
+    sum_gx += g * ((double(x.at(t, c)) - m) * r);
+  }
+  const double mean_g = sum_g / double(C), mean_gx = sum_gx / double(C);
+  for (int64_t c = 0; c < C; ++c) {
+    const double xhat = (double(x.at(t, c)) - m) * r;
+    const double g = double(w[c]) * double(dy.at(t, c));
+    dx.at(t, c) = float(double(dx.at(t, c)) + r * (g - mean_g - xhat * mean_gx));
+  }
+}
+MEMO_HD inline void layernorm_dwdb_col(float* dw, float* db, CMat dy, CMat x, const float* mean,
+                                       const float* rstd, int64_t c) {
+  double acc_w = 0.0, acc_b = 0.0;
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const double m = mean[t], r = rstd[t];
+    acc_w += double(dy.at(t, c)) * ((double(x.at(t, c)) - m) * r);
+    acc_b += double(dy.at(t, c));
+  }
+  dw[c] = float(double(dw[c]) + acc_w);
+  db[c] = float(double(db[c]) + acc_b);
+}
+
+// --- RoPE: pair i (< head_dim / 2) of head h of row t, rotated by sign * angle ---
+MEMO_HD inline void rope_rotate_pair(Mat x, CMat cos, CMat sin, int64_t head_dim, int64_t first_row,
+                                     float sign, int64_t t, int64_t h, int64_t i) {
+  const int64_t pos = (first_row + t) % cos.rows, half = head_dim / 2;
+  float& x1 = x.at(t, h * head_dim + i);
+  float& x2 = x.at(t, h * head_dim + half + i);
+  const float a = x1, b = x2, s = sign * sin.at(pos, i), co = cos.at(pos, i);
+  x1 = a * co - b * s;
+  x2 = b * co + a * s;
+}
+
+// --- SwiGLU and GELU, one element ---
+MEMO_HD inline float swiglu(float g, float u) { return g / (1.0f + exp_f(-g)) * u; }
+// dg, du from da (either may alias da: da is read first).
+MEMO_HD inline void swiglu_backward_elem(float* dg, float* du, float da, float g, float u) {
+  const float e = exp_f(-g);
+  const float s = 1.0f / (1.0f + e);
+  const float one_minus_s = g >= 0.0f ? e * s : 1.0f - s;
+  const float d = da;
+  *du = d * g * s;
+  *dg = d * u * s * (1.0f + g * one_minus_s);
+}
+inline constexpr float kGeluA = float(2.0 * 0.79788456080286535588);
+inline constexpr float kGeluB = float(2.0 * 0.79788456080286535588 * 0.044715);
+inline constexpr float kGeluB3 = float(3.0 * 2.0 * 0.79788456080286535588 * 0.044715);
+inline constexpr float kGeluMaxSq = 1e30f;
+MEMO_HD inline float gelu(float v) {
+  const float z = v * (kGeluA + kGeluB * (v * v));
+  return v / (1.0f + exp_f(-z));
+}
+MEMO_HD inline float gelu_backward(float dy, float v) {
+  const float v2 = v * v;
+  const float z = v * (kGeluA + kGeluB * v2);
+  const float e = exp_f(-z);
+  const float s = 1.0f / (1.0f + e);
+  const float one_minus_s = v >= 0.0f ? e * s : 1.0f - s;
+  const float v2c = v2 < kGeluMaxSq ? v2 : kGeluMaxSq;
+  return dy * (s + ((v * s) * one_minus_s) * (kGeluA + kGeluB3 * v2c));
+}
+
+// --- bias gradient and embedding backward: one column, tokens in order ---
+MEMO_HD inline void bias_backward_col(float* db, CMat dy, int64_t c) {
+  double acc = 0.0;
+  for (int64_t t = 0; t < dy.rows; ++t) acc += double(dy.at(t, c));
+  db[c] = float(double(db[c]) + acc);
+}
+MEMO_HD inline void embedding_backward_col(Mat dwte, CMat dx, const int32_t* tokens, int64_t c) {
+  for (int64_t t = 0; t < dx.rows; ++t) dwte.at(tokens[t], c) += dx.at(t, c);
+}
+
+// --- softmax cross-entropy of row t (dlogits may alias logits; empty dlogits: loss only) ---
+MEMO_HD inline void cross_entropy_row(float* losses, Mat dlogits, CMat logits,
+                                      const int32_t* targets, float grad_scale, int64_t t) {
+  const int64_t V = logits.cols;
+  float m = logits.at(t, 0);
+  for (int64_t c = 0; c < V; ++c) m = logits.at(t, c) > m ? logits.at(t, c) : m;
+  double sum = 0.0;
+  for (int64_t c = 0; c < V; ++c) sum += double(exp_f(logits.at(t, c) - m));
+  const int32_t y = targets[t];
+  const float target_logit = logits.at(t, y);
+  losses[t] = float(double(m) + ::log(sum) - double(target_logit));
+  if (dlogits.p == nullptr) return;
+  const float scale = float(double(grad_scale) / sum);
+  for (int64_t c = 0; c < V; ++c) dlogits.at(t, c) = exp_f(logits.at(t, c) - m) * scale;
+  dlogits.at(t, y) -= grad_scale;
+}
+
+// --- attention (kernels/cpu/kernels.h): q [B*S, H*D], k, v [B*S, Hkv*D], lse [B, H, S]
+// contiguous; G = H / Hkv query heads share a key-value head. One query row (b, h, i) of the
+// forward and of dq; one key row (b, kv head, j) of dk, dv. kMaxD bounds D (registers).
+struct AttnShape {
+  int64_t S, H, G, D;
+  bool causal;
+};
+template <int kMaxD>
+MEMO_HD inline void attention_forward_row(Mat o, float* lse, CMat q, CMat k, CMat v, AttnShape a,
+                                          int64_t b, int64_t h, int64_t i) {
+  const float scale = 1.0f / ::sqrtf(float(a.D));
+  const int64_t row = b * a.S + i, kh = h / a.G, last = a.causal ? i : a.S - 1;
+  const float* qi = &q.at(row, h * a.D);
+  float acc[kMaxD];
+  for (int64_t d = 0; d < a.D; ++d) acc[d] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t j = 0; j <= last; ++j) {
+    const float* kj = &k.at(b * a.S + j, kh * a.D);
+    const float* vj = &v.at(b * a.S + j, kh * a.D);
+    float s = 0.0f;
+    for (int64_t d = 0; d < a.D; ++d) s += qi[d] * kj[d];
+    s *= scale;
+    const float m_new = s > m ? s : m;
+    const float corr = exp_f(m - m_new), p = exp_f(s - m_new);
+    l = l * corr + p;
+    for (int64_t d = 0; d < a.D; ++d) acc[d] = acc[d] * corr + p * vj[d];
+    m = m_new;
+  }
+  float* oi = &o.at(row, h * a.D);
+  for (int64_t d = 0; d < a.D; ++d) oi[d] = acc[d] / l;
+  lse[(b * a.H + h) * a.S + i] = m + ::logf(l);
+}
+// delta[h * S + i] = dout_i . o_i for batch b (the backward's row constant).
+MEMO_HD inline void attention_delta_row(float* delta, CMat dout, CMat o, AttnShape a, int64_t b,
+                                        int64_t h, int64_t i) {
+  const int64_t row = b * a.S + i;
+  double s = 0.0;
+  for (int64_t d = 0; d < a.D; ++d) s += double(dout.at(row, h * a.D + d)) * o.at(row, h * a.D + d);
+  delta[h * a.S + i] = float(s);
+}
+template <int kMaxD>
+MEMO_HD inline void attention_dq_row(Mat dq, CMat dout, CMat q, CMat k, CMat v, const float* lse,
+                                     const float* delta, AttnShape a, int64_t b, int64_t h,
+                                     int64_t i) {
+  const float scale = 1.0f / ::sqrtf(float(a.D));
+  const int64_t row = b * a.S + i, kh = h / a.G, last = a.causal ? i : a.S - 1;
+  const float* qi = &q.at(row, h * a.D);
+  const float* doi = &dout.at(row, h * a.D);
+  const float l = lse[(b * a.H + h) * a.S + i], di = delta[h * a.S + i];
+  float acc[kMaxD];
+  for (int64_t d = 0; d < a.D; ++d) acc[d] = 0.0f;
+  for (int64_t j = 0; j <= last; ++j) {
+    const float* kj = &k.at(b * a.S + j, kh * a.D);
+    const float* vj = &v.at(b * a.S + j, kh * a.D);
+    float s = 0.0f, dp = 0.0f;
+    for (int64_t d = 0; d < a.D; ++d) {
+      s += qi[d] * kj[d];
+      dp += doi[d] * vj[d];
+    }
+    const float ds = exp_f(s * scale - l) * (dp - di);
+    for (int64_t d = 0; d < a.D; ++d) acc[d] += ds * kj[d];
+  }
+  float* dqi = &dq.at(row, h * a.D);
+  for (int64_t d = 0; d < a.D; ++d) dqi[d] = acc[d] * scale;
+}
+template <int kMaxD>
+MEMO_HD inline void attention_dkdv_row(Mat dk, Mat dv, CMat dout, CMat q, CMat k, CMat v,
+                                       const float* lse, const float* delta, AttnShape a, int64_t b,
+                                       int64_t kh, int64_t j) {
+  const float scale = 1.0f / ::sqrtf(float(a.D));
+  const int64_t krow = b * a.S + j;
+  const float* kj = &k.at(krow, kh * a.D);
+  const float* vj = &v.at(krow, kh * a.D);
+  float acc_k[kMaxD], acc_v[kMaxD];
+  for (int64_t d = 0; d < a.D; ++d) acc_k[d] = acc_v[d] = 0.0f;
+  for (int64_t h = kh * a.G; h < (kh + 1) * a.G; ++h) {
+    for (int64_t i = a.causal ? j : 0; i < a.S; ++i) {
+      const int64_t row = b * a.S + i;
+      const float* qi = &q.at(row, h * a.D);
+      const float* doi = &dout.at(row, h * a.D);
+      float s = 0.0f, dp = 0.0f;
+      for (int64_t d = 0; d < a.D; ++d) {
+        s += qi[d] * kj[d];
+        dp += doi[d] * vj[d];
+      }
+      const float p = exp_f(s * scale - lse[(b * a.H + h) * a.S + i]);
+      const float ds = p * (dp - delta[h * a.S + i]);
+      for (int64_t d = 0; d < a.D; ++d) {
+        acc_v[d] += p * doi[d];
+        acc_k[d] += ds * qi[d];
+      }
+    }
+  }
+  for (int64_t d = 0; d < a.D; ++d) {
+    dk.at(krow, kh * a.D + d) = acc_k[d] * scale;
+    dv.at(krow, kh * a.D + d) = acc_v[d];
+  }
+}
+// attention_merge of one (row bs, head h): see kernels/cpu/attention_merge.cc.
+MEMO_HD inline void attention_merge_item(Mat o, float* lse, CMat o_part, const float* lse_part,
+                                         int64_t H, int64_t S, int64_t D, int64_t bs, int64_t h) {
+  const int64_t b = bs / S, s = bs % S, li = (b * H + h) * S + s;
+  const float l1 = lse[li], l2 = lse_part[li];
+  const float mx = l1 > l2 ? l1 : l2;
+  if (mx == -INFINITY) return;
+  const float e1 = ::expf(l1 - mx), e2 = ::expf(l2 - mx);
+  const float l = mx + ::logf(e1 + e2);
+  const float w1 = ::expf(l1 - l), w2 = ::expf(l2 - l);
+  for (int64_t d = 0; d < D; ++d)
+    o.at(bs, h * D + d) = o.at(bs, h * D + d) * w1 + o_part.at(bs, h * D + d) * w2;
+  lse[li] = l;
+}
+// attention_decode of new row i, head h over keys 0 .. first + i (online softmax).
+template <int kMaxD>
+MEMO_HD inline void attention_decode_item(Mat o, CMat q, CMat k, CMat v, int64_t first, int64_t G,
+                                          int64_t D, int64_t i, int64_t h) {
+  const float scale = 1.0f / ::sqrtf(float(D));
+  const int64_t kh = h / G;
+  const float* qi = &q.at(i, h * D);
+  float acc[kMaxD];
+  for (int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t j = 0; j <= first + i; ++j) {
+    float s = 0.0f;
+    for (int64_t d = 0; d < D; ++d) s += qi[d] * k.at(j, kh * D + d);
+    s *= scale;
+    const float m_new = s > m ? s : m;
+    const float corr = exp_f(m - m_new), p = exp_f(s - m_new);
+    l = l * corr + p;
+    for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] * corr + p * v.at(j, kh * D + d);
+    m = m_new;
+  }
+  for (int64_t d = 0; d < D; ++d) o.at(i, h * D + d) = acc[d] / l;
+}
+
+// --- optimiser updates of element j (kernels/cpu/optim_kernels.h); null state: switched off ---
+MEMO_HD inline void sgd_elem(float* p, float* buf, const float* g, SgdStep s, int64_t j) {
+  const float d = g[j] + s.weight_decay * p[j];
+  if (!buf) {
+    p[j] -= s.lr * d;
+    return;
+  }
+  buf[j] = s.first ? d : s.momentum * buf[j] + s.keep_grad * d;
+  p[j] -= s.lr * (s.nesterov ? d + s.momentum * buf[j] : buf[j]);
+}
+MEMO_HD inline void signsgd_elem(float* p, float* m, const float* g, SignSgdStep s, int64_t j) {
+  if (!m) {
+    p[j] = p[j] * s.keep - s.lr * sign_of(g[j]);
+    return;
+  }
+  m[j] = s.momentum * m[j] + (1.0f - s.momentum) * g[j];
+  p[j] = p[j] * s.keep - s.lr * sign_of(m[j]);
+}
+MEMO_HD inline void adam_elem(float* p, float* m, float* v, const float* g, AdamStep s,
+                              bool decoupled, int64_t j) {
+  float d = g[j];
+  if (decoupled)
+    p[j] *= s.keep;
+  else
+    d += s.weight_decay * p[j];
+  m[j] = s.beta1 * m[j] + (1.0f - s.beta1) * d;
+  v[j] = s.beta2 * v[j] + (1.0f - s.beta2) * d * d;
+  p[j] -= s.step_size * (m[j] / (::sqrtf(v[j]) / s.bias2_sqrt + s.eps));
+}
+MEMO_HD inline void adagrad_elem(float* p, float* sum, const float* g, AdagradStep s, int64_t j) {
+  const float d = g[j] + s.weight_decay * p[j];
+  sum[j] += d * d;
+  p[j] -= s.lr * (d / (::sqrtf(sum[j]) + s.eps));
+}
+MEMO_HD inline void rmsprop_elem(float* p, float* sq, float* ga, float* buf, const float* g,
+                                 RmspropStep s, int64_t j) {
+  const float d = g[j] + s.weight_decay * p[j];
+  sq[j] = s.alpha * sq[j] + (1.0f - s.alpha) * d * d;
+  float var = sq[j];
+  if (ga) {
+    ga[j] = s.alpha * ga[j] + (1.0f - s.alpha) * d;
+    var = sq[j] - ga[j] * ga[j];
+  }
+  const float den = ::sqrtf(var) + s.eps;
+  if (buf) {
+    buf[j] = s.momentum * buf[j] + d / den;
+    p[j] -= s.lr * buf[j];
+  } else {
+    p[j] -= s.lr * (d / den);
+  }
+}
+MEMO_HD inline void lion_elem(float* p, float* m, const float* g, LionStep s, int64_t j) {
+  const float c = s.beta1 * m[j] + (1.0f - s.beta1) * g[j];
+  p[j] = p[j] * s.keep - s.lr * sign_of(c);
+  m[j] = s.beta2 * m[j] + (1.0f - s.beta2) * g[j];
+}
+
+// --- ordered sums: chunk k of kSumChunk elements of x, in index order, in double ---
+inline constexpr int64_t kSumChunk = 4096;
+MEMO_HD inline double chunk_sum(CMat x, bool squares, int64_t k) {
+  const int64_t n = x.rows * x.cols, end = (k + 1) * kSumChunk < n ? (k + 1) * kSumChunk : n;
+  double s = 0.0;
+  for (int64_t e = k * kSumChunk; e < end; ++e) {
+    const double v = x.at(e / x.cols, e % x.cols);
+    s += squares ? v * v : v;
+  }
+  return s;
+}
+// The noise probe's pass over chunk k of g (kernels/cpu/tensor_ops.cc: 2^14 elements, 8 double
+// lanes, the same order), pass 0 first, 1 middle, 2 last. Returns the chunk's sum of squares.
+inline constexpr int64_t kNoiseProbeChunk = int64_t(1) << 14;
+MEMO_HD inline double noise_probe_chunk(float* g, float* sum, int pass, int64_t n, int64_t k) {
+  double acc[8] = {};
+  const int64_t begin = k * kNoiseProbeChunk;
+  const int64_t end = begin + kNoiseProbeChunk < n ? begin + kNoiseProbeChunk : n;
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += double(g[i + j]) * double(g[i + j]);
+  for (int j = 0; i < end; ++i, ++j) acc[j] += double(g[i]) * double(g[i]);
+  for (i = begin; i < end; ++i) {
+    if (pass == 0) {
+      sum[i] = g[i];
+      g[i] = 0.0f;
+    } else if (pass == 1) {
+      sum[i] += g[i];
+      g[i] = 0.0f;
+    } else {
+      g[i] += sum[i];
+    }
+  }
+  double s = 0.0;
+  for (int j = 0; j < 8; ++j) s += acc[j];
+  return s;
+}
+
+}  // namespace memo::cuda

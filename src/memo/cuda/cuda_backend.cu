@@ -1,0 +1,891 @@
+// The CUDA backend: see cuda_backend.h. Every kernel is a grid-stride loop over work items that
+// calls one body of cuda/bodies.h (the same code tests/cuda/bodies_test.cc runs on the CPU).
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "memo/core/error.h"
+#include "memo/cuda/bodies.h"
+#include "memo/cuda/cuda_backend.h"
+#include "memo/kernels/checks.h"
+#include "memo/kernels/cpu/kernels.h"
+
+namespace memo {
+namespace {
+
+using cuda::CMat;
+using cuda::Mat;
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(str("CUDA: ", what, ": ", cudaGetErrorString(e)));
+}
+void check_lt(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw Error(str("cuBLASLt: ", what, ": status ", int(s)));
+}
+
+Mat mat(Tensor t) {
+  if (t.empty()) return {};
+  if (t.ndim() == 1) {
+    MEMO_CHECK(t.numel() <= 1 || t.stride()[0] == 1, "cuda: a strided vector ", t.shape());
+    return {t.data(), 1, t.numel(), t.numel()};
+  }
+  if (t.ndim() == 2) {
+    MEMO_CHECK(t.cols() <= 1 || t.stride()[1] == 1, "cuda: column stride ", t.stride()[1], " of ",
+               t.shape());
+    return {t.data(), t.rows(), t.cols(), t.ld()};
+  }
+  MEMO_CHECK(t.contiguous(), "cuda: a non-contiguous ", t.ndim(), "-D view ", t.shape());
+  return {t.data(), t.dim(0), t.numel() / t.dim(0), t.numel() / t.dim(0)};
+}
+CMat cmat(ConstTensor t) {
+  const Mat m = mat(Tensor(const_cast<float*>(t.data()), t.shape(), t.stride()));
+  return {m.p, m.rows, m.cols, m.ld};
+}
+
+// Grid-stride loop: f(i) for i in [0, n).
+template <class F>
+__global__ void for_each_kernel(int64_t n, F f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    f(i);
+}
+constexpr int kThreads = 256;
+
+// --- events, streams, allocators ---
+
+class CudaEvent final : public EventState {
+ public:
+  explicit CudaEvent(cudaStream_t stream) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventRecord(event_, stream), "cudaEventRecord");
+  }
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  bool done() const override {
+    const cudaError_t r = cudaEventQuery(event_);
+    if (r == cudaErrorNotReady) return false;
+    check_cuda(r, "cudaEventQuery");
+    return true;
+  }
+  void synchronize() const override {
+    check_cuda(cudaEventSynchronize(event_), "cudaEventSynchronize");
+  }
+  cudaEvent_t event() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+void sleep_host_fn(void* seconds) {
+  const double s = *static_cast<double*>(seconds);
+  delete static_cast<double*>(seconds);
+  std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
+
+class CudaStream final : public Stream {
+ public:
+  CudaStream(std::string name, const StreamOptions& options)
+      : name_(std::move(name)), options_(options), rng_(options.random_delay_seed) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~CudaStream() override {
+    cudaStreamSynchronize(stream_);
+    harvest();
+    for (auto& [start, end] : timings_) cudaEventDestroy(start), cudaEventDestroy(end);
+    cudaStreamDestroy(stream_);
+  }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  const std::string& name() const override { return name_; }
+  cudaStream_t handle() const { return stream_; }
+
+  // A delay (the test's random one, or the throttle's n / bandwidth) runs as a host function
+  // queued before the copy: later work on this stream waits for it, the calling thread does not.
+  void copy(void* dst, const void* src, int64_t bytes) override {
+    if (bytes <= 0) return;
+    double delay = 0.0;
+    if (options_.max_random_delay_s > 0.0)
+      delay += std::uniform_real_distribution<double>(0.0, options_.max_random_delay_s)(rng_);
+    if (options_.bandwidth_bytes_per_s > 0.0)
+      delay += double(bytes) / options_.bandwidth_bytes_per_s;
+    if (delay > 0.0)
+      check_cuda(cudaLaunchHostFunc(stream_, sleep_host_fn, new double(delay)),
+                 "cudaLaunchHostFunc");
+    cudaEvent_t start, end;
+    check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+    check_cuda(cudaEventRecord(start, stream_), "cudaEventRecord");
+    check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, stream_),
+               "cudaMemcpyAsync");
+    check_cuda(cudaEventRecord(end, stream_), "cudaEventRecord");
+    copied_bytes_ += bytes;
+    std::lock_guard<std::mutex> lock(mutex_);
+    timings_.emplace_back(start, end);
+    harvest_locked();
+  }
+  Event record() override { return Event(std::make_shared<CudaEvent>(stream_)); }
+  void wait(const Event& event) override {
+    if (!event.state()) return;
+    if (const auto* e = dynamic_cast<const CudaEvent*>(event.state().get()))
+      check_cuda(cudaStreamWaitEvent(stream_, e->event(), 0), "cudaStreamWaitEvent");
+    else
+      event.synchronize();  // an event of another backend: the host waits
+  }
+  int64_t copied_bytes() const override { return copied_bytes_; }
+  double busy_s() const override {
+    harvest();
+    return busy_s_;
+  }
+
+ private:
+  // Adds the times of the finished copies (the throttle's sleep is outside the timed range: the
+  // bandwidth a stream reports is the link's).
+  void harvest() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    harvest_locked();
+  }
+  void harvest_locked() const {
+    while (!timings_.empty() && cudaEventQuery(timings_.front().second) == cudaSuccess) {
+      float ms = 0.0f;
+      cudaEventElapsedTime(&ms, timings_.front().first, timings_.front().second);
+      busy_s_ += double(ms) * 1e-3;
+      cudaEventDestroy(timings_.front().first);
+      cudaEventDestroy(timings_.front().second);
+      timings_.pop_front();
+    }
+  }
+
+  std::string name_;
+  StreamOptions options_;
+  std::mt19937_64 rng_;
+  cudaStream_t stream_ = nullptr;
+  std::atomic<int64_t> copied_bytes_{0};
+  mutable std::mutex mutex_;
+  mutable std::deque<std::pair<cudaEvent_t, cudaEvent_t>> timings_;  // guarded by mutex_
+  mutable double busy_s_ = 0.0;                                      // guarded by mutex_
+};
+
+int64_t round_up(int64_t bytes) {
+  return (bytes + kRawAlignBytes - 1) / kRawAlignBytes * kRawAlignBytes;
+}
+
+class CudaDeviceAllocator final : public RawAllocator {
+ public:
+  MemSpace space() const override { return MemSpace::kDevice; }
+  void* allocate(int64_t bytes, const char* what) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, size_t(round_up(bytes)));
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // clear it
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      throw Error(str("out of GPU memory: ", what, " needs ", bytes, " bytes, ", free_b, " of ",
+                      total_b, " free (", cudaGetErrorString(e), ")"));
+    }
+    return p;
+  }
+  void deallocate(void* p, int64_t) override { cudaFree(p); }
+};
+
+class CudaPinnedAllocator final : public RawAllocator {
+ public:
+  MemSpace space() const override { return MemSpace::kPinnedHost; }
+  void* allocate(int64_t bytes, const char* what) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, size_t(round_up(bytes)), cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw Error(str("pinned host memory: ", what, " needs ", bytes, " bytes (",
+                      cudaGetErrorString(e), ")"));
+    }
+    return p;
+  }
+  void deallocate(void* p, int64_t) override { cudaFreeHost(p); }
+};
+
+// --- the backend ---
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  const char* name() const override { return "cuda"; }
+  std::string describe() const override { return description_; }
+  bool has_values() const override { return true; }
+  int64_t reproducible_rows() const override { return kCudaPanelRows; }
+  DType activation_dtype() const override { return DType::kF32; }
+  MemSpace device_space() const override { return MemSpace::kDevice; }
+  RawAllocator& allocator(MemSpace space) override {
+    switch (space) {
+      case MemSpace::kHost:
+        return host_;
+      case MemSpace::kPinnedHost:
+        return pinned_;
+      case MemSpace::kDevice:
+        return device_;
+      case MemSpace::kMeta:
+        break;
+    }
+    throw ConfigError(str("the cuda backend has no ", space_name(space), " memory"));
+  }
+  bool host_can_access(MemSpace space) const override {
+    return space == MemSpace::kHost || space == MemSpace::kPinnedHost;
+  }
+  Stream& compute_stream() override { return *compute_; }
+  std::unique_ptr<Stream> make_copy_stream(std::string name,
+                                           const StreamOptions& options) override {
+    return std::make_unique<CudaStream>(std::move(name), options);
+  }
+  void copy_to_host(void* dst, const void* src, int64_t bytes) override {
+    if (bytes <= 0) return;
+    check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, s()), "copy_to_host");
+    check_cuda(cudaStreamSynchronize(s()), "copy_to_host");
+  }
+  void copy_from_host(void* dst, const void* src, int64_t bytes) override {
+    if (bytes <= 0) return;
+    check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, s()), "copy_from_host");
+    check_cuda(cudaStreamSynchronize(s()), "copy_from_host");
+  }
+  double measure_matmul_peak_flops(double seconds) override;
+
+  void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
+              float beta) override {
+    check_matmul(c, a, b, trans_a, trans_b, alpha, beta);
+    matmul_unchecked(c, a, b, trans_a, trans_b, alpha, beta);
+  }
+  void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) override {
+    check_matmul(c, a, b, false, true, 1.0f, beta);
+    for (int64_t r = 0; r < c.rows(); r += kCudaPanelRows) {
+      const int64_t e = std::min(c.rows(), r + kCudaPanelRows);
+      matmul_unchecked(c.slice_rows(r, e), a.slice_rows(r, e), b, false, true, 1.0f, beta);
+    }
+  }
+  void matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) override {
+    check_matmul(c, a, b, false, false, 1.0f, beta);
+    for (int64_t r = 0; r < c.rows(); r += kCudaPanelRows) {
+      const int64_t e = std::min(c.rows(), r + kCudaPanelRows);
+      matmul_unchecked(c.slice_rows(r, e), a.slice_rows(r, e), b, false, false, 1.0f, beta);
+    }
+  }
+
+  void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, float eps) override {
+    check_rmsnorm_forward(y, inv_rms, x, w, eps);
+    const Mat Y = mat(y);
+    const CMat X = cmat(x);
+    float* r = inv_rms.data();
+    const float* wp = w.data();
+    launch(X.rows, [=] __device__(int64_t t) { cuda::rmsnorm_forward_row(Y, r, X, wp, eps, t); });
+  }
+  void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
+                        ConstTensor inv_rms) override {
+    check_rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
+    const Mat DX = mat(dx);
+    const CMat DY = cmat(dy), X = cmat(x);
+    const float *wp = w.data(), *r = inv_rms.data();
+    float* dwp = dw.data();
+    launch(X.rows, [=] __device__(int64_t t) { cuda::rmsnorm_backward_row(DX, DY, X, wp, r, t); });
+    launch(X.cols, [=] __device__(int64_t c) { cuda::rmsnorm_dw_col(dwp, DY, X, r, c); });
+  }
+  void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
+                         ConstTensor b, float eps) override {
+    check_layernorm_forward(y, mean, rstd, x, w, b, eps);
+    const Mat Y = mat(y);
+    const CMat X = cmat(x);
+    float *mp = mean.data(), *rp = rstd.data();
+    const float *wp = w.data(), *bp = b.data();
+    launch(X.rows, [=] __device__(int64_t t) {
+      cuda::layernorm_forward_row(Y, mp, rp, X, wp, bp, eps, t);
+    });
+  }
+  void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
+                          ConstTensor w, ConstTensor mean, ConstTensor rstd) override {
+    check_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+    const Mat DX = mat(dx);
+    const CMat DY = cmat(dy), X = cmat(x);
+    const float *wp = w.data(), *mp = mean.data(), *rp = rstd.data();
+    float *dwp = dw.data(), *dbp = db.data();
+    launch(X.rows,
+           [=] __device__(int64_t t) { cuda::layernorm_backward_row(DX, DY, X, wp, mp, rp, t); });
+    launch(X.cols,
+           [=] __device__(int64_t c) { cuda::layernorm_dwdb_col(dwp, dbp, DY, X, mp, rp, c); });
+  }
+  // The table is the CPU's (computed in double on the host), copied up.
+  void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) override {
+    check_rope_table(cos, sin, head_dim, theta);
+    MEMO_CHECK(cos.contiguous() && sin.contiguous(), "rope_table: non-contiguous tables");
+    std::vector<float> c(size_t(cos.numel())), s(size_t(sin.numel()));
+    cpu::rope_table(Tensor(c.data(), cos.shape()), Tensor(s.data(), sin.shape()), head_dim, theta);
+    copy_from_host(cos.data(), c.data(), cos.bytes());
+    copy_from_host(sin.data(), s.data(), sin.bytes());
+  }
+  void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                    int64_t first_row) override {
+    check_rope_forward(x, cos, sin, head_dim, first_row);
+    rotate(x, cos, sin, head_dim, first_row, 1.0f);
+  }
+  void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                     int64_t first_row) override {
+    check_rope_backward(dx, cos, sin, head_dim, first_row);
+    rotate(dx, cos, sin, head_dim, first_row, -1.0f);
+  }
+  void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) override {
+    check_swiglu_forward(a, g, u);
+    const Mat A = mat(a);
+    const CMat G = cmat(g), U = cmat(u);
+    const int64_t F = G.cols;
+    launch(G.rows * F, [=] __device__(int64_t i) {
+      const int64_t t = i / F, f = i % F;
+      A.at(t, f) = cuda::swiglu(G.at(t, f), U.at(t, f));
+    });
+  }
+  void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
+                       ConstTensor u) override {
+    check_swiglu_backward(dg, du, da, g, u);
+    const Mat DG = mat(dg), DU = mat(du);
+    const CMat DA = cmat(da), G = cmat(g), U = cmat(u);
+    const int64_t F = G.cols;
+    launch(G.rows * F, [=] __device__(int64_t i) {
+      const int64_t t = i / F, f = i % F;
+      cuda::swiglu_backward_elem(&DG.at(t, f), &DU.at(t, f), DA.at(t, f), G.at(t, f), U.at(t, f));
+    });
+  }
+  void gelu_forward(Tensor y, ConstTensor x) override {
+    check_gelu_forward(y, x);
+    const Mat Y = mat(y);
+    const CMat X = cmat(x);
+    const int64_t C = X.cols;
+    launch(X.rows * C,
+           [=] __device__(int64_t i) { Y.at(i / C, i % C) = cuda::gelu(X.at(i / C, i % C)); });
+  }
+  void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) override {
+    check_gelu_backward(dx, dy, x);
+    const Mat DX = mat(dx);
+    const CMat DY = cmat(dy), X = cmat(x);
+    const int64_t C = X.cols;
+    launch(X.rows * C, [=] __device__(int64_t i) {
+      const int64_t t = i / C, c = i % C;
+      DX.at(t, c) = cuda::gelu_backward(DY.at(t, c), X.at(t, c));
+    });
+  }
+  void bias_add(Tensor y, ConstTensor b) override {
+    check_bias_add(y, b);
+    const Mat Y = mat(y);
+    const float* bp = b.data();
+    const int64_t C = Y.cols;
+    launch(Y.rows * C, [=] __device__(int64_t i) { Y.at(i / C, i % C) += bp[i % C]; });
+  }
+  void bias_backward(Tensor db, ConstTensor dy) override {
+    check_bias_backward(db, dy);
+    const CMat DY = cmat(dy);
+    float* dbp = db.data();
+    launch(DY.cols, [=] __device__(int64_t c) { cuda::bias_backward_col(dbp, DY, c); });
+  }
+  void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) override {
+    check_embedding_forward(x, tokens, wte);
+    const int32_t* ids = upload_ids(tokens);
+    const Mat X = mat(x);
+    const CMat W = cmat(wte);
+    const int64_t C = X.cols;
+    launch(X.rows * C, [=] __device__(int64_t i) {
+      const int64_t t = i / C, c = i % C;
+      X.at(t, c) = W.at(ids[t], c);
+    });
+  }
+  void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) override {
+    check_embedding_backward(dwte, dx, tokens);
+    const int32_t* ids = upload_ids(tokens);
+    const Mat DW = mat(dwte);
+    const CMat DX = cmat(dx);
+    launch(DX.cols, [=] __device__(int64_t c) { cuda::embedding_backward_col(DW, DX, ids, c); });
+  }
+  void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
+                     float grad_scale) override {
+    check_cross_entropy(losses, dlogits, logits, targets, grad_scale);
+    const int32_t* ys = upload_ids(targets);
+    const Mat DL = mat(dlogits);
+    const CMat L = cmat(logits);
+    float* lp = losses.data();
+    launch(L.rows,
+           [=] __device__(int64_t t) { cuda::cross_entropy_row(lp, DL, L, ys, grad_scale, t); });
+  }
+  int64_t attention_forward_scratch_numel(int64_t head_dim) override { return 1; }
+  void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
+                         int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                         AttnMask mask) override {
+    const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
+    MEMO_CHECK(lse.contiguous(), "attention_forward: lse ", lse.shape(), " not contiguous");
+    const cuda::AttnShape a{d.S, d.H, d.G, d.D, mask == AttnMask::kCausal};
+    const Mat O = mat(o);
+    const CMat Q = cmat(q), K = cmat(k), V = cmat(v);
+    float* lp = lse.data();
+    switch (max_head_dim(d.D, "attention_forward")) {
+      case 64:
+        return attention_forward_launch<64>(O, lp, Q, K, V, a, d.B);
+      case 128:
+        return attention_forward_launch<128>(O, lp, Q, K, V, a, d.B);
+      default:
+        return attention_forward_launch<256>(O, lp, Q, K, V, a, d.B);
+    }
+  }
+  int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                           int64_t n_kv_heads) override {
+    return seq * n_heads;  // delta of one sequence
+  }
+  void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
+                          ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
+                          int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                          AttnMask mask) override {
+    const AttnDims d =
+        check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
+    check_scratch("attention_backward", scratch, d.S * d.H);
+    MEMO_CHECK(lse.contiguous(), "attention_backward: lse ", lse.shape(), " not contiguous");
+    const cuda::AttnShape a{d.S, d.H, d.G, d.D, mask == AttnMask::kCausal};
+    const Mat DQ = mat(dq), DK = mat(dk), DV = mat(dv);
+    const CMat DO = cmat(dout), Q = cmat(q), K = cmat(k), V = cmat(v), O = cmat(o);
+    const float* lp = lse.data();
+    float* delta = scratch.data();
+    for (int64_t b = 0; b < d.B; ++b) {
+      attention_delta_launch(delta, DO, O, a, b);
+      switch (max_head_dim(d.D, "attention_backward")) {
+        case 64:
+          attention_grad_launch<64>(DQ, DK, DV, DO, Q, K, V, lp, delta, a, b, d.Hkv);
+          break;
+        case 128:
+          attention_grad_launch<128>(DQ, DK, DV, DO, Q, K, V, lp, delta, a, b, d.Hkv);
+          break;
+        default:
+          attention_grad_launch<256>(DQ, DK, DV, DO, Q, K, V, lp, delta, a, b, d.Hkv);
+      }
+    }
+  }
+  void attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) override {
+    check_attention_merge(o, lse, o_part, lse_part);
+    const int64_t H = lse.dim(1), S = lse.dim(2), D = o.cols() / H;
+    const Mat O = mat(o);
+    const CMat P = cmat(o_part);
+    float* lp = lse.data();
+    const float* lpp = lse_part.data();
+    launch(O.rows * H, [=] __device__(int64_t i) {
+      cuda::attention_merge_item(O, lp, P, lpp, H, S, D, i / H, i % H);
+    });
+  }
+  int64_t attention_decode_scratch_numel(int64_t keys) override { return 1; }
+  void attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v, int64_t first,
+                        int64_t n_heads, int64_t n_kv_heads, Tensor scratch) override {
+    check_attention_decode(o, q, k, v, first, n_heads, n_kv_heads);
+    const int64_t D = q.cols() / n_heads, G = n_heads / n_kv_heads, H = n_heads;
+    const Mat O = mat(o);
+    const CMat Q = cmat(q), K = cmat(k), V = cmat(v);
+    switch (max_head_dim(D, "attention_decode")) {
+      case 64:
+        return attention_decode_launch<64>(O, Q, K, V, first, G, D, H);
+      case 128:
+        return attention_decode_launch<128>(O, Q, K, V, first, G, D, H);
+      default:
+        return attention_decode_launch<256>(O, Q, K, V, first, G, D, H);
+    }
+  }
+
+  void copy(Tensor dst, ConstTensor src) override {
+    check_copy(dst, src);
+    const Mat D = mat(dst);
+    const CMat S = cmat(src);
+    if (D.rows * D.cols == 0) return;
+    check_cuda(cudaMemcpy2DAsync(D.p, size_t(D.ld) * 4, S.p, size_t(S.ld) * 4, size_t(D.cols) * 4,
+                                 size_t(D.rows), cudaMemcpyDefault, s()),
+               "copy");
+  }
+  void fill(Tensor dst, float value) override {
+    check_fill(dst, value);
+    const Mat D = mat(dst);
+    const int64_t C = D.cols;
+    launch(D.rows * C, [=] __device__(int64_t i) { D.at(i / C, i % C) = value; });
+  }
+  void scale(Tensor x, float factor) override {
+    check_scale(x, factor);
+    const Mat X = mat(x);
+    const int64_t C = X.cols;
+    launch(X.rows * C, [=] __device__(int64_t i) { X.at(i / C, i % C) *= factor; });
+  }
+  void add_into(Tensor dst, ConstTensor src) override {
+    check_add_into(dst, src);
+    const Mat D = mat(dst);
+    const CMat S = cmat(src);
+    const int64_t C = D.cols;
+    launch(D.rows * C, [=] __device__(int64_t i) { D.at(i / C, i % C) += S.at(i / C, i % C); });
+  }
+  double sum(ConstTensor x) override {
+    check_sum(x);
+    return ordered_sum(cmat(x), false);
+  }
+  double sum_squares(ConstTensor x) override {
+    check_sum_squares(x);
+    return ordered_sum(cmat(x), true);
+  }
+  int64_t noise_probe_partial_numel(int64_t n) override {
+    return (n + cuda::kNoiseProbeChunk - 1) / cuda::kNoiseProbeChunk;
+  }
+  double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
+                          View<double> partial) override {
+    check_optimizer_update("noise_probe_pass", g, g, {sum});
+    const int64_t n = g.numel(), chunks = noise_probe_partial_numel(n);
+    MEMO_CHECK(partial.numel() >= chunks, "noise_probe_pass: ", partial.numel(),
+               " partial sums for ", chunks, " chunks");
+    double* dev = device_doubles(chunks);
+    float *gp = g.data(), *sp = sum.data();
+    const int p = pass == NoiseProbePass::kFirst ? 0 : pass == NoiseProbePass::kMiddle ? 1 : 2;
+    launch(chunks,
+           [=] __device__(int64_t k) { dev[k] = cuda::noise_probe_chunk(gp, sp, p, n, k); });
+    copy_to_host(partial.data(), dev, chunks * int64_t(sizeof(double)));
+    double total = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) total += partial[k];
+    return total;
+  }
+
+  void sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& st) override {
+    check_optimizer_update("sgd_update", p, g, {buf});
+    float *pp = p.data(), *bp = buf.data();
+    const float* gp = g.data();
+    launch(p.numel(), [=] __device__(int64_t j) { cuda::sgd_elem(pp, bp, gp, st, j); });
+  }
+  void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& st) override {
+    check_optimizer_update("signsgd_update", p, g, {m});
+    float *pp = p.data(), *mp = m.data();
+    const float* gp = g.data();
+    launch(p.numel(), [=] __device__(int64_t j) { cuda::signsgd_elem(pp, mp, gp, st, j); });
+  }
+  void adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& st) override {
+    check_optimizer_update("adam_update", p, g, {m, v});
+    adam(p, m, v, g, st, false);
+  }
+  void adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& st) override {
+    check_optimizer_update("adamw_update", p, g, {m, v});
+    adam(p, m, v, g, st, true);
+  }
+  void adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& st) override {
+    check_optimizer_update("adagrad_update", p, g, {sum});
+    float *pp = p.data(), *sp = sum.data();
+    const float* gp = g.data();
+    launch(p.numel(), [=] __device__(int64_t j) { cuda::adagrad_elem(pp, sp, gp, st, j); });
+  }
+  void rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf, ConstTensor g,
+                      const RmspropStep& st) override {
+    check_optimizer_update("rmsprop_update", p, g, {square_avg, grad_avg, buf});
+    float *pp = p.data(), *sq = square_avg.data(), *ga = grad_avg.data(), *bp = buf.data();
+    const float* gp = g.data();
+    launch(p.numel(), [=] __device__(int64_t j) { cuda::rmsprop_elem(pp, sq, ga, bp, gp, st, j); });
+  }
+  void lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& st) override {
+    check_optimizer_update("lion_update", p, g, {m});
+    float *pp = p.data(), *mp = m.data();
+    const float* gp = g.data();
+    launch(p.numel(), [=] __device__(int64_t j) { cuda::lion_elem(pp, mp, gp, st, j); });
+  }
+  int64_t adafactor_partial_numel(int64_t rows, int64_t numel) override { return 1; }
+  double adafactor_rms(ConstTensor x, View<double> partial) override { adafactor_missing(); }
+  void adafactor_update_matrix(Tensor, Tensor, Tensor, Tensor, ConstTensor, Tensor, Tensor,
+                               View<double>, const AdafactorStep&) override {
+    adafactor_missing();
+  }
+  void adafactor_update_vector(Tensor, Tensor, Tensor, ConstTensor, View<double>,
+                               const AdafactorStep&) override {
+    adafactor_missing();
+  }
+
+ private:
+  cudaStream_t s() const { return compute_->handle(); }
+
+  template <class F>
+  void launch(int64_t n, F f) {
+    if (n <= 0) return;
+    const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 20);
+    for_each_kernel<<<unsigned(blocks), kThreads, 0, s()>>>(n, f);
+    check_cuda(cudaGetLastError(), "kernel launch");
+  }
+  // The bound on head_dim the attention kernels are instantiated for (their per-thread arrays).
+  static int max_head_dim(int64_t D, const char* op) {
+    if (D <= 64) return 64;
+    if (D <= 128) return 128;
+    if (D <= 256) return 256;
+    throw ConfigError(str(op, ": head_dim ", D, " is over the CUDA kernels' 256"));
+  }
+
+  // nvcc allows a __device__ lambda only in a public member function (the extended-lambda rules):
+  // every function below that defines one is public.
+ public:
+  template <int kMaxD>
+  void attention_forward_launch(Mat O, float* lp, CMat Q, CMat K, CMat V, cuda::AttnShape a,
+                                int64_t B) {
+    const int64_t H = a.H, S = a.S;
+    launch(B * H * S, [=] __device__(int64_t i) {
+      cuda::attention_forward_row<kMaxD>(O, lp, Q, K, V, a, i / (H * S), (i / S) % H, i % S);
+    });
+  }
+  void attention_delta_launch(float* delta, CMat DO, CMat O, cuda::AttnShape a, int64_t b) {
+    const int64_t S = a.S;
+    launch(a.H * S, [=] __device__(int64_t i) {
+      cuda::attention_delta_row(delta, DO, O, a, b, i / S, i % S);
+    });
+  }
+  template <int kMaxD>
+  void attention_grad_launch(Mat DQ, Mat DK, Mat DV, CMat DO, CMat Q, CMat K, CMat V,
+                             const float* lp, const float* delta, cuda::AttnShape a, int64_t b,
+                             int64_t Hkv) {
+    const int64_t S = a.S;
+    launch(a.H * S, [=] __device__(int64_t i) {
+      cuda::attention_dq_row<kMaxD>(DQ, DO, Q, K, V, lp, delta, a, b, i / S, i % S);
+    });
+    launch(Hkv * S, [=] __device__(int64_t i) {
+      cuda::attention_dkdv_row<kMaxD>(DK, DV, DO, Q, K, V, lp, delta, a, b, i / S, i % S);
+    });
+  }
+  template <int kMaxD>
+  void attention_decode_launch(Mat O, CMat Q, CMat K, CMat V, int64_t first, int64_t G, int64_t D,
+                               int64_t H) {
+    launch(Q.rows * H, [=] __device__(int64_t i) {
+      cuda::attention_decode_item<kMaxD>(O, Q, K, V, first, G, D, i / H, i % H);
+    });
+  }
+  void rotate(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim, int64_t first_row,
+              float sign) {
+    const Mat X = mat(x);
+    const CMat CO = cmat(cos), SI = cmat(sin);
+    const int64_t half = head_dim / 2, per_row = X.cols / head_dim * half;
+    launch(X.rows * per_row, [=] __device__(int64_t i) {
+      const int64_t t = i / per_row, r = i % per_row;
+      cuda::rope_rotate_pair(X, CO, SI, head_dim, first_row, sign, t, r / half, r % half);
+    });
+  }
+  void adam(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& st, bool decoupled) {
+    float *pp = p.data(), *mp = m.data(), *vp = v.data();
+    const float* gp = g.data();
+    launch(p.numel(),
+           [=] __device__(int64_t j) { cuda::adam_elem(pp, mp, vp, gp, st, decoupled, j); });
+  }
+  [[noreturn]] void adafactor_missing() {
+    throw ConfigError("--optimizer adafactor is not implemented on the CUDA backend yet");
+  }
+  // Chunk sums on the device, added in chunk order on the host.
+  double ordered_sum(CMat x, bool squares) {
+    const int64_t n = x.rows * x.cols, chunks = (n + cuda::kSumChunk - 1) / cuda::kSumChunk;
+    if (chunks == 0) return 0.0;
+    double* dev = device_doubles(chunks);
+    launch(chunks, [=] __device__(int64_t k) { dev[k] = cuda::chunk_sum(x, squares, k); });
+    host_doubles_.resize(size_t(chunks));
+    copy_to_host(host_doubles_.data(), dev, chunks * int64_t(sizeof(double)));
+    double total = 0.0;
+    for (double v : host_doubles_) total += v;
+    return total;
+  }
+  // Device scratch the backend owns, grown on demand (growing frees the old block: cudaFree waits
+  // for the work that may still read it).
+  double* device_doubles(int64_t n) {
+    if (doubles_.bytes() < n * int64_t(sizeof(double)))
+      doubles_ = RawBuffer(device_, n * int64_t(sizeof(double)), "cuda reduction partials");
+    return doubles_.as<double>();
+  }
+  // Token ids live in host memory (Backend's contract): copied up on the compute stream before the
+  // kernel that reads them; a later upload is ordered after that kernel on the same stream.
+  const int32_t* upload_ids(View<const int32_t> ids) {
+    MEMO_CHECK(ids.contiguous(), "cuda: token ids not contiguous");
+    const int64_t bytes = ids.numel() * int64_t(sizeof(int32_t));
+    if (ids_.bytes() < bytes) ids_ = RawBuffer(device_, bytes, "cuda token ids");
+    if (bytes > 0)
+      check_cuda(
+          cudaMemcpyAsync(ids_.data(), ids.data(), size_t(bytes), cudaMemcpyHostToDevice, s()),
+          "token ids");
+    return ids_.as<const int32_t>();
+  }
+
+  void matmul_unchecked(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
+                        float alpha, float beta);
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+            float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+            float* C, int64_t ldc);
+
+ private:
+  struct Gemm {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+
+  HostAllocator host_{MemSpace::kHost};
+  CudaPinnedAllocator pinned_;
+  CudaDeviceAllocator device_;
+  std::unique_ptr<CudaStream> compute_;
+  cublasLtHandle_t lt_ = nullptr;
+  RawBuffer workspace_;
+  RawBuffer doubles_, ids_;
+  std::vector<double> host_doubles_;
+  std::map<std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>, Gemm>
+      gemms_;
+  std::string description_;
+};
+
+constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;
+
+CudaBackend::CudaBackend(int device) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    throw ConfigError(str("--device cuda: no CUDA GPU can be used here (",
+                          e != cudaSuccess ? cudaGetErrorString(e) : "no device found", ")"));
+  }
+  if (device < 0 || device >= count)
+    throw ConfigError(str("--device cuda: GPU ", device, " does not exist (", count, " found)"));
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  compute_ = std::make_unique<CudaStream>("compute", StreamOptions{});
+  check_lt(cublasLtCreate(&lt_), "cublasLtCreate");
+  workspace_ = RawBuffer(device_, kWorkspaceBytes, "cuBLASLt workspace");
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  description_ = str("cuda, fp32, ", prop.name, " (sm_", prop.major, prop.minor, ", ",
+                     prop.multiProcessorCount, " SMs, ",
+                     double(prop.totalGlobalMem) / double(int64_t(1) << 30), " GiB), CUDA runtime ",
+                     runtime / 1000, ".", runtime % 1000 / 10, ", cuBLASLt ", cublasLtGetVersion());
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(s());
+  for (auto& [key, g] : gemms_) {
+    cublasLtMatrixLayoutDestroy(g.a);
+    cublasLtMatrixLayoutDestroy(g.b);
+    cublasLtMatrixLayoutDestroy(g.c);
+    cublasLtMatmulDescDestroy(g.desc);
+  }
+  workspace_.reset();
+  doubles_.reset();
+  ids_.reset();
+  if (lt_) cublasLtDestroy(lt_);
+}
+
+// The largest power of two (at most 256) that divides every address: cuBLASLt picks kernels by
+// the alignment it is promised, and a column slice of a weight is aligned to less than 256.
+int alignment_of(std::initializer_list<const void*> ptrs) {
+  int align = 256;
+  for (const void* p : ptrs)
+    while (align > 4 && reinterpret_cast<uintptr_t>(p) % uintptr_t(align) != 0) align /= 2;
+  return align;
+}
+
+// Column-major C[m, n] = alpha op(A) op(B) + beta C (cuBLASLt's convention).
+void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+                       float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                       float beta, float* C, int64_t ldc) {
+  const int align = alignment_of({A, B, C});
+  const auto key = std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldc, align);
+  auto it = gemms_.find(key);
+  if (it == gemms_.end()) {
+    Gemm g;
+    check_lt(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    check_lt(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+             "transa");
+    check_lt(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+             "transb");
+    const bool na = ta == CUBLAS_OP_N, nb = tb == CUBLAS_OP_N;
+    check_lt(cublasLtMatrixLayoutCreate(&g.a, CUDA_R_32F, uint64_t(na ? m : k),
+                                        uint64_t(na ? k : m), lda),
+             "layout a");
+    check_lt(cublasLtMatrixLayoutCreate(&g.b, CUDA_R_32F, uint64_t(nb ? k : n),
+                                        uint64_t(nb ? n : k), ldb),
+             "layout b");
+    check_lt(cublasLtMatrixLayoutCreate(&g.c, CUDA_R_32F, uint64_t(m), uint64_t(n), ldc),
+             "layout c");
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const uint64_t ws = uint64_t(kWorkspaceBytes);
+    const uint32_t al = uint32_t(align);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    for (auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof al);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(lt_, g.desc, g.a, g.b, g.c, g.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+      throw Error(str("cuBLASLt: no fp32 algorithm for m ", m, ", n ", n, ", k ", k, ", lda ", lda,
+                      ", ldb ", ldb, ", ldc ", ldc, ", alignment ", align));
+    g.algo = result.algo;
+    it = gemms_.emplace(key, g).first;
+  }
+  const Gemm& g = it->second;
+  check_lt(cublasLtMatmul(lt_, g.desc, &alpha, A, g.a, B, g.b, &beta, C, g.c, C, g.c, &g.algo,
+                          workspace_.data(), size_t(kWorkspaceBytes), s()),
+           "cublasLtMatmul");
+}
+
+// Row-major c[M, N] = alpha op(a) op(b) + beta c is column-major c^T = op(b)^T op(a)^T: the
+// operands swap and each keeps its own transpose flag.
+void CudaBackend::matmul_unchecked(Tensor c, ConstTensor a, ConstTensor b, bool trans_a,
+                                   bool trans_b, float alpha, float beta) {
+  const int64_t M = c.rows(), N = c.cols(), K = trans_a ? a.rows() : a.cols();
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta == 0.0f)
+      fill(c, 0.0f);
+    else
+      scale(c, beta);
+    return;
+  }
+  gemm(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, alpha,
+       b.data(), b.ld(), a.data(), a.ld(), beta, c.data(), c.ld());
+}
+
+double CudaBackend::measure_matmul_peak_flops(double seconds) {
+  constexpr int64_t n = 4096;
+  RawBuffer a(device_, n * n * 4, "peak a"), b(device_, n * n * 4, "peak b"),
+      c(device_, n * n * 4, "peak c");
+  const Tensor A(a.as<float>(), {n, n}), B(b.as<float>(), {n, n}), C(c.as<float>(), {n, n});
+  fill(A, 0.5f);
+  fill(B, 0.25f);
+  matmul(C, A, B, false, false, 1.0f, 0.0f);  // warm-up: algorithm, clocks
+  cudaEvent_t start, end;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+  int reps = 1;
+  double best = 0.0;
+  for (auto t0 = std::chrono::steady_clock::now();
+       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds;) {
+    cudaEventRecord(start, s());
+    for (int r = 0; r < reps; ++r) matmul(C, A, B, false, false, 1.0f, 0.0f);
+    cudaEventRecord(end, s());
+    check_cuda(cudaEventSynchronize(end), "peak");
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, end);
+    best = std::max(best, 2.0 * double(n) * n * n * reps / (double(ms) * 1e-3));
+    reps = std::min(reps * 2, 64);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  return best;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<CudaBackend>(device);
+}
+
+}  // namespace memo

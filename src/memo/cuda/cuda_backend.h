@@ -1,0 +1,28 @@
+// The CUDA backend (issue #10): memo's Backend on one NVIDIA GPU, fp32 for now. Weights,
+// gradients, optimiser state and activations live in device memory (cudaMalloc), the host pools
+// of the offload strategies in pinned memory (cudaHostAlloc); kernels run in order on one
+// compute stream, copies on their own streams, ordered by CUDA events with no host block
+// (backend/stream.h). Matrix products go through cuBLASLt (fp32 in and out, fp32 compute, one
+// algorithm fixed per shape); every other kernel is memo's own, its arithmetic in cuda/bodies.h,
+// deterministic (no atomics). Not yet: bf16, Adafactor, a fused attention (the attention kernels
+// are one thread per query or key row: correct, deterministic, slow).
+// This header has no CUDA types in it, so code that is built without the toolkit can name it.
+#pragma once
+
+#include <memory>
+
+#include "memo/backend/backend.h"
+
+namespace memo {
+
+// The backend on GPU `device`. Throws ConfigError with a one-line reason where no CUDA GPU can be
+// used (no driver, no device, a driver too old for this build).
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+
+// Rows of a token-panel product that a recomputation may start at and get the same bits
+// (Note [Reproducible rows] in backend/backend.h): products over token rows run as one cuBLASLt
+// call per panel of this many rows, so a panel's shape, and so its algorithm, never depends on
+// where a recomputed range ends.
+inline constexpr int64_t kCudaPanelRows = 256;
+
+}  // namespace memo

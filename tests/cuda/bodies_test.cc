@@ -1,0 +1,811 @@
+// The CUDA kernels' arithmetic (cuda/bodies.h), compiled for the host: every body runs over every
+// work item of a launch, as the GPU threads would, on seeded random inputs, and is compared with
+// the CPU kernel (kernels/cpu/) on the same inputs: bitwise where the formulas and orders are the
+// same, within a stated tolerance where the exp, a summation order or the softmax's scheme differs.
+#include "memo/cuda/bodies.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_test_util.h"
+#include "memo/backend/attn_mask.h"
+#include "memo/backend/backend.h"
+#include "memo/backend/optim_steps.h"
+#include "memo/core/tensor.h"
+#include "memo/kernels/cpu/kernels.h"
+#include "memo/kernels/cpu/optim_kernels.h"
+#include "memo/kernels/cpu/tensor_ops.h"
+
+namespace memo::cuda {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// What the padding of a strided matrix holds: no kernel may write there.
+constexpr float kPad = 1234.5f;
+
+// Tolerances, relative to a per-element magnitude (the sum of the absolute values of the terms a
+// result adds, so that cancellation does not inflate the ratio):
+// - kExpTol: the same float formula, but the bodies call ::expf (< 1 ulp) where the CPU kernels
+//   call exp_f32 (<= 3 ulp, vec_math.h), or a double row sum that the CPU reassociates (omp simd
+//   reduction) rounds the other way: a few ulp (u = 6e-8) of the result.
+constexpr double kExpTol = 1e-6;
+// - kAttnTol: attention, relative to max |reference|: the bodies run an online softmax key by key
+//   with expf, the CPU kernel 64 x 64 tiles with a Cephes exp (~2e-7), so float sums of S terms
+//   and D-term dot products are added in other orders.
+constexpr double kAttnTol = 1e-5;
+
+// A [rows, cols] fp32 matrix stored `ld` floats a row (padding kPad), as Mat, CMat or view.
+struct Buf {
+  int64_t rows = 0, cols = 0, ld = 0;
+  std::vector<float> v;
+
+  Buf(int64_t r, int64_t c, int64_t l, float fill) : rows(r), cols(c), ld(l), v(r * l, kPad) {
+    for (int64_t i = 0; i < r; ++i) std::fill_n(v.begin() + i * l, c, fill);
+  }
+  static Buf random(int64_t r, int64_t c, int64_t l, uint64_t seed, float lo = -1.0f,
+                    float hi = 1.0f) {
+    Buf b(r, c, l, 0.0f);
+    const std::vector<float> x = test::random_floats(r * c, seed, lo, hi);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j) b.v[i * l + j] = x[i * c + j];
+    return b;
+  }
+  Mat mat() { return {v.data(), rows, cols, ld}; }
+  CMat cmat() const { return {v.data(), rows, cols, ld}; }
+  Tensor t() { return Tensor(v.data(), {rows, cols}, {ld, 1, 0, 0}); }
+  ConstTensor ct() const { return ConstTensor(v.data(), {rows, cols}, {ld, 1, 0, 0}); }
+  float at(int64_t r, int64_t c) const { return v[r * ld + c]; }
+  // The rows x cols elements, contiguous.
+  std::vector<float> logical() const {
+    std::vector<float> out(rows * cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = v[i * ld + j];
+    return out;
+  }
+  bool padding_intact() const {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = cols; j < ld; ++j)
+        if (std::bit_cast<uint32_t>(v[i * ld + j]) != std::bit_cast<uint32_t>(kPad)) return false;
+    return true;
+  }
+};
+
+std::vector<float> nan_vec(int64_t n) { return std::vector<float>(n, kNaN); }
+
+// The arguments printed one after the other: a trace label.
+template <class... Args>
+std::string str(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+
+// Bitwise equality of two float vectors (so NaN == NaN and -0 != +0); reports the first mismatch.
+void expect_bits_eq(const std::vector<float>& got, const std::vector<float>& want,
+                    const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i])) {
+      if (first < 0) first = int64_t(i);
+      ++bad;
+    }
+  if (bad > 0)
+    ADD_FAILURE() << what << ": " << bad << " of " << got.size() << " differ; first at " << first
+                  << ": body " << str(std::hexfloat, got[first]) << ", cpu "
+                  << str(std::hexfloat, want[first]);
+}
+void expect_bits_eq(const Buf& got, const Buf& want, const std::string& what) {
+  expect_bits_eq(got.v, want.v, what);
+}
+
+// max_i |got_i - want_i| / scale_i; a NaN or infinite difference (an element the body did not
+// write, still NaN) counts as infinite unless both are the same bits.
+double max_err(const std::vector<float>& got, const std::vector<float>& want,
+               const std::vector<double>& scale) {
+  double worst = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::bit_cast<uint32_t>(got[i]) == std::bit_cast<uint32_t>(want[i])) continue;
+    const double err = std::abs(double(got[i]) - double(want[i]));
+    if (!std::isfinite(err)) return INFINITY;
+    worst = std::max(worst, scale[i] > 0.0 ? err / scale[i] : INFINITY);
+  }
+  return worst;
+}
+// Per-element scale |want_i| (or floor, if larger).
+double max_rel_err(const std::vector<float>& got, const std::vector<float>& want,
+                   double floor = 0.0) {
+  std::vector<double> scale(want.size());
+  for (size_t i = 0; i < want.size(); ++i) scale[i] = std::max(std::abs(double(want[i])), floor);
+  return max_err(got, want, scale);
+}
+// One scale for all: max(max_i |want_i|, floor).
+double max_err_vs_max(const std::vector<float>& got, const std::vector<float>& want,
+                      double floor = 0.0) {
+  double m = floor;
+  for (float w : want) m = std::max(m, std::abs(double(w)));
+  return max_err(got, want, std::vector<double>(want.size(), m));
+}
+
+// Shapes of the row-wise tests: [T, C] with row stride ld (> C: a strided view).
+struct Shape2 {
+  int64_t T, C, ld;
+};
+const std::vector<Shape2>& row_shapes() {
+  static const std::vector<Shape2> shapes = {{1, 1, 1},      {7, 13, 13},  {13, 97, 97},
+                                             {67, 257, 257}, {11, 37, 45}, {5, 130, 131}};
+  return shapes;
+}
+std::string name(const Shape2& s) { return str(s.T, "x", s.C, " ld ", s.ld); }
+
+// --- RMSNorm ---
+
+TEST(CudaBodies, rmsnorm_forward_backward_and_dw_match_cpu) {
+  constexpr float kEps = 1e-5f;
+  for (const Shape2& s : row_shapes()) {
+    const auto [T, C, ld] = s;
+    SCOPED_TRACE(name(s));
+    const Buf x = Buf::random(T, C, ld, 1), dy = Buf::random(T, C, ld + 3, 2);
+    const std::vector<float> w = test::random_floats(C, 3, 0.5f, 2.0f);
+    // Forward.
+    Buf y_cpu(T, C, ld + 1, kNaN), y_body(T, C, ld + 1, kNaN);
+    std::vector<float> r_cpu = nan_vec(T), r_body = nan_vec(T);
+    cpu::rmsnorm_forward(y_cpu.t(), Tensor(r_cpu.data(), {T}), x.ct(), ConstTensor(w.data(), {C}),
+                         kEps);
+    for (int64_t t = 0; t < T; ++t)
+      rmsnorm_forward_row(y_body.mat(), r_body.data(), x.cmat(), w.data(), kEps, t);
+    // inv_rms: a double sum (reassociated on the CPU) rounded once; y = x r w from it.
+    EXPECT_LE(max_rel_err(r_body, r_cpu), kExpTol);
+    EXPECT_LE(max_rel_err(y_body.logical(), y_cpu.logical()), kExpTol);
+    EXPECT_TRUE(y_body.padding_intact());
+    // Backward, from the CPU's inv_rms, adding into the same random dx and dw.
+    const Buf dx0 = Buf::random(T, C, ld + 2, 4);
+    const std::vector<float> dw0 = test::random_floats(C, 5);
+    Buf dx_cpu = dx0, dx_body = dx0;
+    std::vector<float> dw_cpu = dw0, dw_body = dw0;
+    cpu::rmsnorm_backward(dx_cpu.t(), Tensor(dw_cpu.data(), {C}), dy.ct(), x.ct(),
+                          ConstTensor(w.data(), {C}), ConstTensor(r_cpu.data(), {T}));
+    for (int64_t t = 0; t < T; ++t)
+      rmsnorm_backward_row(dx_body.mat(), dy.cmat(), x.cmat(), w.data(), r_cpu.data(), t);
+    for (int64_t c = 0; c < C; ++c)
+      rmsnorm_dw_col(dw_body.data(), dy.cmat(), x.cmat(), r_cpu.data(), c);
+    // dx = dx0 + r w dy - x coef: coef comes from a reassociated double dot (may round 1 ulp
+    // apart); the scale is the sum of the three terms' magnitudes.
+    std::vector<double> scale(T * C);
+    for (int64_t t = 0; t < T; ++t) {
+      double dot = 0.0;
+      for (int64_t c = 0; c < C; ++c) dot += double(w[c]) * dy.at(t, c) * x.at(t, c);
+      const double r = r_cpu[t], coef = r * r * r * dot / double(C);
+      for (int64_t c = 0; c < C; ++c)
+        scale[t * C + c] =
+            std::abs(dx0.at(t, c)) + std::abs(r * w[c] * dy.at(t, c)) + std::abs(x.at(t, c) * coef);
+    }
+    EXPECT_LE(max_err(dx_body.logical(), dx_cpu.logical(), scale), kExpTol);
+    EXPECT_TRUE(dx_body.padding_intact());
+    // dw: both sum tokens in order 0..T-1 in double: the same bits.
+    expect_bits_eq(dw_body, dw_cpu, "dw");
+  }
+}
+
+// --- LayerNorm ---
+
+TEST(CudaBodies, layernorm_forward_backward_and_dwdb_match_cpu) {
+  constexpr float kEps = 1e-5f;
+  for (const Shape2& s : row_shapes()) {
+    const auto [T, C, ld] = s;
+    SCOPED_TRACE(name(s));
+    // An offset mean (x - mean cancels) and a spread of scales.
+    const Buf x = Buf::random(T, C, ld, 11, 2.0f, 5.0f), dy = Buf::random(T, C, ld + 1, 12);
+    const std::vector<float> w = test::random_floats(C, 13, 0.5f, 2.0f),
+                             b = test::random_floats(C, 14);
+    Buf y_cpu(T, C, ld + 4, kNaN), y_body(T, C, ld + 4, kNaN);
+    std::vector<float> m_cpu = nan_vec(T), m_body = nan_vec(T), r_cpu = nan_vec(T),
+                       r_body = nan_vec(T);
+    cpu::layernorm_forward(y_cpu.t(), Tensor(m_cpu.data(), {T}), Tensor(r_cpu.data(), {T}), x.ct(),
+                           ConstTensor(w.data(), {C}), ConstTensor(b.data(), {C}), kEps);
+    for (int64_t t = 0; t < T; ++t)
+      layernorm_forward_row(y_body.mat(), m_body.data(), r_body.data(), x.cmat(), w.data(),
+                            b.data(), kEps, t);
+    // mean and rstd: double sums (reassociated on the CPU) rounded once. y = xhat w + b, scaled
+    // by |xhat w| + |b| (the sum may cancel).
+    EXPECT_LE(max_rel_err(m_body, m_cpu), kExpTol);
+    EXPECT_LE(max_rel_err(r_body, r_cpu), kExpTol);
+    std::vector<double> y_scale(T * C);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c)
+        y_scale[t * C + c] =
+            std::abs((double(x.at(t, c)) - m_cpu[t]) * r_cpu[t] * w[c]) + std::abs(b[c]);
+    EXPECT_LE(max_err(y_body.logical(), y_cpu.logical(), y_scale), kExpTol);
+    EXPECT_TRUE(y_body.padding_intact());
+    // Backward from the CPU's mean and rstd, adding into the same dx, dw, db.
+    const Buf dx0 = Buf::random(T, C, ld, 15);
+    const std::vector<float> dw0 = test::random_floats(C, 16), db0 = test::random_floats(C, 17);
+    Buf dx_cpu = dx0, dx_body = dx0;
+    std::vector<float> dw_cpu = dw0, dw_body = dw0, db_cpu = db0, db_body = db0;
+    cpu::layernorm_backward(dx_cpu.t(), Tensor(dw_cpu.data(), {C}), Tensor(db_cpu.data(), {C}),
+                            dy.ct(), x.ct(), ConstTensor(w.data(), {C}),
+                            ConstTensor(m_cpu.data(), {T}), ConstTensor(r_cpu.data(), {T}));
+    for (int64_t t = 0; t < T; ++t)
+      layernorm_backward_row(dx_body.mat(), dy.cmat(), x.cmat(), w.data(), m_cpu.data(),
+                             r_cpu.data(), t);
+    for (int64_t c = 0; c < C; ++c)
+      layernorm_dwdb_col(dw_body.data(), db_body.data(), dy.cmat(), x.cmat(), m_cpu.data(),
+                         r_cpu.data(), c);
+    // dx = dx0 + r (g - mean g - xhat mean(g xhat)), the means from reassociated double sums.
+    std::vector<double> dx_scale(T * C);
+    for (int64_t t = 0; t < T; ++t) {
+      const double m = m_cpu[t], r = r_cpu[t];
+      double sg = 0.0, sgx = 0.0;
+      for (int64_t c = 0; c < C; ++c) {
+        const double g = double(w[c]) * dy.at(t, c);
+        sg += std::abs(g);
+        sgx += std::abs(g * (x.at(t, c) - m) * r);
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        const double xhat = (x.at(t, c) - m) * r;
+        dx_scale[t * C + c] = std::abs(dx0.at(t, c)) + r * (std::abs(double(w[c]) * dy.at(t, c)) +
+                                                            sg / C + std::abs(xhat) * sgx / C);
+      }
+    }
+    EXPECT_LE(max_err(dx_body.logical(), dx_cpu.logical(), dx_scale), kExpTol);
+    EXPECT_TRUE(dx_body.padding_intact());
+    // dw, db: tokens in order in double on both sides.
+    expect_bits_eq(dw_body, dw_cpu, "dw");
+    expect_bits_eq(db_body, db_cpu, "db");
+  }
+}
+
+// --- RoPE ---
+
+TEST(CudaBodies, rope_rotate_pair_matches_cpu_forward_and_backward_to_an_ulp) {
+  // T rows of n_heads heads of D; a table of S < T positions, so rows wrap, and offsets
+  // first_row 0 and 5 (a row range of a longer tensor).
+  constexpr int64_t T = 11, n_heads = 3, D = 8, S = 7, half = D / 2;
+  std::vector<float> cos(S * half), sin(S * half);
+  cpu::rope_table(Tensor(cos.data(), {S, half}), Tensor(sin.data(), {S, half}), D, 10000.0f);
+  const CMat cm{cos.data(), S, half, half}, sm{sin.data(), S, half, half};
+  for (int64_t ld : {n_heads * D, n_heads * D + 5}) {
+    for (int64_t first_row : {0, 5}) {
+      for (float sign : {1.0f, -1.0f}) {
+        SCOPED_TRACE(str("ld ", ld, " first_row ", first_row, " sign ", sign));
+        const Buf x = Buf::random(T, n_heads * D, ld, 21);
+        Buf x_cpu = x, x_body = x;
+        if (sign > 0)
+          cpu::rope_forward(x_cpu.t(), ConstTensor(cos.data(), {S, half}),
+                            ConstTensor(sin.data(), {S, half}), D, first_row);
+        else
+          cpu::rope_backward(x_cpu.t(), ConstTensor(cos.data(), {S, half}),
+                             ConstTensor(sin.data(), {S, half}), D, first_row);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < n_heads; ++h)
+            for (int64_t i = 0; i < half; ++i)
+              rope_rotate_pair(x_body.mat(), cm, sm, D, first_row, sign, t, h, i);
+        // The same float formula element by element, x1 = a co - b s and x2 = b co + a s, but
+        // not the same bits: GCC contracts one product of each into an FMA (-ffp-contract=fast is
+        // its default for C++, even with -std=c++20), and which one depends on the surrounding
+        // code. Observed: the CPU kernel computes fma(b, co, a s), the body here in this test a
+        // different rounding, 1 ulp apart (0x1.17bf7cp-1 vs 0x1.17bf7ep-1). So within 4 u of
+        // |a co| + |b s| (two roundings either way), and no padding written.
+        std::vector<double> scale(T * n_heads * D);
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t pos = (first_row + t) % S;
+          for (int64_t h = 0; h < n_heads; ++h)
+            for (int64_t i = 0; i < half; ++i) {
+              const double a = x.at(t, h * D + i), b = x.at(t, h * D + half + i);
+              const double co = cos[pos * half + i], si = sin[pos * half + i];
+              scale[t * n_heads * D + h * D + i] = std::abs(a * co) + std::abs(b * si);
+              scale[t * n_heads * D + h * D + half + i] = std::abs(b * co) + std::abs(a * si);
+            }
+        }
+        EXPECT_LE(max_err(x_body.logical(), x_cpu.logical(), scale), 4.0 * test::kFloatU);
+        EXPECT_TRUE(x_body.padding_intact());
+        EXPECT_NE(x_cpu.at(1, 0), x.at(1, 0));
+      }
+    }
+  }
+}
+
+// --- SwiGLU and GELU ---
+
+// Inputs over the interesting range plus the extremes: 0, -0, large |x| where exp over- or
+// underflows.
+std::vector<float> activation_inputs(int64_t n, uint64_t seed) {
+  std::vector<float> x = test::random_floats(n, seed, -8.0f, 8.0f);
+  const float extremes[] = {0.0f, -0.0f, 20.0f, -20.0f, 90.0f, -90.0f, 1e20f, -1e20f, 1e-30f};
+  for (size_t i = 0; i < std::size(extremes) && i < x.size(); ++i) x[i * 3] = extremes[i];
+  return x;
+}
+
+TEST(CudaBodies, swiglu_forward_and_backward_match_cpu) {
+  for (const Shape2& s : {Shape2{13, 97, 97}, Shape2{6, 33, 40}}) {
+    const auto [T, F, ld] = s;
+    SCOPED_TRACE(name(s));
+    Buf g(T, F, ld, 0.0f), u = Buf::random(T, F, ld, 32, -2.0f, 2.0f),
+                           da = Buf::random(T, F, ld, 33, -2.0f, 2.0f);
+    const std::vector<float> gv = activation_inputs(T * F, 31);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t f = 0; f < F; ++f) g.v[t * ld + f] = gv[t * F + f];
+    Buf a_cpu(T, F, ld, kNaN), a_body(T, F, ld, kNaN);
+    cpu::swiglu_forward(a_cpu.t(), g.ct(), u.ct());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t f = 0; f < F; ++f) a_body.mat().at(t, f) = swiglu(g.at(t, f), u.at(t, f));
+    // a = g s u: s carries exp's error (expf vs exp_f32), relative to |a|.
+    EXPECT_LE(max_rel_err(a_body.logical(), a_cpu.logical()), kExpTol);
+    Buf dg_cpu(T, F, ld, kNaN), dg_body(T, F, ld, kNaN), du_cpu(T, F, ld, kNaN),
+        du_body(T, F, ld, kNaN);
+    cpu::swiglu_backward(dg_cpu.t(), du_cpu.t(), da.ct(), g.ct(), u.ct());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t f = 0; f < F; ++f)
+        swiglu_backward_elem(&dg_body.mat().at(t, f), &du_body.mat().at(t, f), da.at(t, f),
+                             g.at(t, f), u.at(t, f));
+    // dg = da u s (1 + g (1 - s)), which cancels near g = -1.28: scaled by da u s (1 + |g (1-s)|).
+    std::vector<double> dg_scale(T * F);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t f = 0; f < F; ++f) {
+        const double gg = g.at(t, f), sg = 1.0 / (1.0 + std::exp(-gg));
+        dg_scale[t * F + f] =
+            std::abs(double(da.at(t, f)) * u.at(t, f) * sg) * (1.0 + std::abs(gg * (1.0 - sg)));
+      }
+    EXPECT_LE(max_err(dg_body.logical(), dg_cpu.logical(), dg_scale), kExpTol);
+    EXPECT_LE(max_rel_err(du_body.logical(), du_cpu.logical()), kExpTol);
+    // In place: dg aliasing da (du separate), and dg, du and da all one buffer (du is written
+    // first, then dg over it). The body takes da by value, so both give the separate results.
+    Buf dg_inplace = da, du_sep(T, F, ld, kNaN), all_one = da;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t f = 0; f < F; ++f) {
+        float* p = &dg_inplace.mat().at(t, f);
+        swiglu_backward_elem(p, &du_sep.mat().at(t, f), *p, g.at(t, f), u.at(t, f));
+        float* q = &all_one.mat().at(t, f);
+        swiglu_backward_elem(q, q, *q, g.at(t, f), u.at(t, f));
+      }
+    expect_bits_eq(dg_inplace, dg_body, "dg aliasing da");
+    expect_bits_eq(du_sep, du_body, "du with dg aliasing da");
+    expect_bits_eq(all_one, dg_body, "dg with dg, du and da one buffer");
+    EXPECT_TRUE(a_body.padding_intact() && dg_body.padding_intact() && du_body.padding_intact());
+  }
+}
+
+TEST(CudaBodies, gelu_forward_and_backward_match_cpu) {
+  for (const Shape2& s : {Shape2{13, 97, 97}, Shape2{6, 33, 40}}) {
+    const auto [T, C, ld] = s;
+    SCOPED_TRACE(name(s));
+    Buf x(T, C, ld, 0.0f), dy = Buf::random(T, C, ld, 42, -2.0f, 2.0f);
+    const std::vector<float> xv = activation_inputs(T * C, 41);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) x.v[t * ld + c] = xv[t * C + c];
+    Buf y_cpu(T, C, ld, kNaN), y_body(T, C, ld, kNaN);
+    cpu::gelu_forward(y_cpu.t(), x.ct());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) y_body.mat().at(t, c) = gelu(x.at(t, c));
+    EXPECT_LE(max_rel_err(y_body.logical(), y_cpu.logical()), kExpTol);
+    Buf dx_cpu(T, C, ld, kNaN), dx_body(T, C, ld, kNaN);
+    cpu::gelu_backward(dx_cpu.t(), dy.ct(), x.ct());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c)
+        dx_body.mat().at(t, c) = gelu_backward(dy.at(t, c), x.at(t, c));
+    // dx = dy (s + x s (1 - s) z'), whose two terms cancel for x < 0: scaled by their magnitudes.
+    std::vector<double> scale(T * C);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        const double v = x.at(t, c), v2 = std::min(v * v, 1e30);
+        const double z = v * (1.5957691216057308 + 0.0713548162726 * v2);
+        const double sg = 1.0 / (1.0 + std::exp(-z));
+        scale[t * C + c] = std::abs(double(dy.at(t, c))) *
+                           (sg + std::abs(v * sg * (1.0 - sg)) * (1.5957691216 + 0.214 * v2));
+      }
+    EXPECT_LE(max_err(dx_body.logical(), dx_cpu.logical(), scale), kExpTol);
+    EXPECT_TRUE(y_body.padding_intact() && dx_body.padding_intact());
+  }
+}
+
+// --- bias gradient and embedding backward ---
+
+TEST(CudaBodies, bias_backward_col_matches_cpu_bitwise) {
+  for (const Shape2& s : row_shapes()) {
+    const auto [T, C, ld] = s;
+    SCOPED_TRACE(name(s));
+    const Buf dy = Buf::random(T, C, ld, 51);
+    const std::vector<float> db0 = test::random_floats(C, 52);
+    std::vector<float> db_cpu = db0, db_body = db0;
+    cpu::bias_backward(Tensor(db_cpu.data(), {C}), dy.ct());
+    for (int64_t c = 0; c < C; ++c) bias_backward_col(db_body.data(), dy.cmat(), c);
+    // Tokens in order in double, added to db once: the same bits; and it did accumulate.
+    expect_bits_eq(db_body, db_cpu, "db");
+    if (T > 1) {
+      EXPECT_NE(db_cpu[0], db0[0]);
+    }
+  }
+}
+
+TEST(CudaBodies, embedding_backward_col_matches_cpu_bitwise_with_repeated_tokens) {
+  constexpr int64_t V = 5;
+  for (const Shape2& s : {Shape2{40, 37, 37}, Shape2{40, 37, 44}, Shape2{1, 3, 3}}) {
+    const auto [T, C, ld] = s;
+    SCOPED_TRACE(name(s));
+    const Buf dx = Buf::random(T, C, ld, 61);
+    // 40 tokens over 5 ids: every id repeats, so the float adds' order matters.
+    const std::vector<int32_t> tokens = test::random_ids(T, V, 62);
+    const Buf dwte0 = Buf::random(V, C, C + 2, 63);
+    Buf dwte_cpu = dwte0, dwte_body = dwte0;
+    cpu::embedding_backward(dwte_cpu.t(), dx.ct(), View<const int32_t>(tokens.data(), {T}));
+    for (int64_t c = 0; c < C; ++c)
+      embedding_backward_col(dwte_body.mat(), dx.cmat(), tokens.data(), c);
+    expect_bits_eq(dwte_body, dwte_cpu, "dwte");
+    EXPECT_NE(dwte_cpu.at(tokens[0], 0), dwte0.at(tokens[0], 0));
+  }
+}
+
+// --- cross-entropy ---
+
+TEST(CudaBodies, cross_entropy_row_matches_cpu_with_and_without_dlogits) {
+  constexpr float kGradScale = 0.37f;
+  for (const Shape2& s :
+       {Shape2{13, 97, 97}, Shape2{5, 1000, 1000}, Shape2{7, 50, 61}, Shape2{3, 1, 1}}) {
+    const auto [T, V, ld] = s;
+    SCOPED_TRACE(name(s));
+    const Buf logits = Buf::random(T, V, ld, 71, -6.0f, 6.0f);
+    const std::vector<int32_t> targets = test::random_ids(T, int32_t(V), 72);
+    const View<const int32_t> tv(targets.data(), {T});
+    // loss = m + log(sum) - x_y: scaled by the magnitudes of its terms; expf vs exp_f32 moves
+    // log(sum) by a few ulp of its 1 + ... terms.
+    auto loss_scale = [&](int64_t t) {
+      float m = logits.at(t, 0);
+      for (int64_t c = 0; c < V; ++c) m = std::max(m, logits.at(t, c));
+      double sum = 0.0;
+      for (int64_t c = 0; c < V; ++c) sum += std::exp(double(logits.at(t, c)) - m);
+      return std::abs(double(m)) + std::log(sum) + std::abs(double(logits.at(t, targets[t])));
+    };
+    std::vector<double> l_scale(T);
+    for (int64_t t = 0; t < T; ++t) l_scale[t] = loss_scale(t);
+    for (bool want_grad : {false, true}) {
+      SCOPED_TRACE(want_grad ? "with dlogits" : "loss only");
+      std::vector<float> l_cpu = nan_vec(T), l_body = nan_vec(T);
+      Buf d_cpu(T, V, ld + 1, kNaN), d_body(T, V, ld + 1, kNaN);
+      cpu::cross_entropy(Tensor(l_cpu.data(), {T}), want_grad ? d_cpu.t() : Tensor(), logits.ct(),
+                         tv, kGradScale);
+      for (int64_t t = 0; t < T; ++t)
+        cross_entropy_row(l_body.data(), want_grad ? d_body.mat() : Mat{}, logits.cmat(),
+                          targets.data(), kGradScale, t);
+      EXPECT_LE(max_err(l_body, l_cpu, l_scale), kExpTol);
+      if (!want_grad) continue;
+      // dlogits = p grad_scale - [c == y] grad_scale: scaled by both terms.
+      std::vector<double> d_scale(T * V);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < V; ++c)
+          d_scale[t * V + c] =
+              std::abs(double(d_cpu.at(t, c))) + (c == targets[t] ? 2.0 * kGradScale : 0.0);
+      EXPECT_LE(max_err(d_body.logical(), d_cpu.logical(), d_scale), kExpTol);
+      EXPECT_TRUE(d_body.padding_intact());
+      // In place (dlogits aliasing logits): the same bits as into a separate buffer.
+      Buf inplace = logits;
+      std::vector<float> l_inplace = nan_vec(T);
+      for (int64_t t = 0; t < T; ++t)
+        cross_entropy_row(l_inplace.data(), inplace.mat(), inplace.cmat(), targets.data(),
+                          kGradScale, t);
+      expect_bits_eq(l_inplace, l_body, "loss in place");
+      expect_bits_eq(inplace.logical(), d_body.logical(), "dlogits in place");
+    }
+  }
+}
+
+// --- attention ---
+
+struct AttnCase {
+  int64_t B, S, H, Hkv, D;
+};
+std::string name(const AttnCase& c, AttnMask mask) {
+  return str("B", c.B, " S", c.S, " H", c.H, " Hkv", c.Hkv, " D", c.D,
+             mask == AttnMask::kCausal ? " causal" : " full");
+}
+
+template <int kMaxD>
+void check_attention(const AttnCase& c, AttnMask mask) {
+  SCOPED_TRACE(name(c, mask));
+  const int64_t B = c.B, S = c.S, H = c.H, Hkv = c.Hkv, D = c.D, T = B * S;
+  ASSERT_LE(D, kMaxD);
+  const AttnShape a{S, H, H / Hkv, D, mask == AttnMask::kCausal};
+  const Buf q = Buf::random(T, H * D, H * D, 81, -2.0f, 2.0f),
+            k = Buf::random(T, Hkv * D, Hkv * D, 82, -2.0f, 2.0f),
+            v = Buf::random(T, Hkv * D, Hkv * D, 83), dout = Buf::random(T, H * D, H * D, 84);
+  // Forward.
+  Buf o_cpu(T, H * D, H * D, kNaN), o_body(T, H * D, H * D, kNaN);
+  std::vector<float> lse_cpu = nan_vec(B * H * S), lse_body = nan_vec(B * H * S);
+  std::vector<float> fwd_scratch(cpu::attention_forward_scratch_numel(D));
+  cpu::attention_forward(o_cpu.t(), Tensor(lse_cpu.data(), {B, H, S}), q.ct(), k.ct(), v.ct(), B, H,
+                         Hkv, Tensor(fwd_scratch.data(), {int64_t(fwd_scratch.size())}), mask);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < S; ++i)
+        attention_forward_row<kMaxD>(o_body.mat(), lse_body.data(), q.cmat(), k.cmat(), v.cmat(), a,
+                                     b, h, i);
+  EXPECT_LE(max_err_vs_max(o_body.logical(), o_cpu.logical()), kAttnTol) << "o";
+  EXPECT_LE(max_rel_err(lse_body, lse_cpu, 1.0), kAttnTol) << "lse";
+  // Backward from the CPU's o and lse on both sides.
+  Buf dq_cpu(T, H * D, H * D, kNaN), dq_body(T, H * D, H * D, kNaN);
+  Buf dk_cpu(T, Hkv * D, Hkv * D, kNaN), dk_body(T, Hkv * D, Hkv * D, kNaN);
+  Buf dv_cpu(T, Hkv * D, Hkv * D, kNaN), dv_body(T, Hkv * D, Hkv * D, kNaN);
+  std::vector<float> bwd_scratch(cpu::attention_backward_scratch_numel(S, D, H, Hkv));
+  cpu::attention_backward(dq_cpu.t(), dk_cpu.t(), dv_cpu.t(), dout.ct(), q.ct(), k.ct(), v.ct(),
+                          o_cpu.ct(), ConstTensor(lse_cpu.data(), {B, H, S}), B, H, Hkv,
+                          Tensor(bwd_scratch.data(), {int64_t(bwd_scratch.size())}), mask);
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<float> delta = nan_vec(H * S);  // this batch's dout . o, one launch per b
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < S; ++i)
+        attention_delta_row(delta.data(), dout.cmat(), o_cpu.cmat(), a, b, h, i);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < S; ++i)
+        attention_dq_row<kMaxD>(dq_body.mat(), dout.cmat(), q.cmat(), k.cmat(), v.cmat(),
+                                lse_cpu.data(), delta.data(), a, b, h, i);
+    for (int64_t kh = 0; kh < Hkv; ++kh)
+      for (int64_t j = 0; j < S; ++j)
+        attention_dkdv_row<kMaxD>(dk_body.mat(), dv_body.mat(), dout.cmat(), q.cmat(), k.cmat(),
+                                  v.cmat(), lse_cpu.data(), delta.data(), a, b, kh, j);
+  }
+  // Scaled by max |reference|, at least 1 (the inputs are O(1)): where a query sees a single key
+  // (S = 1), dp = delta in exact arithmetic and dq, dk are rounding noise on both sides.
+  EXPECT_LE(max_err_vs_max(dq_body.logical(), dq_cpu.logical(), 1.0), kAttnTol) << "dq";
+  EXPECT_LE(max_err_vs_max(dk_body.logical(), dk_cpu.logical(), 1.0), kAttnTol) << "dk";
+  EXPECT_LE(max_err_vs_max(dv_body.logical(), dv_cpu.logical(), 1.0), kAttnTol) << "dv";
+}
+
+TEST(CudaBodies, attention_forward_and_backward_rows_match_cpu) {
+  for (AttnMask mask : {AttnMask::kCausal, AttnMask::kFull}) {
+    // GQA (2 query heads per kv head), S not a multiple of the CPU's 64-row tiles.
+    check_attention<64>({2, 37, 4, 2, 16}, mask);
+    check_attention<64>({1, 70, 2, 1, 64}, mask);
+    check_attention<128>({1, 9, 3, 3, 100}, mask);
+    check_attention<64>({2, 1, 2, 2, 8}, mask);
+  }
+}
+
+TEST(CudaBodies, attention_merge_item_matches_cpu_bitwise) {
+  constexpr int64_t B = 2, S = 5, H = 3, D = 8, T = B * S;
+  const Buf o0 = Buf::random(T, H * D, H * D, 91), o_part = Buf::random(T, H * D, H * D, 92);
+  std::vector<float> lse0 = test::random_floats(B * H * S, 93, -3.0f, 3.0f),
+                     lse_part = test::random_floats(B * H * S, 94, -3.0f, 3.0f);
+  // Rows that saw no key in one part, or in either.
+  lse0[1] = -INFINITY;
+  lse_part[2] = -INFINITY;
+  lse0[3] = lse_part[3] = -INFINITY;
+  Buf o_cpu = o0, o_body = o0;
+  std::vector<float> lse_cpu = lse0, lse_body = lse0;
+  cpu::attention_merge(o_cpu.t(), Tensor(lse_cpu.data(), {B, H, S}), o_part.ct(),
+                       ConstTensor(lse_part.data(), {B, H, S}));
+  for (int64_t bs = 0; bs < T; ++bs)
+    for (int64_t h = 0; h < H; ++h)
+      attention_merge_item(o_body.mat(), lse_body.data(), o_part.cmat(), lse_part.data(), H, S, D,
+                           bs, h);
+  // The same float formula (expf, logf) element by element: the same bits.
+  expect_bits_eq(o_body, o_cpu, "o");
+  expect_bits_eq(lse_body, lse_cpu, "lse");
+  EXPECT_EQ(lse_cpu[1], lse_part[1]);
+  EXPECT_EQ(lse_cpu[3], -INFINITY);
+  EXPECT_NE(lse_cpu[0], lse0[0]);
+}
+
+template <int kMaxD>
+void check_decode(int64_t first, int64_t n, int64_t H, int64_t Hkv, int64_t D) {
+  SCOPED_TRACE(str("first ", first, " n ", n, " H", H, " Hkv", Hkv, " D", D));
+  const int64_t keys = first + n;
+  const Buf q = Buf::random(n, H * D, H * D, 101, -2.0f, 2.0f),
+            k = Buf::random(keys, Hkv * D, Hkv * D, 102, -2.0f, 2.0f),
+            v = Buf::random(keys, Hkv * D, Hkv * D, 103);
+  Buf o_cpu(n, H * D, H * D, kNaN), o_body(n, H * D, H * D, kNaN);
+  std::vector<float> scratch(cpu::attention_decode_scratch_numel(keys));
+  cpu::attention_decode(o_cpu.t(), q.ct(), k.ct(), v.ct(), first, H, Hkv,
+                        Tensor(scratch.data(), {int64_t(scratch.size())}));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < H; ++h)
+      attention_decode_item<kMaxD>(o_body.mat(), q.cmat(), k.cmat(), v.cmat(), first, H / Hkv, D, i,
+                                   h);
+  // Online softmax (body) vs a two-pass softmax with a double sum (CPU).
+  EXPECT_LE(max_err_vs_max(o_body.logical(), o_cpu.logical()), kAttnTol);
+}
+
+TEST(CudaBodies, attention_decode_item_matches_cpu) {
+  check_decode<64>(9, 4, 4, 2, 16);
+  check_decode<64>(0, 3, 2, 1, 64);
+  check_decode<128>(130, 2, 2, 2, 128);
+}
+
+// --- optimiser updates: the same float formula per element, so the same bits ---
+
+constexpr int64_t kOptN = 1037;
+
+struct OptState {
+  std::vector<float> p, g, s1, s2, s3;
+};
+OptState opt_state(uint64_t seed) {
+  OptState st{test::random_floats(kOptN, seed), test::random_floats(kOptN, seed + 1),
+              test::random_floats(kOptN, seed + 2),
+              test::random_floats(kOptN, seed + 3, 0.5f, 1.0f),
+              test::random_floats(kOptN, seed + 4)};
+  st.g[5] = 0.0f;  // sign(0) = 0
+  st.g[6] = -0.0f;
+  return st;
+}
+Tensor tv(std::vector<float>& v) { return Tensor(v.data(), {int64_t(v.size())}); }
+ConstTensor ctv(const std::vector<float>& v) { return ConstTensor(v.data(), {int64_t(v.size())}); }
+
+TEST(CudaBodies, sgd_elem_matches_cpu_bitwise) {
+  struct Case {
+    float momentum;
+    bool nesterov, first;
+  };
+  for (Case c : {Case{0.0f, false, false}, Case{0.9f, false, true}, Case{0.9f, false, false},
+                 Case{0.9f, true, false}, Case{0.9f, true, true}}) {
+    SCOPED_TRACE(str("momentum ", c.momentum, " nesterov ", c.nesterov, " first ", c.first));
+    const SgdStep s{0.05f, 0.01f, c.momentum, 0.8f, c.nesterov, c.first};
+    const bool mom = c.momentum != 0.0f;
+    OptState cpu_st = opt_state(111), body = cpu_st;
+    cpu::sgd_update(tv(cpu_st.p), mom ? tv(cpu_st.s1) : Tensor(), ctv(cpu_st.g), s);
+    for (int64_t j = 0; j < kOptN; ++j)
+      sgd_elem(body.p.data(), mom ? body.s1.data() : nullptr, body.g.data(), s, j);
+    expect_bits_eq(body.p, cpu_st.p, "p");
+    expect_bits_eq(body.s1, cpu_st.s1, "buf");
+    EXPECT_NE(cpu_st.p[0], opt_state(111).p[0]);
+  }
+}
+
+TEST(CudaBodies, signsgd_elem_matches_cpu_bitwise) {
+  for (float momentum : {0.0f, 0.9f}) {
+    SCOPED_TRACE(str("momentum ", momentum));
+    const SignSgdStep s{0.01f, 1.0f - 0.01f * 0.1f, momentum};
+    const bool mom = momentum != 0.0f;
+    OptState cpu_st = opt_state(121), body = cpu_st;
+    cpu::signsgd_update(tv(cpu_st.p), mom ? tv(cpu_st.s1) : Tensor(), ctv(cpu_st.g), s);
+    for (int64_t j = 0; j < kOptN; ++j)
+      signsgd_elem(body.p.data(), mom ? body.s1.data() : nullptr, body.g.data(), s, j);
+    expect_bits_eq(body.p, cpu_st.p, "p");
+    expect_bits_eq(body.s1, cpu_st.s1, "m");
+  }
+}
+
+TEST(CudaBodies, adam_elem_matches_cpu_adam_and_adamw_bitwise) {
+  // Both weight_decay and keep set: Adam must use only the first, AdamW only the second.
+  AdamStep s;
+  s.beta1 = 0.9f;
+  s.beta2 = 0.999f;
+  s.eps = 1e-3f;  // large enough to show in every result
+  s.step_size = 1e-3f / (1.0f - 0.9f * 0.9f * 0.9f);
+  s.bias2_sqrt = std::sqrt(1.0f - 0.999f * 0.999f * 0.999f);
+  s.weight_decay = 0.05f;
+  s.keep = 1.0f - 1e-3f * 0.1f;
+  for (bool decoupled : {false, true}) {
+    SCOPED_TRACE(decoupled ? "adamw" : "adam");
+    OptState cpu_st = opt_state(131), body = cpu_st;
+    // s2 (in [0.5, 1)) is the second moment v, s1 the first.
+    if (decoupled)
+      cpu::adamw_update(tv(cpu_st.p), tv(cpu_st.s1), tv(cpu_st.s2), ctv(cpu_st.g), s);
+    else
+      cpu::adam_update(tv(cpu_st.p), tv(cpu_st.s1), tv(cpu_st.s2), ctv(cpu_st.g), s);
+    for (int64_t j = 0; j < kOptN; ++j)
+      adam_elem(body.p.data(), body.s1.data(), body.s2.data(), body.g.data(), s, decoupled, j);
+    expect_bits_eq(body.p, cpu_st.p, "p");
+    expect_bits_eq(body.s1, cpu_st.s1, "m");
+    expect_bits_eq(body.s2, cpu_st.s2, "v");
+  }
+}
+
+TEST(CudaBodies, adagrad_elem_matches_cpu_bitwise) {
+  const AdagradStep s{0.01f, 1e-3f, 0.02f};
+  OptState cpu_st = opt_state(141), body = cpu_st;
+  cpu::adagrad_update(tv(cpu_st.p), tv(cpu_st.s2), ctv(cpu_st.g), s);
+  for (int64_t j = 0; j < kOptN; ++j)
+    adagrad_elem(body.p.data(), body.s2.data(), body.g.data(), s, j);
+  expect_bits_eq(body.p, cpu_st.p, "p");
+  expect_bits_eq(body.s2, cpu_st.s2, "sum");
+}
+
+TEST(CudaBodies, rmsprop_elem_matches_cpu_bitwise) {
+  for (bool centered : {false, true}) {
+    for (float momentum : {0.0f, 0.9f}) {
+      SCOPED_TRACE(str(centered ? "centered" : "plain", " momentum ", momentum));
+      const RmspropStep s{0.01f, 0.9f, 1e-3f, momentum, 0.02f, centered};
+      const bool mom = momentum != 0.0f;
+      OptState cpu_st = opt_state(151), body = cpu_st;
+      // s2 in [0.5, 1): the square average; s3 scaled to [-0.1, 0.1): the grad average, small
+      // enough that the centered variance stays positive.
+      for (OptState* st : {&cpu_st, &body})
+        for (float& x : st->s3) x *= 0.1f;
+      cpu::rmsprop_update(tv(cpu_st.p), tv(cpu_st.s2), centered ? tv(cpu_st.s3) : Tensor(),
+                          mom ? tv(cpu_st.s1) : Tensor(), ctv(cpu_st.g), s);
+      for (int64_t j = 0; j < kOptN; ++j)
+        rmsprop_elem(body.p.data(), body.s2.data(), centered ? body.s3.data() : nullptr,
+                     mom ? body.s1.data() : nullptr, body.g.data(), s, j);
+      expect_bits_eq(body.p, cpu_st.p, "p");
+      expect_bits_eq(body.s2, cpu_st.s2, "square_avg");
+      expect_bits_eq(body.s3, cpu_st.s3, "grad_avg");
+      expect_bits_eq(body.s1, cpu_st.s1, "buf");
+      for (float x : cpu_st.p) ASSERT_TRUE(std::isfinite(x));
+    }
+  }
+}
+
+TEST(CudaBodies, lion_elem_matches_cpu_bitwise) {
+  const LionStep s{1e-3f, 0.9f, 0.99f, 1.0f - 1e-3f * 0.1f};
+  OptState cpu_st = opt_state(161), body = cpu_st;
+  cpu::lion_update(tv(cpu_st.p), tv(cpu_st.s1), ctv(cpu_st.g), s);
+  for (int64_t j = 0; j < kOptN; ++j) lion_elem(body.p.data(), body.s1.data(), body.g.data(), s, j);
+  expect_bits_eq(body.p, cpu_st.p, "p");
+  expect_bits_eq(body.s1, cpu_st.s1, "m");
+}
+
+// --- ordered sums ---
+
+double chunked_sum(CMat x, bool squares) {
+  const int64_t n = x.rows * x.cols;
+  double total = 0.0;
+  for (int64_t k = 0; k < (n + kSumChunk - 1) / kSumChunk; ++k) total += chunk_sum(x, squares, k);
+  return total;
+}
+
+TEST(CudaBodies, chunk_sum_matches_cpu_sum_and_sum_squares) {
+  // 1-D of 3 chunks and a tail; a 2-D strided view (which the CPU sums from a contiguous copy);
+  // one partial chunk.
+  for (const Shape2& s : {Shape2{1, 3 * kSumChunk + 123, 3 * kSumChunk + 123}, Shape2{97, 131, 140},
+                          Shape2{1, 1000, 1000}}) {
+    const auto [R, C, ld] = s;
+    SCOPED_TRACE(name(s));
+    const Buf x = Buf::random(R, C, ld, 171, -1.0f, 3.0f);
+    const std::vector<float> xc = x.logical();
+    const ConstTensor xt(xc.data(), {R * C});
+    double abs_sum = 0.0, sq_sum = 0.0;
+    for (float e : xc) abs_sum += std::abs(double(e)), sq_sum += double(e) * e;
+    const double sum_body = chunked_sum(x.cmat(), false), sq_body = chunked_sum(x.cmat(), true);
+    const double sum_cpu = cpu::sum(xt), sq_cpu = cpu::sum_squares(xt);
+    if (R * C <= kSumChunk) {
+      // One chunk, summed in index order in double on both sides: the same bits.
+      EXPECT_EQ(sum_body, sum_cpu);
+      EXPECT_EQ(sq_body, sq_cpu);
+    }
+    // Otherwise the chunk sums associate differently from the CPU's (one serial sum; chunks of
+    // 2^14 for squares): double roundings of n terms, <= n 2^-53 of the absolute sum.
+    EXPECT_LE(std::abs(sum_body - sum_cpu), 1e-12 * abs_sum);
+    EXPECT_LE(std::abs(sq_body - sq_cpu), 1e-12 * sq_sum);
+    EXPECT_GT(std::abs(sum_cpu), 1.0);
+  }
+}
+
+TEST(CudaBodies, noise_probe_chunk_matches_cpu_pass_bitwise) {
+  // Two full chunks and a tail whose length is not a multiple of the 8 lanes.
+  const int64_t n = 2 * kNoiseProbeChunk + 77,
+                chunks = (n + kNoiseProbeChunk - 1) / kNoiseProbeChunk;
+  ASSERT_EQ(chunks, cpu::noise_probe_chunks(n));
+  std::vector<float> sum_cpu = nan_vec(n), sum_body = nan_vec(n);  // pass 0 overwrites sum
+  std::vector<double> partial(chunks);
+  const NoiseProbePass passes[] = {NoiseProbePass::kFirst, NoiseProbePass::kMiddle,
+                                   NoiseProbePass::kMiddle, NoiseProbePass::kLast};
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE(str("micro-batch ", step));
+    const NoiseProbePass pass = passes[step];
+    const std::vector<float> g = test::random_floats(n, 181 + step);
+    std::vector<float> g_cpu = g, g_body = g;
+    std::fill(partial.begin(), partial.end(), std::numeric_limits<double>::quiet_NaN());
+    const double total_cpu =
+        cpu::noise_probe_pass(tv(g_cpu), tv(sum_cpu), pass, View<double>(partial.data(), {chunks}));
+    double total_body = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const double part = noise_probe_chunk(g_body.data(), sum_body.data(), int(pass), n, k);
+      EXPECT_EQ(part, partial[k]) << "chunk " << k;
+      total_body += part;
+    }
+    EXPECT_EQ(total_body, total_cpu);
+    EXPECT_GT(total_cpu, 0.0);
+    expect_bits_eq(g_body, g_cpu, "g");
+    expect_bits_eq(sum_body, sum_cpu, "sum");
+  }
+}
+
+}  // namespace
+}  // namespace memo::cuda

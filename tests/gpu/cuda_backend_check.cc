@@ -1,0 +1,403 @@
+// The CUDA backend against the CPU backend, kernel by kernel, in fp32, on the same random inputs;
+// then the streams (copies ordered by events under random delays) and run-to-run determinism.
+// Each test skips, saying so, where no CUDA GPU can be used (CI builds and runs this binary
+// there); scripts/gpu-check.sh runs it on a GPU. The kernels' arithmetic is tested without a GPU
+// by tests/cuda/bodies_test.cc.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memo/backend/raw_allocator.h"
+#include "memo/core/error.h"
+#include "memo/cuda/cuda_backend.h"
+#include "memo/kernels/cpu/cpu_backend.h"
+
+namespace memo {
+namespace {
+
+std::string g_reason;  // why there is no GPU backend
+
+Backend* gpu() {
+  static std::unique_ptr<Backend> backend;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    try {
+      backend = make_cuda_backend(0);
+      std::printf("cuda backend: %s\n", backend->describe().c_str());
+    } catch (const ConfigError& e) {
+      g_reason = e.what();
+    }
+  }
+  return backend.get();
+}
+
+#define REQUIRE_GPU()                                                         \
+  Backend* const g = gpu();                                                   \
+  if (!g)                                                                     \
+  GTEST_SKIP() << g_reason                                                    \
+               << ": skipped (tests/cuda/bodies_test.cc checks the kernels' " \
+                  "arithmetic on the CPU)"
+
+std::vector<float> randoms(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// One operand of a comparison: its initial values and shape.
+struct Buf {
+  std::vector<float> values;
+  Shape shape;
+};
+Buf rnd(Shape shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  return {randoms(shape.numel(), seed, lo, hi), shape};
+}
+Buf zeros(Shape shape) { return {std::vector<float>(size_t(shape.numel()), 0.0f), shape}; }
+
+using Op = std::function<double(Backend&, std::vector<Tensor>&)>;
+
+// Runs `op` on the CPU backend over host copies of `bufs` and on the CUDA backend over device
+// copies, then compares every buffer afterwards and the returned scalar: max |gpu - cpu| over
+// max |cpu| (per buffer) within `tol`. Returns the GPU's buffers.
+// Buffers listed in `scratch` are not compared (each backend's own working memory).
+std::vector<std::vector<float>> compare(Backend& g, const std::vector<Buf>& bufs, const Op& op,
+                                        double tol, std::vector<size_t> scratch = {}) {
+  std::vector<std::vector<float>> cpu_vals;
+  std::vector<Tensor> cpu_t;
+  for (const Buf& b : bufs) cpu_vals.push_back(b.values);
+  for (size_t i = 0; i < bufs.size(); ++i) cpu_t.emplace_back(cpu_vals[i].data(), bufs[i].shape);
+  const double cpu_r = op(cpu_backend(), cpu_t);
+
+  std::vector<RawBuffer> dev;
+  std::vector<Tensor> gpu_t;
+  for (const Buf& b : bufs) {
+    dev.emplace_back(g.allocator(g.device_space()), std::max<int64_t>(1, b.shape.numel()) * 4,
+                     "test");
+    g.copy_from_host(dev.back().data(), b.values.data(), b.shape.numel() * 4);
+    gpu_t.emplace_back(dev.back().as<float>(), b.shape);
+  }
+  const double gpu_r = op(g, gpu_t);
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    out.emplace_back(size_t(bufs[i].shape.numel()));
+    g.copy_to_host(out.back().data(), dev[i].data(), bufs[i].shape.numel() * 4);
+    if (std::find(scratch.begin(), scratch.end(), i) != scratch.end()) continue;
+    double err = 0.0, mag = 0.0;
+    for (size_t j = 0; j < out.back().size(); ++j) {
+      EXPECT_FALSE(std::isnan(out.back()[j]) && !std::isnan(cpu_vals[i][j]))
+          << "buffer " << i << " element " << j;
+      err = std::max(err, double(std::abs(out.back()[j] - cpu_vals[i][j])));
+      mag = std::max(mag, double(std::abs(cpu_vals[i][j])));
+    }
+    EXPECT_LE(err, tol * std::max(mag, 1e-30))
+        << "buffer " << i << ": max error " << err << " against max |cpu| " << mag;
+  }
+  EXPECT_LE(std::abs(gpu_r - cpu_r), tol * std::max(std::abs(cpu_r), 1e-30))
+      << "returned " << gpu_r << ", cpu " << cpu_r;
+  return out;
+}
+
+constexpr double kTol = 2e-6;     // elementwise and row kernels: a few ulp (expf differs)
+constexpr double kSumTol = 1e-5;  // products and attention: other summation orders
+
+TEST(CudaBackend, matmul_all_transposes_alpha_beta_and_a_column_slice) {
+  REQUIRE_GPU();
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const int64_t M = 70, N = 45, K = 129;
+      compare(
+          *g,
+          {rnd(ta ? Shape{K, M} : Shape{M, K}, 1), rnd(tb ? Shape{N, K} : Shape{K, N}, 2),
+           rnd({M, N}, 3)},
+          [&](Backend& b, std::vector<Tensor>& t) {
+            b.matmul(t[2], t[0], t[1], ta, tb, 0.75f, 0.5f);
+            return 0.0;
+          },
+          kSumTol);
+    }
+  // c = a @ w[:, 3:35]^T-free slice: a column slice of a wider weight (GPT-2's fused qkv)
+  compare(
+      *g, {rnd({300, 64}, 4), rnd({64, 100}, 5), rnd({300, 32}, 6)},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.matmul_token_panels_kn(t[2], t[0], t[1].slice_cols(3, 35), 0.0f);
+        return 0.0;
+      },
+      kSumTol);
+}
+
+TEST(CudaBackend, token_panels_rebuild_rows_from_a_panel_start_bit_for_bit) {
+  REQUIRE_GPU();
+  const int64_t T = 3 * kCudaPanelRows + 77, K = 96, N = 160;
+  auto out = compare(
+      *g, {rnd({T, K}, 7), rnd({N, K}, 8), zeros({T, N})},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.matmul_token_panels(t[2], t[0], t[1], 0.0f);
+        return 0.0;
+      },
+      kSumTol);
+  // the rows from panel 1 on, recomputed alone, equal the full product's
+  const int64_t r0 = kCudaPanelRows;
+  auto part = compare(
+      *g, {rnd({T, K}, 7), rnd({N, K}, 8), zeros({T, N})},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.matmul_token_panels(t[2].slice_rows(r0, T), t[0].slice_rows(r0, T), t[1], 0.0f);
+        return 0.0;
+      },
+      kSumTol);
+  EXPECT_EQ(0,
+            std::memcmp(out[2].data() + r0 * N, part[2].data() + r0 * N, size_t((T - r0) * N) * 4));
+}
+
+TEST(CudaBackend, norms_forward_and_backward) {
+  REQUIRE_GPU();
+  const int64_t T = 97, C = 200;
+  compare(
+      *g, {zeros({T, C}), zeros({T}), rnd({T, C}, 1), rnd({C}, 2, 0.5f, 1.5f)},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f);
+        return 0.0;
+      },
+      kTol);
+  std::vector<float> inv(static_cast<size_t>(T));
+  {
+    std::vector<float> x = randoms(T * C, 1), y(size_t(T * C)), w = randoms(C, 2, 0.5f, 1.5f);
+    cpu_backend().rmsnorm_forward(Tensor(y.data(), {T, C}), Tensor(inv.data(), {T}),
+                                  Tensor(x.data(), {T, C}), Tensor(w.data(), {C}), 1e-5f);
+  }
+  compare(
+      *g,
+      {rnd({T, C}, 9), rnd({C}, 10), rnd({T, C}, 11), rnd({T, C}, 1), rnd({C}, 2, 0.5f, 1.5f),
+       Buf{inv, {T}}},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5]);
+        return 0.0;
+      },
+      kTol);
+  // y, mean, rstd, x (mean far from 0), w, b, then dx, dw, db, dy
+  compare(
+      *g,
+      {zeros({T, C}), zeros({T}), zeros({T}), rnd({T, C}, 1, 2.0f, 3.0f), rnd({C}, 2), rnd({C}, 3),
+       rnd({T, C}, 4), rnd({C}, 5), rnd({C}, 6), rnd({T, C}, 7)},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5f);
+        b.layernorm_backward(t[6], t[7], t[8], t[9], t[3], t[4], t[1], t[2]);
+        return 0.0;
+      },
+      kTol);
+}
+
+TEST(CudaBackend, elementwise_kernels) {
+  REQUIRE_GPU();
+  const int64_t T = 131, F = 96, H = 4, D = 24, S = 64;
+  compare(
+      *g, {zeros({S, D / 2}), zeros({S, D / 2}), rnd({T, H * D}, 1), rnd({T, H * D}, 2)},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.rope_table(t[0], t[1], D, 10000.0f);
+        b.rope_forward(t[2], t[0], t[1], D, 5);
+        b.rope_backward(t[3], t[0], t[1], D, 0);
+        return 0.0;
+      },
+      kTol);
+  compare(
+      *g,
+      {zeros({T, F}), rnd({T, F}, 3, -8.0f, 8.0f), rnd({T, F}, 4), rnd({T, F}, 5), zeros({T, F}),
+       zeros({T, F})},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.swiglu_forward(t[0], t[1], t[2]);
+        b.swiglu_backward(t[4], t[5], t[3], t[1], t[2]);
+        b.gelu_forward(t[0], t[1]);
+        b.gelu_backward(t[3], t[3], t[1]);
+        return 0.0;
+      },
+      kTol);
+  compare(
+      *g, {rnd({T, F}, 6), rnd({F}, 7), rnd({F}, 8), rnd({T, F}, 9)},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.bias_add(t[0], t[1]);
+        b.bias_backward(t[2], t[0]);
+        b.add_into(t[3], t[0]);
+        b.scale(t[3], 0.5f);
+        b.copy(t[0].slice_cols(1, 9), t[3].slice_cols(20, 28));
+        b.fill(t[0].slice_rows(3, 5), 2.5f);
+        return b.sum(t[3]) + 1e3 * b.sum_squares(t[0].slice_cols(0, 50));
+      },
+      kTol);
+}
+
+TEST(CudaBackend, embedding_and_cross_entropy) {
+  REQUIRE_GPU();
+  const int64_t T = 150, C = 40, V = 333;
+  std::vector<int32_t> ids(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = int32_t((t * 37) % 50);  // repeats
+  const View<const int32_t> tok(ids.data(), {T});
+  compare(
+      *g, {zeros({T, C}), rnd({V, C}, 1), rnd({T, C}, 2), rnd({V, C}, 3)},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.embedding_forward(t[0], tok, t[1]);
+        b.embedding_backward(t[3], t[2], tok);
+        return 0.0;
+      },
+      kTol);
+  compare(
+      *g, {zeros({T}), zeros({T, V}), rnd({T, V}, 4, -6.0f, 6.0f), zeros({T})},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.cross_entropy(t[0], t[1], t[2], tok, 0.01f);
+        b.cross_entropy(t[3], Tensor(), t[2], tok, 1.0f);
+        b.cross_entropy(t[3], t[2], t[2], tok, 0.5f);  // dlogits aliasing logits
+        return 0.0;
+      },
+      kTol);
+}
+
+TEST(CudaBackend, attention_forward_backward_merge_and_decode) {
+  REQUIRE_GPU();
+  for (const auto& [D, mask] : {std::pair{64L, AttnMask::kCausal}, std::pair{16L, AttnMask::kFull},
+                                std::pair{128L, AttnMask::kCausal}}) {
+    const int64_t B = 2, S = 75, H = 4, Hkv = 2;
+    const int64_t fs = std::max(cpu_backend().attention_forward_scratch_numel(D),
+                                g->attention_forward_scratch_numel(D));
+    const int64_t bs = std::max(cpu_backend().attention_backward_scratch_numel(S, D, H, Hkv),
+                                g->attention_backward_scratch_numel(S, D, H, Hkv));
+    compare(*g,
+            {rnd({B * S, H * D}, 1), rnd({B * S, Hkv * D}, 2), rnd({B * S, Hkv * D}, 3),
+             zeros({B * S, H * D}), zeros({B, H, S}), zeros({fs}), rnd({B * S, H * D}, 4),
+             zeros({B * S, H * D}), zeros({B * S, Hkv * D}), zeros({B * S, Hkv * D}), zeros({bs})},
+            [&](Backend& b, std::vector<Tensor>& t) {
+              b.attention_forward(t[3], t[4], t[0], t[1], t[2], B, H, Hkv, t[5], mask);
+              b.attention_backward(t[7], t[8], t[9], t[6], t[0], t[1], t[2], t[3], t[4], B, H, Hkv,
+                                   t[10], mask);
+              return 0.0;
+            },
+            kSumTol, {5, 10});
+  }
+  // merge: two halves of the keys merge into the whole (values checked against the CPU merge)
+  const int64_t B = 1, S = 33, H = 2, D = 8;
+  compare(
+      *g, {rnd({B * S, H * D}, 5), rnd({B, H, S}, 6), rnd({B * S, H * D}, 7), rnd({B, H, S}, 8)},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.attention_merge(t[0], t[1], t[2], t[3]);
+        return 0.0;
+      },
+      kTol);
+  const int64_t first = 40, n = 3, Hkv = 1;
+  compare(*g,
+          {zeros({n, H * D}), rnd({n, H * D}, 9), rnd({first + n, Hkv * D}, 10),
+           rnd({first + n, Hkv * D}, 11),
+           zeros({cpu_backend().attention_decode_scratch_numel(first + n)})},
+          [&](Backend& b, std::vector<Tensor>& t) {
+            b.attention_decode(t[0], t[1], t[2], t[3], first, H, Hkv, t[4]);
+            return 0.0;
+          },
+          kSumTol, {4});
+}
+
+TEST(CudaBackend, optimiser_updates_and_the_noise_probe) {
+  REQUIRE_GPU();
+  const int64_t n = 40000;
+  AdamStep adam{0.9f, 0.95f, 1e-8f, 1e-3f, 0.3f, 0.01f, 0.999f};
+  compare(
+      *g, {rnd({n}, 1), rnd({n}, 2), rnd({n}, 3, 0.0f, 1.0f), rnd({n}, 4)},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.adamw_update(t[0], t[1], t[2], t[3], adam);
+        b.adam_update(t[0], t[1], t[2], t[3], adam);
+        b.sgd_update(t[0], t[1], t[3], SgdStep{0.01f, 0.1f, 0.9f, 0.9f, true, false});
+        b.sgd_update(t[0], Tensor(), t[3], SgdStep{0.01f, 0.1f, 0.0f, 1.0f, false, false});
+        b.signsgd_update(t[0], t[1], t[3], SignSgdStep{0.01f, 0.99f, 0.9f});
+        b.adagrad_update(t[0], t[2], t[3], AdagradStep{0.01f, 1e-10f, 0.1f});
+        b.rmsprop_update(t[0], t[2], t[1], Tensor(), t[3],
+                         RmspropStep{0.01f, 0.99f, 1e-8f, 0.0f, 0.0f, true});
+        b.lion_update(t[0], t[1], t[3], LionStep{1e-4f, 0.9f, 0.99f, 0.999f});
+        return 0.0;
+      },
+      kTol);
+  const int64_t big = 3 * (int64_t(1) << 14) + 5;
+  compare(
+      *g, {rnd({big}, 5), zeros({big})},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        std::vector<double> partial(size_t(b.noise_probe_partial_numel(big)));
+        const View<double> pv(partial.data(), {int64_t(partial.size())});
+        double s = b.noise_probe_pass(t[0], t[1], NoiseProbePass::kFirst, pv);
+        b.scale(t[0], 0.0f);
+        b.add_into(t[0], t[1]);
+        s += b.noise_probe_pass(t[0], t[1], NoiseProbePass::kMiddle, pv);
+        b.add_into(t[0], t[1]);
+        s += b.noise_probe_pass(t[0], t[1], NoiseProbePass::kLast, pv);
+        return s;
+      },
+      kTol);
+}
+
+TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {
+  REQUIRE_GPU();
+  const int64_t n = 1 << 20;
+  RawBuffer dev(g->allocator(MemSpace::kDevice), n * 4, "dev");
+  RawBuffer host(g->allocator(MemSpace::kPinnedHost), n * 4, "pinned");
+  RawBuffer back(g->allocator(MemSpace::kPinnedHost), n * 4, "pinned back");
+  const Tensor d(dev.as<float>(), {n}), h(host.as<float>(), {n}), k(back.as<float>(), {n});
+  StreamOptions delays;
+  delays.max_random_delay_s = 0.01;
+  delays.random_delay_seed = 3;
+  auto d2h = g->make_copy_stream("d2h", delays);
+  auto h2d = g->make_copy_stream("h2d", delays);
+  for (int round = 0; round < 5; ++round) {
+    g->fill(d, float(round + 1));
+    d2h->wait(g->compute_stream().record());  // the fill is done
+    d2h->copy(host.data(), dev.data(), n * 4);
+    Event offloaded = d2h->record();
+    g->compute_stream().wait(offloaded);  // no host block
+    g->fill(d, -1.0f);                    // overwrites only after the copy
+    h2d->wait(g->compute_stream().record());
+    h2d->copy(dev.data(), host.data(), n * 4);
+    g->compute_stream().wait(h2d->record());
+    g->scale(d, 2.0f);
+    g->copy_to_host(back.data(), dev.data(), n * 4);
+    EXPECT_EQ(h[0], float(round + 1));
+    EXPECT_EQ(k[0], 2.0f * float(round + 1));
+    EXPECT_EQ(k[n - 1], 2.0f * float(round + 1));
+  }
+  EXPECT_EQ(d2h->copied_bytes(), 5 * n * 4);
+  d2h->synchronize();
+  EXPECT_GT(d2h->busy_s(), 0.0);
+}
+
+TEST(CudaBackend, runs_repeat_bit_for_bit) {
+  REQUIRE_GPU();
+  const int64_t B = 1, S = 300, H = 4, Hkv = 4, D = 64;
+  const int64_t bs = g->attention_backward_scratch_numel(S, D, H, Hkv);
+  std::vector<std::vector<float>> first;
+  for (int run = 0; run < 2; ++run) {
+    auto out = compare(
+        *g,
+        {rnd({B * S, H * D}, 1), rnd({B * S, Hkv * D}, 2), rnd({B * S, Hkv * D}, 3),
+         zeros({B * S, H * D}), zeros({B, H, S}),
+         zeros({std::max<int64_t>(1, cpu_backend().attention_forward_scratch_numel(D))}),
+         rnd({B * S, H * D}, 4), zeros({B * S, H * D}), zeros({B * S, Hkv * D}),
+         zeros({B * S, Hkv * D}),
+         zeros({std::max<int64_t>(bs,
+                                  cpu_backend().attention_backward_scratch_numel(S, D, H, Hkv))})},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.attention_forward(t[3], t[4], t[0], t[1], t[2], B, H, Hkv, t[5], AttnMask::kCausal);
+          b.attention_backward(t[7], t[8], t[9], t[6], t[0], t[1], t[2], t[3], t[4], B, H, Hkv,
+                               t[10], AttnMask::kCausal);
+          return 0.0;
+        },
+        kSumTol, {5, 10});
+    if (run == 0)
+      first = out;
+    else
+      for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(first[i], out[i]) << "buffer " << i;
+  }
+}
+
+}  // namespace
+}  // namespace memo
