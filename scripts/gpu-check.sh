@@ -15,8 +15,9 @@
 #   4. keep, recompute, offload, memo and offload under a throttled (delayed) copy link, 8 steps
 #      each on the GPU: identical losses;
 #   5. the NCCL communicator's check;
-#   6. tokens/s of a ~1B LLaMA at 4K tokens under keep, recompute and memo, and PyTorch's on the
-#      same model (scripts/torch_gpu_bench.py).
+#   6. tokens/s of a ~1B LLaMA at 4K tokens under keep (with the GPU time per kernel entry
+#      point: MEMO_CUDA_PROFILE), recompute and memo, and PyTorch's on the same model
+#      (scripts/torch_gpu_bench.py).
 # It writes gpu-check.log and gpu-check.json (the numbers of each stage) to $OUT when that is
 # set, else to /tmp.
 set -uo pipefail
@@ -29,7 +30,7 @@ if [[ "${1:-}" == "prepare" ]]; then
   cmake --build build-gpu -j"$(nproc)" --target memo memo_cuda_tests memo_nccl_check
   rm -rf build-gpu/bundle && mkdir -p build-gpu/bundle/lib build-gpu/bundle/data
   cp build-gpu/memo build-gpu/memo_cuda_tests build-gpu/memo_nccl_check build-gpu/bundle/
-  strip build-gpu/bundle/memo build-gpu/bundle/memo_cuda_tests build-gpu/bundle/memo_nccl_check
+  strip build-gpu/bundle/memo_cuda_tests build-gpu/bundle/memo_nccl_check  # memo keeps its symbols
   # Debian's libraries (oneDNN, CBC, Open MPI, OpenBLAS, ...): not glibc or libstdc++, not CUDA's
   for b in memo memo_cuda_tests memo_nccl_check; do
     ldd "build-gpu/$b" | awk '/=> \/(usr\/)?lib\/x86_64-linux-gnu\// {print $3}' |
@@ -92,9 +93,13 @@ quick=(train --config configs/small.json --data "$b/data/kjv.txt" --seq 256 --ba
 OMP_NUM_THREADS=12 timeout 400 "$b/memo" "${quick[@]}" --device cpu --out "$runs/cpu" \
   --log "$runs/cpu.jsonl" > "$runs/cpu.out" 2>&1 &
 cpu_pid=$!
-stage gpu_run 120 "$b/memo" "${quick[@]}" --device cuda --out "$runs/gpu" --log "$runs/gpu.jsonl"
+stage gpu_run 150 "$b/memo" "${quick[@]}" --device cuda --out "$runs/gpu" --log "$runs/gpu.jsonl"
+if [[ ${status[gpu_run]%% *} == 139 ]] && command -v cuda-gdb > /dev/null; then  # where it crashed
+  timeout 120 cuda-gdb -batch -ex run -ex bt --args "$b/memo" "${quick[@]}" --steps 2 \
+    --device cuda --out "$runs/gdb" 2>&1 | tail -40
+fi
 # 3. again: bit for bit
-stage gpu_repeat 90 "$b/memo" "${quick[@]}" --device cuda --out "$runs/gpu2" --log "$runs/gpu2.jsonl"
+stage gpu_repeat 150 "$b/memo" "${quick[@]}" --device cuda --out "$runs/gpu2" --log "$runs/gpu2.jsonl"
 # 4. the strategies on the GPU (two micro-batches of 1,024 tokens: memo splits at 256-row panels)
 for s in keep recompute offload memo throttled; do
   args=(--activations "$s")
@@ -114,14 +119,16 @@ cat > "$runs/llama1b.json" <<'EOF'
  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "max_position_embeddings": 32768,
  "tie_word_embeddings": false, "initializer_range": 0.02, "torch_dtype": "float32"}
 EOF
+# PyTorch on the same model (fp32 with TF32 off, then bf16 autocast)
+stage torch_1b 100 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 4096 3 \
+  > >(tee "$runs/torch.jsonl")
 for s in keep recompute memo; do
-  stage "bench_$s" 90 "$b/memo" train --config "$runs/llama1b.json" --data "$b/data/kjv.txt" \
-    --seq 4096 --batch 1 --steps 4 --warmup 0 --lr 1e-4 --save-every 0 --val-batches 0 \
+  # keep's run also prints where its GPU time goes (Note [Kernel profile] in cuda_backend.cu)
+  [[ $s == keep ]] && export MEMO_CUDA_PROFILE=1 || unset MEMO_CUDA_PROFILE
+  stage "bench_$s" 100 "$b/memo" train --config "$runs/llama1b.json" --data "$b/data/kjv.txt" \
+    --seq 4096 --batch 1 --steps 2 --warmup 0 --lr 1e-4 --save-every 0 --val-batches 0 \
     --device cuda --activations "$s" --out "$runs/b_$s" --log "$runs/b_$s.jsonl"
 done
-# PyTorch on the same model (fp32 with TF32 off, then bf16 autocast)
-stage torch_1b 100 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 4096 4 \
-  > >(tee "$runs/torch.jsonl")
 wait "$cpu_pid"
 echo "cpu run: exit $? ($(tail -c 300 "$runs/cpu.out" | tr '\n' ' '))"
 

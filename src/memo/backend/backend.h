@@ -95,7 +95,9 @@ class Backend {
   virtual void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) = 0;
   virtual void bias_add(Tensor y, ConstTensor b) = 0;
   virtual void bias_backward(Tensor db, ConstTensor dy) = 0;
-  // Token ids live in host memory and are checked there (DataError naming the position).
+  // Token ids live in the device space: where the host cannot read it, the model checks them
+  // against the vocabulary (DataError naming the position) and copies them there; a backend
+  // whose host can read them checks them again (kernels/checks.h).
   virtual void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) = 0;
   virtual void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) = 0;
   virtual void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,

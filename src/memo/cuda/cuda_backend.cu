@@ -3,9 +3,12 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -218,10 +221,35 @@ class CudaPinnedAllocator final : public RawAllocator {
 
 // --- the backend ---
 
+// Note [Kernel profile]
+// MEMO_CUDA_PROFILE=1 times every kernel entry point of the backend with a pair of CUDA events on
+// the compute stream and prints, when the backend is destroyed, the GPU time per entry point
+// (calls, total, share) to stderr: where a step's time goes, without a profiler. The pending
+// events are read back every 4,096 calls (a stream synchronisation, so timings under it are
+// slightly perturbed); off by default, when each entry point costs one branch.
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device);
   ~CudaBackend() override;
+
+  class Timed {
+   public:
+    Timed(CudaBackend* b, const char* op) : b_(b->profile_ ? b : nullptr), op_(op) {
+      if (b_) start_ = b_->timing_event();
+    }
+    ~Timed() {
+      if (!b_) return;
+      b_->pending_.emplace_back(op_, start_, b_->timing_event());
+      if (b_->pending_.size() >= 4096) b_->harvest_timings();
+    }
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+
+   private:
+    CudaBackend* b_;
+    const char* op_;
+    cudaEvent_t start_ = nullptr;
+  };
 
   const char* name() const override { return "cuda"; }
   std::string describe() const override { return description_; }
@@ -264,10 +292,12 @@ class CudaBackend final : public Backend {
 
   void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
               float beta) override {
+    const Timed timed(this, "matmul");
     check_matmul(c, a, b, trans_a, trans_b, alpha, beta);
     matmul_unchecked(c, a, b, trans_a, trans_b, alpha, beta);
   }
   void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) override {
+    const Timed timed(this, "matmul_token_panels");
     check_matmul(c, a, b, false, true, 1.0f, beta);
     for (int64_t r = 0; r < c.rows(); r += kCudaPanelRows) {
       const int64_t e = std::min(c.rows(), r + kCudaPanelRows);
@@ -275,6 +305,7 @@ class CudaBackend final : public Backend {
     }
   }
   void matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) override {
+    const Timed timed(this, "matmul_token_panels_kn");
     check_matmul(c, a, b, false, false, 1.0f, beta);
     for (int64_t r = 0; r < c.rows(); r += kCudaPanelRows) {
       const int64_t e = std::min(c.rows(), r + kCudaPanelRows);
@@ -283,6 +314,7 @@ class CudaBackend final : public Backend {
   }
 
   void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, float eps) override {
+    const Timed timed(this, "rmsnorm_forward");
     check_rmsnorm_forward(y, inv_rms, x, w, eps);
     const Mat Y = mat(y);
     const CMat X = cmat(x);
@@ -292,6 +324,7 @@ class CudaBackend final : public Backend {
   }
   void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
                         ConstTensor inv_rms) override {
+    const Timed timed(this, "rmsnorm_backward");
     check_rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
     const Mat DX = mat(dx);
     const CMat DY = cmat(dy), X = cmat(x);
@@ -302,6 +335,7 @@ class CudaBackend final : public Backend {
   }
   void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
                          ConstTensor b, float eps) override {
+    const Timed timed(this, "layernorm_forward");
     check_layernorm_forward(y, mean, rstd, x, w, b, eps);
     const Mat Y = mat(y);
     const CMat X = cmat(x);
@@ -313,6 +347,7 @@ class CudaBackend final : public Backend {
   }
   void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
                           ConstTensor w, ConstTensor mean, ConstTensor rstd) override {
+    const Timed timed(this, "layernorm_backward");
     check_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
     const Mat DX = mat(dx);
     const CMat DY = cmat(dy), X = cmat(x);
@@ -325,6 +360,7 @@ class CudaBackend final : public Backend {
   }
   // The table is the CPU's (computed in double on the host), copied up.
   void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) override {
+    const Timed timed(this, "rope_table");
     check_rope_table(cos, sin, head_dim, theta);
     MEMO_CHECK(cos.contiguous() && sin.contiguous(), "rope_table: non-contiguous tables");
     std::vector<float> c(size_t(cos.numel())), s(size_t(sin.numel()));
@@ -334,15 +370,18 @@ class CudaBackend final : public Backend {
   }
   void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                     int64_t first_row) override {
+    const Timed timed(this, "rope_forward");
     check_rope_forward(x, cos, sin, head_dim, first_row);
     rotate(x, cos, sin, head_dim, first_row, 1.0f);
   }
   void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                      int64_t first_row) override {
+    const Timed timed(this, "rope_backward");
     check_rope_backward(dx, cos, sin, head_dim, first_row);
     rotate(dx, cos, sin, head_dim, first_row, -1.0f);
   }
   void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) override {
+    const Timed timed(this, "swiglu_forward");
     check_swiglu_forward(a, g, u);
     const Mat A = mat(a);
     const CMat G = cmat(g), U = cmat(u);
@@ -354,6 +393,7 @@ class CudaBackend final : public Backend {
   }
   void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
                        ConstTensor u) override {
+    const Timed timed(this, "swiglu_backward");
     check_swiglu_backward(dg, du, da, g, u);
     const Mat DG = mat(dg), DU = mat(du);
     const CMat DA = cmat(da), G = cmat(g), U = cmat(u);
@@ -364,6 +404,7 @@ class CudaBackend final : public Backend {
     });
   }
   void gelu_forward(Tensor y, ConstTensor x) override {
+    const Timed timed(this, "gelu_forward");
     check_gelu_forward(y, x);
     const Mat Y = mat(y);
     const CMat X = cmat(x);
@@ -372,6 +413,7 @@ class CudaBackend final : public Backend {
            [=] __device__(int64_t i) { Y.at(i / C, i % C) = cuda::gelu(X.at(i / C, i % C)); });
   }
   void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) override {
+    const Timed timed(this, "gelu_backward");
     check_gelu_backward(dx, dy, x);
     const Mat DX = mat(dx);
     const CMat DY = cmat(dy), X = cmat(x);
@@ -382,6 +424,7 @@ class CudaBackend final : public Backend {
     });
   }
   void bias_add(Tensor y, ConstTensor b) override {
+    const Timed timed(this, "bias_add");
     check_bias_add(y, b);
     const Mat Y = mat(y);
     const float* bp = b.data();
@@ -389,14 +432,16 @@ class CudaBackend final : public Backend {
     launch(Y.rows * C, [=] __device__(int64_t i) { Y.at(i / C, i % C) += bp[i % C]; });
   }
   void bias_backward(Tensor db, ConstTensor dy) override {
+    const Timed timed(this, "bias_backward");
     check_bias_backward(db, dy);
     const CMat DY = cmat(dy);
     float* dbp = db.data();
     launch(DY.cols, [=] __device__(int64_t c) { cuda::bias_backward_col(dbp, DY, c); });
   }
   void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) override {
-    check_embedding_forward(x, tokens, wte);
-    const int32_t* ids = upload_ids(tokens);
+    const Timed timed(this, "embedding_forward");
+    check_embedding_forward(x, tokens, wte, on_host(tokens.data()));
+    const int32_t* ids = device_ids(tokens);
     const Mat X = mat(x);
     const CMat W = cmat(wte);
     const int64_t C = X.cols;
@@ -406,16 +451,18 @@ class CudaBackend final : public Backend {
     });
   }
   void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) override {
-    check_embedding_backward(dwte, dx, tokens);
-    const int32_t* ids = upload_ids(tokens);
+    const Timed timed(this, "embedding_backward");
+    check_embedding_backward(dwte, dx, tokens, on_host(tokens.data()));
+    const int32_t* ids = device_ids(tokens);
     const Mat DW = mat(dwte);
     const CMat DX = cmat(dx);
     launch(DX.cols, [=] __device__(int64_t c) { cuda::embedding_backward_col(DW, DX, ids, c); });
   }
   void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
                      float grad_scale) override {
-    check_cross_entropy(losses, dlogits, logits, targets, grad_scale);
-    const int32_t* ys = upload_ids(targets);
+    const Timed timed(this, "cross_entropy");
+    check_cross_entropy(losses, dlogits, logits, targets, grad_scale, on_host(targets.data()));
+    const int32_t* ys = device_ids(targets);
     const Mat DL = mat(dlogits);
     const CMat L = cmat(logits);
     float* lp = losses.data();
@@ -426,6 +473,7 @@ class CudaBackend final : public Backend {
   void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                          int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                          AttnMask mask) override {
+    const Timed timed(this, "attention_forward");
     const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
     MEMO_CHECK(lse.contiguous(), "attention_forward: lse ", lse.shape(), " not contiguous");
     const cuda::AttnShape a{d.S, d.H, d.G, d.D, mask == AttnMask::kCausal};
@@ -449,6 +497,7 @@ class CudaBackend final : public Backend {
                           ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
                           int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                           AttnMask mask) override {
+    const Timed timed(this, "attention_backward");
     const AttnDims d =
         check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
     check_scratch("attention_backward", scratch, d.S * d.H);
@@ -473,6 +522,7 @@ class CudaBackend final : public Backend {
     }
   }
   void attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) override {
+    const Timed timed(this, "attention_merge");
     check_attention_merge(o, lse, o_part, lse_part);
     const int64_t H = lse.dim(1), S = lse.dim(2), D = o.cols() / H;
     const Mat O = mat(o);
@@ -486,6 +536,7 @@ class CudaBackend final : public Backend {
   int64_t attention_decode_scratch_numel(int64_t keys) override { return 1; }
   void attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v, int64_t first,
                         int64_t n_heads, int64_t n_kv_heads, Tensor scratch) override {
+    const Timed timed(this, "attention_decode");
     check_attention_decode(o, q, k, v, first, n_heads, n_kv_heads);
     const int64_t D = q.cols() / n_heads, G = n_heads / n_kv_heads, H = n_heads;
     const Mat O = mat(o);
@@ -501,6 +552,7 @@ class CudaBackend final : public Backend {
   }
 
   void copy(Tensor dst, ConstTensor src) override {
+    const Timed timed(this, "copy");
     check_copy(dst, src);
     const Mat D = mat(dst);
     const CMat S = cmat(src);
@@ -510,18 +562,21 @@ class CudaBackend final : public Backend {
                "copy");
   }
   void fill(Tensor dst, float value) override {
+    const Timed timed(this, "fill");
     check_fill(dst, value);
     const Mat D = mat(dst);
     const int64_t C = D.cols;
     launch(D.rows * C, [=] __device__(int64_t i) { D.at(i / C, i % C) = value; });
   }
   void scale(Tensor x, float factor) override {
+    const Timed timed(this, "scale");
     check_scale(x, factor);
     const Mat X = mat(x);
     const int64_t C = X.cols;
     launch(X.rows * C, [=] __device__(int64_t i) { X.at(i / C, i % C) *= factor; });
   }
   void add_into(Tensor dst, ConstTensor src) override {
+    const Timed timed(this, "add_into");
     check_add_into(dst, src);
     const Mat D = mat(dst);
     const CMat S = cmat(src);
@@ -529,10 +584,12 @@ class CudaBackend final : public Backend {
     launch(D.rows * C, [=] __device__(int64_t i) { D.at(i / C, i % C) += S.at(i / C, i % C); });
   }
   double sum(ConstTensor x) override {
+    const Timed timed(this, "sum");
     check_sum(x);
     return ordered_sum(cmat(x), false);
   }
   double sum_squares(ConstTensor x) override {
+    const Timed timed(this, "sum_squares");
     check_sum_squares(x);
     return ordered_sum(cmat(x), true);
   }
@@ -541,6 +598,7 @@ class CudaBackend final : public Backend {
   }
   double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
                           View<double> partial) override {
+    const Timed timed(this, "noise_probe_pass");
     check_optimizer_update("noise_probe_pass", g, g, {sum});
     const int64_t n = g.numel(), chunks = noise_probe_partial_numel(n);
     MEMO_CHECK(partial.numel() >= chunks, "noise_probe_pass: ", partial.numel(),
@@ -557,26 +615,31 @@ class CudaBackend final : public Backend {
   }
 
   void sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& st) override {
+    const Timed timed(this, "sgd_update");
     check_optimizer_update("sgd_update", p, g, {buf});
     float *pp = p.data(), *bp = buf.data();
     const float* gp = g.data();
     launch(p.numel(), [=] __device__(int64_t j) { cuda::sgd_elem(pp, bp, gp, st, j); });
   }
   void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& st) override {
+    const Timed timed(this, "signsgd_update");
     check_optimizer_update("signsgd_update", p, g, {m});
     float *pp = p.data(), *mp = m.data();
     const float* gp = g.data();
     launch(p.numel(), [=] __device__(int64_t j) { cuda::signsgd_elem(pp, mp, gp, st, j); });
   }
   void adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& st) override {
+    const Timed timed(this, "adam_update");
     check_optimizer_update("adam_update", p, g, {m, v});
     adam(p, m, v, g, st, false);
   }
   void adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& st) override {
+    const Timed timed(this, "adamw_update");
     check_optimizer_update("adamw_update", p, g, {m, v});
     adam(p, m, v, g, st, true);
   }
   void adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& st) override {
+    const Timed timed(this, "adagrad_update");
     check_optimizer_update("adagrad_update", p, g, {sum});
     float *pp = p.data(), *sp = sum.data();
     const float* gp = g.data();
@@ -584,12 +647,14 @@ class CudaBackend final : public Backend {
   }
   void rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf, ConstTensor g,
                       const RmspropStep& st) override {
+    const Timed timed(this, "rmsprop_update");
     check_optimizer_update("rmsprop_update", p, g, {square_avg, grad_avg, buf});
     float *pp = p.data(), *sq = square_avg.data(), *ga = grad_avg.data(), *bp = buf.data();
     const float* gp = g.data();
     launch(p.numel(), [=] __device__(int64_t j) { cuda::rmsprop_elem(pp, sq, ga, bp, gp, st, j); });
   }
   void lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& st) override {
+    const Timed timed(this, "lion_update");
     check_optimizer_update("lion_update", p, g, {m});
     float *pp = p.data(), *mp = m.data();
     const float* gp = g.data();
@@ -698,10 +763,21 @@ class CudaBackend final : public Backend {
       doubles_ = RawBuffer(device_, n * int64_t(sizeof(double)), "cuda reduction partials");
     return doubles_.as<double>();
   }
-  // Token ids live in host memory (Backend's contract): copied up on the compute stream before the
-  // kernel that reads them; a later upload is ordered after that kernel on the same stream.
-  const int32_t* upload_ids(View<const int32_t> ids) {
+  // Whether the host can read p (ordinary or pinned host memory, not device memory).
+  static bool on_host(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return true;
+    }
+    return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
+  }
+  // Token ids in device memory (the model copies them there) are used in place; ids in host memory
+  // (a caller of the kernel alone) are copied up on the compute stream first, a later copy being
+  // ordered after the kernel that reads them.
+  const int32_t* device_ids(View<const int32_t> ids) {
     MEMO_CHECK(ids.contiguous(), "cuda: token ids not contiguous");
+    if (!on_host(ids.data())) return ids.data();
     const int64_t bytes = ids.numel() * int64_t(sizeof(int32_t));
     if (ids_.bytes() < bytes) ids_ = RawBuffer(device_, bytes, "cuda token ids");
     if (bytes > 0)
@@ -718,6 +794,47 @@ class CudaBackend final : public Backend {
             float* C, int64_t ldc);
 
  private:
+  // Timing events never throw: they run in destructors; a failed one is simply not counted.
+  cudaEvent_t timing_event() {
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreate(&e) == cudaSuccess) cudaEventRecord(e, s());
+    return e;
+  }
+  void harvest_timings() {
+    cudaStreamSynchronize(s());
+    for (auto& [op, start, end] : pending_) {
+      float ms = 0.0f;
+      if (start && end && cudaEventElapsedTime(&ms, start, end) == cudaSuccess) {
+        op_times_[op].calls += 1;
+        op_times_[op].ms += double(ms);
+      }
+      if (start) cudaEventDestroy(start);
+      if (end) cudaEventDestroy(end);
+    }
+    pending_.clear();
+  }
+  void print_profile() {
+    harvest_timings();
+    std::vector<std::pair<std::string, OpTime>> rows(op_times_.begin(), op_times_.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    double total = 0.0;
+    for (const auto& r : rows) total += r.second.ms;
+    std::fprintf(stderr, "memo cuda profile: GPU time per kernel entry point, %.1f ms in all\n",
+                 total);
+    for (const auto& [op, t] : rows)
+      std::fprintf(stderr, "  %-28s %9lld calls %11.2f ms %6.2f%%\n", op.c_str(),
+                   static_cast<long long>(t.calls), t.ms, total > 0.0 ? 100.0 * t.ms / total : 0.0);
+  }
+
+  struct OpTime {
+    int64_t calls = 0;
+    double ms = 0.0;
+  };
+  bool profile_ = false;
+  std::map<std::string, OpTime> op_times_;
+  std::vector<std::tuple<const char*, cudaEvent_t, cudaEvent_t>> pending_;
+
   struct Gemm {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -750,6 +867,8 @@ CudaBackend::CudaBackend(int device) {
   if (device < 0 || device >= count)
     throw ConfigError(str("--device cuda: GPU ", device, " does not exist (", count, " found)"));
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  const char* profile = std::getenv("MEMO_CUDA_PROFILE");
+  profile_ = profile && *profile && std::strcmp(profile, "0") != 0;
   compute_ = std::make_unique<CudaStream>("compute", StreamOptions{});
   check_lt(cublasLtCreate(&lt_), "cublasLtCreate");
   workspace_ = RawBuffer(device_, kWorkspaceBytes, "cuBLASLt workspace");
@@ -764,6 +883,7 @@ CudaBackend::CudaBackend(int device) {
 }
 
 CudaBackend::~CudaBackend() {
+  if (profile_) print_profile();
   cudaStreamSynchronize(s());
   for (auto& [key, g] : gemms_) {
     cublasLtMatrixLayoutDestroy(g.a);

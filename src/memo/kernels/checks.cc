@@ -7,14 +7,6 @@
 namespace memo {
 namespace {
 
-void check_tokens(const char* op, const View<const int32_t>& tokens, int64_t V) {
-  const int32_t* ids = tokens.data();
-  for (int64_t t = 0; t < tokens.numel(); ++t)
-    if (ids[t] < 0 || ids[t] >= V)
-      throw DataError(str(op, ": token id ", ids[t], " at position ", t,
-                          " is outside the vocabulary [0, ", V, ")"));
-}
-
 void check_rope(const char* op, const Tensor& x, const ConstTensor& cos, const ConstTensor& sin,
                 int64_t head_dim) {
   MEMO_CHECK(head_dim > 0 && head_dim % 2 == 0 && is_matrix(x) && x.cols() % head_dim == 0 &&
@@ -141,34 +133,40 @@ void check_bias_add(Tensor y, ConstTensor b) {
   MEMO_CHECK(is_matrix(y) && is_vector(b, C), "bias_add: y ", y.shape(), " b ", b.shape());
 }
 
-void check_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
+void check_token_ids(const char* op, const char* what, View<const int32_t> ids, int64_t V) {
+  const int32_t* p = ids.data();
+  for (int64_t t = 0; t < ids.numel(); ++t)
+    if (p[t] < 0 || p[t] >= V)
+      throw DataError(str(op, ": ", what, " id ", p[t], " at position ", t,
+                          " is outside the vocabulary [0, ", V, ")"));
+}
+
+void check_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte,
+                             bool ids_on_host) {
   const int64_t T = x.rows(), C = x.cols();
   MEMO_CHECK(is_matrix(x) && is_matrix(wte) && wte.cols() == C && is_vector(tokens, T),
              "embedding_forward: x ", x.shape(), " tokens ", tokens.shape(), " wte ", wte.shape());
-  check_tokens("embedding_forward", tokens, wte.rows());
+  if (ids_on_host) check_token_ids("embedding_forward", "token", tokens, wte.rows());
 }
 
-void check_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) {
+void check_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens,
+                              bool ids_on_host) {
   const int64_t T = dx.rows(), C = dx.cols();
   MEMO_CHECK(is_matrix(dx) && is_matrix(dwte) && dwte.cols() == C && is_vector(tokens, T),
              "embedding_backward: dwte ", dwte.shape(), " dx ", dx.shape(), " tokens ",
              tokens.shape());
-  check_tokens("embedding_backward", tokens, dwte.rows());
+  if (ids_on_host) check_token_ids("embedding_backward", "token", tokens, dwte.rows());
 }
 
 void check_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
-                         View<const int32_t> targets, float grad_scale) {
+                         View<const int32_t> targets, float grad_scale, bool ids_on_host) {
   const int64_t T = logits.rows(), V = logits.cols();
   const bool want_grad = !dlogits.empty();
   MEMO_CHECK(is_matrix(logits) && V > 0 && is_vector(losses, T) && is_vector(targets, T) &&
                  (!want_grad || is_matrix(dlogits, T, V)),
              "cross_entropy: losses ", losses.shape(), " dlogits ", dlogits.shape(), " logits ",
              logits.shape(), " targets ", targets.shape());
-  const int32_t* ys = targets.data();
-  for (int64_t t = 0; t < T; ++t)
-    if (ys[t] < 0 || ys[t] >= V)
-      throw DataError(str("cross_entropy: target id ", ys[t], " at position ", t,
-                          " is outside the vocabulary [0, ", V, ")"));
+  if (ids_on_host) check_token_ids("cross_entropy", "target", targets, V);
 }
 
 void check_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,

@@ -30,10 +30,18 @@ void check_gelu_forward(Tensor y, ConstTensor x);
 void check_gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x);
 void check_bias_backward(Tensor db, ConstTensor dy);
 void check_bias_add(Tensor y, ConstTensor b);
-void check_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte);
-void check_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens);
+// Token and target ids are checked against the vocabulary where the host can read them
+// (ids_on_host); a backend whose ids are in device memory passes false, and the model checks them
+// before it copies them there (check_token_ids).
+void check_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte,
+                             bool ids_on_host = true);
+void check_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens,
+                              bool ids_on_host = true);
 void check_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
-                         View<const int32_t> targets, float grad_scale);
+                         View<const int32_t> targets, float grad_scale, bool ids_on_host = true);
+// DataError "<op>: <what> id <id> at position <t> is outside the vocabulary [0, V)" for the
+// first id outside [0, V).
+void check_token_ids(const char* op, const char* what, View<const int32_t> ids, int64_t V);
 void check_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
                   float beta);
 void check_copy(Tensor dst, ConstTensor src);

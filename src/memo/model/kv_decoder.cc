@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "memo/core/error.h"
+#include "memo/kernels/checks.h"
 #include "memo/model/architecture.h"
 
 namespace memo {
@@ -58,6 +59,7 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
   const Tensor x(x_.data(), {n, C});
   const int32_t* ids = tokens.data();
   if (!direct) {
+    check_token_ids("embedding_forward", "token", View<const int32_t>(ids, {n}), V);
     if (tokens_.numel() < n) tokens_ = SpaceArray<int32_t>(be, n, "the decoded tokens");
     be.copy_from_host(tokens_.data(), ids, n * int64_t(sizeof(int32_t)));
     ids = tokens_.data();

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "memo/core/error.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 
 namespace memo {
@@ -133,8 +134,14 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   const int64_t T = batch * seq, C = config_.hidden_size;
   const int L = int(config_.num_hidden_layers);
   const LayerContext ctx = layer_context(batch, seq, alloc);
-  // the kernels read device memory (the meta backend's checks read the host tokens)
+  // the kernels read device memory (the meta backend's checks read the host tokens); the ids are
+  // checked here, where the host can still read them
   if (backend_->has_values() && !backend_->host_can_access(backend_->device_space())) {
+    check_token_ids("embedding_forward", "token", View<const int32_t>(inputs, {T}),
+                    config_.vocab_size);
+    if (targets)
+      check_token_ids("cross_entropy", "target", View<const int32_t>(targets, {T}),
+                      config_.vocab_size);
     const int64_t bytes = 2 * T * int64_t(sizeof(int32_t));
     if (device_tokens_.bytes() < bytes)
       device_tokens_ = RawBuffer(backend_->allocator(backend_->device_space()), bytes,
