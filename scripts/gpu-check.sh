@@ -11,7 +11,8 @@
 #   1. the CUDA backend against the CPU backend, kernel by kernel (memo_cuda_tests);
 #   2. the quickstart's 200-step training run on the GPU and, beside it, on the CPU (fp32 both):
 #      the losses compared step by step;
-#   3. the GPU run again: the losses must repeat bit for bit;
+#   3. memo eval of the GPU run's checkpoint on the GPU and on the CPU, memo generate on the GPU;
+#      the GPU run again: the losses must repeat bit for bit;
 #   4. keep, recompute, offload, memo and offload under a throttled (delayed) copy link, 8 steps
 #      each on the GPU: identical losses;
 #   5. the NCCL communicator's check;
@@ -73,15 +74,15 @@ stage() {  # name, limit (s), command...
   shift 2
   local t0=$(date +%s)
   if (( t0 - t_start > ${GPU_CHECK_BUDGET_S:-420} )); then  # the lease is short: stop starting
-    echo "=== $name: skipped (past ${GPU_CHECK_BUDGET_S:-420}s)"
+    echo "=== $name: skipped (past ${GPU_CHECK_BUDGET_S:-420}s)" >&2
     status[$name]="-1 0"
     return
   fi
-  echo "=== $name (limit ${limit}s)"
+  echo "=== $name (limit ${limit}s)" >&2
   timeout "$limit" "$@"
   local rc=$?
   status[$name]="$rc $(( $(date +%s) - t0 ))"
-  echo "=== $name: exit $rc in $(( $(date +%s) - t0 ))s"
+  echo "=== $name: exit $rc in $(( $(date +%s) - t0 ))s" >&2
 }
 
 # 1. kernels
@@ -98,6 +99,13 @@ if [[ ${status[gpu_run]%% *} == 139 ]] && command -v cuda-gdb > /dev/null; then 
   timeout 120 cuda-gdb -batch -ex run -ex bt --args "$b/memo" "${quick[@]}" --steps 2 \
     --device cuda --out "$runs/gdb" 2>&1 | tail -40
 fi
+# the GPU run's checkpoint evaluated on the GPU and on the CPU, and a few tokens generated on the GPU
+stage gpu_eval 60 "$b/memo" eval --checkpoint "$runs/gpu" --data "$b/data/kjv.txt" --batches 8 \
+  --device cuda > "$runs/eval_gpu.json"
+stage cpu_eval 60 "$b/memo" eval --checkpoint "$runs/gpu" --data "$b/data/kjv.txt" --batches 8 \
+  > "$runs/eval_cpu.json"
+stage gpu_generate 60 "$b/memo" generate --checkpoint "$runs/gpu" --prompt "In the beginning" \
+  --max-new-tokens 64 --device cuda
 # 3. again: bit for bit
 stage gpu_repeat 150 "$b/memo" "${quick[@]}" --device cuda --out "$runs/gpu2" --log "$runs/gpu2.jsonl"
 # 4. the strategies on the GPU (two micro-batches of 1,024 tokens: memo splits at 256-row panels)
@@ -160,6 +168,12 @@ if cpu and gpu:
                          "final_loss_cpu": cpu[-1]["loss"],
                          "tokens_per_s_gpu": gpu[-1].get("tokens_per_s"),
                          "tokens_per_s_cpu": cpu[-1].get("tokens_per_s")}
+try:
+    eg, ec = (json.load(open(os.path.join(runs, f))) for f in ("eval_gpu.json", "eval_cpu.json"))
+    out["eval_gpu_vs_cpu"] = {"gpu": eg["loss"], "cpu": ec["loss"],
+                              "rel": abs(eg["loss"] - ec["loss"]) / ec["loss"]}
+except Exception as e:
+    out["eval_gpu_vs_cpu"] = str(e)
 if gpu and gpu2:
     out["gpu_repeat_bitwise"] = [a["loss"] for a in gpu] == [a["loss"] for a in gpu2]
 st = {s: [r["loss"] for r in steps(losses("s_" + s))] for s in ["keep", "recompute", "offload", "memo", "throttled"]}

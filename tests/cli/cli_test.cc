@@ -275,5 +275,25 @@ TEST_F(Cli, alpha_with_keep_is_rejected) {
                              "--alpha applies to --activations memo only");
 }
 
+// Without a GPU (CI, this build machine) --device cuda is one clear line in train, eval and
+// generate, never a crash; where a GPU can be used the runs succeed and the test says it skipped.
+TEST_F(Cli, device_cuda_without_a_gpu_and_bf16_fail_with_one_line) {
+  const std::string out = dir.str("run");
+  ASSERT_EQ(test::run_command(train_cmd(out, "--steps 1 --val-batches 1")).exit_code, 0);
+  test::expect_clean_failure(train_cmd(dir.str("bf16"), "--steps 1 --precision bf16"),
+                             "--precision bf16: only fp32");
+  const std::string ckpt = " --checkpoint " + out + " --data " + dir.str("data.txt");
+  const std::vector<std::string> cmds = {
+      train_cmd(dir.str("gpu"), "--steps 1 --val-batches 1 --device cuda"),
+      test::memo_bin() + " eval --seq 32 --batch 2 --device cuda" + ckpt,
+      test::memo_bin() + " generate --max-new-tokens 4 --device cuda --prompt In" +
+          " --checkpoint " + out};
+  for (const std::string& cmd : cmds) {
+    const test::CommandResult r = test::run_command(cmd);
+    if (r.exit_code == 0) GTEST_SKIP() << "a CUDA GPU is usable here: " << cmd << " ran";
+    test::expect_clean_failure(cmd, "--device cuda: ");
+  }
+}
+
 }  // namespace
 }  // namespace memo

@@ -59,18 +59,8 @@ void add_train_command(CLI::App& app, Communicator* world) {
   train->add_option("--init-from", t->init_from,
                     "Start from this checkpoint's weights with a fresh optimiser");
   train->add_option("--log", t->log_path, "JSON-lines log, one object per step");
-  auto device = std::make_shared<std::string>("cpu");
-  auto precision = std::make_shared<std::string>("fp32");
-  train
-      ->add_option("--device", *device,
-                   "Where the model runs: cpu, or cuda (GPU 0; fp32 only so far)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
-  train
-      ->add_option("--precision", *precision,
-                   "Weights and activations: fp32 (bf16 is not implemented yet)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
-      ->capture_default_str();
+  auto device = std::make_shared<DeviceFlags>();
+  add_device_flags(*train, *device);
   auto device_memory = std::make_shared<std::string>();
   train->add_option("--device-memory", *device_memory,
                     "Device memory budget, e.g. 1.5GiB: plan activations into one arena and refuse "
@@ -105,8 +95,8 @@ void add_train_command(CLI::App& app, Communicator* world) {
                     "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
   auto schedule = std::make_shared<BatchScheduleFlags>();
   add_batch_schedule_flags(*train, *schedule);
-  train->callback([t, out, optim, device, precision, device_memory, host_memory, alpha, alpha_opt,
-                   schedule, lr, world] {
+  train->callback([t, out, optim, device, device_memory, host_memory, alpha, alpha_opt, schedule,
+                   lr, world] {
     TrainOptions o = *t;
     o.optimizer = resolve_optimizer(*optim);
     o.batch_schedule = resolve_batch_schedule(*schedule, o.optimizer.name, !o.resume_dir.empty());
@@ -127,8 +117,8 @@ void add_train_command(CLI::App& app, Communicator* world) {
       o.out_dir =
           std::filesystem::exists(r / "model.safetensors") ? r.parent_path().string() : r.string();
     }
-    const std::unique_ptr<Backend> backend = make_backend(*device, *precision);
-    memo::train(o, std::cout, world, backend.get());
+    const DeviceChoice where(*device);
+    memo::train(o, std::cout, world, where.backend_or_null());
   });
 }
 
