@@ -117,6 +117,12 @@ for s in keep recompute offload memo throttled; do
     --seq 1024 --batch 2 --micro-batch 1 --steps 8 --lr 2e-3 --save-every 0 --device cuda \
     --out "$runs/s_$s" --log "$runs/s_$s.jsonl" "${args[@]}"
 done
+# Adafactor (factored second moments) on both backends, 8 steps
+for d in cuda cpu; do
+  stage "adafactor_$d" 60 "$b/memo" train --config configs/small.json --data "$b/data/kjv.txt" \
+    --seq 256 --batch 8 --steps 8 --optimizer adafactor --save-every 0 --val-batches 1 \
+    --device "$d" --out "$runs/af_$d" --log "$runs/af_$d.jsonl"
+done
 # 5. NCCL
 stage nccl 60 "$b/memo_nccl_check"
 # 6. a ~1B LLaMA at 4K tokens
@@ -176,6 +182,10 @@ except Exception as e:
     out["eval_gpu_vs_cpu"] = str(e)
 if gpu and gpu2:
     out["gpu_repeat_bitwise"] = [a["loss"] for a in gpu] == [a["loss"] for a in gpu2]
+afg, afc = steps(losses("af_cuda")), steps(losses("af_cpu"))
+if afg and afc:
+    out["adafactor_gpu_vs_cpu_max_rel"] = max(abs(a["loss"] - b["loss"]) / abs(b["loss"])
+                                              for a, b in zip(afg, afc))
 st = {s: [r["loss"] for r in steps(losses("s_" + s))] for s in ["keep", "recompute", "offload", "memo", "throttled"]}
 out["strategies"] = {"losses_keep": st["keep"],
                      "identical_to_keep": {s: (v == st["keep"] and len(v) > 0) for s, v in st.items()}}

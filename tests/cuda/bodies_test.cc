@@ -750,6 +750,86 @@ double chunked_sum(CMat x, bool squares) {
   return total;
 }
 
+// Adafactor: the CUDA backend's launch sequence (row and column EMAs, the mean of the row means,
+// the inverse factors, the rows' sums of u^2 added in order on the host, the clipped update) run
+// with the bodies over every item, against the CPU kernels: the same expressions in the same
+// orders, so bit for bit; with and without a first moment and weight decay.
+TEST(CudaBodies, adafactor_matrix_and_vector_match_cpu_bitwise) {
+  for (const bool first_moment : {false, true}) {
+    AdafactorStep s;
+    s.beta2t = 0.8f;
+    s.eps1 = 1e-30f;
+    s.alpha = 0.01f;
+    s.clip_threshold = 1.0;
+    s.beta1 = first_moment ? 0.9f : 0.0f;
+    s.keep = first_moment ? 0.999f : 1.0f;
+    // matrix [R, C]
+    const int64_t R = 13, C = 37;
+    const std::vector<float> g = test::random_floats(R * C, 1);
+    std::vector<float> p_cpu = test::random_floats(R * C, 2), m_cpu = test::random_floats(R * C, 3);
+    std::vector<float> row_cpu = test::random_floats(R, 4, 0.1f, 1.0f);
+    std::vector<float> col_cpu = test::random_floats(C, 5, 0.1f, 1.0f);
+    std::vector<float> p_gpu = p_cpu, m_gpu = m_cpu, row_gpu = row_cpu, col_gpu = col_cpu;
+    std::vector<float> ri(static_cast<size_t>(R)), ci(static_cast<size_t>(C));
+    std::vector<double> partial(static_cast<size_t>(R + 1));
+    cpu::adafactor_update_matrix(
+        Tensor(p_cpu.data(), {R, C}), first_moment ? Tensor(m_cpu.data(), {R, C}) : Tensor(),
+        Tensor(row_cpu.data(), {R}), Tensor(col_cpu.data(), {C}), ConstTensor(g.data(), {R, C}),
+        Tensor(ri.data(), {R}), Tensor(ci.data(), {C}), View<double>(partial.data(), {R + 1}), s);
+    {
+      std::vector<float> gri(static_cast<size_t>(R)), gci(static_cast<size_t>(C));
+      std::vector<double> pd(static_cast<size_t>(R + 1));
+      for (int64_t r = 0; r < R; ++r)
+        adafactor_row(row_gpu.data(), g.data(), C, s.beta2t, s.eps1, r);
+      for (int64_t c = 0; c < C; ++c)
+        adafactor_col(col_gpu.data(), g.data(), R, C, s.beta2t, s.eps1, c);
+      pd[size_t(R)] = adafactor_row_mean(row_gpu.data(), R);
+      for (int64_t r = 0; r < R; ++r)
+        gri[size_t(r)] = adafactor_inv_row(row_gpu[size_t(r)], pd[size_t(R)]);
+      for (int64_t c = 0; c < C; ++c) gci[size_t(c)] = adafactor_inv_col(col_gpu[size_t(c)]);
+      double sum = 0.0;
+      for (int64_t r = 0; r < R; ++r)
+        sum += adafactor_u_row_sq(g.data(), gri.data(), gci.data(), C, r);
+      const double rms_u = std::sqrt(sum / double(R * C));
+      const float scale = float(s.alpha / std::max(1.0, rms_u / s.clip_threshold));
+      for (int64_t j = 0; j < R * C; ++j)
+        adafactor_apply(p_gpu.data(), first_moment ? m_gpu.data() : nullptr,
+                        scale * (g[size_t(j)] * gri[size_t(j / C)] * gci[size_t(j % C)]), s.beta1,
+                        s.keep, j);
+    }
+    EXPECT_EQ(row_gpu, row_cpu);
+    EXPECT_EQ(col_gpu, col_cpu);
+    EXPECT_EQ(p_gpu, p_cpu) << "first moment " << first_moment;
+    if (first_moment) {
+      EXPECT_EQ(m_gpu, m_cpu);
+    }
+    // vector of n (3 chunks and a tail)
+    const int64_t n = 3 * kAdafactorChunk + 77;
+    const std::vector<float> gv = test::random_floats(n, 6);
+    std::vector<float> pv_cpu = test::random_floats(n, 7), mv_cpu = test::random_floats(n, 8);
+    std::vector<float> v_cpu = test::random_floats(n, 9, 0.1f, 1.0f);
+    std::vector<float> pv_gpu = pv_cpu, mv_gpu = mv_cpu, v_gpu = v_cpu;
+    std::vector<double> vpartial(4);
+    cpu::adafactor_update_vector(Tensor(pv_cpu.data(), {n}),
+                                 first_moment ? Tensor(mv_cpu.data(), {n}) : Tensor(),
+                                 Tensor(v_cpu.data(), {n}), ConstTensor(gv.data(), {n}),
+                                 View<double>(vpartial.data(), {4}), s);
+    for (int64_t j = 0; j < n; ++j) adafactor_v(v_gpu.data(), gv.data(), s.beta2t, s.eps1, j);
+    double sum = 0.0;
+    for (int64_t k = 0; k < 4; ++k) sum += adafactor_v_chunk_sq(gv.data(), v_gpu.data(), n, k);
+    const double rms_u = std::sqrt(sum / double(n));
+    const float scale = float(s.alpha / std::max(1.0, rms_u / s.clip_threshold));
+    for (int64_t j = 0; j < n; ++j)
+      adafactor_apply(pv_gpu.data(), first_moment ? mv_gpu.data() : nullptr,
+                      scale * (gv[size_t(j)] / std::sqrt(v_gpu[size_t(j)])), s.beta1, s.keep, j);
+    EXPECT_EQ(v_gpu, v_cpu);
+    EXPECT_EQ(pv_gpu, pv_cpu) << "first moment " << first_moment;
+    if (first_moment) {
+      EXPECT_EQ(mv_gpu, mv_cpu);
+    }
+  }
+}
+
 TEST(CudaBodies, chunk_sum_matches_cpu_sum_and_sum_squares) {
   // 1-D of 3 chunks and a tail; a 2-D strided view (which the CPU sums from a contiguous copy);
   // one partial chunk.

@@ -362,6 +362,31 @@ TEST(CudaBackend, optimiser_updates_and_the_noise_probe) {
       kTol);
 }
 
+TEST(CudaBackend, adafactor_matrix_vector_and_rms) {
+  REQUIRE_GPU();
+  const int64_t R = 64, C = 48, n = 5000;
+  AdafactorStep s;
+  s.beta2t = 0.8f;
+  s.eps1 = 1e-30f;
+  s.alpha = 0.01f;
+  s.beta1 = 0.9f;
+  s.keep = 0.999f;
+  compare(*g,
+          {rnd({R, C}, 1), rnd({R, C}, 2), rnd({R}, 3, 0.1f, 1.0f), rnd({C}, 4, 0.1f, 1.0f),
+           rnd({R, C}, 5), zeros({R}), zeros({C}), rnd({n}, 6), rnd({n}, 7),
+           rnd({n}, 8, 0.1f, 1.0f), rnd({n}, 9)},
+          [&](Backend& b, std::vector<Tensor>& t) {
+            const int64_t pn =
+                std::max(b.adafactor_partial_numel(R, R * C), b.adafactor_partial_numel(0, n));
+            RawBuffer partial(b.allocator(b.device_space()), pn * 8, "adafactor partial");
+            const View<double> pv(partial.as<double>(), {pn});
+            b.adafactor_update_matrix(t[0], t[1], t[2], t[3], t[4], t[5], t[6], pv, s);
+            b.adafactor_update_vector(t[7], t[8], t[9], t[10], pv, s);
+            return b.adafactor_rms(t[0], pv);
+          },
+          kTol, {5, 6});
+}
+
 TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {
   REQUIRE_GPU();
   const int64_t n = 1 << 20;

@@ -365,6 +365,63 @@ MEMO_HD inline void lion_elem(float* p, float* m, const float* g, LionStep s, in
   m[j] = s.beta2 * m[j] + (1.0f - s.beta2) * g[j];
 }
 
+// --- Adafactor (kernels/cpu/optim_kernels.cc, the same expressions and orders) ---
+// Factored second moment of an [R, C] gradient: row r's and column c's EMA of mean(g^2 + eps1).
+MEMO_HD inline void adafactor_row(float* row, const float* g, int64_t C, float b, float eps1,
+                                  int64_t r) {
+  double sum = 0.0;
+  for (int64_t c = 0; c < C; ++c) sum += double(g[r * C + c] * g[r * C + c] + eps1);
+  row[r] = b * row[r] + (1.0f - b) * float(sum / double(C));
+}
+MEMO_HD inline void adafactor_col(float* col, const float* g, int64_t R, int64_t C, float b,
+                                  float eps1, int64_t c) {
+  double sum = 0.0;
+  for (int64_t r = 0; r < R; ++r) sum += double(g[r * C + c] * g[r * C + c] + eps1);
+  col[c] = b * col[c] + (1.0f - b) * float(sum / double(R));
+}
+MEMO_HD inline double adafactor_row_mean(const float* row, int64_t R) {
+  double sum = 0.0;
+  for (int64_t r = 0; r < R; ++r) sum += row[r];
+  return sum / double(R);
+}
+MEMO_HD inline float adafactor_inv_row(float row_r, double row_mean) {
+  return float(1.0 / ::sqrt(double(row_r) / row_mean));
+}
+MEMO_HD inline float adafactor_inv_col(float col_c) { return float(1.0 / ::sqrt(double(col_c))); }
+// sum over row r of u^2, u = g ri ci (the matrix update before clipping).
+MEMO_HD inline double adafactor_u_row_sq(const float* g, const float* ri, const float* ci,
+                                         int64_t C, int64_t r) {
+  double sum = 0.0;
+  for (int64_t c = 0; c < C; ++c) {
+    const float u = g[r * C + c] * ri[r] * ci[c];
+    sum += double(u) * u;
+  }
+  return sum;
+}
+// The vector case: v's EMA, and chunk k's sum of u^2, u = g / sqrt(v), in the CPU's chunks.
+inline constexpr int64_t kAdafactorChunk = 1024;
+MEMO_HD inline void adafactor_v(float* v, const float* g, float b, float eps1, int64_t j) {
+  v[j] = b * v[j] + (1.0f - b) * (g[j] * g[j] + eps1);
+}
+MEMO_HD inline double adafactor_v_chunk_sq(const float* g, const float* v, int64_t n, int64_t k) {
+  const int64_t end = (k + 1) * kAdafactorChunk < n ? (k + 1) * kAdafactorChunk : n;
+  double sum = 0.0;
+  for (int64_t j = k * kAdafactorChunk; j < end; ++j) {
+    const float u = g[j] / ::sqrtf(v[j]);
+    sum += double(u) * u;
+  }
+  return sum;
+}
+// p = keep p - update, update = the scaled u or, with a first moment, m's EMA of it.
+MEMO_HD inline void adafactor_apply(float* p, float* m, float update, float b1, float keep,
+                                    int64_t j) {
+  if (m) {
+    m[j] = b1 * m[j] + (1.0f - b1) * update;
+    update = m[j];
+  }
+  p[j] = p[j] * keep - update;
+}
+
 // --- ordered sums: chunk k of kSumChunk elements of x, in index order, in double ---
 inline constexpr int64_t kSumChunk = 4096;
 MEMO_HD inline double chunk_sum(CMat x, bool squares, int64_t k) {

@@ -660,15 +660,67 @@ class CudaBackend final : public Backend {
     const float* gp = g.data();
     launch(p.numel(), [=] __device__(int64_t j) { cuda::lion_elem(pp, mp, gp, st, j); });
   }
-  int64_t adafactor_partial_numel(int64_t rows, int64_t numel) override { return 1; }
-  double adafactor_rms(ConstTensor x, View<double> partial) override { adafactor_missing(); }
-  void adafactor_update_matrix(Tensor, Tensor, Tensor, Tensor, ConstTensor, Tensor, Tensor,
-                               View<double>, const AdafactorStep&) override {
-    adafactor_missing();
+  // Adafactor's scratch, in device memory: R or one per 1,024-element chunk, and a slot for the
+  // mean of the row means.
+  int64_t adafactor_partial_numel(int64_t rows, int64_t numel) override {
+    return std::max(rows, (numel + cuda::kAdafactorChunk - 1) / cuda::kAdafactorChunk) + 1;
   }
-  void adafactor_update_vector(Tensor, Tensor, Tensor, ConstTensor, View<double>,
-                               const AdafactorStep&) override {
-    adafactor_missing();
+  double adafactor_rms(ConstTensor x, View<double> partial) override {
+    const Timed timed(this, "adafactor_rms");
+    MEMO_CHECK(x.contiguous(), "adafactor_rms: x ", x.shape(), " not contiguous");
+    return std::sqrt(ordered_sum(cmat(x), true) / double(std::max<int64_t>(1, x.numel())));
+  }
+  void adafactor_update_matrix(Tensor p, Tensor m, Tensor row_t, Tensor col_t, ConstTensor g,
+                               Tensor row_inv, Tensor col_inv, View<double> partial,
+                               const AdafactorStep& st) override {
+    const Timed timed(this, "adafactor_update_matrix");
+    check_optimizer_update("adafactor_update_matrix", p, g, {m});
+    const int64_t R = p.rows(), C = p.cols();
+    MEMO_CHECK(p.ndim() == 2 && row_t.numel() == R && col_t.numel() == C && row_inv.numel() >= R &&
+                   col_inv.numel() >= C && partial.numel() >= R + 1,
+               "adafactor_update_matrix: p ", p.shape(), " row ", row_t.shape(), " col ",
+               col_t.shape(), " scratch ", row_inv.shape(), " ", col_inv.shape(), " ",
+               partial.shape());
+    float *row = row_t.data(), *col = col_t.data(), *ri = row_inv.data(), *ci = col_inv.data();
+    const float* gp = g.data();
+    double* pd = partial.data();
+    const float b = st.beta2t, eps1 = st.eps1;
+    launch(R, [=] __device__(int64_t r) { cuda::adafactor_row(row, gp, C, b, eps1, r); });
+    launch(C, [=] __device__(int64_t c) { cuda::adafactor_col(col, gp, R, C, b, eps1, c); });
+    launch(1, [=] __device__(int64_t) { pd[R] = cuda::adafactor_row_mean(row, R); });
+    launch(R, [=] __device__(int64_t r) { ri[r] = cuda::adafactor_inv_row(row[r], pd[R]); });
+    launch(C, [=] __device__(int64_t c) { ci[c] = cuda::adafactor_inv_col(col[c]); });
+    launch(R, [=] __device__(int64_t r) { pd[r] = cuda::adafactor_u_row_sq(gp, ri, ci, C, r); });
+    const double rms_u = std::sqrt(host_ordered_sum(pd, R) / double(R * C));
+    const float scale = float(st.alpha / std::max(1.0, rms_u / st.clip_threshold));
+    float *pp = p.data(), *mp = m.data();
+    const float b1 = st.beta1, keep = st.keep;
+    launch(R * C, [=] __device__(int64_t j) {
+      const int64_t r = j / C, c = j % C;
+      cuda::adafactor_apply(pp, mp, scale * (gp[j] * ri[r] * ci[c]), b1, keep, j);
+    });
+  }
+  void adafactor_update_vector(Tensor p, Tensor m, Tensor v_t, ConstTensor g, View<double> partial,
+                               const AdafactorStep& st) override {
+    const Timed timed(this, "adafactor_update_vector");
+    check_optimizer_update("adafactor_update_vector", p, g, {m, v_t});
+    const int64_t n = p.numel();
+    const int64_t chunks = (n + cuda::kAdafactorChunk - 1) / cuda::kAdafactorChunk;
+    MEMO_CHECK(partial.numel() >= chunks, "adafactor_update_vector: ", partial.numel(),
+               " partial sums for ", n, " elements");
+    float* v = v_t.data();
+    const float* gp = g.data();
+    double* pd = partial.data();
+    const float b = st.beta2t, eps1 = st.eps1;
+    launch(n, [=] __device__(int64_t j) { cuda::adafactor_v(v, gp, b, eps1, j); });
+    launch(chunks, [=] __device__(int64_t k) { pd[k] = cuda::adafactor_v_chunk_sq(gp, v, n, k); });
+    const double rms_u = std::sqrt(host_ordered_sum(pd, chunks) / double(n));
+    const float scale = float(st.alpha / std::max(1.0, rms_u / st.clip_threshold));
+    float *pp = p.data(), *mp = m.data();
+    const float b1 = st.beta1, keep = st.keep;
+    launch(n, [=] __device__(int64_t j) {
+      cuda::adafactor_apply(pp, mp, scale * (gp[j] / ::sqrtf(v[j])), b1, keep, j);
+    });
   }
 
  private:
@@ -741,8 +793,13 @@ class CudaBackend final : public Backend {
     launch(p.numel(),
            [=] __device__(int64_t j) { cuda::adam_elem(pp, mp, vp, gp, st, decoupled, j); });
   }
-  [[noreturn]] void adafactor_missing() {
-    throw ConfigError("--optimizer adafactor is not implemented on the CUDA backend yet");
+  // n doubles of device memory, copied to the host and added in index order.
+  double host_ordered_sum(const double* device, int64_t n) {
+    host_doubles_.resize(size_t(n));
+    copy_to_host(host_doubles_.data(), device, n * int64_t(sizeof(double)));
+    double total = 0.0;
+    for (double v : host_doubles_) total += v;
+    return total;
   }
   // Chunk sums on the device, added in chunk order on the host.
   double ordered_sum(CMat x, bool squares) {
@@ -750,11 +807,7 @@ class CudaBackend final : public Backend {
     if (chunks == 0) return 0.0;
     double* dev = device_doubles(chunks);
     launch(chunks, [=] __device__(int64_t k) { dev[k] = cuda::chunk_sum(x, squares, k); });
-    host_doubles_.resize(size_t(chunks));
-    copy_to_host(host_doubles_.data(), dev, chunks * int64_t(sizeof(double)));
-    double total = 0.0;
-    for (double v : host_doubles_) total += v;
-    return total;
+    return host_ordered_sum(dev, chunks);
   }
   // Device scratch the backend owns, grown on demand (growing frees the old block: cudaFree waits
   // for the work that may still read it).

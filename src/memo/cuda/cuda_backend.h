@@ -4,7 +4,7 @@
 // compute stream, copies on their own streams, ordered by CUDA events with no host block
 // (backend/stream.h). Matrix products go through cuBLASLt (fp32 in and out, fp32 compute, one
 // algorithm fixed per shape); every other kernel is memo's own, its arithmetic in cuda/bodies.h,
-// deterministic (no atomics). Not yet: bf16, Adafactor, a fused attention (the attention kernels
+// deterministic (no atomics). Not yet: bf16, a fused attention (the attention kernels
 // are one thread per query or key row: correct, deterministic, slow).
 // This header has no CUDA types in it, so code that is built without the toolkit can name it.
 #pragma once
