@@ -2,6 +2,9 @@
 // work item of a launch, as the GPU threads would, on seeded random inputs, and is compared with
 // the CPU kernel (kernels/cpu/) on the same inputs: bitwise where the formulas and orders are the
 // same, within a stated tolerance where the exp, a summation order or the softmax's scheme differs.
+// "Bitwise" holds for the host compiler; nvcc contracts a * b + c into one fused multiply-add where
+// GCC may not, so on the GPU the same bodies agree with the CPU within an ulp per such step
+// (tests/gpu/cuda_backend_check.cc compares within tolerances for that reason).
 #include "memo/cuda/bodies.h"
 
 #include <gtest/gtest.h>
@@ -566,6 +569,61 @@ TEST(CudaBodies, attention_forward_and_backward_rows_match_cpu) {
     check_attention<128>({1, 9, 3, 3, 100}, mask);
     check_attention<64>({2, 1, 2, 2, 8}, mask);
   }
+}
+
+// The exact-D instantiations the backend uses for D = 32, 64, 128 (unrolled, register arrays) do
+// the arithmetic of the run-time-D ones in the same order: the same bits.
+TEST(CudaBodies, attention_rows_with_exact_head_dim_equal_the_run_time_ones_bitwise) {
+  constexpr int D = 32;
+  const int64_t B = 1, S = 19, H = 2, Hkv = 1;
+  const std::vector<float> q = test::random_floats(B * S * H * D, 1),
+                           k = test::random_floats(B * S * Hkv * D, 2),
+                           v = test::random_floats(B * S * Hkv * D, 3),
+                           dout = test::random_floats(B * S * H * D, 4);
+  const AttnShape a{S, H, H / Hkv, D, true};
+  const CMat Q{q.data(), B * S, H * D, H * D}, K{k.data(), B * S, Hkv * D, Hkv * D},
+      V{v.data(), B * S, Hkv * D, Hkv * D}, DO{dout.data(), B * S, H * D, H * D};
+  std::vector<float> o[2], lse[2], dq[2], dk[2], dv[2], delta(static_cast<size_t>(H * S));
+  for (int exact = 0; exact < 2; ++exact) {
+    o[exact].assign(size_t(B * S * H * D), 0.0f);
+    lse[exact].assign(size_t(B * H * S), 0.0f);
+    dq[exact].assign(o[exact].size(), 0.0f);
+    dk[exact].assign(k.size(), 0.0f);
+    dv[exact].assign(v.size(), 0.0f);
+    const Mat O{o[exact].data(), B * S, H * D, H * D};
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        if (exact)
+          attention_forward_row<D, true>(O, lse[exact].data(), Q, K, V, a, 0, h, i);
+        else
+          attention_forward_row<64>(O, lse[exact].data(), Q, K, V, a, 0, h, i);
+      }
+    const CMat OC{o[exact].data(), B * S, H * D, H * D};
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < S; ++i) attention_delta_row(delta.data(), DO, OC, a, 0, h, i);
+    const Mat DQ{dq[exact].data(), B * S, H * D, H * D},
+        DK{dk[exact].data(), B * S, Hkv * D, Hkv * D},
+        DV{dv[exact].data(), B * S, Hkv * D, Hkv * D};
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        if (exact)
+          attention_dq_row<D, true>(DQ, DO, Q, K, V, lse[exact].data(), delta.data(), a, 0, h, i);
+        else
+          attention_dq_row<64>(DQ, DO, Q, K, V, lse[exact].data(), delta.data(), a, 0, h, i);
+      }
+    for (int64_t j = 0; j < S; ++j) {
+      if (exact)
+        attention_dkdv_row<D, true>(DK, DV, DO, Q, K, V, lse[exact].data(), delta.data(), a, 0, 0,
+                                    j);
+      else
+        attention_dkdv_row<64>(DK, DV, DO, Q, K, V, lse[exact].data(), delta.data(), a, 0, 0, j);
+    }
+  }
+  EXPECT_EQ(o[0], o[1]);
+  EXPECT_EQ(lse[0], lse[1]);
+  EXPECT_EQ(dq[0], dq[1]);
+  EXPECT_EQ(dk[0], dk[1]);
+  EXPECT_EQ(dv[0], dv[1]);
 }
 
 TEST(CudaBodies, attention_merge_item_matches_cpu_bitwise) {

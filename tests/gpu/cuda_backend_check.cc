@@ -234,6 +234,22 @@ TEST(CudaBackend, elementwise_kernels) {
       kTol);
 }
 
+// copy and add_into take any two contiguous views of one element count (as on the CPU), and
+// strided views of one shape; a 1-D view is one long row.
+TEST(CudaBackend, copy_and_add_into_between_shapes_of_one_size) {
+  REQUIRE_GPU();
+  compare(
+      *g, {rnd({6, 4}, 1), rnd({4, 6}, 2), rnd({24}, 3), rnd({8, 10}, 4)},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.copy(t[0], t[1]);
+        b.add_into(t[2], t[1]);
+        b.add_into(t[3].slice_cols(2, 5), t[3].slice_cols(6, 9));
+        b.copy(t[1], t[2]);
+        return 0.0;
+      },
+      kTol);
+}
+
 TEST(CudaBackend, embedding_and_cross_entropy) {
   REQUIRE_GPU();
   const int64_t T = 150, C = 40, V = 333;

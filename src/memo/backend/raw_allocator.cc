@@ -68,4 +68,13 @@ void AddressAllocator::deallocate(void* p, int64_t bytes) {
   addresses_.give_back(static_cast<float*>(p), rounded(bytes));
 }
 
+RawAllocator& pick_allocator(MemSpace space, SpaceAllocators allocators, const char* backend) {
+  RawAllocator* a = space == MemSpace::kHost         ? allocators.host
+                    : space == MemSpace::kPinnedHost ? allocators.pinned
+                    : space == MemSpace::kDevice     ? allocators.device
+                                                     : nullptr;
+  if (!a) throw ConfigError(str("the ", backend, " backend has no ", space_name(space), " memory"));
+  return *a;
+}
+
 }  // namespace memo

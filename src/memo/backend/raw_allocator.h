@@ -52,6 +52,15 @@ class AddressAllocator final : public RawAllocator {
   AddressSpace addresses_;
 };
 
+// The allocator of `space` among a backend's host, pinned host and device allocators (each of
+// that space); ConfigError naming the backend for a space it lacks (meta, or a null entry).
+struct SpaceAllocators {
+  RawAllocator* host;
+  RawAllocator* pinned;
+  RawAllocator* device;
+};
+RawAllocator& pick_allocator(MemSpace space, SpaceAllocators allocators, const char* backend);
+
 // An owning block of a RawAllocator: move-only, given back on destruction.
 class RawBuffer {
  public:

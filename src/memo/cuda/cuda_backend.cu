@@ -49,7 +49,8 @@ Mat mat(Tensor t) {
     return {t.data(), t.rows(), t.cols(), t.ld()};
   }
   MEMO_CHECK(t.contiguous(), "cuda: a non-contiguous ", t.ndim(), "-D view ", t.shape());
-  return {t.data(), t.dim(0), t.numel() / t.dim(0), t.numel() / t.dim(0)};
+  const int64_t cols = t.dim(0) > 0 ? t.numel() / t.dim(0) : 0;
+  return {t.data(), t.dim(0), cols, cols};
 }
 CMat cmat(ConstTensor t) {
   const Mat m = mat(Tensor(const_cast<float*>(t.data()), t.shape(), t.stride()));
@@ -64,6 +65,36 @@ __global__ void for_each_kernel(int64_t n, F f) {
     f(i);
 }
 constexpr int kThreads = 256;
+
+// CALL(kMaxD, kExact) for the instantiation head_dim_kind(D) names (in a CudaBackend member).
+#define MEMO_HEAD_DIM_DISPATCH(D, op, CALL) \
+  switch (head_dim_kind(D, op)) {           \
+    case -32:                               \
+      CALL(32, true);                       \
+      break;                                \
+    case -64:                               \
+      CALL(64, true);                       \
+      break;                                \
+    case -128:                              \
+      CALL(128, true);                      \
+      break;                                \
+    case 64:                                \
+      CALL(64, false);                      \
+      break;                                \
+    case 128:                               \
+      CALL(128, false);                     \
+      break;                                \
+    default:                                \
+      CALL(256, false);                     \
+  }
+
+// Item i of a rows x cols launch as (row, column): f(i / cols, i % cols).
+template <class F>
+struct RowCol {
+  int64_t cols;
+  F f;
+  __device__ void operator()(int64_t i) const { f(i / cols, i % cols); }
+};
 
 // --- events, streams, allocators ---
 
@@ -116,21 +147,25 @@ class CudaStream final : public Stream {
   cudaStream_t handle() const { return stream_; }
 
   // A delay (the test's random one, or the throttle's n / bandwidth) runs as a host function
-  // queued before the copy: later work on this stream waits for it, the calling thread does not.
+  // queued before the copy: later work on this stream waits for it, the calling thread does not
+  // (CUDA may run the host functions of different streams one at a time).
   void copy(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
-    double delay = 0.0;
-    if (options_.max_random_delay_s > 0.0)
-      delay += std::uniform_real_distribution<double>(0.0, options_.max_random_delay_s)(rng_);
-    if (options_.bandwidth_bytes_per_s > 0.0)
-      delay += double(bytes) / options_.bandwidth_bytes_per_s;
-    if (delay > 0.0)
-      check_cuda(cudaLaunchHostFunc(stream_, sleep_host_fn, new double(delay)),
+    if (options_.max_random_delay_s > 0.0)  // outside the timed range, as on the CPU
+      check_cuda(cudaLaunchHostFunc(stream_, sleep_host_fn,
+                                    new double(std::uniform_real_distribution<double>(
+                                        0.0, options_.max_random_delay_s)(rng_))),
                  "cudaLaunchHostFunc");
     cudaEvent_t start, end;
     check_cuda(cudaEventCreate(&start), "cudaEventCreate");
     check_cuda(cudaEventCreate(&end), "cudaEventCreate");
     check_cuda(cudaEventRecord(start, stream_), "cudaEventRecord");
+    // The throttle sleeps n / bandwidth before the copy, inside the timed range: a copy then takes
+    // at least that long and busy_s() counts it (the copy itself adds its own time on top).
+    if (options_.bandwidth_bytes_per_s > 0.0)
+      check_cuda(cudaLaunchHostFunc(stream_, sleep_host_fn,
+                                    new double(double(bytes) / options_.bandwidth_bytes_per_s)),
+                 "cudaLaunchHostFunc");
     check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, stream_),
                "cudaMemcpyAsync");
     check_cuda(cudaEventRecord(end, stream_), "cudaEventRecord");
@@ -154,8 +189,7 @@ class CudaStream final : public Stream {
   }
 
  private:
-  // Adds the times of the finished copies (the throttle's sleep is outside the timed range: the
-  // bandwidth a stream reports is the link's).
+  // Adds the times of the finished copies (throttle sleeps included, random delays not).
   void harvest() const {
     std::lock_guard<std::mutex> lock(mutex_);
     harvest_locked();
@@ -192,7 +226,9 @@ class CudaDeviceAllocator final : public RawAllocator {
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, size_t(round_up(bytes)));
     if (e != cudaSuccess) {
-      cudaGetLastError();  // clear it
+      cudaGetLastError();                  // clear it
+      if (e != cudaErrorMemoryAllocation)  // an earlier fault, not a lack of memory
+        throw Error(str("CUDA: allocating ", what, ": ", cudaGetErrorString(e)));
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       throw Error(str("out of GPU memory: ", what, " needs ", bytes, " bytes, ", free_b, " of ",
@@ -258,17 +294,7 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return DType::kF32; }
   MemSpace device_space() const override { return MemSpace::kDevice; }
   RawAllocator& allocator(MemSpace space) override {
-    switch (space) {
-      case MemSpace::kHost:
-        return host_;
-      case MemSpace::kPinnedHost:
-        return pinned_;
-      case MemSpace::kDevice:
-        return device_;
-      case MemSpace::kMeta:
-        break;
-    }
-    throw ConfigError(str("the cuda backend has no ", space_name(space), " memory"));
+    return pick_allocator(space, {&host_, &pinned_, &device_}, "cuda");
   }
   bool host_can_access(MemSpace space) const override {
     return space == MemSpace::kHost || space == MemSpace::kPinnedHost;
@@ -385,9 +411,7 @@ class CudaBackend final : public Backend {
     check_swiglu_forward(a, g, u);
     const Mat A = mat(a);
     const CMat G = cmat(g), U = cmat(u);
-    const int64_t F = G.cols;
-    launch(G.rows * F, [=] __device__(int64_t i) {
-      const int64_t t = i / F, f = i % F;
+    launch_rc(G.rows, G.cols, [=] __device__(int64_t t, int64_t f) {
       A.at(t, f) = cuda::swiglu(G.at(t, f), U.at(t, f));
     });
   }
@@ -397,9 +421,7 @@ class CudaBackend final : public Backend {
     check_swiglu_backward(dg, du, da, g, u);
     const Mat DG = mat(dg), DU = mat(du);
     const CMat DA = cmat(da), G = cmat(g), U = cmat(u);
-    const int64_t F = G.cols;
-    launch(G.rows * F, [=] __device__(int64_t i) {
-      const int64_t t = i / F, f = i % F;
+    launch_rc(G.rows, G.cols, [=] __device__(int64_t t, int64_t f) {
       cuda::swiglu_backward_elem(&DG.at(t, f), &DU.at(t, f), DA.at(t, f), G.at(t, f), U.at(t, f));
     });
   }
@@ -408,18 +430,15 @@ class CudaBackend final : public Backend {
     check_gelu_forward(y, x);
     const Mat Y = mat(y);
     const CMat X = cmat(x);
-    const int64_t C = X.cols;
-    launch(X.rows * C,
-           [=] __device__(int64_t i) { Y.at(i / C, i % C) = cuda::gelu(X.at(i / C, i % C)); });
+    launch_rc(X.rows, X.cols,
+              [=] __device__(int64_t t, int64_t c) { Y.at(t, c) = cuda::gelu(X.at(t, c)); });
   }
   void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) override {
     const Timed timed(this, "gelu_backward");
     check_gelu_backward(dx, dy, x);
     const Mat DX = mat(dx);
     const CMat DY = cmat(dy), X = cmat(x);
-    const int64_t C = X.cols;
-    launch(X.rows * C, [=] __device__(int64_t i) {
-      const int64_t t = i / C, c = i % C;
+    launch_rc(X.rows, X.cols, [=] __device__(int64_t t, int64_t c) {
       DX.at(t, c) = cuda::gelu_backward(DY.at(t, c), X.at(t, c));
     });
   }
@@ -428,8 +447,7 @@ class CudaBackend final : public Backend {
     check_bias_add(y, b);
     const Mat Y = mat(y);
     const float* bp = b.data();
-    const int64_t C = Y.cols;
-    launch(Y.rows * C, [=] __device__(int64_t i) { Y.at(i / C, i % C) += bp[i % C]; });
+    launch_rc(Y.rows, Y.cols, [=] __device__(int64_t t, int64_t c) { Y.at(t, c) += bp[c]; });
   }
   void bias_backward(Tensor db, ConstTensor dy) override {
     const Timed timed(this, "bias_backward");
@@ -444,11 +462,8 @@ class CudaBackend final : public Backend {
     const int32_t* ids = device_ids(tokens);
     const Mat X = mat(x);
     const CMat W = cmat(wte);
-    const int64_t C = X.cols;
-    launch(X.rows * C, [=] __device__(int64_t i) {
-      const int64_t t = i / C, c = i % C;
-      X.at(t, c) = W.at(ids[t], c);
-    });
+    launch_rc(X.rows, X.cols,
+              [=] __device__(int64_t t, int64_t c) { X.at(t, c) = W.at(ids[t], c); });
   }
   void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) override {
     const Timed timed(this, "embedding_backward");
@@ -480,14 +495,9 @@ class CudaBackend final : public Backend {
     const Mat O = mat(o);
     const CMat Q = cmat(q), K = cmat(k), V = cmat(v);
     float* lp = lse.data();
-    switch (max_head_dim(d.D, "attention_forward")) {
-      case 64:
-        return attention_forward_launch<64>(O, lp, Q, K, V, a, d.B);
-      case 128:
-        return attention_forward_launch<128>(O, lp, Q, K, V, a, d.B);
-      default:
-        return attention_forward_launch<256>(O, lp, Q, K, V, a, d.B);
-    }
+#define MEMO_CALL(kD, kExact) attention_forward_launch<kD, kExact>(O, lp, Q, K, V, a, d.B)
+    MEMO_HEAD_DIM_DISPATCH(d.D, "attention_forward", MEMO_CALL)
+#undef MEMO_CALL
   }
   int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                            int64_t n_kv_heads) override {
@@ -509,16 +519,10 @@ class CudaBackend final : public Backend {
     float* delta = scratch.data();
     for (int64_t b = 0; b < d.B; ++b) {
       attention_delta_launch(delta, DO, O, a, b);
-      switch (max_head_dim(d.D, "attention_backward")) {
-        case 64:
-          attention_grad_launch<64>(DQ, DK, DV, DO, Q, K, V, lp, delta, a, b, d.Hkv);
-          break;
-        case 128:
-          attention_grad_launch<128>(DQ, DK, DV, DO, Q, K, V, lp, delta, a, b, d.Hkv);
-          break;
-        default:
-          attention_grad_launch<256>(DQ, DK, DV, DO, Q, K, V, lp, delta, a, b, d.Hkv);
-      }
+#define MEMO_CALL(kD, kExact) \
+  attention_grad_launch<kD, kExact>(DQ, DK, DV, DO, Q, K, V, lp, delta, a, b, d.Hkv)
+      MEMO_HEAD_DIM_DISPATCH(d.D, "attention_backward", MEMO_CALL)
+#undef MEMO_CALL
     }
   }
   void attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) override {
@@ -554,9 +558,17 @@ class CudaBackend final : public Backend {
   void copy(Tensor dst, ConstTensor src) override {
     const Timed timed(this, "copy");
     check_copy(dst, src);
+    if (dst.numel() == 0) return;
+    if (dst.contiguous() && src.contiguous()) {  // any two shapes of one element count
+      check_cuda(
+          cudaMemcpyAsync(dst.data(), src.data(), size_t(dst.bytes()), cudaMemcpyDefault, s()),
+          "copy");
+      return;
+    }
+    MEMO_CHECK(same_shape(dst, src), "copy: strided views of different shapes ", dst.shape(),
+               " and ", src.shape());
     const Mat D = mat(dst);
     const CMat S = cmat(src);
-    if (D.rows * D.cols == 0) return;
     check_cuda(cudaMemcpy2DAsync(D.p, size_t(D.ld) * 4, S.p, size_t(S.ld) * 4, size_t(D.cols) * 4,
                                  size_t(D.rows), cudaMemcpyDefault, s()),
                "copy");
@@ -565,23 +577,28 @@ class CudaBackend final : public Backend {
     const Timed timed(this, "fill");
     check_fill(dst, value);
     const Mat D = mat(dst);
-    const int64_t C = D.cols;
-    launch(D.rows * C, [=] __device__(int64_t i) { D.at(i / C, i % C) = value; });
+    launch_rc(D.rows, D.cols, [=] __device__(int64_t t, int64_t c) { D.at(t, c) = value; });
   }
   void scale(Tensor x, float factor) override {
     const Timed timed(this, "scale");
     check_scale(x, factor);
     const Mat X = mat(x);
-    const int64_t C = X.cols;
-    launch(X.rows * C, [=] __device__(int64_t i) { X.at(i / C, i % C) *= factor; });
+    launch_rc(X.rows, X.cols, [=] __device__(int64_t t, int64_t c) { X.at(t, c) *= factor; });
   }
   void add_into(Tensor dst, ConstTensor src) override {
     const Timed timed(this, "add_into");
     check_add_into(dst, src);
+    if (dst.contiguous() && src.contiguous()) {  // any two shapes of one element count
+      float* d = dst.data();
+      const float* x = src.data();
+      launch(dst.numel(), [=] __device__(int64_t i) { d[i] += x[i]; });
+      return;
+    }
+    MEMO_CHECK(same_shape(dst, src), "add_into: strided views of different shapes ", dst.shape(),
+               " and ", src.shape());
     const Mat D = mat(dst);
     const CMat S = cmat(src);
-    const int64_t C = D.cols;
-    launch(D.rows * C, [=] __device__(int64_t i) { D.at(i / C, i % C) += S.at(i / C, i % C); });
+    launch_rc(D.rows, D.cols, [=] __device__(int64_t t, int64_t c) { D.at(t, c) += S.at(t, c); });
   }
   double sum(ConstTensor x) override {
     const Timed timed(this, "sum");
@@ -733,6 +750,17 @@ class CudaBackend final : public Backend {
     for_each_kernel<<<unsigned(blocks), kThreads, 0, s()>>>(n, f);
     check_cuda(cudaGetLastError(), "kernel launch");
   }
+  // f(t, c) for every element of a rows x cols matrix.
+  template <class F>
+  void launch_rc(int64_t rows, int64_t cols, F f) {
+    launch(rows * cols, RowCol<F>{cols, f});
+  }
+  // How the forward and backward attention kernels are instantiated for head_dim D: -D where D is
+  // 32, 64 or 128 (exact: unrolled, register arrays), else the bound 64, 128 or 256.
+  static int head_dim_kind(int64_t D, const char* op) {
+    if (D == 32 || D == 64 || D == 128) return -int(D);
+    return max_head_dim(D, op);
+  }
   // The bound on head_dim the attention kernels are instantiated for (their per-thread arrays).
   static int max_head_dim(int64_t D, const char* op) {
     if (D <= 64) return 64;
@@ -744,12 +772,13 @@ class CudaBackend final : public Backend {
   // nvcc allows a __device__ lambda only in a public member function (the extended-lambda rules):
   // every function below that defines one is public.
  public:
-  template <int kMaxD>
+  template <int kMaxD, bool kExact>
   void attention_forward_launch(Mat O, float* lp, CMat Q, CMat K, CMat V, cuda::AttnShape a,
                                 int64_t B) {
     const int64_t H = a.H, S = a.S;
     launch(B * H * S, [=] __device__(int64_t i) {
-      cuda::attention_forward_row<kMaxD>(O, lp, Q, K, V, a, i / (H * S), (i / S) % H, i % S);
+      cuda::attention_forward_row<kMaxD, kExact>(O, lp, Q, K, V, a, i / (H * S), (i / S) % H,
+                                                 i % S);
     });
   }
   void attention_delta_launch(float* delta, CMat DO, CMat O, cuda::AttnShape a, int64_t b) {
@@ -758,16 +787,16 @@ class CudaBackend final : public Backend {
       cuda::attention_delta_row(delta, DO, O, a, b, i / S, i % S);
     });
   }
-  template <int kMaxD>
+  template <int kMaxD, bool kExact>
   void attention_grad_launch(Mat DQ, Mat DK, Mat DV, CMat DO, CMat Q, CMat K, CMat V,
                              const float* lp, const float* delta, cuda::AttnShape a, int64_t b,
                              int64_t Hkv) {
     const int64_t S = a.S;
     launch(a.H * S, [=] __device__(int64_t i) {
-      cuda::attention_dq_row<kMaxD>(DQ, DO, Q, K, V, lp, delta, a, b, i / S, i % S);
+      cuda::attention_dq_row<kMaxD, kExact>(DQ, DO, Q, K, V, lp, delta, a, b, i / S, i % S);
     });
     launch(Hkv * S, [=] __device__(int64_t i) {
-      cuda::attention_dkdv_row<kMaxD>(DK, DV, DO, Q, K, V, lp, delta, a, b, i / S, i % S);
+      cuda::attention_dkdv_row<kMaxD, kExact>(DK, DV, DO, Q, K, V, lp, delta, a, b, i / S, i % S);
     });
   }
   template <int kMaxD>
@@ -816,14 +845,19 @@ class CudaBackend final : public Backend {
       doubles_ = RawBuffer(device_, n * int64_t(sizeof(double)), "cuda reduction partials");
     return doubles_.as<double>();
   }
-  // Whether the host can read p (ordinary or pinned host memory, not device memory).
-  static bool on_host(const void* p) {
+  // What memory p is in: ordinary host (cudaMemoryTypeUnregistered), pinned host or device.
+  static cudaMemoryType memory_type(const void* p) {
     cudaPointerAttributes a{};
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
       cudaGetLastError();
-      return true;
+      return cudaMemoryTypeUnregistered;
     }
-    return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
+    return a.type;
+  }
+  // Whether the host can read p (ordinary or pinned host memory, not device memory).
+  static bool on_host(const void* p) {
+    const cudaMemoryType t = memory_type(p);
+    return t == cudaMemoryTypeUnregistered || t == cudaMemoryTypeHost;
   }
   // Token ids in device memory (the model copies them there) are used in place; ids in host memory
   // (a caller of the kernel alone) are copied up on the compute stream first, a later copy being
@@ -1015,11 +1049,11 @@ void CudaBackend::matmul_unchecked(Tensor c, ConstTensor a, ConstTensor b, bool 
                                    bool trans_b, float alpha, float beta) {
   const int64_t M = c.rows(), N = c.cols(), K = trans_a ? a.rows() : a.cols();
   if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (beta == 0.0f)
-      fill(c, 0.0f);
-    else
-      scale(c, beta);
+  if (K == 0) {  // c = beta c, on any strided c
+    const Mat C = mat(c);
+    launch_rc(C.rows, C.cols, [=] __device__(int64_t t, int64_t j) {
+      C.at(t, j) = beta == 0.0f ? 0.0f : beta * C.at(t, j);
+    });
     return;
   }
   gemm(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, alpha,

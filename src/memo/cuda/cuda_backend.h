@@ -21,8 +21,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 
 // Rows of a token-panel product that a recomputation may start at and get the same bits
 // (Note [Reproducible rows] in backend/backend.h): products over token rows run as one cuBLASLt
-// call per panel of this many rows, so a panel's shape, and so its algorithm, never depends on
-// where a recomputed range ends.
+// call per panel of this many rows counted from the view's first row, one algorithm fixed per
+// shape and alignment. A range [r0, T) rebuilt in the same buffers (what memo recomputes) has the
+// full product's panels from r0 on, so the same shapes, algorithms and bits; a range that ends
+// elsewhere may end in a shorter panel of another algorithm.
 inline constexpr int64_t kCudaPanelRows = 256;
 
 }  // namespace memo

@@ -173,12 +173,17 @@ const SavedActs& SwapStrategy::forward_slot(int layer) {
   } else {
     if (layer >= 2) backend_->compute_stream().wait(offload_done_[size_t(layer - 2)]);
     poison(s, false);
+    // The warm-up micro-batch times each layer's forward: on a device whose kernels run
+    // asynchronously the host clock needs the compute stream drained at both ends (a no-op on the
+    // CPU, whose compute stream is the calling thread).
+    if (!profile_.valid) backend_->compute_stream().synchronize();
     layer_start_ = std::chrono::steady_clock::now();
   }
   return s;
 }
 
 void SwapStrategy::forward_done(int layer) {
+  if (!profile_.valid) backend_->compute_stream().synchronize();
   layer_forward_s_[size_t(layer)] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - layer_start_).count();
   if (layer < L_ - 2) queue_offload(layer);

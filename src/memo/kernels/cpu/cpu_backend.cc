@@ -23,17 +23,7 @@ std::string CpuBackend::describe() const { return str("cpu, fp32, ", cpu::blas_n
 int64_t CpuBackend::reproducible_rows() const { return cpu::kTokenPanelRows; }
 
 RawAllocator& CpuBackend::allocator(MemSpace space) {
-  switch (space) {
-    case MemSpace::kHost:
-      return host_;
-    case MemSpace::kPinnedHost:
-      return pinned_;
-    case MemSpace::kDevice:
-      return device_;
-    case MemSpace::kMeta:
-      break;
-  }
-  throw ConfigError(str("the cpu backend has no ", space_name(space), " memory"));
+  return pick_allocator(space, {&host_, &pinned_, &device_}, "cpu");
 }
 
 std::unique_ptr<Stream> CpuBackend::make_copy_stream(std::string name,
