@@ -13,8 +13,8 @@
 #      the losses compared step by step;
 #   3. memo eval of the GPU run's checkpoint on the GPU and on the CPU, memo generate on the GPU;
 #      the GPU run again: the losses must repeat bit for bit;
-#   4. keep, recompute, offload, memo and offload under a throttled (delayed) copy link, 8 steps
-#      each on the GPU: identical losses;
+#   4. keep, recompute, offload, memo, offload under a throttled (delayed) copy link and memo in
+#      the static plan's arena, 8 steps each on the GPU: identical losses;
 #   5. the NCCL communicator's check;
 #   6. tokens/s of a ~1B LLaMA at 4K tokens under keep (with the GPU time per kernel entry
 #      point: MEMO_CUDA_PROFILE), recompute and memo, and PyTorch's on the same model
@@ -109,10 +109,12 @@ stage gpu_generate 60 "$b/memo" generate --checkpoint "$runs/gpu" --prompt "In t
 # 3. again: bit for bit
 stage gpu_repeat 150 "$b/memo" "${quick[@]}" --device cuda --out "$runs/gpu2" --log "$runs/gpu2.jsonl"
 # 4. the strategies on the GPU (two micro-batches of 1,024 tokens: memo splits at 256-row panels)
-for s in keep recompute offload memo throttled; do
+for s in keep recompute offload memo throttled planned; do
   args=(--activations "$s")
   [[ $s == memo ]] && args+=(--alpha 0.5)
   [[ $s == throttled ]] && args=(--activations offload --copy-bandwidth 2)
+  # memo inside the static plan: one device arena, refused before step 1 if it does not fit
+  [[ $s == planned ]] && args=(--activations memo --alpha 0.5 --device-memory 1GiB)
   stage "strategy_$s" 60 "$b/memo" train --config configs/small.json --data "$b/data/kjv.txt" \
     --seq 1024 --batch 2 --micro-batch 1 --steps 8 --lr 2e-3 --save-every 0 --device cuda \
     --out "$runs/s_$s" --log "$runs/s_$s.jsonl" "${args[@]}"
@@ -186,7 +188,7 @@ afg, afc = steps(losses("af_cuda")), steps(losses("af_cpu"))
 if afg and afc:
     out["adafactor_gpu_vs_cpu_max_rel"] = max(abs(a["loss"] - b["loss"]) / abs(b["loss"])
                                               for a, b in zip(afg, afc))
-st = {s: [r["loss"] for r in steps(losses("s_" + s))] for s in ["keep", "recompute", "offload", "memo", "throttled"]}
+st = {s: [r["loss"] for r in steps(losses("s_" + s))] for s in ["keep", "recompute", "offload", "memo", "throttled", "planned"]}
 out["strategies"] = {"losses_keep": st["keep"],
                      "identical_to_keep": {s: (v == st["keep"] and len(v) > 0) for s, v in st.items()}}
 for s in ["keep", "recompute", "memo"]:
