@@ -15,7 +15,8 @@
 #      the GPU run again: the losses must repeat bit for bit;
 #   4. keep, recompute, offload, memo, offload under a throttled (delayed) copy link and memo in
 #      the static plan's arena, 8 steps each on the GPU: identical losses;
-#   5. the NCCL communicator's check;
+#   5. the NCCL communicator's check, and 20 training steps reduced over NCCL (one GPU) against the
+#      same steps without it;
 #   6. tokens/s of a ~1B LLaMA at 4K tokens under keep (with the GPU time per kernel entry
 #      point: MEMO_CUDA_PROFILE), recompute and memo, and PyTorch's on the same model
 #      (scripts/torch_gpu_bench.py).
@@ -125,8 +126,15 @@ for d in cuda cpu; do
     --seq 256 --batch 8 --steps 8 --optimizer adafactor --save-every 0 --val-batches 1 \
     --device "$d" --out "$runs/af_$d" --log "$runs/af_$d.jsonl"
 done
-# 5. NCCL
+# 5. NCCL: its own check, then training whose reductions go over NCCL (a group of one GPU), which
+# must give the losses of the same run without it, bit for bit
 stage nccl 60 "$b/memo_nccl_check"
+for n in plain nccl; do
+  args=()
+  [[ $n == nccl ]] && args=(--nccl)
+  stage "train_$n" 60 "$b/memo" "${quick[@]}" --steps 20 --device cuda --out "$runs/t_$n" \
+    --log "$runs/t_$n.jsonl" "${args[@]}"
+done
 # 6. a ~1B LLaMA at 4K tokens
 cat > "$runs/llama1b.json" <<'EOF'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
@@ -184,6 +192,9 @@ except Exception as e:
     out["eval_gpu_vs_cpu"] = str(e)
 if gpu and gpu2:
     out["gpu_repeat_bitwise"] = [a["loss"] for a in gpu] == [a["loss"] for a in gpu2]
+tp, tn = steps(losses("t_plain")), steps(losses("t_nccl"))
+if tp and tn:
+    out["nccl_train_bitwise"] = [r["loss"] for r in tp] == [r["loss"] for r in tn]
 afg, afc = steps(losses("af_cuda")), steps(losses("af_cpu"))
 if afg and afc:
     out["adafactor_gpu_vs_cpu_max_rel"] = max(abs(a["loss"] - b["loss"]) / abs(b["loss"])

@@ -282,9 +282,12 @@ TEST_F(Cli, device_cuda_without_a_gpu_and_bf16_fail_with_one_line) {
   ASSERT_EQ(test::run_command(train_cmd(out, "--steps 1 --val-batches 1")).exit_code, 0);
   test::expect_clean_failure(train_cmd(dir.str("bf16"), "--steps 1 --precision bf16"),
                              "--precision bf16: only fp32");
+  test::expect_clean_failure(train_cmd(dir.str("nccl"), "--steps 1 --nccl"),
+                             "--nccl needs --device cuda");
   const std::string ckpt = " --checkpoint " + out + " --data " + dir.str("data.txt");
   const std::vector<std::string> cmds = {
       train_cmd(dir.str("gpu"), "--steps 1 --val-batches 1 --device cuda"),
+      train_cmd(dir.str("gpu"), "--steps 1 --val-batches 1 --device cuda --nccl"),
       test::memo_bin() + " eval --seq 32 --batch 2 --device cuda" + ckpt,
       test::memo_bin() + " generate --max-new-tokens 4 --device cuda --prompt In" +
           " --checkpoint " + out};

@@ -27,7 +27,7 @@ std::unique_ptr<Backend> make_backend(const DeviceFlags& f) {
                           "CUDA is issue #10's next step)"));
   if (f.device == "cpu") return nullptr;
 #if MEMO_HAVE_CUDA
-  return make_cuda_backend(0);
+  return make_cuda_backend(-1);
 #else
   throw ConfigError(
       "--device cuda: this memo was built without the CUDA backend (no CUDA toolkit was found, "

@@ -10,8 +10,42 @@
 #include "memo/core/error.h"
 #include "memo/core/units.h"
 #include "memo/train/trainer.h"
+#if MEMO_HAVE_NCCL
+#include "memo/cuda/cuda_backend.h"
+#include "memo/nccl/nccl_communicator.h"
+#include "memo/parallel/mpi_communicator.h"
+#endif
 
 namespace memo::cli {
+
+namespace {
+
+// Between GPUs the job's collectives go over NCCL (device buffers), bootstrapped over the MPI
+// world, its stream ordered after the backend's compute stream; null where they stay as they are
+// (the CPU: MPI or none).
+std::unique_ptr<Communicator> gpu_communicator(const DeviceChoice& where, Communicator* world,
+                                               bool nccl) {
+  const bool cuda = where.backend_or_null() != nullptr;
+  if (nccl && !cuda) throw ConfigError("--nccl needs --device cuda");
+  if (!cuda || (!world && !nccl)) return nullptr;
+#if MEMO_HAVE_NCCL
+  std::unique_ptr<NcclCommunicator> c;
+  if (world) {
+    auto* mpi = dynamic_cast<MpiCommunicator*>(world);
+    MEMO_CHECK(mpi, "--device cuda under mpirun: the job's world is not MPI");
+    c = NcclCommunicator::over(*mpi);
+  } else {
+    c = NcclCommunicator::single(cuda_device(where.backend()));
+  }
+  c->follow(static_cast<cudaStream_t>(cuda_compute_stream(where.backend())));
+  return c;
+#else
+  throw ConfigError(
+      "--device cuda with NCCL (under mpirun, or --nccl): this memo was built without NCCL");
+#endif
+}
+
+}  // namespace
 
 void add_train_command(CLI::App& app, Communicator* world) {
   auto t = std::make_shared<TrainOptions>();
@@ -61,6 +95,10 @@ void add_train_command(CLI::App& app, Communicator* world) {
   train->add_option("--log", t->log_path, "JSON-lines log, one object per step");
   auto device = std::make_shared<DeviceFlags>();
   add_device_flags(*train, *device);
+  auto nccl = std::make_shared<bool>(false);
+  train->add_flag("--nccl", *nccl,
+                  "--device cuda: reduce over NCCL even without mpirun (a group of one GPU; "
+                  "under mpirun --device cuda always does)");
   auto device_memory = std::make_shared<std::string>();
   train->add_option("--device-memory", *device_memory,
                     "Device memory budget, e.g. 1.5GiB: plan activations into one arena and refuse "
@@ -95,8 +133,8 @@ void add_train_command(CLI::App& app, Communicator* world) {
                     "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
   auto schedule = std::make_shared<BatchScheduleFlags>();
   add_batch_schedule_flags(*train, *schedule);
-  train->callback([t, out, optim, device, device_memory, host_memory, alpha, alpha_opt, schedule,
-                   lr, world] {
+  train->callback([t, out, optim, device, nccl, device_memory, host_memory, alpha, alpha_opt,
+                   schedule, lr, world] {
     TrainOptions o = *t;
     o.optimizer = resolve_optimizer(*optim);
     o.batch_schedule = resolve_batch_schedule(*schedule, o.optimizer.name, !o.resume_dir.empty());
@@ -118,7 +156,8 @@ void add_train_command(CLI::App& app, Communicator* world) {
           std::filesystem::exists(r / "model.safetensors") ? r.parent_path().string() : r.string();
     }
     const DeviceChoice where(*device);
-    memo::train(o, std::cout, world, where.backend_or_null());
+    const std::unique_ptr<Communicator> gpus = gpu_communicator(where, world, *nccl);
+    memo::train(o, std::cout, gpus ? gpus.get() : world, where.backend_or_null());
   });
 }
 

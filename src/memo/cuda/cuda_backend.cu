@@ -300,6 +300,8 @@ class CudaBackend final : public Backend {
     return space == MemSpace::kHost || space == MemSpace::kPinnedHost;
   }
   Stream& compute_stream() override { return *compute_; }
+  cudaStream_t compute_handle() const { return compute_->handle(); }
+  int device() const { return gpu_; }
   std::unique_ptr<Stream> make_copy_stream(std::string name,
                                            const StreamOptions& options) override {
     return std::make_unique<CudaStream>(std::move(name), options);
@@ -939,6 +941,7 @@ class CudaBackend final : public Backend {
   std::map<std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>, Gemm>
       gemms_;
   std::string description_;
+  int gpu_ = 0;  // the device index
 };
 
 constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;
@@ -951,9 +954,14 @@ CudaBackend::CudaBackend(int device) {
     throw ConfigError(str("--device cuda: no CUDA GPU can be used here (",
                           e != cudaSuccess ? cudaGetErrorString(e) : "no device found", ")"));
   }
-  if (device < 0 || device >= count)
+  if (device < 0) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    device = (local ? std::atoi(local) : 0) % count;
+  }
+  if (device >= count)
     throw ConfigError(str("--device cuda: GPU ", device, " does not exist (", count, " found)"));
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  gpu_ = device;
   const char* profile = std::getenv("MEMO_CUDA_PROFILE");
   profile_ = profile && *profile && std::strcmp(profile, "0") != 0;
   compute_ = std::make_unique<CudaStream>("compute", StreamOptions{});
@@ -1093,6 +1101,16 @@ double CudaBackend::measure_matmul_peak_flops(double seconds) {
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   return std::make_unique<CudaBackend>(device);
+}
+
+int cuda_device(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  return cuda ? cuda->device() : -1;
+}
+
+void* cuda_compute_stream(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  return cuda ? static_cast<void*>(cuda->compute_handle()) : nullptr;
 }
 
 }  // namespace memo

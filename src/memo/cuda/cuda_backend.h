@@ -15,9 +15,16 @@
 
 namespace memo {
 
-// The backend on GPU `device`. Throws ConfigError with a one-line reason where no CUDA GPU can be
-// used (no driver, no device, a driver too old for this build).
-std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// The backend on GPU `device`; -1: this process's GPU, its local rank under mpirun
+// (OMPI_COMM_WORLD_LOCAL_RANK) modulo the GPUs it sees, as the NCCL communicator picks it, else 0.
+// Throws ConfigError with a one-line reason where no CUDA GPU can be used (no driver, no device, a
+// driver too old for this build).
+std::unique_ptr<Backend> make_cuda_backend(int device = -1);
+// The GPU the CUDA backend runs on; -1 for any other backend.
+int cuda_device(Backend& backend);
+// The CUDA backend's compute stream (a cudaStream_t), for a communicator to order its collectives
+// after; null for any other backend.
+void* cuda_compute_stream(Backend& backend);
 
 // Rows of a token-panel product that a recomputation may start at and get the same bits
 // (Note [Reproducible rows] in backend/backend.h): products over token rows run as one cuBLASLt

@@ -81,6 +81,21 @@ void NcclCommunicator::abort() {
   comm_ = nullptr;
 }
 
+void NcclCommunicator::follow(cudaStream_t compute) { follow_ = compute; }
+
+void NcclCommunicator::begin(const char* op) {
+  check_alive(op);
+  if (!follow_) return;
+  // the collective starts once the compute stream's work so far (the gradients) is done
+  cudaEvent_t done;
+  check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+  const cudaError_t recorded = cudaEventRecord(done, follow_);
+  const cudaError_t waited =
+      recorded == cudaSuccess ? cudaStreamWaitEvent(stream_, done, 0) : recorded;
+  cudaEventDestroy(done);  // released once the wait has seen it
+  check_cuda(waited, "cudaStreamWaitEvent");
+}
+
 void NcclCommunicator::check_alive(const char* op) const {
   MEMO_CHECK(comm_ != nullptr, op, ": the NCCL communicator was aborted after an earlier error");
 }
@@ -131,7 +146,7 @@ void NcclCommunicator::finish(const char* op, Clock::time_point t0, int64_t sent
 }
 
 void NcclCommunicator::all_reduce_sum(Tensor x) {
-  check_alive("all_reduce_sum");
+  begin("all_reduce_sum");
   const auto t0 = Clock::now();
   const size_t n = count_of(x, "all_reduce_sum");
   check_nccl(ncclAllReduce(x.data(), x.data(), n, ncclFloat, ncclSum, comm_, stream_),
@@ -141,7 +156,7 @@ void NcclCommunicator::all_reduce_sum(Tensor x) {
 }
 
 void NcclCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
-  check_alive("reduce_scatter_sum");
+  begin("reduce_scatter_sum");
   count_of(in, "reduce_scatter_sum");
   MEMO_CHECK(in.numel() == out.numel() * size_, "reduce_scatter_sum: out ", out.shape(),
              " must hold 1/", size_, " of in ", in.shape());
@@ -154,7 +169,7 @@ void NcclCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
 }
 
 void NcclCommunicator::all_gather(Tensor out, ConstTensor in) {
-  check_alive("all_gather");
+  begin("all_gather");
   count_of(out, "all_gather");
   MEMO_CHECK(out.numel() == in.numel() * size_, "all_gather: out ", out.shape(), " must hold ",
              size_, " x in ", in.shape());
@@ -178,7 +193,7 @@ void NcclCommunicator::all_reduce_sum(std::span<double> x) {
 }
 
 void NcclCommunicator::all_gather(std::span<double> out, std::span<const double> in) {
-  check_alive("all_gather");
+  begin("all_gather");
   MEMO_CHECK(out.size() == in.size() * size_t(size_), "all_gather: out of ", out.size(),
              " must hold ", size_, " x in of ", in.size());
   const auto t0 = Clock::now();
@@ -198,7 +213,7 @@ void NcclCommunicator::all_gather(std::span<double> out, std::span<const double>
 }
 
 void NcclCommunicator::broadcast(Tensor x, int root) {
-  check_alive("broadcast");
+  begin("broadcast");
   check_peer("broadcast", root);
   const auto t0 = Clock::now();
   check_nccl(
@@ -209,7 +224,7 @@ void NcclCommunicator::broadcast(Tensor x, int root) {
 }
 
 void NcclCommunicator::send(ConstTensor x, int peer) {
-  check_alive("send");
+  begin("send");
   check_peer("send", peer);
   const auto t0 = Clock::now();
   check_nccl(ncclSend(x.data(), count_of(x, "send"), ncclFloat, peer, comm_, stream_), "ncclSend");
@@ -217,7 +232,7 @@ void NcclCommunicator::send(ConstTensor x, int peer) {
 }
 
 void NcclCommunicator::recv(Tensor x, int peer) {
-  check_alive("recv");
+  begin("recv");
   check_peer("recv", peer);
   const auto t0 = Clock::now();
   check_nccl(ncclRecv(x.data(), count_of(x, "recv"), ncclFloat, peer, comm_, stream_), "ncclRecv");
@@ -226,7 +241,7 @@ void NcclCommunicator::recv(Tensor x, int peer) {
 
 // One group: NCCL posts both before either waits, so a ring of them cannot deadlock.
 void NcclCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
-  check_alive("send_recv");
+  begin("send_recv");
   check_peer("send_recv", to);
   check_peer("send_recv", from);
   const size_t nx = count_of(x, "send_recv"), ny = count_of(y, "send_recv");  // before the group
@@ -243,7 +258,7 @@ void NcclCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
 }
 
 void NcclCommunicator::barrier() {
-  check_alive("barrier");
+  begin("barrier");
   const auto t0 = Clock::now();
   float* one = static_cast<float*>(scratch(sizeof(float)));
   check_cuda(cudaMemsetAsync(one, 0, sizeof(float), stream_), "cudaMemsetAsync");
@@ -256,7 +271,9 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   ncclComm_t group;
   check_nccl(ncclCommSplit(comm_, color, key, &group, nullptr), "ncclCommSplit");
   count(0, 0);
-  return std::unique_ptr<Communicator>(new NcclCommunicator(group, device_, timeout_s_));
+  std::unique_ptr<NcclCommunicator> child(new NcclCommunicator(group, device_, timeout_s_));
+  child->follow_ = follow_;
+  return child;
 }
 
 }  // namespace memo

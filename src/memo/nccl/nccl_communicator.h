@@ -9,8 +9,8 @@
 // NCCL is found (CMakeLists.txt); not yet run on a GPU (none was lent while it was written):
 // scripts/gpu-check.sh runs its check.
 //
-// Until the CUDA backend (issue #10) hands it its compute stream, the stream is a blocking one:
-// it starts after work already queued on CUDA's legacy default stream, and the host waits for it.
+// Its stream is a blocking one (it starts after work queued on CUDA's legacy default stream) and
+// follows the CUDA backend's compute stream once told to (follow); the host waits for it.
 // Differences from MpiCommunicator: all_reduce_sum and reduce_scatter_sum of float tensors add in
 // NCCL's order (fixed for a given topology and NCCL version, not rank order); the host statistics
 // (the double spans) are gathered and summed on the host in rank order, as MPI's are.
@@ -37,6 +37,12 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  // Orders every later collective after the work queued so far on `compute` (the CUDA backend's
+  // compute stream: its kernels write the gradients the collectives read). The host's wait for
+  // each collective (finish) orders the compute stream's later work after it. Groups made by
+  // split follow the same stream.
+  void follow(cudaStream_t compute);
 
   const char* name() const override { return "nccl"; }
   int rank() const override { return rank_; }
@@ -65,6 +71,8 @@ class NcclCommunicator final : public Communicator {
   // ncclCommAbort once; every later call refuses (check_alive) and the destructor skips it.
   void abort();
   void check_alive(const char* op) const;
+  // check_alive, then the wait on the followed stream: the start of every collective.
+  void begin(const char* op);
   void check_peer(const char* op, int peer) const;
   // A device scratch of at least `bytes` (the double statistics travel through it).
   void* scratch(size_t bytes);
@@ -77,6 +85,7 @@ class NcclCommunicator final : public Communicator {
   double timeout_s_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  cudaStream_t follow_ = nullptr;
 };
 
 }  // namespace memo
