@@ -627,10 +627,7 @@ class CudaBackend final : public Backend {
     const int p = pass == NoiseProbePass::kFirst ? 0 : pass == NoiseProbePass::kMiddle ? 1 : 2;
     launch(chunks,
            [=] __device__(int64_t k) { dev[k] = cuda::noise_probe_chunk(gp, sp, p, n, k); });
-    copy_to_host(partial.data(), dev, chunks * int64_t(sizeof(double)));
-    double total = 0.0;
-    for (int64_t k = 0; k < chunks; ++k) total += partial[k];
-    return total;
+    return host_ordered_sum(dev, chunks);  // `partial` goes unused: the sums stay in `dev`
   }
 
   void sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& st) override {
