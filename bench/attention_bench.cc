@@ -21,8 +21,8 @@
 
 namespace {
 
-using memo::ConstTensor;
-using memo::Tensor;
+using ConstTensor = memo::View<const float>;
+using Tensor = memo::View<float>;
 
 struct BenchOptions {
   std::vector<int64_t> seqs{1024, 2048, 4096, 8192, 16384};

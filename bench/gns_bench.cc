@@ -62,14 +62,14 @@ int main(int argc, char** argv) {
       const int32_t* in = tokens.data() + m * micro * seq;
       model.forward_backward(in, in + 1, micro, seq, scale, strategy, alloc);
       const auto t = Clock::now();
-      if (with_probe) probe.after_micro(model.grads(), m);
+      if (with_probe) probe.after_micro(model.grads_tensor(), m);
       probe_s += with_probe ? since(t) : 0.0;
     }
-    const double sq = cpu::sum_squares(ConstTensor(model.grads(), {n}));
+    const double sq = cpu::sum_squares(View<const float>(model.grads(), {n}));
     auto t = Clock::now();
     if (with_probe) probe.end_step(sq);
     probe_s += with_probe ? since(t) : 0.0;
-    opt.step(model.params(), model.grads(), 1e-4);
+    opt.step(model.params_tensor(), model.grads_tensor(), 1e-4);
   };
   step(false), step(true);  // warm-up: first-touch allocations
   probe_s = 0.0;

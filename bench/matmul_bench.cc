@@ -141,8 +141,8 @@ void time_product(const Product& p) {
 void time_after_openmp(const Product& p) {
   Buffers buf(p);
   std::vector<float> y(p.M * p.K), r(p.M), w(p.K, 1.0f);
-  memo::Tensor yv(y.data(), {p.M, p.K}), rv(r.data(), {p.M});
-  memo::ConstTensor xv(buf.a.data(), {p.M, p.K}), wv(w.data(), {p.K});
+  memo::View<float> yv(y.data(), {p.M, p.K}), rv(r.data(), {p.M});
+  memo::View<const float> xv(buf.a.data(), {p.M, p.K}), wv(w.data(), {p.K});
   auto norm = [&] { memo::cpu::rmsnorm_forward(yv, rv, xv, wv, 1e-5f); };
   struct Best {
     double wall_ms = 1e300, cpu_ms = 1e300;

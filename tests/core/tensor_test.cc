@@ -6,29 +6,29 @@
 
 namespace memo {
 
-TEST(Tensor, slice_rows_is_one_contiguous_range) {
+TEST(View, slice_rows_is_one_contiguous_range) {
   float buf[12];
-  Tensor t(buf, {4, 3});
-  Tensor s = t.slice_rows(1, 3);
+  View<float> t(buf, {4, 3});
+  View<float> s = t.slice_rows(1, 3);
   EXPECT_EQ(s.data(), buf + 3);
   EXPECT_EQ(s.rows(), 2);
   EXPECT_TRUE(s.contiguous());
 }
 
-TEST(Tensor, slice_cols_keeps_row_stride) {
+TEST(View, slice_cols_keeps_row_stride) {
   float buf[12];
-  Tensor t(buf, {4, 3});
-  Tensor s = t.slice_cols(1, 3);
+  View<float> t(buf, {4, 3});
+  View<float> s = t.slice_cols(1, 3);
   EXPECT_EQ(&s(2, 0), buf + 7);
   EXPECT_FALSE(s.contiguous());
 }
 
 TEST(CachingAllocator, reuses_released_blocks_without_new_reservation) {
   CachingAllocator alloc;
-  Tensor a = alloc.acquire("a", {100, 10}, ActKind::kTransient, DType::kF32);
+  View<float> a = alloc.acquire("a", {100, 10}, ActKind::kTransient, DType::kF32);
   alloc.release(a);
   int64_t reserved = alloc.reserved_bytes();
-  Tensor b = alloc.acquire("b", {100, 10}, ActKind::kTransient, DType::kF32);
+  View<float> b = alloc.acquire("b", {100, 10}, ActKind::kTransient, DType::kF32);
   EXPECT_EQ(alloc.reserved_bytes(), reserved);
   EXPECT_EQ(b.data(), a.data());
   alloc.release(b);

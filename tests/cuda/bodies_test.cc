@@ -64,8 +64,8 @@ struct Buf {
   }
   Mat mat() { return {v.data(), rows, cols, ld}; }
   CMat cmat() const { return {v.data(), rows, cols, ld}; }
-  Tensor t() { return Tensor(v.data(), {rows, cols}, {ld, 1, 0, 0}); }
-  ConstTensor ct() const { return ConstTensor(v.data(), {rows, cols}, {ld, 1, 0, 0}); }
+  View<float> t() { return View<float>(v.data(), {rows, cols}, {ld, 1, 0, 0}); }
+  View<const float> ct() const { return View<const float>(v.data(), {rows, cols}, {ld, 1, 0, 0}); }
   float at(int64_t r, int64_t c) const { return v[r * ld + c]; }
   // The rows x cols elements, contiguous.
   std::vector<float> logical() const {
@@ -162,8 +162,8 @@ TEST(CudaBodies, rmsnorm_forward_backward_and_dw_match_cpu) {
     // Forward.
     Buf y_cpu(T, C, ld + 1, kNaN), y_body(T, C, ld + 1, kNaN);
     std::vector<float> r_cpu = nan_vec(T), r_body = nan_vec(T);
-    cpu::rmsnorm_forward(y_cpu.t(), Tensor(r_cpu.data(), {T}), x.ct(), ConstTensor(w.data(), {C}),
-                         kEps);
+    cpu::rmsnorm_forward(y_cpu.t(), View<float>(r_cpu.data(), {T}), x.ct(),
+                         View<const float>(w.data(), {C}), kEps);
     for (int64_t t = 0; t < T; ++t)
       rmsnorm_forward_row(y_body.mat(), r_body.data(), x.cmat(), w.data(), kEps, t);
     // inv_rms: a double sum (reassociated on the CPU) rounded once; y = x r w from it.
@@ -175,8 +175,8 @@ TEST(CudaBodies, rmsnorm_forward_backward_and_dw_match_cpu) {
     const std::vector<float> dw0 = test::random_floats(C, 5);
     Buf dx_cpu = dx0, dx_body = dx0;
     std::vector<float> dw_cpu = dw0, dw_body = dw0;
-    cpu::rmsnorm_backward(dx_cpu.t(), Tensor(dw_cpu.data(), {C}), dy.ct(), x.ct(),
-                          ConstTensor(w.data(), {C}), ConstTensor(r_cpu.data(), {T}));
+    cpu::rmsnorm_backward(dx_cpu.t(), View<float>(dw_cpu.data(), {C}), dy.ct(), x.ct(),
+                          View<const float>(w.data(), {C}), View<const float>(r_cpu.data(), {T}));
     for (int64_t t = 0; t < T; ++t)
       rmsnorm_backward_row(dx_body.mat(), dy.cmat(), x.cmat(), w.data(), r_cpu.data(), t);
     for (int64_t c = 0; c < C; ++c)
@@ -213,8 +213,9 @@ TEST(CudaBodies, layernorm_forward_backward_and_dwdb_match_cpu) {
     Buf y_cpu(T, C, ld + 4, kNaN), y_body(T, C, ld + 4, kNaN);
     std::vector<float> m_cpu = nan_vec(T), m_body = nan_vec(T), r_cpu = nan_vec(T),
                        r_body = nan_vec(T);
-    cpu::layernorm_forward(y_cpu.t(), Tensor(m_cpu.data(), {T}), Tensor(r_cpu.data(), {T}), x.ct(),
-                           ConstTensor(w.data(), {C}), ConstTensor(b.data(), {C}), kEps);
+    cpu::layernorm_forward(y_cpu.t(), View<float>(m_cpu.data(), {T}),
+                           View<float>(r_cpu.data(), {T}), x.ct(), View<const float>(w.data(), {C}),
+                           View<const float>(b.data(), {C}), kEps);
     for (int64_t t = 0; t < T; ++t)
       layernorm_forward_row(y_body.mat(), m_body.data(), r_body.data(), x.cmat(), w.data(),
                             b.data(), kEps, t);
@@ -234,9 +235,10 @@ TEST(CudaBodies, layernorm_forward_backward_and_dwdb_match_cpu) {
     const std::vector<float> dw0 = test::random_floats(C, 16), db0 = test::random_floats(C, 17);
     Buf dx_cpu = dx0, dx_body = dx0;
     std::vector<float> dw_cpu = dw0, dw_body = dw0, db_cpu = db0, db_body = db0;
-    cpu::layernorm_backward(dx_cpu.t(), Tensor(dw_cpu.data(), {C}), Tensor(db_cpu.data(), {C}),
-                            dy.ct(), x.ct(), ConstTensor(w.data(), {C}),
-                            ConstTensor(m_cpu.data(), {T}), ConstTensor(r_cpu.data(), {T}));
+    cpu::layernorm_backward(dx_cpu.t(), View<float>(dw_cpu.data(), {C}),
+                            View<float>(db_cpu.data(), {C}), dy.ct(), x.ct(),
+                            View<const float>(w.data(), {C}), View<const float>(m_cpu.data(), {T}),
+                            View<const float>(r_cpu.data(), {T}));
     for (int64_t t = 0; t < T; ++t)
       layernorm_backward_row(dx_body.mat(), dy.cmat(), x.cmat(), w.data(), m_cpu.data(),
                              r_cpu.data(), t);
@@ -274,7 +276,8 @@ TEST(CudaBodies, rope_rotate_pair_matches_cpu_forward_and_backward_to_an_ulp) {
   // first_row 0 and 5 (a row range of a longer tensor).
   constexpr int64_t T = 11, n_heads = 3, D = 8, S = 7, half = D / 2;
   std::vector<float> cos(S * half), sin(S * half);
-  cpu::rope_table(Tensor(cos.data(), {S, half}), Tensor(sin.data(), {S, half}), D, 10000.0f);
+  cpu::rope_table(View<float>(cos.data(), {S, half}), View<float>(sin.data(), {S, half}), D,
+                  10000.0f);
   const CMat cm{cos.data(), S, half, half}, sm{sin.data(), S, half, half};
   for (int64_t ld : {n_heads * D, n_heads * D + 5}) {
     for (int64_t first_row : {0, 5}) {
@@ -283,11 +286,11 @@ TEST(CudaBodies, rope_rotate_pair_matches_cpu_forward_and_backward_to_an_ulp) {
         const Buf x = Buf::random(T, n_heads * D, ld, 21);
         Buf x_cpu = x, x_body = x;
         if (sign > 0)
-          cpu::rope_forward(x_cpu.t(), ConstTensor(cos.data(), {S, half}),
-                            ConstTensor(sin.data(), {S, half}), D, first_row);
+          cpu::rope_forward(x_cpu.t(), View<const float>(cos.data(), {S, half}),
+                            View<const float>(sin.data(), {S, half}), D, first_row);
         else
-          cpu::rope_backward(x_cpu.t(), ConstTensor(cos.data(), {S, half}),
-                             ConstTensor(sin.data(), {S, half}), D, first_row);
+          cpu::rope_backward(x_cpu.t(), View<const float>(cos.data(), {S, half}),
+                             View<const float>(sin.data(), {S, half}), D, first_row);
         for (int64_t t = 0; t < T; ++t)
           for (int64_t h = 0; h < n_heads; ++h)
             for (int64_t i = 0; i < half; ++i)
@@ -419,7 +422,7 @@ TEST(CudaBodies, bias_backward_col_matches_cpu_bitwise) {
     const Buf dy = Buf::random(T, C, ld, 51);
     const std::vector<float> db0 = test::random_floats(C, 52);
     std::vector<float> db_cpu = db0, db_body = db0;
-    cpu::bias_backward(Tensor(db_cpu.data(), {C}), dy.ct());
+    cpu::bias_backward(View<float>(db_cpu.data(), {C}), dy.ct());
     for (int64_t c = 0; c < C; ++c) bias_backward_col(db_body.data(), dy.cmat(), c);
     // Tokens in order in double, added to db once: the same bits; and it did accumulate.
     expect_bits_eq(db_body, db_cpu, "db");
@@ -473,8 +476,8 @@ TEST(CudaBodies, cross_entropy_row_matches_cpu_with_and_without_dlogits) {
       SCOPED_TRACE(want_grad ? "with dlogits" : "loss only");
       std::vector<float> l_cpu = nan_vec(T), l_body = nan_vec(T);
       Buf d_cpu(T, V, ld + 1, kNaN), d_body(T, V, ld + 1, kNaN);
-      cpu::cross_entropy(Tensor(l_cpu.data(), {T}), want_grad ? d_cpu.t() : Tensor(), logits.ct(),
-                         tv, kGradScale);
+      cpu::cross_entropy(View<float>(l_cpu.data(), {T}), want_grad ? d_cpu.t() : View<float>(),
+                         logits.ct(), tv, kGradScale);
       for (int64_t t = 0; t < T; ++t)
         cross_entropy_row(l_body.data(), want_grad ? d_body.mat() : Mat{}, logits.cmat(),
                           targets.data(), kGradScale, t);
@@ -523,8 +526,9 @@ void check_attention(const AttnCase& c, AttnMask mask) {
   Buf o_cpu(T, H * D, H * D, kNaN), o_body(T, H * D, H * D, kNaN);
   std::vector<float> lse_cpu = nan_vec(B * H * S), lse_body = nan_vec(B * H * S);
   std::vector<float> fwd_scratch(cpu::attention_forward_scratch_numel(D));
-  cpu::attention_forward(o_cpu.t(), Tensor(lse_cpu.data(), {B, H, S}), q.ct(), k.ct(), v.ct(), B, H,
-                         Hkv, Tensor(fwd_scratch.data(), {int64_t(fwd_scratch.size())}), mask);
+  cpu::attention_forward(o_cpu.t(), View<float>(lse_cpu.data(), {B, H, S}), q.ct(), k.ct(), v.ct(),
+                         B, H, Hkv, View<float>(fwd_scratch.data(), {int64_t(fwd_scratch.size())}),
+                         mask);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < S; ++i)
@@ -538,8 +542,8 @@ void check_attention(const AttnCase& c, AttnMask mask) {
   Buf dv_cpu(T, Hkv * D, Hkv * D, kNaN), dv_body(T, Hkv * D, Hkv * D, kNaN);
   std::vector<float> bwd_scratch(cpu::attention_backward_scratch_numel(S, D, H, Hkv));
   cpu::attention_backward(dq_cpu.t(), dk_cpu.t(), dv_cpu.t(), dout.ct(), q.ct(), k.ct(), v.ct(),
-                          o_cpu.ct(), ConstTensor(lse_cpu.data(), {B, H, S}), B, H, Hkv,
-                          Tensor(bwd_scratch.data(), {int64_t(bwd_scratch.size())}), mask);
+                          o_cpu.ct(), View<const float>(lse_cpu.data(), {B, H, S}), B, H, Hkv,
+                          View<float>(bwd_scratch.data(), {int64_t(bwd_scratch.size())}), mask);
   for (int64_t b = 0; b < B; ++b) {
     std::vector<float> delta = nan_vec(H * S);  // this batch's dout . o, one launch per b
     for (int64_t h = 0; h < H; ++h)
@@ -637,8 +641,8 @@ TEST(CudaBodies, attention_merge_item_matches_cpu_bitwise) {
   lse0[3] = lse_part[3] = -INFINITY;
   Buf o_cpu = o0, o_body = o0;
   std::vector<float> lse_cpu = lse0, lse_body = lse0;
-  cpu::attention_merge(o_cpu.t(), Tensor(lse_cpu.data(), {B, H, S}), o_part.ct(),
-                       ConstTensor(lse_part.data(), {B, H, S}));
+  cpu::attention_merge(o_cpu.t(), View<float>(lse_cpu.data(), {B, H, S}), o_part.ct(),
+                       View<const float>(lse_part.data(), {B, H, S}));
   for (int64_t bs = 0; bs < T; ++bs)
     for (int64_t h = 0; h < H; ++h)
       attention_merge_item(o_body.mat(), lse_body.data(), o_part.cmat(), lse_part.data(), H, S, D,
@@ -661,7 +665,7 @@ void check_decode(int64_t first, int64_t n, int64_t H, int64_t Hkv, int64_t D) {
   Buf o_cpu(n, H * D, H * D, kNaN), o_body(n, H * D, H * D, kNaN);
   std::vector<float> scratch(cpu::attention_decode_scratch_numel(keys));
   cpu::attention_decode(o_cpu.t(), q.ct(), k.ct(), v.ct(), first, H, Hkv,
-                        Tensor(scratch.data(), {int64_t(scratch.size())}));
+                        View<float>(scratch.data(), {int64_t(scratch.size())}));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t h = 0; h < H; ++h)
       attention_decode_item<kMaxD>(o_body.mat(), q.cmat(), k.cmat(), v.cmat(), first, H / Hkv, D, i,
@@ -692,8 +696,10 @@ OptState opt_state(uint64_t seed) {
   st.g[6] = -0.0f;
   return st;
 }
-Tensor tv(std::vector<float>& v) { return Tensor(v.data(), {int64_t(v.size())}); }
-ConstTensor ctv(const std::vector<float>& v) { return ConstTensor(v.data(), {int64_t(v.size())}); }
+View<float> tv(std::vector<float>& v) { return View<float>(v.data(), {int64_t(v.size())}); }
+View<const float> ctv(const std::vector<float>& v) {
+  return View<const float>(v.data(), {int64_t(v.size())});
+}
 
 TEST(CudaBodies, sgd_elem_matches_cpu_bitwise) {
   struct Case {
@@ -706,7 +712,7 @@ TEST(CudaBodies, sgd_elem_matches_cpu_bitwise) {
     const SgdStep s{0.05f, 0.01f, c.momentum, 0.8f, c.nesterov, c.first};
     const bool mom = c.momentum != 0.0f;
     OptState cpu_st = opt_state(111), body = cpu_st;
-    cpu::sgd_update(tv(cpu_st.p), mom ? tv(cpu_st.s1) : Tensor(), ctv(cpu_st.g), s);
+    cpu::sgd_update(tv(cpu_st.p), mom ? tv(cpu_st.s1) : View<float>(), ctv(cpu_st.g), s);
     for (int64_t j = 0; j < kOptN; ++j)
       sgd_elem(body.p.data(), mom ? body.s1.data() : nullptr, body.g.data(), s, j);
     expect_bits_eq(body.p, cpu_st.p, "p");
@@ -721,7 +727,7 @@ TEST(CudaBodies, signsgd_elem_matches_cpu_bitwise) {
     const SignSgdStep s{0.01f, 1.0f - 0.01f * 0.1f, momentum};
     const bool mom = momentum != 0.0f;
     OptState cpu_st = opt_state(121), body = cpu_st;
-    cpu::signsgd_update(tv(cpu_st.p), mom ? tv(cpu_st.s1) : Tensor(), ctv(cpu_st.g), s);
+    cpu::signsgd_update(tv(cpu_st.p), mom ? tv(cpu_st.s1) : View<float>(), ctv(cpu_st.g), s);
     for (int64_t j = 0; j < kOptN; ++j)
       signsgd_elem(body.p.data(), mom ? body.s1.data() : nullptr, body.g.data(), s, j);
     expect_bits_eq(body.p, cpu_st.p, "p");
@@ -776,8 +782,8 @@ TEST(CudaBodies, rmsprop_elem_matches_cpu_bitwise) {
       // enough that the centered variance stays positive.
       for (OptState* st : {&cpu_st, &body})
         for (float& x : st->s3) x *= 0.1f;
-      cpu::rmsprop_update(tv(cpu_st.p), tv(cpu_st.s2), centered ? tv(cpu_st.s3) : Tensor(),
-                          mom ? tv(cpu_st.s1) : Tensor(), ctv(cpu_st.g), s);
+      cpu::rmsprop_update(tv(cpu_st.p), tv(cpu_st.s2), centered ? tv(cpu_st.s3) : View<float>(),
+                          mom ? tv(cpu_st.s1) : View<float>(), ctv(cpu_st.g), s);
       for (int64_t j = 0; j < kOptN; ++j)
         rmsprop_elem(body.p.data(), body.s2.data(), centered ? body.s3.data() : nullptr,
                      mom ? body.s1.data() : nullptr, body.g.data(), s, j);
@@ -830,10 +836,12 @@ TEST(CudaBodies, adafactor_matrix_and_vector_match_cpu_bitwise) {
     std::vector<float> p_gpu = p_cpu, m_gpu = m_cpu, row_gpu = row_cpu, col_gpu = col_cpu;
     std::vector<float> ri(static_cast<size_t>(R)), ci(static_cast<size_t>(C));
     std::vector<double> partial(static_cast<size_t>(R + 1));
-    cpu::adafactor_update_matrix(
-        Tensor(p_cpu.data(), {R, C}), first_moment ? Tensor(m_cpu.data(), {R, C}) : Tensor(),
-        Tensor(row_cpu.data(), {R}), Tensor(col_cpu.data(), {C}), ConstTensor(g.data(), {R, C}),
-        Tensor(ri.data(), {R}), Tensor(ci.data(), {C}), View<double>(partial.data(), {R + 1}), s);
+    cpu::adafactor_update_matrix(View<float>(p_cpu.data(), {R, C}),
+                                 first_moment ? View<float>(m_cpu.data(), {R, C}) : View<float>(),
+                                 View<float>(row_cpu.data(), {R}), View<float>(col_cpu.data(), {C}),
+                                 View<const float>(g.data(), {R, C}), View<float>(ri.data(), {R}),
+                                 View<float>(ci.data(), {C}), View<double>(partial.data(), {R + 1}),
+                                 s);
     {
       std::vector<float> gri(static_cast<size_t>(R)), gci(static_cast<size_t>(C));
       std::vector<double> pd(static_cast<size_t>(R + 1));
@@ -868,9 +876,9 @@ TEST(CudaBodies, adafactor_matrix_and_vector_match_cpu_bitwise) {
     std::vector<float> v_cpu = test::random_floats(n, 9, 0.1f, 1.0f);
     std::vector<float> pv_gpu = pv_cpu, mv_gpu = mv_cpu, v_gpu = v_cpu;
     std::vector<double> vpartial(4);
-    cpu::adafactor_update_vector(Tensor(pv_cpu.data(), {n}),
-                                 first_moment ? Tensor(mv_cpu.data(), {n}) : Tensor(),
-                                 Tensor(v_cpu.data(), {n}), ConstTensor(gv.data(), {n}),
+    cpu::adafactor_update_vector(View<float>(pv_cpu.data(), {n}),
+                                 first_moment ? View<float>(mv_cpu.data(), {n}) : View<float>(),
+                                 View<float>(v_cpu.data(), {n}), View<const float>(gv.data(), {n}),
                                  View<double>(vpartial.data(), {4}), s);
     for (int64_t j = 0; j < n; ++j) adafactor_v(v_gpu.data(), gv.data(), s.beta2t, s.eps1, j);
     double sum = 0.0;
@@ -897,7 +905,7 @@ TEST(CudaBodies, chunk_sum_matches_cpu_sum_and_sum_squares) {
     SCOPED_TRACE(name(s));
     const Buf x = Buf::random(R, C, ld, 171, -1.0f, 3.0f);
     const std::vector<float> xc = x.logical();
-    const ConstTensor xt(xc.data(), {R * C});
+    const View<const float> xt(xc.data(), {R * C});
     double abs_sum = 0.0, sq_sum = 0.0;
     for (float e : xc) abs_sum += std::abs(double(e)), sq_sum += double(e) * e;
     const double sum_body = chunked_sum(x.cmat(), false), sq_body = chunked_sum(x.cmat(), true);

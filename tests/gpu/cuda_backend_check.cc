@@ -75,7 +75,8 @@ std::vector<std::vector<float>> compare(Backend& g, const std::vector<Buf>& bufs
   std::vector<std::vector<float>> cpu_vals;
   std::vector<Tensor> cpu_t;
   for (const Buf& b : bufs) cpu_vals.push_back(b.values);
-  for (size_t i = 0; i < bufs.size(); ++i) cpu_t.emplace_back(cpu_vals[i].data(), bufs[i].shape);
+  for (size_t i = 0; i < bufs.size(); ++i)
+    cpu_t.emplace_back(View<float>(cpu_vals[i].data(), bufs[i].shape));
   const double cpu_r = op(cpu_backend(), cpu_t);
 
   std::vector<RawBuffer> dev;
@@ -84,7 +85,7 @@ std::vector<std::vector<float>> compare(Backend& g, const std::vector<Buf>& bufs
     dev.emplace_back(g.allocator(g.device_space()), std::max<int64_t>(1, b.shape.numel()) * 4,
                      "test");
     g.copy_from_host(dev.back().data(), b.values.data(), b.shape.numel() * 4);
-    gpu_t.emplace_back(dev.back().as<float>(), b.shape);
+    gpu_t.emplace_back(dev.back().tensor(b.shape, DType::kF32));
   }
   const double gpu_r = op(g, gpu_t);
   std::vector<std::vector<float>> out;
@@ -171,8 +172,8 @@ TEST(CudaBackend, norms_forward_and_backward) {
   std::vector<float> inv(static_cast<size_t>(T));
   {
     std::vector<float> x = randoms(T * C, 1), y(size_t(T * C)), w = randoms(C, 2, 0.5f, 1.5f);
-    cpu_backend().rmsnorm_forward(Tensor(y.data(), {T, C}), Tensor(inv.data(), {T}),
-                                  Tensor(x.data(), {T, C}), Tensor(w.data(), {C}), 1e-5f);
+    cpu_backend().rmsnorm_forward(View<float>(y.data(), {T, C}), View<float>(inv.data(), {T}),
+                                  View<float>(x.data(), {T, C}), View<float>(w.data(), {C}), 1e-5f);
   }
   compare(
       *g,
@@ -409,7 +410,8 @@ TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {
   RawBuffer dev(g->allocator(MemSpace::kDevice), n * 4, "dev");
   RawBuffer host(g->allocator(MemSpace::kPinnedHost), n * 4, "pinned");
   RawBuffer back(g->allocator(MemSpace::kPinnedHost), n * 4, "pinned back");
-  const Tensor d(dev.as<float>(), {n}), h(host.as<float>(), {n}), k(back.as<float>(), {n});
+  const Tensor d = dev.tensor({n}, DType::kF32);
+  const View<float> h(host.as<float>(), {n}), k(back.as<float>(), {n});  // pinned: host reads
   StreamOptions delays;
   delays.max_random_delay_s = 0.01;
   delays.random_delay_seed = 3;

@@ -36,7 +36,7 @@ struct DeviceFloats {
               cudaSuccess);
     return h;
   }
-  Tensor view() const { return Tensor(p, {n}); }
+  Tensor view() const { return Tensor(View<float>(p, {n}), MemSpace::kDevice); }
   float* p = nullptr;
   int64_t n;
 };

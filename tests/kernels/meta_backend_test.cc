@@ -18,7 +18,7 @@ namespace {
 // A [rows, cols] f32 view of fresh meta memory.
 Tensor meta_tensor(MetaBackend& meta, std::vector<RawBuffer>& keep, Shape shape) {
   keep.emplace_back(meta.allocator(MemSpace::kMeta), shape.numel() * 4, "test");
-  return Tensor(keep.back().as<float>(), shape);
+  return keep.back().tensor(shape, DType::kF32);
 }
 
 TEST(MetaBackend, runs_a_layers_kernels_without_touching_memory) {
@@ -62,27 +62,25 @@ TEST(MetaBackend, rejects_the_shapes_the_cpu_kernels_reject_with_the_same_messag
   std::vector<float> host(64 * 64);
   auto both = [&](auto&& call) {
     const std::string m = test::error_message<Error>([&] {
-      call(meta, meta_tensor(meta, keep, {8, 8}), Tensor(host.data(), {8, 8}));
+      call(meta, meta_tensor(meta, keep, {8, 8}), View<float>(host.data(), {8, 8}));
     });
     const std::string c = test::error_message<Error>([&] {
-      call(cpu_backend(), Tensor(host.data(), {8, 8}), Tensor(host.data(), {8, 8}));
+      call(cpu_backend(), View<float>(host.data(), {8, 8}), View<float>(host.data(), {8, 8}));
     });
     EXPECT_FALSE(m.empty());
     EXPECT_EQ(m, c);
   };
   // y [8, 8] from x [8, 8] with a weight of the wrong width
   both([&](Backend& be, Tensor a, Tensor) {
-    be.rmsnorm_forward(a, Tensor(a.data(), {8}), a, Tensor(a.data(), {7}), 1e-5f);
+    be.rmsnorm_forward(a, a.part(0, {8}), a, a.part(0, {7}), 1e-5f);
   });
   // a [8, 8] @ b^T with b [4, 7]: inner dimensions differ
-  both([&](Backend& be, Tensor a, Tensor) {
-    be.matmul(a, a, Tensor(a.data(), {4, 7}), false, true);
-  });
+  both([&](Backend& be, Tensor a, Tensor) { be.matmul(a, a, a.part(0, {4, 7}), false, true); });
   // copy between different element counts
-  both([&](Backend& be, Tensor a, Tensor) { be.copy(a, Tensor(a.data(), {3})); });
+  both([&](Backend& be, Tensor a, Tensor) { be.copy(a, a.part(0, {3})); });
   // attention with 3 query heads over 2 kv heads
   both([&](Backend& be, Tensor a, Tensor) {
-    be.attention_forward(a, Tensor(a.data(), {1, 3, 8}), a, a, a, 1, 3, 2, a, AttnMask::kCausal);
+    be.attention_forward(a, a.part(0, {1, 3, 8}), a, a, a, 1, 3, 2, a, AttnMask::kCausal);
   });
 }
 
@@ -111,7 +109,7 @@ TEST(CpuBackend, sum_adds_in_index_order_in_double) {
   x[0] = 16777216.0f;
   double want = 0.0;
   for (float v : x) want += v;
-  EXPECT_EQ(cpu_backend().sum(ConstTensor(x.data(), {int64_t(x.size())})), want);
+  EXPECT_EQ(cpu_backend().sum(View<const float>(x.data(), {int64_t(x.size())})), want);
   EXPECT_EQ(want, 16777216.0 + 1000.0);
 }
 

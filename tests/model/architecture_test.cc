@@ -27,20 +27,20 @@ void check_rebuild(const ModelConfig& cfg) {
   model.init(3);
   const int64_t B = 3, S = 111, T = B * S, C = cfg.hidden_size, half = cfg.head_dim() / 2;
   std::vector<float> cos(size_t(S * half)), sin(cos.size());
-  cpu::rope_table(Tensor(cos.data(), {S, half}), Tensor(sin.data(), {S, half}), cfg.head_dim(),
-                  float(cfg.rope_theta));
+  cpu::rope_table(View<float>(cos.data(), {S, half}), View<float>(sin.data(), {S, half}),
+                  cfg.head_dim(), float(cfg.rope_theta));
   CachingAllocator alloc;
   LayerContext ctx{&cfg,
                    B,
                    S,
-                   ConstTensor(cos.data(), {S, half}),
-                   ConstTensor(sin.data(), {S, half}),
+                   View<const float>(cos.data(), {S, half}),
+                   View<const float>(sin.data(), {S, half}),
                    &alloc,
                    &cpu_backend(),
                    Parallel{},
                    DType::kF32,
                    nullptr};
-  if (!cfg.uses_rope()) ctx.rope_cos = ctx.rope_sin = ConstTensor();
+  if (!cfg.uses_rope()) ctx.rope_cos = ctx.rope_sin = View<const float>();
   const Architecture& arch = architecture(cfg.arch);
   const std::vector<SkeletalField> fields = arch.skeletal_fields(cfg, DType::kF32);
   SavedActs fwd, re;
@@ -52,7 +52,7 @@ void check_rebuild(const ModelConfig& cfg) {
   const std::vector<float> x = test::random_floats(T * C, 8);
   std::memcpy(fwd.x().data(), x.data(), x.size() * sizeof(float));
   std::vector<float> y(size_t(T * C));
-  arch.forward(Tensor(y.data(), {T, C}), fwd, model.weights().layers[0], ctx);
+  arch.forward(View<float>(y.data(), {T, C}), fwd, model.weights().layers[0], ctx);
 
   // Rows below r0 hold a sentinel no kernel computes, so a write there shows; rows from r0 start
   // as NaN, so a row left unrebuilt shows.
@@ -60,8 +60,8 @@ void check_rebuild(const ModelConfig& cfg) {
   for (int64_t r0 : {int64_t(0), cpu::kTokenPanelRows, 2 * cpu::kTokenPanelRows}) {
     // what memo moves whole (x, attn, lse) is copied; per-token fields are rebuilt from row r0
     for (size_t i = 0; i < fields.size(); ++i) {
-      const Tensor& dst = re[int(i)];
-      const Tensor& src = fwd[int(i)];
+      const View<float>& dst = re[int(i)];
+      const View<float>& src = fwd[int(i)];
       if (fields[i].per_token) {
         cpu::fill(dst, std::numeric_limits<float>::quiet_NaN());
         if (r0 > 0) cpu::fill(dst.slice_rows(0, r0), kSentinel);
@@ -72,16 +72,16 @@ void check_rebuild(const ModelConfig& cfg) {
     arch.recompute_tokens(re, r0, T, model.weights().layers[0], ctx);
     for (size_t i = 0; i < fields.size(); ++i) {
       const SkeletalField& f = fields[i];
-      const Tensor& a = fwd[int(i)];
-      const Tensor& b = re[int(i)];
+      const View<float>& a = fwd[int(i)];
+      const View<float>& b = re[int(i)];
       if (!f.per_token) {
         EXPECT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.bytes()))) << f.name;
         continue;
       }
-      const Tensor a_rebuilt = a.slice_rows(r0, T), b_rebuilt = b.slice_rows(r0, T);
+      const View<float> a_rebuilt = a.slice_rows(r0, T), b_rebuilt = b.slice_rows(r0, T);
       EXPECT_EQ(0, std::memcmp(a_rebuilt.data(), b_rebuilt.data(), size_t(a_rebuilt.bytes())))
           << f.name << " from row " << r0;
-      const Tensor kept = b.slice_rows(0, r0);
+      const View<float> kept = b.slice_rows(0, r0);
       for (int64_t i = 0; i < kept.numel(); ++i)
         ASSERT_EQ(kept.data()[i], kSentinel)
             << f.name << ": element " << i << " below row " << r0 << " was written";

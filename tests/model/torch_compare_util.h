@@ -125,7 +125,7 @@ inline void check_against_torch(const ModelConfig& config, int64_t seq, int64_t 
         EXPECT_LT(rel_error(model.grads() + p.offset, read(ref, "grad." + p.name)), 1e-4) << p.name;
       }
     }
-    opt.step(model.params(), model.grads(), lr);
+    opt.step(model.params_tensor(), model.grads_tensor(), lr);
   }
   EXPECT_EQ(alloc.live_bytes(), 0);
   // Norm-wise: Adam divides each gradient entry by its own magnitude, so an entry whose gradient

@@ -83,7 +83,7 @@ TEST(Factory, restoring_state_continues_bit_for_bit) {
     test::fill_params(layout, p.data(), 1);
     for (int t = 1; t <= 3; ++t) {
       test::fill_grads(layout, g.data(), 2, t);
-      a->step(p.data(), g.data(), 0.01);
+      a->step(p.view(), g.view(), 0.01);
     }
     std::vector<std::vector<float>> saved;
     size_t n = 0;
@@ -103,8 +103,8 @@ TEST(Factory, restoring_state_continues_bit_for_bit) {
     std::memcpy(q.data(), p_saved.data(), p_saved.size() * sizeof(float));
     for (int t = 4; t <= 6; ++t) {
       test::fill_grads(layout, g.data(), 2, t);
-      a->step(p.data(), g.data(), 0.01);
-      b->step(q.data(), g.data(), 0.01);
+      a->step(p.view(), g.view(), 0.01);
+      b->step(q.view(), g.view(), 0.01);
     }
     EXPECT_EQ(std::memcmp(p.data(), q.data(), size_t(layout.total_numel()) * sizeof(float)), 0);
   }
@@ -130,7 +130,7 @@ TEST(Factory, results_do_not_depend_on_thread_count) {
       test::fill_params(layout, p.data(), 1);
       for (int t = 1; t <= 2; ++t) {
         test::fill_grads(layout, g.data(), 2, t);
-        opt->step(p.data(), g.data(), 0.01);
+        opt->step(p.view(), g.view(), 0.01);
       }
       results.emplace_back(p.data(), p.data() + layout.total_numel());
     }

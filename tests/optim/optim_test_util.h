@@ -95,7 +95,7 @@ void run_against_reference(const ParamLayout& layout, Optimizer& opt, Reference 
   for (int t = 1; t <= steps; ++t) {
     const double lr = 0.01 * (1.0 + 0.25 * t);
     fill_grads(layout, g.data(), 22, t);
-    opt.step(p.data(), g.data(), lr);
+    opt.step(p.view(), g.view(), lr);
     reference(t, lr, p64, to_double(layout, g.data()));
     SCOPED_TRACE(::testing::Message() << opt.name() << " step " << t);
     expect_close(layout, p.data(), p64, atol, rtol);

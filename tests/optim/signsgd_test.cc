@@ -35,7 +35,7 @@ TEST(SignSgd, zero_gradient_gives_no_step) {
   SignSgd opt(layout, {}, std::vector<bool>(layout.params().size(), false));
   AlignedBuffer<float> p(layout.total_numel()), g(layout.total_numel());
   p[0] = 0.5f;
-  opt.step(p.data(), g.data(), 0.1);
+  opt.step(p.view(), g.view(), 0.1);
   EXPECT_EQ(p[0], 0.5f);  // sign(0) = 0, as torch.sign
 }
 

@@ -80,7 +80,7 @@ class TorchOptim : public ::testing::Test {
       for (int t = 1; t <= test::kSteps; ++t) {
         const double lr = 0.01 * (1.0 + 0.25 * t);
         test::fill_grads(layout, g.data(), 6, t);
-        opt->step(p.data(), g.data(), lr);
+        opt->step(p.view(), g.view(), lr);
         nlohmann::json step_grads = nlohmann::json::array();
         for (const ParamInfo& info : layout.params()) {
           const float* x = g.data() + info.offset;

@@ -44,7 +44,7 @@ TEST(GradNoiseProbe, micro_norms_are_exact_and_the_step_gradient_is_their_sum) {
   model.zero_grads();
   for (int64_t i = 0; i < k; ++i) {
     model.forward_backward(micro_in(i), micro_in(i) + 1, rows, seq, scale, strategy, alloc);
-    probe.after_micro(model.grads(), i);
+    probe.after_micro(model.grads_tensor(), i);
   }
   // the same fp32 gradients squared and summed in double, in another order: ~1e-15 relative
   for (int64_t i = 0; i < k; ++i)
@@ -55,7 +55,7 @@ TEST(GradNoiseProbe, micro_norms_are_exact_and_the_step_gradient_is_their_sum) {
     max_err = std::max(max_err, std::abs(model.grads()[j] - ref_sum[size_t(j)]));
   EXPECT_LT(max_err, 1e-7);  // fp32 sums of three terms of size <= ~1e-2: a few ulps
   EXPECT_FALSE(probe.estimator().b_simple().has_value());
-  probe.end_step(cpu::sum_squares(ConstTensor(model.grads(), {n})));
+  probe.end_step(cpu::sum_squares(View<const float>(model.grads(), {n})));
   EXPECT_EQ(probe.estimator().state().updates, 1);
   EXPECT_TRUE(probe.log_fields().at("gns_g2").is_number());
 }

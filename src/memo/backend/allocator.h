@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "memo/backend/dtype.h"
+#include "memo/core/dtype.h"
 #include "memo/core/tensor.h"
 
 namespace memo {

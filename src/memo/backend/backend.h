@@ -12,10 +12,10 @@
 #include <string>
 
 #include "memo/backend/attn_mask.h"
-#include "memo/backend/dtype.h"
 #include "memo/backend/optim_steps.h"
 #include "memo/backend/raw_allocator.h"
 #include "memo/backend/stream.h"
+#include "memo/core/dtype.h"
 #include "memo/core/tensor.h"
 
 namespace memo {

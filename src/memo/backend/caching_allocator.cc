@@ -26,11 +26,11 @@ Tensor CachingAllocator::acquire(std::string_view name, Shape shape, ActKind, DT
     block = RawBuffer(*raw_, capacity, std::string(name).c_str());
     reserved_bytes_ += capacity;
   }
-  float* data = block.as<float>();
+  void* data = block.data();
   used_.emplace(data, std::make_pair(got, std::move(block)));
   live_bytes_ += got;
   if (live_bytes_ > peak_live_bytes_) peak_live_bytes_ = live_bytes_;
-  return Tensor(data, shape);
+  return Tensor(data, shape, dtype, raw_->space());
 }
 
 void CachingAllocator::release(const Tensor& t) {

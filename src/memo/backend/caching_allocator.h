@@ -42,8 +42,9 @@ class CachingAllocator final : public ActivationAllocator {
   int64_t live_bytes_ = 0;
   int64_t peak_live_bytes_ = 0;
   int64_t reserved_bytes_ = 0;
-  std::multimap<int64_t, Block> free_;                          // capacity bytes -> cached block
-  std::unordered_map<float*, std::pair<int64_t, Block>> used_;  // data -> (capacity bytes, block)
+  std::multimap<int64_t, Block> free_;  // capacity bytes -> cached block
+  std::unordered_map<const void*, std::pair<int64_t, Block>>
+      used_;  // data -> (capacity bytes, block)
 };
 
 }  // namespace memo

@@ -8,7 +8,9 @@
 #include <utility>
 
 #include "memo/backend/address_space.h"
-#include "memo/backend/dtype.h"
+#include "memo/core/dtype.h"
+#include "memo/core/error.h"
+#include "memo/core/tensor.h"
 
 namespace memo {
 
@@ -90,6 +92,12 @@ class RawBuffer {
     return static_cast<T*>(data_);
   }
   int64_t bytes() const { return bytes_; }
+  // The block's first shape.numel() elements of `dtype`, as a Tensor of its space.
+  Tensor tensor(Shape shape, DType dtype) const {
+    MEMO_CHECK(shape.numel() * dtype_bytes(dtype) <= bytes_, "a ", dtype_name(dtype), " tensor ",
+               shape.str(), " does not fit a block of ", bytes_, " bytes");
+    return Tensor(data_, shape, dtype, space());
+  }
   MemSpace space() const { return allocator_ ? allocator_->space() : MemSpace::kHost; }
   void reset() {
     if (data_) allocator_->deallocate(data_, bytes_);

@@ -25,7 +25,13 @@ class SpaceArray {
                 std::max<int64_t>(numel, 1) * int64_t(sizeof(T)), what),
         numel_(numel) {
     if constexpr (std::is_same_v<T, float>)
-      if (numel > 0) backend.fill(Tensor(data(), {numel}), 0.0f);
+      if (numel > 0) backend.fill(tensor({numel}), 0.0f);
+  }
+  // The contiguous `shape` that starts `first` elements in, as a Tensor of this space.
+  Tensor tensor(Shape shape, int64_t first = 0) const {
+    MEMO_CHECK(first >= 0 && first + shape.numel() <= std::max<int64_t>(numel_, 1), "part of ",
+               shape.str(), " at ", first, " of an array of ", numel_);
+    return Tensor(View<T>(data() + first, shape), space());
   }
   T* data() const { return buffer_.as<T>(); }
   int64_t numel() const { return numel_; }

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "memo/core/error.h"
+#include "memo/core/tensor.h"
 
 namespace memo {
 
@@ -32,6 +33,8 @@ class AlignedBuffer {
   T* data() { return data_.get(); }
   const T* data() const { return data_.get(); }
   int64_t numel() const { return numel_; }
+  View<T> view() { return View<T>(data(), {numel_}); }  // the whole buffer, flat
+  View<const T> view() const { return View<const T>(data(), {numel_}); }
   int64_t bytes() const { return numel_ * int64_t(sizeof(T)); }
   T& operator[](int64_t i) { return data_.get()[i]; }
   const T& operator[](int64_t i) const { return data_.get()[i]; }

@@ -37,23 +37,45 @@ void check_lt(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw Error(str("cuBLASLt: ", what, ": status ", int(s)));
 }
 
+// Note [Device tensors]
+// Every tensor a kernel of this backend receives holds f32 (bf16 kernels are not written yet) in
+// memory the GPU reads: device memory, or pinned host memory (mapped). A host or meta tensor, or
+// another dtype, is a caller's bug, refused here with its shape rather than faulting on the GPU.
+void check_device_tensor(DType dtype, MemSpace space, const Shape& shape) {
+  MEMO_CHECK(dtype == DType::kF32, "cuda: a ", dtype_name(dtype), " tensor ", shape,
+             ": the CUDA kernels compute in f32 (bf16 is not implemented yet)");
+  MEMO_CHECK(space == MemSpace::kDevice || space == MemSpace::kPinnedHost, "cuda: a tensor ", shape,
+             " in ", space_name(space), " memory: kernels read device or pinned host memory");
+}
+float* dev(Tensor t) {
+  if (t.empty()) return nullptr;
+  check_device_tensor(t.dtype(), t.space(), t.shape());
+  return static_cast<float*>(t.data());
+}
+const float* dev(ConstTensor t) {
+  if (t.empty()) return nullptr;
+  check_device_tensor(t.dtype(), t.space(), t.shape());
+  return static_cast<const float*>(t.data());
+}
+
 Mat mat(Tensor t) {
   if (t.empty()) return {};
   if (t.ndim() == 1) {
     MEMO_CHECK(t.numel() <= 1 || t.stride()[0] == 1, "cuda: a strided vector ", t.shape());
-    return {t.data(), 1, t.numel(), t.numel()};
+    return {dev(t), 1, t.numel(), t.numel()};
   }
   if (t.ndim() == 2) {
     MEMO_CHECK(t.cols() <= 1 || t.stride()[1] == 1, "cuda: column stride ", t.stride()[1], " of ",
                t.shape());
-    return {t.data(), t.rows(), t.cols(), t.ld()};
+    return {dev(t), t.rows(), t.cols(), t.ld()};
   }
   MEMO_CHECK(t.contiguous(), "cuda: a non-contiguous ", t.ndim(), "-D view ", t.shape());
   const int64_t cols = t.dim(0) > 0 ? t.numel() / t.dim(0) : 0;
-  return {t.data(), t.dim(0), cols, cols};
+  return {dev(t), t.dim(0), cols, cols};
 }
 CMat cmat(ConstTensor t) {
-  const Mat m = mat(Tensor(const_cast<float*>(t.data()), t.shape(), t.stride()));
+  const Mat m =
+      mat(Tensor(const_cast<void*>(t.data()), t.shape(), t.stride(), t.dtype(), t.space()));
   return {m.p, m.rows, m.cols, m.ld};
 }
 
@@ -346,8 +368,8 @@ class CudaBackend final : public Backend {
     check_rmsnorm_forward(y, inv_rms, x, w, eps);
     const Mat Y = mat(y);
     const CMat X = cmat(x);
-    float* r = inv_rms.data();
-    const float* wp = w.data();
+    float* r = dev(inv_rms);
+    const float* wp = dev(w);
     launch(X.rows, [=] __device__(int64_t t) { cuda::rmsnorm_forward_row(Y, r, X, wp, eps, t); });
   }
   void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
@@ -356,8 +378,8 @@ class CudaBackend final : public Backend {
     check_rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
     const Mat DX = mat(dx);
     const CMat DY = cmat(dy), X = cmat(x);
-    const float *wp = w.data(), *r = inv_rms.data();
-    float* dwp = dw.data();
+    const float *wp = dev(w), *r = dev(inv_rms);
+    float* dwp = dev(dw);
     launch(X.rows, [=] __device__(int64_t t) { cuda::rmsnorm_backward_row(DX, DY, X, wp, r, t); });
     launch(X.cols, [=] __device__(int64_t c) { cuda::rmsnorm_dw_col(dwp, DY, X, r, c); });
   }
@@ -367,8 +389,8 @@ class CudaBackend final : public Backend {
     check_layernorm_forward(y, mean, rstd, x, w, b, eps);
     const Mat Y = mat(y);
     const CMat X = cmat(x);
-    float *mp = mean.data(), *rp = rstd.data();
-    const float *wp = w.data(), *bp = b.data();
+    float *mp = dev(mean), *rp = dev(rstd);
+    const float *wp = dev(w), *bp = dev(b);
     launch(X.rows, [=] __device__(int64_t t) {
       cuda::layernorm_forward_row(Y, mp, rp, X, wp, bp, eps, t);
     });
@@ -379,8 +401,8 @@ class CudaBackend final : public Backend {
     check_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
     const Mat DX = mat(dx);
     const CMat DY = cmat(dy), X = cmat(x);
-    const float *wp = w.data(), *mp = mean.data(), *rp = rstd.data();
-    float *dwp = dw.data(), *dbp = db.data();
+    const float *wp = dev(w), *mp = dev(mean), *rp = dev(rstd);
+    float *dwp = dev(dw), *dbp = dev(db);
     launch(X.rows,
            [=] __device__(int64_t t) { cuda::layernorm_backward_row(DX, DY, X, wp, mp, rp, t); });
     launch(X.cols,
@@ -392,9 +414,10 @@ class CudaBackend final : public Backend {
     check_rope_table(cos, sin, head_dim, theta);
     MEMO_CHECK(cos.contiguous() && sin.contiguous(), "rope_table: non-contiguous tables");
     std::vector<float> c(size_t(cos.numel())), s(size_t(sin.numel()));
-    cpu::rope_table(Tensor(c.data(), cos.shape()), Tensor(s.data(), sin.shape()), head_dim, theta);
-    copy_from_host(cos.data(), c.data(), cos.bytes());
-    copy_from_host(sin.data(), s.data(), sin.bytes());
+    cpu::rope_table(View<float>(c.data(), cos.shape()), View<float>(s.data(), sin.shape()),
+                    head_dim, theta);
+    copy_from_host(dev(cos), c.data(), cos.bytes());
+    copy_from_host(dev(sin), s.data(), sin.bytes());
   }
   void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                     int64_t first_row) override {
@@ -448,14 +471,14 @@ class CudaBackend final : public Backend {
     const Timed timed(this, "bias_add");
     check_bias_add(y, b);
     const Mat Y = mat(y);
-    const float* bp = b.data();
+    const float* bp = dev(b);
     launch_rc(Y.rows, Y.cols, [=] __device__(int64_t t, int64_t c) { Y.at(t, c) += bp[c]; });
   }
   void bias_backward(Tensor db, ConstTensor dy) override {
     const Timed timed(this, "bias_backward");
     check_bias_backward(db, dy);
     const CMat DY = cmat(dy);
-    float* dbp = db.data();
+    float* dbp = dev(db);
     launch(DY.cols, [=] __device__(int64_t c) { cuda::bias_backward_col(dbp, DY, c); });
   }
   void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) override {
@@ -482,7 +505,7 @@ class CudaBackend final : public Backend {
     const int32_t* ys = device_ids(targets);
     const Mat DL = mat(dlogits);
     const CMat L = cmat(logits);
-    float* lp = losses.data();
+    float* lp = dev(losses);
     launch(L.rows,
            [=] __device__(int64_t t) { cuda::cross_entropy_row(lp, DL, L, ys, grad_scale, t); });
   }
@@ -496,7 +519,7 @@ class CudaBackend final : public Backend {
     const cuda::AttnShape a{d.S, d.H, d.G, d.D, mask == AttnMask::kCausal};
     const Mat O = mat(o);
     const CMat Q = cmat(q), K = cmat(k), V = cmat(v);
-    float* lp = lse.data();
+    float* lp = dev(lse);
 #define MEMO_CALL(kD, kExact) attention_forward_launch<kD, kExact>(O, lp, Q, K, V, a, d.B)
     MEMO_HEAD_DIM_DISPATCH(d.D, "attention_forward", MEMO_CALL)
 #undef MEMO_CALL
@@ -517,8 +540,8 @@ class CudaBackend final : public Backend {
     const cuda::AttnShape a{d.S, d.H, d.G, d.D, mask == AttnMask::kCausal};
     const Mat DQ = mat(dq), DK = mat(dk), DV = mat(dv);
     const CMat DO = cmat(dout), Q = cmat(q), K = cmat(k), V = cmat(v), O = cmat(o);
-    const float* lp = lse.data();
-    float* delta = scratch.data();
+    const float* lp = dev(lse);
+    float* delta = dev(scratch);
     for (int64_t b = 0; b < d.B; ++b) {
       attention_delta_launch(delta, DO, O, a, b);
 #define MEMO_CALL(kD, kExact) \
@@ -533,8 +556,8 @@ class CudaBackend final : public Backend {
     const int64_t H = lse.dim(1), S = lse.dim(2), D = o.cols() / H;
     const Mat O = mat(o);
     const CMat P = cmat(o_part);
-    float* lp = lse.data();
-    const float* lpp = lse_part.data();
+    float* lp = dev(lse);
+    const float* lpp = dev(lse_part);
     launch(O.rows * H, [=] __device__(int64_t i) {
       cuda::attention_merge_item(O, lp, P, lpp, H, S, D, i / H, i % H);
     });
@@ -562,9 +585,8 @@ class CudaBackend final : public Backend {
     check_copy(dst, src);
     if (dst.numel() == 0) return;
     if (dst.contiguous() && src.contiguous()) {  // any two shapes of one element count
-      check_cuda(
-          cudaMemcpyAsync(dst.data(), src.data(), size_t(dst.bytes()), cudaMemcpyDefault, s()),
-          "copy");
+      check_cuda(cudaMemcpyAsync(dev(dst), dev(src), size_t(dst.bytes()), cudaMemcpyDefault, s()),
+                 "copy");
       return;
     }
     MEMO_CHECK(same_shape(dst, src), "copy: strided views of different shapes ", dst.shape(),
@@ -591,8 +613,8 @@ class CudaBackend final : public Backend {
     const Timed timed(this, "add_into");
     check_add_into(dst, src);
     if (dst.contiguous() && src.contiguous()) {  // any two shapes of one element count
-      float* d = dst.data();
-      const float* x = src.data();
+      float* d = dev(dst);
+      const float* x = dev(src);
       launch(dst.numel(), [=] __device__(int64_t i) { d[i] += x[i]; });
       return;
     }
@@ -622,26 +644,26 @@ class CudaBackend final : public Backend {
     const int64_t n = g.numel(), chunks = noise_probe_partial_numel(n);
     MEMO_CHECK(partial.numel() >= chunks, "noise_probe_pass: ", partial.numel(),
                " partial sums for ", chunks, " chunks");
-    double* dev = device_doubles(chunks);
-    float *gp = g.data(), *sp = sum.data();
+    double* sums = device_doubles(chunks);
+    float *gp = dev(g), *sp = dev(sum);
     const int p = pass == NoiseProbePass::kFirst ? 0 : pass == NoiseProbePass::kMiddle ? 1 : 2;
     launch(chunks,
-           [=] __device__(int64_t k) { dev[k] = cuda::noise_probe_chunk(gp, sp, p, n, k); });
-    return host_ordered_sum(dev, chunks);  // `partial` goes unused: the sums stay in `dev`
+           [=] __device__(int64_t k) { sums[k] = cuda::noise_probe_chunk(gp, sp, p, n, k); });
+    return host_ordered_sum(sums, chunks);  // `partial` goes unused: the sums stay in `sums`
   }
 
   void sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& st) override {
     const Timed timed(this, "sgd_update");
     check_optimizer_update("sgd_update", p, g, {buf});
-    float *pp = p.data(), *bp = buf.data();
-    const float* gp = g.data();
+    float *pp = dev(p), *bp = dev(buf);
+    const float* gp = dev(g);
     launch(p.numel(), [=] __device__(int64_t j) { cuda::sgd_elem(pp, bp, gp, st, j); });
   }
   void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& st) override {
     const Timed timed(this, "signsgd_update");
     check_optimizer_update("signsgd_update", p, g, {m});
-    float *pp = p.data(), *mp = m.data();
-    const float* gp = g.data();
+    float *pp = dev(p), *mp = dev(m);
+    const float* gp = dev(g);
     launch(p.numel(), [=] __device__(int64_t j) { cuda::signsgd_elem(pp, mp, gp, st, j); });
   }
   void adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& st) override {
@@ -657,23 +679,23 @@ class CudaBackend final : public Backend {
   void adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& st) override {
     const Timed timed(this, "adagrad_update");
     check_optimizer_update("adagrad_update", p, g, {sum});
-    float *pp = p.data(), *sp = sum.data();
-    const float* gp = g.data();
+    float *pp = dev(p), *sp = dev(sum);
+    const float* gp = dev(g);
     launch(p.numel(), [=] __device__(int64_t j) { cuda::adagrad_elem(pp, sp, gp, st, j); });
   }
   void rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf, ConstTensor g,
                       const RmspropStep& st) override {
     const Timed timed(this, "rmsprop_update");
     check_optimizer_update("rmsprop_update", p, g, {square_avg, grad_avg, buf});
-    float *pp = p.data(), *sq = square_avg.data(), *ga = grad_avg.data(), *bp = buf.data();
-    const float* gp = g.data();
+    float *pp = dev(p), *sq = dev(square_avg), *ga = dev(grad_avg), *bp = dev(buf);
+    const float* gp = dev(g);
     launch(p.numel(), [=] __device__(int64_t j) { cuda::rmsprop_elem(pp, sq, ga, bp, gp, st, j); });
   }
   void lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& st) override {
     const Timed timed(this, "lion_update");
     check_optimizer_update("lion_update", p, g, {m});
-    float *pp = p.data(), *mp = m.data();
-    const float* gp = g.data();
+    float *pp = dev(p), *mp = dev(m);
+    const float* gp = dev(g);
     launch(p.numel(), [=] __device__(int64_t j) { cuda::lion_elem(pp, mp, gp, st, j); });
   }
   // Adafactor's scratch, in device memory: R or one per 1,024-element chunk, and a slot for the
@@ -697,8 +719,8 @@ class CudaBackend final : public Backend {
                "adafactor_update_matrix: p ", p.shape(), " row ", row_t.shape(), " col ",
                col_t.shape(), " scratch ", row_inv.shape(), " ", col_inv.shape(), " ",
                partial.shape());
-    float *row = row_t.data(), *col = col_t.data(), *ri = row_inv.data(), *ci = col_inv.data();
-    const float* gp = g.data();
+    float *row = dev(row_t), *col = dev(col_t), *ri = dev(row_inv), *ci = dev(col_inv);
+    const float* gp = dev(g);
     double* pd = partial.data();
     const float b = st.beta2t, eps1 = st.eps1;
     launch(R, [=] __device__(int64_t r) { cuda::adafactor_row(row, gp, C, b, eps1, r); });
@@ -709,7 +731,7 @@ class CudaBackend final : public Backend {
     launch(R, [=] __device__(int64_t r) { pd[r] = cuda::adafactor_u_row_sq(gp, ri, ci, C, r); });
     const double rms_u = std::sqrt(host_ordered_sum(pd, R) / double(R * C));
     const float scale = float(st.alpha / std::max(1.0, rms_u / st.clip_threshold));
-    float *pp = p.data(), *mp = m.data();
+    float *pp = dev(p), *mp = dev(m);
     const float b1 = st.beta1, keep = st.keep;
     launch(R * C, [=] __device__(int64_t j) {
       const int64_t r = j / C, c = j % C;
@@ -724,15 +746,15 @@ class CudaBackend final : public Backend {
     const int64_t chunks = (n + cuda::kAdafactorChunk - 1) / cuda::kAdafactorChunk;
     MEMO_CHECK(partial.numel() >= chunks, "adafactor_update_vector: ", partial.numel(),
                " partial sums for ", n, " elements");
-    float* v = v_t.data();
-    const float* gp = g.data();
+    float* v = dev(v_t);
+    const float* gp = dev(g);
     double* pd = partial.data();
     const float b = st.beta2t, eps1 = st.eps1;
     launch(n, [=] __device__(int64_t j) { cuda::adafactor_v(v, gp, b, eps1, j); });
     launch(chunks, [=] __device__(int64_t k) { pd[k] = cuda::adafactor_v_chunk_sq(gp, v, n, k); });
     const double rms_u = std::sqrt(host_ordered_sum(pd, chunks) / double(n));
     const float scale = float(st.alpha / std::max(1.0, rms_u / st.clip_threshold));
-    float *pp = p.data(), *mp = m.data();
+    float *pp = dev(p), *mp = dev(m);
     const float b1 = st.beta1, keep = st.keep;
     launch(n, [=] __device__(int64_t j) {
       cuda::adafactor_apply(pp, mp, scale * (gp[j] / ::sqrtf(v[j])), b1, keep, j);
@@ -816,8 +838,8 @@ class CudaBackend final : public Backend {
     });
   }
   void adam(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& st, bool decoupled) {
-    float *pp = p.data(), *mp = m.data(), *vp = v.data();
-    const float* gp = g.data();
+    float *pp = dev(p), *mp = dev(m), *vp = dev(v);
+    const float* gp = dev(g);
     launch(p.numel(),
            [=] __device__(int64_t j) { cuda::adam_elem(pp, mp, vp, gp, st, decoupled, j); });
   }
@@ -1062,14 +1084,15 @@ void CudaBackend::matmul_unchecked(Tensor c, ConstTensor a, ConstTensor b, bool 
     return;
   }
   gemm(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, alpha,
-       b.data(), b.ld(), a.data(), a.ld(), beta, c.data(), c.ld());
+       dev(b), b.ld(), dev(a), a.ld(), beta, dev(c), c.ld());
 }
 
 double CudaBackend::measure_matmul_peak_flops(double seconds) {
   constexpr int64_t n = 4096;
   RawBuffer a(device_, n * n * 4, "peak a"), b(device_, n * n * 4, "peak b"),
       c(device_, n * n * 4, "peak c");
-  const Tensor A(a.as<float>(), {n, n}), B(b.as<float>(), {n, n}), C(c.as<float>(), {n, n});
+  const Tensor A = a.tensor({n, n}, DType::kF32), B = b.tensor({n, n}, DType::kF32),
+               C = c.tensor({n, n}, DType::kF32);
   fill(A, 0.5f);
   fill(B, 0.25f);
   matmul(C, A, B, false, false, 1.0f, 0.0f);  // warm-up: algorithm, clocks

@@ -9,19 +9,19 @@
 
 namespace memo {
 
-template <class T>
-bool is_matrix(const View<T>& v) {
+template <class V>  // a View<T> or a Tensor
+bool is_matrix(const V& v) {
   return v.ndim() == 2 && (v.cols() <= 1 || v.stride()[1] == 1) &&
          (v.rows() <= 1 || v.ld() >= v.cols());
 }
 
-template <class T>
-bool is_matrix(const View<T>& v, int64_t rows, int64_t cols) {
+template <class V>
+bool is_matrix(const V& v, int64_t rows, int64_t cols) {
   return is_matrix(v) && v.rows() == rows && v.cols() == cols;
 }
 
-template <class T>
-bool is_vector(const View<T>& v, int64_t numel) {
+template <class V>
+bool is_vector(const V& v, int64_t numel) {
   return v.contiguous() && v.numel() == numel;
 }
 

@@ -47,14 +47,14 @@ Tensor PlannedAllocator::acquire(std::string_view name, Shape shape, ActKind kin
                                  ") is still live at request ", next_, " '", name,
                                  "', but the plan freed it before request ", late.end, replan));
   }
-  float* data = reinterpret_cast<float*>(arena_.as<char>() + plan_.offsets[size_t(next_)]);
+  void* data = arena_.as<char>() + plan_.offsets[size_t(next_)];
   live_.emplace(data, size_t(next_));
   live_by_end_.emplace(want.end, size_t(next_));
   live_bytes_ += aligned(bytes);
   peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
   peak_top_bytes_ = std::max(peak_top_bytes_, plan_.offsets[size_t(next_)] + aligned(bytes));
   ++next_;
-  return Tensor(data, shape);
+  return Tensor(data, shape, dtype, arena_.space());
 }
 
 void PlannedAllocator::release(const Tensor& t) {

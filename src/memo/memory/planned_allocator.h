@@ -61,7 +61,7 @@ class PlannedAllocator final : public ActivationAllocator {
   int64_t next_ = 0;
   int64_t live_bytes_ = 0, peak_live_bytes_ = 0, peak_top_bytes_ = 0;
   // data -> request index; a multimap because a zero-byte buffer may share its address
-  std::unordered_multimap<const float*, size_t> live_;
+  std::unordered_multimap<const void*, size_t> live_;
   std::set<std::pair<plan::Step, size_t>> live_by_end_;  // (traced end, request index)
 };
 

@@ -76,8 +76,8 @@ class TraceRecorder final : public ActivationAllocator {
   CachingAllocator memory_;
   std::vector<TracedRequest> requests_;
   std::vector<TracePhase> phases_;
-  std::unordered_map<const float*, size_t> live_;  // data -> request
-  std::unordered_map<int64_t, plan::Step> open_;   // (pass, layer) key -> begin
+  std::unordered_map<const void*, size_t> live_;  // data -> request
+  std::unordered_map<int64_t, plan::Step> open_;  // (pass, layer) key -> begin
 };
 
 // Forwards every call to `inner` and tells the recorder where each layer pass begins and ends:

@@ -19,14 +19,14 @@ struct Ring {
   int prev() const { return (cp.rank() + cp.ranks() - 1) % cp.ranks(); }
   // The sender of the block held after `step` passes.
   int source(int step) const { return (cp.rank() - step + cp.ranks()) % cp.ranks(); }
-  template <class T>
-  View<T> slot(const View<T>& x, int sl) const {
+  template <class T>  // Tensor or ConstTensor
+  T slot(const T& x, int sl) const {
     return x.slice_rows(sl * rows(), (sl + 1) * rows());
   }
   // Slot sl's log-sum-exp [B, H, n] inside the chunk-major [2B, H, n].
   template <class T>
-  View<T> lse_slot(const View<T>& lse, int sl) const {
-    return View<T>(lse.data() + sl * B * H * n, {B, H, n});
+  T lse_slot(const T& lse, int sl) const {
+    return lse.part(sl * B * H * n, {B, H, n});
   }
 };
 

@@ -145,15 +145,15 @@ class Gpt2 final : public Architecture {
   void final_norm_forward(Tensor xf, Tensor stats, ConstTensor x, const ModelWeights& w,
                           const ModelConfig& config, Backend& backend) const override {
     const int64_t T = x.rows();
-    backend.layernorm_forward(xf, Tensor(stats.data(), {T}), Tensor(stats.data() + T, {T}), x,
-                              w.norm, w.norm_b, float(config.rms_norm_eps));
+    backend.layernorm_forward(xf, stats.part(0, {T}), stats.part(T, {T}), x, w.norm, w.norm_b,
+                              float(config.rms_norm_eps));
   }
   void final_norm_backward(Tensor dx, const ModelWeights& dw, ConstTensor dxf, ConstTensor x,
                            ConstTensor stats, const ModelWeights& w,
                            Backend& backend) const override {
     const int64_t T = x.rows();
-    backend.layernorm_backward(dx, dw.norm, dw.norm_b, dxf, x, w.norm,
-                               ConstTensor(stats.data(), {T}), ConstTensor(stats.data() + T, {T}));
+    backend.layernorm_backward(dx, dw.norm, dw.norm_b, dxf, x, w.norm, stats.part(0, {T}),
+                               stats.part(T, {T}));
   }
   std::string_view optional_name_prefix() const override { return "transformer."; }
   void decode(const DecodeRows& r, const LayerWeights& lw, const ModelConfig& config,

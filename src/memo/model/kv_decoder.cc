@@ -26,8 +26,8 @@ KvDecoder::KvDecoder(const Model& model, int64_t max_tokens)
     const int64_t half = cfg_.head_dim() / 2;
     rope_cos_ = SpaceArray<float>(be, max_tokens * half, "the rope cos table");
     rope_sin_ = SpaceArray<float>(be, max_tokens * half, "the rope sin table");
-    model_.backend().rope_table(Tensor(rope_cos_.data(), {max_tokens, half}),
-                                Tensor(rope_sin_.data(), {max_tokens, half}), cfg_.head_dim(),
+    model_.backend().rope_table(rope_cos_.tensor({max_tokens, half}),
+                                rope_sin_.tensor({max_tokens, half}), cfg_.head_dim(),
                                 float(cfg_.rope_theta));
   }
 }
@@ -56,7 +56,7 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
     chunk_capacity_ = n;
   }
   const ModelWeights& w = model_.weights();
-  const Tensor x(x_.data(), {n, C});
+  const Tensor x = x_.tensor({n, C});
   const int32_t* ids = tokens.data();
   if (!direct) {
     check_token_ids("embedding_forward", "token", View<const int32_t>(ids, {n}), V);
@@ -68,15 +68,15 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
   if (!w.pos.empty()) model_.backend().add_into(x, w.pos.slice_rows(position_, position_ + n));
   for (int l = 0; l < int(cfg_.num_hidden_layers); ++l) layer(l, n);
   // final norm and head on the last row only
-  const Tensor last = x.slice_rows(n - 1, n), xf(xn_.data(), {1, C});
+  const Tensor last = x.slice_rows(n - 1, n), xf = xn_.tensor({1, C});
   const Architecture& arch = architecture(cfg_.arch);
-  arch.final_norm_forward(xf, Tensor(stats_.data(), arch.final_norm_stats_shape(1)), last, w, cfg_,
+  arch.final_norm_forward(xf, stats_.tensor(arch.final_norm_stats_shape(1)), last, w, cfg_,
                           model_.backend());
   if (direct) {
-    be.matmul(Tensor(logits.data(), {1, V}), xf, w.head, false, true);
+    be.matmul(View<float>(logits.data(), {1, V}), xf, w.head, false, true);  // host memory
   } else {
     if (logits_.numel() < V) logits_ = SpaceArray<float>(be, V, "the logits");
-    be.matmul(Tensor(logits_.data(), {1, V}), xf, w.head, false, true);
+    be.matmul(logits_.tensor({1, V}), xf, w.head, false, true);
     be.copy_to_host(logits.data(), logits_.data(), V * int64_t(sizeof(float)));
   }
   position_ += n;
@@ -85,24 +85,24 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
 void KvDecoder::layer(int l, int64_t n) {
   const int64_t C = cfg_.hidden_size, F = cfg_.intermediate_size;
   const int64_t HD = cfg_.num_attention_heads * cfg_.head_dim(), KV = cfg_.kv_dim();
-  const size_t cache_row = size_t((int64_t(l) * max_tokens_ + position_) * KV);
+  const int64_t cache_row = (int64_t(l) * max_tokens_ + position_) * KV;
   DecodeRows r;
-  r.x = Tensor(x_.data(), {n, C});
-  r.xn = Tensor(xn_.data(), {n, C});
-  r.h = Tensor(h_.data(), {n, C});
-  r.q = Tensor(q_.data(), {n, HD});
-  r.k = Tensor(k_cache_.data() + cache_row, {n, KV});
-  r.v = Tensor(v_cache_.data() + cache_row, {n, KV});
-  r.attn = Tensor(attn_.data(), {n, HD});
-  r.mean = Tensor(stats_.data(), {n});
-  r.rstd = Tensor(stats_.data() + n, {n});
-  r.mlp_gate = Tensor(gate_.data(), {n, F});
-  r.mlp_in = Tensor(up_.data(), {n, F});
-  r.mlp_act = Tensor(act_.data(), {n, F});
+  r.x = x_.tensor({n, C});
+  r.xn = xn_.tensor({n, C});
+  r.h = h_.tensor({n, C});
+  r.q = q_.tensor({n, HD});
+  r.k = k_cache_.tensor({n, KV}, cache_row);
+  r.v = v_cache_.tensor({n, KV}, cache_row);
+  r.attn = attn_.tensor({n, HD});
+  r.mean = stats_.tensor({n});
+  r.rstd = stats_.tensor({n}, n);
+  r.mlp_gate = gate_.tensor({n, F});
+  r.mlp_in = up_.tensor({n, F});
+  r.mlp_act = act_.tensor({n, F});
   if (cfg_.uses_rope()) {
     const int64_t half = cfg_.head_dim() / 2;
-    r.rope_cos = ConstTensor(rope_cos_.data(), {max_tokens_, half});
-    r.rope_sin = ConstTensor(rope_sin_.data(), {max_tokens_, half});
+    r.rope_cos = rope_cos_.tensor({max_tokens_, half});
+    r.rope_sin = rope_sin_.tensor({max_tokens_, half});
   }
   r.position = position_;
   r.attend = [this, l, n] { attend(l, n); };
@@ -114,20 +114,18 @@ void KvDecoder::attend(int l, int64_t n) {
   Backend& be = model_.backend();
   const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim();
   const int64_t KV = cfg_.kv_dim(), HD = H * D, keys = position_ + n;
-  const float* k_layer = k_cache_.data() + size_t(int64_t(l) * max_tokens_ * KV);
-  const float* v_layer = v_cache_.data() + size_t(int64_t(l) * max_tokens_ * KV);
+  const int64_t layer_row = int64_t(l) * max_tokens_ * KV;
   const bool prompt = position_ == 0;  // the training kernel, as Model's forward runs it
   const int64_t scratch_numel =
       prompt ? be.attention_forward_scratch_numel(D) : be.attention_decode_scratch_numel(keys);
   if (scratch_.numel() < scratch_numel) scratch_ = SpaceArray<float>(be, scratch_numel);
-  const Tensor scratch(scratch_.data(), {scratch_numel});
-  const ConstTensor k(k_layer, {keys, KV}), v(v_layer, {keys, KV});
+  const Tensor scratch = scratch_.tensor({scratch_numel});
+  const ConstTensor k = k_cache_.tensor({keys, KV}, layer_row),
+                    v = v_cache_.tensor({keys, KV}, layer_row);
   if (prompt)
-    return be.attention_forward(Tensor(attn_.data(), {n, HD}), Tensor(lse_.data(), {1, H, n}),
-                                ConstTensor(q_.data(), {n, HD}), k, v, 1, H, Hkv, scratch,
-                                AttnMask::kCausal);
-  be.attention_decode(Tensor(attn_.data(), {n, HD}), ConstTensor(q_.data(), {n, HD}), k, v,
-                      position_, H, Hkv, scratch);
+    return be.attention_forward(attn_.tensor({n, HD}), lse_.tensor({1, H, n}), q_.tensor({n, HD}),
+                                k, v, 1, H, Hkv, scratch, AttnMask::kCausal);
+  be.attention_decode(attn_.tensor({n, HD}), q_.tensor({n, HD}), k, v, position_, H, Hkv, scratch);
 }
 
 }  // namespace memo

@@ -44,13 +44,13 @@ Model::Model(const ModelConfig& config, Backend& backend)
                       layout_.total_numel() * int64_t(sizeof(float)), "the parameters"),
       grads_storage_(backend.allocator(backend.device_space()),
                      layout_.total_numel() * int64_t(sizeof(float)), "the gradients"),
-      params_(params_storage_.as<float>()),
-      grads_(grads_storage_.as<float>()),
+      params_(params_storage_.tensor({layout_.total_numel()}, DType::kF32)),
+      grads_(grads_storage_.tensor({layout_.total_numel()}, DType::kF32)),
       w_(bind_weights(config_, layout_, params_)),
       dw_(bind_weights(config_, layout_, grads_)) {
   // Padding between tensors stays zero in both buffers (ParamLayout), and gradients start at 0.
-  backend.fill(Tensor(params_, {layout_.total_numel()}), 0.0f);
-  backend.fill(Tensor(grads_, {layout_.total_numel()}), 0.0f);
+  backend.fill(params_, 0.0f);
+  backend.fill(grads_, 0.0f);
 }
 
 void Model::set_parallel(const Parallel& parallel) {
@@ -78,15 +78,15 @@ void Model::set_context_parallel(Communicator* group) {
 void Model::init(uint64_t seed) {
   if (!backend_->has_values()) return;
   if (backend_->host_can_access(backend_->device_space()))
-    return init_weights(layout_, params_, config_.initializer_range, seed);
+    return init_weights(layout_, params(), config_.initializer_range, seed);
   std::vector<float> host(size_t(layout_.total_numel()), 0.0f);
   init_weights(layout_, host.data(), config_.initializer_range, seed);
-  backend_->copy_from_host(params_, host.data(), int64_t(host.size() * sizeof(float)));
+  backend_->copy_from_host(params(), host.data(), int64_t(host.size() * sizeof(float)));
 }
 
-void Model::zero_grads() { backend_->fill(Tensor(grads_, {layout_.total_numel()}), 0.0f); }
+void Model::zero_grads() { backend_->fill(grads_, 0.0f); }
 
-std::pair<const float*, const float*> Model::rope_tables(int64_t seq) {
+std::pair<ConstTensor, ConstTensor> Model::rope_tables(int64_t seq) {
   const int64_t half = config_.head_dim() / 2;
   auto it = rope_.find(seq);
   if (it == rope_.end()) {
@@ -97,12 +97,13 @@ std::pair<const float*, const float*> Model::rope_tables(int64_t seq) {
     const int64_t bytes = seq * half * int64_t(sizeof(float));
     std::pair<RawBuffer, RawBuffer> t{RawBuffer(device, bytes, "the rope cos table"),
                                       RawBuffer(device, bytes, "the rope sin table")};
-    backend_->rope_table(Tensor(t.first.as<float>(), {seq, half}),
-                         Tensor(t.second.as<float>(), {seq, half}), config_.head_dim(),
+    backend_->rope_table(t.first.tensor({seq, half}, DType::kF32),
+                         t.second.tensor({seq, half}, DType::kF32), config_.head_dim(),
                          float(config_.rope_theta));
     it = rope_.emplace(seq, std::move(t)).first;
   }
-  return {it->second.first.as<float>(), it->second.second.as<float>()};
+  const auto& [cos, sin] = it->second;
+  return {cos.tensor({seq, half}, DType::kF32), sin.tensor({seq, half}, DType::kF32)};
 }
 
 double Model::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch,
@@ -218,17 +219,9 @@ LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocato
         cp};
   }
   const auto [cos, sin] = rope_tables(whole);
-  const int64_t half = config_.head_dim() / 2;
-  return LayerContext{&config_,
-                      batch,
-                      seq,
-                      ConstTensor(cos, {whole, half}),
-                      ConstTensor(sin, {whole, half}),
-                      &alloc,
-                      backend_,
-                      parallel_,
-                      backend_->activation_dtype(),
-                      cp};
+  return LayerContext{
+      &config_, batch, seq, cos, sin, &alloc, backend_, parallel_, backend_->activation_dtype(),
+      cp};
 }
 
 namespace {

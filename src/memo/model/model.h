@@ -39,8 +39,13 @@ class Model {
   // The layers' skeletal set, for the activation strategy a run uses (memory/strategy.h).
   const SkeletalLayout& skeletal() const { return skeletal_; }
   const ParamLayout& layout() const { return layout_; }
-  float* params() { return params_; }
-  float* grads() { return grads_; }
+  // The flat parameter and gradient buffers, f32 in the backend's device space (with padding,
+  // zero in both). params() and grads() are their raw pointers, for copies and host-side tools:
+  // host code reads through them only where backend().host_can_access(device space).
+  Tensor params_tensor() const { return params_; }
+  Tensor grads_tensor() const { return grads_; }
+  float* params() { return static_cast<float*>(params_.data()); }
+  float* grads() { return static_cast<float*>(grads_.data()); }
   int64_t params_numel() const { return layout_.total_numel(); }  // with padding (zero in both)
   bool has_values() const { return backend_->has_values(); }      // false: the meta backend
   Backend& backend() const { return *backend_; }
@@ -86,7 +91,7 @@ class Model {
                        float grad_scale, bool backward, ActivationAllocator& alloc);
   // cos and sin, [seq, D/2] each, in the device space; cached per seq when the backend has values
   // (the meta backend's are address ranges, replaced at each new seq).
-  std::pair<const float*, const float*> rope_tables(int64_t seq);
+  std::pair<ConstTensor, ConstTensor> rope_tables(int64_t seq);
   // The layers' context (rope tables when rotary) for batch x seq tokens of this rank (under
   // context parallelism seq is the rank's share and the rope tables are of the whole sequence).
   LayerContext layer_context(int64_t batch, int64_t seq, ActivationAllocator& alloc);
@@ -101,8 +106,8 @@ class Model {
   ParamLayout layout_;
   RawBuffer params_storage_;  // [total_numel] f32, device space
   RawBuffer grads_storage_;   // [total_numel] f32, device space
-  float* params_;
-  float* grads_;
+  Tensor params_;             // views of the two buffers
+  Tensor grads_;
   ModelWeights w_;
   ModelWeights dw_;
   Parallel parallel_;

@@ -42,13 +42,13 @@ const ParamInfo& ParamLayout::find(const std::string& name) const {
   throw ConfigError(str("no parameter named '", name, "' in this model"));
 }
 
-ModelWeights bind_weights(const ModelConfig& config, const ParamLayout& layout, float* base) {
+ModelWeights bind_weights(const ModelConfig& config, const ParamLayout& layout, Tensor base) {
   ModelWeights w;
   w.layers.resize(size_t(config.num_hidden_layers));
   for (const ParamInfo& p : layout.params()) {
     Shape s;
     for (int64_t d : p.shape) s.dims[s.ndim++] = d;
-    const Tensor view(base + p.offset, s);
+    const Tensor view = base.part(p.offset, s);
     switch (p.role) {
       case ParamRole::kEmbedding:
         w.embed = view;

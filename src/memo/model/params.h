@@ -78,8 +78,9 @@ struct ModelWeights {
   Tensor head;    // [V, C] lm_head, or the embedding itself when tied
 };
 
-// Binds views over a flat buffer laid out by `layout` (parameters or gradients).
-ModelWeights bind_weights(const ModelConfig& config, const ParamLayout& layout, float* base);
+// Binds views over a flat buffer laid out by `layout` (parameters or gradients): each tensor has
+// the buffer's dtype and memory space.
+ModelWeights bind_weights(const ModelConfig& config, const ParamLayout& layout, Tensor base);
 
 // Hugging Face init, per ParamInfo::init: Llama's Linear and Embedding weights ~ N(0, std), norm
 // weights = 1; GPT-2's Conv1D and embedding weights ~ N(0, std), the two c_proj weights

@@ -26,6 +26,26 @@ size_t count_of(const ConstTensor& t, const char* op) {
   return size_t(t.numel());
 }
 
+// The NCCL type that carries a tensor's elements. Sums are f32 only (gradients and statistics);
+// gathers, broadcasts and point-to-point moves carry any dtype.
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return ncclFloat;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclHalf;
+    case DType::kF8E4M3:
+      return ncclUint8;
+  }
+  return ncclUint8;
+}
+void check_sum_dtype(const ConstTensor& t, const char* op) {
+  MEMO_CHECK(t.dtype() == DType::kF32, op, ": a ", dtype_name(t.dtype()), " tensor ", t.shape(),
+             ": memo sums in f32");
+}
+
 }  // namespace
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::over(MpiCommunicator& world) {
@@ -41,7 +61,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::over(MpiCommunicator& world)
   constexpr int64_t kFloats = (sizeof(id) + sizeof(float) - 1) / sizeof(float);
   float packed[kFloats] = {};
   std::memcpy(packed, &id, sizeof(id));
-  world.broadcast(Tensor(packed, {kFloats}), 0);
+  world.broadcast(View<float>(packed, {kFloats}), 0);  // host memory: the world is MPI
   std::memcpy(&id, packed, sizeof(id));
   ncclComm_t comm;
   check_nccl(ncclCommInitRank(&comm, world.size(), id, world.rank()), "ncclCommInitRank");
@@ -149,6 +169,7 @@ void NcclCommunicator::all_reduce_sum(Tensor x) {
   begin("all_reduce_sum");
   const auto t0 = Clock::now();
   const size_t n = count_of(x, "all_reduce_sum");
+  check_sum_dtype(x, "all_reduce_sum");
   check_nccl(ncclAllReduce(x.data(), x.data(), n, ncclFloat, ncclSum, comm_, stream_),
              "ncclAllReduce");
   const int64_t moved = all_reduce_bytes(x.bytes(), size_);
@@ -161,6 +182,8 @@ void NcclCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
   MEMO_CHECK(in.numel() == out.numel() * size_, "reduce_scatter_sum: out ", out.shape(),
              " must hold 1/", size_, " of in ", in.shape());
   const auto t0 = Clock::now();
+  check_sum_dtype(in, "reduce_scatter_sum");
+  check_sum_dtype(out, "reduce_scatter_sum");
   check_nccl(ncclReduceScatter(in.data(), out.data(), count_of(out, "reduce_scatter_sum"),
                                ncclFloat, ncclSum, comm_, stream_),
              "ncclReduceScatter");
@@ -174,9 +197,9 @@ void NcclCommunicator::all_gather(Tensor out, ConstTensor in) {
   MEMO_CHECK(out.numel() == in.numel() * size_, "all_gather: out ", out.shape(), " must hold ",
              size_, " x in ", in.shape());
   const auto t0 = Clock::now();
-  check_nccl(
-      ncclAllGather(in.data(), out.data(), count_of(in, "all_gather"), ncclFloat, comm_, stream_),
-      "ncclAllGather");
+  check_nccl(ncclAllGather(in.data(), out.data(), count_of(in, "all_gather"), nccl_type(in.dtype()),
+                           comm_, stream_),
+             "ncclAllGather");
   const int64_t moved = all_gather_bytes(in.bytes(), size_);
   finish("all_gather", t0, moved, moved);
 }
@@ -216,9 +239,9 @@ void NcclCommunicator::broadcast(Tensor x, int root) {
   begin("broadcast");
   check_peer("broadcast", root);
   const auto t0 = Clock::now();
-  check_nccl(
-      ncclBroadcast(x.data(), x.data(), count_of(x, "broadcast"), ncclFloat, root, comm_, stream_),
-      "ncclBroadcast");
+  check_nccl(ncclBroadcast(x.data(), x.data(), count_of(x, "broadcast"), nccl_type(x.dtype()), root,
+                           comm_, stream_),
+             "ncclBroadcast");
   finish("broadcast", t0, rank_ == root ? x.bytes() * (size_ - 1) : 0,
          rank_ == root ? 0 : x.bytes());
 }
@@ -227,7 +250,8 @@ void NcclCommunicator::send(ConstTensor x, int peer) {
   begin("send");
   check_peer("send", peer);
   const auto t0 = Clock::now();
-  check_nccl(ncclSend(x.data(), count_of(x, "send"), ncclFloat, peer, comm_, stream_), "ncclSend");
+  check_nccl(ncclSend(x.data(), count_of(x, "send"), nccl_type(x.dtype()), peer, comm_, stream_),
+             "ncclSend");
   finish("send", t0, x.bytes(), 0);
 }
 
@@ -235,7 +259,8 @@ void NcclCommunicator::recv(Tensor x, int peer) {
   begin("recv");
   check_peer("recv", peer);
   const auto t0 = Clock::now();
-  check_nccl(ncclRecv(x.data(), count_of(x, "recv"), ncclFloat, peer, comm_, stream_), "ncclRecv");
+  check_nccl(ncclRecv(x.data(), count_of(x, "recv"), nccl_type(x.dtype()), peer, comm_, stream_),
+             "ncclRecv");
   finish("recv", t0, 0, x.bytes());
 }
 
@@ -247,9 +272,10 @@ void NcclCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
   const size_t nx = count_of(x, "send_recv"), ny = count_of(y, "send_recv");  // before the group
   const auto t0 = Clock::now();
   check_nccl(ncclGroupStart(), "ncclGroupStart");
-  const ncclResult_t sent = ncclSend(x.data(), nx, ncclFloat, to, comm_, stream_);
+  const ncclResult_t sent = ncclSend(x.data(), nx, nccl_type(x.dtype()), to, comm_, stream_);
   const ncclResult_t received =
-      sent == ncclSuccess ? ncclRecv(y.data(), ny, ncclFloat, from, comm_, stream_) : sent;
+      sent == ncclSuccess ? ncclRecv(y.data(), ny, nccl_type(y.dtype()), from, comm_, stream_)
+                          : sent;
   const ncclResult_t ended = ncclGroupEnd();  // always: an open group defers every later call
   check_nccl(sent, "ncclSend");
   check_nccl(received, "ncclRecv");

@@ -47,7 +47,8 @@ Adafactor::Adafactor(const ParamLayout& layout, AdafactorOptions options, std::v
   partial_ = SpaceArray<double>(backend_, max_chunks);
 }
 
-void Adafactor::step(float* params, const float* grads, double lr) {
+void Adafactor::step(Tensor params, ConstTensor grads, double lr) {
+  check_step_tensors(layout_, params, grads);
   ++steps_done_;
   const double t = double(steps_done_);
   const double beta2t =
@@ -61,10 +62,9 @@ void Adafactor::step(float* params, const float* grads, double lr) {
   s.beta1 = float(options_.beta1);
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
-    const Tensor p(params + info.offset, {info.numel});
-    const ConstTensor g(grads + info.offset, {info.numel});
-    const Tensor m =
-        options_.beta1 > 0.0 ? Tensor(m_.data() + info.offset, {info.numel}) : Tensor();
+    const Tensor p = params.part(info.offset, {info.numel});
+    const ConstTensor g = grads.part(info.offset, {info.numel});
+    const Tensor m = options_.beta1 > 0.0 ? m_.tensor({info.numel}, info.offset) : Tensor();
     // alpha_t from p_{t-1}, before this step changes it.
     const double alpha = options_.relative_step
                              ? std::max(options_.eps2, backend_.adafactor_rms(p, partial)) * rho
@@ -72,15 +72,14 @@ void Adafactor::step(float* params, const float* grads, double lr) {
     s.alpha = float(alpha);
     s.keep = decay_[i] ? float(1.0 - alpha * options_.weight_decay) : 1.0f;
     const Slot& slot = slots_[i];
-    float* v = v_.data() + slot.offset;
     if (slot.rows > 0) {
       const Shape rc{slot.rows, slot.cols};
-      backend_.adafactor_update_matrix(p.reshape(rc), m.empty() ? m : m.reshape(rc),
-                                       Tensor(v, {slot.rows}), Tensor(v + slot.rows, {slot.cols}),
-                                       g.reshape(rc), Tensor(row_inv_.data(), {slot.rows}),
-                                       Tensor(col_inv_.data(), {slot.cols}), partial, s);
+      backend_.adafactor_update_matrix(
+          p.reshape(rc), m.empty() ? m : m.reshape(rc), v_.tensor({slot.rows}, slot.offset),
+          v_.tensor({slot.cols}, slot.offset + slot.rows), g.reshape(rc),
+          row_inv_.tensor({slot.rows}), col_inv_.tensor({slot.cols}), partial, s);
     } else {
-      backend_.adafactor_update_vector(p, m, Tensor(v, {info.numel}), g, partial, s);
+      backend_.adafactor_update_vector(p, m, v_.tensor({info.numel}, slot.offset), g, partial, s);
     }
   }
 }
@@ -103,13 +102,13 @@ std::vector<StateTensor> Adafactor::state() {
     const Slot& s = slots_[i];
     float* v = v_.data() + s.offset;
     if (s.rows > 0) {
-      out.push_back({"exp_avg_sq_row." + info.name, {s.rows}, v});
-      out.push_back({"exp_avg_sq_col." + info.name, {s.cols}, v + s.rows});
+      out.push_back({"exp_avg_sq_row." + info.name, {s.rows}, v, v_.space()});
+      out.push_back({"exp_avg_sq_col." + info.name, {s.cols}, v + s.rows, v_.space()});
     } else {
-      out.push_back({"exp_avg_sq." + info.name, info.shape, v});
+      out.push_back({"exp_avg_sq." + info.name, info.shape, v, v_.space()});
     }
     if (options_.beta1 > 0.0)
-      out.push_back({"exp_avg." + info.name, info.shape, m_.data() + info.offset});
+      out.push_back({"exp_avg." + info.name, info.shape, m_.data() + info.offset, m_.space()});
   }
   return out;
 }

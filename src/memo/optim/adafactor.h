@@ -39,7 +39,7 @@ class Adafactor final : public Optimizer {
   static int64_t state_numel(const ParamLayout& layout, const AdafactorOptions& options);
   std::string name() const override { return "adafactor"; }
   // With relative_step on (the default) lr is ignored: the step size is alpha_t above.
-  void step(float* params, const float* grads, double lr) override;
+  void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;
   int64_t state_bytes() const override { return v_.bytes() + m_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }

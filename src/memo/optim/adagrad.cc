@@ -21,10 +21,11 @@ Adagrad::Adagrad(const ParamLayout& layout, AdagradOptions options, std::vector<
   check_option(options_.weight_decay >= 0.0, "adagrad", "weight_decay", options_.weight_decay,
                "[0, inf)");
   const float init = float(options_.initial_accumulator_value);
-  backend_.fill(Tensor(sum_.data(), {sum_.numel()}), init);
+  backend_.fill(sum_.tensor({sum_.numel()}), init);
 }
 
-void Adagrad::step(float* params, const float* grads, double lr) {
+void Adagrad::step(Tensor params, ConstTensor grads, double lr) {
+  check_step_tensors(layout_, params, grads);
   ++steps_done_;
   AdagradStep s;
   s.lr = float(lr / (1.0 + double(steps_done_ - 1) * options_.lr_decay));
@@ -32,16 +33,16 @@ void Adagrad::step(float* params, const float* grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
-    backend_.adagrad_update(Tensor(params + info.offset, {info.numel}),
-                            Tensor(sum_.data() + info.offset, {info.numel}),
-                            ConstTensor(grads + info.offset, {info.numel}), s);
+    backend_.adagrad_update(params.part(info.offset, {info.numel}),
+                            sum_.tensor({info.numel}, info.offset),
+                            grads.part(info.offset, {info.numel}), s);
   }
 }
 
 std::vector<StateTensor> Adagrad::state() {
   std::vector<StateTensor> out;
   for (const ParamInfo& info : layout_.params())
-    out.push_back({"sum." + info.name, info.shape, sum_.data() + info.offset});
+    out.push_back({"sum." + info.name, info.shape, sum_.data() + info.offset, sum_.space()});
   return out;
 }
 

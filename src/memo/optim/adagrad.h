@@ -26,7 +26,7 @@ class Adagrad final : public Optimizer {
   Adagrad(const ParamLayout& layout, AdagradOptions options, std::vector<bool> decay,
           Backend& backend = cpu_backend());
   std::string name() const override { return "adagrad"; }
-  void step(float* params, const float* grads, double lr) override;
+  void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;
   int64_t state_bytes() const override { return sum_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }

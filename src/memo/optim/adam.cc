@@ -26,7 +26,8 @@ Adam::Adam(const ParamLayout& layout, AdamOptions options, std::vector<bool> dec
   check_adam_options("adam", options_.beta1, options_.beta2, options_.eps, options_.weight_decay);
 }
 
-void Adam::step(float* params, const float* grads, double lr) {
+void Adam::step(Tensor params, ConstTensor grads, double lr) {
+  check_step_tensors(layout_, params, grads);
   ++steps_done_;
   const double t = double(steps_done_);
   AdamStep s;
@@ -38,18 +39,17 @@ void Adam::step(float* params, const float* grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
-    backend_.adam_update(Tensor(params + info.offset, {info.numel}),
-                         Tensor(m_.data() + info.offset, {info.numel}),
-                         Tensor(v_.data() + info.offset, {info.numel}),
-                         ConstTensor(grads + info.offset, {info.numel}), s);
+    backend_.adam_update(params.part(info.offset, {info.numel}),
+                         m_.tensor({info.numel}, info.offset), v_.tensor({info.numel}, info.offset),
+                         grads.part(info.offset, {info.numel}), s);
   }
 }
 
 std::vector<StateTensor> Adam::state() {
   std::vector<StateTensor> out;
   for (const ParamInfo& info : layout_.params()) {
-    out.push_back({"exp_avg." + info.name, info.shape, m_.data() + info.offset});
-    out.push_back({"exp_avg_sq." + info.name, info.shape, v_.data() + info.offset});
+    out.push_back({"exp_avg." + info.name, info.shape, m_.data() + info.offset, m_.space()});
+    out.push_back({"exp_avg_sq." + info.name, info.shape, v_.data() + info.offset, v_.space()});
   }
   return out;
 }

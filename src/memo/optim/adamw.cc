@@ -19,7 +19,8 @@ AdamW::AdamW(const ParamLayout& layout, AdamWOptions options, std::vector<bool> 
   check_adam_options("adamw", options_.beta1, options_.beta2, options_.eps, options_.weight_decay);
 }
 
-void AdamW::step(float* params, const float* grads, double lr) {
+void AdamW::step(Tensor params, ConstTensor grads, double lr) {
+  check_step_tensors(layout_, params, grads);
   ++steps_done_;
   const double t = double(steps_done_);
   AdamStep s;
@@ -32,18 +33,17 @@ void AdamW::step(float* params, const float* grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.keep = decay_[i] ? float(1.0 - lr * options_.weight_decay) : 1.0f;
-    backend_.adamw_update(Tensor(params + info.offset, {info.numel}),
-                          Tensor(m_.data() + info.offset, {info.numel}),
-                          Tensor(v_.data() + info.offset, {info.numel}),
-                          ConstTensor(grads + info.offset, {info.numel}), s);
+    backend_.adamw_update(
+        params.part(info.offset, {info.numel}), m_.tensor({info.numel}, info.offset),
+        v_.tensor({info.numel}, info.offset), grads.part(info.offset, {info.numel}), s);
   }
 }
 
 std::vector<StateTensor> AdamW::state() {
   std::vector<StateTensor> out;
   for (const ParamInfo& info : layout_.params()) {
-    out.push_back({"exp_avg." + info.name, info.shape, m_.data() + info.offset});
-    out.push_back({"exp_avg_sq." + info.name, info.shape, v_.data() + info.offset});
+    out.push_back({"exp_avg." + info.name, info.shape, m_.data() + info.offset, m_.space()});
+    out.push_back({"exp_avg_sq." + info.name, info.shape, v_.data() + info.offset, v_.space()});
   }
   return out;
 }

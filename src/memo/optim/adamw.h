@@ -27,7 +27,7 @@ class AdamW final : public Optimizer {
   AdamW(const ParamLayout& layout, AdamWOptions options, std::vector<bool> decay,
         Backend& backend = cpu_backend());
   std::string name() const override { return "adamw"; }
-  void step(float* params, const float* grads, double lr) override;
+  void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;
   int64_t state_bytes() const override { return m_.bytes() + v_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }

@@ -12,6 +12,8 @@ namespace memo {
 
 // decay must hold one flag per tensor of layout.
 void check_decay_mask(const ParamLayout& layout, const std::vector<bool>& decay);
+// params and grads must be flat f32 buffers of layout.total_numel() elements.
+void check_step_tensors(const ParamLayout& layout, ConstTensor params, ConstTensor grads);
 
 // Throws unless ok: "<optimizer> option <option> = <value> is outside <allowed>".
 void check_option(bool ok, const std::string& optimizer, const std::string& option, double value,

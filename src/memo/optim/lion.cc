@@ -20,7 +20,8 @@ Lion::Lion(const ParamLayout& layout, LionOptions options, std::vector<bool> dec
                "[0, inf)");
 }
 
-void Lion::step(float* params, const float* grads, double lr) {
+void Lion::step(Tensor params, ConstTensor grads, double lr) {
+  check_step_tensors(layout_, params, grads);
   ++steps_done_;
   LionStep s;
   s.beta1 = float(options_.beta1);
@@ -29,16 +30,16 @@ void Lion::step(float* params, const float* grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.keep = decay_[i] ? float(1.0 - lr * options_.weight_decay) : 1.0f;
-    backend_.lion_update(Tensor(params + info.offset, {info.numel}),
-                         Tensor(m_.data() + info.offset, {info.numel}),
-                         ConstTensor(grads + info.offset, {info.numel}), s);
+    backend_.lion_update(params.part(info.offset, {info.numel}),
+                         m_.tensor({info.numel}, info.offset),
+                         grads.part(info.offset, {info.numel}), s);
   }
 }
 
 std::vector<StateTensor> Lion::state() {
   std::vector<StateTensor> out;
   for (const ParamInfo& info : layout_.params())
-    out.push_back({"exp_avg." + info.name, info.shape, m_.data() + info.offset});
+    out.push_back({"exp_avg." + info.name, info.shape, m_.data() + info.offset, m_.space()});
   return out;
 }
 

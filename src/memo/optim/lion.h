@@ -25,7 +25,7 @@ class Lion final : public Optimizer {
   Lion(const ParamLayout& layout, LionOptions options, std::vector<bool> decay,
        Backend& backend = cpu_backend());
   std::string name() const override { return "lion"; }
-  void step(float* params, const float* grads, double lr) override;
+  void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;
   int64_t state_bytes() const override { return m_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }

@@ -18,6 +18,13 @@ void check_decay_mask(const ParamLayout& layout, const std::vector<bool>& decay)
                           "(decay_matrices_only(layout) gives the usual mask)"));
 }
 
+void check_step_tensors(const ParamLayout& layout, ConstTensor params, ConstTensor grads) {
+  for (const ConstTensor& t : {params, grads})
+    MEMO_CHECK(t.dtype() == DType::kF32 && t.contiguous() && t.numel() == layout.total_numel(),
+               "optimizer step: ", t.shape(), " ", dtype_name(t.dtype()), " is not the flat f32 ",
+               "buffer of ", layout.total_numel(), " elements its layout describes");
+}
+
 void check_option(bool ok, const std::string& optimizer, const std::string& option, double value,
                   const std::string& allowed) {
   if (!ok)

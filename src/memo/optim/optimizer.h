@@ -18,11 +18,14 @@ struct StateTensor {
   std::string name;  // e.g. "exp_avg.model.norm.weight"
   std::vector<int64_t> shape;
   float* data;
+  MemSpace space = MemSpace::kHost;  // where data lives (the backend's device space)
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     return n;
   }
+  // The buffer as a flat f32 tensor.
+  Tensor tensor() const { return Tensor(data, {numel()}, DType::kF32, space); }
 };
 
 // Note [Optimizer state]
@@ -35,8 +38,10 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
-  // One update with learning rate lr; gradients are read, never modified. Increments steps_done().
-  virtual void step(float* params, const float* grads, double lr) = 0;
+  // One update with learning rate lr of the flat f32 buffers `layout` describes (parameters and
+  // gradients in the backend's device space); gradients are read, never modified. Increments
+  // steps_done().
+  virtual void step(Tensor params, ConstTensor grads, double lr) = 0;
   int64_t steps_done() const { return steps_done_; }
   void set_steps_done(int64_t n) { steps_done_ = n; }
   // Every state buffer, for saving and restoring (restoring writes through the pointers).

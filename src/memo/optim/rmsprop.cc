@@ -25,7 +25,8 @@ Rmsprop::Rmsprop(const ParamLayout& layout, RmspropOptions options, std::vector<
   if (options_.momentum > 0.0) buf_ = SpaceArray<float>(backend_, layout.total_numel());
 }
 
-void Rmsprop::step(float* params, const float* grads, double lr) {
+void Rmsprop::step(Tensor params, ConstTensor grads, double lr) {
+  check_step_tensors(layout_, params, grads);
   ++steps_done_;
   RmspropStep s;
   s.alpha = float(options_.alpha);
@@ -37,23 +38,25 @@ void Rmsprop::step(float* params, const float* grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
-    const Tensor a =
-        options_.centered ? Tensor(grad_avg_.data() + info.offset, {info.numel}) : Tensor();
-    const Tensor b = use_momentum ? Tensor(buf_.data() + info.offset, {info.numel}) : Tensor();
-    backend_.rmsprop_update(Tensor(params + info.offset, {info.numel}),
-                            Tensor(square_avg_.data() + info.offset, {info.numel}), a, b,
-                            ConstTensor(grads + info.offset, {info.numel}), s);
+    const Tensor a = options_.centered ? grad_avg_.tensor({info.numel}, info.offset) : Tensor();
+    const Tensor b = use_momentum ? buf_.tensor({info.numel}, info.offset) : Tensor();
+    backend_.rmsprop_update(params.part(info.offset, {info.numel}),
+                            square_avg_.tensor({info.numel}, info.offset), a, b,
+                            grads.part(info.offset, {info.numel}), s);
   }
 }
 
 std::vector<StateTensor> Rmsprop::state() {
   std::vector<StateTensor> out;
   for (const ParamInfo& info : layout_.params()) {
-    out.push_back({"square_avg." + info.name, info.shape, square_avg_.data() + info.offset});
+    out.push_back({"square_avg." + info.name, info.shape, square_avg_.data() + info.offset,
+                   square_avg_.space()});
     if (options_.centered)
-      out.push_back({"grad_avg." + info.name, info.shape, grad_avg_.data() + info.offset});
+      out.push_back(
+          {"grad_avg." + info.name, info.shape, grad_avg_.data() + info.offset, grad_avg_.space()});
     if (options_.momentum > 0.0)
-      out.push_back({"momentum_buffer." + info.name, info.shape, buf_.data() + info.offset});
+      out.push_back(
+          {"momentum_buffer." + info.name, info.shape, buf_.data() + info.offset, buf_.space()});
   }
   return out;
 }

@@ -29,7 +29,7 @@ class Rmsprop final : public Optimizer {
   Rmsprop(const ParamLayout& layout, RmspropOptions options, std::vector<bool> decay,
           Backend& backend = cpu_backend());
   std::string name() const override { return "rmsprop"; }
-  void step(float* params, const float* grads, double lr) override;
+  void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;
   int64_t state_bytes() const override {
     return square_avg_.bytes() + grad_avg_.bytes() + buf_.bytes();

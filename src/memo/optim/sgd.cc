@@ -19,7 +19,8 @@ Sgd::Sgd(const ParamLayout& layout, SgdOptions options, std::vector<bool> decay,
   if (options_.momentum > 0.0) buf_ = SpaceArray<float>(backend_, layout.total_numel());
 }
 
-void Sgd::step(float* params, const float* grads, double lr) {
+void Sgd::step(Tensor params, ConstTensor grads, double lr) {
+  check_step_tensors(layout_, params, grads);
   ++steps_done_;
   SgdStep s;
   s.first = steps_done_ == 1;  // torch starts the buffer at d, not at (1 - damp) d
@@ -30,10 +31,9 @@ void Sgd::step(float* params, const float* grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
-    const Tensor buf =
-        options_.momentum == 0.0 ? Tensor() : Tensor(buf_.data() + info.offset, {info.numel});
-    backend_.sgd_update(Tensor(params + info.offset, {info.numel}), buf,
-                        ConstTensor(grads + info.offset, {info.numel}), s);
+    const Tensor buf = options_.momentum == 0.0 ? Tensor() : buf_.tensor({info.numel}, info.offset);
+    backend_.sgd_update(params.part(info.offset, {info.numel}), buf,
+                        grads.part(info.offset, {info.numel}), s);
   }
 }
 
@@ -41,7 +41,8 @@ std::vector<StateTensor> Sgd::state() {
   std::vector<StateTensor> out;
   if (options_.momentum == 0.0) return out;
   for (const ParamInfo& info : layout_.params())
-    out.push_back({"momentum_buffer." + info.name, info.shape, buf_.data() + info.offset});
+    out.push_back(
+        {"momentum_buffer." + info.name, info.shape, buf_.data() + info.offset, buf_.space()});
   return out;
 }
 

@@ -28,7 +28,7 @@ class Sgd final : public Optimizer {
   Sgd(const ParamLayout& layout, SgdOptions options, std::vector<bool> decay,
       Backend& backend = cpu_backend());
   std::string name() const override { return "sgd"; }
-  void step(float* params, const float* grads, double lr) override;
+  void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;
   int64_t state_bytes() const override { return buf_.bytes(); }
   nlohmann::json hyperparameters() const override { return options_; }

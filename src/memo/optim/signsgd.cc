@@ -15,7 +15,8 @@ SignSgd::SignSgd(const ParamLayout& layout, SignSgdOptions options, std::vector<
   if (options_.momentum > 0.0) m_ = SpaceArray<float>(backend_, layout.total_numel());
 }
 
-void SignSgd::step(float* params, const float* grads, double lr) {
+void SignSgd::step(Tensor params, ConstTensor grads, double lr) {
+  check_step_tensors(layout_, params, grads);
   ++steps_done_;
   SignSgdStep s;
   s.momentum = float(options_.momentum);
@@ -23,10 +24,9 @@ void SignSgd::step(float* params, const float* grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.keep = decay_[i] ? float(1.0 - lr * options_.weight_decay) : 1.0f;
-    const Tensor m =
-        options_.momentum == 0.0 ? Tensor() : Tensor(m_.data() + info.offset, {info.numel});
-    backend_.signsgd_update(Tensor(params + info.offset, {info.numel}), m,
-                            ConstTensor(grads + info.offset, {info.numel}), s);
+    const Tensor m = options_.momentum == 0.0 ? Tensor() : m_.tensor({info.numel}, info.offset);
+    backend_.signsgd_update(params.part(info.offset, {info.numel}), m,
+                            grads.part(info.offset, {info.numel}), s);
   }
 }
 
@@ -34,7 +34,8 @@ std::vector<StateTensor> SignSgd::state() {
   std::vector<StateTensor> out;
   if (options_.momentum == 0.0) return out;
   for (const ParamInfo& info : layout_.params())
-    out.push_back({"momentum_buffer." + info.name, info.shape, m_.data() + info.offset});
+    out.push_back(
+        {"momentum_buffer." + info.name, info.shape, m_.data() + info.offset, m_.space()});
   return out;
 }
 

@@ -52,6 +52,19 @@ double timeout_from_env() {
   return s;
 }
 
+// The MPI element type that moves a tensor's elements: reductions add f32 (Note [Deterministic
+// reductions] adds by hand); gathers, broadcasts and point-to-point moves carry any dtype's bits.
+MPI_Datatype moved_type(DType t) {
+  switch (dtype_bytes(t)) {
+    case 4:
+      return MPI_FLOAT;
+    case 2:
+      return MPI_UINT16_T;
+    default:
+      return MPI_UINT8_T;
+  }
+}
+
 }  // namespace
 
 bool MpiCommunicator::launched_by_mpirun() {
@@ -151,8 +164,9 @@ void MpiCommunicator::all_reduce_sum(Tensor x) {
   MEMO_CHECK(x.contiguous(), "all_reduce_sum: view ", x.shape(), " must be contiguous");
   const auto t0 = Clock::now();
   const int64_t n = x.numel();
+  float* data = x.as<float>().data();  // memo reduces in f32
   for (int64_t begin = 0; begin < n; begin += kMaxChunk)
-    all_reduce_chunk(x.data() + begin, std::min(kMaxChunk, n - begin));
+    all_reduce_chunk(data + begin, std::min(kMaxChunk, n - begin));
   const int64_t moved = all_reduce_bytes(n * 4, size_);
   count(moved, moved, seconds_since(t0));
 }
@@ -165,12 +179,14 @@ void MpiCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
   const int n = to_int(out.numel(), "reduce_scatter_sum");
   scratch_.resize(size_t(size_) * size_t(n));
   MPI_Request request;
-  MPI_Ialltoall(in.data(), n, MPI_FLOAT, scratch_.data(), n, MPI_FLOAT, comm_, &request);
+  float* const sums = out.as<float>().data();  // memo reduces in f32
+  MPI_Ialltoall(in.as<const float>().data(), n, MPI_FLOAT, scratch_.data(), n, MPI_FLOAT, comm_,
+                &request);
   wait(request, "reduce_scatter_sum");
   for (int64_t i = 0; i < n; ++i) {
     float sum = scratch_[size_t(i)];
     for (int j = 1; j < size_; ++j) sum += scratch_[size_t(int64_t(j) * n + i)];
-    out.data()[i] = sum;
+    sums[i] = sum;
   }
   const int64_t moved = reduce_scatter_bytes(int64_t(n) * 4, size_);
   count(moved, moved, seconds_since(t0));
@@ -179,12 +195,15 @@ void MpiCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
 void MpiCommunicator::all_gather(Tensor out, ConstTensor in) {
   MEMO_CHECK(out.contiguous() && in.contiguous() && out.numel() == in.numel() * size_,
              "all_gather: out ", out.shape(), " must hold ", size_, " x in ", in.shape());
+  MEMO_CHECK(out.dtype() == in.dtype(), "all_gather: out is ", dtype_name(out.dtype()), ", in ",
+             dtype_name(in.dtype()));
   const auto t0 = Clock::now();
   const int n = to_int(in.numel(), "all_gather");
   MPI_Request request;
-  MPI_Iallgather(in.data(), n, MPI_FLOAT, out.data(), n, MPI_FLOAT, comm_, &request);
+  const MPI_Datatype type = moved_type(in.dtype());
+  MPI_Iallgather(in.data(), n, type, out.data(), n, type, comm_, &request);
   wait(request, "all_gather");
-  const int64_t moved = all_gather_bytes(int64_t(n) * 4, size_);
+  const int64_t moved = all_gather_bytes(in.bytes(), size_);
   count(moved, moved, seconds_since(t0));
 }
 
@@ -221,7 +240,8 @@ void MpiCommunicator::broadcast(Tensor x, int root) {
   MEMO_CHECK(x.contiguous(), "broadcast: view ", x.shape(), " must be contiguous");
   const auto t0 = Clock::now();
   MPI_Request request;
-  MPI_Ibcast(x.data(), to_int(x.numel(), "broadcast"), MPI_FLOAT, root, comm_, &request);
+  MPI_Ibcast(x.data(), to_int(x.numel(), "broadcast"), moved_type(x.dtype()), root, comm_,
+             &request);
   wait(request, "broadcast");
   const int64_t bytes = x.bytes();
   count(rank_ == root ? bytes * (size_ - 1) : 0, rank_ == root ? 0 : bytes, seconds_since(t0));
@@ -232,7 +252,7 @@ void MpiCommunicator::send(ConstTensor x, int peer) {
   MEMO_CHECK(x.contiguous(), "send: view ", x.shape(), " must be contiguous");
   const auto t0 = Clock::now();
   MPI_Request request;
-  MPI_Isend(x.data(), to_int(x.numel(), "send"), MPI_FLOAT, peer, 0, comm_, &request);
+  MPI_Isend(x.data(), to_int(x.numel(), "send"), moved_type(x.dtype()), peer, 0, comm_, &request);
   wait(request, "send");
   count(x.bytes(), 0, seconds_since(t0));
 }
@@ -242,7 +262,7 @@ void MpiCommunicator::recv(Tensor x, int peer) {
   MEMO_CHECK(x.contiguous(), "recv: view ", x.shape(), " must be contiguous");
   const auto t0 = Clock::now();
   MPI_Request request;
-  MPI_Irecv(x.data(), to_int(x.numel(), "recv"), MPI_FLOAT, peer, 0, comm_, &request);
+  MPI_Irecv(x.data(), to_int(x.numel(), "recv"), moved_type(x.dtype()), peer, 0, comm_, &request);
   wait(request, "recv");
   count(0, x.bytes(), seconds_since(t0));
 }
@@ -254,8 +274,9 @@ void MpiCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
              " must be contiguous");
   const auto t0 = Clock::now();
   MPI_Request receive, send;  // both posted before either wait: no rank waits on an unposted peer
-  MPI_Irecv(y.data(), to_int(y.numel(), "send_recv"), MPI_FLOAT, from, 0, comm_, &receive);
-  MPI_Isend(x.data(), to_int(x.numel(), "send_recv"), MPI_FLOAT, to, 0, comm_, &send);
+  MPI_Irecv(y.data(), to_int(y.numel(), "send_recv"), moved_type(y.dtype()), from, 0, comm_,
+            &receive);
+  MPI_Isend(x.data(), to_int(x.numel(), "send_recv"), moved_type(x.dtype()), to, 0, comm_, &send);
   wait(receive, "send_recv");
   wait(send, "send_recv");
   count(x.bytes(), y.bytes(), seconds_since(t0));

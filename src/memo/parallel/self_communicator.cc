@@ -47,7 +47,7 @@ void SelfCommunicator::broadcast(Tensor x, int root) {
 void SelfCommunicator::send(ConstTensor x, int peer) {
   check_peer("send", peer);
   MEMO_CHECK(x.contiguous(), "send: view ", x.shape(), " must be contiguous");
-  std::vector<float> copy(size_t(x.numel()));
+  std::vector<char> copy(size_t(x.bytes()));
   backend_.copy_to_host(copy.data(), x.data(), x.bytes());
   sent_.push_back(std::move(copy));
   count(0, 0);
@@ -57,8 +57,8 @@ void SelfCommunicator::recv(Tensor x, int peer) {
   check_peer("recv", peer);
   MEMO_CHECK(!sent_.empty(),
              "recv from rank 0 (self) with no send before it: it would never return");
-  MEMO_CHECK(x.contiguous() && int64_t(sent_.front().size()) == x.numel(), "recv: view ", x.shape(),
-             " does not match the ", sent_.front().size(), " floats sent");
+  MEMO_CHECK(x.contiguous() && int64_t(sent_.front().size()) == x.bytes(), "recv: view ", x.shape(),
+             " of ", x.bytes(), " bytes does not match the ", sent_.front().size(), " bytes sent");
   backend_.copy_from_host(x.data(), sent_.front().data(), x.bytes());
   sent_.pop_front();
   count(0, 0);

@@ -33,7 +33,7 @@ class SelfCommunicator final : public Communicator {
  private:
   void check_peer(const char* op, int peer) const;
   Backend& backend_;
-  std::deque<std::vector<float>> sent_;  // host copies of sends to self, in order
+  std::deque<std::vector<char>> sent_;  // host copies of sends to self, in order
 };
 
 }  // namespace memo

@@ -8,7 +8,7 @@
 // trace's communicated tensors are its activations (bf16 in a GPU plan).
 #pragma once
 
-#include "memo/backend/dtype.h"
+#include "memo/core/dtype.h"
 #include "memo/parallel/communicator.h"
 
 namespace memo {

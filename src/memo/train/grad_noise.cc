@@ -31,10 +31,12 @@ void GradNoiseProbe::set_micro_steps(int64_t micro_steps, int64_t ranks) {
   micro_sq_.resize(size_t(micro_steps));  // within the capacity reserved at construction
 }
 
-void GradNoiseProbe::after_micro(float* grads, int64_t micro) {
+void GradNoiseProbe::after_micro(Tensor grads, int64_t micro) {
+  MEMO_CHECK(grads.numel() == numel_ && grads.contiguous(), "noise probe: gradients ",
+             grads.shape(), " are not the flat buffer of ", numel_);
   const double k = double(micro_steps_ * ranks_);  // the buffer holds g_i / k
   if (micro_steps_ == 1) {  // this rank's only micro-batch: the buffer is its gradient alone
-    micro_sq_[0] = k * k * backend_.sum_squares(Tensor(grads, {numel_}));
+    micro_sq_[0] = k * k * backend_.sum_squares(grads);
     return;
   }
   const NoiseProbePass pass = micro == 0                 ? NoiseProbePass::kFirst
@@ -43,7 +45,7 @@ void GradNoiseProbe::after_micro(float* grads, int64_t micro) {
   // see Note [Noise-scale accounting]: the buffer holds g_i / k
   micro_sq_[size_t(micro)] =
       k * k *
-      backend_.noise_probe_pass(Tensor(grads, {numel_}), Tensor(sum_.data(), {numel_}), pass,
+      backend_.noise_probe_pass(grads, sum_.tensor({numel_}), pass,
                                 View<double>(partial_.data(), {int64_t(partial_.size())}));
 }
 

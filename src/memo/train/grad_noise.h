@@ -50,7 +50,7 @@ class GradNoiseProbe {
   int64_t micro_steps() const { return micro_steps_; }
   // After micro-batch `micro` (0-based) of a step; grads is the model's gradient buffer, zero
   // before micro-batch 0 (the trainer's zero_grads); the probe zeroes it for the later ones.
-  void after_micro(float* grads, int64_t micro);
+  void after_micro(Tensor grads, int64_t micro);
   // After the last micro-batch: |G|^2 of the step's gradient over every rank (before clipping).
   // With several ranks, data_parallel gathers their micro-batch norms (collective).
   void end_step(double step_sq_norm, Communicator* data_parallel = nullptr);

@@ -32,7 +32,7 @@ StepGradients TrainStep::gradients(int64_t step) { return gradients(step, shape_
 StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
   MEMO_CHECK(micro_steps > 0, "step ", step, " of ", micro_steps, " micro-batches");
   Backend& backend = model_.backend();
-  const Tensor grads(model_.grads(), {model_.params_numel()});
+  const Tensor grads = model_.grads_tensor();
   const int64_t ranks = data_parallel_.size();
   const int64_t tokens = shape_.micro_batch * shape_.seq * micro_steps * ranks;
   const float grad_scale = 1.0f / float(tokens);
@@ -49,7 +49,7 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
     // the probe reads each micro-batch's whole gradient: under context parallelism the sum of
     // the group's shares
     if (probe_ && cp) cp->all_reduce_sum(grads);
-    if (probe_) probe_->after_micro(model_.grads(), micro);
+    if (probe_) probe_->after_micro(grads, micro);
   }
   // The gradient-reduction hook: the context-parallel shares of each micro-batch, then the
   // data-parallel ranks' gradients summed (each is already scaled by the global token count), and
@@ -68,15 +68,16 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
 void TrainStep::update(const StepGradients& g, double lr, double clip) {
   const double norm = g.grad_norm();
   if (clip > 0 && norm > clip)
-    model_.backend().scale(Tensor(model_.grads(), {model_.params_numel()}),
-                           float(clip / (norm + 1e-6)));
+    model_.backend().scale(model_.grads_tensor(), float(clip / (norm + 1e-6)));
   if (!shards_) {
-    optimizer_.step(model_.params(), model_.grads(), lr);
+    optimizer_.step(model_.params_tensor(), model_.grads_tensor(), lr);
     return;
   }
   const ZeroShard& mine = (*shards_)[size_t(data_parallel_.rank())];
-  optimizer_.step(model_.params() + mine.begin, model_.grads() + mine.begin, lr);
-  all_gather_shards(model_.params(), *shards_, data_parallel_);
+  const Shape shard{mine.end - mine.begin};
+  optimizer_.step(model_.params_tensor().part(mine.begin, shard),
+                  model_.grads_tensor().part(mine.begin, shard), lr);
+  all_gather_shards(model_.params_tensor(), *shards_, data_parallel_);
 }
 
 void TrainStep::warmup(int64_t step) {

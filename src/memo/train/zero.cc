@@ -24,12 +24,12 @@ std::vector<ZeroShard> zero_shards(const ParamLayout& layout, int ranks) {
   return shards;
 }
 
-void all_gather_shards(float* params, const std::vector<ZeroShard>& shards, Communicator& group) {
+void all_gather_shards(Tensor params, const std::vector<ZeroShard>& shards, Communicator& group) {
   MEMO_CHECK(int(shards.size()) == group.size(), shards.size(), " shards for ", group.size(),
              " ranks");
   for (int r = 0; r < group.size(); ++r) {
     const ZeroShard& s = shards[size_t(r)];
-    if (s.end > s.begin) group.broadcast(Tensor(params + s.begin, {s.end - s.begin}), r);
+    if (s.end > s.begin) group.broadcast(params.part(s.begin, {s.end - s.begin}), r);
   }
 }
 
@@ -45,7 +45,7 @@ GatheredState gather_optimizer_state(Optimizer& mine, const std::string& name,
                                      const std::vector<ZeroShard>& shards, Communicator& group) {
   GatheredState out;
   if (group.rank() != 0) {
-    for (const StateTensor& s : mine.state()) group.send(ConstTensor(s.data, {s.numel()}), 0);
+    for (const StateTensor& s : mine.state()) group.send(s.tensor(), 0);
     return out;
   }
   out.tensors = mine.state();
@@ -55,7 +55,7 @@ GatheredState gather_optimizer_state(Optimizer& mine, const std::string& name,
     out.layouts.push_back(std::make_unique<ParamLayout>(full, shard.first, shard.last));
     out.holders.push_back(make_optimizer(name, *out.layouts.back(), shard_options(options, shard)));
     for (const StateTensor& s : out.holders.back()->state()) {
-      group.recv(Tensor(s.data, {s.numel()}), r);
+      group.recv(s.tensor(), r);
       out.tensors.push_back(s);
     }
   }

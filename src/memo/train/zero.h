@@ -32,7 +32,7 @@ std::vector<ZeroShard> zero_shards(const ParamLayout& layout, int ranks);
 
 // After each rank has updated its shard of params: every rank's shard on every rank (a broadcast
 // from each owner, in rank order; collective).
-void all_gather_shards(float* params, const std::vector<ZeroShard>& shards, Communicator& group);
+void all_gather_shards(Tensor params, const std::vector<ZeroShard>& shards, Communicator& group);
 
 // The whole optimiser state for a checkpoint, on rank 0: its own tensors and every other rank's,
 // received in each rank's state() order (collective; the other ranks send theirs and get an empty

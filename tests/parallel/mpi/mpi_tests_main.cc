@@ -38,7 +38,7 @@ TEST(MpiCommunicator, all_reduce_sums_in_rank_order_bitwise) {
   for (int64_t n : {int64_t(1), int64_t(3), int64_t(1000), int64_t(100003)}) {
     std::vector<float> x(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) x[size_t(i)] = value(w.rank(), i);
-    w.all_reduce_sum(Tensor(x.data(), {n}));
+    w.all_reduce_sum(View<float>(x.data(), {n}));
     for (int64_t i = 0; i < n; ++i)
       ASSERT_EQ(x[size_t(i)], rank_order_sum(w.size(), i)) << "n " << n << " i " << i;
   }
@@ -49,11 +49,11 @@ TEST(MpiCommunicator, reduce_scatter_and_all_gather) {
   const int64_t n = 37, P = w.size();
   std::vector<float> in(static_cast<size_t>(n * P)), out(static_cast<size_t>(n));
   for (int64_t i = 0; i < n * P; ++i) in[size_t(i)] = value(w.rank(), i);
-  w.reduce_scatter_sum(Tensor(out.data(), {n}), ConstTensor(in.data(), {n * P}));
+  w.reduce_scatter_sum(View<float>(out.data(), {n}), View<const float>(in.data(), {n * P}));
   for (int64_t i = 0; i < n; ++i)
     ASSERT_EQ(out[size_t(i)], rank_order_sum(w.size(), w.rank() * n + i)) << i;
   std::vector<float> gathered(size_t(n * P));
-  w.all_gather(Tensor(gathered.data(), {n * P}), ConstTensor(out.data(), {n}));
+  w.all_gather(View<float>(gathered.data(), {n * P}), View<const float>(out.data(), {n}));
   for (int64_t i = 0; i < n * P; ++i) ASSERT_EQ(gathered[size_t(i)], rank_order_sum(w.size(), i));
 }
 
@@ -77,16 +77,16 @@ TEST(MpiCommunicator, doubles_reduce_and_gather_in_rank_order) {
 TEST(MpiCommunicator, broadcast_and_a_ring_of_sends) {
   MpiCommunicator& w = *g_world;
   std::vector<float> x(5, float(w.rank()));
-  w.broadcast(Tensor(x.data(), {5}), w.size() - 1);
+  w.broadcast(View<float>(x.data(), {5}), w.size() - 1);
   for (float v : x) EXPECT_EQ(v, float(w.size() - 1));
   const int next = (w.rank() + 1) % w.size(), prev = (w.rank() + w.size() - 1) % w.size();
   std::vector<float> mine(3, float(w.rank())), got(3, -1.0f);
   if (w.rank() % 2 == 0) {  // even ranks send first, odd ranks receive first: no deadlock
-    w.send(ConstTensor(mine.data(), {3}), next);
-    w.recv(Tensor(got.data(), {3}), prev);
+    w.send(View<const float>(mine.data(), {3}), next);
+    w.recv(View<float>(got.data(), {3}), prev);
   } else {
-    w.recv(Tensor(got.data(), {3}), prev);
-    w.send(ConstTensor(mine.data(), {3}), next);
+    w.recv(View<float>(got.data(), {3}), prev);
+    w.send(View<const float>(mine.data(), {3}), next);
   }
   for (float v : got) EXPECT_EQ(v, float(prev));
 }
@@ -100,7 +100,7 @@ TEST(MpiCommunicator, send_recv_passes_a_large_block_round_the_ring) {
   std::vector<float> mine(static_cast<size_t>(n)), got(static_cast<size_t>(n), -1.0f);
   for (int64_t i = 0; i < n; ++i) mine[size_t(i)] = value(w.rank(), i);
   w.reset_counters();
-  w.send_recv(ConstTensor(mine.data(), {n}), next, Tensor(got.data(), {n}), prev);
+  w.send_recv(View<const float>(mine.data(), {n}), next, View<float>(got.data(), {n}), prev);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], value(prev, i)) << i;
   EXPECT_EQ(w.counters().bytes_sent, 4 * n);
   EXPECT_EQ(w.counters().bytes_received, 4 * n);
@@ -130,15 +130,16 @@ TEST(RingAttention, matches_one_process_attention_on_every_rank) {
         dv(v.size());
     std::vector<float> scratch(size_t(std::max(be.attention_forward_scratch_numel(D),
                                                be.attention_backward_scratch_numel(S, D, H, Hkv))));
-    const Tensor sc(scratch.data(), {int64_t(scratch.size())});
-    be.attention_forward(Tensor(o.data(), {T, QD}), Tensor(lse.data(), {B, H, S}),
-                         ConstTensor(q.data(), {T, QD}), ConstTensor(k.data(), {T, KD}),
-                         ConstTensor(v.data(), {T, KD}), B, H, Hkv, sc, AttnMask::kCausal);
-    be.attention_backward(Tensor(dq.data(), {T, QD}), Tensor(dk.data(), {T, KD}),
-                          Tensor(dv.data(), {T, KD}), ConstTensor(dout.data(), {T, QD}),
-                          ConstTensor(q.data(), {T, QD}), ConstTensor(k.data(), {T, KD}),
-                          ConstTensor(v.data(), {T, KD}), ConstTensor(o.data(), {T, QD}),
-                          ConstTensor(lse.data(), {B, H, S}), B, H, Hkv, sc, AttnMask::kCausal);
+    const View<float> sc(scratch.data(), {int64_t(scratch.size())});
+    be.attention_forward(View<float>(o.data(), {T, QD}), View<float>(lse.data(), {B, H, S}),
+                         View<const float>(q.data(), {T, QD}), View<const float>(k.data(), {T, KD}),
+                         View<const float>(v.data(), {T, KD}), B, H, Hkv, sc, AttnMask::kCausal);
+    be.attention_backward(
+        View<float>(dq.data(), {T, QD}), View<float>(dk.data(), {T, KD}),
+        View<float>(dv.data(), {T, KD}), View<const float>(dout.data(), {T, QD}),
+        View<const float>(q.data(), {T, QD}), View<const float>(k.data(), {T, KD}),
+        View<const float>(v.data(), {T, KD}), View<const float>(o.data(), {T, QD}),
+        View<const float>(lse.data(), {B, H, S}), B, H, Hkv, sc, AttnMask::kCausal);
     // this rank's rows, chunk-major (Note [Context parallel layout])
     const ContextParallel cp{&w, S};
     auto full_row = [&](int64_t local) {
@@ -157,14 +158,16 @@ TEST(RingAttention, matches_one_process_attention_on_every_rank) {
         dvl(vl.size());
     CachingAllocator alloc;
     const LayerContext ctx{nullptr, B, 2 * n, {}, {}, &alloc, &be, Parallel{}, DType::kF32, &cp};
-    ring_attention_forward(Tensor(ol.data(), {Tl, QD}), Tensor(lsel.data(), {B, H, 2 * n}),
-                           ConstTensor(ql.data(), {Tl, QD}), ConstTensor(kl.data(), {Tl, KD}),
-                           ConstTensor(vl.data(), {Tl, KD}), H, Hkv, ctx);
-    ring_attention_backward(Tensor(dql.data(), {Tl, QD}), Tensor(dkl.data(), {Tl, KD}),
-                            Tensor(dvl.data(), {Tl, KD}), ConstTensor(doutl.data(), {Tl, QD}),
-                            ConstTensor(ql.data(), {Tl, QD}), ConstTensor(kl.data(), {Tl, KD}),
-                            ConstTensor(vl.data(), {Tl, KD}), ConstTensor(ol.data(), {Tl, QD}),
-                            ConstTensor(lsel.data(), {B, H, 2 * n}), H, Hkv, ctx);
+    ring_attention_forward(
+        View<float>(ol.data(), {Tl, QD}), View<float>(lsel.data(), {B, H, 2 * n}),
+        View<const float>(ql.data(), {Tl, QD}), View<const float>(kl.data(), {Tl, KD}),
+        View<const float>(vl.data(), {Tl, KD}), H, Hkv, ctx);
+    ring_attention_backward(
+        View<float>(dql.data(), {Tl, QD}), View<float>(dkl.data(), {Tl, KD}),
+        View<float>(dvl.data(), {Tl, KD}), View<const float>(doutl.data(), {Tl, QD}),
+        View<const float>(ql.data(), {Tl, QD}), View<const float>(kl.data(), {Tl, KD}),
+        View<const float>(vl.data(), {Tl, KD}), View<const float>(ol.data(), {Tl, QD}),
+        View<const float>(lsel.data(), {B, H, 2 * n}), H, Hkv, ctx);
     double worst = 0.0;
     auto compare = [&](const std::vector<float>& got, const std::vector<float>& full, int64_t width,
                        const char* what) {
@@ -199,7 +202,7 @@ TEST(MpiCommunicator, split_makes_groups_by_color_ordered_by_key) {
   const int members = (w.size() + 1 - color) / 2;
   EXPECT_EQ(group->size(), members);
   float x = float(w.rank());
-  group->all_reduce_sum(Tensor(&x, {1}));
+  group->all_reduce_sum(View<float>(&x, {1}));
   float want = 0.0f;
   for (int r = w.size() - 1; r >= 0; --r)  // rank order in the group: highest world rank first
     if (r % 2 == color) want += float(r);
@@ -211,7 +214,7 @@ TEST(MpiCommunicator, counters_record_the_bytes_sent) {
   MpiCommunicator& w = *g_world;
   w.reset_counters();
   std::vector<float> x(1000, 1.0f);
-  w.all_reduce_sum(Tensor(x.data(), {1000}));
+  w.all_reduce_sum(View<float>(x.data(), {1000}));
   EXPECT_EQ(w.counters().calls, 1);
   EXPECT_EQ(w.counters().bytes_sent, 2 * 4000 * (w.size() - 1) / w.size());
   EXPECT_GE(w.counters().seconds, 0.0);

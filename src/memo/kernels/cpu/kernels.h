@@ -15,6 +15,7 @@
 
 #include "memo/backend/attn_mask.h"
 #include "memo/core/tensor.h"
+#include "memo/kernels/cpu/views.h"
 
 namespace memo::cpu {
 

@@ -7,6 +7,7 @@
 
 #include "memo/backend/optim_steps.h"
 #include "memo/core/tensor.h"
+#include "memo/kernels/cpu/views.h"
 
 namespace memo::cpu {
 

@@ -4,6 +4,7 @@
 
 #include "memo/backend/backend.h"
 #include "memo/core/tensor.h"
+#include "memo/kernels/cpu/views.h"
 
 namespace memo::cpu {
 
