@@ -23,9 +23,8 @@ class ActivationAllocator {
   virtual ~ActivationAllocator() = default;
   // A buffer of `shape` elements of `dtype` (numel * dtype_bytes(dtype) bytes), contents
   // undefined, aligned to kAlignBytes. Throws BudgetError when a budget is exceeded. `name` is
-  // stable across steps and layers ("attn.q", "mlp.gate"). The view is typed float: a buffer of
-  // another dtype is only ever handed to a backend that computes in it (today: the meta backend
-  // tracing a bf16 GPU run; Backend::activation_dtype).
+  // stable across steps and layers ("attn.q", "mlp.gate"). The tensor carries `dtype` and the
+  // memory space of the allocator's raw memory (the backend's device space).
   virtual Tensor acquire(std::string_view name, Shape shape, ActKind kind, DType dtype) = 0;
   // Gives back a buffer obtained from acquire; the view must be the one acquire returned.
   virtual void release(const Tensor& t) = 0;

@@ -4,8 +4,7 @@
 
 namespace memo {
 
-ShapeCommunicator::ShapeCommunicator(int size, int rank, DType elements)
-    : size_(size), rank_(rank), elements_(elements) {
+ShapeCommunicator::ShapeCommunicator(int size, int rank) : size_(size), rank_(rank) {
   MEMO_CHECK(size >= 1 && 0 <= rank && rank < size, "ShapeCommunicator: rank ", rank, " of ", size);
 }
 

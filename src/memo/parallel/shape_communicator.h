@@ -3,19 +3,17 @@
 // without memory) and counts the bytes an MpiCommunicator of that group would send and receive,
 // so a trace predicts a rank's communication as it predicts its memory. `memo plan` traces
 // context parallelism with one (model/context_parallel.h); the host statistics it would sum stay
-// as they are. split is refused: the other ranks' colours are unknown. Tensors are counted at
-// `elements` bytes per element: the views are float views whatever they hold (issue #9), and a
-// trace's communicated tensors are its activations (bf16 in a GPU plan).
+// as they are. split is refused: the other ranks' colours are unknown. Tensors count at their own
+// dtype's bytes (a GPU plan's ring carries bf16 activations).
 #pragma once
 
-#include "memo/core/dtype.h"
 #include "memo/parallel/communicator.h"
 
 namespace memo {
 
 class ShapeCommunicator final : public Communicator {
  public:
-  explicit ShapeCommunicator(int size, int rank = 0, DType elements = DType::kF32);
+  explicit ShapeCommunicator(int size, int rank = 0);
   const char* name() const override { return "shape"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -33,9 +31,8 @@ class ShapeCommunicator final : public Communicator {
 
  private:
   void check_peer(const char* op, int peer) const;
-  int64_t bytes(ConstTensor t) const { return t.numel() * dtype_bytes(elements_); }
+  static int64_t bytes(ConstTensor t) { return t.bytes(); }
   int size_, rank_;
-  DType elements_;
 };
 
 }  // namespace memo

@@ -45,7 +45,7 @@ Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int
   Model model(config, meta);
   model.set_parallel(Parallel{parallel.tp, 1});
   // context parallelism runs for real on rank 0 of a group that moves nothing
-  ShapeCommunicator group(int(parallel.cp), 0, activations);
+  ShapeCommunicator group(int(parallel.cp), 0);
   model.set_context_parallel(&group);
   Trace trace = trace_model_step(model, batch, seq * parallel.cp, make_strategy);
   if (context_parallel_comm) *context_parallel_comm = group.counters();
