@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <iterator>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "memo/backend/attn_mask.h"
 #include "memo/backend/backend.h"
 #include "memo/backend/optim_steps.h"
+#include "memo/core/dtype.h"
 #include "memo/core/tensor.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/optim_kernels.h"
@@ -151,6 +153,22 @@ const std::vector<Shape2>& row_shapes() {
 std::string name(const Shape2& s) { return str(s.T, "x", s.C, " ld ", s.ld); }
 
 // --- RMSNorm ---
+
+TEST(CudaBodies, bf16_conversion_matches_the_host_rounding_bit_for_bit) {
+  std::mt19937_64 rng(11);
+  std::vector<uint32_t> patterns = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
+                                    0x7fc00000u, 0x7f800001u, 0xffffffffu, 0x7f7fffffu,
+                                    0x3f808000u, 0x3f818000u, 0x00008000u, 0x00018000u};
+  for (int i = 0; i < 100000; ++i) patterns.push_back(uint32_t(rng()));
+  for (uint32_t u : patterns) {
+    const float f = std::bit_cast<float>(u);
+    ASSERT_EQ(to_bf16_bits(f), float_to_bf16(f).bits) << std::hex << u;
+    const uint16_t b = uint16_t(u >> 16);
+    const float back = from_bf16_bits(b);
+    ASSERT_EQ(std::bit_cast<uint32_t>(back), std::bit_cast<uint32_t>(bf16_to_float(bf16{b})))
+        << std::hex << b;
+  }
+}
 
 TEST(CudaBodies, rmsnorm_forward_backward_and_dw_match_cpu) {
   constexpr float kEps = 1e-5f;

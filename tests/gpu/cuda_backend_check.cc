@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -402,6 +403,29 @@ TEST(CudaBackend, adafactor_matrix_vector_and_rms) {
             return b.adafactor_rms(t[0], pv);
           },
           kTol, {5, 6});
+}
+
+TEST(CudaBackend, convert_to_bf16_and_back_matches_the_cpu_bit_for_bit) {
+  REQUIRE_GPU();
+  const int64_t n = 100003;
+  std::vector<float> x = randoms(n, 21, -1e4f, 1e4f), back(static_cast<size_t>(n)),
+                     want(static_cast<size_t>(n));
+  x[0] = std::numeric_limits<float>::infinity();
+  x[1] = std::numeric_limits<float>::quiet_NaN();
+  x[2] = std::numeric_limits<float>::max();  // rounds up to infinity
+  RawBuffer f(g->allocator(MemSpace::kDevice), n * 4, "f32"),
+      b(g->allocator(MemSpace::kDevice), n * 2, "bf16");
+  g->copy_from_host(f.data(), x.data(), n * 4);
+  g->convert(b.tensor({n}, DType::kBF16), f.tensor({n}, DType::kF32));
+  g->convert(f.tensor({n}, DType::kF32), b.tensor({n}, DType::kBF16));
+  g->copy_to_host(back.data(), f.data(), n * 4);
+  std::vector<bf16> cb(static_cast<size_t>(n));
+  cpu_backend().convert(Tensor(View<bf16>(cb.data(), {n})), View<const float>(x.data(), {n}));
+  cpu_backend().convert(View<float>(want.data(), {n}),
+                        ConstTensor(View<const bf16>(cb.data(), {n})));
+  EXPECT_EQ(0, std::memcmp(back.data(), want.data(), size_t(n) * 4));
+  // a host tensor handed to a GPU kernel is refused with its space, not read on the device
+  EXPECT_THROW(g->convert(b.tensor({n}, DType::kBF16), View<const float>(x.data(), {n})), Error);
 }
 
 TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {

@@ -123,6 +123,10 @@ class Backend {
 
   // --- elementwise and reductions (kernels/cpu/tensor_ops.h) ---
   virtual void copy(Tensor dst, ConstTensor src) = 0;
+  // dst = src in dst's dtype, element for element (contiguous, equal element counts): f32 to bf16
+  // rounds to nearest even (NaN stays NaN), bf16 to f32 is exact, a dtype to itself copies. The
+  // mixed-precision step's working copies of f32 weights and gradients go through it.
+  virtual void convert(Tensor dst, ConstTensor src) = 0;
   virtual void fill(Tensor dst, float value) = 0;
   virtual void scale(Tensor x, float factor) = 0;
   virtual void add_into(Tensor dst, ConstTensor src) = 0;

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "memo/backend/optim_steps.h"
 
@@ -35,6 +36,35 @@ struct CMat {
 };
 
 MEMO_HD inline float sign_of(float x) { return float((x > 0.0f) - (x < 0.0f)); }
+
+// --- f32 <-> bf16 (core/dtype.h's float_to_bf16 and bf16_to_float, bit for bit) ---
+MEMO_HD inline uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+MEMO_HD inline float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+// Round to nearest even; a NaN stays a quiet NaN.
+MEMO_HD inline uint16_t to_bf16_bits(float f) {
+  uint32_t u = float_bits(f);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
+    return uint16_t((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+MEMO_HD inline float from_bf16_bits(uint16_t b) { return bits_float(uint32_t(b) << 16); }
 MEMO_HD inline float exp_f(float x) { return ::expf(x); }
 
 // --- RMSNorm: one row t (forward, dx) or one column c (dw) ---

@@ -41,11 +41,14 @@ void check_lt(cublasStatus_t s, const char* what) {
 // Every tensor a kernel of this backend receives holds f32 (bf16 kernels are not written yet) in
 // memory the GPU reads: device memory, or pinned host memory (mapped). A host or meta tensor, or
 // another dtype, is a caller's bug, refused here with its shape rather than faulting on the GPU.
+void check_device_space(MemSpace space, const Shape& shape) {
+  MEMO_CHECK(space == MemSpace::kDevice || space == MemSpace::kPinnedHost, "cuda: a tensor ", shape,
+             " in ", space_name(space), " memory: kernels read device or pinned host memory");
+}
 void check_device_tensor(DType dtype, MemSpace space, const Shape& shape) {
   MEMO_CHECK(dtype == DType::kF32, "cuda: a ", dtype_name(dtype), " tensor ", shape,
              ": the CUDA kernels compute in f32 (bf16 is not implemented yet)");
-  MEMO_CHECK(space == MemSpace::kDevice || space == MemSpace::kPinnedHost, "cuda: a tensor ", shape,
-             " in ", space_name(space), " memory: kernels read device or pinned host memory");
+  check_device_space(space, shape);
 }
 float* dev(Tensor t) {
   if (t.empty()) return nullptr;
@@ -56,6 +59,16 @@ const float* dev(ConstTensor t) {
   if (t.empty()) return nullptr;
   check_device_tensor(t.dtype(), t.space(), t.shape());
   return static_cast<const float*>(t.data());
+}
+
+// The address of a tensor of any dtype (convert, copies), its space checked as above.
+void* dev_bytes(Tensor t) {
+  check_device_space(t.space(), t.shape());
+  return t.data();
+}
+const void* dev_bytes(ConstTensor t) {
+  check_device_space(t.space(), t.shape());
+  return t.data();
 }
 
 Mat mat(Tensor t) {
@@ -596,6 +609,28 @@ class CudaBackend final : public Backend {
     check_cuda(cudaMemcpy2DAsync(D.p, size_t(D.ld) * 4, S.p, size_t(S.ld) * 4, size_t(D.cols) * 4,
                                  size_t(D.rows), cudaMemcpyDefault, s()),
                "copy");
+  }
+  void convert(Tensor dst, ConstTensor src) override {
+    const Timed timed(this, "convert");
+    check_convert(dst, src);
+    const int64_t n = dst.numel();
+    if (n == 0) return;
+    void* d = dev_bytes(dst);
+    const void* x = dev_bytes(src);
+    const bool to_bf16 = dst.dtype() == DType::kBF16, from_bf16 = src.dtype() == DType::kBF16;
+    if (to_bf16 == from_bf16) {  // a dtype to itself
+      check_cuda(cudaMemcpyAsync(d, x, size_t(dst.bytes()), cudaMemcpyDefault, s()), "convert");
+    } else if (to_bf16) {
+      launch_convert_to_bf16(static_cast<uint16_t*>(d), static_cast<const float*>(x), n);
+    } else {
+      launch_convert_from_bf16(static_cast<float*>(d), static_cast<const uint16_t*>(x), n);
+    }
+  }
+  void launch_convert_to_bf16(uint16_t* d, const float* x, int64_t n) {
+    launch(n, [=] __device__(int64_t i) { d[i] = cuda::to_bf16_bits(x[i]); });
+  }
+  void launch_convert_from_bf16(float* d, const uint16_t* x, int64_t n) {
+    launch(n, [=] __device__(int64_t i) { d[i] = cuda::from_bf16_bits(x[i]); });
   }
   void fill(Tensor dst, float value) override {
     const Timed timed(this, "fill");

@@ -184,6 +184,14 @@ void check_copy(Tensor dst, ConstTensor src) {
   MEMO_CHECK(dst.numel() == src.numel(), "copy: dst ", dst.shape(), " src ", src.shape());
 }
 
+void check_convert(Tensor dst, ConstTensor src) {
+  MEMO_CHECK(dst.contiguous() && src.contiguous() && dst.numel() == src.numel(), "convert: dst ",
+             dst.shape(), " src ", src.shape(), " must be contiguous with one element count");
+  for (DType t : {dst.dtype(), src.dtype()})
+    MEMO_CHECK(t == DType::kF32 || t == DType::kBF16, "convert: ", dtype_name(src.dtype()), " to ",
+               dtype_name(dst.dtype()), ": memo converts between f32 and bf16");
+}
+
 void check_fill(Tensor dst, float value) {
   MEMO_CHECK(dst.contiguous(), "fill: view ", dst.shape(), " must be contiguous");
 }

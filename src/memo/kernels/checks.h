@@ -45,6 +45,7 @@ void check_token_ids(const char* op, const char* what, View<const int32_t> ids, 
 void check_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
                   float beta);
 void check_copy(Tensor dst, ConstTensor src);
+void check_convert(Tensor dst, ConstTensor src);
 void check_fill(Tensor dst, float value);
 void check_scale(Tensor x, float factor);
 void check_add_into(Tensor dst, ConstTensor src);

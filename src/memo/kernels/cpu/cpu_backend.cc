@@ -134,6 +134,19 @@ void CpuBackend::attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstT
   cpu::attention_decode(o, q, k, v, first, n_heads, n_kv_heads, scratch);
 }
 void CpuBackend::copy(Tensor dst, ConstTensor src) { cpu::copy(dst, src); }
+void CpuBackend::convert(Tensor dst, ConstTensor src) {
+  check_convert(dst, src);
+  const bool to_bf16 = dst.dtype() == DType::kBF16, from_bf16 = src.dtype() == DType::kBF16;
+  if (to_bf16 && from_bf16) {
+    std::memcpy(dst.as<bf16>().data(), src.as<const bf16>().data(), size_t(dst.bytes()));
+  } else if (to_bf16) {
+    cpu::convert(dst.as<bf16>(), src.as<const float>());
+  } else if (from_bf16) {
+    cpu::convert(dst.as<float>(), src.as<const bf16>());
+  } else {
+    cpu::copy(dst, src);
+  }
+}
 void CpuBackend::fill(Tensor dst, float value) { cpu::fill(dst, value); }
 void CpuBackend::scale(Tensor x, float factor) { cpu::scale(x, factor); }
 void CpuBackend::add_into(Tensor dst, ConstTensor src) { cpu::add_into(dst, src); }

@@ -22,6 +22,22 @@ void check_2d(const char* op, const Shape& s, bool contiguous) {
 
 }  // namespace
 
+void convert(View<bf16> dst, View<const float> src) {
+  const int64_t n = dst.numel();
+  bf16* d = dst.data();
+  const float* s = src.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
+  for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
+}
+
+void convert(View<float> dst, View<const bf16> src) {
+  const int64_t n = dst.numel();
+  float* d = dst.data();
+  const bf16* s = src.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
+  for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
+}
+
 void copy(Tensor dst, ConstTensor src) {
   check_copy(dst, src);
   if (dst.contiguous() && src.contiguous()) {

@@ -8,8 +8,11 @@
 
 namespace memo::cpu {
 
-void copy(Tensor dst, ConstTensor src);      // dst = src (any 1-D/2-D views of equal shape)
-void fill(Tensor dst, float value);          // dst = value
+void copy(Tensor dst, ConstTensor src);  // dst = src (any 1-D/2-D views of equal shape)
+void fill(Tensor dst, float value);      // dst = value
+// dst = src rounded to bf16 (nearest even), and back (exact); contiguous views of one length.
+void convert(View<bf16> dst, View<const float> src);
+void convert(View<float> dst, View<const bf16> src);
 void scale(Tensor x, float factor);          // x *= factor
 double sum(ConstTensor x);                   // sum x, in double, in index order (one thread)
 double sum_squares(ConstTensor x);           // sum x^2, in double

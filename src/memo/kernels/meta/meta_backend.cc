@@ -121,6 +121,7 @@ void MetaBackend::attention_decode(Tensor o, ConstTensor q, ConstTensor k, Const
                 target_.attention_decode_scratch_numel(first + q.rows()));
 }
 void MetaBackend::copy(Tensor dst, ConstTensor src) { check_copy(dst, src); }
+void MetaBackend::convert(Tensor dst, ConstTensor src) { check_convert(dst, src); }
 void MetaBackend::fill(Tensor dst, float value) { check_fill(dst, value); }
 void MetaBackend::scale(Tensor x, float factor) { check_scale(x, factor); }
 void MetaBackend::add_into(Tensor dst, ConstTensor src) { check_add_into(dst, src); }

@@ -80,6 +80,7 @@ class MetaBackend final : public Backend {
   void attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v, int64_t first,
                         int64_t n_heads, int64_t n_kv_heads, Tensor scratch) override;
   void copy(Tensor dst, ConstTensor src) override;
+  void convert(Tensor dst, ConstTensor src) override;
   void fill(Tensor dst, float value) override;
   void scale(Tensor x, float factor) override;
   void add_into(Tensor dst, ConstTensor src) override;
