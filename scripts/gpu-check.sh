@@ -128,12 +128,16 @@ done
 # must give the losses of the same run without it, bit for bit
 stage nccl 60 "$b/memo_nccl_check"
 # (the plain run twice: a GPU run repeats bit for bit)
+# The repeat also prints the quickstart model's profile (GPU and host time per entry point, Note
+# [Kernel profile]): events do not change what the kernels compute.
 for n in plain repeat nccl; do
   args=()
   [[ $n == nccl ]] && args=(--nccl)
+  [[ $n == repeat ]] && export MEMO_CUDA_PROFILE=1 || unset MEMO_CUDA_PROFILE
   stage "train_$n" 60 "$b/memo" "${quick[@]}" --steps 20 --device cuda --out "$runs/t_$n" \
     --log "$runs/t_$n.jsonl" "${args[@]}"
 done
+unset MEMO_CUDA_PROFILE
 # 6. a ~1B LLaMA at 4K tokens
 cat > "$runs/llama1b.json" <<'EOF'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",

@@ -295,9 +295,13 @@ class CudaPinnedAllocator final : public RawAllocator {
 // Note [Kernel profile]
 // MEMO_CUDA_PROFILE=1 times every kernel entry point of the backend with a pair of CUDA events on
 // the compute stream and prints, when the backend is destroyed, the GPU time per entry point
-// (calls, total, share) to stderr: where a step's time goes, without a profiler. The pending
-// events are read back every 4,096 calls (a stream synchronisation, so timings under it are
-// slightly perturbed); off by default, when each entry point costs one branch.
+// (calls, total, share) to stderr: where a step's time goes, without a profiler. Beside it, the
+// host's wall time inside each entry point (launch overhead, algorithm choice, the waits of
+// copies to the host) and the backend's whole lifetime: what the entry points leave of it is host
+// work outside the backend (the model, strategies, allocators, data). A run whose GPU time is far
+// below its wall time is bound by the host, not the kernels. The pending events are read back
+// every 4,096 calls (a stream synchronisation, so timings under it are slightly perturbed); off
+// by default, when each entry point costs one branch.
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device);
@@ -305,13 +309,22 @@ class CudaBackend final : public Backend {
 
   class Timed {
    public:
-    Timed(CudaBackend* b, const char* op) : b_(b->profile_ ? b : nullptr), op_(op) {
-      if (b_) start_ = b_->timing_event();
+    // An entry point called by another (a reduction's copy to the host) counts in its caller's.
+    Timed(CudaBackend* b, const char* op)
+        : b_(b->profile_ && b->timed_depth_ == 0 ? b : nullptr), op_(op) {
+      if (!b_) return;
+      b_->timed_depth_ = 1;
+      host_start_ = std::chrono::steady_clock::now();
+      start_ = b_->timing_event();
     }
     ~Timed() {
       if (!b_) return;
       b_->pending_.emplace_back(op_, start_, b_->timing_event());
       if (b_->pending_.size() >= 4096) b_->harvest_timings();
+      b_->op_times_[op_].host_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start_)
+              .count();
+      b_->timed_depth_ = 0;
     }
     Timed(const Timed&) = delete;
     Timed& operator=(const Timed&) = delete;
@@ -320,6 +333,7 @@ class CudaBackend final : public Backend {
     CudaBackend* b_;
     const char* op_;
     cudaEvent_t start_ = nullptr;
+    std::chrono::steady_clock::time_point host_start_;
   };
 
   const char* name() const override { return "cuda"; }
@@ -343,11 +357,13 @@ class CudaBackend final : public Backend {
   }
   void copy_to_host(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
+    const Timed timed(this, "copy_to_host");
     check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, s()), "copy_to_host");
     check_cuda(cudaStreamSynchronize(s()), "copy_to_host");
   }
   void copy_from_host(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
+    const Timed timed(this, "copy_from_host");
     check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, s()), "copy_from_host");
     check_cuda(cudaStreamSynchronize(s()), "copy_from_host");
   }
@@ -961,20 +977,32 @@ class CudaBackend final : public Backend {
     std::vector<std::pair<std::string, OpTime>> rows(op_times_.begin(), op_times_.end());
     std::sort(rows.begin(), rows.end(),
               [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-    double total = 0.0;
-    for (const auto& r : rows) total += r.second.ms;
-    std::fprintf(stderr, "memo cuda profile: GPU time per kernel entry point, %.1f ms in all\n",
-                 total);
+    double total = 0.0, host = 0.0;
+    for (const auto& r : rows) total += r.second.ms, host += r.second.host_ms;
+    const double wall =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - created_)
+            .count();
+    std::fprintf(stderr,
+                 "memo cuda profile: %.1f ms of GPU time in the backend's kernel entry points, "
+                 "%.1f ms of host time inside them, %.1f ms of wall time since the backend "
+                 "started (%.1f ms of it host work outside the backend)\n",
+                 total, host, wall, wall - host);
+    std::fprintf(stderr, "  %-28s %9s %11s %7s %11s\n", "entry point", "calls", "GPU ms", "GPU %",
+                 "host ms");
     for (const auto& [op, t] : rows)
-      std::fprintf(stderr, "  %-28s %9lld calls %11.2f ms %6.2f%%\n", op.c_str(),
-                   static_cast<long long>(t.calls), t.ms, total > 0.0 ? 100.0 * t.ms / total : 0.0);
+      std::fprintf(stderr, "  %-28s %9lld %11.2f %6.2f%% %11.2f\n", op.c_str(),
+                   static_cast<long long>(t.calls), t.ms, total > 0.0 ? 100.0 * t.ms / total : 0.0,
+                   t.host_ms);
   }
 
   struct OpTime {
     int64_t calls = 0;
-    double ms = 0.0;
+    double ms = 0.0;       // GPU time between the entry point's two events
+    double host_ms = 0.0;  // the host's wall time inside the entry point
   };
+  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
   bool profile_ = false;
+  int timed_depth_ = 0;  // 1 inside a profiled entry point
   std::map<std::string, OpTime> op_times_;
   std::vector<std::tuple<const char*, cudaEvent_t, cudaEvent_t>> pending_;
 
