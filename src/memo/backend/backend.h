@@ -53,6 +53,9 @@ class Backend {
   // Whether host code may read and write memory of `space` directly (the CPU: every space; CUDA:
   // host and pinned host; meta: none). Where not, it goes through copy_to_host / copy_from_host.
   virtual bool host_can_access(MemSpace space) const = 0;
+  // Free bytes of the device space now, the default --device-memory budget (a GPU's free memory);
+  // 0 where the device space has no fixed size of its own (the CPU's is host memory; meta).
+  virtual int64_t device_free_bytes() = 0;
 
   // Streams: the one compute stream kernels are ordered on, and new copy streams (the swap
   // scheduler's device-to-host and host-to-device). Both outlive nothing of the backend.

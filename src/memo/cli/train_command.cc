@@ -102,7 +102,8 @@ void add_train_command(CLI::App& app, Communicator* world) {
   auto device_memory = std::make_shared<std::string>();
   train->add_option("--device-memory", *device_memory,
                     "Device memory budget, e.g. 1.5GiB: plan activations into one arena and refuse "
-                    "a run that does not fit (default: no budget)");
+                    "a run that does not fit (default: on --device cuda the GPU's free memory at "
+                    "start, on the CPU no budget; 0: no budget)");
   train->add_option("--log-every", t->log_every, "Progress line period in steps")
       ->capture_default_str();
   train
@@ -156,6 +157,7 @@ void add_train_command(CLI::App& app, Communicator* world) {
           std::filesystem::exists(r / "model.safetensors") ? r.parent_path().string() : r.string();
     }
     const DeviceChoice where(*device);
+    if (device_memory->empty()) o.device_memory_bytes = where.backend().device_free_bytes();
     const std::unique_ptr<Communicator> gpus = gpu_communicator(where, world, *nccl);
     memo::train(o, std::cout, gpus ? gpus.get() : world, where.backend_or_null());
   });

@@ -348,6 +348,11 @@ class CudaBackend final : public Backend {
   bool host_can_access(MemSpace space) const override {
     return space == MemSpace::kHost || space == MemSpace::kPinnedHost;
   }
+  int64_t device_free_bytes() override {
+    size_t free = 0, total = 0;
+    check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return int64_t(free);
+  }
   Stream& compute_stream() override { return *compute_; }
   cudaStream_t compute_handle() const { return compute_->handle(); }
   int device() const { return gpu_; }
