@@ -60,12 +60,14 @@ b=$work/bundle
 cuda_libs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null | tr '\n' ':')
 export LD_LIBRARY_PATH="$b/lib:$cuda_libs${LD_LIBRARY_PATH:-}"
 export OPAL_PREFIX="$b/lib/openmpi" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# cuBLASLt (opened at run time by the CUDA backend, so ldd does not list it), NCCL or the runtime
+# may live only in PyTorch's wheels (nvidia-*) on an image without the toolkit's: after the
+# toolkit's folders, theirs
+extra=$(python3 -c 'import nvidia, os; print(":".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null)
+[[ -n $extra ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$extra"
 if ldd "$b/memo" "$b/memo_cuda_tests" | grep -q "not found"; then
   echo "gpu-check: libraries missing:"; ldd "$b/memo" "$b/memo_cuda_tests" | grep "not found"
-  # cuBLASLt may live in PyTorch's wheel (nvidia-cublas) on an image without the toolkit's
-  extra=$(python3 -c 'import nvidia, os; print(":".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null)
-  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$extra"
-  ldd "$b/memo" | grep "not found" && exit 1
+  exit 1
 fi
 runs=$work/runs
 mkdir -p "$runs"

@@ -3,6 +3,7 @@
 // Each test skips, saying so, where no CUDA GPU can be used (CI builds and runs this binary
 // there); scripts/gpu-check.sh runs it on a GPU. The kernels' arithmetic is tested without a GPU
 // by tests/cuda/bodies_test.cc.
+#include <cublas_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -403,6 +404,14 @@ TEST(CudaBackend, adafactor_matrix_vector_and_rms) {
             return b.adafactor_rms(t[0], pv);
           },
           kTol, {5, 6});
+}
+
+// No GPU needed: cuBLASLt opens at run time (Note [Loading cuBLASLt]) and has every function memo
+// calls, in the major version this build was compiled against.
+TEST(CudaLibraries, cublaslt_opens_at_run_time_with_every_function_memo_calls) {
+  const int64_t version = cublaslt_version();
+  EXPECT_GE(version, int64_t(CUBLAS_VER_MAJOR) * 10000);
+  EXPECT_LT(version, int64_t(CUBLAS_VER_MAJOR + 1) * 10000);
 }
 
 TEST(CudaBackend, convert_to_bf16_and_back_matches_the_cpu_bit_for_bit) {

@@ -20,6 +20,10 @@ namespace memo {
 // Throws ConfigError with a one-line reason where no CUDA GPU can be used (no driver, no device, a
 // driver too old for this build).
 std::unique_ptr<Backend> make_cuda_backend(int device = -1);
+// cuBLASLt's version (e.g. 130100), opening it first if no backend has (Note [Loading cuBLASLt] in
+// cuda_backend.cu: memo loads it at run time, only for --device cuda); needs no GPU. Throws
+// ConfigError naming the library where it cannot be opened or lacks a function memo calls.
+int64_t cublaslt_version();
 // The GPU the CUDA backend runs on; -1 for any other backend.
 int cuda_device(Backend& backend);
 // The CUDA backend's compute stream (a cudaStream_t), for a communicator to order its collectives
