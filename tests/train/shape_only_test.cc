@@ -178,6 +178,39 @@ TEST(ShapeOnlyTrace, context_parallel_traces_the_ring) {
   }
 }
 
+// Tensor parallelism runs the layers' collectives (Note [TP collectives]) on rank 0 of a group of
+// t that moves nothing: per layer forward 2 all-gathers and 2 reduce-scatters, per layer backward
+// 4 and 2, each moving (t - 1) of the rank's [T', C] blocks; recompute re-runs the forward of
+// every layer but the last. What the cluster plan's time model counts (train/cluster_plan.cc:
+// 4, 6 and 4 again of (t - 1)/t of [T/c, C] each).
+TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
+  for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()}) {
+    SCOPED_TRACE(config.is_gpt2() ? "gpt2" : "llama");
+    const int64_t L = config.num_hidden_layers, C = config.hidden_size;
+    for (int64_t tp : {2, 4}) {
+      for (const char* strategy : {"keep", "recompute"}) {
+        SCOPED_TRACE(::testing::Message() << "tp " << tp << " " << strategy);
+        const int64_t rank_tokens = 64;                        // T' = T / t
+        const int64_t block = (tp - 1) * rank_tokens * C * 2;  // bf16
+        CommCounters cp, tpc;
+        const Trace trace = trace_shapes_only(config, Parallel{tp, 1}, 1, rank_tokens,
+                                              factory(strategy), DType::kBF16, &cp, &tpc);
+        const int64_t forwards = std::string(strategy) == "recompute" ? 2 * L - 1 : L;
+        EXPECT_EQ(tpc.bytes_sent, (forwards * 4 + L * 6) * block);
+        EXPECT_EQ(tpc.bytes_received, tpc.bytes_sent);
+        EXPECT_EQ(cp.bytes_sent, 0);
+        int64_t gathers = 0;
+        for (const TracedRequest& r : trace.requests)
+          if (r.name.rfind("tp.", 0) == 0) {
+            ++gathers;
+            EXPECT_EQ(r.bytes, tp * rank_tokens * C * 2) << r.name;  // [t T', C] bf16
+          }
+        EXPECT_EQ(gathers, forwards * 4 + L * 6);
+      }
+    }
+  }
+}
+
 // A bf16 trace (a GPU run in mixed precision): the same requests as the f32 trace, each of its
 // dtype's bytes: statistics, the log-sum-exp, the loss path and attention scratch stay f32, every
 // other activation (saved, transient, communication) is bf16.

@@ -277,6 +277,7 @@ nlohmann::json cluster_json(const ClusterPlan& p) {
           {"max_seq_step", p.max_seq_step},
           {"requests", p.plan_requests},
           {"cp_bytes_per_micro_batch", p.cp_bytes_per_micro_batch},
+          {"tp_bytes_per_micro_batch", p.tp_bytes_per_micro_batch},
           {"planning_seconds", p.planning_seconds}};
 }
 
@@ -354,6 +355,9 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
   if (plans.front().cp_bytes_per_micro_batch > 0)
     row("  CP ring sends (traced)", plans,
         [&](const ClusterPlan& p) { return g(p.cp_bytes_per_micro_batch); });
+  if (plans.front().tp_bytes_per_micro_batch > 0)
+    row("  TP collective sends (traced)", plans,
+        [&](const ClusterPlan& p) { return g(p.tp_bytes_per_micro_batch); });
   row("  copy stalls", plans, [](const ClusterPlan& p) { return secs(p.time.copy_stall_s); });
   row("  total", plans, [](const ClusterPlan& p) { return secs(p.time.step_s); });
   row("tokens/s (cluster)", plans, [](const ClusterPlan& p) {

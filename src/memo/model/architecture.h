@@ -41,6 +41,8 @@ struct LayerContext {
   // Context parallelism (Note [Context parallel layout]): seq is then this rank's 2n tokens per
   // sequence, chunk-major, and rope_cos/sin are the tables of the whole sequence. Null: one rank.
   const ContextParallel* cp;
+  // The tensor-parallel group (Note [TP collectives]); null without tensor parallelism.
+  Communicator* tp = nullptr;
 };
 
 // The layer's rotary embedding of rows [first_row, first_row + x.rows()) of its tokens (at their

@@ -92,7 +92,7 @@ void attention_inputs(const Saved& s, int64_t r0, int64_t r1, const Weights& w,
                                  w.ln1_b, float(cfg.rms_norm_eps));
   const Tensor* out[3] = {&s.q, &s.k, &s.v};
   {
-    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_comm_rows(ctx.parallel, r1 - r0), C, ctx.act);
+    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.attn_in", rows(s.xn1), ctx.act);
     for (int i = 0; i < 3; ++i) {
       ctx.backend->matmul_token_panels_kn(rows(*out[i]), rows(s.xn1), qkv_weight(w, i, C));
       ctx.backend->bias_add(rows(*out[i]), qkv_bias(w, i, C));
@@ -108,17 +108,18 @@ void attention_inputs(const Saved& s, int64_t r0, int64_t r1, const Weights& w,
 void attention_outputs(const Saved& s, int64_t r0, int64_t r1, const Weights& w,
                        const LayerContext& ctx) {
   auto rows = [r0, r1](const Tensor& t) { return t.slice_rows(r0, r1); };
-  const int64_t tp_rows = tp_comm_rows(ctx.parallel, r1 - r0), C = ctx.config->hidden_size;
+  const int64_t C = ctx.config->hidden_size;
   ctx.backend->copy(rows(s.h), rows(s.x));
   {
-    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C, ctx.act);
+    TpPartial partial(*ctx.alloc, ctx.tp, "tp.attn_out", r1 - r0, C, ctx.act);
     ctx.backend->matmul_token_panels_kn(rows(s.h), rows(s.attn), w.w_attn_o, 1.0f);
+    partial.reduce_scatter(rows(s.h));
   }
   ctx.backend->bias_add(rows(s.h), w.b_attn_o);
   ctx.backend->layernorm_forward(rows(s.xn2), rows(s.mean2), rows(s.rstd2), rows(s.h), w.ln2,
                                  w.ln2_b, float(ctx.config->rms_norm_eps));
   {
-    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C, ctx.act);
+    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.mlp_in", rows(s.xn2), ctx.act);
     ctx.backend->matmul_token_panels_kn(rows(s.fc), rows(s.xn2), w.w_fc);
   }
   ctx.backend->bias_add(rows(s.fc), w.b_fc);
@@ -207,9 +208,9 @@ void Gpt2::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
   // MLP block: y = h + c_proj(gelu(c_fc(ln_2(h))))
   attention_outputs(s, 0, T, w, ctx);
   ctx.backend->copy(y, s.h);
-  CommBuffer partial(*ctx.alloc, "tp.mlp_out", tp_comm_rows(ctx.parallel, T), cfg.hidden_size,
-                     ctx.act);
+  TpPartial partial(*ctx.alloc, ctx.tp, "tp.mlp_out", T, cfg.hidden_size, ctx.act);
   ctx.backend->matmul(y, s.act, w.w_mlp_o, false, false, 1.0f, 1.0f);
+  partial.reduce_scatter(y);
   ctx.backend->bias_add(y, w.b_mlp_o);
 }
 
@@ -232,11 +233,10 @@ void Gpt2::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved
   const int64_t T = ctx.batch * ctx.seq, C = cfg.hidden_size, F = cfg.intermediate_size;
   const int64_t H = cfg.num_attention_heads;
   ActivationAllocator& alloc = *ctx.alloc;
-  const int64_t tp_rows = tp_comm_rows(ctx.parallel, T);  // Note [Per-GPU shapes]
   // y = h + act W_p + b_p:  d act = dy W_p^T;  dW_p += act^T dy;  db_p += sum_t dy;  dh = dy + ...
   Tensor dact = alloc.acquire("mlp.dact", {T, F}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer gathered(alloc, "tp.mlp_dout", tp_rows, C, ctx.act);
+    const TpGather gathered(alloc, ctx.tp, "tp.mlp_dout", dres, ctx.act);
     ctx.backend->matmul(dact, dres, w.w_mlp_o, false, true);
     ctx.backend->matmul(dw.w_mlp_o, s.act, dres, true, false, 1.0f, 1.0f);
   }
@@ -248,11 +248,12 @@ void Gpt2::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved
   // fc = xn2 W_fc + b_fc:  d xn2 = dfc W_fc^T;  dW_fc += xn2^T dfc;  db_fc += sum_t dfc
   Tensor dxn2 = alloc.acquire("mlp.dxn2", {T, C}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer partial(alloc, "tp.mlp_din", tp_rows, C, ctx.act);
+    TpPartial partial(alloc, ctx.tp, "tp.mlp_din", T, C, ctx.act);
     ctx.backend->matmul(dxn2, dfc, w.w_fc, false, true);
+    partial.reduce_scatter(dxn2);
   }
   {
-    CommBuffer gathered(alloc, "tp.mlp_in", tp_rows, C, ctx.act);
+    const TpGather gathered(alloc, ctx.tp, "tp.mlp_in", s.xn2, ctx.act);
     ctx.backend->matmul(dw.w_fc, s.xn2, dfc, true, false, 1.0f, 1.0f);
   }
   ctx.backend->bias_backward(dw.b_fc, dfc);
@@ -263,7 +264,7 @@ void Gpt2::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved
   // h = x + attn W_o + b_o:  d attn = dh W_o^T;  dW_o += attn^T dh;  db_o += sum_t dh
   Tensor dattn = alloc.acquire("attn.dattn", {T, C}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer gathered(alloc, "tp.attn_dout", tp_rows, C, ctx.act);
+    const TpGather gathered(alloc, ctx.tp, "tp.attn_dout", dres, ctx.act);
     ctx.backend->matmul(dattn, dres, w.w_attn_o, false, true);
     ctx.backend->matmul(dw.w_attn_o, s.attn, dres, true, false, 1.0f, 1.0f);
   }
@@ -283,15 +284,15 @@ void Gpt2::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved
   Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient, ctx.act);
   const Tensor* grads[3] = {&dq, &dk, &dv};
   {
-    CommBuffer partial(alloc, "tp.attn_din", tp_rows, C,
-                       ctx.act);  // TP: both live across the blocks
-    CommBuffer gathered(alloc, "tp.attn_in", tp_rows, C, ctx.act);
+    TpPartial partial(alloc, ctx.tp, "tp.attn_din", T, C, ctx.act);  // both live across the blocks
+    const TpGather gathered(alloc, ctx.tp, "tp.attn_in", s.xn1, ctx.act);
     for (int i = 0; i < 3; ++i) {
       ctx.backend->matmul(dxn1, *grads[i], qkv_weight(w, i, C), false, true, 1.0f,
                           i == 0 ? 0.0f : 1.0f);
       ctx.backend->matmul(qkv_weight(dw, i, C), s.xn1, *grads[i], true, false, 1.0f, 1.0f);
       ctx.backend->bias_backward(qkv_bias(dw, i, C), *grads[i]);
     }
+    partial.reduce_scatter(dxn1);
   }
   alloc.release(dv);
   alloc.release(dk);

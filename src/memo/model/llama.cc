@@ -128,10 +128,9 @@ void Llama::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
   const float eps = float(cfg.rms_norm_eps);
   // attention block: h = x + o_proj(attn(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
   const int64_t T = ctx.batch * ctx.seq, C = cfg.hidden_size;
-  const int64_t tp_rows = tp_comm_rows(ctx.parallel, T);  // Note [Per-GPU shapes]
   ctx.backend->rmsnorm_forward(s.xn1, s.inv_rms1, s.x, w.ln1, eps);
   {
-    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_rows, C, ctx.act);
+    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.attn_in", s.xn1, ctx.act);
     ctx.backend->matmul_token_panels(s.q, s.xn1, w.wq);
     ctx.backend->matmul_token_panels(s.k, s.xn1, w.wk);
     ctx.backend->matmul_token_panels(s.v, s.xn1, w.wv);
@@ -142,20 +141,22 @@ void Llama::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
                           cfg.num_key_value_heads, ctx);
   ctx.backend->copy(s.h, s.x);
   {
-    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C, ctx.act);
+    TpPartial partial(*ctx.alloc, ctx.tp, "tp.attn_out", T, C, ctx.act);
     ctx.backend->matmul_token_panels(s.h, s.attn, w.wo, 1.0f);
+    partial.reduce_scatter(s.h);
   }
   // MLP block: y = h + down_proj(silu(gate_proj(xn2)) * up_proj(xn2))
   ctx.backend->rmsnorm_forward(s.xn2, s.inv_rms2, s.h, w.ln2, eps);
   {
-    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C, ctx.act);
+    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.mlp_in", s.xn2, ctx.act);
     ctx.backend->matmul_token_panels(s.gate, s.xn2, w.wg);
     ctx.backend->matmul_token_panels(s.up, s.xn2, w.wu);
   }
   ctx.backend->swiglu_forward(s.act, s.gate, s.up);
   ctx.backend->copy(y, s.h);
-  CommBuffer partial(*ctx.alloc, "tp.mlp_out", tp_rows, C, ctx.act);
+  TpPartial partial(*ctx.alloc, ctx.tp, "tp.mlp_out", T, C, ctx.act);
   ctx.backend->matmul(y, s.act, w.wd, false, true, 1.0f, 1.0f);
+  partial.reduce_scatter(y);
 }
 
 // forward without attention and the down projection, on rows [r0, r1) of each tensor.
@@ -169,11 +170,11 @@ void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, con
   if (r0 == r1) return;
   const float eps = float(cfg.rms_norm_eps);
   auto rows = [r0, r1](const Tensor& t) { return t.slice_rows(r0, r1); };
-  // Under TP the rebuilt rows need the forward's collectives on those rows (Note [Per-GPU shapes])
-  const int64_t tp_rows = tp_comm_rows(ctx.parallel, r1 - r0), C = cfg.hidden_size;
+  // Under TP the rebuilt rows need the forward's collectives on those rows (Note [TP collectives])
+  const int64_t C = cfg.hidden_size;
   ctx.backend->rmsnorm_forward(rows(s.xn1), rows(s.inv_rms1), rows(s.x), w.ln1, eps);
   {
-    CommBuffer gathered(*ctx.alloc, "tp.attn_in", tp_rows, C, ctx.act);
+    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.attn_in", rows(s.xn1), ctx.act);
     ctx.backend->matmul_token_panels(rows(s.q), rows(s.xn1), w.wq);
     ctx.backend->matmul_token_panels(rows(s.k), rows(s.xn1), w.wk);
     ctx.backend->matmul_token_panels(rows(s.v), rows(s.xn1), w.wv);
@@ -182,12 +183,13 @@ void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, con
   layer_rope(rows(s.k), r0, ctx, false);
   ctx.backend->copy(rows(s.h), rows(s.x));
   {
-    CommBuffer partial(*ctx.alloc, "tp.attn_out", tp_rows, C, ctx.act);
+    TpPartial partial(*ctx.alloc, ctx.tp, "tp.attn_out", r1 - r0, C, ctx.act);
     ctx.backend->matmul_token_panels(rows(s.h), rows(s.attn), w.wo, 1.0f);
+    partial.reduce_scatter(rows(s.h));
   }
   ctx.backend->rmsnorm_forward(rows(s.xn2), rows(s.inv_rms2), rows(s.h), w.ln2, eps);
   {
-    CommBuffer gathered(*ctx.alloc, "tp.mlp_in", tp_rows, C, ctx.act);
+    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.mlp_in", rows(s.xn2), ctx.act);
     ctx.backend->matmul_token_panels(rows(s.gate), rows(s.xn2), w.wg);
     ctx.backend->matmul_token_panels(rows(s.up), rows(s.xn2), w.wu);
   }
@@ -202,11 +204,10 @@ void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& save
   const int64_t T = ctx.batch * ctx.seq, C = cfg.hidden_size, F = cfg.intermediate_size;
   const int64_t D = cfg.head_dim(), QD = cfg.num_attention_heads * D, KD = cfg.kv_dim();
   ActivationAllocator& alloc = *ctx.alloc;
-  const int64_t tp_rows = tp_comm_rows(ctx.parallel, T);  // Note [Per-GPU shapes]
   // y = h + act Wd^T:  d act = dy Wd;  dWd += dy^T act;  dh = dy (+ the norm branch below)
   Tensor dact = alloc.acquire("mlp.dact", {T, F}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer gathered(alloc, "tp.mlp_dout", tp_rows, C, ctx.act);
+    const TpGather gathered(alloc, ctx.tp, "tp.mlp_dout", dres, ctx.act);
     ctx.backend->matmul(dact, dres, w.wd, false, false);
     ctx.backend->matmul(dw.wd, dres, s.act, true, false, 1.0f, 1.0f);
   }
@@ -218,12 +219,13 @@ void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& save
   // gate = xn2 Wg^T, up = xn2 Wu^T
   Tensor dxn2 = alloc.acquire("mlp.dxn2", {T, C}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer partial(alloc, "tp.mlp_din", tp_rows, C, ctx.act);
+    TpPartial partial(alloc, ctx.tp, "tp.mlp_din", T, C, ctx.act);
     ctx.backend->matmul(dxn2, dgate, w.wg, false, false);
     ctx.backend->matmul(dxn2, dup, w.wu, false, false, 1.0f, 1.0f);
+    partial.reduce_scatter(dxn2);
   }
   {
-    CommBuffer gathered(alloc, "tp.mlp_in", tp_rows, C, ctx.act);
+    const TpGather gathered(alloc, ctx.tp, "tp.mlp_in", s.xn2, ctx.act);
     ctx.backend->matmul(dw.wg, dgate, s.xn2, true, false, 1.0f, 1.0f);
     ctx.backend->matmul(dw.wu, dup, s.xn2, true, false, 1.0f, 1.0f);
   }
@@ -235,7 +237,7 @@ void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& save
   // h = x + attn Wo^T:  d attn = dh Wo;  dWo += dh^T attn
   Tensor dattn = alloc.acquire("attn.dattn", {T, QD}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer gathered(alloc, "tp.attn_dout", tp_rows, C, ctx.act);
+    const TpGather gathered(alloc, ctx.tp, "tp.attn_dout", dres, ctx.act);
     ctx.backend->matmul(dattn, dres, w.wo, false, false);
     ctx.backend->matmul(dw.wo, dres, s.attn, true, false, 1.0f, 1.0f);
   }
@@ -251,13 +253,14 @@ void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& save
   // q, k, v = xn1 W^T
   Tensor dxn1 = alloc.acquire("attn.dxn1", {T, C}, ActKind::kTransient, ctx.act);
   {
-    CommBuffer partial(alloc, "tp.attn_din", tp_rows, C, ctx.act);
+    TpPartial partial(alloc, ctx.tp, "tp.attn_din", T, C, ctx.act);
     ctx.backend->matmul(dxn1, dq, w.wq, false, false);
     ctx.backend->matmul(dxn1, dk, w.wk, false, false, 1.0f, 1.0f);
     ctx.backend->matmul(dxn1, dv, w.wv, false, false, 1.0f, 1.0f);
+    partial.reduce_scatter(dxn1);
   }
   {
-    CommBuffer gathered(alloc, "tp.attn_in", tp_rows, C, ctx.act);
+    const TpGather gathered(alloc, ctx.tp, "tp.attn_in", s.xn1, ctx.act);
     ctx.backend->matmul(dw.wq, dq, s.xn1, true, false, 1.0f, 1.0f);
     ctx.backend->matmul(dw.wk, dk, s.xn1, true, false, 1.0f, 1.0f);
     ctx.backend->matmul(dw.wv, dv, s.xn1, true, false, 1.0f, 1.0f);

@@ -53,7 +53,7 @@ Model::Model(const ModelConfig& config, Backend& backend)
   backend.fill(grads_, 0.0f);
 }
 
-void Model::set_parallel(const Parallel& parallel) {
+void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
   if (parallel.tp < 1 || parallel.cp < 1)
     throw ConfigError(str("tensor parallel ", parallel.tp, " and context parallel ", parallel.cp,
                           " must be >= 1"));
@@ -64,7 +64,10 @@ void Model::set_parallel(const Parallel& parallel) {
     throw ConfigError(str("tensor parallel ", parallel.tp,
                           ": a layout for shape-only planning (memo plan); memo does not run "
                           "tensor parallelism yet"));
+  MEMO_CHECK(parallel.tp == 1 || (tp_group && tp_group->size() == parallel.tp), "tensor parallel ",
+             parallel.tp, " needs its group of ", parallel.tp, " ranks");
   parallel_ = parallel;
+  tp_group_ = parallel.tp > 1 ? tp_group : nullptr;
 }
 
 void Model::set_context_parallel(Communicator* group) {
@@ -215,13 +218,13 @@ LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocato
                             ", the learned position table; use --seq <= ", w_.pos.rows(),
                             " or a config with more positions"));
     return LayerContext{
-        &config_, batch, seq, {}, {}, &alloc, backend_, parallel_, backend_->activation_dtype(),
-        cp};
+        &config_, batch,    seq, {}, {}, &alloc, backend_, parallel_, backend_->activation_dtype(),
+        cp,       tp_group_};
   }
   const auto [cos, sin] = rope_tables(whole);
   return LayerContext{
-      &config_, batch, seq, cos, sin, &alloc, backend_, parallel_, backend_->activation_dtype(),
-      cp};
+      &config_, batch,    seq, cos, sin, &alloc, backend_, parallel_, backend_->activation_dtype(),
+      cp,       tp_group_};
 }
 
 namespace {

@@ -55,8 +55,9 @@ class Model {
   // The tensor-parallel layout one GPU's shape-only trace runs in (Note [Per-GPU shapes] in
   // model/parallel.h): forward_backward then takes the tokens of one rank, T/t per micro-batch.
   // Throws ConfigError for t > 1 on a model with values (memo does not run TP yet); c must be 1
-  // (context parallelism is set_context_parallel).
-  void set_parallel(const Parallel& parallel);
+  // (context parallelism is set_context_parallel). t > 1 takes the group of t ranks the layers'
+  // collectives run on (Note [TP collectives]: a ShapeCommunicator in a trace).
+  void set_parallel(const Parallel& parallel, Communicator* tp_group = nullptr);
   const Parallel& parallel() const { return parallel_; }
   // Context parallelism over `group` (Note [Context parallel layout] in model/context_parallel.h):
   // forward_backward and forward_loss still take the whole micro-batch's tokens, run this rank's
@@ -111,6 +112,7 @@ class Model {
   ModelWeights w_;
   ModelWeights dw_;
   Parallel parallel_;
+  Communicator* tp_group_ = nullptr;             // t ranks when parallel_.tp > 1
   std::optional<ContextParallel> cp_;            // set: context parallel over cp_->group
   std::vector<int32_t> cp_inputs_, cp_targets_;  // this rank's chunks of the micro-batch
   std::map<int64_t, std::pair<RawBuffer, RawBuffer>> rope_;  // seq -> cos, sin ([seq, D/2] f32)

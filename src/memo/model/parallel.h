@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "memo/backend/allocator.h"
+#include "memo/parallel/communicator.h"
 
 namespace memo {
 
@@ -20,10 +21,10 @@ namespace memo {
 // ones T tokens of width W/t); both kinds have the bytes of T/t tokens at the unsharded width, so
 // the layer runs at T/t tokens (T/(t c) on a context-parallel rank) with the unsharded widths:
 // the same requests, in the same order, with the same lifetimes and sizes as the rank's. What
-// that leaves out are TP's communication buffers; the layer requests them explicitly
-// (CommBuffer), where Megatron-LM holds them: the all-gathered input of each column-parallel
-// product ([T/c, C]; in the forward, and again in the backward for the weight gradient) and the
-// partial output of each row-parallel product before its reduce-scatter ([T/c, C]). The
+// that leaves out are TP's collectives; the layer runs them on the context's TP group (Note [TP
+// collectives]) with their buffers: the all-gathered input of each column-parallel product
+// ([T/c, C]; in the forward, and again in the backward for the weight gradient) and the partial
+// output of each row-parallel product before its reduce-scatter ([T/c, C]). The
 // arithmetic of a rank is not the arithmetic of this layout (a rank multiplies T/c tokens by W/t
 // columns), so FLOPs come from the cost model (train/cluster_plan.h), never from the trace, and a
 // model with values refuses t > 1 (Model::set_parallel).
@@ -32,29 +33,57 @@ struct Parallel {
   int64_t cp = 1;  // context parallel ranks (a Model takes them through set_context_parallel)
 };
 
-// A communication buffer of `rows` x `cols` for the scope it lives in; nothing when rows is 0
-// (t = 1, the only case that runs with values).
-class CommBuffer {
+// Note [TP collectives]
+// The tensor-parallel collectives of a layer under TP+SP, at the points Megatron-LM places them,
+// each with its buffer for the scope it lives in: before a column-parallel product the ranks'
+// [T', C] rows of its input are all-gathered into [t T', C] (TpGather; in the forward, and again
+// in the backward for the weight gradient), and a row-parallel product's partial output [t T', C]
+// is reduce-scattered into the rank's [T', C] rows (TpPartial). The group is the layer context's
+// `tp` (a ShapeCommunicator of t ranks in a shape-only trace, so a plan holds the buffers and
+// counts the bytes a rank would send, as context parallelism's ring does); without TP (tp null)
+// there is neither buffer nor call.
+class TpGather {
  public:
-  CommBuffer(ActivationAllocator& alloc, const char* name, int64_t rows, int64_t cols, DType dtype)
-      : alloc_(rows > 0 ? &alloc : nullptr) {
-    if (alloc_) t_ = alloc_->acquire(name, {rows, cols}, ActKind::kTransient, dtype);
+  TpGather(ActivationAllocator& alloc, Communicator* tp, const char* name, ConstTensor in,
+           DType dtype)
+      : alloc_(tp ? &alloc : nullptr) {
+    if (!alloc_) return;
+    t_ = alloc_->acquire(name, {in.rows() * tp->size(), in.cols()}, ActKind::kTransient, dtype);
+    tp->all_gather(t_, in);
   }
-  ~CommBuffer() {
+  ~TpGather() {
     if (alloc_) alloc_->release(t_);
   }
-  CommBuffer(const CommBuffer&) = delete;
-  CommBuffer& operator=(const CommBuffer&) = delete;
+  TpGather(const TpGather&) = delete;
+  TpGather& operator=(const TpGather&) = delete;
 
  private:
   ActivationAllocator* alloc_;
   Tensor t_;
 };
 
-// Rows of a TP communication buffer for a layer running `tokens` (= T/(t c)) tokens: T/c under
-// TP, none without it.
-inline int64_t tp_comm_rows(const Parallel& p, int64_t tokens) {
-  return p.tp > 1 ? tokens * p.tp : 0;
-}
+class TpPartial {
+ public:
+  // A buffer for the partial sums of `rows` x `cols` rows of each rank of the group.
+  TpPartial(ActivationAllocator& alloc, Communicator* tp, const char* name, int64_t rows,
+            int64_t cols, DType dtype)
+      : alloc_(tp ? &alloc : nullptr), tp_(tp) {
+    if (alloc_) t_ = alloc_->acquire(name, {rows * tp->size(), cols}, ActKind::kTransient, dtype);
+  }
+  ~TpPartial() {
+    if (alloc_) alloc_->release(t_);
+  }
+  TpPartial(const TpPartial&) = delete;
+  TpPartial& operator=(const TpPartial&) = delete;
+  // out (this rank's [rows, cols]) = its share of the group's partials, summed.
+  void reduce_scatter(Tensor out) {
+    if (tp_) tp_->reduce_scatter_sum(out, t_);
+  }
+
+ private:
+  ActivationAllocator* alloc_;
+  Communicator* tp_ = nullptr;
+  Tensor t_;
+};
 
 }  // namespace memo

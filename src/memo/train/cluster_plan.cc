@@ -108,6 +108,7 @@ struct Sized {  // the memory side of a plan at one sequence length
   ClusterMemory device;
   int64_t requests{};
   int64_t cp_bytes{};  // the trace's ring bytes
+  int64_t tp_bytes{};  // the trace's TP collectives' bytes
   AlphaInputs alpha_in;
   AlphaChoice choice;
   double alpha{};  // memo: chosen; offload: 1
@@ -227,12 +228,13 @@ Sized size_memory(const ModelConfig& config, int64_t seq, const std::string& str
   StrategyOptions so;
   so.kind = strategy;
   if (strategy == "memo") so.alpha = std::clamp(s.alpha, 0.0, 1.0);
-  CommCounters ring;
+  CommCounters ring, tp;
   const Trace trace = trace_shapes_only(config, o.parallel, o.batch, rank_seq,
-                                        make_strategy_factory(so), DType::kBF16, &ring);
+                                        make_strategy_factory(so), DType::kBF16, &ring, &tp);
   const ActivationPlan plan = plan_activations(trace);
   s.requests = int64_t(trace.requests.size());
   s.cp_bytes = ring.bytes_sent;
+  s.tp_bytes = tp.bytes_sent;
   if (swaps(strategy))
     for (const TracedRequest& r : trace.requests)
       if (r.kind == ActKind::kSaved) s.device.rounding_bytes += r.bytes;
@@ -331,6 +333,7 @@ ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::stri
   p.device = s.device;
   p.plan_requests = s.requests;
   p.cp_bytes_per_micro_batch = s.cp_bytes;
+  p.tp_bytes_per_micro_batch = s.tp_bytes;
   p.device_capacity_bytes = o.gpu.memory_bytes;
   p.device_fits = s.device.total() <= o.gpu.memory_bytes;
   p.host_need_bytes = s.host_need;

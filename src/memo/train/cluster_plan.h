@@ -89,6 +89,9 @@ struct ClusterPlan {
   // forward and backward under the strategy, counted by the shape-only trace's ShapeCommunicator:
   // the code a `--cp` run executes (0 without CP).
   int64_t cp_bytes_per_micro_batch{};
+  // The same for the layers' tensor-parallel all-gathers and reduce-scatters (Note [TP
+  // collectives] in model/parallel.h; 0 without TP).
+  int64_t tp_bytes_per_micro_batch{};
   double planning_seconds{};
 };
 

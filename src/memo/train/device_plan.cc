@@ -40,15 +40,17 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
 
 Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int64_t batch,
                         int64_t seq, const StrategyFactory& make_strategy, DType activations,
-                        CommCounters* context_parallel_comm) {
+                        CommCounters* context_parallel_comm, CommCounters* tensor_parallel_comm) {
   MetaBackend meta(cpu_backend(), activations);  // sized as the CPU kernels would run it
   Model model(config, meta);
-  model.set_parallel(Parallel{parallel.tp, 1});
+  ShapeCommunicator tp_group(int(parallel.tp), 0);
+  model.set_parallel(Parallel{parallel.tp, 1}, &tp_group);
   // context parallelism runs for real on rank 0 of a group that moves nothing
   ShapeCommunicator group(int(parallel.cp), 0);
   model.set_context_parallel(&group);
   Trace trace = trace_model_step(model, batch, seq * parallel.cp, make_strategy);
   if (context_parallel_comm) *context_parallel_comm = group.counters();
+  if (tensor_parallel_comm) *tensor_parallel_comm = tp_group.counters();
   return trace;
 }
 

@@ -58,11 +58,13 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
 // parallelism (c > 1) runs the real ring (Note [Per-GPU shapes]) over a ShapeCommunicator, whose
 // counters (what this rank would send in the traced forward and backward of one micro-batch: the
 // ring and the loss) land in *context_parallel_comm when given; seq * c must then split into 2c
-// chunks.
+// chunks. Tensor parallelism (t > 1) runs the layers' collectives (Note [TP collectives]) over a
+// ShapeCommunicator of t ranks, whose counters land in *tensor_parallel_comm.
 Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int64_t batch,
                         int64_t seq, const StrategyFactory& make_strategy,
                         DType activations = DType::kF32,
-                        CommCounters* context_parallel_comm = nullptr);
+                        CommCounters* context_parallel_comm = nullptr,
+                        CommCounters* tensor_parallel_comm = nullptr);
 
 // Traces, plans and sizes the run. When it does not fit, also traces a shorter sequence (seq / 4)
 // to fit the sizes' dependence on seq and searches for the longest sequence that fits.
