@@ -93,7 +93,7 @@ stage kernels 150 "$b/memo_cuda_tests" --gtest_output=json:"$runs/kernels.json"
 
 # 2. the quickstart's run on both backends (the CPU one in the background)
 quick=(train --config configs/small.json --data "$b/data/kjv.txt" --seq 256 --batch 8
-       --steps 200 --lr 2e-3 --warmup 20 --save-every 0)
+       --steps 200 --lr 2e-3 --warmup 20 --save-every 0 --hardware-dir hardware)
 OMP_NUM_THREADS=12 timeout 400 "$b/memo" "${quick[@]}" --device cpu --out "$runs/cpu" \
   --log "$runs/cpu.jsonl" > "$runs/cpu.out" 2>&1 &
 cpu_pid=$!
@@ -156,7 +156,8 @@ for s in keep recompute memo; do
   [[ $s == keep ]] && export MEMO_CUDA_PROFILE=1 || unset MEMO_CUDA_PROFILE
   stage "bench_$s" 100 "$b/memo" train --config "$runs/llama1b.json" --data "$b/data/kjv.txt" \
     --seq 4096 --batch 1 --steps 2 --warmup 0 --lr 1e-4 --save-every 0 --val-batches 0 \
-    --device cuda --activations "$s" --out "$runs/b_$s" --log "$runs/b_$s.jsonl"
+    --device cuda --activations "$s" --out "$runs/b_$s" --log "$runs/b_$s.jsonl" \
+    --hardware-dir hardware
 done
 wait "$cpu_pid"
 echo "cpu run: exit $? ($(tail -c 300 "$runs/cpu.out" | tr '\n' ' '))"

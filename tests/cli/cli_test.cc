@@ -284,6 +284,8 @@ TEST_F(Cli, device_cuda_without_a_gpu_and_bf16_fail_with_one_line) {
                              "--precision bf16: only fp32");
   test::expect_clean_failure(train_cmd(dir.str("nccl"), "--steps 1 --nccl"),
                              "--nccl needs --device cuda");
+  test::expect_clean_failure(train_cmd(dir.str("gpu-spec"), "--steps 1 --gpu h200"),
+                             "--gpu names the GPU of --device cuda");
   const std::string ckpt = " --checkpoint " + out + " --data " + dir.str("data.txt");
   const std::vector<std::string> cmds = {
       train_cmd(dir.str("gpu"), "--steps 1 --val-batches 1 --device cuda"),

@@ -66,6 +66,24 @@ TEST(HardwareJson, find_gpu_ignores_case_and_takes_a_path) {
   EXPECT_TRUE(g.source.empty());
 }
 
+// What a CUDA driver names a GPU (cudaDeviceProp::name) finds its shipped datasheet by model.
+TEST(HardwareJson, match_gpu_finds_a_drivers_name_by_its_model) {
+  EXPECT_EQ(match_gpu("NVIDIA H200", hardware_dir())->name, "NVIDIA H200 SXM 141GB");
+  EXPECT_EQ(match_gpu("NVIDIA H100 80GB HBM3", hardware_dir())->name, "NVIDIA H100 SXM5 80GB");
+  EXPECT_EQ(match_gpu("NVIDIA A100-SXM4-80GB", hardware_dir())->peak_bf16_flops, 312e12);
+  EXPECT_FALSE(match_gpu("NVIDIA GeForce RTX 4090", hardware_dir()));
+  EXPECT_FALSE(match_gpu("", hardware_dir()));
+  EXPECT_FALSE(match_gpu("NVIDIA H200", hardware_dir() / "missing"));
+  // two datasheets of one model: the driver's name cannot choose, so none
+  TempDir tmp;
+  json a = valid(), b = valid();
+  a["name"] = "NVIDIA H200 SXM 141GB";
+  b["name"] = "NVIDIA H200 NVL 141GB";
+  write_file_atomic(tmp / "a.json", a.dump());
+  write_file_atomic(tmp / "b.json", b.dump());
+  EXPECT_FALSE(match_gpu("NVIDIA H200", tmp.path()));
+}
+
 TEST(HardwareJson, unknown_name_lists_the_shipped_ones) {
   std::string msg = error_message<ConfigError>([&] { find_gpu("b200", hardware_dir()); });
   EXPECT_NE(msg.find("unknown GPU 'b200'"), std::string::npos) << msg;

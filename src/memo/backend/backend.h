@@ -29,6 +29,9 @@ class Backend {
   virtual const char* name() const = 0;  // "cpu", "meta", "cuda"
   // One line for the start-of-run log (the BLAS and its kernel on the CPU, the GPU on CUDA).
   virtual std::string describe() const = 0;
+  // The accelerator's product name as its driver reports it ("NVIDIA H200"), for finding its
+  // datasheet in hardware/; empty for the CPU and meta backends.
+  virtual std::string device_name() const = 0;
   // False for the meta backend: kernels check shapes and return, reductions return 0.
   virtual bool has_values() const = 0;
 

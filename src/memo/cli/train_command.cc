@@ -9,6 +9,7 @@
 #include "memo/cli/optimizer_flags.h"
 #include "memo/core/error.h"
 #include "memo/core/units.h"
+#include "memo/io/hardware_json.h"
 #include "memo/train/trainer.h"
 #if MEMO_HAVE_NCCL
 #include "memo/cuda/cuda_backend.h"
@@ -99,6 +100,14 @@ void add_train_command(CLI::App& app, Communicator* world) {
   train->add_flag("--nccl", *nccl,
                   "--device cuda: reduce over NCCL even without mpirun (a group of one GPU; "
                   "under mpirun --device cuda always does)");
+  auto gpu = std::make_shared<std::string>();
+  train->add_option("--gpu", *gpu,
+                    "--device cuda: the GPU's datasheet (a name in --hardware-dir, e.g. h200, or a "
+                    ".json file) for MFU against its dense bf16 peak (default: the shipped file of "
+                    "the GPU's model, where one matches)");
+  auto hardware_dir = std::make_shared<std::string>(MEMO_HARDWARE_DIR);
+  train->add_option("--hardware-dir", *hardware_dir, "Where the shipped GPU files are")
+      ->capture_default_str();
   auto device_memory = std::make_shared<std::string>();
   train->add_option("--device-memory", *device_memory,
                     "Device memory budget, e.g. 1.5GiB: plan activations into one arena and refuse "
@@ -134,8 +143,8 @@ void add_train_command(CLI::App& app, Communicator* world) {
                     "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
   auto schedule = std::make_shared<BatchScheduleFlags>();
   add_batch_schedule_flags(*train, *schedule);
-  train->callback([t, out, optim, device, nccl, device_memory, host_memory, alpha, alpha_opt,
-                   schedule, lr, world] {
+  train->callback([t, out, optim, device, nccl, gpu, hardware_dir, device_memory, host_memory,
+                   alpha, alpha_opt, schedule, lr, world] {
     TrainOptions o = *t;
     o.optimizer = resolve_optimizer(*optim);
     o.batch_schedule = resolve_batch_schedule(*schedule, o.optimizer.name, !o.resume_dir.empty());
@@ -156,8 +165,18 @@ void add_train_command(CLI::App& app, Communicator* world) {
       o.out_dir =
           std::filesystem::exists(r / "model.safetensors") ? r.parent_path().string() : r.string();
     }
+    if (!gpu->empty() && device->device != "cuda")
+      throw ConfigError("--gpu names the GPU of --device cuda");
     const DeviceChoice where(*device);
     if (device_memory->empty()) o.device_memory_bytes = where.backend().device_free_bytes();
+    if (const std::string name = where.backend().device_name(); !name.empty()) {
+      const std::optional<GpuSpec> spec =
+          gpu->empty() ? match_gpu(name, *hardware_dir) : find_gpu(*gpu, *hardware_dir);
+      if (spec) {
+        o.device_peak_flops = spec->peak_bf16_flops;
+        o.device_peak_name = spec->name;
+      }
+    }
     const std::unique_ptr<Communicator> gpus = gpu_communicator(where, world, *nccl);
     memo::train(o, std::cout, gpus ? gpus.get() : world, where.backend_or_null());
   });

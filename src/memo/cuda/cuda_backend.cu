@@ -386,6 +386,7 @@ class CudaBackend final : public Backend {
 
   const char* name() const override { return "cuda"; }
   std::string describe() const override { return description_; }
+  std::string device_name() const override { return device_name_; }
   bool has_values() const override { return true; }
   int64_t reproducible_rows() const override { return kCudaPanelRows; }
   DType activation_dtype() const override { return DType::kF32; }
@@ -1076,7 +1077,8 @@ class CudaBackend final : public Backend {
   std::map<std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>, Gemm>
       gemms_;
   std::string description_;
-  int gpu_ = 0;  // the device index
+  std::string device_name_;  // cudaDeviceProp::name
+  int gpu_ = 0;              // the device index
 };
 
 constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;
@@ -1104,6 +1106,7 @@ CudaBackend::CudaBackend(int device) {
   workspace_ = RawBuffer(device_, kWorkspaceBytes, "cuBLASLt workspace");
   cudaDeviceProp prop{};
   check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  device_name_ = prop.name;
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
   description_ = str(

@@ -112,4 +112,31 @@ GpuSpec find_gpu(std::string_view name_or_path, const std::filesystem::path& har
   return load_gpu_spec(hardware_dir / (name + ".json"));
 }
 
+namespace {
+
+// The model word of a product name: the word after "NVIDIA", up to a space or '-', lower case.
+std::string gpu_model(std::string_view name) {
+  std::string n = lower(name);
+  const std::string_view vendor = "nvidia ";
+  if (n.rfind(vendor, 0) == 0) n = n.substr(vendor.size());
+  return n.substr(0, n.find_first_of(" -"));
+}
+
+}  // namespace
+
+std::optional<GpuSpec> match_gpu(std::string_view device_name,
+                                 const std::filesystem::path& hardware_dir) {
+  const std::string model = gpu_model(device_name);
+  std::error_code ec;
+  if (model.empty() || !std::filesystem::is_directory(hardware_dir, ec)) return std::nullopt;
+  std::optional<GpuSpec> found;
+  for (const std::string& name : shipped_gpu_names(hardware_dir)) {
+    GpuSpec spec = load_gpu_spec(hardware_dir / (name + ".json"));
+    if (gpu_model(spec.name) != model) continue;
+    if (found) return std::nullopt;  // two datasheets of one model: the driver's name cannot say
+    found = std::move(spec);
+  }
+  return found;
+}
+
 }  // namespace memo

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,5 +30,12 @@ std::vector<std::string> shipped_gpu_names(const std::filesystem::path& hardware
 // a user's file (anything with a '/' or ending in ".json"). An unknown name throws ConfigError
 // listing the shipped names.
 GpuSpec find_gpu(std::string_view name_or_path, const std::filesystem::path& hardware_dir);
+
+// The shipped GPU whose model is the one a driver names (the word after "NVIDIA": "NVIDIA H200"
+// and "NVIDIA A100-SXM4-80GB" are the H200 and the A100 of "NVIDIA H200 SXM 141GB" and "NVIDIA
+// A100 SXM4 80GB"); none when no shipped file or more than one has that model, or the folder is
+// missing.
+std::optional<GpuSpec> match_gpu(std::string_view device_name,
+                                 const std::filesystem::path& hardware_dir);
 
 }  // namespace memo

@@ -352,12 +352,14 @@ std::string step_label(const StepRun& run, const StepSchedule& plan, int64_t ste
 }
 
 void print_step_line(std::ostream& progress, const std::string& label, const StepGradients& g,
-                     double lr, double tokens_per_s, double mfu, double eta_s,
-                     const GradNoiseProbe* probe) {
-  char line[300];
+                     double lr, double tokens_per_s, double mfu, std::optional<double> mfu_peak,
+                     double eta_s, const GradNoiseProbe* probe) {
+  char peak[48] = "";
+  if (mfu_peak) std::snprintf(peak, sizeof peak, " (%.1f%% of bf16 peak)", 100.0 * *mfu_peak);
+  char line[340];
   std::snprintf(line, sizeof line,
-                "%s | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s",
-                label.c_str(), g.loss, lr, g.grad_norm(), tokens_per_s, 100.0 * mfu,
+                "%s | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.1f%%%s | ETA %s",
+                label.c_str(), g.loss, lr, g.grad_norm(), tokens_per_s, 100.0 * mfu, peak,
                 duration_str(eta_s).c_str());
   progress << line;
   if (probe && probe->estimator().b_simple())
@@ -496,6 +498,10 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
                    cp_group.get());
   if (plan.noise()) progress << plan.summary() << "\n";
   const double peak_flops = backend.measure_matmul_peak_flops(0.5);  // the MFU denominator
+  if (o.device_peak_flops > 0.0)
+    progress << "memo: MFU against the measured matrix-product ceiling (" << peak_flops / 1e12
+             << " TFLOP/s) and the " << o.device_peak_name << " datasheet's dense bf16 peak ("
+             << o.device_peak_flops / 1e12 << " TFLOP/s)\n";
   if (resume)
     progress << "memo: resuming at step " << start_step << " from " << o.resume_dir << "\n";
   // profile on the first micro-batch; its gradients are dropped
@@ -526,6 +532,11 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
     const double flops_per_step = flops_per_token * double(run.tokens);
     const double tokens_per_s = double(run.tokens) / step_s;
     const double mfu = flops_per_step / step_s / (peak_flops * double(job.size()));
+    const std::optional<double> mfu_peak =
+        o.device_peak_flops > 0.0
+            ? std::optional<double>(flops_per_step / step_s /
+                                    (o.device_peak_flops * double(job.size())))
+            : std::nullopt;
     result.steps_done = step;
     result.final_loss = g.loss;
     // The last step's record carries the validation loss (on windows in order from the start of
@@ -539,6 +550,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
     if (log) {
       nlohmann::json record = log_record(run, g, tokens_per_s, mfu, alloc, *strategy, probe_ptr,
                                          change, data_parallel, cp_group.get(), o.zero);
+      if (mfu_peak) record["mfu_peak"] = *mfu_peak;
       if (val && val->tokens > 0) {
         record["val_loss"] = *result.val_loss;
         record["val_tokens"] = val->tokens;
@@ -549,8 +561,8 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
       const double elapsed = seconds_since(t_start);
       const double eta = elapsed / double(run.tokens_end - start_tokens) *
                          double(std::max<int64_t>(plan.total_tokens() - run.tokens_end, 0));
-      print_step_line(progress, step_label(run, plan, o.steps), g, run.lr, tokens_per_s, mfu, eta,
-                      probe_ptr);
+      print_step_line(progress, step_label(run, plan, o.steps), g, run.lr, tokens_per_s, mfu,
+                      mfu_peak, eta, probe_ptr);
     }
     if (change)
       progress << batch_change_line(*change, plan.noise()->options()) << "\n" << std::flush;

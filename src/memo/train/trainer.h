@@ -46,6 +46,11 @@ struct TrainOptions {
   std::string log_path;      // JSON lines, one per step
   int64_t val_batches = 16;  // micro-batches of validation windows at the end
   int64_t log_every = 1;     // progress line period in steps
+  // The device's datasheet peak (dense bf16, FLOP/s; hardware/*.json) and its name: MFU is then
+  // also logged against it ("mfu_peak"), beside the matrix-product ceiling measured at start
+  // ("mfu"). 0: unknown (the CPU).
+  double device_peak_flops = 0;
+  std::string device_peak_name;
   // --device-memory: plan the activations into one arena and check the whole device need against
   // this many bytes before step 1 (train/device_plan.h); 0: no budget, the caching allocator.
   int64_t device_memory_bytes = 0;

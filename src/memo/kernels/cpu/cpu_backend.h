@@ -22,6 +22,7 @@ class CpuBackend : public Backend {
   MemSpace device_space() const override { return MemSpace::kDevice; }
   RawAllocator& allocator(MemSpace space) override;
   bool host_can_access(MemSpace space) const override { return space != MemSpace::kMeta; }
+  std::string device_name() const override { return ""; }
   int64_t device_free_bytes() override { return 0; }
   Stream& compute_stream() override { return compute_; }
   std::unique_ptr<Stream> make_copy_stream(std::string name, const StreamOptions& options) override;

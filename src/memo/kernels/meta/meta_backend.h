@@ -33,6 +33,7 @@ class MetaBackend final : public Backend {
   MemSpace device_space() const override { return MemSpace::kMeta; }
   RawAllocator& allocator(MemSpace) override { return addresses_; }
   bool host_can_access(MemSpace) const override { return false; }
+  std::string device_name() const override { return ""; }
   int64_t device_free_bytes() override { return 0; }
   Stream& compute_stream() override { return compute_; }
   std::unique_ptr<Stream> make_copy_stream(std::string name, const StreamOptions& options) override;
