@@ -66,6 +66,13 @@ TEST(DeviceStaging, checkpoints_and_resume_through_the_backend_copies_are_unchan
   train(plain, quiet);
   train(staged, quiet, nullptr, &hidden);
   EXPECT_EQ(test::losses(plain.log_path), test::losses(staged.log_path));
+  // the static plan's arena in the hidden device space (what --device cuda runs by default)
+  TrainOptions planned = staged;
+  planned.out_dir = dir / "planned";
+  planned.log_path = dir / "planned.jsonl";
+  planned.device_memory_bytes = int64_t(1) << 30;
+  train(planned, quiet, nullptr, &hidden);
+  EXPECT_EQ(test::losses(plain.log_path), test::losses(planned.log_path));
   for (const char* f : {"model.safetensors", "optimizer.safetensors"})
     EXPECT_EQ(file_bytes(fs::path(plain.out_dir) / "step-00000003" / f),
               file_bytes(fs::path(staged.out_dir) / "step-00000003" / f))
