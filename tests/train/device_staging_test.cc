@@ -24,11 +24,40 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The CPU backend as the CUDA backend behaves: the host cannot read its device space, and its
+// matrix products want a workspace (Note [Matrix-product workspace]), which it checks every
+// product has: one of the size it asked for, in its device space.
 class HiddenDevice final : public CpuBackend {
  public:
+  static constexpr int64_t kWorkspace = 4096;
   bool host_can_access(MemSpace space) const override {
     return space == MemSpace::kHost || space == MemSpace::kPinnedHost;
   }
+  int64_t matmul_workspace_bytes() const override { return kWorkspace; }
+  void set_matmul_workspace(Tensor w) override { workspace_ = w; }
+  void matmul(Tensor c, ConstTensor a, ConstTensor b, bool ta, bool tb, float alpha,
+              float beta) override {
+    count();
+    CpuBackend::matmul(c, a, b, ta, tb, alpha, beta);
+  }
+  void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) override {
+    count();
+    CpuBackend::matmul_token_panels(c, a, b, beta);
+  }
+  void matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) override {
+    count();
+    CpuBackend::matmul_token_panels_kn(c, a, b, beta);
+  }
+  int64_t products = 0, products_without_workspace = 0;
+
+ private:
+  void count() {
+    ++products;
+    if (workspace_.empty() || workspace_.bytes() < kWorkspace ||
+        workspace_.space() != device_space())
+      ++products_without_workspace;
+  }
+  Tensor workspace_;
 };
 
 std::string file_bytes(const fs::path& p) {
@@ -73,6 +102,8 @@ TEST(DeviceStaging, checkpoints_and_resume_through_the_backend_copies_are_unchan
   planned.device_memory_bytes = int64_t(1) << 30;
   train(planned, quiet, nullptr, &hidden);
   EXPECT_EQ(test::losses(plain.log_path), test::losses(planned.log_path));
+  EXPECT_GT(hidden.products, 0);
+  EXPECT_EQ(hidden.products_without_workspace, 0);
   for (const char* f : {"model.safetensors", "optimizer.safetensors"})
     EXPECT_EQ(file_bytes(fs::path(plain.out_dir) / "step-00000003" / f),
               file_bytes(fs::path(staged.out_dir) / "step-00000003" / f))
@@ -118,6 +149,8 @@ TEST(DeviceStaging, the_kv_decoder_runs_in_the_device_space) {
     b.forward(std::span<const int32_t>(&t, 1), lb);
     EXPECT_EQ(la, lb) << "after token " << t;
   }
+  EXPECT_GT(hidden.products, 0);
+  EXPECT_EQ(hidden.products_without_workspace, 0);
 }
 
 }  // namespace

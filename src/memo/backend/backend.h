@@ -73,6 +73,17 @@ class Backend {
   // MFU denominator.
   virtual double measure_matmul_peak_flops(double seconds) = 0;
 
+  // Note [Matrix-product workspace]
+  // Scratch the matrix products may use (cuBLASLt's workspace on CUDA; 0 on the CPU and meta
+  // backends). The backend owns none: whoever runs products hands it one of at least
+  // matmul_workspace_bytes() in the device space for their duration (the model's step and
+  // evaluation take it from the activation allocator, so it is a named buffer of the static plan,
+  // "matmul.workspace"; the decoder from its own buffers), and an empty tensor after. Products run
+  // without one (workspace-free algorithms) when none is set; the algorithm is fixed per shape
+  // and workspace size, so runs with the same workspace give the same bits.
+  virtual int64_t matmul_workspace_bytes() const = 0;
+  virtual void set_matmul_workspace(Tensor workspace) = 0;
+
   // --- kernels: see kernels/cpu/kernels.h for the math of each ---
   virtual void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
                       float alpha = 1.0f, float beta = 0.0f) = 0;

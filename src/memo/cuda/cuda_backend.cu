@@ -340,6 +340,9 @@ class CudaPinnedAllocator final : public RawAllocator {
 
 // --- the backend ---
 
+// cuBLASLt's workspace: what its fp32 kernels may use (Note [Matrix-product workspace]).
+constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;
+
 // Note [Kernel profile]
 // MEMO_CUDA_PROFILE=1 times every kernel entry point of the backend with a pair of CUDA events on
 // the compute stream and prints, when the backend is destroyed, the GPU time per entry point
@@ -387,6 +390,19 @@ class CudaBackend final : public Backend {
   const char* name() const override { return "cuda"; }
   std::string describe() const override { return description_; }
   std::string device_name() const override { return device_name_; }
+  int64_t matmul_workspace_bytes() const override { return kWorkspaceBytes; }
+  void set_matmul_workspace(Tensor workspace) override {
+    if (workspace.empty()) {
+      workspace_ = nullptr;
+      workspace_bytes_ = 0;
+      return;
+    }
+    MEMO_CHECK(workspace.contiguous() && workspace.bytes() >= kWorkspaceBytes,
+               "cuda: a matrix-product workspace of ", workspace.bytes(), " bytes; it needs ",
+               kWorkspaceBytes);
+    workspace_ = dev_bytes(workspace);
+    workspace_bytes_ = kWorkspaceBytes;
+  }
   bool has_values() const override { return true; }
   int64_t reproducible_rows() const override { return kCudaPanelRows; }
   DType activation_dtype() const override { return DType::kF32; }
@@ -1071,17 +1087,18 @@ class CudaBackend final : public Backend {
   CudaDeviceAllocator device_;
   std::unique_ptr<CudaStream> compute_;
   cublasLtHandle_t lt_ = nullptr;
-  RawBuffer workspace_;
+  void* workspace_ = nullptr;  // the caller's (Note [Matrix-product workspace]); null: none
+  int64_t workspace_bytes_ = 0;
   RawBuffer doubles_, ids_;
   std::vector<double> host_doubles_;
-  std::map<std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>, Gemm>
+  // (transposes, m, n, k, leading dimensions, alignment, workspace bytes) -> algorithm
+  std::map<std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int64_t>,
+           Gemm>
       gemms_;
   std::string description_;
   std::string device_name_;  // cudaDeviceProp::name
   int gpu_ = 0;              // the device index
 };
-
-constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;
 
 CudaBackend::CudaBackend(int device) {
   int count = 0;
@@ -1103,7 +1120,6 @@ CudaBackend::CudaBackend(int device) {
   profile_ = profile && *profile && std::strcmp(profile, "0") != 0;
   compute_ = std::make_unique<CudaStream>("compute", StreamOptions{});
   check_lt(lt().cublasLtCreate(&lt_), "cublasLtCreate");
-  workspace_ = RawBuffer(device_, kWorkspaceBytes, "cuBLASLt workspace");
   cudaDeviceProp prop{};
   check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   device_name_ = prop.name;
@@ -1124,7 +1140,6 @@ CudaBackend::~CudaBackend() {
     lt().cublasLtMatrixLayoutDestroy(g.c);
     lt().cublasLtMatmulDescDestroy(g.desc);
   }
-  workspace_.reset();
   doubles_.reset();
   ids_.reset();
   if (lt_) lt().cublasLtDestroy(lt_);
@@ -1144,7 +1159,8 @@ void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, in
                        float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
                        float beta, float* C, int64_t ldc) {
   const int align = alignment_of({A, B, C});
-  const auto key = std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldc, align);
+  const auto key =
+      std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldc, align, workspace_bytes_);
   auto it = gemms_.find(key);
   if (it == gemms_.end()) {
     Gemm g;
@@ -1166,7 +1182,7 @@ void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, in
              "layout c");
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(lt().cublasLtMatmulPreferenceCreate(&pref), "preference");
-    const uint64_t ws = uint64_t(kWorkspaceBytes);
+    const uint64_t ws = uint64_t(workspace_bytes_);
     const uint32_t al = uint32_t(align);
     lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                               sizeof ws);
@@ -1187,7 +1203,7 @@ void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, in
   }
   const Gemm& g = it->second;
   check_lt(lt().cublasLtMatmul(lt_, g.desc, &alpha, A, g.a, B, g.b, &beta, C, g.c, C, g.c, &g.algo,
-                               workspace_.data(), size_t(kWorkspaceBytes), s()),
+                               workspace_, size_t(workspace_bytes_), s()),
            "cublasLtMatmul");
 }
 
@@ -1214,6 +1230,13 @@ double CudaBackend::measure_matmul_peak_flops(double seconds) {
       c(device_, n * n * 4, "peak c");
   const Tensor A = a.tensor({n, n}, DType::kF32), B = b.tensor({n, n}, DType::kF32),
                C = c.tensor({n, n}, DType::kF32);
+  // the ceiling with the workspace the model's products get (Note [Matrix-product workspace])
+  RawBuffer ws(device_, kWorkspaceBytes, "peak workspace");
+  set_matmul_workspace(ws.tensor({kWorkspaceBytes / 4}, DType::kF32));
+  struct Unset {
+    CudaBackend* b;
+    ~Unset() { b->set_matmul_workspace(Tensor()); }
+  } const unset{this};
   fill(A, 0.5f);
   fill(B, 0.25f);
   matmul(C, A, B, false, false, 1.0f, 0.0f);  // warm-up: algorithm, clocks

@@ -41,6 +41,16 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
                           max_tokens_, " the decoder holds"));
   Backend& be = model_.backend();
   const bool direct = be.host_can_access(be.device_space());
+  // the products' workspace for this call (Note [Matrix-product workspace] in backend/backend.h)
+  if (const int64_t bytes = be.matmul_workspace_bytes(); bytes > 0) {
+    if (workspace_.numel() * 4 < bytes)
+      workspace_ = SpaceArray<float>(be, (bytes + 3) / 4, "the matrix-product workspace");
+    be.set_matmul_workspace(workspace_.tensor({workspace_.numel()}));
+  }
+  struct Unset {
+    Backend& be;
+    ~Unset() { be.set_matmul_workspace(Tensor()); }
+  } const unset{be};
   if (n > chunk_capacity_) {  // grows for the prompt only; single tokens reuse it
     const int64_t F = cfg_.intermediate_size, HD = cfg_.num_attention_heads * cfg_.head_dim();
     x_ = SpaceArray<float>(be, n * C);

@@ -45,6 +45,7 @@ class KvDecoder {
   // The chunk's tokens and the logits, when the host cannot address the device space.
   SpaceArray<int32_t> tokens_;
   SpaceArray<float> logits_;
+  SpaceArray<float> workspace_;  // the backend's matrix-product workspace, when it wants one
   int64_t chunk_capacity_ = 0;
 };
 

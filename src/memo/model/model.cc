@@ -109,6 +109,35 @@ std::pair<ConstTensor, ConstTensor> Model::rope_tables(int64_t seq) {
   return {cos.tensor({seq, half}, DType::kF32), sin.tensor({seq, half}, DType::kF32)};
 }
 
+namespace {
+
+// The backend's matrix-product workspace for one micro-batch (Note [Matrix-product workspace] in
+// backend/backend.h): a named request of the activation allocator, so the static plan holds it.
+class ScopedMatmulWorkspace {
+ public:
+  ScopedMatmulWorkspace(Backend& backend, ActivationAllocator& alloc) : backend_(backend) {
+    const int64_t bytes = backend.matmul_workspace_bytes();
+    if (bytes <= 0) return;
+    alloc_ = &alloc;
+    t_ = alloc.acquire("matmul.workspace", {(bytes + 3) / 4}, ActKind::kTransient, DType::kF32);
+    backend.set_matmul_workspace(t_);
+  }
+  ~ScopedMatmulWorkspace() {
+    if (!alloc_) return;
+    backend_.set_matmul_workspace(Tensor());
+    alloc_->release(t_);
+  }
+  ScopedMatmulWorkspace(const ScopedMatmulWorkspace&) = delete;
+  ScopedMatmulWorkspace& operator=(const ScopedMatmulWorkspace&) = delete;
+
+ private:
+  Backend& backend_;
+  ActivationAllocator* alloc_ = nullptr;
+  Tensor t_;
+};
+
+}  // namespace
+
 double Model::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch,
                                int64_t seq, float grad_scale, ActivationStrategy& strategy,
                                ActivationAllocator& alloc) {
@@ -138,6 +167,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   const int64_t T = batch * seq, C = config_.hidden_size;
   const int L = int(config_.num_hidden_layers);
   const LayerContext ctx = layer_context(batch, seq, alloc);
+  const ScopedMatmulWorkspace workspace(*backend_, alloc);
   // the kernels read device memory (the meta backend's checks read the host tokens); the ids are
   // checked here, where the host can still read them
   if (backend_->has_values() && !backend_->host_can_access(backend_->device_space())) {

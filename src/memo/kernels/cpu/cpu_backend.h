@@ -23,6 +23,8 @@ class CpuBackend : public Backend {
   RawAllocator& allocator(MemSpace space) override;
   bool host_can_access(MemSpace space) const override { return space != MemSpace::kMeta; }
   std::string device_name() const override { return ""; }
+  int64_t matmul_workspace_bytes() const override { return 0; }  // the BLAS keeps its own
+  void set_matmul_workspace(Tensor) override {}
   int64_t device_free_bytes() override { return 0; }
   Stream& compute_stream() override { return compute_; }
   std::unique_ptr<Stream> make_copy_stream(std::string name, const StreamOptions& options) override;
