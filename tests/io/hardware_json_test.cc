@@ -72,16 +72,28 @@ TEST(HardwareJson, match_gpu_finds_a_drivers_name_by_its_model) {
   EXPECT_EQ(match_gpu("NVIDIA H100 80GB HBM3", hardware_dir())->name, "NVIDIA H100 SXM5 80GB");
   EXPECT_EQ(match_gpu("NVIDIA A100-SXM4-80GB", hardware_dir())->peak_bf16_flops, 312e12);
   EXPECT_FALSE(match_gpu("NVIDIA GeForce RTX 4090", hardware_dir()));
+  EXPECT_FALSE(match_gpu("NVIDIA H100 PCIe", hardware_dir()));  // not the SXM5 board's peak
+  EXPECT_FALSE(match_gpu("NVIDIA H100 NVL", hardware_dir()));
   EXPECT_FALSE(match_gpu("", hardware_dir()));
   EXPECT_FALSE(match_gpu("NVIDIA H200", hardware_dir() / "missing"));
   // two datasheets of one model: the driver's name cannot choose, so none
   TempDir tmp;
   json a = valid(), b = valid();
   a["name"] = "NVIDIA H200 SXM 141GB";
-  b["name"] = "NVIDIA H200 NVL 141GB";
+  b["name"] = "NVIDIA H200 SXM 141GB, measured";
   write_file_atomic(tmp / "a.json", a.dump());
   write_file_atomic(tmp / "b.json", b.dump());
   EXPECT_FALSE(match_gpu("NVIDIA H200", tmp.path()));
+  // an NVL card finds the NVL file only
+  json nvl = valid();
+  nvl["name"] = "NVIDIA H200 NVL 141GB";
+  write_file_atomic(tmp / "nvl.json", nvl.dump());
+  EXPECT_EQ(match_gpu("NVIDIA H200 NVL", tmp.path())->name, "NVIDIA H200 NVL 141GB");
+  // a broken file beside a good one is skipped, not fatal
+  TempDir other;
+  write_file_atomic(other / "a.json", a.dump());
+  write_file_atomic(other / "broken.json", "{");
+  EXPECT_EQ(match_gpu("NVIDIA H200", other.path())->name, "NVIDIA H200 SXM 141GB");
 }
 
 TEST(HardwareJson, unknown_name_lists_the_shipped_ones) {

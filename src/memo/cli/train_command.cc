@@ -1,4 +1,5 @@
 // memo train: flags -> TrainOptions -> train().
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -112,7 +113,7 @@ void add_train_command(CLI::App& app, Communicator* world) {
   train->add_option("--device-memory", *device_memory,
                     "Device memory budget, e.g. 1.5GiB: plan activations into one arena and refuse "
                     "a run that does not fit (default: on --device cuda the GPU's free memory at "
-                    "start, on the CPU no budget; 0: no budget)");
+                    "start less 5%, at least 1 GiB; on the CPU no budget; 0: no budget)");
   train->add_option("--log-every", t->log_every, "Progress line period in steps")
       ->capture_default_str();
   train
@@ -168,7 +169,13 @@ void add_train_command(CLI::App& app, Communicator* world) {
     if (!gpu->empty() && device->device != "cuda")
       throw ConfigError("--gpu names the GPU of --device cuda");
     const DeviceChoice where(*device);
-    if (device_memory->empty()) o.device_memory_bytes = where.backend().device_free_bytes();
+    // The default budget: the GPU's free memory less a reserve for what runs outside the plan
+    // (NCCL's buffers, the matrix-product peak measured at start, validation's caching allocator,
+    // rope tables, the backend's scratch): 5%, at least 1 GiB.
+    if (device_memory->empty())
+      if (const int64_t free = where.backend().device_free_bytes(); free > 0)
+        o.device_memory_bytes =
+            std::max<int64_t>(free - std::max<int64_t>(int64_t(1) << 30, free / 20), 1);
     if (const std::string name = where.backend().device_name(); !name.empty()) {
       const std::optional<GpuSpec> spec =
           gpu->empty() ? match_gpu(name, *hardware_dir) : find_gpu(*gpu, *hardware_dir);

@@ -51,6 +51,17 @@ struct Shape {
 
 inline std::ostream& operator<<(std::ostream& out, const Shape& s) { return out << s.str(); }
 
+// Whether strides (in elements) lay a shape out densely in row-major order (size-1 dimensions
+// may have any stride).
+inline bool is_contiguous(const Shape& shape, const std::array<int64_t, kMaxDims>& stride) {
+  int64_t s = 1;
+  for (int i = shape.ndim - 1; i >= 0; --i) {
+    if (shape.dims[i] != 1 && stride[i] != s) return false;
+    s *= shape.dims[i];
+  }
+  return true;
+}
+
 template <class T>
 class View {
  public:
@@ -90,14 +101,7 @@ class View {
     return data_[i * stride_[0] + j * stride_[1] + k * stride_[2]];
   }
 
-  bool contiguous() const {
-    int64_t s = 1;
-    for (int i = shape_.ndim - 1; i >= 0; --i) {
-      if (shape_.dims[i] != 1 && stride_[i] != s) return false;
-      s *= shape_.dims[i];
-    }
-    return true;
-  }
+  bool contiguous() const { return is_contiguous(shape_, stride_); }
 
   // Rows [begin, end) of dimension 0: for a [T, C] activation, a token range, one contiguous
   // byte range (see DESIGN.md section 2, token-wise split).
@@ -185,14 +189,7 @@ class BasicTensor {
   int64_t rows() const { return shape_.dims[0]; }
   int64_t cols() const { return shape_.ndim >= 2 ? shape_.dims[1] : 1; }
   int64_t ld() const { return stride_[0]; }
-  bool contiguous() const {
-    int64_t s = 1;
-    for (int i = shape_.ndim - 1; i >= 0; --i) {
-      if (shape_.dims[i] != 1 && stride_[i] != s) return false;
-      s *= shape_.dims[i];
-    }
-    return true;
-  }
+  bool contiguous() const { return is_contiguous(shape_, stride_); }
 
   // The typed view the backend computes on: the dtype must be T's, the memory not meta.
   template <class T>

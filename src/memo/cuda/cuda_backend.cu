@@ -342,6 +342,7 @@ class CudaPinnedAllocator final : public RawAllocator {
 
 // cuBLASLt's workspace: what its fp32 kernels may use (Note [Matrix-product workspace]).
 constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;
+constexpr int64_t kWorkspaceAlign = 256;
 
 // Note [Kernel profile]
 // MEMO_CUDA_PROFILE=1 times every kernel entry point of the backend with a pair of CUDA events on
@@ -390,17 +391,22 @@ class CudaBackend final : public Backend {
   const char* name() const override { return "cuda"; }
   std::string describe() const override { return description_; }
   std::string device_name() const override { return device_name_; }
-  int64_t matmul_workspace_bytes() const override { return kWorkspaceBytes; }
+  // cuBLASLt wants its workspace 256-byte aligned; activation buffers are 64-byte aligned, so the
+  // request has room to align the start up.
+  int64_t matmul_workspace_bytes() const override { return kWorkspaceBytes + kWorkspaceAlign; }
   void set_matmul_workspace(Tensor workspace) override {
     if (workspace.empty()) {
       workspace_ = nullptr;
       workspace_bytes_ = 0;
       return;
     }
-    MEMO_CHECK(workspace.contiguous() && workspace.bytes() >= kWorkspaceBytes,
-               "cuda: a matrix-product workspace of ", workspace.bytes(), " bytes; it needs ",
-               kWorkspaceBytes);
-    workspace_ = dev_bytes(workspace);
+    const auto start = reinterpret_cast<uintptr_t>(dev_bytes(workspace));
+    const uintptr_t aligned = (start + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+    MEMO_CHECK(
+        workspace.contiguous() && int64_t(aligned - start) + kWorkspaceBytes <= workspace.bytes(),
+        "cuda: a matrix-product workspace of ", workspace.bytes(), " bytes at ", start, " has no ",
+        kWorkspaceBytes, " bytes from a ", kWorkspaceAlign, "-byte boundary");
+    workspace_ = reinterpret_cast<void*>(aligned);
     workspace_bytes_ = kWorkspaceBytes;
   }
   bool has_values() const override { return true; }
@@ -1231,8 +1237,8 @@ double CudaBackend::measure_matmul_peak_flops(double seconds) {
   const Tensor A = a.tensor({n, n}, DType::kF32), B = b.tensor({n, n}, DType::kF32),
                C = c.tensor({n, n}, DType::kF32);
   // the ceiling with the workspace the model's products get (Note [Matrix-product workspace])
-  RawBuffer ws(device_, kWorkspaceBytes, "peak workspace");
-  set_matmul_workspace(ws.tensor({kWorkspaceBytes / 4}, DType::kF32));
+  RawBuffer ws(device_, matmul_workspace_bytes(), "peak workspace");
+  set_matmul_workspace(ws.tensor({matmul_workspace_bytes() / 4}, DType::kF32));
   struct Unset {
     CudaBackend* b;
     ~Unset() { b->set_matmul_workspace(Tensor()); }

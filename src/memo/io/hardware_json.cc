@@ -122,6 +122,15 @@ std::string gpu_model(std::string_view name) {
   return n.substr(0, n.find_first_of(" -"));
 }
 
+// The form factor a name states when it is not the SXM board: "pcie" or "nvl" ("" otherwise).
+// One model's PCIe and NVL cards have other peaks than its SXM board.
+std::string gpu_form(std::string_view name) {
+  const std::string n = lower(name);
+  for (const char* form : {"pcie", "nvl"})
+    if (n.find(form) != std::string::npos) return form;
+  return "";
+}
+
 }  // namespace
 
 std::optional<GpuSpec> match_gpu(std::string_view device_name,
@@ -131,8 +140,13 @@ std::optional<GpuSpec> match_gpu(std::string_view device_name,
   if (model.empty() || !std::filesystem::is_directory(hardware_dir, ec)) return std::nullopt;
   std::optional<GpuSpec> found;
   for (const std::string& name : shipped_gpu_names(hardware_dir)) {
-    GpuSpec spec = load_gpu_spec(hardware_dir / (name + ".json"));
-    if (gpu_model(spec.name) != model) continue;
+    GpuSpec spec;
+    try {
+      spec = load_gpu_spec(hardware_dir / (name + ".json"));
+    } catch (const Error&) {
+      continue;  // a broken file is not this GPU's: `memo plan --gpu` names it when asked for it
+    }
+    if (gpu_model(spec.name) != model || gpu_form(spec.name) != gpu_form(device_name)) continue;
     if (found) return std::nullopt;  // two datasheets of one model: the driver's name cannot say
     found = std::move(spec);
   }

@@ -33,8 +33,8 @@ GpuSpec find_gpu(std::string_view name_or_path, const std::filesystem::path& har
 
 // The shipped GPU whose model is the one a driver names (the word after "NVIDIA": "NVIDIA H200"
 // and "NVIDIA A100-SXM4-80GB" are the H200 and the A100 of "NVIDIA H200 SXM 141GB" and "NVIDIA
-// A100 SXM4 80GB"); none when no shipped file or more than one has that model, or the folder is
-// missing.
+// A100 SXM4 80GB") in the same form factor (a "PCIe" or "NVL" card matches only a file that says
+// so); none when no valid file or more than one matches, or the folder is missing.
 std::optional<GpuSpec> match_gpu(std::string_view device_name,
                                  const std::filesystem::path& hardware_dir);
 

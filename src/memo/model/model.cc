@@ -120,7 +120,12 @@ class ScopedMatmulWorkspace {
     if (bytes <= 0) return;
     alloc_ = &alloc;
     t_ = alloc.acquire("matmul.workspace", {(bytes + 3) / 4}, ActKind::kTransient, DType::kF32);
-    backend.set_matmul_workspace(t_);
+    try {
+      backend.set_matmul_workspace(t_);
+    } catch (...) {
+      alloc.release(t_);
+      throw;
+    }
   }
   ~ScopedMatmulWorkspace() {
     if (!alloc_) return;

@@ -48,8 +48,15 @@ class TpGather {
            DType dtype)
       : alloc_(tp ? &alloc : nullptr) {
     if (!alloc_) return;
+    MEMO_CHECK(in.dtype() == dtype, name, ": gathers ", dtype_name(in.dtype()), " rows into a ",
+               dtype_name(dtype), " buffer");
     t_ = alloc_->acquire(name, {in.rows() * tp->size(), in.cols()}, ActKind::kTransient, dtype);
-    tp->all_gather(t_, in);
+    try {
+      tp->all_gather(t_, in);
+    } catch (...) {
+      alloc_->release(t_);
+      throw;
+    }
   }
   ~TpGather() {
     if (alloc_) alloc_->release(t_);
@@ -75,7 +82,9 @@ class TpPartial {
   }
   TpPartial(const TpPartial&) = delete;
   TpPartial& operator=(const TpPartial&) = delete;
-  // out (this rank's [rows, cols]) = its share of the group's partials, summed.
+  // out (this rank's [rows, cols]) = its share of the group's partials, summed. In a shape-only
+  // trace the modelled layer writes its product straight into `out` (Note [Per-GPU shapes]), so
+  // the buffer holds nothing; a layer with values must write the partial product into it.
   void reduce_scatter(Tensor out) {
     if (tp_) tp_->reduce_scatter_sum(out, t_);
   }

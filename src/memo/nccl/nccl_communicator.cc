@@ -194,8 +194,9 @@ void NcclCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
 void NcclCommunicator::all_gather(Tensor out, ConstTensor in) {
   begin("all_gather");
   count_of(out, "all_gather");
-  MEMO_CHECK(out.numel() == in.numel() * size_, "all_gather: out ", out.shape(), " must hold ",
-             size_, " x in ", in.shape());
+  MEMO_CHECK(out.numel() == in.numel() * size_ && out.dtype() == in.dtype(), "all_gather: out ",
+             out.shape(), " ", dtype_name(out.dtype()), " must hold ", size_, " x in ", in.shape(),
+             " ", dtype_name(in.dtype()));
   const auto t0 = Clock::now();
   check_nccl(ncclAllGather(in.data(), out.data(), count_of(in, "all_gather"), nccl_type(in.dtype()),
                            comm_, stream_),

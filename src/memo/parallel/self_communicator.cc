@@ -23,9 +23,11 @@ void SelfCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
 }
 
 void SelfCommunicator::all_gather(Tensor out, ConstTensor in) {
-  MEMO_CHECK(out.contiguous() && in.contiguous() && in.numel() == out.numel(), "all_gather: out ",
-             out.shape(), " must hold 1 x in ", in.shape());
-  backend_.copy(out.reshape({out.numel()}), in.reshape({in.numel()}));
+  MEMO_CHECK(
+      out.contiguous() && in.contiguous() && in.numel() == out.numel() && out.dtype() == in.dtype(),
+      "all_gather: out ", out.shape(), " ", dtype_name(out.dtype()), " must hold 1 x in ",
+      in.shape(), " ", dtype_name(in.dtype()));
+  backend_.convert(out, in);  // one dtype: a copy of any dtype memo moves
   count(0, 0);
 }
 

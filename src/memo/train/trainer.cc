@@ -577,7 +577,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
       // for the commit, so a job stopped after this step resumes from it on every rank
       const GatheredState state =
           o.zero == 1 ? gather_optimizer_state(opt, o.optimizer.name, o.optimizer.options,
-                                               model.layout(), shards, data_parallel)
+                                               model.layout(), shards, data_parallel, backend)
                       : GatheredState{opt.state(), {}, {}};
       if (lead) result.checkpoint = save(o, model, opt, state.tensors, probe_ptr, plan, step);
       if (job.size() > 1) job.barrier();

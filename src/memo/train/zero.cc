@@ -42,7 +42,8 @@ OptimizerOptions shard_options(OptimizerOptions options, const ZeroShard& shard)
 
 GatheredState gather_optimizer_state(Optimizer& mine, const std::string& name,
                                      const OptimizerOptions& options, const ParamLayout& full,
-                                     const std::vector<ZeroShard>& shards, Communicator& group) {
+                                     const std::vector<ZeroShard>& shards, Communicator& group,
+                                     Backend& backend) {
   GatheredState out;
   if (group.rank() != 0) {
     for (const StateTensor& s : mine.state()) group.send(s.tensor(), 0);
@@ -53,7 +54,8 @@ GatheredState gather_optimizer_state(Optimizer& mine, const std::string& name,
     // an optimiser of rank r's shard, to receive its state into (the same tensors, same order)
     const ZeroShard& shard = shards[size_t(r)];
     out.layouts.push_back(std::make_unique<ParamLayout>(full, shard.first, shard.last));
-    out.holders.push_back(make_optimizer(name, *out.layouts.back(), shard_options(options, shard)));
+    out.holders.push_back(
+        make_optimizer(name, *out.layouts.back(), shard_options(options, shard), backend));
     for (const StateTensor& s : out.holders.back()->state()) {
       group.recv(s.tensor(), r);
       out.tensors.push_back(s);

@@ -42,9 +42,12 @@ struct GatheredState {
   std::vector<std::unique_ptr<ParamLayout>> layouts;
   std::vector<std::unique_ptr<Optimizer>> holders;
 };
+// The holders of the other ranks' state live in `backend`'s device space, where the group's
+// collectives move data (the run's backend).
 GatheredState gather_optimizer_state(Optimizer& mine, const std::string& name,
                                      const OptimizerOptions& options, const ParamLayout& full,
-                                     const std::vector<ZeroShard>& shards, Communicator& group);
+                                     const std::vector<ZeroShard>& shards, Communicator& group,
+                                     Backend& backend);
 
 // options for the optimiser of one shard: a given per-tensor weight-decay mask cut to its tensors.
 OptimizerOptions shard_options(OptimizerOptions options, const ZeroShard& shard);
