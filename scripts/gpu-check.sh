@@ -213,6 +213,7 @@ for s in ["keep", "recompute", "memo"]:
     r = steps(losses("b_" + s))
     if r:
         out["bench_1b_4k_" + s] = {"tokens_per_s": r[-1].get("tokens_per_s"), "mfu": r[-1].get("mfu"),
+                                   "mfu_peak": r[-1].get("mfu_peak"),
                                    "peak_bytes": r[-1].get("peak_bytes"), "loss": r[-1]["loss"]}
 tp = os.path.join(runs, "torch.jsonl")
 if os.path.exists(tp):
