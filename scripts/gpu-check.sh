@@ -157,7 +157,7 @@ for s in keep recompute memo; do
   stage "bench_$s" 100 "$b/memo" train --config "$runs/llama1b.json" --data "$b/data/kjv.txt" \
     --seq 4096 --batch 1 --steps 2 --warmup 0 --lr 1e-4 --save-every 0 --val-batches 0 \
     --device cuda --activations "$s" --out "$runs/b_$s" --log "$runs/b_$s.jsonl" \
-    --hardware-dir hardware
+    --hardware-dir hardware --device-memory 0  # the caching allocator: no traced micro-batch first
 done
 wait "$cpu_pid"
 echo "cpu run: exit $? ($(tail -c 300 "$runs/cpu.out" | tr '\n' ' '))"
