@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "memo/scaling/laws.h"
+#include "memo/train/trainer.h"
 
 namespace memo::test {
 
@@ -79,6 +81,18 @@ inline std::string surge_sweep(double eps_max, double b_noise) {
     }
   }
   return out;
+}
+
+// kTinyLlamaConfig and 20,000 bytes of corpus written into `dir`, and options that train on them
+// in 32-token sequences; the caller sets batch, steps, outputs and the rest.
+inline TrainOptions tiny_train_options(const std::filesystem::path& dir) {
+  write_text((dir / "config.json").string(), kTinyLlamaConfig);
+  write_text((dir / "data.txt").string(), corpus(20000));
+  TrainOptions o;
+  o.config_path = (dir / "config.json").string();
+  o.data_path = (dir / "data.txt").string();
+  o.seq = 32;
+  return o;
 }
 
 }  // namespace memo::test

@@ -69,14 +69,7 @@ std::string file_bytes(const fs::path& p) {
 
 TEST(DeviceStaging, checkpoints_and_resume_through_the_backend_copies_are_unchanged) {
   test::TempDir dir;
-  test::write_text(dir / "config.json", R"({"hidden_size": 32, "intermediate_size": 64,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "vocab_size": 256, "max_position_embeddings": 256})");
-  test::write_text(dir / "data.txt", test::corpus(20000));
-  TrainOptions o;
-  o.config_path = dir.str("config.json");
-  o.data_path = dir.str("data.txt");
-  o.seq = 32;
+  TrainOptions o = test::tiny_train_options(dir.path());
   o.batch = 4;
   o.micro_batch = 2;  // two micro-batches: the noise-scale probe runs
   o.steps = 3;

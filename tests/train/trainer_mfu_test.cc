@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../cli/cli_test_util.h"
+#include "memo/io/config_json.h"
 #include "memo/model/model.h"
 #include "memo/train/trainer.h"
 #include "test_util.h"
@@ -26,14 +27,7 @@ std::vector<nlohmann::json> records(const std::string& path) {
 
 TEST(TrainerMfu, a_datasheet_peak_adds_mfu_against_it_beside_the_measured_one) {
   test::TempDir dir;
-  test::write_text(dir / "config.json", R"({"hidden_size": 32, "intermediate_size": 64,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "vocab_size": 256, "max_position_embeddings": 256})");
-  test::write_text(dir / "data.txt", test::corpus(20000));
-  TrainOptions o;
-  o.config_path = dir.str("config.json");
-  o.data_path = dir.str("data.txt");
-  o.seq = 32;
+  TrainOptions o = test::tiny_train_options(dir.path());
   o.batch = 2;
   o.steps = 2;
   o.val_batches = 0;
@@ -50,15 +44,7 @@ TEST(TrainerMfu, a_datasheet_peak_adds_mfu_against_it_beside_the_measured_one) {
   o.device_peak_name = "Test GPU";
   std::ostringstream progress;
   train(o, progress);
-  ModelConfig config;
-  config.hidden_size = 32;
-  config.intermediate_size = 64;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  config.vocab_size = 256;
-  config.max_position_embeddings = 256;
-  const double flops_per_token = train_flops_per_token(config, o.seq);
+  const double flops_per_token = train_flops_per_token(load_model_config(o.config_path), o.seq);
   const auto recs = records(o.log_path);
   ASSERT_EQ(recs.size(), 2u);
   for (const nlohmann::json& r : recs) {

@@ -86,7 +86,8 @@ const LtApi& lt() {
 }
 
 // Note [Device tensors]
-// Every tensor a kernel of this backend receives holds f32 (bf16 kernels are not written yet) in
+// Every tensor a kernel of this backend receives holds f32 (its only compute type; issue #10's
+// bf16 kernels are the open part) in
 // memory the GPU reads: device memory, or pinned host memory (mapped). A host or meta tensor, or
 // another dtype, is a caller's bug, refused here with its shape rather than faulting on the GPU.
 void check_device_space(MemSpace space, const Shape& shape) {
@@ -95,7 +96,7 @@ void check_device_space(MemSpace space, const Shape& shape) {
 }
 void check_device_tensor(DType dtype, MemSpace space, const Shape& shape) {
   MEMO_CHECK(dtype == DType::kF32, "cuda: a ", dtype_name(dtype), " tensor ", shape,
-             ": the CUDA kernels compute in f32 (bf16 is not implemented yet)");
+             ": this backend's kernels take f32 tensors only");
   check_device_space(space, shape);
 }
 float* dev(Tensor t) {
