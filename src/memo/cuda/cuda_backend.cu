@@ -86,10 +86,10 @@ const LtApi& lt() {
 }
 
 // Note [Device tensors]
-// Every tensor a kernel of this backend receives holds f32 (its only compute type; issue #10's
-// bf16 kernels are the open part) in
-// memory the GPU reads: device memory, or pinned host memory (mapped). A host or meta tensor, or
-// another dtype, is a caller's bug, refused here with its shape rather than faulting on the GPU.
+// Every tensor a kernel of this backend receives holds f32 (its only compute type; bf16 kernels
+// are issue #10's open part) in memory the GPU reads: device memory, or pinned host memory
+// (mapped). A host or meta tensor, or another dtype, is a caller's bug, refused here with its
+// shape rather than faulting on the GPU.
 void check_device_space(MemSpace space, const Shape& shape) {
   MEMO_CHECK(space == MemSpace::kDevice || space == MemSpace::kPinnedHost, "cuda: a tensor ", shape,
              " in ", space_name(space), " memory: kernels read device or pinned host memory");
