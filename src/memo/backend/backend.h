@@ -119,6 +119,12 @@ class Backend {
   virtual void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) = 0;
   virtual void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
                              View<const int32_t> targets, float grad_scale) = 0;
+  // The loss over a tensor-parallel rank's part of the vocabulary (kernels/cpu/kernels.h).
+  virtual void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                                       View<const int32_t> targets) = 0;
+  virtual void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                 View<const int32_t> targets, ConstTensor stats,
+                                 ConstTensor target_logit, float grad_scale) = 0;
   // Scratch of the attention kernels, in floats (a property of the implementation).
   virtual int64_t attention_forward_scratch_numel(int64_t head_dim) = 0;
   virtual void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,

@@ -126,6 +126,12 @@ void add_train_command(CLI::App& app, Communicator* world) {
                    "Under mpirun: split each sequence over this many processes (context "
                    "parallelism, ring attention); the rest of the processes are data parallel")
       ->capture_default_str();
+  train
+      ->add_option("--tp", t->tp,
+                   "Under mpirun: split each layer's heads, MLP units and vocabulary over this "
+                   "many processes, with the sequence split between the layers (Megatron-LM's "
+                   "tensor + sequence parallelism; LLaMA-style models)")
+      ->capture_default_str();
   // activation strategy (memory/strategy_factory.h)
   auto host_memory = std::make_shared<std::string>();
   auto alpha = std::make_shared<double>(0.0);

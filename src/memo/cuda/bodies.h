@@ -183,7 +183,11 @@ MEMO_HD inline void bias_backward_col(float* db, CMat dy, int64_t c) {
   db[c] = float(double(db[c]) + acc);
 }
 MEMO_HD inline void embedding_backward_col(Mat dwte, CMat dx, const int32_t* tokens, int64_t c) {
-  for (int64_t t = 0; t < dx.rows; ++t) dwte.at(tokens[t], c) += dx.at(t, c);
+  for (int64_t t = 0; t < dx.rows; ++t)
+    if (tokens[t] >= 0) dwte.at(tokens[t], c) += dx.at(t, c);  // < 0: another rank's row
+}
+MEMO_HD inline float embedding_forward_at(CMat wte, const int32_t* tokens, int64_t t, int64_t c) {
+  return tokens[t] >= 0 ? wte.at(tokens[t], c) : 0.0f;
 }
 
 // --- softmax cross-entropy of row t (dlogits may alias logits; empty dlogits: loss only) ---
@@ -201,6 +205,37 @@ MEMO_HD inline void cross_entropy_row(float* losses, Mat dlogits, CMat logits,
   const float scale = float(double(grad_scale) / sum);
   for (int64_t c = 0; c < V; ++c) dlogits.at(t, c) = exp_f(logits.at(t, c) - m) * scale;
   dlogits.at(t, y) -= grad_scale;
+}
+
+// --- vocabulary-parallel cross-entropy of row t (kernels/cpu/kernels.h); stats [2, T] of this
+// rank, then [2 ranks, T] of all: row 2r the maxima, row 2r + 1 the sums; target ids < 0 are
+// another rank's ---
+MEMO_HD inline void vocab_parallel_ce_stats_row(float* stats, float* target_logit, CMat logits,
+                                                const int32_t* targets, int64_t t) {
+  const int64_t V = logits.cols, T = logits.rows;
+  float m = logits.at(t, 0);
+  for (int64_t c = 0; c < V; ++c) m = logits.at(t, c) > m ? logits.at(t, c) : m;
+  double sum = 0.0;
+  for (int64_t c = 0; c < V; ++c) sum += double(exp_f(logits.at(t, c) - m));
+  stats[t] = m;
+  stats[T + t] = float(sum);
+  target_logit[t] = targets[t] >= 0 ? logits.at(t, targets[t]) : 0.0f;
+}
+MEMO_HD inline void vocab_parallel_ce_row(float* losses, Mat dlogits, CMat logits,
+                                          const int32_t* targets, const float* stats,
+                                          int64_t ranks, const float* target_logit,
+                                          float grad_scale, int64_t t) {
+  const int64_t V = logits.cols, T = logits.rows;
+  float m = stats[t];
+  for (int64_t r = 1; r < ranks; ++r) m = stats[2 * r * T + t] > m ? stats[2 * r * T + t] : m;
+  double sum = 0.0;
+  for (int64_t r = 0; r < ranks; ++r)
+    sum += double(stats[(2 * r + 1) * T + t]) * ::exp(double(stats[2 * r * T + t]) - double(m));
+  losses[t] = float(double(m) + ::log(sum) - double(target_logit[t]));
+  if (dlogits.p == nullptr) return;
+  const float scale = float(double(grad_scale) / sum);
+  for (int64_t c = 0; c < V; ++c) dlogits.at(t, c) = exp_f(logits.at(t, c) - m) * scale;
+  if (targets[t] >= 0) dlogits.at(t, targets[t]) -= grad_scale;
 }
 
 // --- attention (kernels/cpu/kernels.h): q [B*S, H*D], k, v [B*S, Hkv*D], lse [B, H, S]

@@ -593,8 +593,9 @@ class CudaBackend final : public Backend {
     const int32_t* ids = device_ids(tokens);
     const Mat X = mat(x);
     const CMat W = cmat(wte);
-    launch_rc(X.rows, X.cols,
-              [=] __device__(int64_t t, int64_t c) { X.at(t, c) = W.at(ids[t], c); });
+    launch_rc(X.rows, X.cols, [=] __device__(int64_t t, int64_t c) {
+      X.at(t, c) = cuda::embedding_forward_at(W, ids, t, c);
+    });
   }
   void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) override {
     const Timed timed(this, "embedding_backward");
@@ -614,6 +615,34 @@ class CudaBackend final : public Backend {
     float* lp = dev(losses);
     launch(L.rows,
            [=] __device__(int64_t t) { cuda::cross_entropy_row(lp, DL, L, ys, grad_scale, t); });
+  }
+  void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                               View<const int32_t> targets) override {
+    const Timed timed(this, "vocab_parallel_ce_stats");
+    check_vocab_parallel_ce_stats(stats, target_logit, logits, targets, on_host(targets.data()));
+    const int32_t* ys = device_ids(targets);
+    const CMat L = cmat(logits);
+    float* sp = dev(stats);
+    float* tp = dev(target_logit);
+    launch(L.rows,
+           [=] __device__(int64_t t) { cuda::vocab_parallel_ce_stats_row(sp, tp, L, ys, t); });
+  }
+  void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                         View<const int32_t> targets, ConstTensor stats, ConstTensor target_logit,
+                         float grad_scale) override {
+    const Timed timed(this, "vocab_parallel_ce");
+    check_vocab_parallel_ce(losses, dlogits, logits, targets, stats, target_logit,
+                            on_host(targets.data()));
+    const int32_t* ys = device_ids(targets);
+    const Mat DL = mat(dlogits);
+    const CMat L = cmat(logits);
+    const float* sp = dev(stats);
+    const float* tp = dev(target_logit);
+    const int64_t ranks = stats.rows() / 2;
+    float* lp = dev(losses);
+    launch(L.rows, [=] __device__(int64_t t) {
+      cuda::vocab_parallel_ce_row(lp, DL, L, ys, sp, ranks, tp, grad_scale, t);
+    });
   }
   int64_t attention_forward_scratch_numel(int64_t head_dim) override { return 1; }
   void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,

@@ -141,12 +141,50 @@ void check_token_ids(const char* op, const char* what, View<const int32_t> ids, 
                           " is outside the vocabulary [0, ", V, ")"));
 }
 
+namespace {
+
+// ids in [0, V) or kOtherShard
+void check_shard_ids(const char* op, const char* what, View<const int32_t> ids, int64_t V) {
+  const int32_t* p = ids.data();
+  for (int64_t t = 0; t < ids.numel(); ++t)
+    if (p[t] != kOtherShard && (p[t] < 0 || p[t] >= V))
+      throw DataError(str(op, ": ", what, " id ", p[t], " at position ", t,
+                          " is outside the vocabulary [0, ", V, ")"));
+}
+
+}  // namespace
+
+void check_vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                                   View<const int32_t> targets, bool ids_on_host) {
+  const int64_t T = logits.rows(), V = logits.cols();
+  MEMO_CHECK(is_matrix(logits) && V > 0 && is_matrix(stats, 2, T) && stats.contiguous() &&
+                 is_vector(target_logit, T) && is_vector(targets, T),
+             "vocab_parallel_ce_stats: stats ", stats.shape(), " target_logit ",
+             target_logit.shape(), " logits ", logits.shape(), " targets ", targets.shape());
+  if (ids_on_host) check_shard_ids("vocab_parallel_ce_stats", "target", targets, V);
+}
+
+void check_vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                             View<const int32_t> targets, ConstTensor stats,
+                             ConstTensor target_logit, bool ids_on_host) {
+  const int64_t T = logits.rows(), V = logits.cols();
+  const bool want_grad = !dlogits.empty();
+  MEMO_CHECK(is_matrix(logits) && V > 0 && is_vector(losses, T) && is_vector(targets, T) &&
+                 (!want_grad || is_matrix(dlogits, T, V)) && is_matrix(stats) &&
+                 stats.cols() == T && stats.rows() % 2 == 0 && stats.rows() > 0 &&
+                 stats.contiguous() && is_vector(target_logit, T),
+             "vocab_parallel_ce: losses ", losses.shape(), " dlogits ", dlogits.shape(),
+             " logits ", logits.shape(), " targets ", targets.shape(), " stats ", stats.shape(),
+             " target_logit ", target_logit.shape());
+  if (ids_on_host) check_shard_ids("vocab_parallel_ce", "target", targets, V);
+}
+
 void check_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte,
                              bool ids_on_host) {
   const int64_t T = x.rows(), C = x.cols();
   MEMO_CHECK(is_matrix(x) && is_matrix(wte) && wte.cols() == C && is_vector(tokens, T),
              "embedding_forward: x ", x.shape(), " tokens ", tokens.shape(), " wte ", wte.shape());
-  if (ids_on_host) check_token_ids("embedding_forward", "token", tokens, wte.rows());
+  if (ids_on_host) check_shard_ids("embedding_forward", "token", tokens, wte.rows());
 }
 
 void check_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens,
@@ -155,7 +193,7 @@ void check_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> t
   MEMO_CHECK(is_matrix(dx) && is_matrix(dwte) && dwte.cols() == C && is_vector(tokens, T),
              "embedding_backward: dwte ", dwte.shape(), " dx ", dx.shape(), " tokens ",
              tokens.shape());
-  if (ids_on_host) check_token_ids("embedding_backward", "token", tokens, dwte.rows());
+  if (ids_on_host) check_shard_ids("embedding_backward", "token", tokens, dwte.rows());
 }
 
 void check_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,

@@ -42,6 +42,18 @@ void check_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
 // DataError "<op>: <what> id <id> at position <t> is outside the vocabulary [0, V)" for the
 // first id outside [0, V).
 void check_token_ids(const char* op, const char* what, View<const int32_t> ids, int64_t V);
+// Under tensor parallelism a rank holds rows [v0, v0 + V/t) of the embedding and the head
+// (Note [Tensor-parallel parameters]); the model hands its kernels ids relative to v0, and
+// kOtherShard for a token whose row another rank holds: the embedding gives it a zero row (and no
+// gradient), vocab_parallel_ce_stats a target logit of 0. The kernels accept kOtherShard; the
+// model checks every id against the whole vocabulary before it maps them (Model::run).
+inline constexpr int32_t kOtherShard = -1;
+// Vocabulary-parallel cross-entropy (Backend::vocab_parallel_ce_stats and vocab_parallel_ce).
+void check_vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                                   View<const int32_t> targets, bool ids_on_host = true);
+void check_vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                             View<const int32_t> targets, ConstTensor stats,
+                             ConstTensor target_logit, bool ids_on_host = true);
 void check_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
                   float beta);
 void check_copy(Tensor dst, ConstTensor src);

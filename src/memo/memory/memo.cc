@@ -70,9 +70,10 @@ MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
     if (!choice.copy_hidden) d.text += str("; warning: ", choice.advice);
   }
   const int64_t g = backend()->reproducible_rows();
-  const int64_t rows = memo_offload_rows(d.alpha, batch * seq, g);
-  d.text += str("; offloading ", rows, " of ", batch * seq, " token rows (alpha ",
-                double(rows) / double(batch * seq), " after rounding to ", g, "-row panels), host ",
+  const int64_t T = layout().token_rows(batch, seq);
+  const int64_t rows = memo_offload_rows(d.alpha, T, g);
+  d.text += str("; offloading ", rows, " of ", T, " token rows (alpha ",
+                double(rows) / double(T), " after rounding to ", g, "-row panels), host ",
                 gib(double(planned_host_bytes(batch, seq, rows))));
   return d;
 }
@@ -85,7 +86,7 @@ int64_t MemoStrategy::choose_offload_rows(int64_t batch, int64_t seq) {
   alpha_ = decide(batch, seq).alpha;
   batch_ = batch;
   seq_ = seq;
-  return memo_offload_rows(alpha_, batch * seq, backend()->reproducible_rows());
+  return memo_offload_rows(alpha_, layout().token_rows(batch, seq), backend()->reproducible_rows());
 }
 
 }  // namespace memo

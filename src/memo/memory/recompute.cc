@@ -51,8 +51,8 @@ const SavedActs& RecomputeStrategy::backward_ready(int layer) {
   const SavedActs& s = slots_[size_t(layer)];
   if (layer + 1 < int(slots_.size())) {
     MEMO_CHECK(layers_, "recompute: no layers bound to re-run layer ", layer, " with");
-    ScopedAct y(alloc_, "recompute.y", {batch_ * seq_, layout_.hidden_size},
-                layout_.fields[0].dtype);  // the layer output: x's dtype
+    ScopedAct y(alloc_, "recompute.y", layout_.shape(0, batch_, seq_),
+                layout_.fields[0].dtype);  // the layer output: x's shape and dtype
     layers_->forward(layer, *y, s);
   }
   return s;

@@ -4,8 +4,9 @@ namespace memo {
 
 Shape SkeletalField::shape(int64_t batch, int64_t seq) const {
   if (heads > 0) return {batch, heads, seq};
-  if (width > 0) return {batch * seq, width};
-  return {batch * seq};
+  const int64_t rows = batch * seq / row_shards;
+  if (width > 0) return {rows, width};
+  return {rows};
 }
 
 int64_t SkeletalLayout::layer_bytes(int64_t batch, int64_t seq) const {

@@ -22,6 +22,13 @@ struct SkeletalField {
   int64_t heads = 0;       // > 0: a [B, heads, S] tensor instead (the attention log-sum-exp)
   bool per_token = false;  // rebuildable token by token from x and the attention output
   DType dtype = DType::kF32;
+  // Under tensor + sequence parallelism over t ranks (Note [Tensor-parallel activations] in
+  // model/llama.cc) a field holds either the rank's T/t tokens (row_shards = t: the residual
+  // stream, the norms and their statistics) or every token of its heads or units (row_groups = t:
+  // T rows, one group of T/t per rank of the sequence split, whose rows r0.. of each group are
+  // the tokens of the rank's rows r0..); width and heads are then the rank's. 1 and 1 otherwise.
+  int64_t row_shards = 1;
+  int64_t row_groups = 1;
   Shape shape(int64_t batch, int64_t seq) const;
   int64_t bytes(int64_t batch, int64_t seq) const {
     return shape(batch, seq).numel() * dtype_bytes(dtype);
@@ -40,6 +47,9 @@ struct SkeletalLayout {
   std::vector<SkeletalField> fields;
 
   int num_fields() const { return int(fields.size()); }
+  // The token rows a strategy splits between offload and recompute: B*S, or B*S/t under tensor +
+  // sequence parallelism (the rank's rows of x).
+  int64_t token_rows(int64_t batch, int64_t seq) const { return fields[0].shape(batch, seq)[0]; }
   Shape shape(int field, int64_t batch, int64_t seq) const {
     return fields[size_t(field)].shape(batch, seq);
   }
@@ -70,8 +80,13 @@ class LayerRunner {
   // Rebuilds token rows [row_begin, row_end) of every per-token field of s from s.x() and the
   // attention output, bit for bit as the forward wrote them; row_begin a multiple of the backend's
   // reproducible_rows() (Note [Reproducible rows] in backend/backend.h) or row_begin == row_end.
+  // Rows count SkeletalLayout::token_rows (a field of row_groups g: those rows of each group).
   virtual void recompute_tokens(int layer, const SavedActs& s, int64_t row_begin,
                                 int64_t row_end) const = 0;
+  // The rows to offload that every rank running the same layers agrees on, given this rank's
+  // choice: under tensor parallelism a rebuild runs collectives over the group, so its ranks must
+  // rebuild the same rows (the model takes the least). One rank: `rows`.
+  virtual int64_t agree_offload_rows(int64_t rows) const { return rows; }
 };
 
 }  // namespace memo

@@ -46,10 +46,24 @@ constexpr int64_t kHostAlignBytes = 64;
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 // Bytes of a field that travel: all of it, or the first `rows` token rows of a per-token field
-// ([T] or [T, W]).
+// ([T] or [T, W]; of each of its row groups).
 int64_t moved_bytes(const SkeletalField& f, const Shape& shape, int64_t rows) {
-  const int64_t elements = f.per_token ? rows * (shape.ndim == 1 ? 1 : shape[1]) : shape.numel();
+  const int64_t elements = f.per_token ? f.row_groups * rows * (shape.ndim == 1 ? 1 : shape[1])
+                                       : shape.numel();
   return elements * dtype_bytes(f.dtype);
+}
+
+// Copies what travels of field f between its device tensor and a host block: one copy, or one per
+// row group (rows [k R/g, k R/g + rows) of each), in order.
+template <class Copy>
+void for_each_moved_run(const SkeletalField& f, const Tensor& t, int64_t rows, Copy&& copy) {
+  const int64_t bytes = moved_bytes(f, t.shape(), rows);
+  if (!f.per_token || f.row_groups == 1) return copy(int64_t(0), t.data(), bytes);
+  const int64_t group_rows = t.shape()[0] / f.row_groups;
+  const int64_t row_bytes = bytes / (f.row_groups * std::max<int64_t>(rows, 1));
+  for (int64_t k = 0; k < f.row_groups; ++k)
+    copy(k * rows * row_bytes, t.slice_rows(k * group_rows, k * group_rows + rows).data(),
+         rows * row_bytes);
 }
 
 }  // namespace
@@ -104,8 +118,9 @@ void SwapStrategy::begin_step(int64_t batch, int64_t seq) {
   }
   batch_ = batch;
   seq_ = seq;
-  const int64_t T = batch * seq;
+  const int64_t T = layout_.token_rows(batch, seq);
   offload_rows_ = choose_offload_rows(batch, seq);
+  offload_rows_ = layers_->agree_offload_rows(offload_rows_);
   const int64_t g = backend_->reproducible_rows();
   MEMO_CHECK(offload_rows_ >= 0 && offload_rows_ <= T &&
                  (offload_rows_ == T || g == 0 || offload_rows_ % g == 0),
@@ -220,8 +235,10 @@ void SwapStrategy::queue_offload(int layer) {
   char* host = reinterpret_cast<char*>(host_layers_[size_t(layer)].data());
   d2h_->wait(backend_->compute_stream().record());  // layer l's kernels have written s
   for (int i = 0; i < layout_.num_fields(); ++i)
-    d2h_->copy(host + host_offset_[i], s[i].data(),
-               moved_bytes(layout_.fields[size_t(i)], s[i].shape(), offload_rows_));
+    for_each_moved_run(layout_.fields[size_t(i)], s[i], offload_rows_,
+                       [&](int64_t offset, void* device, int64_t bytes) {
+                         d2h_->copy(host + host_offset_[i] + offset, device, bytes);
+                       });
   offload_done_[size_t(layer)] = d2h_->record();
   offloaded_[size_t(layer)] = true;
 }
@@ -234,8 +251,10 @@ void SwapStrategy::queue_prefetch(int layer) {
   h2d_->wait(offload_done_[size_t(layer)]);         // the host block is complete
   h2d_->wait(backend_->compute_stream().record());  // the backward that used the buffers is done
   for (int i = 0; i < layout_.num_fields(); ++i)
-    h2d_->copy(s[i].data(), host + host_offset_[i],
-               moved_bytes(layout_.fields[size_t(i)], s[i].shape(), offload_rows_));
+    for_each_moved_run(layout_.fields[size_t(i)], s[i], offload_rows_,
+                       [&](int64_t offset, void* device, int64_t bytes) {
+                         h2d_->copy(device, host + host_offset_[i] + offset, bytes);
+                       });
   prefetch_done_[size_t(layer)] = h2d_->record();
 }
 
@@ -246,7 +265,7 @@ const SavedActs& SwapStrategy::backward_ready(int layer) {
   if (layer < L_ - 2) {
     backend_->compute_stream().wait(prefetch_done_[size_t(layer)]);
     MEMO_CHECK(layers_, name(), ": no layers bound to rebuild layer ", layer, " with");
-    layers_->recompute_tokens(layer, s, offload_rows_, batch_ * seq_);
+    layers_->recompute_tokens(layer, s, offload_rows_, layout_.token_rows(batch_, seq_));
   }
   return s;
 }

@@ -18,11 +18,11 @@ const Architecture& architecture(Arch arch) {
   throw ConfigError(str("unknown architecture ", int(arch)));
 }
 
-SkeletalLayout skeletal_layout(const ModelConfig& config, DType activations) {
+SkeletalLayout skeletal_layout(const ModelConfig& config, DType activations, int64_t tp) {
   SkeletalLayout layout;
   layout.num_layers = int(config.num_hidden_layers);
   layout.hidden_size = config.hidden_size;
-  layout.fields = architecture(config.arch).skeletal_fields(config, activations);
+  layout.fields = architecture(config.arch).skeletal_fields(config, activations, tp);
   MEMO_CHECK(!layout.fields.empty() && layout.num_fields() <= kMaxSkeletalFields &&
                  layout.fields[0].width == config.hidden_size && !layout.fields[0].per_token,
              "the ", architecture(config.arch).name(),

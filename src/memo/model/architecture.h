@@ -81,9 +81,14 @@ class Architecture {
   // forward reads them from LayerWeights.
   virtual std::vector<ParamInfo> params(const ModelConfig& config) const = 0;
   // The tensors one layer's backward reads, x first (memory/skeletal.h): SavedActs slot i holds
-  // field i. Activations are of dtype `activations`, per-token statistics fp32.
-  virtual std::vector<SkeletalField> skeletal_fields(const ModelConfig& config,
-                                                     DType activations) const = 0;
+  // field i. Activations are of dtype `activations`, per-token statistics fp32; a rank's fields
+  // under tensor parallelism over tp ranks (tp > 1 only where runs_tensor_parallel()).
+  virtual std::vector<SkeletalField> skeletal_fields(const ModelConfig& config, DType activations,
+                                                     int64_t tp) const = 0;
+  // True: the layer runs tensor + sequence parallelism with values on the parameters' splits
+  // (Note [Tensor-parallel activations] in model/parallel.h). False: t > 1 only in shape-only
+  // traces, with the layer run at T/t tokens (Note [Per-GPU shapes]).
+  virtual bool runs_tensor_parallel() const { return false; }
   // Weight matrices of the MLP (LLaMA's SwiGLU: 3; GPT-2: 2), for the FLOP count.
   virtual int mlp_matrices() const = 0;
 
@@ -128,7 +133,7 @@ const Architecture& architecture(Arch arch);
 
 // config's skeletal set with activations of dtype `activations` (the backend's
 // activation_dtype()), as the strategies see it.
-SkeletalLayout skeletal_layout(const ModelConfig& config, DType activations);
+SkeletalLayout skeletal_layout(const ModelConfig& config, DType activations, int64_t tp = 1);
 
 // Throws unless [r0, r1) is a row range of T tokens that recompute_tokens can rebuild exactly: r0 a
 // multiple of ctx.backend->reproducible_rows() (any r0 when the backend promises none), or empty.

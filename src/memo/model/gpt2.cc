@@ -130,8 +130,9 @@ class Gpt2 final : public Architecture {
  public:
   std::string_view name() const override { return "gpt2"; }
   std::vector<ParamInfo> params(const ModelConfig& config) const override;
-  std::vector<SkeletalField> skeletal_fields(const ModelConfig& config,
-                                             DType activations) const override {
+  std::vector<SkeletalField> skeletal_fields(const ModelConfig& config, DType activations,
+                                             int64_t tp) const override {
+    MEMO_CHECK(tp == 1, "gpt2: a layer that runs tensor parallelism only in shape-only traces");
     return skeletal_fields_of(kSaved, config, activations);
   }
   int mlp_matrices() const override { return 2; }

@@ -68,8 +68,8 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
   const ModelWeights& w = model_.weights();
   const Tensor x = x_.tensor({n, C});
   const int32_t* ids = tokens.data();
+  check_token_ids("embedding_forward", "token", View<const int32_t>(ids, {n}), V);
   if (!direct) {
-    check_token_ids("embedding_forward", "token", View<const int32_t>(ids, {n}), V);
     if (tokens_.numel() < n) tokens_ = SpaceArray<int32_t>(be, n, "the decoded tokens");
     be.copy_from_host(tokens_.data(), ids, n * int64_t(sizeof(int32_t)));
     ids = tokens_.data();

@@ -1,6 +1,8 @@
 #include "memo/model/model.h"
 
 #include <algorithm>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "memo/core/error.h"
@@ -23,6 +25,19 @@ class Layers final : public LayerRunner {
                         int64_t row_end) const override {
     arch_.recompute_tokens(s, row_begin, row_end, weights_.layers[size_t(layer)], ctx_);
   }
+  // Under tensor parallelism a rebuild gathers the same rows of every rank: the least choice. A
+  // rank's T/t rows that are not whole reproducible panels cannot be rebuilt in groups bit for
+  // bit (Note [Tensor-parallel activations]): then everything travels.
+  int64_t agree_offload_rows(int64_t rows) const override {
+    if (!ctx_.tp || !arch_.runs_tensor_parallel()) return rows;
+    const int t = ctx_.tp->size();
+    const int64_t mine = ctx_.batch * ctx_.seq / t, g = ctx_.backend->reproducible_rows();
+    if (g > 0 && mine % g != 0) return mine;
+    const double own = double(rows);
+    std::vector<double> all(static_cast<size_t>(t));
+    ctx_.tp->all_gather(std::span<double>(all), std::span<const double>(&own, 1));
+    return int64_t(*std::min_element(all.begin(), all.end()));
+  }
 
  private:
   const Architecture& arch_;
@@ -39,18 +54,25 @@ Model::Model(const ModelConfig& config, Backend& backend)
       config_((config.validate(), config)),
       arch_(memo::architecture(config_.arch)),
       skeletal_(skeletal_layout(config_, backend.activation_dtype())),
-      layout_(config_),
-      params_storage_(backend.allocator(backend.device_space()),
-                      layout_.total_numel() * int64_t(sizeof(float)), "the parameters"),
-      grads_storage_(backend.allocator(backend.device_space()),
-                     layout_.total_numel() * int64_t(sizeof(float)), "the gradients"),
-      params_(params_storage_.tensor({layout_.total_numel()}, DType::kF32)),
-      grads_(grads_storage_.tensor({layout_.total_numel()}, DType::kF32)),
-      w_(bind_weights(config_, layout_, params_)),
-      dw_(bind_weights(config_, layout_, grads_)) {
+      layout_(config_) {
+  allocate_params();
+}
+
+void Model::allocate_params() {
+  params_ = grads_ = Tensor();
+  params_storage_ = RawBuffer();  // the old buffers go before the new ones come
+  grads_storage_ = RawBuffer();
+  RawAllocator& device = backend_->allocator(backend_->device_space());
+  const int64_t bytes = layout_.total_numel() * int64_t(sizeof(float));
+  params_storage_ = RawBuffer(device, bytes, "the parameters");
+  grads_storage_ = RawBuffer(device, bytes, "the gradients");
+  params_ = params_storage_.tensor({layout_.total_numel()}, DType::kF32);
+  grads_ = grads_storage_.tensor({layout_.total_numel()}, DType::kF32);
+  w_ = bind_weights(config_, layout_, params_);
+  dw_ = bind_weights(config_, layout_, grads_);
   // Padding between tensors stays zero in both buffers (ParamLayout), and gradients start at 0.
-  backend.fill(params_, 0.0f);
-  backend.fill(grads_, 0.0f);
+  backend_->fill(params_, 0.0f);
+  backend_->fill(grads_, 0.0f);
 }
 
 void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
@@ -60,14 +82,53 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
   MEMO_CHECK(parallel.cp == 1,
              "context parallelism runs through set_context_parallel (a shape-only",
              " trace gives it a ShapeCommunicator)");
-  if (has_values() && parallel.tp > 1)
-    throw ConfigError(str("tensor parallel ", parallel.tp,
-                          ": a layout for shape-only planning (memo plan); memo does not run "
-                          "tensor parallelism yet"));
+  const bool values = parallel.tp > 1 && arch_.runs_tensor_parallel();
+  if (has_values() && parallel.tp > 1 && !values)
+    throw ConfigError(str("tensor parallel ", parallel.tp, ": memo runs tensor parallelism on ",
+                          "LLaMA-style models; the ", arch_.name(),
+                          " layer takes it only in shape-only plans (memo plan --gpus)"));
   MEMO_CHECK(parallel.tp == 1 || (tp_group && tp_group->size() == parallel.tp), "tensor parallel ",
              parallel.tp, " needs its group of ", parallel.tp, " ranks");
+  if (values) {
+    const int64_t t = parallel.tp;
+    auto refuse = [t](const char* what, int64_t n) {
+      throw ConfigError(str("tensor parallel ", t, ": the model's ", n, " ", what,
+                            " do not split into ", t, " equal parts; use a --tp that divides ",
+                            n));
+    };
+    if (config_.num_attention_heads % t != 0)
+      refuse("attention heads", config_.num_attention_heads);
+    if (config_.num_key_value_heads % t != 0)
+      refuse("key-value heads (grouped-query attention)", config_.num_key_value_heads);
+    if (config_.intermediate_size % t != 0) refuse("MLP units", config_.intermediate_size);
+    if (config_.vocab_size % t != 0) refuse("vocabulary rows", config_.vocab_size);
+  }
+  const TensorShard shard{values ? tp_group->rank() : 0, values ? int(parallel.tp) : 1};
+  if (shard.ranks != layout_.shard().ranks || shard.rank != layout_.shard().rank) {
+    layout_ = ParamLayout(config_, shard);
+    skeletal_ = skeletal_layout(config_, backend_->activation_dtype(), shard.ranks);
+    rope_.clear();
+    allocate_params();
+  }
   parallel_ = parallel;
   tp_group_ = parallel.tp > 1 ? tp_group : nullptr;
+  tp_values_ = values;
+}
+
+void Model::reduce_tensor_parallel_grads() {
+  if (!tp_values_) return;
+  for (const ParamInfo& p : layout_.params())
+    if (!p.is_split()) tp_group_->all_reduce_sum(grads_.part(p.offset, Shape{p.numel}));
+}
+
+double Model::grad_sum_squares() {
+  if (!tp_values_) return backend_->sum_squares(grads_);
+  double sq = 0.0;  // the parts, and the whole tensors on rank 0 only
+  for (const ParamInfo& p : layout_.params())
+    if (p.is_split() || tp_group_->rank() == 0)
+      sq += backend_->sum_squares(grads_.part(p.offset, Shape{p.numel}));
+  tp_group_->all_reduce_sum(std::span<double>(&sq, 1));
+  return sq;
 }
 
 void Model::set_context_parallel(Communicator* group) {
@@ -80,6 +141,7 @@ void Model::set_context_parallel(Communicator* group) {
 
 void Model::init(uint64_t seed) {
   if (!backend_->has_values()) return;
+  backend_->fill(grads_, 0.0f);
   if (backend_->host_can_access(backend_->device_space()))
     return init_weights(layout_, params(), config_.initializer_range, seed);
   std::vector<float> host(size_t(layout_.total_numel()), 0.0f);
@@ -158,6 +220,15 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
                   float grad_scale, bool backward, ActivationStrategy& strategy,
                   ActivationAllocator& alloc) {
   MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
+  // every id is checked here, on the host, against the whole vocabulary; the kernels read them
+  // from device memory, relative to a rank's rows under tensor parallelism (kOtherShard)
+  if (backend_->has_values()) {
+    check_token_ids("embedding_forward", "token", View<const int32_t>(inputs, {batch * seq}),
+                    config_.vocab_size);
+    if (targets)
+      check_token_ids("cross_entropy", "target", View<const int32_t>(targets, {batch * seq}),
+                      config_.vocab_size);
+  }
   if (cp_) {  // this rank's chunks of every sequence, chunk-major
     check_context_parallel_seq(seq, cp_->ranks());
     cp_->seq = seq;
@@ -171,16 +242,26 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   }
   const int64_t T = batch * seq, C = config_.hidden_size;
   const int L = int(config_.num_hidden_layers);
+  // under tensor parallelism this rank holds rows [r T/t, (r + 1) T/t) of the residual stream
+  const int64_t t = tp_values_ ? tp_group_->size() : 1, Tl = T / t;
+  if (T % t != 0)
+    throw ConfigError(str("tensor parallel ", t, ": a micro-batch of ", T,
+                          " tokens does not split into ", t, " equal parts of the sequence"));
+  if (tp_values_) {
+    const int64_t v0 = int64_t(tp_group_->rank()) * w_.embed.rows(), v1 = v0 + w_.embed.rows();
+    auto local = [v0, v1](std::vector<int32_t>& out, const int32_t* ids, int64_t n) {
+      out.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i)
+        out[size_t(i)] = ids[i] >= v0 && ids[i] < v1 ? int32_t(ids[i] - v0) : kOtherShard;
+      return out.data();
+    };
+    inputs = local(tp_inputs_, inputs, T);
+    if (targets) targets = local(tp_targets_, targets, T);
+  }
   const LayerContext ctx = layer_context(batch, seq, alloc);
   const ScopedMatmulWorkspace workspace(*backend_, alloc);
-  // the kernels read device memory (the meta backend's checks read the host tokens); the ids are
-  // checked here, where the host can still read them
+  // the kernels read device memory (the meta backend's checks read the host tokens)
   if (backend_->has_values() && !backend_->host_can_access(backend_->device_space())) {
-    check_token_ids("embedding_forward", "token", View<const int32_t>(inputs, {T}),
-                    config_.vocab_size);
-    if (targets)
-      check_token_ids("cross_entropy", "target", View<const int32_t>(targets, {T}),
-                      config_.vocab_size);
     const int64_t bytes = 2 * T * int64_t(sizeof(int32_t));
     if (device_tokens_.bytes() < bytes)
       device_tokens_ = RawBuffer(backend_->allocator(backend_->device_space()), bytes,
@@ -197,8 +278,8 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   // forward: embedding, then each layer writes its output into the next layer's input slot
   strategy.bind_layers(layers);
   strategy.begin_step(batch, seq);
-  embed_forward(strategy.forward_slot(0).x(), tokens, batch, seq);
-  Tensor final_hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient, ctx.act);
+  embed_forward(strategy.forward_slot(0).x(), tokens, batch, seq, alloc);
+  Tensor final_hidden = alloc.acquire("final.hidden", {Tl, C}, ActKind::kTransient, ctx.act);
   for (int l = 0; l < L; ++l) {
     Tensor y = l + 1 < L ? strategy.forward_slot(l + 1).x() : final_hidden;
     arch_.forward(y, strategy.forward_slot(l), w_.layers[size_t(l)], ctx);
@@ -208,12 +289,12 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
       strategy.discard(l);
   }
   // final norm, head and loss
-  Tensor xf = alloc.acquire("final.xn", {T, C}, ActKind::kTransient, ctx.act);
-  Tensor inv_rms = alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(T),
+  Tensor xf = alloc.acquire("final.xn", {Tl, C}, ActKind::kTransient, ctx.act);
+  Tensor inv_rms = alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(Tl),
                                  ActKind::kTransient, DType::kF32);
   arch_.final_norm_forward(xf, inv_rms, final_hidden, w_, config_, *backend_);
   Tensor dxf =
-      backward ? alloc.acquire("final.dxn", {T, C}, ActKind::kTransient, ctx.act) : Tensor();
+      backward ? alloc.acquire("final.dxn", {Tl, C}, ActKind::kTransient, ctx.act) : Tensor();
   double loss_sum = head_and_loss(dxf, xf, targets, T, grad_scale, backward, alloc);
   if (cp_) cp_->group->all_reduce_sum(std::span<double>(&loss_sum, 1));
   if (!backward) {
@@ -223,7 +304,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
     return loss_sum;
   }
   Tensor dres =
-      alloc.acquire("grad.hidden", {T, C}, ActKind::kTransient, ctx.act);  // dL/d(residual)
+      alloc.acquire("grad.hidden", {Tl, C}, ActKind::kTransient, ctx.act);  // dL/d(residual)
   backend_->fill(dres, 0.0f);
   arch_.final_norm_backward(dres, dw_, dxf, final_hidden, inv_rms, w_, *backend_);
   alloc.release(dxf);
@@ -236,7 +317,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
     arch_.backward(dres, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], ctx);
     strategy.backward_done(l);
   }
-  embed_backward(dres, tokens, batch, seq);
+  embed_backward(dres, tokens, batch, seq, alloc);
   alloc.release(dres);
   return loss_sum;
 }
@@ -281,7 +362,15 @@ void for_each_position_run(const std::optional<ContextParallel>& cp, int64_t bat
 
 }  // namespace
 
-void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq) {
+void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq,
+                          ActivationAllocator& alloc) {
+  if (tp_values_) {  // the rows of this rank's vocabulary, the others zero, summed over the group
+    TpPartial partial(alloc, tp_group_, "tp.embed_out", x.rows(), x.cols(), x.dtype());
+    backend_->embedding_forward(partial.sums_into(x), tokens, w_.embed);
+    partial.reduce_scatter(x);
+    MEMO_CHECK(w_.pos.empty(), "learned positions under tensor parallelism");
+    return;
+  }
   backend_->embedding_forward(x, tokens, w_.embed);
   if (w_.pos.empty()) return;
   for_each_position_run(cp_, batch, seq, [&](int64_t row, int64_t pos, int64_t len) {
@@ -289,7 +378,13 @@ void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, i
   });
 }
 
-void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch, int64_t seq) {
+void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch, int64_t seq,
+                           ActivationAllocator& alloc) {
+  if (tp_values_) {  // every token's gradient, for the rows of this rank's vocabulary
+    const TpGather gathered(alloc, tp_group_, "tp.embed_din", dx, dx.dtype());
+    backend_->embedding_backward(dw_.embed, gathered.rows(), tokens);
+    return;
+  }
   backend_->embedding_backward(dw_.embed, dx, tokens);
   if (dw_.pos.empty()) return;
   // in sequence order: deterministic
@@ -298,27 +393,59 @@ void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t b
   });
 }
 
+// Note [Vocabulary-parallel loss]
+// Under tensor parallelism rank r holds rows [r V/t, (r + 1) V/t) of the head. The final norm's
+// rows of the group are all-gathered, so every rank has all T tokens and computes their logits
+// over its part of the vocabulary, chunk by chunk. Per token it finds the part's max m_r, the
+// sum s_r of exp(logit - m_r) and the target's logit (0 where another rank holds it); the ranks
+// exchange (m_r, s_r) (all-gather, 8 bytes a token) and sum the target logits (all-reduce), and
+// each finishes the loss m + log sum_r s_r exp(m_r - m) - logit_target and the softmax gradient
+// of its columns with the same numbers: every rank has the same loss. The gradient of the final
+// norm's rows is the group's sum of each rank's partial product, reduce-scattered once after the
+// last chunk; the head's gradient is each rank's own.
 double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, int64_t tokens,
                             float grad_scale, bool backward, ActivationAllocator& alloc) {
-  const int64_t V = config_.vocab_size;
+  const int64_t V = w_.head.rows();  // this rank's under tensor parallelism
   // Chunk so one chunk of logits is at most 16 Mi floats (64 MiB); a function of (T, V) only,
   // so every strategy and every run sums the head gradient in the same order.
   constexpr int64_t kMaxLogitFloats = int64_t(1) << 24;
   const int64_t chunk = std::max<int64_t>(1, std::min(tokens, kMaxLogitFloats / V));
+  Communicator* const tp = tp_values_ ? tp_group_ : nullptr;
+  const TpGather all_rows(alloc, tp, "tp.head_in", xf, xf.dtype());
+  std::optional<TpPartial> partial;  // the gradient of every token's row, this rank's share
+  if (backward) partial.emplace(alloc, tp, "tp.head_din", dxf.rows(), dxf.cols(), dxf.dtype());
+  const Tensor dx_all = backward ? partial->sums_into(dxf) : Tensor();
   Tensor losses = alloc.acquire("head.losses", {tokens}, ActKind::kTransient, DType::kF32);
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
-    const int64_t t1 = std::min(tokens, t0 + chunk);
-    Tensor logits = alloc.acquire("head.logits", {t1 - t0, V}, ActKind::kTransient, DType::kF32);
-    ConstTensor x = xf.slice_rows(t0, t1);
+    const int64_t t1 = std::min(tokens, t0 + chunk), n = t1 - t0;
+    Tensor logits = alloc.acquire("head.logits", {n, V}, ActKind::kTransient, DType::kF32);
+    ConstTensor x = all_rows.rows().slice_rows(t0, t1);
+    const View<const int32_t> ys(targets + t0, {n});
     backend_->matmul(logits, x, w_.head, false, true);
-    backend_->cross_entropy(losses.slice_rows(t0, t1), backward ? logits : Tensor(), logits,
-                            View<const int32_t>(targets + t0, {t1 - t0}), grad_scale);
+    if (!tp) {
+      backend_->cross_entropy(losses.slice_rows(t0, t1), backward ? logits : Tensor(), logits, ys,
+                              grad_scale);
+    } else {
+      Tensor stats = alloc.acquire("head.ce_stats", {2, n}, ActKind::kTransient, DType::kF32);
+      Tensor target = alloc.acquire("head.ce_target", {n}, ActKind::kTransient, DType::kF32);
+      Tensor all = alloc.acquire("tp.ce_stats", {2 * int64_t(tp->size()), n},
+                                 ActKind::kTransient, DType::kF32);
+      backend_->vocab_parallel_ce_stats(stats, target, logits, ys);
+      tp->all_gather(all, stats);
+      tp->all_reduce_sum(target);
+      backend_->vocab_parallel_ce(losses.slice_rows(t0, t1), backward ? logits : Tensor(), logits,
+                                  ys, all, target, grad_scale);
+      alloc.release(all);
+      alloc.release(target);
+      alloc.release(stats);
+    }
     if (backward) {  // logits now holds dL/dlogits
       backend_->matmul(dw_.head, logits, x, true, false, 1.0f, 1.0f);
-      backend_->matmul(dxf.slice_rows(t0, t1), logits, w_.head, false, false);
+      backend_->matmul(dx_all.slice_rows(t0, t1), logits, w_.head, false, false);
     }
     alloc.release(logits);
   }
+  if (backward) partial->reduce_scatter(dxf);
   const double sum = backend_->sum(losses);  // in token order: deterministic
   alloc.release(losses);
   return sum;

@@ -52,11 +52,15 @@ class Model {
   const ModelWeights& weights() const { return w_; }
   const ModelWeights& grad_weights() const { return dw_; }
 
-  // The tensor-parallel layout one GPU's shape-only trace runs in (Note [Per-GPU shapes] in
-  // model/parallel.h): forward_backward then takes the tokens of one rank, T/t per micro-batch.
-  // Throws ConfigError for t > 1 on a model with values (memo does not run TP yet); c must be 1
-  // (context parallelism is set_context_parallel). t > 1 takes the group of t ranks the layers'
-  // collectives run on (Note [TP collectives]: a ShapeCommunicator in a trace).
+  // Tensor + sequence parallelism over tp_group (t = parallel.tp ranks; c must be 1: context
+  // parallelism is set_context_parallel). Called before init or loading: the parameters become
+  // this rank's parts (Note [Tensor-parallel parameters] in model/params.h) and the gradients
+  // restart at zero. LLaMA runs it with values (Note [Tensor-parallel activations] in
+  // model/parallel.h): forward_backward still takes the whole micro-batch's tokens, and returns
+  // its whole loss on every rank of the group. Throws ConfigError when the heads, key-value heads,
+  // MLP units or vocabulary do not split into t parts. An architecture that does not run it
+  // (GPT-2) takes t > 1 only in shape-only traces, which then give T/t tokens per micro-batch
+  // (Note [Per-GPU shapes]), and refuses it on a model with values.
   void set_parallel(const Parallel& parallel, Communicator* tp_group = nullptr);
   const Parallel& parallel() const { return parallel_; }
   // Context parallelism over `group` (Note [Context parallel layout] in model/context_parallel.h):
@@ -70,6 +74,15 @@ class Model {
   // Hugging Face's initialisation (model/params.h), drawn on the host; a no-op without values.
   void init(uint64_t seed);
   void zero_grads();
+  // True when the layers run tensor parallelism with values over tensor_parallel_group().
+  bool tensor_parallel() const { return tp_values_; }
+  Communicator* tensor_parallel_group() const { return tp_group_; }
+  // Under tensor parallelism: sums the gradients of the tensors every rank holds whole (the
+  // norms', from each rank's tokens) over the group. A no-op otherwise.
+  void reduce_tensor_parallel_grads();
+  // The squared norm of the whole model's gradient: the group's parts, and each whole tensor once,
+  // under tensor parallelism (the same on every rank); backend().sum_squares(grads) otherwise.
+  double grad_sum_squares();
 
   // One micro-batch of `batch` sequences of `seq` tokens: inputs and targets are [batch * seq] in
   // host memory (copied to the device first when the host cannot address it).
@@ -96,9 +109,12 @@ class Model {
   // The layers' context (rope tables when rotary) for batch x seq tokens of this rank (under
   // context parallelism seq is the rank's share and the rope tables are of the whole sequence).
   LayerContext layer_context(int64_t batch, int64_t seq, ActivationAllocator& alloc);
-  // x = wte[tokens] (+ wpe[position] with learned positions), and the gradients of both.
-  void embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq);
-  void embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch, int64_t seq);
+  // x = wte[tokens] (+ wpe[position] with learned positions), and the gradients of both. Under
+  // tensor parallelism x is this rank's rows of the group's sum of partial lookups.
+  void embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq,
+                     ActivationAllocator& alloc);
+  void embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch, int64_t seq,
+                      ActivationAllocator& alloc);
 
   Backend* backend_;
   ModelConfig config_;
@@ -111,8 +127,11 @@ class Model {
   Tensor grads_;
   ModelWeights w_;
   ModelWeights dw_;
+  void allocate_params();  // params_ and grads_ for layout_, zeroed; the weights bound
   Parallel parallel_;
-  Communicator* tp_group_ = nullptr;             // t ranks when parallel_.tp > 1
+  Communicator* tp_group_ = nullptr;  // t ranks when parallel_.tp > 1
+  bool tp_values_ = false;            // the layers run it with values (LLaMA)
+  std::vector<int32_t> tp_inputs_, tp_targets_;  // ids relative to this rank's vocabulary rows
   std::optional<ContextParallel> cp_;            // set: context parallel over cp_->group
   std::vector<int32_t> cp_inputs_, cp_targets_;  // this rank's chunks of the micro-batch
   std::map<int64_t, std::pair<RawBuffer, RawBuffer>> rope_;  // seq -> cos, sin ([seq, D/2] f32)

@@ -30,8 +30,10 @@ Named bind_weights(const LayerWeights& w, Tensor Named::*const (&members)[N]) {
 
 // One entry of Architecture::params (the layout fills in offset and numel).
 inline ParamInfo param_info(std::string name, std::vector<int64_t> shape, ParamInit init,
-                            ParamRole role, int64_t layer = -1, double std_scale = 1.0) {
+                            ParamRole role, int64_t layer = -1, double std_scale = 1.0,
+                            int split = -1) {
   ParamInfo info;
+  info.split = split;
   info.name = std::move(name);
   info.shape = std::move(shape);
   info.init = init;
@@ -61,8 +63,11 @@ struct SavedSpec {
 };
 
 // Per-token statistics and the log-sum-exp stay fp32 whatever the activations' dtype.
+// Under tensor parallelism over tp ranks (Note [Tensor-parallel activations] in
+// model/parallel.h) a rank's field: kHidden and kToken hold T/tp rows, the others T rows of the
+// rank's heads or units.
 inline SkeletalField skeletal_field(const char* name, SavedWidth width, bool per_token,
-                                    const ModelConfig& c, DType activations) {
+                                    const ModelConfig& c, DType activations, int64_t tp = 1) {
   SkeletalField f;
   f.name = name;
   f.per_token = per_token;
@@ -86,6 +91,15 @@ inline SkeletalField skeletal_field(const char* name, SavedWidth width, bool per
       f.heads = c.num_attention_heads;
       break;
   }
+  if (tp > 1) {
+    if (width == SavedWidth::kHidden || width == SavedWidth::kToken) {
+      f.row_shards = tp;
+    } else {
+      f.width /= tp;
+      f.heads /= tp;
+      f.row_groups = width == SavedWidth::kHeads ? 1 : tp;
+    }
+  }
   return f;
 }
 
@@ -100,10 +114,11 @@ Saved bind_saved(const SavedActs& s, const SavedSpec<Saved> (&specs)[N]) {
 
 template <class Saved, size_t N>
 std::vector<SkeletalField> skeletal_fields_of(const SavedSpec<Saved> (&specs)[N],
-                                              const ModelConfig& c, DType activations) {
+                                              const ModelConfig& c, DType activations,
+                                              int64_t tp = 1) {
   std::vector<SkeletalField> fields;
   for (const SavedSpec<Saved>& spec : specs)
-    fields.push_back(skeletal_field(spec.name, spec.width, spec.per_token, c, activations));
+    fields.push_back(skeletal_field(spec.name, spec.width, spec.per_token, c, activations, tp));
   return fields;
 }
 

@@ -1,6 +1,8 @@
 #include "memo/model/params.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "memo/core/error.h"
 #include "memo/core/random.h"
@@ -8,10 +10,23 @@
 
 namespace memo {
 
-ParamLayout::ParamLayout(const ModelConfig& config) {
+ParamLayout::ParamLayout(const ModelConfig& config) : ParamLayout(config, TensorShard{}) {}
+
+ParamLayout::ParamLayout(const ModelConfig& config, TensorShard shard) : shard_(shard) {
   constexpr int64_t kAlignFloats = 16;  // 64 bytes: every tensor starts on a cache line
+  MEMO_CHECK(shard.ranks >= 1 && shard.rank >= 0 && shard.rank < shard.ranks, "rank ", shard.rank,
+             " of ", shard.ranks, " tensor-parallel ranks");
   params_ = architecture(config.arch).params(config);
   for (ParamInfo& p : params_) {
+    p.full_shape = p.shape;
+    if (shard.ranks > 1 && p.split >= 0) {
+      int64_t& d = p.shape.at(size_t(p.split));
+      if (d % shard.ranks != 0)
+        throw ConfigError(str("tensor parallel ", shard.ranks, ": ", p.name, " has ", d,
+                              p.split == 0 ? " rows" : " columns",
+                              ", which do not split into ", shard.ranks, " equal parts"));
+      d /= shard.ranks;
+    }
     p.numel = 1;
     for (int64_t d : p.shape) p.numel *= d;
     p.offset = total_numel_;
@@ -19,7 +34,8 @@ ParamLayout::ParamLayout(const ModelConfig& config) {
   }
 }
 
-ParamLayout::ParamLayout(const ParamLayout& full, size_t first, size_t last) {
+ParamLayout::ParamLayout(const ParamLayout& full, size_t first, size_t last)
+    : shard_(full.shard_) {
   MEMO_CHECK(first <= last && last <= full.params_.size(), "tensors [", first, ", ", last,
              ") of a layout of ", full.params_.size());
   base_offset_ = first < full.params_.size() ? full.params_[first].offset : full.total_numel_;
@@ -79,6 +95,7 @@ ModelWeights bind_weights(const ModelConfig& config, const ParamLayout& layout, 
 }
 
 void init_weights(const ParamLayout& layout, float* base, double std, uint64_t seed) {
+  std::vector<float> whole;
   for (size_t i = 0; i < layout.params().size(); ++i) {
     const ParamInfo& p = layout.params()[i];
     float* w = base + p.offset;
@@ -89,8 +106,43 @@ void init_weights(const ParamLayout& layout, float* base, double std, uint64_t s
     }
     NormalStream rng(seed, i);
     const double s = std * p.init_std_scale;
-    for (int64_t j = 0; j < p.numel; ++j) w[j] = float(s * rng.next());
+    if (!p.is_split()) {
+      for (int64_t j = 0; j < p.numel; ++j) w[j] = float(s * rng.next());
+      continue;
+    }
+    whole.resize(size_t(p.numel * layout.shard().ranks));
+    for (float& x : whole) x = float(s * rng.next());
+    extract_shard(p, layout.shard(), whole.data(), w);
   }
+}
+
+namespace {
+
+// Calls f(whole offset, part offset, count) for each contiguous run of the part.
+template <class F>
+void for_each_shard_run(const ParamInfo& p, TensorShard shard, F&& f) {
+  MEMO_CHECK(p.full_shape.size() == p.shape.size(), p.name, ": shapes of ", p.full_shape.size(),
+             " and ", p.shape.size(), " dimensions");
+  if (!p.is_split()) return f(int64_t(0), int64_t(0), p.numel);
+  const int64_t rows = p.shape[0];
+  if (p.split == 0) return f(int64_t(shard.rank) * p.numel, int64_t(0), p.numel);
+  MEMO_CHECK(p.split == 1 && p.shape.size() == 2, p.name, ": split along dimension ", p.split);
+  const int64_t cols = p.shape[1], full_cols = p.full_shape[1];
+  for (int64_t r = 0; r < rows; ++r) f(r * full_cols + int64_t(shard.rank) * cols, r * cols, cols);
+}
+
+}  // namespace
+
+void extract_shard(const ParamInfo& p, TensorShard shard, const float* whole, float* part) {
+  for_each_shard_run(p, shard, [&](int64_t w, int64_t q, int64_t n) {
+    std::copy(whole + w, whole + w + n, part + q);
+  });
+}
+
+void insert_shard(const ParamInfo& p, TensorShard shard, const float* part, float* whole) {
+  for_each_shard_run(p, shard, [&](int64_t w, int64_t q, int64_t n) {
+    std::copy(part + q, part + q + n, whole + w);
+  });
 }
 
 }  // namespace memo

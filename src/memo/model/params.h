@@ -34,7 +34,27 @@ struct ParamInfo {
       1.0;  // kNormal: std = initializer_range * this (GPT-2 c_proj: 1/sqrt(2L))
   ParamRole role = ParamRole::kLayer;
   int64_t layer = -1;  // kLayer: the layer it belongs to
+  // Tensor parallelism (Note [Tensor-parallel parameters]): the dimension split over the group's
+  // ranks (0: rows, 1: columns), or -1 when every rank holds the whole tensor. `shape` is the
+  // part this rank holds, `full_shape` the whole tensor (the same without tensor parallelism).
+  int split = -1;
+  std::vector<int64_t> full_shape;
   bool is_matrix() const { return shape.size() == 2; }
+  bool is_split() const { return split >= 0 && shape != full_shape; }
+};
+
+// Note [Tensor-parallel parameters]
+// Under Megatron-LM's tensor parallelism over t ranks, rank r holds the r-th of t equal parts of
+// each split tensor: the rows of a column-parallel product's weight (q, k, v, gate, up: its heads
+// or intermediate units r F/t ...), the columns of a row-parallel one's (o, down), and the rows of
+// the vocabulary (embedding, lm_head: tokens [r V/t, (r + 1) V/t)). Norm weights are whole on
+// every rank, and their gradients (each rank's tokens' share) are summed over the group. A
+// layout with t > 1 is the rank's: its flat buffer holds the rank's parts, which is all an
+// optimiser or a gradient reduction sees. Checkpoints hold whole tensors (io/checkpoint.h):
+// extract_shard and insert_shard convert.
+struct TensorShard {
+  int rank = 0;
+  int ranks = 1;
 };
 
 // The parameters of config's architecture (Architecture::params) in checkpoint order, each at its
@@ -42,6 +62,9 @@ struct ParamInfo {
 class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& config);
+  // Rank shard.rank's parts under tensor parallelism over shard.ranks (Note [Tensor-parallel
+  // parameters]). Throws ConfigError when a split dimension does not divide by the ranks.
+  ParamLayout(const ModelConfig& config, TensorShard shard);
   // Tensors [first, last) of `full`, at offsets from the first one's: the part of the parameters
   // one data-parallel rank updates under ZeRO-1 (train/zero.h), starting base_offset() elements
   // into the full buffer.
@@ -51,8 +74,10 @@ class ParamLayout {
   int64_t total_numel() const { return total_numel_; }   // with alignment padding
   int64_t count() const;                                 // parameters, without padding
   const ParamInfo& find(const std::string& name) const;  // throws ConfigError if absent
+  const TensorShard& shard() const { return shard_; }
 
  private:
+  TensorShard shard_;
   std::vector<ParamInfo> params_;
   int64_t total_numel_ = 0;
   int64_t base_offset_ = 0;
@@ -86,6 +111,12 @@ ModelWeights bind_weights(const ModelConfig& config, const ParamLayout& layout, 
 // weights = 1; GPT-2's Conv1D and embedding weights ~ N(0, std), the two c_proj weights
 // ~ N(0, std / sqrt(2 L)), biases 0, LayerNorm weights 1 and biases 0. Deterministic for a seed
 // (one counter-based stream per tensor).
+// Under tensor parallelism each rank draws the whole tensor and keeps its part, so a run over any
+// layout starts from the weights of one process.
 void init_weights(const ParamLayout& layout, float* base, double std, uint64_t seed);
+
+// Rank shard's part of the whole tensor `whole` (p.full_shape) into `part` (p.shape), and back.
+void extract_shard(const ParamInfo& p, TensorShard shard, const float* whole, float* part);
+void insert_shard(const ParamInfo& p, TensorShard shard, const float* part, float* whole);
 
 }  // namespace memo

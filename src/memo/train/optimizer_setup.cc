@@ -49,12 +49,35 @@ void read_into_device(const SafetensorsFile& file, const std::string& name, floa
   backend.copy_from_host(dst, staging.data(), numel * int64_t(sizeof(float)));
 }
 
+const ParamInfo* split_param(const ParamLayout& layout, const std::string& name, int64_t numel) {
+  if (layout.shard().ranks == 1) return nullptr;
+  for (const ParamInfo& p : layout.params()) {
+    if (!p.is_split() || p.numel != numel || name.size() < p.name.size()) continue;
+    const size_t at = name.size() - p.name.size();
+    if (name.compare(at, std::string::npos, p.name) == 0 && (at == 0 || name[at - 1] == '.'))
+      return &p;
+  }
+  return nullptr;
+}
+
+void read_part_into_device(const SafetensorsFile& file, const std::string& name,
+                           const ParamLayout& layout, const ParamInfo* split, float* dst,
+                           int64_t numel, Backend& backend, std::vector<float>& staging) {
+  if (!split) return read_into_device(file, name, dst, numel, backend, staging);
+  std::vector<float> whole(size_t(numel * layout.shard().ranks));
+  file.read_into(name, whole.data(), int64_t(whole.size()));
+  staging.resize(size_t(numel));
+  extract_shard(*split, layout.shard(), whole.data(), staging.data());
+  backend.copy_from_host(dst, staging.data(), numel * int64_t(sizeof(float)));
+}
+
 void restore_optimizer(Optimizer& optimizer, Backend& backend, const SafetensorsFile& file,
-                       int64_t steps_done, const std::string& source) {
+                       int64_t steps_done, const std::string& source, const ParamLayout& layout) {
   std::vector<float> staging;
   for (const StateTensor& s : optimizer.state()) {
     try {
-      read_into_device(file, s.name, s.data, s.numel(), backend, staging);
+      read_part_into_device(file, s.name, layout, split_param(layout, s.name, s.numel()), s.data,
+                            s.numel(), backend, staging);
     } catch (const DataError& e) {
       throw DataError(str(source, ": the ", optimizer.name(), " state tensor ", s.name,
                           " cannot be restored: ", e.what()));

@@ -34,12 +34,24 @@ OptimizerChoice optimizer_choice_from_state(const nlohmann::json& trainer_state)
 // the host can address it, else through `staging` (grown as needed) and copy_from_host.
 void read_into_device(const SafetensorsFile& file, const std::string& name, float* dst,
                       int64_t numel, Backend& backend, std::vector<float>& staging);
+// The parameter whose part under tensor parallelism a tensor named `name` of numel floats is: the
+// parameter itself, or for an optimiser's "<kind>.<parameter>" its parameter when it has the
+// parameter's shape; null for a tensor that every rank holds whole. Checkpoints hold whole
+// tensors (Note [Tensor-parallel parameters] in model/params.h).
+const ParamInfo* split_param(const ParamLayout& layout, const std::string& name, int64_t numel);
+// read_into_device of rank layout.shard()'s part of a whole tensor of `split` (null: the whole
+// tensor, numel floats).
+void read_part_into_device(const SafetensorsFile& file, const std::string& name,
+                           const ParamLayout& layout, const ParamInfo* split, float* dst,
+                           int64_t numel, Backend& backend, std::vector<float>& staging);
 
 // Reads every state tensor of `optimizer` from `file` and sets its step count; throws DataError
 // naming the tensor when the file lacks one (a checkpoint of another optimiser).
 // The state lives in `backend`'s device space: read through a host copy when the host cannot
 // address it.
+// Under tensor parallelism (layout.shard()), each state tensor of a split parameter is read as
+// this rank's part of the whole one.
 void restore_optimizer(Optimizer& optimizer, Backend& backend, const SafetensorsFile& file,
-                       int64_t steps_done, const std::string& source);
+                       int64_t steps_done, const std::string& source, const ParamLayout& layout);
 
 }  // namespace memo

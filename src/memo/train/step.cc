@@ -25,13 +25,15 @@ TrainStep::TrainStep(Model& model, Optimizer& optimizer, ActivationStrategy& str
   MEMO_CHECK(shape.micro_batch > 0 && shape.seq > 0 && shape.micro_steps > 0, "step of ",
              shape.micro_steps, " micro-batches of ", shape.micro_batch, " x ", shape.seq,
              " tokens");
+  if (probe_ && model.tensor_parallel())
+    throw ConfigError("the gradient noise scale is not measured under tensor parallelism: its "
+                      "probe reads whole micro-batch gradients; run --tp with --no-gns");
 }
 
 StepGradients TrainStep::gradients(int64_t step) { return gradients(step, shape_.micro_steps); }
 
 StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
   MEMO_CHECK(micro_steps > 0, "step ", step, " of ", micro_steps, " micro-batches");
-  Backend& backend = model_.backend();
   const Tensor grads = model_.grads_tensor();
   const int64_t ranks = data_parallel_.size();
   const int64_t tokens = shape_.micro_batch * shape_.seq * micro_steps * ranks;
@@ -56,11 +58,12 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
   // their losses (forward_backward returns each micro-batch's whole loss on every rank of a
   // context-parallel group).
   if (cp && !probe_) cp->all_reduce_sum(grads);
+  model_.reduce_tensor_parallel_grads();  // the norms' shares of a tensor-parallel group
   data_parallel_.all_reduce_sum(grads);
   if (ranks > 1) data_parallel_.all_reduce_sum(std::span<double>(&loss_sum, 1));
   StepGradients g;
   g.loss = loss_sum / double(tokens);
-  g.grad_sq = backend.sum_squares(grads);
+  g.grad_sq = model_.grad_sum_squares();
   if (probe_) probe_->end_step(g.grad_sq, &data_parallel_);  // before clipping
   return g;
 }

@@ -90,6 +90,21 @@ class HostStaging {
     backend_.copy_to_host(copies_.back().data(), device, numel * int64_t(sizeof(float)));
     return copies_.back().data();
   }
+  // The whole tensor of p from the tensor-parallel group's parts (each rank's `part`, numel
+  // floats in the device space): collective over the group, on every rank.
+  const float* whole(const ParamInfo& p, const float* part, int64_t numel, Communicator& group) {
+    const int t = group.size();
+    RawBuffer parts(backend_.allocator(backend_.device_space()),
+                    int64_t(t) * numel * int64_t(sizeof(float)), "a checkpoint tensor's parts");
+    group.all_gather(parts.tensor({int64_t(t) * numel}, DType::kF32),
+                     ConstTensor(part, {numel}, DType::kF32, backend_.device_space()));
+    std::vector<float> host(size_t(int64_t(t) * numel));
+    backend_.copy_to_host(host.data(), parts.data(), int64_t(host.size() * sizeof(float)));
+    copies_.emplace_back(host.size());
+    for (int r = 0; r < t; ++r)
+      insert_shard(p, TensorShard{r, t}, host.data() + int64_t(r) * numel, copies_.back().data());
+    return copies_.back().data();
+  }
 
  private:
   Backend& backend_;
@@ -97,10 +112,28 @@ class HostStaging {
   std::deque<std::vector<float>> copies_;  // stable addresses
 };
 
+// Whole tensors under tensor parallelism (gathered: collective over the group, every rank calls
+// it), the checkpoint's names and shapes as one process saves them.
 std::vector<NamedTensor> model_tensors(Model& model, HostStaging& staging) {
   std::vector<NamedTensor> out;
-  for (const ParamInfo& p : model.layout().params())
-    out.push_back({p.name, p.shape, staging.host(model.params() + p.offset, p.numel)});
+  for (const ParamInfo& p : model.layout().params()) {
+    const float* part = model.params() + p.offset;
+    out.push_back({p.name, p.full_shape,
+                   p.is_split() ? staging.whole(p, part, p.numel, *model.tensor_parallel_group())
+                                : staging.host(part, p.numel)});
+  }
+  return out;
+}
+
+std::vector<NamedTensor> state_tensors(Model& model, const std::vector<StateTensor>& state,
+                                       HostStaging& staging) {
+  std::vector<NamedTensor> out;
+  for (const StateTensor& s : state) {
+    const ParamInfo* p = split_param(model.layout(), s.name, s.numel());
+    out.push_back({s.name, p ? p->full_shape : s.shape,
+                   p ? staging.whole(*p, s.data, s.numel(), *model.tensor_parallel_group())
+                     : staging.host(s.data, s.numel())});
+  }
   return out;
 }
 
@@ -116,7 +149,8 @@ void load_model_tensors(Model& model, const SafetensorsFile& file) {
     if (!prefix.empty() && !file.contains(name) && name.rfind(prefix, 0) == 0 &&
         file.contains(name.substr(prefix.size())))
       name = name.substr(prefix.size());
-    read_into_device(file, name, model.params() + p.offset, p.numel, model.backend(), staging);
+    read_part_into_device(file, name, model.layout(), p.is_split() ? &p : nullptr,
+                          model.params() + p.offset, p.numel, model.backend(), staging);
   }
 }
 
@@ -124,15 +158,14 @@ namespace {
 
 // Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
 // (io/checkpoint.h). The two newest are kept: a kill while writing one leaves the other.
-std::string save(const TrainOptions& o, Model& model, const Optimizer& opt,
-                 const std::vector<StateTensor>& state, const GradNoiseProbe* probe,
-                 const StepSchedule& plan, int64_t step) {
+// The tensors are host views (model_tensors, state_tensors) that every rank made.
+std::string save(const TrainOptions& o, const Model& model, const Optimizer& opt,
+                 std::vector<NamedTensor> model_tensors, std::vector<NamedTensor> state,
+                 const GradNoiseProbe* probe, const StepSchedule& plan, int64_t step) {
   CheckpointData data;
   data.config = model.config();
-  HostStaging staging(model.backend());
-  data.model = model_tensors(model, staging);
-  for (const StateTensor& s : state)
-    data.optimizer.push_back({s.name, s.shape, staging.host(s.data, s.numel())});
+  data.model = std::move(model_tensors);
+  data.optimizer = std::move(state);
   data.trainer_state = {
       {"step", step},
       {"optimizer", optimizer_record(opt)},
@@ -245,12 +278,28 @@ StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoin
   return StepSchedule(scaling::BatchSchedule(s), o.micro_batch);
 }
 
-// The context-parallel layout of a job of `ranks` processes: C ranks share each sequence.
-void check_context_parallel(const TrainOptions& o, int ranks) {
+// The context- and tensor-parallel layout of a job of `ranks` processes: C x T ranks share each
+// sequence.
+void check_context_parallel(TrainOptions& o, int ranks, std::ostream& progress) {
   if (o.cp < 1 || ranks % o.cp != 0)
     throw ConfigError(str("--cp ", o.cp, " does not divide the job's ", ranks,
                           " processes; use a divisor of the process count"));
   check_context_parallel_seq(o.seq, o.cp);
+  if (o.tp < 1 || ranks % (o.tp * o.cp) != 0)
+    throw ConfigError(str("--tp ", o.tp, " x --cp ", o.cp, " does not divide the job's ", ranks,
+                          " processes; use a layout whose product divides the process count"));
+  if (o.tp == 1) return;
+  if (o.optimizer.name == "adafactor")
+    throw ConfigError(str("--tp ", o.tp, ": Adafactor's factored statistics are of whole ",
+                          "matrices, which tensor parallelism splits; use another optimiser"));
+  if (o.batch_schedule)
+    throw ConfigError(str("--tp ", o.tp, ": --batch-schedule noise needs the gradient noise ",
+                          "scale, which is not measured under tensor parallelism"));
+  if (o.gns) {
+    progress << "memo: tensor parallel: the gradient noise scale is off (its probe reads whole "
+                "micro-batch gradients, which tensor parallelism splits)\n";
+    o.gns = false;
+  }
 }
 
 // What a run over several processes needs: a batch whose micro-batches split evenly over the
@@ -302,12 +351,14 @@ void start_weights(Model& model, const TrainOptions& o, const std::optional<Resu
 }
 
 void restore_training_state(Optimizer& opt, Backend& backend, GradNoiseProbe* probe,
-                            const ResumePoint& resume, const TrainOptions& o) {
+                            const ResumePoint& resume, const TrainOptions& o,
+                            const ParamLayout& layout) {
   if (!opt.state().empty() && !resume.checkpoint.optimizer)
     throw DataError(
         str(o.resume_dir, " has no optimizer.safetensors: it cannot be resumed exactly"));
   if (resume.checkpoint.optimizer)
-    restore_optimizer(opt, backend, *resume.checkpoint.optimizer, resume.step, o.resume_dir);
+    restore_optimizer(opt, backend, *resume.checkpoint.optimizer, resume.step, o.resume_dir,
+                      layout);
   opt.set_steps_done(resume.step);
   const nlohmann::json& gns = resume.checkpoint.trainer_state.value("gns", nlohmann::json());
   if (probe && gns.is_object()) probe->estimator().restore(gns.get<scaling::NoiseScaleState>());
@@ -319,7 +370,7 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
                       const Optimizer& opt, int64_t train_tokens, int64_t micro_steps,
                       const Communicator& data_parallel, const Communicator* context_parallel) {
   const ModelConfig& config = model.config();
-  progress << "memo: " << model.layout().count() << " parameters (" << config.num_hidden_layers
+  progress << "memo: " << ParamLayout(config).count() << " parameters (" << config.num_hidden_layers
            << " layers, hidden " << config.hidden_size << "), " << train_tokens
            << " training tokens, " << o.batch << " x " << o.seq << " tokens per step ("
            << micro_steps << " micro-batches), " << opt.name() << " "
@@ -329,6 +380,10 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
     progress << "memo: data parallel over " << data_parallel.size() << " processes ("
              << data_parallel.name() << "), " << micro_steps / data_parallel.size()
              << " micro-batches each per step\n";
+  if (model.tensor_parallel())
+    progress << "memo: tensor + sequence parallel over " << model.tensor_parallel_group()->size()
+             << " processes: " << model.layout().count()
+             << " parameters on each, the sequence split between the layers\n";
   if (context_parallel)
     progress << "memo: context parallel over " << context_parallel->size()
              << " processes: each sequence in " << 2 * context_parallel->size() << " chunks of "
@@ -374,7 +429,7 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
                           const ActivationStrategy& strategy, const GradNoiseProbe* probe,
                           const std::optional<scaling::BatchChange>& change,
                           const Communicator& data_parallel, const Communicator* context_parallel,
-                          int zero) {
+                          const Communicator* tensor_parallel, int zero) {
   nlohmann::json record{{"step", run.step},
                         {"loss", g.loss},
                         {"lr", run.lr},
@@ -391,8 +446,14 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
   record.update(probe ? probe->log_fields() : gns_null_fields());
   // the layout, and what rank 0 sent over its data- and context-parallel groups in this step
   const int cp = context_parallel ? context_parallel->size() : 1;
-  record["ranks"] = data_parallel.size() * cp;
+  const int tp = tensor_parallel ? tensor_parallel->size() : 1;
+  record["ranks"] = data_parallel.size() * cp * tp;
   record["cp"] = cp;
+  record["tp"] = tp;
+  if (tensor_parallel) {
+    record["tp_comm_bytes"] = tensor_parallel->counters().bytes_sent;
+    record["tp_comm_s"] = tensor_parallel->counters().seconds;
+  }
   record["zero"] = zero;
   record["comm_bytes"] = data_parallel.counters().bytes_sent;
   record["comm_s"] = data_parallel.counters().seconds;
@@ -417,8 +478,8 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   const int64_t start_step = resume ? resume->step : 0;
   check_shape_options(o);
   const int job_size = world ? world->size() : 1;
-  check_context_parallel(o, job_size);
-  StepSchedule plan = step_schedule(o, resume, start_step, job_size / o.cp);
+  check_context_parallel(o, job_size, progress);
+  StepSchedule plan = step_schedule(o, resume, start_step, job_size / (o.cp * o.tp));
   const ModelConfig config = resume ? resume->checkpoint.config : load_model_config(o.config_path);
   check_positions(o, config);
   const RunData data = load_run_data(o, config);
@@ -427,15 +488,17 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   Backend& backend = backend_in ? *backend_in : cpu_backend();
   SelfCommunicator self(backend);
   Communicator& job = world ? *world : self;
-  // groups of o.cp consecutive ranks share sequences; rank r is data-parallel rank r / cp
-  std::unique_ptr<Communicator> cp_group, dp_group;
-  if (o.cp > 1) {
-    cp_group = job.split(job.rank() / o.cp, job.rank() % o.cp);
-    dp_group = job.split(job.rank() % o.cp, job.rank() / o.cp);
-  }
+  // groups of T consecutive ranks split the layers, C of those groups share sequences: rank r is
+  // tensor-parallel rank r % T, context-parallel rank (r / T) % C, data-parallel rank r / (T C)
+  std::unique_ptr<Communicator> tp_group, cp_group, dp_group;
+  const int r = job.rank(), T = o.tp, TC = o.tp * o.cp;
+  if (T > 1) tp_group = job.split(r / T, r % T);
+  if (o.cp > 1) cp_group = job.split((r / TC) * T + r % T, (r / T) % o.cp);
+  if (TC > 1) dp_group = job.split(r % TC, r / TC);
   Communicator& data_parallel = dp_group ? *dp_group : job;
   check_data_parallel(o, data_parallel.size());
   Model model(config, backend);
+  model.set_parallel(Parallel{o.tp, 1}, tp_group.get());
   model.set_context_parallel(cp_group.get());
   start_weights(model, o, resume);
   // ZeRO-1: this rank's optimiser covers its shard's tensors only
@@ -456,7 +519,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
     probe.emplace(model.params_numel(), plan.max_micro_steps() / data_parallel.size(),
                   o.micro_batch * o.seq, scaling::NoiseScaleOptions{o.gns_decay}, backend);
   GradNoiseProbe* const probe_ptr = probe ? &*probe : nullptr;
-  if (resume) restore_training_state(opt, backend, probe_ptr, *resume, o);
+  if (resume) restore_training_state(opt, backend, probe_ptr, *resume, o, model.layout());
 
   // Activations: the static plan within --device-memory (refused here, before any output, when
   // it does not fit), else the caching allocator. Validation runs forward-only, a sequence the
@@ -518,6 +581,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
     alloc.reset_peak();
     data_parallel.reset_counters();
     if (cp_group) cp_group->reset_counters();
+    if (tp_group) tp_group->reset_counters();
     const StepGradients g = train_step.gradients(step, run.micro_steps / data_parallel.size());
     if (!std::isfinite(g.loss))
       throw Error(str("loss is ", g.loss, " at step ", step,
@@ -549,7 +613,8 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     if (log) {
       nlohmann::json record = log_record(run, g, tokens_per_s, mfu, alloc, *strategy, probe_ptr,
-                                         change, data_parallel, cp_group.get(), o.zero);
+                                         change, data_parallel, cp_group.get(), tp_group.get(),
+                                         o.zero);
       if (mfu_peak) record["mfu_peak"] = *mfu_peak;
       if (val && val->tokens > 0) {
         record["val_loss"] = *result.val_loss;
@@ -573,13 +638,19 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
       progress << line << "\n";
     }
     if ((o.save_every > 0 && step % o.save_every == 0) || plan.done()) {
-      // rank 0 writes (every rank holds the same weights and optimiser state); the others wait
-      // for the commit, so a job stopped after this step resumes from it on every rank
+      // rank 0 writes the whole tensors (every data-parallel rank holds the same weights and
+      // optimiser state; a tensor-parallel group's parts are gathered on every rank); the others
+      // wait for the commit, so a job stopped after this step resumes from it on every rank
       const GatheredState state =
           o.zero == 1 ? gather_optimizer_state(opt, o.optimizer.name, o.optimizer.options,
                                                model.layout(), shards, data_parallel, backend)
                       : GatheredState{opt.state(), {}, {}};
-      if (lead) result.checkpoint = save(o, model, opt, state.tensors, probe_ptr, plan, step);
+      HostStaging staging(backend);
+      std::vector<NamedTensor> weights = model_tensors(model, staging);
+      std::vector<NamedTensor> optimizer_state = state_tensors(model, state.tensors, staging);
+      if (lead)
+        result.checkpoint = save(o, model, opt, std::move(weights), std::move(optimizer_state),
+                                 probe_ptr, plan, step);
       if (job.size() > 1) job.barrier();
     }
   }

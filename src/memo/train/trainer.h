@@ -60,6 +60,11 @@ struct TrainOptions {
   // --cp C: context parallelism (model/context_parallel.h) over groups of C consecutive ranks; the
   // job's P ranks are P / C data-parallel groups of them. 1: every rank is data parallel.
   int cp = 1;
+  // --tp T: tensor + sequence parallelism (Note [Tensor-parallel activations] in
+  // model/parallel.h) over groups of T consecutive ranks, inside the context-parallel layout: rank
+  // r is tensor-parallel rank r % T, context-parallel rank (r / T) % C, data-parallel rank
+  // r / (T C). Checkpoints hold whole tensors, so a run resumes on any layout.
+  int tp = 1;
   StrategyOptions activations;  // where skeletal activations live (--activations and its flags)
   // --batch-schedule noise (scaling/batch_schedule.h): the controller's own flags (max_batch, 0:
   // 16 x batch; noise_multiple, hysteresis, patience, min_observations, law, law_params); train()

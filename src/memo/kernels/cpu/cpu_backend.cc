@@ -103,6 +103,15 @@ void CpuBackend::cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits
                                View<const int32_t> targets, float grad_scale) {
   cpu::cross_entropy(losses, dlogits, logits, targets, grad_scale);
 }
+void CpuBackend::vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                                         View<const int32_t> targets) {
+  cpu::vocab_parallel_ce_stats(stats, target_logit, logits, targets);
+}
+void CpuBackend::vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                   View<const int32_t> targets, ConstTensor stats,
+                                   ConstTensor target_logit, float grad_scale) {
+  cpu::vocab_parallel_ce(losses, dlogits, logits, targets, stats, target_logit, grad_scale);
+}
 int64_t CpuBackend::attention_forward_scratch_numel(int64_t head_dim) {
   return cpu::attention_forward_scratch_numel(head_dim);
 }

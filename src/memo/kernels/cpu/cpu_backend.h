@@ -58,6 +58,11 @@ class CpuBackend : public Backend {
   void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) override;
   void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
                      float grad_scale) override;
+  void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                               View<const int32_t> targets) override;
+  void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                         View<const int32_t> targets, ConstTensor stats, ConstTensor target_logit,
+                         float grad_scale) override;
   int64_t attention_forward_scratch_numel(int64_t head_dim) override;
   void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                          int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,

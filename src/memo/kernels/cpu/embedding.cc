@@ -18,8 +18,12 @@ void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
   const int64_t T = x.rows(), C = x.cols();
   const int32_t* ids = tokens.data();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(x.data() + t * x.ld(), wte.data() + ids[t] * wte.ld(), size_t(C) * sizeof(float));
+  for (int64_t t = 0; t < T; ++t) {
+    if (ids[t] == kOtherShard)
+      std::fill_n(x.data() + t * x.ld(), C, 0.0f);
+    else
+      std::memcpy(x.data() + t * x.ld(), wte.data() + ids[t] * wte.ld(), size_t(C) * sizeof(float));
+  }
 }
 
 // Rows of dwte are shared by repeated tokens, so threads split the columns instead: thread i owns
@@ -35,6 +39,7 @@ void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens)
     const int64_t per_thread = (C + n_threads * kAlign - 1) / (n_threads * kAlign) * kAlign;
     const int64_t c0 = std::min(C, i * per_thread), c1 = std::min(C, c0 + per_thread);
     for (int64_t t = 0; t < T; ++t) {
+      if (ids[t] == kOtherShard) continue;
       const float* src = dx.data() + t * dx.ld();
       float* dst = dwte.data() + ids[t] * dwte.ld();
 #pragma omp simd

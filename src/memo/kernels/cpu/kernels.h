@@ -93,8 +93,10 @@ void bias_backward(Tensor db, ConstTensor dy);
 
 // --- token embedding ---
 // x[t,:] = wte[tokens[t],:].  x: [T, C]; wte: [V, C]. Throws DataError naming t on an id >= V.
+// A kOtherShard id (kernels/checks.h: the row is another tensor-parallel rank's) gives a zero row.
 void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte);
-// dwte[tokens[t],:] += dx[t,:], summed in token order for each row (deterministic).
+// dwte[tokens[t],:] += dx[t,:], summed in token order for each row (deterministic); kOtherShard
+// ids add nothing.
 void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens);
 
 // --- softmax cross-entropy ---
@@ -103,6 +105,20 @@ void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens)
 // grad_scale (dlogits may alias logits). Throws DataError on a target outside [0, V).
 void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
                    float grad_scale);
+// The same over a vocabulary split into t parts, one per tensor-parallel rank (Note
+// [Vocabulary-parallel loss] in model/model.cc). Each rank first computes, over its logits [T, V/t]
+// and its targets (relative to its first row, kOtherShard where another rank holds the target):
+//   stats[0, t] = max_c logits[t, c], stats[1, t] = sum_c exp(logits[t, c] - stats[0, t]) (added
+//   in double), target_logit[t] = logits[t, targets[t]] (0 for kOtherShard).
+void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                             View<const int32_t> targets);
+// Then, with stats [2 t, T] the ranks' stats in rank order and target_logit summed over them:
+// m = max_r m_r, s = sum_r s_r exp(m_r - m) (in double, in rank order), losses[t] = m + log(s) -
+// target_logit[t], and when dlogits is non-empty dlogits[t, c] = (exp(logits[t, c] - m) / s -
+// [c == targets[t]]) * grad_scale (dlogits may alias logits).
+void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                       View<const int32_t> targets, ConstTensor stats, ConstTensor target_logit,
+                       float grad_scale);
 
 // --- causal self-attention with grouped-query heads, FlashAttention-2 tiling ---
 // q: [B*S, H*D]; k, v: [B*S, Hkv*D]; o: [B*S, H*D]; lse: [B, H, S] (natural log, of scaled scores).

@@ -85,6 +85,15 @@ void MetaBackend::cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logit
                                 View<const int32_t> targets, float grad_scale) {
   check_cross_entropy(losses, dlogits, logits, targets, grad_scale);
 }
+void MetaBackend::vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                                          View<const int32_t> targets) {
+  check_vocab_parallel_ce_stats(stats, target_logit, logits, targets);
+}
+void MetaBackend::vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                    View<const int32_t> targets, ConstTensor stats,
+                                    ConstTensor target_logit, float) {
+  check_vocab_parallel_ce(losses, dlogits, logits, targets, stats, target_logit);
+}
 int64_t MetaBackend::attention_forward_scratch_numel(int64_t head_dim) {
   return target_.attention_forward_scratch_numel(head_dim);
 }
