@@ -26,6 +26,7 @@
 #include "memo/backend/optim_steps.h"
 #include "memo/core/dtype.h"
 #include "memo/core/tensor.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/optim_kernels.h"
 #include "memo/kernels/cpu/tensor_ops.h"
@@ -465,6 +466,71 @@ TEST(CudaBodies, embedding_backward_col_matches_cpu_bitwise_with_repeated_tokens
       embedding_backward_col(dwte_body.mat(), dx.cmat(), tokens.data(), c);
     expect_bits_eq(dwte_body, dwte_cpu, "dwte");
     EXPECT_NE(dwte_cpu.at(tokens[0], 0), dwte0.at(tokens[0], 0));
+  }
+}
+
+// Another tensor-parallel rank's tokens (kOtherShard): zero rows forward, no gradient backward.
+TEST(CudaBodies, embedding_bodies_match_cpu_bitwise_with_another_ranks_tokens) {
+  constexpr int64_t V = 5, T = 12, C = 7;
+  std::vector<int32_t> tokens = test::random_ids(T, V, 64);
+  for (int64_t t = 0; t < T; t += 3) tokens[t] = kOtherShard;
+  const View<const int32_t> tv(tokens.data(), {T});
+  const Buf wte = Buf::random(V, C, C, 65), dx = Buf::random(T, C, C, 66);
+  Buf x_cpu(T, C, C, kNaN), x_body(T, C, C, kNaN);
+  cpu::embedding_forward(x_cpu.t(), tv, wte.ct());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < C; ++c)
+      x_body.mat().at(t, c) = embedding_forward_at(wte.cmat(), tokens.data(), t, c);
+  expect_bits_eq(x_body, x_cpu, "x");
+  EXPECT_EQ(x_cpu.at(0, 0), 0.0f);
+  const Buf dwte0 = Buf::random(V, C, C, 67);
+  Buf dwte_cpu = dwte0, dwte_body = dwte0;
+  cpu::embedding_backward(dwte_cpu.t(), dx.ct(), tv);
+  for (int64_t c = 0; c < C; ++c)
+    embedding_backward_col(dwte_body.mat(), dx.cmat(), tokens.data(), c);
+  expect_bits_eq(dwte_body, dwte_cpu, "dwte");
+}
+
+// The vocabulary-parallel loss's two passes against the CPU kernels, over 3 parts of a vocabulary.
+TEST(CudaBodies, vocab_parallel_ce_rows_match_cpu) {
+  constexpr float kGradScale = 0.37f;
+  constexpr int64_t T = 9, Vl = 40, ranks = 3;
+  const Buf logits = Buf::random(T, Vl * ranks, Vl * ranks, 73, -6.0f, 6.0f);
+  const std::vector<int32_t> ys = test::random_ids(T, int32_t(Vl * ranks), 74);
+  std::vector<float> stats_cpu = nan_vec(2 * ranks * T), stats_body = nan_vec(2 * ranks * T);
+  std::vector<float> target(T, 0.0f);
+  std::vector<std::vector<int32_t>> local(static_cast<size_t>(ranks), std::vector<int32_t>(T));
+  for (int64_t r = 0; r < ranks; ++r) {
+    for (int64_t t = 0; t < T; ++t)
+      local[r][t] = ys[t] / Vl == r ? int32_t(ys[t] - r * Vl) : kOtherShard;
+    const View<const float> part = logits.ct().slice_cols(r * Vl, (r + 1) * Vl);
+    std::vector<float> tl_cpu = nan_vec(T), tl_body = nan_vec(T);
+    cpu::vocab_parallel_ce_stats(View<float>(stats_cpu.data() + 2 * r * T, {2, T}),
+                                 View<float>(tl_cpu.data(), {T}), part,
+                                 View<const int32_t>(local[r].data(), {T}));
+    const CMat m{part.data(), T, Vl, part.ld()};
+    for (int64_t t = 0; t < T; ++t)
+      vocab_parallel_ce_stats_row(stats_body.data() + 2 * r * T, tl_body.data(), m, local[r].data(),
+                                  t);
+    expect_bits_eq(tl_body, tl_cpu, "target logit");  // a copy or 0
+    for (int64_t t = 0; t < T; ++t) target[t] += tl_cpu[t];
+  }
+  EXPECT_LE(max_err(stats_body, stats_cpu, std::vector<double>(stats_cpu.size(), 1.0)) / double(Vl),
+            kExpTol);
+  for (int64_t r = 0; r < ranks; ++r) {
+    const View<const float> part = logits.ct().slice_cols(r * Vl, (r + 1) * Vl);
+    const CMat m{part.data(), T, Vl, part.ld()};
+    std::vector<float> l_cpu = nan_vec(T), l_body = nan_vec(T);
+    std::vector<float> d_cpu = nan_vec(T * Vl), d_body = nan_vec(T * Vl);
+    cpu::vocab_parallel_ce(View<float>(l_cpu.data(), {T}), View<float>(d_cpu.data(), {T, Vl}), part,
+                           View<const int32_t>(local[r].data(), {T}),
+                           View<const float>(stats_cpu.data(), {2 * ranks, T}),
+                           View<const float>(target.data(), {T}), kGradScale);
+    for (int64_t t = 0; t < T; ++t)
+      vocab_parallel_ce_row(l_body.data(), Mat{d_body.data(), T, Vl, Vl}, m, local[r].data(),
+                            stats_cpu.data(), ranks, target.data(), kGradScale, t);
+    EXPECT_LE(max_err(l_body, l_cpu, std::vector<double>(T, 10.0)), kExpTol);
+    EXPECT_LE(max_err(d_body, d_cpu, std::vector<double>(T * Vl, kGradScale)), kExpTol);
   }
 }
 

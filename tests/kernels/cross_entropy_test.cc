@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/kernel_test_util.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "reference/reference.h"
 
@@ -125,6 +126,53 @@ TEST(CrossEntropy, bad_target_error_names_position_value_and_vocabulary) {
       EXPECT_NE(msg.find("target id " + std::to_string(bad) + " at position 1"), std::string::npos)
           << msg;
       EXPECT_NE(msg.find("[0, 5)"), std::string::npos) << msg;
+    }
+  }
+}
+
+// The loss over a vocabulary split into t parts (one per tensor-parallel rank) equals the loss
+// over the whole: each part's max and sum, merged in double, give the whole's log-sum-exp to a
+// few ulps, and each part's gradient is the whole's columns.
+TEST(VocabParallelCrossEntropy, parts_give_the_whole_vocabularys_loss_and_gradient) {
+  constexpr float kGradScale = 0.25f;
+  for (const CeCase& k : {CeCase{7, 96, 8.0f}, CeCase{5, 60, 30.0f}, CeCase{3, 12, 2.0f}}) {
+    const auto [T, V, spread] = k;
+    const std::vector<float> logits = test::random_floats(T * V, 81, -spread, spread);
+    const std::vector<int32_t> ys = test::random_ids(T, int32_t(V), 82);
+    std::vector<float> want_loss(T), want_grad(T * V);
+    cross_entropy(Tensor(want_loss.data(), {T}), Tensor(want_grad.data(), {T, V}),
+                  ConstTensor(logits.data(), {T, V}), View<const int32_t>(ys.data(), {T}),
+                  kGradScale);
+    for (int64_t t_ranks : {1, 2, 3}) {
+      SCOPED_TRACE(std::to_string(T) + "x" + std::to_string(V) + " over " +
+                   std::to_string(t_ranks));
+      const int64_t Vl = V / t_ranks;
+      std::vector<float> stats(2 * t_ranks * T), target(T, 0.0f);
+      std::vector<std::vector<int32_t>> local(static_cast<size_t>(t_ranks),
+                                              std::vector<int32_t>(T));
+      for (int64_t r = 0; r < t_ranks; ++r) {  // each rank's part: columns [r Vl, (r + 1) Vl)
+        for (int64_t t = 0; t < T; ++t)
+          local[r][t] = ys[t] / Vl == r ? int32_t(ys[t] - r * Vl) : kOtherShard;
+        std::vector<float> tl(T);
+        vocab_parallel_ce_stats(Tensor(stats.data() + 2 * r * T, {2, T}), Tensor(tl.data(), {T}),
+                                ConstTensor(logits.data(), {T, V}).slice_cols(r * Vl, (r + 1) * Vl),
+                                View<const int32_t>(local[r].data(), {T}));
+        for (int64_t t = 0; t < T; ++t) target[t] += tl[t];
+      }
+      for (int64_t r = 0; r < t_ranks; ++r) {
+        std::vector<float> loss(T), grad(T * Vl);
+        vocab_parallel_ce(Tensor(loss.data(), {T}), Tensor(grad.data(), {T, Vl}),
+                          ConstTensor(logits.data(), {T, V}).slice_cols(r * Vl, (r + 1) * Vl),
+                          View<const int32_t>(local[r].data(), {T}),
+                          ConstTensor(stats.data(), {2 * t_ranks, T}),
+                          ConstTensor(target.data(), {T}), kGradScale);
+        for (int64_t t = 0; t < T; ++t) {
+          EXPECT_NEAR(loss[t], want_loss[t], 4.0 * kFloatU * (1.0 + std::abs(want_loss[t])));
+          for (int64_t c = 0; c < Vl; ++c)
+            EXPECT_NEAR(grad[t * Vl + c], want_grad[t * V + r * Vl + c],
+                        8.0 * kFloatU * (std::abs(want_grad[t * V + r * Vl + c]) + kGradScale));
+        }
+      }
     }
   }
 }

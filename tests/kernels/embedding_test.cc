@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/kernel_test_util.h"
+#include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "reference/reference.h"
 
@@ -88,7 +89,7 @@ TEST(Embedding, out_of_range_id_error_names_position_value_and_vocabulary) {
   const int64_t T = 4, C = 3;
   const int32_t V = 10;
   std::vector<float> x(T * C), wte(V * C);
-  for (int32_t bad : {10, -1}) {
+  for (int32_t bad : {10, -2}) {
     const std::vector<int32_t> ids = {1, 2, bad, 3};
     try {
       embedding_forward(Tensor(x.data(), {T, C}), View<const int32_t>(ids.data(), {T}),
@@ -103,6 +104,30 @@ TEST(Embedding, out_of_range_id_error_names_position_value_and_vocabulary) {
     EXPECT_THROW(embedding_backward(Tensor(wte.data(), {V, C}), ConstTensor(x.data(), {T, C}),
                                     View<const int32_t>(ids.data(), {T})),
                  DataError);
+  }
+}
+
+// Under tensor parallelism a rank's table holds some of the vocabulary's rows; a token whose row
+// another rank holds (kOtherShard) gets a zero row and adds nothing to the gradient.
+TEST(Embedding, another_ranks_tokens_give_zero_rows_and_no_gradient) {
+  const int64_t T = 5, C = 3, V = 4;
+  const std::vector<float> wte = test::random_floats(V * C, 44);
+  const std::vector<int32_t> ids = {2, kOtherShard, 0, kOtherShard, 2};
+  std::vector<float> x(T * C, 7.0f);
+  embedding_forward(Tensor(x.data(), {T, C}), View<const int32_t>(ids.data(), {T}),
+                    ConstTensor(wte.data(), {V, C}));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < C; ++c)
+      EXPECT_EQ(x[t * C + c], ids[t] == kOtherShard ? 0.0f : wte[ids[t] * C + c]) << t << "," << c;
+  const std::vector<float> dx = test::random_floats(T * C, 45);
+  std::vector<float> dwte(V * C, 0.0f);
+  embedding_backward(Tensor(dwte.data(), {V, C}), ConstTensor(dx.data(), {T, C}),
+                     View<const int32_t>(ids.data(), {T}));
+  for (int64_t c = 0; c < C; ++c) {
+    EXPECT_EQ(dwte[0 * C + c], dx[2 * C + c]);
+    EXPECT_EQ(dwte[1 * C + c], 0.0f);
+    EXPECT_EQ(dwte[2 * C + c], dx[0 * C + c] + dx[4 * C + c]);
+    EXPECT_EQ(dwte[3 * C + c], 0.0f);
   }
 }
 

@@ -42,7 +42,7 @@ void check_rebuild(const ModelConfig& cfg) {
                    nullptr};
   if (!cfg.uses_rope()) ctx.rope_cos = ctx.rope_sin = View<const float>();
   const Architecture& arch = architecture(cfg.arch);
-  const std::vector<SkeletalField> fields = arch.skeletal_fields(cfg, DType::kF32);
+  const std::vector<SkeletalField> fields = arch.skeletal_fields(cfg, DType::kF32, 1);
   SavedActs fwd, re;
   for (size_t i = 0; i < fields.size(); ++i) {
     fwd[int(i)] =

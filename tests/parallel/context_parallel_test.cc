@@ -31,6 +31,8 @@ namespace fs = std::filesystem;
 using test::losses;
 using test::mpirun;
 using test::records;
+using test::relative;
+using test::weights_difference;
 
 const char* kGpt2 = R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4,
   "n_inner": 64, "vocab_size": 256, "n_positions": 256, "layer_norm_epsilon": 1e-5})";
@@ -62,24 +64,6 @@ class ContextParallel : public ::testing::Test {
   void matches_one_process(const std::string& config, int64_t seq, int ranks);
   test::TempDir dir;
 };
-
-double relative(double got, double want) { return std::abs(got - want) / std::abs(want); }
-
-// Largest |a - b| / (1 + |b|) over every tensor of two checkpoints' model.safetensors.
-double weights_difference(const std::string& run_a, const std::string& run_b) {
-  const SafetensorsFile a(find_latest_checkpoint(run_a) / kModelFile);
-  const SafetensorsFile b(find_latest_checkpoint(run_b) / kModelFile);
-  EXPECT_EQ(a.names(), b.names());
-  double worst = 0.0;
-  for (const std::string& name : a.names()) {
-    std::vector<float> x(static_cast<size_t>(a.numel(name))), y(x.size());
-    a.read_into(name, x.data(), int64_t(x.size()));
-    b.read_into(name, y.data(), int64_t(y.size()));
-    for (size_t i = 0; i < x.size(); ++i)
-      worst = std::max(worst, double(std::abs(x[i] - y[i])) / (1.0 + std::abs(y[i])));
-  }
-  return worst;
-}
 
 void expect_close_runs(const std::string& got, const std::string& want, int cp, int ranks) {
   const auto a = records(want + ".jsonl"), b = records(got + ".jsonl");

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "memo/io/checkpoint.h"
+#include "memo/io/safetensors.h"
 #include "test_util.h"
 
 namespace memo::test {
@@ -24,6 +26,24 @@ inline std::string mpirun(int ranks) {
   return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
          "ASAN_OPTIONS=detect_leaks=0 mpirun --oversubscribe --bind-to none -np " +
          std::to_string(ranks) + " ";
+}
+
+inline double relative(double got, double want) { return std::abs(got - want) / std::abs(want); }
+
+// Largest |a - b| / (1 + |b|) over every tensor of two checkpoints' model.safetensors.
+inline double weights_difference(const std::string& run_a, const std::string& run_b) {
+  const SafetensorsFile a(find_latest_checkpoint(run_a) / kModelFile);
+  const SafetensorsFile b(find_latest_checkpoint(run_b) / kModelFile);
+  EXPECT_EQ(a.names(), b.names());
+  double worst = 0.0;
+  for (const std::string& name : a.names()) {
+    std::vector<float> x(static_cast<size_t>(a.numel(name))), y(x.size());
+    a.read_into(name, x.data(), int64_t(x.size()));
+    b.read_into(name, y.data(), int64_t(y.size()));
+    for (size_t i = 0; i < x.size(); ++i)
+      worst = std::max(worst, double(std::abs(x[i] - y[i])) / (1.0 + std::abs(y[i])));
+  }
+  return worst;
 }
 
 // Every record of a JSON-lines log, in order.

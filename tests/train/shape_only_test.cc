@@ -14,6 +14,7 @@
 #include "memo/memory/planned_allocator.h"
 #include "memo/memory/strategy_factory.h"
 #include "memo/model/presets.h"
+#include "memo/parallel/shape_communicator.h"
 #include "memo/train/device_plan.h"
 #include "test_util.h"
 
@@ -138,8 +139,10 @@ TEST(ShapeOnlyTrace, a_7b_rank_at_a_million_tokens_needs_no_memory) {
       if (r.name == "tp.attn_in" && r.phase >= 0) {  // in a layer pass: all the tokens
         EXPECT_EQ(r.bytes, tp * x_bytes);
         ++gathered;
-      } else if (r.name == "tp.attn_in") {  // memo's rebuild: the recomputed (1 - alpha) of them
-        EXPECT_EQ(r.bytes, tp * x_bytes / 2);
+      } else if (r.name == "tp.attn_in") {
+        // memo's rebuild: LLaMA holds the buffer for all of them, whatever alpha (Note
+        // [Tensor-parallel activations]); GPT-2's shape-only model the rebuilt (1 - alpha)
+        EXPECT_EQ(r.bytes, config.is_gpt2() ? tp * x_bytes / 2 : tp * x_bytes);
       }
     }
     EXPECT_EQ(inputs, 3);  // memo's ring of three layer inputs
@@ -183,9 +186,16 @@ TEST(ShapeOnlyTrace, context_parallel_traces_the_ring) {
 // 4 and 2, each moving (t - 1) of the rank's [T', C] blocks; recompute re-runs the forward of
 // every layer but the last. What the cluster plan's time model counts (train/cluster_plan.cc:
 // 4, 6 and 4 again of (t - 1)/t of [T/c, C] each).
+// The layers' 4 forward and 6 backward collectives of [t T', C] bf16 each; LLaMA, which runs
+// tensor parallelism with values, also the vocabulary-parallel embedding (a reduce-scatter
+// forward, a gather backward), the head's gather and its gradient's reduce-scatter, and the loss's
+// f32 statistics (a gather of [2, T] and a sum of [T]).
 TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
-  for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()}) {
+  ModelConfig llama = testing::tiny_config();
+  llama.num_key_value_heads = llama.num_attention_heads;  // splits 4 ways
+  for (ModelConfig config : {llama, tiny_gpt_config()}) {
     SCOPED_TRACE(config.is_gpt2() ? "gpt2" : "llama");
+    const bool values = !config.is_gpt2();
     const int64_t L = config.num_hidden_layers, C = config.hidden_size;
     for (int64_t tp : {2, 4}) {
       for (const char* strategy : {"keep", "recompute"}) {
@@ -196,16 +206,21 @@ TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
         const Trace trace = trace_shapes_only(config, Parallel{tp, 1}, 1, rank_tokens,
                                               factory(strategy), DType::kBF16, &cp, &tpc);
         const int64_t forwards = std::string(strategy) == "recompute" ? 2 * L - 1 : L;
-        EXPECT_EQ(tpc.bytes_sent, (forwards * 4 + L * 6) * block);
+        const int64_t T = tp * rank_tokens;
+        const int64_t loss =
+            all_gather_bytes(2 * T * 4, int(tp)) + all_reduce_bytes(T * 4, int(tp));
+        EXPECT_EQ(tpc.bytes_sent,
+                  (forwards * 4 + L * 6 + (values ? 4 : 0)) * block + (values ? loss : 0));
         EXPECT_EQ(tpc.bytes_received, tpc.bytes_sent);
         EXPECT_EQ(cp.bytes_sent, 0);
         int64_t gathers = 0;
         for (const TracedRequest& r : trace.requests)
           if (r.name.rfind("tp.", 0) == 0) {
             ++gathers;
-            EXPECT_EQ(r.bytes, tp * rank_tokens * C * 2) << r.name;  // [t T', C] bf16
+            EXPECT_EQ(r.bytes, r.name == "tp.ce_stats" ? 2 * tp * T * 4 : T * C * 2)
+                << r.name;  // [t T', C] bf16; the loss's [2 t, T] f32
           }
-        EXPECT_EQ(gathers, forwards * 4 + L * 6);
+        EXPECT_EQ(gathers, forwards * 4 + L * 6 + (values ? 5 : 0));
       }
     }
   }
@@ -233,7 +248,10 @@ TEST(ShapeOnlyTrace, a_bf16_trace_keeps_statistics_and_the_loss_path_in_f32) {
                                              "head.losses",
                                              "attn.fwd_scratch",
                                              "attn.bwd_scratch",
-                                             "cp.lse_part"};
+                                             "cp.lse_part",
+                                             "head.ce_stats",
+                                             "head.ce_target",
+                                             "tp.ce_stats"};
     int halved = 0;
     for (size_t i = 0; i < f32.requests.size(); ++i) {
       const TracedRequest &a = f32.requests[i], &b = bf16.requests[i];
@@ -248,10 +266,20 @@ TEST(ShapeOnlyTrace, a_bf16_trace_keeps_statistics_and_the_loss_path_in_f32) {
   }
 }
 
-TEST(ShapeOnlyTrace, a_model_with_values_refuses_several_ranks) {
-  Model model(testing::tiny_config());
-  const std::string msg = test::error_message<ConfigError>([&] { model.set_parallel({2, 1}); });
+// GPT-2's layer runs tensor parallelism only in shape-only traces; LLaMA's holds its rank's parts.
+TEST(ShapeOnlyTrace, a_gpt2_model_with_values_refuses_several_ranks) {
+  ShapeCommunicator group(2, 0);
+  Model gpt2(tiny_gpt_config());
+  const std::string msg = test::error_message<ConfigError>([&] {
+    gpt2.set_parallel({2, 1}, &group);
+  });
   EXPECT_NE(msg.find("memo plan"), std::string::npos) << msg;
+  Model llama(testing::tiny_config());
+  const int64_t whole = llama.layout().count();
+  llama.set_parallel({2, 1}, &group);
+  EXPECT_TRUE(llama.tensor_parallel());
+  EXPECT_LT(llama.layout().count(), whole);
+  EXPECT_GT(llama.layout().count(), whole / 2);  // the norms are whole on every rank
 }
 
 }  // namespace

@@ -222,9 +222,8 @@ MEMO_HD inline void vocab_parallel_ce_stats_row(float* stats, float* target_logi
   target_logit[t] = targets[t] >= 0 ? logits.at(t, targets[t]) : 0.0f;
 }
 MEMO_HD inline void vocab_parallel_ce_row(float* losses, Mat dlogits, CMat logits,
-                                          const int32_t* targets, const float* stats,
-                                          int64_t ranks, const float* target_logit,
-                                          float grad_scale, int64_t t) {
+                                          const int32_t* targets, const float* stats, int64_t ranks,
+                                          const float* target_logit, float grad_scale, int64_t t) {
   const int64_t V = logits.cols, T = logits.rows;
   float m = stats[t];
   for (int64_t r = 1; r < ranks; ++r) m = stats[2 * r * T + t] > m ? stats[2 * r * T + t] : m;

@@ -173,8 +173,8 @@ void check_vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
                  (!want_grad || is_matrix(dlogits, T, V)) && is_matrix(stats) &&
                  stats.cols() == T && stats.rows() % 2 == 0 && stats.rows() > 0 &&
                  stats.contiguous() && is_vector(target_logit, T),
-             "vocab_parallel_ce: losses ", losses.shape(), " dlogits ", dlogits.shape(),
-             " logits ", logits.shape(), " targets ", targets.shape(), " stats ", stats.shape(),
+             "vocab_parallel_ce: losses ", losses.shape(), " dlogits ", dlogits.shape(), " logits ",
+             logits.shape(), " targets ", targets.shape(), " stats ", stats.shape(),
              " target_logit ", target_logit.shape());
   if (ids_on_host) check_shard_ids("vocab_parallel_ce", "target", targets, V);
 }

@@ -72,8 +72,8 @@ MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
   const int64_t g = backend()->reproducible_rows();
   const int64_t T = layout().token_rows(batch, seq);
   const int64_t rows = memo_offload_rows(d.alpha, T, g);
-  d.text += str("; offloading ", rows, " of ", T, " token rows (alpha ",
-                double(rows) / double(T), " after rounding to ", g, "-row panels), host ",
+  d.text += str("; offloading ", rows, " of ", T, " token rows (alpha ", double(rows) / double(T),
+                " after rounding to ", g, "-row panels), host ",
                 gib(double(planned_host_bytes(batch, seq, rows))));
   return d;
 }

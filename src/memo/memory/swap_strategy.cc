@@ -48,8 +48,8 @@ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 // Bytes of a field that travel: all of it, or the first `rows` token rows of a per-token field
 // ([T] or [T, W]; of each of its row groups).
 int64_t moved_bytes(const SkeletalField& f, const Shape& shape, int64_t rows) {
-  const int64_t elements = f.per_token ? f.row_groups * rows * (shape.ndim == 1 ? 1 : shape[1])
-                                       : shape.numel();
+  const int64_t elements =
+      f.per_token ? f.row_groups * rows * (shape.ndim == 1 ? 1 : shape[1]) : shape.numel();
   return elements * dtype_bytes(f.dtype);
 }
 

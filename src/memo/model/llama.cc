@@ -196,15 +196,13 @@ void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, con
   // empty included, so the requests a plan traced do not depend on alpha.
   if (r0 == r1 && !ctx.tp) return;
   const int64_t g = ctx.backend->reproducible_rows();
-  MEMO_CHECK(t == 1 || n == 0 || g == 0 || Tl % g == 0, "llama recompute_tokens: under tensor parallelism ",
-             "the rank's ", Tl, " token rows must be a multiple of the backend's ", g,
-             " reproducible rows");
+  MEMO_CHECK(t == 1 || n == 0 || g == 0 || Tl % g == 0,
+             "llama recompute_tokens: under tensor parallelism ", "the rank's ", Tl,
+             " token rows must be a multiple of the backend's ", g, " reproducible rows");
   const float eps = float(cfg.rms_norm_eps);
   auto rows = [r0, r1](const Tensor& x) { return x.slice_rows(r0, r1); };
   // group k of a T-row tensor: the tokens of rank k's rows [r0, r1)
-  auto group = [&](const Tensor& x, int64_t k) {
-    return x.slice_rows(k * Tl + r0, k * Tl + r1);
-  };
+  auto group = [&](const Tensor& x, int64_t k) { return x.slice_rows(k * Tl + r0, k * Tl + r1); };
   auto group_of = [n](ConstTensor gathered, int64_t k) {
     return gathered.slice_rows(k * n, (k + 1) * n);
   };
@@ -228,8 +226,7 @@ void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, con
     TpPartial partial(*ctx.alloc, ctx.tp, "tp.attn_out", n, cfg.hidden_size, ctx.act, Tl);
     const Tensor sums = partial.sums_into(rows(s.h));
     for (int64_t k = 0; k < t && n > 0; ++k)
-      ctx.backend->matmul_token_panels(sums.slice_rows(k * n, (k + 1) * n), group(s.attn, k),
-                                       w.wo);
+      ctx.backend->matmul_token_panels(sums.slice_rows(k * n, (k + 1) * n), group(s.attn, k), w.wo);
     partial.reduce_scatter(rows(s.h));
     if (n > 0) ctx.backend->add_into(rows(s.h), rows(s.x));
   }

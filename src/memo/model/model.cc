@@ -93,8 +93,7 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
     const int64_t t = parallel.tp;
     auto refuse = [t](const char* what, int64_t n) {
       throw ConfigError(str("tensor parallel ", t, ": the model's ", n, " ", what,
-                            " do not split into ", t, " equal parts; use a --tp that divides ",
-                            n));
+                            " do not split into ", t, " equal parts; use a --tp that divides ", n));
     };
     if (config_.num_attention_heads % t != 0)
       refuse("attention heads", config_.num_attention_heads);
@@ -428,8 +427,8 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
     } else {
       Tensor stats = alloc.acquire("head.ce_stats", {2, n}, ActKind::kTransient, DType::kF32);
       Tensor target = alloc.acquire("head.ce_target", {n}, ActKind::kTransient, DType::kF32);
-      Tensor all = alloc.acquire("tp.ce_stats", {2 * int64_t(tp->size()), n},
-                                 ActKind::kTransient, DType::kF32);
+      Tensor all = alloc.acquire("tp.ce_stats", {2 * int64_t(tp->size()), n}, ActKind::kTransient,
+                                 DType::kF32);
       backend_->vocab_parallel_ce_stats(stats, target, logits, ys);
       tp->all_gather(all, stats);
       tp->all_reduce_sum(target);

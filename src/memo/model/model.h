@@ -129,8 +129,8 @@ class Model {
   ModelWeights dw_;
   void allocate_params();  // params_ and grads_ for layout_, zeroed; the weights bound
   Parallel parallel_;
-  Communicator* tp_group_ = nullptr;  // t ranks when parallel_.tp > 1
-  bool tp_values_ = false;            // the layers run it with values (LLaMA)
+  Communicator* tp_group_ = nullptr;             // t ranks when parallel_.tp > 1
+  bool tp_values_ = false;                       // the layers run it with values (LLaMA)
   std::vector<int32_t> tp_inputs_, tp_targets_;  // ids relative to this rank's vocabulary rows
   std::optional<ContextParallel> cp_;            // set: context parallel over cp_->group
   std::vector<int32_t> cp_inputs_, cp_targets_;  // this rank's chunks of the micro-batch

@@ -23,8 +23,8 @@ ParamLayout::ParamLayout(const ModelConfig& config, TensorShard shard) : shard_(
       int64_t& d = p.shape.at(size_t(p.split));
       if (d % shard.ranks != 0)
         throw ConfigError(str("tensor parallel ", shard.ranks, ": ", p.name, " has ", d,
-                              p.split == 0 ? " rows" : " columns",
-                              ", which do not split into ", shard.ranks, " equal parts"));
+                              p.split == 0 ? " rows" : " columns", ", which do not split into ",
+                              shard.ranks, " equal parts"));
       d /= shard.ranks;
     }
     p.numel = 1;
@@ -34,8 +34,7 @@ ParamLayout::ParamLayout(const ModelConfig& config, TensorShard shard) : shard_(
   }
 }
 
-ParamLayout::ParamLayout(const ParamLayout& full, size_t first, size_t last)
-    : shard_(full.shard_) {
+ParamLayout::ParamLayout(const ParamLayout& full, size_t first, size_t last) : shard_(full.shard_) {
   MEMO_CHECK(first <= last && last <= full.params_.size(), "tensors [", first, ", ", last,
              ") of a layout of ", full.params_.size());
   base_offset_ = first < full.params_.size() ? full.params_[first].offset : full.total_numel_;

@@ -45,7 +45,8 @@ void ShapeCommunicator::all_gather(std::span<double> out, std::span<const double
   const int64_t moved = all_gather_bytes(int64_t(in.size() * sizeof(double)), size_);
   count(moved, moved);
   // host statistics are small: the group's ranks are modelled as this rank's copies
-  for (size_t r = 0; r < size_t(size_); ++r) std::copy(in.begin(), in.end(), out.begin() + std::ptrdiff_t(r * in.size()));
+  for (size_t r = 0; r < size_t(size_); ++r)
+    std::copy(in.begin(), in.end(), out.begin() + std::ptrdiff_t(r * in.size()));
 }
 
 void ShapeCommunicator::broadcast(Tensor x, int root) {

@@ -26,8 +26,9 @@ TrainStep::TrainStep(Model& model, Optimizer& optimizer, ActivationStrategy& str
              shape.micro_steps, " micro-batches of ", shape.micro_batch, " x ", shape.seq,
              " tokens");
   if (probe_ && model.tensor_parallel())
-    throw ConfigError("the gradient noise scale is not measured under tensor parallelism: its "
-                      "probe reads whole micro-batch gradients; run --tp with --no-gns");
+    throw ConfigError(
+        "the gradient noise scale is not measured under tensor parallelism: its "
+        "probe reads whole micro-batch gradients; run --tp with --no-gns");
 }
 
 StepGradients TrainStep::gradients(int64_t step) { return gradients(step, shape_.micro_steps); }

@@ -612,9 +612,9 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
                              o.micro_batch, o.val_batches * o.micro_batch, {}, &data_parallel);
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     if (log) {
-      nlohmann::json record = log_record(run, g, tokens_per_s, mfu, alloc, *strategy, probe_ptr,
-                                         change, data_parallel, cp_group.get(), tp_group.get(),
-                                         o.zero);
+      nlohmann::json record =
+          log_record(run, g, tokens_per_s, mfu, alloc, *strategy, probe_ptr, change, data_parallel,
+                     cp_group.get(), tp_group.get(), o.zero);
       if (mfu_peak) record["mfu_peak"] = *mfu_peak;
       if (val && val->tokens > 0) {
         record["val_loss"] = *result.val_loss;

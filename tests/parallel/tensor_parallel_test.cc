@@ -1,0 +1,177 @@
+// memo train --tp under mpirun (Note [Tensor-parallel activations] in model/parallel.h): the
+// heads, MLP units and vocabulary split over T ranks, the sequence split between the layers. The
+// same losses, gradient norms, validation loss and (gathered) weights as one process within fp32
+// rounding, alone and with data and context parallelism; the activation strategies bit-identical
+// to each other under it; checkpoints of whole tensors that resume on another layout; layouts
+// that do not split refused on every rank with one line.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "../cli/cli_test_util.h"
+#include "memo/io/checkpoint.h"
+#include "memo/io/safetensors.h"
+#include "mpi_launch.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+using test::losses;
+using test::mpirun;
+using test::records;
+using test::relative;
+using test::weights_difference;
+
+// Tolerance against one process. A rank's products sum over its part of the heads or units and
+// the reduce-scatter adds the ranks' partial sums, so the outputs differ from one process's by a
+// few fp32 ulps (~1e-7 relative); the vocabulary-parallel loss merges the parts' log-sum-exps in
+// double. Measured on the loss over 4 AdamW steps: ~2e-9 relative. 1e-5 catches a wrong split,
+// a missing reduction of the norms' gradients or a wrong vocabulary offset (each >= 1e-3).
+constexpr double kTol = 1e-5;
+
+class TensorParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::write_text(dir / "llama.json", test::kTinyLlamaConfig);
+    test::write_text(dir / "data.txt", test::corpus(40000));
+  }
+  std::string train_cmd(const std::string& config, const std::string& out, int64_t seq,
+                        const std::string& extra) const {
+    return test::memo_bin() + " train --config " + dir.str(config) + " --data " +
+           dir.str("data.txt") + " --seq " + std::to_string(seq) +
+           " --batch 4 --micro-batch 2 --lr 3e-3 --warmup 2 --val-batches 2 --no-gns --out " + out +
+           " --log " + out + ".jsonl " + extra;
+  }
+  test::TempDir dir;
+};
+
+void expect_close_runs(const std::string& got, const std::string& want, int tp, int ranks) {
+  const auto a = records(want + ".jsonl"), b = records(got + ".jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LT(relative(b[i]["loss"], a[i]["loss"]), kTol) << got << " step " << i + 1;
+    EXPECT_LT(relative(b[i]["grad_norm"], a[i]["grad_norm"]), kTol) << got << " step " << i + 1;
+    EXPECT_EQ(b[i]["tp"], tp);
+    EXPECT_EQ(b[i]["ranks"], ranks);
+    EXPECT_GT(b[i]["tp_comm_bytes"].get<int64_t>(), 0);
+  }
+  EXPECT_LT(relative(b.back()["val_loss"], a.back()["val_loss"]), kTol) << got;
+  // the checkpoint holds whole tensors with one process's names and shapes
+  EXPECT_LT(weights_difference(got, want), kTol) << got;
+}
+
+TEST_F(TensorParallel, alone_and_with_data_and_context_parallelism_matches_one_process) {
+  const std::string one = dir / "one", tp2 = dir / "tp2", tp2cp2 = dir / "tp2cp2",
+                    dp2tp2 = dir / "dp2tp2";
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd("llama.json", one, 64, "--steps 4"))
+                .exit_code,
+            0);
+  const test::CommandResult r2 =
+      test::run_command(mpirun(2) + train_cmd("llama.json", tp2, 64, "--steps 4 --tp 2"));
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  EXPECT_NE(r2.output.find("tensor + sequence parallel over 2 processes"), std::string::npos)
+      << r2.output;
+  const test::CommandResult r22 =
+      test::run_command(mpirun(4) + train_cmd("llama.json", tp2cp2, 64, "--steps 4 --tp 2 --cp 2"));
+  ASSERT_EQ(r22.exit_code, 0) << r22.output;
+  // data parallel over 2 groups of 2 tensor-parallel ranks, the optimiser sharded over the 2
+  const test::CommandResult d22 = test::run_command(
+      mpirun(4) + train_cmd("llama.json", dp2tp2, 64, "--steps 4 --tp 2 --zero 1"));
+  ASSERT_EQ(d22.exit_code, 0) << d22.output;
+  EXPECT_NE(d22.output.find("data parallel over 2 processes"), std::string::npos) << d22.output;
+  expect_close_runs(tp2, one, 2, 2);
+  expect_close_runs(tp2cp2, one, 2, 4);
+  expect_close_runs(dp2tp2, one, 2, 4);
+  EXPECT_EQ(records(tp2cp2 + ".jsonl")[0]["cp"], 2);
+}
+
+// keep, recompute, offload and memo (token-wise rebuild of rows 128.. of each rank's 512, in both
+// row groups of the heads' tensors) give the same bits under tensor parallelism, in a planned
+// arena; memo without --alpha too (its warm-up chooses, the ranks agree on the least).
+TEST_F(TensorParallel, activation_strategies_are_bit_identical) {
+  std::string four = test::kTinyLlamaConfig;
+  four.replace(four.find("\"num_hidden_layers\": 2"), 22, "\"num_hidden_layers\": 4");
+  test::write_text(dir / "llama4.json", four);
+  const std::string base = "--steps 2 --tp 2 --device-memory 64MiB --activations ";
+  std::map<int64_t, std::string> want;
+  for (const auto& [name, flags] : {std::pair<const char*, const char*>{"keep", "keep"},
+                                    {"recompute", "recompute"},
+                                    {"offload", "offload --host-memory 1GiB"},
+                                    {"memo", "memo --alpha 0.25 --host-memory 1GiB"},
+                                    {"memo-chosen", "memo --host-memory 1GiB"}}) {
+    const std::string out = dir / name;
+    const test::CommandResult r = test::run_command(
+        mpirun(2) + train_cmd("llama4.json", out, 512, base + std::string(flags)));
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    if (want.empty())
+      want = losses(out + ".jsonl");
+    else
+      EXPECT_EQ(losses(out + ".jsonl"), want) << name;
+  }
+  EXPECT_EQ(want.size(), 2u);
+}
+
+// A checkpoint holds whole tensors, weights and optimiser state: one saved under --tp 2 resumes
+// in one process, and one saved by one process resumes under --tp 2 --cp 2, both continuing the
+// uninterrupted run's losses within kTol.
+TEST_F(TensorParallel, resumes_on_another_layout) {
+  const std::string one = dir / "one", tp2 = dir / "tp2";
+  const std::string steps = "--steps 4 --save-every 2";
+  ASSERT_EQ(
+      test::run_command("OMP_NUM_THREADS=1 " + train_cmd("llama.json", one, 64, steps)).exit_code,
+      0);
+  const test::CommandResult saved =
+      test::run_command(mpirun(2) + train_cmd("llama.json", tp2, 64, steps + " --tp 2"));
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const auto want = losses(one + ".jsonl");
+  ASSERT_EQ(want.size(), 4u);
+  for (const auto& [launch, from, layout] :
+       {std::tuple{std::string("OMP_NUM_THREADS=1 "), tp2, std::string()},
+        {mpirun(4), one, std::string(" --tp 2 --cp 2")}}) {
+    const std::string out = dir / ("resumed-" + std::filesystem::path(from).filename().string());
+    const test::CommandResult r = test::run_command(
+        launch + test::memo_bin() + " train --data " + dir.str("data.txt") + " --resume " + from +
+        "/step-00000002 --steps 4 --val-batches 2 --no-gns --out " + out + " --log " + out +
+        ".jsonl" + layout);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto got = losses(out + ".jsonl");
+    ASSERT_EQ(got.size(), 2u) << out;
+    for (int64_t step : {3, 4})
+      EXPECT_LT(relative(std::stod(got.at(step)), std::stod(want.at(step))), kTol)
+          << out << " step " << step;
+  }
+}
+
+// Refused before step 1, on every rank, with what would split.
+TEST_F(TensorParallel, layouts_that_do_not_split_are_refused) {
+  std::string one_kv = test::kTinyLlamaConfig;
+  one_kv.replace(one_kv.find("\"num_key_value_heads\": 2"), 24, "\"num_key_value_heads\": 1");
+  test::write_text(dir / "mqa.json", one_kv);
+  const test::CommandResult mqa =
+      test::run_command(mpirun(2) + train_cmd("mqa.json", dir / "mqa", 64, "--steps 1 --tp 2"));
+  EXPECT_NE(mqa.exit_code, 0);
+  EXPECT_NE(mqa.output.find("tensor parallel 2: the model's 1 key-value heads (grouped-query "
+                            "attention) do not split into 2 equal parts"),
+            std::string::npos)
+      << mqa.output;
+  const test::CommandResult odd =
+      test::run_command(mpirun(2) + train_cmd("llama.json", dir / "odd", 64, "--steps 1 --tp 3"));
+  EXPECT_NE(odd.exit_code, 0);
+  EXPECT_NE(odd.output.find("--tp 3 x --cp 1 does not divide the job's 2 processes"),
+            std::string::npos)
+      << odd.output;
+  test::write_text(dir / "gpt2.json", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2,
+    "n_head": 4, "n_inner": 64, "vocab_size": 256, "n_positions": 256})");
+  const test::CommandResult gpt2 =
+      test::run_command(mpirun(2) + train_cmd("gpt2.json", dir / "gpt2", 64, "--steps 1 --tp 2"));
+  EXPECT_NE(gpt2.exit_code, 0);
+  EXPECT_NE(gpt2.output.find("memo runs tensor parallelism on LLaMA-style models"),
+            std::string::npos)
+      << gpt2.output;
+}
+
+}  // namespace
+}  // namespace memo
