@@ -1,18 +1,22 @@
 // memo train --tp under mpirun (Note [Tensor-parallel activations] in model/parallel.h): the
 // heads, MLP units and vocabulary split over T ranks, the sequence split between the layers. The
 // same losses, gradient norms, validation loss and (gathered) weights as one process within fp32
-// rounding, alone and with data and context parallelism; the activation strategies bit-identical
-// to each other under it; checkpoints of whole tensors that resume on another layout; layouts
-// that do not split refused on every rank with one line.
+// rounding, alone and with data and context parallelism, LLaMA and GPT-2; the activation
+// strategies bit-identical to each other under it; checkpoints of whole tensors that resume on
+// another layout; layouts that do not split refused on every rank with one line.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
 #include "../cli/cli_test_util.h"
 #include "memo/io/checkpoint.h"
+#include "memo/io/config_json.h"
 #include "memo/io/safetensors.h"
+#include "memo/parallel/communicator.h"
 #include "mpi_launch.h"
 #include "test_util.h"
 
@@ -145,6 +149,58 @@ TEST_F(TensorParallel, resumes_on_another_layout) {
   }
 }
 
+// memo plan --config --tp T traces rank 0 with shapes only (groups that move nothing); a real job's
+// rank traces itself with values over MPI. The two plans are the same: the arena memo plan prints
+// is the arena each rank runs in, its lower bound the rank's measured peak, and the collectives'
+// bytes per micro-batch times the micro-batches, plus the norms' gradients summed over the group
+// and the gradient norm's partial sums once a step, are what rank 0 measured sending in step 1.
+// (Attention scratch grows with the OpenMP threads, so both run with one.)
+TEST_F(TensorParallel, memo_plan_predicts_each_ranks_arena_and_bytes) {
+  const ModelConfig config = load_model_config(dir / "llama.json");
+  const int64_t C = config.hidden_size, norms = 2 * config.num_hidden_layers + 1;
+  for (const auto& [layout, strategy] : {std::pair<const char*, const char*>{"--tp 2", "keep"},
+                                         {"--tp 2", "recompute"},
+                                         {"--tp 2 --cp 2", "keep"}}) {
+    SCOPED_TRACE(std::string(layout) + " " + strategy);
+    const int ranks = std::string(layout).find("--cp") != std::string::npos ? 4 : 2;
+    const std::string out = dir / (std::string(strategy) + std::to_string(ranks));
+    const std::string flags = " --seq 64 " + std::string(layout) + " --activations " + strategy +
+                              " --device-memory 64MiB";
+    const test::CommandResult plan = test::run_command(
+        "OMP_NUM_THREADS=1 " + test::memo_bin() + " plan --config " + dir.str("llama.json") +
+        " --batch 2 --json" + flags + " > " + out + ".plan.json");
+    ASSERT_EQ(plan.exit_code, 0) << plan.output;
+    const nlohmann::json predicted = nlohmann::json::parse(std::ifstream(out + ".plan.json"));
+    const test::CommandResult run =
+        test::run_command(mpirun(ranks) + train_cmd("llama.json", out, 64, "--steps 2" + flags));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const nlohmann::json measured = records(out + ".jsonl").at(0);
+    EXPECT_EQ(predicted["plan_peak_bytes"], measured["reserved_bytes"]);
+    EXPECT_EQ(predicted["lower_bound_bytes"], measured["peak_bytes"]);
+    const int64_t micro = 2;  // 4 sequences in micro-batches of 2, every rank runs both
+    EXPECT_EQ(measured["tp_comm_bytes"].get<int64_t>(),
+              micro * predicted["tp_bytes_per_micro_batch"].get<int64_t>() +
+                  norms * all_reduce_bytes(C * 4, 2) + all_gather_bytes(8, 2));
+  }
+}
+
+// A vocabulary of 250 over 4 ranks: parts of 63 rows, the last one's 61 and 2 rows of padding
+// that no lookup, logit or gradient sees; the checkpoint holds the 250 rows.
+TEST_F(TensorParallel, a_vocabulary_that_does_not_split_is_padded) {
+  std::string config = test::kTinyLlamaConfig;
+  config.replace(config.find("\"vocab_size\": 256"), 17, "\"vocab_size\": 250");
+  config.replace(config.find("\"num_key_value_heads\": 2"), 24, "\"num_key_value_heads\": 4");
+  test::write_text(dir / "v250.json", config);
+  const std::string one = dir / "v1", tp4 = dir / "v4";
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd("v250.json", one, 64, "--steps 3"))
+                .exit_code,
+            0);
+  const test::CommandResult r =
+      test::run_command(mpirun(4) + train_cmd("v250.json", tp4, 64, "--steps 3 --tp 4"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_close_runs(tp4, one, 4, 4);
+}
+
 // Refused before step 1, on every rank, with what would split.
 TEST_F(TensorParallel, layouts_that_do_not_split_are_refused) {
   std::string one_kv = test::kTinyLlamaConfig;
@@ -163,14 +219,38 @@ TEST_F(TensorParallel, layouts_that_do_not_split_are_refused) {
   EXPECT_NE(odd.output.find("--tp 3 x --cp 1 does not divide the job's 2 processes"),
             std::string::npos)
       << odd.output;
-  test::write_text(dir / "gpt2.json", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2,
-    "n_head": 4, "n_inner": 64, "vocab_size": 256, "n_positions": 256})");
-  const test::CommandResult gpt2 =
-      test::run_command(mpirun(2) + train_cmd("gpt2.json", dir / "gpt2", 64, "--steps 1 --tp 2"));
-  EXPECT_NE(gpt2.exit_code, 0);
-  EXPECT_NE(gpt2.output.find("memo runs tensor parallelism on LLaMA-style models"),
-            std::string::npos)
-      << gpt2.output;
+  const test::CommandResult kv =
+      test::run_command(mpirun(4) + train_cmd("llama.json", dir / "heads", 64, "--steps 1 --tp 4"));
+  EXPECT_NE(kv.exit_code, 0);
+  EXPECT_NE(kv.output.find("tensor parallel 4: the model's 2 key-value heads"), std::string::npos)
+      << kv.output;
+}
+
+// GPT-2: c_attn's q | k | v blocks split block by block, the row-parallel biases and the learned
+// positions added to each rank's rows once; alone and with context parallelism (positions at each
+// token's true place), and memo's rebuild bit-identical to keeping everything.
+TEST_F(TensorParallel, gpt2_matches_one_process) {
+  test::write_text(dir / "gpt2.json", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 4,
+    "n_head": 4, "n_inner": 64, "vocab_size": 256, "n_positions": 512})");
+  const std::string one = dir / "g1", tp2 = dir / "g2", tp2cp2 = dir / "g22";
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd("gpt2.json", one, 256, "--steps 3"))
+                .exit_code,
+            0);
+  const test::CommandResult r2 =
+      test::run_command(mpirun(2) + train_cmd("gpt2.json", tp2, 256, "--steps 3 --tp 2"));
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  const test::CommandResult r22 =
+      test::run_command(mpirun(4) + train_cmd("gpt2.json", tp2cp2, 256, "--steps 3 --tp 2 --cp 2"));
+  ASSERT_EQ(r22.exit_code, 0) << r22.output;
+  expect_close_runs(tp2, one, 2, 2);
+  expect_close_runs(tp2cp2, one, 2, 4);
+  const std::string memo = dir / "gmemo";
+  const test::CommandResult m = test::run_command(
+      mpirun(2) + train_cmd("gpt2.json", memo, 256,
+                            "--steps 3 --tp 2 --device-memory 64MiB --host-memory 1GiB "
+                            "--activations memo --alpha 0.25"));
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  EXPECT_EQ(losses(memo + ".jsonl"), losses(tp2 + ".jsonl"));
 }
 
 }  // namespace

@@ -140,9 +140,9 @@ TEST(ShapeOnlyTrace, a_7b_rank_at_a_million_tokens_needs_no_memory) {
         EXPECT_EQ(r.bytes, tp * x_bytes);
         ++gathered;
       } else if (r.name == "tp.attn_in") {
-        // memo's rebuild: LLaMA holds the buffer for all of them, whatever alpha (Note
-        // [Tensor-parallel activations]); GPT-2's shape-only model the rebuilt (1 - alpha)
-        EXPECT_EQ(r.bytes, config.is_gpt2() ? tp * x_bytes / 2 : tp * x_bytes);
+        // memo's rebuild holds the buffer for all of them, whatever alpha (Note [Tensor-parallel
+        // activations]), so a plan does not depend on it
+        EXPECT_EQ(r.bytes, tp * x_bytes);
       }
     }
     EXPECT_EQ(inputs, 3);  // memo's ring of three layer inputs
@@ -186,16 +186,14 @@ TEST(ShapeOnlyTrace, context_parallel_traces_the_ring) {
 // 4 and 2, each moving (t - 1) of the rank's [T', C] blocks; recompute re-runs the forward of
 // every layer but the last. What the cluster plan's time model counts (train/cluster_plan.cc:
 // 4, 6 and 4 again of (t - 1)/t of [T/c, C] each).
-// The layers' 4 forward and 6 backward collectives of [t T', C] bf16 each; LLaMA, which runs
-// tensor parallelism with values, also the vocabulary-parallel embedding (a reduce-scatter
-// forward, a gather backward), the head's gather and its gradient's reduce-scatter, and the loss's
-// f32 statistics (a gather of [2, T] and a sum of [T]).
+// The layers' 4 forward and 6 backward collectives of [t T', C] bf16 each, the vocabulary-parallel
+// embedding (a reduce-scatter forward, a gather backward), the head's gather and its gradient's
+// reduce-scatter, and the loss's f32 statistics (a gather of [2, T] and a sum of [T]).
 TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
   ModelConfig llama = testing::tiny_config();
   llama.num_key_value_heads = llama.num_attention_heads;  // splits 4 ways
   for (ModelConfig config : {llama, tiny_gpt_config()}) {
     SCOPED_TRACE(config.is_gpt2() ? "gpt2" : "llama");
-    const bool values = !config.is_gpt2();
     const int64_t L = config.num_hidden_layers, C = config.hidden_size;
     for (int64_t tp : {2, 4}) {
       for (const char* strategy : {"keep", "recompute"}) {
@@ -209,8 +207,7 @@ TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
         const int64_t T = tp * rank_tokens;
         const int64_t loss =
             all_gather_bytes(2 * T * 4, int(tp)) + all_reduce_bytes(T * 4, int(tp));
-        EXPECT_EQ(tpc.bytes_sent,
-                  (forwards * 4 + L * 6 + (values ? 4 : 0)) * block + (values ? loss : 0));
+        EXPECT_EQ(tpc.bytes_sent, (forwards * 4 + L * 6 + 4) * block + loss);
         EXPECT_EQ(tpc.bytes_received, tpc.bytes_sent);
         EXPECT_EQ(cp.bytes_sent, 0);
         int64_t gathers = 0;
@@ -220,7 +217,7 @@ TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
             EXPECT_EQ(r.bytes, r.name == "tp.ce_stats" ? 2 * tp * T * 4 : T * C * 2)
                 << r.name;  // [t T', C] bf16; the loss's [2 t, T] f32
           }
-        EXPECT_EQ(gathers, forwards * 4 + L * 6 + (values ? 5 : 0));
+        EXPECT_EQ(gathers, forwards * 4 + L * 6 + 5);
       }
     }
   }
@@ -266,20 +263,20 @@ TEST(ShapeOnlyTrace, a_bf16_trace_keeps_statistics_and_the_loss_path_in_f32) {
   }
 }
 
-// GPT-2's layer runs tensor parallelism only in shape-only traces; LLaMA's holds its rank's parts.
-TEST(ShapeOnlyTrace, a_gpt2_model_with_values_refuses_several_ranks) {
-  ShapeCommunicator group(2, 0);
-  Model gpt2(tiny_gpt_config());
-  const std::string msg = test::error_message<ConfigError>([&] {
-    gpt2.set_parallel({2, 1}, &group);
-  });
-  EXPECT_NE(msg.find("memo plan"), std::string::npos) << msg;
-  Model llama(testing::tiny_config());
-  const int64_t whole = llama.layout().count();
-  llama.set_parallel({2, 1}, &group);
-  EXPECT_TRUE(llama.tensor_parallel());
-  EXPECT_LT(llama.layout().count(), whole);
-  EXPECT_GT(llama.layout().count(), whole / 2);  // the norms are whole on every rank
+// Under tensor parallelism a model holds its rank's parts of the parameters; the norms (and
+// GPT-2's biases of row-parallel products and its positions) whole.
+TEST(ShapeOnlyTrace, a_tensor_parallel_model_holds_its_ranks_parts) {
+  for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()}) {
+    SCOPED_TRACE(config.is_gpt2() ? "gpt2" : "llama");
+    ShapeCommunicator group(2, 1);
+    Model model(config);
+    const int64_t whole = model.layout().count();
+    model.set_parallel({2, 1}, &group);
+    EXPECT_TRUE(model.tensor_parallel());
+    EXPECT_LT(model.layout().count(), whole);
+    EXPECT_GT(model.layout().count(), whole / 2);
+    EXPECT_EQ(model.layout().shard().rank, 1);
+  }
 }
 
 }  // namespace

@@ -160,40 +160,51 @@ void run_plan(const PlanCommandOptions& o) {
   optimizer_state_bytes(o.optimizer, ParamLayout(config),
                         options.optimizer.options);  // or a bad name
   const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
-  if (o.tp != 1)
-    throw ConfigError(str("--tp ", o.tp,
-                          " plans a cluster (--gpus and --gpu): memo does not run "
-                          "tensor parallelism on this machine yet"));
   if (o.cp < 1) throw ConfigError(str("--cp ", o.cp, " must be >= 1"));
+  if (o.tp < 1) throw ConfigError(str("--tp ", o.tp, " must be >= 1"));
   check_context_parallel_seq(o.seq, int(o.cp));
-  // One rank of `mpirun -np C memo train --cp C`: the model, strategy and ring of the run, traced
-  // with shapes only on a group of C ranks that moves nothing (its counters: the ring's bytes).
+  // Rank 0 of `mpirun -np T*C memo train --tp T --cp C`: the model (its part of the parameters),
+  // strategy, the layers' collectives and the ring of the run, traced with shapes only on groups
+  // that move nothing (their counters: the bytes a rank sends).
   std::optional<MetaBackend> meta;
-  std::optional<ShapeCommunicator> group;
+  std::optional<ShapeCommunicator> tp_group, cp_group;
   std::optional<Model> model;
-  if (o.cp > 1) {
+  if (o.cp > 1 || o.tp > 1) {
     meta.emplace(cpu_backend(), DType::kF32);
-    group.emplace(int(o.cp));
     model.emplace(config, *meta);
-    model->set_context_parallel(&*group);
+    tp_group.emplace(int(o.tp));
+    if (o.tp > 1) model->set_parallel(Parallel{o.tp, 1}, &*tp_group);
+    cp_group.emplace(int(o.cp));
+    model->set_context_parallel(&*cp_group);
   } else {
     model.emplace(config);  // zero weights: the request sequence does not depend on values
   }
   const DevicePlan dp = plan_device_memory(*model, o.batch, o.seq, budget, options);
-  CommCounters ring;  // one micro-batch's forward and backward, as the run sends them
-  if (o.cp > 1)
-    trace_shapes_only(config, Parallel{1, o.cp}, o.batch, o.seq / o.cp,
-                      make_strategy_factory(options.strategy), DType::kF32, &ring);
+  CommCounters ring, tp;  // one micro-batch's forward and backward, as the run sends them
+  if (o.cp > 1 || o.tp > 1) {
+    cp_group->reset_counters();
+    tp_group->reset_counters();
+    trace_model_step(*model, o.batch, o.seq, make_strategy_factory(options.strategy));
+    ring = cp_group->counters();
+    tp = tp_group->counters();
+  }
   if (o.json) {
     nlohmann::json j = plan_json(dp, o.activations);
     j["cp"] = o.cp;
+    j["tp"] = o.tp;
     if (o.cp > 1) j["cp_bytes_per_micro_batch"] = ring.bytes_sent;
+    if (o.tp > 1) j["tp_bytes_per_micro_batch"] = tp.bytes_sent;
     std::cout << j.dump(2) << "\n";
   } else {
     print_text(dp, o);
     if (o.cp > 1)
       std::cout << "context parallel: one of " << o.cp << " ranks, " << o.seq / o.cp
                 << " tokens of each sequence; the ring and the loss send " << ring.bytes_sent
+                << " B per micro-batch (forward and backward)\n";
+    if (o.tp > 1)
+      std::cout << "tensor parallel: one of " << o.tp << " ranks, " << model->layout().count()
+                << " parameters; the layers' gathers and "
+                << "reduce-scatters, the embedding's and the loss's send " << tp.bytes_sent
                 << " B per micro-batch (forward and backward)\n";
   }
   if (!o.timeline_path.empty()) {

@@ -36,7 +36,7 @@ struct LayerContext {
   ConstTensor rope_sin;        // [S, D/2]; empty with learned positions
   ActivationAllocator* alloc;  // transients
   Backend* backend;            // every kernel runs through it
-  Parallel parallel;           // t > 1 only in shape-only traces (Note [Per-GPU shapes]); c = 1
+  Parallel parallel;           // t: the tensor-parallel ranks (tp's size); c = 1 (see cp)
   DType act;                   // the activations' dtype (backend->activation_dtype())
   // Context parallelism (Note [Context parallel layout]): seq is then this rank's 2n tokens per
   // sequence, chunk-major, and rope_cos/sin are the tables of the whole sequence. Null: one rank.
@@ -82,13 +82,9 @@ class Architecture {
   virtual std::vector<ParamInfo> params(const ModelConfig& config) const = 0;
   // The tensors one layer's backward reads, x first (memory/skeletal.h): SavedActs slot i holds
   // field i. Activations are of dtype `activations`, per-token statistics fp32; a rank's fields
-  // under tensor parallelism over tp ranks (tp > 1 only where runs_tensor_parallel()).
+  // under tensor parallelism over tp ranks (Note [Tensor-parallel activations]).
   virtual std::vector<SkeletalField> skeletal_fields(const ModelConfig& config, DType activations,
                                                      int64_t tp) const = 0;
-  // True: the layer runs tensor + sequence parallelism with values on the parameters' splits
-  // (Note [Tensor-parallel activations] in model/parallel.h). False: t > 1 only in shape-only
-  // traces, with the layer run at T/t tokens (Note [Per-GPU shapes]).
-  virtual bool runs_tensor_parallel() const { return false; }
   // Weight matrices of the MLP (LLaMA's SwiGLU: 3; GPT-2: 2), for the FLOP count.
   virtual int mlp_matrices() const = 0;
 

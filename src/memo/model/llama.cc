@@ -71,7 +71,6 @@ class Llama final : public Architecture {
                                              int64_t tp) const override {
     return skeletal_fields_of(kSaved, config, activations, tp);
   }
-  bool runs_tensor_parallel() const override { return true; }
   int mlp_matrices() const override { return 3; }
   void forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
                const LayerContext& ctx) const override;
@@ -101,6 +100,7 @@ std::vector<ParamInfo> Llama::params(const ModelConfig& config) const {
   auto add = [&p](std::string name, std::vector<int64_t> shape, ParamInit init, ParamRole role,
                   int64_t layer, int split) {
     p.push_back(param_info(std::move(name), std::move(shape), init, role, layer, 1.0, split));
+    p.back().pad_split = role == ParamRole::kEmbedding || role == ParamRole::kHead;
   };
   add("model.embed_tokens.weight", {V, C}, ParamInit::kNormal, ParamRole::kEmbedding, -1, 0);
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {  // in the order of kWeights

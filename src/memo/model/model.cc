@@ -29,7 +29,7 @@ class Layers final : public LayerRunner {
   // rank's T/t rows that are not whole reproducible panels cannot be rebuilt in groups bit for
   // bit (Note [Tensor-parallel activations]): then everything travels.
   int64_t agree_offload_rows(int64_t rows) const override {
-    if (!ctx_.tp || !arch_.runs_tensor_parallel()) return rows;
+    if (!ctx_.tp) return rows;
     const int t = ctx_.tp->size();
     const int64_t mine = ctx_.batch * ctx_.seq / t, g = ctx_.backend->reproducible_rows();
     if (g > 0 && mine % g != 0) return mine;
@@ -82,11 +82,7 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
   MEMO_CHECK(parallel.cp == 1,
              "context parallelism runs through set_context_parallel (a shape-only",
              " trace gives it a ShapeCommunicator)");
-  const bool values = parallel.tp > 1 && arch_.runs_tensor_parallel();
-  if (has_values() && parallel.tp > 1 && !values)
-    throw ConfigError(str("tensor parallel ", parallel.tp, ": memo runs tensor parallelism on ",
-                          "LLaMA-style models; the ", arch_.name(),
-                          " layer takes it only in shape-only plans (memo plan --gpus)"));
+  const bool values = parallel.tp > 1;
   MEMO_CHECK(parallel.tp == 1 || (tp_group && tp_group->size() == parallel.tp), "tensor parallel ",
              parallel.tp, " needs its group of ", parallel.tp, " ranks");
   if (values) {
@@ -100,7 +96,6 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
     if (config_.num_key_value_heads % t != 0)
       refuse("key-value heads (grouped-query attention)", config_.num_key_value_heads);
     if (config_.intermediate_size % t != 0) refuse("MLP units", config_.intermediate_size);
-    if (config_.vocab_size % t != 0) refuse("vocabulary rows", config_.vocab_size);
   }
   const TensorShard shard{values ? tp_group->rank() : 0, values ? int(parallel.tp) : 1};
   if (shard.ranks != layout_.shard().ranks || shard.rank != layout_.shard().rank) {
@@ -112,6 +107,12 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
   parallel_ = parallel;
   tp_group_ = parallel.tp > 1 ? tp_group : nullptr;
   tp_values_ = values;
+}
+
+int64_t Model::vocab_rows() const {
+  if (!tp_values_) return w_.head.rows();
+  const int64_t rows = w_.head.rows(), first = int64_t(tp_group_->rank()) * rows;
+  return std::min(rows, config_.vocab_size - first);
 }
 
 void Model::reduce_tensor_parallel_grads() {
@@ -247,7 +248,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
     throw ConfigError(str("tensor parallel ", t, ": a micro-batch of ", T,
                           " tokens does not split into ", t, " equal parts of the sequence"));
   if (tp_values_) {
-    const int64_t v0 = int64_t(tp_group_->rank()) * w_.embed.rows(), v1 = v0 + w_.embed.rows();
+    const int64_t v0 = int64_t(tp_group_->rank()) * w_.embed.rows(), v1 = v0 + vocab_rows();
     auto local = [v0, v1](std::vector<int32_t>& out, const int32_t* ids, int64_t n) {
       out.resize(size_t(n));
       for (int64_t i = 0; i < n; ++i)
@@ -361,18 +362,27 @@ void for_each_position_run(const std::optional<ContextParallel>& cp, int64_t bat
 
 }  // namespace
 
+template <class F>
+void Model::for_each_local_position_run(int64_t batch, int64_t seq, int64_t rows, F&& run) const {
+  // this rank's rows [first, first + rows) of the micro-batch's tokens under tensor parallelism
+  const int64_t first = tp_values_ ? int64_t(tp_group_->rank()) * rows : 0;
+  for_each_position_run(cp_, batch, seq, [&](int64_t row, int64_t pos, int64_t len) {
+    const int64_t a = std::max(row, first), b = std::min(row + len, first + rows);
+    if (a < b) run(a - first, pos + (a - row), b - a);
+  });
+}
+
 void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq,
                           ActivationAllocator& alloc) {
   if (tp_values_) {  // the rows of this rank's vocabulary, the others zero, summed over the group
     TpPartial partial(alloc, tp_group_, "tp.embed_out", x.rows(), x.cols(), x.dtype());
     backend_->embedding_forward(partial.sums_into(x), tokens, w_.embed);
     partial.reduce_scatter(x);
-    MEMO_CHECK(w_.pos.empty(), "learned positions under tensor parallelism");
-    return;
+  } else {
+    backend_->embedding_forward(x, tokens, w_.embed);
   }
-  backend_->embedding_forward(x, tokens, w_.embed);
   if (w_.pos.empty()) return;
-  for_each_position_run(cp_, batch, seq, [&](int64_t row, int64_t pos, int64_t len) {
+  for_each_local_position_run(batch, seq, x.rows(), [&](int64_t row, int64_t pos, int64_t len) {
     backend_->add_into(x.slice_rows(row, row + len), w_.pos.slice_rows(pos, pos + len));
   });
 }
@@ -382,12 +392,13 @@ void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t b
   if (tp_values_) {  // every token's gradient, for the rows of this rank's vocabulary
     const TpGather gathered(alloc, tp_group_, "tp.embed_din", dx, dx.dtype());
     backend_->embedding_backward(dw_.embed, gathered.rows(), tokens);
-    return;
+  } else {
+    backend_->embedding_backward(dw_.embed, dx, tokens);
   }
-  backend_->embedding_backward(dw_.embed, dx, tokens);
   if (dw_.pos.empty()) return;
-  // in sequence order: deterministic
-  for_each_position_run(cp_, batch, seq, [&](int64_t row, int64_t pos, int64_t len) {
+  // in sequence order: deterministic (under tensor parallelism this rank's rows' share, summed
+  // over the group with the other whole tensors' gradients)
+  for_each_local_position_run(batch, seq, dx.rows(), [&](int64_t row, int64_t pos, int64_t len) {
     backend_->add_into(dw_.pos.slice_rows(pos, pos + len), dx.slice_rows(row, row + len));
   });
 }
@@ -404,7 +415,10 @@ void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t b
 // last chunk; the head's gradient is each rank's own.
 double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, int64_t tokens,
                             float grad_scale, bool backward, ActivationAllocator& alloc) {
-  const int64_t V = w_.head.rows();  // this rank's under tensor parallelism
+  // this rank's rows under tensor parallelism, without the padding of Note [Tensor-parallel
+  // parameters]: its logits, gradients and products never see it
+  const int64_t V = vocab_rows();
+  const Tensor head = w_.head.slice_rows(0, V), dhead = dw_.head.slice_rows(0, V);
   // Chunk so one chunk of logits is at most 16 Mi floats (64 MiB); a function of (T, V) only,
   // so every strategy and every run sums the head gradient in the same order.
   constexpr int64_t kMaxLogitFloats = int64_t(1) << 24;
@@ -420,7 +434,7 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
     Tensor logits = alloc.acquire("head.logits", {n, V}, ActKind::kTransient, DType::kF32);
     ConstTensor x = all_rows.rows().slice_rows(t0, t1);
     const View<const int32_t> ys(targets + t0, {n});
-    backend_->matmul(logits, x, w_.head, false, true);
+    backend_->matmul(logits, x, head, false, true);
     if (!tp) {
       backend_->cross_entropy(losses.slice_rows(t0, t1), backward ? logits : Tensor(), logits, ys,
                               grad_scale);
@@ -439,8 +453,8 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
       alloc.release(stats);
     }
     if (backward) {  // logits now holds dL/dlogits
-      backend_->matmul(dw_.head, logits, x, true, false, 1.0f, 1.0f);
-      backend_->matmul(dx_all.slice_rows(t0, t1), logits, w_.head, false, false);
+      backend_->matmul(dhead, logits, x, true, false, 1.0f, 1.0f);
+      backend_->matmul(dx_all.slice_rows(t0, t1), logits, head, false, false);
     }
     alloc.release(logits);
   }

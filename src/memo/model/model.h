@@ -55,12 +55,11 @@ class Model {
   // Tensor + sequence parallelism over tp_group (t = parallel.tp ranks; c must be 1: context
   // parallelism is set_context_parallel). Called before init or loading: the parameters become
   // this rank's parts (Note [Tensor-parallel parameters] in model/params.h) and the gradients
-  // restart at zero. LLaMA runs it with values (Note [Tensor-parallel activations] in
-  // model/parallel.h): forward_backward still takes the whole micro-batch's tokens, and returns
-  // its whole loss on every rank of the group. Throws ConfigError when the heads, key-value heads,
-  // MLP units or vocabulary do not split into t parts. An architecture that does not run it
-  // (GPT-2) takes t > 1 only in shape-only traces, which then give T/t tokens per micro-batch
-  // (Note [Per-GPU shapes]), and refuses it on a model with values.
+  // restart at zero. The layers run on the rank's rows and heads (Note [Tensor-parallel
+  // activations] in model/parallel.h); forward_backward still takes the whole micro-batch's
+  // tokens, and returns its whole loss on every rank of the group. Throws ConfigError when the
+  // heads, key-value heads, MLP units or vocabulary do not split into t parts. With the meta
+  // backend and a ShapeCommunicator: one rank of a plan (Note [Per-GPU shapes]).
   void set_parallel(const Parallel& parallel, Communicator* tp_group = nullptr);
   const Parallel& parallel() const { return parallel_; }
   // Context parallelism over `group` (Note [Context parallel layout] in model/context_parallel.h):
@@ -115,6 +114,10 @@ class Model {
                      ActivationAllocator& alloc);
   void embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch, int64_t seq,
                       ActivationAllocator& alloc);
+  // run(row, position, length) for the runs of consecutive positions in this rank's `rows` token
+  // rows (all of them without tensor parallelism), rows counted from its first.
+  template <class F>
+  void for_each_local_position_run(int64_t batch, int64_t seq, int64_t rows, F&& run) const;
 
   Backend* backend_;
   ModelConfig config_;
@@ -128,9 +131,11 @@ class Model {
   ModelWeights w_;
   ModelWeights dw_;
   void allocate_params();  // params_ and grads_ for layout_, zeroed; the weights bound
+  // The vocabulary rows of this rank's part of the embedding and head, without padding.
+  int64_t vocab_rows() const;
   Parallel parallel_;
   Communicator* tp_group_ = nullptr;             // t ranks when parallel_.tp > 1
-  bool tp_values_ = false;                       // the layers run it with values (LLaMA)
+  bool tp_values_ = false;                       // t > 1
   std::vector<int32_t> tp_inputs_, tp_targets_;  // ids relative to this rank's vocabulary rows
   std::optional<ContextParallel> cp_;            // set: context parallel over cp_->group
   std::vector<int32_t> cp_inputs_, cp_targets_;  // this rank's chunks of the micro-batch

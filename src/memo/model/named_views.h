@@ -31,9 +31,10 @@ Named bind_weights(const LayerWeights& w, Tensor Named::*const (&members)[N]) {
 // One entry of Architecture::params (the layout fills in offset and numel).
 inline ParamInfo param_info(std::string name, std::vector<int64_t> shape, ParamInit init,
                             ParamRole role, int64_t layer = -1, double std_scale = 1.0,
-                            int split = -1) {
+                            int split = -1, int split_blocks = 1) {
   ParamInfo info;
   info.split = split;
+  info.split_blocks = split_blocks;
   info.name = std::move(name);
   info.shape = std::move(shape);
   info.init = init;

@@ -1,4 +1,5 @@
-// Per-GPU shapes under tensor and context parallelism, for planning (see the Note below).
+// Tensor and context parallelism: the layout of a rank (Parallel), and the tensor-parallel
+// collectives a layer runs (TpGather, TpPartial; see the Notes below).
 #pragma once
 
 #include <algorithm>
@@ -10,41 +11,34 @@
 namespace memo {
 
 // Note [Per-GPU shapes]
-// memo runs data and context parallelism (train/, model/context_parallel.h) but not yet tensor
-// parallelism, and `memo plan --gpus` plans layouts on one laptop. To plan one GPU's memory under
-// Megatron-LM's tensor parallelism with sequence parallelism (t ways) and context parallelism
-// (c ways), the shape-only trace (Note [Meta backend]) runs the layer as one rank holds it.
-// Context parallelism is the real code: the trace's model splits each sequence of S/t tokens over
-// a ShapeCommunicator of c ranks (train/device_plan.h: trace_shapes_only), so its ring buffers,
-// block temporaries and the bytes it would send are those of a real --cp run's rank. Tensor
-// parallelism is modelled: under TP+SP every activation of a rank is one t-th of the unsharded
-// tensor (the norm and residual tensors hold T/t tokens of width C, the column- and row-parallel
-// ones T tokens of width W/t); both kinds have the bytes of T/t tokens at the unsharded width, so
-// the layer runs at T/t tokens (T/(t c) on a context-parallel rank) with the unsharded widths:
-// the same requests, in the same order, with the same lifetimes and sizes as the rank's. What
-// that leaves out are TP's collectives; the layer runs them on the context's TP group (Note [TP
-// collectives]) with their buffers: the all-gathered input of each column-parallel product
-// ([T/c, C]; in the forward, and again in the backward for the weight gradient) and the partial
-// output of each row-parallel product before its reduce-scatter ([T/c, C]). The
-// arithmetic of a rank is not the arithmetic of this layout (a rank multiplies T/c tokens by W/t
-// columns), so FLOPs come from the cost model (train/cluster_plan.h), never from the trace, and a
-// model with values refuses t > 1 (Model::set_parallel).
+// `memo plan --gpus` plans one GPU's memory under Megatron-LM's tensor parallelism with sequence
+// parallelism (t ways) and context parallelism (c ways) on one laptop: the shape-only trace (Note
+// [Meta backend]) runs the very code of one rank of such a run (train/device_plan.h:
+// trace_shapes_only), on a model holding the rank's parts of the parameters (Note
+// [Tensor-parallel parameters] in model/params.h). The layers' tensor-parallel collectives (Note
+// [TP collectives]) run over a ShapeCommunicator of t ranks and the ring of context parallelism
+// over one of c ranks: groups that move nothing but count the bytes a rank would send. So the
+// requests, their order, lifetimes and sizes are a real rank's (Note [Tensor-parallel
+// activations]), and `memo plan --config --tp T --cp C` equals what each rank of the run
+// measures (tests/parallel/tensor_parallel_test.cc). FLOPs and times come from the cost model
+// (train/cluster_plan.h), never from the trace.
 struct Parallel {
   int64_t tp = 1;  // tensor (and sequence) parallel ranks
   int64_t cp = 1;  // context parallel ranks (a Model takes them through set_context_parallel)
 };
 
 // Note [Tensor-parallel activations]
-// LLaMA runs Megatron-LM's tensor + sequence parallelism with values (model/llama.cc): a rank
-// holds T/t of a micro-batch's T token rows of the residual stream, the norms' outputs and their
-// statistics (rank r: rows [r T/t, (r + 1) T/t), in token order), and all T rows of its H/t query
-// heads, Hkv/t key-value heads and F/t MLP units. Before a column-parallel product (q, k, v;
+// The layers run Megatron-LM's tensor + sequence parallelism (model/llama.cc, model/gpt2.cc): a
+// rank holds T/t of a micro-batch's T token rows of the residual stream, the norms' outputs and
+// their statistics (rank r: rows [r T/t, (r + 1) T/t), in token order), and all T rows of its H/t
+// query heads, Hkv/t key-value heads and F/t MLP units. Before a column-parallel product (q, k, v;
 // gate, up) the normed rows are all-gathered into token order; after a row-parallel one (o, down)
 // the partial sums of all T rows are reduce-scattered back to the rank's rows, and the residual
 // added. The backward mirrors it. Token-wise rebuilds (memo) rebuild rows r0..r1 of the rank's
 // T/t and the same rows of every group of T/t in the T-row fields (SkeletalField::row_groups):
-// the gather of the normed rows r0..r1 of every rank is exactly their input. The GPT-2 layer keeps
-// the shape-only model of Note [Per-GPU shapes] and refuses values under tensor parallelism.
+// the gather of the normed rows r0..r1 of every rank is exactly their input. The biases of
+// row-parallel products (GPT-2) are added once, to the rank's rows after the reduce-scatter;
+// learned positions likewise.
 
 // Note [TP collectives]
 // The tensor-parallel collectives of a layer under TP+SP, at the points Megatron-LM places them,
@@ -110,9 +104,8 @@ class TpPartial {
   // Where the product's partial sums go: the buffer ([t rows, cols]), or `out` itself without
   // tensor parallelism (where the product is the whole sum).
   Tensor sums_into(Tensor out) const { return tp_ ? t_ : out; }
-  // out (this rank's [rows, cols]) = its share of the group's partials, summed. In a shape-only
-  // trace the modelled layer writes its product straight into `out` (Note [Per-GPU shapes]), so
-  // the buffer holds nothing; a layer with values must write the partial product into it.
+  // out (this rank's [rows, cols]) = its share of the group's partials, summed: the layer writes
+  // the partial product into sums_into(out) first.
   void reduce_scatter(Tensor out) {
     if (tp_ && out.rows() > 0) tp_->reduce_scatter_sum(out, t_);
   }

@@ -19,9 +19,16 @@ ParamLayout::ParamLayout(const ModelConfig& config, TensorShard shard) : shard_(
   params_ = architecture(config.arch).params(config);
   for (ParamInfo& p : params_) {
     p.full_shape = p.shape;
-    if (shard.ranks > 1 && p.split >= 0) {
+    if (shard.ranks > 1 && p.pad_split) {  // ceil(V / t) rows, each rank some of V's
+      int64_t& d = p.shape.at(0);
+      const int64_t part = (d + shard.ranks - 1) / shard.ranks;
+      if (part * (shard.ranks - 1) >= d)
+        throw ConfigError(str("tensor parallel ", shard.ranks, ": ", p.name, " has ", d,
+                              " rows, too few to give each of ", shard.ranks, " ranks some"));
+      d = part;
+    } else if (shard.ranks > 1 && p.split >= 0) {
       int64_t& d = p.shape.at(size_t(p.split));
-      if (d % shard.ranks != 0)
+      if (d % (int64_t(shard.ranks) * p.split_blocks) != 0)
         throw ConfigError(str("tensor parallel ", shard.ranks, ": ", p.name, " has ", d,
                               p.split == 0 ? " rows" : " columns", ", which do not split into ",
                               shard.ranks, " equal parts"));
@@ -109,7 +116,7 @@ void init_weights(const ParamLayout& layout, float* base, double std, uint64_t s
       for (int64_t j = 0; j < p.numel; ++j) w[j] = float(s * rng.next());
       continue;
     }
-    whole.resize(size_t(p.numel * layout.shard().ranks));
+    whole.resize(size_t(p.full_numel()));
     for (float& x : whole) x = float(s * rng.next());
     extract_shard(p, layout.shard(), whole.data(), w);
   }
@@ -123,16 +130,29 @@ void for_each_shard_run(const ParamInfo& p, TensorShard shard, F&& f) {
   MEMO_CHECK(p.full_shape.size() == p.shape.size(), p.name, ": shapes of ", p.full_shape.size(),
              " and ", p.shape.size(), " dimensions");
   if (!p.is_split()) return f(int64_t(0), int64_t(0), p.numel);
-  const int64_t rows = p.shape[0];
-  if (p.split == 0) return f(int64_t(shard.rank) * p.numel, int64_t(0), p.numel);
+  const int64_t rows = p.shape[0], blocks = p.split_blocks;
+  if (p.pad_split) {  // rows [r rows, (r + 1) rows) of the whole, those below its end
+    const int64_t row = p.numel / rows, first = int64_t(shard.rank) * rows;
+    const int64_t valid = std::clamp(p.full_shape[0] - first, int64_t(0), rows);
+    return f(first * row, int64_t(0), valid * row);
+  }
+  if (p.split == 0) {  // rows: one run per block
+    const int64_t row = p.numel / rows, part = rows / blocks * row, whole = part * shard.ranks;
+    for (int64_t b = 0; b < blocks; ++b) f(b * whole + int64_t(shard.rank) * part, b * part, part);
+    return;
+  }
   MEMO_CHECK(p.split == 1 && p.shape.size() == 2, p.name, ": split along dimension ", p.split);
-  const int64_t cols = p.shape[1], full_cols = p.full_shape[1];
-  for (int64_t r = 0; r < rows; ++r) f(r * full_cols + int64_t(shard.rank) * cols, r * cols, cols);
+  const int64_t cols = p.shape[1], full_cols = p.full_shape[1], part = cols / blocks;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < blocks; ++b)
+      f(r * full_cols + b * (full_cols / blocks) + int64_t(shard.rank) * part, r * cols + b * part,
+        part);
 }
 
 }  // namespace
 
 void extract_shard(const ParamInfo& p, TensorShard shard, const float* whole, float* part) {
+  std::fill(part, part + p.numel, 0.0f);  // a padded part's rows past the whole's end
   for_each_shard_run(p, shard, [&](int64_t w, int64_t q, int64_t n) {
     std::copy(whole + w, whole + w + n, part + q);
   });

@@ -38,20 +38,33 @@ struct ParamInfo {
   // ranks (0: rows, 1: columns), or -1 when every rank holds the whole tensor. `shape` is the
   // part this rank holds, `full_shape` the whole tensor (the same without tensor parallelism).
   int split = -1;
+  // A tensor of several blocks along `split` (GPT-2's c_attn: q | k | v) is split block by block:
+  // rank r holds the r-th part of each, in block order.
+  int split_blocks = 1;
+  // The vocabulary (embedding, lm_head) splits into parts of ceil(V / t) rows: the last rank's
+  // rows past V are zero padding, as Megatron-LM pads the vocabulary, so any V splits.
+  bool pad_split = false;
   std::vector<int64_t> full_shape;
   bool is_matrix() const { return shape.size() == 2; }
   bool is_split() const { return split >= 0 && shape != full_shape; }
+  int64_t full_numel() const {
+    int64_t n = 1;
+    for (int64_t d : full_shape) n *= d;
+    return n;
+  }
 };
 
 // Note [Tensor-parallel parameters]
 // Under Megatron-LM's tensor parallelism over t ranks, rank r holds the r-th of t equal parts of
 // each split tensor: the rows of a column-parallel product's weight (q, k, v, gate, up: its heads
 // or intermediate units r F/t ...), the columns of a row-parallel one's (o, down), and the rows of
-// the vocabulary (embedding, lm_head: tokens [r V/t, (r + 1) V/t)). Norm weights are whole on
-// every rank, and their gradients (each rank's tokens' share) are summed over the group. A
-// layout with t > 1 is the rank's: its flat buffer holds the rank's parts, which is all an
-// optimiser or a gradient reduction sees. Checkpoints hold whole tensors (io/checkpoint.h):
-// extract_shard and insert_shard convert.
+// the vocabulary (embedding, lm_head: tokens [r V/t, (r + 1) V/t)). GPT-2's Conv1D weights are
+// [in, out], so there the columns of a column-parallel weight and the rows of a row-parallel one,
+// and c_attn's q | k | v blocks each split. Norm weights and biases, the biases of row-parallel
+// products and learned positions are whole on every rank, and their gradients (each rank's tokens'
+// share) are summed over the group. A layout with t > 1 is the rank's: its flat buffer holds the
+// rank's parts, which is all an optimiser or a gradient reduction sees. Checkpoints hold whole
+// tensors (io/checkpoint.h): extract_shard and insert_shard convert.
 struct TensorShard {
   int rank = 0;
   int ranks = 1;

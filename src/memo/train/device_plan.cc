@@ -48,10 +48,8 @@ Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int
   // context parallelism runs for real on rank 0 of a group that moves nothing
   ShapeCommunicator group(int(parallel.cp), 0);
   model.set_context_parallel(&group);
-  // a layer that runs tensor parallelism takes the group's tokens (Note [Tensor-parallel
-  // activations]); the shape-only model of one runs the rank's T/t (Note [Per-GPU shapes])
-  const int64_t tp_tokens = model.tensor_parallel() ? parallel.tp : 1;
-  Trace trace = trace_model_step(model, batch, seq * parallel.cp * tp_tokens, make_strategy);
+  // the model takes the whole micro-batch; each group keeps its rank's part of the tokens
+  Trace trace = trace_model_step(model, batch, seq * parallel.cp * parallel.tp, make_strategy);
   if (context_parallel_comm) *context_parallel_comm = group.counters();
   if (tensor_parallel_comm) *tensor_parallel_comm = tp_group.counters();
   return trace;

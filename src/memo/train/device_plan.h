@@ -50,7 +50,7 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
 
 // The same trace without data and arithmetic (Note [Meta backend]) of one rank of a run split
 // `parallel` ways (Note [Per-GPU shapes]), on a parameter-less model built here: batch x seq are
-// that rank's sequences and tokens per sequence (seq = the run's S / (t c)). Equal to
+// that rank's sequences and tokens per sequence (seq = the run's S / (t c); S must split). Equal to
 // trace_model_step for t = c = 1 (tests/train/shape_only_test.cc); needs no memory for the
 // activations or weights, so a 65B model at a million tokens traces on a laptop. `activations`:
 // the dtype of the run planned (f32 on the CPU, bf16 for a GPU in mixed precision); statistics,

@@ -64,7 +64,7 @@ void read_part_into_device(const SafetensorsFile& file, const std::string& name,
                            const ParamLayout& layout, const ParamInfo* split, float* dst,
                            int64_t numel, Backend& backend, std::vector<float>& staging) {
   if (!split) return read_into_device(file, name, dst, numel, backend, staging);
-  std::vector<float> whole(size_t(numel * layout.shard().ranks));
+  std::vector<float> whole(size_t(split->full_numel()));
   file.read_into(name, whole.data(), int64_t(whole.size()));
   staging.resize(size_t(numel));
   extract_shard(*split, layout.shard(), whole.data(), staging.data());

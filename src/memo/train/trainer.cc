@@ -100,7 +100,7 @@ class HostStaging {
                      ConstTensor(part, {numel}, DType::kF32, backend_.device_space()));
     std::vector<float> host(size_t(int64_t(t) * numel));
     backend_.copy_to_host(host.data(), parts.data(), int64_t(host.size() * sizeof(float)));
-    copies_.emplace_back(host.size());
+    copies_.emplace_back(size_t(p.full_numel()));
     for (int r = 0; r < t; ++r)
       insert_shard(p, TensorShard{r, t}, host.data() + int64_t(r) * numel, copies_.back().data());
     return copies_.back().data();
