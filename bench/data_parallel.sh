@@ -14,9 +14,11 @@
 # [--cp C]` predicts per micro-batch (the layers' gathers and reduce-scatters, the embedding's
 # and the loss's), times the micro-batches, plus the norms' gradients and the gradient norm summed
 # over the group once a step; the noise scale is off under --tp, so a context-parallel group sums
-# the gradients once a step), and the share of the step rank 0 spent inside collectives (no
-# overlap yet: the reductions run after the backward, the ring and the TP collectives between the
-# products).
+# the gradients once a step), and the share of the step rank 0 spent inside collectives: the
+# time a step waits for them. The -overlap rows run without the noise probe, so the last
+# micro-batch's backward starts each part's reduction as it becomes final (Note [Overlapped
+# gradient reduction]); the other DP rows reduce after the backward (the probe reads every
+# micro-batch's local gradient). The ring and the TP collectives run between the products.
 # Usage: bench/data_parallel.sh [SEQ] [STEPS]   (default: 256 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,12 +29,13 @@ trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(date -u +%F)"
 echo "small model, --seq $seq --batch 8 --micro-batch 2, $steps steps; figures: median over steps 2..$steps"
-run() {  # name ranks threads zero cp tp
+run() {  # name ranks threads zero cp tp [extra flags]
   local name=$1 ranks=$2 threads=$3 zero=$4 cp=${5:-1} tp=${6:-1} launch=()
+  local extra=("${@:7}")
   ((ranks > 1)) && launch=(mpirun --oversubscribe --bind-to none -np "$ranks")
   OMP_NUM_THREADS=$threads "${launch[@]}" build/memo train --config configs/small.json \
     --data data/kjv.txt --seq "$seq" --batch 8 --micro-batch 2 --steps "$steps" --lr 2e-3 \
-    --warmup 2 --val-batches 1 --zero "$zero" --cp "$cp" --tp "$tp" --out "$work/$name" \
+    --warmup 2 --val-batches 1 --zero "$zero" --cp "$cp" --tp "$tp" "${extra[@]}" --out "$work/$name" \
     --log "$work/$name.jsonl" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
   if ((tp > 1)); then  # what memo plan predicts a rank sends per micro-batch
     OMP_NUM_THREADS=1 build/memo plan --config configs/small.json --batch 2 --seq "$seq" \
@@ -43,6 +46,8 @@ run one 1 2 0
 run dp2 2 1 0
 run dp2-zero1 2 1 1
 run dp4 4 1 0
+run dp2-overlap 2 1 0 1 1 --no-gns
+run dp4-overlap 4 1 0 1 1 --no-gns
 run cp2 2 1 0 2
 run cp4 4 1 0 4
 run tp2 2 1 0 1 2
@@ -65,6 +70,7 @@ print(f"{'run':<10} {'ranks':>5} {'cp':>3} {'tp':>3} {'tok/s':>9} {'vs 1':>6} "
       f"{'comm MB/step':>13} {'formula MB':>11} {'comm share':>11} {'last loss':>10}")
 for name, ranks, zero, cp, tp in [("one", 1, 0, 1, 1), ("dp2", 2, 0, 1, 1),
                                   ("dp2-zero1", 2, 1, 1, 1), ("dp4", 4, 0, 1, 1),
+                                  ("dp2-overlap", 2, 0, 1, 1), ("dp4-overlap", 4, 0, 1, 1),
                                   ("cp2", 2, 0, 2, 1), ("cp4", 4, 0, 4, 1), ("tp2", 2, 0, 1, 2),
                                   ("tp4", 4, 0, 1, 4), ("tp2cp2", 4, 0, 2, 2)]:
     rs = load(name)

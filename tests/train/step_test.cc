@@ -8,6 +8,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "../memory/memory_test_util.h"
@@ -69,6 +72,71 @@ TEST(TrainStep, gradients_equal_the_micro_batches_accumulated_by_hand) {
   for (float v : want) sq += double(v) * v;
   EXPECT_NEAR(g.grad_sq, sq, 1e-12 * sq);
   EXPECT_EQ(f.dp.counters().calls, 1);  // the gradient-reduction hook, once per step
+}
+
+// Note [Overlapped gradient reduction]: with a data-parallel group and no noise probe, the last
+// micro-batch's backward starts the reduction of each part of the gradients as it becomes final
+// (the final norm and head, each layer from the top, the embedding), the parts tiling the buffer,
+// and the step finishes them before it reads the gradients. A group of 2 ranks whose sums are the
+// identity stands in for MPI (tests/parallel/data_parallel_test.cc runs the real one): the
+// gradients are the one-rank step's bit for bit, halved (the mean over both ranks' tokens).
+class RecordingGroup final : public Communicator {
+ public:
+  explicit RecordingGroup(const Model& model) : model_(model) {}
+  const char* name() const override { return "recording"; }
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void all_reduce_sum(Tensor) override { ++whole; }
+  void start_all_reduce_sum(Tensor x) override {
+    const int64_t begin = (static_cast<const float*>(x.data()) -
+                           static_cast<const float*>(model_.grads_tensor().data()));
+    parts.emplace_back(begin, begin + x.numel());
+  }
+  void finish_reductions() override { finished_after = int(parts.size()); }
+  void reduce_scatter_sum(Tensor, ConstTensor) override {}
+  void all_gather(Tensor, ConstTensor) override {}
+  void all_reduce_sum(std::span<double> x) override {
+    for (double& v : x) v *= 2.0;  // two ranks with the same loss
+  }
+  void all_gather(std::span<double>, std::span<const double>) override {}
+  void broadcast(Tensor, int) override {}
+  void send(ConstTensor, int) override {}
+  void recv(Tensor, int) override {}
+  void send_recv(ConstTensor, int, Tensor, int) override {}
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) override { return nullptr; }
+
+  const Model& model_;
+  std::vector<std::pair<int64_t, int64_t>> parts;
+  int whole = 0, finished_after = -1;
+};
+
+TEST(TrainStep, the_last_backward_starts_each_parts_reduction_and_the_step_finishes_them) {
+  Fixture f;
+  const int64_t n = f.model.params_numel();
+  Sgd sgd(f.model.layout(), SgdOptions{}, decay_matrices_only(f.model.layout()));
+  const StepShape shape{Fixture::kRows, Fixture::kSeq, Fixture::kMicro};
+  TrainStep one(f.model, sgd, f.strategy, f.alloc, shape, f.source(), nullptr, f.dp);
+  one.gradients(1);
+  const std::vector<float> want(f.model.grads(), f.model.grads() + n);
+  RecordingGroup group(f.model);
+  TrainStep two(f.model, sgd, f.strategy, f.alloc, shape, f.source(), nullptr, group);
+  two.gradients(1, Fixture::kMicro);
+  // the mean over twice the tokens (the other rank's are counted): exactly half of each
+  std::vector<float> half(want);
+  for (float& g : half) g *= 0.5f;
+  EXPECT_EQ(0, std::memcmp(half.data(), f.model.grads(), size_t(n) * sizeof(float)));
+  EXPECT_EQ(group.whole, 0);  // no reduction of the whole buffer
+  // the final norm and head, layers 2, 1, 0, the embedding: consecutive parts, top down
+  const int64_t L = f.config.num_hidden_layers;
+  ASSERT_EQ(group.parts.size(), size_t(L + 2));
+  EXPECT_EQ(group.parts.front().second, n);
+  EXPECT_EQ(group.parts.back().first, 0);
+  for (size_t i = 0; i + 1 < group.parts.size(); ++i)
+    EXPECT_EQ(group.parts[i + 1].second, group.parts[i].first) << i;
+  EXPECT_EQ(group.parts[1].first,
+            f.model.layout().find("model.layers.2.input_layernorm.weight").offset);
+  EXPECT_EQ(group.finished_after, L + 2);
 }
 
 // A growing batch (--batch-schedule noise) runs more or fewer micro-batches of the same shape: two

@@ -70,6 +70,20 @@ void Model::allocate_params() {
   grads_ = grads_storage_.tensor({layout_.total_numel()}, DType::kF32);
   w_ = bind_weights(config_, layout_, params_);
   dw_ = bind_weights(config_, layout_, grads_);
+  // the gradient parts, in the layout's order (embedding and positions, layers, norm and head)
+  const int64_t L = config_.num_hidden_layers;
+  std::vector<int64_t> starts(size_t(L + 2), layout_.total_numel());
+  starts[0] = 0;
+  for (const ParamInfo& p : layout_.params()) {
+    const size_t i = p.role == ParamRole::kLayer ? size_t(p.layer + 1)
+                     : p.role == ParamRole::kEmbedding || p.role == ParamRole::kPositions
+                         ? 0
+                         : size_t(L + 1);
+    if (i > 0) starts[i] = std::min(starts[i], p.offset);
+  }
+  grad_parts_.clear();
+  for (size_t i = 0; i + 1 < starts.size(); ++i) grad_parts_.emplace_back(starts[i], starts[i + 1]);
+  grad_parts_.emplace_back(starts.back(), layout_.total_numel());
   // Padding between tensors stays zero in both buffers (ParamLayout), and gradients start at 0.
   backend_->fill(params_, 0.0f);
   backend_->fill(grads_, 0.0f);
@@ -115,10 +129,25 @@ int64_t Model::vocab_rows() const {
   return std::min(rows, config_.vocab_size - first);
 }
 
-void Model::reduce_tensor_parallel_grads() {
+void Model::reduce_tensor_parallel_grads() { reduce_tensor_parallel_grads(grads_); }
+
+void Model::reduce_tensor_parallel_grads(ConstTensor part) {
   if (!tp_values_) return;
+  const int64_t begin =
+      (static_cast<const char*>(part.data()) - static_cast<const char*>(grads_.data())) /
+      int64_t(sizeof(float));
+  const int64_t end = begin + part.numel();
+  MEMO_CHECK(begin >= 0 && end <= grads_.numel(), "reduce_tensor_parallel_grads: a part outside ",
+             "the gradients");
   for (const ParamInfo& p : layout_.params())
-    if (!p.is_split()) tp_group_->all_reduce_sum(grads_.part(p.offset, Shape{p.numel}));
+    if (!p.is_split() && p.offset >= begin && p.offset + p.numel <= end)
+      tp_group_->all_reduce_sum(grads_.part(p.offset, Shape{p.numel}));
+}
+
+void Model::gradients_ready(size_t part) {
+  if (!grads_ready_) return;
+  const auto [begin, end] = grad_parts_.at(part);
+  if (end > begin) grads_ready_(grads_.part(begin, Shape{end - begin}));
 }
 
 double Model::grad_sum_squares() {
@@ -307,6 +336,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
       alloc.acquire("grad.hidden", {Tl, C}, ActKind::kTransient, ctx.act);  // dL/d(residual)
   backend_->fill(dres, 0.0f);
   arch_.final_norm_backward(dres, dw_, dxf, final_hidden, inv_rms, w_, *backend_);
+  gradients_ready(size_t(L) + 1);  // the final norm and the head
   alloc.release(dxf);
   alloc.release(inv_rms);
   alloc.release(xf);
@@ -316,8 +346,10 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
     const SavedActs& s = strategy.backward_ready(l);
     arch_.backward(dres, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], ctx);
     strategy.backward_done(l);
+    gradients_ready(size_t(l) + 1);
   }
   embed_backward(dres, tokens, batch, seq, alloc);
+  gradients_ready(0);
   alloc.release(dres);
   return loss_sum;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <utility>
@@ -77,8 +78,17 @@ class Model {
   bool tensor_parallel() const { return tp_values_; }
   Communicator* tensor_parallel_group() const { return tp_group_; }
   // Under tensor parallelism: sums the gradients of the tensors every rank holds whole (the
-  // norms', from each rank's tokens) over the group. A no-op otherwise.
+  // norms', from each rank's tokens) over the group: all of them, or those inside `part` of the
+  // gradient buffer. A no-op otherwise.
   void reduce_tensor_parallel_grads();
+  void reduce_tensor_parallel_grads(ConstTensor part);
+  // Called during forward_backward's backward with each part of the gradient buffer as the
+  // micro-batch's backward is done with it: the final norm and the untied head, then each layer's
+  // tensors from the top, then the embedding (and learned positions). Together the parts cover
+  // the buffer. The gradient reduction overlapped with the backward (train/step.h) starts there.
+  // Empty: none.
+  using GradientsReady = std::function<void(Tensor part)>;
+  void set_gradients_ready(GradientsReady ready) { grads_ready_ = std::move(ready); }
   // The squared norm of the whole model's gradient: the group's parts, and each whole tensor once,
   // under tensor parallelism (the same on every rank); backend().sum_squares(grads) otherwise.
   double grad_sum_squares();
@@ -133,6 +143,11 @@ class Model {
   void allocate_params();  // params_ and grads_ for layout_, zeroed; the weights bound
   // The vocabulary rows of this rank's part of the embedding and head, without padding.
   int64_t vocab_rows() const;
+  // The parts set_gradients_ready hands out: [0] the embedding's, [1 + l] layer l's, [L + 1] the
+  // final norm's and head's ([begin, end) elements).
+  std::vector<std::pair<int64_t, int64_t>> grad_parts_;
+  GradientsReady grads_ready_;
+  void gradients_ready(size_t part);
   Parallel parallel_;
   Communicator* tp_group_ = nullptr;             // t ranks when parallel_.tp > 1
   bool tp_values_ = false;                       // t > 1

@@ -176,6 +176,23 @@ void NcclCommunicator::all_reduce_sum(Tensor x) {
   finish("all_reduce_sum", t0, moved, moved);
 }
 
+void NcclCommunicator::start_all_reduce_sum(Tensor x) {
+  begin("all_reduce_sum");
+  const auto t0 = Clock::now();
+  const size_t n = count_of(x, "all_reduce_sum");
+  check_sum_dtype(x, "all_reduce_sum");
+  check_nccl(ncclAllReduce(x.data(), x.data(), n, ncclFloat, ncclSum, comm_, stream_),
+             "ncclAllReduce");
+  const int64_t moved = all_reduce_bytes(x.bytes(), size_);
+  count(moved, moved, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+void NcclCommunicator::finish_reductions() {
+  const auto t0 = Clock::now();
+  finish("all_reduce_sum");
+  count_seconds(std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
 void NcclCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
   begin("reduce_scatter_sum");
   count_of(in, "reduce_scatter_sum");

@@ -49,6 +49,11 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   int device() const { return device_; }
   void all_reduce_sum(Tensor x) override;
+  // Enqueued on the collectives' stream after the compute stream's work so far; the GPU runs it
+  // beside the backward's later kernels. finish_reductions() polls the stream (Note [Overlapped
+  // reductions]); so does every other collective, the stream being in order.
+  void start_all_reduce_sum(Tensor x) override;
+  void finish_reductions() override;
   void reduce_scatter_sum(Tensor out, ConstTensor in) override;
   void all_gather(Tensor out, ConstTensor in) override;
   void all_reduce_sum(std::span<double> x) override;

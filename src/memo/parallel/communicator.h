@@ -40,6 +40,18 @@ class Communicator {
 
   // x = sum over ranks of x (in place).
   virtual void all_reduce_sum(Tensor x) = 0;
+  // Note [Overlapped reductions]
+  // all_reduce_sum of x, started now and finished by finish_reductions(): the gradient reduction
+  // overlapped with the backward (train/step.h). x must not be read or written until then. Started
+  // reductions complete in the order they were started, with the same bits as all_reduce_sum of
+  // each; progress() advances them without blocking (the backward calls it between layers), and
+  // every other collective of this communicator first finishes them. Counted like all_reduce_sum;
+  // the seconds are those spent inside these calls, so the time a step waits for the reduction
+  // is what the log shows. The default runs each reduction at once (one process, a shape-only
+  // trace).
+  virtual void start_all_reduce_sum(Tensor x) { all_reduce_sum(x); }
+  virtual void progress() {}
+  virtual void finish_reductions() {}
   // out = rank()-th of size() equal slices of (sum over ranks of in). in: [size() * n], out: [n].
   virtual void reduce_scatter_sum(Tensor out, ConstTensor in) = 0;
   // out = the ranks' in, concatenated in rank order. in: [n], out: [size() * n].
@@ -72,6 +84,7 @@ class Communicator {
     counters_.bytes_received += received;
     counters_.seconds += seconds;
   }
+  void count_seconds(double seconds) { counters_.seconds += seconds; }
 
  private:
   CommCounters counters_;

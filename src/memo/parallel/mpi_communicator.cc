@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <thread>
 
 #include "memo/core/error.h"
@@ -95,6 +96,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owns_comm, bool finalizes)
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  // reductions still in flight (a step that stopped on an error ends the job instead)
+  if (std::uncaught_exceptions() == 0) finish_reductions();
   if (owns_comm_) MPI_Comm_free(&comm_);
   if (finalizes_) MPI_Finalize();
 }
@@ -160,8 +163,95 @@ void MpiCommunicator::all_reduce_chunk(float* x, int64_t n) {
   wait(request, "all_reduce_sum");
 }
 
+bool MpiCommunicator::advance(Pending& p, bool blocking) {
+  const int np = size_;
+  for (;;) {
+    if (p.phase == 0) {  // post the next chunk's exchange of slices
+      const int64_t n = std::min(kMaxChunk, p.n - p.begin);
+      const int64_t slice = (n + np - 1) / np;
+      p.counts.assign(size_t(np), 0);
+      p.displs.assign(size_t(np), 0);
+      for (int j = 0; j < np; ++j) {
+        const int64_t begin = std::min(n, j * slice), end = std::min(n, (j + 1) * slice);
+        p.counts[size_t(j)] = int(end - begin);
+        p.displs[size_t(j)] = int(begin);
+      }
+      p.recv_counts.assign(size_t(np), p.counts[size_t(rank_)]);
+      p.recv_displs.assign(size_t(np), 0);
+      for (int j = 0; j < np; ++j) p.recv_displs[size_t(j)] = int(j * slice);
+      p.scratch.resize(size_t(np * slice));
+      MPI_Ialltoallv(p.x + p.begin, p.counts.data(), p.displs.data(), MPI_FLOAT, p.scratch.data(),
+                     p.recv_counts.data(), p.recv_displs.data(), MPI_FLOAT, comm_, &p.request);
+      p.phase = 1;
+    }
+    if (blocking) {
+      wait(p.request, "all_reduce_sum");
+    } else {
+      int done = 0;
+      if (MPI_Test(&p.request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        std::fprintf(stderr,
+                     "memo: error: rank %d: all_reduce_sum failed in MPI; stopping the job\n",
+                     rank_);
+        MPI_Abort(comm_, 3);
+      }
+      if (!done) return false;
+    }
+    float* x = p.x + p.begin;
+    if (p.phase == 1) {  // sum this rank's slice in rank order, then gather the sums
+      const int mine = p.counts[size_t(rank_)];
+      const int64_t slice = p.recv_displs.size() > 1 ? p.recv_displs[1] : 0;
+      float* out = x + p.displs[size_t(rank_)];
+      for (int64_t i = 0; i < mine; ++i) {  // rank order: Note [Deterministic reductions]
+        float sum = p.scratch[size_t(i)];
+        for (int j = 1; j < np; ++j) sum += p.scratch[size_t(j * slice + i)];
+        out[i] = sum;
+      }
+      MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, p.counts.data(), p.displs.data(), MPI_FLOAT,
+                      comm_, &p.request);
+      p.phase = 2;
+      continue;
+    }
+    p.begin += std::min(kMaxChunk, p.n - p.begin);  // phase 2 done: the chunk is reduced
+    p.phase = 0;
+    if (p.begin >= p.n) return true;
+  }
+}
+
+void MpiCommunicator::start_all_reduce_sum(Tensor x) {
+  MEMO_CHECK(x.contiguous(), "start_all_reduce_sum: view ", x.shape(), " must be contiguous");
+  const auto t0 = Clock::now();
+  Pending p;
+  p.x = x.as<float>().data();  // memo reduces in f32
+  p.n = x.numel();
+  pending_.push_back(std::move(p));
+  const int64_t moved = all_reduce_bytes(x.numel() * 4, size_);
+  if (size_ == 1 || x.numel() == 0) {
+    pending_.pop_back();
+  } else {
+    while (!pending_.empty() && advance(pending_.front(), false)) pending_.pop_front();
+  }
+  count(moved, moved, seconds_since(t0));
+}
+
+void MpiCommunicator::progress() {
+  const auto t0 = Clock::now();
+  while (!pending_.empty() && advance(pending_.front(), false)) pending_.pop_front();
+  count_seconds(seconds_since(t0));
+}
+
+void MpiCommunicator::finish_reductions() {
+  if (pending_.empty()) return;
+  const auto t0 = Clock::now();
+  while (!pending_.empty()) {
+    advance(pending_.front(), true);
+    pending_.pop_front();
+  }
+  count_seconds(seconds_since(t0));
+}
+
 void MpiCommunicator::all_reduce_sum(Tensor x) {
   MEMO_CHECK(x.contiguous(), "all_reduce_sum: view ", x.shape(), " must be contiguous");
+  finish_reductions();
   const auto t0 = Clock::now();
   const int64_t n = x.numel();
   float* data = x.as<float>().data();  // memo reduces in f32
@@ -172,6 +262,7 @@ void MpiCommunicator::all_reduce_sum(Tensor x) {
 }
 
 void MpiCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
+  finish_reductions();  // Note [Overlapped reductions]
   MEMO_CHECK(out.contiguous() && in.contiguous() && in.numel() == out.numel() * size_,
              "reduce_scatter_sum: out ", out.shape(), " must hold 1/", size_, " of in ",
              in.shape());
@@ -193,6 +284,7 @@ void MpiCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
 }
 
 void MpiCommunicator::all_gather(Tensor out, ConstTensor in) {
+  finish_reductions();  // Note [Overlapped reductions]
   MEMO_CHECK(out.contiguous() && in.contiguous() && out.numel() == in.numel() * size_,
              "all_gather: out ", out.shape(), " must hold ", size_, " x in ", in.shape());
   MEMO_CHECK(out.dtype() == in.dtype(), "all_gather: out is ", dtype_name(out.dtype()), ", in ",
@@ -208,6 +300,7 @@ void MpiCommunicator::all_gather(Tensor out, ConstTensor in) {
 }
 
 void MpiCommunicator::all_reduce_sum(std::span<double> x) {
+  finish_reductions();  // Note [Overlapped reductions]
   const auto t0 = Clock::now();
   const int n = to_int(int64_t(x.size()), "all_reduce_sum");
   std::vector<double> all(size_t(size_) * x.size());
@@ -224,6 +317,7 @@ void MpiCommunicator::all_reduce_sum(std::span<double> x) {
 }
 
 void MpiCommunicator::all_gather(std::span<double> out, std::span<const double> in) {
+  finish_reductions();  // Note [Overlapped reductions]
   MEMO_CHECK(out.size() == in.size() * size_t(size_), "all_gather: out of ", out.size(),
              " must hold ", size_, " x in of ", in.size());
   const auto t0 = Clock::now();
@@ -236,6 +330,7 @@ void MpiCommunicator::all_gather(std::span<double> out, std::span<const double> 
 }
 
 void MpiCommunicator::broadcast(Tensor x, int root) {
+  finish_reductions();  // Note [Overlapped reductions]
   check_peer("broadcast", root);
   MEMO_CHECK(x.contiguous(), "broadcast: view ", x.shape(), " must be contiguous");
   const auto t0 = Clock::now();
@@ -248,6 +343,7 @@ void MpiCommunicator::broadcast(Tensor x, int root) {
 }
 
 void MpiCommunicator::send(ConstTensor x, int peer) {
+  finish_reductions();  // Note [Overlapped reductions]
   check_peer("send", peer);
   MEMO_CHECK(x.contiguous(), "send: view ", x.shape(), " must be contiguous");
   const auto t0 = Clock::now();
@@ -258,6 +354,7 @@ void MpiCommunicator::send(ConstTensor x, int peer) {
 }
 
 void MpiCommunicator::recv(Tensor x, int peer) {
+  finish_reductions();  // Note [Overlapped reductions]
   check_peer("recv", peer);
   MEMO_CHECK(x.contiguous(), "recv: view ", x.shape(), " must be contiguous");
   const auto t0 = Clock::now();
@@ -268,6 +365,7 @@ void MpiCommunicator::recv(Tensor x, int peer) {
 }
 
 void MpiCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
+  finish_reductions();  // Note [Overlapped reductions]
   check_peer("send_recv", to);
   check_peer("send_recv", from);
   MEMO_CHECK(x.contiguous() && y.contiguous(), "send_recv: views ", x.shape(), " and ", y.shape(),
@@ -283,6 +381,7 @@ void MpiCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
 }
 
 void MpiCommunicator::barrier() {
+  finish_reductions();  // Note [Overlapped reductions]
   const auto t0 = Clock::now();
   MPI_Request request;
   MPI_Ibarrier(comm_, &request);
@@ -291,6 +390,7 @@ void MpiCommunicator::barrier() {
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  finish_reductions();  // Note [Overlapped reductions]
   MPI_Comm group;
   MEMO_CHECK(MPI_Comm_split(comm_, color, key, &group) == MPI_SUCCESS, "split: MPI_Comm_split ",
              "failed on rank ", rank_);

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,9 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void all_reduce_sum(Tensor x) override;
+  void start_all_reduce_sum(Tensor x) override;
+  void progress() override;
+  void finish_reductions() override;
   void reduce_scatter_sum(Tensor out, ConstTensor in) override;
   void all_gather(Tensor out, ConstTensor in) override;
   void all_reduce_sum(std::span<double> x) override;
@@ -52,6 +56,20 @@ class MpiCommunicator final : public Communicator {
   void wait(MPI_Request& request, const char* op);
   // x = sum over ranks in rank order, x contiguous and at most kMaxChunk floats.
   void all_reduce_chunk(float* x, int64_t n);
+  // A started reduction (Note [Overlapped reductions]): chunk by chunk, each an exchange of
+  // slices (Ialltoallv), their sum in rank order, and a gather of the sums (Iallgatherv).
+  struct Pending {
+    float* x = nullptr;
+    int64_t n = 0, begin = 0;  // floats, and the start of the chunk in flight
+    int phase = 0;             // 0: chunk not posted, 1: exchanging slices, 2: gathering sums
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<int> counts, displs, recv_counts, recv_displs;
+    std::vector<float> scratch;
+  };
+  // Advances the oldest started reduction as far as it goes without waiting (blocking: waiting
+  // for each step); true once it is complete. Only the oldest is ever in flight, so every rank
+  // posts the same collectives in the same order whatever its timing.
+  bool advance(Pending& p, bool blocking);
   void check_peer(const char* op, int peer) const;
 
   MPI_Comm comm_;
@@ -60,7 +78,8 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   double timeout_s_ = kDefaultCommTimeoutS;
-  std::vector<float> scratch_;  // the peers' slices of a reduction, [size() * slice]
+  std::vector<float> scratch_;   // the peers' slices of a reduction, [size() * slice]
+  std::deque<Pending> pending_;  // started reductions, oldest first
 };
 
 // When this process is one rank of an MPI job of more than one, ends the whole job with `code`

@@ -43,10 +43,26 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
   model_.zero_grads();
   Communicator* const cp = model_.context_parallel_group();
   double loss_sum = 0.0;
+  // Note [Overlapped gradient reduction]: without the probe (which reads every micro-batch's
+  // local gradient) the last micro-batch's backward starts each part's data-parallel reduction
+  // as soon as the part is final; the context- and tensor-parallel groups first sum their shares
+  // of it. Every sum adds the ranks in rank order, so the bits are those of reducing the whole
+  // buffer after the backward.
+  const bool overlap = !probe_ && ranks > 1;
+  struct ClearHook {
+    Model& model;
+    ~ClearHook() { model.set_gradients_ready({}); }
+  } clear_hook{model_};
   // rank r runs micro-batches [r k, (r + 1) k) of the step's k P: the windows of one process
   const int64_t first = int64_t(data_parallel_.rank()) * micro_steps;
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     source_(step, first + micro, inputs_.data(), targets_.data(), shape_.micro_batch);
+    if (overlap && micro + 1 == micro_steps)
+      model_.set_gradients_ready([this, cp](Tensor part) {
+        if (cp) cp->all_reduce_sum(part);
+        model_.reduce_tensor_parallel_grads(part);
+        data_parallel_.start_all_reduce_sum(part);
+      });
     loss_sum += model_.forward_backward(inputs_.data(), targets_.data(), shape_.micro_batch,
                                         shape_.seq, grad_scale, strategy_, alloc_);
     // the probe reads each micro-batch's whole gradient: under context parallelism the sum of
@@ -58,9 +74,14 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
   // data-parallel ranks' gradients summed (each is already scaled by the global token count), and
   // their losses (forward_backward returns each micro-batch's whole loss on every rank of a
   // context-parallel group).
-  if (cp && !probe_) cp->all_reduce_sum(grads);
-  model_.reduce_tensor_parallel_grads();  // the norms' shares of a tensor-parallel group
-  data_parallel_.all_reduce_sum(grads);
+  if (overlap) {
+    model_.set_gradients_ready({});
+    data_parallel_.finish_reductions();
+  } else {
+    if (cp && !probe_) cp->all_reduce_sum(grads);
+    model_.reduce_tensor_parallel_grads();  // the norms' shares of a tensor-parallel group
+    data_parallel_.all_reduce_sum(grads);
+  }
   if (ranks > 1) data_parallel_.all_reduce_sum(std::span<double>(&loss_sum, 1));
   StepGradients g;
   g.loss = loss_sum / double(tokens);
