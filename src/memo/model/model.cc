@@ -454,7 +454,7 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
   // Chunk so one chunk of logits is at most 16 Mi floats (64 MiB); a function of (T, V) only,
   // so every strategy and every run sums the head gradient in the same order.
   constexpr int64_t kMaxLogitFloats = int64_t(1) << 24;
-  const int64_t chunk = std::max<int64_t>(1, std::min(tokens, kMaxLogitFloats / V));
+  const int64_t chunk = std::max<int64_t>(1, std::min(tokens, kMaxLogitFloats / w_.head.rows()));
   Communicator* const tp = tp_values_ ? tp_group_ : nullptr;
   const TpGather all_rows(alloc, tp, "tp.head_in", xf, xf.dtype());
   std::optional<TpPartial> partial;  // the gradient of every token's row, this rank's share
@@ -463,7 +463,11 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
   Tensor losses = alloc.acquire("head.losses", {tokens}, ActKind::kTransient, DType::kF32);
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
     const int64_t t1 = std::min(tokens, t0 + chunk), n = t1 - t0;
-    Tensor logits = alloc.acquire("head.logits", {n, V}, ActKind::kTransient, DType::kF32);
+    // held at the part's padded width, so every rank of the group makes the same requests (and a
+    // plan the same refusal); the padding's columns are never computed
+    Tensor logits_buffer =
+        alloc.acquire("head.logits", {n, w_.head.rows()}, ActKind::kTransient, DType::kF32);
+    const Tensor logits = logits_buffer.slice_cols(0, V);
     ConstTensor x = all_rows.rows().slice_rows(t0, t1);
     const View<const int32_t> ys(targets + t0, {n});
     backend_->matmul(logits, x, head, false, true);
@@ -488,7 +492,7 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
       backend_->matmul(dhead, logits, x, true, false, 1.0f, 1.0f);
       backend_->matmul(dx_all.slice_rows(t0, t1), logits, head, false, false);
     }
-    alloc.release(logits);
+    alloc.release(logits_buffer);
   }
   if (backward) partial->reduce_scatter(dxf);
   const double sum = backend_->sum(losses);  // in token order: deterministic

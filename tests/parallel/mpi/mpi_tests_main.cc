@@ -231,18 +231,20 @@ TEST(RingAttention, matches_one_process_attention_on_every_rank) {
   }
 }
 
-// Tensor + sequence parallelism over every rank of the job (Note [Tensor-parallel activations]):
-// one micro-batch's loss and every gradient, each rank's part of it (the whole tensor for norms,
-// biases of row-parallel products and positions, after the group's sum), against one process's
-// on the same weights and tokens. A rank sums its part of each product's inner dimension and the
-// reduce-scatter adds the parts, so a gradient differs from one process's by fp32 rounding of its
-// terms: measured up to 2.0e-6 of the tensor's largest entry on these sizes (the loss 1.4e-8
-// relative). 2e-5 of it still catches a wrong split, offset or missing reduction (>= 1e-2).
-// LLaMA with GQA (2 or 1 key-value heads per rank) and a vocabulary that splits into padded parts
+// Tensor + sequence parallelism, context parallelism and both (Notes [Tensor-parallel
+// activations], [Context parallel layout]) over the job's ranks: one micro-batch's loss and every
+// gradient, each rank's part of it (the whole tensor for norms, biases of row-parallel products
+// and positions), after the context-parallel group's sum and the tensor-parallel group's sum of
+// the whole tensors, against one process's on the same weights and tokens. A rank sums its part
+// of each product's inner dimension, or its chunks' share of the sequence, and the collectives add
+// the parts, so a gradient differs from one process's by fp32 rounding of its terms: measured up
+// to 2.3e-6 of the tensor's largest entry on these sizes (the loss 2.6e-8 relative). 2e-5 of it
+// still catches a wrong split, offset, position or missing reduction (>= 1e-2). LLaMA with GQA
+// (2 or 1 key-value heads per tensor-parallel rank) and a vocabulary that splits into padded parts
 // under 4 ranks; GPT-2 with learned positions.
-TEST(TensorParallelModel, every_gradient_part_matches_one_process) {
+TEST(ParallelModel, every_gradient_part_matches_one_process) {
   MpiCommunicator& w = *g_world;
-  const int t = w.size();
+  const int ranks = w.size(), r = w.rank();
   ModelConfig llama;
   llama.hidden_size = 64;
   llama.intermediate_size = 128;
@@ -257,43 +259,55 @@ TEST(TensorParallelModel, every_gradient_part_matches_one_process) {
   gpt2.num_key_value_heads = gpt2.num_attention_heads;
   gpt2.position_embedding = PositionEmbedding::kLearned;
   gpt2.tie_word_embeddings = true;
-  for (const ModelConfig& config : {llama, gpt2}) {
-    SCOPED_TRACE(config.is_gpt2() ? "gpt2" : "llama");
-    const int64_t B = 2, S = 96, T = B * S;
-    std::mt19937 rng(11);  // the same tokens on every rank
-    std::vector<int32_t> in(static_cast<size_t>(T)), target(in.size());
-    for (size_t i = 0; i < in.size(); ++i) {
-      in[i] = int32_t(rng() % uint32_t(config.vocab_size));
-      target[i] = int32_t(rng() % uint32_t(config.vocab_size));
-    }
-    Model one(config), mine(config);
-    mine.set_parallel(Parallel{t, 1}, &w);
-    one.init(3);
-    mine.init(3);
-    CachingAllocator a1, a2;
-    KeepStrategy k1(one.skeletal(), a1), k2(mine.skeletal(), a2);
-    const double want =
-        one.forward_backward(in.data(), target.data(), B, S, 1.0f / float(T), k1, a1);
-    const double got =
-        mine.forward_backward(in.data(), target.data(), B, S, 1.0f / float(T), k2, a2);
-    mine.reduce_tensor_parallel_grads();
-    EXPECT_NEAR(got, want, 1e-5 * std::abs(want));
-    const float* whole = one.grads();
-    const float* part = mine.grads();
-    for (size_t i = 0; i < mine.layout().params().size(); ++i) {
-      const ParamInfo& p = mine.layout().params()[i];
-      const ParamInfo& q = one.layout().params()[i];
-      std::vector<float> expect(static_cast<size_t>(p.numel));
-      extract_shard(p, mine.layout().shard(), whole + q.offset, expect.data());
-      float scale = 0.0f, err = 0.0f;
-      for (int64_t j = 0; j < p.numel; ++j) {
-        scale = std::max(scale, std::abs(expect[size_t(j)]));
-        err = std::max(err, std::abs(part[p.offset + j] - expect[size_t(j)]));
+  struct Layout {
+    int tp, cp;
+  };
+  std::vector<Layout> layouts = {{ranks, 1}, {1, ranks}};
+  if (ranks == 4) layouts.push_back({2, 2});
+  for (const Layout& layout : layouts) {
+    // tensor-parallel rank r % T, context-parallel rank r / T (memo train's layout)
+    std::unique_ptr<Communicator> tp = w.split(r / layout.tp, r % layout.tp);
+    std::unique_ptr<Communicator> cp = w.split(r % layout.tp, r / layout.tp);
+    for (const ModelConfig& config : {llama, gpt2}) {
+      SCOPED_TRACE(::testing::Message() << (config.is_gpt2() ? "gpt2" : "llama") << " tp "
+                                        << layout.tp << " cp " << layout.cp);
+      const int64_t B = 2, S = 96, T = B * S;
+      std::mt19937 rng(11);  // the same tokens on every rank
+      std::vector<int32_t> in(static_cast<size_t>(T)), target(in.size());
+      for (size_t i = 0; i < in.size(); ++i) {
+        in[i] = int32_t(rng() % uint32_t(config.vocab_size));
+        target[i] = int32_t(rng() % uint32_t(config.vocab_size));
       }
-      EXPECT_GT(scale, 0.0f) << p.name;
-      EXPECT_LE(err, 2e-5f * scale) << p.name << " on rank " << w.rank();
+      Model one(config), mine(config);
+      mine.set_parallel(Parallel{layout.tp, 1}, tp.get());
+      mine.set_context_parallel(cp.get());
+      one.init(3);
+      mine.init(3);
+      CachingAllocator a1, a2;
+      KeepStrategy k1(one.skeletal(), a1), k2(mine.skeletal(), a2);
+      const float scale = 1.0f / float(T);
+      const double want = one.forward_backward(in.data(), target.data(), B, S, scale, k1, a1);
+      const double got = mine.forward_backward(in.data(), target.data(), B, S, scale, k2, a2);
+      cp->all_reduce_sum(mine.grads_tensor());
+      mine.reduce_tensor_parallel_grads();
+      EXPECT_NEAR(got, want, 1e-5 * std::abs(want));
+      const float* whole = one.grads();
+      const float* part = mine.grads();
+      for (size_t i = 0; i < mine.layout().params().size(); ++i) {
+        const ParamInfo& p = mine.layout().params()[i];
+        const ParamInfo& q = one.layout().params()[i];
+        std::vector<float> expect(static_cast<size_t>(p.numel));
+        extract_shard(p, mine.layout().shard(), whole + q.offset, expect.data());
+        float top = 0.0f, err = 0.0f;
+        for (int64_t j = 0; j < p.numel; ++j) {
+          top = std::max(top, std::abs(expect[size_t(j)]));
+          err = std::max(err, std::abs(part[p.offset + j] - expect[size_t(j)]));
+        }
+        EXPECT_GT(top, 0.0f) << p.name;
+        EXPECT_LE(err, 2e-5f * top) << p.name << " on rank " << r;
+      }
+      EXPECT_NEAR(mine.grad_sum_squares(), one.grad_sum_squares(), 1e-5 * one.grad_sum_squares());
     }
-    EXPECT_NEAR(mine.grad_sum_squares(), one.grad_sum_squares(), 1e-5 * one.grad_sum_squares());
   }
 }
 
