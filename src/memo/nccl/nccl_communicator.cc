@@ -166,14 +166,8 @@ void NcclCommunicator::finish(const char* op, Clock::time_point t0, int64_t sent
 }
 
 void NcclCommunicator::all_reduce_sum(Tensor x) {
-  begin("all_reduce_sum");
-  const auto t0 = Clock::now();
-  const size_t n = count_of(x, "all_reduce_sum");
-  check_sum_dtype(x, "all_reduce_sum");
-  check_nccl(ncclAllReduce(x.data(), x.data(), n, ncclFloat, ncclSum, comm_, stream_),
-             "ncclAllReduce");
-  const int64_t moved = all_reduce_bytes(x.bytes(), size_);
-  finish("all_reduce_sum", t0, moved, moved);
+  start_all_reduce_sum(x);
+  finish_reductions();
 }
 
 void NcclCommunicator::start_all_reduce_sum(Tensor x) {

@@ -10,6 +10,24 @@
 #include "memo/kernels/view_checks.h"
 
 namespace memo::cpu {
+namespace {
+
+// The row's max m (exact) and sum_c exp(x_c - m), the float exponentials added in double.
+struct RowStats {
+  float m;
+  double sum;
+};
+inline RowStats row_stats(const float* xr, int64_t V) {
+  float m = xr[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t c = 0; c < V; ++c) m = std::max(m, xr[c]);
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < V; ++c) sum += double(exp_f32(xr[c] - m));
+  return {m, sum};
+}
+
+}  // namespace
 
 // With p = softmax(x): loss = lse(x) - x_y, d loss / dx_c = p_c - [c == y], times grad_scale.
 void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
@@ -22,12 +40,7 @@ void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const
 #pragma omp parallel for schedule(static) if (T * V >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = logits.data() + t * logits.ld();
-    float m = xr[0];
-#pragma omp simd reduction(max : m)
-    for (int64_t c = 0; c < V; ++c) m = std::max(m, xr[c]);
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < V; ++c) sum += double(exp_f32(xr[c] - m));
+    const auto [m, sum] = row_stats(xr, V);
     const float target_logit = xr[ys[t]];  // read before dlogits (which may alias) is written
     lp[t] = float(double(m) + std::log(sum) - double(target_logit));
     if (!want_grad) continue;
@@ -51,12 +64,7 @@ void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logi
 #pragma omp parallel for schedule(static) if (T * V >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = logits.data() + t * logits.ld();
-    float m = xr[0];
-#pragma omp simd reduction(max : m)
-    for (int64_t c = 0; c < V; ++c) m = std::max(m, xr[c]);
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < V; ++c) sum += double(exp_f32(xr[c] - m));
+    const auto [m, sum] = row_stats(xr, V);
     mp[t] = m;
     sp[t] = float(sum);
     tp[t] = ys[t] == kOtherShard ? 0.0f : xr[ys[t]];
