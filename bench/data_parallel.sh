@@ -13,8 +13,8 @@
 # over the group after each micro-batch, 8 bytes of loss; tensor parallel: what `memo plan --tp T
 # [--cp C]` predicts per micro-batch (the layers' gathers and reduce-scatters, the embedding's
 # and the loss's), times the micro-batches, plus the norms' gradients and the gradient norm summed
-# over the group once a step; the noise scale is off under --tp, so a context-parallel group sums
-# the gradients once a step), and the share of the step rank 0 spent inside collectives: the
+# over the group once a step; the TP rows run without the noise probe (--no-gns), so a
+# context-parallel group sums the gradients once a step), and the share of the step rank 0 spent inside collectives: the
 # time a step waits for them. The -overlap rows run without the noise probe, so the last
 # micro-batch's backward starts each part's reduction as it becomes final (Note [Overlapped
 # gradient reduction]); the other DP rows reduce after the backward (the probe reads every
@@ -50,9 +50,9 @@ run dp2-overlap 2 1 0 1 1 --no-gns
 run dp4-overlap 4 1 0 1 1 --no-gns
 run cp2 2 1 0 2
 run cp4 4 1 0 4
-run tp2 2 1 0 1 2
-run tp4 4 1 0 1 4
-run tp2cp2 4 1 0 2 2
+run tp2 2 1 0 1 2 --no-gns
+run tp4 4 1 0 1 4 --no-gns
+run tp2cp2 4 1 0 2 2 --no-gns
 /usr/bin/python3 - "$work" "$seq" <<'EOF'
 import json, re, statistics, sys
 work, seq = sys.argv[1], int(sys.argv[2])

@@ -150,6 +150,14 @@ void Model::gradients_ready(size_t part) {
   if (end > begin) grads_ready_(grads_.part(begin, Shape{end - begin}));
 }
 
+double Model::whole_tensors_sum_squares() {
+  if (!tp_values_) return 0.0;
+  double sq = 0.0;
+  for (const ParamInfo& p : layout_.params())
+    if (!p.is_split()) sq += backend_->sum_squares(grads_.part(p.offset, Shape{p.numel}));
+  return sq;
+}
+
 double Model::grad_sum_squares() {
   if (!tp_values_) return backend_->sum_squares(grads_);
   double sq = 0.0;  // the parts, and the whole tensors on rank 0 only

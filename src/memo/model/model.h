@@ -92,6 +92,9 @@ class Model {
   // The squared norm of the whole model's gradient: the group's parts, and each whole tensor once,
   // under tensor parallelism (the same on every rank); backend().sum_squares(grads) otherwise.
   double grad_sum_squares();
+  // Under tensor parallelism: the squared norm of the gradients of the tensors every rank holds
+  // whole, as this rank's buffer has them. 0 otherwise.
+  double whole_tensors_sum_squares();
 
   // One micro-batch of `batch` sequences of `seq` tokens: inputs and targets are [batch * seq] in
   // host memory (copied to the device first when the host cannot address it).

@@ -31,22 +31,27 @@ void GradNoiseProbe::set_micro_steps(int64_t micro_steps, int64_t ranks) {
   micro_sq_.resize(size_t(micro_steps));  // within the capacity reserved at construction
 }
 
-void GradNoiseProbe::after_micro(Tensor grads, int64_t micro) {
+void GradNoiseProbe::after_micro(Tensor grads, int64_t micro, Communicator* tensor_parallel,
+                                 double whole_sq) {
   MEMO_CHECK(grads.numel() == numel_ && grads.contiguous(), "noise probe: gradients ",
              grads.shape(), " are not the flat buffer of ", numel_);
   const double k = double(micro_steps_ * ranks_);  // the buffer holds g_i / k
+  double sq = 0.0;
   if (micro_steps_ == 1) {  // this rank's only micro-batch: the buffer is its gradient alone
-    micro_sq_[0] = k * k * backend_.sum_squares(grads);
-    return;
+    sq = backend_.sum_squares(grads);
+  } else {
+    const NoiseProbePass pass = micro == 0                 ? NoiseProbePass::kFirst
+                                : micro + 1 < micro_steps_ ? NoiseProbePass::kMiddle
+                                                           : NoiseProbePass::kLast;
+    sq = backend_.noise_probe_pass(grads, sum_.tensor({numel_}), pass,
+                                   View<double>(partial_.data(), {int64_t(partial_.size())}));
   }
-  const NoiseProbePass pass = micro == 0                 ? NoiseProbePass::kFirst
-                              : micro + 1 < micro_steps_ ? NoiseProbePass::kMiddle
-                                                         : NoiseProbePass::kLast;
+  if (tensor_parallel && tensor_parallel->size() > 1) {  // the group's parts, whole tensors once
+    if (tensor_parallel->rank() != 0) sq -= whole_sq;
+    tensor_parallel->all_reduce_sum(std::span<double>(&sq, 1));
+  }
   // see Note [Noise-scale accounting]: the buffer holds g_i / k
-  micro_sq_[size_t(micro)] =
-      k * k *
-      backend_.noise_probe_pass(grads, sum_.tensor({numel_}), pass,
-                                View<double>(partial_.data(), {int64_t(partial_.size())}));
+  micro_sq_[size_t(micro)] = k * k * sq;
 }
 
 void GradNoiseProbe::end_step(double step_sq_norm, Communicator* data_parallel) {

@@ -50,7 +50,12 @@ class GradNoiseProbe {
   int64_t micro_steps() const { return micro_steps_; }
   // After micro-batch `micro` (0-based) of a step; grads is the model's gradient buffer, zero
   // before micro-batch 0 (the trainer's zero_grads); the probe zeroes it for the later ones.
-  void after_micro(Tensor grads, int64_t micro);
+  // Under tensor parallelism (tensor_parallel: the group) each rank holds parts of the
+  // micro-batch's gradient and the tensors every rank holds whole (already summed over the group):
+  // the squared norm is the group's sum of each rank's, less `whole_sq` (those tensors' squared
+  // norm, as the buffer holds them) on every rank but the first, so each counts once.
+  void after_micro(Tensor grads, int64_t micro, Communicator* tensor_parallel = nullptr,
+                   double whole_sq = 0.0);
   // After the last micro-batch: |G|^2 of the step's gradient over every rank (before clipping).
   // With several ranks, data_parallel gathers their micro-batch norms (collective).
   void end_step(double step_sq_norm, Communicator* data_parallel = nullptr);

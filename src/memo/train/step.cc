@@ -25,10 +25,6 @@ TrainStep::TrainStep(Model& model, Optimizer& optimizer, ActivationStrategy& str
   MEMO_CHECK(shape.micro_batch > 0 && shape.seq > 0 && shape.micro_steps > 0, "step of ",
              shape.micro_steps, " micro-batches of ", shape.micro_batch, " x ", shape.seq,
              " tokens");
-  if (probe_ && model.tensor_parallel())
-    throw ConfigError(
-        "the gradient noise scale is not measured under tensor parallelism: its "
-        "probe reads whole micro-batch gradients; run --tp with --no-gns");
 }
 
 StepGradients TrainStep::gradients(int64_t step) { return gradients(step, shape_.micro_steps); }
@@ -66,9 +62,14 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
     loss_sum += model_.forward_backward(inputs_.data(), targets_.data(), shape_.micro_batch,
                                         shape_.seq, grad_scale, strategy_, alloc_);
     // the probe reads each micro-batch's whole gradient: under context parallelism the sum of
-    // the group's shares
+    // the group's shares, under tensor parallelism each rank's parts and the whole tensors
+    // summed over the group (once per micro-batch, so not again after the step)
     if (probe_ && cp) cp->all_reduce_sum(grads);
-    if (probe_) probe_->after_micro(grads, micro);
+    if (probe_) {
+      model_.reduce_tensor_parallel_grads();
+      probe_->after_micro(grads, micro, model_.tensor_parallel_group(),
+                          model_.whole_tensors_sum_squares());
+    }
   }
   // The gradient-reduction hook: the context-parallel shares of each micro-batch, then the
   // data-parallel ranks' gradients summed (each is already scaled by the global token count), and
@@ -79,7 +80,7 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
     data_parallel_.finish_reductions();
   } else {
     if (cp && !probe_) cp->all_reduce_sum(grads);
-    model_.reduce_tensor_parallel_grads();  // the norms' shares of a tensor-parallel group
+    if (!probe_) model_.reduce_tensor_parallel_grads();  // the norms' shares of a TP group
     data_parallel_.all_reduce_sum(grads);
   }
   if (ranks > 1) data_parallel_.all_reduce_sum(std::span<double>(&loss_sum, 1));

@@ -280,7 +280,7 @@ StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoin
 
 // The context- and tensor-parallel layout of a job of `ranks` processes: C x T ranks share each
 // sequence.
-void check_context_parallel(TrainOptions& o, int ranks, std::ostream& progress) {
+void check_context_parallel(const TrainOptions& o, int ranks) {
   if (o.cp < 1 || ranks % o.cp != 0)
     throw ConfigError(str("--cp ", o.cp, " does not divide the job's ", ranks,
                           " processes; use a divisor of the process count"));
@@ -292,14 +292,6 @@ void check_context_parallel(TrainOptions& o, int ranks, std::ostream& progress) 
   if (o.optimizer.name == "adafactor")
     throw ConfigError(str("--tp ", o.tp, ": Adafactor's factored statistics are of whole ",
                           "matrices, which tensor parallelism splits; use another optimiser"));
-  if (o.batch_schedule)
-    throw ConfigError(str("--tp ", o.tp, ": --batch-schedule noise needs the gradient noise ",
-                          "scale, which is not measured under tensor parallelism"));
-  if (o.gns) {
-    progress << "memo: tensor parallel: the gradient noise scale is off (its probe reads whole "
-                "micro-batch gradients, which tensor parallelism splits)\n";
-    o.gns = false;
-  }
 }
 
 // What a run over several processes needs: a batch whose micro-batches split evenly over the
@@ -478,7 +470,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   const int64_t start_step = resume ? resume->step : 0;
   check_shape_options(o);
   const int job_size = world ? world->size() : 1;
-  check_context_parallel(o, job_size, progress);
+  check_context_parallel(o, job_size);
   StepSchedule plan = step_schedule(o, resume, start_step, job_size / (o.cp * o.tp));
   const ModelConfig config = resume ? resume->checkpoint.config : load_model_config(o.config_path);
   check_positions(o, config);
