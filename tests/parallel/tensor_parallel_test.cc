@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -49,6 +50,22 @@ class TensorParallel : public ::testing::Test {
            " --batch 4 --micro-batch 2 --lr 3e-3 --warmup 2 --val-batches 2 --out " + out +
            " --log " + out + ".jsonl " + extra;
   }
+  // train_cmd in one process of one thread (ranks 1) or under mpirun.
+  test::CommandResult train(int ranks, const std::string& config, const std::string& out,
+                            int64_t seq, const std::string& extra) const {
+    return test::run_command((ranks == 1 ? std::string("OMP_NUM_THREADS=1 ") : mpirun(ranks)) +
+                             train_cmd(config, out, seq, extra));
+  }
+  // kTinyLlamaConfig with the given integer fields changed, written to `name` in dir.
+  void write_config(const std::string& name,
+                    std::initializer_list<std::pair<std::string, int>> fields) const {
+    std::string config = test::kTinyLlamaConfig;
+    for (const auto& [key, value] : fields) {
+      const size_t at = config.find("\"" + key + "\": ") + key.size() + 4;
+      config.replace(at, config.find_first_of(",}", at) - at, std::to_string(value));
+    }
+    test::write_text(dir / name, config);
+  }
   test::TempDir dir;
 };
 
@@ -76,20 +93,15 @@ void expect_close_runs(const std::string& got, const std::string& want, int tp, 
 TEST_F(TensorParallel, alone_and_with_data_and_context_parallelism_matches_one_process) {
   const std::string one = dir / "one", tp2 = dir / "tp2", tp2cp2 = dir / "tp2cp2",
                     dp2tp2 = dir / "dp2tp2";
-  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd("llama.json", one, 64, "--steps 4"))
-                .exit_code,
-            0);
-  const test::CommandResult r2 =
-      test::run_command(mpirun(2) + train_cmd("llama.json", tp2, 64, "--steps 4 --tp 2"));
+  ASSERT_EQ(train(1, "llama.json", one, 64, "--steps 4").exit_code, 0);
+  const test::CommandResult r2 = train(2, "llama.json", tp2, 64, "--steps 4 --tp 2");
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
   EXPECT_NE(r2.output.find("tensor + sequence parallel over 2 processes"), std::string::npos)
       << r2.output;
-  const test::CommandResult r22 =
-      test::run_command(mpirun(4) + train_cmd("llama.json", tp2cp2, 64, "--steps 4 --tp 2 --cp 2"));
+  const test::CommandResult r22 = train(4, "llama.json", tp2cp2, 64, "--steps 4 --tp 2 --cp 2");
   ASSERT_EQ(r22.exit_code, 0) << r22.output;
   // data parallel over 2 groups of 2 tensor-parallel ranks, the optimiser sharded over the 2
-  const test::CommandResult d22 = test::run_command(
-      mpirun(4) + train_cmd("llama.json", dp2tp2, 64, "--steps 4 --tp 2 --zero 1"));
+  const test::CommandResult d22 = train(4, "llama.json", dp2tp2, 64, "--steps 4 --tp 2 --zero 1");
   ASSERT_EQ(d22.exit_code, 0) << d22.output;
   EXPECT_NE(d22.output.find("data parallel over 2 processes"), std::string::npos) << d22.output;
   expect_close_runs(tp2, one, 2, 2);
@@ -102,9 +114,7 @@ TEST_F(TensorParallel, alone_and_with_data_and_context_parallelism_matches_one_p
 // row groups of the heads' tensors) give the same bits under tensor parallelism, in a planned
 // arena; memo without --alpha too (its warm-up chooses, the ranks agree on the least).
 TEST_F(TensorParallel, activation_strategies_are_bit_identical) {
-  std::string four = test::kTinyLlamaConfig;
-  four.replace(four.find("\"num_hidden_layers\": 2"), 22, "\"num_hidden_layers\": 4");
-  test::write_text(dir / "llama4.json", four);
+  write_config("llama4.json", {{"num_hidden_layers", 4}});
   const std::string base = "--steps 2 --tp 2 --device-memory 64MiB --activations ";
   std::map<int64_t, std::string> want;
   for (const auto& [name, flags] : {std::pair<const char*, const char*>{"keep", "keep"},
@@ -113,8 +123,7 @@ TEST_F(TensorParallel, activation_strategies_are_bit_identical) {
                                     {"memo", "memo --alpha 0.25 --host-memory 1GiB"},
                                     {"memo-chosen", "memo --host-memory 1GiB"}}) {
     const std::string out = dir / name;
-    const test::CommandResult r = test::run_command(
-        mpirun(2) + train_cmd("llama4.json", out, 512, base + std::string(flags)));
+    const test::CommandResult r = train(2, "llama4.json", out, 512, base + std::string(flags));
     ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
     if (want.empty())
       want = losses(out + ".jsonl");
@@ -130,11 +139,8 @@ TEST_F(TensorParallel, activation_strategies_are_bit_identical) {
 TEST_F(TensorParallel, resumes_on_another_layout) {
   const std::string one = dir / "one", tp2 = dir / "tp2";
   const std::string steps = "--steps 4 --save-every 2";
-  ASSERT_EQ(
-      test::run_command("OMP_NUM_THREADS=1 " + train_cmd("llama.json", one, 64, steps)).exit_code,
-      0);
-  const test::CommandResult saved =
-      test::run_command(mpirun(2) + train_cmd("llama.json", tp2, 64, steps + " --tp 2"));
+  ASSERT_EQ(train(1, "llama.json", one, 64, steps).exit_code, 0);
+  const test::CommandResult saved = train(2, "llama.json", tp2, 64, steps + " --tp 2");
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
   const auto want = losses(one + ".jsonl");
   ASSERT_EQ(want.size(), 4u);
@@ -178,8 +184,8 @@ TEST_F(TensorParallel, memo_plan_predicts_each_ranks_arena_and_bytes) {
     ASSERT_EQ(plan.exit_code, 0) << plan.output;
     const nlohmann::json predicted = nlohmann::json::parse(std::ifstream(out + ".plan.json"));
     // without the noise probe, whose sums of the whole tensors after each micro-batch add bytes
-    const test::CommandResult run = test::run_command(
-        mpirun(ranks) + train_cmd("llama.json", out, 64, "--steps 2 --no-gns" + flags));
+    const test::CommandResult run =
+        train(ranks, "llama.json", out, 64, "--steps 2 --no-gns" + flags);
     ASSERT_EQ(run.exit_code, 0) << run.output;
     const nlohmann::json measured = records(out + ".jsonl").at(0);
     EXPECT_EQ(predicted["plan_peak_bytes"], measured["reserved_bytes"]);
@@ -194,40 +200,29 @@ TEST_F(TensorParallel, memo_plan_predicts_each_ranks_arena_and_bytes) {
 // A vocabulary of 250 over 4 ranks: parts of 63 rows, the last one's 61 and 2 rows of padding
 // that no lookup, logit or gradient sees; the checkpoint holds the 250 rows.
 TEST_F(TensorParallel, a_vocabulary_that_does_not_split_is_padded) {
-  std::string config = test::kTinyLlamaConfig;
-  config.replace(config.find("\"vocab_size\": 256"), 17, "\"vocab_size\": 250");
-  config.replace(config.find("\"num_key_value_heads\": 2"), 24, "\"num_key_value_heads\": 4");
-  test::write_text(dir / "v250.json", config);
+  write_config("v250.json", {{"vocab_size", 250}, {"num_key_value_heads", 4}});
   const std::string one = dir / "v1", tp4 = dir / "v4";
-  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd("v250.json", one, 64, "--steps 3"))
-                .exit_code,
-            0);
-  const test::CommandResult r =
-      test::run_command(mpirun(4) + train_cmd("v250.json", tp4, 64, "--steps 3 --tp 4"));
+  ASSERT_EQ(train(1, "v250.json", one, 64, "--steps 3").exit_code, 0);
+  const test::CommandResult r = train(4, "v250.json", tp4, 64, "--steps 3 --tp 4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_close_runs(tp4, one, 4, 4);
 }
 
 // Refused before step 1, on every rank, with what would split.
 TEST_F(TensorParallel, layouts_that_do_not_split_are_refused) {
-  std::string one_kv = test::kTinyLlamaConfig;
-  one_kv.replace(one_kv.find("\"num_key_value_heads\": 2"), 24, "\"num_key_value_heads\": 1");
-  test::write_text(dir / "mqa.json", one_kv);
-  const test::CommandResult mqa =
-      test::run_command(mpirun(2) + train_cmd("mqa.json", dir / "mqa", 64, "--steps 1 --tp 2"));
+  write_config("mqa.json", {{"num_key_value_heads", 1}});
+  const test::CommandResult mqa = train(2, "mqa.json", dir / "mqa", 64, "--steps 1 --tp 2");
   EXPECT_NE(mqa.exit_code, 0);
   EXPECT_NE(mqa.output.find("tensor parallel 2: the model's 1 key-value heads (grouped-query "
                             "attention) do not split into 2 equal parts"),
             std::string::npos)
       << mqa.output;
-  const test::CommandResult odd =
-      test::run_command(mpirun(2) + train_cmd("llama.json", dir / "odd", 64, "--steps 1 --tp 3"));
+  const test::CommandResult odd = train(2, "llama.json", dir / "odd", 64, "--steps 1 --tp 3");
   EXPECT_NE(odd.exit_code, 0);
   EXPECT_NE(odd.output.find("--tp 3 x --cp 1 does not divide the job's 2 processes"),
             std::string::npos)
       << odd.output;
-  const test::CommandResult kv =
-      test::run_command(mpirun(4) + train_cmd("llama.json", dir / "heads", 64, "--steps 1 --tp 4"));
+  const test::CommandResult kv = train(4, "llama.json", dir / "heads", 64, "--steps 1 --tp 4");
   EXPECT_NE(kv.exit_code, 0);
   EXPECT_NE(kv.output.find("tensor parallel 4: the model's 2 key-value heads"), std::string::npos)
       << kv.output;
@@ -240,22 +235,17 @@ TEST_F(TensorParallel, gpt2_matches_one_process) {
   test::write_text(dir / "gpt2.json", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 4,
     "n_head": 4, "n_inner": 64, "vocab_size": 256, "n_positions": 512})");
   const std::string one = dir / "g1", tp2 = dir / "g2", tp2cp2 = dir / "g22";
-  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + train_cmd("gpt2.json", one, 256, "--steps 3"))
-                .exit_code,
-            0);
-  const test::CommandResult r2 =
-      test::run_command(mpirun(2) + train_cmd("gpt2.json", tp2, 256, "--steps 3 --tp 2"));
+  ASSERT_EQ(train(1, "gpt2.json", one, 256, "--steps 3").exit_code, 0);
+  const test::CommandResult r2 = train(2, "gpt2.json", tp2, 256, "--steps 3 --tp 2");
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
-  const test::CommandResult r22 =
-      test::run_command(mpirun(4) + train_cmd("gpt2.json", tp2cp2, 256, "--steps 3 --tp 2 --cp 2"));
+  const test::CommandResult r22 = train(4, "gpt2.json", tp2cp2, 256, "--steps 3 --tp 2 --cp 2");
   ASSERT_EQ(r22.exit_code, 0) << r22.output;
   expect_close_runs(tp2, one, 2, 2);
   expect_close_runs(tp2cp2, one, 2, 4);
   const std::string memo = dir / "gmemo";
-  const test::CommandResult m = test::run_command(
-      mpirun(2) + train_cmd("gpt2.json", memo, 256,
-                            "--steps 3 --tp 2 --device-memory 64MiB --host-memory 1GiB "
-                            "--activations memo --alpha 0.25"));
+  const test::CommandResult m = train(2, "gpt2.json", memo, 256,
+                                      "--steps 3 --tp 2 --device-memory 64MiB --host-memory 1GiB "
+                                      "--activations memo --alpha 0.25");
   ASSERT_EQ(m.exit_code, 0) << m.output;
   EXPECT_EQ(losses(memo + ".jsonl"), losses(tp2 + ".jsonl"));
 }

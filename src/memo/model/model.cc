@@ -96,10 +96,10 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
   MEMO_CHECK(parallel.cp == 1,
              "context parallelism runs through set_context_parallel (a shape-only",
              " trace gives it a ShapeCommunicator)");
-  const bool values = parallel.tp > 1;
+  const bool split = parallel.tp > 1;
   MEMO_CHECK(parallel.tp == 1 || (tp_group && tp_group->size() == parallel.tp), "tensor parallel ",
              parallel.tp, " needs its group of ", parallel.tp, " ranks");
-  if (values) {
+  if (split) {
     const int64_t t = parallel.tp;
     auto refuse = [t](const char* what, int64_t n) {
       throw ConfigError(str("tensor parallel ", t, ": the model's ", n, " ", what,
@@ -111,7 +111,7 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
       refuse("key-value heads (grouped-query attention)", config_.num_key_value_heads);
     if (config_.intermediate_size % t != 0) refuse("MLP units", config_.intermediate_size);
   }
-  const TensorShard shard{values ? tp_group->rank() : 0, values ? int(parallel.tp) : 1};
+  const TensorShard shard{split ? tp_group->rank() : 0, split ? int(parallel.tp) : 1};
   if (shard.ranks != layout_.shard().ranks || shard.rank != layout_.shard().rank) {
     layout_ = ParamLayout(config_, shard);
     skeletal_ = skeletal_layout(config_, backend_->activation_dtype(), shard.ranks);
@@ -120,11 +120,11 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
   }
   parallel_ = parallel;
   tp_group_ = parallel.tp > 1 ? tp_group : nullptr;
-  tp_values_ = values;
+  tp_split_ = split;
 }
 
 int64_t Model::vocab_rows() const {
-  if (!tp_values_) return w_.head.rows();
+  if (!tp_split_) return w_.head.rows();
   const int64_t rows = w_.head.rows(), first = int64_t(tp_group_->rank()) * rows;
   return std::min(rows, config_.vocab_size - first);
 }
@@ -132,7 +132,7 @@ int64_t Model::vocab_rows() const {
 void Model::reduce_tensor_parallel_grads() { reduce_tensor_parallel_grads(grads_); }
 
 void Model::reduce_tensor_parallel_grads(ConstTensor part) {
-  if (!tp_values_) return;
+  if (!tp_split_) return;
   const int64_t begin =
       (static_cast<const char*>(part.data()) - static_cast<const char*>(grads_.data())) /
       int64_t(sizeof(float));
@@ -151,7 +151,7 @@ void Model::gradients_ready(size_t part) {
 }
 
 double Model::whole_tensors_sum_squares() {
-  if (!tp_values_) return 0.0;
+  if (!tp_split_) return 0.0;
   double sq = 0.0;
   for (const ParamInfo& p : layout_.params())
     if (!p.is_split()) sq += backend_->sum_squares(grads_.part(p.offset, Shape{p.numel}));
@@ -159,7 +159,7 @@ double Model::whole_tensors_sum_squares() {
 }
 
 double Model::grad_sum_squares() {
-  if (!tp_values_) return backend_->sum_squares(grads_);
+  if (!tp_split_) return backend_->sum_squares(grads_);
   double sq = 0.0;  // the parts, and the whole tensors on rank 0 only
   for (const ParamInfo& p : layout_.params())
     if (p.is_split() || tp_group_->rank() == 0)
@@ -280,11 +280,11 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   const int64_t T = batch * seq, C = config_.hidden_size;
   const int L = int(config_.num_hidden_layers);
   // under tensor parallelism this rank holds rows [r T/t, (r + 1) T/t) of the residual stream
-  const int64_t t = tp_values_ ? tp_group_->size() : 1, Tl = T / t;
+  const int64_t t = tp_split_ ? tp_group_->size() : 1, Tl = T / t;
   if (T % t != 0)
     throw ConfigError(str("tensor parallel ", t, ": a micro-batch of ", T,
                           " tokens does not split into ", t, " equal parts of the sequence"));
-  if (tp_values_) {
+  if (tp_split_) {
     const int64_t v0 = int64_t(tp_group_->rank()) * w_.embed.rows(), v1 = v0 + vocab_rows();
     auto local = [v0, v1](std::vector<int32_t>& out, const int32_t* ids, int64_t n) {
       out.resize(size_t(n));
@@ -405,7 +405,7 @@ void for_each_position_run(const std::optional<ContextParallel>& cp, int64_t bat
 template <class F>
 void Model::for_each_local_position_run(int64_t batch, int64_t seq, int64_t rows, F&& run) const {
   // this rank's rows [first, first + rows) of the micro-batch's tokens under tensor parallelism
-  const int64_t first = tp_values_ ? int64_t(tp_group_->rank()) * rows : 0;
+  const int64_t first = tp_split_ ? int64_t(tp_group_->rank()) * rows : 0;
   for_each_position_run(cp_, batch, seq, [&](int64_t row, int64_t pos, int64_t len) {
     const int64_t a = std::max(row, first), b = std::min(row + len, first + rows);
     if (a < b) run(a - first, pos + (a - row), b - a);
@@ -414,7 +414,7 @@ void Model::for_each_local_position_run(int64_t batch, int64_t seq, int64_t rows
 
 void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, int64_t seq,
                           ActivationAllocator& alloc) {
-  if (tp_values_) {  // the rows of this rank's vocabulary, the others zero, summed over the group
+  if (tp_split_) {  // the rows of this rank's vocabulary, the others zero, summed over the group
     TpPartial partial(alloc, tp_group_, "tp.embed_out", x.rows(), x.cols(), x.dtype());
     backend_->embedding_forward(partial.sums_into(x), tokens, w_.embed);
     partial.reduce_scatter(x);
@@ -429,7 +429,7 @@ void Model::embed_forward(Tensor x, View<const int32_t> tokens, int64_t batch, i
 
 void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t batch, int64_t seq,
                            ActivationAllocator& alloc) {
-  if (tp_values_) {  // every token's gradient, for the rows of this rank's vocabulary
+  if (tp_split_) {  // every token's gradient, for the rows of this rank's vocabulary
     const TpGather gathered(alloc, tp_group_, "tp.embed_din", dx, dx.dtype());
     backend_->embedding_backward(dw_.embed, gathered.rows(), tokens);
   } else {
@@ -444,15 +444,16 @@ void Model::embed_backward(ConstTensor dx, View<const int32_t> tokens, int64_t b
 }
 
 // Note [Vocabulary-parallel loss]
-// Under tensor parallelism rank r holds rows [r V/t, (r + 1) V/t) of the head. The final norm's
-// rows of the group are all-gathered, so every rank has all T tokens and computes their logits
-// over its part of the vocabulary, chunk by chunk. Per token it finds the part's max m_r, the
-// sum s_r of exp(logit - m_r) and the target's logit (0 where another rank holds it); the ranks
-// exchange (m_r, s_r) (all-gather, 8 bytes a token) and sum the target logits (all-reduce), and
-// each finishes the loss m + log sum_r s_r exp(m_r - m) - logit_target and the softmax gradient
-// of its columns with the same numbers: every rank has the same loss. The gradient of the final
-// norm's rows is the group's sum of each rank's partial product, reduce-scattered once after the
-// last chunk; the head's gradient is each rank's own.
+// Under tensor parallelism rank r holds rows [r P, (r + 1) P) of the head, P = ceil(V / t) (the
+// last rank's rows past V are padding, which no logit sees: Note [Tensor-parallel parameters]).
+// The final norm's rows of the group are all-gathered, so every rank has all T tokens and
+// computes their logits over its part of the vocabulary, chunk by chunk. Per token it finds the
+// part's max m_r, the sum s_r of exp(logit - m_r) and the target's logit (0 where another rank
+// holds it); the ranks exchange (m_r, s_r) (all-gather, 8 bytes a token) and sum the target logits
+// (all-reduce), and each finishes the loss m + log sum_r s_r exp(m_r - m) - logit_target and the
+// softmax gradient of its columns with the same numbers: every rank has the same loss. The gradient
+// of the final norm's rows is the group's sum of each rank's partial product, reduce-scattered once
+// after the last chunk; the head's gradient is each rank's own.
 double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, int64_t tokens,
                             float grad_scale, bool backward, ActivationAllocator& alloc) {
   // this rank's rows under tensor parallelism, without the padding of Note [Tensor-parallel
@@ -463,7 +464,7 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
   // so every strategy and every run sums the head gradient in the same order.
   constexpr int64_t kMaxLogitFloats = int64_t(1) << 24;
   const int64_t chunk = std::max<int64_t>(1, std::min(tokens, kMaxLogitFloats / w_.head.rows()));
-  Communicator* const tp = tp_values_ ? tp_group_ : nullptr;
+  Communicator* const tp = tp_split_ ? tp_group_ : nullptr;
   const TpGather all_rows(alloc, tp, "tp.head_in", xf, xf.dtype());
   std::optional<TpPartial> partial;  // the gradient of every token's row, this rank's share
   if (backward) partial.emplace(alloc, tp, "tp.head_din", dxf.rows(), dxf.cols(), dxf.dtype());

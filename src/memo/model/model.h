@@ -74,8 +74,8 @@ class Model {
   // Hugging Face's initialisation (model/params.h), drawn on the host; a no-op without values.
   void init(uint64_t seed);
   void zero_grads();
-  // True when the layers run tensor parallelism with values over tensor_parallel_group().
-  bool tensor_parallel() const { return tp_values_; }
+  // True when the parameters and layers split over tensor_parallel_group() (t > 1).
+  bool tensor_parallel() const { return tp_split_; }
   Communicator* tensor_parallel_group() const { return tp_group_; }
   // Under tensor parallelism: sums the gradients of the tensors every rank holds whole (the
   // norms', from each rank's tokens) over the group: all of them, or those inside `part` of the
@@ -152,8 +152,8 @@ class Model {
   GradientsReady grads_ready_;
   void gradients_ready(size_t part);
   Parallel parallel_;
-  Communicator* tp_group_ = nullptr;             // t ranks when parallel_.tp > 1
-  bool tp_values_ = false;                       // t > 1
+  Communicator* tp_group_ = nullptr;  // t ranks when parallel_.tp > 1
+  bool tp_split_ = false;             // the parameters and layers split over tp_group_ (t > 1)
   std::vector<int32_t> tp_inputs_, tp_targets_;  // ids relative to this rank's vocabulary rows
   std::optional<ContextParallel> cp_;            // set: context parallel over cp_->group
   std::vector<int32_t> cp_inputs_, cp_targets_;  // this rank's chunks of the micro-batch

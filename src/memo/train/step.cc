@@ -49,16 +49,25 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
     Model& model;
     ~ClearHook() { model.set_gradients_ready({}); }
   } clear_hook{model_};
+  // The gradient-reduction hook for `part` of the buffer: without the probe (which has summed
+  // them after every micro-batch) the context-parallel shares and the tensor-parallel whole
+  // tensors, then the data-parallel ranks' sum, started (overlapped) or whole.
+  auto reduce = [this, cp](Tensor part, bool overlapped) {
+    if (!probe_) {
+      if (cp) cp->all_reduce_sum(part);
+      model_.reduce_tensor_parallel_grads(part);
+    }
+    if (overlapped)
+      data_parallel_.start_all_reduce_sum(part);
+    else
+      data_parallel_.all_reduce_sum(part);
+  };
   // rank r runs micro-batches [r k, (r + 1) k) of the step's k P: the windows of one process
   const int64_t first = int64_t(data_parallel_.rank()) * micro_steps;
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     source_(step, first + micro, inputs_.data(), targets_.data(), shape_.micro_batch);
     if (overlap && micro + 1 == micro_steps)
-      model_.set_gradients_ready([this, cp](Tensor part) {
-        if (cp) cp->all_reduce_sum(part);
-        model_.reduce_tensor_parallel_grads(part);
-        data_parallel_.start_all_reduce_sum(part);
-      });
+      model_.set_gradients_ready([&reduce](Tensor part) { reduce(part, true); });
     loss_sum += model_.forward_backward(inputs_.data(), targets_.data(), shape_.micro_batch,
                                         shape_.seq, grad_scale, strategy_, alloc_);
     // the probe reads each micro-batch's whole gradient: under context parallelism the sum of
@@ -71,18 +80,13 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
                           model_.whole_tensors_sum_squares());
     }
   }
-  // The gradient-reduction hook: the context-parallel shares of each micro-batch, then the
-  // data-parallel ranks' gradients summed (each is already scaled by the global token count), and
-  // their losses (forward_backward returns each micro-batch's whole loss on every rank of a
-  // context-parallel group).
-  if (overlap) {
-    model_.set_gradients_ready({});
+  // The gradients (each already scaled by the global token count) and the losses summed over the
+  // data-parallel ranks (forward_backward returns each micro-batch's whole loss on every rank of a
+  // context- or tensor-parallel group).
+  if (overlap)
     data_parallel_.finish_reductions();
-  } else {
-    if (cp && !probe_) cp->all_reduce_sum(grads);
-    if (!probe_) model_.reduce_tensor_parallel_grads();  // the norms' shares of a TP group
-    data_parallel_.all_reduce_sum(grads);
-  }
+  else
+    reduce(grads, false);
   if (ranks > 1) data_parallel_.all_reduce_sum(std::span<double>(&loss_sum, 1));
   StepGradients g;
   g.loss = loss_sum / double(tokens);
