@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The sanitizer runs of the test command: the whole suite once under AddressSanitizer +
-# UndefinedBehaviorSanitizer (build-asan/), and the tests of the copy streams, the activation
-# strategies, the one training step and the communicator under ThreadSanitizer (build-tsan/, the
-# memo_thread_tests binary), each build at -O1.
+# The sanitizer runs of the test command: the whole suite (but two MPI fault drills, below) once
+# under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/), and the tests of the copy
+# streams, the activation strategies, the one training step and the communicator under
+# ThreadSanitizer (build-tsan/, the memo_thread_tests binary), each build at -O1.
 # OpenMP runs one thread under TSan: libgomp is not instrumented, so its barriers would be
 # reported as races; the copy streams' worker threads and the compute thread are what it checks.
 set -euo pipefail
@@ -23,11 +23,15 @@ san_build() {  # dir, flags, targets...
   cmake --build "$dir" -j"$jobs" "${targets[@]}"
 }
 
-echo "memo: AddressSanitizer + UndefinedBehaviorSanitizer: every test"
+# Every test but the two MPI fault drills, which stop or kill a rank mid-run and resume: their
+# code is what the other MPI jobs run, the killed rank's memory is never checked, and under the
+# sanitizers they took 78 s of the CI budget (54 + 23 s). The release suite runs them.
+echo "memo: AddressSanitizer + UndefinedBehaviorSanitizer: every test but the MPI fault drills"
 san_build build-asan "address,undefined" memo memo_tests memo_mpi_tests
 (cd build-asan &&
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    ctest --output-on-failure -j"$jobs" --timeout 600)
+    ctest --output-on-failure -j"$jobs" --timeout 600 \
+    -E '^(ContextParallel\.a_hung_or_killed_rank_ends_the_job_and_the_run_resumes|DataParallel\.a_killed_rank_stops_the_job_and_the_run_resumes_where_it_was)$')
 
 echo "memo: ThreadSanitizer: copy streams, strategies, the training step, the communicator"
 san_build build-tsan "thread" memo_thread_tests
