@@ -1,5 +1,6 @@
 #include "memo/cli/device_flags.h"
 
+#include "memo/backend/bf16_storage.h"
 #include "memo/core/error.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #if MEMO_HAVE_CUDA
@@ -9,22 +10,19 @@
 namespace memo::cli {
 
 void add_device_flags(CLI::App& cmd, DeviceFlags& flags) {
-  cmd.add_option("--device", flags.device,
-                 "Where the model runs: cpu, or cuda (GPU 0; fp32 only so far)")
+  cmd.add_option("--device", flags.device, "Where the model runs: cpu, or cuda (GPU 0)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd.add_option("--precision", flags.precision,
-                 "Weights and activations: fp32 (bf16 is not implemented yet)")
+                 "fp32, or bf16: bf16 weights and activations, f32 master weights, gradients, "
+                 "optimiser state, statistics and loss (computed in f32 by conversion so far)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
 }
 
 namespace {
 
-std::unique_ptr<Backend> make_backend(const DeviceFlags& f) {
-  if (f.precision != "fp32")
-    throw ConfigError(str("--precision ", f.precision, ": only fp32 is implemented (bf16 on ",
-                          "CUDA is issue #10's next step)"));
+std::unique_ptr<Backend> make_device(const DeviceFlags& f) {
   if (f.device == "cpu") return nullptr;
 #if MEMO_HAVE_CUDA
   return make_cuda_backend(-1);
@@ -38,6 +36,10 @@ std::unique_ptr<Backend> make_backend(const DeviceFlags& f) {
 }  // namespace
 
 DeviceChoice::DeviceChoice(const DeviceFlags& flags)
-    : owned_(make_backend(flags)), backend_(owned_ ? owned_.get() : &cpu_backend()) {}
+    : device_owned_(make_device(flags)),
+      device_(device_owned_ ? device_owned_.get() : &cpu_backend()) {
+  if (flags.precision == "bf16") bf16_ = std::make_unique<Bf16StorageBackend>(*device_);
+  backend_ = bf16_ ? bf16_.get() : device_;
+}
 
 }  // namespace memo::cli

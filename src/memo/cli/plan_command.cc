@@ -87,6 +87,7 @@ nlohmann::json plan_json(const DevicePlan& dp, const std::string& strategy) {
       {"device_budget_bytes", dp.budget_bytes},
       {"need",
        {{"weight_bytes", dp.need.weight_bytes},
+        {"working_weight_bytes", dp.need.working_weight_bytes},
         {"gradient_bytes", dp.need.gradient_bytes},
         {"optimizer", dp.need.optimizer},
         {"optimizer_bytes", dp.need.optimizer_bytes},

@@ -27,7 +27,7 @@ namespace {
 // (the CPU: MPI or none).
 std::unique_ptr<Communicator> gpu_communicator(const DeviceChoice& where, Communicator* world,
                                                bool nccl) {
-  const bool cuda = where.backend_or_null() != nullptr;
+  const bool cuda = where.cuda();
   if (nccl && !cuda) throw ConfigError("--nccl needs --device cuda");
   if (!cuda || (!world && !nccl)) return nullptr;
 #if MEMO_HAVE_NCCL
@@ -37,9 +37,9 @@ std::unique_ptr<Communicator> gpu_communicator(const DeviceChoice& where, Commun
     MEMO_CHECK(mpi, "--device cuda under mpirun: the job's world is not MPI");
     c = NcclCommunicator::over(*mpi);
   } else {
-    c = NcclCommunicator::single(cuda_device(where.backend()));
+    c = NcclCommunicator::single(cuda_device(where.device()));
   }
-  c->follow(static_cast<cudaStream_t>(cuda_compute_stream(where.backend())));
+  c->follow(static_cast<cudaStream_t>(cuda_compute_stream(where.device())));
   return c;
 #else
   throw ConfigError(

@@ -16,15 +16,18 @@ std::string gib_and_bytes(int64_t bytes) { return str(gib(double(bytes)), " (", 
 
 }  // namespace
 
-int64_t DeviceNeed::fixed_bytes() const { return weight_bytes + gradient_bytes + optimizer_bytes; }
+int64_t DeviceNeed::fixed_bytes() const {
+  return weight_bytes + working_weight_bytes + gradient_bytes + optimizer_bytes;
+}
 
 int64_t DeviceNeed::total_bytes() const { return fixed_bytes() + activation_arena_bytes; }
 
 DeviceNeed device_need(int64_t param_numel, const std::string& optimizer, int64_t optimizer_bytes,
-                       int64_t activation_arena_bytes) {
+                       int64_t activation_arena_bytes, int64_t working_weight_bytes) {
   const int64_t param_bytes = param_numel * int64_t(sizeof(float));
   DeviceNeed need;
   need.weight_bytes = param_bytes;
+  need.working_weight_bytes = working_weight_bytes;
   need.gradient_bytes = param_bytes;
   need.optimizer = optimizer;
   need.optimizer_bytes = optimizer_bytes;
@@ -41,6 +44,7 @@ std::string need_breakdown(const DeviceNeed& need) {
     out += buf;
   };
   line("weights", need.weight_bytes);
+  if (need.working_weight_bytes > 0) line("bf16 working weights", need.working_weight_bytes);
   line("gradients", need.gradient_bytes);
   line(str("optimizer (", need.optimizer, ")").c_str(), need.optimizer_bytes);
   line("activation arena", need.activation_arena_bytes);

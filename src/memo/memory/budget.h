@@ -14,7 +14,10 @@
 namespace memo {
 
 struct DeviceNeed {
-  int64_t weight_bytes{};           // fp32 parameters
+  int64_t weight_bytes{};  // fp32 parameters
+  // Their bf16 working copy under mixed precision (Note [Mixed precision] in model/model.h); 0
+  // otherwise.
+  int64_t working_weight_bytes{};
   int64_t gradient_bytes{};         // fp32, one per parameter
   std::string optimizer = "adamw";  // whose state optimizer_bytes counts
   int64_t optimizer_bytes{};        // that optimiser's state tensors (Optimizer::state())
@@ -26,10 +29,10 @@ struct DeviceNeed {
   int64_t total_bytes() const;
 };
 
-// Weights and gradients for `param_numel` fp32 parameters, the named optimiser's state bytes, and
-// the arena.
+// Weights and gradients for `param_numel` fp32 parameters, the named optimiser's state bytes, the
+// arena, and the bf16 working weights' bytes under mixed precision.
 DeviceNeed device_need(int64_t param_numel, const std::string& optimizer, int64_t optimizer_bytes,
-                       int64_t activation_arena_bytes);
+                       int64_t activation_arena_bytes, int64_t working_weight_bytes = 0);
 
 // One line per part, then the total, each in GiB (two decimals) and bytes; for reports.
 std::string need_breakdown(const DeviceNeed& need);

@@ -59,16 +59,24 @@ Model::Model(const ModelConfig& config, Backend& backend)
 }
 
 void Model::allocate_params() {
-  params_ = grads_ = Tensor();
+  params_ = grads_ = working_ = Tensor();
   params_storage_ = RawBuffer();  // the old buffers go before the new ones come
   grads_storage_ = RawBuffer();
+  working_storage_ = RawBuffer();
   RawAllocator& device = backend_->allocator(backend_->device_space());
-  const int64_t bytes = layout_.total_numel() * int64_t(sizeof(float));
+  const int64_t n = layout_.total_numel();
+  const int64_t bytes = n * int64_t(sizeof(float));
   params_storage_ = RawBuffer(device, bytes, "the parameters");
   grads_storage_ = RawBuffer(device, bytes, "the gradients");
-  params_ = params_storage_.tensor({layout_.total_numel()}, DType::kF32);
-  grads_ = grads_storage_.tensor({layout_.total_numel()}, DType::kF32);
-  w_ = bind_weights(config_, layout_, params_);
+  params_ = params_storage_.tensor({n}, DType::kF32);
+  grads_ = grads_storage_.tensor({n}, DType::kF32);
+  const DType act = backend_->activation_dtype();
+  if (act != DType::kF32) {  // Note [Mixed precision]
+    working_storage_ = RawBuffer(device, n * dtype_bytes(act), "the bf16 working weights");
+    working_ = working_storage_.tensor({n}, act);
+  }
+  working_stale_ = true;
+  w_ = bind_weights(config_, layout_, mixed_precision() ? working_ : params_);
   dw_ = bind_weights(config_, layout_, grads_);
   // the gradient parts, in the layout's order (embedding and positions, layers, norm and head)
   const int64_t L = config_.num_hidden_layers;
@@ -187,6 +195,12 @@ void Model::init(uint64_t seed) {
 }
 
 void Model::zero_grads() { backend_->fill(grads_, 0.0f); }
+
+void Model::refresh_working_weights() const {
+  if (!working_stale_) return;
+  working_stale_ = false;
+  if (mixed_precision()) backend_->convert(working_, params_);
+}
 
 std::pair<ConstTensor, ConstTensor> Model::rope_tables(int64_t seq) {
   const int64_t half = config_.head_dim() / 2;
@@ -310,6 +324,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
     targets = device + T;
   }
   const View<const int32_t> tokens(inputs, {T});
+  refresh_working_weights();
   const Layers layers(arch_, w_, ctx);
 
   // forward: embedding, then each layer writes its output into the next layer's input slot

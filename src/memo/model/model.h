@@ -43,15 +43,42 @@ class Model {
   // The flat parameter and gradient buffers, f32 in the backend's device space (with padding,
   // zero in both). params() and grads() are their raw pointers, for copies and host-side tools:
   // host code reads through them only where backend().host_can_access(device space).
-  Tensor params_tensor() const { return params_; }
+  // Handing out the parameters marks the bf16 working copy stale (Note [Mixed precision]): its
+  // holder may write them.
+  Tensor params_tensor() const {
+    working_stale_ = true;
+    return params_;
+  }
   Tensor grads_tensor() const { return grads_; }
-  float* params() { return static_cast<float*>(params_.data()); }
+  float* params() {
+    working_stale_ = true;
+    return static_cast<float*>(params_.data());
+  }
   float* grads() { return static_cast<float*>(grads_.data()); }
   int64_t params_numel() const { return layout_.total_numel(); }  // with padding (zero in both)
   bool has_values() const { return backend_->has_values(); }      // false: the meta backend
   Backend& backend() const { return *backend_; }
-  const ModelWeights& weights() const { return w_; }
+  // The weights the layers compute with: the parameters themselves, or under mixed precision
+  // their bf16 working copy, brought up to date with the f32 master weights first.
+  const ModelWeights& weights() const {
+    refresh_working_weights();
+    return w_;
+  }
   const ModelWeights& grad_weights() const { return dw_; }
+
+  // Note [Mixed precision]
+  // When the backend's activations are bf16 (Backend::activation_dtype; Note [bf16 storage by
+  // conversion] in backend/bf16_storage.h), the model keeps Megatron-LM's split: the parameters
+  // (params_tensor) stay the f32 master weights that the optimiser updates, init draws and
+  // checkpoints hold; the gradients stay f32 (products of bf16 operands accumulate into them in
+  // f32); and the layers, the embedding and the head compute with a bf16 working copy of every
+  // parameter, norms included. The copy is refreshed (one rounding to nearest even) at the next
+  // forward after anything took the parameters (params(), params_tensor()), so every step sees
+  // the weights its optimiser step left, and a resumed run the ones it loaded.
+  bool mixed_precision() const { return !working_.empty(); }
+  // Bytes of the bf16 working copy (0 without mixed precision): device memory beside the
+  // parameters, gradients and optimiser state.
+  int64_t working_weights_bytes() const { return working_storage_.bytes(); }
 
   // Tensor + sequence parallelism over tp_group (t = parallel.tp ranks; c must be 1: context
   // parallelism is set_context_parallel). Called before init or loading: the parameters become
@@ -141,7 +168,11 @@ class Model {
   RawBuffer grads_storage_;   // [total_numel] f32, device space
   Tensor params_;             // views of the two buffers
   Tensor grads_;
-  ModelWeights w_;
+  RawBuffer working_storage_;  // [total_numel] bf16 under mixed precision, device space
+  Tensor working_;             // its view; empty without mixed precision
+  mutable bool working_stale_ = true;
+  void refresh_working_weights() const;  // working_ = bf16(params_) when stale
+  ModelWeights w_;                       // the layers' weights: params_ or working_
   ModelWeights dw_;
   void allocate_params();  // params_ and grads_ for layout_, zeroed; the weights bound
   // The vocabulary rows of this rank's part of the embedding and head, without padding.

@@ -69,7 +69,7 @@ DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t 
       optimizer_state_bytes(options.optimizer.name,
                             options.optimizer_layout ? *options.optimizer_layout : model.layout(),
                             options.optimizer.options),
-      out.activations.arena_bytes);
+      out.activations.arena_bytes, model.working_weights_bytes());
   if (!out.fits()) {
     out.advice.smallest_budget_bytes = out.need.total_bytes();
     // under context parallelism a traced sequence must split into 2C chunks

@@ -4,6 +4,8 @@
 // from any multiple of kTokenPanelRows (Note [Reproducible rows] in backend/backend.h).
 #pragma once
 
+#include <mutex>
+
 #include "memo/backend/backend.h"
 #include "memo/backend/copy_stream.h"
 
@@ -107,10 +109,13 @@ class CpuBackend : public Backend {
   HostAllocator pinned_{MemSpace::kPinnedHost};
   HostAllocator device_{MemSpace::kDevice};
   HostStream compute_{"compute"};
+  std::mutex peak_mutex_;
+  double peak_flops_ = 0.0, peak_seconds_ = -1.0;  // the longest measurement so far
 };
 
 // The process's CPU backend, for code that runs on the CPU by definition (tests, CPU benchmarks,
-// the default of Model). It holds no mutable state beyond counters of its compute stream.
+// the default of Model). Its mutable state: counters of its compute stream, and the measured
+// matrix-product peak.
 CpuBackend& cpu_backend();
 
 }  // namespace memo

@@ -1,0 +1,380 @@
+#include "memo/backend/bf16_storage.h"
+
+#include <utility>
+
+#include "memo/core/error.h"
+
+namespace memo {
+
+// One kernel call's widened arguments: in() and io() hand inner's kernel an f32 tensor of the same
+// shape (the argument itself when it is f32 or empty); write_back() rounds the io() arguments
+// back into their bf16 memory after the kernel ran.
+class Bf16StorageBackend::Call {
+ public:
+  explicit Call(Bf16StorageBackend& be) : be_(be) {}
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  ConstTensor in(ConstTensor t) { return widen(t); }
+  Tensor io(Tensor t) {
+    if (t.empty() || t.dtype() == DType::kF32) return t;
+    Tensor wide = widen(t);
+    outputs_.emplace_back(t, wide);
+    return wide;
+  }
+  void write_back() {
+    for (auto& [narrow, wide] : outputs_) be_.convert_any(narrow, wide);
+    outputs_.clear();
+  }
+
+ private:
+  Tensor widen(ConstTensor t) {
+    if (t.empty() || t.dtype() == DType::kF32)
+      return Tensor(const_cast<void*>(t.data()), t.shape(), t.stride(), t.dtype(), t.space());
+    MEMO_CHECK(t.dtype() == DType::kBF16, "bf16 storage: a ", dtype_name(t.dtype()), " argument ",
+               t.shape(), "; memo stores activations in bf16 and everything else in f32");
+    const size_t slot = next_++;
+    if (be_.slots_.size() <= slot) be_.slots_.resize(slot + 1);
+    RawBuffer& block = be_.slots_[slot];
+    const int64_t bytes = t.numel() * int64_t(sizeof(float));
+    if (block.bytes() < bytes) {
+      block = RawBuffer();  // the old block goes before the larger one comes
+      block = RawBuffer(be_.inner_.allocator(be_.inner_.device_space()), bytes,
+                        "bf16 storage's widened arguments");
+    }
+    const Tensor wide = block.tensor(t.shape(), DType::kF32);
+    be_.convert_any(wide, t);
+    return wide;
+  }
+
+  Bf16StorageBackend& be_;
+  size_t next_ = 0;
+  std::vector<std::pair<Tensor, Tensor>> outputs_;  // (bf16 argument, its f32 copy)
+};
+
+Bf16StorageBackend::Bf16StorageBackend(Backend& inner) : inner_(inner) {
+  MEMO_CHECK(inner.activation_dtype() == DType::kF32,
+             "bf16 storage goes over a backend that computes in f32, not over ", inner.name(),
+             " in ", dtype_name(inner.activation_dtype()));
+}
+
+std::string Bf16StorageBackend::describe() const {
+  return "bf16 weights and activations, computed in f32 by conversion (Note [bf16 storage by "
+         "conversion]) over " +
+         inner_.describe();
+}
+
+int64_t Bf16StorageBackend::scratch_bytes() const {
+  int64_t n = 0;
+  for (const RawBuffer& b : slots_) n += b.bytes();
+  return n;
+}
+
+void Bf16StorageBackend::convert_any(Tensor dst, ConstTensor src) {
+  MEMO_CHECK(dst.shape() == src.shape(), "bf16 storage: ", dst.shape(), " from ", src.shape());
+  if (dst.contiguous() && src.contiguous()) {
+    inner_.convert(dst, src);
+    return;
+  }
+  MEMO_CHECK(dst.ndim() == 2 && dst.stride()[1] == 1 && src.stride()[1] == 1,
+             "bf16 storage: a strided ", dst.shape(), " tensor converts by rows of unit stride");
+  for (int64_t r = 0; r < dst.rows(); ++r)
+    inner_.convert(dst.slice_rows(r, r + 1), src.slice_rows(r, r + 1));
+}
+
+void Bf16StorageBackend::matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
+                                float alpha, float beta) {
+  Call k(*this);
+  inner_.matmul(k.io(c), k.in(a), k.in(b), trans_a, trans_b, alpha, beta);
+  k.write_back();
+}
+
+void Bf16StorageBackend::matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) {
+  Call k(*this);
+  inner_.matmul_token_panels(k.io(c), k.in(a), k.in(b), beta);
+  k.write_back();
+}
+
+void Bf16StorageBackend::matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b,
+                                                float beta) {
+  Call k(*this);
+  inner_.matmul_token_panels_kn(k.io(c), k.in(a), k.in(b), beta);
+  k.write_back();
+}
+
+void Bf16StorageBackend::rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
+                                         float eps) {
+  Call k(*this);
+  inner_.rmsnorm_forward(k.io(y), k.io(inv_rms), k.in(x), k.in(w), eps);
+  k.write_back();
+}
+
+void Bf16StorageBackend::rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
+                                          ConstTensor w, ConstTensor inv_rms) {
+  Call k(*this);
+  inner_.rmsnorm_backward(k.io(dx), k.io(dw), k.in(dy), k.in(x), k.in(w), k.in(inv_rms));
+  k.write_back();
+}
+
+void Bf16StorageBackend::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
+                                           ConstTensor w, ConstTensor b, float eps) {
+  Call k(*this);
+  inner_.layernorm_forward(k.io(y), k.io(mean), k.io(rstd), k.in(x), k.in(w), k.in(b), eps);
+  k.write_back();
+}
+
+void Bf16StorageBackend::layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy,
+                                            ConstTensor x, ConstTensor w, ConstTensor mean,
+                                            ConstTensor rstd) {
+  Call k(*this);
+  inner_.layernorm_backward(k.io(dx), k.io(dw), k.io(db), k.in(dy), k.in(x), k.in(w), k.in(mean),
+                            k.in(rstd));
+  k.write_back();
+}
+
+void Bf16StorageBackend::rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
+  Call k(*this);
+  inner_.rope_table(k.io(cos), k.io(sin), head_dim, theta);
+  k.write_back();
+}
+
+void Bf16StorageBackend::rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                                      int64_t first_row) {
+  Call k(*this);
+  inner_.rope_forward(k.io(x), k.in(cos), k.in(sin), head_dim, first_row);
+  k.write_back();
+}
+
+void Bf16StorageBackend::rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin,
+                                       int64_t head_dim, int64_t first_row) {
+  Call k(*this);
+  inner_.rope_backward(k.io(dx), k.in(cos), k.in(sin), head_dim, first_row);
+  k.write_back();
+}
+
+void Bf16StorageBackend::swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
+  Call k(*this);
+  inner_.swiglu_forward(k.io(a), k.in(g), k.in(u));
+  k.write_back();
+}
+
+void Bf16StorageBackend::swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
+                                         ConstTensor u) {
+  Call k(*this);
+  inner_.swiglu_backward(k.io(dg), k.io(du), k.in(da), k.in(g), k.in(u));
+  k.write_back();
+}
+
+void Bf16StorageBackend::gelu_forward(Tensor y, ConstTensor x) {
+  Call k(*this);
+  inner_.gelu_forward(k.io(y), k.in(x));
+  k.write_back();
+}
+
+void Bf16StorageBackend::gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
+  Call k(*this);
+  inner_.gelu_backward(k.io(dx), k.in(dy), k.in(x));
+  k.write_back();
+}
+
+void Bf16StorageBackend::bias_add(Tensor y, ConstTensor b) {
+  Call k(*this);
+  inner_.bias_add(k.io(y), k.in(b));
+  k.write_back();
+}
+
+void Bf16StorageBackend::bias_backward(Tensor db, ConstTensor dy) {
+  Call k(*this);
+  inner_.bias_backward(k.io(db), k.in(dy));
+  k.write_back();
+}
+
+void Bf16StorageBackend::embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
+  Call k(*this);
+  inner_.embedding_forward(k.io(x), tokens, k.in(wte));
+  k.write_back();
+}
+
+void Bf16StorageBackend::embedding_backward(Tensor dwte, ConstTensor dx,
+                                            View<const int32_t> tokens) {
+  Call k(*this);
+  inner_.embedding_backward(k.io(dwte), k.in(dx), tokens);
+  k.write_back();
+}
+
+void Bf16StorageBackend::cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                       View<const int32_t> targets, float grad_scale) {
+  Call k(*this);
+  inner_.cross_entropy(k.io(losses), k.io(dlogits), k.in(logits), targets, grad_scale);
+  k.write_back();
+}
+
+void Bf16StorageBackend::vocab_parallel_ce_stats(Tensor stats, Tensor target_logit,
+                                                 ConstTensor logits, View<const int32_t> targets) {
+  Call k(*this);
+  inner_.vocab_parallel_ce_stats(k.io(stats), k.io(target_logit), k.in(logits), targets);
+  k.write_back();
+}
+
+void Bf16StorageBackend::vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                           View<const int32_t> targets, ConstTensor stats,
+                                           ConstTensor target_logit, float grad_scale) {
+  Call k(*this);
+  inner_.vocab_parallel_ce(k.io(losses), k.io(dlogits), k.in(logits), targets, k.in(stats),
+                           k.in(target_logit), grad_scale);
+  k.write_back();
+}
+
+void Bf16StorageBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k_,
+                                           ConstTensor v, int64_t batch, int64_t n_heads,
+                                           int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+  Call k(*this);
+  inner_.attention_forward(k.io(o), k.io(lse), k.in(q), k.in(k_), k.in(v), batch, n_heads,
+                           n_kv_heads, k.io(scratch), mask);
+  k.write_back();
+}
+
+void Bf16StorageBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
+                                            ConstTensor q, ConstTensor k_, ConstTensor v,
+                                            ConstTensor o, ConstTensor lse, int64_t batch,
+                                            int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                                            AttnMask mask) {
+  Call k(*this);
+  inner_.attention_backward(k.io(dq), k.io(dk), k.io(dv), k.in(dout), k.in(q), k.in(k_), k.in(v),
+                            k.in(o), k.in(lse), batch, n_heads, n_kv_heads, k.io(scratch), mask);
+  k.write_back();
+}
+
+void Bf16StorageBackend::attention_merge(Tensor o, Tensor lse, ConstTensor o_part,
+                                         ConstTensor lse_part) {
+  Call k(*this);
+  inner_.attention_merge(k.io(o), k.io(lse), k.in(o_part), k.in(lse_part));
+  k.write_back();
+}
+
+void Bf16StorageBackend::attention_decode(Tensor o, ConstTensor q, ConstTensor k_, ConstTensor v,
+                                          int64_t first, int64_t n_heads, int64_t n_kv_heads,
+                                          Tensor scratch) {
+  Call k(*this);
+  inner_.attention_decode(k.io(o), k.in(q), k.in(k_), k.in(v), first, n_heads, n_kv_heads,
+                          k.io(scratch));
+  k.write_back();
+}
+
+void Bf16StorageBackend::copy(Tensor dst, ConstTensor src) {
+  if (dst.dtype() == DType::kF32 && src.dtype() == DType::kF32) {
+    inner_.copy(dst, src);
+    return;
+  }
+  MEMO_CHECK(dst.dtype() == src.dtype(), "copy: ", dtype_name(src.dtype()), " to ",
+             dtype_name(dst.dtype()), " is a convert");
+  convert_any(dst, src);  // a dtype to itself: the bits
+}
+
+void Bf16StorageBackend::convert(Tensor dst, ConstTensor src) { inner_.convert(dst, src); }
+
+void Bf16StorageBackend::fill(Tensor dst, float value) {
+  Call k(*this);
+  inner_.fill(k.io(dst), value);
+  k.write_back();
+}
+
+void Bf16StorageBackend::scale(Tensor x, float factor) {
+  Call k(*this);
+  inner_.scale(k.io(x), factor);
+  k.write_back();
+}
+
+void Bf16StorageBackend::add_into(Tensor dst, ConstTensor src) {
+  Call k(*this);
+  inner_.add_into(k.io(dst), k.in(src));
+  k.write_back();
+}
+
+double Bf16StorageBackend::sum(ConstTensor x) {
+  Call k(*this);
+  return inner_.sum(k.in(x));
+}
+
+double Bf16StorageBackend::sum_squares(ConstTensor x) {
+  Call k(*this);
+  return inner_.sum_squares(k.in(x));
+}
+
+double Bf16StorageBackend::noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
+                                            View<double> partial) {
+  Call k(*this);
+  const double r = inner_.noise_probe_pass(k.io(g), k.io(sum), pass, partial);
+  k.write_back();
+  return r;
+}
+
+// The optimiser's tensors are f32 (master weights, gradients, state): they pass through, and a
+// bf16 one is widened and rounded back like any other argument.
+void Bf16StorageBackend::sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) {
+  Call k(*this);
+  inner_.sgd_update(k.io(p), k.io(buf), k.in(g), s);
+  k.write_back();
+}
+
+void Bf16StorageBackend::signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) {
+  Call k(*this);
+  inner_.signsgd_update(k.io(p), k.io(m), k.in(g), s);
+  k.write_back();
+}
+
+void Bf16StorageBackend::adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g,
+                                     const AdamStep& s) {
+  Call k(*this);
+  inner_.adam_update(k.io(p), k.io(m), k.io(v), k.in(g), s);
+  k.write_back();
+}
+
+void Bf16StorageBackend::adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g,
+                                      const AdamStep& s) {
+  Call k(*this);
+  inner_.adamw_update(k.io(p), k.io(m), k.io(v), k.in(g), s);
+  k.write_back();
+}
+
+void Bf16StorageBackend::adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& s) {
+  Call k(*this);
+  inner_.adagrad_update(k.io(p), k.io(sum), k.in(g), s);
+  k.write_back();
+}
+
+void Bf16StorageBackend::rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf,
+                                        ConstTensor g, const RmspropStep& s) {
+  Call k(*this);
+  inner_.rmsprop_update(k.io(p), k.io(square_avg), k.io(grad_avg), k.io(buf), k.in(g), s);
+  k.write_back();
+}
+
+void Bf16StorageBackend::lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) {
+  Call k(*this);
+  inner_.lion_update(k.io(p), k.io(m), k.in(g), s);
+  k.write_back();
+}
+
+double Bf16StorageBackend::adafactor_rms(ConstTensor x, View<double> partial) {
+  Call k(*this);
+  return inner_.adafactor_rms(k.in(x), partial);
+}
+
+void Bf16StorageBackend::adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col,
+                                                 ConstTensor g, Tensor row_inv, Tensor col_inv,
+                                                 View<double> partial, const AdafactorStep& s) {
+  Call k(*this);
+  inner_.adafactor_update_matrix(k.io(p), k.io(m), k.io(row), k.io(col), k.in(g), k.io(row_inv),
+                                 k.io(col_inv), partial, s);
+  k.write_back();
+}
+
+void Bf16StorageBackend::adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g,
+                                                 View<double> partial, const AdafactorStep& s) {
+  Call k(*this);
+  inner_.adafactor_update_vector(k.io(p), k.io(m), k.io(v), k.in(g), partial, s);
+  k.write_back();
+}
+
+}  // namespace memo

@@ -1,0 +1,157 @@
+// bf16 storage over a backend that computes in f32: memo's mixed precision on any backend whose
+// kernels are f32 (the CPU's today; the CUDA backend's until its bf16 kernels exist). See
+// Note [bf16 storage by conversion].
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memo/backend/backend.h"
+#include "memo/backend/raw_allocator.h"
+
+namespace memo {
+
+// Note [bf16 storage by conversion]
+// Mixed precision as Megatron-LM runs it: the layers' weights and activations are bf16; master
+// weights, gradients, optimiser state, per-token statistics, the log-sum-exp and the loss path
+// are f32 (Model keeps an f32 master copy and a bf16 working copy, Note [Mixed precision] in
+// model/model.h). A GPU kernel in this scheme reads bf16, computes in f32 registers and rounds its
+// result to bf16 once, when it stores it. Bf16StorageBackend gives exactly those semantics on top
+// of `inner`'s f32 kernels: each kernel call widens its bf16 arguments into f32 scratch of inner's
+// device space (exact), runs inner's kernel, and rounds every bf16 output back (nearest even),
+// outputs that accumulate (+=) included, which are widened first. f32 arguments (gradients,
+// statistics, scratch, optimiser state) pass through untouched. So:
+//   - It is the reference a native bf16 kernel must match: the same inputs and one rounding of
+//     the f32 result; only the f32 summation order may differ.
+//   - Rounding is element by element, so inner's reproducible rows (Note [Reproducible rows])
+//     still hold, and keep, recompute, offload and memo give the same bits in bf16 too.
+//   - Activations take half the memory in the arena and the host pool. The widened copies are
+//     per-call scratch outside the static plan (a few grow-only blocks, as large as the largest
+//     kernel call's bf16 arguments x 2), and the products run at inner's f32 rate: this is for
+//     correctness and memory, not speed. Native bf16 kernels (cuBLASLt bf16 products) replace
+//     it kernel by kernel on the GPU (issue #10).
+class Bf16StorageBackend final : public Backend {
+ public:
+  // inner computes in f32 and must outlive this.
+  explicit Bf16StorageBackend(Backend& inner);
+  Backend& inner() const { return inner_; }
+  // Bytes of widened scratch held now (grows to the largest call's need, then stays).
+  int64_t scratch_bytes() const;
+
+  const char* name() const override { return inner_.name(); }
+  std::string describe() const override;
+  std::string device_name() const override { return inner_.device_name(); }
+  bool has_values() const override { return inner_.has_values(); }
+  int64_t reproducible_rows() const override { return inner_.reproducible_rows(); }
+  DType activation_dtype() const override { return DType::kBF16; }
+  MemSpace device_space() const override { return inner_.device_space(); }
+  RawAllocator& allocator(MemSpace space) override { return inner_.allocator(space); }
+  bool host_can_access(MemSpace space) const override { return inner_.host_can_access(space); }
+  int64_t device_free_bytes() override { return inner_.device_free_bytes(); }
+  Stream& compute_stream() override { return inner_.compute_stream(); }
+  std::unique_ptr<Stream> make_copy_stream(std::string name,
+                                           const StreamOptions& options) override {
+    return inner_.make_copy_stream(std::move(name), options);
+  }
+  void copy_to_host(void* dst, const void* src, int64_t bytes) override {
+    inner_.copy_to_host(dst, src, bytes);
+  }
+  void copy_from_host(void* dst, const void* src, int64_t bytes) override {
+    inner_.copy_from_host(dst, src, bytes);
+  }
+  double measure_matmul_peak_flops(double seconds) override {
+    return inner_.measure_matmul_peak_flops(seconds);
+  }
+  int64_t matmul_workspace_bytes() const override { return inner_.matmul_workspace_bytes(); }
+  void set_matmul_workspace(Tensor workspace) override { inner_.set_matmul_workspace(workspace); }
+
+  void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
+              float beta) override;
+  void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) override;
+  void matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) override;
+  void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, float eps) override;
+  void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
+                        ConstTensor inv_rms) override;
+  void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
+                         ConstTensor b, float eps) override;
+  void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
+                          ConstTensor w, ConstTensor mean, ConstTensor rstd) override;
+  void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) override;
+  void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                    int64_t first_row) override;
+  void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                     int64_t first_row) override;
+  void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) override;
+  void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g, ConstTensor u) override;
+  void gelu_forward(Tensor y, ConstTensor x) override;
+  void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) override;
+  void bias_add(Tensor y, ConstTensor b) override;
+  void bias_backward(Tensor db, ConstTensor dy) override;
+  void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) override;
+  void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) override;
+  void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
+                     float grad_scale) override;
+  void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                               View<const int32_t> targets) override;
+  void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                         View<const int32_t> targets, ConstTensor stats, ConstTensor target_logit,
+                         float grad_scale) override;
+  int64_t attention_forward_scratch_numel(int64_t head_dim) override {
+    return inner_.attention_forward_scratch_numel(head_dim);
+  }
+  void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
+                         int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                         AttnMask mask) override;
+  int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                           int64_t n_kv_heads) override {
+    return inner_.attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
+  void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
+                          ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
+                          int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                          AttnMask mask) override;
+  void attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) override;
+  int64_t attention_decode_scratch_numel(int64_t keys) override {
+    return inner_.attention_decode_scratch_numel(keys);
+  }
+  void attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v, int64_t first,
+                        int64_t n_heads, int64_t n_kv_heads, Tensor scratch) override;
+  void copy(Tensor dst, ConstTensor src) override;
+  void convert(Tensor dst, ConstTensor src) override;
+  void fill(Tensor dst, float value) override;
+  void scale(Tensor x, float factor) override;
+  void add_into(Tensor dst, ConstTensor src) override;
+  double sum(ConstTensor x) override;
+  double sum_squares(ConstTensor x) override;
+  int64_t noise_probe_partial_numel(int64_t n) override {
+    return inner_.noise_probe_partial_numel(n);
+  }
+  double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass, View<double> partial) override;
+  void sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) override;
+  void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) override;
+  void adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) override;
+  void adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) override;
+  void adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& s) override;
+  void rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf, ConstTensor g,
+                      const RmspropStep& s) override;
+  void lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) override;
+  int64_t adafactor_partial_numel(int64_t rows, int64_t numel) override {
+    return inner_.adafactor_partial_numel(rows, numel);
+  }
+  double adafactor_rms(ConstTensor x, View<double> partial) override;
+  void adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col, ConstTensor g,
+                               Tensor row_inv, Tensor col_inv, View<double> partial,
+                               const AdafactorStep& s) override;
+  void adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g, View<double> partial,
+                               const AdafactorStep& s) override;
+
+ private:
+  class Call;
+  // dst = src converted (either dtype), contiguous or by rows with unit column stride.
+  void convert_any(Tensor dst, ConstTensor src);
+  Backend& inner_;
+  std::vector<RawBuffer> slots_;  // one grow-only block per argument position of a call
+};
+
+}  // namespace memo

@@ -1,0 +1,120 @@
+// bf16 storage over the CPU's f32 kernels (Note [bf16 storage by conversion]): a kernel reads its
+// bf16 arguments exactly, computes in f32 and rounds each bf16 output once; f32 arguments pass
+// through; strided bf16 outputs change only their own elements.
+#include "memo/backend/bf16_storage.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "memo/kernels/cpu/cpu_backend.h"
+
+namespace memo {
+namespace {
+
+std::vector<bf16> random_bf16(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<bf16> v(static_cast<size_t>(n));
+  for (bf16& x : v) x = float_to_bf16(d(rng));
+  return v;
+}
+
+std::vector<float> widen(const std::vector<bf16>& v) {
+  std::vector<float> out;
+  for (bf16 x : v) out.push_back(bf16_to_float(x));
+  return out;
+}
+
+// The distance of x from y in units of bf16's spacing at y (2^-7 |y| up to a power of two).
+double bf16_ulps(float x, double y) {
+  const double spacing = std::ldexp(1.0, std::ilogb(std::max(std::abs(y), 1e-30)) - 7);
+  return std::abs(double(x) - y) / spacing;
+}
+
+// A bf16 product accumulated (beta = 1) into a column slice of a wider bf16 matrix: each element
+// is the double product plus the old value, rounded once (within one bf16 step, the f32 sum's
+// order aside), and the columns outside the slice keep their bits.
+TEST(Bf16Storage, a_product_accumulates_into_a_strided_bf16_slice_rounded_once) {
+  Bf16StorageBackend be(cpu_backend());
+  const int64_t M = 5, K = 37, N = 6, W = 9;
+  std::vector<bf16> a = random_bf16(M * K, 1), b = random_bf16(N * K, 2), c = random_bf16(M * W, 3);
+  const std::vector<bf16> c0 = c;
+  const View<bf16> cv(c.data(), {M, W});
+  be.matmul(cv.slice_cols(2, 2 + N), View<const bf16>(a.data(), {M, K}),
+            View<const bf16>(b.data(), {N, K}), false, true, 1.0f, 1.0f);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < W; ++j) {
+      const size_t at = size_t(i * W + j);
+      if (j < 2 || j >= 2 + N) {
+        EXPECT_EQ(c[at].bits, c0[at].bits) << i << "," << j;
+        continue;
+      }
+      double want = bf16_to_float(c0[at]);
+      for (int64_t k = 0; k < K; ++k)
+        want += double(bf16_to_float(a[size_t(i * K + k)])) *
+                double(bf16_to_float(b[size_t((j - 2) * K + k)]));
+      EXPECT_LE(bf16_ulps(bf16_to_float(c[at]), want), 1.0) << i << "," << j;
+    }
+}
+
+// bf16 operands into an f32 output (a weight gradient): the f32 kernel's bits on the widened
+// operands, written in place (no rounding of the f32 result).
+TEST(Bf16Storage, bf16_operands_into_an_f32_output_give_the_f32_kernels_bits) {
+  Bf16StorageBackend be(cpu_backend());
+  const int64_t M = 7, K = 19, N = 4;
+  const std::vector<bf16> a = random_bf16(K * M, 4), b = random_bf16(K * N, 5);
+  std::vector<float> got(static_cast<size_t>(M * N), 0.5f), want(static_cast<size_t>(M * N), 0.5f);
+  be.matmul(View<float>(got.data(), {M, N}), View<const bf16>(a.data(), {K, M}),
+            View<const bf16>(b.data(), {K, N}), true, false, 1.0f, 1.0f);
+  const std::vector<float> aw = widen(a), bw = widen(b);
+  cpu_backend().matmul(View<float>(want.data(), {M, N}), View<const float>(aw.data(), {K, M}),
+                       View<const float>(bw.data(), {K, N}), true, false, 1.0f, 1.0f);
+  EXPECT_EQ(got, want);
+}
+
+// A norm with bf16 input, weight and output and an f32 statistic: the output is the f32 kernel's
+// result rounded to nearest even, the statistic the f32 kernel's bits.
+TEST(Bf16Storage, rmsnorm_rounds_its_bf16_output_and_keeps_its_f32_statistic) {
+  Bf16StorageBackend be(cpu_backend());
+  const int64_t T = 6, C = 24;
+  const std::vector<bf16> x = random_bf16(T * C, 6), w = random_bf16(C, 7);
+  std::vector<bf16> y(static_cast<size_t>(T * C));
+  std::vector<float> inv(static_cast<size_t>(T)), want_y(static_cast<size_t>(T * C)),
+      want_inv(static_cast<size_t>(T));
+  be.rmsnorm_forward(View<bf16>(y.data(), {T, C}), View<float>(inv.data(), {T}),
+                     View<const bf16>(x.data(), {T, C}), View<const bf16>(w.data(), {C}), 1e-5f);
+  const std::vector<float> xw = widen(x), ww = widen(w);
+  cpu_backend().rmsnorm_forward(
+      View<float>(want_y.data(), {T, C}), View<float>(want_inv.data(), {T}),
+      View<const float>(xw.data(), {T, C}), View<const float>(ww.data(), {C}), 1e-5f);
+  EXPECT_EQ(inv, want_inv);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i].bits, float_to_bf16(want_y[i]).bits) << i;
+}
+
+// The widened copies are grow-only scratch: repeating a call allocates nothing more; a dtype
+// memo does not store activations in is refused by name.
+TEST(Bf16Storage, scratch_stays_put_and_other_dtypes_are_refused) {
+  Bf16StorageBackend be(cpu_backend());
+  EXPECT_EQ(be.activation_dtype(), DType::kBF16);
+  std::vector<bf16> x = random_bf16(64, 8);
+  be.scale(View<bf16>(x.data(), {64}), 2.0f);
+  const int64_t held = be.scratch_bytes();
+  EXPECT_EQ(held, 64 * 4);
+  be.scale(View<bf16>(x.data(), {8, 8}), 0.5f);
+  EXPECT_EQ(be.scratch_bytes(), held);
+  std::vector<uint16_t> half(16);
+  const Tensor f16(half.data(), Shape{16}, DType::kF16, MemSpace::kHost);
+  try {
+    be.fill(f16, 0.0f);
+    FAIL() << "an f16 tensor was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("f16 argument"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace memo
