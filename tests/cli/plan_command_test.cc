@@ -132,6 +132,25 @@ TEST_F(PlanCommand, train_with_device_memory_gives_the_same_losses_and_reports_t
   }
 }
 
+// `memo plan --precision bf16` is the plan of `memo train --precision bf16`: the run reserves its
+// arena, and the need counts the bf16 working weights (2 bytes a parameter) beside the f32 ones.
+TEST_F(PlanCommand, a_bf16_plan_is_the_bf16_runs_arena_and_counts_the_working_weights) {
+  const test::CommandResult r =
+      test::run_command(train_cmd("bf16", "--device-memory 64MiB --precision bf16"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string plan_base =
+      test::memo_bin() + " plan --config " + dir.str("config.json") + " --seq 32 --batch 2 --json";
+  const nlohmann::json f32 = nlohmann::json::parse(test::run_command(plan_base).output);
+  const nlohmann::json bf16 =
+      nlohmann::json::parse(test::run_command(plan_base + " --precision bf16").output);
+  for (const auto& [step, j] : log("bf16"))
+    EXPECT_EQ(j["reserved_bytes"].get<int64_t>(), bf16["plan_peak_bytes"].get<int64_t>()) << step;
+  EXPECT_LT(bf16["plan_peak_bytes"].get<int64_t>(), f32["plan_peak_bytes"].get<int64_t>());
+  const int64_t weights = f32["need"]["weight_bytes"].get<int64_t>();
+  EXPECT_EQ(f32["need"]["working_weight_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(bf16["need"]["working_weight_bytes"].get<int64_t>(), weights / 2);
+}
+
 TEST_F(PlanCommand, train_over_budget_is_refused_before_step_1) {
   const test::CommandResult r = test::run_command(train_cmd("c", "--device-memory 256KiB"));
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "memo/backend/bf16_storage.h"
 #include "memo/cli/commands.h"
 #include "memo/core/units.h"
 #include "memo/io/atomic_file.h"
@@ -40,6 +41,7 @@ struct PlanCommandOptions {
   std::string activations = "keep";
   std::string optimizer = "adamw";  // whose state the device need counts (default options)
   std::string device_memory;        // empty: no budget
+  std::string precision = "fp32";   // of the run planned: fp32, or bf16 mixed precision
   std::string solver = "heuristic";
   double mip_seconds = 10.0;
   bool json = false;
@@ -167,18 +169,24 @@ void run_plan(const PlanCommandOptions& o) {
   // Rank 0 of `mpirun -np T*C memo train --tp T --cp C`: the model (its part of the parameters),
   // strategy, the layers' collectives and the ring of the run, traced with shapes only on groups
   // that move nothing (their counters: the bytes a rank sends).
+  const bool bf16 = o.precision == "bf16";
+  Bf16StorageBackend mixed(cpu_backend());
   std::optional<MetaBackend> meta;
   std::optional<ShapeCommunicator> tp_group, cp_group;
   std::optional<Model> model;
   if (o.cp > 1 || o.tp > 1) {
-    meta.emplace(cpu_backend(), DType::kF32);
+    meta.emplace(cpu_backend(), bf16 ? DType::kBF16 : DType::kF32);
     model.emplace(config, *meta);
     tp_group.emplace(int(o.tp));
     if (o.tp > 1) model->set_parallel(Parallel{o.tp, 1}, &*tp_group);
     cp_group.emplace(int(o.cp));
     model->set_context_parallel(&*cp_group);
   } else {
-    model.emplace(config);  // zero weights: the request sequence does not depend on values
+    // zero weights: the request sequence does not depend on values
+    if (bf16)
+      model.emplace(config, mixed);
+    else
+      model.emplace(config);
   }
   const DevicePlan dp = plan_device_memory(*model, o.batch, o.seq, budget, options);
   CommCounters ring, tp;  // one micro-batch's forward and backward, as the run sends them
@@ -480,6 +488,11 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--tp", o->tp, "Tensor parallel ranks (with sequence parallelism)")
       ->capture_default_str();
   cmd->add_option("--cp", o->cp, "Context parallel ranks")->capture_default_str();
+  cmd->add_option("--precision", o->precision,
+                  "With --config: the run's precision (bf16: bf16 activations and working "
+                  "weights, as memo train --precision bf16)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--host-memory", o->host_memory,
                   "Host memory per node for offloaded activations, e.g. 2TiB")
       ->capture_default_str();
