@@ -116,5 +116,29 @@ TEST(Bf16Storage, scratch_stays_put_and_other_dtypes_are_refused) {
   }
 }
 
+// A backend with bf16 products (CUDA's cuBLASLt) gets two bf16 operands as they are; a product
+// with an f32 operand is widened for it as for any f32 kernel.
+TEST(Bf16Storage, a_backend_with_bf16_products_gets_bf16_operands_as_they_are) {
+  struct Native final : CpuBackend {
+    bool bf16_products() const override { return true; }
+    void matmul(Tensor c, ConstTensor a, ConstTensor b, bool ta, bool tb, float alpha,
+                float beta) override {
+      seen.push_back(a.dtype());
+      seen.push_back(c.dtype());
+      if (a.dtype() == DType::kF32) CpuBackend::matmul(c, a, b, ta, tb, alpha, beta);
+    }
+    std::vector<DType> seen;
+  } native;
+  Bf16StorageBackend be(native);
+  std::vector<bf16> a = random_bf16(8, 9), c(4);
+  std::vector<float> f(8, 1.0f), out(4);
+  be.matmul(View<bf16>(c.data(), {2, 2}), View<const bf16>(a.data(), {2, 4}),
+            View<const bf16>(a.data(), {2, 4}), false, true, 1.0f, 0.0f);
+  be.matmul(View<float>(out.data(), {2, 2}), View<const float>(f.data(), {2, 4}),
+            View<const bf16>(a.data(), {2, 4}), false, true, 1.0f, 0.0f);
+  EXPECT_EQ(native.seen,
+            (std::vector<DType>{DType::kBF16, DType::kBF16, DType::kF32, DType::kF32}));
+}
+
 }  // namespace
 }  // namespace memo

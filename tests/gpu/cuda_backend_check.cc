@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "memo/backend/bf16_storage.h"
 #include "memo/backend/raw_allocator.h"
 #include "memo/core/error.h"
 #include "memo/cuda/cuda_backend.h"
@@ -435,6 +436,66 @@ TEST(CudaBackend, convert_to_bf16_and_back_matches_the_cpu_bit_for_bit) {
   EXPECT_EQ(0, std::memcmp(back.data(), want.data(), size_t(n) * 4));
   // a host tensor handed to a GPU kernel is refused with its space, not read on the device
   EXPECT_THROW(g->convert(b.tensor({n}, DType::kBF16), View<const float>(x.data(), {n})), Error);
+}
+
+// cuBLASLt's bf16 products (Backend::bf16_products): bf16 operands, f32 accumulation, into a
+// bf16 result (rounded once; beta = 1 accumulates) and an f32 one, against the CPU's bf16
+// storage by conversion (Note [bf16 storage by conversion]) on the same bf16 inputs: within one
+// bf16 step of the bf16 result and 1e-5 relative of the f32 one (only the order of the f32 sums
+// differs), for a row-major product, a transposed one and a column slice of the weight.
+TEST(CudaBackend, bf16_products_match_the_cpus_bf16_storage) {
+  REQUIRE_GPU();
+  ASSERT_TRUE(g->bf16_products());
+  const int64_t M = 300, K = 256, N = 96;
+  auto to_bf16 = [](const std::vector<float>& v) {
+    std::vector<bf16> out;
+    for (float x : v) out.push_back(float_to_bf16(x));
+    return out;
+  };
+  const std::vector<bf16> a = to_bf16(randoms(M * K, 31)), w = to_bf16(randoms(N * K, 32)),
+                          c0 = to_bf16(randoms(M * N, 33));
+  RawAllocator& dev = g->allocator(MemSpace::kDevice);
+  RawBuffer da(dev, M * K * 2, "a"), dw(dev, N * K * 2, "w"), dc(dev, M * N * 2, "c"),
+      df(dev, M * N * 4, "f");
+  g->copy_from_host(da.data(), a.data(), M * K * 2);
+  g->copy_from_host(dw.data(), w.data(), N * K * 2);
+  for (const int64_t cols : {N, N / 2}) {  // the whole weight, then a row slice of it
+    SCOPED_TRACE(cols);
+    g->copy_from_host(dc.data(), c0.data(), M * N * 2);
+    const Tensor C = dc.tensor({M, N}, DType::kBF16).slice_cols(0, cols);
+    const ConstTensor A = da.tensor({M, K}, DType::kBF16),
+                      W = dw.tensor({N, K}, DType::kBF16).slice_rows(0, cols);
+    g->matmul(C, A, W, false, true, 1.0f, 1.0f);
+    const Tensor F = df.tensor({K, cols}, DType::kF32);
+    g->matmul(F, A.slice_rows(0, K),
+              dc.tensor({M, N}, DType::kBF16).slice_rows(0, K).slice_cols(0, cols), true, false,
+              1.0f, 0.0f);
+    std::vector<bf16> got_c(size_t(M * N));
+    std::vector<float> got_f(size_t(K * cols));
+    g->copy_to_host(got_c.data(), dc.data(), M * N * 2);
+    g->copy_to_host(got_f.data(), df.data(), K * cols * 4);
+
+    Bf16StorageBackend ref(cpu_backend());
+    std::vector<bf16> want_c = c0;
+    std::vector<float> want_f(size_t(K * cols));
+    const View<bf16> Cw(want_c.data(), {M, N});
+    ref.matmul(Cw.slice_cols(0, cols), View<const bf16>(a.data(), {M, K}),
+               View<const bf16>(w.data(), {cols, K}), false, true, 1.0f, 1.0f);
+    // the f32 product reads the GPU's bf16 result, so only its own sums are compared
+    const View<bf16> Cg(got_c.data(), {M, N});
+    ref.matmul(View<float>(want_f.data(), {K, cols}), View<const bf16>(a.data(), {K, K}),
+               ConstTensor(Cg.slice_rows(0, K).slice_cols(0, cols)), true, false, 1.0f, 0.0f);
+    for (size_t i = 0; i < got_c.size(); ++i) {
+      const float x = bf16_to_float(got_c[i]), y = bf16_to_float(want_c[i]);
+      ASSERT_LE(std::abs(x - y), std::ldexp(std::max(std::abs(y), 1e-3f), -7)) << i;
+    }
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < got_f.size(); ++i) {
+      worst = std::max(worst, double(std::abs(got_f[i] - want_f[i])));
+      scale = std::max(scale, double(std::abs(want_f[i])));
+    }
+    EXPECT_LE(worst, 1e-5 * scale);
+  }
 }
 
 TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {

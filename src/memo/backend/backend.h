@@ -84,6 +84,12 @@ class Backend {
   virtual int64_t matmul_workspace_bytes() const = 0;
   virtual void set_matmul_workspace(Tensor workspace) = 0;
 
+  // Whether the matrix products (matmul, matmul_token_panels, matmul_token_panels_kn) take bf16
+  // a and b natively, c f32 or bf16, accumulating in f32 and rounding a bf16 c once (CUDA:
+  // cuBLASLt). Bf16StorageBackend hands such products to the backend as they are; every other
+  // kernel of the backend computes in f32 (Note [bf16 storage by conversion]).
+  virtual bool bf16_products() const { return false; }
+
   // --- kernels: see kernels/cpu/kernels.h for the math of each ---
   virtual void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
                       float alpha = 1.0f, float beta = 0.0f) = 0;

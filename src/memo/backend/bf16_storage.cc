@@ -82,14 +82,25 @@ void Bf16StorageBackend::convert_any(Tensor dst, ConstTensor src) {
     inner_.convert(dst.slice_rows(r, r + 1), src.slice_rows(r, r + 1));
 }
 
+namespace {
+
+// Two bf16 operands for a backend with bf16 products: no widening.
+bool native(const Backend& inner, ConstTensor a, ConstTensor b) {
+  return inner.bf16_products() && a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16;
+}
+
+}  // namespace
+
 void Bf16StorageBackend::matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
                                 float alpha, float beta) {
+  if (native(inner_, a, b)) return inner_.matmul(c, a, b, trans_a, trans_b, alpha, beta);
   Call k(*this);
   inner_.matmul(k.io(c), k.in(a), k.in(b), trans_a, trans_b, alpha, beta);
   k.write_back();
 }
 
 void Bf16StorageBackend::matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) {
+  if (native(inner_, a, b)) return inner_.matmul_token_panels(c, a, b, beta);
   Call k(*this);
   inner_.matmul_token_panels(k.io(c), k.in(a), k.in(b), beta);
   k.write_back();
@@ -97,6 +108,7 @@ void Bf16StorageBackend::matmul_token_panels(Tensor c, ConstTensor a, ConstTenso
 
 void Bf16StorageBackend::matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b,
                                                 float beta) {
+  if (native(inner_, a, b)) return inner_.matmul_token_panels_kn(c, a, b, beta);
   Call k(*this);
   inner_.matmul_token_panels_kn(k.io(c), k.in(a), k.in(b), beta);
   k.write_back();

@@ -28,9 +28,12 @@ namespace memo {
 //     still hold, and keep, recompute, offload and memo give the same bits in bf16 too.
 //   - Activations take half the memory in the arena and the host pool. The widened copies are
 //     per-call scratch outside the static plan (a few grow-only blocks, as large as the largest
-//     kernel call's bf16 arguments x 2), and the products run at inner's f32 rate: this is for
-//     correctness and memory, not speed. Native bf16 kernels (cuBLASLt bf16 products) replace
-//     it kernel by kernel on the GPU (issue #10).
+//     kernel call's bf16 arguments x 2), and the kernels run at inner's f32 rate: this is for
+//     correctness and memory, not speed.
+//   - Native bf16 kernels replace it kernel by kernel. The first: where inner.bf16_products()
+//     (CUDA's cuBLASLt products, bf16 in, f32 accumulate), a product of two bf16 operands goes
+//     to inner as it is, with no scratch; a product with an f32 operand (the loss gradient
+//     times the head) is widened as above.
 class Bf16StorageBackend final : public Backend {
  public:
   // inner computes in f32 and must outlive this.
@@ -63,6 +66,7 @@ class Bf16StorageBackend final : public Backend {
   double measure_matmul_peak_flops(double seconds) override {
     return inner_.measure_matmul_peak_flops(seconds);
   }
+  bool bf16_products() const override { return inner_.bf16_products(); }
   int64_t matmul_workspace_bytes() const override { return inner_.matmul_workspace_bytes(); }
   void set_matmul_workspace(Tensor workspace) override { inner_.set_matmul_workspace(workspace); }
 

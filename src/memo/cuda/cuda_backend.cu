@@ -86,10 +86,10 @@ const LtApi& lt() {
 }
 
 // Note [Device tensors]
-// Every tensor a kernel of this backend receives holds f32 (its only compute type; bf16 kernels
-// are issue #10's open part) in memory the GPU reads: device memory, or pinned host memory
-// (mapped). A host or meta tensor, or another dtype, is a caller's bug, refused here with its
-// shape rather than faulting on the GPU.
+// Every tensor a kernel of this backend receives holds f32 (its compute type; the matrix
+// products alone also take bf16: dev_operand, Backend::bf16_products) in memory the GPU reads:
+// device memory, or pinned host memory (mapped). A host or meta tensor, or another dtype, is a
+// caller's bug, refused here with its shape rather than faulting on the GPU.
 void check_device_space(MemSpace space, const Shape& shape) {
   MEMO_CHECK(space == MemSpace::kDevice || space == MemSpace::kPinnedHost, "cuda: a tensor ", shape,
              " in ", space_name(space), " memory: kernels read device or pinned host memory");
@@ -109,6 +109,16 @@ const float* dev(ConstTensor t) {
   check_device_tensor(t.dtype(), t.space(), t.shape());
   return static_cast<const float*>(t.data());
 }
+
+// A matrix product's operand or result: f32, or bf16 (the products are this backend's one bf16
+// kernel so far: Backend::bf16_products), in memory the GPU reads.
+void* dev_operand(ConstTensor t) {
+  MEMO_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16, "cuda: a ",
+             dtype_name(t.dtype()), " tensor ", t.shape(), ": products take f32 or bf16");
+  check_device_space(t.space(), t.shape());
+  return const_cast<void*>(t.data());
+}
+cudaDataType_t cuda_type(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 // The address of a tensor of any dtype (convert, copies), its space checked as above.
 void* dev_bytes(Tensor t) {
@@ -413,6 +423,7 @@ class CudaBackend final : public Backend {
   bool has_values() const override { return true; }
   int64_t reproducible_rows() const override { return kCudaPanelRows; }
   DType activation_dtype() const override { return DType::kF32; }
+  bool bf16_products() const override { return true; }
   MemSpace device_space() const override { return MemSpace::kDevice; }
   RawAllocator& allocator(MemSpace space) override {
     return pick_allocator(space, {&host_, &pinned_, &device_}, "cuda");
@@ -1054,9 +1065,10 @@ class CudaBackend final : public Backend {
 
   void matmul_unchecked(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
                         float alpha, float beta);
+  // A and B of type ab (f32 or bf16), C of type ct; f32 accumulation and scalars.
   void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-            float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-            float* C, int64_t ldc);
+            float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta,
+            void* C, int64_t ldc, cudaDataType_t ab, cudaDataType_t ct);
 
  private:
   // Timing events never throw: they run in destructors; a failed one is simply not counted.
@@ -1127,8 +1139,10 @@ class CudaBackend final : public Backend {
   int64_t workspace_bytes_ = 0;
   RawBuffer doubles_, ids_;
   std::vector<double> host_doubles_;
-  // (transposes, m, n, k, leading dimensions, alignment, workspace bytes) -> algorithm
-  std::map<std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int64_t>,
+  // (transposes, m, n, k, leading dimensions, alignment, workspace bytes, operand and result
+  // types) -> algorithm
+  std::map<std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int64_t,
+                      int, int>,
            Gemm>
       gemms_;
   std::string description_;
@@ -1186,17 +1200,18 @@ CudaBackend::~CudaBackend() {
 int alignment_of(std::initializer_list<const void*> ptrs) {
   int align = 256;
   for (const void* p : ptrs)
-    while (align > 4 && reinterpret_cast<uintptr_t>(p) % uintptr_t(align) != 0) align /= 2;
+    while (align > 2 && reinterpret_cast<uintptr_t>(p) % uintptr_t(align) != 0) align /= 2;
   return align;
 }
 
-// Column-major C[m, n] = alpha op(A) op(B) + beta C (cuBLASLt's convention).
+// Column-major C[m, n] = alpha op(A) op(B) + beta C (cuBLASLt's convention). bf16 operands
+// accumulate in f32 (CUBLAS_COMPUTE_32F) and a bf16 C is rounded once.
 void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-                       float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
-                       float beta, float* C, int64_t ldc) {
+                       float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
+                       float beta, void* C, int64_t ldc, cudaDataType_t ab, cudaDataType_t ct) {
   const int align = alignment_of({A, B, C});
-  const auto key =
-      std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldc, align, workspace_bytes_);
+  const auto key = std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldc, align,
+                                   workspace_bytes_, int(ab), int(ct));
   auto it = gemms_.find(key);
   if (it == gemms_.end()) {
     Gemm g;
@@ -1208,14 +1223,13 @@ void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, in
         lt().cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
         "transb");
     const bool na = ta == CUBLAS_OP_N, nb = tb == CUBLAS_OP_N;
-    check_lt(lt().cublasLtMatrixLayoutCreate(&g.a, CUDA_R_32F, uint64_t(na ? m : k),
-                                             uint64_t(na ? k : m), lda),
-             "layout a");
-    check_lt(lt().cublasLtMatrixLayoutCreate(&g.b, CUDA_R_32F, uint64_t(nb ? k : n),
-                                             uint64_t(nb ? n : k), ldb),
-             "layout b");
-    check_lt(lt().cublasLtMatrixLayoutCreate(&g.c, CUDA_R_32F, uint64_t(m), uint64_t(n), ldc),
-             "layout c");
+    check_lt(
+        lt().cublasLtMatrixLayoutCreate(&g.a, ab, uint64_t(na ? m : k), uint64_t(na ? k : m), lda),
+        "layout a");
+    check_lt(
+        lt().cublasLtMatrixLayoutCreate(&g.b, ab, uint64_t(nb ? k : n), uint64_t(nb ? n : k), ldb),
+        "layout b");
+    check_lt(lt().cublasLtMatrixLayoutCreate(&g.c, ct, uint64_t(m), uint64_t(n), ldc), "layout c");
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(lt().cublasLtMatmulPreferenceCreate(&pref), "preference");
     const uint64_t ws = uint64_t(workspace_bytes_);
@@ -1232,8 +1246,10 @@ void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, in
                                                                   pref, 1, &result, &found);
     lt().cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-      throw Error(str("cuBLASLt: no fp32 algorithm for m ", m, ", n ", n, ", k ", k, ", lda ", lda,
-                      ", ldb ", ldb, ", ldc ", ldc, ", alignment ", align));
+      throw Error(str("cuBLASLt: no algorithm for ", ab == CUDA_R_16BF ? "bf16" : "f32",
+                      " operands into ", ct == CUDA_R_16BF ? "bf16" : "f32", ", m ", m, ", n ", n,
+                      ", k ", k, ", lda ", lda, ", ldb ", ldb, ", ldc ", ldc, ", alignment ",
+                      align));
     g.algo = result.algo;
     it = gemms_.emplace(key, g).first;
   }
@@ -1248,6 +1264,8 @@ void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, in
 void CudaBackend::matmul_unchecked(Tensor c, ConstTensor a, ConstTensor b, bool trans_a,
                                    bool trans_b, float alpha, float beta) {
   const int64_t M = c.rows(), N = c.cols(), K = trans_a ? a.rows() : a.cols();
+  MEMO_CHECK(a.dtype() == b.dtype(), "cuda: a product of ", dtype_name(a.dtype()), " and ",
+             dtype_name(b.dtype()), " operands: both f32 or both bf16");
   if (M == 0 || N == 0) return;
   if (K == 0) {  // c = beta c, on any strided c
     const Mat C = mat(c);
@@ -1257,7 +1275,8 @@ void CudaBackend::matmul_unchecked(Tensor c, ConstTensor a, ConstTensor b, bool 
     return;
   }
   gemm(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, alpha,
-       dev(b), b.ld(), dev(a), a.ld(), beta, dev(c), c.ld());
+       dev_operand(b), b.ld(), dev_operand(a), a.ld(), beta, dev_operand(c), c.ld(),
+       cuda_type(a.dtype()), cuda_type(c.dtype()));
 }
 
 double CudaBackend::measure_matmul_peak_flops(double seconds) {
