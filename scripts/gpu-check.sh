@@ -17,8 +17,10 @@
 #      the static plan's arena, 8 steps each on the GPU: identical losses;
 #   5. the NCCL communicator's check, and 20 training steps on the GPU twice (they must repeat bit
 #      for bit) and reduced over NCCL (one GPU; the same losses);
+#   4b. bf16 mixed precision: 20 quickstart steps on the GPU against the same bf16 run on the
+#      CPU, and keep against memo in bf16 on the GPU;
 #   6. tokens/s of a ~1B LLaMA at 4K tokens under keep (with the GPU time per kernel entry
-#      point: MEMO_CUDA_PROFILE), recompute and memo, and PyTorch's on the same model
+#      point: MEMO_CUDA_PROFILE), recompute and memo, keep in bf16, and PyTorch's on the same model
 #      (scripts/torch_gpu_bench.py).
 # It writes gpu-check.log and gpu-check.json (the numbers of each stage) to $OUT when that is
 # set, else to /tmp.
@@ -120,6 +122,21 @@ for s in keep recompute offload memo throttled planned; do
     --seq 1024 --batch 2 --micro-batch 1 --steps 8 --lr 2e-3 --save-every 0 --device cuda \
     --out "$runs/s_$s" --log "$runs/s_$s.jsonl" "${args[@]}"
 done
+# bf16 mixed precision (Note [bf16 storage by conversion]: cuBLASLt bf16 products, the other
+# kernels in f32 by conversion): 20 quickstart steps on the GPU and on the CPU (the same bf16
+# storage over the CPU's kernels), then keep and memo in bf16 on the GPU (identical losses)
+for d in cuda cpu; do
+  stage "bf16_$d" 60 "$b/memo" "${quick[@]}" --steps 20 --precision bf16 \
+    --device "$d" --out "$runs/bf16_$d" --log "$runs/bf16_$d.jsonl"
+done
+for s in keep memo; do
+  args=(--activations "$s")
+  [[ $s == memo ]] && args+=(--alpha 0.5)
+  stage "bf16_strategy_$s" 60 "$b/memo" train --config configs/small.json \
+    --data "$b/data/kjv.txt" --seq 1024 --batch 2 --micro-batch 1 --steps 8 --lr 2e-3 \
+    --save-every 0 --device cuda --precision bf16 --out "$runs/bs_$s" --log "$runs/bs_$s.jsonl" \
+    "${args[@]}"
+done
 # Adafactor (factored second moments) on both backends, 8 steps
 for d in cuda cpu; do
   stage "adafactor_$d" 60 "$b/memo" train --config configs/small.json --data "$b/data/kjv.txt" \
@@ -151,14 +168,17 @@ EOF
 # PyTorch on the same model (fp32 with TF32 off, then bf16 autocast)
 stage torch_1b 100 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 4096 3 \
   > >(tee "$runs/torch.jsonl")
-for s in keep recompute memo; do
+for s in keep recompute memo bf16_keep; do
   # keep's run also prints where its GPU time goes (Note [Kernel profile] in cuda_backend.cu)
-  [[ $s == keep ]] && export MEMO_CUDA_PROFILE=1 || unset MEMO_CUDA_PROFILE
+  [[ $s == keep || $s == bf16_keep ]] && export MEMO_CUDA_PROFILE=1 || unset MEMO_CUDA_PROFILE
+  args=(--activations "$s")
+  [[ $s == bf16_keep ]] && args=(--activations keep --precision bf16)
   stage "bench_$s" 100 "$b/memo" train --config "$runs/llama1b.json" --data "$b/data/kjv.txt" \
     --seq 4096 --batch 1 --steps 2 --warmup 0 --lr 1e-4 --save-every 0 --val-batches 0 \
-    --device cuda --activations "$s" --out "$runs/b_$s" --log "$runs/b_$s.jsonl" \
+    --device cuda "${args[@]}" --out "$runs/b_$s" --log "$runs/b_$s.jsonl" \
     --hardware-dir hardware --device-memory 0  # the caching allocator: no traced micro-batch first
 done
+unset MEMO_CUDA_PROFILE
 wait "$cpu_pid"
 echo "cpu run: exit $? ($(tail -c 300 "$runs/cpu.out" | tr '\n' ' '))"
 
@@ -209,7 +229,15 @@ if afg and afc:
 st = {s: [r["loss"] for r in steps(losses("s_" + s))] for s in ["keep", "recompute", "offload", "memo", "throttled", "planned"]}
 out["strategies"] = {"losses_keep": st["keep"],
                      "identical_to_keep": {s: (v == st["keep"] and len(v) > 0) for s, v in st.items()}}
-for s in ["keep", "recompute", "memo"]:
+bg, bc, g32 = steps(losses("bf16_cuda")), steps(losses("bf16_cpu")), steps(losses("gpu"))
+if bg and bc:
+    rel = [abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(bg, bc)]
+    out["bf16_gpu_vs_bf16_cpu"] = {"steps": len(rel), "step1_rel": rel[0], "max_rel": max(rel)}
+if bg and g32:
+    out["bf16_vs_fp32_gpu_step1_rel"] = abs(bg[0]["loss"] - g32[0]["loss"]) / g32[0]["loss"]
+bk, bm = ([r["loss"] for r in steps(losses("bs_" + s))] for s in ("keep", "memo"))
+out["bf16_strategies_identical"] = bool(bk) and bk == bm
+for s in ["keep", "recompute", "memo", "bf16_keep"]:
     r = steps(losses("b_" + s))
     if r:
         out["bench_1b_4k_" + s] = {"tokens_per_s": r[-1].get("tokens_per_s"), "mfu": r[-1].get("mfu"),
