@@ -254,9 +254,22 @@ void MpiCommunicator::all_reduce_sum(Tensor x) {
   finish_reductions();
   const auto t0 = Clock::now();
   const int64_t n = x.numel();
-  float* data = x.as<float>().data();  // memo reduces in f32
+  // memo reduces in f32: bf16 values (mixed precision's activations) are widened, summed in the
+  // same rank order and rounded once
+  const bool narrow = x.dtype() == DType::kBF16;
+  std::vector<float> wide;
+  if (narrow) {
+    const bf16* v = static_cast<const bf16*>(x.data());
+    wide.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) wide[size_t(i)] = bf16_to_float(v[i]);
+  }
+  float* data = narrow ? wide.data() : x.as<float>().data();
   for (int64_t begin = 0; begin < n; begin += kMaxChunk)
     all_reduce_chunk(data + begin, std::min(kMaxChunk, n - begin));
+  if (narrow) {
+    bf16* v = static_cast<bf16*>(x.data());
+    for (int64_t i = 0; i < n; ++i) v[i] = float_to_bf16(wide[size_t(i)]);
+  }
   const int64_t moved = all_reduce_bytes(n * 4, size_);
   count(moved, moved, seconds_since(t0));
 }
@@ -266,20 +279,37 @@ void MpiCommunicator::reduce_scatter_sum(Tensor out, ConstTensor in) {
   MEMO_CHECK(out.contiguous() && in.contiguous() && in.numel() == out.numel() * size_,
              "reduce_scatter_sum: out ", out.shape(), " must hold 1/", size_, " of in ",
              in.shape());
+  MEMO_CHECK(out.dtype() == in.dtype() && (in.dtype() == DType::kF32 || in.dtype() == DType::kBF16),
+             "reduce_scatter_sum: ", dtype_name(in.dtype()), " into ", dtype_name(out.dtype()),
+             "; memo sums f32, and bf16 in f32");
   const auto t0 = Clock::now();
   const int n = to_int(out.numel(), "reduce_scatter_sum");
-  scratch_.resize(size_t(size_) * size_t(n));
   MPI_Request request;
-  float* const sums = out.as<float>().data();  // memo reduces in f32
-  MPI_Ialltoall(in.as<const float>().data(), n, MPI_FLOAT, scratch_.data(), n, MPI_FLOAT, comm_,
-                &request);
-  wait(request, "reduce_scatter_sum");
-  for (int64_t i = 0; i < n; ++i) {
-    float sum = scratch_[size_t(i)];
-    for (int j = 1; j < size_; ++j) sum += scratch_[size_t(int64_t(j) * n + i)];
-    sums[i] = sum;
+  // bf16 (mixed precision's activations) moves as bf16 and is summed in f32, in rank order, and
+  // rounded once; f32 is summed in f32 in the same order
+  if (in.dtype() == DType::kBF16) {
+    scratch16_.resize(size_t(size_) * size_t(n));
+    MPI_Ialltoall(in.data(), n, MPI_UINT16_T, scratch16_.data(), n, MPI_UINT16_T, comm_, &request);
+    wait(request, "reduce_scatter_sum");
+    bf16* const sums = static_cast<bf16*>(out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = bf16_to_float(scratch16_[size_t(i)]);
+      for (int j = 1; j < size_; ++j) sum += bf16_to_float(scratch16_[size_t(int64_t(j) * n + i)]);
+      sums[i] = float_to_bf16(sum);
+    }
+  } else {
+    scratch_.resize(size_t(size_) * size_t(n));
+    float* const sums = out.as<float>().data();
+    MPI_Ialltoall(in.as<const float>().data(), n, MPI_FLOAT, scratch_.data(), n, MPI_FLOAT, comm_,
+                  &request);
+    wait(request, "reduce_scatter_sum");
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = scratch_[size_t(i)];
+      for (int j = 1; j < size_; ++j) sum += scratch_[size_t(int64_t(j) * n + i)];
+      sums[i] = sum;
+    }
   }
-  const int64_t moved = reduce_scatter_bytes(int64_t(n) * 4, size_);
+  const int64_t moved = reduce_scatter_bytes(int64_t(n) * in.element_bytes(), size_);
   count(moved, moved, seconds_since(t0));
 }
 

@@ -79,6 +79,7 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
   double timeout_s_ = kDefaultCommTimeoutS;
   std::vector<float> scratch_;   // the peers' slices of a reduction, [size() * slice]
+  std::vector<bf16> scratch16_;  // the same for a bf16 reduce-scatter
   std::deque<Pending> pending_;  // started reductions, oldest first
 };
 

@@ -489,10 +489,6 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   if (TC > 1) dp_group = job.split(r % TC, r / TC);
   Communicator& data_parallel = dp_group ? *dp_group : job;
   check_data_parallel(o, data_parallel.size());
-  if (T > 1 && backend.activation_dtype() != DType::kF32)
-    throw ConfigError(str("--tp ", T, " with --precision bf16: the tensor-parallel partial sums ",
-                          "of bf16 activations are not implemented (the MPI communicator sums ",
-                          "f32); use --precision fp32, or --cp and data parallelism"));
   Model model(config, backend);
   model.set_parallel(Parallel{o.tp, 1}, tp_group.get());
   model.set_context_parallel(cp_group.get());

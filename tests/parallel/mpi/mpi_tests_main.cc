@@ -93,6 +93,25 @@ TEST(MpiCommunicator, reduce_scatter_and_all_gather) {
   for (int64_t i = 0; i < n * P; ++i) ASSERT_EQ(gathered[size_t(i)], rank_order_sum(w.size(), i));
 }
 
+// bf16 (mixed precision's activations under --tp): moved as bf16, summed in f32 in rank order,
+// rounded once.
+TEST(MpiCommunicator, bf16_sums_in_f32_in_rank_order_and_rounds_once) {
+  MpiCommunicator& w = *g_world;
+  const int64_t n = 37, P = w.size();
+  auto bf16_value = [](int64_t rank, int64_t i) { return float_to_bf16(value(int(rank), i)); };
+  auto want = [&](int64_t i) {
+    float sum = bf16_to_float(bf16_value(0, i));
+    for (int64_t r = 1; r < P; ++r) sum += bf16_to_float(bf16_value(r, i));
+    return float_to_bf16(sum).bits;
+  };
+  std::vector<bf16> in(static_cast<size_t>(n * P)), out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n * P; ++i) in[size_t(i)] = bf16_value(w.rank(), i);
+  w.reduce_scatter_sum(View<bf16>(out.data(), {n}), View<const bf16>(in.data(), {n * P}));
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[size_t(i)].bits, want(w.rank() * n + i)) << i;
+  w.all_reduce_sum(View<bf16>(in.data(), {n * P}));
+  for (int64_t i = 0; i < n * P; ++i) ASSERT_EQ(in[size_t(i)].bits, want(i)) << i;
+}
+
 TEST(MpiCommunicator, doubles_reduce_and_gather_in_rank_order) {
   MpiCommunicator& w = *g_world;
   double x[2] = {0.1 * (w.rank() + 1), 1e16 * (w.rank() % 2 ? -1 : 1)};
