@@ -72,6 +72,10 @@ class Backend {
   // Peak fp32 (CPU) or bf16 (GPU) matrix-product rate measured now over ~`seconds`, FLOP/s: the
   // MFU denominator.
   virtual double measure_matmul_peak_flops(double seconds) = 0;
+  // The same for products of bf16 operands where bf16_products(): the ceiling of a bf16 run.
+  virtual double measure_bf16_matmul_peak_flops(double seconds) {
+    return measure_matmul_peak_flops(seconds);
+  }
 
   // Note [Matrix-product workspace]
   // Scratch the matrix products may use (cuBLASLt's workspace on CUDA; 0 on the CPU and meta

@@ -63,8 +63,10 @@ class Bf16StorageBackend final : public Backend {
   void copy_from_host(void* dst, const void* src, int64_t bytes) override {
     inner_.copy_from_host(dst, src, bytes);
   }
+  // The ceiling of this backend's products: inner's bf16 one where it has bf16 products.
   double measure_matmul_peak_flops(double seconds) override {
-    return inner_.measure_matmul_peak_flops(seconds);
+    return inner_.bf16_products() ? inner_.measure_bf16_matmul_peak_flops(seconds)
+                                  : inner_.measure_matmul_peak_flops(seconds);
   }
   bool bf16_products() const override { return inner_.bf16_products(); }
   int64_t matmul_workspace_bytes() const override { return inner_.matmul_workspace_bytes(); }

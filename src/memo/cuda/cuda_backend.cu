@@ -455,7 +455,13 @@ class CudaBackend final : public Backend {
     check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, s()), "copy_from_host");
     check_cuda(cudaStreamSynchronize(s()), "copy_from_host");
   }
-  double measure_matmul_peak_flops(double seconds) override;
+  double measure_matmul_peak_flops(double seconds) override {
+    return measure_peak(seconds, DType::kF32);
+  }
+  double measure_bf16_matmul_peak_flops(double seconds) override {
+    return measure_peak(seconds, DType::kBF16);
+  }
+  double measure_peak(double seconds, DType operands);
 
   void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
               float beta) override {
@@ -1279,12 +1285,14 @@ void CudaBackend::matmul_unchecked(Tensor c, ConstTensor a, ConstTensor b, bool 
        cuda_type(a.dtype()), cuda_type(c.dtype()));
 }
 
-double CudaBackend::measure_matmul_peak_flops(double seconds) {
+// Square products of `operands` (f32, or bf16 into a bf16 result as a bf16 run's activations).
+double CudaBackend::measure_peak(double seconds, DType operands) {
   constexpr int64_t n = 4096;
-  RawBuffer a(device_, n * n * 4, "peak a"), b(device_, n * n * 4, "peak b"),
-      c(device_, n * n * 4, "peak c");
-  const Tensor A = a.tensor({n, n}, DType::kF32), B = b.tensor({n, n}, DType::kF32),
-               C = c.tensor({n, n}, DType::kF32);
+  const int64_t bytes = n * n * dtype_bytes(operands);
+  RawBuffer a(device_, bytes, "peak a"), b(device_, bytes, "peak b"), c(device_, bytes, "peak c"),
+      wide(device_, n * n * 4, "peak f32");
+  const Tensor A = a.tensor({n, n}, operands), B = b.tensor({n, n}, operands),
+               C = c.tensor({n, n}, operands), W = wide.tensor({n, n}, DType::kF32);
   // the ceiling with the workspace the model's products get (Note [Matrix-product workspace])
   RawBuffer ws(device_, matmul_workspace_bytes(), "peak workspace");
   set_matmul_workspace(ws.tensor({matmul_workspace_bytes() / 4}, DType::kF32));
@@ -1292,8 +1300,10 @@ double CudaBackend::measure_matmul_peak_flops(double seconds) {
     CudaBackend* b;
     ~Unset() { b->set_matmul_workspace(Tensor()); }
   } const unset{this};
-  fill(A, 0.5f);
-  fill(B, 0.25f);
+  fill(W, 0.5f);
+  convert(A, W);
+  fill(W, 0.25f);
+  convert(B, W);
   matmul(C, A, B, false, false, 1.0f, 0.0f);  // warm-up: algorithm, clocks
   cudaEvent_t start, end;
   check_cuda(cudaEventCreate(&start), "cudaEventCreate");
