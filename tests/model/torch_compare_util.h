@@ -15,6 +15,7 @@
 #include "memo/data/token_data.h"
 #include "memo/io/checkpoint.h"
 #include "memo/io/safetensors.h"
+#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/optim/adamw.h"
@@ -54,10 +55,16 @@ inline std::vector<float> read(const SafetensorsFile& f, const std::string& name
 // AdamW steps and compares the loss of each step, every gradient of the first and every weight
 // after the last. `torch_writes_weights` (GPT-2): the reference writes model.safetensors itself
 // (F32, Hugging Face names, plus lm_head.weight) and memo loads it.
+// The bounds of a comparison, relative (see each use below): fp32's by default.
+struct TorchTolerance {
+  double loss = 1e-5, grad = 1e-4, weights = 1e-5;
+};
+
 inline void check_against_torch(const ModelConfig& config, int64_t seq, int64_t batch,
-                                bool torch_writes_weights = false) {
+                                bool torch_writes_weights = false, Backend& backend = cpu_backend(),
+                                TorchTolerance tol = {}) {
   test::TempDir dir;
-  Model model(config);
+  Model model(config, backend);
   model.init(42);
   // Biases and norm weights off their init (0 and 1), so that every bias takes part in the
   // forward and no tensor's final value is Adam's steps alone (see GPT-2's key bias below).
@@ -106,7 +113,7 @@ inline void check_against_torch(const ModelConfig& config, int64_t seq, int64_t 
   const std::vector<float> ref_loss = read(ref, "loss");
 
   CachingAllocator alloc;
-  KeepStrategy keep(skeletal_layout(config, DType::kF32), alloc);
+  KeepStrategy keep(model.skeletal(), alloc);
   // decay on every tensor: the reference uses one torch.optim.AdamW parameter group
   AdamW opt(model.layout(), AdamWOptions{beta1, beta2, eps, wd},
             std::vector<bool>(model.layout().params().size(), true));
@@ -117,12 +124,13 @@ inline void check_against_torch(const ModelConfig& config, int64_t seq, int64_t 
         model.forward_backward(inputs.data(), targets.data(), batch, seq, scale, keep, alloc) /
         double(batch * seq);
     // 1e-5 relative: fp32 sums over 48-wide rows and 61-way softmaxes stay near 1e-6
-    EXPECT_NEAR(loss, ref_loss[size_t(step)], 1e-5 * std::fabs(ref_loss[size_t(step)]))
+    EXPECT_NEAR(loss, ref_loss[size_t(step)], tol.loss * std::fabs(ref_loss[size_t(step)]))
         << "step " << step;
     if (step == 0) {
       for (const ParamInfo& p : model.layout().params()) {
         // 1e-4 relative to the tensor's largest entry: fp32 accumulation through two layers
-        EXPECT_LT(rel_error(model.grads() + p.offset, read(ref, "grad." + p.name)), 1e-4) << p.name;
+        EXPECT_LT(rel_error(model.grads() + p.offset, read(ref, "grad." + p.name)), tol.grad)
+            << p.name;
       }
     }
     opt.step(model.params_tensor(), model.grads_tensor(), lr);
@@ -137,7 +145,7 @@ inline void check_against_torch(const ModelConfig& config, int64_t seq, int64_t 
     const std::vector<float> want = read(ref, "final." + p.name);
     const float* got = model.params() + p.offset;
     if (p.name.find("attn.c_attn.bias") == std::string::npos) {
-      EXPECT_LT(rel_error_l2(got, want), 1e-5) << p.name;
+      EXPECT_LT(rel_error_l2(got, want), tol.weights) << p.name;
       continue;
     }
     // The key bias has a zero gradient in exact arithmetic (adding b_k to every key shifts a
@@ -146,7 +154,7 @@ inline void check_against_torch(const ModelConfig& config, int64_t seq, int64_t 
     // may differ by up to 2 lr per step; the q and v blocks must match as every other tensor does.
     for (int block : {0, 2}) {
       const std::vector<float> w(want.begin() + block * C, want.begin() + (block + 1) * C);
-      EXPECT_LT(rel_error_l2(got + block * C, w), 1e-5) << p.name << " block " << block;
+      EXPECT_LT(rel_error_l2(got + block * C, w), tol.weights) << p.name << " block " << block;
     }
     for (int64_t i = C; i < 2 * C; ++i)
       EXPECT_LE(std::fabs(double(got[i]) - double(want[size_t(i)])), 2.0 * lr * steps)
