@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,14 @@ inline std::string random_words(int64_t bytes) {
   }
   s.resize(size_t(bytes));
   return s;
+}
+
+// A file's bytes (checkpoints compared byte for byte).
+inline std::string file_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 // step -> the "loss" value as printed (round-trip exact), the last record of each step winning.

@@ -60,13 +60,6 @@ class HiddenDevice final : public CpuBackend {
   Tensor workspace_;
 };
 
-std::string file_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST(DeviceStaging, checkpoints_and_resume_through_the_backend_copies_are_unchanged) {
   test::TempDir dir;
   TrainOptions o = test::tiny_train_options(dir.path());
@@ -98,8 +91,8 @@ TEST(DeviceStaging, checkpoints_and_resume_through_the_backend_copies_are_unchan
   EXPECT_GT(hidden.products, 0);
   EXPECT_EQ(hidden.products_without_workspace, 0);
   for (const char* f : {"model.safetensors", "optimizer.safetensors"})
-    EXPECT_EQ(file_bytes(fs::path(plain.out_dir) / "step-00000003" / f),
-              file_bytes(fs::path(staged.out_dir) / "step-00000003" / f))
+    EXPECT_EQ(test::file_bytes(fs::path(plain.out_dir) / "step-00000003" / f),
+              test::file_bytes(fs::path(staged.out_dir) / "step-00000003" / f))
         << f;
 
   // resume the plain run's step-2 checkpoint on the hidden device: the same step 3
@@ -111,8 +104,9 @@ TEST(DeviceStaging, checkpoints_and_resume_through_the_backend_copies_are_unchan
   const auto want = test::losses(plain.log_path), got = test::losses(resumed.log_path);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got.at(3), want.at(3));
-  EXPECT_EQ(file_bytes(fs::path(plain.out_dir) / "step-00000003" / "optimizer.safetensors"),
-            file_bytes(fs::path(resumed.out_dir) / "step-00000003" / "optimizer.safetensors"));
+  EXPECT_EQ(
+      test::file_bytes(fs::path(plain.out_dir) / "step-00000003" / "optimizer.safetensors"),
+      test::file_bytes(fs::path(resumed.out_dir) / "step-00000003" / "optimizer.safetensors"));
 }
 
 // Incremental decoding with every cache and buffer in the device space: the logits of the CPU

@@ -30,13 +30,6 @@ constexpr const char* kTinyGpt2Config =
     R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 256,
   "vocab_size": 256, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": true})";
 
-std::string file_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 double first_loss(const std::string& log) { return std::stod(test::losses(log).at(1)); }
 
 int64_t peak_bytes(const std::string& log) {
@@ -134,7 +127,7 @@ TEST(MixedPrecision, checkpoints_hold_f32_master_weights_and_a_bf16_run_resumes_
   o.log_path = dir / "run.jsonl";
   train(o, quiet, nullptr, &mixed);
   const fs::path step2 = fs::path(o.out_dir) / "step-00000002";
-  const std::string weights = file_bytes(step2 / "model.safetensors");
+  const std::string weights = test::file_bytes(step2 / "model.safetensors");
   EXPECT_NE(weights.find("\"F32\""), std::string::npos);
   EXPECT_EQ(weights.find("\"BF16\""), std::string::npos);
 
@@ -146,8 +139,8 @@ TEST(MixedPrecision, checkpoints_hold_f32_master_weights_and_a_bf16_run_resumes_
   const auto want = test::losses(o.log_path), got = test::losses(r.log_path);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got.at(3), want.at(3));
-  EXPECT_EQ(file_bytes(fs::path(o.out_dir) / "step-00000003" / "model.safetensors"),
-            file_bytes(fs::path(r.out_dir) / "step-00000003" / "model.safetensors"));
+  EXPECT_EQ(test::file_bytes(fs::path(o.out_dir) / "step-00000003" / "model.safetensors"),
+            test::file_bytes(fs::path(r.out_dir) / "step-00000003" / "model.safetensors"));
 }
 
 // The device need counts the bf16 working copy beside the f32 parameters, and the model computes
