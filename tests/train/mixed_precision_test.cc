@@ -167,7 +167,11 @@ TEST(MixedPrecision, the_working_weights_are_bf16_counted_and_follow_the_master_
 
   const DevicePlan plan = plan_device_memory(model, 2, 128, int64_t(1) << 30, DevicePlanOptions{});
   EXPECT_EQ(plan.need.working_weight_bytes, 2 * model.params_numel());
+  // the widened copies the traced micro-batch grew, counted before step 1
+  EXPECT_GT(plan.need.conversion_scratch_bytes, 0);
+  EXPECT_EQ(plan.need.conversion_scratch_bytes, mixed.scratch_bytes());
   EXPECT_EQ(plan.need.fixed_bytes(), plan.need.weight_bytes + plan.need.working_weight_bytes +
+                                         plan.need.conversion_scratch_bytes +
                                          plan.need.gradient_bytes + plan.need.optimizer_bytes);
   Model f32(load_model_config(o.config_path), cpu_backend());
   EXPECT_EQ(plan_device_memory(f32, 2, 128, int64_t(1) << 30, DevicePlanOptions{})

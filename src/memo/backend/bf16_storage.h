@@ -27,9 +27,10 @@ namespace memo {
 //   - Rounding is element by element, so inner's reproducible rows (Note [Reproducible rows])
 //     still hold, and keep, recompute, offload and memo give the same bits in bf16 too.
 //   - Activations take half the memory in the arena and the host pool. The widened copies are
-//     per-call scratch outside the static plan (a few grow-only blocks, as large as the largest
-//     kernel call's bf16 arguments x 2), and the kernels run at inner's f32 rate: this is for
-//     correctness and memory, not speed.
+//     scratch outside the arena: a grow-only block per argument position, which the plan's traced
+//     micro-batch (run on this backend) grows to its size, so the device need counts
+//     scratch_bytes() before step 1 (DeviceNeed::conversion_scratch_bytes). The kernels run at
+//     inner's f32 rate: this is for correctness and memory, not speed.
 //   - Native bf16 kernels replace it kernel by kernel. The first: where inner.bf16_products()
 //     (CUDA's cuBLASLt products, bf16 in, f32 accumulate), a product of two bf16 operands goes
 //     to inner as it is, with no scratch; a product with an f32 operand (the loss gradient

@@ -90,6 +90,7 @@ nlohmann::json plan_json(const DevicePlan& dp, const std::string& strategy) {
       {"need",
        {{"weight_bytes", dp.need.weight_bytes},
         {"working_weight_bytes", dp.need.working_weight_bytes},
+        {"conversion_scratch_bytes", dp.need.conversion_scratch_bytes},
         {"gradient_bytes", dp.need.gradient_bytes},
         {"optimizer", dp.need.optimizer},
         {"optimizer_bytes", dp.need.optimizer_bytes},

@@ -17,7 +17,8 @@ std::string gib_and_bytes(int64_t bytes) { return str(gib(double(bytes)), " (", 
 }  // namespace
 
 int64_t DeviceNeed::fixed_bytes() const {
-  return weight_bytes + working_weight_bytes + gradient_bytes + optimizer_bytes;
+  return weight_bytes + working_weight_bytes + conversion_scratch_bytes + gradient_bytes +
+         optimizer_bytes;
 }
 
 int64_t DeviceNeed::total_bytes() const { return fixed_bytes() + activation_arena_bytes; }
@@ -45,6 +46,7 @@ std::string need_breakdown(const DeviceNeed& need) {
   };
   line("weights", need.weight_bytes);
   if (need.working_weight_bytes > 0) line("bf16 working weights", need.working_weight_bytes);
+  if (need.conversion_scratch_bytes > 0) line("bf16 conversion", need.conversion_scratch_bytes);
   line("gradients", need.gradient_bytes);
   line(str("optimizer (", need.optimizer, ")").c_str(), need.optimizer_bytes);
   line("activation arena", need.activation_arena_bytes);

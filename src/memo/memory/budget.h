@@ -18,6 +18,9 @@ struct DeviceNeed {
   // Their bf16 working copy under mixed precision (Note [Mixed precision] in model/model.h); 0
   // otherwise.
   int64_t working_weight_bytes{};
+  // bf16 storage's widened copies (Note [bf16 storage by conversion] in backend/bf16_storage.h),
+  // as the traced micro-batch grew them: device memory outside the arena; 0 otherwise.
+  int64_t conversion_scratch_bytes{};
   int64_t gradient_bytes{};         // fp32, one per parameter
   std::string optimizer = "adamw";  // whose state optimizer_bytes counts
   int64_t optimizer_bytes{};        // that optimiser's state tensors (Optimizer::state())

@@ -5,6 +5,7 @@
 #include <ostream>
 #include <vector>
 
+#include "memo/backend/bf16_storage.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/kernels/meta/meta_backend.h"
 #include "memo/parallel/shape_communicator.h"
@@ -70,6 +71,9 @@ DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t 
                             options.optimizer_layout ? *options.optimizer_layout : model.layout(),
                             options.optimizer.options),
       out.activations.arena_bytes, model.working_weights_bytes());
+  // the widened copies of bf16 storage, grown by the traced micro-batch on the run's own backend
+  if (const auto* bf16 = dynamic_cast<const Bf16StorageBackend*>(&model.backend()))
+    out.need.conversion_scratch_bytes = bf16->scratch_bytes();
   if (!out.fits()) {
     out.advice.smallest_budget_bytes = out.need.total_bytes();
     // under context parallelism a traced sequence must split into 2C chunks
