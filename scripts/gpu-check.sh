@@ -232,7 +232,10 @@ out["strategies"] = {"losses_keep": st["keep"],
 bg, bc, g32 = steps(losses("bf16_cuda")), steps(losses("bf16_cpu")), steps(losses("gpu"))
 if bg and bc:
     rel = [abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(bg, bc)]
-    out["bf16_gpu_vs_bf16_cpu"] = {"steps": len(rel), "step1_rel": rel[0], "max_rel": max(rel)}
+    # both round the same f32 results once; only the order of f32 sums differs, so step 1's loss
+    # must agree well within u = 2^-9 (later steps drift as the fp32 runs do)
+    out["bf16_gpu_vs_bf16_cpu"] = {"steps": len(rel), "step1_rel": rel[0], "max_rel": max(rel),
+                                   "step1_bound": 2.0 ** -9}
 if bg and g32:
     out["bf16_vs_fp32_gpu_step1_rel"] = abs(bg[0]["loss"] - g32[0]["loss"]) / g32[0]["loss"]
 bk, bm = ([r["loss"] for r in steps(losses("bs_" + s))] for s in ("keep", "memo"))
