@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <ostream>
 #include <vector>
 
@@ -56,24 +57,67 @@ Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int
   return trace;
 }
 
-DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t budget_bytes,
+namespace {
+
+// Note [Planning on a shadow]
+// A run's plan traces one micro-batch of a shadow of its model: the same config and tensor- and
+// context-parallel layout (ShapeCommunicators of the groups' sizes and this rank), on a
+// MetaBackend sized as the run's backend (attention scratch, reproducible rows, the
+// matrix-product workspace), under bf16 storage when the run has it. Its requests are the run's
+// (the planned allocator checks every one at run time, and the tests run every strategy in a
+// planned arena), and it needs neither memory nor arithmetic: a run whose activations do not fit
+// is refused before any is allocated, where tracing a real micro-batch would itself need the
+// unplanned peak (host memory on the CPU, a cudaMalloc failure on a GPU), and the start spends no
+// micro-batch on the trace. bf16 storage's widened copies grow on the shadow's address ranges to
+// the sizes the run's will grow to (DeviceNeed::conversion_scratch_bytes).
+class Shadow {
+ public:
+  explicit Shadow(const Model& model)
+      : bf16_(dynamic_cast<const Bf16StorageBackend*>(&model.backend())),
+        meta_(bf16_ ? bf16_->inner() : model.backend(), DType::kF32),
+        tp_(group_size(model.tensor_parallel_group()), group_rank(model.tensor_parallel_group())),
+        cp_(group_size(model.context_parallel_group()),
+            group_rank(model.context_parallel_group())) {
+    if (bf16_) storage_.emplace(meta_);
+    model_.emplace(model.config(), storage_ ? static_cast<Backend&>(*storage_) : meta_);
+    model_->set_parallel(model.parallel(), model.tensor_parallel_group() ? &tp_ : nullptr);
+    model_->set_context_parallel(model.context_parallel_group() ? &cp_ : nullptr);
+  }
+  Model& model() { return *model_; }
+  int64_t conversion_scratch_bytes() const { return storage_ ? storage_->scratch_bytes() : 0; }
+
+ private:
+  static int group_size(const Communicator* c) { return c ? c->size() : 1; }
+  static int group_rank(const Communicator* c) { return c ? c->rank() : 0; }
+  const Bf16StorageBackend* bf16_;
+  MetaBackend meta_;
+  std::optional<Bf16StorageBackend> storage_;
+  ShapeCommunicator tp_, cp_;
+  std::optional<Model> model_;
+};
+
+}  // namespace
+
+DevicePlan plan_device_memory(Model& run_model, int64_t batch, int64_t seq, int64_t budget_bytes,
                               const DevicePlanOptions& options) {
   const StrategyFactory make_strategy = make_strategy_factory(options.strategy);
   DevicePlan out;
   out.batch = batch;
   out.seq = seq;
   out.budget_bytes = budget_bytes;
+  // a model with values plans on its shadow; a meta model (a plan's own) traces itself
+  std::optional<Shadow> shadow;
+  if (run_model.has_values()) shadow.emplace(run_model);
+  Model& model = shadow ? shadow->model() : run_model;
   out.activations =
       plan_activations(trace_model_step(model, batch, seq, make_strategy), options.plan);
-  out.need = device_need(
-      model.layout().total_numel(), options.optimizer.name,
-      optimizer_state_bytes(options.optimizer.name,
-                            options.optimizer_layout ? *options.optimizer_layout : model.layout(),
-                            options.optimizer.options),
-      out.activations.arena_bytes, model.working_weights_bytes());
-  // the widened copies of bf16 storage, grown by the traced micro-batch on the run's own backend
-  if (const auto* bf16 = dynamic_cast<const Bf16StorageBackend*>(&model.backend()))
-    out.need.conversion_scratch_bytes = bf16->scratch_bytes();
+  out.need = device_need(run_model.layout().total_numel(), options.optimizer.name,
+                         optimizer_state_bytes(options.optimizer.name,
+                                               options.optimizer_layout ? *options.optimizer_layout
+                                                                        : run_model.layout(),
+                                               options.optimizer.options),
+                         out.activations.arena_bytes, run_model.working_weights_bytes());
+  if (shadow) out.need.conversion_scratch_bytes = shadow->conversion_scratch_bytes();
   if (!out.fits()) {
     out.advice.smallest_budget_bytes = out.need.total_bytes();
     // under context parallelism a traced sequence must split into 2C chunks

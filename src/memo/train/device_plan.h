@@ -67,7 +67,9 @@ Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int
                         CommCounters* tensor_parallel_comm = nullptr);
 
 // Traces, plans and sizes the run. When it does not fit, also traces a shorter sequence (seq / 4)
-// to fit the sizes' dependence on seq and searches for the longest sequence that fits.
+// to fit the sizes' dependence on seq and searches for the longest sequence that fits. A model
+// with values is traced on a shadow (Note [Planning on a shadow] in train/device_plan.cc): no
+// activation memory, no arithmetic, and the model itself is left untouched.
 DevicePlan plan_device_memory(Model& model, int64_t batch, int64_t seq, int64_t budget_bytes,
                               const DevicePlanOptions& options = {});
 

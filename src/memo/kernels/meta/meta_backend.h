@@ -34,8 +34,8 @@ class MetaBackend final : public Backend {
   RawAllocator& allocator(MemSpace) override { return addresses_; }
   bool host_can_access(MemSpace) const override { return false; }
   std::string device_name() const override { return ""; }
-  // The CPU kernels' sizes (Note [Meta backend]): no workspace.
-  int64_t matmul_workspace_bytes() const override { return 0; }
+  // target's workspace (the CPU: none; CUDA: cuBLASLt's), so a trace holds its request.
+  int64_t matmul_workspace_bytes() const override { return target_.matmul_workspace_bytes(); }
   void set_matmul_workspace(Tensor) override {}
   int64_t device_free_bytes() override { return 0; }
   Stream& compute_stream() override { return compute_; }
