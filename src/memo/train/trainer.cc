@@ -552,7 +552,9 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   print_run_header(progress, model, o, opt, data.train.num_tokens(), micro_steps, data_parallel,
                    cp_group.get());
   if (plan.noise()) progress << plan.summary() << "\n";
-  const double peak_flops = backend.measure_matmul_peak_flops(0.5);  // the MFU denominator
+  // the MFU denominator: the best of at least two timed products, over a quarter second so that
+  // a run's start stays short (a process measures once: CpuBackend keeps it)
+  const double peak_flops = backend.measure_matmul_peak_flops(0.25);
   if (o.device_peak_flops > 0.0)
     progress << "memo: MFU against the measured matrix-product ceiling (" << peak_flops / 1e12
              << " TFLOP/s) and the " << o.device_peak_name << " datasheet's dense bf16 peak ("
