@@ -149,6 +149,12 @@ TEST_F(PlanCommand, a_bf16_plan_is_the_bf16_runs_arena_and_counts_the_working_we
   const int64_t weights = f32["need"]["weight_bytes"].get<int64_t>();
   EXPECT_EQ(f32["need"]["working_weight_bytes"].get<int64_t>(), 0);
   EXPECT_EQ(bf16["need"]["working_weight_bytes"].get<int64_t>(), weights / 2);
+  EXPECT_EQ(f32["need"]["conversion_scratch_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(bf16["need"]["conversion_scratch_bytes"].get<int64_t>(), 0);
+  // a rank of a --tp 2 job in bf16 counts its widened copies too
+  const nlohmann::json tp =
+      nlohmann::json::parse(test::run_command(plan_base + " --precision bf16 --tp 2").output);
+  EXPECT_GT(tp["need"]["conversion_scratch_bytes"].get<int64_t>(), 0);
 }
 
 TEST_F(PlanCommand, train_over_budget_is_refused_before_step_1) {

@@ -170,24 +170,24 @@ void run_plan(const PlanCommandOptions& o) {
   // Rank 0 of `mpirun -np T*C memo train --tp T --cp C`: the model (its part of the parameters),
   // strategy, the layers' collectives and the ring of the run, traced with shapes only on groups
   // that move nothing (their counters: the bytes a rank sends).
+  // --precision bf16: bf16 storage over the backend, as memo train --precision bf16 runs
   const bool bf16 = o.precision == "bf16";
-  Bf16StorageBackend mixed(cpu_backend());
   std::optional<MetaBackend> meta;
+  std::optional<Bf16StorageBackend> mixed;
   std::optional<ShapeCommunicator> tp_group, cp_group;
   std::optional<Model> model;
   if (o.cp > 1 || o.tp > 1) {
-    meta.emplace(cpu_backend(), bf16 ? DType::kBF16 : DType::kF32);
-    model.emplace(config, *meta);
+    meta.emplace(cpu_backend(), DType::kF32);
+    if (bf16) mixed.emplace(*meta);
+    model.emplace(config, mixed ? static_cast<Backend&>(*mixed) : *meta);
     tp_group.emplace(int(o.tp));
     if (o.tp > 1) model->set_parallel(Parallel{o.tp, 1}, &*tp_group);
     cp_group.emplace(int(o.cp));
     model->set_context_parallel(&*cp_group);
   } else {
     // zero weights: the request sequence does not depend on values
-    if (bf16)
-      model.emplace(config, mixed);
-    else
-      model.emplace(config);
+    if (bf16) mixed.emplace(cpu_backend());
+    model.emplace(config, mixed ? static_cast<Backend&>(*mixed) : cpu_backend());
   }
   const DevicePlan dp = plan_device_memory(*model, o.batch, o.seq, budget, options);
   CommCounters ring, tp;  // one micro-batch's forward and backward, as the run sends them

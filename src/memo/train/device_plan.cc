@@ -84,7 +84,6 @@ class Shadow {
     model_->set_context_parallel(model.context_parallel_group() ? &cp_ : nullptr);
   }
   Model& model() { return *model_; }
-  int64_t conversion_scratch_bytes() const { return storage_ ? storage_->scratch_bytes() : 0; }
 
  private:
   static int group_size(const Communicator* c) { return c ? c->size() : 1; }
@@ -117,7 +116,9 @@ DevicePlan plan_device_memory(Model& run_model, int64_t batch, int64_t seq, int6
                                                                         : run_model.layout(),
                                                options.optimizer.options),
                          out.activations.arena_bytes, run_model.working_weights_bytes());
-  if (shadow) out.need.conversion_scratch_bytes = shadow->conversion_scratch_bytes();
+  // bf16 storage's widened copies, grown by the trace on the traced model's address ranges
+  if (const auto* bf16 = dynamic_cast<const Bf16StorageBackend*>(&model.backend()))
+    out.need.conversion_scratch_bytes = bf16->scratch_bytes();
   if (!out.fits()) {
     out.advice.smallest_budget_bytes = out.need.total_bytes();
     // under context parallelism a traced sequence must split into 2C chunks
