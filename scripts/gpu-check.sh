@@ -19,9 +19,12 @@
 #      for bit) and reduced over NCCL (one GPU; the same losses);
 #   4b. bf16 mixed precision: 20 quickstart steps on the GPU against the same bf16 run on the
 #      CPU, and keep against memo in bf16 on the GPU;
-#   6. tokens/s of a ~1B LLaMA at 4K tokens under keep (with the GPU time per kernel entry
+#   6. attention forward and backward at 4K and 32K tokens (the ~1B model's heads): the chunked
+#      schedule, the per-query kernels it replaced (4K), and PyTorch's SDPA
+#      (bench/cuda/attention_bench.cc, scripts/torch_gpu_attention.py);
+#   7. tokens/s of a ~1B LLaMA at 4K tokens under keep (with the GPU time per kernel entry
 #      point: MEMO_CUDA_PROFILE), recompute and memo, keep in bf16, and PyTorch's on the same model
-#      (scripts/torch_gpu_bench.py).
+#      (scripts/torch_gpu_bench.py); then keep and memo in bf16 at 32K.
 # It writes gpu-check.log and gpu-check.json (the numbers of each stage) to $OUT when that is
 # set, else to /tmp.
 set -uo pipefail
@@ -31,12 +34,16 @@ if [[ "${1:-}" == "prepare" ]]; then
   mkdir -p build-gpu
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMO_MARCH=x86-64-v3 \
     -DMEMO_WERROR=OFF > build-gpu/configure.log 2>&1 || { cat build-gpu/configure.log; exit 1; }
-  cmake --build build-gpu -j"$(nproc)" --target memo memo_cuda_tests memo_nccl_check
+  cmake --build build-gpu -j"$(nproc)" --target memo memo_cuda_tests memo_nccl_check \
+    memo_cuda_attention_bench
   rm -rf build-gpu/bundle && mkdir -p build-gpu/bundle/lib build-gpu/bundle/data
-  cp build-gpu/memo build-gpu/memo_cuda_tests build-gpu/memo_nccl_check build-gpu/bundle/
-  strip build-gpu/bundle/memo_cuda_tests build-gpu/bundle/memo_nccl_check  # memo keeps its symbols
+  cp build-gpu/memo build-gpu/memo_cuda_tests build-gpu/memo_nccl_check \
+    build-gpu/memo_cuda_attention_bench build-gpu/bundle/
+  # memo keeps its symbols
+  strip build-gpu/bundle/memo_cuda_tests build-gpu/bundle/memo_nccl_check \
+    build-gpu/bundle/memo_cuda_attention_bench
   # Debian's libraries (oneDNN, CBC, Open MPI, OpenBLAS, ...): not glibc or libstdc++, not CUDA's
-  for b in memo memo_cuda_tests memo_nccl_check; do
+  for b in memo memo_cuda_tests memo_nccl_check memo_cuda_attention_bench; do
     ldd "build-gpu/$b" | awk '/=> \/(usr\/)?lib\/x86_64-linux-gnu\// {print $3}' |
       grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux)[.-]'
   done | sort -u | xargs -r cp -L -t build-gpu/bundle/lib
@@ -157,7 +164,11 @@ for n in plain repeat nccl; do
     --log "$runs/t_$n.jsonl" "${args[@]}"
 done
 unset MEMO_CUDA_PROFILE
-# 6. a ~1B LLaMA at 4K tokens
+# 6. attention alone
+stage attention 90 "$b/memo_cuda_attention_bench" 4096 32768 > >(tee "$runs/attention.jsonl")
+stage torch_attention 60 python3 scripts/torch_gpu_attention.py 4096 32768 \
+  > >(tee "$runs/torch_attention.jsonl")
+# 7. a ~1B LLaMA at 4K tokens
 cat > "$runs/llama1b.json" <<'EOF'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
  "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 16,
@@ -179,6 +190,13 @@ for s in keep recompute memo bf16_keep; do
     --hardware-dir hardware --device-memory 0  # the caching allocator: no traced micro-batch first
 done
 unset MEMO_CUDA_PROFILE
+# ... and at 32K tokens in bf16, keep and memo (its alpha from the cost model)
+for s in keep memo; do
+  stage "bench32k_bf16_$s" 120 "$b/memo" train --config "$runs/llama1b.json" \
+    --data "$b/data/kjv.txt" --seq 32768 --batch 1 --steps 2 --warmup 0 --lr 1e-4 \
+    --save-every 0 --val-batches 0 --device cuda --precision bf16 --activations "$s" \
+    --out "$runs/b32_$s" --log "$runs/b32_$s.jsonl" --hardware-dir hardware --device-memory 0
+done
 wait "$cpu_pid"
 echo "cpu run: exit $? ($(tail -c 300 "$runs/cpu.out" | tr '\n' ' '))"
 
@@ -246,6 +264,17 @@ for s in ["keep", "recompute", "memo", "bf16_keep"]:
         out["bench_1b_4k_" + s] = {"tokens_per_s": r[-1].get("tokens_per_s"), "mfu": r[-1].get("mfu"),
                                    "mfu_peak": r[-1].get("mfu_peak"),
                                    "peak_bytes": r[-1].get("peak_bytes"), "loss": r[-1]["loss"]}
+for s in ["keep", "memo"]:
+    r = steps(losses("b32_" + s))
+    if r:
+        out["bench_1b_32k_bf16_" + s] = {"tokens_per_s": r[-1].get("tokens_per_s"),
+                                         "mfu": r[-1].get("mfu"), "mfu_peak": r[-1].get("mfu_peak"),
+                                         "peak_bytes": r[-1].get("peak_bytes"),
+                                         "loss": r[-1]["loss"]}
+for name in ["attention", "torch_attention"]:
+    p = os.path.join(runs, name + ".jsonl")
+    if os.path.exists(p):
+        out[name] = [json.loads(l) for l in open(p) if l.startswith("{")]
 tp = os.path.join(runs, "torch.jsonl")
 if os.path.exists(tp):
     out["torch_1b_4k"] = [json.loads(l) for l in open(tp) if l.startswith("{")]

@@ -26,6 +26,7 @@
 #include "memo/backend/optim_steps.h"
 #include "memo/core/dtype.h"
 #include "memo/core/tensor.h"
+#include "memo/cuda/chunked_attention.h"
 #include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
 #include "memo/kernels/cpu/optim_kernels.h"
@@ -656,6 +657,156 @@ TEST(CudaBodies, attention_forward_and_backward_rows_match_cpu) {
     check_attention<64>({1, 70, 2, 1, 64}, mask);
     check_attention<128>({1, 9, 3, 3, 100}, mask);
     check_attention<64>({2, 1, 2, 2, 8}, mask);
+  }
+}
+
+// --- chunked attention (cuda/chunked_attention.h): the schedule CUDA runs on cuBLASLt ---
+
+// The operations of the schedule on the CPU: products in double (cuBLASLt's order is its own),
+// the softmax as the GPU kernel runs it (lanes, then the tree), the other kernels item by item.
+struct HostChunkOps {
+  int64_t S = 0, H = 0, D = 0;
+  int64_t gemms = 0;
+  void gemm(const RowGemm& g) {
+    ++gemms;
+    for (int64_t bi = 0; bi < g.batch; ++bi) {
+      const float* A = g.a + bi * g.stride_a;
+      const float* B = g.b + bi * g.stride_b;
+      float* C = g.c + bi * g.stride_c;
+      for (int64_t i = 0; i < g.m; ++i)
+        for (int64_t j = 0; j < g.n; ++j) {
+          double acc = 0.0;
+          for (int64_t p = 0; p < g.k; ++p) {
+            const float a = g.trans_a ? A[p * g.lda + i] : A[i * g.lda + p];
+            const float b = g.trans_b ? B[j * g.ldb + p] : B[p * g.ldb + j];
+            acc += double(a) * double(b);
+          }
+          float& c = C[i * g.ldc + j];
+          c = float(double(g.alpha) * acc + (g.beta == 0.0f ? 0.0 : double(g.beta) * c));
+        }
+    }
+  }
+  void softmax(const ScoreRows& sc, float* lse_b) {
+    std::vector<float> m(kSoftmaxLanes), l(kSoftmaxLanes);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < sc.n; ++r) {
+        float* row = sc.row(h, r);
+        const int64_t vis = sc.visible(r);
+        for (int lane = 0; lane < kSoftmaxLanes; ++lane)
+          softmax_lane(row, vis, lane, kSoftmaxLanes, m[lane], l[lane]);
+        for (int half = kSoftmaxLanes / 2; half > 0; half /= 2)
+          for (int lane = 0; lane < half; ++lane) softmax_tree_step(m.data(), l.data(), lane, half);
+        for (int64_t t = 0; t < sc.kend; ++t) row[t] = softmax_prob(row[t], t, vis, m[0], l[0]);
+        lse_b[h * S + sc.i0 + r] = m[0] + std::log(l[0]);
+      }
+  }
+  void zero(Mat x) {
+    for (int64_t r = 0; r < x.rows; ++r)
+      for (int64_t c = 0; c < x.cols; ++c) x.at(r, c) = 0.0f;
+  }
+  void delta(float* delta, CMat dout, CMat o, int64_t b) {
+    const AttnShape a{S, H, 1, D, true};
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < S; ++i) attention_delta_row(delta, dout, o, a, b, h, i);
+  }
+  void grad_scores(const ScoreRows& sc, float* dp, const float* lse_b, const float* delta) {
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < sc.n; ++r)
+        for (int64_t t = 0; t < sc.kend; ++t) grad_scores_item(sc, dp, lse_b, delta, S, h, r, t);
+  }
+};
+
+// The chunked schedule against the CPU kernels, chunks of `rows` query rows (0: chunk_rows).
+void check_chunked_attention(const AttnCase& c, AttnMask mask, int64_t rows) {
+  SCOPED_TRACE(str(name(c, mask), " rows ", rows));
+  const int64_t B = c.B, S = c.S, H = c.H, Hkv = c.Hkv, D = c.D, T = B * S;
+  ChunkShape cs = chunk_shape(B, S, H, Hkv, D, mask == AttnMask::kCausal);
+  if (rows > 0) cs.rows = rows;
+  // q and o strided (ld > cols) as the model's column slices can be
+  const Buf q = Buf::random(T, H * D, H * D + 3, 91, -2.0f, 2.0f),
+            k = Buf::random(T, Hkv * D, Hkv * D, 92, -2.0f, 2.0f),
+            v = Buf::random(T, Hkv * D, Hkv * D, 93), dout = Buf::random(T, H * D, H * D, 94);
+  Buf o_cpu(T, H * D, H * D, kNaN), o_chunk(T, H * D, H * D + 5, kNaN);
+  std::vector<float> lse_cpu = nan_vec(B * H * S), lse_chunk = nan_vec(B * H * S);
+  std::vector<float> fwd_scratch(cpu::attention_forward_scratch_numel(D));
+  cpu::attention_forward(o_cpu.t(), View<float>(lse_cpu.data(), {B, H, S}), q.ct(), k.ct(), v.ct(),
+                         B, H, Hkv, View<float>(fwd_scratch.data(), {int64_t(fwd_scratch.size())}),
+                         mask);
+  HostChunkOps ops{S, H, D};
+  std::vector<float> scratch = nan_vec(chunked_backward_scratch_numel(cs));
+  chunked_attention_forward(ops, cs, o_chunk.mat(), lse_chunk.data(), q.cmat(), k.cmat(), v.cmat(),
+                            scratch.data());
+  const int64_t chunks = B * ((S + cs.rows - 1) / cs.rows);
+  EXPECT_EQ(ops.gemms, chunks * 2 * (H / Hkv));
+  EXPECT_LE(max_err_vs_max(o_chunk.logical(), o_cpu.logical()), kAttnTol) << "o";
+  EXPECT_LE(max_rel_err(lse_chunk, lse_cpu, 1.0), kAttnTol) << "lse";
+  EXPECT_TRUE(o_chunk.padding_intact());
+  // Backward from the CPU's o and lse on both sides; dk and dv start as NaN (zeroed by the
+  // schedule)
+  Buf dq_cpu(T, H * D, H * D, kNaN), dq_chunk(T, H * D, H * D + 1, kNaN);
+  Buf dk_cpu(T, Hkv * D, Hkv * D, kNaN), dk_chunk(T, Hkv * D, Hkv * D + 2, kNaN);
+  Buf dv_cpu(T, Hkv * D, Hkv * D, kNaN), dv_chunk(T, Hkv * D, Hkv * D, kNaN);
+  std::vector<float> bwd_scratch(cpu::attention_backward_scratch_numel(S, D, H, Hkv));
+  cpu::attention_backward(dq_cpu.t(), dk_cpu.t(), dv_cpu.t(), dout.ct(), q.ct(), k.ct(), v.ct(),
+                          o_cpu.ct(), View<const float>(lse_cpu.data(), {B, H, S}), B, H, Hkv,
+                          View<float>(bwd_scratch.data(), {int64_t(bwd_scratch.size())}), mask);
+  chunked_attention_backward(ops, cs, dq_chunk.mat(), dk_chunk.mat(), dv_chunk.mat(), dout.cmat(),
+                             q.cmat(), k.cmat(), v.cmat(), o_cpu.cmat(), lse_cpu.data(),
+                             scratch.data());
+  EXPECT_LE(max_err_vs_max(dq_chunk.logical(), dq_cpu.logical(), 1.0), kAttnTol) << "dq";
+  EXPECT_LE(max_err_vs_max(dk_chunk.logical(), dk_cpu.logical(), 1.0), kAttnTol) << "dk";
+  EXPECT_LE(max_err_vs_max(dv_chunk.logical(), dv_cpu.logical(), 1.0), kAttnTol) << "dv";
+  EXPECT_TRUE(dq_chunk.padding_intact());
+  EXPECT_TRUE(dk_chunk.padding_intact());
+}
+
+TEST(CudaBodies, chunked_attention_schedule_matches_cpu) {
+  for (AttnMask mask : {AttnMask::kCausal, AttnMask::kFull}) {
+    // several chunks, the last one short; GQA 2 and 4 query heads per kv head
+    check_chunked_attention({2, 37, 4, 2, 16}, mask, 16);
+    check_chunked_attention({1, 70, 8, 2, 8}, mask, 32);
+    check_chunked_attention({1, 70, 2, 1, 64}, mask, 0);  // one chunk
+    check_chunked_attention({1, 9, 3, 3, 100}, mask, 16);
+    check_chunked_attention({2, 1, 2, 2, 8}, mask, 0);
+    // more keys a row than softmax lanes: lanes hold several columns, the tree combines them all
+    check_chunked_attention({1, 300, 2, 1, 8}, mask, 64);
+  }
+}
+
+TEST(CudaBodies, chunk_rows_keep_the_score_buffers_within_their_budget) {
+  for (int64_t S : {1, 15, 16, 17, 1000, 4096, 32768, 131072})
+    for (int64_t H : {1, 4, 32, 64}) {
+      SCOPED_TRACE(str("S ", S, " H ", H));
+      const int64_t rows = chunk_rows(S, H);
+      EXPECT_GE(rows, std::min<int64_t>(kChunkAlign, round_up(S, kChunkAlign)));
+      EXPECT_LE(rows, round_up(S, kChunkAlign));
+      EXPECT_EQ(rows % kChunkAlign, 0);
+      const ChunkShape c = chunk_shape(1, S, H, H, 64, true);
+      if (rows > kChunkAlign) {
+        EXPECT_LE(2 * c.scores_numel(), kChunkScoreFloats);
+      }
+      if (rows < round_up(S, kChunkAlign)) {  // the budget, not S, bounds the chunk
+        EXPECT_GT(2 * H * (rows + kChunkAlign) * round_up(S, kChunkAlign), kChunkScoreFloats);
+      }
+      EXPECT_EQ(chunked_backward_scratch_numel(c), 2 * c.scores_numel() + H * S);
+    }
+}
+
+// The softmax's lane tree: any split of a row into lanes gives the row's max and sum.
+TEST(CudaBodies, softmax_lanes_and_tree_give_the_rows_max_and_sum) {
+  const std::vector<float> x = test::random_floats(1000, 5, -30.0f, 30.0f);
+  for (int64_t n : {1, 2, 255, 256, 257, 1000}) {
+    double mx = -INFINITY;
+    for (int64_t t = 0; t < n; ++t) mx = std::max(mx, double(x[t]));
+    double sum = 0.0;
+    for (int64_t t = 0; t < n; ++t) sum += std::exp(double(x[t]) - mx);
+    std::vector<float> m(kSoftmaxLanes), l(kSoftmaxLanes);
+    for (int lane = 0; lane < kSoftmaxLanes; ++lane)
+      softmax_lane(x.data(), n, lane, kSoftmaxLanes, m[lane], l[lane]);
+    for (int half = kSoftmaxLanes / 2; half > 0; half /= 2)
+      for (int lane = 0; lane < half; ++lane) softmax_tree_step(m.data(), l.data(), lane, half);
+    EXPECT_EQ(double(m[0]), mx) << n;
+    EXPECT_NEAR(l[0], sum, 1e-6 * sum) << n;
   }
 }
 

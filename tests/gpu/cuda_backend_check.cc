@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "memo/backend/bf16_storage.h"
@@ -284,8 +285,8 @@ TEST(CudaBackend, attention_forward_backward_merge_and_decode) {
   for (const auto& [D, mask] : {std::pair{64L, AttnMask::kCausal}, std::pair{16L, AttnMask::kFull},
                                 std::pair{128L, AttnMask::kCausal}}) {
     const int64_t B = 2, S = 75, H = 4, Hkv = 2;
-    const int64_t fs = std::max(cpu_backend().attention_forward_scratch_numel(D),
-                                g->attention_forward_scratch_numel(D));
+    const int64_t fs = std::max(cpu_backend().attention_forward_scratch_numel(S, D, H, Hkv),
+                                g->attention_forward_scratch_numel(S, D, H, Hkv));
     const int64_t bs = std::max(cpu_backend().attention_backward_scratch_numel(S, D, H, Hkv),
                                 g->attention_backward_scratch_numel(S, D, H, Hkv));
     compare(*g,
@@ -532,6 +533,34 @@ TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {
   EXPECT_GT(d2h->busy_s(), 0.0);
 }
 
+// Shapes whose score rows outgrow one chunk (Note [Chunked attention]): 4 causal chunks of 512
+// query rows (the last 463) over 1,999 keys with 4 query heads a kv head; 7 full-mask chunks.
+TEST(CudaBackend, chunked_attention_over_many_chunks_matches_the_cpu) {
+  REQUIRE_GPU();
+  for (const auto& [B, S, H, Hkv, mask] : {std::tuple{1L, 1999L, 32L, 8L, AttnMask::kCausal},
+                                           std::tuple{2L, 1200L, 32L, 4L, AttnMask::kCausal},
+                                           std::tuple{1L, 2500L, 32L, 8L, AttnMask::kFull}}) {
+    const int64_t D = 64;
+    SCOPED_TRACE(str("B ", B, " S ", S, " H ", H, " Hkv ", Hkv));
+    const int64_t fs = std::max(cpu_backend().attention_forward_scratch_numel(S, D, H, Hkv),
+                                g->attention_forward_scratch_numel(S, D, H, Hkv));
+    const int64_t bs = std::max(cpu_backend().attention_backward_scratch_numel(S, D, H, Hkv),
+                                g->attention_backward_scratch_numel(S, D, H, Hkv));
+    compare(*g,
+            {rnd({B * S, H * D}, 21, -2.0f, 2.0f), rnd({B * S, Hkv * D}, 22, -2.0f, 2.0f),
+             rnd({B * S, Hkv * D}, 23), zeros({B * S, H * D}), zeros({B, H, S}), zeros({fs}),
+             rnd({B * S, H * D}, 24), zeros({B * S, H * D}), zeros({B * S, Hkv * D}),
+             zeros({B * S, Hkv * D}), zeros({bs})},
+            [&](Backend& b, std::vector<Tensor>& t) {
+              b.attention_forward(t[3], t[4], t[0], t[1], t[2], B, H, Hkv, t[5], mask);
+              b.attention_backward(t[7], t[8], t[9], t[6], t[0], t[1], t[2], t[3], t[4], B, H, Hkv,
+                                   t[10], mask);
+              return 0.0;
+            },
+            kSumTol, {5, 10});
+  }
+}
+
 TEST(CudaBackend, runs_repeat_bit_for_bit) {
   REQUIRE_GPU();
   const int64_t B = 1, S = 300, H = 4, Hkv = 4, D = 64;
@@ -542,7 +571,8 @@ TEST(CudaBackend, runs_repeat_bit_for_bit) {
         *g,
         {rnd({B * S, H * D}, 1), rnd({B * S, Hkv * D}, 2), rnd({B * S, Hkv * D}, 3),
          zeros({B * S, H * D}), zeros({B, H, S}),
-         zeros({std::max<int64_t>(1, cpu_backend().attention_forward_scratch_numel(D))}),
+         zeros({std::max(g->attention_forward_scratch_numel(S, D, H, Hkv),
+                         cpu_backend().attention_forward_scratch_numel(S, D, H, Hkv))}),
          rnd({B * S, H * D}, 4), zeros({B * S, H * D}), zeros({B * S, Hkv * D}),
          zeros({B * S, Hkv * D}),
          zeros({std::max<int64_t>(bs,

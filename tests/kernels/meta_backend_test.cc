@@ -97,8 +97,8 @@ TEST(MetaBackend, checks_token_ids_on_the_host_like_the_cpu) {
 TEST(MetaBackend, takes_sizes_and_row_granularity_from_its_target) {
   MetaBackend meta(cpu_backend());
   EXPECT_EQ(meta.reproducible_rows(), cpu_backend().reproducible_rows());
-  EXPECT_EQ(meta.attention_forward_scratch_numel(64),
-            cpu_backend().attention_forward_scratch_numel(64));
+  EXPECT_EQ(meta.attention_forward_scratch_numel(1000, 64, 8, 2),
+            cpu_backend().attention_forward_scratch_numel(1000, 64, 8, 2));
   EXPECT_EQ(meta.attention_backward_scratch_numel(1000, 64, 8, 2),
             cpu_backend().attention_backward_scratch_numel(1000, 64, 8, 2));
 }

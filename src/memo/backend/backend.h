@@ -135,8 +135,10 @@ class Backend {
   virtual void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
                                  View<const int32_t> targets, ConstTensor stats,
                                  ConstTensor target_logit, float grad_scale) = 0;
-  // Scratch of the attention kernels, in floats (a property of the implementation).
-  virtual int64_t attention_forward_scratch_numel(int64_t head_dim) = 0;
+  // Scratch of the attention kernels, in floats, for sequences (chunks) of `seq` rows: a property
+  // of the implementation (the CPU's grows with its threads, CUDA's with seq x n_heads).
+  virtual int64_t attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                                  int64_t n_kv_heads) = 0;
   virtual void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                                  int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                                  AttnMask mask) = 0;

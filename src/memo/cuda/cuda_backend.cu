@@ -21,6 +21,7 @@
 
 #include "memo/core/error.h"
 #include "memo/cuda/bodies.h"
+#include "memo/cuda/chunked_attention.h"
 #include "memo/cuda/cuda_backend.h"
 #include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
@@ -56,7 +57,8 @@ void check_lt(cublasStatus_t s, const char* what) {
   X(cublasLtMatmulPreferenceDestroy)      \
   X(cublasLtMatmulPreferenceSetAttribute) \
   X(cublasLtMatrixLayoutCreate)           \
-  X(cublasLtMatrixLayoutDestroy)
+  X(cublasLtMatrixLayoutDestroy)          \
+  X(cublasLtMatrixLayoutSetAttribute)
 struct LtApi {
 #define MEMO_LT_MEMBER(f) decltype(&::f) f = nullptr;
   MEMO_LT_FUNCTIONS(MEMO_LT_MEMBER)
@@ -159,6 +161,26 @@ __global__ void for_each_kernel(int64_t n, F f) {
     f(i);
 }
 constexpr int kThreads = 256;
+
+// The softmax of one chunk's score rows (Note [Chunked attention]): a block a row, a thread a
+// lane, the lanes' (max, sum) combined in shared memory in the fixed tree of chunked_attention.h.
+__global__ void chunk_softmax_kernel(cuda::ScoreRows sc, float* lse_b, int64_t S) {
+  __shared__ float m[cuda::kSoftmaxLanes], l[cuda::kSoftmaxLanes];
+  const int64_t h = blockIdx.x / sc.n, r = blockIdx.x % sc.n;
+  float* s = sc.row(h, r);
+  const int64_t visible = sc.visible(r);
+  const int lane = int(threadIdx.x);
+  cuda::softmax_lane(s, visible, lane, cuda::kSoftmaxLanes, m[lane], l[lane]);
+  __syncthreads();
+  for (int half = cuda::kSoftmaxLanes / 2; half > 0; half /= 2) {
+    if (lane < half) cuda::softmax_tree_step(m, l, lane, half);
+    __syncthreads();
+  }
+  const float mx = m[0], sum = l[0];
+  for (int64_t t = lane; t < sc.kend; t += cuda::kSoftmaxLanes)
+    s[t] = cuda::softmax_prob(s[t], t, visible, mx, sum);
+  if (lane == 0) lse_b[h * S + sc.i0 + r] = mx + ::logf(sum);
+}
 
 // CALL(kMaxD, kExact) for the instantiation head_dim_kind(D) names (in a CudaBackend member).
 #define MEMO_HEAD_DIM_DISPATCH(D, op, CALL) \
@@ -661,13 +683,28 @@ class CudaBackend final : public Backend {
       cuda::vocab_parallel_ce_row(lp, DL, L, ys, sp, ranks, tp, grad_scale, t);
     });
   }
-  int64_t attention_forward_scratch_numel(int64_t head_dim) override { return 1; }
+  // Note [Chunked attention] (cuda/chunked_attention.h); MEMO_CUDA_ATTENTION=rows: the
+  // per-query kernels of cuda/bodies.h instead (the first version, kept for comparison).
+  int64_t attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                          int64_t n_kv_heads) override {
+    if (rows_attention_) return 1;
+    return cuda::chunked_forward_scratch_numel(
+        cuda::chunk_shape(1, seq, n_heads, n_kv_heads, head_dim, true));
+  }
   void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                          int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                          AttnMask mask) override {
     const Timed timed(this, "attention_forward");
     const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
     MEMO_CHECK(lse.contiguous(), "attention_forward: lse ", lse.shape(), " not contiguous");
+    if (!rows_attention_) {
+      const cuda::ChunkShape c =
+          cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal);
+      check_scratch("attention_forward", scratch, cuda::chunked_forward_scratch_numel(c));
+      ChunkOps ops{this, c};
+      return cuda::chunked_attention_forward(ops, c, mat(o), dev(lse), cmat(q), cmat(k), cmat(v),
+                                             dev(scratch));
+    }
     const cuda::AttnShape a{d.S, d.H, d.G, d.D, mask == AttnMask::kCausal};
     const Mat O = mat(o);
     const CMat Q = cmat(q), K = cmat(k), V = cmat(v);
@@ -678,7 +715,9 @@ class CudaBackend final : public Backend {
   }
   int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                            int64_t n_kv_heads) override {
-    return seq * n_heads;  // delta of one sequence
+    if (rows_attention_) return seq * n_heads;  // delta of one sequence
+    return cuda::chunked_backward_scratch_numel(
+        cuda::chunk_shape(1, seq, n_heads, n_kv_heads, head_dim, true));
   }
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                           ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
@@ -687,8 +726,17 @@ class CudaBackend final : public Backend {
     const Timed timed(this, "attention_backward");
     const AttnDims d =
         check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
-    check_scratch("attention_backward", scratch, d.S * d.H);
     MEMO_CHECK(lse.contiguous(), "attention_backward: lse ", lse.shape(), " not contiguous");
+    if (!rows_attention_) {
+      const cuda::ChunkShape c =
+          cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal);
+      check_scratch("attention_backward", scratch, cuda::chunked_backward_scratch_numel(c));
+      ChunkOps ops{this, c};
+      return cuda::chunked_attention_backward(ops, c, mat(dq), mat(dk), mat(dv), cmat(dout),
+                                              cmat(q), cmat(k), cmat(v), cmat(o), dev(lse),
+                                              dev(scratch));
+    }
+    check_scratch("attention_backward", scratch, d.S * d.H);
     const cuda::AttnShape a{d.S, d.H, d.G, d.D, mask == AttnMask::kCausal};
     const Mat DQ = mat(dq), DK = mat(dk), DV = mat(dv);
     const CMat DO = cmat(dout), Q = cmat(q), K = cmat(k), V = cmat(v), O = cmat(o);
@@ -976,6 +1024,44 @@ class CudaBackend final : public Backend {
                                                  i % S);
     });
   }
+  // The operations of the chunked schedule (Note [Chunked attention]) on the compute stream.
+  struct ChunkOps {
+    CudaBackend* be;
+    cuda::ChunkShape c;
+    void gemm(const cuda::RowGemm& g) { be->row_gemm(g); }
+    void softmax(const cuda::ScoreRows& sc, float* lse_b) {
+      if (sc.n == 0) return;
+      chunk_softmax_kernel<<<unsigned(c.H * sc.n), cuda::kSoftmaxLanes, 0, be->s()>>>(sc, lse_b,
+                                                                                      c.S);
+      check_cuda(cudaGetLastError(), "chunk softmax launch");
+    }
+    void zero(Mat x) { be->zero_launch(x); }
+    void delta(float* delta, CMat dout, CMat o, int64_t b) {
+      be->attention_delta_launch(delta, dout, o, cuda::AttnShape{c.S, c.H, c.G(), c.D, c.causal},
+                                 b);
+    }
+    void grad_scores(const cuda::ScoreRows& sc, float* dp, const float* lse_b, const float* delta) {
+      be->grad_scores_launch(sc, dp, lse_b, delta, c.H, c.S);
+    }
+  };
+  // Row-major strided-batched C = alpha op(A) op(B) + beta C in f32: column-major C^T = op(B)^T
+  // op(A)^T, as matmul_unchecked.
+  void row_gemm(const cuda::RowGemm& g) {
+    if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+    gemm(g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.n, g.m,
+         g.k, g.alpha, g.b, g.ldb, g.a, g.lda, g.beta, g.c, g.ldc, CUDA_R_32F, CUDA_R_32F, g.batch,
+         g.stride_b, g.stride_a, g.stride_c);
+  }
+  void zero_launch(Mat X) {
+    launch_rc(X.rows, X.cols, [=] __device__(int64_t t, int64_t c) { X.at(t, c) = 0.0f; });
+  }
+  void grad_scores_launch(cuda::ScoreRows sc, float* dp, const float* lse_b, const float* delta,
+                          int64_t H, int64_t S) {
+    const int64_t n = sc.n, kend = sc.kend;
+    launch(H * n * kend, [=] __device__(int64_t i) {
+      cuda::grad_scores_item(sc, dp, lse_b, delta, S, i / (n * kend), i / kend % n, i % kend);
+    });
+  }
   void attention_delta_launch(float* delta, CMat DO, CMat O, cuda::AttnShape a, int64_t b) {
     const int64_t S = a.S;
     launch(a.H * S, [=] __device__(int64_t i) {
@@ -1071,10 +1157,12 @@ class CudaBackend final : public Backend {
 
   void matmul_unchecked(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
                         float alpha, float beta);
-  // A and B of type ab (f32 or bf16), C of type ct; f32 accumulation and scalars.
+  // A and B of type ab (f32 or bf16), C of type ct; f32 accumulation and scalars. batch > 1: a
+  // strided batch, the i-th product's X at X + i stride_x elements.
   void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
             float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta,
-            void* C, int64_t ldc, cudaDataType_t ab, cudaDataType_t ct);
+            void* C, int64_t ldc, cudaDataType_t ab, cudaDataType_t ct, int64_t batch = 1,
+            int64_t stride_a = 0, int64_t stride_b = 0, int64_t stride_c = 0);
 
  private:
   // Timing events never throw: they run in destructors; a failed one is simply not counted.
@@ -1146,11 +1234,12 @@ class CudaBackend final : public Backend {
   RawBuffer doubles_, ids_;
   std::vector<double> host_doubles_;
   // (transposes, m, n, k, leading dimensions, alignment, workspace bytes, operand and result
-  // types) -> algorithm
+  // types, batch and its strides) -> algorithm
   std::map<std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int64_t,
-                      int, int>,
+                      int, int, int64_t, int64_t, int64_t, int64_t>,
            Gemm>
       gemms_;
+  bool rows_attention_ = false;  // MEMO_CUDA_ATTENTION=rows
   std::string description_;
   std::string device_name_;  // cudaDeviceProp::name
   int gpu_ = 0;              // the device index
@@ -1174,6 +1263,11 @@ CudaBackend::CudaBackend(int device) {
   gpu_ = device;
   const char* profile = std::getenv("MEMO_CUDA_PROFILE");
   profile_ = profile && *profile && std::strcmp(profile, "0") != 0;
+  const char* attention = std::getenv("MEMO_CUDA_ATTENTION");
+  rows_attention_ = attention && std::strcmp(attention, "rows") == 0;
+  if (attention && *attention && !rows_attention_ && std::strcmp(attention, "chunked") != 0)
+    throw ConfigError(
+        str("MEMO_CUDA_ATTENTION=", attention, ": 'chunked' (the default) or 'rows'"));
   compute_ = std::make_unique<CudaStream>("compute", StreamOptions{});
   check_lt(lt().cublasLtCreate(&lt_), "cublasLtCreate");
   cudaDeviceProp prop{};
@@ -1214,10 +1308,12 @@ int alignment_of(std::initializer_list<const void*> ptrs) {
 // accumulate in f32 (CUBLAS_COMPUTE_32F) and a bf16 C is rounded once.
 void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
                        float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
-                       float beta, void* C, int64_t ldc, cudaDataType_t ab, cudaDataType_t ct) {
+                       float beta, void* C, int64_t ldc, cudaDataType_t ab, cudaDataType_t ct,
+                       int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   const int align = alignment_of({A, B, C});
-  const auto key = std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldc, align,
-                                   workspace_bytes_, int(ab), int(ct));
+  const auto key =
+      std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldc, align, workspace_bytes_, int(ab),
+                      int(ct), batch, stride_a, stride_b, stride_c);
   auto it = gemms_.find(key);
   if (it == gemms_.end()) {
     Gemm g;
@@ -1236,6 +1332,18 @@ void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, in
         lt().cublasLtMatrixLayoutCreate(&g.b, ab, uint64_t(nb ? k : n), uint64_t(nb ? n : k), ldb),
         "layout b");
     check_lt(lt().cublasLtMatrixLayoutCreate(&g.c, ct, uint64_t(m), uint64_t(n), ldc), "layout c");
+    if (batch > 1) {
+      const int32_t count = int32_t(batch);
+      for (auto [layout, stride] :
+           {std::pair{g.a, stride_a}, std::pair{g.b, stride_b}, std::pair{g.c, stride_c}}) {
+        check_lt(lt().cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                       &count, sizeof count),
+                 "batch count");
+        check_lt(lt().cublasLtMatrixLayoutSetAttribute(
+                     layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+                 "batch stride");
+      }
+    }
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(lt().cublasLtMatmulPreferenceCreate(&pref), "preference");
     const uint64_t ws = uint64_t(workspace_bytes_);
@@ -1254,8 +1362,8 @@ void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, in
     if (st != CUBLAS_STATUS_SUCCESS || found == 0)
       throw Error(str("cuBLASLt: no algorithm for ", ab == CUDA_R_16BF ? "bf16" : "f32",
                       " operands into ", ct == CUDA_R_16BF ? "bf16" : "f32", ", m ", m, ", n ", n,
-                      ", k ", k, ", lda ", lda, ", ldb ", ldb, ", ldc ", ldc, ", alignment ",
-                      align));
+                      ", k ", k, ", lda ", lda, ", ldb ", ldb, ", ldc ", ldc, ", alignment ", align,
+                      batch > 1 ? str(", batch ", batch) : std::string()));
     g.algo = result.algo;
     it = gemms_.emplace(key, g).first;
   }

@@ -4,8 +4,9 @@
 // compute stream, copies on their own streams, ordered by CUDA events with no host block
 // (backend/stream.h). Matrix products go through cuBLASLt (fp32 in and out, fp32 compute, one
 // algorithm fixed per shape); every other kernel is memo's own, its arithmetic in cuda/bodies.h,
-// deterministic (no atomics). Not yet: bf16, a fused attention (the attention kernels
-// are one thread per query or key row: correct, deterministic, slow).
+// deterministic (no atomics). Attention runs as strided-batched cuBLASLt products over chunks of
+// query rows with a softmax kernel between them (Note [Chunked attention] in
+// cuda/chunked_attention.h). Not yet: native bf16 kernels beyond the products, a fused attention.
 // This header has no CUDA types in it, so code that is built without the toolkit can name it.
 #pragma once
 

@@ -46,7 +46,8 @@ void layer_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
                              int64_t n_heads, int64_t n_kv_heads, const LayerContext& ctx) {
   if (ctx.cp) return ring_attention_forward(o, lse, q, k, v, n_heads, n_kv_heads, ctx);
   ScopedAct scratch(*ctx.alloc, "attn.fwd_scratch",
-                    {ctx.backend->attention_forward_scratch_numel(ctx.config->head_dim())},
+                    {ctx.backend->attention_forward_scratch_numel(ctx.seq, ctx.config->head_dim(),
+                                                                  n_heads, n_kv_heads)},
                     DType::kF32);
   ctx.backend->attention_forward(o, lse, q, k, v, ctx.batch, n_heads, n_kv_heads, *scratch,
                                  AttnMask::kCausal);

@@ -94,8 +94,8 @@ void ring_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, 
   const int64_t T = 2 * r.rows(), KD = k.cols(), D = q.cols() / n_heads;
   ActivationAllocator& alloc = *ctx.alloc;
   const Tensor lse3 = lse.reshape({2 * r.B, r.H, r.n});
-  ScopedAct scratch(alloc, "attn.fwd_scratch", {r.be.attention_forward_scratch_numel(D)},
-                    DType::kF32);
+  ScopedAct scratch(alloc, "attn.fwd_scratch",
+                    {r.be.attention_forward_scratch_numel(r.n, D, r.H, r.Hkv)}, DType::kF32);
   // step 0: each chunk over itself, then slot 1 over slot 0
   r.be.attention_forward(o, lse3, q, k, v, 2 * r.B, r.H, r.Hkv, *scratch, AttnMask::kCausal);
   ScopedAct o_part(alloc, "cp.o_part", {r.rows(), q.cols()}, ctx.act);

@@ -183,7 +183,7 @@ TEST(RingAttention, matches_one_process_attention_on_every_rank) {
     // one process
     std::vector<float> o(size_t(T * QD)), lse(size_t(B * H * S)), dq(q.size()), dk(k.size()),
         dv(v.size());
-    std::vector<float> scratch(size_t(std::max(be.attention_forward_scratch_numel(D),
+    std::vector<float> scratch(size_t(std::max(be.attention_forward_scratch_numel(S, D, H, Hkv),
                                                be.attention_backward_scratch_numel(S, D, H, Hkv))));
     const View<float> sc(scratch.data(), {int64_t(scratch.size())});
     be.attention_forward(View<float>(o.data(), {T, QD}), View<float>(lse.data(), {B, H, S}),

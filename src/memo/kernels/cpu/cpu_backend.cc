@@ -120,7 +120,7 @@ void CpuBackend::vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor lo
                                    ConstTensor target_logit, float grad_scale) {
   cpu::vocab_parallel_ce(losses, dlogits, logits, targets, stats, target_logit, grad_scale);
 }
-int64_t CpuBackend::attention_forward_scratch_numel(int64_t head_dim) {
+int64_t CpuBackend::attention_forward_scratch_numel(int64_t, int64_t head_dim, int64_t, int64_t) {
   return cpu::attention_forward_scratch_numel(head_dim);
 }
 void CpuBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,

@@ -94,14 +94,16 @@ void MetaBackend::vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor l
                                     ConstTensor target_logit, float) {
   check_vocab_parallel_ce(losses, dlogits, logits, targets, stats, target_logit);
 }
-int64_t MetaBackend::attention_forward_scratch_numel(int64_t head_dim) {
-  return target_.attention_forward_scratch_numel(head_dim);
+int64_t MetaBackend::attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                                     int64_t n_kv_heads) {
+  return target_.attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
 }
 void MetaBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
                                     ConstTensor v, int64_t batch, int64_t n_heads,
                                     int64_t n_kv_heads, Tensor scratch, AttnMask) {
   const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
-  check_scratch("attention_forward", scratch, target_.attention_forward_scratch_numel(d.D));
+  check_scratch("attention_forward", scratch,
+                target_.attention_forward_scratch_numel(d.S, d.D, d.H, d.Hkv));
 }
 int64_t MetaBackend::attention_backward_scratch_numel(int64_t seq, int64_t head_dim,
                                                       int64_t n_heads, int64_t n_kv_heads) {

@@ -75,7 +75,8 @@ class MetaBackend final : public Backend {
   void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
                          View<const int32_t> targets, ConstTensor stats, ConstTensor target_logit,
                          float grad_scale) override;
-  int64_t attention_forward_scratch_numel(int64_t head_dim) override;
+  int64_t attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                          int64_t n_kv_heads) override;
   void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                          int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                          AttnMask mask) override;

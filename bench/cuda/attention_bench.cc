@@ -1,0 +1,124 @@
+// Attention forward and backward on the CUDA backend (Note [Chunked attention]) at the shapes of
+// the ~1B LLaMA of scripts/gpu-check.sh (32 query heads over 8 key/value heads of 64): the chunked
+// schedule, and at the shorter lengths the per-query kernels it replaced (MEMO_CUDA_ATTENTION=rows)
+// as the baseline measured in the same run. fp32 in and out (the backend's attention; a bf16 run
+// reaches it through the conversion). FLOPs counted causally: the forward's two products over the
+// S (S + 1) / 2 visible query-key pairs, 4 D H each; the backward's five, 10 D H each.
+//   memo_cuda_attention_bench [--rows-up-to N] [S ...]   (default: 4096 32768, rows up to 4096)
+// One JSON object a line; scripts/gpu-check.sh runs it beside scripts/torch_gpu_attention.py.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memo/backend/raw_allocator.h"
+#include "memo/core/error.h"
+#include "memo/cuda/cuda_backend.h"
+
+namespace {
+
+using memo::Backend;
+using memo::DType;
+using memo::RawBuffer;
+using memo::Tensor;
+
+struct Timing {
+  double fwd_ms = 0.0, bwd_ms = 0.0;
+};
+
+// The best of `reps` timed forward + backward passes after one untimed (algorithms, clocks).
+Timing run(Backend& be, int64_t S, int64_t H, int64_t Hkv, int64_t D, int reps) {
+  auto& dev = be.allocator(be.device_space());
+  const int64_t B = 1, T = B * S;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto buffer = [&](memo::Shape shape, bool random) {
+    const int64_t n = shape.numel();
+    RawBuffer b(dev, std::max<int64_t>(n, 1) * 4, "bench");
+    std::vector<float> h(size_t(n), 0.0f);
+    if (random)
+      for (float& x : h) x = u(rng);
+    be.copy_from_host(b.data(), h.data(), n * 4);
+    return std::pair{std::move(b), shape};
+  };
+  auto q = buffer({T, H * D}, true), k = buffer({T, Hkv * D}, true), v = buffer({T, Hkv * D}, true),
+       dout = buffer({T, H * D}, true), o = buffer({T, H * D}, false),
+       lse = buffer({B, H, S}, false), dq = buffer({T, H * D}, false),
+       dk = buffer({T, Hkv * D}, false), dv = buffer({T, Hkv * D}, false),
+       fs = buffer({be.attention_forward_scratch_numel(S, D, H, Hkv)}, false),
+       bs = buffer({be.attention_backward_scratch_numel(S, D, H, Hkv)}, false),
+       ws = buffer({std::max<int64_t>(1, be.matmul_workspace_bytes() / 4)}, false);
+  auto t = [](auto& b) { return b.first.tensor(b.second, DType::kF32); };
+  be.set_matmul_workspace(t(ws));
+  float sink = 0.0f;
+  auto sync = [&] { be.copy_to_host(&sink, o.first.data(), 4); };
+  Timing best{1e30, 1e30};
+  for (int r = 0; r <= reps; ++r) {
+    sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    be.attention_forward(t(o), t(lse), t(q), t(k), t(v), B, H, Hkv, t(fs), memo::AttnMask::kCausal);
+    sync();
+    const auto t1 = std::chrono::steady_clock::now();
+    be.attention_backward(t(dq), t(dk), t(dv), t(dout), t(q), t(k), t(v), t(o), t(lse), B, H, Hkv,
+                          t(bs), memo::AttnMask::kCausal);
+    sync();
+    const auto t2 = std::chrono::steady_clock::now();
+    if (r == 0) continue;  // warm-up
+    best.fwd_ms = std::min(best.fwd_ms, std::chrono::duration<double, std::milli>(t1 - t0).count());
+    best.bwd_ms = std::min(best.bwd_ms, std::chrono::duration<double, std::milli>(t2 - t1).count());
+  }
+  be.set_matmul_workspace(Tensor());
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  int64_t rows_up_to = 4096;
+  std::vector<int64_t> seqs;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--rows-up-to" && i + 1 < argc)
+      rows_up_to = std::atoll(argv[++i]);
+    else
+      seqs.push_back(std::atoll(a.c_str()));
+  }
+  if (seqs.empty()) seqs = {4096, 32768};
+  const int64_t H = 32, Hkv = 8, D = 64;
+  std::unique_ptr<Backend> chunked = memo::make_cuda_backend(0);
+  setenv("MEMO_CUDA_ATTENTION", "rows", 1);  // read once, when a backend is made
+  std::unique_ptr<Backend> rows = memo::make_cuda_backend(0);
+  unsetenv("MEMO_CUDA_ATTENTION");
+  std::printf("{\"device\": \"%s\"}\n", chunked->describe().c_str());
+  for (int64_t S : seqs) {
+    const double pairs = double(S) * double(S + 1) / 2.0;
+    const double fwd_flop = 4.0 * D * H * pairs, bwd_flop = 10.0 * D * H * pairs;
+    auto report = [&](const char* impl, const Timing& t) {
+      std::printf(
+          "{\"impl\": \"%s\", \"seq\": %lld, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": "
+          "%lld, \"fwd_ms\": %.3f, \"bwd_ms\": %.3f, \"fwd_bwd_ms\": %.3f, \"fwd_tflops\": %.2f, "
+          "\"fwd_bwd_tflops\": %.2f}\n",
+          impl, static_cast<long long>(S), static_cast<long long>(H), static_cast<long long>(Hkv),
+          static_cast<long long>(D), t.fwd_ms, t.bwd_ms, t.fwd_ms + t.bwd_ms,
+          fwd_flop / (t.fwd_ms * 1e-3) / 1e12,
+          (fwd_flop + bwd_flop) / ((t.fwd_ms + t.bwd_ms) * 1e-3) / 1e12);
+      std::fflush(stdout);
+    };
+    const Timing c = run(*chunked, S, H, Hkv, D, 3);
+    report("chunked", c);
+    if (S <= rows_up_to) {
+      const Timing r = run(*rows, S, H, Hkv, D, 1);
+      report("rows", r);
+      std::printf("{\"seq\": %lld, \"chunked_speedup_over_rows\": %.2f}\n",
+                  static_cast<long long>(S), (r.fwd_ms + r.bwd_ms) / (c.fwd_ms + c.bwd_ms));
+    }
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "memo_cuda_attention_bench: %s\n", e.what());
+  return 1;
+}
