@@ -1,9 +1,10 @@
 // Attention forward and backward on the CUDA backend (Note [Chunked attention]) at the shapes of
 // the ~1B LLaMA of scripts/gpu-check.sh (32 query heads over 8 key/value heads of 64): the chunked
 // schedule, and at the shorter lengths the per-query kernels it replaced (MEMO_CUDA_ATTENTION=rows)
-// as the baseline measured in the same run. fp32 in and out (the backend's attention; a bf16 run
-// reaches it through the conversion). FLOPs counted causally: the forward's two products over the
-// S (S + 1) / 2 visible query-key pairs, 4 D H each; the backward's five, 10 D H each.
+// as the baseline measured in the same run; in fp32, and the chunked one in bf16 too (a bf16 run's
+// activations: bf16 products on the tensor cores, Note [Chunked attention]). FLOPs counted
+// causally: the forward's two products over the S (S + 1) / 2 visible query-key pairs, 4 D H each;
+// the backward's five, 10 D H each.
 //   memo_cuda_attention_bench [--rows-up-to N] [S ...]   (default: 4096 32768, rows up to 4096)
 // One JSON object a line; scripts/gpu-check.sh runs it beside scripts/torch_gpu_attention.py.
 #include <algorithm>
@@ -13,9 +14,11 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "memo/backend/raw_allocator.h"
+#include "memo/core/dtype.h"
 #include "memo/core/error.h"
 #include "memo/cuda/cuda_backend.h"
 
@@ -31,31 +34,39 @@ struct Timing {
 };
 
 // The best of `reps` timed forward + backward passes after one untimed (algorithms, clocks).
-Timing run(Backend& be, int64_t S, int64_t H, int64_t Hkv, int64_t D, int reps) {
+Timing run(Backend& be, int64_t S, int64_t H, int64_t Hkv, int64_t D, int reps, DType act) {
   auto& dev = be.allocator(be.device_space());
   const int64_t B = 1, T = B * S;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto buffer = [&](memo::Shape shape, bool random) {
+  // activations of dtype `act` (q, k, v, o and their gradients); lse and scratch f32
+  auto buffer = [&](memo::Shape shape, bool random, DType dt = DType::kF32) {
     const int64_t n = shape.numel();
     RawBuffer b(dev, std::max<int64_t>(n, 1) * 4, "bench");
     std::vector<float> h(size_t(n), 0.0f);
     if (random)
       for (float& x : h) x = u(rng);
-    be.copy_from_host(b.data(), h.data(), n * 4);
-    return std::pair{std::move(b), shape};
+    if (dt == DType::kBF16) {
+      std::vector<memo::bf16> h16;
+      for (float x : h) h16.push_back(memo::float_to_bf16(x));
+      be.copy_from_host(b.data(), h16.data(), n * 2);
+    } else {
+      be.copy_from_host(b.data(), h.data(), n * 4);
+    }
+    return std::tuple{std::move(b), shape, dt};
   };
-  auto q = buffer({T, H * D}, true), k = buffer({T, Hkv * D}, true), v = buffer({T, Hkv * D}, true),
-       dout = buffer({T, H * D}, true), o = buffer({T, H * D}, false),
-       lse = buffer({B, H, S}, false), dq = buffer({T, H * D}, false),
-       dk = buffer({T, Hkv * D}, false), dv = buffer({T, Hkv * D}, false),
+  auto q = buffer({T, H * D}, true, act), k = buffer({T, Hkv * D}, true, act),
+       v = buffer({T, Hkv * D}, true, act), dout = buffer({T, H * D}, true, act),
+       o = buffer({T, H * D}, false, act), lse = buffer({B, H, S}, false),
+       dq = buffer({T, H * D}, false, act), dk = buffer({T, Hkv * D}, false, act),
+       dv = buffer({T, Hkv * D}, false, act),
        fs = buffer({be.attention_forward_scratch_numel(S, D, H, Hkv)}, false),
        bs = buffer({be.attention_backward_scratch_numel(S, D, H, Hkv)}, false),
        ws = buffer({std::max<int64_t>(1, be.matmul_workspace_bytes() / 4)}, false);
-  auto t = [](auto& b) { return b.first.tensor(b.second, DType::kF32); };
+  auto t = [](auto& b) { return std::get<0>(b).tensor(std::get<1>(b), std::get<2>(b)); };
   be.set_matmul_workspace(t(ws));
   float sink = 0.0f;
-  auto sync = [&] { be.copy_to_host(&sink, o.first.data(), 4); };
+  auto sync = [&] { be.copy_to_host(&sink, std::get<0>(lse).data(), 4); };
   Timing best{1e30, 1e30};
   for (int r = 0; r <= reps; ++r) {
     sync();
@@ -108,10 +119,11 @@ int main(int argc, char** argv) try {
           (fwd_flop + bwd_flop) / ((t.fwd_ms + t.bwd_ms) * 1e-3) / 1e12);
       std::fflush(stdout);
     };
-    const Timing c = run(*chunked, S, H, Hkv, D, 3);
+    report("chunked_bf16", run(*chunked, S, H, Hkv, D, 3, DType::kBF16));
+    const Timing c = run(*chunked, S, H, Hkv, D, 3, DType::kF32);
     report("chunked", c);
     if (S <= rows_up_to) {
-      const Timing r = run(*rows, S, H, Hkv, D, 1);
+      const Timing r = run(*rows, S, H, Hkv, D, 1, DType::kF32);
       report("rows", r);
       std::printf("{\"seq\": %lld, \"chunked_speedup_over_rows\": %.2f}\n",
                   static_cast<long long>(S), (r.fwd_ms + r.bwd_ms) / (c.fwd_ms + c.bwd_ms));

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -138,6 +139,54 @@ TEST(Bf16Storage, a_backend_with_bf16_products_gets_bf16_operands_as_they_are) {
             View<const bf16>(a.data(), {2, 4}), false, true, 1.0f, 0.0f);
   EXPECT_EQ(native.seen,
             (std::vector<DType>{DType::kBF16, DType::kBF16, DType::kF32, DType::kF32}));
+}
+
+// A backend with bf16 attention (CUDA's chunked attention) gets bf16 activations as they are, with
+// its f32 lse and scratch; one without gets them widened.
+TEST(Bf16Storage, a_backend_with_bf16_attention_gets_bf16_activations_as_they_are) {
+  struct Native final : CpuBackend {
+    bool native = true;
+    bool bf16_attention() const override { return native; }
+    void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
+                           int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                           AttnMask mask) override {
+      seen.push_back(q.dtype());
+      seen.push_back(lse.dtype());
+      if (q.dtype() == DType::kF32)
+        CpuBackend::attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads, scratch, mask);
+    }
+    void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
+                            ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
+                            int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                            AttnMask mask) override {
+      seen.push_back(dq.dtype());
+      if (dq.dtype() == DType::kF32)
+        CpuBackend::attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads,
+                                       n_kv_heads, scratch, mask);
+    }
+    std::vector<DType> seen;
+  } inner;
+  Bf16StorageBackend be(inner);
+  EXPECT_TRUE(be.bf16_attention());
+  const int64_t S = 5, H = 2, D = 4;
+  std::vector<bf16> q = random_bf16(S * H * D, 3), o(S * H * D), g(S * H * D);
+  std::vector<float> lse(H * S),
+      scratch(size_t(std::max(be.attention_forward_scratch_numel(S, D, H, H),
+                              be.attention_backward_scratch_numel(S, D, H, H))));
+  const View<const bf16> x(q.data(), {S, H * D});
+  const Tensor lse_t = View<float>(lse.data(), {1, H, S});
+  const Tensor sc = View<float>(scratch.data(), {int64_t(scratch.size())});
+  for (bool native : {true, false}) {
+    inner.native = native;
+    be.attention_forward(View<bf16>(o.data(), {S, H * D}), lse_t, x, x, x, 1, H, H, sc,
+                         AttnMask::kCausal);
+    be.attention_backward(View<bf16>(g.data(), {S, H * D}), View<bf16>(g.data(), {S, H * D}),
+                          View<bf16>(g.data(), {S, H * D}), x, x, x, x,
+                          View<const bf16>(o.data(), {S, H * D}), lse_t, 1, H, H, sc,
+                          AttnMask::kCausal);
+  }
+  EXPECT_EQ(inner.seen, (std::vector<DType>{DType::kBF16, DType::kF32, DType::kBF16, DType::kF32,
+                                            DType::kF32, DType::kF32}));
 }
 
 }  // namespace

@@ -49,6 +49,13 @@ constexpr double kExpTol = 1e-6;
 //   with expf, the CPU kernel 64 x 64 tiles with a Cephes exp (~2e-7), so float sums of S terms
 //   and D-term dot products are added in other orders.
 constexpr double kAttnTol = 1e-5;
+// - kAttnBf16Tol: the chunked attention in bf16 against the f32 kernels over the same inputs,
+//   relative to max(max |reference|, 1) with O(1) inputs. With u = 2^-8 (bf16's unit roundoff):
+//   o = sum_t P_t v_t with each P_t rounded (|error| <= u sum_t P_t |v_t| <= u max |v|), then o
+//   rounded (u |o|): 2u. The backward's products take dS and P rounded (u each term) and their
+//   results are rounded once (u): the random-signed errors add far below the 4u worst case of a
+//   term-by-term bound, which is the tolerance.
+constexpr double kAttnBf16Tol = 4.0 / 256.0;
 
 // A [rows, cols] fp32 matrix stored `ld` floats a row (padding kPad), as Mat, CMat or view.
 struct Buf {
@@ -667,22 +674,31 @@ TEST(CudaBodies, attention_forward_and_backward_rows_match_cpu) {
 struct HostChunkOps {
   int64_t S = 0, H = 0, D = 0;
   int64_t gemms = 0;
+  static float load(const void* p, int64_t i, bool bf16) {
+    return bf16 ? from_bf16_bits(static_cast<const uint16_t*>(p)[i])
+                : static_cast<const float*>(p)[i];
+  }
   void gemm(const RowGemm& g) {
     ++gemms;
     for (int64_t bi = 0; bi < g.batch; ++bi) {
-      const float* A = g.a + bi * g.stride_a;
-      const float* B = g.b + bi * g.stride_b;
-      float* C = g.c + bi * g.stride_c;
+      const void* A = elem(g.a, bi * g.stride_a, g.ab_bf16);
+      const void* B = elem(g.b, bi * g.stride_b, g.ab_bf16);
+      void* C = elem(g.c, bi * g.stride_c, g.c_bf16);
       for (int64_t i = 0; i < g.m; ++i)
         for (int64_t j = 0; j < g.n; ++j) {
           double acc = 0.0;
           for (int64_t p = 0; p < g.k; ++p) {
-            const float a = g.trans_a ? A[p * g.lda + i] : A[i * g.lda + p];
-            const float b = g.trans_b ? B[j * g.ldb + p] : B[p * g.ldb + j];
+            const float a = load(A, g.trans_a ? p * g.lda + i : i * g.lda + p, g.ab_bf16);
+            const float b = load(B, g.trans_b ? j * g.ldb + p : p * g.ldb + j, g.ab_bf16);
             acc += double(a) * double(b);
           }
-          float& c = C[i * g.ldc + j];
-          c = float(double(g.alpha) * acc + (g.beta == 0.0f ? 0.0 : double(g.beta) * c));
+          const int64_t e = i * g.ldc + j;
+          const double old = g.beta == 0.0f ? 0.0 : double(g.beta) * load(C, e, g.c_bf16);
+          const float r = float(double(g.alpha) * acc + old);
+          if (g.c_bf16)
+            static_cast<uint16_t*>(C)[e] = to_bf16_bits(r);
+          else
+            static_cast<float*>(C)[e] = r;
         }
     }
   }
@@ -690,42 +706,74 @@ struct HostChunkOps {
     std::vector<float> m(kSoftmaxLanes), l(kSoftmaxLanes);
     for (int64_t h = 0; h < H; ++h)
       for (int64_t r = 0; r < sc.n; ++r) {
-        float* row = sc.row(h, r);
+        const float* row = sc.row(h, r);
         const int64_t vis = sc.visible(r);
         for (int lane = 0; lane < kSoftmaxLanes; ++lane)
           softmax_lane(row, vis, lane, kSoftmaxLanes, m[lane], l[lane]);
         for (int half = kSoftmaxLanes / 2; half > 0; half /= 2)
           for (int lane = 0; lane < half; ++lane) softmax_tree_step(m.data(), l.data(), lane, half);
-        for (int64_t t = 0; t < sc.kend; ++t) row[t] = softmax_prob(row[t], t, vis, m[0], l[0]);
+        for (int64_t t = 0; t < sc.kend; ++t)
+          sc.put_prob(h, r, t, softmax_prob(row[t], t, vis, m[0], l[0]));
         lse_b[h * S + sc.i0 + r] = m[0] + std::log(l[0]);
       }
   }
-  void zero(Mat x) {
+  void zero(AnyMat x) {
+    ASSERT_FALSE(x.bf16);
     for (int64_t r = 0; r < x.rows; ++r)
-      for (int64_t c = 0; c < x.cols; ++c) x.at(r, c) = 0.0f;
+      for (int64_t c = 0; c < x.cols; ++c) *static_cast<float*>(x.at(r, c)) = 0.0f;
   }
-  void delta(float* delta, CMat dout, CMat o, int64_t b) {
-    const AttnShape a{S, H, 1, D, true};
+  void delta(float* delta, AnyMat dout, AnyMat o, int64_t b) {
     for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < S; ++i) attention_delta_row(delta, dout, o, a, b, h, i);
+      for (int64_t i = 0; i < S; ++i) chunk_delta_item(delta, dout, o, S, D, b, h, i);
   }
-  void grad_scores(const ScoreRows& sc, float* dp, const float* lse_b, const float* delta) {
+  void grad_scores(const ScoreRows& sc, float* dp, uint16_t* ds16, const float* lse_b,
+                   const float* delta) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t r = 0; r < sc.n; ++r)
-        for (int64_t t = 0; t < sc.kend; ++t) grad_scores_item(sc, dp, lse_b, delta, S, h, r, t);
+        for (int64_t t = 0; t < sc.kend; ++t)
+          grad_scores_item(sc, dp, ds16, lse_b, delta, S, h, r, t);
+  }
+  void round_rows(AnyMat dst, AnyMat src) {
+    ASSERT_TRUE(dst.bf16 && !src.bf16);
+    for (int64_t r = 0; r < dst.rows; ++r)
+      for (int64_t c = 0; c < dst.cols; ++c)
+        *static_cast<uint16_t*>(dst.at(r, c)) = to_bf16_bits(src.load(r, c));
   }
 };
 
-// The chunked schedule against the CPU kernels, chunks of `rows` query rows (0: chunk_rows).
-void check_chunked_attention(const AttnCase& c, AttnMask mask, int64_t rows) {
-  SCOPED_TRACE(str(name(c, mask), " rows ", rows));
+AnyMat any(Buf& b) { return {b.v.data(), b.rows, b.cols, b.ld, false}; }
+
+// A Buf's values rounded to bf16 (same shape and ld; padding kept as bf16 of kPad), and back.
+struct Buf16 {
+  int64_t rows = 0, cols = 0, ld = 0;
+  std::vector<uint16_t> v;
+  explicit Buf16(const Buf& b) : rows(b.rows), cols(b.cols), ld(b.ld), v(b.v.size()) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = to_bf16_bits(b.v[i]);
+  }
+  AnyMat any() { return {v.data(), rows, cols, ld, true}; }
+  Buf widened() const {
+    Buf b(rows, cols, ld, 0.0f);
+    for (size_t i = 0; i < v.size(); ++i) b.v[i] = from_bf16_bits(v[i]);
+    return b;
+  }
+};
+
+// The chunked schedule against the CPU kernels, chunks of `rows` query rows (0: chunk_rows). bf16:
+// the inputs rounded to bf16, the outputs bf16, against the CPU's f32 kernels over the same
+// (widened) inputs; returns the largest error of each of o, dq, dk, dv relative to the largest
+// |reference| (at least 1).
+std::vector<double> check_chunked_attention(const AttnCase& c, AttnMask mask, int64_t rows,
+                                            bool bf16 = false) {
+  SCOPED_TRACE(str(name(c, mask), " rows ", rows, bf16 ? " bf16" : " f32"));
   const int64_t B = c.B, S = c.S, H = c.H, Hkv = c.Hkv, D = c.D, T = B * S;
   ChunkShape cs = chunk_shape(B, S, H, Hkv, D, mask == AttnMask::kCausal);
   if (rows > 0) cs.rows = rows;
   // q and o strided (ld > cols) as the model's column slices can be
-  const Buf q = Buf::random(T, H * D, H * D + 3, 91, -2.0f, 2.0f),
-            k = Buf::random(T, Hkv * D, Hkv * D, 92, -2.0f, 2.0f),
-            v = Buf::random(T, Hkv * D, Hkv * D, 93), dout = Buf::random(T, H * D, H * D, 94);
+  Buf q = Buf::random(T, H * D, H * D + 3, 91, -2.0f, 2.0f),
+      k = Buf::random(T, Hkv * D, Hkv * D, 92, -2.0f, 2.0f),
+      v = Buf::random(T, Hkv * D, Hkv * D, 93), dout = Buf::random(T, H * D, H * D, 94);
+  Buf16 q16(q), k16(k), v16(v), dout16(dout);
+  if (bf16) q = q16.widened(), k = k16.widened(), v = v16.widened(), dout = dout16.widened();
   Buf o_cpu(T, H * D, H * D, kNaN), o_chunk(T, H * D, H * D + 5, kNaN);
   std::vector<float> lse_cpu = nan_vec(B * H * S), lse_chunk = nan_vec(B * H * S);
   std::vector<float> fwd_scratch(cpu::attention_forward_scratch_numel(D));
@@ -734,30 +782,53 @@ void check_chunked_attention(const AttnCase& c, AttnMask mask, int64_t rows) {
                          mask);
   HostChunkOps ops{S, H, D};
   std::vector<float> scratch = nan_vec(chunked_backward_scratch_numel(cs));
-  chunked_attention_forward(ops, cs, o_chunk.mat(), lse_chunk.data(), q.cmat(), k.cmat(), v.cmat(),
-                            scratch.data());
+  Buf16 o16(o_chunk);
+  if (bf16)
+    chunked_attention_forward(ops, cs, o16.any(), lse_chunk.data(), q16.any(), k16.any(), v16.any(),
+                              scratch.data());
+  else
+    chunked_attention_forward(ops, cs, any(o_chunk), lse_chunk.data(), any(q), any(k), any(v),
+                              scratch.data());
   const int64_t chunks = B * ((S + cs.rows - 1) / cs.rows);
   EXPECT_EQ(ops.gemms, chunks * 2 * (H / Hkv));
-  EXPECT_LE(max_err_vs_max(o_chunk.logical(), o_cpu.logical()), kAttnTol) << "o";
+  if (bf16) o_chunk = o16.widened();
+  std::vector<double> errs;
+  const double tol = bf16 ? kAttnBf16Tol : kAttnTol;
+  errs.push_back(max_err_vs_max(o_chunk.logical(), o_cpu.logical(), 1.0));
+  EXPECT_LE(errs.back(), tol) << "o";
+  // lse comes from f32 scores of the same (bf16) inputs either way
   EXPECT_LE(max_rel_err(lse_chunk, lse_cpu, 1.0), kAttnTol) << "lse";
-  EXPECT_TRUE(o_chunk.padding_intact());
-  // Backward from the CPU's o and lse on both sides; dk and dv start as NaN (zeroed by the
-  // schedule)
+  if (!bf16) {
+    EXPECT_TRUE(o_chunk.padding_intact());
+  }
+  // Backward from the CPU's o and lse on both sides; dk and dv start as NaN (the schedule zeroes)
   Buf dq_cpu(T, H * D, H * D, kNaN), dq_chunk(T, H * D, H * D + 1, kNaN);
   Buf dk_cpu(T, Hkv * D, Hkv * D, kNaN), dk_chunk(T, Hkv * D, Hkv * D + 2, kNaN);
   Buf dv_cpu(T, Hkv * D, Hkv * D, kNaN), dv_chunk(T, Hkv * D, Hkv * D, kNaN);
+  Buf16 o_cpu16(o_cpu);  // the bf16 run's o: the CPU's, rounded
+  if (bf16) o_cpu = o_cpu16.widened();
   std::vector<float> bwd_scratch(cpu::attention_backward_scratch_numel(S, D, H, Hkv));
   cpu::attention_backward(dq_cpu.t(), dk_cpu.t(), dv_cpu.t(), dout.ct(), q.ct(), k.ct(), v.ct(),
                           o_cpu.ct(), View<const float>(lse_cpu.data(), {B, H, S}), B, H, Hkv,
                           View<float>(bwd_scratch.data(), {int64_t(bwd_scratch.size())}), mask);
-  chunked_attention_backward(ops, cs, dq_chunk.mat(), dk_chunk.mat(), dv_chunk.mat(), dout.cmat(),
-                             q.cmat(), k.cmat(), v.cmat(), o_cpu.cmat(), lse_cpu.data(),
-                             scratch.data());
-  EXPECT_LE(max_err_vs_max(dq_chunk.logical(), dq_cpu.logical(), 1.0), kAttnTol) << "dq";
-  EXPECT_LE(max_err_vs_max(dk_chunk.logical(), dk_cpu.logical(), 1.0), kAttnTol) << "dk";
-  EXPECT_LE(max_err_vs_max(dv_chunk.logical(), dv_cpu.logical(), 1.0), kAttnTol) << "dv";
-  EXPECT_TRUE(dq_chunk.padding_intact());
-  EXPECT_TRUE(dk_chunk.padding_intact());
+  if (bf16) {
+    Buf16 dq16(dq_chunk), dk16(dk_chunk), dv16(dv_chunk);
+    chunked_attention_backward(ops, cs, dq16.any(), dk16.any(), dv16.any(), dout16.any(), q16.any(),
+                               k16.any(), v16.any(), o_cpu16.any(), lse_cpu.data(), scratch.data());
+    dq_chunk = dq16.widened(), dk_chunk = dk16.widened(), dv_chunk = dv16.widened();
+  } else {
+    chunked_attention_backward(ops, cs, any(dq_chunk), any(dk_chunk), any(dv_chunk), any(dout),
+                               any(q), any(k), any(v), any(o_cpu), lse_cpu.data(), scratch.data());
+    EXPECT_TRUE(dq_chunk.padding_intact());
+    EXPECT_TRUE(dk_chunk.padding_intact());
+  }
+  errs.push_back(max_err_vs_max(dq_chunk.logical(), dq_cpu.logical(), 1.0));
+  EXPECT_LE(errs.back(), tol) << "dq";
+  errs.push_back(max_err_vs_max(dk_chunk.logical(), dk_cpu.logical(), 1.0));
+  EXPECT_LE(errs.back(), tol) << "dk";
+  errs.push_back(max_err_vs_max(dv_chunk.logical(), dv_cpu.logical(), 1.0));
+  EXPECT_LE(errs.back(), tol) << "dv";
+  return errs;
 }
 
 TEST(CudaBodies, chunked_attention_schedule_matches_cpu) {
@@ -773,6 +844,21 @@ TEST(CudaBodies, chunked_attention_schedule_matches_cpu) {
   }
 }
 
+// bf16: P and dS rounded to bf16 before their products, the outputs rounded once.
+TEST(CudaBodies, chunked_attention_in_bf16_is_within_bf16_rounding_of_the_f32_kernels) {
+  std::vector<double> worst(4, 0.0);
+  for (AttnMask mask : {AttnMask::kCausal, AttnMask::kFull})
+    for (const auto& [c, rows] : {std::pair{AttnCase{2, 37, 4, 2, 16}, int64_t(16)},
+                                  std::pair{AttnCase{1, 70, 8, 2, 8}, int64_t(32)},
+                                  std::pair{AttnCase{1, 300, 2, 1, 64}, int64_t(64)}}) {
+      const std::vector<double> e = check_chunked_attention(c, mask, rows, true);
+      for (size_t i = 0; i < 4; ++i) worst[i] = std::max(worst[i], e[i]);
+    }
+  std::printf(
+      "chunked bf16 attention, largest error / max|f32|: o %.2e, dq %.2e, dk %.2e, dv %.2e\n",
+      worst[0], worst[1], worst[2], worst[3]);
+}
+
 TEST(CudaBodies, chunk_rows_keep_the_score_buffers_within_their_budget) {
   for (int64_t S : {1, 15, 16, 17, 1000, 4096, 32768, 131072})
     for (int64_t H : {1, 4, 32, 64}) {
@@ -783,12 +869,12 @@ TEST(CudaBodies, chunk_rows_keep_the_score_buffers_within_their_budget) {
       EXPECT_EQ(rows % kChunkAlign, 0);
       const ChunkShape c = chunk_shape(1, S, H, H, 64, true);
       if (rows > kChunkAlign) {
-        EXPECT_LE(2 * c.scores_numel(), kChunkScoreFloats);
+        EXPECT_LE(12 * c.scores_numel(), kChunkScoreBytes);
       }
       if (rows < round_up(S, kChunkAlign)) {  // the budget, not S, bounds the chunk
-        EXPECT_GT(2 * H * (rows + kChunkAlign) * round_up(S, kChunkAlign), kChunkScoreFloats);
+        EXPECT_GT(12 * H * (rows + kChunkAlign) * round_up(S, kChunkAlign), kChunkScoreBytes);
       }
-      EXPECT_EQ(chunked_backward_scratch_numel(c), 2 * c.scores_numel() + H * S);
+      EXPECT_EQ(chunked_backward_scratch_numel(c), 3 * c.scores_numel() + H * S + 2 * S * H * 64);
     }
 }
 

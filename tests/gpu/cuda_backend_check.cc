@@ -499,6 +499,97 @@ TEST(CudaBackend, bf16_products_match_the_cpus_bf16_storage) {
   }
 }
 
+// bf16 attention (Note [Chunked attention]): the GPU's chunked schedule over bf16 activations
+// against the CPU's bf16 storage (f32 kernels over the widened inputs, each output rounded once).
+// The GPU rounds P and dS to bf16 before their products: within 4u (u = 2^-8) of max(|ref|, 1),
+// the bound tests/cuda/bodies_test.cc derives (kAttnBf16Tol; measured there: 0.9u).
+TEST(CudaBackend, bf16_attention_is_within_bf16_rounding_of_the_cpus_bf16_storage) {
+  REQUIRE_GPU();
+  ASSERT_TRUE(g->bf16_attention());
+  const int64_t B = 1, S = 1500, H = 32, Hkv = 8, D = 64, T = B * S;
+  auto to_bf16 = [](const std::vector<float>& v) {
+    std::vector<bf16> out;
+    for (float x : v) out.push_back(float_to_bf16(x));
+    return out;
+  };
+  const std::vector<bf16> q = to_bf16(randoms(T * H * D, 41, -2.0f, 2.0f)),
+                          k = to_bf16(randoms(T * Hkv * D, 42, -2.0f, 2.0f)),
+                          v = to_bf16(randoms(T * Hkv * D, 43)),
+                          dout = to_bf16(randoms(T * H * D, 44));
+  // the CPU reference: forward, then backward from its own o and lse
+  Bf16StorageBackend ref(cpu_backend());
+  std::vector<bf16> o(T * H * D), dq(T * H * D), dk(T * Hkv * D), dv(T * Hkv * D);
+  std::vector<float> lse(B * H * S),
+      scratch(size_t(std::max(ref.attention_forward_scratch_numel(S, D, H, Hkv),
+                              ref.attention_backward_scratch_numel(S, D, H, Hkv))));
+  auto cq = [&](const std::vector<bf16>& x, int64_t cols) {
+    return View<const bf16>(x.data(), {T, cols});
+  };
+  const Tensor sc = View<float>(scratch.data(), {int64_t(scratch.size())});
+  ref.attention_forward(View<bf16>(o.data(), {T, H * D}), View<float>(lse.data(), {B, H, S}),
+                        cq(q, H * D), cq(k, Hkv * D), cq(v, Hkv * D), B, H, Hkv, sc,
+                        AttnMask::kCausal);
+  ref.attention_backward(View<bf16>(dq.data(), {T, H * D}), View<bf16>(dk.data(), {T, Hkv * D}),
+                         View<bf16>(dv.data(), {T, Hkv * D}), cq(dout, H * D), cq(q, H * D),
+                         cq(k, Hkv * D), cq(v, Hkv * D), cq(o, H * D),
+                         View<const float>(lse.data(), {B, H, S}), B, H, Hkv, sc,
+                         AttnMask::kCausal);
+  // the GPU: forward, and backward from the CPU's o and lse
+  RawAllocator& dev = g->allocator(MemSpace::kDevice);
+  auto up = [&](const void* host, int64_t bytes) {
+    RawBuffer b(dev, bytes, "test");
+    g->copy_from_host(b.data(), host, bytes);
+    return b;
+  };
+  const int64_t QB = T * H * D * 2, KB = T * Hkv * D * 2;
+  RawBuffer gq = up(q.data(), QB), gk = up(k.data(), KB), gv = up(v.data(), KB),
+            gdo = up(dout.data(), QB), go_ref = up(o.data(), QB),
+            glse_ref = up(lse.data(), B * H * S * 4), go(dev, QB, "o"),
+            glse(dev, B * H * S * 4, "lse"), gdq(dev, QB, "dq"), gdk(dev, KB, "dk"),
+            gdv(dev, KB, "dv"),
+            gsc(dev,
+                std::max(g->attention_forward_scratch_numel(S, D, H, Hkv),
+                         g->attention_backward_scratch_numel(S, D, H, Hkv)) *
+                    4,
+                "scratch");
+  const Tensor gscratch = gsc.tensor({int64_t(gsc.bytes() / 4)}, DType::kF32);
+  auto qt = [&](RawBuffer& b, int64_t cols) { return b.tensor({T, cols}, DType::kBF16); };
+  g->attention_forward(qt(go, H * D), glse.tensor({B, H, S}, DType::kF32), qt(gq, H * D),
+                       qt(gk, Hkv * D), qt(gv, Hkv * D), B, H, Hkv, gscratch, AttnMask::kCausal);
+  g->attention_backward(qt(gdq, H * D), qt(gdk, Hkv * D), qt(gdv, Hkv * D), qt(gdo, H * D),
+                        qt(gq, H * D), qt(gk, Hkv * D), qt(gv, Hkv * D), qt(go_ref, H * D),
+                        glse_ref.tensor({B, H, S}, DType::kF32), B, H, Hkv, gscratch,
+                        AttnMask::kCausal);
+  auto down16 = [&](RawBuffer& b, int64_t n) {
+    std::vector<bf16> h(static_cast<size_t>(n));
+    g->copy_to_host(h.data(), b.data(), n * 2);
+    return h;
+  };
+  std::vector<float> got_lse(B * H * S);
+  g->copy_to_host(got_lse.data(), glse.data(), B * H * S * 4);
+  double lse_err = 0.0;
+  for (size_t i = 0; i < lse.size(); ++i)
+    lse_err =
+        std::max(lse_err, double(std::abs(got_lse[i] - lse[i])) / std::max(1.0f, std::abs(lse[i])));
+  EXPECT_LE(lse_err, kSumTol) << "lse";
+  const double tol = 4.0 / 256.0;
+  for (auto& [name, got, want] :
+       {std::tuple{"o", down16(go, T * H * D), o}, std::tuple{"dq", down16(gdq, T * H * D), dq},
+        std::tuple{"dk", down16(gdk, T * Hkv * D), dk},
+        std::tuple{"dv", down16(gdv, T * Hkv * D), dv}}) {
+    double err = 0.0, mag = 1.0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const float x = bf16_to_float(got[i]), y = bf16_to_float(want[i]);
+      ASSERT_FALSE(std::isnan(x)) << name << " " << i;
+      err = std::max(err, double(std::abs(x - y)));
+      mag = std::max(mag, double(std::abs(y)));
+    }
+    std::printf("bf16 attention %s: max error %.3g of max(|ref|, 1) %.3g (%.2fu)\n", name, err, mag,
+                err / mag * 256.0);
+    EXPECT_LE(err, tol * mag) << name;
+  }
+}
+
 TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {
   REQUIRE_GPU();
   const int64_t n = 1 << 20;

@@ -101,6 +101,16 @@ TEST(MetaBackend, takes_sizes_and_row_granularity_from_its_target) {
             cpu_backend().attention_forward_scratch_numel(1000, 64, 8, 2));
   EXPECT_EQ(meta.attention_backward_scratch_numel(1000, 64, 8, 2),
             cpu_backend().attention_backward_scratch_numel(1000, 64, 8, 2));
+  // and its native bf16 kernels, so a bf16 trace widens what the run widens
+  EXPECT_FALSE(meta.bf16_products());
+  EXPECT_FALSE(meta.bf16_attention());
+  struct Native final : CpuBackend {
+    bool bf16_products() const override { return true; }
+    bool bf16_attention() const override { return true; }
+  } native;
+  MetaBackend over_native(native);
+  EXPECT_TRUE(over_native.bf16_products());
+  EXPECT_TRUE(over_native.bf16_attention());
 }
 
 TEST(CpuBackend, sum_adds_in_index_order_in_double) {

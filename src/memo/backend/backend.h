@@ -93,6 +93,11 @@ class Backend {
   // cuBLASLt). Bf16StorageBackend hands such products to the backend as they are; every other
   // kernel of the backend computes in f32 (Note [bf16 storage by conversion]).
   virtual bool bf16_products() const { return false; }
+  // Whether attention_forward and attention_backward take bf16 q, k, v, o, dout, dq, dk, dv
+  // natively (lse and scratch f32; CUDA's chunked attention, Note [Chunked attention]): computing
+  // in f32, rounding P and dS to bf16 before their products and each output once.
+  // Bf16StorageBackend hands such calls over as they are.
+  virtual bool bf16_attention() const { return false; }
 
   // --- kernels: see kernels/cpu/kernels.h for the math of each ---
   virtual void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,

@@ -84,6 +84,11 @@ void Bf16StorageBackend::convert_any(Tensor dst, ConstTensor src) {
 
 namespace {
 
+bool all_bf16(std::initializer_list<ConstTensor> ts) {
+  for (const ConstTensor& t : ts)
+    if (t.dtype() != DType::kBF16) return false;
+  return true;
+}
 // Two bf16 operands for a backend with bf16 products: no widening.
 bool native(const Backend& inner, ConstTensor a, ConstTensor b) {
   return inner.bf16_products() && a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16;
@@ -240,6 +245,8 @@ void Bf16StorageBackend::vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstT
 void Bf16StorageBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k_,
                                            ConstTensor v, int64_t batch, int64_t n_heads,
                                            int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+  if (inner_.bf16_attention() && all_bf16({o, q, k_, v}))
+    return inner_.attention_forward(o, lse, q, k_, v, batch, n_heads, n_kv_heads, scratch, mask);
   Call k(*this);
   inner_.attention_forward(k.io(o), k.io(lse), k.in(q), k.in(k_), k.in(v), batch, n_heads,
                            n_kv_heads, k.io(scratch), mask);
@@ -251,6 +258,9 @@ void Bf16StorageBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Con
                                             ConstTensor o, ConstTensor lse, int64_t batch,
                                             int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                                             AttnMask mask) {
+  if (inner_.bf16_attention() && all_bf16({dq, dk, dv, dout, q, k_, v, o}))
+    return inner_.attention_backward(dq, dk, dv, dout, q, k_, v, o, lse, batch, n_heads, n_kv_heads,
+                                     scratch, mask);
   Call k(*this);
   inner_.attention_backward(k.io(dq), k.io(dk), k.io(dv), k.in(dout), k.in(q), k.in(k_), k.in(v),
                             k.in(o), k.in(lse), batch, n_heads, n_kv_heads, k.io(scratch), mask);

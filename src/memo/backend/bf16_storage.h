@@ -34,7 +34,10 @@ namespace memo {
 //   - Native bf16 kernels replace it kernel by kernel. The first: where inner.bf16_products()
 //     (CUDA's cuBLASLt products, bf16 in, f32 accumulate), a product of two bf16 operands goes
 //     to inner as it is, with no scratch; a product with an f32 operand (the loss gradient
-//     times the head) is widened as above.
+//     times the head) is widened as above. The second: where inner.bf16_attention(), attention
+//     forward and backward over bf16 activations go to inner as they are (CUDA's chunked
+//     attention, which rounds P and dS to bf16 where this keeps them in f32: within a few bf16
+//     roundings, Note [Chunked attention]).
 class Bf16StorageBackend final : public Backend {
  public:
   // inner computes in f32 and must outlive this.
@@ -70,6 +73,7 @@ class Bf16StorageBackend final : public Backend {
                                   : inner_.measure_matmul_peak_flops(seconds);
   }
   bool bf16_products() const override { return inner_.bf16_products(); }
+  bool bf16_attention() const override { return inner_.bf16_attention(); }
   int64_t matmul_workspace_bytes() const override { return inner_.matmul_workspace_bytes(); }
   void set_matmul_workspace(Tensor workspace) override { inner_.set_matmul_workspace(workspace); }
 

@@ -21,6 +21,13 @@
 // dK and dV are zeroed first and accumulate chunk by chunk, j by j, on one stream: a fixed order
 // and no atomics, so the backward is deterministic. The causal chunk computes its whole
 // [n, kend) block and zeroes the masked corner: at most n / 2 wasted columns a row.
+// bf16 (a mixed-precision run's activations, Note [bf16 storage by conversion]): q, k, v, o, dout
+// and dq, dk, dv are bf16, the products take bf16 operands on the tensor cores and accumulate in
+// f32 (cuBLASLt), the scores, lse and delta stay f32, and the probabilities P and their gradient
+// dS are rounded to bf16 once before they enter a product (FlashAttention-2 does the same); dK
+// and dV accumulate over the chunks in f32 scratch and are rounded once a sequence. The
+// storage reference (the f32 kernels over widened inputs) keeps P and dS in f32: the two agree
+// within a few bf16 roundings (the tolerance is derived in tests/cuda/bodies_test.cc).
 // The softmax reduces each row in kSoftmaxLanes lanes (lane l takes columns l, l + lanes, ...,
 // with the online max and sum), then combines the lanes in a fixed pairwise tree: the GPU kernel
 // runs one block a row, a thread a lane, and the tree in shared memory; the CPU test runs the
@@ -35,26 +42,44 @@
 
 namespace memo::cuda {
 
+// A [rows, cols] matrix of f32 or bf16 elements, rows `ld` elements apart (unit column stride).
+struct AnyMat {
+  void* p = nullptr;
+  int64_t rows = 0, cols = 0, ld = 0;
+  bool bf16 = false;
+  MEMO_HD int64_t elem_bytes() const { return bf16 ? 2 : 4; }
+  MEMO_HD void* at(int64_t r, int64_t c) const {
+    return static_cast<char*>(p) + (r * ld + c) * elem_bytes();
+  }
+  MEMO_HD float load(int64_t r, int64_t c) const {
+    return bf16 ? from_bf16_bits(*static_cast<const uint16_t*>(at(r, c)))
+                : *static_cast<const float*>(at(r, c));
+  }
+};
+
 // Row-major strided-batched product: for every i < batch,
-//   C_i[m, n] = alpha op(A_i) op(B_i) + beta C_i, X_i = X + i stride_x (floats; ld: row stride).
+//   C_i[m, n] = alpha op(A_i) op(B_i) + beta C_i, X_i = X + i stride_x elements (ld: row stride).
 // op(A) is [m, k] (A stored [k, m] when trans_a), op(B) is [k, n] (B stored [n, k] when trans_b).
+// A and B are bf16 where ab_bf16, else f32; C is bf16 where c_bf16 (rounded once), else f32;
+// accumulation is f32.
 struct RowGemm {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
   float alpha = 1.0f, beta = 0.0f;
-  const float* a = nullptr;
+  const void* a = nullptr;
   int64_t lda = 0, stride_a = 0;
-  const float* b = nullptr;
+  const void* b = nullptr;
   int64_t ldb = 0, stride_b = 0;
-  float* c = nullptr;
+  void* c = nullptr;
   int64_t ldc = 0, stride_c = 0;
   int64_t batch = 1;
+  bool ab_bf16 = false, c_bf16 = false;
 };
 
-inline constexpr int64_t kChunkAlign = 16;  // score rows start 64 bytes apart
-// The backward's two score buffers stay within this many floats (1 GiB) where chunks of
-// kChunkAlign rows allow it.
-inline constexpr int64_t kChunkScoreFloats = int64_t(1) << 28;
+inline constexpr int64_t kChunkAlign = 16;  // score rows start 32 (bf16) or 64 bytes apart
+// The backward's score buffers (f32 scores and their gradient, bf16 P and dS: 12 bytes an
+// element) stay within this many bytes where chunks of kChunkAlign rows allow it.
+inline constexpr int64_t kChunkScoreBytes = int64_t(1) << 30;
 inline constexpr int kSoftmaxLanes = 256;  // threads of the softmax kernel's block
 
 inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -66,35 +91,50 @@ struct ChunkShape {
   bool causal = true;
   int64_t rows = 0;
   int64_t G() const { return H / Hkv; }
+  // Elements of one [H, rows, S] score buffer.
   int64_t scores_numel() const { return H * rows * round_up(S, kChunkAlign); }
 };
 
 // The chunk height for S rows and H heads: as many rows (a multiple of kChunkAlign) as keep the
-// backward's two [H, rows, S] buffers within kChunkScoreFloats, at least kChunkAlign, at most S.
+// backward's buffers within kChunkScoreBytes, at least kChunkAlign, at most S.
 inline int64_t chunk_rows(int64_t S, int64_t H) {
-  const int64_t per_row = 2 * H * round_up(S, kChunkAlign);
-  const int64_t fit =
-      std::max(kChunkAlign, kChunkScoreFloats / per_row / kChunkAlign * kChunkAlign);
+  const int64_t per_row = 12 * H * round_up(S, kChunkAlign);
+  const int64_t fit = std::max(kChunkAlign, kChunkScoreBytes / per_row / kChunkAlign * kChunkAlign);
   return std::min(fit, round_up(S, kChunkAlign));
 }
 inline ChunkShape chunk_shape(int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t D,
                               bool causal) {
   return ChunkShape{B, S, H, Hkv, D, causal, chunk_rows(S, H)};
 }
-// Scratch floats: the forward's scores; the backward's scores, their gradient and delta.
-inline int64_t chunked_forward_scratch_numel(const ChunkShape& c) { return c.scores_numel(); }
+// Scratch in floats, laid out as the schedules below take it. Forward: the f32 scores, then the
+// bf16 probabilities (half as many floats). Backward: scores and their gradient (f32), P and dS
+// (bf16), delta [H, S], and the f32 accumulators of dK and dV [S, Hkv D] (used in bf16). The
+// bf16 parts go unused by an f32 call: the numel does not know the dtype of the call.
+inline int64_t chunked_forward_scratch_numel(const ChunkShape& c) {
+  return c.scores_numel() + c.scores_numel() / 2;
+}
 inline int64_t chunked_backward_scratch_numel(const ChunkShape& c) {
-  return 2 * c.scores_numel() + c.H * c.S;
+  return 3 * c.scores_numel() + c.H * c.S + 2 * c.S * c.Hkv * c.D;
 }
 
-// One chunk's score rows: [H, n, ld] floats, row (h, r) is query i0 + r of head h over keys
-// [0, kend); under the causal mask it sees keys 0 .. i0 + r.
+// One chunk's score rows: [H, n, ld] f32 scores, row (h, r) query i0 + r of head h over keys
+// [0, kend); under the causal mask it sees keys 0 .. i0 + r. p16: where the bf16 probabilities go
+// (same indices), null for f32 (in place).
 struct ScoreRows {
   float* s = nullptr;
+  uint16_t* p16 = nullptr;
   int64_t n = 0, ld = 0, kend = 0, i0 = 0;
   bool causal = true;
-  MEMO_HD float* row(int64_t h, int64_t r) const { return s + (h * n + r) * ld; }
+  MEMO_HD int64_t index(int64_t h, int64_t r) const { return (h * n + r) * ld; }
+  MEMO_HD float* row(int64_t h, int64_t r) const { return s + index(h, r); }
   MEMO_HD int64_t visible(int64_t r) const { return causal ? i0 + r + 1 : kend; }
+  // Stores probability p of column t of row (h, r).
+  MEMO_HD void put_prob(int64_t h, int64_t r, int64_t t, float p) const {
+    if (p16)
+      p16[index(h, r) + t] = to_bf16_bits(p);
+    else
+      s[index(h, r) + t] = p;
+  }
 };
 
 // --- the softmax of one row: lanes, then a fixed tree ---
@@ -134,59 +174,81 @@ MEMO_HD inline float softmax_prob(float s, int64_t t, int64_t visible, float m, 
   return t < visible ? exp_f(s - m) / l : 0.0f;
 }
 
-// --- the backward's scores to probabilities and their gradient, one element ---
-// p = exp(s - lse) where visible, else 0; ds = p (dp - delta). In place: s <- p, dp <- ds.
-MEMO_HD inline void grad_scores_item(const ScoreRows& sc, float* dp_base, const float* lse,
-                                     const float* delta, int64_t S, int64_t h, int64_t r,
-                                     int64_t t) {
-  float* s = sc.row(h, r) + t;
-  float* dp = dp_base + (s - sc.s);
-  const int64_t i = sc.i0 + r;
-  const float p = t < sc.visible(r) ? exp_f(*s - lse[h * S + i]) : 0.0f;
-  *s = p;
-  *dp = p * (*dp - delta[h * S + i]);
+// --- delta and the backward's probabilities and their gradient, one item each ---
+// delta[h S + i] = sum_d dout[b S + i, h D + d] o[b S + i, h D + d], in double in index order.
+MEMO_HD inline void chunk_delta_item(float* delta, AnyMat dout, AnyMat o, int64_t S, int64_t D,
+                                     int64_t b, int64_t h, int64_t i) {
+  double sum = 0.0;
+  for (int64_t d = 0; d < D; ++d)
+    sum += double(dout.load(b * S + i, h * D + d)) * double(o.load(b * S + i, h * D + d));
+  delta[h * S + i] = float(sum);
+}
+// p = exp(s - lse) where visible, else 0; ds = p (dp - delta). f32 (sc.p16 null): in place, s <- p
+// and dp <- ds; bf16: p into sc.p16 and ds into ds16, each rounded once.
+MEMO_HD inline void grad_scores_item(const ScoreRows& sc, float* dp_base, uint16_t* ds16,
+                                     const float* lse, const float* delta, int64_t S, int64_t h,
+                                     int64_t r, int64_t t) {
+  const int64_t e = sc.index(h, r) + t, i = sc.i0 + r;
+  const float p = t < sc.visible(r) ? exp_f(sc.s[e] - lse[h * S + i]) : 0.0f;
+  const float ds = p * (dp_base[e] - delta[h * S + i]);
+  sc.put_prob(h, r, t, p);
+  if (ds16)
+    ds16[e] = to_bf16_bits(ds);
+  else
+    dp_base[e] = ds;
 }
 
 // --- the schedule ---
 // Ops provides: gemm(const RowGemm&); softmax(const ScoreRows&, float* lse_b) (lse_b: [H, S] of
-// this sequence; every row of sc to probabilities, lse of each); zero(Mat); delta(float* delta,
-// CMat dout, CMat o, int64_t b, ...) = rowsum(dO . O) of sequence b into [H, S]; grad_scores(
-// const ScoreRows&, float* dp, const float* lse_b, const float* delta) (grad_scores_item over
-// every head, row and column t < kend).
+// this sequence; every row of sc to probabilities, its lse); zero(AnyMat) (f32); delta(float*
+// delta, AnyMat dout, AnyMat o, int64_t b) (chunk_delta_item over [H, S] of sequence b);
+// grad_scores(const ScoreRows&, float* dp, uint16_t* ds16, const float* lse_b, const float*
+// delta) (grad_scores_item over every head, row and column t < kend); round_rows(AnyMat dst,
+// AnyMat src) (dst = src rounded to bf16, element for element, both [rows, cols]).
 
-// The G products of one chunk for j = 0 .. G-1: X_h [n, *] rows of x at column h D (h = g G + j).
-inline const float* head_rows(const CMat& x, int64_t row, int64_t col) {
-  return x.p + row * x.ld + col;
+inline const void* elem(const void* p, int64_t i, bool bf16) {
+  return static_cast<const char*>(p) + i * (bf16 ? 2 : 4);
+}
+inline void* elem(void* p, int64_t i, bool bf16) {
+  return static_cast<char*>(p) + i * (bf16 ? 2 : 4);
+}
+// Rows [r0, r0 + n) of x as a matrix of its own.
+inline AnyMat row_block(AnyMat x, int64_t r0, int64_t n) {
+  return AnyMat{x.at(r0, 0), n, x.cols, x.ld, x.bf16};
 }
 
 template <class Ops>
-void chunked_attention_forward(Ops& ops, const ChunkShape& c, Mat o, float* lse, CMat q, CMat k,
-                               CMat v, float* scores) {
+void chunked_attention_forward(Ops& ops, const ChunkShape& c, AnyMat o, float* lse, AnyMat q,
+                               AnyMat k, AnyMat v, float* scratch) {
   const int64_t S = c.S, D = c.D, G = c.G();
+  const bool bf16 = q.bf16;
   const float scale = 1.0f / std::sqrt(float(D));
+  float* scores = scratch;
+  uint16_t* p16 = bf16 ? reinterpret_cast<uint16_t*>(scratch + c.scores_numel()) : nullptr;
   for (int64_t b = 0; b < c.B; ++b) {
     for (int64_t i0 = 0; i0 < S; i0 += c.rows) {
       const int64_t n = std::min(c.rows, S - i0), kend = c.causal ? i0 + n : S;
-      const ScoreRows sc{scores, n, round_up(kend, kChunkAlign), kend, i0, c.causal};
+      const ScoreRows sc{scores, p16, n, round_up(kend, kChunkAlign), kend, i0, c.causal};
       const int64_t head_block = n * sc.ld;  // one head's scores
       for (int64_t j = 0; j < G; ++j) {
-        RowGemm g;
+        RowGemm g;  // S_h = scale Q_h K_g^T
         g.trans_b = true;
         g.m = n, g.n = kend, g.k = D, g.alpha = scale;
-        g.a = head_rows(q, b * S + i0, j * D), g.lda = q.ld, g.stride_a = G * D;
-        g.b = head_rows(k, b * S, 0), g.ldb = k.ld, g.stride_b = D;
+        g.a = q.at(b * S + i0, j * D), g.lda = q.ld, g.stride_a = G * D;
+        g.b = k.at(b * S, 0), g.ldb = k.ld, g.stride_b = D;
         g.c = scores + j * head_block, g.ldc = sc.ld, g.stride_c = G * head_block;
-        g.batch = c.Hkv;
+        g.batch = c.Hkv, g.ab_bf16 = bf16;
         ops.gemm(g);
       }
       ops.softmax(sc, lse + b * c.H * S);
       for (int64_t j = 0; j < G; ++j) {
-        RowGemm g;
+        RowGemm g;  // O_h = P_h V_g
         g.m = n, g.n = D, g.k = kend;
-        g.a = scores + j * head_block, g.lda = sc.ld, g.stride_a = G * head_block;
-        g.b = head_rows(v, b * S, 0), g.ldb = v.ld, g.stride_b = D;
-        g.c = o.p + (b * S + i0) * o.ld + j * D, g.ldc = o.ld, g.stride_c = G * D;
-        g.batch = c.Hkv;
+        g.a = bf16 ? elem(p16, j * head_block, true) : scores + j * head_block;
+        g.lda = sc.ld, g.stride_a = G * head_block;
+        g.b = v.at(b * S, 0), g.ldb = v.ld, g.stride_b = D;
+        g.c = o.at(b * S + i0, j * D), g.ldc = o.ld, g.stride_c = G * D;
+        g.batch = c.Hkv, g.ab_bf16 = bf16, g.c_bf16 = o.bf16;
         ops.gemm(g);
       }
     }
@@ -194,60 +256,82 @@ void chunked_attention_forward(Ops& ops, const ChunkShape& c, Mat o, float* lse,
 }
 
 template <class Ops>
-void chunked_attention_backward(Ops& ops, const ChunkShape& c, Mat dq, Mat dk, Mat dv, CMat dout,
-                                CMat q, CMat k, CMat v, CMat o, const float* lse, float* scratch) {
-  const int64_t S = c.S, D = c.D, G = c.G();
+void chunked_attention_backward(Ops& ops, const ChunkShape& c, AnyMat dq, AnyMat dk, AnyMat dv,
+                                AnyMat dout, AnyMat q, AnyMat k, AnyMat v, AnyMat o,
+                                const float* lse, float* scratch) {
+  const int64_t S = c.S, D = c.D, G = c.G(), KD = c.Hkv * D, SN = c.scores_numel();
+  const bool bf16 = q.bf16;
   const float scale = 1.0f / std::sqrt(float(D));
   float* scores = scratch;
-  float* dscores = scratch + c.scores_numel();
-  float* delta = dscores + c.scores_numel();
-  ops.zero(dk);
-  ops.zero(dv);
+  float* dscores = scratch + SN;
+  uint16_t* p16 = bf16 ? reinterpret_cast<uint16_t*>(scratch + 2 * SN) : nullptr;
+  uint16_t* ds16 = bf16 ? p16 + SN : nullptr;
+  float* delta = scratch + 3 * SN;
+  // dK and dV accumulate in f32: in place for f32, in scratch (one sequence) for bf16
+  float* acc = delta + c.H * S;
+  const AnyMat acc_k{acc, S, KD, KD, false}, acc_v{acc + S * KD, S, KD, KD, false};
+  if (!bf16) {
+    ops.zero(dk);
+    ops.zero(dv);
+  }
   for (int64_t b = 0; b < c.B; ++b) {
+    const AnyMat dk_b = bf16 ? acc_k : row_block(dk, b * S, S);
+    const AnyMat dv_b = bf16 ? acc_v : row_block(dv, b * S, S);
+    if (bf16) {
+      ops.zero(acc_k);
+      ops.zero(acc_v);
+    }
     ops.delta(delta, dout, o, b);
     const float* lse_b = lse + b * c.H * S;
     for (int64_t i0 = 0; i0 < S; i0 += c.rows) {
       const int64_t n = std::min(c.rows, S - i0), kend = c.causal ? i0 + n : S;
-      const ScoreRows sc{scores, n, round_up(kend, kChunkAlign), kend, i0, c.causal};
+      const ScoreRows sc{scores, p16, n, round_up(kend, kChunkAlign), kend, i0, c.causal};
       const int64_t head_block = n * sc.ld;
       for (int64_t j = 0; j < G; ++j) {
         RowGemm g;  // S_h = scale Q_h K_g^T, dP_h = dO_h V_g^T
         g.trans_b = true;
         g.m = n, g.n = kend, g.k = D, g.alpha = scale;
-        g.a = head_rows(q, b * S + i0, j * D), g.lda = q.ld, g.stride_a = G * D;
-        g.b = head_rows(k, b * S, 0), g.ldb = k.ld, g.stride_b = D;
+        g.a = q.at(b * S + i0, j * D), g.lda = q.ld, g.stride_a = G * D;
+        g.b = k.at(b * S, 0), g.ldb = k.ld, g.stride_b = D;
         g.c = scores + j * head_block, g.ldc = sc.ld, g.stride_c = G * head_block;
-        g.batch = c.Hkv;
+        g.batch = c.Hkv, g.ab_bf16 = bf16;
         ops.gemm(g);
         g.alpha = 1.0f;
-        g.a = head_rows(dout, b * S + i0, j * D), g.lda = dout.ld;
-        g.b = head_rows(v, b * S, 0), g.ldb = v.ld;
+        g.a = dout.at(b * S + i0, j * D), g.lda = dout.ld;
+        g.b = v.at(b * S, 0), g.ldb = v.ld;
         g.c = dscores + j * head_block;
         ops.gemm(g);
       }
-      ops.grad_scores(sc, dscores, lse_b, delta);
+      ops.grad_scores(sc, dscores, ds16, lse_b, delta);
+      // dS and P as the products read them
+      const void* ds = bf16 ? static_cast<const void*>(ds16) : dscores;
+      const void* p = bf16 ? static_cast<const void*>(p16) : scores;
       for (int64_t j = 0; j < G; ++j) {
         RowGemm g;  // dQ_h = scale dS_h K_g
         g.m = n, g.n = D, g.k = kend, g.alpha = scale;
-        g.a = dscores + j * head_block, g.lda = sc.ld, g.stride_a = G * head_block;
-        g.b = head_rows(k, b * S, 0), g.ldb = k.ld, g.stride_b = D;
-        g.c = dq.p + (b * S + i0) * dq.ld + j * D, g.ldc = dq.ld, g.stride_c = G * D;
-        g.batch = c.Hkv;
+        g.a = elem(ds, j * head_block, bf16), g.lda = sc.ld, g.stride_a = G * head_block;
+        g.b = k.at(b * S, 0), g.ldb = k.ld, g.stride_b = D;
+        g.c = dq.at(b * S + i0, j * D), g.ldc = dq.ld, g.stride_c = G * D;
+        g.batch = c.Hkv, g.ab_bf16 = bf16, g.c_bf16 = dq.bf16;
         ops.gemm(g);
-        RowGemm t;  // dK_g += scale dS_h^T Q_h, dV_g += P_h^T dO_h
+        RowGemm t;  // dK_g += scale dS_h^T Q_h, dV_g += P_h^T dO_h (f32)
         t.trans_a = true;
         t.m = kend, t.n = D, t.k = n, t.alpha = scale, t.beta = 1.0f;
-        t.a = dscores + j * head_block, t.lda = sc.ld, t.stride_a = G * head_block;
-        t.b = head_rows(q, b * S + i0, j * D), t.ldb = q.ld, t.stride_b = G * D;
-        t.c = dk.p + b * S * dk.ld, t.ldc = dk.ld, t.stride_c = D;
-        t.batch = c.Hkv;
+        t.a = elem(ds, j * head_block, bf16), t.lda = sc.ld, t.stride_a = G * head_block;
+        t.b = q.at(b * S + i0, j * D), t.ldb = q.ld, t.stride_b = G * D;
+        t.c = dk_b.p, t.ldc = dk_b.ld, t.stride_c = D;
+        t.batch = c.Hkv, t.ab_bf16 = bf16;
         ops.gemm(t);
         t.alpha = 1.0f;
-        t.a = scores + j * head_block;
-        t.b = head_rows(dout, b * S + i0, j * D), t.ldb = dout.ld;
-        t.c = dv.p + b * S * dv.ld, t.ldc = dv.ld;
+        t.a = elem(p, j * head_block, bf16);
+        t.b = dout.at(b * S + i0, j * D), t.ldb = dout.ld;
+        t.c = dv_b.p, t.ldc = dv_b.ld;
         ops.gemm(t);
       }
+    }
+    if (bf16) {
+      ops.round_rows(row_block(dk, b * S, S), acc_k);
+      ops.round_rows(row_block(dv, b * S, S), acc_v);
     }
   }
 }

@@ -153,6 +153,13 @@ CMat cmat(ConstTensor t) {
   return {m.p, m.rows, m.cols, m.ld};
 }
 
+// A 2-D f32 or bf16 tensor of the attention (unit column stride, device memory).
+cuda::AnyMat any_mat(ConstTensor t) {
+  MEMO_CHECK(t.ndim() == 2 && (t.cols() <= 1 || t.stride()[1] == 1), "cuda: attention takes 2-D ",
+             "views with unit column stride, not ", t.shape());
+  return {dev_operand(t), t.rows(), t.cols(), t.ld(), t.dtype() == DType::kBF16};
+}
+
 // Grid-stride loop: f(i) for i in [0, n).
 template <class F>
 __global__ void for_each_kernel(int64_t n, F f) {
@@ -178,7 +185,7 @@ __global__ void chunk_softmax_kernel(cuda::ScoreRows sc, float* lse_b, int64_t S
   }
   const float mx = m[0], sum = l[0];
   for (int64_t t = lane; t < sc.kend; t += cuda::kSoftmaxLanes)
-    s[t] = cuda::softmax_prob(s[t], t, visible, mx, sum);
+    sc.put_prob(h, r, t, cuda::softmax_prob(s[t], t, visible, mx, sum));
   if (lane == 0) lse_b[h * S + sc.i0 + r] = mx + ::logf(sum);
 }
 
@@ -446,6 +453,22 @@ class CudaBackend final : public Backend {
   int64_t reproducible_rows() const override { return kCudaPanelRows; }
   DType activation_dtype() const override { return DType::kF32; }
   bool bf16_products() const override { return true; }
+  // The chunked attention takes bf16 activations (Note [Chunked attention]); the per-query
+  // kernels do not.
+  bool bf16_attention() const override { return !rows_attention_; }
+  // The activations of one attention call share one dtype (f32, or bf16 where bf16_attention());
+  // the log-sum-exp and the scratch are f32.
+  void check_attention_dtypes(const char* op, std::initializer_list<ConstTensor> acts,
+                              std::initializer_list<ConstTensor> f32s) const {
+    const DType dt = acts.begin()->dtype();
+    for (const ConstTensor& t : acts)
+      MEMO_CHECK(t.dtype() == dt && (dt == DType::kF32 || (dt == DType::kBF16 && bf16_attention())),
+                 op, ": activations of one dtype, f32", bf16_attention() ? " or bf16" : "",
+                 "; got ", dtype_name(t.dtype()), " ", t.shape(), " beside ", dtype_name(dt));
+    for (const ConstTensor& t : f32s)
+      MEMO_CHECK(t.dtype() == DType::kF32, op, ": lse and scratch are f32, not ",
+                 dtype_name(t.dtype()), " ", t.shape());
+  }
   MemSpace device_space() const override { return MemSpace::kDevice; }
   RawAllocator& allocator(MemSpace space) override {
     return pick_allocator(space, {&host_, &pinned_, &device_}, "cuda");
@@ -697,13 +720,14 @@ class CudaBackend final : public Backend {
     const Timed timed(this, "attention_forward");
     const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
     MEMO_CHECK(lse.contiguous(), "attention_forward: lse ", lse.shape(), " not contiguous");
+    check_attention_dtypes("attention_forward", {o, q, k, v}, {lse, scratch});
     if (!rows_attention_) {
       const cuda::ChunkShape c =
           cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal);
       check_scratch("attention_forward", scratch, cuda::chunked_forward_scratch_numel(c));
       ChunkOps ops{this, c};
-      return cuda::chunked_attention_forward(ops, c, mat(o), dev(lse), cmat(q), cmat(k), cmat(v),
-                                             dev(scratch));
+      return cuda::chunked_attention_forward(ops, c, any_mat(o), dev(lse), any_mat(q), any_mat(k),
+                                             any_mat(v), dev(scratch));
     }
     const cuda::AttnShape a{d.S, d.H, d.G, d.D, mask == AttnMask::kCausal};
     const Mat O = mat(o);
@@ -727,14 +751,15 @@ class CudaBackend final : public Backend {
     const AttnDims d =
         check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
     MEMO_CHECK(lse.contiguous(), "attention_backward: lse ", lse.shape(), " not contiguous");
+    check_attention_dtypes("attention_backward", {dq, dk, dv, dout, q, k, v, o}, {lse, scratch});
     if (!rows_attention_) {
       const cuda::ChunkShape c =
           cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal);
       check_scratch("attention_backward", scratch, cuda::chunked_backward_scratch_numel(c));
       ChunkOps ops{this, c};
-      return cuda::chunked_attention_backward(ops, c, mat(dq), mat(dk), mat(dv), cmat(dout),
-                                              cmat(q), cmat(k), cmat(v), cmat(o), dev(lse),
-                                              dev(scratch));
+      return cuda::chunked_attention_backward(ops, c, any_mat(dq), any_mat(dk), any_mat(dv),
+                                              any_mat(dout), any_mat(q), any_mat(k), any_mat(v),
+                                              any_mat(o), dev(lse), dev(scratch));
     }
     check_scratch("attention_backward", scratch, d.S * d.H);
     const cuda::AttnShape a{d.S, d.H, d.G, d.D, mask == AttnMask::kCausal};
@@ -1035,31 +1060,46 @@ class CudaBackend final : public Backend {
                                                                                       c.S);
       check_cuda(cudaGetLastError(), "chunk softmax launch");
     }
-    void zero(Mat x) { be->zero_launch(x); }
-    void delta(float* delta, CMat dout, CMat o, int64_t b) {
-      be->attention_delta_launch(delta, dout, o, cuda::AttnShape{c.S, c.H, c.G(), c.D, c.causal},
-                                 b);
+    void zero(cuda::AnyMat x) {
+      be->zero_launch(Mat{static_cast<float*>(x.p), x.rows, x.cols, x.ld});
     }
-    void grad_scores(const cuda::ScoreRows& sc, float* dp, const float* lse_b, const float* delta) {
-      be->grad_scores_launch(sc, dp, lse_b, delta, c.H, c.S);
+    void delta(float* delta, cuda::AnyMat dout, cuda::AnyMat o, int64_t b) {
+      be->chunk_delta_launch(delta, dout, o, c.H, c.S, c.D, b);
     }
+    void grad_scores(const cuda::ScoreRows& sc, float* dp, uint16_t* ds16, const float* lse_b,
+                     const float* delta) {
+      be->grad_scores_launch(sc, dp, ds16, lse_b, delta, c.H, c.S);
+    }
+    void round_rows(cuda::AnyMat dst, cuda::AnyMat src) { be->round_rows_launch(dst, src); }
   };
-  // Row-major strided-batched C = alpha op(A) op(B) + beta C in f32: column-major C^T = op(B)^T
-  // op(A)^T, as matmul_unchecked.
+  // Row-major strided-batched C = alpha op(A) op(B) + beta C: column-major C^T = op(B)^T op(A)^T,
+  // as matmul_unchecked.
   void row_gemm(const cuda::RowGemm& g) {
     if (g.m == 0 || g.n == 0 || g.batch == 0) return;
     gemm(g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.n, g.m,
-         g.k, g.alpha, g.b, g.ldb, g.a, g.lda, g.beta, g.c, g.ldc, CUDA_R_32F, CUDA_R_32F, g.batch,
+         g.k, g.alpha, g.b, g.ldb, g.a, g.lda, g.beta, g.c, g.ldc,
+         g.ab_bf16 ? CUDA_R_16BF : CUDA_R_32F, g.c_bf16 ? CUDA_R_16BF : CUDA_R_32F, g.batch,
          g.stride_b, g.stride_a, g.stride_c);
   }
   void zero_launch(Mat X) {
     launch_rc(X.rows, X.cols, [=] __device__(int64_t t, int64_t c) { X.at(t, c) = 0.0f; });
   }
-  void grad_scores_launch(cuda::ScoreRows sc, float* dp, const float* lse_b, const float* delta,
-                          int64_t H, int64_t S) {
+  void chunk_delta_launch(float* delta, cuda::AnyMat dout, cuda::AnyMat o, int64_t H, int64_t S,
+                          int64_t D, int64_t b) {
+    launch(H * S, [=] __device__(int64_t i) {
+      cuda::chunk_delta_item(delta, dout, o, S, D, b, i / S, i % S);
+    });
+  }
+  void grad_scores_launch(cuda::ScoreRows sc, float* dp, uint16_t* ds16, const float* lse_b,
+                          const float* delta, int64_t H, int64_t S) {
     const int64_t n = sc.n, kend = sc.kend;
     launch(H * n * kend, [=] __device__(int64_t i) {
-      cuda::grad_scores_item(sc, dp, lse_b, delta, S, i / (n * kend), i / kend % n, i % kend);
+      cuda::grad_scores_item(sc, dp, ds16, lse_b, delta, S, i / (n * kend), i / kend % n, i % kend);
+    });
+  }
+  void round_rows_launch(cuda::AnyMat dst, cuda::AnyMat src) {
+    launch_rc(dst.rows, dst.cols, [=] __device__(int64_t t, int64_t c) {
+      *static_cast<uint16_t*>(dst.at(t, c)) = cuda::to_bf16_bits(src.load(t, c));
     });
   }
   void attention_delta_launch(float* delta, CMat DO, CMat O, cuda::AttnShape a, int64_t b) {

@@ -29,6 +29,9 @@ class MetaBackend final : public Backend {
   std::string describe() const override;
   bool has_values() const override { return false; }
   int64_t reproducible_rows() const override { return target_.reproducible_rows(); }
+  // target's native bf16 kernels, so a bf16 trace widens (and counts) what the run widens
+  bool bf16_products() const override { return target_.bf16_products(); }
+  bool bf16_attention() const override { return target_.bf16_attention(); }
   DType activation_dtype() const override { return activations_; }
   MemSpace device_space() const override { return MemSpace::kMeta; }
   RawAllocator& allocator(MemSpace) override { return addresses_; }
