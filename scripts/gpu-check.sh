@@ -24,7 +24,8 @@
 #      (bench/cuda/attention_bench.cc, scripts/torch_gpu_attention.py);
 #   7. tokens/s of a ~1B LLaMA at 4K tokens under keep (with the GPU time per kernel entry
 #      point: MEMO_CUDA_PROFILE), recompute and memo, keep in bf16, and PyTorch's on the same model
-#      (scripts/torch_gpu_bench.py); then keep and memo in bf16 at 32K.
+#      (scripts/torch_gpu_bench.py); then keep and memo in bf16 at 32K, and the longest
+#      sequence keep, recompute and memo fit in the GPU's memory in bf16 (the plan's advice).
 # It writes gpu-check.log and gpu-check.json (the numbers of each stage) to $OUT when that is
 # set, else to /tmp.
 set -uo pipefail
@@ -197,6 +198,17 @@ for s in keep memo; do
     --save-every 0 --val-batches 0 --device cuda --precision bf16 --activations "$s" \
     --out "$runs/b32_$s" --log "$runs/b32_$s.jsonl" --hardware-dir hardware --device-memory 0
 done
+# the longest sequence of the ~1B model that fits in the GPU's free memory under each strategy,
+# in bf16: a run at 256K tokens is refused before step 1 with the planned need and the longest
+# --seq that fits (estimated from the scaled plan), which the summary reads
+sed 's/"max_position_embeddings": 32768/"max_position_embeddings": 1048576/' "$runs/llama1b.json" \
+  > "$runs/llama1b_long.json"
+for s in keep recompute memo; do
+  stage "fit_$s" 90 "$b/memo" train --config "$runs/llama1b_long.json" --data "$b/data/kjv.txt" \
+    --seq 262144 --batch 1 --steps 1 --save-every 0 --val-batches 0 --device cuda \
+    --precision bf16 --activations "$s" --out "$runs/fit_$s" > "$runs/fit_$s.out" 2>&1
+  tail -2 "$runs/fit_$s.out"
+done
 wait "$cpu_pid"
 echo "cpu run: exit $? ($(tail -c 300 "$runs/cpu.out" | tr '\n' ' '))"
 
@@ -271,6 +283,16 @@ for s in ["keep", "memo"]:
                                          "mfu": r[-1].get("mfu"), "mfu_peak": r[-1].get("mfu_peak"),
                                          "peak_bytes": r[-1].get("peak_bytes"),
                                          "loss": r[-1]["loss"]}
+import re
+for s in ["keep", "recompute", "memo"]:
+    p = os.path.join(runs, "fit_" + s + ".out")
+    if os.path.exists(p):
+        text = open(p).read()
+        m = re.search(r"--seq (\d+) fits this budget", text)
+        b = re.search(r"budget is [0-9.]+ GiB \((\d+) B\)", text)
+        out["longest_seq_bf16_" + s] = {"seq": int(m.group(1)) if m else None,
+                                        "budget_bytes": int(b.group(1)) if b else None,
+                                        "message": text.strip().splitlines()[-1][:600] if text.strip() else ""}
 for name in ["attention", "torch_attention"]:
     p = os.path.join(runs, name + ".jsonl")
     if os.path.exists(p):

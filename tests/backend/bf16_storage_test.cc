@@ -189,5 +189,32 @@ TEST(Bf16Storage, a_backend_with_bf16_attention_gets_bf16_activations_as_they_ar
                                             DType::kF32, DType::kF32}));
 }
 
+// A backend with bf16 row and elementwise kernels (CUDA) gets bf16 tensors as they are, as long as
+// the statistics and gradient arguments are f32; otherwise they are widened for it.
+TEST(Bf16Storage, a_backend_with_bf16_elementwise_kernels_gets_bf16_tensors_as_they_are) {
+  struct Native final : CpuBackend {
+    bool bf16_elementwise() const override { return true; }
+    void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
+                         float eps) override {
+      seen.push_back(x.dtype());
+      if (x.dtype() == DType::kF32) CpuBackend::rmsnorm_forward(y, inv_rms, x, w, eps);
+    }
+    void add_into(Tensor dst, ConstTensor src) override {
+      seen.push_back(dst.dtype());
+      if (dst.dtype() == DType::kF32) CpuBackend::add_into(dst, src);
+    }
+    std::vector<DType> seen;
+  } inner;
+  Bf16StorageBackend be(inner);
+  EXPECT_TRUE(be.bf16_elementwise());
+  std::vector<bf16> x = random_bf16(12, 4), y(12), stat16(3);
+  std::vector<float> stat(3);
+  const View<const bf16> X(x.data(), {3, 4}), W(x.data(), {4});
+  be.rmsnorm_forward(View<bf16>(y.data(), {3, 4}), View<float>(stat.data(), {3}), X, W, 1e-5f);
+  be.rmsnorm_forward(View<bf16>(y.data(), {3, 4}), View<bf16>(stat16.data(), {3}), X, W, 1e-5f);
+  be.add_into(View<bf16>(y.data(), {3, 4}), X);
+  EXPECT_EQ(inner.seen, (std::vector<DType>{DType::kBF16, DType::kF32, DType::kBF16}));
+}
+
 }  // namespace
 }  // namespace memo

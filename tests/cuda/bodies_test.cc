@@ -751,12 +751,115 @@ struct Buf16 {
     for (size_t i = 0; i < v.size(); ++i) v[i] = to_bf16_bits(b.v[i]);
   }
   AnyMat any() { return {v.data(), rows, cols, ld, true}; }
+  XMat x() { return {v.data(), rows, cols, ld, true}; }
+  XVec xv() const { return {v.data(), true}; }
   Buf widened() const {
     Buf b(rows, cols, ld, 0.0f);
     for (size_t i = 0; i < v.size(); ++i) b.v[i] = from_bf16_bits(v[i]);
     return b;
   }
 };
+
+// Note [bf16 bodies]: a body over bf16 tensors gives the bits of the same body over the widened
+// tensors with each output rounded once (Bf16StorageBackend's semantics), f32 arguments (the
+// statistics, dw, db, dwte) bit for bit.
+void expect_rounded(const Buf16& got, const Buf& f32, const char* what) {
+  for (int64_t r = 0; r < got.rows; ++r)
+    for (int64_t c = 0; c < got.cols; ++c)
+      ASSERT_EQ(got.v[r * got.ld + c], to_bf16_bits(f32.v[r * f32.ld + c]))
+          << what << " [" << r << ", " << c << "]";
+}
+
+TEST(CudaBodies, bodies_over_bf16_give_the_f32_bodies_bits_rounded_once) {
+  const int64_t T = 13, C = 97;
+  constexpr float kEps = 1e-5f;
+  Buf16 x16(Buf::random(T, C, C + 3, 201, -2.0f, 2.0f)), dy16(Buf::random(T, C, C, 202)),
+      w16(Buf::random(1, C, C, 203)), b16(Buf::random(1, C, C, 204)),
+      acc16(Buf::random(T, C, C + 1, 205));  // what a += output holds before
+  const Buf x = x16.widened(), dy = dy16.widened(), w = w16.widened(), b = b16.widened();
+  {  // RMSNorm
+    Buf16 y16(Buf(T, C, C, 0.0f)), dx16 = acc16;
+    Buf y(T, C, C, 0.0f), dx = acc16.widened();
+    std::vector<float> r16(T), r(T), dw16(C, 0.5f), dw(C, 0.5f);
+    for (int64_t t = 0; t < T; ++t) {
+      rmsnorm_forward_row(y16.x(), r16.data(), x16.x(), w16.xv(), kEps, t);
+      rmsnorm_forward_row(y.mat(), r.data(), x.cmat(), w.v.data(), kEps, t);
+      rmsnorm_backward_row(dx16.x(), dy16.x(), x16.x(), w16.xv(), r.data(), t);
+      rmsnorm_backward_row(dx.mat(), dy.cmat(), x.cmat(), w.v.data(), r.data(), t);
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      rmsnorm_dw_col(dw16.data(), dy16.x(), x16.x(), r.data(), c);
+      rmsnorm_dw_col(dw.data(), dy.cmat(), x.cmat(), r.data(), c);
+    }
+    expect_rounded(y16, y, "rmsnorm y");
+    EXPECT_EQ(r16, r);
+    expect_rounded(dx16, dx, "rmsnorm dx +=");
+    EXPECT_EQ(dw16, dw);
+  }
+  {  // LayerNorm
+    Buf16 y16(Buf(T, C, C, 0.0f)), dx16 = acc16;
+    Buf y(T, C, C, 0.0f), dx = acc16.widened();
+    std::vector<float> m16(T), m(T), s16(T), sd(T), dw16(C, 0.5f), dw(C, 0.5f), db16(C, 0.25f),
+        db(C, 0.25f);
+    for (int64_t t = 0; t < T; ++t) {
+      layernorm_forward_row(y16.x(), m16.data(), s16.data(), x16.x(), w16.xv(), b16.xv(), kEps, t);
+      layernorm_forward_row(y.mat(), m.data(), sd.data(), x.cmat(), w.v.data(), b.v.data(), kEps,
+                            t);
+      layernorm_backward_row(dx16.x(), dy16.x(), x16.x(), w16.xv(), m.data(), sd.data(), t);
+      layernorm_backward_row(dx.mat(), dy.cmat(), x.cmat(), w.v.data(), m.data(), sd.data(), t);
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      layernorm_dwdb_col(dw16.data(), db16.data(), dy16.x(), x16.x(), m.data(), sd.data(), c);
+      layernorm_dwdb_col(dw.data(), db.data(), dy.cmat(), x.cmat(), m.data(), sd.data(), c);
+    }
+    expect_rounded(y16, y, "layernorm y");
+    EXPECT_EQ(m16, m);
+    EXPECT_EQ(s16, sd);
+    expect_rounded(dx16, dx, "layernorm dx");
+    EXPECT_EQ(dw16, dw);
+    EXPECT_EQ(db16, db);
+  }
+  {  // bias gradient, embedding forward and backward
+    std::vector<float> db16(C, 0.25f), db(C, 0.25f);
+    for (int64_t c = 0; c < C; ++c) {
+      bias_backward_col(db16.data(), dy16.x(), c);
+      bias_backward_col(db.data(), dy.cmat(), c);
+    }
+    EXPECT_EQ(db16, db);
+    const std::vector<int32_t> tokens = {3, 0, 12, 3, -1, 7, 3, 12, 0, 1, 2, 5, 3};  // T ids < 13
+    Buf16 e16(Buf(T, C, C, 0.0f));
+    Buf e(T, C, C, 0.0f), dwte16(T, C, C, 0.5f), dwte(T, C, C, 0.5f);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        e16.x().at(t, c) = embedding_forward_at(x16.x(), tokens.data(), t, c);
+        e.mat().at(t, c) = embedding_forward_at(x.cmat(), tokens.data(), t, c);
+      }
+    for (int64_t c = 0; c < C; ++c) {
+      embedding_backward_col(dwte16.mat(), dy16.x(), tokens.data(), c);
+      embedding_backward_col(dwte.mat(), dy.cmat(), tokens.data(), c);
+    }
+    expect_rounded(e16, e, "embedding");
+    EXPECT_EQ(dwte16.v, dwte.v);
+  }
+  {  // RoPE in place, both directions: 3 heads of 8 over the 13 rows
+    const int64_t H = 3, D = 8, half = D / 2;
+    Buf16 q16(Buf::random(T, H * D, H * D + 2, 206, -2.0f, 2.0f));
+    Buf q = q16.widened();
+    const Buf cos = Buf::random(T + 4, half, half, 207), sin = Buf::random(T + 4, half, half, 208);
+    for (float sign : {1.0f, -1.0f})
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < half; ++i) {
+            rope_rotate_pair(q16.x(), cos.cmat(), sin.cmat(), D, 4, sign, t, h, i);
+            rope_rotate_pair(q.mat(), cos.cmat(), sin.cmat(), D, 4, sign, t, h, i);
+            // the f32 side rounds where the bf16 side stores: keep them on the same values
+            q.mat().at(t, h * D + i) = from_bf16_bits(to_bf16_bits(q.at(t, h * D + i)));
+            q.mat().at(t, h * D + half + i) =
+                from_bf16_bits(to_bf16_bits(q.at(t, h * D + half + i)));
+          }
+    expect_rounded(q16, q, "rope");
+  }
+}
 
 // The chunked schedule against the CPU kernels, chunks of `rows` query rows (0: chunk_rows). bf16:
 // the inputs rounded to bf16, the outputs bf16, against the CPU's f32 kernels over the same

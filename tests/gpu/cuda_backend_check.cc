@@ -590,6 +590,102 @@ TEST(CudaBackend, bf16_attention_is_within_bf16_rounding_of_the_cpus_bf16_storag
   }
 }
 
+// Note [bf16 bodies]: the layers' row and elementwise kernels on bf16 tensors against the CPU's
+// bf16 storage (the f32 kernels over the widened tensors, each output rounded once). The GPU's
+// f32 arithmetic differs from the CPU's by an ulp here and there (fused multiply-adds, expf),
+// which can move a bf16 rounding by one step: within one bf16 ulp, and the f32 statistics
+// within kTol.
+TEST(CudaBackend, bf16_elementwise_kernels_match_the_cpus_bf16_storage) {
+  REQUIRE_GPU();
+  ASSERT_TRUE(g->bf16_elementwise());
+  Bf16StorageBackend ref(cpu_backend());
+  const int64_t T = 67, C = 256, H = 4, D = 64;
+  RawAllocator& dev = g->allocator(MemSpace::kDevice);
+  struct Arg {                   // host values and a device copy
+    std::vector<uint16_t> bits;  // bf16, or the f32's two halves
+    Shape shape;
+    DType dt;
+  };
+  auto b16 = [](Shape shape, uint64_t seed) {
+    Arg a{{}, shape, DType::kBF16};
+    for (float x : randoms(shape.numel(), seed, -2.0f, 2.0f))
+      a.bits.push_back(float_to_bf16(x).bits);
+    return a;
+  };
+  auto f32 = [](Shape shape, uint64_t seed) {
+    Arg a{std::vector<uint16_t>(size_t(shape.numel()) * 2), shape, DType::kF32};
+    const std::vector<float> v = randoms(shape.numel(), seed, 0.5f, 1.5f);
+    std::memcpy(a.bits.data(), v.data(), v.size() * 4);
+    return a;
+  };
+  using Run = std::function<void(Backend&, std::vector<Tensor>&)>;
+  auto check = [&](const char* what, std::vector<Arg> args, const Run& op) {
+    SCOPED_TRACE(what);
+    std::vector<Arg> host = args;
+    std::vector<Tensor> ht, gt;
+    std::vector<RawBuffer> bufs;
+    for (Arg& a : host) ht.emplace_back(a.bits.data(), a.shape, a.dt, MemSpace::kHost);
+    for (const Arg& a : args) {
+      bufs.emplace_back(dev, std::max<int64_t>(2, int64_t(a.bits.size()) * 2), "test");
+      g->copy_from_host(bufs.back().data(), a.bits.data(), int64_t(a.bits.size()) * 2);
+      gt.push_back(bufs.back().tensor(a.shape, a.dt));
+    }
+    op(ref, ht);
+    op(*g, gt);
+    for (size_t i = 0; i < args.size(); ++i) {
+      std::vector<uint16_t> got(host[i].bits.size());
+      g->copy_to_host(got.data(), bufs[i].data(), int64_t(got.size()) * 2);
+      const int64_t n = host[i].shape.numel();
+      for (int64_t j = 0; j < n; ++j) {
+        if (args[i].dt == DType::kBF16) {
+          const int d = std::abs(int(got[j]) - int(host[i].bits[j]));
+          ASSERT_LE(d, 1) << "argument " << i << " element " << j;
+        } else {
+          float x, y;
+          std::memcpy(&x, &got[2 * j], 4);
+          std::memcpy(&y, &host[i].bits[2 * j], 4);
+          ASSERT_LE(std::abs(x - y), kTol * std::max(1.0f, std::abs(y)))
+              << "argument " << i << " element " << j;
+        }
+      }
+    }
+  };
+  check("rmsnorm",
+        {b16({T, C}, 1), f32({T}, 2), b16({T, C}, 3), b16({C}, 4), b16({T, C}, 5), f32({C}, 6),
+         b16({T, C}, 7)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f);
+          b.rmsnorm_backward(t[4], t[5], t[6], t[2], t[3], t[1]);
+        });
+  check("swiglu",
+        {b16({T, C}, 8), b16({T, C}, 9), b16({T, C}, 10), b16({T, C}, 11), b16({T, C}, 12)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.swiglu_forward(t[0], t[1], t[2]);
+          b.swiglu_backward(t[3], t[4], t[0], t[1], t[2]);
+        });
+  check("rope", {b16({T, H * D}, 13), f32({T, D / 2}, 14), f32({T, D / 2}, 15)},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.rope_forward(t[0], t[1], t[2], D, 0);
+          b.rope_backward(t[0], t[1], t[2], D, 0);
+        });
+  check("add, scale, copy, fill", {b16({T, C}, 16), b16({T, C}, 17), f32({T, C}, 18)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.add_into(t[0], t[1]);
+          b.add_into(t[0], t[2]);
+          b.scale(t[1], 0.3f);
+          b.copy(t[1].slice_cols(0, 100), ConstTensor(t[0].slice_cols(50, 150)));
+          b.fill(t[0].slice_cols(200, 256), 1.0f / 3.0f);
+        });
+  check("gelu and bias",
+        {b16({T, C}, 19), b16({T, C}, 20), b16({C}, 21), f32({C}, 22), b16({T, C}, 23)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.gelu_forward(t[0], t[1]);
+          b.bias_add(t[0], t[2]);
+          b.bias_backward(t[3], t[0]);
+          b.gelu_backward(t[4], t[0], t[1]);
+        });
+}
+
 TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {
   REQUIRE_GPU();
   const int64_t n = 1 << 20;

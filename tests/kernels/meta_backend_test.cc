@@ -107,10 +107,13 @@ TEST(MetaBackend, takes_sizes_and_row_granularity_from_its_target) {
   struct Native final : CpuBackend {
     bool bf16_products() const override { return true; }
     bool bf16_attention() const override { return true; }
+    bool bf16_elementwise() const override { return true; }
   } native;
   MetaBackend over_native(native);
   EXPECT_TRUE(over_native.bf16_products());
   EXPECT_TRUE(over_native.bf16_attention());
+  EXPECT_TRUE(over_native.bf16_elementwise());
+  EXPECT_FALSE(meta.bf16_elementwise());
 }
 
 TEST(CpuBackend, sum_adds_in_index_order_in_double) {

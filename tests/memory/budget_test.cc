@@ -25,6 +25,15 @@ TEST(Budget, need_adds_weights_gradients_the_optimizers_state_and_the_arena) {
   const std::string msg = over_budget_message(n, 10000, 1, 16, FitAdvice{18400, std::nullopt});
   EXPECT_NE(msg.find("lion state 0.00 GiB"), std::string::npos) << msg;
   EXPECT_NE(msg.find("short"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("bf16"), std::string::npos) << msg;
+  // a bf16 run's parts are named too: the terms add up to the need
+  DeviceNeed m = n;
+  m.working_weight_bytes = int64_t(1) << 30;
+  m.conversion_scratch_bytes = int64_t(3) << 30;
+  const std::string mixed = over_budget_message(m, 10000, 1, 16, FitAdvice{m.total_bytes(), {}});
+  EXPECT_NE(mixed.find("+ bf16 working weights 1.00 GiB + bf16 conversion 3.00 GiB +"),
+            std::string::npos)
+      << mixed;
 }
 
 TEST(Budget, flag_value_rounds_up_and_parses_back_to_at_least_the_need) {

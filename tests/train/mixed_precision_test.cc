@@ -19,6 +19,7 @@
 #include "memo/backend/caching_allocator.h"
 #include "memo/io/config_json.h"
 #include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/kernels/meta/meta_backend.h"
 #include "memo/memory/strategy.h"
 #include "memo/train/device_plan.h"
 #include "memo/train/trainer.h"
@@ -188,6 +189,30 @@ TEST(MixedPrecision, the_working_weights_are_bf16_counted_and_follow_the_master_
   EXPECT_EQ(plan_device_memory(f32, 2, 128, int64_t(1) << 30, DevicePlanOptions{})
                 .need.working_weight_bytes,
             0);
+}
+
+// A backend with native bf16 kernels (CUDA: products, attention, the layers' row and elementwise
+// kernels) is handed bf16 tensors as they are, so its plan counts widened copies only for what
+// it does not take natively (the loss path's products with an f32 operand): a fraction of what
+// bf16 storage over f32 kernels widens. Planned on meta models of both, which trace themselves.
+TEST(MixedPrecision, native_bf16_kernels_shrink_the_planned_conversion_scratch) {
+  struct Native final : CpuBackend {
+    bool bf16_products() const override { return true; }
+    bool bf16_attention() const override { return true; }
+    bool bf16_elementwise() const override { return true; }
+  } native;
+  test::TempDir dir;
+  const ModelConfig config = load_model_config(options(dir.path(), false).config_path);
+  int64_t scratch[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    MetaBackend meta(i == 0 ? static_cast<Backend&>(cpu_backend()) : native, DType::kF32);
+    Bf16StorageBackend mixed(meta);
+    Model model(config, mixed);
+    const DevicePlan plan = plan_device_memory(model, 2, 128, 0, DevicePlanOptions{});
+    scratch[i] = plan.need.conversion_scratch_bytes;
+  }
+  EXPECT_GT(scratch[0], 0);
+  EXPECT_LT(scratch[1], scratch[0] / 2) << scratch[1] << " against " << scratch[0];
 }
 
 }  // namespace

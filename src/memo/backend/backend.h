@@ -98,6 +98,12 @@ class Backend {
   // in f32, rounding P and dS to bf16 before their products and each output once.
   // Bf16StorageBackend hands such calls over as they are.
   virtual bool bf16_attention() const { return false; }
+  // Whether the layers' row and elementwise kernels (norms, RoPE, SwiGLU, GELU, bias, embedding,
+  // copy, fill, scale, add_into) take bf16 activations and weights natively, reading each as f32
+  // and rounding each output element once: the bits of the f32 kernel over the widened inputs,
+  // rounded (CUDA, Note [bf16 bodies] in cuda/bodies.h). Their statistics and gradient arguments
+  // (inv_rms, mean, rstd, dw, db, dwte) stay f32. Bf16StorageBackend hands such calls over.
+  virtual bool bf16_elementwise() const { return false; }
 
   // --- kernels: see kernels/cpu/kernels.h for the math of each ---
   virtual void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,

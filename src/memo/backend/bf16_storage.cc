@@ -89,6 +89,14 @@ bool all_bf16(std::initializer_list<ConstTensor> ts) {
     if (t.dtype() != DType::kBF16) return false;
   return true;
 }
+// A row or elementwise kernel that inner runs on bf16 as it is (Backend::bf16_elementwise):
+// whenever its statistics and gradient arguments are f32, as the model passes them.
+bool elementwise(const Backend& inner, std::initializer_list<ConstTensor> f32_only = {}) {
+  if (!inner.bf16_elementwise()) return false;
+  for (const ConstTensor& t : f32_only)
+    if (!t.empty() && t.dtype() != DType::kF32) return false;
+  return true;
+}
 // Two bf16 operands for a backend with bf16 products: no widening.
 bool native(const Backend& inner, ConstTensor a, ConstTensor b) {
   return inner.bf16_products() && a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16;
@@ -121,6 +129,7 @@ void Bf16StorageBackend::matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTe
 
 void Bf16StorageBackend::rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
                                          float eps) {
+  if (elementwise(inner_, {inv_rms})) return inner_.rmsnorm_forward(y, inv_rms, x, w, eps);
   Call k(*this);
   inner_.rmsnorm_forward(k.io(y), k.io(inv_rms), k.in(x), k.in(w), eps);
   k.write_back();
@@ -128,6 +137,7 @@ void Bf16StorageBackend::rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x
 
 void Bf16StorageBackend::rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
                                           ConstTensor w, ConstTensor inv_rms) {
+  if (elementwise(inner_, {dw, inv_rms})) return inner_.rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
   Call k(*this);
   inner_.rmsnorm_backward(k.io(dx), k.io(dw), k.in(dy), k.in(x), k.in(w), k.in(inv_rms));
   k.write_back();
@@ -135,6 +145,8 @@ void Bf16StorageBackend::rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, 
 
 void Bf16StorageBackend::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
                                            ConstTensor w, ConstTensor b, float eps) {
+  if (elementwise(inner_, {mean, rstd}))
+    return inner_.layernorm_forward(y, mean, rstd, x, w, b, eps);
   Call k(*this);
   inner_.layernorm_forward(k.io(y), k.io(mean), k.io(rstd), k.in(x), k.in(w), k.in(b), eps);
   k.write_back();
@@ -143,6 +155,8 @@ void Bf16StorageBackend::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, C
 void Bf16StorageBackend::layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy,
                                             ConstTensor x, ConstTensor w, ConstTensor mean,
                                             ConstTensor rstd) {
+  if (elementwise(inner_, {dw, db, mean, rstd}))
+    return inner_.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
   Call k(*this);
   inner_.layernorm_backward(k.io(dx), k.io(dw), k.io(db), k.in(dy), k.in(x), k.in(w), k.in(mean),
                             k.in(rstd));
@@ -157,6 +171,7 @@ void Bf16StorageBackend::rope_table(Tensor cos, Tensor sin, int64_t head_dim, fl
 
 void Bf16StorageBackend::rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                                       int64_t first_row) {
+  if (elementwise(inner_, {cos, sin})) return inner_.rope_forward(x, cos, sin, head_dim, first_row);
   Call k(*this);
   inner_.rope_forward(k.io(x), k.in(cos), k.in(sin), head_dim, first_row);
   k.write_back();
@@ -164,12 +179,15 @@ void Bf16StorageBackend::rope_forward(Tensor x, ConstTensor cos, ConstTensor sin
 
 void Bf16StorageBackend::rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin,
                                        int64_t head_dim, int64_t first_row) {
+  if (elementwise(inner_, {cos, sin}))
+    return inner_.rope_backward(dx, cos, sin, head_dim, first_row);
   Call k(*this);
   inner_.rope_backward(k.io(dx), k.in(cos), k.in(sin), head_dim, first_row);
   k.write_back();
 }
 
 void Bf16StorageBackend::swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
+  if (elementwise(inner_)) return inner_.swiglu_forward(a, g, u);
   Call k(*this);
   inner_.swiglu_forward(k.io(a), k.in(g), k.in(u));
   k.write_back();
@@ -177,36 +195,42 @@ void Bf16StorageBackend::swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) 
 
 void Bf16StorageBackend::swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
                                          ConstTensor u) {
+  if (elementwise(inner_)) return inner_.swiglu_backward(dg, du, da, g, u);
   Call k(*this);
   inner_.swiglu_backward(k.io(dg), k.io(du), k.in(da), k.in(g), k.in(u));
   k.write_back();
 }
 
 void Bf16StorageBackend::gelu_forward(Tensor y, ConstTensor x) {
+  if (elementwise(inner_)) return inner_.gelu_forward(y, x);
   Call k(*this);
   inner_.gelu_forward(k.io(y), k.in(x));
   k.write_back();
 }
 
 void Bf16StorageBackend::gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
+  if (elementwise(inner_)) return inner_.gelu_backward(dx, dy, x);
   Call k(*this);
   inner_.gelu_backward(k.io(dx), k.in(dy), k.in(x));
   k.write_back();
 }
 
 void Bf16StorageBackend::bias_add(Tensor y, ConstTensor b) {
+  if (elementwise(inner_)) return inner_.bias_add(y, b);
   Call k(*this);
   inner_.bias_add(k.io(y), k.in(b));
   k.write_back();
 }
 
 void Bf16StorageBackend::bias_backward(Tensor db, ConstTensor dy) {
+  if (elementwise(inner_, {db})) return inner_.bias_backward(db, dy);
   Call k(*this);
   inner_.bias_backward(k.io(db), k.in(dy));
   k.write_back();
 }
 
 void Bf16StorageBackend::embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
+  if (elementwise(inner_)) return inner_.embedding_forward(x, tokens, wte);
   Call k(*this);
   inner_.embedding_forward(k.io(x), tokens, k.in(wte));
   k.write_back();
@@ -214,6 +238,7 @@ void Bf16StorageBackend::embedding_forward(Tensor x, View<const int32_t> tokens,
 
 void Bf16StorageBackend::embedding_backward(Tensor dwte, ConstTensor dx,
                                             View<const int32_t> tokens) {
+  if (elementwise(inner_, {dwte})) return inner_.embedding_backward(dwte, dx, tokens);
   Call k(*this);
   inner_.embedding_backward(k.io(dwte), k.in(dx), tokens);
   k.write_back();
@@ -290,24 +315,28 @@ void Bf16StorageBackend::copy(Tensor dst, ConstTensor src) {
   }
   MEMO_CHECK(dst.dtype() == src.dtype(), "copy: ", dtype_name(src.dtype()), " to ",
              dtype_name(dst.dtype()), " is a convert");
+  if (elementwise(inner_)) return inner_.copy(dst, src);
   convert_any(dst, src);  // a dtype to itself: the bits
 }
 
 void Bf16StorageBackend::convert(Tensor dst, ConstTensor src) { inner_.convert(dst, src); }
 
 void Bf16StorageBackend::fill(Tensor dst, float value) {
+  if (elementwise(inner_)) return inner_.fill(dst, value);
   Call k(*this);
   inner_.fill(k.io(dst), value);
   k.write_back();
 }
 
 void Bf16StorageBackend::scale(Tensor x, float factor) {
+  if (elementwise(inner_)) return inner_.scale(x, factor);
   Call k(*this);
   inner_.scale(k.io(x), factor);
   k.write_back();
 }
 
 void Bf16StorageBackend::add_into(Tensor dst, ConstTensor src) {
+  if (elementwise(inner_)) return inner_.add_into(dst, src);
   Call k(*this);
   inner_.add_into(k.io(dst), k.in(src));
   k.write_back();

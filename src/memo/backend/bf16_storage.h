@@ -37,7 +37,9 @@ namespace memo {
 //     times the head) is widened as above. The second: where inner.bf16_attention(), attention
 //     forward and backward over bf16 activations go to inner as they are (CUDA's chunked
 //     attention, which rounds P and dS to bf16 where this keeps them in f32: within a few bf16
-//     roundings, Note [Chunked attention]).
+//     roundings, Note [Chunked attention]). The third: where inner.bf16_elementwise(), the
+//     layers' row and elementwise kernels go to inner as they are (CUDA, Note [bf16 bodies]:
+//     the same bits as here), so a bf16 CUDA run widens nothing but the loss path's products.
 class Bf16StorageBackend final : public Backend {
  public:
   // inner computes in f32 and must outlive this.
@@ -74,6 +76,7 @@ class Bf16StorageBackend final : public Backend {
   }
   bool bf16_products() const override { return inner_.bf16_products(); }
   bool bf16_attention() const override { return inner_.bf16_attention(); }
+  bool bf16_elementwise() const override { return inner_.bf16_elementwise(); }
   int64_t matmul_workspace_bytes() const override { return inner_.matmul_workspace_bytes(); }
   void set_matmul_workspace(Tensor workspace) override { inner_.set_matmul_workspace(workspace); }
 

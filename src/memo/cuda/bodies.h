@@ -67,8 +67,62 @@ MEMO_HD inline uint16_t to_bf16_bits(float f) {
 MEMO_HD inline float from_bf16_bits(uint16_t b) { return bits_float(uint32_t(b) << 16); }
 MEMO_HD inline float exp_f(float x) { return ::expf(x); }
 
+// Note [bf16 bodies]
+// The bodies of the layers' row and elementwise kernels read and write their activations and
+// working weights through XMat / XVec, which hold f32 or bf16 elements: a read widens (exact), a
+// write rounds to nearest even, once per element written (+= reads, adds in f32, rounds). That is
+// what Bf16StorageBackend does around an f32 kernel (widen every input, run, round each output
+// once), and each body writes an output element once, so a body over bf16 gives the bits of the
+// same body over the widened inputs, rounded: tests/cuda/bodies_test.cc checks it bit for bit.
+// So the CUDA backend runs these kernels on bf16 tensors directly (Backend::bf16_elementwise),
+// with no widened copies and no conversion scratch.
+struct Elem {  // one element, as f32
+  void* p;
+  bool bf16;
+  MEMO_HD operator float() const {
+    return bf16 ? from_bf16_bits(*static_cast<const uint16_t*>(p)) : *static_cast<const float*>(p);
+  }
+  MEMO_HD const Elem& operator=(float v) const {
+    if (bf16)
+      *static_cast<uint16_t*>(p) = to_bf16_bits(v);
+    else
+      *static_cast<float*>(p) = v;
+    return *this;
+  }
+  MEMO_HD const Elem& operator=(const Elem& o) const { return *this = float(o); }
+  MEMO_HD const Elem& operator+=(float v) const { return *this = float(*this) + v; }
+  MEMO_HD const Elem& operator-=(float v) const { return *this = float(*this) - v; }
+};
+// A 2-D matrix (or one row) of f32 or bf16 elements, rows `ld` elements apart.
+struct XMat {
+  void* p = nullptr;
+  int64_t rows = 0, cols = 0, ld = 0;
+  bool bf16 = false;
+  XMat() = default;
+  MEMO_HD XMat(void* p_, int64_t r, int64_t c, int64_t l, bool b)
+      : p(p_), rows(r), cols(c), ld(l), bf16(b) {}
+  MEMO_HD XMat(Mat m) : p(m.p), rows(m.rows), cols(m.cols), ld(m.ld) {}  // NOLINT: f32 as it is
+  MEMO_HD XMat(CMat m)                                                   // NOLINT
+      : p(const_cast<float*>(m.p)), rows(m.rows), cols(m.cols), ld(m.ld) {}
+  MEMO_HD Elem at(int64_t r, int64_t c) const {
+    return {static_cast<char*>(p) + (r * ld + c) * (bf16 ? 2 : 4), bf16};
+  }
+};
+// A read-only vector of f32 or bf16 elements (a weight or bias).
+struct XVec {
+  const void* p = nullptr;
+  bool bf16 = false;
+  XVec() = default;
+  MEMO_HD XVec(const void* p_, bool b) : p(p_), bf16(b) {}
+  MEMO_HD XVec(const float* f) : p(f) {}  // NOLINT: f32 as it is
+  MEMO_HD float operator[](int64_t i) const {
+    return bf16 ? from_bf16_bits(static_cast<const uint16_t*>(p)[i])
+                : static_cast<const float*>(p)[i];
+  }
+};
+
 // --- RMSNorm: one row t (forward, dx) or one column c (dw) ---
-MEMO_HD inline void rmsnorm_forward_row(Mat y, float* inv_rms, CMat x, const float* w, float eps,
+MEMO_HD inline void rmsnorm_forward_row(XMat y, float* inv_rms, XMat x, XVec w, float eps,
                                         int64_t t) {
   double sum_sq = 0.0;
   for (int64_t c = 0; c < x.cols; ++c) sum_sq += double(x.at(t, c)) * double(x.at(t, c));
@@ -76,7 +130,7 @@ MEMO_HD inline void rmsnorm_forward_row(Mat y, float* inv_rms, CMat x, const flo
   inv_rms[t] = r;
   for (int64_t c = 0; c < x.cols; ++c) y.at(t, c) = x.at(t, c) * r * w[c];
 }
-MEMO_HD inline void rmsnorm_backward_row(Mat dx, CMat dy, CMat x, const float* w, const float* r,
+MEMO_HD inline void rmsnorm_backward_row(XMat dx, XMat dy, XMat x, XVec w, const float* r,
                                          int64_t t) {
   double dot = 0.0;
   for (int64_t c = 0; c < x.cols; ++c)
@@ -86,7 +140,7 @@ MEMO_HD inline void rmsnorm_backward_row(Mat dx, CMat dy, CMat x, const float* w
   const float rf = r[t];
   for (int64_t c = 0; c < x.cols; ++c) dx.at(t, c) += rf * w[c] * dy.at(t, c) - x.at(t, c) * coef;
 }
-MEMO_HD inline void rmsnorm_dw_col(float* dw, CMat dy, CMat x, const float* r, int64_t c) {
+MEMO_HD inline void rmsnorm_dw_col(float* dw, XMat dy, XMat x, const float* r, int64_t c) {
   double acc = 0.0;
   for (int64_t t = 0; t < x.rows; ++t)
     acc += double(dy.at(t, c)) * double(x.at(t, c)) * double(r[t]);
@@ -94,8 +148,8 @@ MEMO_HD inline void rmsnorm_dw_col(float* dw, CMat dy, CMat x, const float* r, i
 }
 
 // --- LayerNorm ---
-MEMO_HD inline void layernorm_forward_row(Mat y, float* mean, float* rstd, CMat x, const float* w,
-                                          const float* b, float eps, int64_t t) {
+MEMO_HD inline void layernorm_forward_row(XMat y, float* mean, float* rstd, XMat x, XVec w, XVec b,
+                                          float eps, int64_t t) {
   const int64_t C = x.cols;
   double sum = 0.0;
   for (int64_t c = 0; c < C; ++c) sum += double(x.at(t, c));
@@ -107,8 +161,8 @@ MEMO_HD inline void layernorm_forward_row(Mat y, float* mean, float* rstd, CMat 
   rstd[t] = float(r);
   for (int64_t c = 0; c < C; ++c) y.at(t, c) = float((double(x.at(t, c)) - m) * r) * w[c] + b[c];
 }
-MEMO_HD inline void layernorm_backward_row(Mat dx, CMat dy, CMat x, const float* w,
-                                           const float* mean, const float* rstd, int64_t t) {
+MEMO_HD inline void layernorm_backward_row(XMat dx, XMat dy, XMat x, XVec w, const float* mean,
+                                           const float* rstd, int64_t t) {
   const int64_t C = x.cols;
   const double m = mean[t], r = rstd[t];
   double sum_g = 0.0, sum_gx = 0.0;
@@ -124,7 +178,7 @@ MEMO_HD inline void layernorm_backward_row(Mat dx, CMat dy, CMat x, const float*
     dx.at(t, c) = float(double(dx.at(t, c)) + r * (g - mean_g - xhat * mean_gx));
   }
 }
-MEMO_HD inline void layernorm_dwdb_col(float* dw, float* db, CMat dy, CMat x, const float* mean,
+MEMO_HD inline void layernorm_dwdb_col(float* dw, float* db, XMat dy, XMat x, const float* mean,
                                        const float* rstd, int64_t c) {
   double acc_w = 0.0, acc_b = 0.0;
   for (int64_t t = 0; t < x.rows; ++t) {
@@ -137,11 +191,12 @@ MEMO_HD inline void layernorm_dwdb_col(float* dw, float* db, CMat dy, CMat x, co
 }
 
 // --- RoPE: pair i (< head_dim / 2) of head h of row t, rotated by sign * angle ---
-MEMO_HD inline void rope_rotate_pair(Mat x, CMat cos, CMat sin, int64_t head_dim, int64_t first_row,
-                                     float sign, int64_t t, int64_t h, int64_t i) {
+MEMO_HD inline void rope_rotate_pair(XMat x, CMat cos, CMat sin, int64_t head_dim,
+                                     int64_t first_row, float sign, int64_t t, int64_t h,
+                                     int64_t i) {
   const int64_t pos = (first_row + t) % cos.rows, half = head_dim / 2;
-  float& x1 = x.at(t, h * head_dim + i);
-  float& x2 = x.at(t, h * head_dim + half + i);
+  const Elem x1 = x.at(t, h * head_dim + i);
+  const Elem x2 = x.at(t, h * head_dim + half + i);
   const float a = x1, b = x2, s = sign * sin.at(pos, i), co = cos.at(pos, i);
   x1 = a * co - b * s;
   x2 = b * co + a * s;
@@ -177,16 +232,16 @@ MEMO_HD inline float gelu_backward(float dy, float v) {
 }
 
 // --- bias gradient and embedding backward: one column, tokens in order ---
-MEMO_HD inline void bias_backward_col(float* db, CMat dy, int64_t c) {
+MEMO_HD inline void bias_backward_col(float* db, XMat dy, int64_t c) {
   double acc = 0.0;
   for (int64_t t = 0; t < dy.rows; ++t) acc += double(dy.at(t, c));
   db[c] = float(double(db[c]) + acc);
 }
-MEMO_HD inline void embedding_backward_col(Mat dwte, CMat dx, const int32_t* tokens, int64_t c) {
+MEMO_HD inline void embedding_backward_col(Mat dwte, XMat dx, const int32_t* tokens, int64_t c) {
   for (int64_t t = 0; t < dx.rows; ++t)
     if (tokens[t] >= 0) dwte.at(tokens[t], c) += dx.at(t, c);  // < 0: another rank's row
 }
-MEMO_HD inline float embedding_forward_at(CMat wte, const int32_t* tokens, int64_t t, int64_t c) {
+MEMO_HD inline float embedding_forward_at(XMat wte, const int32_t* tokens, int64_t t, int64_t c) {
   return tokens[t] >= 0 ? wte.at(tokens[t], c) : 0.0f;
 }
 

@@ -153,6 +153,30 @@ CMat cmat(ConstTensor t) {
   return {m.p, m.rows, m.cols, m.ld};
 }
 
+// An f32 or bf16 tensor of a layer kernel (Note [bf16 bodies]), shaped as mat() shapes it.
+cuda::XMat xmat(ConstTensor t) {
+  if (t.empty()) return {};
+  void* p = dev_operand(t);
+  const bool bf16 = t.dtype() == DType::kBF16;
+  if (t.ndim() == 1) {
+    MEMO_CHECK(t.numel() <= 1 || t.stride()[0] == 1, "cuda: a strided vector ", t.shape());
+    return {p, 1, t.numel(), t.numel(), bf16};
+  }
+  if (t.ndim() == 2) {
+    MEMO_CHECK(t.cols() <= 1 || t.stride()[1] == 1, "cuda: column stride ", t.stride()[1], " of ",
+               t.shape());
+    return {p, t.rows(), t.cols(), t.ld(), bf16};
+  }
+  MEMO_CHECK(t.contiguous(), "cuda: a non-contiguous ", t.ndim(), "-D view ", t.shape());
+  const int64_t cols = t.dim(0) > 0 ? t.numel() / t.dim(0) : 0;
+  return {p, t.dim(0), cols, cols, bf16};
+}
+cuda::XVec xvec(ConstTensor t) {
+  if (t.empty()) return {};
+  MEMO_CHECK(t.contiguous(), "cuda: a non-contiguous vector ", t.shape());
+  return {dev_operand(t), t.dtype() == DType::kBF16};
+}
+
 // A 2-D f32 or bf16 tensor of the attention (unit column stride, device memory).
 cuda::AnyMat any_mat(ConstTensor t) {
   MEMO_CHECK(t.ndim() == 2 && (t.cols() <= 1 || t.stride()[1] == 1), "cuda: attention takes 2-D ",
@@ -456,6 +480,9 @@ class CudaBackend final : public Backend {
   // The chunked attention takes bf16 activations (Note [Chunked attention]); the per-query
   // kernels do not.
   bool bf16_attention() const override { return !rows_attention_; }
+  // The layers' row and elementwise kernels take bf16 activations and weights (Note [bf16
+  // bodies]).
+  bool bf16_elementwise() const override { return true; }
   // The activations of one attention call share one dtype (f32, or bf16 where bf16_attention());
   // the log-sum-exp and the scratch are f32.
   void check_attention_dtypes(const char* op, std::initializer_list<ConstTensor> acts,
@@ -534,19 +561,18 @@ class CudaBackend final : public Backend {
   void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, float eps) override {
     const Timed timed(this, "rmsnorm_forward");
     check_rmsnorm_forward(y, inv_rms, x, w, eps);
-    const Mat Y = mat(y);
-    const CMat X = cmat(x);
+    const cuda::XMat Y = xmat(y), X = xmat(x);
     float* r = dev(inv_rms);
-    const float* wp = dev(w);
+    const cuda::XVec wp = xvec(w);
     launch(X.rows, [=] __device__(int64_t t) { cuda::rmsnorm_forward_row(Y, r, X, wp, eps, t); });
   }
   void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
                         ConstTensor inv_rms) override {
     const Timed timed(this, "rmsnorm_backward");
     check_rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
-    const Mat DX = mat(dx);
-    const CMat DY = cmat(dy), X = cmat(x);
-    const float *wp = dev(w), *r = dev(inv_rms);
+    const cuda::XMat DX = xmat(dx), DY = xmat(dy), X = xmat(x);
+    const cuda::XVec wp = xvec(w);
+    const float* r = dev(inv_rms);
     float* dwp = dev(dw);
     launch(X.rows, [=] __device__(int64_t t) { cuda::rmsnorm_backward_row(DX, DY, X, wp, r, t); });
     launch(X.cols, [=] __device__(int64_t c) { cuda::rmsnorm_dw_col(dwp, DY, X, r, c); });
@@ -555,10 +581,9 @@ class CudaBackend final : public Backend {
                          ConstTensor b, float eps) override {
     const Timed timed(this, "layernorm_forward");
     check_layernorm_forward(y, mean, rstd, x, w, b, eps);
-    const Mat Y = mat(y);
-    const CMat X = cmat(x);
+    const cuda::XMat Y = xmat(y), X = xmat(x);
     float *mp = dev(mean), *rp = dev(rstd);
-    const float *wp = dev(w), *bp = dev(b);
+    const cuda::XVec wp = xvec(w), bp = xvec(b);
     launch(X.rows, [=] __device__(int64_t t) {
       cuda::layernorm_forward_row(Y, mp, rp, X, wp, bp, eps, t);
     });
@@ -567,9 +592,9 @@ class CudaBackend final : public Backend {
                           ConstTensor w, ConstTensor mean, ConstTensor rstd) override {
     const Timed timed(this, "layernorm_backward");
     check_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
-    const Mat DX = mat(dx);
-    const CMat DY = cmat(dy), X = cmat(x);
-    const float *wp = dev(w), *mp = dev(mean), *rp = dev(rstd);
+    const cuda::XMat DX = xmat(dx), DY = xmat(dy), X = xmat(x);
+    const cuda::XVec wp = xvec(w);
+    const float *mp = dev(mean), *rp = dev(rstd);
     float *dwp = dev(dw), *dbp = dev(db);
     launch(X.rows,
            [=] __device__(int64_t t) { cuda::layernorm_backward_row(DX, DY, X, wp, mp, rp, t); });
@@ -602,8 +627,7 @@ class CudaBackend final : public Backend {
   void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) override {
     const Timed timed(this, "swiglu_forward");
     check_swiglu_forward(a, g, u);
-    const Mat A = mat(a);
-    const CMat G = cmat(g), U = cmat(u);
+    const cuda::XMat A = xmat(a), G = xmat(g), U = xmat(u);
     launch_rc(G.rows, G.cols, [=] __device__(int64_t t, int64_t f) {
       A.at(t, f) = cuda::swiglu(G.at(t, f), U.at(t, f));
     });
@@ -612,25 +636,25 @@ class CudaBackend final : public Backend {
                        ConstTensor u) override {
     const Timed timed(this, "swiglu_backward");
     check_swiglu_backward(dg, du, da, g, u);
-    const Mat DG = mat(dg), DU = mat(du);
-    const CMat DA = cmat(da), G = cmat(g), U = cmat(u);
+    const cuda::XMat DG = xmat(dg), DU = xmat(du), DA = xmat(da), G = xmat(g), U = xmat(u);
     launch_rc(G.rows, G.cols, [=] __device__(int64_t t, int64_t f) {
-      cuda::swiglu_backward_elem(&DG.at(t, f), &DU.at(t, f), DA.at(t, f), G.at(t, f), U.at(t, f));
+      float dgv, duv;  // da, g, u read before either output is written (they may alias)
+      cuda::swiglu_backward_elem(&dgv, &duv, DA.at(t, f), G.at(t, f), U.at(t, f));
+      DG.at(t, f) = dgv;
+      DU.at(t, f) = duv;
     });
   }
   void gelu_forward(Tensor y, ConstTensor x) override {
     const Timed timed(this, "gelu_forward");
     check_gelu_forward(y, x);
-    const Mat Y = mat(y);
-    const CMat X = cmat(x);
+    const cuda::XMat Y = xmat(y), X = xmat(x);
     launch_rc(X.rows, X.cols,
               [=] __device__(int64_t t, int64_t c) { Y.at(t, c) = cuda::gelu(X.at(t, c)); });
   }
   void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) override {
     const Timed timed(this, "gelu_backward");
     check_gelu_backward(dx, dy, x);
-    const Mat DX = mat(dx);
-    const CMat DY = cmat(dy), X = cmat(x);
+    const cuda::XMat DX = xmat(dx), DY = xmat(dy), X = xmat(x);
     launch_rc(X.rows, X.cols, [=] __device__(int64_t t, int64_t c) {
       DX.at(t, c) = cuda::gelu_backward(DY.at(t, c), X.at(t, c));
     });
@@ -638,14 +662,14 @@ class CudaBackend final : public Backend {
   void bias_add(Tensor y, ConstTensor b) override {
     const Timed timed(this, "bias_add");
     check_bias_add(y, b);
-    const Mat Y = mat(y);
-    const float* bp = dev(b);
+    const cuda::XMat Y = xmat(y);
+    const cuda::XVec bp = xvec(b);
     launch_rc(Y.rows, Y.cols, [=] __device__(int64_t t, int64_t c) { Y.at(t, c) += bp[c]; });
   }
   void bias_backward(Tensor db, ConstTensor dy) override {
     const Timed timed(this, "bias_backward");
     check_bias_backward(db, dy);
-    const CMat DY = cmat(dy);
+    const cuda::XMat DY = xmat(dy);
     float* dbp = dev(db);
     launch(DY.cols, [=] __device__(int64_t c) { cuda::bias_backward_col(dbp, DY, c); });
   }
@@ -653,8 +677,7 @@ class CudaBackend final : public Backend {
     const Timed timed(this, "embedding_forward");
     check_embedding_forward(x, tokens, wte, on_host(tokens.data()));
     const int32_t* ids = device_ids(tokens);
-    const Mat X = mat(x);
-    const CMat W = cmat(wte);
+    const cuda::XMat X = xmat(x), W = xmat(wte);
     launch_rc(X.rows, X.cols, [=] __device__(int64_t t, int64_t c) {
       X.at(t, c) = cuda::embedding_forward_at(W, ids, t, c);
     });
@@ -664,7 +687,7 @@ class CudaBackend final : public Backend {
     check_embedding_backward(dwte, dx, tokens, on_host(tokens.data()));
     const int32_t* ids = device_ids(tokens);
     const Mat DW = mat(dwte);
-    const CMat DX = cmat(dx);
+    const cuda::XMat DX = xmat(dx);
     launch(DX.cols, [=] __device__(int64_t c) { cuda::embedding_backward_col(DW, DX, ids, c); });
   }
   void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
@@ -808,17 +831,20 @@ class CudaBackend final : public Backend {
   void copy(Tensor dst, ConstTensor src) override {
     const Timed timed(this, "copy");
     check_copy(dst, src);
+    MEMO_CHECK(dst.dtype() == src.dtype(), "copy: ", dtype_name(src.dtype()), " to ",
+               dtype_name(dst.dtype()), " is a convert");
     if (dst.numel() == 0) return;
     if (dst.contiguous() && src.contiguous()) {  // any two shapes of one element count
-      check_cuda(cudaMemcpyAsync(dev(dst), dev(src), size_t(dst.bytes()), cudaMemcpyDefault, s()),
+      check_cuda(cudaMemcpyAsync(dev_operand(dst), dev_operand(src), size_t(dst.bytes()),
+                                 cudaMemcpyDefault, s()),
                  "copy");
       return;
     }
     MEMO_CHECK(same_shape(dst, src), "copy: strided views of different shapes ", dst.shape(),
                " and ", src.shape());
-    const Mat D = mat(dst);
-    const CMat S = cmat(src);
-    check_cuda(cudaMemcpy2DAsync(D.p, size_t(D.ld) * 4, S.p, size_t(S.ld) * 4, size_t(D.cols) * 4,
+    const cuda::XMat D = xmat(dst), S = xmat(src);  // the bits: a row copy of the element size
+    const size_t e = size_t(dtype_bytes(dst.dtype()));
+    check_cuda(cudaMemcpy2DAsync(D.p, size_t(D.ld) * e, S.p, size_t(S.ld) * e, size_t(D.cols) * e,
                                  size_t(D.rows), cudaMemcpyDefault, s()),
                "copy");
   }
@@ -847,28 +873,29 @@ class CudaBackend final : public Backend {
   void fill(Tensor dst, float value) override {
     const Timed timed(this, "fill");
     check_fill(dst, value);
-    const Mat D = mat(dst);
+    const cuda::XMat D = xmat(dst);
     launch_rc(D.rows, D.cols, [=] __device__(int64_t t, int64_t c) { D.at(t, c) = value; });
   }
   void scale(Tensor x, float factor) override {
     const Timed timed(this, "scale");
     check_scale(x, factor);
-    const Mat X = mat(x);
-    launch_rc(X.rows, X.cols, [=] __device__(int64_t t, int64_t c) { X.at(t, c) *= factor; });
+    const cuda::XMat X = xmat(x);
+    launch_rc(X.rows, X.cols,
+              [=] __device__(int64_t t, int64_t c) { X.at(t, c) = float(X.at(t, c)) * factor; });
   }
   void add_into(Tensor dst, ConstTensor src) override {
     const Timed timed(this, "add_into");
     check_add_into(dst, src);
     if (dst.contiguous() && src.contiguous()) {  // any two shapes of one element count
-      float* d = dev(dst);
-      const float* x = dev(src);
-      launch(dst.numel(), [=] __device__(int64_t i) { d[i] += x[i]; });
+      const int64_t n = dst.numel();
+      const cuda::XMat D{dev_operand(dst), 1, n, n, dst.dtype() == DType::kBF16},
+          S{dev_operand(src), 1, n, n, src.dtype() == DType::kBF16};
+      launch(n, [=] __device__(int64_t i) { D.at(0, i) += S.at(0, i); });
       return;
     }
     MEMO_CHECK(same_shape(dst, src), "add_into: strided views of different shapes ", dst.shape(),
                " and ", src.shape());
-    const Mat D = mat(dst);
-    const CMat S = cmat(src);
+    const cuda::XMat D = xmat(dst), S = xmat(src);
     launch_rc(D.rows, D.cols, [=] __device__(int64_t t, int64_t c) { D.at(t, c) += S.at(t, c); });
   }
   double sum(ConstTensor x) override {
@@ -1129,7 +1156,7 @@ class CudaBackend final : public Backend {
   }
   void rotate(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim, int64_t first_row,
               float sign) {
-    const Mat X = mat(x);
+    const cuda::XMat X = xmat(x);
     const CMat CO = cmat(cos), SI = cmat(sin);
     const int64_t half = head_dim / 2, per_row = X.cols / head_dim * half;
     launch(X.rows * per_row, [=] __device__(int64_t i) {

@@ -94,10 +94,16 @@ std::string over_budget_message(const DeviceNeed& need, int64_t budget_bytes, in
         str("no sequence length fits this budget (the weights, gradients and optimizer state alone "
             "need ",
             gib(double(need.fixed_bytes())), "); ");
+  // every term of total_bytes(), so the sum reads true
+  std::string bf16;
+  if (need.working_weight_bytes > 0)
+    bf16 += str(" + bf16 working weights ", gib(double(need.working_weight_bytes)));
+  if (need.conversion_scratch_bytes > 0)
+    bf16 += str(" + bf16 conversion ", gib(double(need.conversion_scratch_bytes)));
   return str(
       "device memory: needs ", gib_and_bytes(need.total_bytes()), " = weights ",
-      gib(double(need.weight_bytes)), " + gradients ", gib(double(need.gradient_bytes)), " + ",
-      need.optimizer, " state ", gib(double(need.optimizer_bytes)), " + activation arena ",
+      gib(double(need.weight_bytes)), bf16, " + gradients ", gib(double(need.gradient_bytes)),
+      " + ", need.optimizer, " state ", gib(double(need.optimizer_bytes)), " + activation arena ",
       gib(double(need.activation_arena_bytes)), ", budget is ", gib_and_bytes(budget_bytes),
       " (short ", gib(double(need.total_bytes() - budget_bytes)), ") at batch ", batch, " x seq ",
       seq, "; ", fit, "--device-memory ", budget_flag_value(advice.smallest_budget_bytes), " fits");
