@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "memo/cuda/cuda_sizes.h"
 #include "memo/io/atomic_file.h"
 #include "svg_check.h"
 #include "test_util.h"
@@ -155,6 +156,37 @@ TEST_F(PlanCommand, a_bf16_plan_is_the_bf16_runs_arena_and_counts_the_working_we
   const nlohmann::json tp =
       nlohmann::json::parse(test::run_command(plan_base + " --precision bf16 --tp 2").output);
   EXPECT_GT(tp["need"]["conversion_scratch_bytes"].get<int64_t>(), 0);
+}
+
+// `memo plan --device cuda` plans a CUDA run here, without a GPU: traced with the CUDA backend's
+// sizes (cuda/cuda_sizes.h: its cuBLASLt workspace is a buffer of the plan, its chunked
+// attention's scratch) and, in bf16, its native kernels, which widen only the loss path.
+TEST_F(PlanCommand, a_cuda_plan_takes_the_cuda_backends_sizes_and_native_bf16_kernels) {
+  const std::string base =
+      test::memo_bin() + " plan --config " + dir.str("config.json") + " --seq 32 --batch 2 --json";
+  auto plan = [&](const std::string& extra) {
+    const test::CommandResult r = test::run_command(base + " " + extra);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output);
+  };
+  const nlohmann::json cpu = plan(""), cuda = plan("--device cuda"),
+                       cpu16 = plan("--precision bf16"),
+                       cuda16 = plan("--device cuda --precision bf16");
+  EXPECT_LT(cpu["plan_peak_bytes"].get<int64_t>(), cuda_matmul_workspace_bytes());
+  EXPECT_GE(cuda["plan_peak_bytes"].get<int64_t>(), cuda_matmul_workspace_bytes());
+  EXPECT_EQ(cuda16["need"]["working_weight_bytes"], cpu16["need"]["working_weight_bytes"]);
+  EXPECT_GT(cuda16["need"]["conversion_scratch_bytes"].get<int64_t>(), 0);
+  EXPECT_LT(cuda16["need"]["conversion_scratch_bytes"].get<int64_t>(),
+            cpu16["need"]["conversion_scratch_bytes"].get<int64_t>() / 2);
+  const test::CommandResult bad = test::run_command(base + " --device gpu");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("memo: error: "), std::string::npos) << bad.output;
+  const test::CommandResult cluster = test::run_command(
+      test::memo_bin() + " plan --model llama-7b --seq 4096 --gpus 8 --gpu h200 --hardware-dir " +
+      test::source_dir() + "/hardware --device cuda");
+  EXPECT_NE(cluster.exit_code, 0);
+  EXPECT_NE(cluster.output.find("--device applies to --config plans"), std::string::npos)
+      << cluster.output;
 }
 
 TEST_F(PlanCommand, train_over_budget_is_refused_before_step_1) {

@@ -977,7 +977,10 @@ TEST(CudaBodies, chunk_rows_keep_the_score_buffers_within_their_budget) {
       if (rows < round_up(S, kChunkAlign)) {  // the budget, not S, bounds the chunk
         EXPECT_GT(12 * H * (rows + kChunkAlign) * round_up(S, kChunkAlign), kChunkScoreBytes);
       }
-      EXPECT_EQ(chunked_backward_scratch_numel(c), 3 * c.scores_numel() + H * S + 2 * S * H * 64);
+      EXPECT_EQ(chunked_backward_scratch_numel(c),
+                3 * c.scores_numel() + round_up(H * S, 64) + 2 * S * H * 64);
+      EXPECT_EQ(chunk_rows(S, H, 40),
+                std::min<int64_t>(48, std::max<int64_t>(16, round_up(S, 16))));
     }
 }
 

@@ -503,10 +503,10 @@ TEST(CudaBackend, bf16_products_match_the_cpus_bf16_storage) {
 // against the CPU's bf16 storage (f32 kernels over the widened inputs, each output rounded once).
 // The GPU rounds P and dS to bf16 before their products: within 4u (u = 2^-8) of max(|ref|, 1),
 // the bound tests/cuda/bodies_test.cc derives (kAttnBf16Tol; measured there: 0.9u).
-TEST(CudaBackend, bf16_attention_is_within_bf16_rounding_of_the_cpus_bf16_storage) {
-  REQUIRE_GPU();
-  ASSERT_TRUE(g->bf16_attention());
-  const int64_t B = 1, S = 1500, H = 32, Hkv = 8, D = 64, T = B * S;
+void check_bf16_attention(Backend* g, int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t rows) {
+  SCOPED_TRACE(str("B ", B, " S ", S, " H ", H, " Hkv ", Hkv, " rows ", rows));
+  set_cuda_attention_chunk_rows(*g, rows);
+  const int64_t D = 64, T = B * S;
   auto to_bf16 = [](const std::vector<float>& v) {
     std::vector<bf16> out;
     for (float x : v) out.push_back(float_to_bf16(x));
@@ -590,6 +590,19 @@ TEST(CudaBackend, bf16_attention_is_within_bf16_rounding_of_the_cpus_bf16_storag
   }
 }
 
+TEST(CudaBackend, bf16_attention_is_within_bf16_rounding_of_the_cpus_bf16_storage) {
+  REQUIRE_GPU();
+  ASSERT_TRUE(g->bf16_attention());
+  struct Rows {
+    Backend* b;
+    ~Rows() { set_cuda_attention_chunk_rows(*b, 0); }
+  } const reset{g};
+  // one chunk at 1,500 rows and 32 heads; then 64-row chunks over two sequences (dK and dV
+  // accumulate over the chunks in f32 and are rounded once a sequence)
+  check_bf16_attention(g, 1, 1500, 32, 8, 0);
+  check_bf16_attention(g, 2, 301, 8, 2, 64);
+}
+
 // Note [bf16 bodies]: the layers' row and elementwise kernels on bf16 tensors against the CPU's
 // bf16 storage (the f32 kernels over the widened tensors, each output rounded once). The GPU's
 // f32 arithmetic differs from the CPU's by an ulp here and there (fused multiply-adds, expf),
@@ -637,9 +650,12 @@ TEST(CudaBackend, bf16_elementwise_kernels_match_the_cpus_bf16_storage) {
       g->copy_to_host(got.data(), bufs[i].data(), int64_t(got.size()) * 2);
       const int64_t n = host[i].shape.numel();
       for (int64_t j = 0; j < n; ++j) {
-        if (args[i].dt == DType::kBF16) {
-          const int d = std::abs(int(got[j]) - int(host[i].bits[j]));
-          ASSERT_LE(d, 1) << "argument " << i << " element " << j;
+        if (args[i].dt == DType::kBF16) {  // steps apart, in the order of the values
+          const auto ordered = [](uint16_t b) {
+            return (b & 0x8000) ? -int(b & 0x7fff) : int(b & 0x7fff);
+          };
+          ASSERT_LE(std::abs(ordered(got[j]) - ordered(host[i].bits[j])), 1)
+              << "argument " << i << " element " << j;
         } else {
           float x, y;
           std::memcpy(&x, &got[2 * j], 4);
@@ -650,39 +666,48 @@ TEST(CudaBackend, bf16_elementwise_kernels_match_the_cpus_bf16_storage) {
       }
     }
   };
-  check("rmsnorm",
-        {b16({T, C}, 1), f32({T}, 2), b16({T, C}, 3), b16({C}, 4), b16({T, C}, 5), f32({C}, 6),
-         b16({T, C}, 7)},
+  // one kernel a check, on the same inputs on both sides (a chained call would compound an ulp)
+  check(
+      "rmsnorm_forward", {b16({T, C}, 1), f32({T}, 2), b16({T, C}, 3), b16({C}, 4)},
+      [](Backend& b, std::vector<Tensor>& t) { b.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f); });
+  check("rmsnorm_backward",
+        {b16({T, C}, 5), f32({C}, 6), b16({T, C}, 7), b16({T, C}, 3), b16({C}, 4), f32({T}, 2)},
         [](Backend& b, std::vector<Tensor>& t) {
-          b.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f);
-          b.rmsnorm_backward(t[4], t[5], t[6], t[2], t[3], t[1]);
+          b.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5]);
         });
-  check("swiglu",
-        {b16({T, C}, 8), b16({T, C}, 9), b16({T, C}, 10), b16({T, C}, 11), b16({T, C}, 12)},
-        [](Backend& b, std::vector<Tensor>& t) {
-          b.swiglu_forward(t[0], t[1], t[2]);
-          b.swiglu_backward(t[3], t[4], t[0], t[1], t[2]);
-        });
-  check("rope", {b16({T, H * D}, 13), f32({T, D / 2}, 14), f32({T, D / 2}, 15)},
-        [&](Backend& b, std::vector<Tensor>& t) {
-          b.rope_forward(t[0], t[1], t[2], D, 0);
-          b.rope_backward(t[0], t[1], t[2], D, 0);
-        });
-  check("add, scale, copy, fill", {b16({T, C}, 16), b16({T, C}, 17), f32({T, C}, 18)},
+  check("swiglu_forward", {b16({T, C}, 8), b16({T, C}, 9), b16({T, C}, 10)},
+        [](Backend& b, std::vector<Tensor>& t) { b.swiglu_forward(t[0], t[1], t[2]); });
+  check(
+      "swiglu_backward",
+      {b16({T, C}, 11), b16({T, C}, 12), b16({T, C}, 13), b16({T, C}, 9), b16({T, C}, 10)},
+      [](Backend& b, std::vector<Tensor>& t) { b.swiglu_backward(t[0], t[1], t[2], t[3], t[4]); });
+  for (float sign : {1.0f, -1.0f})
+    check("rope", {b16({T, H * D}, 14), f32({T, D / 2}, 15), f32({T, D / 2}, 16)},
+          [&](Backend& b, std::vector<Tensor>& t) {
+            if (sign > 0)
+              b.rope_forward(t[0], t[1], t[2], D, 0);
+            else
+              b.rope_backward(t[0], t[1], t[2], D, 0);
+          });
+  check("add_into", {b16({T, C}, 17), b16({T, C}, 18), b16({T, C}, 19), f32({T, C}, 20)},
         [](Backend& b, std::vector<Tensor>& t) {
           b.add_into(t[0], t[1]);
-          b.add_into(t[0], t[2]);
-          b.scale(t[1], 0.3f);
-          b.copy(t[1].slice_cols(0, 100), ConstTensor(t[0].slice_cols(50, 150)));
-          b.fill(t[0].slice_cols(200, 256), 1.0f / 3.0f);
+          b.add_into(t[2], t[3]);
         });
-  check("gelu and bias",
-        {b16({T, C}, 19), b16({T, C}, 20), b16({C}, 21), f32({C}, 22), b16({T, C}, 23)},
+  check("scale, copy, fill", {b16({T, C}, 21), b16({T, C}, 22), b16({T, C}, 23)},
         [](Backend& b, std::vector<Tensor>& t) {
-          b.gelu_forward(t[0], t[1]);
-          b.bias_add(t[0], t[2]);
-          b.bias_backward(t[3], t[0]);
-          b.gelu_backward(t[4], t[0], t[1]);
+          b.scale(t[0], 0.3f);
+          b.copy(t[1].slice_cols(0, 100), ConstTensor(t[2].slice_cols(50, 150)));
+          b.fill(t[2].slice_cols(200, 256), 1.0f / 3.0f);
+        });
+  check("gelu_forward", {b16({T, C}, 24), b16({T, C}, 25)},
+        [](Backend& b, std::vector<Tensor>& t) { b.gelu_forward(t[0], t[1]); });
+  check("gelu_backward", {b16({T, C}, 26), b16({T, C}, 27), b16({T, C}, 25)},
+        [](Backend& b, std::vector<Tensor>& t) { b.gelu_backward(t[0], t[1], t[2]); });
+  check("bias", {b16({T, C}, 28), b16({C}, 29), f32({C}, 30), b16({T, C}, 31)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.bias_add(t[0], t[1]);
+          b.bias_backward(t[2], t[3]);
         });
 }
 
@@ -720,14 +745,20 @@ TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {
   EXPECT_GT(d2h->busy_s(), 0.0);
 }
 
-// Shapes whose score rows outgrow one chunk (Note [Chunked attention]): 4 causal chunks of 512
-// query rows (the last 463) over 1,999 keys with 4 query heads a kv head; 7 full-mask chunks.
+// Many chunks (Note [Chunked attention]): the budget's at 1,999 rows and 32 heads (2 chunks, the
+// last short); then chunks of 64 rows forced on smaller shapes (two sequences, 4 query heads a
+// kv head, S not a multiple of 16), causal and full.
 TEST(CudaBackend, chunked_attention_over_many_chunks_matches_the_cpu) {
   REQUIRE_GPU();
+  struct Rows {
+    Backend* b;
+    ~Rows() { set_cuda_attention_chunk_rows(*b, 0); }
+  } const reset{g};
   for (const auto& [B, S, H, Hkv, mask] : {std::tuple{1L, 1999L, 32L, 8L, AttnMask::kCausal},
-                                           std::tuple{2L, 1200L, 32L, 4L, AttnMask::kCausal},
-                                           std::tuple{1L, 2500L, 32L, 8L, AttnMask::kFull}}) {
+                                           std::tuple{2L, 301L, 8L, 2L, AttnMask::kCausal},
+                                           std::tuple{2L, 301L, 8L, 2L, AttnMask::kFull}}) {
     const int64_t D = 64;
+    set_cuda_attention_chunk_rows(*g, S < 1000 ? 64 : 0);
     SCOPED_TRACE(str("B ", B, " S ", S, " H ", H, " Hkv ", Hkv));
     const int64_t fs = std::max(cpu_backend().attention_forward_scratch_numel(S, D, H, Hkv),
                                 g->attention_forward_scratch_numel(S, D, H, Hkv));

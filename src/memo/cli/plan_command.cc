@@ -20,6 +20,7 @@
 #include "memo/backend/bf16_storage.h"
 #include "memo/cli/commands.h"
 #include "memo/core/units.h"
+#include "memo/cuda/cuda_sizes.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
 #include "memo/io/hardware_json.h"
@@ -42,6 +43,7 @@ struct PlanCommandOptions {
   std::string optimizer = "adamw";  // whose state the device need counts (default options)
   std::string device_memory;        // empty: no budget
   std::string precision = "fp32";   // of the run planned: fp32, or bf16 mixed precision
+  std::string device = "cpu";       // whose kernels' sizes: cpu, or cuda (CudaSizes)
   std::string solver = "heuristic";
   double mip_seconds = 10.0;
   bool json = false;
@@ -172,18 +174,22 @@ void run_plan(const PlanCommandOptions& o) {
   // that move nothing (their counters: the bytes a rank sends).
   // --precision bf16: bf16 storage over the backend, as memo train --precision bf16 runs
   const bool bf16 = o.precision == "bf16";
+  // --device cuda: traced on the meta backend with the CUDA backend's sizes and native bf16
+  // kernels (cuda/cuda_sizes.h), as memo train --device cuda plans its run on a GPU
+  const bool cuda = o.device == "cuda";
+  CudaSizes cuda_sizes;
   std::optional<MetaBackend> meta;
   std::optional<Bf16StorageBackend> mixed;
   std::optional<ShapeCommunicator> tp_group, cp_group;
   std::optional<Model> model;
-  if (o.cp > 1 || o.tp > 1) {
-    meta.emplace(cpu_backend(), DType::kF32);
+  if (o.cp > 1 || o.tp > 1 || cuda) {
+    meta.emplace(cuda ? static_cast<Backend&>(cuda_sizes) : cpu_backend(), DType::kF32);
     if (bf16) mixed.emplace(*meta);
     model.emplace(config, mixed ? static_cast<Backend&>(*mixed) : *meta);
     tp_group.emplace(int(o.tp));
     if (o.tp > 1) model->set_parallel(Parallel{o.tp, 1}, &*tp_group);
     cp_group.emplace(int(o.cp));
-    model->set_context_parallel(&*cp_group);
+    if (o.cp > 1 || !cuda) model->set_context_parallel(&*cp_group);
   } else {
     // zero weights: the request sequence does not depend on values
     if (bf16) mixed.emplace(cpu_backend());
@@ -489,6 +495,12 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--tp", o->tp, "Tensor parallel ranks (with sequence parallelism)")
       ->capture_default_str();
   cmd->add_option("--cp", o->cp, "Context parallel ranks")->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "With --config: the backend of the run, cpu or cuda (its attention scratch, "
+                  "256-row panels, cuBLASLt workspace and native bf16 kernels, planned here "
+                  "without a GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--precision", o->precision,
                   "With --config: the run's precision (bf16: bf16 activations and working "
                   "weights, as memo train --precision bf16)")
@@ -520,6 +532,10 @@ void add_plan_command(CLI::App& app) {
         throw ConfigError(
             "--config plans a run on this machine; with --gpus/--gpu/--model give the model as "
             "--model");
+      if (o->device != "cpu")
+        throw ConfigError(
+            "--device applies to --config plans (a memo train run); --gpus plans size the "
+            "activations as a fused attention would");
       if (optimizer_flag->count() > 0)
         throw ConfigError(
             "--optimizer applies to --config plans; --gpus plans count Adam's "

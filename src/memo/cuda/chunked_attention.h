@@ -97,14 +97,18 @@ struct ChunkShape {
 
 // The chunk height for S rows and H heads: as many rows (a multiple of kChunkAlign) as keep the
 // backward's buffers within kChunkScoreBytes, at least kChunkAlign, at most S.
-inline int64_t chunk_rows(int64_t S, int64_t H) {
-  const int64_t per_row = 12 * H * round_up(S, kChunkAlign);
+// rows > 0: that height instead (rounded up to kChunkAlign, at most S; the GPU tests' many
+// chunks on small shapes).
+inline int64_t chunk_rows(int64_t S, int64_t H, int64_t rows = 0) {
+  const int64_t most = std::max(kChunkAlign, round_up(S, kChunkAlign));
+  if (rows > 0) return std::min(round_up(rows, kChunkAlign), most);
+  const int64_t per_row = 12 * std::max<int64_t>(H, 1) * most;
   const int64_t fit = std::max(kChunkAlign, kChunkScoreBytes / per_row / kChunkAlign * kChunkAlign);
-  return std::min(fit, round_up(S, kChunkAlign));
+  return std::min(fit, most);
 }
-inline ChunkShape chunk_shape(int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t D,
-                              bool causal) {
-  return ChunkShape{B, S, H, Hkv, D, causal, chunk_rows(S, H)};
+inline ChunkShape chunk_shape(int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t D, bool causal,
+                              int64_t rows = 0) {
+  return ChunkShape{B, S, H, Hkv, D, causal, chunk_rows(S, H, rows)};
 }
 // Scratch in floats, laid out as the schedules below take it. Forward: the f32 scores, then the
 // bf16 probabilities (half as many floats). Backward: scores and their gradient (f32), P and dS
@@ -113,8 +117,11 @@ inline ChunkShape chunk_shape(int64_t B, int64_t S, int64_t H, int64_t Hkv, int6
 inline int64_t chunked_forward_scratch_numel(const ChunkShape& c) {
   return c.scores_numel() + c.scores_numel() / 2;
 }
+// delta's region, rounded to 64 floats so that the accumulators after it start 256-byte aligned
+// (cuBLASLt picks its kernels by the alignment it is promised)
+inline int64_t delta_numel(const ChunkShape& c) { return round_up(c.H * c.S, 64); }
 inline int64_t chunked_backward_scratch_numel(const ChunkShape& c) {
-  return 3 * c.scores_numel() + c.H * c.S + 2 * c.S * c.Hkv * c.D;
+  return 3 * c.scores_numel() + delta_numel(c) + 2 * c.S * c.Hkv * c.D;
 }
 
 // One chunk's score rows: [H, n, ld] f32 scores, row (h, r) query i0 + r of head h over keys
@@ -268,7 +275,7 @@ void chunked_attention_backward(Ops& ops, const ChunkShape& c, AnyMat dq, AnyMat
   uint16_t* ds16 = bf16 ? p16 + SN : nullptr;
   float* delta = scratch + 3 * SN;
   // dK and dV accumulate in f32: in place for f32, in scratch (one sequence) for bf16
-  float* acc = delta + c.H * S;
+  float* acc = delta + delta_numel(c);
   const AnyMat acc_k{acc, S, KD, KD, false}, acc_v{acc + S * KD, S, KD, KD, false};
   if (!bf16) {
     ops.zero(dk);

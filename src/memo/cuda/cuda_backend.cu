@@ -193,6 +193,15 @@ __global__ void for_each_kernel(int64_t n, F f) {
 }
 constexpr int kThreads = 256;
 
+// The backward's probabilities and their gradient over one chunk (Note [Chunked attention]): a
+// block per score row, its threads over the columns (no per-element divisions).
+__global__ void chunk_grad_scores_kernel(cuda::ScoreRows sc, float* dp, uint16_t* ds16,
+                                         const float* lse_b, const float* delta, int64_t S) {
+  const int64_t h = blockIdx.x / sc.n, r = blockIdx.x % sc.n;
+  for (int64_t t = threadIdx.x; t < sc.kend; t += blockDim.x)
+    cuda::grad_scores_item(sc, dp, ds16, lse_b, delta, S, h, r, t);
+}
+
 // The softmax of one chunk's score rows (Note [Chunked attention]): a block a row, a thread a
 // lane, the lanes' (max, sum) combined in shared memory in the fixed tree of chunked_attention.h.
 __global__ void chunk_softmax_kernel(cuda::ScoreRows sc, float* lse_b, int64_t S) {
@@ -201,7 +210,10 @@ __global__ void chunk_softmax_kernel(cuda::ScoreRows sc, float* lse_b, int64_t S
   float* s = sc.row(h, r);
   const int64_t visible = sc.visible(r);
   const int lane = int(threadIdx.x);
-  cuda::softmax_lane(s, visible, lane, cuda::kSoftmaxLanes, m[lane], l[lane]);
+  float lm, ll;  // in registers: s may alias shared memory as far as the compiler knows
+  cuda::softmax_lane(s, visible, lane, cuda::kSoftmaxLanes, lm, ll);
+  m[lane] = lm;
+  l[lane] = ll;
   __syncthreads();
   for (int half = cuda::kSoftmaxLanes / 2; half > 0; half /= 2) {
     if (lane < half) cuda::softmax_tree_step(m, l, lane, half);
@@ -405,8 +417,8 @@ class CudaPinnedAllocator final : public RawAllocator {
 // --- the backend ---
 
 // cuBLASLt's workspace: what its fp32 kernels may use (Note [Matrix-product workspace]).
-constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;
-constexpr int64_t kWorkspaceAlign = 256;
+constexpr int64_t kWorkspaceBytes = kCudaWorkspaceBytes;
+constexpr int64_t kWorkspaceAlign = kCudaWorkspaceAlign;
 
 // Note [Kernel profile]
 // MEMO_CUDA_PROFILE=1 times every kernel entry point of the backend with a pair of CUDA events on
@@ -457,7 +469,7 @@ class CudaBackend final : public Backend {
   std::string device_name() const override { return device_name_; }
   // cuBLASLt wants its workspace 256-byte aligned; activation buffers are 64-byte aligned, so the
   // request has room to align the start up.
-  int64_t matmul_workspace_bytes() const override { return kWorkspaceBytes + kWorkspaceAlign; }
+  int64_t matmul_workspace_bytes() const override { return cuda_matmul_workspace_bytes(); }
   void set_matmul_workspace(Tensor workspace) override {
     if (workspace.empty()) {
       workspace_ = nullptr;
@@ -734,8 +746,7 @@ class CudaBackend final : public Backend {
   int64_t attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                           int64_t n_kv_heads) override {
     if (rows_attention_) return 1;
-    return cuda::chunked_forward_scratch_numel(
-        cuda::chunk_shape(1, seq, n_heads, n_kv_heads, head_dim, true));
+    return cuda_attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads, chunk_rows_);
   }
   void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                          int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
@@ -746,7 +757,7 @@ class CudaBackend final : public Backend {
     check_attention_dtypes("attention_forward", {o, q, k, v}, {lse, scratch});
     if (!rows_attention_) {
       const cuda::ChunkShape c =
-          cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal);
+          cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal, chunk_rows_);
       check_scratch("attention_forward", scratch, cuda::chunked_forward_scratch_numel(c));
       ChunkOps ops{this, c};
       return cuda::chunked_attention_forward(ops, c, any_mat(o), dev(lse), any_mat(q), any_mat(k),
@@ -763,8 +774,7 @@ class CudaBackend final : public Backend {
   int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                            int64_t n_kv_heads) override {
     if (rows_attention_) return seq * n_heads;  // delta of one sequence
-    return cuda::chunked_backward_scratch_numel(
-        cuda::chunk_shape(1, seq, n_heads, n_kv_heads, head_dim, true));
+    return cuda_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads, chunk_rows_);
   }
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                           ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
@@ -777,7 +787,7 @@ class CudaBackend final : public Backend {
     check_attention_dtypes("attention_backward", {dq, dk, dv, dout, q, k, v, o}, {lse, scratch});
     if (!rows_attention_) {
       const cuda::ChunkShape c =
-          cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal);
+          cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal, chunk_rows_);
       check_scratch("attention_backward", scratch, cuda::chunked_backward_scratch_numel(c));
       ChunkOps ops{this, c};
       return cuda::chunked_attention_backward(ops, c, any_mat(dq), any_mat(dk), any_mat(dv),
@@ -886,6 +896,7 @@ class CudaBackend final : public Backend {
   void add_into(Tensor dst, ConstTensor src) override {
     const Timed timed(this, "add_into");
     check_add_into(dst, src);
+    if (dst.numel() == 0) return;
     if (dst.contiguous() && src.contiguous()) {  // any two shapes of one element count
       const int64_t n = dst.numel();
       const cuda::XMat D{dev_operand(dst), 1, n, n, dst.dtype() == DType::kBF16},
@@ -1119,10 +1130,10 @@ class CudaBackend final : public Backend {
   }
   void grad_scores_launch(cuda::ScoreRows sc, float* dp, uint16_t* ds16, const float* lse_b,
                           const float* delta, int64_t H, int64_t S) {
-    const int64_t n = sc.n, kend = sc.kend;
-    launch(H * n * kend, [=] __device__(int64_t i) {
-      cuda::grad_scores_item(sc, dp, ds16, lse_b, delta, S, i / (n * kend), i / kend % n, i % kend);
-    });
+    if (sc.n == 0) return;
+    chunk_grad_scores_kernel<<<unsigned(H * sc.n), kThreads, 0, s()>>>(sc, dp, ds16, lse_b, delta,
+                                                                       S);
+    check_cuda(cudaGetLastError(), "chunk grad scores launch");
   }
   void round_rows_launch(cuda::AnyMat dst, cuda::AnyMat src) {
     launch_rc(dst.rows, dst.cols, [=] __device__(int64_t t, int64_t c) {
@@ -1307,6 +1318,9 @@ class CudaBackend final : public Backend {
            Gemm>
       gemms_;
   bool rows_attention_ = false;  // MEMO_CUDA_ATTENTION=rows
+ public:
+  int64_t chunk_rows_ = 0;  // set_cuda_attention_chunk_rows (tests); 0: the budget's
+ private:
   std::string description_;
   std::string device_name_;  // cudaDeviceProp::name
   int gpu_ = 0;              // the device index
@@ -1512,6 +1526,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 int cuda_device(Backend& backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   return cuda ? cuda->device() : -1;
+}
+
+void set_cuda_attention_chunk_rows(Backend& backend, int64_t rows) {
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) cuda->chunk_rows_ = rows;
 }
 
 void* cuda_compute_stream(Backend& backend) {

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "memo/backend/backend.h"
+#include "memo/cuda/cuda_sizes.h"
 
 namespace memo {
 
@@ -30,6 +31,10 @@ int cuda_device(Backend& backend);
 // The CUDA backend's compute stream (a cudaStream_t), for a communicator to order its collectives
 // after; null for any other backend.
 void* cuda_compute_stream(Backend& backend);
+// Test only: the CUDA backend's attention in chunks of `rows` query rows (0: the budget's,
+// Note [Chunked attention]), so that small shapes run many chunks. Sizes asked before apply to
+// calls made before; no effect on another backend.
+void set_cuda_attention_chunk_rows(Backend& backend, int64_t rows);
 
 // Rows of a token-panel product that a recomputation may start at and get the same bits
 // (Note [Reproducible rows] in backend/backend.h): products over token rows run as one cuBLASLt
@@ -37,6 +42,6 @@ void* cuda_compute_stream(Backend& backend);
 // shape and alignment. A range [r0, T) rebuilt in the same buffers (what memo recomputes) has the
 // full product's panels from r0 on, so the same shapes, algorithms and bits; a range that ends
 // elsewhere may end in a shorter panel of another algorithm.
-inline constexpr int64_t kCudaPanelRows = 256;
+// (kCudaPanelRows is defined in cuda_sizes.h, with the backend's other sizes.)
 
 }  // namespace memo

@@ -492,12 +492,24 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   Model model(config, backend);
   model.set_parallel(Parallel{o.tp, 1}, tp_group.get());
   model.set_context_parallel(cp_group.get());
-  start_weights(model, o, resume);
   // ZeRO-1: this rank's optimiser covers its shard's tensors only
   const std::vector<ZeroShard> shards =
       zero_shards(model.layout(), o.zero == 1 ? data_parallel.size() : 1);
   const ZeroShard& mine = shards[o.zero == 1 ? size_t(data_parallel.rank()) : 0];
   const ParamLayout shard_layout(model.layout(), mine.first, mine.last);
+  // Activations: the static plan within --device-memory (refused here, before any output and
+  // before the weights are drawn or loaded, when it does not fit: the plan traces a shadow and
+  // needs no values), else the caching allocator. Validation runs forward-only, a sequence the
+  // plan does not cover, so it uses the caching allocator, outside the budgeted arena.
+  CachingAllocator caching(0, backend.allocator(backend.device_space()));
+  std::unique_ptr<PlannedAllocator> planned;
+  if (o.device_memory_bytes > 0)
+    planned = planned_allocator_within_budget(
+        model, o.micro_batch, o.seq, o.device_memory_bytes,
+        DevicePlanOptions{ActivationPlanOptions{}, o.activations, o.optimizer,
+                          o.zero == 1 ? &shard_layout : nullptr},
+        progress);
+  start_weights(model, o, resume);
   const std::unique_ptr<Optimizer> optimizer =
       o.zero == 1 ? make_optimizer(o.optimizer.name, shard_layout,
                                    shard_options(o.optimizer.options, mine), backend)
@@ -513,17 +525,6 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   GradNoiseProbe* const probe_ptr = probe ? &*probe : nullptr;
   if (resume) restore_training_state(opt, backend, probe_ptr, *resume, o, model.layout());
 
-  // Activations: the static plan within --device-memory (refused here, before any output, when
-  // it does not fit), else the caching allocator. Validation runs forward-only, a sequence the
-  // plan does not cover, so it uses the caching allocator, outside the budgeted arena.
-  CachingAllocator caching(0, backend.allocator(backend.device_space()));
-  std::unique_ptr<PlannedAllocator> planned;
-  if (o.device_memory_bytes > 0)
-    planned = planned_allocator_within_budget(
-        model, o.micro_batch, o.seq, o.device_memory_bytes,
-        DevicePlanOptions{ActivationPlanOptions{}, o.activations, o.optimizer,
-                          o.zero == 1 ? &shard_layout : nullptr},
-        progress);
   ActivationAllocator& alloc = planned ? static_cast<ActivationAllocator&>(*planned) : caching;
   const std::unique_ptr<ActivationStrategy> strategy =
       make_strategy(model.skeletal(), alloc, o.activations);
