@@ -280,26 +280,33 @@ TEST(CudaBackend, embedding_and_cross_entropy) {
       kTol);
 }
 
+// Attention forward, then backward from its o and lse, on both backends: q and k uniform in
+// [-qk_range, qk_range], v and dout in [-1, 1] (seeds from `seed`), each backend's own scratch.
+void compare_attention(Backend* g, int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t D,
+                       AttnMask mask, uint64_t seed, float qk_range) {
+  const int64_t fs = std::max(cpu_backend().attention_forward_scratch_numel(S, D, H, Hkv),
+                              g->attention_forward_scratch_numel(S, D, H, Hkv));
+  const int64_t bs = std::max(cpu_backend().attention_backward_scratch_numel(S, D, H, Hkv),
+                              g->attention_backward_scratch_numel(S, D, H, Hkv));
+  compare(*g,
+          {rnd({B * S, H * D}, seed, -qk_range, qk_range),
+           rnd({B * S, Hkv * D}, seed + 1, -qk_range, qk_range), rnd({B * S, Hkv * D}, seed + 2),
+           zeros({B * S, H * D}), zeros({B, H, S}), zeros({fs}), rnd({B * S, H * D}, seed + 3),
+           zeros({B * S, H * D}), zeros({B * S, Hkv * D}), zeros({B * S, Hkv * D}), zeros({bs})},
+          [&](Backend& b, std::vector<Tensor>& t) {
+            b.attention_forward(t[3], t[4], t[0], t[1], t[2], B, H, Hkv, t[5], mask);
+            b.attention_backward(t[7], t[8], t[9], t[6], t[0], t[1], t[2], t[3], t[4], B, H, Hkv,
+                                 t[10], mask);
+            return 0.0;
+          },
+          kSumTol, {5, 10});
+}
+
 TEST(CudaBackend, attention_forward_backward_merge_and_decode) {
   REQUIRE_GPU();
   for (const auto& [D, mask] : {std::pair{64L, AttnMask::kCausal}, std::pair{16L, AttnMask::kFull},
                                 std::pair{128L, AttnMask::kCausal}}) {
-    const int64_t B = 2, S = 75, H = 4, Hkv = 2;
-    const int64_t fs = std::max(cpu_backend().attention_forward_scratch_numel(S, D, H, Hkv),
-                                g->attention_forward_scratch_numel(S, D, H, Hkv));
-    const int64_t bs = std::max(cpu_backend().attention_backward_scratch_numel(S, D, H, Hkv),
-                                g->attention_backward_scratch_numel(S, D, H, Hkv));
-    compare(*g,
-            {rnd({B * S, H * D}, 1), rnd({B * S, Hkv * D}, 2), rnd({B * S, Hkv * D}, 3),
-             zeros({B * S, H * D}), zeros({B, H, S}), zeros({fs}), rnd({B * S, H * D}, 4),
-             zeros({B * S, H * D}), zeros({B * S, Hkv * D}), zeros({B * S, Hkv * D}), zeros({bs})},
-            [&](Backend& b, std::vector<Tensor>& t) {
-              b.attention_forward(t[3], t[4], t[0], t[1], t[2], B, H, Hkv, t[5], mask);
-              b.attention_backward(t[7], t[8], t[9], t[6], t[0], t[1], t[2], t[3], t[4], B, H, Hkv,
-                                   t[10], mask);
-              return 0.0;
-            },
-            kSumTol, {5, 10});
+    compare_attention(g, 2, 75, 4, 2, D, mask, 1, 1.0f);
   }
   // merge: two halves of the keys merge into the whole (values checked against the CPU merge)
   const int64_t B = 1, S = 33, H = 2, D = 8;
@@ -757,25 +764,9 @@ TEST(CudaBackend, chunked_attention_over_many_chunks_matches_the_cpu) {
   for (const auto& [B, S, H, Hkv, mask] : {std::tuple{1L, 1999L, 32L, 8L, AttnMask::kCausal},
                                            std::tuple{2L, 301L, 8L, 2L, AttnMask::kCausal},
                                            std::tuple{2L, 301L, 8L, 2L, AttnMask::kFull}}) {
-    const int64_t D = 64;
     set_cuda_attention_chunk_rows(*g, S < 1000 ? 64 : 0);
     SCOPED_TRACE(str("B ", B, " S ", S, " H ", H, " Hkv ", Hkv));
-    const int64_t fs = std::max(cpu_backend().attention_forward_scratch_numel(S, D, H, Hkv),
-                                g->attention_forward_scratch_numel(S, D, H, Hkv));
-    const int64_t bs = std::max(cpu_backend().attention_backward_scratch_numel(S, D, H, Hkv),
-                                g->attention_backward_scratch_numel(S, D, H, Hkv));
-    compare(*g,
-            {rnd({B * S, H * D}, 21, -2.0f, 2.0f), rnd({B * S, Hkv * D}, 22, -2.0f, 2.0f),
-             rnd({B * S, Hkv * D}, 23), zeros({B * S, H * D}), zeros({B, H, S}), zeros({fs}),
-             rnd({B * S, H * D}, 24), zeros({B * S, H * D}), zeros({B * S, Hkv * D}),
-             zeros({B * S, Hkv * D}), zeros({bs})},
-            [&](Backend& b, std::vector<Tensor>& t) {
-              b.attention_forward(t[3], t[4], t[0], t[1], t[2], B, H, Hkv, t[5], mask);
-              b.attention_backward(t[7], t[8], t[9], t[6], t[0], t[1], t[2], t[3], t[4], B, H, Hkv,
-                                   t[10], mask);
-              return 0.0;
-            },
-            kSumTol, {5, 10});
+    compare_attention(g, B, S, H, Hkv, 64, mask, 21, 2.0f);
   }
 }
 

@@ -1,7 +1,7 @@
 // Causal (or full) grouped-query attention as strided-batched matrix products over chunks of
 // query rows, with small kernels between them: CUDA's attention (cuda_backend.cu runs the
 // products on cuBLASLt), written once as templates over the operations so that
-// tests/cuda/chunked_attention_test.cc runs the same schedule on the CPU against the CPU kernels.
+// tests/cuda/bodies_test.cc runs the same schedule on the CPU against the CPU kernels.
 //
 // Note [Chunked attention]
 // The first step towards a fused kernel: the score matrix is never held whole, only the
@@ -32,6 +32,11 @@
 // with the online max and sum), then combines the lanes in a fixed pairwise tree: the GPU kernel
 // runs one block a row, a thread a lane, and the tree in shared memory; the CPU test runs the
 // same lanes and tree in loops.
+// Cost: every score makes about four trips through memory (written by the product, read and
+// rewritten by the softmax, read by the next product; more in the backward), so long sequences
+// are bound by memory bandwidth, not by the tensor cores: a fused kernel keeps the scores on
+// chip. The chunk height is the budget's (kChunkScoreBytes; at 32K tokens and 32 heads, 80 rows);
+// set_cuda_attention_chunk_rows forces another (tests).
 #pragma once
 
 #include <algorithm>
@@ -224,12 +229,25 @@ inline AnyMat row_block(AnyMat x, int64_t r0, int64_t n) {
   return AnyMat{x.at(r0, 0), n, x.cols, x.ld, x.bf16};
 }
 
+// S_h = scale Q_h K_g^T for the heads h = g G + j of one chunk of sequence b, into sc's rows.
+inline RowGemm scores_product(const ChunkShape& c, const ScoreRows& sc, AnyMat q, AnyMat k,
+                              int64_t b, int64_t j) {
+  const int64_t D = c.D, G = c.G(), head_block = sc.n * sc.ld;
+  RowGemm g;
+  g.trans_b = true;
+  g.m = sc.n, g.n = sc.kend, g.k = D, g.alpha = 1.0f / std::sqrt(float(D));
+  g.a = q.at(b * c.S + sc.i0, j * D), g.lda = q.ld, g.stride_a = G * D;
+  g.b = k.at(b * c.S, 0), g.ldb = k.ld, g.stride_b = D;
+  g.c = sc.s + j * head_block, g.ldc = sc.ld, g.stride_c = G * head_block;
+  g.batch = c.Hkv, g.ab_bf16 = q.bf16;
+  return g;
+}
+
 template <class Ops>
 void chunked_attention_forward(Ops& ops, const ChunkShape& c, AnyMat o, float* lse, AnyMat q,
                                AnyMat k, AnyMat v, float* scratch) {
   const int64_t S = c.S, D = c.D, G = c.G();
   const bool bf16 = q.bf16;
-  const float scale = 1.0f / std::sqrt(float(D));
   float* scores = scratch;
   uint16_t* p16 = bf16 ? reinterpret_cast<uint16_t*>(scratch + c.scores_numel()) : nullptr;
   for (int64_t b = 0; b < c.B; ++b) {
@@ -237,16 +255,7 @@ void chunked_attention_forward(Ops& ops, const ChunkShape& c, AnyMat o, float* l
       const int64_t n = std::min(c.rows, S - i0), kend = c.causal ? i0 + n : S;
       const ScoreRows sc{scores, p16, n, round_up(kend, kChunkAlign), kend, i0, c.causal};
       const int64_t head_block = n * sc.ld;  // one head's scores
-      for (int64_t j = 0; j < G; ++j) {
-        RowGemm g;  // S_h = scale Q_h K_g^T
-        g.trans_b = true;
-        g.m = n, g.n = kend, g.k = D, g.alpha = scale;
-        g.a = q.at(b * S + i0, j * D), g.lda = q.ld, g.stride_a = G * D;
-        g.b = k.at(b * S, 0), g.ldb = k.ld, g.stride_b = D;
-        g.c = scores + j * head_block, g.ldc = sc.ld, g.stride_c = G * head_block;
-        g.batch = c.Hkv, g.ab_bf16 = bf16;
-        ops.gemm(g);
-      }
+      for (int64_t j = 0; j < G; ++j) ops.gemm(scores_product(c, sc, q, k, b, j));
       ops.softmax(sc, lse + b * c.H * S);
       for (int64_t j = 0; j < G; ++j) {
         RowGemm g;  // O_h = P_h V_g
@@ -295,13 +304,7 @@ void chunked_attention_backward(Ops& ops, const ChunkShape& c, AnyMat dq, AnyMat
       const ScoreRows sc{scores, p16, n, round_up(kend, kChunkAlign), kend, i0, c.causal};
       const int64_t head_block = n * sc.ld;
       for (int64_t j = 0; j < G; ++j) {
-        RowGemm g;  // S_h = scale Q_h K_g^T, dP_h = dO_h V_g^T
-        g.trans_b = true;
-        g.m = n, g.n = kend, g.k = D, g.alpha = scale;
-        g.a = q.at(b * S + i0, j * D), g.lda = q.ld, g.stride_a = G * D;
-        g.b = k.at(b * S, 0), g.ldb = k.ld, g.stride_b = D;
-        g.c = scores + j * head_block, g.ldc = sc.ld, g.stride_c = G * head_block;
-        g.batch = c.Hkv, g.ab_bf16 = bf16;
+        RowGemm g = scores_product(c, sc, q, k, b, j);  // S_h, then dP_h = dO_h V_g^T
         ops.gemm(g);
         g.alpha = 1.0f;
         g.a = dout.at(b * S + i0, j * D), g.lda = dout.ld;
