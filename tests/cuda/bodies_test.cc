@@ -13,6 +13,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <random>
@@ -592,6 +593,67 @@ TEST(CudaBodies, cross_entropy_row_matches_cpu_with_and_without_dlogits) {
       expect_bits_eq(l_inplace, l_body, "loss in place");
       expect_bits_eq(inplace.logical(), d_body.logical(), "dlogits in place");
     }
+  }
+}
+
+// Note [Row lanes]: the row kernels as the GPU runs them, kRowLanes lanes a row and the fixed tree,
+// against the one-lane bodies (checked against the CPU above): within an ulp or two of theirs.
+double lanes_sum(int lanes, const std::function<double(int)>& part) {
+  std::vector<double> a(static_cast<size_t>(lanes));
+  for (int lane = 0; lane < lanes; ++lane) a[size_t(lane)] = part(lane);
+  for (int half = lanes / 2; half > 0; half /= 2)
+    for (int lane = 0; lane < half; ++lane) row_tree_sum(a.data(), lane, half);
+  return a[0];
+}
+
+TEST(CudaBodies, row_kernels_in_lanes_agree_with_the_one_lane_bodies) {
+  constexpr float kEps = 1e-5f, kGradScale = 0.37f;
+  const int L = kRowLanes;
+  for (const Shape2& s :
+       {Shape2{13, 97, 97}, Shape2{5, 1000, 1003}, Shape2{3, 2048, 2048}, Shape2{2, 1, 1}}) {
+    const auto [T, C, ld] = s;
+    SCOPED_TRACE(name(s));
+    const Buf x = Buf::random(T, C, ld, 11, -3.0f, 3.0f), dy = Buf::random(T, C, ld, 12);
+    const std::vector<float> w = test::random_floats(C, 13, 0.5f, 2.0f);
+    // RMSNorm forward and dx
+    Buf y1(T, C, ld, kNaN), yl(T, C, ld, kNaN), dx1 = Buf::random(T, C, ld, 14), dxl = dx1;
+    std::vector<float> r1(T), rl(T);
+    for (int64_t t = 0; t < T; ++t) {
+      rmsnorm_forward_row(y1.mat(), r1.data(), x.cmat(), w.data(), kEps, t);
+      rl[t] = rmsnorm_inv_rms(
+          lanes_sum(L, [&](int lane) { return rmsnorm_sumsq_part(x.cmat(), t, lane, L); }), C,
+          kEps);
+      for (int lane = 0; lane < L; ++lane)
+        rmsnorm_write_part(yl.mat(), x.cmat(), w.data(), rl[t], t, lane, L);
+      rmsnorm_backward_row(dx1.mat(), dy.cmat(), x.cmat(), w.data(), r1.data(), t);
+      const double dot = lanes_sum(
+          L, [&](int lane) { return rmsnorm_dot_part(dy.cmat(), x.cmat(), w.data(), t, lane, L); });
+      for (int lane = 0; lane < L; ++lane)
+        rmsnorm_dx_part(dxl.mat(), dy.cmat(), x.cmat(), w.data(), r1.data(), dot, t, lane, L);
+    }
+    EXPECT_LE(max_rel_err(rl, r1), 2e-7);
+    EXPECT_LE(max_err_vs_max(yl.logical(), y1.logical()), 1e-6);
+    EXPECT_LE(max_err_vs_max(dxl.logical(), dx1.logical()), 1e-6);
+    EXPECT_TRUE(yl.padding_intact());
+    // the loss and its gradient over a "vocabulary" of C columns, in place and not
+    const std::vector<int32_t> targets = test::random_ids(T, int32_t(C), 15);
+    std::vector<float> l1(T), ll(T);
+    Buf d1(T, C, ld, kNaN), dl = x;  // dl: in place over a copy of the logits
+    for (int64_t t = 0; t < T; ++t) {
+      cross_entropy_row(l1.data(), d1.mat(), x.cmat(), targets.data(), kGradScale, t);
+      std::vector<float> mx(static_cast<size_t>(L));
+      for (int lane = 0; lane < L; ++lane) mx[size_t(lane)] = ce_max_part(dl.cmat(), t, lane, L);
+      for (int half = L / 2; half > 0; half /= 2)
+        for (int lane = 0; lane < half; ++lane) row_tree_max(mx.data(), lane, half);
+      const float target_logit = dl.at(t, targets[t]);
+      const double sum =
+          lanes_sum(L, [&](int lane) { return ce_sum_part(dl.cmat(), t, mx[0], lane, L); });
+      ll[t] = ce_loss(mx[0], sum, target_logit);
+      for (int lane = 0; lane < L; ++lane)
+        ce_grad_part(dl.mat(), dl.cmat(), t, mx[0], sum, targets[t], kGradScale, lane, L);
+    }
+    EXPECT_LE(max_rel_err(ll, l1, 1.0), 1e-6);
+    EXPECT_LE(max_err_vs_max(dl.logical(), d1.logical(), kGradScale), 1e-6);
   }
 }
 

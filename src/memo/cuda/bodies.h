@@ -121,24 +121,57 @@ struct XVec {
   }
 };
 
-// --- RMSNorm: one row t (forward, dx) or one column c (dw) ---
+// Note [Row lanes]
+// A row kernel over long rows (RMSNorm, the loss over the vocabulary) runs as a block of
+// kRowLanes threads a row: lane l takes columns l, l + lanes, ...; the lanes' partial sums
+// (double) or maxima combine in a fixed pairwise tree (row_tree_*), then each lane writes its
+// columns. The bodies are functions of (row, lane, lanes): with lanes = 1 they are the one-thread
+// row kernels the CPU tests compare bit for bit with the CPU's (sums in index order); with more
+// lanes the sums are reassociated, the same way on every call (deterministic), within a few ulp
+// of the CPU's. The tests run the lanes and the tree in loops.
+inline constexpr int kRowLanes = 256;
+// One step of a tree over `lanes` values (a power of two): lane < half takes lane + half's.
+MEMO_HD inline void row_tree_sum(double* a, int lane, int half) { a[lane] += a[lane + half]; }
+MEMO_HD inline void row_tree_max(float* a, int lane, int half) {
+  a[lane] = a[lane + half] > a[lane] ? a[lane + half] : a[lane];
+}
+
+// --- RMSNorm: one row t in lanes (forward, dx) or one column c (dw) ---
+MEMO_HD inline double rmsnorm_sumsq_part(XMat x, int64_t t, int lane, int lanes) {
+  double sum_sq = 0.0;
+  for (int64_t c = lane; c < x.cols; c += lanes) sum_sq += double(x.at(t, c)) * double(x.at(t, c));
+  return sum_sq;
+}
+MEMO_HD inline float rmsnorm_inv_rms(double sum_sq, int64_t cols, float eps) {
+  return float(1.0 / ::sqrt(sum_sq / double(cols) + double(eps)));
+}
+MEMO_HD inline void rmsnorm_write_part(XMat y, XMat x, XVec w, float r, int64_t t, int lane,
+                                       int lanes) {
+  for (int64_t c = lane; c < x.cols; c += lanes) y.at(t, c) = x.at(t, c) * r * w[c];
+}
 MEMO_HD inline void rmsnorm_forward_row(XMat y, float* inv_rms, XMat x, XVec w, float eps,
                                         int64_t t) {
-  double sum_sq = 0.0;
-  for (int64_t c = 0; c < x.cols; ++c) sum_sq += double(x.at(t, c)) * double(x.at(t, c));
-  const float r = float(1.0 / ::sqrt(sum_sq / double(x.cols) + double(eps)));
+  const float r = rmsnorm_inv_rms(rmsnorm_sumsq_part(x, t, 0, 1), x.cols, eps);
   inv_rms[t] = r;
-  for (int64_t c = 0; c < x.cols; ++c) y.at(t, c) = x.at(t, c) * r * w[c];
+  rmsnorm_write_part(y, x, w, r, t, 0, 1);
 }
-MEMO_HD inline void rmsnorm_backward_row(XMat dx, XMat dy, XMat x, XVec w, const float* r,
-                                         int64_t t) {
+MEMO_HD inline double rmsnorm_dot_part(XMat dy, XMat x, XVec w, int64_t t, int lane, int lanes) {
   double dot = 0.0;
-  for (int64_t c = 0; c < x.cols; ++c)
+  for (int64_t c = lane; c < x.cols; c += lanes)
     dot += double(w[c]) * double(dy.at(t, c)) * double(x.at(t, c));
+  return dot;
+}
+MEMO_HD inline void rmsnorm_dx_part(XMat dx, XMat dy, XMat x, XVec w, const float* r, double dot,
+                                    int64_t t, int lane, int lanes) {
   const double rd = r[t];
   const float coef = float(rd * rd * rd * dot / double(x.cols));
   const float rf = r[t];
-  for (int64_t c = 0; c < x.cols; ++c) dx.at(t, c) += rf * w[c] * dy.at(t, c) - x.at(t, c) * coef;
+  for (int64_t c = lane; c < x.cols; c += lanes)
+    dx.at(t, c) += rf * w[c] * dy.at(t, c) - x.at(t, c) * coef;
+}
+MEMO_HD inline void rmsnorm_backward_row(XMat dx, XMat dy, XMat x, XVec w, const float* r,
+                                         int64_t t) {
+  rmsnorm_dx_part(dx, dy, x, w, r, rmsnorm_dot_part(dy, x, w, t, 0, 1), t, 0, 1);
 }
 MEMO_HD inline void rmsnorm_dw_col(float* dw, XMat dy, XMat x, const float* r, int64_t c) {
   double acc = 0.0;
@@ -246,20 +279,39 @@ MEMO_HD inline float embedding_forward_at(XMat wte, const int32_t* tokens, int64
 }
 
 // --- softmax cross-entropy of row t (dlogits may alias logits; empty dlogits: loss only) ---
+// In lanes (Note [Row lanes]): the lane's maximum, its sum of exp(l - m), the loss from the row's
+// maximum, sum and target logit (read before any lane writes: dlogits may alias logits), and the
+// lane's columns of dlogits (the target's less grad_scale, as its own second rounding).
+MEMO_HD inline float ce_max_part(CMat logits, int64_t t, int lane, int lanes) {
+  float m = -INFINITY;
+  for (int64_t c = lane; c < logits.cols; c += lanes) m = logits.at(t, c) > m ? logits.at(t, c) : m;
+  return m;
+}
+MEMO_HD inline double ce_sum_part(CMat logits, int64_t t, float m, int lane, int lanes) {
+  double sum = 0.0;
+  for (int64_t c = lane; c < logits.cols; c += lanes) sum += double(exp_f(logits.at(t, c) - m));
+  return sum;
+}
+MEMO_HD inline float ce_loss(float m, double sum, float target_logit) {
+  return float(double(m) + ::log(sum) - double(target_logit));
+}
+MEMO_HD inline void ce_grad_part(Mat dlogits, CMat logits, int64_t t, float m, double sum,
+                                 int32_t y, float grad_scale, int lane, int lanes) {
+  const float scale = float(double(grad_scale) / sum);
+  for (int64_t c = lane; c < logits.cols; c += lanes) {
+    float g = exp_f(logits.at(t, c) - m) * scale;
+    if (c == y) g -= grad_scale;
+    dlogits.at(t, c) = g;
+  }
+}
 MEMO_HD inline void cross_entropy_row(float* losses, Mat dlogits, CMat logits,
                                       const int32_t* targets, float grad_scale, int64_t t) {
-  const int64_t V = logits.cols;
-  float m = logits.at(t, 0);
-  for (int64_t c = 0; c < V; ++c) m = logits.at(t, c) > m ? logits.at(t, c) : m;
-  double sum = 0.0;
-  for (int64_t c = 0; c < V; ++c) sum += double(exp_f(logits.at(t, c) - m));
+  const float m = ce_max_part(logits, t, 0, 1);
+  const double sum = ce_sum_part(logits, t, m, 0, 1);
   const int32_t y = targets[t];
-  const float target_logit = logits.at(t, y);
-  losses[t] = float(double(m) + ::log(sum) - double(target_logit));
+  losses[t] = ce_loss(m, sum, logits.at(t, y));
   if (dlogits.p == nullptr) return;
-  const float scale = float(double(grad_scale) / sum);
-  for (int64_t c = 0; c < V; ++c) dlogits.at(t, c) = exp_f(logits.at(t, c) - m) * scale;
-  dlogits.at(t, y) -= grad_scale;
+  ce_grad_part(dlogits, logits, t, m, sum, y, grad_scale, 0, 1);
 }
 
 // --- vocabulary-parallel cross-entropy of row t (kernels/cpu/kernels.h); stats [2, T] of this

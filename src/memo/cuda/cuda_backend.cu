@@ -193,6 +193,58 @@ __global__ void for_each_kernel(int64_t n, F f) {
 }
 constexpr int kThreads = 256;
 
+// Row kernels in lanes (Note [Row lanes] in cuda/bodies.h): a block of kRowLanes threads a row,
+// the lanes' partial sums combined in shared memory in the bodies' fixed tree.
+__device__ void row_sum_tree(double* a, int lane) {
+  __syncthreads();
+  for (int half = cuda::kRowLanes / 2; half > 0; half /= 2) {
+    if (lane < half) cuda::row_tree_sum(a, lane, half);
+    __syncthreads();
+  }
+}
+__global__ void rmsnorm_forward_kernel(cuda::XMat y, float* inv_rms, cuda::XMat x, cuda::XVec w,
+                                       float eps) {
+  __shared__ double a[cuda::kRowLanes];
+  const int64_t t = blockIdx.x;
+  const int lane = int(threadIdx.x);
+  a[lane] = cuda::rmsnorm_sumsq_part(x, t, lane, cuda::kRowLanes);
+  row_sum_tree(a, lane);
+  const float r = cuda::rmsnorm_inv_rms(a[0], x.cols, eps);
+  if (lane == 0) inv_rms[t] = r;
+  cuda::rmsnorm_write_part(y, x, w, r, t, lane, cuda::kRowLanes);
+}
+__global__ void rmsnorm_dx_kernel(cuda::XMat dx, cuda::XMat dy, cuda::XMat x, cuda::XVec w,
+                                  const float* r) {
+  __shared__ double a[cuda::kRowLanes];
+  const int64_t t = blockIdx.x;
+  const int lane = int(threadIdx.x);
+  a[lane] = cuda::rmsnorm_dot_part(dy, x, w, t, lane, cuda::kRowLanes);
+  row_sum_tree(a, lane);
+  cuda::rmsnorm_dx_part(dx, dy, x, w, r, a[0], t, lane, cuda::kRowLanes);
+}
+__global__ void cross_entropy_kernel(float* losses, Mat dlogits, CMat logits,
+                                     const int32_t* targets, float grad_scale) {
+  __shared__ float mx[cuda::kRowLanes];
+  __shared__ double a[cuda::kRowLanes];
+  const int64_t t = blockIdx.x;
+  const int lane = int(threadIdx.x);
+  const int32_t y = targets[t];
+  const float target_logit = logits.at(t, y);  // read before any lane writes (dlogits may alias)
+  mx[lane] = cuda::ce_max_part(logits, t, lane, cuda::kRowLanes);
+  __syncthreads();
+  for (int half = cuda::kRowLanes / 2; half > 0; half /= 2) {
+    if (lane < half) cuda::row_tree_max(mx, lane, half);
+    __syncthreads();
+  }
+  const float m = mx[0];
+  a[lane] = cuda::ce_sum_part(logits, t, m, lane, cuda::kRowLanes);
+  row_sum_tree(a, lane);
+  const double sum = a[0];
+  if (lane == 0) losses[t] = cuda::ce_loss(m, sum, target_logit);
+  if (dlogits.p != nullptr)
+    cuda::ce_grad_part(dlogits, logits, t, m, sum, y, grad_scale, lane, cuda::kRowLanes);
+}
+
 // The backward's probabilities and their gradient over one chunk (Note [Chunked attention]): a
 // block per score row, its threads over the columns (no per-element divisions).
 __global__ void chunk_grad_scores_kernel(cuda::ScoreRows sc, float* dp, uint16_t* ds16,
@@ -576,7 +628,9 @@ class CudaBackend final : public Backend {
     const cuda::XMat Y = xmat(y), X = xmat(x);
     float* r = dev(inv_rms);
     const cuda::XVec wp = xvec(w);
-    launch(X.rows, [=] __device__(int64_t t) { cuda::rmsnorm_forward_row(Y, r, X, wp, eps, t); });
+    if (X.rows == 0) return;
+    rmsnorm_forward_kernel<<<unsigned(X.rows), cuda::kRowLanes, 0, s()>>>(Y, r, X, wp, eps);
+    check_cuda(cudaGetLastError(), "rmsnorm_forward launch");
   }
   void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
                         ConstTensor inv_rms) override {
@@ -586,7 +640,9 @@ class CudaBackend final : public Backend {
     const cuda::XVec wp = xvec(w);
     const float* r = dev(inv_rms);
     float* dwp = dev(dw);
-    launch(X.rows, [=] __device__(int64_t t) { cuda::rmsnorm_backward_row(DX, DY, X, wp, r, t); });
+    if (X.rows == 0) return;
+    rmsnorm_dx_kernel<<<unsigned(X.rows), cuda::kRowLanes, 0, s()>>>(DX, DY, X, wp, r);
+    check_cuda(cudaGetLastError(), "rmsnorm_backward launch");
     launch(X.cols, [=] __device__(int64_t c) { cuda::rmsnorm_dw_col(dwp, DY, X, r, c); });
   }
   void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
@@ -710,8 +766,9 @@ class CudaBackend final : public Backend {
     const Mat DL = mat(dlogits);
     const CMat L = cmat(logits);
     float* lp = dev(losses);
-    launch(L.rows,
-           [=] __device__(int64_t t) { cuda::cross_entropy_row(lp, DL, L, ys, grad_scale, t); });
+    if (L.rows == 0) return;
+    cross_entropy_kernel<<<unsigned(L.rows), cuda::kRowLanes, 0, s()>>>(lp, DL, L, ys, grad_scale);
+    check_cuda(cudaGetLastError(), "cross_entropy launch");
   }
   void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
                                View<const int32_t> targets) override {
