@@ -654,6 +654,44 @@ TEST(CudaBodies, row_kernels_in_lanes_agree_with_the_one_lane_bodies) {
     }
     EXPECT_LE(max_rel_err(ll, l1, 1.0), 1e-6);
     EXPECT_LE(max_err_vs_max(dl.logical(), d1.logical(), kGradScale), 1e-6);
+    // LayerNorm forward and dx
+    Buf z1(T, C, ld, kNaN), zl(T, C, ld, kNaN), dz1 = Buf::random(T, C, ld, 16), dzl = dz1;
+    const std::vector<float> b = test::random_floats(C, 17);
+    std::vector<float> m1(T), s1(T), ml(T), sl(T);
+    for (int64_t t = 0; t < T; ++t) {
+      layernorm_forward_row(z1.mat(), m1.data(), s1.data(), x.cmat(), w.data(), b.data(), kEps, t);
+      const double m =
+          lanes_sum(L, [&](int lane) { return layernorm_sum_part(x.cmat(), t, lane, L); }) /
+          double(C);
+      const double r =
+          1.0 / std::sqrt(lanes_sum(L,
+                                    [&](int lane) {
+                                      return layernorm_sumsq_part(x.cmat(), m, t, lane, L);
+                                    }) /
+                              double(C) +
+                          double(kEps));
+      ml[t] = float(m);
+      sl[t] = float(r);
+      for (int lane = 0; lane < L; ++lane)
+        layernorm_write_part(zl.mat(), x.cmat(), w.data(), b.data(), m, r, t, lane, L);
+      layernorm_backward_row(dz1.mat(), dy.cmat(), x.cmat(), w.data(), m1.data(), s1.data(), t);
+      std::vector<double> g(static_cast<size_t>(L)), gx(static_cast<size_t>(L));
+      for (int lane = 0; lane < L; ++lane)
+        layernorm_grad_sums_part(dy.cmat(), x.cmat(), w.data(), m1[t], s1[t], t, lane, L,
+                                 g[size_t(lane)], gx[size_t(lane)]);
+      for (int half = L / 2; half > 0; half /= 2)
+        for (int lane = 0; lane < half; ++lane) {
+          row_tree_sum(g.data(), lane, half);
+          row_tree_sum(gx.data(), lane, half);
+        }
+      for (int lane = 0; lane < L; ++lane)
+        layernorm_dx_part(dzl.mat(), dy.cmat(), x.cmat(), w.data(), m1[t], s1[t], g[0], gx[0], t,
+                          lane, L);
+    }
+    EXPECT_LE(max_err_vs_max(ml, m1, 1.0), 1e-6);
+    EXPECT_LE(max_rel_err(sl, s1), 2e-7);
+    EXPECT_LE(max_err_vs_max(zl.logical(), z1.logical()), 1e-6);
+    EXPECT_LE(max_err_vs_max(dzl.logical(), dz1.logical()), 1e-6);
   }
 }
 

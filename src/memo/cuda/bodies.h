@@ -181,35 +181,58 @@ MEMO_HD inline void rmsnorm_dw_col(float* dw, XMat dy, XMat x, const float* r, i
 }
 
 // --- LayerNorm ---
+// In lanes (Note [Row lanes]): the sum, then the sum of squares about the mean, then the writes.
+MEMO_HD inline double layernorm_sum_part(XMat x, int64_t t, int lane, int lanes) {
+  double sum = 0.0;
+  for (int64_t c = lane; c < x.cols; c += lanes) sum += double(x.at(t, c));
+  return sum;
+}
+MEMO_HD inline double layernorm_sumsq_part(XMat x, double m, int64_t t, int lane, int lanes) {
+  double sum_sq = 0.0;
+  for (int64_t c = lane; c < x.cols; c += lanes)
+    sum_sq += (double(x.at(t, c)) - m) * (double(x.at(t, c)) - m);
+  return sum_sq;
+}
+MEMO_HD inline void layernorm_write_part(XMat y, XMat x, XVec w, XVec b, double m, double r,
+                                         int64_t t, int lane, int lanes) {
+  for (int64_t c = lane; c < x.cols; c += lanes)
+    y.at(t, c) = float((double(x.at(t, c)) - m) * r) * w[c] + b[c];
+}
 MEMO_HD inline void layernorm_forward_row(XMat y, float* mean, float* rstd, XMat x, XVec w, XVec b,
                                           float eps, int64_t t) {
   const int64_t C = x.cols;
-  double sum = 0.0;
-  for (int64_t c = 0; c < C; ++c) sum += double(x.at(t, c));
-  const double m = sum / double(C);
-  double sum_sq = 0.0;
-  for (int64_t c = 0; c < C; ++c) sum_sq += (double(x.at(t, c)) - m) * (double(x.at(t, c)) - m);
-  const double r = 1.0 / ::sqrt(sum_sq / double(C) + double(eps));
+  const double m = layernorm_sum_part(x, t, 0, 1) / double(C);
+  const double r = 1.0 / ::sqrt(layernorm_sumsq_part(x, m, t, 0, 1) / double(C) + double(eps));
   mean[t] = float(m);
   rstd[t] = float(r);
-  for (int64_t c = 0; c < C; ++c) y.at(t, c) = float((double(x.at(t, c)) - m) * r) * w[c] + b[c];
+  layernorm_write_part(y, x, w, b, m, r, t, 0, 1);
 }
-MEMO_HD inline void layernorm_backward_row(XMat dx, XMat dy, XMat x, XVec w, const float* mean,
-                                           const float* rstd, int64_t t) {
-  const int64_t C = x.cols;
-  const double m = mean[t], r = rstd[t];
-  double sum_g = 0.0, sum_gx = 0.0;
-  for (int64_t c = 0; c < C; ++c) {
+// The backward's two sums (of g = w dy and of g xhat) and the lane's dx.
+MEMO_HD inline void layernorm_grad_sums_part(XMat dy, XMat x, XVec w, double m, double r, int64_t t,
+                                             int lane, int lanes, double& sum_g, double& sum_gx) {
+  sum_g = 0.0;
+  sum_gx = 0.0;
+  for (int64_t c = lane; c < x.cols; c += lanes) {
     const double g = double(w[c]) * double(dy.at(t, c));
     sum_g += g;
     sum_gx += g * ((double(x.at(t, c)) - m) * r);
   }
-  const double mean_g = sum_g / double(C), mean_gx = sum_gx / double(C);
-  for (int64_t c = 0; c < C; ++c) {
+}
+MEMO_HD inline void layernorm_dx_part(XMat dx, XMat dy, XMat x, XVec w, double m, double r,
+                                      double sum_g, double sum_gx, int64_t t, int lane, int lanes) {
+  const double mean_g = sum_g / double(x.cols), mean_gx = sum_gx / double(x.cols);
+  for (int64_t c = lane; c < x.cols; c += lanes) {
     const double xhat = (double(x.at(t, c)) - m) * r;
     const double g = double(w[c]) * double(dy.at(t, c));
     dx.at(t, c) = float(double(dx.at(t, c)) + r * (g - mean_g - xhat * mean_gx));
   }
+}
+MEMO_HD inline void layernorm_backward_row(XMat dx, XMat dy, XMat x, XVec w, const float* mean,
+                                           const float* rstd, int64_t t) {
+  const double m = mean[t], r = rstd[t];
+  double sum_g, sum_gx;
+  layernorm_grad_sums_part(dy, x, w, m, r, t, 0, 1, sum_g, sum_gx);
+  layernorm_dx_part(dx, dy, x, w, m, r, sum_g, sum_gx, t, 0, 1);
 }
 MEMO_HD inline void layernorm_dwdb_col(float* dw, float* db, XMat dy, XMat x, const float* mean,
                                        const float* rstd, int64_t c) {

@@ -222,6 +222,48 @@ __global__ void rmsnorm_dx_kernel(cuda::XMat dx, cuda::XMat dy, cuda::XMat x, cu
   row_sum_tree(a, lane);
   cuda::rmsnorm_dx_part(dx, dy, x, w, r, a[0], t, lane, cuda::kRowLanes);
 }
+// Two sums in one tree (each of a and b its own).
+__device__ void row_sum_tree2(double* a, double* b, int lane) {
+  __syncthreads();
+  for (int half = cuda::kRowLanes / 2; half > 0; half /= 2) {
+    if (lane < half) {
+      cuda::row_tree_sum(a, lane, half);
+      cuda::row_tree_sum(b, lane, half);
+    }
+    __syncthreads();
+  }
+}
+__global__ void layernorm_forward_kernel(cuda::XMat y, float* mean, float* rstd, cuda::XMat x,
+                                         cuda::XVec w, cuda::XVec b, float eps) {
+  __shared__ double sum[cuda::kRowLanes], sum_sq[cuda::kRowLanes];  // two: no read-write race
+  const int64_t t = blockIdx.x;
+  const int lane = int(threadIdx.x);
+  const double C = double(x.cols);
+  sum[lane] = cuda::layernorm_sum_part(x, t, lane, cuda::kRowLanes);
+  row_sum_tree(sum, lane);
+  const double m = sum[0] / C;
+  sum_sq[lane] = cuda::layernorm_sumsq_part(x, m, t, lane, cuda::kRowLanes);
+  row_sum_tree(sum_sq, lane);
+  const double r = 1.0 / ::sqrt(sum_sq[0] / C + double(eps));
+  if (lane == 0) {
+    mean[t] = float(m);
+    rstd[t] = float(r);
+  }
+  cuda::layernorm_write_part(y, x, w, b, m, r, t, lane, cuda::kRowLanes);
+}
+__global__ void layernorm_dx_kernel(cuda::XMat dx, cuda::XMat dy, cuda::XMat x, cuda::XVec w,
+                                    const float* mean, const float* rstd) {
+  __shared__ double sg[cuda::kRowLanes], sgx[cuda::kRowLanes];
+  const int64_t t = blockIdx.x;
+  const int lane = int(threadIdx.x);
+  const double m = mean[t], r = rstd[t];
+  double g, gx;  // in registers, then shared
+  cuda::layernorm_grad_sums_part(dy, x, w, m, r, t, lane, cuda::kRowLanes, g, gx);
+  sg[lane] = g;
+  sgx[lane] = gx;
+  row_sum_tree2(sg, sgx, lane);
+  cuda::layernorm_dx_part(dx, dy, x, w, m, r, sg[0], sgx[0], t, lane, cuda::kRowLanes);
+}
 __global__ void cross_entropy_kernel(float* losses, Mat dlogits, CMat logits,
                                      const int32_t* targets, float grad_scale) {
   __shared__ float mx[cuda::kRowLanes];
@@ -652,9 +694,10 @@ class CudaBackend final : public Backend {
     const cuda::XMat Y = xmat(y), X = xmat(x);
     float *mp = dev(mean), *rp = dev(rstd);
     const cuda::XVec wp = xvec(w), bp = xvec(b);
-    launch(X.rows, [=] __device__(int64_t t) {
-      cuda::layernorm_forward_row(Y, mp, rp, X, wp, bp, eps, t);
-    });
+    if (X.rows == 0) return;
+    layernorm_forward_kernel<<<unsigned(X.rows), cuda::kRowLanes, 0, s()>>>(Y, mp, rp, X, wp, bp,
+                                                                            eps);
+    check_cuda(cudaGetLastError(), "layernorm_forward launch");
   }
   void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
                           ConstTensor w, ConstTensor mean, ConstTensor rstd) override {
@@ -664,8 +707,9 @@ class CudaBackend final : public Backend {
     const cuda::XVec wp = xvec(w);
     const float *mp = dev(mean), *rp = dev(rstd);
     float *dwp = dev(dw), *dbp = dev(db);
-    launch(X.rows,
-           [=] __device__(int64_t t) { cuda::layernorm_backward_row(DX, DY, X, wp, mp, rp, t); });
+    if (X.rows == 0) return;
+    layernorm_dx_kernel<<<unsigned(X.rows), cuda::kRowLanes, 0, s()>>>(DX, DY, X, wp, mp, rp);
+    check_cuda(cudaGetLastError(), "layernorm_backward launch");
     launch(X.cols,
            [=] __device__(int64_t c) { cuda::layernorm_dwdb_col(dwp, dbp, DY, X, mp, rp, c); });
   }
