@@ -199,13 +199,14 @@ for s in keep memo; do
     --out "$runs/b32_$s" --log "$runs/b32_$s.jsonl" --hardware-dir hardware --device-memory 0
 done
 # the longest sequence of the ~1B model that fits in the GPU's free memory under each strategy,
-# in bf16: a run at 256K tokens is refused before step 1 with the planned need and the longest
-# --seq that fits (estimated from the scaled plan), which the summary reads
+# in bf16: a run at 1M tokens (more than any strategy fits in an H200's memory) is refused before
+# step 1 with the planned need and the longest --seq that fits (estimated from the scaled plan),
+# which the summary reads
 sed 's/"max_position_embeddings": 32768/"max_position_embeddings": 1048576/' "$runs/llama1b.json" \
   > "$runs/llama1b_long.json"
 for s in keep recompute memo; do
   stage "fit_$s" 90 "$b/memo" train --config "$runs/llama1b_long.json" --data "$b/data/kjv.txt" \
-    --seq 262144 --batch 1 --steps 1 --save-every 0 --val-batches 0 --device cuda \
+    --seq 1048576 --batch 1 --steps 1 --save-every 0 --val-batches 0 --device cuda \
     --precision bf16 --activations "$s" --out "$runs/fit_$s" > "$runs/fit_$s.out" 2>&1
   tail -2 "$runs/fit_$s.out"
 done
