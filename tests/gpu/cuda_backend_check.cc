@@ -163,42 +163,48 @@ TEST(CudaBackend, token_panels_rebuild_rows_from_a_panel_start_bit_for_bit) {
             std::memcmp(out[2].data() + r0 * N, part[2].data() + r0 * N, size_t((T - r0) * N) * 4));
 }
 
+// Rows of 200 columns (a lane a column) and of 2,051 (lanes over several columns each, Note [Row
+// lanes]).
 TEST(CudaBackend, norms_forward_and_backward) {
   REQUIRE_GPU();
-  const int64_t T = 97, C = 200;
-  compare(
-      *g, {zeros({T, C}), zeros({T}), rnd({T, C}, 1), rnd({C}, 2, 0.5f, 1.5f)},
-      [](Backend& b, std::vector<Tensor>& t) {
-        b.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f);
-        return 0.0;
-      },
-      kTol);
-  std::vector<float> inv(static_cast<size_t>(T));
-  {
-    std::vector<float> x = randoms(T * C, 1), y(size_t(T * C)), w = randoms(C, 2, 0.5f, 1.5f);
-    cpu_backend().rmsnorm_forward(View<float>(y.data(), {T, C}), View<float>(inv.data(), {T}),
-                                  View<float>(x.data(), {T, C}), View<float>(w.data(), {C}), 1e-5f);
+  const int64_t T = 97;
+  for (const int64_t C : {int64_t(200), int64_t(2051)}) {
+    SCOPED_TRACE(C);
+    compare(
+        *g, {zeros({T, C}), zeros({T}), rnd({T, C}, 1), rnd({C}, 2, 0.5f, 1.5f)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f);
+          return 0.0;
+        },
+        kTol);
+    std::vector<float> inv(static_cast<size_t>(T));
+    {
+      std::vector<float> x = randoms(T * C, 1), y(size_t(T * C)), w = randoms(C, 2, 0.5f, 1.5f);
+      cpu_backend().rmsnorm_forward(View<float>(y.data(), {T, C}), View<float>(inv.data(), {T}),
+                                    View<float>(x.data(), {T, C}), View<float>(w.data(), {C}),
+                                    1e-5f);
+    }
+    compare(
+        *g,
+        {rnd({T, C}, 9), rnd({C}, 10), rnd({T, C}, 11), rnd({T, C}, 1), rnd({C}, 2, 0.5f, 1.5f),
+         Buf{inv, {T}}},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5]);
+          return 0.0;
+        },
+        kTol);
+    // y, mean, rstd, x (mean far from 0), w, b, then dx, dw, db, dy
+    compare(
+        *g,
+        {zeros({T, C}), zeros({T}), zeros({T}), rnd({T, C}, 1, 2.0f, 3.0f), rnd({C}, 2),
+         rnd({C}, 3), rnd({T, C}, 4), rnd({C}, 5), rnd({C}, 6), rnd({T, C}, 7)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5f);
+          b.layernorm_backward(t[6], t[7], t[8], t[9], t[3], t[4], t[1], t[2]);
+          return 0.0;
+        },
+        kTol);
   }
-  compare(
-      *g,
-      {rnd({T, C}, 9), rnd({C}, 10), rnd({T, C}, 11), rnd({T, C}, 1), rnd({C}, 2, 0.5f, 1.5f),
-       Buf{inv, {T}}},
-      [](Backend& b, std::vector<Tensor>& t) {
-        b.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5]);
-        return 0.0;
-      },
-      kTol);
-  // y, mean, rstd, x (mean far from 0), w, b, then dx, dw, db, dy
-  compare(
-      *g,
-      {zeros({T, C}), zeros({T}), zeros({T}), rnd({T, C}, 1, 2.0f, 3.0f), rnd({C}, 2), rnd({C}, 3),
-       rnd({T, C}, 4), rnd({C}, 5), rnd({C}, 6), rnd({T, C}, 7)},
-      [](Backend& b, std::vector<Tensor>& t) {
-        b.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5f);
-        b.layernorm_backward(t[6], t[7], t[8], t[9], t[3], t[4], t[1], t[2]);
-        return 0.0;
-      },
-      kTol);
 }
 
 TEST(CudaBackend, elementwise_kernels) {
@@ -269,15 +275,16 @@ TEST(CudaBackend, embedding_and_cross_entropy) {
         return 0.0;
       },
       kTol);
-  compare(
-      *g, {zeros({T}), zeros({T, V}), rnd({T, V}, 4, -6.0f, 6.0f), zeros({T})},
-      [&](Backend& b, std::vector<Tensor>& t) {
-        b.cross_entropy(t[0], t[1], t[2], tok, 0.01f);
-        b.cross_entropy(t[3], Tensor(), t[2], tok, 1.0f);
-        b.cross_entropy(t[3], t[2], t[2], tok, 0.5f);  // dlogits aliasing logits
-        return 0.0;
-      },
-      kTol);
+  for (const int64_t vocab : {V, int64_t(5003)})  // a lane a column or so; lanes over ~20 each
+    compare(
+        *g, {zeros({T}), zeros({T, vocab}), rnd({T, vocab}, 4, -6.0f, 6.0f), zeros({T})},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.cross_entropy(t[0], t[1], t[2], tok, 0.01f);
+          b.cross_entropy(t[3], Tensor(), t[2], tok, 1.0f);
+          b.cross_entropy(t[3], t[2], t[2], tok, 0.5f);  // dlogits aliasing logits
+          return 0.0;
+        },
+        kTol);
 }
 
 // Attention forward, then backward from its o and lse, on both backends: q and k uniform in
@@ -716,6 +723,28 @@ TEST(CudaBackend, bf16_elementwise_kernels_match_the_cpus_bf16_storage) {
           b.bias_add(t[0], t[1]);
           b.bias_backward(t[2], t[3]);
         });
+}
+
+// memo plan --device cuda sizes a trace with CudaSizes (cuda/cuda_sizes.h): the backend's own.
+TEST(CudaBackend, cuda_sizes_are_the_backends) {
+  REQUIRE_GPU();
+  CudaSizes sizes;
+  EXPECT_EQ(sizes.reproducible_rows(), g->reproducible_rows());
+  EXPECT_EQ(sizes.matmul_workspace_bytes(), g->matmul_workspace_bytes());
+  EXPECT_EQ(sizes.bf16_products(), g->bf16_products());
+  EXPECT_EQ(sizes.bf16_attention(), g->bf16_attention());
+  EXPECT_EQ(sizes.bf16_elementwise(), g->bf16_elementwise());
+  for (const int64_t S : {1, 100, 4096, 32768})
+    for (const auto& [H, Hkv, D] : {std::tuple{32L, 8L, 64L}, std::tuple{12L, 12L, 64L}}) {
+      EXPECT_EQ(sizes.attention_forward_scratch_numel(S, D, H, Hkv),
+                g->attention_forward_scratch_numel(S, D, H, Hkv));
+      EXPECT_EQ(sizes.attention_backward_scratch_numel(S, D, H, Hkv),
+                g->attention_backward_scratch_numel(S, D, H, Hkv));
+      EXPECT_EQ(sizes.attention_decode_scratch_numel(S), g->attention_decode_scratch_numel(S));
+    }
+  for (const auto& [rows, numel] : {std::pair{0L, 5000L}, std::pair{300L, 300L * 4096L}})
+    EXPECT_EQ(sizes.adafactor_partial_numel(rows, numel), g->adafactor_partial_numel(rows, numel));
+  EXPECT_EQ(sizes.noise_probe_partial_numel(12345678), g->noise_probe_partial_numel(12345678));
 }
 
 TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {

@@ -189,7 +189,7 @@ void run_plan(const PlanCommandOptions& o) {
     tp_group.emplace(int(o.tp));
     if (o.tp > 1) model->set_parallel(Parallel{o.tp, 1}, &*tp_group);
     cp_group.emplace(int(o.cp));
-    if (o.cp > 1 || !cuda) model->set_context_parallel(&*cp_group);
+    model->set_context_parallel(&*cp_group);  // a group of one is none
   } else {
     // zero weights: the request sequence does not depend on values
     if (bf16) mixed.emplace(cpu_backend());
@@ -498,7 +498,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--device", o->device,
                   "With --config: the backend of the run, cpu or cuda (its attention scratch, "
                   "256-row panels, cuBLASLt workspace and native bf16 kernels, planned here "
-                  "without a GPU)")
+                  "without a GPU; the chunked attention, not MEMO_CUDA_ATTENTION=rows)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--precision", o->precision,

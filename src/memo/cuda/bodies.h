@@ -304,7 +304,8 @@ MEMO_HD inline float embedding_forward_at(XMat wte, const int32_t* tokens, int64
 // --- softmax cross-entropy of row t (dlogits may alias logits; empty dlogits: loss only) ---
 // In lanes (Note [Row lanes]): the lane's maximum, its sum of exp(l - m), the loss from the row's
 // maximum, sum and target logit (read before any lane writes: dlogits may alias logits), and the
-// lane's columns of dlogits (the target's less grad_scale, as its own second rounding).
+// lane's columns of dlogits (the target's less grad_scale: a second rounding on the CPU, where
+// nvcc may fuse the product and the difference into one).
 MEMO_HD inline float ce_max_part(CMat logits, int64_t t, int lane, int lanes) {
   float m = -INFINITY;
   for (int64_t c = lane; c < logits.cols; c += lanes) m = logits.at(t, c) > m ? logits.at(t, c) : m;

@@ -122,8 +122,9 @@ inline ChunkShape chunk_shape(int64_t B, int64_t S, int64_t H, int64_t Hkv, int6
 inline int64_t chunked_forward_scratch_numel(const ChunkShape& c) {
   return c.scores_numel() + c.scores_numel() / 2;
 }
-// delta's region, rounded to 64 floats so that the accumulators after it start 256-byte aligned
-// (cuBLASLt picks its kernels by the alignment it is promised)
+// delta's region, rounded to 64 floats so that the accumulators after it start 256 bytes after the
+// scratch's start (as aligned as the scratch itself, at least the arena's 64 bytes; cuBLASLt picks
+// its kernels by the alignment of the real address)
 inline int64_t delta_numel(const ChunkShape& c) { return round_up(c.H * c.S, 64); }
 inline int64_t chunked_backward_scratch_numel(const ChunkShape& c) {
   return 3 * c.scores_numel() + delta_numel(c) + 2 * c.S * c.Hkv * c.D;

@@ -1021,7 +1021,7 @@ class CudaBackend final : public Backend {
     return ordered_sum(cmat(x), true);
   }
   int64_t noise_probe_partial_numel(int64_t n) override {
-    return (n + cuda::kNoiseProbeChunk - 1) / cuda::kNoiseProbeChunk;
+    return cuda_noise_probe_partial_numel(n);
   }
   double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
                           View<double> partial) override {
@@ -1087,7 +1087,7 @@ class CudaBackend final : public Backend {
   // Adafactor's scratch, in device memory: R or one per 1,024-element chunk, and a slot for the
   // mean of the row means.
   int64_t adafactor_partial_numel(int64_t rows, int64_t numel) override {
-    return std::max(rows, (numel + cuda::kAdafactorChunk - 1) / cuda::kAdafactorChunk) + 1;
+    return cuda_adafactor_partial_numel(rows, numel);
   }
   double adafactor_rms(ConstTensor x, View<double> partial) override {
     const Timed timed(this, "adafactor_rms");

@@ -4,6 +4,7 @@
 // takes them from CudaSizes (memo plan --device cuda). No CUDA types: built everywhere.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "memo/cuda/chunked_attention.h"
@@ -34,9 +35,20 @@ inline int64_t cuda_attention_backward_scratch_numel(int64_t seq, int64_t head_d
       cuda::chunk_shape(1, seq, n_heads, n_kv_heads, head_dim, true, rows));
 }
 
-// A target for MetaBackend that sizes a trace as the CUDA backend runs it: the CPU backend's
-// shape checks with CUDA's sizes and native bf16 kernels (never run: a meta trace only asks it
-// for sizes). tests/gpu/cuda_backend_check.cc checks it against the CUDA backend on a GPU.
+// The reductions' partial sums (doubles): Adafactor's rows or chunks of its elements, plus one;
+// the noise probe's chunks.
+inline int64_t cuda_adafactor_partial_numel(int64_t rows, int64_t numel) {
+  return std::max(rows, (numel + cuda::kAdafactorChunk - 1) / cuda::kAdafactorChunk) + 1;
+}
+inline int64_t cuda_noise_probe_partial_numel(int64_t n) {
+  return (n + cuda::kNoiseProbeChunk - 1) / cuda::kNoiseProbeChunk;
+}
+
+// A target for MetaBackend that sizes a trace as the CUDA backend runs it (the chunked attention,
+// not MEMO_CUDA_ATTENTION=rows): the CPU backend's shape checks with CUDA's sizes and native bf16
+// kernels (never run: a meta trace only asks it for sizes).
+// CudaBackend.cuda_sizes_are_the_backends (tests/gpu/cuda_backend_check.cc) compares them on a
+// GPU.
 class CudaSizes final : public CpuBackend {
  public:
   const char* name() const override { return "cuda"; }
@@ -54,6 +66,12 @@ class CudaSizes final : public CpuBackend {
     return cuda_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
   }
   int64_t attention_decode_scratch_numel(int64_t) override { return 1; }
+  int64_t adafactor_partial_numel(int64_t rows, int64_t numel) override {
+    return cuda_adafactor_partial_numel(rows, numel);
+  }
+  int64_t noise_probe_partial_numel(int64_t n) override {
+    return cuda_noise_probe_partial_numel(n);
+  }
 };
 
 }  // namespace memo
