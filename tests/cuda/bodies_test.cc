@@ -817,12 +817,12 @@ struct HostChunkOps {
         lse_b[h * S + sc.i0 + r] = m[0] + std::log(l[0]);
       }
   }
-  void zero(AnyMat x) {
+  void zero(XMat x) {
     ASSERT_FALSE(x.bf16);
     for (int64_t r = 0; r < x.rows; ++r)
-      for (int64_t c = 0; c < x.cols; ++c) *static_cast<float*>(x.at(r, c)) = 0.0f;
+      for (int64_t c = 0; c < x.cols; ++c) x.at(r, c) = 0.0f;
   }
-  void delta(float* delta, AnyMat dout, AnyMat o, int64_t b) {
+  void delta(float* delta, XMat dout, XMat o, int64_t b) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < S; ++i) chunk_delta_item(delta, dout, o, S, D, b, h, i);
   }
@@ -833,15 +833,12 @@ struct HostChunkOps {
         for (int64_t t = 0; t < sc.kend; ++t)
           grad_scores_item(sc, dp, ds16, lse_b, delta, S, h, r, t);
   }
-  void round_rows(AnyMat dst, AnyMat src) {
+  void round_rows(XMat dst, XMat src) {
     ASSERT_TRUE(dst.bf16 && !src.bf16);
     for (int64_t r = 0; r < dst.rows; ++r)
-      for (int64_t c = 0; c < dst.cols; ++c)
-        *static_cast<uint16_t*>(dst.at(r, c)) = to_bf16_bits(src.load(r, c));
+      for (int64_t c = 0; c < dst.cols; ++c) dst.at(r, c) = float(src.at(r, c));
   }
 };
-
-AnyMat any(Buf& b) { return {b.v.data(), b.rows, b.cols, b.ld, false}; }
 
 // A Buf's values rounded to bf16 (same shape and ld; padding kept as bf16 of kPad), and back.
 struct Buf16 {
@@ -850,7 +847,6 @@ struct Buf16 {
   explicit Buf16(const Buf& b) : rows(b.rows), cols(b.cols), ld(b.ld), v(b.v.size()) {
     for (size_t i = 0; i < v.size(); ++i) v[i] = to_bf16_bits(b.v[i]);
   }
-  AnyMat any() { return {v.data(), rows, cols, ld, true}; }
   XMat x() { return {v.data(), rows, cols, ld, true}; }
   XVec xv() const { return {v.data(), true}; }
   Buf widened() const {
@@ -987,11 +983,11 @@ std::vector<double> check_chunked_attention(const AttnCase& c, AttnMask mask, in
   std::vector<float> scratch = nan_vec(chunked_backward_scratch_numel(cs));
   Buf16 o16(o_chunk);
   if (bf16)
-    chunked_attention_forward(ops, cs, o16.any(), lse_chunk.data(), q16.any(), k16.any(), v16.any(),
+    chunked_attention_forward(ops, cs, o16.x(), lse_chunk.data(), q16.x(), k16.x(), v16.x(),
                               scratch.data());
   else
-    chunked_attention_forward(ops, cs, any(o_chunk), lse_chunk.data(), any(q), any(k), any(v),
-                              scratch.data());
+    chunked_attention_forward(ops, cs, o_chunk.mat(), lse_chunk.data(), q.cmat(), k.cmat(),
+                              v.cmat(), scratch.data());
   const int64_t chunks = B * ((S + cs.rows - 1) / cs.rows);
   EXPECT_EQ(ops.gemms, chunks * 2 * (H / Hkv));
   if (bf16) o_chunk = o16.widened();
@@ -1016,12 +1012,13 @@ std::vector<double> check_chunked_attention(const AttnCase& c, AttnMask mask, in
                           View<float>(bwd_scratch.data(), {int64_t(bwd_scratch.size())}), mask);
   if (bf16) {
     Buf16 dq16(dq_chunk), dk16(dk_chunk), dv16(dv_chunk);
-    chunked_attention_backward(ops, cs, dq16.any(), dk16.any(), dv16.any(), dout16.any(), q16.any(),
-                               k16.any(), v16.any(), o_cpu16.any(), lse_cpu.data(), scratch.data());
+    chunked_attention_backward(ops, cs, dq16.x(), dk16.x(), dv16.x(), dout16.x(), q16.x(), k16.x(),
+                               v16.x(), o_cpu16.x(), lse_cpu.data(), scratch.data());
     dq_chunk = dq16.widened(), dk_chunk = dk16.widened(), dv_chunk = dv16.widened();
   } else {
-    chunked_attention_backward(ops, cs, any(dq_chunk), any(dk_chunk), any(dv_chunk), any(dout),
-                               any(q), any(k), any(v), any(o_cpu), lse_cpu.data(), scratch.data());
+    chunked_attention_backward(ops, cs, dq_chunk.mat(), dk_chunk.mat(), dv_chunk.mat(), dout.cmat(),
+                               q.cmat(), k.cmat(), v.cmat(), o_cpu.cmat(), lse_cpu.data(),
+                               scratch.data());
     EXPECT_TRUE(dq_chunk.padding_intact());
     EXPECT_TRUE(dk_chunk.padding_intact());
   }

@@ -104,9 +104,10 @@ struct XMat {
   MEMO_HD XMat(Mat m) : p(m.p), rows(m.rows), cols(m.cols), ld(m.ld) {}  // NOLINT: f32 as it is
   MEMO_HD XMat(CMat m)                                                   // NOLINT
       : p(const_cast<float*>(m.p)), rows(m.rows), cols(m.cols), ld(m.ld) {}
-  MEMO_HD Elem at(int64_t r, int64_t c) const {
-    return {static_cast<char*>(p) + (r * ld + c) * (bf16 ? 2 : 4), bf16};
+  MEMO_HD void* ptr(int64_t r, int64_t c) const {
+    return static_cast<char*>(p) + (r * ld + c) * (bf16 ? 2 : 4);
   }
+  MEMO_HD Elem at(int64_t r, int64_t c) const { return {ptr(r, c), bf16}; }
 };
 // A read-only vector of f32 or bf16 elements (a weight or bias).
 struct XVec {

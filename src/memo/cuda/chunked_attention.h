@@ -47,21 +47,6 @@
 
 namespace memo::cuda {
 
-// A [rows, cols] matrix of f32 or bf16 elements, rows `ld` elements apart (unit column stride).
-struct AnyMat {
-  void* p = nullptr;
-  int64_t rows = 0, cols = 0, ld = 0;
-  bool bf16 = false;
-  MEMO_HD int64_t elem_bytes() const { return bf16 ? 2 : 4; }
-  MEMO_HD void* at(int64_t r, int64_t c) const {
-    return static_cast<char*>(p) + (r * ld + c) * elem_bytes();
-  }
-  MEMO_HD float load(int64_t r, int64_t c) const {
-    return bf16 ? from_bf16_bits(*static_cast<const uint16_t*>(at(r, c)))
-                : *static_cast<const float*>(at(r, c));
-  }
-};
-
 // Row-major strided-batched product: for every i < batch,
 //   C_i[m, n] = alpha op(A_i) op(B_i) + beta C_i, X_i = X + i stride_x elements (ld: row stride).
 // op(A) is [m, k] (A stored [k, m] when trans_a), op(B) is [k, n] (B stored [n, k] when trans_b).
@@ -189,11 +174,11 @@ MEMO_HD inline float softmax_prob(float s, int64_t t, int64_t visible, float m, 
 
 // --- delta and the backward's probabilities and their gradient, one item each ---
 // delta[h S + i] = sum_d dout[b S + i, h D + d] o[b S + i, h D + d], in double in index order.
-MEMO_HD inline void chunk_delta_item(float* delta, AnyMat dout, AnyMat o, int64_t S, int64_t D,
+MEMO_HD inline void chunk_delta_item(float* delta, XMat dout, XMat o, int64_t S, int64_t D,
                                      int64_t b, int64_t h, int64_t i) {
   double sum = 0.0;
   for (int64_t d = 0; d < D; ++d)
-    sum += double(dout.load(b * S + i, h * D + d)) * double(o.load(b * S + i, h * D + d));
+    sum += double(dout.at(b * S + i, h * D + d)) * double(o.at(b * S + i, h * D + d));
   delta[h * S + i] = float(sum);
 }
 // p = exp(s - lse) where visible, else 0; ds = p (dp - delta). f32 (sc.p16 null): in place, s <- p
@@ -213,11 +198,11 @@ MEMO_HD inline void grad_scores_item(const ScoreRows& sc, float* dp_base, uint16
 
 // --- the schedule ---
 // Ops provides: gemm(const RowGemm&); softmax(const ScoreRows&, float* lse_b) (lse_b: [H, S] of
-// this sequence; every row of sc to probabilities, its lse); zero(AnyMat) (f32); delta(float*
-// delta, AnyMat dout, AnyMat o, int64_t b) (chunk_delta_item over [H, S] of sequence b);
+// this sequence; every row of sc to probabilities, its lse); zero(XMat) (f32); delta(float*
+// delta, XMat dout, XMat o, int64_t b) (chunk_delta_item over [H, S] of sequence b);
 // grad_scores(const ScoreRows&, float* dp, uint16_t* ds16, const float* lse_b, const float*
-// delta) (grad_scores_item over every head, row and column t < kend); round_rows(AnyMat dst,
-// AnyMat src) (dst = src rounded to bf16, element for element, both [rows, cols]).
+// delta) (grad_scores_item over every head, row and column t < kend); round_rows(XMat dst,
+// XMat src) (dst = src rounded to bf16, element for element, both [rows, cols]).
 
 inline const void* elem(const void* p, int64_t i, bool bf16) {
   return static_cast<const char*>(p) + i * (bf16 ? 2 : 4);
@@ -226,27 +211,27 @@ inline void* elem(void* p, int64_t i, bool bf16) {
   return static_cast<char*>(p) + i * (bf16 ? 2 : 4);
 }
 // Rows [r0, r0 + n) of x as a matrix of its own.
-inline AnyMat row_block(AnyMat x, int64_t r0, int64_t n) {
-  return AnyMat{x.at(r0, 0), n, x.cols, x.ld, x.bf16};
+inline XMat row_block(XMat x, int64_t r0, int64_t n) {
+  return XMat{x.ptr(r0, 0), n, x.cols, x.ld, x.bf16};
 }
 
 // S_h = scale Q_h K_g^T for the heads h = g G + j of one chunk of sequence b, into sc's rows.
-inline RowGemm scores_product(const ChunkShape& c, const ScoreRows& sc, AnyMat q, AnyMat k,
-                              int64_t b, int64_t j) {
+inline RowGemm scores_product(const ChunkShape& c, const ScoreRows& sc, XMat q, XMat k, int64_t b,
+                              int64_t j) {
   const int64_t D = c.D, G = c.G(), head_block = sc.n * sc.ld;
   RowGemm g;
   g.trans_b = true;
   g.m = sc.n, g.n = sc.kend, g.k = D, g.alpha = 1.0f / std::sqrt(float(D));
-  g.a = q.at(b * c.S + sc.i0, j * D), g.lda = q.ld, g.stride_a = G * D;
-  g.b = k.at(b * c.S, 0), g.ldb = k.ld, g.stride_b = D;
+  g.a = q.ptr(b * c.S + sc.i0, j * D), g.lda = q.ld, g.stride_a = G * D;
+  g.b = k.ptr(b * c.S, 0), g.ldb = k.ld, g.stride_b = D;
   g.c = sc.s + j * head_block, g.ldc = sc.ld, g.stride_c = G * head_block;
   g.batch = c.Hkv, g.ab_bf16 = q.bf16;
   return g;
 }
 
 template <class Ops>
-void chunked_attention_forward(Ops& ops, const ChunkShape& c, AnyMat o, float* lse, AnyMat q,
-                               AnyMat k, AnyMat v, float* scratch) {
+void chunked_attention_forward(Ops& ops, const ChunkShape& c, XMat o, float* lse, XMat q, XMat k,
+                               XMat v, float* scratch) {
   const int64_t S = c.S, D = c.D, G = c.G();
   const bool bf16 = q.bf16;
   float* scores = scratch;
@@ -263,8 +248,8 @@ void chunked_attention_forward(Ops& ops, const ChunkShape& c, AnyMat o, float* l
         g.m = n, g.n = D, g.k = kend;
         g.a = bf16 ? elem(p16, j * head_block, true) : scores + j * head_block;
         g.lda = sc.ld, g.stride_a = G * head_block;
-        g.b = v.at(b * S, 0), g.ldb = v.ld, g.stride_b = D;
-        g.c = o.at(b * S + i0, j * D), g.ldc = o.ld, g.stride_c = G * D;
+        g.b = v.ptr(b * S, 0), g.ldb = v.ld, g.stride_b = D;
+        g.c = o.ptr(b * S + i0, j * D), g.ldc = o.ld, g.stride_c = G * D;
         g.batch = c.Hkv, g.ab_bf16 = bf16, g.c_bf16 = o.bf16;
         ops.gemm(g);
       }
@@ -273,9 +258,8 @@ void chunked_attention_forward(Ops& ops, const ChunkShape& c, AnyMat o, float* l
 }
 
 template <class Ops>
-void chunked_attention_backward(Ops& ops, const ChunkShape& c, AnyMat dq, AnyMat dk, AnyMat dv,
-                                AnyMat dout, AnyMat q, AnyMat k, AnyMat v, AnyMat o,
-                                const float* lse, float* scratch) {
+void chunked_attention_backward(Ops& ops, const ChunkShape& c, XMat dq, XMat dk, XMat dv, XMat dout,
+                                XMat q, XMat k, XMat v, XMat o, const float* lse, float* scratch) {
   const int64_t S = c.S, D = c.D, G = c.G(), KD = c.Hkv * D, SN = c.scores_numel();
   const bool bf16 = q.bf16;
   const float scale = 1.0f / std::sqrt(float(D));
@@ -286,14 +270,14 @@ void chunked_attention_backward(Ops& ops, const ChunkShape& c, AnyMat dq, AnyMat
   float* delta = scratch + 3 * SN;
   // dK and dV accumulate in f32: in place for f32, in scratch (one sequence) for bf16
   float* acc = delta + delta_numel(c);
-  const AnyMat acc_k{acc, S, KD, KD, false}, acc_v{acc + S * KD, S, KD, KD, false};
+  const XMat acc_k{acc, S, KD, KD, false}, acc_v{acc + S * KD, S, KD, KD, false};
   if (!bf16) {
     ops.zero(dk);
     ops.zero(dv);
   }
   for (int64_t b = 0; b < c.B; ++b) {
-    const AnyMat dk_b = bf16 ? acc_k : row_block(dk, b * S, S);
-    const AnyMat dv_b = bf16 ? acc_v : row_block(dv, b * S, S);
+    const XMat dk_b = bf16 ? acc_k : row_block(dk, b * S, S);
+    const XMat dv_b = bf16 ? acc_v : row_block(dv, b * S, S);
     if (bf16) {
       ops.zero(acc_k);
       ops.zero(acc_v);
@@ -308,8 +292,8 @@ void chunked_attention_backward(Ops& ops, const ChunkShape& c, AnyMat dq, AnyMat
         RowGemm g = scores_product(c, sc, q, k, b, j);  // S_h, then dP_h = dO_h V_g^T
         ops.gemm(g);
         g.alpha = 1.0f;
-        g.a = dout.at(b * S + i0, j * D), g.lda = dout.ld;
-        g.b = v.at(b * S, 0), g.ldb = v.ld;
+        g.a = dout.ptr(b * S + i0, j * D), g.lda = dout.ld;
+        g.b = v.ptr(b * S, 0), g.ldb = v.ld;
         g.c = dscores + j * head_block;
         ops.gemm(g);
       }
@@ -321,21 +305,21 @@ void chunked_attention_backward(Ops& ops, const ChunkShape& c, AnyMat dq, AnyMat
         RowGemm g;  // dQ_h = scale dS_h K_g
         g.m = n, g.n = D, g.k = kend, g.alpha = scale;
         g.a = elem(ds, j * head_block, bf16), g.lda = sc.ld, g.stride_a = G * head_block;
-        g.b = k.at(b * S, 0), g.ldb = k.ld, g.stride_b = D;
-        g.c = dq.at(b * S + i0, j * D), g.ldc = dq.ld, g.stride_c = G * D;
+        g.b = k.ptr(b * S, 0), g.ldb = k.ld, g.stride_b = D;
+        g.c = dq.ptr(b * S + i0, j * D), g.ldc = dq.ld, g.stride_c = G * D;
         g.batch = c.Hkv, g.ab_bf16 = bf16, g.c_bf16 = dq.bf16;
         ops.gemm(g);
         RowGemm t;  // dK_g += scale dS_h^T Q_h, dV_g += P_h^T dO_h (f32)
         t.trans_a = true;
         t.m = kend, t.n = D, t.k = n, t.alpha = scale, t.beta = 1.0f;
         t.a = elem(ds, j * head_block, bf16), t.lda = sc.ld, t.stride_a = G * head_block;
-        t.b = q.at(b * S + i0, j * D), t.ldb = q.ld, t.stride_b = G * D;
+        t.b = q.ptr(b * S + i0, j * D), t.ldb = q.ld, t.stride_b = G * D;
         t.c = dk_b.p, t.ldc = dk_b.ld, t.stride_c = D;
         t.batch = c.Hkv, t.ab_bf16 = bf16;
         ops.gemm(t);
         t.alpha = 1.0f;
         t.a = elem(p, j * head_block, bf16);
-        t.b = dout.at(b * S + i0, j * D), t.ldb = dout.ld;
+        t.b = dout.ptr(b * S + i0, j * D), t.ldb = dout.ld;
         t.c = dv_b.p, t.ldc = dv_b.ld;
         ops.gemm(t);
       }

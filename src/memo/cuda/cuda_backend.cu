@@ -177,13 +177,6 @@ cuda::XVec xvec(ConstTensor t) {
   return {dev_operand(t), t.dtype() == DType::kBF16};
 }
 
-// A 2-D f32 or bf16 tensor of the attention (unit column stride, device memory).
-cuda::AnyMat any_mat(ConstTensor t) {
-  MEMO_CHECK(t.ndim() == 2 && (t.cols() <= 1 || t.stride()[1] == 1), "cuda: attention takes 2-D ",
-             "views with unit column stride, not ", t.shape());
-  return {dev_operand(t), t.rows(), t.cols(), t.ld(), t.dtype() == DType::kBF16};
-}
-
 // Grid-stride loop: f(i) for i in [0, n).
 template <class F>
 __global__ void for_each_kernel(int64_t n, F f) {
@@ -221,6 +214,13 @@ __global__ void rmsnorm_dx_kernel(cuda::XMat dx, cuda::XMat dy, cuda::XMat x, cu
   a[lane] = cuda::rmsnorm_dot_part(dy, x, w, t, lane, cuda::kRowLanes);
   row_sum_tree(a, lane);
   cuda::rmsnorm_dx_part(dx, dy, x, w, r, a[0], t, lane, cuda::kRowLanes);
+}
+__device__ void row_max_tree(float* a, int lane) {
+  __syncthreads();
+  for (int half = cuda::kRowLanes / 2; half > 0; half /= 2) {
+    if (lane < half) cuda::row_tree_max(a, lane, half);
+    __syncthreads();
+  }
 }
 // Two sums in one tree (each of a and b its own).
 __device__ void row_sum_tree2(double* a, double* b, int lane) {
@@ -273,11 +273,7 @@ __global__ void cross_entropy_kernel(float* losses, Mat dlogits, CMat logits,
   const int32_t y = targets[t];
   const float target_logit = logits.at(t, y);  // read before any lane writes (dlogits may alias)
   mx[lane] = cuda::ce_max_part(logits, t, lane, cuda::kRowLanes);
-  __syncthreads();
-  for (int half = cuda::kRowLanes / 2; half > 0; half /= 2) {
-    if (lane < half) cuda::row_tree_max(mx, lane, half);
-    __syncthreads();
-  }
+  row_max_tree(mx, lane);
   const float m = mx[0];
   a[lane] = cuda::ce_sum_part(logits, t, m, lane, cuda::kRowLanes);
   row_sum_tree(a, lane);
@@ -861,8 +857,8 @@ class CudaBackend final : public Backend {
           cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal, chunk_rows_);
       check_scratch("attention_forward", scratch, cuda::chunked_forward_scratch_numel(c));
       ChunkOps ops{this, c};
-      return cuda::chunked_attention_forward(ops, c, any_mat(o), dev(lse), any_mat(q), any_mat(k),
-                                             any_mat(v), dev(scratch));
+      return cuda::chunked_attention_forward(ops, c, xmat(o), dev(lse), xmat(q), xmat(k), xmat(v),
+                                             dev(scratch));
     }
     const cuda::AttnShape a{d.S, d.H, d.G, d.D, mask == AttnMask::kCausal};
     const Mat O = mat(o);
@@ -891,9 +887,9 @@ class CudaBackend final : public Backend {
           cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal, chunk_rows_);
       check_scratch("attention_backward", scratch, cuda::chunked_backward_scratch_numel(c));
       ChunkOps ops{this, c};
-      return cuda::chunked_attention_backward(ops, c, any_mat(dq), any_mat(dk), any_mat(dv),
-                                              any_mat(dout), any_mat(q), any_mat(k), any_mat(v),
-                                              any_mat(o), dev(lse), dev(scratch));
+      return cuda::chunked_attention_backward(ops, c, xmat(dq), xmat(dk), xmat(dv), xmat(dout),
+                                              xmat(q), xmat(k), xmat(v), xmat(o), dev(lse),
+                                              dev(scratch));
     }
     check_scratch("attention_backward", scratch, d.S * d.H);
     const cuda::AttnShape a{d.S, d.H, d.G, d.D, mask == AttnMask::kCausal};
@@ -1199,17 +1195,17 @@ class CudaBackend final : public Backend {
                                                                                       c.S);
       check_cuda(cudaGetLastError(), "chunk softmax launch");
     }
-    void zero(cuda::AnyMat x) {
+    void zero(cuda::XMat x) {
       be->zero_launch(Mat{static_cast<float*>(x.p), x.rows, x.cols, x.ld});
     }
-    void delta(float* delta, cuda::AnyMat dout, cuda::AnyMat o, int64_t b) {
+    void delta(float* delta, cuda::XMat dout, cuda::XMat o, int64_t b) {
       be->chunk_delta_launch(delta, dout, o, c.H, c.S, c.D, b);
     }
     void grad_scores(const cuda::ScoreRows& sc, float* dp, uint16_t* ds16, const float* lse_b,
                      const float* delta) {
       be->grad_scores_launch(sc, dp, ds16, lse_b, delta, c.H, c.S);
     }
-    void round_rows(cuda::AnyMat dst, cuda::AnyMat src) { be->round_rows_launch(dst, src); }
+    void round_rows(cuda::XMat dst, cuda::XMat src) { be->round_rows_launch(dst, src); }
   };
   // Row-major strided-batched C = alpha op(A) op(B) + beta C: column-major C^T = op(B)^T op(A)^T,
   // as matmul_unchecked.
@@ -1223,7 +1219,7 @@ class CudaBackend final : public Backend {
   void zero_launch(Mat X) {
     launch_rc(X.rows, X.cols, [=] __device__(int64_t t, int64_t c) { X.at(t, c) = 0.0f; });
   }
-  void chunk_delta_launch(float* delta, cuda::AnyMat dout, cuda::AnyMat o, int64_t H, int64_t S,
+  void chunk_delta_launch(float* delta, cuda::XMat dout, cuda::XMat o, int64_t H, int64_t S,
                           int64_t D, int64_t b) {
     launch(H * S, [=] __device__(int64_t i) {
       cuda::chunk_delta_item(delta, dout, o, S, D, b, i / S, i % S);
@@ -1236,9 +1232,9 @@ class CudaBackend final : public Backend {
                                                                        S);
     check_cuda(cudaGetLastError(), "chunk grad scores launch");
   }
-  void round_rows_launch(cuda::AnyMat dst, cuda::AnyMat src) {
+  void round_rows_launch(cuda::XMat dst, cuda::XMat src) {
     launch_rc(dst.rows, dst.cols, [=] __device__(int64_t t, int64_t c) {
-      *static_cast<uint16_t*>(dst.at(t, c)) = cuda::to_bf16_bits(src.load(t, c));
+      dst.at(t, c) = float(src.at(t, c));  // dst bf16: rounded once
     });
   }
   void attention_delta_launch(float* delta, CMat DO, CMat O, cuda::AttnShape a, int64_t b) {
