@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -141,8 +142,9 @@ TEST_F(DataParallel, zero_one_equals_zero_zero_and_resumes_on_another_layout) {
 // --device-memory is per process: under ZeRO-1 it counts this rank's shard of the optimiser
 // state, without ZeRO the whole of it, as one process does.
 TEST_F(DataParallel, the_device_budget_counts_this_ranks_optimizer_shard) {
-  auto need = [](const std::string& output) -> int64_t {  // "needs 0.00 GiB (874240 B)"
-    const size_t at = output.find("needs ");
+  // "needs 0.00 GiB (874240 B)", after `from` ("rank 1 of 2: device memory: ")
+  auto need = [](const std::string& output, const std::string& from = "") -> int64_t {
+    const size_t at = output.find("needs ", output.find(from));
     const size_t open = output.find('(', at), close = output.find(" B)", at);
     if (at == std::string::npos || open == std::string::npos || close == std::string::npos)
       return -1;
@@ -161,6 +163,24 @@ TEST_F(DataParallel, the_device_budget_counts_this_ranks_optimizer_shard) {
   EXPECT_EQ(need(z0.output), need(one.output)) << z0.output;
   EXPECT_LT(need(z1.output), need(one.output)) << z1.output;
   EXPECT_GT(need(z1.output), 0) << z1.output;
+  // Every rank reports its own shortfall before the job ends: the shards differ, so the ranks'
+  // needs do. A budget between them stops both ranks, the one that fits saying which did not.
+  const std::string r0 = "rank 0 of 2: device memory: ", r1 = "rank 1 of 2: device memory: ";
+  ASSERT_NE(z1.output.find(r0), std::string::npos) << z1.output;
+  ASSERT_NE(z1.output.find(r1), std::string::npos) << z1.output;
+  const int64_t n0 = need(z1.output, r0), n1 = need(z1.output, r1);
+  ASSERT_NE(n0, n1) << z1.output;
+  const bool zero_fits = n0 < n1;
+  const test::CommandResult between = test::run_command(
+      mpirun(2) + train_cmd(dir / "between", "--steps 2 --zero 1 --device-memory " +
+                                                 std::to_string(std::min(n0, n1))));
+  EXPECT_NE(between.exit_code, 0);
+  EXPECT_EQ(need(between.output, zero_fits ? r1 : r0), std::max(n0, n1)) << between.output;
+  const std::string fitting_says = (zero_fits ? r0 : r1) +
+                                   "the plan fits on this rank but not on rank(s) " +
+                                   (zero_fits ? "1" : "0");
+  EXPECT_NE(between.output.find(fitting_says), std::string::npos) << between.output;
+  EXPECT_EQ(between.output.find("device plan: needs"), std::string::npos) << between.output;
 }
 
 // --batch-schedule noise over 2 ranks: the batch grows in steps of --micro-batch x 2 sequences,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "memo/cli/commands.h"
+#include "memo/core/error.h"
 #include "memo/parallel/mpi_communicator.h"
 
 int main(int argc, char** argv) {
@@ -46,6 +47,10 @@ int main(int argc, char** argv) {
       if (c == '\n') c = ' ';
     std::fprintf(stderr, "memo: error: %s (see memo --help)\n", msg.c_str());
     return 2;
+  } catch (const memo::JobError& e) {  // every rank stops here: each reports, none aborts
+    std::fprintf(stderr, "memo: error: rank %d of %d: %s\n", world ? world->rank() : 0,
+                 world ? world->size() : 1, e.what());
+    return 1;
   } catch (const std::exception& e) {
     if (world && world->size() > 1)
       std::fprintf(stderr, "memo: error: rank %d of %d: %s\n", world->rank(), world->size(),

@@ -25,6 +25,12 @@ class FormatError : public Error {
 class BudgetError : public Error {
   using Error::Error;
 };  // does not fit in a memory budget
+// Thrown by every rank of a job at the same point, once the ranks have agreed that the job stops
+// (a plan that does not fit on some rank): each rank reports and exits, and nothing need abort
+// the others before they have said why.
+class JobError : public Error {
+  using Error::Error;
+};
 
 namespace detail {
 template <class... Args>

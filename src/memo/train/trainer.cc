@@ -12,6 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
+#include <span>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "memo/backend/caching_allocator.h"
@@ -342,6 +345,41 @@ void start_weights(Model& model, const TrainOptions& o, const std::optional<Resu
   load_model_tensors(model, init.model);
 }
 
+// The static plan within the budget, agreed by every rank of the job: a rank whose plan does not
+// fit would otherwise end the job (MPI_Abort) while another was still planning, and that rank's
+// own shortfall, which can differ (a ZeRO shard, a sequence chunk), would go unsaid. Each rank
+// plans, the ranks exchange whether theirs fits, and when one does not every rank stops with a
+// JobError: its own refusal, or which ranks refused.
+std::unique_ptr<PlannedAllocator> agreed_planned_allocator(Communicator& job, Model& model,
+                                                           int64_t batch, int64_t seq,
+                                                           int64_t budget_bytes,
+                                                           const DevicePlanOptions& options,
+                                                           std::ostream& progress) {
+  if (job.size() == 1)
+    return planned_allocator_within_budget(model, batch, seq, budget_bytes, options, progress);
+  std::unique_ptr<PlannedAllocator> planned;
+  std::string refusal;
+  std::ostringstream line;  // printed once the job agrees, so no rank's line precedes a refusal
+  try {
+    planned = planned_allocator_within_budget(model, batch, seq, budget_bytes, options, line);
+  } catch (const BudgetError& e) {
+    refusal = e.what();
+  }
+  const double mine = refusal.empty() ? 0.0 : 1.0;
+  std::vector<double> refused(size_t(job.size()));
+  job.all_gather(refused, std::span<const double>(&mine, 1));
+  std::string ranks;
+  for (size_t r = 0; r < refused.size(); ++r)
+    if (refused[r] != 0.0) ranks += str(ranks.empty() ? "" : ", ", r);
+  if (ranks.empty()) {
+    progress << line.str();
+    return planned;
+  }
+  if (!refusal.empty()) throw JobError(refusal);
+  throw JobError(str("device memory: the plan fits on this rank but not on rank(s) ", ranks,
+                     " (their messages say by how much)"));
+}
+
 void restore_training_state(Optimizer& opt, Backend& backend, GradNoiseProbe* probe,
                             const ResumePoint& resume, const TrainOptions& o,
                             const ParamLayout& layout) {
@@ -504,8 +542,8 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   CachingAllocator caching(0, backend.allocator(backend.device_space()));
   std::unique_ptr<PlannedAllocator> planned;
   if (o.device_memory_bytes > 0)
-    planned = planned_allocator_within_budget(
-        model, o.micro_batch, o.seq, o.device_memory_bytes,
+    planned = agreed_planned_allocator(
+        job, model, o.micro_batch, o.seq, o.device_memory_bytes,
         DevicePlanOptions{ActivationPlanOptions{}, o.activations, o.optimizer,
                           o.zero == 1 ? &shard_layout : nullptr},
         progress);
