@@ -513,14 +513,19 @@ TEST(CudaBackend, bf16_products_match_the_cpus_bf16_storage) {
   }
 }
 
-// bf16 attention (Note [Chunked attention]): the GPU's chunked schedule over bf16 activations
-// against the CPU's bf16 storage (f32 kernels over the widened inputs, each output rounded once).
-// The GPU rounds P and dS to bf16 before their products: within 4u (u = 2^-8) of max(|ref|, 1),
-// the bound tests/cuda/bodies_test.cc derives (kAttnBf16Tol; measured there: 0.9u).
-void check_bf16_attention(Backend* g, int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t rows) {
-  SCOPED_TRACE(str("B ", B, " S ", S, " H ", H, " Hkv ", Hkv, " rows ", rows));
+// bf16 attention (Note [Chunked attention], Note [Flash attention]): the GPU's chunked schedule
+// and its fused kernels over bf16 activations against the CPU's bf16 storage (f32 kernels over
+// the widened inputs, each output rounded once). Both round P and dS to bf16 before their
+// products: within 4u (u = 2^-8) of max(|ref|, 1), the bound tests/cuda/bodies_test.cc derives
+// (kAttnBf16Tol; measured there: 0.9u chunked, and tests/cuda/flash_attention_test.cc for the
+// fused kernels).
+void check_bf16_attention(Backend* g, int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t rows,
+                          bool flash = false, int64_t D = 64) {
+  SCOPED_TRACE(str("B ", B, " S ", S, " H ", H, " Hkv ", Hkv, " D ", D,
+                   flash ? " flash" : str(" chunked, rows ", rows)));
   set_cuda_attention_chunk_rows(*g, rows);
-  const int64_t D = 64, T = B * S;
+  set_cuda_flash_attention(*g, flash);
+  const int64_t T = B * S;
   auto to_bf16 = [](const std::vector<float>& v) {
     std::vector<bf16> out;
     for (float x : v) out.push_back(float_to_bf16(x));
@@ -568,17 +573,32 @@ void check_bf16_attention(Backend* g, int64_t B, int64_t S, int64_t H, int64_t H
                 "scratch");
   const Tensor gscratch = gsc.tensor({int64_t(gsc.bytes() / 4)}, DType::kF32);
   auto qt = [&](RawBuffer& b, int64_t cols) { return b.tensor({T, cols}, DType::kBF16); };
-  g->attention_forward(qt(go, H * D), glse.tensor({B, H, S}, DType::kF32), qt(gq, H * D),
-                       qt(gk, Hkv * D), qt(gv, Hkv * D), B, H, Hkv, gscratch, AttnMask::kCausal);
-  g->attention_backward(qt(gdq, H * D), qt(gdk, Hkv * D), qt(gdv, Hkv * D), qt(gdo, H * D),
-                        qt(gq, H * D), qt(gk, Hkv * D), qt(gv, Hkv * D), qt(go_ref, H * D),
-                        glse_ref.tensor({B, H, S}, DType::kF32), B, H, Hkv, gscratch,
-                        AttnMask::kCausal);
+  auto run = [&] {
+    g->attention_forward(qt(go, H * D), glse.tensor({B, H, S}, DType::kF32), qt(gq, H * D),
+                         qt(gk, Hkv * D), qt(gv, Hkv * D), B, H, Hkv, gscratch, AttnMask::kCausal);
+    g->attention_backward(qt(gdq, H * D), qt(gdk, Hkv * D), qt(gdv, Hkv * D), qt(gdo, H * D),
+                          qt(gq, H * D), qt(gk, Hkv * D), qt(gv, Hkv * D), qt(go_ref, H * D),
+                          glse_ref.tensor({B, H, S}, DType::kF32), B, H, Hkv, gscratch,
+                          AttnMask::kCausal);
+  };
   auto down16 = [&](RawBuffer& b, int64_t n) {
     std::vector<bf16> h(static_cast<size_t>(n));
     g->copy_to_host(h.data(), b.data(), n * 2);
     return h;
   };
+  run();
+  {  // a second run gives the same bits (no atomics, fixed orders)
+    const std::vector<bf16> o1 = down16(go, T * H * D), dq1 = down16(gdq, T * H * D),
+                            dk1 = down16(gdk, T * Hkv * D), dv1 = down16(gdv, T * Hkv * D);
+    run();
+    auto same = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
+    };
+    EXPECT_TRUE(same(o1, down16(go, T * H * D))) << "o repeats";
+    EXPECT_TRUE(same(dq1, down16(gdq, T * H * D))) << "dq repeats";
+    EXPECT_TRUE(same(dk1, down16(gdk, T * Hkv * D))) << "dk repeats";
+    EXPECT_TRUE(same(dv1, down16(gdv, T * Hkv * D))) << "dv repeats";
+  }
   std::vector<float> got_lse(B * H * S);
   g->copy_to_host(got_lse.data(), glse.data(), B * H * S * 4);
   double lse_err = 0.0;
@@ -609,12 +629,19 @@ TEST(CudaBackend, bf16_attention_is_within_bf16_rounding_of_the_cpus_bf16_storag
   ASSERT_TRUE(g->bf16_attention());
   struct Rows {
     Backend* b;
-    ~Rows() { set_cuda_attention_chunk_rows(*b, 0); }
+    ~Rows() {
+      set_cuda_attention_chunk_rows(*b, 0);
+      set_cuda_flash_attention(*b, true);
+    }
   } const reset{g};
   // one chunk at 1,500 rows and 32 heads; then 64-row chunks over two sequences (dK and dV
   // accumulate over the chunks in f32 and are rounded once a sequence)
   check_bf16_attention(g, 1, 1500, 32, 8, 0);
   check_bf16_attention(g, 2, 301, 8, 2, 64);
+  // the fused kernels: many tiles and a short last one, both head dims, GQA 4 and 1
+  check_bf16_attention(g, 1, 1500, 32, 8, 0, true, 64);
+  check_bf16_attention(g, 2, 301, 8, 2, 0, true, 128);
+  check_bf16_attention(g, 1, 200, 4, 4, 0, true, 128);
 }
 
 // Note [bf16 bodies]: the layers' row and elementwise kernels on bf16 tensors against the CPU's

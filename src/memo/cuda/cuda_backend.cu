@@ -23,6 +23,7 @@
 #include "memo/cuda/bodies.h"
 #include "memo/cuda/chunked_attention.h"
 #include "memo/cuda/cuda_backend.h"
+#include "memo/cuda/flash_attention.h"
 #include "memo/kernels/checks.h"
 #include "memo/kernels/cpu/kernels.h"
 
@@ -313,6 +314,46 @@ __global__ void chunk_softmax_kernel(cuda::ScoreRows sc, float* lse_b, int64_t S
   for (int64_t t = lane; t < sc.kend; t += cuda::kSoftmaxLanes)
     sc.put_prob(h, r, t, cuda::softmax_prob(s[t], t, visible, mx, sum));
   if (lane == 0) lse_b[h * S + sc.i0 + r] = mx + ::logf(sum);
+}
+
+// Note [Flash attention]: a thread of a block, with the GPU's barrier, shuffle and product.
+struct FlashLane {
+  int tid;
+  void* smem;
+  __device__ void sync() { __syncthreads(); }
+  __device__ float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+  __device__ void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+// Blocks over (tile, head, sequence); the causal forward and dQ start with the last query tiles,
+// the longest, so the short ones fill the tail.
+template <int kD>
+__global__ void __launch_bounds__(cuda::kFlashThreads)
+    flash_forward_kernel(cuda::FlashArgs f, int64_t tiles) {
+  extern __shared__ __align__(16) unsigned char flash_smem[];
+  FlashLane th{int(threadIdx.x), flash_smem};
+  const int64_t tile = f.causal ? tiles - 1 - blockIdx.x : blockIdx.x;
+  cuda::flash_forward_block<kD>(th, f, blockIdx.z, blockIdx.y, tile * cuda::kFlashRows);
+}
+template <int kD>
+__global__ void __launch_bounds__(cuda::kFlashThreads)
+    flash_dq_kernel(cuda::FlashArgs f, int64_t b, int64_t tiles) {
+  extern __shared__ __align__(16) unsigned char flash_smem[];
+  FlashLane th{int(threadIdx.x), flash_smem};
+  const int64_t tile = f.causal ? tiles - 1 - blockIdx.x : blockIdx.x;
+  cuda::flash_dq_block<kD>(th, f, b, blockIdx.y, tile * cuda::kFlashRows);
+}
+template <int kD>
+__global__ void __launch_bounds__(cuda::kFlashThreads)
+    flash_dkdv_kernel(cuda::FlashArgs f, int64_t b) {
+  extern __shared__ __align__(16) unsigned char flash_smem[];
+  FlashLane th{int(threadIdx.x), flash_smem};
+  cuda::flash_dkdv_block<kD>(th, f, b, blockIdx.y, int64_t(blockIdx.x) * cuda::kFlashRows);
 }
 
 // CALL(kMaxD, kExact) for the instantiation head_dim_kind(D) names (in a CudaBackend member).
@@ -852,6 +893,11 @@ class CudaBackend final : public Backend {
     const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
     MEMO_CHECK(lse.contiguous(), "attention_forward: lse ", lse.shape(), " not contiguous");
     check_attention_dtypes("attention_forward", {o, q, k, v}, {lse, scratch});
+    if (flash_applies(d, {o, q, k, v})) {
+      cuda::FlashArgs f = flash_args(d, mask, q, k, v);
+      f.o = bf16_ptr(o), f.ldo = o.ld(), f.lse = dev(lse);
+      return flash_forward_launch(f, d.B);
+    }
     if (!rows_attention_) {
       const cuda::ChunkShape c =
           cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal, chunk_rows_);
@@ -882,6 +928,14 @@ class CudaBackend final : public Backend {
         check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
     MEMO_CHECK(lse.contiguous(), "attention_backward: lse ", lse.shape(), " not contiguous");
     check_attention_dtypes("attention_backward", {dq, dk, dv, dout, q, k, v, o}, {lse, scratch});
+    if (flash_applies(d, {dq, dk, dv, dout, q, k, v, o})) {
+      check_scratch("attention_backward", scratch, d.S * d.H);  // delta of one sequence
+      cuda::FlashArgs f = flash_args(d, mask, q, k, v);
+      f.o_in = bf16_ptr(o), f.ldo = o.ld(), f.dout = bf16_ptr(dout), f.lddo = dout.ld();
+      f.dq = bf16_ptr(dq), f.lddq = dq.ld(), f.dk = bf16_ptr(dk), f.lddk = dk.ld();
+      f.dv = bf16_ptr(dv), f.lddv = dv.ld(), f.lse = const_cast<float*>(dev(lse));
+      return flash_backward_launch(f, d.B, dev(scratch), xmat(dout), xmat(o));
+    }
     if (!rows_attention_) {
       const cuda::ChunkShape c =
           cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal, chunk_rows_);
@@ -1175,6 +1229,72 @@ class CudaBackend final : public Backend {
   // nvcc allows a __device__ lambda only in a public member function (the extended-lambda rules):
   // every function below that defines one is public.
  public:
+  // Note [Flash attention]: bf16 activations, head dim 64 or 128, every matrix 4-byte aligned
+  // with even row strides (the kernels move bf16 pairs), unless MEMO_CUDA_ATTENTION says otherwise.
+  bool flash_applies(const AttnDims& d, std::initializer_list<ConstTensor> ts) const {
+    if (attention_kind_ != AttentionKind::kFlash || !cuda::flash_head_dim(d.D)) return false;
+    for (const ConstTensor& t : ts)
+      if (t.dtype() != DType::kBF16 || t.ld() % 2 != 0 ||
+          reinterpret_cast<uintptr_t>(t.data()) % 4 != 0)
+        return false;
+    return true;
+  }
+  static uint16_t* bf16_ptr(ConstTensor t) { return static_cast<uint16_t*>(dev_operand(t)); }
+  static cuda::FlashArgs flash_args(const AttnDims& d, AttnMask mask, ConstTensor q, ConstTensor k,
+                                    ConstTensor v) {
+    cuda::FlashArgs f;
+    f.S = d.S, f.H = d.H, f.G = d.G, f.D = d.D, f.causal = mask == AttnMask::kCausal;
+    f.scale = 1.0f / std::sqrt(float(d.D));
+    f.q = bf16_ptr(q), f.ldq = q.ld(), f.k = bf16_ptr(k), f.ldk = k.ld();
+    f.v = bf16_ptr(v), f.ldv = v.ld();
+    return f;
+  }
+  // Each instantiation's shared memory above the default 48 KiB, asked for once.
+  template <class K>
+  void flash_smem(K kernel, int bytes) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+               "flash attention shared memory");
+  }
+  template <int kD>
+  void flash_forward_launch_d(const cuda::FlashArgs& f, int64_t B) {
+    constexpr int bytes = cuda::flash_forward_smem(kD);
+    flash_smem(flash_forward_kernel<kD>, bytes);
+    const int64_t tiles = (f.S + cuda::kFlashRows - 1) / cuda::kFlashRows;
+    if (tiles == 0 || B == 0) return;
+    flash_forward_kernel<kD>
+        <<<dim3(unsigned(tiles), unsigned(f.H), unsigned(B)), cuda::kFlashThreads, bytes, s()>>>(
+            f, tiles);
+    check_cuda(cudaGetLastError(), "flash attention forward launch");
+  }
+  void flash_forward_launch(const cuda::FlashArgs& f, int64_t B) {
+    if (f.D == 64) return flash_forward_launch_d<64>(f, B);
+    return flash_forward_launch_d<128>(f, B);
+  }
+  template <int kD>
+  void flash_backward_launch_d(const cuda::FlashArgs& f, int64_t b, int64_t tiles) {
+    constexpr int bytes = cuda::flash_backward_smem(kD);
+    flash_smem(flash_dq_kernel<kD>, bytes);
+    flash_smem(flash_dkdv_kernel<kD>, bytes);
+    flash_dq_kernel<kD>
+        <<<dim3(unsigned(tiles), unsigned(f.H)), cuda::kFlashThreads, bytes, s()>>>(f, b, tiles);
+    check_cuda(cudaGetLastError(), "flash attention dq launch");
+    flash_dkdv_kernel<kD>
+        <<<dim3(unsigned(tiles), unsigned(f.H / f.G)), cuda::kFlashThreads, bytes, s()>>>(f, b);
+    check_cuda(cudaGetLastError(), "flash attention dk/dv launch");
+  }
+  void flash_backward_launch(cuda::FlashArgs f, int64_t B, float* delta, cuda::XMat dout,
+                             cuda::XMat o) {
+    const int64_t tiles = (f.S + cuda::kFlashRows - 1) / cuda::kFlashRows;
+    if (tiles == 0) return;
+    f.delta = delta;
+    for (int64_t b = 0; b < B; ++b) {  // delta of sequence b, then its two kernels
+      chunk_delta_launch(delta, dout, o, f.H, f.S, f.D, b);
+      if (f.D == 64)
+        flash_backward_launch_d<64>(f, b, tiles);
+      else
+        flash_backward_launch_d<128>(f, b, tiles);
+    }
+  }
   template <int kMaxD, bool kExact>
   void attention_forward_launch(Mat O, float* lp, CMat Q, CMat K, CMat V, cuda::AttnShape a,
                                 int64_t B) {
@@ -1417,6 +1537,11 @@ class CudaBackend final : public Backend {
   bool rows_attention_ = false;  // MEMO_CUDA_ATTENTION=rows
  public:
   int64_t chunk_rows_ = 0;  // set_cuda_attention_chunk_rows (tests); 0: the budget's
+  // MEMO_CUDA_ATTENTION: flash (the default; bf16 only, Note [Flash attention]), chunked, rows;
+  // set_cuda_flash_attention (tests)
+  enum class AttentionKind { kFlash, kChunked, kRows };
+  AttentionKind attention_kind_ = AttentionKind::kFlash;
+
  private:
   std::string description_;
   std::string device_name_;  // cudaDeviceProp::name
@@ -1443,9 +1568,15 @@ CudaBackend::CudaBackend(int device) {
   profile_ = profile && *profile && std::strcmp(profile, "0") != 0;
   const char* attention = std::getenv("MEMO_CUDA_ATTENTION");
   rows_attention_ = attention && std::strcmp(attention, "rows") == 0;
-  if (attention && *attention && !rows_attention_ && std::strcmp(attention, "chunked") != 0)
-    throw ConfigError(
-        str("MEMO_CUDA_ATTENTION=", attention, ": 'chunked' (the default) or 'rows'"));
+  if (attention && *attention && !rows_attention_ && std::strcmp(attention, "chunked") != 0 &&
+      std::strcmp(attention, "flash") != 0)
+    throw ConfigError(str("MEMO_CUDA_ATTENTION=", attention,
+                          ": 'flash' (the default: bf16 activations, head dims 64 and 128; the "
+                          "chunked schedule otherwise), 'chunked' or 'rows'"));
+  if (rows_attention_)
+    attention_kind_ = AttentionKind::kRows;
+  else if (attention && std::strcmp(attention, "chunked") == 0)
+    attention_kind_ = AttentionKind::kChunked;
   compute_ = std::make_unique<CudaStream>("compute", StreamOptions{});
   check_lt(lt().cublasLtCreate(&lt_), "cublasLtCreate");
   cudaDeviceProp prop{};
@@ -1627,6 +1758,12 @@ int cuda_device(Backend& backend) {
 
 void set_cuda_attention_chunk_rows(Backend& backend, int64_t rows) {
   if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) cuda->chunk_rows_ = rows;
+}
+
+void set_cuda_flash_attention(Backend& backend, bool on) {
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend))
+    cuda->attention_kind_ =
+        on ? CudaBackend::AttentionKind::kFlash : CudaBackend::AttentionKind::kChunked;
 }
 
 void* cuda_compute_stream(Backend& backend) {

@@ -35,6 +35,9 @@ void* cuda_compute_stream(Backend& backend);
 // Note [Chunked attention]), so that small shapes run many chunks. Sizes asked before apply to
 // calls made before; no effect on another backend.
 void set_cuda_attention_chunk_rows(Backend& backend, int64_t rows);
+// Test only: bf16 attention by the fused kernels (Note [Flash attention], the default where they
+// apply) or by the chunked schedule; no effect on another backend.
+void set_cuda_flash_attention(Backend& backend, bool on);
 
 // Rows of a token-panel product that a recomputation may start at and get the same bits
 // (Note [Reproducible rows] in backend/backend.h): products over token rows run as one cuBLASLt
