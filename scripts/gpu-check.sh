@@ -19,8 +19,9 @@
 #      for bit) and reduced over NCCL (one GPU; the same losses);
 #   4b. bf16 mixed precision: 20 quickstart steps on the GPU against the same bf16 run on the
 #      CPU, and keep against memo in bf16 on the GPU;
-#   6. attention forward and backward at 4K and 32K tokens (the ~1B model's heads): the chunked
-#      schedule, the per-query kernels it replaced (4K), and PyTorch's SDPA
+#   6. attention forward and backward at 4K and 32K tokens (the ~1B model's heads): the fused
+#      bf16 kernels against the chunked schedule in bf16, the chunked schedule in fp32, the
+#      per-query kernels it replaced (4K), and PyTorch's SDPA
 #      (bench/cuda/attention_bench.cc, scripts/torch_gpu_attention.py);
 #   7. tokens/s of a ~1B LLaMA at 4K tokens under keep (with the GPU time per kernel entry
 #      point: MEMO_CUDA_PROFILE), recompute and memo, keep in bf16, and PyTorch's on the same model

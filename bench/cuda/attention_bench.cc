@@ -1,8 +1,8 @@
-// Attention forward and backward on the CUDA backend (Note [Chunked attention]) at the shapes of
-// the ~1B LLaMA of scripts/gpu-check.sh (32 query heads over 8 key/value heads of 64): the chunked
-// schedule, and at the shorter lengths the per-query kernels it replaced (MEMO_CUDA_ATTENTION=rows)
-// as the baseline measured in the same run; in fp32, and the chunked one in bf16 too (a bf16 run's
-// activations: bf16 products on the tensor cores, Note [Chunked attention]). FLOPs counted
+// Attention forward and backward on the CUDA backend at the shapes of the ~1B LLaMA of
+// scripts/gpu-check.sh (32 query heads over 8 key/value heads of 64): in bf16 the fused kernels
+// (Note [Flash attention], the default) against the chunked schedule (Note [Chunked attention],
+// MEMO_CUDA_ATTENTION=chunked) measured in the same run; in fp32 the chunked schedule, and at the
+// shorter lengths the per-query kernels it replaced (MEMO_CUDA_ATTENTION=rows). FLOPs counted
 // causally: the forward's two products over the S (S + 1) / 2 visible query-key pairs, 4 D H each;
 // the backward's five, 10 D H each.
 //   memo_cuda_attention_bench [--rows-up-to N] [S ...]   (default: 4096 32768, rows up to 4096)
@@ -100,8 +100,10 @@ int main(int argc, char** argv) try {
   }
   if (seqs.empty()) seqs = {4096, 32768};
   const int64_t H = 32, Hkv = 8, D = 64;
+  std::unique_ptr<Backend> flash = memo::make_cuda_backend(0);  // the default
+  setenv("MEMO_CUDA_ATTENTION", "chunked", 1);                  // read once, when a backend is made
   std::unique_ptr<Backend> chunked = memo::make_cuda_backend(0);
-  setenv("MEMO_CUDA_ATTENTION", "rows", 1);  // read once, when a backend is made
+  setenv("MEMO_CUDA_ATTENTION", "rows", 1);
   std::unique_ptr<Backend> rows = memo::make_cuda_backend(0);
   unsetenv("MEMO_CUDA_ATTENTION");
   std::printf("{\"device\": \"%s\"}\n", chunked->describe().c_str());
@@ -119,7 +121,12 @@ int main(int argc, char** argv) try {
           (fwd_flop + bwd_flop) / ((t.fwd_ms + t.bwd_ms) * 1e-3) / 1e12);
       std::fflush(stdout);
     };
-    report("chunked_bf16", run(*chunked, S, H, Hkv, D, 3, DType::kBF16));
+    const Timing f = run(*flash, S, H, Hkv, D, 3, DType::kBF16);
+    report("flash_bf16", f);
+    const Timing cb = run(*chunked, S, H, Hkv, D, 3, DType::kBF16);
+    report("chunked_bf16", cb);
+    std::printf("{\"seq\": %lld, \"flash_speedup_over_chunked_bf16\": %.2f}\n",
+                static_cast<long long>(S), (cb.fwd_ms + cb.bwd_ms) / (f.fwd_ms + f.bwd_ms));
     const Timing c = run(*chunked, S, H, Hkv, D, 3, DType::kF32);
     report("chunked", c);
     if (S <= rows_up_to) {

@@ -768,6 +768,10 @@ TEST(CudaBackend, cuda_sizes_are_the_backends) {
       EXPECT_EQ(sizes.attention_backward_scratch_numel(S, D, H, Hkv),
                 g->attention_backward_scratch_numel(S, D, H, Hkv));
       EXPECT_EQ(sizes.attention_decode_scratch_numel(S), g->attention_decode_scratch_numel(S));
+      EXPECT_EQ(sizes.bf16_attention_forward_scratch_numel(S, D, H, Hkv),
+                g->bf16_attention_forward_scratch_numel(S, D, H, Hkv));
+      EXPECT_EQ(sizes.bf16_attention_backward_scratch_numel(S, D, H, Hkv),
+                g->bf16_attention_backward_scratch_numel(S, D, H, Hkv));
     }
   for (const auto& [rows, numel] : {std::pair{0L, 5000L}, std::pair{300L, 300L * 4096L}})
     EXPECT_EQ(sizes.adafactor_partial_numel(rows, numel), g->adafactor_partial_numel(rows, numel));

@@ -155,6 +155,17 @@ class Backend {
                                  AttnMask mask) = 0;
   virtual int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                                    int64_t n_kv_heads) = 0;
+  // The same over bf16 activations, where bf16_attention() (CUDA's fused kernels need less than
+  // its f32 schedule: Note [Flash attention]); Bf16StorageBackend and MetaBackend ask for these
+  // when their activations are bf16.
+  virtual int64_t bf16_attention_forward_scratch_numel(int64_t seq, int64_t head_dim,
+                                                       int64_t n_heads, int64_t n_kv_heads) {
+    return attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
+  virtual int64_t bf16_attention_backward_scratch_numel(int64_t seq, int64_t head_dim,
+                                                        int64_t n_heads, int64_t n_kv_heads) {
+    return attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
   virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                                   ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
                                   int64_t batch, int64_t n_heads, int64_t n_kv_heads,

@@ -113,14 +113,18 @@ class Bf16StorageBackend final : public Backend {
                          float grad_scale) override;
   int64_t attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                           int64_t n_kv_heads) override {
-    return inner_.attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+    return inner_.bf16_attention()
+               ? inner_.bf16_attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads)
+               : inner_.attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
   }
   void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                          int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                          AttnMask mask) override;
   int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                            int64_t n_kv_heads) override {
-    return inner_.attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+    return inner_.bf16_attention()
+               ? inner_.bf16_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads)
+               : inner_.attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
   }
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                           ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,

@@ -914,6 +914,18 @@ class CudaBackend final : public Backend {
     MEMO_HEAD_DIM_DISPATCH(d.D, "attention_forward", MEMO_CALL)
 #undef MEMO_CALL
   }
+  int64_t bf16_attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                               int64_t n_kv_heads) override {
+    if (attention_kind_ != AttentionKind::kFlash)
+      return attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+    return cuda_bf16_attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
+  int64_t bf16_attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                                int64_t n_kv_heads) override {
+    if (attention_kind_ != AttentionKind::kFlash)
+      return attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+    return cuda_bf16_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
   int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                            int64_t n_kv_heads) override {
     if (rows_attention_) return seq * n_heads;  // delta of one sequence
@@ -1231,12 +1243,17 @@ class CudaBackend final : public Backend {
  public:
   // Note [Flash attention]: bf16 activations, head dim 64 or 128, every matrix 4-byte aligned
   // with even row strides (the kernels move bf16 pairs), unless MEMO_CUDA_ATTENTION says otherwise.
+  // The scratch was sized for them (bf16_attention_*_scratch_numel), so a tensor they cannot take
+  // is an error, not a fallback.
   bool flash_applies(const AttnDims& d, std::initializer_list<ConstTensor> ts) const {
     if (attention_kind_ != AttentionKind::kFlash || !cuda::flash_head_dim(d.D)) return false;
     for (const ConstTensor& t : ts)
-      if (t.dtype() != DType::kBF16 || t.ld() % 2 != 0 ||
-          reinterpret_cast<uintptr_t>(t.data()) % 4 != 0)
-        return false;
+      if (t.dtype() != DType::kBF16) return false;
+    for (const ConstTensor& t : ts)
+      MEMO_CHECK(t.ld() % 2 == 0 && reinterpret_cast<uintptr_t>(t.data()) % 4 == 0,
+                 "cuda flash attention: a bf16 tensor ", t.shape(), " with row stride ", t.ld(),
+                 " at ", t.data(), " (the kernels need even strides and 4-byte alignment; ",
+                 "MEMO_CUDA_ATTENTION=chunked runs the chunked schedule)");
     return true;
   }
   static uint16_t* bf16_ptr(ConstTensor t) { return static_cast<uint16_t*>(dev_operand(t)); }

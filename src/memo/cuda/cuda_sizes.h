@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "memo/cuda/chunked_attention.h"
+#include "memo/cuda/flash_attention.h"
 #include "memo/kernels/cpu/cpu_backend.h"
 
 namespace memo {
@@ -35,6 +36,21 @@ inline int64_t cuda_attention_backward_scratch_numel(int64_t seq, int64_t head_d
       cuda::chunk_shape(1, seq, n_heads, n_kv_heads, head_dim, true, rows));
 }
 
+// The fused bf16 kernels' (Note [Flash attention], where the head dim has them): none forward
+// (one float, a scratch is never empty), delta [H, S] of one sequence backward.
+inline int64_t cuda_bf16_attention_forward_scratch_numel(int64_t seq, int64_t head_dim,
+                                                         int64_t n_heads, int64_t n_kv_heads) {
+  return cuda::flash_head_dim(head_dim)
+             ? 1
+             : cuda_attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+}
+inline int64_t cuda_bf16_attention_backward_scratch_numel(int64_t seq, int64_t head_dim,
+                                                          int64_t n_heads, int64_t n_kv_heads) {
+  return cuda::flash_head_dim(head_dim)
+             ? std::max<int64_t>(1, seq * n_heads)
+             : cuda_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+}
+
 // The reductions' partial sums (doubles): Adafactor's rows or chunks of its elements, plus one;
 // the noise probe's chunks.
 inline int64_t cuda_adafactor_partial_numel(int64_t rows, int64_t numel) {
@@ -44,9 +60,9 @@ inline int64_t cuda_noise_probe_partial_numel(int64_t n) {
   return (n + cuda::kNoiseProbeChunk - 1) / cuda::kNoiseProbeChunk;
 }
 
-// A target for MetaBackend that sizes a trace as the CUDA backend runs it (the chunked attention,
-// not MEMO_CUDA_ATTENTION=rows): the CPU backend's shape checks with CUDA's sizes and native bf16
-// kernels (never run: a meta trace only asks it for sizes).
+// A target for MetaBackend that sizes a trace as the CUDA backend runs it (the fused bf16 attention
+// and the chunked one, not MEMO_CUDA_ATTENTION=chunked or rows): the CPU backend's shape checks
+// with CUDA's sizes and native bf16 kernels (never run: a meta trace only asks it for sizes).
 // CudaBackend.cuda_sizes_are_the_backends (tests/gpu/cuda_backend_check.cc) compares them on a
 // GPU.
 class CudaSizes final : public CpuBackend {
@@ -64,6 +80,14 @@ class CudaSizes final : public CpuBackend {
   int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                            int64_t n_kv_heads) override {
     return cuda_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
+  int64_t bf16_attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                               int64_t n_kv_heads) override {
+    return cuda_bf16_attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
+  int64_t bf16_attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                                int64_t n_kv_heads) override {
+    return cuda_bf16_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
   }
   int64_t attention_decode_scratch_numel(int64_t) override { return 1; }
   int64_t adafactor_partial_numel(int64_t rows, int64_t numel) override {

@@ -36,8 +36,8 @@
 
 namespace memo::cuda {
 
-inline constexpr int kFlashRows = 64;  // query rows (forward, dQ) or keys (dK/dV) of a block
-inline constexpr int kFlashCols = 64;  // keys (forward, dQ) or query rows (dK/dV) of a tile
+inline constexpr int kFlashRows = 64;      // query rows (forward, dQ) or keys (dK/dV) of a block
+inline constexpr int kFlashCols = 64;      // keys (forward, dQ) or query rows (dK/dV) of a tile
 inline constexpr int kFlashThreads = 128;  // 4 warps of 16 rows
 MEMO_HD constexpr bool flash_head_dim(int64_t d) { return d == 64 || d == 128; }
 MEMO_HD constexpr int flash_pitch(int d) { return d + 8; }  // smem row, bf16: staggers the banks
@@ -108,10 +108,9 @@ MEMO_HD void flash_mma_rows_t(Lane& th, float (&acc)[kN][4], const uint16_t* a, 
   const int lane = th.tid % 32, g = lane / 4, t = lane % 4;
   for (int kk = 0; kk < kD / 16; ++kk) {
     const int c = 16 * kk + 2 * t;
-    const uint32_t fa[4] = {load_pair(a + (a_row0 + g) * kP + c),
-                            load_pair(a + (a_row0 + g + 8) * kP + c),
-                            load_pair(a + (a_row0 + g) * kP + c + 8),
-                            load_pair(a + (a_row0 + g + 8) * kP + c + 8)};
+    const uint32_t fa[4] = {
+        load_pair(a + (a_row0 + g) * kP + c), load_pair(a + (a_row0 + g + 8) * kP + c),
+        load_pair(a + (a_row0 + g) * kP + c + 8), load_pair(a + (a_row0 + g + 8) * kP + c + 8)};
     for (int n = 0; n < kN; ++n) {
       const uint32_t fb[2] = {load_pair(y + (8 * n + g) * kP + c),
                               load_pair(y + (8 * n + g) * kP + c + 8)};
@@ -137,7 +136,8 @@ MEMO_HD void flash_mma_regs(Lane& th, float (&acc)[kD / 8][4], const float (&x)[
     const uint16_t* y0 = y + (16 * kk + 2 * t) * kP;  // B[k][n] = Y[16 kk + k][8 dn + n]
     for (int dn = 0; dn < kD / 8; ++dn) {
       const int c = 8 * dn + g;
-      const uint32_t fb[2] = {pack_bits(y0[c], y0[kP + c]), pack_bits(y0[8 * kP + c], y0[9 * kP + c])};
+      const uint32_t fb[2] = {pack_bits(y0[c], y0[kP + c]),
+                              pack_bits(y0[8 * kP + c], y0[9 * kP + c])};
       th.mma(acc[dn], fa, fb);
     }
   }
@@ -290,7 +290,7 @@ MEMO_HD void flash_dkdv_block(Lane& th, const FlashArgs& f, int64_t b, int64_t h
       }
       th.sync();
       float st[8][4] = {}, dpt[8][4] = {};
-      flash_mma_rows_t<kD>(th, st, sk, warp * 16, sq);   // S^T = K Q^T
+      flash_mma_rows_t<kD>(th, st, sk, warp * 16, sq);    // S^T = K Q^T
       flash_mma_rows_t<kD>(th, dpt, sv, warp * 16, sdo);  // dP^T = V dO^T
       float pt[8][4];
       for (int n = 0; n < 8; ++n)

@@ -96,18 +96,24 @@ void MetaBackend::vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor l
 }
 int64_t MetaBackend::attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                                      int64_t n_kv_heads) {
-  return target_.attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  return activations_ == DType::kBF16 && target_.bf16_attention()
+             ? target_.bf16_attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads)
+             : target_.attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
 }
 void MetaBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
                                     ConstTensor v, int64_t batch, int64_t n_heads,
                                     int64_t n_kv_heads, Tensor scratch, AttnMask) {
   const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
   check_scratch("attention_forward", scratch,
-                target_.attention_forward_scratch_numel(d.S, d.D, d.H, d.Hkv));
+                q.dtype() == DType::kBF16
+                    ? target_.bf16_attention_forward_scratch_numel(d.S, d.D, d.H, d.Hkv)
+                    : target_.attention_forward_scratch_numel(d.S, d.D, d.H, d.Hkv));
 }
 int64_t MetaBackend::attention_backward_scratch_numel(int64_t seq, int64_t head_dim,
                                                       int64_t n_heads, int64_t n_kv_heads) {
-  return target_.attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  return activations_ == DType::kBF16 && target_.bf16_attention()
+             ? target_.bf16_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads)
+             : target_.attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
 }
 void MetaBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
                                      ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,
@@ -116,7 +122,9 @@ void MetaBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTenso
   const AttnDims d =
       check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
   check_scratch("attention_backward", scratch,
-                target_.attention_backward_scratch_numel(d.S, d.D, d.H, d.Hkv));
+                q.dtype() == DType::kBF16
+                    ? target_.bf16_attention_backward_scratch_numel(d.S, d.D, d.H, d.Hkv)
+                    : target_.attention_backward_scratch_numel(d.S, d.D, d.H, d.Hkv));
 }
 void MetaBackend::attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) {
   check_attention_merge(o, lse, o_part, lse_part);

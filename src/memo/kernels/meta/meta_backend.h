@@ -86,6 +86,14 @@ class MetaBackend final : public Backend {
                          AttnMask mask) override;
   int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                            int64_t n_kv_heads) override;
+  int64_t bf16_attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                               int64_t n_kv_heads) override {
+    return target_.bf16_attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
+  int64_t bf16_attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                                int64_t n_kv_heads) override {
+    return target_.bf16_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                           ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
                           int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
