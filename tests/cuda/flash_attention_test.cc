@@ -212,7 +212,9 @@ std::vector<double> check_flash(const Case& c, AttnMask mask) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t tile = 0; tile < tiles; ++tile)
         run_block(flash_forward_smem(int(D)), [&](EmuLane& th) {
-          if (D == 64)
+          if (D == 32)
+            flash_forward_block<32>(th, f, b, h, tile * kFlashRows);
+          else if (D == 64)
             flash_forward_block<64>(th, f, b, h, tile * kFlashRows);
           else
             flash_forward_block<128>(th, f, b, h, tile * kFlashRows);
@@ -244,7 +246,9 @@ std::vector<double> check_flash(const Case& c, AttnMask mask) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t tile = 0; tile < tiles; ++tile)
         run_block(flash_backward_smem(int(D)), [&](EmuLane& th) {
-          if (D == 64)
+          if (D == 32)
+            flash_dq_block<32>(th, f, b, h, tile * kFlashRows);
+          else if (D == 64)
             flash_dq_block<64>(th, f, b, h, tile * kFlashRows);
           else
             flash_dq_block<128>(th, f, b, h, tile * kFlashRows);
@@ -252,7 +256,9 @@ std::vector<double> check_flash(const Case& c, AttnMask mask) {
     for (int64_t hk = 0; hk < Hkv; ++hk)
       for (int64_t tile = 0; tile < tiles; ++tile)
         run_block(flash_backward_smem(int(D)), [&](EmuLane& th) {
-          if (D == 64)
+          if (D == 32)
+            flash_dkdv_block<32>(th, f, b, hk, tile * kFlashRows);
+          else if (D == 64)
             flash_dkdv_block<64>(th, f, b, hk, tile * kFlashRows);
           else
             flash_dkdv_block<128>(th, f, b, hk, tile * kFlashRows);
@@ -272,9 +278,9 @@ TEST(FlashAttention, blocks_on_cpu_threads_match_the_cpu_attention_within_bf16_r
   std::vector<double> worst(4, 0.0);
   for (AttnMask mask : {AttnMask::kCausal, AttnMask::kFull})
     // a short last tile, two sequences, GQA 2; head dim 128 over two tiles; one exact tile with
-    // one query head per kv head; a single token
+    // one query head per kv head; a single token; head dim 32 over two tiles
     for (const Case& c : {Case{2, 37, 4, 2, 64}, Case{1, 100, 2, 1, 128}, Case{1, 64, 2, 2, 64},
-                          Case{1, 1, 2, 1, 64}}) {
+                          Case{1, 1, 2, 1, 64}, Case{1, 70, 2, 2, 32}}) {
       const std::vector<double> e = check_flash(c, mask);
       for (size_t i = 0; i < 4; ++i) worst[i] = std::max(worst[i], e[i]);
     }
@@ -295,6 +301,7 @@ TEST(FlashAttention, bf16_cuda_plans_size_the_fused_kernels_scratch) {
   EXPECT_EQ(f32.attention_backward_scratch_numel(S, 64, H, Hkv),
             cuda_attention_backward_scratch_numel(S, 64, H, Hkv));
   EXPECT_GT(f32.attention_backward_scratch_numel(S, 64, H, Hkv), 100 * S * H);
+  EXPECT_EQ(bf16.attention_forward_scratch_numel(S, 32, H, Hkv), 1);
   EXPECT_EQ(bf16.attention_forward_scratch_numel(S, 96, H, Hkv),
             cuda_attention_forward_scratch_numel(S, 96, H, Hkv));
 }

@@ -638,10 +638,11 @@ TEST(CudaBackend, bf16_attention_is_within_bf16_rounding_of_the_cpus_bf16_storag
   // accumulate over the chunks in f32 and are rounded once a sequence)
   check_bf16_attention(g, 1, 1500, 32, 8, 0);
   check_bf16_attention(g, 2, 301, 8, 2, 64);
-  // the fused kernels: many tiles and a short last one, both head dims, GQA 4 and 1
+  // the fused kernels: many tiles and a short last one, each head dim, GQA 4 and 1
   check_bf16_attention(g, 1, 1500, 32, 8, 0, true, 64);
   check_bf16_attention(g, 2, 301, 8, 2, 0, true, 128);
   check_bf16_attention(g, 1, 200, 4, 4, 0, true, 128);
+  check_bf16_attention(g, 1, 333, 8, 8, 0, true, 32);
 }
 
 // Note [bf16 bodies]: the layers' row and elementwise kernels on bf16 tensors against the CPU's

@@ -1241,7 +1241,7 @@ class CudaBackend final : public Backend {
   // nvcc allows a __device__ lambda only in a public member function (the extended-lambda rules):
   // every function below that defines one is public.
  public:
-  // Note [Flash attention]: bf16 activations, head dim 64 or 128, every matrix 4-byte aligned
+  // Note [Flash attention]: bf16 activations, head dim 32, 64 or 128, every matrix 4-byte aligned
   // with even row strides (the kernels move bf16 pairs), unless MEMO_CUDA_ATTENTION says otherwise.
   // The scratch was sized for them (bf16_attention_*_scratch_numel), so a tensor they cannot take
   // is an error, not a fallback.
@@ -1284,6 +1284,7 @@ class CudaBackend final : public Backend {
     check_cuda(cudaGetLastError(), "flash attention forward launch");
   }
   void flash_forward_launch(const cuda::FlashArgs& f, int64_t B) {
+    if (f.D == 32) return flash_forward_launch_d<32>(f, B);
     if (f.D == 64) return flash_forward_launch_d<64>(f, B);
     return flash_forward_launch_d<128>(f, B);
   }
@@ -1306,7 +1307,9 @@ class CudaBackend final : public Backend {
     f.delta = delta;
     for (int64_t b = 0; b < B; ++b) {  // delta of sequence b, then its two kernels
       chunk_delta_launch(delta, dout, o, f.H, f.S, f.D, b);
-      if (f.D == 64)
+      if (f.D == 32)
+        flash_backward_launch_d<32>(f, b, tiles);
+      else if (f.D == 64)
         flash_backward_launch_d<64>(f, b, tiles);
       else
         flash_backward_launch_d<128>(f, b, tiles);

@@ -25,8 +25,8 @@
 // Fragments are read from shared memory with plain 32-bit loads (no ldmatrix, no cp.async): the
 // first version, correct before fast.
 //
-// Head dims 64 and 128 (kFlashHeadDims); others, f32 activations, and unaligned tensors take the
-// chunked schedule (Note [Chunked attention]). NOT YET RUN ON A GPU.
+// Head dims 32, 64 and 128 (flash_head_dim); others, f32 activations, and unaligned tensors take
+// the chunked schedule (Note [Chunked attention]). NOT YET RUN ON A GPU.
 #pragma once
 
 #include <cmath>
@@ -39,7 +39,7 @@ namespace memo::cuda {
 inline constexpr int kFlashRows = 64;      // query rows (forward, dQ) or keys (dK/dV) of a block
 inline constexpr int kFlashCols = 64;      // keys (forward, dQ) or query rows (dK/dV) of a tile
 inline constexpr int kFlashThreads = 128;  // 4 warps of 16 rows
-MEMO_HD constexpr bool flash_head_dim(int64_t d) { return d == 64 || d == 128; }
+MEMO_HD constexpr bool flash_head_dim(int64_t d) { return d == 32 || d == 64 || d == 128; }
 MEMO_HD constexpr int flash_pitch(int d) { return d + 8; }  // smem row, bf16: staggers the banks
 
 // Shared memory of a block in bytes: forward Q, K, V tiles; backward four tiles and, for dK/dV,
