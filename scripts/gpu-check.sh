@@ -25,7 +25,8 @@
 #      (bench/cuda/attention_bench.cc, scripts/torch_gpu_attention.py);
 #   7. tokens/s of a ~1B LLaMA at 4K tokens under keep (with the GPU time per kernel entry
 #      point: MEMO_CUDA_PROFILE), recompute and memo, keep in bf16, and PyTorch's on the same model
-#      (scripts/torch_gpu_bench.py); then keep and memo in bf16 at 32K, and the longest
+#      (scripts/torch_gpu_bench.py: fp32, bf16, bf16 with checkpointed layers); then keep and
+#      memo in bf16 at 32K beside PyTorch's bf16 with and without checkpointing, and the longest
 #      sequence keep, recompute and memo fit in the GPU's memory in bf16 (the plan's advice).
 # It writes gpu-check.log and gpu-check.json (the numbers of each stage) to $OUT when that is
 # set, else to /tmp.
@@ -178,7 +179,7 @@ cat > "$runs/llama1b.json" <<'EOF'
  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "max_position_embeddings": 32768,
  "tie_word_embeddings": false, "initializer_range": 0.02, "torch_dtype": "float32"}
 EOF
-# PyTorch on the same model (fp32 with TF32 off, then bf16 autocast)
+# PyTorch on the same model (fp32 with TF32 off, bf16 autocast, bf16 with checkpointed layers)
 stage torch_1b 100 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 4096 3 \
   > >(tee "$runs/torch.jsonl")
 for s in keep recompute memo bf16_keep; do
@@ -199,6 +200,8 @@ for s in keep memo; do
     --save-every 0 --val-batches 0 --device cuda --precision bf16 --activations "$s" \
     --out "$runs/b32_$s" --log "$runs/b32_$s.jsonl" --hardware-dir hardware --device-memory 0
 done
+stage torch_32k 120 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 32768 3 bf16 \
+  bf16_ckpt > >(tee "$runs/torch32k.jsonl")
 # the longest sequence of the ~1B model that fits in the GPU's free memory under each strategy,
 # in bf16: a run at 1M tokens (more than any strategy fits in an H200's memory) is refused before
 # step 1 with the planned need and the longest --seq that fits (estimated from the scaled plan),
@@ -299,9 +302,10 @@ for name in ["attention", "torch_attention"]:
     p = os.path.join(runs, name + ".jsonl")
     if os.path.exists(p):
         out[name] = [json.loads(l) for l in open(p) if l.startswith("{")]
-tp = os.path.join(runs, "torch.jsonl")
-if os.path.exists(tp):
-    out["torch_1b_4k"] = [json.loads(l) for l in open(tp) if l.startswith("{")]
+for name, key in [("torch.jsonl", "torch_1b_4k"), ("torch32k.jsonl", "torch_1b_32k")]:
+    tp = os.path.join(runs, name)
+    if os.path.exists(tp):
+        out[key] = [json.loads(l) for l in open(tp) if l.startswith("{")]
 json.dump(out, open(dest, "w"), indent=1)
 print(json.dumps(out, indent=1)[:6000])
 EOF
