@@ -104,8 +104,9 @@ stage() {  # name, limit (s), command...
 stage kernels 150 "$b/memo_cuda_tests" --gtest_output=json:"$runs/kernels.json"
 
 # 2. the quickstart's run on both backends (the CPU one in the background)
+# (fp32 unless a stage says bf16: --device cuda defaults to bf16; a flag's last value counts)
 quick=(train --config configs/small.json --data "$b/data/kjv.txt" --seq 256 --batch 8
-       --steps 200 --lr 2e-3 --warmup 20 --save-every 0 --hardware-dir hardware)
+       --steps 200 --lr 2e-3 --warmup 20 --save-every 0 --hardware-dir hardware --precision fp32)
 OMP_NUM_THREADS=12 timeout 400 "$b/memo" "${quick[@]}" --device cpu --out "$runs/cpu" \
   --log "$runs/cpu.jsonl" > "$runs/cpu.out" 2>&1 &
 cpu_pid=$!
@@ -116,7 +117,7 @@ if [[ ${status[gpu_run]%% *} == 139 ]] && command -v cuda-gdb > /dev/null; then 
 fi
 # 3. the GPU run's checkpoint evaluated on both backends; a few tokens generated on the GPU
 stage gpu_eval 60 "$b/memo" eval --checkpoint "$runs/gpu" --data "$b/data/kjv.txt" --batches 8 \
-  --device cuda > "$runs/eval_gpu.json"
+  --device cuda --precision fp32 > "$runs/eval_gpu.json"
 stage cpu_eval 60 "$b/memo" eval --checkpoint "$runs/gpu" --data "$b/data/kjv.txt" --batches 8 \
   > "$runs/eval_cpu.json"
 stage gpu_generate 60 "$b/memo" generate --checkpoint "$runs/gpu" --prompt "In the beginning" \
@@ -130,7 +131,7 @@ for s in keep recompute offload memo throttled planned; do
   [[ $s == planned ]] && args=(--activations memo --alpha 0.5 --device-memory 1GiB)
   stage "strategy_$s" 60 "$b/memo" train --config configs/small.json --data "$b/data/kjv.txt" \
     --seq 1024 --batch 2 --micro-batch 1 --steps 8 --lr 2e-3 --save-every 0 --device cuda \
-    --out "$runs/s_$s" --log "$runs/s_$s.jsonl" "${args[@]}"
+    --precision fp32 --out "$runs/s_$s" --log "$runs/s_$s.jsonl" "${args[@]}"
 done
 # bf16 mixed precision (Note [bf16 storage by conversion]: cuBLASLt bf16 products, the other
 # kernels in f32 by conversion): 20 quickstart steps on the GPU and on the CPU (the same bf16
@@ -151,7 +152,7 @@ done
 for d in cuda cpu; do
   stage "adafactor_$d" 60 "$b/memo" train --config configs/small.json --data "$b/data/kjv.txt" \
     --seq 256 --batch 8 --steps 8 --optimizer adafactor --save-every 0 --val-batches 1 \
-    --device "$d" --out "$runs/af_$d" --log "$runs/af_$d.jsonl"
+    --precision fp32 --device "$d" --out "$runs/af_$d" --log "$runs/af_$d.jsonl"
 done
 # 5. NCCL: its own check, then training whose reductions go over NCCL (a group of one GPU), which
 # must give the losses of the same run without it, bit for bit
@@ -185,7 +186,7 @@ stage torch_1b 100 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 4096 
 for s in keep recompute memo bf16_keep; do
   # keep's run also prints where its GPU time goes (Note [Kernel profile] in cuda_backend.cu)
   [[ $s == keep || $s == bf16_keep ]] && export MEMO_CUDA_PROFILE=1 || unset MEMO_CUDA_PROFILE
-  args=(--activations "$s")
+  args=(--activations "$s" --precision fp32)
   [[ $s == bf16_keep ]] && args=(--activations keep --precision bf16)
   stage "bench_$s" 100 "$b/memo" train --config "$runs/llama1b.json" --data "$b/data/kjv.txt" \
     --seq 4096 --batch 1 --steps 2 --warmup 0 --lr 1e-4 --save-every 0 --val-batches 0 \

@@ -169,9 +169,12 @@ TEST_F(PlanCommand, a_cuda_plan_takes_the_cuda_backends_sizes_and_native_bf16_ke
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return nlohmann::json::parse(r.output);
   };
-  const nlohmann::json cpu = plan(""), cuda = plan("--device cuda"),
+  const nlohmann::json cpu = plan(""), cuda = plan("--device cuda --precision fp32"),
                        cpu16 = plan("--precision bf16"),
                        cuda16 = plan("--device cuda --precision bf16");
+  // --device cuda defaults to bf16, as memo train --device cuda does
+  EXPECT_EQ(plan("--device cuda")["need"], cuda16["need"]);
+  EXPECT_EQ(cuda["need"]["conversion_scratch_bytes"], 0);
   EXPECT_LT(cpu["plan_peak_bytes"].get<int64_t>(), cuda_matmul_workspace_bytes());
   EXPECT_GE(cuda["plan_peak_bytes"].get<int64_t>(), cuda_matmul_workspace_bytes());
   EXPECT_EQ(cuda16["need"]["working_weight_bytes"], cpu16["need"]["working_weight_bytes"]);

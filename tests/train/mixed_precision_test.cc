@@ -145,6 +145,23 @@ TEST(MixedPrecision, checkpoints_hold_f32_master_weights_and_a_bf16_run_resumes_
   EXPECT_EQ(got.at(3), want.at(3));
   EXPECT_EQ(test::file_bytes(fs::path(o.out_dir) / "step-00000003" / "model.safetensors"),
             test::file_bytes(fs::path(r.out_dir) / "step-00000003" / "model.safetensors"));
+
+  // the checkpoint records its precision: resuming it in fp32 is refused with the flag that
+  // continues it, before anything is written
+  TrainOptions f = r;
+  f.out_dir = dir / "fp32";
+  f.log_path = dir / "fp32.jsonl";
+  try {
+    train(f, quiet, nullptr, nullptr);
+    ADD_FAILURE() << "a bf16 checkpoint resumed in fp32";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("was trained in bf16 and this run is fp32: resume with "
+                                         "--precision bf16"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(f.out_dir));
+  EXPECT_FALSE(fs::exists(f.log_path));
 }
 
 // The device need counts the bf16 working copy beside the f32 parameters, and the model computes

@@ -15,9 +15,9 @@ void add_device_flags(CLI::App& cmd, DeviceFlags& flags) {
       ->capture_default_str();
   cmd.add_option("--precision", flags.precision,
                  "fp32, or bf16: bf16 weights and activations, f32 master weights, gradients, "
-                 "optimiser state, statistics and loss (computed in f32 by conversion so far)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
-      ->capture_default_str();
+                 "optimiser state, statistics and loss (native bf16 kernels on cuda; by "
+                 "conversion to f32 on the CPU). Default: bf16 on cuda, fp32 on the CPU")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
 }
 
 namespace {
@@ -38,7 +38,9 @@ std::unique_ptr<Backend> make_device(const DeviceFlags& f) {
 DeviceChoice::DeviceChoice(const DeviceFlags& flags)
     : device_owned_(make_device(flags)),
       device_(device_owned_ ? device_owned_.get() : &cpu_backend()) {
-  if (flags.precision == "bf16") bf16_ = std::make_unique<Bf16StorageBackend>(*device_);
+  const std::string precision =
+      flags.precision.empty() ? default_precision(flags.device) : flags.precision;
+  if (precision == "bf16") bf16_ = std::make_unique<Bf16StorageBackend>(*device_);
   backend_ = bf16_ ? bf16_.get() : device_;
 }
 

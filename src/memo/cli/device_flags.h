@@ -11,9 +11,14 @@ namespace memo::cli {
 
 struct DeviceFlags {
   std::string device = "cpu";
-  std::string precision = "fp32";
+  std::string precision;  // fp32 or bf16; unset: the device's default (default_precision)
 };
 void add_device_flags(CLI::App& cmd, DeviceFlags& flags);
+// A run's precision where --precision is not given: bf16 mixed precision on cuda (the tensor
+// cores' format), fp32 on the CPU (whose kernels are f32; bf16 there is storage by conversion).
+inline std::string default_precision(const std::string& device) {
+  return device == "cuda" ? "bf16" : "fp32";
+}
 
 // "cpu": the process's CPU backend; "cuda": the CUDA backend on GPU 0 (ConfigError with the reason
 // where this build has none or no GPU can be used). precision "bf16": bf16 weights and activations

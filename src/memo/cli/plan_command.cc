@@ -19,6 +19,7 @@
 
 #include "memo/backend/bf16_storage.h"
 #include "memo/cli/commands.h"
+#include "memo/cli/device_flags.h"
 #include "memo/core/units.h"
 #include "memo/cuda/cuda_sizes.h"
 #include "memo/io/atomic_file.h"
@@ -42,8 +43,8 @@ struct PlanCommandOptions {
   std::string activations = "keep";
   std::string optimizer = "adamw";  // whose state the device need counts (default options)
   std::string device_memory;        // empty: no budget
-  std::string precision = "fp32";   // of the run planned: fp32, or bf16 mixed precision
-  std::string device = "cpu";       // whose kernels' sizes: cpu, or cuda (CudaSizes)
+  std::string precision;  // of the run planned: fp32, or bf16 mixed precision; unset: the device's
+  std::string device = "cpu";  // whose kernels' sizes: cpu, or cuda (CudaSizes)
   std::string solver = "heuristic";
   double mip_seconds = 10.0;
   bool json = false;
@@ -173,7 +174,7 @@ void run_plan(const PlanCommandOptions& o) {
   // strategy, the layers' collectives and the ring of the run, traced with shapes only on groups
   // that move nothing (their counters: the bytes a rank sends).
   // --precision bf16: bf16 storage over the backend, as memo train --precision bf16 runs
-  const bool bf16 = o.precision == "bf16";
+  const bool bf16 = (o.precision.empty() ? default_precision(o.device) : o.precision) == "bf16";
   // --device cuda: traced on the meta backend with the CUDA backend's sizes and native bf16
   // kernels (cuda/cuda_sizes.h), as memo train --device cuda plans its run on a GPU
   const bool cuda = o.device == "cuda";
@@ -503,9 +504,9 @@ void add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--precision", o->precision,
                   "With --config: the run's precision (bf16: bf16 activations and working "
-                  "weights, as memo train --precision bf16)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
-      ->capture_default_str();
+                  "weights, as memo train --precision bf16). Default: as memo train's, bf16 "
+                  "with --device cuda, else fp32")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--host-memory", o->host_memory,
                   "Host memory per node for offloaded activations, e.g. 2TiB")
       ->capture_default_str();

@@ -81,6 +81,12 @@ void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
   o.seed = j.at("seed");
 }
 
+// The precision a run trains in, as its checkpoint records it: "bf16" where the backend's
+// activations are bf16 (mixed precision), else "fp32".
+const char* precision_name(const Backend& backend) {
+  return backend.activation_dtype() == DType::kBF16 ? "bf16" : "fp32";
+}
+
 // Host views of tensors that live in a backend's device space, for writing a checkpoint: the
 // tensors themselves when the host can address them, else host copies held here.
 class HostStaging {
@@ -173,6 +179,7 @@ std::string save(const TrainOptions& o, const Model& model, const Optimizer& opt
       {"step", step},
       {"optimizer", optimizer_record(opt)},
       {"options", pinned_options(o)},
+      {"precision", precision_name(model.backend())},
       {"gns", probe ? nlohmann::json(probe->estimator().state()) : nlohmann::json()},
       {"batch_schedule", plan.checkpoint_json()}};
   data.tokenizer_json = shard_tokenizer_json(o.data_path);  // the checkpoint names its tokenizer
@@ -516,6 +523,14 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   const WindowSampler sampler(data.train, o.seq, o.seed);
 
   Backend& backend = backend_in ? *backend_in : cpu_backend();
+  // a resumed run continues in its checkpoint's precision (older checkpoints did not say)
+  if (resume && resume->checkpoint.trainer_state.contains("precision")) {
+    const std::string was = resume->checkpoint.trainer_state.at("precision");
+    if (was != precision_name(backend))
+      throw ConfigError(str(o.resume_dir, " was trained in ", was, " and this run is ",
+                            precision_name(backend), ": resume with --precision ", was,
+                            " to continue it (--init-from starts a new run from its weights)"));
+  }
   SelfCommunicator self(backend);
   Communicator& job = world ? *world : self;
   // groups of T consecutive ranks split the layers, C of those groups share sequences: rank r is
