@@ -520,9 +520,10 @@ TEST(CudaBackend, bf16_products_match_the_cpus_bf16_storage) {
 // (kAttnBf16Tol; measured there: 0.9u chunked, and tests/cuda/flash_attention_test.cc for the
 // fused kernels).
 void check_bf16_attention(Backend* g, int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t rows,
-                          bool flash = false, int64_t D = 64) {
+                          bool flash = false, int64_t D = 64, AttnMask mask = AttnMask::kCausal) {
   SCOPED_TRACE(str("B ", B, " S ", S, " H ", H, " Hkv ", Hkv, " D ", D,
-                   flash ? " flash" : str(" chunked, rows ", rows)));
+                   flash ? " flash" : str(" chunked, rows ", rows),
+                   mask == AttnMask::kCausal ? " causal" : " full"));
   set_cuda_attention_chunk_rows(*g, rows);
   set_cuda_flash_attention(*g, flash);
   const int64_t T = B * S;
@@ -546,13 +547,11 @@ void check_bf16_attention(Backend* g, int64_t B, int64_t S, int64_t H, int64_t H
   };
   const Tensor sc = View<float>(scratch.data(), {int64_t(scratch.size())});
   ref.attention_forward(View<bf16>(o.data(), {T, H * D}), View<float>(lse.data(), {B, H, S}),
-                        cq(q, H * D), cq(k, Hkv * D), cq(v, Hkv * D), B, H, Hkv, sc,
-                        AttnMask::kCausal);
+                        cq(q, H * D), cq(k, Hkv * D), cq(v, Hkv * D), B, H, Hkv, sc, mask);
   ref.attention_backward(View<bf16>(dq.data(), {T, H * D}), View<bf16>(dk.data(), {T, Hkv * D}),
                          View<bf16>(dv.data(), {T, Hkv * D}), cq(dout, H * D), cq(q, H * D),
                          cq(k, Hkv * D), cq(v, Hkv * D), cq(o, H * D),
-                         View<const float>(lse.data(), {B, H, S}), B, H, Hkv, sc,
-                         AttnMask::kCausal);
+                         View<const float>(lse.data(), {B, H, S}), B, H, Hkv, sc, mask);
   // the GPU: forward, and backward from the CPU's o and lse
   RawAllocator& dev = g->allocator(MemSpace::kDevice);
   auto up = [&](const void* host, int64_t bytes) {
@@ -575,11 +574,10 @@ void check_bf16_attention(Backend* g, int64_t B, int64_t S, int64_t H, int64_t H
   auto qt = [&](RawBuffer& b, int64_t cols) { return b.tensor({T, cols}, DType::kBF16); };
   auto run = [&] {
     g->attention_forward(qt(go, H * D), glse.tensor({B, H, S}, DType::kF32), qt(gq, H * D),
-                         qt(gk, Hkv * D), qt(gv, Hkv * D), B, H, Hkv, gscratch, AttnMask::kCausal);
+                         qt(gk, Hkv * D), qt(gv, Hkv * D), B, H, Hkv, gscratch, mask);
     g->attention_backward(qt(gdq, H * D), qt(gdk, Hkv * D), qt(gdv, Hkv * D), qt(gdo, H * D),
                           qt(gq, H * D), qt(gk, Hkv * D), qt(gv, Hkv * D), qt(go_ref, H * D),
-                          glse_ref.tensor({B, H, S}, DType::kF32), B, H, Hkv, gscratch,
-                          AttnMask::kCausal);
+                          glse_ref.tensor({B, H, S}, DType::kF32), B, H, Hkv, gscratch, mask);
   };
   auto down16 = [&](RawBuffer& b, int64_t n) {
     std::vector<bf16> h(static_cast<size_t>(n));
@@ -643,6 +641,7 @@ TEST(CudaBackend, bf16_attention_is_within_bf16_rounding_of_the_cpus_bf16_storag
   check_bf16_attention(g, 2, 301, 8, 2, 0, true, 128);
   check_bf16_attention(g, 1, 200, 4, 4, 0, true, 128);
   check_bf16_attention(g, 1, 333, 8, 8, 0, true, 32);
+  check_bf16_attention(g, 2, 150, 8, 2, 0, true, 64, AttnMask::kFull);  // as ring attention asks
 }
 
 // Note [bf16 bodies]: the layers' row and elementwise kernels on bf16 tensors against the CPU's

@@ -1266,11 +1266,16 @@ class CudaBackend final : public Backend {
     f.v = bf16_ptr(v), f.ldv = v.ld();
     return f;
   }
-  // Each instantiation's shared memory above the default 48 KiB, asked for once.
+  // Each instantiation's shared memory above the default 48 KiB, asked for once a process (memo
+  // drives one GPU a process; a failed request is asked again).
   template <class K>
-  void flash_smem(K kernel, int bytes) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-               "flash attention shared memory");
+  static void flash_smem(K kernel, int bytes) {
+    static const bool done = [&] {
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                 "flash attention shared memory");
+      return true;
+    }();
+    (void)done;
   }
   template <int kD>
   void flash_forward_launch_d(const cuda::FlashArgs& f, int64_t B) {
@@ -1591,7 +1596,7 @@ CudaBackend::CudaBackend(int device) {
   if (attention && *attention && !rows_attention_ && std::strcmp(attention, "chunked") != 0 &&
       std::strcmp(attention, "flash") != 0)
     throw ConfigError(str("MEMO_CUDA_ATTENTION=", attention,
-                          ": 'flash' (the default: bf16 activations, head dims 64 and 128; the "
+                          ": 'flash' (the default: bf16 activations, head dims 32, 64 and 128; the "
                           "chunked schedule otherwise), 'chunked' or 'rows'"));
   if (rows_attention_)
     attention_kind_ = AttentionKind::kRows;
@@ -1626,10 +1631,14 @@ CudaBackend::~CudaBackend() {
 
 // The largest power of two (at most 256) that divides every address: cuBLASLt picks kernels by
 // the alignment it is promised, and a column slice of a weight is aligned to less than 256.
-int alignment_of(std::initializer_list<const void*> ptrs) {
+// A strided batch's later matrices start `stride` elements on: the promise covers them too.
+int alignment_of(std::initializer_list<const void*> ptrs,
+                 std::initializer_list<int64_t> batch_stride_bytes = {}) {
   int align = 256;
   for (const void* p : ptrs)
     while (align > 2 && reinterpret_cast<uintptr_t>(p) % uintptr_t(align) != 0) align /= 2;
+  for (const int64_t bytes : batch_stride_bytes)
+    while (align > 2 && bytes % align != 0) align /= 2;
   return align;
 }
 
@@ -1639,7 +1648,11 @@ void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, in
                        float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
                        float beta, void* C, int64_t ldc, cudaDataType_t ab, cudaDataType_t ct,
                        int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
-  const int align = alignment_of({A, B, C});
+  const int64_t ab_bytes = ab == CUDA_R_16BF ? 2 : 4, c_bytes = ct == CUDA_R_16BF ? 2 : 4;
+  const int align =
+      batch > 1
+          ? alignment_of({A, B, C}, {stride_a * ab_bytes, stride_b * ab_bytes, stride_c * c_bytes})
+          : alignment_of({A, B, C});
   const auto key =
       std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldc, align, workspace_bytes_, int(ab),
                       int(ct), batch, stride_a, stride_b, stride_c);
