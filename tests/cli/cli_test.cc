@@ -2,6 +2,7 @@
 // one-line error that names the value, a non-zero exit, and no overwritten files.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -135,6 +136,21 @@ TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
     sum += model.forward_loss(in.data(), tgt.data(), 8, 32, keep, alloc);
   }
   EXPECT_EQ(j.at("loss").get<double>(), sum / double(2 * 8 * 32));
+
+  // in bf16 (the default with --device cuda): the same windows within bf16 rounding of fp32's
+  // (tests/train/mixed_precision_test.cc derives 2^-9 for a step's loss), and generation runs
+  const test::CommandResult r16 = test::run_command(
+      test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " + dir.str("data.txt") +
+      " --split all --seq 32 --batches 2 --precision bf16 2>/dev/null");
+  ASSERT_EQ(r16.exit_code, 0) << r16.output;
+  const double low = nlohmann::json::parse(r16.output).at("loss").get<double>();
+  EXPECT_NE(low, j.at("loss").get<double>());
+  EXPECT_LT(std::abs(low - j.at("loss").get<double>()) / j.at("loss").get<double>(),
+            std::ldexp(1.0, -9));
+  const test::CommandResult g16 =
+      test::run_command(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
+                        " --prompt ab --max-new-tokens 4 --precision bf16");
+  EXPECT_EQ(g16.exit_code, 0) << g16.output;
 }
 
 TEST_F(Cli, the_last_log_record_carries_the_validation_loss) {
