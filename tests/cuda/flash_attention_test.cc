@@ -38,14 +38,18 @@ namespace {
 // A block's shared state on the CPU: its shared memory, the block barrier, and per warp a barrier
 // and the slots its lanes exchange registers through.
 struct EmuBlock {
-  explicit EmuBlock(int smem_bytes) : smem(size_t(smem_bytes) / 4 + 1) {}
-  std::vector<uint32_t> smem;  // 4-byte aligned, as the kernels' pair loads need
+  explicit EmuBlock(int smem_bytes) : smem(size_t(smem_bytes) / 16 + 1) {}
+  struct alignas(16) Quad {
+    uint32_t w[4];
+  };
+  std::vector<Quad> smem;  // 16-byte aligned, as the GPU's dynamic shared memory here
   std::barrier<> block{kFlashThreads};
   struct Warp {
     std::barrier<> bar{32};
     std::array<std::array<uint32_t, 4>, 32> a{};
     std::array<std::array<uint32_t, 2>, 32> b{};
     std::array<float, 32> x{};
+    std::array<const uint16_t*, 32> rows{};
   };
   std::array<Warp, kFlashThreads / 32> warps;
 };
@@ -87,7 +91,29 @@ struct EmuLane {
     }
     w.bar.arrive_and_wait();
   }
+  void ldmatrix(uint32_t (&r)[4], const void* row, bool trans);
+  void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix(r, row, false); }
+  void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ldmatrix(r, row, true); }
 };
+
+// ldmatrix .x4 (.trans): lane l names row l % 8 of matrix l / 8 (8 bf16, 16-byte aligned); it
+// receives in register j row l / 4, elements 2 (l % 4) and + 1, of matrix j (of its transpose).
+void EmuLane::ldmatrix(uint32_t (&r)[4], const void* row, bool trans) {
+  EmuBlock::Warp& w = blk->warps[size_t(tid / 32)];
+  const int l = tid % 32;
+  const auto offset = static_cast<const char*>(row) - static_cast<const char*>(smem);
+  if (offset % 16 != 0 || offset < 0 ||
+      offset + 16 > int64_t(blk->smem.size() * sizeof(EmuBlock::Quad)))
+    ADD_FAILURE() << "ldmatrix row address at shared byte " << offset << " (lane " << l << ")";
+  w.rows[size_t(l)] = static_cast<const uint16_t*>(row);
+  w.bar.arrive_and_wait();
+  for (int j = 0; j < 4; ++j) {
+    auto m = [&](int r_, int c) { return w.rows[size_t(8 * j + r_)][c]; };
+    const int a = l / 4, b = 2 * (l % 4);
+    r[j] = trans ? pack_bits(m(b, a), m(b + 1, a)) : pack_bits(m(a, b), m(a, b + 1));
+  }
+  w.bar.arrive_and_wait();
+}
 
 // Runs one block: body(lane) on each of its threads.
 template <class Body>

@@ -329,6 +329,21 @@ struct FlashLane {
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   }
+  // Four 8 x 8 bf16 matrices from shared memory, lane l naming row l % 8 of matrix l / 8.
+  __device__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+  }
+  __device__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+  }
 };
 // Blocks over (tile, head, sequence); the causal forward and dQ start with the last query tiles,
 // the longest, so the short ones fill the tail.

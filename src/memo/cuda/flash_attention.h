@@ -17,13 +17,17 @@
 //   dQ with atomics, whose order is not fixed).
 //
 // The bodies below are functions of one thread (Lane), called by each of a block's 128 threads;
-// Lane supplies the block barrier, the warp shuffle and the warp's product. On the GPU those are
-// __syncthreads, __shfl_xor_sync and the mma instruction (cuda_backend.cu); the tests run a block
-// on 128 CPU threads with barriers and a product that rebuilds the matrices from every lane's
+// Lane supplies the block barrier, the warp shuffle, the warp's product and its shared-memory
+// matrix loads. On the GPU those are __syncthreads, __shfl_xor_sync and the mma and ldmatrix
+// instructions (cuda_backend.cu); the tests run a block on 128 CPU threads with barriers, a
+// product that rebuilds the matrices from every lane's
 // fragments by the PTX ISA's layout (mma_*_row/col below), so the kernels' logic, tiling and
 // fragment bookkeeping are checked on machines without a GPU (tests/cuda/flash_attention_test.cc).
-// Fragments are read from shared memory with plain 32-bit loads (no ldmatrix, no cp.async): the
-// first version, correct before fast.
+// Fragments come from shared memory by ldmatrix (.x4, and .trans where the operand is read down its
+// columns: V in P V, K in dS K, dO and Q in the dK/dV products); tiles reach shared memory by
+// plain 32-bit loads (no cp.async, no double buffering yet). The emulation of ldmatrix follows
+// the PTX ISA's distribution (thread l receives row l / 4, elements 2 (l % 4) and + 1, of each
+// 8 x 8 matrix, or of its transpose) and checks that every row address is 16-byte aligned.
 //
 // Head dims 32, 64 and 128 (flash_head_dim); others, f32 activations, and unaligned tensors take
 // the chunked schedule (Note [Chunked attention]). NOT YET RUN ON A GPU.
@@ -105,16 +109,21 @@ template <int kD, int kN, class Lane>
 MEMO_HD void flash_mma_rows_t(Lane& th, float (&acc)[kN][4], const uint16_t* a, int a_row0,
                               const uint16_t* y) {
   constexpr int kP = flash_pitch(kD);
-  const int lane = th.tid % 32, g = lane / 4, t = lane % 4;
+  static_assert(kN % 2 == 0, "n-tiles come in pairs, one ldmatrix.x4 each");
+  const int lane = th.tid % 32;
   for (int kk = 0; kk < kD / 16; ++kk) {
-    const int c = 16 * kk + 2 * t;
-    const uint32_t fa[4] = {
-        load_pair(a + (a_row0 + g) * kP + c), load_pair(a + (a_row0 + g + 8) * kP + c),
-        load_pair(a + (a_row0 + g) * kP + c + 8), load_pair(a + (a_row0 + g + 8) * kP + c + 8)};
-    for (int n = 0; n < kN; ++n) {
-      const uint32_t fb[2] = {load_pair(y + (8 * n + g) * kP + c),
-                              load_pair(y + (8 * n + g) * kP + c + 8)};
-      th.mma(acc[n], fa, fb);
+    // A: matrices (rows +0, +8) x (k +0, +8); lane l names row l % 16 at k + 8 (l / 16)
+    uint32_t fa[4];
+    th.ldmatrix_x4(fa, a + (a_row0 + lane % 16) * kP + 16 * kk + 8 * (lane / 16));
+    for (int n = 0; n < kN; n += 2) {
+      // B of n-tiles n and n + 1: matrices (tile n, n + 1) x (k +0, +8) of y's rows;
+      // lane l names row 8 n + 8 (l / 16) + l % 8 at k + 8 ((l / 8) % 2)
+      uint32_t fb[4];
+      th.ldmatrix_x4(
+          fb, y + (8 * n + 8 * (lane / 16) + lane % 8) * kP + 16 * kk + 8 * ((lane / 8) % 2));
+      const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
+      th.mma(acc[n], fa, b0);
+      th.mma(acc[n + 1], fa, b1);
     }
   }
 }
@@ -127,18 +136,22 @@ template <int kD, class Lane>
 MEMO_HD void flash_mma_regs(Lane& th, float (&acc)[kD / 8][4], const float (&x)[8][4],
                             const uint16_t* y) {
   constexpr int kP = flash_pitch(kD);
-  const int lane = th.tid % 32, g = lane / 4, t = lane % 4;
+  static_assert((kD / 8) % 2 == 0, "n-tiles come in pairs, one ldmatrix.x4.trans each");
+  const int lane = th.tid % 32;
   for (int kk = 0; kk < 4; ++kk) {
     const float(&l)[4] = x[2 * kk];
     const float(&h)[4] = x[2 * kk + 1];
     const uint32_t fa[4] = {pack_bf16(l[0], l[1]), pack_bf16(l[2], l[3]), pack_bf16(h[0], h[1]),
                             pack_bf16(h[2], h[3])};
-    const uint16_t* y0 = y + (16 * kk + 2 * t) * kP;  // B[k][n] = Y[16 kk + k][8 dn + n]
-    for (int dn = 0; dn < kD / 8; ++dn) {
-      const int c = 8 * dn + g;
-      const uint32_t fb[2] = {pack_bits(y0[c], y0[kP + c]),
-                              pack_bits(y0[8 * kP + c], y0[9 * kP + c])};
-      th.mma(acc[dn], fa, fb);
+    // B[k][n] = Y[16 kk + k][8 dn + n], transposed on the way in: matrices (k +0, +8) x (n-tiles
+    // dn, dn + 1); lane l names Y's row 16 kk + l % 16 at column 8 (dn + l / 16)
+    const uint16_t* row = y + (16 * kk + lane % 16) * kP + 8 * (lane / 16);
+    for (int dn = 0; dn < kD / 8; dn += 2) {
+      uint32_t fb[4];
+      th.ldmatrix_x4_trans(fb, row + 8 * dn);
+      const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
+      th.mma(acc[dn], fa, b0);
+      th.mma(acc[dn + 1], fa, b1);
     }
   }
 }
