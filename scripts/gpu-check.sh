@@ -264,6 +264,8 @@ if afg and afc:
                                               for a, b in zip(afg, afc))
 st = {s: [r["loss"] for r in steps(losses("s_" + s))] for s in ["keep", "recompute", "offload", "memo", "throttled", "planned"]}
 out["strategies"] = {"losses_keep": st["keep"],
+                     "copy_hidden": {s: (steps(losses("s_" + s)) or [{}])[-1].get("copy_hidden")
+                                     for s in ["offload", "memo", "throttled", "planned"]},
                      "identical_to_keep": {s: (v == st["keep"] and len(v) > 0) for s, v in st.items()}}
 bg, bc, g32 = steps(losses("bf16_cuda")), steps(losses("bf16_cpu")), steps(losses("gpu"))
 if bg and bc:
@@ -281,12 +283,14 @@ for s in ["keep", "recompute", "memo", "bf16_keep"]:
     if r:
         out["bench_1b_4k_" + s] = {"tokens_per_s": r[-1].get("tokens_per_s"), "mfu": r[-1].get("mfu"),
                                    "mfu_peak": r[-1].get("mfu_peak"),
+                                   "copy_hidden": r[-1].get("copy_hidden"),
                                    "peak_bytes": r[-1].get("peak_bytes"), "loss": r[-1]["loss"]}
 for s in ["keep", "memo"]:
     r = steps(losses("b32_" + s))
     if r:
         out["bench_1b_32k_bf16_" + s] = {"tokens_per_s": r[-1].get("tokens_per_s"),
                                          "mfu": r[-1].get("mfu"), "mfu_peak": r[-1].get("mfu_peak"),
+                                         "copy_hidden": r[-1].get("copy_hidden"),
                                          "peak_bytes": r[-1].get("peak_bytes"),
                                          "loss": r[-1]["loss"]}
 import re

@@ -2,6 +2,7 @@
 // one-line error that names the value, a non-zero exit, and no overwritten files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -279,6 +280,22 @@ TEST_F(Cli, memo_and_keep_activations_give_identical_log_losses) {
   EXPECT_EQ(k.at("host_peak_bytes").get<int64_t>(), 0);
   EXPECT_GT(m.at("host_peak_bytes").get<int64_t>(), 0);
   EXPECT_LT(m.at("device_peak_bytes").get<int64_t>(), k.at("device_peak_bytes").get<int64_t>());
+  // the offload's copy time and the fraction compute hid: none for keep; for a link throttled to
+  // 10 MB/s (every copy far slower than a layer of this model) the compute stream waits
+  EXPECT_FALSE(k.contains("copy_hidden")) << k.dump();
+  for (const nlohmann::json& r :
+       {m, [&] {
+          EXPECT_EQ(test::run_command(cmd("slow", "--activations offload --copy-bandwidth 0.01"))
+                        .exit_code,
+                    0);
+          return last(dir.str("slow.jsonl"));
+        }()}) {
+    const double copy = r.at("copy_s"), wait = r.at("copy_wait_s"), hidden = r.at("copy_hidden");
+    EXPECT_GT(copy, 0.0) << r.dump();
+    EXPECT_GE(wait, 0.0) << r.dump();
+    EXPECT_EQ(hidden, std::clamp(1.0 - wait / copy, 0.0, 1.0)) << r.dump();
+  }
+  EXPECT_GT(last(dir.str("slow.jsonl")).at("copy_wait_s").get<double>(), 0.0);
 }
 
 TEST_F(Cli, bad_host_memory_size_names_the_flag_and_units) {

@@ -110,6 +110,13 @@ void CopyStream::run() {
   }
 }
 
+void HostStream::wait(const Event& event) {
+  if (event.done()) return;
+  const auto t0 = Clock::now();
+  event.synchronize();
+  waited_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 void HostStream::copy(void* dst, const void* src, int64_t bytes) {
   MEMO_CHECK(bytes >= 0 && (bytes == 0 || (dst && src)), "stream ", name_, ": copy of ", bytes,
              " bytes from ", src, " to ", dst);

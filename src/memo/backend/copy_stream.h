@@ -61,14 +61,16 @@ class HostStream final : public Stream {
   const std::string& name() const override { return name_; }
   void copy(void* dst, const void* src, int64_t bytes) override;
   Event record() override { return Event(); }
-  void wait(const Event& event) override { event.synchronize(); }
+  void wait(const Event& event) override;  // blocks the host, timed
   int64_t copied_bytes() const override { return copied_bytes_; }
   double busy_s() const override { return busy_s_; }
+  double waited_s() const override { return waited_s_; }
 
  private:
   std::string name_;
   int64_t copied_bytes_ = 0;
   double busy_s_ = 0.0;
+  double waited_s_ = 0.0;
 };
 
 // A stream that moves nothing and whose events are complete: the meta backend's.

@@ -75,6 +75,9 @@ class Stream {
   // excluded), so copied_bytes / busy_s is the stream's effective bandwidth.
   virtual int64_t copied_bytes() const = 0;
   virtual double busy_s() const = 0;
+  // Seconds this stream has stood still in wait() for other streams' events so far: on the
+  // compute stream, the part of the copies' time that compute did not hide. 0 where not measured.
+  virtual double waited_s() const { return 0.0; }
 };
 
 }  // namespace memo

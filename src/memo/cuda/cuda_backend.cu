@@ -443,6 +443,7 @@ class CudaStream final : public Stream {
     cudaStreamSynchronize(stream_);
     harvest();
     for (auto& [start, end] : timings_) cudaEventDestroy(start), cudaEventDestroy(end);
+    for (auto& [start, end] : waits_) cudaEventDestroy(start), cudaEventDestroy(end);
     cudaStreamDestroy(stream_);
   }
   CudaStream(const CudaStream&) = delete;
@@ -480,17 +481,33 @@ class CudaStream final : public Stream {
     harvest_locked();
   }
   Event record() override { return Event(std::make_shared<CudaEvent>(stream_)); }
+  // A wait between two timing events of this stream: the time between them is the time the
+  // stream stood still (waited_s).
   void wait(const Event& event) override {
     if (!event.state()) return;
-    if (const auto* e = dynamic_cast<const CudaEvent*>(event.state().get()))
+    if (const auto* e = dynamic_cast<const CudaEvent*>(event.state().get())) {
+      if (e->done()) return;
+      cudaEvent_t before, after;
+      check_cuda(cudaEventCreate(&before), "cudaEventCreate");
+      check_cuda(cudaEventCreate(&after), "cudaEventCreate");
+      check_cuda(cudaEventRecord(before, stream_), "cudaEventRecord");
       check_cuda(cudaStreamWaitEvent(stream_, e->event(), 0), "cudaStreamWaitEvent");
-    else
+      check_cuda(cudaEventRecord(after, stream_), "cudaEventRecord");
+      std::lock_guard<std::mutex> lock(mutex_);
+      waits_.emplace_back(before, after);
+      harvest_locked();
+    } else {
       event.synchronize();  // an event of another backend: the host waits
+    }
   }
   int64_t copied_bytes() const override { return copied_bytes_; }
   double busy_s() const override {
     harvest();
     return busy_s_;
+  }
+  double waited_s() const override {
+    harvest();
+    return waited_s_;
   }
 
  private:
@@ -499,15 +516,17 @@ class CudaStream final : public Stream {
     std::lock_guard<std::mutex> lock(mutex_);
     harvest_locked();
   }
+  // ... and of the finished waits.
   void harvest_locked() const {
-    while (!timings_.empty() && cudaEventQuery(timings_.front().second) == cudaSuccess) {
-      float ms = 0.0f;
-      cudaEventElapsedTime(&ms, timings_.front().first, timings_.front().second);
-      busy_s_ += double(ms) * 1e-3;
-      cudaEventDestroy(timings_.front().first);
-      cudaEventDestroy(timings_.front().second);
-      timings_.pop_front();
-    }
+    for (auto [pairs, total] : {std::pair{&timings_, &busy_s_}, std::pair{&waits_, &waited_s_}})
+      while (!pairs->empty() && cudaEventQuery(pairs->front().second) == cudaSuccess) {
+        float ms = 0.0f;
+        cudaEventElapsedTime(&ms, pairs->front().first, pairs->front().second);
+        *total += double(ms) * 1e-3;
+        cudaEventDestroy(pairs->front().first);
+        cudaEventDestroy(pairs->front().second);
+        pairs->pop_front();
+      }
   }
 
   std::string name_;
@@ -518,6 +537,8 @@ class CudaStream final : public Stream {
   mutable std::mutex mutex_;
   mutable std::deque<std::pair<cudaEvent_t, cudaEvent_t>> timings_;  // guarded by mutex_
   mutable double busy_s_ = 0.0;                                      // guarded by mutex_
+  mutable std::deque<std::pair<cudaEvent_t, cudaEvent_t>> waits_;    // guarded by mutex_
+  mutable double waited_s_ = 0.0;                                    // guarded by mutex_
 };
 
 int64_t round_up(int64_t bytes) {

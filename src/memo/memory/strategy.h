@@ -41,6 +41,13 @@ class ActivationStrategy {
 
   // Most host bytes held at once (0 for strategies that keep everything on the device).
   virtual int64_t host_peak_bytes() const { return 0; }
+  // The copies' seconds so far (both copy streams busy) and the compute stream's seconds waiting
+  // on them: per step, 1 - wait / copy is the fraction of copy time hidden under compute. Zero for
+  // strategies that copy nothing.
+  struct CopyTime {
+    double copy_s = 0.0, wait_s = 0.0;
+  };
+  virtual CopyTime copy_time() const { return {}; }
   // True while a warm-up micro-batch (run, then its gradients dropped) should precede step 1 so
   // the strategy can profile (memo's cost model, memory/alpha.h).
   virtual bool wants_warmup() const { return false; }

@@ -213,6 +213,11 @@ void SwapStrategy::forward_done(int layer) {
   }
 }
 
+ActivationStrategy::CopyTime SwapStrategy::copy_time() const {
+  if (!backend_ || !d2h_ || !h2d_) return {};
+  return {d2h_->busy_s() + h2d_->busy_s(), backend_->compute_stream().waited_s()};
+}
+
 void SwapStrategy::ensure_host_storage() {
   const int64_t shape[3] = {batch_, seq_, offload_rows_};
   if (std::equal(shape, shape + 3, host_shape_)) return;

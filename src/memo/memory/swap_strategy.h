@@ -50,6 +50,7 @@ class SwapStrategy : public ActivationStrategy {
   void backward_done(int layer) override;
   void discard(int layer) override;
   int64_t host_peak_bytes() const override { return host_ ? host_->peak_bytes() : 0; }
+  CopyTime copy_time() const override;
 
   int64_t offload_rows() const { return offload_rows_; }  // of the current micro-batch shape
   // Host bytes this shape needs: (L - 2) layers of host_layer_bytes.

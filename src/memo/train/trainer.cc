@@ -626,6 +626,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
     const StepRun run = plan.next();
     const int64_t step = run.step;
     const auto t0 = Clock::now();
+    const ActivationStrategy::CopyTime copy0 = strategy->copy_time();
     alloc.reset_peak();
     data_parallel.reset_counters();
     if (cp_group) cp_group->reset_counters();
@@ -664,6 +665,15 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
           log_record(run, g, tokens_per_s, mfu, alloc, *strategy, probe_ptr, change, data_parallel,
                      cp_group.get(), tp_group.get(), o.zero);
       if (mfu_peak) record["mfu_peak"] = *mfu_peak;
+      // the offload's copies this step, and how much of their time compute hid (the compute
+      // stream's waits on them are the rest)
+      const ActivationStrategy::CopyTime copy1 = strategy->copy_time();
+      if (copy1.copy_s > copy0.copy_s) {
+        const double copy_s = copy1.copy_s - copy0.copy_s, wait_s = copy1.wait_s - copy0.wait_s;
+        record["copy_s"] = copy_s;
+        record["copy_wait_s"] = wait_s;
+        record["copy_hidden"] = std::clamp(1.0 - wait_s / copy_s, 0.0, 1.0);
+      }
       if (val && val->tokens > 0) {
         record["val_loss"] = *result.val_loss;
         record["val_tokens"] = val->tokens;
