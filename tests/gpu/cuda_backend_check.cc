@@ -791,6 +791,7 @@ TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {
   delays.random_delay_seed = 3;
   auto d2h = g->make_copy_stream("d2h", delays);
   auto h2d = g->make_copy_stream("h2d", delays);
+  const double waited0 = g->compute_stream().waited_s();
   for (int round = 0; round < 5; ++round) {
     g->fill(d, float(round + 1));
     d2h->wait(g->compute_stream().record());  // the fill is done
@@ -810,6 +811,9 @@ TEST(CudaBackend, copy_streams_order_copies_by_events_under_random_delays) {
   EXPECT_EQ(d2h->copied_bytes(), 5 * n * 4);
   d2h->synchronize();
   EXPECT_GT(d2h->busy_s(), 0.0);
+  // the compute stream stood still for the delayed copies (ActivationStrategy::copy_time's wait)
+  g->compute_stream().synchronize();
+  EXPECT_GT(g->compute_stream().waited_s(), waited0);
 }
 
 // Many chunks (Note [Chunked attention]): the budget's at 1,999 rows and 32 heads (2 chunks, the
