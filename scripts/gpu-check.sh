@@ -23,10 +23,11 @@
 #      bf16 kernels against the chunked schedule in bf16, the chunked schedule in fp32, the
 #      per-query kernels it replaced (4K), and PyTorch's SDPA
 #      (bench/cuda/attention_bench.cc, scripts/torch_gpu_attention.py);
-#   7. tokens/s of a ~1B LLaMA at 4K tokens under keep (with the GPU time per kernel entry
-#      point: MEMO_CUDA_PROFILE), recompute and memo, keep in bf16, and PyTorch's on the same model
-#      (scripts/torch_gpu_bench.py: fp32, bf16, bf16 with checkpointed layers); then keep and
-#      memo in bf16 at 32K beside PyTorch's bf16 with and without checkpointing, and the longest
+#   7. tokens/s, MFU and the copy time hidden under compute of a ~1B LLaMA at 4K tokens under
+#      keep (with the GPU time per kernel entry point: MEMO_CUDA_PROFILE), recompute and memo in
+#      bf16, keep in fp32, and PyTorch's on the same model (scripts/torch_gpu_bench.py: fp32,
+#      bf16, bf16 with checkpointed layers); then keep, recompute and memo in bf16 at 32K beside
+#      PyTorch's bf16 with and without checkpointing, and the longest
 #      sequence keep, recompute and memo fit in the GPU's memory in bf16 (the plan's advice).
 # It writes gpu-check.log and gpu-check.json (the numbers of each stage) to $OUT when that is
 # set, else to /tmp.
@@ -183,19 +184,21 @@ EOF
 # PyTorch on the same model (fp32 with TF32 off, bf16 autocast, bf16 with checkpointed layers)
 stage torch_1b 100 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 4096 3 \
   > >(tee "$runs/torch.jsonl")
-for s in keep recompute memo bf16_keep; do
-  # keep's run also prints where its GPU time goes (Note [Kernel profile] in cuda_backend.cu)
+# (in bf16, the default on CUDA and the precision of the goals; keep in fp32 too, the
+# figure of the first H200 run)
+for s in bf16_keep bf16_recompute bf16_memo keep; do
+  # keep's runs also print where the GPU time goes (Note [Kernel profile] in cuda_backend.cu)
   [[ $s == keep || $s == bf16_keep ]] && export MEMO_CUDA_PROFILE=1 || unset MEMO_CUDA_PROFILE
-  args=(--activations "$s" --precision fp32)
-  [[ $s == bf16_keep ]] && args=(--activations keep --precision bf16)
+  args=(--activations "${s#bf16_}" --precision bf16)
+  [[ $s == keep ]] && args=(--activations keep --precision fp32)
   stage "bench_$s" 100 "$b/memo" train --config "$runs/llama1b.json" --data "$b/data/kjv.txt" \
     --seq 4096 --batch 1 --steps 2 --warmup 0 --lr 1e-4 --save-every 0 --val-batches 0 \
     --device cuda "${args[@]}" --out "$runs/b_$s" --log "$runs/b_$s.jsonl" \
     --hardware-dir hardware --device-memory 0  # the caching allocator: no traced micro-batch first
 done
 unset MEMO_CUDA_PROFILE
-# ... and at 32K tokens in bf16, keep and memo (its alpha from the cost model)
-for s in keep memo; do
+# ... and at 32K tokens in bf16, keep, recompute and memo (its alpha from the cost model)
+for s in keep recompute memo; do
   stage "bench32k_bf16_$s" 120 "$b/memo" train --config "$runs/llama1b.json" \
     --data "$b/data/kjv.txt" --seq 32768 --batch 1 --steps 2 --warmup 0 --lr 1e-4 \
     --save-every 0 --val-batches 0 --device cuda --precision bf16 --activations "$s" \
@@ -278,14 +281,14 @@ if bg and g32:
     out["bf16_vs_fp32_gpu_step1_rel"] = abs(bg[0]["loss"] - g32[0]["loss"]) / g32[0]["loss"]
 bk, bm = ([r["loss"] for r in steps(losses("bs_" + s))] for s in ("keep", "memo"))
 out["bf16_strategies_identical"] = bool(bk) and bk == bm
-for s in ["keep", "recompute", "memo", "bf16_keep"]:
+for s in ["bf16_keep", "bf16_recompute", "bf16_memo", "keep"]:
     r = steps(losses("b_" + s))
     if r:
         out["bench_1b_4k_" + s] = {"tokens_per_s": r[-1].get("tokens_per_s"), "mfu": r[-1].get("mfu"),
                                    "mfu_peak": r[-1].get("mfu_peak"),
                                    "copy_hidden": r[-1].get("copy_hidden"),
                                    "peak_bytes": r[-1].get("peak_bytes"), "loss": r[-1]["loss"]}
-for s in ["keep", "memo"]:
+for s in ["keep", "recompute", "memo"]:
     r = steps(losses("b32_" + s))
     if r:
         out["bench_1b_32k_bf16_" + s] = {"tokens_per_s": r[-1].get("tokens_per_s"),
