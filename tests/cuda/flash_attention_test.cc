@@ -21,6 +21,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -113,6 +114,15 @@ void EmuLane::ldmatrix(uint32_t (&r)[4], const void* row, bool trans) {
     r[j] = trans ? pack_bits(m(b, a), m(b + 1, a)) : pack_bits(m(a, b), m(a, b + 1));
   }
   w.bar.arrive_and_wait();
+}
+
+// f(std::integral_constant<int, D>) for the kernels' head dims (flash_head_dim).
+template <class F>
+void with_head_dim(int64_t D, const F& f) {
+  if (D == 32) return f(std::integral_constant<int, 32>{});
+  if (D == 64) return f(std::integral_constant<int, 64>{});
+  ASSERT_EQ(D, 128);
+  f(std::integral_constant<int, 128>{});
 }
 
 // Runs one block: body(lane) on each of its threads.
@@ -238,12 +248,8 @@ std::vector<double> check_flash(const Case& c, AttnMask mask) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t tile = 0; tile < tiles; ++tile)
         run_block(flash_forward_smem(int(D)), [&](EmuLane& th) {
-          if (D == 32)
-            flash_forward_block<32>(th, f, b, h, tile * kFlashRows);
-          else if (D == 64)
-            flash_forward_block<64>(th, f, b, h, tile * kFlashRows);
-          else
-            flash_forward_block<128>(th, f, b, h, tile * kFlashRows);
+          with_head_dim(D,
+                        [&](auto d) { flash_forward_block<d()>(th, f, b, h, tile * kFlashRows); });
         });
   std::vector<double> errs{err_vs_max(o.widened(), o_ref)};
   EXPECT_LE(errs.back(), kBf16Tol) << "o";
@@ -272,22 +278,12 @@ std::vector<double> check_flash(const Case& c, AttnMask mask) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t tile = 0; tile < tiles; ++tile)
         run_block(flash_backward_smem(int(D)), [&](EmuLane& th) {
-          if (D == 32)
-            flash_dq_block<32>(th, f, b, h, tile * kFlashRows);
-          else if (D == 64)
-            flash_dq_block<64>(th, f, b, h, tile * kFlashRows);
-          else
-            flash_dq_block<128>(th, f, b, h, tile * kFlashRows);
+          with_head_dim(D, [&](auto d) { flash_dq_block<d()>(th, f, b, h, tile * kFlashRows); });
         });
     for (int64_t hk = 0; hk < Hkv; ++hk)
       for (int64_t tile = 0; tile < tiles; ++tile)
         run_block(flash_backward_smem(int(D)), [&](EmuLane& th) {
-          if (D == 32)
-            flash_dkdv_block<32>(th, f, b, hk, tile * kFlashRows);
-          else if (D == 64)
-            flash_dkdv_block<64>(th, f, b, hk, tile * kFlashRows);
-          else
-            flash_dkdv_block<128>(th, f, b, hk, tile * kFlashRows);
+          with_head_dim(D, [&](auto d) { flash_dkdv_block<d()>(th, f, b, hk, tile * kFlashRows); });
         });
   }
   for (const auto& [name, got, want] :
