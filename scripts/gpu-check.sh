@@ -53,7 +53,10 @@ if [[ "${1:-}" == "prepare" ]]; then
   done | sort -u | xargs -r cp -L -t build-gpu/bundle/lib
   # Open MPI opens its components at run time
   cp -r /usr/lib/x86_64-linux-gnu/openmpi build-gpu/bundle/lib/ 2>/dev/null || true
-  [[ -s data/kjv.txt ]] || bible gen1:1-rev22:21 > data/kjv.txt
+  mkdir -p data  # the corpus, as scripts/quickstart.sh makes it (bible-kjv: scripts/install-deps.sh)
+  if [[ ! -s data/kjv.txt ]]; then
+    bible gen1:1-rev22:21 > data/kjv.txt.tmp && mv data/kjv.txt.tmp data/kjv.txt
+  fi
   cp data/kjv.txt build-gpu/bundle/data/
   tar -C build-gpu -cJf build-gpu/bundle.tar.xz bundle
   echo "gpu-check: build-gpu/bundle.tar.xz ($(du -h build-gpu/bundle.tar.xz | cut -f1)): carry it"
