@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "memo/kernels/cpu/kernels.h"
+#include "memo/cpu/kernels.h"
 #include "reference/attention_reference.h"
 
 namespace {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "memo/cpu/cpu_backend.h"
 #include "memo/data/tokenizer.h"
 #include "memo/io/config_json.h"
 #include "memo/model/model.h"
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
     }
   }
   memo::ModelConfig config = memo::load_model_config(argv[1]);
-  memo::Model model(config);
+  memo::Model model(config, memo::cpu_backend());
   model.init(1);
   // A byte-level stand-in tokenizer: the ids are what is timed, not their text.
   const memo::Tokenizer bytes = memo::Tokenizer::bytes();

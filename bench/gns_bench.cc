@@ -13,10 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "memo/cpu/cpu_backend.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/random.h"
 #include "memo/io/config_json.h"
-#include "memo/kernels/cpu/tensor_ops.h"
+#include "memo/cpu/tensor_ops.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/optim/adamw.h"
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
   const int64_t micro = argc > 4 ? std::atoll(argv[4]) : 4,
                 steps = argc > 5 ? std::atoll(argv[5]) : 20;
   const int64_t k = batch / micro;
-  Model model(config);
+  Model model(config, cpu_backend());
   model.init(1);
   AdamW opt(model.layout(), AdamWOptions{}, decay_matrices_only(model.layout()));
   CachingAllocator alloc;

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/matmul_peak.h"
+#include "memo/cpu/kernels.h"
+#include "memo/cpu/matmul_peak.h"
 
 namespace {
 

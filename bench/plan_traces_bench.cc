@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "memo/cpu/cpu_backend.h"
 #include "memo/io/config_json.h"
 #include "memo/memory/plan/dynamic_sim.h"
 #include "memo/train/device_plan.h"
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   ModelConfig config = load_model_config(config_path);
   for (int64_t s : seqs)
     config.max_position_embeddings = std::max(config.max_position_embeddings, s);
-  Model model(config);
+  Model model(config, cpu_backend());
   std::printf(
       "config %s: C=%lld F=%lld L=%lld H=%lld Hkv=%lld V=%lld, batch %lld, %d threads, solver %s\n",
       config_path.c_str(), (long long)config.hidden_size, (long long)config.intermediate_size,

@@ -15,9 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "memo/cpu/cpu_backend.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/io/config_json.h"
-#include "memo/kernels/cpu/kernels.h"
+#include "memo/cpu/kernels.h"
 #include "memo/memory/memo.h"
 #include "memo/memory/strategy_factory.h"
 #include "memo/model/model.h"
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
   const double copy_gb_s = argc > 2 ? std::atof(argv[2]) : 0.5;
   ModelConfig cfg = load_model_config(argc > 3 ? argv[3] : "configs/small.json");
   cfg.max_position_embeddings = 1 << 20;  // the bench goes past the config's trained length
-  Model model(cfg);
+  Model model(cfg, cpu_backend());
   model.init(1);
   const int64_t budget = int64_t(budget_mib * kMiB);
   std::printf(

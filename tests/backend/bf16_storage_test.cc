@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/cpu/cpu_backend.h"
 
 namespace memo {
 namespace {

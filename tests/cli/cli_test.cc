@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/data/token_data.h"
 #include "memo/io/checkpoint.h"
@@ -120,7 +121,7 @@ TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
   // The same mean computed here from the checkpoint's tensors: the first 16 windows of 32 tokens
   // of the file, targets shifted by one, forward only, summed batch by batch in order.
   const LoadedCheckpoint ckpt = load_checkpoint(find_latest_checkpoint(dir / "run"));
-  Model model(ckpt.config);
+  Model model(ckpt.config, cpu_backend());
   for (const ParamInfo& p : model.layout().params())
     ckpt.model.read_into(p.name, model.params() + p.offset, p.numel);
   const TokenData data = TokenData::load(dir / "data.txt", 256);

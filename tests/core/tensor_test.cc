@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "memo/backend/caching_allocator.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/cpu/cpu_backend.h"
 #include "test_util.h"
 
 namespace memo {

@@ -1,6 +1,6 @@
 // The CUDA kernels' arithmetic (cuda/bodies.h), compiled for the host: every body runs over every
 // work item of a launch, as the GPU threads would, on seeded random inputs, and is compared with
-// the CPU kernel (kernels/cpu/) on the same inputs: bitwise where the formulas and orders are the
+// the CPU kernel (cpu/) on the same inputs: bitwise where the formulas and orders are the
 // same, within a stated tolerance where the exp, a summation order or the softmax's scheme differs.
 // "Bitwise" holds for the host compiler; nvcc contracts a * b + c into one fused multiply-add where
 // GCC may not, so on the GPU the same bodies agree with the CPU within an ulp per such step
@@ -21,17 +21,17 @@
 #include <string>
 #include <vector>
 
-#include "kernels/kernel_test_util.h"
+#include "cpu/kernel_test_util.h"
 #include "memo/backend/attn_mask.h"
 #include "memo/backend/backend.h"
 #include "memo/backend/optim_steps.h"
 #include "memo/core/dtype.h"
 #include "memo/core/tensor.h"
 #include "memo/cuda/chunked_attention.h"
-#include "memo/kernels/checks.h"
-#include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/optim_kernels.h"
-#include "memo/kernels/cpu/tensor_ops.h"
+#include "memo/backend/checks.h"
+#include "memo/cpu/kernels.h"
+#include "memo/cpu/optim_kernels.h"
+#include "memo/cpu/tensor_ops.h"
 
 namespace memo::cuda {
 namespace {

@@ -25,13 +25,13 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/kernel_test_util.h"
+#include "cpu/kernel_test_util.h"
 #include "memo/backend/attn_mask.h"
 #include "memo/core/tensor.h"
 #include "memo/cuda/chunked_attention.h"
 #include "memo/cuda/cuda_sizes.h"
-#include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/meta/meta_backend.h"
+#include "memo/cpu/kernels.h"
+#include "memo/meta/meta_backend.h"
 
 namespace memo::cuda {
 namespace {

@@ -21,7 +21,7 @@
 #include "memo/backend/raw_allocator.h"
 #include "memo/core/error.h"
 #include "memo/cuda/cuda_backend.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/cpu/cpu_backend.h"
 
 namespace memo {
 namespace {

@@ -2,6 +2,7 @@
 // under `mpirun -np N` with N up to the GPUs lent (one today). Built where NCCL is found; never
 // run by CTest (this project's CI machines have no GPU). Every collective is checked against what
 // each rank can compute itself, on device buffers filled with rank-dependent values.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "memo/nccl/nccl_communicator.h"
-#include "memo/parallel/mpi_communicator.h"
+#include "memo/mpi/mpi_communicator.h"
 
 namespace memo {
 namespace {
@@ -113,7 +114,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<memo::NcclCommunicator> nccl;
   try {
     if (memo::MpiCommunicator::launched_by_mpirun()) world = memo::MpiCommunicator::world();
-    nccl = world ? memo::NcclCommunicator::over(*world) : memo::NcclCommunicator::single();
+    int gpus = 0;
+    cudaGetDeviceCount(&gpus);
+    nccl = world ? memo::NcclCommunicator::over(*world, memo::local_gpu(world.get(), gpus))
+                 : memo::NcclCommunicator::single();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nccl_check: rank %d: %s\n", world ? world->rank() : 0, e.what());
     return 2;

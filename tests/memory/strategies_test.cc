@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "memo/cpu/cpu_backend.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/memory/memo.h"
 #include "memo/memory/strategy_factory.h"
@@ -111,7 +112,7 @@ std::vector<int32_t> tokens(int step, int micro) {
 }
 
 StrategyRun train_run(const StrategyOptions& options, const ModelConfig& cfg = config()) {
-  Model model(cfg);
+  Model model(cfg, cpu_backend());
   model.init(11);
   StrategyRun r;
   r.alloc = std::make_unique<CachingAllocator>();
@@ -249,7 +250,7 @@ TEST(StrategyErrors, host_too_small_for_memo_says_what_fits) {
   StrategyOptions o = with("memo");
   o.host_memory_bytes = 512 << 10;  // alpha 0 needs 3 x (x + attn + lse) = 0.91 MiB
   auto s = make_strategy(skeletal_layout(cfg, DType::kF32), alloc, o);
-  Model model(cfg);
+  Model model(cfg, cpu_backend());
   const BackendOnly layers(model.backend());
   s->bind_layers(layers);  // names the backend, as the model does first
   const std::string msg = test::error_message<BudgetError>([&] { s->begin_step(kMicro, kSeq); });

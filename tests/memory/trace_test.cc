@@ -1,5 +1,6 @@
 // The trace recorder: what one real step requests, the split into layer passes, the check that
 // every layer's sub-trace is the same, and the shape-scaled trace.
+#include "memo/cpu/cpu_backend.h"
 #include "memo/memory/trace.h"
 
 #include <gtest/gtest.h>
@@ -14,7 +15,7 @@ namespace {
 
 TEST(Trace, step_has_one_forward_and_one_backward_pass_per_layer) {
   const ModelConfig c = testing::tiny_config();
-  Model model(c);
+  Model model(c, cpu_backend());
   const Trace t = testing::tiny_trace(model, 2, 16);
   ASSERT_EQ(t.phases.size(), size_t(2 * c.num_hidden_layers));
   int saved = 0;

@@ -12,18 +12,18 @@
 #include <span>
 #include <vector>
 
-#include "kernels/kernel_test_util.h"
+#include "cpu/kernel_test_util.h"
 #include "memo/backend/caching_allocator.h"
-#include "memo/kernels/cpu/cpu_backend.h"
-#include "memo/kernels/cpu/kernels.h"
-#include "memo/kernels/cpu/tensor_ops.h"
+#include "memo/cpu/cpu_backend.h"
+#include "memo/cpu/kernels.h"
+#include "memo/cpu/tensor_ops.h"
 #include "memo/model/model.h"
 
 namespace memo {
 namespace {
 
 void check_rebuild(const ModelConfig& cfg) {
-  Model model(cfg);
+  Model model(cfg, cpu_backend());
   model.init(3);
   const int64_t B = 3, S = 111, T = B * S, C = cfg.hidden_size, half = cfg.head_dim() / 2;
   std::vector<float> cos(size_t(S * half)), sin(cos.size());

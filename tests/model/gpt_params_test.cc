@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "memo/cpu/cpu_backend.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/io/checkpoint.h"
 #include "memo/memory/strategy.h"
@@ -130,7 +131,7 @@ TEST(GptConfig, validate_names_what_gpt2_does_not_have) {
 
 TEST(GptConfig, model_refuses_a_sequence_longer_than_the_learned_table) {
   const ModelConfig c = gpt(PositionEmbedding::kLearned);  // 96 positions
-  Model model(c);
+  Model model(c, cpu_backend());
   model.init(1);
   CachingAllocator alloc;
   KeepStrategy keep(skeletal_layout(c, DType::kF32), alloc);

@@ -2,6 +2,7 @@
 // (through its losses), every incremental step against an independent float64 PyTorch forward of
 // the whole sequence, and greedy generation with the cache against greedy generation that re-runs
 // the whole sequence for every token. LLaMA (grouped-query) and GPT-2 (learned and rotary).
+#include "memo/cpu/cpu_backend.h"
 #include "memo/model/kv_decoder.h"
 
 #include <gtest/gtest.h>
@@ -68,7 +69,7 @@ double max_abs_diff(std::span<const float> a, std::span<const double> b) {
 
 TEST(KvDecoder, prompt_logits_equal_the_model_forward) {
   for (const ModelConfig& config : configs()) {
-    Model model(config);
+    Model model(config, cpu_backend());
     model.init(3);
     const int64_t S = 40, V = config.vocab_size;
     const std::vector<int32_t> prompt = some_tokens(S, 5);
@@ -95,7 +96,7 @@ TEST(KvDecoder, prompt_logits_equal_the_model_forward) {
 TEST(KvDecoder, greedy_with_cache_equals_greedy_without_for_64_tokens) {
   const Tokenizer bytes = Tokenizer::bytes();
   for (const ModelConfig& config : configs()) {
-    Model model(config);
+    Model model(config, cpu_backend());
     model.init(11);
     GenerateOptions o;
     o.max_new_tokens = 64;
@@ -112,7 +113,7 @@ TEST(KvDecoder, greedy_with_cache_equals_greedy_without_for_64_tokens) {
 TEST(KvDecoder, every_cached_step_matches_pytorch_float64) {
   for (const ModelConfig& config : configs()) {
     test::TempDir dir;
-    Model model(config);
+    Model model(config, cpu_backend());
     model.init(21);
     CheckpointData data;
     data.config = config;

@@ -15,7 +15,7 @@
 #include "memo/data/token_data.h"
 #include "memo/io/checkpoint.h"
 #include "memo/io/safetensors.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/optim/adamw.h"

@@ -1,3 +1,4 @@
+#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/adafactor.h"
 
 #include <algorithm>
@@ -21,7 +22,7 @@ double rms(const std::vector<double>& x) {
 void check_adafactor(AdafactorOptions o) {
   ParamLayout layout(test::tiny_config());
   const std::vector<bool> decay = decay_matrices_only(layout);
-  Adafactor opt(layout, o, decay);
+  Adafactor opt(layout, o, decay, cpu_backend());
   Params64 row_sums, col_sums, v = test::zeros_like(layout), m = test::zeros_like(layout);
   for (const ParamInfo& info : layout.params()) {
     row_sums.emplace_back(info.is_matrix() ? size_t(info.shape[0]) : 0, 0.0);
@@ -84,7 +85,7 @@ TEST(Adafactor, given_lr_with_first_moment_and_clipping_matches_reference) {
 
 TEST(Adafactor, matrices_keep_row_and_column_statistics_vectors_keep_full) {
   ParamLayout layout(test::tiny_config());
-  Adafactor opt(layout, {}, decay_matrices_only(layout));
+  Adafactor opt(layout, {}, decay_matrices_only(layout), cpu_backend());
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
   for (const StateTensor& s : opt.state()) {

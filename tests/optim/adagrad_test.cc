@@ -1,3 +1,4 @@
+#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/adagrad.h"
 
 #include <cmath>
@@ -15,7 +16,7 @@ TEST(Adagrad, accumulator_and_lr_decay_match_reference) {
   const std::vector<bool> decay = decay_matrices_only(layout);
   const AdagradOptions o{
       .lr_decay = 0.05, .initial_accumulator_value = 0.1, .eps = 1e-10, .weight_decay = 0.05};
-  Adagrad opt(layout, o, decay);
+  Adagrad opt(layout, o, decay, cpu_backend());
   Params64 s = test::zeros_like(layout);
   for (auto& t : s)
     for (double& x : t) x = o.initial_accumulator_value;

@@ -1,3 +1,4 @@
+#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/adam.h"
 
 #include <cmath>
@@ -14,7 +15,7 @@ TEST(Adam, l2_weight_decay_matches_reference) {
   ParamLayout layout(test::tiny_config());
   const std::vector<bool> decay = decay_matrices_only(layout);
   const AdamOptions o{.beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.05};
-  Adam opt(layout, o, decay);
+  Adam opt(layout, o, decay, cpu_backend());
   Params64 m = test::zeros_like(layout), v = test::zeros_like(layout);
   auto reference = [&](int t, double lr, Params64& p, const Params64& g) {
     for (size_t i = 0; i < p.size(); ++i)
@@ -33,7 +34,7 @@ TEST(Adam, l2_weight_decay_matches_reference) {
 TEST(Adam, beta_out_of_range_is_rejected_with_the_value) {
   ParamLayout layout(test::tiny_config());
   try {
-    Adam(layout, {.beta1 = 1.0}, decay_matrices_only(layout));
+    Adam(layout, {.beta1 = 1.0}, decay_matrices_only(layout), cpu_backend());
     FAIL() << "no ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("beta1 = 1 is outside [0, 1)"), std::string::npos)

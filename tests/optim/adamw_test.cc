@@ -1,3 +1,4 @@
+#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/adamw.h"
 
 #include <cmath>
@@ -14,7 +15,7 @@ TEST(AdamW, decoupled_weight_decay_matches_reference) {
   ParamLayout layout(test::tiny_config());
   const std::vector<bool> decay = decay_matrices_only(layout);
   const AdamWOptions o{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
-  AdamW opt(layout, o, decay);
+  AdamW opt(layout, o, decay, cpu_backend());
   Params64 m = test::zeros_like(layout), v = test::zeros_like(layout);
   auto reference = [&](int t, double lr, Params64& p, const Params64& g) {
     for (size_t i = 0; i < p.size(); ++i)

@@ -1,3 +1,4 @@
+#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/factory.h"
 
 #include <omp.h>
@@ -26,7 +27,7 @@ OptimizerOptions stateful_options() {
 TEST(Factory, unknown_name_lists_the_valid_ones) {
   ParamLayout layout(test::tiny_config());
   try {
-    make_optimizer("adamax", layout, {});
+    make_optimizer("adamax", layout, {}, cpu_backend());
     FAIL() << "no ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
@@ -39,7 +40,7 @@ TEST(Factory, unknown_name_lists_the_valid_ones) {
 TEST(Factory, every_name_builds_the_named_optimizer) {
   ParamLayout layout(test::tiny_config());
   for (const std::string& name : optimizer_names())
-    EXPECT_EQ(make_optimizer(name, layout, {})->name(), name);
+    EXPECT_EQ(make_optimizer(name, layout, {}, cpu_backend())->name(), name);
 }
 
 // The device budget counts an optimiser's state before it exists: the prediction must equal the
@@ -50,9 +51,9 @@ TEST(Factory, state_bytes_predicted_equal_the_state_allocated) {
   for (const OptimizerOptions& o : {OptimizerOptions{}, stateful_options()})
     for (const std::string& name : optimizer_names()) {
       const int64_t predicted = optimizer_state_bytes(name, layout, o);
-      EXPECT_EQ(predicted, make_optimizer(name, layout, o)->state_bytes()) << name;
+      EXPECT_EQ(predicted, make_optimizer(name, layout, o, cpu_backend())->state_bytes()) << name;
       int64_t listed = 0;  // what state() exposes is within the allocation (padding aside)
-      for (const StateTensor& t : make_optimizer(name, layout, o)->state())
+      for (const StateTensor& t : make_optimizer(name, layout, o, cpu_backend())->state())
         listed += std::accumulate(t.shape.begin(), t.shape.end(), int64_t(1),
                                   std::multiplies<int64_t>()) *
                   int64_t(sizeof(float));
@@ -68,7 +69,7 @@ TEST(Factory, decay_mask_of_wrong_length_is_rejected) {
   OptimizerOptions o;
   o.decay = {true, false};
   for (const std::string& name : optimizer_names())
-    EXPECT_THROW(make_optimizer(name, layout, o), ConfigError) << name;
+    EXPECT_THROW(make_optimizer(name, layout, o, cpu_backend()), ConfigError) << name;
 }
 
 // See Note [Optimizer state]: 3 steps, save, 3 more; a fresh optimiser restored from the save
@@ -78,7 +79,7 @@ TEST(Factory, restoring_state_continues_bit_for_bit) {
   const OptimizerOptions options = stateful_options();
   for (const std::string& name : optimizer_names()) {
     SCOPED_TRACE(name);
-    auto a = make_optimizer(name, layout, options);
+    auto a = make_optimizer(name, layout, options, cpu_backend());
     AlignedBuffer<float> p(layout.total_numel()), g(layout.total_numel());
     test::fill_params(layout, p.data(), 1);
     for (int t = 1; t <= 3; ++t) {
@@ -93,7 +94,7 @@ TEST(Factory, restoring_state_continues_bit_for_bit) {
       saved.emplace_back(s.data, s.data + n);
     }
     const std::vector<float> p_saved(p.data(), p.data() + layout.total_numel());
-    auto b = make_optimizer(name, layout, options);
+    auto b = make_optimizer(name, layout, options, cpu_backend());
     const std::vector<StateTensor> b_state = b->state();
     ASSERT_EQ(b_state.size(), saved.size());
     for (size_t k = 0; k < saved.size(); ++k)
@@ -125,7 +126,7 @@ TEST(Factory, results_do_not_depend_on_thread_count) {
     std::vector<std::vector<float>> results;
     for (int threads : {1, 3}) {
       omp_set_num_threads(threads);
-      auto opt = make_optimizer(name, layout, options);
+      auto opt = make_optimizer(name, layout, options, cpu_backend());
       AlignedBuffer<float> p(layout.total_numel()), g(layout.total_numel());
       test::fill_params(layout, p.data(), 1);
       for (int t = 1; t <= 2; ++t) {
@@ -145,9 +146,9 @@ TEST(Factory, hyperparameters_round_trip_through_json) {
   ParamLayout layout(test::tiny_config());
   const OptimizerOptions options = stateful_options();
   for (const std::string& name : optimizer_names()) {
-    const nlohmann::json h = make_optimizer(name, layout, options)->hyperparameters();
+    const nlohmann::json h = make_optimizer(name, layout, options, cpu_backend())->hyperparameters();
     const OptimizerOptions restored = with_hyperparameters({}, name, h);
-    EXPECT_EQ(make_optimizer(name, layout, restored)->hyperparameters(), h) << name;
+    EXPECT_EQ(make_optimizer(name, layout, restored, cpu_backend())->hyperparameters(), h) << name;
   }
 }
 

@@ -1,3 +1,4 @@
+#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/lion.h"
 
 #include "optim/optim_test_util.h"
@@ -12,7 +13,7 @@ TEST(Lion, update_matches_reference) {
   ParamLayout layout(test::tiny_config());
   const std::vector<bool> decay = decay_matrices_only(layout);
   const LionOptions o{.beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.5};
-  Lion opt(layout, o, decay);
+  Lion opt(layout, o, decay, cpu_backend());
   Params64 m = test::zeros_like(layout);
   auto reference = [&](int, double lr, Params64& p, const Params64& g) {
     for (size_t i = 0; i < p.size(); ++i)

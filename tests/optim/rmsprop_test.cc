@@ -1,3 +1,4 @@
+#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/rmsprop.h"
 
 #include <cmath>
@@ -13,7 +14,7 @@ using test::Params64;
 void check_rmsprop(RmspropOptions o) {
   ParamLayout layout(test::tiny_config());
   const std::vector<bool> decay = decay_matrices_only(layout);
-  Rmsprop opt(layout, o, decay);
+  Rmsprop opt(layout, o, decay, cpu_backend());
   Params64 v = test::zeros_like(layout), a = test::zeros_like(layout);
   Params64 buf = test::zeros_like(layout);
   auto reference = [&](int, double lr, Params64& p, const Params64& g) {
@@ -44,8 +45,8 @@ TEST(Rmsprop, centered_with_momentum_matches_reference) {
 
 TEST(Rmsprop, state_lists_only_the_buffers_in_use) {
   ParamLayout layout(test::tiny_config());
-  Rmsprop plain(layout, {}, decay_matrices_only(layout));
-  Rmsprop full(layout, {.momentum = 0.5, .centered = true}, decay_matrices_only(layout));
+  Rmsprop plain(layout, {}, decay_matrices_only(layout), cpu_backend());
+  Rmsprop full(layout, {.momentum = 0.5, .centered = true}, decay_matrices_only(layout), cpu_backend());
   EXPECT_EQ(plain.state().size(), layout.params().size());
   EXPECT_EQ(full.state().size(), 3 * layout.params().size());
 }

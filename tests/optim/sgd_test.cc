@@ -1,3 +1,4 @@
+#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/sgd.h"
 
 #include "optim/optim_test_util.h"
@@ -12,7 +13,7 @@ void check_sgd(SgdOptions o) {
   ModelConfig config = test::tiny_config();
   ParamLayout layout(config);
   const std::vector<bool> decay = decay_matrices_only(layout);
-  Sgd opt(layout, o, decay);
+  Sgd opt(layout, o, decay, cpu_backend());
   Params64 buf = test::zeros_like(layout);
   auto reference = [&](int t, double lr, Params64& p, const Params64& g) {
     for (size_t i = 0; i < p.size(); ++i)
@@ -42,7 +43,7 @@ TEST(Sgd, nesterov_matches_reference) {
 
 TEST(Sgd, nesterov_without_momentum_is_rejected) {
   ParamLayout layout(test::tiny_config());
-  EXPECT_THROW(Sgd(layout, {.momentum = 0.0, .nesterov = true}, decay_matrices_only(layout)),
+  EXPECT_THROW(Sgd(layout, {.momentum = 0.0, .nesterov = true}, decay_matrices_only(layout), cpu_backend()),
                ConfigError);
 }
 

@@ -1,3 +1,4 @@
+#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/signsgd.h"
 
 #include "optim/optim_test_util.h"
@@ -11,7 +12,7 @@ using test::Params64;
 void check_signsgd(SignSgdOptions o) {
   ParamLayout layout(test::tiny_config());
   const std::vector<bool> decay = decay_matrices_only(layout);
-  SignSgd opt(layout, o, decay);
+  SignSgd opt(layout, o, decay, cpu_backend());
   Params64 m = test::zeros_like(layout);
   auto reference = [&](int, double lr, Params64& p, const Params64& g) {
     for (size_t i = 0; i < p.size(); ++i)
@@ -32,7 +33,7 @@ TEST(SignSgd, signum_matches_reference) { check_signsgd({.momentum = 0.9, .weigh
 
 TEST(SignSgd, zero_gradient_gives_no_step) {
   ParamLayout layout(test::tiny_config());
-  SignSgd opt(layout, {}, std::vector<bool>(layout.params().size(), false));
+  SignSgd opt(layout, {}, std::vector<bool>(layout.params().size(, cpu_backend()), false));
   AlignedBuffer<float> p(layout.total_numel()), g(layout.total_numel());
   p[0] = 0.5f;
   opt.step(p.view(), g.view(), 0.1);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 
+#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/factory.h"
 #include "optim/optim_test_util.h"
 #include "test_util.h"
@@ -64,7 +65,7 @@ class TorchOptim : public ::testing::Test {
     const std::vector<bool> decay = decay_matrices_only(layout);
     nlohmann::json input;
     for (const Case& c : cases()) {
-      auto opt = make_optimizer(c.optimizer, layout, c.options);
+      auto opt = make_optimizer(c.optimizer, layout, c.options, cpu_backend());
       AlignedBuffer<float> p(layout.total_numel()), g(layout.total_numel());
       test::fill_params(layout, p.data(), 5);
       nlohmann::json spec = {{"optimizer", c.optimizer},

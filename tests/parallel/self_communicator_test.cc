@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "memo/core/error.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/cpu/cpu_backend.h"
 #include "test_util.h"
 
 namespace memo {

@@ -43,7 +43,7 @@ Sizes llama7b_layer(double T) {
 TEST(ClusterPlan, memo_alpha_is_host_bound_at_a_million_tokens_as_the_closed_form_says) {
   const ModelConfig config = llama_preset("llama-7b");
   const int64_t seq = 1 << 20;
-  const ClusterPlan p = plan_cluster(config, seq, "memo", a800s(8, int64_t(2048 * kGiB)));
+  const ClusterPlan p = plan_cluster(cpu_backend(), config, seq, "memo", a800s(8, int64_t(2048 * kGiB)));
   const Sizes s = llama7b_layer(double(seq) / 8);
   // (L - 2) (S_in + S_attn + alpha S_oth) <= 2 TiB / 8 GPUs
   const double want = (2048 * kGiB / 8 / 30 - s.in - s.attn) / s.other;
@@ -60,7 +60,7 @@ TEST(ClusterPlan, memo_alpha_is_bandwidth_bound_when_the_link_is_slow) {
   const int64_t seq = 131072, t = 8;
   ClusterOptions o = a800s(t, int64_t(64 * 1024 * kGiB));
   o.host_bandwidth_bytes_per_s = 10e9;
-  const ClusterPlan p = plan_cluster(config, seq, "memo", o);
+  const ClusterPlan p = plan_cluster(cpu_backend(), config, seq, "memo", o);
   // T_layer = one layer's forward per GPU: products 2 x 202,375,168 matrix parameters and causal
   // attention 2 x 4096 x (S + 1) per token, over 8 GPUs, at 60% of 312 TFLOP/s, plus two
   // all-gathers and two reduce-scatters of [S, 4096] bf16, 7/8 of it each over 200 GB/s.
@@ -80,7 +80,7 @@ TEST(ClusterPlan, memo_alpha_is_bandwidth_bound_when_the_link_is_slow) {
 TEST(ClusterPlan, memo_says_what_would_fit_when_even_alpha_zero_overflows_the_host) {
   const ModelConfig config = llama_preset("llama-7b");
   const int64_t seq = 1 << 20;
-  const ClusterPlan p = plan_cluster(config, seq, "memo", a800s(8, int64_t(256 * kGiB)));
+  const ClusterPlan p = plan_cluster(cpu_backend(), config, seq, "memo", a800s(8, int64_t(256 * kGiB)));
   EXPECT_FALSE(p.fits());
   EXPECT_FALSE(p.host_fits);
   const Sizes s = llama7b_layer(double(seq) / 8);
@@ -96,7 +96,7 @@ TEST(ClusterPlan, memo_says_what_would_fit_when_even_alpha_zero_overflows_the_ho
 TEST(ClusterPlan, a_given_alpha_beyond_the_host_is_refused_with_the_alpha_that_fits) {
   ClusterOptions o = a800s(8, int64_t(2048 * kGiB));
   o.alpha = 0.9;
-  const ClusterPlan p = plan_cluster(llama_preset("llama-7b"), 1 << 20, "memo", o);
+  const ClusterPlan p = plan_cluster(cpu_backend(), llama_preset("llama-7b"), 1 << 20, "memo", o);
   EXPECT_FALSE(p.host_fits);
   EXPECT_NE(p.why_not.find("--alpha 0.463 fits"), std::string::npos) << p.why_not;
 }
@@ -109,13 +109,13 @@ TEST(ClusterPlan, model_state_per_gpu_is_18_bytes_per_rank_parameter_sharded_as_
     (i.is_matrix() ? matrices : vectors) += double(i.numel);
   ClusterOptions o = a800s(4, 0);  // 8 GPUs, TP 4: two data-parallel ranks
   o.zero = 0;
-  ClusterPlan p = plan_cluster(config, 4096, "keep", o);
+  ClusterPlan p = plan_cluster(cpu_backend(), config, 4096, "keep", o);
   const double rank4 = matrices / 4 + vectors;
   EXPECT_EQ(p.device.weight_bytes, int64_t(std::ceil(rank4 * 2)));
   EXPECT_EQ(p.device.gradient_bytes, int64_t(std::ceil(rank4 * 4)));
   EXPECT_EQ(p.device.optimizer_bytes, int64_t(std::ceil(rank4 * 12)));
   o.zero = 3;
-  p = plan_cluster(config, 4096, "keep", o);
+  p = plan_cluster(cpu_backend(), config, 4096, "keep", o);
   EXPECT_EQ(p.device.weight_bytes, int64_t(std::ceil(rank4 * 2 / 2)));
   EXPECT_EQ(p.device.gradient_bytes, int64_t(std::ceil(rank4 * 4 / 2)));
   EXPECT_EQ(p.device.optimizer_bytes, int64_t(std::ceil(rank4 * 12 / 2)));
@@ -126,7 +126,7 @@ TEST(ClusterPlan, model_state_per_gpu_is_18_bytes_per_rank_parameter_sharded_as_
 TEST(ClusterPlan, mfu_conventions_differ_by_the_attention_term) {
   const ModelConfig config = llama_preset("llama-7b");
   const int64_t seq = 1 << 20;
-  const ClusterPlan p = plan_cluster(config, seq, "memo", a800s(8, int64_t(2048 * kGiB)));
+  const ClusterPlan p = plan_cluster(cpu_backend(), config, seq, "memo", a800s(8, int64_t(2048 * kGiB)));
   // 3 (L (2 P + A) + 2 C V) with A = 2 H D (S + 1) or 4 H D S
   const double base = 32 * 2 * 202375168.0 + 2.0 * 4096 * 32000;
   EXPECT_NEAR(p.model_flops_per_token_causal, 3 * (base + 32 * 2 * 4096.0 * (seq + 1)), 1.0);
@@ -146,9 +146,9 @@ TEST(ClusterPlan, mfu_conventions_differ_by_the_attention_term) {
 TEST(ClusterPlan, recompute_pays_a_whole_forward_and_memo_only_the_rebuilt_rows) {
   const ModelConfig config = llama_preset("llama-7b");
   const ClusterOptions o = a800s(8, int64_t(2048 * kGiB));
-  const ClusterPlan keep = plan_cluster(config, 1 << 20, "keep", o);
-  const ClusterPlan rec = plan_cluster(config, 1 << 20, "recompute", o);
-  const ClusterPlan memo = plan_cluster(config, 1 << 20, "memo", o);
+  const ClusterPlan keep = plan_cluster(cpu_backend(), config, 1 << 20, "keep", o);
+  const ClusterPlan rec = plan_cluster(cpu_backend(), config, 1 << 20, "recompute", o);
+  const ClusterPlan memo = plan_cluster(cpu_backend(), config, 1 << 20, "memo", o);
   // every layer's forward again: the forward without the head (2 C V per token, 1/8 per GPU)
   const double head_s = double(1 << 20) / 8 * 2.0 * 4096 * 32000 / (0.6 * 312e12);
   EXPECT_NEAR(rec.time.recompute_s, keep.time.forward_s - head_s, 1e-9 * keep.time.forward_s);
@@ -163,11 +163,11 @@ TEST(ClusterPlan, the_longest_sequence_fits_and_one_step_more_does_not) {
   o.search_max_seq = true;
   for (const char* strategy : {"recompute", "memo"}) {
     SCOPED_TRACE(strategy);
-    const ClusterPlan p = plan_cluster(config, 65536, strategy, o);
+    const ClusterPlan p = plan_cluster(cpu_backend(), config, 65536, strategy, o);
     ASSERT_TRUE(p.max_seq.has_value());
     o.search_max_seq = false;
-    EXPECT_TRUE(plan_cluster(config, *p.max_seq, strategy, o).fits());
-    EXPECT_FALSE(plan_cluster(config, *p.max_seq + p.max_seq_step, strategy, o).fits());
+    EXPECT_TRUE(plan_cluster(cpu_backend(), config, *p.max_seq, strategy, o).fits());
+    EXPECT_FALSE(plan_cluster(cpu_backend(), config, *p.max_seq + p.max_seq_step, strategy, o).fits());
     o.search_max_seq = true;
   }
 }
@@ -181,11 +181,11 @@ TEST(ClusterPlan, the_traced_ring_sends_what_the_context_parallel_layout_does) {
   ClusterOptions o = a800s(4, int64_t(2048) * (int64_t(1) << 30));
   o.parallel.cp = 2;
   const int64_t T = 262144 / 8, block = T * 4096 * 2;
-  EXPECT_EQ(plan_cluster(config, 262144, "keep", o).cp_bytes_per_micro_batch, 32 * 8 * block + 8);
-  EXPECT_EQ(plan_cluster(config, 262144, "recompute", o).cp_bytes_per_micro_batch,
+  EXPECT_EQ(plan_cluster(cpu_backend(), config, 262144, "keep", o).cp_bytes_per_micro_batch, 32 * 8 * block + 8);
+  EXPECT_EQ(plan_cluster(cpu_backend(), config, 262144, "recompute", o).cp_bytes_per_micro_batch,
             32 * 8 * block + 31 * 2 * block + 8);
   o.parallel.cp = 1;
-  EXPECT_EQ(plan_cluster(config, 262144, "keep", o).cp_bytes_per_micro_batch, 0);
+  EXPECT_EQ(plan_cluster(cpu_backend(), config, 262144, "keep", o).cp_bytes_per_micro_batch, 0);
 }
 
 TEST(ClusterPlan, layouts_that_do_not_divide_are_refused_naming_the_flag) {
@@ -194,22 +194,22 @@ TEST(ClusterPlan, layouts_that_do_not_divide_are_refused_naming_the_flag) {
   o.parallel.tp = 3;
   o.gpus = 9;
   EXPECT_NE(test::error_message<ConfigError>([&] {
-              plan_cluster(config, 9 * 1024, "keep", o);
+              plan_cluster(cpu_backend(), config, 9 * 1024, "keep", o);
             }).find("--tp 3 must divide"),
             std::string::npos);
   o = a800s(8, 0);
   EXPECT_NE(test::error_message<ConfigError>([&] {
-              plan_cluster(config, 1001, "keep", o);
+              plan_cluster(cpu_backend(), config, 1001, "keep", o);
             }).find("--seq 1001"),
             std::string::npos);
   o.gpus = 12;
   EXPECT_NE(test::error_message<ConfigError>([&] {
-              plan_cluster(config, 8192, "keep", o);
+              plan_cluster(cpu_backend(), config, 8192, "keep", o);
             }).find("--gpus 12"),
             std::string::npos);
   o = a800s(8, 0);
   EXPECT_NE(test::error_message<ConfigError>([&] {
-              plan_cluster(config, 8192, "swap", o);
+              plan_cluster(cpu_backend(), config, 8192, "swap", o);
             }).find("keep, recompute, offload, memo"),
             std::string::npos);
 }

@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "../cli/cli_test_util.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/model/kv_decoder.h"
 #include "memo/train/trainer.h"
+#include "train/train_util.h"
 #include "test_util.h"
 
 namespace memo {
@@ -78,15 +79,15 @@ TEST(DeviceStaging, checkpoints_and_resume_through_the_backend_copies_are_unchan
   plain.log_path = dir / "plain.jsonl";
   staged.out_dir = dir / "staged";
   staged.log_path = dir / "staged.jsonl";
-  train(plain, quiet);
-  train(staged, quiet, nullptr, &hidden);
+  test::train_on(plain, quiet);
+  test::train_on(staged, quiet, hidden);
   EXPECT_EQ(test::losses(plain.log_path), test::losses(staged.log_path));
   // the static plan's arena in the hidden device space (what --device cuda runs by default)
   TrainOptions planned = staged;
   planned.out_dir = dir / "planned";
   planned.log_path = dir / "planned.jsonl";
   planned.device_memory_bytes = int64_t(1) << 30;
-  train(planned, quiet, nullptr, &hidden);
+  test::train_on(planned, quiet, hidden);
   EXPECT_EQ(test::losses(plain.log_path), test::losses(planned.log_path));
   EXPECT_GT(hidden.products, 0);
   EXPECT_EQ(hidden.products_without_workspace, 0);
@@ -100,7 +101,7 @@ TEST(DeviceStaging, checkpoints_and_resume_through_the_backend_copies_are_unchan
   resumed.resume_dir = (fs::path(plain.out_dir) / "step-00000002").string();
   resumed.out_dir = dir / "resumed";
   resumed.log_path = dir / "resumed.jsonl";
-  train(resumed, quiet, nullptr, &hidden);
+  test::train_on(resumed, quiet, hidden);
   const auto want = test::losses(plain.log_path), got = test::losses(resumed.log_path);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got.at(3), want.at(3));

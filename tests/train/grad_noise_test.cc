@@ -1,5 +1,6 @@
 // GradNoiseProbe: each micro-batch norm is exactly that of its gradient computed alone, the step's
 // gradient is their sum, and the estimator gets one update per step.
+#include "memo/cpu/cpu_backend.h"
 #include "memo/train/grad_noise.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +10,7 @@
 
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/random.h"
-#include "memo/kernels/cpu/tensor_ops.h"
+#include "memo/cpu/tensor_ops.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "test_util.h"
@@ -21,7 +22,7 @@ TEST(GradNoiseProbe, micro_norms_are_exact_and_the_step_gradient_is_their_sum) {
   ModelConfig c;
   c.hidden_size = 16, c.intermediate_size = 32, c.num_hidden_layers = 1, c.num_attention_heads = 2;
   c.num_key_value_heads = 1, c.max_position_embeddings = 16;
-  Model model(c);
+  Model model(c, cpu_backend());
   model.init(3);
   CachingAllocator alloc;
   KeepStrategy strategy(skeletal_layout(c, DType::kF32), alloc);
@@ -40,7 +41,7 @@ TEST(GradNoiseProbe, micro_norms_are_exact_and_the_step_gradient_is_their_sum) {
       ref_sum[size_t(j)] += model.grads()[j];
     }
   }
-  GradNoiseProbe probe(n, k, rows * seq);
+  GradNoiseProbe probe(n, k, rows * seq, {}, cpu_backend());
   model.zero_grads();
   for (int64_t i = 0; i < k; ++i) {
     model.forward_backward(micro_in(i), micro_in(i) + 1, rows, seq, scale, strategy, alloc);
@@ -61,7 +62,7 @@ TEST(GradNoiseProbe, micro_norms_are_exact_and_the_step_gradient_is_their_sum) {
 }
 
 TEST(GradNoiseProbe, micro_batch_count_changes_within_its_capacity_only) {
-  GradNoiseProbe probe(10, 4, 8);
+  GradNoiseProbe probe(10, 4, 8, {}, cpu_backend());
   EXPECT_EQ(probe.micro_steps(), 4);
   probe.set_micro_steps(2);
   EXPECT_EQ(probe.micro_sq_norms().size(), 2u);

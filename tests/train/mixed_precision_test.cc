@@ -18,11 +18,12 @@
 #include "memo/backend/bf16_storage.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/io/config_json.h"
-#include "memo/kernels/cpu/cpu_backend.h"
-#include "memo/kernels/meta/meta_backend.h"
+#include "memo/cpu/cpu_backend.h"
+#include "memo/meta/meta_backend.h"
 #include "memo/memory/strategy.h"
 #include "memo/train/device_plan.h"
 #include "memo/train/trainer.h"
+#include "train/train_util.h"
 #include "test_util.h"
 
 namespace memo {
@@ -57,7 +58,6 @@ TrainOptions options(const fs::path& dir, bool gpt2) {
 }
 
 TEST(MixedPrecision, the_four_strategies_give_the_same_bf16_losses_bit_for_bit) {
-  Bf16StorageBackend mixed(cpu_backend());
   std::ostringstream quiet;
   for (const bool gpt2 : {false, true}) {
     SCOPED_TRACE(gpt2 ? "gpt2" : "llama");
@@ -70,14 +70,14 @@ TEST(MixedPrecision, the_four_strategies_give_the_same_bf16_losses_bit_for_bit) 
       if (o.activations.kind == "memo") o.activations.alpha = 0.5;
       o.out_dir = dir / kind;
       o.log_path = dir / (std::string(kind) + ".jsonl");
-      train(o, quiet, nullptr, &mixed);
+      test::train_on(o, quiet, cpu_backend(), Precision::kBf16);
       if (keep.empty()) {
         keep = test::losses(o.log_path);
         keep_bf16_peak = peak_bytes(o.log_path);
         TrainOptions f = o;  // the same run in f32, for its activation bytes
         f.out_dir = dir / "f32";
         f.log_path = dir / "f32.jsonl";
-        train(f, quiet);
+        test::train_on(f, quiet);
         keep_f32_peak = peak_bytes(f.log_path);
         EXPECT_NE(test::losses(f.log_path), keep);
       }
@@ -99,7 +99,6 @@ TEST(MixedPrecision, the_four_strategies_give_the_same_bf16_losses_bit_for_bit) 
 // agree with fp32's to a relative u = 2^-9 ~ 2e-3 (measured: ~6e-5 for both architectures).
 // Later steps follow different weights and are not bounded by it.
 TEST(MixedPrecision, the_first_bf16_loss_is_within_the_derived_tolerance_of_fp32s) {
-  Bf16StorageBackend mixed(cpu_backend());
   std::ostringstream quiet;
   for (const bool gpt2 : {false, true}) {
     SCOPED_TRACE(gpt2 ? "gpt2" : "llama");
@@ -111,8 +110,8 @@ TEST(MixedPrecision, the_first_bf16_loss_is_within_the_derived_tolerance_of_fp32
     o.out_dir = dir / "f32";
     b.log_path = dir / "bf16.jsonl";
     b.out_dir = dir / "bf16";
-    train(o, quiet);
-    train(b, quiet, nullptr, &mixed);
+    test::train_on(o, quiet);
+    test::train_on(b, quiet, cpu_backend(), Precision::kBf16);
     const double f32 = first_loss(o.log_path), low = first_loss(b.log_path);
     EXPECT_NE(f32, low);  // the roundings are there
     EXPECT_LT(std::abs(low - f32) / f32, std::ldexp(1.0, -9)) << f32 << " vs " << low;
@@ -120,7 +119,6 @@ TEST(MixedPrecision, the_first_bf16_loss_is_within_the_derived_tolerance_of_fp32
 }
 
 TEST(MixedPrecision, checkpoints_hold_f32_master_weights_and_a_bf16_run_resumes_bit_for_bit) {
-  Bf16StorageBackend mixed(cpu_backend());
   std::ostringstream quiet;
   test::TempDir dir;
   TrainOptions o = options(dir.path(), false);
@@ -129,7 +127,7 @@ TEST(MixedPrecision, checkpoints_hold_f32_master_weights_and_a_bf16_run_resumes_
   o.save_every = 2;
   o.out_dir = dir / "run";
   o.log_path = dir / "run.jsonl";
-  train(o, quiet, nullptr, &mixed);
+  test::train_on(o, quiet, cpu_backend(), Precision::kBf16);
   const fs::path step2 = fs::path(o.out_dir) / "step-00000002";
   const std::string weights = test::file_bytes(step2 / "model.safetensors");
   EXPECT_NE(weights.find("\"F32\""), std::string::npos);
@@ -139,7 +137,7 @@ TEST(MixedPrecision, checkpoints_hold_f32_master_weights_and_a_bf16_run_resumes_
   r.resume_dir = step2.string();
   r.out_dir = dir / "resumed";
   r.log_path = dir / "resumed.jsonl";
-  train(r, quiet, nullptr, &mixed);
+  test::train_on(r, quiet, cpu_backend(), Precision::kBf16);
   const auto want = test::losses(o.log_path), got = test::losses(r.log_path);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got.at(3), want.at(3));
@@ -152,7 +150,7 @@ TEST(MixedPrecision, checkpoints_hold_f32_master_weights_and_a_bf16_run_resumes_
   f.out_dir = dir / "fp32";
   f.log_path = dir / "fp32.jsonl";
   try {
-    train(f, quiet, nullptr, nullptr);
+    test::train_on(f, quiet);
     ADD_FAILURE() << "a bf16 checkpoint resumed in fp32";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("was trained in bf16 and this run is fp32: resume with "

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../memory/memory_test_util.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/memory/planned_allocator.h"
 #include "memo/memory/strategy_factory.h"
 #include "memo/model/presets.h"
@@ -66,10 +67,10 @@ TEST_P(ShapeOnlyTrace, equals_the_real_trace) {
   for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()}) {
     config.num_hidden_layers = 5;  // memo and offload move layers 0..2
     for (const auto& [batch, seq] : {std::pair<int64_t, int64_t>{2, 150}, {1, 300}}) {
-      Model model(config);
+      Model model(config, cpu_backend());
       model.init(5);
       const Trace real = trace_model_step(model, batch, seq, factory(GetParam()));
-      const Trace shapes = trace_shapes_only(config, Parallel{}, batch, seq, factory(GetParam()));
+      const Trace shapes = trace_shapes_only(cpu_backend(), config, Parallel{}, batch, seq, factory(GetParam()));
       SCOPED_TRACE(GetParam() + (config.is_gpt2() ? " gpt2" : " llama") + " batch " +
                    std::to_string(batch) + " seq " + std::to_string(seq));
       expect_same_trace(shapes, real);
@@ -100,8 +101,8 @@ TEST(ShapeOnlyPlan, planned_activation_bytes_equal_the_peak_measured_in_training
       config.num_hidden_layers = 4;
       SCOPED_TRACE(kind + (config.is_gpt2() ? " gpt2" : " llama"));
       const ActivationPlan plan =
-          plan_activations(trace_shapes_only(config, Parallel{}, 2, 200, factory(kind)));
-      Model model(config);
+          plan_activations(trace_shapes_only(cpu_backend(), config, Parallel{}, 2, 200, factory(kind)));
+      Model model(config, cpu_backend());
       model.init(9);
       PlannedAllocator arena(plan);  // throws on the first request the real step makes otherwise
       train_steps(model, arena, kind, 2, 200);
@@ -125,7 +126,7 @@ TEST(ShapeOnlyTrace, a_7b_rank_at_a_million_tokens_needs_no_memory) {
     const int64_t seq = 1 << 20, tp = 8;
     const int64_t rss_before = max_rss_bytes();
     const auto t0 = std::chrono::steady_clock::now();
-    const Trace trace = trace_shapes_only(config, Parallel{tp, 1}, 1, seq / tp, factory("memo"));
+    const Trace trace = trace_shapes_only(cpu_backend(), config, Parallel{tp, 1}, 1, seq / tp, factory("memo"));
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // One rank's layer input is 1/8 of [S, C] fp32: 2 GiB; the TP gathers hold all S tokens.
@@ -166,7 +167,7 @@ TEST(ShapeOnlyTrace, context_parallel_traces_the_ring) {
     SCOPED_TRACE(strategy);
     CommCounters comm;
     const Trace trace =
-        trace_shapes_only(config, Parallel{1, 4}, 1, 64, factory(strategy), DType::kF32, &comm);
+        trace_shapes_only(cpu_backend(), config, Parallel{1, 4}, 1, 64, factory(strategy), DType::kF32, &comm);
     int64_t rings = 0;
     for (const TracedRequest& r : trace.requests)
       if (r.name == "cp.kv_ring" || r.name == "cp.kv_ring_next") {
@@ -201,7 +202,7 @@ TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
         const int64_t rank_tokens = 64;                        // T' = T / t
         const int64_t block = (tp - 1) * rank_tokens * C * 2;  // bf16
         CommCounters cp, tpc;
-        const Trace trace = trace_shapes_only(config, Parallel{tp, 1}, 1, rank_tokens,
+        const Trace trace = trace_shapes_only(cpu_backend(), config, Parallel{tp, 1}, 1, rank_tokens,
                                               factory(strategy), DType::kBF16, &cp, &tpc);
         const int64_t forwards = std::string(strategy) == "recompute" ? 2 * L - 1 : L;
         const int64_t T = tp * rank_tokens;
@@ -229,9 +230,9 @@ TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
 TEST(ShapeOnlyTrace, a_bf16_trace_keeps_statistics_and_the_loss_path_in_f32) {
   for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()}) {
     SCOPED_TRACE(config.is_gpt2() ? "gpt2" : "llama");
-    const Trace f32 = trace_shapes_only(config, Parallel{2, 2}, 1, 64, factory("memo"));
+    const Trace f32 = trace_shapes_only(cpu_backend(), config, Parallel{2, 2}, 1, 64, factory("memo"));
     const Trace bf16 =
-        trace_shapes_only(config, Parallel{2, 2}, 1, 64, factory("memo"), DType::kBF16);
+        trace_shapes_only(cpu_backend(), config, Parallel{2, 2}, 1, 64, factory("memo"), DType::kBF16);
     ASSERT_EQ(f32.requests.size(), bf16.requests.size());
     const std::set<std::string> f32_names = {"inv_rms1",
                                              "inv_rms2",
@@ -269,7 +270,7 @@ TEST(ShapeOnlyTrace, a_tensor_parallel_model_holds_its_ranks_parts) {
   for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()}) {
     SCOPED_TRACE(config.is_gpt2() ? "gpt2" : "llama");
     ShapeCommunicator group(2, 1);
-    Model model(config);
+    Model model(config, cpu_backend());
     const int64_t whole = model.layout().count();
     model.set_parallel({2, 1}, &group);
     EXPECT_TRUE(model.tensor_parallel());

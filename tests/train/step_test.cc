@@ -16,7 +16,7 @@
 #include "../memory/memory_test_util.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/random.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/sgd.h"
 #include "memo/parallel/self_communicator.h"
 #include "memo/train/evaluate.h"
@@ -168,7 +168,7 @@ TEST(TrainStep, a_step_of_fewer_micro_batches_is_their_mean_and_the_probe_follow
   EXPECT_EQ(0, std::memcmp(want.data(), f.model.grads(), size_t(n) * sizeof(float)));
   EXPECT_EQ(g.loss, loss_sum / double(k * Fixture::kRows * Fixture::kSeq));
 
-  GradNoiseProbe probe(n, Fixture::kMicro, Fixture::kRows * Fixture::kSeq);
+  GradNoiseProbe probe(n, Fixture::kMicro, Fixture::kRows * Fixture::kSeq, {}, cpu_backend());
   TrainStep probed(f.model, sgd, f.strategy, f.alloc, shape, f.source(), &probe, f.dp);
   const StepGradients gp = probed.gradients(1, k);
   EXPECT_EQ(gp.loss, g.loss);

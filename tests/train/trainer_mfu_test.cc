@@ -12,6 +12,7 @@
 #include "memo/io/config_json.h"
 #include "memo/model/model.h"
 #include "memo/train/trainer.h"
+#include "train/train_util.h"
 #include "test_util.h"
 
 namespace memo {
@@ -34,7 +35,7 @@ TEST(TrainerMfu, a_datasheet_peak_adds_mfu_against_it_beside_the_measured_one) {
   o.out_dir = dir / "plain";
   o.log_path = dir / "plain.jsonl";
   std::ostringstream quiet;
-  train(o, quiet);
+  test::train_on(o, quiet);
   for (const nlohmann::json& r : records(o.log_path)) EXPECT_FALSE(r.contains("mfu_peak"));
   EXPECT_EQ(quiet.str().find("bf16 peak"), std::string::npos);
 
@@ -43,7 +44,7 @@ TEST(TrainerMfu, a_datasheet_peak_adds_mfu_against_it_beside_the_measured_one) {
   o.device_peak_flops = 1e9;
   o.device_peak_name = "Test GPU";
   std::ostringstream progress;
-  train(o, progress);
+  test::train_on(o, progress);
   const double flops_per_token = train_flops_per_token(load_model_config(o.config_path), o.seq);
   const auto recs = records(o.log_path);
   ASSERT_EQ(recs.size(), 2u);

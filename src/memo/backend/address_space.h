@@ -1,6 +1,6 @@
 // Address ranges with no memory behind them: what the meta backend hands out as "memory", so the
 // real model and strategy code can run a step of any size with shapes and sizes only (Note [Meta
-// backend] in kernels/meta/meta_backend.h).
+// backend] in meta/meta_backend.h).
 #pragma once
 
 #include <cstdint>

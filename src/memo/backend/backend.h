@@ -1,10 +1,10 @@
 // The one interface between the engine and a device: memory spaces, streams, the reproducibility
 // promise, and every kernel the model, the strategies and the optimiser step call. Layers hold a
-// Backend& and never name an implementation. Implementations: CpuBackend (kernels/cpu/, today's
-// fp32 kernels), MetaBackend (kernels/meta/, shapes and address ranges only: what planning traces
-// with), and CUDA (kernels/cuda/, issue #10). See docs/architecture.md for where a new one plugs
+// Backend& and never name an implementation. Implementations: CpuBackend (cpu/, today's
+// fp32 kernels), MetaBackend (meta/, shapes and address ranges only: what planning traces
+// with), and CUDA (cuda/, issue #10). See docs/architecture.md for where a new one plugs
 // in. Kernel semantics (math, argument order, += versus =) are those stated in
-// kernels/cpu/kernels.h; every implementation runs the entry checks of kernels/checks.h first.
+// cpu/kernels.h; every implementation runs the entry checks of backend/checks.h first.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,9 @@ class Backend {
   virtual const char* name() const = 0;  // "cpu", "meta", "cuda"
   // One line for the start-of-run log (the BLAS and its kernel on the CPU, the GPU on CUDA).
   virtual std::string describe() const = 0;
+  // A one-line warning about how this backend will run, for the start of a run (the CPU: a BLAS
+  // kernel below or above what the processor supports); empty when there is none.
+  virtual std::string warning() const { return ""; }
   // The accelerator's product name as its driver reports it ("NVIDIA H200"), for finding its
   // datasheet in hardware/; empty for the CPU and meta backends.
   virtual std::string device_name() const = 0;
@@ -38,7 +41,7 @@ class Backend {
   // Note [Reproducible rows]
   // A per-token product over rows [r0, r1) of a [T, *] tensor gives the same bits as the same
   // rows of the product over all T rows whenever r0 is a multiple of reproducible_rows() (the CPU:
-  // its 128-row token panels, Note [Token panels] in kernels/cpu/matmul.cc). The memo strategy
+  // its 128-row token panels, Note [Token panels] in cpu/matmul.cc). The memo strategy
   // rounds its offloaded rows (alpha) down to this granularity, and Architecture::recompute_tokens
   // refuses other starts, so every strategy gives bitwise-identical losses. 0: the backend promises
   // no such granularity; memo then splits at any row and its losses agree with keep's only within
@@ -105,7 +108,7 @@ class Backend {
   // (inv_rms, mean, rstd, dw, db, dwte) stay f32. Bf16StorageBackend hands such calls over.
   virtual bool bf16_elementwise() const { return false; }
 
-  // --- kernels: see kernels/cpu/kernels.h for the math of each ---
+  // --- kernels: see cpu/kernels.h for the math of each ---
   virtual void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
                       float alpha = 1.0f, float beta = 0.0f) = 0;
   // Per-token products (c, a: [T, *] rows; b: [N, K] weights), bit-exact on any row range that
@@ -135,12 +138,12 @@ class Backend {
   virtual void bias_backward(Tensor db, ConstTensor dy) = 0;
   // Token ids live in the device space: where the host cannot read it, the model checks them
   // against the vocabulary (DataError naming the position) and copies them there; a backend
-  // whose host can read them checks them again (kernels/checks.h).
+  // whose host can read them checks them again (backend/checks.h).
   virtual void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) = 0;
   virtual void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) = 0;
   virtual void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
                              View<const int32_t> targets, float grad_scale) = 0;
-  // The loss over a tensor-parallel rank's part of the vocabulary (kernels/cpu/kernels.h).
+  // The loss over a tensor-parallel rank's part of the vocabulary (cpu/kernels.h).
   virtual void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
                                        View<const int32_t> targets) = 0;
   virtual void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
@@ -172,13 +175,13 @@ class Backend {
                                   Tensor scratch, AttnMask mask) = 0;
   virtual void attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) = 0;
 
-  // Causal attention of n new rows over a key/value cache (generation), see kernels/cpu/kernels.h.
+  // Causal attention of n new rows over a key/value cache (generation), see cpu/kernels.h.
   virtual int64_t attention_decode_scratch_numel(int64_t keys) = 0;
   virtual void attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v,
                                 int64_t first, int64_t n_heads, int64_t n_kv_heads,
                                 Tensor scratch) = 0;
 
-  // --- elementwise and reductions (kernels/cpu/tensor_ops.h) ---
+  // --- elementwise and reductions (cpu/tensor_ops.h) ---
   virtual void copy(Tensor dst, ConstTensor src) = 0;
   // dst = src in dst's dtype, element for element (contiguous, equal element counts): f32 to bf16
   // rounds to nearest even (NaN stays NaN), bf16 to f32 is exact, a dtype to itself copies. The
@@ -198,7 +201,7 @@ class Backend {
   virtual double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
                                   View<double> partial) = 0;
 
-  // --- optimiser updates of one tensor (math: kernels/cpu/optim_kernels.h; the scalars:
+  // --- optimiser updates of one tensor (math: cpu/optim_kernels.h; the scalars:
   // backend/optim_steps.h). A state tensor the options switch off is passed empty. ---
   virtual void sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) = 0;
   virtual void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) = 0;

@@ -1,6 +1,6 @@
 // The scalars of one optimiser update of one tensor, as the optimisers (optim/) compute them on
 // the host each step and hand them to a backend's update kernel (backend/backend.h). The math of
-// each update is stated at its CPU kernel (kernels/cpu/optim_kernels.h).
+// each update is stated at its CPU kernel (cpu/optim_kernels.h).
 #pragma once
 
 #include <cstdint>

@@ -13,12 +13,10 @@
 #include "memo/cli/commands.h"
 #include "memo/core/random.h"
 #include "memo/io/config_json.h"
-#include "memo/kernels/cpu/cpu_backend.h"
-#include "memo/kernels/cpu/kernels.h"
+#include "memo/cli/runtime.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/optim/adamw.h"
-#include "memo/parallel/self_communicator.h"
 #include "memo/train/step.h"
 
 namespace memo::cli {
@@ -31,16 +29,15 @@ int64_t peak_rss_bytes() {
 }
 
 // memo bench: a timed training step (forward, backward, AdamW) on random tokens.
-nlohmann::json run_bench(const std::string& config_path, int64_t seq, int64_t batch,
-                         int64_t steps) {
+nlohmann::json run_bench(Runtime& runtime, const std::string& config_path, int64_t seq,
+                         int64_t batch, int64_t steps) {
   const ModelConfig config = load_model_config(config_path);
-  if (const std::string w = cpu::blas_warning(); !w.empty())
+  Backend& backend = runtime.backend();
+  if (const std::string w = backend.warning(); !w.empty())
     std::cerr << "memo: warning: " << w << "\n";
-  CpuBackend& backend = cpu_backend();
-  SelfCommunicator data_parallel(backend);
   Model model(config, backend);
   model.init(1);
-  AdamW opt(model.layout(), AdamWOptions{}, decay_matrices_only(model.layout()));
+  AdamW opt(model.layout(), AdamWOptions{}, decay_matrices_only(model.layout()), backend);
   CachingAllocator alloc(0, backend.allocator(backend.device_space()));
   KeepStrategy strategy(model.skeletal(), alloc);
   // The same random tokens every step, drawn once: the timed loop copies them, as a sampler would.
@@ -55,7 +52,7 @@ nlohmann::json run_bench(const std::string& config_path, int64_t seq, int64_t ba
   };
   // The trainer's step (train/step.h): one micro-batch of the whole batch, no clipping.
   TrainStep train_step(model, opt, strategy, alloc, StepShape{batch, seq, 1}, fixed_tokens, nullptr,
-                       data_parallel);
+                       runtime.world());
   auto one_step = [&] { train_step.update(train_step.gradients(1), 1e-4, 0.0); };
   one_step();  // warm-up: first-touch allocations
   const auto t0 = std::chrono::steady_clock::now();
@@ -74,7 +71,8 @@ nlohmann::json run_bench(const std::string& config_path, int64_t seq, int64_t ba
           {"mfu", flops / step_s / peak},
           {"activation_peak_bytes", alloc.peak_live_bytes()},
           {"peak_rss_bytes", peak_rss_bytes()},
-          {"blas", cpu::blas_name()}};
+          {"backend", backend.describe()},
+          {"precision", precision_name(runtime.precision())}};
 }
 
 }  // namespace
@@ -91,8 +89,12 @@ void add_bench_command(CLI::App& app) {
   bench->add_option("--batch", o->batch, "Sequences per step")->capture_default_str();
   bench->add_option("--steps", o->steps, "Timed steps after one warm-up step")
       ->capture_default_str();
-  bench->callback(
-      [o] { std::cout << run_bench(o->config, o->seq, o->batch, o->steps).dump() << "\n"; });
+  auto device = std::make_shared<RuntimeFlags>();
+  add_runtime_flags(*bench, *device);
+  bench->callback([o, device] {
+    const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);
+    std::cout << run_bench(*runtime, o->config, o->seq, o->batch, o->steps).dump() << "\n";
+  });
 }
 
 }  // namespace memo::cli

@@ -4,12 +4,13 @@
 
 #include <CLI/CLI.hpp>
 
-#include "memo/parallel/communicator.h"
+#include "memo/mpi/mpi_communicator.h"
 
 namespace memo::cli {
 
-// world: the MPI job this process is one rank of (null: not started by mpirun).
-void add_train_command(CLI::App& app, Communicator* world);
+// world: the MPI job this process is one rank of (null: not started by mpirun); the command
+// builds its runtime over it (cli/runtime.h).
+void add_train_command(CLI::App& app, MpiCommunicator* world);
 void add_eval_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_plan_command(CLI::App& app);

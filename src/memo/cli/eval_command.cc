@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memo/cli/commands.h"
-#include "memo/cli/device_flags.h"
+#include "memo/cli/runtime.h"
 #include "memo/core/error.h"
 #include "memo/io/checkpoint.h"
 #include "memo/train/evaluate.h"
@@ -40,13 +40,13 @@ void add_eval_command(CLI::App& app) {
   eval->add_option("--batch", o->batch, "Windows per forward")->capture_default_str();
   eval->add_option("--batches", o->batches, "Forwards to average over; 0: every window")
       ->capture_default_str();
-  auto device = std::make_shared<DeviceFlags>();
-  add_device_flags(*eval, *device);
+  auto device = std::make_shared<RuntimeFlags>();
+  add_runtime_flags(*eval, *device);
   eval->callback([o, device] {
     const std::filesystem::path dir = find_latest_checkpoint(o->checkpoint);
     LoadedCheckpoint ckpt = load_checkpoint(dir);
-    const DeviceChoice where(*device);
-    Model model(ckpt.config, where.backend());
+    const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);
+    Model model(ckpt.config, runtime->backend());
     load_model_tensors(model, ckpt.model);
     const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
     const int64_t vocab = ckpt.config.vocab_size;

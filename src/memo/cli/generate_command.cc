@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "memo/cli/commands.h"
-#include "memo/cli/device_flags.h"
+#include "memo/cli/runtime.h"
 #include "memo/io/checkpoint.h"
 #include "memo/train/generate.h"
 #include "memo/train/trainer.h"
@@ -37,13 +37,13 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--stream", o->stream, "Print each token as it is generated");
   cmd->add_flag("--no-kv-cache", o->no_kv_cache,
                 "Re-run the whole sequence for every token (the slow baseline, for comparison)");
-  auto device = std::make_shared<DeviceFlags>();
-  add_device_flags(*cmd, *device);
+  auto device = std::make_shared<RuntimeFlags>();
+  add_runtime_flags(*cmd, *device);
   cmd->callback([o, device] {
     const std::filesystem::path dir = find_latest_checkpoint(o->checkpoint);
     LoadedCheckpoint ckpt = load_checkpoint(dir);
-    const DeviceChoice where(*device);
-    Model model(ckpt.config, where.backend());
+    const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);
+    Model model(ckpt.config, runtime->backend());
     load_model_tensors(model, ckpt.model);
     const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
     o->generate.kv_cache = !o->no_kv_cache;

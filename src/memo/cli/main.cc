@@ -8,7 +8,7 @@
 
 #include "memo/cli/commands.h"
 #include "memo/core/error.h"
-#include "memo/parallel/mpi_communicator.h"
+#include "memo/mpi/mpi_communicator.h"
 
 int main(int argc, char** argv) {
   // Under mpirun every rank runs this same command. The world outlives every subcommand, so a rank

@@ -19,14 +19,14 @@
 
 #include "memo/backend/bf16_storage.h"
 #include "memo/cli/commands.h"
-#include "memo/cli/device_flags.h"
+#include "memo/cli/runtime.h"
 #include "memo/core/units.h"
 #include "memo/cuda/cuda_sizes.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
 #include "memo/io/hardware_json.h"
-#include "memo/kernels/cpu/cpu_backend.h"
-#include "memo/kernels/meta/meta_backend.h"
+#include "memo/cpu/cpu_backend.h"
+#include "memo/meta/meta_backend.h"
 #include "memo/memory/timeline.h"
 #include "memo/model/presets.h"
 #include "memo/parallel/shape_communicator.h"
@@ -435,7 +435,7 @@ void run_cluster_plan(const PlanCommandOptions& o) {
   else
     strategies.assign(std::begin(kStrategyNames), std::end(kStrategyNames));
   std::vector<ClusterPlan> plans;
-  for (const std::string& s : strategies) plans.push_back(plan_cluster(config, o.seq, s, co));
+  for (const std::string& s : strategies) plans.push_back(plan_cluster(cpu_backend(), config, o.seq, s, co));
   if (o.json) {
     if (plans.size() == 1) {
       std::cout << cluster_json(plans.front()).dump(2) << "\n";

@@ -23,6 +23,7 @@
 
 #include "memo/cli/commands.h"
 #include "memo/cli/optimizer_flags.h"
+#include "memo/cli/runtime.h"
 #include "memo/core/error.h"
 #include "memo/core/units.h"
 #include "memo/data/token_data.h"
@@ -93,7 +94,7 @@ std::string fixed1(double v) {
   return buf;
 }
 
-void run_sweep(SweepOptions s, const OptimizerChoice& optimizer) {
+void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimizer) {
   if ((s.tokens > 0) == (s.steps > 0))
     throw ConfigError(
         "give exactly one of --tokens N (tokens per run) and --steps N (steps per run)");
@@ -163,7 +164,7 @@ void run_sweep(SweepOptions s, const OptimizerChoice& optimizer) {
         o.lr = lr;
         o.batch_tokens = batch;
         o.max_steps = s.steps > 0 ? s.steps : std::max<int64_t>(1, s.tokens / batch);
-        const ShortRunResult r = run_short(config, *train, val ? &*val : nullptr, o);
+        const ShortRunResult r = run_short(runtime.backend(), config, *train, val ? &*val : nullptr, o);
         nlohmann::json line = key;
         nlohmann::json curve = nlohmann::json::array();
         for (const CurvePoint& p : r.curve) curve.push_back({p.step, p.tokens, p.loss});
@@ -279,10 +280,14 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--extra-steps", s->run.extra_steps,
                   "Steps after the target whose loss reduction is recorded")
       ->capture_default_str();
-  cmd->callback([s, optim, target, target_opt] {
+  auto device = std::make_shared<RuntimeFlags>();
+  add_runtime_flags(*cmd, *device);
+  cmd->callback([s, optim, target, target_opt, device] {
     SweepOptions o = *s;
     if (target_opt->count() > 0) o.run.target_losses = *target;
-    run_sweep(o, resolve_optimizer(*optim));
+    const OptimizerChoice optimizer = resolve_optimizer(*optim);
+    const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);
+    run_sweep(*runtime, o, optimizer);
   });
 }
 

@@ -6,50 +6,16 @@
 
 #include "memo/cli/batch_schedule_flags.h"
 #include "memo/cli/commands.h"
-#include "memo/cli/device_flags.h"
+#include "memo/cli/runtime.h"
 #include "memo/cli/optimizer_flags.h"
 #include "memo/core/error.h"
 #include "memo/core/units.h"
 #include "memo/io/hardware_json.h"
 #include "memo/train/trainer.h"
-#if MEMO_HAVE_NCCL
-#include "memo/cuda/cuda_backend.h"
-#include "memo/nccl/nccl_communicator.h"
-#include "memo/parallel/mpi_communicator.h"
-#endif
 
 namespace memo::cli {
 
-namespace {
-
-// Between GPUs the job's collectives go over NCCL (device buffers), bootstrapped over the MPI
-// world, its stream ordered after the backend's compute stream; null where they stay as they are
-// (the CPU: MPI or none).
-std::unique_ptr<Communicator> gpu_communicator(const DeviceChoice& where, Communicator* world,
-                                               bool nccl) {
-  const bool cuda = where.cuda();
-  if (nccl && !cuda) throw ConfigError("--nccl needs --device cuda");
-  if (!cuda || (!world && !nccl)) return nullptr;
-#if MEMO_HAVE_NCCL
-  std::unique_ptr<NcclCommunicator> c;
-  if (world) {
-    auto* mpi = dynamic_cast<MpiCommunicator*>(world);
-    MEMO_CHECK(mpi, "--device cuda under mpirun: the job's world is not MPI");
-    c = NcclCommunicator::over(*mpi);
-  } else {
-    c = NcclCommunicator::single(cuda_device(where.device()));
-  }
-  c->follow(static_cast<cudaStream_t>(cuda_compute_stream(where.device())));
-  return c;
-#else
-  throw ConfigError(
-      "--device cuda with NCCL (under mpirun, or --nccl): this memo was built without NCCL");
-#endif
-}
-
-}  // namespace
-
-void add_train_command(CLI::App& app, Communicator* world) {
+void add_train_command(CLI::App& app, MpiCommunicator* world) {
   auto t = std::make_shared<TrainOptions>();
   CLI::App* train = app.add_subcommand("train", "Train a model");
   train->add_option("--config", t->config_path,
@@ -95,12 +61,8 @@ void add_train_command(CLI::App& app, Communicator* world) {
   train->add_option("--init-from", t->init_from,
                     "Start from this checkpoint's weights with a fresh optimiser");
   train->add_option("--log", t->log_path, "JSON-lines log, one object per step");
-  auto device = std::make_shared<DeviceFlags>();
-  add_device_flags(*train, *device);
-  auto nccl = std::make_shared<bool>(false);
-  train->add_flag("--nccl", *nccl,
-                  "--device cuda: reduce over NCCL even without mpirun (a group of one GPU; "
-                  "under mpirun --device cuda always does)");
+  auto device = std::make_shared<RuntimeFlags>();
+  add_runtime_flags(*train, *device, true);
   auto gpu = std::make_shared<std::string>();
   train->add_option("--gpu", *gpu,
                     "--device cuda: the GPU's datasheet (a name in --hardware-dir, e.g. h200, or a "
@@ -150,7 +112,7 @@ void add_train_command(CLI::App& app, Communicator* world) {
                     "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
   auto schedule = std::make_shared<BatchScheduleFlags>();
   add_batch_schedule_flags(*train, *schedule);
-  train->callback([t, out, optim, device, nccl, gpu, hardware_dir, device_memory, host_memory,
+  train->callback([t, out, optim, device, gpu, hardware_dir, device_memory, host_memory,
                    alpha, alpha_opt, schedule, lr, world] {
     TrainOptions o = *t;
     o.optimizer = resolve_optimizer(*optim);
@@ -174,15 +136,15 @@ void add_train_command(CLI::App& app, Communicator* world) {
     }
     if (!gpu->empty() && device->device != "cuda")
       throw ConfigError("--gpu names the GPU of --device cuda");
-    const DeviceChoice where(*device);
+    const std::unique_ptr<Runtime> runtime = make_runtime(*device, world, std::cout);
     // The default budget: the GPU's free memory less a reserve for what runs outside the plan
     // (NCCL's buffers, the matrix-product peak measured at start, validation's caching allocator,
     // rope tables, the backend's scratch): 5%, at least 1 GiB.
     if (device_memory->empty())
-      if (const int64_t free = where.backend().device_free_bytes(); free > 0)
+      if (const int64_t free = runtime->backend().device_free_bytes(); free > 0)
         o.device_memory_bytes =
             std::max<int64_t>(free - std::max<int64_t>(int64_t(1) << 30, free / 20), 1);
-    if (const std::string name = where.backend().device_name(); !name.empty()) {
+    if (const std::string name = runtime->backend().device_name(); !name.empty()) {
       const std::optional<GpuSpec> spec =
           gpu->empty() ? match_gpu(name, *hardware_dir) : find_gpu(*gpu, *hardware_dir);
       if (spec) {
@@ -190,8 +152,7 @@ void add_train_command(CLI::App& app, Communicator* world) {
         o.device_peak_name = spec->name;
       }
     }
-    const std::unique_ptr<Communicator> gpus = gpu_communicator(where, world, *nccl);
-    memo::train(o, std::cout, gpus ? gpus.get() : world, where.backend_or_null());
+    memo::train(o, *runtime);
   });
 }
 

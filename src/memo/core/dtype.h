@@ -31,7 +31,7 @@ const char* dtype_name(DType t);  // "f32", "bf16", "f16", "f8e4m3"
 
 // Where the bytes are. On the CPU backend the device is host memory (a budgeted arena in RAM) and
 // pinned host memory is ordinary memory; meta memory is address ranges with nothing behind them
-// (Note [Meta backend] in kernels/meta/meta_backend.h).
+// (Note [Meta backend] in meta/meta_backend.h).
 enum class MemSpace : uint8_t { kHost, kPinnedHost, kDevice, kMeta };
 const char* space_name(MemSpace s);  // "host", "pinned host", "device", "meta"
 

@@ -1,10 +1,10 @@
 // The arithmetic of every CUDA kernel, as plain functions of one work item (an element, a row, a
 // column or an attention query), compiled twice: by nvcc into the kernels of cuda_backend.cu
 // (each thread calls one body), and by the host compiler into tests/cuda/bodies_test.cc, which
-// runs every item on the CPU and compares with the CPU kernels (kernels/cpu/). So the logic of
+// runs every item on the CPU and compares with the CPU kernels (cpu/). So the logic of
 // each GPU kernel is tested on machines without a GPU; what only a GPU can show (launch shapes,
 // streams, cuBLASLt) is tested by tests/gpu/cuda_backend_test.cc where one is present.
-// Semantics are those of kernels/cpu/kernels.h; row and column sums run in double in index order,
+// Semantics are those of cpu/kernels.h; row and column sums run in double in index order,
 // as the CPU kernels do, so every result is deterministic.
 #pragma once
 
@@ -339,7 +339,7 @@ MEMO_HD inline void cross_entropy_row(float* losses, Mat dlogits, CMat logits,
   ce_grad_part(dlogits, logits, t, m, sum, y, grad_scale, 0, 1);
 }
 
-// --- vocabulary-parallel cross-entropy of row t (kernels/cpu/kernels.h); stats [2, T] of this
+// --- vocabulary-parallel cross-entropy of row t (cpu/kernels.h); stats [2, T] of this
 // rank, then [2 ranks, T] of all: row 2r the maxima, row 2r + 1 the sums; target ids < 0 are
 // another rank's ---
 MEMO_HD inline void vocab_parallel_ce_stats_row(float* stats, float* target_logit, CMat logits,
@@ -369,7 +369,7 @@ MEMO_HD inline void vocab_parallel_ce_row(float* losses, Mat dlogits, CMat logit
   if (targets[t] >= 0) dlogits.at(t, targets[t]) -= grad_scale;
 }
 
-// --- attention (kernels/cpu/kernels.h): q [B*S, H*D], k, v [B*S, Hkv*D], lse [B, H, S]
+// --- attention (cpu/kernels.h): q [B*S, H*D], k, v [B*S, Hkv*D], lse [B, H, S]
 // contiguous; G = H / Hkv query heads share a key-value head. One query row (b, h, i) of the
 // forward and of dq; one key row (b, kv head, j) of dk, dv. The row's own vectors (q and the
 // accumulators; k, v for dk, dv) are per-thread arrays of kMaxD >= D floats. With kExact, D is
@@ -491,7 +491,7 @@ MEMO_HD inline void attention_dkdv_row(Mat dk, Mat dv, CMat dout, CMat q, CMat k
     dv.at(krow, kh * D + d) = acc_v[d];
   }
 }
-// attention_merge of one (row bs, head h): see kernels/cpu/attention_merge.cc.
+// attention_merge of one (row bs, head h): see cpu/attention_merge.cc.
 MEMO_HD inline void attention_merge_item(Mat o, float* lse, CMat o_part, const float* lse_part,
                                          int64_t H, int64_t S, int64_t D, int64_t bs, int64_t h) {
   const int64_t b = bs / S, s = bs % S, li = (b * H + h) * S + s;
@@ -528,7 +528,7 @@ MEMO_HD inline void attention_decode_item(Mat o, CMat q, CMat k, CMat v, int64_t
   for (int64_t d = 0; d < D; ++d) o.at(i, h * D + d) = acc[d] / l;
 }
 
-// --- optimiser updates of element j (kernels/cpu/optim_kernels.h); null state: switched off ---
+// --- optimiser updates of element j (cpu/optim_kernels.h); null state: switched off ---
 MEMO_HD inline void sgd_elem(float* p, float* buf, const float* g, SgdStep s, int64_t j) {
   const float d = g[j] + s.weight_decay * p[j];
   if (!buf) {
@@ -585,7 +585,7 @@ MEMO_HD inline void lion_elem(float* p, float* m, const float* g, LionStep s, in
   m[j] = s.beta2 * m[j] + (1.0f - s.beta2) * g[j];
 }
 
-// --- Adafactor (kernels/cpu/optim_kernels.cc, the same expressions and orders) ---
+// --- Adafactor (cpu/optim_kernels.cc, the same expressions and orders) ---
 // Factored second moment of an [R, C] gradient: row r's and column c's EMA of mean(g^2 + eps1).
 MEMO_HD inline void adafactor_row(float* row, const float* g, int64_t C, float b, float eps1,
                                   int64_t r) {
@@ -653,7 +653,7 @@ MEMO_HD inline double chunk_sum(CMat x, bool squares, int64_t k) {
   }
   return s;
 }
-// The noise probe's pass over chunk k of g (kernels/cpu/tensor_ops.cc: 2^14 elements, 8 double
+// The noise probe's pass over chunk k of g (cpu/tensor_ops.cc: 2^14 elements, 8 double
 // lanes, the same order), pass 0 first, 1 middle, 2 last. Returns the chunk's sum of squares.
 inline constexpr int64_t kNoiseProbeChunk = int64_t(1) << 14;
 MEMO_HD inline double noise_probe_chunk(float* g, float* sum, int pass, int64_t n, int64_t k) {

@@ -24,8 +24,8 @@
 #include "memo/cuda/chunked_attention.h"
 #include "memo/cuda/cuda_backend.h"
 #include "memo/cuda/flash_attention.h"
-#include "memo/kernels/checks.h"
-#include "memo/kernels/cpu/kernels.h"
+#include "memo/backend/checks.h"
+#include "memo/cpu/kernels.h"
 
 namespace memo {
 namespace {
@@ -1609,19 +1609,20 @@ class CudaBackend final : public Backend {
   int gpu_ = 0;              // the device index
 };
 
-CudaBackend::CudaBackend(int device) {
-  int count = 0;
+int cuda_device_count() {
+  int count = 0;  // left unwritten without a driver (DESIGN.md section 7)
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
     cudaGetLastError();
     throw ConfigError(str("--device cuda: no CUDA GPU can be used here (",
                           e != cudaSuccess ? cudaGetErrorString(e) : "no device found", ")"));
   }
-  if (device < 0) {
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    device = (local ? std::atoi(local) : 0) % count;
-  }
-  if (device >= count)
+  return count;
+}
+
+CudaBackend::CudaBackend(int device) {
+  const int count = cuda_device_count();
+  if (device < 0 || device >= count)
     throw ConfigError(str("--device cuda: GPU ", device, " does not exist (", count, " found)"));
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   gpu_ = device;

@@ -17,11 +17,12 @@
 
 namespace memo {
 
-// The backend on GPU `device`; -1: this process's GPU, its local rank under mpirun
-// (OMPI_COMM_WORLD_LOCAL_RANK) modulo the GPUs it sees, as the NCCL communicator picks it, else 0.
-// Throws ConfigError with a one-line reason where no CUDA GPU can be used (no driver, no device, a
-// driver too old for this build).
-std::unique_ptr<Backend> make_cuda_backend(int device = -1);
+// The GPUs this process sees. Throws ConfigError with a one-line reason where no CUDA GPU can be
+// used (no driver, no device, a driver too old for this build).
+int cuda_device_count();
+// The backend on GPU `device` (the command line picks it: cli/runtime.h). Throws ConfigError as
+// cuda_device_count does, or where the GPU does not exist.
+std::unique_ptr<Backend> make_cuda_backend(int device);
 // cuBLASLt's version (e.g. 130100), opening it first if no backend has (Note [Loading cuBLASLt] in
 // cuda_backend.cu: memo loads it at run time, only for --device cuda); needs no GPU. Throws
 // ConfigError naming the library where it cannot be opened or lacks a function memo calls.

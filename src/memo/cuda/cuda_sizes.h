@@ -9,7 +9,7 @@
 
 #include "memo/cuda/chunked_attention.h"
 #include "memo/cuda/flash_attention.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/cpu/cpu_backend.h"
 
 namespace memo {
 

@@ -1,7 +1,7 @@
 // Note [Flash attention]
 // CUDA's bf16 attention fused into one kernel forward and two backward, FlashAttention-2's
 // schedule (Dao 2023) on the tensor cores' warp-level product mma.sync.m16n8k16 (bf16 in, f32
-// accumulate), with memo's semantics (kernels/cpu/kernels.h: causal or full, grouped-query heads,
+// accumulate), with memo's semantics (cpu/kernels.h: causal or full, grouped-query heads,
 // lse = m + log l of the scaled scores, [B, H, S] f32):
 //
 //   forward (a block: 64 query rows of one head; 4 warps of 16 rows): for each tile of 64 keys,

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "memo/core/error.h"
-#include "memo/kernels/checks.h"
+#include "memo/backend/checks.h"
 #include "memo/model/architecture.h"
 
 namespace memo {

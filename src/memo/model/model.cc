@@ -6,8 +6,7 @@
 #include <vector>
 
 #include "memo/core/error.h"
-#include "memo/kernels/checks.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/backend/checks.h"
 
 namespace memo {
 namespace {
@@ -47,7 +46,6 @@ class Layers final : public LayerRunner {
 
 }  // namespace
 
-Model::Model(const ModelConfig& config) : Model(config, cpu_backend()) {}
 
 Model::Model(const ModelConfig& config, Backend& backend)
     : backend_(&backend),

@@ -28,9 +28,8 @@ class Model {
  public:
   // Parameters and gradients (zeroed) in the backend's device space; every kernel runs on it.
   // With the meta backend both are address ranges without memory (Note [Meta backend] in
-  // kernels/meta/meta_backend.h): a 65B model traced on a laptop. The backend must outlive the
-  // model. The one-argument form runs on the process's CPU backend.
-  explicit Model(const ModelConfig& config);
+  // meta/meta_backend.h): a 65B model traced on a laptop. The backend must outlive the
+  // model.
   Model(const ModelConfig& config, Backend& backend);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

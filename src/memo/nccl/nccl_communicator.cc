@@ -48,12 +48,7 @@ void check_sum_dtype(const ConstTensor& t, const char* op) {
 
 }  // namespace
 
-std::unique_ptr<NcclCommunicator> NcclCommunicator::over(MpiCommunicator& world) {
-  int devices = 0;
-  check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  if (devices == 0) throw ConfigError("NCCL needs a GPU: this process sees none");
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  const int device = (local ? std::atoi(local) : world.rank()) % devices;
+std::unique_ptr<NcclCommunicator> NcclCommunicator::over(MpiCommunicator& world, int device) {
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   // rank 0's unique id, as raw bytes in floats (MPI copies them unchanged between like hosts)
   ncclUniqueId id;

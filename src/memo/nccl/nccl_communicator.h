@@ -23,15 +23,16 @@
 #include <memory>
 
 #include "memo/parallel/communicator.h"
-#include "memo/parallel/mpi_communicator.h"
+#include "memo/mpi/mpi_communicator.h"
 
 namespace memo {
 
 class NcclCommunicator final : public Communicator {
  public:
-  // The job's GPUs as one group: rank r of `world` on GPU (local rank mod visible GPUs), the
-  // unique id made by rank 0 and broadcast over `world`. Collective over world.
-  static std::unique_ptr<NcclCommunicator> over(MpiCommunicator& world);
+  // The job's GPUs as one group: rank r of `world` on this process's GPU `device` (the one its
+  // backend runs on: cli/runtime.h picks it), the unique id made by rank 0 and broadcast over
+  // `world`. Collective over world.
+  static std::unique_ptr<NcclCommunicator> over(MpiCommunicator& world, int device);
   // A group of one on GPU `device`, without MPI (a process not started by mpirun).
   static std::unique_ptr<NcclCommunicator> single(int device = 0);
   ~NcclCommunicator() override;

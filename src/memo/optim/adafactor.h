@@ -13,7 +13,7 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/backend/backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -33,7 +33,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdafactorOptions, beta1, decay_e
 class Adafactor final : public Optimizer {
  public:
   Adafactor(const ParamLayout& layout, AdafactorOptions options, std::vector<bool> decay,
-            Backend& backend = cpu_backend());
+            Backend& backend);
   // Floats of the state buffers for layout: the factored second moment (rows + columns of each
   // matrix, every entry of a vector) and, with beta1 > 0, the first moment.
   static int64_t state_numel(const ParamLayout& layout, const AdafactorOptions& options);

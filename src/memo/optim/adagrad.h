@@ -7,7 +7,7 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/backend/backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -24,7 +24,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdagradOptions, lr_decay, initia
 class Adagrad final : public Optimizer {
  public:
   Adagrad(const ParamLayout& layout, AdagradOptions options, std::vector<bool> decay,
-          Backend& backend = cpu_backend());
+          Backend& backend);
   std::string name() const override { return "adagrad"; }
   void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;

@@ -8,7 +8,7 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/backend/backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -25,7 +25,7 @@ class AdamW final : public Optimizer {
  public:
   // decay[i] says whether layout.params()[i] gets weight decay. Throws ConfigError on bad options.
   AdamW(const ParamLayout& layout, AdamWOptions options, std::vector<bool> decay,
-        Backend& backend = cpu_backend());
+        Backend& backend);
   std::string name() const override { return "adamw"; }
   void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;

@@ -9,7 +9,7 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/backend/backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -27,7 +27,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RmspropOptions, alpha, eps, mome
 class Rmsprop final : public Optimizer {
  public:
   Rmsprop(const ParamLayout& layout, RmspropOptions options, std::vector<bool> decay,
-          Backend& backend = cpu_backend());
+          Backend& backend);
   std::string name() const override { return "rmsprop"; }
   void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;

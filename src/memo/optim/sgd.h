@@ -8,7 +8,7 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/backend/backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -26,7 +26,7 @@ class Sgd final : public Optimizer {
  public:
   // decay[i] says whether layout.params()[i] gets weight decay. Throws ConfigError on bad options.
   Sgd(const ParamLayout& layout, SgdOptions options, std::vector<bool> decay,
-      Backend& backend = cpu_backend());
+      Backend& backend);
   std::string name() const override { return "sgd"; }
   void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;

@@ -8,7 +8,7 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/backend/backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -22,7 +22,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SignSgdOptions, momentum, weight
 class SignSgd final : public Optimizer {
  public:
   SignSgd(const ParamLayout& layout, SignSgdOptions options, std::vector<bool> decay,
-          Backend& backend = cpu_backend());
+          Backend& backend);
   std::string name() const override { return "signsgd"; }
   void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;

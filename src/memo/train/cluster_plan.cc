@@ -163,7 +163,7 @@ LayerTimes layer_times(const ModelConfig& config, int64_t seq, const ClusterOpti
   return lt;
 }
 
-Sized size_memory(const ModelConfig& config, int64_t seq, const std::string& strategy,
+Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq, const std::string& strategy,
                   const ClusterOptions& o) {
   const int64_t t = o.parallel.tp, c = o.parallel.cp;
   const int64_t rank_seq = seq / (t * c);
@@ -229,7 +229,7 @@ Sized size_memory(const ModelConfig& config, int64_t seq, const std::string& str
   so.kind = strategy;
   if (strategy == "memo") so.alpha = std::clamp(s.alpha, 0.0, 1.0);
   CommCounters ring, tp;
-  const Trace trace = trace_shapes_only(config, o.parallel, o.batch, rank_seq,
+  const Trace trace = trace_shapes_only(target, config, o.parallel, o.batch, rank_seq,
                                         make_strategy_factory(so), DType::kBF16, &ring, &tp);
   const ActivationPlan plan = plan_activations(trace);
   s.requests = int64_t(trace.requests.size());
@@ -317,7 +317,7 @@ void validate_cluster(const ModelConfig& config, int64_t seq, const ClusterOptio
         str("--network-bandwidth ", o.network_bytes_per_s / 1e9, " must be positive"));
 }
 
-ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::string& strategy,
+ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq, const std::string& strategy,
                          const ClusterOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   validate_cluster(config, seq, o);
@@ -329,7 +329,7 @@ ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::stri
   p.strategy = strategy;
   p.seq = seq;
   p.rank_tokens = o.batch * seq / (t * c);
-  const Sized s = size_memory(config, seq, strategy, o);
+  const Sized s = size_memory(target, config, seq, strategy, o);
   p.device = s.device;
   p.plan_requests = s.requests;
   p.cp_bytes_per_micro_batch = s.cp_bytes;
@@ -360,7 +360,7 @@ ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::stri
   if (o.search_max_seq) {
     // The need grows with seq: bisect over multiples of the step with real shape-only plans.
     const int64_t step = 1024 * t * c;
-    auto ok = [&](int64_t n) { return fits(size_memory(config, n * step, strategy, o), o); };
+    auto ok = [&](int64_t n) { return fits(size_memory(target, config, n * step, strategy, o), o); };
     p.max_seq_step = step;
     if (ok(1)) {
       int64_t lo = 1, hi = 2;

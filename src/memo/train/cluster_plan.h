@@ -96,9 +96,10 @@ struct ClusterPlan {
 };
 
 // Traces one rank in shape-only mode under `strategy`, plans its arena, sizes the rest and
-// predicts a step. Throws ConfigError on a layout validate_cluster rejects.
-ClusterPlan plan_cluster(const ModelConfig& config, int64_t seq, const std::string& strategy,
-                         const ClusterOptions& options);
+// predicts a step. target: whose kernels' sizes (attention scratch, reproducible rows) the trace
+// takes. Throws ConfigError on a layout validate_cluster rejects.
+ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq,
+                         const std::string& strategy, const ClusterOptions& options);
 
 // The formulas plan_cluster prints (MFU under both conventions), one line each.
 std::string cluster_formulas();

@@ -7,8 +7,7 @@
 #include <vector>
 
 #include "memo/backend/bf16_storage.h"
-#include "memo/kernels/cpu/cpu_backend.h"
-#include "memo/kernels/meta/meta_backend.h"
+#include "memo/meta/meta_backend.h"
 #include "memo/parallel/shape_communicator.h"
 
 namespace memo {
@@ -40,10 +39,10 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
   return trace;
 }
 
-Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int64_t batch,
-                        int64_t seq, const StrategyFactory& make_strategy, DType activations,
+Trace trace_shapes_only(Backend& target, const ModelConfig& config, const Parallel& parallel,
+                        int64_t batch, int64_t seq, const StrategyFactory& make_strategy, DType activations,
                         CommCounters* context_parallel_comm, CommCounters* tensor_parallel_comm) {
-  MetaBackend meta(cpu_backend(), activations);  // sized as the CPU kernels would run it
+  MetaBackend meta(target, activations);  // sized as target's kernels would run it
   Model model(config, meta);
   ShapeCommunicator tp_group(int(parallel.tp), 0);
   model.set_parallel(Parallel{parallel.tp, 1}, &tp_group);

@@ -60,8 +60,8 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
 // ring and the loss) land in *context_parallel_comm when given; seq * c must then split into 2c
 // chunks. Tensor parallelism (t > 1) runs the layers' collectives (Note [TP collectives]) over a
 // ShapeCommunicator of t ranks, whose counters land in *tensor_parallel_comm.
-Trace trace_shapes_only(const ModelConfig& config, const Parallel& parallel, int64_t batch,
-                        int64_t seq, const StrategyFactory& make_strategy,
+Trace trace_shapes_only(Backend& target, const ModelConfig& config, const Parallel& parallel,
+                        int64_t batch, int64_t seq, const StrategyFactory& make_strategy,
                         DType activations = DType::kF32,
                         CommCounters* context_parallel_comm = nullptr,
                         CommCounters* tensor_parallel_comm = nullptr);

@@ -15,7 +15,7 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/kernels/cpu/cpu_backend.h"
+#include "memo/backend/backend.h"
 #include "memo/parallel/communicator.h"
 #include "memo/scaling/noise_scale.h"
 
@@ -41,7 +41,7 @@ class GradNoiseProbe {
   // micro_tokens: tokens per micro-batch. The fused pass (norm, side-buffer sum, zeroing) runs on
   // `backend`.
   GradNoiseProbe(int64_t numel, int64_t max_micro_steps, int64_t micro_tokens,
-                 scaling::NoiseScaleOptions options = {}, Backend& backend = cpu_backend());
+                 scaling::NoiseScaleOptions options, Backend& backend);
   // The micro-batch count k of this rank's steps from now on, in [1, max_micro_steps], on each of
   // `ranks` data-parallel ranks (k ranks >= 2): a growing batch (--batch-schedule noise) adds
   // micro-batches of the same size. The estimator carries on: each step's update is unbiased for

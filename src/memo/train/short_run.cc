@@ -9,7 +9,6 @@
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/error.h"
 #include "memo/data/sampler.h"
-#include "memo/kernels/cpu/cpu_backend.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/parallel/self_communicator.h"
@@ -45,23 +44,23 @@ void check_options(const ShortRunOptions& o) {
 
 }  // namespace
 
-ShortRunResult run_short(const ModelConfig& config, const TokenData& train, const TokenData* val,
-                         const ShortRunOptions& o) {
+ShortRunResult run_short(Backend& backend, const ModelConfig& config, const TokenData& train,
+                         const TokenData* val, const ShortRunOptions& o) {
   check_options(o);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t rows = o.batch_tokens / o.seq;
   const int64_t micro_rows = o.micro_batch == 0 ? rows : o.micro_batch;
   const int64_t micro_steps = rows / micro_rows;
   const WindowSampler sampler(train, o.seq, o.seed);
-  CpuBackend& backend = cpu_backend();
   SelfCommunicator data_parallel(backend);
   Model model(config, backend);
   model.init(o.seed);
   const std::unique_ptr<Optimizer> opt =
-      make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options);
+      make_optimizer(o.optimizer.name, model.layout(), o.optimizer.options, backend);
   std::optional<GradNoiseProbe> probe;
   if (o.gns && micro_steps >= 2)
-    probe.emplace(model.params_numel(), micro_steps, micro_rows * o.seq);
+    probe.emplace(model.params_numel(), micro_steps, micro_rows * o.seq,
+                  scaling::NoiseScaleOptions{}, backend);
   CachingAllocator alloc(0, backend.allocator(backend.device_space()));
   KeepStrategy strategy(model.skeletal(), alloc);
   const LrSchedule schedule{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.max_steps};

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "memo/backend/backend.h"
 #include "memo/data/token_data.h"
 #include "memo/model/config.h"
 #include "memo/train/optimizer_setup.h"
@@ -69,8 +70,8 @@ struct ShortRunResult {
   double seconds = 0.0;
 };
 
-// val may be null (no validation). Throws ConfigError for inconsistent options.
-ShortRunResult run_short(const ModelConfig& config, const TokenData& train, const TokenData* val,
-                         const ShortRunOptions& options);
+// On `backend`; val may be null (no validation). Throws ConfigError for inconsistent options.
+ShortRunResult run_short(Backend& backend, const ModelConfig& config, const TokenData& train,
+                         const TokenData* val, const ShortRunOptions& options);
 
 }  // namespace memo

@@ -26,8 +26,6 @@
 #include "memo/io/atomic_file.h"
 #include "memo/io/checkpoint.h"
 #include "memo/io/config_json.h"
-#include "memo/kernels/cpu/cpu_backend.h"
-#include "memo/kernels/cpu/kernels.h"
 #include "memo/memory/planned_allocator.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
@@ -425,7 +423,7 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
     progress << "memo: context parallel over " << context_parallel->size()
              << " processes: each sequence in " << 2 * context_parallel->size() << " chunks of "
              << o.seq / (2 * context_parallel->size()) << " tokens, 2 per process\n";
-  if (const std::string w = cpu::blas_warning(); !w.empty())
+  if (const std::string w = model.backend().warning(); !w.empty())
     progress << "memo: warning: " << w << "\n";
 }
 
@@ -504,17 +502,15 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
 
 }  // namespace
 
-TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Communicator* world,
-                  Backend* backend_in) {
+TrainResult train(const TrainOptions& options_in, Runtime& runtime) {
   TrainOptions o = options_in;
-  // rank 0 speaks for the job; the other ranks print nothing (an ostream without a buffer)
-  std::ostream silent(nullptr);
-  const bool lead = !world || world->rank() == 0;
-  std::ostream& progress = lead ? progress_in : silent;
+  // rank 0 speaks for the job; the other ranks print nothing
+  const bool lead = runtime.lead();
+  std::ostream& progress = runtime.log();
   const std::optional<ResumePoint> resume = resume_point(o);
   const int64_t start_step = resume ? resume->step : 0;
   check_shape_options(o);
-  const int job_size = world ? world->size() : 1;
+  const int job_size = runtime.world().size();
   check_context_parallel(o, job_size);
   StepSchedule plan = step_schedule(o, resume, start_step, job_size / (o.cp * o.tp));
   const ModelConfig config = resume ? resume->checkpoint.config : load_model_config(o.config_path);
@@ -522,7 +518,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
   const RunData data = load_run_data(o, config);
   const WindowSampler sampler(data.train, o.seq, o.seed);
 
-  Backend& backend = backend_in ? *backend_in : cpu_backend();
+  Backend& backend = runtime.backend();
   // a resumed run continues in its checkpoint's precision (older checkpoints did not say)
   if (resume && resume->checkpoint.trainer_state.contains("precision")) {
     const std::string was = resume->checkpoint.trainer_state.at("precision");
@@ -531,8 +527,7 @@ TrainResult train(const TrainOptions& options_in, std::ostream& progress_in, Com
                             precision_name(backend), ": resume with --precision ", was,
                             " to continue it (--init-from starts a new run from its weights)"));
   }
-  SelfCommunicator self(backend);
-  Communicator& job = world ? *world : self;
+  Communicator& job = runtime.world();
   // groups of T consecutive ranks split the layers, C of those groups share sequences: rank r is
   // tensor-parallel rank r % T, context-parallel rank (r / T) % C, data-parallel rank r / (T C)
   std::unique_ptr<Communicator> tp_group, cp_group, dp_group;

@@ -19,6 +19,7 @@
 #include "memo/parallel/communicator.h"
 #include "memo/scaling/batch_schedule.h"
 #include "memo/train/optimizer_setup.h"
+#include "memo/train/runtime.h"
 
 namespace memo {
 
@@ -80,13 +81,13 @@ struct TrainResult {
   std::string checkpoint;  // the last checkpoint written
 };
 
-// world: the processes of an MPI job (parallel/mpi_communicator.h) that train together as
-// data-parallel ranks, each running the same options: rank r takes micro-batches [r k, (r + 1) k)
-// of every step's k P (the windows of a one-process run), the gradients and the loss are summed
-// over the ranks, and rank 0 alone prints, logs and writes checkpoints. Null: one process.
-// backend: where the model runs (null: the process's CPU backend).
-TrainResult train(const TrainOptions& options, std::ostream& progress,
-                  Communicator* world = nullptr, Backend* backend = nullptr);
+// runtime: where the model runs and the job's processes, which train together, each running the
+// same options: with T x C x D ranks, rank r is tensor-parallel rank r % T, context-parallel rank
+// (r / T) % C and data-parallel rank r / (T C); data-parallel rank d takes micro-batches
+// [d k, (d + 1) k) of every step's k D (the windows of a one-process run), the gradients and the
+// loss are summed over the ranks, and rank 0 alone prints (runtime.log()), logs and writes
+// checkpoints.
+TrainResult train(const TrainOptions& options, Runtime& runtime);
 
 // Copies a checkpoint's model tensors into `model` (GPT-2 names with or without "transformer.").
 void load_model_tensors(Model& model, const SafetensorsFile& file);

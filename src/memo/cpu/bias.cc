@@ -1,0 +1,52 @@
+// Bias gradient: db[c] += sum_t dy[t,c]. Parallel over column blocks; each column's tokens are
+// summed in order 0..T-1 in double, so the result is the same for any thread count and its only
+// error is the final rounding.
+#include <algorithm>
+
+#include "memo/backend/checks.h"
+#include "memo/cpu/kernels.h"
+#include "memo/backend/view_checks.h"
+
+namespace memo::cpu {
+namespace {
+// Columns one thread sums over all tokens at a time: a double accumulator on the stack.
+constexpr int64_t kBiasColBlock = 128;
+}  // namespace
+
+void bias_backward(Tensor db, ConstTensor dy) {
+  check_bias_backward(db, dy);
+  const int64_t T = dy.rows(), C = dy.cols();
+  const int64_t n_blocks = (C + kBiasColBlock - 1) / kBiasColBlock;
+  float* dbp = db.data();
+#pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
+  for (int64_t blk = 0; blk < n_blocks; ++blk) {
+    const int64_t c0 = blk * kBiasColBlock;
+    const int64_t n = std::min(kBiasColBlock, C - c0);
+    double acc[kBiasColBlock] = {};
+    for (int64_t t = 0; t < T; ++t) {
+      const float* dyr = dy.data() + t * dy.ld() + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < n; ++c) acc[c] += double(dyr[c]);
+    }
+    for (int64_t c = 0; c < n; ++c) dbp[c0 + c] = float(double(dbp[c0 + c]) + acc[c]);
+  }
+}
+
+}  // namespace memo::cpu
+
+namespace memo::cpu {
+
+// Each element is one float add, so a row's result does not depend on which rows share the call.
+void bias_add(Tensor y, ConstTensor b) {
+  check_bias_add(y, b);
+  const int64_t T = y.rows(), C = y.cols();
+  const float* bp = b.data();
+#pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
+  for (int64_t t = 0; t < T; ++t) {
+    float* yr = y.data() + t * y.ld();
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) yr[c] += bp[c];
+  }
+}
+
+}  // namespace memo::cpu

@@ -1,0 +1,63 @@
+// Rotary position embedding, Hugging Face Llama convention (rotate_half: pairs (i, i + D/2)).
+// The table is computed in double and stored in float; the rotation is elementwise fp32, parallel
+// over rows and vectorised over i, so results do not depend on the thread count.
+#include <cmath>
+
+#include "memo/backend/checks.h"
+#include "memo/cpu/kernels.h"
+#include "memo/backend/view_checks.h"
+
+namespace memo::cpu {
+namespace {
+
+// Rotates every head of x's rows by +angle (sign = 1) or -angle (sign = -1):
+//   (x1, x2) -> (x1 cos - sign x2 sin, x2 cos + sign x1 sin).
+void rotate(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim, int64_t first_row,
+            float sign) {
+  const int64_t T = x.rows(), S = cos.rows(), half = head_dim / 2;
+  const int64_t n_heads = x.cols() / head_dim;
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelMinNumel)
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t pos = (first_row + t) % S;
+    const float* cr = cos.data() + pos * cos.ld();
+    const float* sr = sin.data() + pos * sin.ld();
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* x1 = x.data() + t * x.ld() + h * head_dim;
+      float* x2 = x1 + half;
+#pragma omp simd
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = x1[i], b = x2[i], s = sign * sr[i];
+        x1[i] = a * cr[i] - b * s;
+        x2[i] = b * cr[i] + a * s;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
+  check_rope_table(cos, sin, head_dim, theta);
+  const int64_t S = cos.rows(), half = head_dim / 2;
+  for (int64_t p = 0; p < S; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = double(p) * std::pow(double(theta), -2.0 * double(i) / double(head_dim));
+      cos(p, i) = float(std::cos(angle));
+      sin(p, i) = float(std::sin(angle));
+    }
+  }
+}
+
+void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim, int64_t first_row) {
+  check_rope_forward(x, cos, sin, head_dim, first_row);
+  rotate(x, cos, sin, head_dim, first_row, 1.0f);
+}
+
+// The rotation is orthogonal, so its transpose (rotation by -angle) maps dy to dx.
+void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                   int64_t first_row) {
+  check_rope_backward(dx, cos, sin, head_dim, first_row);
+  rotate(dx, cos, sin, head_dim, first_row, -1.0f);
+}
+
+}  // namespace memo::cpu
