@@ -1609,16 +1609,6 @@ class CudaBackend final : public Backend {
   int gpu_ = 0;              // the device index
 };
 
-int cuda_device_count() {
-  int count = 0;  // left unwritten without a driver (DESIGN.md section 7)
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    throw ConfigError(str("--device cuda: no CUDA GPU can be used here (",
-                          e != cudaSuccess ? cudaGetErrorString(e) : "no device found", ")"));
-  }
-  return count;
-}
 
 CudaBackend::CudaBackend(int device) {
   const int count = cuda_device_count();
@@ -1816,6 +1806,17 @@ double CudaBackend::measure_peak(double seconds, DType operands) {
 }  // namespace
 
 int64_t cublaslt_version() { return int64_t(lt().cublasLtGetVersion()); }
+
+int cuda_device_count() {
+  int count = 0;  // left unwritten without a driver (DESIGN.md section 7)
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    throw ConfigError(str("--device cuda: no CUDA GPU can be used here (",
+                          e != cudaSuccess ? cudaGetErrorString(e) : "no device found", ")"));
+  }
+  return count;
+}
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   return std::make_unique<CudaBackend>(device);

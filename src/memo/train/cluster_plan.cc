@@ -163,8 +163,8 @@ LayerTimes layer_times(const ModelConfig& config, int64_t seq, const ClusterOpti
   return lt;
 }
 
-Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq, const std::string& strategy,
-                  const ClusterOptions& o) {
+Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq,
+                  const std::string& strategy, const ClusterOptions& o) {
   const int64_t t = o.parallel.tp, c = o.parallel.cp;
   const int64_t rank_seq = seq / (t * c);
   Sized s;
@@ -317,8 +317,8 @@ void validate_cluster(const ModelConfig& config, int64_t seq, const ClusterOptio
         str("--network-bandwidth ", o.network_bytes_per_s / 1e9, " must be positive"));
 }
 
-ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq, const std::string& strategy,
-                         const ClusterOptions& o) {
+ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq,
+                         const std::string& strategy, const ClusterOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   validate_cluster(config, seq, o);
   StrategyOptions named;
@@ -360,7 +360,9 @@ ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq
   if (o.search_max_seq) {
     // The need grows with seq: bisect over multiples of the step with real shape-only plans.
     const int64_t step = 1024 * t * c;
-    auto ok = [&](int64_t n) { return fits(size_memory(target, config, n * step, strategy, o), o); };
+    auto ok = [&](int64_t n) {
+      return fits(size_memory(target, config, n * step, strategy, o), o);
+    };
     p.max_seq_step = step;
     if (ok(1)) {
       int64_t lo = 1, hi = 2;
