@@ -28,11 +28,13 @@
 #include "memo/io/config_json.h"
 #include "memo/memory/planned_allocator.h"
 #include "memo/memory/strategy.h"
+#include "memo/model/flops.h"
 #include "memo/model/model.h"
 #include "memo/parallel/self_communicator.h"
 #include "memo/train/device_plan.h"
 #include "memo/train/evaluate.h"
 #include "memo/train/grad_noise.h"
+#include "memo/train/run_data.h"
 #include "memo/train/step.h"
 #include "memo/train/step_schedule.h"
 
@@ -321,24 +323,6 @@ void check_positions(const TrainOptions& o, const ModelConfig& config) {
                           config.max_position_embeddings, " of the model config"));
 }
 
-// Training data and validation data (a file of its own, the validation shards of a `memo
-// tokenize` directory (data/shards.h), or the tail of the training file), all validated before
-// any output is written.
-struct RunData {
-  TokenData train;
-  std::optional<TokenData> val;
-};
-
-RunData load_run_data(const TrainOptions& o, const ModelConfig& config) {
-  TokenData all = TokenData::load(o.data_path, config.vocab_size);
-  if (!o.val_data_path.empty())
-    return RunData{std::move(all), TokenData::load(o.val_data_path, config.vocab_size)};
-  if (std::optional<TokenData> shards = load_validation_shards(o.data_path, config.vocab_size))
-    return RunData{std::move(all), std::move(shards)};
-  auto [tr, va] = split_tail(std::move(all), o.val_fraction);
-  return RunData{std::move(tr), std::move(va)};
-}
-
 // The weights: a resumed checkpoint's, another run's (--init-from), or a fresh initialisation.
 void start_weights(Model& model, const TrainOptions& o, const std::optional<ResumePoint>& resume) {
   if (resume) return load_model_tensors(model, resume->checkpoint.model);
@@ -515,7 +499,8 @@ TrainResult train(const TrainOptions& options_in, Runtime& runtime) {
   StepSchedule plan = step_schedule(o, resume, start_step, job_size / (o.cp * o.tp));
   const ModelConfig config = resume ? resume->checkpoint.config : load_model_config(o.config_path);
   check_positions(o, config);
-  const RunData data = load_run_data(o, config);
+  const RunData data =
+      load_run_data({o.data_path, o.val_data_path, o.val_fraction}, config.vocab_size);
   const WindowSampler sampler(data.train, o.seq, o.seed);
 
   Backend& backend = runtime.backend();
