@@ -92,7 +92,7 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
       ->add_option("--tp", t->tp,
                    "Under mpirun: split each layer's heads, MLP units and vocabulary over this "
                    "many processes, with the sequence split between the layers (Megatron-LM's "
-                   "tensor + sequence parallelism; LLaMA-style models)")
+                   "tensor + sequence parallelism; LLaMA and GPT-2)")
       ->capture_default_str();
   // activation strategy (memory/strategy_factory.h)
   auto host_memory = std::make_shared<std::string>();
