@@ -560,20 +560,4 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
   return sum;
 }
 
-double train_flops_per_token(const ModelConfig& config, int64_t seq) {
-  const double C = double(config.hidden_size), F = double(config.intermediate_size);
-  const double QD = double(config.num_attention_heads * config.head_dim());
-  const double KD = double(config.kv_dim()), V = double(config.vocab_size);
-  // forward matmul FLOPs per token: 2 per multiply-add of each weight
-  // (GPT-2: the fused c_attn is the same 3C^2 as q, k, v; its MLP has two matrices, not three;
-  // biases, norms and the position add are negligible)
-  const double mlp_matrices = double(architecture(config.arch).mlp_matrices());
-  const double layer_matmul = 2.0 * (C * QD + 2.0 * C * KD + QD * C + mlp_matrices * C * F);
-  // causal attention: q.k and p.v over (S + 1) / 2 keys on average, 2 FLOPs each, per head dim
-  const double layer_attn = 2.0 * 2.0 * QD * (double(seq) + 1.0) / 2.0;
-  const double forward =
-      double(config.num_hidden_layers) * (layer_matmul + layer_attn) + 2.0 * C * V;
-  return 3.0 * forward;
-}
-
 }  // namespace memo

@@ -130,16 +130,6 @@ std::unique_ptr<PlannedAllocator> agreed_planned_allocator(Communicator& job, Mo
 
 }  // namespace
 
-RunData load_run_data(const TrainOptions& o, const ModelConfig& config) {
-  TokenData all = TokenData::load(o.data_path, config.vocab_size);
-  if (!o.val_data_path.empty())
-    return RunData{std::move(all), TokenData::load(o.val_data_path, config.vocab_size)};
-  if (std::optional<TokenData> shards = load_validation_shards(o.data_path, config.vocab_size))
-    return RunData{std::move(all), std::move(shards)};
-  auto [tr, va] = split_tail(std::move(all), o.val_fraction);
-  return RunData{std::move(tr), std::move(va)};
-}
-
 TrainSession::TrainSession(const TrainOptions& options, Runtime& runtime)
     : o_(options), runtime_(runtime), backend_(runtime.backend()), job_(runtime.world()) {
   read_run();
@@ -158,7 +148,9 @@ void TrainSession::read_run() {
   plan_.emplace(step_schedule(o_, resume_, start_step_, job_size / (o_.cp * o_.tp)));
   config_ = resume_ ? resume_->checkpoint.config : load_model_config(o_.config_path);
   check_positions(o_, config_);
-  data_.emplace(load_run_data(o_, config_));
+  // the training and validation tokens (train/run_data.h), checked before any output
+  data_.emplace(
+      load_run_data({o_.data_path, o_.val_data_path, o_.val_fraction}, config_.vocab_size));
   sampler_.emplace(data_->train, o_.seq, o_.seed);
   // a resumed run continues in its checkpoint's precision (older checkpoints did not say)
   if (resume_ && resume_->checkpoint.trainer_state.contains("precision")) {

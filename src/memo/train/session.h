@@ -19,6 +19,7 @@
 #include "memo/optim/optimizer.h"
 #include "memo/train/checkpoints.h"
 #include "memo/train/grad_noise.h"
+#include "memo/train/run_data.h"
 #include "memo/train/runtime.h"
 #include "memo/train/step.h"
 #include "memo/train/step_schedule.h"
@@ -26,15 +27,6 @@
 #include "memo/train/zero.h"
 
 namespace memo {
-
-// Training data and validation data (a file of its own, the validation shards of a `memo
-// tokenize` directory (data/shards.h), or the tail of the training file), all validated before
-// any output is written.
-struct RunData {
-  TokenData train;
-  std::optional<TokenData> val;
-};
-RunData load_run_data(const TrainOptions& o, const ModelConfig& config);
 
 class TrainSession {
  public:

@@ -10,6 +10,7 @@
 
 #include "memo/core/error.h"
 #include "memo/core/units.h"
+#include "memo/model/flops.h"
 
 namespace memo {
 namespace {
