@@ -233,16 +233,28 @@ TEST(Tokenizer, decode_names_an_unknown_id) {
 
 TEST(Tokenizer, refuses_what_it_does_not_implement) {
   json j = small_tokenizer_json();
-  j["normalizer"] = {{"type", "NFC"}};
+  j["normalizer"] = {{"type", "BertNormalizer"}};
   EXPECT_NE(test::error_message<ConfigError>([&] {
               Tokenizer::from_hf_json(j, "x.json");
-            }).find("normalizer (NFC)"),
+            }).find("normalizer BertNormalizer is not supported"),
             std::string::npos);
   j = small_tokenizer_json();
-  j["pre_tokenizer"]["add_prefix_space"] = true;
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
   EXPECT_NE(test::error_message<ConfigError>([&] {
               Tokenizer::from_hf_json(j, "x.json");
-            }).find("add_prefix_space"),
+            }).find("pre_tokenizer Whitespace is not supported"),
+            std::string::npos);
+  j = small_tokenizer_json();
+  j["decoder"] = {{"type", "WordPiece"}};
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              Tokenizer::from_hf_json(j, "x.json");
+            }).find("decoder WordPiece is not supported"),
+            std::string::npos);
+  j = small_tokenizer_json();
+  j["post_processor"] = {{"type", "BertProcessing"}};
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              Tokenizer::from_hf_json(j, "x.json");
+            }).find("post_processor BertProcessing is not supported"),
             std::string::npos);
   j = small_tokenizer_json();
   j["model"]["type"] = "Unigram";

@@ -28,6 +28,10 @@ class Tokenizer {
   static Tokenizer load(const std::filesystem::path& path);
   static Tokenizer from_gpt2_files(std::string_view encoder_json, std::string_view vocab_bpe,
                                    const std::string& source);
+  // `config`: tokenizer_config.json (null when there is none): its eos_token names the end of
+  // text, and its add_bos_token / add_eos_token replace the post_processor's template.
+  static Tokenizer from_hf_json(const nlohmann::json& tokenizer_json, const std::string& source,
+                                const nlohmann::json& config);
   static Tokenizer from_hf_json(const nlohmann::json& tokenizer_json, const std::string& source);
 
   ~Tokenizer();
