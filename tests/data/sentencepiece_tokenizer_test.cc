@@ -117,7 +117,7 @@ json llama_style_json() {
     std::snprintf(name, sizeof name, "<0x%02X>", b);
     vocab[name] = next++;
   }
-  for (const std::string s :
+  for (const std::string& s :
        {kSpace, std::string("a"), std::string("b"), std::string("h"), std::string("i"),
         kSpace + "h", kSpace + "hi", std::string("ab"), kSpace + "ab", kSpace + kSpace})
     vocab[s] = next++;

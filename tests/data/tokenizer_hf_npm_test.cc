@@ -7,6 +7,7 @@
 // cannot be compared (JavaScript strings hold code points); it is covered by the round trip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -86,6 +87,20 @@ std::optional<Reference> reference_ids(const fs::path& lib, const fs::path& mode
   return ref;
 }
 
+// U+2581 (SentencePiece's space) read back as a space.
+std::string sentencepiece_spaces(const std::string& text) {
+  std::string out;
+  for (size_t at = 0; at < text.size();) {
+    if (text.compare(at, 3, "\xE2\x96\x81") == 0) {
+      out += ' ';
+      at += 3;
+    } else {
+      out += text[at++];
+    }
+  }
+  return out;
+}
+
 class HfReference : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(HfReference, ids_equal_transformers_js_on_varied_text) {
@@ -99,7 +114,13 @@ TEST_P(HfReference, ids_equal_transformers_js_on_varied_text) {
   ASSERT_TRUE(fs::exists(models / "tokenizer.json") &&
               fs::exists(models / "tokenizer_config.json"));
   const Tokenizer t = Tokenizer::load(models);  // the folder: tokenizer.json + its config
-  const std::vector<std::string> chunks = varied_chunks();
+  // transformers.js, like Hugging Face, turns added tokens' strings in any text into their ids;
+  // memo does so only in prompts (a document cannot end itself), so they are left out here.
+  std::vector<std::string> chunks = varied_chunks();
+  for (const json& added : t.hf_json().at("added_tokens"))
+    for (std::string& c : chunks)
+      for (size_t at; (at = c.find(added.at("content").get<std::string>())) != std::string::npos;)
+        c.erase(at, added.at("content").get<std::string>().size());
   const std::optional<Reference> ref = reference_ids(*lib, models, chunks);
   ASSERT_TRUE(ref);
   ASSERT_EQ(ref->chunk_ids.size(), chunks.size());
@@ -119,13 +140,22 @@ TEST_P(HfReference, ids_equal_transformers_js_on_varied_text) {
                             "expected");
   size_t tokens = 0, bytes = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    ASSERT_EQ(ours[i], ref->chunk_ids[i]) << package << " chunk " << i << ": " << chunks[i];
+    if (ours[i] != ref->chunk_ids[i]) {  // name the first difference and the text around it
+      const auto [a, b] = std::mismatch(ours[i].begin(), ours[i].end(), ref->chunk_ids[i].begin(),
+                                        ref->chunk_ids[i].end());
+      const size_t at = size_t(a - ours[i].begin()), from = at < 3 ? 0 : at - 3;
+      const std::vector<int32_t> near(ours[i].begin() + long(from),
+                                      ours[i].begin() + long(std::min(at + 4, ours[i].size())));
+      const std::vector<int32_t> theirs(
+          ref->chunk_ids[i].begin() + long(from),
+          ref->chunk_ids[i].begin() + long(std::min(at + 4, ref->chunk_ids[i].size())));
+      FAIL() << package << " chunk " << i << " differs at token " << at << ": memo \""
+             << t.decode(near) << "\" " << ::testing::PrintToString(near) << ", transformers.js \""
+             << t.decode(theirs) << "\" " << ::testing::PrintToString(theirs);
+    }
     tokens += ours[i].size();
     bytes += chunks[i].size();
-    std::string want = expected_form.normalize(chunks[i]);
-    for (size_t at = want.find("\xE2\x96\x81"); at != std::string::npos;
-         at = want.find("\xE2\x96\x81"))
-      want.replace(at, 3, " ");
+    const std::string want = sentencepiece_spaces(expected_form.normalize(chunks[i]));
     ASSERT_EQ(t.decode(ours[i]), want) << package << " chunk " << i;
   }
   for (size_t i = 0; i < kPrompts.size(); ++i)
@@ -151,10 +181,7 @@ TEST(HfReferenceRoundTrip, llama2_round_trips_invalid_utf8) {
   for (int i = 0; i < 200; ++i) {
     std::string s(rng() % 300, '\0');
     for (char& c : s) c = char(rng() % 255 + 1);
-    std::string want = s;
-    for (size_t at = want.find("\xE2\x96\x81"); at != std::string::npos;
-         at = want.find("\xE2\x96\x81"))
-      want.replace(at, 3, " ");
+    const std::string want = sentencepiece_spaces(s);
     ASSERT_EQ(t.decode(t.encode(s)), want) << "case " << i;
   }
 }
