@@ -4,6 +4,7 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -99,6 +100,9 @@ struct UnicodeForm : Normalizer::Step {
   utf8proc_option_t options;
   explicit UnicodeForm(utf8proc_option_t o) : options(o) {}
   std::string apply(std::string_view text) const override {
+    // ASCII is its own normal form in all four: most text skips utf8proc.
+    if (std::all_of(text.begin(), text.end(), [](char c) { return (c & 0x80) == 0; }))
+      return std::string(text);
     return map_valid_runs(text, [&](std::string_view v) { return utf8proc_mapped(v, options); });
   }
 };
