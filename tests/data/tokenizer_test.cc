@@ -274,6 +274,22 @@ TEST(Tokenizer, refuses_what_it_does_not_implement) {
             std::string::npos);
 }
 
+TEST(Tokenizer, byte_level_add_prefix_space_prepends_a_space) {
+  const Tokenizer plain = small_tokenizer();
+  json j = small_tokenizer_json();
+  j["pre_tokenizer"]["add_prefix_space"] = true;
+  const Tokenizer t = Tokenizer::from_hf_json(j, "prefix");
+  EXPECT_EQ(t.encode("the and"), plain.encode(" the and"));
+  EXPECT_EQ(t.encode(" the"), plain.encode(" the"));  // already starts with a space
+  EXPECT_EQ(t.decode(t.encode("hello")), " hello");   // Hugging Face's ByteLevel keeps it
+  EXPECT_EQ(t.encode(""), std::vector<int32_t>{});
+  // After a Split, every piece lacking a space gets one (Hugging Face applies it per split).
+  json s = small_tokenizer_json("Sequence");
+  s["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true;
+  const Tokenizer each = Tokenizer::from_hf_json(s, "prefix-each");
+  EXPECT_EQ(each.decode(each.encode("the,and")), " the ,and");
+}
+
 TEST(Tokenizer, merges_as_arrays_equal_merges_as_strings) {
   json j = small_tokenizer_json();
   const Tokenizer a = Tokenizer::from_hf_json(j, "strings");
