@@ -94,7 +94,7 @@ std::string fixed1(double v) {
   return buf;
 }
 
-void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimizer) {
+void check_sweep(SweepOptions& s) {
   if ((s.tokens > 0) == (s.steps > 0))
     throw ConfigError(
         "give exactly one of --tokens N (tokens per run) and --steps N (steps per run)");
@@ -108,25 +108,75 @@ void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimize
     if (b <= 0 || b % s.run.seq != 0)
       throw ConfigError(str("--batches value ", b, " is not a positive multiple of --seq ",
                             s.run.seq, " (batches are tokens per step)"));
-  s.run.optimizer = optimizer;
-  const ModelConfig config = load_model_config(s.config);
-  // Data: loaded once for every run, validated before the sweep file is touched.
-  const RunData data = load_run_data(s.data, config.vocab_size);
-  // Runs already done; a line cut short by a kill is dropped from the file.
+}
+
+// Runs already done; a line cut short by a kill is dropped from the file.
+std::vector<nlohmann::json> runs_done(const std::string& path) {
   std::vector<nlohmann::json> done;
-  if (std::filesystem::exists(s.out)) {
-    scaling::SweepFile f = scaling::read_sweep_file(s.out);
-    for (auto& l : f.lines) done.push_back(std::move(l.run));
-    if (f.truncated_tail) {
-      std::string kept;
-      for (const nlohmann::json& j : done) kept += j.dump() + "\n";
-      write_file_atomic(s.out, kept);
-      std::cout << "sweep: dropped an incomplete last line of " << s.out << "\n";
-    }
+  if (!std::filesystem::exists(path)) return done;
+  scaling::SweepFile f = scaling::read_sweep_file(path);
+  for (auto& l : f.lines) done.push_back(std::move(l.run));
+  if (f.truncated_tail) {
+    std::string kept;
+    for (const nlohmann::json& j : done) kept += j.dump() + "\n";
+    write_file_atomic(path, kept);
+    std::cout << "sweep: dropped an incomplete last line of " << path << "\n";
   }
-  const int64_t total = int64_t(s.seeds.size() * s.lrs.size() * s.batches.size());
-  int64_t index = 0, ran = 0, skipped = 0;
-  double run_seconds = 0.0;
+  return done;
+}
+
+// The sweep file's line of one run: its key and what it measured.
+nlohmann::json run_line(const nlohmann::json& key, const ShortRunResult& r, int64_t batch) {
+  nlohmann::json line = key;
+  nlohmann::json curve = nlohmann::json::array();
+  for (const CurvePoint& p : r.curve) curve.push_back({p.step, p.tokens, p.loss});
+  line.update({{"steps", r.steps},
+               {"tokens", r.tokens},
+               {"final_loss", finite_or_null(r.final_loss)},
+               {"best_loss", finite_or_null(r.best_loss)},
+               {"val_loss", optional_json(r.val_loss)},
+               {"diverged", r.diverged},
+               {"curve", curve},
+               {"gns_b_simple", optional_json(r.gns_b_simple)},
+               {"seconds", r.seconds}});
+  if (!r.targets.empty()) {
+    nlohmann::json levels = nlohmann::json::array();
+    for (const ShortRunResult::TargetLevel& t : r.targets)
+      levels.push_back({{"loss", t.target},
+                        {"steps", t.steps ? nlohmann::json(*t.steps) : nlohmann::json()},
+                        {"tokens", t.steps ? nlohmann::json(*t.steps * batch) : nlohmann::json()},
+                        {"loss_reduction", optional_json(t.loss_reduction)},
+                        {"b_simple", optional_json(t.b_simple_at_target)}});
+    const nlohmann::json& last = levels.back();
+    line["target_steps"] = last.at("steps");
+    line["target_tokens"] = last.at("tokens");
+    line["loss_reduction"] = last.at("loss_reduction");
+    line["targets"] = levels;
+  }
+  return line;
+}
+
+// The progress line of a finished run.
+std::string run_message(int64_t index, int64_t total, double lr, int64_t batch, uint64_t seed,
+                        const ShortRunResult& r, double eta_s) {
+  char head[160];
+  std::snprintf(head, sizeof head,
+                "run %lld/%lld: lr %.3g batch %lld tokens seed %llu: %lld steps, ",
+                (long long)index, (long long)total, lr, (long long)batch, (unsigned long long)seed,
+                (long long)r.steps);
+  std::string msg = head;
+  msg += r.diverged ? std::string("diverged") : str("loss ", fixed4(r.final_loss));
+  if (r.val_loss) msg += str(", val ", fixed4(*r.val_loss));
+  if (r.gns_b_simple) msg += str(", B_simple ", int64_t(*r.gns_b_simple), " tok");
+  for (const ShortRunResult::TargetLevel& t : r.targets)
+    msg += t.steps ? str(", ", t.target, " at step ", *t.steps, " (reduction ",
+                         t.loss_reduction ? fixed4(*t.loss_reduction) : std::string("-"), ")")
+                   : str(", ", t.target, " not reached");
+  msg += str(", ", fixed1(r.seconds), "s | ETA ", duration_str(eta_s));
+  return msg;
+}
+
+void print_sweep_header(const SweepOptions& s, const OptimizerChoice& optimizer, int64_t total) {
   std::cout << "sweep: " << total << " runs (" << s.batches.size() << " batch sizes x "
             << s.lrs.size() << " lrs x " << s.seeds.size() << " seeds), " << optimizer.name << " "
             << hyperparameters_of(optimizer).dump() << ", "
@@ -137,6 +187,19 @@ void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimize
                           s.run.extra_steps, " steps"))
             << "\n"
             << std::flush;
+}
+
+void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimizer) {
+  check_sweep(s);
+  s.run.optimizer = optimizer;
+  const ModelConfig config = load_model_config(s.config);
+  // Data: loaded once for every run, validated before the sweep file is touched.
+  const RunData data = load_run_data(s.data, config.vocab_size);
+  std::vector<nlohmann::json> done = runs_done(s.out);
+  const int64_t total = int64_t(s.seeds.size() * s.lrs.size() * s.batches.size());
+  int64_t index = 0, ran = 0, skipped = 0;
+  double run_seconds = 0.0;
+  print_sweep_header(s, optimizer, total);
   for (uint64_t seed : s.seeds)
     for (int64_t batch : s.batches) {
       for (double lr : s.lrs) {
@@ -157,33 +220,7 @@ void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimize
         o.max_steps = s.steps > 0 ? s.steps : std::max<int64_t>(1, s.tokens / batch);
         const ShortRunResult r =
             run_short(runtime.backend(), config, data.train, data.val ? &*data.val : nullptr, o);
-        nlohmann::json line = key;
-        nlohmann::json curve = nlohmann::json::array();
-        for (const CurvePoint& p : r.curve) curve.push_back({p.step, p.tokens, p.loss});
-        line.update({{"steps", r.steps},
-                     {"tokens", r.tokens},
-                     {"final_loss", finite_or_null(r.final_loss)},
-                     {"best_loss", finite_or_null(r.best_loss)},
-                     {"val_loss", optional_json(r.val_loss)},
-                     {"diverged", r.diverged},
-                     {"curve", curve},
-                     {"gns_b_simple", optional_json(r.gns_b_simple)},
-                     {"seconds", r.seconds}});
-        if (!r.targets.empty()) {
-          nlohmann::json levels = nlohmann::json::array();
-          for (const ShortRunResult::TargetLevel& t : r.targets)
-            levels.push_back(
-                {{"loss", t.target},
-                 {"steps", t.steps ? nlohmann::json(*t.steps) : nlohmann::json()},
-                 {"tokens", t.steps ? nlohmann::json(*t.steps * batch) : nlohmann::json()},
-                 {"loss_reduction", optional_json(t.loss_reduction)},
-                 {"b_simple", optional_json(t.b_simple_at_target)}});
-          const nlohmann::json& last = levels.back();
-          line["target_steps"] = last.at("steps");
-          line["target_tokens"] = last.at("tokens");
-          line["loss_reduction"] = last.at("loss_reduction");
-          line["targets"] = levels;
-        }
+        const nlohmann::json line = run_line(key, r, batch);
         {
           std::ofstream out(s.out, std::ios::app);
           out << line.dump() << "\n" << std::flush;
@@ -193,21 +230,7 @@ void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimize
         ++ran;
         run_seconds += r.seconds;
         const double eta = run_seconds / double(ran) * double(total - index);
-        char head[160];
-        std::snprintf(head, sizeof head,
-                      "run %lld/%lld: lr %.3g batch %lld tokens seed %llu: %lld steps, ",
-                      (long long)index, (long long)total, lr, (long long)batch,
-                      (unsigned long long)seed, (long long)r.steps);
-        std::string msg = head;
-        msg += r.diverged ? std::string("diverged") : str("loss ", fixed4(r.final_loss));
-        if (r.val_loss) msg += str(", val ", fixed4(*r.val_loss));
-        if (r.gns_b_simple) msg += str(", B_simple ", int64_t(*r.gns_b_simple), " tok");
-        for (const ShortRunResult::TargetLevel& t : r.targets)
-          msg += t.steps ? str(", ", t.target, " at step ", *t.steps, " (reduction ",
-                               t.loss_reduction ? fixed4(*t.loss_reduction) : std::string("-"), ")")
-                         : str(", ", t.target, " not reached");
-        msg += str(", ", fixed1(r.seconds), "s | ETA ", duration_str(eta));
-        std::cout << msg << "\n" << std::flush;
+        std::cout << run_message(index, total, lr, batch, seed, r, eta) << "\n" << std::flush;
       }
     }
   std::cout << "sweep: " << ran << " runs done, " << skipped << " skipped; results in " << s.out

@@ -77,6 +77,7 @@ class Tokenizer {
 
  private:
   struct Impl;
+  friend struct TokenizerJsonReader;  // tokenizer_load.cc: the parts of from_hf_json
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -346,12 +346,11 @@ json template_json(const std::vector<std::pair<std::string, int32_t>>& before,
 
 }  // namespace
 
-Tokenizer Tokenizer::from_hf_json(const json& tj, const std::string& source, const json& config) {
-  auto impl = std::make_unique<Impl>();
-  impl->source = source;
-  json hf = tj;
-  try {
-    const json& model = tj.at("model");
+// The steps of Tokenizer::from_hf_json, over the tokenizer's private state.
+struct TokenizerJsonReader {
+  using Impl = Tokenizer::Impl;
+
+  static void check_model(const json& model, const std::string& source) {
     if (model.value("type", "BPE") != "BPE")
       throw ConfigError(str(source, ": model type ", model.value("type", ""),
                             " is not supported; memo reads BPE"));
@@ -363,22 +362,27 @@ Tokenizer Tokenizer::from_hf_json(const json& tj, const std::string& source, con
         model.at("dropout").get<double>() > 0.0)
       throw ConfigError(str(source, ": BPE dropout ", model.at("dropout").get<double>(),
                             " is not supported (encoding would be random)"));
-    impl->normalizer = Normalizer::from_json(tj.value("normalizer", json()), source);
-    impl->pre = hf_pre_tokenizer(tj.value("pre_tokenizer", json()), source);
-    impl->byte_level = impl->pre.kind == PreTokenizerKind::kByteLevel ||
-                       impl->pre.kind == PreTokenizerKind::kSplitByteLevel;
-    impl->decoder = Decoder::from_json(tj.value("decoder", json()), source);
+  }
+
+  static void read_pipeline(Impl& impl, const json& tj, const std::string& source) {
+    impl.normalizer = Normalizer::from_json(tj.value("normalizer", json()), source);
+    impl.pre = hf_pre_tokenizer(tj.value("pre_tokenizer", json()), source);
+    impl.byte_level = impl.pre.kind == PreTokenizerKind::kByteLevel ||
+                      impl.pre.kind == PreTokenizerKind::kSplitByteLevel;
+    impl.decoder = Decoder::from_json(tj.value("decoder", json()), source);
     // Byte-level BPE decodes to its tokens' bytes with a ByteLevel decoder or none (memo has
     // always ignored a null decoder there: the bytes are the text).
     const bool plain_decoder =
-        tj.value("decoder", json()).is_null() || impl->decoder.is_byte_level();
-    impl->concat_decode = impl->byte_level && plain_decoder;
-    impl->ignore_merges = model.value("ignore_merges", false);
+        tj.value("decoder", json()).is_null() || impl.decoder.is_byte_level();
+    impl.concat_decode = impl.byte_level && plain_decoder;
+  }
+
+  static void read_vocab(Impl& impl, const json& tj, const json& model, const std::string& source) {
     std::vector<std::string> added_contents;
     if (tj.contains("added_tokens"))
       for (const json& t : tj.at("added_tokens"))
         added_contents.push_back(t.at("content").get<std::string>());
-    if (impl->byte_level) {
+    if (impl.byte_level) {
       // Added tokens may also sit in the vocabulary (GPT-2's <|endoftext|>); they are matched
       // literally, so their vocabulary spelling is skipped.
       json vocab = model.at("vocab");
@@ -386,90 +390,114 @@ Tokenizer Tokenizer::from_hf_json(const json& tj, const std::string& source, con
         auto it = vocab.find(c);
         if (it != vocab.end() && !byte_level_decode(c)) vocab.erase(it);
       }
-      impl->set_vocab(vocab, {});
+      impl.set_vocab(vocab, {});
     } else {
-      impl->set_vocab_spellings(model.at("vocab"));
-      impl->byte_fallback = model.value("byte_fallback", false);
-      impl->fuse_unk = model.value("fuse_unk", false);
+      impl.set_vocab_spellings(model.at("vocab"));
+      impl.byte_fallback = model.value("byte_fallback", false);
+      impl.fuse_unk = model.value("fuse_unk", false);
       const json unk = model.value("unk_token", json());
       if (unk.is_string()) {
-        auto it = impl->id_of_bytes.find(unk.get<std::string>());
-        if (it == impl->id_of_bytes.end())
+        auto it = impl.id_of_bytes.find(unk.get<std::string>());
+        if (it == impl.id_of_bytes.end())
           throw FormatError(
               str(source, ": unk_token ", unk.get<std::string>(), " is not in the vocabulary"));
-        impl->unk_id = it->second;
+        impl.unk_id = it->second;
       }
     }
-    const json& merges = model.at("merges");
-    impl->merges.reserve(merges.size());
+  }
+
+  static void read_merges(Impl& impl, const json& merges, const std::string& source) {
+    impl.merges.reserve(merges.size());
     for (size_t r = 0; r < merges.size(); ++r) {
       const json& m = merges[r];
       if (m.is_array()) {
-        impl->add_merge(m.at(0).get<std::string>(), m.at(1).get<std::string>(), int32_t(r));
+        impl.add_merge(m.at(0).get<std::string>(), m.at(1).get<std::string>(), int32_t(r));
       } else {
         const std::string s = m.get<std::string>();
         const size_t space = s.find(' ');
         if (space == std::string::npos)
           throw FormatError(str(source, ": merge ", r, " \"", s, "\" is not \"left right\""));
-        impl->add_merge(s.substr(0, space), s.substr(space + 1), int32_t(r));
+        impl.add_merge(s.substr(0, space), s.substr(space + 1), int32_t(r));
       }
     }
+  }
+
+  // The decoder's input and the added tokens.
+  static void read_added_tokens(Impl& impl, const json& tj) {
     // The decoder's input: each id's vocabulary spelling (byte-level: the bytes spelled in the
     // alphabet), added tokens as their content.
     std::vector<std::string> spellings;
-    if (!impl->concat_decode) {
-      spellings = impl->token_bytes;
-      if (impl->byte_level)
+    if (!impl.concat_decode) {
+      spellings = impl.token_bytes;
+      if (impl.byte_level)
         for (std::string& s : spellings) s = byte_level_encode(s);
     }
     if (tj.contains("added_tokens"))
       for (const json& t : tj.at("added_tokens")) {
         const int32_t id = t.at("id").get<int32_t>();
         const std::string content = t.at("content").get<std::string>();
-        impl->add_special(content, id);
-        if (!impl->concat_decode) {
+        impl.add_special(content, id);
+        if (!impl.concat_decode) {
           if (spellings.size() <= size_t(id)) spellings.resize(size_t(id) + 1);
           spellings[size_t(id)] = content;
         }
       }
-    impl->finish_specials();
-    impl->finish_decoding(spellings);
-    hf_post_processor(tj.value("post_processor", json()), source, impl->prefix_ids,
-                      impl->suffix_ids);
-    if (config.is_object()) {
-      // tokenizer_config.json: eos_token names the end of text; add_bos_token / add_eos_token,
-      // when given, decide what goes around a prompt (as transformers rebuilds the template).
-      auto id_of = [&](const std::string& content) -> std::optional<int32_t> {
-        for (const auto& [c, id] : impl->specials)
-          if (c == content) return id;
-        return std::nullopt;
+    impl.finish_specials();
+    impl.finish_decoding(spellings);
+  }
+
+  // tokenizer_config.json: eos_token names the end of text; add_bos_token / add_eos_token, when
+  // given, decide what goes around a prompt (as transformers rebuilds the template); hf is
+  // rewritten to say so.
+  static void apply_config(Impl& impl, json& hf, const json& config, const std::string& source) {
+    auto id_of = [&](const std::string& content) -> std::optional<int32_t> {
+      for (const auto& [c, id] : impl.specials)
+        if (c == content) return id;
+      return std::nullopt;
+    };
+    const std::optional<std::string> bos = config_token(config, "bos_token");
+    const std::optional<std::string> eos = config_token(config, "eos_token");
+    if (eos) impl.eos_id = id_of(*eos);
+    if (config.contains("add_bos_token") || config.contains("add_eos_token")) {
+      std::vector<std::pair<std::string, int32_t>> before, after;
+      auto named = [&](const char* flag, const std::optional<std::string>& token,
+                       std::vector<std::pair<std::string, int32_t>>& out) {
+        if (!config.value(flag, false)) return;
+        const std::optional<int32_t> id = token ? id_of(*token) : std::nullopt;
+        if (!id)
+          throw ConfigError(str(source, ": tokenizer_config.json sets ", flag, " but its token ",
+                                token.value_or("(none)"), " is not an added token"));
+        out.emplace_back(*token, *id);
       };
-      const std::optional<std::string> bos = config_token(config, "bos_token");
-      const std::optional<std::string> eos = config_token(config, "eos_token");
-      if (eos) impl->eos_id = id_of(*eos);
-      if (config.contains("add_bos_token") || config.contains("add_eos_token")) {
-        std::vector<std::pair<std::string, int32_t>> before, after;
-        auto named = [&](const char* flag, const std::optional<std::string>& token,
-                         std::vector<std::pair<std::string, int32_t>>& out) {
-          if (!config.value(flag, false)) return;
-          const std::optional<int32_t> id = token ? id_of(*token) : std::nullopt;
-          if (!id)
-            throw ConfigError(str(source, ": tokenizer_config.json sets ", flag, " but its token ",
-                                  token.value_or("(none)"), " is not an added token"));
-          out.emplace_back(*token, *id);
-        };
-        named("add_bos_token", bos, before);
-        named("add_eos_token", eos, after);
-        std::vector<int32_t> before_ids, after_ids;
-        for (const auto& t : before) before_ids.push_back(t.second);
-        for (const auto& t : after) after_ids.push_back(t.second);
-        if (before_ids != impl->prefix_ids || after_ids != impl->suffix_ids) {
-          impl->prefix_ids = before_ids;
-          impl->suffix_ids = after_ids;
-          hf["post_processor"] = template_json(before, after);
-        }
+      named("add_bos_token", bos, before);
+      named("add_eos_token", eos, after);
+      std::vector<int32_t> before_ids, after_ids;
+      for (const auto& t : before) before_ids.push_back(t.second);
+      for (const auto& t : after) after_ids.push_back(t.second);
+      if (before_ids != impl.prefix_ids || after_ids != impl.suffix_ids) {
+        impl.prefix_ids = before_ids;
+        impl.suffix_ids = after_ids;
+        hf["post_processor"] = template_json(before, after);
       }
     }
+  }
+};
+
+Tokenizer Tokenizer::from_hf_json(const json& tj, const std::string& source, const json& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->source = source;
+  json hf = tj;
+  try {
+    const json& model = tj.at("model");
+    TokenizerJsonReader::check_model(model, source);
+    TokenizerJsonReader::read_pipeline(*impl, tj, source);
+    impl->ignore_merges = model.value("ignore_merges", false);
+    TokenizerJsonReader::read_vocab(*impl, tj, model, source);
+    TokenizerJsonReader::read_merges(*impl, model.at("merges"), source);
+    TokenizerJsonReader::read_added_tokens(*impl, tj);
+    hf_post_processor(tj.value("post_processor", json()), source, impl->prefix_ids,
+                      impl->suffix_ids);
+    if (config.is_object()) TokenizerJsonReader::apply_config(*impl, hf, config, source);
   } catch (const json::exception& e) {
     throw FormatError(str(source, " is not a Hugging Face tokenizer.json: ", e.what()));
   }
