@@ -178,11 +178,11 @@ int64_t CudaBackend::bf16_attention_backward_scratch_numel(int64_t seq, int64_t 
   return cuda_bf16_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
 }
 
-void CudaBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
-                                    ConstTensor v, int64_t batch, int64_t n_heads,
-                                    int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+void CudaBackend::do_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
+                                       ConstTensor v, int64_t batch, int64_t n_heads,
+                                       int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
   const Timed timed(this, "attention_forward");
-  const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
+  const AttnDims d = attention_dims(q, batch, n_heads, n_kv_heads);
   MEMO_CHECK(lse.contiguous(), "attention_forward: lse ", lse.shape(), " not contiguous");
   check_attention_dtypes("attention_forward", {o, q, k, v}, {lse, scratch});
   if (flash_applies(d, {o, q, k, v})) {
@@ -198,13 +198,12 @@ void CudaBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTe
                                   dev(scratch));
 }
 
-void CudaBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
-                                     ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,
-                                     ConstTensor lse, int64_t batch, int64_t n_heads,
-                                     int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+void CudaBackend::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
+                                        ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,
+                                        ConstTensor lse, int64_t batch, int64_t n_heads,
+                                        int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
   const Timed timed(this, "attention_backward");
-  const AttnDims d =
-      check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
+  const AttnDims d = attention_dims(q, batch, n_heads, n_kv_heads);
   MEMO_CHECK(lse.contiguous(), "attention_backward: lse ", lse.shape(), " not contiguous");
   check_attention_dtypes("attention_backward", {dq, dk, dv, dout, q, k, v, o}, {lse, scratch});
   if (flash_applies(d, {dq, dk, dv, dout, q, k, v, o})) {

@@ -23,11 +23,10 @@ void CudaBackend::attention_decode_launch(Mat O, CMat Q, CMat K, CMat V, int64_t
   });
 }
 
-void CudaBackend::attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v,
-                                   int64_t first, int64_t n_heads, int64_t n_kv_heads,
-                                   Tensor scratch) {
+void CudaBackend::do_attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v,
+                                      int64_t first, int64_t n_heads, int64_t n_kv_heads,
+                                      Tensor scratch) {
   const Timed timed(this, "attention_decode");
-  check_attention_decode(o, q, k, v, first, n_heads, n_kv_heads);
   const int64_t D = q.cols() / n_heads, G = n_heads / n_kv_heads, H = n_heads;
   const Mat O = mat(o);
   const CMat Q = cmat(q), K = cmat(k), V = cmat(v);

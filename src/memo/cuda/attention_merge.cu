@@ -4,9 +4,9 @@
 
 namespace memo::cuda_impl {
 
-void CudaBackend::attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) {
+void CudaBackend::do_attention_merge(Tensor o, Tensor lse, ConstTensor o_part,
+                                     ConstTensor lse_part) {
   const Timed timed(this, "attention_merge");
-  check_attention_merge(o, lse, o_part, lse_part);
   const int64_t H = lse.dim(1), S = lse.dim(2), D = o.cols() / H;
   const Mat O = mat(o);
   const CMat P = cmat(o_part);

@@ -9,9 +9,8 @@
 namespace memo::cuda_impl {
 
 // The table is the CPU's (computed in double on the host), copied up.
-void CudaBackend::rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
+void CudaBackend::do_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
   const Timed timed(this, "rope_table");
-  check_rope_table(cos, sin, head_dim, theta);
   MEMO_CHECK(cos.contiguous() && sin.contiguous(), "rope_table: non-contiguous tables");
   std::vector<float> c(size_t(cos.numel())), s(size_t(sin.numel()));
   cpu::rope_table(View<float>(c.data(), cos.shape()), View<float>(s.data(), sin.shape()), head_dim,
@@ -19,30 +18,26 @@ void CudaBackend::rope_table(Tensor cos, Tensor sin, int64_t head_dim, float the
   copy_from_host(dev(cos), c.data(), cos.bytes());
   copy_from_host(dev(sin), s.data(), sin.bytes());
 }
-void CudaBackend::rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                               int64_t first_row) {
+void CudaBackend::do_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                                  int64_t first_row) {
   const Timed timed(this, "rope_forward");
-  check_rope_forward(x, cos, sin, head_dim, first_row);
   rotate(x, cos, sin, head_dim, first_row, 1.0f);
 }
-void CudaBackend::rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                                int64_t first_row) {
+void CudaBackend::do_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                                   int64_t first_row) {
   const Timed timed(this, "rope_backward");
-  check_rope_backward(dx, cos, sin, head_dim, first_row);
   rotate(dx, cos, sin, head_dim, first_row, -1.0f);
 }
-void CudaBackend::swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
+void CudaBackend::do_swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
   const Timed timed(this, "swiglu_forward");
-  check_swiglu_forward(a, g, u);
   const cuda::XMat A = xmat(a), G = xmat(g), U = xmat(u);
   launch_rc(G.rows, G.cols, [=] __device__(int64_t t, int64_t f) {
     A.at(t, f) = cuda::swiglu(G.at(t, f), U.at(t, f));
   });
 }
-void CudaBackend::swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
-                                  ConstTensor u) {
+void CudaBackend::do_swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
+                                     ConstTensor u) {
   const Timed timed(this, "swiglu_backward");
-  check_swiglu_backward(dg, du, da, g, u);
   const cuda::XMat DG = xmat(dg), DU = xmat(du), DA = xmat(da), G = xmat(g), U = xmat(u);
   launch_rc(G.rows, G.cols, [=] __device__(int64_t t, int64_t f) {
     float dgv, duv;  // da, g, u read before either output is written (they may alias)
@@ -51,47 +46,41 @@ void CudaBackend::swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTen
     DU.at(t, f) = duv;
   });
 }
-void CudaBackend::gelu_forward(Tensor y, ConstTensor x) {
+void CudaBackend::do_gelu_forward(Tensor y, ConstTensor x) {
   const Timed timed(this, "gelu_forward");
-  check_gelu_forward(y, x);
   const cuda::XMat Y = xmat(y), X = xmat(x);
   launch_rc(X.rows, X.cols,
             [=] __device__(int64_t t, int64_t c) { Y.at(t, c) = cuda::gelu(X.at(t, c)); });
 }
-void CudaBackend::gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
+void CudaBackend::do_gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
   const Timed timed(this, "gelu_backward");
-  check_gelu_backward(dx, dy, x);
   const cuda::XMat DX = xmat(dx), DY = xmat(dy), X = xmat(x);
   launch_rc(X.rows, X.cols, [=] __device__(int64_t t, int64_t c) {
     DX.at(t, c) = cuda::gelu_backward(DY.at(t, c), X.at(t, c));
   });
 }
-void CudaBackend::bias_add(Tensor y, ConstTensor b) {
+void CudaBackend::do_bias_add(Tensor y, ConstTensor b) {
   const Timed timed(this, "bias_add");
-  check_bias_add(y, b);
   const cuda::XMat Y = xmat(y);
   const cuda::XVec bp = xvec(b);
   launch_rc(Y.rows, Y.cols, [=] __device__(int64_t t, int64_t c) { Y.at(t, c) += bp[c]; });
 }
-void CudaBackend::bias_backward(Tensor db, ConstTensor dy) {
+void CudaBackend::do_bias_backward(Tensor db, ConstTensor dy) {
   const Timed timed(this, "bias_backward");
-  check_bias_backward(db, dy);
   const cuda::XMat DY = xmat(dy);
   float* dbp = dev(db);
   launch(DY.cols, [=] __device__(int64_t c) { cuda::bias_backward_col(dbp, DY, c); });
 }
-void CudaBackend::embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
+void CudaBackend::do_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
   const Timed timed(this, "embedding_forward");
-  check_embedding_forward(x, tokens, wte, on_host(tokens.data()));
   const int32_t* ids = device_ids(tokens);
   const cuda::XMat X = xmat(x), W = xmat(wte);
   launch_rc(X.rows, X.cols, [=] __device__(int64_t t, int64_t c) {
     X.at(t, c) = cuda::embedding_forward_at(W, ids, t, c);
   });
 }
-void CudaBackend::embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) {
+void CudaBackend::do_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) {
   const Timed timed(this, "embedding_backward");
-  check_embedding_backward(dwte, dx, tokens, on_host(tokens.data()));
   const int32_t* ids = device_ids(tokens);
   const Mat DW = mat(dwte);
   const cuda::XMat DX = xmat(dx);

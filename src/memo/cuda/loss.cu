@@ -34,10 +34,9 @@ __global__ void cross_entropy_kernel(float* losses, Mat dlogits, CMat logits,
 
 }  // namespace
 
-void CudaBackend::cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
-                                View<const int32_t> targets, float grad_scale) {
+void CudaBackend::do_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                   View<const int32_t> targets, float grad_scale) {
   const Timed timed(this, "cross_entropy");
-  check_cross_entropy(losses, dlogits, logits, targets, grad_scale, on_host(targets.data()));
   const int32_t* ys = device_ids(targets);
   const Mat DL = mat(dlogits);
   const CMat L = cmat(logits);
@@ -46,10 +45,9 @@ void CudaBackend::cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logit
   cross_entropy_kernel<<<unsigned(L.rows), cuda::kRowLanes, 0, s()>>>(lp, DL, L, ys, grad_scale);
   check_cuda(cudaGetLastError(), "cross_entropy launch");
 }
-void CudaBackend::vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
-                                          View<const int32_t> targets) {
+void CudaBackend::do_vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                                             View<const int32_t> targets) {
   const Timed timed(this, "vocab_parallel_ce_stats");
-  check_vocab_parallel_ce_stats(stats, target_logit, logits, targets, on_host(targets.data()));
   const int32_t* ys = device_ids(targets);
   const CMat L = cmat(logits);
   float* sp = dev(stats);
@@ -57,12 +55,10 @@ void CudaBackend::vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, Con
   launch(L.rows,
          [=] __device__(int64_t t) { cuda::vocab_parallel_ce_stats_row(sp, tp, L, ys, t); });
 }
-void CudaBackend::vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
-                                    View<const int32_t> targets, ConstTensor stats,
-                                    ConstTensor target_logit, float grad_scale) {
+void CudaBackend::do_vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                       View<const int32_t> targets, ConstTensor stats,
+                                       ConstTensor target_logit, float grad_scale) {
   const Timed timed(this, "vocab_parallel_ce");
-  check_vocab_parallel_ce(losses, dlogits, logits, targets, stats, target_logit,
-                          on_host(targets.data()));
   const int32_t* ys = device_ids(targets);
   const Mat DL = mat(dlogits);
   const CMat L = cmat(logits);

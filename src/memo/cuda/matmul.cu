@@ -24,25 +24,22 @@ int alignment_of(std::initializer_list<const void*> ptrs,
 
 }  // namespace
 
-void CudaBackend::matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
-                         float alpha, float beta) {
+void CudaBackend::do_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
+                            float alpha, float beta) {
   const Timed timed(this, "matmul");
-  check_matmul(c, a, b, trans_a, trans_b, alpha, beta);
   matmul_unchecked(c, a, b, trans_a, trans_b, alpha, beta);
 }
 
-void CudaBackend::matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) {
+void CudaBackend::do_matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) {
   const Timed timed(this, "matmul_token_panels");
-  check_matmul(c, a, b, false, true, 1.0f, beta);
   for (int64_t r = 0; r < c.rows(); r += kCudaPanelRows) {
     const int64_t e = std::min(c.rows(), r + kCudaPanelRows);
     matmul_unchecked(c.slice_rows(r, e), a.slice_rows(r, e), b, false, true, 1.0f, beta);
   }
 }
 
-void CudaBackend::matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) {
+void CudaBackend::do_matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) {
   const Timed timed(this, "matmul_token_panels_kn");
-  check_matmul(c, a, b, false, false, 1.0f, beta);
   for (int64_t r = 0; r < c.rows(); r += kCudaPanelRows) {
     const int64_t e = std::min(c.rows(), r + kCudaPanelRows);
     matmul_unchecked(c.slice_rows(r, e), a.slice_rows(r, e), b, false, false, 1.0f, beta);

@@ -71,10 +71,9 @@ __global__ void layernorm_dx_kernel(cuda::XMat dx, cuda::XMat dy, cuda::XMat x, 
 
 }  // namespace
 
-void CudaBackend::rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
-                                  float eps) {
+void CudaBackend::do_rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
+                                     float eps) {
   const Timed timed(this, "rmsnorm_forward");
-  check_rmsnorm_forward(y, inv_rms, x, w, eps);
   const cuda::XMat Y = xmat(y), X = xmat(x);
   float* r = dev(inv_rms);
   const cuda::XVec wp = xvec(w);
@@ -82,10 +81,9 @@ void CudaBackend::rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, Const
   rmsnorm_forward_kernel<<<unsigned(X.rows), cuda::kRowLanes, 0, s()>>>(Y, r, X, wp, eps);
   check_cuda(cudaGetLastError(), "rmsnorm_forward launch");
 }
-void CudaBackend::rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
-                                   ConstTensor w, ConstTensor inv_rms) {
+void CudaBackend::do_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
+                                      ConstTensor w, ConstTensor inv_rms) {
   const Timed timed(this, "rmsnorm_backward");
-  check_rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
   const cuda::XMat DX = xmat(dx), DY = xmat(dy), X = xmat(x);
   const cuda::XVec wp = xvec(w);
   const float* r = dev(inv_rms);
@@ -95,10 +93,9 @@ void CudaBackend::rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTe
   check_cuda(cudaGetLastError(), "rmsnorm_backward launch");
   launch(X.cols, [=] __device__(int64_t c) { cuda::rmsnorm_dw_col(dwp, DY, X, r, c); });
 }
-void CudaBackend::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
-                                    ConstTensor w, ConstTensor b, float eps) {
+void CudaBackend::do_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
+                                       ConstTensor w, ConstTensor b, float eps) {
   const Timed timed(this, "layernorm_forward");
-  check_layernorm_forward(y, mean, rstd, x, w, b, eps);
   const cuda::XMat Y = xmat(y), X = xmat(x);
   float *mp = dev(mean), *rp = dev(rstd);
   const cuda::XVec wp = xvec(w), bp = xvec(b);
@@ -107,10 +104,10 @@ void CudaBackend::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTen
                                                                           eps);
   check_cuda(cudaGetLastError(), "layernorm_forward launch");
 }
-void CudaBackend::layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
-                                     ConstTensor w, ConstTensor mean, ConstTensor rstd) {
+void CudaBackend::do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy,
+                                        ConstTensor x, ConstTensor w, ConstTensor mean,
+                                        ConstTensor rstd) {
   const Timed timed(this, "layernorm_backward");
-  check_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
   const cuda::XMat DX = xmat(dx), DY = xmat(dy), X = xmat(x);
   const cuda::XVec wp = xvec(w);
   const float *mp = dev(mean), *rp = dev(rstd);

@@ -8,63 +8,55 @@
 
 namespace memo::cuda_impl {
 
-void CudaBackend::sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& st) {
+void CudaBackend::do_sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& st) {
   const Timed timed(this, "sgd_update");
-  check_optimizer_update("sgd_update", p, g, {buf});
   float *pp = dev(p), *bp = dev(buf);
   const float* gp = dev(g);
   launch(p.numel(), [=] __device__(int64_t j) { cuda::sgd_elem(pp, bp, gp, st, j); });
 }
-void CudaBackend::signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& st) {
+void CudaBackend::do_signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& st) {
   const Timed timed(this, "signsgd_update");
-  check_optimizer_update("signsgd_update", p, g, {m});
   float *pp = dev(p), *mp = dev(m);
   const float* gp = dev(g);
   launch(p.numel(), [=] __device__(int64_t j) { cuda::signsgd_elem(pp, mp, gp, st, j); });
 }
-void CudaBackend::adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& st) {
+void CudaBackend::do_adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& st) {
   const Timed timed(this, "adam_update");
-  check_optimizer_update("adam_update", p, g, {m, v});
   adam(p, m, v, g, st, false);
 }
-void CudaBackend::adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& st) {
+void CudaBackend::do_adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& st) {
   const Timed timed(this, "adamw_update");
-  check_optimizer_update("adamw_update", p, g, {m, v});
   adam(p, m, v, g, st, true);
 }
-void CudaBackend::adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& st) {
+void CudaBackend::do_adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& st) {
   const Timed timed(this, "adagrad_update");
-  check_optimizer_update("adagrad_update", p, g, {sum});
   float *pp = dev(p), *sp = dev(sum);
   const float* gp = dev(g);
   launch(p.numel(), [=] __device__(int64_t j) { cuda::adagrad_elem(pp, sp, gp, st, j); });
 }
-void CudaBackend::rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf,
-                                 ConstTensor g, const RmspropStep& st) {
+void CudaBackend::do_rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf,
+                                    ConstTensor g, const RmspropStep& st) {
   const Timed timed(this, "rmsprop_update");
-  check_optimizer_update("rmsprop_update", p, g, {square_avg, grad_avg, buf});
   float *pp = dev(p), *sq = dev(square_avg), *ga = dev(grad_avg), *bp = dev(buf);
   const float* gp = dev(g);
   launch(p.numel(), [=] __device__(int64_t j) { cuda::rmsprop_elem(pp, sq, ga, bp, gp, st, j); });
 }
-void CudaBackend::lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& st) {
+void CudaBackend::do_lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& st) {
   const Timed timed(this, "lion_update");
-  check_optimizer_update("lion_update", p, g, {m});
   float *pp = dev(p), *mp = dev(m);
   const float* gp = dev(g);
   launch(p.numel(), [=] __device__(int64_t j) { cuda::lion_elem(pp, mp, gp, st, j); });
 }
 
-double CudaBackend::adafactor_rms(ConstTensor x, View<double> partial) {
+double CudaBackend::do_adafactor_rms(ConstTensor x, View<double> partial) {
   const Timed timed(this, "adafactor_rms");
   MEMO_CHECK(x.contiguous(), "adafactor_rms: x ", x.shape(), " not contiguous");
   return std::sqrt(ordered_sum(cmat(x), true) / double(std::max<int64_t>(1, x.numel())));
 }
-void CudaBackend::adafactor_update_matrix(Tensor p, Tensor m, Tensor row_t, Tensor col_t,
-                                          ConstTensor g, Tensor row_inv, Tensor col_inv,
-                                          View<double> partial, const AdafactorStep& st) {
+void CudaBackend::do_adafactor_update_matrix(Tensor p, Tensor m, Tensor row_t, Tensor col_t,
+                                             ConstTensor g, Tensor row_inv, Tensor col_inv,
+                                             View<double> partial, const AdafactorStep& st) {
   const Timed timed(this, "adafactor_update_matrix");
-  check_optimizer_update("adafactor_update_matrix", p, g, {m});
   const int64_t R = p.rows(), C = p.cols();
   MEMO_CHECK(p.ndim() == 2 && row_t.numel() == R && col_t.numel() == C && row_inv.numel() >= R &&
                  col_inv.numel() >= C && partial.numel() >= R + 1,
@@ -90,10 +82,9 @@ void CudaBackend::adafactor_update_matrix(Tensor p, Tensor m, Tensor row_t, Tens
     cuda::adafactor_apply(pp, mp, scale * (gp[j] * ri[r] * ci[c]), b1, keep, j);
   });
 }
-void CudaBackend::adafactor_update_vector(Tensor p, Tensor m, Tensor v_t, ConstTensor g,
-                                          View<double> partial, const AdafactorStep& st) {
+void CudaBackend::do_adafactor_update_vector(Tensor p, Tensor m, Tensor v_t, ConstTensor g,
+                                             View<double> partial, const AdafactorStep& st) {
   const Timed timed(this, "adafactor_update_vector");
-  check_optimizer_update("adafactor_update_vector", p, g, {m, v_t});
   const int64_t n = p.numel();
   const int64_t chunks = (n + cuda::kAdafactorChunk - 1) / cuda::kAdafactorChunk;
   MEMO_CHECK(partial.numel() >= chunks, "adafactor_update_vector: ", partial.numel(),

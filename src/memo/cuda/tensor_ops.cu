@@ -5,9 +5,8 @@
 
 namespace memo::cuda_impl {
 
-void CudaBackend::copy(Tensor dst, ConstTensor src) {
+void CudaBackend::do_copy(Tensor dst, ConstTensor src) {
   const Timed timed(this, "copy");
-  check_copy(dst, src);
   MEMO_CHECK(dst.dtype() == src.dtype(), "copy: ", dtype_name(src.dtype()), " to ",
              dtype_name(dst.dtype()), " is a convert");
   if (dst.numel() == 0) return;
@@ -25,9 +24,8 @@ void CudaBackend::copy(Tensor dst, ConstTensor src) {
                                size_t(D.rows), cudaMemcpyDefault, s()),
              "copy");
 }
-void CudaBackend::convert(Tensor dst, ConstTensor src) {
+void CudaBackend::do_convert(Tensor dst, ConstTensor src) {
   const Timed timed(this, "convert");
-  check_convert(dst, src);
   const int64_t n = dst.numel();
   if (n == 0) return;
   void* d = dev_bytes(dst);
@@ -47,22 +45,19 @@ void CudaBackend::launch_convert_to_bf16(uint16_t* d, const float* x, int64_t n)
 void CudaBackend::launch_convert_from_bf16(float* d, const uint16_t* x, int64_t n) {
   launch(n, [=] __device__(int64_t i) { d[i] = cuda::from_bf16_bits(x[i]); });
 }
-void CudaBackend::fill(Tensor dst, float value) {
+void CudaBackend::do_fill(Tensor dst, float value) {
   const Timed timed(this, "fill");
-  check_fill(dst, value);
   const cuda::XMat D = xmat(dst);
   launch_rc(D.rows, D.cols, [=] __device__(int64_t t, int64_t c) { D.at(t, c) = value; });
 }
-void CudaBackend::scale(Tensor x, float factor) {
+void CudaBackend::do_scale(Tensor x, float factor) {
   const Timed timed(this, "scale");
-  check_scale(x, factor);
   const cuda::XMat X = xmat(x);
   launch_rc(X.rows, X.cols,
             [=] __device__(int64_t t, int64_t c) { X.at(t, c) = float(X.at(t, c)) * factor; });
 }
-void CudaBackend::add_into(Tensor dst, ConstTensor src) {
+void CudaBackend::do_add_into(Tensor dst, ConstTensor src) {
   const Timed timed(this, "add_into");
-  check_add_into(dst, src);
   if (dst.numel() == 0) return;
   if (dst.contiguous() && src.contiguous()) {  // any two shapes of one element count
     const int64_t n = dst.numel();
@@ -76,21 +71,18 @@ void CudaBackend::add_into(Tensor dst, ConstTensor src) {
   const cuda::XMat D = xmat(dst), S = xmat(src);
   launch_rc(D.rows, D.cols, [=] __device__(int64_t t, int64_t c) { D.at(t, c) += S.at(t, c); });
 }
-double CudaBackend::sum(ConstTensor x) {
+double CudaBackend::do_sum(ConstTensor x) {
   const Timed timed(this, "sum");
-  check_sum(x);
   return ordered_sum(cmat(x), false);
 }
-double CudaBackend::sum_squares(ConstTensor x) {
+double CudaBackend::do_sum_squares(ConstTensor x) {
   const Timed timed(this, "sum_squares");
-  check_sum_squares(x);
   return ordered_sum(cmat(x), true);
 }
 
-double CudaBackend::noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
-                                     View<double> partial) {
+double CudaBackend::do_noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
+                                        View<double> partial) {
   const Timed timed(this, "noise_probe_pass");
-  check_optimizer_update("noise_probe_pass", g, g, {sum});
   const int64_t n = g.numel(), chunks = noise_probe_partial_numel(n);
   MEMO_CHECK(partial.numel() >= chunks, "noise_probe_pass: ", partial.numel(), " partial sums for ",
              chunks, " chunks");
