@@ -13,7 +13,7 @@
 #include <string>
 
 #include "memo/backend/attn_mask.h"
-#include "memo/backend/optim_steps.h"
+#include "memo/backend/optim_kernels.h"
 #include "memo/backend/raw_allocator.h"
 #include "memo/backend/stream.h"
 #include "memo/core/dtype.h"
@@ -24,9 +24,12 @@ namespace memo {
 // Which micro-batch of a step the noise-scale probe's fused pass sees (train/grad_noise.h).
 enum class NoiseProbePass { kFirst, kMiddle, kLast };
 
-class Backend {
+// The optimiser updates are a sub-interface of their own (OptimizerKernels, optim_kernels.h) that
+// every backend provides by inheritance; optimisers reach them through optimizer_kernels().
+class Backend : public OptimizerKernels {
  public:
-  virtual ~Backend() = default;
+  ~Backend() override = default;
+  OptimizerKernels& optimizer_kernels() { return *this; }
   virtual const char* name() const = 0;  // "cpu", "meta", "cuda"
   // One line for the start-of-run log (the BLAS and its kernel on the CPU, the GPU on CUDA).
   virtual std::string describe() const = 0;
@@ -197,26 +200,6 @@ class Backend {
   virtual int64_t noise_probe_partial_numel(int64_t n) = 0;
   double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass, View<double> partial);
 
-  // --- optimiser updates of one tensor (math: cpu/optim_kernels.h; the scalars:
-  // backend/optim_steps.h). A state tensor the options switch off is passed empty. ---
-  void sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s);
-  void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s);
-  void adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s);
-  void adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s);
-  void adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& s);
-  void rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf, ConstTensor g,
-                      const RmspropStep& s);
-  void lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s);
-  // Adafactor: the scratch it needs (doubles) for a tensor of `rows` rows (0: a vector) and
-  // `numel` elements; RMS(x) for the relative step; the factored and the plain update.
-  virtual int64_t adafactor_partial_numel(int64_t rows, int64_t numel) = 0;
-  double adafactor_rms(ConstTensor x, View<double> partial);
-  void adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col, ConstTensor g,
-                               Tensor row_inv, Tensor col_inv, View<double> partial,
-                               const AdafactorStep& s);
-  void adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g, View<double> partial,
-                               const AdafactorStep& s);
-
   // Whether the entry checks may read token and target ids at `ids` on the host (checks.h:
   // ids_on_host): the CPU and meta backends always; CUDA where they are in host memory.
   virtual bool host_reads_ids(const int32_t* ids) const { return true; }
@@ -226,8 +209,8 @@ class Backend {
   // Each kernel above is a non-virtual entry point (backend.cc) that runs its entry checks of
   // backend/checks.h once, for every backend, and then calls the backend's do_<kernel> with the
   // same arguments. An implementation checks only what is its own (its dtypes and memory
-  // spaces, its scratch figures) and never repeats a shape check. adafactor_rms has no shared
-  // check: each backend states its own.
+  // spaces, its scratch figures) and never repeats a shape check. The optimiser updates follow
+  // the same rule (optim_kernels.h).
   virtual void do_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
                          float alpha, float beta) = 0;
   virtual void do_matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) = 0;
@@ -282,20 +265,6 @@ class Backend {
   virtual double do_sum_squares(ConstTensor x) = 0;
   virtual double do_noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
                                      View<double> partial) = 0;
-  virtual void do_sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) = 0;
-  virtual void do_signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) = 0;
-  virtual void do_adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) = 0;
-  virtual void do_adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) = 0;
-  virtual void do_adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& s) = 0;
-  virtual void do_rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf,
-                                 ConstTensor g, const RmspropStep& s) = 0;
-  virtual void do_lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) = 0;
-  virtual double do_adafactor_rms(ConstTensor x, View<double> partial) = 0;
-  virtual void do_adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col, ConstTensor g,
-                                          Tensor row_inv, Tensor col_inv, View<double> partial,
-                                          const AdafactorStep& s) = 0;
-  virtual void do_adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g,
-                                          View<double> partial, const AdafactorStep& s) = 0;
 };
 
 }  // namespace memo
