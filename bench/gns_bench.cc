@@ -47,10 +47,10 @@ int main(int argc, char** argv) {
   const int64_t k = batch / micro;
   Model model(config, cpu_backend());
   model.init(1);
-  AdamW opt(model.layout(), AdamWOptions{}, decay_matrices_only(model.layout()));
+  AdamW opt(model.layout(), AdamWOptions{}, decay_matrices_only(model.layout()), cpu_backend());
   CachingAllocator alloc;
   KeepStrategy strategy(skeletal_layout(config, DType::kF32), alloc);
-  GradNoiseProbe probe(model.params_numel(), k, micro * seq);
+  GradNoiseProbe probe(model.params_numel(), k, micro * seq, {}, cpu_backend());
   std::vector<int32_t> tokens(size_t(batch * seq + 1));
   for (size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = int32_t(mix(9, i) % uint64_t(config.vocab_size));

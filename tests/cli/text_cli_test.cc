@@ -191,6 +191,36 @@ TEST_F(TextCli, broken_shard_folders_fail_with_one_line_naming_the_file) {
   test::expect_clean_failure(tokenize_cmd("--shard-tokens 99"), "holds shards of another run");
 }
 
+// memo sweep holds out what memo train and memo eval hold out: a shard folder's validation shards
+// (it validated on the tail of the training shards, and trained without it, before they shared
+// train/run_data.h). The same runs on the joined shards with --val-data give the same lines.
+TEST_F(TextCli, sweep_validates_on_the_validation_shards) {
+  const test::CommandResult t = tokenize();
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const TokenData train = TokenData::load(dir / "shards", vocab_);
+  const std::optional<TokenData> val = load_validation_shards(dir / "shards", vocab_);
+  ASSERT_TRUE(val);
+  for (const auto& [data, file] : {std::pair{&train, "train.bin"}, std::pair{&*val, "val.bin"}}) {
+    std::vector<int32_t> all(static_cast<size_t>(data->num_tokens()));
+    data->copy(0, data->num_tokens(), all.data());
+    write_llmc_tokens(dir / file, all);
+  }
+  const auto sweep = [&](const std::string& data, const std::string& out) {
+    const test::CommandResult r = test::run_command(
+        test::memo_bin() + " sweep --config " + dir.str("config.json") + " --data " + data +
+        " --seq 32 --micro-batch 2 --batches 128 --steps 3 --val-windows 8 --lrs 3e-3 --out " +
+        dir.str(out) + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(read_file(dir / out));
+  };
+  const nlohmann::json shards = sweep(dir.str("shards"), "shards.jsonl");
+  const nlohmann::json files =
+      sweep(dir.str("train.bin") + " --val-data " + dir.str("val.bin"), "files.jsonl");
+  ASSERT_TRUE(shards.at("val_loss").is_number()) << shards.dump();
+  EXPECT_EQ(shards.at("val_loss"), files.at("val_loss"));
+  EXPECT_EQ(shards.at("curve"), files.at("curve"));  // trained on every training shard
+}
+
 TEST_F(TextCli, byte_models_generate_without_a_tokenizer_file) {
   config(dir.str("bytes.json"), 256);
   write_text(dir.str("kjv.txt"), test::corpus(5000));

@@ -233,16 +233,28 @@ TEST(Tokenizer, decode_names_an_unknown_id) {
 
 TEST(Tokenizer, refuses_what_it_does_not_implement) {
   json j = small_tokenizer_json();
-  j["normalizer"] = {{"type", "NFC"}};
+  j["normalizer"] = {{"type", "BertNormalizer"}};
   EXPECT_NE(test::error_message<ConfigError>([&] {
               Tokenizer::from_hf_json(j, "x.json");
-            }).find("normalizer (NFC)"),
+            }).find("normalizer BertNormalizer is not supported"),
             std::string::npos);
   j = small_tokenizer_json();
-  j["pre_tokenizer"]["add_prefix_space"] = true;
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
   EXPECT_NE(test::error_message<ConfigError>([&] {
               Tokenizer::from_hf_json(j, "x.json");
-            }).find("add_prefix_space"),
+            }).find("pre_tokenizer Whitespace is not supported"),
+            std::string::npos);
+  j = small_tokenizer_json();
+  j["decoder"] = {{"type", "WordPiece"}};
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              Tokenizer::from_hf_json(j, "x.json");
+            }).find("decoder WordPiece is not supported"),
+            std::string::npos);
+  j = small_tokenizer_json();
+  j["post_processor"] = {{"type", "BertProcessing"}};
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              Tokenizer::from_hf_json(j, "x.json");
+            }).find("post_processor BertProcessing is not supported"),
             std::string::npos);
   j = small_tokenizer_json();
   j["model"]["type"] = "Unigram";
@@ -260,6 +272,22 @@ TEST(Tokenizer, refuses_what_it_does_not_implement) {
               Tokenizer::load("/nonexistent/tok");
             }).find("/nonexistent/tok"),
             std::string::npos);
+}
+
+TEST(Tokenizer, byte_level_add_prefix_space_prepends_a_space) {
+  const Tokenizer plain = small_tokenizer();
+  json j = small_tokenizer_json();
+  j["pre_tokenizer"]["add_prefix_space"] = true;
+  const Tokenizer t = Tokenizer::from_hf_json(j, "prefix");
+  EXPECT_EQ(t.encode("the and"), plain.encode(" the and"));
+  EXPECT_EQ(t.encode(" the"), plain.encode(" the"));  // already starts with a space
+  EXPECT_EQ(t.decode(t.encode("hello")), " hello");   // Hugging Face's ByteLevel keeps it
+  EXPECT_EQ(t.encode(""), std::vector<int32_t>{});
+  // After a Split, every piece lacking a space gets one (Hugging Face applies it per split).
+  json s = small_tokenizer_json("Sequence");
+  s["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true;
+  const Tokenizer each = Tokenizer::from_hf_json(s, "prefix-each");
+  EXPECT_EQ(each.decode(each.encode("the,and")), " the ,and");
 }
 
 TEST(Tokenizer, merges_as_arrays_equal_merges_as_strings) {

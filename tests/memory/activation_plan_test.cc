@@ -1,6 +1,7 @@
 // The bi-level plan of a real step: every level validated, the joined offsets checked against
 // every request, layer blocks reusing one level-1 plan.
 #include "memo/memory/activation_plan.h"
+#include "memo/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -24,7 +25,7 @@ void expect_valid(const ActivationPlan& p) {
 }
 
 TEST(ActivationPlan, every_level_and_the_joined_plan_are_valid) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   for (int64_t seq : {8, 33, 64}) {
     const ActivationPlan p = plan_activations(testing::tiny_trace(model, 2, seq));
     expect_valid(p);
@@ -37,7 +38,7 @@ TEST(ActivationPlan, every_level_and_the_joined_plan_are_valid) {
 }
 
 TEST(ActivationPlan, mip_solver_gives_a_valid_plan_no_larger_than_the_heuristic) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   const Trace t = testing::tiny_trace(model, 1, 32);
   const ActivationPlan h = plan_activations(t);
   const ActivationPlan m = plan_activations(t, {PlanSolver::kMip, 5.0});
@@ -46,7 +47,7 @@ TEST(ActivationPlan, mip_solver_gives_a_valid_plan_no_larger_than_the_heuristic)
 }
 
 TEST(ActivationPlan, layers_reuse_the_level_1_offsets_inside_their_blocks) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   const ActivationPlan p = plan_activations(testing::tiny_trace(model, 1, 16));
   // offset - (block's offset) is the same for a transient in every layer
   std::map<std::pair<int, std::string>, std::vector<plan::Bytes>> rel;  // (pass, name) -> per layer

@@ -1,5 +1,6 @@
 // The device budget: need by part, the refusal message and its advice, checked against real plans.
 #include "memo/memory/budget.h"
+#include "memo/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -45,7 +46,7 @@ TEST(Budget, flag_value_rounds_up_and_parses_back_to_at_least_the_need) {
 }
 
 TEST(Budget, over_budget_refusal_names_need_budget_shortfall_and_what_fits) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   const int64_t seq = 128;
   const DevicePlan full = plan_device_memory(model, 2, seq, 0);
   // a budget between the fixed part and the need: a shorter sequence fits
@@ -70,7 +71,7 @@ TEST(Budget, over_budget_refusal_names_need_budget_shortfall_and_what_fits) {
 }
 
 TEST(Budget, budget_below_the_model_state_says_no_sequence_fits) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   const DevicePlan dp = plan_device_memory(model, 1, 16, 1024);
   ASSERT_FALSE(dp.fits());
   EXPECT_FALSE(dp.advice.longest_seq.has_value());
@@ -80,7 +81,7 @@ TEST(Budget, budget_below_the_model_state_says_no_sequence_fits) {
 }
 
 TEST(Budget, trainer_entry_refuses_with_budget_error) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   std::ostringstream progress;
   EXPECT_THROW(planned_allocator_within_budget(model, 1, 16, 1024, DevicePlanOptions{}, progress),
                BudgetError);

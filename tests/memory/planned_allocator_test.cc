@@ -1,6 +1,7 @@
 // The planned arena: same numbers as the caching allocator, measured peak within the plan, and a
 // request sequence that departs from the trace stopped with a message naming the request.
 #include "memo/memory/planned_allocator.h"
+#include "memo/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -37,7 +38,7 @@ StepResult run_steps(Model& model, ActivationAllocator& alloc, int64_t batch, in
 }
 
 TEST(PlannedAllocator, gives_bitwise_the_same_losses_and_gradients_as_the_caching_allocator) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   model.init(7);
   CachingAllocator caching;
   const StepResult want = run_steps(model, caching, 2, 24);
@@ -50,7 +51,7 @@ TEST(PlannedAllocator, gives_bitwise_the_same_losses_and_gradients_as_the_cachin
 }
 
 TEST(PlannedAllocator, measured_peak_is_at_most_the_planned_peak_and_reaches_it) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   model.init(3);
   PlannedAllocator planned(plan_activations(testing::tiny_trace(model, 1, 40)));
   run_steps(model, planned, 1, 40);
@@ -63,7 +64,7 @@ TEST(PlannedAllocator, measured_peak_is_at_most_the_planned_peak_and_reaches_it)
 }
 
 TEST(PlannedAllocator, planned_peak_is_within_the_budget_it_was_planned_for) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   const DevicePlan probe = plan_device_memory(model, 1, 32, 0);
   const int64_t budget = probe.need.total_bytes() + 4096;
   const DevicePlan dp = plan_device_memory(model, 1, 32, budget);
@@ -77,7 +78,7 @@ TEST(PlannedAllocator, planned_peak_is_within_the_budget_it_was_planned_for) {
 }
 
 TEST(PlannedAllocator, another_sequence_length_is_stopped_at_the_first_request) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   PlannedAllocator planned(plan_activations(testing::tiny_trace(model, 1, 32)));
   const std::string msg =
       test::error_message<TraceMismatchError>([&] { run_steps(model, planned, 1, 16); });
@@ -89,7 +90,7 @@ TEST(PlannedAllocator, another_sequence_length_is_stopped_at_the_first_request) 
 }
 
 TEST(PlannedAllocator, an_extra_request_is_stopped_naming_its_index) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   PlannedAllocator planned(plan_activations(testing::tiny_trace(model, 1, 16)));
   const std::string expected = planned.plan().trace.requests[20].name;
   bool added = false;

@@ -43,7 +43,7 @@ TEST(Trace, step_has_one_forward_and_one_backward_pass_per_layer) {
 }
 
 TEST(Trace, every_layer_sub_trace_is_identical) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   const Trace t = testing::tiny_trace(model, 1, 24);
   EXPECT_NO_THROW(check_layers_identical(t));
   // layer problems of one pass are equal buffer for buffer
@@ -63,7 +63,7 @@ TEST(Trace, every_layer_sub_trace_is_identical) {
 }
 
 TEST(Trace, differing_layer_is_reported_by_layer_pass_and_request) {
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   Trace t = testing::tiny_trace(model, 1, 16);
   int target = -1;
   for (size_t p = 0; p < t.phases.size(); ++p)
@@ -120,7 +120,7 @@ TEST(Trace, lifetimes_count_requests) {
 TEST(Trace, scaled_trace_equals_the_real_trace_at_that_length) {
   // The sizes are affine in seq (the attention scratch is constant), so two traces predict a
   // third exactly while the request structure stays the same.
-  Model model(testing::tiny_config());
+  Model model(testing::tiny_config(), cpu_backend());
   const Trace t16 = testing::tiny_trace(model, 2, 16), t32 = testing::tiny_trace(model, 2, 32);
   const Trace t48 = testing::tiny_trace(model, 2, 48);
   const Trace scaled = scale_trace(t32, t16, 48);

@@ -58,7 +58,7 @@ TEST(GptParams, layout_has_the_hugging_face_names_and_shapes) {
 
 TEST(GptParams, init_follows_gpt2_and_is_deterministic) {
   const ModelConfig c = gpt(PositionEmbedding::kLearned);
-  Model a(c), b(c);
+  Model a(c, cpu_backend()), b(c, cpu_backend());
   a.init(5);
   b.init(5);
   EXPECT_EQ(0, std::memcmp(a.params(), b.params(), size_t(a.params_numel()) * sizeof(float)));
@@ -91,7 +91,7 @@ TEST(GptParams, init_follows_gpt2_and_is_deterministic) {
 
 TEST(GptParams, checkpoint_save_and_load_round_trip_bit_for_bit) {
   const ModelConfig c = gpt(PositionEmbedding::kRope);
-  Model a(c), b(c);
+  Model a(c, cpu_backend()), b(c, cpu_backend());
   a.init(9);
   test::TempDir dir;
   CheckpointData data;

@@ -150,7 +150,7 @@ TEST(KvDecoder, every_cached_step_matches_pytorch_float64) {
 }
 
 TEST(KvDecoder, refuses_more_tokens_than_positions) {
-  Model model(tiny_llama());
+  Model model(tiny_llama(), cpu_backend());
   model.init(1);
   EXPECT_THROW(KvDecoder(model, 161), ConfigError);
   KvDecoder decoder(model, 4);

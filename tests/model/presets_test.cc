@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "memo/core/error.h"
+#include "memo/model/flops.h"
 #include "memo/model/model.h"
 #include "memo/model/params.h"
 #include "test_util.h"

@@ -116,7 +116,7 @@ inline void check_against_torch(const ModelConfig& config, int64_t seq, int64_t 
   KeepStrategy keep(model.skeletal(), alloc);
   // decay on every tensor: the reference uses one torch.optim.AdamW parameter group
   AdamW opt(model.layout(), AdamWOptions{beta1, beta2, eps, wd},
-            std::vector<bool>(model.layout().params().size(), true));
+            std::vector<bool>(model.layout().params().size(), true), model.backend());
   const float scale = 1.0f / float(batch * seq);
   for (int step = 0; step < steps; ++step) {
     model.zero_grads();

@@ -297,7 +297,7 @@ TEST(ParallelModel, every_gradient_part_matches_one_process) {
         in[i] = int32_t(rng() % uint32_t(config.vocab_size));
         target[i] = int32_t(rng() % uint32_t(config.vocab_size));
       }
-      Model one(config), mine(config);
+      Model one(config, cpu_backend()), mine(config, cpu_backend());
       mine.set_parallel(Parallel{layout.tp, 1}, tp.get());
       mine.set_context_parallel(cp.get());
       one.init(3);

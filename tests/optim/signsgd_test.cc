@@ -33,7 +33,7 @@ TEST(SignSgd, signum_matches_reference) { check_signsgd({.momentum = 0.9, .weigh
 
 TEST(SignSgd, zero_gradient_gives_no_step) {
   ParamLayout layout(test::tiny_config());
-  SignSgd opt(layout, {}, std::vector<bool>(layout.params().size(, cpu_backend()), false));
+  SignSgd opt(layout, {}, std::vector<bool>(layout.params().size(), false), cpu_backend());
   AlignedBuffer<float> p(layout.total_numel()), g(layout.total_numel());
   p[0] = 0.5f;
   opt.step(p.view(), g.view(), 0.1);

@@ -3,6 +3,7 @@
 // when the copy bandwidth binds, and when even alpha = 0 does not fit; the model state per GPU;
 // both MFU conventions; the longest sequence; layouts that do not divide.
 #include "memo/train/cluster_plan.h"
+#include "memo/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
 

@@ -127,7 +127,7 @@ TEST(DeviceStaging, the_kv_decoder_runs_in_the_device_space) {
   c.max_position_embeddings = 64;
   c.initializer_range = 0.2;
   HiddenDevice hidden;
-  Model plain(c), staged(c, hidden);
+  Model plain(c, cpu_backend()), staged(c, hidden);
   plain.init(7);
   staged.init(7);
   KvDecoder a(plain, 32), b(staged, 32);

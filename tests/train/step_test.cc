@@ -26,7 +26,7 @@ namespace {
 
 struct Fixture {
   ModelConfig config = testing::tiny_config();
-  Model model{config};
+  Model model{config, cpu_backend()};
   CachingAllocator alloc;
   KeepStrategy strategy{skeletal_layout(config, DType::kF32), alloc};
   SelfCommunicator dp{cpu_backend()};
@@ -61,7 +61,7 @@ TEST(TrainStep, gradients_equal_the_micro_batches_accumulated_by_hand) {
                                          scale, f.strategy, f.alloc);
   }
   const std::vector<float> want(f.model.grads(), f.model.grads() + n);
-  Sgd sgd(f.model.layout(), SgdOptions{}, decay_matrices_only(f.model.layout()));
+  Sgd sgd(f.model.layout(), SgdOptions{}, decay_matrices_only(f.model.layout()), cpu_backend());
   TrainStep step(f.model, sgd, f.strategy, f.alloc,
                  StepShape{Fixture::kRows, Fixture::kSeq, Fixture::kMicro}, f.source(), nullptr,
                  f.dp);
@@ -114,7 +114,7 @@ class RecordingGroup final : public Communicator {
 TEST(TrainStep, the_last_backward_starts_each_parts_reduction_and_the_step_finishes_them) {
   Fixture f;
   const int64_t n = f.model.params_numel();
-  Sgd sgd(f.model.layout(), SgdOptions{}, decay_matrices_only(f.model.layout()));
+  Sgd sgd(f.model.layout(), SgdOptions{}, decay_matrices_only(f.model.layout()), cpu_backend());
   const StepShape shape{Fixture::kRows, Fixture::kSeq, Fixture::kMicro};
   TrainStep one(f.model, sgd, f.strategy, f.alloc, shape, f.source(), nullptr, f.dp);
   one.gradients(1);
@@ -161,7 +161,7 @@ TEST(TrainStep, a_step_of_fewer_micro_batches_is_their_mean_and_the_probe_follow
     micro_sq.push_back(sq);
   }
   const std::vector<float> want(f.model.grads(), f.model.grads() + n);
-  Sgd sgd(f.model.layout(), SgdOptions{}, decay_matrices_only(f.model.layout()));
+  Sgd sgd(f.model.layout(), SgdOptions{}, decay_matrices_only(f.model.layout()), cpu_backend());
   const StepShape shape{Fixture::kRows, Fixture::kSeq, Fixture::kMicro};
   TrainStep plain(f.model, sgd, f.strategy, f.alloc, shape, f.source(), nullptr, f.dp);
   const StepGradients g = plain.gradients(1, k);
@@ -191,7 +191,7 @@ TEST(TrainStep, update_clips_to_the_requested_norm_then_steps_the_optimizer) {
   Fixture f;
   const int64_t n = f.model.params_numel();
   Sgd sgd(f.model.layout(), SgdOptions{},
-          std::vector<bool>(f.model.layout().params().size(), false));
+          std::vector<bool>(f.model.layout().params().size(), false), cpu_backend());
   TrainStep step(f.model, sgd, f.strategy, f.alloc,
                  StepShape{Fixture::kRows, Fixture::kSeq, Fixture::kMicro}, f.source(), nullptr,
                  f.dp);

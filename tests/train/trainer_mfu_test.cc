@@ -10,10 +10,11 @@
 
 #include "../cli/cli_test_util.h"
 #include "memo/io/config_json.h"
+#include "memo/model/flops.h"
 #include "memo/model/model.h"
 #include "memo/train/trainer.h"
-#include "train/train_util.h"
 #include "test_util.h"
+#include "train/train_util.h"
 
 namespace memo {
 namespace {

@@ -11,10 +11,11 @@
 
 #include "memo/backend/caching_allocator.h"
 #include "memo/cli/commands.h"
+#include "memo/cli/runtime.h"
 #include "memo/core/random.h"
 #include "memo/io/config_json.h"
-#include "memo/cli/runtime.h"
 #include "memo/memory/strategy.h"
+#include "memo/model/flops.h"
 #include "memo/model/model.h"
 #include "memo/optim/adamw.h"
 #include "memo/train/step.h"

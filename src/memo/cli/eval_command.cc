@@ -11,6 +11,7 @@
 #include "memo/io/checkpoint.h"
 #include "memo/train/evaluate.h"
 #include "memo/train/generate.h"
+#include "memo/train/run_data.h"
 #include "memo/train/trainer.h"
 
 namespace memo::cli {
@@ -50,18 +51,11 @@ void add_eval_command(CLI::App& app) {
     load_model_tensors(model, ckpt.model);
     const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
     const int64_t vocab = ckpt.config.vocab_size;
-    std::optional<TokenData> data;
-    if (o->split == "val") data = load_validation_shards(o->data, vocab);
-    if (!data) {
-      TokenData all = TokenData::load(o->data, vocab);
-      if (o->split == "val") {
-        data = std::move(split_tail(std::move(all), o->val_fraction).second);
-      } else {
-        data = std::move(all);
-      }
-    }
+    const RunDataOptions split{o->data, "", o->val_fraction};  // memo train's split
+    const TokenData data =
+        o->split == "val" ? load_validation_data(split, vocab) : TokenData::load(o->data, vocab);
     // The progress bar only on a terminal: scripts read one JSON object from the output.
-    const EvalReport r = evaluate(model, tokenizer, *data, o->seq, o->batch, o->batches,
+    const EvalReport r = evaluate(model, tokenizer, data, o->seq, o->batch, o->batches,
                                   ::isatty(2) ? &std::cerr : nullptr);
     std::cout << nlohmann::json{{"loss", r.loss},
                                 {"perplexity", r.perplexity},
@@ -70,7 +64,7 @@ void add_eval_command(CLI::App& app) {
                                 {"bytes", r.bytes},
                                 {"windows", r.windows},
                                 {"seq", o->seq},
-                                {"data", data->source()}}
+                                {"data", data.source()}}
                      .dump()
               << "\n";
   });

@@ -21,13 +21,13 @@
 #include "memo/cli/commands.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/units.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/cuda/cuda_sizes.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
 #include "memo/io/hardware_json.h"
-#include "memo/cpu/cpu_backend.h"
-#include "memo/meta/meta_backend.h"
 #include "memo/memory/timeline.h"
+#include "memo/meta/meta_backend.h"
 #include "memo/model/presets.h"
 #include "memo/parallel/shape_communicator.h"
 #include "memo/train/cluster_plan.h"
@@ -151,13 +151,15 @@ void print_text(const DevicePlan& dp, const PlanCommandOptions& o) {
     std::cout << "fits: no: " << dp.over_budget_message() << "\n";
 }
 
-void run_plan(const PlanCommandOptions& o) {
-  const ModelConfig config = load_model_config(o.config_path);
+void check_shape_flags(const PlanCommandOptions& o, const ModelConfig& config) {
   if (o.seq <= 0 || o.batch <= 0)
     throw ConfigError(str("--seq ", o.seq, " and --batch ", o.batch, " must be positive"));
   if (o.seq > config.max_position_embeddings)
     throw ConfigError(str("--seq ", o.seq, " exceeds ", config.positions_field(), " = ",
                           config.max_position_embeddings, " of ", o.config_path));
+}
+
+DevicePlanOptions device_plan_options(const PlanCommandOptions& o, const ModelConfig& config) {
   DevicePlanOptions options;
   options.plan.solver = plan_solver_from_name(o.solver);
   options.plan.mip_seconds = o.mip_seconds;
@@ -166,72 +168,112 @@ void run_plan(const PlanCommandOptions& o) {
   make_strategy_factory(options.strategy);  // reject an unknown strategy before the model is built
   optimizer_state_bytes(o.optimizer, ParamLayout(config),
                         options.optimizer.options);  // or a bad name
-  const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
+  return options;
+}
+
+void check_parallel_flags(const PlanCommandOptions& o) {
   if (o.cp < 1) throw ConfigError(str("--cp ", o.cp, " must be >= 1"));
   if (o.tp < 1) throw ConfigError(str("--tp ", o.tp, " must be >= 1"));
   check_context_parallel_seq(o.seq, int(o.cp));
-  // Rank 0 of `mpirun -np T*C memo train --tp T --cp C`: the model (its part of the parameters),
-  // strategy, the layers' collectives and the ring of the run, traced with shapes only on groups
-  // that move nothing (their counters: the bytes a rank sends).
-  // --precision bf16: bf16 storage over the backend, as memo train --precision bf16 runs
-  const bool bf16 = (o.precision.empty() ? default_precision(o.device) : o.precision) == "bf16";
-  // --device cuda: traced on the meta backend with the CUDA backend's sizes and native bf16
-  // kernels (cuda/cuda_sizes.h), as memo train --device cuda plans its run on a GPU
-  const bool cuda = o.device == "cuda";
+}
+
+// Rank 0 of `mpirun -np T*C memo train --tp T --cp C`: the model (its part of the parameters),
+// strategy, the layers' collectives and the ring of the run, traced with shapes only on groups
+// that move nothing (their counters: the bytes a rank sends). Members in the order they are
+// built: each backend wraps the one above it.
+struct TracedModel {
+  TracedModel(const ModelConfig& config, const PlanCommandOptions& o) {
+    // --precision bf16: bf16 storage over the backend, as memo train --precision bf16 runs
+    const bool bf16 = (o.precision.empty() ? default_precision(o.device) : o.precision) == "bf16";
+    // --device cuda: traced on the meta backend with the CUDA backend's sizes and native bf16
+    // kernels (cuda/cuda_sizes.h), as memo train --device cuda plans its run on a GPU
+    const bool cuda = o.device == "cuda";
+    if (o.cp > 1 || o.tp > 1 || cuda) {
+      meta.emplace(cuda ? static_cast<Backend&>(cuda_sizes) : cpu_backend(), DType::kF32);
+      if (bf16) mixed.emplace(*meta);
+      model.emplace(config, mixed ? static_cast<Backend&>(*mixed) : *meta);
+      tp_group.emplace(int(o.tp));
+      if (o.tp > 1) model->set_parallel(Parallel{o.tp, 1}, &*tp_group);
+      cp_group.emplace(int(o.cp));
+      model->set_context_parallel(&*cp_group);  // a group of one is none
+    } else {
+      // zero weights: the request sequence does not depend on values
+      if (bf16) mixed.emplace(cpu_backend());
+      model.emplace(config, mixed ? static_cast<Backend&>(*mixed) : cpu_backend());
+    }
+  }
+
   CudaSizes cuda_sizes;
   std::optional<MetaBackend> meta;
   std::optional<Bf16StorageBackend> mixed;
   std::optional<ShapeCommunicator> tp_group, cp_group;
   std::optional<Model> model;
-  if (o.cp > 1 || o.tp > 1 || cuda) {
-    meta.emplace(cuda ? static_cast<Backend&>(cuda_sizes) : cpu_backend(), DType::kF32);
-    if (bf16) mixed.emplace(*meta);
-    model.emplace(config, mixed ? static_cast<Backend&>(*mixed) : *meta);
-    tp_group.emplace(int(o.tp));
-    if (o.tp > 1) model->set_parallel(Parallel{o.tp, 1}, &*tp_group);
-    cp_group.emplace(int(o.cp));
-    model->set_context_parallel(&*cp_group);  // a group of one is none
-  } else {
-    // zero weights: the request sequence does not depend on values
-    if (bf16) mixed.emplace(cpu_backend());
-    model.emplace(config, mixed ? static_cast<Backend&>(*mixed) : cpu_backend());
-  }
-  const DevicePlan dp = plan_device_memory(*model, o.batch, o.seq, budget, options);
-  CommCounters ring, tp;  // one micro-batch's forward and backward, as the run sends them
+};
+
+// The bytes one micro-batch's forward and backward send, as the run sends them.
+struct StepTraffic {
+  CommCounters ring, tp;
+};
+
+StepTraffic trace_traffic(TracedModel& traced, const PlanCommandOptions& o,
+                          const DevicePlanOptions& options) {
+  StepTraffic traffic;
   if (o.cp > 1 || o.tp > 1) {
-    cp_group->reset_counters();
-    tp_group->reset_counters();
-    trace_model_step(*model, o.batch, o.seq, make_strategy_factory(options.strategy));
-    ring = cp_group->counters();
-    tp = tp_group->counters();
+    traced.cp_group->reset_counters();
+    traced.tp_group->reset_counters();
+    trace_model_step(*traced.model, o.batch, o.seq, make_strategy_factory(options.strategy));
+    traffic.ring = traced.cp_group->counters();
+    traffic.tp = traced.tp_group->counters();
   }
-  if (o.json) {
-    nlohmann::json j = plan_json(dp, o.activations);
-    j["cp"] = o.cp;
-    j["tp"] = o.tp;
-    if (o.cp > 1) j["cp_bytes_per_micro_batch"] = ring.bytes_sent;
-    if (o.tp > 1) j["tp_bytes_per_micro_batch"] = tp.bytes_sent;
-    std::cout << j.dump(2) << "\n";
-  } else {
-    print_text(dp, o);
-    if (o.cp > 1)
-      std::cout << "context parallel: one of " << o.cp << " ranks, " << o.seq / o.cp
-                << " tokens of each sequence; the ring and the loss send " << ring.bytes_sent
-                << " B per micro-batch (forward and backward)\n";
-    if (o.tp > 1)
-      std::cout << "tensor parallel: one of " << o.tp << " ranks, " << model->layout().count()
-                << " parameters; the layers' gathers and "
-                << "reduce-scatters, the embedding's and the loss's send " << tp.bytes_sent
-                << " B per micro-batch (forward and backward)\n";
-  }
-  if (!o.timeline_path.empty()) {
-    const TimelineSeries series =
-        timeline_series(o.activations, dp.activations, dp.need.fixed_bytes());
-    write_file_atomic(o.timeline_path,
-                      timeline_svg({series}, budget,
-                                   str("device bytes over one step: ", o.config_path, ", batch ",
-                                       o.batch, " x seq ", o.seq)));
-  }
+  return traffic;
+}
+
+void print_plan_json(const DevicePlan& dp, const PlanCommandOptions& o,
+                     const StepTraffic& traffic) {
+  nlohmann::json j = plan_json(dp, o.activations);
+  j["cp"] = o.cp;
+  j["tp"] = o.tp;
+  if (o.cp > 1) j["cp_bytes_per_micro_batch"] = traffic.ring.bytes_sent;
+  if (o.tp > 1) j["tp_bytes_per_micro_batch"] = traffic.tp.bytes_sent;
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_plan_text(const DevicePlan& dp, const PlanCommandOptions& o, const Model& model,
+                     const StepTraffic& traffic) {
+  print_text(dp, o);
+  if (o.cp > 1)
+    std::cout << "context parallel: one of " << o.cp << " ranks, " << o.seq / o.cp
+              << " tokens of each sequence; the ring and the loss send " << traffic.ring.bytes_sent
+              << " B per micro-batch (forward and backward)\n";
+  if (o.tp > 1)
+    std::cout << "tensor parallel: one of " << o.tp << " ranks, " << model.layout().count()
+              << " parameters; the layers' gathers and "
+              << "reduce-scatters, the embedding's and the loss's send " << traffic.tp.bytes_sent
+              << " B per micro-batch (forward and backward)\n";
+}
+
+void write_timeline(const PlanCommandOptions& o, const DevicePlan& dp, int64_t budget) {
+  const TimelineSeries series =
+      timeline_series(o.activations, dp.activations, dp.need.fixed_bytes());
+  write_file_atomic(o.timeline_path, timeline_svg({series}, budget,
+                                                  str("device bytes over one step: ", o.config_path,
+                                                      ", batch ", o.batch, " x seq ", o.seq)));
+}
+
+void run_plan(const PlanCommandOptions& o) {
+  const ModelConfig config = load_model_config(o.config_path);
+  check_shape_flags(o, config);
+  const DevicePlanOptions options = device_plan_options(o, config);
+  const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
+  check_parallel_flags(o);
+  TracedModel traced(config, o);
+  const DevicePlan dp = plan_device_memory(*traced.model, o.batch, o.seq, budget, options);
+  const StepTraffic traffic = trace_traffic(traced, o, options);
+  if (o.json)
+    print_plan_json(dp, o, traffic);
+  else
+    print_plan_text(dp, o, *traced.model, traffic);
+  if (!o.timeline_path.empty()) write_timeline(o, dp, budget);
 }
 
 // --- hardware we do not have ---
@@ -435,7 +477,8 @@ void run_cluster_plan(const PlanCommandOptions& o) {
   else
     strategies.assign(std::begin(kStrategyNames), std::end(kStrategyNames));
   std::vector<ClusterPlan> plans;
-  for (const std::string& s : strategies) plans.push_back(plan_cluster(cpu_backend(), config, o.seq, s, co));
+  for (const std::string& s : strategies)
+    plans.push_back(plan_cluster(cpu_backend(), config, o.seq, s, co));
   if (o.json) {
     if (plans.size() == 1) {
       std::cout << cluster_json(plans.front()).dump(2) << "\n";
@@ -455,11 +498,9 @@ void run_cluster_plan(const PlanCommandOptions& o) {
   }
 }
 
-}  // namespace
-
-void add_plan_command(CLI::App& app) {
-  auto o = std::make_shared<PlanCommandOptions>();
-  CLI::App* cmd = app.add_subcommand("plan", "Plan a run's device memory without training");
+// The flags of a plan of a run on this machine (--config), but --device and --precision; returns
+// --optimizer, which the cluster mode rejects.
+CLI::Option* add_run_flags(CLI::App* cmd, const std::shared_ptr<PlanCommandOptions>& o) {
   cmd->add_option("--config", o->config_path, "Model config.json (a run on this machine)");
   cmd->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Sequences per micro-batch")->capture_default_str();
@@ -480,75 +521,102 @@ void add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_option("--timeline", o->timeline_path, "Write device bytes over one step as an SVG");
-  // hardware we do not have
+  return optimizer_flag;
+}
+
+// Hardware we do not have: the model, the GPUs and the layout of the run.
+void add_cluster_layout_flags(CLI::App* cmd, PlanCommandOptions& o) {
   cmd->add_option(
-      "--model", o->model,
+      "--model", o.model,
       "Model to plan on --gpus: 7b, 13b, 30b, 65b (the MEMO paper's GPT sizes), llama-7b .. "
       "llama-65b, or a config.json");
-  cmd->add_option("--gpus", o->gpus, "GPUs of the run (default: --tp x --cp)");
-  cmd->add_option("--gpu", o->gpu,
+  cmd->add_option("--gpus", o.gpus, "GPUs of the run (default: --tp x --cp)");
+  cmd->add_option("--gpu", o.gpu,
                   "GPU kind: a name shipped in hardware/ (a800-80gb, a100-80gb, "
                   "h100-sxm, h200) or a path to a JSON file like them");
-  cmd->add_option("--hardware-dir", o->hardware_dir, "Where the shipped GPU files are")
+  cmd->add_option("--hardware-dir", o.hardware_dir, "Where the shipped GPU files are")
       ->capture_default_str();
-  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs sharing one host's memory")
+  cmd->add_option("--gpus-per-node", o.gpus_per_node, "GPUs sharing one host's memory")
       ->capture_default_str();
-  cmd->add_option("--tp", o->tp, "Tensor parallel ranks (with sequence parallelism)")
+  cmd->add_option("--tp", o.tp, "Tensor parallel ranks (with sequence parallelism)")
       ->capture_default_str();
-  cmd->add_option("--cp", o->cp, "Context parallel ranks")->capture_default_str();
-  cmd->add_option("--device", o->device,
+  cmd->add_option("--cp", o.cp, "Context parallel ranks")->capture_default_str();
+}
+
+// --device and --precision of a --config plan.
+void add_device_flags(CLI::App* cmd, PlanCommandOptions& o) {
+  cmd->add_option("--device", o.device,
                   "With --config: the backend of the run, cpu or cuda (its attention scratch, "
                   "256-row panels, cuBLASLt workspace and native bf16 kernels, planned here "
                   "without a GPU; the chunked attention, not MEMO_CUDA_ATTENTION=rows)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--precision", o->precision,
+  cmd->add_option("--precision", o.precision,
                   "With --config: the run's precision (bf16: bf16 activations and working "
                   "weights, as memo train --precision bf16). Default: as memo train's, bf16 "
                   "with --device cuda, else fp32")
       ->check(CLI::IsMember({"fp32", "bf16"}));
-  cmd->add_option("--host-memory", o->host_memory,
+}
+
+// Hardware we do not have: host memory, links, efficiency and memo's alpha.
+void add_cluster_cost_flags(CLI::App* cmd, PlanCommandOptions& o) {
+  cmd->add_option("--host-memory", o.host_memory,
                   "Host memory per node for offloaded activations, e.g. 2TiB")
       ->capture_default_str();
   cmd->add_option(
-      "--host-bandwidth", o->host_bandwidth_gb,
+      "--host-bandwidth", o.host_bandwidth_gb,
       "Host link GB/s per GPU and direction, all GPUs copying (default: the GPU file's)");
   cmd->add_option(
-         "--network-bandwidth", o->network_gb,
+         "--network-bandwidth", o.network_gb,
          "Between nodes, GB/s per GPU and direction (for TP or CP groups wider than a node)")
       ->capture_default_str();
-  cmd->add_option("--efficiency", o->efficiency, "Achieved fraction of peak FLOP/s in compute")
+  cmd->add_option("--efficiency", o.efficiency, "Achieved fraction of peak FLOP/s in compute")
       ->capture_default_str();
-  cmd->add_option("--zero", o->zero, "ZeRO stage over the data-parallel ranks (0-3)")
+  cmd->add_option("--zero", o.zero, "ZeRO stage over the data-parallel ranks (0-3)")
       ->capture_default_str();
-  cmd->add_option("--workspace", o->workspace,
+  cmd->add_option("--workspace", o.workspace,
                   "Per-GPU memory outside memo's plan (CUDA context, cuBLAS, NCCL)")
       ->capture_default_str();
-  cmd->add_option("--alpha", o->alpha, "memo: a fixed alpha instead of the cost model's");
-  cmd->add_flag("--compare", o->compare, "Every strategy side by side (the default with --gpus)");
-  cmd->callback([o, optimizer_flag] {
-    const bool cluster = !o->model.empty() || o->gpus > 0 || !o->gpu.empty();
-    if (cluster) {
-      if (!o->config_path.empty())
-        throw ConfigError(
-            "--config plans a run on this machine; with --gpus/--gpu/--model give the model as "
-            "--model");
-      if (o->device != "cpu")
-        throw ConfigError(
-            "--device applies to --config plans (a memo train run); --gpus plans size the "
-            "activations as a fused attention would");
-      if (optimizer_flag->count() > 0)
-        throw ConfigError(
-            "--optimizer applies to --config plans; --gpus plans count Adam's "
-            "mixed-precision state (fp32 master weights and two moments)");
-      run_cluster_plan(*o);
-    } else {
-      if (o->config_path.empty())
-        throw ConfigError(
-            "memo plan needs --config (this machine) or --model with --gpus and --gpu (a cluster)");
-      run_plan(*o);
-    }
-  });
+  cmd->add_option("--alpha", o.alpha, "memo: a fixed alpha instead of the cost model's");
+  cmd->add_flag("--compare", o.compare, "Every strategy side by side (the default with --gpus)");
+}
+
+// The cluster mode when any of --model, --gpus, --gpu is given, after rejecting the flags of the
+// other mode; else a plan on this machine.
+void run_plan_command(const PlanCommandOptions& o, const CLI::Option* optimizer_flag) {
+  const bool cluster = !o.model.empty() || o.gpus > 0 || !o.gpu.empty();
+  if (!cluster) {
+    if (o.config_path.empty())
+      throw ConfigError(
+          "memo plan needs --config (this machine) or --model with --gpus and --gpu (a cluster)");
+    run_plan(o);
+    return;
+  }
+  if (!o.config_path.empty())
+    throw ConfigError(
+        "--config plans a run on this machine; with --gpus/--gpu/--model give the model as "
+        "--model");
+  if (o.device != "cpu")
+    throw ConfigError(
+        "--device applies to --config plans (a memo train run); --gpus plans size the "
+        "activations as a fused attention would");
+  if (optimizer_flag->count() > 0)
+    throw ConfigError(
+        "--optimizer applies to --config plans; --gpus plans count Adam's "
+        "mixed-precision state (fp32 master weights and two moments)");
+  run_cluster_plan(o);
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanCommandOptions>();
+  CLI::App* cmd = app.add_subcommand("plan", "Plan a run's device memory without training");
+  CLI::Option* optimizer_flag = add_run_flags(cmd, o);
+  add_cluster_layout_flags(cmd, *o);
+  add_device_flags(cmd, *o);
+  add_cluster_cost_flags(cmd, *o);
+  cmd->callback([o, optimizer_flag] { run_plan_command(*o, optimizer_flag); });
 }
 
 }  // namespace memo::cli

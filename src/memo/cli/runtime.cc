@@ -46,8 +46,8 @@ namespace {
 std::unique_ptr<Communicator> gpu_collectives(Backend& gpu, MpiCommunicator* world, bool nccl) {
   if (!world && !nccl) return nullptr;
 #if MEMO_HAVE_NCCL
-  std::unique_ptr<NcclCommunicator> c =
-      world ? NcclCommunicator::over(*world, cuda_device(gpu)) : NcclCommunicator::single(cuda_device(gpu));
+  std::unique_ptr<NcclCommunicator> c = world ? NcclCommunicator::over(*world, cuda_device(gpu))
+                                              : NcclCommunicator::single(cuda_device(gpu));
   c->follow(static_cast<cudaStream_t>(cuda_compute_stream(gpu)));
   return c;
 #else
@@ -70,8 +70,8 @@ std::unique_ptr<Runtime> make_runtime(const RuntimeFlags& flags, MpiCommunicator
   std::unique_ptr<Backend> gpu = make_cuda_backend(local_gpu(world, cuda_device_count()));
   std::unique_ptr<Communicator> collectives = gpu_collectives(*gpu, world, flags.nccl);
   Backend& device = *gpu;
-  return std::make_unique<Runtime>(device, std::move(gpu), precision, world,
-                                   std::move(collectives), out);
+  return std::make_unique<Runtime>(device, std::move(gpu), precision, world, std::move(collectives),
+                                   out);
 #else
   throw ConfigError(
       "--device cuda: this memo was built without the CUDA backend (no CUDA toolkit was found, "

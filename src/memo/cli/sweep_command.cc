@@ -26,18 +26,18 @@
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
 #include "memo/core/units.h"
-#include "memo/data/token_data.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
 #include "memo/scaling/sweep_file.h"
+#include "memo/train/run_data.h"
 #include "memo/train/short_run.h"
 
 namespace memo::cli {
 namespace {
 
 struct SweepOptions {
-  std::string config, data, val_data, out;
-  double val_fraction = 0.05;
+  std::string config, out;
+  RunDataOptions data;
   std::vector<double> lrs;
   std::vector<int64_t> batches;  // tokens per step
   std::vector<uint64_t> seeds{1234};
@@ -111,16 +111,7 @@ void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimize
   s.run.optimizer = optimizer;
   const ModelConfig config = load_model_config(s.config);
   // Data: loaded once for every run, validated before the sweep file is touched.
-  TokenData all = TokenData::load(s.data, config.vocab_size);
-  std::optional<TokenData> train, val;
-  if (!s.val_data.empty()) {
-    val = TokenData::load(s.val_data, config.vocab_size);
-    train = std::move(all);
-  } else {
-    auto [tr, va] = split_tail(std::move(all), s.val_fraction);
-    train = std::move(tr);
-    val = std::move(va);
-  }
+  const RunData data = load_run_data(s.data, config.vocab_size);
   // Runs already done; a line cut short by a kill is dropped from the file.
   std::vector<nlohmann::json> done;
   if (std::filesystem::exists(s.out)) {
@@ -164,7 +155,8 @@ void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimize
         o.lr = lr;
         o.batch_tokens = batch;
         o.max_steps = s.steps > 0 ? s.steps : std::max<int64_t>(1, s.tokens / batch);
-        const ShortRunResult r = run_short(runtime.backend(), config, *train, val ? &*val : nullptr, o);
+        const ShortRunResult r =
+            run_short(runtime.backend(), config, data.train, data.val ? &*data.val : nullptr, o);
         nlohmann::json line = key;
         nlohmann::json curve = nlohmann::json::array();
         for (const CurvePoint& p : r.curve) curve.push_back({p.step, p.tokens, p.loss});
@@ -231,11 +223,15 @@ void add_sweep_command(CLI::App& app) {
   CLI::App* cmd =
       app.add_subcommand("sweep", "Learning-rate x batch-size sweep of short runs (JSON lines)");
   cmd->add_option("--config", s->config, "Model config.json")->required();
-  cmd->add_option("--data", s->data, "Training data: raw text (bytes) or an llm.c token file")
+  cmd->add_option("--data", s->data.data_path,
+                  "Training data: raw text (bytes), an llm.c token file, a `memo tokenize` folder "
+                  "or a glob of shards")
       ->required();
-  cmd->add_option("--val-data", s->val_data,
-                  "Validation data (default: the last --val-fraction of --data)");
-  cmd->add_option("--val-fraction", s->val_fraction, "Fraction of --data held out for validation")
+  cmd->add_option("--val-data", s->data.val_data_path,
+                  "Validation data (default: a shard folder's validation shards, else the last "
+                  "--val-fraction of --data)");
+  cmd->add_option("--val-fraction", s->data.val_fraction,
+                  "Fraction of --data held out for validation when there are no val shards")
       ->capture_default_str();
   cmd->add_option("--val-windows", s->run.val_windows,
                   "Validation windows (of --seq tokens) for val_loss; 0: none")

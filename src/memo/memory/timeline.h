@@ -1,4 +1,4 @@
-// Device bytes over one training step, drawn as a hand-written SVG: for each strategy's plan, the
+// Device bytes over one training step, drawn as an SVG (core/svg.h): for each strategy's plan, the
 // live bytes (model state + live activations) and the planned arena's high-water mark against the
 // request index, with the plan's peak and the budget as horizontal lines. For `memo plan
 // --timeline`; no plotting library, no interactivity.

@@ -127,29 +127,89 @@ std::vector<ParamInfo> Llama::params(const ModelConfig& config) const {
 // TpGather / TpPartial is the tensor itself.
 int64_t tp_ranks(const LayerContext& ctx) { return ctx.tp ? ctx.tp->size() : 1; }
 
-// y = residual + a w^T, the row-parallel product: under tensor parallelism the partial sums of the
-// group's rows, reduce-scattered to this rank's, then the residual added; otherwise one product
-// into y with the residual as its start (bit for bit the one-process layer). Token panels when
-// `panels` (products a rebuild repeats on some of the rows).
-void row_parallel_residual(Tensor y, ConstTensor residual, ConstTensor a, ConstTensor w,
-                           const char* name, bool panels, const LayerContext& ctx) {
+// Rows [r0, r1) of a rank's Tl token rows (Note [Tensor-parallel activations] in
+// model/parallel.h): of the norms' tensors (x, xn1, h, xn2 and their statistics), and of each of
+// the t groups of Tl rows in the heads' and units' tensors (q, k, v, attn, gate, up, act), whose
+// inputs are the group's gathered rows. Without tensor parallelism t = 1, Tl = T and group 0 is
+// the rows. The forward's range is every row: its products are then one call over all T rows of a
+// tensor (one piece), as they were before tensor parallelism split them; a rebuilt range is one
+// piece per group, which gives the forward's bits where each group starts on the backend's
+// reproducible rows (the rebuild's check).
+struct TokenRows {
+  int64_t r0, r1, Tl, t;
+  int64_t n() const { return r1 - r0; }
+  bool all() const { return r0 == 0 && r1 == Tl; }
+  Tensor rows(const Tensor& x) const { return x.slice_rows(r0, r1); }
+  int64_t pieces() const { return n() == 0 ? 0 : all() ? 1 : t; }
+  // Piece k of a T-row tensor, of the t stacked n-row blocks of a gather or of partial sums, and
+  // the token row it starts at.
+  Tensor piece(const Tensor& x, int64_t k) const {
+    return all() ? x : x.slice_rows(k * Tl + r0, k * Tl + r1);
+  }
+  template <typename Rows>  // Tensor or ConstTensor
+  Rows stacked(const Rows& g, int64_t k) const {
+    return all() ? g : g.slice_rows(k * n(), (k + 1) * n());
+  }
+  int64_t first_row(int64_t k) const { return all() ? 0 : k * Tl + r0; }
+};
+
+// The per-token part of the forward on rows r: everything but attention and the down projection.
+// The forward calls it for all rows around attention; the rebuild for a token range. Under tensor
+// parallelism the collectives' buffers are held for all Tl rows whatever the range (empty
+// included), so a plan's requests do not depend on alpha.
+void attention_inputs(const Saved& s, const TokenRows& r, const Weights& w,
+                      const LayerContext& ctx) {
+  Backend& be = *ctx.backend;
+  // q, k, v = rope(xn1 Wq^T), rope(xn1 Wk^T), xn1 Wv^T;  xn1 = rmsnorm(x)
+  if (r.n() > 0)
+    be.rmsnorm_forward(r.rows(s.xn1), r.rows(s.inv_rms1), r.rows(s.x), w.ln1,
+                       float(ctx.config->rms_norm_eps));
+  {
+    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.attn_in", r.rows(s.xn1), ctx.act, r.Tl);
+    for (int64_t k = 0; k < r.pieces(); ++k) {
+      const ConstTensor in = r.stacked(gathered.rows(), k);
+      be.matmul_token_panels(r.piece(s.q, k), in, w.wq);
+      be.matmul_token_panels(r.piece(s.k, k), in, w.wk);
+      be.matmul_token_panels(r.piece(s.v, k), in, w.wv);
+    }
+  }
+  for (int64_t k = 0; k < r.pieces(); ++k) {
+    layer_rope(r.piece(s.q, k), r.first_row(k), ctx, false);
+    layer_rope(r.piece(s.k, k), r.first_row(k), ctx, false);
+  }
+}
+
+// h = x + attn Wo^T;  act = silu(xn2 Wg^T) * (xn2 Wu^T), xn2 = rmsnorm(h), on rows r. The
+// row-parallel o_proj under tensor parallelism: the group's partial sums, reduce-scattered to this
+// rank's rows, then the residual added; otherwise one product into h with x as its start.
+void attention_outputs(const Saved& s, const TokenRows& r, const Weights& w,
+                       const LayerContext& ctx) {
   Backend& be = *ctx.backend;
   if (!ctx.tp) {
-    be.copy(y, residual);
-    if (panels)
-      be.matmul_token_panels(y, a, w, 1.0f);
-    else
-      be.matmul(y, a, w, false, true, 1.0f, 1.0f);
-    return;
+    be.copy(r.rows(s.h), r.rows(s.x));
+    be.matmul_token_panels(r.rows(s.h), r.rows(s.attn), w.wo, 1.0f);
+  } else {
+    TpPartial partial(*ctx.alloc, ctx.tp, "tp.attn_out", r.n(), ctx.config->hidden_size, ctx.act,
+                      r.Tl);
+    const Tensor sums = partial.sums_into(r.rows(s.h));
+    for (int64_t k = 0; k < r.pieces(); ++k)
+      be.matmul_token_panels(r.stacked(sums, k), r.piece(s.attn, k), w.wo);
+    partial.reduce_scatter(r.rows(s.h));
+    if (r.n() > 0) be.add_into(r.rows(s.h), r.rows(s.x));
   }
-  TpPartial partial(*ctx.alloc, ctx.tp, name, y.rows(), y.cols(), ctx.act);
-  const Tensor sums = partial.sums_into(y);
-  if (panels)
-    be.matmul_token_panels(sums, a, w);
-  else
-    be.matmul(sums, a, w, false, true);
-  partial.reduce_scatter(y);
-  be.add_into(y, residual);
+  if (r.n() > 0)
+    be.rmsnorm_forward(r.rows(s.xn2), r.rows(s.inv_rms2), r.rows(s.h), w.ln2,
+                       float(ctx.config->rms_norm_eps));
+  {
+    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.mlp_in", r.rows(s.xn2), ctx.act, r.Tl);
+    for (int64_t k = 0; k < r.pieces(); ++k) {
+      const ConstTensor in = r.stacked(gathered.rows(), k);
+      be.matmul_token_panels(r.piece(s.gate, k), in, w.wg);
+      be.matmul_token_panels(r.piece(s.up, k), in, w.wu);
+    }
+  }
+  for (int64_t k = 0; k < r.pieces(); ++k)
+    be.swiglu_forward(r.piece(s.act, k), r.piece(s.gate, k), r.piece(s.up, k));
 }
 
 void Llama::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
@@ -157,30 +217,23 @@ void Llama::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
   const Saved s = bind_saved(saved, kSaved);
   const Weights w = bind_weights(lw, kWeights);
   const ModelConfig& cfg = *ctx.config;
-  const float eps = float(cfg.rms_norm_eps);
-  const int64_t t = tp_ranks(ctx);
+  const int64_t t = tp_ranks(ctx), Tl = s.x.rows();
+  const TokenRows all{0, Tl, Tl, t};
   // attention block: h = x + o_proj(attn(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
-  ctx.backend->rmsnorm_forward(s.xn1, s.inv_rms1, s.x, w.ln1, eps);
-  {
-    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.attn_in", s.xn1, ctx.act);
-    ctx.backend->matmul_token_panels(s.q, gathered.rows(), w.wq);
-    ctx.backend->matmul_token_panels(s.k, gathered.rows(), w.wk);
-    ctx.backend->matmul_token_panels(s.v, gathered.rows(), w.wv);
-  }
-  layer_rope(s.q, 0, ctx, false);
-  layer_rope(s.k, 0, ctx, false);
+  attention_inputs(s, all, w, ctx);
   layer_attention_forward(s.attn, s.lse, s.q, s.k, s.v, cfg.num_attention_heads / t,
                           cfg.num_key_value_heads / t, ctx);
-  row_parallel_residual(s.h, s.x, s.attn, w.wo, "tp.attn_out", true, ctx);
   // MLP block: y = h + down_proj(silu(gate_proj(xn2)) * up_proj(xn2))
-  ctx.backend->rmsnorm_forward(s.xn2, s.inv_rms2, s.h, w.ln2, eps);
-  {
-    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.mlp_in", s.xn2, ctx.act);
-    ctx.backend->matmul_token_panels(s.gate, gathered.rows(), w.wg);
-    ctx.backend->matmul_token_panels(s.up, gathered.rows(), w.wu);
+  attention_outputs(s, all, w, ctx);
+  if (!ctx.tp) {
+    ctx.backend->copy(y, s.h);
+    ctx.backend->matmul(y, s.act, w.wd, false, true, 1.0f, 1.0f);
+  } else {  // row-parallel, as o_proj
+    TpPartial partial(*ctx.alloc, ctx.tp, "tp.mlp_out", Tl, cfg.hidden_size, ctx.act);
+    ctx.backend->matmul(partial.sums_into(y), s.act, w.wd, false, true);
+    partial.reduce_scatter(y);
+    ctx.backend->add_into(y, s.h);
   }
-  ctx.backend->swiglu_forward(s.act, s.gate, s.up);
-  row_parallel_residual(y, s.h, s.act, w.wd, "tp.mlp_out", false, ctx);
 }
 
 // forward without attention and the down projection, on rows [r0, r1) of each tensor: of the
@@ -189,62 +242,15 @@ void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, con
                              const LayerContext& ctx) const {
   const Saved s = bind_saved(saved, kSaved);
   const Weights w = bind_weights(lw, kWeights);
-  const ModelConfig& cfg = *ctx.config;
-  const int64_t Tl = s.x.rows(), t = tp_ranks(ctx), n = r1 - r0;
+  const int64_t Tl = s.x.rows(), t = tp_ranks(ctx), g = ctx.backend->reproducible_rows();
   check_recompute_rows("llama recompute_tokens", r0, r1, Tl, ctx);
-  // Under tensor parallelism the collectives' buffers are held for all Tl rows whatever the range,
-  // empty included, so the requests a plan traced do not depend on alpha.
   if (r0 == r1 && !ctx.tp) return;
-  const int64_t g = ctx.backend->reproducible_rows();
-  MEMO_CHECK(t == 1 || n == 0 || g == 0 || Tl % g == 0,
-             "llama recompute_tokens: under tensor parallelism ", "the rank's ", Tl,
-             " token rows must be a multiple of the backend's ", g, " reproducible rows");
-  const float eps = float(cfg.rms_norm_eps);
-  auto rows = [r0, r1](const Tensor& x) { return x.slice_rows(r0, r1); };
-  // group k of a T-row tensor: the tokens of rank k's rows [r0, r1)
-  auto group = [&](const Tensor& x, int64_t k) { return x.slice_rows(k * Tl + r0, k * Tl + r1); };
-  auto group_of = [n](ConstTensor gathered, int64_t k) {
-    return gathered.slice_rows(k * n, (k + 1) * n);
-  };
-  if (n > 0) ctx.backend->rmsnorm_forward(rows(s.xn1), rows(s.inv_rms1), rows(s.x), w.ln1, eps);
-  {
-    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.attn_in", rows(s.xn1), ctx.act, Tl);
-    for (int64_t k = 0; k < t && n > 0; ++k) {
-      const ConstTensor in = group_of(gathered.rows(), k);
-      ctx.backend->matmul_token_panels(group(s.q, k), in, w.wq);
-      ctx.backend->matmul_token_panels(group(s.k, k), in, w.wk);
-      ctx.backend->matmul_token_panels(group(s.v, k), in, w.wv);
-    }
-  }
-  for (int64_t k = 0; k < t && n > 0; ++k) {
-    layer_rope(group(s.q, k), k * Tl + r0, ctx, false);
-    layer_rope(group(s.k, k), k * Tl + r0, ctx, false);
-  }
-  if (!ctx.tp) {
-    row_parallel_residual(rows(s.h), rows(s.x), rows(s.attn), w.wo, "tp.attn_out", true, ctx);
-  } else {
-    TpPartial partial(*ctx.alloc, ctx.tp, "tp.attn_out", n, cfg.hidden_size, ctx.act, Tl);
-    const Tensor sums = partial.sums_into(rows(s.h));
-    for (int64_t k = 0; k < t && n > 0; ++k)
-      ctx.backend->matmul_token_panels(sums.slice_rows(k * n, (k + 1) * n), group(s.attn, k), w.wo);
-    partial.reduce_scatter(rows(s.h));
-    if (n > 0) ctx.backend->add_into(rows(s.h), rows(s.x));
-  }
-  if (n == 0) {  // the buffers of the MLP's gather, held as when rows are rebuilt
-    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.mlp_in", rows(s.xn2), ctx.act, Tl);
-    return;
-  }
-  ctx.backend->rmsnorm_forward(rows(s.xn2), rows(s.inv_rms2), rows(s.h), w.ln2, eps);
-  {
-    const TpGather gathered(*ctx.alloc, ctx.tp, "tp.mlp_in", rows(s.xn2), ctx.act, Tl);
-    for (int64_t k = 0; k < t; ++k) {
-      const ConstTensor in = group_of(gathered.rows(), k);
-      ctx.backend->matmul_token_panels(group(s.gate, k), in, w.wg);
-      ctx.backend->matmul_token_panels(group(s.up, k), in, w.wu);
-    }
-  }
-  for (int64_t k = 0; k < t; ++k)
-    ctx.backend->swiglu_forward(group(s.act, k), group(s.gate, k), group(s.up, k));
+  MEMO_CHECK(t == 1 || r0 == r1 || g == 0 || Tl % g == 0, "llama recompute_tokens: under tensor ",
+             "parallelism the rank's ", Tl, " token rows must be a multiple of the backend's ", g,
+             " reproducible rows");
+  const TokenRows r{r0, r1, Tl, t};
+  attention_inputs(s, r, w, ctx);
+  attention_outputs(s, r, w, ctx);
 }
 
 void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved,

@@ -5,8 +5,8 @@
 #include <span>
 #include <vector>
 
-#include "memo/core/error.h"
 #include "memo/backend/checks.h"
+#include "memo/core/error.h"
 
 namespace memo {
 namespace {
@@ -45,7 +45,6 @@ class Layers final : public LayerRunner {
 };
 
 }  // namespace
-
 
 Model::Model(const ModelConfig& config, Backend& backend)
     : backend_(&backend),
@@ -252,6 +251,86 @@ class ScopedMatmulWorkspace {
   Tensor t_;
 };
 
+// A micro-batch's token ids as the kernels read them; targets may be null (forward only).
+struct TokenIds {
+  const int32_t* inputs;
+  const int32_t* targets;
+};
+
+// Every id is checked here, on the host, against the whole vocabulary; the kernels read them
+// from device memory, relative to a rank's rows under tensor parallelism (kOtherShard).
+void check_ids(TokenIds ids, int64_t tokens, int64_t vocab_size) {
+  check_token_ids("embedding_forward", "token", View<const int32_t>(ids.inputs, {tokens}),
+                  vocab_size);
+  if (ids.targets)
+    check_token_ids("cross_entropy", "target", View<const int32_t>(ids.targets, {tokens}),
+                    vocab_size);
+}
+
+// This rank's chunks of every sequence, chunk-major, copied into `inputs` and `targets`; records
+// the whole sequence in cp and returns the rank's share of it.
+int64_t take_context_parallel_chunks(ContextParallel& cp, TokenIds& ids,
+                                     std::vector<int32_t>& inputs, std::vector<int32_t>& targets,
+                                     int64_t batch, int64_t seq) {
+  check_context_parallel_seq(seq, cp.ranks());
+  cp.seq = seq;
+  seq /= cp.ranks();
+  inputs.resize(size_t(batch * seq));
+  targets.resize(inputs.size());
+  context_parallel_tokens(inputs.data(), ids.inputs, batch, cp);
+  context_parallel_tokens(targets.data(), ids.targets, batch, cp);
+  ids = {inputs.data(), targets.data()};
+  return seq;
+}
+
+// The ids relative to this rank's vocabulary rows [v0, v1), kOtherShard outside them, in `out`.
+const int32_t* local_vocab_ids(std::vector<int32_t>& out, const int32_t* ids, int64_t n, int64_t v0,
+                               int64_t v1) {
+  out.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i)
+    out[size_t(i)] = ids[i] >= v0 && ids[i] < v1 ? int32_t(ids[i] - v0) : kOtherShard;
+  return out.data();
+}
+
+// The ids copied into `buffer` (grown to fit) in the device space.
+TokenIds copy_ids_to_device(Backend& backend, RawBuffer& buffer, TokenIds ids, int64_t T) {
+  const int64_t bytes = 2 * T * int64_t(sizeof(int32_t));
+  if (buffer.bytes() < bytes)
+    buffer =
+        RawBuffer(backend.allocator(backend.device_space()), bytes, "the micro-batch's tokens");
+  int32_t* device = buffer.as<int32_t>();
+  backend.copy_from_host(device, ids.inputs, T * int64_t(sizeof(int32_t)));
+  backend.copy_from_host(device + T, ids.targets, T * int64_t(sizeof(int32_t)));
+  return {device, device + T};
+}
+
+// Each layer writes its output into the next layer's input slot, the last into final_hidden;
+// the strategy keeps what the backward needs, or drops it when there is no backward.
+void forward_layers(Tensor final_hidden, ActivationStrategy& strategy, const Architecture& arch,
+                    const ModelWeights& w, const LayerContext& ctx, int L, bool backward) {
+  for (int l = 0; l < L; ++l) {
+    Tensor y = l + 1 < L ? strategy.forward_slot(l + 1).x() : final_hidden;
+    arch.forward(y, strategy.forward_slot(l), w.layers[size_t(l)], ctx);
+    if (backward)
+      strategy.forward_done(l);
+    else
+      strategy.discard(l);
+  }
+}
+
+// The final norm's transient tensors, [Tl, C] (inv_rms as the architecture shapes it): released
+// together, in the reverse of their order of acquisition.
+struct FinalNormActs {
+  Tensor hidden;   // the last layer's output
+  Tensor xn;       // its norm, the head's input
+  Tensor inv_rms;  // f32 statistics for the norm's backward
+  void release(ActivationAllocator& alloc) const {
+    alloc.release(inv_rms);
+    alloc.release(xn);
+    alloc.release(hidden);
+  }
+};
+
 }  // namespace
 
 double Model::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch,
@@ -269,26 +348,9 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
                   float grad_scale, bool backward, ActivationStrategy& strategy,
                   ActivationAllocator& alloc) {
   MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
-  // every id is checked here, on the host, against the whole vocabulary; the kernels read them
-  // from device memory, relative to a rank's rows under tensor parallelism (kOtherShard)
-  if (backend_->has_values()) {
-    check_token_ids("embedding_forward", "token", View<const int32_t>(inputs, {batch * seq}),
-                    config_.vocab_size);
-    if (targets)
-      check_token_ids("cross_entropy", "target", View<const int32_t>(targets, {batch * seq}),
-                      config_.vocab_size);
-  }
-  if (cp_) {  // this rank's chunks of every sequence, chunk-major
-    check_context_parallel_seq(seq, cp_->ranks());
-    cp_->seq = seq;
-    seq /= cp_->ranks();
-    cp_inputs_.resize(size_t(batch * seq));
-    cp_targets_.resize(cp_inputs_.size());
-    context_parallel_tokens(cp_inputs_.data(), inputs, batch, *cp_);
-    context_parallel_tokens(cp_targets_.data(), targets, batch, *cp_);
-    inputs = cp_inputs_.data();
-    targets = cp_targets_.data();
-  }
+  TokenIds ids{inputs, targets};
+  if (backend_->has_values()) check_ids(ids, batch * seq, config_.vocab_size);
+  if (cp_) seq = take_context_parallel_chunks(*cp_, ids, cp_inputs_, cp_targets_, batch, seq);
   const int64_t T = batch * seq, C = config_.hidden_size;
   const int L = int(config_.num_hidden_layers);
   // under tensor parallelism this rank holds rows [r T/t, (r + 1) T/t) of the residual stream
@@ -298,71 +360,47 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
                           " tokens does not split into ", t, " equal parts of the sequence"));
   if (tp_split_) {
     const int64_t v0 = int64_t(tp_group_->rank()) * w_.embed.rows(), v1 = v0 + vocab_rows();
-    auto local = [v0, v1](std::vector<int32_t>& out, const int32_t* ids, int64_t n) {
-      out.resize(size_t(n));
-      for (int64_t i = 0; i < n; ++i)
-        out[size_t(i)] = ids[i] >= v0 && ids[i] < v1 ? int32_t(ids[i] - v0) : kOtherShard;
-      return out.data();
-    };
-    inputs = local(tp_inputs_, inputs, T);
-    if (targets) targets = local(tp_targets_, targets, T);
+    ids.inputs = local_vocab_ids(tp_inputs_, ids.inputs, T, v0, v1);
+    if (ids.targets) ids.targets = local_vocab_ids(tp_targets_, ids.targets, T, v0, v1);
   }
   const LayerContext ctx = layer_context(batch, seq, alloc);
   const ScopedMatmulWorkspace workspace(*backend_, alloc);
   // the kernels read device memory (the meta backend's checks read the host tokens)
-  if (backend_->has_values() && !backend_->host_can_access(backend_->device_space())) {
-    const int64_t bytes = 2 * T * int64_t(sizeof(int32_t));
-    if (device_tokens_.bytes() < bytes)
-      device_tokens_ = RawBuffer(backend_->allocator(backend_->device_space()), bytes,
-                                 "the micro-batch's tokens");
-    int32_t* device = device_tokens_.as<int32_t>();
-    backend_->copy_from_host(device, inputs, T * int64_t(sizeof(int32_t)));
-    backend_->copy_from_host(device + T, targets, T * int64_t(sizeof(int32_t)));
-    inputs = device;
-    targets = device + T;
-  }
-  const View<const int32_t> tokens(inputs, {T});
+  if (backend_->has_values() && !backend_->host_can_access(backend_->device_space()))
+    ids = copy_ids_to_device(*backend_, device_tokens_, ids, T);
+  const View<const int32_t> tokens(ids.inputs, {T});
   refresh_working_weights();
   const Layers layers(arch_, w_, ctx);
 
-  // forward: embedding, then each layer writes its output into the next layer's input slot
+  // forward: embedding, layers, final norm, head and loss
   strategy.bind_layers(layers);
   strategy.begin_step(batch, seq);
   embed_forward(strategy.forward_slot(0).x(), tokens, batch, seq, alloc);
-  Tensor final_hidden = alloc.acquire("final.hidden", {Tl, C}, ActKind::kTransient, ctx.act);
-  for (int l = 0; l < L; ++l) {
-    Tensor y = l + 1 < L ? strategy.forward_slot(l + 1).x() : final_hidden;
-    arch_.forward(y, strategy.forward_slot(l), w_.layers[size_t(l)], ctx);
-    if (backward)
-      strategy.forward_done(l);
-    else
-      strategy.discard(l);
-  }
-  // final norm, head and loss
-  Tensor xf = alloc.acquire("final.xn", {Tl, C}, ActKind::kTransient, ctx.act);
-  Tensor inv_rms = alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(Tl),
-                                 ActKind::kTransient, DType::kF32);
-  arch_.final_norm_forward(xf, inv_rms, final_hidden, w_, config_, *backend_);
+  FinalNormActs final_norm;
+  final_norm.hidden = alloc.acquire("final.hidden", {Tl, C}, ActKind::kTransient, ctx.act);
+  forward_layers(final_norm.hidden, strategy, arch_, w_, ctx, L, backward);
+  final_norm.xn = alloc.acquire("final.xn", {Tl, C}, ActKind::kTransient, ctx.act);
+  final_norm.inv_rms = alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(Tl),
+                                     ActKind::kTransient, DType::kF32);
+  arch_.final_norm_forward(final_norm.xn, final_norm.inv_rms, final_norm.hidden, w_, config_,
+                           *backend_);
   Tensor dxf =
       backward ? alloc.acquire("final.dxn", {Tl, C}, ActKind::kTransient, ctx.act) : Tensor();
-  double loss_sum = head_and_loss(dxf, xf, targets, T, grad_scale, backward, alloc);
+  double loss_sum = head_and_loss(dxf, final_norm.xn, ids.targets, T, grad_scale, backward, alloc);
   if (cp_) cp_->group->all_reduce_sum(std::span<double>(&loss_sum, 1));
   if (!backward) {
-    alloc.release(inv_rms);
-    alloc.release(xf);
-    alloc.release(final_hidden);
+    final_norm.release(alloc);
     return loss_sum;
   }
+
+  // backward: final norm, layers top to bottom, embedding
   Tensor dres =
       alloc.acquire("grad.hidden", {Tl, C}, ActKind::kTransient, ctx.act);  // dL/d(residual)
   backend_->fill(dres, 0.0f);
-  arch_.final_norm_backward(dres, dw_, dxf, final_hidden, inv_rms, w_, *backend_);
+  arch_.final_norm_backward(dres, dw_, dxf, final_norm.hidden, final_norm.inv_rms, w_, *backend_);
   gradients_ready(size_t(L) + 1);  // the final norm and the head
   alloc.release(dxf);
-  alloc.release(inv_rms);
-  alloc.release(xf);
-  alloc.release(final_hidden);
-  // backward through the layers, top to bottom
+  final_norm.release(alloc);
   for (int l = L - 1; l >= 0; --l) {
     const SavedActs& s = strategy.backward_ready(l);
     arch_.backward(dres, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], ctx);
@@ -520,22 +558,6 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
   const double sum = backend_->sum(losses);  // in token order: deterministic
   alloc.release(losses);
   return sum;
-}
-
-double train_flops_per_token(const ModelConfig& config, int64_t seq) {
-  const double C = double(config.hidden_size), F = double(config.intermediate_size);
-  const double QD = double(config.num_attention_heads * config.head_dim());
-  const double KD = double(config.kv_dim()), V = double(config.vocab_size);
-  // forward matmul FLOPs per token: 2 per multiply-add of each weight
-  // (GPT-2: the fused c_attn is the same 3C^2 as q, k, v; its MLP has two matrices, not three;
-  // biases, norms and the position add are negligible)
-  const double mlp_matrices = double(architecture(config.arch).mlp_matrices());
-  const double layer_matmul = 2.0 * (C * QD + 2.0 * C * KD + QD * C + mlp_matrices * C * F);
-  // causal attention: q.k and p.v over (S + 1) / 2 keys on average, 2 FLOPs each, per head dim
-  const double layer_attn = 2.0 * 2.0 * QD * (double(seq) + 1.0) / 2.0;
-  const double forward =
-      double(config.num_hidden_layers) * (layer_matmul + layer_attn) + 2.0 * C * V;
-  return 3.0 * forward;
 }
 
 }  // namespace memo

@@ -193,8 +193,4 @@ class Model {
   RawBuffer device_tokens_;
 };
 
-// Model FLOPs of one training step per token (forward + backward = 3 x forward), counting the
-// causal attention at half the full S x S product, as is usual for MFU. See model/model.cc.
-double train_flops_per_token(const ModelConfig& config, int64_t seq);
-
 }  // namespace memo

@@ -89,6 +89,150 @@ double mean(const std::vector<double>& v) {
   return s / double(v.size());
 }
 
+// The optimiser setting every run shares; throws FormatError naming the first line that differs.
+std::string common_setting(const SweepFile& file, const std::string& path) {
+  const std::string setting = run_setting(file.lines.front().run);
+  for (const SweepLine& l : file.lines)
+    if (run_setting(l.run) != setting)
+      throw FormatError(str(path, " line ", l.line, ": optimiser setting ", run_setting(l.run),
+                            " differs from line ", file.lines.front().line, "'s ", setting,
+                            "; fit one file per setting"));
+  return setting;
+}
+
+std::string checked_metric(const SweepFile& file, const std::string& asked) {
+  const std::string metric = asked.empty() ? default_metric(file) : asked;
+  if (metric != "val_loss" && metric != "final_loss" && metric != "best_loss" &&
+      metric != "loss_reduction")
+    throw FormatError(str("unknown metric '", metric,
+                          "'; valid: val_loss, final_loss, best_loss, loss_reduction"));
+  return metric;
+}
+
+// Fills a.grid with every run judged by a.metric; returns the seeds seen.
+std::set<int64_t> fill_grid(SweepAnalysis& a, const SweepFile& file,
+                            std::optional<int64_t> at_tokens) {
+  std::set<int64_t> seeds;
+  for (const SweepLine& l : file.lines) {
+    a.grid.push_back({l.run.at("batch_tokens").get<double>(), l.run.at("lr").get<double>(),
+                      metric_value(l.run, a.metric, at_tokens)});
+    seeds.insert(l.run.value("seed", int64_t(0)));
+  }
+  return seeds;
+}
+
+// Names the level or the tokens judged at in the series and the metric.
+void label_judged_point(SweepAnalysis& a, const SweepFile& file,
+                        const SweepAnalysisOptions& options, bool by_target) {
+  const nlohmann::json& front = file.lines.front().run;
+  if (by_target && front.contains("target_loss") && front.at("target_loss").is_number()) {
+    a.target_level = front.at("target_loss").get<double>();
+    if (options.target_level) a.series += str(" at loss ", *a.target_level);
+  }
+  if (options.at_tokens && !by_target) {
+    a.metric =
+        str("smoothed training loss at ", *options.at_tokens, " tokens");  // a label only now
+    a.series += str(" at ", *options.at_tokens, " tokens");
+  }
+}
+
+// Each seed's own optimum per batch, for the spread (empty with one seed).
+std::map<double, std::vector<double>> seed_optima(const SweepAnalysis& a, const SweepFile& file,
+                                                  const std::set<int64_t>& seeds) {
+  std::map<double, std::vector<double>> seed_lrs;
+  if (a.seeds > 1)
+    for (int64_t seed : seeds) {
+      std::vector<SweepRun> one;
+      for (size_t i = 0; i < a.grid.size(); ++i)
+        if (file.lines[i].run.value("seed", int64_t(0)) == seed) one.push_back(a.grid[i]);
+      for (const OptimalLr& p : optimal_lrs(one))
+        if (std::isfinite(p.loss)) seed_lrs[p.batch].push_back(p.lr);
+    }
+  return seed_lrs;
+}
+
+// Mean B_simple over the batch's finite runs; sets a.b_simple_at_target when one recorded it.
+std::optional<double> mean_b_simple(SweepAnalysis& a, const SweepFile& file, double batch,
+                                    bool by_target) {
+  std::vector<double> b_simple;
+  for (size_t i = 0; i < a.grid.size(); ++i) {
+    if (a.grid[i].batch != batch || !std::isfinite(a.grid[i].loss)) continue;
+    const nlohmann::json& run = file.lines[i].run;
+    // at the target when the run recorded it (memo sweep since several levels), else at the end
+    const bool at_target = by_target && run.contains("b_simple_at_target");
+    a.b_simple_at_target = a.b_simple_at_target || at_target;
+    const char* key = at_target ? "b_simple_at_target" : "gns_b_simple";
+    if (run.contains(key) && run.at(key).is_number()) b_simple.push_back(run.at(key).get<double>());
+  }
+  if (b_simple.empty()) return std::nullopt;
+  return mean(b_simple);
+}
+
+// The grid indices of the batch's best lr, by its mean loss over seeds (none when no mean is
+// finite).
+std::vector<size_t> best_lr_runs(const std::vector<SweepRun>& grid, double batch) {
+  std::map<double, std::vector<size_t>> by_lr;
+  for (size_t i = 0; i < grid.size(); ++i)
+    if (grid[i].batch == batch) by_lr[grid[i].lr].push_back(i);
+  double best = kInf;
+  const std::vector<size_t>* best_runs = nullptr;
+  for (const auto& [lr, idx] : by_lr) {
+    std::vector<double> losses;
+    for (size_t i : idx) losses.push_back(grid[i].loss);
+    const double m = mean(losses);
+    if (m < best) best = m, best_runs = &idx;
+  }
+  return best_runs ? *best_runs : std::vector<size_t>();
+}
+
+// S and E = B S averaged over the runs that recorded reaching the target.
+void set_target_steps(BatchSummary& b, const SweepFile& file, const std::vector<size_t>& runs) {
+  std::vector<double> steps, tokens;
+  for (size_t i : runs) {
+    const nlohmann::json& run = file.lines[i].run;
+    if (run.contains("target_steps") && run.at("target_steps").is_number()) {
+      steps.push_back(run.at("target_steps").get<double>());
+      tokens.push_back(run.at("target_tokens").get<double>());
+    }
+  }
+  if (!steps.empty()) b.target_steps = mean(steps), b.target_tokens = mean(tokens);
+}
+
+BatchSummary summarise_batch(SweepAnalysis& a, const SweepFile& file, const OptimalLr& p,
+                             const std::vector<double>& seed_lrs, bool by_target) {
+  BatchSummary b;
+  b.optimum = p;
+  b.seed_lrs = seed_lrs;
+  std::sort(b.seed_lrs.begin(), b.seed_lrs.end());
+  b.b_simple = mean_b_simple(a, file, p.batch, by_target);
+  set_target_steps(b, file, best_lr_runs(a.grid, p.batch));
+  return b;
+}
+
+// The laws over the batches' optima; for target-loss sweeps, Eq. 22 over their (S, E) and
+// Eq. 23 / 24 at its B_noise, or the reason there is no such fit.
+void fit_batches(SweepAnalysis& a, double confidence, bool by_target) {
+  std::vector<OptimalLr> points;
+  for (const BatchSummary& b : a.batches) points.push_back(b.optimum);
+  a.laws = fit_laws(points, confidence);
+  std::vector<StepsToTarget> pairs;
+  for (const BatchSummary& b : a.batches)
+    if (b.target_steps) pairs.push_back({*b.target_steps, *b.target_tokens});
+  if (!by_target) {
+    a.target_note = "not a target-loss sweep";
+  } else if (pairs.size() < 2) {
+    a.target_note = str("only ", pairs.size(), " batch sizes reached the target; Eq. 22 needs 2");
+  } else {
+    try {
+      a.target = fit_steps_to_target(pairs, confidence);
+      a.eps_max_surge = eps_max_surge(points, a.target->b_noise);
+      a.eps_max_sgd = eps_max_power(points, a.target->b_noise, 1.0);
+    } catch (const ConfigError& e) {
+      a.target_note = e.what();
+    }
+  }
+}
+
 }  // namespace
 
 SweepAnalysis analyse_sweep(const SweepFile& input, const std::string& path,
@@ -99,111 +243,22 @@ SweepAnalysis analyse_sweep(const SweepFile& input, const std::string& path,
   if (input.lines.empty()) throw FormatError(str(path, " holds no runs"));
   SweepFile file = input;
   for (SweepLine& l : file.lines) select_target_level(l, path, options.target_level);
-  a.setting = run_setting(file.lines.front().run);
-  for (const SweepLine& l : file.lines)
-    if (run_setting(l.run) != a.setting)
-      throw FormatError(str(path, " line ", l.line, ": optimiser setting ", run_setting(l.run),
-                            " differs from line ", file.lines.front().line, "'s ", a.setting,
-                            "; fit one file per setting"));
-  a.metric = options.metric.empty() ? default_metric(file) : options.metric;
-  if (a.metric != "val_loss" && a.metric != "final_loss" && a.metric != "best_loss" &&
-      a.metric != "loss_reduction")
-    throw FormatError(str("unknown metric '", a.metric,
-                          "'; valid: val_loss, final_loss, best_loss, loss_reduction"));
+  a.setting = common_setting(file, path);
+  a.metric = checked_metric(file, options.metric);
   a.runs = int64_t(file.lines.size());
-  std::set<int64_t> seed_set;
-  for (const SweepLine& l : file.lines) {
-    a.grid.push_back({l.run.at("batch_tokens").get<double>(), l.run.at("lr").get<double>(),
-                      metric_value(l.run, a.metric, options.at_tokens)});
-    seed_set.insert(l.run.value("seed", int64_t(0)));
-  }
-  a.seeds = int(seed_set.size());
+  const std::set<int64_t> seeds = fill_grid(a, file, options.at_tokens);
+  a.seeds = int(seeds.size());
   const bool by_target = a.metric == "loss_reduction";
-  if (by_target && file.lines.front().run.contains("target_loss") &&
-      file.lines.front().run.at("target_loss").is_number()) {
-    a.target_level = file.lines.front().run.at("target_loss").get<double>();
-    if (options.target_level) a.series += str(" at loss ", *a.target_level);
-  }
-  if (options.at_tokens && !by_target) {
-    a.metric =
-        str("smoothed training loss at ", *options.at_tokens, " tokens");  // a label only now
-    a.series += str(" at ", *options.at_tokens, " tokens");
-  }
-  // each seed's own optimum per batch, for the spread
-  std::map<double, std::vector<double>> seed_lrs;
-  if (a.seeds > 1)
-    for (int64_t seed : seed_set) {
-      std::vector<SweepRun> one;
-      for (size_t i = 0; i < a.grid.size(); ++i)
-        if (file.lines[i].run.value("seed", int64_t(0)) == seed) one.push_back(a.grid[i]);
-      for (const OptimalLr& p : optimal_lrs(one))
-        if (std::isfinite(p.loss)) seed_lrs[p.batch].push_back(p.lr);
-    }
+  label_judged_point(a, file, options, by_target);
+  std::map<double, std::vector<double>> seed_lrs = seed_optima(a, file, seeds);
   for (const OptimalLr& p : optimal_lrs(a.grid)) {
     if (!std::isfinite(p.loss)) continue;  // every run at this batch diverged or has no value
-    BatchSummary b;
-    b.optimum = p;
-    b.seed_lrs = seed_lrs[p.batch];
-    std::sort(b.seed_lrs.begin(), b.seed_lrs.end());
-    // B_simple over the batch's finite runs; the best grid lr by its mean over seeds
-    std::vector<double> b_simple;
-    std::map<double, std::vector<size_t>> by_lr;
-    for (size_t i = 0; i < a.grid.size(); ++i) {
-      if (a.grid[i].batch != p.batch) continue;
-      by_lr[a.grid[i].lr].push_back(i);
-      if (!std::isfinite(a.grid[i].loss)) continue;
-      const nlohmann::json& run = file.lines[i].run;
-      // at the target when the run recorded it (memo sweep since several levels), else at the end
-      const bool at_target = by_target && run.contains("b_simple_at_target");
-      a.b_simple_at_target = a.b_simple_at_target || at_target;
-      const char* key = at_target ? "b_simple_at_target" : "gns_b_simple";
-      if (run.contains(key) && run.at(key).is_number())
-        b_simple.push_back(run.at(key).get<double>());
-    }
-    if (!b_simple.empty()) b.b_simple = mean(b_simple);
-    double best = kInf;
-    const std::vector<size_t>* best_runs = nullptr;
-    for (const auto& [lr, idx] : by_lr) {
-      std::vector<double> losses;
-      for (size_t i : idx) losses.push_back(a.grid[i].loss);
-      const double m = mean(losses);
-      if (m < best) best = m, best_runs = &idx;
-    }
-    if (best_runs) {
-      std::vector<double> steps, tokens;
-      for (size_t i : *best_runs) {
-        const nlohmann::json& run = file.lines[i].run;
-        if (run.contains("target_steps") && run.at("target_steps").is_number()) {
-          steps.push_back(run.at("target_steps").get<double>());
-          tokens.push_back(run.at("target_tokens").get<double>());
-        }
-      }
-      if (!steps.empty()) b.target_steps = mean(steps), b.target_tokens = mean(tokens);
-    }
-    a.batches.push_back(b);
+    a.batches.push_back(summarise_batch(a, file, p, seed_lrs[p.batch], by_target));
   }
   if (a.batches.empty())
     throw FormatError(
         str(path, ": no batch size has a run with a finite ", a.metric, " (all diverged?)"));
-  std::vector<OptimalLr> points;
-  for (const BatchSummary& b : a.batches) points.push_back(b.optimum);
-  a.laws = fit_laws(points, options.confidence);
-  std::vector<StepsToTarget> pairs;
-  for (const BatchSummary& b : a.batches)
-    if (b.target_steps) pairs.push_back({*b.target_steps, *b.target_tokens});
-  if (!by_target) {
-    a.target_note = "not a target-loss sweep";
-  } else if (pairs.size() < 2) {
-    a.target_note = str("only ", pairs.size(), " batch sizes reached the target; Eq. 22 needs 2");
-  } else {
-    try {
-      a.target = fit_steps_to_target(pairs, options.confidence);
-      a.eps_max_surge = eps_max_surge(points, a.target->b_noise);
-      a.eps_max_sgd = eps_max_power(points, a.target->b_noise, 1.0);
-    } catch (const ConfigError& e) {
-      a.target_note = e.what();
-    }
-  }
+  fit_batches(a, options.confidence, by_target);
   return a;
 }
 

@@ -10,6 +10,7 @@
 #include "memo/memory/budget.h"
 #include "memo/memory/strategy_factory.h"
 #include "memo/model/architecture.h"
+#include "memo/model/flops.h"
 #include "memo/model/params.h"
 #include "memo/train/device_plan.h"
 
@@ -22,14 +23,12 @@ namespace memo {
 // statistics, the loss path and attention scratch (Backend::activation_dtype), bf16 weights, fp32
 // gradient accumulators, fp32 master weights and Adam moments (2 + 4 + 12 bytes per parameter), the
 // last sharded over the G / t data-parallel ranks at ZeRO 1 (and the gradients at 2, the weights at
-// 3). Matrix parameters are split t ways, vectors (norms, biases) replicated. FLOPs per token,
-// forward, unsharded: per layer 2 (matrix parameters of the layer) for the products and 2 H D (S +
-// 1) for causal attention (each query meets (S + 1) / 2 keys on average: the kernel skips masked
-// tiles); the head 2 C V. The backward is twice the products and 2.5 times the attention
-// (FlashAttention-2's backward runs five tile products to the forward's two). Time = FLOPs / (t c)
-// / (peak x efficiency). MFU counts the model's FLOPs, 3 x forward per token, never the
-// recomputation; once with causal attention and once with the whole S x S (Korthikanti et al. 2022,
-// the convention that gives ~2x at 1M tokens), over step time x G x peak. Communication: TP+SP runs
+// 3). Matrix parameters are split t ways, vectors (norms, biases) replicated. FLOPs per token:
+// those of Note [Model FLOPs] in model/flops.h (the forward's products and causal attention, the
+// head), with the backward at twice the products and 2.5 times the attention (FlashAttention-2's
+// backward runs five tile products to the forward's two). Time = FLOPs / (t c) / (peak x
+// efficiency). MFU counts the model's FLOPs (that note's train_causal and train_noncausal, never
+// the recomputation) over step time x G x peak. Communication: TP+SP runs
 // two all-gathers and two reduce-scatters of [T c, C] bf16 per layer forward and six in the
 // backward (the weight gradients gather again), each moving (t - 1) / t of it over one direction of
 // NVLink (the network where the group spans nodes), not overlapped (Megatron's default). CP passes
@@ -45,35 +44,6 @@ namespace memo {
 namespace {
 
 constexpr double kBf16 = 2.0;
-
-bool is_layer_param(const std::string& name) {
-  return name.find(".layers.") != std::string::npos || name.find(".h.") != std::string::npos;
-}
-
-struct Flops {             // per token, forward, unsharded model
-  double layer_matmul{};   // one layer's products
-  double layer_rebuild{};  // of which memo's token-wise rebuild recomputes (all but the last)
-  double attn_causal{};    // one layer's attention, causal
-  double attn_full{};      // the same without the causal halving
-  double head{};
-  double layers{};  // L
-};
-
-Flops flops_per_token(const ModelConfig& config, int64_t seq) {
-  const ParamLayout layout(config);
-  double layer_matrix = 0.0;
-  for (const ParamInfo& p : layout.params())
-    if (p.is_matrix() && is_layer_param(p.name)) layer_matrix += double(p.numel);
-  Flops f;
-  f.layers = double(config.num_hidden_layers);
-  f.layer_matmul = 2.0 * layer_matrix / f.layers;
-  f.layer_rebuild = f.layer_matmul - 2.0 * double(config.hidden_size * config.intermediate_size);
-  const double qd = double(config.num_attention_heads * config.head_dim());
-  f.attn_causal = 2.0 * qd * (double(seq) + 1.0);
-  f.attn_full = 4.0 * qd * double(seq);
-  f.head = 2.0 * double(config.hidden_size) * double(config.vocab_size);
-  return f;
-}
 
 // Parameters one rank holds: matrices split t ways, vectors whole.
 double rank_params(const ModelConfig& config, int64_t tp) {
@@ -132,7 +102,7 @@ struct LayerTimes {
 };
 
 LayerTimes layer_times(const ModelConfig& config, int64_t seq, const ClusterOptions& o) {
-  const Flops f = flops_per_token(config, seq);
+  const ModelFlops f = model_flops(config, seq);
   const double t = double(o.parallel.tp), c = double(o.parallel.cp);
   const double tokens = double(o.batch) * double(seq) / (t * c);  // per GPU
   const double rate = o.gpu.peak_bf16_flops * o.efficiency;
@@ -163,8 +133,8 @@ LayerTimes layer_times(const ModelConfig& config, int64_t seq, const ClusterOpti
   return lt;
 }
 
-Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq, const std::string& strategy,
-                  const ClusterOptions& o) {
+Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq,
+                  const std::string& strategy, const ClusterOptions& o) {
   const int64_t t = o.parallel.tp, c = o.parallel.cp;
   const int64_t rank_seq = seq / (t * c);
   Sized s;
@@ -249,7 +219,7 @@ bool fits(const Sized& s, const ClusterOptions& o) {
 ClusterTime step_time(const ModelConfig& config, int64_t seq, const std::string& strategy,
                       double alpha, const AlphaInputs& sizes, const ClusterOptions& o) {
   const LayerTimes lt = layer_times(config, seq, o);
-  const Flops f = flops_per_token(config, seq);
+  const ModelFlops f = model_flops(config, seq);
   const double t = double(o.parallel.tp), c = double(o.parallel.cp);
   const double tokens = double(o.batch) * double(seq) / (t * c);
   const double rate = o.gpu.peak_bf16_flops * o.efficiency;
@@ -317,8 +287,8 @@ void validate_cluster(const ModelConfig& config, int64_t seq, const ClusterOptio
         str("--network-bandwidth ", o.network_bytes_per_s / 1e9, " must be positive"));
 }
 
-ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq, const std::string& strategy,
-                         const ClusterOptions& o) {
+ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq,
+                         const std::string& strategy, const ClusterOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   validate_cluster(config, seq, o);
   StrategyOptions named;
@@ -349,9 +319,9 @@ ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq
                     gib(double(s.device.total() - o.gpu.memory_bytes)), ")");
   if (!p.host_fits) p.why_not += str(p.why_not.empty() ? "" : "; ", "host: ", s.host_advice);
   p.time = step_time(config, seq, strategy, s.alpha, s.alpha_in, o);
-  const Flops f = flops_per_token(config, seq);
-  p.model_flops_per_token_causal = 3.0 * (f.layers * (f.layer_matmul + f.attn_causal) + f.head);
-  p.model_flops_per_token_noncausal = 3.0 * (f.layers * (f.layer_matmul + f.attn_full) + f.head);
+  const ModelFlops f = model_flops(config, seq);
+  p.model_flops_per_token_causal = f.train_causal();
+  p.model_flops_per_token_noncausal = f.train_noncausal();
   const double tokens = double(o.gpus / (t * c)) * double(o.batch) * double(seq);
   p.tokens_per_s = tokens / p.time.step_s;
   const double peak = double(o.gpus) * o.gpu.peak_bf16_flops * p.time.step_s;
@@ -360,7 +330,9 @@ ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq
   if (o.search_max_seq) {
     // The need grows with seq: bisect over multiples of the step with real shape-only plans.
     const int64_t step = 1024 * t * c;
-    auto ok = [&](int64_t n) { return fits(size_memory(target, config, n * step, strategy, o), o); };
+    auto ok = [&](int64_t n) {
+      return fits(size_memory(target, config, n * step, strategy, o), o);
+    };
     p.max_seq_step = step;
     if (ok(1)) {
       int64_t lo = 1, hi = 2;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "memo/backend/backend.h"
 #include "memo/model/config.h"
 #include "memo/model/hardware.h"
 #include "memo/model/parallel.h"

@@ -40,8 +40,9 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
 }
 
 Trace trace_shapes_only(Backend& target, const ModelConfig& config, const Parallel& parallel,
-                        int64_t batch, int64_t seq, const StrategyFactory& make_strategy, DType activations,
-                        CommCounters* context_parallel_comm, CommCounters* tensor_parallel_comm) {
+                        int64_t batch, int64_t seq, const StrategyFactory& make_strategy,
+                        DType activations, CommCounters* context_parallel_comm,
+                        CommCounters* tensor_parallel_comm) {
   MetaBackend meta(target, activations);  // sized as target's kernels would run it
   Model model(config, meta);
   ShapeCommunicator tp_group(int(parallel.tp), 0);

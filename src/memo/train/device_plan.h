@@ -28,8 +28,8 @@ struct DevicePlanOptions {
   const ParamLayout* optimizer_layout = nullptr;
 };
 
-// The activation strategies this build has (keep now; recompute, offload and memo plug in through
-// the same factory, issue #3). Throws ConfigError naming the ones available.
+// The activation strategies (keep, recompute, offload, memo) of `options`, through one factory.
+// Throws ConfigError naming the ones available.
 StrategyFactory make_strategy_factory(const StrategyOptions& options);
 
 struct DevicePlan {

@@ -15,7 +15,6 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/backend/backend.h"
 #include "memo/parallel/communicator.h"
 #include "memo/scaling/noise_scale.h"
 

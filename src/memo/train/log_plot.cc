@@ -6,21 +6,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "memo/core/error.h"
+#include "memo/core/svg.h"
 
 namespace memo {
 namespace {
 
 constexpr double kW = 900, kPanelH = 220;                         // canvas width, panel height, px
 constexpr double kLeft = 80, kRight = 220, kTop = 40, kGap = 50;  // margins; legend on the right
-const char* const kColours[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
 
 std::string label(double v) {  // 3 significant digits, exponent form outside [1e-2, 1e6)
   char buf[32];
@@ -54,7 +50,7 @@ struct Panel {
 };
 
 // Axes, grid and title of a panel whose y range covers every series given.
-Panel draw_panel(std::string& s, double top, double x0, double x1,
+Panel draw_panel(svg::Document& doc, double top, double x0, double x1,
                  const std::vector<const std::vector<Series>*>& all, const std::string& ylabel) {
   double y0 = INFINITY, y1 = -INFINITY;
   for (const auto* set : all)
@@ -64,43 +60,34 @@ Panel draw_panel(std::string& s, double top, double x0, double x1,
   if (y1 - y0 < 1e-12 * std::max(1.0, std::fabs(y1))) y0 -= 0.5, y1 += 0.5;
   const double pad = 0.05 * (y1 - y0);
   const Panel p{top, x0, x1 > x0 ? x1 : x0 + 1, y0 - pad, y1 + pad};
+  const svg::PlotArea area{kLeft, top, kW - kRight, top + kPanelH};
   for (int i = 0; i <= 4; ++i) {
-    const double y = p.y0 + (p.y1 - p.y0) * i / 4.0, yy = p.py(y);
-    s += "<line x1=\"" + num(kLeft) + "\" y1=\"" + num(yy) + "\" x2=\"" + num(kW - kRight) +
-         "\" y2=\"" + num(yy) + "\" stroke=\"#ddd\"/>\n<text x=\"" + num(kLeft - 6) + "\" y=\"" +
-         num(yy + 4) + "\" text-anchor=\"end\">" + label(y) + "</text>\n";
-    const double x = p.x0 + (p.x1 - p.x0) * i / 4.0, xx = p.px(x);
-    s += "<line x1=\"" + num(xx) + "\" y1=\"" + num(top) + "\" x2=\"" + num(xx) + "\" y2=\"" +
-         num(top + kPanelH) + "\" stroke=\"#ddd\"/>\n<text x=\"" + num(xx) + "\" y=\"" +
-         num(top + kPanelH + 16) + "\" text-anchor=\"middle\">" + label(std::round(x)) +
-         "</text>\n";
+    const double y = p.y0 + (p.y1 - p.y0) * i / 4.0;
+    doc.add(area.y_tick(p.py(y), label(y)));
+    const double x = p.x0 + (p.x1 - p.x0) * i / 4.0;
+    doc.add(area.x_tick(p.px(x), label(std::round(x))));
   }
-  s += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(top) + "\" width=\"" + num(kW - kLeft - kRight) +
-       "\" height=\"" + num(kPanelH) + "\" fill=\"none\" stroke=\"black\"/>\n";
-  s += "<text transform=\"translate(18," + num(top + kPanelH / 2) +
-       ") rotate(-90)\" text-anchor=\"middle\">" + ylabel + "</text>\n";
+  doc.add(area.frame());
+  doc.add(area.y_title(ylabel));
   return p;
 }
 
-void draw_lines(std::string& s, const Panel& p, const std::vector<Series>& series,
-                const std::string& dash) {
+void draw_lines(svg::Document& doc, const Panel& p, const std::vector<Series>& series) {
   for (size_t k = 0; k < series.size(); ++k) {
     if (series[k].points.empty()) continue;
-    std::string path;
-    for (size_t i = 0; i < series[k].points.size(); ++i)
-      path += (i ? " L" : "M") + num(p.px(series[k].points[i].first)) + " " +
-              num(p.py(series[k].points[i].second));
-    s += "<path d=\"" + path + "\" fill=\"none\" stroke=\"" + kColours[k % 6] +
-         "\" stroke-width=\"1.5\"" + dash + "/>\n";
+    std::vector<svg::Point> points;
+    for (const auto& [x, y] : series[k].points) points.push_back({p.px(x), p.py(y)});
+    doc.add(svg::path(
+        points, str("fill=\"none\" stroke=\"", svg::series_colour(k), "\" stroke-width=\"1.5\"")));
   }
 }
 
-void draw_points(std::string& s, const Panel& p, const std::vector<Series>& series) {
+void draw_points(svg::Document& doc, const Panel& p, const std::vector<Series>& series) {
   for (size_t k = 0; k < series.size(); ++k)
     for (const auto& [x, y] : series[k].points)
-      s += "<circle cx=\"" + num(p.px(x)) + "\" cy=\"" + num(p.py(y)) +
-           "\" r=\"4\" fill=\"white\" " + "stroke=\"" + kColours[k % 6] +
-           "\" stroke-width=\"2\"/>\n";
+      doc.add(svg::circle(
+          p.px(x), p.py(y), 4,
+          str("fill=\"white\" stroke=\"", svg::series_colour(k), "\" stroke-width=\"2\"")));
 }
 
 }  // namespace
@@ -132,35 +119,29 @@ std::string train_log_svg(const std::vector<TrainLog>& logs, const std::string& 
   if (!std::isfinite(x0))
     throw DataError("the logs hold no step records (lines with \"step\" and \"loss\")");
   const double height = kTop + 4 * (kPanelH + kGap);
-  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kW) + "\" height=\"" +
-                  num(height) +
-                  "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" "
-                  "height=\"100%\" fill=\"white\"/>\n";
-  s += "<text x=\"" + num(kLeft) + "\" y=\"22\" font-size=\"14\">" + title + "</text>\n";
+  svg::Document doc(kW, height);
+  doc.title(kLeft, title, 14);
   double top = kTop;
-  Panel p = draw_panel(s, top, x0, x1, {&loss, &val}, "loss (train line, validation points)");
-  draw_lines(s, p, loss, "");
-  draw_points(s, p, val);
+  Panel p = draw_panel(doc, top, x0, x1, {&loss, &val}, "loss (train line, validation points)");
+  draw_lines(doc, p, loss);
+  draw_points(doc, p, val);
   top += kPanelH + kGap;
-  p = draw_panel(s, top, x0, x1, {&lr}, "learning rate");
-  draw_lines(s, p, lr, "");
+  p = draw_panel(doc, top, x0, x1, {&lr}, "learning rate");
+  draw_lines(doc, p, lr);
   top += kPanelH + kGap;
-  p = draw_panel(s, top, x0, x1, {&tps}, "tokens / s");
-  draw_lines(s, p, tps, "");
+  p = draw_panel(doc, top, x0, x1, {&tps}, "tokens / s");
+  draw_lines(doc, p, tps);
   top += kPanelH + kGap;
-  p = draw_panel(s, top, x0, x1, {&mem}, "device peak (MiB)");
-  draw_lines(s, p, mem, "");
-  s += "<text x=\"" + num((kLeft + kW - kRight) / 2) + "\" y=\"" + num(height - 10) +
-       "\" text-anchor=\"middle\">step</text>\n";
+  p = draw_panel(doc, top, x0, x1, {&mem}, "device peak (MiB)");
+  draw_lines(doc, p, mem);
+  doc.add(svg::PlotArea{kLeft, kTop, kW - kRight, height}.x_title(height - 10, "step"));
   for (size_t k = 0; k < logs.size(); ++k) {
     const double y = kTop + 10 + 18 * double(k);
-    s += "<line x1=\"" + num(kW - kRight + 10) + "\" y1=\"" + num(y) + "\" x2=\"" +
-         num(kW - kRight + 36) + "\" y2=\"" + num(y) + "\" stroke=\"" + kColours[k % 6] +
-         "\" stroke-width=\"1.5\"/><text x=\"" + num(kW - kRight + 42) + "\" y=\"" + num(y + 4) +
-         "\">" + logs[k].name + "</text>\n";
+    doc.add(svg::line(kW - kRight + 10, y, kW - kRight + 36, y,
+                      str("stroke=\"", svg::series_colour(k), "\" stroke-width=\"1.5\"")) +
+            svg::text(kW - kRight + 42, y + 4, logs[k].name));
   }
-  s += "</svg>\n";
-  return s;
+  return std::move(doc).finish();
 }
 
 }  // namespace memo

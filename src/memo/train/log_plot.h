@@ -1,8 +1,8 @@
-// A hand-written SVG of training logs (the JSON lines of `memo train --log`): four panels over
-// steps, training loss (validation loss as points for records with "val_loss"; memo train's own
-// log has none yet: it prints the validation loss instead), learning rate,
-// throughput (tokens/s) and activation memory (device peak, MiB); several runs overlaid, one
-// colour each, named by file. Same drawing style as scaling/sweep_plot.cc. Not a general plotter.
+// An SVG (core/svg.h) of training logs (the JSON lines of `memo train --log`): four panels over
+// steps, training loss (validation loss as points for records with "val_loss": memo train's last
+// step record has it), learning rate, throughput (tokens/s) and activation memory (device peak,
+// MiB); several runs overlaid, one colour each, named by file. Same drawing style as
+// scaling/sweep_plot.cc. Not a general plotter.
 #pragma once
 
 #include <nlohmann/json.hpp>

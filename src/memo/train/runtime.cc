@@ -17,9 +17,9 @@ Runtime::Runtime(Backend& device, std::unique_ptr<Backend> owned_device, Precisi
       storage_(precision == Precision::kBf16 ? std::make_unique<Bf16StorageBackend>(device)
                                              : nullptr),
       backend_(storage_ ? storage_.get() : &device_),
-      owned_world_(owned_world    ? std::move(owned_world)
-                   : world ? nullptr
-                           : std::make_unique<SelfCommunicator>(*backend_)),
+      owned_world_(owned_world ? std::move(owned_world)
+                   : world     ? nullptr
+                               : std::make_unique<SelfCommunicator>(*backend_)),
       world_(owned_world_ ? owned_world_.get() : world),
       out_(out) {}
 

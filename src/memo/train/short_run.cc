@@ -42,6 +42,105 @@ void check_options(const ShortRunOptions& o) {
                             " then ", o.target_losses[i], ")"));
 }
 
+// The training loss averaged over the last `window` steps (see Note [Smoothed training loss]).
+class SmoothedLoss {
+ public:
+  explicit SmoothedLoss(int64_t window) : window_(window) {}
+
+  // Adds a step's loss; returns the mean over the window.
+  double add(double loss) {
+    losses_.push_back(loss);
+    if (int64_t(losses_.size()) > window_) losses_.pop_front();
+    double smoothed = 0.0;  // a fresh sum each step: no drift from a running add and subtract
+    for (double l : losses_) smoothed += l;
+    smoothed /= double(losses_.size());
+    return smoothed;
+  }
+  bool full() const { return int64_t(losses_.size()) == window_; }
+
+ private:
+  int64_t window_;
+  std::deque<double> losses_;
+};
+
+// The curve's points: at steps ceil(max_steps i / n), i = 1 .. n, each step once.
+class CurveSampler {
+ public:
+  CurveSampler(int64_t max_steps, int64_t curve_points)
+      : max_steps_(max_steps), n_(std::max<int64_t>(1, curve_points)) {
+    next_ = step_of(i_);
+  }
+
+  void record(std::vector<CurvePoint>& curve, int64_t step, int64_t tokens, double smoothed) {
+    while (step >= next_ && i_ <= n_) {
+      if (step == next_ && (curve.empty() || curve.back().step != step))
+        curve.push_back({step, tokens, smoothed});
+      next_ = step_of(++i_);
+    }
+  }
+
+ private:
+  int64_t step_of(int64_t i) const { return (max_steps_ * i + n_ - 1) / n_; }
+  int64_t max_steps_, n_;
+  int64_t i_ = 1, next_ = 1;
+};
+
+// Marks the step at which each level is first reached by a full window's smoothed loss, and the
+// loss reduction extra_steps after it.
+class TargetTracker {
+ public:
+  explicit TargetTracker(size_t levels) : loss_at_target_(levels, 0.0) {}
+
+  void update(std::vector<ShortRunResult::TargetLevel>& levels, int64_t step, double smoothed,
+              bool window_full, int64_t extra_steps, const std::optional<GradNoiseProbe>& probe) {
+    for (size_t i = 0; i < levels.size(); ++i) {
+      ShortRunResult::TargetLevel& level = levels[i];
+      if (!level.steps && window_full && smoothed <= level.target) {
+        level.steps = step;
+        loss_at_target_[i] = smoothed;
+        // this step's gradients are in the estimator already (gradients() fed the probe)
+        if (probe) level.b_simple_at_target = probe->estimator().b_simple();
+      }
+      if (level.steps && step == *level.steps + extra_steps)
+        level.loss_reduction = loss_at_target_[i] - smoothed;
+    }
+  }
+
+ private:
+  std::vector<double> loss_at_target_;
+};
+
+// Steps until the budget, a divergence, or the last level's loss reduction; fills r's losses,
+// curve and targets.
+void train_steps(ShortRunResult& r, TrainStep& train_step, const LrSchedule& schedule,
+                 const std::optional<GradNoiseProbe>& probe, const ShortRunOptions& o) {
+  r.best_loss = std::numeric_limits<double>::infinity();
+  SmoothedLoss window(o.loss_window);
+  double first_loss = 0.0;
+  TargetTracker tracker(o.target_losses.size());
+  for (double t : o.target_losses)
+    r.targets.push_back({t, std::nullopt, std::nullopt, std::nullopt});
+  CurveSampler curve(o.max_steps, o.curve_points);
+  for (int64_t step = 1; step <= o.max_steps; ++step) {
+    const StepGradients g = train_step.gradients(step);
+    const double loss = g.loss;
+    r.steps = step;
+    r.tokens = step * o.batch_tokens;
+    if (step == 1) first_loss = loss;
+    const double smoothed = window.add(loss);
+    if (!std::isfinite(loss) || !std::isfinite(g.grad_sq) || smoothed > first_loss + 2.0) {
+      r.diverged = true;
+      break;
+    }
+    r.best_loss = std::min(r.best_loss, smoothed);
+    r.final_loss = smoothed;
+    curve.record(r.curve, step, r.tokens, smoothed);
+    tracker.update(r.targets, step, smoothed, window.full(), o.extra_steps, probe);
+    if (!r.targets.empty() && r.targets.back().loss_reduction) break;
+    train_step.update(g, schedule.at(step), o.clip);
+  }
+}
+
 }  // namespace
 
 ShortRunResult run_short(Backend& backend, const ModelConfig& config, const TokenData& train,
@@ -72,52 +171,7 @@ ShortRunResult run_short(Backend& backend, const ModelConfig& config, const Toke
       probe ? &*probe : nullptr, data_parallel);
 
   ShortRunResult r;
-  r.best_loss = std::numeric_limits<double>::infinity();
-  std::deque<double> window;  // see Note [Smoothed training loss]
-  double first_loss = 0.0;
-  std::vector<double> loss_at_target(o.target_losses.size(), 0.0);
-  for (double t : o.target_losses)
-    r.targets.push_back({t, std::nullopt, std::nullopt, std::nullopt});
-  int64_t next_curve = 1, curve_i = 1;
-  const int64_t n_curve = std::max<int64_t>(1, o.curve_points);
-  auto curve_step = [&](int64_t i) { return (o.max_steps * i + n_curve - 1) / n_curve; };
-  next_curve = curve_step(curve_i);
-  for (int64_t step = 1; step <= o.max_steps; ++step) {
-    const StepGradients g = train_step.gradients(step);
-    const double loss = g.loss;
-    r.steps = step;
-    r.tokens = step * o.batch_tokens;
-    if (step == 1) first_loss = loss;
-    window.push_back(loss);
-    if (int64_t(window.size()) > o.loss_window) window.pop_front();
-    double smoothed = 0.0;  // a fresh sum each step: no drift from a running add and subtract
-    for (double l : window) smoothed += l;
-    smoothed /= double(window.size());
-    if (!std::isfinite(loss) || !std::isfinite(g.grad_sq) || smoothed > first_loss + 2.0) {
-      r.diverged = true;
-      break;
-    }
-    r.best_loss = std::min(r.best_loss, smoothed);
-    r.final_loss = smoothed;
-    while (step >= next_curve && curve_i <= n_curve) {
-      if (step == next_curve && (r.curve.empty() || r.curve.back().step != step))
-        r.curve.push_back({step, r.tokens, smoothed});
-      next_curve = curve_step(++curve_i);
-    }
-    for (size_t i = 0; i < r.targets.size(); ++i) {
-      ShortRunResult::TargetLevel& level = r.targets[i];
-      if (!level.steps && int64_t(window.size()) == o.loss_window && smoothed <= level.target) {
-        level.steps = step;
-        loss_at_target[i] = smoothed;
-        // this step's gradients are in the estimator already (gradients() fed the probe)
-        if (probe) level.b_simple_at_target = probe->estimator().b_simple();
-      }
-      if (level.steps && step == *level.steps + o.extra_steps)
-        level.loss_reduction = loss_at_target[i] - smoothed;
-    }
-    if (!r.targets.empty() && r.targets.back().loss_reduction) break;
-    train_step.update(g, schedule.at(step), o.clip);
-  }
+  train_steps(r, train_step, schedule, probe, o);
   if (r.diverged) r.final_loss = std::numeric_limits<double>::infinity();
   if (probe) r.gns_b_simple = probe->estimator().b_simple();
   if (val && o.val_windows > 0 && !r.diverged) {

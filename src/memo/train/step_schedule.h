@@ -12,7 +12,7 @@
 
 #include "memo/scaling/batch_schedule.h"
 #include "memo/train/schedule.h"
-#include "memo/train/trainer.h"
+#include "memo/train/train_options.h"
 
 namespace memo {
 

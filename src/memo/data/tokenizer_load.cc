@@ -1,0 +1,484 @@
+// Reading tokenizers (data/tokenizer.h): GPT-2's encoder.json + vocab.bpe, and Hugging Face's
+// tokenizer.json with the tokenizer_config.json beside it. Each part of a tokenizer.json memo
+// does not implement is refused by name, in one line, before any text is encoded.
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "memo/core/error.h"
+#include "memo/data/byte_level.h"
+#include "memo/data/tokenizer.h"
+#include "memo/data/tokenizer_impl.h"
+#include "memo/io/atomic_file.h"
+
+namespace memo {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json parse_json(std::string_view text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw FormatError(str(source, " is not valid JSON: ", e.what()));
+  }
+}
+
+}  // namespace
+
+void Tokenizer::Impl::set_token(int32_t id, std::string bytes) {
+  if (id < 0) throw FormatError(str(source, ": token id ", id, " is negative"));
+  if (size_t(id) >= token_bytes.size()) {
+    token_bytes.resize(size_t(id) + 1);
+    defined.resize(size_t(id) + 1, 0);
+  }
+  token_bytes[size_t(id)] = std::move(bytes);
+  defined[size_t(id)] = 1;
+}
+
+// Byte-level vocabulary (spelling -> id) into token_bytes, id_of_bytes and byte_id.
+void Tokenizer::Impl::set_vocab(const json& vocab, const std::vector<std::string>& skip) {
+  if (!vocab.is_object()) throw FormatError(str(source, ": the vocabulary is not a JSON object"));
+  byte_id.fill(-1);
+  for (const auto& [spelling, id_json] : vocab.items()) {
+    if (std::find(skip.begin(), skip.end(), spelling) != skip.end()) continue;
+    std::optional<std::string> raw = byte_level_decode(spelling);
+    if (!raw)
+      throw FormatError(str(source, ": vocabulary entry \"", spelling,
+                            "\" is not spelled in GPT-2's byte-level alphabet"));
+    const int32_t id = id_json.get<int32_t>();
+    if (raw->size() == 1) byte_id[static_cast<unsigned char>((*raw)[0])] = id;
+    id_of_bytes.emplace(*raw, id);
+    set_token(id, std::move(*raw));
+  }
+  for (int b = 0; b < 256; ++b)
+    if (byte_id[size_t(b)] < 0)
+      throw FormatError(str(source, ": the vocabulary has no token for byte ", b,
+                            "; byte-level BPE needs all 256"));
+}
+
+void Tokenizer::Impl::add_merge(const std::string& left, const std::string& right, int32_t rank) {
+  auto bytes_of = [&](const std::string& spelling) {
+    if (!byte_level) return spelling;  // SentencePiece-style: the spellings are the tokens
+    std::optional<std::string> raw = byte_level_decode(spelling);
+    if (!raw)
+      throw FormatError(str(source, ": merge ", rank, " (\"", left, " ", right, "\") has \"",
+                            spelling, "\", not in the byte-level alphabet"));
+    return *raw;
+  };
+  const std::string a = bytes_of(left), b = bytes_of(right);
+  auto ia = id_of_bytes.find(a), ib = id_of_bytes.find(b), iab = id_of_bytes.find(a + b);
+  if (ia == id_of_bytes.end() || ib == id_of_bytes.end() || iab == id_of_bytes.end())
+    throw FormatError(str(source, ": merge ", rank, " (\"", left, " ", right,
+                          "\") names a token missing from the vocabulary"));
+  merges.insert(ia->second, ib->second, rank, iab->second);
+}
+
+void Tokenizer::Impl::add_special(std::string content, int32_t id) {
+  set_token(id, content);
+  specials.emplace_back(std::move(content), id);
+}
+
+void Tokenizer::Impl::finish_specials() {
+  std::stable_sort(specials.begin(), specials.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+}
+
+// SentencePiece-style vocabulary: spellings are the tokens' strings ("▁the", "<0x0A>").
+void Tokenizer::Impl::set_vocab_spellings(const json& vocab) {
+  if (!vocab.is_object()) throw FormatError(str(source, ": the vocabulary is not a JSON object"));
+  byte_id.fill(-1);
+  char fallback[8];
+  for (int b = 0; b < 256; ++b) {
+    std::snprintf(fallback, sizeof fallback, "<0x%02X>", b);
+    auto it = vocab.find(fallback);
+    if (it != vocab.end()) byte_id[size_t(b)] = it->get<int32_t>();
+  }
+  for (const auto& [spelling, id_json] : vocab.items()) {
+    const int32_t id = id_json.get<int32_t>();
+    id_of_bytes.emplace(spelling, id);
+    set_token(id, spelling);
+  }
+}
+
+void Tokenizer::Impl::finish_decoding(const std::vector<std::string>& spellings) {
+  if (concat_decode) return;
+  spelling = spellings;
+  spelling.resize(token_bytes.size());
+  for (size_t id = 0; id < token_bytes.size(); ++id)
+    if (defined[id]) token_bytes[id] = decoder.decode({spelling[id]}, false);
+}
+
+Tokenizer Tokenizer::load(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    if (fs::exists(path / "encoder.json") && fs::exists(path / "vocab.bpe"))
+      return from_gpt2_files(read_file(path / "encoder.json"), read_file(path / "vocab.bpe"),
+                             path.string());
+    if (fs::exists(path / "tokenizer.json")) return load(path / "tokenizer.json");
+    throw DataError(str("tokenizer directory ", path.string(),
+                        " has neither encoder.json + vocab.bpe (GPT-2) nor tokenizer.json"));
+  }
+  const std::string p = path.string();
+  json config = nullptr;  // tokenizer_config.json beside the file, when there is one
+  const fs::path config_path = path.parent_path() / "tokenizer_config.json";
+  if (fs::exists(config_path, ec))
+    config = parse_json(read_file(config_path), config_path.string());
+  return from_hf_json(parse_json(read_file(path), p), p, config);
+}
+
+Tokenizer Tokenizer::from_gpt2_files(std::string_view encoder_json, std::string_view vocab_bpe,
+                                     const std::string& source) {
+  auto impl = std::make_unique<Impl>();
+  impl->source = source;
+  const std::string kEndOfText = "<|endoftext|>";
+  const json encoder = parse_json(encoder_json, source + "/encoder.json");
+  impl->set_vocab(encoder, {kEndOfText});
+  if (encoder.contains(kEndOfText))
+    impl->add_special(kEndOfText, encoder[kEndOfText].get<int32_t>());
+  impl->finish_specials();
+  // vocab.bpe: a "#version" line, then one "left right" merge per line in rank order.
+  json merges = json::array();
+  std::vector<std::pair<std::string, std::string>> pairs;
+  size_t line_start = 0;
+  while (line_start < vocab_bpe.size()) {
+    size_t line_end = vocab_bpe.find('\n', line_start);
+    if (line_end == std::string_view::npos) line_end = vocab_bpe.size();
+    std::string_view line = vocab_bpe.substr(line_start, line_end - line_start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    line_start = line_end + 1;
+    if (line.empty() || line.starts_with("#version")) continue;
+    const size_t space = line.find(' ');
+    if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos)
+      throw FormatError(str(source, "/vocab.bpe: line \"", line, "\" is not \"left right\""));
+    pairs.emplace_back(std::string(line.substr(0, space)), std::string(line.substr(space + 1)));
+  }
+  impl->merges.reserve(pairs.size());
+  for (size_t r = 0; r < pairs.size(); ++r) {
+    impl->add_merge(pairs[r].first, pairs[r].second, int32_t(r));
+    merges.push_back(pairs[r].first + " " + pairs[r].second);
+  }
+  impl->pre.pattern.emplace(std::string(kGpt2SplitPattern));
+  // The same tokenizer as Hugging Face's GPT-2 tokenizer.json, so checkpoints carry one format.
+  json added = json::array();
+  for (const auto& [content, id] : impl->specials)
+    added.push_back({{"id", id},
+                     {"content", content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", true},
+                     {"special", true}});
+  impl->hf = {{"version", "1.0"},
+              {"truncation", nullptr},
+              {"padding", nullptr},
+              {"added_tokens", added},
+              {"normalizer", nullptr},
+              {"pre_tokenizer",
+               {{"type", "ByteLevel"},
+                {"add_prefix_space", false},
+                {"trim_offsets", true},
+                {"use_regex", true}}},
+              {"post_processor",
+               {{"type", "ByteLevel"},
+                {"add_prefix_space", true},
+                {"trim_offsets", false},
+                {"use_regex", true}}},
+              {"decoder",
+               {{"type", "ByteLevel"},
+                {"add_prefix_space", true},
+                {"trim_offsets", true},
+                {"use_regex", true}}},
+              {"model",
+               {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", ""},
+                {"end_of_word_suffix", ""},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"vocab", encoder},
+                {"merges", merges}}}};
+  return Tokenizer(std::move(impl));
+}
+
+namespace {
+
+// One character (UTF-8) from a pre-tokenizer's or decoder's field.
+std::string one_character(const json& j, const char* key, const std::string& source) {
+  const std::string s = j.at(key).get<std::string>();
+  const auto lead = s.empty() ? 0u : static_cast<unsigned char>(s[0]);
+  const size_t length = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+  if (s.empty() || valid_utf8_prefix(s) != s.size() || s.size() != length)
+    throw ConfigError(str(source, ": ", j.value("type", ""), " has ", key, " \"", s,
+                          "\"; one character is needed"));
+  return s;
+}
+
+// The pre_tokenizer: null, ByteLevel (GPT-2's pattern when use_regex), a Sequence of
+// Split(Regex, Isolated) then ByteLevel without its regex, or Metaspace.
+PreTokenizer hf_pre_tokenizer(const json& pre, const std::string& source) {
+  PreTokenizer out;
+  const std::string type = pre.is_object() ? pre.value("type", "") : "";
+  if (pre.is_null()) {
+    out.kind = PreTokenizerKind::kNone;
+    return out;
+  }
+  if (type == "ByteLevel") {
+    if (!pre.value("use_regex", true))
+      throw ConfigError(str(source, ": a ByteLevel pre_tokenizer without use_regex and without a ",
+                            "Split before it does not split text; not supported"));
+    out.kind = PreTokenizerKind::kByteLevel;
+    out.prefix_space = pre.value("add_prefix_space", false);
+    out.pattern.emplace(std::string(kGpt2SplitPattern));
+    return out;
+  }
+  if (type == "Metaspace") {
+    out.kind = PreTokenizerKind::kMetaspace;
+    out.replacement = one_character(pre, "replacement", source);
+    if (pre.contains("prepend_scheme")) {
+      const std::string scheme = pre.at("prepend_scheme").get<std::string>();
+      if (scheme == "always") {
+        out.prepend = PrependScheme::kAlways;
+      } else if (scheme == "first") {
+        out.prepend = PrependScheme::kFirst;
+      } else if (scheme == "never") {
+        out.prepend = PrependScheme::kNever;
+      } else {
+        throw ConfigError(str(source, ": Metaspace prepend_scheme \"", scheme,
+                              "\" is not always, first or never"));
+      }
+    } else {  // files before prepend_scheme: add_prefix_space
+      out.prepend =
+          pre.value("add_prefix_space", true) ? PrependScheme::kAlways : PrependScheme::kNever;
+    }
+    out.split = pre.value("split", true);
+    return out;
+  }
+  if (type == "Sequence") {
+    const json& list = pre.at("pretokenizers");
+    if (list.size() == 2 && list[0].value("type", "") == "Split" &&
+        list[1].value("type", "") == "ByteLevel") {
+      const json& split = list[0];
+      if (list[1].value("use_regex", true))
+        throw ConfigError(str(source, ": Split followed by ByteLevel with use_regex = true (two ",
+                              "regex passes) is not supported"));
+      if (split.value("behavior", "") != "Isolated" || split.value("invert", false) ||
+          !split.at("pattern").contains("Regex"))
+        throw ConfigError(str(source, ": only Split with a Regex pattern, behavior Isolated and ",
+                              "invert false is supported, got ", split.dump()));
+      out.kind = PreTokenizerKind::kSplitByteLevel;
+      out.prefix_space = list[1].value("add_prefix_space", false);
+      out.pattern.emplace(split.at("pattern").at("Regex").get<std::string>());
+      return out;
+    }
+  }
+  throw ConfigError(str(source, ": pre_tokenizer ", type.empty() ? pre.dump().substr(0, 200) : type,
+                        " is not supported; memo reads none, ByteLevel, Metaspace, or Sequence ",
+                        "[Split, ByteLevel]"));
+}
+
+// The ids a post_processor puts before and after one sequence: TemplateProcessing's "single"
+// (its special tokens around $A), ByteLevel (none), or a Sequence of those.
+void hf_post_processor(const json& post, const std::string& source, std::vector<int32_t>& before,
+                       std::vector<int32_t>& after) {
+  if (post.is_null()) return;
+  const std::string type = post.value("type", "");
+  if (type == "ByteLevel") return;
+  if (type == "Sequence") {
+    for (const json& p : post.at("processors")) hf_post_processor(p, source, before, after);
+    return;
+  }
+  if (type != "TemplateProcessing")
+    throw ConfigError(
+        str(source, ": post_processor ", type.empty() ? post.dump().substr(0, 200) : type,
+            " is not supported; memo reads TemplateProcessing, ByteLevel and ", "Sequence"));
+  bool seen_sequence = false;
+  for (const json& piece : post.at("single")) {
+    if (piece.contains("Sequence")) {
+      seen_sequence = true;
+      continue;
+    }
+    const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
+    if (!post.at("special_tokens").contains(name))
+      throw FormatError(str(source, ": the post_processor's template names ", name,
+                            ", which is not among its special_tokens"));
+    for (const json& id : post.at("special_tokens").at(name).at("ids"))
+      (seen_sequence ? after : before).push_back(id.get<int32_t>());
+  }
+}
+
+// A token named in tokenizer_config.json: a string, or an AddedToken object with "content".
+std::optional<std::string> config_token(const json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key)) return std::nullopt;
+  const json& t = config.at(key);
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_object() && t.contains("content")) return t.at("content").get<std::string>();
+  return std::nullopt;
+}
+
+// TemplateProcessing JSON for `before` $A `after` (transformers' update_post_processor: BOS and
+// EOS as add_bos_token / add_eos_token say), so the checkpoint's tokenizer.json carries them.
+json template_json(const std::vector<std::pair<std::string, int32_t>>& before,
+                   const std::vector<std::pair<std::string, int32_t>>& after) {
+  json single = json::array(), pair = json::array(), specials = json::object();
+  auto add = [&](json& list, const std::vector<std::pair<std::string, int32_t>>& tokens, int type) {
+    for (const auto& [content, id] : tokens) {
+      list.push_back({{"SpecialToken", {{"id", content}, {"type_id", type}}}});
+      specials[content] = {{"id", content}, {"ids", {id}}, {"tokens", {content}}};
+    }
+  };
+  add(single, before, 0);
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  add(single, after, 0);
+  add(pair, before, 0);
+  pair.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  add(pair, after, 0);
+  add(pair, before, 1);
+  pair.push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
+  add(pair, after, 1);
+  return {{"type", "TemplateProcessing"},
+          {"single", single},
+          {"pair", pair},
+          {"special_tokens", specials}};
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_hf_json(const json& tj, const std::string& source, const json& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->source = source;
+  json hf = tj;
+  try {
+    const json& model = tj.at("model");
+    if (model.value("type", "BPE") != "BPE")
+      throw ConfigError(str(source, ": model type ", model.value("type", ""),
+                            " is not supported; memo reads BPE"));
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+      if (model.contains(key) && model.at(key).is_string() &&
+          !model.at(key).get<std::string>().empty())
+        throw ConfigError(str(source, ": BPE with a ", key, " is not supported"));
+    if (model.contains("dropout") && model.at("dropout").is_number() &&
+        model.at("dropout").get<double>() > 0.0)
+      throw ConfigError(str(source, ": BPE dropout ", model.at("dropout").get<double>(),
+                            " is not supported (encoding would be random)"));
+    impl->normalizer = Normalizer::from_json(tj.value("normalizer", json()), source);
+    impl->pre = hf_pre_tokenizer(tj.value("pre_tokenizer", json()), source);
+    impl->byte_level = impl->pre.kind == PreTokenizerKind::kByteLevel ||
+                       impl->pre.kind == PreTokenizerKind::kSplitByteLevel;
+    impl->decoder = Decoder::from_json(tj.value("decoder", json()), source);
+    // Byte-level BPE decodes to its tokens' bytes with a ByteLevel decoder or none (memo has
+    // always ignored a null decoder there: the bytes are the text).
+    const bool plain_decoder =
+        tj.value("decoder", json()).is_null() || impl->decoder.is_byte_level();
+    impl->concat_decode = impl->byte_level && plain_decoder;
+    impl->ignore_merges = model.value("ignore_merges", false);
+    std::vector<std::string> added_contents;
+    if (tj.contains("added_tokens"))
+      for (const json& t : tj.at("added_tokens"))
+        added_contents.push_back(t.at("content").get<std::string>());
+    if (impl->byte_level) {
+      // Added tokens may also sit in the vocabulary (GPT-2's <|endoftext|>); they are matched
+      // literally, so their vocabulary spelling is skipped.
+      json vocab = model.at("vocab");
+      for (const std::string& c : added_contents) {
+        auto it = vocab.find(c);
+        if (it != vocab.end() && !byte_level_decode(c)) vocab.erase(it);
+      }
+      impl->set_vocab(vocab, {});
+    } else {
+      impl->set_vocab_spellings(model.at("vocab"));
+      impl->byte_fallback = model.value("byte_fallback", false);
+      impl->fuse_unk = model.value("fuse_unk", false);
+      const json unk = model.value("unk_token", json());
+      if (unk.is_string()) {
+        auto it = impl->id_of_bytes.find(unk.get<std::string>());
+        if (it == impl->id_of_bytes.end())
+          throw FormatError(
+              str(source, ": unk_token ", unk.get<std::string>(), " is not in the vocabulary"));
+        impl->unk_id = it->second;
+      }
+    }
+    const json& merges = model.at("merges");
+    impl->merges.reserve(merges.size());
+    for (size_t r = 0; r < merges.size(); ++r) {
+      const json& m = merges[r];
+      if (m.is_array()) {
+        impl->add_merge(m.at(0).get<std::string>(), m.at(1).get<std::string>(), int32_t(r));
+      } else {
+        const std::string s = m.get<std::string>();
+        const size_t space = s.find(' ');
+        if (space == std::string::npos)
+          throw FormatError(str(source, ": merge ", r, " \"", s, "\" is not \"left right\""));
+        impl->add_merge(s.substr(0, space), s.substr(space + 1), int32_t(r));
+      }
+    }
+    // The decoder's input: each id's vocabulary spelling (byte-level: the bytes spelled in the
+    // alphabet), added tokens as their content.
+    std::vector<std::string> spellings;
+    if (!impl->concat_decode) {
+      spellings = impl->token_bytes;
+      if (impl->byte_level)
+        for (std::string& s : spellings) s = byte_level_encode(s);
+    }
+    if (tj.contains("added_tokens"))
+      for (const json& t : tj.at("added_tokens")) {
+        const int32_t id = t.at("id").get<int32_t>();
+        const std::string content = t.at("content").get<std::string>();
+        impl->add_special(content, id);
+        if (!impl->concat_decode) {
+          if (spellings.size() <= size_t(id)) spellings.resize(size_t(id) + 1);
+          spellings[size_t(id)] = content;
+        }
+      }
+    impl->finish_specials();
+    impl->finish_decoding(spellings);
+    hf_post_processor(tj.value("post_processor", json()), source, impl->prefix_ids,
+                      impl->suffix_ids);
+    if (config.is_object()) {
+      // tokenizer_config.json: eos_token names the end of text; add_bos_token / add_eos_token,
+      // when given, decide what goes around a prompt (as transformers rebuilds the template).
+      auto id_of = [&](const std::string& content) -> std::optional<int32_t> {
+        for (const auto& [c, id] : impl->specials)
+          if (c == content) return id;
+        return std::nullopt;
+      };
+      const std::optional<std::string> bos = config_token(config, "bos_token");
+      const std::optional<std::string> eos = config_token(config, "eos_token");
+      if (eos) impl->eos_id = id_of(*eos);
+      if (config.contains("add_bos_token") || config.contains("add_eos_token")) {
+        std::vector<std::pair<std::string, int32_t>> before, after;
+        auto named = [&](const char* flag, const std::optional<std::string>& token,
+                         std::vector<std::pair<std::string, int32_t>>& out) {
+          if (!config.value(flag, false)) return;
+          const std::optional<int32_t> id = token ? id_of(*token) : std::nullopt;
+          if (!id)
+            throw ConfigError(str(source, ": tokenizer_config.json sets ", flag, " but its token ",
+                                  token.value_or("(none)"), " is not an added token"));
+          out.emplace_back(*token, *id);
+        };
+        named("add_bos_token", bos, before);
+        named("add_eos_token", eos, after);
+        std::vector<int32_t> before_ids, after_ids;
+        for (const auto& t : before) before_ids.push_back(t.second);
+        for (const auto& t : after) after_ids.push_back(t.second);
+        if (before_ids != impl->prefix_ids || after_ids != impl->suffix_ids) {
+          impl->prefix_ids = before_ids;
+          impl->suffix_ids = after_ids;
+          hf["post_processor"] = template_json(before, after);
+        }
+      }
+    }
+  } catch (const json::exception& e) {
+    throw FormatError(str(source, " is not a Hugging Face tokenizer.json: ", e.what()));
+  }
+  impl->hf = std::move(hf);
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::from_hf_json(const json& tj, const std::string& source) {
+  return from_hf_json(tj, source, json());
+}
+
+}  // namespace memo

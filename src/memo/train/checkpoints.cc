@@ -1,0 +1,251 @@
+#include "memo/train/checkpoints.h"
+
+#include <algorithm>
+#include <deque>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "memo/core/error.h"
+#include "memo/data/shards.h"
+#include "memo/io/config_json.h"
+#include "memo/train/optimizer_setup.h"
+
+namespace fs = std::filesystem;
+
+namespace memo {
+namespace {
+
+// Which training options a checkpoint pins: resuming with other values would not continue the
+// same run, so they are restored from trainer_state.json (see Note [Resume]).
+nlohmann::json pinned_options(const TrainOptions& o) {
+  return {{"seq", o.seq},
+          {"batch", o.batch},
+          {"micro_batch", o.micro_batch},
+          {"lr", o.lr},
+          {"min_lr_ratio", o.min_lr_ratio},
+          {"warmup", o.warmup},
+          {"clip", o.clip},
+          {"gns", o.gns},
+          {"gns_decay", o.gns_decay},
+          {"seed", o.seed},
+          {"steps", o.steps},
+          {"data", o.data_path},
+          {"val_data", o.val_data_path},
+          {"val_fraction", o.val_fraction}};
+}
+
+void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
+  o.seq = j.at("seq");
+  o.batch = j.at("batch");
+  o.micro_batch = j.at("micro_batch");
+  o.lr = j.at("lr");
+  o.min_lr_ratio = j.at("min_lr_ratio");
+  o.warmup = j.at("warmup");
+  o.clip = j.at("clip");
+  o.gns = j.value("gns", false);  // checkpoints from before the noise scale ran without it
+  o.gns_decay = j.value("gns_decay", 0.99);
+  o.seed = j.at("seed");
+}
+
+// Host views of tensors that live in a backend's device space, for writing a checkpoint: the
+// tensors themselves when the host can address them, else host copies held here.
+class HostStaging {
+ public:
+  explicit HostStaging(Backend& backend)
+      : backend_(backend), direct_(backend.host_can_access(backend.device_space())) {}
+  const float* host(const float* device, int64_t numel) {
+    if (direct_) return device;
+    copies_.emplace_back(size_t(numel));
+    backend_.copy_to_host(copies_.back().data(), device, numel * int64_t(sizeof(float)));
+    return copies_.back().data();
+  }
+  // The whole tensor of p from the tensor-parallel group's parts (each rank's `part`, numel
+  // floats in the device space): collective over the group, on every rank.
+  const float* whole(const ParamInfo& p, const float* part, int64_t numel, Communicator& group) {
+    const int t = group.size();
+    RawBuffer parts(backend_.allocator(backend_.device_space()),
+                    int64_t(t) * numel * int64_t(sizeof(float)), "a checkpoint tensor's parts");
+    group.all_gather(parts.tensor({int64_t(t) * numel}, DType::kF32),
+                     ConstTensor(part, {numel}, DType::kF32, backend_.device_space()));
+    std::vector<float> host(size_t(int64_t(t) * numel));
+    backend_.copy_to_host(host.data(), parts.data(), int64_t(host.size() * sizeof(float)));
+    copies_.emplace_back(size_t(p.full_numel()));
+    for (int r = 0; r < t; ++r)
+      insert_shard(p, TensorShard{r, t}, host.data() + int64_t(r) * numel, copies_.back().data());
+    return copies_.back().data();
+  }
+
+ private:
+  Backend& backend_;
+  bool direct_;
+  std::deque<std::vector<float>> copies_;  // stable addresses
+};
+
+// Whole tensors under tensor parallelism (gathered: collective over the group, every rank calls
+// it), the checkpoint's names and shapes as one process saves them.
+std::vector<NamedTensor> model_tensors(Model& model, HostStaging& staging) {
+  std::vector<NamedTensor> out;
+  for (const ParamInfo& p : model.layout().params()) {
+    const float* part = model.params() + p.offset;
+    out.push_back({p.name, p.full_shape,
+                   p.is_split() ? staging.whole(p, part, p.numel, *model.tensor_parallel_group())
+                                : staging.host(part, p.numel)});
+  }
+  return out;
+}
+
+std::vector<NamedTensor> state_tensors(Model& model, const std::vector<StateTensor>& state,
+                                       HostStaging& staging) {
+  std::vector<NamedTensor> out;
+  for (const StateTensor& s : state) {
+    const ParamInfo* p = split_param(model.layout(), s.name, s.numel());
+    out.push_back({s.name, p ? p->full_shape : s.shape,
+                   p ? staging.whole(*p, s.data, s.numel(), *model.tensor_parallel_group())
+                     : staging.host(s.data, s.numel())});
+  }
+  return out;
+}
+
+// Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
+// (io/checkpoint.h). The two newest are kept: a kill while writing one leaves the other.
+// The tensors are host views (model_tensors, state_tensors) that every rank made.
+std::string write_checkpoint(const TrainOptions& o, const Model& model, const Optimizer& opt,
+                             std::vector<NamedTensor> model_tensors, std::vector<NamedTensor> state,
+                             const GradNoiseProbe* probe, const StepSchedule& plan, int64_t step) {
+  CheckpointData data;
+  data.config = model.config();
+  data.model = std::move(model_tensors);
+  data.optimizer = std::move(state);
+  data.trainer_state = {
+      {"step", step},
+      {"optimizer", optimizer_record(opt)},
+      {"options", pinned_options(o)},
+      {"precision", precision_name(model.backend())},
+      {"gns", probe ? nlohmann::json(probe->estimator().state()) : nlohmann::json()},
+      {"batch_schedule", plan.checkpoint_json()}};
+  data.tokenizer_json = shard_tokenizer_json(o.data_path);  // the checkpoint names its tokenizer
+  const fs::path dir = save_run_checkpoint(o.out_dir, step, data);
+  const std::string newest = dir.filename().string();
+  std::vector<fs::path> old;
+  for (const auto& e : fs::directory_iterator(o.out_dir)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.size() == newest.size() && n.rfind("step-", 0) == 0 && n < newest)
+      old.push_back(e.path());
+  }
+  std::sort(old.begin(), old.end());
+  for (size_t i = 0; i + 1 < old.size(); ++i) fs::remove_all(old[i]);
+  return dir.string();
+}
+
+}  // namespace
+
+const char* precision_name(const Backend& backend) {
+  return backend.activation_dtype() == DType::kBF16 ? "bf16" : "fp32";
+}
+
+// GPT-2 files saved from a GPT2Model (as the Hub's gpt2 checkpoints are) name the tensors without
+// GPT2LMHeadModel's "transformer." prefix ("h.0.attn.c_attn.weight"); both forms load.
+void load_model_tensors(Model& model, const SafetensorsFile& file) {
+  const std::string prefix(model.architecture().optional_name_prefix());
+  std::vector<float> staging;  // when the host cannot address the parameters
+  for (const ParamInfo& p : model.layout().params()) {
+    std::string name = p.name;
+    if (!prefix.empty() && !file.contains(name) && name.rfind(prefix, 0) == 0 &&
+        file.contains(name.substr(prefix.size())))
+      name = name.substr(prefix.size());
+    read_part_into_device(file, name, model.layout(), p.is_split() ? &p : nullptr,
+                          model.params() + p.offset, p.numel, model.backend(), staging);
+  }
+}
+
+// Note [Resume]
+// A resumed run continues bit for bit: the weights and every optimiser state tensor are restored
+// exactly (fp32 in safetensors), as are the optimiser's name and hyperparameters and the
+// noise-scale EMAs (trainer_state.json); the step counter sets the schedule and the sampler
+// (windows are a pure function of seed, step, micro-batch and row), and the options that shape
+// the run are restored from the checkpoint rather than taken from the command line. A noise batch
+// schedule's options and state are saved exactly (hex floats) and restored the same way: its
+// flags on a resuming command line are ignored, like --batch.
+
+std::optional<ResumePoint> resume_point(TrainOptions& o) {
+  if (o.resume_dir.empty()) return std::nullopt;
+  ResumePoint r{load_checkpoint(find_latest_checkpoint(o.resume_dir)), 0, std::nullopt};
+  const nlohmann::json& state = r.checkpoint.trainer_state;
+  if (!state.contains("step") || !state.contains("options"))
+    throw DataError(str(o.resume_dir,
+                        " holds no trainer state (trainer_state.json): it cannot be resumed; use "
+                        "--init-from to start a new run from its weights"));
+  restore_pinned(o, state.at("options"));
+  o.optimizer = optimizer_choice_from_state(state);
+  r.step = state.at("step");
+  r.noise = noise_schedule_from_checkpoint(state, r.step, o.resume_dir);
+  if (o.batch_schedule && !r.noise)
+    throw ConfigError(
+        str(o.resume_dir, " ran a fixed batch: --batch-schedule cannot be added on --resume"));
+  if (r.noise) {
+    o.batch_schedule = r.noise->options();
+    if (r.noise->done())
+      throw ConfigError(str(o.resume_dir, " has spent the batch schedule's budget of ",
+                            r.noise->options().schedule.total_tokens, " tokens at step ", r.step,
+                            ": there is nothing to continue"));
+  } else if (o.steps <= r.step) {
+    throw ConfigError(str("--steps ", o.steps, " but the checkpoint is already at step ", r.step,
+                          "; ask for more steps to continue"));
+  }
+  return r;
+}
+
+void start_weights(Model& model, const TrainOptions& o, const std::optional<ResumePoint>& resume) {
+  if (resume) return load_model_tensors(model, resume->checkpoint.model);
+  if (o.init_from.empty()) return model.init(o.seed);
+  LoadedCheckpoint init = load_checkpoint(find_latest_checkpoint(o.init_from));
+  if (model_config_to_json(init.config) != model_config_to_json(model.config()))
+    throw ConfigError(
+        str("--init-from ", o.init_from, " has a different model config than ", o.config_path));
+  load_model_tensors(model, init.model);
+}
+
+void restore_training_state(Optimizer& opt, Backend& backend, GradNoiseProbe* probe,
+                            const ResumePoint& resume, const TrainOptions& o,
+                            const ParamLayout& layout) {
+  if (!opt.state().empty() && !resume.checkpoint.optimizer)
+    throw DataError(
+        str(o.resume_dir, " has no optimizer.safetensors: it cannot be resumed exactly"));
+  if (resume.checkpoint.optimizer)
+    restore_optimizer(opt, backend, *resume.checkpoint.optimizer, resume.step, o.resume_dir,
+                      layout);
+  opt.set_steps_done(resume.step);
+  const nlohmann::json& gns = resume.checkpoint.trainer_state.value("gns", nlohmann::json());
+  if (probe && gns.is_object()) probe->estimator().restore(gns.get<scaling::NoiseScaleState>());
+}
+
+CheckpointWriter::CheckpointWriter(const TrainOptions& o, Model& model, Optimizer& opt,
+                                   const std::vector<ZeroShard>& shards,
+                                   Communicator& data_parallel, Communicator& job,
+                                   const GradNoiseProbe* probe)
+    : o_(o),
+      model_(model),
+      opt_(opt),
+      shards_(shards),
+      data_parallel_(data_parallel),
+      job_(job),
+      probe_(probe) {}
+
+std::string CheckpointWriter::save(const StepSchedule& plan, int64_t step) {
+  Backend& backend = model_.backend();
+  const GatheredState state =
+      o_.zero == 1 ? gather_optimizer_state(opt_, o_.optimizer.name, o_.optimizer.options,
+                                            model_.layout(), shards_, data_parallel_, backend)
+                   : GatheredState{opt_.state(), {}, {}};
+  HostStaging staging(backend);
+  std::vector<NamedTensor> weights = model_tensors(model_, staging);
+  std::vector<NamedTensor> optimizer_state = state_tensors(model_, state.tensors, staging);
+  std::string dir;
+  if (job_.rank() == 0)
+    dir = write_checkpoint(o_, model_, opt_, std::move(weights), std::move(optimizer_state), probe_,
+                           plan, step);
+  if (job_.size() > 1) job_.barrier();
+  return dir;
+}
+
+}  // namespace memo

@@ -1,0 +1,33 @@
+// The one train/validation split of memo train, memo sweep and memo eval: the validation tokens
+// are --val-data when given, else the validation shards of a `memo tokenize` folder
+// (data/shards.h), else the last --val-fraction of the training data, which training then does
+// not see. Loads and checks every token before a caller writes any output. Not a sampler.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "memo/data/token_data.h"
+
+namespace memo {
+
+struct RunDataOptions {
+  std::string data_path;       // raw text (bytes), an llm.c token file, a shard folder or a glob
+  std::string val_data_path;   // empty: the shard folder's val-*.bin, else the tail of data_path
+  double val_fraction = 0.05;  // the held-out tail when there is neither
+};
+
+struct RunData {
+  TokenData train;
+  std::optional<TokenData> val;  // load_run_data always sets it
+};
+
+// The training and validation tokens of `o`. Errors: those of TokenData::load and split_tail.
+RunData load_run_data(const RunDataOptions& o, int64_t vocab_size);
+
+// The validation tokens alone, the same as load_run_data's: the training data is read only when
+// the validation set is its tail.
+TokenData load_validation_data(const RunDataOptions& o, int64_t vocab_size);
+
+}  // namespace memo

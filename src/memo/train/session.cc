@@ -1,0 +1,223 @@
+#include "memo/train/session.h"
+
+#include <span>
+#include <sstream>
+#include <string>
+
+#include "memo/core/error.h"
+#include "memo/data/shards.h"
+#include "memo/io/config_json.h"
+#include "memo/memory/strategy_factory.h"
+#include "memo/optim/factory.h"
+#include "memo/train/device_plan.h"
+
+namespace memo {
+namespace {
+
+void check_shape_options(TrainOptions& o) {
+  if (o.micro_batch == 0) o.micro_batch = o.batch;
+  if (o.batch <= 0 || o.micro_batch <= 0 || o.batch % o.micro_batch != 0)
+    throw ConfigError(
+        str("--batch ", o.batch, " must be a positive multiple of --micro-batch ", o.micro_batch));
+  if (o.seq <= 0) throw ConfigError(str("--seq ", o.seq, " must be positive"));
+  if (o.steps <= 0) throw ConfigError(str("--steps ", o.steps, " must be positive"));
+}
+
+// The steps to run: the resumed checkpoint's noise schedule, a new one (its options are checked
+// here, before any output), or a fixed batch. A noise schedule over `dp_ranks` data-parallel
+// ranks grows the batch in steps of --micro-batch x dp_ranks sequences, so that every step's
+// micro-batches split evenly over the ranks.
+StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoint>& resume,
+                           int64_t start_step, int dp_ranks) {
+  const int64_t unit = o.micro_batch * dp_ranks;
+  if (resume && resume->noise) {
+    const int64_t saved = resume->noise->options().micro_batch;
+    if (saved % unit != 0)
+      throw ConfigError(str(o.resume_dir, "'s batch schedule grows in steps of ", saved,
+                            " sequences, which do not split into micro-batches of ", o.micro_batch,
+                            " over ", dp_ranks,
+                            " data-parallel ranks; resume with a number of data-parallel ranks "
+                            "(processes / --cp) that divides ",
+                            saved / o.micro_batch));
+    return StepSchedule(*resume->noise, o.micro_batch);
+  }
+  if (!o.batch_schedule) return StepSchedule(o, start_step);
+  if (!o.gns)
+    throw ConfigError("--batch-schedule noise grows the batch with the noise scale: drop --no-gns");
+  scaling::BatchScheduleOptions s = noise_schedule_options(o);
+  s.micro_batch = unit;  // the growth unit
+  if (dp_ranks > 1 && o.batch < 2 * unit)
+    throw ConfigError(str("--batch-schedule noise over ", dp_ranks,
+                          " data-parallel processes grows the batch in steps of --micro-batch ",
+                          o.micro_batch, " x ", dp_ranks, " = ", unit,
+                          " sequences and starts from at least two: use --batch ", 2 * unit,
+                          " or more"));
+  if (s.max_batch % unit != 0)
+    throw ConfigError(str("--max-batch ", s.max_batch, " must be a multiple of --micro-batch ",
+                          o.micro_batch, " x ", dp_ranks, " data-parallel processes = ", unit));
+  return StepSchedule(scaling::BatchSchedule(s), o.micro_batch);
+}
+
+// The context- and tensor-parallel layout of a job of `ranks` processes: C x T ranks share each
+// sequence.
+void check_context_parallel(const TrainOptions& o, int ranks) {
+  if (o.cp < 1 || ranks % o.cp != 0)
+    throw ConfigError(str("--cp ", o.cp, " does not divide the job's ", ranks,
+                          " processes; use a divisor of the process count"));
+  check_context_parallel_seq(o.seq, o.cp);
+  if (o.tp < 1 || ranks % (o.tp * o.cp) != 0)
+    throw ConfigError(str("--tp ", o.tp, " x --cp ", o.cp, " does not divide the job's ", ranks,
+                          " processes; use a layout whose product divides the process count"));
+  if (o.tp == 1) return;
+  if (o.optimizer.name == "adafactor")
+    throw ConfigError(str("--tp ", o.tp, ": Adafactor's factored statistics are of whole ",
+                          "matrices, which tensor parallelism splits; use another optimiser"));
+}
+
+// What a run over several processes needs: a batch whose micro-batches split evenly over the
+// data-parallel ranks (a noise schedule keeps it so: step_schedule), and a ZeRO stage memo runs.
+void check_data_parallel(const TrainOptions& o, int ranks) {
+  if (o.zero != 0 && o.zero != 1)
+    throw ConfigError(str("--zero ", o.zero, " is not a stage memo runs; use 0 or 1"));
+  if (ranks == 1) return;
+  const int64_t micro_steps = o.batch / o.micro_batch;
+  if (micro_steps % ranks != 0)
+    throw ConfigError(str("--batch ", o.batch, " / --micro-batch ", o.micro_batch, " = ",
+                          micro_steps, " micro-batches per step do not split over ", ranks,
+                          " processes; make it a multiple of ", ranks));
+}
+
+void check_positions(const TrainOptions& o, const ModelConfig& config) {
+  if (o.seq > config.max_position_embeddings)
+    throw ConfigError(str("--seq ", o.seq, " exceeds ", config.positions_field(), " = ",
+                          config.max_position_embeddings, " of the model config"));
+}
+
+// The static plan within the budget, agreed by every rank of the job: a rank whose plan does not
+// fit would otherwise end the job (MPI_Abort) while another was still planning, and that rank's
+// own shortfall, which can differ (a ZeRO shard, a sequence chunk), would go unsaid. Each rank
+// plans, the ranks exchange whether theirs fits, and when one does not every rank stops with a
+// JobError: its own refusal, or which ranks refused.
+std::unique_ptr<PlannedAllocator> agreed_planned_allocator(Communicator& job, Model& model,
+                                                           int64_t batch, int64_t seq,
+                                                           int64_t budget_bytes,
+                                                           const DevicePlanOptions& options,
+                                                           std::ostream& progress) {
+  if (job.size() == 1)
+    return planned_allocator_within_budget(model, batch, seq, budget_bytes, options, progress);
+  std::unique_ptr<PlannedAllocator> planned;
+  std::string refusal;
+  std::ostringstream line;  // printed once the job agrees, so no rank's line precedes a refusal
+  try {
+    planned = planned_allocator_within_budget(model, batch, seq, budget_bytes, options, line);
+  } catch (const BudgetError& e) {
+    refusal = e.what();
+  }
+  const double mine = refusal.empty() ? 0.0 : 1.0;
+  std::vector<double> refused(size_t(job.size()));
+  job.all_gather(refused, std::span<const double>(&mine, 1));
+  std::string ranks;
+  for (size_t r = 0; r < refused.size(); ++r)
+    if (refused[r] != 0.0) ranks += str(ranks.empty() ? "" : ", ", r);
+  if (ranks.empty()) {
+    progress << line.str();
+    return planned;
+  }
+  if (!refusal.empty()) throw JobError(refusal);
+  throw JobError(str("device memory: the plan fits on this rank but not on rank(s) ", ranks,
+                     " (their messages say by how much)"));
+}
+
+}  // namespace
+
+TrainSession::TrainSession(const TrainOptions& options, Runtime& runtime)
+    : o_(options), runtime_(runtime), backend_(runtime.backend()), job_(runtime.world()) {
+  read_run();
+  split_groups();
+  build_model();
+  build_optimizer();
+  build_step();
+}
+
+void TrainSession::read_run() {
+  resume_ = resume_point(o_);
+  start_step_ = resume_ ? resume_->step : 0;
+  check_shape_options(o_);
+  const int job_size = job_.size();
+  check_context_parallel(o_, job_size);
+  plan_.emplace(step_schedule(o_, resume_, start_step_, job_size / (o_.cp * o_.tp)));
+  config_ = resume_ ? resume_->checkpoint.config : load_model_config(o_.config_path);
+  check_positions(o_, config_);
+  // the training and validation tokens (train/run_data.h), checked before any output
+  data_.emplace(
+      load_run_data({o_.data_path, o_.val_data_path, o_.val_fraction}, config_.vocab_size));
+  sampler_.emplace(data_->train, o_.seq, o_.seed);
+  // a resumed run continues in its checkpoint's precision (older checkpoints did not say)
+  if (resume_ && resume_->checkpoint.trainer_state.contains("precision")) {
+    const std::string was = resume_->checkpoint.trainer_state.at("precision");
+    if (was != precision_name(backend_))
+      throw ConfigError(str(o_.resume_dir, " was trained in ", was, " and this run is ",
+                            precision_name(backend_), ": resume with --precision ", was,
+                            " to continue it (--init-from starts a new run from its weights)"));
+  }
+}
+
+void TrainSession::split_groups() {
+  // groups of T consecutive ranks split the layers, C of those groups share sequences
+  const int r = job_.rank(), T = o_.tp, TC = o_.tp * o_.cp;
+  if (T > 1) tp_group_ = job_.split(r / T, r % T);
+  if (o_.cp > 1) cp_group_ = job_.split((r / TC) * T + r % T, (r / T) % o_.cp);
+  if (TC > 1) dp_group_ = job_.split(r % TC, r / TC);
+  check_data_parallel(o_, data_parallel().size());
+}
+
+void TrainSession::build_model() {
+  model_.emplace(config_, backend_);
+  model_->set_parallel(Parallel{o_.tp, 1}, tp_group_.get());
+  model_->set_context_parallel(cp_group_.get());
+  // ZeRO-1: this rank's optimiser covers its shard's tensors only
+  shards_ = memo::zero_shards(model_->layout(), o_.zero == 1 ? data_parallel().size() : 1);
+  mine_ = o_.zero == 1 ? size_t(data_parallel().rank()) : 0;
+  shard_layout_.emplace(model_->layout(), shards_[mine_].first, shards_[mine_].last);
+  // the static plan within --device-memory: refused here, before any output and before the
+  // weights are drawn or loaded, when it does not fit (the plan traces a shadow and needs no
+  // values)
+  caching_.emplace(0, backend_.allocator(backend_.device_space()));
+  if (o_.device_memory_bytes > 0)
+    planned_ = agreed_planned_allocator(
+        job_, *model_, o_.micro_batch, o_.seq, o_.device_memory_bytes,
+        DevicePlanOptions{ActivationPlanOptions{}, o_.activations, o_.optimizer,
+                          o_.zero == 1 ? &*shard_layout_ : nullptr},
+        runtime_.log());
+  start_weights(*model_, o_, resume_);
+}
+
+void TrainSession::build_optimizer() {
+  optimizer_ =
+      o_.zero == 1
+          ? make_optimizer(o_.optimizer.name, *shard_layout_,
+                           shard_options(o_.optimizer.options, zero_shard()), backend_)
+          : make_optimizer(o_.optimizer.name, model_->layout(), o_.optimizer.options, backend_);
+  // see Note [Noise-scale accounting]; sized for the most micro-batches a step will run
+  if (o_.gns && micro_steps() >= 2)
+    probe_.emplace(model_->params_numel(), plan_->max_micro_steps() / data_parallel().size(),
+                   o_.micro_batch * o_.seq, scaling::NoiseScaleOptions{o_.gns_decay}, backend_);
+  if (resume_)
+    restore_training_state(*optimizer_, backend_, probe(), *resume_, o_, model_->layout());
+}
+
+void TrainSession::build_step() {
+  strategy_ = make_strategy(model_->skeletal(), alloc(), o_.activations);
+  eval_strategy_.emplace(model_->skeletal(), *caching_);
+  const StepShape shape{o_.micro_batch, o_.seq, micro_steps() / data_parallel().size()};
+  const WindowSampler& sampler = *sampler_;
+  step_.emplace(
+      *model_, *optimizer_, *strategy_, alloc(), shape,
+      [&sampler](int64_t step, int64_t micro, int32_t* in, int32_t* tgt, int64_t rows) {
+        sampler.fill(step, micro, in, tgt, rows);
+      },
+      probe(), data_parallel());
+  if (o_.zero == 1) step_->set_zero_shards(&shards_);
+}
+
+}  // namespace memo

@@ -1,0 +1,99 @@
+// The set-up of `memo train` (train/trainer.h): from the options and the runtime to everything a
+// step needs, in the order the run makes them: the options a resumed checkpoint pins, the checks
+// that must pass before any output, the step schedule, the data, the process groups, the model
+// and its weights, the static plan within the budget (refused here, before the weights are drawn
+// or loaded, when it does not fit), the optimiser, the noise probe and the training step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "memo/backend/caching_allocator.h"
+#include "memo/data/sampler.h"
+#include "memo/data/token_data.h"
+#include "memo/memory/planned_allocator.h"
+#include "memo/memory/strategy.h"
+#include "memo/model/model.h"
+#include "memo/optim/optimizer.h"
+#include "memo/train/checkpoints.h"
+#include "memo/train/grad_noise.h"
+#include "memo/train/run_data.h"
+#include "memo/train/runtime.h"
+#include "memo/train/step.h"
+#include "memo/train/step_schedule.h"
+#include "memo/train/train_options.h"
+#include "memo/train/zero.h"
+
+namespace memo {
+
+class TrainSession {
+ public:
+  // Throws ConfigError, DataError or (every rank alike) JobError before anything is written.
+  TrainSession(const TrainOptions& options, Runtime& runtime);
+  TrainSession(const TrainSession&) = delete;
+  TrainSession& operator=(const TrainSession&) = delete;
+
+  const TrainOptions& options() const { return o_; }  // with a resumed run's pinned options
+  Runtime& runtime() const { return runtime_; }
+  const std::optional<ResumePoint>& resume() const { return resume_; }
+  int64_t start_step() const { return start_step_; }
+  StepSchedule& plan() { return *plan_; }
+  const RunData& data() const { return *data_; }
+  // The job's groups: rank r is tensor-parallel rank r % T, context-parallel rank (r / T) % C,
+  // data-parallel rank r / (T C). The tensor- and context-parallel ones are null at size 1.
+  Communicator& job() const { return job_; }
+  Communicator& data_parallel() const { return dp_group_ ? *dp_group_ : job_; }
+  Communicator* context_parallel() const { return cp_group_.get(); }
+  Communicator* tensor_parallel() const { return tp_group_.get(); }
+  Model& model() { return *model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  const std::vector<ZeroShard>& zero_shards() const { return shards_; }
+  const ZeroShard& zero_shard() const { return shards_[mine_]; }
+  GradNoiseProbe* probe() { return probe_ ? &*probe_ : nullptr; }
+  // Where the step's activations live: the static plan's arena within --device-memory, else the
+  // caching allocator, which validation always uses (forward-only, a sequence the plan does not
+  // cover, outside the budgeted arena).
+  ActivationAllocator& alloc() {
+    return planned_ ? *planned_ : static_cast<ActivationAllocator&>(*caching_);
+  }
+  CachingAllocator& caching() { return *caching_; }
+  ActivationStrategy& strategy() { return *strategy_; }
+  KeepStrategy& eval_strategy() { return *eval_strategy_; }
+  TrainStep& step() { return *step_; }
+  // Micro-batches of a fixed step over all ranks.
+  int64_t micro_steps() const { return o_.batch / o_.micro_batch; }
+
+ private:
+  void read_run();         // the resumed checkpoint, the checks, the schedule, config and data
+  void split_groups();     // the tensor-, context- and data-parallel groups of the job
+  void build_model();      // the model, its ZeRO shards, the plan and the weights
+  void build_optimizer();  // the optimiser, the noise probe, a resumed run's state
+  void build_step();       // the strategies and the training step
+
+  TrainOptions o_;
+  Runtime& runtime_;
+  Backend& backend_;
+  Communicator& job_;
+  std::optional<ResumePoint> resume_;
+  int64_t start_step_ = 0;
+  std::optional<StepSchedule> plan_;
+  ModelConfig config_;
+  std::optional<RunData> data_;
+  std::optional<WindowSampler> sampler_;
+  std::unique_ptr<Communicator> tp_group_, cp_group_, dp_group_;
+  std::optional<Model> model_;
+  std::vector<ZeroShard> shards_;
+  size_t mine_ = 0;  // this rank's shard
+  std::optional<ParamLayout> shard_layout_;
+  std::optional<CachingAllocator> caching_;
+  std::unique_ptr<PlannedAllocator> planned_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<GradNoiseProbe> probe_;
+  std::unique_ptr<ActivationStrategy> strategy_;
+  std::optional<KeepStrategy> eval_strategy_;
+  std::optional<TrainStep> step_;
+};
+
+}  // namespace memo

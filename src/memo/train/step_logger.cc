@@ -1,0 +1,209 @@
+#include "memo/train/step_logger.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "memo/core/error.h"
+#include "memo/core/units.h"
+#include "memo/model/flops.h"
+
+namespace memo {
+namespace {
+
+// The start-of-run lines: the model and data, then the backend (the BLAS warning before the first
+// matrix product: a forced OpenBLAS core the CPU cannot run crashes at the first sgemm).
+void print_run_header(std::ostream& progress, const Model& model, const TrainOptions& o,
+                      const Optimizer& opt, int64_t train_tokens, int64_t micro_steps,
+                      const Communicator& data_parallel, const Communicator* context_parallel) {
+  const ModelConfig& config = model.config();
+  progress << "memo: " << ParamLayout(config).count() << " parameters (" << config.num_hidden_layers
+           << " layers, hidden " << config.hidden_size << "), " << train_tokens
+           << " training tokens, " << o.batch << " x " << o.seq << " tokens per step ("
+           << micro_steps << " micro-batches), " << opt.name() << " "
+           << opt.hyperparameters().dump() << ", " << omp_get_max_threads() << " threads, "
+           << model.backend().describe() << "\n";
+  if (data_parallel.size() > 1)
+    progress << "memo: data parallel over " << data_parallel.size() << " processes ("
+             << data_parallel.name() << "), " << micro_steps / data_parallel.size()
+             << " micro-batches each per step\n";
+  if (model.tensor_parallel())
+    progress << "memo: tensor + sequence parallel over " << model.tensor_parallel_group()->size()
+             << " processes: " << model.layout().count()
+             << " parameters on each, the sequence split between the layers\n";
+  if (context_parallel)
+    progress << "memo: context parallel over " << context_parallel->size()
+             << " processes: each sequence in " << 2 * context_parallel->size() << " chunks of "
+             << o.seq / (2 * context_parallel->size()) << " tokens, 2 per process\n";
+  if (const std::string w = model.backend().warning(); !w.empty())
+    progress << "memo: warning: " << w << "\n";
+}
+
+// "step 12/60" for a fixed batch; with a noise schedule, whose step count is not known in
+// advance, "step 12 | 3072/8192 tok | batch 8".
+std::string step_label(const StepRun& run, const StepSchedule& plan, int64_t steps) {
+  char label[120];
+  if (plan.noise())
+    std::snprintf(label, sizeof label, "step %lld | %lld/%lld tok | batch %lld",
+                  static_cast<long long>(run.step), static_cast<long long>(run.tokens_end),
+                  static_cast<long long>(plan.total_tokens()), static_cast<long long>(run.batch));
+  else
+    std::snprintf(label, sizeof label, "step %lld/%lld", static_cast<long long>(run.step),
+                  static_cast<long long>(steps));
+  return label;
+}
+
+void print_step_line(std::ostream& progress, const std::string& label, const StepGradients& g,
+                     double lr, double tokens_per_s, double mfu, std::optional<double> mfu_peak,
+                     double eta_s, const GradNoiseProbe* probe) {
+  char peak[48] = "";
+  if (mfu_peak) std::snprintf(peak, sizeof peak, " (%.1f%% of bf16 peak)", 100.0 * *mfu_peak);
+  char line[340];
+  std::snprintf(line, sizeof line,
+                "%s | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.1f%%%s | ETA %s",
+                label.c_str(), g.loss, lr, g.grad_norm(), tokens_per_s, 100.0 * mfu, peak,
+                duration_str(eta_s).c_str());
+  progress << line;
+  if (probe && probe->estimator().b_simple())
+    progress << " | B_simple " << int64_t(*probe->estimator().b_simple()) << " tok";
+  progress << "\n" << std::flush;
+}
+
+// One JSON line per step. A batch change made after the step rides in its record (as
+// "batch_change"), so every line is a step with its loss.
+nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tokens_per_s,
+                          double mfu, const ActivationAllocator& alloc,
+                          const ActivationStrategy& strategy, const GradNoiseProbe* probe,
+                          const std::optional<scaling::BatchChange>& change,
+                          const Communicator& data_parallel, const Communicator* context_parallel,
+                          const Communicator* tensor_parallel, int zero) {
+  nlohmann::json record{{"step", run.step},
+                        {"loss", g.loss},
+                        {"lr", run.lr},
+                        {"grad_norm", g.grad_norm()},
+                        {"batch", run.batch},
+                        {"micro_batches", run.micro_steps},
+                        {"tokens", run.tokens_end},
+                        {"tokens_per_s", tokens_per_s},
+                        {"mfu", mfu},
+                        {"peak_bytes", alloc.peak_live_bytes()},
+                        {"reserved_bytes", alloc.reserved_bytes()},
+                        {"device_peak_bytes", alloc.peak_live_bytes()},
+                        {"host_peak_bytes", strategy.host_peak_bytes()}};
+  record.update(probe ? probe->log_fields() : gns_null_fields());
+  // the layout, and what rank 0 sent over its data- and context-parallel groups in this step
+  const int cp = context_parallel ? context_parallel->size() : 1;
+  const int tp = tensor_parallel ? tensor_parallel->size() : 1;
+  record["ranks"] = data_parallel.size() * cp * tp;
+  record["cp"] = cp;
+  record["tp"] = tp;
+  if (tensor_parallel) {
+    record["tp_comm_bytes"] = tensor_parallel->counters().bytes_sent;
+    record["tp_comm_s"] = tensor_parallel->counters().seconds;
+  }
+  record["zero"] = zero;
+  record["comm_bytes"] = data_parallel.counters().bytes_sent;
+  record["comm_s"] = data_parallel.counters().seconds;
+  if (context_parallel) {
+    record["cp_comm_bytes"] = context_parallel->counters().bytes_sent;
+    record["cp_comm_s"] = context_parallel->counters().seconds;
+  }
+  if (change) record["batch_change"] = change->to_json();
+  return record;
+}
+
+}  // namespace
+
+StepLogger::StepLogger(TrainSession& session)
+    : s_(session),
+      progress_(session.runtime().log()),
+      flops_per_token_(train_flops_per_token(session.model().config(), session.options().seq)),
+      start_tokens_(session.plan().next().tokens_end - session.plan().next().tokens) {
+  const TrainOptions& o = s_.options();
+  if (!s_.runtime().lead()) return;
+  std::filesystem::create_directories(o.out_dir);
+  if (!o.log_path.empty()) {
+    log_.open(o.log_path, s_.resume() ? std::ios::app : std::ios::trunc);
+    if (!log_) throw DataError(str("cannot open log file ", o.log_path, " for writing"));
+  }
+}
+
+void StepLogger::print_start() {
+  const TrainOptions& o = s_.options();
+  if (o.zero == 1) {
+    const ZeroShard& mine = s_.zero_shard();
+    progress_ << "memo: ZeRO-1: the optimiser state and update of " << s_.zero_shards().size()
+              << " shards of whole tensors, " << mine.end - mine.begin << " of "
+              << s_.model().layout().total_numel() << " parameter slots on rank 0\n";
+  }
+  print_run_header(progress_, s_.model(), o, s_.optimizer(), s_.data().train.num_tokens(),
+                   s_.micro_steps(), s_.data_parallel(), s_.context_parallel());
+  if (s_.plan().noise()) progress_ << s_.plan().summary() << "\n";
+}
+
+void StepLogger::print_peaks(double peak_flops) {
+  const TrainOptions& o = s_.options();
+  peak_flops_ = peak_flops;
+  if (o.device_peak_flops > 0.0)
+    progress_ << "memo: MFU against the measured matrix-product ceiling (" << peak_flops / 1e12
+              << " TFLOP/s) and the " << o.device_peak_name << " datasheet's dense bf16 peak ("
+              << o.device_peak_flops / 1e12 << " TFLOP/s)\n";
+  if (s_.resume())
+    progress_ << "memo: resuming at step " << s_.start_step() << " from " << o.resume_dir << "\n";
+}
+
+void StepLogger::log_step(const Step& st) {
+  const TrainOptions& o = s_.options();
+  const StepRun& run = st.run;
+  StepSchedule& plan = s_.plan();
+  const double ranks = double(s_.job().size());
+  const double flops_per_step = flops_per_token_ * double(run.tokens);
+  const double tokens_per_s = double(run.tokens) / st.seconds;
+  const double mfu = flops_per_step / st.seconds / (peak_flops_ * ranks);
+  const std::optional<double> mfu_peak =
+      o.device_peak_flops > 0.0
+          ? std::optional<double>(flops_per_step / st.seconds / (o.device_peak_flops * ranks))
+          : std::nullopt;
+  const bool validated = st.val && st.val->tokens > 0;
+  if (log_.is_open()) {
+    nlohmann::json record =
+        log_record(run, st.g, tokens_per_s, mfu, s_.alloc(), s_.strategy(), s_.probe(), st.change,
+                   s_.data_parallel(), s_.context_parallel(), s_.tensor_parallel(), o.zero);
+    if (mfu_peak) record["mfu_peak"] = *mfu_peak;
+    // the offload's copies this step, and how much of their time compute hid (the compute
+    // stream's waits on them are the rest)
+    const ActivationStrategy::CopyTime copy1 = s_.strategy().copy_time();
+    if (copy1.copy_s > st.copy_before.copy_s) {
+      const double copy_s = copy1.copy_s - st.copy_before.copy_s;
+      const double wait_s = copy1.wait_s - st.copy_before.wait_s;
+      record["copy_s"] = copy_s;
+      record["copy_wait_s"] = wait_s;
+      record["copy_hidden"] = std::clamp(1.0 - wait_s / copy_s, 0.0, 1.0);
+    }
+    if (validated) {
+      record["val_loss"] = st.val->mean_loss();
+      record["val_tokens"] = st.val->tokens;
+    }
+    log_ << record.dump() << "\n" << std::flush;
+  }
+  if (run.step % o.log_every == 0 || plan.done()) {
+    const double eta = st.elapsed_s / double(run.tokens_end - start_tokens_) *
+                       double(std::max<int64_t>(plan.total_tokens() - run.tokens_end, 0));
+    print_step_line(progress_, step_label(run, plan, o.steps), st.g, run.lr, tokens_per_s, mfu,
+                    mfu_peak, eta, s_.probe());
+  }
+  if (st.change)
+    progress_ << batch_change_line(*st.change, plan.noise()->options()) << "\n" << std::flush;
+  if (validated) {
+    char line[120];
+    std::snprintf(line, sizeof line, "validation loss %.4f over %lld tokens", st.val->mean_loss(),
+                  static_cast<long long>(st.val->tokens));
+    progress_ << line << "\n";
+  }
+}
+
+}  // namespace memo

@@ -1,0 +1,54 @@
+// The step logger of `memo train` (train/trainer.h): the start-of-run lines, and after each step
+// its JSON-lines record (--log; the last step's carries the validation loss) and its progress
+// line (loss, lr, gradient norm, tokens/s, MFU, ETA). Rank 0 writes; the other ranks' logger
+// writes nothing.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <ostream>
+
+#include "memo/memory/strategy.h"
+#include "memo/scaling/batch_schedule.h"
+#include "memo/train/evaluate.h"
+#include "memo/train/session.h"
+#include "memo/train/step.h"
+#include "memo/train/step_schedule.h"
+
+namespace memo {
+
+class StepLogger {
+ public:
+  // Makes the run directory and opens the log (appended to when the run resumes) on rank 0.
+  explicit StepLogger(TrainSession& session);
+
+  // The lines before the first step: ZeRO's shards, the model, data and layout, the backend and
+  // the batch schedule.
+  void print_start();
+  // Then the MFU denominators (peak_flops: the matrix-product ceiling measured at start, FLOP/s;
+  // the datasheet's peak where --gpu gives one) and the resume point.
+  void print_peaks(double peak_flops);
+
+  // What one step measured: its run, its gradients, its seconds, its copies and its batch change.
+  struct Step {
+    const StepRun& run;
+    const StepGradients& g;
+    double seconds = 0.0;
+    ActivationStrategy::CopyTime copy_before;  // the strategy's copy time before the step
+    const std::optional<scaling::BatchChange>& change;
+    const std::optional<EvalSum>& val;  // validation after the last step
+    double elapsed_s = 0.0;             // since the first step began
+  };
+  void log_step(const Step& step);
+
+ private:
+  TrainSession& s_;
+  std::ostream& progress_;
+  std::ofstream log_;
+  double flops_per_token_;
+  double peak_flops_ = 0.0;
+  int64_t start_tokens_;  // tokens before the first step of this run
+};
+
+}  // namespace memo

@@ -1,0 +1,73 @@
+// What `memo train` is asked to do: the options of a run (TrainOptions, one field per flag of
+// cli/train_command.cc) and what it reports (TrainResult). The run itself: train/trainer.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "memo/memory/strategy_factory.h"
+#include "memo/scaling/batch_schedule.h"
+#include "memo/train/optimizer_setup.h"
+
+namespace memo {
+
+struct TrainOptions {
+  std::string config_path;    // model config.json (ignored when resuming: the checkpoint's is used)
+  std::string data_path;      // raw text (bytes) or llm.c token file
+  std::string val_data_path;  // empty: the last val_fraction of data_path
+  double val_fraction = 0.05;
+  int64_t seq = 256;        // tokens per sequence
+  int64_t batch = 8;        // sequences per optimiser step
+  int64_t micro_batch = 0;  // sequences per forward/backward; 0: = batch
+  int64_t steps = 100;
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
+  int64_t warmup = 10;
+  double clip = 1.0;          // global gradient norm; 0: off
+  OptimizerChoice optimizer;  // name and hyperparameters; AdamW by default
+  bool gns = true;            // gradient noise scale, when a step has >= 2 micro-batches
+  double gns_decay = 0.99;    // EMA decay per step of the noise-scale estimator
+  uint64_t seed = 1234;
+  std::string out_dir = "runs/default";
+  int64_t save_every = 0;    // 0: only at the end
+  std::string resume_dir;    // a run directory or checkpoint to continue from
+  std::string init_from;     // a checkpoint to take the weights from (fresh optimiser)
+  std::string log_path;      // JSON lines, one per step
+  int64_t val_batches = 16;  // micro-batches of validation windows at the end
+  int64_t log_every = 1;     // progress line period in steps
+  // The device's datasheet peak (dense bf16, FLOP/s; hardware/*.json) and its name: MFU is then
+  // also logged against it ("mfu_peak"), beside the matrix-product ceiling measured at start
+  // ("mfu"). 0: unknown (the CPU).
+  double device_peak_flops = 0;
+  std::string device_peak_name;
+  // --device-memory: plan the activations into one arena and check the whole device need against
+  // this many bytes before step 1 (train/device_plan.h); 0: no budget, the caching allocator.
+  int64_t device_memory_bytes = 0;
+  // --zero 1: shard the optimiser state and update over the data-parallel ranks (train/zero.h);
+  // 0: every rank keeps all of it. Not pinned by a checkpoint: a run resumes on either.
+  int zero = 0;
+  // --cp C: context parallelism (model/context_parallel.h) over groups of C consecutive ranks; the
+  // job's P ranks are P / C data-parallel groups of them. 1: every rank is data parallel.
+  int cp = 1;
+  // --tp T: tensor + sequence parallelism (Note [Tensor-parallel activations] in
+  // model/parallel.h) over groups of T consecutive ranks, inside the context-parallel layout: rank
+  // r is tensor-parallel rank r % T, context-parallel rank (r / T) % C, data-parallel rank
+  // r / (T C). Checkpoints hold whole tensors, so a run resumes on any layout.
+  int tp = 1;
+  StrategyOptions activations;  // where skeletal activations live (--activations and its flags)
+  // --batch-schedule noise (scaling/batch_schedule.h): the controller's own flags (max_batch, 0:
+  // 16 x batch; noise_multiple, hysteresis, patience, min_observations, law, law_params); train()
+  // fills in seq, micro_batch, batch and the token schedule from the fields above
+  // (noise_schedule_options). None: a fixed batch. A resumed run continues the checkpoint's.
+  std::optional<scaling::BatchScheduleOptions> batch_schedule;
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  double final_loss = 0.0;
+  std::optional<double> val_loss;
+  std::string checkpoint;  // the last checkpoint written
+};
+
+}  // namespace memo
