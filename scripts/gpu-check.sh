@@ -20,8 +20,8 @@
 #   4b. bf16 mixed precision: 20 quickstart steps on the GPU against the same bf16 run on the
 #      CPU, and keep against memo in bf16 on the GPU;
 #   6. attention forward and backward at 4K and 32K tokens (the ~1B model's heads): the fused
-#      bf16 kernels against the chunked schedule in bf16, the chunked schedule in fp32, the
-#      per-query kernels it replaced (4K), and PyTorch's SDPA
+#      bf16 kernels against the chunked schedule in bf16, the chunked schedule in fp32, and
+#      PyTorch's SDPA
 #      (bench/cuda/attention_bench.cc, scripts/torch_gpu_attention.py);
 #   7. tokens/s, MFU and the copy time hidden under compute of a ~1B LLaMA at 4K tokens under
 #      keep (with the GPU time per kernel entry point: MEMO_CUDA_PROFILE), recompute and memo in
@@ -190,7 +190,7 @@ stage torch_1b 100 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 4096 
 # (in bf16, the default on CUDA and the precision of the goals; keep in fp32 too, the
 # figure of the first H200 run)
 for s in bf16_keep bf16_recompute bf16_memo keep; do
-  # keep's runs also print where the GPU time goes (Note [Kernel profile] in cuda_backend.cu)
+  # keep's runs also print where the GPU time goes (Note [Kernel profile] in cuda/backend_impl.cuh)
   [[ $s == keep || $s == bf16_keep ]] && export MEMO_CUDA_PROFILE=1 || unset MEMO_CUDA_PROFILE
   args=(--activations "${s#bf16_}" --precision bf16)
   [[ $s == keep ]] && args=(--activations keep --precision fp32)

@@ -1,11 +1,10 @@
 // Attention forward and backward on the CUDA backend at the shapes of the ~1B LLaMA of
 // scripts/gpu-check.sh (32 query heads over 8 key/value heads of 64): in bf16 the fused kernels
 // (Note [Flash attention], the default) against the chunked schedule (Note [Chunked attention],
-// MEMO_CUDA_ATTENTION=chunked) measured in the same run; in fp32 the chunked schedule, and at the
-// shorter lengths the per-query kernels it replaced (MEMO_CUDA_ATTENTION=rows). FLOPs counted
-// causally: the forward's two products over the S (S + 1) / 2 visible query-key pairs, 4 D H each;
-// the backward's five, 10 D H each.
-//   memo_cuda_attention_bench [--rows-up-to N] [S ...]   (default: 4096 32768, rows up to 4096)
+// MEMO_CUDA_ATTENTION=chunked) measured in the same run, and in fp32 the chunked schedule. FLOPs
+// counted causally: the forward's two products over the S (S + 1) / 2 visible query-key pairs,
+// 4 D H each; the backward's five, 10 D H each.
+//   memo_cuda_attention_bench [S ...]   (default: 4096 32768)
 // One JSON object a line; scripts/gpu-check.sh runs it beside scripts/torch_gpu_attention.py.
 #include <algorithm>
 #include <chrono>
@@ -89,22 +88,13 @@ Timing run(Backend& be, int64_t S, int64_t H, int64_t Hkv, int64_t D, int reps, 
 }  // namespace
 
 int main(int argc, char** argv) try {
-  int64_t rows_up_to = 4096;
   std::vector<int64_t> seqs;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--rows-up-to" && i + 1 < argc)
-      rows_up_to = std::atoll(argv[++i]);
-    else
-      seqs.push_back(std::atoll(a.c_str()));
-  }
+  for (int i = 1; i < argc; ++i) seqs.push_back(std::atoll(argv[i]));
   if (seqs.empty()) seqs = {4096, 32768};
   const int64_t H = 32, Hkv = 8, D = 64;
   std::unique_ptr<Backend> flash = memo::make_cuda_backend(0);  // the default
   setenv("MEMO_CUDA_ATTENTION", "chunked", 1);                  // read once, when a backend is made
   std::unique_ptr<Backend> chunked = memo::make_cuda_backend(0);
-  setenv("MEMO_CUDA_ATTENTION", "rows", 1);
-  std::unique_ptr<Backend> rows = memo::make_cuda_backend(0);
   unsetenv("MEMO_CUDA_ATTENTION");
   std::printf("{\"device\": \"%s\"}\n", chunked->describe().c_str());
   for (int64_t S : seqs) {
@@ -129,12 +119,6 @@ int main(int argc, char** argv) try {
                 static_cast<long long>(S), (cb.fwd_ms + cb.bwd_ms) / (f.fwd_ms + f.bwd_ms));
     const Timing c = run(*chunked, S, H, Hkv, D, 3, DType::kF32);
     report("chunked", c);
-    if (S <= rows_up_to) {
-      const Timing r = run(*rows, S, H, Hkv, D, 1, DType::kF32);
-      report("rows", r);
-      std::printf("{\"seq\": %lld, \"chunked_speedup_over_rows\": %.2f}\n",
-                  static_cast<long long>(S), (r.fwd_ms + r.bwd_ms) / (c.fwd_ms + c.bwd_ms));
-    }
   }
   return 0;
 } catch (const std::exception& e) {

@@ -122,11 +122,11 @@ TEST(Bf16Storage, scratch_stays_put_and_other_dtypes_are_refused) {
 TEST(Bf16Storage, a_backend_with_bf16_products_gets_bf16_operands_as_they_are) {
   struct Native final : CpuBackend {
     bool bf16_products() const override { return true; }
-    void matmul(Tensor c, ConstTensor a, ConstTensor b, bool ta, bool tb, float alpha,
-                float beta) override {
+    void do_matmul(Tensor c, ConstTensor a, ConstTensor b, bool ta, bool tb, float alpha,
+                   float beta) override {
       seen.push_back(a.dtype());
       seen.push_back(c.dtype());
-      if (a.dtype() == DType::kF32) CpuBackend::matmul(c, a, b, ta, tb, alpha, beta);
+      if (a.dtype() == DType::kF32) CpuBackend::do_matmul(c, a, b, ta, tb, alpha, beta);
     }
     std::vector<DType> seen;
   } native;
@@ -147,22 +147,23 @@ TEST(Bf16Storage, a_backend_with_bf16_attention_gets_bf16_activations_as_they_ar
   struct Native final : CpuBackend {
     bool native = true;
     bool bf16_attention() const override { return native; }
-    void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
-                           int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
-                           AttnMask mask) override {
+    void do_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
+                              int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                              AttnMask mask) override {
       seen.push_back(q.dtype());
       seen.push_back(lse.dtype());
       if (q.dtype() == DType::kF32)
-        CpuBackend::attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads, scratch, mask);
+        CpuBackend::do_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads, scratch,
+                                         mask);
     }
-    void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
-                            ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
-                            int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
-                            AttnMask mask) override {
+    void do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
+                               ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
+                               int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                               AttnMask mask) override {
       seen.push_back(dq.dtype());
       if (dq.dtype() == DType::kF32)
-        CpuBackend::attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads,
-                                       n_kv_heads, scratch, mask);
+        CpuBackend::do_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads,
+                                          n_kv_heads, scratch, mask);
     }
     std::vector<DType> seen;
   } inner;
@@ -194,14 +195,14 @@ TEST(Bf16Storage, a_backend_with_bf16_attention_gets_bf16_activations_as_they_ar
 TEST(Bf16Storage, a_backend_with_bf16_elementwise_kernels_gets_bf16_tensors_as_they_are) {
   struct Native final : CpuBackend {
     bool bf16_elementwise() const override { return true; }
-    void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
-                         float eps) override {
+    void do_rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
+                            float eps) override {
       seen.push_back(x.dtype());
-      if (x.dtype() == DType::kF32) CpuBackend::rmsnorm_forward(y, inv_rms, x, w, eps);
+      if (x.dtype() == DType::kF32) CpuBackend::do_rmsnorm_forward(y, inv_rms, x, w, eps);
     }
-    void add_into(Tensor dst, ConstTensor src) override {
+    void do_add_into(Tensor dst, ConstTensor src) override {
       seen.push_back(dst.dtype());
-      if (dst.dtype() == DType::kF32) CpuBackend::add_into(dst, src);
+      if (dst.dtype() == DType::kF32) CpuBackend::do_add_into(dst, src);
     }
     std::vector<DType> seen;
   } inner;

@@ -24,14 +24,14 @@
 #include "cpu/kernel_test_util.h"
 #include "memo/backend/attn_mask.h"
 #include "memo/backend/backend.h"
+#include "memo/backend/checks.h"
 #include "memo/backend/optim_steps.h"
 #include "memo/core/dtype.h"
 #include "memo/core/tensor.h"
-#include "memo/cuda/chunked_attention.h"
-#include "memo/backend/checks.h"
 #include "memo/cpu/kernels.h"
 #include "memo/cpu/optim_kernels.h"
 #include "memo/cpu/tensor_ops.h"
+#include "memo/cuda/chunked_attention.h"
 
 namespace memo::cuda {
 namespace {
@@ -705,68 +705,6 @@ std::string name(const AttnCase& c, AttnMask mask) {
              mask == AttnMask::kCausal ? " causal" : " full");
 }
 
-template <int kMaxD>
-void check_attention(const AttnCase& c, AttnMask mask) {
-  SCOPED_TRACE(name(c, mask));
-  const int64_t B = c.B, S = c.S, H = c.H, Hkv = c.Hkv, D = c.D, T = B * S;
-  ASSERT_LE(D, kMaxD);
-  const AttnShape a{S, H, H / Hkv, D, mask == AttnMask::kCausal};
-  const Buf q = Buf::random(T, H * D, H * D, 81, -2.0f, 2.0f),
-            k = Buf::random(T, Hkv * D, Hkv * D, 82, -2.0f, 2.0f),
-            v = Buf::random(T, Hkv * D, Hkv * D, 83), dout = Buf::random(T, H * D, H * D, 84);
-  // Forward.
-  Buf o_cpu(T, H * D, H * D, kNaN), o_body(T, H * D, H * D, kNaN);
-  std::vector<float> lse_cpu = nan_vec(B * H * S), lse_body = nan_vec(B * H * S);
-  std::vector<float> fwd_scratch(cpu::attention_forward_scratch_numel(D));
-  cpu::attention_forward(o_cpu.t(), View<float>(lse_cpu.data(), {B, H, S}), q.ct(), k.ct(), v.ct(),
-                         B, H, Hkv, View<float>(fwd_scratch.data(), {int64_t(fwd_scratch.size())}),
-                         mask);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < S; ++i)
-        attention_forward_row<kMaxD>(o_body.mat(), lse_body.data(), q.cmat(), k.cmat(), v.cmat(), a,
-                                     b, h, i);
-  EXPECT_LE(max_err_vs_max(o_body.logical(), o_cpu.logical()), kAttnTol) << "o";
-  EXPECT_LE(max_rel_err(lse_body, lse_cpu, 1.0), kAttnTol) << "lse";
-  // Backward from the CPU's o and lse on both sides.
-  Buf dq_cpu(T, H * D, H * D, kNaN), dq_body(T, H * D, H * D, kNaN);
-  Buf dk_cpu(T, Hkv * D, Hkv * D, kNaN), dk_body(T, Hkv * D, Hkv * D, kNaN);
-  Buf dv_cpu(T, Hkv * D, Hkv * D, kNaN), dv_body(T, Hkv * D, Hkv * D, kNaN);
-  std::vector<float> bwd_scratch(cpu::attention_backward_scratch_numel(S, D, H, Hkv));
-  cpu::attention_backward(dq_cpu.t(), dk_cpu.t(), dv_cpu.t(), dout.ct(), q.ct(), k.ct(), v.ct(),
-                          o_cpu.ct(), View<const float>(lse_cpu.data(), {B, H, S}), B, H, Hkv,
-                          View<float>(bwd_scratch.data(), {int64_t(bwd_scratch.size())}), mask);
-  for (int64_t b = 0; b < B; ++b) {
-    std::vector<float> delta = nan_vec(H * S);  // this batch's dout . o, one launch per b
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < S; ++i)
-        attention_delta_row(delta.data(), dout.cmat(), o_cpu.cmat(), a, b, h, i);
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < S; ++i)
-        attention_dq_row<kMaxD>(dq_body.mat(), dout.cmat(), q.cmat(), k.cmat(), v.cmat(),
-                                lse_cpu.data(), delta.data(), a, b, h, i);
-    for (int64_t kh = 0; kh < Hkv; ++kh)
-      for (int64_t j = 0; j < S; ++j)
-        attention_dkdv_row<kMaxD>(dk_body.mat(), dv_body.mat(), dout.cmat(), q.cmat(), k.cmat(),
-                                  v.cmat(), lse_cpu.data(), delta.data(), a, b, kh, j);
-  }
-  // Scaled by max |reference|, at least 1 (the inputs are O(1)): where a query sees a single key
-  // (S = 1), dp = delta in exact arithmetic and dq, dk are rounding noise on both sides.
-  EXPECT_LE(max_err_vs_max(dq_body.logical(), dq_cpu.logical(), 1.0), kAttnTol) << "dq";
-  EXPECT_LE(max_err_vs_max(dk_body.logical(), dk_cpu.logical(), 1.0), kAttnTol) << "dk";
-  EXPECT_LE(max_err_vs_max(dv_body.logical(), dv_cpu.logical(), 1.0), kAttnTol) << "dv";
-}
-
-TEST(CudaBodies, attention_forward_and_backward_rows_match_cpu) {
-  for (AttnMask mask : {AttnMask::kCausal, AttnMask::kFull}) {
-    // GQA (2 query heads per kv head), S not a multiple of the CPU's 64-row tiles.
-    check_attention<64>({2, 37, 4, 2, 16}, mask);
-    check_attention<64>({1, 70, 2, 1, 64}, mask);
-    check_attention<128>({1, 9, 3, 3, 100}, mask);
-    check_attention<64>({2, 1, 2, 2, 8}, mask);
-  }
-}
-
 // --- chunked attention (cuda/chunked_attention.h): the schedule CUDA runs on cuBLASLt ---
 
 // The operations of the schedule on the CPU: products in double (cuBLASLt's order is its own),
@@ -1097,61 +1035,6 @@ TEST(CudaBodies, softmax_lanes_and_tree_give_the_rows_max_and_sum) {
     EXPECT_EQ(double(m[0]), mx) << n;
     EXPECT_NEAR(l[0], sum, 1e-6 * sum) << n;
   }
-}
-
-// The exact-D instantiations the backend uses for D = 32, 64, 128 (unrolled, register arrays) do
-// the arithmetic of the run-time-D ones in the same order: the same bits.
-TEST(CudaBodies, attention_rows_with_exact_head_dim_equal_the_run_time_ones_bitwise) {
-  constexpr int D = 32;
-  const int64_t B = 1, S = 19, H = 2, Hkv = 1;
-  const std::vector<float> q = test::random_floats(B * S * H * D, 1),
-                           k = test::random_floats(B * S * Hkv * D, 2),
-                           v = test::random_floats(B * S * Hkv * D, 3),
-                           dout = test::random_floats(B * S * H * D, 4);
-  const AttnShape a{S, H, H / Hkv, D, true};
-  const CMat Q{q.data(), B * S, H * D, H * D}, K{k.data(), B * S, Hkv * D, Hkv * D},
-      V{v.data(), B * S, Hkv * D, Hkv * D}, DO{dout.data(), B * S, H * D, H * D};
-  std::vector<float> o[2], lse[2], dq[2], dk[2], dv[2], delta(static_cast<size_t>(H * S));
-  for (int exact = 0; exact < 2; ++exact) {
-    o[exact].assign(size_t(B * S * H * D), 0.0f);
-    lse[exact].assign(size_t(B * H * S), 0.0f);
-    dq[exact].assign(o[exact].size(), 0.0f);
-    dk[exact].assign(k.size(), 0.0f);
-    dv[exact].assign(v.size(), 0.0f);
-    const Mat O{o[exact].data(), B * S, H * D, H * D};
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < S; ++i) {
-        if (exact)
-          attention_forward_row<D, true>(O, lse[exact].data(), Q, K, V, a, 0, h, i);
-        else
-          attention_forward_row<64>(O, lse[exact].data(), Q, K, V, a, 0, h, i);
-      }
-    const CMat OC{o[exact].data(), B * S, H * D, H * D};
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < S; ++i) attention_delta_row(delta.data(), DO, OC, a, 0, h, i);
-    const Mat DQ{dq[exact].data(), B * S, H * D, H * D},
-        DK{dk[exact].data(), B * S, Hkv * D, Hkv * D},
-        DV{dv[exact].data(), B * S, Hkv * D, Hkv * D};
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < S; ++i) {
-        if (exact)
-          attention_dq_row<D, true>(DQ, DO, Q, K, V, lse[exact].data(), delta.data(), a, 0, h, i);
-        else
-          attention_dq_row<64>(DQ, DO, Q, K, V, lse[exact].data(), delta.data(), a, 0, h, i);
-      }
-    for (int64_t j = 0; j < S; ++j) {
-      if (exact)
-        attention_dkdv_row<D, true>(DK, DV, DO, Q, K, V, lse[exact].data(), delta.data(), a, 0, 0,
-                                    j);
-      else
-        attention_dkdv_row<64>(DK, DV, DO, Q, K, V, lse[exact].data(), delta.data(), a, 0, 0, j);
-    }
-  }
-  EXPECT_EQ(o[0], o[1]);
-  EXPECT_EQ(lse[0], lse[1]);
-  EXPECT_EQ(dq[0], dq[1]);
-  EXPECT_EQ(dk[0], dk[1]);
-  EXPECT_EQ(dv[0], dv[1]);
 }
 
 TEST(CudaBodies, attention_merge_item_matches_cpu_bitwise) {

@@ -17,11 +17,12 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/conformance.h"
 #include "memo/backend/bf16_storage.h"
 #include "memo/backend/raw_allocator.h"
 #include "memo/core/error.h"
-#include "memo/cuda/cuda_backend.h"
 #include "memo/cpu/cpu_backend.h"
+#include "memo/cuda/cuda_backend.h"
 
 namespace memo {
 namespace {
@@ -42,6 +43,18 @@ Backend* gpu() {
   }
   return backend.get();
 }
+
+// The conformance suite (tests/backend/conformance.h) on CUDA: within its stated tolerance of the
+// CPU (f32 sums in cuBLASLt's and the bodies' orders); skipped without a GPU.
+const bool kConformance = test::register_conformance_backend({"cuda",
+                                                              []() -> std::unique_ptr<Backend> {
+                                                                try {
+                                                                  return make_cuda_backend(0);
+                                                                } catch (const ConfigError&) {
+                                                                  return nullptr;
+                                                                }
+                                                              },
+                                                              test::Promise::kTolerance});
 
 #define REQUIRE_GPU()                                                         \
   Backend* const g = gpu();                                                   \

@@ -17,8 +17,8 @@
 #include "memo/cpu/cpu_backend.h"
 #include "memo/model/kv_decoder.h"
 #include "memo/train/trainer.h"
-#include "train/train_util.h"
 #include "test_util.h"
+#include "train/train_util.h"
 
 namespace memo {
 namespace {
@@ -36,19 +36,23 @@ class HiddenDevice final : public CpuBackend {
   }
   int64_t matmul_workspace_bytes() const override { return kWorkspace; }
   void set_matmul_workspace(Tensor w) override { workspace_ = w; }
-  void matmul(Tensor c, ConstTensor a, ConstTensor b, bool ta, bool tb, float alpha,
-              float beta) override {
+
+ protected:
+  void do_matmul(Tensor c, ConstTensor a, ConstTensor b, bool ta, bool tb, float alpha,
+                 float beta) override {
     count();
-    CpuBackend::matmul(c, a, b, ta, tb, alpha, beta);
+    CpuBackend::do_matmul(c, a, b, ta, tb, alpha, beta);
   }
-  void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) override {
+  void do_matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) override {
     count();
-    CpuBackend::matmul_token_panels(c, a, b, beta);
+    CpuBackend::do_matmul_token_panels(c, a, b, beta);
   }
-  void matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) override {
+  void do_matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) override {
     count();
-    CpuBackend::matmul_token_panels_kn(c, a, b, beta);
+    CpuBackend::do_matmul_token_panels_kn(c, a, b, beta);
   }
+
+ public:
   int64_t products = 0, products_without_workspace = 0;
 
  private:

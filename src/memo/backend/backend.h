@@ -4,7 +4,8 @@
 // fp32 kernels), MetaBackend (meta/, shapes and address ranges only: what planning traces
 // with), and CUDA (cuda/, issue #10). See docs/architecture.md for where a new one plugs
 // in. Kernel semantics (math, argument order, += versus =) are those stated in
-// cpu/kernels.h; every implementation runs the entry checks of backend/checks.h first.
+// cpu/kernels.h; the entry checks of backend/checks.h run once, in the interface (Note [Checked
+// entry points]).
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@
 #include <string>
 
 #include "memo/backend/attn_mask.h"
-#include "memo/backend/optim_steps.h"
+#include "memo/backend/optim_kernels.h"
 #include "memo/backend/raw_allocator.h"
 #include "memo/backend/stream.h"
 #include "memo/core/dtype.h"
@@ -23,9 +24,12 @@ namespace memo {
 // Which micro-batch of a step the noise-scale probe's fused pass sees (train/grad_noise.h).
 enum class NoiseProbePass { kFirst, kMiddle, kLast };
 
-class Backend {
+// The optimiser updates are a sub-interface of their own (OptimizerKernels, optim_kernels.h) that
+// every backend provides by inheritance; optimisers reach them through optimizer_kernels().
+class Backend : public OptimizerKernels {
  public:
-  virtual ~Backend() = default;
+  ~Backend() override = default;
+  OptimizerKernels& optimizer_kernels() { return *this; }
   virtual const char* name() const = 0;  // "cpu", "meta", "cuda"
   // One line for the start-of-run log (the BLAS and its kernel on the CPU, the GPU on CUDA).
   virtual std::string describe() const = 0;
@@ -109,53 +113,50 @@ class Backend {
   virtual bool bf16_elementwise() const { return false; }
 
   // --- kernels: see cpu/kernels.h for the math of each ---
-  virtual void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
-                      float alpha = 1.0f, float beta = 0.0f) = 0;
+  void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
+              float alpha = 1.0f, float beta = 0.0f);
   // Per-token products (c, a: [T, *] rows; b: [N, K] weights), bit-exact on any row range that
   // starts at a multiple of reproducible_rows().
-  virtual void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta = 0.0f) = 0;
-  virtual void matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b,
-                                      float beta = 0.0f) = 0;
-  virtual void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
-                               float eps) = 0;
-  virtual void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
-                                ConstTensor inv_rms) = 0;
-  virtual void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
-                                 ConstTensor b, float eps) = 0;
-  virtual void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
-                                  ConstTensor w, ConstTensor mean, ConstTensor rstd) = 0;
-  virtual void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) = 0;
-  virtual void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                            int64_t first_row = 0) = 0;
-  virtual void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                             int64_t first_row = 0) = 0;
-  virtual void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) = 0;
-  virtual void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
-                               ConstTensor u) = 0;
-  virtual void gelu_forward(Tensor y, ConstTensor x) = 0;
-  virtual void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) = 0;
-  virtual void bias_add(Tensor y, ConstTensor b) = 0;
-  virtual void bias_backward(Tensor db, ConstTensor dy) = 0;
+  void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta = 0.0f);
+  void matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta = 0.0f);
+  void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, float eps);
+  void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
+                        ConstTensor inv_rms);
+  void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
+                         ConstTensor b, float eps);
+  void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
+                          ConstTensor w, ConstTensor mean, ConstTensor rstd);
+  void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta);
+  void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                    int64_t first_row = 0);
+  void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                     int64_t first_row = 0);
+  void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u);
+  void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g, ConstTensor u);
+  void gelu_forward(Tensor y, ConstTensor x);
+  void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x);
+  void bias_add(Tensor y, ConstTensor b);
+  void bias_backward(Tensor db, ConstTensor dy);
   // Token ids live in the device space: where the host cannot read it, the model checks them
   // against the vocabulary (DataError naming the position) and copies them there; a backend
   // whose host can read them checks them again (backend/checks.h).
-  virtual void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) = 0;
-  virtual void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) = 0;
-  virtual void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
-                             View<const int32_t> targets, float grad_scale) = 0;
+  void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte);
+  void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens);
+  void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
+                     float grad_scale);
   // The loss over a tensor-parallel rank's part of the vocabulary (cpu/kernels.h).
-  virtual void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
-                                       View<const int32_t> targets) = 0;
-  virtual void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
-                                 View<const int32_t> targets, ConstTensor stats,
-                                 ConstTensor target_logit, float grad_scale) = 0;
+  void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                               View<const int32_t> targets);
+  void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                         View<const int32_t> targets, ConstTensor stats, ConstTensor target_logit,
+                         float grad_scale);
   // Scratch of the attention kernels, in floats, for sequences (chunks) of `seq` rows: a property
   // of the implementation (the CPU's grows with its threads, CUDA's with seq x n_heads).
   virtual int64_t attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                                   int64_t n_kv_heads) = 0;
-  virtual void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
-                                 int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
-                                 AttnMask mask) = 0;
+  void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
+                         int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                         AttnMask mask);
   virtual int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                                    int64_t n_kv_heads) = 0;
   // The same over bf16 activations, where bf16_attention() (CUDA's fused kernels need less than
@@ -169,57 +170,101 @@ class Backend {
                                                         int64_t n_heads, int64_t n_kv_heads) {
     return attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
   }
-  virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
-                                  ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
-                                  int64_t batch, int64_t n_heads, int64_t n_kv_heads,
-                                  Tensor scratch, AttnMask mask) = 0;
-  virtual void attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) = 0;
+  void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
+                          ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
+                          int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                          AttnMask mask);
+  void attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part);
 
   // Causal attention of n new rows over a key/value cache (generation), see cpu/kernels.h.
   virtual int64_t attention_decode_scratch_numel(int64_t keys) = 0;
-  virtual void attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v,
-                                int64_t first, int64_t n_heads, int64_t n_kv_heads,
-                                Tensor scratch) = 0;
+  void attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v, int64_t first,
+                        int64_t n_heads, int64_t n_kv_heads, Tensor scratch);
 
   // --- elementwise and reductions (cpu/tensor_ops.h) ---
-  virtual void copy(Tensor dst, ConstTensor src) = 0;
+  void copy(Tensor dst, ConstTensor src);
   // dst = src in dst's dtype, element for element (contiguous, equal element counts): f32 to bf16
   // rounds to nearest even (NaN stays NaN), bf16 to f32 is exact, a dtype to itself copies. The
   // mixed-precision step's working copies of f32 weights and gradients go through it.
-  virtual void convert(Tensor dst, ConstTensor src) = 0;
-  virtual void fill(Tensor dst, float value) = 0;
-  virtual void scale(Tensor x, float factor) = 0;
-  virtual void add_into(Tensor dst, ConstTensor src) = 0;
+  void convert(Tensor dst, ConstTensor src);
+  void fill(Tensor dst, float value);
+  void scale(Tensor x, float factor);
+  void add_into(Tensor dst, ConstTensor src);
   // Reductions return to the host (an explicit read of device values), summed in double in a
   // fixed order: deterministic.
-  virtual double sum(ConstTensor x) = 0;          // sum x, in index order
-  virtual double sum_squares(ConstTensor x) = 0;  // sum x^2
+  double sum(ConstTensor x);          // sum x, in index order
+  double sum_squares(ConstTensor x);  // sum x^2
   // The noise-scale probe's one pass over a micro-batch gradient g (train/grad_noise.h): returns
   // sum g^2 and kFirst: sum = g, g = 0; kMiddle: sum += g, g = 0; kLast: g += sum. partial:
   // scratch of noise_probe_partial_numel(n) doubles.
   virtual int64_t noise_probe_partial_numel(int64_t n) = 0;
-  virtual double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
-                                  View<double> partial) = 0;
+  double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass, View<double> partial);
 
-  // --- optimiser updates of one tensor (math: cpu/optim_kernels.h; the scalars:
-  // backend/optim_steps.h). A state tensor the options switch off is passed empty. ---
-  virtual void sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) = 0;
-  virtual void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) = 0;
-  virtual void adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) = 0;
-  virtual void adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) = 0;
-  virtual void adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& s) = 0;
-  virtual void rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf,
-                              ConstTensor g, const RmspropStep& s) = 0;
-  virtual void lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) = 0;
-  // Adafactor: the scratch it needs (doubles) for a tensor of `rows` rows (0: a vector) and
-  // `numel` elements; RMS(x) for the relative step; the factored and the plain update.
-  virtual int64_t adafactor_partial_numel(int64_t rows, int64_t numel) = 0;
-  virtual double adafactor_rms(ConstTensor x, View<double> partial) = 0;
-  virtual void adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col, ConstTensor g,
-                                       Tensor row_inv, Tensor col_inv, View<double> partial,
-                                       const AdafactorStep& s) = 0;
-  virtual void adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g,
-                                       View<double> partial, const AdafactorStep& s) = 0;
+  // Whether the entry checks may read token and target ids at `ids` on the host (checks.h:
+  // ids_on_host): the CPU and meta backends always; CUDA where they are in host memory.
+  virtual bool host_reads_ids(const int32_t* ids) const { return true; }
+
+ protected:
+  // Note [Checked entry points]
+  // Each kernel above is a non-virtual entry point (backend.cc) that runs its entry checks of
+  // backend/checks.h once, for every backend, and then calls the backend's do_<kernel> with the
+  // same arguments. An implementation checks only what is its own (its dtypes and memory
+  // spaces, its scratch figures) and never repeats a shape check. The optimiser updates follow
+  // the same rule (optim_kernels.h).
+  virtual void do_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
+                         float alpha, float beta) = 0;
+  virtual void do_matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) = 0;
+  virtual void do_matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) = 0;
+  virtual void do_rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
+                                  float eps) = 0;
+  virtual void do_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
+                                   ConstTensor w, ConstTensor inv_rms) = 0;
+  virtual void do_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
+                                    ConstTensor w, ConstTensor b, float eps) = 0;
+  virtual void do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
+                                     ConstTensor w, ConstTensor mean, ConstTensor rstd) = 0;
+  virtual void do_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) = 0;
+  virtual void do_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                               int64_t first_row) = 0;
+  virtual void do_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                                int64_t first_row) = 0;
+  virtual void do_swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) = 0;
+  virtual void do_swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
+                                  ConstTensor u) = 0;
+  virtual void do_gelu_forward(Tensor y, ConstTensor x) = 0;
+  virtual void do_gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) = 0;
+  virtual void do_bias_add(Tensor y, ConstTensor b) = 0;
+  virtual void do_bias_backward(Tensor db, ConstTensor dy) = 0;
+  virtual void do_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) = 0;
+  virtual void do_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) = 0;
+  virtual void do_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                View<const int32_t> targets, float grad_scale) = 0;
+  virtual void do_vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                                          View<const int32_t> targets) = 0;
+  virtual void do_vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                    View<const int32_t> targets, ConstTensor stats,
+                                    ConstTensor target_logit, float grad_scale) = 0;
+  virtual void do_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
+                                    ConstTensor v, int64_t batch, int64_t n_heads,
+                                    int64_t n_kv_heads, Tensor scratch, AttnMask mask) = 0;
+  virtual void do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
+                                     ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,
+                                     ConstTensor lse, int64_t batch, int64_t n_heads,
+                                     int64_t n_kv_heads, Tensor scratch, AttnMask mask) = 0;
+  virtual void do_attention_merge(Tensor o, Tensor lse, ConstTensor o_part,
+                                  ConstTensor lse_part) = 0;
+  virtual void do_attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v,
+                                   int64_t first, int64_t n_heads, int64_t n_kv_heads,
+                                   Tensor scratch) = 0;
+  virtual void do_copy(Tensor dst, ConstTensor src) = 0;
+  virtual void do_convert(Tensor dst, ConstTensor src) = 0;
+  virtual void do_fill(Tensor dst, float value) = 0;
+  virtual void do_scale(Tensor x, float factor) = 0;
+  virtual void do_add_into(Tensor dst, ConstTensor src) = 0;
+  virtual double do_sum(ConstTensor x) = 0;
+  virtual double do_sum_squares(ConstTensor x) = 0;
+  virtual double do_noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
+                                     View<double> partial) = 0;
 };
 
 }  // namespace memo

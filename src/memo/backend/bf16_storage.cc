@@ -104,47 +104,48 @@ bool native(const Backend& inner, ConstTensor a, ConstTensor b) {
 
 }  // namespace
 
-void Bf16StorageBackend::matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
-                                float alpha, float beta) {
+void Bf16StorageBackend::do_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a,
+                                   bool trans_b, float alpha, float beta) {
   if (native(inner_, a, b)) return inner_.matmul(c, a, b, trans_a, trans_b, alpha, beta);
   Call k(*this);
   inner_.matmul(k.io(c), k.in(a), k.in(b), trans_a, trans_b, alpha, beta);
   k.write_back();
 }
 
-void Bf16StorageBackend::matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) {
+void Bf16StorageBackend::do_matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b,
+                                                float beta) {
   if (native(inner_, a, b)) return inner_.matmul_token_panels(c, a, b, beta);
   Call k(*this);
   inner_.matmul_token_panels(k.io(c), k.in(a), k.in(b), beta);
   k.write_back();
 }
 
-void Bf16StorageBackend::matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b,
-                                                float beta) {
+void Bf16StorageBackend::do_matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b,
+                                                   float beta) {
   if (native(inner_, a, b)) return inner_.matmul_token_panels_kn(c, a, b, beta);
   Call k(*this);
   inner_.matmul_token_panels_kn(k.io(c), k.in(a), k.in(b), beta);
   k.write_back();
 }
 
-void Bf16StorageBackend::rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
-                                         float eps) {
+void Bf16StorageBackend::do_rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
+                                            float eps) {
   if (elementwise(inner_, {inv_rms})) return inner_.rmsnorm_forward(y, inv_rms, x, w, eps);
   Call k(*this);
   inner_.rmsnorm_forward(k.io(y), k.io(inv_rms), k.in(x), k.in(w), eps);
   k.write_back();
 }
 
-void Bf16StorageBackend::rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
-                                          ConstTensor w, ConstTensor inv_rms) {
+void Bf16StorageBackend::do_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
+                                             ConstTensor w, ConstTensor inv_rms) {
   if (elementwise(inner_, {dw, inv_rms})) return inner_.rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
   Call k(*this);
   inner_.rmsnorm_backward(k.io(dx), k.io(dw), k.in(dy), k.in(x), k.in(w), k.in(inv_rms));
   k.write_back();
 }
 
-void Bf16StorageBackend::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
-                                           ConstTensor w, ConstTensor b, float eps) {
+void Bf16StorageBackend::do_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
+                                              ConstTensor w, ConstTensor b, float eps) {
   if (elementwise(inner_, {mean, rstd}))
     return inner_.layernorm_forward(y, mean, rstd, x, w, b, eps);
   Call k(*this);
@@ -152,9 +153,9 @@ void Bf16StorageBackend::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, C
   k.write_back();
 }
 
-void Bf16StorageBackend::layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy,
-                                            ConstTensor x, ConstTensor w, ConstTensor mean,
-                                            ConstTensor rstd) {
+void Bf16StorageBackend::do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy,
+                                               ConstTensor x, ConstTensor w, ConstTensor mean,
+                                               ConstTensor rstd) {
   if (elementwise(inner_, {dw, db, mean, rstd}))
     return inner_.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
   Call k(*this);
@@ -163,22 +164,22 @@ void Bf16StorageBackend::layernorm_backward(Tensor dx, Tensor dw, Tensor db, Con
   k.write_back();
 }
 
-void Bf16StorageBackend::rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
+void Bf16StorageBackend::do_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
   Call k(*this);
   inner_.rope_table(k.io(cos), k.io(sin), head_dim, theta);
   k.write_back();
 }
 
-void Bf16StorageBackend::rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                                      int64_t first_row) {
+void Bf16StorageBackend::do_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin,
+                                         int64_t head_dim, int64_t first_row) {
   if (elementwise(inner_, {cos, sin})) return inner_.rope_forward(x, cos, sin, head_dim, first_row);
   Call k(*this);
   inner_.rope_forward(k.io(x), k.in(cos), k.in(sin), head_dim, first_row);
   k.write_back();
 }
 
-void Bf16StorageBackend::rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin,
-                                       int64_t head_dim, int64_t first_row) {
+void Bf16StorageBackend::do_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin,
+                                          int64_t head_dim, int64_t first_row) {
   if (elementwise(inner_, {cos, sin}))
     return inner_.rope_backward(dx, cos, sin, head_dim, first_row);
   Call k(*this);
@@ -186,90 +187,92 @@ void Bf16StorageBackend::rope_backward(Tensor dx, ConstTensor cos, ConstTensor s
   k.write_back();
 }
 
-void Bf16StorageBackend::swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
+void Bf16StorageBackend::do_swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
   if (elementwise(inner_)) return inner_.swiglu_forward(a, g, u);
   Call k(*this);
   inner_.swiglu_forward(k.io(a), k.in(g), k.in(u));
   k.write_back();
 }
 
-void Bf16StorageBackend::swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
-                                         ConstTensor u) {
+void Bf16StorageBackend::do_swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
+                                            ConstTensor u) {
   if (elementwise(inner_)) return inner_.swiglu_backward(dg, du, da, g, u);
   Call k(*this);
   inner_.swiglu_backward(k.io(dg), k.io(du), k.in(da), k.in(g), k.in(u));
   k.write_back();
 }
 
-void Bf16StorageBackend::gelu_forward(Tensor y, ConstTensor x) {
+void Bf16StorageBackend::do_gelu_forward(Tensor y, ConstTensor x) {
   if (elementwise(inner_)) return inner_.gelu_forward(y, x);
   Call k(*this);
   inner_.gelu_forward(k.io(y), k.in(x));
   k.write_back();
 }
 
-void Bf16StorageBackend::gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
+void Bf16StorageBackend::do_gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
   if (elementwise(inner_)) return inner_.gelu_backward(dx, dy, x);
   Call k(*this);
   inner_.gelu_backward(k.io(dx), k.in(dy), k.in(x));
   k.write_back();
 }
 
-void Bf16StorageBackend::bias_add(Tensor y, ConstTensor b) {
+void Bf16StorageBackend::do_bias_add(Tensor y, ConstTensor b) {
   if (elementwise(inner_)) return inner_.bias_add(y, b);
   Call k(*this);
   inner_.bias_add(k.io(y), k.in(b));
   k.write_back();
 }
 
-void Bf16StorageBackend::bias_backward(Tensor db, ConstTensor dy) {
+void Bf16StorageBackend::do_bias_backward(Tensor db, ConstTensor dy) {
   if (elementwise(inner_, {db})) return inner_.bias_backward(db, dy);
   Call k(*this);
   inner_.bias_backward(k.io(db), k.in(dy));
   k.write_back();
 }
 
-void Bf16StorageBackend::embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
+void Bf16StorageBackend::do_embedding_forward(Tensor x, View<const int32_t> tokens,
+                                              ConstTensor wte) {
   if (elementwise(inner_)) return inner_.embedding_forward(x, tokens, wte);
   Call k(*this);
   inner_.embedding_forward(k.io(x), tokens, k.in(wte));
   k.write_back();
 }
 
-void Bf16StorageBackend::embedding_backward(Tensor dwte, ConstTensor dx,
-                                            View<const int32_t> tokens) {
+void Bf16StorageBackend::do_embedding_backward(Tensor dwte, ConstTensor dx,
+                                               View<const int32_t> tokens) {
   if (elementwise(inner_, {dwte})) return inner_.embedding_backward(dwte, dx, tokens);
   Call k(*this);
   inner_.embedding_backward(k.io(dwte), k.in(dx), tokens);
   k.write_back();
 }
 
-void Bf16StorageBackend::cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
-                                       View<const int32_t> targets, float grad_scale) {
+void Bf16StorageBackend::do_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                          View<const int32_t> targets, float grad_scale) {
   Call k(*this);
   inner_.cross_entropy(k.io(losses), k.io(dlogits), k.in(logits), targets, grad_scale);
   k.write_back();
 }
 
-void Bf16StorageBackend::vocab_parallel_ce_stats(Tensor stats, Tensor target_logit,
-                                                 ConstTensor logits, View<const int32_t> targets) {
+void Bf16StorageBackend::do_vocab_parallel_ce_stats(Tensor stats, Tensor target_logit,
+                                                    ConstTensor logits,
+                                                    View<const int32_t> targets) {
   Call k(*this);
   inner_.vocab_parallel_ce_stats(k.io(stats), k.io(target_logit), k.in(logits), targets);
   k.write_back();
 }
 
-void Bf16StorageBackend::vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
-                                           View<const int32_t> targets, ConstTensor stats,
-                                           ConstTensor target_logit, float grad_scale) {
+void Bf16StorageBackend::do_vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                              View<const int32_t> targets, ConstTensor stats,
+                                              ConstTensor target_logit, float grad_scale) {
   Call k(*this);
   inner_.vocab_parallel_ce(k.io(losses), k.io(dlogits), k.in(logits), targets, k.in(stats),
                            k.in(target_logit), grad_scale);
   k.write_back();
 }
 
-void Bf16StorageBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k_,
-                                           ConstTensor v, int64_t batch, int64_t n_heads,
-                                           int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+void Bf16StorageBackend::do_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k_,
+                                              ConstTensor v, int64_t batch, int64_t n_heads,
+                                              int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
   if (inner_.bf16_attention() && all_bf16({o, q, k_, v}))
     return inner_.attention_forward(o, lse, q, k_, v, batch, n_heads, n_kv_heads, scratch, mask);
   Call k(*this);
@@ -278,11 +281,11 @@ void Bf16StorageBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, 
   k.write_back();
 }
 
-void Bf16StorageBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
-                                            ConstTensor q, ConstTensor k_, ConstTensor v,
-                                            ConstTensor o, ConstTensor lse, int64_t batch,
-                                            int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
-                                            AttnMask mask) {
+void Bf16StorageBackend::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
+                                               ConstTensor q, ConstTensor k_, ConstTensor v,
+                                               ConstTensor o, ConstTensor lse, int64_t batch,
+                                               int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                                               AttnMask mask) {
   if (inner_.bf16_attention() && all_bf16({dq, dk, dv, dout, q, k_, v, o}))
     return inner_.attention_backward(dq, dk, dv, dout, q, k_, v, o, lse, batch, n_heads, n_kv_heads,
                                      scratch, mask);
@@ -292,23 +295,23 @@ void Bf16StorageBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Con
   k.write_back();
 }
 
-void Bf16StorageBackend::attention_merge(Tensor o, Tensor lse, ConstTensor o_part,
-                                         ConstTensor lse_part) {
+void Bf16StorageBackend::do_attention_merge(Tensor o, Tensor lse, ConstTensor o_part,
+                                            ConstTensor lse_part) {
   Call k(*this);
   inner_.attention_merge(k.io(o), k.io(lse), k.in(o_part), k.in(lse_part));
   k.write_back();
 }
 
-void Bf16StorageBackend::attention_decode(Tensor o, ConstTensor q, ConstTensor k_, ConstTensor v,
-                                          int64_t first, int64_t n_heads, int64_t n_kv_heads,
-                                          Tensor scratch) {
+void Bf16StorageBackend::do_attention_decode(Tensor o, ConstTensor q, ConstTensor k_, ConstTensor v,
+                                             int64_t first, int64_t n_heads, int64_t n_kv_heads,
+                                             Tensor scratch) {
   Call k(*this);
   inner_.attention_decode(k.io(o), k.in(q), k.in(k_), k.in(v), first, n_heads, n_kv_heads,
                           k.io(scratch));
   k.write_back();
 }
 
-void Bf16StorageBackend::copy(Tensor dst, ConstTensor src) {
+void Bf16StorageBackend::do_copy(Tensor dst, ConstTensor src) {
   if (dst.dtype() == DType::kF32 && src.dtype() == DType::kF32) {
     inner_.copy(dst, src);
     return;
@@ -319,41 +322,41 @@ void Bf16StorageBackend::copy(Tensor dst, ConstTensor src) {
   convert_any(dst, src);  // a dtype to itself: the bits
 }
 
-void Bf16StorageBackend::convert(Tensor dst, ConstTensor src) { inner_.convert(dst, src); }
+void Bf16StorageBackend::do_convert(Tensor dst, ConstTensor src) { inner_.convert(dst, src); }
 
-void Bf16StorageBackend::fill(Tensor dst, float value) {
+void Bf16StorageBackend::do_fill(Tensor dst, float value) {
   if (elementwise(inner_)) return inner_.fill(dst, value);
   Call k(*this);
   inner_.fill(k.io(dst), value);
   k.write_back();
 }
 
-void Bf16StorageBackend::scale(Tensor x, float factor) {
+void Bf16StorageBackend::do_scale(Tensor x, float factor) {
   if (elementwise(inner_)) return inner_.scale(x, factor);
   Call k(*this);
   inner_.scale(k.io(x), factor);
   k.write_back();
 }
 
-void Bf16StorageBackend::add_into(Tensor dst, ConstTensor src) {
+void Bf16StorageBackend::do_add_into(Tensor dst, ConstTensor src) {
   if (elementwise(inner_)) return inner_.add_into(dst, src);
   Call k(*this);
   inner_.add_into(k.io(dst), k.in(src));
   k.write_back();
 }
 
-double Bf16StorageBackend::sum(ConstTensor x) {
+double Bf16StorageBackend::do_sum(ConstTensor x) {
   Call k(*this);
   return inner_.sum(k.in(x));
 }
 
-double Bf16StorageBackend::sum_squares(ConstTensor x) {
+double Bf16StorageBackend::do_sum_squares(ConstTensor x) {
   Call k(*this);
   return inner_.sum_squares(k.in(x));
 }
 
-double Bf16StorageBackend::noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
-                                            View<double> partial) {
+double Bf16StorageBackend::do_noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
+                                               View<double> partial) {
   Call k(*this);
   const double r = inner_.noise_probe_pass(k.io(g), k.io(sum), pass, partial);
   k.write_back();
@@ -362,67 +365,69 @@ double Bf16StorageBackend::noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass
 
 // The optimiser's tensors are f32 (master weights, gradients, state): they pass through, and a
 // bf16 one is widened and rounded back like any other argument.
-void Bf16StorageBackend::sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) {
+void Bf16StorageBackend::do_sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) {
   Call k(*this);
   inner_.sgd_update(k.io(p), k.io(buf), k.in(g), s);
   k.write_back();
 }
 
-void Bf16StorageBackend::signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) {
+void Bf16StorageBackend::do_signsgd_update(Tensor p, Tensor m, ConstTensor g,
+                                           const SignSgdStep& s) {
   Call k(*this);
   inner_.signsgd_update(k.io(p), k.io(m), k.in(g), s);
   k.write_back();
 }
 
-void Bf16StorageBackend::adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g,
-                                     const AdamStep& s) {
+void Bf16StorageBackend::do_adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g,
+                                        const AdamStep& s) {
   Call k(*this);
   inner_.adam_update(k.io(p), k.io(m), k.io(v), k.in(g), s);
   k.write_back();
 }
 
-void Bf16StorageBackend::adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g,
-                                      const AdamStep& s) {
+void Bf16StorageBackend::do_adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g,
+                                         const AdamStep& s) {
   Call k(*this);
   inner_.adamw_update(k.io(p), k.io(m), k.io(v), k.in(g), s);
   k.write_back();
 }
 
-void Bf16StorageBackend::adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& s) {
+void Bf16StorageBackend::do_adagrad_update(Tensor p, Tensor sum, ConstTensor g,
+                                           const AdagradStep& s) {
   Call k(*this);
   inner_.adagrad_update(k.io(p), k.io(sum), k.in(g), s);
   k.write_back();
 }
 
-void Bf16StorageBackend::rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf,
-                                        ConstTensor g, const RmspropStep& s) {
+void Bf16StorageBackend::do_rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf,
+                                           ConstTensor g, const RmspropStep& s) {
   Call k(*this);
   inner_.rmsprop_update(k.io(p), k.io(square_avg), k.io(grad_avg), k.io(buf), k.in(g), s);
   k.write_back();
 }
 
-void Bf16StorageBackend::lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) {
+void Bf16StorageBackend::do_lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) {
   Call k(*this);
   inner_.lion_update(k.io(p), k.io(m), k.in(g), s);
   k.write_back();
 }
 
-double Bf16StorageBackend::adafactor_rms(ConstTensor x, View<double> partial) {
+double Bf16StorageBackend::do_adafactor_rms(ConstTensor x, View<double> partial) {
   Call k(*this);
   return inner_.adafactor_rms(k.in(x), partial);
 }
 
-void Bf16StorageBackend::adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col,
-                                                 ConstTensor g, Tensor row_inv, Tensor col_inv,
-                                                 View<double> partial, const AdafactorStep& s) {
+void Bf16StorageBackend::do_adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col,
+                                                    ConstTensor g, Tensor row_inv, Tensor col_inv,
+                                                    View<double> partial, const AdafactorStep& s) {
   Call k(*this);
   inner_.adafactor_update_matrix(k.io(p), k.io(m), k.io(row), k.io(col), k.in(g), k.io(row_inv),
                                  k.io(col_inv), partial, s);
   k.write_back();
 }
 
-void Bf16StorageBackend::adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g,
-                                                 View<double> partial, const AdafactorStep& s) {
+void Bf16StorageBackend::do_adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g,
+                                                    View<double> partial, const AdafactorStep& s) {
   Call k(*this);
   inner_.adafactor_update_vector(k.io(p), k.io(m), k.io(v), k.in(g), partial, s);
   k.write_back();

@@ -79,92 +79,98 @@ class Bf16StorageBackend final : public Backend {
   bool bf16_attention() const override { return inner_.bf16_attention(); }
   bool bf16_elementwise() const override { return inner_.bf16_elementwise(); }
   int64_t matmul_workspace_bytes() const override { return inner_.matmul_workspace_bytes(); }
+  bool host_reads_ids(const int32_t* ids) const override { return inner_.host_reads_ids(ids); }
   void set_matmul_workspace(Tensor workspace) override { inner_.set_matmul_workspace(workspace); }
 
-  void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
-              float beta) override;
-  void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) override;
-  void matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) override;
-  void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, float eps) override;
-  void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
-                        ConstTensor inv_rms) override;
-  void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
-                         ConstTensor b, float eps) override;
-  void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
-                          ConstTensor w, ConstTensor mean, ConstTensor rstd) override;
-  void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) override;
-  void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                    int64_t first_row) override;
-  void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                     int64_t first_row) override;
-  void swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) override;
-  void swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g, ConstTensor u) override;
-  void gelu_forward(Tensor y, ConstTensor x) override;
-  void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) override;
-  void bias_add(Tensor y, ConstTensor b) override;
-  void bias_backward(Tensor db, ConstTensor dy) override;
-  void embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) override;
-  void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) override;
-  void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
-                     float grad_scale) override;
-  void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
-                               View<const int32_t> targets) override;
-  void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
-                         View<const int32_t> targets, ConstTensor stats, ConstTensor target_logit,
-                         float grad_scale) override;
   int64_t attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                           int64_t n_kv_heads) override {
     return inner_.bf16_attention()
                ? inner_.bf16_attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads)
                : inner_.attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
   }
-  void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
-                         int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
-                         AttnMask mask) override;
   int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                            int64_t n_kv_heads) override {
     return inner_.bf16_attention()
                ? inner_.bf16_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads)
                : inner_.attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
   }
-  void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
-                          ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
-                          int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
-                          AttnMask mask) override;
-  void attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) override;
   int64_t attention_decode_scratch_numel(int64_t keys) override {
     return inner_.attention_decode_scratch_numel(keys);
   }
-  void attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v, int64_t first,
-                        int64_t n_heads, int64_t n_kv_heads, Tensor scratch) override;
-  void copy(Tensor dst, ConstTensor src) override;
-  void convert(Tensor dst, ConstTensor src) override;
-  void fill(Tensor dst, float value) override;
-  void scale(Tensor x, float factor) override;
-  void add_into(Tensor dst, ConstTensor src) override;
-  double sum(ConstTensor x) override;
-  double sum_squares(ConstTensor x) override;
   int64_t noise_probe_partial_numel(int64_t n) override {
     return inner_.noise_probe_partial_numel(n);
   }
-  double noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass, View<double> partial) override;
-  void sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) override;
-  void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) override;
-  void adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) override;
-  void adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) override;
-  void adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& s) override;
-  void rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf, ConstTensor g,
-                      const RmspropStep& s) override;
-  void lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) override;
   int64_t adafactor_partial_numel(int64_t rows, int64_t numel) override {
     return inner_.adafactor_partial_numel(rows, numel);
   }
-  double adafactor_rms(ConstTensor x, View<double> partial) override;
-  void adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col, ConstTensor g,
-                               Tensor row_inv, Tensor col_inv, View<double> partial,
-                               const AdafactorStep& s) override;
-  void adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g, View<double> partial,
-                               const AdafactorStep& s) override;
+
+ protected:
+  void do_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
+                 float beta) override;
+  void do_matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) override;
+  void do_matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) override;
+  void do_rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
+                          float eps) override;
+  void do_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
+                           ConstTensor inv_rms) override;
+  void do_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
+                            ConstTensor b, float eps) override;
+  void do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
+                             ConstTensor w, ConstTensor mean, ConstTensor rstd) override;
+  void do_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) override;
+  void do_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                       int64_t first_row) override;
+  void do_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                        int64_t first_row) override;
+  void do_swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) override;
+  void do_swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
+                          ConstTensor u) override;
+  void do_gelu_forward(Tensor y, ConstTensor x) override;
+  void do_gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) override;
+  void do_bias_add(Tensor y, ConstTensor b) override;
+  void do_bias_backward(Tensor db, ConstTensor dy) override;
+  void do_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) override;
+  void do_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) override;
+  void do_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
+                        View<const int32_t> targets, float grad_scale) override;
+  void do_vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                                  View<const int32_t> targets) override;
+  void do_vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                            View<const int32_t> targets, ConstTensor stats,
+                            ConstTensor target_logit, float grad_scale) override;
+  void do_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
+                            int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                            AttnMask mask) override;
+  void do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
+                             ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
+                             int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                             AttnMask mask) override;
+  void do_attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) override;
+  void do_attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v, int64_t first,
+                           int64_t n_heads, int64_t n_kv_heads, Tensor scratch) override;
+  void do_copy(Tensor dst, ConstTensor src) override;
+  void do_convert(Tensor dst, ConstTensor src) override;
+  void do_fill(Tensor dst, float value) override;
+  void do_scale(Tensor x, float factor) override;
+  void do_add_into(Tensor dst, ConstTensor src) override;
+  double do_sum(ConstTensor x) override;
+  double do_sum_squares(ConstTensor x) override;
+  double do_noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
+                             View<double> partial) override;
+  void do_sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) override;
+  void do_signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) override;
+  void do_adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) override;
+  void do_adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) override;
+  void do_adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& s) override;
+  void do_rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf, ConstTensor g,
+                         const RmspropStep& s) override;
+  void do_lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) override;
+  double do_adafactor_rms(ConstTensor x, View<double> partial) override;
+  void do_adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col, ConstTensor g,
+                                  Tensor row_inv, Tensor col_inv, View<double> partial,
+                                  const AdafactorStep& s) override;
+  void do_adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g, View<double> partial,
+                                  const AdafactorStep& s) override;
 
  private:
   class Call;

@@ -251,6 +251,10 @@ void check_sum_squares(ConstTensor x) {
   MEMO_CHECK(x.contiguous(), "sum_squares: view ", x.shape(), " must be contiguous");
 }
 
+AttnDims attention_dims(ConstTensor q, int64_t batch, int64_t n_heads, int64_t n_kv_heads) {
+  return {batch, q.rows() / batch, n_heads, n_kv_heads, n_heads / n_kv_heads, q.cols() / n_heads};
+}
+
 AttnDims check_attention_forward(ConstTensor o, ConstTensor lse, ConstTensor q, ConstTensor k,
                                  ConstTensor v, int64_t batch, int64_t n_heads,
                                  int64_t n_kv_heads) {

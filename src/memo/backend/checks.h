@@ -1,8 +1,9 @@
-// The entry checks of every kernel, shared by all backends: a backend's kernel calls check_<op>
-// with its own arguments before it touches data, and the meta backend (meta/) runs only
-// these. So a shape error is caught the same way whether a step computes or is only traced.
-// Each throws memo::Error naming the op and the shapes; token and target ids (host memory) are
-// checked against the vocabulary here too (DataError naming the position).
+// The entry checks of every kernel, shared by all backends: Backend's entry points run check_<op>
+// with the call's arguments before the implementation touches data (Note [Checked entry points]
+// in backend.h), and the meta backend (meta/) runs nothing else. So a shape error is caught the
+// same way whether a step computes or is only traced. Each throws memo::Error naming the op and the
+// shapes; token and target ids (host memory) are checked against the vocabulary here too (DataError
+// naming the position).
 #pragma once
 
 #include <cstdint>
@@ -71,6 +72,9 @@ struct AttnDims {
 };
 AttnDims check_attention_forward(ConstTensor o, ConstTensor lse, ConstTensor q, ConstTensor k,
                                  ConstTensor v, int64_t batch, int64_t n_heads, int64_t n_kv_heads);
+// The dimensions of an attention call whose shapes check_attention_forward (or _backward)
+// accepted, without checking them again (a backend's implementation, after the entry checks).
+AttnDims attention_dims(ConstTensor q, int64_t batch, int64_t n_heads, int64_t n_kv_heads);
 // Also dq, dout like q and dk, dv like k, all with unit column stride.
 AttnDims check_attention_backward(ConstTensor dq, ConstTensor dk, ConstTensor dv, ConstTensor dout,
                                   ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,

@@ -53,108 +53,109 @@ double CpuBackend::measure_matmul_peak_flops(double seconds) {
   return peak_flops_;
 }
 
-void CpuBackend::matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
-                        float alpha, float beta) {
+void CpuBackend::do_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
+                           float alpha, float beta) {
   cpu::matmul(c, a, b, trans_a, trans_b, alpha, beta);
 }
-void CpuBackend::matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) {
+void CpuBackend::do_matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) {
   cpu::matmul_token_panels(c, a, b, beta);
 }
-void CpuBackend::matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) {
+void CpuBackend::do_matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) {
   cpu::matmul_token_panels_kn(c, a, b, beta);
 }
-void CpuBackend::rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
-                                 float eps) {
+void CpuBackend::do_rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
+                                    float eps) {
   cpu::rmsnorm_forward(y, inv_rms, x, w, eps);
 }
-void CpuBackend::rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
-                                  ConstTensor w, ConstTensor inv_rms) {
+void CpuBackend::do_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
+                                     ConstTensor w, ConstTensor inv_rms) {
   cpu::rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
 }
-void CpuBackend::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, ConstTensor w,
-                                   ConstTensor b, float eps) {
+void CpuBackend::do_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
+                                      ConstTensor w, ConstTensor b, float eps) {
   cpu::layernorm_forward(y, mean, rstd, x, w, b, eps);
 }
-void CpuBackend::layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
-                                    ConstTensor w, ConstTensor mean, ConstTensor rstd) {
+void CpuBackend::do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy,
+                                       ConstTensor x, ConstTensor w, ConstTensor mean,
+                                       ConstTensor rstd) {
   cpu::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
 }
-void CpuBackend::rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
+void CpuBackend::do_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
   cpu::rope_table(cos, sin, head_dim, theta);
 }
-void CpuBackend::rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                              int64_t first_row) {
+void CpuBackend::do_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                                 int64_t first_row) {
   cpu::rope_forward(x, cos, sin, head_dim, first_row);
 }
-void CpuBackend::rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
-                               int64_t first_row) {
+void CpuBackend::do_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                                  int64_t first_row) {
   cpu::rope_backward(dx, cos, sin, head_dim, first_row);
 }
-void CpuBackend::swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
+void CpuBackend::do_swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
   cpu::swiglu_forward(a, g, u);
 }
-void CpuBackend::swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
-                                 ConstTensor u) {
+void CpuBackend::do_swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
+                                    ConstTensor u) {
   cpu::swiglu_backward(dg, du, da, g, u);
 }
-void CpuBackend::gelu_forward(Tensor y, ConstTensor x) { cpu::gelu_forward(y, x); }
-void CpuBackend::gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
+void CpuBackend::do_gelu_forward(Tensor y, ConstTensor x) { cpu::gelu_forward(y, x); }
+void CpuBackend::do_gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
   cpu::gelu_backward(dx, dy, x);
 }
-void CpuBackend::bias_add(Tensor y, ConstTensor b) { cpu::bias_add(y, b); }
-void CpuBackend::bias_backward(Tensor db, ConstTensor dy) { cpu::bias_backward(db, dy); }
-void CpuBackend::embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
+void CpuBackend::do_bias_add(Tensor y, ConstTensor b) { cpu::bias_add(y, b); }
+void CpuBackend::do_bias_backward(Tensor db, ConstTensor dy) { cpu::bias_backward(db, dy); }
+void CpuBackend::do_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
   cpu::embedding_forward(x, tokens, wte);
 }
-void CpuBackend::embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) {
+void CpuBackend::do_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) {
   cpu::embedding_backward(dwte, dx, tokens);
 }
-void CpuBackend::cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
-                               View<const int32_t> targets, float grad_scale) {
+void CpuBackend::do_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                  View<const int32_t> targets, float grad_scale) {
   cpu::cross_entropy(losses, dlogits, logits, targets, grad_scale);
 }
-void CpuBackend::vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
-                                         View<const int32_t> targets) {
+void CpuBackend::do_vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
+                                            View<const int32_t> targets) {
   cpu::vocab_parallel_ce_stats(stats, target_logit, logits, targets);
 }
-void CpuBackend::vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
-                                   View<const int32_t> targets, ConstTensor stats,
-                                   ConstTensor target_logit, float grad_scale) {
+void CpuBackend::do_vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
+                                      View<const int32_t> targets, ConstTensor stats,
+                                      ConstTensor target_logit, float grad_scale) {
   cpu::vocab_parallel_ce(losses, dlogits, logits, targets, stats, target_logit, grad_scale);
 }
 int64_t CpuBackend::attention_forward_scratch_numel(int64_t, int64_t head_dim, int64_t, int64_t) {
   return cpu::attention_forward_scratch_numel(head_dim);
 }
-void CpuBackend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
-                                   ConstTensor v, int64_t batch, int64_t n_heads,
-                                   int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+void CpuBackend::do_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
+                                      ConstTensor v, int64_t batch, int64_t n_heads,
+                                      int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
   cpu::attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads, scratch, mask);
 }
 int64_t CpuBackend::attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                                      int64_t n_kv_heads) {
   return cpu::attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
 }
-void CpuBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
-                                    ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,
-                                    ConstTensor lse, int64_t batch, int64_t n_heads,
-                                    int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+void CpuBackend::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
+                                       ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,
+                                       ConstTensor lse, int64_t batch, int64_t n_heads,
+                                       int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
   cpu::attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads, scratch,
                           mask);
 }
-void CpuBackend::attention_merge(Tensor o, Tensor lse, ConstTensor o_part, ConstTensor lse_part) {
+void CpuBackend::do_attention_merge(Tensor o, Tensor lse, ConstTensor o_part,
+                                    ConstTensor lse_part) {
   cpu::attention_merge(o, lse, o_part, lse_part);
 }
 int64_t CpuBackend::attention_decode_scratch_numel(int64_t keys) {
   return cpu::attention_decode_scratch_numel(keys);
 }
-void CpuBackend::attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v,
-                                  int64_t first, int64_t n_heads, int64_t n_kv_heads,
-                                  Tensor scratch) {
+void CpuBackend::do_attention_decode(Tensor o, ConstTensor q, ConstTensor k, ConstTensor v,
+                                     int64_t first, int64_t n_heads, int64_t n_kv_heads,
+                                     Tensor scratch) {
   cpu::attention_decode(o, q, k, v, first, n_heads, n_kv_heads, scratch);
 }
-void CpuBackend::copy(Tensor dst, ConstTensor src) { cpu::copy(dst, src); }
-void CpuBackend::convert(Tensor dst, ConstTensor src) {
-  check_convert(dst, src);
+void CpuBackend::do_copy(Tensor dst, ConstTensor src) { cpu::copy(dst, src); }
+void CpuBackend::do_convert(Tensor dst, ConstTensor src) {
   const bool to_bf16 = dst.dtype() == DType::kBF16, from_bf16 = src.dtype() == DType::kBF16;
   if (to_bf16 && from_bf16) {
     std::memcpy(dst.as<bf16>().data(), src.as<const bf16>().data(), size_t(dst.bytes()));
@@ -166,53 +167,53 @@ void CpuBackend::convert(Tensor dst, ConstTensor src) {
     cpu::copy(dst, src);
   }
 }
-void CpuBackend::fill(Tensor dst, float value) { cpu::fill(dst, value); }
-void CpuBackend::scale(Tensor x, float factor) { cpu::scale(x, factor); }
-void CpuBackend::add_into(Tensor dst, ConstTensor src) { cpu::add_into(dst, src); }
-double CpuBackend::sum(ConstTensor x) { return cpu::sum(x); }
-double CpuBackend::sum_squares(ConstTensor x) { return cpu::sum_squares(x); }
+void CpuBackend::do_fill(Tensor dst, float value) { cpu::fill(dst, value); }
+void CpuBackend::do_scale(Tensor x, float factor) { cpu::scale(x, factor); }
+void CpuBackend::do_add_into(Tensor dst, ConstTensor src) { cpu::add_into(dst, src); }
+double CpuBackend::do_sum(ConstTensor x) { return cpu::sum(x); }
+double CpuBackend::do_sum_squares(ConstTensor x) { return cpu::sum_squares(x); }
 
 int64_t CpuBackend::noise_probe_partial_numel(int64_t n) { return cpu::noise_probe_chunks(n); }
-double CpuBackend::noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
-                                    View<double> partial) {
+double CpuBackend::do_noise_probe_pass(Tensor g, Tensor sum, NoiseProbePass pass,
+                                       View<double> partial) {
   return cpu::noise_probe_pass(g, sum, pass, partial);
 }
 
-void CpuBackend::sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) {
+void CpuBackend::do_sgd_update(Tensor p, Tensor buf, ConstTensor g, const SgdStep& s) {
   cpu::sgd_update(p, buf, g, s);
 }
-void CpuBackend::signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) {
+void CpuBackend::do_signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) {
   cpu::signsgd_update(p, m, g, s);
 }
-void CpuBackend::adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) {
+void CpuBackend::do_adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) {
   cpu::adam_update(p, m, v, g, s);
 }
-void CpuBackend::adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) {
+void CpuBackend::do_adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s) {
   cpu::adamw_update(p, m, v, g, s);
 }
-void CpuBackend::adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& s) {
+void CpuBackend::do_adagrad_update(Tensor p, Tensor sum, ConstTensor g, const AdagradStep& s) {
   cpu::adagrad_update(p, sum, g, s);
 }
-void CpuBackend::rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf,
-                                ConstTensor g, const RmspropStep& s) {
+void CpuBackend::do_rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf,
+                                   ConstTensor g, const RmspropStep& s) {
   cpu::rmsprop_update(p, square_avg, grad_avg, buf, g, s);
 }
-void CpuBackend::lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) {
+void CpuBackend::do_lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) {
   cpu::lion_update(p, m, g, s);
 }
 int64_t CpuBackend::adafactor_partial_numel(int64_t rows, int64_t numel) {
   return std::max(rows, cpu::adafactor_chunks(numel));
 }
-double CpuBackend::adafactor_rms(ConstTensor x, View<double> partial) {
+double CpuBackend::do_adafactor_rms(ConstTensor x, View<double> partial) {
   return cpu::adafactor_rms(x, partial);
 }
-void CpuBackend::adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col, ConstTensor g,
-                                         Tensor row_inv, Tensor col_inv, View<double> partial,
-                                         const AdafactorStep& s) {
+void CpuBackend::do_adafactor_update_matrix(Tensor p, Tensor m, Tensor row, Tensor col,
+                                            ConstTensor g, Tensor row_inv, Tensor col_inv,
+                                            View<double> partial, const AdafactorStep& s) {
   cpu::adafactor_update_matrix(p, m, row, col, g, row_inv, col_inv, partial, s);
 }
-void CpuBackend::adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g,
-                                         View<double> partial, const AdafactorStep& s) {
+void CpuBackend::do_adafactor_update_vector(Tensor p, Tensor m, Tensor v, ConstTensor g,
+                                            View<double> partial, const AdafactorStep& s) {
   cpu::adafactor_update_vector(p, m, v, g, partial, s);
 }
 

@@ -1,5 +1,5 @@
 // The arithmetic of every CUDA kernel, as plain functions of one work item (an element, a row, a
-// column or an attention query), compiled twice: by nvcc into the kernels of cuda_backend.cu
+// column or a decoded query), compiled twice: by nvcc into the kernels of the backend (cuda/*.cu)
 // (each thread calls one body), and by the host compiler into tests/cuda/bodies_test.cc, which
 // runs every item on the CPU and compares with the CPU kernels (cpu/). So the logic of
 // each GPU kernel is tested on machines without a GPU; what only a GPU can show (launch shapes,
@@ -369,128 +369,9 @@ MEMO_HD inline void vocab_parallel_ce_row(float* losses, Mat dlogits, CMat logit
   if (targets[t] >= 0) dlogits.at(t, targets[t]) -= grad_scale;
 }
 
-// --- attention (cpu/kernels.h): q [B*S, H*D], k, v [B*S, Hkv*D], lse [B, H, S]
-// contiguous; G = H / Hkv query heads share a key-value head. One query row (b, h, i) of the
-// forward and of dq; one key row (b, kv head, j) of dk, dv. The row's own vectors (q and the
-// accumulators; k, v for dk, dv) are per-thread arrays of kMaxD >= D floats. With kExact, D is
-// kMaxD at compile time: the loops unroll and the arrays can live in registers (the backend
-// instantiates it for D = 32, 64, 128); otherwise D is a.D, read at run time. The arithmetic and
-// its order are the same either way.
-struct AttnShape {
-  int64_t S, H, G, D;
-  bool causal;
-};
-#if defined(__CUDA_ARCH__)  // nvcc's device pass (its host pass and g++ would warn)
-#define MEMO_UNROLL _Pragma("unroll")
-#else
-#define MEMO_UNROLL
-#endif
-template <int kMaxD, bool kExact = false>
-MEMO_HD inline void attention_forward_row(Mat o, float* lse, CMat q, CMat k, CMat v, AttnShape a,
-                                          int64_t b, int64_t h, int64_t i) {
-  const int D = kExact ? kMaxD : int(a.D);
-  const float scale = 1.0f / ::sqrtf(float(D));
-  const int64_t row = b * a.S + i, kh = h / a.G, last = a.causal ? i : a.S - 1;
-  float qr[kMaxD], acc[kMaxD];
-  MEMO_UNROLL
-  for (int d = 0; d < D; ++d) qr[d] = q.at(row, h * D + d), acc[d] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
-  for (int64_t j = 0; j <= last; ++j) {
-    const float* kj = &k.at(b * a.S + j, kh * D);
-    const float* vj = &v.at(b * a.S + j, kh * D);
-    float s = 0.0f;
-    MEMO_UNROLL
-    for (int d = 0; d < D; ++d) s += qr[d] * kj[d];
-    s *= scale;
-    const float m_new = s > m ? s : m;
-    const float corr = exp_f(m - m_new), p = exp_f(s - m_new);
-    l = l * corr + p;
-    MEMO_UNROLL
-    for (int d = 0; d < D; ++d) acc[d] = acc[d] * corr + p * vj[d];
-    m = m_new;
-  }
-  float* oi = &o.at(row, h * D);
-  MEMO_UNROLL
-  for (int d = 0; d < D; ++d) oi[d] = acc[d] / l;
-  lse[(b * a.H + h) * a.S + i] = m + ::logf(l);
-}
-// delta[h * S + i] = dout_i . o_i for batch b (the backward's row constant).
-MEMO_HD inline void attention_delta_row(float* delta, CMat dout, CMat o, AttnShape a, int64_t b,
-                                        int64_t h, int64_t i) {
-  const int64_t row = b * a.S + i;
-  double s = 0.0;
-  for (int64_t d = 0; d < a.D; ++d) s += double(dout.at(row, h * a.D + d)) * o.at(row, h * a.D + d);
-  delta[h * a.S + i] = float(s);
-}
-template <int kMaxD, bool kExact = false>
-MEMO_HD inline void attention_dq_row(Mat dq, CMat dout, CMat q, CMat k, CMat v, const float* lse,
-                                     const float* delta, AttnShape a, int64_t b, int64_t h,
-                                     int64_t i) {
-  const int D = kExact ? kMaxD : int(a.D);
-  const float scale = 1.0f / ::sqrtf(float(D));
-  const int64_t row = b * a.S + i, kh = h / a.G, last = a.causal ? i : a.S - 1;
-  const float l = lse[(b * a.H + h) * a.S + i], di = delta[h * a.S + i];
-  float qr[kMaxD], dor[kMaxD], acc[kMaxD];
-  MEMO_UNROLL
-  for (int d = 0; d < D; ++d)
-    qr[d] = q.at(row, h * D + d), dor[d] = dout.at(row, h * D + d), acc[d] = 0.0f;
-  for (int64_t j = 0; j <= last; ++j) {
-    const float* kj = &k.at(b * a.S + j, kh * D);
-    const float* vj = &v.at(b * a.S + j, kh * D);
-    float s = 0.0f, dp = 0.0f;
-    MEMO_UNROLL
-    for (int d = 0; d < D; ++d) {
-      s += qr[d] * kj[d];
-      dp += dor[d] * vj[d];
-    }
-    const float ds = exp_f(s * scale - l) * (dp - di);
-    MEMO_UNROLL
-    for (int d = 0; d < D; ++d) acc[d] += ds * kj[d];
-  }
-  float* dqi = &dq.at(row, h * D);
-  MEMO_UNROLL
-  for (int d = 0; d < D; ++d) dqi[d] = acc[d] * scale;
-}
-template <int kMaxD, bool kExact = false>
-MEMO_HD inline void attention_dkdv_row(Mat dk, Mat dv, CMat dout, CMat q, CMat k, CMat v,
-                                       const float* lse, const float* delta, AttnShape a, int64_t b,
-                                       int64_t kh, int64_t j) {
-  const int D = kExact ? kMaxD : int(a.D);
-  const float scale = 1.0f / ::sqrtf(float(D));
-  const int64_t krow = b * a.S + j;
-  float kr[kMaxD], vr[kMaxD], acc_k[kMaxD], acc_v[kMaxD];
-  MEMO_UNROLL
-  for (int d = 0; d < D; ++d) {
-    kr[d] = k.at(krow, kh * D + d);
-    vr[d] = v.at(krow, kh * D + d);
-    acc_k[d] = acc_v[d] = 0.0f;
-  }
-  for (int64_t h = kh * a.G; h < (kh + 1) * a.G; ++h) {
-    for (int64_t i = a.causal ? j : 0; i < a.S; ++i) {
-      const int64_t row = b * a.S + i;
-      const float* qi = &q.at(row, h * D);
-      const float* doi = &dout.at(row, h * D);
-      float s = 0.0f, dp = 0.0f;
-      MEMO_UNROLL
-      for (int d = 0; d < D; ++d) {
-        s += qi[d] * kr[d];
-        dp += doi[d] * vr[d];
-      }
-      const float p = exp_f(s * scale - lse[(b * a.H + h) * a.S + i]);
-      const float ds = p * (dp - delta[h * a.S + i]);
-      MEMO_UNROLL
-      for (int d = 0; d < D; ++d) {
-        acc_v[d] += p * doi[d];
-        acc_k[d] += ds * qi[d];
-      }
-    }
-  }
-  MEMO_UNROLL
-  for (int d = 0; d < D; ++d) {
-    dk.at(krow, kh * D + d) = acc_k[d] * scale;
-    dv.at(krow, kh * D + d) = acc_v[d];
-  }
-}
+// --- attention (cpu/kernels.h): lse [B, H, S]; o, q [B*S or n, H*D]; k, v [*, Hkv*D].
+// The training attention is the chunked schedule (cuda/chunked_attention.h) and the fused
+// kernels (cuda/flash_attention.h); here, the merge of two parts and the decode step.
 // attention_merge of one (row bs, head h): see cpu/attention_merge.cc.
 MEMO_HD inline void attention_merge_item(Mat o, float* lse, CMat o_part, const float* lse_part,
                                          int64_t H, int64_t S, int64_t D, int64_t bs, int64_t h) {

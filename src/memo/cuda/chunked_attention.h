@@ -1,5 +1,5 @@
 // Causal (or full) grouped-query attention as strided-batched matrix products over chunks of
-// query rows, with small kernels between them: CUDA's attention (cuda_backend.cu runs the
+// query rows, with small kernels between them: CUDA's attention (cuda/attention.cu runs the
 // products on cuBLASLt), written once as templates over the operations so that
 // tests/cuda/bodies_test.cc runs the same schedule on the CPU against the CPU kernels.
 //

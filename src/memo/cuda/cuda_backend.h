@@ -24,7 +24,7 @@ int cuda_device_count();
 // cuda_device_count does, or where the GPU does not exist.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 // cuBLASLt's version (e.g. 130100), opening it first if no backend has (Note [Loading cuBLASLt] in
-// cuda_backend.cu: memo loads it at run time, only for --device cuda); needs no GPU. Throws
+// cublaslt.cu: memo loads it at run time, only for --device cuda); needs no GPU. Throws
 // ConfigError naming the library where it cannot be opened or lacks a function memo calls.
 int64_t cublaslt_version();
 // The GPU the CUDA backend runs on; -1 for any other backend.

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "memo/cpu/cpu_backend.h"
 #include "memo/cuda/chunked_attention.h"
 #include "memo/cuda/flash_attention.h"
-#include "memo/cpu/cpu_backend.h"
 
 namespace memo {
 
@@ -61,7 +61,7 @@ inline int64_t cuda_noise_probe_partial_numel(int64_t n) {
 }
 
 // A target for MetaBackend that sizes a trace as the CUDA backend runs it (the fused bf16 attention
-// and the chunked one, not MEMO_CUDA_ATTENTION=chunked or rows): the CPU backend's shape checks
+// and the chunked one, not MEMO_CUDA_ATTENTION=chunked): the CPU backend's shape checks
 // with CUDA's sizes and native bf16 kernels (never run: a meta trace only asks it for sizes).
 // CudaBackend.cuda_sizes_are_the_backends (tests/gpu/cuda_backend_check.cc) compares them on a
 // GPU.

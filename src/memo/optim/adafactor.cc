@@ -34,7 +34,8 @@ Adafactor::Adafactor(const ParamLayout& layout, AdafactorOptions options, std::v
     } else {
       v_numel += info.numel;
     }
-    max_chunks = std::max(max_chunks, backend.adafactor_partial_numel(s.rows, info.numel));
+    max_chunks = std::max(max_chunks,
+                          backend.optimizer_kernels().adafactor_partial_numel(s.rows, info.numel));
     slots_.push_back(s);
   }
   v_ = SpaceArray<float>(backend_, v_numel);
@@ -66,20 +67,22 @@ void Adafactor::step(Tensor params, ConstTensor grads, double lr) {
     const ConstTensor g = grads.part(info.offset, {info.numel});
     const Tensor m = options_.beta1 > 0.0 ? m_.tensor({info.numel}, info.offset) : Tensor();
     // alpha_t from p_{t-1}, before this step changes it.
-    const double alpha = options_.relative_step
-                             ? std::max(options_.eps2, backend_.adafactor_rms(p, partial)) * rho
-                             : lr;
+    const double alpha =
+        options_.relative_step
+            ? std::max(options_.eps2, backend_.optimizer_kernels().adafactor_rms(p, partial)) * rho
+            : lr;
     s.alpha = float(alpha);
     s.keep = decay_[i] ? float(1.0 - alpha * options_.weight_decay) : 1.0f;
     const Slot& slot = slots_[i];
     if (slot.rows > 0) {
       const Shape rc{slot.rows, slot.cols};
-      backend_.adafactor_update_matrix(
+      backend_.optimizer_kernels().adafactor_update_matrix(
           p.reshape(rc), m.empty() ? m : m.reshape(rc), v_.tensor({slot.rows}, slot.offset),
           v_.tensor({slot.cols}, slot.offset + slot.rows), g.reshape(rc),
           row_inv_.tensor({slot.rows}), col_inv_.tensor({slot.cols}), partial, s);
     } else {
-      backend_.adafactor_update_vector(p, m, v_.tensor({info.numel}, slot.offset), g, partial, s);
+      backend_.optimizer_kernels().adafactor_update_vector(
+          p, m, v_.tensor({info.numel}, slot.offset), g, partial, s);
     }
   }
 }

@@ -33,9 +33,9 @@ void Adagrad::step(Tensor params, ConstTensor grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
-    backend_.adagrad_update(params.part(info.offset, {info.numel}),
-                            sum_.tensor({info.numel}, info.offset),
-                            grads.part(info.offset, {info.numel}), s);
+    backend_.optimizer_kernels().adagrad_update(params.part(info.offset, {info.numel}),
+                                                sum_.tensor({info.numel}, info.offset),
+                                                grads.part(info.offset, {info.numel}), s);
   }
 }
 

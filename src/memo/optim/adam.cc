@@ -39,9 +39,9 @@ void Adam::step(Tensor params, ConstTensor grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
-    backend_.adam_update(params.part(info.offset, {info.numel}),
-                         m_.tensor({info.numel}, info.offset), v_.tensor({info.numel}, info.offset),
-                         grads.part(info.offset, {info.numel}), s);
+    backend_.optimizer_kernels().adam_update(
+        params.part(info.offset, {info.numel}), m_.tensor({info.numel}, info.offset),
+        v_.tensor({info.numel}, info.offset), grads.part(info.offset, {info.numel}), s);
   }
 }
 

@@ -33,7 +33,7 @@ void AdamW::step(Tensor params, ConstTensor grads, double lr) {
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     s.keep = decay_[i] ? float(1.0 - lr * options_.weight_decay) : 1.0f;
-    backend_.adamw_update(
+    backend_.optimizer_kernels().adamw_update(
         params.part(info.offset, {info.numel}), m_.tensor({info.numel}, info.offset),
         v_.tensor({info.numel}, info.offset), grads.part(info.offset, {info.numel}), s);
   }

@@ -40,9 +40,9 @@ void Rmsprop::step(Tensor params, ConstTensor grads, double lr) {
     s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
     const Tensor a = options_.centered ? grad_avg_.tensor({info.numel}, info.offset) : Tensor();
     const Tensor b = use_momentum ? buf_.tensor({info.numel}, info.offset) : Tensor();
-    backend_.rmsprop_update(params.part(info.offset, {info.numel}),
-                            square_avg_.tensor({info.numel}, info.offset), a, b,
-                            grads.part(info.offset, {info.numel}), s);
+    backend_.optimizer_kernels().rmsprop_update(params.part(info.offset, {info.numel}),
+                                                square_avg_.tensor({info.numel}, info.offset), a, b,
+                                                grads.part(info.offset, {info.numel}), s);
   }
 }
 

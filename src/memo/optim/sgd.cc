@@ -32,8 +32,8 @@ void Sgd::step(Tensor params, ConstTensor grads, double lr) {
     const ParamInfo& info = layout_.params()[i];
     s.weight_decay = decay_[i] ? float(options_.weight_decay) : 0.0f;
     const Tensor buf = options_.momentum == 0.0 ? Tensor() : buf_.tensor({info.numel}, info.offset);
-    backend_.sgd_update(params.part(info.offset, {info.numel}), buf,
-                        grads.part(info.offset, {info.numel}), s);
+    backend_.optimizer_kernels().sgd_update(params.part(info.offset, {info.numel}), buf,
+                                            grads.part(info.offset, {info.numel}), s);
   }
 }
 

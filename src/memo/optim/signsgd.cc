@@ -25,8 +25,8 @@ void SignSgd::step(Tensor params, ConstTensor grads, double lr) {
     const ParamInfo& info = layout_.params()[i];
     s.keep = decay_[i] ? float(1.0 - lr * options_.weight_decay) : 1.0f;
     const Tensor m = options_.momentum == 0.0 ? Tensor() : m_.tensor({info.numel}, info.offset);
-    backend_.signsgd_update(params.part(info.offset, {info.numel}), m,
-                            grads.part(info.offset, {info.numel}), s);
+    backend_.optimizer_kernels().signsgd_update(params.part(info.offset, {info.numel}), m,
+                                                grads.part(info.offset, {info.numel}), s);
   }
 }
 
