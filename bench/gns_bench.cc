@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "memo/cpu/cpu_backend.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/random.h"
-#include "memo/io/config_json.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/cpu/tensor_ops.h"
+#include "memo/io/config_json.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/optim/adamw.h"

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "memo/cpu/cpu_backend.h"
 #include "memo/backend/caching_allocator.h"
-#include "memo/io/config_json.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/cpu/kernels.h"
+#include "memo/io/config_json.h"
 #include "memo/memory/memo.h"
 #include "memo/memory/strategy_factory.h"
 #include "memo/model/model.h"

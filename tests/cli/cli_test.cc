@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "cli_test_util.h"
-#include "memo/cpu/cpu_backend.h"
 #include "memo/backend/caching_allocator.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/data/token_data.h"
 #include "memo/io/checkpoint.h"
 #include "memo/memory/strategy.h"

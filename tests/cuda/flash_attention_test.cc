@@ -28,9 +28,9 @@
 #include "cpu/kernel_test_util.h"
 #include "memo/backend/attn_mask.h"
 #include "memo/core/tensor.h"
+#include "memo/cpu/kernels.h"
 #include "memo/cuda/chunked_attention.h"
 #include "memo/cuda/cuda_sizes.h"
-#include "memo/cpu/kernels.h"
 #include "memo/meta/meta_backend.h"
 
 namespace memo::cuda {

@@ -11,8 +11,8 @@
 #include <memory>
 #include <vector>
 
-#include "memo/nccl/nccl_communicator.h"
 #include "memo/mpi/mpi_communicator.h"
+#include "memo/nccl/nccl_communicator.h"
 
 namespace memo {
 namespace {

@@ -1,13 +1,13 @@
 // The bi-level plan of a real step: every level validated, the joined offsets checked against
 // every request, layer blocks reusing one level-1 plan.
 #include "memo/memory/activation_plan.h"
-#include "memo/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
 
 #include <climits>
 #include <map>
 
+#include "memo/cpu/cpu_backend.h"
 #include "memo/memory/plan/validate.h"
 #include "memory_test_util.h"
 

@@ -1,12 +1,12 @@
 // The device budget: need by part, the refusal message and its advice, checked against real plans.
 #include "memo/memory/budget.h"
-#include "memo/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 
 #include "memo/core/units.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memory_test_util.h"
 
 namespace memo {

@@ -1,7 +1,6 @@
 // The planned arena: same numbers as the caching allocator, measured peak within the plan, and a
 // request sequence that departs from the trace stopped with a message naming the request.
 #include "memo/memory/planned_allocator.h"
-#include "memo/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -9,6 +8,7 @@
 #include <sstream>
 
 #include "memo/backend/caching_allocator.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memory_test_util.h"
 #include "test_util.h"
 

@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "memo/cpu/cpu_backend.h"
 #include "memo/backend/caching_allocator.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/memory/memo.h"
 #include "memo/memory/strategy_factory.h"
 #include "memo/memory/swap_strategy.h"

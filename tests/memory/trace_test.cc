@@ -1,10 +1,10 @@
 // The trace recorder: what one real step requests, the split into layer passes, the check that
 // every layer's sub-trace is the same, and the shape-scaled trace.
-#include "memo/cpu/cpu_backend.h"
 #include "memo/memory/trace.h"
 
 #include <gtest/gtest.h>
 
+#include "memo/cpu/cpu_backend.h"
 #include "memo/memory/activation_plan.h"
 #include "memo/model/architecture.h"
 #include "memory_test_util.h"

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "memo/cpu/cpu_backend.h"
 #include "memo/backend/caching_allocator.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/io/checkpoint.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"

@@ -2,7 +2,6 @@
 // (through its losses), every incremental step against an independent float64 PyTorch forward of
 // the whole sequence, and greedy generation with the cache against greedy generation that re-runs
 // the whole sequence for every token. LLaMA (grouped-query) and GPT-2 (learned and rotary).
-#include "memo/cpu/cpu_backend.h"
 #include "memo/model/kv_decoder.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +10,7 @@
 
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/random.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/data/token_data.h"
 #include "memo/data/tokenizer.h"
 #include "memo/io/checkpoint.h"

@@ -12,10 +12,10 @@
 
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/random.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/data/token_data.h"
 #include "memo/io/checkpoint.h"
 #include "memo/io/safetensors.h"
-#include "memo/cpu/cpu_backend.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "memo/optim/adamw.h"

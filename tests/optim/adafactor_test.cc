@@ -1,9 +1,9 @@
-#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/adafactor.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "memo/cpu/cpu_backend.h"
 #include "optim/optim_test_util.h"
 
 namespace memo {

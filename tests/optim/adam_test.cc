@@ -1,8 +1,8 @@
-#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/adam.h"
 
 #include <cmath>
 
+#include "memo/cpu/cpu_backend.h"
 #include "optim/optim_test_util.h"
 
 namespace memo {

@@ -1,4 +1,3 @@
-#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/factory.h"
 
 #include <omp.h>
@@ -7,6 +6,7 @@
 #include <functional>
 #include <numeric>
 
+#include "memo/cpu/cpu_backend.h"
 #include "optim/optim_test_util.h"
 
 namespace memo {
@@ -146,7 +146,8 @@ TEST(Factory, hyperparameters_round_trip_through_json) {
   ParamLayout layout(test::tiny_config());
   const OptimizerOptions options = stateful_options();
   for (const std::string& name : optimizer_names()) {
-    const nlohmann::json h = make_optimizer(name, layout, options, cpu_backend())->hyperparameters();
+    const nlohmann::json h =
+        make_optimizer(name, layout, options, cpu_backend())->hyperparameters();
     const OptimizerOptions restored = with_hyperparameters({}, name, h);
     EXPECT_EQ(make_optimizer(name, layout, restored, cpu_backend())->hyperparameters(), h) << name;
   }

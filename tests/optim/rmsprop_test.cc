@@ -1,8 +1,8 @@
-#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/rmsprop.h"
 
 #include <cmath>
 
+#include "memo/cpu/cpu_backend.h"
 #include "optim/optim_test_util.h"
 
 namespace memo {
@@ -46,7 +46,8 @@ TEST(Rmsprop, centered_with_momentum_matches_reference) {
 TEST(Rmsprop, state_lists_only_the_buffers_in_use) {
   ParamLayout layout(test::tiny_config());
   Rmsprop plain(layout, {}, decay_matrices_only(layout), cpu_backend());
-  Rmsprop full(layout, {.momentum = 0.5, .centered = true}, decay_matrices_only(layout), cpu_backend());
+  Rmsprop full(layout, {.momentum = 0.5, .centered = true}, decay_matrices_only(layout),
+               cpu_backend());
   EXPECT_EQ(plain.state().size(), layout.params().size());
   EXPECT_EQ(full.state().size(), 3 * layout.params().size());
 }

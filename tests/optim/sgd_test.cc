@@ -1,6 +1,6 @@
-#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/sgd.h"
 
+#include "memo/cpu/cpu_backend.h"
 #include "optim/optim_test_util.h"
 
 namespace memo {
@@ -43,8 +43,9 @@ TEST(Sgd, nesterov_matches_reference) {
 
 TEST(Sgd, nesterov_without_momentum_is_rejected) {
   ParamLayout layout(test::tiny_config());
-  EXPECT_THROW(Sgd(layout, {.momentum = 0.0, .nesterov = true}, decay_matrices_only(layout), cpu_backend()),
-               ConfigError);
+  EXPECT_THROW(
+      Sgd(layout, {.momentum = 0.0, .nesterov = true}, decay_matrices_only(layout), cpu_backend()),
+      ConfigError);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-#include "memo/cpu/cpu_backend.h"
 #include "memo/optim/signsgd.h"
 
+#include "memo/cpu/cpu_backend.h"
 #include "optim/optim_test_util.h"
 
 namespace memo {

@@ -3,13 +3,13 @@
 // when the copy bandwidth binds, and when even alpha = 0 does not fit; the model state per GPU;
 // both MFU conventions; the longest sequence; layouts that do not divide.
 #include "memo/train/cluster_plan.h"
-#include "memo/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
+#include "memo/cpu/cpu_backend.h"
 #include "memo/io/hardware_json.h"
 #include "memo/model/params.h"
 #include "memo/model/presets.h"
@@ -44,7 +44,8 @@ Sizes llama7b_layer(double T) {
 TEST(ClusterPlan, memo_alpha_is_host_bound_at_a_million_tokens_as_the_closed_form_says) {
   const ModelConfig config = llama_preset("llama-7b");
   const int64_t seq = 1 << 20;
-  const ClusterPlan p = plan_cluster(cpu_backend(), config, seq, "memo", a800s(8, int64_t(2048 * kGiB)));
+  const ClusterPlan p =
+      plan_cluster(cpu_backend(), config, seq, "memo", a800s(8, int64_t(2048 * kGiB)));
   const Sizes s = llama7b_layer(double(seq) / 8);
   // (L - 2) (S_in + S_attn + alpha S_oth) <= 2 TiB / 8 GPUs
   const double want = (2048 * kGiB / 8 / 30 - s.in - s.attn) / s.other;
@@ -81,7 +82,8 @@ TEST(ClusterPlan, memo_alpha_is_bandwidth_bound_when_the_link_is_slow) {
 TEST(ClusterPlan, memo_says_what_would_fit_when_even_alpha_zero_overflows_the_host) {
   const ModelConfig config = llama_preset("llama-7b");
   const int64_t seq = 1 << 20;
-  const ClusterPlan p = plan_cluster(cpu_backend(), config, seq, "memo", a800s(8, int64_t(256 * kGiB)));
+  const ClusterPlan p =
+      plan_cluster(cpu_backend(), config, seq, "memo", a800s(8, int64_t(256 * kGiB)));
   EXPECT_FALSE(p.fits());
   EXPECT_FALSE(p.host_fits);
   const Sizes s = llama7b_layer(double(seq) / 8);
@@ -127,7 +129,8 @@ TEST(ClusterPlan, model_state_per_gpu_is_18_bytes_per_rank_parameter_sharded_as_
 TEST(ClusterPlan, mfu_conventions_differ_by_the_attention_term) {
   const ModelConfig config = llama_preset("llama-7b");
   const int64_t seq = 1 << 20;
-  const ClusterPlan p = plan_cluster(cpu_backend(), config, seq, "memo", a800s(8, int64_t(2048 * kGiB)));
+  const ClusterPlan p =
+      plan_cluster(cpu_backend(), config, seq, "memo", a800s(8, int64_t(2048 * kGiB)));
   // 3 (L (2 P + A) + 2 C V) with A = 2 H D (S + 1) or 4 H D S
   const double base = 32 * 2 * 202375168.0 + 2.0 * 4096 * 32000;
   EXPECT_NEAR(p.model_flops_per_token_causal, 3 * (base + 32 * 2 * 4096.0 * (seq + 1)), 1.0);
@@ -168,7 +171,8 @@ TEST(ClusterPlan, the_longest_sequence_fits_and_one_step_more_does_not) {
     ASSERT_TRUE(p.max_seq.has_value());
     o.search_max_seq = false;
     EXPECT_TRUE(plan_cluster(cpu_backend(), config, *p.max_seq, strategy, o).fits());
-    EXPECT_FALSE(plan_cluster(cpu_backend(), config, *p.max_seq + p.max_seq_step, strategy, o).fits());
+    EXPECT_FALSE(
+        plan_cluster(cpu_backend(), config, *p.max_seq + p.max_seq_step, strategy, o).fits());
     o.search_max_seq = true;
   }
 }
@@ -182,7 +186,8 @@ TEST(ClusterPlan, the_traced_ring_sends_what_the_context_parallel_layout_does) {
   ClusterOptions o = a800s(4, int64_t(2048) * (int64_t(1) << 30));
   o.parallel.cp = 2;
   const int64_t T = 262144 / 8, block = T * 4096 * 2;
-  EXPECT_EQ(plan_cluster(cpu_backend(), config, 262144, "keep", o).cp_bytes_per_micro_batch, 32 * 8 * block + 8);
+  EXPECT_EQ(plan_cluster(cpu_backend(), config, 262144, "keep", o).cp_bytes_per_micro_batch,
+            32 * 8 * block + 8);
   EXPECT_EQ(plan_cluster(cpu_backend(), config, 262144, "recompute", o).cp_bytes_per_micro_batch,
             32 * 8 * block + 31 * 2 * block + 8);
   o.parallel.cp = 1;

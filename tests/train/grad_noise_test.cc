@@ -1,6 +1,5 @@
 // GradNoiseProbe: each micro-batch norm is exactly that of its gradient computed alone, the step's
 // gradient is their sum, and the estimator gets one update per step.
-#include "memo/cpu/cpu_backend.h"
 #include "memo/train/grad_noise.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +9,7 @@
 
 #include "memo/backend/caching_allocator.h"
 #include "memo/core/random.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/cpu/tensor_ops.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"

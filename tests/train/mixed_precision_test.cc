@@ -17,14 +17,14 @@
 #include "../cli/cli_test_util.h"
 #include "memo/backend/bf16_storage.h"
 #include "memo/backend/caching_allocator.h"
-#include "memo/io/config_json.h"
 #include "memo/cpu/cpu_backend.h"
-#include "memo/meta/meta_backend.h"
+#include "memo/io/config_json.h"
 #include "memo/memory/strategy.h"
+#include "memo/meta/meta_backend.h"
 #include "memo/train/device_plan.h"
 #include "memo/train/trainer.h"
-#include "train/train_util.h"
 #include "test_util.h"
+#include "train/train_util.h"
 
 namespace memo {
 namespace {

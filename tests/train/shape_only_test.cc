@@ -70,7 +70,8 @@ TEST_P(ShapeOnlyTrace, equals_the_real_trace) {
       Model model(config, cpu_backend());
       model.init(5);
       const Trace real = trace_model_step(model, batch, seq, factory(GetParam()));
-      const Trace shapes = trace_shapes_only(cpu_backend(), config, Parallel{}, batch, seq, factory(GetParam()));
+      const Trace shapes =
+          trace_shapes_only(cpu_backend(), config, Parallel{}, batch, seq, factory(GetParam()));
       SCOPED_TRACE(GetParam() + (config.is_gpt2() ? " gpt2" : " llama") + " batch " +
                    std::to_string(batch) + " seq " + std::to_string(seq));
       expect_same_trace(shapes, real);
@@ -100,8 +101,8 @@ TEST(ShapeOnlyPlan, planned_activation_bytes_equal_the_peak_measured_in_training
     for (const std::string kind : {"keep", "memo"}) {
       config.num_hidden_layers = 4;
       SCOPED_TRACE(kind + (config.is_gpt2() ? " gpt2" : " llama"));
-      const ActivationPlan plan =
-          plan_activations(trace_shapes_only(cpu_backend(), config, Parallel{}, 2, 200, factory(kind)));
+      const ActivationPlan plan = plan_activations(
+          trace_shapes_only(cpu_backend(), config, Parallel{}, 2, 200, factory(kind)));
       Model model(config, cpu_backend());
       model.init(9);
       PlannedAllocator arena(plan);  // throws on the first request the real step makes otherwise
@@ -126,7 +127,8 @@ TEST(ShapeOnlyTrace, a_7b_rank_at_a_million_tokens_needs_no_memory) {
     const int64_t seq = 1 << 20, tp = 8;
     const int64_t rss_before = max_rss_bytes();
     const auto t0 = std::chrono::steady_clock::now();
-    const Trace trace = trace_shapes_only(cpu_backend(), config, Parallel{tp, 1}, 1, seq / tp, factory("memo"));
+    const Trace trace =
+        trace_shapes_only(cpu_backend(), config, Parallel{tp, 1}, 1, seq / tp, factory("memo"));
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // One rank's layer input is 1/8 of [S, C] fp32: 2 GiB; the TP gathers hold all S tokens.
@@ -166,8 +168,8 @@ TEST(ShapeOnlyTrace, context_parallel_traces_the_ring) {
   for (const char* strategy : {"keep", "recompute"}) {
     SCOPED_TRACE(strategy);
     CommCounters comm;
-    const Trace trace =
-        trace_shapes_only(cpu_backend(), config, Parallel{1, 4}, 1, 64, factory(strategy), DType::kF32, &comm);
+    const Trace trace = trace_shapes_only(cpu_backend(), config, Parallel{1, 4}, 1, 64,
+                                          factory(strategy), DType::kF32, &comm);
     int64_t rings = 0;
     for (const TracedRequest& r : trace.requests)
       if (r.name == "cp.kv_ring" || r.name == "cp.kv_ring_next") {
@@ -202,8 +204,9 @@ TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
         const int64_t rank_tokens = 64;                        // T' = T / t
         const int64_t block = (tp - 1) * rank_tokens * C * 2;  // bf16
         CommCounters cp, tpc;
-        const Trace trace = trace_shapes_only(cpu_backend(), config, Parallel{tp, 1}, 1, rank_tokens,
-                                              factory(strategy), DType::kBF16, &cp, &tpc);
+        const Trace trace =
+            trace_shapes_only(cpu_backend(), config, Parallel{tp, 1}, 1, rank_tokens,
+                              factory(strategy), DType::kBF16, &cp, &tpc);
         const int64_t forwards = std::string(strategy) == "recompute" ? 2 * L - 1 : L;
         const int64_t T = tp * rank_tokens;
         const int64_t loss =
@@ -230,9 +233,10 @@ TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
 TEST(ShapeOnlyTrace, a_bf16_trace_keeps_statistics_and_the_loss_path_in_f32) {
   for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()}) {
     SCOPED_TRACE(config.is_gpt2() ? "gpt2" : "llama");
-    const Trace f32 = trace_shapes_only(cpu_backend(), config, Parallel{2, 2}, 1, 64, factory("memo"));
-    const Trace bf16 =
-        trace_shapes_only(cpu_backend(), config, Parallel{2, 2}, 1, 64, factory("memo"), DType::kBF16);
+    const Trace f32 =
+        trace_shapes_only(cpu_backend(), config, Parallel{2, 2}, 1, 64, factory("memo"));
+    const Trace bf16 = trace_shapes_only(cpu_backend(), config, Parallel{2, 2}, 1, 64,
+                                         factory("memo"), DType::kBF16);
     ASSERT_EQ(f32.requests.size(), bf16.requests.size());
     const std::set<std::string> f32_names = {"inv_rms1",
                                              "inv_rms2",

@@ -1,8 +1,9 @@
 // A dynamic best-fit caching allocator, as PyTorch's caching allocator works in spirit: freed
 // blocks are kept and handed to later requests that fit; nothing is returned to the system until
 // destruction. Because memo's request sequence repeats every step, after the first step it makes
-// no system allocation. It is the engine's default until the static plan (issue #3) replaces it,
-// and stays as the baseline for fragmentation figures. Not thread-safe: one compute stream.
+// no system allocation. It serves a run without a --device-memory budget (a budget plans the
+// activations into one arena instead), validation, and the fragmentation baseline. Not
+// thread-safe: one compute stream.
 #pragma once
 
 #include <cstdint>

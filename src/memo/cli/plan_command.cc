@@ -84,7 +84,7 @@ nlohmann::json plan_json(const DevicePlan& dp, const std::string& strategy) {
   nlohmann::json j = {
       {"fits", dp.fits()},
       {"strategy", strategy},
-      {"alpha", nullptr},  // only the memo strategy has one (issue #3)
+      {"alpha", nullptr},  // only the memo strategy has one
       {"batch", dp.batch},
       {"seq", dp.seq},
       {"threads", omp_get_max_threads()},
@@ -548,7 +548,7 @@ void add_device_flags(CLI::App* cmd, PlanCommandOptions& o) {
   cmd->add_option("--device", o.device,
                   "With --config: the backend of the run, cpu or cuda (its attention scratch, "
                   "256-row panels, cuBLASLt workspace and native bf16 kernels, planned here "
-                  "without a GPU; the chunked attention, not MEMO_CUDA_ATTENTION=rows)")
+                  "without a GPU; the fused bf16 attention where it applies, else the chunked one)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--precision", o.precision,

@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "memo/backend/checks.h"
-#include "memo/cpu/kernels.h"
 #include "memo/backend/view_checks.h"
+#include "memo/cpu/kernels.h"
 
 namespace memo::cpu {
 namespace {

@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "memo/backend/checks.h"
+#include "memo/backend/view_checks.h"
 #include "memo/cpu/kernels.h"
 #include "memo/cpu/vec_math.h"
-#include "memo/backend/view_checks.h"
 
 namespace memo::cpu {
 namespace {

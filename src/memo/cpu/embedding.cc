@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "memo/backend/checks.h"
-#include "memo/cpu/kernels.h"
 #include "memo/backend/view_checks.h"
+#include "memo/cpu/kernels.h"
 
 namespace memo::cpu {
 namespace {}  // namespace

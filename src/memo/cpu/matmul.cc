@@ -11,8 +11,8 @@
 #include <string>
 
 #include "memo/backend/checks.h"
-#include "memo/cpu/kernels.h"
 #include "memo/backend/view_checks.h"
+#include "memo/cpu/kernels.h"
 
 #if defined(MEMO_BLAS_OPENBLAS)
 #include <cblas.h>

@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "memo/backend/checks.h"
-#include "memo/cpu/kernels.h"
 #include "memo/backend/view_checks.h"
+#include "memo/cpu/kernels.h"
 
 namespace memo::cpu {
 

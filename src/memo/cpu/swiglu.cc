@@ -1,9 +1,9 @@
 // SwiGLU, elementwise fp32: a = silu(g) * u. Vectorised with exp_f32 (vec_math.h), parallel over
 // rows; results do not depend on the thread count.
 #include "memo/backend/checks.h"
+#include "memo/backend/view_checks.h"
 #include "memo/cpu/kernels.h"
 #include "memo/cpu/vec_math.h"
-#include "memo/backend/view_checks.h"
 
 namespace memo::cpu {
 

@@ -105,12 +105,14 @@ cuda::FlashArgs flash_args(const AttnDims& d, AttnMask mask, ConstTensor q, Cons
   f.v = bf16_ptr(v), f.ldv = v.ld();
   return f;
 }
-// Each instantiation's shared memory above the default 48 KiB, asked for once a process (memo
-// drives one GPU a process; a failed request is asked again).
-template <class K>
-void flash_smem(K kernel, int bytes) {
+// Each kernel's shared memory above the default 48 KiB, asked for once a process (memo drives one
+// GPU a process; a failed request is asked again). One flag per kernel, not per signature: the
+// forward and dK/dV kernels, and the head dims' instantiations, share one function type, so a
+// flag keyed on the type would leave all but the first launched without their limit.
+template <auto kKernel>
+void flash_smem(int bytes) {
   static const bool done = [&] {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+    check_cuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                "flash attention shared memory");
     return true;
   }();
@@ -241,7 +243,7 @@ bool CudaBackend::flash_applies(const AttnDims& d, std::initializer_list<ConstTe
 template <int kD>
 void CudaBackend::flash_forward_launch_d(const cuda::FlashArgs& f, int64_t B) {
   constexpr int bytes = cuda::flash_forward_smem(kD);
-  flash_smem(flash_forward_kernel<kD>, bytes);
+  flash_smem<flash_forward_kernel<kD>>(bytes);
   const int64_t tiles = (f.S + cuda::kFlashRows - 1) / cuda::kFlashRows;
   if (tiles == 0 || B == 0) return;
   flash_forward_kernel<kD>
@@ -257,8 +259,8 @@ void CudaBackend::flash_forward_launch(const cuda::FlashArgs& f, int64_t B) {
 template <int kD>
 void CudaBackend::flash_backward_launch_d(const cuda::FlashArgs& f, int64_t b, int64_t tiles) {
   constexpr int bytes = cuda::flash_backward_smem(kD);
-  flash_smem(flash_dq_kernel<kD>, bytes);
-  flash_smem(flash_dkdv_kernel<kD>, bytes);
+  flash_smem<flash_dq_kernel<kD>>(bytes);
+  flash_smem<flash_dkdv_kernel<kD>>(bytes);
   flash_dq_kernel<kD>
       <<<dim3(unsigned(tiles), unsigned(f.H)), cuda::kFlashThreads, bytes, s()>>>(f, b, tiles);
   check_cuda(cudaGetLastError(), "flash attention dq launch");

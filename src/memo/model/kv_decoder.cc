@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "memo/core/error.h"
 #include "memo/backend/checks.h"
+#include "memo/core/error.h"
 #include "memo/model/architecture.h"
 
 namespace memo {

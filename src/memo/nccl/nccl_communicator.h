@@ -22,8 +22,8 @@
 #include <chrono>
 #include <memory>
 
-#include "memo/parallel/communicator.h"
 #include "memo/mpi/mpi_communicator.h"
+#include "memo/parallel/communicator.h"
 
 namespace memo {
 

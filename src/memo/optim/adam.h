@@ -9,7 +9,6 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/backend/backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -24,8 +23,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdamOptions, beta1, beta2, eps, 
 
 class Adam final : public Optimizer {
  public:
-  Adam(const ParamLayout& layout, AdamOptions options, std::vector<bool> decay,
-       Backend& backend);
+  Adam(const ParamLayout& layout, AdamOptions options, std::vector<bool> decay, Backend& backend);
   std::string name() const override { return "adam"; }
   void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;

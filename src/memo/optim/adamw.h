@@ -8,7 +8,6 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/backend/backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -24,8 +23,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdamWOptions, beta1, beta2, eps,
 class AdamW final : public Optimizer {
  public:
   // decay[i] says whether layout.params()[i] gets weight decay. Throws ConfigError on bad options.
-  AdamW(const ParamLayout& layout, AdamWOptions options, std::vector<bool> decay,
-        Backend& backend);
+  AdamW(const ParamLayout& layout, AdamWOptions options, std::vector<bool> decay, Backend& backend);
   std::string name() const override { return "adamw"; }
   void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;

@@ -38,8 +38,7 @@ const std::vector<std::string>& optimizer_names();
 // The optimiser keeps a reference to layout, which must outlive it; its state lives in the
 // device space of `backend`, whose kernels run its updates.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParamLayout& layout,
-                                          const OptimizerOptions& options,
-                                          Backend& backend);
+                                          const OptimizerOptions& options, Backend& backend);
 
 // Bytes of the named optimiser's state tensors (what Optimizer::state() lists) for `layout`,
 // without allocating them: what the device budget counts. Throws ConfigError for an unknown name.

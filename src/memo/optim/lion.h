@@ -7,7 +7,6 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/backend/backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -22,8 +21,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LionOptions, beta1, beta2, weigh
 
 class Lion final : public Optimizer {
  public:
-  Lion(const ParamLayout& layout, LionOptions options, std::vector<bool> decay,
-       Backend& backend);
+  Lion(const ParamLayout& layout, LionOptions options, std::vector<bool> decay, Backend& backend);
   std::string name() const override { return "lion"; }
   void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;

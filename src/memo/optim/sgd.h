@@ -8,7 +8,6 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/backend/backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
@@ -25,8 +24,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SgdOptions, momentum, dampening,
 class Sgd final : public Optimizer {
  public:
   // decay[i] says whether layout.params()[i] gets weight decay. Throws ConfigError on bad options.
-  Sgd(const ParamLayout& layout, SgdOptions options, std::vector<bool> decay,
-      Backend& backend);
+  Sgd(const ParamLayout& layout, SgdOptions options, std::vector<bool> decay, Backend& backend);
   std::string name() const override { return "sgd"; }
   void step(Tensor params, ConstTensor grads, double lr) override;
   std::vector<StateTensor> state() override;

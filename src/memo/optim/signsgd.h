@@ -8,7 +8,6 @@
 
 #include "memo/backend/backend.h"
 #include "memo/backend/space_array.h"
-#include "memo/backend/backend.h"
 #include "memo/optim/optimizer.h"
 
 namespace memo {
