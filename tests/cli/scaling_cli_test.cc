@@ -21,7 +21,8 @@ namespace {
 
 using test::write_text;
 
-const char* kTinyConfig = R"({"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+const char* kTinyScalingConfig =
+    R"({"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
   "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 256, "rms_norm_eps": 1e-5,
   "rope_theta": 10000.0, "max_position_embeddings": 64, "tie_word_embeddings": false})";
 
@@ -65,7 +66,7 @@ std::string synthetic_sweep(double eps_max, double b_noise, bool target) {
 class ScalingCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    write_text(dir / "config.json", kTinyConfig);
+    write_text(dir / "config.json", kTinyScalingConfig);
     std::string text;
     while (text.size() < 20000) text += "In the beginning God created the heaven and the earth. ";
     write_text(dir / "data.txt", text);

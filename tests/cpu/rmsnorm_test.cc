@@ -14,7 +14,7 @@ namespace {
 
 using test::kFloatU;
 
-constexpr float kEps = 1e-5f;
+constexpr float kRmsEps = 1e-5f;
 
 TEST(RmsnormForward, matches_float64_reference_on_awkward_shapes_and_magnitudes) {
   // Magnitudes from 1e-18 (eps dominates) to 1e18 (x^2 = 1e36 would overflow a float sum).
@@ -25,11 +25,11 @@ TEST(RmsnormForward, matches_float64_reference_on_awkward_shapes_and_magnitudes)
       for (float& v : x) v *= magnitude;
       std::vector<float> y(T * C), r(T);
       rmsnorm_forward(Tensor(y.data(), {T, C}), Tensor(r.data(), {T}),
-                      ConstTensor(x.data(), {T, C}), ConstTensor(w.data(), {C}), kEps);
+                      ConstTensor(x.data(), {T, C}), ConstTensor(w.data(), {C}), kRmsEps);
       std::vector<double> xd = test::to_double(x), wd = test::to_double(w), yd(T * C), rd(T);
       rmsnorm_forward_ref(TensorF64(yd.data(), {T, C}), TensorF64(rd.data(), {T}),
                           ConstTensorF64(xd.data(), {T, C}), ConstTensorF64(wd.data(), {C}),
-                          double(kEps));
+                          double(kRmsEps));
       // inv_rms: a double computation rounded once to float (<= u). y = (x r) w: r's rounding plus
       // two float products, <= 3u; 4u leaves room for the double sum's ~C * 1e-16.
       EXPECT_LE(test::max_rel_err(r, rd), 1.0 * kFloatU) << T << "x" << C << " mag " << magnitude;
@@ -44,7 +44,7 @@ TEST(RmsnormBackward, matches_float64_reference_and_accumulates_into_dx_and_dw) 
                        dy = test::random_floats(T * C, 5), dx = test::random_floats(T * C, 6),
                        dw = test::random_floats(C, 7), r(T), y(T * C);
     rmsnorm_forward(Tensor(y.data(), {T, C}), Tensor(r.data(), {T}), ConstTensor(x.data(), {T, C}),
-                    ConstTensor(w.data(), {C}), kEps);
+                    ConstTensor(w.data(), {C}), kRmsEps);
     // The reference starts from the same dx, dw and takes the same fp32 inv_rms, so only the
     // backward's arithmetic is compared.
     std::vector<double> xd = test::to_double(x), wd = test::to_double(w), dyd = test::to_double(dy),
@@ -112,7 +112,7 @@ TEST(Rmsnorm, gives_the_same_bits_on_one_and_two_threads) {
     Tensor y(out.data(), {T, C}), r(out.data() + T * C, {T}), dx(out.data() + T * C + T, {T, C}),
         dw(out.data() + 2 * T * C + T, {C});
     test::with_threads(threads, [&] {
-      rmsnorm_forward(y, r, ConstTensor(x.data(), {T, C}), ConstTensor(w.data(), {C}), kEps);
+      rmsnorm_forward(y, r, ConstTensor(x.data(), {T, C}), ConstTensor(w.data(), {C}), kRmsEps);
       rmsnorm_backward(dx, dw, ConstTensor(dy.data(), {T, C}), ConstTensor(x.data(), {T, C}),
                        ConstTensor(w.data(), {C}), r);
     });
@@ -125,8 +125,8 @@ TEST(Rmsnorm, gives_the_same_bits_on_one_and_two_threads) {
 TEST(Rmsnorm, rejects_mismatched_shapes) {
   std::vector<float> buf(64);
   Tensor x(buf.data(), {4, 8}), y(buf.data(), {4, 7}), r(buf.data(), {4}), w(buf.data(), {8});
-  EXPECT_THROW(rmsnorm_forward(y, r, x, w, kEps), Error);
-  EXPECT_THROW(rmsnorm_forward(x, r, x, Tensor(buf.data(), {7}), kEps), Error);
+  EXPECT_THROW(rmsnorm_forward(y, r, x, w, kRmsEps), Error);
+  EXPECT_THROW(rmsnorm_forward(x, r, x, Tensor(buf.data(), {7}), kRmsEps), Error);
   EXPECT_THROW(rmsnorm_backward(x, w, x, x, w, Tensor(buf.data(), {3})), Error);
 }
 

@@ -68,7 +68,7 @@ std::string escaped(const std::string& s) {
 }
 
 // KJV, memo's sources and generated text in other scripts, cut into chunks at line ends.
-std::vector<std::string> varied_chunks() {
+std::vector<std::string> several_mb_of_chunks() {
   const std::string kjv = test::kjv_text(2'000'000);
   const std::string code = test::source_code_text(1'000'000);
   const std::string other = test::generated_text(1'000'000, 11);
@@ -119,7 +119,7 @@ TEST_F(Gpt2Reference, ids_equal_gpt3_encoder_on_varied_text) {
   const Tokenizer t = tokenizer();
   ASSERT_EQ(t.vocab_size(), 50257);
   ASSERT_EQ(t.end_of_text(), 50256);
-  const std::vector<std::string> chunks = varied_chunks();
+  const std::vector<std::string> chunks = several_mb_of_chunks();
   test::TempDir dir;
   write_chunks(dir, chunks);
   write_file_atomic(dir / "encode.js", kNodeScript);
@@ -144,7 +144,7 @@ TEST(Cl100kReference, ids_equal_tiktoken_on_varied_text) {
   std::string why;
   const std::optional<fs::path> tiktoken = test::npm_package("tiktoken", "1.0.22", why);
   if (!tiktoken) GTEST_SKIP() << "tiktoken not available: " << why;
-  const std::vector<std::string> chunks = varied_chunks();
+  const std::vector<std::string> chunks = several_mb_of_chunks();
   test::TempDir dir;
   write_chunks(dir, chunks);
   const test::CommandResult r = test::run_command(

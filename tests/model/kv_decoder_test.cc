@@ -35,7 +35,7 @@ ModelConfig tiny_llama() {
   return c;
 }
 
-ModelConfig tiny_gpt(PositionEmbedding pos) {
+ModelConfig tiny_decoder_gpt(PositionEmbedding pos) {
   ModelConfig c;
   c.arch = Arch::kGpt2;
   c.position_embedding = pos;
@@ -52,7 +52,8 @@ ModelConfig tiny_gpt(PositionEmbedding pos) {
 }
 
 std::vector<ModelConfig> configs() {
-  return {tiny_llama(), tiny_gpt(PositionEmbedding::kLearned), tiny_gpt(PositionEmbedding::kRope)};
+  return {tiny_llama(), tiny_decoder_gpt(PositionEmbedding::kLearned),
+          tiny_decoder_gpt(PositionEmbedding::kRope)};
 }
 
 std::vector<int32_t> some_tokens(int64_t n, uint64_t seed) {

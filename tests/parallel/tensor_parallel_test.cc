@@ -35,7 +35,7 @@ using test::weights_difference;
 // few fp32 ulps (~1e-7 relative); the vocabulary-parallel loss merges the parts' log-sum-exps in
 // double. Measured on the loss over 4 AdamW steps: ~2e-9 relative. 1e-5 catches a wrong split,
 // a missing reduction of the norms' gradients or a wrong vocabulary offset (each >= 1e-3).
-constexpr double kTol = 1e-5;
+constexpr double kTpTol = 1e-5;
 
 class TensorParallel : public ::testing::Test {
  protected:
@@ -69,25 +69,25 @@ class TensorParallel : public ::testing::Test {
   test::TempDir dir;
 };
 
-void expect_close_runs(const std::string& got, const std::string& want, int tp, int ranks) {
+void expect_close_tp_runs(const std::string& got, const std::string& want, int tp, int ranks) {
   const auto a = records(want + ".jsonl"), b = records(got + ".jsonl");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_LT(relative(b[i]["loss"], a[i]["loss"]), kTol) << got << " step " << i + 1;
-    EXPECT_LT(relative(b[i]["grad_norm"], a[i]["grad_norm"]), kTol) << got << " step " << i + 1;
+    EXPECT_LT(relative(b[i]["loss"], a[i]["loss"]), kTpTol) << got << " step " << i + 1;
+    EXPECT_LT(relative(b[i]["grad_norm"], a[i]["grad_norm"]), kTpTol) << got << " step " << i + 1;
     // the noise scale from the micro-batches' whole gradients (each rank's parts and the whole
     // tensors once), as one process measures it
     if (!a[i]["gns_b_simple"].is_null()) {
-      EXPECT_LT(relative(b[i]["gns_b_simple"], a[i]["gns_b_simple"]), kTol)
+      EXPECT_LT(relative(b[i]["gns_b_simple"], a[i]["gns_b_simple"]), kTpTol)
           << got << " step " << i + 1;
     }
     EXPECT_EQ(b[i]["tp"], tp);
     EXPECT_EQ(b[i]["ranks"], ranks);
     EXPECT_GT(b[i]["tp_comm_bytes"].get<int64_t>(), 0);
   }
-  EXPECT_LT(relative(b.back()["val_loss"], a.back()["val_loss"]), kTol) << got;
+  EXPECT_LT(relative(b.back()["val_loss"], a.back()["val_loss"]), kTpTol) << got;
   // the checkpoint holds whole tensors with one process's names and shapes
-  EXPECT_LT(weights_difference(got, want), kTol) << got;
+  EXPECT_LT(weights_difference(got, want), kTpTol) << got;
 }
 
 TEST_F(TensorParallel, alone_and_with_data_and_context_parallelism_matches_one_process) {
@@ -104,9 +104,9 @@ TEST_F(TensorParallel, alone_and_with_data_and_context_parallelism_matches_one_p
   const test::CommandResult d22 = train(4, "llama.json", dp2tp2, 64, "--steps 4 --tp 2 --zero 1");
   ASSERT_EQ(d22.exit_code, 0) << d22.output;
   EXPECT_NE(d22.output.find("data parallel over 2 processes"), std::string::npos) << d22.output;
-  expect_close_runs(tp2, one, 2, 2);
-  expect_close_runs(tp2cp2, one, 2, 4);
-  expect_close_runs(dp2tp2, one, 2, 4);
+  expect_close_tp_runs(tp2, one, 2, 2);
+  expect_close_tp_runs(tp2cp2, one, 2, 4);
+  expect_close_tp_runs(dp2tp2, one, 2, 4);
   EXPECT_EQ(records(tp2cp2 + ".jsonl")[0]["cp"], 2);
 }
 
@@ -135,7 +135,7 @@ TEST_F(TensorParallel, activation_strategies_are_bit_identical) {
 
 // A checkpoint holds whole tensors, weights and optimiser state: one saved under --tp 2 resumes
 // in one process, and one saved by one process resumes under --tp 2 --cp 2, both continuing the
-// uninterrupted run's losses within kTol.
+// uninterrupted run's losses within kTpTol.
 TEST_F(TensorParallel, resumes_on_another_layout) {
   const std::string one = dir / "one", tp2 = dir / "tp2";
   const std::string steps = "--steps 4 --save-every 2";
@@ -156,7 +156,7 @@ TEST_F(TensorParallel, resumes_on_another_layout) {
     const auto got = losses(out + ".jsonl");
     ASSERT_EQ(got.size(), 2u) << out;
     for (int64_t step : {3, 4})
-      EXPECT_LT(relative(std::stod(got.at(step)), std::stod(want.at(step))), kTol)
+      EXPECT_LT(relative(std::stod(got.at(step)), std::stod(want.at(step))), kTpTol)
           << out << " step " << step;
   }
 }
@@ -205,7 +205,7 @@ TEST_F(TensorParallel, a_vocabulary_that_does_not_split_is_padded) {
   ASSERT_EQ(train(1, "v250.json", one, 64, "--steps 3").exit_code, 0);
   const test::CommandResult r = train(4, "v250.json", tp4, 64, "--steps 3 --tp 4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_close_runs(tp4, one, 4, 4);
+  expect_close_tp_runs(tp4, one, 4, 4);
 }
 
 // Refused before step 1, on every rank, with what would split.
@@ -240,8 +240,8 @@ TEST_F(TensorParallel, gpt2_matches_one_process) {
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
   const test::CommandResult r22 = train(4, "gpt2.json", tp2cp2, 256, "--steps 3 --tp 2 --cp 2");
   ASSERT_EQ(r22.exit_code, 0) << r22.output;
-  expect_close_runs(tp2, one, 2, 2);
-  expect_close_runs(tp2cp2, one, 2, 4);
+  expect_close_tp_runs(tp2, one, 2, 2);
+  expect_close_tp_runs(tp2cp2, one, 2, 4);
   const std::string memo = dir / "gmemo";
   const test::CommandResult m = train(2, "gpt2.json", memo, 256,
                                       "--steps 3 --tp 2 --device-memory 64MiB --host-memory 1GiB "

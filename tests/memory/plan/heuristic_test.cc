@@ -6,24 +6,6 @@
 #include "memory/plan/plan_test_util.h"
 
 namespace memo::plan {
-namespace {
-
-// Greedy by size puts b3 (10048 B) at 0, then b1 on top of it, and b2 ends up above b1: 21120 B.
-// The optimum is 20032 B (= lower bound at step 7: b0 + b2): b1 at 0, b3 at 7040, b2 at 16000.
-//   step:  2  3  4  5  6  7
-//   b0                    [=)   16000 B
-//   b1    [==========)           7000 B
-//   b2          [==========)     4000 B
-//   b3       [=)                10000 B
-Problem greedy_trap() {
-  return Problem{{{"b0", 16000, 64, 7, 8},
-                  {"b1", 7000, 64, 2, 6},
-                  {"b2", 4000, 64, 4, 8},
-                  {"b3", 10000, 64, 3, 4}},
-                 0};
-}
-
-}  // namespace
 
 TEST(PlanHeuristic, best_fit_size_stacks_overlapping_buffers_and_reuses_dead_space) {
   // a and b overlap; c starts after a ends and reuses a's bytes.
@@ -78,7 +60,7 @@ TEST(PlanHeuristic, over_capacity_is_infeasible_and_says_by_how_much) {
 }
 
 TEST(PlanHeuristic, greedy_trap_is_feasible_but_not_optimal) {
-  Problem p = greedy_trap();
+  Problem p = testing::greedy_trap();
   SolveResult size = solve_best_fit_size(p);
   SolveResult life = solve_best_fit_lifetime(p);
   SolveResult both = solve_heuristic(p);

@@ -8,15 +8,6 @@
 namespace memo::plan {
 namespace {
 
-// See heuristic_test.cc: greedy 21120 B, optimum 20032 B = the lower bound.
-Problem greedy_trap() {
-  return Problem{{{"b0", 16000, 64, 7, 8},
-                  {"b1", 7000, 64, 2, 6},
-                  {"b2", 4000, 64, 4, 8},
-                  {"b3", 10000, 64, 3, 4}},
-                 0};
-}
-
 MipOptions forced_cbc() {
   MipOptions o;
   o.stop_at_lower_bound = false;  // make CBC run even when the heuristic is optimal
@@ -37,7 +28,7 @@ TEST(PlanMip, skips_cbc_when_the_heuristic_reaches_the_lower_bound) {
 }
 
 TEST(PlanMip, beats_the_greedy_trap_and_proves_it) {
-  Problem p = greedy_trap();
+  Problem p = testing::greedy_trap();
   SolveResult r = solve_mip(p);
   validate(p, r.plan);
   EXPECT_EQ(r.status, Status::kOptimal);
@@ -47,7 +38,7 @@ TEST(PlanMip, beats_the_greedy_trap_and_proves_it) {
 }
 
 TEST(PlanMip, tight_capacity_at_the_optimum_is_feasible) {
-  Problem p = greedy_trap();
+  Problem p = testing::greedy_trap();
   p.capacity = 20032;  // the heuristic is over this by 1088 B; the MIP is not
   SolveResult r = solve_mip(p);
   validate(p, r.plan);
@@ -56,7 +47,7 @@ TEST(PlanMip, tight_capacity_at_the_optimum_is_feasible) {
 }
 
 TEST(PlanMip, below_the_lower_bound_is_proven_infeasible_with_the_shortfall) {
-  Problem p = greedy_trap();
+  Problem p = testing::greedy_trap();
   p.capacity = 20000;
   SolveResult r = solve_mip(p);
   EXPECT_EQ(r.status, Status::kInfeasible);
@@ -68,7 +59,7 @@ TEST(PlanMip, below_the_lower_bound_is_proven_infeasible_with_the_shortfall) {
 TEST(PlanMip, relative_gap_accepts_a_close_heuristic_without_cbc) {
   MipOptions o;
   o.relative_gap = 0.06;  // the trap's greedy plan is 1088 / 20032 = 5.4% above the bound
-  SolveResult r = solve_mip(greedy_trap(), o);
+  SolveResult r = solve_mip(testing::greedy_trap(), o);
   EXPECT_EQ(r.status, Status::kFeasible);
   EXPECT_EQ(r.plan.peak, 21120);
   EXPECT_EQ(r.lower_bound, 20032);
@@ -96,7 +87,7 @@ TEST(PlanMip, matches_brute_force_on_small_random_problems) {
 TEST(PlanMip, option_combinations_agree_on_feasibility_and_peak) {
   for (std::uint32_t seed = 0; seed < 4; ++seed) {
     Problem base = testing::random_problem(6, 2000 + seed);
-    if (seed == 0) base = greedy_trap();
+    if (seed == 0) base = testing::greedy_trap();
     const Bytes optimum = testing::brute_force_peak(base);
     for (Bytes capacity : {Bytes{0}, optimum, optimum - 64}) {
       Problem p = base;

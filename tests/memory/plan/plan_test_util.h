@@ -25,6 +25,21 @@ inline Problem random_problem(int n, std::uint32_t seed, Bytes align = 64) {
   return p;
 }
 
+// Greedy by size puts b3 (10048 B) at 0, then b1 on top of it, and b2 ends up above b1: 21120 B.
+// The optimum is 20032 B (= lower bound at step 7: b0 + b2): b1 at 0, b3 at 7040, b2 at 16000.
+//   step:  2  3  4  5  6  7
+//   b0                    [=)   16000 B
+//   b1    [==========)           7000 B
+//   b2          [==========)     4000 B
+//   b3       [=)                10000 B
+inline Problem greedy_trap() {
+  return Problem{{{"b0", 16000, 64, 7, 8},
+                  {"b1", 7000, 64, 2, 6},
+                  {"b2", 4000, 64, 4, 8},
+                  {"b3", 10000, 64, 3, 4}},
+                 0};
+}
+
 // The optimum peak by exhaustive search over placement orders. Why it is exact: take an optimal
 // plan and place its buffers in order of offset, each at the LOWEST aligned offset where it does
 // not overlap the buffers placed before it that are alive at the same time. Its optimal offset is
