@@ -89,7 +89,7 @@ struct Fuse : Decoder::Step {
 };
 
 // Up to `start` leading and `stop` trailing copies of the character `content` off each token.
-struct Strip : Decoder::Step {
+struct StripDecoder : Decoder::Step {
   std::string content;  // one character, UTF-8
   size_t start = 0, stop = 0;
   void apply(std::vector<std::string>& tokens, bool whole, bool& joined) const override {
@@ -107,7 +107,7 @@ struct Strip : Decoder::Step {
   }
 };
 
-struct Replace : Decoder::Step {
+struct ReplaceDecoder : Decoder::Step {
   std::string literal;
   std::optional<SplitPattern> regex;
   std::string content;
@@ -179,13 +179,13 @@ void add_steps(const json& d, const std::string& source,
   } else if (type == "Fuse") {
     steps.push_back(std::make_unique<Fuse>());
   } else if (type == "Strip") {
-    auto step = std::make_unique<Strip>();
+    auto step = std::make_unique<StripDecoder>();
     step->content = one_character(d, "content", source);
     step->start = d.at("start").get<size_t>();
     step->stop = d.at("stop").get<size_t>();
     steps.push_back(std::move(step));
   } else if (type == "Replace") {
-    auto step = std::make_unique<Replace>();
+    auto step = std::make_unique<ReplaceDecoder>();
     const json& pattern = d.at("pattern");
     if (pattern.contains("Regex")) {
       step->regex.emplace(pattern.at("Regex").get<std::string>());

@@ -23,12 +23,6 @@ const json* field(const json& j, const char* name) {
   return &*it;
 }
 
-[[noreturn]] void wrong_type(std::string_view where, const char* name, const json& v,
-                             const char* expected) {
-  throw ConfigError(str(where, ": field ", name, " = ", v.dump(), " is a ", v.type_name(),
-                        ", expected ", expected));
-}
-
 void read_int(const json& j, std::string_view where, const char* name, int64_t& out) {
   const json* v = field(j, name);
   if (!v) return;

@@ -22,12 +22,6 @@ const json& required(const json& j, std::string_view where, const char* name) {
   return *it;
 }
 
-[[noreturn]] void wrong_type(std::string_view where, const char* name, const json& v,
-                             const char* expected) {
-  throw ConfigError(str(where, ": field ", name, " = ", v.dump(), " is a ", v.type_name(),
-                        ", expected ", expected));
-}
-
 double read_number(const json& j, std::string_view where, const char* name) {
   const json& v = required(j, where, name);
   if (!v.is_number()) wrong_type(where, name, v, "a number");

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
@@ -21,6 +22,14 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
     throw E(str(path.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(), ": ",
                 e.what()));
   }
+}
+
+// A field of a config file that holds the wrong JSON type: ConfigError naming `where`, the field,
+// its value and the type expected.
+[[noreturn]] inline void wrong_type(std::string_view where, const char* name,
+                                    const nlohmann::json& v, const char* expected) {
+  throw ConfigError(str(where, ": field ", name, " = ", v.dump(), " is a ", v.type_name(),
+                        ", expected ", expected));
 }
 
 }  // namespace memo
