@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cpu/kernel_test_util.h"
+#include "memo/backend/backend.h"
 #include "memo/cpu/kernels.h"
 #include "reference/reference.h"
 
@@ -27,7 +28,8 @@ TEST(RopeTable, matches_float64_reference_to_one_rounding) {
   for (int64_t D : {2, 6, 64, 128}) {
     const int64_t S = 300;
     std::vector<float> cos(S * D / 2), sin(S * D / 2);
-    rope_table(Tensor(cos.data(), {S, D / 2}), Tensor(sin.data(), {S, D / 2}), D, kTheta);
+    rope_table(Tensor(cos.data(), {S, D / 2}), Tensor(sin.data(), {S, D / 2}),
+               rope_inv_freq(D, kTheta), 1.0, 0);
     std::vector<double> cd(S * D / 2), sd(S * D / 2);
     rope_table_ref(TensorF64(cd.data(), {S, D / 2}), TensorF64(sd.data(), {S, D / 2}), D,
                    double(kTheta));
@@ -41,7 +43,8 @@ TEST(RopeTable, matches_float64_reference_to_one_rounding) {
 TEST(RopeForward, matches_float64_reference_and_backward_matches_its_reference) {
   for (auto [T, S, H, D] : kShapes) {
     std::vector<float> cos(S * D / 2), sin(S * D / 2);
-    rope_table(Tensor(cos.data(), {S, D / 2}), Tensor(sin.data(), {S, D / 2}), D, kTheta);
+    rope_table(Tensor(cos.data(), {S, D / 2}), Tensor(sin.data(), {S, D / 2}),
+               rope_inv_freq(D, kTheta), 1.0, 0);
     const std::vector<double> cd = test::to_double(cos), sd = test::to_double(sin);
     ConstTensor cv(cos.data(), {S, D / 2}), sv(sin.data(), {S, D / 2});
     ConstTensorF64 cdv(cd.data(), {S, D / 2}), sdv(sd.data(), {S, D / 2});
@@ -85,7 +88,8 @@ TEST(RopeBackward, reference_is_the_transpose_of_forward_by_finite_differences) 
 TEST(Rope, backward_undoes_forward_for_every_head_and_position) {
   const int64_t T = 24, S = 12, H = 3, D = 16;
   std::vector<float> cos(S * D / 2), sin(S * D / 2);
-  rope_table(Tensor(cos.data(), {S, D / 2}), Tensor(sin.data(), {S, D / 2}), D, kTheta);
+  rope_table(Tensor(cos.data(), {S, D / 2}), Tensor(sin.data(), {S, D / 2}),
+               rope_inv_freq(D, kTheta), 1.0, 0);
   const std::vector<float> x0 = test::random_floats(T * H * D, 23);
   std::vector<float> x = x0;
   rope_forward(Tensor(x.data(), {T, H * D}), ConstTensor(cos.data(), {S, D / 2}),
@@ -102,7 +106,9 @@ TEST(Rope, rejects_odd_head_dim_and_mismatched_tables) {
   EXPECT_THROW(rope_forward(x, cos, sin, 5), Error);                          // odd D
   EXPECT_THROW(rope_forward(x, cos, sin, 8), Error);                          // 12 % 8 != 0
   EXPECT_THROW(rope_backward(x, cos, Tensor(buf.data(), {3, 3}), 6), Error);  // sin rows
-  EXPECT_THROW(rope_table(cos, sin, 7, kTheta), Error);
+  EXPECT_THROW(rope_table(cos, sin, rope_inv_freq(8, kTheta), 1.0, 0), Error);  // 4 frequencies
+  EXPECT_THROW(rope_table(cos, sin, rope_inv_freq(6, kTheta), 0.0, 0), Error);  // no factor
+  EXPECT_THROW(rope_table(cos, sin, rope_inv_freq(6, kTheta), 1.0, -1), Error);
 }
 
 }  // namespace
@@ -116,7 +122,8 @@ namespace {
 TEST(Rope, row_range_with_first_row_matches_whole_tensor) {
   const int64_t S = 13, T = 3 * S, H = 2, D = 6;
   std::vector<float> cos(S * D / 2), sin(S * D / 2);
-  rope_table(Tensor(cos.data(), {S, D / 2}), Tensor(sin.data(), {S, D / 2}), D, kTheta);
+  rope_table(Tensor(cos.data(), {S, D / 2}), Tensor(sin.data(), {S, D / 2}),
+               rope_inv_freq(D, kTheta), 1.0, 0);
   const ConstTensor cv(cos.data(), {S, D / 2}), sv(sin.data(), {S, D / 2});
   for (bool backward : {false, true}) {
     std::vector<float> whole = test::random_floats(T * H * D, 5), part = whole;

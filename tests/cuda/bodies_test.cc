@@ -304,8 +304,8 @@ TEST(CudaBodies, rope_rotate_pair_matches_cpu_forward_and_backward_to_an_ulp) {
   // first_row 0 and 5 (a row range of a longer tensor).
   constexpr int64_t T = 11, n_heads = 3, D = 8, S = 7, half = D / 2;
   std::vector<float> cos(S * half), sin(S * half);
-  cpu::rope_table(View<float>(cos.data(), {S, half}), View<float>(sin.data(), {S, half}), D,
-                  10000.0f);
+  cpu::rope_table(View<float>(cos.data(), {S, half}), View<float>(sin.data(), {S, half}),
+                  rope_inv_freq(D, 10000.0), 1.0, 0);
   const CMat cm{cos.data(), S, half, half}, sm{sin.data(), S, half, half};
   for (int64_t ld : {n_heads * D, n_heads * D + 5}) {
     for (int64_t first_row : {0, 5}) {

@@ -226,7 +226,7 @@ TEST(CudaBackend, elementwise_kernels) {
   compare(
       *g, {zeros({S, D / 2}), zeros({S, D / 2}), rnd({T, H * D}, 1), rnd({T, H * D}, 2)},
       [](Backend& b, std::vector<Tensor>& t) {
-        b.rope_table(t[0], t[1], D, 10000.0f);
+        b.rope_table(t[0], t[1], rope_inv_freq(D, 10000.0));
         b.rope_forward(t[2], t[0], t[1], D, 5);
         b.rope_backward(t[3], t[0], t[1], D, 0);
         return 0.0;

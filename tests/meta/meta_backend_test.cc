@@ -1,6 +1,7 @@
 // The meta backend (Note [Meta backend]): every op runs the CPU op's entry checks and touches no
 // byte (its buffers are PROT_NONE address ranges: a touch would crash this test), reductions
 // return 0, copies to the host give zeros; sizes come from the target backend.
+#include "memo/backend/backend.h"
 #include "memo/meta/meta_backend.h"
 
 #include <gtest/gtest.h>
@@ -38,7 +39,7 @@ TEST(MetaBackend, runs_a_layers_kernels_without_touching_memory) {
   be.rmsnorm_forward(y, r, x, w, 1e-5f);
   be.matmul_token_panels(q, y, wq);
   be.matmul_token_panels(k, y, wk);
-  be.rope_table(cos, sin, D, 10000.0f);
+  be.rope_table(cos, sin, rope_inv_freq(D, 10000.0));
   be.rope_forward(q, cos, sin, D);
   be.attention_forward(o, lse, q, k, v, B, H, Hkv, scratch, AttnMask::kCausal);
   be.attention_backward(q, k, v, o, q, k, v, o, lse, B, H, Hkv, scratch, AttnMask::kCausal);

@@ -2,6 +2,7 @@
 // for bit as the architecture's forward wrote it (across sequence boundaries, with a partial last
 // panel), writes nothing outside the range, and refuses a range that does not start on a panel
 // boundary. For LLaMA and for GPT-2 layers (learned and rotary positions).
+#include "memo/backend/backend.h"
 #include "memo/model/architecture.h"
 
 #include <gtest/gtest.h>
@@ -28,7 +29,7 @@ void check_rebuild(const ModelConfig& cfg) {
   const int64_t B = 3, S = 111, T = B * S, C = cfg.hidden_size, half = cfg.head_dim() / 2;
   std::vector<float> cos(size_t(S * half)), sin(cos.size());
   cpu::rope_table(View<float>(cos.data(), {S, half}), View<float>(sin.data(), {S, half}),
-                  cfg.head_dim(), float(cfg.rope_theta));
+                  rope_inv_freq(cfg.head_dim(), cfg.rope_theta), 1.0, 0);
   CachingAllocator alloc;
   LayerContext ctx{&cfg,
                    B,

@@ -2,6 +2,9 @@
 // entry checks of checks.h once, then the implementation's do_<kernel>.
 #include "memo/backend/backend.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "memo/backend/checks.h"
 
 namespace memo {
@@ -39,9 +42,16 @@ void Backend::layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy
   check_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
   do_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
 }
-void Backend::rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
-  check_rope_table(cos, sin, head_dim, theta);
-  do_rope_table(cos, sin, head_dim, theta);
+std::vector<double> rope_inv_freq(int64_t head_dim, double theta) {
+  std::vector<double> w(size_t(std::max<int64_t>(head_dim / 2, 0)));
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = std::pow(theta, -2.0 * double(i) / double(head_dim));
+  return w;
+}
+void Backend::rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
+                         double attention_factor, int64_t first_position) {
+  check_rope_table(cos, sin, inv_freq, attention_factor, first_position);
+  do_rope_table(cos, sin, inv_freq, attention_factor, first_position);
 }
 void Backend::rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                            int64_t first_row) {

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "memo/backend/attn_mask.h"
 #include "memo/backend/optim_kernels.h"
@@ -23,6 +25,9 @@ namespace memo {
 
 // Which micro-batch of a step the noise-scale probe's fused pass sees (train/grad_noise.h).
 enum class NoiseProbePass { kFirst, kMiddle, kLast };
+
+// Plain RoPE's inverse frequencies theta^(-2i/head_dim), i < head_dim / 2, in double.
+std::vector<double> rope_inv_freq(int64_t head_dim, double theta);
 
 // The optimiser updates are a sub-interface of their own (OptimizerKernels, optim_kernels.h) that
 // every backend provides by inheritance; optimisers reach them through optimizer_kernels().
@@ -126,7 +131,10 @@ class Backend : public OptimizerKernels {
                          ConstTensor b, float eps);
   void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
                           ConstTensor w, ConstTensor mean, ConstTensor rstd);
-  void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta);
+  // Rows p of the [S, D/2] tables: cos and sin of (first_position + p) * inv_freq[i], times the
+  // attention factor (model/rope_scaling.h computes both; rope_inv_freq above is plain RoPE's).
+  void rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
+                  double attention_factor = 1.0, int64_t first_position = 0);
   void rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                     int64_t first_row = 0);
   void rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
@@ -223,7 +231,8 @@ class Backend : public OptimizerKernels {
                                     ConstTensor w, ConstTensor b, float eps) = 0;
   virtual void do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
                                      ConstTensor w, ConstTensor mean, ConstTensor rstd) = 0;
-  virtual void do_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) = 0;
+  virtual void do_rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
+                             double attention_factor, int64_t first_position) = 0;
   virtual void do_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                                int64_t first_row) = 0;
   virtual void do_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,

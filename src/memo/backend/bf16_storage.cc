@@ -164,9 +164,10 @@ void Bf16StorageBackend::do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, 
   k.write_back();
 }
 
-void Bf16StorageBackend::do_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
+void Bf16StorageBackend::do_rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
+                                       double attention_factor, int64_t first_position) {
   Call k(*this);
-  inner_.rope_table(k.io(cos), k.io(sin), head_dim, theta);
+  inner_.rope_table(k.io(cos), k.io(sin), inv_freq, attention_factor, first_position);
   k.write_back();
 }
 

@@ -78,11 +78,14 @@ void check_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, C
   MEMO_CHECK(C > 0, "layernorm_backward: C ", C);
 }
 
-void check_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
-  MEMO_CHECK(head_dim > 0 && head_dim % 2 == 0 && is_matrix(cos) && cos.cols() == head_dim / 2 &&
-                 is_matrix(sin, cos.rows(), cos.cols()) && theta > 0.0f,
-             "rope_table: cos ", cos.shape(), " sin ", sin.shape(), " head_dim ", head_dim,
-             " theta ", theta, " (need [S, D/2] tables, D even, theta > 0)");
+void check_rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
+                      double attention_factor, int64_t first_position) {
+  MEMO_CHECK(!inv_freq.empty() && is_matrix(cos) && cos.cols() == int64_t(inv_freq.size()) &&
+                 is_matrix(sin, cos.rows(), cos.cols()) && attention_factor > 0.0 &&
+                 first_position >= 0,
+             "rope_table: cos ", cos.shape(), " sin ", sin.shape(), " ", inv_freq.size(),
+             " frequencies, attention factor ", attention_factor, ", first position ",
+             first_position, " (need [S, D/2] tables, D/2 frequencies, a positive factor)");
 }
 
 void check_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,

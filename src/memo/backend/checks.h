@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 
 #include "memo/core/tensor.h"
 
@@ -20,7 +21,8 @@ void check_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x, 
                              ConstTensor b, float eps);
 void check_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
                               ConstTensor w, ConstTensor mean, ConstTensor rstd);
-void check_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta);
+void check_rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
+                      double attention_factor, int64_t first_position);
 void check_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                         int64_t first_row);
 void check_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,

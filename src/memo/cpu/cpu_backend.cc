@@ -80,8 +80,9 @@ void CpuBackend::do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTen
                                        ConstTensor rstd) {
   cpu::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
 }
-void CpuBackend::do_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
-  cpu::rope_table(cos, sin, head_dim, theta);
+void CpuBackend::do_rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
+                               double attention_factor, int64_t first_position) {
+  cpu::rope_table(cos, sin, inv_freq, attention_factor, first_position);
 }
 void CpuBackend::do_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                                  int64_t first_row) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "memo/backend/attn_mask.h"
@@ -62,7 +63,8 @@ void layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTe
 
 // --- rotary position embedding, Hugging Face Llama convention (rotate_half) ---
 // cos, sin: [S, D/2], angle(p, i) = p * theta^(-2i/D), computed in double.
-void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta);
+void rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq, double attention_factor,
+                int64_t first_position);
 // In place on x: [T, n_heads * D]; row t uses position (first_row + t) % S (S = cos.rows()), so
 // a row range [r0, r1) of a [T, ...] tensor passes first_row = r0. For each head and i < D/2:
 // (x1, x2) = (x[i], x[i + D/2]) -> (x1 cos - x2 sin, x2 cos + x1 sin).

@@ -36,14 +36,15 @@ void rotate(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim, int64_
 
 }  // namespace
 
-void rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
-  check_rope_table(cos, sin, head_dim, theta);
-  const int64_t S = cos.rows(), half = head_dim / 2;
+void rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq, double attention_factor,
+                int64_t first_position) {
+  check_rope_table(cos, sin, inv_freq, attention_factor, first_position);
+  const int64_t S = cos.rows(), half = cos.cols();
   for (int64_t p = 0; p < S; ++p) {
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = double(p) * std::pow(double(theta), -2.0 * double(i) / double(head_dim));
-      cos(p, i) = float(std::cos(angle));
-      sin(p, i) = float(std::sin(angle));
+      const double angle = double(first_position + p) * inv_freq[size_t(i)];
+      cos(p, i) = float(std::cos(angle) * attention_factor);
+      sin(p, i) = float(std::sin(angle) * attention_factor);
     }
   }
 }

@@ -9,12 +9,13 @@
 namespace memo::cuda_impl {
 
 // The table is the CPU's (computed in double on the host), copied up.
-void CudaBackend::do_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {
+void CudaBackend::do_rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
+                                double attention_factor, int64_t first_position) {
   const Timed timed(this, "rope_table");
   MEMO_CHECK(cos.contiguous() && sin.contiguous(), "rope_table: non-contiguous tables");
   std::vector<float> c(size_t(cos.numel())), s(size_t(sin.numel()));
-  cpu::rope_table(View<float>(c.data(), cos.shape()), View<float>(s.data(), sin.shape()), head_dim,
-                  theta);
+  cpu::rope_table(View<float>(c.data(), cos.shape()), View<float>(s.data(), sin.shape()), inv_freq,
+                  attention_factor, first_position);
   copy_from_host(dev(cos), c.data(), cos.bytes());
   copy_from_host(dev(sin), s.data(), sin.bytes());
 }

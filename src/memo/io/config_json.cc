@@ -1,8 +1,11 @@
 // Implementation of io/config_json.h.
 #include "memo/io/config_json.h"
 
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
@@ -50,11 +53,131 @@ void require(const json& j, std::string_view where, const char* name) {
   if (!field(j, name)) throw ConfigError(str(where, ": required field ", name, " is missing"));
 }
 
+void read_list(const json& j, std::string_view where, const char* name, std::vector<double>& out) {
+  const json* v = field(j, name);
+  if (!v) return;
+  if (!v->is_array()) wrong_type(where, name, *v, "a list of numbers");
+  out.clear();
+  for (const json& x : *v) {
+    if (!x.is_number()) wrong_type(where, name, *v, "a list of numbers");
+    out.push_back(x.get<double>());
+  }
+}
+
+// `rope_scaling` (transformers' names; `type` is the older spelling of `rope_type`). Every key
+// must be one the type takes: a key memo would ignore could mean a different model.
+RopeScaling rope_scaling_from_json(const json& j, std::string_view config_where) {
+  const std::string where = str(config_where, ": rope_scaling");
+  if (!j.is_object()) wrong_type(config_where, "rope_scaling", j, "an object or null");
+  const json* type = field(j, "rope_type");
+  const json* old_type = field(j, "type");
+  if (type && old_type && *type != *old_type)
+    throw ConfigError(str(where, ": rope_type = ", type->dump(), " and type = ", old_type->dump(),
+                          " disagree"));
+  if (!type) type = old_type;
+  if (!type) throw ConfigError(str(where, ": required field rope_type is missing"));
+  if (!type->is_string()) wrong_type(where, "rope_type", *type, "a string");
+  RopeScaling s;
+  try {
+    s.type = rope_type_from_name(type->get<std::string>());
+  } catch (const ConfigError& e) {
+    throw ConfigError(str(config_where, ": ", e.what()));
+  }
+  std::vector<std::string> takes{"rope_type", "type"}, needs;
+  switch (s.type) {
+    case RopeType::kDefault:
+      break;
+    case RopeType::kLinear:
+    case RopeType::kDynamic:
+      needs = {"factor"};
+      break;
+    case RopeType::kYarn:
+      needs = {"factor"};
+      takes.insert(takes.end(), {"original_max_position_embeddings", "attention_factor",
+                                 "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"});
+      break;
+    case RopeType::kLongrope:
+      needs = {"short_factor", "long_factor"};
+      takes.insert(takes.end(), {"factor", "attention_factor", "original_max_position_embeddings"});
+      break;
+    case RopeType::kLlama3:
+      needs = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+      break;
+  }
+  takes.insert(takes.end(), needs.begin(), needs.end());
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(takes.begin(), takes.end(), key) == takes.end())
+      throw ConfigError(str(where, ": field ", key, " = ", value.dump(), " is not one ",
+                            rope_type_name(s.type), " takes; memo does not implement it"));
+  }
+  for (const std::string& key : needs) require(j, where, key.c_str());
+  s.factor_given = field(j, "factor") != nullptr;
+  read_double(j, where, "factor", s.factor);
+  read_int(j, where, "original_max_position_embeddings", s.original_max_position_embeddings);
+  if (field(j, "original_max_position_embeddings") && s.original_max_position_embeddings <= 0)
+    throw ConfigError(str(where, ": original_max_position_embeddings = ",
+                          s.original_max_position_embeddings, " must be positive"));
+  auto read_optional = [&](const char* name, std::optional<double>& out) {
+    if (!field(j, name)) return;
+    double v = 0;
+    read_double(j, where, name, v);
+    out = v;
+  };
+  read_optional("attention_factor", s.attention_factor);
+  read_optional("mscale", s.mscale);
+  read_optional("mscale_all_dim", s.mscale_all_dim);
+  read_double(j, where, "beta_fast", s.beta_fast);
+  read_double(j, where, "beta_slow", s.beta_slow);
+  read_bool(j, where, "truncate", s.truncate);
+  read_double(j, where, "low_freq_factor", s.low_freq_factor);
+  read_double(j, where, "high_freq_factor", s.high_freq_factor);
+  read_list(j, where, "short_factor", s.short_factor);
+  read_list(j, where, "long_factor", s.long_factor);
+  return s;
+}
+
+json rope_scaling_to_json(const RopeScaling& s) {
+  json j{{"rope_type", rope_type_name(s.type)}};
+  switch (s.type) {
+    case RopeType::kDefault:
+      break;
+    case RopeType::kLinear:
+    case RopeType::kDynamic:
+      j["factor"] = s.factor;
+      break;
+    case RopeType::kYarn:
+      j["factor"] = s.factor;
+      j["beta_fast"] = s.beta_fast;
+      j["beta_slow"] = s.beta_slow;
+      j["truncate"] = s.truncate;
+      if (s.attention_factor) j["attention_factor"] = *s.attention_factor;
+      if (s.mscale) j["mscale"] = *s.mscale;
+      if (s.mscale_all_dim) j["mscale_all_dim"] = *s.mscale_all_dim;
+      break;
+    case RopeType::kLongrope:
+      j["short_factor"] = s.short_factor;
+      j["long_factor"] = s.long_factor;
+      if (s.factor_given) j["factor"] = s.factor;
+      if (s.attention_factor) j["attention_factor"] = *s.attention_factor;
+      break;
+    case RopeType::kLlama3:
+      j["factor"] = s.factor;
+      j["low_freq_factor"] = s.low_freq_factor;
+      j["high_freq_factor"] = s.high_freq_factor;
+      break;
+  }
+  if (s.original_max_position_embeddings > 0)
+    j["original_max_position_embeddings"] = s.original_max_position_embeddings;
+  return j;
+}
+
 // Fields memo does not implement; accepting them silently would train or load a different model.
 void reject_unsupported(const json& j, std::string_view where, const ModelConfig& c) {
-  if (const json* v = field(j, "rope_scaling"))
-    throw ConfigError(str(where, ": rope_scaling = ", v->dump(),
-                          " is not supported; memo implements plain RoPE (rope_scaling null)"));
+  double partial = 1.0;
+  read_double(j, where, "partial_rotary_factor", partial);
+  if (partial != 1.0)
+    throw ConfigError(str(where, ": partial_rotary_factor = ", partial,
+                          " is not supported; memo rotates whole heads (1.0)"));
   for (const char* name : {"attention_bias", "mlp_bias"}) {
     bool bias = false;
     read_bool(j, where, name, bias);
@@ -74,6 +197,9 @@ void reject_unsupported(const json& j, std::string_view where, const ModelConfig
 
 // GPT2Config fields that would change the math memo implements.
 void reject_unsupported_gpt2(const json& j, std::string_view where) {
+  if (const json* v = field(j, "rope_scaling"))
+    throw ConfigError(str(where, ": rope_scaling = ", v->dump(),
+                          " is not supported for GPT-2; memo's GPT-2 rotates with plain RoPE"));
   if (const json* v = field(j, "activation_function");
       v && *v != "gelu_new" && *v != "gelu_pytorch_tanh")
     throw ConfigError(str(where, ": activation_function = ", v->dump(),
@@ -159,6 +285,17 @@ ModelConfig llama_config_from_json(const json& j, std::string_view where) {
   read_int(j, where, "max_position_embeddings", c.max_position_embeddings);
   read_bool(j, where, "tie_word_embeddings", c.tie_word_embeddings);
   read_double(j, where, "initializer_range", c.initializer_range);
+  if (const json* v = field(j, "rope_scaling")) c.rope_scaling = rope_scaling_from_json(*v, where);
+  // Phi-3's longrope configs give the original context at the top level.
+  if (const json* v = field(j, "original_max_position_embeddings")) {
+    int64_t original = 0;
+    read_int(j, where, "original_max_position_embeddings", original);
+    if (c.rope_scaling.type != RopeType::kLongrope)
+      throw ConfigError(str(where, ": original_max_position_embeddings = ", v->dump(),
+                            " at the top level is longrope's; give it inside rope_scaling"));
+    if (c.rope_scaling.original_max_position_embeddings == 0)
+      c.rope_scaling.original_max_position_embeddings = original;
+  }
   reject_unsupported(j, where, c);
   return c;
 }
@@ -214,7 +351,7 @@ json model_config_to_json(const ModelConfig& c) {
     if (c.uses_rope()) j["rope_theta"] = c.rope_theta;
     return j;
   }
-  return json{
+  json j{
       {"architectures", json::array({"LlamaForCausalLM"})},
       {"model_type", "llama"},
       {"hidden_act", "silu"},
@@ -233,6 +370,8 @@ json model_config_to_json(const ModelConfig& c) {
       {"attention_bias", false},
       {"mlp_bias", false},
   };
+  if (!c.rope_scaling.is_default()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
+  return j;
 }
 
 void save_model_config(const std::filesystem::path& path, const ModelConfig& config) {

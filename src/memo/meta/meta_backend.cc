@@ -37,7 +37,8 @@ void MetaBackend::do_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, Const
 void MetaBackend::do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy,
                                         ConstTensor x, ConstTensor w, ConstTensor mean,
                                         ConstTensor rstd) {}
-void MetaBackend::do_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) {}
+void MetaBackend::do_rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
+                                double attention_factor, int64_t first_position) {}
 void MetaBackend::do_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                                   int64_t first_row) {}
 void MetaBackend::do_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,

@@ -79,7 +79,8 @@ class MetaBackend final : public Backend {
                             ConstTensor b, float eps) override;
   void do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy, ConstTensor x,
                              ConstTensor w, ConstTensor mean, ConstTensor rstd) override;
-  void do_rope_table(Tensor cos, Tensor sin, int64_t head_dim, float theta) override;
+  void do_rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
+                     double attention_factor, int64_t first_position) override;
   void do_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                        int64_t first_row) override;
   void do_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,

@@ -44,6 +44,9 @@ void ModelConfig::validate() const {
     throw ConfigError(str(is_gpt2() ? "layer_norm_epsilon = " : "rms_norm_eps = ", rms_norm_eps,
                           " must be positive"));
   if (!(rope_theta > 0)) throw ConfigError(str("rope_theta = ", rope_theta, " must be positive"));
+  if (!rope_scaling.is_default() && !(arch == Arch::kLlama && uses_rope()))
+    throw ConfigError("rope_scaling is LLaMA's; memo's GPT-2 rotates with plain RoPE only");
+  if (uses_rope()) validate_rope_scaling(rope_scaling, head_dim(), max_position_embeddings);
   if (!(initializer_range > 0))
     throw ConfigError(str("initializer_range = ", initializer_range, " must be positive"));
 }

@@ -26,10 +26,17 @@ KvDecoder::KvDecoder(const Model& model, int64_t max_tokens)
     const int64_t half = cfg_.head_dim() / 2;
     rope_cos_ = SpaceArray<float>(be, max_tokens * half, "the rope cos table");
     rope_sin_ = SpaceArray<float>(be, max_tokens * half, "the rope sin table");
-    model_.backend().rope_table(rope_cos_.tensor({max_tokens, half}),
-                                rope_sin_.tensor({max_tokens, half}), cfg_.head_dim(),
-                                float(cfg_.rope_theta));
+    write_rope_rows(0, max_tokens, max_tokens);
   }
+}
+
+void KvDecoder::write_rope_rows(int64_t begin, int64_t end, int64_t seq_len) {
+  const int64_t half = cfg_.head_dim() / 2;
+  const RopeFrequencies f = rope_frequencies(cfg_.rope_scaling, cfg_.head_dim(), cfg_.rope_theta,
+                                             cfg_.max_position_embeddings, seq_len);
+  model_.backend().rope_table(rope_cos_.tensor({max_tokens_, half}).slice_rows(begin, end),
+                              rope_sin_.tensor({max_tokens_, half}).slice_rows(begin, end),
+                              f.inv_freq, f.attention_factor, begin);
 }
 
 void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits) {
@@ -39,6 +46,10 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
   if (position_ + n > max_tokens_)
     throw ConfigError(str("generation reached ", position_ + n, " tokens, more than the ",
                           max_tokens_, " the decoder holds"));
+  // dynamic and longrope rotate with the frequencies of the length reached (as transformers
+  // does when it decodes): the new rows are rewritten; the cached keys keep their rotation.
+  if (cfg_.uses_rope() && cfg_.rope_scaling.depends_on_length())
+    write_rope_rows(position_, position_ + n, position_ + n);
   Backend& be = model_.backend();
   const bool direct = be.host_can_access(be.device_space());
   // the products' workspace for this call (Note [Matrix-product workspace] in backend/backend.h)

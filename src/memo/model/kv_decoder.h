@@ -32,6 +32,8 @@ class KvDecoder {
  private:
   void layer(int l, int64_t n);   // x_ rows [0, n) through layer l, in place
   void attend(int l, int64_t n);  // attn_ = attention of q_ rows over layer l's cache
+  // Rows [begin, end) of the rope tables with the frequencies for a sequence of seq_len tokens.
+  void write_rope_rows(int64_t begin, int64_t end, int64_t seq_len);
 
   const Model& model_;
   const ModelConfig& cfg_;
