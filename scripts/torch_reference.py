@@ -12,6 +12,8 @@ final.<hf name> (after N steps), with --logits also logits [B, S, V] (before any
 With --write-gpt2-init SEED (GPT-2 only) the script first writes the checkpoint's
 model.safetensors itself, as PyTorch would save a GPT2LMHeadModel: F32 tensors under the Hugging
 Face names, Conv1D weights [in, out], plus an lm_head.weight equal to wte (tied).
+`rope-frequencies CASES.json` prints the RoPE inverse frequencies and attention factor (of each
+case's config and rope_scaling, from transformers' definitions) as JSON.
 """
 
 import argparse
@@ -99,7 +101,11 @@ def load_config(checkpoint_dir):
     """Returns the LlamaConfig (or GPT2Config) fields memo uses, checked; D = C / H."""
     path = os.path.join(checkpoint_dir, "config.json")
     with open(path) as f:
-        raw = json.load(f)
+        return config_fields(json.load(f), path)
+
+
+def config_fields(raw, path):
+    """load_config's work on the parsed config.json `raw` (`path` names it in errors)."""
     if raw.get("model_type") == "gpt2":
         return load_gpt2_config(raw, path)
     required = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -132,8 +138,11 @@ def load_config(checkpoint_dir):
     if raw.get("head_dim") not in (None, cfg["D"]):
         raise ReferenceError(f"{path}: head_dim {raw['head_dim']} differs from "
                              f"hidden_size / num_attention_heads = {cfg['D']}; not supported")
-    if raw.get("rope_scaling") is not None:
-        raise ReferenceError(f"{path}: rope_scaling {raw['rope_scaling']} is not supported; use null")
+    cfg["rope"] = dict(raw.get("rope_scaling") or {"rope_type": "default"})
+    cfg["rope"].setdefault("rope_type", cfg["rope"].get("type"))
+    if "original_max_position_embeddings" in raw:  # Phi-3's longrope configs put it here
+        cfg["rope"].setdefault("original_max_position_embeddings",
+                               raw["original_max_position_embeddings"])
     for key in ("attention_bias", "mlp_bias"):
         if raw.get(key):
             raise ReferenceError(f"{path}: {key} is true; memo's Llama has no biases")
@@ -280,13 +289,73 @@ def rmsnorm(x, w, eps):
     return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * w
 
 
-def rope_cos_sin(S, D, theta):
-    """cos, sin: [S, D]. inv_freq_i = theta^(-2i/D), i < D/2; angle(p, i) = p * inv_freq_i,
-    repeated to width D as cat(freqs, freqs) (Hugging Face layout, not interleaved pairs)."""
-    inv_freq = theta ** (-torch.arange(0, D, 2, dtype=kDtype) / D)
+def rope_scaled_frequencies(rope, D, theta, max_pos, S):
+    """(inv_freq [D/2], attention factor) of a `rope_scaling` dict for a sequence of S tokens,
+    from transformers' published definitions (modeling_rope_utils), in float64."""
+    kind = rope.get("rope_type") or "default"
+    base_exponent = torch.arange(0, D, 2, dtype=kDtype) / D   # 2i/D
+    inv = 1.0 / theta ** base_exponent
+    orig = rope.get("original_max_position_embeddings") or max_pos
+    if kind == "default":
+        return inv, 1.0
+    if kind == "linear":
+        return inv / rope["factor"], 1.0
+    if kind == "dynamic":
+        f, seq = rope["factor"], max(S, max_pos)
+        new_base = theta * ((f * seq / max_pos) - (f - 1)) ** (D / (D - 2))
+        return 1.0 / new_base ** base_exponent, 1.0
+    if kind == "yarn":
+        f = rope["factor"]
+
+        def mscale(scale, k=1.0):
+            return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
+
+        def turning_pair(rotations):  # the pair whose wavelength fits `rotations` turns in orig
+            return D * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+        low, high = turning_pair(rope.get("beta_fast", 32)), turning_pair(rope.get("beta_slow", 1))
+        if rope.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, D - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((torch.arange(D // 2, dtype=kDtype) - low) / (high - low)).clamp(0, 1)
+        extrapolated = 1 - ramp      # share of the original frequency
+        scaled = inv * extrapolated + (inv / f) * (1 - extrapolated)
+        if rope.get("attention_factor") is not None:
+            factor = rope["attention_factor"]
+        elif rope.get("mscale") and rope.get("mscale_all_dim"):
+            factor = mscale(f, rope["mscale"]) / mscale(f, rope["mscale_all_dim"])
+        else:
+            factor = mscale(f)
+        return scaled, factor
+    if kind == "longrope":
+        f = rope.get("factor", max_pos / orig)
+        ext = torch.tensor(rope["long_factor"] if S > orig else rope["short_factor"], dtype=kDtype)
+        factor = rope.get("attention_factor")
+        if factor is None:
+            factor = 1.0 if f <= 1 else math.sqrt(1 + math.log(f) / math.log(orig))
+        return 1.0 / (ext * theta ** base_exponent), factor
+    if kind == "llama3":
+        f, lo, hi = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+        orig = rope["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        out = torch.where(wavelen > orig / lo, inv / f, inv)
+        smooth = (orig / wavelen - lo) / (hi - lo)
+        medium = (wavelen >= orig / hi) & (wavelen <= orig / lo)
+        return torch.where(medium, (1 - smooth) * inv / f + smooth * inv, out), 1.0
+    raise ReferenceError(f"rope_type {kind} is not known to the reference")
+
+
+def rope_cos_sin(S, D, theta, rope=None, max_pos=None):
+    """cos, sin: [S, D]. angle(p, i) = p * inv_freq_i (theta^(-2i/D) for plain RoPE), repeated to
+    width D as cat(freqs, freqs) (Hugging Face layout, not interleaved pairs), both times the
+    attention factor of the scaling."""
+    inv_freq, factor = rope_scaled_frequencies(rope or {"rope_type": "default"}, D, theta,
+                                               max_pos or S, S)
     freqs = torch.arange(S, dtype=kDtype)[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos(), emb.sin()
+    return emb.cos() * factor, emb.sin() * factor
 
 
 def rotate_half(x):
@@ -366,7 +435,7 @@ def forward_logits(params, cfg, inputs):
     if cfg["arch"] == "gpt2":
         return gpt2_forward_logits(params, cfg, inputs)
     S = inputs.shape[1]
-    cos, sin = rope_cos_sin(S, cfg["D"], cfg["theta"])
+    cos, sin = rope_cos_sin(S, cfg["D"], cfg["theta"], cfg["rope"], cfg["max_pos"])
     eps = cfg["eps"]
     x = params["model.embed_tokens.weight"][inputs]  # [B, S, C]
     for i in range(cfg["L"]):
@@ -484,8 +553,34 @@ def run(args):
     return losses, grad_norms
 
 
+def print_rope_frequencies(argv):
+    """`rope-frequencies CASES.json`: CASES is a list of {"config": <config.json object>,
+    "seq": S}; prints, as one JSON list, each case's RoPE inverse frequencies and attention
+    factor for a sequence of S tokens."""
+    if len(argv) != 1:
+        print("usage: torch_reference.py rope-frequencies CASES.json", file=sys.stderr)
+        return 2
+    out = []
+    try:
+        with open(argv[0]) as f:
+            cases = json.load(f)
+        for i, case in enumerate(cases):
+            cfg = config_fields(case["config"], f"{argv[0]} case {i}")
+            inv, factor = rope_scaled_frequencies(cfg["rope"], cfg["D"], cfg["theta"],
+                                                  cfg["max_pos"], int(case["seq"]))
+            out.append({"inv_freq": inv.tolist(), "attention_factor": float(factor)})
+    except (ReferenceError, OSError, ValueError, KeyError) as e:
+        print(f"torch_reference: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(out))
+    return 0
+
+
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "rope-frequencies":
+        return print_rope_frequencies(argv[1:])
+    args = parse_args(argv)
     try:
         losses, grad_norms = run(args)
     except (ReferenceError, safetensors_io.SafetensorsError, OSError, ValueError) as e:

@@ -134,7 +134,9 @@ std::vector<Op> kernel_ops() {
        }},
       {"rope_table",
        {{{9, 3}, true}, {{9, 3}, true}},
-       [](Backend& b, auto& t) { return b.rope_table(t[0], t[1], rope_inv_freq(6, 10000.0)), 0.0; }},
+       [](Backend& b, auto& t) {
+         return b.rope_table(t[0], t[1], rope_inv_freq(6, 10000.0)), 0.0;
+       }},
       {"rope_forward",
        {{{T, 12}, true}, {{40, 3}}, {{40, 3}}},
        [](Backend& b, auto& t) { return b.rope_forward(t[0], t[1], t[2], 6, 3), 0.0; }},

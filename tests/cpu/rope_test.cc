@@ -89,7 +89,7 @@ TEST(Rope, backward_undoes_forward_for_every_head_and_position) {
   const int64_t T = 24, S = 12, H = 3, D = 16;
   std::vector<float> cos(S * D / 2), sin(S * D / 2);
   rope_table(Tensor(cos.data(), {S, D / 2}), Tensor(sin.data(), {S, D / 2}),
-               rope_inv_freq(D, kTheta), 1.0, 0);
+             rope_inv_freq(D, kTheta), 1.0, 0);
   const std::vector<float> x0 = test::random_floats(T * H * D, 23);
   std::vector<float> x = x0;
   rope_forward(Tensor(x.data(), {T, H * D}), ConstTensor(cos.data(), {S, D / 2}),
@@ -103,9 +103,9 @@ TEST(Rope, backward_undoes_forward_for_every_head_and_position) {
 TEST(Rope, rejects_odd_head_dim_and_mismatched_tables) {
   std::vector<float> buf(256);
   Tensor x(buf.data(), {4, 12}), cos(buf.data(), {4, 3}), sin(buf.data(), {4, 3});
-  EXPECT_THROW(rope_forward(x, cos, sin, 5), Error);                          // odd D
-  EXPECT_THROW(rope_forward(x, cos, sin, 8), Error);                          // 12 % 8 != 0
-  EXPECT_THROW(rope_backward(x, cos, Tensor(buf.data(), {3, 3}), 6), Error);  // sin rows
+  EXPECT_THROW(rope_forward(x, cos, sin, 5), Error);                            // odd D
+  EXPECT_THROW(rope_forward(x, cos, sin, 8), Error);                            // 12 % 8 != 0
+  EXPECT_THROW(rope_backward(x, cos, Tensor(buf.data(), {3, 3}), 6), Error);    // sin rows
   EXPECT_THROW(rope_table(cos, sin, rope_inv_freq(8, kTheta), 1.0, 0), Error);  // 4 frequencies
   EXPECT_THROW(rope_table(cos, sin, rope_inv_freq(6, kTheta), 0.0, 0), Error);  // no factor
   EXPECT_THROW(rope_table(cos, sin, rope_inv_freq(6, kTheta), 1.0, -1), Error);
@@ -123,7 +123,7 @@ TEST(Rope, row_range_with_first_row_matches_whole_tensor) {
   const int64_t S = 13, T = 3 * S, H = 2, D = 6;
   std::vector<float> cos(S * D / 2), sin(S * D / 2);
   rope_table(Tensor(cos.data(), {S, D / 2}), Tensor(sin.data(), {S, D / 2}),
-               rope_inv_freq(D, kTheta), 1.0, 0);
+             rope_inv_freq(D, kTheta), 1.0, 0);
   const ConstTensor cv(cos.data(), {S, D / 2}), sv(sin.data(), {S, D / 2});
   for (bool backward : {false, true}) {
     std::vector<float> whole = test::random_floats(T * H * D, 5), part = whole;

@@ -1,7 +1,6 @@
 // The meta backend (Note [Meta backend]): every op runs the CPU op's entry checks and touches no
 // byte (its buffers are PROT_NONE address ranges: a touch would crash this test), reductions
 // return 0, copies to the host give zeros; sizes come from the target backend.
-#include "memo/backend/backend.h"
 #include "memo/meta/meta_backend.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "memo/backend/backend.h"
 #include "memo/core/error.h"
 #include "memo/cpu/cpu_backend.h"
 #include "test_util.h"

@@ -2,7 +2,6 @@
 // for bit as the architecture's forward wrote it (across sequence boundaries, with a partial last
 // panel), writes nothing outside the range, and refuses a range that does not start on a panel
 // boundary. For LLaMA and for GPT-2 layers (learned and rotary positions).
-#include "memo/backend/backend.h"
 #include "memo/model/architecture.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "cpu/kernel_test_util.h"
+#include "memo/backend/backend.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/cpu/cpu_backend.h"
 #include "memo/cpu/kernels.h"

@@ -44,8 +44,7 @@ void Backend::layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy
 }
 std::vector<double> rope_inv_freq(int64_t head_dim, double theta) {
   std::vector<double> w(size_t(std::max<int64_t>(head_dim / 2, 0)));
-  for (size_t i = 0; i < w.size(); ++i)
-    w[i] = std::pow(theta, -2.0 * double(i) / double(head_dim));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::pow(theta, -2.0 * double(i) / double(head_dim));
   return w;
 }
 void Backend::rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,

@@ -72,8 +72,8 @@ RopeScaling rope_scaling_from_json(const json& j, std::string_view config_where)
   const json* type = field(j, "rope_type");
   const json* old_type = field(j, "type");
   if (type && old_type && *type != *old_type)
-    throw ConfigError(str(where, ": rope_type = ", type->dump(), " and type = ", old_type->dump(),
-                          " disagree"));
+    throw ConfigError(
+        str(where, ": rope_type = ", type->dump(), " and type = ", old_type->dump(), " disagree"));
   if (!type) type = old_type;
   if (!type) throw ConfigError(str(where, ": required field rope_type is missing"));
   if (!type->is_string()) wrong_type(where, "rope_type", *type, "a string");

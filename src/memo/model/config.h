@@ -28,7 +28,7 @@ struct ModelConfig {
   int64_t vocab_size = 256;         // V
   double rms_norm_eps = 1e-5;       // the norms' eps: RMSNorm's, or GPT-2's layer_norm_epsilon
   double rope_theta = 10000.0;
-  RopeScaling rope_scaling;  // `rope_scaling` (null: plain RoPE); LLaMA only
+  RopeScaling rope_scaling;                // `rope_scaling` (null: plain RoPE); LLaMA only
   int64_t max_position_embeddings = 2048;  // GPT-2: n_positions
   bool tie_word_embeddings = false;        // GPT-2: always true
   double initializer_range = 0.02;         // std of the normal weight init (Hugging Face)

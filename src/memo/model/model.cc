@@ -210,12 +210,11 @@ std::pair<ConstTensor, ConstTensor> Model::rope_tables(int64_t seq) {
     const int64_t bytes = seq * half * int64_t(sizeof(float));
     std::pair<RawBuffer, RawBuffer> t{RawBuffer(device, bytes, "the rope cos table"),
                                       RawBuffer(device, bytes, "the rope sin table")};
-    const RopeFrequencies f = rope_frequencies(config_.rope_scaling, config_.head_dim(),
-                                               config_.rope_theta,
-                                               config_.max_position_embeddings, seq);
+    const RopeFrequencies f =
+        rope_frequencies(config_.rope_scaling, config_.head_dim(), config_.rope_theta,
+                         config_.max_position_embeddings, seq);
     backend_->rope_table(t.first.tensor({seq, half}, DType::kF32),
-                         t.second.tensor({seq, half}, DType::kF32), f.inv_freq,
-                         f.attention_factor);
+                         t.second.tensor({seq, half}, DType::kF32), f.inv_freq, f.attention_factor);
     it = rope_.emplace(seq, std::move(t)).first;
   }
   const auto& [cos, sin] = it->second;

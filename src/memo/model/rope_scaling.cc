@@ -14,8 +14,8 @@ struct Named {
   RopeType type;
   const char* name;
 };
-constexpr Named kTypes[] = {{RopeType::kDefault, "default"}, {RopeType::kLinear, "linear"},
-                            {RopeType::kDynamic, "dynamic"}, {RopeType::kYarn, "yarn"},
+constexpr Named kTypes[] = {{RopeType::kDefault, "default"},   {RopeType::kLinear, "linear"},
+                            {RopeType::kDynamic, "dynamic"},   {RopeType::kYarn, "yarn"},
                             {RopeType::kLongrope, "longrope"}, {RopeType::kLlama3, "llama3"}};
 
 // YaRN's attention scale for a context stretched `factor` times: 0.1 k ln(factor) + 1.

@@ -33,15 +33,15 @@ RopeType rope_type_from_name(const std::string& name);
 // (the model's max_position_embeddings stands in, as in transformers).
 struct RopeScaling {
   RopeType type = RopeType::kDefault;
-  double factor = 1.0;                              // linear, dynamic, yarn, llama3; longrope's
-  bool factor_given = false;                        // longrope: else max_position / original
-  int64_t original_max_position_embeddings = 0;     // yarn, longrope, llama3
-  std::optional<double> attention_factor;           // yarn, longrope
-  double beta_fast = 32.0, beta_slow = 1.0;         // yarn
-  std::optional<double> mscale, mscale_all_dim;     // yarn
-  bool truncate = true;                             // yarn
+  double factor = 1.0;                               // linear, dynamic, yarn, llama3; longrope's
+  bool factor_given = false;                         // longrope: else max_position / original
+  int64_t original_max_position_embeddings = 0;      // yarn, longrope, llama3
+  std::optional<double> attention_factor;            // yarn, longrope
+  double beta_fast = 32.0, beta_slow = 1.0;          // yarn
+  std::optional<double> mscale, mscale_all_dim;      // yarn
+  bool truncate = true;                              // yarn
   double low_freq_factor = 0, high_freq_factor = 0;  // llama3
-  std::vector<double> short_factor, long_factor;    // longrope, d/2 each
+  std::vector<double> short_factor, long_factor;     // longrope, d/2 each
 
   bool is_default() const { return type == RopeType::kDefault; }
   // dynamic and longrope: the frequencies depend on the length of the sequence they rotate.
