@@ -111,42 +111,68 @@ TEST(KvDecoder, greedy_with_cache_equals_greedy_without_for_64_tokens) {
   }
 }
 
+// The prompt (70 tokens), then one token at a time to 90: each step's logits against the
+// PyTorch reference's logits of a forward over all 90.
+void expect_cached_steps_match_pytorch(const ModelConfig& config) {
+  test::TempDir dir;
+  Model model(config, cpu_backend());
+  model.init(21);
+  CheckpointData data;
+  data.config = config;
+  for (const ParamInfo& p : model.layout().params())
+    data.model.push_back({p.name, p.shape, model.params() + p.offset});
+  save_checkpoint(dir.path() / "ckpt", data);
+  const int64_t S = 90, prompt = 70, V = config.vocab_size;  // 90 > one 64-row attention tile
+  const std::vector<int32_t> tokens = some_tokens(S + 1, 9);
+  write_llmc_tokens(dir / "tokens.bin", tokens);
+  const std::string cmd = "/usr/bin/python3 " + test::source_dir() +
+                          "/scripts/torch_reference.py --checkpoint " + dir.str("ckpt") +
+                          " --tokens " + dir.str("tokens.bin") + " --seq " + std::to_string(S) +
+                          " --batch 1 --steps 0 --lr 0 --beta1 0.9 --beta2 0.95 --eps 1e-8 " +
+                          "--weight-decay 0 --logits --out " + dir.str("ref.safetensors");
+  const test::CommandResult r = test::run_command(cmd);
+  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  SafetensorsFile ref(dir / "ref.safetensors");
+  std::vector<float> ref_logits(static_cast<size_t>(S * V));
+  ref.read_into("logits", ref_logits.data(), S * V);
+  // The prompt, then one token at a time: logits of position t against the reference's row t.
+  KvDecoder decoder(model, S);
+  std::vector<float> logits(static_cast<size_t>(V));
+  decoder.forward(std::span<const int32_t>(tokens.data(), size_t(prompt)), logits);
+  for (int64_t t = prompt - 1; t < S; ++t) {
+    if (t >= prompt) decoder.forward(std::span<const int32_t>(&tokens[size_t(t)], 1), logits);
+    std::vector<double> want(ref_logits.begin() + t * V, ref_logits.begin() + (t + 1) * V);
+    double scale = 0;
+    for (double w : want) scale = std::max(scale, std::fabs(w));
+    // 2e-5 of the largest logit: fp32 sums through two layers, against float64
+    EXPECT_LT(max_abs_diff(logits, want), 2e-5 * scale)
+        << "arch " << int(config.arch) << " position " << t;
+  }
+}
+
 TEST(KvDecoder, every_cached_step_matches_pytorch_float64) {
-  for (const ModelConfig& config : configs()) {
-    test::TempDir dir;
-    Model model(config, cpu_backend());
-    model.init(21);
-    CheckpointData data;
-    data.config = config;
-    for (const ParamInfo& p : model.layout().params())
-      data.model.push_back({p.name, p.shape, model.params() + p.offset});
-    save_checkpoint(dir.path() / "ckpt", data);
-    const int64_t S = 90, prompt = 70, V = config.vocab_size;  // 90 > one 64-row attention tile
-    const std::vector<int32_t> tokens = some_tokens(S + 1, 9);
-    write_llmc_tokens(dir / "tokens.bin", tokens);
-    const std::string cmd = "/usr/bin/python3 " + test::source_dir() +
-                            "/scripts/torch_reference.py --checkpoint " + dir.str("ckpt") +
-                            " --tokens " + dir.str("tokens.bin") + " --seq " + std::to_string(S) +
-                            " --batch 1 --steps 0 --lr 0 --beta1 0.9 --beta2 0.95 --eps 1e-8 " +
-                            "--weight-decay 0 --logits --out " + dir.str("ref.safetensors");
-    const test::CommandResult r = test::run_command(cmd);
-    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
-    SafetensorsFile ref(dir / "ref.safetensors");
-    std::vector<float> ref_logits(static_cast<size_t>(S * V));
-    ref.read_into("logits", ref_logits.data(), S * V);
-    // The prompt, then one token at a time: logits of position t against the reference's row t.
-    KvDecoder decoder(model, S);
-    std::vector<float> logits(static_cast<size_t>(V));
-    decoder.forward(std::span<const int32_t>(tokens.data(), size_t(prompt)), logits);
-    for (int64_t t = prompt - 1; t < S; ++t) {
-      if (t >= prompt) decoder.forward(std::span<const int32_t>(&tokens[size_t(t)], 1), logits);
-      std::vector<double> want(ref_logits.begin() + t * V, ref_logits.begin() + (t + 1) * V);
-      double scale = 0;
-      for (double w : want) scale = std::max(scale, std::fabs(w));
-      // 2e-5 of the largest logit: fp32 sums through two layers, against float64
-      EXPECT_LT(max_abs_diff(logits, want), 2e-5 * scale)
-          << "arch " << int(config.arch) << " position " << t;
-    }
+  for (const ModelConfig& config : configs()) expect_cached_steps_match_pytorch(config);
+}
+
+// Scaled RoPE decodes with the model's tables: yarn (fixed frequencies, an attention factor) and
+// longrope with the prompt already past its original context (long factors from the start; a
+// sequence that crosses it while decoding switches frequencies there, as transformers does, and
+// then differs from one forward over the whole by design).
+TEST(KvDecoder, scaled_rope_steps_match_pytorch_float64) {
+  ModelConfig yarn = tiny_llama();
+  yarn.rope_scaling.type = RopeType::kYarn;
+  yarn.rope_scaling.factor = 4.0;
+  yarn.rope_scaling.original_max_position_embeddings = 40;
+  yarn.rope_theta = 100.0;
+  ModelConfig longrope = yarn;
+  longrope.rope_scaling = RopeScaling{};
+  longrope.rope_scaling.type = RopeType::kLongrope;
+  longrope.rope_scaling.original_max_position_embeddings = 48;
+  longrope.rope_scaling.short_factor = {1.0, 1.2, 1.5, 2.0};
+  longrope.rope_scaling.long_factor = {1.0, 3.0, 6.0, 12.0};
+  for (const ModelConfig& config : {yarn, longrope}) {
+    config.validate();
+    expect_cached_steps_match_pytorch(config);
   }
 }
 

@@ -3,6 +3,8 @@
 // memo's, from transformers' modeling_rope_utils semantics), at several factors, head dims and
 // lengths; the tables the CPU builds from them; the whole model with each type against the
 // PyTorch reference at a sequence longer than the original context; config.json in and out.
+#include "memo/model/rope_scaling.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +17,6 @@
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
 #include "memo/model/config.h"
-#include "memo/model/rope_scaling.h"
 #include "model/torch_compare_util.h"
 #include "test_util.h"
 
@@ -58,20 +59,28 @@ std::vector<RopeCase> cases() {
     const double theta = D == 16 ? 10000.0 : 500000.0;
     const int64_t L = 8192;
     out.push_back({llama_json(D, theta, L, nullptr), 100});
-    for (double f : {2.0, 8.0}) out.push_back({llama_json(D, theta, L, {{"rope_type", "linear"}, {"factor", f}}), 100});
+    for (double f : {2.0, 8.0})
+      out.push_back({llama_json(D, theta, L, {{"rope_type", "linear"}, {"factor", f}}), 100});
     for (int64_t seq : {4096, 8192, 20000})
       out.push_back({llama_json(D, theta, L, {{"rope_type", "dynamic"}, {"factor", 4.0}}), seq});
-    out.push_back({llama_json(D, theta, 4 * L,
-                              {{"rope_type", "yarn"}, {"factor", 4.0},
-                               {"original_max_position_embeddings", L}}),
-                   100});
+    out.push_back(
+        {llama_json(
+             D, theta, 4 * L,
+             {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", L}}),
+         100});
     out.push_back({llama_json(D, theta, L,
-                              {{"type", "yarn"}, {"factor", 16.0}, {"beta_fast", 16.0},
-                               {"beta_slow", 2.0}, {"truncate", false}}),
+                              {{"type", "yarn"},
+                               {"factor", 16.0},
+                               {"beta_fast", 16.0},
+                               {"beta_slow", 2.0},
+                               {"truncate", false}}),
                    100});
     out.push_back({llama_json(D, theta, 4 * L,
-                              {{"rope_type", "yarn"}, {"factor", 40.0}, {"mscale", 0.707},
-                               {"mscale_all_dim", 1.0}, {"original_max_position_embeddings", 4096}}),
+                              {{"rope_type", "yarn"},
+                               {"factor", 40.0},
+                               {"mscale", 0.707},
+                               {"mscale_all_dim", 1.0},
+                               {"original_max_position_embeddings", 4096}}),
                    100});
     out.push_back({llama_json(D, theta, 4 * L,
                               {{"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", 1.25}}),
@@ -87,7 +96,9 @@ std::vector<RopeCase> cases() {
     out.push_back({llama_json(D, theta, 131072, given), 5000});
     for (double f : {8.0, 32.0})
       out.push_back({llama_json(D, theta, 131072,
-                                {{"rope_type", "llama3"}, {"factor", f}, {"low_freq_factor", 1.0},
+                                {{"rope_type", "llama3"},
+                                 {"factor", f},
+                                 {"low_freq_factor", 1.0},
                                  {"high_freq_factor", 4.0},
                                  {"original_max_position_embeddings", 8192}}),
                      100});
@@ -114,8 +125,8 @@ TEST(RopeScaling, frequencies_and_attention_factor_equal_the_float64_definitions
     const std::vector<double> inv = want[k]["inv_freq"];
     ASSERT_EQ(got.inv_freq.size(), inv.size()) << all[k].config.dump();
     for (size_t i = 0; i < inv.size(); ++i)
-      EXPECT_NEAR(got.inv_freq[i], inv[i], 1e-13 * inv[i]) << "pair " << i << " of case " << k
-                                                            << ": " << all[k].config.dump();
+      EXPECT_NEAR(got.inv_freq[i], inv[i], 1e-13 * inv[i])
+          << "pair " << i << " of case " << k << ": " << all[k].config.dump();
     EXPECT_NEAR(got.attention_factor, want[k]["attention_factor"].get<double>(), 1e-14)
         << all[k].config.dump();
 
@@ -172,23 +183,22 @@ ModelConfig scaled(const json& rope_scaling) {
 }
 
 TEST(RopeScaling, the_model_with_each_type_matches_the_torch_reference_past_the_original_context) {
-  const std::vector<json> types = {
-      {{"rope_type", "linear"}, {"factor", 4.0}},
-      {{"rope_type", "dynamic"}, {"factor", 4.0}},
-      {{"rope_type", "yarn"},
-       {"factor", 4.0},
-       {"original_max_position_embeddings", 32},
-       {"beta_fast", 8.0},
-       {"beta_slow", 0.5}},
-      {{"rope_type", "longrope"},
-       {"short_factor", {1.0, 1.1, 1.3, 1.6}},
-       {"long_factor", {1.0, 2.0, 5.0, 9.0}},
-       {"original_max_position_embeddings", 32}},
-      {{"rope_type", "llama3"},
-       {"factor", 8.0},
-       {"low_freq_factor", 1.0},
-       {"high_freq_factor", 4.0},
-       {"original_max_position_embeddings", 32}}};
+  const std::vector<json> types = {{{"rope_type", "linear"}, {"factor", 4.0}},
+                                   {{"rope_type", "dynamic"}, {"factor", 4.0}},
+                                   {{"rope_type", "yarn"},
+                                    {"factor", 4.0},
+                                    {"original_max_position_embeddings", 32},
+                                    {"beta_fast", 8.0},
+                                    {"beta_slow", 0.5}},
+                                   {{"rope_type", "longrope"},
+                                    {"short_factor", {1.0, 1.1, 1.3, 1.6}},
+                                    {"long_factor", {1.0, 2.0, 5.0, 9.0}},
+                                    {"original_max_position_embeddings", 32}},
+                                   {{"rope_type", "llama3"},
+                                    {"factor", 8.0},
+                                    {"low_freq_factor", 1.0},
+                                    {"high_freq_factor", 4.0},
+                                    {"original_max_position_embeddings", 32}}};
   for (const json& t : types) {
     SCOPED_TRACE(t.dump());
     test::check_against_torch(scaled(t), 96, 1);
