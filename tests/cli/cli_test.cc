@@ -110,6 +110,33 @@ TEST_F(Cli, data_of_exactly_seq_plus_one_tokens_trains) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// A vocabulary over uint16 (ids up to 69999) on llm.c's uint32 token files: the model trains.
+TEST_F(Cli, vocabulary_over_65536_trains_on_uint32_tokens) {
+  write_text(dir / "big_vocab.json",
+             R"({"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+  "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 70000, "rms_norm_eps": 1e-5,
+  "rope_theta": 10000.0, "max_position_embeddings": 64, "tie_word_embeddings": false})");
+  std::vector<uint32_t> ids(400);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = uint32_t((i * 7919) % 70000);
+  ids[5] = 69999;
+  std::vector<int32_t> header(kLlmcHeaderInts, 0);
+  header[0] = kLlmcMagicLlama3;
+  header[1] = kLlmcVersionLlama3;
+  header[2] = int32_t(ids.size());
+  write_text(dir / "tokens.bin",
+             std::string(reinterpret_cast<const char*>(header.data()), header.size() * 4) +
+                 std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 4));
+  const test::CommandResult r = test::run_command(
+      test::memo_bin() + " train --config " + dir.str("big_vocab.json") + " --data " +
+      dir.str("tokens.bin") + " --seq 16 --batch 2 --micro-batch 1 --steps 1 --out " +
+      dir.str("out") + " --log " + dir.str("log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto l = losses(dir.str("log.jsonl"));
+  ASSERT_EQ(l.size(), 1u) << r.output;
+  const double loss = std::stod(l.begin()->second);
+  EXPECT_NEAR(loss, std::log(70000.0), 0.5) << "a fresh model's loss is about ln V";
+}
+
 TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
   ASSERT_EQ(test::run_command(train_cmd(dir / "run", "--steps 2")).exit_code, 0);
   const test::CommandResult r =
