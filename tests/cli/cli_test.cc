@@ -150,7 +150,7 @@ TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
   const LoadedCheckpoint ckpt = load_checkpoint(find_latest_checkpoint(dir / "run"));
   Model model(ckpt.config, cpu_backend());
   for (const ParamInfo& p : model.layout().params())
-    ckpt.model.read_into(p.name, model.params() + p.offset, p.numel);
+    ckpt.model.read_into(p.name, model.params() + p.offset, p.shape);
   const TokenData data = TokenData::load(dir / "data.txt", 256);
   CachingAllocator alloc;
   KeepStrategy keep(skeletal_layout(ckpt.config, DType::kF32), alloc);

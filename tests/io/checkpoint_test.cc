@@ -33,7 +33,7 @@ struct State {
 float first_embed(const fs::path& dir) {
   LoadedCheckpoint ckpt = load_checkpoint(dir);
   std::vector<float> embed(6);
-  ckpt.model.read_into("model.embed_tokens.weight", embed.data(), 6);
+  ckpt.model.read_into("model.embed_tokens.weight", embed.data(), {3, 2});
   return embed[0];
 }
 
@@ -48,11 +48,11 @@ TEST(Checkpoint, save_then_load_round_trips_all_parts) {
             (std::vector<std::string>{"model.embed_tokens.weight", "model.norm.weight"}));
   EXPECT_EQ(c.model.metadata().at("format"), "pt");
   std::vector<float> norm(2);
-  c.model.read_into("model.norm.weight", norm.data(), 2);
+  c.model.read_into("model.norm.weight", norm.data(), {2});
   EXPECT_EQ(norm, s.norm);
   ASSERT_TRUE(c.optimizer.has_value());
   std::vector<float> m(6);
-  c.optimizer->read_into("adamw.m.model.embed_tokens.weight", m.data(), 6);
+  c.optimizer->read_into("adamw.m.model.embed_tokens.weight", m.data(), {3, 2});
   EXPECT_EQ(m, s.m);
   EXPECT_EQ(c.trainer_state["step"], 100);
 }

@@ -132,7 +132,8 @@ TEST(KvDecoder, every_cached_step_matches_pytorch_float64) {
     ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
     SafetensorsFile ref(dir / "ref.safetensors");
     std::vector<float> ref_logits(static_cast<size_t>(S * V));
-    ref.read_into("logits", ref_logits.data(), S * V);
+    ASSERT_EQ(ref.numel("logits"), S * V);
+    ref.read_into("logits", ref_logits.data(), ref.shape("logits"));
     // The prompt, then one token at a time: logits of position t against the reference's row t.
     KvDecoder decoder(model, S);
     std::vector<float> logits(static_cast<size_t>(V));

@@ -341,14 +341,18 @@ float half_to_float(uint16_t h) {
 
 }  // namespace
 
-void SafetensorsFile::read_into(const std::string& name, float* dst, int64_t numel) const {
+void SafetensorsFile::read_into(const std::string& name, float* dst,
+                                const std::vector<int64_t>& shape) const {
   const Entry& e = entry(name);
   if (e.dtype != "F32" && e.dtype != "F64" && e.dtype != "BF16" && e.dtype != "F16")
     throw FormatError(str(path_.string(), ": tensor '", name, "' has dtype ", e.dtype,
                           "; memo reads F32, F64, BF16 and F16"));
-  if (e.numel != numel)
-    throw DataError(str(path_.string(), ": tensor '", name, "' has shape ", shape_str(e.shape),
-                        " (", e.numel, " elements), expected ", numel, " elements"));
+  if (e.shape != shape)
+    throw DataError(
+        str(path_.string(), ": tensor '", name, "' has shape ", shape_str(e.shape), " (", e.numel,
+            " elements), expected ", shape_str(shape),
+            e.numel == checked_numel(shape) ? " (the same count, another layout)" : ""));
+  const int64_t numel = e.numel;
   const char* src = bytes_.data() + data_offset_bytes_ + e.begin;
   if (e.dtype == "F32") {
     if (numel > 0) std::memcpy(dst, src, size_t(e.end - e.begin));

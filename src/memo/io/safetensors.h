@@ -44,9 +44,10 @@ class SafetensorsFile {
   const std::string& dtype(const std::string& name) const;
   int64_t numel(const std::string& name) const;
   // Copies tensor `name` to dst as float32: F32 as is, BF16 and F16 widened exactly, F64 rounded
-  // to nearest. Throws FormatError for other dtypes, DataError unless it has exactly `numel`
-  // elements.
-  void read_into(const std::string& name, float* dst, int64_t numel) const;
+  // to nearest. Throws FormatError for other dtypes, DataError naming the file, the tensor and
+  // both shapes unless its shape is exactly `shape` (a transposed [in, out] tensor has the right
+  // element count but is refused).
+  void read_into(const std::string& name, float* dst, const std::vector<int64_t>& shape) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has_checksum() const { return metadata_.count(kChecksumKey) > 0; }
 

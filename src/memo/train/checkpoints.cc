@@ -154,7 +154,7 @@ void load_model_tensors(Model& model, const SafetensorsFile& file) {
         file.contains(name.substr(prefix.size())))
       name = name.substr(prefix.size());
     read_part_into_device(file, name, model.layout(), p.is_split() ? &p : nullptr,
-                          model.params() + p.offset, p.numel, model.backend(), staging);
+                          model.params() + p.offset, p.shape, model.backend(), staging);
   }
 }
 
