@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "io/hf_files.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/cpu/cpu_backend.h"
 #include "memo/data/token_data.h"
@@ -24,6 +26,7 @@
 namespace memo {
 namespace {
 
+namespace fs = std::filesystem;
 using test::corpus;
 using test::losses;
 using test::write_text;
@@ -180,6 +183,68 @@ TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
       test::run_command(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
                         " --prompt ab --max-new-tokens 4 --precision bf16");
   EXPECT_EQ(g16.exit_code, 0) << g16.output;
+}
+
+// A trained model's weights rounded to bf16, saved twice: as one f32 model.safetensors and as a
+// Hugging Face folder of two shards (bf16 and f32) with an index. eval, generate and --init-from
+// see the same model in both.
+TEST_F(Cli, sharded_hugging_face_folder_loads_like_one_file) {
+  ASSERT_EQ(test::run_command(train_cmd(dir / "run", "--steps 2")).exit_code, 0);
+  const fs::path ckpt = find_latest_checkpoint(dir / "run");
+  const SafetensorsFile trained(ckpt / kModelFile);
+  std::vector<std::vector<float>> values;
+  std::vector<NamedTensor> one;
+  std::vector<test::HfTensor> shard[2];
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  const std::vector<std::string> names = trained.names();
+  values.reserve(names.size());  // `one` points into it
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::vector<float> v(size_t(trained.numel(names[i])));
+    trained.read_into(names[i], v.data(), trained.shape(names[i]));
+    for (float& x : v) {  // to bf16 by truncation: exact in both files
+      uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      bits &= 0xffff0000u;
+      std::memcpy(&x, &bits, 4);
+    }
+    values.push_back(v);
+    one.push_back({names[i], trained.shape(names[i]), values.back().data()});
+    const std::string file = "model-0000" + std::to_string(i % 2 + 1) + "-of-00002.safetensors";
+    shard[i % 2].push_back({names[i], trained.shape(names[i]), v, i % 2 ? "F32" : "BF16"});
+    weight_map.push_back({names[i], file});
+  }
+  for (const char* d : {"one", "hf"}) {
+    fs::create_directories(dir / d);
+    fs::copy_file(ckpt / kConfigFile, dir / d / kConfigFile);
+  }
+  write_safetensors(dir / "one" / kModelFile, one);
+  test::write_hf_safetensors(dir / "hf" / "model-00001-of-00002.safetensors", shard[0]);
+  test::write_hf_safetensors(dir / "hf" / "model-00002-of-00002.safetensors", shard[1]);
+  test::write_hf_index(dir / "hf" / kModelIndexFile, weight_map);
+
+  std::map<std::string, std::string> eval, gen;
+  for (const char* d : {"one", "hf"}) {
+    const test::CommandResult e =
+        test::run_command(test::memo_bin() + " eval --checkpoint " + dir.str(d) + " --data " +
+                          dir.str("data.txt") + " --split all --seq 32 --batches 2 2>/dev/null");
+    ASSERT_EQ(e.exit_code, 0) << d << ": " << e.output;
+    eval[d] = e.output;
+    const test::CommandResult g =  // the text alone: stderr carries the timings
+        test::run_command("(" + test::memo_bin() + " generate --checkpoint " + dir.str(d) +
+                          " --prompt ab --max-new-tokens 4 2>/dev/null)");
+    ASSERT_EQ(g.exit_code, 0) << d << ": " << g.output;
+    gen[d] = g.output;
+    const test::CommandResult t = test::run_command(
+        test::memo_bin() + " train --config " + dir.str(std::string(d) + "/config.json") +
+        " --init-from " + dir.str(d) + " --data " + dir.str("data.txt") +
+        " --seq 32 --batch 4 --micro-batch 2 --lr 3e-3 --warmup 2 --steps 2 --out " +
+        dir.str(std::string("init-") + d) + " --log " + dir.str(std::string(d) + ".jsonl"));
+    ASSERT_EQ(t.exit_code, 0) << d << ": " << t.output;
+  }
+  EXPECT_EQ(eval["hf"], eval["one"]);
+  EXPECT_EQ(gen["hf"], gen["one"]);
+  EXPECT_EQ(losses(dir.str("hf.jsonl")), losses(dir.str("one.jsonl")));
+  EXPECT_EQ(losses(dir.str("hf.jsonl")).size(), 2u);
 }
 
 TEST_F(Cli, the_last_log_record_carries_the_validation_loss) {

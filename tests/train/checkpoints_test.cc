@@ -11,6 +11,7 @@
 #include "memo/core/error.h"
 #include "memo/cpu/cpu_backend.h"
 #include "memo/io/safetensors.h"
+#include "memo/io/safetensors_set.h"
 #include "memo/model/model.h"
 #include "test_util.h"
 
@@ -60,7 +61,7 @@ TEST(Checkpoints, tensor_the_model_lacks_is_refused_by_name_before_any_is_read) 
   std::vector<float> bias(32, 0.5f);
   write_safetensors(tmp / "m.safetensors",
                     tensors_of(a, {{"model.layers.1.mlp.gate_proj.bias", {32}, bias.data()}}));
-  const SafetensorsFile file(tmp / "m.safetensors");
+  const SafetensorsSet file(SafetensorsFile(tmp / "m.safetensors"));
   Model before(tiny(Arch::kLlama), cpu_backend());
   before.init(2);
   const std::string msg = error_message<DataError>([&] { load_model_tensors(b, file); });
@@ -80,7 +81,7 @@ TEST(Checkpoints, deeper_checkpoint_names_its_extra_layers) {
   a.init(1);
   write_safetensors(tmp / "m.safetensors", tensors_of(a, {}));
   const std::string msg = error_message<DataError>(
-      [&] { load_model_tensors(b, SafetensorsFile(tmp / "m.safetensors")); });
+      [&] { load_model_tensors(b, SafetensorsSet(SafetensorsFile(tmp / "m.safetensors"))); });
   EXPECT_NE(msg.find(" holds 18 tensors that the llama model"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'model.layers.2."), std::string::npos) << msg;
 }
@@ -97,7 +98,7 @@ TEST(Checkpoints, hugging_face_buffers_are_skipped) {
         tmp / "llama.safetensors",
         tensors_of(a, {{"model.layers.0.self_attn.rotary_emb.inv_freq", {4}, inv_freq.data()},
                        {"model.layers.1.self_attn.rotary_emb.inv_freq", {4}, inv_freq.data()}}));
-    load_model_tensors(b, SafetensorsFile(tmp / "llama.safetensors"));
+    load_model_tensors(b, SafetensorsSet(SafetensorsFile(tmp / "llama.safetensors")));
     EXPECT_TRUE(same_params(a, b));
   }
   Model a(tiny(Arch::kGpt2), cpu_backend()), b(tiny(Arch::kGpt2), cpu_backend());
@@ -108,7 +109,7 @@ TEST(Checkpoints, hugging_face_buffers_are_skipped) {
                                 {"h.0.attn.masked_bias", {}, masked.data()},
                                 {"h.1.attn.bias", {1, 1, 32, 32}, mask.data()}},
                                "transformer."));
-  load_model_tensors(b, SafetensorsFile(tmp / "gpt2.safetensors"));
+  load_model_tensors(b, SafetensorsSet(SafetensorsFile(tmp / "gpt2.safetensors")));
   EXPECT_TRUE(same_params(a, b));
 }
 
@@ -124,7 +125,7 @@ TEST(Checkpoints, transposed_weight_is_refused_with_both_shapes) {
     if (n.name == "model.layers.0.mlp.up_proj.weight") n.shape = {16, 32};
   write_safetensors(tmp / "m.safetensors", t);
   const std::string msg = error_message<DataError>(
-      [&] { load_model_tensors(b, SafetensorsFile(tmp / "m.safetensors")); });
+      [&] { load_model_tensors(b, SafetensorsSet(SafetensorsFile(tmp / "m.safetensors"))); });
   EXPECT_NE(msg.find("tensor 'model.layers.0.mlp.up_proj.weight' has shape [16, 32] (512 "
                      "elements), expected [32, 16]"),
             std::string::npos)

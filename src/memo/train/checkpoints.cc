@@ -167,7 +167,7 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 // A tensor of the file that no parameter takes is a checkpoint of another model (or another
 // layout of this one): refused by name before anything is read, rather than dropped.
-void check_no_extra_tensors(const Model& model, const SafetensorsFile& file,
+void check_no_extra_tensors(const Model& model, const SafetensorsSet& file,
                             const std::set<std::string>& taken) {
   constexpr size_t kShown = 4;
   std::vector<std::string> extra;
@@ -176,11 +176,13 @@ void check_no_extra_tensors(const Model& model, const SafetensorsFile& file,
   if (extra.empty()) return;
   std::string shown;
   for (size_t i = 0; i < std::min(extra.size(), kShown); ++i)
-    shown += str(i ? ", " : "", "'", extra[i], "' ", shape_string(file.shape(extra[i])));
+    shown += str(
+        i ? ", " : "", "'", extra[i], "' ", shape_string(file.shape(extra[i])),
+        file.num_files() > 1 ? str(" in ", file.file_of(extra[i]).path().filename().string()) : "");
   if (extra.size() > kShown) shown += ", ...";
-  throw DataError(str(file.path().string(), " holds ", extra.size(), " tensor",
-                      extra.size() == 1 ? "" : "s", " that the ", model.architecture().name(),
-                      " model of this config does not have: ", shown,
+  throw DataError(str(file.path().string(), file.num_files() > 1 ? "'s shards hold " : " holds ",
+                      extra.size(), " tensor", extra.size() == 1 ? "" : "s", " that the ",
+                      model.architecture().name(), " model of this config does not have: ", shown,
                       "; the checkpoint is of another model or config"));
 }
 
@@ -188,7 +190,7 @@ void check_no_extra_tensors(const Model& model, const SafetensorsFile& file,
 
 // GPT-2 files saved from a GPT2Model (as the Hub's gpt2 checkpoints are) name the tensors without
 // GPT2LMHeadModel's "transformer." prefix ("h.0.attn.c_attn.weight"); both forms load.
-void load_model_tensors(Model& model, const SafetensorsFile& file) {
+void load_model_tensors(Model& model, const SafetensorsSet& file) {
   const std::string prefix(model.architecture().optional_name_prefix());
   std::vector<std::string> names;  // each parameter's name in the file
   for (const ParamInfo& p : model.layout().params()) {

@@ -41,7 +41,7 @@ OptimizerChoice optimizer_choice_from_state(const nlohmann::json& state) {
   return c;
 }
 
-void read_into_device(const SafetensorsFile& file, const std::string& name, float* dst,
+void read_into_device(const SafetensorsSet& file, const std::string& name, float* dst,
                       const std::vector<int64_t>& shape, Backend& backend,
                       std::vector<float>& staging) {
   if (backend.host_can_access(backend.device_space())) return file.read_into(name, dst, shape);
@@ -63,7 +63,7 @@ const ParamInfo* split_param(const ParamLayout& layout, const std::string& name,
   return nullptr;
 }
 
-void read_part_into_device(const SafetensorsFile& file, const std::string& name,
+void read_part_into_device(const SafetensorsSet& file, const std::string& name,
                            const ParamLayout& layout, const ParamInfo* split, float* dst,
                            const std::vector<int64_t>& shape, Backend& backend,
                            std::vector<float>& staging) {
@@ -75,7 +75,7 @@ void read_part_into_device(const SafetensorsFile& file, const std::string& name,
   backend.copy_from_host(dst, staging.data(), split->numel * int64_t(sizeof(float)));
 }
 
-void restore_optimizer(Optimizer& optimizer, Backend& backend, const SafetensorsFile& file,
+void restore_optimizer(Optimizer& optimizer, Backend& backend, const SafetensorsSet& file,
                        int64_t steps_done, const std::string& source, const ParamLayout& layout) {
   std::vector<float> staging;
   for (const StateTensor& s : optimizer.state()) {
