@@ -245,6 +245,15 @@ TEST_F(Cli, sharded_hugging_face_folder_loads_like_one_file) {
   EXPECT_EQ(gen["hf"], gen["one"]);
   EXPECT_EQ(losses(dir.str("hf.jsonl")), losses(dir.str("one.jsonl")));
   EXPECT_EQ(losses(dir.str("hf.jsonl")).size(), 2u);
+
+  // A shard gone: one line naming it, and no run directory.
+  fs::remove(dir / "hf" / "model-00002-of-00002.safetensors");
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("hf/config.json") +
+                                 " --init-from " + dir.str("hf") + " --data " +
+                                 dir.str("data.txt") + " --seq 32 --batch 4 --steps 1 --out " +
+                                 dir.str("init-bad"),
+                             "model-00002-of-00002.safetensors");
+  EXPECT_FALSE(fs::exists(dir / "init-bad"));
 }
 
 TEST_F(Cli, the_last_log_record_carries_the_validation_loss) {
