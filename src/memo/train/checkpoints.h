@@ -22,10 +22,10 @@
 
 namespace memo {
 
-// Copies a checkpoint's model tensors (one file or shards) into `model` (GPT-2 names with or without "transformer.").
-// Every parameter must be there with its exact shape, and every tensor of the checkpoint must be
-// a parameter or a known Hugging Face buffer (rotary inv_freq, GPT-2's attention masks):
-// DataError naming the file and the tensor otherwise, before anything is read.
+// Copies a checkpoint's model tensors (one file or shards) into `model` (GPT-2 names with or
+// without "transformer."). Every parameter must be there with its exact shape, and every tensor of
+// the checkpoint must be a parameter or a known Hugging Face buffer (rotary inv_freq, GPT-2's
+// attention masks): DataError naming the file and the tensor otherwise, before anything is read.
 void load_model_tensors(Model& model, const SafetensorsSet& file);
 
 // The precision a run trains in, as its checkpoint records it: "bf16" where the backend's
