@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "io/hf_files.h"
 #include "memo/backend/caching_allocator.h"
 #include "memo/cpu/cpu_backend.h"
 #include "memo/data/token_data.h"
@@ -24,6 +26,7 @@
 namespace memo {
 namespace {
 
+namespace fs = std::filesystem;
 using test::corpus;
 using test::losses;
 using test::write_text;
@@ -110,6 +113,33 @@ TEST_F(Cli, data_of_exactly_seq_plus_one_tokens_trains) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// A vocabulary over uint16 (ids up to 69999) on llm.c's uint32 token files: the model trains.
+TEST_F(Cli, vocabulary_over_65536_trains_on_uint32_tokens) {
+  write_text(dir / "big_vocab.json",
+             R"({"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+  "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 70000, "rms_norm_eps": 1e-5,
+  "rope_theta": 10000.0, "max_position_embeddings": 64, "tie_word_embeddings": false})");
+  std::vector<uint32_t> ids(400);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = uint32_t((i * 7919) % 70000);
+  ids[5] = 69999;
+  std::vector<int32_t> header(kLlmcHeaderInts, 0);
+  header[0] = kLlmcMagicLlama3;
+  header[1] = kLlmcVersionLlama3;
+  header[2] = int32_t(ids.size());
+  write_text(dir / "tokens.bin",
+             std::string(reinterpret_cast<const char*>(header.data()), header.size() * 4) +
+                 std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 4));
+  const test::CommandResult r = test::run_command(
+      test::memo_bin() + " train --config " + dir.str("big_vocab.json") + " --data " +
+      dir.str("tokens.bin") + " --seq 16 --batch 2 --micro-batch 1 --steps 1 --out " +
+      dir.str("out") + " --log " + dir.str("log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto l = losses(dir.str("log.jsonl"));
+  ASSERT_EQ(l.size(), 1u) << r.output;
+  const double loss = std::stod(l.begin()->second);
+  EXPECT_NEAR(loss, std::log(70000.0), 0.5) << "a fresh model's loss is about ln V";
+}
+
 TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
   ASSERT_EQ(test::run_command(train_cmd(dir / "run", "--steps 2")).exit_code, 0);
   const test::CommandResult r =
@@ -123,7 +153,7 @@ TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
   const LoadedCheckpoint ckpt = load_checkpoint(find_latest_checkpoint(dir / "run"));
   Model model(ckpt.config, cpu_backend());
   for (const ParamInfo& p : model.layout().params())
-    ckpt.model.read_into(p.name, model.params() + p.offset, p.numel);
+    ckpt.model.read_into(p.name, model.params() + p.offset, p.shape);
   const TokenData data = TokenData::load(dir / "data.txt", 256);
   CachingAllocator alloc;
   KeepStrategy keep(skeletal_layout(ckpt.config, DType::kF32), alloc);
@@ -153,6 +183,77 @@ TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
       test::run_command(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
                         " --prompt ab --max-new-tokens 4 --precision bf16");
   EXPECT_EQ(g16.exit_code, 0) << g16.output;
+}
+
+// A trained model's weights rounded to bf16, saved twice: as one f32 model.safetensors and as a
+// Hugging Face folder of two shards (bf16 and f32) with an index. eval, generate and --init-from
+// see the same model in both.
+TEST_F(Cli, sharded_hugging_face_folder_loads_like_one_file) {
+  ASSERT_EQ(test::run_command(train_cmd(dir / "run", "--steps 2")).exit_code, 0);
+  const fs::path ckpt = find_latest_checkpoint(dir / "run");
+  const SafetensorsFile trained(ckpt / kModelFile);
+  std::vector<std::vector<float>> values;
+  std::vector<NamedTensor> one;
+  std::vector<test::HfTensor> shard[2];
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  const std::vector<std::string> names = trained.names();
+  values.reserve(names.size());  // `one` points into it
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::vector<float> v(size_t(trained.numel(names[i])));
+    trained.read_into(names[i], v.data(), trained.shape(names[i]));
+    for (float& x : v) {  // to bf16 by truncation: exact in both files
+      uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      bits &= 0xffff0000u;
+      std::memcpy(&x, &bits, 4);
+    }
+    values.push_back(v);
+    one.push_back({names[i], trained.shape(names[i]), values.back().data()});
+    const std::string file = "model-0000" + std::to_string(i % 2 + 1) + "-of-00002.safetensors";
+    shard[i % 2].push_back({names[i], trained.shape(names[i]), v, i % 2 ? "F32" : "BF16"});
+    weight_map.push_back({names[i], file});
+  }
+  for (const char* d : {"one", "hf"}) {
+    fs::create_directories(dir / d);
+    fs::copy_file(ckpt / kConfigFile, dir / d / kConfigFile);
+  }
+  write_safetensors(dir / "one" / kModelFile, one);
+  test::write_hf_safetensors(dir / "hf" / "model-00001-of-00002.safetensors", shard[0]);
+  test::write_hf_safetensors(dir / "hf" / "model-00002-of-00002.safetensors", shard[1]);
+  test::write_hf_index(dir / "hf" / kModelIndexFile, weight_map);
+
+  std::map<std::string, std::string> eval, gen;
+  for (const char* d : {"one", "hf"}) {
+    const test::CommandResult e =
+        test::run_command(test::memo_bin() + " eval --checkpoint " + dir.str(d) + " --data " +
+                          dir.str("data.txt") + " --split all --seq 32 --batches 2 2>/dev/null");
+    ASSERT_EQ(e.exit_code, 0) << d << ": " << e.output;
+    eval[d] = e.output;
+    const test::CommandResult g =  // the text alone: stderr carries the timings
+        test::run_command("(" + test::memo_bin() + " generate --checkpoint " + dir.str(d) +
+                          " --prompt ab --max-new-tokens 4 2>/dev/null)");
+    ASSERT_EQ(g.exit_code, 0) << d << ": " << g.output;
+    gen[d] = g.output;
+    const test::CommandResult t = test::run_command(
+        test::memo_bin() + " train --config " + dir.str(std::string(d) + "/config.json") +
+        " --init-from " + dir.str(d) + " --data " + dir.str("data.txt") +
+        " --seq 32 --batch 4 --micro-batch 2 --lr 3e-3 --warmup 2 --steps 2 --out " +
+        dir.str(std::string("init-") + d) + " --log " + dir.str(std::string(d) + ".jsonl"));
+    ASSERT_EQ(t.exit_code, 0) << d << ": " << t.output;
+  }
+  EXPECT_EQ(eval["hf"], eval["one"]);
+  EXPECT_EQ(gen["hf"], gen["one"]);
+  EXPECT_EQ(losses(dir.str("hf.jsonl")), losses(dir.str("one.jsonl")));
+  EXPECT_EQ(losses(dir.str("hf.jsonl")).size(), 2u);
+
+  // A shard gone: one line naming it, and no run directory.
+  fs::remove(dir / "hf" / "model-00002-of-00002.safetensors");
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("hf/config.json") +
+                                 " --init-from " + dir.str("hf") + " --data " +
+                                 dir.str("data.txt") + " --seq 32 --batch 4 --steps 1 --out " +
+                                 dir.str("init-bad"),
+                             "model-00002-of-00002.safetensors");
+  EXPECT_FALSE(fs::exists(dir / "init-bad"));
 }
 
 TEST_F(Cli, the_last_log_record_carries_the_validation_loss) {

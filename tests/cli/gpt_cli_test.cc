@@ -123,7 +123,7 @@ TEST_F(GptCli, weights_without_the_transformer_prefix_load) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     data.emplace_back(size_t(n));
-    model.read_into(name, data.back().data(), n);
+    model.read_into(name, data.back().data(), shape);
     ASSERT_EQ(name.rfind("transformer.", 0), 0u) << name;
     bare.push_back({name.substr(12), shape, data.back().data()});
   }

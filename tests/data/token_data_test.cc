@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "memo/core/error.h"
+#include "memo/data/shards.h"
 #include "memo/io/atomic_file.h"
 #include "test_util.h"
 
@@ -103,6 +105,42 @@ TEST(TokenData, writer_rejects_ids_outside_uint16) {
   std::string msg = error_message<DataError>([&] { write_llmc_tokens(tmp / "t.bin", {1, 70000}); });
   EXPECT_NE(msg.find("token id 70000 at position 1"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(tmp / "t.bin"));
+}
+
+// vocab_size has no 65536 limit: a uint16 file's ids all fit a larger vocabulary.
+TEST(TokenData, uint16_file_serves_a_vocabulary_over_65536) {
+  TempDir tmp;
+  write_llmc_tokens(tmp / "t.bin", {0, 65535, 7});
+  TokenData d = TokenData::load(tmp / "t.bin", 128256);
+  EXPECT_EQ(d[1], 65535);
+}
+
+// A manifest's tokenizer of more than 65536 ids cannot have written uint16 shards without losing
+// ids: refused, naming the shard; its uint32 shards load.
+TEST(TokenData, uint16_shard_of_a_tokenizer_over_65536_ids_is_refused) {
+  TempDir tmp;
+  const fs::path dir = tmp / "shards";
+  fs::create_directories(dir);
+  write_llmc_tokens(dir / "train-000000.bin", {1, 2, 3});
+  const nlohmann::json manifest = {
+      {"format", kShardFormat},
+      {"version", kShardFormatVersion},
+      {"vocab_size", 128256},
+      {"complete", true},
+      {"shards",
+       {{{"file", "train-000000.bin"}, {"split", "train"}, {"tokens", 3}, {"crc32c", 0}}}}};
+  write_file_atomic(dir / kShardManifestFile, manifest.dump());
+  const std::string shard = (dir / "train-000000.bin").string();
+  for (const fs::path& p : {dir, dir / "train-000000.bin"}) {
+    std::string msg = error_message<FormatError>([&] { TokenData::load(p, 128256); });
+    EXPECT_NE(msg.find(shard + " holds uint16 token ids"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("its tokenizer has 128256 ids, over the 65536"), std::string::npos) << msg;
+  }
+  uint32_t body[3] = {5, 100000, 2};
+  write_file_atomic(dir / "train-000000.bin",
+                    llmc_header(kLlmcMagicLlama3, kLlmcVersionLlama3, 3) +
+                        std::string(reinterpret_cast<char*>(body), sizeof body));
+  EXPECT_EQ(TokenData::load(dir, 128256)[1], 100000);
 }
 
 TEST(TokenData, split_tail_takes_validation_from_the_end) {

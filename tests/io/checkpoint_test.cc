@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "hf_files.h"
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
@@ -33,7 +34,7 @@ struct State {
 float first_embed(const fs::path& dir) {
   LoadedCheckpoint ckpt = load_checkpoint(dir);
   std::vector<float> embed(6);
-  ckpt.model.read_into("model.embed_tokens.weight", embed.data(), 6);
+  ckpt.model.read_into("model.embed_tokens.weight", embed.data(), {3, 2});
   return embed[0];
 }
 
@@ -48,11 +49,11 @@ TEST(Checkpoint, save_then_load_round_trips_all_parts) {
             (std::vector<std::string>{"model.embed_tokens.weight", "model.norm.weight"}));
   EXPECT_EQ(c.model.metadata().at("format"), "pt");
   std::vector<float> norm(2);
-  c.model.read_into("model.norm.weight", norm.data(), 2);
+  c.model.read_into("model.norm.weight", norm.data(), {2});
   EXPECT_EQ(norm, s.norm);
   ASSERT_TRUE(c.optimizer.has_value());
   std::vector<float> m(6);
-  c.optimizer->read_into("adamw.m.model.embed_tokens.weight", m.data(), 6);
+  c.optimizer->read_into("adamw.m.model.embed_tokens.weight", m.data(), {3, 2});
   EXPECT_EQ(m, s.m);
   EXPECT_EQ(c.trainer_state["step"], 100);
 }
@@ -77,16 +78,59 @@ TEST(Checkpoint, model_only_directory_has_no_optimizer_or_trainer_state) {
   EXPECT_FALSE(fs::exists(tmp / "plain" / kTrainerStateFile));
 }
 
+// A Hugging Face folder as downloaded: config.json, shards in BF16 and F32, and their index. It
+// loads wherever a single model.safetensors does, and a run directory finds it.
+TEST(Checkpoint, sharded_hugging_face_folder_loads_and_is_found) {
+  TempDir tmp;
+  State s;
+  const fs::path hf = tmp / "run" / "step-00000007";
+  fs::create_directories(hf);
+  save_model_config(hf / kConfigFile, s.config);
+  test::write_hf_safetensors(hf / "model-00001-of-00002.safetensors",
+                             {{"model.embed_tokens.weight", {3, 2}, s.embed, "BF16"}});
+  test::write_hf_safetensors(hf / "model-00002-of-00002.safetensors",
+                             {{"model.norm.weight", {2}, s.norm, "F32"}});
+  test::write_hf_index(hf / kModelIndexFile,
+                       {{"model.embed_tokens.weight", "model-00001-of-00002.safetensors"},
+                        {"model.norm.weight", "model-00002-of-00002.safetensors"}});
+  EXPECT_TRUE(has_model_tensors(hf));
+  EXPECT_EQ(find_latest_checkpoint(hf), hf);
+  EXPECT_EQ(find_latest_checkpoint(tmp / "run"), hf);  // no `latest`: the highest step
+  const LoadedCheckpoint c = load_checkpoint(hf);
+  EXPECT_EQ(c.model.num_files(), 2);
+  EXPECT_EQ(c.model.path(), hf / kModelIndexFile);
+  EXPECT_EQ(c.model.dtype("model.embed_tokens.weight"), "BF16");
+  std::vector<float> embed(6), norm(2);
+  c.model.read_into("model.embed_tokens.weight", embed.data(), {3, 2});
+  c.model.read_into("model.norm.weight", norm.data(), {2});
+  EXPECT_EQ(embed, s.embed);
+  EXPECT_EQ(norm, s.norm);
+  EXPECT_FALSE(c.optimizer.has_value());
+
+  fs::remove(hf / "model-00002-of-00002.safetensors");
+  const std::string msg = error_message<DataError>([&] { load_checkpoint(hf); });
+  EXPECT_NE(msg.find(" lists shard model-00002-of-00002.safetensors (for tensor "
+                     "'model.norm.weight'), but "),
+            std::string::npos)
+      << msg;
+}
+
 TEST(Checkpoint, load_errors_name_the_directory_and_file) {
   TempDir tmp;
   std::string msg = error_message<DataError>([&] { load_checkpoint(tmp / "none"); });
   EXPECT_NE(msg.find((tmp / "none").string() + " is not a directory"), std::string::npos) << msg;
   fs::create_directories(tmp / "empty");
   msg = error_message<DataError>([&] { load_checkpoint(tmp / "empty"); });
-  EXPECT_NE(msg.find("has no model.safetensors"), std::string::npos) << msg;
-  write_file_atomic(tmp / "empty" / "model.safetensors.index.json", "{}");
-  msg = error_message<DataError>([&] { load_checkpoint(tmp / "empty"); });
-  EXPECT_NE(msg.find("sharded"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("has no model.safetensors and no model.safetensors.index.json"),
+            std::string::npos)
+      << msg;
+  State e;  // an index is read now, and checked
+  save_model_config(tmp / "empty" / kConfigFile, e.config);
+  write_file_atomic(tmp / "empty" / kModelIndexFile, "{}");
+  msg = error_message<FormatError>([&] { load_checkpoint(tmp / "empty"); });
+  EXPECT_NE(msg.find((tmp / "empty" / kModelIndexFile).string() + " has no \"weight_map\""),
+            std::string::npos)
+      << msg;
 
   State s;
   save_checkpoint(tmp / "c", s.data(1));

@@ -1,8 +1,10 @@
 #include "memo/io/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "memo/core/error.h"
@@ -70,12 +72,12 @@ TEST(Safetensors, round_trips_tensors_shapes_and_metadata) {
   EXPECT_EQ(file.metadata().at("format"), "pt");
   EXPECT_TRUE(file.has_checksum());
   std::vector<float> w(6);
-  file.read_into("model.layers.0.w", w.data(), 6);
+  file.read_into("model.layers.0.w", w.data(), {2, 3});
   EXPECT_EQ(std::memcmp(w.data(), f.w.data(), 6 * sizeof(float)), 0);  // bitwise, -0.0 included
   float s = 0;
-  file.read_into("scalar", &s, 1);
+  file.read_into("scalar", &s, {});
   EXPECT_EQ(s, 42.0f);
-  file.read_into("empty", nullptr, 0);
+  file.read_into("empty", nullptr, {0, 4});
 
   std::string bytes = read_file(p);
   uint64_t n = 0;
@@ -94,9 +96,9 @@ TEST(Safetensors, file_from_another_tool_without_checksum_loads) {
   SafetensorsFile file(tmp / "x");
   EXPECT_FALSE(file.has_checksum());
   std::vector<float> a(2);
-  file.read_into("a", a.data(), 2);
+  file.read_into("a", a.data(), {2});
   EXPECT_EQ(a[1], 2.0f);
-  file.read_into("h", a.data(), 2);  // BF16 widens exactly
+  file.read_into("h", a.data(), {2});  // BF16 widens exactly
   EXPECT_EQ(a[0], 1.0f);
   EXPECT_EQ(a[1], 2.0f);
 }
@@ -114,13 +116,13 @@ TEST(Safetensors, f16_and_f64_convert_and_integer_dtypes_are_rejected) {
   write_file_atomic(tmp / "x", make_file(header, data));
   SafetensorsFile file(tmp / "x");
   std::vector<float> h(3), d(1);
-  file.read_into("h", h.data(), 3);
+  file.read_into("h", h.data(), {3});
   EXPECT_EQ(h[0], 1.0f);
   EXPECT_EQ(h[1], -2.0f);
   EXPECT_EQ(h[2], 0x1.0p-24f);
-  file.read_into("d", d.data(), 1);
+  file.read_into("d", d.data(), {1});
   EXPECT_EQ(d[0], 0.1f);
-  std::string msg = error_message<FormatError>([&] { file.read_into("i", d.data(), 1); });
+  std::string msg = error_message<FormatError>([&] { file.read_into("i", d.data(), {1}); });
   EXPECT_NE(msg.find("'i' has dtype I32"), std::string::npos) << msg;
 }
 
@@ -229,9 +231,60 @@ TEST(Safetensors, read_into_checks_element_count) {
   write_safetensors(tmp / "m", f.tensors());
   SafetensorsFile file(tmp / "m");
   std::vector<float> w(12);
-  std::string msg =
-      error_message<DataError>([&] { file.read_into("model.layers.0.w", w.data(), 12); });
-  EXPECT_NE(msg.find("shape [2, 3] (6 elements), expected 12"), std::string::npos) << msg;
+  std::string msg = error_message<DataError>([&] {
+    file.read_into("model.layers.0.w", w.data(), {3, 4});
+  });
+  EXPECT_NE(msg.find("shape [2, 3] (6 elements), expected [3, 4]"), std::string::npos) << msg;
+}
+
+// A transposed tensor has the element count the caller expects: only the shape tells it apart.
+TEST(Safetensors, read_into_refuses_a_transposed_tensor_naming_file_tensor_and_both_shapes) {
+  TempDir tmp;
+  Fixture f;
+  write_safetensors(tmp / "m", f.tensors());
+  SafetensorsFile file(tmp / "m");
+  std::vector<float> w(6, -1.0f);
+  std::string msg = error_message<DataError>([&] {
+    file.read_into("model.layers.0.w", w.data(), {3, 2});
+  });
+  EXPECT_EQ(msg, (tmp / "m").string() +
+                     ": tensor 'model.layers.0.w' has shape [2, 3] (6 elements), expected [3, 2] "
+                     "(the same count, another layout)");
+  EXPECT_EQ(w, std::vector<float>(6, -1.0f)) << "nothing copied";
+  float s = 0;
+  msg = error_message<DataError>([&] { file.read_into("scalar", &s, {1}); });
+  EXPECT_NE(msg.find("'scalar' has shape [] (1 elements), expected [1]"), std::string::npos) << msg;
+}
+
+// This process's resident memory in bytes (file-backed pages included), from /proc/self/statm.
+int64_t resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t size_pages = 0, resident_pages = 0;
+  in >> size_pages >> resident_pages;
+  return resident_pages * int64_t(::sysconf(_SC_PAGESIZE));
+}
+
+// The reader maps the file and gives back each tensor's pages once copied, and the whole
+// buffer's after the checksum pass: loading a 64 MiB tensor grows the process by about nothing
+// beyond the destination (read before the measurement), where reading the file into memory
+// grew it by 64 MiB.
+TEST(Safetensors, reading_gives_back_the_files_pages) {
+  TempDir tmp;
+  constexpr int64_t kNumel = int64_t(16) << 20;  // 64 MiB of f32
+  constexpr int64_t kSlackBytes = int64_t(8) << 20;
+  {
+    std::vector<float> w(static_cast<size_t>(kNumel));
+    for (int64_t i = 0; i < kNumel; ++i) w[size_t(i)] = float(i % 1000);
+    write_safetensors(tmp / "big", {{"w", {kNumel}, w.data()}});
+  }
+  std::vector<float> dst(static_cast<size_t>(kNumel), -1.0f);  // resident before the baseline
+  const int64_t before = resident_bytes();
+  SafetensorsFile file(tmp / "big");
+  EXPECT_TRUE(file.has_checksum());  // its check touched every page
+  EXPECT_LT(resident_bytes() - before, kSlackBytes);
+  file.read_into("w", dst.data(), {kNumel});
+  EXPECT_LT(resident_bytes() - before, kSlackBytes);
+  EXPECT_EQ(dst[size_t(kNumel - 1)], float((kNumel - 1) % 1000));
 }
 
 TEST(Safetensors, writer_rejects_bad_tensor_lists_and_keeps_old_file) {

@@ -103,7 +103,7 @@ TEST(GptParams, checkpoint_save_and_load_round_trip_bit_for_bit) {
   EXPECT_TRUE(ckpt.config.is_gpt2());
   EXPECT_FALSE(ckpt.config.position_embedding == PositionEmbedding::kLearned);
   for (const ParamInfo& p : b.layout().params())
-    ckpt.model.read_into(p.name, b.params() + p.offset, p.numel);
+    ckpt.model.read_into(p.name, b.params() + p.offset, p.shape);
   EXPECT_EQ(0, std::memcmp(a.params(), b.params(), size_t(a.params_numel()) * sizeof(float)));
 }
 

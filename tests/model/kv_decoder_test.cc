@@ -22,7 +22,7 @@
 namespace memo {
 namespace {
 
-ModelConfig tiny_llama() {
+ModelConfig tiny_decoder_llama() {
   ModelConfig c;
   c.hidden_size = 48;
   c.intermediate_size = 72;
@@ -52,7 +52,7 @@ ModelConfig tiny_decoder_gpt(PositionEmbedding pos) {
 }
 
 std::vector<ModelConfig> configs() {
-  return {tiny_llama(), tiny_decoder_gpt(PositionEmbedding::kLearned),
+  return {tiny_decoder_llama(), tiny_decoder_gpt(PositionEmbedding::kLearned),
           tiny_decoder_gpt(PositionEmbedding::kRope)};
 }
 
@@ -134,7 +134,8 @@ void expect_cached_steps_match_pytorch(const ModelConfig& config) {
   ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
   SafetensorsFile ref(dir / "ref.safetensors");
   std::vector<float> ref_logits(static_cast<size_t>(S * V));
-  ref.read_into("logits", ref_logits.data(), S * V);
+  ASSERT_EQ(ref.numel("logits"), S * V);
+  ref.read_into("logits", ref_logits.data(), ref.shape("logits"));
   // The prompt, then one token at a time: logits of position t against the reference's row t.
   KvDecoder decoder(model, S);
   std::vector<float> logits(static_cast<size_t>(V));
@@ -159,7 +160,7 @@ TEST(KvDecoder, every_cached_step_matches_pytorch_float64) {
 // sequence that crosses it while decoding switches frequencies there, as transformers does, and
 // then differs from one forward over the whole by design).
 TEST(KvDecoder, scaled_rope_steps_match_pytorch_float64) {
-  ModelConfig yarn = tiny_llama();
+  ModelConfig yarn = tiny_decoder_llama();
   yarn.rope_scaling.type = RopeType::kYarn;
   yarn.rope_scaling.factor = 4.0;
   yarn.rope_scaling.original_max_position_embeddings = 40;
@@ -177,7 +178,7 @@ TEST(KvDecoder, scaled_rope_steps_match_pytorch_float64) {
 }
 
 TEST(KvDecoder, refuses_more_tokens_than_positions) {
-  Model model(tiny_llama(), cpu_backend());
+  Model model(tiny_decoder_llama(), cpu_backend());
   model.init(1);
   EXPECT_THROW(KvDecoder(model, 161), ConfigError);
   KvDecoder decoder(model, 4);

@@ -47,7 +47,7 @@ inline std::vector<float> read(const SafetensorsFile& f, const std::string& name
   int64_t n = 1;
   for (int64_t d : f.shape(name)) n *= d;
   std::vector<float> v(static_cast<size_t>(n));
-  f.read_into(name, v.data(), n);
+  f.read_into(name, v.data(), f.shape(name));
   return v;
 }
 
@@ -107,7 +107,7 @@ inline void check_against_torch(const ModelConfig& config, int64_t seq, int64_t 
     LoadedCheckpoint ckpt = load_checkpoint(dir.path() / "ckpt");
     ASSERT_TRUE(ckpt.model.contains("lm_head.weight"));
     for (const ParamInfo& p : model.layout().params())
-      ckpt.model.read_into(p.name, model.params() + p.offset, p.numel);
+      ckpt.model.read_into(p.name, model.params() + p.offset, p.shape);
   }
   SafetensorsFile ref(dir / "ref.safetensors");
   const std::vector<float> ref_loss = read(ref, "loss");

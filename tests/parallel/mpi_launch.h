@@ -42,8 +42,8 @@ inline double weights_difference(const std::string& run_a, const std::string& ru
   double worst = 0.0;
   for (const std::string& name : a.names()) {
     std::vector<float> x(static_cast<size_t>(a.numel(name))), y(x.size());
-    a.read_into(name, x.data(), int64_t(x.size()));
-    b.read_into(name, y.data(), int64_t(y.size()));
+    a.read_into(name, x.data(), a.shape(name));
+    b.read_into(name, y.data(), a.shape(name));
     for (size_t i = 0; i < x.size(); ++i)
       worst = std::max(worst, double(std::abs(x[i] - y[i])) / (1.0 + std::abs(y[i])));
   }

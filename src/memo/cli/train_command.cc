@@ -11,6 +11,7 @@
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
 #include "memo/core/units.h"
+#include "memo/io/checkpoint.h"
 #include "memo/io/hardware_json.h"
 #include "memo/train/trainer.h"
 
@@ -150,8 +151,7 @@ TrainOptions resolve_options(const TrainFlags& f) {
   if (!o.resume_dir.empty() && f.out->count() == 0) {
     // continue writing into the run being resumed
     const std::filesystem::path r(o.resume_dir);
-    o.out_dir =
-        std::filesystem::exists(r / "model.safetensors") ? r.parent_path().string() : r.string();
+    o.out_dir = has_model_tensors(r) ? r.parent_path().string() : r.string();
   }
   if (!f.gpu.empty() && f.device.device != "cuda")
     throw ConfigError("--gpu names the GPU of --device cuda");

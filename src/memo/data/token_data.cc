@@ -111,6 +111,18 @@ TokenSegment parse_file(std::string_view bytes, const std::string& p) {
   return TokenSegment{bytes.data() + kHeaderBytes, token_bytes, count, 0};
 }
 
+// A uint16 file holds ids below 65536 only, whatever the model's vocab_size (a larger vocabulary
+// is fine: its ids are checked like any other). Its tokenizer must fit too: one with more ids
+// could only have written it by dropping or wrapping the ids that do not fit.
+void check_width(const TokenSegment& s, const std::string& path, int64_t tokenizer_ids) {
+  constexpr int64_t kUint16Ids = int64_t(std::numeric_limits<uint16_t>::max()) + 1;
+  if (s.width_bytes == 2 && tokenizer_ids > kUint16Ids)
+    throw FormatError(str(path, " holds uint16 token ids (llm.c magic ", kLlmcMagic,
+                          "), but its tokenizer has ", tokenizer_ids, " ids, over the ", kUint16Ids,
+                          " that uint16 holds; re-run `memo tokenize`, which writes uint32 shards ",
+                          "(magic ", kLlmcMagicLlama3, ") for such a tokenizer"));
+}
+
 void check_segment(const TokenSegment& s, const std::string& source, int64_t vocab_size) {
   if (s.width_bytes == 1) check_ids<uint8_t>(s, source, vocab_size);
   if (s.width_bytes == 2) check_ids<uint16_t>(s, source, vocab_size);
@@ -181,13 +193,14 @@ TokenData::TokenData(std::vector<int32_t> tokens, std::string source, int64_t vo
 }
 
 TokenData TokenData::load_files(const std::vector<fs::path>& files, const std::string& source,
-                                int64_t vocab_size) {
+                                int64_t vocab_size, int64_t tokenizer_ids) {
   check_vocab(vocab_size, source);
   if (files.empty()) throw DataError(str(source, " has no token files"));
   auto store = std::make_shared<TokenStore>();
   for (const fs::path& f : files) {
     MappedFile map(f);
     TokenSegment s = parse_file(map.bytes(), f.string());
+    check_width(s, f.string(), tokenizer_ids);
     check_segment(s, f.string(), vocab_size);
     s.first = store->num_tokens();
     store->segments.push_back(s);
@@ -200,22 +213,26 @@ TokenData TokenData::load_files(const std::vector<fs::path>& files, const std::s
 TokenData TokenData::load(const fs::path& path, int64_t vocab_size) {
   const std::string p = path.string();
   check_vocab(vocab_size, p);
+  int64_t tokenizer_ids = 0;      // known from a manifest
   if (!fs::is_directory(path)) {  // shard files named one by one or by a glob: their folder's
     const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");  // manifest
-    if (std::optional<ShardManifest> m = read_shard_manifest(dir))
+    if (std::optional<ShardManifest> m = read_shard_manifest(dir)) {
       check_manifest_vocab(dir, *m, vocab_size);
+      tokenizer_ids = m->vocab_size;
+    }
   }
   if (p.find_first_of("*?[") != std::string::npos && !fs::exists(path))
-    return load_files(glob_files(p), p, vocab_size);
+    return load_files(glob_files(p), p, vocab_size, tokenizer_ids);
   if (fs::is_directory(path)) {
     if (std::optional<ShardManifest> m = read_shard_manifest(path)) {
       std::vector<fs::path> files = manifest_shards(path, *m, "train", vocab_size);
-      return load_files(files, str(p, " (", files.size(), " training shards)"), vocab_size);
+      return load_files(files, str(p, " (", files.size(), " training shards)"), vocab_size,
+                        m->vocab_size);
     }
     std::vector<fs::path> files = glob_files((path / "*.bin").string());
     return load_files(files, str(p, " (", files.size(), " files)"), vocab_size);
   }
-  return load_files({path}, p, vocab_size);
+  return load_files({path}, p, vocab_size, tokenizer_ids);
 }
 
 std::optional<TokenData> load_validation_shards(const fs::path& path, int64_t vocab_size) {
@@ -226,7 +243,7 @@ std::optional<TokenData> load_validation_shards(const fs::path& path, int64_t vo
   std::vector<fs::path> files = manifest_shards(path, *m, "val", vocab_size);
   if (files.empty()) return std::nullopt;
   return TokenData::load_files(files, str(path.string(), " (", files.size(), " validation shards)"),
-                               vocab_size);
+                               vocab_size, m->vocab_size);
 }
 
 int64_t TokenData::num_files() const { return int64_t(store_->maps.size()); }

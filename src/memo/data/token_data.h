@@ -31,11 +31,15 @@ class TokenData {
   // *.bin in it, sorted), or a glob of files (sorted). Errors: a missing, empty or truncated file,
   // a token id outside [0, vocab_size): DataError naming the id, position and file; an llm.c
   // header that disagrees with the file size or has an unknown version: FormatError; a shard
-  // directory whose tokenizer has more ids than vocab_size: ConfigError.
+  // directory whose tokenizer has more ids than vocab_size: ConfigError. vocab_size has no upper
+  // bound: a uint16 file's ids all lie below 65536, so it serves any larger vocabulary, but a
+  // uint16 file whose manifest's tokenizer has more than 65536 ids is a FormatError naming it.
   static TokenData load(const std::filesystem::path& path, int64_t vocab_size);
-  // Maps `files` in order as one stream named `source`; same errors as load().
+  // Maps `files` in order as one stream named `source`; same errors as load(). tokenizer_ids:
+  // the ids of the tokenizer that wrote them when known (a shard manifest), else 0.
   static TokenData load_files(const std::vector<std::filesystem::path>& files,
-                              const std::string& source, int64_t vocab_size);
+                              const std::string& source, int64_t vocab_size,
+                              int64_t tokenizer_ids = 0);
 
   // Tokens already in memory; `source` names them in messages. Checks every id like load().
   TokenData(std::vector<int32_t> tokens, std::string source, int64_t vocab_size);

@@ -57,21 +57,25 @@ void save_checkpoint(const fs::path& dir, const CheckpointData& data) {
   writer.commit();
 }
 
+bool has_model_tensors(const fs::path& dir) {
+  return is_file(dir / kModelFile) || is_file(dir / kModelIndexFile);
+}
+
 LoadedCheckpoint load_checkpoint(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw DataError(str("checkpoint ", dir.string(), " is not a directory (",
                         fs::exists(dir, ec) ? "it is a file" : "it does not exist", ")"));
-  if (!is_file(dir / kModelFile)) {
-    if (is_file(dir / "model.safetensors.index.json"))
-      throw DataError(str("checkpoint ", dir.string(),
-                          " is sharded (model.safetensors.index.json);",
-                          " memo reads a single model.safetensors"));
-    throw DataError(str("checkpoint ", dir.string(), " has no ", kModelFile));
-  }
-  LoadedCheckpoint ckpt{dir, load_model_config(dir / kConfigFile),
-                        SafetensorsFile(dir / kModelFile), std::nullopt, json()};
-  if (is_file(dir / kOptimizerFile)) ckpt.optimizer.emplace(dir / kOptimizerFile);
+  if (!has_model_tensors(dir))
+    throw DataError(
+        str("checkpoint ", dir.string(), " has no ", kModelFile, " and no ", kModelIndexFile));
+  ModelConfig config = load_model_config(dir / kConfigFile);
+  LoadedCheckpoint ckpt{dir, std::move(config),
+                        is_file(dir / kModelFile)
+                            ? SafetensorsSet(SafetensorsFile(dir / kModelFile))
+                            : SafetensorsSet::from_index(dir / kModelIndexFile),
+                        std::nullopt, json()};
+  if (is_file(dir / kOptimizerFile)) ckpt.optimizer.emplace(SafetensorsFile(dir / kOptimizerFile));
   if (is_file(dir / kTrainerStateFile))
     ckpt.trainer_state = read_json_file<FormatError>(dir / kTrainerStateFile);
   return ckpt;
@@ -105,24 +109,25 @@ fs::path find_latest_checkpoint(const fs::path& run_dir) {
     if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
       throw FormatError(str(latest.string(), " holds '", name,
                             "', expected a directory name such as ", checkpoint_dir_name(100)));
-    if (!is_file(run_dir / name / kModelFile))
+    if (!has_model_tensors(run_dir / name))
       throw DataError(str(latest.string(), " names ", name, ", but ", (run_dir / name).string(),
-                          " has no ", kModelFile));
+                          " has no ", kModelFile, " and no ", kModelIndexFile));
     return run_dir / name;
   }
-  if (is_file(run_dir / kModelFile)) return run_dir;
+  if (has_model_tensors(run_dir)) return run_dir;
   int64_t best_step = -1;
   fs::path best;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
     int64_t step = parse_step(entry.path().filename().string());
-    if (step > best_step && is_file(entry.path() / kModelFile)) {
+    if (step > best_step && has_model_tensors(entry.path())) {
       best_step = step;
       best = entry.path();
     }
   }
   if (best_step < 0)
     throw DataError(str("no checkpoint in ", run_dir.string(), ": no '", kLatestFile, "' file, no ",
-                        kModelFile, " and no ", kStepPrefix, "NNNNNNNN directory"));
+                        kModelFile, " or ", kModelIndexFile, " and no ", kStepPrefix,
+                        "NNNNNNNN directory"));
   return best;
 }
 

@@ -1,5 +1,7 @@
 // A checkpoint is a directory, written atomically as a whole (see Note [Atomic directory commit]):
-//   model.safetensors       caller-named tensors (Hugging Face Llama names), metadata format=pt
+//   model.safetensors       caller-named tensors (Hugging Face Llama names), metadata format=pt;
+//                           a loaded directory may instead hold Hugging Face shards plus
+//                           model.safetensors.index.json (io/safetensors_set.h)
 //   config.json             the ModelConfig (io/config_json.h)
 //   optimizer.safetensors   caller-named optimizer tensors; only when there are any
 //   trainer_state.json      caller JSON (step, data position, seed, ...); only when not null
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "memo/io/safetensors.h"
+#include "memo/io/safetensors_set.h"
 #include "memo/model/config.h"
 
 namespace memo {
@@ -42,14 +45,19 @@ void save_checkpoint(const std::filesystem::path& dir, const CheckpointData& dat
 struct LoadedCheckpoint {
   std::filesystem::path dir;
   ModelConfig config;
-  SafetensorsFile model;
-  std::optional<SafetensorsFile> optimizer;  // nullopt without optimizer.safetensors
-  nlohmann::json trainer_state;              // null without trainer_state.json
+  SafetensorsSet model;                     // model.safetensors, or the shards of its index
+  std::optional<SafetensorsSet> optimizer;  // nullopt without optimizer.safetensors
+  nlohmann::json trainer_state;             // null without trainer_state.json
 };
 
-// Loads and validates every file of the checkpoint in `dir` (config, tensors, checksums).
-// Missing directory, config.json or model.safetensors: DataError; corrupt files: FormatError or
-// ConfigError naming the file.
+// Whether `dir` holds model tensors: model.safetensors, or model.safetensors.index.json.
+bool has_model_tensors(const std::filesystem::path& dir);
+
+// Loads and validates every file of the checkpoint in `dir` (config, tensors, checksums). The
+// model's tensors are model.safetensors, else the shards of model.safetensors.index.json (the
+// order transformers looks for them in). Missing directory, config.json or model tensors (or a
+// listed shard): DataError; corrupt files or an index that disagrees with its shards:
+// FormatError or ConfigError naming the file.
 LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir);
 
 // "step-00000100" for step 100: zero-padded so that names sort by step.
@@ -61,8 +69,9 @@ std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, 
                                           const CheckpointData& data);
 
 // The checkpoint to resume from or load: the directory named by run_dir/latest; else run_dir
-// itself if it holds model.safetensors; else the highest-step step-NNNNNNNN directory that holds
-// model.safetensors (a save that committed before `latest` was written). Temporary directories
+// itself if it holds model tensors (has_model_tensors: a Hugging Face folder, sharded or not);
+// else the highest-step step-NNNNNNNN directory that holds them (a save that committed before
+// `latest` was written). Temporary directories
 // of interrupted saves (".tmp-<pid>") are never returned. Throws DataError if there is none.
 std::filesystem::path find_latest_checkpoint(const std::filesystem::path& run_dir);
 

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -37,6 +38,15 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
 }
 
 MappedFile::~MappedFile() { release(); }
+
+void MappedFile::release_pages(size_t offset_bytes, size_t size_bytes) const {
+  if (!data_ || size_bytes == 0 || offset_bytes >= size_bytes_) return;
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const size_t begin = offset_bytes / page * page;
+  const size_t end = std::min(size_bytes_, offset_bytes + size_bytes);
+  // Advice only: a failure leaves the pages resident, which is what not asking would do.
+  ::madvise(static_cast<char*>(data_) + begin, end - begin, MADV_DONTNEED);
+}
 
 void MappedFile::release() {
   if (data_) ::munmap(data_, size_bytes_);

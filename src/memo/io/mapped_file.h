@@ -21,6 +21,10 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   std::string_view bytes() const { return {static_cast<const char*>(data_), size_bytes_}; }
+  // Drops bytes [offset, offset + size) (widened to whole pages) from this process's resident
+  // memory (madvise MADV_DONTNEED). The map is read-only and shared, so nothing is lost: a later
+  // read faults the pages back in from the page cache or the file. Views stay valid.
+  void release_pages(size_t offset_bytes, size_t size_bytes) const;
   const std::filesystem::path& path() const { return path_; }
 
  private:

@@ -213,14 +213,14 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
   out.commit();
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
-    : path_(path), bytes_(read_file(path)) {
-  const int64_t file_bytes = int64_t(bytes_.size());
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path), map_(path) {
+  const std::string_view bytes = map_.bytes();
+  const int64_t file_bytes = int64_t(bytes.size());
   if (file_bytes < kHeaderLengthBytes)
     throw FormatError(str(path_.string(), " is ", file_bytes,
                           " bytes, shorter than the 8-byte safetensors header length"));
   uint64_t n = 0;
-  std::memcpy(&n, bytes_.data(), sizeof n);
+  std::memcpy(&n, bytes.data(), sizeof n);
   if (n > kMaxHeaderBytes)
     throw FormatError(str(path_.string(), ": header length ", n, " at offset 0 is over the ",
                           kMaxHeaderBytes,
@@ -229,9 +229,9 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     throw FormatError(str(path_.string(), ": header length ", n, " at offset 0 runs past the end ",
                           "of the ", file_bytes, "-byte file; the file is truncated"));
   data_offset_bytes_ = kHeaderLengthBytes + int64_t(n);
-  parse_header(std::string_view(bytes_).substr(kHeaderLengthBytes, n));
+  parse_header(bytes.substr(kHeaderLengthBytes, n));
   check_coverage(file_bytes - data_offset_bytes_);
-  check_checksum(std::string_view(bytes_).substr(size_t(data_offset_bytes_)));
+  check_checksum(bytes.substr(size_t(data_offset_bytes_)));
 }
 
 void SafetensorsFile::parse_header(std::string_view header) {
@@ -280,7 +280,15 @@ void SafetensorsFile::check_coverage(int64_t data_bytes) const {
 void SafetensorsFile::check_checksum(std::string_view data) const {
   auto it = metadata_.find(kChecksumKey);
   if (it == metadata_.end()) return;
-  std::string actual = checksum_str(crc32c(0, data));
+  // In chunks, each given back once summed: the pass never holds more than one chunk resident.
+  constexpr size_t kChunkBytes = size_t(64) << 20;
+  uint32_t crc = 0;
+  for (size_t at = 0; at < data.size(); at += kChunkBytes) {
+    const std::string_view chunk = data.substr(at, kChunkBytes);
+    crc = crc32c(crc, chunk);
+    map_.release_pages(size_t(data_offset_bytes_) + at, chunk.size());
+  }
+  std::string actual = checksum_str(crc);
   if (it->second != actual)
     throw FormatError(str("checksum mismatch in ", path_.string(), ": the ", data.size(),
                           "-byte data buffer at offset ", data_offset_bytes_, " has ", actual,
@@ -341,15 +349,19 @@ float half_to_float(uint16_t h) {
 
 }  // namespace
 
-void SafetensorsFile::read_into(const std::string& name, float* dst, int64_t numel) const {
+void SafetensorsFile::read_into(const std::string& name, float* dst,
+                                const std::vector<int64_t>& shape) const {
   const Entry& e = entry(name);
   if (e.dtype != "F32" && e.dtype != "F64" && e.dtype != "BF16" && e.dtype != "F16")
     throw FormatError(str(path_.string(), ": tensor '", name, "' has dtype ", e.dtype,
                           "; memo reads F32, F64, BF16 and F16"));
-  if (e.numel != numel)
-    throw DataError(str(path_.string(), ": tensor '", name, "' has shape ", shape_str(e.shape),
-                        " (", e.numel, " elements), expected ", numel, " elements"));
-  const char* src = bytes_.data() + data_offset_bytes_ + e.begin;
+  if (e.shape != shape)
+    throw DataError(
+        str(path_.string(), ": tensor '", name, "' has shape ", shape_str(e.shape), " (", e.numel,
+            " elements), expected ", shape_str(shape),
+            e.numel == checked_numel(shape) ? " (the same count, another layout)" : ""));
+  const int64_t numel = e.numel;
+  const char* src = map_.bytes().data() + data_offset_bytes_ + e.begin;
   if (e.dtype == "F32") {
     if (numel > 0) std::memcpy(dst, src, size_t(e.end - e.begin));
   } else if (e.dtype == "F64") {  // rounded to nearest float
@@ -370,6 +382,7 @@ void SafetensorsFile::read_into(const std::string& name, float* dst, int64_t num
       }
     }
   }
+  map_.release_pages(size_t(data_offset_bytes_ + e.begin), size_t(e.end - e.begin));
 }
 
 }  // namespace memo

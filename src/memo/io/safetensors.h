@@ -3,7 +3,10 @@
 // optional "__metadata__" string map}, then the data buffer. memo writes F32 only and adds a
 // CRC-32C of the data buffer to __metadata__ ("memo_checksum": "crc32c:<8 hex digits>"); the reader
 // checks every size, offset and dtype, and the checksum when present (files from other tools lack
-// it). The reader loads the whole file into memory; it is not a memory-mapped reader.
+// it). The reader memory-maps the file and gives back each tensor's pages once read_into has
+// copied it (and the checksum pass each 64 MiB it has summed), so loading a model holds the model
+// plus about one tensor of the file, not two models. The file must not be truncated while open
+// (the map would then fault), which memo's atomic writes never do.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "memo/io/mapped_file.h"
 
 namespace memo {
 
@@ -31,7 +36,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
 
 class SafetensorsFile {
  public:
-  // Loads and validates the whole file. Missing file: DataError; anything malformed, truncated,
+  // Maps and validates the whole file. Missing file: DataError; anything malformed, truncated,
   // overlapping, not covering the data buffer, of unknown dtype or failing the checksum:
   // FormatError naming the file (and the tensor, where there is one).
   explicit SafetensorsFile(const std::filesystem::path& path);
@@ -44,9 +49,10 @@ class SafetensorsFile {
   const std::string& dtype(const std::string& name) const;
   int64_t numel(const std::string& name) const;
   // Copies tensor `name` to dst as float32: F32 as is, BF16 and F16 widened exactly, F64 rounded
-  // to nearest. Throws FormatError for other dtypes, DataError unless it has exactly `numel`
-  // elements.
-  void read_into(const std::string& name, float* dst, int64_t numel) const;
+  // to nearest. Throws FormatError for other dtypes, DataError naming the file, the tensor and
+  // both shapes unless its shape is exactly `shape` (a transposed [in, out] tensor has the right
+  // element count but is refused).
+  void read_into(const std::string& name, float* dst, const std::vector<int64_t>& shape) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has_checksum() const { return metadata_.count(kChecksumKey) > 0; }
 
@@ -64,7 +70,7 @@ class SafetensorsFile {
   void check_checksum(std::string_view data) const;
 
   std::filesystem::path path_;
-  std::string bytes_;              // the whole file
+  MappedFile map_;                 // the whole file, read-only
   int64_t data_offset_bytes_ = 0;  // 8 + N
   std::map<std::string, Entry> entries_;
   std::vector<std::string> names_;

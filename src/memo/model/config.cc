@@ -1,5 +1,8 @@
 #include "memo/model/config.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "memo/core/error.h"
 
 namespace memo {
@@ -37,9 +40,11 @@ void ModelConfig::validate() const {
   if (num_attention_heads % num_key_value_heads != 0)
     throw ConfigError(str("num_key_value_heads = ", num_key_value_heads,
                           " must divide num_attention_heads = ", num_attention_heads));
-  if (vocab_size > 65536)
-    throw ConfigError(
-        str("vocab_size = ", vocab_size, " is over 65536, the most uint16 token files hold"));
+  // No upper bound on vocab_size: ids are int32 throughout, and token files carry their own width
+  // (data/token_data.h checks each file's ids, and a uint16 file against its tokenizer).
+  if (vocab_size > std::numeric_limits<int32_t>::max())
+    throw ConfigError(str("vocab_size = ", vocab_size, " is over ",
+                          std::numeric_limits<int32_t>::max(), ", the most int32 token ids hold"));
   if (!(rms_norm_eps > 0))
     throw ConfigError(str(is_gpt2() ? "layer_norm_epsilon = " : "rms_norm_eps = ", rms_norm_eps,
                           " must be positive"));

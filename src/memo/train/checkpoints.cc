@@ -4,6 +4,8 @@
 #include <deque>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
 
 #include "memo/core/error.h"
 #include "memo/data/shards.h"
@@ -143,18 +145,67 @@ const char* precision_name(const Backend& backend) {
   return backend.activation_dtype() == DType::kBF16 ? "bf16" : "fp32";
 }
 
+namespace {
+
+bool ends_with(const std::string& s, std::string_view tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Buffers that Hugging Face checkpoints carry beside the parameters, all derived from the config:
+// LLaMA's rotary inverse frequencies, GPT-2's causal mask and its masked value. They are not
+// weights, so loading skips them.
+bool is_known_buffer(const std::string& name) {
+  return ends_with(name, ".rotary_emb.inv_freq") || ends_with(name, ".attn.bias") ||
+         ends_with(name, ".attn.masked_bias");
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += str(i ? ", " : "", shape[i]);
+  return s + "]";
+}
+
+// A tensor of the file that no parameter takes is a checkpoint of another model (or another
+// layout of this one): refused by name before anything is read, rather than dropped.
+void check_no_extra_tensors(const Model& model, const SafetensorsSet& file,
+                            const std::set<std::string>& taken) {
+  constexpr size_t kShown = 4;
+  std::vector<std::string> extra;
+  for (const std::string& name : file.names())
+    if (!taken.count(name) && !is_known_buffer(name)) extra.push_back(name);
+  if (extra.empty()) return;
+  std::string shown;
+  for (size_t i = 0; i < std::min(extra.size(), kShown); ++i)
+    shown += str(
+        i ? ", " : "", "'", extra[i], "' ", shape_string(file.shape(extra[i])),
+        file.num_files() > 1 ? str(" in ", file.file_of(extra[i]).path().filename().string()) : "");
+  if (extra.size() > kShown) shown += ", ...";
+  throw DataError(str(file.path().string(), file.num_files() > 1 ? "'s shards hold " : " holds ",
+                      extra.size(), " tensor", extra.size() == 1 ? "" : "s", " that the ",
+                      model.architecture().name(), " model of this config does not have: ", shown,
+                      "; the checkpoint is of another model or config"));
+}
+
+}  // namespace
+
 // GPT-2 files saved from a GPT2Model (as the Hub's gpt2 checkpoints are) name the tensors without
 // GPT2LMHeadModel's "transformer." prefix ("h.0.attn.c_attn.weight"); both forms load.
-void load_model_tensors(Model& model, const SafetensorsFile& file) {
+void load_model_tensors(Model& model, const SafetensorsSet& file) {
   const std::string prefix(model.architecture().optional_name_prefix());
-  std::vector<float> staging;  // when the host cannot address the parameters
+  std::vector<std::string> names;  // each parameter's name in the file
   for (const ParamInfo& p : model.layout().params()) {
     std::string name = p.name;
     if (!prefix.empty() && !file.contains(name) && name.rfind(prefix, 0) == 0 &&
         file.contains(name.substr(prefix.size())))
       name = name.substr(prefix.size());
-    read_part_into_device(file, name, model.layout(), p.is_split() ? &p : nullptr,
-                          model.params() + p.offset, p.numel, model.backend(), staging);
+    names.push_back(std::move(name));
+  }
+  check_no_extra_tensors(model, file, std::set<std::string>(names.begin(), names.end()));
+  std::vector<float> staging;  // when the host cannot address the parameters
+  for (size_t i = 0; i < names.size(); ++i) {
+    const ParamInfo& p = model.layout().params()[i];
+    read_part_into_device(file, names[i], model.layout(), p.is_split() ? &p : nullptr,
+                          model.params() + p.offset, p.shape, model.backend(), staging);
   }
 }
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "memo/io/checkpoint.h"
-#include "memo/io/safetensors.h"
+#include "memo/io/safetensors_set.h"
 #include "memo/model/model.h"
 #include "memo/optim/optimizer.h"
 #include "memo/parallel/communicator.h"
@@ -22,8 +22,11 @@
 
 namespace memo {
 
-// Copies a checkpoint's model tensors into `model` (GPT-2 names with or without "transformer.").
-void load_model_tensors(Model& model, const SafetensorsFile& file);
+// Copies a checkpoint's model tensors (one file or shards) into `model` (GPT-2 names with or
+// without "transformer."). Every parameter must be there with its exact shape, and every tensor of
+// the checkpoint must be a parameter or a known Hugging Face buffer (rotary inv_freq, GPT-2's
+// attention masks): DataError naming the file and the tensor otherwise, before anything is read.
+void load_model_tensors(Model& model, const SafetensorsSet& file);
 
 // The precision a run trains in, as its checkpoint records it: "bf16" where the backend's
 // activations are bf16 (mixed precision), else "fp32".

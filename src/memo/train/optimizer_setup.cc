@@ -41,11 +41,14 @@ OptimizerChoice optimizer_choice_from_state(const nlohmann::json& state) {
   return c;
 }
 
-void read_into_device(const SafetensorsFile& file, const std::string& name, float* dst,
-                      int64_t numel, Backend& backend, std::vector<float>& staging) {
-  if (backend.host_can_access(backend.device_space())) return file.read_into(name, dst, numel);
+void read_into_device(const SafetensorsSet& file, const std::string& name, float* dst,
+                      const std::vector<int64_t>& shape, Backend& backend,
+                      std::vector<float>& staging) {
+  if (backend.host_can_access(backend.device_space())) return file.read_into(name, dst, shape);
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
   staging.resize(size_t(numel));
-  file.read_into(name, staging.data(), numel);
+  file.read_into(name, staging.data(), shape);
   backend.copy_from_host(dst, staging.data(), numel * int64_t(sizeof(float)));
 }
 
@@ -60,24 +63,25 @@ const ParamInfo* split_param(const ParamLayout& layout, const std::string& name,
   return nullptr;
 }
 
-void read_part_into_device(const SafetensorsFile& file, const std::string& name,
+void read_part_into_device(const SafetensorsSet& file, const std::string& name,
                            const ParamLayout& layout, const ParamInfo* split, float* dst,
-                           int64_t numel, Backend& backend, std::vector<float>& staging) {
-  if (!split) return read_into_device(file, name, dst, numel, backend, staging);
+                           const std::vector<int64_t>& shape, Backend& backend,
+                           std::vector<float>& staging) {
+  if (!split) return read_into_device(file, name, dst, shape, backend, staging);
   std::vector<float> whole(size_t(split->full_numel()));
-  file.read_into(name, whole.data(), int64_t(whole.size()));
-  staging.resize(size_t(numel));
+  file.read_into(name, whole.data(), split->full_shape);
+  staging.resize(size_t(split->numel));
   extract_shard(*split, layout.shard(), whole.data(), staging.data());
-  backend.copy_from_host(dst, staging.data(), numel * int64_t(sizeof(float)));
+  backend.copy_from_host(dst, staging.data(), split->numel * int64_t(sizeof(float)));
 }
 
-void restore_optimizer(Optimizer& optimizer, Backend& backend, const SafetensorsFile& file,
+void restore_optimizer(Optimizer& optimizer, Backend& backend, const SafetensorsSet& file,
                        int64_t steps_done, const std::string& source, const ParamLayout& layout) {
   std::vector<float> staging;
   for (const StateTensor& s : optimizer.state()) {
     try {
       read_part_into_device(file, s.name, layout, split_param(layout, s.name, s.numel()), s.data,
-                            s.numel(), backend, staging);
+                            s.shape, backend, staging);
     } catch (const DataError& e) {
       throw DataError(str(source, ": the ", optimizer.name(), " state tensor ", s.name,
                           " cannot be restored: ", e.what()));

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "memo/backend/backend.h"
-#include "memo/io/safetensors.h"
+#include "memo/io/safetensors_set.h"
 #include "memo/optim/factory.h"
 
 namespace memo {
@@ -30,20 +30,23 @@ nlohmann::json optimizer_record(const Optimizer& optimizer);
 // older format (name only, AdamW's beta1/beta2/eps/weight_decay in the pinned options).
 OptimizerChoice optimizer_choice_from_state(const nlohmann::json& trainer_state);
 
-// Reads tensor `name` of `file` (numel floats) into dst in `backend`'s device space: directly when
-// the host can address it, else through `staging` (grown as needed) and copy_from_host.
-void read_into_device(const SafetensorsFile& file, const std::string& name, float* dst,
-                      int64_t numel, Backend& backend, std::vector<float>& staging);
+// Reads tensor `name` of `file` (of exactly `shape`) into dst in `backend`'s device space:
+// directly when the host can address it, else through `staging` (grown as needed) and
+// copy_from_host.
+void read_into_device(const SafetensorsSet& file, const std::string& name, float* dst,
+                      const std::vector<int64_t>& shape, Backend& backend,
+                      std::vector<float>& staging);
 // The parameter whose part under tensor parallelism a tensor named `name` of numel floats is: the
 // parameter itself, or for an optimiser's "<kind>.<parameter>" its parameter when it has the
 // parameter's shape; null for a tensor that every rank holds whole. Checkpoints hold whole
 // tensors (Note [Tensor-parallel parameters] in model/params.h).
 const ParamInfo* split_param(const ParamLayout& layout, const std::string& name, int64_t numel);
-// read_into_device of rank layout.shard()'s part of a whole tensor of `split` (null: the whole
-// tensor, numel floats).
-void read_part_into_device(const SafetensorsFile& file, const std::string& name,
+// read_into_device of rank layout.shard()'s part of a whole tensor of `split` (its full_shape;
+// null: the whole tensor, of `shape`).
+void read_part_into_device(const SafetensorsSet& file, const std::string& name,
                            const ParamLayout& layout, const ParamInfo* split, float* dst,
-                           int64_t numel, Backend& backend, std::vector<float>& staging);
+                           const std::vector<int64_t>& shape, Backend& backend,
+                           std::vector<float>& staging);
 
 // Reads every state tensor of `optimizer` from `file` and sets its step count; throws DataError
 // naming the tensor when the file lacks one (a checkpoint of another optimiser).
@@ -51,7 +54,7 @@ void read_part_into_device(const SafetensorsFile& file, const std::string& name,
 // address it.
 // Under tensor parallelism (layout.shard()), each state tensor of a split parameter is read as
 // this rank's part of the whole one.
-void restore_optimizer(Optimizer& optimizer, Backend& backend, const SafetensorsFile& file,
+void restore_optimizer(Optimizer& optimizer, Backend& backend, const SafetensorsSet& file,
                        int64_t steps_done, const std::string& source, const ParamLayout& layout);
 
 }  // namespace memo

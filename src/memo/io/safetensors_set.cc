@@ -1,0 +1,141 @@
+// Implementation of io/safetensors_set.h. The index is parsed with a callback that sees every
+// key: nlohmann::json keeps the last of two equal keys silently, and a tensor named twice in
+// weight_map must be an error, not a coin toss between two shards.
+#include "memo/io/safetensors_set.h"
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+
+#include "memo/core/error.h"
+#include "memo/io/atomic_file.h"
+
+namespace memo {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The first key that an object of the document repeats, and the key of the object holding it
+// ("" at the top level); both empty when none repeats.
+struct RepeatedKey {
+  std::string key;
+  std::string under;
+};
+
+json parse_index(const fs::path& index, RepeatedKey& repeated) {
+  struct Frame {
+    std::string under;  // the key this object is the value of
+    std::set<std::string> keys;
+    std::string last;
+  };
+  std::vector<Frame> frames;
+  const json::parser_callback_t watch = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      frames.push_back({frames.empty() ? "" : frames.back().last, {}, ""});
+    } else if (event == json::parse_event_t::object_end) {
+      frames.pop_back();
+    } else if (event == json::parse_event_t::key) {
+      Frame& f = frames.back();
+      f.last = parsed.get<std::string>();
+      if (!f.keys.insert(f.last).second && repeated.key.empty()) repeated = {f.last, f.under};
+    }
+    return true;
+  };
+  const std::string text = read_file(index);
+  try {
+    return json::parse(text, watch);
+  } catch (const json::parse_error& e) {
+    throw FormatError(str(index.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(),
+                          ": ", e.what()));
+  }
+}
+
+// A shard is a file next to the index: a name with a directory part could point anywhere.
+bool is_plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\\') == std::string::npos;
+}
+
+// shard file name -> the tensors weight_map assigns to it, checked.
+std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& index) {
+  const std::string p = index.string();
+  RepeatedKey repeated;
+  const json j = parse_index(index, repeated);
+  if (!repeated.key.empty() && repeated.under == "weight_map")
+    throw FormatError(str(p, ": tensor '", repeated.key, "' is named twice in weight_map; ",
+                          "each tensor must map to one shard"));
+  if (!repeated.key.empty())
+    throw FormatError(str(p, ": key '", repeated.key, "' appears twice",
+                          repeated.under.empty() ? "" : str(" in ", repeated.under)));
+  if (!j.is_object() || !j.contains("weight_map") || !j.at("weight_map").is_object())
+    throw FormatError(str(p, " has no \"weight_map\" object (tensor name -> shard file)"));
+  std::map<std::string, std::vector<std::string>> shards;
+  for (const auto& [tensor, shard] : j.at("weight_map").items()) {
+    if (!shard.is_string() || !is_plain_file_name(shard.get<std::string>()))
+      throw FormatError(str(p, ": weight_map maps tensor '", tensor, "' to ", shard.dump(),
+                            "; expected the file name of a shard next to the index"));
+    shards[shard.get<std::string>()].push_back(tensor);
+  }
+  if (shards.empty()) throw FormatError(str(p, ": weight_map lists no tensors"));
+  return shards;
+}
+
+}  // namespace
+
+SafetensorsSet::SafetensorsSet(SafetensorsFile file) : path_(file.path()) {
+  files_.push_back(std::move(file));
+  for (const std::string& name : files_.front().names()) shard_of_[name] = 0;
+}
+
+SafetensorsSet::SafetensorsSet(fs::path path, std::vector<SafetensorsFile> files)
+    : path_(std::move(path)), files_(std::move(files)) {
+  for (size_t i = 0; i < files_.size(); ++i)
+    for (const std::string& name : files_[i].names()) shard_of_[name] = i;
+}
+
+SafetensorsSet SafetensorsSet::from_index(const fs::path& index_path) {
+  const std::string p = index_path.string();
+  std::error_code ec;
+  if (!fs::is_regular_file(index_path, ec))
+    throw DataError(str("shard index ", p, " does not exist"));
+  const std::map<std::string, std::vector<std::string>> shards = read_weight_map(index_path);
+  const fs::path dir = index_path.parent_path();
+  std::vector<SafetensorsFile> files;
+  for (const auto& [shard, tensors] : shards) {
+    const fs::path file = dir / shard;
+    if (!fs::is_regular_file(file, ec))
+      throw DataError(str(p, " lists shard ", shard, " (for tensor '", tensors.front(), "'",
+                          tensors.size() > 1 ? str(" and ", tensors.size() - 1, " more") : "",
+                          "), but ", file.string(), " does not exist"));
+    files.emplace_back(file);
+    const SafetensorsFile& f = files.back();
+    for (const std::string& t : tensors)
+      if (!f.contains(t))
+        throw FormatError(str(p, " maps tensor '", t, "' to ", shard, ", but ", file.string(),
+                              " does not hold it"));
+    const std::set<std::string> listed(tensors.begin(), tensors.end());
+    for (const std::string& t : f.names())
+      if (!listed.count(t))
+        throw FormatError(str(file.string(), " holds tensor '", t, "', which ", p,
+                              " does not map to this shard"));
+  }
+  return SafetensorsSet(index_path, std::move(files));
+}
+
+std::vector<std::string> SafetensorsSet::names() const {
+  std::vector<std::string> out;
+  for (const SafetensorsFile& f : files_)
+    for (const std::string& name : f.names()) out.push_back(name);
+  return out;
+}
+
+const SafetensorsFile& SafetensorsSet::file_of(const std::string& name) const {
+  auto it = shard_of_.find(name);
+  if (it != shard_of_.end()) return files_[it->second];
+  if (files_.size() == 1) return files_.front();  // its accessor lists what it has
+  throw DataError(
+      str("tensor '", name, "' is not in the ", files_.size(), " shards of ", path_.string()));
+}
+
+}  // namespace memo

@@ -1,0 +1,136 @@
+// load_model_tensors: a checkpoint's tensors into a model, every name and shape checked; tensors
+// the model does not have are refused by name, except the buffers Hugging Face files carry.
+#include "memo/train/checkpoints.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "memo/core/error.h"
+#include "memo/cpu/cpu_backend.h"
+#include "memo/io/safetensors.h"
+#include "memo/io/safetensors_set.h"
+#include "memo/model/model.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+using test::error_message;
+using test::TempDir;
+
+ModelConfig tiny(Arch arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.hidden_size = 16;
+  c.intermediate_size = 32;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = arch == Arch::kGpt2 ? 2 : 1;
+  c.vocab_size = 40;
+  c.max_position_embeddings = 32;
+  c.tie_word_embeddings = arch == Arch::kGpt2;
+  if (arch == Arch::kGpt2) c.position_embedding = PositionEmbedding::kLearned;
+  return c;
+}
+
+// The model's tensors under their names (less `strip` at the front), plus `extra`.
+std::vector<NamedTensor> tensors_of(Model& m, const std::vector<NamedTensor>& extra,
+                                    const std::string& strip = "") {
+  std::vector<NamedTensor> out;
+  for (const ParamInfo& p : m.layout().params()) {
+    std::string name = p.name;
+    if (!strip.empty() && name.rfind(strip, 0) == 0) name = name.substr(strip.size());
+    out.push_back({name, p.shape, m.params() + p.offset});
+  }
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
+}
+
+bool same_params(Model& a, Model& b) {
+  return std::memcmp(a.params(), b.params(), size_t(a.params_numel()) * sizeof(float)) == 0;
+}
+
+TEST(Checkpoints, tensor_the_model_lacks_is_refused_by_name_before_any_is_read) {
+  TempDir tmp;
+  Model a(tiny(Arch::kLlama), cpu_backend()), b(tiny(Arch::kLlama), cpu_backend());
+  a.init(1);
+  b.init(2);
+  std::vector<float> bias(32, 0.5f);
+  write_safetensors(tmp / "m.safetensors",
+                    tensors_of(a, {{"model.layers.1.mlp.gate_proj.bias", {32}, bias.data()}}));
+  const SafetensorsSet file(SafetensorsFile(tmp / "m.safetensors"));
+  Model before(tiny(Arch::kLlama), cpu_backend());
+  before.init(2);
+  const std::string msg = error_message<DataError>([&] { load_model_tensors(b, file); });
+  EXPECT_EQ(msg, (tmp / "m.safetensors").string() +
+                     " holds 1 tensor that the llama model of this config does not have: "
+                     "'model.layers.1.mlp.gate_proj.bias' [32]; the checkpoint is of another "
+                     "model or config");
+  EXPECT_TRUE(same_params(b, before)) << "nothing read";
+}
+
+// A checkpoint of a deeper model: the extra layers are named, not dropped.
+TEST(Checkpoints, deeper_checkpoint_names_its_extra_layers) {
+  TempDir tmp;
+  ModelConfig deep = tiny(Arch::kLlama);
+  deep.num_hidden_layers = 4;
+  Model a(deep, cpu_backend()), b(tiny(Arch::kLlama), cpu_backend());
+  a.init(1);
+  write_safetensors(tmp / "m.safetensors", tensors_of(a, {}));
+  const std::string msg = error_message<DataError>(
+      [&] { load_model_tensors(b, SafetensorsSet(SafetensorsFile(tmp / "m.safetensors"))); });
+  EXPECT_NE(msg.find(" holds 18 tensors that the llama model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'model.layers.2."), std::string::npos) << msg;
+}
+
+// LLaMA's rotary inverse frequencies and GPT-2's mask buffers come with Hugging Face files; they
+// derive from the config and load as nothing.
+TEST(Checkpoints, hugging_face_buffers_are_skipped) {
+  TempDir tmp;
+  std::vector<float> inv_freq(4, 1.0f), mask(32 * 32, 1.0f), masked(1, -1e4f);
+  {
+    Model a(tiny(Arch::kLlama), cpu_backend()), b(tiny(Arch::kLlama), cpu_backend());
+    a.init(1);
+    write_safetensors(
+        tmp / "llama.safetensors",
+        tensors_of(a, {{"model.layers.0.self_attn.rotary_emb.inv_freq", {4}, inv_freq.data()},
+                       {"model.layers.1.self_attn.rotary_emb.inv_freq", {4}, inv_freq.data()}}));
+    load_model_tensors(b, SafetensorsSet(SafetensorsFile(tmp / "llama.safetensors")));
+    EXPECT_TRUE(same_params(a, b));
+  }
+  Model a(tiny(Arch::kGpt2), cpu_backend()), b(tiny(Arch::kGpt2), cpu_backend());
+  a.init(1);
+  write_safetensors(tmp / "gpt2.safetensors",  // GPT2Model's names, without "transformer."
+                    tensors_of(a,
+                               {{"h.0.attn.bias", {1, 1, 32, 32}, mask.data()},
+                                {"h.0.attn.masked_bias", {}, masked.data()},
+                                {"h.1.attn.bias", {1, 1, 32, 32}, mask.data()}},
+                               "transformer."));
+  load_model_tensors(b, SafetensorsSet(SafetensorsFile(tmp / "gpt2.safetensors")));
+  EXPECT_TRUE(same_params(a, b));
+}
+
+// q_proj stored [in, out] has q_proj's element count: only its shape tells it apart.
+TEST(Checkpoints, transposed_weight_is_refused_with_both_shapes) {
+  TempDir tmp;
+  ModelConfig c = tiny(Arch::kLlama);
+  c.num_key_value_heads = 2;  // k_proj [16, 16]: square, so use mlp's [32, 16] instead
+  Model a(c, cpu_backend()), b(c, cpu_backend());
+  a.init(1);
+  std::vector<NamedTensor> t = tensors_of(a, {});
+  for (NamedTensor& n : t)
+    if (n.name == "model.layers.0.mlp.up_proj.weight") n.shape = {16, 32};
+  write_safetensors(tmp / "m.safetensors", t);
+  const std::string msg = error_message<DataError>(
+      [&] { load_model_tensors(b, SafetensorsSet(SafetensorsFile(tmp / "m.safetensors"))); });
+  EXPECT_NE(msg.find("tensor 'model.layers.0.mlp.up_proj.weight' has shape [16, 32] (512 "
+                     "elements), expected [32, 16]"),
+            std::string::npos)
+      << msg;
+}
+
+}  // namespace
+}  // namespace memo
