@@ -256,6 +256,63 @@ TEST_F(Cli, sharded_hugging_face_folder_loads_like_one_file) {
   EXPECT_FALSE(fs::exists(dir / "init-bad"));
 }
 
+// Context extension: --init-from a trained model with a new RoPE base, YaRN scaling and more
+// positions trains past the old context; the run's config.json carries the changes, so eval and
+// a config file with the same fields see the same model; a resumed run keeps what it was.
+TEST_F(Cli, position_flags_extend_a_loaded_models_context_and_are_saved) {
+  ASSERT_EQ(test::run_command(train_cmd(dir / "base", "--steps 2")).exit_code, 0);
+  const std::string yarn =
+      R"({"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 512})";
+  const std::string tail = " --data " + dir.str("data.txt") +
+                           " --seq 600 --batch 2 --micro-batch 1 --lr 1e-3 --warmup 1 --steps 2";
+  const std::string flags =
+      " --rope-theta 40000 --rope-scaling '" + yarn + "' --max-position-embeddings 1024";
+  const test::CommandResult r =
+      test::run_command(test::memo_bin() + " train --init-from " + dir.str("base") + flags + tail +
+                        " --out " + dir.str("ext") + " --log " + dir.str("ext.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json saved =
+      nlohmann::json::parse(test::file_bytes(find_latest_checkpoint(dir / "ext") / kConfigFile));
+  EXPECT_EQ(saved["rope_theta"], 40000.0);
+  EXPECT_EQ(saved["max_position_embeddings"], 1024);
+  EXPECT_EQ(saved["rope_scaling"]["rope_type"], "yarn");
+  EXPECT_EQ(saved["rope_scaling"]["factor"], 2.0);
+  EXPECT_EQ(saved["rope_scaling"]["original_max_position_embeddings"], 512);
+
+  // the same model given as a config file, with the same weights: the same losses
+  nlohmann::json cfg = nlohmann::json::parse(test::kTinyLlamaConfig);
+  cfg["rope_theta"] = 40000.0;
+  cfg["max_position_embeddings"] = 1024;
+  cfg["rope_scaling"] = nlohmann::json::parse(yarn);
+  write_text(dir.str("ext.json"), cfg.dump());
+  ASSERT_EQ(test::run_command(test::memo_bin() + " train --config " + dir.str("ext.json") +
+                              " --init-from " + dir.str("base") + flags + tail + " --out " +
+                              dir.str("ext2") + " --log " + dir.str("ext2.jsonl"))
+                .exit_code,
+            0);
+  EXPECT_EQ(losses(dir.str("ext.jsonl")), losses(dir.str("ext2.jsonl")));
+  EXPECT_EQ(losses(dir.str("ext.jsonl")).size(), 2u);
+  const test::CommandResult e =
+      test::run_command(test::memo_bin() + " eval --checkpoint " + dir.str("ext") + " --data " +
+                        dir.str("data.txt") + " --split all --seq 600 --batches 1 2>&1");
+  EXPECT_EQ(e.exit_code, 0) << e.output;
+
+  // refusals: one line each
+  const std::string init = test::memo_bin() + " train --init-from " + dir.str("base") + tail +
+                           " --out " + dir.str("bad");
+  test::expect_clean_failure(init, "--seq 600 exceeds max_position_embeddings = 512");
+  test::expect_clean_failure(init + " --max-position-embeddings 1024 --rope-scaling '{bad'",
+                             "--rope-scaling {bad: malformed JSON at byte 2");
+  test::expect_clean_failure(
+      init + " --max-position-embeddings 1024 --rope-scaling '{\"rope_type\": \"yarn\"}'",
+      "--rope-scaling: rope_scaling: required field factor is missing");
+  test::expect_clean_failure(test::memo_bin() + " train --resume " + dir.str("ext") +
+                                 " --rope-theta 1e6 --data " + dir.str("data.txt") +
+                                 " --seq 600 --batch 2 --micro-batch 1 --steps 4",
+                             "continues as it was trained");
+  EXPECT_FALSE(fs::exists(dir / "bad"));
+}
+
 TEST_F(Cli, the_last_log_record_carries_the_validation_loss) {
   const test::CommandResult r =
       test::run_command(train_cmd(dir / "run", "--steps 3 --log " + dir.str("run.jsonl")));

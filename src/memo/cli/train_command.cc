@@ -1,5 +1,6 @@
 // memo train: flags -> TrainOptions and the runtime (cli/runtime.h) -> train(). The flags come in
-// groups (data, step, gradient, run directory, device, layout, activations), each a function.
+// groups (data, step, gradient, run directory, positions, device, layout, activations), each a
+// function.
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "memo/core/error.h"
 #include "memo/core/units.h"
 #include "memo/io/checkpoint.h"
+#include "memo/io/config_json.h"
 #include "memo/io/hardware_json.h"
 #include "memo/train/trainer.h"
 
@@ -26,6 +28,11 @@ struct TrainFlags {
   BatchScheduleFlags schedule;
   RuntimeFlags device;
   std::string gpu, hardware_dir = MEMO_HARDWARE_DIR, device_memory, host_memory;
+  std::string rope_scaling;  // --rope-scaling's JSON
+  double rope_theta = 0;
+  int64_t max_positions = 0;
+  CLI::Option* rope_theta_opt = nullptr;
+  CLI::Option* max_positions_opt = nullptr;
   double alpha = 0.0;
   CLI::Option* alpha_opt = nullptr;
   CLI::Option* lr = nullptr;
@@ -83,6 +90,20 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--log", t->log_path, "JSON-lines log, one object per step");
   cmd.add_option("--log-every", t->log_every, "Progress line period in steps")
       ->capture_default_str();
+}
+
+// Context extension: the loaded model's positions changed for this run (saved in its config.json).
+void add_position_flags(CLI::App& cmd, TrainFlags& f) {
+  f.rope_theta_opt =
+      cmd.add_option("--rope-theta", f.rope_theta,
+                     "Train with this RoPE base instead of the model config's (e.g. 500000)");
+  cmd.add_option("--rope-scaling", f.rope_scaling,
+                 "Train with this rope_scaling, as JSON in transformers' fields, e.g. "
+                 "'{\"rope_type\": \"yarn\", \"factor\": 4, "
+                 "\"original_max_position_embeddings\": 8192}' (null: plain RoPE)");
+  f.max_positions_opt =
+      cmd.add_option("--max-position-embeddings", f.max_positions,
+                     "Train with this many positions (the longest --seq) instead of the config's");
 }
 
 // The device beyond --device and --precision: its datasheet and its memory budget.
@@ -146,8 +167,20 @@ TrainOptions resolve_options(const TrainFlags& f) {
     o.activations.host_memory_bytes = parse_bytes(f.host_memory, "--host-memory");
   if (!f.device_memory.empty())
     o.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
-  if (o.resume_dir.empty() && o.config_path.empty())
-    throw ConfigError("--config is required (or --resume a run)");
+  if (f.rope_theta_opt->count() > 0) o.positions.rope_theta = f.rope_theta;
+  if (f.max_positions_opt->count() > 0) o.positions.max_position_embeddings = f.max_positions;
+  if (!f.rope_scaling.empty()) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(f.rope_scaling);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw ConfigError(
+          str("--rope-scaling ", f.rope_scaling, ": malformed JSON at byte ", e.byte));
+    }
+    o.positions.rope_scaling = rope_scaling_from_json(j, "--rope-scaling");
+  }
+  if (o.resume_dir.empty() && o.config_path.empty() && o.init_from.empty())
+    throw ConfigError("--config is required (or --init-from a model, or --resume a run)");
   if (!o.resume_dir.empty() && f.out->count() == 0) {
     // continue writing into the run being resumed
     const std::filesystem::path r(o.resume_dir);
@@ -187,6 +220,7 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
   add_optimizer_flags(*train, f->optimizer);
   add_gradient_flags(*train, &f->options);
   add_run_dir_flags(*train, *f);
+  add_position_flags(*train, *f);
   add_runtime_flags(*train, f->device, true);
   add_gpu_flags(*train, *f);
   add_layout_flags(*train, &f->options);

@@ -64,10 +64,13 @@ void read_list(const json& j, std::string_view where, const char* name, std::vec
   }
 }
 
-// `rope_scaling` (transformers' names; `type` is the older spelling of `rope_type`). Every key
-// must be one the type takes: a key memo would ignore could mean a different model.
+}  // namespace
+
+// `type` is the older spelling of `rope_type`. Every key must be one the type takes: a key memo
+// would ignore could mean a different model.
 RopeScaling rope_scaling_from_json(const json& j, std::string_view config_where) {
   const std::string where = str(config_where, ": rope_scaling");
+  if (j.is_null()) return RopeScaling{};
   if (!j.is_object()) wrong_type(config_where, "rope_scaling", j, "an object or null");
   const json* type = field(j, "rope_type");
   const json* old_type = field(j, "type");
@@ -135,6 +138,8 @@ RopeScaling rope_scaling_from_json(const json& j, std::string_view config_where)
   read_list(j, where, "long_factor", s.long_factor);
   return s;
 }
+
+namespace {
 
 json rope_scaling_to_json(const RopeScaling& s) {
   json j{{"rope_type", rope_type_name(s.type)}};

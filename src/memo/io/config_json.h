@@ -29,6 +29,10 @@ ModelConfig load_model_config(const std::filesystem::path& path);
 // take the Hugging Face LlamaConfig defaults: num_key_value_heads = num_attention_heads,
 // rms_norm_eps 1e-6, rope_theta 10000, max_position_embeddings 2048, tie_word_embeddings false,
 // initializer_range 0.02. A null value counts as absent. Calls validate().
+// A `rope_scaling` object (transformers' fields; null: plain RoPE), checked field by field; the
+// head-dependent checks are ModelConfig::validate's. ConfigError names `where` and the field.
+RopeScaling rope_scaling_from_json(const nlohmann::json& j, std::string_view where);
+
 ModelConfig model_config_from_json(const nlohmann::json& json, std::string_view where);
 
 // All ModelConfig fields plus architectures, model_type, hidden_act and torch_dtype, which

@@ -56,4 +56,12 @@ void ModelConfig::validate() const {
     throw ConfigError(str("initializer_range = ", initializer_range, " must be positive"));
 }
 
+ModelConfig PositionOverrides::applied_to(ModelConfig c) const {
+  if (rope_theta) c.rope_theta = *rope_theta;
+  if (rope_scaling) c.rope_scaling = *rope_scaling;
+  if (max_position_embeddings) c.max_position_embeddings = *max_position_embeddings;
+  c.validate();
+  return c;
+}
+
 }  // namespace memo

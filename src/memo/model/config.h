@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "memo/model/rope_scaling.h"
@@ -45,6 +46,18 @@ struct ModelConfig {
 
   // Throws ConfigError naming the field, its value and what is allowed.
   void validate() const;
+};
+
+// A loaded model's positions changed for a new run (context extension: `memo train --rope-theta`,
+// `--rope-scaling`, `--max-position-embeddings`); the run's saved config.json carries them.
+struct PositionOverrides {
+  std::optional<double> rope_theta;
+  std::optional<RopeScaling> rope_scaling;
+  std::optional<int64_t> max_position_embeddings;
+
+  bool any() const { return rope_theta || rope_scaling || max_position_embeddings; }
+  // `c` with the overrides, validated (ConfigError naming the flag's field).
+  ModelConfig applied_to(ModelConfig c) const;
 };
 
 }  // namespace memo

@@ -250,7 +250,9 @@ void start_weights(Model& model, const TrainOptions& o, const std::optional<Resu
   if (resume) return load_model_tensors(model, resume->checkpoint.model);
   if (o.init_from.empty()) return model.init(o.seed);
   LoadedCheckpoint init = load_checkpoint(find_latest_checkpoint(o.init_from));
-  if (model_config_to_json(init.config) != model_config_to_json(model.config()))
+  // the run's model is --init-from's with the position flags, or --config's, which must agree
+  if (model_config_to_json(o.positions.applied_to(init.config)) !=
+      model_config_to_json(model.config()))
     throw ConfigError(
         str("--init-from ", o.init_from, " has a different model config than ", o.config_path));
   load_model_tensors(model, init.model);

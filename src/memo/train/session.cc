@@ -6,6 +6,7 @@
 
 #include "memo/core/error.h"
 #include "memo/data/shards.h"
+#include "memo/io/checkpoint.h"
 #include "memo/io/config_json.h"
 #include "memo/memory/strategy_factory.h"
 #include "memo/optim/factory.h"
@@ -87,6 +88,32 @@ void check_data_parallel(const TrainOptions& o, int ranks) {
                           " processes; make it a multiple of ", ranks));
 }
 
+// The model of the run: a resumed run's as it was (position flags must agree with it), else
+// --config's, or --init-from's own config.json, with the position flags applied.
+ModelConfig run_model_config(const TrainOptions& o, const std::optional<ResumePoint>& resume) {
+  const PositionOverrides& p = o.positions;
+  if (resume) {
+    const ModelConfig& was = resume->checkpoint.config;
+    if (p.any() && model_config_to_json(p.applied_to(was)) != model_config_to_json(was))
+      throw ConfigError(
+          str("--rope-theta, --rope-scaling and --max-position-embeddings change a "
+              "model for a new run; ",
+              o.resume_dir,
+              " continues as it was trained (start a new run from "
+              "its weights with --init-from)"));
+    return was;
+  }
+  const std::filesystem::path path = !o.config_path.empty()
+                                         ? std::filesystem::path(o.config_path)
+                                         : find_latest_checkpoint(o.init_from) / "config.json";
+  const ModelConfig loaded = load_model_config(path);
+  try {
+    return p.applied_to(loaded);
+  } catch (const ConfigError& e) {
+    throw ConfigError(str(path.string(), " with the position flags: ", e.what()));
+  }
+}
+
 void check_positions(const TrainOptions& o, const ModelConfig& config) {
   if (o.seq > config.max_position_embeddings)
     throw ConfigError(str("--seq ", o.seq, " exceeds ", config.positions_field(), " = ",
@@ -146,7 +173,7 @@ void TrainSession::read_run() {
   const int job_size = job_.size();
   check_context_parallel(o_, job_size);
   plan_.emplace(step_schedule(o_, resume_, start_step_, job_size / (o_.cp * o_.tp)));
-  config_ = resume_ ? resume_->checkpoint.config : load_model_config(o_.config_path);
+  config_ = run_model_config(o_, resume_);
   check_positions(o_, config_);
   // the training and validation tokens (train/run_data.h), checked before any output
   data_.emplace(

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "memo/memory/strategy_factory.h"
+#include "memo/model/config.h"
 #include "memo/scaling/batch_schedule.h"
 #include "memo/train/optimizer_setup.h"
 
@@ -30,12 +31,13 @@ struct TrainOptions {
   double gns_decay = 0.99;    // EMA decay per step of the noise-scale estimator
   uint64_t seed = 1234;
   std::string out_dir = "runs/default";
-  int64_t save_every = 0;    // 0: only at the end
-  std::string resume_dir;    // a run directory or checkpoint to continue from
-  std::string init_from;     // a checkpoint to take the weights from (fresh optimiser)
-  std::string log_path;      // JSON lines, one per step
-  int64_t val_batches = 16;  // micro-batches of validation windows at the end
-  int64_t log_every = 1;     // progress line period in steps
+  int64_t save_every = 0;       // 0: only at the end
+  std::string resume_dir;       // a run directory or checkpoint to continue from
+  std::string init_from;        // a checkpoint to take the weights from (fresh optimiser)
+  PositionOverrides positions;  // --rope-theta, --rope-scaling, --max-position-embeddings
+  std::string log_path;         // JSON lines, one per step
+  int64_t val_batches = 16;     // micro-batches of validation windows at the end
+  int64_t log_every = 1;        // progress line period in steps
   // The device's datasheet peak (dense bf16, FLOP/s; hardware/*.json) and its name: MFU is then
   // also logged against it ("mfu_peak"), beside the matrix-product ceiling measured at start
   // ("mfu"). 0: unknown (the CPU).
