@@ -65,6 +65,18 @@ TEST(SafetensorsSet, shards_of_bf16_f16_and_f32_read_exactly) {
       << msg;
 }
 
+// The Hugging Face hub cache's snapshot folders hold symbolic links to content-named blobs.
+TEST(SafetensorsSet, shards_behind_symbolic_links_load) {
+  Shards s;
+  s.write();
+  const fs::path snapshot = s.tmp / "snapshot";
+  fs::create_directories(snapshot);
+  for (const std::string& f : {s.shard(1), s.shard(2), s.shard(3), std::string(kModelIndexFile)})
+    fs::create_symlink(s.tmp / f, snapshot / f);
+  const SafetensorsSet set = SafetensorsSet::from_index(snapshot / kModelIndexFile);
+  EXPECT_EQ(read(set, s.b.name), s.b.values);
+}
+
 TEST(SafetensorsSet, one_file_is_a_set_of_one) {
   TempDir tmp;
   const HfTensor t{"w", {2, 2}, small_values(4, 5), "F16"};

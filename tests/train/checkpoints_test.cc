@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "io/hf_files.h"
 #include "memo/core/error.h"
 #include "memo/cpu/cpu_backend.h"
 #include "memo/io/safetensors.h"
@@ -70,6 +71,31 @@ TEST(Checkpoints, tensor_the_model_lacks_is_refused_by_name_before_any_is_read) 
                      "'model.layers.1.mlp.gate_proj.bias' [32]; the checkpoint is of another "
                      "model or config");
   EXPECT_TRUE(same_params(b, before)) << "nothing read";
+}
+
+// In a sharded folder the extra tensor is named with its shard.
+TEST(Checkpoints, extra_tensor_of_a_shard_is_named_with_the_shard) {
+  TempDir tmp;
+  Model a(tiny(Arch::kLlama), cpu_backend()), b(tiny(Arch::kLlama), cpu_backend());
+  a.init(1);
+  const std::vector<NamedTensor> params = tensors_of(a, {});
+  write_safetensors(tmp / "model-00001-of-00002.safetensors", params);
+  test::write_hf_safetensors(
+      tmp / "model-00002-of-00002.safetensors",
+      {{"model.layers.0.self_attn.q_norm.weight", {8}, std::vector<float>(8, 1.0f)}});
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  for (const NamedTensor& t : params)
+    weight_map.push_back({t.name, "model-00001-of-00002.safetensors"});
+  weight_map.push_back(
+      {"model.layers.0.self_attn.q_norm.weight", "model-00002-of-00002.safetensors"});
+  test::write_hf_index(tmp / kModelIndexFile, weight_map);
+  const SafetensorsSet set = SafetensorsSet::from_index(tmp / kModelIndexFile);
+  const std::string msg = error_message<DataError>([&] { load_model_tensors(b, set); });
+  EXPECT_EQ(msg, (tmp / kModelIndexFile).string() +
+                     "'s shards hold 1 tensor that the llama model of this config does not have: "
+                     "'model.layers.0.self_attn.q_norm.weight' [8] in "
+                     "model-00002-of-00002.safetensors; the checkpoint is of another model or "
+                     "config");
 }
 
 // A checkpoint of a deeper model: the extra layers are named, not dropped.
