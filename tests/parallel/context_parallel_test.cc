@@ -134,6 +134,23 @@ TEST_F(ContextParallel, an_odd_group_of_three_matches_one_process) {
   matches_one_process("llama.json", 96, 3);
 }
 
+// Scaled RoPE: each rank rotates its chunks with the whole sequence's tables (yarn with its
+// attention factor; longrope, whose factors are chosen by the whole length, 64 > 32).
+TEST_F(ContextParallel, scaled_rope_matches_one_process) {
+  nlohmann::json yarn = nlohmann::json::parse(test::kTinyLlamaConfig);
+  yarn["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}};
+  nlohmann::json longrope = nlohmann::json::parse(test::kTinyLlamaConfig);
+  longrope["rope_scaling"] = {{"rope_type", "longrope"},
+                              {"short_factor", {1.0, 1.1, 1.2, 1.3}},
+                              {"long_factor", {1.0, 2.0, 4.0, 8.0}},
+                              {"original_max_position_embeddings", 32}};
+  test::write_text(dir / "yarn.json", yarn.dump());
+  test::write_text(dir / "longrope.json", longrope.dump());
+  matches_one_process("yarn.json", 64, 2);
+  matches_one_process("longrope.json", 64, 2);
+}
+
 // GPT-2's learned positions are added at each rank's true positions.
 TEST_F(ContextParallel, gpt2_matches_one_process) { matches_one_process("gpt2.json", 64, 2); }
 
