@@ -139,6 +139,23 @@ TEST(Checkpoints, hugging_face_buffers_are_skipped) {
   EXPECT_TRUE(same_params(a, b));
 }
 
+// A tied model's file may still hold lm_head.weight (GPT2LMHeadModel written by PyTorch, tied
+// Llama checkpoints): the head is the embedding, so the copy is skipped, whatever it holds.
+TEST(Checkpoints, a_tied_models_lm_head_copy_is_skipped) {
+  TempDir tmp;
+  std::vector<float> head(40 * 16, 0.5f);  // not the embedding's values
+  for (Arch arch : {Arch::kLlama, Arch::kGpt2}) {
+    ModelConfig c = tiny(arch);
+    c.tie_word_embeddings = true;
+    Model a(c, cpu_backend()), b(c, cpu_backend());
+    a.init(1);
+    write_safetensors(tmp / "tied.safetensors",
+                      tensors_of(a, {{"lm_head.weight", {40, 16}, head.data()}}));
+    load_model_tensors(b, SafetensorsSet(SafetensorsFile(tmp / "tied.safetensors")));
+    EXPECT_TRUE(same_params(a, b)) << int(arch);
+  }
+}
+
 // q_proj stored [in, out] has q_proj's element count: only its shape tells it apart.
 TEST(Checkpoints, transposed_weight_is_refused_with_both_shapes) {
   TempDir tmp;

@@ -151,12 +151,14 @@ bool ends_with(const std::string& s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// Buffers that Hugging Face checkpoints carry beside the parameters, all derived from the config:
-// LLaMA's rotary inverse frequencies, GPT-2's causal mask and its masked value. They are not
-// weights, so loading skips them.
-bool is_known_buffer(const std::string& name) {
+// Tensors that Hugging Face checkpoints carry beside the parameters, all derived from others:
+// LLaMA's rotary inverse frequencies, GPT-2's causal mask and its masked value, and a tied
+// model's lm_head.weight (its head is the embedding: transformers ties the two after loading,
+// so the file's copy is never used). Loading skips them.
+bool is_derived(const std::string& name, const ModelConfig& config) {
   return ends_with(name, ".rotary_emb.inv_freq") || ends_with(name, ".attn.bias") ||
-         ends_with(name, ".attn.masked_bias");
+         ends_with(name, ".attn.masked_bias") ||
+         (config.tie_word_embeddings && name == "lm_head.weight");
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -172,7 +174,7 @@ void check_no_extra_tensors(const Model& model, const SafetensorsSet& file,
   constexpr size_t kShown = 4;
   std::vector<std::string> extra;
   for (const std::string& name : file.names())
-    if (!taken.count(name) && !is_known_buffer(name)) extra.push_back(name);
+    if (!taken.count(name) && !is_derived(name, model.config())) extra.push_back(name);
   if (extra.empty()) return;
   std::string shown;
   for (size_t i = 0; i < std::min(extra.size(), kShown); ++i)
