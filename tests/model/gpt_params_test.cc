@@ -144,5 +144,26 @@ TEST(GptConfig, model_refuses_a_sequence_longer_than_the_learned_table) {
   EXPECT_GT(model.forward_loss(tokens.data(), tokens.data() + 1, 2, 96, keep, alloc), 0.0);
 }
 
+// memo eval and generate build the model for inference: no gradients (half the memory), the same
+// losses as a training model's forward, and a backward refused.
+TEST(Model, an_inference_model_holds_no_gradients_and_gives_the_training_models_loss) {
+  for (PositionEmbedding pos : {PositionEmbedding::kLearned, PositionEmbedding::kRope}) {
+    const ModelConfig c = gpt(pos);
+    Model train(c, cpu_backend()), infer(c, cpu_backend(), ModelUse::kInference);
+    train.init(5);
+    infer.init(5);
+    EXPECT_FALSE(train.grads_tensor().empty());
+    EXPECT_TRUE(infer.grads_tensor().empty());
+    CachingAllocator alloc;
+    KeepStrategy keep(skeletal_layout(c, DType::kF32), alloc);
+    std::vector<int32_t> tokens(2 * 64 + 1);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 7 % 50);
+    EXPECT_EQ(infer.forward_loss(tokens.data(), tokens.data() + 1, 2, 64, keep, alloc),
+              train.forward_loss(tokens.data(), tokens.data() + 1, 2, 64, keep, alloc));
+    EXPECT_THROW(infer.forward_backward(tokens.data(), tokens.data() + 1, 2, 64, 1.0f, keep, alloc),
+                 Error);
+  }
+}
+
 }  // namespace
 }  // namespace memo

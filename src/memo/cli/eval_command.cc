@@ -47,7 +47,7 @@ void add_eval_command(CLI::App& app) {
     const std::filesystem::path dir = find_latest_checkpoint(o->checkpoint);
     LoadedCheckpoint ckpt = load_checkpoint(dir);
     const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);
-    Model model(ckpt.config, runtime->backend());
+    Model model(ckpt.config, runtime->backend(), ModelUse::kInference);
     load_model_tensors(model, ckpt.model);
     const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
     const int64_t vocab = ckpt.config.vocab_size;

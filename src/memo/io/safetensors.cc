@@ -370,16 +370,18 @@ void SafetensorsFile::read_into(const std::string& name, float* dst,
       std::memcpy(&v, src + 8 * i, 8);
       dst[i] = float(v);
     }
-  } else {  // 16-bit types widen exactly
+  } else if (e.dtype == "BF16") {  // 16-bit types widen exactly; bf16 is f32's top half
     for (int64_t i = 0; i < numel; ++i) {
       uint16_t h;
       std::memcpy(&h, src + 2 * i, 2);
-      if (e.dtype == "BF16") {
-        const uint32_t bits = uint32_t(h) << 16;
-        std::memcpy(dst + i, &bits, 4);
-      } else {
-        dst[i] = half_to_float(h);
-      }
+      const uint32_t bits = uint32_t(h) << 16;
+      std::memcpy(dst + i, &bits, 4);
+    }
+  } else {
+    for (int64_t i = 0; i < numel; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      dst[i] = half_to_float(h);
     }
   }
   map_.release_pages(size_t(data_offset_bytes_ + e.begin), size_t(e.end - e.begin));

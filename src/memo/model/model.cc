@@ -46,12 +46,13 @@ class Layers final : public LayerRunner {
 
 }  // namespace
 
-Model::Model(const ModelConfig& config, Backend& backend)
+Model::Model(const ModelConfig& config, Backend& backend, ModelUse use)
     : backend_(&backend),
       config_((config.validate(), config)),
       arch_(memo::architecture(config_.arch)),
       skeletal_(skeletal_layout(config_, backend.activation_dtype())),
-      layout_(config_) {
+      layout_(config_),
+      use_(use) {
   allocate_params();
 }
 
@@ -64,9 +65,12 @@ void Model::allocate_params() {
   const int64_t n = layout_.total_numel();
   const int64_t bytes = n * int64_t(sizeof(float));
   params_storage_ = RawBuffer(device, bytes, "the parameters");
-  grads_storage_ = RawBuffer(device, bytes, "the gradients");
   params_ = params_storage_.tensor({n}, DType::kF32);
-  grads_ = grads_storage_.tensor({n}, DType::kF32);
+  const bool training = use_ == ModelUse::kTraining;
+  if (training) {
+    grads_storage_ = RawBuffer(device, bytes, "the gradients");
+    grads_ = grads_storage_.tensor({n}, DType::kF32);
+  }
   const DType act = backend_->activation_dtype();
   if (act != DType::kF32) {  // Note [Mixed precision]
     working_storage_ = RawBuffer(device, n * dtype_bytes(act), "the bf16 working weights");
@@ -74,7 +78,7 @@ void Model::allocate_params() {
   }
   working_stale_ = true;
   w_ = bind_weights(config_, layout_, mixed_precision() ? working_ : params_);
-  dw_ = bind_weights(config_, layout_, grads_);
+  dw_ = training ? bind_weights(config_, layout_, grads_) : ModelWeights{};
   // the gradient parts, in the layout's order (embedding and positions, layers, norm and head)
   const int64_t L = config_.num_hidden_layers;
   std::vector<int64_t> starts(size_t(L + 2), layout_.total_numel());
@@ -91,7 +95,7 @@ void Model::allocate_params() {
   grad_parts_.emplace_back(starts.back(), layout_.total_numel());
   // Padding between tensors stays zero in both buffers (ParamLayout), and gradients start at 0.
   backend_->fill(params_, 0.0f);
-  backend_->fill(grads_, 0.0f);
+  if (training) backend_->fill(grads_, 0.0f);
 }
 
 void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
@@ -183,7 +187,7 @@ void Model::set_context_parallel(Communicator* group) {
 
 void Model::init(uint64_t seed) {
   if (!backend_->has_values()) return;
-  backend_->fill(grads_, 0.0f);
+  if (use_ == ModelUse::kTraining) backend_->fill(grads_, 0.0f);
   if (backend_->host_can_access(backend_->device_space()))
     return init_weights(layout_, params(), config_.initializer_range, seed);
   std::vector<float> host(size_t(layout_.total_numel()), 0.0f);
@@ -191,7 +195,11 @@ void Model::init(uint64_t seed) {
   backend_->copy_from_host(params(), host.data(), int64_t(host.size() * sizeof(float)));
 }
 
-void Model::zero_grads() { backend_->fill(grads_, 0.0f); }
+void Model::zero_grads() {
+  MEMO_CHECK(use_ == ModelUse::kTraining,
+             "zero_grads: the model was built for inference and holds no gradients");
+  backend_->fill(grads_, 0.0f);
+}
 
 void Model::refresh_working_weights() const {
   if (!working_stale_) return;
@@ -338,6 +346,8 @@ struct FinalNormActs {
 double Model::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch,
                                int64_t seq, float grad_scale, ActivationStrategy& strategy,
                                ActivationAllocator& alloc) {
+  MEMO_CHECK(use_ == ModelUse::kTraining,
+             "forward_backward: the model was built for inference and holds no gradients");
   return run(inputs, targets, batch, seq, grad_scale, true, strategy, alloc);
 }
 
@@ -512,7 +522,8 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
   // this rank's rows under tensor parallelism, without the padding of Note [Tensor-parallel
   // parameters]: its logits, gradients and products never see it
   const int64_t V = vocab_rows();
-  const Tensor head = w_.head.slice_rows(0, V), dhead = dw_.head.slice_rows(0, V);
+  const Tensor head = w_.head.slice_rows(0, V);
+  const Tensor dhead = backward ? dw_.head.slice_rows(0, V) : Tensor();
   // Chunk so one chunk of logits is at most 16 Mi floats (64 MiB); a function of (T, V) only,
   // so every strategy and every run sums the head gradient in the same order.
   constexpr int64_t kMaxLogitFloats = int64_t(1) << 24;

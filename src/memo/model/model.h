@@ -24,13 +24,17 @@
 
 namespace memo {
 
+// What a model is for: training holds gradients beside the parameters; inference (memo eval,
+// memo generate) does not, and has half the memory.
+enum class ModelUse { kTraining, kInference };
+
 class Model {
  public:
   // Parameters and gradients (zeroed) in the backend's device space; every kernel runs on it.
   // With the meta backend both are address ranges without memory (Note [Meta backend] in
   // meta/meta_backend.h): a 65B model traced on a laptop. The backend must outlive the
   // model.
-  Model(const ModelConfig& config, Backend& backend);
+  Model(const ModelConfig& config, Backend& backend, ModelUse use = ModelUse::kTraining);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -173,7 +177,8 @@ class Model {
   void refresh_working_weights() const;  // working_ = bf16(params_) when stale
   ModelWeights w_;                       // the layers' weights: params_ or working_
   ModelWeights dw_;
-  void allocate_params();  // params_ and grads_ for layout_, zeroed; the weights bound
+  ModelUse use_;
+  void allocate_params();  // params_ and grads_ (training) for layout_, zeroed; the weights bound
   // The vocabulary rows of this rank's part of the embedding and head, without padding.
   int64_t vocab_rows() const;
   // The parts set_gradients_ready hands out: [0] the embedding's, [1 + l] layer l's, [L + 1] the
