@@ -313,6 +313,28 @@ TEST_F(Cli, position_flags_extend_a_loaded_models_context_and_are_saved) {
   EXPECT_FALSE(fs::exists(dir / "bad"));
 }
 
+// A Hugging Face folder's tokenizer and generation files travel with a run started from it: every
+// checkpoint carries them (a resumed run's too), so transformers loads the result whole.
+TEST_F(Cli, a_model_folders_tokenizer_and_generation_files_are_carried_into_each_checkpoint) {
+  ASSERT_EQ(test::run_command(train_cmd(dir / "base", "--steps 1")).exit_code, 0);
+  const fs::path base = find_latest_checkpoint(dir / "base");
+  fs::create_directories(dir / "hf");
+  for (const char* f : {kConfigFile, kModelFile}) fs::copy_file(base / f, dir / "hf" / f);
+  const std::map<std::string, std::string> side = {
+      {"tokenizer_config.json", R"({"add_bos_token": true, "model_max_length": 512})"},
+      {"special_tokens_map.json", R"({"bos_token": "<s>"})"},
+      {"generation_config.json", R"({"bos_token_id": 1, "do_sample": true, "temperature": 0.6})"}};
+  for (const auto& [name, text] : side) write_text(dir.str("hf/" + name), text);
+  const std::string run = test::memo_bin() + " train --data " + dir.str("data.txt") +
+                          " --seq 32 --batch 4 --micro-batch 2 --warmup 1 --out " + dir.str("run");
+  ASSERT_EQ(test::run_command(run + " --init-from " + dir.str("hf") + " --steps 2").exit_code, 0);
+  ASSERT_EQ(test::run_command(run + " --resume " + dir.str("run") + " --steps 3").exit_code, 0);
+  const fs::path last = find_latest_checkpoint(dir / "run");
+  EXPECT_EQ(last.filename(), "step-00000003");
+  for (const auto& [name, text] : side) EXPECT_EQ(test::file_bytes(last / name), text) << name;
+  EXPECT_FALSE(fs::exists(last / kTokenizerFile));  // the folder had none
+}
+
 TEST_F(Cli, the_last_log_record_carries_the_validation_loss) {
   const test::CommandResult r =
       test::run_command(train_cmd(dir / "run", "--steps 3 --log " + dir.str("run.jsonl")));

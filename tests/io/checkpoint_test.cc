@@ -27,7 +27,8 @@ struct State {
              {"model.norm.weight", {2}, norm.data()}},
             {{"adamw.m.model.embed_tokens.weight", {3, 2}, m.data()}},
             json{{"step", step}, {"seed", 1234}},
-            ""};  // no tokenizer.json
+            "",  // no tokenizer.json
+            {}};
   }
 };
 

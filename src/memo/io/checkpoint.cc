@@ -54,6 +54,15 @@ void save_checkpoint(const fs::path& dir, const CheckpointData& data) {
     write_file_atomic(writer.path() / kTrainerStateFile, data.trainer_state.dump(2) + "\n");
   if (!data.tokenizer_json.empty())
     write_file_atomic(writer.path() / kTokenizerFile, data.tokenizer_json);
+  for (const auto& [name, bytes] : data.side_files) {
+    const bool ours = name == kModelFile || name == kConfigFile || name == kOptimizerFile ||
+                      name == kTrainerStateFile ||
+                      (name == kTokenizerFile && !data.tokenizer_json.empty());
+    if (ours || name.find('/') != std::string::npos)
+      throw DataError(str("checkpoint ", dir.string(), ": side file ", name,
+                          " would replace one of the checkpoint's own"));
+    write_file_atomic(writer.path() / name, bytes);
+  }
   writer.commit();
 }
 

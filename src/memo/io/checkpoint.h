@@ -36,7 +36,22 @@ struct CheckpointData {
   std::vector<NamedTensor> optimizer;  // empty: no optimizer.safetensors
   nlohmann::json trainer_state;        // null: no trainer_state.json
   std::string tokenizer_json;          // empty: no tokenizer.json
+  // Further files written as they are (name, bytes): a Hugging Face model's tokenizer and
+  // generation files, carried from the folder a run started from (kModelSideFiles).
+  std::vector<std::pair<std::string, std::string>> side_files;
 };
+
+// The files of a Hugging Face model folder beside its weights and config.json that a checkpoint
+// carries on, so that transformers loads a trained model with its tokenizer and generation
+// defaults: tokenizer.json (when the training data names none), tokenizer_config.json,
+// special_tokens_map.json, generation_config.json, and SentencePiece's or GPT-2's vocabulary files.
+inline constexpr const char* kModelSideFiles[] = {kTokenizerFile,
+                                                  "tokenizer_config.json",
+                                                  "special_tokens_map.json",
+                                                  "generation_config.json",
+                                                  "tokenizer.model",
+                                                  "vocab.json",
+                                                  "merges.txt"};
 
 // Writes `dir` atomically: it afterwards holds either its old content or the whole new checkpoint.
 // Throws DataError (bad tensor list, failed write); the previous `dir`, if any, is then untouched.

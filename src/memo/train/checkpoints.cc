@@ -9,6 +9,7 @@
 
 #include "memo/core/error.h"
 #include "memo/data/shards.h"
+#include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
 #include "memo/train/optimizer_setup.h"
 
@@ -108,6 +109,23 @@ std::vector<NamedTensor> state_tensors(Model& model, const std::vector<StateTens
   return out;
 }
 
+// The tokenizer and generation files of the folder the run started from (the checkpoint it
+// resumed, which carried them on, or --init-from's), for every checkpoint the run writes; the
+// data's own tokenizer.json, when its shards name one, comes first.
+std::vector<std::pair<std::string, std::string>> side_files_of_origin(const TrainOptions& o,
+                                                                      bool have_tokenizer) {
+  const std::string& from = !o.resume_dir.empty() ? o.resume_dir : o.init_from;
+  std::vector<std::pair<std::string, std::string>> files;
+  if (from.empty()) return files;
+  const fs::path dir = find_latest_checkpoint(from);
+  for (const char* name : kModelSideFiles) {
+    if (have_tokenizer && std::string_view(name) == kTokenizerFile) continue;
+    std::error_code ec;
+    if (fs::is_regular_file(dir / name, ec)) files.emplace_back(name, read_file(dir / name));
+  }
+  return files;
+}
+
 // Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
 // (io/checkpoint.h). The two newest are kept: a kill while writing one leaves the other.
 // The tensors are host views (model_tensors, state_tensors) that every rank made.
@@ -126,6 +144,7 @@ std::string write_checkpoint(const TrainOptions& o, const Model& model, const Op
       {"gns", probe ? nlohmann::json(probe->estimator().state()) : nlohmann::json()},
       {"batch_schedule", plan.checkpoint_json()}};
   data.tokenizer_json = shard_tokenizer_json(o.data_path);  // the checkpoint names its tokenizer
+  data.side_files = side_files_of_origin(o, !data.tokenizer_json.empty());
   const fs::path dir = save_run_checkpoint(o.out_dir, step, data);
   const std::string newest = dir.filename().string();
   std::vector<fs::path> old;
