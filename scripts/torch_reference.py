@@ -113,8 +113,13 @@ def config_fields(raw, path):
     missing = [k for k in required if k not in raw]
     if missing:
         raise ReferenceError(f"{path}: missing fields {missing}")
+    if raw.get("model_type") not in (None, "llama", "qwen2"):
+        raise ReferenceError(f"{path}: model_type {raw['model_type']} is not known to the reference")
+    if raw.get("use_sliding_window"):
+        raise ReferenceError(f"{path}: use_sliding_window is not implemented by the reference")
     cfg = {
         "arch": "llama",
+        "qkv_bias": raw.get("model_type") == "qwen2",  # Qwen2: biases on q, k and v
         "C": int(raw["hidden_size"]),
         "F": int(raw["intermediate_size"]),
         "L": int(raw["num_hidden_layers"]),
@@ -209,6 +214,10 @@ def param_shapes(cfg):
         shapes[p + "self_attn.q_proj.weight"] = [H * D, C]
         shapes[p + "self_attn.k_proj.weight"] = [Hkv * D, C]
         shapes[p + "self_attn.v_proj.weight"] = [Hkv * D, C]
+        if cfg["qkv_bias"]:
+            shapes[p + "self_attn.q_proj.bias"] = [H * D]
+            shapes[p + "self_attn.k_proj.bias"] = [Hkv * D]
+            shapes[p + "self_attn.v_proj.bias"] = [Hkv * D]
         shapes[p + "self_attn.o_proj.weight"] = [C, H * D]
         shapes[p + "post_attention_layernorm.weight"] = [C]
         shapes[p + "mlp.gate_proj.weight"] = [F_, C]
@@ -369,13 +378,15 @@ def apply_rotary(x, cos, sin):
     return x * cos + rotate_half(x) * sin
 
 
-def attention(x, wq, wk, wv, wo, cfg, cos, sin):
-    """Causal grouped-query attention, full softmax matrix. x: [B, S, C] -> [B, S, C]."""
+def attention(x, wq, wk, wv, wo, cfg, cos, sin, biases=(0.0, 0.0, 0.0)):
+    """Causal grouped-query attention, full softmax matrix. x: [B, S, C] -> [B, S, C].
+    `biases` (Qwen2) are added to q, k and v before the rotation."""
     B, S, _ = x.shape
     H, Hkv, D = cfg["H"], cfg["Hkv"], cfg["D"]
-    q = (x @ wq.T).view(B, S, H, D).transpose(1, 2)    # [B, H, S, D]
-    k = (x @ wk.T).view(B, S, Hkv, D).transpose(1, 2)  # [B, Hkv, S, D]
-    v = (x @ wv.T).view(B, S, Hkv, D).transpose(1, 2)  # [B, Hkv, S, D]
+    bq, bk, bv = biases
+    q = (x @ wq.T + bq).view(B, S, H, D).transpose(1, 2)    # [B, H, S, D]
+    k = (x @ wk.T + bk).view(B, S, Hkv, D).transpose(1, 2)  # [B, Hkv, S, D]
+    v = (x @ wv.T + bv).view(B, S, Hkv, D).transpose(1, 2)  # [B, Hkv, S, D]
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     group = H // Hkv  # query head h reads kv head h // group
     k = k.repeat_interleave(group, dim=1)
@@ -441,10 +452,12 @@ def forward_logits(params, cfg, inputs):
     for i in range(cfg["L"]):
         p = f"model.layers.{i}."
         a = rmsnorm(x, params[p + "input_layernorm.weight"], eps)
+        biases = tuple(params[p + f"self_attn.{n}_proj.bias"] for n in "qkv") \
+            if cfg["qkv_bias"] else (0.0, 0.0, 0.0)
         h = x + attention(a, params[p + "self_attn.q_proj.weight"],
                           params[p + "self_attn.k_proj.weight"],
                           params[p + "self_attn.v_proj.weight"],
-                          params[p + "self_attn.o_proj.weight"], cfg, cos, sin)
+                          params[p + "self_attn.o_proj.weight"], cfg, cos, sin, biases)
         m = rmsnorm(h, params[p + "post_attention_layernorm.weight"], eps)
         gate = m @ params[p + "mlp.gate_proj.weight"].T
         up = m @ params[p + "mlp.up_proj.weight"].T

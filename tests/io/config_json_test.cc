@@ -111,9 +111,11 @@ TEST(ConfigJson, invalid_value_is_reported_with_source) {
 
 TEST(ConfigJson, unsupported_llama_variants_are_rejected) {
   json j = tiny();
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};  // the rest of llama3's missing
   std::string msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
-  EXPECT_NE(msg.find("rope_scaling"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cfg: rope_scaling: required field low_freq_factor is missing"),
+            std::string::npos)
+      << msg;
   j = tiny();
   j["attention_bias"] = true;
   msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
@@ -126,6 +128,36 @@ TEST(ConfigJson, unsupported_llama_variants_are_rejected) {
   j["head_dim"] = 32;
   msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
   EXPECT_NE(msg.find("head_dim = 32"), std::string::npos) << msg;
+}
+
+// Qwen2.5-0.5B's config.json (its fields as published): the LLaMA layer with q/k/v biases, a
+// tied head, the sliding window off; written back as a Qwen2 config.
+TEST(ConfigJson, qwen2_config_reads_and_writes_back) {
+  const json q = json::parse(R"({"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896,
+    "initializer_range": 0.02, "intermediate_size": 4864, "max_position_embeddings": 32768,
+    "max_window_layers": 24, "model_type": "qwen2", "num_attention_heads": 14,
+    "num_hidden_layers": 24, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.43.1", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+  const ModelConfig c = model_config_from_json(q, "qwen.json");
+  EXPECT_EQ(c.arch, Arch::kQwen2);
+  EXPECT_EQ(c.head_dim(), 64);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  const json back = model_config_to_json(c);
+  EXPECT_EQ(back["model_type"], "qwen2");
+  EXPECT_EQ(back["architectures"][0], "Qwen2ForCausalLM");
+  EXPECT_EQ(back["use_sliding_window"], false);
+  EXPECT_FALSE(back.contains("attention_bias"));
+  EXPECT_EQ(model_config_from_json(back, "back").arch, Arch::kQwen2);
+  json sliding = q;
+  sliding["use_sliding_window"] = true;
+  const std::string msg =
+      error_message<ConfigError>([&] { model_config_from_json(sliding, "qwen.json"); });
+  EXPECT_NE(msg.find("qwen.json: use_sliding_window = true is not supported"), std::string::npos)
+      << msg;
 }
 
 TEST(ConfigJson, malformed_json_gives_path_and_byte) {

@@ -15,6 +15,7 @@
 #include "cpu/kernel_test_util.h"
 #include "memo/backend/backend.h"
 #include "memo/backend/caching_allocator.h"
+#include "memo/core/random.h"
 #include "memo/cpu/cpu_backend.h"
 #include "memo/cpu/kernels.h"
 #include "memo/cpu/tensor_ops.h"
@@ -26,6 +27,12 @@ namespace {
 void check_rebuild(const ModelConfig& cfg) {
   Model model(cfg, cpu_backend());
   model.init(3);
+  // biases and norm weights off their init (0 and 1), so that the rebuild reads them too
+  for (const ParamInfo& p : model.layout().params()) {
+    if (p.init == ParamInit::kNormal) continue;
+    NormalStream rng(11, uint64_t(p.offset));
+    for (int64_t j = 0; j < p.numel; ++j) model.params()[p.offset + j] += float(0.1 * rng.next());
+  }
   const int64_t B = 3, S = 111, T = B * S, C = cfg.hidden_size, half = cfg.head_dim() / 2;
   std::vector<float> cos(size_t(S * half)), sin(cos.size());
   cpu::rope_table(View<float>(cos.data(), {S, half}), View<float>(sin.data(), {S, half}),
@@ -97,6 +104,20 @@ void check_rebuild(const ModelConfig& cfg) {
 
 TEST(LayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise) {
   ModelConfig cfg;
+  cfg.hidden_size = 48;
+  cfg.intermediate_size = 80;
+  cfg.num_hidden_layers = 1;
+  cfg.num_attention_heads = 6;
+  cfg.num_key_value_heads = 2;
+  cfg.vocab_size = 31;
+  cfg.initializer_range = 0.2;
+  check_rebuild(cfg);
+}
+
+// Qwen2's layer: LLaMA's with q, k and v biases, added per row before RoPE.
+TEST(LayerRecomputeTokens, qwen2_rebuilt_rows_equal_the_forward_bitwise) {
+  ModelConfig cfg;
+  cfg.arch = Arch::kQwen2;
   cfg.hidden_size = 48;
   cfg.intermediate_size = 80;
   cfg.num_hidden_layers = 1;

@@ -117,6 +117,11 @@ void expect_cached_steps_match_pytorch(const ModelConfig& config) {
   test::TempDir dir;
   Model model(config, cpu_backend());
   model.init(21);
+  for (const ParamInfo& p : model.layout().params()) {  // biases and norms off 0 and 1
+    if (p.init == ParamInit::kNormal) continue;
+    NormalStream rng(13, uint64_t(p.offset));
+    for (int64_t j = 0; j < p.numel; ++j) model.params()[p.offset + j] += float(0.1 * rng.next());
+  }
   CheckpointData data;
   data.config = config;
   for (const ParamInfo& p : model.layout().params())
@@ -155,11 +160,11 @@ TEST(KvDecoder, every_cached_step_matches_pytorch_float64) {
   for (const ModelConfig& config : configs()) expect_cached_steps_match_pytorch(config);
 }
 
-// Scaled RoPE decodes with the model's tables: yarn (fixed frequencies, an attention factor) and
-// longrope with the prompt already past its original context (long factors from the start; a
-// sequence that crosses it while decoding switches frequencies there, as transformers does, and
-// then differs from one forward over the whole by design).
-TEST(KvDecoder, scaled_rope_steps_match_pytorch_float64) {
+// Qwen2's biases, and scaled RoPE, which decodes with the model's tables: yarn (fixed frequencies,
+// an attention factor) and longrope with the prompt already past its original context (long factors
+// from the start; a sequence that crosses it while decoding switches frequencies there, as
+// transformers does, and then differs from one forward over the whole by design).
+TEST(KvDecoder, scaled_rope_and_qwen2_steps_match_pytorch_float64) {
   ModelConfig yarn = tiny_decoder_llama();
   yarn.rope_scaling.type = RopeType::kYarn;
   yarn.rope_scaling.factor = 4.0;
@@ -171,7 +176,9 @@ TEST(KvDecoder, scaled_rope_steps_match_pytorch_float64) {
   longrope.rope_scaling.original_max_position_embeddings = 48;
   longrope.rope_scaling.short_factor = {1.0, 1.2, 1.5, 2.0};
   longrope.rope_scaling.long_factor = {1.0, 3.0, 6.0, 12.0};
-  for (const ModelConfig& config : {yarn, longrope}) {
+  ModelConfig qwen2 = tiny_decoder_llama();  // and Qwen2's q/k/v biases, decoded the same way
+  qwen2.arch = Arch::kQwen2;
+  for (const ModelConfig& config : {yarn, longrope, qwen2}) {
     config.validate();
     expect_cached_steps_match_pytorch(config);
   }

@@ -51,6 +51,16 @@ TEST(ModelVsTorch, untied_gqa_loss_gradients_and_adamw_steps_match) {
 
 TEST(ModelVsTorch, tied_embeddings_match) { check_against_torch(tiny(true), 13, 3); }
 
+// Qwen2: the same layer with q, k and v biases (set off zero by check_against_torch), untied with
+// grouped-query heads and tied (as Qwen2.5's small models are).
+TEST(ModelVsTorch, qwen2_biases_untied_and_tied_match) {
+  for (bool tied : {false, true}) {
+    ModelConfig c = tiny(tied);
+    c.arch = Arch::kQwen2;
+    check_against_torch(c, 16, 2);
+  }
+}
+
 TEST(ModelVsTorch, sequence_longer_than_one_attention_tile_matches) {
   ModelConfig c = tiny(false);
   c.num_hidden_layers = 1;

@@ -268,14 +268,26 @@ ModelConfig gpt2_config_from_json(const json& j, std::string_view where) {
   return c;
 }
 
-ModelConfig llama_config_from_json(const json& j, std::string_view where) {
+// LlamaConfig, or Qwen2Config (arch kQwen2: the same fields, q/k/v biases implied, a sliding
+// window that must be off).
+ModelConfig llama_config_from_json(const json& j, std::string_view where, Arch arch) {
   for (const char* name : {"hidden_size", "intermediate_size", "num_hidden_layers",
                            "num_attention_heads", "vocab_size"})
     require(j, where, name);
   ModelConfig c;
-  c.rms_norm_eps = 1e-6;  // Hugging Face LlamaConfig defaults for the optional fields
+  c.arch = arch;
+  c.rms_norm_eps = 1e-6;  // Hugging Face LlamaConfig / Qwen2Config defaults for optional fields
   c.rope_theta = 10000.0;
-  c.max_position_embeddings = 2048;
+  c.max_position_embeddings = arch == Arch::kQwen2 ? 32768 : 2048;
+  if (arch == Arch::kQwen2) {
+    // Qwen2 windows attention only with use_sliding_window (then from layer max_window_layers
+    // on); off, sliding_window and max_window_layers change nothing.
+    bool sliding = false;
+    read_bool(j, where, "use_sliding_window", sliding);
+    if (sliding)
+      throw ConfigError(str(where, ": use_sliding_window = true is not supported; memo's Qwen2 ",
+                            "attends to the whole causal context (set it to false)"));
+  }
   c.tie_word_embeddings = false;
   c.initializer_range = 0.02;
   read_int(j, where, "hidden_size", c.hidden_size);
@@ -311,11 +323,13 @@ ModelConfig model_config_from_json(const json& j, std::string_view where) {
   if (!j.is_object())
     throw ConfigError(str(where, ": a model config must be a JSON object, got ", j.type_name()));
   const json* type = field(j, "model_type");
-  if (type && *type != "llama" && *type != "gpt2")
+  if (type && *type != "llama" && *type != "gpt2" && *type != "qwen2")
     throw ConfigError(str(where, ": model_type = ", type->dump(),
-                          " is not supported; memo reads \"llama\" and \"gpt2\" configs"));
-  ModelConfig c =
-      type && *type == "gpt2" ? gpt2_config_from_json(j, where) : llama_config_from_json(j, where);
+                          " is not supported; memo reads \"llama\", \"qwen2\" and \"gpt2\" "
+                          "configs"));
+  ModelConfig c = type && *type == "gpt2"    ? gpt2_config_from_json(j, where)
+                  : type && *type == "qwen2" ? llama_config_from_json(j, where, Arch::kQwen2)
+                                             : llama_config_from_json(j, where, Arch::kLlama);
   try {
     c.validate();
   } catch (const ConfigError& e) {
@@ -356,9 +370,10 @@ json model_config_to_json(const ModelConfig& c) {
     if (c.uses_rope()) j["rope_theta"] = c.rope_theta;
     return j;
   }
+  const bool qwen2 = c.arch == Arch::kQwen2;
   json j{
-      {"architectures", json::array({"LlamaForCausalLM"})},
-      {"model_type", "llama"},
+      {"architectures", json::array({qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"})},
+      {"model_type", qwen2 ? "qwen2" : "llama"},
       {"hidden_act", "silu"},
       {"torch_dtype", "float32"},
       {"hidden_size", c.hidden_size},
@@ -376,6 +391,11 @@ json model_config_to_json(const ModelConfig& c) {
       {"mlp_bias", false},
   };
   if (!c.rope_scaling.is_default()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
+  if (qwen2) {  // Qwen2Config has no bias fields (its q/k/v biases are implied); no window
+    j.erase("attention_bias");
+    j.erase("mlp_bias");
+    j["use_sliding_window"] = false;
+  }
   return j;
 }
 

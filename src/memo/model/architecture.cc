@@ -7,6 +7,7 @@ namespace memo {
 // Defined each in its architecture's file.
 const Architecture& llama_architecture();
 const Architecture& gpt2_architecture();
+const Architecture& qwen2_architecture();
 
 const Architecture& architecture(Arch arch) {
   switch (arch) {
@@ -14,6 +15,8 @@ const Architecture& architecture(Arch arch) {
       return llama_architecture();
     case Arch::kGpt2:
       return gpt2_architecture();
+    case Arch::kQwen2:
+      return qwen2_architecture();
   }
   throw ConfigError(str("unknown architecture ", int(arch)));
 }

@@ -24,7 +24,7 @@ void ModelConfig::validate() const {
                           " is not divisible by num_attention_heads = ", num_attention_heads,
                           "; hidden_size must be a multiple of it (e.g. ",
                           (hidden_size / num_attention_heads + 1) * num_attention_heads, ")"));
-  if (arch == Arch::kLlama && !uses_rope())
+  if (is_llama_family() && !uses_rope())
     throw ConfigError(
         "a LLaMA config has rotary position embeddings only (learned ones are GPT-2's)");
   if (uses_rope() && head_dim() % 2 != 0)
@@ -49,7 +49,7 @@ void ModelConfig::validate() const {
     throw ConfigError(str(is_gpt2() ? "layer_norm_epsilon = " : "rms_norm_eps = ", rms_norm_eps,
                           " must be positive"));
   if (!(rope_theta > 0)) throw ConfigError(str("rope_theta = ", rope_theta, " must be positive"));
-  if (!rope_scaling.is_default() && !(arch == Arch::kLlama && uses_rope()))
+  if (!rope_scaling.is_default() && !(is_llama_family() && uses_rope()))
     throw ConfigError("rope_scaling is LLaMA's; memo's GPT-2 rotates with plain RoPE only");
   if (uses_rope()) validate_rope_scaling(rope_scaling, head_dim(), max_position_embeddings);
   if (!(initializer_range > 0))

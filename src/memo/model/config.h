@@ -14,7 +14,8 @@
 
 namespace memo {
 
-enum class Arch { kLlama, kGpt2 };
+// kQwen2: the LLaMA layer with biases on the q, k and v projections (Hugging Face Qwen2).
+enum class Arch { kLlama, kGpt2, kQwen2 };
 // kLearned: GPT-2's wpe table [max_position_embeddings, C] added to the token embedding.
 // kRope: q and k rotated as in the LLaMA layer (Megatron's --position-embedding-type rope).
 enum class PositionEmbedding { kRope, kLearned };
@@ -38,6 +39,8 @@ struct ModelConfig {
   int64_t head_dim() const { return hidden_size / num_attention_heads; }  // D
   int64_t kv_dim() const { return num_key_value_heads * head_dim(); }     // Hkv * D
   bool is_gpt2() const { return arch == Arch::kGpt2; }
+  // LLaMA's layer (RMSNorm, RoPE, SwiGLU): LLaMA and Qwen2.
+  bool is_llama_family() const { return arch == Arch::kLlama || arch == Arch::kQwen2; }
   bool uses_rope() const { return position_embedding == PositionEmbedding::kRope; }
   // The config's name for max_position_embeddings in messages: "n_positions" for GPT-2.
   const char* positions_field() const {

@@ -1,12 +1,17 @@
 // The LLaMA decoder layer (Hugging Face LlamaDecoderLayer): RMSNorm, causal GQA self-attention with
-// RoPE, residual, RMSNorm, SwiGLU MLP, residual; no biases, Linear weights [out, in] (y = x W^T).
+// RoPE, residual, RMSNorm, SwiGLU MLP, residual; Linear weights [out, in] (y = x W^T), no biases,
+// but for Qwen2's layer (Qwen2DecoderLayer), the same with biases on q_proj, k_proj and v_proj
+// (added before RoPE); model/qwen2.cc registers it.
 // The final norm is an RMSNorm, the head lm_head or the tied embedding. Forward and backward are
 // straight lists of kernel calls in the order of the math; the per-token products go through
 // matmul_token_panels so recompute_tokens can rebuild any panel-aligned token range exactly (the
 // down projection is never rebuilt and takes one call).
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "memo/model/architecture.h"
+#include "memo/model/llama_layer.h"
 #include "memo/model/named_views.h"
 
 namespace memo {
@@ -16,8 +21,11 @@ namespace {
 struct Weights {
   Tensor ln1;  // [C]          input_layernorm
   Tensor wq;   // [H*D, C]     q_proj
+  Tensor bq;   // [H*D]        q_proj.bias (Qwen2; empty for LLaMA)
   Tensor wk;   // [Hkv*D, C]   k_proj
+  Tensor bk;   // [Hkv*D]      k_proj.bias (Qwen2)
   Tensor wv;   // [Hkv*D, C]   v_proj
+  Tensor bv;   // [Hkv*D]      v_proj.bias (Qwen2)
   Tensor wo;   // [C, H*D]     o_proj
   Tensor ln2;  // [C]          post_attention_layernorm
   Tensor wg;   // [F, C]       gate_proj
@@ -27,6 +35,9 @@ struct Weights {
 constexpr Tensor Weights::*kWeights[] = {&Weights::ln1, &Weights::wq, &Weights::wk,
                                          &Weights::wv,  &Weights::wo, &Weights::ln2,
                                          &Weights::wg,  &Weights::wu, &Weights::wd};
+constexpr Tensor Weights::*kQkvBiasWeights[] = {
+    &Weights::ln1, &Weights::wq, &Weights::bq,  &Weights::wk, &Weights::bk, &Weights::wv,
+    &Weights::bv,  &Weights::wo, &Weights::ln2, &Weights::wg, &Weights::wu, &Weights::wd};
 
 // What backward reads; shapes per micro-batch, T = B*S tokens. Every field except x is written by
 // forward; x is the layer input, written by whoever produced it.
@@ -65,7 +76,8 @@ constexpr SavedSpec<Saved> kSaved[] = {
 
 class Llama final : public Architecture {
  public:
-  std::string_view name() const override { return "llama"; }
+  Llama(std::string_view name, bool qkv_bias) : name_(name), qkv_bias_(qkv_bias) {}
+  std::string_view name() const override { return name_; }
   std::vector<ParamInfo> params(const ModelConfig& config) const override;
   std::vector<SkeletalField> skeletal_fields(const ModelConfig& config, DType activations,
                                              int64_t tp) const override {
@@ -90,6 +102,13 @@ class Llama final : public Architecture {
   }
   void decode(const DecodeRows& r, const LayerWeights& lw, const ModelConfig& config,
               Backend& backend) const override;
+
+ private:
+  Weights bind(const LayerWeights& lw) const {
+    return qkv_bias_ ? bind_weights(lw, kQkvBiasWeights) : bind_weights(lw, kWeights);
+  }
+  std::string_view name_;
+  bool qkv_bias_;
 };
 
 std::vector<ParamInfo> Llama::params(const ModelConfig& config) const {
@@ -107,9 +126,10 @@ std::vector<ParamInfo> Llama::params(const ModelConfig& config) const {
     const std::string l = "model.layers." + std::to_string(i) + ".";
     const ParamRole r = ParamRole::kLayer;
     add(l + "input_layernorm.weight", {C}, ParamInit::kOne, r, i, -1);
-    add(l + "self_attn.q_proj.weight", {QD, C}, ParamInit::kNormal, r, i, 0);
-    add(l + "self_attn.k_proj.weight", {KD, C}, ParamInit::kNormal, r, i, 0);
-    add(l + "self_attn.v_proj.weight", {KD, C}, ParamInit::kNormal, r, i, 0);
+    for (const auto& [proj, rows] : {std::pair{"q_proj", QD}, {"k_proj", KD}, {"v_proj", KD}}) {
+      add(l + "self_attn." + proj + ".weight", {rows, C}, ParamInit::kNormal, r, i, 0);
+      if (qkv_bias_) add(l + "self_attn." + proj + ".bias", {rows}, ParamInit::kZero, r, i, 0);
+    }
     add(l + "self_attn.o_proj.weight", {C, QD}, ParamInit::kNormal, r, i, 1);
     add(l + "post_attention_layernorm.weight", {C}, ParamInit::kOne, r, i, -1);
     add(l + "mlp.gate_proj.weight", {F, C}, ParamInit::kNormal, r, i, 0);
@@ -171,6 +191,11 @@ void attention_inputs(const Saved& s, const TokenRows& r, const Weights& w,
       be.matmul_token_panels(r.piece(s.q, k), in, w.wq);
       be.matmul_token_panels(r.piece(s.k, k), in, w.wk);
       be.matmul_token_panels(r.piece(s.v, k), in, w.wv);
+      if (!w.bq.empty()) {  // Qwen2: each row's own adds, so a rebuilt range matches the forward
+        be.bias_add(r.piece(s.q, k), w.bq);
+        be.bias_add(r.piece(s.k, k), w.bk);
+        be.bias_add(r.piece(s.v, k), w.bv);
+      }
     }
   }
   for (int64_t k = 0; k < r.pieces(); ++k) {
@@ -215,7 +240,7 @@ void attention_outputs(const Saved& s, const TokenRows& r, const Weights& w,
 void Llama::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
                     const LayerContext& ctx) const {
   const Saved s = bind_saved(saved, kSaved);
-  const Weights w = bind_weights(lw, kWeights);
+  const Weights w = bind(lw);
   const ModelConfig& cfg = *ctx.config;
   const int64_t t = tp_ranks(ctx), Tl = s.x.rows();
   const TokenRows all{0, Tl, Tl, t};
@@ -241,7 +266,7 @@ void Llama::forward(Tensor y, const SavedActs& saved, const LayerWeights& lw,
 void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, const LayerWeights& lw,
                              const LayerContext& ctx) const {
   const Saved s = bind_saved(saved, kSaved);
-  const Weights w = bind_weights(lw, kWeights);
+  const Weights w = bind(lw);
   const int64_t Tl = s.x.rows(), t = tp_ranks(ctx), g = ctx.backend->reproducible_rows();
   check_recompute_rows("llama recompute_tokens", r0, r1, Tl, ctx);
   if (r0 == r1 && !ctx.tp) return;
@@ -256,7 +281,7 @@ void Llama::recompute_tokens(const SavedActs& saved, int64_t r0, int64_t r1, con
 void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& saved,
                      const LayerWeights& lw, const LayerContext& ctx) const {
   const Saved s = bind_saved(saved, kSaved);
-  const Weights w = bind_weights(lw, kWeights), dw = bind_weights(ldw, kWeights);
+  const Weights w = bind(lw), dw = bind(ldw);
   const ModelConfig& cfg = *ctx.config;
   const int64_t t = tp_ranks(ctx);
   // T: the rows of the heads' and units' tensors (all tokens); Tl: this rank's rows of x
@@ -310,6 +335,11 @@ void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& save
   alloc.release(dattn);
   layer_rope(dq, 0, ctx, true);
   layer_rope(dk, 0, ctx, true);
+  if (!w.bq.empty()) {  // q, k, v = xn1 W^T + b
+    ctx.backend->bias_backward(dw.bq, dq);
+    ctx.backend->bias_backward(dw.bk, dk);
+    ctx.backend->bias_backward(dw.bv, dv);
+  }
   // q, k, v = xn1 W^T
   Tensor dxn1 = alloc.acquire("attn.dxn1", {Tl, C}, ActKind::kTransient, ctx.act);
   {
@@ -338,13 +368,18 @@ void Llama::backward(Tensor dres, const LayerWeights& ldw, const SavedActs& save
 // y = h + down_proj(silu(gate_proj(xn2)) * up_proj(xn2)), on the decoded rows.
 void Llama::decode(const DecodeRows& r, const LayerWeights& lw, const ModelConfig& config,
                    Backend& backend) const {
-  const Weights w = bind_weights(lw, kWeights);
+  const Weights w = bind(lw);
   const int64_t D = config.head_dim();
   const float eps = float(config.rms_norm_eps);
   backend.rmsnorm_forward(r.xn, r.rstd, r.x, w.ln1, eps);
   backend.matmul_token_panels(r.q, r.xn, w.wq);
   backend.matmul_token_panels(r.k, r.xn, w.wk);
   backend.matmul_token_panels(r.v, r.xn, w.wv);
+  if (!w.bq.empty()) {
+    backend.bias_add(r.q, w.bq);
+    backend.bias_add(r.k, w.bk);
+    backend.bias_add(r.v, w.bv);
+  }
   backend.rope_forward(r.q, r.rope_cos, r.rope_sin, D, r.position);
   backend.rope_forward(r.k, r.rope_cos, r.rope_sin, D, r.position);
   r.attend();
@@ -361,8 +396,12 @@ void Llama::decode(const DecodeRows& r, const LayerWeights& lw, const ModelConfi
 }  // namespace
 
 const Architecture& llama_architecture() {
-  static const Llama llama;
+  static const Llama llama("llama", false);
   return llama;
+}
+
+std::unique_ptr<Architecture> make_llama_layer(std::string_view name, bool qkv_bias) {
+  return std::make_unique<Llama>(name, qkv_bias);
 }
 
 }  // namespace memo
