@@ -113,13 +113,17 @@ def config_fields(raw, path):
     missing = [k for k in required if k not in raw]
     if missing:
         raise ReferenceError(f"{path}: missing fields {missing}")
-    if raw.get("model_type") not in (None, "llama", "qwen2"):
+    if raw.get("model_type") not in (None, "llama", "qwen2", "mistral"):
         raise ReferenceError(f"{path}: model_type {raw['model_type']} is not known to the reference")
     if raw.get("use_sliding_window"):
         raise ReferenceError(f"{path}: use_sliding_window is not implemented by the reference")
     cfg = {
         "arch": "llama",
         "qkv_bias": raw.get("model_type") == "qwen2",  # Qwen2: biases on q, k and v
+        # Mistral's window (MistralConfig's default 4096; null: none): the reference, like memo,
+        # runs only sequences it does not cut into
+        "window": (raw.get("sliding_window", 4096) if raw.get("model_type") == "mistral"
+                   else None),
         "C": int(raw["hidden_size"]),
         "F": int(raw["intermediate_size"]),
         "L": int(raw["num_hidden_layers"]),
@@ -539,6 +543,8 @@ def run(args):
     cfg = load_config(args.checkpoint)
     if args.seq > cfg["max_pos"]:
         raise ReferenceError(f"--seq {args.seq} exceeds max_position_embeddings {cfg['max_pos']}")
+    if cfg.get("window") and args.seq > cfg["window"]:
+        raise ReferenceError(f"--seq {args.seq} exceeds sliding_window {cfg['window']}")
     if args.write_gpt2_init is not None:
         if cfg["arch"] != "gpt2":
             raise ReferenceError("--write-gpt2-init needs a config with model_type gpt2")

@@ -160,6 +160,37 @@ TEST(ConfigJson, qwen2_config_reads_and_writes_back) {
       << msg;
 }
 
+// Mistral 7B v0.1 (a 4096-token window) and v0.3 (no window): LLaMA's fields under Mistral's
+// names; written back as Mistral configs with their window.
+TEST(ConfigJson, mistral_configs_read_and_write_back_with_their_window) {
+  json m = json::parse(R"({"architectures": ["MistralForCausalLM"], "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+    "vocab_size": 32000})");
+  const ModelConfig v1 = model_config_from_json(m, "m.json");
+  EXPECT_EQ(v1.arch, Arch::kMistral);
+  EXPECT_EQ(v1.sliding_window, 4096);
+  const json back = model_config_to_json(v1);
+  EXPECT_EQ(back["model_type"], "mistral");
+  EXPECT_EQ(back["architectures"][0], "MistralForCausalLM");
+  EXPECT_EQ(back["sliding_window"], 4096);
+  EXPECT_EQ(model_config_from_json(back, "back").sliding_window, 4096);
+  m["sliding_window"] = nullptr;
+  m["rope_theta"] = 1000000.0;
+  m["vocab_size"] = 32768;
+  const ModelConfig v3 = model_config_from_json(m, "m.json");
+  EXPECT_EQ(v3.sliding_window, 0);
+  EXPECT_TRUE(model_config_to_json(v3)["sliding_window"].is_null());
+  m.erase("sliding_window");  // MistralConfig's default window
+  EXPECT_EQ(model_config_from_json(m, "m.json").sliding_window, 4096);
+  m["sliding_window"] = 0;
+  const std::string msg = error_message<ConfigError>([&] { model_config_from_json(m, "m.json"); });
+  EXPECT_NE(msg.find("m.json: sliding_window = 0 must be positive"), std::string::npos) << msg;
+}
+
 TEST(ConfigJson, malformed_json_gives_path_and_byte) {
   TempDir tmp;
   write_file_atomic(tmp / "config.json", "{\"hidden_size\": 64,, }");

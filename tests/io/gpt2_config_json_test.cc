@@ -110,8 +110,8 @@ TEST(Gpt2ConfigJson, unsupported_variants_are_rejected_with_the_field) {
   j["memo_position_embedding_type"] = "alibi";
   EXPECT_NE(message(j).find("\"alibi\" is not supported"), std::string::npos) << message(j);
   j = tiny_gpt2();
-  j["model_type"] = "mistral";
-  EXPECT_NE(message(j).find("model_type = \"mistral\" is not supported"), std::string::npos)
+  j["model_type"] = "gemma";
+  EXPECT_NE(message(j).find("model_type = \"gemma\" is not supported"), std::string::npos)
       << message(j);
   j = tiny_gpt2();
   j.erase("n_head");

@@ -15,6 +15,7 @@
 #include "memo/io/checkpoint.h"
 #include "memo/io/safetensors.h"
 #include "memo/memory/strategy.h"
+#include "memo/model/kv_decoder.h"
 #include "memo/model/model.h"
 #include "memo/optim/adamw.h"
 #include "test_util.h"
@@ -59,6 +60,25 @@ TEST(ModelVsTorch, qwen2_biases_untied_and_tied_match) {
     c.arch = Arch::kQwen2;
     check_against_torch(c, 16, 2);
   }
+}
+
+// Mistral: LLaMA's layer under its own config and names, at a sequence its window (16) holds
+// whole; one token longer is refused by the model, not windowed.
+TEST(ModelVsTorch, mistral_within_its_sliding_window_matches) {
+  ModelConfig c = tiny(false);
+  c.arch = Arch::kMistral;
+  c.sliding_window = 16;
+  check_against_torch(c, 16, 2);
+  Model model(c, cpu_backend());
+  model.init(1);
+  CachingAllocator alloc;
+  KeepStrategy keep(model.skeletal(), alloc);
+  const std::vector<int32_t> tokens(18, 1);
+  const std::string msg = test::error_message<ConfigError>(
+      [&] { model.forward_loss(tokens.data(), tokens.data() + 1, 1, 17, keep, alloc); });
+  EXPECT_NE(msg.find("sequence of 17 tokens is longer than sliding_window = 16"), std::string::npos)
+      << msg;
+  EXPECT_THROW(KvDecoder(model, 17), ConfigError);
 }
 
 TEST(ModelVsTorch, sequence_longer_than_one_attention_tile_matches) {

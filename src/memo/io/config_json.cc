@@ -268,8 +268,8 @@ ModelConfig gpt2_config_from_json(const json& j, std::string_view where) {
   return c;
 }
 
-// LlamaConfig, or Qwen2Config (arch kQwen2: the same fields, q/k/v biases implied, a sliding
-// window that must be off).
+// LlamaConfig, Qwen2Config (arch kQwen2: the same fields, q/k/v biases implied, a sliding window
+// that must be off) or MistralConfig (kMistral: the same fields and sliding_window).
 ModelConfig llama_config_from_json(const json& j, std::string_view where, Arch arch) {
   for (const char* name : {"hidden_size", "intermediate_size", "num_hidden_layers",
                            "num_attention_heads", "vocab_size"})
@@ -278,7 +278,15 @@ ModelConfig llama_config_from_json(const json& j, std::string_view where, Arch a
   c.arch = arch;
   c.rms_norm_eps = 1e-6;  // Hugging Face LlamaConfig / Qwen2Config defaults for optional fields
   c.rope_theta = 10000.0;
-  c.max_position_embeddings = arch == Arch::kQwen2 ? 32768 : 2048;
+  c.max_position_embeddings = arch == Arch::kQwen2 ? 32768 : arch == Arch::kMistral ? 131072 : 2048;
+  if (arch == Arch::kMistral) {
+    c.sliding_window = 4096;  // MistralConfig's default
+    if (j.contains("sliding_window") && j.at("sliding_window").is_null()) c.sliding_window = 0;
+    read_int(j, where, "sliding_window", c.sliding_window);
+    if (j.contains("sliding_window") && !j.at("sliding_window").is_null() && c.sliding_window <= 0)
+      throw ConfigError(str(where, ": sliding_window = ", c.sliding_window,
+                            " must be positive (or null: no window)"));
+  }
   if (arch == Arch::kQwen2) {
     // Qwen2 windows attention only with use_sliding_window (then from layer max_window_layers
     // on); off, sliding_window and max_window_layers change nothing.
@@ -323,13 +331,14 @@ ModelConfig model_config_from_json(const json& j, std::string_view where) {
   if (!j.is_object())
     throw ConfigError(str(where, ": a model config must be a JSON object, got ", j.type_name()));
   const json* type = field(j, "model_type");
-  if (type && *type != "llama" && *type != "gpt2" && *type != "qwen2")
+  if (type && *type != "llama" && *type != "gpt2" && *type != "qwen2" && *type != "mistral")
     throw ConfigError(str(where, ": model_type = ", type->dump(),
-                          " is not supported; memo reads \"llama\", \"qwen2\" and \"gpt2\" "
-                          "configs"));
-  ModelConfig c = type && *type == "gpt2"    ? gpt2_config_from_json(j, where)
-                  : type && *type == "qwen2" ? llama_config_from_json(j, where, Arch::kQwen2)
-                                             : llama_config_from_json(j, where, Arch::kLlama);
+                          " is not supported; memo reads \"llama\", \"qwen2\", \"mistral\" and "
+                          "\"gpt2\" configs"));
+  ModelConfig c = type && *type == "gpt2"      ? gpt2_config_from_json(j, where)
+                  : type && *type == "qwen2"   ? llama_config_from_json(j, where, Arch::kQwen2)
+                  : type && *type == "mistral" ? llama_config_from_json(j, where, Arch::kMistral)
+                                               : llama_config_from_json(j, where, Arch::kLlama);
   try {
     c.validate();
   } catch (const ConfigError& e) {
@@ -370,10 +379,14 @@ json model_config_to_json(const ModelConfig& c) {
     if (c.uses_rope()) j["rope_theta"] = c.rope_theta;
     return j;
   }
-  const bool qwen2 = c.arch == Arch::kQwen2;
+  const bool qwen2 = c.arch == Arch::kQwen2, mistral = c.arch == Arch::kMistral;
   json j{
-      {"architectures", json::array({qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"})},
-      {"model_type", qwen2 ? "qwen2" : "llama"},
+      {"architectures", json::array({qwen2     ? "Qwen2ForCausalLM"
+                                     : mistral ? "MistralForCausalLM"
+                                               : "LlamaForCausalLM"})},
+      {"model_type", qwen2     ? "qwen2"
+                     : mistral ? "mistral"
+                               : "llama"},
       {"hidden_act", "silu"},
       {"torch_dtype", "float32"},
       {"hidden_size", c.hidden_size},
@@ -391,11 +404,12 @@ json model_config_to_json(const ModelConfig& c) {
       {"mlp_bias", false},
   };
   if (!c.rope_scaling.is_default()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
-  if (qwen2) {  // Qwen2Config has no bias fields (its q/k/v biases are implied); no window
+  if (qwen2 || mistral) {  // their configs have no bias fields (Qwen2's q/k/v ones are implied)
     j.erase("attention_bias");
     j.erase("mlp_bias");
-    j["use_sliding_window"] = false;
   }
+  if (qwen2) j["use_sliding_window"] = false;
+  if (mistral) j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
   return j;
 }
 

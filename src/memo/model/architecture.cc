@@ -8,6 +8,7 @@ namespace memo {
 const Architecture& llama_architecture();
 const Architecture& gpt2_architecture();
 const Architecture& qwen2_architecture();
+const Architecture& mistral_architecture();
 
 const Architecture& architecture(Arch arch) {
   switch (arch) {
@@ -17,6 +18,8 @@ const Architecture& architecture(Arch arch) {
       return gpt2_architecture();
     case Arch::kQwen2:
       return qwen2_architecture();
+    case Arch::kMistral:
+      return mistral_architecture();
   }
   throw ConfigError(str("unknown architecture ", int(arch)));
 }

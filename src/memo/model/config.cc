@@ -52,6 +52,9 @@ void ModelConfig::validate() const {
   if (!rope_scaling.is_default() && !(is_llama_family() && uses_rope()))
     throw ConfigError("rope_scaling is LLaMA's; memo's GPT-2 rotates with plain RoPE only");
   if (uses_rope()) validate_rope_scaling(rope_scaling, head_dim(), max_position_embeddings);
+  if (sliding_window < 0 || (sliding_window > 0 && arch != Arch::kMistral))
+    throw ConfigError(
+        str("sliding_window = ", sliding_window, " is Mistral's (positive, or null)"));
   if (!(initializer_range > 0))
     throw ConfigError(str("initializer_range = ", initializer_range, " must be positive"));
 }

@@ -15,7 +15,8 @@
 namespace memo {
 
 // kQwen2: the LLaMA layer with biases on the q, k and v projections (Hugging Face Qwen2).
-enum class Arch { kLlama, kGpt2, kQwen2 };
+// kMistral: the LLaMA layer under Mistral's name, with its sliding window (sliding_window below).
+enum class Arch { kLlama, kGpt2, kQwen2, kMistral };
 // kLearned: GPT-2's wpe table [max_position_embeddings, C] added to the token embedding.
 // kRope: q and k rotated as in the LLaMA layer (Megatron's --position-embedding-type rope).
 enum class PositionEmbedding { kRope, kLearned };
@@ -30,7 +31,11 @@ struct ModelConfig {
   int64_t vocab_size = 256;         // V
   double rms_norm_eps = 1e-5;       // the norms' eps: RMSNorm's, or GPT-2's layer_norm_epsilon
   double rope_theta = 10000.0;
-  RopeScaling rope_scaling;                // `rope_scaling` (null: plain RoPE); LLaMA only
+  RopeScaling rope_scaling;  // `rope_scaling` (null: plain RoPE); LLaMA only
+  // Mistral's sliding_window: a key is seen by the queries less than this many positions after
+  // it; 0 (null): none. memo runs sequences of at most this many tokens, where the window
+  // hides nothing, and refuses longer ones (Model's forward, the KV decoder).
+  int64_t sliding_window = 0;
   int64_t max_position_embeddings = 2048;  // GPT-2: n_positions
   bool tie_word_embeddings = false;        // GPT-2: always true
   double initializer_range = 0.02;         // std of the normal weight init (Hugging Face)
@@ -40,7 +45,9 @@ struct ModelConfig {
   int64_t kv_dim() const { return num_key_value_heads * head_dim(); }     // Hkv * D
   bool is_gpt2() const { return arch == Arch::kGpt2; }
   // LLaMA's layer (RMSNorm, RoPE, SwiGLU): LLaMA and Qwen2.
-  bool is_llama_family() const { return arch == Arch::kLlama || arch == Arch::kQwen2; }
+  bool is_llama_family() const {
+    return arch == Arch::kLlama || arch == Arch::kQwen2 || arch == Arch::kMistral;
+  }
   bool uses_rope() const { return position_embedding == PositionEmbedding::kRope; }
   // The config's name for max_position_embeddings in messages: "n_positions" for GPT-2.
   const char* positions_field() const {

@@ -18,6 +18,10 @@ KvDecoder::KvDecoder(const Model& model, int64_t max_tokens)
     throw ConfigError(str("a decoder for ", max_tokens, " tokens: the model has ",
                           cfg_.max_position_embeddings, " positions (", cfg_.positions_field(),
                           "); ask for at most that many tokens, prompt included"));
+  if (cfg_.sliding_window > 0 && max_tokens > cfg_.sliding_window)
+    throw ConfigError(str("a decoder for ", max_tokens, " tokens: longer than sliding_window = ",
+                          cfg_.sliding_window, ", which memo does not window; ask for at most ",
+                          cfg_.sliding_window, " tokens, prompt included"));
   const int64_t L = cfg_.num_hidden_layers, kv = cfg_.kv_dim();
   Backend& be = model_.backend();
   k_cache_ = SpaceArray<float>(be, L * max_tokens * kv, "the key cache");

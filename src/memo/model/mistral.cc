@@ -1,0 +1,12 @@
+// Mistral (Hugging Face MistralForCausalLM): the LLaMA layer; its sliding window (the config's
+// sliding_window) bounds the sequences memo runs (model/config.h), so the layer is LLaMA's.
+#include "memo/model/llama_layer.h"
+
+namespace memo {
+
+const Architecture& mistral_architecture() {
+  static const std::unique_ptr<Architecture> mistral = make_llama_layer("mistral", false);
+  return *mistral;
+}
+
+}  // namespace memo
