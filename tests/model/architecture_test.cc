@@ -20,6 +20,7 @@
 #include "memo/cpu/kernels.h"
 #include "memo/cpu/tensor_ops.h"
 #include "memo/model/model.h"
+#include "model/torch_compare_util.h"
 
 namespace memo {
 namespace {
@@ -27,12 +28,7 @@ namespace {
 void check_rebuild(const ModelConfig& cfg) {
   Model model(cfg, cpu_backend());
   model.init(3);
-  // biases and norm weights off their init (0 and 1), so that the rebuild reads them too
-  for (const ParamInfo& p : model.layout().params()) {
-    if (p.init == ParamInit::kNormal) continue;
-    NormalStream rng(11, uint64_t(p.offset));
-    for (int64_t j = 0; j < p.numel; ++j) model.params()[p.offset + j] += float(0.1 * rng.next());
-  }
+  test::perturb_biases_and_norms(model, 11);  // so that the rebuild reads them too
   const int64_t B = 3, S = 111, T = B * S, C = cfg.hidden_size, half = cfg.head_dim() / 2;
   std::vector<float> cos(size_t(S * half)), sin(cos.size());
   cpu::rope_table(View<float>(cos.data(), {S, half}), View<float>(sin.data(), {S, half}),
@@ -102,8 +98,9 @@ void check_rebuild(const ModelConfig& cfg) {
   }
 }
 
-TEST(LayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise) {
+ModelConfig llama_layer_config(Arch arch) {
   ModelConfig cfg;
+  cfg.arch = arch;
   cfg.hidden_size = 48;
   cfg.intermediate_size = 80;
   cfg.num_hidden_layers = 1;
@@ -111,21 +108,16 @@ TEST(LayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise) {
   cfg.num_key_value_heads = 2;
   cfg.vocab_size = 31;
   cfg.initializer_range = 0.2;
-  check_rebuild(cfg);
+  return cfg;
+}
+
+TEST(LayerRecomputeTokens, rebuilt_rows_equal_the_forward_bitwise) {
+  check_rebuild(llama_layer_config(Arch::kLlama));
 }
 
 // Qwen2's layer: LLaMA's with q, k and v biases, added per row before RoPE.
 TEST(LayerRecomputeTokens, qwen2_rebuilt_rows_equal_the_forward_bitwise) {
-  ModelConfig cfg;
-  cfg.arch = Arch::kQwen2;
-  cfg.hidden_size = 48;
-  cfg.intermediate_size = 80;
-  cfg.num_hidden_layers = 1;
-  cfg.num_attention_heads = 6;
-  cfg.num_key_value_heads = 2;
-  cfg.vocab_size = 31;
-  cfg.initializer_range = 0.2;
-  check_rebuild(cfg);
+  check_rebuild(llama_layer_config(Arch::kQwen2));
 }
 
 ModelConfig gpt_layer_config(PositionEmbedding pos) {

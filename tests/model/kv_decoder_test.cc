@@ -17,6 +17,7 @@
 #include "memo/io/safetensors.h"
 #include "memo/memory/strategy.h"
 #include "memo/train/generate.h"
+#include "model/torch_compare_util.h"
 #include "test_util.h"
 
 namespace memo {
@@ -117,11 +118,7 @@ void expect_cached_steps_match_pytorch(const ModelConfig& config) {
   test::TempDir dir;
   Model model(config, cpu_backend());
   model.init(21);
-  for (const ParamInfo& p : model.layout().params()) {  // biases and norms off 0 and 1
-    if (p.init == ParamInit::kNormal) continue;
-    NormalStream rng(13, uint64_t(p.offset));
-    for (int64_t j = 0; j < p.numel; ++j) model.params()[p.offset + j] += float(0.1 * rng.next());
-  }
+  test::perturb_biases_and_norms(model, 13);
   CheckpointData data;
   data.config = config;
   for (const ParamInfo& p : model.layout().params())

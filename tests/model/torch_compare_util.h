@@ -51,6 +51,17 @@ inline std::vector<float> read(const SafetensorsFile& f, const std::string& name
   return v;
 }
 
+// Adds 0.1 N(0, 1) (seeded) to every tensor not drawn from a normal at init (biases at 0, norm
+// weights at 1), so that a check reads their values, not only their init.
+inline void perturb_biases_and_norms(Model& model, uint64_t seed) {
+  for (size_t i = 0; i < model.layout().params().size(); ++i) {
+    const ParamInfo& p = model.layout().params()[i];
+    if (p.init == ParamInit::kNormal) continue;
+    NormalStream rng(seed, i);
+    for (int64_t j = 0; j < p.numel; ++j) model.params()[p.offset + j] += float(0.1 * rng.next());
+  }
+}
+
 // Runs scripts/torch_reference.py (float64) and memo on the same weights and tokens for three
 // AdamW steps and compares the loss of each step, every gradient of the first and every weight
 // after the last. `torch_writes_weights` (GPT-2): the reference writes model.safetensors itself
@@ -68,12 +79,7 @@ inline void check_against_torch(const ModelConfig& config, int64_t seq, int64_t 
   model.init(42);
   // Biases and norm weights off their init (0 and 1), so that every bias takes part in the
   // forward and no tensor's final value is Adam's steps alone (see GPT-2's key bias below).
-  for (size_t i = 0; i < model.layout().params().size(); ++i) {
-    const ParamInfo& p = model.layout().params()[i];
-    if (p.init == ParamInit::kNormal) continue;
-    NormalStream rng(7, i);
-    for (int64_t j = 0; j < p.numel; ++j) model.params()[p.offset + j] += float(0.1 * rng.next());
-  }
+  perturb_biases_and_norms(model, 7);
   CheckpointData data;
   data.config = config;
   for (const ParamInfo& p : model.layout().params())

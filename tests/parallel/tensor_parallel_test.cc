@@ -66,6 +66,7 @@ class TensorParallel : public ::testing::Test {
     }
     test::write_text(dir / name, config);
   }
+  void layouts_match_one_process(const std::string& config);  // below
   test::TempDir dir;
 };
 
@@ -231,8 +232,26 @@ TEST_F(TensorParallel, layouts_that_do_not_split_are_refused) {
 // GPT-2: c_attn's q | k | v blocks split block by block, the row-parallel biases and the learned
 // positions added to each rank's rows once; alone and with context parallelism (positions at each
 // token's true place), and memo's rebuild bit-identical to keeping everything.
-// Qwen2 (q/k/v biases, split with their heads) with YaRN-scaled RoPE: alone, with context
-// parallelism, and with memo's token-wise strategy, against one process.
+// `config` for 3 steps of 256 tokens under --tp 2 and --tp 2 --cp 2 against one process, and
+// memo's token-wise strategy under --tp 2 bitwise equal to keep.
+void TensorParallel::layouts_match_one_process(const std::string& config) {
+  const std::string one = dir / (config + ".1"), tp2 = dir / (config + ".2"),
+                    tp2cp2 = dir / (config + ".22"), memo = dir / (config + ".memo");
+  ASSERT_EQ(train(1, config, one, 256, "--steps 3").exit_code, 0);
+  const test::CommandResult r2 = train(2, config, tp2, 256, "--steps 3 --tp 2");
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  const test::CommandResult r22 = train(4, config, tp2cp2, 256, "--steps 3 --tp 2 --cp 2");
+  ASSERT_EQ(r22.exit_code, 0) << r22.output;
+  expect_close_tp_runs(tp2, one, 2, 2);
+  expect_close_tp_runs(tp2cp2, one, 2, 4);
+  const test::CommandResult m = train(2, config, memo, 256,
+                                      "--steps 3 --tp 2 --device-memory 64MiB --host-memory 1GiB "
+                                      "--activations memo --alpha 0.25");
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  EXPECT_EQ(losses(memo + ".jsonl"), losses(tp2 + ".jsonl"));
+}
+
+// Qwen2 (q/k/v biases, split with their heads) with YaRN-scaled RoPE.
 TEST_F(TensorParallel, qwen2_with_yarn_matches_one_process) {
   test::write_text(dir / "qwen2.json", R"({"model_type": "qwen2", "hidden_size": 32,
     "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -240,39 +259,13 @@ TEST_F(TensorParallel, qwen2_with_yarn_matches_one_process) {
     "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "use_sliding_window": false,
     "sliding_window": 4096, "max_window_layers": 2,
     "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}})");
-  const std::string one = dir / "q1", tp2 = dir / "q2", tp2cp2 = dir / "q22";
-  ASSERT_EQ(train(1, "qwen2.json", one, 256, "--steps 3").exit_code, 0);
-  const test::CommandResult r2 = train(2, "qwen2.json", tp2, 256, "--steps 3 --tp 2");
-  ASSERT_EQ(r2.exit_code, 0) << r2.output;
-  const test::CommandResult r22 = train(4, "qwen2.json", tp2cp2, 256, "--steps 3 --tp 2 --cp 2");
-  ASSERT_EQ(r22.exit_code, 0) << r22.output;
-  expect_close_tp_runs(tp2, one, 2, 2);
-  expect_close_tp_runs(tp2cp2, one, 2, 4);
-  const std::string memo = dir / "qmemo";
-  const test::CommandResult m = train(2, "qwen2.json", memo, 256,
-                                      "--steps 3 --tp 2 --device-memory 64MiB --host-memory 1GiB "
-                                      "--activations memo --alpha 0.25");
-  ASSERT_EQ(m.exit_code, 0) << m.output;
-  EXPECT_EQ(losses(memo + ".jsonl"), losses(tp2 + ".jsonl"));
+  layouts_match_one_process("qwen2.json");
 }
 
 TEST_F(TensorParallel, gpt2_matches_one_process) {
   test::write_text(dir / "gpt2.json", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 4,
     "n_head": 4, "n_inner": 64, "vocab_size": 256, "n_positions": 512})");
-  const std::string one = dir / "g1", tp2 = dir / "g2", tp2cp2 = dir / "g22";
-  ASSERT_EQ(train(1, "gpt2.json", one, 256, "--steps 3").exit_code, 0);
-  const test::CommandResult r2 = train(2, "gpt2.json", tp2, 256, "--steps 3 --tp 2");
-  ASSERT_EQ(r2.exit_code, 0) << r2.output;
-  const test::CommandResult r22 = train(4, "gpt2.json", tp2cp2, 256, "--steps 3 --tp 2 --cp 2");
-  ASSERT_EQ(r22.exit_code, 0) << r22.output;
-  expect_close_tp_runs(tp2, one, 2, 2);
-  expect_close_tp_runs(tp2cp2, one, 2, 4);
-  const std::string memo = dir / "gmemo";
-  const test::CommandResult m = train(2, "gpt2.json", memo, 256,
-                                      "--steps 3 --tp 2 --device-memory 64MiB --host-memory 1GiB "
-                                      "--activations memo --alpha 0.25");
-  ASSERT_EQ(m.exit_code, 0) << m.output;
-  EXPECT_EQ(losses(memo + ".jsonl"), losses(tp2 + ".jsonl"));
+  layouts_match_one_process("gpt2.json");
 }
 
 }  // namespace
