@@ -702,7 +702,7 @@ struct AttnCase {
 };
 std::string name(const AttnCase& c, AttnMask mask) {
   return str("B", c.B, " S", c.S, " H", c.H, " Hkv", c.Hkv, " D", c.D,
-             mask == AttnMask::kCausal ? " causal" : " full");
+             mask.causal ? " causal" : " full");
 }
 
 // --- chunked attention (cuda/chunked_attention.h): the schedule CUDA runs on cuBLASLt ---
@@ -903,7 +903,7 @@ std::vector<double> check_chunked_attention(const AttnCase& c, AttnMask mask, in
                                             bool bf16 = false) {
   SCOPED_TRACE(str(name(c, mask), " rows ", rows, bf16 ? " bf16" : " f32"));
   const int64_t B = c.B, S = c.S, H = c.H, Hkv = c.Hkv, D = c.D, T = B * S;
-  ChunkShape cs = chunk_shape(B, S, H, Hkv, D, mask == AttnMask::kCausal);
+  ChunkShape cs = chunk_shape(B, S, H, Hkv, D, mask.causal);
   if (rows > 0) cs.rows = rows;
   // q and o strided (ld > cols) as the model's column slices can be
   Buf q = Buf::random(T, H * D, H * D + 3, 91, -2.0f, 2.0f),

@@ -216,7 +216,7 @@ constexpr double kBf16Tol = 4.0 / 256.0;
 // Returns the largest errors of o, dq, dk, dv against the CPU's f32 attention over the same inputs.
 std::vector<double> check_flash(const Case& c, AttnMask mask) {
   const int64_t B = c.B, S = c.S, H = c.H, Hkv = c.Hkv, D = c.D, T = B * S;
-  const bool causal = mask == AttnMask::kCausal;
+  const bool causal = mask.causal;
   SCOPED_TRACE(::testing::Message() << "B" << B << " S" << S << " H" << H << " Hkv" << Hkv << " D"
                                     << D << (causal ? " causal" : " full"));
   // q and dq strided as the model's column slices are (even strides: the kernels move pairs)

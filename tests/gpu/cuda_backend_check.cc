@@ -536,7 +536,7 @@ void check_bf16_attention(Backend* g, int64_t B, int64_t S, int64_t H, int64_t H
                           bool flash = false, int64_t D = 64, AttnMask mask = AttnMask::kCausal) {
   SCOPED_TRACE(str("B ", B, " S ", S, " H ", H, " Hkv ", Hkv, " D ", D,
                    flash ? " flash" : str(" chunked, rows ", rows),
-                   mask == AttnMask::kCausal ? " causal" : " full"));
+                   mask.causal ? " causal" : " full"));
   set_cuda_attention_chunk_rows(*g, rows);
   set_cuda_flash_attention(*g, flash);
   const int64_t T = B * S;

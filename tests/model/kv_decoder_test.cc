@@ -157,11 +157,12 @@ TEST(KvDecoder, every_cached_step_matches_pytorch_float64) {
   for (const ModelConfig& config : configs()) expect_cached_steps_match_pytorch(config);
 }
 
-// Qwen2's biases, and scaled RoPE, which decodes with the model's tables: yarn (fixed frequencies,
+// Qwen2's biases, Mistral's sliding window (the prompt and each step over the keys of its window),
+// and scaled RoPE, which decodes with the model's tables: yarn (fixed frequencies,
 // an attention factor) and longrope with the prompt already past its original context (long factors
 // from the start; a sequence that crosses it while decoding switches frequencies there, as
 // transformers does, and then differs from one forward over the whole by design).
-TEST(KvDecoder, scaled_rope_and_qwen2_steps_match_pytorch_float64) {
+TEST(KvDecoder, scaled_rope_qwen2_and_mistral_steps_match_pytorch_float64) {
   ModelConfig yarn = tiny_decoder_llama();
   yarn.rope_scaling.type = RopeType::kYarn;
   yarn.rope_scaling.factor = 4.0;
@@ -175,7 +176,10 @@ TEST(KvDecoder, scaled_rope_and_qwen2_steps_match_pytorch_float64) {
   longrope.rope_scaling.long_factor = {1.0, 3.0, 6.0, 12.0};
   ModelConfig qwen2 = tiny_decoder_llama();  // and Qwen2's q/k/v biases, decoded the same way
   qwen2.arch = Arch::kQwen2;
-  for (const ModelConfig& config : {yarn, longrope, qwen2}) {
+  ModelConfig mistral = tiny_decoder_llama();  // a window shorter than the prompt (70)
+  mistral.arch = Arch::kMistral;
+  mistral.sliding_window = 24;
+  for (const ModelConfig& config : {yarn, longrope, qwen2, mistral}) {
     config.validate();
     expect_cached_steps_match_pytorch(config);
   }

@@ -262,6 +262,16 @@ TEST_F(TensorParallel, qwen2_with_yarn_matches_one_process) {
   layouts_match_one_process("qwen2.json");
 }
 
+// Mistral's sliding window (48) shorter than a context-parallel chunk (64 of 256): under --cp 2
+// the ring skips the chunk pairs wholly outside it and cuts the others.
+TEST_F(TensorParallel, mistral_with_a_sliding_window_matches_one_process) {
+  test::write_text(dir / "mistral.json", R"({"model_type": "mistral", "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6, "sliding_window": 48})");
+  layouts_match_one_process("mistral.json");
+}
+
 TEST_F(TensorParallel, gpt2_matches_one_process) {
   test::write_text(dir / "gpt2.json", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 4,
     "n_head": 4, "n_inner": 64, "vocab_size": 256, "n_positions": 512})");

@@ -2,6 +2,7 @@
 // attention_reference.h). One (batch, head) at a time, full score matrix, double everywhere.
 #include "reference/attention_reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -12,6 +13,10 @@ namespace {
 struct RefShape {
   int64_t S, D, H, Hkv, G;
   bool causal = true;
+  const int32_t* key_start = nullptr;  // AttnMask::key_start, [B S] or null
+  int64_t first_key(int64_t b, int64_t i) const {
+    return key_start ? std::clamp<int64_t>(key_start[b * S + i], 0, S) : 0;
+  }
   int64_t last_key(int64_t i) const { return causal ? i : S - 1; }
 };
 
@@ -28,8 +33,8 @@ RefShape check_ref_shapes(const View<const double>& q, const View<const double>&
   return {q.rows() / batch, D, n_heads, n_kv_heads, n_heads / n_kv_heads};
 }
 
-// For one (b, h): p[i*S + j] = exp(s_ij - lse_i) for j <= last_key(i) and 0 after;
-// lse[i] = log sum_{j<=last_key(i)} exp(s_ij), s_ij = q_i.k_j / sqrt(D).
+// For one (b, h): p[i*S + j] = exp(s_ij - lse_i) for first_key <= j <= last_key(i) and 0
+// elsewhere; lse[i] = log sum_j exp(s_ij) over those j (-inf over none), s_ij = q_i.k_j / sqrt(D).
 void ref_probs(std::vector<double>& p, std::vector<double>& lse, const View<const double>& q,
                const View<const double>& k, const RefShape& s, int64_t b, int64_t h) {
   const double scale = 1.0 / std::sqrt(double(s.D));
@@ -39,7 +44,7 @@ void ref_probs(std::vector<double>& p, std::vector<double>& lse, const View<cons
   for (int64_t i = 0; i < s.S; ++i) {
     double* row = &p[i * s.S];
     double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j <= s.last_key(i); ++j) {
+    for (int64_t j = s.first_key(b, i); j <= s.last_key(i); ++j) {
       double dot = 0.0;
       for (int64_t d = 0; d < s.D; ++d)
         dot += q(b * s.S + i, h * s.D + d) * k(b * s.S + j, hk * s.D + d);
@@ -47,9 +52,9 @@ void ref_probs(std::vector<double>& p, std::vector<double>& lse, const View<cons
       mx = std::max(mx, row[j]);
     }
     double sum = 0.0;
-    for (int64_t j = 0; j <= s.last_key(i); ++j) sum += std::exp(row[j] - mx);
+    for (int64_t j = s.first_key(b, i); j <= s.last_key(i); ++j) sum += std::exp(row[j] - mx);
     lse[i] = mx + std::log(sum);
-    for (int64_t j = 0; j <= s.last_key(i); ++j) row[j] = std::exp(row[j] - lse[i]);
+    for (int64_t j = s.first_key(b, i); j <= s.last_key(i); ++j) row[j] = std::exp(row[j] - lse[i]);
   }
 }
 
@@ -59,7 +64,10 @@ void attention_forward_ref(View<double> o, View<double> lse, View<const double> 
                            View<const double> k, View<const double> v, int64_t batch,
                            int64_t n_heads, int64_t n_kv_heads, AttnMask mask) {
   RefShape s = check_ref_shapes(q, k, v, batch, n_heads, n_kv_heads);
-  s.causal = mask == AttnMask::kCausal;
+  s.causal = mask.causal;
+  s.key_start = mask.key_start.data();
+  MEMO_CHECK(mask.key_start.empty() || mask.key_start.numel() == batch * s.S,
+             "attention_ref: key_start ", mask.key_start.shape(), " for ", batch * s.S, " rows");
   MEMO_CHECK(same_shape(o, q) && lse.shape() == Shape({batch, n_heads, s.S}),
              "attention_forward_ref: o ", o.shape(), " lse ", lse.shape());
   std::vector<double> p, row_lse;
@@ -71,7 +79,7 @@ void attention_forward_ref(View<double> o, View<double> lse, View<const double> 
         lse(b, h, i) = row_lse[i];
         for (int64_t d = 0; d < s.D; ++d) {
           double acc = 0.0;
-          for (int64_t j = 0; j <= s.last_key(i); ++j)
+          for (int64_t j = s.first_key(b, i); j <= s.last_key(i); ++j)
             acc += p[i * s.S + j] * v(b * s.S + j, hk * s.D + d);
           o(b * s.S + i, h * s.D + d) = acc;
         }
@@ -84,7 +92,10 @@ void attention_backward_ref(View<double> dq, View<double> dk, View<double> dv,
                             View<const double> v, int64_t batch, int64_t n_heads,
                             int64_t n_kv_heads, AttnMask mask) {
   RefShape s = check_ref_shapes(q, k, v, batch, n_heads, n_kv_heads);
-  s.causal = mask == AttnMask::kCausal;
+  s.causal = mask.causal;
+  s.key_start = mask.key_start.data();
+  MEMO_CHECK(mask.key_start.empty() || mask.key_start.numel() == batch * s.S,
+             "attention_ref: key_start ", mask.key_start.shape(), " for ", batch * s.S, " rows");
   MEMO_CHECK(same_shape(dq, q) && same_shape(dout, q) && same_shape(dk, k) && same_shape(dv, v),
              "attention_backward_ref: dq ", dq.shape(), " dout ", dout.shape(), " dk ", dk.shape(),
              " dv ", dv.shape());
@@ -101,13 +112,13 @@ void attention_backward_ref(View<double> dq, View<double> dk, View<double> dv,
       const int64_t r0 = b * s.S;
       for (int64_t i = 0; i < s.S; ++i) {
         double row_dot = 0.0;  // sum_j p_ij dp_ij
-        for (int64_t j = 0; j <= s.last_key(i); ++j) {
+        for (int64_t j = s.first_key(b, i); j <= s.last_key(i); ++j) {
           dp[j] = 0.0;
           for (int64_t d = 0; d < s.D; ++d)
             dp[j] += dout(r0 + i, h * s.D + d) * v(r0 + j, hk * s.D + d);
           row_dot += p[i * s.S + j] * dp[j];
         }
-        for (int64_t j = 0; j <= s.last_key(i); ++j) {
+        for (int64_t j = s.first_key(b, i); j <= s.last_key(i); ++j) {
           const double pij = p[i * s.S + j];
           const double ds = pij * (dp[j] - row_dot);
           for (int64_t d = 0; d < s.D; ++d) {

@@ -13,7 +13,8 @@
 namespace memo::cpu {
 
 // o[b,i,h] = sum_{j<=i} p_ij v_j,  p_ij = exp(s_ij - lse_i),  s_ij = q_i.k_j / sqrt(D),
-// lse_i = log sum_{j<=i} exp(s_ij). AttnMask::kFull: the sums run over every j < S.
+// lse_i = log sum_{j<=i} exp(s_ij). AttnMask::kFull: the sums run over every j < S; a mask's
+// key_start drops the keys before it (a row with none left: o = 0, lse = -inf).
 void attention_forward_ref(View<double> o, View<double> lse, View<const double> q,
                            View<const double> k, View<const double> v, int64_t batch,
                            int64_t n_heads, int64_t n_kv_heads, AttnMask mask = AttnMask::kCausal);

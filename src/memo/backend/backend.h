@@ -110,6 +110,9 @@ class Backend : public OptimizerKernels {
   // in f32, rounding P and dS to bf16 before their products and each output once.
   // Bf16StorageBackend hands such calls over as they are.
   virtual bool bf16_attention() const { return false; }
+  // Whether attention_forward and attention_backward take a mask's key_start (backend/attn_mask.h:
+  // document masks and sliding windows). CUDA's kernels do not yet.
+  virtual bool masked_attention() const { return true; }
   // Whether the layers' row and elementwise kernels (norms, RoPE, SwiGLU, GELU, bias, embedding,
   // copy, fill, scale, add_into) take bf16 activations and weights natively, reading each as f32
   // and rounding each output element once: the bits of the f32 kernel over the widened inputs,

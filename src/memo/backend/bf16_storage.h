@@ -77,6 +77,7 @@ class Bf16StorageBackend final : public Backend {
   }
   bool bf16_products() const override { return inner_.bf16_products(); }
   bool bf16_attention() const override { return inner_.bf16_attention(); }
+  bool masked_attention() const override { return inner_.masked_attention(); }
   bool bf16_elementwise() const override { return inner_.bf16_elementwise(); }
   int64_t matmul_workspace_bytes() const override { return inner_.matmul_workspace_bytes(); }
   bool host_reads_ids(const int32_t* ids) const override { return inner_.host_reads_ids(ids); }

@@ -279,6 +279,23 @@ AttnDims check_attention_backward(ConstTensor dq, ConstTensor dk, ConstTensor dv
   return s;
 }
 
+void check_attention_mask(const char* op, const AttnMask& mask, const AttnDims& d, bool on_host) {
+  const View<const int32_t>& ks = mask.key_start;
+  if (ks.empty()) return;
+  MEMO_CHECK(is_vector(ks, d.B * d.S), op, ": key_start ", ks.shape(), " must be a vector of ", d.B,
+             " x ", d.S, " rows");
+  if (!on_host) return;
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t i = 0; i < d.S; ++i) {
+      const int64_t start = ks.data()[b * d.S + i];
+      MEMO_CHECK(i == 0 || start >= ks.data()[b * d.S + i - 1], op, ": key_start of row ", i,
+                 " of sequence ", b, " is ", start, ", below the row before's ",
+                 ks.data()[b * d.S + i - 1], " (it must not decrease along a sequence)");
+      MEMO_CHECK(!mask.causal || start <= i, op, ": key_start of row ", i, " of sequence ", b,
+                 " is ", start, ", after the row itself (a causal row sees itself)");
+    }
+}
+
 void check_attention_merge(ConstTensor o, ConstTensor lse, ConstTensor o_part,
                            ConstTensor lse_part) {
   MEMO_CHECK(o.ndim() == 2 && lse.ndim() == 3 && same_shape(o, o_part) &&

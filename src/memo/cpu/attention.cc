@@ -163,13 +163,30 @@ void load_tile_t(float* dst, const ConstTensor& src, int64_t r0, int64_t n, int6
 // The shapes every entry point checks, in the dimension legend of STYLE.md.
 struct AttnShape {
   int64_t B, S, H, Hkv, G, D, dp;
-  bool causal;  // AttnMask::kCausal: key j visible to query i for j <= i; kFull: every key
+  bool causal;               // key j visible to query i only for j <= i (else every key)
+  const int32_t* key_start;  // AttnMask::key_start, [B S]; null: key 0 for every row
   int64_t n_tiles() const { return (S + kT - 1) / kT; }
   int64_t tile_rows(int64_t t) const { return std::min(kT, S - t * kT); }
+  // The first key row i of sequence b sees, in [0, S] (S: none).
+  int64_t first_key(int64_t b, int64_t i) const {
+    return key_start ? std::clamp<int64_t>(key_start[b * S + i], 0, S) : 0;
+  }
+  // The first key tile query tile qt of sequence b sees (n_tiles(): none). The tile's first row
+  // has the smallest key_start (AttnMask: non-decreasing).
+  int64_t first_key_tile(int64_t b, int64_t qt) const { return first_key(b, qt * kT) / kT; }
+  // Query row i of tile qt sees the keys [lo, hi) of key tile kt (lo >= hi: none). Padded rows
+  // (i past the tile's rows) take the bounds of an unmasked row, as their results are dropped.
+  void visible(int64_t b, int64_t qt, int64_t kt, int64_t i, int64_t& lo, int64_t& hi) const {
+    const int64_t nk = tile_rows(kt);
+    hi = causal && kt == qt ? std::min(i + 1, nk) : nk;
+    lo = key_start && i < tile_rows(qt)
+             ? std::clamp<int64_t>(first_key(b, qt * kT + i) - kt * kT, 0, nk)
+             : 0;
+  }
 };
 
-AttnShape attn_shape(const AttnDims& d, AttnMask mask) {
-  return {d.B, d.S, d.H, d.Hkv, d.G, d.D, padded_dim(d.D), mask == AttnMask::kCausal};
+AttnShape attn_shape(const AttnDims& d, const AttnMask& mask) {
+  return {d.B, d.S, d.H, d.Hkv, d.G, d.D, padded_dim(d.D), mask.causal, mask.key_start.data()};
 }
 
 // Per-thread forward workspace, in floats: q, k^T, v, o-accumulator tiles (kT * dp each), the
@@ -199,24 +216,30 @@ void forward_query_tile(const Tensor& o, const Tensor& lse, const ConstTensor& q
   std::fill(acc, acc + kT * dp, 0.0f);
   std::fill(m, m + kT, -std::numeric_limits<float>::infinity());
   std::fill(l, l + kT, 0.0f);
-  // causal: key tiles after the query tile are skipped
+  // causal: key tiles after the query tile are skipped; key_start: those before the tile's first
   const int64_t kt_last = s.causal ? qt : s.n_tiles() - 1;
-  for (int64_t kt = 0; kt <= kt_last; ++kt) {
+  for (int64_t kt = s.first_key_tile(b, qt); kt <= kt_last; ++kt) {
     const int64_t nk = s.tile_rows(kt), krow0 = b * s.S + kt * kT;
     load_tile_t(kt_tile, k, krow0, nk, hk * s.D, s.D, dp);
     load_tile(v_tile, v, krow0, nk, hk * s.D, s.D, dp);
     tile_dot_nt(p, q_tile, kt_tile, dp);
     for (int64_t i = 0; i < kT; ++i) {
       float* pi = p + i * kT;
-      // Keys [0, visible) are visible to query row i: j <= i on a causal diagonal tile, real keys.
-      const int64_t visible = s.causal && kt == qt ? std::min(i + 1, nk) : nk;
+      // Keys [lo, hi) are visible to query row i (AttnShape::visible).
+      int64_t lo, hi;
+      s.visible(b, qt, kt, i, lo, hi);
+      if (lo >= hi) {  // none in this tile: the row's running state stays, it adds nothing
+        std::fill(pi, pi + kT, 0.0f);
+        continue;
+      }
       float mx = m[i];
 #pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < visible; ++j) {
+      for (int64_t j = lo; j < hi; ++j) {
         pi[j] *= scale;
         mx = std::max(mx, pi[j]);
       }
-      std::fill(pi + visible, pi + kT, -std::numeric_limits<float>::infinity());
+      std::fill(pi, pi + lo, -std::numeric_limits<float>::infinity());
+      std::fill(pi + hi, pi + kT, -std::numeric_limits<float>::infinity());
       const float corr = std::exp(m[i] - mx);  // m[i] = -inf on the first tile: corr = 0
       Vec sum_v{};
       for (int64_t j = 0; j < kT; j += kW) {
@@ -235,6 +258,11 @@ void forward_query_tile(const Tensor& o, const Tensor& lse, const ConstTensor& q
     tile_acc(acc, p, kT, 1, v_tile, dp);
   }
   for (int64_t i = 0; i < nq; ++i) {
+    if (l[i] == 0.0f) {  // no key visible (AttnMask): o = 0, lse = -inf
+      for (int64_t d = 0; d < s.D; ++d) o(row0 + i, h * s.D + d) = 0.0f;
+      lse(b, h, qt * kT + i) = -std::numeric_limits<float>::infinity();
+      continue;
+    }
     const float inv_l = 1.0f / l[i];
     for (int64_t d = 0; d < s.D; ++d) o(row0 + i, h * s.D + d) = acc[i * dp + d] * inv_l;
     lse(b, h, qt * kT + i) = m[i] + std::log(l[i]);
@@ -293,20 +321,25 @@ void load_key_side(const BackwardTiles& t, const BackwardArgs& a, const AttnShap
 
 // With both sides loaded: p_ij = exp(s_ij - lse_i) (0 where masked or padded), dp_ij = dO_i.v_j,
 // ds_ij = p_ij (dp_ij - delta_i) / sqrt(D): the 1/sqrt(D) of dq and dk is folded into ds.
-void probs_and_dscores(const BackwardTiles& t, const AttnShape& s, int64_t qt, int64_t kt) {
-  const int64_t nq = s.tile_rows(qt), nk = s.tile_rows(kt);
+void probs_and_dscores(const BackwardTiles& t, const AttnShape& s, int64_t b, int64_t qt,
+                       int64_t kt) {
+  const int64_t nq = s.tile_rows(qt);
   const float scale = 1.0f / std::sqrt(float(s.D));
   tile_dot_nt(t.p, t.q, t.kt, s.dp);
   tile_dot_nt(t.ds, t.dout, t.vt, s.dp);
   for (int64_t i = 0; i < kT; ++i) {
     float* pi = t.p + i * kT;
     float* dsi = t.ds + i * kT;
-    // Keys [0, visible) are unmasked for query row i; none for padded rows.
-    const int64_t visible = i >= nq ? 0 : s.causal && kt == qt ? std::min(i + 1, nk) : nk;
+    // Keys [lo, hi) are unmasked for query row i; none for padded rows.
+    int64_t lo, hi;
+    s.visible(b, qt, kt, i, lo, hi);
+    if (i >= nq) lo = hi = 0;
+    hi = std::max(lo, hi);
     const float lse_i = t.lse[i], delta_i = t.delta[i];
 #pragma omp simd
-    for (int64_t j = 0; j < visible; ++j) pi[j] = pi[j] * scale - lse_i;
-    std::fill(pi + visible, pi + kT, -std::numeric_limits<float>::infinity());
+    for (int64_t j = lo; j < hi; ++j) pi[j] = pi[j] * scale - lse_i;
+    std::fill(pi, pi + lo, -std::numeric_limits<float>::infinity());
+    std::fill(pi + hi, pi + kT, -std::numeric_limits<float>::infinity());
     for (int64_t j = 0; j < kT; j += kW) {
       const Vec p = exp_neg(load(pi + j));
       store(pi + j, p);
@@ -330,8 +363,10 @@ void backward_key_tile(const Tensor& dq, const Tensor& dk, const Tensor& dv, con
   for (int64_t g = 0; g < s.G; ++g) {
     const int64_t h = hk * s.G + g;
     for (int64_t qt = s.causal ? kt : 0; qt < s.n_tiles(); ++qt) {
+      // key_start: later query tiles start later still (AttnMask), so none of them sees kt
+      if (s.first_key_tile(b, qt) > kt) break;
       load_query_side(t, a, s, b, h, qt);
-      probs_and_dscores(t, s, qt, kt);
+      probs_and_dscores(t, s, b, qt, kt);
       tile_acc(t.dv, t.p, 1, kT, t.dout, dp);  // dv[j] += sum_i p[i][j] dO[i]: p transposed
       tile_acc(t.dk, t.ds, 1, kT, t.q, dp);
       if (!add_dq) continue;
@@ -362,9 +397,9 @@ void backward_query_tile(const Tensor& dq, const BackwardArgs& a, const AttnShap
   load_query_side(t, a, s, b, h, qt);
   std::fill(t.dq, t.dq + kT * dp, 0.0f);
   const int64_t kt_last = s.causal ? qt : s.n_tiles() - 1;
-  for (int64_t kt = 0; kt <= kt_last; ++kt) {
+  for (int64_t kt = s.first_key_tile(b, qt); kt <= kt_last; ++kt) {
     load_key_side(t, a, s, b, h / s.G, kt);
-    probs_and_dscores(t, s, qt, kt);
+    probs_and_dscores(t, s, b, qt, kt);
     tile_acc(t.dq, t.ds, kT, 1, t.k, dp);
   }
   const int64_t nq = s.tile_rows(qt), row0 = b * s.S + qt * kT;
@@ -382,8 +417,9 @@ int64_t attention_forward_scratch_numel(int64_t head_dim) {
 void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                        int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                        AttnMask mask) {
-  const AttnShape s =
-      attn_shape(check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads), mask);
+  const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
+  check_attention_mask("attention_forward", mask, d, true);
+  const AttnShape s = attn_shape(d, mask);
   const int64_t per_thread = forward_thread_numel(s.dp);
   const int threads = omp_get_max_threads();
   MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread,
@@ -413,9 +449,10 @@ int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                         ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse, int64_t batch,
                         int64_t n_heads, int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
-  const AttnShape s = attn_shape(
-      check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads),
-      mask);
+  const AttnDims d =
+      check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
+  check_attention_mask("attention_backward", mask, d, true);
+  const AttnShape s = attn_shape(d, mask);
   const int64_t per_thread = backward_thread_numel(s.dp);
   const int threads = omp_get_max_threads();
   MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread,

@@ -99,7 +99,7 @@ uint16_t* bf16_ptr(ConstTensor t) { return static_cast<uint16_t*>(dev_operand(t)
 cuda::FlashArgs flash_args(const AttnDims& d, AttnMask mask, ConstTensor q, ConstTensor k,
                            ConstTensor v) {
   cuda::FlashArgs f;
-  f.S = d.S, f.H = d.H, f.G = d.G, f.D = d.D, f.causal = mask == AttnMask::kCausal;
+  f.S = d.S, f.H = d.H, f.G = d.G, f.D = d.D, f.causal = mask.causal;
   f.scale = 1.0f / std::sqrt(float(d.D));
   f.q = bf16_ptr(q), f.ldq = q.ld(), f.k = bf16_ptr(k), f.ldk = k.ld();
   f.v = bf16_ptr(v), f.ldv = v.ld();
@@ -185,6 +185,8 @@ void CudaBackend::do_attention_forward(Tensor o, Tensor lse, ConstTensor q, Cons
                                        int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
   const Timed timed(this, "attention_forward");
   const AttnDims d = attention_dims(q, batch, n_heads, n_kv_heads);
+  MEMO_CHECK(mask.key_start.empty(), "attention_forward: the CUDA kernels do not take a mask's ",
+             "key_start yet (masked_attention() is false)");
   MEMO_CHECK(lse.contiguous(), "attention_forward: lse ", lse.shape(), " not contiguous");
   check_attention_dtypes("attention_forward", {o, q, k, v}, {lse, scratch});
   if (flash_applies(d, {o, q, k, v})) {
@@ -192,8 +194,7 @@ void CudaBackend::do_attention_forward(Tensor o, Tensor lse, ConstTensor q, Cons
     f.o = bf16_ptr(o), f.ldo = o.ld(), f.lse = dev(lse);
     return flash_forward_launch(f, d.B);
   }
-  const cuda::ChunkShape c =
-      cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal, chunk_rows_);
+  const cuda::ChunkShape c = cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask.causal, chunk_rows_);
   check_scratch("attention_forward", scratch, cuda::chunked_forward_scratch_numel(c));
   ChunkOps ops{this, c};
   cuda::chunked_attention_forward(ops, c, xmat(o), dev(lse), xmat(q), xmat(k), xmat(v),
@@ -206,6 +207,8 @@ void CudaBackend::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTe
                                         int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
   const Timed timed(this, "attention_backward");
   const AttnDims d = attention_dims(q, batch, n_heads, n_kv_heads);
+  MEMO_CHECK(mask.key_start.empty(), "attention_backward: the CUDA kernels do not take a mask's ",
+             "key_start yet (masked_attention() is false)");
   MEMO_CHECK(lse.contiguous(), "attention_backward: lse ", lse.shape(), " not contiguous");
   check_attention_dtypes("attention_backward", {dq, dk, dv, dout, q, k, v, o}, {lse, scratch});
   if (flash_applies(d, {dq, dk, dv, dout, q, k, v, o})) {
@@ -216,8 +219,7 @@ void CudaBackend::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTe
     f.dv = bf16_ptr(dv), f.lddv = dv.ld(), f.lse = const_cast<float*>(dev(lse));
     return flash_backward_launch(f, d.B, dev(scratch), xmat(dout), xmat(o));
   }
-  const cuda::ChunkShape c =
-      cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask == AttnMask::kCausal, chunk_rows_);
+  const cuda::ChunkShape c = cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask.causal, chunk_rows_);
   check_scratch("attention_backward", scratch, cuda::chunked_backward_scratch_numel(c));
   ChunkOps ops{this, c};
   cuda::chunked_attention_backward(ops, c, xmat(dq), xmat(dk), xmat(dv), xmat(dout), xmat(q),

@@ -216,6 +216,7 @@ class CudaBackend final : public Backend {
   // The chunked and the fused attention take bf16 activations (Notes [Chunked attention] and
   // [Flash attention]).
   bool bf16_attention() const override { return true; }
+  bool masked_attention() const override { return false; }  // not yet: backend/attn_mask.h
   // The layers' row and elementwise kernels take bf16 activations and weights (Note [bf16
   // bodies]).
   bool bf16_elementwise() const override { return true; }

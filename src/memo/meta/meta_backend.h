@@ -32,6 +32,7 @@ class MetaBackend final : public Backend {
   // target's native bf16 kernels, so a bf16 trace widens (and counts) what the run widens
   bool bf16_products() const override { return target_.bf16_products(); }
   bool bf16_attention() const override { return target_.bf16_attention(); }
+  bool masked_attention() const override { return target_.masked_attention(); }
   bool bf16_elementwise() const override { return target_.bf16_elementwise(); }
   DType activation_dtype() const override { return activations_; }
   MemSpace device_space() const override { return MemSpace::kMeta; }

@@ -1,5 +1,7 @@
 #include "memo/model/architecture.h"
 
+#include <algorithm>
+
 #include "memo/core/error.h"
 
 namespace memo {
@@ -48,6 +50,24 @@ void layer_rope(Tensor x, int64_t first_row, const LayerContext& ctx, bool backw
     ctx.backend->rope_forward(x, ctx.rope_cos, ctx.rope_sin, D, first_row);
 }
 
+bool attention_key_start(std::vector<int32_t>& out, const LayerContext& ctx, int64_t q0, int64_t n,
+                         int64_t k0) {
+  const int64_t whole = ctx.cp ? ctx.cp->seq : ctx.seq;
+  // a window as long as the sequence hides nothing
+  const int64_t window = ctx.config->sliding_window < whole ? ctx.config->sliding_window : 0;
+  if (ctx.doc_start.empty() && window == 0) return false;
+  MEMO_CHECK(ctx.doc_start.empty() || ctx.doc_start.numel() == ctx.batch * whole,
+             "attention_key_start: doc_start ", ctx.doc_start.shape(), " for ", ctx.batch, " x ",
+             whole, " tokens");
+  for (int64_t b = 0; b < ctx.batch; ++b)
+    for (int64_t p = q0; p < q0 + n; ++p) {
+      int64_t first = ctx.doc_start.empty() ? 0 : ctx.doc_start.data()[b * whole + p];
+      if (window > 0) first = std::max(first, p - window + 1);
+      out.push_back(int32_t(first - k0));
+    }
+  return true;
+}
+
 void layer_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                              int64_t n_heads, int64_t n_kv_heads, const LayerContext& ctx) {
   if (ctx.cp) return ring_attention_forward(o, lse, q, k, v, n_heads, n_kv_heads, ctx);
@@ -55,8 +75,11 @@ void layer_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
                     {ctx.backend->attention_forward_scratch_numel(ctx.seq, ctx.config->head_dim(),
                                                                   n_heads, n_kv_heads)},
                     DType::kF32);
-  ctx.backend->attention_forward(o, lse, q, k, v, ctx.batch, n_heads, n_kv_heads, *scratch,
-                                 AttnMask::kCausal);
+  std::vector<int32_t> key_start;
+  const AttnMask mask = attention_key_start(key_start, ctx, 0, ctx.seq, 0)
+                            ? AttnMask::causal_from(host_view(key_start))
+                            : AttnMask::kCausal;
+  ctx.backend->attention_forward(o, lse, q, k, v, ctx.batch, n_heads, n_kv_heads, *scratch, mask);
 }
 
 void layer_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
@@ -68,8 +91,12 @@ void layer_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
                     {ctx.backend->attention_backward_scratch_numel(ctx.seq, ctx.config->head_dim(),
                                                                    n_heads, n_kv_heads)},
                     DType::kF32);
+  std::vector<int32_t> key_start;
+  const AttnMask mask = attention_key_start(key_start, ctx, 0, ctx.seq, 0)
+                            ? AttnMask::causal_from(host_view(key_start))
+                            : AttnMask::kCausal;
   ctx.backend->attention_backward(dq, dk, dv, dout, q, k, v, o, lse, ctx.batch, n_heads, n_kv_heads,
-                                  *scratch, AttnMask::kCausal);
+                                  *scratch, mask);
 }
 
 void check_recompute_rows(const char* fn, int64_t r0, int64_t r1, int64_t T,

@@ -43,7 +43,22 @@ struct LayerContext {
   const ContextParallel* cp;
   // The tensor-parallel group (Note [TP collectives]); null without tensor parallelism.
   Communicator* tp = nullptr;
+  // Document masks (Note [Document masks]): for each token of each whole sequence ([batch x the
+  // whole sequence's length], also under context parallelism), the position its document starts
+  // at, in host memory. Empty: each sequence is one document.
+  View<const int32_t> doc_start = {};
 };
+
+// The first key each query row sees (AttnMask::key_start) when the queries are positions
+// [q0, q0 + n) and the keys start at position k0 of each of ctx.batch whole sequences: the later
+// of its document's start (ctx.doc_start) and, with a sliding window W (ModelConfig), q - W + 1,
+// less k0; rows b n + t. Appended to `out`; returns false (appending nothing) when neither a
+// document mask nor a window applies, so the call is plain causal or full.
+bool attention_key_start(std::vector<int32_t>& out, const LayerContext& ctx, int64_t q0, int64_t n,
+                         int64_t k0);
+inline View<const int32_t> host_view(const std::vector<int32_t>& v) {
+  return {v.data(), {int64_t(v.size())}};
+}
 
 // The layer's rotary embedding of rows [first_row, first_row + x.rows()) of its tokens (at their
 // true positions under context parallelism), and its causal self-attention over whole sequences

@@ -33,8 +33,9 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;  // `rope_scaling` (null: plain RoPE); LLaMA only
   // Mistral's sliding_window: a key is seen by the queries less than this many positions after
-  // it; 0 (null): none. memo runs sequences of at most this many tokens, where the window
-  // hides nothing, and refuses longer ones (Model's forward, the KV decoder).
+  // it; 0 (null): none. The attention skips the key tiles (and context-parallel chunk pairs)
+  // wholly outside the window (backend/attn_mask.h); a backend whose attention cannot window
+  // (CUDA, for now) refuses longer sequences.
   int64_t sliding_window = 0;
   int64_t max_position_embeddings = 2048;  // GPT-2: n_positions
   bool tie_word_embeddings = false;        // GPT-2: always true

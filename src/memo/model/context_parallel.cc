@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "memo/core/error.h"
 #include "memo/model/architecture.h"
@@ -19,6 +20,8 @@ struct Ring {
   int prev() const { return (cp.rank() + cp.ranks() - 1) % cp.ranks(); }
   // The sender of the block held after `step` passes.
   int source(int step) const { return (cp.rank() - step + cp.ranks()) % cp.ranks(); }
+  // The chunk that slot sl of rank j holds.
+  int64_t chunk_of(int j, int sl) const { return sl == 0 ? j : 2 * cp.ranks() - 1 - j; }
   template <class T>  // Tensor or ConstTensor
   T slot(const T& x, int sl) const {
     return x.slice_rows(sl * rows(), (sl + 1) * rows());
@@ -48,6 +51,33 @@ Ring layer_ring(const char* fn, ConstTensor q, int64_t n_heads, int64_t n_kv_hea
   MEMO_CHECK(q.rows() == 2 * r.rows() && ctx.seq == 2 * r.n, fn, ": q ", q.shape(), " is not 2 x ",
              ctx.batch, " x ", r.n, " rows");
   return r;
+}
+
+// The mask of query slot q_slot over the keys of chunk key_chunk (wholly before it), from the
+// documents and the sliding window (attention_key_start); `skip` when no row sees any of those
+// keys, so the pair adds nothing (key_start is non-decreasing: a sequence's first row starts
+// earliest).
+struct PairMask {
+  std::vector<int32_t> key_start;
+  AttnMask mask = AttnMask::kFull;
+  bool skip = false;
+};
+PairMask pair_mask(const Ring& r, const LayerContext& ctx, int q_slot, int64_t key_chunk) {
+  PairMask m;
+  if (!attention_key_start(m.key_start, ctx, r.cp.chunk(q_slot) * r.n, r.n, key_chunk * r.n))
+    return m;
+  m.mask = AttnMask::full_from(host_view(m.key_start));
+  m.skip = true;
+  for (int64_t b = 0; b < r.B; ++b) m.skip = m.skip && m.key_start[size_t(b * r.n)] >= r.n;
+  return m;
+}
+
+// The mask of step 0's call: each slot's chunk over itself (causal), the 2B sequences slot-major.
+AttnMask own_chunks_mask(std::vector<int32_t>& key_start, const Ring& r, const LayerContext& ctx) {
+  for (int sl = 0; sl < 2; ++sl)
+    if (!attention_key_start(key_start, ctx, r.cp.chunk(sl) * r.n, r.n, r.cp.chunk(sl) * r.n))
+      return AttnMask::kCausal;
+  return AttnMask::causal_from(host_view(key_start));
 }
 
 }  // namespace
@@ -97,15 +127,19 @@ void ring_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, 
   ScopedAct scratch(alloc, "attn.fwd_scratch",
                     {r.be.attention_forward_scratch_numel(r.n, D, r.H, r.Hkv)}, DType::kF32);
   // step 0: each chunk over itself, then slot 1 over slot 0
-  r.be.attention_forward(o, lse3, q, k, v, 2 * r.B, r.H, r.Hkv, *scratch, AttnMask::kCausal);
+  std::vector<int32_t> own_start;
+  r.be.attention_forward(o, lse3, q, k, v, 2 * r.B, r.H, r.Hkv, *scratch,
+                         own_chunks_mask(own_start, r, ctx));
   ScopedAct o_part(alloc, "cp.o_part", {r.rows(), q.cols()}, ctx.act);
   ScopedAct lse_part(alloc, "cp.lse_part", {r.B, r.H, r.n}, DType::kF32);
-  auto pair = [&](int q_slot, ConstTensor kk, ConstTensor vv) {
+  auto pair = [&](int q_slot, int64_t key_chunk, ConstTensor kk, ConstTensor vv) {
+    const PairMask m = pair_mask(r, ctx, q_slot, key_chunk);
+    if (m.skip) return;
     r.be.attention_forward(*o_part, *lse_part, r.slot(q, q_slot), kk, vv, r.B, r.H, r.Hkv, *scratch,
-                           AttnMask::kFull);
+                           m.mask);
     r.be.attention_merge(r.slot(o, q_slot), r.lse_slot(lse3, q_slot), *o_part, *lse_part);
   };
-  pair(1, r.slot(k, 0), r.slot(v, 0));
+  pair(1, cp.chunk(0), r.slot(k, 0), r.slot(v, 0));
   // the ring: [k; v] of the rank `step` places back
   ScopedAct held(alloc, "cp.kv_ring", {2 * T, KD}, ctx.act);
   ScopedAct arriving(alloc, "cp.kv_ring_next", {2 * T, KD}, ctx.act);
@@ -116,8 +150,9 @@ void ring_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, 
     cp.group->send_recv(cur, r.next(), next, r.prev());
     std::swap(cur, next);
     const Tensor kc = cur.slice_rows(0, T), vc = cur.slice_rows(T, 2 * T);
-    visible_pairs(r.source(step), cp.rank(), [&](int q_slot, int k_slot) {
-      pair(q_slot, r.slot(kc, k_slot), r.slot(vc, k_slot));
+    const int j = r.source(step);
+    visible_pairs(j, cp.rank(), [&](int q_slot, int k_slot) {
+      pair(q_slot, r.chunk_of(j, k_slot), r.slot(kc, k_slot), r.slot(vc, k_slot));
     });
   }
 }
@@ -140,26 +175,31 @@ void ring_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, 
   ScopedAct scratch(alloc, "attn.bwd_scratch",
                     {r.be.attention_backward_scratch_numel(r.n, D, r.H, r.Hkv)}, DType::kF32);
   // step 0: each chunk over itself writes dq and the block's own dk, dv
+  std::vector<int32_t> own_start;
   r.be.attention_backward(dq, part(cur, 2), part(cur, 3), dout, q, k, v, o, lse3, 2 * r.B, r.H,
-                          r.Hkv, *scratch, AttnMask::kCausal);
+                          r.Hkv, *scratch, own_chunks_mask(own_start, r, ctx));
   ScopedAct dq_part(alloc, "cp.dq_part", {r.rows(), q.cols()}, ctx.act);
   ScopedAct dk_part(alloc, "cp.dk_part", {r.rows(), KD}, ctx.act);
   ScopedAct dv_part(alloc, "cp.dv_part", {r.rows(), KD}, ctx.act);
-  auto pair = [&](int q_slot, int k_slot, const Tensor& block) {
+  auto pair = [&](int q_slot, int k_slot, int64_t key_chunk, const Tensor& block) {
+    const PairMask m = pair_mask(r, ctx, q_slot, key_chunk);
+    if (m.skip) return;
     r.be.attention_backward(*dq_part, *dk_part, *dv_part, r.slot(dout, q_slot), r.slot(q, q_slot),
                             r.slot(ConstTensor(part(block, 0)), k_slot),
                             r.slot(ConstTensor(part(block, 1)), k_slot), r.slot(o, q_slot),
-                            r.lse_slot(lse3, q_slot), r.B, r.H, r.Hkv, *scratch, AttnMask::kFull);
+                            r.lse_slot(lse3, q_slot), r.B, r.H, r.Hkv, *scratch, m.mask);
     r.be.add_into(r.slot(dq, q_slot), *dq_part);
     r.be.add_into(r.slot(part(block, 2), k_slot), *dk_part);
     r.be.add_into(r.slot(part(block, 3), k_slot), *dv_part);
   };
-  pair(1, 0, cur);
+  pair(1, 0, cp.chunk(0), cur);
   for (int step = 1; step < cp.ranks(); ++step) {
     cp.group->send_recv(cur, r.next(), next, r.prev());
     std::swap(cur, next);
-    visible_pairs(r.source(step), cp.rank(),
-                  [&](int q_slot, int k_slot) { pair(q_slot, k_slot, cur); });
+    const int j = r.source(step);
+    visible_pairs(j, cp.rank(), [&](int q_slot, int k_slot) {
+      pair(q_slot, k_slot, r.chunk_of(j, k_slot), cur);
+    });
   }
   // the block held now is rank r+1's: its dK, dV go home, and this rank's arrive
   if (cp.ranks() > 1) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "memo/backend/checks.h"
 #include "memo/core/error.h"
@@ -18,9 +19,11 @@ KvDecoder::KvDecoder(const Model& model, int64_t max_tokens)
     throw ConfigError(str("a decoder for ", max_tokens, " tokens: the model has ",
                           cfg_.max_position_embeddings, " positions (", cfg_.positions_field(),
                           "); ask for at most that many tokens, prompt included"));
-  if (cfg_.sliding_window > 0 && max_tokens > cfg_.sliding_window)
+  if (cfg_.sliding_window > 0 && max_tokens > cfg_.sliding_window &&
+      !model.backend().masked_attention())
     throw ConfigError(str("a decoder for ", max_tokens, " tokens: longer than sliding_window = ",
-                          cfg_.sliding_window, ", which memo does not window; ask for at most ",
+                          cfg_.sliding_window, ", which the ", model.backend().name(),
+                          " backend's attention does not window yet; ask for at most ",
                           cfg_.sliding_window, " tokens, prompt included"));
   const int64_t L = cfg_.num_hidden_layers, kv = cfg_.kv_dim();
   Backend& be = model_.backend();
@@ -147,10 +150,27 @@ void KvDecoder::attend(int l, int64_t n) {
   const Tensor scratch = scratch_.tensor({scratch_numel});
   const ConstTensor k = k_cache_.tensor({keys, KV}, layer_row),
                     v = v_cache_.tensor({keys, KV}, layer_row);
-  if (prompt)
-    return be.attention_forward(attn_.tensor({n, HD}), lse_.tensor({1, H, n}), q_.tensor({n, HD}),
-                                k, v, 1, H, Hkv, scratch, AttnMask::kCausal);
-  be.attention_decode(attn_.tensor({n, HD}), q_.tensor({n, HD}), k, v, position_, H, Hkv, scratch);
+  const int64_t window = cfg_.sliding_window;  // key j seen by query i for i - window < j
+  if (prompt) {
+    std::vector<int32_t> key_start;
+    if (window > 0 && n > window)
+      for (int64_t i = 0; i < n; ++i)
+        key_start.push_back(int32_t(std::max<int64_t>(0, i - window + 1)));
+    return be.attention_forward(
+        attn_.tensor({n, HD}), lse_.tensor({1, H, n}), q_.tensor({n, HD}), k, v, 1, H, Hkv, scratch,
+        key_start.empty() ? AttnMask::kCausal
+                          : AttnMask::causal_from({key_start.data(), {int64_t(key_start.size())}}));
+  }
+  if (window == 0 || keys <= window)
+    return be.attention_decode(attn_.tensor({n, HD}), q_.tensor({n, HD}), k, v, position_, H, Hkv,
+                               scratch);
+  // windowed: row by row, each over the keys of its window
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = position_ + i, lo = std::max<int64_t>(0, p - window + 1);
+    be.attention_decode(attn_.tensor({n, HD}).slice_rows(i, i + 1),
+                        q_.tensor({n, HD}).slice_rows(i, i + 1), k.slice_rows(lo, p + 1),
+                        v.slice_rows(lo, p + 1), p - lo, H, Hkv, scratch);
+  }
 }
 
 }  // namespace memo

@@ -1,5 +1,6 @@
 // Mistral (Hugging Face MistralForCausalLM): the LLaMA layer; its sliding window (the config's
-// sliding_window) bounds the sequences memo runs (model/config.h), so the layer is LLaMA's.
+// sliding_window) is applied by the layers' attention (layer_attention_forward in
+// model/architecture.cc), so the layer is LLaMA's.
 #include "memo/model/llama_layer.h"
 
 namespace memo {

@@ -425,8 +425,8 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   return loss_sum;
 }
 
-// Checks the sequence against a learned position table, or a sliding window, before any layer
-// runs.
+// Checks the sequence against a learned position table, or a sliding window the backend cannot
+// apply, before any layer runs.
 LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocator& alloc) {
   const ContextParallel* cp = cp_ ? &*cp_ : nullptr;
   const int64_t whole = cp ? cp->seq : seq;  // positions run over the whole sequence
@@ -441,10 +441,11 @@ LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocato
         &config_, batch,    seq, {}, {}, &alloc, backend_, parallel_, backend_->activation_dtype(),
         cp,       tp_group_};
   }
-  if (config_.sliding_window > 0 && whole > config_.sliding_window)
+  if (config_.sliding_window > 0 && whole > config_.sliding_window && !backend_->masked_attention())
     throw ConfigError(str(
         "sequence of ", whole, " tokens is longer than sliding_window = ", config_.sliding_window,
-        ": memo does not window attention; use --seq <= ", config_.sliding_window));
+        ": the ", backend_->name(), " backend's attention does not window yet; use --seq <= ",
+        config_.sliding_window, " or the CPU"));
   const auto [cos, sin] = rope_tables(whole);
   return LayerContext{
       &config_, batch,    seq, cos, sin, &alloc, backend_, parallel_, backend_->activation_dtype(),
