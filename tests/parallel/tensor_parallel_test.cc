@@ -6,6 +6,7 @@
 // another layout; layouts that do not split refused on every rank with one line.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <map>
@@ -66,7 +67,9 @@ class TensorParallel : public ::testing::Test {
     }
     test::write_text(dir / name, config);
   }
-  void layouts_match_one_process(const std::string& config);  // below
+  // extra: flags every run takes
+  void layouts_match_one_process(const std::string& config,
+                                 const std::string& extra = "");  // below
   test::TempDir dir;
 };
 
@@ -234,19 +237,21 @@ TEST_F(TensorParallel, layouts_that_do_not_split_are_refused) {
 // token's true place), and memo's rebuild bit-identical to keeping everything.
 // `config` for 3 steps of 256 tokens under --tp 2 and --tp 2 --cp 2 against one process, and
 // memo's token-wise strategy under --tp 2 bitwise equal to keep.
-void TensorParallel::layouts_match_one_process(const std::string& config) {
+void TensorParallel::layouts_match_one_process(const std::string& config,
+                                               const std::string& extra) {
   const std::string one = dir / (config + ".1"), tp2 = dir / (config + ".2"),
                     tp2cp2 = dir / (config + ".22"), memo = dir / (config + ".memo");
-  ASSERT_EQ(train(1, config, one, 256, "--steps 3").exit_code, 0);
-  const test::CommandResult r2 = train(2, config, tp2, 256, "--steps 3 --tp 2");
+  ASSERT_EQ(train(1, config, one, 256, "--steps 3 " + extra).exit_code, 0);
+  const test::CommandResult r2 = train(2, config, tp2, 256, "--steps 3 --tp 2 " + extra);
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
-  const test::CommandResult r22 = train(4, config, tp2cp2, 256, "--steps 3 --tp 2 --cp 2");
+  const test::CommandResult r22 = train(4, config, tp2cp2, 256, "--steps 3 --tp 2 --cp 2 " + extra);
   ASSERT_EQ(r22.exit_code, 0) << r22.output;
   expect_close_tp_runs(tp2, one, 2, 2);
   expect_close_tp_runs(tp2cp2, one, 2, 4);
   const test::CommandResult m = train(2, config, memo, 256,
                                       "--steps 3 --tp 2 --device-memory 64MiB --host-memory 1GiB "
-                                      "--activations memo --alpha 0.25");
+                                      "--activations memo --alpha 0.25 " +
+                                          extra);
   ASSERT_EQ(m.exit_code, 0) << m.output;
   EXPECT_EQ(losses(memo + ".jsonl"), losses(tp2 + ".jsonl"));
 }
@@ -263,13 +268,27 @@ TEST_F(TensorParallel, qwen2_with_yarn_matches_one_process) {
 }
 
 // Mistral's sliding window (48) shorter than a context-parallel chunk (64 of 256): under --cp 2
-// the ring skips the chunk pairs wholly outside it and cuts the others.
+// the ring skips the chunk pairs wholly outside it and cuts the others. Then with document masks
+// too: a document starts at each 'I' (73) of the corpus, every 56 bytes, so documents cross the
+// chunks' edges and some chunk pairs see nothing.
 TEST_F(TensorParallel, mistral_with_a_sliding_window_matches_one_process) {
   test::write_text(dir / "mistral.json", R"({"model_type": "mistral", "hidden_size": 32,
     "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512,
     "rms_norm_eps": 1e-6, "sliding_window": 48})");
   layouts_match_one_process("mistral.json");
+  std::filesystem::copy_file(dir / "mistral.json", dir / "mistral_docs.json");
+  layouts_match_one_process("mistral_docs.json", "--document-mask --eot-id 73");
+}
+
+// GPT-2's learned positions restart at each document on each rank's rows. Without the noise
+// scale: B_simple is a difference of squared norms over their difference, which here amplifies the
+// layouts' fp32 rounding to 2e-5 (measured), past kTpTol; loss, gradient norm and weights are
+// compared as everywhere.
+TEST_F(TensorParallel, gpt2_with_document_masks_matches_one_process) {
+  test::write_text(dir / "gpt2.json", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2,
+    "n_head": 4, "n_inner": 64, "vocab_size": 256, "n_positions": 512})");
+  layouts_match_one_process("gpt2.json", "--document-mask --eot-id 73 --no-gns");
 }
 
 TEST_F(TensorParallel, gpt2_matches_one_process) {

@@ -8,6 +8,7 @@
 #include "memo/cli/commands.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
+#include "memo/data/shards.h"
 #include "memo/io/checkpoint.h"
 #include "memo/train/evaluate.h"
 #include "memo/train/generate.h"
@@ -21,6 +22,8 @@ void add_eval_command(CLI::App& app) {
     std::string checkpoint, data, split = "val";
     int64_t seq = 256, batch = 8, batches = 0;
     double val_fraction = 0.05;
+    bool document_mask = false;
+    int64_t eot_id = -1;
   };
   auto o = std::make_shared<Options>();
   CLI::App* eval = app.add_subcommand(
@@ -41,6 +44,12 @@ void add_eval_command(CLI::App& app) {
   eval->add_option("--batch", o->batch, "Windows per forward")->capture_default_str();
   eval->add_option("--batches", o->batches, "Forwards to average over; 0: every window")
       ->capture_default_str();
+  eval->add_flag("--document-mask", o->document_mask,
+                 "Attention within each document of a window, positions from 0 at each (as memo "
+                 "train --document-mask)");
+  eval->add_option("--eot-id", o->eot_id,
+                   "The token that starts each document (default: the end-of-text token of the "
+                   "data's tokenizer, else of the checkpoint's)");
   auto device = std::make_shared<RuntimeFlags>();
   add_runtime_flags(*eval, *device);
   eval->callback([o, device] {
@@ -51,6 +60,12 @@ void add_eval_command(CLI::App& app) {
     load_model_tensors(model, ckpt.model);
     const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
     const int64_t vocab = ckpt.config.vocab_size;
+    if (o->document_mask) {
+      const std::optional<int32_t> ckpt_eot = tokenizer.end_of_text();
+      const bool data_names_it = o->eot_id >= 0 || !shard_tokenizer_json(o->data).empty();
+      model.set_document_mask(
+          data_names_it || !ckpt_eot ? document_start_token(o->data, o->eot_id, vocab) : *ckpt_eot);
+    }
     const RunDataOptions split{o->data, "", o->val_fraction};  // memo train's split
     const TokenData data =
         o->split == "val" ? load_validation_data(split, vocab) : TokenData::load(o->data, vocab);

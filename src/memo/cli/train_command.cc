@@ -73,6 +73,12 @@ void add_gradient_flags(CLI::App& cmd, TrainOptions* t) {
       ->capture_default_str();
   cmd.add_option("--clip", t->clip, "Clip the global gradient norm to this (0: off)")
       ->capture_default_str();
+  cmd.add_flag("--document-mask", t->document_mask,
+               "Attention within each document of a packed window, positions from 0 at each "
+               "(documents start at each --eot-id token)");
+  cmd.add_option("--eot-id", t->eot_id,
+                 "The token that starts each document (default: the end-of-text token of the "
+                 "data's tokenizer)");
   cmd.add_option("--seed", t->seed, "Seed of the weight init and the data windows")
       ->capture_default_str();
 }

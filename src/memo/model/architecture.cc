@@ -41,6 +41,19 @@ SkeletalLayout skeletal_layout(const ModelConfig& config, DType activations, int
 
 void layer_rope(Tensor x, int64_t first_row, const LayerContext& ctx, bool backward) {
   const int64_t D = ctx.config->head_dim();
+  if (!ctx.positions.empty()) {  // Note [Document masks]: each run with its rows of the tables
+    for_each_position_run(
+        ctx.positions, first_row, first_row + x.rows(), [&](int64_t row, int64_t pos, int64_t len) {
+          const Tensor rows = x.slice_rows(row - first_row, row - first_row + len);
+          const ConstTensor c = ctx.rope_cos.slice_rows(pos, pos + len),
+                            s = ctx.rope_sin.slice_rows(pos, pos + len);
+          if (backward)
+            ctx.backend->rope_backward(rows, c, s, D, 0);
+          else
+            ctx.backend->rope_forward(rows, c, s, D, 0);
+        });
+    return;
+  }
   if (ctx.cp)
     return context_parallel_rope(*ctx.backend, x, ctx.rope_cos, ctx.rope_sin, D, first_row,
                                  ctx.batch, *ctx.cp, backward);

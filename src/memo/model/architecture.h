@@ -47,7 +47,35 @@ struct LayerContext {
   // whole sequence's length], also under context parallelism), the position its document starts
   // at, in host memory. Empty: each sequence is one document.
   View<const int32_t> doc_start = {};
+  // With document masks, each of the layer's token rows' position ([T], chunk-major under context
+  // parallelism), in host memory; empty: positions run on over each sequence.
+  View<const int32_t> positions = {};
 };
+
+// Note [Document masks]
+// Packed windows hold several documents; with document masks (Model::set_document_mask) a token
+// attends only to the earlier tokens of its own document, and its position (RoPE's, or GPT-2's
+// learned row) counts from its document's first token, the Hugging Face position_ids convention
+// for packed data. Documents start at each end-of-text token (memo tokenize begins every
+// document with one, as llm.c's token files do) and at the window's start; so the prediction
+// made from a document's last token is the next document's end-of-text, the end of the
+// document, and no loss mask is needed. The attention takes key_start = the document's start
+// (AttnMask), the ring passes the same whole-sequence starts to each chunk pair, and RoPE runs
+// over the runs of consecutive positions (for_each_position_run), each with its rows of the
+// tables. The plan depends on shapes only: key_start and positions are host vectors.
+
+// run(row, position, length) for each maximal run of consecutive positions among rows [r0, r1)
+// of `positions`.
+template <class F>
+void for_each_position_run(View<const int32_t> positions, int64_t r0, int64_t r1, F&& run) {
+  const int32_t* p = positions.data();
+  for (int64_t a = r0; a < r1;) {
+    int64_t b = a + 1;
+    while (b < r1 && p[b] == p[b - 1] + 1) ++b;
+    run(a, int64_t(p[a]), b - a);
+    a = b;
+  }
+}
 
 // The first key each query row sees (AttnMask::key_start) when the queries are positions
 // [q0, q0 + n) and the keys start at position k0 of each of ctx.batch whole sequences: the later

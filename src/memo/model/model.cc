@@ -362,7 +362,9 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
   TokenIds ids{inputs, targets};
   if (backend_->has_values()) check_ids(ids, batch * seq, config_.vocab_size);
+  const int64_t whole_seq = seq;
   if (cp_) seq = take_context_parallel_chunks(*cp_, ids, cp_inputs_, cp_targets_, batch, seq);
+  if (doc_eot_ >= 0) find_documents(inputs, batch, whole_seq);
   const int64_t T = batch * seq, C = config_.hidden_size;
   const int L = int(config_.num_hidden_layers);
   // under tensor parallelism this rank holds rows [r T/t, (r + 1) T/t) of the residual stream
@@ -425,6 +427,44 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   return loss_sum;
 }
 
+void Model::set_document_mask(int32_t eot) {
+  if (eot >= 0 && !backend_->masked_attention())
+    throw ConfigError(str("--document-mask: the ", backend_->name(),
+                          " backend's attention does not mask documents yet; run on the CPU"));
+  if (eot >= 0 && config_.uses_rope() && config_.rope_scaling.depends_on_length())
+    throw ConfigError(str("--document-mask with rope_scaling ",
+                          rope_type_name(config_.rope_scaling.type),
+                          ": its frequencies follow the sequence's length, which packed documents "
+                          "leave undefined; not implemented"));
+  MEMO_CHECK(eot < config_.vocab_size, "set_document_mask: eot ", eot, " outside the vocabulary ",
+             config_.vocab_size);
+  doc_eot_ = eot;
+}
+
+// Note [Document masks]: doc_start_ from the whole micro-batch's inputs (every rank has them),
+// then each local row's position: under context parallelism row t is position
+// chunk(slot) n + t % n of its sequence (Note [Context parallel layout]).
+void Model::find_documents(const int32_t* inputs, int64_t batch, int64_t seq) {
+  doc_start_.assign(size_t(batch * seq), 0);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0, start = 0; s < seq; ++s) {
+      if (inputs && inputs[b * seq + s] == doc_eot_) start = s;
+      doc_start_[size_t(b * seq + s)] = int32_t(start);
+    }
+  positions_.clear();
+  auto add = [&](int64_t b, int64_t s0, int64_t n) {
+    for (int64_t s = s0; s < s0 + n; ++s)
+      positions_.push_back(int32_t(s - doc_start_[size_t(b * seq + s)]));
+  };
+  if (!cp_) {
+    for (int64_t b = 0; b < batch; ++b) add(b, 0, seq);
+    return;
+  }
+  const int64_t n = cp_->chunk_len();
+  for (int sl = 0; sl < 2; ++sl)
+    for (int64_t b = 0; b < batch; ++b) add(b, cp_->chunk(sl) * n, n);
+}
+
 // Checks the sequence against a learned position table, or a sliding window the backend cannot
 // apply, before any layer runs.
 LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocator& alloc) {
@@ -437,9 +477,14 @@ LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocato
                             " tokens is longer than n_positions = ", w_.pos.rows(),
                             ", the learned position table; use --seq <= ", w_.pos.rows(),
                             " or a config with more positions"));
-    return LayerContext{
+    LayerContext ctx{
         &config_, batch,    seq, {}, {}, &alloc, backend_, parallel_, backend_->activation_dtype(),
         cp,       tp_group_};
+    if (doc_eot_ >= 0) {
+      ctx.doc_start = host_view(doc_start_);
+      ctx.positions = host_view(positions_);
+    }
+    return ctx;
   }
   if (config_.sliding_window > 0 && whole > config_.sliding_window && !backend_->masked_attention())
     throw ConfigError(str(
@@ -447,9 +492,14 @@ LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocato
         ": the ", backend_->name(), " backend's attention does not window yet; use --seq <= ",
         config_.sliding_window, " or the CPU"));
   const auto [cos, sin] = rope_tables(whole);
-  return LayerContext{
+  LayerContext ctx{
       &config_, batch,    seq, cos, sin, &alloc, backend_, parallel_, backend_->activation_dtype(),
       cp,       tp_group_};
+  if (doc_eot_ >= 0) {
+    ctx.doc_start = host_view(doc_start_);
+    ctx.positions = host_view(positions_);
+  }
+  return ctx;
 }
 
 namespace {
@@ -475,6 +525,10 @@ template <class F>
 void Model::for_each_local_position_run(int64_t batch, int64_t seq, int64_t rows, F&& run) const {
   // this rank's rows [first, first + rows) of the micro-batch's tokens under tensor parallelism
   const int64_t first = tp_split_ ? int64_t(tp_group_->rank()) * rows : 0;
+  if (doc_eot_ >= 0)  // positions restart at each document
+    return for_each_position_run(
+        host_view(positions_), first, first + rows,
+        [&](int64_t row, int64_t pos, int64_t len) { run(row - first, pos, len); });
   for_each_position_run(cp_, batch, seq, [&](int64_t row, int64_t pos, int64_t len) {
     const int64_t a = std::max(row, first), b = std::min(row + len, first + rows);
     if (a < b) run(a - first, pos + (a - row), b - a);

@@ -101,6 +101,15 @@ class Model {
   void set_context_parallel(Communicator* group);
   Communicator* context_parallel_group() const { return cp_ ? cp_->group : nullptr; }
 
+  // Document masks (Note [Document masks] in model/architecture.h): with eot >= 0 a document
+  // starts at each token `eot` of a sequence (memo tokenize starts each document with its
+  // end-of-text token), and at the sequence's start; attention stays within a document and
+  // positions restart at 0 at its first token. -1: off (the default). Throws ConfigError where
+  // the backend's attention cannot mask (Backend::masked_attention) or the RoPE frequencies follow
+  // the sequence's length (dynamic, longrope), which packed documents leave undefined.
+  void set_document_mask(int32_t eot);
+  int32_t document_mask() const { return doc_eot_; }
+
   // Hugging Face's initialisation (model/params.h), drawn on the host; a no-op without values.
   void init(uint64_t seed);
   void zero_grads();
@@ -193,6 +202,12 @@ class Model {
   std::optional<ContextParallel> cp_;            // set: context parallel over cp_->group
   std::vector<int32_t> cp_inputs_, cp_targets_;  // this rank's chunks of the micro-batch
   std::map<int64_t, std::pair<RawBuffer, RawBuffer>> rope_;  // seq -> cos, sin ([seq, D/2] f32)
+  int32_t doc_eot_ = -1;                                     // set_document_mask
+  // With document masks, of the micro-batch being run: each whole sequence's tokens' document
+  // starts ([batch x whole seq]), and each of this rank's rows' positions ([T], chunk-major
+  // under context parallelism).
+  std::vector<int32_t> doc_start_, positions_;
+  void find_documents(const int32_t* inputs, int64_t batch, int64_t seq);
   // The micro-batch's inputs and targets in the device space, when the host cannot address it
   // (grown to the largest micro-batch; unused otherwise).
   RawBuffer device_tokens_;

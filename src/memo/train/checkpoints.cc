@@ -34,7 +34,9 @@ nlohmann::json pinned_options(const TrainOptions& o) {
           {"steps", o.steps},
           {"data", o.data_path},
           {"val_data", o.val_data_path},
-          {"val_fraction", o.val_fraction}};
+          {"val_fraction", o.val_fraction},
+          {"document_mask", o.document_mask},
+          {"eot_id", o.eot_id}};
 }
 
 void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
@@ -48,6 +50,8 @@ void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
   o.gns = j.value("gns", false);  // checkpoints from before the noise scale ran without it
   o.gns_decay = j.value("gns_decay", 0.99);
   o.seed = j.at("seed");
+  o.document_mask = j.value("document_mask", false);  // older checkpoints ran without
+  o.eot_id = j.value("eot_id", int64_t(-1));
 }
 
 // Host views of tensors that live in a backend's device space, for writing a checkpoint: the

@@ -1,9 +1,35 @@
 // Implementation of train/run_data.h.
 #include "memo/train/run_data.h"
 
+#include <nlohmann/json.hpp>
 #include <utility>
 
+#include "memo/core/error.h"
+#include "memo/data/shards.h"
+#include "memo/data/tokenizer.h"
+
 namespace memo {
+
+int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64_t vocab_size) {
+  if (eot_id < 0) {
+    const std::string json = shard_tokenizer_json(data_path);
+    if (json.empty())
+      throw ConfigError(str("--document-mask: ", data_path,
+                            " has no tokenizer to name the token that starts each document; "
+                            "give it with --eot-id N"));
+    const std::optional<int32_t> eot =
+        Tokenizer::from_hf_json(nlohmann::json::parse(json), data_path).end_of_text();
+    if (!eot)
+      throw ConfigError(str("--document-mask: the tokenizer of ", data_path,
+                            " has no end-of-text token; give the token that starts each "
+                            "document with --eot-id N"));
+    eot_id = *eot;
+  }
+  if (eot_id >= vocab_size)
+    throw ConfigError(
+        str("--eot-id ", eot_id, " lies outside the vocabulary of ", vocab_size, " ids"));
+  return int32_t(eot_id);
+}
 
 RunData load_run_data(const RunDataOptions& o, int64_t vocab_size) {
   TokenData all = TokenData::load(o.data_path, vocab_size);

@@ -25,6 +25,10 @@ struct TrainOptions {
   double lr = 1e-3;
   double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
   int64_t warmup = 10;
+  // Note [Document masks]: attention within each document of a packed window, positions from 0
+  // at each; a document starts at each eot_id token (-1: the data's tokenizer's end-of-text).
+  bool document_mask = false;
+  int64_t eot_id = -1;
   double clip = 1.0;          // global gradient norm; 0: off
   OptimizerChoice optimizer;  // name and hyperparameters; AdamW by default
   bool gns = true;            // gradient noise scale, when a step has >= 2 micro-batches
