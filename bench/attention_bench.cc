@@ -1,11 +1,14 @@
 // Benchmark of the tiled CPU attention (attention.cc): forward and backward time and memory per
 // sequence length, to show memory linear in S (bytes / S flat) and time quadratic (ns / S^2
-// flat), plus a speed ratio to the naive float64 reference at one small S from the same run.
+// flat), plus a speed ratio to the naive float64 reference at one small S from the same run, and
+// with --documents=8,64 the time of document masks (Note [Document masks]: documents of S/8 and
+// S/64 tokens) against the causal mask at each S from the same run.
 // Flags (all optional): --seqs=1024,2048,4096,8192,16384 --batch=1 --heads=8 --kv-heads=8
-// --head-dim=64 --reps=1 --ref-seq=512
+// --head-dim=64 --reps=1 --ref-seq=512 --documents=8,64
 #include <omp.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +30,7 @@ using Tensor = memo::View<float>;
 struct BenchOptions {
   std::vector<int64_t> seqs{1024, 2048, 4096, 8192, 16384};
   int64_t batch = 1, heads = 8, kv_heads = 8, head_dim = 64, reps = 1, ref_seq = 512;
+  std::vector<int64_t> documents;  // documents per window of the masked runs
 };
 
 BenchOptions parse(int argc, char** argv) {
@@ -40,6 +44,10 @@ BenchOptions parse(int argc, char** argv) {
       opt.seqs.clear();
       std::stringstream list(value);
       for (std::string item; std::getline(list, item, ',');) opt.seqs.push_back(std::stoll(item));
+    } else if (key == "--documents") {
+      std::stringstream list(value);
+      for (std::string item; std::getline(list, item, ',');)
+        opt.documents.push_back(std::stoll(item));
     } else if (key == "--batch")
       opt.batch = std::stoll(value);
     else if (key == "--heads")
@@ -77,6 +85,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 struct AttnBuffers {
   int64_t B, S, H, Hkv, D, T;
   std::vector<float> q, k, v, o, lse, dout, dq, dk, dv, scratch;
+  std::vector<int32_t> key_start;  // empty: causal; else each row's document start
+  // Equal documents, `docs` to a window (the last takes the remainder).
+  void set_documents(int64_t docs) {
+    key_start.resize(size_t(T));
+    const int64_t len = S / docs;
+    for (int64_t t = 0; t < T; ++t)
+      key_start[size_t(t)] = int32_t(std::min((t % S) / len, docs - 1) * len);
+  }
+  memo::AttnMask mask() const {
+    return key_start.empty()
+               ? memo::AttnMask::kCausal
+               : memo::AttnMask::causal_from({key_start.data(), {int64_t(key_start.size())}});
+  }
   AttnBuffers(int64_t b, int64_t s, int64_t h, int64_t hkv, int64_t d)
       : B(b), S(s), H(h), Hkv(hkv), D(d), T(b * s) {
     std::mt19937 rng(1);
@@ -106,7 +127,7 @@ struct AttnBuffers {
                                  ConstTensor(q.data(), {T, H * D}),
                                  ConstTensor(k.data(), {T, Hkv * D}),
                                  ConstTensor(v.data(), {T, Hkv * D}), B, H, Hkv,
-                                 Tensor(scratch.data(), {int64_t(scratch.size())}));
+                                 Tensor(scratch.data(), {int64_t(scratch.size())}), mask());
   }
   void backward() {
     memo::cpu::attention_backward(
@@ -115,7 +136,7 @@ struct AttnBuffers {
         ConstTensor(q.data(), {T, H * D}), ConstTensor(k.data(), {T, Hkv * D}),
         ConstTensor(v.data(), {T, Hkv * D}), ConstTensor(o.data(), {T, H * D}),
         ConstTensor(lse.data(), {B, H, S}), B, H, Hkv,
-        Tensor(scratch.data(), {int64_t(scratch.size())}));
+        Tensor(scratch.data(), {int64_t(scratch.size())}), mask());
   }
 };
 
@@ -182,6 +203,33 @@ int main(int argc, char** argv) {
                 scratch_bytes / 1024.0, total_bytes / 1048576.0, double(total_bytes) / S,
                 hwm_grow / 1048576.0, double(hwm_grow) / S);
     std::fflush(stdout);
+  }
+  if (!opt.documents.empty()) {
+    std::printf(
+        "document masks against causal at equal S (fwd+bwd; ideal ratio 1/docs plus the\n"
+        "diagonal tiles' share):\n%7s %6s %10s %10s %8s\n",
+        "S", "docs", "causal_ms", "masked_ms", "ratio");
+    for (int64_t S : opt.seqs) {
+      AttnBuffers buf(opt.batch, S, opt.heads, opt.kv_heads, opt.head_dim);
+      auto time = [&] {
+        double s = 0.0;
+        for (int64_t r = 0; r < opt.reps; ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          buf.forward();
+          buf.backward();
+          s += seconds_since(t0) / opt.reps;
+        }
+        return s;
+      };
+      const double causal_s = time();
+      for (int64_t docs : opt.documents) {
+        buf.set_documents(docs);
+        const double masked_s = time();
+        std::printf("%7lld %6lld %10.1f %10.1f %8.3f\n", (long long)S, (long long)docs,
+                    1e3 * causal_s, 1e3 * masked_s, masked_s / causal_s);
+        std::fflush(stdout);
+      }
+    }
   }
   compare_to_reference(opt);  // last: its float64 buffers must not set the high-water mark
   return 0;

@@ -61,7 +61,7 @@ struct DocRun {
 // forward_backward of the rows (each [S + 1] tokens) as one micro-batch, or of each document
 // of each row alone (documents = the row's spans between its end-of-text tokens).
 DocRun run_packed(const ModelConfig& cfg, const std::vector<std::vector<int32_t>>& rows, int64_t S,
-               bool mask) {
+                  bool mask) {
   Model model(cfg, cpu_backend());
   model.init(5);
   test::perturb_biases_and_norms(model, 3);
@@ -74,14 +74,14 @@ DocRun run_packed(const ModelConfig& cfg, const std::vector<std::vector<int32_t>
     tg.insert(tg.end(), r.begin() + 1, r.end());
   }
   DocRun out;
-  out.loss = model.forward_backward(in.data(), tg.data(), int64_t(rows.size()), S, 1.0f, keep,
-                                    alloc);
+  out.loss =
+      model.forward_backward(in.data(), tg.data(), int64_t(rows.size()), S, 1.0f, keep, alloc);
   out.grads.assign(model.grads(), model.grads() + model.params_numel());
   return out;
 }
 
 DocRun run_one_by_one(const ModelConfig& cfg, const std::vector<std::vector<int32_t>>& rows,
-                   int64_t S) {
+                      int64_t S) {
   Model model(cfg, cpu_backend());
   model.init(5);
   test::perturb_biases_and_norms(model, 3);
@@ -92,8 +92,8 @@ DocRun run_one_by_one(const ModelConfig& cfg, const std::vector<std::vector<int3
     for (int64_t a = 0; a < S;) {
       int64_t b = a + 1;
       while (b < S && r[size_t(b)] != kEot) ++b;
-      out.loss += model.forward_backward(r.data() + a, r.data() + a + 1, 1, b - a, 1.0f, keep,
-                                         alloc);
+      out.loss +=
+          model.forward_backward(r.data() + a, r.data() + a + 1, 1, b - a, 1.0f, keep, alloc);
       a = b;
     }
   out.grads.assign(model.grads(), model.grads() + model.params_numel());
@@ -118,8 +118,8 @@ double grad_error(const DocRun& got, const DocRun& want) {
 // seeing the previous document or a position not restarting moves them by >= 1e-3.
 void expect_packed_equals_one_by_one(const ModelConfig& cfg) {
   const int64_t S = 150, V = cfg.vocab_size;
-  const std::vector<std::vector<int32_t>> rows = {
-      packed_row(S, V, {0, 37, 64, 128, 129}, 1), packed_row(S, V, {20, 90, 149}, 2)};
+  const std::vector<std::vector<int32_t>> rows = {packed_row(S, V, {0, 37, 64, 128, 129}, 1),
+                                                  packed_row(S, V, {20, 90, 149}, 2)};
   const DocRun packed = run_packed(cfg, rows, S, true), alone = run_one_by_one(cfg, rows, S);
   EXPECT_LT(std::fabs(packed.loss - alone.loss) / alone.loss, 1e-6) << int(cfg.arch);
   EXPECT_LT(grad_error(packed, alone), 1e-5) << int(cfg.arch);
