@@ -17,8 +17,9 @@ namespace memo {
 // keys, or past the last key, none). It must not decrease along a sequence: the kernels skip
 // whole key tiles (and chunk pairs) from the first and last rows of a query tile alone, and a
 // causal call's key_start[b S + i] must be <= i (a token always sees itself). A row that sees
-// no key gets o = 0 and lse = -inf (attention_merge then takes the other part). key_start lives
-// where the backend computes (the device's memory for CUDA), like token ids.
+// no key gets o = 0 and lse = -inf (attention_merge then takes the other part). key_start is in
+// host memory for every backend (the kernels' tile skipping is decided from it; a device backend
+// copies it to its own memory).
 struct AttnMask {
   bool causal = true;
   View<const int32_t> key_start;  // [B S] or empty

@@ -116,8 +116,7 @@ void Backend::attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor
                                 int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                                 AttnMask mask) {
   check_attention_mask("attention_forward", mask,
-                       check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads),
-                       host_reads_ids(mask.key_start.data()));
+                       check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads), true);
   do_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads, scratch, mask);
 }
 void Backend::attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
@@ -127,7 +126,7 @@ void Backend::attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor do
   check_attention_mask(
       "attention_backward", mask,
       check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads),
-      host_reads_ids(mask.key_start.data()));
+      true);
   do_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads, scratch,
                         mask);
 }

@@ -83,8 +83,9 @@ AttnDims check_attention_backward(ConstTensor dq, ConstTensor dk, ConstTensor dv
                                   ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,
                                   ConstTensor lse, int64_t batch, int64_t n_heads,
                                   int64_t n_kv_heads);
-// A mask's key_start (backend/attn_mask.h): empty, or a contiguous vector of B*S; where the host
-// can read it (on_host), non-decreasing along each sequence and, causal, at most each row's index.
+// A mask's key_start (backend/attn_mask.h): empty, or a contiguous vector of B*S; when on_host
+// (always, from Backend's entry points), non-decreasing along each sequence and, causal, at most
+// each row's index.
 void check_attention_mask(const char* op, const AttnMask& mask, const AttnDims& d, bool on_host);
 // o, o_part: [B*S, H*D] alike; lse, lse_part: [B, H, S] alike; all contiguous.
 void check_attention_merge(ConstTensor o, ConstTensor lse, ConstTensor o_part,
