@@ -1,38 +1,146 @@
-// memo eval: loss, perplexity and bits per byte of a checkpoint on the validation split.
+// memo eval: loss, perplexity and bits per byte of checkpoints on the validation split; the loss
+// by position within the window; passkey retrieval and needle-in-a-haystack (train/retrieval.h).
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "memo/cli/commands.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
 #include "memo/data/shards.h"
+#include "memo/io/atomic_file.h"
 #include "memo/io/checkpoint.h"
+#include "memo/train/eval_plots.h"
 #include "memo/train/evaluate.h"
 #include "memo/train/generate.h"
+#include "memo/train/retrieval.h"
 #include "memo/train/run_data.h"
 #include "memo/train/trainer.h"
 
 namespace memo::cli {
+namespace {
+
+struct EvalOptions {
+  std::vector<std::string> checkpoints;
+  std::string data, split = "val", svg, haystack;
+  int64_t seq = 256, batch = 8, batches = 0, by_position = 0;
+  double val_fraction = 0.05;
+  bool document_mask = false, json = false, passkey = false, needle = false;
+  int64_t eot_id = -1;
+  std::string lengths = "1K,4K", depths = "0,0.25,0.5,0.75,1";
+  int64_t trials = 5, prefill_chunk = 4096, max_answer_tokens = 8;
+  uint64_t seed = 0;
+};
+
+// "1K,4K,16K": 1K = 1024 tokens, 1M = 1024K.
+std::vector<int64_t> parse_lengths(const std::string& list) {
+  std::vector<int64_t> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    int64_t scale = 1;
+    if (!item.empty() && (item.back() == 'K' || item.back() == 'k')) scale = 1024, item.pop_back();
+    if (!item.empty() && (item.back() == 'M' || item.back() == 'm'))
+      scale = 1024 * 1024, item.pop_back();
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v <= 0)
+      throw ConfigError(
+          str("--lengths ", list, ": '", item, "' is not a positive count (1K = 1024)"));
+    out.push_back(v * scale);
+  }
+  return out;
+}
+
+std::vector<double> parse_depths(const std::string& list) {
+  std::vector<double> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    size_t used = 0;
+    double v = -1;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || !(v >= 0.0 && v <= 1.0))
+      throw ConfigError(str("--depths ", list, ": '", item, "' is not a fraction in [0, 1]"));
+    out.push_back(v);
+  }
+  return out;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out.good()) throw DataError(str("cannot write ", path));
+}
+
+struct Loaded {
+  std::filesystem::path dir;
+  LoadedCheckpoint ckpt;
+};
+
+void set_document_mask(Model& model, const Tokenizer& tokenizer, const EvalOptions& o) {
+  if (!o.document_mask) return;
+  const std::optional<int32_t> ckpt_eot = tokenizer.end_of_text();
+  const bool data_names_it = o.eot_id >= 0 || !shard_tokenizer_json(o.data).empty();
+  model.set_document_mask(data_names_it || !ckpt_eot
+                              ? document_start_token(o.data, o.eot_id, model.config().vocab_size)
+                              : *ckpt_eot);
+}
+
+void print_retrieval(const RetrievalReport& r, const std::string& name, std::ostream& out) {
+  out << name << ": accuracy by length (rows, tokens) and depth (columns)\n"
+      << "  length";
+  char cell[32];
+  for (double d : r.depths) std::snprintf(cell, sizeof cell, " %6.2f", d), out << cell;
+  out << "\n";
+  for (size_t l = 0; l < r.lengths.size(); ++l) {
+    std::snprintf(cell, sizeof cell, "%8lld", (long long)r.lengths[l]);
+    out << cell;
+    for (double a : r.accuracy[l]) std::snprintf(cell, sizeof cell, " %6.2f", a), out << cell;
+    out << "\n";
+  }
+}
+
+nlohmann::json retrieval_json(const RetrievalReport& r) {
+  nlohmann::json trials = nlohmann::json::array();
+  for (const RetrievalTrial& t : r.trials)
+    trials.push_back({{"length", t.length},
+                      {"depth", t.depth},
+                      {"key", t.key},
+                      {"answer", t.answer},
+                      {"parsed", t.parsed},
+                      {"correct", t.correct}});
+  return {
+      {"lengths", r.lengths}, {"depths", r.depths}, {"accuracy", r.accuracy}, {"trials", trials}};
+}
+
+}  // namespace
 
 void add_eval_command(CLI::App& app) {
-  struct Options {
-    std::string checkpoint, data, split = "val";
-    int64_t seq = 256, batch = 8, batches = 0;
-    double val_fraction = 0.05;
-    bool document_mask = false;
-    int64_t eot_id = -1;
-  };
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<EvalOptions>();
   CLI::App* eval = app.add_subcommand(
-      "eval", "Loss, perplexity and bits per byte of a checkpoint on windows read in order");
-  eval->add_option("--checkpoint", o->checkpoint, "Checkpoint (or run) directory")->required();
+      "eval",
+      "Loss, perplexity and bits per byte of checkpoints on windows read in order; the loss by "
+      "position; passkey retrieval and needle-in-a-haystack");
+  eval->add_option("--checkpoint", o->checkpoints,
+                   "Checkpoint (or run) directory; several overlay their loss by position")
+      ->required();
   eval->add_option("--data", o->data,
                    "Data: raw text (bytes), an llm.c token file, a `memo tokenize` folder or a "
-                   "glob of shards")
-      ->required();
+                   "glob of shards (not read by --passkey and --needle)");
   eval->add_option("--split", o->split,
                    "val: a shard folder's validation shards, else the last --val-fraction of the "
                    "data (as memo train holds it out); all: the whole data")
@@ -50,38 +158,122 @@ void add_eval_command(CLI::App& app) {
   eval->add_option("--eot-id", o->eot_id,
                    "The token that starts each document (default: the end-of-text token of the "
                    "data's tokenizer, else of the checkpoint's)");
+  eval->add_option("--by-position", o->by_position,
+                   "Also the loss by position within the window, in buckets of this many tokens");
+  eval->add_flag("--passkey", o->passkey,
+                 "Passkey retrieval: a number hidden in filler text, asked for at the end");
+  eval->add_flag(
+      "--needle", o->needle,
+      "Needle in a haystack: a number hidden in --haystack's text, asked for at the end");
+  eval->add_option("--haystack", o->haystack, "The text file --needle hides its number in");
+  eval->add_option("--lengths", o->lengths, "Retrieval prompt lengths in tokens (1K = 1024)")
+      ->capture_default_str();
+  eval->add_option("--depths", o->depths,
+                   "Where the key sits, as fractions of the filler before it")
+      ->capture_default_str();
+  eval->add_option("--trials", o->trials, "Keys per length and depth")->capture_default_str();
+  eval->add_option("--seed", o->seed, "Seed of the keys")->capture_default_str();
+  eval->add_option("--prefill-chunk", o->prefill_chunk,
+                   "Prompt tokens per KV-decoder forward (bounds the attention's working memory)")
+      ->capture_default_str();
+  eval->add_option("--max-answer-tokens", o->max_answer_tokens,
+                   "Greedy tokens generated for an answer")
+      ->capture_default_str();
+  eval->add_option("--svg", o->svg,
+                   "Write the loss by position (checkpoints overlaid) or the retrieval heatmap");
+  eval->add_flag("--json", o->json, "One JSON object per checkpoint instead of tables");
   auto device = std::make_shared<RuntimeFlags>();
   add_runtime_flags(*eval, *device);
   eval->callback([o, device] {
-    const std::filesystem::path dir = find_latest_checkpoint(o->checkpoint);
-    LoadedCheckpoint ckpt = load_checkpoint(dir);
+    const bool retrieval = o->passkey || o->needle;
+    if (o->passkey && o->needle) throw ConfigError("--passkey and --needle: one at a time");
+    if (retrieval && o->checkpoints.size() != 1)
+      throw ConfigError("--passkey and --needle take one --checkpoint");
+    if (o->needle && o->haystack.empty()) throw ConfigError("--needle needs --haystack FILE");
+    if (!retrieval && o->data.empty()) throw ConfigError("memo eval needs --data");
+    if (!o->svg.empty() && !retrieval && o->by_position <= 0)
+      throw ConfigError("--svg draws the loss by position (--by-position N) or a retrieval");
     const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);
-    Model model(ckpt.config, runtime->backend(), ModelUse::kInference);
-    load_model_tensors(model, ckpt.model);
-    const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
-    const int64_t vocab = ckpt.config.vocab_size;
-    if (o->document_mask) {
-      const std::optional<int32_t> ckpt_eot = tokenizer.end_of_text();
-      const bool data_names_it = o->eot_id >= 0 || !shard_tokenizer_json(o->data).empty();
-      model.set_document_mask(
-          data_names_it || !ckpt_eot ? document_start_token(o->data, o->eot_id, vocab) : *ckpt_eot);
+    std::vector<PositionCurve> curves;
+    for (const std::string& path : o->checkpoints) {
+      const std::filesystem::path dir = find_latest_checkpoint(path);
+      LoadedCheckpoint ckpt = load_checkpoint(dir);
+      Model model(ckpt.config, runtime->backend(), ModelUse::kInference);
+      load_model_tensors(model, ckpt.model);
+      const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
+      if (retrieval) {
+        const RetrievalTask task =
+            o->passkey ? passkey_task(tokenizer) : needle_task(tokenizer, read_file(o->haystack));
+        const std::vector<int64_t> lengths = parse_lengths(o->lengths);
+        for (int64_t l : lengths)
+          if (l + o->max_answer_tokens > ckpt.config.max_position_embeddings)
+            throw ConfigError(str("--lengths ", l, " and ", o->max_answer_tokens,
+                                  " answer tokens exceed the model's ",
+                                  ckpt.config.max_position_embeddings, " positions (",
+                                  ckpt.config.positions_field(), ")"));
+        const RetrievalReport r =
+            run_retrieval(tokenizer, task, lengths, parse_depths(o->depths), o->trials, o->seed,
+                          [&](std::span<const int32_t> prompt) {
+                            return greedy_answer(model, tokenizer, prompt, o->max_answer_tokens,
+                                                 o->prefill_chunk);
+                          });
+        if (o->json) {
+          nlohmann::json j = retrieval_json(r);
+          j["task"] = o->passkey ? "passkey" : "needle";
+          j["checkpoint"] = dir.string();
+          // a byte model's answer may be invalid UTF-8: U+FFFD in its place
+          std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        } else {
+          print_retrieval(r, dir.string(), std::cout);
+        }
+        if (!o->svg.empty())
+          write_file(o->svg, retrieval_heatmap_svg(r.lengths, r.depths, r.accuracy,
+                                                   str(o->passkey ? "passkey" : "needle",
+                                                       " retrieval: ", dir.string())));
+        return;
+      }
+      set_document_mask(model, tokenizer, *o);
+      const int64_t vocab = ckpt.config.vocab_size;
+      const RunDataOptions split{o->data, "", o->val_fraction};  // memo train's split
+      const TokenData data =
+          o->split == "val" ? load_validation_data(split, vocab) : TokenData::load(o->data, vocab);
+      // The progress bar only on a terminal: scripts read one JSON object from the output.
+      const EvalReport r = evaluate(model, tokenizer, data, o->seq, o->batch, o->batches,
+                                    ::isatty(2) ? &std::cerr : nullptr, o->by_position);
+      nlohmann::json j{
+          {"loss", r.loss},     {"perplexity", r.perplexity}, {"bits_per_byte", r.bits_per_byte},
+          {"tokens", r.tokens}, {"bytes", r.bytes},           {"windows", r.windows},
+          {"seq", o->seq},      {"data", data.source()}};
+      if (o->checkpoints.size() > 1) j["checkpoint"] = dir.string();
+      if (o->by_position > 0) {
+        nlohmann::json buckets = nlohmann::json::array();
+        for (const PositionLoss& b : r.by_position)
+          buckets.push_back({{"from", b.from},
+                             {"to", b.to},
+                             {"tokens", b.tokens},
+                             {"loss", b.loss},
+                             {"perplexity", std::exp(b.loss)}});
+        j["by_position"] = buckets;
+        curves.push_back({dir.string(), r.by_position});
+      }
+      if (o->by_position > 0 && !o->json) {
+        std::cout << dir.string() << ": loss " << r.loss << " over " << r.tokens
+                  << " tokens; by position:\n";
+        char line[96];
+        std::snprintf(line, sizeof line, "%10s %10s %10s %10s %12s\n", "from", "to", "tokens",
+                      "loss", "perplexity");
+        std::cout << line;
+        for (const PositionLoss& b : r.by_position) {
+          std::snprintf(line, sizeof line, "%10lld %10lld %10lld %10.4f %12.3f\n",
+                        (long long)b.from, (long long)b.to, (long long)b.tokens, b.loss,
+                        std::exp(b.loss));
+          std::cout << line;
+        }
+      } else {
+        std::cout << j.dump() << "\n";
+      }
     }
-    const RunDataOptions split{o->data, "", o->val_fraction};  // memo train's split
-    const TokenData data =
-        o->split == "val" ? load_validation_data(split, vocab) : TokenData::load(o->data, vocab);
-    // The progress bar only on a terminal: scripts read one JSON object from the output.
-    const EvalReport r = evaluate(model, tokenizer, data, o->seq, o->batch, o->batches,
-                                  ::isatty(2) ? &std::cerr : nullptr);
-    std::cout << nlohmann::json{{"loss", r.loss},
-                                {"perplexity", r.perplexity},
-                                {"bits_per_byte", r.bits_per_byte},
-                                {"tokens", r.tokens},
-                                {"bytes", r.bytes},
-                                {"windows", r.windows},
-                                {"seq", o->seq},
-                                {"data", data.source()}}
-                     .dump()
-              << "\n";
+    if (!o->svg.empty()) write_file(o->svg, loss_by_position_svg(curves, "loss by position"));
   });
 }
 

@@ -352,8 +352,15 @@ double Model::forward_backward(const int32_t* inputs, const int32_t* targets, in
 }
 
 double Model::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t batch,
-                           int64_t seq, ActivationStrategy& strategy, ActivationAllocator& alloc) {
-  return run(inputs, targets, batch, seq, 0.0f, false, strategy, alloc);
+                           int64_t seq, ActivationStrategy& strategy, ActivationAllocator& alloc,
+                           std::span<float> token_losses) {
+  MEMO_CHECK(token_losses.empty() || (int64_t(token_losses.size()) == batch * seq && !cp_),
+             "forward_loss: token losses for ", token_losses.size(), " of ", batch * seq, " tokens",
+             cp_ ? " under context parallelism" : "");
+  token_losses_ = token_losses;
+  const double sum = run(inputs, targets, batch, seq, 0.0f, false, strategy, alloc);
+  token_losses_ = {};
+  return sum;
 }
 
 double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
@@ -628,6 +635,8 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
     alloc.release(logits_buffer);
   }
   if (backward) partial->reduce_scatter(dxf);
+  if (!token_losses_.empty() && backend_->has_values())
+    backend_->copy_to_host(token_losses_.data(), losses.data(), tokens * int64_t(sizeof(float)));
   const double sum = backend_->sum(losses);  // in token order: deterministic
   alloc.release(losses);
   return sum;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -142,9 +143,12 @@ class Model {
   double forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                           float grad_scale, ActivationStrategy& strategy,
                           ActivationAllocator& alloc);
-  // Forward only; returns the sum of the token losses.
+  // Forward only; returns the sum of the token losses. token_losses, when not empty: each
+  // target's loss ([batch * seq] in host memory, row-major as the targets); not under context
+  // parallelism (a rank holds only its chunks' losses).
   double forward_loss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
-                      ActivationStrategy& strategy, ActivationAllocator& alloc);
+                      ActivationStrategy& strategy, ActivationAllocator& alloc,
+                      std::span<float> token_losses = {});
 
  private:
   double run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
@@ -203,6 +207,7 @@ class Model {
   std::vector<int32_t> cp_inputs_, cp_targets_;  // this rank's chunks of the micro-batch
   std::map<int64_t, std::pair<RawBuffer, RawBuffer>> rope_;  // seq -> cos, sin ([seq, D/2] f32)
   int32_t doc_eot_ = -1;                                     // set_document_mask
+  std::span<float> token_losses_;                            // forward_loss's, during its run
   // With document masks, of the micro-batch being run: each whole sequence's tokens' document
   // starts ([batch x whole seq]), and each of this rank's rows' positions ([T], chunk-major
   // under context parallelism).

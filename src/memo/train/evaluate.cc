@@ -17,41 +17,62 @@ namespace memo {
 
 EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationAllocator& alloc,
                          const WindowSampler& sampler, int64_t batch, int64_t max_windows,
-                         const EvalBatchHook& after_batch, Communicator* group) {
-  MEMO_CHECK(batch > 0 && max_windows >= 0, "evaluation in batches of ", batch,
-             " windows, at most ", max_windows);
+                         const EvalBatchHook& after_batch, Communicator* group,
+                         int64_t position_bucket) {
+  MEMO_CHECK(batch > 0 && max_windows >= 0 && position_bucket >= 0, "evaluation in batches of ",
+             batch, " windows, at most ", max_windows, ", position buckets of ", position_bucket);
   const int64_t seq = sampler.seq();
+  const int64_t buckets = position_bucket > 0 ? (seq + position_bucket - 1) / position_bucket : 0;
+  std::vector<float> token_losses(position_bucket > 0 ? size_t(batch * seq) : 0);
   const int64_t windows = std::min(max_windows, sampler.num_sequential_windows());
   std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());
   EvalSum r;
+  r.bucket_loss.assign(size_t(buckets), 0.0);
+  r.bucket_tokens.assign(size_t(buckets), 0);
   const int64_t batches = (windows + batch - 1) / batch;
   const int64_t ranks = group ? group->size() : 1, rank = group ? group->rank() : 0;
   for (int64_t b = batches * rank / ranks; b < batches * (rank + 1) / ranks; ++b) {
     const int64_t w = b * batch;
     const int64_t rows = std::min(batch, windows - w);
     sampler.fill_sequential(w, inputs.data(), targets.data(), rows);
-    r.loss_sum += model.forward_loss(inputs.data(), targets.data(), rows, seq, strategy, alloc);
+    r.loss_sum += model.forward_loss(
+        inputs.data(), targets.data(), rows, seq, strategy, alloc,
+        std::span<float>(token_losses.data(), position_bucket > 0 ? size_t(rows * seq) : 0));
+    for (int64_t t = 0; position_bucket > 0 && t < rows * seq; ++t) {
+      const size_t k = size_t(t % seq / position_bucket);
+      r.bucket_loss[k] += token_losses[size_t(t)];
+      ++r.bucket_tokens[k];
+    }
     r.tokens += rows * seq;
     r.windows += rows;
     if (after_batch) after_batch(targets.data(), rows, r);
   }
   if (ranks > 1) {
-    double sums[3] = {r.loss_sum, double(r.tokens), double(r.windows)};
-    group->all_reduce_sum(std::span<double>(sums, 3));
+    std::vector<double> sums = {r.loss_sum, double(r.tokens), double(r.windows)};
+    sums.insert(sums.end(), r.bucket_loss.begin(), r.bucket_loss.end());
+    sums.insert(sums.end(), r.bucket_tokens.begin(), r.bucket_tokens.end());
+    group->all_reduce_sum(std::span<double>(sums));
     r.loss_sum = sums[0];
     r.tokens = int64_t(sums[1]);
     r.windows = int64_t(sums[2]);
+    for (int64_t k = 0; k < buckets; ++k) {
+      r.bucket_loss[size_t(k)] = sums[size_t(3 + k)];
+      r.bucket_tokens[size_t(k)] = int64_t(sums[size_t(3 + buckets + k)]);
+    }
   }
   return r;
 }
 
 EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& data, int64_t seq,
-                    int64_t batch, int64_t max_batches, std::ostream* progress) {
+                    int64_t batch, int64_t max_batches, std::ostream* progress,
+                    int64_t position_bucket) {
   const ModelConfig& cfg = model.config();
   if (seq > cfg.max_position_embeddings)
     throw ConfigError(
         str("--seq ", seq, " exceeds ", cfg.positions_field(), " = ", cfg.max_position_embeddings));
   if (batch <= 0) throw ConfigError(str("--batch ", batch, " must be positive"));
+  if (position_bucket < 0 || position_bucket > seq)
+    throw ConfigError(str("--by-position ", position_bucket, " must lie in [1, --seq ", seq, "]"));
   const WindowSampler sampler(data, seq, 0);
   CachingAllocator alloc(0, model.backend().allocator(model.backend().device_space()));
   KeepStrategy strategy(model.skeletal(), alloc);
@@ -80,12 +101,19 @@ EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& d
                         s / double(done) * double(batches - done));
           *progress << "\r" << line << (done == batches ? "\n" : "") << std::flush;
         }
-      });
+      },
+      nullptr, position_bucket);
   r.tokens = sum.tokens;
   r.windows = sum.windows;
   r.loss = sum.mean_loss();
   r.perplexity = std::exp(r.loss);
   r.bits_per_byte = r.bytes > 0 ? sum.loss_sum / std::log(2.0) / double(r.bytes) : 0.0;
+  for (size_t k = 0; k < sum.bucket_loss.size(); ++k) {
+    const int64_t from = int64_t(k) * position_bucket;
+    r.by_position.push_back(
+        {from, std::min(seq, from + position_bucket), sum.bucket_tokens[k],
+         sum.bucket_tokens[k] > 0 ? sum.bucket_loss[k] / double(sum.bucket_tokens[k]) : 0.0});
+  }
   return r;
 }
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "memo/backend/allocator.h"
 #include "memo/data/sampler.h"
@@ -26,6 +27,10 @@ struct EvalSum {
   double loss_sum = 0.0;  // summed token losses, nats
   int64_t tokens = 0;
   int64_t windows = 0;
+  // With a position bucket P: bucket k's summed losses and tokens, positions [k P, (k + 1) P)
+  // within the window (a target's position is its input's).
+  std::vector<double> bucket_loss;
+  std::vector<int64_t> bucket_tokens;
   double mean_loss() const { return tokens > 0 ? loss_sum / double(tokens) : 0.0; }
 };
 // Called after each batch with its targets (rows x seq ids) and the sums so far.
@@ -33,21 +38,33 @@ using EvalBatchHook = std::function<void(const int32_t* targets, int64_t rows, c
 // group: data-parallel ranks that share the work (collective): rank r evaluates the r-th of P
 // contiguous runs of the batches, and the sums are added over the ranks in rank order (the same
 // windows as one process, its sum up to double rounding); after_batch sees this rank's batches.
+// position_bucket > 0: also the losses by position (EvalSum::bucket_loss).
 EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationAllocator& alloc,
                          const WindowSampler& sampler, int64_t batch, int64_t max_windows,
-                         const EvalBatchHook& after_batch = {}, Communicator* group = nullptr);
+                         const EvalBatchHook& after_batch = {}, Communicator* group = nullptr,
+                         int64_t position_bucket = 0);
+
+// The mean loss of the targets at positions [from, to) of the windows.
+struct PositionLoss {
+  int64_t from = 0, to = 0, tokens = 0;
+  double loss = 0.0;
+};
 
 struct EvalReport {
   double loss = 0.0;           // mean over target tokens, nats
   double perplexity = 0.0;     // exp(loss)
   double bits_per_byte = 0.0;  // sum of losses / ln 2 / bytes
   int64_t tokens = 0, bytes = 0, windows = 0;
+  std::vector<PositionLoss> by_position;  // with a position bucket
 };
 
 // max_batches = 0: every sequential window. Errors: seq longer than the model's positions
 // (ConfigError), data shorter than seq + 1 tokens (DataError), a target id the tokenizer does
 // not know (DataError).
+// position_bucket > 0 (at most seq): the report's by_position, buckets of that many positions
+// (the last one shorter when it does not divide seq).
 EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& data, int64_t seq,
-                    int64_t batch, int64_t max_batches, std::ostream* progress);
+                    int64_t batch, int64_t max_batches, std::ostream* progress,
+                    int64_t position_bucket = 0);
 
 }  // namespace memo

@@ -1,0 +1,151 @@
+// The long-context evaluations of memo eval: the retrieval harness (train/retrieval.h) tested for
+// what it computes (prompt length and key depth in tokens, the answer's parsing, the accuracy
+// table from scripted answers right, wrong and malformed), and memo eval's --by-position and
+// --passkey outputs on a tiny checkpoint (the buckets add up to the mean loss; one trial per cell;
+// the SVGs are well formed).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_test_util.h"
+#include "memo/core/error.h"
+#include "memo/data/tokenizer.h"
+#include "memo/train/retrieval.h"
+#include "svg_check.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+TEST(Retrieval, prompts_have_the_length_asked_and_the_key_at_the_depth) {
+  const Tokenizer bytes = Tokenizer::bytes();
+  const RetrievalTask task = passkey_task(bytes);
+  // bytes: one token each; "{key}" and a 5-digit key have the same length
+  const int64_t fixed =
+      int64_t(task.preamble.size() + task.question.size() + task.key_sentence.size());
+  for (int64_t length : {fixed, fixed + 1, int64_t(1000), int64_t(4096)})
+    for (double depth : {0.0, 0.25, 0.5, 1.0}) {
+      const RetrievalPrompt p = retrieval_prompt(bytes, task, length, depth, "31415");
+      ASSERT_EQ(int64_t(p.ids.size()), length);
+      const int64_t filler = length - fixed;
+      EXPECT_EQ(p.key_position, int64_t(task.preamble.size()) + std::llround(depth * filler));
+      const std::string text = bytes.decode(p.ids);
+      EXPECT_EQ(text.substr(size_t(p.key_position), 20), "The pass key is 3141");
+      EXPECT_EQ(text.substr(0, 9), "There is ");
+      EXPECT_EQ(text.substr(text.size() - task.question.size()), task.question);
+    }
+  const std::string msg = test::error_message<ConfigError>(
+      [&] { retrieval_prompt(bytes, task, fixed - 1, 0.5, "31415"); });
+  EXPECT_NE(msg.find("needs at least " + std::to_string(fixed) + " tokens"), std::string::npos)
+      << msg;
+}
+
+TEST(Retrieval, needle_cycles_the_haystack) {
+  const Tokenizer bytes = Tokenizer::bytes();
+  const RetrievalTask task = needle_task(bytes, "abc");
+  const RetrievalPrompt p = retrieval_prompt(bytes, task, 200, 0.5, "1234567");
+  const std::string text = bytes.decode(p.ids);
+  EXPECT_EQ(text.substr(0, 6), "abcabc");
+  EXPECT_NE(text.find(" The special magic number is 1234567. "), std::string::npos);
+  EXPECT_THROW(needle_task(bytes, ""), ConfigError);
+}
+
+TEST(Retrieval, answers_parse_to_their_first_digit_run) {
+  EXPECT_EQ(parse_answer(" 12345. Remember it."), "12345");
+  EXPECT_EQ(parse_answer("x 123 456"), "123");
+  EXPECT_EQ(parse_answer("no digits at all"), "");
+  EXPECT_EQ(parse_answer(""), "");
+  const std::string key = retrieval_key(7, 3, 5);
+  EXPECT_EQ(key.size(), 5u);
+  EXPECT_NE(key[0], '0');
+  EXPECT_NE(retrieval_key(7, 4, 5), key);
+}
+
+// A scripted model: right at depth 0, wrong (another number) at 0.5, malformed (no digits) at 1,
+// and right at every depth of the longest length.
+TEST(Retrieval, the_accuracy_table_counts_right_wrong_and_malformed_answers) {
+  const Tokenizer bytes = Tokenizer::bytes();
+  const RetrievalTask task = passkey_task(bytes);
+  const RetrievalReport r = run_retrieval(
+      bytes, task, {400, 800}, {0.0, 0.5, 1.0}, 3, 11, [&](std::span<const int32_t> prompt) {
+        const std::string text = bytes.decode(prompt);
+        const size_t at = text.find("The pass key is ") + 16;
+        const std::string key = text.substr(at, 5);
+        const double depth = double(at - 16 - task.preamble.size()) /
+                             double(prompt.size() - task.preamble.size() - task.question.size() -
+                                    task.key_sentence.size());
+        if (prompt.size() == 800 || depth < 0.25) return " " + key + ". Remember";
+        if (depth < 0.75) return std::string(" 99999.");
+        return std::string(" the key, of course");
+      });
+  ASSERT_EQ(r.trials.size(), 2u * 3u * 3u);
+  EXPECT_EQ(r.accuracy, (std::vector<std::vector<double>>{{1.0, 0.0, 0.0}, {1.0, 1.0, 1.0}}));
+  EXPECT_EQ(r.trials[3].parsed, "99999");
+  EXPECT_FALSE(r.trials[3].correct);
+  EXPECT_EQ(r.trials[6].parsed, "");
+  EXPECT_THROW(run_retrieval(bytes, task, {400}, {1.5}, 1, 0, {}), ConfigError);
+}
+
+class LongContextEval : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::write_text(dir / "config.json", test::kTinyLlamaConfig);
+    test::write_text(dir / "data.txt", test::corpus(20000));
+    const test::CommandResult r = test::run_command(
+        test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+        dir.str("data.txt") + " --seq 64 --batch 4 --steps 3 --out " + dir.str("run") +
+        " --document-mask --eot-id 73");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  test::TempDir dir;
+};
+
+TEST_F(LongContextEval, by_position_buckets_add_up_to_the_mean_loss) {
+  const test::CommandResult r = test::run_command(
+      test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " +
+      dir.str("data.txt") + " --seq 100 --batches 2 --by-position 32 --document-mask --eot-id 73" +
+      " --json --svg " + dir.str("pos.svg") + " 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  const nlohmann::json& b = j.at("by_position");
+  ASSERT_EQ(b.size(), 4u);  // [0, 32), [32, 64), [64, 96), [96, 100)
+  EXPECT_EQ(b[3]["from"], 96);
+  EXPECT_EQ(b[3]["to"], 100);
+  double sum = 0.0;
+  int64_t tokens = 0;
+  for (const nlohmann::json& k : b) {
+    sum += k["loss"].get<double>() * k["tokens"].get<double>();
+    tokens += k["tokens"].get<int64_t>();
+  }
+  EXPECT_EQ(tokens, j["tokens"].get<int64_t>());
+  EXPECT_NEAR(sum / double(tokens), j["loss"].get<double>(), 1e-9);
+  const test::SvgSummary svg = test::check_svg(test::file_bytes(dir / "pos.svg"));
+  EXPECT_TRUE(svg.ok) << svg.error;
+  EXPECT_EQ(svg.elements.at("circle"), 4);  // one point per bucket
+}
+
+TEST_F(LongContextEval, passkey_runs_every_length_depth_and_trial) {
+  const test::CommandResult r = test::run_command(
+      test::memo_bin() + " eval --checkpoint " + dir.str("run") +
+      " --passkey --lengths 250,400 --depths 0,1 --trials 2 --prefill-chunk 64 --json --svg " +
+      dir.str("pk.svg"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["task"], "passkey");
+  EXPECT_EQ(j["trials"].size(), 2u * 2u * 2u);
+  EXPECT_EQ(j["accuracy"].size(), 2u);
+  const test::SvgSummary svg = test::check_svg(test::file_bytes(dir / "pk.svg"));
+  EXPECT_TRUE(svg.ok) << svg.error;
+  EXPECT_EQ(svg.elements.at("rect"), 2 * 2 + 2);  // the cells, the background and the frame
+  const test::CommandResult too_long = test::run_command(
+      test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --passkey --lengths 1M");
+  EXPECT_NE(too_long.exit_code, 0);
+  EXPECT_NE(too_long.output.find("exceed the model's 512 positions"), std::string::npos)
+      << too_long.output;
+}
+
+}  // namespace
+}  // namespace memo
