@@ -199,6 +199,10 @@ TEST(ConfigJson, qwen3_config_reads_and_writes_back) {
   EXPECT_EQ(shape("model.layers.0.self_attn.k_norm.weight"), (std::vector<int64_t>{128}));
   EXPECT_THROW(layout.find("model.layers.0.self_attn.q_proj.bias"), ConfigError);
   EXPECT_THROW(layout.find("lm_head.weight"), ConfigError);
+  // per layer: q, k, v, o, the two head norms, the two norms, the MLP; the tied embedding, the norm
+  const int64_t layer =
+      2048 * 1024 + 2 * 1024 * 1024 + 1024 * 2048 + 2 * 128 + 2 * 1024 + 3 * 3072 * 1024;
+  EXPECT_EQ(layout.count(), 28 * layer + 151936 * 1024 + 1024);  // 596,049,920: "0.6B"
   const json back = model_config_to_json(c);
   EXPECT_EQ(back["model_type"], "qwen3");
   EXPECT_EQ(back["architectures"][0], "Qwen3ForCausalLM");
