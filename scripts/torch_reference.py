@@ -113,17 +113,27 @@ def config_fields(raw, path):
     missing = [k for k in required if k not in raw]
     if missing:
         raise ReferenceError(f"{path}: missing fields {missing}")
-    if raw.get("model_type") not in (None, "llama", "qwen2", "mistral"):
+    model_type = raw.get("model_type") or "llama"
+    if model_type not in ("llama", "qwen2", "qwen3", "mistral"):
         raise ReferenceError(f"{path}: model_type {raw['model_type']} is not known to the reference")
     if raw.get("use_sliding_window"):
         raise ReferenceError(f"{path}: use_sliding_window is not implemented by the reference")
+    # LlamaConfig's attention_bias puts biases on q, k, v and o, its mlp_bias on gate, up and
+    # down; Qwen3Config's attention_bias is the same four; Qwen2's q/k/v biases are implied
+    attention_bias = bool(raw.get("attention_bias")) and model_type in ("llama", "qwen3")
+    for key in ("attention_bias", "mlp_bias"):
+        if raw.get(key) and not (key == "attention_bias" and attention_bias
+                                 or key == "mlp_bias" and model_type == "llama"):
+            raise ReferenceError(f"{path}: {key} is not a {model_type} field")
     cfg = {
         "arch": "llama",
-        "qkv_bias": raw.get("model_type") == "qwen2",  # Qwen2: biases on q, k and v
+        "qkv_bias": model_type == "qwen2" or attention_bias,
+        "o_bias": attention_bias,
+        "mlp_bias": bool(raw.get("mlp_bias")),
+        "qk_norm": model_type == "qwen3",  # Qwen3: RMSNorm over each head of q and k
         # Mistral's window (MistralConfig's default 4096; null: none): the reference, like memo,
         # runs only sequences it does not cut into
-        "window": (raw.get("sliding_window", 4096) if raw.get("model_type") == "mistral"
-                   else None),
+        "window": (raw.get("sliding_window", 4096) if model_type == "mistral" else None),
         "C": int(raw["hidden_size"]),
         "F": int(raw["intermediate_size"]),
         "L": int(raw["num_hidden_layers"]),
@@ -135,26 +145,24 @@ def config_fields(raw, path):
         "max_pos": int(raw.get("max_position_embeddings", 2048)),
         "tied": bool(raw.get("tie_word_embeddings", False)),
     }
-    if cfg["C"] % cfg["H"] != 0:
-        raise ReferenceError(f"{path}: hidden_size {cfg['C']} is not a multiple of "
-                             f"num_attention_heads {cfg['H']}")
     if cfg["H"] % cfg["Hkv"] != 0:
         raise ReferenceError(f"{path}: num_key_value_heads {cfg['Hkv']} does not divide "
                              f"num_attention_heads {cfg['H']}")
-    cfg["D"] = cfg["C"] // cfg["H"]
+    # head_dim: given, or Qwen3Config's default 128, or hidden_size / num_attention_heads
+    head_dim = raw.get("head_dim", 128 if model_type == "qwen3" else None)
+    if head_dim is None:
+        if cfg["C"] % cfg["H"] != 0:
+            raise ReferenceError(f"{path}: hidden_size {cfg['C']} is not a multiple of "
+                                 f"num_attention_heads {cfg['H']}")
+        head_dim = cfg["C"] // cfg["H"]
+    cfg["D"] = int(head_dim)
     if cfg["D"] % 2 != 0:
         raise ReferenceError(f"{path}: head_dim {cfg['D']} is odd; rotary needs it even")
-    if raw.get("head_dim") not in (None, cfg["D"]):
-        raise ReferenceError(f"{path}: head_dim {raw['head_dim']} differs from "
-                             f"hidden_size / num_attention_heads = {cfg['D']}; not supported")
     cfg["rope"] = dict(raw.get("rope_scaling") or {"rope_type": "default"})
     cfg["rope"].setdefault("rope_type", cfg["rope"].get("type"))
     if "original_max_position_embeddings" in raw:  # Phi-3's longrope configs put it here
         cfg["rope"].setdefault("original_max_position_embeddings",
                                raw["original_max_position_embeddings"])
-    for key in ("attention_bias", "mlp_bias"):
-        if raw.get(key):
-            raise ReferenceError(f"{path}: {key} is true; memo's Llama has no biases")
     return cfg
 
 
@@ -223,10 +231,16 @@ def param_shapes(cfg):
             shapes[p + "self_attn.k_proj.bias"] = [Hkv * D]
             shapes[p + "self_attn.v_proj.bias"] = [Hkv * D]
         shapes[p + "self_attn.o_proj.weight"] = [C, H * D]
+        if cfg["o_bias"]:
+            shapes[p + "self_attn.o_proj.bias"] = [C]
+        if cfg["qk_norm"]:
+            shapes[p + "self_attn.q_norm.weight"] = [D]
+            shapes[p + "self_attn.k_norm.weight"] = [D]
         shapes[p + "post_attention_layernorm.weight"] = [C]
-        shapes[p + "mlp.gate_proj.weight"] = [F_, C]
-        shapes[p + "mlp.up_proj.weight"] = [F_, C]
-        shapes[p + "mlp.down_proj.weight"] = [C, F_]
+        for proj, shape in (("gate", [F_, C]), ("up", [F_, C]), ("down", [C, F_])):
+            shapes[p + f"mlp.{proj}_proj.weight"] = shape
+            if cfg["mlp_bias"]:
+                shapes[p + f"mlp.{proj}_proj.bias"] = shape[:1]
     shapes["model.norm.weight"] = [C]
     if not cfg["tied"]:
         shapes["lm_head.weight"] = [V, C]
@@ -382,14 +396,19 @@ def apply_rotary(x, cos, sin):
     return x * cos + rotate_half(x) * sin
 
 
-def attention(x, wq, wk, wv, wo, cfg, cos, sin, biases=(0.0, 0.0, 0.0)):
+def attention(x, wq, wk, wv, wo, cfg, cos, sin, biases=(0.0, 0.0, 0.0, 0.0), qk_norm=None):
     """Causal grouped-query attention, full softmax matrix. x: [B, S, C] -> [B, S, C].
-    `biases` (Qwen2) are added to q, k and v before the rotation."""
+    `biases` (Qwen2's q, k, v; Llama's attention_bias: q, k, v, o) are added to the products,
+    q's, k's and v's before the rotation; `qk_norm` (Qwen3: the q_norm and k_norm weights [D])
+    RMSNorms each head of q and k before the rotation."""
     B, S, _ = x.shape
     H, Hkv, D = cfg["H"], cfg["Hkv"], cfg["D"]
-    bq, bk, bv = biases
-    q = (x @ wq.T + bq).view(B, S, H, D).transpose(1, 2)    # [B, H, S, D]
-    k = (x @ wk.T + bk).view(B, S, Hkv, D).transpose(1, 2)  # [B, Hkv, S, D]
+    bq, bk, bv, bo = biases
+    q = (x @ wq.T + bq).view(B, S, H, D)
+    k = (x @ wk.T + bk).view(B, S, Hkv, D)
+    if qk_norm is not None:
+        q, k = rmsnorm(q, qk_norm[0], cfg["eps"]), rmsnorm(k, qk_norm[1], cfg["eps"])
+    q, k = q.transpose(1, 2), k.transpose(1, 2)              # [B, H, S, D], [B, Hkv, S, D]
     v = (x @ wv.T + bv).view(B, S, Hkv, D).transpose(1, 2)  # [B, Hkv, S, D]
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     group = H // Hkv  # query head h reads kv head h // group
@@ -402,7 +421,7 @@ def attention(x, wq, wk, wv, wo, cfg, cos, sin, biases=(0.0, 0.0, 0.0)):
         hidden = hidden | (query - key >= cfg["window"])
     scores = scores.masked_fill(hidden, float("-inf"))
     out = torch.softmax(scores, dim=-1) @ v            # [B, H, S, D]
-    return out.transpose(1, 2).reshape(B, S, H * D) @ wo.T
+    return out.transpose(1, 2).reshape(B, S, H * D) @ wo.T + bo
 
 
 def gelu_tanh(x):
@@ -459,16 +478,21 @@ def forward_logits(params, cfg, inputs):
     for i in range(cfg["L"]):
         p = f"model.layers.{i}."
         a = rmsnorm(x, params[p + "input_layernorm.weight"], eps)
-        biases = tuple(params[p + f"self_attn.{n}_proj.bias"] for n in "qkv") \
-            if cfg["qkv_bias"] else (0.0, 0.0, 0.0)
+        def bias(name, on):
+            return params[p + name + ".bias"] if on else 0.0
+        biases = tuple(bias(f"self_attn.{n}_proj", cfg["qkv_bias"]) for n in "qkv") + \
+            (bias("self_attn.o_proj", cfg["o_bias"]),)
+        qk_norm = (params[p + "self_attn.q_norm.weight"], params[p + "self_attn.k_norm.weight"]) \
+            if cfg["qk_norm"] else None
         h = x + attention(a, params[p + "self_attn.q_proj.weight"],
                           params[p + "self_attn.k_proj.weight"],
                           params[p + "self_attn.v_proj.weight"],
-                          params[p + "self_attn.o_proj.weight"], cfg, cos, sin, biases)
+                          params[p + "self_attn.o_proj.weight"], cfg, cos, sin, biases, qk_norm)
         m = rmsnorm(h, params[p + "post_attention_layernorm.weight"], eps)
-        gate = m @ params[p + "mlp.gate_proj.weight"].T
-        up = m @ params[p + "mlp.up_proj.weight"].T
-        x = h + (F.silu(gate) * up) @ params[p + "mlp.down_proj.weight"].T
+        gate = m @ params[p + "mlp.gate_proj.weight"].T + bias("mlp.gate_proj", cfg["mlp_bias"])
+        up = m @ params[p + "mlp.up_proj.weight"].T + bias("mlp.up_proj", cfg["mlp_bias"])
+        x = h + (F.silu(gate) * up) @ params[p + "mlp.down_proj.weight"].T + \
+            bias("mlp.down_proj", cfg["mlp_bias"])
     head = params["model.embed_tokens.weight"] if cfg["tied"] else params["lm_head.weight"]
     return rmsnorm(x, params["model.norm.weight"], eps) @ head.T  # [B, S, V]
 

@@ -305,6 +305,31 @@ def main():
 
         check_bench_model_matches(t, cfg_t, weights_t, inputs, targets, "tied")
 
+        print("Qwen3 (q/k head norms, head_dim 8 over C/H = 4, attention_bias) and Llama biases")
+        for name, over, picks in (
+                ("qwen3", {"model_type": "qwen3", "head_dim": 8, "attention_bias": True},
+                 ["model.layers.0.self_attn.q_norm.weight", "model.layers.1.self_attn.k_norm.weight",
+                  "model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.o_proj.weight",
+                  "model.layers.0.self_attn.k_proj.bias", "model.layers.1.self_attn.o_proj.bias"]),
+                ("llama-bias", {"attention_bias": True, "mlp_bias": True},
+                 ["model.layers.0.self_attn.q_proj.bias", "model.layers.1.self_attn.v_proj.bias",
+                  "model.layers.0.self_attn.o_proj.bias", "model.layers.1.mlp.gate_proj.bias",
+                  "model.layers.0.mlp.up_proj.bias", "model.layers.1.mlp.down_proj.bias"])):
+            ckpt_q, cfg_q, weights_q = make_checkpoint(tmp, name, over, 0.3, seed=14)
+            out_q = os.path.join(tmp, f"out_{name}.safetensors")
+            proc = run_cli(ckpt_q, tokens_path, out_q, S, B, 0)
+            t.check(proc.returncode == 0, f"{name} CLI exits 0", proc.stderr)
+            rq = check_outputs(t, out_q, cfg_q, weights_q, 0, name)
+            check_finite_differences(t, cfg_q, weights_q, rq, inputs, targets, picks, name)
+        # q_norm: each head of q RMSNormed over its own D entries, against a per-head loop
+        g = torch.Generator().manual_seed(3)
+        q = torch.randn(2, 5, 3, 8, generator=g, dtype=torch.float64)
+        w = 1.0 + 0.1 * torch.randn(8, generator=g, dtype=torch.float64)
+        got = ref.rmsnorm(q, w, 1e-6)
+        loop = torch.stack([q[:, :, h] / torch.sqrt((q[:, :, h] ** 2).mean(-1, keepdim=True) + 1e-6)
+                            * w for h in range(3)], dim=2)
+        t.check(torch.allclose(got, loop, atol=1e-14), "head norm over [B, S, H, D] is per head")
+
         print("small-weight init")
         ckpt_s, cfg_s, weights_s = make_checkpoint(tmp, "small", {}, 0.002, seed=13)
         out_s = os.path.join(tmp, "out_small.safetensors")

@@ -4,6 +4,7 @@
 
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
+#include "memo/model/params.h"
 #include "test_util.h"
 
 namespace memo {
@@ -117,17 +118,126 @@ TEST(ConfigJson, unsupported_llama_variants_are_rejected) {
             std::string::npos)
       << msg;
   j = tiny();
-  j["attention_bias"] = true;
-  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
-  EXPECT_NE(msg.find("attention_bias"), std::string::npos) << msg;
-  j = tiny();
   j["hidden_act"] = "gelu";
   msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
   EXPECT_NE(msg.find("\"gelu\""), std::string::npos) << msg;
   j = tiny();
-  j["head_dim"] = 32;
+  j["head_dim"] = 33;
   msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
-  EXPECT_NE(msg.find("head_dim = 32"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cfg: head_dim = 33 must be even"), std::string::npos) << msg;
+  j["head_dim"] = 0;
+  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
+  EXPECT_NE(msg.find("cfg: head_dim = 0 must be positive"), std::string::npos) << msg;
+  // the bias fields are LLaMA's (and attention_bias Qwen3's): elsewhere a true one is refused
+  for (const char* type : {"qwen2", "mistral"})
+    for (const char* name : {"attention_bias", "mlp_bias"}) {
+      j = tiny();
+      j["model_type"] = type;
+      j[name] = true;
+      msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
+      EXPECT_NE(msg.find(std::string("cfg: ") + name + " = true is not supported for \"" + type),
+                std::string::npos)
+          << msg;
+    }
+}
+
+// LLaMA's attention_bias, mlp_bias and head_dim are read, shape the tensors and are written back;
+// absent, nothing changes (no head_dim written, the biases false).
+TEST(ConfigJson, llama_biases_and_head_dim_read_and_write_back) {
+  json j = tiny();
+  ASSERT_FALSE(model_config_to_json(model_config_from_json(j, "cfg")).contains("head_dim"));
+  j["attention_bias"] = true;
+  j["mlp_bias"] = true;
+  j["head_dim"] = 32;
+  const ModelConfig c = model_config_from_json(j, "cfg");
+  EXPECT_TRUE(c.attention_bias && c.mlp_bias);
+  EXPECT_EQ(c.head_dim(), 32);
+  const json back = model_config_to_json(c);
+  EXPECT_EQ(back["attention_bias"], true);
+  EXPECT_EQ(back["mlp_bias"], true);
+  EXPECT_EQ(back["head_dim"], 32);
+  const ModelConfig again = model_config_from_json(back, "back");
+  EXPECT_EQ(again.explicit_head_dim, 32);
+  EXPECT_TRUE(again.attention_bias && again.mlp_bias);
+  const ParamLayout layout(c);
+  const int64_t H = c.num_attention_heads, C = c.hidden_size, F = c.intermediate_size;
+  EXPECT_EQ(layout.find("model.layers.0.self_attn.q_proj.weight").shape,
+            (std::vector<int64_t>{H * 32, C}));
+  EXPECT_EQ(layout.find("model.layers.0.self_attn.o_proj.weight").shape,
+            (std::vector<int64_t>{C, H * 32}));
+  EXPECT_EQ(layout.find("model.layers.0.self_attn.o_proj.bias").shape, (std::vector<int64_t>{C}));
+  EXPECT_EQ(layout.find("model.layers.0.mlp.up_proj.bias").shape, (std::vector<int64_t>{F}));
+  EXPECT_EQ(layout.find("model.layers.0.mlp.down_proj.bias").shape, (std::vector<int64_t>{C}));
+}
+
+// Qwen3-0.6B's config.json (its fields as published): head_dim 128 with 16 heads over a hidden
+// size of 1024 (q_proj [2048, 1024], o_proj [1024, 2048]), q/k norms of 128, no biases, tied;
+// written back as a Qwen3 config; the sliding window and a sliding layer refused by name.
+TEST(ConfigJson, qwen3_config_reads_and_writes_back) {
+  const json q = json::parse(R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 1024, "initializer_range": 0.02,
+    "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28,
+    "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+    "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false,
+    "vocab_size": 151936})");
+  const ModelConfig c = model_config_from_json(q, "qwen3.json");
+  EXPECT_EQ(c.arch, Arch::kQwen3);
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.kv_dim(), 1024);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  const ParamLayout layout(c);
+  auto shape = [&](const std::string& name) { return layout.find(name).shape; };
+  EXPECT_EQ(shape("model.layers.27.self_attn.q_proj.weight"), (std::vector<int64_t>{2048, 1024}));
+  EXPECT_EQ(shape("model.layers.27.self_attn.k_proj.weight"), (std::vector<int64_t>{1024, 1024}));
+  EXPECT_EQ(shape("model.layers.27.self_attn.o_proj.weight"), (std::vector<int64_t>{1024, 2048}));
+  EXPECT_EQ(shape("model.layers.0.self_attn.q_norm.weight"), (std::vector<int64_t>{128}));
+  EXPECT_EQ(shape("model.layers.0.self_attn.k_norm.weight"), (std::vector<int64_t>{128}));
+  EXPECT_THROW(layout.find("model.layers.0.self_attn.q_proj.bias"), ConfigError);
+  EXPECT_THROW(layout.find("lm_head.weight"), ConfigError);
+  // per layer: q, k, v, o, the two head norms, the two norms, the MLP; the tied embedding, the norm
+  const int64_t layer =
+      2048 * 1024 + 2 * 1024 * 1024 + 1024 * 2048 + 2 * 128 + 2 * 1024 + 3 * 3072 * 1024;
+  EXPECT_EQ(layout.count(), 28 * layer + 151936 * 1024 + 1024);  // 596,049,920: "0.6B"
+  const json back = model_config_to_json(c);
+  EXPECT_EQ(back["model_type"], "qwen3");
+  EXPECT_EQ(back["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(back["head_dim"], 128);
+  EXPECT_EQ(back["attention_bias"], false);
+  EXPECT_EQ(back["use_sliding_window"], false);
+  EXPECT_FALSE(back.contains("mlp_bias"));
+  const ModelConfig again = model_config_from_json(back, "back");
+  EXPECT_EQ(again.arch, Arch::kQwen3);
+  EXPECT_EQ(again.head_dim(), 128);
+  // Qwen3Config's head_dim is 128 when absent, not hidden_size / num_attention_heads
+  json absent = q;
+  absent.erase("head_dim");
+  EXPECT_EQ(model_config_from_json(absent, "qwen3.json").head_dim(), 128);
+  json sliding = q;
+  sliding["use_sliding_window"] = true;
+  std::string msg =
+      error_message<ConfigError>([&] { model_config_from_json(sliding, "qwen3.json"); });
+  EXPECT_NE(msg.find("qwen3.json: use_sliding_window = true is not supported; memo's Qwen3"),
+            std::string::npos)
+      << msg;
+  json layers = q;
+  layers["layer_types"] = json::array();
+  for (int i = 0; i < 28; ++i)
+    layers["layer_types"].push_back(i == 3 ? "sliding_attention" : "full_attention");
+  msg = error_message<ConfigError>([&] { model_config_from_json(layers, "qwen3.json"); });
+  EXPECT_NE(msg.find("qwen3.json: layer_types[3] = \"sliding_attention\" is not supported"),
+            std::string::npos)
+      << msg;
+  json mlp = q;
+  mlp["mlp_bias"] = true;
+  msg = error_message<ConfigError>([&] { model_config_from_json(mlp, "qwen3.json"); });
+  EXPECT_NE(msg.find("qwen3.json: mlp_bias = true is not supported for \"qwen3\""),
+            std::string::npos)
+      << msg;
 }
 
 // Qwen2.5-0.5B's config.json (its fields as published): the LLaMA layer with q/k/v biases, a

@@ -120,6 +120,25 @@ TEST(LayerRecomputeTokens, qwen2_rebuilt_rows_equal_the_forward_bitwise) {
   check_rebuild(llama_layer_config(Arch::kQwen2));
 }
 
+// Qwen3's layer: q_norm and k_norm per head (their inputs and statistics rebuilt too), head_dim 16
+// (H*D = 96 over C = 48), with and without attention_bias.
+TEST(LayerRecomputeTokens, qwen3_rebuilt_rows_equal_the_forward_bitwise) {
+  for (bool bias : {false, true}) {
+    ModelConfig cfg = llama_layer_config(Arch::kQwen3);
+    cfg.explicit_head_dim = 16;
+    cfg.attention_bias = bias;
+    check_rebuild(cfg);
+  }
+}
+
+// LLaMA's attention_bias (q, k, v, o) and mlp_bias (gate, up; down is never rebuilt).
+TEST(LayerRecomputeTokens, llama_biases_rebuilt_rows_equal_the_forward_bitwise) {
+  ModelConfig cfg = llama_layer_config(Arch::kLlama);
+  cfg.attention_bias = true;
+  cfg.mlp_bias = true;
+  check_rebuild(cfg);
+}
+
 ModelConfig gpt_layer_config(PositionEmbedding pos) {
   ModelConfig cfg;
   cfg.arch = Arch::kGpt2;

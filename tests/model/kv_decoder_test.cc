@@ -185,6 +185,28 @@ TEST(KvDecoder, scaled_rope_qwen2_and_mistral_steps_match_pytorch_float64) {
   }
 }
 
+// Qwen3's q/k head norms with head_dim 16 (H*D = 96 over C = 48), with and without its
+// attention_bias, yarn past the original context; LLaMA's attention_bias and mlp_bias with
+// head_dim 12.
+TEST(KvDecoder, qwen3_and_llama_biases_steps_match_pytorch_float64) {
+  ModelConfig qwen3 = tiny_decoder_llama();
+  qwen3.arch = Arch::kQwen3;
+  qwen3.explicit_head_dim = 16;
+  qwen3.rope_scaling.type = RopeType::kYarn;
+  qwen3.rope_scaling.factor = 4.0;
+  qwen3.rope_scaling.original_max_position_embeddings = 40;
+  ModelConfig qwen3_bias = qwen3;
+  qwen3_bias.attention_bias = true;
+  ModelConfig llama = tiny_decoder_llama();
+  llama.explicit_head_dim = 12;
+  llama.attention_bias = true;
+  llama.mlp_bias = true;
+  for (const ModelConfig& config : {qwen3, qwen3_bias, llama}) {
+    config.validate();
+    expect_cached_steps_match_pytorch(config);
+  }
+}
+
 TEST(KvDecoder, refuses_more_tokens_than_positions) {
   Model model(tiny_decoder_llama(), cpu_backend());
   model.init(1);

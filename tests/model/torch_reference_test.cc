@@ -13,6 +13,7 @@
 #include "memo/core/random.h"
 #include "memo/data/token_data.h"
 #include "memo/io/checkpoint.h"
+#include "memo/io/config_json.h"
 #include "memo/io/safetensors.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/kv_decoder.h"
@@ -24,6 +25,7 @@
 namespace memo {
 namespace {
 
+using nlohmann::json;
 using test::check_against_torch;
 
 struct Case {
@@ -74,6 +76,47 @@ TEST(ModelVsTorch, mistral_sliding_window_matches) {
   c.max_position_embeddings = 256;
   c.sliding_window = 70;
   check_against_torch(c, 150, 1);
+}
+
+// A config.json of model_type `type` (48 wide, 6 heads of head_dim 16, so H*D = 96 != C) with
+// yarn past its original context of 32, plus `extra` fields.
+ModelConfig wide_heads(const char* type, const json& extra) {
+  json j = {{"model_type", type},
+            {"hidden_size", 48},
+            {"intermediate_size", 72},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 6},
+            {"num_key_value_heads", 2},
+            {"head_dim", 16},
+            {"vocab_size", 61},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 100.0},
+            {"max_position_embeddings", 128},
+            {"initializer_range", 0.2},
+            {"rope_scaling",
+             {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}}}};
+  j.update(extra);
+  return model_config_from_json(j, "test");
+}
+
+// Qwen3: q_norm and k_norm (set off 1 by check_against_torch) over each head before RoPE, a
+// head_dim that is not C / H, yarn at 80 tokens past the original 32; without biases, with
+// attention_bias (q, k, v and o), and tied.
+TEST(ModelVsTorch, qwen3_qk_norms_head_dim_and_biases_match_past_the_original_context) {
+  for (const json& extra : {json{{"attention_bias", false}}, json{{"attention_bias", true}},
+                            json{{"tie_word_embeddings", true}}}) {
+    const ModelConfig c = wide_heads("qwen3", extra);
+    ASSERT_EQ(c.head_dim() * c.num_attention_heads, 96);
+    check_against_torch(c, 80, 2);
+  }
+}
+
+// LLaMA's attention_bias (q, k, v and o_proj) and mlp_bias (gate, up and down_proj), each alone
+// and together, with a head_dim that is not C / H.
+TEST(ModelVsTorch, llama_attention_and_mlp_biases_and_head_dim_match) {
+  for (const json& extra : {json{{"attention_bias", true}}, json{{"mlp_bias", true}},
+                            json{{"attention_bias", true}, {"mlp_bias", true}}})
+    check_against_torch(wide_heads("llama", extra), 80, 2);
 }
 
 TEST(ModelVsTorch, sequence_longer_than_one_attention_tile_matches) {

@@ -267,6 +267,29 @@ TEST_F(TensorParallel, qwen2_with_yarn_matches_one_process) {
   layouts_match_one_process("qwen2.json");
 }
 
+// Qwen3: q_norm and k_norm (whole on every rank, over each rank's heads; their gradients summed
+// over the group), head_dim 16 (H*D = 64 over C = 32), attention_bias (q, k, v split with their
+// heads, o's added once on each rank's rows), YaRN-scaled RoPE.
+TEST_F(TensorParallel, qwen3_with_biases_and_yarn_matches_one_process) {
+  test::write_text(dir / "qwen3.json", R"({"model_type": "qwen3", "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "attention_bias": true,
+    "use_sliding_window": false,
+    "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}})");
+  layouts_match_one_process("qwen3.json");
+}
+
+// LLaMA's attention_bias and mlp_bias: gate's and up's biases split with their units, down's and
+// o's added once on each rank's rows.
+TEST_F(TensorParallel, llama_biases_match_one_process) {
+  test::write_text(dir / "biases.json", R"({"model_type": "llama", "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6, "attention_bias": true, "mlp_bias": true})");
+  layouts_match_one_process("biases.json");
+}
+
 // Mistral's sliding window (48) shorter than a context-parallel chunk (64 of 256): under --cp 2
 // the ring skips the chunk pairs wholly outside it and cuts the others. Then with document masks
 // too: a document starts at each 'I' (73) of the corpus, every 56 bytes, so documents cross the

@@ -183,21 +183,8 @@ void reject_unsupported(const json& j, std::string_view where, const ModelConfig
   if (partial != 1.0)
     throw ConfigError(str(where, ": partial_rotary_factor = ", partial,
                           " is not supported; memo rotates whole heads (1.0)"));
-  for (const char* name : {"attention_bias", "mlp_bias"}) {
-    bool bias = false;
-    read_bool(j, where, name, bias);
-    if (bias)
-      throw ConfigError(str(where, ": ", name, " = true is not supported; memo has no biases"));
-  }
   if (const json* v = field(j, "hidden_act"); v && *v != "silu")
     throw ConfigError(str(where, ": hidden_act = ", v->dump(), " is not supported; only \"silu\""));
-  int64_t head_dim = 0;
-  read_int(j, where, "head_dim", head_dim);
-  if (head_dim != 0 && c.num_attention_heads > 0 && head_dim != c.head_dim())
-    throw ConfigError(str(where, ": head_dim = ", head_dim,
-                          " differs from hidden_size / "
-                          "num_attention_heads = ",
-                          c.head_dim(), "; memo needs them equal"));
 }
 
 // GPT2Config fields that would change the math memo implements.
@@ -278,7 +265,9 @@ ModelConfig llama_config_from_json(const json& j, std::string_view where, Arch a
   c.arch = arch;
   c.rms_norm_eps = 1e-6;  // Hugging Face LlamaConfig / Qwen2Config defaults for optional fields
   c.rope_theta = 10000.0;
-  c.max_position_embeddings = arch == Arch::kQwen2 ? 32768 : arch == Arch::kMistral ? 131072 : 2048;
+  c.max_position_embeddings = arch == Arch::kQwen2 || arch == Arch::kQwen3 ? 32768
+                              : arch == Arch::kMistral                     ? 131072
+                                                                           : 2048;
   if (arch == Arch::kMistral) {
     c.sliding_window = 4096;  // MistralConfig's default
     if (j.contains("sliding_window") && j.at("sliding_window").is_null()) c.sliding_window = 0;
@@ -287,15 +276,41 @@ ModelConfig llama_config_from_json(const json& j, std::string_view where, Arch a
       throw ConfigError(str(where, ": sliding_window = ", c.sliding_window,
                             " must be positive (or null: no window)"));
   }
-  if (arch == Arch::kQwen2) {
-    // Qwen2 windows attention only with use_sliding_window (then from layer max_window_layers
-    // on); off, sliding_window and max_window_layers change nothing.
+  if (arch == Arch::kQwen2 || arch == Arch::kQwen3) {
+    // Qwen2 and Qwen3 window attention only with use_sliding_window (then from layer
+    // max_window_layers on); off, sliding_window and max_window_layers change nothing.
     bool sliding = false;
     read_bool(j, where, "use_sliding_window", sliding);
     if (sliding)
-      throw ConfigError(str(where, ": use_sliding_window = true is not supported; memo's Qwen2 ",
-                            "attends to the whole causal context (set it to false)"));
+      throw ConfigError(str(where, ": use_sliding_window = true is not supported; memo's ",
+                            arch == Arch::kQwen2 ? "Qwen2" : "Qwen3",
+                            " attends to the whole causal context (set it to false)"));
   }
+  if (arch == Arch::kQwen3) {
+    c.explicit_head_dim = 128;  // Qwen3Config's default
+    // its layer_types name each layer's attention; memo's are all full
+    if (const json* v = field(j, "layer_types"); v && v->is_array())
+      for (size_t i = 0; i < v->size(); ++i)
+        if ((*v)[i] != "full_attention")
+          throw ConfigError(
+              str(where, ": layer_types[", i, "] = ", (*v)[i].dump(),
+                  " is not supported; memo's Qwen3 layers are all \"full_attention\""));
+  }
+  // LlamaConfig's attention_bias (q, k, v, o) and mlp_bias (gate, up, down); Qwen3Config has the
+  // first; the others neither (a true one is refused by name, see ModelConfig::validate)
+  read_bool(j, where, "attention_bias", c.attention_bias);
+  read_bool(j, where, "mlp_bias", c.mlp_bias);
+  if (c.attention_bias && arch != Arch::kLlama && arch != Arch::kQwen3)
+    throw ConfigError(str(where, ": attention_bias = true is not supported for ",
+                          j.at("model_type"), "; it is LLaMA's and Qwen3's"));
+  if (c.mlp_bias && arch != Arch::kLlama)
+    throw ConfigError(str(where, ": mlp_bias = true is not supported for ", j.at("model_type"),
+                          "; it is LLaMA's"));
+  if (j.contains("head_dim") && j.at("head_dim").is_null()) c.explicit_head_dim = 0;
+  read_int(j, where, "head_dim", c.explicit_head_dim);
+  if (j.contains("head_dim") && !j.at("head_dim").is_null() && c.explicit_head_dim <= 0)
+    throw ConfigError(str(where, ": head_dim = ", c.explicit_head_dim,
+                          " must be positive (or null: hidden_size / num_attention_heads)"));
   c.tie_word_embeddings = false;
   c.initializer_range = 0.02;
   read_int(j, where, "hidden_size", c.hidden_size);
@@ -331,12 +346,14 @@ ModelConfig model_config_from_json(const json& j, std::string_view where) {
   if (!j.is_object())
     throw ConfigError(str(where, ": a model config must be a JSON object, got ", j.type_name()));
   const json* type = field(j, "model_type");
-  if (type && *type != "llama" && *type != "gpt2" && *type != "qwen2" && *type != "mistral")
+  if (type && *type != "llama" && *type != "gpt2" && *type != "qwen2" && *type != "qwen3" &&
+      *type != "mistral")
     throw ConfigError(str(where, ": model_type = ", type->dump(),
-                          " is not supported; memo reads \"llama\", \"qwen2\", \"mistral\" and "
-                          "\"gpt2\" configs"));
+                          " is not supported; memo reads \"llama\", \"qwen2\", \"qwen3\", "
+                          "\"mistral\" and \"gpt2\" configs"));
   ModelConfig c = type && *type == "gpt2"      ? gpt2_config_from_json(j, where)
                   : type && *type == "qwen2"   ? llama_config_from_json(j, where, Arch::kQwen2)
+                  : type && *type == "qwen3"   ? llama_config_from_json(j, where, Arch::kQwen3)
                   : type && *type == "mistral" ? llama_config_from_json(j, where, Arch::kMistral)
                                                : llama_config_from_json(j, where, Arch::kLlama);
   try {
@@ -379,12 +396,15 @@ json model_config_to_json(const ModelConfig& c) {
     if (c.uses_rope()) j["rope_theta"] = c.rope_theta;
     return j;
   }
-  const bool qwen2 = c.arch == Arch::kQwen2, mistral = c.arch == Arch::kMistral;
+  const bool qwen2 = c.arch == Arch::kQwen2, mistral = c.arch == Arch::kMistral,
+             qwen3 = c.arch == Arch::kQwen3;
   json j{
       {"architectures", json::array({qwen2     ? "Qwen2ForCausalLM"
+                                     : qwen3   ? "Qwen3ForCausalLM"
                                      : mistral ? "MistralForCausalLM"
                                                : "LlamaForCausalLM"})},
       {"model_type", qwen2     ? "qwen2"
+                     : qwen3   ? "qwen3"
                      : mistral ? "mistral"
                                : "llama"},
       {"hidden_act", "silu"},
@@ -400,15 +420,15 @@ json model_config_to_json(const ModelConfig& c) {
       {"max_position_embeddings", c.max_position_embeddings},
       {"tie_word_embeddings", c.tie_word_embeddings},
       {"initializer_range", c.initializer_range},
-      {"attention_bias", false},
-      {"mlp_bias", false},
+      {"attention_bias", c.attention_bias},
+      {"mlp_bias", c.mlp_bias},
   };
+  // Qwen3Config's head_dim defaults to 128, not C / H: always written there
+  if (c.explicit_head_dim > 0 || qwen3) j["head_dim"] = c.head_dim();
   if (!c.rope_scaling.is_default()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
-  if (qwen2 || mistral) {  // their configs have no bias fields (Qwen2's q/k/v ones are implied)
-    j.erase("attention_bias");
-    j.erase("mlp_bias");
-  }
-  if (qwen2) j["use_sliding_window"] = false;
+  if (qwen2 || mistral) j.erase("attention_bias");  // Qwen2's q/k/v biases are implied
+  if (qwen2 || mistral || qwen3) j.erase("mlp_bias");
+  if (qwen2 || qwen3) j["use_sliding_window"] = false;
   if (mistral) j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
   return j;
 }

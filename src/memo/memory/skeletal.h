@@ -35,8 +35,9 @@ struct SkeletalField {
   }
 };
 
-// The most fields one layer saves (GPT-2: 15, LLaMA: 14), for fixed-size per-field arrays.
-inline constexpr int kMaxSkeletalFields = 16;
+// The most fields one layer saves (GPT-2: 15, LLaMA: 14, Qwen3: 18), for fixed-size per-field
+// arrays.
+inline constexpr int kMaxSkeletalFields = 18;
 
 // The skeletal set of every layer of a model: L layers, each saving `fields` (x, the layer input,
 // first; it starts every rebuild and always travels). Fields that are neither x nor per-token

@@ -11,6 +11,7 @@ const Architecture& llama_architecture();
 const Architecture& gpt2_architecture();
 const Architecture& qwen2_architecture();
 const Architecture& mistral_architecture();
+const Architecture& qwen3_architecture();
 
 const Architecture& architecture(Arch arch) {
   switch (arch) {
@@ -22,6 +23,8 @@ const Architecture& architecture(Arch arch) {
       return qwen2_architecture();
     case Arch::kMistral:
       return mistral_architecture();
+    case Arch::kQwen3:
+      return qwen3_architecture();
   }
   throw ConfigError(str("unknown architecture ", int(arch)));
 }

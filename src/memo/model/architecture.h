@@ -104,9 +104,11 @@ void layer_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
 // cache that the new tokens fill; `attend` computes attn from q over the cache (keys up to
 // position + n), after k and v are written. mean and rstd are [n] scratch for the norms'
 // statistics, mlp_gate, mlp_in and mlp_act [n, F] scratch for the MLP (LLaMA: gate, up and
-// silu(gate) * up; GPT-2: c_fc's output and its GELU).
+// silu(gate) * up; GPT-2: c_fc's output and its GELU). q_raw [n, H*D], k_raw [n, Hkv*D], q_rstd
+// [n, H] and k_rstd [n, Hkv] are scratch for the products and statistics of q/k head norms (Qwen3).
 struct DecodeRows {
   Tensor x, xn, h, q, k, v, attn;
+  Tensor q_raw, k_raw, q_rstd, k_rstd;
   Tensor mean, rstd;
   Tensor mlp_in, mlp_gate, mlp_act;
   ConstTensor rope_cos, rope_sin;  // [max tokens, D/2]; empty with learned positions

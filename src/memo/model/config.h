@@ -16,7 +16,8 @@ namespace memo {
 
 // kQwen2: the LLaMA layer with biases on the q, k and v projections (Hugging Face Qwen2).
 // kMistral: the LLaMA layer under Mistral's name, with its sliding window (sliding_window below).
-enum class Arch { kLlama, kGpt2, kQwen2, kMistral };
+// kQwen3: the LLaMA layer with an RMSNorm over each head of q and k before RoPE (q_norm, k_norm).
+enum class Arch { kLlama, kGpt2, kQwen2, kMistral, kQwen3 };
 // kLearned: GPT-2's wpe table [max_position_embeddings, C] added to the token embedding.
 // kRope: q and k rotated as in the LLaMA layer (Megatron's --position-embedding-type rope).
 enum class PositionEmbedding { kRope, kLearned };
@@ -28,8 +29,11 @@ struct ModelConfig {
   int64_t num_hidden_layers = 4;    // L
   int64_t num_attention_heads = 8;  // H
   int64_t num_key_value_heads = 8;  // Hkv, divides H (GPT-2: equal to H)
-  int64_t vocab_size = 256;         // V
-  double rms_norm_eps = 1e-5;       // the norms' eps: RMSNorm's, or GPT-2's layer_norm_epsilon
+  // `head_dim` when the config gives one (Qwen3-0.6B: 128 with C = 1024, H = 16, so H*D != C);
+  // 0: derived, C / H. Read it through head_dim().
+  int64_t explicit_head_dim = 0;
+  int64_t vocab_size = 256;    // V
+  double rms_norm_eps = 1e-5;  // the norms' eps: RMSNorm's, or GPT-2's layer_norm_epsilon
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;  // `rope_scaling` (null: plain RoPE); LLaMA only
   // Mistral's sliding_window: a key is seen by the queries less than this many positions after
@@ -41,13 +45,20 @@ struct ModelConfig {
   bool tie_word_embeddings = false;        // GPT-2: always true
   double initializer_range = 0.02;         // std of the normal weight init (Hugging Face)
   PositionEmbedding position_embedding = PositionEmbedding::kRope;  // LLaMA: always kRope
+  // LLaMA's and Qwen3's attention_bias: biases on q_proj, k_proj, v_proj and o_proj (Qwen2's q/k/v
+  // biases are its architecture's, not this field). LLaMA's mlp_bias: on gate, up and down_proj.
+  bool attention_bias = false;
+  bool mlp_bias = false;
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }  // D
-  int64_t kv_dim() const { return num_key_value_heads * head_dim(); }     // Hkv * D
+  int64_t head_dim() const {  // D
+    return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads;
+  }
+  int64_t kv_dim() const { return num_key_value_heads * head_dim(); }  // Hkv * D
   bool is_gpt2() const { return arch == Arch::kGpt2; }
-  // LLaMA's layer (RMSNorm, RoPE, SwiGLU): LLaMA and Qwen2.
+  // LLaMA's layer (RMSNorm, RoPE, SwiGLU): LLaMA, Qwen2, Mistral and Qwen3.
   bool is_llama_family() const {
-    return arch == Arch::kLlama || arch == Arch::kQwen2 || arch == Arch::kMistral;
+    return arch == Arch::kLlama || arch == Arch::kQwen2 || arch == Arch::kMistral ||
+           arch == Arch::kQwen3;
   }
   bool uses_rope() const { return position_embedding == PositionEmbedding::kRope; }
   // The config's name for max_position_embeddings in messages: "n_positions" for GPT-2.

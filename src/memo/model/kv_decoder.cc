@@ -76,6 +76,9 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
     h_ = SpaceArray<float>(be, n * C);
     stats_ = SpaceArray<float>(be, 2 * n);
     q_ = SpaceArray<float>(be, n * HD);
+    // q/k head norms' inputs and statistics (Qwen3): q_raw | k_raw, q_rstd | k_rstd
+    qk_raw_ = SpaceArray<float>(be, n * (HD + cfg_.kv_dim()));
+    qk_rstd_ = SpaceArray<float>(be, n * (cfg_.num_attention_heads + cfg_.num_key_value_heads));
     attn_ = SpaceArray<float>(be, n * HD);
     gate_ = SpaceArray<float>(be, n * F);
     up_ = SpaceArray<float>(be, n * F);
@@ -122,6 +125,10 @@ void KvDecoder::layer(int l, int64_t n) {
   r.k = k_cache_.tensor({n, KV}, cache_row);
   r.v = v_cache_.tensor({n, KV}, cache_row);
   r.attn = attn_.tensor({n, HD});
+  r.q_raw = qk_raw_.tensor({n, HD});
+  r.k_raw = qk_raw_.tensor({n, KV}, n * HD);
+  r.q_rstd = qk_rstd_.tensor({n, cfg_.num_attention_heads});
+  r.k_rstd = qk_rstd_.tensor({n, cfg_.num_key_value_heads}, n * cfg_.num_attention_heads);
   r.mean = stats_.tensor({n});
   r.rstd = stats_.tensor({n}, n);
   r.mlp_gate = gate_.tensor({n, F});

@@ -44,6 +44,7 @@ class KvDecoder {
   SpaceArray<float> rope_cos_, rope_sin_;  // [max_tokens, D/2]; empty with learned positions
   // Per-chunk buffers, [n, width] each, grown to the longest chunk seen.
   SpaceArray<float> x_, xn_, stats_, q_, attn_, h_, gate_, up_, act_, lse_, scratch_;
+  SpaceArray<float> qk_raw_, qk_rstd_;  // DecodeRows' q_raw | k_raw and q_rstd | k_rstd
   // The chunk's tokens and the logits, when the host cannot address the device space.
   SpaceArray<int32_t> tokens_;
   SpaceArray<float> logits_;

@@ -6,7 +6,7 @@
 namespace memo {
 
 const Architecture& mistral_architecture() {
-  static const std::unique_ptr<Architecture> mistral = make_llama_layer("mistral", false);
+  static const std::unique_ptr<Architecture> mistral = make_llama_layer("mistral", false, false);
   return *mistral;
 }
 

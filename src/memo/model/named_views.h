@@ -46,12 +46,14 @@ inline ParamInfo param_info(std::string name, std::vector<int64_t> shape, ParamI
 
 // The width of a skeletal tensor in the config's dimensions.
 enum class SavedWidth {
-  kHidden,  // [T, C]
-  kQuery,   // [T, H*D]
-  kKv,      // [T, Hkv*D]
-  kFfn,     // [T, F]
-  kToken,   // [T]       a per-token statistic
-  kHeads,   // [B, H, S] per head and position (the attention log-sum-exp)
+  kHidden,      // [T, C]
+  kQuery,       // [T, H*D]
+  kKv,          // [T, Hkv*D]
+  kFfn,         // [T, F]
+  kToken,       // [T]       a per-token statistic
+  kHeads,       // [B, H, S] per head and position (the attention log-sum-exp)
+  kQueryHeads,  // [T, H]    a per-token statistic of each query head (Qwen3's q_norm)
+  kKvHeads,     // [T, Hkv]  and of each key head (k_norm)
 };
 
 // One row of an architecture's skeletal table.
@@ -72,7 +74,9 @@ inline SkeletalField skeletal_field(const char* name, SavedWidth width, bool per
   SkeletalField f;
   f.name = name;
   f.per_token = per_token;
-  f.dtype = width == SavedWidth::kToken || width == SavedWidth::kHeads ? DType::kF32 : activations;
+  const bool stats = width == SavedWidth::kToken || width == SavedWidth::kHeads ||
+                     width == SavedWidth::kQueryHeads || width == SavedWidth::kKvHeads;
+  f.dtype = stats ? DType::kF32 : activations;
   switch (width) {
     case SavedWidth::kHidden:
       f.width = c.hidden_size;
@@ -90,6 +94,12 @@ inline SkeletalField skeletal_field(const char* name, SavedWidth width, bool per
       break;
     case SavedWidth::kHeads:
       f.heads = c.num_attention_heads;
+      break;
+    case SavedWidth::kQueryHeads:
+      f.width = c.num_attention_heads;
+      break;
+    case SavedWidth::kKvHeads:
+      f.width = c.num_key_value_heads;
       break;
   }
   if (tp > 1) {

@@ -96,7 +96,7 @@ class ParamLayout {
   int64_t base_offset_ = 0;
 };
 
-// The most tensors one layer has (GPT-2: 12, LLaMA: 9).
+// The most tensors one layer has (GPT-2: 12, LLaMA: 9, 16 with attention_bias and mlp_bias).
 inline constexpr int kMaxLayerParams = 16;
 
 // Views of one layer's weights (or of their gradients: the same over the gradient buffer), in the

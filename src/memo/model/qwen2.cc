@@ -5,7 +5,7 @@
 namespace memo {
 
 const Architecture& qwen2_architecture() {
-  static const std::unique_ptr<Architecture> qwen2 = make_llama_layer("qwen2", true);
+  static const std::unique_ptr<Architecture> qwen2 = make_llama_layer("qwen2", true, false);
   return *qwen2;
 }
 
