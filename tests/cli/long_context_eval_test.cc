@@ -105,9 +105,9 @@ class LongContextEval : public ::testing::Test {
 
 TEST_F(LongContextEval, by_position_buckets_add_up_to_the_mean_loss) {
   const test::CommandResult r = test::run_command(
-      test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " +
-      dir.str("data.txt") + " --seq 100 --batches 2 --by-position 32 --document-mask --eot-id 73" +
-      " --json --svg " + dir.str("pos.svg") + " 2>/dev/null");
+      test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " + dir.str("data.txt") +
+      " --seq 100 --batches 2 --by-position 32 --document-mask --eot-id 73" + " --json --svg " +
+      dir.str("pos.svg") + " 2>/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   const nlohmann::json& b = j.at("by_position");

@@ -137,10 +137,19 @@ TEST(DocumentMask, gpt2_learned_and_rotary_positions_restart_at_each_document) {
   expect_packed_equals_one_by_one(doc_gpt2(PositionEmbedding::kRope));
 }
 
-TEST(DocumentMask, qwen2_and_yarn_match) {
+// Qwen2's biases, Qwen3's per-head q/k norms with head_dim 16 (H D = 96 != C = 48) and Llama's
+// attention and MLP biases, and YaRN.
+TEST(DocumentMask, qwen2_qwen3_biases_and_yarn_match) {
   ModelConfig qwen2 = doc_llama();
   qwen2.arch = Arch::kQwen2;
   expect_packed_equals_one_by_one(qwen2);
+  ModelConfig qwen3 = doc_llama();
+  qwen3.arch = Arch::kQwen3;
+  qwen3.explicit_head_dim = 16;
+  expect_packed_equals_one_by_one(qwen3);
+  ModelConfig biases = doc_llama();
+  biases.attention_bias = biases.mlp_bias = true;
+  expect_packed_equals_one_by_one(biases);
   ModelConfig yarn = doc_llama();
   yarn.rope_scaling.type = RopeType::kYarn;
   yarn.rope_scaling.factor = 4.0;

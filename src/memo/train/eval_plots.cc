@@ -12,7 +12,7 @@
 namespace memo {
 namespace {
 
-constexpr double kW = 900, kH = 420;                               // canvas, px
+constexpr double kW = 900, kH = 420;                                 // canvas, px
 constexpr double kLeft = 80, kRight = 220, kTop = 40, kBottom = 60;  // margins; legend right
 
 std::string label(double v) {  // 3 significant digits

@@ -16,7 +16,8 @@ struct PositionCurve {
 };
 
 // Loss over position (each bucket at its middle), one line per curve. No buckets: DataError.
-std::string loss_by_position_svg(const std::vector<PositionCurve>& curves, const std::string& title);
+std::string loss_by_position_svg(const std::vector<PositionCurve>& curves,
+                                 const std::string& title);
 
 // accuracy[l][d] in [0, 1] for lengths[l] (tokens) and depths[d] (fractions of the context): one
 // cell each, from red (0) to green (1), the value written in it.

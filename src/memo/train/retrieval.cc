@@ -14,15 +14,15 @@ namespace memo {
 namespace {
 
 std::string with_key(std::string sentence, const std::string& key) {
-  for (size_t at; (at = sentence.find("{key}")) != std::string::npos;)
-    sentence.replace(at, 5, key);
+  for (size_t at; (at = sentence.find("{key}")) != std::string::npos;) sentence.replace(at, 5, key);
   return sentence;
 }
 
 // n ids of the filler, cycled from index `from`.
 void append_filler(std::vector<int32_t>& out, const std::vector<int32_t>& filler, int64_t from,
                    int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out.push_back(filler[size_t((from + i) % int64_t(filler.size()))]);
+  for (int64_t i = 0; i < n; ++i)
+    out.push_back(filler[size_t((from + i) % int64_t(filler.size()))]);
 }
 
 }  // namespace
@@ -108,8 +108,8 @@ RetrievalReport run_retrieval(const Tokenizer& tokenizer, const RetrievalTask& t
   for (size_t l = 0; l < lengths.size(); ++l)
     for (size_t d = 0; d < depths.size(); ++d)
       for (int64_t t = 0; t < trials; ++t, ++index) {
-        const RetrievalPrompt p = retrieval_prompt(
-            tokenizer, task, lengths[l], depths[d], retrieval_key(seed, index, task.key_digits));
+        const RetrievalPrompt p = retrieval_prompt(tokenizer, task, lengths[l], depths[d],
+                                                   retrieval_key(seed, index, task.key_digits));
         RetrievalTrial trial{lengths[l], depths[d], p.key, answer(p.ids), "", false};
         trial.parsed = parse_answer(trial.answer);
         trial.correct = trial.parsed == p.key;
@@ -122,8 +122,9 @@ RetrievalReport run_retrieval(const Tokenizer& tokenizer, const RetrievalTask& t
 std::string greedy_answer(const Model& model, const Tokenizer& tokenizer,
                           std::span<const int32_t> prompt, int64_t max_new_tokens,
                           int64_t prefill_chunk) {
-  MEMO_CHECK(!prompt.empty() && max_new_tokens > 0 && prefill_chunk > 0, "greedy_answer: ",
-             prompt.size(), " prompt tokens, ", max_new_tokens, " new, chunks of ", prefill_chunk);
+  MEMO_CHECK(!prompt.empty() && max_new_tokens > 0 && prefill_chunk > 0,
+             "greedy_answer: ", prompt.size(), " prompt tokens, ", max_new_tokens,
+             " new, chunks of ", prefill_chunk);
   KvDecoder decoder(model, int64_t(prompt.size()) + max_new_tokens);
   const int64_t V = model.config().vocab_size, known = std::min(V, tokenizer.vocab_size());
   std::vector<float> logits(static_cast<size_t>(V));

@@ -27,10 +27,10 @@
 namespace memo {
 
 struct RetrievalTask {
-  std::string preamble;           // before the filler
-  std::vector<int32_t> filler;    // ids, cycled (and cut) to fill the context
-  std::string key_sentence;       // with "{key}" where the key goes
-  std::string question;           // after the filler
+  std::string preamble;         // before the filler
+  std::vector<int32_t> filler;  // ids, cycled (and cut) to fill the context
+  std::string key_sentence;     // with "{key}" where the key goes
+  std::string question;         // after the filler
   int64_t key_digits = 5;
 };
 RetrievalTask passkey_task(const Tokenizer& tokenizer);
