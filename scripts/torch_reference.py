@@ -4,7 +4,8 @@
 Written from the Hugging Face Llama and GPT-2 semantics (not from memo's code, not with
 transformers); the config's model_type ("llama" or absent, "gpt2") picks the model:
 plain full-matrix causal attention, autograd gradients, torch.optim.AdamW. Reads a Hugging Face
-checkpoint directory and an llm.c token file; writes one safetensors file of F64 tensors.
+checkpoint directory (model.safetensors, or shards and model.safetensors.index.json; F32, BF16
+or F16) and an llm.c token file; writes one safetensors file of F64 tensors.
 Contract (memo's tests call it; the argparse options below): B windows of S+1 tokens from the
 file start, the same batch every step; per step loss, grad norm, optional clip_grad_norm_, AdamW.
 Output: loss [max(N,1)], grad_norm [max(N,1)], grad.<hf name> (step 0, before clipping) and
@@ -20,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import struct
 import sys
 
 
@@ -247,14 +249,45 @@ def param_shapes(cfg):
     return shapes
 
 
+def read_model_tensors(checkpoint_dir):
+    """(path, dict name -> numpy array) of model.safetensors, or else of the shards that
+    model.safetensors.index.json lists: each tensor in the shard its weight_map names, each shard
+    holding only the tensors mapped to it, and metadata.total_size equal to their data bytes."""
+    path = os.path.join(checkpoint_dir, "model.safetensors")
+    index_path = os.path.join(checkpoint_dir, "model.safetensors.index.json")
+    if os.path.exists(path) or not os.path.exists(index_path):
+        return path, safetensors_io.read(path)[0]
+    with open(index_path, encoding="utf-8") as f:
+        index = json.load(f)
+    weight_map = index["weight_map"]
+    tensors, data_bytes = {}, 0
+    for shard in sorted(set(weight_map.values())):
+        shard_path = os.path.join(checkpoint_dir, shard)
+        in_shard, _ = safetensors_io.read(shard_path)
+        with open(shard_path, "rb") as f:
+            header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        data_bytes += sum(v["data_offsets"][1] - v["data_offsets"][0]
+                          for k, v in header.items() if k != "__metadata__")
+        expected = {n for n, s in weight_map.items() if s == shard}
+        if set(in_shard) != expected:
+            raise ReferenceError(f"{shard_path} holds {sorted(in_shard)}, {index_path} maps "
+                                 f"{sorted(expected)} to it")
+        tensors.update(in_shard)
+    total = index.get("metadata", {}).get("total_size")
+    if total != data_bytes:
+        raise ReferenceError(f"{index_path}: metadata.total_size {total}, the shards hold "
+                             f"{data_bytes} data bytes")
+    return index_path, tensors
+
+
 def load_params(checkpoint_dir, cfg):
-    """Reads model.safetensors into float64 leaf tensors; names and shapes must match exactly.
+    """Reads the model tensors (read_model_tensors) into float64 leaf tensors; names and shapes
+    must match exactly.
 
     When tied, a stored lm_head.weight is accepted only if it equals embed_tokens (some writers
     store both) and is then dropped: the head uses embed_tokens.
     """
-    path = os.path.join(checkpoint_dir, "model.safetensors")
-    tensors, _ = safetensors_io.read(path)
+    path, tensors = read_model_tensors(checkpoint_dir)
     shapes = param_shapes(cfg)
     if cfg["tied"] and "lm_head.weight" in tensors:
         if not np.array_equal(tensors["lm_head.weight"], tensors.get(embedding_name(cfg))):
@@ -537,7 +570,7 @@ def train(params, cfg, inputs, targets, steps, lr, betas, eps, weight_decay, cli
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--checkpoint", required=True, help="dir with config.json, model.safetensors")
+    ap.add_argument("--checkpoint", required=True, help="dir with config.json, model.safetensors or shards + index")
     ap.add_argument("--tokens", required=True, help="llm.c token file")
     ap.add_argument("--seq", type=int, required=True, help="S, tokens per window")
     ap.add_argument("--batch", type=int, required=True, help="B, windows from the file start")

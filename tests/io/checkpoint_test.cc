@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "hf_files.h"
+#include "memo/core/dtype.h"
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
@@ -116,6 +117,71 @@ TEST(Checkpoint, sharded_hugging_face_folder_loads_and_is_found) {
       << msg;
 }
 
+// bf16 with shards: model.safetensors' tensors rounded to nearest even in two shards and an index,
+// the fp32 master weights beside them whole, config.json's torch_dtype saying which, all read back.
+TEST(Checkpoint, bf16_save_in_shards_keeps_the_fp32_master_weights_beside) {
+  TempDir tmp;
+  State s;
+  s.embed = {1.0f + 0x1p-8f + 0x1p-20f, 2, 3.14159f, -4e-3f, 5, 6};  // not all bf16 values
+  CheckpointData d = s.data(100);
+  d.model_dtype = DType::kBF16;
+  d.max_shard_bytes = 12;  // embed's 12 bf16 bytes fill one shard, norm's 4 the next
+  save_checkpoint(tmp / "c", d);
+  for (const char* f : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                        kModelIndexFile, kMasterFile})
+    EXPECT_TRUE(fs::exists(tmp / "c" / f)) << f;
+  EXPECT_FALSE(fs::exists(tmp / "c" / kModelFile));
+  EXPECT_EQ(json::parse(read_file(tmp / "c" / kConfigFile))["torch_dtype"], "bfloat16");
+  EXPECT_EQ(find_latest_checkpoint(tmp / "c"), tmp / "c");
+  const LoadedCheckpoint c = load_checkpoint(tmp / "c");
+  EXPECT_EQ(c.model_dtype, DType::kBF16);
+  EXPECT_EQ(c.model.num_files(), 2);
+  ASSERT_TRUE(c.master.has_value());
+  EXPECT_EQ(c.master->dtype("model.embed_tokens.weight"), "F32");
+  std::vector<float> embed(6), master(6);
+  c.model.read_into("model.embed_tokens.weight", embed.data(), {3, 2});
+  c.master->read_into("model.embed_tokens.weight", master.data(), {3, 2});
+  EXPECT_EQ(master, s.embed);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(embed[i], bf16_to_float(float_to_bf16(s.embed[i]))) << i;
+  EXPECT_EQ(embed[0], 1.0f + 0x1p-7f);
+  EXPECT_EQ(c.optimizer->dtype("adamw.m.model.embed_tokens.weight"), "F32");
+
+  // f32, the default: one model.safetensors, no master, torch_dtype float32
+  save_checkpoint(tmp / "f32", s.data(100));
+  EXPECT_FALSE(fs::exists(tmp / "f32" / kMasterFile));
+  EXPECT_EQ(json::parse(read_file(tmp / "f32" / kConfigFile))["torch_dtype"], "float32");
+  const LoadedCheckpoint f = load_checkpoint(tmp / "f32");
+  EXPECT_EQ(f.model_dtype, DType::kF32);
+  EXPECT_FALSE(f.master.has_value());
+}
+
+// A folder's dtype is its config's torch_dtype (or transformers 5's "dtype"), else its tensors'
+// one dtype; a torch_dtype memo does not know is refused by name.
+TEST(Checkpoint, model_dtype_is_torch_dtype_else_the_tensors_dtype) {
+  TempDir tmp;
+  State s;
+  fs::create_directories(tmp / "hf");
+  json config = model_config_to_json(s.config);
+  config.erase("torch_dtype");
+  write_file_atomic(tmp / "hf" / kConfigFile, config.dump());
+  test::write_hf_safetensors(tmp / "hf" / kModelFile,
+                             {{"model.embed_tokens.weight", {3, 2}, s.embed, "BF16"},
+                              {"model.norm.weight", {2}, s.norm, "BF16"}});
+  EXPECT_EQ(load_checkpoint(tmp / "hf").model_dtype, DType::kBF16);
+  config["dtype"] = "float16";
+  write_file_atomic(tmp / "hf" / kConfigFile, config.dump());
+  EXPECT_EQ(load_checkpoint(tmp / "hf").model_dtype, DType::kF16);
+  config["torch_dtype"] = "float32";  // the older name wins
+  write_file_atomic(tmp / "hf" / kConfigFile, config.dump());
+  EXPECT_EQ(load_checkpoint(tmp / "hf").model_dtype, DType::kF32);
+  config["torch_dtype"] = "int8";
+  write_file_atomic(tmp / "hf" / kConfigFile, config.dump());
+  const std::string msg = error_message<ConfigError>([&] { load_checkpoint(tmp / "hf"); });
+  EXPECT_NE(msg.find(kConfigFile + std::string(": torch_dtype = \"int8\" is not one memo reads")),
+            std::string::npos)
+      << msg;
+}
+
 TEST(Checkpoint, load_errors_name_the_directory_and_file) {
   TempDir tmp;
   std::string msg = error_message<DataError>([&] { load_checkpoint(tmp / "none"); });
@@ -168,6 +234,10 @@ TEST(Checkpoint, partially_written_temp_directory_is_never_picked) {
   fs::create_directories(partial);
   write_safetensors(partial / kModelFile, s.data(200).model);
   EXPECT_EQ(find_latest_checkpoint(run), run / "step-00000100");
+  // shards and their index in a temporary sibling are skipped the same way
+  fs::create_directories(run / "step-00000300.tmp-99999");
+  write_safetensors_set(run / "step-00000300.tmp-99999", s.data(300).model, {}, DType::kBF16, 4);
+  ASSERT_TRUE(fs::exists(run / "step-00000300.tmp-99999" / kModelIndexFile));
   fs::remove(run / kLatestFile);  // even without `latest`, the scan skips temporaries
   EXPECT_EQ(find_latest_checkpoint(run), run / "step-00000100");
 }
@@ -184,6 +254,9 @@ TEST(Checkpoint, interrupted_save_leaves_previous_checkpoint_loadable) {
   bad.optimizer.push_back({"neg", {-1}, nullptr});
   EXPECT_THROW(save_run_checkpoint(run, 200, bad), DataError);
   EXPECT_THROW(save_checkpoint(run / "step-00000100", bad), DataError);
+  bad.model_dtype = DType::kBF16;  // shards, their index and the master written, then the failure
+  bad.max_shard_bytes = 4;
+  EXPECT_THROW(save_run_checkpoint(run, 200, bad), DataError);
   EXPECT_EQ(find_latest_checkpoint(run), run / "step-00000100");
   EXPECT_EQ(first_embed(run / "step-00000100"), 1.0f);
   EXPECT_EQ(load_checkpoint(run / "step-00000100").trainer_state["step"], 100);

@@ -56,6 +56,27 @@ TEST(ConfigJson, writer_adds_hugging_face_fields) {
   EXPECT_EQ(j["torch_dtype"], "float32");
 }
 
+// torch_dtype names the dtype the weights are written in, and reads back; the same config stored
+// in another dtype is the same model. A value memo does not know is refused wherever it is read.
+TEST(ConfigJson, torch_dtype_is_written_and_read_back) {
+  const json bf16 = model_config_to_json(ModelConfig{}, DType::kBF16);
+  EXPECT_EQ(bf16["torch_dtype"], "bfloat16");
+  EXPECT_EQ(torch_dtype_from_json(bf16, "cfg"), DType::kBF16);
+  EXPECT_EQ(model_config_to_json(model_config_from_json(bf16, "cfg")),
+            model_config_to_json(ModelConfig{}));
+  ModelConfig gpt2;
+  gpt2.arch = Arch::kGpt2;
+  EXPECT_EQ(model_config_to_json(gpt2, DType::kBF16)["torch_dtype"], "bfloat16");
+  json j = tiny();
+  EXPECT_EQ(torch_dtype_from_json(j, "cfg"), std::nullopt);
+  j["dtype"] = "float16";  // transformers 5's name
+  EXPECT_EQ(torch_dtype_from_json(j, "cfg"), DType::kF16);
+  j["torch_dtype"] = "float64";
+  const std::string msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });
+  EXPECT_NE(msg.find("cfg: torch_dtype = \"float64\" is not one memo reads"), std::string::npos)
+      << msg;
+}
+
 TEST(ConfigJson, kv_heads_default_to_attention_heads_and_unknown_fields_are_ignored) {
   json j = tiny();
   j.erase("num_key_value_heads");

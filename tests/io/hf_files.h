@@ -1,5 +1,5 @@
 // Hugging Face style files written the way other tools write them, for the loading tests:
-// safetensors in F32, BF16 or F16 (memo itself writes F32 only) and a shard index written as raw
+// safetensors in F32, BF16 or F16 without memo's checksum, and a shard index written as raw
 // text, so that a test can also write what nlohmann::json would never emit (a repeated key).
 #pragma once
 

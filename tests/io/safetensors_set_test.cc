@@ -1,11 +1,15 @@
 // SafetensorsSet: one file or Hugging Face shards with an index, in F32, BF16 and F16; every way
-// the index and the shards can disagree is a one-line error naming the file and the tensor.
+// the index and the shards can disagree is a one-line error naming the file and the tensor. The
+// writer: huggingface_hub's split of tensors into shards, and what it writes reads back.
 #include "memo/io/safetensors_set.h"
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "hf_files.h"
 #include "memo/core/error.h"
+#include "memo/io/atomic_file.h"
 #include "test_util.h"
 
 namespace memo {
@@ -163,6 +167,75 @@ TEST(SafetensorsSet, bad_indexes_are_format_errors_naming_the_index) {
   const std::string msg =
       error_message<DataError>([&] { SafetensorsSet::from_index(s.tmp / "none.index.json"); });
   EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+}
+
+using Shards2 = std::vector<std::vector<size_t>>;
+
+// The docstring's example of split_state_dict_into_shards_factory (limit 10: [6, 6, 2, 6, 2, 2]
+// gives [6], [6+2], [6+2+2]), its oversize rule, and the edges.
+TEST(SafetensorsSet, plan_shards_splits_as_huggingface_hub_does) {
+  EXPECT_EQ(plan_shards({6, 6, 2, 6, 2, 2}, 10), (Shards2{{0}, {1, 2}, {3, 4, 5}}));
+  // a tensor over the limit gets a shard of its own when met; the open shard stays open
+  EXPECT_EQ(plan_shards({2, 12, 3}, 10), (Shards2{{1}, {0, 2}}));
+  EXPECT_EQ(plan_shards({12, 13}, 10), (Shards2{{0}, {1}}));
+  EXPECT_EQ(plan_shards({10, 10}, 10), (Shards2{{0}, {1}}));  // exactly the limit fits
+  EXPECT_EQ(plan_shards({4, 6, 1}, 10), (Shards2{{0, 1}, {2}}));
+  EXPECT_EQ(plan_shards({1, 2, 3}, 5'000'000'000), (Shards2{{0, 1, 2}}));
+  EXPECT_EQ(plan_shards({}, 10), Shards2{});
+  EXPECT_THROW(plan_shards({1}, 0), ConfigError);
+}
+
+struct WriteSet {
+  TempDir tmp;
+  std::vector<float> embed = small_values(12, 1), up = small_values(15, 2), norm = {0.5f, 2, 3};
+  std::vector<NamedTensor> tensors() const {  // 48, 60 and 12 bytes in F32: [48], [60 + 12] in 72
+    return {{"model.embed_tokens.weight", {4, 3}, embed.data()},
+            {"model.layers.0.mlp.up_proj.weight", {5, 3}, up.data()},
+            {"model.norm.weight", {3}, norm.data()}};
+  }
+};
+
+// Past the limit: shards named as transformers names them and an index with total_size and the
+// weight map (keys sorted) that SafetensorsSet reads back to the same tensors, each one's shard
+// holding only what the index maps to it.
+TEST(SafetensorsSet, written_shards_and_index_read_back_to_the_same_tensors) {
+  WriteSet w;
+  const std::vector<std::string> files =
+      write_safetensors_set(w.tmp.path(), w.tensors(), {{"format", "pt"}}, DType::kF32, 72);
+  const std::string s1 = "model-00001-of-00002.safetensors",
+                    s2 = "model-00002-of-00002.safetensors";
+  EXPECT_EQ(files, (std::vector<std::string>{s1, s2, kModelIndexFile}));
+  EXPECT_FALSE(fs::exists(w.tmp / kModelFile));
+  const nlohmann::json index = nlohmann::json::parse(read_file(w.tmp / kModelIndexFile));
+  EXPECT_EQ(index, nlohmann::json::parse(R"({"metadata": {"total_size": 120}, "weight_map": {
+      "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+      "model.layers.0.mlp.up_proj.weight": "model-00002-of-00002.safetensors",
+      "model.norm.weight": "model-00002-of-00002.safetensors"}})"));
+  const SafetensorsSet set = SafetensorsSet::from_index(w.tmp / kModelIndexFile);
+  EXPECT_EQ(set.num_files(), 2);
+  EXPECT_EQ(set.file_of("model.norm.weight").path(), w.tmp / s2);
+  EXPECT_EQ(set.metadata().at("format"), "pt");
+  for (const NamedTensor& t : w.tensors()) {
+    const std::vector<float> v = read(set, t.name);
+    EXPECT_EQ(std::vector<float>(t.data, t.data + v.size()), v) << t.name;
+    EXPECT_EQ(set.shape(t.name), t.shape);
+  }
+  // bf16 halves the bytes: 24 + 30 + 6 fit in one shard of 72, written as model.safetensors
+  TempDir one;
+  EXPECT_EQ(write_safetensors_set(one.path(), w.tensors(), {}, DType::kBF16, 72),
+            std::vector<std::string>{kModelFile});
+  EXPECT_FALSE(fs::exists(one / kModelIndexFile));
+  EXPECT_EQ(SafetensorsFile(one / kModelFile).dtype("model.norm.weight"), "BF16");
+}
+
+TEST(SafetensorsSet, writer_refuses_a_name_used_twice_across_shards) {
+  WriteSet w;
+  std::vector<NamedTensor> t = w.tensors();
+  t.push_back(t[0]);
+  const std::string msg = error_message<DataError>(
+      [&] { write_safetensors_set(w.tmp.path(), t, {}, DType::kF32, 64); });
+  EXPECT_NE(msg.find("tensor name 'model.embed_tokens.weight' is used twice"), std::string::npos)
+      << msg;
 }
 
 }  // namespace

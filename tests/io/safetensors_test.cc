@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -302,6 +303,63 @@ TEST(Safetensors, writer_rejects_bad_tensor_lists_and_keeps_old_file) {
   msg = error_message<DataError>([&] { write_safetensors(p, {}, {{kChecksumKey, "x"}}); });
   EXPECT_NE(msg.find(kChecksumKey), std::string::npos) << msg;
   EXPECT_EQ(read_file(p), before);
+}
+
+// The bf16 value nearest x, ties to the even pattern, chosen by exact distances in double (not by
+// the writer's integer rounding). For finite x below bf16's largest finite value.
+float nearest_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const uint32_t lo = bits & 0xffff0000u, hi = lo + 0x10000u;  // toward zero; one step away
+  float flo, fhi;
+  std::memcpy(&flo, &lo, 4);
+  std::memcpy(&fhi, &hi, 4);
+  const double d_lo = std::fabs(double(x) - flo), d_hi = std::fabs(double(fhi) - x);
+  if (d_lo != d_hi) return d_lo < d_hi ? flo : fhi;
+  return (lo >> 16) % 2 == 0 ? flo : fhi;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+TEST(Safetensors, bf16_writes_each_value_rounded_to_nearest_even) {
+  TempDir tmp;
+  std::vector<float> w = {1.0f + 0x1p-8f,             // a tie: down to the even 1
+                          1.0f + 3 * 0x1p-8f,         // a tie: up to the even 1 + 2^-6
+                          -(1.0f + 0x1p-8f),          // ties are symmetric
+                          1.0f + 0x1p-8f + 0x1p-20f,  // just past the tie: up
+                          0.0f,
+                          -0.0f,
+                          1e-30f,
+                          1e-40f,
+                          65504.0f,
+                          -3.0e38f};
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (int i = 0; i < 1000; ++i) w.push_back(normal(rng));
+  const std::vector<float> special = {std::nanf(""), INFINITY, -INFINITY};
+  const fs::path p = tmp / "bf16.safetensors";
+  write_safetensors(p, {{"w", {int64_t(w.size())}, w.data()}, {"s", {3}, special.data()}},
+                    {{"format", "pt"}}, DType::kBF16);
+  const SafetensorsFile file(p);  // its checksum is checked here
+  EXPECT_TRUE(file.has_checksum());
+  EXPECT_EQ(file.dtype("w"), "BF16");
+  std::vector<float> back(w.size()), s(3);
+  file.read_into("w", back.data(), {int64_t(w.size())});
+  for (size_t i = 0; i < w.size(); ++i)
+    EXPECT_TRUE(same_bits(back[i], nearest_bf16(w[i]))) << i << ": " << w[i] << " -> " << back[i];
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], 1.0f + 0x1p-6f);
+  file.read_into("s", s.data(), {3});
+  EXPECT_TRUE(std::isnan(s[0]));
+  EXPECT_EQ(s[1], INFINITY);
+  EXPECT_EQ(s[2], -INFINITY);
+  uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, read_file(p).data(), 8);
+  EXPECT_EQ(fs::file_size(p), 8 + header_bytes + 2 * (w.size() + 3));  // two bytes a value
+  const std::string msg = error_message<DataError>([&] {
+    write_safetensors(tmp / "f16", {{"w", {1}, w.data()}}, {}, DType::kF16);
+  });
+  EXPECT_NE(msg.find("dtype f16; memo writes f32 and bf16"), std::string::npos) << msg;
 }
 
 TEST(Safetensors, missing_file_is_data_error) {

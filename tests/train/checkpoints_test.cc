@@ -1,18 +1,24 @@
 // load_model_tensors: a checkpoint's tensors into a model, every name and shape checked; tensors
-// the model does not have are refused by name, except the buffers Hugging Face files carry.
+// the model does not have are refused by name, except the buffers Hugging Face files carry. A bf16
+// save in shards reads back, in memo and in the independent PyTorch reference, as the same model.
 #include "memo/train/checkpoints.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "io/hf_files.h"
+#include "memo/backend/caching_allocator.h"
 #include "memo/core/error.h"
 #include "memo/cpu/cpu_backend.h"
+#include "memo/data/token_data.h"
+#include "memo/io/checkpoint.h"
 #include "memo/io/safetensors.h"
 #include "memo/io/safetensors_set.h"
+#include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "test_util.h"
 
@@ -173,6 +179,58 @@ TEST(Checkpoints, transposed_weight_is_refused_with_both_shapes) {
                      "elements), expected [32, 16]"),
             std::string::npos)
       << msg;
+}
+
+// A model saved in bf16 shards of at most 1,000 bytes (each layer's tensors spread over several)
+// loads into memo as the bf16 rounding of its weights, bit for bit, and scripts/torch_reference.py
+// reads the shards through the index with its own safetensors reader (names and shapes checked
+// against its own model) to the loss memo computes on those weights: within 1e-5 relative, the
+// fp32 forward against float64 on identical weights, as in tests/model/torch_compare_util.h.
+TEST(Checkpoints, bf16_shards_read_back_the_same_in_memo_and_the_torch_reference) {
+  for (const Arch arch : {Arch::kLlama, Arch::kGpt2}) {
+    TempDir tmp;
+    Model a(tiny(arch), cpu_backend()), b(tiny(arch), cpu_backend());
+    a.init(5);
+    CheckpointData data;
+    data.config = a.config();
+    for (const ParamInfo& p : a.layout().params())
+      data.model.push_back({p.name, p.shape, a.params() + p.offset});
+    data.model_dtype = DType::kBF16;
+    data.max_shard_bytes = 1000;
+    save_checkpoint(tmp / "ckpt", data);
+    const LoadedCheckpoint ckpt = load_checkpoint(tmp / "ckpt");
+    EXPECT_GT(ckpt.model.num_files(), 4);
+    load_model_tensors(b, ckpt.model);
+    for (int64_t i = 0; i < a.params_numel(); ++i)
+      ASSERT_EQ(b.params()[i], bf16_to_float(float_to_bf16(a.params()[i]))) << i;
+
+    const int64_t batch = 2, seq = 16;
+    std::vector<int32_t> tokens(size_t(batch * seq + 1));
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7 + 3) % 40);
+    write_llmc_tokens(tmp / "tokens.bin", tokens);
+    std::vector<int32_t> inputs, targets;
+    for (int64_t r = 0; r < batch; ++r)
+      for (int64_t t = 0; t < seq; ++t) {
+        inputs.push_back(tokens[size_t(r * seq + t)]);
+        targets.push_back(tokens[size_t(r * seq + t + 1)]);
+      }
+    const std::string cmd = "/usr/bin/python3 " + test::source_dir() +
+                            "/scripts/torch_reference.py --checkpoint " + tmp.str("ckpt") +
+                            " --tokens " + tmp.str("tokens.bin") +
+                            " --seq 16 --batch 2 --steps 0 --lr 0 --beta1 0.9 --beta2 0.95 "
+                            "--eps 1e-8 --weight-decay 0 --out " +
+                            tmp.str("ref.safetensors");
+    const test::CommandResult r = test::run_command(cmd);
+    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+    float ref_loss = 0;
+    SafetensorsFile(tmp / "ref.safetensors").read_into("loss", &ref_loss, {1});
+    CachingAllocator alloc;
+    KeepStrategy keep(b.skeletal(), alloc);
+    const double loss = b.forward_loss(inputs.data(), targets.data(), batch, seq, keep, alloc) /
+                        double(batch * seq);
+    EXPECT_NEAR(loss, ref_loss, 1e-5 * std::fabs(ref_loss))
+        << (arch == Arch::kGpt2 ? "gpt2" : "llama");
+  }
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ struct TrainFlags {
   BatchScheduleFlags schedule;
   RuntimeFlags device;
   std::string gpu, hardware_dir = MEMO_HARDWARE_DIR, device_memory, host_memory;
+  std::string save_dtype, max_shard_size;
   std::string rope_scaling;  // --rope-scaling's JSON
   double rope_theta = 0;
   int64_t max_positions = 0;
@@ -93,6 +94,16 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--resume", t->resume_dir, "Continue the run in this directory (or checkpoint)");
   cmd.add_option("--init-from", t->init_from,
                  "Start from this checkpoint's weights with a fresh optimiser");
+  cmd.add_option("--save-dtype", f.save_dtype,
+                 "The checkpoints' model.safetensors in bf16 (rounded to nearest even; the fp32 "
+                 "master weights go beside it in model.fp32.safetensors, which --resume reads) or "
+                 "f32 (default: bf16 when the weights came from a bf16 checkpoint, else f32)")
+      ->check(CLI::IsMember({"bf16", "f32"}));
+  cmd.add_option("--max-shard-size", f.max_shard_size,
+                 "Split the model tensors into model-0000i-of-0000N.safetensors files of at most "
+                 "this size plus model.safetensors.index.json, as transformers does (e.g. 2GB, "
+                 "500MB: GB and MB are decimal; a tensor larger than it gets a file of its own; "
+                 "default: 5GB, or the resumed run's)");
   cmd.add_option("--log", t->log_path, "JSON-lines log, one object per step");
   cmd.add_option("--log-every", t->log_every, "Progress line period in steps")
       ->capture_default_str();
@@ -173,6 +184,13 @@ TrainOptions resolve_options(const TrainFlags& f) {
     o.activations.host_memory_bytes = parse_bytes(f.host_memory, "--host-memory");
   if (!f.device_memory.empty())
     o.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
+  if (!f.save_dtype.empty()) o.save_dtype = f.save_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  if (!f.max_shard_size.empty())
+    o.max_shard_bytes = parse_bytes(f.max_shard_size, "--max-shard-size");
+  if (o.max_shard_bytes == 0)
+    throw ConfigError(str("--max-shard-size '", f.max_shard_size,
+                          "' is 0 bytes; a shard holds at least one tensor byte (transformers' "
+                          "default is 5GB)"));
   if (f.rope_theta_opt->count() > 0) o.positions.rope_theta = f.rope_theta;
   if (f.max_positions_opt->count() > 0) o.positions.max_position_embeddings = f.max_positions;
   if (!f.rope_scaling.empty()) {

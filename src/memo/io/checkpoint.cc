@@ -2,6 +2,8 @@
 #include "memo/io/checkpoint.h"
 
 #include <cstdio>
+#include <map>
+#include <set>
 #include <utility>
 
 #include "memo/core/error.h"
@@ -34,6 +36,17 @@ bool is_file(const fs::path& p) {
   return fs::is_regular_file(p, ec);
 }
 
+// See LoadedCheckpoint::model_dtype.
+DType stored_dtype(std::optional<DType> torch_dtype, const SafetensorsSet& model) {
+  if (torch_dtype) return *torch_dtype;
+  std::set<std::string> dtypes;
+  for (const std::string& name : model.names()) dtypes.insert(model.dtype(name));
+  if (dtypes.size() != 1) return DType::kF32;
+  return *dtypes.begin() == "BF16"  ? DType::kBF16
+         : *dtypes.begin() == "F16" ? DType::kF16
+                                    : DType::kF32;
+}
+
 std::string trim(std::string s) {
   const char* ws = " \t\r\n";
   s.erase(0, s.find_first_not_of(ws));
@@ -47,16 +60,19 @@ void save_checkpoint(const fs::path& dir, const CheckpointData& data) {
   data.config.validate();
   AtomicDirWriter writer(dir);
   // format=pt: transformers refuses safetensors files without it.
-  write_safetensors(writer.path() / kModelFile, data.model, {{"format", "pt"}});
-  save_model_config(writer.path() / kConfigFile, data.config);
+  const std::map<std::string, std::string> pt{{"format", "pt"}};
+  write_safetensors_set(writer.path(), data.model, pt, data.model_dtype, data.max_shard_bytes);
+  if (data.model_dtype != DType::kF32)  // see Note [Master weights beside bf16]
+    write_safetensors(writer.path() / kMasterFile, data.model, pt);
+  save_model_config(writer.path() / kConfigFile, data.config, data.model_dtype);
   if (!data.optimizer.empty()) write_safetensors(writer.path() / kOptimizerFile, data.optimizer);
   if (!data.trainer_state.is_null())
     write_file_atomic(writer.path() / kTrainerStateFile, data.trainer_state.dump(2) + "\n");
   if (!data.tokenizer_json.empty())
     write_file_atomic(writer.path() / kTokenizerFile, data.tokenizer_json);
   for (const auto& [name, bytes] : data.side_files) {
-    const bool ours = name == kModelFile || name == kConfigFile || name == kOptimizerFile ||
-                      name == kTrainerStateFile ||
+    const bool ours = name == kModelFile || name == kModelIndexFile || name == kMasterFile ||
+                      name == kConfigFile || name == kOptimizerFile || name == kTrainerStateFile ||
                       (name == kTokenizerFile && !data.tokenizer_json.empty());
     if (ours || name.find('/') != std::string::npos)
       throw DataError(str("checkpoint ", dir.string(), ": side file ", name,
@@ -78,12 +94,19 @@ LoadedCheckpoint load_checkpoint(const fs::path& dir) {
   if (!has_model_tensors(dir))
     throw DataError(
         str("checkpoint ", dir.string(), " has no ", kModelFile, " and no ", kModelIndexFile));
-  ModelConfig config = load_model_config(dir / kConfigFile);
-  LoadedCheckpoint ckpt{dir, std::move(config),
+  const fs::path config_path = dir / kConfigFile;
+  const json config = read_json_file<ConfigError>(config_path);
+  LoadedCheckpoint ckpt{dir,
+                        model_config_from_json(config, config_path.string()),
                         is_file(dir / kModelFile)
                             ? SafetensorsSet(SafetensorsFile(dir / kModelFile))
                             : SafetensorsSet::from_index(dir / kModelIndexFile),
-                        std::nullopt, json()};
+                        DType::kF32,
+                        std::nullopt,
+                        std::nullopt,
+                        json()};
+  ckpt.model_dtype = stored_dtype(torch_dtype_from_json(config, config_path.string()), ckpt.model);
+  if (is_file(dir / kMasterFile)) ckpt.master.emplace(SafetensorsFile(dir / kMasterFile));
   if (is_file(dir / kOptimizerFile)) ckpt.optimizer.emplace(SafetensorsFile(dir / kOptimizerFile));
   if (is_file(dir / kTrainerStateFile))
     ckpt.trainer_state = read_json_file<FormatError>(dir / kTrainerStateFile);

@@ -1,8 +1,10 @@
 // A checkpoint is a directory, written atomically as a whole (see Note [Atomic directory commit]):
-//   model.safetensors       caller-named tensors (Hugging Face Llama names), metadata format=pt;
-//                           a loaded directory may instead hold Hugging Face shards plus
+//   model.safetensors       caller-named tensors (Hugging Face Llama names) in f32 or bf16,
+//                           metadata format=pt; or, past the shard size, Hugging Face shards plus
 //                           model.safetensors.index.json (io/safetensors_set.h)
-//   config.json             the ModelConfig (io/config_json.h)
+//   model.fp32.safetensors  the same tensors in f32 when model.safetensors is bf16 (Note [Master
+//                           weights beside bf16])
+//   config.json             the ModelConfig, torch_dtype naming the model tensors' dtype
 //   optimizer.safetensors   caller-named optimizer tensors; only when there are any
 //   trainer_state.json      caller JSON (step, data position, seed, ...); only when not null
 //   tokenizer.json          the Hugging Face tokenizer of the training data; only when known
@@ -23,22 +25,32 @@
 
 namespace memo {
 
-inline constexpr const char* kModelFile = "model.safetensors";
+inline constexpr const char* kMasterFile = "model.fp32.safetensors";
 inline constexpr const char* kConfigFile = "config.json";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
 inline constexpr const char* kTokenizerFile = "tokenizer.json";
 inline constexpr const char* kLatestFile = "latest";
 
+// Note [Master weights beside bf16]
+// A checkpoint saved in bf16 (the dtype of a model downloaded in bf16, half the bytes) would
+// lose the low half of every fp32 master weight the optimiser updates, so a run resumed from it
+// would not continue bit for bit. Its model.safetensors (the files transformers, eval and
+// generate read) holds the bf16 rounding; model.fp32.safetensors beside it holds the fp32
+// weights, one file under the same names (the name transformers' variant="fp32" looks for), and
+// --resume reads that one. An f32 checkpoint is its own master: no second file.
+
 struct CheckpointData {
   ModelConfig config;
-  std::vector<NamedTensor> model;      // non-owning views of the caller's buffers
+  std::vector<NamedTensor> model;      // non-owning views of the caller's buffers (fp32)
   std::vector<NamedTensor> optimizer;  // empty: no optimizer.safetensors
   nlohmann::json trainer_state;        // null: no trainer_state.json
   std::string tokenizer_json;          // empty: no tokenizer.json
   // Further files written as they are (name, bytes): a Hugging Face model's tokenizer and
   // generation files, carried from the folder a run started from (kModelSideFiles).
   std::vector<std::pair<std::string, std::string>> side_files;
+  DType model_dtype = DType::kF32;  // of model.safetensors: kF32, or kBF16 with kMasterFile
+  int64_t max_shard_bytes = kDefaultMaxShardBytes;  // model tensors over this go into shards
 };
 
 // The files of a Hugging Face model folder beside its weights and config.json that a checkpoint
@@ -60,7 +72,11 @@ void save_checkpoint(const std::filesystem::path& dir, const CheckpointData& dat
 struct LoadedCheckpoint {
   std::filesystem::path dir;
   ModelConfig config;
-  SafetensorsSet model;                     // model.safetensors, or the shards of its index
+  SafetensorsSet model;  // model.safetensors, or the shards of its index
+  // What the model tensors are stored in: config.json's torch_dtype, else the tensors' dtype when
+  // they all share one, else kF32.
+  DType model_dtype = DType::kF32;
+  std::optional<SafetensorsSet> master;     // model.fp32.safetensors, if present
   std::optional<SafetensorsSet> optimizer;  // nullopt without optimizer.safetensors
   nlohmann::json trainer_state;             // null without trainer_state.json
 };

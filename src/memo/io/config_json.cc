@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memo/core/error.h"
@@ -342,9 +343,30 @@ ModelConfig llama_config_from_json(const json& j, std::string_view where, Arch a
 
 }  // namespace
 
+// Each torch_dtype value memo reads, with the dtype it names.
+constexpr std::pair<const char*, DType> kTorchDtypes[] = {
+    {"float32", DType::kF32}, {"bfloat16", DType::kBF16}, {"float16", DType::kF16}};
+
+std::optional<DType> torch_dtype_from_json(const json& j, std::string_view where) {
+  const char* name = field(j, "torch_dtype") ? "torch_dtype" : "dtype";
+  const json* v = field(j, name);
+  if (!v) return std::nullopt;
+  for (const auto& [text, dtype] : kTorchDtypes)
+    if (*v == text) return dtype;
+  throw ConfigError(str(where, ": ", name, " = ", v->dump(),
+                        " is not one memo reads (\"float32\", \"bfloat16\", \"float16\")"));
+}
+
+const char* torch_dtype_name(DType dtype) {
+  for (const auto& [text, d] : kTorchDtypes)
+    if (d == dtype) return text;
+  throw ConfigError(str("dtype ", dtype_name(dtype), " has no torch_dtype name memo writes"));
+}
+
 ModelConfig model_config_from_json(const json& j, std::string_view where) {
   if (!j.is_object())
     throw ConfigError(str(where, ": a model config must be a JSON object, got ", j.type_name()));
+  torch_dtype_from_json(j, where);  // the stored weights' dtype: checked here, read by the loader
   const json* type = field(j, "model_type");
   if (type && *type != "llama" && *type != "gpt2" && *type != "qwen2" && *type != "qwen3" &&
       *type != "mistral")
@@ -368,13 +390,13 @@ ModelConfig load_model_config(const std::filesystem::path& path) {
   return model_config_from_json(read_json_file<ConfigError>(path), path.string());
 }
 
-json model_config_to_json(const ModelConfig& c) {
+json model_config_to_json(const ModelConfig& c, DType torch_dtype) {
   if (c.is_gpt2()) {
     json j{
         {"architectures", json::array({"GPT2LMHeadModel"})},
         {"model_type", "gpt2"},
         {"activation_function", "gelu_new"},
-        {"torch_dtype", "float32"},
+        {"torch_dtype", torch_dtype_name(torch_dtype)},
         {"n_embd", c.hidden_size},
         {"n_layer", c.num_hidden_layers},
         {"n_head", c.num_attention_heads},
@@ -408,7 +430,7 @@ json model_config_to_json(const ModelConfig& c) {
                      : mistral ? "mistral"
                                : "llama"},
       {"hidden_act", "silu"},
-      {"torch_dtype", "float32"},
+      {"torch_dtype", torch_dtype_name(torch_dtype)},
       {"hidden_size", c.hidden_size},
       {"intermediate_size", c.intermediate_size},
       {"num_hidden_layers", c.num_hidden_layers},
@@ -433,8 +455,9 @@ json model_config_to_json(const ModelConfig& c) {
   return j;
 }
 
-void save_model_config(const std::filesystem::path& path, const ModelConfig& config) {
-  write_file_atomic(path, model_config_to_json(config).dump(2) + "\n");
+void save_model_config(const std::filesystem::path& path, const ModelConfig& config,
+                       DType torch_dtype) {
+  write_file_atomic(path, model_config_to_json(config, torch_dtype).dump(2) + "\n");
 }
 
 }  // namespace memo

@@ -10,8 +10,10 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string_view>
 
+#include "memo/core/dtype.h"
 #include "memo/model/config.h"
 
 namespace memo {
@@ -35,12 +37,21 @@ RopeScaling rope_scaling_from_json(const nlohmann::json& j, std::string_view whe
 
 ModelConfig model_config_from_json(const nlohmann::json& json, std::string_view where);
 
-// All ModelConfig fields plus architectures, model_type, hidden_act and torch_dtype, which
-// transformers needs to build LlamaForCausalLM; for GPT-2, the GPT2Config names (GPT2LMHeadModel,
-// dropout rates 0) and memo_position_embedding_type.
-nlohmann::json model_config_to_json(const ModelConfig& config);
+// The dtype the weights are stored in, as config.json's torch_dtype says (transformers 5 writes
+// it as "dtype"): "float32", "bfloat16" or "float16"; nullopt when absent. Not a ModelConfig
+// field: the same model may be stored in any dtype. Another value: ConfigError naming `where` and
+// the field (model_config_from_json checks it too).
+std::optional<DType> torch_dtype_from_json(const nlohmann::json& j, std::string_view where);
+// "float32", "bfloat16", "float16"; ConfigError for a dtype without a torch_dtype name.
+const char* torch_dtype_name(DType dtype);
+
+// All ModelConfig fields plus architectures, model_type, hidden_act and torch_dtype (the dtype the
+// checkpoint's weights are stored in), which transformers needs to build LlamaForCausalLM; for
+// GPT-2, the GPT2Config names (GPT2LMHeadModel, dropout rates 0) and memo_position_embedding_type.
+nlohmann::json model_config_to_json(const ModelConfig& config, DType torch_dtype = DType::kF32);
 
 // model_config_to_json written atomically, indented, with a trailing newline.
-void save_model_config(const std::filesystem::path& path, const ModelConfig& config);
+void save_model_config(const std::filesystem::path& path, const ModelConfig& config,
+                       DType torch_dtype = DType::kF32);
 
 }  // namespace memo

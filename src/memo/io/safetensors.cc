@@ -65,6 +65,23 @@ std::string_view bytes_of(const NamedTensor& t, int64_t numel) {
   return {reinterpret_cast<const char*>(t.data), size_t(numel) * sizeof(float)};
 }
 
+// A tensor's values as they are stored in `dtype` (F32 or BF16), handed to `sink` in pieces:
+// F32 in one piece, BF16 rounded kBf16PieceNumel values at a time into `scratch`, so that a
+// write holds one piece beside the caller's fp32 tensors, not a bf16 copy of them all.
+constexpr int64_t kBf16PieceNumel = int64_t(1) << 20;
+template <class Sink>
+void for_each_piece(const NamedTensor& t, int64_t numel, DType dtype,
+                    std::vector<uint16_t>& scratch, Sink&& sink) {
+  if (dtype == DType::kF32) return sink(bytes_of(t, numel));
+  for (int64_t at = 0; at < numel; at += kBf16PieceNumel) {
+    const int64_t n = std::min(kBf16PieceNumel, numel - at);
+    scratch.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) scratch[size_t(i)] = float_to_bf16(t.data[at + i]).bits;
+    sink(std::string_view(reinterpret_cast<const char*>(scratch.data()),
+                          size_t(n) * sizeof(uint16_t)));
+  }
+}
+
 // The header parsed as JSON; a FormatError names the file offset of a syntax error.
 json parse_header_object(const std::string& p, std::string_view header) {
   if (header.empty() || header[0] != '{')
@@ -165,7 +182,10 @@ TensorFields parse_tensor(const TensorError& bad, const json& value) {
 }  // namespace
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    throw DataError(str("writing ", path.string(), ": dtype ", dtype_name(dtype),
+                        "; memo writes f32 and bf16"));
   if (metadata.count(kChecksumKey))
     throw DataError(str("writing ", path.string(), ": metadata key ", kChecksumKey,
                         " is reserved for memo's checksum"));
@@ -174,6 +194,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
   ordered_json tensors_json = ordered_json::object();
   uint32_t crc = 0;
   int64_t offset_bytes = 0;
+  std::vector<uint16_t> scratch;  // one BF16 piece
   for (const NamedTensor& t : tensors) {
     if (t.name.empty() || t.name == kMetadataKey || !seen.insert(t.name).second)
       throw DataError(str("writing ", path.string(), ": tensor name '", t.name,
@@ -185,13 +206,13 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
                           "; dims must be non-negative and the count fit int64"));
     if (numel > 0 && t.data == nullptr)
       throw DataError(str("writing ", path.string(), ": tensor '", t.name, "' has no data"));
-    int64_t bytes = numel * int64_t(sizeof(float));
-    tensors_json[t.name] = {{"dtype", "F32"},
+    int64_t bytes = numel * dtype_bytes(dtype);
+    tensors_json[t.name] = {{"dtype", dtype == DType::kF32 ? "F32" : "BF16"},
                             {"shape", t.shape},
                             {"data_offsets", {offset_bytes, offset_bytes + bytes}}};
     offset_bytes += bytes;
     numels.push_back(numel);
-    crc = crc32c(crc, bytes_of(t, numel));
+    for_each_piece(t, numel, dtype, scratch, [&](std::string_view b) { crc = crc32c(crc, b); });
   }
   ordered_json header = ordered_json::object();
   ordered_json meta = ordered_json::object();
@@ -209,7 +230,9 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
   AtomicFileWriter out(path);
   out.append({length_le, sizeof length_le});
   out.append(header_text);
-  for (size_t i = 0; i < tensors.size(); ++i) out.append(bytes_of(tensors[i], numels[i]));
+  for (size_t i = 0; i < tensors.size(); ++i)
+    for_each_piece(tensors[i], numels[i], dtype, scratch,
+                   [&](std::string_view b) { out.append(b); });
   out.commit();
 }
 

@@ -1,6 +1,6 @@
 // The safetensors format (https://huggingface.co/docs/safetensors): an 8-byte little-endian header
 // length N, N bytes of JSON header {name: {"dtype", "shape", "data_offsets": [begin, end)}, plus an
-// optional "__metadata__" string map}, then the data buffer. memo writes F32 only and adds a
+// optional "__metadata__" string map}, then the data buffer. memo writes F32 or BF16 and adds a
 // CRC-32C of the data buffer to __metadata__ ("memo_checksum": "crc32c:<8 hex digits>"); the reader
 // checks every size, offset and dtype, and the checksum when present (files from other tools lack
 // it). The reader memory-maps the file and gives back each tensor's pages once read_into has
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "memo/core/dtype.h"
 #include "memo/io/mapped_file.h"
 
 namespace memo {
@@ -29,10 +30,13 @@ struct NamedTensor {
 // The metadata key holding memo's checksum; callers may not set it.
 inline constexpr const char* kChecksumKey = "memo_checksum";
 
-// Writes the tensors in the given order, atomically. Names must be unique, non-empty and not
-// "__metadata__"; shapes non-negative. Throws DataError on a bad tensor list or a failed write.
+// Writes the tensors in the given order, atomically, each in `dtype`: F32 as they are, or BF16
+// rounded to nearest even (a NaN stays a NaN). Names must be unique, non-empty and not
+// "__metadata__"; shapes non-negative; dtype kF32 or kBF16. Throws DataError on a bad tensor list
+// or a failed write.
 void write_safetensors(const std::filesystem::path& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {},
+                       DType dtype = DType::kF32);
 
 class SafetensorsFile {
  public:

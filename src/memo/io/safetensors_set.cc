@@ -3,6 +3,7 @@
 // weight_map must be an error, not a coin toss between two shards.
 #include "memo/io/safetensors_set.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
@@ -81,7 +82,81 @@ std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& 
   return shards;
 }
 
+// "model-00002-of-00005.safetensors": huggingface_hub's FILENAME_PATTERN with its 5-digit suffix.
+std::string shard_file_name(size_t i, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+// 0 for a negative dim: the bad shape is write_safetensors' error to report.
+int64_t numel_of(const NamedTensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d < 0 ? 0 : d;
+  return n;
+}
+
 }  // namespace
+
+std::vector<std::vector<size_t>> plan_shards(const std::vector<int64_t>& tensor_bytes,
+                                             int64_t max_shard_bytes) {
+  if (max_shard_bytes <= 0)
+    throw ConfigError(str("max shard size ", max_shard_bytes, " bytes must be > 0"));
+  std::vector<std::vector<size_t>> shards;
+  std::vector<size_t> current;
+  int64_t current_bytes = 0;
+  for (size_t i = 0; i < tensor_bytes.size(); ++i) {
+    if (tensor_bytes[i] > max_shard_bytes) {
+      shards.push_back({i});
+      continue;
+    }
+    if (current_bytes + tensor_bytes[i] > max_shard_bytes) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(i);
+    current_bytes += tensor_bytes[i];
+  }
+  if (!current.empty()) shards.push_back(std::move(current));
+  return shards;
+}
+
+std::vector<std::string> write_safetensors_set(const fs::path& dir,
+                                               const std::vector<NamedTensor>& tensors,
+                                               const std::map<std::string, std::string>& metadata,
+                                               DType dtype, int64_t max_shard_bytes) {
+  std::set<std::string> names;
+  std::vector<int64_t> bytes;
+  for (const NamedTensor& t : tensors) {
+    if (!names.insert(t.name).second)
+      throw DataError(str("writing ", dir.string(), ": tensor name '", t.name,
+                          "' is used twice; names must be unique"));
+    bytes.push_back(numel_of(t) * dtype_bytes(dtype));
+  }
+  const std::vector<std::vector<size_t>> shards = plan_shards(bytes, max_shard_bytes);
+  if (shards.size() <= 1) {
+    write_safetensors(dir / kModelFile, tensors, metadata, dtype);
+    return {kModelFile};
+  }
+  std::vector<std::string> files;
+  json weight_map = json::object();  // std::map underneath: keys sorted, as sort_keys=True
+  int64_t total_bytes = 0;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    files.push_back(shard_file_name(s, shards.size()));
+    std::vector<NamedTensor> shard;
+    for (size_t i : shards[s]) {
+      shard.push_back(tensors[i]);
+      weight_map[tensors[i].name] = files.back();
+      total_bytes += bytes[i];
+    }
+    write_safetensors(dir / files.back(), shard, metadata, dtype);
+  }
+  const json index{{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+  write_file_atomic(dir / kModelIndexFile, index.dump(2) + "\n");
+  files.push_back(kModelIndexFile);
+  return files;
+}
 
 SafetensorsSet::SafetensorsSet(SafetensorsFile file) : path_(file.path()) {
   files_.push_back(std::move(file));

@@ -2,7 +2,7 @@
 // an index (model.safetensors.index.json: {"metadata": {...}, "weight_map": {tensor: shard}}).
 // The index and the shards must agree exactly: every listed shard exists, no tensor is named
 // twice, each listed tensor is in its shard, and each shard holds only the tensors the index maps
-// to it. Not a writer: memo saves a single model.safetensors.
+// to it. write_safetensors_set writes such a set the way transformers' save_pretrained does.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,30 @@
 
 namespace memo {
 
+inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kModelIndexFile = "model.safetensors.index.json";
+// transformers' default max_shard_size, "5GB": its units are decimal.
+inline constexpr int64_t kDefaultMaxShardBytes = 5'000'000'000;
+
+// Which tensors go into which shard, as huggingface_hub's split_state_dict_into_shards_factory
+// assigns them (what save_pretrained calls): tensors in order fill the current shard; one that
+// would take it past max_shard_bytes closes it and opens the next; one larger than
+// max_shard_bytes by itself gets a shard of its own, placed when it is met (the current shard
+// stays open, so [small, huge, small] gives [huge], [small, small]). Sizes are data bytes.
+// Returns indices into tensor_bytes, shard by shard; max_shard_bytes must be > 0.
+std::vector<std::vector<size_t>> plan_shards(const std::vector<int64_t>& tensor_bytes,
+                                             int64_t max_shard_bytes);
+
+// Writes `tensors` in `dtype` (write_safetensors) into the existing directory `dir` as
+// save_pretrained does: one model.safetensors when plan_shards gives one shard, else
+// model-00001-of-0000N.safetensors ... and kModelIndexFile ({"metadata": {"total_size": data
+// bytes}, "weight_map": {tensor: shard}}, keys sorted, indented 2). Every file carries `metadata`.
+// Names must be unique over the set. Returns the files written, the index last. Not atomic as a
+// whole: the caller writes into a directory it commits (AtomicDirWriter).
+std::vector<std::string> write_safetensors_set(const std::filesystem::path& dir,
+                                               const std::vector<NamedTensor>& tensors,
+                                               const std::map<std::string, std::string>& metadata,
+                                               DType dtype, int64_t max_shard_bytes);
 
 class SafetensorsSet {
  public:

@@ -139,6 +139,8 @@ std::string write_checkpoint(const TrainOptions& o, const Model& model, const Op
   CheckpointData data;
   data.config = model.config();
   data.model = std::move(model_tensors);
+  data.model_dtype = o.save_dtype.value_or(DType::kF32);
+  data.max_shard_bytes = o.max_shard_bytes.value_or(kDefaultMaxShardBytes);
   data.optimizer = std::move(state);
   data.trainer_state = {
       {"step", step},
@@ -147,6 +149,8 @@ std::string write_checkpoint(const TrainOptions& o, const Model& model, const Op
       {"precision", precision_name(model.backend())},
       {"gns", probe ? nlohmann::json(probe->estimator().state()) : nlohmann::json()},
       {"batch_schedule", plan.checkpoint_json()}};
+  // only when given, so that a run without --max-shard-size writes the bytes it always did
+  if (o.max_shard_bytes) data.trainer_state["max_shard_bytes"] = *o.max_shard_bytes;
   data.tokenizer_json = shard_tokenizer_json(o.data_path);  // the checkpoint names its tokenizer
   data.side_files = side_files_of_origin(o, !data.tokenizer_json.empty());
   const fs::path dir = save_run_checkpoint(o.out_dir, step, data);
@@ -236,12 +240,14 @@ void load_model_tensors(Model& model, const SafetensorsSet& file) {
 
 // Note [Resume]
 // A resumed run continues bit for bit: the weights and every optimiser state tensor are restored
-// exactly (fp32 in safetensors), as are the optimiser's name and hyperparameters and the
-// noise-scale EMAs (trainer_state.json); the step counter sets the schedule and the sampler
-// (windows are a pure function of seed, step, micro-batch and row), and the options that shape
-// the run are restored from the checkpoint rather than taken from the command line. A noise batch
-// schedule's options and state are saved exactly (hex floats) and restored the same way: its
-// flags on a resuming command line are ignored, like --batch.
+// exactly (fp32 in safetensors; a bf16 save's master weights, Note [Master weights beside bf16]),
+// as are the optimiser's name and hyperparameters and the noise-scale EMAs (trainer_state.json);
+// the step counter sets the schedule and the sampler (windows are a pure function of seed, step,
+// micro-batch and row), and the options that shape the run are restored from the checkpoint
+// rather than taken from the command line. A noise batch schedule's options and state are saved
+// exactly (hex floats) and restored the same way: its flags on a resuming command line are
+// ignored, like --batch. --save-dtype and --max-shard-size shape only the files: a resumed run
+// keeps its checkpoint's (its torch_dtype; trainer_state.json's max_shard_bytes) unless given.
 
 std::optional<ResumePoint> resume_point(TrainOptions& o) {
   if (o.resume_dir.empty()) return std::nullopt;
@@ -253,6 +259,8 @@ std::optional<ResumePoint> resume_point(TrainOptions& o) {
                         "--init-from to start a new run from its weights"));
   restore_pinned(o, state.at("options"));
   o.optimizer = optimizer_choice_from_state(state);
+  if (!o.max_shard_bytes && state.contains("max_shard_bytes"))
+    o.max_shard_bytes = state.at("max_shard_bytes").get<int64_t>();
   r.step = state.at("step");
   r.noise = noise_schedule_from_checkpoint(state, r.step, o.resume_dir);
   if (o.batch_schedule && !r.noise)
@@ -271,9 +279,26 @@ std::optional<ResumePoint> resume_point(TrainOptions& o) {
   return r;
 }
 
-void start_weights(Model& model, const TrainOptions& o, const std::optional<ResumePoint>& resume) {
-  if (resume) return load_model_tensors(model, resume->checkpoint.model);
-  if (o.init_from.empty()) return model.init(o.seed);
+DType start_weights(Model& model, const TrainOptions& o, const std::optional<ResumePoint>& resume) {
+  if (resume) {
+    const LoadedCheckpoint& c = resume->checkpoint;
+    if (c.master) {
+      load_model_tensors(model, *c.master);
+    } else {
+      for (const std::string& name : c.model.names())
+        if (c.model.dtype(name) != "F32")
+          throw DataError(str(c.dir.string(), " holds tensor '", name, "' in ", c.model.dtype(name),
+                              " and no ", kMasterFile,
+                              " (the fp32 weights): it cannot be resumed bit for bit; use "
+                              "--init-from to start a new run from its weights"));
+      load_model_tensors(model, c.model);
+    }
+    return c.model_dtype;
+  }
+  if (o.init_from.empty()) {
+    model.init(o.seed);
+    return DType::kF32;
+  }
   LoadedCheckpoint init = load_checkpoint(find_latest_checkpoint(o.init_from));
   // the run's model is --init-from's with the position flags, or --config's, which must agree
   if (model_config_to_json(o.positions.applied_to(init.config)) !=
@@ -281,6 +306,7 @@ void start_weights(Model& model, const TrainOptions& o, const std::optional<Resu
     throw ConfigError(
         str("--init-from ", o.init_from, " has a different model config than ", o.config_path));
   load_model_tensors(model, init.model);
+  return init.model_dtype;
 }
 
 void restore_training_state(Optimizer& opt, Backend& backend, GradNoiseProbe* probe,

@@ -218,7 +218,8 @@ void TrainSession::build_model() {
         DevicePlanOptions{ActivationPlanOptions{}, o_.activations, o_.optimizer,
                           o_.zero == 1 ? &*shard_layout_ : nullptr},
         runtime_.log());
-  start_weights(*model_, o_, resume_);
+  const DType stored = start_weights(*model_, o_, resume_);
+  if (!o_.save_dtype) o_.save_dtype = stored == DType::kBF16 ? DType::kBF16 : DType::kF32;
 }
 
 void TrainSession::build_optimizer() {

@@ -10,6 +10,7 @@
 
 #include "memo/core/error.h"
 #include "memo/core/units.h"
+#include "memo/io/checkpoint.h"
 #include "memo/model/flops.h"
 
 namespace memo {
@@ -143,6 +144,10 @@ void StepLogger::print_start() {
   print_run_header(progress_, s_.model(), o, s_.optimizer(), s_.data().train.num_tokens(),
                    s_.micro_steps(), s_.data_parallel(), s_.context_parallel());
   if (s_.plan().noise()) progress_ << s_.plan().summary() << "\n";
+  if (o.save_dtype == DType::kBF16)
+    progress_ << "memo: checkpoints: model.safetensors in bf16 (torch_dtype bfloat16), the fp32 "
+                 "master weights beside it in "
+              << kMasterFile << " for --resume\n";
 }
 
 void StepLogger::print_peaks(double peak_flops) {

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "memo/core/dtype.h"
+#include "memo/io/safetensors_set.h"
 #include "memo/memory/strategy_factory.h"
 #include "memo/model/config.h"
 #include "memo/scaling/batch_schedule.h"
@@ -35,9 +37,16 @@ struct TrainOptions {
   double gns_decay = 0.99;    // EMA decay per step of the noise-scale estimator
   uint64_t seed = 1234;
   std::string out_dir = "runs/default";
-  int64_t save_every = 0;       // 0: only at the end
-  std::string resume_dir;       // a run directory or checkpoint to continue from
-  std::string init_from;        // a checkpoint to take the weights from (fresh optimiser)
+  int64_t save_every = 0;  // 0: only at the end
+  std::string resume_dir;  // a run directory or checkpoint to continue from
+  std::string init_from;   // a checkpoint to take the weights from (fresh optimiser)
+  // --save-dtype: the checkpoints' model.safetensors in kF32 or kBF16 (with the fp32 master
+  // weights beside: Note [Master weights beside bf16] in io/checkpoint.h). None: kBF16 when the
+  // weights came from a bf16 checkpoint (--init-from or --resume), else kF32; the session sets it.
+  std::optional<DType> save_dtype;
+  // --max-shard-size: model tensors past it go into shards. None: a resumed run's, else
+  // kDefaultMaxShardBytes (5GB).
+  std::optional<int64_t> max_shard_bytes;
   PositionOverrides positions;  // --rope-theta, --rope-scaling, --max-position-embeddings
   std::string log_path;         // JSON lines, one per step
   int64_t val_batches = 16;     // micro-batches of validation windows at the end
