@@ -162,92 +162,112 @@ TEST(MpiCommunicator, send_recv_passes_a_large_block_round_the_ring) {
 }
 
 // Ring attention (model/context_parallel.h) on this rank's chunks gives what one process's causal
-// attention over the whole sequences gives on the same rows: o, lse, dq, dk, dv. The softmax sums
-// the same terms grouped by key block, so agreement is to fp32 rounding: measured up to ~1e-6
+// attention over the whole sequences gives on the same rows: o, lse, dq, dk, dv; and with document
+// masks (Note [Document masks]: the ring passes each chunk pair the whole sequences' document
+// starts) what one process's attention with those starts as key_start gives. The softmax sums the
+// same terms grouped by key block, so agreement is to fp32 rounding: measured up to ~1e-6
 // (relative to 1 + |value|) for these sizes; 2e-5 still catches one wrongly visible block (~1e-2).
 TEST(RingAttention, matches_one_process_attention_on_every_rank) {
   MpiCommunicator& w = *g_world;
   Backend& be = cpu_backend();
   const int64_t C = w.size(), B = 2, H = 4, Hkv = 2, D = 16, QD = H * D, KD = Hkv * D;
-  for (const int64_t n : {int64_t(24), int64_t(80)}) {  // 80: a full and a partial 64-row tile
-    const int64_t S = 2 * C * n, T = B * S, Tl = T / C;
-    std::mt19937 rng(7);  // the same tensors on every rank
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    auto random = [&](int64_t numel) {
-      std::vector<float> x(static_cast<size_t>(numel));
-      for (float& e : x) e = normal(rng);
-      return x;
-    };
-    std::vector<float> q = random(T * QD), k = random(T * KD), v = random(T * KD),
-                       dout = random(T * QD);
-    // one process
-    std::vector<float> o(size_t(T * QD)), lse(size_t(B * H * S)), dq(q.size()), dk(k.size()),
-        dv(v.size());
-    std::vector<float> scratch(size_t(std::max(be.attention_forward_scratch_numel(S, D, H, Hkv),
-                                               be.attention_backward_scratch_numel(S, D, H, Hkv))));
-    const View<float> sc(scratch.data(), {int64_t(scratch.size())});
-    be.attention_forward(View<float>(o.data(), {T, QD}), View<float>(lse.data(), {B, H, S}),
-                         View<const float>(q.data(), {T, QD}), View<const float>(k.data(), {T, KD}),
-                         View<const float>(v.data(), {T, KD}), B, H, Hkv, sc, AttnMask::kCausal);
-    be.attention_backward(
-        View<float>(dq.data(), {T, QD}), View<float>(dk.data(), {T, KD}),
-        View<float>(dv.data(), {T, KD}), View<const float>(dout.data(), {T, QD}),
-        View<const float>(q.data(), {T, QD}), View<const float>(k.data(), {T, KD}),
-        View<const float>(v.data(), {T, KD}), View<const float>(o.data(), {T, QD}),
-        View<const float>(lse.data(), {B, H, S}), B, H, Hkv, sc, AttnMask::kCausal);
-    // this rank's rows, chunk-major (Note [Context parallel layout])
-    const ContextParallel cp{&w, S};
-    auto full_row = [&](int64_t local) {
-      const int64_t sl = local / (B * n), b = local / n % B, t = local % n;
-      return b * S + cp.chunk(int(sl)) * n + t;
-    };
-    auto local_rows = [&](const std::vector<float>& full, int64_t width) {
-      std::vector<float> out(size_t(Tl * width));
-      for (int64_t r = 0; r < Tl; ++r)
-        std::copy_n(&full[size_t(full_row(r) * width)], width, &out[size_t(r * width)]);
-      return out;
-    };
-    std::vector<float> ql = local_rows(q, QD), kl = local_rows(k, KD), vl = local_rows(v, KD),
-                       doutl = local_rows(dout, QD);
-    std::vector<float> ol(ql.size()), lsel(size_t(B * H * 2 * n)), dql(ql.size()), dkl(kl.size()),
-        dvl(vl.size());
-    CachingAllocator alloc;
-    const LayerContext ctx{nullptr, B, 2 * n, {}, {}, &alloc, &be, Parallel{}, DType::kF32, &cp};
-    ring_attention_forward(
-        View<float>(ol.data(), {Tl, QD}), View<float>(lsel.data(), {B, H, 2 * n}),
-        View<const float>(ql.data(), {Tl, QD}), View<const float>(kl.data(), {Tl, KD}),
-        View<const float>(vl.data(), {Tl, KD}), H, Hkv, ctx);
-    ring_attention_backward(
-        View<float>(dql.data(), {Tl, QD}), View<float>(dkl.data(), {Tl, KD}),
-        View<float>(dvl.data(), {Tl, KD}), View<const float>(doutl.data(), {Tl, QD}),
-        View<const float>(ql.data(), {Tl, QD}), View<const float>(kl.data(), {Tl, KD}),
-        View<const float>(vl.data(), {Tl, KD}), View<const float>(ol.data(), {Tl, QD}),
-        View<const float>(lsel.data(), {B, H, 2 * n}), H, Hkv, ctx);
-    double worst = 0.0;
-    auto compare = [&](const std::vector<float>& got, const std::vector<float>& full, int64_t width,
-                       const char* what) {
-      for (int64_t r = 0; r < Tl; ++r)
-        for (int64_t c = 0; c < width; ++c) {
-          const double want = full[size_t(full_row(r) * width + c)];
-          const double err = std::abs(got[size_t(r * width + c)] - want) / (1.0 + std::abs(want));
-          worst = std::max(worst, err);
-          ASSERT_LT(err, 2e-5) << what << " row " << r << " col " << c << " n " << n;
+  const ModelConfig config;  // no sliding window
+  for (const bool documents : {false, true})
+    for (const int64_t n : {int64_t(24), int64_t(80)}) {  // 80: a full and a partial 64-row tile
+      const int64_t S = 2 * C * n, T = B * S, Tl = T / C;
+      // documents: sequence 0 starts ones at S/3 + 1 and S - n/2 (inside the last chunk), sequence
+      // 1 at 5 and 2n (a chunk boundary), so some chunk pairs see nothing and some rows part
+      std::vector<int32_t> doc_start;
+      if (documents)
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t cut1 = b == 0 ? S / 3 + 1 : 5, cut2 = b == 0 ? S - n / 2 : 2 * n;
+          for (int64_t p = 0; p < S; ++p)
+            doc_start.push_back(int32_t(p >= cut2 ? cut2 : p >= cut1 ? cut1 : 0));
         }
-    };
-    compare(ol, o, QD, "o");
-    compare(dql, dq, QD, "dq");
-    compare(dkl, dk, KD, "dk");
-    compare(dvl, dv, KD, "dv");
-    for (int64_t sb = 0; sb < 2 * B; ++sb)  // lse as [2B, H, n]: (slot, b) chunks
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t t = 0; t < n; ++t) {
-          const int64_t b = sb % B, pos = cp.chunk(int(sb / B)) * n + t;
-          ASSERT_NEAR(lsel[size_t((sb * H + h) * n + t)], lse[size_t((b * H + h) * S + pos)], 2e-5)
-              << "lse";
-        }
-    if (w.rank() == 0)
-      std::printf("ring attention, n %lld: worst error %.2e\n", (long long)n, worst);
-  }
+      const View<const int32_t> starts(doc_start.data(), {int64_t(doc_start.size())});
+      const AttnMask mask = documents ? AttnMask::causal_from(starts) : AttnMask::kCausal;
+      std::mt19937 rng(7);  // the same tensors on every rank
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      auto random = [&](int64_t numel) {
+        std::vector<float> x(static_cast<size_t>(numel));
+        for (float& e : x) e = normal(rng);
+        return x;
+      };
+      std::vector<float> q = random(T * QD), k = random(T * KD), v = random(T * KD),
+                         dout = random(T * QD);
+      // one process
+      std::vector<float> o(size_t(T * QD)), lse(size_t(B * H * S)), dq(q.size()), dk(k.size()),
+          dv(v.size());
+      std::vector<float> scratch(
+          size_t(std::max(be.attention_forward_scratch_numel(S, D, H, Hkv),
+                          be.attention_backward_scratch_numel(S, D, H, Hkv))));
+      const View<float> sc(scratch.data(), {int64_t(scratch.size())});
+      be.attention_forward(View<float>(o.data(), {T, QD}), View<float>(lse.data(), {B, H, S}),
+                           View<const float>(q.data(), {T, QD}),
+                           View<const float>(k.data(), {T, KD}),
+                           View<const float>(v.data(), {T, KD}), B, H, Hkv, sc, mask);
+      be.attention_backward(
+          View<float>(dq.data(), {T, QD}), View<float>(dk.data(), {T, KD}),
+          View<float>(dv.data(), {T, KD}), View<const float>(dout.data(), {T, QD}),
+          View<const float>(q.data(), {T, QD}), View<const float>(k.data(), {T, KD}),
+          View<const float>(v.data(), {T, KD}), View<const float>(o.data(), {T, QD}),
+          View<const float>(lse.data(), {B, H, S}), B, H, Hkv, sc, mask);
+      // this rank's rows, chunk-major (Note [Context parallel layout])
+      const ContextParallel cp{&w, S};
+      auto full_row = [&](int64_t local) {
+        const int64_t sl = local / (B * n), b = local / n % B, t = local % n;
+        return b * S + cp.chunk(int(sl)) * n + t;
+      };
+      auto local_rows = [&](const std::vector<float>& full, int64_t width) {
+        std::vector<float> out(size_t(Tl * width));
+        for (int64_t r = 0; r < Tl; ++r)
+          std::copy_n(&full[size_t(full_row(r) * width)], width, &out[size_t(r * width)]);
+        return out;
+      };
+      std::vector<float> ql = local_rows(q, QD), kl = local_rows(k, KD), vl = local_rows(v, KD),
+                         doutl = local_rows(dout, QD);
+      std::vector<float> ol(ql.size()), lsel(size_t(B * H * 2 * n)), dql(ql.size()), dkl(kl.size()),
+          dvl(vl.size());
+      CachingAllocator alloc;
+      LayerContext ctx{&config, B, 2 * n, {}, {}, &alloc, &be, Parallel{}, DType::kF32, &cp};
+      ctx.doc_start = starts;
+      ring_attention_forward(
+          View<float>(ol.data(), {Tl, QD}), View<float>(lsel.data(), {B, H, 2 * n}),
+          View<const float>(ql.data(), {Tl, QD}), View<const float>(kl.data(), {Tl, KD}),
+          View<const float>(vl.data(), {Tl, KD}), H, Hkv, ctx);
+      ring_attention_backward(
+          View<float>(dql.data(), {Tl, QD}), View<float>(dkl.data(), {Tl, KD}),
+          View<float>(dvl.data(), {Tl, KD}), View<const float>(doutl.data(), {Tl, QD}),
+          View<const float>(ql.data(), {Tl, QD}), View<const float>(kl.data(), {Tl, KD}),
+          View<const float>(vl.data(), {Tl, KD}), View<const float>(ol.data(), {Tl, QD}),
+          View<const float>(lsel.data(), {B, H, 2 * n}), H, Hkv, ctx);
+      double worst = 0.0;
+      auto compare = [&](const std::vector<float>& got, const std::vector<float>& full,
+                         int64_t width, const char* what) {
+        for (int64_t r = 0; r < Tl; ++r)
+          for (int64_t c = 0; c < width; ++c) {
+            const double want = full[size_t(full_row(r) * width + c)];
+            const double err = std::abs(got[size_t(r * width + c)] - want) / (1.0 + std::abs(want));
+            worst = std::max(worst, err);
+            ASSERT_LT(err, 2e-5) << what << " row " << r << " col " << c << " n " << n;
+          }
+      };
+      compare(ol, o, QD, "o");
+      compare(dql, dq, QD, "dq");
+      compare(dkl, dk, KD, "dk");
+      compare(dvl, dv, KD, "dv");
+      for (int64_t sb = 0; sb < 2 * B; ++sb)  // lse as [2B, H, n]: (slot, b) chunks
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t t = 0; t < n; ++t) {
+            const int64_t b = sb % B, pos = cp.chunk(int(sb / B)) * n + t;
+            ASSERT_NEAR(lsel[size_t((sb * H + h) * n + t)], lse[size_t((b * H + h) * S + pos)],
+                        2e-5)
+                << "lse";
+          }
+      if (w.rank() == 0)
+        std::printf("ring attention, n %lld%s: worst error %.2e\n", (long long)n,
+                    documents ? ", documents" : "", worst);
+    }
 }
 
 // Tensor + sequence parallelism, context parallelism and both (Notes [Tensor-parallel
