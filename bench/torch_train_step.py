@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """PyTorch baseline for memo's training throughput: one LLaMA train step (forward, backward,
-AdamW) in float32 on the CPU, written the way a PyTorch 1.13 user would (nn.Module, autograd).
+AdamW) in float32 on the CPU, written the way a PyTorch 1.13 user would (nn.Module, autograd);
+with --autocast bf16 the forward and loss run under torch.autocast("cpu", torch.bfloat16), the
+mixed precision such a user picks on a CPU with bf16 (oneDNN's AMX or AVX512-BF16 products).
 
 Not an oracle (scripts/torch_reference.py is); the module names follow Hugging Face so the
 self-test can load the same weights into both. Prints tokens/s, seconds/step and peak RSS.
@@ -182,6 +184,8 @@ def parse_args(argv):
     ap.add_argument("--blas-threads", type=int, default=int(kDefaultBlasThreads),
                     help="OpenBLAS threads (set before torch loads); see Note [Two thread pools]")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help="bf16: the forward and loss under torch.autocast on the CPU")
     args = ap.parse_args(argv)
     if args.hidden % args.heads or args.heads % args.kv_heads or args.steps < 1:
         ap.error(f"need heads | hidden, kv-heads | heads, steps >= 1; got hidden {args.hidden} "
@@ -205,7 +209,8 @@ def main(argv=None):
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss = model(inputs, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            loss = model(inputs, targets)
         loss.backward()
         optimizer.step()
         return loss.item()
@@ -221,7 +226,7 @@ def main(argv=None):
     tokens_per_step = args.batch * args.seq
     mean_s = sum(seconds) / len(seconds)
     result = {
-        "bench": "torch_train_step", "torch": torch.__version__, "dtype": "float32",
+        "bench": "torch_train_step", "torch": torch.__version__, "dtype": "float32" if args.autocast == "none" else "bf16 autocast",
         "attention": "F.scaled_dot_product_attention" if kHasSdpa else
                      "plain softmax (no public F.scaled_dot_product_attention in this torch)",
         "optimizer": "torch.optim.AdamW (default implementation)",
@@ -242,7 +247,7 @@ def main(argv=None):
         print(json.dumps(result))
     else:
         mib = 1024 ** 2
-        print(f"torch {result['torch']} fp32, attention: {result['attention']}")
+        print(f"torch {result['torch']} {result['dtype']}, attention: {result['attention']}")
         print(f"C={args.hidden} F={args.intermediate} L={args.layers} H={args.heads} "
               f"Hkv={args.kv_heads} V={args.vocab} S={args.seq} B={args.batch} "
               f"params={n_params} threads={args.threads} "

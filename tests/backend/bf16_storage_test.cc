@@ -16,6 +16,12 @@
 namespace memo {
 namespace {
 
+// The CPU backend with its native bf16 products off: every kernel f32, as this file tests.
+CpuBackend& f32_cpu() {
+  static CpuBackend be(CpuOptions{.bf16_products = false});
+  return be;
+}
+
 std::vector<bf16> random_bf16(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> d(0.0f, 1.0f);
@@ -40,7 +46,7 @@ double bf16_ulps(float x, double y) {
 // is the double product plus the old value, rounded once (within one bf16 step, the f32 sum's
 // order aside), and the columns outside the slice keep their bits.
 TEST(Bf16Storage, a_product_accumulates_into_a_strided_bf16_slice_rounded_once) {
-  Bf16StorageBackend be(cpu_backend());
+  Bf16StorageBackend be(f32_cpu());
   const int64_t M = 5, K = 37, N = 6, W = 9;
   std::vector<bf16> a = random_bf16(M * K, 1), b = random_bf16(N * K, 2), c = random_bf16(M * W, 3);
   const std::vector<bf16> c0 = c;
@@ -65,22 +71,22 @@ TEST(Bf16Storage, a_product_accumulates_into_a_strided_bf16_slice_rounded_once) 
 // bf16 operands into an f32 output (a weight gradient): the f32 kernel's bits on the widened
 // operands, written in place (no rounding of the f32 result).
 TEST(Bf16Storage, bf16_operands_into_an_f32_output_give_the_f32_kernels_bits) {
-  Bf16StorageBackend be(cpu_backend());
+  Bf16StorageBackend be(f32_cpu());
   const int64_t M = 7, K = 19, N = 4;
   const std::vector<bf16> a = random_bf16(K * M, 4), b = random_bf16(K * N, 5);
   std::vector<float> got(static_cast<size_t>(M * N), 0.5f), want(static_cast<size_t>(M * N), 0.5f);
   be.matmul(View<float>(got.data(), {M, N}), View<const bf16>(a.data(), {K, M}),
             View<const bf16>(b.data(), {K, N}), true, false, 1.0f, 1.0f);
   const std::vector<float> aw = widen(a), bw = widen(b);
-  cpu_backend().matmul(View<float>(want.data(), {M, N}), View<const float>(aw.data(), {K, M}),
-                       View<const float>(bw.data(), {K, N}), true, false, 1.0f, 1.0f);
+  f32_cpu().matmul(View<float>(want.data(), {M, N}), View<const float>(aw.data(), {K, M}),
+                   View<const float>(bw.data(), {K, N}), true, false, 1.0f, 1.0f);
   EXPECT_EQ(got, want);
 }
 
 // A norm with bf16 input, weight and output and an f32 statistic: the output is the f32 kernel's
 // result rounded to nearest even, the statistic the f32 kernel's bits.
 TEST(Bf16Storage, rmsnorm_rounds_its_bf16_output_and_keeps_its_f32_statistic) {
-  Bf16StorageBackend be(cpu_backend());
+  Bf16StorageBackend be(f32_cpu());
   const int64_t T = 6, C = 24;
   const std::vector<bf16> x = random_bf16(T * C, 6), w = random_bf16(C, 7);
   std::vector<bf16> y(static_cast<size_t>(T * C));
@@ -99,7 +105,7 @@ TEST(Bf16Storage, rmsnorm_rounds_its_bf16_output_and_keeps_its_f32_statistic) {
 // The widened copies are grow-only scratch: repeating a call allocates nothing more; a dtype
 // memo does not store activations in is refused by name.
 TEST(Bf16Storage, scratch_stays_put_and_other_dtypes_are_refused) {
-  Bf16StorageBackend be(cpu_backend());
+  Bf16StorageBackend be(f32_cpu());
   EXPECT_EQ(be.activation_dtype(), DType::kBF16);
   std::vector<bf16> x = random_bf16(64, 8);
   be.scale(View<bf16>(x.data(), {64}), 2.0f);

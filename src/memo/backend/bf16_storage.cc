@@ -59,9 +59,20 @@ Bf16StorageBackend::Bf16StorageBackend(Backend& inner) : inner_(inner) {
 }
 
 std::string Bf16StorageBackend::describe() const {
-  return "bf16 weights and activations, computed in f32 by conversion (Note [bf16 storage by "
-         "conversion]) over " +
-         inner_.describe();
+  std::string native;
+  if (inner_.bf16_products()) native += "products";
+  if (inner_.bf16_attention()) native += native.empty() ? "attention" : ", attention";
+  if (inner_.bf16_elementwise()) native += native.empty() ? "elementwise" : ", elementwise";
+  return str("bf16 weights and activations; ", native.empty() ? "" : "native bf16 ", native,
+             native.empty() ? "" : "; ", native.empty() ? "every kernel" : "the rest",
+             " in f32 by conversion (Note [bf16 storage by conversion]) over ", inner_.describe());
+}
+
+std::string Bf16StorageBackend::warning() const {
+  const std::string inner = inner_.warning();
+  if (inner_.bf16_products() || !inner.empty()) return inner;
+  return str(inner_.name(), " has no native bf16 products: bf16 runs compute in f32 by conversion,",
+             " at about the fp32 rate (", inner_.describe(), ")");
 }
 
 int64_t Bf16StorageBackend::scratch_bytes() const {

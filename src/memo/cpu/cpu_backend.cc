@@ -12,7 +12,8 @@
 
 namespace memo {
 
-CpuBackend::CpuBackend() = default;
+// A bad MEMO_CPU_ISA is refused here, before anything is printed or run.
+CpuBackend::CpuBackend(CpuOptions options) : options_(options) { cpu::check_isa_cap(); }
 
 CpuBackend& cpu_backend() {
   static CpuBackend backend;
@@ -21,7 +22,17 @@ CpuBackend& cpu_backend() {
 
 std::string CpuBackend::warning() const { return cpu::blas_warning(); }
 
-std::string CpuBackend::describe() const { return str("cpu, fp32, ", cpu::blas_name()); }
+// The bf16 products are named too: a bf16 run over this backend uses them (or says it cannot).
+std::string CpuBackend::describe() const {
+  return str("cpu, fp32, ", cpu::blas_name(), "; ",
+             bf16_products()               ? cpu::bf16_products_name()
+             : cpu::bf16_products_native() ? "bf16 products off (f32 by conversion)"
+                                           : cpu::bf16_products_name());
+}
+
+bool CpuBackend::bf16_products() const {
+  return options_.bf16_products && cpu::bf16_products_native();
+}
 
 int64_t CpuBackend::reproducible_rows() const { return cpu::kTokenPanelRows; }
 
@@ -53,14 +64,35 @@ double CpuBackend::measure_matmul_peak_flops(double seconds) {
   return peak_flops_;
 }
 
+double CpuBackend::measure_bf16_matmul_peak_flops(double seconds) {
+  if (!bf16_products()) return measure_matmul_peak_flops(seconds);
+  const std::lock_guard<std::mutex> lock(peak_mutex_);
+  if (bf16_peak_seconds_ < seconds) {
+    bf16_peak_flops_ = cpu::measure_bf16_matmul_peak_flops(seconds);
+    bf16_peak_seconds_ = seconds;
+  }
+  return bf16_peak_flops_;
+}
+
+// bf16 operands go to oneDNN's bf16 products when they are on (Note [bf16 products on the CPU]);
+// with them off they reach cpu::matmul's f32 views and are refused there by dtype.
+namespace {
+bool bf16_operands(const CpuBackend& be, ConstTensor a, ConstTensor b) {
+  return be.bf16_products() && a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16;
+}
+}  // namespace
+
 void CpuBackend::do_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
                            float alpha, float beta) {
+  if (bf16_operands(*this, a, b)) return cpu::matmul_bf16(c, a, b, trans_a, trans_b, alpha, beta);
   cpu::matmul(c, a, b, trans_a, trans_b, alpha, beta);
 }
 void CpuBackend::do_matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta) {
+  if (bf16_operands(*this, a, b)) return cpu::matmul_bf16_token_panels(c, a, b, true, beta);
   cpu::matmul_token_panels(c, a, b, beta);
 }
 void CpuBackend::do_matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta) {
+  if (bf16_operands(*this, a, b)) return cpu::matmul_bf16_token_panels(c, a, b, false, beta);
   cpu::matmul_token_panels_kn(c, a, b, beta);
 }
 void CpuBackend::do_rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,

@@ -13,9 +13,16 @@ namespace memo {
 
 // Not final: tests derive from it to take the host's direct access to the device space away
 // (tests/train/device_staging_test.cc), so the paths a GPU needs run on the CPU.
+struct CpuOptions {
+  // Products of bf16 operands natively where the CPU has bf16 kernels (cpu::bf16_products_native);
+  // false keeps every kernel f32, so Bf16StorageBackend widens (Note [bf16 storage by
+  // conversion]): the reference the native products are checked against.
+  bool bf16_products = true;
+};
+
 class CpuBackend : public Backend {
  public:
-  CpuBackend();
+  explicit CpuBackend(CpuOptions options = {});
   const char* name() const override { return "cpu"; }
   std::string describe() const override;
   std::string warning() const override;
@@ -34,6 +41,8 @@ class CpuBackend : public Backend {
   void copy_to_host(void* dst, const void* src, int64_t bytes) override;
   void copy_from_host(void* dst, const void* src, int64_t bytes) override;
   double measure_matmul_peak_flops(double seconds) override;
+  double measure_bf16_matmul_peak_flops(double seconds) override;
+  bool bf16_products() const override;
 
   int64_t attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                           int64_t n_kv_heads) override;
@@ -117,8 +126,10 @@ class CpuBackend : public Backend {
   HostAllocator pinned_{MemSpace::kPinnedHost};
   HostAllocator device_{MemSpace::kDevice};
   HostStream compute_{"compute"};
+  CpuOptions options_;
   std::mutex peak_mutex_;
   double peak_flops_ = 0.0, peak_seconds_ = -1.0;  // the longest measurement so far
+  double bf16_peak_flops_ = 0.0, bf16_peak_seconds_ = -1.0;
 };
 
 // The process's CPU backend, for code that runs on the CPU by definition (tests, CPU benchmarks,

@@ -36,6 +36,21 @@ void matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b, float beta = 0.
 void matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b, float beta = 0.0f);
 // Name and version of the BLAS in use, and its kernel ("OpenBLAS 0.3.21 SkylakeX").
 const char* blas_name();
+// Whether matmul takes bf16 a and b (c f32 or bf16) natively: oneDNN's bf16 kernels on a CPU
+// with AVX512-BF16 or AMX, under any MEMO_CPU_ISA cap (Note [bf16 products on the CPU]); and a
+// line naming them, or why there are none.
+bool bf16_products_native();
+// Applies MEMO_CPU_ISA (amx, avx512_bf16, avx512 or avx2: the highest instruction set oneDNN may
+// use, to run a newer CPU's fallbacks) or refuses its value; every call above applies it first.
+void check_isa_cap();
+const char* bf16_products_name();
+// matmul with bf16 a and b and an f32 or bf16 c (dtype-erased tensors), accumulating in f32 and
+// rounding a bf16 c once; and the token panels of matmul_token_panels (trans_b) or _kn (not).
+// Only where bf16_products_native().
+void matmul_bf16(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b, bool trans_a,
+                 bool trans_b, float alpha = 1.0f, float beta = 0.0f);
+void matmul_bf16_token_panels(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b,
+                              bool trans_b, float beta = 0.0f);
 // One line to print at start-up, before any matmul, when the BLAS runs a kernel that does not
 // match this CPU's SIMD level (OPENBLAS_CORETYPE forcing an old core: several times slower; or a
 // newer one: SIGILL) or fewer threads than the other kernels; empty when all is well.

@@ -1,13 +1,17 @@
 // memo::cpu::matmul: a thin wrapper over the BLAS chosen at build time (MEMO_BLAS in
 // CMakeLists.txt, measured in bench/matmul_bench.cc). The only place memo calls sgemm; it checks
 // shapes and strides on entry and passes row-major views straight through (no copies). Also names
-// the library in use and warns when it runs a kernel slower than this CPU allows.
+// the library in use and warns when it runs a kernel slower than this CPU allows. With oneDNN,
+// products of bf16 operands run through its matmul primitive (Note [bf16 products on the CPU]).
 
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
 
 #include "memo/backend/checks.h"
@@ -27,8 +31,8 @@ namespace {
 
 // BLAS wants a leading dimension >= max(1, cols) even for one-row views, whose ld() may be
 // anything.
-template <class T>
-int64_t blas_ld(const View<T>& v) {
+template <class V>
+int64_t blas_ld(const V& v) {
   return v.rows() <= 1 ? std::max<int64_t>(v.cols(), 1) : v.ld();
 }
 
@@ -59,6 +63,175 @@ int dnnl_isa_level(dnnl_cpu_isa_t isa) {
 
 constexpr const char* kLevelName[] = {"below AVX2", "AVX2+FMA", "AVX-512"};
 
+#if defined(MEMO_BLAS_DNNL)
+const char* isa_cap() {
+  const char* want = std::getenv("MEMO_CPU_ISA");
+  return want != nullptr && *want != '\0' ? want : nullptr;
+}
+
+// MEMO_CPU_ISA caps the instruction set oneDNN dispatches to (its sgemm and its bf16 products),
+// so the fallbacks of a newer CPU can be run and tested on it: amx, avx512_bf16, avx512 or avx2.
+// oneDNN takes a cap only before its first kernel, so every entry point here applies it first.
+void apply_isa_cap() {
+  static const bool applied = [] {
+    const char* want = isa_cap();
+    if (want == nullptr) return false;
+    struct Cap {
+      const char* name;
+      dnnl_cpu_isa_t isa;
+    };
+    constexpr Cap kCaps[] = {{"amx", dnnl_cpu_isa_avx512_core_amx},
+                             {"avx512_bf16", dnnl_cpu_isa_avx512_core_bf16},
+                             {"avx512", dnnl_cpu_isa_avx512_core},
+                             {"avx2", dnnl_cpu_isa_avx2}};
+    for (const Cap& cap : kCaps)
+      if (std::strcmp(want, cap.name) == 0) {
+        const dnnl_status_t status = dnnl_set_max_cpu_isa(cap.isa);
+        MEMO_CHECK(status == dnnl_success, "MEMO_CPU_ISA=", want,
+                   ": oneDNN did not take the cap (status ", int(status),
+                   "): it must be set before the first product");
+        return true;
+      }
+    throw Error(str("MEMO_CPU_ISA=", want, ": expected amx, avx512_bf16, avx512 or avx2"));
+  }();
+  (void)applied;
+}
+
+bool isa_has(dnnl_cpu_isa_t isa, dnnl_cpu_isa_t level) {
+  return (int(isa) & int(level)) == int(level);
+}
+
+void dnnl_ok(dnnl_status_t status, const char* what) {
+  MEMO_CHECK(status == dnnl_success, "matmul: oneDNN ", what, " failed with status ", int(status));
+}
+
+// Note [bf16 products on the CPU]
+// Products of two bf16 operands (c f32 or bf16) run through oneDNN's matmul primitive, which
+// accumulates in f32 and rounds a bf16 c once, after alpha and beta * c (the output scale and the
+// sum post-op); on a CPU with AMX or AVX512-BF16 it runs bf16 kernels (brgemm), elsewhere
+// bf16_products_native() is false and Bf16StorageBackend widens the operands to f32 instead, as
+// before. Strided operands pass as strides, transposes as swapped strides, so nothing is copied.
+// A primitive is fixed by its shapes, strides, dtypes, alpha and beta, and oneDNN's kernels for
+// one primitive and thread count sum in one order, so a call repeats its bits; the token panels
+// (Note [Token panels]) then make a rebuilt row range repeat the forward's bits, as in f32. The
+// primitives, their descriptors and memory objects are kept per thread and shape (creating them
+// costs several microseconds, a panel's product at AMX rates about twenty).
+struct Bf16Product {
+  dnnl_primitive_t primitive = nullptr;
+  dnnl_memory_t a = nullptr, b = nullptr, c = nullptr;
+};
+
+dnnl_engine_t cpu_engine() {
+  static const dnnl_engine_t engine = [] {
+    dnnl_engine_t e = nullptr;
+    dnnl_ok(dnnl_engine_create(&e, dnnl_cpu, 0), "engine creation");
+    return e;
+  }();
+  return engine;
+}
+
+// The key: M, N, K, the three row strides, the transposes, c's dtype, alpha's and beta's bits.
+using ProductKey = std::array<int64_t, 10>;
+
+Bf16Product make_bf16_product(const ProductKey& key) {
+  const auto [M, N, K, lda, ldb, ldc, trans_a, trans_b, c_bf16, scales] = key;
+  float alpha, beta;
+  const uint64_t bits = uint64_t(scales);
+  const uint32_t alpha_bits = uint32_t(bits >> 32), beta_bits = uint32_t(bits);
+  std::memcpy(&alpha, &alpha_bits, 4);
+  std::memcpy(&beta, &beta_bits, 4);
+  dnnl_memory_desc_t a, b, c;
+  const int64_t a_dims[2] = {M, K}, b_dims[2] = {K, N}, c_dims[2] = {M, N};
+  const int64_t a_strides[2] = {trans_a ? 1 : lda, trans_a ? lda : 1};
+  const int64_t b_strides[2] = {trans_b ? 1 : ldb, trans_b ? ldb : 1};
+  const int64_t c_strides[2] = {ldc, 1};
+  dnnl_ok(dnnl_memory_desc_init_by_strides(&a, 2, a_dims, dnnl_bf16, a_strides), "a's descriptor");
+  dnnl_ok(dnnl_memory_desc_init_by_strides(&b, 2, b_dims, dnnl_bf16, b_strides), "b's descriptor");
+  dnnl_ok(dnnl_memory_desc_init_by_strides(&c, 2, c_dims, c_bf16 ? dnnl_bf16 : dnnl_f32, c_strides),
+          "c's descriptor");
+  dnnl_matmul_desc_t desc;
+  dnnl_ok(dnnl_matmul_desc_init(&desc, &a, &b, nullptr, &c), "matmul descriptor");
+  dnnl_primitive_attr_t attr = nullptr;
+  dnnl_post_ops_t post_ops = nullptr;
+  dnnl_ok(dnnl_primitive_attr_create(&attr), "attribute creation");
+  if (alpha != 1.0f) dnnl_ok(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha), "alpha");
+  if (beta != 0.0f) {
+    dnnl_ok(dnnl_post_ops_create(&post_ops), "post-op creation");
+    dnnl_ok(dnnl_post_ops_append_sum(post_ops, beta), "beta");
+    dnnl_ok(dnnl_primitive_attr_set_post_ops(attr, post_ops), "post-ops");
+  }
+  dnnl_primitive_desc_t pd = nullptr;
+  const dnnl_status_t made = dnnl_primitive_desc_create(&pd, &desc, attr, cpu_engine(), nullptr);
+  if (post_ops) dnnl_post_ops_destroy(post_ops);
+  dnnl_primitive_attr_destroy(attr);
+  dnnl_ok(made, "bf16 matmul descriptor");
+  Bf16Product p;
+  dnnl_ok(dnnl_primitive_create(&p.primitive, pd), "bf16 matmul primitive");
+  dnnl_primitive_desc_destroy(pd);
+  dnnl_ok(dnnl_memory_create(&p.a, &a, cpu_engine(), DNNL_MEMORY_NONE), "a's memory");
+  dnnl_ok(dnnl_memory_create(&p.b, &b, cpu_engine(), DNNL_MEMORY_NONE), "b's memory");
+  dnnl_ok(dnnl_memory_create(&p.c, &c, cpu_engine(), DNNL_MEMORY_NONE), "c's memory");
+  return p;
+}
+
+// This thread's primitives; past kMaxProducts shapes (a long generation's growing cache, many
+// sequence lengths) it starts afresh rather than grow without bound.
+class Bf16Products {
+ public:
+  ~Bf16Products() { clear(); }
+  const Bf16Product& get(const ProductKey& key) {
+    auto it = products_.find(key);
+    if (it != products_.end()) return it->second;
+    if (products_.size() >= kMaxProducts) clear();
+    return products_.emplace(key, make_bf16_product(key)).first->second;
+  }
+
+ private:
+  static constexpr size_t kMaxProducts = 512;
+  void clear() {
+    for (auto& [key, p] : products_) {
+      dnnl_memory_destroy(p.a);
+      dnnl_memory_destroy(p.b);
+      dnnl_memory_destroy(p.c);
+      dnnl_primitive_destroy(p.primitive);
+    }
+    products_.clear();
+  }
+  std::map<ProductKey, Bf16Product> products_;
+};
+
+void run_bf16_product(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b, bool trans_a,
+                      bool trans_b, float alpha, float beta, int64_t M, int64_t N, int64_t K) {
+  uint32_t alpha_bits, beta_bits;
+  std::memcpy(&alpha_bits, &alpha, 4);
+  std::memcpy(&beta_bits, &beta, 4);
+  const ProductKey key{M,
+                       N,
+                       K,
+                       blas_ld(a),
+                       blas_ld(b),
+                       blas_ld(c),
+                       trans_a,
+                       trans_b,
+                       c.dtype() == DType::kBF16,
+                       int64_t((uint64_t(alpha_bits) << 32) | beta_bits)};
+  thread_local Bf16Products products;
+  const Bf16Product& p = products.get(key);
+  dnnl_ok(dnnl_memory_set_data_handle(p.a, const_cast<void*>(a.data())), "a's handle");
+  dnnl_ok(dnnl_memory_set_data_handle(p.b, const_cast<void*>(b.data())), "b's handle");
+  dnnl_ok(dnnl_memory_set_data_handle(p.c, c.data()), "c's handle");
+  thread_local const dnnl_stream_t stream = [] {
+    dnnl_stream_t s = nullptr;
+    dnnl_ok(dnnl_stream_create(&s, cpu_engine(), dnnl_stream_default_flags), "stream creation");
+    return s;
+  }();
+  const dnnl_exec_arg_t args[3] = {
+      {DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}};
+  dnnl_ok(dnnl_primitive_execute(p.primitive, stream, 3, args), "bf16 matmul");
+  dnnl_ok(dnnl_stream_wait(stream), "stream wait");
+}
+#endif
+
 }  // namespace
 
 void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,
@@ -80,6 +253,7 @@ void matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, 
               trans_b ? CblasTrans : CblasNoTrans, int(M), int(N), int(K), alpha, a.data(),
               int(blas_ld(a)), b.data(), int(blas_ld(b)), beta, c.data(), int(blas_ld(c)));
 #else
+  apply_isa_cap();
   const dnnl_status_t status =
       dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, a.data(), blas_ld(a),
                  b.data(), blas_ld(b), beta, c.data(), blas_ld(c));
@@ -114,6 +288,7 @@ const char* blas_name() {
     return str("OpenBLAS ", openblas_get_corename(), ", ", openblas_get_num_threads(), " threads (",
                openblas_get_config(), ")");
 #else
+    apply_isa_cap();
     const dnnl_version_t* v = dnnl_version();
     return str("oneDNN ", v->major, ".", v->minor, ".", v->patch, " sgemm, ",
                kLevelName[dnnl_isa_level(dnnl_get_effective_cpu_isa())], " kernels, ",
@@ -148,13 +323,107 @@ std::string blas_warning() {
                "; matmul is slower than it could be (unset or raise "
                "OPENBLAS_NUM_THREADS)");
 #else
+  apply_isa_cap();
   const int isa_level = dnnl_isa_level(dnnl_get_effective_cpu_isa());
   if (isa_level < cpu_level)
     return str("oneDNN runs ", kLevelName[isa_level], " kernels on a CPU with ",
-               kLevelName[cpu_level],
-               "; matmul may be several times slower (is ONEDNN_MAX_CPU_ISA set? unset it)");
+               kLevelName[cpu_level], "; matmul may be several times slower (",
+               isa_cap() ? str("MEMO_CPU_ISA=", isa_cap(), " caps it")
+                         : std::string("is ONEDNN_MAX_CPU_ISA set? unset it"),
+               ")");
 #endif
   return "";
+}
+
+void check_isa_cap() {
+#if defined(MEMO_BLAS_DNNL)
+  apply_isa_cap();
+#else
+  const char* want = std::getenv("MEMO_CPU_ISA");
+  if (want != nullptr && *want != '\0')
+    throw Error(str("MEMO_CPU_ISA=", want, ": it caps oneDNN, and this build uses OpenBLAS"));
+#endif
+}
+
+void matmul_bf16(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b, bool trans_a,
+                 bool trans_b, float alpha, float beta) {
+  check_matmul(c, a, b, trans_a, trans_b, alpha, beta);
+  MEMO_CHECK(a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16 &&
+                 (c.dtype() == DType::kF32 || c.dtype() == DType::kBF16),
+             "matmul_bf16: c ", dtype_name(c.dtype()), " = a ", dtype_name(a.dtype()), " @ b ",
+             dtype_name(b.dtype()), " (need bf16 operands, c f32 or bf16)");
+  MEMO_CHECK(bf16_products_native(), "matmul_bf16: ", bf16_products_name());
+  const int64_t M = c.rows(), N = c.cols();
+  const int64_t K = trans_a ? a.rows() : a.cols();
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: c = beta c; beta = 0 clears NaNs too
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        if (c.dtype() == DType::kBF16) {
+          bf16& x = c.as<bf16>()(i, j);
+          x = float_to_bf16(beta == 0.0f ? 0.0f : beta * bf16_to_float(x));
+        } else {
+          float& x = c.as<float>()(i, j);
+          x = beta == 0.0f ? 0.0f : beta * x;
+        }
+      }
+    return;
+  }
+#if defined(MEMO_BLAS_DNNL)
+  run_bf16_product(c, a, b, trans_a, trans_b, alpha, beta, M, N, K);
+#endif
+}
+
+void matmul_bf16_token_panels(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b,
+                              bool trans_b, float beta) {
+  MEMO_CHECK(c.ndim() == 2 && a.ndim() == 2 && c.rows() == a.rows(), "matmul_bf16_token_panels: c ",
+             c.shape(), " a ", a.shape(), " (need the same token rows)");
+  for (int64_t r0 = 0; r0 < c.rows(); r0 += kTokenPanelRows) {
+    const int64_t r1 = std::min(c.rows(), r0 + kTokenPanelRows);
+    matmul_bf16(c.slice_rows(r0, r1), a.slice_rows(r0, r1), b, false, trans_b, 1.0f, beta);
+  }
+}
+
+bool bf16_products_native() {
+#if defined(MEMO_BLAS_DNNL)
+  apply_isa_cap();
+  static const bool native = isa_has(dnnl_get_effective_cpu_isa(), dnnl_cpu_isa_avx512_core_bf16);
+  return native;
+#else
+  return false;
+#endif
+}
+
+const char* bf16_products_name() {
+  static const std::string name = []() -> std::string {
+#if defined(MEMO_BLAS_DNNL)
+    if (!bf16_products_native())
+      return isa_cap() ? str("no bf16 products under MEMO_CPU_ISA=", isa_cap())
+                       : std::string(
+                             "no bf16 products on this CPU (oneDNN has bf16 kernels for "
+                             "AVX512-BF16 and AMX)");
+    // the implementation oneDNN picks for a panel-sized product, e.g. brg:avx512_core_amx_bf16
+    dnnl_memory_desc_t a, b, c;
+    const int64_t dims[2] = {kTokenPanelRows, kTokenPanelRows}, strides[2] = {kTokenPanelRows, 1};
+    dnnl_ok(dnnl_memory_desc_init_by_strides(&a, 2, dims, dnnl_bf16, strides), "a's descriptor");
+    dnnl_ok(dnnl_memory_desc_init_by_strides(&b, 2, dims, dnnl_bf16, strides), "b's descriptor");
+    dnnl_ok(dnnl_memory_desc_init_by_strides(&c, 2, dims, dnnl_f32, strides), "c's descriptor");
+    dnnl_matmul_desc_t desc;
+    dnnl_ok(dnnl_matmul_desc_init(&desc, &a, &b, nullptr, &c), "matmul descriptor");
+    dnnl_primitive_desc_t pd = nullptr;
+    dnnl_ok(dnnl_primitive_desc_create(&pd, &desc, nullptr, cpu_engine(), nullptr),
+            "bf16 matmul descriptor");
+    const char* impl = "";
+    dnnl_ok(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl), "query");
+    const std::string kernel = impl;
+    dnnl_primitive_desc_destroy(pd);
+    const bool amx = isa_has(dnnl_get_effective_cpu_isa(), dnnl_cpu_isa_avx512_core_amx);
+    return str("bf16 products on ", amx ? "AMX" : "AVX512-BF16", " (oneDNN ", kernel, ")");
+#else
+    return "no bf16 products with OpenBLAS (build with MEMO_BLAS=dnnl)";
+#endif
+  }();
+  return name.c_str();
 }
 
 }  // namespace memo::cpu

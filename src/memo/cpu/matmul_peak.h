@@ -8,5 +8,7 @@ namespace memo::cpu {
 // Runs square sgemm calls (n = 2048) for about `seconds` (at least 3 calls, the first a warm-up
 // not counted) and returns the best rate seen, in FLOP/s (2 n^3 per call). Allocates 48 MiB.
 double measure_matmul_peak_flops(double seconds);
+// The same for bf16 operands into f32 (cpu::matmul_bf16), where cpu::bf16_products_native().
+double measure_bf16_matmul_peak_flops(double seconds);
 
 }  // namespace memo::cpu
