@@ -25,13 +25,11 @@ class Bf16Cpu : public ::testing::Test {
   // memo train with MEMO_CPU_ISA=isa (none when empty)
   test::CommandResult train(const std::string& isa, const std::string& name,
                             const std::string& extra = "--precision bf16") const {
-    return test::run_command((isa.empty() ? std::string("env -u MEMO_CPU_ISA ")
-                                          : "env MEMO_CPU_ISA=" + isa + " ") +
-                             test::memo_bin() + " train --config " + dir.str("config.json") +
-                             " --data " + dir.str("data.txt") +
-                             " --seq 32 --batch 4 --micro-batch 2 --steps 3 --val-batches 1" +
-                             " --out " + dir.str(name) + " --log " + dir.str(name + ".jsonl") +
-                             " " + extra);
+    return test::run_command(
+        (isa.empty() ? std::string("env -u MEMO_CPU_ISA ") : "env MEMO_CPU_ISA=" + isa + " ") +
+        test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+        dir.str("data.txt") + " --seq 32 --batch 4 --micro-batch 2 --steps 3 --val-batches 1" +
+        " --out " + dir.str(name) + " --log " + dir.str(name + ".jsonl") + " " + extra);
   }
   test::TempDir dir;
 };
@@ -52,7 +50,7 @@ TEST_F(Bf16Cpu, the_start_up_line_names_the_bf16_products_and_fallbacks_agree) {
   ASSERT_EQ(native.exit_code, 0) << native.output;
   EXPECT_TRUE(contains(native.output, cpu::bf16_products_name())) << native.output;
   EXPECT_TRUE(contains(native.output, cpu::bf16_products_native() ? "native bf16 products"
-                                                                   : "no native bf16 products"))
+                                                                  : "no native bf16 products"))
       << native.output;
 
   const test::CommandResult f32 = train("avx512", "avx512");
@@ -78,11 +76,10 @@ TEST_F(Bf16Cpu, an_fp32_run_under_a_cap_says_so) {
 }
 
 TEST_F(Bf16Cpu, a_bad_cap_is_one_line_before_anything_runs) {
-  test::expect_clean_failure(
-      "env MEMO_CPU_ISA=avx9 " + test::memo_bin() + " train --config " + dir.str("config.json") +
-          " --data " + dir.str("data.txt") + " --seq 32 --batch 4 --steps 1 --out " +
-          dir.str("bad"),
-      "MEMO_CPU_ISA=avx9: expected amx, avx512_bf16, avx512 or avx2");
+  test::expect_clean_failure("env MEMO_CPU_ISA=avx9 " + test::memo_bin() + " train --config " +
+                                 dir.str("config.json") + " --data " + dir.str("data.txt") +
+                                 " --seq 32 --batch 4 --steps 1 --out " + dir.str("bad"),
+                             "MEMO_CPU_ISA=avx9: expected amx, avx512_bf16, avx512 or avx2");
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/kernel_test_util.h"
@@ -34,8 +34,8 @@ struct Bf16Case {
   int64_t M, N, K;
 };
 // 1-wide edges, sizes off every tile (AMX tiles are 16 x 32 bf16), K past one 64-deep block
-const std::vector<Bf16Case> kBf16Cases = {{1, 1, 1},    {1, 7, 13},   {13, 1, 7},  {7, 13, 1},
-                                  {17, 33, 97}, {97, 31, 64}, {130, 80, 257}};
+const std::vector<Bf16Case> kBf16Cases = {{1, 1, 1},    {1, 7, 13},   {13, 1, 7},    {7, 13, 1},
+                                          {17, 33, 97}, {97, 31, 64}, {130, 80, 257}};
 
 // One product on views padded by `pad` columns, c f32 or bf16, against the float64 product of the
 // same bf16 values. A product of two bf16 values is exact in f32 (8 + 8 significant bits), so the
@@ -47,7 +47,8 @@ void check_bf16_product(Bf16Case cs, bool ta, bool tb, float alpha, float beta, 
   const auto [M, N, K] = cs;
   constexpr bool kBf16Out = std::is_same_v<C, bf16>;
   const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-  const std::vector<bf16> a = random_bf16s(ar * (ac + pad), 70), b = random_bf16s(br * (bc + pad), 71);
+  const std::vector<bf16> a = random_bf16s(ar * (ac + pad), 70),
+                          b = random_bf16s(br * (bc + pad), 71);
   std::vector<C> c;
   for (float x : test::random_floats(M * (N + pad), 72)) {
     if constexpr (kBf16Out)
@@ -99,8 +100,8 @@ void check_bf16_product(Bf16Case cs, bool ta, bool tb, float alpha, float beta, 
         exact += beta * old_c(i, j);
         scale += std::abs(beta * old_c(i, j));
       }
-      const double bound = kBf16Out ? kBf16U * std::abs(exact) + (1 + kBf16U) * gamma * scale
-                                    : gamma * scale;
+      const double bound =
+          kBf16Out ? kBf16U * std::abs(exact) + (1 + kBf16U) * gamma * scale : gamma * scale;
       ASSERT_TRUE(std::isfinite(got)) << i << "," << j;
       const double err = std::abs(got - exact);
       ASSERT_LE(err, bound + 1e-30) << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb
