@@ -2,9 +2,10 @@
 // sequence length, to show memory linear in S (bytes / S flat) and time quadratic (ns / S^2
 // flat), plus a speed ratio to the naive float64 reference at one small S from the same run, and
 // with --documents=8,64 the time of document masks (Note [Document masks]: documents of S/8 and
-// S/64 tokens) against the causal mask at each S from the same run.
+// S/64 tokens) against the causal mask at each S from the same run, and with --bf16 the bf16
+// kernels (attention_bf16.cc, where the CPU has AVX512-BF16) against the f32 ones at each S.
 // Flags (all optional): --seqs=1024,2048,4096,8192,16384 --batch=1 --heads=8 --kv-heads=8
-// --head-dim=64 --reps=1 --ref-seq=512 --documents=8,64
+// --head-dim=64 --reps=1 --ref-seq=512 --documents=8,64 --bf16
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -31,6 +32,7 @@ struct BenchOptions {
   std::vector<int64_t> seqs{1024, 2048, 4096, 8192, 16384};
   int64_t batch = 1, heads = 8, kv_heads = 8, head_dim = 64, reps = 1, ref_seq = 512;
   std::vector<int64_t> documents;  // documents per window of the masked runs
+  bool bf16 = false;
 };
 
 BenchOptions parse(int argc, char** argv) {
@@ -48,7 +50,9 @@ BenchOptions parse(int argc, char** argv) {
       std::stringstream list(value);
       for (std::string item; std::getline(list, item, ',');)
         opt.documents.push_back(std::stoll(item));
-    } else if (key == "--batch")
+    } else if (key == "--bf16")
+      opt.bf16 = true;
+    else if (key == "--batch")
       opt.batch = std::stoll(value);
     else if (key == "--heads")
       opt.heads = std::stoll(value);
@@ -164,6 +168,63 @@ void compare_to_reference(const BenchOptions& opt) {
       (long long)opt.ref_seq, 1e3 * ref_s, 1e3 * kernel_s, ref_s / kernel_s);
 }
 
+// The bf16 kernels on the same (rounded) values against the f32 kernels, fwd+bwd at each S.
+void compare_bf16(const BenchOptions& opt) {
+  if (!memo::cpu::bf16_attention_native()) {
+    std::printf("bf16: %s\n", memo::cpu::bf16_attention_name());
+    return;
+  }
+  std::printf("bf16 kernels against f32 (fwd+bwd, same values; %s):\n%7s %10s %10s %8s\n",
+              memo::cpu::bf16_attention_name(), "S", "f32_ms", "bf16_ms", "speedup");
+  using memo::bf16;
+  for (int64_t S : opt.seqs) {
+    AttnBuffers buf(opt.batch, S, opt.heads, opt.kv_heads, opt.head_dim);
+    const int64_t T = buf.T, qc = buf.H * buf.D, kc = buf.Hkv * buf.D;
+    auto rounded = [](std::vector<float>& x) {
+      std::vector<bf16> b(x.size());
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = memo::bf16_to_float(b[i] = memo::float_to_bf16(x[i]));
+      return b;
+    };
+    std::vector<bf16> q = rounded(buf.q), k = rounded(buf.k), v = rounded(buf.v),
+                      dout = rounded(buf.dout), o(q.size()), dq(q.size()), dk(k.size()),
+                      dv(k.size());
+    std::vector<float> scratch(
+        size_t(std::max(memo::cpu::attention_bf16_forward_scratch_numel(buf.D),
+                        memo::cpu::attention_bf16_backward_scratch_numel(buf.D))));
+    const Tensor s(scratch.data(), {int64_t(scratch.size())}),
+        lse(buf.lse.data(), {buf.B, buf.H, S});
+    auto time = [&](auto&& step) {
+      double sec = 0.0;
+      for (int64_t r = 0; r < opt.reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        step();
+        sec += seconds_since(t0) / opt.reps;
+      }
+      return sec;
+    };
+    const double f32_s = time([&] {
+      buf.forward();
+      buf.backward();
+    });
+    const double bf16_s = time([&] {
+      memo::cpu::attention_bf16_forward(
+          memo::View<bf16>(o.data(), {T, qc}), lse, memo::View<const bf16>(q.data(), {T, qc}),
+          memo::View<const bf16>(k.data(), {T, kc}), memo::View<const bf16>(v.data(), {T, kc}),
+          buf.B, buf.H, buf.Hkv, s, buf.mask());
+      memo::cpu::attention_bf16_backward(
+          memo::View<bf16>(dq.data(), {T, qc}), memo::View<bf16>(dk.data(), {T, kc}),
+          memo::View<bf16>(dv.data(), {T, kc}), memo::View<const bf16>(dout.data(), {T, qc}),
+          memo::View<const bf16>(q.data(), {T, qc}), memo::View<const bf16>(k.data(), {T, kc}),
+          memo::View<const bf16>(v.data(), {T, kc}), memo::View<const bf16>(o.data(), {T, qc}), lse,
+          buf.B, buf.H, buf.Hkv, s, buf.mask());
+    });
+    std::printf("%7lld %10.1f %10.1f %8.2f\n", (long long)S, 1e3 * f32_s, 1e3 * bf16_s,
+                f32_s / bf16_s);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -231,6 +292,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (opt.bf16) compare_bf16(opt);
   compare_to_reference(opt);  // last: its float64 buffers must not set the high-water mark
   return 0;
 }

@@ -112,11 +112,17 @@ TEST(ModelVsTorch, qwen3_qk_norms_head_dim_and_biases_match_past_the_original_co
 }
 
 // LLaMA's attention_bias (q, k, v and o_proj) and mlp_bias (gate, up and down_proj), each alone
-// and together, with a head_dim that is not C / H.
+// and together, with a head_dim that is not C / H. The weights after three AdamW steps within
+// 3e-5 (fp32's default is 1e-5): Adam divides each gradient entry by its own root mean square, so
+// the entries of v_proj whose gradients are near Adam's eps carry their f32 rounding into the
+// step almost undamped; measured 1.06e-5 in the sanitizer build (unvectorised sums), below 1e-5
+// in Release. The gradients themselves keep the 1e-4 of every other comparison.
 TEST(ModelVsTorch, llama_attention_and_mlp_biases_and_head_dim_match) {
+  test::TorchTolerance tol;
+  tol.weights = 3e-5;
   for (const json& extra : {json{{"attention_bias", true}}, json{{"mlp_bias", true}},
                             json{{"attention_bias", true}, {"mlp_bias", true}}})
-    check_against_torch(wide_heads("llama", extra), 80, 2);
+    check_against_torch(wide_heads("llama", extra), 80, 2, false, cpu_backend(), tol);
 }
 
 TEST(ModelVsTorch, sequence_longer_than_one_attention_tile_matches) {

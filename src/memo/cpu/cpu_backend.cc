@@ -34,6 +34,10 @@ bool CpuBackend::bf16_products() const {
   return options_.bf16_products && cpu::bf16_products_native();
 }
 
+bool CpuBackend::bf16_attention() const {
+  return options_.bf16_attention && cpu::bf16_attention_native();
+}
+
 int64_t CpuBackend::reproducible_rows() const { return cpu::kTokenPanelRows; }
 
 RawAllocator& CpuBackend::allocator(MemSpace space) {
@@ -159,19 +163,38 @@ void CpuBackend::do_vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor
 int64_t CpuBackend::attention_forward_scratch_numel(int64_t, int64_t head_dim, int64_t, int64_t) {
   return cpu::attention_forward_scratch_numel(head_dim);
 }
+// bf16 attention's scratch, at least the f32 kernel's: a call with an f32 tensor among its bf16
+// ones is widened by Bf16StorageBackend and runs the f32 kernel in the same scratch.
+int64_t CpuBackend::bf16_attention_forward_scratch_numel(int64_t, int64_t head_dim, int64_t,
+                                                         int64_t) {
+  return std::max(cpu::attention_forward_scratch_numel(head_dim),
+                  cpu::attention_bf16_forward_scratch_numel(head_dim));
+}
+// bf16 q (bf16_attention(): Bf16StorageBackend hands bf16 calls over as they are) runs on the
+// bf16 kernels, which refuse other dtypes by name.
 void CpuBackend::do_attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k,
                                       ConstTensor v, int64_t batch, int64_t n_heads,
                                       int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+  if (q.dtype() == DType::kBF16)
+    return cpu::attention_bf16_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads, scratch, mask);
   cpu::attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads, scratch, mask);
 }
 int64_t CpuBackend::attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                                      int64_t n_kv_heads) {
   return cpu::attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
 }
+int64_t CpuBackend::bf16_attention_backward_scratch_numel(int64_t seq, int64_t head_dim,
+                                                          int64_t n_heads, int64_t n_kv_heads) {
+  return std::max(cpu::attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads),
+                  cpu::attention_bf16_backward_scratch_numel(head_dim));
+}
 void CpuBackend::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
                                        ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,
                                        ConstTensor lse, int64_t batch, int64_t n_heads,
                                        int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+  if (q.dtype() == DType::kBF16)
+    return cpu::attention_bf16_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads,
+                                        n_kv_heads, scratch, mask);
   cpu::attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads, scratch,
                           mask);
 }

@@ -18,6 +18,10 @@ struct CpuOptions {
   // false keeps every kernel f32, so Bf16StorageBackend widens (Note [bf16 storage by
   // conversion]): the reference the native products are checked against.
   bool bf16_products = true;
+  // bf16 attention on vdpbf16ps (cpu::bf16_attention_native). Off by default: measured 0.75x the
+  // f32 kernels on an Intel Xeon without AMX (bench/attention_bench --bf16), so it is opt-in
+  // until it beats them somewhere (AMX tiles, Zen 4).
+  bool bf16_attention = false;
 };
 
 class CpuBackend : public Backend {
@@ -43,11 +47,16 @@ class CpuBackend : public Backend {
   double measure_matmul_peak_flops(double seconds) override;
   double measure_bf16_matmul_peak_flops(double seconds) override;
   bool bf16_products() const override;
+  bool bf16_attention() const override;
 
   int64_t attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                           int64_t n_kv_heads) override;
   int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                            int64_t n_kv_heads) override;
+  int64_t bf16_attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                               int64_t n_kv_heads) override;
+  int64_t bf16_attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                                int64_t n_kv_heads) override;
   int64_t attention_decode_scratch_numel(int64_t keys) override;
   int64_t noise_probe_partial_numel(int64_t n) override;
   int64_t adafactor_partial_numel(int64_t rows, int64_t numel) override;

@@ -155,6 +155,22 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, Const
                         ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse, int64_t batch,
                         int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                         AttnMask mask = AttnMask::kCausal);
+// The same over bf16 q, k, v, o, dO, dq, dk, dv (lse and scratch f32) on a CPU with AVX512-BF16:
+// tile products on vdpbf16ps, P and dS rounded to bf16 before their products, each output rounded
+// once (Note [bf16 attention on the CPU] in attention_bf16.cc). Only where bf16_attention_native():
+// bf16_products_native() and the CPU has AVX512-BF16 (MEMO_CPU_ISA=avx512|avx2 turns it off).
+bool bf16_attention_native();
+const char* bf16_attention_name();
+int64_t attention_bf16_forward_scratch_numel(int64_t head_dim);
+void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, memo::ConstTensor k,
+                            memo::ConstTensor v, int64_t batch, int64_t n_heads, int64_t n_kv_heads,
+                            Tensor scratch, AttnMask mask = AttnMask::kCausal);
+int64_t attention_bf16_backward_scratch_numel(int64_t head_dim);
+void attention_bf16_backward(memo::Tensor dq, memo::Tensor dk, memo::Tensor dv,
+                             memo::ConstTensor dout, memo::ConstTensor q, memo::ConstTensor k,
+                             memo::ConstTensor v, memo::ConstTensor o, ConstTensor lse,
+                             int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                             AttnMask mask = AttnMask::kCausal);
 // Merges a second attention over other keys into (o, lse): with l = log(e^lse + e^lse_part),
 // o = o e^(lse - l) + o_part e^(lse_part - l), lse = l. o, o_part: [B*S, H*D]; lse, lse_part:
 // [B, H, S]. The partial outputs of a query block over disjoint key blocks merge into the output

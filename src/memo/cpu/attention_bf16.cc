@@ -1,0 +1,309 @@
+// Causal grouped-query attention over bf16 q, k, v, o, dO, dq, dk, dv on a CPU with AVX512-BF16:
+// the schedule of attention_tiles.h with bf16 tiles whose six products run on vdpbf16ps
+// (Note [bf16 attention on the CPU]). Oracle: attention_reference.h, within the bound
+// tests/cpu/attention_bf16_test.cc derives.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+#include <utility>
+
+#include "memo/cpu/attention_tiles.h"
+#include "memo/cpu/kernels.h"
+
+namespace memo::cpu {
+namespace {
+
+using namespace attn;  // NOLINT(google-build-using-namespace): the tile helpers
+
+// Note [bf16 attention on the CPU]
+// vdpbf16ps (AVX512-BF16) multiplies 16 pairs of bf16 and adds both products to 16 f32 lanes, so
+// a product C += A . B reads A as bf16 pairs along the reduction index (a row-major A: a 32-bit
+// broadcast of a[i][2p], a[i][2p+1]) and B as "pairs" [K/2][N][2] (b[2p][n], b[2p+1][n] adjacent).
+// Every product accumulates in f32 and rounds nothing; what is rounded to bf16 is what a bf16
+// GPU kernel rounds (FlashAttention-2): the probabilities P before P.V and P^T.dO, dS before
+// dS.K and dS^T.q, and each output element once, from its f32 accumulator. The softmax, its
+// statistics (m, l, lse) and delta stay f32, as in the f32 kernel (attention_tiles.h). The
+// products of one row are summed in an order fixed by the shapes, so runs repeat bit for bit.
+// Layouts per tile, dp = D rounded up to 16 (a vector of f32 columns):
+//   S = q.k^T:   q [kT][dp] rows,        k as pairs along d: [dp/2][kT][2]
+//   dP = dO.v^T: dO [kT][dp] rows,       v as pairs along d
+//   o += P.v:    P [kT][kT] rows (bf16), v as pairs along keys: [kT/2][dp][2]
+//   dq += dS.k:  dS [kT][kT] rows,       k as pairs along keys
+//   dv^T += dO^T.P, dk^T += q^T.dS: dO^T, q^T [dp][kT] rows, P and dS as pairs along queries;
+//     dk and dv accumulate transposed ([dp][kT]), so no product needs a transposed P or dS.
+// dq is written once per query tile, so only the split scheme of Note [Attention threads and
+// determinism] runs (kByGroup false): 7 tile products per tile pair instead of 5.
+constexpr int64_t kLanes = 16;  // f32 lanes of a zmm register
+
+inline int64_t padded_dim16(int64_t head_dim) { return (head_dim + kLanes - 1) / kLanes * kLanes; }
+
+// c[M][N] (+)= a[M][K] . b for a bf16 row-major (ld K), b bf16 pairs [K/2][N][2], c f32 (ld N);
+// M % 4 == 0, K % 2 == 0, N % 16 == 0. Register block: 4 rows x NC vectors of 16 columns.
+template <int NC>
+[[gnu::target("avx512f,avx512bw,avx512bf16")]] void dot_block(float* c, const uint16_t* a,
+                                                              const uint16_t* b, int64_t M,
+                                                              int64_t K, int64_t N, int64_t col,
+                                                              bool accumulate) {
+  for (int64_t i = 0; i < M; i += 4) {
+    __m512 acc[4][NC];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NC; ++v)
+        acc[r][v] = accumulate ? _mm512_loadu_ps(c + (i + r) * N + col + v * kLanes)
+                               : _mm512_setzero_ps();
+    for (int64_t p = 0; p < K / 2; ++p) {
+      __m512bh bv[NC];
+#pragma GCC unroll 4
+      for (int v = 0; v < NC; ++v)
+        bv[v] = (__m512bh)_mm512_loadu_si512(b + (p * N + col + v * kLanes) * 2);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, a + (i + r) * K + 2 * p, sizeof pair);
+        const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 4
+        for (int v = 0; v < NC; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NC; ++v) _mm512_storeu_ps(c + (i + r) * N + col + v * kLanes, acc[r][v]);
+  }
+}
+
+void dot(float* c, const uint16_t* a, const uint16_t* b, int64_t M, int64_t K, int64_t N,
+         bool accumulate) {
+  int64_t col = 0;
+  for (; col + 4 * kLanes <= N; col += 4 * kLanes) dot_block<4>(c, a, b, M, K, N, col, accumulate);
+  switch ((N - col) / kLanes) {
+    case 3: return dot_block<3>(c, a, b, M, K, N, col, accumulate);
+    case 2: return dot_block<2>(c, a, b, M, K, N, col, accumulate);
+    case 1: return dot_block<1>(c, a, b, M, K, N, col, accumulate);
+    default: return;
+  }
+}
+
+// f32 [kT][kT] -> bf16, rounded to nearest even: as rows (for P.v and dS.k) or as pairs along
+// rows [kT/2][kT][2] (for dO^T.P and q^T.dS).
+[[gnu::target("avx512f,avx512bw,avx512bf16")]] void round_rows(uint16_t* dst, const float* src) {
+  for (int64_t e = 0; e < kT * kT; e += 2 * kLanes) {
+    const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + e + kLanes),
+                                           _mm512_loadu_ps(src + e));
+    _mm512_storeu_si512(dst + e, (__m512i)x);
+  }
+}
+[[gnu::target("avx512f,avx512bw,avx512bf16")]] void round_row_pairs(uint16_t* dst,
+                                                                    const float* src) {
+  // lanes 0..15 of the conversion hold row 2p's 16 columns, 16..31 row 2p+1's: interleave them
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kInterleave);
+  for (int64_t p = 0; p < kT / 2; ++p)
+    for (int64_t j = 0; j < kT; j += kLanes) {
+      const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + (2 * p + 1) * kT + j),
+                                             _mm512_loadu_ps(src + 2 * p * kT + j));
+      _mm512_storeu_si512(dst + (p * kT + j) * 2, _mm512_permutexvar_epi16(idx, (__m512i)x));
+    }
+}
+
+// Rows [r0, r0 + n) of a head's D columns of a bf16 tensor (src(r, c0 + d)) into a zero-padded
+// tile: rows [kT][dp]; columns [dp][kT] (the transpose); pairs along d [dp/2][kT][2]; pairs along
+// rows [kT/2][dp][2].
+using Bf16In = View<const bf16>;
+const uint16_t* row_bits(const Bf16In& src, int64_t r, int64_t c0) { return &src(r, c0).bits; }
+void load_rows(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n, int64_t c0,
+               int64_t D, int64_t dp) {
+  std::fill(dst, dst + kT * dp, uint16_t(0));
+  for (int64_t r = 0; r < n; ++r) std::memcpy(dst + r * dp, row_bits(src, r0 + r, c0), D * 2);
+}
+void load_cols(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n, int64_t c0,
+               int64_t D, int64_t dp) {
+  std::fill(dst, dst + dp * kT, uint16_t(0));
+  for (int64_t r = 0; r < n; ++r) {
+    const uint16_t* row = row_bits(src, r0 + r, c0);
+    for (int64_t d = 0; d < D; ++d) dst[d * kT + r] = row[d];
+  }
+}
+void load_pairs_along_d(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n, int64_t c0,
+                        int64_t D, int64_t dp) {
+  std::fill(dst, dst + dp * kT, uint16_t(0));
+  for (int64_t r = 0; r < n; ++r) {
+    const uint16_t* row = row_bits(src, r0 + r, c0);
+    for (int64_t d = 0; d < D; ++d) dst[((d >> 1) * kT + r) * 2 + (d & 1)] = row[d];
+  }
+}
+void load_pairs_along_rows(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n,
+                           int64_t c0, int64_t D, int64_t dp) {
+  std::fill(dst, dst + kT * dp, uint16_t(0));
+  for (int64_t r = 0; r < n; ++r) {
+    const uint16_t* row = row_bits(src, r0 + r, c0);
+    uint16_t* out = dst + (r >> 1) * dp * 2 + (r & 1);
+    for (int64_t d = 0; d < D; ++d) out[d * 2] = row[d];
+  }
+}
+
+// Carves n_f32 float tiles and then n_bf16 bf16 tiles of the given sizes from ws.
+struct Carver {
+  float* ws;
+  float* f32(int64_t n) { return std::exchange(ws, ws + n); }
+  uint16_t* bits(int64_t n) { return reinterpret_cast<uint16_t*>(std::exchange(ws, ws + n / 2)); }
+};
+
+struct Bf16Tiles {
+  using Elem = bf16;
+  static constexpr bool kByGroup = false;
+  static int64_t padded_dim(int64_t head_dim) { return padded_dim16(head_dim); }
+  static void put(bf16& dst, float x) { dst = float_to_bf16(x); }
+  static float get(bf16 x) { return bf16_to_float(x); }
+
+  // Per-thread forward workspace, in floats: the o accumulator (kT dp) and scores (kT kT), m and
+  // l (kT each); then bf16 q rows, k pairs along d, v pairs along keys (kT dp each) and P (kT kT).
+  static int64_t forward_numel(int64_t dp) { return kT * dp + kT * kT + 2 * kT + (3 * kT * dp + kT * kT) / 2; }
+  struct Fwd {
+    float *acc, *p, *m, *l;
+    uint16_t *q, *kp, *vp, *pb;
+    Fwd(float* ws, int64_t dp) {
+      Carver c{ws};
+      acc = c.f32(kT * dp), p = c.f32(kT * kT), m = c.f32(kT), l = c.f32(kT);
+      q = c.bits(kT * dp), kp = c.bits(kT * dp), vp = c.bits(kT * dp), pb = c.bits(kT * kT);
+    }
+  };
+  static void load_q(Fwd& t, const Bf16In& q, int64_t row0, int64_t n, int64_t c0,
+                     const AttnShape& s) {
+    load_rows(t.q, q, row0, n, c0, s.D, s.dp);
+  }
+  static void load_kv(Fwd& t, const Bf16In& k, const Bf16In& v, int64_t row0, int64_t n,
+                      int64_t c0, const AttnShape& s) {
+    load_pairs_along_d(t.kp, k, row0, n, c0, s.D, s.dp);
+    load_pairs_along_rows(t.vp, v, row0, n, c0, s.D, s.dp);
+  }
+  static void scores(Fwd& t, const AttnShape& s) { dot(t.p, t.q, t.kp, kT, s.dp, kT, false); }
+  static void pv(Fwd& t, const AttnShape& s) {
+    round_rows(t.pb, t.p);
+    dot(t.acc, t.pb, t.vp, kT, kT, s.dp, true);
+  }
+
+  // Per-thread backward workspace, in floats: dq [kT][dp], dk^T and dv^T [dp][kT], P and dP/dS
+  // [kT][kT], lse and delta [kT]; then bf16 q and dO rows, q^T and dO^T, k and v pairs along d,
+  // k pairs along keys (kT dp each), and P and dS as pairs along queries and dS as rows (kT kT).
+  static int64_t backward_numel(int64_t dp) {
+    return 3 * kT * dp + 2 * kT * kT + 2 * kT + (7 * kT * dp + 3 * kT * kT) / 2;
+  }
+  struct Bwd {
+    float *dq, *dkt, *dvt, *p, *ds, *lse, *delta;
+    uint16_t *q, *dout, *qt, *doutt, *kp, *vp, *kr, *pp, *dsp, *dsr;
+    Bwd(float* ws, int64_t dp) {
+      Carver c{ws};
+      dq = c.f32(kT * dp), dkt = c.f32(kT * dp), dvt = c.f32(kT * dp);
+      p = c.f32(kT * kT), ds = c.f32(kT * kT), lse = c.f32(kT), delta = c.f32(kT);
+      for (uint16_t** b : {&q, &dout, &qt, &doutt, &kp, &vp, &kr}) *b = c.bits(kT * dp);
+      for (uint16_t** b : {&pp, &dsp, &dsr}) *b = c.bits(kT * kT);
+    }
+  };
+  static void load_query_side(Bwd& t, const BackwardArgs<bf16>& a, int64_t row0, int64_t n, int64_t c0,
+                              const AttnShape& s, bool key_grads) {
+    load_rows(t.q, a.q, row0, n, c0, s.D, s.dp);
+    load_rows(t.dout, a.dout, row0, n, c0, s.D, s.dp);
+    if (!key_grads) return;
+    load_cols(t.qt, a.q, row0, n, c0, s.D, s.dp);
+    load_cols(t.doutt, a.dout, row0, n, c0, s.D, s.dp);
+  }
+  static void load_key_side(Bwd& t, const BackwardArgs<bf16>& a, int64_t row0, int64_t n, int64_t c0,
+                            const AttnShape& s, bool for_dq) {
+    load_pairs_along_d(t.kp, a.k, row0, n, c0, s.D, s.dp);
+    load_pairs_along_d(t.vp, a.v, row0, n, c0, s.D, s.dp);
+    if (for_dq) load_pairs_along_rows(t.kr, a.k, row0, n, c0, s.D, s.dp);
+  }
+  static void scores(Bwd& t, const AttnShape& s) {
+    dot(t.p, t.q, t.kp, kT, s.dp, kT, false);
+    dot(t.ds, t.dout, t.vp, kT, s.dp, kT, false);
+  }
+  static void prepare(Bwd& t, const AttnShape&, bool key_grads, bool for_dq) {
+    if (key_grads) round_row_pairs(t.pp, t.p), round_row_pairs(t.dsp, t.ds);
+    if (for_dq) round_rows(t.dsr, t.ds);
+  }
+  static void zero_key_grads(Bwd& t, const AttnShape& s) {
+    std::fill(t.dkt, t.dkt + kT * s.dp, 0.0f);
+    std::fill(t.dvt, t.dvt + kT * s.dp, 0.0f);
+  }
+  static void acc_key_grads(Bwd& t, const AttnShape& s) {
+    dot(t.dvt, t.doutt, t.pp, s.dp, kT, kT, true);  // dv^T[d][j] += sum_i dO[i][d] p[i][j]
+    dot(t.dkt, t.qt, t.dsp, s.dp, kT, kT, true);
+  }
+  static void store_key_grads(const View<bf16>& dkv, const View<bf16>& dvv, const Bwd& t,
+                              int64_t row0, int64_t n, int64_t c0, const AttnShape& s) {
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t d = 0; d < s.D; ++d) {
+        dkv(row0 + j, c0 + d) = float_to_bf16(t.dkt[d * kT + j]);
+        dvv(row0 + j, c0 + d) = float_to_bf16(t.dvt[d * kT + j]);
+      }
+  }
+  static void zero_dq(Bwd& t, const AttnShape& s) { std::fill(t.dq, t.dq + kT * s.dp, 0.0f); }
+  static void acc_dq(Bwd& t, const AttnShape& s) { dot(t.dq, t.dsr, t.kr, kT, kT, s.dp, true); }
+  static void store_dq(const View<bf16>& dqv, const Bwd& t, int64_t row0, int64_t n, int64_t c0,
+                       const AttnShape& s, bool) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t d = 0; d < s.D; ++d) dqv(row0 + i, c0 + d) = float_to_bf16(t.dq[i * s.dp + d]);
+  }
+  static void zero_group_dq(const View<bf16>&, int64_t, int64_t, int64_t, int64_t) {}
+};
+
+void check_bf16_attention(const char* name, std::initializer_list<memo::ConstTensor> tensors) {
+  MEMO_CHECK(bf16_attention_native(), name, ": no bf16 attention here (",
+             bf16_attention_name(), ")");
+  for (const memo::ConstTensor& t : tensors)
+    MEMO_CHECK(t.dtype() == DType::kBF16, name, ": a ", dtype_name(t.dtype()), " tensor ",
+               t.shape().str(), " where bf16 is needed");
+}
+
+}  // namespace
+
+bool bf16_attention_native() {
+  static const bool native = bf16_products_native() && __builtin_cpu_supports("avx512bf16");
+  return native;
+}
+
+const char* bf16_attention_name() {
+  return bf16_attention_native() ? "bf16 attention on AVX512-BF16 (vdpbf16ps)"
+                                 : "no bf16 attention: it needs AVX512-BF16 and bf16 products";
+}
+
+int64_t attention_bf16_forward_scratch_numel(int64_t head_dim) {
+  MEMO_CHECK(head_dim > 0, "attention_bf16_forward_scratch_numel: head_dim ", head_dim,
+             " must be > 0");
+  return int64_t(omp_get_max_threads()) * Bf16Tiles::forward_numel(padded_dim16(head_dim));
+}
+
+void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, memo::ConstTensor k,
+                            memo::ConstTensor v, int64_t batch, int64_t n_heads,
+                            int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+  check_bf16_attention("attention_bf16_forward", {o, q, k, v});
+  attn::attention_forward<Bf16Tiles>("attention_bf16_forward", o.as<bf16>(), lse,
+                                     q.as<const bf16>(), k.as<const bf16>(), v.as<const bf16>(),
+                                     batch, n_heads, n_kv_heads, scratch, mask);
+}
+
+int64_t attention_bf16_backward_scratch_numel(int64_t head_dim) {
+  MEMO_CHECK(head_dim > 0, "attention_bf16_backward_scratch_numel: head_dim ", head_dim,
+             " must be > 0");
+  return int64_t(omp_get_max_threads()) * Bf16Tiles::backward_numel(padded_dim16(head_dim));
+}
+
+void attention_bf16_backward(memo::Tensor dq, memo::Tensor dk, memo::Tensor dv,
+                             memo::ConstTensor dout, memo::ConstTensor q, memo::ConstTensor k,
+                             memo::ConstTensor v, memo::ConstTensor o, ConstTensor lse,
+                             int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                             AttnMask mask) {
+  check_bf16_attention("attention_bf16_backward", {dq, dk, dv, dout, q, k, v, o});
+  attn::attention_backward<Bf16Tiles>(
+      "attention_bf16_backward", dq.as<bf16>(), dk.as<bf16>(), dv.as<bf16>(),
+      dout.as<const bf16>(), q.as<const bf16>(), k.as<const bf16>(), v.as<const bf16>(),
+      o.as<const bf16>(), lse, batch, n_heads, n_kv_heads, scratch, mask);
+}
+
+}  // namespace memo::cpu

@@ -1,0 +1,378 @@
+// The tiled FlashAttention-2 schedule of the CPU attention, written once over a tile policy:
+// attention.cc instantiates it with f32 tiles and products, attention_bf16.cc with bf16 tiles and
+// AVX512-BF16 products (Note [bf16 attention on the CPU]). The policy owns the tile layouts, the
+// tile products and how outputs are stored; this header owns the masks, the online softmax, the
+// probabilities and dS, and the split of the work over threads, so both precisions share them.
+// Internal to cpu/.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "memo/backend/checks.h"
+#include "memo/cpu/kernels.h"
+
+namespace memo::cpu::attn {
+
+// Note [Attention threads and determinism]
+// Every output element is computed by exactly one thread, in an order fixed by the shapes alone,
+// so results are bitwise identical run to run (and do not depend on the thread count or on which
+// thread takes which work item; dynamic schedules are therefore safe).
+// Forward: work items are (b, h, query tile); each owns its o rows and lse entries. B*H == 1 still
+//   gives S / kAttnTile items, so both cores are busy. Heavy items (late query tiles) go first.
+// Backward, two schemes, chosen from (B*Hkv, threads):
+//   by group: items are (b, kv head) groups. A group owns dk, dv of its kv head and dq of its
+//     G = H/Hkv query heads, so one pass computes all five tile products per (key tile, query
+//     tile) with no sharing: FlashAttention-2's loop (key tiles outer, dq accumulated in dq).
+//     Used when the groups spread evenly: ceil(groups / threads) * threads <= 1.25 * groups, and
+//     only where dq can accumulate in its own dtype (f32; a bf16 dq would be rounded per key tile).
+//   split: otherwise (B*Hkv == 1, or 3 groups on 2 threads), pass 1 has items (b, kv head, key
+//     tile) that own dk, dv rows of that key tile, and pass 2 has items (b, h, query tile) that
+//     own dq rows, recomputing scores and dP. That costs 7 tile products instead of 5, but needs
+//     no atomics and no per-thread O(S) dq partials (at S = 1M, G = 8, D = 128 those would be
+//     4 GiB per thread); scratch stays O(threads * kAttnTile * D), independent of S.
+constexpr int64_t kT = kAttnTile;
+constexpr int64_t kW = 8;  // floats per vector of the elementwise parts: one AVX2 ymm register
+static_assert(kT % 32 == 0, "kAttnTile must be a multiple of 32 (two bf16 vectors of keys)");
+
+typedef float Vec __attribute__((vector_size(kW * sizeof(float))));
+
+inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof(Vec));
+  return v;
+}
+inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof(Vec)); }
+// A broadcast. (Vec{} + x would cost an add, as x + 0 is not x for -0; a fill loop is not
+// recognised as a broadcast by GCC 12.)
+static_assert(kW == 8, "splat lists kW lanes");
+inline Vec splat(float x) { return Vec{x, x, x, x, x, x, x, x}; }
+
+// Makes GCC load v once into a register instead of folding the load into each of the 4 FMAs
+// that use it: the tile products are bound by loads otherwise (measured: fwd+bwd at S = 2048,
+// H = 8, D = 64 on one core took 0.64 s of CPU time without, 0.34 s with).
+inline void keep_in_register(Vec& v) { asm("" : "+x"(v)); }
+
+// exp(x) for x <= ~0, 8 lanes at a time, as in Cephes expf (relative error ~2e-7):
+// x = n ln2 + r with |r| <= ln2/2, exp(r) by a degree-7 polynomial, 2^n through the exponent
+// bits; 0 below kExpMin (masked scores are -inf). Written on vectors because glibc's vector expf
+// needs -ffast-math, which memo does not use, and GCC would not if-convert a scalar version here.
+typedef int32_t IVec __attribute__((vector_size(kW * sizeof(int32_t))));
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f;
+constexpr float kLn2Lo = -2.12194440e-4f;
+constexpr float kExpMin = -87.0f;           // exp(-87) ~ 1.6e-38: still a normal float
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: x + magic - magic rounds to nearest
+inline Vec exp_neg(Vec x) {
+  const Vec xc = x < kExpMin ? splat(kExpMin) : x;
+  const Vec n = (xc * kLog2e + kRoundMagic) - kRoundMagic;
+  const Vec r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  Vec p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const Vec y = p * r * r + r + 1.0f;
+  const IVec bits = (__builtin_convertvector(n, IVec) + 127) << 23;
+  const Vec two_n = (Vec)bits;  // same-size vector cast: a bit copy
+  return x < kExpMin ? Vec{} : y * two_n;
+}
+
+// The shapes every entry point checks, in the dimension legend of STYLE.md; dp is the head
+// dimension padded as the tile policy needs.
+struct AttnShape {
+  int64_t B, S, H, Hkv, G, D, dp;
+  bool causal;               // key j visible to query i only for j <= i (else every key)
+  const int32_t* key_start;  // AttnMask::key_start, [B S]; null: key 0 for every row
+  int64_t n_tiles() const { return (S + kT - 1) / kT; }
+  int64_t tile_rows(int64_t t) const { return std::min(kT, S - t * kT); }
+  // The first key row i of sequence b sees, in [0, S] (S: none).
+  int64_t first_key(int64_t b, int64_t i) const {
+    return key_start ? std::clamp<int64_t>(key_start[b * S + i], 0, S) : 0;
+  }
+  // The first key tile query tile qt of sequence b sees (n_tiles(): none). The tile's first row
+  // has the smallest key_start (AttnMask: non-decreasing).
+  int64_t first_key_tile(int64_t b, int64_t qt) const { return first_key(b, qt * kT) / kT; }
+  // Query row i of tile qt sees the keys [lo, hi) of key tile kt (lo >= hi: none). Padded rows
+  // (i past the tile's rows) take the bounds of an unmasked row, as their results are dropped.
+  void visible(int64_t b, int64_t qt, int64_t kt, int64_t i, int64_t& lo, int64_t& hi) const {
+    const int64_t nk = tile_rows(kt);
+    hi = causal && kt == qt ? std::min(i + 1, nk) : nk;
+    lo = key_start && i < tile_rows(qt)
+             ? std::clamp<int64_t>(first_key(b, qt * kT + i) - kt * kT, 0, nk)
+             : 0;
+  }
+};
+
+inline AttnShape attn_shape(const AttnDims& d, const AttnMask& mask, int64_t dp) {
+  return {d.B, d.S, d.H, d.Hkv, d.G, d.D, dp, mask.causal, mask.key_start.data()};
+}
+
+// One key tile's step of the online softmax of FlashAttention-2 (Algorithm 1) over the raw
+// scores p[kT][kT] of query tile qt: per row, m_new = max(m, rowmax s), acc *= e^(m - m_new),
+// l = l e^(m - m_new) + rowsum e^(s - m_new), and p becomes e^(s - m_new) (0 where masked).
+inline void online_softmax_step(float* p, float* m, float* l, float* acc, const AttnShape& s,
+                                int64_t b, int64_t qt, int64_t kt) {
+  const float scale = 1.0f / std::sqrt(float(s.D));
+  for (int64_t i = 0; i < kT; ++i) {
+    float* pi = p + i * kT;
+    // Keys [lo, hi) are visible to query row i (AttnShape::visible).
+    int64_t lo, hi;
+    s.visible(b, qt, kt, i, lo, hi);
+    if (lo >= hi) {  // none in this tile: the row's running state stays, it adds nothing
+      std::fill(pi, pi + kT, 0.0f);
+      continue;
+    }
+    float mx = m[i];
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = lo; j < hi; ++j) {
+      pi[j] *= scale;
+      mx = std::max(mx, pi[j]);
+    }
+    std::fill(pi, pi + lo, -std::numeric_limits<float>::infinity());
+    std::fill(pi + hi, pi + kT, -std::numeric_limits<float>::infinity());
+    const float corr = std::exp(m[i] - mx);  // m[i] = -inf on the first tile: corr = 0
+    Vec sum_v{};
+    for (int64_t j = 0; j < kT; j += kW) {
+      const Vec e = exp_neg(load(pi + j) - mx);
+      store(pi + j, e);
+      sum_v += e;
+    }
+    float sum = 0.0f;  // lanes in a fixed order: deterministic
+    for (int64_t w = 0; w < kW; ++w) sum += sum_v[w];
+    m[i] = mx;
+    l[i] = l[i] * corr + sum;
+    float* ai = acc + i * s.dp;
+#pragma omp simd
+    for (int64_t d = 0; d < s.dp; ++d) ai[d] *= corr;
+  }
+}
+
+// From the raw scores p and dP = dO.v^T in ds (both [kT][kT]): p_ij = exp(s_ij - lse_i) (0 where
+// masked or padded), ds_ij = p_ij (dp_ij - delta_i) / sqrt(D): the 1/sqrt(D) of dq and dk is
+// folded into ds.
+inline void probs_and_dscores(float* p, float* ds, const float* lse, const float* delta,
+                              const AttnShape& s, int64_t b, int64_t qt, int64_t kt) {
+  const int64_t nq = s.tile_rows(qt);
+  const float scale = 1.0f / std::sqrt(float(s.D));
+  for (int64_t i = 0; i < kT; ++i) {
+    float* pi = p + i * kT;
+    float* dsi = ds + i * kT;
+    // Keys [lo, hi) are unmasked for query row i; none for padded rows.
+    int64_t lo, hi;
+    s.visible(b, qt, kt, i, lo, hi);
+    if (i >= nq) lo = hi = 0;
+    hi = std::max(lo, hi);
+    const float lse_i = lse[i], delta_i = delta[i];
+#pragma omp simd
+    for (int64_t j = lo; j < hi; ++j) pi[j] = pi[j] * scale - lse_i;
+    std::fill(pi, pi + lo, -std::numeric_limits<float>::infinity());
+    std::fill(pi + hi, pi + kT, -std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < kT; j += kW) {
+      const Vec pv = exp_neg(load(pi + j));
+      store(pi + j, pv);
+      store(dsi + j, pv * (load(dsi + j) - delta_i) * scale);
+    }
+  }
+}
+
+// Inputs of the backward, in the policy's element type E (lse always f32).
+template <class E>
+struct BackwardArgs {
+  View<const E> dout, q, k, v, o;
+  View<const float> lse;
+};
+
+// The policy P (attention.cc's F32Tiles, attention_bf16.cc's Bf16Tiles) provides, with E its
+// element type and dp its padded head dimension:
+//   forward_numel(dp), backward_numel(dp): the per-thread workspace in floats;
+//   Fwd: the forward workspace, Fwd(ws, dp), with float members acc [kT][dp], p [kT][kT], m, l;
+//   load_q(Fwd, q, row0, n, c0, s), load_kv(Fwd, k, v, row0, n, c0, s), scores(Fwd, s)
+//   (p = q_tile . k_tile^T, raw), pv(Fwd, s) (acc += p . v_tile);
+//   Bwd: the backward workspace, Bwd(ws, dp), with float members p, ds [kT][kT], lse, delta [kT];
+//   load_query_side(Bwd, a, row0, n, c0, s, key_grads), load_key_side(Bwd, a, row0, n, c0, s,
+//   for_dq), scores(Bwd, s) (p = q.k^T, ds = dO.v^T), prepare(Bwd, s, key_grads, for_dq) after
+//   probs_and_dscores, zero_key_grads, acc_key_grads (dv += p^T dO, dk += ds^T q), store_key_grads,
+//   zero_dq, acc_dq (dq += ds k), store_dq(dq, Bwd, row0, n, c0, s, add);
+//   put(E&, float) and get(const E&): the output rounding and the widening of an element;
+//   kByGroup: whether dq may accumulate over key tiles in its own dtype (the by-group scheme).
+template <class P, class E = typename P::Elem>
+void forward_query_tile(const View<E>& o, const View<float>& lse, const View<const E>& q,
+                        const View<const E>& k, const View<const E>& v, const AttnShape& s,
+                        int64_t b, int64_t h, int64_t qt, float* ws) {
+  const int64_t nq = s.tile_rows(qt), row0 = b * s.S + qt * kT;
+  typename P::Fwd t(ws, s.dp);
+  const int64_t hk = h / s.G;
+  P::load_q(t, q, row0, nq, h * s.D, s);
+  std::fill(t.acc, t.acc + kT * s.dp, 0.0f);
+  std::fill(t.m, t.m + kT, -std::numeric_limits<float>::infinity());
+  std::fill(t.l, t.l + kT, 0.0f);
+  // causal: key tiles after the query tile are skipped; key_start: those before the tile's first
+  const int64_t kt_last = s.causal ? qt : s.n_tiles() - 1;
+  for (int64_t kt = s.first_key_tile(b, qt); kt <= kt_last; ++kt) {
+    P::load_kv(t, k, v, b * s.S + kt * kT, s.tile_rows(kt), hk * s.D, s);
+    P::scores(t, s);
+    online_softmax_step(t.p, t.m, t.l, t.acc, s, b, qt, kt);
+    P::pv(t, s);
+  }
+  for (int64_t i = 0; i < nq; ++i) {
+    if (t.l[i] == 0.0f) {  // no key visible (AttnMask): o = 0, lse = -inf
+      for (int64_t d = 0; d < s.D; ++d) P::put(o(row0 + i, h * s.D + d), 0.0f);
+      lse(b, h, qt * kT + i) = -std::numeric_limits<float>::infinity();
+      continue;
+    }
+    const float inv_l = 1.0f / t.l[i];
+    for (int64_t d = 0; d < s.D; ++d) P::put(o(row0 + i, h * s.D + d), t.acc[i * s.dp + d] * inv_l);
+    lse(b, h, qt * kT + i) = t.m[i] + std::log(t.l[i]);
+  }
+}
+
+// Query side of tile qt of head h: q and dO tiles (P::load_query_side), lse, and delta_i =
+// rowsum(dO_i * O_i), which equals sum_j p_ij dp_ij (FlashAttention-2, section 3.1.2); padded
+// rows are zero.
+template <class P, class E = typename P::Elem>
+void load_query_side(typename P::Bwd& t, const BackwardArgs<E>& a, const AttnShape& s, int64_t b,
+                     int64_t h, int64_t qt, bool key_grads) {
+  const int64_t nq = s.tile_rows(qt), row0 = b * s.S + qt * kT;
+  P::load_query_side(t, a, row0, nq, h * s.D, s, key_grads);
+  for (int64_t i = 0; i < kT; ++i) {
+    float delta = 0.0f;
+    if (i < nq) {
+      const E* dout_i = &a.dout(row0 + i, h * s.D);
+      const E* o_i = &a.o(row0 + i, h * s.D);
+#pragma omp simd reduction(+ : delta)
+      for (int64_t d = 0; d < s.D; ++d) delta += P::get(dout_i[d]) * P::get(o_i[d]);
+    }
+    t.delta[i] = delta;
+    t.lse[i] = i < nq ? a.lse(b, h, qt * kT + i) : 0.0f;
+  }
+}
+
+template <class P>
+void probs_and_dscores(typename P::Bwd& t, const AttnShape& s, int64_t b, int64_t qt, int64_t kt,
+                       bool key_grads, bool for_dq) {
+  P::scores(t, s);
+  probs_and_dscores(t.p, t.ds, t.lse, t.delta, s, b, qt, kt);
+  P::prepare(t, s, key_grads, for_dq);
+}
+
+// Key tile kt of kv head hk in sequence b, over all G query heads of the group and all query
+// tiles at or after kt (FlashAttention-2, Algorithm 2): dv_j = sum_i p_ij dO_i, dk_j = sum_i
+// ds_ij q_i; writes (overwrites) dk, dv rows of the tile. With add_dq, also dq_i += sum_j ds_ij k_j
+// into dq, which the caller zeroed and owns (see Note [Attention threads and determinism]).
+template <class P, class E = typename P::Elem>
+void backward_key_tile(const View<E>& dq, const View<E>& dk, const View<E>& dv,
+                       const BackwardArgs<E>& a, const AttnShape& s, int64_t b, int64_t hk, int64_t kt, bool add_dq,
+                       float* ws) {
+  typename P::Bwd t(ws, s.dp);
+  const int64_t nk = s.tile_rows(kt), krow0 = b * s.S + kt * kT;
+  P::load_key_side(t, a, krow0, nk, hk * s.D, s, add_dq);
+  P::zero_key_grads(t, s);
+  for (int64_t g = 0; g < s.G; ++g) {
+    const int64_t h = hk * s.G + g;
+    for (int64_t qt = s.causal ? kt : 0; qt < s.n_tiles(); ++qt) {
+      // key_start: later query tiles start later still (AttnMask), so none of them sees kt
+      if (s.first_key_tile(b, qt) > kt) break;
+      load_query_side<P>(t, a, s, b, h, qt, true);
+      probs_and_dscores<P>(t, s, b, qt, kt, true, add_dq);
+      P::acc_key_grads(t, s);
+      if (!add_dq) continue;
+      P::zero_dq(t, s);
+      P::acc_dq(t, s);
+      P::store_dq(dq, t, b * s.S + qt * kT, s.tile_rows(qt), h * s.D, s, true);
+    }
+  }
+  P::store_key_grads(dk, dv, t, krow0, nk, hk * s.D, s);
+}
+
+// dq of query tile qt of head h in sequence b: dq_i = sum_{j<=i} ds_ij k_j, recomputing p and dP
+// per key tile (the split scheme's second pass). Overwrites dq rows of the tile.
+template <class P, class E = typename P::Elem>
+void backward_query_tile(const View<E>& dq, const BackwardArgs<E>& a, const AttnShape& s, int64_t b,
+                         int64_t h, int64_t qt, float* ws) {
+  typename P::Bwd t(ws, s.dp);
+  load_query_side<P>(t, a, s, b, h, qt, false);
+  P::zero_dq(t, s);
+  const int64_t kt_last = s.causal ? qt : s.n_tiles() - 1;
+  for (int64_t kt = s.first_key_tile(b, qt); kt <= kt_last; ++kt) {
+    P::load_key_side(t, a, b * s.S + kt * kT, s.tile_rows(kt), h / s.G * s.D, s, true);
+    probs_and_dscores<P>(t, s, b, qt, kt, false, true);
+    P::acc_dq(t, s);
+  }
+  P::store_dq(dq, t, b * s.S + qt * kT, s.tile_rows(qt), h * s.D, s, false);
+}
+
+template <class P, class E = typename P::Elem>
+void attention_forward(const char* name, View<E> o, View<float> lse, View<const E> q,
+                       View<const E> k, View<const E> v, int64_t batch, int64_t n_heads, int64_t n_kv_heads,
+                       Tensor scratch, AttnMask mask) {
+  const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
+  check_attention_mask(name, mask, d, true);
+  const AttnShape s = attn_shape(d, mask, P::padded_dim(d.D));
+  const int64_t per_thread = P::forward_numel(s.dp);
+  const int threads = omp_get_max_threads();
+  MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread, name, ": scratch has ",
+             scratch.numel(), " floats, needs ", threads * per_thread, " (", name,
+             "_scratch_numel(", s.D, ") with ", threads, " threads)");
+  const int64_t heads = s.B * s.H, n_items = heads * s.n_tiles();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t item = 0; item < n_items; ++item) {
+    const int64_t qt = s.n_tiles() - 1 - item / heads;  // late (heavy) query tiles first
+    const int64_t bh = item % heads;
+    float* ws = scratch.data() + omp_get_thread_num() * per_thread;
+    forward_query_tile<P>(o, lse, q, k, v, s, bh / s.H, bh % s.H, qt, ws);
+  }
+}
+
+template <class P, class E = typename P::Elem>
+void attention_backward(const char* name, View<E> dq, View<E> dk, View<E> dv, View<const E> dout,
+                        View<const E> q, View<const E> k, View<const E> v, View<const E> o,
+                        View<const float> lse, int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
+                        AttnMask mask) {
+  const AttnDims d =
+      check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
+  check_attention_mask(name, mask, d, true);
+  const AttnShape s = attn_shape(d, mask, P::padded_dim(d.D));
+  const int64_t per_thread = P::backward_numel(s.dp);
+  const int threads = omp_get_max_threads();
+  MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread, name, ": scratch has ",
+             scratch.numel(), " floats, needs ", threads * per_thread, " (", name,
+             "_scratch_numel(", s.S, ", ", s.D, ", ", s.H, ", ", s.Hkv, ") with ", threads,
+             " threads)");
+  const BackwardArgs<E> a{dout, q, k, v, o, lse};
+  const int64_t groups = s.B * s.Hkv, n_tiles = s.n_tiles();
+  const bool by_group =
+      P::kByGroup && (groups + threads - 1) / threads * threads * 4 <= groups * 5;
+  if (by_group) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t b = g / s.Hkv, hk = g % s.Hkv;
+      float* ws = scratch.data() + omp_get_thread_num() * per_thread;
+      P::zero_group_dq(dq, b * s.S, s.S, hk * s.G * s.D, s.G * s.D);
+      for (int64_t kt = 0; kt < n_tiles; ++kt)
+        backward_key_tile<P>(dq, dk, dv, a, s, b, hk, kt, true, ws);
+    }
+    return;
+  }
+#pragma omp parallel
+  {
+    float* ws = scratch.data() + omp_get_thread_num() * per_thread;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < groups * n_tiles; ++item)  // early (heavy) key tiles first
+      backward_key_tile<P>(dq, dk, dv, a, s, item % groups / s.Hkv, item % s.Hkv, item / groups,
+                           false, ws);
+    const int64_t heads = s.B * s.H;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < heads * n_tiles; ++item) {  // late (heavy) query tiles first
+      const int64_t bh = item % heads;
+      backward_query_tile<P>(dq, a, s, bh / s.H, bh % s.H, n_tiles - 1 - item / heads, ws);
+    }
+  }
+}
+
+}  // namespace memo::cpu::attn
