@@ -41,14 +41,18 @@ std::vector<int32_t> bf16_case_key_start(Bf16Mask mask, int64_t S) {
       case Bf16Mask::kDocuments:  // documents of 64, 64, 1, 1 rows, then one to the end
         k = i < 64 ? 0 : i < 128 ? 64 : i < 129 ? 128 : i < 130 ? 129 : 130;
         break;
-      case Bf16Mask::kWindow17: k = int32_t(i - 16); break;
-      case Bf16Mask::kFullWithStarts: k = int32_t(i < 30 ? -5 : i < 90 ? i - 20 : S + 3); break;
-      default: return {};
+      case Bf16Mask::kWindow17:
+        k = int32_t(i - 16);
+        break;
+      case Bf16Mask::kFullWithStarts:
+        k = int32_t(i < 30 ? -5 : i < 90 ? i - 20 : S + 3);
+        break;
+      default:
+        return {};
     }
   }
   return ks;
 }
-
 
 // One case's bf16 tensors, their float64 copies, the reference's outputs and, for the bound, the
 // sums of magnitudes each output element is made of.
@@ -105,12 +109,12 @@ struct Bf16AttnData {
     attention_bf16_forward(View<bf16>(o.data(), {T, qc}), lse_t,
                            View<const bf16>(q.data(), {T, qc}), View<const bf16>(k.data(), {T, kc}),
                            View<const bf16>(v.data(), {T, kc}), c.B, c.H, c.Hkv, s, mask());
-    attention_bf16_backward(
-        View<bf16>(dq.data(), {T, qc}), View<bf16>(dk.data(), {T, kc}),
-        View<bf16>(dv.data(), {T, kc}), View<const bf16>(dout.data(), {T, qc}),
-        View<const bf16>(q.data(), {T, qc}), View<const bf16>(k.data(), {T, kc}),
-        View<const bf16>(v.data(), {T, kc}), View<const bf16>(o.data(), {T, qc}), lse_t, c.B, c.H,
-        c.Hkv, s, mask());
+    attention_bf16_backward(View<bf16>(dq.data(), {T, qc}), View<bf16>(dk.data(), {T, kc}),
+                            View<bf16>(dv.data(), {T, kc}), View<const bf16>(dout.data(), {T, qc}),
+                            View<const bf16>(q.data(), {T, qc}),
+                            View<const bf16>(k.data(), {T, kc}),
+                            View<const bf16>(v.data(), {T, kc}),
+                            View<const bf16>(o.data(), {T, qc}), lse_t, c.B, c.H, c.Hkv, s, mask());
   }
 
   void run_reference() {

@@ -52,8 +52,8 @@ template <int NC>
     for (int r = 0; r < 4; ++r)
 #pragma GCC unroll 4
       for (int v = 0; v < NC; ++v)
-        acc[r][v] = accumulate ? _mm512_loadu_ps(c + (i + r) * N + col + v * kLanes)
-                               : _mm512_setzero_ps();
+        acc[r][v] =
+            accumulate ? _mm512_loadu_ps(c + (i + r) * N + col + v * kLanes) : _mm512_setzero_ps();
     for (int64_t p = 0; p < K / 2; ++p) {
       __m512bh bv[NC];
 #pragma GCC unroll 4
@@ -80,10 +80,14 @@ void dot(float* c, const uint16_t* a, const uint16_t* b, int64_t M, int64_t K, i
   int64_t col = 0;
   for (; col + 4 * kLanes <= N; col += 4 * kLanes) dot_block<4>(c, a, b, M, K, N, col, accumulate);
   switch ((N - col) / kLanes) {
-    case 3: return dot_block<3>(c, a, b, M, K, N, col, accumulate);
-    case 2: return dot_block<2>(c, a, b, M, K, N, col, accumulate);
-    case 1: return dot_block<1>(c, a, b, M, K, N, col, accumulate);
-    default: return;
+    case 3:
+      return dot_block<3>(c, a, b, M, K, N, col, accumulate);
+    case 2:
+      return dot_block<2>(c, a, b, M, K, N, col, accumulate);
+    case 1:
+      return dot_block<1>(c, a, b, M, K, N, col, accumulate);
+    default:
+      return;
   }
 }
 
@@ -91,8 +95,8 @@ void dot(float* c, const uint16_t* a, const uint16_t* b, int64_t M, int64_t K, i
 // rows [kT/2][kT][2] (for dO^T.P and q^T.dS).
 [[gnu::target("avx512f,avx512bw,avx512bf16")]] void round_rows(uint16_t* dst, const float* src) {
   for (int64_t e = 0; e < kT * kT; e += 2 * kLanes) {
-    const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + e + kLanes),
-                                           _mm512_loadu_ps(src + e));
+    const __m512bh x =
+        _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + e + kLanes), _mm512_loadu_ps(src + e));
     _mm512_storeu_si512(dst + e, (__m512i)x);
   }
 }
@@ -116,13 +120,13 @@ void dot(float* c, const uint16_t* a, const uint16_t* b, int64_t M, int64_t K, i
 // rows [kT/2][dp][2].
 using Bf16In = View<const bf16>;
 const uint16_t* row_bits(const Bf16In& src, int64_t r, int64_t c0) { return &src(r, c0).bits; }
-void load_rows(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n, int64_t c0,
-               int64_t D, int64_t dp) {
+void load_rows(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n, int64_t c0, int64_t D,
+               int64_t dp) {
   std::fill(dst, dst + kT * dp, uint16_t(0));
   for (int64_t r = 0; r < n; ++r) std::memcpy(dst + r * dp, row_bits(src, r0 + r, c0), D * 2);
 }
-void load_cols(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n, int64_t c0,
-               int64_t D, int64_t dp) {
+void load_cols(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n, int64_t c0, int64_t D,
+               int64_t dp) {
   std::fill(dst, dst + dp * kT, uint16_t(0));
   for (int64_t r = 0; r < n; ++r) {
     const uint16_t* row = row_bits(src, r0 + r, c0);
@@ -137,8 +141,8 @@ void load_pairs_along_d(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n,
     for (int64_t d = 0; d < D; ++d) dst[((d >> 1) * kT + r) * 2 + (d & 1)] = row[d];
   }
 }
-void load_pairs_along_rows(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n,
-                           int64_t c0, int64_t D, int64_t dp) {
+void load_pairs_along_rows(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n, int64_t c0,
+                           int64_t D, int64_t dp) {
   std::fill(dst, dst + kT * dp, uint16_t(0));
   for (int64_t r = 0; r < n; ++r) {
     const uint16_t* row = row_bits(src, r0 + r, c0);
@@ -163,7 +167,9 @@ struct Bf16Tiles {
 
   // Per-thread forward workspace, in floats: the o accumulator (kT dp) and scores (kT kT), m and
   // l (kT each); then bf16 q rows, k pairs along d, v pairs along keys (kT dp each) and P (kT kT).
-  static int64_t forward_numel(int64_t dp) { return kT * dp + kT * kT + 2 * kT + (3 * kT * dp + kT * kT) / 2; }
+  static int64_t forward_numel(int64_t dp) {
+    return kT * dp + kT * kT + 2 * kT + (3 * kT * dp + kT * kT) / 2;
+  }
   struct Fwd {
     float *acc, *p, *m, *l;
     uint16_t *q, *kp, *vp, *pb;
@@ -177,8 +183,8 @@ struct Bf16Tiles {
                      const AttnShape& s) {
     load_rows(t.q, q, row0, n, c0, s.D, s.dp);
   }
-  static void load_kv(Fwd& t, const Bf16In& k, const Bf16In& v, int64_t row0, int64_t n,
-                      int64_t c0, const AttnShape& s) {
+  static void load_kv(Fwd& t, const Bf16In& k, const Bf16In& v, int64_t row0, int64_t n, int64_t c0,
+                      const AttnShape& s) {
     load_pairs_along_d(t.kp, k, row0, n, c0, s.D, s.dp);
     load_pairs_along_rows(t.vp, v, row0, n, c0, s.D, s.dp);
   }
@@ -205,16 +211,16 @@ struct Bf16Tiles {
       for (uint16_t** b : {&pp, &dsp, &dsr}) *b = c.bits(kT * kT);
     }
   };
-  static void load_query_side(Bwd& t, const BackwardArgs<bf16>& a, int64_t row0, int64_t n, int64_t c0,
-                              const AttnShape& s, bool key_grads) {
+  static void load_query_side(Bwd& t, const BackwardArgs<bf16>& a, int64_t row0, int64_t n,
+                              int64_t c0, const AttnShape& s, bool key_grads) {
     load_rows(t.q, a.q, row0, n, c0, s.D, s.dp);
     load_rows(t.dout, a.dout, row0, n, c0, s.D, s.dp);
     if (!key_grads) return;
     load_cols(t.qt, a.q, row0, n, c0, s.D, s.dp);
     load_cols(t.doutt, a.dout, row0, n, c0, s.D, s.dp);
   }
-  static void load_key_side(Bwd& t, const BackwardArgs<bf16>& a, int64_t row0, int64_t n, int64_t c0,
-                            const AttnShape& s, bool for_dq) {
+  static void load_key_side(Bwd& t, const BackwardArgs<bf16>& a, int64_t row0, int64_t n,
+                            int64_t c0, const AttnShape& s, bool for_dq) {
     load_pairs_along_d(t.kp, a.k, row0, n, c0, s.D, s.dp);
     load_pairs_along_d(t.vp, a.v, row0, n, c0, s.D, s.dp);
     if (for_dq) load_pairs_along_rows(t.kr, a.k, row0, n, c0, s.D, s.dp);
@@ -254,8 +260,8 @@ struct Bf16Tiles {
 };
 
 void check_bf16_attention(const char* name, std::initializer_list<memo::ConstTensor> tensors) {
-  MEMO_CHECK(bf16_attention_native(), name, ": no bf16 attention here (",
-             bf16_attention_name(), ")");
+  MEMO_CHECK(bf16_attention_native(), name, ": no bf16 attention here (", bf16_attention_name(),
+             ")");
   for (const memo::ConstTensor& t : tensors)
     MEMO_CHECK(t.dtype() == DType::kBF16, name, ": a ", dtype_name(t.dtype()), " tensor ",
                t.shape().str(), " where bf16 is needed");
@@ -280,8 +286,8 @@ int64_t attention_bf16_forward_scratch_numel(int64_t head_dim) {
 }
 
 void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, memo::ConstTensor k,
-                            memo::ConstTensor v, int64_t batch, int64_t n_heads,
-                            int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
+                            memo::ConstTensor v, int64_t batch, int64_t n_heads, int64_t n_kv_heads,
+                            Tensor scratch, AttnMask mask) {
   check_bf16_attention("attention_bf16_forward", {o, q, k, v});
   attn::attention_forward<Bf16Tiles>("attention_bf16_forward", o.as<bf16>(), lse,
                                      q.as<const bf16>(), k.as<const bf16>(), v.as<const bf16>(),
@@ -300,10 +306,10 @@ void attention_bf16_backward(memo::Tensor dq, memo::Tensor dk, memo::Tensor dv,
                              int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                              AttnMask mask) {
   check_bf16_attention("attention_bf16_backward", {dq, dk, dv, dout, q, k, v, o});
-  attn::attention_backward<Bf16Tiles>(
-      "attention_bf16_backward", dq.as<bf16>(), dk.as<bf16>(), dv.as<bf16>(),
-      dout.as<const bf16>(), q.as<const bf16>(), k.as<const bf16>(), v.as<const bf16>(),
-      o.as<const bf16>(), lse, batch, n_heads, n_kv_heads, scratch, mask);
+  attn::attention_backward<Bf16Tiles>("attention_bf16_backward", dq.as<bf16>(), dk.as<bf16>(),
+                                      dv.as<bf16>(), dout.as<const bf16>(), q.as<const bf16>(),
+                                      k.as<const bf16>(), v.as<const bf16>(), o.as<const bf16>(),
+                                      lse, batch, n_heads, n_kv_heads, scratch, mask);
 }
 
 }  // namespace memo::cpu

@@ -267,8 +267,8 @@ void probs_and_dscores(typename P::Bwd& t, const AttnShape& s, int64_t b, int64_
 // into dq, which the caller zeroed and owns (see Note [Attention threads and determinism]).
 template <class P, class E = typename P::Elem>
 void backward_key_tile(const View<E>& dq, const View<E>& dk, const View<E>& dv,
-                       const BackwardArgs<E>& a, const AttnShape& s, int64_t b, int64_t hk, int64_t kt, bool add_dq,
-                       float* ws) {
+                       const BackwardArgs<E>& a, const AttnShape& s, int64_t b, int64_t hk,
+                       int64_t kt, bool add_dq, float* ws) {
   typename P::Bwd t(ws, s.dp);
   const int64_t nk = s.tile_rows(kt), krow0 = b * s.S + kt * kT;
   P::load_key_side(t, a, krow0, nk, hk * s.D, s, add_dq);
@@ -309,15 +309,15 @@ void backward_query_tile(const View<E>& dq, const BackwardArgs<E>& a, const Attn
 
 template <class P, class E = typename P::Elem>
 void attention_forward(const char* name, View<E> o, View<float> lse, View<const E> q,
-                       View<const E> k, View<const E> v, int64_t batch, int64_t n_heads, int64_t n_kv_heads,
-                       Tensor scratch, AttnMask mask) {
+                       View<const E> k, View<const E> v, int64_t batch, int64_t n_heads,
+                       int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
   const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
   check_attention_mask(name, mask, d, true);
   const AttnShape s = attn_shape(d, mask, P::padded_dim(d.D));
   const int64_t per_thread = P::forward_numel(s.dp);
   const int threads = omp_get_max_threads();
-  MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread, name, ": scratch has ",
-             scratch.numel(), " floats, needs ", threads * per_thread, " (", name,
+  MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread, name,
+             ": scratch has ", scratch.numel(), " floats, needs ", threads * per_thread, " (", name,
              "_scratch_numel(", s.D, ") with ", threads, " threads)");
   const int64_t heads = s.B * s.H, n_items = heads * s.n_tiles();
 #pragma omp parallel for schedule(dynamic, 1)
@@ -332,22 +332,21 @@ void attention_forward(const char* name, View<E> o, View<float> lse, View<const 
 template <class P, class E = typename P::Elem>
 void attention_backward(const char* name, View<E> dq, View<E> dk, View<E> dv, View<const E> dout,
                         View<const E> q, View<const E> k, View<const E> v, View<const E> o,
-                        View<const float> lse, int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
-                        AttnMask mask) {
+                        View<const float> lse, int64_t batch, int64_t n_heads, int64_t n_kv_heads,
+                        Tensor scratch, AttnMask mask) {
   const AttnDims d =
       check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
   check_attention_mask(name, mask, d, true);
   const AttnShape s = attn_shape(d, mask, P::padded_dim(d.D));
   const int64_t per_thread = P::backward_numel(s.dp);
   const int threads = omp_get_max_threads();
-  MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread, name, ": scratch has ",
-             scratch.numel(), " floats, needs ", threads * per_thread, " (", name,
+  MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread, name,
+             ": scratch has ", scratch.numel(), " floats, needs ", threads * per_thread, " (", name,
              "_scratch_numel(", s.S, ", ", s.D, ", ", s.H, ", ", s.Hkv, ") with ", threads,
              " threads)");
   const BackwardArgs<E> a{dout, q, k, v, o, lse};
   const int64_t groups = s.B * s.Hkv, n_tiles = s.n_tiles();
-  const bool by_group =
-      P::kByGroup && (groups + threads - 1) / threads * threads * 4 <= groups * 5;
+  const bool by_group = P::kByGroup && (groups + threads - 1) / threads * threads * 4 <= groups * 5;
   if (by_group) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t g = 0; g < groups; ++g) {
