@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "memo/backend/backend.h"
+#include "memo/backend/bf16_storage.h"
 #include "memo/core/error.h"
 #include "memo/cpu/cpu_backend.h"
+#include "memo/cuda/cuda_sizes.h"
 #include "test_util.h"
 
 namespace memo {
@@ -93,6 +95,35 @@ TEST(MetaBackend, checks_token_ids_on_the_host_like_the_cpu) {
   const std::string msg = test::error_message<DataError>(
       [&] { meta.embedding_forward(x, View<const int32_t>(ids.data(), {3}), wte); });
   EXPECT_NE(msg.find("token id 9 at position 2"), std::string::npos) << msg;
+}
+
+// An attention call over f32 activations beside bf16 layers (the KV decoder's, which computes in
+// f32) needs the f32 schedule's scratch, not the bf16 kernels'. On a bf16 CUDA run the fused bf16
+// attention needs one float and the f32 schedule thousands: the first GPU run's memo generate
+// failed there (2026-12-04). The meta backend sized as CUDA (CudaSizes) checks scratch as the CUDA
+// kernels do, so this finds it without a GPU.
+TEST(MetaBackend, f32_attention_beside_bf16_layers_gets_the_f32_schedules_scratch) {
+  CudaSizes cuda_sizes;
+  MetaBackend meta(cuda_sizes, DType::kBF16);
+  Bf16StorageBackend bf16(cuda_sizes);
+  const int64_t S = 40, H = 4, Hkv = 2, D = 64;
+  std::vector<RawBuffer> keep;
+  Tensor q = meta_tensor(meta, keep, {S, H * D}), o = meta_tensor(meta, keep, {S, H * D});
+  Tensor k = meta_tensor(meta, keep, {S, Hkv * D}), v = meta_tensor(meta, keep, {S, Hkv * D});
+  Tensor lse = meta_tensor(meta, keep, {1, H, S});
+  const int64_t f32_numel = meta.f32_attention_forward_scratch_numel(S, D, H, Hkv);
+  EXPECT_EQ(f32_numel, cuda_sizes.attention_forward_scratch_numel(S, D, H, Hkv));
+  EXPECT_EQ(bf16.f32_attention_forward_scratch_numel(S, D, H, Hkv), f32_numel);
+  // the layers' own calls (bf16 activations) need the fused kernels' one float
+  EXPECT_EQ(meta.attention_forward_scratch_numel(S, D, H, Hkv), 1);
+  EXPECT_EQ(bf16.attention_forward_scratch_numel(S, D, H, Hkv), 1);
+  EXPECT_GT(f32_numel, 1);
+  Backend& be = meta;
+  EXPECT_NO_THROW(be.attention_forward(o, lse, q, k, v, 1, H, Hkv,
+                                       meta_tensor(meta, keep, {f32_numel}), AttnMask::kCausal));
+  EXPECT_THROW(be.attention_forward(o, lse, q, k, v, 1, H, Hkv, meta_tensor(meta, keep, {1}),
+                                    AttnMask::kCausal),
+               Error);
 }
 
 TEST(MetaBackend, takes_sizes_and_row_granularity_from_its_target) {

@@ -181,6 +181,13 @@ class Backend : public OptimizerKernels {
                                                         int64_t n_heads, int64_t n_kv_heads) {
     return attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
   }
+  // The forward's over f32 activations on any backend, whatever activation_dtype() is: what a
+  // caller that computes in f32 beside bf16 layers needs (the KV decoder). A wrapper that stores
+  // bf16 (Bf16StorageBackend, MetaBackend) answers for the f32 call its inner backend receives.
+  virtual int64_t f32_attention_forward_scratch_numel(int64_t seq, int64_t head_dim,
+                                                      int64_t n_heads, int64_t n_kv_heads) {
+    return attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                           ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse,
                           int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,

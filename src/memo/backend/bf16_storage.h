@@ -96,6 +96,11 @@ class Bf16StorageBackend final : public Backend {
                ? inner_.bf16_attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads)
                : inner_.attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
   }
+  // an f32 call passes to inner as it is
+  int64_t f32_attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                              int64_t n_kv_heads) override {
+    return inner_.f32_attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
   int64_t attention_decode_scratch_numel(int64_t keys) override {
     return inner_.attention_decode_scratch_numel(keys);
   }

@@ -69,8 +69,9 @@ void MetaBackend::do_attention_forward(Tensor o, Tensor lse, ConstTensor q, Cons
                                        ConstTensor v, int64_t batch, int64_t n_heads,
                                        int64_t n_kv_heads, Tensor scratch, AttnMask) {
   const AttnDims d = attention_dims(q, batch, n_heads, n_kv_heads);
+  // bf16 activations reach target's bf16 kernels where it has them, else widened to its f32 ones
   check_scratch("attention_forward", scratch,
-                q.dtype() == DType::kBF16
+                q.dtype() == DType::kBF16 && target_.bf16_attention()
                     ? target_.bf16_attention_forward_scratch_numel(d.S, d.D, d.H, d.Hkv)
                     : target_.attention_forward_scratch_numel(d.S, d.D, d.H, d.Hkv));
 }
@@ -86,7 +87,7 @@ void MetaBackend::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTe
                                         int64_t n_kv_heads, Tensor scratch, AttnMask) {
   const AttnDims d = attention_dims(q, batch, n_heads, n_kv_heads);
   check_scratch("attention_backward", scratch,
-                q.dtype() == DType::kBF16
+                q.dtype() == DType::kBF16 && target_.bf16_attention()
                     ? target_.bf16_attention_backward_scratch_numel(d.S, d.D, d.H, d.Hkv)
                     : target_.attention_backward_scratch_numel(d.S, d.D, d.H, d.Hkv));
 }

@@ -53,6 +53,10 @@ class MetaBackend final : public Backend {
                                           int64_t n_kv_heads) override;
   int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                            int64_t n_kv_heads) override;
+  int64_t f32_attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                              int64_t n_kv_heads) override {
+    return target_.f32_attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);
+  }
   int64_t bf16_attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                                int64_t n_kv_heads) override {
     return target_.bf16_attention_forward_scratch_numel(seq, head_dim, n_heads, n_kv_heads);

@@ -151,7 +151,8 @@ void KvDecoder::attend(int l, int64_t n) {
   const int64_t KV = cfg_.kv_dim(), HD = H * D, keys = position_ + n;
   const int64_t layer_row = int64_t(l) * max_tokens_ * KV;
   const bool prompt = position_ == 0;  // the training kernel, as Model's forward runs it
-  const int64_t scratch_numel = prompt ? be.attention_forward_scratch_numel(n, D, H, Hkv)
+  // the decoder's activations are f32 on every backend, bf16 ones too
+  const int64_t scratch_numel = prompt ? be.f32_attention_forward_scratch_numel(n, D, H, Hkv)
                                        : be.attention_decode_scratch_numel(keys);
   if (scratch_.numel() < scratch_numel) scratch_ = SpaceArray<float>(be, scratch_numel);
   const Tensor scratch = scratch_.tensor({scratch_numel});
