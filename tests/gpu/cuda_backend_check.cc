@@ -267,7 +267,7 @@ TEST(CudaBackend, copy_and_add_into_between_shapes_of_one_size) {
       [](Backend& b, std::vector<Tensor>& t) {
         b.copy(t[0], t[1]);
         b.add_into(t[2], t[1]);
-        b.add_into(t[3].slice_cols(2, 5), t[3].slice_cols(6, 9));
+        b.add_into(t[3].slice_rows(0, 3), t[3].slice_rows(4, 7));  // parts of one buffer
         b.copy(t[1], t[2]);
         return 0.0;
       },
@@ -513,10 +513,18 @@ TEST(CudaBackend, bf16_products_match_the_cpus_bf16_storage) {
     const View<bf16> Cg(got_c.data(), {M, N});
     ref.matmul(View<float>(want_f.data(), {K, cols}), View<const bf16>(a.data(), {K, K}),
                ConstTensor(Cg.slice_rows(0, K).slice_cols(0, cols)), true, false, 1.0f, 0.0f);
+    int64_t off = 0;  // elements more than a bf16 step apart; the worst, in steps of the result
+    double worst_steps = 0.0;
+    size_t worst_at = 0;
     for (size_t i = 0; i < got_c.size(); ++i) {
       const float x = bf16_to_float(got_c[i]), y = bf16_to_float(want_c[i]);
-      ASSERT_LE(std::abs(x - y), std::ldexp(std::max(std::abs(y), 1e-3f), -7)) << i;
+      const double steps = std::abs(x - y) / std::ldexp(std::max(std::abs(y), 1e-3f), -8);
+      off += steps > 2.0;
+      if (steps > worst_steps) worst_steps = steps, worst_at = i;
     }
+    EXPECT_EQ(off, 0) << "worst " << worst_steps << " steps at element " << worst_at << ": "
+                      << bf16_to_float(got_c[worst_at]) << " against "
+                      << bf16_to_float(want_c[worst_at]);
     double worst = 0.0, scale = 0.0;
     for (size_t i = 0; i < got_f.size(); ++i) {
       worst = std::max(worst, double(std::abs(got_f[i] - want_f[i])));
@@ -752,7 +760,7 @@ TEST(CudaBackend, bf16_elementwise_kernels_match_the_cpus_bf16_storage) {
         [](Backend& b, std::vector<Tensor>& t) {
           b.scale(t[0], 0.3f);
           b.copy(t[1].slice_cols(0, 100), ConstTensor(t[2].slice_cols(50, 150)));
-          b.fill(t[2].slice_cols(200, 256), 1.0f / 3.0f);
+          b.fill(t[2].slice_rows(20, 40), 1.0f / 3.0f);
         });
   check("gelu_forward", {b16({T, C}, 24), b16({T, C}, 25)},
         [](Backend& b, std::vector<Tensor>& t) { b.gelu_forward(t[0], t[1]); });

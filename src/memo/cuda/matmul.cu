@@ -100,6 +100,16 @@ void CudaBackend::gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, in
          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
       lt().cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof al);
+    // A bf16 C is rounded once (Note [bf16 storage by conversion]): split-K partial sums may meet
+    // in the workspace in f32, never in C's own bf16 (the in-place and output-type schemes). The
+    // first GPU run's bf16 products with beta = 1 were off by whole bf16 steps of the partial sums
+    // where cuBLASLt's heuristic split K (2026-12-04: 1.5e-3 against 7.9e-4 at M 300, N 96, K 256).
+    if (ct == CUDA_R_16BF) {
+      const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      check_lt(lt().cublasLtMatmulPreferenceSetAttribute(
+                   pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes),
+               "reduction scheme");
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t st = lt().cublasLtMatmulAlgoGetHeuristic(lt_, g.desc, g.a, g.b, g.c, g.c,
