@@ -214,15 +214,19 @@ struct Case {
 constexpr double kBf16Tol = 4.0 / 256.0;
 
 // Returns the largest errors of o, dq, dk, dv against the CPU's f32 attention over the same inputs.
-std::vector<double> check_flash(const Case& c, AttnMask mask) {
+// wide: every loaded row on 16 bytes (16-byte loads, Note [Flash tile loads]), else rows of an even
+// number of elements that is not a multiple of 8 (4-byte loads).
+std::vector<double> check_flash(const Case& c, AttnMask mask, bool wide) {
   const int64_t B = c.B, S = c.S, H = c.H, Hkv = c.Hkv, D = c.D, T = B * S;
   const bool causal = mask.causal;
-  SCOPED_TRACE(::testing::Message() << "B" << B << " S" << S << " H" << H << " Hkv" << Hkv << " D"
-                                    << D << (causal ? " causal" : " full"));
-  // q and dq strided as the model's column slices are (even strides: the kernels move pairs)
-  const Mat16 q = Mat16::random(T, H * D, H * D + 6, 301, -2.0f, 2.0f),
+  SCOPED_TRACE(::testing::Message()
+               << "B" << B << " S" << S << " H" << H << " Hkv" << Hkv << " D" << D
+               << (causal ? " causal" : " full") << (wide ? " wide" : ""));
+  // q and v strided as the model's column slices are
+  const int64_t pad = wide ? 8 : 6;
+  const Mat16 q = Mat16::random(T, H * D, H * D + pad, 301, -2.0f, 2.0f),
               k = Mat16::random(T, Hkv * D, Hkv * D, 302, -2.0f, 2.0f),
-              v = Mat16::random(T, Hkv * D, Hkv * D + 2, 303, -1.0f, 1.0f),
+              v = Mat16::random(T, Hkv * D, Hkv * D + (wide ? 16 : 2), 303, -1.0f, 1.0f),
               dout = Mat16::random(T, H * D, H * D, 304, -1.0f, 1.0f);
   std::vector<float> qf = q.widened(), kf = k.widened(), vf = v.widened(), dof = dout.widened();
   auto view = [](std::vector<float>& x, int64_t cols) {
@@ -252,6 +256,9 @@ std::vector<double> check_flash(const Case& c, AttnMask mask) {
   Mat16 o(T, H * D, H * D + 4);
   std::vector<float> lse(size_t(B * H * S), std::numeric_limits<float>::quiet_NaN());
   f.o = o.v.data(), f.ldo = o.ld, f.lse = lse.data();
+  f.dout = dout.v.data(), f.lddo = dout.ld;
+  f.wide = flash_wide_loads(f);
+  EXPECT_EQ(f.wide, wide);
   const int64_t tiles = (S + kFlashRows - 1) / kFlashRows;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
@@ -307,12 +314,16 @@ std::vector<double> check_flash(const Case& c, AttnMask mask) {
 
 TEST(FlashAttention, blocks_on_cpu_threads_match_the_cpu_attention_within_bf16_rounding) {
   std::vector<double> worst(4, 0.0);
+  // a short tile, two sequences, GQA 2; head dim 128, GQA 2; one exact tile with one query head
+  // per kv head; a single token; head dim 32 over two tiles (the second short), GQA 2; three
+  // query tiles, GQA 2 (the dK/dV loop over two heads and three tiles)
+  const Case cases[] = {Case{2, 37, 4, 2, 64}, Case{1, 60, 2, 1, 128}, Case{1, 64, 2, 2, 64},
+                        Case{1, 1, 2, 1, 64},  Case{1, 100, 2, 1, 32}, Case{1, 130, 4, 2, 64}};
+  // 16-byte and 4-byte loads in turn, so each meets both masks and every other case
+  bool wide = false;
   for (AttnMask mask : {AttnMask::kCausal, AttnMask::kFull})
-    // a short tile, two sequences, GQA 2; head dim 128, GQA 2; one exact tile with one query
-    // head per kv head; a single token; head dim 32 over two tiles (the second short), GQA 2
-    for (const Case& c : {Case{2, 37, 4, 2, 64}, Case{1, 60, 2, 1, 128}, Case{1, 64, 2, 2, 64},
-                          Case{1, 1, 2, 1, 64}, Case{1, 100, 2, 1, 32}}) {
-      const std::vector<double> e = check_flash(c, mask);
+    for (const Case& c : cases) {
+      const std::vector<double> e = check_flash(c, mask, wide = !wide);
       for (size_t i = 0; i < 4; ++i) worst[i] = std::max(worst[i], e[i]);
     }
   std::printf(

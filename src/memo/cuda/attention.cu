@@ -192,6 +192,7 @@ void CudaBackend::do_attention_forward(Tensor o, Tensor lse, ConstTensor q, Cons
   if (flash_applies(d, {o, q, k, v})) {
     cuda::FlashArgs f = flash_args(d, mask, q, k, v);
     f.o = bf16_ptr(o), f.ldo = o.ld(), f.lse = dev(lse);
+    f.wide = cuda::flash_wide_loads(f);
     return flash_forward_launch(f, d.B);
   }
   const cuda::ChunkShape c = cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask.causal, chunk_rows_);
@@ -217,6 +218,7 @@ void CudaBackend::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTe
     f.o_in = bf16_ptr(o), f.ldo = o.ld(), f.dout = bf16_ptr(dout), f.lddo = dout.ld();
     f.dq = bf16_ptr(dq), f.lddq = dq.ld(), f.dk = bf16_ptr(dk), f.lddk = dk.ld();
     f.dv = bf16_ptr(dv), f.lddv = dv.ld(), f.lse = const_cast<float*>(dev(lse));
+    f.wide = cuda::flash_wide_loads(f);
     return flash_backward_launch(f, d.B, dev(scratch), xmat(dout), xmat(o));
   }
   const cuda::ChunkShape c = cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask.causal, chunk_rows_);

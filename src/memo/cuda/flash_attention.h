@@ -24,17 +24,34 @@
 // fragments by the PTX ISA's layout (mma_*_row/col below), so the kernels' logic, tiling and
 // fragment bookkeeping are checked on machines without a GPU (tests/cuda/flash_attention_test.cc).
 // Fragments come from shared memory by ldmatrix (.x4, and .trans where the operand is read down its
-// columns: V in P V, K in dS K, dO and Q in the dK/dV products); tiles reach shared memory by
-// plain 32-bit loads (no cp.async, no double buffering yet). The emulation of ldmatrix follows
+// columns: V in P V, K in dS K, dO and Q in the dK/dV products); tiles reach shared memory as Note
+// [Flash tile loads] says. The emulation of ldmatrix follows
 // the PTX ISA's distribution (thread l receives row l / 4, elements 2 (l % 4) and + 1, of each
 // 8 x 8 matrix, or of its transpose) and checks that every row address is 16-byte aligned.
 //
 // Head dims 32, 64 and 128 (flash_head_dim); others, f32 activations, and unaligned tensors take
-// the chunked schedule (Note [Chunked attention]). NOT YET RUN ON A GPU.
+// the chunked schedule (Note [Chunked attention]). First run on an H200 on 2026-12-04 (correct;
+// bench/RESULTS.md has its speed against PyTorch's SDPA).
+//
+// Note [Flash tile loads]
+// A tile (64 rows of one head's D columns) moves from global to shared memory in 16-byte pieces of
+// a row: thread tid takes pieces tid, tid + 128, ... (piece e: row e / (D / 8), columns 8 (e % (D /
+// 8)) on); a loop iteration's two tiles (K and V, or Q and dO) are fetched into registers
+// (FlashPieces: all loads in flight at once), then stored. Where every row of q, k, v and dout
+// starts on 16 bytes (FlashArgs::wide: flash_wide_loads), a piece is one 16-byte load; else four
+// 4-byte ones. With these loads and no mask arithmetic on tiles that every row of a warp sees
+// whole ("open"), forward + backward on the H200 (2026-12-04, bench/cuda/attention_bench.cc, 32
+// heads over 8 of 64, causal) went from 4.74 ms to 3.63 ms at 4K tokens and from 211 ms to 160 ms
+// at 32K, against the first version's 4-byte loads, each waiting for the last. Fetching the next
+// tile while computing on this one was measured too and dropped: it cost 30 to 90 registers a
+// thread, so fewer blocks a multiprocessor, and was slower at every size (178 ms at 32K; at head
+// dim 128, 324 ms against 261).
+
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "memo/cuda/bodies.h"
 
@@ -87,19 +104,92 @@ struct FlashArgs {
   int64_t lddq = 0, lddk = 0, lddv = 0;
   float* lse = nullptr;  // forward writes, backward reads
   const float* delta = nullptr;
+  bool wide = false;  // q, k, v and dout rows start on 16 bytes (Note [Flash tile loads])
 };
 
+// Whether every row the kernels load (q, k, v, dout; null ones aside) starts on 16 bytes.
+inline bool flash_wide_loads(const FlashArgs& f) {
+  const auto aligned = [](const uint16_t* p, int64_t ld) {
+    return p == nullptr || (reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 8 == 0);
+  };
+  return aligned(f.q, f.ldq) && aligned(f.k, f.ldk) && aligned(f.v, f.ldv) &&
+         aligned(f.dout, f.lddo);
+}
+
+// 16 bytes of a row: eight bf16.
+struct Quad {
+  uint32_t w[4];
+};
+MEMO_HD inline Quad load_quad(const uint16_t* p, bool wide) {
+  Quad q;
+  if (wide) {
+#if defined(__CUDA_ARCH__)
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    q.w[0] = v.x, q.w[1] = v.y, q.w[2] = v.z, q.w[3] = v.w;
+#else
+    std::memcpy(q.w, p, sizeof q.w);
+#endif
+  } else {
+    for (int i = 0; i < 4; ++i) q.w[i] = load_pair(p + 2 * i);
+  }
+  return q;
+}
+MEMO_HD inline void store_quad(uint16_t* p, const Quad& q) {  // shared memory, 16-byte aligned
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint4*>(p) = make_uint4(q.w[0], q.w[1], q.w[2], q.w[3]);
+#else
+  std::memcpy(p, q.w, sizeof q.w);
+#endif
+}
+
+// One thread's pieces of a tile (Note [Flash tile loads]).
+template <int kD>
+struct FlashPieces {
+  static constexpr int kPerRow = kD / 8, kCount = kFlashRows * kPerRow / kFlashThreads;
+  static_assert(kCount * kFlashThreads == kFlashRows * kPerRow, "whole pieces a thread");
+  Quad p[kCount];
+};
+
+// Rows [r0, r0 + 64) of one head (columns c0.. c0 + D) of x into registers, zeros past row `rows`.
+template <int kD, class Lane>
+MEMO_HD void flash_fetch(Lane& th, FlashPieces<kD>& r, const uint16_t* x, int64_t ld, int64_t r0,
+                         int64_t c0, int64_t rows, bool wide) {
+  constexpr int kPerRow = FlashPieces<kD>::kPerRow;
+  for (int i = 0; i < FlashPieces<kD>::kCount; ++i) {
+    const int e = th.tid + i * kFlashThreads;
+    const int64_t row = r0 + e / kPerRow;
+    r.p[i] = row < rows ? load_quad(x + row * ld + c0 + 8 * (e % kPerRow), wide) : Quad{};
+  }
+}
+// The pieces into a smem tile of pitch flash_pitch(kD).
+template <int kD, class Lane>
+MEMO_HD void flash_put(Lane& th, uint16_t* tile, const FlashPieces<kD>& r) {
+  constexpr int kPerRow = FlashPieces<kD>::kPerRow, kP = flash_pitch(kD);
+  for (int i = 0; i < FlashPieces<kD>::kCount; ++i) {
+    const int e = th.tid + i * kFlashThreads;
+    store_quad(tile + (e / kPerRow) * kP + 8 * (e % kPerRow), r.p[i]);
+  }
+}
+
 // Copies rows [r0, r0 + 64) of one head (columns c0.. c0 + D) of x into a smem tile, zeros past
-// row `rows`. Every thread of the block takes pairs.
+// row `rows`: fetched, then put.
 template <int kD, class Lane>
 MEMO_HD void flash_load_tile(Lane& th, uint16_t* tile, const uint16_t* x, int64_t ld, int64_t r0,
-                             int64_t c0, int64_t rows) {
-  constexpr int kPairs = kD / 2, kP = flash_pitch(kD);
-  for (int e = th.tid; e < kFlashRows * kPairs; e += kFlashThreads) {
-    const int r = e / kPairs, c = 2 * (e % kPairs);
-    const int64_t row = r0 + r;
-    store_pair(tile + r * kP + c, row < rows ? load_pair(x + row * ld + c0 + c) : 0u);
-  }
+                             int64_t c0, int64_t rows, bool wide) {
+  FlashPieces<kD> r;
+  flash_fetch<kD>(th, r, x, ld, r0, c0, rows, wide);
+  flash_put<kD>(th, tile, r);
+}
+// Two tiles' rows [r0, r0 + 64) (of x at c0 and of y at cy): all loads first, then all stores.
+template <int kD, class Lane>
+MEMO_HD void flash_load_tiles(Lane& th, uint16_t* tx, const uint16_t* x, int64_t ldx, int64_t cx,
+                              uint16_t* ty, const uint16_t* y, int64_t ldy, int64_t cy, int64_t r0,
+                              int64_t rows, bool wide) {
+  FlashPieces<kD> a, b;
+  flash_fetch<kD>(th, a, x, ldx, r0, cx, rows, wide);
+  flash_fetch<kD>(th, b, y, ldy, r0, cy, rows, wide);
+  flash_put<kD>(th, tx, a);
+  flash_put<kD>(th, ty, b);
 }
 
 // acc[n] (n-tiles of 8 columns) += A B over k = 16 kk.. for the warp's 16 rows: A from a smem tile
@@ -180,22 +270,24 @@ MEMO_HD void flash_forward_block(Lane& th, const FlashArgs& f, int64_t b, int64_
   uint16_t* sv = sk + kFlashRows * kP;
   const int warp = th.tid / 32, lane = th.tid % 32, g = lane / 4, t = lane % 4;
   const int64_t S = f.S, base = b * S, hk = h / f.G;
-  flash_load_tile<kD>(th, sq, f.q + base * f.ldq, f.ldq, q0, h * kD, S);
+  flash_load_tile<kD>(th, sq, f.q + base * f.ldq, f.ldq, q0, h * kD, S, f.wide);
   float o[kD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int64_t kend = f.causal ? (q0 + kFlashRows < S ? q0 + kFlashRows : S) : S;
   for (int64_t j0 = 0; j0 < kend; j0 += kFlashCols) {
     th.sync();  // the previous tile's readers are done
-    flash_load_tile<kD>(th, sk, f.k + base * f.ldk, f.ldk, j0, hk * kD, S);
-    flash_load_tile<kD>(th, sv, f.v + base * f.ldv, f.ldv, j0, hk * kD, S);
+    flash_load_tiles<kD>(th, sk, f.k + base * f.ldk, f.ldk, hk * kD, sv, f.v + base * f.ldv, f.ldv,
+                         hk * kD, j0, S, f.wide);
     th.sync();
+    // every key of the tile visible to every row of this warp: no mask to apply
+    const bool open = j0 + kFlashCols <= S && (!f.causal || j0 + kFlashCols - 1 <= q0 + warp * 16);
     float s[8][4] = {};
     flash_mma_rows_t<kD>(th, s, sq, warp * 16, sk);
     float mt[2] = {-INFINITY, -INFINITY};
     for (int n = 0; n < 8; ++n)
       for (int i = 0; i < 4; ++i) {
         const int64_t row = q0 + warp * 16 + g + 8 * (i / 2), col = j0 + 8 * n + 2 * t + i % 2;
-        const bool visible = col < S && (!f.causal || col <= row);
+        const bool visible = open || (col < S && (!f.causal || col <= row));
         s[n][i] = visible ? s[n][i] * f.scale : -INFINITY;
         mt[i / 2] = s[n][i] > mt[i / 2] ? s[n][i] : mt[i / 2];
       }
@@ -243,8 +335,8 @@ MEMO_HD void flash_dq_block(Lane& th, const FlashArgs& f, int64_t b, int64_t h, 
   uint16_t* sv = sk + kFlashRows * kP;
   const int warp = th.tid / 32, lane = th.tid % 32, g = lane / 4, t = lane % 4;
   const int64_t S = f.S, base = b * S, hk = h / f.G;
-  flash_load_tile<kD>(th, sq, f.q + base * f.ldq, f.ldq, q0, h * kD, S);
-  flash_load_tile<kD>(th, sdo, f.dout + base * f.lddo, f.lddo, q0, h * kD, S);
+  flash_load_tiles<kD>(th, sq, f.q + base * f.ldq, f.ldq, h * kD, sdo, f.dout + base * f.lddo,
+                       f.lddo, h * kD, q0, S, f.wide);
   float lse[2], delta[2];
   for (int r = 0; r < 2; ++r) {
     const int64_t row = q0 + warp * 16 + g + 8 * r;
@@ -255,16 +347,18 @@ MEMO_HD void flash_dq_block(Lane& th, const FlashArgs& f, int64_t b, int64_t h, 
   const int64_t kend = f.causal ? (q0 + kFlashRows < S ? q0 + kFlashRows : S) : S;
   for (int64_t j0 = 0; j0 < kend; j0 += kFlashCols) {
     th.sync();
-    flash_load_tile<kD>(th, sk, f.k + base * f.ldk, f.ldk, j0, hk * kD, S);
-    flash_load_tile<kD>(th, sv, f.v + base * f.ldv, f.ldv, j0, hk * kD, S);
+    flash_load_tiles<kD>(th, sk, f.k + base * f.ldk, f.ldk, hk * kD, sv, f.v + base * f.ldv, f.ldv,
+                         hk * kD, j0, S, f.wide);
     th.sync();
+    const bool open = q0 + warp * 16 + 16 <= S && j0 + kFlashCols <= S &&
+                      (!f.causal || j0 + kFlashCols - 1 <= q0 + warp * 16);
     float s[8][4] = {}, dp[8][4] = {};
     flash_mma_rows_t<kD>(th, s, sq, warp * 16, sk);
     flash_mma_rows_t<kD>(th, dp, sdo, warp * 16, sv);
     for (int n = 0; n < 8; ++n)
       for (int i = 0; i < 4; ++i) {
         const int64_t row = q0 + warp * 16 + g + 8 * (i / 2), col = j0 + 8 * n + 2 * t + i % 2;
-        const bool visible = row < S && col < S && (!f.causal || col <= row);
+        const bool visible = open || (row < S && col < S && (!f.causal || col <= row));
         const float p = visible ? expf(s[n][i] * f.scale - lse[i / 2]) : 0.0f;
         s[n][i] = p * (dp[n][i] - delta[i / 2]);  // dS
       }
@@ -286,22 +380,24 @@ MEMO_HD void flash_dkdv_block(Lane& th, const FlashArgs& f, int64_t b, int64_t h
   float* sdelta = slse + kFlashCols;
   const int warp = th.tid / 32, lane = th.tid % 32, g = lane / 4, t = lane % 4;
   const int64_t S = f.S, base = b * S;
-  flash_load_tile<kD>(th, sk, f.k + base * f.ldk, f.ldk, k0, hk * kD, S);
-  flash_load_tile<kD>(th, sv, f.v + base * f.ldv, f.ldv, k0, hk * kD, S);
-  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
   const int64_t i_start = f.causal ? k0 : 0;  // tiles of 64 on both sides: k0 is a tile start
+  flash_load_tiles<kD>(th, sk, f.k + base * f.ldk, f.ldk, hk * kD, sv, f.v + base * f.ldv, f.ldv,
+                       hk * kD, k0, S, f.wide);
+  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
   for (int64_t hh = 0; hh < f.G; ++hh) {
     const int64_t h = hk * f.G + hh;
     for (int64_t i0 = i_start; i0 < S; i0 += kFlashCols) {
       th.sync();
-      flash_load_tile<kD>(th, sq, f.q + base * f.ldq, f.ldq, i0, h * kD, S);
-      flash_load_tile<kD>(th, sdo, f.dout + base * f.lddo, f.lddo, i0, h * kD, S);
+      flash_load_tiles<kD>(th, sq, f.q + base * f.ldq, f.ldq, h * kD, sdo, f.dout + base * f.lddo,
+                           f.lddo, h * kD, i0, S, f.wide);
       for (int e = th.tid; e < kFlashCols; e += kFlashThreads) {
         const int64_t row = i0 + e;
         slse[e] = row < S ? f.lse[(b * f.H + h) * S + row] : 0.0f;
         sdelta[e] = row < S ? f.delta[h * S + row] : 0.0f;
       }
       th.sync();
+      const bool open = k0 + warp * 16 + 16 <= S && i0 + kFlashCols <= S &&
+                        (!f.causal || k0 + warp * 16 + 15 <= i0);
       float st[8][4] = {}, dpt[8][4] = {};
       flash_mma_rows_t<kD>(th, st, sk, warp * 16, sq);    // S^T = K Q^T
       flash_mma_rows_t<kD>(th, dpt, sv, warp * 16, sdo);  // dP^T = V dO^T
@@ -310,7 +406,7 @@ MEMO_HD void flash_dkdv_block(Lane& th, const FlashArgs& f, int64_t b, int64_t h
         for (int i = 0; i < 4; ++i) {
           const int c = 8 * n + 2 * t + i % 2;
           const int64_t key = k0 + warp * 16 + g + 8 * (i / 2), row = i0 + c;
-          const bool visible = row < S && key < S && (!f.causal || key <= row);
+          const bool visible = open || (row < S && key < S && (!f.causal || key <= row));
           pt[n][i] = visible ? expf(st[n][i] * f.scale - slse[c]) : 0.0f;
           st[n][i] = pt[n][i] * (dpt[n][i] - sdelta[c]);  // dS^T
         }
