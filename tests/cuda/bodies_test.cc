@@ -695,6 +695,44 @@ TEST(CudaBodies, row_kernels_in_lanes_agree_with_the_one_lane_bodies) {
   }
 }
 
+// Note [Column lanes]: the column sums as the GPU runs them, kColLanes lanes a column and the
+// fixed tree, against the one-lane bodies (bit for bit the CPU's above): within an ulp or two.
+TEST(CudaBodies, column_kernels_in_lanes_agree_with_the_one_lane_bodies) {
+  const int L = kColLanes;
+  for (const Shape2& s : {Shape2{13, 97, 97}, Shape2{1000, 33, 40}, Shape2{2, 5, 5}}) {
+    const auto [T, C, ld] = s;
+    SCOPED_TRACE(name(s));
+    const Buf x = Buf::random(T, C, ld, 21, -3.0f, 3.0f), dy = Buf::random(T, C, ld, 22);
+    const std::vector<float> r = test::random_floats(T, 23, 0.5f, 2.0f),
+                             mean = test::random_floats(T, 24), rstd = test::random_floats(T, 25);
+    const std::vector<float> g0 = test::random_floats(C, 26);
+    std::vector<float> dw1 = g0, dwl = g0, lw1 = g0, lb1 = g0, lwl = g0, lbl = g0, b1 = g0, bl = g0;
+    for (int64_t c = 0; c < C; ++c) {
+      rmsnorm_dw_col(dw1.data(), dy.cmat(), x.cmat(), r.data(), c);
+      dwl[size_t(c)] = float(double(dwl[size_t(c)]) + lanes_sum(L, [&](int lane) {
+                               return rmsnorm_dw_part(dy.cmat(), x.cmat(), r.data(), c, lane, L);
+                             }));
+      layernorm_dwdb_col(lw1.data(), lb1.data(), dy.cmat(), x.cmat(), mean.data(), rstd.data(), c);
+      lwl[size_t(c)] = float(double(lwl[size_t(c)]) + lanes_sum(L, [&](int lane) {
+                               double w, b;
+                               layernorm_dwdb_part(dy.cmat(), x.cmat(), mean.data(), rstd.data(), c,
+                                                   lane, L, w, b);
+                               return w;
+                             }));
+      lbl[size_t(c)] = float(double(lbl[size_t(c)]) + lanes_sum(L, [&](int lane) {
+                               return bias_backward_part(dy.cmat(), c, lane, L);
+                             }));
+      bias_backward_col(b1.data(), dy.cmat(), c);
+      bl[size_t(c)] = lbl[size_t(c)];
+    }
+    // each a double sum rounded once to f32: the sums differ in order only
+    EXPECT_LE(max_err_vs_max(dwl, dw1, 1.0), 1e-6);
+    EXPECT_LE(max_err_vs_max(lwl, lw1, 1.0), 1e-6);
+    EXPECT_LE(max_err_vs_max(lbl, lb1, 1.0), 1e-6);
+    EXPECT_LE(max_err_vs_max(bl, b1, 1.0), 1e-6);
+  }
+}
+
 // --- attention ---
 
 struct AttnCase {

@@ -93,6 +93,23 @@ struct RowCol {
 
 // Row kernels in lanes (Note [Row lanes] in cuda/bodies.h): a block of kRowLanes threads a row,
 // the lanes' partial sums combined in shared memory in the bodies' fixed tree.
+// Note [Column lanes] (cuda/bodies.h): a block of kColWidth columns by kColLanes lanes; part(c,
+// lane, lanes) is a lane's partial sum of column c, finish(c, sum) adds the column's sum into its
+// gradient. Each column's lanes meet in the fixed tree of Note [Row lanes].
+template <class Part, class Finish>
+__global__ void column_lanes_kernel(int64_t cols, Part part, Finish finish) {
+  __shared__ double a[cuda::kColWidth * cuda::kColLanes];
+  const int cx = int(threadIdx.x) % cuda::kColWidth, lane = int(threadIdx.x) / cuda::kColWidth;
+  const int64_t c = int64_t(blockIdx.x) * cuda::kColWidth + cx;
+  double* column = a + cx * cuda::kColLanes;
+  column[lane] = c < cols ? part(c, lane, cuda::kColLanes) : 0.0;
+  for (int half = cuda::kColLanes / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (lane < half) cuda::row_tree_sum(column, lane, half);
+  }
+  if (lane == 0 && c < cols) finish(c, column[0]);  // lane 0 wrote column[0] last
+}
+
 __device__ inline void row_sum_tree(double* a, int lane) {
   __syncthreads();
   for (int half = cuda::kRowLanes / 2; half > 0; half /= 2) {
@@ -342,6 +359,15 @@ class CudaBackend final : public Backend {
     const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 20);
     for_each_kernel<<<unsigned(blocks), kThreads, 0, s()>>>(n, f);
     check_cuda(cudaGetLastError(), "kernel launch");
+  }
+  // Note [Column lanes]: the sums of `cols` columns over their rows.
+  template <class Part, class Finish>
+  void launch_columns(int64_t cols, Part part, Finish finish) {
+    if (cols <= 0) return;
+    const int64_t blocks = (cols + cuda::kColWidth - 1) / cuda::kColWidth;
+    column_lanes_kernel<<<unsigned(blocks), cuda::kColWidth * cuda::kColLanes, 0, s()>>>(cols, part,
+                                                                                         finish);
+    check_cuda(cudaGetLastError(), "column kernel launch");
   }
   // f(t, c) for every element of a rows x cols matrix.
   template <class F>

@@ -1,6 +1,6 @@
 // The CUDA backend's norms (backend_impl.cuh; math: cpu/kernels.h): RMSNorm and LayerNorm, a
-// block of lanes a row (Note [Row lanes] in cuda/bodies.h), the weight gradients a thread a
-// column.
+// block of lanes a row (Note [Row lanes] in cuda/bodies.h), the weight gradients a block of lanes
+// for 32 columns (Note [Column lanes]).
 #include "memo/cuda/backend_impl.cuh"
 
 namespace memo::cuda_impl {
@@ -91,7 +91,12 @@ void CudaBackend::do_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, Cons
   if (X.rows == 0) return;
   rmsnorm_dx_kernel<<<unsigned(X.rows), cuda::kRowLanes, 0, s()>>>(DX, DY, X, wp, r);
   check_cuda(cudaGetLastError(), "rmsnorm_backward launch");
-  launch(X.cols, [=] __device__(int64_t c) { cuda::rmsnorm_dw_col(dwp, DY, X, r, c); });
+  launch_columns(
+      X.cols,
+      [=] __device__(int64_t c, int lane, int lanes) {
+        return cuda::rmsnorm_dw_part(DY, X, r, c, lane, lanes);
+      },
+      [=] __device__(int64_t c, double sum) { dwp[c] = float(double(dwp[c]) + sum); });
 }
 void CudaBackend::do_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
                                        ConstTensor w, ConstTensor b, float eps) {
@@ -115,8 +120,20 @@ void CudaBackend::do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTe
   if (X.rows == 0) return;
   layernorm_dx_kernel<<<unsigned(X.rows), cuda::kRowLanes, 0, s()>>>(DX, DY, X, wp, mp, rp);
   check_cuda(cudaGetLastError(), "layernorm_backward launch");
-  launch(X.cols,
-         [=] __device__(int64_t c) { cuda::layernorm_dwdb_col(dwp, dbp, DY, X, mp, rp, c); });
+  launch_columns(
+      X.cols,
+      [=] __device__(int64_t c, int lane, int lanes) {
+        double w, b;
+        cuda::layernorm_dwdb_part(DY, X, mp, rp, c, lane, lanes, w, b);
+        return w;
+      },
+      [=] __device__(int64_t c, double sum) { dwp[c] = float(double(dwp[c]) + sum); });
+  launch_columns(
+      X.cols,
+      [=] __device__(int64_t c, int lane, int lanes) {
+        return cuda::bias_backward_part(DY, c, lane, lanes);
+      },
+      [=] __device__(int64_t c, double sum) { dbp[c] = float(double(dbp[c]) + sum); });
 }
 
 }  // namespace memo::cuda_impl
