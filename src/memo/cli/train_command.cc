@@ -89,8 +89,12 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
   TrainOptions* t = &f.options;
   f.out =
       cmd.add_option("--out", t->out_dir, "Run directory for checkpoints")->capture_default_str();
-  cmd.add_option("--save-every", t->save_every, "Checkpoint period in steps (0: only at the end)")
-      ->capture_default_str();
+  auto* every = cmd.add_option("--save-every", t->save_every,
+                               "Checkpoint period in steps (0: only at the end)")
+                    ->capture_default_str();
+  cmd.add_flag("--no-checkpoint{false}", t->checkpoints,
+               "Write no checkpoint, not even at the end (benchmarks, dry runs)")
+      ->excludes(every);
   cmd.add_option("--resume", t->resume_dir, "Continue the run in this directory (or checkpoint)");
   cmd.add_option("--init-from", t->init_from,
                  "Start from this checkpoint's weights with a fresh optimiser");

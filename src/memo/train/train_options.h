@@ -37,9 +37,10 @@ struct TrainOptions {
   double gns_decay = 0.99;    // EMA decay per step of the noise-scale estimator
   uint64_t seed = 1234;
   std::string out_dir = "runs/default";
-  int64_t save_every = 0;  // 0: only at the end
-  std::string resume_dir;  // a run directory or checkpoint to continue from
-  std::string init_from;   // a checkpoint to take the weights from (fresh optimiser)
+  int64_t save_every = 0;   // 0: only at the end
+  bool checkpoints = true;  // false (--no-checkpoint): none at all (benchmarks, dry runs)
+  std::string resume_dir;   // a run directory or checkpoint to continue from
+  std::string init_from;    // a checkpoint to take the weights from (fresh optimiser)
   // --save-dtype: the checkpoints' model.safetensors in kF32 or kBF16 (with the fp32 master
   // weights beside: Note [Master weights beside bf16] in io/checkpoint.h). None: kBF16 when the
   // weights came from a bf16 checkpoint (--init-from or --resume), else kF32; the session sets it.

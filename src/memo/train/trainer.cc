@@ -84,12 +84,12 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     const std::optional<EvalSum> val = final_validation(s);
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     logger.log_step({run, g, step_s, copy0, change, val, seconds_since(t_start)});
-    if ((o.save_every > 0 && run.step % o.save_every == 0) || plan.done()) {
+    if (o.checkpoints && ((o.save_every > 0 && run.step % o.save_every == 0) || plan.done())) {
       std::string dir = checkpoints.save(plan, run.step);
       if (runtime.lead()) result.checkpoint = std::move(dir);
     }
   }
-  runtime.log() << "checkpoint: " << result.checkpoint << "\n";
+  if (o.checkpoints) runtime.log() << "checkpoint: " << result.checkpoint << "\n";
   return result;
 }
 
