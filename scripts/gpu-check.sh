@@ -8,29 +8,30 @@
 #                                   build-gpu/bundle.tar.xz, about 23 MB)
 #   scripts/gpu-check.sh           (there, carrying build-gpu/bundle.tar.xz)
 # There it runs, each stage under its own time limit, in about 7 minutes on one H200 (a stage that
-# would start past GPU_CHECK_BUDGET_S, 420 s, is skipped and says so):
+# would start past GPU_CHECK_BUDGET_S, 420 s, is skipped and says so; GPU_CHECK_ONLY="kernels
+# bench_*" runs only the stages whose names match those globs), in the order of what a short lease
+# must learn first:
 #   1. the CUDA backend against the CPU backend, kernel by kernel (memo_cuda_tests);
-#   2. the quickstart's 200-step training run on the GPU and, beside it, on the CPU (fp32 both):
-#      the losses compared step by step;
-#   3. memo eval of the GPU run's checkpoint on the GPU and on the CPU, memo generate on the GPU;
-#   4. keep, recompute, offload, memo, offload under a throttled (delayed) copy link and memo in
-#      the static plan's arena, 8 steps each on the GPU: identical losses;
-#   5. the NCCL communicator's check, and 20 training steps on the GPU twice (they must repeat bit
-#      for bit) and reduced over NCCL (one GPU; the same losses);
-#   4b. bf16 mixed precision: 20 quickstart steps on the GPU against the same bf16 run on the
-#      CPU, and keep against memo in bf16 on the GPU;
-#   6. attention forward and backward at 4K and 32K tokens (the ~1B model's heads): the fused
+#   2. bf16 mixed precision: 20 quickstart steps on the GPU against the same bf16 run on the CPU,
+#      then keep, recompute, offload, memo, offload under a throttled (delayed) copy link and memo
+#      in the static plan's arena, 6 steps each on the GPU in bf16: identical losses;
+#   3. tokens/s, MFU and the copy time hidden under compute of a ~1B LLaMA at 4K tokens in bf16
+#      under keep (with the GPU time per kernel entry point: MEMO_CUDA_PROFILE), memo and
+#      recompute, and PyTorch's on the same model (scripts/torch_gpu_bench.py: bf16 autocast, and
+#      with checkpointed layers);
+#   4. attention forward and backward at 4K and 32K tokens (the ~1B model's heads): the fused
 #      bf16 kernels against the chunked schedule in bf16, the chunked schedule in fp32, and
-#      PyTorch's SDPA
-#      (bench/cuda/attention_bench.cc, scripts/torch_gpu_attention.py);
-#   7. tokens/s, MFU and the copy time hidden under compute of a ~1B LLaMA at 4K tokens under
-#      keep (with the GPU time per kernel entry point: MEMO_CUDA_PROFILE), recompute and memo in
-#      bf16, keep in fp32, and PyTorch's on the same model (scripts/torch_gpu_bench.py: fp32,
-#      bf16, bf16 with checkpointed layers); then keep, recompute and memo in bf16 at 32K beside
-#      PyTorch's bf16 with and without checkpointing, and the longest
-#      sequence keep, recompute and memo fit in the GPU's memory in bf16 (the plan's advice).
-# It writes gpu-check.log and gpu-check.json (the numbers of each stage) to $OUT when that is
-# set, else to /tmp.
+#      PyTorch's SDPA (bench/cuda/attention_bench.cc, scripts/torch_gpu_attention.py);
+#   5. the quickstart's run (60 steps) in fp32 on the GPU and, in the background, on the CPU: the
+#      losses compared step by step; memo eval of its checkpoint on both, memo generate on the GPU;
+#   6. the NCCL communicator's check, and 20 training steps on the GPU twice (they must repeat bit
+#      for bit) and reduced over NCCL (one GPU; the same losses); Adafactor on both backends;
+#   7. keep, memo and recompute in bf16 at 32K beside PyTorch's bf16 with and without
+#      checkpointing, and the longest sequence keep, recompute and memo fit in the GPU's memory in
+#      bf16 (the plan's advice).
+# It writes gpu-check.log, gpu-check.json (the numbers of each stage) and gpu-check-runs.tar.gz (each
+# stage's own output: kernels.json names a failing kernel test) to $OUT when that is set, else to
+# /tmp: three files, where the device tool brings back at most eight.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "prepare" ]]; then
@@ -92,6 +93,14 @@ stage() {  # name, limit (s), command...
   local name=$1 limit=$2
   shift 2
   local t0=$(date +%s)
+  if [[ -n ${GPU_CHECK_ONLY:-} ]]; then  # a subset: the stages whose names match these globs
+    local pat keep=0
+    for pat in $GPU_CHECK_ONLY; do [[ $name == $pat ]] && keep=1; done
+    if (( !keep )); then
+      status[$name]="-2 0"
+      return
+    fi
+  fi
   if (( t0 - t_start > ${GPU_CHECK_BUDGET_S:-420} )); then  # the lease is short: stop starting
     echo "=== $name: skipped (past ${GPU_CHECK_BUDGET_S:-420}s)" >&2
     status[$name]="-1 0"
@@ -104,128 +113,127 @@ stage() {  # name, limit (s), command...
   echo "=== $name: exit $rc in $(( $(date +%s) - t0 ))s" >&2
 }
 
+# The stages run in the order of what a short lease must learn first: what has never run on a GPU
+# (bf16, every strategy in it, the 1B step's profile, the fused attention against PyTorch's), then
+# what ran once before (fp32 against the CPU, NCCL, repeats), then the longest runs.
 # 1. kernels
-stage kernels 150 "$b/memo_cuda_tests" --gtest_output=json:"$runs/kernels.json"
+stage kernels 90 "$b/memo_cuda_tests" --gtest_output=json:"$runs/kernels.json"
 
-# 2. the quickstart's run on both backends (the CPU one in the background)
 # (fp32 unless a stage says bf16: --device cuda defaults to bf16; a flag's last value counts)
 quick=(train --config configs/small.json --data "$b/data/kjv.txt" --seq 256 --batch 8
-       --steps 200 --lr 2e-3 --warmup 20 --save-every 0 --hardware-dir hardware --precision fp32)
-OMP_NUM_THREADS=12 timeout 400 "$b/memo" "${quick[@]}" --device cpu --out "$runs/cpu" \
-  --log "$runs/cpu.jsonl" > "$runs/cpu.out" 2>&1 &
+       --steps 60 --lr 2e-3 --warmup 20 --save-every 0 --hardware-dir hardware --precision fp32)
+# the CPU's side of every GPU-against-CPU comparison, in the background on 12 of the 16 cores
+(
+  OMP_NUM_THREADS=12 timeout 300 "$b/memo" "${quick[@]}" --device cpu --out "$runs/cpu" \
+    --log "$runs/cpu.jsonl" > "$runs/cpu.out" 2>&1
+  OMP_NUM_THREADS=12 timeout 120 "$b/memo" "${quick[@]}" --steps 20 --precision bf16 \
+    --device cpu --out "$runs/bf16_cpu" --log "$runs/bf16_cpu.jsonl" > "$runs/bf16_cpu.out" 2>&1
+  OMP_NUM_THREADS=12 timeout 120 "$b/memo" train --config configs/small.json \
+    --data "$b/data/kjv.txt" --seq 256 --batch 8 --steps 8 --optimizer adafactor --save-every 0 \
+    --val-batches 1 --precision fp32 --device cpu --out "$runs/af_cpu" --log "$runs/af_cpu.jsonl" \
+    > "$runs/af_cpu.out" 2>&1
+) &
 cpu_pid=$!
-stage gpu_run 150 "$b/memo" "${quick[@]}" --device cuda --out "$runs/gpu" --log "$runs/gpu.jsonl"
-if [[ ${status[gpu_run]%% *} == 139 ]] && command -v cuda-gdb > /dev/null; then  # where it crashed
-  timeout 120 cuda-gdb -batch -ex run -ex bt --args "$b/memo" "${quick[@]}" --steps 2 \
-    --device cuda --out "$runs/gdb" 2>&1 | tail -40
+# 2. bf16 mixed precision (Note [bf16 bodies]: cuBLASLt bf16 products, the row and elementwise
+# kernels on bf16 storage, the fused attention): 20 quickstart steps against the same bf16 run on
+# the CPU, then every strategy in bf16 on two micro-batches of 1,024 tokens (memo splits at
+# 256-row panels): identical losses
+stage bf16_cuda 60 "$b/memo" "${quick[@]}" --steps 20 --precision bf16 --device cuda \
+  --out "$runs/bf16_cuda" --log "$runs/bf16_cuda.jsonl"
+if [[ ${status[bf16_cuda]%% *} == 139 ]] && command -v cuda-gdb > /dev/null; then  # where it crashed
+  timeout 60 cuda-gdb -batch -ex run -ex bt --args "$b/memo" "${quick[@]}" --steps 2 \
+    --precision bf16 --device cuda --out "$runs/gdb" 2>&1 | tail -40
 fi
-# 3. the GPU run's checkpoint evaluated on both backends; a few tokens generated on the GPU
-stage gpu_eval 60 "$b/memo" eval --checkpoint "$runs/gpu" --data "$b/data/kjv.txt" --batches 8 \
-  --device cuda --precision fp32 > "$runs/eval_gpu.json"
-stage cpu_eval 60 "$b/memo" eval --checkpoint "$runs/gpu" --data "$b/data/kjv.txt" --batches 8 \
-  > "$runs/eval_cpu.json"
-stage gpu_generate 60 "$b/memo" generate --checkpoint "$runs/gpu" --prompt "In the beginning" \
-  --max-new-tokens 64 --device cuda
-# 4. the strategies on the GPU (two micro-batches of 1,024 tokens: memo splits at 256-row panels)
+# generation on the GPU from the bf16 run's checkpoint (the KV decoder computes in f32 beside the
+# bf16 layers: the first GPU run's memo generate failed on its attention scratch)
+stage gpu_generate_bf16 45 "$b/memo" generate --checkpoint "$runs/bf16_cuda" \
+  --prompt "In the beginning" --max-new-tokens 48 --device cuda
 for s in keep recompute offload memo throttled planned; do
   args=(--activations "$s")
   [[ $s == memo ]] && args+=(--alpha 0.5)
   [[ $s == throttled ]] && args=(--activations offload --copy-bandwidth 2)
   # memo inside the static plan: one device arena, refused before step 1 if it does not fit
   [[ $s == planned ]] && args=(--activations memo --alpha 0.5 --device-memory 1GiB)
-  stage "strategy_$s" 60 "$b/memo" train --config configs/small.json --data "$b/data/kjv.txt" \
-    --seq 1024 --batch 2 --micro-batch 1 --steps 8 --lr 2e-3 --save-every 0 --device cuda \
-    --precision fp32 --out "$runs/s_$s" --log "$runs/s_$s.jsonl" "${args[@]}"
-done
-# bf16 mixed precision (Note [bf16 storage by conversion]: cuBLASLt bf16 products, the other
-# kernels in f32 by conversion): 20 quickstart steps on the GPU and on the CPU (the same bf16
-# storage over the CPU's kernels), then keep and memo in bf16 on the GPU (identical losses)
-for d in cuda cpu; do
-  stage "bf16_$d" 60 "$b/memo" "${quick[@]}" --steps 20 --precision bf16 \
-    --device "$d" --out "$runs/bf16_$d" --log "$runs/bf16_$d.jsonl"
-done
-for s in keep memo; do
-  args=(--activations "$s")
-  [[ $s == memo ]] && args+=(--alpha 0.5)
-  stage "bf16_strategy_$s" 60 "$b/memo" train --config configs/small.json \
-    --data "$b/data/kjv.txt" --seq 1024 --batch 2 --micro-batch 1 --steps 8 --lr 2e-3 \
+  stage "bf16_strategy_$s" 45 "$b/memo" train --config configs/small.json \
+    --data "$b/data/kjv.txt" --seq 1024 --batch 2 --micro-batch 1 --steps 6 --lr 2e-3 \
     --save-every 0 --device cuda --precision bf16 --out "$runs/bs_$s" --log "$runs/bs_$s.jsonl" \
     "${args[@]}"
 done
-# Adafactor (factored second moments) on both backends, 8 steps
-for d in cuda cpu; do
-  stage "adafactor_$d" 60 "$b/memo" train --config configs/small.json --data "$b/data/kjv.txt" \
-    --seq 256 --batch 8 --steps 8 --optimizer adafactor --save-every 0 --val-batches 1 \
-    --precision fp32 --device "$d" --out "$runs/af_$d" --log "$runs/af_$d.jsonl"
-done
-# 5. NCCL: its own check, then training whose reductions go over NCCL (a group of one GPU), which
-# must give the losses of the same run without it, bit for bit
-stage nccl 60 "$b/memo_nccl_check"
-# (the plain run twice: a GPU run repeats bit for bit)
-# The repeat also prints the quickstart model's profile (GPU and host time per entry point, Note
-# [Kernel profile]): events do not change what the kernels compute.
-for n in plain repeat nccl; do
-  args=()
-  [[ $n == nccl ]] && args=(--nccl)
-  [[ $n == repeat ]] && export MEMO_CUDA_PROFILE=1 || unset MEMO_CUDA_PROFILE
-  stage "train_$n" 60 "$b/memo" "${quick[@]}" --steps 20 --device cuda --out "$runs/t_$n" \
-    --log "$runs/t_$n.jsonl" "${args[@]}"
-done
-unset MEMO_CUDA_PROFILE
-# 6. attention alone
-stage attention 90 "$b/memo_cuda_attention_bench" 4096 32768 > >(tee "$runs/attention.jsonl")
-stage torch_attention 60 python3 scripts/torch_gpu_attention.py 4096 32768 \
-  > >(tee "$runs/torch_attention.jsonl")
-# 7. a ~1B LLaMA at 4K tokens
-cat > "$runs/llama1b.json" <<'EOF'
+# 3. a ~1B LLaMA at 4K tokens in bf16: keep with the GPU time per kernel entry point (Note
+# [Kernel profile] in cuda/backend_impl.cuh), memo, and PyTorch on the same model (bf16 autocast,
+# and bf16 with checkpointed layers; its fp32 is in bench/RESULTS.md since 2026-11-30)
+cat > "$runs/llama1b.json" <<'JSON'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
  "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 16,
  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "max_position_embeddings": 32768,
  "tie_word_embeddings": false, "initializer_range": 0.02, "torch_dtype": "float32"}
-EOF
-# PyTorch on the same model (fp32 with TF32 off, bf16 autocast, bf16 with checkpointed layers)
-stage torch_1b 100 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 4096 3 \
-  > >(tee "$runs/torch.jsonl")
-# (in bf16, the default on CUDA and the precision of the issue's goals; keep in fp32 too, the
-# figure of the first H200 run)
-for s in bf16_keep bf16_recompute bf16_memo keep; do
-  # keep's runs also print where the GPU time goes (Note [Kernel profile] in cuda/backend_impl.cuh)
-  [[ $s == keep || $s == bf16_keep ]] && export MEMO_CUDA_PROFILE=1 || unset MEMO_CUDA_PROFILE
-  args=(--activations "${s#bf16_}" --precision bf16)
-  [[ $s == keep ]] && args=(--activations keep --precision fp32)
-  stage "bench_$s" 100 "$b/memo" train --config "$runs/llama1b.json" --data "$b/data/kjv.txt" \
-    --seq 4096 --batch 1 --steps 2 --warmup 0 --lr 1e-4 --save-every 0 --val-batches 0 \
-    --device cuda "${args[@]}" --out "$runs/b_$s" --log "$runs/b_$s.jsonl" \
-    --hardware-dir hardware --device-memory 0  # the caching allocator: no traced micro-batch first
+JSON
+for s in keep memo recompute; do
+  [[ $s == keep ]] && export MEMO_CUDA_PROFILE=1 || unset MEMO_CUDA_PROFILE
+  stage "bench_bf16_$s" 60 "$b/memo" train --config "$runs/llama1b.json" \
+    --data "$b/data/kjv.txt" --seq 4096 --batch 1 --steps 3 --warmup 0 --lr 1e-4 \
+    --no-checkpoint --val-batches 0 --device cuda --precision bf16 --activations "$s" \
+    --out "$runs/b_bf16_$s" --log "$runs/b_bf16_$s.jsonl" --hardware-dir hardware \
+    --device-memory 0  # the caching allocator: no traced micro-batch first
 done
 unset MEMO_CUDA_PROFILE
-# ... and at 32K tokens in bf16, keep, recompute and memo (its alpha from the cost model)
-for s in keep recompute memo; do
-  stage "bench32k_bf16_$s" 120 "$b/memo" train --config "$runs/llama1b.json" \
+stage torch_1b 90 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 4096 3 bf16 bf16_ckpt \
+  > >(tee "$runs/torch.jsonl")
+# 4. attention alone
+stage attention 90 "$b/memo_cuda_attention_bench" 4096 32768 > >(tee "$runs/attention.jsonl")
+stage torch_attention 60 python3 scripts/torch_gpu_attention.py 4096 32768 \
+  > >(tee "$runs/torch_attention.jsonl")
+# 5. the quickstart's run in fp32 on the GPU against the CPU's (in the background above), its
+# checkpoint evaluated on both backends, a few tokens generated on the GPU
+stage gpu_run 90 "$b/memo" "${quick[@]}" --device cuda --out "$runs/gpu" --log "$runs/gpu.jsonl"
+stage gpu_eval 45 "$b/memo" eval --checkpoint "$runs/gpu" --data "$b/data/kjv.txt" --batches 8 \
+  --device cuda --precision fp32 > "$runs/eval_gpu.json"
+stage cpu_eval 45 "$b/memo" eval --checkpoint "$runs/gpu" --data "$b/data/kjv.txt" --batches 8 \
+  > "$runs/eval_cpu.json"
+stage gpu_generate 45 "$b/memo" generate --checkpoint "$runs/gpu" --prompt "In the beginning" \
+  --max-new-tokens 64 --device cuda
+# 6. NCCL: its own check, then training whose reductions go over NCCL (a group of one GPU), which
+# must give the losses of the same run without it, bit for bit; the plain run twice (a GPU run
+# repeats bit for bit)
+stage nccl 45 "$b/memo_nccl_check"
+for n in plain repeat nccl; do
+  args=()
+  [[ $n == nccl ]] && args=(--nccl)
+  stage "train_$n" 45 "$b/memo" "${quick[@]}" --steps 20 --device cuda --out "$runs/t_$n" \
+    --log "$runs/t_$n.jsonl" "${args[@]}"
+done
+# Adafactor (factored second moments) on the GPU, 8 steps (the CPU's in the background above)
+stage adafactor_cuda 45 "$b/memo" train --config configs/small.json --data "$b/data/kjv.txt" \
+  --seq 256 --batch 8 --steps 8 --optimizer adafactor --save-every 0 --val-batches 1 \
+  --precision fp32 --device cuda --out "$runs/af_cuda" --log "$runs/af_cuda.jsonl"
+# 7. the ~1B model at 32K tokens in bf16, keep, memo and recompute, beside PyTorch's bf16 with and
+# without checkpointing; then the longest sequence each strategy fits in the GPU's memory in bf16:
+# a run at 1M tokens (more than any strategy fits) is refused before step 1 with the planned need
+# and the longest --seq that fits (estimated from the scaled plan), which the summary reads
+for s in keep memo recompute; do
+  stage "bench32k_bf16_$s" 90 "$b/memo" train --config "$runs/llama1b.json" \
     --data "$b/data/kjv.txt" --seq 32768 --batch 1 --steps 2 --warmup 0 --lr 1e-4 \
-    --save-every 0 --val-batches 0 --device cuda --precision bf16 --activations "$s" \
+    --no-checkpoint --val-batches 0 --device cuda --precision bf16 --activations "$s" \
     --out "$runs/b32_$s" --log "$runs/b32_$s.jsonl" --hardware-dir hardware --device-memory 0
 done
 stage torch_32k 120 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 32768 3 bf16 \
   bf16_ckpt > >(tee "$runs/torch32k.jsonl")
-# the longest sequence of the ~1B model that fits in the GPU's free memory under each strategy,
-# in bf16: a run at 1M tokens (more than any strategy fits in an H200's memory) is refused before
-# step 1 with the planned need and the longest --seq that fits (estimated from the scaled plan),
-# which the summary reads
 sed 's/"max_position_embeddings": 32768/"max_position_embeddings": 1048576/' "$runs/llama1b.json" \
   > "$runs/llama1b_long.json"
 for s in keep recompute memo; do
-  stage "fit_$s" 90 "$b/memo" train --config "$runs/llama1b_long.json" --data "$b/data/kjv.txt" \
-    --seq 1048576 --batch 1 --steps 1 --save-every 0 --val-batches 0 --device cuda \
+  stage "fit_$s" 60 "$b/memo" train --config "$runs/llama1b_long.json" --data "$b/data/kjv.txt" \
+    --seq 1048576 --batch 1 --steps 1 --no-checkpoint --val-batches 0 --device cuda \
     --precision bf16 --activations "$s" --out "$runs/fit_$s" > "$runs/fit_$s.out" 2>&1
   tail -2 "$runs/fit_$s.out"
 done
 wait "$cpu_pid"
-echo "cpu run: exit $? ($(tail -c 300 "$runs/cpu.out" | tr '\n' ' '))"
+echo "cpu runs: exit $? ($(tail -c 300 "$runs/cpu.out" | tr '\n' ' '))"
 
 # the summary
-for k in "${!status[@]}"; do echo "$k ${status[$k]}"; done > "$runs/status.txt"
+for k in "${!status[@]}"; do
+  [[ ${status[$k]} == "-2 0" ]] || echo "$k ${status[$k]}"
+done > "$runs/status.txt"
 python3 - "$runs" "$out/gpu-check.json" <<'EOF'
 import json, os, sys
 runs, dest = sys.argv[1], sys.argv[2]
@@ -241,7 +249,9 @@ for line in open(os.path.join(runs, "status.txt")):
 try:
     k = json.load(open(os.path.join(runs, "kernels.json")))
     out["kernel_tests"] = {"tests": k["tests"], "failures": k["failures"],
-                           "skipped": sum(1 for s in k["testsuites"] for t in s["testsuite"] if t.get("result") == "SKIPPED")}
+                           "skipped": sum(1 for s in k["testsuites"] for t in s["testsuite"] if t.get("result") == "SKIPPED"),
+                           "failed": {s["name"] + "." + t["name"]: [f["failure"][:800] for f in t["failures"]]
+                                      for s in k["testsuites"] for t in s["testsuite"] if t.get("failures")}}
 except Exception as e:
     out["kernel_tests"] = str(e)
 cpu, gpu, gpu2 = steps(losses("cpu")), steps(losses("gpu")), steps(losses("t_repeat"))
@@ -268,11 +278,13 @@ afg, afc = steps(losses("af_cuda")), steps(losses("af_cpu"))
 if afg and afc:
     out["adafactor_gpu_vs_cpu_max_rel"] = max(abs(a["loss"] - b["loss"]) / abs(b["loss"])
                                               for a, b in zip(afg, afc))
-st = {s: [r["loss"] for r in steps(losses("s_" + s))] for s in ["keep", "recompute", "offload", "memo", "throttled", "planned"]}
-out["strategies"] = {"losses_keep": st["keep"],
-                     "copy_hidden": {s: (steps(losses("s_" + s)) or [{}])[-1].get("copy_hidden")
-                                     for s in ["offload", "memo", "throttled", "planned"]},
-                     "identical_to_keep": {s: (v == st["keep"] and len(v) > 0) for s, v in st.items()}}
+strats = ["keep", "recompute", "offload", "memo", "throttled", "planned"]
+st = {s: [r["loss"] for r in steps(losses("bs_" + s))] for s in strats}
+out["bf16_strategies"] = {"losses_keep": st["keep"],
+                          "copy_hidden": {s: (steps(losses("bs_" + s)) or [{}])[-1].get("copy_hidden")
+                                          for s in strats[2:]},
+                          "identical_to_keep": {s: (v == st["keep"] and len(v) > 0)
+                                                for s, v in st.items()}}
 bg, bc, g32 = steps(losses("bf16_cuda")), steps(losses("bf16_cpu")), steps(losses("gpu"))
 if bg and bc:
     rel = [abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(bg, bc)]
@@ -282,16 +294,14 @@ if bg and bc:
                                    "step1_bound": 2.0 ** -9}
 if bg and g32:
     out["bf16_vs_fp32_gpu_step1_rel"] = abs(bg[0]["loss"] - g32[0]["loss"]) / g32[0]["loss"]
-bk, bm = ([r["loss"] for r in steps(losses("bs_" + s))] for s in ("keep", "memo"))
-out["bf16_strategies_identical"] = bool(bk) and bk == bm
-for s in ["bf16_keep", "bf16_recompute", "bf16_memo", "keep"]:
+for s in ["bf16_keep", "bf16_memo", "bf16_recompute"]:
     r = steps(losses("b_" + s))
     if r:
         out["bench_1b_4k_" + s] = {"tokens_per_s": r[-1].get("tokens_per_s"), "mfu": r[-1].get("mfu"),
                                    "mfu_peak": r[-1].get("mfu_peak"),
                                    "copy_hidden": r[-1].get("copy_hidden"),
                                    "peak_bytes": r[-1].get("peak_bytes"), "loss": r[-1]["loss"]}
-for s in ["keep", "recompute", "memo"]:
+for s in ["keep", "memo", "recompute"]:
     r = steps(losses("b32_" + s))
     if r:
         out["bench_1b_32k_bf16_" + s] = {"tokens_per_s": r[-1].get("tokens_per_s"),
@@ -320,4 +330,6 @@ for name, key in [("torch.jsonl", "torch_1b_4k"), ("torch32k.jsonl", "torch_1b_3
 json.dump(out, open(dest, "w"), indent=1)
 print(json.dumps(out, indent=1)[:6000])
 EOF
+# every stage's own output beside the log, in one file ($OUT brings back at most 8)
+(cd "$runs" && tar -czf "$out/gpu-check-runs.tar.gz" $(ls *.out *.jsonl *.json *.txt 2>/dev/null))
 echo "gpu-check: done in $(( $(date +%s) - t_start ))s"
