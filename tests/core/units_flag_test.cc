@@ -31,5 +31,22 @@ TEST(ParseBytesFlag, bad_text_names_flag_value_and_accepted_units) {
   }
 }
 
+TEST(ParseDuration, hours_minutes_seconds_and_bare_seconds) {
+  EXPECT_EQ(parse_duration("3h50m", "--x"), 3 * 3600 + 50 * 60);
+  EXPECT_EQ(parse_duration("90m", "--x"), 5400);
+  EXPECT_EQ(parse_duration("45s", "--x"), 45);
+  EXPECT_EQ(parse_duration("1h30m15s", "--x"), 5415);
+  EXPECT_EQ(parse_duration("2.5", "--x"), 2.5);
+  EXPECT_EQ(parse_duration("1H", "--x"), 3600);
+}
+
+TEST(ParseDuration, bad_text_names_flag_and_value) {
+  for (const char* bad : {"", "h", "0", "0s", "-5m", "3h20", "20m3h", "5m5m", "5d", "1.2.3s"}) {
+    const std::string msg =
+        test::error_message<ConfigError>([&] { parse_duration(bad, "--time-limit"); });
+    EXPECT_NE(msg.find("--time-limit '" + std::string(bad) + "'"), std::string::npos) << msg;
+  }
+}
+
 }  // namespace
 }  // namespace memo

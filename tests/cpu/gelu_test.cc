@@ -20,7 +20,7 @@ using test::kFloatU;
 // Floor of the error scale, so values below it are compared absolutely: where e^-z overflows
 // (x < -9.6) the kernel's y = x / (1 + e^-z) is -0 or a subnormal, the true |y| < 1e-37. The
 // tolerances (>= 10u) times this floor (>= 6e-37) cover that absolute error.
-constexpr double kTinyAbs = 1e-30;
+constexpr double kGeluTinyAbs = 1e-30;
 
 // z = 2 sqrt(2/pi) (x + 0.044715 x^3): the sigmoid's argument, in double.
 double gelu_z(double x) {
@@ -67,7 +67,7 @@ TEST(GeluForward, matches_float64_reference_on_awkward_shapes_and_magnitudes) {
         const double z = gelu_z(xd[i]), s = 1.0 / (1.0 + std::exp(-z));
         // z carries ~6 roundings (constants, x^2, products, sum: no cancellation), an error of
         // 6u |z| in the exponent, which reaches s damped by 1 - s.
-        scale[i] = std::abs(yd[i]) * (1.0 + std::abs(z) * (1.0 - s)) + kTinyAbs;
+        scale[i] = std::abs(yd[i]) * (1.0 + std::abs(z) * (1.0 - s)) + kGeluTinyAbs;
       }
       // exp_f32 (<= 3 ulp = 6u), 1 + e and the division (2u), the product (u): 9u, plus 6u per
       // unit of |z| (1 - s), which the scale carries; 10u.
@@ -98,7 +98,7 @@ TEST(GeluBackward, matches_float64_reference_on_awkward_shapes_and_magnitudes) {
         const double t2 = std::abs(v * s * (1.0 - s) * dz);
         scale[i] = std::abs(dyd[i]) * (s * (1.0 + std::abs(z) * (1.0 - s)) +
                                        (t2 > 0.0 ? t2 * (1.0 + std::abs(z)) : 0.0)) +
-                   kTinyAbs;
+                   kGeluTinyAbs;
       }
       // s as in the forward (<= 9u + 6u |z| (1 - s)); the second term: s twice, 1 - s (its error
       // or e's, 6u + 6u |z|), dz/dx (~5u) and 4 products; the sum and * dy: about 36u + 18u |z|

@@ -18,7 +18,7 @@ using test::kFloatU;
 // Floor of the error scale, so values below it are compared absolutely: where exp_f32 flushes
 // e^g < 1.8e-38 to 0 (g < -86.9), silu(g) = g e^g, |silu(g)| < 2e-36, comes out as -0. The
 // tolerances (>= 8u) times this floor (>= 5e-35) cover that absolute error.
-constexpr double kTinyAbs = 1e-27;
+constexpr double kSwigluTinyAbs = 1e-27;
 
 TEST(SwigluForward, matches_float64_reference_including_saturated_gates) {
   for (float spread : {4.0f, 120.0f}) {  // 120: e^-g overflows and underflows
@@ -32,7 +32,7 @@ TEST(SwigluForward, matches_float64_reference_including_saturated_gates) {
       std::vector<double> ad(T * F), scale(T * F);
       swiglu_forward_ref(TensorF64(ad.data(), {T, F}), ConstTensorF64(gd.data(), {T, F}),
                          ConstTensorF64(ud.data(), {T, F}));
-      for (size_t i = 0; i < ad.size(); ++i) scale[i] = std::abs(ad[i]) + kTinyAbs;
+      for (size_t i = 0; i < ad.size(); ++i) scale[i] = std::abs(ad[i]) + kSwigluTinyAbs;
       // exp_f32 (<= 3 ulp, damped by e/(1+e) <= 1), then 1 + e, the division and the product:
       // <= 6u relative; 8u for margin on the exp bound.
       EXPECT_LE(test::max_scaled_err(a, ad, scale), 8.0 * kFloatU) << T << "x" << F;
@@ -59,8 +59,9 @@ TEST(SwigluBackward, matches_float64_reference_including_saturated_gates) {
       for (size_t i = 0; i < gd.size(); ++i) {
         const double s = 1.0 / (1.0 + std::exp(-gd[i]));
         // dg = da u s (1 + g (1 - s)) cancels near g = -1.28: scale by the terms' magnitudes.
-        dg_scale[i] = std::abs(dad[i] * ud[i] * s) * (1.0 + std::abs(gd[i] * (1.0 - s))) + kTinyAbs;
-        du_scale[i] = std::abs(dud[i]) + kTinyAbs;
+        dg_scale[i] =
+            std::abs(dad[i] * ud[i] * s) * (1.0 + std::abs(gd[i] * (1.0 - s))) + kSwigluTinyAbs;
+        du_scale[i] = std::abs(dud[i]) + kSwigluTinyAbs;
       }
       // s: exp (<= 3 ulp), 1 + e and the division, <= 5u; then 3 to 4 more roundings.
       EXPECT_LE(test::max_scaled_err(du, dud, du_scale), 8.0 * kFloatU) << T << "x" << F;

@@ -15,6 +15,7 @@
 #include "memo/io/checkpoint.h"
 #include "memo/io/config_json.h"
 #include "memo/io/hardware_json.h"
+#include "memo/train/stop_signals.h"
 #include "memo/train/trainer.h"
 
 namespace memo::cli {
@@ -29,6 +30,7 @@ struct TrainFlags {
   RuntimeFlags device;
   std::string gpu, hardware_dir = MEMO_HARDWARE_DIR, device_memory, host_memory;
   std::string save_dtype, max_shard_size;
+  std::string exit_signal = "TERM,INT,USR1", time_limit;
   std::string rope_scaling;  // --rope-scaling's JSON
   double rope_theta = 0;
   int64_t max_positions = 0;
@@ -108,6 +110,14 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
                  "this size plus model.safetensors.index.json, as transformers does (e.g. 2GB, "
                  "500MB: GB and MB are decimal; a tensor larger than it gets a file of its own; "
                  "default: 5GB, or the resumed run's)");
+  cmd.add_option("--exit-signal", f.exit_signal,
+                 "Signals that stop the run after the step in flight, with a checkpoint, exit "
+                 "status 0 (every rank after the same step; a second signal ends it at once): "
+                 "TERM, INT, USR1, USR2, HUP, comma-separated, or none")
+      ->capture_default_str();
+  cmd.add_option("--time-limit", f.time_limit,
+                 "Stop the same way once the run's wall time plus 1.5 times its longest step "
+                 "would pass this (e.g. 3h50m, 90m, 45s): a job's limit, less the time to exit");
   cmd.add_option("--log", t->log_path, "JSON-lines log, one object per step");
   cmd.add_option("--log-every", t->log_every, "Progress line period in steps")
       ->capture_default_str();
@@ -189,6 +199,8 @@ TrainOptions resolve_options(const TrainFlags& f) {
   if (!f.device_memory.empty())
     o.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
   if (!f.save_dtype.empty()) o.save_dtype = f.save_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  o.exit_signals = parse_exit_signals(f.exit_signal);
+  if (!f.time_limit.empty()) o.time_limit_s = parse_duration(f.time_limit, "--time-limit");
   if (!f.max_shard_size.empty())
     o.max_shard_bytes = parse_bytes(f.max_shard_size, "--max-shard-size");
   if (o.max_shard_bytes == 0)

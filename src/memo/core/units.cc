@@ -85,4 +85,40 @@ std::string duration_str(double s) {
   return buf;
 }
 
+double parse_duration(std::string_view text, std::string_view flag) {
+  const auto bad = [&] {
+    return ConfigError(str(flag, " '", text,
+                           "': write a duration of hours, minutes and seconds, e.g. 3h50m, 90m, "
+                           "45s or 1h30m15s (a bare number is seconds)"));
+  };
+  double seconds = 0.0;
+  size_t i = 0;
+  int last_unit = -1;  // 0 h, 1 m, 2 s: each once, in that order
+  while (i < text.size()) {
+    size_t end = i;
+    while (end < text.size() &&
+           (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.'))
+      ++end;
+    if (end == i) throw bad();
+    double value = 0.0;
+    const auto [ptr, ec] = std::from_chars(text.data() + i, text.data() + end, value);
+    if (ec != std::errc() || ptr != text.data() + end) throw bad();
+    int unit = 2;  // a bare number: seconds, and it must be the last thing
+    if (end < text.size()) {
+      const char u = char(std::tolower(static_cast<unsigned char>(text[end])));
+      unit = u == 'h' ? 0 : u == 'm' ? 1 : u == 's' ? 2 : -1;
+      if (unit < 0) throw bad();
+      ++end;
+    } else if (last_unit >= 0) {
+      throw bad();  // "3h20": minutes or seconds?
+    }
+    if (unit <= last_unit) throw bad();
+    last_unit = unit;
+    seconds += value * (unit == 0 ? 3600.0 : unit == 1 ? 60.0 : 1.0);
+    i = end;
+  }
+  if (!(seconds > 0.0) || !std::isfinite(seconds)) throw bad();
+  return seconds;
+}
+
 }  // namespace memo

@@ -23,4 +23,9 @@ std::string format_bytes(int64_t bytes);
 // A duration for progress lines: "42s", "3m07s", "2h05m".
 std::string duration_str(double seconds);
 
+// A wall-clock duration as a job limit is written ("3h50m", "90m", "45s", "1h30m15s"; a bare
+// number is seconds), in seconds. Each unit once, in the order h, m, s. Throws ConfigError naming
+// the flag and the text for anything else (empty, zero, negative, an unknown unit).
+double parse_duration(std::string_view text, std::string_view flag);
+
 }  // namespace memo

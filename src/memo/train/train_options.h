@@ -2,9 +2,11 @@
 // cli/train_command.cc) and what it reports (TrainResult). The run itself: train/trainer.h.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "memo/core/dtype.h"
 #include "memo/io/safetensors_set.h"
@@ -39,8 +41,13 @@ struct TrainOptions {
   std::string out_dir = "runs/default";
   int64_t save_every = 0;   // 0: only at the end
   bool checkpoints = true;  // false (--no-checkpoint): none at all (benchmarks, dry runs)
-  std::string resume_dir;   // a run directory or checkpoint to continue from
-  std::string init_from;    // a checkpoint to take the weights from (fresh optimiser)
+  // Note [Stopping a run] (train/stop_signals.h): the signals that stop the run after the step in
+  // flight with a checkpoint (--exit-signal), and the wall-clock limit that does (--time-limit,
+  // seconds; 0: none).
+  std::vector<int> exit_signals = {SIGTERM, SIGINT, SIGUSR1};
+  double time_limit_s = 0.0;
+  std::string resume_dir;  // a run directory or checkpoint to continue from
+  std::string init_from;   // a checkpoint to take the weights from (fresh optimiser)
   // --save-dtype: the checkpoints' model.safetensors in kF32 or kBF16 (with the fp32 master
   // weights beside: Note [Master weights beside bf16] in io/checkpoint.h). None: kBF16 when the
   // weights came from a bf16 checkpoint (--init-from or --resume), else kF32; the session sets it.
@@ -84,6 +91,7 @@ struct TrainResult {
   double final_loss = 0.0;
   std::optional<double> val_loss;
   std::string checkpoint;  // the last checkpoint written
+  std::string stopped_by;  // why the run stopped before its last step ("SIGTERM", "--time-limit")
 };
 
 }  // namespace memo

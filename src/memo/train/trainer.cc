@@ -2,15 +2,18 @@
 // train/checkpoints.h and its log train/step_logger.h.
 #include "memo/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "memo/core/error.h"
 #include "memo/train/evaluate.h"
 #include "memo/train/session.h"
 #include "memo/train/step_logger.h"
+#include "memo/train/stop_signals.h"
 
 namespace memo {
 namespace {
@@ -48,9 +51,26 @@ std::optional<EvalSum> final_validation(TrainSession& s) {
                           o.val_batches * o.micro_batch, {}, &s.data_parallel());
 }
 
+// Note [Stopping a run]: why this rank would stop after this step ("" to go on), then whether any
+// rank would: the flag summed over the data-, context- and tensor-parallel groups, which together
+// cover the job, so every rank stops after the same step. Rank 0's reason is the one printed.
+std::string stop_reason(const TrainOptions& o, double run_s, double longest_step_s) {
+  if (const int signal = StopSignals::received()) return signal_name(signal);
+  if (o.time_limit_s > 0 && run_s + 1.5 * longest_step_s > o.time_limit_s) return "--time-limit";
+  return "";
+}
+bool any_rank_stops(TrainSession& s, bool mine) {
+  double flag = mine ? 1.0 : 0.0;
+  for (Communicator* group : {&s.data_parallel(), s.context_parallel(), s.tensor_parallel()})
+    if (group && group->size() > 1) group->all_reduce_sum(std::span<double>(&flag, 1));
+  return flag > 0.0;
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& options, Runtime& runtime) {
+  const auto t_begin = Clock::now();
+  const StopSignals signals(options.exit_signals);
   TrainSession s(options, runtime);
   const TrainOptions& o = s.options();
   StepLogger logger(s);
@@ -66,6 +86,7 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
 
   TrainResult result;
   const auto t_start = Clock::now();
+  double longest_step_s = 0.0;
   StepSchedule& plan = s.plan();
   while (!plan.done()) {
     const StepRun run = plan.next();
@@ -84,9 +105,22 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     const std::optional<EvalSum> val = final_validation(s);
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     logger.log_step({run, g, step_s, copy0, change, val, seconds_since(t_start)});
-    if (o.checkpoints && ((o.save_every > 0 && run.step % o.save_every == 0) || plan.done())) {
+    longest_step_s = std::max(longest_step_s, step_s);
+    std::string reason = plan.done() ? "" : stop_reason(o, seconds_since(t_begin), longest_step_s);
+    const bool stop = any_rank_stops(s, !reason.empty());
+    if (stop && reason.empty()) reason = "another rank's request";
+    if (o.checkpoints &&
+        ((o.save_every > 0 && run.step % o.save_every == 0) || plan.done() || stop)) {
       std::string dir = checkpoints.save(plan, run.step);
       if (runtime.lead()) result.checkpoint = std::move(dir);
+    }
+    if (stop) {
+      result.stopped_by = reason;
+      runtime.log() << "memo: stopped by " << reason << " after step " << run.step << "; "
+                    << (o.checkpoints ? str("continue with memo train --resume ", result.checkpoint)
+                                      : std::string("no checkpoint (--no-checkpoint)"))
+                    << "\n";
+      return result;
     }
   }
   if (o.checkpoints) runtime.log() << "checkpoint: " << result.checkpoint << "\n";
