@@ -353,6 +353,36 @@ TEST_F(Cli, the_last_log_record_carries_the_validation_loss) {
   EXPECT_NE(r.output.find(printed), std::string::npos) << printed << "\n" << r.output;
 }
 
+// --eval-every N validates after steps N, 2N, ... and the last, on the same windows each time;
+// the training losses are those of a run without it, bit for bit.
+TEST_F(Cli, eval_every_validates_periodically_without_changing_the_training_bits) {
+  ASSERT_EQ(test::run_command(train_cmd(dir / "plain", "--steps 7 --log " + dir.str("plain.jsonl")))
+                .exit_code,
+            0);
+  const test::CommandResult r = test::run_command(
+      train_cmd(dir / "every", "--steps 7 --eval-every 3 --log " + dir.str("every.jsonl")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> plain, every;
+  for (auto [path, out] : {std::pair{"plain.jsonl", &plain}, std::pair{"every.jsonl", &every}}) {
+    std::ifstream in(dir.str(path));
+    for (std::string line; std::getline(in, line);) out->push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(every.size(), 7u);
+  for (size_t i = 0; i < every.size(); ++i) {
+    EXPECT_EQ(every[i].at("loss").dump(), plain[i].at("loss").dump()) << "step " << i + 1;
+    const bool due = (i + 1) % 3 == 0 || i + 1 == 7;
+    EXPECT_EQ(every[i].contains("val_loss"), due) << "step " << i + 1;
+  }
+  EXPECT_EQ(every[6].at("val_loss").dump(), plain[6].at("val_loss").dump());
+  EXPECT_EQ(every[2].at("val_tokens"), every[6].at("val_tokens"));
+  size_t lines = 0;
+  for (size_t p = r.output.find("validation loss"); p != std::string::npos;
+       p = r.output.find("validation loss", p + 1))
+    ++lines;
+  EXPECT_EQ(lines, 3u) << r.output;  // steps 3, 6 and 7
+  test::expect_clean_failure(train_cmd(dir / "bad", "--steps 2 --eval-every -1"), "--eval-every");
+}
+
 TEST_F(Cli, unknown_flag_is_rejected) {
   test::expect_clean_failure(train_cmd(dir / "out", "--steps 1 --frobnicate 3"), "--frobnicate");
 }

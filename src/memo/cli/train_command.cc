@@ -52,6 +52,10 @@ void add_data_flags(CLI::App& cmd, TrainOptions* t) {
       ->capture_default_str();
   cmd.add_option("--val-batches", t->val_batches, "Micro-batches of validation windows at the end")
       ->capture_default_str();
+  cmd.add_option("--eval-every", t->eval_every,
+                 "Validate every N steps too, on the same --val-batches windows (0: at the end)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 }
 
 // The step: its shape, its length and the learning-rate schedule.

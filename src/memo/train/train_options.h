@@ -58,6 +58,7 @@ struct TrainOptions {
   PositionOverrides positions;  // --rope-theta, --rope-scaling, --max-position-embeddings
   std::string log_path;         // JSON lines, one per step
   int64_t val_batches = 16;     // micro-batches of validation windows at the end
+  int64_t eval_every = 0;       // validation every N steps too (0: at the end only)
   int64_t log_every = 1;        // progress line period in steps
   // The device's datasheet peak (dense bf16, FLOP/s; hardware/*.json) and its name: MFU is then
   // also logged against it ("mfu_peak"), beside the matrix-product ceiling measured at start

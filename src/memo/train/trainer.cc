@@ -41,11 +41,14 @@ void reset_step_counters(TrainSession& s) {
   if (Communicator* tp = s.tensor_parallel()) tp->reset_counters();
 }
 
-// The validation loss after the last step, on windows in order from the start of the validation
-// data, after the last update, so that `memo plot` draws it beside the training loss.
-std::optional<EvalSum> final_validation(TrainSession& s) {
+// The validation loss after the last step and every --eval-every steps, on the same windows each
+// time (in order from the start of the validation data), after the step's update, so that `memo
+// plot` draws it beside the training loss. Forward only, on the evaluation strategy and
+// allocator: the training steps' bits do not change.
+std::optional<EvalSum> validation(TrainSession& s, int64_t step) {
   const TrainOptions& o = s.options();
-  if (!s.plan().done() || !s.data().val) return std::nullopt;
+  const bool due = s.plan().done() || (o.eval_every > 0 && step % o.eval_every == 0);
+  if (!due || !s.data().val) return std::nullopt;
   return evaluate_windows(s.model(), s.eval_strategy(), s.caching(),
                           WindowSampler(*s.data().val, o.seq, o.seed), o.micro_batch,
                           o.val_batches * o.micro_batch, {}, &s.data_parallel());
@@ -102,7 +105,7 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     const double step_s = seconds_since(t0);
     result.steps_done = run.step;
     result.final_loss = g.loss;
-    const std::optional<EvalSum> val = final_validation(s);
+    const std::optional<EvalSum> val = validation(s, run.step);
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     logger.log_step({run, g, step_s, copy0, change, val, seconds_since(t_start)});
     longest_step_s = std::max(longest_step_s, step_s);
