@@ -35,17 +35,16 @@ class Preemption : public ::testing::Test {
     return test::run_command("(" + run + " > " + dir.str("out.txt") + " 2>&1 & pid=$!; " +
                              "while ! grep -q '\"step\":10,' " + log +
                              " 2>/dev/null; do sleep 0.01; done; kill -" + signal +
-                             " $pid; wait $pid; echo \"exit $?\"; cat " + dir.str("out.txt") +
-                             ")");
+                             " $pid; wait $pid; echo \"exit $?\"; cat " + dir.str("out.txt") + ")");
   }
   test::TempDir dir;
 };
 
 TEST_F(Preemption, sigterm_stops_after_the_step_with_a_checkpoint_and_the_resumed_run_is_exact) {
   const int steps = 200;
-  ASSERT_EQ(test::run_command(train_cmd(dir / "full", steps, "--log " + dir.str("full.jsonl")))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      test::run_command(train_cmd(dir / "full", steps, "--log " + dir.str("full.jsonl"))).exit_code,
+      0);
   const test::CommandResult r = signal_at_step_10(
       train_cmd(dir / "cut", steps, "--log " + dir.str("cut.jsonl")), dir.str("cut.jsonl"), "TERM");
   ASSERT_NE(r.output.find("exit 0"), std::string::npos) << r.output;
@@ -65,9 +64,8 @@ TEST_F(Preemption, sigterm_stops_after_the_step_with_a_checkpoint_and_the_resume
 }
 
 TEST_F(Preemption, usr1_stops_too_and_exit_signal_none_leaves_the_default_action) {
-  const test::CommandResult usr1 =
-      signal_at_step_10(train_cmd(dir / "a", 100000, "--log " + dir.str("a.jsonl")),
-                        dir.str("a.jsonl"), "USR1");
+  const test::CommandResult usr1 = signal_at_step_10(
+      train_cmd(dir / "a", 100000, "--log " + dir.str("a.jsonl")), dir.str("a.jsonl"), "USR1");
   EXPECT_NE(usr1.output.find("exit 0"), std::string::npos) << usr1.output;
   EXPECT_NE(usr1.output.find("memo: stopped by SIGUSR1"), std::string::npos) << usr1.output;
   const test::CommandResult killed = signal_at_step_10(
@@ -78,8 +76,8 @@ TEST_F(Preemption, usr1_stops_too_and_exit_signal_none_leaves_the_default_action
 }
 
 TEST_F(Preemption, time_limit_stops_before_the_limit_with_a_checkpoint) {
-  const test::CommandResult r =
-      test::run_command(train_cmd(dir / "t", 1000000, "--time-limit 2s --log " + dir.str("t.jsonl")));
+  const test::CommandResult r = test::run_command(
+      train_cmd(dir / "t", 1000000, "--time-limit 2s --log " + dir.str("t.jsonl")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("memo: stopped by --time-limit after step"), std::string::npos)
       << r.output;

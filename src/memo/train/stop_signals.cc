@@ -73,8 +73,9 @@ std::vector<int> parse_exit_signals(std::string_view text) {
     for (const Named& n : kSignals)
       if (name == n.name) found = n.signal;
     if (found == 0)
-      throw ConfigError(str("--exit-signal '", text, "': '", name,
-                            "' is not one of TERM, INT, USR1, USR2, HUP (comma-separated), or none"));
+      throw ConfigError(
+          str("--exit-signal '", text, "': '", name,
+              "' is not one of TERM, INT, USR1, USR2, HUP (comma-separated), or none"));
     out.push_back(found);
     if (comma == std::string::npos) break;
     start = comma + 1;
