@@ -383,6 +383,27 @@ TEST_F(Cli, eval_every_validates_periodically_without_changing_the_training_bits
   test::expect_clean_failure(train_cmd(dir / "bad", "--steps 2 --eval-every -1"), "--eval-every");
 }
 
+// --keep-last N keeps the newest N checkpoints of the run directory (two by default; 0: all).
+TEST_F(Cli, keep_last_keeps_the_newest_checkpoints) {
+  const auto kept = [&](const std::string& name, const std::string& flag) {
+    const test::CommandResult r =
+        test::run_command(train_cmd(dir / name, "--steps 5 --save-every 1 " + flag));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir / name))
+      if (e.path().filename().string().rfind("step-", 0) == 0)
+        out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(kept("two", ""), (std::vector<std::string>{"step-00000004", "step-00000005"}));
+  EXPECT_EQ(kept("three", "--keep-last 3"),
+            (std::vector<std::string>{"step-00000003", "step-00000004", "step-00000005"}));
+  EXPECT_EQ(kept("one", "--keep-last 1"), (std::vector<std::string>{"step-00000005"}));
+  EXPECT_EQ(kept("all", "--keep-last 0").size(), 5u);
+  EXPECT_EQ(find_latest_checkpoint(dir / "one").filename(), "step-00000005");
+}
+
 TEST_F(Cli, unknown_flag_is_rejected) {
   test::expect_clean_failure(train_cmd(dir / "out", "--steps 1 --frobnicate 3"), "--frobnicate");
 }

@@ -101,6 +101,11 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_flag("--no-checkpoint{false}", t->checkpoints,
                "Write no checkpoint, not even at the end (benchmarks, dry runs)")
       ->excludes(every);
+  cmd.add_option("--keep-last", t->keep_last,
+                 "Checkpoints kept in --out, the newest (latest) included; older ones are removed "
+                 "as each is written (0: keep every one)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd.add_option("--resume", t->resume_dir, "Continue the run in this directory (or checkpoint)");
   cmd.add_option("--init-from", t->init_from,
                  "Start from this checkpoint's weights with a fresh optimiser");

@@ -162,7 +162,9 @@ std::string write_checkpoint(const TrainOptions& o, const Model& model, const Op
       old.push_back(e.path());
   }
   std::sort(old.begin(), old.end());
-  for (size_t i = 0; i + 1 < old.size(); ++i) fs::remove_all(old[i]);
+  // --keep-last: the newest (latest's) and the keep_last - 1 before it; 0 keeps every one
+  const size_t older_kept = o.keep_last > 0 ? size_t(o.keep_last - 1) : old.size();
+  for (size_t i = 0; i + older_kept < old.size(); ++i) fs::remove_all(old[i]);
   return dir.string();
 }
 

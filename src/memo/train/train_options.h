@@ -41,6 +41,7 @@ struct TrainOptions {
   std::string out_dir = "runs/default";
   int64_t save_every = 0;   // 0: only at the end
   bool checkpoints = true;  // false (--no-checkpoint): none at all (benchmarks, dry runs)
+  int64_t keep_last = 2;    // checkpoints kept in out_dir, the newest included (0: every one)
   // Note [Stopping a run] (train/stop_signals.h): the signals that stop the run after the step in
   // flight with a checkpoint (--exit-signal), and the wall-clock limit that does (--time-limit,
   // seconds; 0: none).
