@@ -404,6 +404,34 @@ TEST_F(Cli, keep_last_keeps_the_newest_checkpoints) {
   EXPECT_EQ(find_latest_checkpoint(dir / "one").filename(), "step-00000005");
 }
 
+// --skip-nonfinite K: a step whose loss is not finite (SGD at lr 1e30 after one step) is skipped,
+// logged and printed, with no update (the skipped steps' checkpoints hold the model of the last
+// step applied, byte for byte); the (K+1)-th in a row stops the run, naming the step and the lr.
+TEST_F(Cli, skip_nonfinite_skips_without_updating_then_stops) {
+  const std::string run =
+      train_cmd(dir / "nf", "--optimizer sgd --lr 1e30 --warmup 0 --log " + dir.str("nf.jsonl") +
+                                " --save-every 1 --keep-last 0 ");
+  const test::CommandResult r = test::run_command(run + "--steps 3 --skip-nonfinite 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("memo: step 2 skipped: loss"), std::string::npos) << r.output;
+  std::ifstream in(dir.str("nf.jsonl"));
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_FALSE(records[0].contains("skipped"));
+  EXPECT_EQ(records[1].at("skipped"), "nonfinite");
+  EXPECT_EQ(records[2].at("skipped"), "nonfinite");
+  const std::string model = kModelFile;
+  EXPECT_EQ(test::file_bytes(dir / "nf" / "step-00000003" / model),
+            test::file_bytes(dir / "nf" / "step-00000001" / model));
+  const test::CommandResult stop = test::run_command(
+      train_cmd(dir / "nf2", "--optimizer sgd --lr 1e30 --warmup 0 --steps 6 --skip-nonfinite 2"));
+  EXPECT_NE(stop.exit_code, 0);
+  EXPECT_NE(stop.output.find("at step 4 (3 steps in a row); lower --lr (now 1e+30)"),
+            std::string::npos)
+      << stop.output;
+}
+
 TEST_F(Cli, unknown_flag_is_rejected) {
   test::expect_clean_failure(train_cmd(dir / "out", "--steps 1 --frobnicate 3"), "--frobnicate");
 }

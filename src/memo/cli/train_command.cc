@@ -127,6 +127,11 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--time-limit", f.time_limit,
                  "Stop the same way once the run's wall time plus 1.5 times its longest step "
                  "would pass this (e.g. 3h50m, 90m, 45s): a job's limit, less the time to exit");
+  cmd.add_option("--skip-nonfinite", t->skip_nonfinite,
+                 "Skip a step whose loss or gradient norm is not finite (no update; logged as "
+                 "skipped), at most this many in a row before stopping (0: the first stops)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd.add_option("--log", t->log_path, "JSON-lines log, one object per step");
   cmd.add_option("--log-every", t->log_every, "Progress line period in steps")
       ->capture_default_str();

@@ -39,6 +39,7 @@ class StepLogger {
     const std::optional<scaling::BatchChange>& change;
     const std::optional<EvalSum>& val;  // validation after the last step
     double elapsed_s = 0.0;             // since the first step began
+    bool skipped = false;  // a non-finite loss or gradient norm: no update (--skip-nonfinite)
   };
   void log_step(const Step& step);
 

@@ -47,6 +47,9 @@ struct TrainOptions {
   // seconds; 0: none).
   std::vector<int> exit_signals = {SIGTERM, SIGINT, SIGUSR1};
   double time_limit_s = 0.0;
+  // Steps with a non-finite loss or gradient norm skipped (no update, logged) at most this many in
+  // a row before the run stops (--skip-nonfinite; 0: the first stops it).
+  int64_t skip_nonfinite = 0;
   std::string resume_dir;  // a run directory or checkpoint to continue from
   std::string init_from;   // a checkpoint to take the weights from (fresh optimiser)
   // --save-dtype: the checkpoints' model.safetensors in kF32 or kBF16 (with the fp32 master

@@ -24,14 +24,29 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The gradients of one step, stopping on a non-finite loss with the lr to lower.
-StepGradients step_gradients(TrainSession& s, const StepRun& run) {
-  const StepGradients g = s.step().gradients(run.step, run.micro_steps / s.data_parallel().size());
-  if (!std::isfinite(g.loss))
-    throw Error(str("loss is ", g.loss, " at step ", run.step,
-                    s.plan().noise() ? str("; lower --eps-max (the law's lr is ", run.lr, " here)")
-                                     : str("; lower --lr (now ", s.options().lr, ")")));
-  return g;
+// The gradients of one step. A non-finite loss (or, under --skip-nonfinite, gradient norm) stops
+// the run with the lr to lower, unless --skip-nonfinite K allows this one: at most K such steps in
+// a row are skipped (no update; the noise estimator as it was before the step), counted in
+// `in_a_row`. Returns whether the step is to be applied.
+bool step_gradients(TrainSession& s, const StepRun& run, StepGradients& g, int64_t& in_a_row) {
+  const TrainOptions& o = s.options();
+  GradNoiseProbe* const probe = s.probe();
+  const std::optional<scaling::NoiseScaleState> before =
+      probe && o.skip_nonfinite > 0 ? std::optional(probe->estimator().state()) : std::nullopt;
+  g = s.step().gradients(run.step, run.micro_steps / s.data_parallel().size());
+  const bool finite = std::isfinite(g.loss) && (o.skip_nonfinite == 0 || std::isfinite(g.grad_sq));
+  if (finite) {
+    in_a_row = 0;
+    return true;
+  }
+  if (++in_a_row > o.skip_nonfinite)
+    throw Error(str(
+        std::isfinite(g.loss) ? str("gradient norm is ", g.grad_norm()) : str("loss is ", g.loss),
+        " at step ", run.step, o.skip_nonfinite > 0 ? str(" (", in_a_row, " steps in a row)") : "",
+        s.plan().noise() ? str("; lower --eps-max (the law's lr is ", run.lr, " here)")
+                         : str("; lower --lr (now ", o.lr, ")")));
+  if (before) probe->estimator().restore(*before);
+  return false;
 }
 
 void reset_step_counters(TrainSession& s) {
@@ -90,14 +105,16 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
   TrainResult result;
   const auto t_start = Clock::now();
   double longest_step_s = 0.0;
+  int64_t nonfinite_in_a_row = 0;  // --skip-nonfinite
   StepSchedule& plan = s.plan();
   while (!plan.done()) {
     const StepRun run = plan.next();
     const auto t0 = Clock::now();
     const ActivationStrategy::CopyTime copy0 = s.strategy().copy_time();
     reset_step_counters(s);
-    const StepGradients g = step_gradients(s, run);
-    s.step().update(g, run.lr, o.clip);
+    StepGradients g;
+    const bool apply = step_gradients(s, run, g, nonfinite_in_a_row);
+    if (apply) s.step().update(g, run.lr, o.clip);
     // B_simple after this step's update, before the next step is planned (Note [Noise batch
     // schedule]); a fixed batch only counts the step
     const std::optional<scaling::BatchChange> change =
@@ -107,7 +124,7 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     result.final_loss = g.loss;
     const std::optional<EvalSum> val = validation(s, run.step);
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
-    logger.log_step({run, g, step_s, copy0, change, val, seconds_since(t_start)});
+    logger.log_step({run, g, step_s, copy0, change, val, seconds_since(t_start), !apply});
     longest_step_s = std::max(longest_step_s, step_s);
     std::string reason = plan.done() ? "" : stop_reason(o, seconds_since(t_begin), longest_step_s);
     const bool stop = any_rank_stops(s, !reason.empty());
