@@ -83,7 +83,7 @@ TEST_F(PlanCommand, over_budget_json_says_what_fits) {
 
 TEST_F(PlanCommand, text_report_and_timeline_svg) {
   const test::CommandResult r = test::run_command(plan_cmd(
-      "--device-memory 1.5GiB --solver mip --mip-seconds 1 --timeline " + dir.str("t.svg")));
+      "--device-memory 1.5GiB --solver mip --mip-seconds 20 --timeline " + dir.str("t.svg")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* part :
        {"activation arena", "alpha                  n/a (keep)", "plan peak", "lower bound", "gap",

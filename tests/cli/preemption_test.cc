@@ -41,7 +41,7 @@ class Preemption : public ::testing::Test {
 };
 
 TEST_F(Preemption, sigterm_stops_after_the_step_with_a_checkpoint_and_the_resumed_run_is_exact) {
-  const int steps = 200;
+  const int steps = 60;
   ASSERT_EQ(
       test::run_command(train_cmd(dir / "full", steps, "--log " + dir.str("full.jsonl"))).exit_code,
       0);

@@ -315,10 +315,9 @@ std::vector<double> check_flash(const Case& c, AttnMask mask, bool wide) {
 TEST(FlashAttention, blocks_on_cpu_threads_match_the_cpu_attention_within_bf16_rounding) {
   std::vector<double> worst(4, 0.0);
   // a short tile, two sequences, GQA 2; head dim 128, GQA 2; one exact tile with one query head
-  // per kv head; a single token; head dim 32 over two tiles (the second short), GQA 2; three
-  // query tiles, GQA 2 (the dK/dV loop over two heads and three tiles)
+  // per kv head; a single token; head dim 32 over two tiles (the second short), GQA 2
   const Case cases[] = {Case{2, 37, 4, 2, 64}, Case{1, 60, 2, 1, 128}, Case{1, 64, 2, 2, 64},
-                        Case{1, 1, 2, 1, 64},  Case{1, 100, 2, 1, 32}, Case{1, 130, 4, 2, 64}};
+                        Case{1, 1, 2, 1, 64}, Case{1, 100, 2, 1, 32}};
   // 16-byte and 4-byte loads in turn, so each meets both masks and every other case
   bool wide = false;
   for (AttnMask mask : {AttnMask::kCausal, AttnMask::kFull})

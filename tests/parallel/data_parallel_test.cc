@@ -288,20 +288,20 @@ TEST_F(DataParallel, a_killed_rank_stops_the_job_and_the_run_resumes_where_it_wa
 // checkpoint and exit status 0; resumed, the run gives the uninterrupted run's losses bit for bit.
 TEST_F(DataParallel, a_signal_to_one_rank_stops_every_rank_after_the_same_step) {
   const std::string full = dir / "full", cut = dir / "cut";
-  ASSERT_EQ(test::run_command(mpirun(2) + train_cmd(full, "--steps 150")).exit_code, 0);
-  const auto [r, seconds] = signal_rank_one(mpirun(2) + train_cmd(cut, "--steps 150"),
+  ASSERT_EQ(test::run_command(mpirun(2) + train_cmd(full, "--steps 60")).exit_code, 0);
+  const auto [r, seconds] = signal_rank_one(mpirun(2) + train_cmd(cut, "--steps 60"),
                                             fs::path(cut + ".jsonl"), cut, SIGTERM);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const int64_t stopped = losses(cut + ".jsonl").rbegin()->first;
-  ASSERT_LT(stopped, 150) << "the run ended before the signal";
+  ASSERT_LT(stopped, 60) << "the run ended before the signal";
   EXPECT_NE(r.output.find(str("memo: stopped by another rank's request after step ", stopped)),
             std::string::npos)
       << r.output;
   EXPECT_EQ(find_latest_checkpoint(cut).filename().string(),
             str("step-", std::string(8 - std::to_string(stopped).size(), '0'), stopped));
-  const test::CommandResult resumed = test::run_command(
-      mpirun(2) + test::memo_bin() + " train --data " + dir.str("data.txt") + " --resume " + cut +
-      " --steps 150 --val-batches 2 --log " + cut + ".jsonl");
+  const test::CommandResult resumed =
+      test::run_command(mpirun(2) + test::memo_bin() + " train --data " + dir.str("data.txt") +
+                        " --resume " + cut + " --steps 60 --val-batches 2 --log " + cut + ".jsonl");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(losses(cut + ".jsonl"), losses(full + ".jsonl"));
 }
