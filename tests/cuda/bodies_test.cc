@@ -714,10 +714,8 @@ TEST(CudaBodies, column_kernels_in_lanes_agree_with_the_one_lane_bodies) {
                              }));
       layernorm_dwdb_col(lw1.data(), lb1.data(), dy.cmat(), x.cmat(), mean.data(), rstd.data(), c);
       lwl[size_t(c)] = float(double(lwl[size_t(c)]) + lanes_sum(L, [&](int lane) {
-                               double w, b;
-                               layernorm_dwdb_part(dy.cmat(), x.cmat(), mean.data(), rstd.data(), c,
-                                                   lane, L, w, b);
-                               return w;
+                               return layernorm_dw_part(dy.cmat(), x.cmat(), mean.data(),
+                                                        rstd.data(), c, lane, L);
                              }));
       lbl[size_t(c)] = float(double(lbl[size_t(c)]) + lanes_sum(L, [&](int lane) {
                                return bias_backward_part(dy.cmat(), c, lane, L);

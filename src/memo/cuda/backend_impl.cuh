@@ -94,10 +94,10 @@ struct RowCol {
 // Row kernels in lanes (Note [Row lanes] in cuda/bodies.h): a block of kRowLanes threads a row,
 // the lanes' partial sums combined in shared memory in the bodies' fixed tree.
 // Note [Column lanes] (cuda/bodies.h): a block of kColWidth columns by kColLanes lanes; part(c,
-// lane, lanes) is a lane's partial sum of column c, finish(c, sum) adds the column's sum into its
-// gradient. Each column's lanes meet in the fixed tree of Note [Row lanes].
-template <class Part, class Finish>
-__global__ void column_lanes_kernel(int64_t cols, Part part, Finish finish) {
+// lane, lanes) is a lane's partial sum of column c; the lanes meet in the fixed tree of Note [Row
+// lanes] and the column's sum is added into add_to[c] (a gradient, f32).
+template <class Part>
+__global__ void column_sums_kernel(float* add_to, int64_t cols, Part part) {
   __shared__ double a[cuda::kColWidth * cuda::kColLanes];
   const int cx = int(threadIdx.x) % cuda::kColWidth, lane = int(threadIdx.x) / cuda::kColWidth;
   const int64_t c = int64_t(blockIdx.x) * cuda::kColWidth + cx;
@@ -107,7 +107,7 @@ __global__ void column_lanes_kernel(int64_t cols, Part part, Finish finish) {
     __syncthreads();
     if (lane < half) cuda::row_tree_sum(column, lane, half);
   }
-  if (lane == 0 && c < cols) finish(c, column[0]);  // lane 0 wrote column[0] last
+  if (lane == 0 && c < cols) add_to[c] = float(double(add_to[c]) + column[0]);  // lane 0 wrote it
 }
 
 __device__ inline void row_sum_tree(double* a, int lane) {
@@ -360,14 +360,14 @@ class CudaBackend final : public Backend {
     for_each_kernel<<<unsigned(blocks), kThreads, 0, s()>>>(n, f);
     check_cuda(cudaGetLastError(), "kernel launch");
   }
-  // Note [Column lanes]: the sums of `cols` columns over their rows.
-  template <class Part, class Finish>
-  void launch_columns(int64_t cols, Part part, Finish finish) {
+  // Note [Column lanes]: add_to[c] += the sum over its rows of column c, for c < cols.
+  template <class Part>
+  void launch_column_sums(float* add_to, int64_t cols, Part part) {
     if (cols <= 0) return;
     const int64_t blocks = (cols + cuda::kColWidth - 1) / cuda::kColWidth;
-    column_lanes_kernel<<<unsigned(blocks), cuda::kColWidth * cuda::kColLanes, 0, s()>>>(cols, part,
-                                                                                         finish);
-    check_cuda(cudaGetLastError(), "column kernel launch");
+    column_sums_kernel<<<unsigned(blocks), cuda::kColWidth * cuda::kColLanes, 0, s()>>>(add_to,
+                                                                                        cols, part);
+    check_cuda(cudaGetLastError(), "column sums launch");
   }
   // f(t, c) for every element of a rows x cols matrix.
   template <class F>

@@ -248,22 +248,23 @@ MEMO_HD inline void layernorm_backward_row(XMat dx, XMat dy, XMat x, XVec w, con
   layernorm_grad_sums_part(dy, x, w, m, r, t, 0, 1, sum_g, sum_gx);
   layernorm_dx_part(dx, dy, x, w, m, r, sum_g, sum_gx, t, 0, 1);
 }
-MEMO_HD inline void layernorm_dwdb_part(XMat dy, XMat x, const float* mean, const float* rstd,
-                                        int64_t c, int lane, int lanes, double& acc_w,
-                                        double& acc_b) {
-  acc_w = 0.0, acc_b = 0.0;
-  for (int64_t t = lane; t < x.rows; t += lanes) {
-    const double m = mean[t], r = rstd[t];
-    acc_w += double(dy.at(t, c)) * ((double(x.at(t, c)) - m) * r);
-    acc_b += double(dy.at(t, c));
-  }
+// The column sum of dy, LayerNorm's db and the bias gradient (Note [Column lanes]).
+MEMO_HD inline double bias_backward_part(XMat dy, int64_t c, int lane, int lanes) {
+  double acc = 0.0;
+  for (int64_t t = lane; t < dy.rows; t += lanes) acc += double(dy.at(t, c));
+  return acc;
+}
+MEMO_HD inline double layernorm_dw_part(XMat dy, XMat x, const float* mean, const float* rstd,
+                                        int64_t c, int lane, int lanes) {
+  double acc = 0.0;
+  for (int64_t t = lane; t < x.rows; t += lanes)
+    acc += double(dy.at(t, c)) * ((double(x.at(t, c)) - double(mean[t])) * double(rstd[t]));
+  return acc;
 }
 MEMO_HD inline void layernorm_dwdb_col(float* dw, float* db, XMat dy, XMat x, const float* mean,
                                        const float* rstd, int64_t c) {
-  double acc_w, acc_b;
-  layernorm_dwdb_part(dy, x, mean, rstd, c, 0, 1, acc_w, acc_b);
-  dw[c] = float(double(dw[c]) + acc_w);
-  db[c] = float(double(db[c]) + acc_b);
+  dw[c] = float(double(dw[c]) + layernorm_dw_part(dy, x, mean, rstd, c, 0, 1));
+  db[c] = float(double(db[c]) + bias_backward_part(dy, c, 0, 1));
 }
 
 // --- RoPE: pair i (< head_dim / 2) of head h of row t, rotated by sign * angle ---
@@ -308,11 +309,6 @@ MEMO_HD inline float gelu_backward(float dy, float v) {
 }
 
 // --- bias gradient and embedding backward: one column, tokens in order ---
-MEMO_HD inline double bias_backward_part(XMat dy, int64_t c, int lane, int lanes) {
-  double acc = 0.0;
-  for (int64_t t = lane; t < dy.rows; t += lanes) acc += double(dy.at(t, c));
-  return acc;
-}
 MEMO_HD inline void bias_backward_col(float* db, XMat dy, int64_t c) {
   db[c] = float(double(db[c]) + bias_backward_part(dy, c, 0, 1));
 }

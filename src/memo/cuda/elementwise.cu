@@ -70,12 +70,9 @@ void CudaBackend::do_bias_backward(Tensor db, ConstTensor dy) {
   const Timed timed(this, "bias_backward");
   const cuda::XMat DY = xmat(dy);
   float* dbp = dev(db);
-  launch_columns(
-      DY.cols,
-      [=] __device__(int64_t c, int lane, int lanes) {
-        return cuda::bias_backward_part(DY, c, lane, lanes);
-      },
-      [=] __device__(int64_t c, double sum) { dbp[c] = float(double(dbp[c]) + sum); });
+  launch_column_sums(dbp, DY.cols, [=] __device__(int64_t c, int lane, int lanes) {
+    return cuda::bias_backward_part(DY, c, lane, lanes);
+  });
 }
 void CudaBackend::do_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
   const Timed timed(this, "embedding_forward");

@@ -91,12 +91,9 @@ void CudaBackend::do_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, Cons
   if (X.rows == 0) return;
   rmsnorm_dx_kernel<<<unsigned(X.rows), cuda::kRowLanes, 0, s()>>>(DX, DY, X, wp, r);
   check_cuda(cudaGetLastError(), "rmsnorm_backward launch");
-  launch_columns(
-      X.cols,
-      [=] __device__(int64_t c, int lane, int lanes) {
-        return cuda::rmsnorm_dw_part(DY, X, r, c, lane, lanes);
-      },
-      [=] __device__(int64_t c, double sum) { dwp[c] = float(double(dwp[c]) + sum); });
+  launch_column_sums(dwp, X.cols, [=] __device__(int64_t c, int lane, int lanes) {
+    return cuda::rmsnorm_dw_part(DY, X, r, c, lane, lanes);
+  });
 }
 void CudaBackend::do_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
                                        ConstTensor w, ConstTensor b, float eps) {
@@ -120,20 +117,12 @@ void CudaBackend::do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTe
   if (X.rows == 0) return;
   layernorm_dx_kernel<<<unsigned(X.rows), cuda::kRowLanes, 0, s()>>>(DX, DY, X, wp, mp, rp);
   check_cuda(cudaGetLastError(), "layernorm_backward launch");
-  launch_columns(
-      X.cols,
-      [=] __device__(int64_t c, int lane, int lanes) {
-        double w, b;
-        cuda::layernorm_dwdb_part(DY, X, mp, rp, c, lane, lanes, w, b);
-        return w;
-      },
-      [=] __device__(int64_t c, double sum) { dwp[c] = float(double(dwp[c]) + sum); });
-  launch_columns(
-      X.cols,
-      [=] __device__(int64_t c, int lane, int lanes) {
-        return cuda::bias_backward_part(DY, c, lane, lanes);
-      },
-      [=] __device__(int64_t c, double sum) { dbp[c] = float(double(dbp[c]) + sum); });
+  launch_column_sums(dwp, X.cols, [=] __device__(int64_t c, int lane, int lanes) {
+    return cuda::layernorm_dw_part(DY, X, mp, rp, c, lane, lanes);
+  });
+  launch_column_sums(dbp, X.cols, [=] __device__(int64_t c, int lane, int lanes) {
+    return cuda::bias_backward_part(DY, c, lane, lanes);
+  });
 }
 
 }  // namespace memo::cuda_impl
