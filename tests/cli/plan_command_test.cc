@@ -81,9 +81,12 @@ TEST_F(PlanCommand, over_budget_json_says_what_fits) {
       << j["message"];
 }
 
+// CBC reaches its limit here whatever it is (its plan is the heuristic's, 614.5 KiB, at 3 s and at
+// 20 s alike), so the limit is the test's time. Not 1 s: there, under ASan on a loaded 2-core
+// machine, CBC once crashed in its preprocessing's postProcess (a CBC bug, left open).
 TEST_F(PlanCommand, text_report_and_timeline_svg) {
   const test::CommandResult r = test::run_command(plan_cmd(
-      "--device-memory 1.5GiB --solver mip --mip-seconds 20 --timeline " + dir.str("t.svg")));
+      "--device-memory 1.5GiB --solver mip --mip-seconds 4 --timeline " + dir.str("t.svg")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* part :
        {"activation arena", "alpha                  n/a (keep)", "plan peak", "lower bound", "gap",
