@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sanitizer runs of the test command: the whole suite (but 13 long runs, below) once
+# The sanitizer runs of the test command: the whole suite (but 15 long runs, below) once
 # under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/), and the tests of the copy
 # streams, the activation strategies, the one training step and the communicator under
 # ThreadSanitizer (build-tsan/, the memo_thread_tests binary), each build at -O1.
@@ -23,26 +23,27 @@ san_build() {  # dir, flags, targets...
   cmake --build "$dir" -j"$jobs" "${targets[@]}"
 }
 
-# Every test but 13. Six long end-to-end runs: the two MPI fault drills, which stop or kill a rank mid-run and resume
+# Every test but 15. Six long end-to-end runs: the two MPI fault drills, which stop or kill a rank mid-run and resume
 # (their code is what the other MPI jobs run, the killed rank's memory is never checked; 78 s
 # under the sanitizers, 54 + 23 s), the two end-to-end runs of the shipped GPT-2 config
 # (`memo train` processes of 37 and 30 s there; the GPT-2 layers run under the sanitizers in
 # GptVsTorch and the GPT-2 kernel tests, a killed run's resume in Cli's), and two more kill-and-
 # resume drills, of `memo tokenize` and of a batch schedule (30 and 18 s there; tokenizing and the
 # schedule run under the sanitizers in their other tests, a killed training run in Cli's). Then
-# seven multi-process runs whose code the sanitizers see in other tests: tensor parallelism over
+# nine multi-process runs whose code the sanitizers see in other tests: tensor parallelism over
 # Mistral's window, Qwen2, Llama's biases and GPT-2's document masks, context parallelism with
 # scaled RoPE (each architecture's layers run under them in one process, against PyTorch, and
 # the tensor and context splits in TensorParallel's and ContextParallel's other runs, Qwen3's
-# biases and norms split included), and the DP signal drill (Preemption's runs the handler, the
-# stop's reduction is DataParallel's). 93 s under the sanitizers on a 2-core EPYC. The release
-# suite runs all thirteen.
-echo "memo: AddressSanitizer + UndefinedBehaviorSanitizer: every test but 13 long multi-process runs"
+# biases and norms split included), and the signal drills of the DP, TP and CP layouts
+# (Preemption's run the handler and RunSurvival's the background checkpoints; the stop's
+# reduction is the DP group's). 93 s under the sanitizers on a 2-core EPYC before the TP and CP
+# drills were added. The release suite runs all fifteen.
+echo "memo: AddressSanitizer + UndefinedBehaviorSanitizer: every test but 15 long multi-process runs"
 san_build build-asan "address,undefined" memo memo_tests memo_mpi_tests
 (cd build-asan &&
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --output-on-failure -j"$jobs" --timeout 600 \
-    -E '^(ContextParallel\.a_hung_or_killed_rank_ends_the_job_and_the_run_resumes|DataParallel\.a_killed_rank_stops_the_job_and_the_run_resumes_where_it_was|GptCli\.shipped_gpt2_tiny_config_trains_and_the_loss_falls|GptCli\.killed_run_resumes_with_identical_losses|TextCli\.killed_tokenize_resumes_to_the_files_of_an_uninterrupted_run|BatchScheduleCli\.killed_run_resumes_mid_schedule_with_identical_steps|TensorParallel\.(mistral_with_a_sliding_window|qwen2_with_yarn|llama_biases|gpt2_with_document_masks)_matches_one_process|ContextParallel\.scaled_rope_matches_one_process|DataParallel\.a_signal_to_one_rank_stops_every_rank_after_the_same_step)$')
+    -E '^(ContextParallel\.a_hung_or_killed_rank_ends_the_job_and_the_run_resumes|DataParallel\.a_killed_rank_stops_the_job_and_the_run_resumes_where_it_was|GptCli\.shipped_gpt2_tiny_config_trains_and_the_loss_falls|GptCli\.killed_run_resumes_with_identical_losses|TextCli\.killed_tokenize_resumes_to_the_files_of_an_uninterrupted_run|BatchScheduleCli\.killed_run_resumes_mid_schedule_with_identical_steps|TensorParallel\.(mistral_with_a_sliding_window|qwen2_with_yarn|llama_biases|gpt2_with_document_masks)_matches_one_process|ContextParallel\.scaled_rope_matches_one_process|DataParallel\.a_signal_(to_one_rank_stops_every_rank_after_the_same_step|stops_a_tensor_parallel_job_with_a_background_checkpoint|stops_a_context_parallel_job_after_the_same_step))$')
 
 echo "memo: ThreadSanitizer: copy streams, strategies, the training step, the communicator"
 san_build build-tsan "thread" memo_thread_tests

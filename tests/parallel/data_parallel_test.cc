@@ -30,7 +30,7 @@ using test::records;
 using test::signal_rank_one;
 
 class DataParallel : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     test::write_text(dir / "config.json", test::kTinyLlamaConfig);
     test::write_text(dir / "data.txt", test::corpus(20000));
@@ -284,12 +284,13 @@ TEST_F(DataParallel, a_killed_rank_stops_the_job_and_the_run_resumes_where_it_wa
   EXPECT_EQ(got.rbegin()->first, 400);
 }
 
-// Note [Stopping a run]: SIGTERM to one rank stops every rank after the same step, with a
-// checkpoint and exit status 0; resumed, the run gives the uninterrupted run's losses bit for bit.
-TEST_F(DataParallel, a_signal_to_one_rank_stops_every_rank_after_the_same_step) {
-  const std::string full = dir / "full", cut = dir / "cut";
-  ASSERT_EQ(test::run_command(mpirun(2) + train_cmd(full, "--steps 60")).exit_code, 0);
-  const auto [r, seconds] = signal_rank_one(mpirun(2) + train_cmd(cut, "--steps 60"),
+// Note [Stopping a run]: SIGTERM to one rank of a 2-rank job laid out by `layout` stops every
+// rank after the same step, with a checkpoint and exit status 0; resumed, the run gives the
+// uninterrupted run's losses bit for bit.
+void expect_signal_stops_every_rank(const DataParallel& t, const std::string& layout) {
+  const std::string full = t.dir / "full", cut = t.dir / "cut";
+  ASSERT_EQ(test::run_command(mpirun(2) + t.train_cmd(full, "--steps 60 " + layout)).exit_code, 0);
+  const auto [r, seconds] = signal_rank_one(mpirun(2) + t.train_cmd(cut, "--steps 60 " + layout),
                                             fs::path(cut + ".jsonl"), cut, SIGTERM);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const int64_t stopped = losses(cut + ".jsonl").rbegin()->first;
@@ -299,11 +300,23 @@ TEST_F(DataParallel, a_signal_to_one_rank_stops_every_rank_after_the_same_step) 
       << r.output;
   EXPECT_EQ(find_latest_checkpoint(cut).filename().string(),
             str("step-", std::string(8 - std::to_string(stopped).size(), '0'), stopped));
-  const test::CommandResult resumed =
-      test::run_command(mpirun(2) + test::memo_bin() + " train --data " + dir.str("data.txt") +
-                        " --resume " + cut + " --steps 60 --val-batches 2 --log " + cut + ".jsonl");
+  const test::CommandResult resumed = test::run_command(
+      mpirun(2) + test::memo_bin() + " train --data " + t.dir.str("data.txt") + " --resume " + cut +
+      " --steps 60 --val-batches 2 --log " + cut + ".jsonl " + layout);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(losses(cut + ".jsonl"), losses(full + ".jsonl"));
+}
+
+TEST_F(DataParallel, a_signal_to_one_rank_stops_every_rank_after_the_same_step) {
+  expect_signal_stops_every_rank(*this, "");
+}
+// The same under tensor parallelism, the checkpoints written in the background (the stop waits
+// for the write: Note [Asynchronous checkpoints]), and under context parallelism.
+TEST_F(DataParallel, a_signal_stops_a_tensor_parallel_job_with_a_background_checkpoint) {
+  expect_signal_stops_every_rank(*this, "--tp 2 --async-save --save-every 5");
+}
+TEST_F(DataParallel, a_signal_stops_a_context_parallel_job_after_the_same_step) {
+  expect_signal_stops_every_rank(*this, "--cp 2");
 }
 
 }  // namespace

@@ -53,9 +53,14 @@ void add_data_flags(CLI::App& cmd, TrainOptions* t) {
   cmd.add_option("--val-batches", t->val_batches, "Micro-batches of validation windows at the end")
       ->capture_default_str();
   cmd.add_option("--eval-every", t->eval_every,
-                 "Validate every N steps too, on the same --val-batches windows (0: at the end)")
+                 "Validate every N steps too, on the same windows each time (0: at the end)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--eval-tokens", t->eval_tokens,
+                 "Validate on the windows that hold this many tokens from the start of the "
+                 "validation data, instead of --val-batches micro-batches (at most all of it)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(cmd.get_option("--val-batches"));
 }
 
 // The step: its shape, its length and the learning-rate schedule.
@@ -106,6 +111,12 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
                  "as each is written (0: keep every one)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd.add_flag("--save-best", t->save_best,
+               "Also checkpoint each step whose validation loss is the lowest so far (see "
+               "--eval-every), name it in <out>/best, and keep it whatever --keep-last says");
+  cmd.add_flag("--async-save", t->async_save,
+               "Write checkpoints in the background: the step boundary only copies the state "
+               "to host memory (one more copy of it held there); the next save waits");
   cmd.add_option("--resume", t->resume_dir, "Continue the run in this directory (or checkpoint)");
   cmd.add_option("--init-from", t->init_from,
                  "Start from this checkpoint's weights with a fresh optimiser");
@@ -130,6 +141,12 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--skip-nonfinite", t->skip_nonfinite,
                  "Skip a step whose loss or gradient norm is not finite (no update; logged as "
                  "skipped), at most this many in a row before stopping (0: the first stops)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--spike-skip", t->spike_skip,
+                 "Skip a step whose gradient norm is above this many times the median of the "
+                 "last 32 applied steps' (from the 8th on; no update, logged as skipped; more "
+                 "than 8 in a row stop the run; 0: off)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--log", t->log_path, "JSON-lines log, one object per step");
@@ -233,6 +250,9 @@ TrainOptions resolve_options(const TrainFlags& f) {
     }
     o.positions.rope_scaling = rope_scaling_from_json(j, "--rope-scaling");
   }
+  if (!o.checkpoints && (o.save_best || o.async_save))
+    throw ConfigError(str(o.save_best ? "--save-best" : "--async-save",
+                          " writes checkpoints, and --no-checkpoint asks for none"));
   if (o.resume_dir.empty() && o.config_path.empty() && o.init_from.empty())
     throw ConfigError("--config is required (or --init-from a model, or --resume a run)");
   if (!o.resume_dir.empty() && f.out->count() == 0) {

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <deque>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 #include <string_view>
 
 #include "memo/core/error.h"
@@ -56,11 +58,17 @@ void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
 
 // Host views of tensors that live in a backend's device space, for writing a checkpoint: the
 // tensors themselves when the host can address them, else host copies held here.
+// With a pool (--async-save), always copies: the write outlives the step, the tensors do not.
 class HostStaging {
  public:
-  explicit HostStaging(Backend& backend)
-      : backend_(backend), direct_(backend.host_can_access(backend.device_space())) {}
+  HostStaging(Backend& backend, StagingPool* pool)
+      : backend_(backend), pool_(pool), direct_(backend.host_can_access(backend.device_space())) {}
   const float* host(const float* device, int64_t numel) {
+    if (pool_) {
+      float* copy = pool_->next(numel);
+      backend_.copy_to_host(copy, device, numel * int64_t(sizeof(float)));
+      return copy;
+    }
     if (direct_) return device;
     copies_.emplace_back(size_t(numel));
     backend_.copy_to_host(copies_.back().data(), device, numel * int64_t(sizeof(float)));
@@ -84,6 +92,7 @@ class HostStaging {
 
  private:
   Backend& backend_;
+  StagingPool* pool_;
   bool direct_;
   std::deque<std::vector<float>> copies_;  // stable addresses
 };
@@ -130,12 +139,13 @@ std::vector<std::pair<std::string, std::string>> side_files_of_origin(const Trai
   return files;
 }
 
-// Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
-// (io/checkpoint.h). The two newest are kept: a kill while writing one leaves the other.
-// The tensors are host views (model_tensors, state_tensors) that every rank made.
-std::string write_checkpoint(const TrainOptions& o, const Model& model, const Optimizer& opt,
-                             std::vector<NamedTensor> model_tensors, std::vector<NamedTensor> state,
-                             const GradNoiseProbe* probe, const StepSchedule& plan, int64_t step) {
+// Everything a checkpoint writes, made on the calling thread: the tensors are host views
+// (model_tensors, state_tensors) that every rank made, the rest is owned here, so that a
+// background write reads nothing that training changes.
+CheckpointData checkpoint_data(const TrainOptions& o, const Model& model, const Optimizer& opt,
+                               std::vector<NamedTensor> model_tensors,
+                               std::vector<NamedTensor> state, const GradNoiseProbe* probe,
+                               const StepSchedule& plan, int64_t step, const RunState& run) {
   CheckpointData data;
   data.config = model.config();
   data.model = std::move(model_tensors);
@@ -149,16 +159,31 @@ std::string write_checkpoint(const TrainOptions& o, const Model& model, const Op
       {"precision", precision_name(model.backend())},
       {"gns", probe ? nlohmann::json(probe->estimator().state()) : nlohmann::json()},
       {"batch_schedule", plan.checkpoint_json()}};
-  // only when given, so that a run without --max-shard-size writes the bytes it always did
+  // only where they say something, so that a run without them writes the bytes it always did
   if (o.max_shard_bytes) data.trainer_state["max_shard_bytes"] = *o.max_shard_bytes;
+  if (opt.steps_done() != step) data.trainer_state["optimizer_steps"] = opt.steps_done();
+  if (o.skip_nonfinite > 0 || o.spike_skip > 0.0) data.trainer_state["bad_steps"] = run.bad_steps;
+  if (run.best)
+    data.trainer_state["best"] = {{"step", run.best->step}, {"val_loss", run.best->val_loss}};
   data.tokenizer_json = shard_tokenizer_json(o.data_path);  // the checkpoint names its tokenizer
   data.side_files = side_files_of_origin(o, !data.tokenizer_json.empty());
+  return data;
+}
+
+// Checkpoint directories are <out>/step-00000123 and <out>/latest names the newest complete one
+// (io/checkpoint.h); <out>/best names --save-best's. The --keep-last newest are kept (a kill while
+// writing one leaves the one before), and the best.
+std::string commit_checkpoint(const TrainOptions& o, const CheckpointData& data, int64_t step,
+                              const RunState& run) {
   const fs::path dir = save_run_checkpoint(o.out_dir, step, data);
   const std::string newest = dir.filename().string();
+  if (run.is_best) write_file_atomic(fs::path(o.out_dir) / kBestFile, newest + "\n");
+  const std::string best = run.best ? checkpoint_dir_name(run.best->step) : "";
   std::vector<fs::path> old;
   for (const auto& e : fs::directory_iterator(o.out_dir)) {
     const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.size() == newest.size() && n.rfind("step-", 0) == 0 && n < newest)
+    if (e.is_directory() && n.size() == newest.size() && n.rfind("step-", 0) == 0 && n < newest &&
+        n != best)
       old.push_back(e.path());
   }
   std::sort(old.begin(), old.end());
@@ -320,9 +345,26 @@ void restore_training_state(Optimizer& opt, Backend& backend, GradNoiseProbe* pr
   if (resume.checkpoint.optimizer)
     restore_optimizer(opt, backend, *resume.checkpoint.optimizer, resume.step, o.resume_dir,
                       layout);
-  opt.set_steps_done(resume.step);
+  // the optimiser's own count, where skipped steps (Note [Bad steps]) made it differ
+  opt.set_steps_done(resume.checkpoint.trainer_state.value("optimizer_steps", resume.step));
   const nlohmann::json& gns = resume.checkpoint.trainer_state.value("gns", nlohmann::json());
   if (probe && gns.is_object()) probe->estimator().restore(gns.get<scaling::NoiseScaleState>());
+}
+
+std::optional<BestCheckpoint> best_checkpoint_from_state(const nlohmann::json& trainer_state) {
+  const nlohmann::json& best = trainer_state.value("best", nlohmann::json());
+  if (!best.is_object()) return std::nullopt;
+  return BestCheckpoint{best.at("step"), best.at("val_loss")};
+}
+
+float* StagingPool::next(int64_t numel) {
+  const int64_t bytes = numel * int64_t(sizeof(float));
+  if (next_ == blocks_.size())
+    blocks_.emplace_back(backend_.allocator(MemSpace::kPinnedHost), bytes, "a checkpoint's copy");
+  else if (blocks_[next_].bytes() != bytes)
+    blocks_[next_] =
+        RawBuffer(backend_.allocator(MemSpace::kPinnedHost), bytes, "a checkpoint's copy");
+  return blocks_[next_++].as<float>();
 }
 
 CheckpointWriter::CheckpointWriter(const TrainOptions& o, Model& model, Optimizer& opt,
@@ -335,23 +377,73 @@ CheckpointWriter::CheckpointWriter(const TrainOptions& o, Model& model, Optimize
       shards_(shards),
       data_parallel_(data_parallel),
       job_(job),
-      probe_(probe) {}
+      probe_(probe),
+      pool_(model.backend()) {}
 
-std::string CheckpointWriter::save(const StepSchedule& plan, int64_t step) {
+CheckpointWriter::~CheckpointWriter() {
+  if (background_.joinable()) background_.join();
+}
+
+std::string CheckpointWriter::save(const StepSchedule& plan, int64_t step, const RunState& run) {
+  wait();
   Backend& backend = model_.backend();
   const GatheredState state =
       o_.zero == 1 ? gather_optimizer_state(opt_, o_.optimizer.name, o_.optimizer.options,
                                             model_.layout(), shards_, data_parallel_, backend)
                    : GatheredState{opt_.state(), {}, {}};
-  HostStaging staging(backend);
-  std::vector<NamedTensor> weights = model_tensors(model_, staging);
-  std::vector<NamedTensor> optimizer_state = state_tensors(model_, state.tensors, staging);
-  std::string dir;
-  if (job_.rank() == 0)
-    dir = write_checkpoint(o_, model_, opt_, std::move(weights), std::move(optimizer_state), probe_,
-                           plan, step);
-  if (job_.size() > 1) job_.barrier();
+  // Every rank gathers (collective); rank 0 alone keeps copies for a background write.
+  const bool background = o_.async_save && job_.rank() == 0;
+  pool_.rewind();
+  auto staging = std::make_shared<HostStaging>(backend, background ? &pool_ : nullptr);
+  std::vector<NamedTensor> weights = model_tensors(model_, *staging);
+  std::vector<NamedTensor> optimizer_state = state_tensors(model_, state.tensors, *staging);
+  if (job_.rank() != 0) {
+    if (o_.async_save)
+      pending_step_ = step;
+    else
+      finish(step, "");
+    return "";
+  }
+  const std::string dir = (fs::path(o_.out_dir) / checkpoint_dir_name(step)).string();
+  auto data = std::make_shared<CheckpointData>(checkpoint_data(
+      o_, model_, opt_, std::move(weights), std::move(optimizer_state), probe_, plan, step, run));
+  const auto write = [this, data, staging, step, run]() {
+    try {
+      commit_checkpoint(o_, *data, step, run);
+    } catch (const std::exception& e) {
+      background_error_ = e.what();
+    }
+  };
+  background_error_.clear();
+  if (!o_.async_save) {
+    write();
+    finish(step, background_error_);
+    return dir;
+  }
+  pending_step_ = step;
+  background_ = std::thread(write);
   return dir;
+}
+
+void CheckpointWriter::wait() {
+  if (!pending_step_) return;
+  const int64_t step = *pending_step_;
+  pending_step_.reset();
+  if (background_.joinable()) background_.join();
+  finish(step, job_.rank() == 0 ? background_error_ : "");
+}
+
+void CheckpointWriter::finish(int64_t step, const std::string& error) {
+  double failed = error.empty() ? 0.0 : 1.0;
+  if (job_.size() > 1) job_.all_reduce_sum(std::span<double>(&failed, 1));
+  if (failed == 0.0) return;
+  std::string previous = "no earlier checkpoint";
+  try {
+    previous = str(find_latest_checkpoint(o_.out_dir).string(), " still loads");
+  } catch (const Error&) {
+  }
+  throw DataError(str("checkpoint ", checkpoint_dir_name(step), " could not be written (",
+                      error.empty() ? "on rank 0" : error, "); the run stops: ", previous));
 }
 
 }  // namespace memo

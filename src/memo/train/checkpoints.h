@@ -1,12 +1,15 @@
 // The checkpoint manager of `memo train`: what a checkpoint pins and holds (Note [Resume]), where
 // a run starts from (a resumed checkpoint, --init-from, or fresh weights), and writing one:
 // collective over the job (tensor-parallel parts and ZeRO-1 shards gathered), written by rank 0
-// alone, atomically (io/checkpoint.h), the two newest kept.
+// alone, atomically (io/checkpoint.h), the --keep-last newest kept (and --save-best's), in the
+// background under --async-save (Note [Asynchronous checkpoints]).
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "memo/io/checkpoint.h"
@@ -51,6 +54,49 @@ void restore_training_state(Optimizer& opt, Backend& backend, GradNoiseProbe* pr
                             const ResumePoint& resume, const TrainOptions& o,
                             const ParamLayout& layout);
 
+// --save-best: the step whose validation loss is the lowest so far, and that loss.
+struct BestCheckpoint {
+  int64_t step = 0;
+  double val_loss = 0.0;
+};
+// The best of trainer_state.json ("best"), if the run had one.
+std::optional<BestCheckpoint> best_checkpoint_from_state(const nlohmann::json& trainer_state);
+
+// What the trainer adds to a checkpoint's trainer_state.json beside the writer's own fields.
+struct RunState {
+  nlohmann::json bad_steps;  // Note [Bad steps]: BadSteps::state()
+  std::optional<BestCheckpoint> best;
+  bool is_best = false;  // this checkpoint is the best: <out>/best names it
+};
+
+// Host copies of checkpoint tensors that stay allocated from one checkpoint to the next (the same
+// sizes in the same order each time): pinned host memory where the backend has it, so that the
+// copies at the step boundary run at the link's speed.
+class StagingPool {
+ public:
+  explicit StagingPool(Backend& backend) : backend_(backend) {}
+  void rewind() { next_ = 0; }
+  float* next(int64_t numel);  // the next block, of numel floats
+
+ private:
+  Backend& backend_;
+  std::vector<RawBuffer> blocks_;
+  size_t next_ = 0;
+};
+
+// Note [Asynchronous checkpoints]
+// Under --async-save a checkpoint costs the run only its copies: at the step boundary every rank
+// takes part in the collective gathers as before and rank 0 copies the weights and optimiser
+// state into host memory of its own (a StagingPool, kept from one checkpoint to the next), then a
+// background thread serialises and writes the same files as a synchronous save, commits them
+// atomically, moves `latest` and removes old ones, while the training steps go on. The next save,
+// a stop and the end of the run wait for it first (wait()), and so does the writer's destructor;
+// at most one write is in flight, so the host memory it needs is one copy of the state. A write
+// that fails (a full disk, a read-only directory) is found at that wait, on rank 0, and stops
+// every rank with rank 0's reason: the committed checkpoints, `latest`'s included, are untouched.
+// A process killed during a background write leaves what a kill during a synchronous one leaves:
+// the previous checkpoint, which `latest` still names.
+
 // Writes the run's checkpoints. Everything is borrowed and must outlive it.
 class CheckpointWriter {
  public:
@@ -59,14 +105,25 @@ class CheckpointWriter {
   CheckpointWriter(const TrainOptions& o, Model& model, Optimizer& opt,
                    const std::vector<ZeroShard>& shards, Communicator& data_parallel,
                    Communicator& job, const GradNoiseProbe* probe);
+  ~CheckpointWriter();  // waits for a background write (its error, if any, is dropped)
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
   // The checkpoint after `step`: collective over the job, every rank calls it; rank 0 writes
   // the whole tensors (every data-parallel rank holds the same weights and optimiser state; a
   // tensor-parallel group's parts are gathered on every rank) and returns its directory, the
-  // others return an empty string once it is committed, so a job stopped after this step
-  // resumes from it on every rank.
-  std::string save(const StepSchedule& plan, int64_t step);
+  // others return an empty string. Synchronous: once it returns the checkpoint is committed on
+  // every rank, so a job stopped after this step resumes from it. Under --async-save it returns
+  // once the tensors are copied (Note [Asynchronous checkpoints]). A failed write throws
+  // DataError on every rank.
+  std::string save(const StepSchedule& plan, int64_t step, const RunState& run);
+  // Collective: returns once the background write (if any) is committed; throws DataError on
+  // every rank if it failed.
+  void wait();
 
  private:
+  void finish(int64_t step, const std::string& error);  // collective: every rank learns the outcome
+
   const TrainOptions& o_;
   Model& model_;
   Optimizer& opt_;
@@ -74,6 +131,10 @@ class CheckpointWriter {
   Communicator& data_parallel_;
   Communicator& job_;
   const GradNoiseProbe* probe_;
+  StagingPool pool_;                     // --async-save: the host copies
+  std::thread background_;               // rank 0's write in flight
+  std::string background_error_;         // its failure, read after the join
+  std::optional<int64_t> pending_step_;  // every rank: the step whose write is in flight
 };
 
 }  // namespace memo

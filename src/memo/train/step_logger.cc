@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "memo/core/error.h"
 #include "memo/core/units.h"
@@ -189,7 +190,9 @@ void StepLogger::log_step(const Step& st) {
       record["copy_wait_s"] = wait_s;
       record["copy_hidden"] = std::clamp(1.0 - wait_s / copy_s, 0.0, 1.0);
     }
-    if (st.skipped) record["skipped"] = "nonfinite";
+    if (st.skipped) record["skipped"] = st.skipped;
+    if (st.skipped && std::string_view(st.skipped) == "spike")
+      record["spike_median"] = st.spike_median;
     if (validated) {
       record["val_loss"] = st.val->mean_loss();
       record["val_tokens"] = st.val->tokens;
@@ -202,10 +205,13 @@ void StepLogger::log_step(const Step& st) {
     print_step_line(progress_, step_label(run, plan, o.steps), st.g, run.lr, tokens_per_s, mfu,
                     mfu_peak, eta, s_.probe());
   }
-  if (st.skipped)
+  if (st.skipped) {
     progress_ << "memo: step " << run.step << " skipped: loss " << st.g.loss << ", gradient norm "
-              << st.g.grad_norm() << " (--skip-nonfinite; no update)\n"
-              << std::flush;
+              << st.g.grad_norm();
+    if (std::string_view(st.skipped) == "spike")
+      progress_ << ", above --spike-skip " << o.spike_skip << " x the median " << st.spike_median;
+    progress_ << " (no update)\n" << std::flush;
+  }
   if (st.change)
     progress_ << batch_change_line(*st.change, plan.noise()->options()) << "\n" << std::flush;
   if (validated) {

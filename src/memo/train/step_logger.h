@@ -39,7 +39,10 @@ class StepLogger {
     const std::optional<scaling::BatchChange>& change;
     const std::optional<EvalSum>& val;  // validation after the last step
     double elapsed_s = 0.0;             // since the first step began
-    bool skipped = false;  // a non-finite loss or gradient norm: no update (--skip-nonfinite)
+    // Note [Bad steps]: why the step was skipped (no update): "nonfinite" (--skip-nonfinite) or
+    // "spike" (--spike-skip, against the median norm `spike_median`); null: applied.
+    const char* skipped = nullptr;
+    double spike_median = 0.0;
   };
   void log_step(const Step& step);
 

@@ -42,14 +42,25 @@ struct TrainOptions {
   int64_t save_every = 0;   // 0: only at the end
   bool checkpoints = true;  // false (--no-checkpoint): none at all (benchmarks, dry runs)
   int64_t keep_last = 2;    // checkpoints kept in out_dir, the newest included (0: every one)
+  // --save-best: a validation with a lower loss than every one before it writes that step's
+  // checkpoint (when the schedule would not) and names it in out_dir/best; --keep-last never
+  // removes it.
+  bool save_best = false;
+  // --async-save: a checkpoint's tensors are copied to pinned host memory at the step boundary
+  // and written by a background thread while training goes on (Note [Asynchronous checkpoints]
+  // in train/checkpoints.h); the files are the same bytes.
+  bool async_save = false;
   // Note [Stopping a run] (train/stop_signals.h): the signals that stop the run after the step in
   // flight with a checkpoint (--exit-signal), and the wall-clock limit that does (--time-limit,
   // seconds; 0: none).
   std::vector<int> exit_signals = {SIGTERM, SIGINT, SIGUSR1};
   double time_limit_s = 0.0;
-  // Steps with a non-finite loss or gradient norm skipped (no update, logged) at most this many in
-  // a row before the run stops (--skip-nonfinite; 0: the first stops it).
+  // Note [Bad steps] (train/bad_steps.h): steps with a non-finite loss or gradient norm skipped
+  // (no update, logged) at most this many in a row before the run stops (--skip-nonfinite; 0: the
+  // first stops it), and steps whose gradient norm is above spike_skip times the running median
+  // (--spike-skip; 0: off).
   int64_t skip_nonfinite = 0;
+  double spike_skip = 0.0;
   std::string resume_dir;  // a run directory or checkpoint to continue from
   std::string init_from;   // a checkpoint to take the weights from (fresh optimiser)
   // --save-dtype: the checkpoints' model.safetensors in kF32 or kBF16 (with the fp32 master
@@ -62,6 +73,7 @@ struct TrainOptions {
   PositionOverrides positions;  // --rope-theta, --rope-scaling, --max-position-embeddings
   std::string log_path;         // JSON lines, one per step
   int64_t val_batches = 16;     // micro-batches of validation windows at the end
+  int64_t eval_tokens = 0;      // --eval-tokens: validate on this many tokens instead (0: off)
   int64_t eval_every = 0;       // validation every N steps too (0: at the end only)
   int64_t log_every = 1;        // progress line period in steps
   // The device's datasheet peak (dense bf16, FLOP/s; hardware/*.json) and its name: MFU is then

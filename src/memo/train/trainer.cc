@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 
 #include "memo/core/error.h"
+#include "memo/train/bad_steps.h"
 #include "memo/train/evaluate.h"
 #include "memo/train/session.h"
 #include "memo/train/step_logger.h"
@@ -24,29 +27,35 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The gradients of one step. A non-finite loss (or, under --skip-nonfinite, gradient norm) stops
-// the run with the lr to lower, unless --skip-nonfinite K allows this one: at most K such steps in
-// a row are skipped (no update; the noise estimator as it was before the step), counted in
-// `in_a_row`. Returns whether the step is to be applied.
-bool step_gradients(TrainSession& s, const StepRun& run, StepGradients& g, int64_t& in_a_row) {
+// The gradients of one step, and Note [Bad steps]'s verdict on them: a non-finite loss stops the
+// run with the lr to lower unless --skip-nonfinite allows a skip, and --spike-skip skips a spike.
+// A skipped step leaves the noise estimator as it was before the step (the trainer does not
+// update). Returns the verdict.
+BadSteps::Verdict step_gradients(TrainSession& s, const StepRun& run, StepGradients& g,
+                                 BadSteps& bad) {
   const TrainOptions& o = s.options();
   GradNoiseProbe* const probe = s.probe();
   const std::optional<scaling::NoiseScaleState> before =
-      probe && o.skip_nonfinite > 0 ? std::optional(probe->estimator().state()) : std::nullopt;
+      probe && bad.can_skip() ? std::optional(probe->estimator().state()) : std::nullopt;
   g = s.step().gradients(run.step, run.micro_steps / s.data_parallel().size());
-  const bool finite = std::isfinite(g.loss) && (o.skip_nonfinite == 0 || std::isfinite(g.grad_sq));
-  if (finite) {
-    in_a_row = 0;
-    return true;
+  const BadSteps::Verdict verdict =
+      bad.judge(run.step, g.loss, g.grad_norm(),
+                s.plan().noise() ? str("lower --eps-max (the law's lr is ", run.lr, " here)")
+                                 : str("lower --lr (now ", o.lr, ")"));
+  if (verdict != BadSteps::Verdict::kApply && before) probe->estimator().restore(*before);
+  return verdict;
+}
+
+const char* skip_name(BadSteps::Verdict v) {
+  switch (v) {
+    case BadSteps::Verdict::kApply:
+      return nullptr;
+    case BadSteps::Verdict::kNonfinite:
+      return "nonfinite";
+    case BadSteps::Verdict::kSpike:
+      return "spike";
   }
-  if (++in_a_row > o.skip_nonfinite)
-    throw Error(str(
-        std::isfinite(g.loss) ? str("gradient norm is ", g.grad_norm()) : str("loss is ", g.loss),
-        " at step ", run.step, o.skip_nonfinite > 0 ? str(" (", in_a_row, " steps in a row)") : "",
-        s.plan().noise() ? str("; lower --eps-max (the law's lr is ", run.lr, " here)")
-                         : str("; lower --lr (now ", o.lr, ")")));
-  if (before) probe->estimator().restore(*before);
-  return false;
+  return nullptr;
 }
 
 void reset_step_counters(TrainSession& s) {
@@ -64,9 +73,24 @@ std::optional<EvalSum> validation(TrainSession& s, int64_t step) {
   const TrainOptions& o = s.options();
   const bool due = s.plan().done() || (o.eval_every > 0 && step % o.eval_every == 0);
   if (!due || !s.data().val) return std::nullopt;
+  // --eval-tokens: the windows that hold that many targets, else --val-batches micro-batches
+  const int64_t windows =
+      o.eval_tokens > 0 ? (o.eval_tokens + o.seq - 1) / o.seq : o.val_batches * o.micro_batch;
   return evaluate_windows(s.model(), s.eval_strategy(), s.caching(),
-                          WindowSampler(*s.data().val, o.seq, o.seed), o.micro_batch,
-                          o.val_batches * o.micro_batch, {}, &s.data_parallel());
+                          WindowSampler(*s.data().val, o.seq, o.seed), o.micro_batch, windows, {},
+                          &s.data_parallel());
+}
+
+// --save-best: whether this validation's loss is below every one before (the best so far is
+// `best`, updated), agreed by every rank (a checkpoint is collective): rank 0's verdict counts.
+bool new_best(TrainSession& s, const std::optional<EvalSum>& val, int64_t step,
+              std::optional<BestCheckpoint>& best) {
+  const bool lower = val && val->tokens > 0 && (!best || val->mean_loss() < best->val_loss);
+  double flag = s.job().rank() == 0 && lower ? 1.0 : 0.0;
+  if (s.job().size() > 1) s.job().all_reduce_sum(std::span<double>(&flag, 1));
+  if (flag == 0.0) return false;
+  best = BestCheckpoint{step, val ? val->mean_loss() : 0.0};
+  return true;
 }
 
 // Note [Stopping a run]: why this rank would stop after this step ("" to go on), then whether any
@@ -94,6 +118,13 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
   StepLogger logger(s);
   CheckpointWriter checkpoints(o, s.model(), s.optimizer(), s.zero_shards(), s.data_parallel(),
                                s.job(), s.probe());
+  BadSteps bad(o.skip_nonfinite, o.spike_skip);
+  std::optional<BestCheckpoint> best;
+  if (s.resume()) {
+    const nlohmann::json& state = s.resume()->checkpoint.trainer_state;
+    bad.restore(state.value("bad_steps", nlohmann::json()));
+    best = best_checkpoint_from_state(state);
+  }
   logger.print_start();
   // the MFU denominator: the best of at least two timed products, over a quarter second so that
   // a run's start stays short (a process measures once: CpuBackend keeps it)
@@ -105,7 +136,6 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
   TrainResult result;
   const auto t_start = Clock::now();
   double longest_step_s = 0.0;
-  int64_t nonfinite_in_a_row = 0;  // --skip-nonfinite
   StepSchedule& plan = s.plan();
   while (!plan.done()) {
     const StepRun run = plan.next();
@@ -113,8 +143,9 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     const ActivationStrategy::CopyTime copy0 = s.strategy().copy_time();
     reset_step_counters(s);
     StepGradients g;
-    const bool apply = step_gradients(s, run, g, nonfinite_in_a_row);
-    if (apply) s.step().update(g, run.lr, o.clip);
+    const double median = bad.median();  // what a spike is measured against
+    const BadSteps::Verdict verdict = step_gradients(s, run, g, bad);
+    if (verdict == BadSteps::Verdict::kApply) s.step().update(g, run.lr, o.clip);
     // B_simple after this step's update, before the next step is planned (Note [Noise batch
     // schedule]); a fixed batch only counts the step
     const std::optional<scaling::BatchChange> change =
@@ -124,17 +155,20 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     result.final_loss = g.loss;
     const std::optional<EvalSum> val = validation(s, run.step);
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
-    logger.log_step({run, g, step_s, copy0, change, val, seconds_since(t_start), !apply});
+    logger.log_step(
+        {run, g, step_s, copy0, change, val, seconds_since(t_start), skip_name(verdict), median});
     longest_step_s = std::max(longest_step_s, step_s);
     std::string reason = plan.done() ? "" : stop_reason(o, seconds_since(t_begin), longest_step_s);
     const bool stop = any_rank_stops(s, !reason.empty());
     if (stop && reason.empty()) reason = "another rank's request";
+    const bool is_best = o.save_best && o.checkpoints && new_best(s, val, run.step, best);
     if (o.checkpoints &&
-        ((o.save_every > 0 && run.step % o.save_every == 0) || plan.done() || stop)) {
-      std::string dir = checkpoints.save(plan, run.step);
+        ((o.save_every > 0 && run.step % o.save_every == 0) || plan.done() || stop || is_best)) {
+      std::string dir = checkpoints.save(plan, run.step, {bad.state(), best, is_best});
       if (runtime.lead()) result.checkpoint = std::move(dir);
     }
     if (stop) {
+      checkpoints.wait();  // the checkpoint is on disk before the process says so and exits
       result.stopped_by = reason;
       runtime.log() << "memo: stopped by " << reason << " after step " << run.step << "; "
                     << (o.checkpoints ? str("continue with memo train --resume ", result.checkpoint)
@@ -143,7 +177,16 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
       return result;
     }
   }
+  checkpoints.wait();
+  if (bad.nonfinite_skipped() + bad.spikes_skipped() > 0)
+    runtime.log() << "memo: " << bad.nonfinite_skipped() + bad.spikes_skipped()
+                  << " steps skipped in the whole run (" << bad.nonfinite_skipped()
+                  << " non-finite, " << bad.spikes_skipped() << " spikes)\n";
   if (o.checkpoints) runtime.log() << "checkpoint: " << result.checkpoint << "\n";
+  if (o.save_best && best && runtime.lead())
+    runtime.log() << "best: "
+                  << (std::filesystem::path(o.out_dir) / checkpoint_dir_name(best->step)).string()
+                  << " (validation loss " << best->val_loss << ")\n";
   return result;
 }
 
