@@ -150,6 +150,14 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--log", t->log_path, "JSON-lines log, one object per step");
+  cmd.add_option("--tensorboard", t->tensorboard_dir,
+                 "Also write each step's scalars (loss, lr, grad norm, tokens/s, MFU, memory "
+                 "peaks, B_simple, batch, validation loss) as TensorBoard event files into this "
+                 "directory (made if missing; a resumed run adds a file beside the earlier ones)")
+      ->check([](const std::string& dir) {
+        return dir.empty() ? std::string("an empty path; give the directory for the event files")
+                           : std::string();
+      });
   cmd.add_option("--log-every", t->log_every, "Progress line period in steps")
       ->capture_default_str();
 }

@@ -3,11 +3,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "memo/core/error.h"
 #include "memo/core/units.h"
@@ -118,6 +121,32 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
   return record;
 }
 
+// See Note [TensorBoard tags]: (JSON field, TensorBoard tag).
+constexpr std::pair<const char*, const char*> kTensorBoardTags[] = {
+    {"loss", "train/loss"},
+    {"lr", "train/lr"},
+    {"grad_norm", "train/grad_norm"},
+    {"batch", "train/batch"},
+    {"val_loss", "val/loss"},
+    {"tokens_per_s", "perf/tokens_per_s"},
+    {"mfu", "perf/mfu"},
+    {"mfu_peak", "perf/mfu_peak"},
+    {"device_peak_bytes", "memory/device_peak_bytes"},
+    {"host_peak_bytes", "memory/host_peak_bytes"},
+    {"gns_b_simple", "noise/b_simple"},
+};
+
+std::vector<TensorBoardScalar> tensorboard_scalars(const nlohmann::json& record) {
+  std::vector<TensorBoardScalar> scalars;
+  for (const auto& [field, tag] : kTensorBoardTags) {
+    const auto it = record.find(field);
+    if (it == record.end() || !it->is_number()) continue;
+    const double value = it->get<double>();
+    if (std::isfinite(value)) scalars.push_back({tag, value});
+  }
+  return scalars;
+}
+
 }  // namespace
 
 StepLogger::StepLogger(TrainSession& session)
@@ -132,6 +161,9 @@ StepLogger::StepLogger(TrainSession& session)
     log_.open(o.log_path, s_.resume() ? std::ios::app : std::ios::trunc);
     if (!log_) throw DataError(str("cannot open log file ", o.log_path, " for writing"));
   }
+  if (!o.tensorboard_dir.empty())
+    tensorboard_.emplace(o.tensorboard_dir,
+                         s_.resume() ? std::optional<int64_t>(s_.start_step() + 1) : std::nullopt);
 }
 
 void StepLogger::print_start() {
@@ -175,7 +207,7 @@ void StepLogger::log_step(const Step& st) {
           ? std::optional<double>(flops_per_step / st.seconds / (o.device_peak_flops * ranks))
           : std::nullopt;
   const bool validated = st.val && st.val->tokens > 0;
-  if (log_.is_open()) {
+  if (log_.is_open() || tensorboard_) {
     nlohmann::json record =
         log_record(run, st.g, tokens_per_s, mfu, s_.alloc(), s_.strategy(), s_.probe(), st.change,
                    s_.data_parallel(), s_.context_parallel(), s_.tensor_parallel(), o.zero);
@@ -197,7 +229,8 @@ void StepLogger::log_step(const Step& st) {
       record["val_loss"] = st.val->mean_loss();
       record["val_tokens"] = st.val->tokens;
     }
-    log_ << record.dump() << "\n" << std::flush;
+    if (log_.is_open()) log_ << record.dump() << "\n" << std::flush;
+    if (tensorboard_) tensorboard_->write_step(run.step, tensorboard_scalars(record));
   }
   if (run.step % o.log_every == 0 || plan.done()) {
     const double eta = st.elapsed_s / double(run.tokens_end - start_tokens_) *

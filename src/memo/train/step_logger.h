@@ -2,6 +2,15 @@
 // its JSON-lines record (--log; the last step's carries the validation loss) and its progress
 // line (loss, lr, gradient norm, tokens/s, MFU, ETA). Rank 0 writes; the other ranks' logger
 // writes nothing.
+//
+// Note [TensorBoard tags]: with --tensorboard, each step's record also goes to a TensorBoard event
+// file (io/tensorboard.h) as these scalars, read from the JSON record itself so the two never
+// disagree (as float32); a field the record holds as null or non-finite is left out:
+//   train/loss  train/lr  train/grad_norm  train/batch (sequences)   <- loss lr grad_norm batch
+//   val/loss (the steps that validated)                              <- val_loss
+//   perf/tokens_per_s  perf/mfu  perf/mfu_peak (fractions)           <- tokens_per_s mfu mfu_peak
+//   memory/device_peak_bytes  memory/host_peak_bytes                 <- the same names
+//   noise/b_simple (tokens)                                          <- gns_b_simple
 #pragma once
 
 #include <cstdint>
@@ -9,6 +18,7 @@
 #include <optional>
 #include <ostream>
 
+#include "memo/io/tensorboard.h"
 #include "memo/memory/strategy.h"
 #include "memo/scaling/batch_schedule.h"
 #include "memo/train/evaluate.h"
@@ -20,7 +30,8 @@ namespace memo {
 
 class StepLogger {
  public:
-  // Makes the run directory and opens the log (appended to when the run resumes) on rank 0.
+  // Makes the run directory and opens the log (appended to when the run resumes) and the
+  // TensorBoard file (a new one beside the earlier ones when the run resumes) on rank 0.
   explicit StepLogger(TrainSession& session);
 
   // The lines before the first step: ZeRO's shards, the model, data and layout, the backend and
@@ -50,6 +61,7 @@ class StepLogger {
   TrainSession& s_;
   std::ostream& progress_;
   std::ofstream log_;
+  std::optional<TensorBoardWriter> tensorboard_;  // --tensorboard; rank 0 only
   double flops_per_token_;
   double peak_flops_ = 0.0;
   int64_t start_tokens_;  // tokens before the first step of this run

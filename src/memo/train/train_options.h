@@ -76,6 +76,9 @@ struct TrainOptions {
   int64_t eval_tokens = 0;      // --eval-tokens: validate on this many tokens instead (0: off)
   int64_t eval_every = 0;       // validation every N steps too (0: at the end only)
   int64_t log_every = 1;        // progress line period in steps
+  // --tensorboard: a directory of TensorBoard event files (train/step_logger.h lists the tags);
+  // empty: none. A resumed run adds a file beside the earlier ones.
+  std::string tensorboard_dir;
   // The device's datasheet peak (dense bf16, FLOP/s; hardware/*.json) and its name: MFU is then
   // also logged against it ("mfu_peak"), beside the matrix-product ceiling measured at start
   // ("mfu"). 0: unknown (the CPU).
