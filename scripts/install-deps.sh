@@ -4,7 +4,7 @@
 # clang-format)
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libopenblas-dev libdnnl-dev coinor-libcbc-dev nlohmann-json3-dev
-      libcli11-dev libgtest-dev libpcre2-dev libutf8proc-dev libopenmpi-dev openmpi-bin bible-kjv bible-kjv-text)
+      libcli11-dev libtomlplusplus-dev libgtest-dev libpcre2-dev libutf8proc-dev libopenmpi-dev openmpi-bin bible-kjv bible-kjv-text)
 if [[ "${1:-}" == "--test" ]]; then pkgs+=(python3-torch python3-numpy clang-format); fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -5,8 +5,10 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "memo/cli/commands.h"
+#include "memo/cli/run_file.h"
 #include "memo/core/error.h"
 #include "memo/mpi/mpi_communicator.h"
 
@@ -36,6 +38,24 @@ int main(int argc, char** argv) {
   memo::cli::add_tokenize_command(app);
   memo::cli::add_generate_command(app);
   memo::cli::add_plot_command(app);
+  // memo train --run FILE: the file's keys become flags before the command line's (Note [Run
+  // files]); the rewritten arguments are kept alive here for argv.
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> rewritten;
+  try {
+    if (argc > 1 && args[1] == "train") {
+      std::vector<std::string> train(args.begin() + 2, args.end());
+      train = memo::cli::with_run_file(*app.get_subcommand("train"), train);
+      args.resize(2);
+      args.insert(args.end(), train.begin(), train.end());
+      for (std::string& a : args) rewritten.push_back(a.data());
+      argc = int(rewritten.size());
+      argv = rewritten.data();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memo: error: %s\n", e.what());
+    return 1;
+  }
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's action
   } catch (const CLI::CallForHelp& e) {

@@ -9,6 +9,7 @@
 #include "memo/cli/batch_schedule_flags.h"
 #include "memo/cli/commands.h"
 #include "memo/cli/optimizer_flags.h"
+#include "memo/cli/run_file.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
 #include "memo/core/units.h"
@@ -40,6 +41,8 @@ struct TrainFlags {
   CLI::Option* alpha_opt = nullptr;
   CLI::Option* lr = nullptr;
   CLI::Option* out = nullptr;
+  bool print_run = false;  // --print-run
+  std::string run_path;    // --run (already read: main() put its keys among the flags)
 };
 
 void add_data_flags(CLI::App& cmd, TrainOptions* t) {
@@ -297,19 +300,34 @@ void with_device(TrainOptions& o, const TrainFlags& f, Backend& backend) {
 void add_train_command(CLI::App& app, MpiCommunicator* world) {
   auto f = std::make_shared<TrainFlags>();
   CLI::App* train = app.add_subcommand("train", "Train a model");
-  add_data_flags(*train, &f->options);
-  add_step_flags(*train, *f);
-  add_optimizer_flags(*train, f->optimizer);
-  add_gradient_flags(*train, &f->options);
-  add_run_dir_flags(*train, *f);
-  add_position_flags(*train, *f);
-  add_runtime_flags(*train, f->device, true);
-  add_gpu_flags(*train, *f);
-  add_layout_flags(*train, &f->options);
-  add_activation_flags(*train, *f);
-  add_batch_schedule_flags(*train, f->schedule);
-  train->callback([f, world] {
+  // Each group of flags is a section of the run file (Note [Run files]).
+  const auto section = [&](const char* name) { train->option_defaults()->group(name); };
+  section("data"), add_data_flags(*train, &f->options);
+  section("step"), add_step_flags(*train, *f);
+  section("optimizer"), add_optimizer_flags(*train, f->optimizer);
+  section("gradients"), add_gradient_flags(*train, &f->options);
+  section("run"), add_run_dir_flags(*train, *f);
+  section("positions"), add_position_flags(*train, *f);
+  section("runtime"), add_runtime_flags(*train, f->device, true);
+  section("gpu"), add_gpu_flags(*train, *f);
+  section("layout"), add_layout_flags(*train, &f->options);
+  section("activations"), add_activation_flags(*train, *f);
+  section("batch-schedule"), add_batch_schedule_flags(*train, f->schedule);
+  section("run file");
+  // read by main() before parsing (with_run_file); here for --help and print_run's exclusion
+  train->add_option("--run", f->run_path,
+                    "Take the flags from this TOML run file (Note [Run files]): [section] and "
+                    "one key per flag; the command line wins");
+  train->add_flag("--print-run", f->print_run,
+                  "Print the flags given as a run file (the others' defaults as comments) and "
+                  "exit");
+  train->callback([f, world, train] {
+    if (f->print_run) {
+      std::cout << run_file_text(*train, true);
+      return;
+    }
     TrainOptions o = resolve_options(*f);
+    o.run_file = run_file_text(*train, true);
     const std::unique_ptr<Runtime> runtime = make_runtime(f->device, world, std::cout);
     with_device(o, *f, runtime->backend());
     memo::train(o, *runtime);

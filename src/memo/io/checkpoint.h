@@ -31,7 +31,8 @@ inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
 inline constexpr const char* kTokenizerFile = "tokenizer.json";
 inline constexpr const char* kLatestFile = "latest";
-inline constexpr const char* kBestFile = "best";  // memo train --save-best's checkpoint
+inline constexpr const char* kBestFile = "best";     // memo train --save-best's checkpoint
+inline constexpr const char* kRunFile = "run.toml";  // the run's flags (memo train --run)
 
 // Note [Master weights beside bf16]
 // A checkpoint saved in bf16 (the dtype of a model downloaded in bf16, half the bytes) would

@@ -167,6 +167,7 @@ CheckpointData checkpoint_data(const TrainOptions& o, const Model& model, const 
     data.trainer_state["best"] = {{"step", run.best->step}, {"val_loss", run.best->val_loss}};
   data.tokenizer_json = shard_tokenizer_json(o.data_path);  // the checkpoint names its tokenizer
   data.side_files = side_files_of_origin(o, !data.tokenizer_json.empty());
+  if (!o.run_file.empty()) data.side_files.emplace_back(kRunFile, o.run_file);
   return data;
 }
 

@@ -14,6 +14,7 @@
 
 #include "memo/core/error.h"
 #include "memo/core/units.h"
+#include "memo/io/atomic_file.h"
 #include "memo/io/checkpoint.h"
 #include "memo/model/flops.h"
 
@@ -157,6 +158,8 @@ StepLogger::StepLogger(TrainSession& session)
   const TrainOptions& o = s_.options();
   if (!s_.runtime().lead()) return;
   std::filesystem::create_directories(o.out_dir);
+  if (!o.run_file.empty())
+    write_file_atomic(std::filesystem::path(o.out_dir) / kRunFile, o.run_file);
   if (!o.log_path.empty()) {
     log_.open(o.log_path, s_.resume() ? std::ios::app : std::ios::trunc);
     if (!log_) throw DataError(str("cannot open log file ", o.log_path, " for writing"));

@@ -72,10 +72,13 @@ struct TrainOptions {
   std::optional<int64_t> max_shard_bytes;
   PositionOverrides positions;  // --rope-theta, --rope-scaling, --max-position-embeddings
   std::string log_path;         // JSON lines, one per step
-  int64_t val_batches = 16;     // micro-batches of validation windows at the end
-  int64_t eval_tokens = 0;      // --eval-tokens: validate on this many tokens instead (0: off)
-  int64_t eval_every = 0;       // validation every N steps too (0: at the end only)
-  int64_t log_every = 1;        // progress line period in steps
+  // Note [Run files] (cli/run_file.h): the flags of this run as a TOML run file, written into
+  // out_dir and each checkpoint as run.toml (empty: none, e.g. a run started from the library).
+  std::string run_file;
+  int64_t val_batches = 16;  // micro-batches of validation windows at the end
+  int64_t eval_tokens = 0;   // --eval-tokens: validate on this many tokens instead (0: off)
+  int64_t eval_every = 0;    // validation every N steps too (0: at the end only)
+  int64_t log_every = 1;     // progress line period in steps
   // --tensorboard: a directory of TensorBoard event files (train/step_logger.h lists the tags);
   // empty: none. A resumed run adds a file beside the earlier ones.
   std::string tensorboard_dir;

@@ -1,0 +1,102 @@
+// Note [Run files]: memo train --run FILE and --print-run. A run file and the flags it holds give
+// the same bits, --print-run round-trips, the command line wins, bad files are one-line errors
+// naming the key, and every run leaves its run file in its directory and checkpoints.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli_test_util.h"
+#include "memo/io/checkpoint.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+namespace fs = std::filesystem;
+using test::write_text;
+
+class RunFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_text(dir / "config.json", test::kTinyLlamaConfig);
+    write_text(dir / "data.txt", test::corpus(20000));
+  }
+  // The flags of a short run writing into `out`.
+  std::string flags(const std::string& out) const {
+    return " --config " + dir.str("config.json") + " --data " + dir.str("data.txt") +
+           " --seq 32 --batch 4 --micro-batch 2 --steps 4 --lr 3e-3 --warmup 1 --no-gns"
+           " --spike-skip 2.5 --save-every 2 --activations memo --out " +
+           dir.str(out) + " --log " + dir.str(out + ".jsonl");
+  }
+  test::TempDir dir;
+};
+
+TEST_F(RunFile, a_run_file_gives_the_bits_of_its_flags_and_print_run_round_trips) {
+  const std::string memo = test::memo_bin() + " train";
+  const test::CommandResult printed = test::run_command(memo + flags("b") + " --print-run");
+  ASSERT_EQ(printed.exit_code, 0) << printed.output;
+  for (const char* line : {"[step]\nseq = 32\nbatch = 4\nmicro-batch = 2\nsteps = 4\nlr = 0.003\n",
+                           "\n[gradients]\ngns = false\n", "spike-skip = 2.5\n",
+                           "activations = 'memo'\n", "# keep-last = 2\n"})
+    EXPECT_NE(printed.output.find(line), std::string::npos) << line << "\n" << printed.output;
+  write_text(dir / "b.toml", printed.output);
+  const test::CommandResult again =
+      test::run_command(memo + " --run " + dir.str("b.toml") + " --print-run");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(again.output, printed.output);
+  // trained from the flags (a) and from the file (b)
+  const test::CommandResult a = test::run_command(memo + flags("a"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const test::CommandResult b = test::run_command(memo + " --run " + dir.str("b.toml"));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(test::losses(dir.str("b.jsonl")), test::losses(dir.str("a.jsonl")));
+  for (const char* file : {kModelFile, kOptimizerFile, kTrainerStateFile})
+    EXPECT_EQ(test::file_bytes(dir / "b" / "step-00000004" / file),
+              test::file_bytes(dir / "a" / "step-00000004" / file))
+        << file;
+  // the run file of the run, in its directory and each checkpoint
+  EXPECT_EQ(test::file_bytes(dir / "b" / kRunFile), printed.output);
+  EXPECT_EQ(test::file_bytes(dir / "b" / "step-00000002" / kRunFile), printed.output);
+  EXPECT_EQ(test::file_bytes(dir / "a" / "step-00000004" / kRunFile),
+            test::run_command(memo + flags("a") + " --print-run").output);
+}
+
+TEST_F(RunFile, the_command_line_wins_over_the_file) {
+  write_text(dir / "r.toml", "[step]\nsteps = 9\nseq = 16\n\n[run]\nno-checkpoint = true\n");
+  const test::CommandResult r = test::run_command(
+      test::memo_bin() + " train --run " + dir.str("r.toml") + " --steps 2 --config " +
+      dir.str("config.json") + " --data " + dir.str("data.txt") + " --print-run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nsteps = 2\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nseq = 16\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nno-checkpoint = true\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("steps = 9"), std::string::npos) << r.output;
+}
+
+TEST_F(RunFile, bad_files_are_one_line_errors_naming_the_key) {
+  const std::string cmd =
+      test::memo_bin() + " train --data " + dir.str("data.txt") + " --run " + dir.str("bad.toml");
+  const std::pair<const char*, const char*> cases[] = {
+      {"[step]\nfrobnicate = 3\n",
+       "line 2: [step] frobnicate: memo train has no flag --frobnicate"},
+      {"[data]\nseq = 32\n", "line 2: [data] seq: --seq belongs in [step]"},
+      {"[step]\nseq = '32'\n", "line 2: [step] seq is a string; it takes an integer"},
+      {"[step]\n\nseq = 3.5\n", "line 3: [step] seq is a floating-point; it takes an integer"},
+      {"[run]\nasync-save = 1\n", "[run] async-save is an integer; it takes true or false"},
+      {"[step]\nlr = 'fast'\n", "[step] lr is a string; it takes a number"},
+      {"seq = 4\n", "line 1: seq is outside every section; it goes under [step]"},
+      {"[step\nseq = 3\n", "bad.toml: line 1, column 6: "},
+      {"[run]\nrun = 'other.toml'\n", "[run] run: memo train has no flag --run"},
+      {"[activations]\nactivations = 'memo2'\n", "--activations: memo2 not in"},
+  };
+  for (const auto& [text, needle] : cases) {
+    write_text(dir / "bad.toml", text);
+    test::expect_clean_failure(cmd, needle);
+  }
+  test::expect_clean_failure(test::memo_bin() + " train --data x --run " + dir.str("none.toml"),
+                             "none.toml: File could not be opened for reading");
+}
+
+}  // namespace
+}  // namespace memo
