@@ -89,6 +89,7 @@ TEST_F(RunFile, bad_files_are_one_line_errors_naming_the_key) {
       {"[step\nseq = 3\n", "bad.toml: line 1, column 6: "},
       {"[run]\nrun = 'other.toml'\n", "[run] run: memo train has no flag --run"},
       {"[activations]\nactivations = 'memo2'\n", "--activations: memo2 not in"},
+      {"[run]\nkeep-last = -1\n", "--keep-last: Value -1 not in range"},
   };
   for (const auto& [text, needle] : cases) {
     write_text(dir / "bad.toml", text);

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The training time a checkpoint costs, synchronous against --async-save (Note [Asynchronous
+# checkpoints]), in one run: a 205M-parameter LLaMA (hidden 1024, 12 layers, vocabulary 32000;
+# its checkpoint is 2.5 GB: fp32 weights and AdamW's two moments) on the KJV text, --seq 64
+# --batch 1, STEPS steps, with no checkpoint (the baseline), then a checkpoint every EVERY steps
+# written synchronously and in the background, into a temporary directory on the disk of /tmp.
+# Per run: the process's wall time and its excess over the baseline per checkpoint. The last
+# checkpoint is never hidden (the end of the run waits for it), so the per-checkpoint figure of
+# --async-save counts it too. Usage: bench/checkpoint_bench.sh [STEPS] [EVERY]   (default 12 4)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=${1:-12}
+every=${2:-4}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat > "$work/config.json" <<'EOF'
+{"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 12,
+ "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 32000, "rms_norm_eps": 1e-5,
+ "rope_theta": 10000.0, "max_position_embeddings": 2048, "tie_word_embeddings": false}
+EOF
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(date -u +%F)"
+echo "205M-parameter LLaMA, --seq 64 --batch 1, $steps steps; checkpoints every $every steps"
+run() {  # name [flags]
+  local name=$1 t0 t1
+  t0=$(date +%s.%N)
+  build/memo train --config "$work/config.json" --data data/kjv.txt --seq 64 --batch 1 \
+    --steps "$steps" --warmup 1 --val-batches 1 --keep-last 1 "${@:2}" --out "$work/$name" \
+    --log "$work/$name.jsonl" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
+  t1=$(date +%s.%N)
+  awk -v a="$t0" -v b="$t1" -v n="$name" 'BEGIN { print n, b - a }' >> "$work/times"
+  rm -rf "${work:?}/$name"
+}
+run none --no-checkpoint
+run sync --save-every "$every"
+run async --save-every "$every" --async-save
+/usr/bin/python3 - "$work" "$steps" "$every" <<'EOF'
+import sys
+work, steps, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+times = dict((n, float(t)) for n, t in (l.split() for l in open(f"{work}/times")))
+saves = steps // every + (steps % every != 0)
+base = times["none"]
+print(f"{'run':<6} {'wall s':>8} {'x none':>7} {'s lost per checkpoint':>22}")
+for name in ("none", "sync", "async"):
+    lost = (times[name] - base) / saves if name != "none" else 0.0
+    print(f"{name:<6} {times[name]:8.1f} {times[name] / base:7.3f} {lost:22.2f}")
+print(f"{saves} checkpoints of {steps} steps; async / sync time lost: "
+      f"{(times['async'] - base) / max(times['sync'] - base, 1e-9):.2f}")
+EOF
