@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -123,6 +124,10 @@ class CheckpointWriter {
 
  private:
   void finish(int64_t step, const std::string& error);  // collective: every rank learns the outcome
+  // The host views of the whole tensors (collective: gathers); under --async-save rank 0's are
+  // copies in pool_. Returns what holds the other copies, to keep while they are written.
+  std::shared_ptr<void> stage(std::vector<NamedTensor>& weights,
+                              std::vector<NamedTensor>& optimizer_state);
 
   const TrainOptions& o_;
   Model& model_;

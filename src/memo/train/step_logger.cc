@@ -215,6 +215,7 @@ void StepLogger::log_step(const Step& st) {
         log_record(run, st.g, tokens_per_s, mfu, s_.alloc(), s_.strategy(), s_.probe(), st.change,
                    s_.data_parallel(), s_.context_parallel(), s_.tensor_parallel(), o.zero);
     if (mfu_peak) record["mfu_peak"] = *mfu_peak;
+    record["elapsed_s"] = st.elapsed_s;  // since this run's first step began: waits included
     // the offload's copies this step, and how much of their time compute hid (the compute
     // stream's waits on them are the rest)
     const ActivationStrategy::CopyTime copy1 = s_.strategy().copy_time();
