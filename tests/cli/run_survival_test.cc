@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -118,6 +119,37 @@ TEST_F(RunSurvival, spikes_are_skipped_by_the_median_rule_and_a_resumed_run_skip
   EXPECT_GE(skipped_after, 1);  // the resumed run's window and counts were the full run's
   EXPECT_EQ(test::file_bytes(dir / "resumed" / "step-00000030" / kOptimizerFile),
             test::file_bytes(dir / "full" / "step-00000030" / kOptimizerFile));
+}
+
+// A poisoned batch: 1,500 random bytes amid the repeated verse. Once the verse is half learnt
+// (step 30 on: losses below 1.5), a step whose windows cover the poison has a loss above 2 (about
+// 3) and a gradient norm several times the others': --spike-skip 3 skips every such step, by the
+// rule of the log's norms, and the run goes on learning the verse.
+TEST_F(RunSurvival, a_poisoned_batch_is_skipped_as_a_spike) {
+  std::string data = test::corpus(20000);
+  uint32_t state = 12345;
+  for (int i = 0; i < 1500; ++i) {
+    state = state * 1664525u + 1013904223u;  // Numerical Recipes' LCG
+    data += char(state >> 24);
+  }
+  data += test::corpus(20000);
+  write_text(dir / "poisoned.txt", data);
+  const test::CommandResult r =
+      test::run_command(train_cmd("p", "--steps 60 --lr 1e-2 --spike-skip 3 --no-checkpoint") +
+                        " --data " + dir.str("poisoned.txt"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<nlohmann::json> log = survival_log(dir.str("p.jsonl"));
+  ASSERT_EQ(log.size(), 60u);
+  const std::vector<bool> rule = spikes_by_the_rule(log, 3.0);
+  int poisoned = 0;
+  for (size_t i = 0; i < log.size(); ++i) {
+    EXPECT_EQ(log[i].contains("skipped"), rule[i]) << "step " << i + 1;
+    if (i + 1 < 30 || double(log[i].at("loss")) < 2.0) continue;
+    ++poisoned;
+    EXPECT_EQ(log[i].value("skipped", ""), "spike") << "poisoned step " << i + 1 << " applied";
+  }
+  EXPECT_GE(poisoned, 3) << r.output;
+  EXPECT_LT(double(log.back().at("loss")), 1.2) << r.output;
 }
 
 // --async-save writes the bytes of synchronous saves, every file of the run directory alike;
