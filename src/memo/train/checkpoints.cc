@@ -403,18 +403,25 @@ CheckpointWriter::CheckpointWriter(const TrainOptions& o, Model& model, Optimize
 
 std::shared_ptr<void> CheckpointWriter::stage(std::vector<NamedTensor>& weights,
                                               std::vector<NamedTensor>& optimizer_state) {
+  // What the views point into, kept together until the write is done: the ZeRO-gathered state
+  // (the views of a host-addressable backend are its own memory) and the staged copies.
+  struct Held {
+    GatheredState state;
+    std::optional<HostStaging> staging;
+  };
   Backend& backend = model_.backend();
-  const GatheredState state =
-      o_.zero == 1 ? gather_optimizer_state(opt_, o_.optimizer.name, o_.optimizer.options,
-                                            model_.layout(), shards_, data_parallel_, backend)
-                   : GatheredState{opt_.state(), {}, {}};
+  auto held = std::make_shared<Held>();
+  held->state = o_.zero == 1
+                    ? gather_optimizer_state(opt_, o_.optimizer.name, o_.optimizer.options,
+                                             model_.layout(), shards_, data_parallel_, backend)
+                    : GatheredState{opt_.state(), {}, {}};
   // Every rank gathers (collective); rank 0 alone keeps copies for a background write.
   const bool background = o_.async_save && job_.rank() == 0;
   pool_.rewind();
-  auto staging = std::make_shared<HostStaging>(backend, background ? &pool_ : nullptr);
-  weights = model_tensors(model_, *staging);
-  optimizer_state = state_tensors(model_, state.tensors, *staging);
-  return staging;
+  held->staging.emplace(backend, background ? &pool_ : nullptr);
+  weights = model_tensors(model_, *held->staging);
+  optimizer_state = state_tensors(model_, held->state.tensors, *held->staging);
+  return held;
 }
 
 CheckpointWriter::~CheckpointWriter() {
