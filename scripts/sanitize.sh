@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sanitizer runs of the test command: the whole suite (but 15 long runs, below) once
+# The sanitizer runs of the test command: the whole suite (but 19 long runs, below) once
 # under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/), and the tests of the copy
 # streams, the activation strategies, the one training step and the communicator under
 # ThreadSanitizer (build-tsan/, the memo_thread_tests binary), each build at -O1.
@@ -23,7 +23,7 @@ san_build() {  # dir, flags, targets...
   cmake --build "$dir" -j"$jobs" "${targets[@]}"
 }
 
-# Every test but 15. Six long end-to-end runs: the two MPI fault drills, which stop or kill a rank mid-run and resume
+# Every test but 19. Six long end-to-end runs: the two MPI fault drills, which stop or kill a rank mid-run and resume
 # (their code is what the other MPI jobs run, the killed rank's memory is never checked; 78 s
 # under the sanitizers, 54 + 23 s), the two end-to-end runs of the shipped GPT-2 config
 # (`memo train` processes of 37 and 30 s there; the GPT-2 layers run under the sanitizers in
@@ -37,13 +37,17 @@ san_build() {  # dir, flags, targets...
 # biases and norms split included), and the signal drills of the DP, TP and CP layouts
 # (Preemption's run the handler and RunSurvival's the background checkpoints; the stop's
 # reduction is the DP group's). 93 s under the sanitizers on a 2-core EPYC before the TP and CP
-# drills were added. The release suite runs all fifteen.
-echo "memo: AddressSanitizer + UndefinedBehaviorSanitizer: every test but 15 long multi-process runs"
+# drills were added. And four more of the tensor- and context-parallel layouts, 72 s under the
+# sanitizers: their activation strategies bit for bit (the strategies run under the sanitizers in
+# one process, Strategies' and MixedPrecision's, the splits in the layouts' matches-one-process
+# runs) and memo plan's prediction of each rank's arena (the traces of the splits run in
+# ShapeOnlyTrace's tests). The release suite runs all nineteen.
+echo "memo: AddressSanitizer + UndefinedBehaviorSanitizer: every test but 19 long multi-process runs"
 san_build build-asan "address,undefined" memo memo_tests memo_mpi_tests
 (cd build-asan &&
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --output-on-failure -j"$jobs" --timeout 600 \
-    -E '^(ContextParallel\.a_hung_or_killed_rank_ends_the_job_and_the_run_resumes|DataParallel\.a_killed_rank_stops_the_job_and_the_run_resumes_where_it_was|GptCli\.shipped_gpt2_tiny_config_trains_and_the_loss_falls|GptCli\.killed_run_resumes_with_identical_losses|TextCli\.killed_tokenize_resumes_to_the_files_of_an_uninterrupted_run|BatchScheduleCli\.killed_run_resumes_mid_schedule_with_identical_steps|TensorParallel\.(mistral_with_a_sliding_window|qwen2_with_yarn|llama_biases|gpt2_with_document_masks)_matches_one_process|ContextParallel\.scaled_rope_matches_one_process|DataParallel\.a_signal_(to_one_rank_stops_every_rank_after_the_same_step|stops_a_tensor_parallel_job_with_a_background_checkpoint|stops_a_context_parallel_job_after_the_same_step))$')
+    -E '^(ContextParallel\.a_hung_or_killed_rank_ends_the_job_and_the_run_resumes|DataParallel\.a_killed_rank_stops_the_job_and_the_run_resumes_where_it_was|GptCli\.shipped_gpt2_tiny_config_trains_and_the_loss_falls|GptCli\.killed_run_resumes_with_identical_losses|TextCli\.killed_tokenize_resumes_to_the_files_of_an_uninterrupted_run|BatchScheduleCli\.killed_run_resumes_mid_schedule_with_identical_steps|TensorParallel\.(mistral_with_a_sliding_window|qwen2_with_yarn|llama_biases|gpt2_with_document_masks)_matches_one_process|ContextParallel\.scaled_rope_matches_one_process|(TensorParallel|ContextParallel)\.(activation_strategies_are_bit_identical|memo_plan_predicts_each_ranks_arena_and_bytes)|DataParallel\.a_signal_(to_one_rank_stops_every_rank_after_the_same_step|stops_a_tensor_parallel_job_with_a_background_checkpoint|stops_a_context_parallel_job_after_the_same_step))$')
 
 echo "memo: ThreadSanitizer: copy streams, strategies, the training step, the communicator"
 san_build build-tsan "thread" memo_thread_tests

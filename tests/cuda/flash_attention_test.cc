@@ -1,26 +1,36 @@
-// Note [Flash attention] on the CPU: each block of the fused kernels runs on 128 CPU threads, one a
-// GPU thread, with a barrier for __syncthreads and the warp's shuffle and tensor-core product done
+// Note [Flash attention] on the CPU: each block of the fused kernels runs as 128 fibers, one a GPU
+// thread, with a barrier for __syncthreads and the warp's shuffle and tensor-core product done
 // through per-warp exchange slots and barriers. The product rebuilds A, B and C from the 32 lanes'
 // fragments by the PTX ISA's layout (mma_a_row/col, ... in flash_attention.h), so the kernels'
 // tiling, masking, online softmax and fragment bookkeeping are checked against the CPU's f32
 // attention over the same bf16 inputs without a GPU. The product's sums run in k order in f32; the
 // tensor cores' order and rounding are the hardware's own, which the GPU test
 // (tests/gpu/cuda_backend_check.cc) covers with the same tolerance.
+//
+// The fibers (ucontext's, switched at each barrier, round robin) give the lanes what threads did,
+// each its own stack and a wait that lets the others run, without the kernel's scheduler: as 128
+// OS threads a block spent its time waking threads at barriers (the test took 32 s on 2 cores,
+// 80 s beside another test and 38 s under AddressSanitizer; as fibers 5 s and 10 s).
 #include "memo/cuda/flash_attention.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include <algorithm>
 #include <array>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <new>
 #include <set>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -36,6 +46,132 @@
 namespace memo::cuda {
 namespace {
 
+// What AddressSanitizer is told of a switch of stacks (nothing without it).
+void start_switch(void** fake_save, const void* bottom, size_t size) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(fake_save, bottom, size);
+#else
+  (void)fake_save, (void)bottom, (void)size;
+#endif
+}
+void finish_switch(void* fake, const void** bottom_old, size_t* size_old) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake, bottom_old, size_old);
+#else
+  (void)fake, (void)bottom_old, (void)size_old;
+#endif
+}
+
+// The lanes of one block as fibers, run round robin from the test's own stack: a lane runs until
+// it waits at a barrier (yield()) or returns. AddressSanitizer is told of every switch of stacks.
+class Fibers {
+ public:
+  // A lane's stack: the kernels' deepest use is under 6 KiB (5.5 under AddressSanitizer, measured
+  // by a fill pattern), and a page below it that faults on an overflow. Small, because
+  // AddressSanitizer clears a stack's shadow at every switch to it.
+  static constexpr size_t kStack = size_t(64) << 10, kGuard = size_t(4) << 10;
+  // Runs body(i) for i in [0, n) as n fibers until every one has returned.
+  template <class Body>
+  void run(int n, const Body& body) {
+    stacks_.resize(size_t(n));
+    lanes_.assign(size_t(n), Lane{});
+    const std::function<void(int)> f = body;
+    body_ = &f;
+    running_ = this;
+    for (int i = 0; i < n; ++i) {
+      Lane& lane = lanes_[size_t(i)];
+      if (!stacks_[size_t(i)]) stacks_[size_t(i)] = Stack();
+      getcontext(&lane.ctx);
+      lane.ctx.uc_stack.ss_sp = stacks_[size_t(i)].base;
+      lane.ctx.uc_stack.ss_size = kStack;
+      lane.ctx.uc_link = nullptr;  // a lane switches back itself (entry), never returns
+      makecontext(&lane.ctx, &Fibers::entry, 0);
+    }
+    for (int left = n; left > 0;)
+      for (int i = 0; i < n; ++i) {
+        if (lanes_[size_t(i)].done) continue;
+        switch_to(i);
+        left -= lanes_[size_t(i)].done ? 1 : 0;
+      }
+    body_ = nullptr;
+  }
+  // From a lane: lets the others run; returns when the scheduler comes back to it.
+  void yield() { leave(&lanes_[size_t(current_)].fake); }
+
+ private:
+  struct Lane {
+    ucontext_t ctx{};
+    bool done = false;
+    void* fake = nullptr;  // AddressSanitizer's fake stack of the lane while it is switched out
+  };
+  void switch_to(int i) {
+    current_ = i;
+    void* fake = nullptr;
+    start_switch(&fake, stacks_[size_t(i)].base, kStack);
+    swapcontext(&main_, &lanes_[size_t(i)].ctx);
+    finish_switch(fake, nullptr, nullptr);
+  }
+  // Back to the scheduler's stack; fake_save null: this lane is done for good.
+  void leave(void** fake_save) {
+    Lane& lane = lanes_[size_t(current_)];
+    start_switch(fake_save, main_bottom_, main_size_);
+    swapcontext(&lane.ctx, &main_);
+    finish_switch(fake_save ? *fake_save : nullptr, &main_bottom_, &main_size_);
+  }
+  static void entry() {
+    Fibers& self = *running_;
+    finish_switch(nullptr, &self.main_bottom_, &self.main_size_);
+    (*self.body_)(self.current_);
+    self.lanes_[size_t(self.current_)].done = true;
+    self.leave(nullptr);
+  }
+
+  struct Stack {  // kStack bytes at base, the guard page below
+    char* base = nullptr;
+    Stack() {
+      void* p = mmap(nullptr, kGuard + kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      mprotect(p, kGuard, PROT_NONE);
+      base = static_cast<char*>(p) + kGuard;
+    }
+    Stack(Stack&& o) noexcept : base(std::exchange(o.base, nullptr)) {}
+    Stack& operator=(Stack&& o) noexcept {
+      std::swap(base, o.base);
+      return *this;
+    }
+    ~Stack() {
+      if (base) munmap(base - kGuard, kGuard + kStack);
+    }
+    explicit operator bool() const { return base != nullptr; }
+  };
+  std::vector<Stack> stacks_;  // kept from block to block
+  std::vector<Lane> lanes_;
+  const std::function<void(int)>* body_ = nullptr;
+  ucontext_t main_{};
+  const void* main_bottom_ = nullptr;
+  size_t main_size_ = 0;
+  int current_ = 0;
+  static inline thread_local Fibers* running_ = nullptr;  // the one whose lanes entry() starts
+};
+
+// A barrier of `expected` lanes among the fibers: the last to arrive opens it and goes on, the
+// others yield until it has opened.
+struct FiberBarrier {
+  explicit FiberBarrier(int n) : expected(n) {}
+  void arrive_and_wait(Fibers& fibers) {
+    const uint64_t phase = opened;
+    if (++arrived == expected) {
+      arrived = 0;
+      ++opened;
+      return;
+    }
+    while (opened == phase) fibers.yield();
+  }
+  int expected, arrived = 0;
+  uint64_t opened = 0;
+};
+
 // A block's shared state on the CPU: its shared memory, the block barrier, and per warp a barrier
 // and the slots its lanes exchange registers through. A warp-wide operation is one barrier: each
 // lane writes its slot of one of two sets, alternating, waits, reads the others'. A lane can write
@@ -47,7 +183,8 @@ struct EmuBlock {
     uint32_t w[4];
   };
   std::vector<Quad> smem;  // 16-byte aligned, as the GPU's dynamic shared memory here
-  std::barrier<> block{kFlashThreads};
+  FiberBarrier block{kFlashThreads};
+  Fibers* fibers = nullptr;
   struct Slots {
     std::array<std::array<uint32_t, 4>, 32> a{};
     std::array<std::array<uint32_t, 2>, 32> b{};
@@ -55,7 +192,7 @@ struct EmuBlock {
     std::array<const uint16_t*, 32> rows{};
   };
   struct Warp {
-    std::barrier<> bar{32};
+    FiberBarrier bar{32};
     Slots set[2];
   };
   std::array<Warp, kFlashThreads / 32> warps;
@@ -68,13 +205,13 @@ struct EmuLane {
   void* smem;
   EmuBlock* blk;
   int phase = 0;  // which slot set this lane's next warp-wide operation uses
-  void sync() { blk->block.arrive_and_wait(); }
+  void sync() { blk->block.arrive_and_wait(*blk->fibers); }
   EmuBlock::Slots& slots() {
     EmuBlock::Slots& s = blk->warps[size_t(tid / 32)].set[phase];
     phase ^= 1;
     return s;
   }
-  void warp_wait() { blk->warps[size_t(tid / 32)].bar.arrive_and_wait(); }
+  void warp_wait() { blk->warps[size_t(tid / 32)].bar.arrive_and_wait(*blk->fibers); }
   float shfl_xor(float v, int mask) {
     EmuBlock::Slots& w = slots();
     const int l = tid % 32;
@@ -134,17 +271,16 @@ void with_head_dim(int64_t D, const F& f) {
   f(std::integral_constant<int, 128>{});
 }
 
-// Runs one block: body(lane) on each of its threads.
+// Runs one block: body(lane) on each of its threads, as fibers.
 template <class Body>
 void run_block(int smem_bytes, const Body& body) {
+  static Fibers fibers;  // its stacks serve every block
   EmuBlock blk(smem_bytes);
-  std::vector<std::thread> threads;
-  for (int tid = 0; tid < kFlashThreads; ++tid)
-    threads.emplace_back([&, tid] {
-      EmuLane lane{tid, blk.smem.data(), &blk};
-      body(lane);
-    });
-  for (std::thread& t : threads) t.join();
+  blk.fibers = &fibers;
+  fibers.run(kFlashThreads, [&](int tid) {
+    EmuLane lane{tid, blk.smem.data(), &blk};
+    body(lane);
+  });
 }
 
 TEST(FlashAttention, fragment_layouts_cover_each_element_once) {
@@ -312,7 +448,7 @@ std::vector<double> check_flash(const Case& c, AttnMask mask, bool wide) {
   return errs;
 }
 
-TEST(FlashAttention, blocks_on_cpu_threads_match_the_cpu_attention_within_bf16_rounding) {
+TEST(FlashAttention, blocks_run_as_fibers_match_the_cpu_attention_within_bf16_rounding) {
   std::vector<double> worst(4, 0.0);
   // a short tile, two sequences, GQA 2; head dim 128, GQA 2; one exact tile with one query head
   // per kv head; a single token; head dim 32 over two tiles (the second short), GQA 2

@@ -19,7 +19,7 @@
 // The bodies below are functions of one thread (Lane), called by each of a block's 128 threads;
 // Lane supplies the block barrier, the warp shuffle, the warp's product and its shared-memory
 // matrix loads. On the GPU those are __syncthreads, __shfl_xor_sync and the mma and ldmatrix
-// instructions (cuda/attention.cu); the tests run a block on 128 CPU threads with barriers, a
+// instructions (cuda/attention.cu); the tests run a block as 128 fibers with barriers, a
 // product that rebuilds the matrices from every lane's
 // fragments by the PTX ISA's layout (mma_*_row/col below), so the kernels' logic, tiling and
 // fragment bookkeeping are checked on machines without a GPU (tests/cuda/flash_attention_test.cc).

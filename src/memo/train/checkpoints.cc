@@ -470,7 +470,15 @@ void CheckpointWriter::wait() {
   if (!pending_step_) return;
   const int64_t step = *pending_step_;
   pending_step_.reset();
-  if (background_.joinable()) background_.join();
+  if (background_.joinable()) {
+    // Waited for, the write is on the run's path: it leaves SCHED_IDLE for the run's own policy,
+    // or another busy process on the machine would hold it (and the run, and a stop's grace
+    // period) for as long as it is busy. Leaving SCHED_IDLE takes root, CAP_SYS_NICE or a
+    // RLIMIT_NICE of 20; without them the write stays idle and waits for an idle core.
+    sched_param normal{};
+    pthread_setschedparam(background_.native_handle(), SCHED_OTHER, &normal);
+    background_.join();
+  }
   finish(step, job_.rank() == 0 ? background_error_ : "");
 }
 

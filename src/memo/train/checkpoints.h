@@ -90,8 +90,10 @@ class StagingPool {
 // takes part in the collective gathers as before and rank 0 copies the weights and optimiser
 // state into host memory of its own (a StagingPool, kept from one checkpoint to the next), then a
 // background thread serialises and writes the same files as a synchronous save, commits them
-// atomically, moves `latest` and removes old ones, while the training steps go on. The next save,
-// a stop and the end of the run wait for it first (wait()), and so does the writer's destructor;
+// atomically, moves `latest` and removes old ones, while the training steps go on; it runs at
+// SCHED_IDLE, so that it takes only the CPU the steps leave. The next save, a stop and the end of
+// the run wait for it first (wait(), which gives it the run's own priority back where the system
+// lets it), and so does the writer's destructor;
 // at most one write is in flight, so the host memory it needs is one copy of the state. A write
 // that fails (a full disk, a read-only directory) is found at that wait, on rank 0, and stops
 // every rank with rank 0's reason: the committed checkpoints, `latest`'s included, are untouched.
