@@ -89,6 +89,11 @@ TEST_F(CheckpointsOut, killed_run_saving_bf16_shards_resumes_with_identical_loss
   ASSERT_EQ(test::run_command(kill_at_10).exit_code, 0);
   ASSERT_LT(losses(dir.str("cut.jsonl")).rbegin()->first, steps) << "the run ended unkilled";
   const fs::path killed_at = find_latest_checkpoint(dir / "cut");
+  // a copy without its master weights, taken now: the resumed run's --keep-last may remove it (a
+  // kill inside the next save's commit leaves a newer checkpoint beside latest's)
+  fs::create_directories(dir / "bare");
+  fs::copy(killed_at, dir / "bare" / killed_at.filename());
+  fs::remove(dir / "bare" / killed_at.filename() / kMasterFile);
   const test::CommandResult r = test::run_command(
       test::memo_bin() + " train --data " + dir.str("data.txt") + " --steps " +
       std::to_string(steps) + " --resume " + dir.str("cut") + " --log " + dir.str("cut.jsonl"));
@@ -111,9 +116,6 @@ TEST_F(CheckpointsOut, killed_run_saving_bf16_shards_resumes_with_identical_loss
   }
   EXPECT_EQ(nlohmann::json::parse(test::file_bytes(last / kConfigFile))["torch_dtype"], "bfloat16");
 
-  fs::create_directories(dir / "bare");
-  fs::copy(killed_at, dir / "bare" / killed_at.filename());
-  fs::remove(dir / "bare" / killed_at.filename() / kMasterFile);
   test::expect_clean_failure(test::memo_bin() + " train --data " + dir.str("data.txt") +
                                  " --steps " + std::to_string(steps) + " --resume " +
                                  dir.str("bare"),

@@ -127,6 +127,52 @@ TEST(Safetensors, f16_and_f64_convert_and_integer_dtypes_are_rejected) {
   EXPECT_NE(msg.find("'i' has dtype I32"), std::string::npos) << msg;
 }
 
+// A tensor-parallel rank's read: the runs' elements in each dtype, nothing else written, a run
+// past the end refused. [3, 4] of i + 1 as F32, BF16, F16 and F64 (each exact in every dtype).
+TEST(Safetensors, runs_read_their_elements_alone_in_every_dtype) {
+  TempDir tmp;
+  std::string header = "{", data;
+  int64_t at = 0;
+  for (const auto& [dtype, bytes] : {std::pair{"F32", 4}, {"BF16", 2}, {"F16", 2}, {"F64", 8}}) {
+    header += str(at ? "," : "", "\"", dtype, "\":{\"dtype\":\"", dtype,
+                  "\",\"shape\":[3,4],\"data_offsets\":[", at, ",", at + 12 * bytes, "]}");
+    for (int i = 0; i < 12; ++i) {
+      const float f = float(i + 1);
+      uint32_t b32;
+      std::memcpy(&b32, &f, 4);
+      const double d = f;
+      const uint16_t b16 = uint16_t(b32 >> 16);  // exact: small integers
+      if (std::string(dtype) == "F32") data.append(reinterpret_cast<const char*>(&f), 4);
+      if (std::string(dtype) == "BF16") data.append(reinterpret_cast<const char*>(&b16), 2);
+      if (std::string(dtype) == "F64") data.append(reinterpret_cast<const char*>(&d), 8);
+      if (std::string(dtype) == "F16") {  // i + 1 <= 12: exponent 15 + e, 10-bit mantissa
+        const int e = std::ilogb(f);
+        const uint16_t h = uint16_t((15 + e) << 10 | (int(std::ldexp(f, 10 - e)) - 1024));
+        data.append(reinterpret_cast<const char*>(&h), 2);
+      }
+    }
+    at += 12 * bytes;
+  }
+  write_file_atomic(tmp / "x", make_file(header + "}", data));
+  SafetensorsFile file(tmp / "x");
+  // column 1..2 of each row (a row-parallel part), into a buffer whose other elements stay -7
+  const std::vector<SafetensorsFile::Run> runs{{1, 0, 2}, {5, 2, 2}, {9, 4, 2}};
+  for (const char* dtype : {"F32", "BF16", "F16", "F64"}) {
+    SCOPED_TRACE(dtype);
+    std::vector<float> part(8, -7.0f);
+    file.read_runs_into(dtype, part.data(), {3, 4}, runs);
+    EXPECT_EQ(part, (std::vector<float>{2, 3, 6, 7, 10, 11, -7, -7}));
+  }
+  std::vector<float> part(8);
+  const std::vector<SafetensorsFile::Run> past{{10, 0, 3}};
+  const std::string msg = error_message<DataError>([&] {
+    file.read_runs_into("F32", part.data(), {3, 4}, past);
+  });
+  EXPECT_NE(msg.find("'F32' has 12 elements; elements [10, 13) were asked for"), std::string::npos)
+      << msg;
+  EXPECT_THROW(file.read_runs_into("F32", part.data(), {4, 3}, runs), DataError);  // the shape
+}
+
 TEST(Safetensors, truncated_file_is_format_error_at_every_cut) {
   TempDir tmp;
   Fixture f;

@@ -372,8 +372,45 @@ float half_to_float(uint16_t h) {
 
 }  // namespace
 
+namespace {
+
+// n elements of a tensor of dtype `dtype` at src, as float32 at dst (SafetensorsFile::read_into).
+void widen(const std::string& dtype, const char* src, float* dst, int64_t n) {
+  if (dtype == "F32") {
+    if (n > 0) std::memcpy(dst, src, size_t(n) * 4);
+  } else if (dtype == "F64") {  // rounded to nearest float
+    for (int64_t i = 0; i < n; ++i) {
+      double v;
+      std::memcpy(&v, src + 8 * i, 8);
+      dst[i] = float(v);
+    }
+  } else if (dtype == "BF16") {  // 16-bit types widen exactly; bf16 is f32's top half
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      const uint32_t bits = uint32_t(h) << 16;
+      std::memcpy(dst + i, &bits, 4);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      dst[i] = half_to_float(h);
+    }
+  }
+}
+
+}  // namespace
+
 void SafetensorsFile::read_into(const std::string& name, float* dst,
                                 const std::vector<int64_t>& shape) const {
+  const Run whole{0, 0, checked_numel(shape)};
+  read_runs_into(name, dst, shape, std::span<const Run>(&whole, 1));
+}
+
+void SafetensorsFile::read_runs_into(const std::string& name, float* dst,
+                                     const std::vector<int64_t>& shape,
+                                     std::span<const Run> runs) const {
   const Entry& e = entry(name);
   if (e.dtype != "F32" && e.dtype != "F64" && e.dtype != "BF16" && e.dtype != "F16")
     throw FormatError(str(path_.string(), ": tensor '", name, "' has dtype ", e.dtype,
@@ -383,29 +420,14 @@ void SafetensorsFile::read_into(const std::string& name, float* dst,
         str(path_.string(), ": tensor '", name, "' has shape ", shape_str(e.shape), " (", e.numel,
             " elements), expected ", shape_str(shape),
             e.numel == checked_numel(shape) ? " (the same count, another layout)" : ""));
-  const int64_t numel = e.numel;
+  const int64_t size = dtype_bytes(e.dtype);
   const char* src = map_.bytes().data() + data_offset_bytes_ + e.begin;
-  if (e.dtype == "F32") {
-    if (numel > 0) std::memcpy(dst, src, size_t(e.end - e.begin));
-  } else if (e.dtype == "F64") {  // rounded to nearest float
-    for (int64_t i = 0; i < numel; ++i) {
-      double v;
-      std::memcpy(&v, src + 8 * i, 8);
-      dst[i] = float(v);
-    }
-  } else if (e.dtype == "BF16") {  // 16-bit types widen exactly; bf16 is f32's top half
-    for (int64_t i = 0; i < numel; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      const uint32_t bits = uint32_t(h) << 16;
-      std::memcpy(dst + i, &bits, 4);
-    }
-  } else {
-    for (int64_t i = 0; i < numel; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      dst[i] = half_to_float(h);
-    }
+  for (const Run& r : runs) {
+    if (r.src < 0 || r.count < 0 || r.src + r.count > e.numel)
+      throw DataError(str(path_.string(), ": tensor '", name, "' has ", e.numel,
+                          " elements; elements [", r.src, ", ", r.src + r.count,
+                          ") were asked for"));
+    widen(e.dtype, src + r.src * size, dst + r.dst, r.count);
   }
   map_.release_pages(size_t(data_offset_bytes_ + e.begin), size_t(e.end - e.begin));
 }

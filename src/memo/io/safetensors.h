@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,15 @@ class SafetensorsFile {
   // both shapes unless its shape is exactly `shape` (a transposed [in, out] tensor has the right
   // element count but is refused).
   void read_into(const std::string& name, float* dst, const std::vector<int64_t>& shape) const;
+  // The same checks, then only the runs' elements: dst[r.dst + i] = element r.src + i of the
+  // tensor (row-major), for i < r.count; what no run covers is left as it was, and so are the
+  // file's other pages (a tensor-parallel rank reads its part alone). A run past the tensor's end
+  // is a DataError.
+  struct Run {
+    int64_t src = 0, dst = 0, count = 0;
+  };
+  void read_runs_into(const std::string& name, float* dst, const std::vector<int64_t>& shape,
+                      std::span<const Run> runs) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has_checksum() const { return metadata_.count(kChecksumKey) > 0; }
 

@@ -64,6 +64,11 @@ class SafetensorsSet {
   void read_into(const std::string& name, float* dst, const std::vector<int64_t>& shape) const {
     file_of(name).read_into(name, dst, shape);
   }
+  // SafetensorsFile::read_runs_into on the shard holding `name`.
+  void read_runs_into(const std::string& name, float* dst, const std::vector<int64_t>& shape,
+                      std::span<const SafetensorsFile::Run> runs) const {
+    file_of(name).read_runs_into(name, dst, shape, runs);
+  }
   // The first shard's __metadata__ (the index's own "metadata" holds only total_size).
   const std::map<std::string, std::string>& metadata() const { return files_.front().metadata(); }
 

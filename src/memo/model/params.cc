@@ -151,6 +151,12 @@ void for_each_shard_run(const ParamInfo& p, TensorShard shard, F&& f) {
 
 }  // namespace
 
+std::vector<ShardRun> shard_runs(const ParamInfo& p, TensorShard shard) {
+  std::vector<ShardRun> runs;
+  for_each_shard_run(p, shard, [&](int64_t w, int64_t q, int64_t n) { runs.push_back({w, q, n}); });
+  return runs;
+}
+
 void extract_shard(const ParamInfo& p, TensorShard shard, const float* whole, float* part) {
   std::fill(part, part + p.numel, 0.0f);  // a padded part's rows past the whole's end
   for_each_shard_run(p, shard, [&](int64_t w, int64_t q, int64_t n) {

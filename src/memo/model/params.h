@@ -128,6 +128,15 @@ ModelWeights bind_weights(const ModelConfig& config, const ParamLayout& layout, 
 // layout starts from the weights of one process.
 void init_weights(const ParamLayout& layout, float* base, double std, uint64_t seed);
 
+// A contiguous run of rank shard's part of a tensor: `count` elements at `whole` in the whole
+// tensor (p.full_shape, row-major) and at `part` in the part (p.shape). shard_runs lists them in
+// the part's order; the elements of the part no run covers (a padded part's rows past the whole's
+// end) are zero in every part.
+struct ShardRun {
+  int64_t whole = 0, part = 0, count = 0;
+};
+std::vector<ShardRun> shard_runs(const ParamInfo& p, TensorShard shard);
+
 // Rank shard's part of the whole tensor `whole` (p.full_shape) into `part` (p.shape), and back.
 void extract_shard(const ParamInfo& p, TensorShard shard, const float* whole, float* part);
 void insert_shard(const ParamInfo& p, TensorShard shard, const float* part, float* whole);

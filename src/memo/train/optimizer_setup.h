@@ -42,7 +42,8 @@ void read_into_device(const SafetensorsSet& file, const std::string& name, float
 // tensors (Note [Tensor-parallel parameters] in model/params.h).
 const ParamInfo* split_param(const ParamLayout& layout, const std::string& name, int64_t numel);
 // read_into_device of rank layout.shard()'s part of a whole tensor of `split` (its full_shape;
-// null: the whole tensor, of `shape`).
+// null: the whole tensor, of `shape`). The part alone is read: host memory holds the part, never
+// the whole tensor.
 void read_part_into_device(const SafetensorsSet& file, const std::string& name,
                            const ParamLayout& layout, const ParamInfo* split, float* dst,
                            const std::vector<int64_t>& shape, Backend& backend,
