@@ -62,6 +62,15 @@ inline std::string file_bytes(const std::filesystem::path& p) {
   return s.str();
 }
 
+// A JSON-lines log's records, in order (blank lines skipped).
+inline std::vector<nlohmann::json> records(const std::string& log_path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(log_path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
 // step -> the "loss" value as printed (round-trip exact), the last record of each step winning.
 inline std::map<int64_t, std::string> losses(const std::string& log_path) {
   std::map<int64_t, std::string> out;

@@ -26,13 +26,6 @@ namespace {
 namespace fs = std::filesystem;
 using test::write_text;
 
-std::vector<nlohmann::json> survival_log(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 class RunSurvival : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -86,7 +79,7 @@ TEST_F(RunSurvival, spikes_are_skipped_by_the_median_rule_and_a_resumed_run_skip
   const std::string flags = "--steps 30 --spike-skip 1.05 --save-every 1 --keep-last 0";
   const test::CommandResult full = test::run_command(train_cmd("full", flags));
   ASSERT_EQ(full.exit_code, 0) << full.output;
-  const std::vector<nlohmann::json> log = survival_log(dir.str("full.jsonl"));
+  const std::vector<nlohmann::json> log = test::records(dir.str("full.jsonl"));
   ASSERT_EQ(log.size(), 30u);
   const std::vector<bool> rule = spikes_by_the_rule(log, 1.05);
   int skipped = 0;
@@ -108,7 +101,7 @@ TEST_F(RunSurvival, spikes_are_skipped_by_the_median_rule_and_a_resumed_run_skip
       train_cmd("resumed", "--steps 30 --spike-skip 1.05 --resume " +
                                (dir / "full" / checkpoint_dir_name(15)).string()));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  const std::vector<nlohmann::json> rest = survival_log(dir.str("resumed.jsonl"));
+  const std::vector<nlohmann::json> rest = test::records(dir.str("resumed.jsonl"));
   ASSERT_EQ(rest.size(), 15u);
   int skipped_after = 0;
   for (size_t i = 0; i < rest.size(); ++i) {
@@ -138,7 +131,7 @@ TEST_F(RunSurvival, a_poisoned_batch_is_skipped_as_a_spike) {
       test::run_command(train_cmd("p", "--steps 60 --lr 1e-2 --spike-skip 3 --no-checkpoint") +
                         " --data " + dir.str("poisoned.txt"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::vector<nlohmann::json> log = survival_log(dir.str("p.jsonl"));
+  const std::vector<nlohmann::json> log = test::records(dir.str("p.jsonl"));
   ASSERT_EQ(log.size(), 60u);
   const std::vector<bool> rule = spikes_by_the_rule(log, 3.0);
   int poisoned = 0;
@@ -165,7 +158,7 @@ TEST_F(RunSurvival, background_saves_write_the_same_bytes_and_the_best_is_kept) 
   // the best: the step of the lowest validation loss in the log
   int64_t best_step = 0;
   double best_loss = 1e300;
-  for (const nlohmann::json& r : survival_log(dir.str("sync.jsonl")))
+  for (const nlohmann::json& r : test::records(dir.str("sync.jsonl")))
     if (r.contains("val_loss") && double(r.at("val_loss")) < best_loss)
       best_loss = r.at("val_loss"), best_step = r.at("step");
   ASSERT_GT(best_step, 0);
@@ -192,7 +185,7 @@ TEST_F(RunSurvival, eval_tokens_sets_how_much_is_validated) {
   cmd.replace(cmd.find(" --val-batches 2"), 16, "");
   const test::CommandResult ok = test::run_command(cmd);
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
-  for (const nlohmann::json& rec : survival_log(dir.str("e.jsonl")))
+  for (const nlohmann::json& rec : test::records(dir.str("e.jsonl")))
     EXPECT_EQ(rec.at("val_tokens"), 4 * 32);  // 100 tokens: 4 windows of 32
 }
 

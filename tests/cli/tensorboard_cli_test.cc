@@ -34,13 +34,6 @@ class TensorBoardCli : public ::testing::Test {
   test::TempDir dir;
 };
 
-std::vector<nlohmann::json> tensorboard_cli_records(const std::string& path) {
-  std::vector<nlohmann::json> records;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
-  return records;
-}
-
 // The summary events of one file against the JSON records of the same steps, field by field.
 void expect_tensorboard_matches_log(const std::vector<test::TfEvent>& summaries,
                                     const std::vector<nlohmann::json>& records) {
@@ -88,7 +81,7 @@ TEST_F(TensorBoardCli, event_files_hold_the_json_logs_values_and_a_resume_adds_a
   const std::vector<test::TfEvent> events = test::read_tfevents(files[0]);
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events[0].file_version, "brain.Event:2");
-  const std::vector<nlohmann::json> records = tensorboard_cli_records(dir.str("a.jsonl"));
+  const std::vector<nlohmann::json> records = test::records(dir.str("a.jsonl"));
   ASSERT_EQ(records.size(), 5u);
   const std::vector<test::TfEvent> summaries = tensorboard_cli_summaries(events);
   expect_tensorboard_matches_log(summaries, records);
@@ -122,7 +115,7 @@ TEST_F(TensorBoardCli, event_files_hold_the_json_logs_values_and_a_resume_adds_a
   EXPECT_EQ(events2[0].file_version, "brain.Event:2");
   EXPECT_EQ(events2[1].session_status, 1);  // SessionLog.START: TensorBoard drops steps >= 4
   EXPECT_EQ(events2[1].step, 4);
-  const std::vector<nlohmann::json> records2 = tensorboard_cli_records(dir.str("b.jsonl"));
+  const std::vector<nlohmann::json> records2 = test::records(dir.str("b.jsonl"));
   ASSERT_EQ(records2.size(), 2u);
   expect_tensorboard_matches_log(tensorboard_cli_summaries(events2), records2);
 }

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "../cli/cli_test_util.h"
 #include "memo/io/checkpoint.h"
 #include "memo/io/safetensors.h"
 #include "test_util.h"
@@ -51,13 +52,6 @@ inline double weights_difference(const std::string& run_a, const std::string& ru
 }
 
 // Every record of a JSON-lines log, in order.
-inline std::vector<nlohmann::json> records(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 // The pid of rank `rank` of the job whose command line contains `marker`, or 0.
 inline pid_t rank_pid(int rank, const std::string& marker) {
   const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);

@@ -19,14 +19,6 @@
 namespace memo {
 namespace {
 
-std::vector<nlohmann::json> records(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 TEST(TrainerMfu, a_datasheet_peak_adds_mfu_against_it_beside_the_measured_one) {
   test::TempDir dir;
   TrainOptions o = test::tiny_train_options(dir.path());
@@ -37,7 +29,7 @@ TEST(TrainerMfu, a_datasheet_peak_adds_mfu_against_it_beside_the_measured_one) {
   o.log_path = dir / "plain.jsonl";
   std::ostringstream quiet;
   test::train_on(o, quiet);
-  for (const nlohmann::json& r : records(o.log_path)) EXPECT_FALSE(r.contains("mfu_peak"));
+  for (const nlohmann::json& r : test::records(o.log_path)) EXPECT_FALSE(r.contains("mfu_peak"));
   EXPECT_EQ(quiet.str().find("bf16 peak"), std::string::npos);
 
   o.out_dir = dir / "peak";
@@ -47,7 +39,7 @@ TEST(TrainerMfu, a_datasheet_peak_adds_mfu_against_it_beside_the_measured_one) {
   std::ostringstream progress;
   test::train_on(o, progress);
   const double flops_per_token = train_flops_per_token(load_model_config(o.config_path), o.seq);
-  const auto recs = records(o.log_path);
+  const auto recs = test::records(o.log_path);
   ASSERT_EQ(recs.size(), 2u);
   for (const nlohmann::json& r : recs) {
     const double tokens_per_s = r.at("tokens_per_s"), peak = r.at("mfu_peak"), mfu = r.at("mfu");
