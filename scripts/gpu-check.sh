@@ -24,6 +24,7 @@
 #      PyTorch's SDPA (bench/cuda/attention_bench.cc, scripts/torch_gpu_attention.py);
 #   5. the quickstart's run (60 steps) in fp32 on the GPU and, in the background, on the CPU: the
 #      losses compared step by step; memo eval of its checkpoint on both, memo generate on the GPU;
+#      then transformers loading memo's checkpoints of five architectures (not yet run);
 #   6. the NCCL communicator's check, and 20 training steps on the GPU twice (they must repeat bit
 #      for bit) and reduced over NCCL (one GPU; the same losses); Adafactor on both backends;
 #   7. keep, memo and recompute in bf16 at 32K beside PyTorch's bf16 with and without
@@ -193,6 +194,12 @@ stage cpu_eval 45 "$b/memo" eval --checkpoint "$runs/gpu" --data "$b/data/kjv.tx
   > "$runs/eval_cpu.json"
 stage gpu_generate 45 "$b/memo" generate --checkpoint "$runs/gpu" --prompt "In the beginning" \
   --max-new-tokens 64 --device cuda
+# 5b. transformers reads memo's checkpoints (issue #24): Llama with llama3 scaling and biases,
+# Qwen2 with YaRN, Qwen3, Mistral with its window, GPT-2, each trained 2 steps by memo (CPU) and
+# loaded by AutoModelForCausalLM; its float64 logits against the test suite's float64 reference
+# (scripts/hf_transformers_check.py; skipped, and says so, where transformers is missing)
+stage transformers 120 python3 scripts/hf_transformers_check.py "$b/memo" "$b/data/kjv.txt" \
+  "$runs/hf" > >(tee "$runs/transformers.jsonl")
 # 6. NCCL: its own check, then training whose reductions go over NCCL (a group of one GPU), which
 # must give the losses of the same run without it, bit for bit; the plain run twice (a GPU run
 # repeats bit for bit)
@@ -319,7 +326,7 @@ for s in ["keep", "recompute", "memo"]:
         out["longest_seq_bf16_" + s] = {"seq": int(m.group(1)) if m else None,
                                         "budget_bytes": int(b.group(1)) if b else None,
                                         "message": text.strip().splitlines()[-1][:600] if text.strip() else ""}
-for name in ["attention", "torch_attention"]:
+for name in ["attention", "torch_attention", "transformers"]:
     p = os.path.join(runs, name + ".jsonl")
     if os.path.exists(p):
         out[name] = [json.loads(l) for l in open(p) if l.startswith("{")]
