@@ -89,7 +89,9 @@ TEST_F(RunFile, bad_files_are_one_line_errors_naming_the_key) {
       {"[step\nseq = 3\n", "bad.toml: line 1, column 6: "},
       {"[run]\nrun = 'other.toml'\n", "[run] run: memo train has no flag --run"},
       {"[activations]\nactivations = 'memo2'\n", "--activations: memo2 not in"},
-      {"[run]\nkeep-last = -1\n", "--keep-last: Value -1 not in range"},
+      {"[run]\nkeep-last = -1\n", "--keep-last: must be 0 or more, got -1"},
+      {"[run]\nspike-skip = -0.5\n", "--spike-skip: must be 0 or more, got -0.5"},
+      {"[data]\neval-tokens = 0\n", "--eval-tokens: must be above 0, got 0"},
   };
   for (const auto& [text, needle] : cases) {
     write_text(dir / "bad.toml", text);

@@ -2,6 +2,7 @@
 // groups (data, step, gradient, run directory, positions, device, layout, activations), each a
 // function.
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -22,6 +23,21 @@
 namespace memo::cli {
 
 namespace {
+
+// A bound on a number flag's value, said in words (CLI11's NonNegativeNumber prints its range's
+// ends as doubles: "not in range 0.000000 to 17976931348623157...000000"). A value that is no
+// number passes here: the option's own conversion refuses it.
+CLI::Validator number_check(bool positive) {
+  return CLI::Validator(
+      [positive](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end == s.c_str() || *end != '\0' || (positive ? v > 0 : v >= 0)) return "";
+        return str("must be ", positive ? "above 0" : "0 or more", ", got ", s);
+      },
+      positive ? "POSITIVE" : "NONNEGATIVE");
+}
+const CLI::Validator kNonNegative = number_check(false), kPositive = number_check(true);
 
 // Flags whose values need parsing or checking before they become TrainOptions fields.
 struct TrainFlags {
@@ -58,11 +74,11 @@ void add_data_flags(CLI::App& cmd, TrainOptions* t) {
   cmd.add_option("--eval-every", t->eval_every,
                  "Validate every N steps too, on the same windows each time (0: at the end)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd.add_option("--eval-tokens", t->eval_tokens,
                  "Validate on the windows that hold this many tokens from the start of the "
                  "validation data, instead of --val-batches micro-batches (at most all of it)")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->excludes(cmd.get_option("--val-batches"));
 }
 
@@ -113,7 +129,7 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
                  "Checkpoints kept in --out, the newest (latest) included; older ones are removed "
                  "as each is written (0: keep every one)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd.add_flag("--save-best", t->save_best,
                "Also checkpoint each step whose validation loss is the lowest so far (see "
                "--eval-every), name it in <out>/best, and keep it whatever --keep-last says");
@@ -145,13 +161,13 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
                  "Skip a step whose loss or gradient norm is not finite (no update; logged as "
                  "skipped), at most this many in a row before stopping (0: the first stops)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd.add_option("--spike-skip", t->spike_skip,
                  "Skip a step whose gradient norm is above this many times the median of the "
                  "last 32 applied steps' (from the 8th on; no update, logged as skipped; more "
                  "than 8 in a row stop the run; 0: off)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd.add_option("--log", t->log_path, "JSON-lines log, one object per step");
   cmd.add_option("--tensorboard", t->tensorboard_dir,
                  "Also write each step's scalars (loss, lr, grad norm, tokens/s, MFU, memory "
