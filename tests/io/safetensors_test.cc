@@ -156,7 +156,7 @@ TEST(Safetensors, runs_read_their_elements_alone_in_every_dtype) {
   write_file_atomic(tmp / "x", make_file(header + "}", data));
   SafetensorsFile file(tmp / "x");
   // column 1..2 of each row (a row-parallel part), into a buffer whose other elements stay -7
-  const std::vector<SafetensorsFile::Run> runs{{1, 0, 2}, {5, 2, 2}, {9, 4, 2}};
+  const std::vector<ShardRun> runs{{1, 0, 2}, {5, 2, 2}, {9, 4, 2}};
   for (const char* dtype : {"F32", "BF16", "F16", "F64"}) {
     SCOPED_TRACE(dtype);
     std::vector<float> part(8, -7.0f);
@@ -164,7 +164,7 @@ TEST(Safetensors, runs_read_their_elements_alone_in_every_dtype) {
     EXPECT_EQ(part, (std::vector<float>{2, 3, 6, 7, 10, 11, -7, -7}));
   }
   std::vector<float> part(8);
-  const std::vector<SafetensorsFile::Run> past{{10, 0, 3}};
+  const std::vector<ShardRun> past{{10, 0, 3}};
   const std::string msg = error_message<DataError>([&] {
     file.read_runs_into("F32", part.data(), {3, 4}, past);
   });

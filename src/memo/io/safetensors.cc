@@ -404,13 +404,13 @@ void widen(const std::string& dtype, const char* src, float* dst, int64_t n) {
 
 void SafetensorsFile::read_into(const std::string& name, float* dst,
                                 const std::vector<int64_t>& shape) const {
-  const Run whole{0, 0, checked_numel(shape)};
-  read_runs_into(name, dst, shape, std::span<const Run>(&whole, 1));
+  const ShardRun whole{0, 0, checked_numel(shape)};
+  read_runs_into(name, dst, shape, std::span<const ShardRun>(&whole, 1));
 }
 
 void SafetensorsFile::read_runs_into(const std::string& name, float* dst,
                                      const std::vector<int64_t>& shape,
-                                     std::span<const Run> runs) const {
+                                     std::span<const ShardRun> runs) const {
   const Entry& e = entry(name);
   if (e.dtype != "F32" && e.dtype != "F64" && e.dtype != "BF16" && e.dtype != "F16")
     throw FormatError(str(path_.string(), ": tensor '", name, "' has dtype ", e.dtype,
@@ -422,12 +422,12 @@ void SafetensorsFile::read_runs_into(const std::string& name, float* dst,
             e.numel == checked_numel(shape) ? " (the same count, another layout)" : ""));
   const int64_t size = dtype_bytes(e.dtype);
   const char* src = map_.bytes().data() + data_offset_bytes_ + e.begin;
-  for (const Run& r : runs) {
-    if (r.src < 0 || r.count < 0 || r.src + r.count > e.numel)
+  for (const ShardRun& r : runs) {
+    if (r.whole < 0 || r.count < 0 || r.whole + r.count > e.numel)
       throw DataError(str(path_.string(), ": tensor '", name, "' has ", e.numel,
-                          " elements; elements [", r.src, ", ", r.src + r.count,
+                          " elements; elements [", r.whole, ", ", r.whole + r.count,
                           ") were asked for"));
-    widen(e.dtype, src + r.src * size, dst + r.dst, r.count);
+    widen(e.dtype, src + r.whole * size, dst + r.part, r.count);
   }
   map_.release_pages(size_t(data_offset_bytes_ + e.begin), size_t(e.end - e.begin));
 }

@@ -18,6 +18,7 @@
 
 #include "memo/core/dtype.h"
 #include "memo/io/mapped_file.h"
+#include "memo/model/params.h"
 
 namespace memo {
 
@@ -58,15 +59,12 @@ class SafetensorsFile {
   // both shapes unless its shape is exactly `shape` (a transposed [in, out] tensor has the right
   // element count but is refused).
   void read_into(const std::string& name, float* dst, const std::vector<int64_t>& shape) const;
-  // The same checks, then only the runs' elements: dst[r.dst + i] = element r.src + i of the
+  // The same checks, then only the runs' elements: dst[r.part + i] = element r.whole + i of the
   // tensor (row-major), for i < r.count; what no run covers is left as it was, and so are the
-  // file's other pages (a tensor-parallel rank reads its part alone). A run past the tensor's end
-  // is a DataError.
-  struct Run {
-    int64_t src = 0, dst = 0, count = 0;
-  };
+  // file's other pages (a tensor-parallel rank reads its part alone: model/params.h's
+  // shard_runs). A run past the tensor's end is a DataError.
   void read_runs_into(const std::string& name, float* dst, const std::vector<int64_t>& shape,
-                      std::span<const Run> runs) const;
+                      std::span<const ShardRun> runs) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has_checksum() const { return metadata_.count(kChecksumKey) > 0; }
 

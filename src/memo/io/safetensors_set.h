@@ -66,7 +66,7 @@ class SafetensorsSet {
   }
   // SafetensorsFile::read_runs_into on the shard holding `name`.
   void read_runs_into(const std::string& name, float* dst, const std::vector<int64_t>& shape,
-                      std::span<const SafetensorsFile::Run> runs) const {
+                      std::span<const ShardRun> runs) const {
     file_of(name).read_runs_into(name, dst, shape, runs);
   }
   // The first shard's __metadata__ (the index's own "metadata" holds only total_size).

@@ -69,11 +69,8 @@ void read_part_into_device(const SafetensorsSet& file, const std::string& name,
                            std::vector<float>& staging) {
   if (!split) return read_into_device(file, name, dst, shape, backend, staging);
   // The part's elements alone: the whole tensor is never in memory (nor its other pages touched).
-  std::vector<SafetensorsFile::Run> runs;
-  for (const ShardRun& r : shard_runs(*split, layout.shard()))
-    runs.push_back({r.whole, r.part, r.count});
   staging.assign(size_t(split->numel), 0.0f);  // a padded part's rows past the whole's end
-  file.read_runs_into(name, staging.data(), split->full_shape, runs);
+  file.read_runs_into(name, staging.data(), split->full_shape, shard_runs(*split, layout.shard()));
   backend.copy_from_host(dst, staging.data(), split->numel * int64_t(sizeof(float)));
 }
 
