@@ -5,6 +5,7 @@
 // the SVGs are well formed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -125,6 +126,30 @@ TEST_F(LongContextEval, by_position_buckets_add_up_to_the_mean_loss) {
   const test::SvgSummary svg = test::check_svg(test::file_bytes(dir / "pos.svg"));
   EXPECT_TRUE(svg.ok) << svg.error;
   EXPECT_EQ(svg.elements.at("circle"), 4);  // one point per bucket
+  // --eod-mask-loss: the predictions from each 'I' (73) of the windows' inputs (the data's first
+  // windows with --split all) leave the count
+  const test::CommandResult m = test::run_command(
+      test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " + dir.str("data.txt") +
+      " --split all --seq 100 --batches 2 --document-mask --eod-mask-loss --eot-id 73 --json " +
+      "2>/dev/null");
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  const nlohmann::json jm = nlohmann::json::parse(m.output);
+  const std::string text = test::file_bytes(dir / "data.txt");
+  const int64_t inputs = jm["windows"].get<int64_t>() * 100;
+  ASSERT_GT(jm["windows"].get<int64_t>(), 0);
+  EXPECT_EQ(jm["tokens"].get<int64_t>(),
+            inputs - std::count(text.begin(), text.begin() + inputs, 'I'));
+  // and memo train names the flag that needs the token
+  const test::CommandResult t =
+      test::run_command(test::memo_bin() + " train --config " + dir.str("config.json") +
+                        " --data " + dir.str("data.txt") + " --seq 64 --batch 4 --steps 1 --out " +
+                        dir.str("x") + " --eod-mask-loss");
+  EXPECT_NE(t.exit_code, 0);
+  EXPECT_NE(t.output.find("--eod-mask-loss: " + dir.str("data.txt") +
+                          " has no tokenizer to name the token that starts each document; give "
+                          "it with --eot-id N"),
+            std::string::npos)
+      << t.output;
 }
 
 TEST_F(LongContextEval, passkey_runs_every_length_depth_and_trial) {

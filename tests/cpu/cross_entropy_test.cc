@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/kernel_test_util.h"
@@ -112,10 +113,70 @@ TEST(CrossEntropy, gives_the_same_bits_on_one_and_two_threads) {
   EXPECT_EQ(run(1), run(2));
 }
 
+// kIgnoredTarget (a target the loss does not count): loss 0 and a zero gradient row, in place
+// too, while every other row keeps the bits it has without ignored rows; the same through the
+// vocabulary-parallel pair, on a rank whose part holds the ignored rows' columns or not.
+TEST(CrossEntropy, ignored_targets_give_zero_rows_and_leave_the_others_bits) {
+  const int64_t T = 9, V = 131;
+  const std::vector<float> logits = test::random_floats(T * V, 59, -5.f, 5.f);
+  const std::vector<int32_t> ys = test::random_ids(T, int32_t(V), 60);
+  std::vector<int32_t> masked = ys;
+  masked[0] = masked[4] = masked[8] = kIgnoredTarget;
+  auto run = [&](const std::vector<int32_t>& targets, bool in_place) {
+    std::vector<float> losses(T, -1.0f), d = in_place ? logits : std::vector<float>(T * V, -1.0f);
+    cross_entropy(Tensor(losses.data(), {T}), Tensor(d.data(), {T, V}),
+                  ConstTensor(in_place ? d.data() : logits.data(), {T, V}),
+                  View<const int32_t>(targets.data(), {T}), 0.25f);
+    return std::make_pair(losses, d);
+  };
+  const auto [want_l, want_d] = run(ys, false);
+  for (bool in_place : {false, true}) {
+    const auto [l, d] = run(masked, in_place);
+    for (int64_t t = 0; t < T; ++t) {
+      const bool ignored = masked[t] == kIgnoredTarget;
+      EXPECT_EQ(l[t], ignored ? 0.0f : want_l[t]) << t;
+      for (int64_t c = 0; c < V; ++c)
+        ASSERT_EQ(d[t * V + c], ignored ? 0.0f : want_d[t * V + c]) << t << " " << c;
+    }
+  }
+  // two ranks of 65 and 66 columns
+  std::vector<float> stats(4 * T), target(T, 0.0f);
+  const int64_t split[3] = {0, 65, V};
+  std::vector<std::vector<int32_t>> local(2, std::vector<int32_t>(T));
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t t = 0; t < T; ++t)
+      local[r][t] = masked[t] == kIgnoredTarget ? kIgnoredTarget
+                    : masked[t] >= split[r] && masked[t] < split[r + 1]
+                        ? int32_t(masked[t] - split[r])
+                        : kOtherShard;
+    std::vector<float> tl(T);
+    const ConstTensor part = ConstTensor(logits.data(), {T, V}).slice_cols(split[r], split[r + 1]);
+    vocab_parallel_ce_stats(Tensor(stats.data() + 2 * r * T, {2, T}), Tensor(tl.data(), {T}), part,
+                            View<const int32_t>(local[r].data(), {T}));
+    for (int64_t t = 0; t < T; ++t) target[t] += tl[t];
+  }
+  for (int64_t r = 0; r < 2; ++r) {
+    const int64_t Vl = split[r + 1] - split[r];
+    std::vector<float> l(T, -1.0f), d(T * Vl, -1.0f);
+    vocab_parallel_ce(Tensor(l.data(), {T}), Tensor(d.data(), {T, Vl}),
+                      ConstTensor(logits.data(), {T, V}).slice_cols(split[r], split[r + 1]),
+                      View<const int32_t>(local[r].data(), {T}), ConstTensor(stats.data(), {4, T}),
+                      ConstTensor(target.data(), {T}), 0.25f);
+    for (int64_t t = 0; t < T; ++t) {
+      if (masked[t] != kIgnoredTarget) {
+        EXPECT_NEAR(l[t], want_l[t], 4.0 * kFloatU * (1.0 + std::abs(want_l[t])));
+        continue;
+      }
+      EXPECT_EQ(l[t], 0.0f) << r << " " << t;
+      for (int64_t c = 0; c < Vl; ++c) ASSERT_EQ(d[t * Vl + c], 0.0f) << r << " " << t;
+    }
+  }
+}
+
 TEST(CrossEntropy, bad_target_error_names_position_value_and_vocabulary) {
   const int64_t T = 3, V = 5;
   std::vector<float> logits(T * V), losses(T);
-  for (int32_t bad : {5, -2}) {
+  for (int32_t bad : {5, -1, -3}) {  // -2 is kIgnoredTarget
     const std::vector<int32_t> ys = {0, bad, 1};
     try {
       cross_entropy(Tensor(losses.data(), {T}), Tensor(), ConstTensor(logits.data(), {T, V}),

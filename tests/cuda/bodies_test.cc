@@ -505,13 +505,16 @@ TEST(CudaBodies, vocab_parallel_ce_rows_match_cpu) {
   constexpr float kGradScale = 0.37f;
   constexpr int64_t T = 9, Vl = 40, ranks = 3;
   const Buf logits = Buf::random(T, Vl * ranks, Vl * ranks, 73, -6.0f, 6.0f);
-  const std::vector<int32_t> ys = test::random_ids(T, int32_t(Vl * ranks), 74);
+  std::vector<int32_t> ys = test::random_ids(T, int32_t(Vl * ranks), 74);
+  ys[2] = ys[T - 1] = kIgnoredTarget;  // not counted: loss 0, a zero gradient row
   std::vector<float> stats_cpu = nan_vec(2 * ranks * T), stats_body = nan_vec(2 * ranks * T);
   std::vector<float> target(T, 0.0f);
   std::vector<std::vector<int32_t>> local(static_cast<size_t>(ranks), std::vector<int32_t>(T));
   for (int64_t r = 0; r < ranks; ++r) {
     for (int64_t t = 0; t < T; ++t)
-      local[r][t] = ys[t] / Vl == r ? int32_t(ys[t] - r * Vl) : kOtherShard;
+      local[r][t] = ys[t] == kIgnoredTarget ? kIgnoredTarget
+                    : ys[t] / Vl == r       ? int32_t(ys[t] - r * Vl)
+                                            : kOtherShard;
     const View<const float> part = logits.ct().slice_cols(r * Vl, (r + 1) * Vl);
     std::vector<float> tl_cpu = nan_vec(T), tl_body = nan_vec(T);
     cpu::vocab_parallel_ce_stats(View<float>(stats_cpu.data() + 2 * r * T, {2, T}),
@@ -540,6 +543,10 @@ TEST(CudaBodies, vocab_parallel_ce_rows_match_cpu) {
                             stats_cpu.data(), ranks, target.data(), kGradScale, t);
     EXPECT_LE(max_err(l_body, l_cpu, std::vector<double>(T, 10.0)), kExpTol);
     EXPECT_LE(max_err(d_body, d_cpu, std::vector<double>(T * Vl, kGradScale)), kExpTol);
+    for (int64_t t : {int64_t(2), T - 1}) {
+      EXPECT_EQ(l_body[t], 0.0f);
+      for (int64_t c = 0; c < Vl; ++c) ASSERT_EQ(d_body[t * Vl + c], 0.0f) << t << " " << c;
+    }
   }
 }
 
@@ -552,7 +559,8 @@ TEST(CudaBodies, cross_entropy_row_matches_cpu_with_and_without_dlogits) {
     const auto [T, V, ld] = s;
     SCOPED_TRACE(name(s));
     const Buf logits = Buf::random(T, V, ld, 71, -6.0f, 6.0f);
-    const std::vector<int32_t> targets = test::random_ids(T, int32_t(V), 72);
+    std::vector<int32_t> targets = test::random_ids(T, int32_t(V), 72);
+    targets[1] = kIgnoredTarget;  // not counted: loss 0, a zero gradient row
     const View<const int32_t> tv(targets.data(), {T});
     // loss = m + log(sum) - x_y: scaled by the magnitudes of its terms; expf vs exp_f32 moves
     // log(sum) by a few ulp of its 1 + ... terms.
@@ -561,7 +569,9 @@ TEST(CudaBodies, cross_entropy_row_matches_cpu_with_and_without_dlogits) {
       for (int64_t c = 0; c < V; ++c) m = std::max(m, logits.at(t, c));
       double sum = 0.0;
       for (int64_t c = 0; c < V; ++c) sum += std::exp(double(logits.at(t, c)) - m);
-      return std::abs(double(m)) + std::log(sum) + std::abs(double(logits.at(t, targets[t])));
+      return targets[t] == kIgnoredTarget
+                 ? 1.0
+                 : std::abs(double(m)) + std::log(sum) + std::abs(double(logits.at(t, targets[t])));
     };
     std::vector<double> l_scale(T);
     for (int64_t t = 0; t < T; ++t) l_scale[t] = loss_scale(t);
@@ -575,7 +585,9 @@ TEST(CudaBodies, cross_entropy_row_matches_cpu_with_and_without_dlogits) {
         cross_entropy_row(l_body.data(), want_grad ? d_body.mat() : Mat{}, logits.cmat(),
                           targets.data(), kGradScale, t);
       EXPECT_LE(max_err(l_body, l_cpu, l_scale), kExpTol);
+      EXPECT_EQ(l_body[1], 0.0f);
       if (!want_grad) continue;
+      for (int64_t c = 0; c < V; ++c) ASSERT_EQ(d_body.at(1, c), 0.0f) << c;
       // dlogits = p grad_scale - [c == y] grad_scale: scaled by both terms.
       std::vector<double> d_scale(T * V);
       for (int64_t t = 0; t < T; ++t)
@@ -636,11 +648,16 @@ TEST(CudaBodies, row_kernels_in_lanes_agree_with_the_one_lane_bodies) {
     EXPECT_LE(max_err_vs_max(dxl.logical(), dx1.logical()), 1e-6);
     EXPECT_TRUE(yl.padding_intact());
     // the loss and its gradient over a "vocabulary" of C columns, in place and not
-    const std::vector<int32_t> targets = test::random_ids(T, int32_t(C), 15);
-    std::vector<float> l1(T), ll(T);
+    std::vector<int32_t> targets = test::random_ids(T, int32_t(C), 15);
+    targets[1] = kIgnoredTarget;  // every lane zeroes its columns
+    std::vector<float> l1(T), ll(T, kNaN);
     Buf d1(T, C, ld, kNaN), dl = x;  // dl: in place over a copy of the logits
     for (int64_t t = 0; t < T; ++t) {
       cross_entropy_row(l1.data(), d1.mat(), x.cmat(), targets.data(), kGradScale, t);
+      if (targets[t] == kIgnoredTarget) {
+        for (int lane = 0; lane < L; ++lane) ce_ignored_part(ll.data(), dl.mat(), t, lane, L);
+        continue;
+      }
       std::vector<float> mx(static_cast<size_t>(L));
       for (int lane = 0; lane < L; ++lane) mx[size_t(lane)] = ce_max_part(dl.cmat(), t, lane, L);
       for (int half = L / 2; half > 0; half /= 2)

@@ -61,11 +61,12 @@ struct DocRun {
 // forward_backward of the rows (each [S + 1] tokens) as one micro-batch, or of each document
 // of each row alone (documents = the row's spans between its end-of-text tokens).
 DocRun run_packed(const ModelConfig& cfg, const std::vector<std::vector<int32_t>>& rows, int64_t S,
-                  bool mask) {
+                  bool mask, bool eod_loss_mask = false) {
   Model model(cfg, cpu_backend());
   model.init(5);
   test::perturb_biases_and_norms(model, 3);
   if (mask) model.set_document_mask(kEot);
+  if (eod_loss_mask) model.set_eod_loss_mask(kEot);
   CachingAllocator alloc;
   KeepStrategy keep(model.skeletal(), alloc);
   std::vector<int32_t> in, tg;
@@ -80,8 +81,11 @@ DocRun run_packed(const ModelConfig& cfg, const std::vector<std::vector<int32_t>
   return out;
 }
 
+// eod_loss_mask: each document's first prediction (made from its end-of-text token) left out:
+// as it sees only that token, it is the loss of a one-token sequence, whose gradient is taken
+// away (grad_scale -1).
 DocRun run_one_by_one(const ModelConfig& cfg, const std::vector<std::vector<int32_t>>& rows,
-                      int64_t S) {
+                      int64_t S, bool eod_loss_mask = false) {
   Model model(cfg, cpu_backend());
   model.init(5);
   test::perturb_biases_and_norms(model, 3);
@@ -94,6 +98,9 @@ DocRun run_one_by_one(const ModelConfig& cfg, const std::vector<std::vector<int3
       while (b < S && r[size_t(b)] != kEot) ++b;
       out.loss +=
           model.forward_backward(r.data() + a, r.data() + a + 1, 1, b - a, 1.0f, keep, alloc);
+      if (eod_loss_mask && r[size_t(a)] == kEot)
+        out.loss -=
+            model.forward_backward(r.data() + a, r.data() + a + 1, 1, 1, -1.0f, keep, alloc);
       a = b;
     }
   out.grads.assign(model.grads(), model.grads() + model.params_numel());
@@ -130,6 +137,39 @@ void expect_packed_equals_one_by_one(const ModelConfig& cfg) {
 
 TEST(DocumentMask, llama_packed_windows_equal_their_documents_one_by_one) {
   expect_packed_equals_one_by_one(doc_llama());
+}
+
+// --eod-mask-loss: the packed windows' loss and gradients without each document's prediction
+// from its end-of-text token equal the documents' one by one less those predictions (the same
+// tolerances as above: the same products, plus one short run each); the count leaves out one
+// target per end-of-text input; a window of one document without a leading end-of-text keeps
+// every target and the unmasked bits.
+TEST(DocumentMask, eod_loss_mask_leaves_out_each_documents_first_prediction) {
+  for (const ModelConfig& cfg : {doc_llama(), doc_gpt2(PositionEmbedding::kLearned)}) {
+    const int64_t S = 150, V = cfg.vocab_size;
+    const std::vector<std::vector<int32_t>> rows = {packed_row(S, V, {0, 37, 64, 128, 129}, 1),
+                                                    packed_row(S, V, {20, 90, 149}, 2)};
+    const DocRun packed = run_packed(cfg, rows, S, true, true);
+    const DocRun alone = run_one_by_one(cfg, rows, S, true);
+    EXPECT_LT(std::fabs(packed.loss - alone.loss) / alone.loss, 1e-6) << int(cfg.arch);
+    EXPECT_LT(grad_error(packed, alone), 1e-5) << int(cfg.arch);
+    const DocRun all_targets = run_packed(cfg, rows, S, true, false);
+    EXPECT_GT(std::fabs(all_targets.loss - alone.loss) / alone.loss, 1e-3) << int(cfg.arch);
+    Model model(cfg, cpu_backend());
+    model.set_eod_loss_mask(kEot);
+    std::vector<int32_t> in, tg;
+    for (const auto& r : rows) {
+      in.insert(in.end(), r.begin(), r.begin() + S);
+      tg.insert(tg.end(), r.begin() + 1, r.end());
+    }
+    EXPECT_EQ(model.counted_targets(in.data(), tg.data(), 2 * S), 2 * S - 8);  // 5 + 3 inputs
+    const std::vector<std::vector<int32_t>> one = {packed_row(S, V, {}, 4)};
+    const DocRun masked = run_packed(cfg, one, S, true, true),
+                 plain = run_packed(cfg, one, S, false);
+    EXPECT_EQ(masked.loss, plain.loss);
+    EXPECT_EQ(0, std::memcmp(masked.grads.data(), plain.grads.data(),
+                             masked.grads.size() * sizeof(float)));
+  }
 }
 
 TEST(DocumentMask, gpt2_learned_and_rotary_positions_restart_at_each_document) {

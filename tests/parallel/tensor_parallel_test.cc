@@ -304,14 +304,16 @@ TEST_F(TensorParallel, mistral_with_a_sliding_window_matches_one_process) {
   layouts_match_one_process("mistral_docs.json", "--document-mask --eot-id 73");
 }
 
-// GPT-2's learned positions restart at each document on each rank's rows. Without the noise
+// GPT-2's learned positions restart at each document on each rank's rows, and --eod-mask-loss
+// leaves the same predictions out of every layout's loss (ids the vocabulary-parallel loss keeps
+// as ignored, whichever rank's rows hold the target; Note [Counted tokens]). Without the noise
 // scale: B_simple is a difference of squared norms over their difference, which here amplifies the
 // layouts' fp32 rounding to 2e-5 (measured), past kTpTol; loss, gradient norm and weights are
 // compared as everywhere.
 TEST_F(TensorParallel, gpt2_with_document_masks_matches_one_process) {
   test::write_text(dir / "gpt2.json", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2,
     "n_head": 4, "n_inner": 64, "vocab_size": 256, "n_positions": 512})");
-  layouts_match_one_process("gpt2.json", "--document-mask --eot-id 73 --no-gns");
+  layouts_match_one_process("gpt2.json", "--document-mask --eot-id 73 --eod-mask-loss --no-gns");
 }
 
 TEST_F(TensorParallel, gpt2_matches_one_process) {

@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "memo/optim/sgd.h"
 #include "memo/parallel/self_communicator.h"
 #include "memo/train/evaluate.h"
+#include "test_util.h"
 
 namespace memo {
 namespace {
@@ -187,6 +190,73 @@ TEST(TrainStep, a_step_of_fewer_micro_batches_is_their_mean_and_the_probe_follow
   EXPECT_EQ(probe.micro_sq_norms().size(), size_t(Fixture::kMicro));
 }
 
+// Note [Counted tokens]: with a loss mask (an eod mask on the model, kIgnoredTarget targets from
+// the source) the step's loss is the mean over the targets it counts, computed here independently
+// from every token's unmasked loss; the gradients are the same whether the step's 6 rows run as
+// three micro-batches of 2 or one of 6; a second data-parallel rank's count halves them exactly;
+// and a step whose every target is masked is refused by name.
+TEST(TrainStep, a_masked_step_is_the_mean_over_the_counted_targets_whatever_the_split) {
+  Fixture f;
+  const int64_t n = f.model.params_numel(), rows = Fixture::kMicro * Fixture::kRows;
+  const int32_t eot = f.tokens[5];
+  f.model.set_eod_loss_mask(eot);
+  // the source leaves out every 7th target as well
+  auto masked = [&f](int64_t step, int64_t micro, int32_t* in, int32_t* tgt, int64_t r) {
+    f.source()(step, micro, in, tgt, r);
+    for (int64_t i = 0; i < r * Fixture::kSeq; ++i)
+      if ((micro * r * Fixture::kSeq + i) % 7 == 3) tgt[i] = kIgnoredTarget;
+  };
+  // independently: each token's loss without any mask, summed over the counted ones
+  std::vector<int32_t> in(size_t(rows * Fixture::kSeq)), tgt(in.size());
+  std::vector<float> token_losses(in.size());
+  f.source()(1, 0, in.data(), tgt.data(), rows);
+  Model plain(f.config, cpu_backend());
+  std::memcpy(plain.params(), f.model.params(), size_t(n) * sizeof(float));
+  plain.forward_loss(in.data(), tgt.data(), rows, Fixture::kSeq, f.strategy, f.alloc, token_losses);
+  double want_sum = 0.0;
+  int64_t counted = 0, eots = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    eots += in[i] == eot;
+    if (in[i] == eot || i % 7 == 3) continue;
+    want_sum += token_losses[i];
+    ++counted;
+  }
+  ASSERT_GT(eots, 0);  // the test has eod predictions to leave out
+  Sgd sgd(f.model.layout(), SgdOptions{}, decay_matrices_only(f.model.layout()), cpu_backend());
+  TrainStep three(f.model, sgd, f.strategy, f.alloc,
+                  StepShape{Fixture::kRows, Fixture::kSeq, Fixture::kMicro}, masked, nullptr, f.dp);
+  three.set_masked_targets(true);
+  const StepGradients g3 = three.gradients(1);
+  EXPECT_NEAR(g3.loss, want_sum / double(counted), 1e-6 * g3.loss);
+  const std::vector<float> want(f.model.grads(), f.model.grads() + n);
+  TrainStep one(f.model, sgd, f.strategy, f.alloc, StepShape{rows, Fixture::kSeq, 1}, masked,
+                nullptr, f.dp);
+  one.set_masked_targets(true);
+  const StepGradients g1 = one.gradients(1);
+  EXPECT_NEAR(g1.loss, g3.loss, 1e-6 * g3.loss);
+  double scale = 0.0;
+  for (float v : want) scale = std::max(scale, double(std::abs(v)));
+  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(f.model.grads()[i], want[size_t(i)], 1e-5 * scale);
+  // two ranks with the same counts: the mean over twice the counted tokens, exactly half
+  RecordingGroup group(f.model);
+  TrainStep two(f.model, sgd, f.strategy, f.alloc,
+                StepShape{Fixture::kRows, Fixture::kSeq, Fixture::kMicro}, masked, nullptr, group);
+  two.set_masked_targets(true);
+  two.gradients(1);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(f.model.grads()[i], 0.5f * want[size_t(i)]) << i;
+  // nothing to count
+  TrainStep none(
+      f.model, sgd, f.strategy, f.alloc, StepShape{Fixture::kRows, Fixture::kSeq, 1},
+      [](int64_t, int64_t, int32_t* in, int32_t* tgt, int64_t r) {
+        std::fill_n(in, r * Fixture::kSeq, 1);
+        std::fill_n(tgt, r * Fixture::kSeq, kIgnoredTarget);
+      },
+      nullptr, f.dp);
+  none.set_masked_targets(true);
+  const std::string msg = test::error_message<DataError>([&] { none.gradients(4); });
+  EXPECT_NE(msg.find("step 4: the loss counts none of its 48 targets"), std::string::npos) << msg;
+}
+
 TEST(TrainStep, update_clips_to_the_requested_norm_then_steps_the_optimizer) {
   Fixture f;
   const int64_t n = f.model.params_numel();
@@ -229,6 +299,25 @@ TEST(Evaluate, sums_the_sequential_windows_it_covers) {
   }
   EXPECT_EQ(some.loss_sum, want);
   EXPECT_EQ(evaluate_windows(f.model, f.strategy, f.alloc, sampler, 4, 1000).windows, all);
+  // --eod-mask-loss: the predictions from the eot inputs leave the sums and the buckets, and
+  // the hook sees them as kIgnoredTarget
+  const int32_t eot = f.tokens[5];
+  f.model.set_eod_loss_mask(eot);
+  int64_t ignored = 0, eots = 0;
+  const EvalSum masked = evaluate_windows(
+      f.model, f.strategy, f.alloc, sampler, 2, 5,
+      [&](const int32_t* t, int64_t r, const EvalSum&) {
+        for (int64_t i = 0; i < r * Fixture::kSeq; ++i) ignored += t[i] == kIgnoredTarget;
+      },
+      nullptr, Fixture::kSeq / 2);
+  for (int64_t i = 0; i < 5 * Fixture::kSeq; ++i) eots += f.tokens[size_t(i)] == eot;
+  ASSERT_GT(eots, 0);
+  EXPECT_EQ(ignored, eots);
+  EXPECT_EQ(masked.tokens, 5 * Fixture::kSeq - eots);
+  EXPECT_EQ(masked.bucket_tokens[0] + masked.bucket_tokens[1], masked.tokens);
+  EXPECT_NEAR(masked.bucket_loss[0] + masked.bucket_loss[1], masked.loss_sum,
+              1e-9 * masked.loss_sum);
+  EXPECT_LT(masked.loss_sum, some.loss_sum);
 }
 
 }  // namespace

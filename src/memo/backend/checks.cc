@@ -1,6 +1,7 @@
 #include "memo/backend/checks.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "memo/backend/view_checks.h"
 
@@ -144,13 +145,22 @@ void check_token_ids(const char* op, const char* what, View<const int32_t> ids, 
                           " is outside the vocabulary [0, ", V, ")"));
 }
 
+void check_target_ids(const char* op, View<const int32_t> targets, int64_t V) {
+  const int32_t* p = targets.data();
+  for (int64_t t = 0; t < targets.numel(); ++t)
+    if (p[t] != kIgnoredTarget && (p[t] < 0 || p[t] >= V))
+      throw DataError(str(op, ": target id ", p[t], " at position ", t,
+                          " is outside the vocabulary [0, ", V, ")"));
+}
+
 namespace {
 
-// ids in [0, V) or kOtherShard
+// ids in [0, V) or kOtherShard (targets: or kIgnoredTarget)
 void check_shard_ids(const char* op, const char* what, View<const int32_t> ids, int64_t V) {
+  const bool target = std::string_view(what) == "target";
   const int32_t* p = ids.data();
   for (int64_t t = 0; t < ids.numel(); ++t)
-    if (p[t] != kOtherShard && (p[t] < 0 || p[t] >= V))
+    if (p[t] != kOtherShard && !(target && p[t] == kIgnoredTarget) && (p[t] < 0 || p[t] >= V))
       throw DataError(str(op, ": ", what, " id ", p[t], " at position ", t,
                           " is outside the vocabulary [0, ", V, ")"));
 }
@@ -207,7 +217,7 @@ void check_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
                  (!want_grad || is_matrix(dlogits, T, V)),
              "cross_entropy: losses ", losses.shape(), " dlogits ", dlogits.shape(), " logits ",
              logits.shape(), " targets ", targets.shape());
-  if (ids_on_host) check_token_ids("cross_entropy", "target", targets, V);
+  if (ids_on_host) check_target_ids("cross_entropy", targets, V);
 }
 
 void check_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b, float alpha,

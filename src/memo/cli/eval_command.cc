@@ -31,7 +31,7 @@ struct EvalOptions {
   std::string data, split = "val", svg, haystack;
   int64_t seq = 256, batch = 8, batches = 0, by_position = 0;
   double val_fraction = 0.05;
-  bool document_mask = false, json = false, passkey = false, needle = false;
+  bool document_mask = false, eod_mask_loss = false, json = false, passkey = false, needle = false;
   int64_t eot_id = -1;
   std::string lengths = "1K,4K", depths = "0,0.25,0.5,0.75,1";
   int64_t trials = 5, prefill_chunk = 4096, max_answer_tokens = 8;
@@ -92,12 +92,16 @@ struct Loaded {
 };
 
 void set_document_mask(Model& model, const Tokenizer& tokenizer, const EvalOptions& o) {
-  if (!o.document_mask) return;
+  if (!o.document_mask && !o.eod_mask_loss) return;
   const std::optional<int32_t> ckpt_eot = tokenizer.end_of_text();
   const bool data_names_it = o.eot_id >= 0 || !shard_tokenizer_json(o.data).empty();
-  model.set_document_mask(data_names_it || !ckpt_eot
-                              ? document_start_token(o.data, o.eot_id, model.config().vocab_size)
-                              : *ckpt_eot);
+  const int32_t eot =
+      data_names_it || !ckpt_eot
+          ? document_start_token(o.data, o.eot_id, model.config().vocab_size,
+                                 o.document_mask ? "--document-mask" : "--eod-mask-loss")
+          : *ckpt_eot;
+  if (o.document_mask) model.set_document_mask(eot);
+  if (o.eod_mask_loss) model.set_eod_loss_mask(eot);
 }
 
 void print_retrieval(const RetrievalReport& r, const std::string& name, std::ostream& out) {
@@ -158,6 +162,9 @@ void add_eval_command(CLI::App& app) {
   eval->add_option("--eot-id", o->eot_id,
                    "The token that starts each document (default: the end-of-text token of the "
                    "data's tokenizer, else of the checkpoint's)");
+  eval->add_flag("--eod-mask-loss", o->eod_mask_loss,
+                 "The loss leaves out the predictions made from each --eot-id token (as memo "
+                 "train --eod-mask-loss)");
   eval->add_option("--by-position", o->by_position,
                    "Also the loss by position within the window, in buckets of this many tokens");
   eval->add_flag("--passkey", o->passkey,

@@ -110,6 +110,9 @@ void add_gradient_flags(CLI::App& cmd, TrainOptions* t) {
   cmd.add_option("--eot-id", t->eot_id,
                  "The token that starts each document (default: the end-of-text token of the "
                  "data's tokenizer)");
+  cmd.add_flag("--eod-mask-loss", t->eod_mask_loss,
+               "The loss leaves out the predictions made from each --eot-id token (a document's "
+               "first token predicting its second from nothing)");
   cmd.add_option("--seed", t->seed, "Seed of the weight init and the data windows")
       ->capture_default_str();
 }

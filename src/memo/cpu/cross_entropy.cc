@@ -39,6 +39,11 @@ void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const
   float* lp = losses.data();
 #pragma omp parallel for schedule(static) if (T * V >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
+    if (ys[t] == kIgnoredTarget) {  // not counted: no loss, no gradient
+      lp[t] = 0.0f;
+      if (want_grad) std::fill_n(dlogits.data() + t * dlogits.ld(), V, 0.0f);
+      continue;
+    }
     const float* xr = logits.data() + t * logits.ld();
     const auto [m, sum] = row_stats(xr, V);
     const float target_logit = xr[ys[t]];  // read before dlogits (which may alias) is written
@@ -67,7 +72,7 @@ void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logi
     const auto [m, sum] = row_stats(xr, V);
     mp[t] = m;
     sp[t] = float(sum);
-    tp[t] = ys[t] == kOtherShard ? 0.0f : xr[ys[t]];
+    tp[t] = ys[t] < 0 ? 0.0f : xr[ys[t]];  // kOtherShard, kIgnoredTarget
   }
 }
 
@@ -83,6 +88,11 @@ void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
   float* lp = losses.data();
 #pragma omp parallel for schedule(static) if (T * V >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
+    if (ys[t] == kIgnoredTarget) {  // not counted: no loss, no gradient
+      lp[t] = 0.0f;
+      if (want_grad) std::fill_n(dlogits.data() + t * dlogits.ld(), V, 0.0f);
+      continue;
+    }
     float m = st[t];
     for (int64_t r = 1; r < ranks; ++r) m = std::max(m, st[2 * r * T + t]);
     double sum = 0.0;

@@ -119,20 +119,22 @@ void embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens)
 // --- softmax cross-entropy ---
 // losses[t] = logsumexp(logits[t,:]) - logits[t, targets[t]];  logits: [T, V]; losses: [T].
 // When dlogits is non-empty: dlogits[t,:] = (softmax(logits[t,:]) - onehot(targets[t])) *
-// grad_scale (dlogits may alias logits). Throws DataError on a target outside [0, V).
+// grad_scale (dlogits may alias logits). A kIgnoredTarget target (backend/checks.h) gives
+// losses[t] = 0 and a zero dlogits row. Throws DataError on a target outside [0, V).
 void cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits, View<const int32_t> targets,
                    float grad_scale);
 // The same over a vocabulary split into t parts, one per tensor-parallel rank (Note
 // [Vocabulary-parallel loss] in model/model.cc). Each rank first computes, over its logits [T, V/t]
 // and its targets (relative to its first row, kOtherShard where another rank holds the target):
 //   stats[0, t] = max_c logits[t, c], stats[1, t] = sum_c exp(logits[t, c] - stats[0, t]) (added
-//   in double), target_logit[t] = logits[t, targets[t]] (0 for kOtherShard).
+//   in double), target_logit[t] = logits[t, targets[t]] (0 for kOtherShard and kIgnoredTarget).
 void vocab_parallel_ce_stats(Tensor stats, Tensor target_logit, ConstTensor logits,
                              View<const int32_t> targets);
 // Then, with stats [2 t, T] the ranks' stats in rank order and target_logit summed over them:
 // m = max_r m_r, s = sum_r s_r exp(m_r - m) (in double, in rank order), losses[t] = m + log(s) -
 // target_logit[t], and when dlogits is non-empty dlogits[t, c] = (exp(logits[t, c] - m) / s -
-// [c == targets[t]]) * grad_scale (dlogits may alias logits).
+// [c == targets[t]]) * grad_scale (dlogits may alias logits); a kIgnoredTarget row: loss 0 and a
+// zero gradient row.
 void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
                        View<const int32_t> targets, ConstTensor stats, ConstTensor target_logit,
                        float grad_scale);

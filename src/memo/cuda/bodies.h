@@ -35,6 +35,10 @@ struct CMat {
   MEMO_HD const float& at(int64_t r, int64_t c) const { return p[r * ld + c]; }
 };
 
+// A target the loss does not count: memo::kIgnoredTarget (backend/checks.h; loss.cu checks they
+// agree).
+inline constexpr int32_t kIgnoredTarget = -2;
+
 MEMO_HD inline float sign_of(float x) { return float((x > 0.0f) - (x < 0.0f)); }
 
 // --- f32 <-> bf16 (core/dtype.h's float_to_bf16 and bf16_to_float, bit for bit) ---
@@ -347,11 +351,19 @@ MEMO_HD inline void ce_grad_part(Mat dlogits, CMat logits, int64_t t, float m, d
     dlogits.at(t, c) = g;
   }
 }
+// Row t of a target the loss does not count (kIgnoredTarget): loss 0 (lane 0 writes it) and a
+// zero gradient row (each lane its columns).
+MEMO_HD inline void ce_ignored_part(float* losses, Mat dlogits, int64_t t, int lane, int lanes) {
+  if (lane == 0) losses[t] = 0.0f;
+  for (int64_t c = lane; dlogits.p != nullptr && c < dlogits.cols; c += lanes)
+    dlogits.at(t, c) = 0.0f;
+}
 MEMO_HD inline void cross_entropy_row(float* losses, Mat dlogits, CMat logits,
                                       const int32_t* targets, float grad_scale, int64_t t) {
+  const int32_t y = targets[t];
+  if (y == kIgnoredTarget) return ce_ignored_part(losses, dlogits, t, 0, 1);
   const float m = ce_max_part(logits, t, 0, 1);
   const double sum = ce_sum_part(logits, t, m, 0, 1);
-  const int32_t y = targets[t];
   losses[t] = ce_loss(m, sum, logits.at(t, y));
   if (dlogits.p == nullptr) return;
   ce_grad_part(dlogits, logits, t, m, sum, y, grad_scale, 0, 1);
@@ -359,7 +371,7 @@ MEMO_HD inline void cross_entropy_row(float* losses, Mat dlogits, CMat logits,
 
 // --- vocabulary-parallel cross-entropy of row t (cpu/kernels.h); stats [2, T] of this
 // rank, then [2 ranks, T] of all: row 2r the maxima, row 2r + 1 the sums; target ids < 0 are
-// another rank's ---
+// another rank's (kOtherShard) or not counted (kIgnoredTarget) ---
 MEMO_HD inline void vocab_parallel_ce_stats_row(float* stats, float* target_logit, CMat logits,
                                                 const int32_t* targets, int64_t t) {
   const int64_t V = logits.cols, T = logits.rows;
@@ -375,6 +387,7 @@ MEMO_HD inline void vocab_parallel_ce_row(float* losses, Mat dlogits, CMat logit
                                           const int32_t* targets, const float* stats, int64_t ranks,
                                           const float* target_logit, float grad_scale, int64_t t) {
   const int64_t V = logits.cols, T = logits.rows;
+  if (targets[t] == kIgnoredTarget) return ce_ignored_part(losses, dlogits, t, 0, 1);
   float m = stats[t];
   for (int64_t r = 1; r < ranks; ++r) m = stats[2 * r * T + t] > m ? stats[2 * r * T + t] : m;
   double sum = 0.0;

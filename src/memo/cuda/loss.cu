@@ -4,6 +4,7 @@
 #include "memo/cuda/backend_impl.cuh"
 
 namespace memo::cuda_impl {
+static_assert(cuda::kIgnoredTarget == memo::kIgnoredTarget);
 namespace {
 
 __device__ void row_max_tree(float* a, int lane) {
@@ -20,6 +21,8 @@ __global__ void cross_entropy_kernel(float* losses, Mat dlogits, CMat logits,
   const int64_t t = blockIdx.x;
   const int lane = int(threadIdx.x);
   const int32_t y = targets[t];
+  if (y == cuda::kIgnoredTarget)  // not counted (the whole block returns, before any barrier)
+    return cuda::ce_ignored_part(losses, dlogits, t, lane, cuda::kRowLanes);
   const float target_logit = logits.at(t, y);  // read before any lane writes (dlogits may alias)
   mx[lane] = cuda::ce_max_part(logits, t, lane, cuda::kRowLanes);
   row_max_tree(mx, lane);

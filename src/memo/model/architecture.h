@@ -59,7 +59,9 @@ struct LayerContext {
 // for packed data. Documents start at each end-of-text token (memo tokenize begins every
 // document with one, as llm.c's token files do) and at the window's start; so the prediction
 // made from a document's last token is the next document's end-of-text, the end of the
-// document, and no loss mask is needed. The attention takes key_start = the document's start
+// document. The prediction made from the end-of-text itself sees nothing of its document;
+// --eod-mask-loss (Megatron-LM's option, Model::set_eod_loss_mask) leaves it out of the loss
+// (Note [Counted tokens] in train/step.cc). The attention takes key_start = the document's start
 // (AttnMask), the ring passes the same whole-sequence starts to each chunk pair, and RoPE runs
 // over the runs of consecutive positions (for_each_position_run), each with its rows of the
 // tables. The plan depends on shapes only: key_start and positions are host vectors.

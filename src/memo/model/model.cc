@@ -273,8 +273,7 @@ void check_ids(TokenIds ids, int64_t tokens, int64_t vocab_size) {
   check_token_ids("embedding_forward", "token", View<const int32_t>(ids.inputs, {tokens}),
                   vocab_size);
   if (ids.targets)
-    check_token_ids("cross_entropy", "target", View<const int32_t>(ids.targets, {tokens}),
-                    vocab_size);
+    check_target_ids("cross_entropy", View<const int32_t>(ids.targets, {tokens}), vocab_size);
 }
 
 // This rank's chunks of every sequence, chunk-major, copied into `inputs` and `targets`; records
@@ -293,12 +292,15 @@ int64_t take_context_parallel_chunks(ContextParallel& cp, TokenIds& ids,
   return seq;
 }
 
-// The ids relative to this rank's vocabulary rows [v0, v1), kOtherShard outside them, in `out`.
+// The ids relative to this rank's vocabulary rows [v0, v1), kOtherShard outside them (an ignored
+// target stays kIgnoredTarget), in `out`.
 const int32_t* local_vocab_ids(std::vector<int32_t>& out, const int32_t* ids, int64_t n, int64_t v0,
                                int64_t v1) {
   out.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i)
-    out[size_t(i)] = ids[i] >= v0 && ids[i] < v1 ? int32_t(ids[i] - v0) : kOtherShard;
+    out[size_t(i)] = ids[i] == kIgnoredTarget      ? kIgnoredTarget
+                     : ids[i] >= v0 && ids[i] < v1 ? int32_t(ids[i] - v0)
+                                                   : kOtherShard;
   return out.data();
 }
 
@@ -369,6 +371,12 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
   TokenIds ids{inputs, targets};
   if (backend_->has_values()) check_ids(ids, batch * seq, config_.vocab_size);
+  if (loss_eot_ >= 0 && targets) {  // --eod-mask-loss: the eot inputs' predictions not counted
+    loss_targets_.assign(targets, targets + batch * seq);
+    for (int64_t i = 0; i < batch * seq; ++i)
+      if (inputs[i] == loss_eot_) loss_targets_[size_t(i)] = kIgnoredTarget;
+    ids.targets = loss_targets_.data();
+  }
   const int64_t whole_seq = seq;
   if (cp_) seq = take_context_parallel_chunks(*cp_, ids, cp_inputs_, cp_targets_, batch, seq);
   if (doc_eot_ >= 0) find_documents(inputs, batch, whole_seq);
@@ -446,6 +454,18 @@ void Model::set_document_mask(int32_t eot) {
   MEMO_CHECK(eot < config_.vocab_size, "set_document_mask: eot ", eot, " outside the vocabulary ",
              config_.vocab_size);
   doc_eot_ = eot;
+}
+
+void Model::set_eod_loss_mask(int32_t eot) {
+  MEMO_CHECK(eot < config_.vocab_size, "set_eod_loss_mask: eot ", eot, " outside the vocabulary ",
+             config_.vocab_size);
+  loss_eot_ = eot;
+}
+
+int64_t Model::counted_targets(const int32_t* inputs, const int32_t* targets, int64_t n) const {
+  int64_t counted = 0;
+  for (int64_t i = 0; i < n; ++i) counted += counts_target(inputs[i], targets[i]);
+  return counted;
 }
 
 // Note [Document masks]: doc_start_ from the whole micro-batch's inputs (every rank has them),

@@ -15,6 +15,7 @@
 
 #include "memo/backend/allocator.h"
 #include "memo/backend/backend.h"
+#include "memo/backend/checks.h"
 #include "memo/backend/raw_allocator.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/architecture.h"
@@ -110,6 +111,18 @@ class Model {
   // the sequence's length (dynamic, longrope), which packed documents leave undefined.
   void set_document_mask(int32_t eot);
   int32_t document_mask() const { return doc_eot_; }
+  // --eod-mask-loss (Megatron-LM's name): with eot >= 0 the loss does not count the prediction
+  // made from each input token `eot` (the first token of a packed document predicting its
+  // second from nothing before it); -1: every prediction counts (the default). The targets
+  // given may also hold kIgnoredTarget (backend/checks.h): those are not counted either.
+  void set_eod_loss_mask(int32_t eot);
+  int32_t eod_loss_mask() const { return loss_eot_; }
+  // Whether the loss counts target t of a micro-batch, and how many of its n it counts: what the
+  // caller divides the loss sum by for the mean (train/step.h sets grad_scale from it).
+  bool counts_target(int32_t input, int32_t target) const {
+    return target != kIgnoredTarget && (loss_eot_ < 0 || input != loss_eot_);
+  }
+  int64_t counted_targets(const int32_t* inputs, const int32_t* targets, int64_t n) const;
 
   // Hugging Face's initialisation (model/params.h), drawn on the host; a no-op without values.
   void init(uint64_t seed);
@@ -207,7 +220,9 @@ class Model {
   std::vector<int32_t> cp_inputs_, cp_targets_;  // this rank's chunks of the micro-batch
   std::map<int64_t, std::pair<RawBuffer, RawBuffer>> rope_;  // seq -> cos, sin ([seq, D/2] f32)
   int32_t doc_eot_ = -1;                                     // set_document_mask
-  std::span<float> token_losses_;                            // forward_loss's, during its run
+  int32_t loss_eot_ = -1;                                    // set_eod_loss_mask
+  std::vector<int32_t> loss_targets_;  // with loss_eot_: the targets with the masked ones ignored
+  std::span<float> token_losses_;      // forward_loss's, during its run
   // With document masks, of the micro-batch being run: each whole sequence's tokens' document
   // starts ([batch x whole seq]), and each of this rank's rows' positions ([T], chunk-major
   // under context parallelism).

@@ -42,7 +42,8 @@ nlohmann::json pinned_options(const TrainOptions& o) {
           {"val_data", o.val_data_path},
           {"val_fraction", o.val_fraction},
           {"document_mask", o.document_mask},
-          {"eot_id", o.eot_id}};
+          {"eot_id", o.eot_id},
+          {"eod_mask_loss", o.eod_mask_loss}};
 }
 
 void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
@@ -58,6 +59,7 @@ void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
   o.seed = j.at("seed");
   o.document_mask = j.value("document_mask", false);  // older checkpoints ran without
   o.eot_id = j.value("eot_id", int64_t(-1));
+  o.eod_mask_loss = j.value("eod_mask_loss", false);
 }
 
 // Host views of tensors that live in a backend's device space, for writing a checkpoint: the

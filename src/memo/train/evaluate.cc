@@ -38,12 +38,21 @@ EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationA
     r.loss_sum += model.forward_loss(
         inputs.data(), targets.data(), rows, seq, strategy, alloc,
         std::span<float>(token_losses.data(), position_bucket > 0 ? size_t(rows * seq) : 0));
-    for (int64_t t = 0; position_bucket > 0 && t < rows * seq; ++t) {
+    // the targets the loss does not count (Model::counts_target) marked kIgnoredTarget for
+    // the buckets and the hook: their losses are 0, and the means leave them out
+    int64_t counted = 0;
+    for (int64_t t = 0; t < rows * seq; ++t) {
+      if (!model.counts_target(inputs[size_t(t)], targets[size_t(t)])) {
+        targets[size_t(t)] = kIgnoredTarget;
+        continue;
+      }
+      ++counted;
+      if (position_bucket <= 0) continue;
       const size_t k = size_t(t % seq / position_bucket);
       r.bucket_loss[k] += token_losses[size_t(t)];
       ++r.bucket_tokens[k];
     }
-    r.tokens += rows * seq;
+    r.tokens += counted;
     r.windows += rows;
     if (after_batch) after_batch(targets.data(), rows, r);
   }
@@ -87,7 +96,8 @@ EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& d
       model, strategy, alloc, sampler, batch, max_windows,
       [&](const int32_t* targets, int64_t rows, const EvalSum& so_far) {
         for (int64_t i = 0; i < rows * seq; ++i)
-          r.bytes += int64_t(tokenizer.token_bytes(targets[i]).size());
+          if (targets[i] != kIgnoredTarget)
+            r.bytes += int64_t(tokenizer.token_bytes(targets[i]).size());
         ++done;
         const auto now = std::chrono::steady_clock::now();
         if (progress && (now - last_print > std::chrono::seconds(1) || done == batches)) {

@@ -25,7 +25,7 @@ namespace memo {
 // The windows [0, min(max_windows, all)) of `sampler`'s data in batches of `batch` windows.
 struct EvalSum {
   double loss_sum = 0.0;  // summed token losses, nats
-  int64_t tokens = 0;
+  int64_t tokens = 0;     // the targets the loss counts (Model::counts_target), all without a mask
   int64_t windows = 0;
   // With a position bucket P: bucket k's summed losses and tokens, positions [k P, (k + 1) P)
   // within the window (a target's position is its input's).
@@ -33,7 +33,8 @@ struct EvalSum {
   std::vector<int64_t> bucket_tokens;
   double mean_loss() const { return tokens > 0 ? loss_sum / double(tokens) : 0.0; }
 };
-// Called after each batch with its targets (rows x seq ids) and the sums so far.
+// Called after each batch with its targets (rows x seq ids, kIgnoredTarget where the loss does
+// not count one) and the sums so far.
 using EvalBatchHook = std::function<void(const int32_t* targets, int64_t rows, const EvalSum& sum)>;
 // group: data-parallel ranks that share the work (collective): rank r evaluates the r-th of P
 // contiguous runs of the batches, and the sums are added over the ranks in rank order (the same

@@ -10,17 +10,18 @@
 
 namespace memo {
 
-int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64_t vocab_size) {
+int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64_t vocab_size,
+                             const char* flag) {
   if (eot_id < 0) {
     const std::string json = shard_tokenizer_json(data_path);
     if (json.empty())
-      throw ConfigError(str("--document-mask: ", data_path,
+      throw ConfigError(str(flag, ": ", data_path,
                             " has no tokenizer to name the token that starts each document; "
                             "give it with --eot-id N"));
     const std::optional<int32_t> eot =
         Tokenizer::from_hf_json(nlohmann::json::parse(json), data_path).end_of_text();
     if (!eot)
-      throw ConfigError(str("--document-mask: the tokenizer of ", data_path,
+      throw ConfigError(str(flag, ": the tokenizer of ", data_path,
                             " has no end-of-text token; give the token that starts each "
                             "document with --eot-id N"));
     eot_id = *eot;

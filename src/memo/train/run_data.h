@@ -26,10 +26,12 @@ struct RunData {
 // The training and validation tokens of `o`. Errors: those of TokenData::load and split_tail.
 RunData load_run_data(const RunDataOptions& o, int64_t vocab_size);
 
-// The token that starts each document under --document-mask (Note [Document masks]): eot_id
-// when >= 0, else the end-of-text id of the tokenizer of the `memo tokenize` folder behind
-// data_path. ConfigError when there is neither, or the id lies outside the vocabulary.
-int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64_t vocab_size);
+// The token that starts each document under --document-mask (Note [Document masks]) and whose
+// predictions --eod-mask-loss leaves out: eot_id when >= 0, else the end-of-text id of the
+// tokenizer of the `memo tokenize` folder behind data_path. ConfigError, naming `flag`, when
+// there is neither, or the id lies outside the vocabulary.
+int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64_t vocab_size,
+                             const char* flag = "--document-mask");
 
 // The validation tokens alone, the same as load_run_data's: the training data is read only when
 // the validation set is its tail.

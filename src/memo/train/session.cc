@@ -202,8 +202,13 @@ void TrainSession::build_model() {
   model_.emplace(config_, backend_);
   model_->set_parallel(Parallel{o_.tp, 1}, tp_group_.get());
   model_->set_context_parallel(cp_group_.get());
-  if (o_.document_mask)
-    model_->set_document_mask(document_start_token(o_.data_path, o_.eot_id, config_.vocab_size));
+  if (o_.document_mask || o_.eod_mask_loss) {
+    const int32_t eot =
+        document_start_token(o_.data_path, o_.eot_id, config_.vocab_size,
+                             o_.document_mask ? "--document-mask" : "--eod-mask-loss");
+    if (o_.document_mask) model_->set_document_mask(eot);
+    if (o_.eod_mask_loss) model_->set_eod_loss_mask(eot);
+  }
   // ZeRO-1: this rank's optimiser covers its shard's tensors only
   shards_ = memo::zero_shards(model_->layout(), o_.zero == 1 ? data_parallel().size() : 1);
   mine_ = o_.zero == 1 ? size_t(data_parallel().rank()) : 0;

@@ -33,7 +33,9 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
   MEMO_CHECK(micro_steps > 0, "step ", step, " of ", micro_steps, " micro-batches");
   const Tensor grads = model_.grads_tensor();
   const int64_t ranks = data_parallel_.size();
-  const int64_t tokens = shape_.micro_batch * shape_.seq * micro_steps * ranks;
+  // rank r runs micro-batches [r k, (r + 1) k) of the step's k P: the windows of one process
+  const int64_t first = int64_t(data_parallel_.rank()) * micro_steps;
+  const int64_t tokens = counted_tokens(step, first, micro_steps);
   const float grad_scale = 1.0f / float(tokens);
   if (probe_) probe_->set_micro_steps(micro_steps, ranks);
   model_.zero_grads();
@@ -62,8 +64,6 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
     else
       data_parallel_.all_reduce_sum(part);
   };
-  // rank r runs micro-batches [r k, (r + 1) k) of the step's k P: the windows of one process
-  const int64_t first = int64_t(data_parallel_.rank()) * micro_steps;
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     source_(step, first + micro, inputs_.data(), targets_.data(), shape_.micro_batch);
     if (overlap && micro + 1 == micro_steps)
@@ -89,10 +89,34 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
     reduce(grads, false);
   if (ranks > 1) data_parallel_.all_reduce_sum(std::span<double>(&loss_sum, 1));
   StepGradients g;
-  g.loss = loss_sum / double(tokens);
+  g.loss = loss_sum / double(tokens);  // the mean over the counted targets
   g.grad_sq = model_.grad_sum_squares();
   if (probe_) probe_->end_step(g.grad_sq, &data_parallel_);  // before clipping
   return g;
+}
+
+// Note [Counted tokens]: the step's loss is the mean over the targets the loss counts, of
+// every micro-batch of every data-parallel rank, so a micro-batch's gradient is scaled by
+// 1 / (that count) before the first backward. Without a loss mask every target counts and the
+// count is the step's shape: no pass over the data and no collective (today's bits). With one
+// (Model::counts_target) each rank draws its micro-batches once more to count them, and the
+// counts are summed over the data-parallel group (context- and tensor-parallel ranks see the
+// whole micro-batch and agree). So neither the micro-batch split nor the layout changes the loss.
+int64_t TrainStep::counted_tokens(int64_t step, int64_t first, int64_t micro_steps) {
+  const int64_t ranks = data_parallel_.size();
+  const int64_t all = shape_.micro_batch * shape_.seq * micro_steps * ranks;
+  if (!masked_targets_ && model_.eod_loss_mask() < 0) return all;
+  const int64_t n = shape_.micro_batch * shape_.seq;
+  double counted = 0.0;
+  for (int64_t micro = 0; micro < micro_steps; ++micro) {
+    source_(step, first + micro, inputs_.data(), targets_.data(), shape_.micro_batch);
+    counted += double(model_.counted_targets(inputs_.data(), targets_.data(), n));
+  }
+  if (ranks > 1) data_parallel_.all_reduce_sum(std::span<double>(&counted, 1));
+  if (counted == 0.0)
+    throw DataError(str("step ", step, ": the loss counts none of its ", all,
+                        " targets (every one is masked)"));
+  return int64_t(counted);
 }
 
 void TrainStep::update(const StepGradients& g, double lr, double clip) {

@@ -1,10 +1,11 @@
 // One optimiser step, the only one in memo: memo train, the short runs of memo sweep and memo
 // bench all run it (DESIGN.md section 4, train). Micro-batches accumulate into the model's one
-// gradient buffer as the mean over the step's tokens; the gradient-reduction hook sums them over
-// the data-parallel group (a SelfCommunicator: one process); then the global gradient norm and
-// the noise-scale statistics (before clipping), clipping, and the optimiser update. The step is
-// split in two (gradients, then update) because callers decide in between: the trainer stops on a
-// non-finite loss, a sweep on divergence. The one evaluation loop is in train/evaluate.h.
+// gradient buffer as the mean over the step's counted tokens (Note [Counted tokens]); the
+// gradient-reduction hook sums them over the data-parallel group (a SelfCommunicator: one process);
+// then the global gradient norm and the noise-scale statistics (before clipping), clipping, and the
+// optimiser update. The step is split in two (gradients, then update) because callers decide in
+// between: the trainer stops on a non-finite loss, a sweep on divergence. The one evaluation loop
+// is in train/evaluate.h.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,7 @@ using BatchSource = std::function<void(int64_t step, int64_t micro, int32_t* inp
 
 // What the first half of a step measured.
 struct StepGradients {
-  double loss = 0.0;     // mean token loss of the step (over every rank's tokens)
+  double loss = 0.0;     // mean token loss of the step (over every rank's counted tokens)
   double grad_sq = 0.0;  // squared global gradient norm, before clipping
   double grad_norm() const;
 };
@@ -68,6 +69,10 @@ class TrainStep {
   void warmup(int64_t step);
 
   const StepShape& shape() const { return shape_; }
+  // The source's targets may hold kIgnoredTarget (backend/checks.h): each step then counts the
+  // targets its loss averages over first (Note [Counted tokens]). A model with an eod loss mask
+  // (Model::set_eod_loss_mask) counts them without this.
+  void set_masked_targets(bool masked) { masked_targets_ = masked; }
 
  private:
   Model& model_;
@@ -79,6 +84,10 @@ class TrainStep {
   GradNoiseProbe* probe_;
   Communicator& data_parallel_;
   const std::vector<ZeroShard>* shards_ = nullptr;
+  bool masked_targets_ = false;
+  // The targets the loss counts of the step's micro-batches [first, first + micro_steps) on
+  // every data-parallel rank (Note [Counted tokens]).
+  int64_t counted_tokens(int64_t step, int64_t first, int64_t micro_steps);
   std::vector<int32_t> inputs_, targets_;  // [micro_batch * seq] host tokens
 };
 

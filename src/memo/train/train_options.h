@@ -33,6 +33,9 @@ struct TrainOptions {
   // at each; a document starts at each eot_id token (-1: the data's tokenizer's end-of-text).
   bool document_mask = false;
   int64_t eot_id = -1;
+  // --eod-mask-loss: the loss does not count the predictions made from the eot_id tokens
+  // (Model::set_eod_loss_mask); with or without document masks.
+  bool eod_mask_loss = false;
   double clip = 1.0;          // global gradient norm; 0: off
   OptimizerChoice optimizer;  // name and hyperparameters; AdamW by default
   bool gns = true;            // gradient noise scale, when a step has >= 2 micro-batches
