@@ -7,6 +7,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "memo/cuda/cuda_sizes.h"
 #include "memo/io/atomic_file.h"
@@ -203,6 +205,74 @@ TEST_F(PlanCommand, train_over_budget_is_refused_before_step_1) {
   EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "c"));
   EXPECT_FALSE(std::filesystem::exists(dir / "c.jsonl"));
+}
+
+// Note [Length stages]: a run of 32-token then 64-token sequences (256 tokens a step, 64 a
+// micro-batch) runs each stage in the arena `memo plan` makes at its length and micro-batch (both
+// with one OpenMP thread: attention's scratch grows with them), logs its stage and length; resumed
+// at the boundary and mid-stage it continues bit for bit; and a stage that would not fit stops the
+// run before step 1, named.
+TEST_F(PlanCommand, length_stages_run_in_memo_plans_arenas_and_resume_bit_for_bit) {
+  const std::string run = "OMP_NUM_THREADS=1 " + test::memo_bin() + " train --data " +
+                          dir.str("data.txt") + " --activations keep --device-memory 64MiB";
+  const std::string fresh = run + " --config " + dir.str("config.json") +
+                            " --seq-schedule 32:2,64:3 --batch 8 --micro-batch 2 --warmup 1" +
+                            " --save-every 1 --keep-last 0";
+  const test::CommandResult r =
+      test::run_command(fresh + " --out " + dir.str("s") + " --log " + dir.str("s.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("memo: stage 2 of 2 from step 3: seq 64"), std::string::npos) << r.output;
+  const auto s = log("s");
+  ASSERT_EQ(s.size(), 5u);
+  for (const auto& [seq, micro, steps] :
+       {std::tuple<int64_t, int64_t, std::vector<int64_t>>{32, 2, {1, 2}}, {64, 1, {3, 4, 5}}}) {
+    const nlohmann::json plan = nlohmann::json::parse(
+        test::run_command("OMP_NUM_THREADS=1 " + test::memo_bin() + " plan --config " +
+                          dir.str("config.json") + " --seq " + std::to_string(seq) + " --batch " +
+                          std::to_string(micro) +
+                          " --activations keep --device-memory 64MiB --json")
+            .output);
+    for (int64_t step : steps) {
+      const nlohmann::json& j = s.at(step);
+      EXPECT_EQ(j["seq"], seq) << step;
+      EXPECT_EQ(j["stage"], seq == 32 ? 1 : 2) << step;
+      EXPECT_EQ(j["batch"], 256 / seq) << step;
+      EXPECT_EQ(j["reserved_bytes"], plan["plan_peak_bytes"]) << step;
+      EXPECT_EQ(j["peak_bytes"], plan["lower_bound_bytes"]) << step;
+    }
+  }
+  for (int64_t from : {2, 3}) {  // the last step of stage 1, then mid-stage 2
+    const std::string name = "r" + std::to_string(from);
+    std::filesystem::create_directories(dir / name);
+    std::filesystem::copy(dir / "s" / ("step-0000000" + std::to_string(from)),
+                          dir / name / ("step-0000000" + std::to_string(from)),
+                          std::filesystem::copy_options::recursive);
+    const test::CommandResult rr =
+        test::run_command(run + " --resume " + dir.str(name) + " --out " + dir.str(name) +
+                          " --log " + dir.str(name + ".jsonl"));
+    ASSERT_EQ(rr.exit_code, 0) << rr.output;
+    const auto resumed = log(name);
+    ASSERT_EQ(resumed.size(), size_t(5 - from)) << name;
+    for (const auto& [step, j] : resumed) {
+      EXPECT_EQ(j["loss"].dump(), s.at(step)["loss"].dump()) << name << " step " << step;
+      EXPECT_EQ(j["grad_norm"].dump(), s.at(step)["grad_norm"].dump()) << name << " " << step;
+    }
+  }
+  // 2 MiB holds a step of 32-token sequences but not one of a 512-token one
+  const test::CommandResult over = test::run_command(
+      test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+      dir.str("data.txt") + " --seq-schedule 32:2,512:1 --batch 16 --micro-batch 2 " +
+      "--device-memory 2MiB --out " + dir.str("o"));
+  EXPECT_EQ(over.exit_code, 1) << over.output;
+  EXPECT_NE(over.output.find("memo: error: --seq-schedule stage 2 (seq 512): device memory: needs"),
+            std::string::npos)
+      << over.output;
+  EXPECT_EQ(over.output.find("step 1/"), std::string::npos) << over.output;
+  const test::CommandResult one = test::run_command(
+      test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+      dir.str("data.txt") + " --seq 32 --steps 1 --batch 16 --micro-batch 2 " +
+      "--device-memory 2MiB --no-checkpoint");
+  EXPECT_EQ(one.exit_code, 0) << one.output;
 }
 
 }  // namespace

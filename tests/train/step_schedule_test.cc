@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "memo/core/error.h"
 #include "test_util.h"
 
@@ -57,6 +60,60 @@ TEST(StepSchedule, fixed_batch_runs_the_step_lr_schedule_from_the_start_step) {
     ++steps;
   }
   EXPECT_EQ(steps, 7);
+}
+
+// Note [Length stages]: each stage keeps the first's tokens per step (8 x 32 = 256) and per
+// micro-batch (2 x 32 = 64, at least one sequence); steps in tokens round up; one lr schedule runs
+// over every stage; the bad lists and lengths are refused by name.
+TEST(StepSchedule, length_stages_keep_the_tokens_per_step_and_run_one_lr_schedule) {
+  TrainOptions o = fixed_options();
+  o.seq_schedule = "32:3,64:2,128:600t,256:1";
+  const std::vector<SeqStage> stages = seq_stages(o);
+  ASSERT_EQ(stages.size(), 4u);
+  const int64_t want[4][5] = {
+      {32, 8, 2, 3, 1}, {64, 4, 1, 2, 4}, {128, 2, 1, 3, 6}, {256, 1, 1, 1, 9}};
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(stages[k].seq, want[k][0]) << k;
+    EXPECT_EQ(stages[k].batch, want[k][1]) << k;
+    EXPECT_EQ(stages[k].micro_batch, want[k][2]) << k;
+    EXPECT_EQ(stages[k].steps, want[k][3]) << k;  // 600 tokens: 3 steps of 256
+    EXPECT_EQ(stages[k].first_step, want[k][4]) << k;
+  }
+  o.steps = 9;
+  const LrSchedule lr{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.steps};
+  StepSchedule plan(o, 2);  // resumed after step 2
+  EXPECT_EQ(plan.max_micro_steps(), 4);
+  EXPECT_EQ(plan.total_tokens(), 9 * 256);
+  const int want_stage[] = {0, 1, 1, 2, 2, 2, 3};
+  for (int64_t i = 0; !plan.done(); ++i) {
+    const StepRun r = plan.next();
+    EXPECT_EQ(r.step, 3 + i);
+    EXPECT_EQ(r.stage, want_stage[i]) << r.step;
+    EXPECT_EQ(r.seq, stages[size_t(r.stage)].seq);
+    EXPECT_EQ(r.batch, stages[size_t(r.stage)].batch);
+    EXPECT_EQ(r.micro_steps, r.batch / stages[size_t(r.stage)].micro_batch);
+    EXPECT_EQ(r.tokens, 256);
+    EXPECT_EQ(r.tokens_end, r.step * 256);
+    EXPECT_EQ(r.lr, lr.at(r.step));
+    plan.observe(std::nullopt);
+  }
+  // 4K = 4096 and micro-batches that stay whole sequences
+  o.seq_schedule = "1K:1,4K:1";
+  o.batch = 16;
+  o.micro_batch = 8;
+  EXPECT_EQ(seq_stages(o)[1].seq, 4096);
+  EXPECT_EQ(seq_stages(o)[1].batch, 4);
+  EXPECT_EQ(seq_stages(o)[1].micro_batch, 2);
+  o = fixed_options();
+  for (const char* bad : {"32", "32:", "32:x", "0:3", "32:3,64", "32:-1", "32:2.5", "32:3q"}) {
+    o.seq_schedule = bad;
+    const std::string msg = test::error_message<ConfigError>([&] { seq_stages(o); });
+    EXPECT_NE(msg.find("is not SEQ:STEPS"), std::string::npos) << bad << ": " << msg;
+  }
+  o.seq_schedule = "32:3,48:2";  // 256 tokens per step are not whole 48-token sequences
+  const std::string msg = test::error_message<ConfigError>([&] { seq_stages(o); });
+  EXPECT_NE(msg.find("stage 2 (seq 48) does not split 256 tokens per step"), std::string::npos)
+      << msg;
 }
 
 TEST(StepSchedule, noise_options_take_the_run_shape_and_its_budget_in_tokens) {

@@ -13,6 +13,7 @@
 #include "memo/cli/commands.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
+#include "memo/core/units.h"
 #include "memo/data/shards.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/checkpoint.h"
@@ -43,21 +44,11 @@ std::vector<int64_t> parse_lengths(const std::string& list) {
   std::vector<int64_t> out;
   std::stringstream in(list);
   for (std::string item; std::getline(in, item, ',');) {
-    int64_t scale = 1;
-    if (!item.empty() && (item.back() == 'K' || item.back() == 'k')) scale = 1024, item.pop_back();
-    if (!item.empty() && (item.back() == 'M' || item.back() == 'm'))
-      scale = 1024 * 1024, item.pop_back();
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || v <= 0)
+    const std::optional<int64_t> v = parse_token_count(item);
+    if (!v)
       throw ConfigError(
           str("--lengths ", list, ": '", item, "' is not a positive count (1K = 1024)"));
-    out.push_back(v * scale);
+    out.push_back(*v);
   }
   return out;
 }

@@ -85,11 +85,18 @@ void add_data_flags(CLI::App& cmd, TrainOptions* t) {
 // The step: its shape, its length and the learning-rate schedule.
 void add_step_flags(CLI::App& cmd, TrainFlags& f) {
   TrainOptions* t = &f.options;
-  cmd.add_option("--seq", t->seq, "Tokens per sequence")->capture_default_str();
+  auto* seq = cmd.add_option("--seq", t->seq, "Tokens per sequence")->capture_default_str();
   cmd.add_option("--batch", t->batch, "Sequences per optimiser step")->capture_default_str();
   cmd.add_option("--micro-batch", t->micro_batch, "Sequences per forward/backward (0: --batch)")
       ->capture_default_str();
-  cmd.add_option("--steps", t->steps, "Optimiser steps in total")->capture_default_str();
+  auto* steps =
+      cmd.add_option("--steps", t->steps, "Optimiser steps in total")->capture_default_str();
+  cmd.add_option("--seq-schedule", t->seq_schedule,
+                 "Length stages SEQ:STEPS,... (STEPS, or tokens with a t suffix; 1K = 1024), "
+                 "e.g. 4K:2000,16K:500: each keeps the first stage's tokens per step and per "
+                 "micro-batch (--batch and --micro-batch count the first stage's sequences)")
+      ->excludes(seq)
+      ->excludes(steps);
   f.lr = cmd.add_option("--lr", t->lr, "Peak learning rate")->capture_default_str();
   cmd.add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")
       ->capture_default_str();

@@ -50,6 +50,21 @@ int64_t parse_bytes(std::string_view text) {
   throw bad("has an unknown unit");
 }
 
+std::optional<int64_t> parse_token_count(std::string_view text) {
+  int shift = 0;
+  if (!text.empty()) {
+    const char c = char(std::tolower(static_cast<unsigned char>(text.back())));
+    shift = c == 'k' ? 10 : c == 'm' ? 20 : c == 'g' ? 30 : 0;
+    if (shift > 0) text.remove_suffix(1);
+  }
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v <= 0 ||
+      v > (int64_t(1) << (62 - shift)))
+    return std::nullopt;
+  return v << shift;
+}
+
 std::string format_bytes(int64_t bytes) {
   static const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = double(bytes);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -15,6 +16,11 @@ namespace memo {
 int64_t parse_bytes(std::string_view text);
 // The same for a command-line flag: the error names the flag first ("--host-memory '1.5GX': ...").
 int64_t parse_bytes(std::string_view text, std::string_view flag);
+
+// A count of tokens as --lengths and --seq-schedule write it: a positive integer with an optional
+// binary K, M or G ("4K" = 4096, "1M" = 1048576; either case). None for anything else (empty,
+// zero, negative, a fraction, another suffix, a value over 2^62).
+std::optional<int64_t> parse_token_count(std::string_view text);
 
 // A size for a human: the largest binary unit that keeps the value >= 1, two decimals
 // ("1.50 GiB", "12.00 MiB", "512 B").

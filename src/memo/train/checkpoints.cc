@@ -43,7 +43,8 @@ nlohmann::json pinned_options(const TrainOptions& o) {
           {"val_fraction", o.val_fraction},
           {"document_mask", o.document_mask},
           {"eot_id", o.eot_id},
-          {"eod_mask_loss", o.eod_mask_loss}};
+          {"eod_mask_loss", o.eod_mask_loss},
+          {"seq_schedule", o.seq_schedule}};
 }
 
 void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
@@ -60,6 +61,7 @@ void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
   o.document_mask = j.value("document_mask", false);  // older checkpoints ran without
   o.eot_id = j.value("eot_id", int64_t(-1));
   o.eod_mask_loss = j.value("eod_mask_loss", false);
+  o.seq_schedule = j.value("seq_schedule", std::string());
 }
 
 // Host views of tensors that live in a backend's device space, for writing a checkpoint: the

@@ -47,6 +47,8 @@ class GradNoiseProbe {
   // its own k (Note [Noise-scale accounting]).
   void set_micro_steps(int64_t micro_steps, int64_t ranks = 1);
   int64_t micro_steps() const { return micro_steps_; }
+  // Tokens per micro-batch from the next step on (a length stage's: Note [Length stages]).
+  void set_micro_tokens(int64_t micro_tokens) { micro_tokens_ = micro_tokens; }
   // After micro-batch `micro` (0-based) of a step; grads is the model's gradient buffer, zero
   // before micro-batch 0 (the trainer's zero_grads); the probe zeroes it for the later ones.
   // Under tensor parallelism (tensor_parallel: the group) each rank holds parts of the

@@ -15,13 +15,25 @@
 namespace memo {
 namespace {
 
-void check_shape_options(TrainOptions& o) {
+// The shape options, and the stages they run in (Note [Length stages]): with --seq-schedule,
+// o.seq becomes the first stage's length and o.steps the stages' sum.
+std::vector<SeqStage> check_shape_options(TrainOptions& o) {
   if (o.micro_batch == 0) o.micro_batch = o.batch;
   if (o.batch <= 0 || o.micro_batch <= 0 || o.batch % o.micro_batch != 0)
     throw ConfigError(
         str("--batch ", o.batch, " must be a positive multiple of --micro-batch ", o.micro_batch));
+  std::vector<SeqStage> stages = seq_stages(o);
+  if (!o.seq_schedule.empty()) {
+    if (o.batch_schedule)
+      throw ConfigError(
+          "--seq-schedule with --batch-schedule noise: the noise schedule grows a batch of one "
+          "length; not implemented for length stages");
+    o.seq = stages[0].seq;
+    o.steps = stages.back().first_step + stages.back().steps - 1;
+  }
   if (o.seq <= 0) throw ConfigError(str("--seq ", o.seq, " must be positive"));
   if (o.steps <= 0) throw ConfigError(str("--steps ", o.steps, " must be positive"));
+  return stages;
 }
 
 // The steps to run: the resumed checkpoint's noise schedule, a new one (its options are checked
@@ -61,11 +73,11 @@ StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoin
 
 // The context- and tensor-parallel layout of a job of `ranks` processes: C x T ranks share each
 // sequence.
-void check_context_parallel(const TrainOptions& o, int ranks) {
+void check_context_parallel(const TrainOptions& o, const std::vector<SeqStage>& stages, int ranks) {
   if (o.cp < 1 || ranks % o.cp != 0)
     throw ConfigError(str("--cp ", o.cp, " does not divide the job's ", ranks,
                           " processes; use a divisor of the process count"));
-  check_context_parallel_seq(o.seq, o.cp);
+  for (const SeqStage& s : stages) check_context_parallel_seq(s.seq, o.cp);
   if (o.tp < 1 || ranks % (o.tp * o.cp) != 0)
     throw ConfigError(str("--tp ", o.tp, " x --cp ", o.cp, " does not divide the job's ", ranks,
                           " processes; use a layout whose product divides the process count"));
@@ -77,15 +89,23 @@ void check_context_parallel(const TrainOptions& o, int ranks) {
 
 // What a run over several processes needs: a batch whose micro-batches split evenly over the
 // data-parallel ranks (a noise schedule keeps it so: step_schedule), and a ZeRO stage memo runs.
-void check_data_parallel(const TrainOptions& o, int ranks) {
+void check_data_parallel(const TrainOptions& o, const std::vector<SeqStage>& stages, int ranks) {
   if (o.zero != 0 && o.zero != 1)
     throw ConfigError(str("--zero ", o.zero, " is not a stage memo runs; use 0 or 1"));
   if (ranks == 1) return;
-  const int64_t micro_steps = o.batch / o.micro_batch;
-  if (micro_steps % ranks != 0)
-    throw ConfigError(str("--batch ", o.batch, " / --micro-batch ", o.micro_batch, " = ",
-                          micro_steps, " micro-batches per step do not split over ", ranks,
-                          " processes; make it a multiple of ", ranks));
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const SeqStage& s = stages[k];
+    const int64_t micro_steps = s.batch / s.micro_batch;
+    if (micro_steps % ranks == 0) continue;
+    if (stages.size() == 1)
+      throw ConfigError(str("--batch ", s.batch, " / --micro-batch ", s.micro_batch, " = ",
+                            micro_steps, " micro-batches per step do not split over ", ranks,
+                            " processes; make it a multiple of ", ranks));
+    throw ConfigError(str("--seq-schedule: stage ", k + 1, " (seq ", s.seq, ") has ", s.batch,
+                          " / ", s.micro_batch, " = ", micro_steps,
+                          " micro-batches per step, which do not split over ", ranks,
+                          " data-parallel processes; make every stage's a multiple of ", ranks));
+  }
 }
 
 // The model of the run: a resumed run's as it was (position flags must agree with it), else
@@ -114,10 +134,13 @@ ModelConfig run_model_config(const TrainOptions& o, const std::optional<ResumePo
   }
 }
 
-void check_positions(const TrainOptions& o, const ModelConfig& config) {
-  if (o.seq > config.max_position_embeddings)
-    throw ConfigError(str("--seq ", o.seq, " exceeds ", config.positions_field(), " = ",
-                          config.max_position_embeddings, " of the model config"));
+void check_positions(const std::vector<SeqStage>& stages, const ModelConfig& config) {
+  for (size_t k = 0; k < stages.size(); ++k)
+    if (stages[k].seq > config.max_position_embeddings)
+      throw ConfigError(str(stages.size() > 1 ? str("--seq-schedule: stage ", k + 1, "'s seq ")
+                                              : std::string("--seq "),
+                            stages[k].seq, " exceeds ", config.positions_field(), " = ",
+                            config.max_position_embeddings, " of the model config"));
 }
 
 // The static plan within the budget, agreed by every rank of the job: a rank whose plan does not
@@ -169,16 +192,17 @@ TrainSession::TrainSession(const TrainOptions& options, Runtime& runtime)
 void TrainSession::read_run() {
   resume_ = resume_point(o_);
   start_step_ = resume_ ? resume_->step : 0;
-  check_shape_options(o_);
+  stages_ = check_shape_options(o_);
   const int job_size = job_.size();
-  check_context_parallel(o_, job_size);
+  check_context_parallel(o_, stages_, job_size);
   plan_.emplace(step_schedule(o_, resume_, start_step_, job_size / (o_.cp * o_.tp)));
+  stage_ = plan_->next().stage;  // a resumed run's next step's
   config_ = run_model_config(o_, resume_);
-  check_positions(o_, config_);
+  check_positions(stages_, config_);
   // the training and validation tokens (train/run_data.h), checked before any output
   data_.emplace(
       load_run_data({o_.data_path, o_.val_data_path, o_.val_fraction}, config_.vocab_size));
-  sampler_.emplace(data_->train, o_.seq, o_.seed);
+  sampler_.emplace(data_->train, stage().seq, o_.seed);
   // a resumed run continues in its checkpoint's precision (older checkpoints did not say)
   if (resume_ && resume_->checkpoint.trainer_state.contains("precision")) {
     const std::string was = resume_->checkpoint.trainer_state.at("precision");
@@ -195,7 +219,7 @@ void TrainSession::split_groups() {
   if (T > 1) tp_group_ = job_.split(r / T, r % T);
   if (o_.cp > 1) cp_group_ = job_.split((r / TC) * T + r % T, (r / T) % o_.cp);
   if (TC > 1) dp_group_ = job_.split(r % TC, r / TC);
-  check_data_parallel(o_, data_parallel().size());
+  check_data_parallel(o_, stages_, data_parallel().size());
 }
 
 void TrainSession::build_model() {
@@ -217,14 +241,46 @@ void TrainSession::build_model() {
   // weights are drawn or loaded, when it does not fit (the plan traces a shadow and needs no
   // values)
   caching_.emplace(0, backend_.allocator(backend_.device_space()));
-  if (o_.device_memory_bytes > 0)
-    planned_ = agreed_planned_allocator(
-        job_, *model_, o_.micro_batch, o_.seq, o_.device_memory_bytes,
+  // with length stages, every stage's plan is checked here (each dropped before the next is
+  // made, the current one last), so a stage that would not fit stops the run before step 1
+  for (int k = 0; k < int(stages_.size()); ++k)
+    if (k != stage_) stage_plan(k, true);
+  planned_ = stage_plan(stage_, true);
+  const DType stored = start_weights(*model_, o_, resume_);
+  if (!o_.save_dtype) o_.save_dtype = stored == DType::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
+std::unique_ptr<PlannedAllocator> TrainSession::stage_plan(int k, bool announce) {
+  if (o_.device_memory_bytes <= 0) return nullptr;
+  const SeqStage& s = stages_[size_t(k)];
+  if (announce && stages_.size() > 1)
+    runtime_.log() << "memo: stage " << k + 1 << " of " << stages_.size() << ": seq " << s.seq
+                   << ", micro-batches of " << s.micro_batch << "\n";
+  try {
+    return agreed_planned_allocator(
+        job_, *model_, s.micro_batch, s.seq, o_.device_memory_bytes,
         DevicePlanOptions{ActivationPlanOptions{}, o_.activations, o_.optimizer,
                           o_.zero == 1 ? &*shard_layout_ : nullptr},
         runtime_.log());
-  const DType stored = start_weights(*model_, o_, resume_);
-  if (!o_.save_dtype) o_.save_dtype = stored == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  } catch (const BudgetError& e) {
+    if (stages_.size() == 1) throw;
+    throw BudgetError(str("--seq-schedule stage ", k + 1, " (seq ", s.seq, "): ", e.what()));
+  } catch (const JobError& e) {
+    if (stages_.size() == 1) throw;
+    throw JobError(str("--seq-schedule stage ", k + 1, " (seq ", s.seq, "): ", e.what()));
+  }
+}
+
+void TrainSession::enter_stage(int k) {
+  MEMO_CHECK(k >= 0 && size_t(k) < stages_.size(), "enter_stage ", k, " of ", stages_.size());
+  step_.reset();  // what holds the old stage's allocator and sampler, before they go
+  strategy_.reset();
+  stage_ = k;
+  sampler_.emplace(data_->train, stage().seq, o_.seed);
+  planned_.reset();
+  planned_ = stage_plan(k, false);
+  if (probe_) probe_->set_micro_tokens(stage().micro_batch * stage().seq);
+  build_step();
 }
 
 void TrainSession::build_optimizer() {
@@ -234,9 +290,11 @@ void TrainSession::build_optimizer() {
                            shard_options(o_.optimizer.options, zero_shard()), backend_)
           : make_optimizer(o_.optimizer.name, model_->layout(), o_.optimizer.options, backend_);
   // see Note [Noise-scale accounting]; sized for the most micro-batches a step will run
-  if (o_.gns && micro_steps() >= 2)
+  // (with length stages: when some stage's steps have two micro-batches; the others run without)
+  if (o_.gns && (stages_.size() > 1 ? plan_->max_micro_steps() : micro_steps()) >= 2)
     probe_.emplace(model_->params_numel(), plan_->max_micro_steps() / data_parallel().size(),
-                   o_.micro_batch * o_.seq, scaling::NoiseScaleOptions{o_.gns_decay}, backend_);
+                   stage().micro_batch * stage().seq, scaling::NoiseScaleOptions{o_.gns_decay},
+                   backend_);
   if (resume_)
     restore_training_state(*optimizer_, backend_, probe(), *resume_, o_, model_->layout());
 }
@@ -244,14 +302,14 @@ void TrainSession::build_optimizer() {
 void TrainSession::build_step() {
   strategy_ = make_strategy(model_->skeletal(), alloc(), o_.activations);
   eval_strategy_.emplace(model_->skeletal(), *caching_);
-  const StepShape shape{o_.micro_batch, o_.seq, micro_steps() / data_parallel().size()};
+  const StepShape shape{stage().micro_batch, stage().seq, micro_steps() / data_parallel().size()};
   const WindowSampler& sampler = *sampler_;
   step_.emplace(
       *model_, *optimizer_, *strategy_, alloc(), shape,
       [&sampler](int64_t step, int64_t micro, int32_t* in, int32_t* tgt, int64_t rows) {
         sampler.fill(step, micro, in, tgt, rows);
       },
-      probe(), data_parallel());
+      micro_steps() >= 2 ? probe() : nullptr, data_parallel());
   if (o_.zero == 1) step_->set_zero_shards(&shards_);
 }
 

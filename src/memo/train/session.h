@@ -62,8 +62,15 @@ class TrainSession {
   ActivationStrategy& strategy() { return *strategy_; }
   KeepStrategy& eval_strategy() { return *eval_strategy_; }
   TrainStep& step() { return *step_; }
-  // Micro-batches of a fixed step over all ranks.
-  int64_t micro_steps() const { return o_.batch / o_.micro_batch; }
+  // Micro-batches of a fixed step of the current stage over all ranks.
+  int64_t micro_steps() const { return stage().batch / stage().micro_batch; }
+  // Note [Length stages]: the run's stages (one without --seq-schedule) and the current one,
+  // whose sequence length, batch and micro-batch the sampler, the plan, the strategy and the step
+  // have. enter_stage(k) rebuilds those for stage k (collective: every rank enters it).
+  const std::vector<SeqStage>& stages() const { return stages_; }
+  const SeqStage& stage() const { return stages_[size_t(stage_)]; }
+  int stage_index() const { return stage_; }
+  void enter_stage(int k);
 
  private:
   void read_run();         // the resumed checkpoint, the checks, the schedule, config and data
@@ -71,6 +78,9 @@ class TrainSession {
   void build_model();      // the model, its ZeRO shards, the plan and the weights
   void build_optimizer();  // the optimiser, the noise probe, a resumed run's state
   void build_step();       // the strategies and the training step
+  // The static plan of stage k within --device-memory, agreed by the job (null without a budget);
+  // announce: a line naming the stage first (the checks before step 1).
+  std::unique_ptr<PlannedAllocator> stage_plan(int k, bool announce);
 
   TrainOptions o_;
   Runtime& runtime_;
@@ -79,6 +89,8 @@ class TrainSession {
   std::optional<ResumePoint> resume_;
   int64_t start_step_ = 0;
   std::optional<StepSchedule> plan_;
+  std::vector<SeqStage> stages_;
+  int stage_ = 0;
   ModelConfig config_;
   std::optional<RunData> data_;
   std::optional<WindowSampler> sampler_;

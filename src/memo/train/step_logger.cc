@@ -49,11 +49,15 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
     progress << "memo: warning: " << w << "\n";
 }
 
-// "step 12/60" for a fixed batch; with a noise schedule, whose step count is not known in
-// advance, "step 12 | 3072/8192 tok | batch 8".
-std::string step_label(const StepRun& run, const StepSchedule& plan, int64_t steps) {
+// "step 12/60" for a fixed batch ("step 12/60 | stage 2/3 seq 1024" with length stages); with a
+// noise schedule, whose step count is not known in advance, "step 12 | 3072/8192 tok | batch 8".
+std::string step_label(const StepRun& run, const StepSchedule& plan, int64_t steps, size_t stages) {
   char label[120];
-  if (plan.noise())
+  if (stages > 1)
+    std::snprintf(label, sizeof label, "step %lld/%lld | stage %d/%zu seq %lld",
+                  static_cast<long long>(run.step), static_cast<long long>(steps), run.stage + 1,
+                  stages, static_cast<long long>(run.seq));
+  else if (plan.noise())
     std::snprintf(label, sizeof label, "step %lld | %lld/%lld tok | batch %lld",
                   static_cast<long long>(run.step), static_cast<long long>(run.tokens_end),
                   static_cast<long long>(plan.total_tokens()), static_cast<long long>(run.batch));
@@ -153,7 +157,6 @@ std::vector<TensorBoardScalar> tensorboard_scalars(const nlohmann::json& record)
 StepLogger::StepLogger(TrainSession& session)
     : s_(session),
       progress_(session.runtime().log()),
-      flops_per_token_(train_flops_per_token(session.model().config(), session.options().seq)),
       start_tokens_(session.plan().next().tokens_end - session.plan().next().tokens) {
   const TrainOptions& o = s_.options();
   if (!s_.runtime().lead()) return;
@@ -180,6 +183,16 @@ void StepLogger::print_start() {
   print_run_header(progress_, s_.model(), o, s_.optimizer(), s_.data().train.num_tokens(),
                    s_.micro_steps(), s_.data_parallel(), s_.context_parallel());
   if (s_.plan().noise()) progress_ << s_.plan().summary() << "\n";
+  const std::vector<SeqStage>& stages = s_.stages();
+  if (stages.size() > 1) {
+    progress_ << "memo: length stages (--seq-schedule), " << stages[0].batch * stages[0].seq
+              << " tokens per step:";
+    for (size_t k = 0; k < stages.size(); ++k)
+      progress_ << (k ? ";" : "") << " " << k + 1 << ": seq " << stages[k].seq << ", steps "
+                << stages[k].first_step << "-" << stages[k].first_step + stages[k].steps - 1 << ", "
+                << stages[k].batch << " sequences in micro-batches of " << stages[k].micro_batch;
+    progress_ << "\n";
+  }
   if (o.save_dtype == DType::kBF16)
     progress_ << "memo: checkpoints: model.safetensors in bf16 (torch_dtype bfloat16), the fp32 "
                  "master weights beside it in "
@@ -197,12 +210,22 @@ void StepLogger::print_peaks(double peak_flops) {
     progress_ << "memo: resuming at step " << s_.start_step() << " from " << o.resume_dir << "\n";
 }
 
+void StepLogger::print_stage() {
+  const SeqStage& stage = s_.stage();
+  progress_ << "memo: stage " << s_.stage_index() + 1 << " of " << s_.stages().size()
+            << " from step " << stage.first_step << ": seq " << stage.seq << ", " << stage.batch
+            << " sequences per step in micro-batches of " << stage.micro_batch
+            << "; activations: " << s_.strategy().summary() << "\n"
+            << std::flush;
+}
+
 void StepLogger::log_step(const Step& st) {
   const TrainOptions& o = s_.options();
   const StepRun& run = st.run;
   StepSchedule& plan = s_.plan();
   const double ranks = double(s_.job().size());
-  const double flops_per_step = flops_per_token_ * double(run.tokens);
+  const double flops_per_step =
+      train_flops_per_token(s_.model().config(), run.seq) * double(run.tokens);
   const double tokens_per_s = double(run.tokens) / st.seconds;
   const double mfu = flops_per_step / st.seconds / (peak_flops_ * ranks);
   const std::optional<double> mfu_peak =
@@ -215,6 +238,10 @@ void StepLogger::log_step(const Step& st) {
         log_record(run, st.g, tokens_per_s, mfu, s_.alloc(), s_.strategy(), s_.probe(), st.change,
                    s_.data_parallel(), s_.context_parallel(), s_.tensor_parallel(), o.zero);
     if (mfu_peak) record["mfu_peak"] = *mfu_peak;
+    if (s_.stages().size() > 1) {  // Note [Length stages]
+      record["stage"] = run.stage + 1;
+      record["seq"] = run.seq;
+    }
     record["elapsed_s"] = st.elapsed_s;  // since this run's first step began: waits included
     // the offload's copies this step, and how much of their time compute hid (the compute
     // stream's waits on them are the rest)
@@ -239,8 +266,8 @@ void StepLogger::log_step(const Step& st) {
   if (run.step % o.log_every == 0 || plan.done()) {
     const double eta = st.elapsed_s / double(run.tokens_end - start_tokens_) *
                        double(std::max<int64_t>(plan.total_tokens() - run.tokens_end, 0));
-    print_step_line(progress_, step_label(run, plan, o.steps), st.g, run.lr, tokens_per_s, mfu,
-                    mfu_peak, eta, s_.probe());
+    print_step_line(progress_, step_label(run, plan, o.steps, s_.stages().size()), st.g, run.lr,
+                    tokens_per_s, mfu, mfu_peak, eta, s_.probe());
   }
   if (st.skipped) {
     progress_ << "memo: step " << run.step << " skipped: loss " << st.g.loss << ", gradient norm "

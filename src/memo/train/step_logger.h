@@ -40,6 +40,8 @@ class StepLogger {
   // Then the MFU denominators (peak_flops: the matrix-product ceiling measured at start, FLOP/s;
   // the datasheet's peak where --gpu gives one) and the resume point.
   void print_peaks(double peak_flops);
+  // As a length stage starts (Note [Length stages]): its shape and its activation strategy.
+  void print_stage();
 
   // What one step measured: its run, its gradients, its seconds, its copies and its batch change.
   struct Step {
@@ -62,7 +64,6 @@ class StepLogger {
   std::ostream& progress_;
   std::ofstream log_;
   std::optional<TensorBoardWriter> tensorboard_;  // --tensorboard; rank 0 only
-  double flops_per_token_;
   double peak_flops_ = 0.0;
   int64_t start_tokens_;  // tokens before the first step of this run
 };

@@ -1,8 +1,12 @@
 #include "memo/train/step_schedule.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <sstream>
+#include <utility>
 
 #include "memo/core/error.h"
+#include "memo/core/units.h"
 
 namespace memo {
 
@@ -35,16 +39,63 @@ std::optional<scaling::BatchSchedule> noise_schedule_from_checkpoint(
   return s;
 }
 
+std::vector<SeqStage> seq_stages(const TrainOptions& o) {
+  if (o.seq_schedule.empty()) return {{o.seq, o.batch, o.micro_batch, o.steps, 1}};
+  const std::string& list = o.seq_schedule;
+  std::vector<std::pair<int64_t, std::string>> items;  // seq, steps text
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t colon = item.find(':');
+    const std::optional<int64_t> seq =
+        colon == std::string::npos ? std::nullopt : parse_token_count(item.substr(0, colon));
+    const std::string count = colon == std::string::npos ? "" : item.substr(colon + 1);
+    const bool tokens = !count.empty() && count.back() == 't';
+    const std::optional<int64_t> n =
+        parse_token_count(tokens ? count.substr(0, count.size() - 1) : count);
+    if (!seq || !n || (!tokens && count.find_first_not_of("0123456789") != std::string::npos))
+      throw ConfigError(str("--seq-schedule ", list, ": '", item,
+                            "' is not SEQ:STEPS (STEPS a step count, or tokens with a t suffix; "
+                            "1K = 1024), e.g. 4K:2000,16K:64Mt"));
+    const int64_t length = seq.value_or(0);
+    items.emplace_back(length, count);
+  }
+  if (items.empty()) throw ConfigError("--seq-schedule is empty; e.g. 4K:2000,16K:500");
+  const int64_t seq0 = items[0].first;
+  const int64_t step_tokens = o.batch * seq0, micro_tokens = o.micro_batch * seq0;
+  std::vector<SeqStage> stages;
+  int64_t first = 1;
+  for (size_t k = 0; k < items.size(); ++k) {
+    const auto& [seq, count] = items[k];
+    SeqStage s{seq, step_tokens / seq, std::max<int64_t>(1, micro_tokens / seq), 0, first};
+    if (step_tokens % seq != 0 || s.batch % s.micro_batch != 0 ||
+        (micro_tokens >= seq && micro_tokens % seq != 0))
+      throw ConfigError(str("--seq-schedule: stage ", k + 1, " (seq ", seq, ") does not split ",
+                            step_tokens, " tokens per step (--batch ", o.batch, " x ", seq0,
+                            ") into micro-batches of ", micro_tokens, " tokens (--micro-batch ",
+                            o.micro_batch, " x ", seq0,
+                            ") or of one sequence; use lengths that "
+                            "divide them"));
+    const bool tokens = count.back() == 't';
+    const int64_t n = *parse_token_count(tokens ? count.substr(0, count.size() - 1) : count);
+    s.steps = tokens ? (n + step_tokens - 1) / step_tokens : n;
+    first += s.steps;
+    stages.push_back(s);
+  }
+  return stages;
+}
+
 StepSchedule::StepSchedule(const TrainOptions& o, int64_t start_step)
     : fixed_lr_{o.lr, o.lr * o.min_lr_ratio, o.warmup, o.steps},
       steps_done_(start_step),
       total_steps_(o.steps),
-      batch_(o.batch),
-      micro_steps_(o.batch / o.micro_batch),
-      seq_(o.seq) {}
+      stages_(seq_stages(o)) {
+  MEMO_CHECK(stages_.back().first_step + stages_.back().steps - 1 == o.steps,
+             "StepSchedule: stages of ", stages_.back().first_step + stages_.back().steps - 1,
+             " steps for --steps ", o.steps);
+}
 
 StepSchedule::StepSchedule(const scaling::BatchSchedule& noise, int64_t micro_batch)
-    : micro_batch_(micro_batch), noise_(noise) {
+    : seq_(noise.options().seq), micro_batch_(micro_batch), noise_(noise) {
   MEMO_CHECK(micro_batch > 0 && noise.options().micro_batch % micro_batch == 0,
              "StepSchedule: the schedule's unit of ", noise.options().micro_batch,
              " sequences is not a multiple of micro-batches of ", micro_batch);
@@ -53,11 +104,18 @@ StepSchedule::StepSchedule(const scaling::BatchSchedule& noise, int64_t micro_ba
 StepRun StepSchedule::next() const {
   if (noise_) {
     const scaling::StepPlan p = noise_->next();
-    return {p.step, p.batch, p.batch / micro_batch_, p.batch_tokens, p.tokens_end, p.lr};
+    return {p.step, p.batch, p.batch / micro_batch_, p.batch_tokens, p.tokens_end, p.lr, 0, seq_};
   }
   const int64_t step = steps_done_ + 1;
-  const int64_t tokens = batch_ * seq_;
-  return {step, batch_, micro_steps_, tokens, step * tokens, fixed_lr_.at(step)};
+  // the stage of the step (past the end: the last one's shape), whose tokens per step every
+  // stage keeps
+  int stage = 0;
+  while (size_t(stage) + 1 < stages_.size() && stages_[size_t(stage) + 1].first_step <= step)
+    ++stage;
+  const SeqStage& s = stages_[size_t(stage)];
+  const int64_t tokens = s.batch * s.seq;
+  return {step,  s.batch, s.batch / s.micro_batch, tokens, step * tokens, fixed_lr_.at(step),
+          stage, s.seq};
 }
 
 std::optional<scaling::BatchChange> StepSchedule::observe(std::optional<double> b_simple) {
@@ -69,11 +127,15 @@ std::optional<scaling::BatchChange> StepSchedule::observe(std::optional<double> 
 bool StepSchedule::done() const { return noise_ ? noise_->done() : steps_done_ >= total_steps_; }
 
 int64_t StepSchedule::total_tokens() const {
-  return noise_ ? noise_->options().schedule.total_tokens : total_steps_ * batch_ * seq_;
+  return noise_ ? noise_->options().schedule.total_tokens
+                : total_steps_ * stages_[0].batch * stages_[0].seq;
 }
 
 int64_t StepSchedule::max_micro_steps() const {
-  return noise_ ? noise_->options().max_batch / micro_batch_ : micro_steps_;
+  if (noise_) return noise_->options().max_batch / micro_batch_;
+  int64_t most = 0;
+  for (const SeqStage& s : stages_) most = std::max(most, s.batch / s.micro_batch);
+  return most;
 }
 
 nlohmann::json StepSchedule::checkpoint_json() const {

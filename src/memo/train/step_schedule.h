@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "memo/scaling/batch_schedule.h"
 #include "memo/train/schedule.h"
@@ -19,11 +20,35 @@ namespace memo {
 struct StepRun {            // what the trainer runs as step `step`
   int64_t step = 0;         // 1-based
   int64_t batch = 0;        // sequences
-  int64_t micro_steps = 0;  // micro-batches of the run's --micro-batch sequences
+  int64_t micro_steps = 0;  // micro-batches of the stage's micro-batch sequences
   int64_t tokens = 0;       // this step's tokens: batch x seq
   int64_t tokens_end = 0;   // tokens seen once this step is done, counted from the run's start
   double lr = 0.0;
+  int stage = 0;    // Note [Length stages]: 0 without --seq-schedule
+  int64_t seq = 0;  // the stage's tokens per sequence
 };
+
+// Note [Length stages]
+// --seq-schedule "SEQ:STEPS,..." runs a length curriculum as one run: stage k runs STEPS_k
+// steps of SEQ_k-token sequences (1K = 1024). Each stage keeps the first stage's tokens per step,
+// so a step of stage k has batch_k = --batch SEQ_0 / SEQ_k sequences, and its tokens per
+// micro-batch, micro_k = --micro-batch SEQ_0 / SEQ_k sequences (at least one: a sequence longer
+// than a micro-batch's tokens is one micro-batch of its own). STEPS may be tokens with a t suffix
+// ("16K:32Mt"): the steps that hold that many, rounded up. The learning rate runs one schedule
+// over every stage's steps (--warmup, then one cosine), and the counter-based sampler draws each
+// step's windows at its stage's length, so a run resumed mid-stage or at a boundary continues bit
+// for bit. The session checks every stage against --device-memory before step 1 and, as a stage
+// starts, rebuilds what depends on the length (the sampler, the static plan, the activation
+// strategy and its split, the step), keeping the model, the optimiser and the noise estimator.
+struct SeqStage {
+  int64_t seq = 0, batch = 0, micro_batch = 0, steps = 0;
+  int64_t first_step = 1;  // the run's number of the stage's first step
+};
+// The stages of o (o.micro_batch already defaulted): one of o.seq for o.steps without
+// --seq-schedule. ConfigError naming the item for a malformed list, and naming the stage for a
+// length that does not split the first stage's tokens per step or per micro-batch into whole
+// sequences.
+std::vector<SeqStage> seq_stages(const TrainOptions& o);
 
 // --max-batch when not given: this many times --batch.
 inline constexpr int64_t kDefaultMaxBatchMultiple = 16;
@@ -42,7 +67,8 @@ std::optional<scaling::BatchSchedule> noise_schedule_from_checkpoint(
 class StepSchedule {
  public:
   // A fixed batch: o.batch / o.micro_batch micro-batches per step for steps start_step + 1 ..
-  // o.steps, lr LrSchedule{o.lr, o.lr o.min_lr_ratio, o.warmup, o.steps}.at(step), as always.
+  // o.steps, lr LrSchedule{o.lr, o.lr o.min_lr_ratio, o.warmup, o.steps}.at(step), as always;
+  // with stages (seq_stages(o), whose steps add up to o.steps) each step has its stage's shape.
   StepSchedule(const TrainOptions& o, int64_t start_step);
   // The noise-driven schedule, from its start or from a restored state, run in micro-batches of
   // micro_batch sequences (its growth unit, options().micro_batch, is a multiple: micro_batch x
@@ -69,10 +95,9 @@ class StepSchedule {
   LrSchedule fixed_lr_;  // fixed batch only
   int64_t steps_done_ = 0;
   int64_t total_steps_ = 0;
-  int64_t batch_ = 0;
-  int64_t micro_steps_ = 0;
-  int64_t seq_ = 0;
-  int64_t micro_batch_ = 0;  // noise: sequences per micro-batch
+  std::vector<SeqStage> stages_;  // fixed batch only
+  int64_t seq_ = 0;               // noise
+  int64_t micro_batch_ = 0;       // noise: sequences per micro-batch
   std::optional<scaling::BatchSchedule> noise_;
 };
 

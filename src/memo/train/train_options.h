@@ -26,6 +26,10 @@ struct TrainOptions {
   int64_t batch = 8;        // sequences per optimiser step
   int64_t micro_batch = 0;  // sequences per forward/backward; 0: = batch
   int64_t steps = 100;
+  // --seq-schedule (Note [Length stages] in train/step_schedule.h): "SEQ:STEPS,..."; empty: one
+  // stage of seq for steps. With it, seq is the first stage's and steps their sum (the session
+  // sets both).
+  std::string seq_schedule;
   double lr = 1e-3;
   double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
   int64_t warmup = 10;

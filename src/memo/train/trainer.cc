@@ -74,10 +74,12 @@ std::optional<EvalSum> validation(TrainSession& s, int64_t step) {
   const bool due = s.plan().done() || (o.eval_every > 0 && step % o.eval_every == 0);
   if (!due || !s.data().val) return std::nullopt;
   // --eval-tokens: the windows that hold that many targets, else --val-batches micro-batches
+  // (at the current stage's length: Note [Length stages])
+  const int64_t seq = s.stage().seq, micro_batch = s.stage().micro_batch;
   const int64_t windows =
-      o.eval_tokens > 0 ? (o.eval_tokens + o.seq - 1) / o.seq : o.val_batches * o.micro_batch;
+      o.eval_tokens > 0 ? (o.eval_tokens + seq - 1) / seq : o.val_batches * micro_batch;
   return evaluate_windows(s.model(), s.eval_strategy(), s.caching(),
-                          WindowSampler(*s.data().val, o.seq, o.seed), o.micro_batch, windows, {},
+                          WindowSampler(*s.data().val, seq, o.seed), micro_batch, windows, {},
                           &s.data_parallel());
 }
 
@@ -139,6 +141,11 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
   StepSchedule& plan = s.plan();
   while (!plan.done()) {
     const StepRun run = plan.next();
+    if (run.stage != s.stage_index()) {  // Note [Length stages]
+      s.enter_stage(run.stage);
+      if (s.strategy().wants_warmup()) s.step().warmup(run.step);
+      logger.print_stage();
+    }
     const auto t0 = Clock::now();
     const ActivationStrategy::CopyTime copy0 = s.strategy().copy_time();
     reset_step_counters(s);
