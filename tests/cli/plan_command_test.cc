@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "memo/cuda/cuda_sizes.h"
@@ -273,6 +274,60 @@ TEST_F(PlanCommand, length_stages_run_in_memo_plans_arenas_and_resume_bit_for_bi
       dir.str("data.txt") + " --seq 32 --steps 1 --batch 16 --micro-batch 2 " +
       "--device-memory 2MiB --no-checkpoint");
   EXPECT_EQ(one.exit_code, 0) << one.output;
+}
+
+// --stage-rope: stage 2's RoPE base and YaRN scaling take effect at its first step (stage 1's
+// steps keep the bits of a run without it, stage 2's do not), its checkpoints' config.json carry
+// them, a run resumed in stage 2 continues bit for bit, and a bad item is refused by name.
+TEST_F(PlanCommand, a_stage_rope_changes_the_positions_from_its_stage_on) {
+  const std::string run = test::memo_bin() + " train --data " + dir.str("data.txt");
+  const std::string fresh = run + " --config " + dir.str("config.json") +
+                            " --seq-schedule 32:2,64:2 --batch 8 --micro-batch 4 --warmup 1";
+  const std::string rope =
+      " --stage-rope '2:{\"rope_theta\": 40000, \"rope_scaling\": {\"rope_type\": \"yarn\", "
+      "\"factor\": 2, \"original_max_position_embeddings\": 256}}'";
+  ASSERT_EQ(test::run_command(fresh + " --no-checkpoint --log " + dir.str("plain.jsonl")).exit_code,
+            0);
+  const test::CommandResult r =
+      test::run_command(fresh + rope + " --save-every 1 --keep-last 0" + " --out " + dir.str("y") +
+                        " --log " + dir.str("y.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("seq 64, 4 sequences per step in micro-batches of 2, RoPE theta 40000 yarn"),
+      std::string::npos)
+      << r.output;
+  const auto plain = log("plain"), y = log("y");
+  for (int64_t step : {1, 2}) EXPECT_EQ(y.at(step)["loss"].dump(), plain.at(step)["loss"].dump());
+  EXPECT_NE(y.at(3)["loss"].dump(), plain.at(3)["loss"].dump());
+  const auto config = [&](int64_t step) {
+    return nlohmann::json::parse(
+        test::file_bytes(dir / "y" / ("step-0000000" + std::to_string(step)) / "config.json"));
+  };
+  EXPECT_EQ(config(2)["rope_theta"], 10000.0);
+  EXPECT_TRUE(config(2)["rope_scaling"].is_null());
+  EXPECT_EQ(config(3)["rope_theta"], 40000.0);
+  EXPECT_EQ(config(3)["rope_scaling"]["rope_type"], "yarn");
+  std::filesystem::create_directories(dir / "z");
+  std::filesystem::copy(dir / "y" / "step-00000003", dir / "z" / "step-00000003",
+                        std::filesystem::copy_options::recursive);
+  const test::CommandResult z =
+      test::run_command(run + " --resume " + dir.str("z") + " --log " + dir.str("z.jsonl"));
+  ASSERT_EQ(z.exit_code, 0) << z.output;
+  EXPECT_EQ(log("z").at(4)["loss"].dump(), y.at(4)["loss"].dump());
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {" --stage-rope '3:{\"rope_theta\": 1}'",
+            "--stage-rope 3:{\"rope_theta\": 1}: stage 3 of a schedule of 2 stages"},
+           {" --stage-rope '2:{\"rope_thta\": 1}'",
+            "--stage-rope 2: 'rope_thta' is not a position field"},
+           {" --stage-rope '2:{\"max_position_embeddings\": 48}'",
+            "--seq-schedule: stage 2's seq 64 exceeds max_position_embeddings = 48 (with "
+            "--stage-rope)"},
+           {" --stage-rope 2:5", "--stage-rope 2:5: write STAGE:JSON"}}) {
+    const test::CommandResult bad = test::run_command(fresh + flags + " --out " + dir.str("bad"));
+    EXPECT_EQ(bad.exit_code, 1) << flags << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(message), std::string::npos) << flags << "\n" << bad.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "bad")) << flags;
+  }
 }
 
 }  // namespace

@@ -91,16 +91,21 @@ void add_step_flags(CLI::App& cmd, TrainFlags& f) {
       ->capture_default_str();
   auto* steps =
       cmd.add_option("--steps", t->steps, "Optimiser steps in total")->capture_default_str();
+  f.lr = cmd.add_option("--lr", t->lr, "Peak learning rate")->capture_default_str();
+  cmd.add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")
+      ->capture_default_str();
+  cmd.add_option("--warmup", t->warmup, "Linear warm-up steps")->capture_default_str();
   cmd.add_option("--seq-schedule", t->seq_schedule,
                  "Length stages SEQ:STEPS,... (STEPS, or tokens with a t suffix; 1K = 1024), "
                  "e.g. 4K:2000,16K:500: each keeps the first stage's tokens per step and per "
                  "micro-batch (--batch and --micro-batch count the first stage's sequences)")
       ->excludes(seq)
       ->excludes(steps);
-  f.lr = cmd.add_option("--lr", t->lr, "Peak learning rate")->capture_default_str();
-  cmd.add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")
-      ->capture_default_str();
-  cmd.add_option("--warmup", t->warmup, "Linear warm-up steps")->capture_default_str();
+  cmd.add_option("--stage-rope", t->stage_rope,
+                 "From stage K of --seq-schedule on, these config.json position fields, as "
+                 "K:JSON, e.g. '2:{\"rope_theta\": 500000}' (rope_theta, rope_scaling, "
+                 "max_position_embeddings; repeat the flag for more stages)")
+      ->allow_extra_args(false);
 }
 
 void add_gradient_flags(CLI::App& cmd, TrainOptions* t) {

@@ -456,6 +456,24 @@ void Model::set_document_mask(int32_t eot) {
   doc_eot_ = eot;
 }
 
+void Model::set_positions(const PositionOverrides& p, const std::string& where) {
+  if (!p.any()) return;
+  if (!config_.uses_rope())
+    throw ConfigError(str(where, ": the model's positions are learned (no RoPE to change)"));
+  ModelConfig c;
+  try {
+    c = p.applied_to(config_);
+  } catch (const ConfigError& e) {
+    throw ConfigError(str(where, ": ", e.what()));
+  }
+  if (doc_eot_ >= 0 && c.rope_scaling.depends_on_length())
+    throw ConfigError(str(where, ": rope_scaling ", rope_type_name(c.rope_scaling.type),
+                          " with --document-mask: its frequencies follow the sequence's length, "
+                          "which packed documents leave undefined; not implemented"));
+  config_ = c;
+  rope_.clear();
+}
+
 void Model::set_eod_loss_mask(int32_t eot) {
   MEMO_CHECK(eot < config_.vocab_size, "set_eod_loss_mask: eot ", eot, " outside the vocabulary ",
              config_.vocab_size);

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -116,6 +117,11 @@ class Model {
   // second from nothing before it); -1: every prediction counts (the default). The targets
   // given may also hold kIgnoredTarget (backend/checks.h): those are not counted either.
   void set_eod_loss_mask(int32_t eot);
+  // The positions changed in place (a length stage's --stage-rope: Note [Length stages] in
+  // train/step_schedule.h): config() and the RoPE tables from the next micro-batch on take the
+  // overrides. ConfigError (naming `where`) for a model without RoPE, a config the overrides make
+  // invalid, or, under document masks, a scaling that follows the sequence's length.
+  void set_positions(const PositionOverrides& p, const std::string& where);
   int32_t eod_loss_mask() const { return loss_eot_; }
   // Whether the loss counts target t of a micro-batch, and how many of its n it counts: what the
   // caller divides the loss sum by for the mean (train/step.h sets grad_scale from it).

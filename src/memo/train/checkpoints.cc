@@ -44,7 +44,8 @@ nlohmann::json pinned_options(const TrainOptions& o) {
           {"document_mask", o.document_mask},
           {"eot_id", o.eot_id},
           {"eod_mask_loss", o.eod_mask_loss},
-          {"seq_schedule", o.seq_schedule}};
+          {"seq_schedule", o.seq_schedule},
+          {"stage_rope", o.stage_rope}};
 }
 
 void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
@@ -62,6 +63,7 @@ void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
   o.eot_id = j.value("eot_id", int64_t(-1));
   o.eod_mask_loss = j.value("eod_mask_loss", false);
   o.seq_schedule = j.value("seq_schedule", std::string());
+  o.stage_rope = j.value("stage_rope", std::vector<std::string>());
 }
 
 // Host views of tensors that live in a backend's device space, for writing a checkpoint: the

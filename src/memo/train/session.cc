@@ -134,13 +134,30 @@ ModelConfig run_model_config(const TrainOptions& o, const std::optional<ResumePo
   }
 }
 
-void check_positions(const std::vector<SeqStage>& stages, const ModelConfig& config) {
-  for (size_t k = 0; k < stages.size(); ++k)
+// Each stage's length within its positions: the model's, with the --stage-rope of the stages up
+// to it applied (each checked: a stage's bad field stops the run before any output).
+void check_positions(const std::vector<SeqStage>& stages,
+                     const std::vector<PositionOverrides>& stage_positions, ModelConfig config) {
+  bool changed = false;
+  for (size_t k = 0; k < stages.size(); ++k) {
+    changed = changed || stage_positions[k].any();
+    if (stage_positions[k].any()) {
+      if (!config.uses_rope())
+        throw ConfigError(
+            str("--stage-rope ", k + 1, ": the model's positions are learned (no RoPE to change)"));
+      try {
+        config = stage_positions[k].applied_to(config);
+      } catch (const ConfigError& e) {
+        throw ConfigError(str("--stage-rope ", k + 1, ": ", e.what()));
+      }
+    }
     if (stages[k].seq > config.max_position_embeddings)
       throw ConfigError(str(stages.size() > 1 ? str("--seq-schedule: stage ", k + 1, "'s seq ")
                                               : std::string("--seq "),
                             stages[k].seq, " exceeds ", config.positions_field(), " = ",
-                            config.max_position_embeddings, " of the model config"));
+                            config.max_position_embeddings,
+                            changed ? " (with --stage-rope)" : " of the model config"));
+  }
 }
 
 // The static plan within the budget, agreed by every rank of the job: a rank whose plan does not
@@ -198,7 +215,8 @@ void TrainSession::read_run() {
   plan_.emplace(step_schedule(o_, resume_, start_step_, job_size / (o_.cp * o_.tp)));
   stage_ = plan_->next().stage;  // a resumed run's next step's
   config_ = run_model_config(o_, resume_);
-  check_positions(stages_, config_);
+  stage_positions_ = stage_positions(o_.stage_rope, stages_.size());
+  check_positions(stages_, stage_positions_, config_);
   // the training and validation tokens (train/run_data.h), checked before any output
   data_.emplace(
       load_run_data({o_.data_path, o_.val_data_path, o_.val_fraction}, config_.vocab_size));
@@ -233,6 +251,7 @@ void TrainSession::build_model() {
     if (o_.document_mask) model_->set_document_mask(eot);
     if (o_.eod_mask_loss) model_->set_eod_loss_mask(eot);
   }
+  set_stage_positions(stage_);
   // ZeRO-1: this rank's optimiser covers its shard's tensors only
   shards_ = memo::zero_shards(model_->layout(), o_.zero == 1 ? data_parallel().size() : 1);
   mine_ = o_.zero == 1 ? size_t(data_parallel().rank()) : 0;
@@ -271,11 +290,17 @@ std::unique_ptr<PlannedAllocator> TrainSession::stage_plan(int k, bool announce)
   }
 }
 
+void TrainSession::set_stage_positions(int k) {
+  for (int j = 0; j <= k; ++j)
+    model_->set_positions(stage_positions_[size_t(j)], str("--stage-rope ", j + 1));
+}
+
 void TrainSession::enter_stage(int k) {
   MEMO_CHECK(k >= 0 && size_t(k) < stages_.size(), "enter_stage ", k, " of ", stages_.size());
   step_.reset();  // what holds the old stage's allocator and sampler, before they go
   strategy_.reset();
   stage_ = k;
+  set_stage_positions(k);
   sampler_.emplace(data_->train, stage().seq, o_.seed);
   planned_.reset();
   planned_ = stage_plan(k, false);

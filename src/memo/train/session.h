@@ -90,7 +90,9 @@ class TrainSession {
   int64_t start_step_ = 0;
   std::optional<StepSchedule> plan_;
   std::vector<SeqStage> stages_;
+  std::vector<PositionOverrides> stage_positions_;  // --stage-rope, one per stage
   int stage_ = 0;
+  void set_stage_positions(int k);  // stages 0 .. k's --stage-rope on the model, in order
   ModelConfig config_;
   std::optional<RunData> data_;
   std::optional<WindowSampler> sampler_;

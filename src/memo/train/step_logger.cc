@@ -215,6 +215,10 @@ void StepLogger::print_stage() {
   progress_ << "memo: stage " << s_.stage_index() + 1 << " of " << s_.stages().size()
             << " from step " << stage.first_step << ": seq " << stage.seq << ", " << stage.batch
             << " sequences per step in micro-batches of " << stage.micro_batch
+            << (s_.model().config().uses_rope()
+                    ? str(", RoPE theta ", s_.model().config().rope_theta, " ",
+                          rope_type_name(s_.model().config().rope_scaling.type))
+                    : std::string())
             << "; activations: " << s_.strategy().summary() << "\n"
             << std::flush;
 }

@@ -7,6 +7,7 @@
 
 #include "memo/core/error.h"
 #include "memo/core/units.h"
+#include "memo/io/config_json.h"
 
 namespace memo {
 
@@ -82,6 +83,47 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
     stages.push_back(s);
   }
   return stages;
+}
+
+std::vector<PositionOverrides> stage_positions(const std::vector<std::string>& items,
+                                               size_t stages) {
+  std::vector<PositionOverrides> out(stages);
+  for (const std::string& item : items) {
+    const size_t colon = item.find(':');
+    const std::optional<int64_t> k =
+        colon == std::string::npos ? std::nullopt : parse_token_count(item.substr(0, colon));
+    nlohmann::json j;
+    try {
+      if (k) j = nlohmann::json::parse(item.substr(colon + 1));
+    } catch (const nlohmann::json::parse_error& e) {
+      throw ConfigError(str("--stage-rope ", item, ": malformed JSON at byte ", e.byte));
+    }
+    if (!k || !j.is_object())
+      throw ConfigError(str("--stage-rope ", item,
+                            ": write STAGE:JSON, e.g. 2:{\"rope_theta\": 500000} (the stage "
+                            "from 1, the config.json position fields it sets)"));
+    if (size_t(*k) > stages)
+      throw ConfigError(str("--stage-rope ", item, ": stage ", *k, " of a schedule of ", stages,
+                            stages == 1 ? " stage (give --seq-schedule)" : " stages"));
+    PositionOverrides& p = out[size_t(*k - 1)];
+    const std::string where = str("--stage-rope ", *k);
+    for (const auto& [key, value] : j.items()) {
+      if (key == "rope_theta" && value.is_number()) {
+        p.rope_theta = value.get<double>();
+      } else if (key == "max_position_embeddings" && value.is_number_integer()) {
+        p.max_position_embeddings = value.get<int64_t>();
+      } else if (key == "rope_scaling") {
+        p.rope_scaling = rope_scaling_from_json(value, where);
+      } else {
+        throw ConfigError(str(where, ": '", key, "' ",
+                              key == "rope_theta" || key == "max_position_embeddings"
+                                  ? "must be a number"
+                                  : "is not a position field (rope_theta, rope_scaling, "
+                                    "max_position_embeddings)"));
+      }
+    }
+  }
+  return out;
 }
 
 StepSchedule::StepSchedule(const TrainOptions& o, int64_t start_step)

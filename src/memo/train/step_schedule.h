@@ -40,6 +40,9 @@ struct StepRun {            // what the trainer runs as step `step`
 // for bit. The session checks every stage against --device-memory before step 1 and, as a stage
 // starts, rebuilds what depends on the length (the sampler, the static plan, the activation
 // strategy and its split, the step), keeping the model, the optimiser and the noise estimator.
+// --stage-rope gives a stage its own RoPE base, scaling or position count (the move of Llama 3's
+// and Qwen2.5-1M's long stages), set on the model as the stage starts; its checkpoints' config.json
+// carry them, so a checkpoint loads as the model it is at that step.
 struct SeqStage {
   int64_t seq = 0, batch = 0, micro_batch = 0, steps = 0;
   int64_t first_step = 1;  // the run's number of the stage's first step
@@ -49,6 +52,12 @@ struct SeqStage {
 // length that does not split the first stage's tokens per step or per micro-batch into whole
 // sequences.
 std::vector<SeqStage> seq_stages(const TrainOptions& o);
+// --stage-rope: the position fields each of `stages` stages sets as it starts (none: empty), a
+// stage's holding every earlier stage's too (applied in order, each field as given: Note [Length
+// stages]). ConfigError naming the item for a malformed one, a stage past the schedule, a field
+// that is not a position field, or a model without RoPE.
+std::vector<PositionOverrides> stage_positions(const std::vector<std::string>& items,
+                                               size_t stages);
 
 // --max-batch when not given: this many times --batch.
 inline constexpr int64_t kDefaultMaxBatchMultiple = 16;

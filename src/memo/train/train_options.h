@@ -30,6 +30,10 @@ struct TrainOptions {
   // stage of seq for steps. With it, seq is the first stage's and steps their sum (the session
   // sets both).
   std::string seq_schedule;
+  // --stage-rope "K:JSON" (repeatable): from stage K (1-based) on, these config.json position
+  // fields ("rope_theta", "rope_scaling", "max_position_embeddings"), e.g.
+  // '2:{"rope_theta": 500000}'. Parsed by stage_positions (train/step_schedule.h).
+  std::vector<std::string> stage_rope;
   double lr = 1e-3;
   double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
   int64_t warmup = 10;
