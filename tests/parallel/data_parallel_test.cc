@@ -86,6 +86,31 @@ TEST_F(DataParallel, two_and_four_ranks_match_one_process) {
   EXPECT_TRUE(fs::exists(fs::path(two) / "latest"));
 }
 
+// Length stages (Note [Length stages]) and --eod-mask-loss over two ranks: each stage's
+// micro-batches split over the ranks (the second stage's 4 sequences of 64 tokens as 4
+// micro-batches, 2 a rank), and the counted targets are summed over them (Note [Counted tokens]),
+// so the losses are one process's within fp32 accumulation order.
+TEST_F(DataParallel, length_stages_and_a_loss_mask_split_over_the_ranks) {
+  auto cmd = [this](const std::string& out) {
+    return test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+           dir.str("data.txt") + " --seq-schedule 32:2,64:2 --batch 8 --micro-batch 2" +
+           " --eod-mask-loss --document-mask --eot-id 73 --lr 3e-3 --warmup 2 --no-checkpoint" +
+           " --val-batches 2 --log " + out + ".jsonl";
+  };
+  const std::string one = dir / "one", two = dir / "two";
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + cmd(one)).exit_code, 0);
+  const test::CommandResult r2 = test::run_command(mpirun(2) + cmd(two));
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  const auto a = records(one + ".jsonl"), b = records(two + ".jsonl");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i]["seq"], i < 2 ? 32 : 64);
+    const double la = a[i]["loss"], lb = b[i]["loss"];
+    EXPECT_NEAR(lb, la, 1e-5 * std::abs(la)) << "step " << i + 1;
+  }
+}
+
 TEST_F(DataParallel, repeats_bit_for_bit) {
   const std::string a = dir / "a", b = dir / "b";
   ASSERT_EQ(test::run_command(mpirun(2) + train_cmd(a, "--steps 3")).exit_code, 0);
