@@ -183,6 +183,18 @@ TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
       test::run_command(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
                         " --prompt ab --max-new-tokens 4 --precision bf16");
   EXPECT_EQ(g16.exit_code, 0) << g16.output;
+  // --document-mask: the byte tokenizer names no end-of-text, so --eot-id must
+  const std::string gen = test::memo_bin() + " generate --checkpoint " + dir.str("run") +
+                          " --prompt 'ab. cd' --max-new-tokens 4 --temperature 0 --document-mask";
+  const test::CommandResult none = test::run_command(gen);
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.output.find("'s tokenizer has no end-of-text token; give the token that starts "
+                             "each document with --eot-id N"),
+            std::string::npos)
+      << none.output;
+  const test::CommandResult dot = test::run_command(gen + " --eot-id 46");  // '.': ". cd"
+  ASSERT_EQ(dot.exit_code, 0) << dot.output;
+  EXPECT_NE(dot.output.find("generate: 4 prompt tokens"), std::string::npos) << dot.output;
 }
 
 // A trained model's weights rounded to bf16, saved twice: as one f32 model.safetensors and as a

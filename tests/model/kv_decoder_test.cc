@@ -118,6 +118,29 @@ TEST(KvDecoder, greedy_with_cache_equals_greedy_without_for_64_tokens) {
   }
 }
 
+// Document masks: the prompt's last document alone (from its last '|', byte 124, which stays)
+// gives the bits of a prompt that is that document, and not those of the whole prompt.
+TEST(KvDecoder, a_document_mask_generates_from_the_prompts_last_document) {
+  const Tokenizer bytes = Tokenizer::bytes();
+  const ModelConfig config = configs().front();
+  Model model(config, cpu_backend());
+  model.init(11);
+  GenerateOptions o;
+  o.max_new_tokens = 8;
+  o.sampling.temperature = 0.0;
+  o.stop_at_end_of_text = false;
+  const GenerateResult whole = generate(model, bytes, "And God said|In the beginning", o);
+  const GenerateResult alone = generate(model, bytes, "|In the beginning", o);
+  o.document_start = '|';
+  const GenerateResult masked = generate(model, bytes, "And God said|In the beginning", o);
+  EXPECT_EQ(masked.prompt_ids, bytes.encode("|In the beginning"));
+  EXPECT_EQ(masked.first_logits, alone.first_logits);
+  EXPECT_EQ(masked.new_ids, alone.new_ids);
+  EXPECT_NE(masked.first_logits, whole.first_logits);
+  EXPECT_EQ(generate(model, bytes, "no document start", o).prompt_ids,
+            bytes.encode("no document start"));  // one document: as it is
+}
+
 // The prompt (70 tokens), then one token at a time to 90: each step's logits against the
 // PyTorch reference's logits of a forward over all 90.
 void expect_cached_steps_match_pytorch(const ModelConfig& config) {

@@ -2,9 +2,11 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "memo/cli/commands.h"
 #include "memo/cli/runtime.h"
+#include "memo/core/error.h"
 #include "memo/io/checkpoint.h"
 #include "memo/train/generate.h"
 #include "memo/train/trainer.h"
@@ -15,7 +17,8 @@ void add_generate_command(CLI::App& app) {
   struct Options {
     std::string checkpoint, prompt;
     GenerateOptions generate;
-    bool stream = false, no_kv_cache = false;
+    bool stream = false, no_kv_cache = false, document_mask = false;
+    int64_t eot_id = -1;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a checkpoint");
@@ -35,6 +38,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", o->generate.sampling.seed, "Random seed of the sampler")
       ->capture_default_str();
   cmd->add_flag("--stream", o->stream, "Print each token as it is generated");
+  cmd->add_flag("--document-mask", o->document_mask,
+                "As a model trained with --document-mask sees it: the prompt's last document "
+                "alone (from its last --eot-id token), from position 0");
+  cmd->add_option("--eot-id", o->eot_id,
+                  "The token that starts each document (default: the tokenizer's end-of-text)");
   cmd->add_flag("--no-kv-cache", o->no_kv_cache,
                 "Re-run the whole sequence for every token (the slow baseline, for comparison)");
   auto device = std::make_shared<RuntimeFlags>();
@@ -47,6 +55,18 @@ void add_generate_command(CLI::App& app) {
     load_model_tensors(model, ckpt.model);
     const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
     o->generate.kv_cache = !o->no_kv_cache;
+    if (o->document_mask) {
+      const std::optional<int32_t> eot =
+          o->eot_id >= 0 ? std::optional<int32_t>(int32_t(o->eot_id)) : tokenizer.end_of_text();
+      if (!eot)
+        throw ConfigError(str("--document-mask: ", dir.string(),
+                              "'s tokenizer has no end-of-text token; give the token that starts "
+                              "each document with --eot-id N"));
+      if (*eot >= ckpt.config.vocab_size)
+        throw ConfigError(str("--eot-id ", *eot, " lies outside the vocabulary of ",
+                              ckpt.config.vocab_size, " ids"));
+      o->generate.document_start = *eot;
+    }
     std::function<void(std::string_view)> on_text;
     if (o->stream)
       on_text = [](std::string_view bytes) {

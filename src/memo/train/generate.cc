@@ -90,6 +90,10 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer, std::str
           "tokenizer has none, so give --prompt some text");
     r.prompt_ids.push_back(*eot);
   }
+  if (o.document_start >= 0) {  // the last document alone
+    const auto last = std::find(r.prompt_ids.rbegin(), r.prompt_ids.rend(), o.document_start);
+    if (last != r.prompt_ids.rend()) r.prompt_ids.erase(r.prompt_ids.begin(), last.base() - 1);
+  }
   const int64_t V = model.config().vocab_size;
   for (size_t i = 0; i < r.prompt_ids.size(); ++i)
     if (r.prompt_ids[i] >= V)

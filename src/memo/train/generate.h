@@ -33,10 +33,15 @@ struct GenerateOptions {
   SamplingOptions sampling;
   bool kv_cache = true;             // false: re-run the whole sequence for every token (baseline)
   bool stop_at_end_of_text = true;  // stop when the tokenizer's end-of-text token is drawn
+  // Document masks (Note [Document masks] in model/architecture.h; -1: off): the prompt from its
+  // last token document_start on, the last document alone, starting at position 0. That is
+  // exactly what a model with document masks computes for that document's tokens and those it
+  // generates, which see nothing before its start.
+  int32_t document_start = -1;
 };
 
 struct GenerateResult {
-  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> prompt_ids;  // as run: with document_start, the last document's
   std::vector<int32_t> new_ids;     // without a final end-of-text
   std::string text;                 // decoded new_ids
   std::vector<float> first_logits;  // [V] the logits that chose the first new token (ids past
