@@ -90,6 +90,9 @@ Call attention(AttnMask mask, int64_t B, int64_t H, int64_t Hkv) {
   };
 }
 
+// Two sequences of 7 packed with documents (backend/attn_mask.h): the first keys of each row.
+const std::vector<int32_t> kDocStarts = {0, 0, 0, 3, 3, 3, 3, 0, 0, 2, 2, 2, 5, 5};
+
 std::vector<Op> kernel_ops() {
   const Arg out_tc{{T, C}, true};
   std::vector<Op> ops = {
@@ -196,6 +199,17 @@ std::vector<Op> kernel_ops() {
         {{14, 16}, true},
         {{14, 32}}},
        attention(AttnMask::kCausal, 2, 4, 2)},
+      {"attention_causal_documents",
+       {{{14, 32}, true},
+        {{2, 4, 7}, true},
+        {{14, 32}},
+        {{14, 16}},
+        {{14, 16}},
+        {{14, 32}, true},
+        {{14, 16}, true},
+        {{14, 16}, true},
+        {{14, 32}}},
+       attention(AttnMask::causal_from(View<const int32_t>(kDocStarts.data(), {14})), 2, 4, 2)},
       {"attention_full_d6",
        {{{5, 18}, true},
         {{1, 3, 5}, true},

@@ -798,13 +798,13 @@ struct HostChunkOps {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t r = 0; r < sc.n; ++r) {
         const float* row = sc.row(h, r);
-        const int64_t vis = sc.visible(r);
+        const int64_t vis = sc.visible(r), first = sc.first(r);
         for (int lane = 0; lane < kSoftmaxLanes; ++lane)
-          softmax_lane(row, vis, lane, kSoftmaxLanes, m[lane], l[lane]);
+          softmax_lane(row, first, vis, lane, kSoftmaxLanes, m[lane], l[lane]);
         for (int half = kSoftmaxLanes / 2; half > 0; half /= 2)
           for (int lane = 0; lane < half; ++lane) softmax_tree_step(m.data(), l.data(), lane, half);
         for (int64_t t = 0; t < sc.kend; ++t)
-          sc.put_prob(h, r, t, softmax_prob(row[t], t, vis, m[0], l[0]));
+          sc.put_prob(h, r, t, softmax_prob(row[t], t, first, vis, m[0], l[0]));
         lse_b[h * S + sc.i0 + r] = m[0] + std::log(l[0]);
       }
   }
@@ -958,6 +958,7 @@ std::vector<double> check_chunked_attention(const AttnCase& c, AttnMask mask, in
   const int64_t B = c.B, S = c.S, H = c.H, Hkv = c.Hkv, D = c.D, T = B * S;
   ChunkShape cs = chunk_shape(B, S, H, Hkv, D, mask.causal);
   if (rows > 0) cs.rows = rows;
+  cs.key_start = mask.key_start.empty() ? nullptr : mask.key_start.data();
   // q and o strided (ld > cols) as the model's column slices can be
   Buf q = Buf::random(T, H * D, H * D + 3, 91, -2.0f, 2.0f),
       k = Buf::random(T, Hkv * D, Hkv * D, 92, -2.0f, 2.0f),
@@ -1035,6 +1036,32 @@ TEST(CudaBodies, chunked_attention_schedule_matches_cpu) {
   }
 }
 
+// A mask's key_start (backend/attn_mask.h): documents starting inside a chunk and on its edges,
+// a sliding window, and a full mask whose first keys run from before the keys to inside them.
+TEST(CudaBodies, chunked_attention_with_key_start_matches_cpu) {
+  const int64_t S = 70;
+  std::vector<int32_t> docs(2 * S), window(S), full(S);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0, start = 0; i < S; ++i) {
+      for (int64_t s : b == 0 ? std::vector<int64_t>{16, 17, 40} : std::vector<int64_t>{33})
+        if (i == s) start = s;
+      docs[size_t(b * S + i)] = int32_t(start);
+    }
+  for (int64_t i = 0; i < S; ++i) {
+    window[size_t(i)] = int32_t(std::max<int64_t>(0, i - 20));
+    full[size_t(i)] = int32_t(i - 30);
+  }
+  for (bool bf16 : {false, true}) {
+    check_chunked_attention({2, S, 4, 2, 16},
+                            AttnMask::causal_from(View<const int32_t>(docs.data(), {2 * S})), 16,
+                            bf16);
+    check_chunked_attention(
+        {1, S, 2, 1, 8}, AttnMask::causal_from(View<const int32_t>(window.data(), {S})), 32, bf16);
+    check_chunked_attention({1, S, 2, 2, 8},
+                            AttnMask::full_from(View<const int32_t>(full.data(), {S})), 16, bf16);
+  }
+}
+
 // bf16: P and dS rounded to bf16 before their products, the outputs rounded once.
 TEST(CudaBodies, chunked_attention_in_bf16_is_within_bf16_rounding_of_the_f32_kernels) {
   std::vector<double> worst(4, 0.0);
@@ -1082,7 +1109,7 @@ TEST(CudaBodies, softmax_lanes_and_tree_give_the_rows_max_and_sum) {
     for (int64_t t = 0; t < n; ++t) sum += std::exp(double(x[t]) - mx);
     std::vector<float> m(kSoftmaxLanes), l(kSoftmaxLanes);
     for (int lane = 0; lane < kSoftmaxLanes; ++lane)
-      softmax_lane(x.data(), n, lane, kSoftmaxLanes, m[lane], l[lane]);
+      softmax_lane(x.data(), 0, n, lane, kSoftmaxLanes, m[lane], l[lane]);
     for (int half = kSoftmaxLanes / 2; half > 0; half /= 2)
       for (int lane = 0; lane < half; ++lane) softmax_tree_step(m.data(), l.data(), lane, half);
     EXPECT_EQ(double(m[0]), mx) << n;

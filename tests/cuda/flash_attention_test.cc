@@ -357,7 +357,8 @@ std::vector<double> check_flash(const Case& c, AttnMask mask, bool wide) {
   const bool causal = mask.causal;
   SCOPED_TRACE(::testing::Message()
                << "B" << B << " S" << S << " H" << H << " Hkv" << Hkv << " D" << D
-               << (causal ? " causal" : " full") << (wide ? " wide" : ""));
+               << (causal ? " causal" : " full") << (mask.key_start.empty() ? "" : " key_start")
+               << (wide ? " wide" : ""));
   // q and v strided as the model's column slices are
   const int64_t pad = wide ? 8 : 6;
   const Mat16 q = Mat16::random(T, H * D, H * D + pad, 301, -2.0f, 2.0f),
@@ -387,6 +388,7 @@ std::vector<double> check_flash(const Case& c, AttnMask mask, bool wide) {
 
   FlashArgs f;
   f.S = S, f.H = H, f.G = H / Hkv, f.D = D, f.causal = causal;
+  f.key_start = mask.key_start.empty() ? nullptr : mask.key_start.data();
   f.scale = 1.0f / std::sqrt(float(D));
   f.q = q.v.data(), f.ldq = q.ld, f.k = k.v.data(), f.ldk = k.ld, f.v = v.v.data(), f.ldv = v.ld;
   Mat16 o(T, H * D, H * D + 4);
@@ -465,6 +467,42 @@ TEST(FlashAttention, blocks_run_as_fibers_match_the_cpu_attention_within_bf16_ro
       "flash attention (emulated), largest error / max(|f32|, 1): o %.2e (%.2fu), dq %.2e, "
       "dk %.2e, dv %.2e\n",
       worst[0], worst[0] * 256, worst[1], worst[2], worst[3]);
+}
+
+// A mask's key_start (backend/attn_mask.h): packed documents whose starts fall inside a tile, on
+// a tile's edge (64, 128) and one token long (128); a sliding window of 40 (every row's first key
+// inside a tile); a full mask whose first keys run from before the keys to past them (context
+// parallelism's chunk pairs: the last rows see nothing, o = 0 and lse = -inf). The skipped
+// tiles and the masked columns against the CPU attention with the same mask.
+TEST(FlashAttention, key_start_masks_match_the_cpu_attention_within_bf16_rounding) {
+  const int64_t S = 150;
+  std::vector<int32_t> docs(2 * S), window(S), full(S);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0, start = 0; i < S; ++i) {
+      for (int64_t s : b == 0 ? std::vector<int64_t>{50, 64, 128, 129} : std::vector<int64_t>{90})
+        if (i == s) start = s;
+      docs[size_t(b * S + i)] = int32_t(start);
+    }
+  for (int64_t i = 0; i < S; ++i) {
+    window[size_t(i)] = int32_t(std::max<int64_t>(0, i - 39));
+    full[size_t(i)] = int32_t(2 * i - 100);  // -100 .. 198: none (>= 150) from row 125
+  }
+  bool wide = false;
+  std::vector<double> worst(4, 0.0);
+  for (const auto& [c, mask] :
+       {std::pair{Case{2, S, 2, 1, 32},
+                  AttnMask::causal_from(View<const int32_t>(docs.data(), {2 * S}))},
+        std::pair{Case{1, S, 1, 1, 32},
+                  AttnMask::causal_from(View<const int32_t>(window.data(), {S}))},
+        std::pair{Case{1, S, 1, 1, 64},
+                  AttnMask::full_from(View<const int32_t>(full.data(), {S}))}}) {
+    const std::vector<double> e = check_flash(c, mask, wide = !wide);
+    for (size_t i = 0; i < 4; ++i) worst[i] = std::max(worst[i], e[i]);
+  }
+  std::printf(
+      "flash attention with key_start (emulated), largest error: o %.2e, dq %.2e, dk %.2e, "
+      "dv %.2e\n",
+      worst[0], worst[1], worst[2], worst[3]);
 }
 
 // A bf16 plan of a CUDA run sizes the fused kernels' scratch (delta of one sequence, backward),

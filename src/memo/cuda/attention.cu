@@ -23,10 +23,10 @@ __global__ void chunk_softmax_kernel(cuda::ScoreRows sc, float* lse_b, int64_t S
   __shared__ float m[cuda::kSoftmaxLanes], l[cuda::kSoftmaxLanes];
   const int64_t h = blockIdx.x / sc.n, r = blockIdx.x % sc.n;
   float* s = sc.row(h, r);
-  const int64_t visible = sc.visible(r);
+  const int64_t visible = sc.visible(r), first = sc.first(r);
   const int lane = int(threadIdx.x);
   float lm, ll;  // in registers: s may alias shared memory as far as the compiler knows
-  cuda::softmax_lane(s, visible, lane, cuda::kSoftmaxLanes, lm, ll);
+  cuda::softmax_lane(s, first, visible, lane, cuda::kSoftmaxLanes, lm, ll);
   m[lane] = lm;
   l[lane] = ll;
   __syncthreads();
@@ -36,7 +36,7 @@ __global__ void chunk_softmax_kernel(cuda::ScoreRows sc, float* lse_b, int64_t S
   }
   const float mx = m[0], sum = l[0];
   for (int64_t t = lane; t < sc.kend; t += cuda::kSoftmaxLanes)
-    sc.put_prob(h, r, t, cuda::softmax_prob(s[t], t, visible, mx, sum));
+    sc.put_prob(h, r, t, cuda::softmax_prob(s[t], t, first, visible, mx, sum));
   if (lane == 0) lse_b[h * S + sc.i0 + r] = mx + ::logf(sum);
 }
 
@@ -185,17 +185,21 @@ void CudaBackend::do_attention_forward(Tensor o, Tensor lse, ConstTensor q, Cons
                                        int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
   const Timed timed(this, "attention_forward");
   const AttnDims d = attention_dims(q, batch, n_heads, n_kv_heads);
-  MEMO_CHECK(mask.key_start.empty(), "attention_forward: the CUDA kernels do not take a mask's ",
-             "key_start yet (masked_attention() is false)");
+  MEMO_CHECK(mask.key_start.empty() || mask.key_start.numel() == d.B * d.S,
+             "attention_forward: key_start ", mask.key_start.shape(), " for ", d.B, " x ", d.S,
+             " query rows");
+  const int32_t* key_start = device_key_start(mask.key_start);
   MEMO_CHECK(lse.contiguous(), "attention_forward: lse ", lse.shape(), " not contiguous");
   check_attention_dtypes("attention_forward", {o, q, k, v}, {lse, scratch});
   if (flash_applies(d, {o, q, k, v})) {
     cuda::FlashArgs f = flash_args(d, mask, q, k, v);
+    f.key_start = key_start;
     f.o = bf16_ptr(o), f.ldo = o.ld(), f.lse = dev(lse);
     f.wide = cuda::flash_wide_loads(f);
     return flash_forward_launch(f, d.B);
   }
-  const cuda::ChunkShape c = cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask.causal, chunk_rows_);
+  cuda::ChunkShape c = cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask.causal, chunk_rows_);
+  c.key_start = key_start;
   check_scratch("attention_forward", scratch, cuda::chunked_forward_scratch_numel(c));
   ChunkOps ops{this, c};
   cuda::chunked_attention_forward(ops, c, xmat(o), dev(lse), xmat(q), xmat(k), xmat(v),
@@ -208,20 +212,24 @@ void CudaBackend::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTe
                                         int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
   const Timed timed(this, "attention_backward");
   const AttnDims d = attention_dims(q, batch, n_heads, n_kv_heads);
-  MEMO_CHECK(mask.key_start.empty(), "attention_backward: the CUDA kernels do not take a mask's ",
-             "key_start yet (masked_attention() is false)");
+  MEMO_CHECK(mask.key_start.empty() || mask.key_start.numel() == d.B * d.S,
+             "attention_backward: key_start ", mask.key_start.shape(), " for ", d.B, " x ", d.S,
+             " query rows");
+  const int32_t* key_start = device_key_start(mask.key_start);
   MEMO_CHECK(lse.contiguous(), "attention_backward: lse ", lse.shape(), " not contiguous");
   check_attention_dtypes("attention_backward", {dq, dk, dv, dout, q, k, v, o}, {lse, scratch});
   if (flash_applies(d, {dq, dk, dv, dout, q, k, v, o})) {
     check_scratch("attention_backward", scratch, d.S * d.H);  // delta of one sequence
     cuda::FlashArgs f = flash_args(d, mask, q, k, v);
+    f.key_start = key_start;
     f.o_in = bf16_ptr(o), f.ldo = o.ld(), f.dout = bf16_ptr(dout), f.lddo = dout.ld();
     f.dq = bf16_ptr(dq), f.lddq = dq.ld(), f.dk = bf16_ptr(dk), f.lddk = dk.ld();
     f.dv = bf16_ptr(dv), f.lddv = dv.ld(), f.lse = const_cast<float*>(dev(lse));
     f.wide = cuda::flash_wide_loads(f);
     return flash_backward_launch(f, d.B, dev(scratch), xmat(dout), xmat(o));
   }
-  const cuda::ChunkShape c = cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask.causal, chunk_rows_);
+  cuda::ChunkShape c = cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask.causal, chunk_rows_);
+  c.key_start = key_start;
   check_scratch("attention_backward", scratch, cuda::chunked_backward_scratch_numel(c));
   ChunkOps ops{this, c};
   cuda::chunked_attention_backward(ops, c, xmat(dq), xmat(dk), xmat(dv), xmat(dout), xmat(q),

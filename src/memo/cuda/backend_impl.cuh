@@ -233,7 +233,8 @@ class CudaBackend final : public Backend {
   // The chunked and the fused attention take bf16 activations (Notes [Chunked attention] and
   // [Flash attention]).
   bool bf16_attention() const override { return true; }
-  bool masked_attention() const override { return false; }  // not yet: backend/attn_mask.h
+  // key_start (backend/attn_mask.h) in the chunked schedule and the fused kernels
+  bool masked_attention() const override { return true; }
   // The layers' row and elementwise kernels take bf16 activations and weights (Note [bf16
   // bodies]).
   bool bf16_elementwise() const override { return true; }
@@ -416,6 +417,9 @@ class CudaBackend final : public Backend {
   // (a caller of the kernel alone) are copied up on the compute stream first, a later copy being
   // ordered after the kernel that reads them.
   const int32_t* device_ids(View<const int32_t> ids);
+  // A mask's key_start copied to device memory (key_start_, reused: the copy is stream-ordered);
+  // null for an empty one.
+  const int32_t* device_key_start(View<const int32_t> key_start);
   void matmul_unchecked(Tensor c, ConstTensor a, ConstTensor b, bool trans_a, bool trans_b,
                         float alpha, float beta);
   // A and B of type ab (f32 or bf16), C of type ct; f32 accumulation and scalars. batch > 1: a
@@ -464,7 +468,7 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;  // the caller's (Note [Matrix-product workspace]); null: none
   int64_t workspace_bytes_ = 0;
-  RawBuffer doubles_, ids_;
+  RawBuffer doubles_, ids_, key_start_;
   std::vector<double> host_doubles_;
   std::map<GemmKey, Gemm> gemms_;  // the algorithm of each shape
   std::string description_;

@@ -20,7 +20,9 @@
 // key/value heads D apart in k and v, so each product is one strided batch over the Hkv groups.
 // dK and dV are zeroed first and accumulate chunk by chunk, j by j, on one stream: a fixed order
 // and no atomics, so the backward is deterministic. The causal chunk computes its whole
-// [n, kend) block and zeroes the masked corner: at most n / 2 wasted columns a row.
+// [n, kend) block and zeroes the masked corner: at most n / 2 wasted columns a row. A mask's
+// key_start (document masks, sliding windows) zeroes the columns before each row's first key
+// too, without skipping their products (not yet run on a GPU).
 // bf16 (a mixed-precision run's activations, Note [bf16 storage by conversion]): q, k, v, o, dout
 // and dq, dk, dv are bf16, the products take bf16 operands on the tensor cores and accumulate in
 // f32 (cuBLASLt), the scores, lse and delta stay f32, and the probabilities P and their gradient
@@ -80,6 +82,8 @@ struct ChunkShape {
   int64_t B = 0, S = 0, H = 0, Hkv = 0, D = 0;
   bool causal = true;
   int64_t rows = 0;
+  // The mask's key_start (backend/attn_mask.h), [B S] in the memory the kernels read; null: none.
+  const int32_t* key_start = nullptr;
   int64_t G() const { return H / Hkv; }
   // Elements of one [H, rows, S] score buffer.
   int64_t scores_numel() const { return H * rows * round_up(S, kChunkAlign); }
@@ -116,16 +120,21 @@ inline int64_t chunked_backward_scratch_numel(const ChunkShape& c) {
 }
 
 // One chunk's score rows: [H, n, ld] f32 scores, row (h, r) query i0 + r of head h over keys
-// [0, kend); under the causal mask it sees keys 0 .. i0 + r. p16: where the bf16 probabilities go
-// (same indices), null for f32 (in place).
+// [0, kend); under the causal mask it sees keys 0 .. i0 + r, and with a key_start (the
+// sequence's [S] rows of the mask's) keys from key_start[i0 + r] on: columns [first, visible).
+// p16: where the bf16 probabilities go (same indices), null for f32 (in place).
 struct ScoreRows {
   float* s = nullptr;
   uint16_t* p16 = nullptr;
   int64_t n = 0, ld = 0, kend = 0, i0 = 0;
   bool causal = true;
+  const int32_t* key_start = nullptr;
   MEMO_HD int64_t index(int64_t h, int64_t r) const { return (h * n + r) * ld; }
   MEMO_HD float* row(int64_t h, int64_t r) const { return s + index(h, r); }
   MEMO_HD int64_t visible(int64_t r) const { return causal ? i0 + r + 1 : kend; }
+  MEMO_HD int64_t first(int64_t r) const {
+    return key_start == nullptr || key_start[i0 + r] < 0 ? 0 : key_start[i0 + r];
+  }
   // Stores probability p of column t of row (h, r).
   MEMO_HD void put_prob(int64_t h, int64_t r, int64_t t, float p) const {
     if (p16)
@@ -136,12 +145,13 @@ struct ScoreRows {
 };
 
 // --- the softmax of one row: lanes, then a fixed tree ---
-// Lane `lane`'s running max m and sum l of exp(s - m) over columns lane, lane + lanes, ... < n.
-MEMO_HD inline void softmax_lane(const float* s, int64_t n, int lane, int lanes, float& m,
-                                 float& l) {
+// Lane `lane`'s running max m and sum l of exp(s - m) over columns from + lane, from + lane +
+// lanes, ... < n.
+MEMO_HD inline void softmax_lane(const float* s, int64_t from, int64_t n, int lane, int lanes,
+                                 float& m, float& l) {
   m = -INFINITY;
   l = 0.0f;
-  for (int64_t t = lane; t < n; t += lanes) {
+  for (int64_t t = from + lane; t < n; t += lanes) {
     const float x = s[t];
     if (x > m) {
       l = l * exp_f(m - x) + 1.0f;
@@ -167,9 +177,11 @@ MEMO_HD inline void softmax_combine(float& m, float& l, float m2, float l2) {
 MEMO_HD inline void softmax_tree_step(float* m, float* l, int lane, int half) {
   softmax_combine(m[lane], l[lane], m[lane + half], l[lane + half]);
 }
-// Column t of the row once (m, l) is known: the probability, 0 beyond the visible keys.
-MEMO_HD inline float softmax_prob(float s, int64_t t, int64_t visible, float m, float l) {
-  return t < visible ? exp_f(s - m) / l : 0.0f;
+// Column t of the row once (m, l) is known: the probability, 0 outside the visible keys
+// [first, visible).
+MEMO_HD inline float softmax_prob(float s, int64_t t, int64_t first, int64_t visible, float m,
+                                  float l) {
+  return t >= first && t < visible ? exp_f(s - m) / l : 0.0f;
 }
 
 // --- delta and the backward's probabilities and their gradient, one item each ---
@@ -187,7 +199,7 @@ MEMO_HD inline void grad_scores_item(const ScoreRows& sc, float* dp_base, uint16
                                      const float* lse, const float* delta, int64_t S, int64_t h,
                                      int64_t r, int64_t t) {
   const int64_t e = sc.index(h, r) + t, i = sc.i0 + r;
-  const float p = t < sc.visible(r) ? exp_f(sc.s[e] - lse[h * S + i]) : 0.0f;
+  const float p = t >= sc.first(r) && t < sc.visible(r) ? exp_f(sc.s[e] - lse[h * S + i]) : 0.0f;
   const float ds = p * (dp_base[e] - delta[h * S + i]);
   sc.put_prob(h, r, t, p);
   if (ds16)
@@ -239,7 +251,8 @@ void chunked_attention_forward(Ops& ops, const ChunkShape& c, XMat o, float* lse
   for (int64_t b = 0; b < c.B; ++b) {
     for (int64_t i0 = 0; i0 < S; i0 += c.rows) {
       const int64_t n = std::min(c.rows, S - i0), kend = c.causal ? i0 + n : S;
-      const ScoreRows sc{scores, p16, n, round_up(kend, kChunkAlign), kend, i0, c.causal};
+      const ScoreRows sc{scores, p16, n,        round_up(kend, kChunkAlign),
+                         kend,   i0,  c.causal, c.key_start ? c.key_start + b * S : nullptr};
       const int64_t head_block = n * sc.ld;  // one head's scores
       for (int64_t j = 0; j < G; ++j) ops.gemm(scores_product(c, sc, q, k, b, j));
       ops.softmax(sc, lse + b * c.H * S);
@@ -286,7 +299,8 @@ void chunked_attention_backward(Ops& ops, const ChunkShape& c, XMat dq, XMat dk,
     const float* lse_b = lse + b * c.H * S;
     for (int64_t i0 = 0; i0 < S; i0 += c.rows) {
       const int64_t n = std::min(c.rows, S - i0), kend = c.causal ? i0 + n : S;
-      const ScoreRows sc{scores, p16, n, round_up(kend, kChunkAlign), kend, i0, c.causal};
+      const ScoreRows sc{scores, p16, n,        round_up(kend, kChunkAlign),
+                         kend,   i0,  c.causal, c.key_start ? c.key_start + b * S : nullptr};
       const int64_t head_block = n * sc.ld;
       for (int64_t j = 0; j < G; ++j) {
         RowGemm g = scores_product(c, sc, q, k, b, j);  // S_h, then dP_h = dO_h V_g^T

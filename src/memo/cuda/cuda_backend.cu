@@ -136,6 +136,18 @@ const int32_t* CudaBackend::device_ids(View<const int32_t> ids) {
   return ids_.as<const int32_t>();
 }
 
+const int32_t* CudaBackend::device_key_start(View<const int32_t> key_start) {
+  if (key_start.empty()) return nullptr;
+  MEMO_CHECK(key_start.contiguous(), "cuda: an attention mask's key_start not contiguous");
+  const int64_t bytes = key_start.numel() * int64_t(sizeof(int32_t));
+  if (key_start_.bytes() < bytes)
+    key_start_ = RawBuffer(device_, bytes, "cuda attention key_start");
+  check_cuda(cudaMemcpyAsync(key_start_.data(), key_start.data(), size_t(bytes),
+                             cudaMemcpyHostToDevice, s()),
+             "attention key_start");
+  return key_start_.as<const int32_t>();
+}
+
 // --- the profile (Note [Kernel profile]) ---
 
 CudaBackend::Timed::Timed(CudaBackend* b, const char* op)

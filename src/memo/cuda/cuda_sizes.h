@@ -72,7 +72,7 @@ class CudaSizes final : public CpuBackend {
   int64_t matmul_workspace_bytes() const override { return cuda_matmul_workspace_bytes(); }
   bool bf16_products() const override { return true; }
   bool bf16_attention() const override { return true; }
-  bool masked_attention() const override { return false; }  // not yet: backend/attn_mask.h
+  bool masked_attention() const override { return true; }
   bool bf16_elementwise() const override { return true; }
   int64_t attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                           int64_t n_kv_heads) override {

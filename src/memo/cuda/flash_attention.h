@@ -30,7 +30,10 @@
 // 8 x 8 matrix, or of its transpose) and checks that every row address is 16-byte aligned.
 //
 // Head dims 32, 64 and 128 (flash_head_dim); others, f32 activations, and unaligned tensors take
-// the chunked schedule (Note [Chunked attention]). First run on an H200 on 2026-12-04 (correct;
+// the chunked schedule (Note [Chunked attention]). A mask's key_start (document masks, sliding
+// windows, context parallelism's chunk pairs) skips the key tiles before a tile's first row's
+// first key and masks the columns before each row's: tested on CPU threads, not yet run on a GPU.
+// First run on an H200 on 2026-12-04 (correct;
 // bench/RESULTS.md has its speed against PyTorch's SDPA).
 //
 // Note [Flash tile loads]
@@ -66,8 +69,8 @@ MEMO_HD constexpr int flash_pitch(int d) { return d + 8; }  // smem row, bf16: s
 // Shared memory of a block in bytes: forward Q, K, V tiles; backward four tiles and, for dK/dV,
 // the tile's lse and delta.
 constexpr int flash_forward_smem(int d) { return 3 * kFlashRows * flash_pitch(d) * 2; }
-constexpr int flash_backward_smem(int d) {
-  return 4 * kFlashRows * flash_pitch(d) * 2 + 2 * kFlashCols * 4;
+constexpr int flash_backward_smem(int d) {  // + the query tile's lse, delta and key_start
+  return 4 * kFlashRows * flash_pitch(d) * 2 + 3 * kFlashCols * 4;
 }
 
 // The fragments of mma.m16n8k16 with bf16 A and B and f32 C (PTX ISA, "Matrix Fragments for
@@ -105,7 +108,19 @@ struct FlashArgs {
   float* lse = nullptr;  // forward writes, backward reads
   const float* delta = nullptr;
   bool wide = false;  // q, k, v and dout rows start on 16 bytes (Note [Flash tile loads])
+  // The mask's key_start (backend/attn_mask.h), [B S] in device memory; null: none. Rows see
+  // keys from key_start on; as it never decreases along a sequence, a tile's first row has the
+  // least and its last row the most, which decide the tiles skipped and the masks skipped.
+  const int32_t* key_start = nullptr;
 };
+
+// The first key of query row `row` of sequence b (0 without a key_start, never below 0), rows
+// past the sequence's end taking its last row's.
+MEMO_HD inline int64_t flash_key_start(const FlashArgs& f, int64_t b, int64_t row) {
+  if (f.key_start == nullptr) return 0;
+  const int32_t k = f.key_start[b * f.S + (row < f.S ? row : f.S - 1)];
+  return k < 0 ? 0 : k;
+}
 
 // Whether every row the kernels load (q, k, v, dout; null ones aside) starts on 16 bytes.
 inline bool flash_wide_loads(const FlashArgs& f) {
@@ -274,20 +289,26 @@ MEMO_HD void flash_forward_block(Lane& th, const FlashArgs& f, int64_t b, int64_
   float o[kD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int64_t kend = f.causal ? (q0 + kFlashRows < S ? q0 + kFlashRows : S) : S;
-  for (int64_t j0 = 0; j0 < kend; j0 += kFlashCols) {
+  // key_start: the tiles before the block's first row's first key hold nothing it sees
+  const int64_t ks[2] = {flash_key_start(f, b, q0 + warp * 16 + g),
+                         flash_key_start(f, b, q0 + warp * 16 + g + 8)};
+  const int64_t warp_ks = flash_key_start(f, b, q0 + warp * 16 + 15);
+  for (int64_t j0 = flash_key_start(f, b, q0) / kFlashCols * kFlashCols; j0 < kend;
+       j0 += kFlashCols) {
     th.sync();  // the previous tile's readers are done
     flash_load_tiles<kD>(th, sk, f.k + base * f.ldk, f.ldk, hk * kD, sv, f.v + base * f.ldv, f.ldv,
                          hk * kD, j0, S, f.wide);
     th.sync();
     // every key of the tile visible to every row of this warp: no mask to apply
-    const bool open = j0 + kFlashCols <= S && (!f.causal || j0 + kFlashCols - 1 <= q0 + warp * 16);
+    const bool open = j0 + kFlashCols <= S && j0 >= warp_ks &&
+                      (!f.causal || j0 + kFlashCols - 1 <= q0 + warp * 16);
     float s[8][4] = {};
     flash_mma_rows_t<kD>(th, s, sq, warp * 16, sk);
     float mt[2] = {-INFINITY, -INFINITY};
     for (int n = 0; n < 8; ++n)
       for (int i = 0; i < 4; ++i) {
         const int64_t row = q0 + warp * 16 + g + 8 * (i / 2), col = j0 + 8 * n + 2 * t + i % 2;
-        const bool visible = open || (col < S && (!f.causal || col <= row));
+        const bool visible = open || (col < S && (!f.causal || col <= row) && col >= ks[i / 2]);
         s[n][i] = visible ? s[n][i] * f.scale : -INFINITY;
         mt[i / 2] = s[n][i] > mt[i / 2] ? s[n][i] : mt[i / 2];
       }
@@ -345,12 +366,16 @@ MEMO_HD void flash_dq_block(Lane& th, const FlashArgs& f, int64_t b, int64_t h, 
   }
   float dq[kD / 8][4] = {};
   const int64_t kend = f.causal ? (q0 + kFlashRows < S ? q0 + kFlashRows : S) : S;
-  for (int64_t j0 = 0; j0 < kend; j0 += kFlashCols) {
+  const int64_t ks[2] = {flash_key_start(f, b, q0 + warp * 16 + g),
+                         flash_key_start(f, b, q0 + warp * 16 + g + 8)};
+  const int64_t warp_ks = flash_key_start(f, b, q0 + warp * 16 + 15);
+  for (int64_t j0 = flash_key_start(f, b, q0) / kFlashCols * kFlashCols; j0 < kend;
+       j0 += kFlashCols) {
     th.sync();
     flash_load_tiles<kD>(th, sk, f.k + base * f.ldk, f.ldk, hk * kD, sv, f.v + base * f.ldv, f.ldv,
                          hk * kD, j0, S, f.wide);
     th.sync();
-    const bool open = q0 + warp * 16 + 16 <= S && j0 + kFlashCols <= S &&
+    const bool open = q0 + warp * 16 + 16 <= S && j0 + kFlashCols <= S && j0 >= warp_ks &&
                       (!f.causal || j0 + kFlashCols - 1 <= q0 + warp * 16);
     float s[8][4] = {}, dp[8][4] = {};
     flash_mma_rows_t<kD>(th, s, sq, warp * 16, sk);
@@ -358,7 +383,8 @@ MEMO_HD void flash_dq_block(Lane& th, const FlashArgs& f, int64_t b, int64_t h, 
     for (int n = 0; n < 8; ++n)
       for (int i = 0; i < 4; ++i) {
         const int64_t row = q0 + warp * 16 + g + 8 * (i / 2), col = j0 + 8 * n + 2 * t + i % 2;
-        const bool visible = open || (row < S && col < S && (!f.causal || col <= row));
+        const bool visible =
+            open || (row < S && col < S && (!f.causal || col <= row) && col >= ks[i / 2]);
         const float p = visible ? expf(s[n][i] * f.scale - lse[i / 2]) : 0.0f;
         s[n][i] = p * (dp[n][i] - delta[i / 2]);  // dS
       }
@@ -378,6 +404,7 @@ MEMO_HD void flash_dkdv_block(Lane& th, const FlashArgs& f, int64_t b, int64_t h
   uint16_t* sdo = sq + kFlashRows * kP;
   float* slse = reinterpret_cast<float*>(sdo + kFlashRows * kP);
   float* sdelta = slse + kFlashCols;
+  int32_t* sks = reinterpret_cast<int32_t*>(sdelta + kFlashCols);  // the query rows' key_start
   const int warp = th.tid / 32, lane = th.tid % 32, g = lane / 4, t = lane % 4;
   const int64_t S = f.S, base = b * S;
   const int64_t i_start = f.causal ? k0 : 0;  // tiles of 64 on both sides: k0 is a tile start
@@ -387,6 +414,8 @@ MEMO_HD void flash_dkdv_block(Lane& th, const FlashArgs& f, int64_t b, int64_t h
   for (int64_t hh = 0; hh < f.G; ++hh) {
     const int64_t h = hk * f.G + hh;
     for (int64_t i0 = i_start; i0 < S; i0 += kFlashCols) {
+      // key_start: this query tile's rows and every later one's see none of these keys
+      if (flash_key_start(f, b, i0) >= k0 + kFlashRows) break;
       th.sync();
       flash_load_tiles<kD>(th, sq, f.q + base * f.ldq, f.ldq, h * kD, sdo, f.dout + base * f.lddo,
                            f.lddo, h * kD, i0, S, f.wide);
@@ -394,9 +423,11 @@ MEMO_HD void flash_dkdv_block(Lane& th, const FlashArgs& f, int64_t b, int64_t h
         const int64_t row = i0 + e;
         slse[e] = row < S ? f.lse[(b * f.H + h) * S + row] : 0.0f;
         sdelta[e] = row < S ? f.delta[h * S + row] : 0.0f;
+        sks[e] = int32_t(flash_key_start(f, b, row));
       }
       th.sync();
       const bool open = k0 + warp * 16 + 16 <= S && i0 + kFlashCols <= S &&
+                        k0 + warp * 16 >= flash_key_start(f, b, i0 + kFlashCols - 1) &&
                         (!f.causal || k0 + warp * 16 + 15 <= i0);
       float st[8][4] = {}, dpt[8][4] = {};
       flash_mma_rows_t<kD>(th, st, sk, warp * 16, sq);    // S^T = K Q^T
@@ -406,7 +437,8 @@ MEMO_HD void flash_dkdv_block(Lane& th, const FlashArgs& f, int64_t b, int64_t h
         for (int i = 0; i < 4; ++i) {
           const int c = 8 * n + 2 * t + i % 2;
           const int64_t key = k0 + warp * 16 + g + 8 * (i / 2), row = i0 + c;
-          const bool visible = open || (row < S && key < S && (!f.causal || key <= row));
+          const bool visible =
+              open || (row < S && key < S && (!f.causal || key <= row) && key >= sks[c]);
           pt[n][i] = visible ? expf(st[n][i] * f.scale - slse[c]) : 0.0f;
           st[n][i] = pt[n][i] * (dpt[n][i] - sdelta[c]);  // dS^T
         }
