@@ -123,6 +123,12 @@ stage kernels 90 "$b/memo_cuda_tests" --gtest_output=json:"$runs/kernels.json"
 # (fp32 unless a stage says bf16: --device cuda defaults to bf16; a flag's last value counts)
 quick=(train --config configs/small.json --data "$b/data/kjv.txt" --seq 256 --batch 8
        --steps 60 --lr 2e-3 --warmup 20 --save-every 0 --hardware-dir hardware --precision fp32)
+# Document masks (issue 25): a document starts at each line of the KJV text (byte 10), so the
+# 1,024-token windows hold dozens; bf16 runs the fused kernels' key_start, fp32 the chunked
+# schedule's. Against the same runs on the CPU.
+docmask=(train --config configs/small.json --data "$b/data/kjv.txt" --seq 1024 --batch 2
+         --steps 6 --lr 2e-3 --warmup 2 --no-checkpoint --document-mask --eot-id 10
+         --eod-mask-loss --hardware-dir hardware)
 # the CPU's side of every GPU-against-CPU comparison, in the background on 12 of the 16 cores
 (
   OMP_NUM_THREADS=12 timeout 300 "$b/memo" "${quick[@]}" --device cpu --out "$runs/cpu" \
@@ -133,6 +139,10 @@ quick=(train --config configs/small.json --data "$b/data/kjv.txt" --seq 256 --ba
     --data "$b/data/kjv.txt" --seq 256 --batch 8 --steps 8 --optimizer adafactor --save-every 0 \
     --val-batches 1 --precision fp32 --device cpu --out "$runs/af_cpu" --log "$runs/af_cpu.jsonl" \
     > "$runs/af_cpu.out" 2>&1
+  for p in bf16 fp32; do  # document masks' CPU side (docmask_* below)
+    OMP_NUM_THREADS=12 timeout 60 "$b/memo" "${docmask[@]}" --precision "$p" --device cpu \
+      --log "$runs/dm_${p}_cpu.jsonl" > "$runs/dm_${p}_cpu.out" 2>&1
+  done
 ) &
 cpu_pid=$!
 # 2. bf16 mixed precision (Note [bf16 bodies]: cuBLASLt bf16 products, the row and elementwise
@@ -159,6 +169,12 @@ for s in keep recompute offload memo throttled planned; do
     --data "$b/data/kjv.txt" --seq 1024 --batch 2 --micro-batch 1 --steps 6 --lr 2e-3 \
     --save-every 0 --device cuda --precision bf16 --out "$runs/bs_$s" --log "$runs/bs_$s.jsonl" \
     "${args[@]}"
+done
+# document masks on the GPU (never run there before): the fused kernels' key_start, the chunked
+# schedule's masks
+for p in bf16 fp32; do
+  stage "docmask_$p" 45 "$b/memo" "${docmask[@]}" --precision "$p" --device cuda \
+    --log "$runs/dm_${p}_cuda.jsonl"
 done
 # 3. a ~1B LLaMA at 4K tokens in bf16: keep with the GPU time per kernel entry point (Note
 # [Kernel profile] in cuda/backend_impl.cuh), memo, and PyTorch on the same model (bf16 autocast,
@@ -299,6 +315,12 @@ if bg and bc:
     # must agree well within u = 2^-9 (later steps drift as the fp32 runs do)
     out["bf16_gpu_vs_bf16_cpu"] = {"steps": len(rel), "step1_rel": rel[0], "max_rel": max(rel),
                                    "step1_bound": 2.0 ** -9}
+for p in ("bf16", "fp32"):  # document masks: the GPU's losses against the CPU's
+    g, c = steps(losses("dm_%s_cuda" % p)), steps(losses("dm_%s_cpu" % p))
+    if g and c:
+        rel = [abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(g, c)]
+        out["docmask_%s_gpu_vs_cpu" % p] = {"steps": len(rel), "step1_rel": rel[0],
+                                           "max_rel": max(rel)}
 if bg and g32:
     out["bf16_vs_fp32_gpu_step1_rel"] = abs(bg[0]["loss"] - g32[0]["loss"]) / g32[0]["loss"]
 for s in ["bf16_keep", "bf16_memo", "bf16_recompute"]:
