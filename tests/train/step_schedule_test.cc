@@ -97,6 +97,29 @@ TEST(StepSchedule, length_stages_keep_the_tokens_per_step_and_run_one_lr_schedul
     EXPECT_EQ(r.lr, lr.at(r.step));
     plan.observe(std::nullopt);
   }
+  // --stage-batch sequences: every stage runs --batch 8 in micro-batches of 2, its tokens per
+  // step (and a step count given in tokens) at its own length
+  o.stage_batch = "sequences";
+  o.seq_schedule = "32:3,64:2,128:2100t";
+  const std::vector<SeqStage> by_sequences = seq_stages(o);
+  ASSERT_EQ(by_sequences.size(), 3u);
+  for (const SeqStage& s : by_sequences) {
+    EXPECT_EQ(s.batch, 8);
+    EXPECT_EQ(s.micro_batch, 2);
+  }
+  EXPECT_EQ(by_sequences[2].steps, 3);  // 2100 tokens: 3 steps of 8 x 128 = 1024
+  o.steps = 8;
+  StepSchedule grows(o, 0);
+  EXPECT_EQ(grows.total_tokens(), 3 * 256 + 2 * 512 + 3 * 1024);
+  int64_t seen = 0;
+  while (!grows.done()) {
+    const StepRun r = grows.next();
+    seen += r.tokens;
+    EXPECT_EQ(r.tokens_end, seen) << r.step;
+    grows.observe(std::nullopt);
+  }
+  EXPECT_EQ(seen, grows.total_tokens());
+  o.stage_batch = "tokens";
   // 4K = 4096 and micro-batches that stay whole sequences
   o.seq_schedule = "1K:1,4K:1";
   o.batch = 16;

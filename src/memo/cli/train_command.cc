@@ -101,6 +101,11 @@ void add_step_flags(CLI::App& cmd, TrainFlags& f) {
                  "micro-batch (--batch and --micro-batch count the first stage's sequences)")
       ->excludes(seq)
       ->excludes(steps);
+  cmd.add_option("--stage-batch", t->stage_batch,
+                 "What each --seq-schedule stage keeps of the first's: tokens (per step and per "
+                 "micro-batch) or sequences (--batch and --micro-batch as given)")
+      ->check(CLI::IsMember({"tokens", "sequences"}))
+      ->capture_default_str();
   cmd.add_option("--stage-rope", t->stage_rope,
                  "From stage K of --seq-schedule on, these config.json position fields, as "
                  "K:JSON, e.g. '2:{\"rope_theta\": 500000}' (rope_theta, rope_scaling, "

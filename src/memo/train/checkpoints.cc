@@ -45,6 +45,7 @@ nlohmann::json pinned_options(const TrainOptions& o) {
           {"eot_id", o.eot_id},
           {"eod_mask_loss", o.eod_mask_loss},
           {"seq_schedule", o.seq_schedule},
+          {"stage_batch", o.stage_batch},
           {"stage_rope", o.stage_rope}};
 }
 
@@ -63,6 +64,7 @@ void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
   o.eot_id = j.value("eot_id", int64_t(-1));
   o.eod_mask_loss = j.value("eod_mask_loss", false);
   o.seq_schedule = j.value("seq_schedule", std::string());
+  o.stage_batch = j.value("stage_batch", std::string("tokens"));
   o.stage_rope = j.value("stage_rope", std::vector<std::string>());
 }
 

@@ -185,8 +185,11 @@ void StepLogger::print_start() {
   if (s_.plan().noise()) progress_ << s_.plan().summary() << "\n";
   const std::vector<SeqStage>& stages = s_.stages();
   if (stages.size() > 1) {
-    progress_ << "memo: length stages (--seq-schedule), " << stages[0].batch * stages[0].seq
-              << " tokens per step:";
+    progress_ << "memo: length stages (--seq-schedule), "
+              << (o.stage_batch == "sequences"
+                      ? str(stages[0].batch, " sequences per step")
+                      : str(stages[0].batch * stages[0].seq, " tokens per step"))
+              << ":";
     for (size_t k = 0; k < stages.size(); ++k)
       progress_ << (k ? ";" : "") << " " << k + 1 << ": seq " << stages[k].seq << ", steps "
                 << stages[k].first_step << "-" << stages[k].first_step + stages[k].steps - 1 << ", "

@@ -61,6 +61,9 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
     items.emplace_back(length, count);
   }
   if (items.empty()) throw ConfigError("--seq-schedule is empty; e.g. 4K:2000,16K:500");
+  if (o.stage_batch != "tokens" && o.stage_batch != "sequences")
+    throw ConfigError(str("--stage-batch ", o.stage_batch, ": write tokens or sequences"));
+  const bool sequences = o.stage_batch == "sequences";
   const int64_t seq0 = items[0].first;
   const int64_t step_tokens = o.batch * seq0, micro_tokens = o.micro_batch * seq0;
   std::vector<SeqStage> stages;
@@ -68,8 +71,9 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
   for (size_t k = 0; k < items.size(); ++k) {
     const auto& [seq, count] = items[k];
     SeqStage s{seq, step_tokens / seq, std::max<int64_t>(1, micro_tokens / seq), 0, first};
-    if (step_tokens % seq != 0 || s.batch % s.micro_batch != 0 ||
-        (micro_tokens >= seq && micro_tokens % seq != 0))
+    if (sequences) s.batch = o.batch, s.micro_batch = o.micro_batch;
+    if (!sequences && (step_tokens % seq != 0 || s.batch % s.micro_batch != 0 ||
+                       (micro_tokens >= seq && micro_tokens % seq != 0)))
       throw ConfigError(str("--seq-schedule: stage ", k + 1, " (seq ", seq, ") does not split ",
                             step_tokens, " tokens per step (--batch ", o.batch, " x ", seq0,
                             ") into micro-batches of ", micro_tokens, " tokens (--micro-batch ",
@@ -78,7 +82,8 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
                             "divide them"));
     const bool tokens = count.back() == 't';
     const int64_t n = *parse_token_count(tokens ? count.substr(0, count.size() - 1) : count);
-    s.steps = tokens ? (n + step_tokens - 1) / step_tokens : n;
+    const int64_t stage_step_tokens = s.batch * seq;
+    s.steps = tokens ? (n + stage_step_tokens - 1) / stage_step_tokens : n;
     first += s.steps;
     stages.push_back(s);
   }
@@ -149,15 +154,25 @@ StepRun StepSchedule::next() const {
     return {p.step, p.batch, p.batch / micro_batch_, p.batch_tokens, p.tokens_end, p.lr, 0, seq_};
   }
   const int64_t step = steps_done_ + 1;
-  // the stage of the step (past the end: the last one's shape), whose tokens per step every
-  // stage keeps
+  // the stage of the step (past the end: the last one's shape), and the tokens of the stages
+  // before it
   int stage = 0;
-  while (size_t(stage) + 1 < stages_.size() && stages_[size_t(stage) + 1].first_step <= step)
+  int64_t before = 0;
+  while (size_t(stage) + 1 < stages_.size() && stages_[size_t(stage) + 1].first_step <= step) {
+    before +=
+        stages_[size_t(stage)].steps * stages_[size_t(stage)].batch * stages_[size_t(stage)].seq;
     ++stage;
+  }
   const SeqStage& s = stages_[size_t(stage)];
   const int64_t tokens = s.batch * s.seq;
-  return {step,  s.batch, s.batch / s.micro_batch, tokens, step * tokens, fixed_lr_.at(step),
-          stage, s.seq};
+  return {step,
+          s.batch,
+          s.batch / s.micro_batch,
+          tokens,
+          before + (step - s.first_step + 1) * tokens,
+          fixed_lr_.at(step),
+          stage,
+          s.seq};
 }
 
 std::optional<scaling::BatchChange> StepSchedule::observe(std::optional<double> b_simple) {
@@ -169,8 +184,10 @@ std::optional<scaling::BatchChange> StepSchedule::observe(std::optional<double> 
 bool StepSchedule::done() const { return noise_ ? noise_->done() : steps_done_ >= total_steps_; }
 
 int64_t StepSchedule::total_tokens() const {
-  return noise_ ? noise_->options().schedule.total_tokens
-                : total_steps_ * stages_[0].batch * stages_[0].seq;
+  if (noise_) return noise_->options().schedule.total_tokens;
+  int64_t total = 0;
+  for (const SeqStage& s : stages_) total += s.steps * s.batch * s.seq;
+  return total;
 }
 
 int64_t StepSchedule::max_micro_steps() const {

@@ -33,7 +33,9 @@ struct StepRun {            // what the trainer runs as step `step`
 // steps of SEQ_k-token sequences (1K = 1024). Each stage keeps the first stage's tokens per step,
 // so a step of stage k has batch_k = --batch SEQ_0 / SEQ_k sequences, and its tokens per
 // micro-batch, micro_k = --micro-batch SEQ_0 / SEQ_k sequences (at least one: a sequence longer
-// than a micro-batch's tokens is one micro-batch of its own). STEPS may be tokens with a t suffix
+// than a micro-batch's tokens is one micro-batch of its own); --stage-batch sequences keeps
+// --batch and --micro-batch sequences instead (more tokens a step as they grow). STEPS may be
+// tokens with a t suffix
 // ("16K:32Mt"): the steps that hold that many, rounded up. The learning rate runs one schedule
 // over every stage's steps (--warmup, then one cosine), and the counter-based sampler draws each
 // step's windows at its stage's length, so a run resumed mid-stage or at a boundary continues bit
@@ -47,10 +49,10 @@ struct SeqStage {
   int64_t seq = 0, batch = 0, micro_batch = 0, steps = 0;
   int64_t first_step = 1;  // the run's number of the stage's first step
 };
-// The stages of o (o.micro_batch already defaulted): one of o.seq for o.steps without
-// --seq-schedule. ConfigError naming the item for a malformed list, and naming the stage for a
-// length that does not split the first stage's tokens per step or per micro-batch into whole
-// sequences.
+// The stages of o (o.micro_batch already defaulted; o.stage_batch "tokens" or "sequences"): one
+// of o.seq for o.steps without --seq-schedule. ConfigError naming the item for a malformed list,
+// and naming the stage for a length that does not split the first stage's tokens per step or per
+// micro-batch into whole sequences.
 std::vector<SeqStage> seq_stages(const TrainOptions& o);
 // --stage-rope: the position fields each of `stages` stages sets as it starts (none: empty), a
 // stage's holding every earlier stage's too (applied in order, each field as given: Note [Length

@@ -30,6 +30,10 @@ struct TrainOptions {
   // stage of seq for steps. With it, seq is the first stage's and steps their sum (the session
   // sets both).
   std::string seq_schedule;
+  // --stage-batch: what each length stage keeps of the first's: "tokens" per step and per
+  // micro-batch (fewer sequences as they grow), or "sequences" (--batch and --micro-batch as
+  // given).
+  std::string stage_batch = "tokens";
   // --stage-rope "K:JSON" (repeatable): from stage K (1-based) on, these config.json position
   // fields ("rope_theta", "rope_scaling", "max_position_embeddings"), e.g.
   // '2:{"rope_theta": 500000}'. Parsed by stage_positions (train/step_schedule.h).
