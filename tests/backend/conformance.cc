@@ -90,6 +90,15 @@ Call attention(AttnMask mask, int64_t B, int64_t H, int64_t Hkv) {
   };
 }
 
+// attention()'s tensors for B sequences of S rows: o and lse (written), q, k and v, dq, dk and dv
+// (written), dout.
+std::vector<Arg> attention_args(int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t D) {
+  const int64_t rows = B * S;
+  return {{{rows, H * D}, true},   {{B, H, S}, true},       {{rows, H * D}},
+          {{rows, Hkv * D}},       {{rows, Hkv * D}},       {{rows, H * D}, true},
+          {{rows, Hkv * D}, true}, {{rows, Hkv * D}, true}, {{rows, H * D}}};
+}
+
 // Two sequences of 7 packed with documents (backend/attn_mask.h): the first keys of each row.
 const std::vector<int32_t> kDocStarts = {0, 0, 0, 3, 3, 3, 3, 0, 0, 2, 2, 2, 5, 5};
 
@@ -188,39 +197,11 @@ std::vector<Op> kernel_ops() {
          b.vocab_parallel_ce(t[2], t[3], t[4], y, t[0], t[1], 0.25f);
          return 0.0;
        }},
-      {"attention_causal_gqa",
-       {{{14, 32}, true},
-        {{2, 4, 7}, true},
-        {{14, 32}},
-        {{14, 16}},
-        {{14, 16}},
-        {{14, 32}, true},
-        {{14, 16}, true},
-        {{14, 16}, true},
-        {{14, 32}}},
+      {"attention_causal_gqa", attention_args(2, 7, 4, 2, 8),
        attention(AttnMask::kCausal, 2, 4, 2)},
-      {"attention_causal_documents",
-       {{{14, 32}, true},
-        {{2, 4, 7}, true},
-        {{14, 32}},
-        {{14, 16}},
-        {{14, 16}},
-        {{14, 32}, true},
-        {{14, 16}, true},
-        {{14, 16}, true},
-        {{14, 32}}},
+      {"attention_causal_documents", attention_args(2, 7, 4, 2, 8),
        attention(AttnMask::causal_from(View<const int32_t>(kDocStarts.data(), {14})), 2, 4, 2)},
-      {"attention_full_d6",
-       {{{5, 18}, true},
-        {{1, 3, 5}, true},
-        {{5, 18}},
-        {{5, 18}},
-        {{5, 18}},
-        {{5, 18}, true},
-        {{5, 18}, true},
-        {{5, 18}, true},
-        {{5, 18}}},
-       attention(AttnMask::kFull, 1, 3, 3)},
+      {"attention_full_d6", attention_args(1, 5, 3, 3, 6), attention(AttnMask::kFull, 1, 3, 3)},
       {"attention_merge",
        {{{14, 32}, true}, {{2, 4, 7}, true}, {{14, 32}}, {{2, 4, 7}}},
        [](Backend& b, auto& t) { return b.attention_merge(t[0], t[1], t[2], t[3]), 0.0; }},
