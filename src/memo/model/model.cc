@@ -442,15 +442,28 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   return loss_sum;
 }
 
+namespace {
+
+// Note [Document masks]: the refusal of a rope_scaling whose frequencies follow the sequence's
+// length (dynamic, longrope), which packed documents leave undefined; `what` says which flag met
+// which. Empty where the scaling does not.
+std::string length_scaling_refusal(const ModelConfig& c, const std::string& what) {
+  if (!c.uses_rope() || !c.rope_scaling.depends_on_length()) return "";
+  return str(what, rope_type_name(c.rope_scaling.type),
+             ": its frequencies follow the sequence's length, which packed documents leave "
+             "undefined; memo refuses the pair");
+}
+
+}  // namespace
+
 void Model::set_document_mask(int32_t eot) {
   if (eot >= 0 && !backend_->masked_attention())
     throw ConfigError(str("--document-mask: the ", backend_->name(),
                           " backend's attention does not mask documents yet; run on the CPU"));
-  if (eot >= 0 && config_.uses_rope() && config_.rope_scaling.depends_on_length())
-    throw ConfigError(str("--document-mask with rope_scaling ",
-                          rope_type_name(config_.rope_scaling.type),
-                          ": its frequencies follow the sequence's length, which packed documents "
-                          "leave undefined; not implemented"));
+  if (const std::string refusal =
+          length_scaling_refusal(config_, "--document-mask with rope_scaling ");
+      eot >= 0 && !refusal.empty())
+    throw ConfigError(refusal);
   MEMO_CHECK(eot < config_.vocab_size, "set_document_mask: eot ", eot, " outside the vocabulary ",
              config_.vocab_size);
   doc_eot_ = eot;
@@ -466,10 +479,10 @@ void Model::set_positions(const PositionOverrides& p, const std::string& where) 
   } catch (const ConfigError& e) {
     throw ConfigError(str(where, ": ", e.what()));
   }
-  if (doc_eot_ >= 0 && c.rope_scaling.depends_on_length())
-    throw ConfigError(str(where, ": rope_scaling ", rope_type_name(c.rope_scaling.type),
-                          " with --document-mask: its frequencies follow the sequence's length, "
-                          "which packed documents leave undefined; not implemented"));
+  if (const std::string refusal =
+          length_scaling_refusal(c, str(where, " with --document-mask: rope_scaling "));
+      doc_eot_ >= 0 && !refusal.empty())
+    throw ConfigError(refusal);
   config_ = c;
   rope_.clear();
 }

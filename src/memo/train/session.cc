@@ -27,7 +27,7 @@ std::vector<SeqStage> check_shape_options(TrainOptions& o) {
     if (o.batch_schedule)
       throw ConfigError(
           "--seq-schedule with --batch-schedule noise: the noise schedule grows a batch of one "
-          "length; not implemented for length stages");
+          "length, so memo refuses the pair; use a fixed batch with length stages");
     o.seq = stages[0].seq;
     o.steps = stages.back().first_step + stages.back().steps - 1;
   }
