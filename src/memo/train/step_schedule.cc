@@ -43,7 +43,11 @@ std::optional<scaling::BatchSchedule> noise_schedule_from_checkpoint(
 std::vector<SeqStage> seq_stages(const TrainOptions& o) {
   if (o.seq_schedule.empty()) return {{o.seq, o.batch, o.micro_batch, o.steps, 1}};
   const std::string& list = o.seq_schedule;
-  std::vector<std::pair<int64_t, std::string>> items;  // seq, steps text
+  struct Item {
+    int64_t seq, count;
+    bool tokens;  // count is tokens (a t suffix), else steps
+  };
+  std::vector<Item> items;
   std::stringstream in(list);
   for (std::string item; std::getline(in, item, ',');) {
     const size_t colon = item.find(':');
@@ -57,19 +61,18 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
       throw ConfigError(str("--seq-schedule ", list, ": '", item,
                             "' is not SEQ:STEPS (STEPS a step count, or tokens with a t suffix; "
                             "1K = 1024), e.g. 4K:2000,16K:64Mt"));
-    const int64_t length = seq.value_or(0);
-    items.emplace_back(length, count);
+    items.push_back({seq.value_or(0), n.value_or(0), tokens});
   }
   if (items.empty()) throw ConfigError("--seq-schedule is empty; e.g. 4K:2000,16K:500");
   if (o.stage_batch != "tokens" && o.stage_batch != "sequences")
     throw ConfigError(str("--stage-batch ", o.stage_batch, ": write tokens or sequences"));
   const bool sequences = o.stage_batch == "sequences";
-  const int64_t seq0 = items[0].first;
+  const int64_t seq0 = items[0].seq;
   const int64_t step_tokens = o.batch * seq0, micro_tokens = o.micro_batch * seq0;
   std::vector<SeqStage> stages;
   int64_t first = 1;
   for (size_t k = 0; k < items.size(); ++k) {
-    const auto& [seq, count] = items[k];
+    const int64_t seq = items[k].seq;
     SeqStage s{seq, step_tokens / seq, std::max<int64_t>(1, micro_tokens / seq), 0, first};
     if (sequences) s.batch = o.batch, s.micro_batch = o.micro_batch;
     if (!sequences && (step_tokens % seq != 0 || s.batch % s.micro_batch != 0 ||
@@ -80,10 +83,9 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
                             o.micro_batch, " x ", seq0,
                             ") or of one sequence; use lengths that "
                             "divide them"));
-    const bool tokens = count.back() == 't';
-    const int64_t n = *parse_token_count(tokens ? count.substr(0, count.size() - 1) : count);
     const int64_t stage_step_tokens = s.batch * seq;
-    s.steps = tokens ? (n + stage_step_tokens - 1) / stage_step_tokens : n;
+    s.steps = items[k].tokens ? (items[k].count + stage_step_tokens - 1) / stage_step_tokens
+                              : items[k].count;
     first += s.steps;
     stages.push_back(s);
   }
