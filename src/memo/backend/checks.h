@@ -11,6 +11,7 @@
 #include <span>
 
 #include "memo/backend/attn_mask.h"
+#include "memo/core/targets.h"
 #include "memo/core/tensor.h"
 
 namespace memo {
@@ -52,10 +53,7 @@ void check_token_ids(const char* op, const char* what, View<const int32_t> ids, 
 // gradient), vocab_parallel_ce_stats a target logit of 0. The kernels accept kOtherShard; the
 // model checks every id against the whole vocabulary before it maps them (Model::run).
 inline constexpr int32_t kOtherShard = -1;
-// kIgnoredTarget for a target the loss does not count (--eod-mask-loss, a prompt's tokens): the
-// cross-entropy kernels give it a loss of 0 and a zero gradient row, and vocab_parallel_ce_stats a
-// target logit of 0. Targets only: an input id is never ignored.
-inline constexpr int32_t kIgnoredTarget = -2;
+// kIgnoredTarget (core/targets.h): a target the loss does not count.
 // DataError as check_token_ids, for targets: kIgnoredTarget is allowed too.
 void check_target_ids(const char* op, View<const int32_t> targets, int64_t V);
 // Vocabulary-parallel cross-entropy (Backend::vocab_parallel_ce_stats and vocab_parallel_ce).

@@ -235,6 +235,10 @@ void add_eval_command(CLI::App& app) {
       const RunDataOptions split{o->data, "", o->val_fraction};  // memo train's split
       const TokenData data =
           o->split == "val" ? load_validation_data(split, vocab) : TokenData::load(o->data, vocab);
+      // prompt-completion examples are packed: they must not see each other
+      if (data.has_loss_mask() && model.document_mask() < 0)
+        model.set_document_mask(
+            document_start_token(o->data, o->eot_id, vocab, "prompt-completion data"));
       // The progress bar only on a terminal: scripts read one JSON object from the output.
       const EvalReport r = evaluate(model, tokenizer, data, o->seq, o->batch, o->batches,
                                     ::isatty(2) ? &std::cerr : nullptr, o->by_position);

@@ -195,6 +195,10 @@ void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimize
   const ModelConfig config = load_model_config(s.config);
   // Data: loaded once for every run, validated before the sweep file is touched.
   const RunData data = load_run_data(s.data, config.vocab_size);
+  if (data.train.has_loss_mask())
+    throw ConfigError(str(s.data.data_path, " holds prompt-completion examples; memo sweep runs ",
+                          "on text data only (it has no document masks to keep packed examples ",
+                          "apart)"));
   std::vector<nlohmann::json> done = runs_done(s.out);
   const int64_t total = int64_t(s.seeds.size() * s.lrs.size() * s.batches.size());
   int64_t index = 0, ran = 0, skipped = 0;

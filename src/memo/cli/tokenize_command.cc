@@ -22,6 +22,12 @@ void add_tokenize_command(CLI::App& app) {
   cmd->add_option("--val-fraction", o->val_fraction,
                   "Documents starting in the last X of the input bytes go to val-*.bin shards")
       ->capture_default_str();
+  cmd->add_option("--format", o->format,
+                  "text: documents to pretrain on; prompt-completion: JSON lines with \"prompt\" "
+                  "and \"completion\", or \"messages\", written with a loss mask that counts "
+                  "the completions only (see data/shards.h)")
+      ->check(CLI::IsMember({kShardTextFormat, kShardPromptCompletionFormat}))
+      ->capture_default_str();
   cmd->add_option("inputs", o->inputs,
                   "Files or folders: plain text (one document per file) or *.jsonl / *.json "
                   "(one JSON object per line with a \"text\" field)")

@@ -35,7 +35,7 @@ struct CMat {
   MEMO_HD const float& at(int64_t r, int64_t c) const { return p[r * ld + c]; }
 };
 
-// A target the loss does not count: memo::kIgnoredTarget (backend/checks.h; loss.cu checks they
+// A target the loss does not count: memo::kIgnoredTarget (core/targets.h; loss.cu checks they
 // agree).
 inline constexpr int32_t kIgnoredTarget = -2;
 

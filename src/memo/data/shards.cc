@@ -34,14 +34,35 @@ std::optional<ShardManifest> read_shard_manifest(const fs::path& dir) {
   ShardManifest m;
   try {
     m.json = json::parse(read_file(file));
-    if (m.json.at("format") != kShardFormat || m.json.at("version") != kShardFormatVersion)
-      throw FormatError(str(file.string(), " is not a version ", kShardFormatVersion, " ",
+    const int version = m.json.at("version").is_number_integer() ? m.json["version"].get<int>() : 0;
+    if (m.json.at("format") != kShardFormat || version < 1 || version > kShardFormatVersion)
+      throw FormatError(str(file.string(), " is not a version 1 to ", kShardFormatVersion, " ",
                             kShardFormat, " manifest"));
     m.vocab_size = m.json.at("vocab_size").get<int64_t>();
     m.complete = m.json.at("complete").get<bool>();
-    for (const json& s : m.json.at("shards"))
-      m.shards.push_back({s.at("file").get<std::string>(), s.at("split").get<std::string>(),
-                          s.at("tokens").get<int64_t>(), s.at("crc32c").get<uint32_t>()});
+    m.data_format = m.json.value("data_format", std::string(kShardTextFormat));
+    if (m.data_format != kShardTextFormat && m.data_format != kShardPromptCompletionFormat)
+      throw FormatError(str(file.string(), ": data_format \"", m.data_format,
+                            "\" is neither \"text\" nor \"prompt-completion\""));
+    m.end_of_text = m.json.value("end_of_text", -1);
+    for (const json& s : m.json.at("shards")) {
+      ShardInfo& info = m.shards.emplace_back();
+      info.file = s.at("file").get<std::string>();
+      info.split = s.at("split").get<std::string>();
+      info.tokens = s.at("tokens").get<int64_t>();
+      info.crc32c = s.at("crc32c").get<uint32_t>();
+      if (s.contains("docs")) {
+        info.docs = s.at("docs").get<std::string>();
+        info.docs_crc32c = s.at("docs_crc32c").get<uint32_t>();
+      }
+      if (s.contains("mask")) {
+        info.mask = s.at("mask").get<std::string>();
+        info.mask_crc32c = s.at("mask_crc32c").get<uint32_t>();
+      }
+      if (m.data_format == kShardPromptCompletionFormat && (info.mask.empty() || info.docs.empty()))
+        throw FormatError(str(file.string(), ": prompt-completion shard ", info.file,
+                              " lists no .mask or .docs file"));
+    }
   } catch (const json::exception& e) {
     throw FormatError(str(file.string(), " is not a valid shard manifest: ", e.what()));
   }
@@ -68,12 +89,101 @@ struct Input {
   bool json_lines = false;
 };
 
+// A part of a prompt-completion example: text encoded as ordinary text, or a special token's
+// id; the loss counts its tokens or not (Note [Loss mask files]).
+struct ExamplePart {
+  std::string text;
+  int32_t special = -1;
+  bool counted = false;
+};
+
 struct Document {
   std::string owned;              // JSON lines: the decoded text
   std::string_view text;          // plain text: a view of the mapped file
+  std::vector<ExamplePart> pieces;      // a prompt-completion example (text and owned stay empty)
+  bool counts_end = false;        // the loss counts the next document's end-of-text
   int64_t input = 0, offset = 0;  // where it starts: input index, byte offset
   int64_t index = 0;              // document number, in input order
   int64_t global_offset = 0;      // offset among all input bytes
+};
+
+// The chat tokens messages are rendered with (Note [Loss mask files]).
+struct ChatTokens {
+  enum class Style { none, chatml, llama3 } style = Style::none;
+  int32_t start = -1;       // <|im_start|> or <|start_header_id|>
+  int32_t end_header = -1;  // <|end_header_id|> (Llama 3)
+  int32_t end = -1;         // <|im_end|> or <|eot_id|>
+};
+
+ChatTokens chat_tokens(const Tokenizer& t) {
+  ChatTokens c;
+  const auto im_start = t.special_id("<|im_start|>"), im_end = t.special_id("<|im_end|>");
+  const auto header = t.special_id("<|start_header_id|>");
+  const auto end_header = t.special_id("<|end_header_id|>"), eot = t.special_id("<|eot_id|>");
+  if (im_start && im_end) {
+    c = {ChatTokens::Style::chatml, *im_start, -1, *im_end};
+  } else if (header && end_header && eot) {
+    c = {ChatTokens::Style::llama3, *header, *end_header, *eot};
+  }
+  return c;
+}
+
+// The pieces of one prompt-completion line (Note [Loss mask files]).
+class ExampleParser {
+ public:
+  ExampleParser(ChatTokens chat, std::string tokenizer) : chat_(chat), tokenizer_(tokenizer) {}
+
+  void parse(const json& j, Document& d, const std::string& where) const {
+    if (!j.is_object()) throw DataError(str(where, ": the JSON line is not an object"));
+    if (j.contains("messages")) return parse_messages(j["messages"], d, where);
+    if (!j.contains("prompt") || !j["prompt"].is_string() || !j.contains("completion") ||
+        !j["completion"].is_string())
+      throw DataError(str(where, ": a prompt-completion line needs the string fields \"prompt\" ",
+                          "and \"completion\", or \"messages\""));
+    d.pieces.push_back({j["prompt"].get<std::string>(), -1, false});
+    d.pieces.push_back({j["completion"].get<std::string>(), -1, true});
+    d.counts_end = true;
+  }
+
+ private:
+  void parse_messages(const json& messages, Document& d, const std::string& where) const {
+    if (chat_.style == ChatTokens::Style::none)
+      throw ConfigError(str(where, ": \"messages\" need a tokenizer with chat tokens (ChatML's ",
+                            "<|im_start|> and <|im_end|>, or Llama 3's <|start_header_id|>, ",
+                            "<|end_header_id|> and <|eot_id|>); ", tokenizer_, " has neither"));
+    if (!messages.is_array() || messages.empty())
+      throw DataError(str(where, ": \"messages\" is not a non-empty list"));
+    bool assistant = false;
+    for (const json& m : messages) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
+          !m.contains("content") || !m["content"].is_string())
+        throw DataError(str(where, ": each message needs the string fields \"role\" and ",
+                            "\"content\""));
+      const std::string role = m["role"].get<std::string>();
+      const bool counted = role == "assistant";
+      assistant |= counted;
+      if (chat_.style == ChatTokens::Style::chatml) {
+        d.pieces.push_back({"", chat_.start, false});
+        d.pieces.push_back({role + "\n", -1, false});
+        d.pieces.push_back({m["content"].get<std::string>(), -1, counted});
+        d.pieces.push_back({"", chat_.end, counted});
+        d.pieces.push_back({"\n", -1, false});
+      } else {
+        d.pieces.push_back({"", chat_.start, false});
+        d.pieces.push_back({role, -1, false});
+        d.pieces.push_back({"", chat_.end_header, false});
+        d.pieces.push_back({"\n\n", -1, false});
+        d.pieces.push_back({m["content"].get<std::string>(), -1, counted});
+        d.pieces.push_back({"", chat_.end, counted});
+      }
+    }
+    if (!assistant)
+      throw DataError(str(where, ": the messages hold no \"assistant\" message, nothing the ",
+                          "loss would count"));
+  }
+
+  ChatTokens chat_;
+  std::string tokenizer_;
 };
 
 std::vector<Input> list_inputs(const std::vector<std::string>& inputs) {
@@ -106,20 +216,60 @@ struct SplitState {
   int64_t shards = 0, tokens = 0;           // written
   int64_t resume_doc = 0, resume_skip = 0;  // first document not fully written; its written tokens
   int64_t resume_input = 0, resume_offset = 0;
-  std::vector<int32_t> pending;  // tokens not yet in a shard
+  // prompt-completion: the mask bit the resume document's end-of-text took (its predecessor's
+  // counts_end), and the bit the next document's end-of-text takes
+  bool resume_end_counted = false, end_counted = false;
+  std::vector<int32_t> pending;       // tokens not yet in a shard
+  std::vector<uint8_t> pending_mask;  // prompt-completion: whether the loss counts each
+  std::vector<int64_t> pending_docs;  // where pending documents start, among the split's tokens
 };
+
+// The bytes of a .docs or .mask file: its 16-byte header, then the body.
+std::string sidecar_bytes(const char (&magic)[9], uint32_t count, const std::string& body) {
+  std::string bytes(16, '\0');
+  std::memcpy(bytes.data(), magic, 8);
+  const uint32_t version = 1;
+  std::memcpy(bytes.data() + 8, &version, 4);
+  std::memcpy(bytes.data() + 12, &count, 4);
+  return bytes + body;
+}
 
 class ShardWriter {
  public:
-  ShardWriter(fs::path dir, int64_t shard_tokens, int token_bytes, json& manifest)
+  ShardWriter(fs::path dir, int64_t shard_tokens, int token_bytes, bool masks, json& manifest)
       : dir_(std::move(dir)),
         shard_tokens_(shard_tokens),
         token_bytes_(token_bytes),
+        masks_(masks),
         manifest_(manifest) {}
 
-  // Writes pending tokens [0, count) as the split's next shard and records it.
+  // Writes pending tokens [0, count) as the split's next shard, with its .docs and .mask files
+  // (written first: the manifest lists the shard once all three are there), and records it.
   void write(SplitState& s, int64_t count) {
-    const std::string name = str(s.name, "-", zero_pad(s.shards), ".bin");
+    const std::string stem = str(s.name, "-", zero_pad(s.shards));
+    const std::string name = stem + ".bin";
+    json entry = {{"file", name}, {"split", s.name}, {"tokens", count}};
+    std::string docs;
+    size_t listed = 0;
+    for (; listed < s.pending_docs.size() && s.pending_docs[listed] < s.tokens + count; ++listed) {
+      const auto offset = uint32_t(s.pending_docs[listed] - s.tokens);
+      docs.append(reinterpret_cast<const char*>(&offset), 4);
+    }
+    const std::string docs_bytes = sidecar_bytes("memodocs", uint32_t(listed), docs);
+    write_file_atomic(dir_ / (stem + ".docs"), docs_bytes);
+    entry["docs"] = stem + ".docs";
+    entry["docs_crc32c"] = crc32c(0, docs_bytes);
+    s.pending_docs.erase(s.pending_docs.begin(), s.pending_docs.begin() + int64_t(listed));
+    if (masks_) {
+      std::string bits(size_t((count + 7) / 8), '\0');
+      for (int64_t i = 0; i < count; ++i)
+        if (s.pending_mask[size_t(i)]) bits[size_t(i / 8)] |= char(1 << (i % 8));
+      const std::string mask_bytes = sidecar_bytes("memomask", uint32_t(count), bits);
+      write_file_atomic(dir_ / (stem + ".mask"), mask_bytes);
+      entry["mask"] = stem + ".mask";
+      entry["mask_crc32c"] = crc32c(0, mask_bytes);
+      s.pending_mask.erase(s.pending_mask.begin(), s.pending_mask.begin() + count);
+    }
     int32_t header[kLlmcHeaderInts] = {};
     header[0] = token_bytes_ == 2 ? kLlmcMagic : kLlmcMagicLlama3;
     header[1] = token_bytes_ == 2 ? kLlmcVersion : kLlmcVersionLlama3;
@@ -138,8 +288,8 @@ class ShardWriter {
       }
     }
     write_file_atomic(dir_ / name, bytes);
-    manifest_["shards"].push_back(
-        {{"file", name}, {"split", s.name}, {"tokens", count}, {"crc32c", crc32c(0, bytes)}});
+    entry["crc32c"] = crc32c(0, bytes);
+    manifest_["shards"].push_back(entry);
     s.pending.erase(s.pending.begin(), s.pending.begin() + count);
     s.shards += 1;
     s.tokens += count;
@@ -155,6 +305,7 @@ class ShardWriter {
   fs::path dir_;
   int64_t shard_tokens_;
   int token_bytes_;
+  bool masks_;
   json& manifest_;
 };
 
@@ -164,7 +315,8 @@ json split_json(const SplitState& s) {
           {"resume_doc", s.resume_doc},
           {"resume_skip", s.resume_skip},
           {"resume_input", s.resume_input},
-          {"resume_offset", s.resume_offset}};
+          {"resume_offset", s.resume_offset},
+          {"resume_end_counted", s.resume_end_counted}};
 }
 
 void restore_split(SplitState& s, const json& j) {
@@ -174,13 +326,16 @@ void restore_split(SplitState& s, const json& j) {
   s.resume_skip = j.at("resume_skip");
   s.resume_input = j.at("resume_input");
   s.resume_offset = j.at("resume_offset");
+  s.end_counted = s.resume_end_counted = j.at("resume_end_counted");
 }
 
 // Reads documents in order from (input, offset) on, up to about `batch_bytes` of text.
 class DocumentReader {
  public:
-  DocumentReader(const std::vector<Input>& inputs, int64_t input, int64_t offset, int64_t doc)
-      : inputs_(inputs), input_(input), offset_(offset), next_doc_(doc) {
+  // examples: read prompt-completion lines (Note [Loss mask files]) instead of text.
+  DocumentReader(const std::vector<Input>& inputs, int64_t input, int64_t offset, int64_t doc,
+                 const ExampleParser* examples)
+      : inputs_(inputs), input_(input), offset_(offset), next_doc_(doc), examples_(examples) {
     for (const Input& in : inputs) starts_.push_back(total_bytes_), total_bytes_ += in.bytes;
   }
 
@@ -201,6 +356,9 @@ class DocumentReader {
       const std::string_view all = map_->bytes();
       if (int64_t(all.size()) != in.bytes)
         throw DataError(str("input ", in.path.string(), " changed size during the run"));
+      if (!in.json_lines && examples_)
+        throw DataError(str(in.path.string(), " is plain text; --format prompt-completion reads ",
+                            "JSON lines (*.jsonl, *.json) of examples"));
       if (!in.json_lines) {  // a plain text file is one document
         batch_.push_back(make_doc(all, {}));
         bytes += in.bytes;
@@ -213,9 +371,16 @@ class DocumentReader {
       const int64_t start = offset_;
       offset_ = int64_t(end) + 1;
       if (line.find_first_not_of(" \t\r") != std::string_view::npos) {
-        std::string text = parse_text(line, in.path, start);
-        bytes += int64_t(text.size());
-        batch_.push_back(make_doc({}, std::move(text)));
+        if (examples_) {
+          batch_.push_back(make_doc({}, {}));
+          examples_->parse(parse_line(line, in.path, start), batch_.back(),
+                           str(in.path.string(), " at byte ", start));
+          for (const ExamplePart& p : batch_.back().pieces) bytes += int64_t(p.text.size());
+        } else {
+          std::string text = parse_text(line, in.path, start);
+          bytes += int64_t(text.size());
+          batch_.push_back(make_doc({}, std::move(text)));
+        }
         batch_.back().offset = start;
         batch_.back().global_offset = starts_[size_t(input_)] + start;
       }
@@ -241,14 +406,16 @@ class DocumentReader {
     if (map_) batch_maps_.push_back(std::move(*map_));  // batch_ may still view it
     map_.reset();
   }
-  std::string parse_text(std::string_view line, const fs::path& path, int64_t offset) const {
-    json j;
+  static json parse_line(std::string_view line, const fs::path& path, int64_t offset) {
     try {
-      j = json::parse(line);
+      return json::parse(line);
     } catch (const json::exception& e) {
       throw DataError(
           str(path.string(), " at byte ", offset, ": not a JSON line (", e.what(), ")"));
     }
+  }
+  std::string parse_text(std::string_view line, const fs::path& path, int64_t offset) const {
+    json j = parse_line(line, path, offset);
     if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
       throw DataError(
           str(path.string(), " at byte ", offset, ": the JSON line has no string field \"text\""));
@@ -259,6 +426,7 @@ class DocumentReader {
   std::vector<int64_t> starts_;
   int64_t total_bytes_ = 0;
   int64_t input_, offset_, next_doc_;
+  const ExampleParser* examples_;
   std::optional<MappedFile> map_;       // the input being read
   std::vector<MappedFile> batch_maps_;  // inputs finished during this batch, viewed by batch_
   std::vector<Document> batch_;
@@ -273,7 +441,8 @@ json run_description(const Tokenizer& t, const std::vector<Input>& inputs,
           {"tokenizer_crc32c", crc32c(0, t.hf_json().dump())},
           {"inputs", in},
           {"shard_tokens", o.shard_tokens},
-          {"val_fraction", o.val_fraction}};
+          {"val_fraction", o.val_fraction},
+          {"format", o.format}};
 }
 
 std::string progress_line(int64_t done_bytes, int64_t total_bytes, double seconds,
@@ -296,6 +465,9 @@ void check_options(const TokenizeOptions& o) {
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
     throw ConfigError(str("--val-fraction ", o.val_fraction, " must lie in [0, 1)"));
   if (o.inputs.empty()) throw ConfigError("no inputs: give text or JSON lines files or folders");
+  if (o.format != kShardTextFormat && o.format != kShardPromptCompletionFormat)
+    throw ConfigError(str("--format ", o.format, " is neither ", kShardTextFormat, " nor ",
+                          kShardPromptCompletionFormat));
 }
 
 // The tokenizer, which must have an end-of-text token: it separates the documents.
@@ -307,9 +479,11 @@ Tokenizer load_tokenizer(const std::string& path) {
   return tokenizer;
 }
 
-json new_manifest(const json& run, const Tokenizer& tokenizer, int32_t eot, int token_bytes) {
+json new_manifest(const json& run, const Tokenizer& tokenizer, int32_t eot, int token_bytes,
+                  const std::string& data_format) {
   return {{"format", kShardFormat},
           {"version", kShardFormatVersion},
+          {"data_format", data_format},
           {"run", run},
           {"tokenizer_file", kShardTokenizerFile},
           {"vocab_size", tokenizer.vocab_size()},
@@ -373,9 +547,15 @@ struct RunOutput {
     return train.tokens + val.tokens + int64_t(train.pending.size()) + int64_t(val.pending.size());
   }
   // Writes each split's last, partial shard and records the run as complete.
-  void finish(ShardWriter& writer, int64_t documents, int64_t text_bytes) {
-    for (SplitState* s : {&train, &val})
+  // Prompt-completion splits end with the end-of-text that ends their last example (eot >= 0).
+  void finish(ShardWriter& writer, int64_t documents, int64_t text_bytes, int32_t eot) {
+    for (SplitState* s : {&train, &val}) {
+      if (eot >= 0 && s->tokens + int64_t(s->pending.size()) > 0) {
+        s->pending.push_back(eot);
+        s->pending_mask.push_back(s->end_counted);
+      }
       if (!s->pending.empty()) writer.write(*s, int64_t(s->pending.size()));
+    }
     train.resume_doc = val.resume_doc = documents;
     train.resume_skip = val.resume_skip = 0;
     manifest["complete"] = true;
@@ -394,19 +574,29 @@ struct ShardedSplits {
   RunOutput& out;
   int64_t val_start;  // offset among all input bytes where the val split starts
   int32_t eot;
+  bool masks;  // prompt-completion
   int64_t stop_after_shards;
   int64_t new_shards = 0;
 
-  // False once stop_after_shards new shards are written.
-  bool add(const Document& d, const std::vector<int32_t>& ids) {
+  // False once stop_after_shards new shards are written. mask: under prompt-completion,
+  // whether the loss counts each of ids (Note [Loss mask files]); else empty.
+  bool add(const Document& d, const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) {
     SplitState& s = d.global_offset >= val_start ? out.val : out.train;
     if (d.index < s.resume_doc) return true;  // already in this split's shards
     const int64_t skip = d.index == s.resume_doc ? s.resume_skip : 0;
     // The document's tokens: end-of-text, then its text's ids.
     const int64_t doc_tokens = 1 + int64_t(ids.size());
-    if (skip == 0) s.pending.push_back(eot);
+    const bool eot_counted = s.end_counted;
+    if (skip == 0) {
+      s.pending_docs.push_back(s.tokens + int64_t(s.pending.size()));
+      s.pending.push_back(eot);
+      if (masks) s.pending_mask.push_back(eot_counted);
+    }
     const size_t from = size_t(std::max<int64_t>(skip - 1, 0));
     s.pending.insert(s.pending.end(), ids.begin() + int64_t(from), ids.end());
+    s.pending_mask.insert(s.pending_mask.end(), mask.begin() + int64_t(std::min(from, mask.size())),
+                          mask.end());
+    s.end_counted = d.counts_end;
     while (int64_t(s.pending.size()) >= writer.shard_tokens()) {
       writer.write(s, writer.shard_tokens());
       // What is left belongs to document d (a shard closes within the last document added).
@@ -416,6 +606,7 @@ struct ShardedSplits {
       s.resume_skip = doc_tokens - int64_t(s.pending.size());
       s.resume_input = d.input;
       s.resume_offset = d.offset;
+      s.resume_end_counted = eot_counted;
       out.save_manifest();
       if (++new_shards == stop_after_shards) return false;
     }
@@ -458,11 +649,33 @@ bool tokenize_documents(DocumentReader& reader, const Tokenizer& tokenizer, int6
   while (!reader.done()) {
     std::vector<Document>& docs = reader.next_batch(batch_bytes);
     std::vector<std::string_view> texts;
-    for (const Document& d : docs) texts.push_back(d.owned.empty() ? d.text : d.owned);
+    for (const Document& d : docs) {
+      if (!splits.masks) texts.push_back(d.owned.empty() ? d.text : d.owned);
+      for (const ExamplePart& p : d.pieces)
+        if (p.special < 0) texts.push_back(p.text);
+    }
     const std::vector<std::vector<int32_t>> ids = tokenizer.encode_batch(texts);
-    for (size_t i = 0; i < docs.size(); ++i) {
-      documents = docs[i].index + 1;
-      if (!splits.add(docs[i], ids[i])) return false;
+    size_t next = 0;
+    std::vector<int32_t> example;
+    std::vector<uint8_t> mask;
+    for (Document& d : docs) {
+      documents = d.index + 1;
+      if (!splits.masks) {
+        if (!splits.add(d, ids[next++], mask)) return false;
+        continue;
+      }
+      example.clear();
+      mask.clear();
+      for (const ExamplePart& p : d.pieces) {
+        if (p.special >= 0) {
+          example.push_back(p.special);
+        } else {
+          example.insert(example.end(), ids[next].begin(), ids[next].end());
+          ++next;
+        }
+        mask.resize(example.size(), p.counted);
+      }
+      if (!splits.add(d, example, mask)) return false;
     }
     meter.update(reader, documents, splits.out);
   }
@@ -481,7 +694,8 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
   const int token_bytes = tokenizer.vocab_size() <= 65536 ? 2 : 4;
 
   const json run = run_description(tokenizer, inputs, o);
-  out.manifest = new_manifest(run, tokenizer, eot, token_bytes);
+  out.manifest = new_manifest(run, tokenizer, eot, token_bytes, o.format);
+  const bool masks = o.format == kShardPromptCompletionFormat;
   TokenizeResult result;
   if (std::optional<ShardManifest> old = read_shard_manifest(out.dir)) {
     check_same_run(*old, run, o.out_dir);
@@ -491,11 +705,13 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
   }
   remove_temporaries(out.dir);
   write_file_atomic(out.dir / kShardTokenizerFile, tokenizer.hf_json().dump());
-  ShardWriter writer(out.dir, o.shard_tokens, token_bytes, out.manifest);
+  ShardWriter writer(out.dir, o.shard_tokens, token_bytes, masks, out.manifest);
+  const ExampleParser examples(chat_tokens(tokenizer), o.tokenizer);
 
   // Resume at the earlier of the two splits' first unwritten documents.
   const SplitState& first = out.train.resume_doc <= out.val.resume_doc ? out.train : out.val;
-  DocumentReader reader(inputs, first.resume_input, first.resume_offset, first.resume_doc);
+  DocumentReader reader(inputs, first.resume_input, first.resume_offset, first.resume_doc,
+                        masks ? &examples : nullptr);
   const int64_t total_bytes = reader.total_bytes();
   const int64_t val_start = o.val_fraction > 0
                                 ? int64_t(double(total_bytes) * (1.0 - o.val_fraction))
@@ -504,11 +720,11 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
     progress << "tokenize: resuming " << o.out_dir << " at document " << first.resume_doc << " ("
              << out.train.shards << " train and " << out.val.shards << " val shards done)\n";
   ProgressMeter meter(progress, reader);
-  ShardedSplits splits{writer, out, val_start, eot, o.stop_after_shards};
+  ShardedSplits splits{writer, out, val_start, eot, masks, o.stop_after_shards};
   int64_t documents = first.resume_doc;
   if (!tokenize_documents(reader, tokenizer, o.batch_bytes, splits, documents, meter))
     return result;
-  out.finish(writer, documents, total_bytes);
+  out.finish(writer, documents, total_bytes, masks ? eot : -1);
   result.complete = true;
   result.documents = documents;
   result.text_bytes = total_bytes;

@@ -3,10 +3,38 @@
 //   DIR/train-000000.bin ...  llm.c token files, uint16 ids (magic 20240520) when the vocabulary
 //   DIR/val-000000.bin ...    has at most 65536 ids, else uint32 (llm.c's Llama 3 variant,
 //                             magic 20240801 version 7); each document starts with end-of-text
+//   DIR/train-000000.docs     where the shard's documents start (Note [Document offsets])
+//   DIR/train-000000.mask     --format prompt-completion: which targets the loss counts
+//                             (Note [Loss mask files])
 //   DIR/manifest.json         the run (tokenizer checksum, inputs, options), each shard's split,
-//                             token count and CRC-32C, totals, and where to resume
+//                             token count and the CRC-32C of it and its .docs and .mask, totals,
+//                             and where to resume
 // Shards and the manifest are written atomically; after a kill, rerunning the same command
 // continues after the last complete shard (see Note [Resuming a tokenize run]).
+//
+// Note [Document offsets]
+// A .docs file lists the offsets, within its shard, of the documents that start there (their
+// end-of-text token), ascending; a document that began in the previous shard is not listed
+// again. Little-endian: the 8 bytes "memodocs", uint32 version (1), uint32 count, then count
+// uint32 offsets. Readers check each listed token is the manifest's end_of_text.
+//
+// Note [Loss mask files]
+// --format prompt-completion reads JSON lines holding either "prompt" and "completion" strings
+// or "messages" (a list of {"role", "content"} strings). An example is its end-of-text (the
+// document start), then its prompt and completion, or its rendered messages. A prompt-completion
+// example's loss counts the completion's tokens and the next example's end-of-text (the end of
+// this one: the model learns to stop); a split ends with one more end-of-text, the end of its
+// last example. Messages are rendered with the tokenizer's chat tokens, as Hugging Face's
+// templates for those tokenizers do:
+//   ChatML (<|im_start|>, <|im_end|>: Qwen)  <|im_start|>ROLE\nCONTENT<|im_end|>\n
+//   Llama 3 (<|start_header_id|>, <|end_header_id|>, <|eot_id|>)
+//                          <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>
+// with the special tokens as their ids and the text between them encoded as ordinary text; the
+// loss counts each "assistant" message's CONTENT and the token that ends it (<|im_end|>,
+// <|eot_id|>), nothing else (not the next end-of-text). A tokenizer with neither set refuses
+// messages. A .mask file is little-endian: the 8 bytes "memomask", uint32 version (1), uint32
+// count (the shard's tokens), then ceil(count / 8) bytes; bit i % 8 (least significant first) of
+// byte i / 8 is 1 when the loss counts token i as a target, the prediction made from token i - 1.
 #pragma once
 
 #include <cstdint>
@@ -22,18 +50,26 @@ namespace memo {
 inline constexpr const char* kShardManifestFile = "manifest.json";
 inline constexpr const char* kShardTokenizerFile = "tokenizer.json";
 inline constexpr const char* kShardFormat = "memo-token-shards";
-inline constexpr int kShardFormatVersion = 1;
+inline constexpr int kShardFormatVersion = 2;  // 1: no .docs or .mask files (still read)
+inline constexpr const char* kShardTextFormat = "text";
+inline constexpr const char* kShardPromptCompletionFormat = "prompt-completion";
 
 struct ShardInfo {
   std::string file;   // name inside the directory
   std::string split;  // "train" or "val"
   int64_t tokens = 0;
   uint32_t crc32c = 0;  // of the whole file, header included
+  std::string docs;     // its .docs file (Note [Document offsets]); "" in version 1
+  uint32_t docs_crc32c = 0;
+  std::string mask;  // its .mask file (Note [Loss mask files]); "" without one
+  uint32_t mask_crc32c = 0;
 };
 
 struct ShardManifest {
   int64_t vocab_size = 0;  // of the tokenizer
   bool complete = false;
+  std::string data_format = kShardTextFormat;  // or kShardPromptCompletionFormat
+  int32_t end_of_text = -1;
   std::vector<ShardInfo> shards;
   nlohmann::json json;  // the whole manifest
 };
@@ -50,6 +86,9 @@ struct TokenizeOptions {
   std::string tokenizer;  // Tokenizer::load path
   std::string out_dir;
   std::vector<std::string> inputs;  // files or folders; *.jsonl / *.json are JSON lines
+  // kShardTextFormat: plain text files and JSON lines with a "text" field; or
+  // kShardPromptCompletionFormat: JSON lines of examples (Note [Loss mask files]).
+  std::string format = kShardTextFormat;
   int64_t shard_tokens = 100'000'000;
   // Documents whose first byte lies in the last val_fraction of the input bytes go to val-*.bin;
   // 0: no validation shards (training then holds out the tail of the training stream).
@@ -68,8 +107,9 @@ struct TokenizeResult {
 
 // Tokenises every document of the inputs into shards in options.out_dir, printing a progress
 // line (MB/s, ETA) at most once a second. Errors: unreadable inputs, a JSON line without a
-// string "text" field (DataError naming file and line), a tokenizer without an end-of-text token,
-// an out_dir holding another run's shards (ConfigError).
+// string "text" field, or under prompt-completion a plain text file or a line that is not an
+// example (DataError naming file and byte offset), a tokenizer without an end-of-text token or,
+// for messages, without chat tokens, an out_dir holding another run's shards (ConfigError).
 TokenizeResult tokenize_corpus(const TokenizeOptions& options, std::ostream& progress);
 
 }  // namespace memo

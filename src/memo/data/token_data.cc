@@ -28,12 +28,16 @@ struct TokenSegment {
   int width_bytes = 0;  // 1 (raw bytes), 2 (uint16), 4 (uint32 or in-memory int32)
   int64_t count = 0;
   int64_t first = 0;
+  const uint8_t* mask = nullptr;  // the loss mask's bits (Note [Loss mask files]), or null
 };
 
 struct TokenStore {
   std::vector<int32_t> owned;    // in-memory tokens
   std::vector<MappedFile> maps;  // mapped files, in stream order
+  std::vector<MappedFile> mask_maps;
   std::vector<TokenSegment> segments;
+  bool has_mask = false;  // every segment has one
+  std::optional<std::vector<int64_t>> doc_starts;  // stream positions (Note [Document offsets])
   int64_t num_tokens() const {
     return segments.empty() ? 0 : segments.back().first + segments.back().count;
   }
@@ -149,22 +153,67 @@ void check_manifest_vocab(const fs::path& dir, const ShardManifest& m, int64_t v
 }
 
 // The shards of one split listed by a manifest, each checked to exist before anything is mapped.
-std::vector<fs::path> manifest_shards(const fs::path& dir, const ShardManifest& m,
-                                      const std::string& split, int64_t vocab_size) {
+std::vector<ShardInfo> manifest_shards(const fs::path& dir, const ShardManifest& m,
+                                       const std::string& split, int64_t vocab_size) {
   const std::string manifest = (dir / kShardManifestFile).string();
   if (!m.complete)
     throw DataError(str(dir.string(), " is an unfinished `memo tokenize` run (", manifest,
                         " says complete: false); rerun the same tokenize command to finish it"));
   check_manifest_vocab(dir, m, vocab_size);
-  std::vector<fs::path> files;
+  std::vector<ShardInfo> shards;
   for (const ShardInfo& s : m.shards) {
     if (s.split != split) continue;
-    const fs::path f = dir / s.file;
-    if (!fs::exists(f))
-      throw DataError(str("shard ", f.string(), " listed in ", manifest, " is missing"));
-    files.push_back(f);
+    for (const std::string& file : {s.file, s.docs, s.mask}) {
+      const fs::path f = dir / file;
+      if (!file.empty() && !fs::exists(f))
+        throw DataError(str("shard file ", f.string(), " listed in ", manifest, " is missing"));
+    }
+    shards.push_back(s);
   }
-  return files;
+  return shards;
+}
+
+// The body of a .docs or .mask file (Note [Document offsets], Note [Loss mask files]) after its
+// header is checked: magic, version 1, count, and a size of 16 + body_bytes(count).
+template <class BodyBytes>
+std::string_view sidecar_body(std::string_view bytes, const char* magic, const std::string& path,
+                              BodyBytes body_bytes, uint32_t& count) {
+  if (bytes.size() < 16 || bytes.substr(0, 8) != magic)
+    throw FormatError(str(path, " does not start with \"", magic, "\""));
+  uint32_t version;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  std::memcpy(&count, bytes.data() + 12, 4);
+  if (version != 1) throw FormatError(str(path, ": version ", version, " is not supported"));
+  const uint64_t want = 16 + uint64_t(body_bytes(count));
+  if (bytes.size() != want)
+    throw FormatError(str(path, " counts ", count, " entries, so it should be ", want,
+                          " bytes, but it is ", bytes.size()));
+  return bytes.substr(16);
+}
+
+// Where the documents of shard s (tokens at stream position first) start, as stream positions;
+// each must lie in the shard, ascending, on an end-of-text token.
+void read_document_offsets(const fs::path& path, const TokenSegment& seg, int32_t eot,
+                           std::vector<int64_t>& starts) {
+  const MappedFile map(path);
+  uint32_t count = 0;
+  const std::string_view body = sidecar_body(
+      map.bytes(), "memodocs", path.string(), [](uint32_t n) { return 4 * uint64_t(n); }, count);
+  int64_t previous = -1;
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t offset;
+    std::memcpy(&offset, body.data() + 4 * size_t(i), 4);
+    if (int64_t(offset) <= previous || int64_t(offset) >= seg.count)
+      throw FormatError(str(path.string(), ": document offset ", offset, " (entry ", i,
+                            ") is not ascending within the shard's ", seg.count, " tokens"));
+    int32_t id = 0;
+    std::memcpy(&id, seg.data + int64_t(offset) * seg.width_bytes, size_t(seg.width_bytes));
+    if (eot >= 0 && id != eot)
+      throw FormatError(str(path.string(), ": the document at offset ", offset, " starts with ",
+                            "token ", id, ", not the end-of-text ", eot));
+    previous = int64_t(offset);
+    starts.push_back(seg.first + int64_t(offset));
+  }
 }
 
 }  // namespace
@@ -192,8 +241,11 @@ TokenData::TokenData(std::vector<int32_t> tokens, std::string source, int64_t vo
   store_ = std::move(store);
 }
 
-TokenData TokenData::load_files(const std::vector<fs::path>& files, const std::string& source,
-                                int64_t vocab_size, int64_t tokenizer_ids) {
+namespace {
+
+std::shared_ptr<TokenStore> map_files(const std::vector<fs::path>& files,
+                                      const std::string& source, int64_t vocab_size,
+                                      int64_t tokenizer_ids) {
   check_vocab(vocab_size, source);
   if (files.empty()) throw DataError(str(source, " has no token files"));
   auto store = std::make_shared<TokenStore>();
@@ -206,6 +258,58 @@ TokenData TokenData::load_files(const std::vector<fs::path>& files, const std::s
     store->segments.push_back(s);
     store->maps.push_back(std::move(map));
   }
+  return store;
+}
+
+// The .docs and .mask files of the shards behind `store`, one per segment.
+void read_sidecars(TokenStore& store, const fs::path& dir, const ShardManifest& m,
+                   const std::vector<ShardInfo>& shards) {
+  std::vector<int64_t> starts;
+  bool all_docs = true;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (shards[i].docs.empty())
+      all_docs = false;
+    else
+      read_document_offsets(dir / shards[i].docs, store.segments[i], m.end_of_text, starts);
+  }
+  if (all_docs) store.doc_starts = std::move(starts);
+  if (m.data_format != kShardPromptCompletionFormat) return;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const fs::path path = dir / shards[i].mask;
+    MappedFile& map = store.mask_maps.emplace_back(path);
+    uint32_t count = 0;
+    const std::string_view body = sidecar_body(
+        map.bytes(), "memomask", path.string(), [](uint32_t n) { return (uint64_t(n) + 7) / 8; },
+        count);
+    if (int64_t(count) != store.segments[i].count)
+      throw FormatError(str(path.string(), " masks ", count, " tokens, but its shard ",
+                            shards[i].file, " holds ", store.segments[i].count));
+    store.segments[i].mask = reinterpret_cast<const uint8_t*>(body.data());
+  }
+  store.has_mask = true;
+}
+
+}  // namespace
+
+TokenData TokenData::load_files(const std::vector<fs::path>& files, const std::string& source,
+                                int64_t vocab_size, int64_t tokenizer_ids) {
+  std::shared_ptr<TokenStore> store = map_files(files, source, vocab_size, tokenizer_ids);
+  const int64_t n = store->num_tokens();
+  return TokenData(std::move(store), 0, n, source, vocab_size);
+}
+
+std::optional<TokenData> TokenData::load_split(const fs::path& dir, const std::string& split,
+                                               int64_t vocab_size) {
+  std::optional<ShardManifest> m = read_shard_manifest(dir);
+  if (!m) throw DataError(str(dir.string(), " has no ", kShardManifestFile));
+  const std::vector<ShardInfo> shards = manifest_shards(dir, *m, split, vocab_size);
+  if (shards.empty()) return std::nullopt;
+  std::vector<fs::path> files;
+  for (const ShardInfo& s : shards) files.push_back(dir / s.file);
+  const std::string source = str(dir.string(), " (", files.size(),
+                                 split == "train" ? " training shards)" : " validation shards)");
+  std::shared_ptr<TokenStore> store = map_files(files, source, vocab_size, m->vocab_size);
+  read_sidecars(*store, dir, *m, shards);
   const int64_t n = store->num_tokens();
   return TokenData(std::move(store), 0, n, source, vocab_size);
 }
@@ -219,15 +323,18 @@ TokenData TokenData::load(const fs::path& path, int64_t vocab_size) {
     if (std::optional<ShardManifest> m = read_shard_manifest(dir)) {
       check_manifest_vocab(dir, *m, vocab_size);
       tokenizer_ids = m->vocab_size;
+      if (m->data_format == kShardPromptCompletionFormat)
+        throw ConfigError(str(p, " names prompt-completion shards one by one; give their folder ",
+                              dir.string(), " so that their loss masks are read"));
     }
   }
   if (p.find_first_of("*?[") != std::string::npos && !fs::exists(path))
     return load_files(glob_files(p), p, vocab_size, tokenizer_ids);
   if (fs::is_directory(path)) {
-    if (std::optional<ShardManifest> m = read_shard_manifest(path)) {
-      std::vector<fs::path> files = manifest_shards(path, *m, "train", vocab_size);
-      return load_files(files, str(p, " (", files.size(), " training shards)"), vocab_size,
-                        m->vocab_size);
+    if (fs::exists(path / kShardManifestFile)) {
+      std::optional<TokenData> train = load_split(path, "train", vocab_size);
+      if (!train) throw DataError(str(p, " has no training shards"));
+      return std::move(*train);
     }
     std::vector<fs::path> files = glob_files((path / "*.bin").string());
     return load_files(files, str(p, " (", files.size(), " files)"), vocab_size);
@@ -238,15 +345,41 @@ TokenData TokenData::load(const fs::path& path, int64_t vocab_size) {
 std::optional<TokenData> load_validation_shards(const fs::path& path, int64_t vocab_size) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) return std::nullopt;
-  std::optional<ShardManifest> m = read_shard_manifest(path);
-  if (!m) return std::nullopt;
-  std::vector<fs::path> files = manifest_shards(path, *m, "val", vocab_size);
-  if (files.empty()) return std::nullopt;
-  return TokenData::load_files(files, str(path.string(), " (", files.size(), " validation shards)"),
-                               vocab_size, m->vocab_size);
+  if (!fs::exists(path / kShardManifestFile)) return std::nullopt;
+  return TokenData::load_split(path, "val", vocab_size);
 }
 
 int64_t TokenData::num_files() const { return int64_t(store_->maps.size()); }
+
+bool TokenData::has_loss_mask() const { return store_->has_mask; }
+
+void TokenData::copy_mask(int64_t start, int64_t count, uint8_t* out) const {
+  MEMO_CHECK(has_loss_mask() && start >= 0 && count >= 0 && start + count <= num_tokens(),
+             "copy_mask [", start, ", ", start + count, ") of ", num_tokens(), " tokens");
+  const std::vector<TokenSegment>& segs = store_->segments;
+  int64_t g = begin_ + start;
+  auto it = std::upper_bound(segs.begin(), segs.end(), g,
+                             [](int64_t v, const TokenSegment& s) { return v < s.first; });
+  --it;  // the segment holding g
+  while (count > 0) {
+    const TokenSegment& s = *it;
+    const int64_t i0 = g - s.first, n = std::min(count, s.count - i0);
+    for (int64_t i = i0; i < i0 + n; ++i) *out++ = uint8_t((s.mask[i / 8] >> (i % 8)) & 1);
+    count -= n;
+    g += n;
+    ++it;
+  }
+}
+
+std::optional<std::vector<int64_t>> TokenData::document_starts() const {
+  if (!store_->doc_starts) return std::nullopt;
+  const std::vector<int64_t>& all = *store_->doc_starts;
+  std::vector<int64_t> mine;
+  for (auto it = std::lower_bound(all.begin(), all.end(), begin_); it != all.end() && *it < end_;
+       ++it)
+    mine.push_back(*it - begin_);
+  return mine;
+}
 
 void TokenData::copy(int64_t start, int64_t count, int32_t* out) const {
   MEMO_CHECK(start >= 0 && count >= 0 && start + count <= num_tokens(), "copy [", start, ", ",

@@ -3,7 +3,8 @@
 // int32 header: magic 20240520, version 1, count, then uint16 tokens; or llm.c's Llama 3 variant:
 // magic 20240801, version 7, uint32 tokens) or raw bytes, one token per byte (vocabulary 256).
 // Several files (a shard directory of `memo tokenize`, or a glob) are one concatenated stream, in
-// order. Not a tokeniser, not a prefetcher.
+// order. A shard directory also gives where its documents start and, for prompt-completion
+// data, which targets the loss counts (data/shards.h). Not a tokeniser, not a prefetcher.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,15 @@ class TokenData {
   // directory whose tokenizer has more ids than vocab_size: ConfigError. vocab_size has no upper
   // bound: a uint16 file's ids all lie below 65536, so it serves any larger vocabulary, but a
   // uint16 file whose manifest's tokenizer has more than 65536 ids is a FormatError naming it.
+  // A shard directory's .docs and .mask files are read too: a missing one is a DataError, a
+  // malformed one (wrong size, header or offsets, a listed document that does not start with
+  // end-of-text) a FormatError naming it; prompt-completion shards named one by one or by a glob
+  // are a ConfigError (their masks come with the directory only).
   static TokenData load(const std::filesystem::path& path, int64_t vocab_size);
+  // The shards of one split ("train", "val") of the `memo tokenize` directory `dir`, with their
+  // document offsets and loss masks; nullopt when the manifest lists none. Errors as load().
+  static std::optional<TokenData> load_split(const std::filesystem::path& dir,
+                                             const std::string& split, int64_t vocab_size);
   // Maps `files` in order as one stream named `source`; same errors as load(). tokenizer_ids:
   // the ids of the tokenizer that wrote them when known (a shard manifest), else 0.
   static TokenData load_files(const std::vector<std::filesystem::path>& files,
@@ -50,7 +59,16 @@ class TokenData {
   int32_t operator[](int64_t i) const;
   const std::string& source() const { return source_; }  // the path, or "path [tokens a, b)"
   int64_t vocab_size() const { return vocab_size_; }
-  int64_t num_files() const;  // mapped files behind it (0 in memory)
+  int64_t num_files() const;  // mapped token files behind it (0 in memory)
+
+  // Prompt-completion data (Note [Loss mask files] in data/shards.h): whether the loss counts
+  // token i as a target, for i in [start, start + count) (1 counted, 0 not), into out.
+  bool has_loss_mask() const;
+  void copy_mask(int64_t start, int64_t count, uint8_t* out) const;
+  // Where this view's documents start, relative to its first token, ascending (a document cut
+  // by the view's start is not listed); nullopt when the data does not record them (raw files,
+  // shards of version 1).
+  std::optional<std::vector<int64_t>> document_starts() const;
 
  private:
   TokenData(std::shared_ptr<const TokenStore> store, int64_t begin, int64_t end, std::string source,

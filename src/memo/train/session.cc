@@ -220,6 +220,8 @@ void TrainSession::read_run() {
   // the training and validation tokens (train/run_data.h), checked before any output
   data_.emplace(
       load_run_data({o_.data_path, o_.val_data_path, o_.val_fraction}, config_.vocab_size));
+  // prompt-completion data: the packed examples must not see each other (Note [Packed examples])
+  if (data_->train.has_loss_mask()) o_.document_mask = true;
   sampler_.emplace(data_->train, stage().seq, o_.seed);
   // a resumed run continues in its checkpoint's precision (older checkpoints did not say)
   if (resume_ && resume_->checkpoint.trainer_state.contains("precision")) {
@@ -336,6 +338,7 @@ void TrainSession::build_step() {
       },
       micro_steps() >= 2 ? probe() : nullptr, data_parallel());
   if (o_.zero == 1) step_->set_zero_shards(&shards_);
+  step_->set_masked_targets(data_->train.has_loss_mask());
 }
 
 }  // namespace memo

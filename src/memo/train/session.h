@@ -41,6 +41,7 @@ class TrainSession {
   int64_t start_step() const { return start_step_; }
   StepSchedule& plan() { return *plan_; }
   const RunData& data() const { return *data_; }
+  const WindowSampler& sampler() const { return *sampler_; }  // the current stage's
   // The job's groups: rank r is tensor-parallel rank r % T, context-parallel rank (r / T) % C,
   // data-parallel rank r / (T C). The tensor- and context-parallel ones are null at size 1.
   Communicator& job() const { return job_; }

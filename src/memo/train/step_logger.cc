@@ -183,6 +183,13 @@ void StepLogger::print_start() {
   print_run_header(progress_, s_.model(), o, s_.optimizer(), s_.data().train.num_tokens(),
                    s_.micro_steps(), s_.data_parallel(), s_.context_parallel());
   if (s_.plan().noise()) progress_ << s_.plan().summary() << "\n";
+  if (const WindowSampler& w = s_.sampler(); w.packed())
+    progress_ << "memo: prompt-completion data: " << w.num_examples()
+              << " examples packed whole into " << w.num_sequential_windows() << " windows of "
+              << w.seq() << " tokens, " << w.truncated_examples() << " cut to the window ("
+              << w.dropped_examples()
+              << " left out: nothing counted remains), the loss over completion tokens only, "
+                 "document masks on\n";
   const std::vector<SeqStage>& stages = s_.stages();
   if (stages.size() > 1) {
     progress_ << "memo: length stages (--seq-schedule), "
