@@ -9,8 +9,13 @@
 
 #include "cli_test_util.h"
 #include "data/small_tokenizer.h"
+#include "memo/backend/caching_allocator.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/data/token_data.h"
 #include "memo/io/atomic_file.h"
+#include "memo/io/checkpoint.h"
+#include "memo/memory/strategy.h"
+#include "memo/model/model.h"
 #include "test_util.h"
 
 namespace memo {
@@ -134,6 +139,77 @@ TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
   EXPECT_NE(svg.find("<svg"), std::string::npos);
   EXPECT_NE(svg.find(">a</text>"), std::string::npos);
   EXPECT_NE(svg.find(">b</text>"), std::string::npos);
+}
+
+// Prompt-completion data end to end (Note [Loss mask files], Note [Packed examples]): memo
+// train runs on it, and memo eval's loss over the validation examples is the mean, computed here
+// by running each example alone from the checkpoint's weights, over its completion's tokens and
+// its end (the next end-of-text). (TrainStep's tests show a masked step's loss is the same
+// whatever the micro-batch split and data-parallel layout.)
+TEST_F(TextCli, prompt_completion_data_counts_the_completions_only) {
+  const Tokenizer t = test::small_tokenizer();
+  const int32_t eot = *t.end_of_text();
+  std::mt19937 rng(3);
+  const char* words[] = {" the", " and", " of", " hello", "\n", " in", "ing", " that", " he"};
+  auto text = [&](size_t n) {
+    std::string x;
+    while (x.size() < n) x += words[rng() % 9];
+    return x;
+  };
+  std::string lines;
+  std::vector<int64_t> offsets;
+  std::vector<std::pair<std::string, std::string>> examples;
+  for (int i = 0; i < 60; ++i) {
+    examples.emplace_back(text(10 + rng() % 40), text(5 + rng() % 25));
+    offsets.push_back(int64_t(lines.size()));
+    lines +=
+        nlohmann::json{{"prompt", examples.back().first}, {"completion", examples.back().second}}
+            .dump() +
+        "\n";
+  }
+  write_text(dir.str("sft.jsonl"), lines);
+  const test::CommandResult tok = test::run_command(
+      test::memo_bin() + " tokenize --tokenizer " + dir.str("tok.json") + " --out " +
+      dir.str("sft") + " --format prompt-completion --val-fraction 0.3 " + dir.str("sft.jsonl"));
+  ASSERT_EQ(tok.exit_code, 0) << tok.output;
+  const test::CommandResult a =
+      test::run_command(train_cmd(dir.str("sft"), "a", "--steps 3 --micro-batch 2"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("examples packed whole into"), std::string::npos) << a.output;
+  ASSERT_EQ(losses(dir.str("a.jsonl")).size(), 3u);
+
+  const test::CommandResult e =
+      test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --data " +
+                              dir.str("sft") + " --seq 64"));
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const nlohmann::json j = nlohmann::json::parse(e.output);
+  const LoadedCheckpoint ckpt = load_checkpoint(find_latest_checkpoint(dir / "a"));
+  Model model(ckpt.config, cpu_backend());
+  for (const ParamInfo& p : model.layout().params())
+    ckpt.model.read_into(p.name, model.params() + p.offset, p.shape);
+  CachingAllocator alloc;
+  KeepStrategy keep(skeletal_layout(ckpt.config, DType::kF32), alloc);
+  double sum = 0.0;
+  int64_t counted = 0;
+  const int64_t val_start = int64_t(double(lines.size()) * 0.7);
+  int64_t val_examples = 0;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    if (offsets[i] < val_start) continue;
+    ++val_examples;
+    std::vector<int32_t> in = {eot};
+    t.encode(examples[i].first, in);
+    const int64_t prompt = int64_t(in.size());
+    t.encode(examples[i].second, in);
+    ASSERT_LE(in.size(), 32u);  // whole in a window
+    std::vector<int32_t> tgt(in.begin() + 1, in.end());
+    tgt.push_back(eot);
+    std::vector<float> token_losses(in.size());
+    model.forward_loss(in.data(), tgt.data(), 1, int64_t(in.size()), keep, alloc, token_losses);
+    for (size_t k = size_t(prompt - 1); k < in.size(); ++k) sum += token_losses[k], ++counted;
+  }
+  EXPECT_EQ(j.at("tokens").get<int64_t>(), counted);
+  EXPECT_LT(j.at("windows").get<int64_t>(), val_examples / 2);  // examples share windows
+  EXPECT_NEAR(j.at("loss").get<double>(), sum / double(counted), 1e-5 * sum / double(counted));
 }
 
 TEST_F(TextCli, killed_tokenize_resumes_to_the_files_of_an_uninterrupted_run) {

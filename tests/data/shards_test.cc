@@ -9,6 +9,8 @@
 
 #include "data/small_tokenizer.h"
 #include "memo/core/error.h"
+#include "memo/core/targets.h"
+#include "memo/data/sampler.h"
 #include "memo/data/token_data.h"
 #include "memo/data/tokenizer.h"
 #include "memo/io/atomic_file.h"
@@ -86,6 +88,13 @@ TEST_F(Shards, hold_every_document_after_end_of_text_in_input_order) {
   const TokenData d = TokenData::load(dir / "out", 1000);
   EXPECT_EQ(d.num_files(), r.shards);
   EXPECT_EQ(read_all(d), want);
+  // the .docs files list every document's end-of-text (Note [Document offsets])
+  std::vector<int64_t> starts;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (want[i] == *test::small_tokenizer().end_of_text()) starts.push_back(int64_t(i));
+  EXPECT_EQ(starts.size(), 23u);
+  EXPECT_EQ(d.document_starts(), starts);
+  EXPECT_FALSE(d.has_loss_mask());
   const std::optional<ShardManifest> m = read_shard_manifest(dir / "out");
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->complete);
@@ -120,9 +129,9 @@ TEST_F(Shards, interrupted_runs_resume_to_the_same_files) {
     ASSERT_EQ(a.shards.size(), b.shards.size());
     for (size_t i = 0; i < a.shards.size(); ++i) {
       EXPECT_EQ(a.shards[i].file, b.shards[i].file);
-      EXPECT_EQ(read_file(dir / "whole-val" / a.shards[i].file),
-                read_file(dir / out / b.shards[i].file))
-          << "stop " << stop << " shard " << a.shards[i].file;
+      for (const std::string& f : {a.shards[i].file, a.shards[i].docs})
+        EXPECT_EQ(read_file(dir / "whole-val" / f), read_file(dir / out / f))
+            << "stop " << stop << " file " << f;
     }
   }
 }
@@ -186,7 +195,18 @@ TEST_F(Shards, missing_truncated_or_out_of_vocabulary_shards_name_the_file) {
       << msg;
   fs::remove(shard);
   msg = error_message<DataError>([&] { TokenData::load(dir / "out", 1000); });
-  EXPECT_NE(msg.find("shard " + shard.string() + " listed in"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("shard file " + shard.string() + " listed in"), std::string::npos) << msg;
+  // a .docs file that does not match its shard (Note [Document offsets])
+  tokenize_corpus(options("out2"), progress_);
+  const fs::path docs = dir / "out2" / "train-000001.docs";
+  std::string d = read_file(docs);
+  d[16] = char(d[16] + 1);  // the first listed document no longer starts at end-of-text
+  write_file_atomic(docs, d);
+  msg = error_message<FormatError>([&] { TokenData::load(dir / "out2", 1000); });
+  EXPECT_NE(msg.find(docs.string() + ": the document at offset"), std::string::npos) << msg;
+  write_file_atomic(docs, d.substr(0, d.size() - 2));
+  msg = error_message<FormatError>([&] { TokenData::load(dir / "out2", 1000); });
+  EXPECT_NE(msg.find(docs.string() + " counts"), std::string::npos) << msg;
 }
 
 TEST_F(Shards, another_run_in_the_same_folder_is_refused) {
@@ -203,6 +223,198 @@ TEST_F(Shards, json_line_without_text_names_the_file_and_offset) {
   o.inputs = {dir.str("bad.jsonl")};
   const std::string msg = error_message<DataError>([&] { tokenize_corpus(o, progress_); });
   EXPECT_NE(msg.find(dir.str("bad.jsonl") + " at byte 15"), std::string::npos) << msg;
+}
+
+// --format prompt-completion (Note [Loss mask files]): examples of both kinds, their tokens,
+// masks and starts built here from the JSON fields, the tokenizer's ids and the documented
+// template; examples packed whole (Note [Packed examples]); resumed runs write the same files.
+class PromptCompletion : public Shards {
+ protected:
+  void SetUp() override {
+    Shards::SetUp();
+    nlohmann::json tj = test::small_tokenizer_json();
+    const int32_t base = tj["added_tokens"].back()["id"].get<int32_t>() + 1;
+    tj["added_tokens"].push_back({{"id", base}, {"content", "<|im_start|>"}, {"special", true}});
+    tj["added_tokens"].push_back({{"id", base + 1}, {"content", "<|im_end|>"}, {"special", true}});
+    write_file_atomic(dir / "chat.json", tj.dump());
+    const Tokenizer t = Tokenizer::load(dir / "chat.json");
+    const int32_t eot = *t.end_of_text(), im_start = base, im_end = base + 1;
+    std::mt19937 rng(5);
+    const char* words[] = {" the", " and", " of", " hello", "\n", " in", "ing", " that", " he"};
+    auto text = [&](size_t n) {
+      std::string x;
+      while (x.size() < n) x += words[rng() % 9];
+      return x;
+    };
+    bool end_counted = false;
+    auto part = [&](const std::vector<int32_t>& ids, bool counted) {
+      ids_.insert(ids_.end(), ids.begin(), ids.end());
+      mask_.insert(mask_.end(), ids.size(), uint8_t(counted));
+    };
+    std::string lines;
+    for (int i = 0; i < 40; ++i) {
+      starts_.push_back(int64_t(ids_.size()));
+      part({eot}, end_counted);
+      // at seq 48, every 10th example's prompt fills the window (left out) and another's long
+      // answer is cut
+      const std::string prompt = text(i % 10 == 9 ? 160 : 10 + rng() % 40);
+      const std::string answer = text(i % 10 == 4 ? 160 : rng() % 30);
+      if (i % 3 == 2) {
+        lines += nlohmann::json{{"messages",
+                                 {{{"role", "user"}, {"content", prompt}},
+                                  {{"role", "assistant"}, {"content", answer}}}}}
+                     .dump() +
+                 "\n";
+        part({im_start}, false), part(t.encode("user\n"), false), part(t.encode(prompt), false);
+        part({im_end}, false), part(t.encode("\n"), false);
+        part({im_start}, false), part(t.encode("assistant\n"), false), part(t.encode(answer), true);
+        part({im_end}, true), part(t.encode("\n"), false);
+        end_counted = false;
+      } else {
+        lines += nlohmann::json{{"prompt", prompt}, {"completion", answer}}.dump() + "\n";
+        part(t.encode(prompt), false), part(t.encode(answer), true);
+        end_counted = true;
+      }
+    }
+    part({eot}, end_counted);  // the end of the last example
+    write_file_atomic(dir / "sft.jsonl", lines);
+  }
+  TokenizeOptions sft_options(const std::string& out) const {
+    TokenizeOptions o = options(out);
+    o.tokenizer = dir.str("chat.json");
+    o.inputs = {dir.str("sft.jsonl")};
+    o.format = kShardPromptCompletionFormat;
+    o.shard_tokens = 300;  // several shards
+    return o;
+  }
+  std::vector<int32_t> ids_;
+  std::vector<uint8_t> mask_;
+  std::vector<int64_t> starts_;
+};
+
+TEST_F(PromptCompletion, examples_carry_a_mask_of_what_the_loss_counts) {
+  ASSERT_TRUE(tokenize_corpus(sft_options("out"), progress_).complete);
+  const TokenData d = TokenData::load(dir / "out", 1000);
+  ASSERT_GT(d.num_files(), 2);
+  EXPECT_EQ(read_all(d), ids_);
+  ASSERT_TRUE(d.has_loss_mask());
+  std::vector<uint8_t> mask(static_cast<size_t>(d.num_tokens()));
+  d.copy_mask(0, d.num_tokens(), mask.data());
+  EXPECT_EQ(mask, mask_);
+  EXPECT_EQ(d.document_starts(), starts_);
+  const ShardManifest manifest = *read_shard_manifest(dir / "out");
+  for (const ShardInfo& s : manifest.shards)
+    EXPECT_EQ(s.mask_crc32c, crc32c(0, read_file(dir / "out" / s.mask))) << s.mask;
+  // a split's view keeps its share of the starts and the mask
+  auto [train, val] = split_tail(TokenData::load(dir / "out", 1000), 0.5);
+  std::vector<int64_t> tail;
+  for (int64_t s : starts_)
+    if (s >= train.num_tokens()) tail.push_back(s - train.num_tokens());
+  EXPECT_EQ(val.document_starts(), tail);
+  uint8_t bit = 2;
+  val.copy_mask(0, 1, &bit);
+  EXPECT_EQ(bit, mask_[size_t(train.num_tokens())]);
+  // an interrupted run resumes to the same files
+  for (int64_t stop : {1, 3}) {
+    const std::string out = "part" + std::to_string(stop);
+    TokenizeOptions o = sft_options(out);
+    o.stop_after_shards = stop;
+    EXPECT_FALSE(tokenize_corpus(o, progress_).complete);
+    o.stop_after_shards = 0;
+    EXPECT_TRUE(tokenize_corpus(o, progress_).complete);
+    for (const ShardInfo& s : manifest.shards)
+      for (const std::string& f : {s.file, s.docs, s.mask})
+        EXPECT_EQ(read_file(dir / "out" / f), read_file(dir / out / f)) << "stop " << stop << f;
+  }
+  // masks come with the folder only
+  const std::string msg =
+      error_message<ConfigError>([&] { TokenData::load(dir.str("out") + "/train-*.bin", 1000); });
+  EXPECT_NE(msg.find("names prompt-completion shards one by one"), std::string::npos) << msg;
+}
+
+TEST_F(PromptCompletion, windows_hold_whole_examples_and_count_their_completions) {
+  tokenize_corpus(sft_options("out"), progress_);
+  const TokenData d = TokenData::load(dir / "out", 1000);
+  constexpr int64_t seq = 48;
+  const WindowSampler sampler(d, seq, 3);
+  ASSERT_TRUE(sampler.packed());
+  const int32_t eot = ids_[0];
+  // every example once, in order: whole, or cut to the window, or left out when its prompt
+  // fills the window
+  std::vector<int32_t> in(static_cast<size_t>(seq)), tgt(in.size());
+  size_t example = 0;
+  int64_t cut = 0, left_out = 0;
+  for (int64_t w = 0; w < sampler.num_sequential_windows(); ++w) {
+    sampler.fill_sequential(w, in.data(), tgt.data(), 1);
+    int64_t t = 0;
+    while (t < seq && example < starts_.size()) {
+      const int64_t s = starts_[example];
+      const int64_t end =
+          example + 1 < starts_.size() ? starts_[example + 1] : int64_t(ids_.size());
+      if (t > 0 && t + end - s > seq) break;  // the next window's
+      bool counted = false;
+      for (int64_t i = s + 1; i < std::min(end + 1, s + seq + 1); ++i) counted |= mask_[size_t(i)];
+      if (end - s > seq && !counted) {  // left out: the window starts at the next example
+        ++left_out, ++example;
+        continue;
+      }
+      cut += end - s > seq;
+      const int64_t n = std::min(end - s, seq);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(in[size_t(t + i)], ids_[size_t(s + i)]) << "window " << w;
+        const size_t g = size_t(s + i + 1);
+        const int32_t want = g < ids_.size() && mask_[g] ? ids_[g] : kIgnoredTarget;
+        ASSERT_EQ(tgt[size_t(t + i)], want) << "window " << w << " token " << t + i;
+      }
+      t += n;
+      ++example;
+    }
+    ASSERT_GT(t, 0) << "window " << w << " holds no example";
+    for (; t < seq; ++t) {  // padding
+      EXPECT_EQ(in[size_t(t)], eot);
+      EXPECT_EQ(tgt[size_t(t)], kIgnoredTarget);
+    }
+  }
+  for (; example < starts_.size(); ++example, ++left_out)  // left out after the last window
+    EXPECT_EQ(std::count(mask_.begin() + starts_[example] + 1,
+                         mask_.begin() + starts_[example] + seq + 1, uint8_t(1)),
+              0);
+  EXPECT_EQ(sampler.num_examples(), int64_t(starts_.size()));
+  EXPECT_EQ(sampler.truncated_examples(), cut + left_out);
+  EXPECT_EQ(sampler.dropped_examples(), left_out);
+  EXPECT_GT(cut, 0);
+  EXPECT_GT(left_out, 0);
+  // training draws are windows of the same list, a function of their coordinates
+  std::vector<int32_t> a(size_t(4 * seq)), b(a.size()), ta(a.size()), tb(a.size());
+  sampler.fill(7, 1, a.data(), ta.data(), 4);
+  WindowSampler(d, seq, 3).fill(7, 1, b.data(), tb.data(), 4);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(ta, tb);
+  EXPECT_EQ(a[0], eot);
+}
+
+TEST_F(PromptCompletion, lines_that_are_not_examples_name_the_file_and_offset) {
+  auto fails = [&](const std::string& file, const std::string& content, const std::string& want,
+                   const std::string& tokenizer = "chat.json") {
+    write_file_atomic(dir / file, content);
+    TokenizeOptions o = sft_options("bad-" + file);
+    o.inputs = {dir.str(file)};
+    o.tokenizer = dir.str(tokenizer);
+    std::string msg;
+    try {
+      tokenize_corpus(o, progress_);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  };
+  fails("plain.txt", "text", "is plain text; --format prompt-completion reads JSON lines");
+  fails("a.jsonl", "{\"prompt\": \"x\", \"completion\": \"y\"}\n{\"prompt\": 1}\n",
+        "a.jsonl at byte 35: a prompt-completion line needs the string fields");
+  fails("b.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n",
+        "b.jsonl at byte 0: the messages hold no \"assistant\" message");
+  fails("c.jsonl", "{\"messages\": [{\"role\": \"assistant\", \"content\": \"hi\"}]}\n",
+        "has neither", "tok.json");
 }
 
 }  // namespace

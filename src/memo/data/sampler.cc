@@ -117,8 +117,8 @@ void WindowSampler::fill(int64_t step, int64_t micro, int32_t* inputs, int32_t* 
   MEMO_CHECK(batch >= 0 && (batch == 0 || (inputs && targets)), "fill: batch ", batch);
   for (int64_t b = 0; b < batch; ++b) {
     if (packed()) {
-      const auto i = size_t((static_cast<unsigned __int128>(draw(step, micro, b)) *
-                             uint64_t(packs_.size())) >> 64);
+      const auto i = size_t(
+          (static_cast<unsigned __int128>(draw(step, micro, b)) * uint64_t(packs_.size())) >> 64);
       copy_pack(packs_[i], inputs + b * seq_, targets + b * seq_);
     } else {
       copy_window(window_start(step, micro, b), inputs + b * seq_, targets + b * seq_);

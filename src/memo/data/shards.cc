@@ -98,13 +98,13 @@ struct ExamplePart {
 };
 
 struct Document {
-  std::string owned;              // JSON lines: the decoded text
-  std::string_view text;          // plain text: a view of the mapped file
-  std::vector<ExamplePart> pieces;      // a prompt-completion example (text and owned stay empty)
-  bool counts_end = false;        // the loss counts the next document's end-of-text
-  int64_t input = 0, offset = 0;  // where it starts: input index, byte offset
-  int64_t index = 0;              // document number, in input order
-  int64_t global_offset = 0;      // offset among all input bytes
+  std::string owned;                // JSON lines: the decoded text
+  std::string_view text;            // plain text: a view of the mapped file
+  std::vector<ExamplePart> pieces;  // a prompt-completion example (text and owned stay empty)
+  bool counts_end = false;          // the loss counts the next document's end-of-text
+  int64_t input = 0, offset = 0;    // where it starts: input index, byte offset
+  int64_t index = 0;                // document number, in input order
+  int64_t global_offset = 0;        // offset among all input bytes
 };
 
 // The chat tokens messages are rendered with (Note [Loss mask files]).
@@ -157,8 +157,8 @@ class ExampleParser {
     for (const json& m : messages) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
           !m.contains("content") || !m["content"].is_string())
-        throw DataError(str(where, ": each message needs the string fields \"role\" and ",
-                            "\"content\""));
+        throw DataError(
+            str(where, ": each message needs the string fields \"role\" and ", "\"content\""));
       const std::string role = m["role"].get<std::string>();
       const bool counted = role == "assistant";
       assistant |= counted;

@@ -36,7 +36,7 @@ struct TokenStore {
   std::vector<MappedFile> maps;  // mapped files, in stream order
   std::vector<MappedFile> mask_maps;
   std::vector<TokenSegment> segments;
-  bool has_mask = false;  // every segment has one
+  bool has_mask = false;                           // every segment has one
   std::optional<std::vector<int64_t>> doc_starts;  // stream positions (Note [Document offsets])
   int64_t num_tokens() const {
     return segments.empty() ? 0 : segments.back().first + segments.back().count;
@@ -243,9 +243,8 @@ TokenData::TokenData(std::vector<int32_t> tokens, std::string source, int64_t vo
 
 namespace {
 
-std::shared_ptr<TokenStore> map_files(const std::vector<fs::path>& files,
-                                      const std::string& source, int64_t vocab_size,
-                                      int64_t tokenizer_ids) {
+std::shared_ptr<TokenStore> map_files(const std::vector<fs::path>& files, const std::string& source,
+                                      int64_t vocab_size, int64_t tokenizer_ids) {
   check_vocab(vocab_size, source);
   if (files.empty()) throw DataError(str(source, " has no token files"));
   auto store = std::make_shared<TokenStore>();
