@@ -263,7 +263,7 @@ TEST_F(TextCli, broken_shard_folders_fail_with_one_line_naming_the_file) {
                              shard.string() + ": llm.c header counts");
   fs::remove(shard);
   test::expect_clean_failure(train_cmd(dir.str("shards"), "x", ""),
-                             "shard " + shard.string() + " listed in");
+                             "shard file " + shard.string() + " listed in");
   test::expect_clean_failure(tokenize_cmd("--shard-tokens 99"), "holds shards of another run");
 }
 
