@@ -80,6 +80,30 @@ TEST_F(Bf16Cpu, a_bad_cap_is_one_line_before_anything_runs) {
                                  dir.str("config.json") + " --data " + dir.str("data.txt") +
                                  " --seq 32 --batch 4 --steps 1 --out " + dir.str("bad"),
                              "MEMO_CPU_ISA=avx9: expected amx, avx512_bf16, avx512 or avx2");
+  test::expect_clean_failure("env MEMO_CPU_BF16_ATTENTION=yes " + test::memo_bin() +
+                                 " train --config " + dir.str("config.json") + " --data " +
+                                 dir.str("data.txt") + " --seq 32 --batch 4 --steps 1 --out " +
+                                 dir.str("bad"),
+                             "MEMO_CPU_BF16_ATTENTION=yes: expected 1 (on) or 0 (off)");
+}
+
+// bf16 attention (Note [bf16 attention on the CPU]) is on by default where it is measured faster
+// (cpu::bf16_attention_by_default); MEMO_CPU_BF16_ATTENTION turns it on or off, the start-up line
+// says which, and the first losses agree within bf16 rounding.
+TEST_F(Bf16Cpu, bf16_attention_follows_the_cpu_or_the_environment) {
+  if (!cpu::bf16_attention_native()) GTEST_SKIP() << cpu::bf16_attention_name();
+  for (const char* on : {"1", "0"}) {
+    const std::string name = std::string("attention") + on;
+    const test::CommandResult r = test::run_command(
+        std::string("env MEMO_CPU_BF16_ATTENTION=") + on + " " + test::memo_bin() +
+        " train --config " + dir.str("config.json") + " --data " + dir.str("data.txt") +
+        " --seq 32 --batch 4 --steps 3" + " --val-batches 1 --precision bf16 --out " +
+        dir.str(name) + " --log " + dir.str(name + ".jsonl"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(contains(r.output, "native bf16 products, attention;"), on[0] == '1') << r.output;
+  }
+  expect_close_first_losses(dir.str("attention1.jsonl"), dir.str("attention0.jsonl"));
+  EXPECT_NE(test::losses(dir.str("attention1.jsonl")), test::losses(dir.str("attention0.jsonl")));
 }
 
 }  // namespace

@@ -177,6 +177,9 @@ TEST_F(TextCli, prompt_completion_data_counts_the_completions_only) {
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_NE(a.output.find("examples packed whole into"), std::string::npos) << a.output;
   ASSERT_EQ(losses(dir.str("a.jsonl")).size(), 3u);
+  test::expect_clean_failure(
+      train_cmd(dir.str("in/part0.txt"), "mixed", "--val-data " + dir.str("sft")),
+      "is text and the validation data " + dir.str("sft") + " (1 training shards) is not");
 
   const test::CommandResult e =
       test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --data " +

@@ -134,9 +134,9 @@ TEST(MetaBackend, takes_sizes_and_row_granularity_from_its_target) {
   EXPECT_EQ(meta.attention_backward_scratch_numel(1000, 64, 8, 2),
             cpu_backend().attention_backward_scratch_numel(1000, 64, 8, 2));
   // and its native bf16 kernels, so a bf16 trace widens what the run widens
-  EXPECT_EQ(meta.bf16_products(), cpu_backend().bf16_products());  // AMX or AVX512-BF16
-  EXPECT_FALSE(meta.bf16_attention());
-  CpuBackend f32_kernels(CpuOptions{.bf16_products = false});
+  EXPECT_EQ(meta.bf16_products(), cpu_backend().bf16_products());    // AMX or AVX512-BF16
+  EXPECT_EQ(meta.bf16_attention(), cpu_backend().bf16_attention());  // AMD's AVX512-BF16
+  CpuBackend f32_kernels(CpuOptions{.bf16_products = false, .bf16_attention = false});
   EXPECT_FALSE(MetaBackend(f32_kernels).bf16_products());
   struct Native final : CpuBackend {
     bool bf16_products() const override { return true; }

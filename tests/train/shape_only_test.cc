@@ -231,11 +231,13 @@ TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
 // dtype's bytes: statistics, the log-sum-exp, the loss path and attention scratch stay f32, every
 // other activation (saved, transient, communication) is bf16.
 TEST(ShapeOnlyTrace, a_bf16_trace_keeps_statistics_and_the_loss_path_in_f32) {
+  // f32 attention kernels, whose scratch is the same in both (bf16 ones size their own)
+  CpuBackend f32_attention(CpuOptions{.bf16_attention = false});
   for (ModelConfig config : {testing::tiny_config(), tiny_gpt_config()}) {
     SCOPED_TRACE(config.is_gpt2() ? "gpt2" : "llama");
     const Trace f32 =
-        trace_shapes_only(cpu_backend(), config, Parallel{2, 2}, 1, 64, factory("memo"));
-    const Trace bf16 = trace_shapes_only(cpu_backend(), config, Parallel{2, 2}, 1, 64,
+        trace_shapes_only(f32_attention, config, Parallel{2, 2}, 1, 64, factory("memo"));
+    const Trace bf16 = trace_shapes_only(f32_attention, config, Parallel{2, 2}, 1, 64,
                                          factory("memo"), DType::kBF16);
     ASSERT_EQ(f32.requests.size(), bf16.requests.size());
     const std::set<std::string> f32_names = {"inv_rms1",

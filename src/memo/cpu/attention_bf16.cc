@@ -5,8 +5,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <string_view>
 #include <utility>
 
 #include "memo/cpu/attention_tiles.h"
@@ -272,6 +274,18 @@ void check_bf16_attention(const char* name, std::initializer_list<memo::ConstTen
 bool bf16_attention_native() {
   static const bool native = bf16_products_native() && __builtin_cpu_supports("avx512bf16");
   return native;
+}
+
+bool bf16_attention_by_default() {
+  static const bool on = [] {
+    if (const char* want = std::getenv("MEMO_CPU_BF16_ATTENTION")) {
+      if (std::string_view(want) != "0" && std::string_view(want) != "1")
+        throw Error(str("MEMO_CPU_BF16_ATTENTION=", want, ": expected 1 (on) or 0 (off)"));
+      return std::string_view(want) == "1";
+    }
+    return bf16_attention_native() && __builtin_cpu_is("amd");
+  }();
+  return on;
 }
 
 const char* bf16_attention_name() {

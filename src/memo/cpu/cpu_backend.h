@@ -13,15 +13,19 @@ namespace memo {
 
 // Not final: tests derive from it to take the host's direct access to the device space away
 // (tests/train/device_staging_test.cc), so the paths a GPU needs run on the CPU.
+namespace cpu {
+bool bf16_attention_by_default();  // cpu/kernels.h
+}  // namespace cpu
+
 struct CpuOptions {
   // Products of bf16 operands natively where the CPU has bf16 kernels (cpu::bf16_products_native);
   // false keeps every kernel f32, so Bf16StorageBackend widens (Note [bf16 storage by
   // conversion]): the reference the native products are checked against.
   bool bf16_products = true;
-  // bf16 attention on vdpbf16ps (cpu::bf16_attention_native). Off by default: measured 0.75x the
-  // f32 kernels on an Intel Xeon without AMX (bench/attention_bench --bf16), so it is opt-in
-  // until it beats them somewhere (AMX tiles, Zen 4).
-  bool bf16_attention = false;
+  // bf16 attention on vdpbf16ps where the CPU has it (cpu::bf16_attention_native); by default
+  // where it is measured faster than the f32 kernels (cpu::bf16_attention_by_default: AMD's
+  // AVX512-BF16 cores, or MEMO_CPU_BF16_ATTENTION); false keeps attention f32.
+  bool bf16_attention = cpu::bf16_attention_by_default();
 };
 
 class CpuBackend : public Backend {

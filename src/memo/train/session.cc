@@ -221,6 +221,11 @@ void TrainSession::read_run() {
   data_.emplace(
       load_run_data({o_.data_path, o_.val_data_path, o_.val_fraction}, config_.vocab_size));
   // prompt-completion data: the packed examples must not see each other (Note [Packed examples])
+  if (data_->val && data_->val->has_loss_mask() != data_->train.has_loss_mask())
+    throw ConfigError(str("the training data ", data_->train.source(), " is ",
+                          data_->train.has_loss_mask() ? "prompt-completion" : "text",
+                          " and the validation data ", data_->val->source(), " is not: give ",
+                          "validation data of the same kind"));
   if (data_->train.has_loss_mask()) o_.document_mask = true;
   sampler_.emplace(data_->train, stage().seq, o_.seed);
   // a resumed run continues in its checkpoint's precision (older checkpoints did not say)
