@@ -235,6 +235,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Bf16AttnCase{"gqa_over_tiles", 2, 200, 4, 2, 64, Bf16Mask::kCausal},
                       Bf16AttnCase{"head_dim_24_padded", 1, 130, 3, 3, 24, Bf16Mask::kCausal},
                       Bf16AttnCase{"head_dim_8", 1, 100, 2, 1, 8, Bf16Mask::kCausal},
+                      Bf16AttnCase{"head_dim_7_odd", 1, 70, 2, 1, 7, Bf16Mask::kCausal},
                       Bf16AttnCase{"head_dim_80", 1, 70, 2, 2, 80, Bf16Mask::kCausal},
                       Bf16AttnCase{"head_dim_128", 1, 150, 2, 1, 128, Bf16Mask::kCausal},
                       Bf16AttnCase{"full", 2, 130, 4, 2, 32, Bf16Mask::kFull},
