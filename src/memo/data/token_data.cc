@@ -352,22 +352,35 @@ int64_t TokenData::num_files() const { return int64_t(store_->maps.size()); }
 
 bool TokenData::has_loss_mask() const { return store_->has_mask; }
 
-void TokenData::copy_mask(int64_t start, int64_t count, uint8_t* out) const {
-  MEMO_CHECK(has_loss_mask() && start >= 0 && count >= 0 && start + count <= num_tokens(),
-             "copy_mask [", start, ", ", start + count, ") of ", num_tokens(), " tokens");
-  const std::vector<TokenSegment>& segs = store_->segments;
-  int64_t g = begin_ + start;
+namespace {
+
+// run(segment, i0, n) for each part [i0, i0 + n) of a segment that stream positions
+// [g, g + count) cover, in order.
+template <class F>
+void for_each_segment_run(const std::vector<TokenSegment>& segs, int64_t g, int64_t count,
+                          F&& run) {
   auto it = std::upper_bound(segs.begin(), segs.end(), g,
                              [](int64_t v, const TokenSegment& s) { return v < s.first; });
   --it;  // the segment holding g
   while (count > 0) {
-    const TokenSegment& s = *it;
-    const int64_t i0 = g - s.first, n = std::min(count, s.count - i0);
-    for (int64_t i = i0; i < i0 + n; ++i) *out++ = uint8_t((s.mask[i / 8] >> (i % 8)) & 1);
+    const int64_t i0 = g - it->first, n = std::min(count, it->count - i0);
+    run(*it, i0, n);
     count -= n;
     g += n;
     ++it;
   }
+}
+
+}  // namespace
+
+void TokenData::copy_mask(int64_t start, int64_t count, uint8_t* out) const {
+  MEMO_CHECK(has_loss_mask() && start >= 0 && count >= 0 && start + count <= num_tokens(),
+             "copy_mask [", start, ", ", start + count, ") of ", num_tokens(), " tokens");
+  for_each_segment_run(store_->segments, begin_ + start, count,
+                       [&out](const TokenSegment& s, int64_t i0, int64_t n) {
+                         for (int64_t i = i0; i < i0 + n; ++i)
+                           *out++ = uint8_t((s.mask[i / 8] >> (i % 8)) & 1);
+                       });
 }
 
 std::optional<std::vector<int64_t>> TokenData::document_starts() const {
@@ -383,28 +396,19 @@ std::optional<std::vector<int64_t>> TokenData::document_starts() const {
 void TokenData::copy(int64_t start, int64_t count, int32_t* out) const {
   MEMO_CHECK(start >= 0 && count >= 0 && start + count <= num_tokens(), "copy [", start, ", ",
              start + count, ") of ", num_tokens(), " tokens");
-  const std::vector<TokenSegment>& segs = store_->segments;
-  int64_t g = begin_ + start;
-  auto it = std::upper_bound(segs.begin(), segs.end(), g,
-                             [](int64_t v, const TokenSegment& s) { return v < s.first; });
-  --it;  // the segment holding g
-  while (count > 0) {
-    const TokenSegment& s = *it;
-    const int64_t i0 = g - s.first, n = std::min(count, s.count - i0);
-    if (s.width_bytes == 1) {
-      const auto* src = reinterpret_cast<const uint8_t*>(s.data) + i0;
-      for (int64_t i = 0; i < n; ++i) out[i] = int32_t(src[i]);
-    } else if (s.width_bytes == 2) {
-      const auto* src = reinterpret_cast<const uint16_t*>(s.data) + i0;
-      for (int64_t i = 0; i < n; ++i) out[i] = int32_t(src[i]);
-    } else {
-      std::memcpy(out, s.data + i0 * 4, size_t(n) * 4);
-    }
-    out += n;
-    count -= n;
-    g += n;
-    ++it;
-  }
+  for_each_segment_run(store_->segments, begin_ + start, count,
+                       [&out](const TokenSegment& s, int64_t i0, int64_t n) {
+                         if (s.width_bytes == 1) {
+                           const auto* src = reinterpret_cast<const uint8_t*>(s.data) + i0;
+                           for (int64_t i = 0; i < n; ++i) out[i] = int32_t(src[i]);
+                         } else if (s.width_bytes == 2) {
+                           const auto* src = reinterpret_cast<const uint16_t*>(s.data) + i0;
+                           for (int64_t i = 0; i < n; ++i) out[i] = int32_t(src[i]);
+                         } else {
+                           std::memcpy(out, s.data + i0 * 4, size_t(n) * 4);
+                         }
+                         out += n;
+                       });
 }
 
 int32_t TokenData::operator[](int64_t i) const {
