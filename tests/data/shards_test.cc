@@ -90,8 +90,9 @@ TEST_F(Shards, hold_every_document_after_end_of_text_in_input_order) {
   EXPECT_EQ(read_all(d), want);
   // the .docs files list every document's end-of-text (Note [Document offsets])
   std::vector<int64_t> starts;
+  const int32_t eot = *test::small_tokenizer().end_of_text();
   for (size_t i = 0; i < want.size(); ++i)
-    if (want[i] == *test::small_tokenizer().end_of_text()) starts.push_back(int64_t(i));
+    if (want[i] == eot) starts.push_back(int64_t(i));
   EXPECT_EQ(starts.size(), 23u);
   EXPECT_EQ(d.document_starts(), starts);
   EXPECT_FALSE(d.has_loss_mask());
