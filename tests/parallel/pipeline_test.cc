@@ -1,0 +1,201 @@
+// Pipeline parallelism's layout and schedules (parallel/pipeline.h): the layer split, 1F1B and
+// interleaved 1F1B run every micro-batch's forward and backward once on each chunk, never
+// deadlock, hold the activations Note [Pipeline schedules] says, and their simulated bubble is
+// (P - 1) / (V m); a schedule that cannot run is named.
+#include "memo/parallel/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "memo/core/error.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+std::vector<std::vector<PipeAction>> all_ranks(PipelineShape shape, int m) {
+  std::vector<std::vector<PipeAction>> lists;
+  for (int r = 0; r < shape.stages; ++r) lists.push_back(pipeline_actions(shape, m, r));
+  return lists;
+}
+
+TEST(Pipeline, layers_split_to_the_cheapest_bottleneck_then_evenly_then_light_first) {
+  EXPECT_EQ(balance_layers(32, 4, 0.0), (std::vector<int>{8, 8, 8, 8}));
+  EXPECT_EQ(balance_layers(30, 4, 0.0), (std::vector<int>{7, 7, 8, 8}));
+  // the head costs 2.5 layers: the bottleneck is 9 (8.625 average), the last chunk 6 + 2.5
+  EXPECT_EQ(balance_layers(32, 4, 2.5), (std::vector<int>{8, 9, 9, 6}));
+  EXPECT_EQ(balance_layers(4, 4, 10.0), (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(balance_layers(7, 1, 3.0), (std::vector<int>{7}));
+  EXPECT_EQ(chunk_first_layers({7, 7, 8, 8}), (std::vector<int>{0, 7, 14, 22, 30}));
+  EXPECT_NE(test::error_message<ConfigError>([] {
+              balance_layers(3, 4, 0.0);
+            }).find("3 layers do not fill 4 chunks"),
+            std::string::npos);
+}
+
+TEST(Pipeline, explicit_layer_counts_are_checked_by_name) {
+  EXPECT_EQ(parse_pipeline_layers("9,8,8,7", 32, 4), (std::vector<int>{9, 8, 8, 7}));
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {"9,8,8", "3 counts for 4 chunks"},
+           {"9,8,8,8", "add up to 33, the model has 32 layers"},
+           {"9,8,0,15", "'0' is not a positive layer count"},
+           {"9,8,x,7", "'x' is not a positive layer count"},
+           {"9,8,,7", "'' is not a positive layer count"},
+           {"9,8,8,7 ", "'7 ' is not a positive layer count"}})
+    EXPECT_NE(
+        test::error_message<ConfigError>([&] { parse_pipeline_layers(text, 32, 4); }).find(says),
+        std::string::npos)
+        << text;
+}
+
+TEST(Pipeline, one_f_one_b_warms_up_then_alternates_then_cools_down) {
+  const PipelineShape shape{4, 1};
+  using enum PipeOp;
+  // rank 1 of 4, 5 micro-batches: 2 warm-up forwards, 3 pairs, 2 cool-down backwards
+  EXPECT_EQ(pipeline_actions(shape, 5, 1), (std::vector<PipeAction>{{kForward, 0, 1},
+                                                                    {kForward, 1, 1},
+                                                                    {kForward, 2, 1},
+                                                                    {kBackward, 0, 1},
+                                                                    {kForward, 3, 1},
+                                                                    {kBackward, 1, 1},
+                                                                    {kForward, 4, 1},
+                                                                    {kBackward, 2, 1},
+                                                                    {kBackward, 3, 1},
+                                                                    {kBackward, 4, 1}}));
+  for (int m : {1, 2, 3, 4, 8})
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(warmup_forwards(shape, m, r), std::min(3 - r, m));
+      EXPECT_EQ(peak_in_flight(pipeline_actions(shape, m, r)), std::min(4 - r, m)) << m << r;
+    }
+}
+
+TEST(Pipeline, interleaving_visits_the_chunks_in_groups_of_p_micro_batches) {
+  const PipelineShape shape{2, 2};  // chunks 0, 2 on rank 0; 1, 3 on rank 1
+  using enum PipeOp;
+  // rank 1, 4 micro-batches: warm-up 2 (P - r - 1) + (V - 1) P = 2 forwards
+  const std::vector<PipeAction> a = pipeline_actions(shape, 4, 1);
+  ASSERT_EQ(a.size(), 16u);
+  EXPECT_EQ(std::vector<PipeAction>(a.begin(), a.begin() + 6),
+            (std::vector<PipeAction>{{kForward, 0, 1},
+                                     {kForward, 1, 1},
+                                     {kForward, 0, 3},
+                                     {kBackward, 0, 3},
+                                     {kForward, 1, 3},
+                                     {kBackward, 1, 3}}));
+  EXPECT_EQ(warmup_forwards(shape, 4, 0), 4);
+  EXPECT_EQ(warmup_forwards({4, 2}, 8, 0), 10);  // 2 x 3 + 1 x 4
+  EXPECT_EQ(warmup_forwards({4, 2}, 4, 0), 8);   // capped at m V
+  EXPECT_EQ(warmup_forwards({4, 3}, 8, 2), 10);  // 2 x 1 + 2 x 4
+  EXPECT_EQ(peak_in_flight(pipeline_actions({4, 2}, 8, 0)), 11);
+  EXPECT_EQ(peak_in_flight(pipeline_actions({4, 2}, 8, 3)), 5);
+}
+
+// Every shape the tests of issue #26 run, and larger ones: each (micro-batch, chunk) forward and
+// backward once on its rank (simulate_pipeline checks it), no deadlock, and with equal chunks the
+// bubble of the formula, exactly up to rounding of the sums.
+TEST(Pipeline, simulated_bubbles_equal_the_formula_and_no_schedule_deadlocks) {
+  for (const PipelineShape shape :
+       {PipelineShape{1, 1}, PipelineShape{2, 1}, PipelineShape{4, 1}, PipelineShape{8, 1},
+        PipelineShape{2, 2}, PipelineShape{4, 2}, PipelineShape{4, 3}, PipelineShape{8, 4}})
+    for (int m : {1, 2, 3, 4, 8, 12, 16, 32}) {
+      if (shape.virtual_stages > 1 && m % shape.stages != 0) continue;
+      SCOPED_TRACE(testing::Message()
+                   << "P " << shape.stages << " V " << shape.virtual_stages << " m " << m);
+      const auto lists = all_ranks(shape, m);
+      // a chunk's forward 1 / V of a stage's, its backward twice that
+      const double f = 1.0 / shape.virtual_stages;
+      const PipeSimulation sim =
+          simulate_pipeline(shape, m, lists, PipeTimes::uniform(shape, f, 2.0 * f));
+      for (double busy : sim.busy_s) EXPECT_NEAR(busy, 3.0 * m, 1e-9);
+      if (shape.virtual_stages == 1 || m > shape.stages)
+        EXPECT_NEAR(sim.bubble(), pipeline_bubble(shape, m), 1e-9);
+      else  // m = P: every forward first, a longer cool-down than the steady state hides
+        EXPECT_GE(sim.bubble(), pipeline_bubble(shape, m) - 1e-9);
+    }
+}
+
+// The step as the longest path through the actions' dependencies (each rank's order, each
+// input, a transfer where it crosses ranks), by relaxing every action's end until none moves: an
+// oracle that shares no code with simulate_pipeline's sweep.
+double longest_path(PipelineShape shape, const std::vector<std::vector<PipeAction>>& lists,
+                    const PipeTimes& t) {
+  std::map<std::tuple<int, int, int>, double> end;  // (op, micro-batch, chunk) -> end
+  auto at = [&](PipeOp op, int mb, int chunk) { return end[{int(op), mb, chunk}]; };
+  double step = 0.0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < shape.stages; ++r)
+      for (size_t i = 0; i < lists[size_t(r)].size(); ++i) {
+        const PipeAction& a = lists[size_t(r)][i];
+        const bool fwd = a.op == PipeOp::kForward;
+        double start = 0.0;
+        if (i > 0) {
+          const PipeAction& p = lists[size_t(r)][i - 1];
+          start = at(p.op, p.micro_batch, p.chunk);
+        }
+        const int from = fwd ? a.chunk - 1 : a.chunk + 1;
+        const double cross = shape.rank_of(std::max(from, 0)) != r ? t.transfer_s : 0.0;
+        if (fwd && a.chunk > 0) start = std::max(start, at(a.op, a.micro_batch, from) + cross);
+        if (!fwd && from < shape.chunks())
+          start = std::max(start, at(a.op, a.micro_batch, from) + cross);
+        if (!fwd) start = std::max(start, at(PipeOp::kForward, a.micro_batch, a.chunk));
+        const double e =
+            start + (fwd ? t.forward_s[size_t(a.chunk)] : t.backward_s[size_t(a.chunk)]);
+        if (e > at(a.op, a.micro_batch, a.chunk) + 1e-12) {
+          end[{int(a.op), a.micro_batch, a.chunk}] = e;
+          moved = true;
+        }
+        step = std::max(step, e);
+      }
+  }
+  return step;
+}
+
+TEST(Pipeline, transfers_lengthen_the_step_along_its_longest_path) {
+  for (const PipelineShape shape : {PipelineShape{4, 1}, PipelineShape{4, 2}, PipelineShape{3, 3}})
+    for (int m : {3, 8, 12}) {
+      if (shape.virtual_stages > 1 && m % shape.stages != 0) continue;
+      SCOPED_TRACE(testing::Message()
+                   << "P " << shape.stages << " V " << shape.virtual_stages << " m " << m);
+      const auto lists = all_ranks(shape, m);
+      PipeTimes t = PipeTimes::uniform(shape, 1.0, 2.0, 0.25);
+      t.forward_s.back() = 1.5;  // the head's chunk is the slowest
+      t.backward_s.back() = 3.0;
+      const double step = simulate_pipeline(shape, m, lists, t).step_s;
+      EXPECT_NEAR(step, longest_path(shape, lists, t), 1e-9);
+      t.transfer_s = 0.0;
+      // at least each chunk boundary crossed twice more (forward and back) on the critical path
+      EXPECT_GE(step, simulate_pipeline(shape, m, lists, t).step_s +
+                          2 * (shape.chunks() - 1) * 0.25 - 1e-9);
+    }
+}
+
+TEST(Pipeline, a_schedule_that_cannot_run_is_named) {
+  const PipelineShape shape{2, 1};
+  auto lists = all_ranks(shape, 2);
+  std::swap(lists[1][0], lists[1][1]);  // rank 1 runs micro-batch 0's backward before its forward
+  const std::string deadlock = test::error_message<Error>(
+      [&] { simulate_pipeline(shape, 2, lists, PipeTimes::uniform(shape, 1, 2)); });
+  EXPECT_NE(deadlock.find("deadlocks: rank 0 waits at the backward of micro-batch 0 on chunk 0; "
+                          "rank 1 waits at the backward of micro-batch 0 on chunk 1"),
+            std::string::npos)
+      << deadlock;
+  lists = all_ranks(shape, 2);
+  lists[0].pop_back();
+  EXPECT_NE(test::error_message<Error>([&] {
+              simulate_pipeline(shape, 2, lists, PipeTimes::uniform(shape, 1, 2));
+            }).find("the backward of micro-batch 1 on chunk 0 runs 0 times"),
+            std::string::npos);
+  EXPECT_NE(test::error_message<ConfigError>([] {
+              pipeline_actions({4, 2}, 6, 0);
+            }).find("6 micro-batches per step is not a multiple of --pp 4"),
+            std::string::npos);
+  EXPECT_THROW(pipeline_actions({0, 1}, 4, 0), ConfigError);
+}
+
+}  // namespace
+}  // namespace memo
