@@ -243,6 +243,17 @@ void add_layout_flags(CLI::App& cmd, TrainOptions* t) {
                  "many processes, with the sequence split between the layers (Megatron-LM's "
                  "tensor + sequence parallelism)")
       ->capture_default_str();
+  cmd.add_option("--pp", t->pp,
+                 "Under mpirun: split the layers into this many pipeline stages, one process "
+                 "each (1F1B; the outermost split of the processes)")
+      ->capture_default_str();
+  cmd.add_option("--virtual-stages", t->virtual_stages,
+                 "With --pp: chunks of layers per process (interleaved 1F1B when above 1; the "
+                 "micro-batches per step must be a multiple of --pp)")
+      ->capture_default_str();
+  cmd.add_option("--pp-layers", t->pp_layers,
+                 "With --pp: layers of each chunk in order, e.g. 9,8,8,7 (default: balanced, "
+                 "the head counted by its FLOPs)");
 }
 
 // The activation strategy (memory/strategy_factory.h).

@@ -24,6 +24,10 @@ void RecomputeStrategy::begin_step(int64_t batch, int64_t seq) {
   for (int l = int(slots_.size()) - 1; l >= 0; --l)  // after an early stop: start clean
     if (x_live_[size_t(l)]) release_x(l);
   if (work_live_) release_work();
+  first_ = range_first_;
+  end_ = range_last_ < 0 ? int(slots_.size()) : range_last_;
+  MEMO_CHECK(first_ >= 0 && first_ < end_ && end_ <= int(slots_.size()), "recompute: layers [",
+             first_, ", ", end_, ") of ", slots_.size());
   batch_ = batch;
   seq_ = seq;
   for (int i = 1; i < layout_.num_fields(); ++i)  // every field but x
@@ -49,7 +53,7 @@ const SavedActs& RecomputeStrategy::forward_slot(int layer) {
 const SavedActs& RecomputeStrategy::backward_ready(int layer) {
   MEMO_CHECK(x_live_.at(size_t(layer)), "recompute: layer ", layer, " backward before its forward");
   const SavedActs& s = slots_[size_t(layer)];
-  if (layer + 1 < int(slots_.size())) {
+  if (layer + 1 < end_) {  // the top layer's fields are still its forward's
     MEMO_CHECK(layers_, "recompute: no layers bound to re-run layer ", layer, " with");
     ScopedAct y(alloc_, "recompute.y", layout_.shape(0, batch_, seq_),
                 layout_.fields[0].dtype);  // the layer output: x's shape and dtype
@@ -60,12 +64,12 @@ const SavedActs& RecomputeStrategy::backward_ready(int layer) {
 
 void RecomputeStrategy::backward_done(int layer) {
   release_x(layer);
-  if (layer == 0) release_work();
+  if (layer == first_) release_work();
 }
 
 void RecomputeStrategy::discard(int layer) {
   release_x(layer);
-  if (layer + 1 == int(slots_.size())) release_work();
+  if (layer + 1 == end_) release_work();
 }
 
 void RecomputeStrategy::release_x(int layer) {

@@ -32,6 +32,7 @@ class RecomputeStrategy final : public ActivationStrategy {
   const SkeletalLayout layout_;
   ActivationAllocator& alloc_;
   int64_t batch_ = 0, seq_ = 0;
+  int first_ = 0, end_ = 0;  // the micro-batch's layers [first_, end_) (set_layer_range)
   const LayerRunner* layers_ = nullptr;
   SavedActs work_;                // every field but x; [T, ...], held for the micro-batch
   std::vector<SavedActs> slots_;  // layer l: its own x + the work slot

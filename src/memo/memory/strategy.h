@@ -53,6 +53,17 @@ class ActivationStrategy {
   virtual bool wants_warmup() const { return false; }
   // One line for the start-of-run log: the strategy and its parameters.
   virtual std::string summary() const { return name(); }
+
+  // The layers [first, last) the next micro-batch runs, called before bind_layers: a pipeline
+  // chunk's (Note [Pipeline parts] in model/model.h), whose forward ends at layer last - 1 and
+  // whose backward ends at layer first. Without a call, or with last = -1: every layer.
+  void set_layer_range(int first, int last) {
+    range_first_ = first;
+    range_last_ = last;
+  }
+
+ protected:
+  int range_first_ = 0, range_last_ = -1;
 };
 
 class KeepStrategy final : public ActivationStrategy {

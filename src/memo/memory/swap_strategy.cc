@@ -19,7 +19,8 @@ namespace memo {
 // on a device that can order streams (on the CPU the compute stream is the host thread). Copies
 // queued on D2H and H2D first wait on an event of the compute stream, so they never read a buffer
 // a kernel is still writing.
-// Forward (L layers; the top two, L-2 and L-1, never leave the device):
+// Forward (L layers; the top two, L-2 and L-1, never leave the device; a pipeline chunk's layers
+// [first, last) likewise, with first for 0 and last for L below):
 //   forward_slot(l), 1st call: wait offload_done_[l-3] (x_{l-3} leaves x_ring_[l % 3])
 //   forward_slot(l), 2nd call: wait offload_done_[l-2] (rounding_[l % 2] is free); layer l runs
 //   forward_done(l), l < L-2:  D2H waits for layer l's kernels, then queues x, attn, lse whole
@@ -116,6 +117,10 @@ void SwapStrategy::begin_step(int64_t batch, int64_t seq) {
     h2d_->synchronize();
     release_step_buffers();
   }
+  first_ = range_first_;
+  end_ = range_last_ < 0 ? L_ : range_last_;
+  MEMO_CHECK(first_ >= 0 && first_ < end_ && end_ <= L_, name(), ": layers [", first_, ", ", end_,
+             ") of ", L_);
   batch_ = batch;
   seq_ = seq;
   const int64_t T = layout_.token_rows(batch, seq);
@@ -183,10 +188,10 @@ const SavedActs& SwapStrategy::forward_slot(int layer) {
              " times (expected: once for its x, once before the layer runs)");
   SavedActs& s = slots_[size_t(layer)];
   if (calls++ == 0) {
-    if (layer >= 3) backend_->compute_stream().wait(offload_done_[size_t(layer - 3)]);
+    if (layer - 3 >= first_) backend_->compute_stream().wait(offload_done_[size_t(layer - 3)]);
     if (options_.poison_released) backend_->fill(s.x(), std::numeric_limits<float>::quiet_NaN());
   } else {
-    if (layer >= 2) backend_->compute_stream().wait(offload_done_[size_t(layer - 2)]);
+    if (layer - 2 >= first_) backend_->compute_stream().wait(offload_done_[size_t(layer - 2)]);
     poison(s, false);
     // The warm-up micro-batch times each layer's forward: on a device whose kernels run
     // asynchronously the host clock needs the compute stream drained at both ends (a no-op on the
@@ -201,11 +206,11 @@ void SwapStrategy::forward_done(int layer) {
   if (!profile_.valid) backend_->compute_stream().synchronize();
   layer_forward_s_[size_t(layer)] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - layer_start_).count();
-  if (layer < L_ - 2) queue_offload(layer);
-  if (layer == L_ - 1 && !profile_.valid) {
+  if (layer < end_ - 2) queue_offload(layer);
+  if (layer == end_ - 1 && !profile_.valid) {
     double sum = 0.0;
-    for (double s : layer_forward_s_) sum += s;
-    profile_.layer_forward_s = sum / double(L_);
+    for (int l = first_; l < end_; ++l) sum += layer_forward_s_[size_t(l)];
+    profile_.layer_forward_s = sum / double(end_ - first_);
     d2h_->synchronize();  // so the bandwidth covers whole copies
     if (d2h_->busy_s() > 0.0)
       profile_.d2h_bytes_per_s = double(d2h_->copied_bytes()) / d2h_->busy_s();
@@ -219,8 +224,9 @@ ActivationStrategy::CopyTime SwapStrategy::copy_time() const {
 }
 
 void SwapStrategy::ensure_host_storage() {
-  const int64_t shape[3] = {batch_, seq_, offload_rows_};
-  if (std::equal(shape, shape + 3, host_shape_)) return;
+  const int64_t shape[4] = {batch_, seq_, offload_rows_, first_};
+  if (std::equal(shape, shape + 4, host_shape_) && int(host_layers_.size()) >= end_ - 2 - first_)
+    return;
   host_layers_.clear();  // free before allocating, so the peak is one shape's bytes
   int64_t offset = 0;
   for (int i = 0; i < layout_.num_fields(); ++i) {
@@ -229,15 +235,15 @@ void SwapStrategy::ensure_host_storage() {
         moved_bytes(layout_.fields[size_t(i)], layout_.shape(i, batch_, seq_), offload_rows_),
         kHostAlignBytes);
   }
-  for (int l = 0; l < L_ - 2; ++l)
+  for (int l = first_; l < end_ - 2; ++l)
     host_layers_.push_back(host_->allocate(str("the offload of layer ", l), offset));
-  std::copy(shape, shape + 3, host_shape_);
+  std::copy(shape, shape + 4, host_shape_);
 }
 
 void SwapStrategy::queue_offload(int layer) {
   ensure_host_storage();
   const SavedActs& s = slots_[size_t(layer)];
-  char* host = reinterpret_cast<char*>(host_layers_[size_t(layer)].data());
+  char* host = reinterpret_cast<char*>(host_layers_[size_t(layer - first_)].data());
   d2h_->wait(backend_->compute_stream().record());  // layer l's kernels have written s
   for (int i = 0; i < layout_.num_fields(); ++i)
     for_each_moved_run(layout_.fields[size_t(i)], s[i], offload_rows_,
@@ -252,7 +258,7 @@ void SwapStrategy::queue_prefetch(int layer) {
   MEMO_CHECK(offloaded_[size_t(layer)], name(), ": prefetch of layer ", layer,
              " that was never offloaded");
   const SavedActs& s = slots_[size_t(layer)];
-  const char* host = reinterpret_cast<const char*>(host_layers_[size_t(layer)].data());
+  const char* host = reinterpret_cast<const char*>(host_layers_[size_t(layer - first_)].data());
   h2d_->wait(offload_done_[size_t(layer)]);         // the host block is complete
   h2d_->wait(backend_->compute_stream().record());  // the backward that used the buffers is done
   for (int i = 0; i < layout_.num_fields(); ++i)
@@ -267,7 +273,7 @@ const SavedActs& SwapStrategy::backward_ready(int layer) {
   MEMO_CHECK(step_live_ && forward_calls_[size_t(layer)] == 2, name(), ": backward of layer ",
              layer, " before its forward");
   const SavedActs& s = slots_[size_t(layer)];
-  if (layer < L_ - 2) {
+  if (layer < end_ - 2) {
     backend_->compute_stream().wait(prefetch_done_[size_t(layer)]);
     MEMO_CHECK(layers_, name(), ": no layers bound to rebuild layer ", layer, " with");
     layers_->recompute_tokens(layer, s, offload_rows_, layout_.token_rows(batch_, seq_));
@@ -277,14 +283,14 @@ const SavedActs& SwapStrategy::backward_ready(int layer) {
 
 void SwapStrategy::backward_done(int layer) {
   poison(slots_[size_t(layer)], true);
-  if (layer >= 2) queue_prefetch(layer - 2);
-  if (layer == 0)
+  if (layer - 2 >= first_) queue_prefetch(layer - 2);
+  if (layer == first_)
     release_step_buffers();  // nothing is in flight: layer 0's prefetch was
                              // waited
 }
 
 void SwapStrategy::discard(int layer) {
-  if (layer == L_ - 1) {
+  if (layer == end_ - 1) {
     d2h_->synchronize();
     release_step_buffers();
   }

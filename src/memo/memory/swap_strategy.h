@@ -80,6 +80,7 @@ class SwapStrategy : public ActivationStrategy {
   ActivationAllocator& alloc_;
   SwapOptions options_;
   const int L_;
+  int first_ = 0, end_ = 0;  // the micro-batch's layers [first_, end_) (set_layer_range)
   int64_t batch_ = 0, seq_ = 0, offload_rows_ = 0;
   const LayerRunner* layers_ = nullptr;
   Backend* backend_ = nullptr;  // the layers' (layers_->backend()); fixed once bound
@@ -96,7 +97,8 @@ class SwapStrategy : public ActivationStrategy {
   // backend's pinned host memory
   std::optional<MemorySpace> host_;
   std::vector<SpaceBuffer> host_layers_;
-  int64_t host_shape_[3] = {-1, -1, -1};  // batch, seq, rows of host_layers_
+  // batch, seq, rows and first layer of host_layers_ (one block per layer of [first_, end_ - 2))
+  int64_t host_shape_[4] = {-1, -1, -1, -1};
   int64_t host_offset_[kMaxSkeletalFields] = {};
 
   std::vector<Event> offload_done_, prefetch_done_;

@@ -79,20 +79,23 @@ void Model::allocate_params() {
   working_stale_ = true;
   w_ = bind_weights(config_, layout_, mixed_precision() ? working_ : params_);
   dw_ = training ? bind_weights(config_, layout_, grads_) : ModelWeights{};
-  // the gradient parts, in the layout's order (embedding and positions, layers, norm and head)
+  // the gradient parts, in the layout's order (embedding and positions, layers, norm and head);
+  // a part whose tensors the layout does not hold (a pipeline rank's) is empty
   const int64_t L = config_.num_hidden_layers;
-  std::vector<int64_t> starts(size_t(L + 2), layout_.total_numel());
-  starts[0] = 0;
+  std::vector<int64_t> begin(size_t(L + 2), -1);
   for (const ParamInfo& p : layout_.params()) {
     const size_t i = p.role == ParamRole::kLayer ? size_t(p.layer + 1)
                      : p.role == ParamRole::kEmbedding || p.role == ParamRole::kPositions
                          ? 0
                          : size_t(L + 1);
-    if (i > 0) starts[i] = std::min(starts[i], p.offset);
+    if (begin[i] < 0 || p.offset < begin[i]) begin[i] = p.offset;
   }
-  grad_parts_.clear();
-  for (size_t i = 0; i + 1 < starts.size(); ++i) grad_parts_.emplace_back(starts[i], starts[i + 1]);
-  grad_parts_.emplace_back(starts.back(), layout_.total_numel());
+  grad_parts_.assign(begin.size(), {});
+  for (size_t i = begin.size(), end = size_t(layout_.total_numel()); i-- > 0;) {
+    const int64_t b = begin[i] < 0 ? int64_t(end) : begin[i];
+    grad_parts_[i] = {b, int64_t(end)};
+    end = size_t(b);
+  }
   // Padding between tensors stays zero in both buffers (ParamLayout), and gradients start at 0.
   backend_->fill(params_, 0.0f);
   if (training) backend_->fill(grads_, 0.0f);
@@ -120,6 +123,8 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
       refuse("key-value heads (grouped-query attention)", config_.num_key_value_heads);
     if (config_.intermediate_size % t != 0) refuse("MLP units", config_.intermediate_size);
   }
+  if (split && pipeline_)
+    throw ConfigError("pipeline parallelism with tensor parallelism is not implemented yet");
   const TensorShard shard{split ? tp_group->rank() : 0, split ? int(parallel.tp) : 1};
   if (shard.ranks != layout_.shard().ranks || shard.rank != layout_.shard().rank) {
     layout_ = ParamLayout(config_, shard);
@@ -182,6 +187,8 @@ void Model::set_context_parallel(Communicator* group) {
     cp_.reset();
     return;
   }
+  if (pipeline_)
+    throw ConfigError("pipeline parallelism with context parallelism is not implemented yet");
   cp_ = ContextParallel{group, 0};
 }
 
@@ -369,6 +376,9 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
                   float grad_scale, bool backward, ActivationStrategy& strategy,
                   ActivationAllocator& alloc) {
   MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
+  MEMO_CHECK(!pipeline_,
+             "a pipeline rank's model runs its chunks (pipeline_forward, "
+             "pipeline_last, pipeline_backward), not the whole model");
   TokenIds ids{inputs, targets};
   if (backend_->has_values()) check_ids(ids, batch * seq, config_.vocab_size);
   if (loss_eot_ >= 0 && targets) {  // --eod-mask-loss: the eot inputs' predictions not counted
@@ -529,11 +539,12 @@ LayerContext Model::layer_context(int64_t batch, int64_t seq, ActivationAllocato
   const ContextParallel* cp = cp_ ? &*cp_ : nullptr;
   const int64_t whole = cp ? cp->seq : seq;  // positions run over the whole sequence
   if (!config_.uses_rope()) {
-    // wpe has a row per position: a longer sequence has no embedding for its tail
-    if (whole > w_.pos.rows())
-      throw ConfigError(str("sequence of ", whole,
-                            " tokens is longer than n_positions = ", w_.pos.rows(),
-                            ", the learned position table; use --seq <= ", w_.pos.rows(),
+    // wpe has a row per position: a longer sequence has no embedding for its tail (the table is
+    // the config's n_positions rows, also on a pipeline rank that does not hold it)
+    const int64_t rows = config_.max_position_embeddings;
+    if (whole > rows)
+      throw ConfigError(str("sequence of ", whole, " tokens is longer than n_positions = ", rows,
+                            ", the learned position table; use --seq <= ", rows,
                             " or a config with more positions"));
     LayerContext ctx{
         &config_, batch,    seq, {}, {}, &alloc, backend_, parallel_, backend_->activation_dtype(),
@@ -691,6 +702,206 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
   const double sum = backend_->sum(losses);  // in token order: deterministic
   alloc.release(losses);
   return sum;
+}
+
+ChunkPass::ChunkPass(ActivationStrategy& strategy) : strategy_(strategy) {}
+ChunkPass::~ChunkPass() = default;
+
+void Model::set_pipeline(const PipelinePart& part) {
+  const int L = int(config_.num_hidden_layers);
+  if (part.chunks.empty()) throw ConfigError("pipeline: a rank without chunks");
+  int after = 0;
+  for (const auto& [first, last] : part.chunks) {
+    if (first < after || first >= last || last > L)
+      throw ConfigError(str("pipeline: chunk of layers [", first, ", ", last, ") after layer ",
+                            after, " of a model of ", L, " layers"));
+    after = last;
+  }
+  if (part.first && part.chunks.front().first != 0)
+    throw ConfigError(str("pipeline: the model's chunk 0 starts at layer ",
+                          part.chunks.front().first, ", not 0"));
+  if (part.last && part.chunks.back().second != L)
+    throw ConfigError(str("pipeline: the model's last chunk ends at layer ",
+                          part.chunks.back().second, ", not ", L));
+  if (tp_split_ || cp_)
+    throw ConfigError(str("pipeline parallelism with ", tp_split_ ? "tensor" : "context",
+                          " parallelism is not implemented yet"));
+  if (!backend_->host_can_access(backend_->device_space()))
+    throw ConfigError(str("pipeline parallelism runs on the CPU for now, not on the ",
+                          backend_->name(), " backend"));
+  MEMO_CHECK(use_ == ModelUse::kTraining, "set_pipeline: a pipeline trains");
+  const ParamLayout whole(config_);
+  const bool tied = std::none_of(whole.params().begin(), whole.params().end(),
+                                 [](const ParamInfo& p) { return p.role == ParamRole::kHead; });
+  layout_ = ParamLayout(whole, [&](const ParamInfo& p) {
+    switch (p.role) {
+      case ParamRole::kEmbedding:
+        return part.first || (part.last && tied);  // the last chunk's head when tied
+      case ParamRole::kPositions:
+        return part.first;
+      case ParamRole::kLayer:
+        return std::any_of(part.chunks.begin(), part.chunks.end(),
+                           [&](const auto& c) { return p.layer >= c.first && p.layer < c.second; });
+      case ParamRole::kNorm:
+      case ParamRole::kNormBias:
+      case ParamRole::kHead:
+        return part.last;
+    }
+    return false;
+  });
+  pipeline_ = part;
+  rope_.clear();
+  allocate_params();
+}
+
+void Model::check_pipeline_use(const char* what) const {
+  MEMO_CHECK(pipeline_, what, ": the model is not a pipeline rank's (set_pipeline)");
+  if (doc_eot_ >= 0 || loss_eot_ >= 0)
+    throw ConfigError(str("pipeline parallelism with ",
+                          doc_eot_ >= 0 ? "document masks" : "--eod-mask-loss",
+                          " is not implemented yet"));
+}
+
+void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* inputs,
+                                    int64_t batch, int64_t seq, ConstTensor x_in, Tensor y,
+                                    ActivationAllocator& alloc, bool backward) {
+  check_pipeline_use("pipeline_forward");
+  MEMO_CHECK(pass.chunk_ == -1, "a chunk pass runs one forward");
+  MEMO_CHECK(chunk >= 0 && size_t(chunk) < pipeline_->chunks.size(), "pipeline: chunk ", chunk,
+             " of a rank with ", pipeline_->chunks.size());
+  MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
+  const auto [first, last] = pipeline_->chunks[size_t(chunk)];
+  const bool embeds = pipeline_->first && chunk == 0;
+  const int64_t T = batch * seq, C = config_.hidden_size;
+  MEMO_CHECK(y.rows() == T && y.cols() == C, "pipeline: a chunk's output of ", y.shape(), " for ",
+             T, " tokens of width ", C);
+  if (embeds) {
+    check_token_ids("embedding_forward", "token", View<const int32_t>(inputs, {T}),
+                    config_.vocab_size);
+    pass.inputs_.assign(inputs, inputs + T);
+  } else {
+    MEMO_CHECK(x_in.rows() == T && x_in.cols() == C, "pipeline: a chunk's input of ", x_in.shape(),
+               " for ", T, " tokens of width ", C);
+  }
+  pass.chunk_ = chunk;
+  pass.batch_ = batch;
+  pass.seq_ = seq;
+  pass.ctx_ = layer_context(batch, seq, alloc);
+  const ScopedMatmulWorkspace workspace(*backend_, alloc);
+  refresh_working_weights();
+  pass.layers_ = std::make_unique<Layers>(arch_, w_, pass.ctx_);
+  ActivationStrategy& strategy = pass.strategy_;
+  strategy.set_layer_range(first, last);
+  strategy.bind_layers(*pass.layers_);
+  strategy.begin_step(batch, seq);
+  const Tensor x0 = strategy.forward_slot(first).x();
+  if (embeds)
+    embed_forward(x0, host_view(pass.inputs_), batch, seq, alloc);
+  else
+    backend_->copy(x0, x_in);
+  for (int l = first; l < last; ++l) {
+    const Tensor out = l + 1 < last ? strategy.forward_slot(l + 1).x() : y;
+    arch_.forward(out, strategy.forward_slot(l), w_.layers[size_t(l)], pass.ctx_);
+    if (backward)
+      strategy.forward_done(l);
+    else
+      strategy.discard(l);
+  }
+}
+
+void Model::pipeline_forward_only(int chunk, const int32_t* inputs, int64_t batch, int64_t seq,
+                                  ConstTensor x_in, Tensor x_out, ActivationStrategy& strategy,
+                                  ActivationAllocator& alloc) {
+  check_pipeline_use("pipeline_forward_only");
+  MEMO_CHECK(!(pipeline_->last && size_t(chunk) + 1 == pipeline_->chunks.size()),
+             "pipeline_forward_only: the model's last chunk runs in pipeline_last_loss");
+  ChunkPass pass(strategy);
+  pipeline_layers_forward(pass, chunk, inputs, batch, seq, x_in, x_out, alloc, false);
+}
+
+double Model::pipeline_last_loss(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                                 int64_t seq, ConstTensor x, ActivationStrategy& strategy,
+                                 ActivationAllocator& alloc) {
+  check_pipeline_use("pipeline_last_loss");
+  MEMO_CHECK(pipeline_->last, "pipeline_last_loss: this rank does not hold the model's last chunk");
+  const int64_t T = batch * seq, C = config_.hidden_size;
+  check_target_ids("cross_entropy", View<const int32_t>(targets, {T}), config_.vocab_size);
+  ChunkPass pass(strategy);
+  const DType act = backend_->activation_dtype();
+  FinalNormActs final_norm;
+  final_norm.hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient, act);
+  pipeline_layers_forward(pass, int(pipeline_->chunks.size()) - 1, inputs, batch, seq, x,
+                          final_norm.hidden, alloc, false);
+  const ScopedMatmulWorkspace workspace(*backend_, alloc);
+  final_norm.xn = alloc.acquire("final.xn", {T, C}, ActKind::kTransient, act);
+  final_norm.inv_rms = alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(T),
+                                     ActKind::kTransient, DType::kF32);
+  arch_.final_norm_forward(final_norm.xn, final_norm.inv_rms, final_norm.hidden, w_, config_,
+                           *backend_);
+  const double loss_sum = head_and_loss(Tensor(), final_norm.xn, targets, T, 1.0f, false, alloc);
+  final_norm.release(alloc);
+  return loss_sum;
+}
+
+void Model::pipeline_forward(ChunkPass& pass, int chunk, const int32_t* inputs, int64_t batch,
+                             int64_t seq, ConstTensor x_in, Tensor x_out,
+                             ActivationAllocator& alloc) {
+  check_pipeline_use("pipeline_forward");
+  MEMO_CHECK(!(pipeline_->last && size_t(chunk) + 1 == pipeline_->chunks.size()),
+             "pipeline_forward: the model's last chunk runs in pipeline_last");
+  pipeline_layers_forward(pass, chunk, inputs, batch, seq, x_in, x_out, alloc);
+}
+
+void Model::pipeline_backward(ChunkPass& pass, Tensor dx, ActivationAllocator& alloc) {
+  check_pipeline_use("pipeline_backward");
+  MEMO_CHECK(pass.chunk_ >= 0 && pass.layers_, "pipeline_backward: the pass has no forward");
+  MEMO_CHECK(pass.ctx_.alloc == &alloc, "pipeline_backward: another allocator than the forward's");
+  const auto [first, last] = pipeline_->chunks[size_t(pass.chunk_)];
+  const int64_t T = pass.batch_ * pass.seq_;
+  MEMO_CHECK(dx.rows() == T && dx.cols() == config_.hidden_size, "pipeline: a gradient of ",
+             dx.shape(), " for ", T, " tokens");
+  const ScopedMatmulWorkspace workspace(*backend_, alloc);
+  ActivationStrategy& strategy = pass.strategy_;
+  for (int l = last - 1; l >= first; --l) {
+    const SavedActs& s = strategy.backward_ready(l);
+    arch_.backward(dx, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], pass.ctx_);
+    strategy.backward_done(l);
+  }
+  if (pipeline_->first && pass.chunk_ == 0)
+    embed_backward(dx, host_view(pass.inputs_), pass.batch_, pass.seq_, alloc);
+  pass.chunk_ = -2;  // spent
+}
+
+double Model::pipeline_last(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                            int64_t seq, float grad_scale, Tensor x, ActivationStrategy& strategy,
+                            ActivationAllocator& alloc) {
+  check_pipeline_use("pipeline_last");
+  MEMO_CHECK(pipeline_->last, "pipeline_last: this rank does not hold the model's last chunk");
+  const int64_t T = batch * seq, C = config_.hidden_size;
+  check_target_ids("cross_entropy", View<const int32_t>(targets, {T}), config_.vocab_size);
+  ChunkPass pass(strategy);
+  const DType act = backend_->activation_dtype();
+  FinalNormActs final_norm;
+  final_norm.hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient, act);
+  pipeline_layers_forward(pass, int(pipeline_->chunks.size()) - 1, inputs, batch, seq, x,
+                          final_norm.hidden, alloc);
+  double loss_sum = 0.0;
+  {
+    const ScopedMatmulWorkspace workspace(*backend_, alloc);
+    final_norm.xn = alloc.acquire("final.xn", {T, C}, ActKind::kTransient, act);
+    final_norm.inv_rms = alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(T),
+                                       ActKind::kTransient, DType::kF32);
+    arch_.final_norm_forward(final_norm.xn, final_norm.inv_rms, final_norm.hidden, w_, config_,
+                             *backend_);
+    const Tensor dxf = alloc.acquire("final.dxn", {T, C}, ActKind::kTransient, act);
+    loss_sum = head_and_loss(dxf, final_norm.xn, targets, T, grad_scale, true, alloc);
+    backend_->fill(x, 0.0f);  // x, copied into the first layer's slot, becomes dL/d(residual)
+    arch_.final_norm_backward(x, dw_, dxf, final_norm.hidden, final_norm.inv_rms, w_, *backend_);
+    alloc.release(dxf);
+    final_norm.release(alloc);
+  }
+  pipeline_backward(pass, x, alloc);
+  return loss_sum;
 }
 
 }  // namespace memo

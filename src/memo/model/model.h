@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,6 +31,48 @@ namespace memo {
 // What a model is for: training holds gradients beside the parameters; inference (memo eval,
 // memo generate) does not, and has half the memory.
 enum class ModelUse { kTraining, kInference };
+
+// Note [Pipeline parts]
+// Under pipeline parallelism (Note [Pipeline chunks] in parallel/pipeline.h) a rank's model holds
+// its chunks' tensors only: each chunk's layers, the embedding (and learned positions) where it
+// runs chunk 0, the final norm and the head where it runs the last chunk, and with tied embeddings
+// the embedding there too, as the head. The two copies of a tied embedding then have two
+// gradients, the lookups' on the first rank and the head's on the last, which the caller sums
+// before the update (Megatron-LM's embedding group) so both copies stay equal. Every tensor keeps
+// its init stream (ParamInfo::index), so a pipeline starts from one process's weights. One
+// micro-batch runs chunk by chunk: pipeline_forward through each chunk but the last, then
+// pipeline_last (the last chunk's forward, loss and backward back to back, as every schedule runs
+// them: Note [Pipeline schedules]), then pipeline_backward through the others in reverse. A
+// ChunkPass carries one micro-batch's chunk from its forward to its backward, with its own
+// activation strategy, so a rank holds as many micro-batches in flight as the schedule has.
+// Each kernel sees the data of the one-process run in the same order, so losses and gradients are
+// the one-process run's bit for bit (the summed tied embedding to rounding). Not yet with tensor
+// or context parallelism, document masks or the eod loss mask (each refused by name).
+struct PipelinePart {
+  std::vector<std::pair<int, int>> chunks;  // layers [first, last) of this rank's chunks, in order
+  bool first = true;  // its first chunk is the model's chunk 0 (the embedding)
+  bool last = true;   // its last chunk is the model's last (the final norm, head and loss)
+};
+
+// One micro-batch's pass through one pipeline chunk (Note [Pipeline parts]): what its forward
+// leaves for its backward beside the strategy's saved activations. The strategy is borrowed and
+// must outlive the pass; a pass runs one forward and one backward.
+class ChunkPass {
+ public:
+  explicit ChunkPass(ActivationStrategy& strategy);
+  ~ChunkPass();
+  ChunkPass(const ChunkPass&) = delete;
+  ChunkPass& operator=(const ChunkPass&) = delete;
+
+ private:
+  friend class Model;
+  ActivationStrategy& strategy_;
+  int chunk_ = -1;  // this rank's index of the chunk; -1 before the forward
+  int64_t batch_ = 0, seq_ = 0;
+  LayerContext ctx_{};
+  std::unique_ptr<LayerRunner> layers_;
+  std::vector<int32_t> inputs_;  // chunk 0: the token ids, for the embedding's backward
+};
 
 class Model {
  public:
@@ -130,6 +173,38 @@ class Model {
   }
   int64_t counted_targets(const int32_t* inputs, const int32_t* targets, int64_t n) const;
 
+  // Pipeline parallelism (Note [Pipeline parts]): called before init or loading, the parameters
+  // become the part's tensors and the gradients restart at zero. ConfigError when the chunks are
+  // not increasing layer ranges of the model, or under tensor or context parallelism, document
+  // masks or the eod loss mask.
+  void set_pipeline(const PipelinePart& part);
+  const std::optional<PipelinePart>& pipeline() const { return pipeline_; }
+  // Chunk `chunk` of this rank's part (not its model's last) for one micro-batch of batch x seq
+  // tokens: from the embedding of `inputs` ([batch * seq] host ids) on the model's chunk 0, else
+  // from x_in ([T, C], the previous chunk's output); its output into x_out ([T, C]).
+  void pipeline_forward(ChunkPass& pass, int chunk, const int32_t* inputs, int64_t batch,
+                        int64_t seq, ConstTensor x_in, Tensor x_out, ActivationAllocator& alloc);
+  // The pass's backward: dx holds the gradient of the chunk's output ([T, C]) and on return that
+  // of its input (on the model's chunk 0 the embedding's gradient is accumulated instead, and dx
+  // is scratch). Gradients accumulate (+=).
+  void pipeline_backward(ChunkPass& pass, Tensor dx, ActivationAllocator& alloc);
+  // The model's last chunk (this rank's last): forward from x ([T, C], the previous chunk's
+  // output; on a part that is also chunk 0, from the embedding of `inputs`), the loss of
+  // `targets`, and the backward, gradients scaled by grad_scale as forward_backward's; x then holds
+  // the gradient of the chunk's input. Returns the sum of the token losses.
+  double pipeline_last(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                       float grad_scale, Tensor x, ActivationStrategy& strategy,
+                       ActivationAllocator& alloc);
+  // Forward only (validation): chunk `chunk` (not the model's last) from x_in or the embedding
+  // into x_out, each layer's saved tensors discarded as soon as the next has run; and the model's
+  // last chunk from x (or the embedding) to the sum of the token losses of `targets`.
+  void pipeline_forward_only(int chunk, const int32_t* inputs, int64_t batch, int64_t seq,
+                             ConstTensor x_in, Tensor x_out, ActivationStrategy& strategy,
+                             ActivationAllocator& alloc);
+  double pipeline_last_loss(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                            int64_t seq, ConstTensor x, ActivationStrategy& strategy,
+                            ActivationAllocator& alloc);
+
   // Hugging Face's initialisation (model/params.h), drawn on the host; a no-op without values.
   void init(uint64_t seed);
   void zero_grads();
@@ -223,6 +298,13 @@ class Model {
   bool tp_split_ = false;             // the parameters and layers split over tp_group_ (t > 1)
   std::vector<int32_t> tp_inputs_, tp_targets_;  // ids relative to this rank's vocabulary rows
   std::optional<ContextParallel> cp_;            // set: context parallel over cp_->group
+  std::optional<PipelinePart> pipeline_;         // set_pipeline
+  void check_pipeline_use(const char* what) const;
+  // The pass's layers [first, last) forward: x0, the first layer's input slot, is written by
+  // `input`; the last layer's output goes to y.
+  void pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* inputs, int64_t batch,
+                               int64_t seq, ConstTensor x_in, Tensor y, ActivationAllocator& alloc,
+                               bool backward = true);
   std::vector<int32_t> cp_inputs_, cp_targets_;  // this rank's chunks of the micro-batch
   std::map<int64_t, std::pair<RawBuffer, RawBuffer>> rope_;  // seq -> cos, sin ([seq, D/2] f32)
   int32_t doc_eot_ = -1;                                     // set_document_mask

@@ -12,12 +12,20 @@ namespace memo {
 
 ParamLayout::ParamLayout(const ModelConfig& config) : ParamLayout(config, TensorShard{}) {}
 
+namespace {
+
+constexpr int64_t kAlignFloats = 16;  // 64 bytes: every tensor starts on a cache line
+
+int64_t aligned(int64_t numel) { return (numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+
+}  // namespace
+
 ParamLayout::ParamLayout(const ModelConfig& config, TensorShard shard) : shard_(shard) {
-  constexpr int64_t kAlignFloats = 16;  // 64 bytes: every tensor starts on a cache line
   MEMO_CHECK(shard.ranks >= 1 && shard.rank >= 0 && shard.rank < shard.ranks, "rank ", shard.rank,
              " of ", shard.ranks, " tensor-parallel ranks");
   params_ = architecture(config.arch).params(config);
   for (ParamInfo& p : params_) {
+    p.index = &p - params_.data();
     p.full_shape = p.shape;
     if (shard.ranks > 1 && p.pad_split) {  // ceil(V / t) rows, each rank some of V's
       int64_t& d = p.shape.at(0);
@@ -37,7 +45,17 @@ ParamLayout::ParamLayout(const ModelConfig& config, TensorShard shard) : shard_(
     p.numel = 1;
     for (int64_t d : p.shape) p.numel *= d;
     p.offset = total_numel_;
-    total_numel_ += (p.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+    total_numel_ += aligned(p.numel);
+  }
+}
+
+ParamLayout::ParamLayout(const ParamLayout& full, const std::function<bool(const ParamInfo&)>& keep)
+    : shard_(full.shard_) {
+  for (const ParamInfo& p : full.params_) {
+    if (!keep(p)) continue;
+    params_.push_back(p);
+    params_.back().offset = total_numel_;
+    total_numel_ += aligned(p.numel);
   }
 }
 
@@ -110,7 +128,7 @@ void init_weights(const ParamLayout& layout, float* base, double std, uint64_t s
       for (int64_t j = 0; j < p.numel; ++j) w[j] = value;
       continue;
     }
-    NormalStream rng(seed, i);
+    NormalStream rng(seed, uint64_t(p.index));
     const double s = std * p.init_std_scale;
     if (!p.is_split()) {
       for (int64_t j = 0; j < p.numel; ++j) w[j] = float(s * rng.next());

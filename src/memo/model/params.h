@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct ParamInfo {
       1.0;  // kNormal: std = initializer_range * this (GPT-2 c_proj: 1/sqrt(2L))
   ParamRole role = ParamRole::kLayer;
   int64_t layer = -1;  // kLayer: the layer it belongs to
+  // Its place in the architecture's list (Architecture::params), whatever part of the list a
+  // layout holds: the init stream it draws from (init_weights).
+  int64_t index = 0;
   // Tensor parallelism (Note [Tensor-parallel parameters]): the dimension split over the group's
   // ranks (0: rows, 1: columns), or -1 when every rank holds the whole tensor. `shape` is the
   // part this rank holds, `full_shape` the whole tensor (the same without tensor parallelism).
@@ -82,6 +86,9 @@ class ParamLayout {
   // one data-parallel rank updates under ZeRO-1 (train/zero.h), starting base_offset() elements
   // into the full buffer.
   ParamLayout(const ParamLayout& full, size_t first, size_t last);
+  // The tensors of `full` that `keep` takes, in its order, laid out again from offset 0: a
+  // pipeline rank's parameters (Note [Pipeline parts] in model/model.h).
+  ParamLayout(const ParamLayout& full, const std::function<bool(const ParamInfo&)>& keep);
   const std::vector<ParamInfo>& params() const { return params_; }
   int64_t base_offset() const { return base_offset_; }
   int64_t total_numel() const { return total_numel_; }   // with alignment padding
@@ -123,7 +130,7 @@ ModelWeights bind_weights(const ModelConfig& config, const ParamLayout& layout, 
 // Hugging Face init, per ParamInfo::init: Llama's Linear and Embedding weights ~ N(0, std), norm
 // weights = 1; GPT-2's Conv1D and embedding weights ~ N(0, std), the two c_proj weights
 // ~ N(0, std / sqrt(2 L)), biases 0, LayerNorm weights 1 and biases 0. Deterministic for a seed
-// (one counter-based stream per tensor).
+// (one counter-based stream per tensor: ParamInfo::index's).
 // Under tensor parallelism each rank draws the whole tensor and keeps its part, so a run over any
 // layout starts from the weights of one process.
 void init_weights(const ParamLayout& layout, float* base, double std, uint64_t seed);

@@ -103,7 +103,10 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owns_comm, bool finalizes)
 
 MpiCommunicator::~MpiCommunicator() {
   // reductions still in flight (a step that stopped on an error ends the job instead)
-  if (std::uncaught_exceptions() == 0) finish_reductions();
+  if (std::uncaught_exceptions() == 0) {
+    finish_reductions();
+    wait_sends();
+  }
   if (owns_comm_) MPI_Comm_free(&comm_);
   if (finalizes_) MPI_Finalize();
 }
@@ -414,6 +417,46 @@ void MpiCommunicator::send_recv(ConstTensor x, int to, Tensor y, int from) {
   wait(receive, "send_recv");
   wait(send, "send_recv");
   count(x.bytes(), y.bytes(), seconds_since(t0));
+}
+
+// Note [Pipeline sends]: tag t travels as MPI tag t + 1, apart from send and recv's tag 0; the
+// standard promises tags up to 32767 on every MPI.
+namespace {
+int pipeline_tag(int tag) {
+  MEMO_CHECK(tag >= 0 && tag < 32766, "pipeline message tag ", tag, " outside [0, 32766)");
+  return tag + 1;
+}
+}  // namespace
+
+void MpiCommunicator::post_send(ConstTensor x, int peer, int tag) {
+  finish_reductions();  // Note [Overlapped reductions]
+  check_peer("post_send", peer);
+  MEMO_CHECK(x.contiguous(), "post_send: view ", x.shape(), " must be contiguous");
+  Posted p;
+  p.bytes = x.bytes();
+  MPI_Isend(x.data(), to_int(x.numel(), "post_send"), moved_type(x.dtype()), peer,
+            pipeline_tag(tag), comm_, &p.request);
+  posted_.push_back(p);
+  count(p.bytes, 0);
+}
+
+void MpiCommunicator::recv_tagged(Tensor x, int peer, int tag) {
+  finish_reductions();  // Note [Overlapped reductions]
+  check_peer("recv_tagged", peer);
+  MEMO_CHECK(x.contiguous(), "recv_tagged: view ", x.shape(), " must be contiguous");
+  const auto t0 = Clock::now();
+  MPI_Request request;
+  MPI_Irecv(x.data(), to_int(x.numel(), "recv_tagged"), moved_type(x.dtype()), peer,
+            pipeline_tag(tag), comm_, &request);
+  wait(request, "a pipeline receive");
+  count(0, x.bytes(), seconds_since(t0));
+}
+
+void MpiCommunicator::wait_sends() {
+  const auto t0 = Clock::now();
+  for (Posted& p : posted_) wait(p.request, "a pipeline send");
+  posted_.clear();
+  count_seconds(seconds_since(t0));
 }
 
 void MpiCommunicator::barrier() {

@@ -45,6 +45,9 @@ class MpiCommunicator final : public Communicator {
   void send(ConstTensor x, int peer) override;
   void recv(Tensor x, int peer) override;
   void send_recv(ConstTensor x, int to, Tensor y, int from) override;
+  void post_send(ConstTensor x, int peer, int tag) override;
+  void recv_tagged(Tensor x, int peer, int tag) override;
+  void wait_sends() override;
   void barrier() override;
   std::unique_ptr<Communicator> split(int color, int key) override;
   double timeout_s() const { return timeout_s_; }
@@ -85,6 +88,11 @@ class MpiCommunicator final : public Communicator {
   std::vector<float> scratch_;   // the peers' slices of a reduction, [size() * slice]
   std::vector<bf16> scratch16_;  // the same for a bf16 reduce-scatter
   std::deque<Pending> pending_;  // started reductions, oldest first
+  struct Posted {                // a posted send (Note [Pipeline sends])
+    MPI_Request request = MPI_REQUEST_NULL;
+    int64_t bytes = 0;
+  };
+  std::vector<Posted> posted_;
 };
 
 // When this process is one rank of an MPI job of more than one, ends the whole job with `code`

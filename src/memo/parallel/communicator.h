@@ -69,6 +69,18 @@ class Communicator {
   virtual void recv(Tensor x, int peer) = 0;
   // Sends x to rank `to` while receiving y from rank `from` (x and y distinct): one step of a ring.
   virtual void send_recv(ConstTensor x, int to, Tensor y, int from) = 0;
+  // Note [Pipeline sends]
+  // A pipeline's ranks send activations one way and gradients the other at times no schedule
+  // lines up, so their sends must not wait for the receiver: post_send starts a send of x to
+  // `peer` and returns at once (x must stay unchanged until wait_sends() returns, which completes
+  // every posted send), and recv_tagged receives the next message from `peer` with `tag`. Messages
+  // of one (sender, receiver, tag) arrive in the order posted; those of different tags may be
+  // received in any order, so each stream of a schedule (the activations into one chunk, the
+  // gradients into another) has its own tag. Counted like send and recv. The defaults send and
+  // receive at once, in order (one process, a shape-only trace).
+  virtual void post_send(ConstTensor x, int peer, int tag) { send(x, peer); }
+  virtual void recv_tagged(Tensor x, int peer, int tag) { recv(x, peer); }
+  virtual void wait_sends() {}
   virtual void barrier() = 0;
   // The ranks with the same color form a group, ordered by (key, rank): how the data-, tensor-
   // and context-parallel groups of a layout are made (collective over this communicator).

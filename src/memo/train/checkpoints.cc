@@ -261,15 +261,21 @@ void check_no_extra_tensors(const Model& model, const SafetensorsSet& file,
 // GPT2LMHeadModel's "transformer." prefix ("h.0.attn.c_attn.weight"); both forms load.
 void load_model_tensors(Model& model, const SafetensorsSet& file) {
   const std::string prefix(model.architecture().optional_name_prefix());
-  std::vector<std::string> names;  // each parameter's name in the file
-  for (const ParamInfo& p : model.layout().params()) {
-    std::string name = p.name;
-    if (!prefix.empty() && !file.contains(name) && name.rfind(prefix, 0) == 0 &&
-        file.contains(name.substr(prefix.size())))
-      name = name.substr(prefix.size());
-    names.push_back(std::move(name));
+  auto file_name = [&](const std::string& param) {  // the parameter's name in the file
+    if (!prefix.empty() && !file.contains(param) && param.rfind(prefix, 0) == 0 &&
+        file.contains(param.substr(prefix.size())))
+      return param.substr(prefix.size());
+    return param;
+  };
+  std::vector<std::string> names;
+  for (const ParamInfo& p : model.layout().params()) names.push_back(file_name(p.name));
+  // a pipeline rank reads its chunks' tensors of the whole model's (Note [Pipeline parts])
+  std::set<std::string> known(names.begin(), names.end());
+  if (model.pipeline()) {
+    const ParamLayout whole(model.config());
+    for (const ParamInfo& p : whole.params()) known.insert(file_name(p.name));
   }
-  check_no_extra_tensors(model, file, std::set<std::string>(names.begin(), names.end()));
+  check_no_extra_tensors(model, file, known);
   std::vector<float> staging;  // when the host cannot address the parameters
   for (size_t i = 0; i < names.size(); ++i) {
     const ParamInfo& p = model.layout().params()[i];

@@ -18,9 +18,12 @@ namespace memo {
 EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationAllocator& alloc,
                          const WindowSampler& sampler, int64_t batch, int64_t max_windows,
                          const EvalBatchHook& after_batch, Communicator* group,
-                         int64_t position_bucket) {
+                         int64_t position_bucket, const EvalForward& forward) {
   MEMO_CHECK(batch > 0 && max_windows >= 0 && position_bucket >= 0, "evaluation in batches of ",
              batch, " windows, at most ", max_windows, ", position buckets of ", position_bucket);
+  MEMO_CHECK(!forward || position_bucket == 0,
+             "evaluation: losses by position need the model's "
+             "token losses");
   const int64_t seq = sampler.seq();
   const int64_t buckets = position_bucket > 0 ? (seq + position_bucket - 1) / position_bucket : 0;
   std::vector<float> token_losses(position_bucket > 0 ? size_t(batch * seq) : 0);
@@ -35,9 +38,11 @@ EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationA
     const int64_t w = b * batch;
     const int64_t rows = std::min(batch, windows - w);
     sampler.fill_sequential(w, inputs.data(), targets.data(), rows);
-    r.loss_sum += model.forward_loss(
-        inputs.data(), targets.data(), rows, seq, strategy, alloc,
-        std::span<float>(token_losses.data(), position_bucket > 0 ? size_t(rows * seq) : 0));
+    r.loss_sum += forward ? forward(inputs.data(), targets.data(), rows, seq)
+                          : model.forward_loss(
+                                inputs.data(), targets.data(), rows, seq, strategy, alloc,
+                                std::span<float>(token_losses.data(),
+                                                 position_bucket > 0 ? size_t(rows * seq) : 0));
     // the targets the loss does not count (Model::counts_target) marked kIgnoredTarget for
     // the buckets and the hook: their losses are 0, and the means leave them out
     int64_t counted = 0;

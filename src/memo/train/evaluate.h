@@ -39,11 +39,15 @@ using EvalBatchHook = std::function<void(const int32_t* targets, int64_t rows, c
 // group: data-parallel ranks that share the work (collective): rank r evaluates the r-th of P
 // contiguous runs of the batches, and the sums are added over the ranks in rank order (the same
 // windows as one process, its sum up to double rounding); after_batch sees this rank's batches.
-// position_bucket > 0: also the losses by position (EvalSum::bucket_loss).
+// position_bucket > 0: also the losses by position (EvalSum::bucket_loss). forward: the loss sum
+// of a batch (inputs, targets, rows, seq) where model.forward_loss does not compute it (a pipeline
+// rank's: pipeline_forward_loss in train/step.h); not with position buckets.
+using EvalForward =
+    std::function<double(const int32_t* inputs, const int32_t* targets, int64_t rows, int64_t seq)>;
 EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationAllocator& alloc,
                          const WindowSampler& sampler, int64_t batch, int64_t max_windows,
                          const EvalBatchHook& after_batch = {}, Communicator* group = nullptr,
-                         int64_t position_bucket = 0);
+                         int64_t position_bucket = 0, const EvalForward& forward = {});
 
 // The mean loss of the targets at positions [from, to) of the windows.
 struct PositionLoss {

@@ -1,5 +1,6 @@
 #include "memo/train/session.h"
 
+#include <algorithm>
 #include <span>
 #include <sstream>
 #include <string>
@@ -9,6 +10,7 @@
 #include "memo/io/checkpoint.h"
 #include "memo/io/config_json.h"
 #include "memo/memory/strategy_factory.h"
+#include "memo/model/flops.h"
 #include "memo/optim/factory.h"
 #include "memo/train/device_plan.h"
 
@@ -85,6 +87,31 @@ void check_context_parallel(const TrainOptions& o, const std::vector<SeqStage>& 
   if (o.optimizer.name == "adafactor")
     throw ConfigError(str("--tp ", o.tp, ": Adafactor's factored statistics are of whole ",
                           "matrices, which tensor parallelism splits; use another optimiser"));
+}
+
+// Pipeline parallelism (Note [Pipeline step] in train/pipeline_step.cc): what a pipeline does
+// not run yet, each refused by its flag (the layout's product is checked with the others').
+void check_pipeline(const TrainOptions& o, const std::vector<SeqStage>& stages) {
+  if (o.pp == 1) {
+    if (o.virtual_stages > 1 || !o.pp_layers.empty())
+      throw ConfigError(str(o.virtual_stages > 1 ? "--virtual-stages" : "--pp-layers",
+                            " splits a pipeline: give --pp 2 or more"));
+    return;
+  }
+  auto refuse = [&](const std::string& what) {
+    throw ConfigError(str("--pp ", o.pp, " with ", what,
+                          " is not implemented yet (issue #26); leave one of them out"));
+  };
+  if (o.tp > 1) refuse("--tp");
+  if (o.cp > 1) refuse("--cp");
+  if (o.document_mask) refuse("--document-mask");
+  if (o.eod_mask_loss) refuse("--eod-mask-loss");
+  if (o.batch_schedule) refuse("--batch-schedule noise");
+  if (o.device_memory_bytes > 0) refuse("--device-memory (a static plan of the pipeline)");
+  if (stages.size() > 1) refuse("--seq-schedule");
+  if (o.activations.kind == "memo" && !o.activations.alpha)
+    refuse("memo's cost model (give --alpha)");
+  if (o.checkpoints) refuse("checkpoints (give --no-checkpoint)");
 }
 
 // What a run over several processes needs: a batch whose micro-batches split evenly over the
@@ -212,7 +239,17 @@ void TrainSession::read_run() {
   stages_ = check_shape_options(o_);
   const int job_size = job_.size();
   check_context_parallel(o_, stages_, job_size);
-  plan_.emplace(step_schedule(o_, resume_, start_step_, job_size / (o_.cp * o_.tp)));
+  if (o_.pp < 1 || o_.virtual_stages < 1)
+    throw ConfigError(
+        str("--pp ", o_.pp, " and --virtual-stages ", o_.virtual_stages, " must be at least 1"));
+  if (job_size % o_.pp != 0)
+    throw ConfigError(str("--pp ", o_.pp, " does not divide the job's ", job_size,
+                          " processes; use a divisor of the process count"));
+  if (job_size % (o_.pp * o_.tp * o_.cp) != 0)
+    throw ConfigError(str("--pp ", o_.pp, " x --tp ", o_.tp, " x --cp ", o_.cp,
+                          " does not divide the job's ", job_size,
+                          " processes; use a layout whose product divides the process count"));
+  plan_.emplace(step_schedule(o_, resume_, start_step_, job_size / (o_.cp * o_.tp * o_.pp)));
   stage_ = plan_->next().stage;  // a resumed run's next step's
   config_ = run_model_config(o_, resume_);
   stage_positions_ = stage_positions(o_.stage_rope, stages_.size());
@@ -227,6 +264,7 @@ void TrainSession::read_run() {
                           " and the validation data ", data_->val->source(), " is not: give ",
                           "validation data of the same kind"));
   if (data_->train.has_loss_mask()) o_.document_mask = true;
+  check_pipeline(o_, stages_);
   sampler_.emplace(data_->train, stage().seq, o_.seed);
   // a resumed run continues in its checkpoint's precision (older checkpoints did not say)
   if (resume_ && resume_->checkpoint.trainer_state.contains("precision")) {
@@ -240,10 +278,19 @@ void TrainSession::read_run() {
 
 void TrainSession::split_groups() {
   // groups of T consecutive ranks split the layers, C of those groups share sequences
-  const int r = job_.rank(), T = o_.tp, TC = o_.tp * o_.cp;
+  // (a pipeline's P stages are the outermost split: N / P consecutive ranks per stage, the
+  // ranks of one pipeline N / P apart)
+  const int r = job_.rank(), T = o_.tp, TC = o_.tp * o_.cp, per_stage = job_.size() / o_.pp;
   if (T > 1) tp_group_ = job_.split(r / T, r % T);
   if (o_.cp > 1) cp_group_ = job_.split((r / TC) * T + r % T, (r / T) % o_.cp);
-  if (TC > 1) dp_group_ = job_.split(r % TC, r / TC);
+  if (TC > 1 || o_.pp > 1)
+    dp_group_ = job_.split((r / per_stage) * TC + r % TC, (r % per_stage) / TC);
+  if (o_.pp > 1) {
+    pp_group_ = job_.split(r % per_stage, r / per_stage);
+    // tied embeddings: the first and last stage sum their two gradients of it
+    const int p = pp_group_->rank();
+    embedding_group_ = pp_group_->split(p == 0 || p == o_.pp - 1 ? 0 : 1, p);
+  }
   check_data_parallel(o_, stages_, data_parallel().size());
 }
 
@@ -259,6 +306,7 @@ void TrainSession::build_model() {
     if (o_.eod_mask_loss) model_->set_eod_loss_mask(eot);
   }
   set_stage_positions(stage_);
+  if (o_.pp > 1) set_pipeline_part();
   // ZeRO-1: this rank's optimiser covers its shard's tensors only
   shards_ = memo::zero_shards(model_->layout(), o_.zero == 1 ? data_parallel().size() : 1);
   mine_ = o_.zero == 1 ? size_t(data_parallel().rank()) : 0;
@@ -323,7 +371,8 @@ void TrainSession::build_optimizer() {
           : make_optimizer(o_.optimizer.name, model_->layout(), o_.optimizer.options, backend_);
   // see Note [Noise-scale accounting]; sized for the most micro-batches a step will run
   // (with length stages: when some stage's steps have two micro-batches; the others run without)
-  if (o_.gns && (stages_.size() > 1 ? plan_->max_micro_steps() : micro_steps()) >= 2)
+  // (not yet under --pp: each stage holds a part of a micro-batch's gradient, at its own time)
+  if (o_.gns && o_.pp == 1 && (stages_.size() > 1 ? plan_->max_micro_steps() : micro_steps()) >= 2)
     probe_.emplace(model_->params_numel(), plan_->max_micro_steps() / data_parallel().size(),
                    stage().micro_batch * stage().seq, scaling::NoiseScaleOptions{o_.gns_decay},
                    backend_);
@@ -344,6 +393,56 @@ void TrainSession::build_step() {
       micro_steps() >= 2 ? probe() : nullptr, data_parallel());
   if (o_.zero == 1) step_->set_zero_shards(&shards_);
   step_->set_masked_targets(data_->train.has_loss_mask());
+  if (o_.pp > 1) {
+    // tied embeddings: the first and last stage hold the embedding (Note [Pipeline parts])
+    const PipelinePart& part = *model_->pipeline();
+    const ParamLayout whole(config_);
+    const bool tied = (part.first || part.last) &&
+                      std::none_of(whole.params().begin(), whole.params().end(),
+                                   [](const ParamInfo& p) { return p.role == ParamRole::kHead; });
+    const SkeletalLayout* skeletal = &model_->skeletal();
+    ActivationAllocator* alloc = &this->alloc();
+    const StrategyOptions strategy = o_.activations;
+    step_->set_pipeline(
+        {pipeline_shape(), pp_group_.get(), tied ? embedding_group_.get() : nullptr,
+         [skeletal, alloc, strategy] { return make_strategy(*skeletal, *alloc, strategy); }});
+  }
+}
+
+PipelineShape TrainSession::pipeline_shape() const { return {o_.pp, o_.virtual_stages}; }
+
+// Note [Pipeline parts]: this rank's chunks of the layer split, the head counted in the balance
+// by its FLOPs at the run's length over a layer's.
+void TrainSession::set_pipeline_part() {
+  const PipelineShape shape = pipeline_shape();
+  const int L = int(config_.num_hidden_layers), G = shape.chunks();
+  const ModelFlops f = model_flops(config_, stage().seq);
+  const std::vector<int> counts =
+      o_.pp_layers.empty() ? balance_layers(L, G, f.head / (f.layer_matmul + f.attn_causal))
+                           : parse_pipeline_layers(o_.pp_layers, L, G);
+  const std::vector<int> first = chunk_first_layers(counts);
+  const int p = pp_group_->rank();
+  PipelinePart part;
+  for (int v = 0; v < shape.virtual_stages; ++v) {
+    const int g = shape.chunk_of(p, v);
+    part.chunks.emplace_back(first[size_t(g)], first[size_t(g) + 1]);
+  }
+  part.first = p == 0;
+  part.last = p == shape.rank_of(G - 1);
+  model_->set_pipeline(part);
+  const int64_t m = micro_steps() / data_parallel().size();
+  validate_pipeline(shape, int(m));
+  std::string layers;
+  for (int n : counts) layers += str(layers.empty() ? "" : ",", n);
+  runtime_.log() << "memo: pipeline: " << o_.pp << " stages"
+                 << (shape.virtual_stages > 1
+                         ? str(" x ", shape.virtual_stages, " virtual (interleaved 1F1B)")
+                         : std::string(" (1F1B)"))
+                 << ", layers " << layers << ", " << m
+                 << " micro-batches per step, bubble (P - 1) / (V m) = "
+                 << pipeline_bubble(shape, int(m)) << "\n";
+  if (o_.gns)
+    runtime_.log() << "memo: the gradient noise scale is not measured under --pp yet (issue #26)\n";
 }
 
 }  // namespace memo

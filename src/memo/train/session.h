@@ -48,6 +48,9 @@ class TrainSession {
   Communicator& data_parallel() const { return dp_group_ ? *dp_group_ : job_; }
   Communicator* context_parallel() const { return cp_group_.get(); }
   Communicator* tensor_parallel() const { return tp_group_.get(); }
+  // The pipeline's ranks in stage order (--pp; rank r is pipeline rank r / (N / P)); null without.
+  Communicator* pipeline() const { return pp_group_.get(); }
+  PipelineShape pipeline_shape() const;
   Model& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
   const std::vector<ZeroShard>& zero_shards() const { return shards_; }
@@ -97,7 +100,8 @@ class TrainSession {
   ModelConfig config_;
   std::optional<RunData> data_;
   std::optional<WindowSampler> sampler_;
-  std::unique_ptr<Communicator> tp_group_, cp_group_, dp_group_;
+  std::unique_ptr<Communicator> tp_group_, cp_group_, dp_group_, pp_group_, embedding_group_;
+  void set_pipeline_part();  // --pp: the model becomes this rank's chunks
   std::optional<Model> model_;
   std::vector<ZeroShard> shards_;
   size_t mine_ = 0;  // this rank's shard

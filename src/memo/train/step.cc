@@ -31,6 +31,7 @@ StepGradients TrainStep::gradients(int64_t step) { return gradients(step, shape_
 
 StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
   MEMO_CHECK(micro_steps > 0, "step ", step, " of ", micro_steps, " micro-batches");
+  if (pipeline_) return pipeline_gradients(step, micro_steps);
   const Tensor grads = model_.grads_tensor();
   const int64_t ranks = data_parallel_.size();
   // rank r runs micro-batches [r k, (r + 1) k) of the step's k P: the windows of one process
@@ -135,6 +136,7 @@ void TrainStep::update(const StepGradients& g, double lr, double clip) {
 }
 
 void TrainStep::warmup(int64_t step) {
+  MEMO_CHECK(!pipeline_, "a pipeline step has no warm-up micro-batch");
   source_(step, 0, inputs_.data(), targets_.data(), shape_.micro_batch);
   model_.zero_grads();
   model_.forward_backward(inputs_.data(), targets_.data(), shape_.micro_batch, shape_.seq, 0.0f,

@@ -10,6 +10,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include "memo/backend/allocator.h"
 #include "memo/data/sampler.h"
@@ -17,6 +20,7 @@
 #include "memo/model/model.h"
 #include "memo/optim/optimizer.h"
 #include "memo/parallel/communicator.h"
+#include "memo/parallel/pipeline.h"
 #include "memo/train/grad_noise.h"
 #include "memo/train/zero.h"
 
@@ -74,6 +78,21 @@ class TrainStep {
   // (Model::set_eod_loss_mask) counts them without this.
   void set_masked_targets(bool masked) { masked_targets_ = masked; }
 
+  // Pipeline parallelism (Note [Pipeline step] in train/pipeline_step.cc): the model is this
+  // rank's part (Model::set_pipeline), and each step runs the rank's chunks of its micro-batches
+  // in the schedule's order, exchanging activations and gradients over `group`.
+  struct Pipeline {
+    PipelineShape shape;
+    Communicator* group = nullptr;  // the pipeline's ranks, in stage order
+    // Tied embeddings over more than one rank: the first and the last rank, whose two gradients
+    // of the embedding are summed (Note [Pipeline parts] in model/model.h); else null.
+    Communicator* embedding_group = nullptr;
+    // A new activation strategy: each (micro-batch, chunk) in flight has its own.
+    std::function<std::unique_ptr<ActivationStrategy>()> make_strategy;
+  };
+  void set_pipeline(Pipeline pipeline);
+  const std::optional<Pipeline>& pipeline() const { return pipeline_; }
+
  private:
   Model& model_;
   Optimizer& optimizer_;
@@ -89,6 +108,24 @@ class TrainStep {
   // every data-parallel rank (Note [Counted tokens]).
   int64_t counted_tokens(int64_t step, int64_t first, int64_t micro_steps);
   std::vector<int32_t> inputs_, targets_;  // [micro_batch * seq] host tokens
+  std::optional<Pipeline> pipeline_;
+  StepGradients pipeline_gradients(int64_t step, int64_t micro_steps);
+  // The pipeline's strategies, made as the schedule first needs them and reused: as many as the
+  // rank has passes in flight at once.
+  std::vector<std::unique_ptr<ActivationStrategy>> strategies_;
+  std::vector<ActivationStrategy*> idle_strategies_;
+  // [T, C] hidden states and their gradients received and sent; a sent one is reused once the
+  // step's sends complete.
+  std::vector<RawBuffer> hidden_buffers_;
+  std::vector<size_t> idle_hidden_;
 };
+
+// One batch's forward through the pipeline (validation under --pp: Note [Pipeline step]): each
+// rank runs its chunks of the batch in order, the hidden states passed on as in a step, on
+// `strategy` (which discards each layer once the next has run). Returns the batch's loss sum on
+// every rank of the pipeline group.
+double pipeline_forward_loss(Model& model, const TrainStep::Pipeline& pipeline,
+                             const int32_t* inputs, const int32_t* targets, int64_t rows,
+                             int64_t seq, ActivationStrategy& strategy, ActivationAllocator& alloc);
 
 }  // namespace memo

@@ -90,7 +90,8 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
                           const ActivationStrategy& strategy, const GradNoiseProbe* probe,
                           const std::optional<scaling::BatchChange>& change,
                           const Communicator& data_parallel, const Communicator* context_parallel,
-                          const Communicator* tensor_parallel, int zero) {
+                          const Communicator* tensor_parallel, const Communicator* pipeline,
+                          int zero) {
   nlohmann::json record{{"step", run.step},
                         {"loss", g.loss},
                         {"lr", run.lr},
@@ -108,9 +109,15 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
   // the layout, and what rank 0 sent over its data- and context-parallel groups in this step
   const int cp = context_parallel ? context_parallel->size() : 1;
   const int tp = tensor_parallel ? tensor_parallel->size() : 1;
-  record["ranks"] = data_parallel.size() * cp * tp;
+  const int pp = pipeline ? pipeline->size() : 1;
+  record["ranks"] = data_parallel.size() * cp * tp * pp;
   record["cp"] = cp;
   record["tp"] = tp;
+  if (pipeline) {  // rank 0's hidden states and gradients to its neighbours, and its waits
+    record["pp"] = pp;
+    record["pp_comm_bytes"] = pipeline->counters().bytes_sent;
+    record["pp_comm_s"] = pipeline->counters().seconds;
+  }
   if (tensor_parallel) {
     record["tp_comm_bytes"] = tensor_parallel->counters().bytes_sent;
     record["tp_comm_s"] = tensor_parallel->counters().seconds;
@@ -248,9 +255,9 @@ void StepLogger::log_step(const Step& st) {
           : std::nullopt;
   const bool validated = st.val && st.val->tokens > 0;
   if (log_.is_open() || tensorboard_) {
-    nlohmann::json record =
-        log_record(run, st.g, tokens_per_s, mfu, s_.alloc(), s_.strategy(), s_.probe(), st.change,
-                   s_.data_parallel(), s_.context_parallel(), s_.tensor_parallel(), o.zero);
+    nlohmann::json record = log_record(
+        run, st.g, tokens_per_s, mfu, s_.alloc(), s_.strategy(), s_.probe(), st.change,
+        s_.data_parallel(), s_.context_parallel(), s_.tensor_parallel(), s_.pipeline(), o.zero);
     if (mfu_peak) record["mfu_peak"] = *mfu_peak;
     if (s_.stages().size() > 1) {  // Note [Length stages]
       record["stage"] = run.stage + 1;

@@ -116,6 +116,13 @@ struct TrainOptions {
   // r is tensor-parallel rank r % T, context-parallel rank (r / T) % C, data-parallel rank
   // r / (T C). Checkpoints hold whole tensors, so a run resumes on any layout.
   int tp = 1;
+  // --pp P, --virtual-stages V, --pp-layers: pipeline parallelism (Note [Pipeline step] in
+  // train/pipeline_step.cc), the outermost split of the job: rank r is pipeline rank
+  // r / (N / P) of its pipeline group. The layers split into P V chunks as pp_layers says
+  // ("9,8,8,7"), else balanced (parallel/pipeline.h: balance_layers).
+  int pp = 1;
+  int virtual_stages = 1;
+  std::string pp_layers;
   StrategyOptions activations;  // where skeletal activations live (--activations and its flags)
   // --batch-schedule noise (scaling/batch_schedule.h): the controller's own flags (max_batch, 0:
   // 16 x batch; noise_multiple, hysteresis, patience, min_observations, law, law_params); train()

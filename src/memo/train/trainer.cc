@@ -63,6 +63,7 @@ void reset_step_counters(TrainSession& s) {
   s.data_parallel().reset_counters();
   if (Communicator* cp = s.context_parallel()) cp->reset_counters();
   if (Communicator* tp = s.tensor_parallel()) tp->reset_counters();
+  if (Communicator* pp = s.pipeline()) pp->reset_counters();
 }
 
 // The validation loss after the last step and every --eval-every steps, on the same windows each
@@ -78,9 +79,15 @@ std::optional<EvalSum> validation(TrainSession& s, int64_t step) {
   const int64_t seq = s.stage().seq, micro_batch = s.stage().micro_batch;
   const int64_t windows =
       o.eval_tokens > 0 ? (o.eval_tokens + seq - 1) / seq : o.val_batches * micro_batch;
+  EvalForward forward;  // under --pp: the batch through the pipeline
+  if (const std::optional<TrainStep::Pipeline>& pp = s.step().pipeline())
+    forward = [&s, &pp](const int32_t* inputs, const int32_t* targets, int64_t rows, int64_t n) {
+      return pipeline_forward_loss(s.model(), *pp, inputs, targets, rows, n, s.eval_strategy(),
+                                   s.caching());
+    };
   return evaluate_windows(s.model(), s.eval_strategy(), s.caching(),
                           WindowSampler(*s.data().val, seq, o.seed), micro_batch, windows, {},
-                          &s.data_parallel());
+                          &s.data_parallel(), 0, forward);
 }
 
 // --save-best: whether this validation's loss is below every one before (the best so far is
@@ -96,8 +103,9 @@ bool new_best(TrainSession& s, const std::optional<EvalSum>& val, int64_t step,
 }
 
 // Note [Stopping a run]: why this rank would stop after this step ("" to go on), then whether any
-// rank would: the flag summed over the data-, context- and tensor-parallel groups, which together
-// cover the job, so every rank stops after the same step. Rank 0's reason is the one printed.
+// rank would: the flag summed over the data-, context-, tensor-parallel and pipeline groups, which
+// together cover the job, so every rank stops after the same step. Rank 0's reason is the one
+// printed.
 std::string stop_reason(const TrainOptions& o, double run_s, double longest_step_s) {
   if (const int signal = StopSignals::received()) return signal_name(signal);
   if (o.time_limit_s > 0 && run_s + 1.5 * longest_step_s > o.time_limit_s) return "--time-limit";
@@ -105,7 +113,8 @@ std::string stop_reason(const TrainOptions& o, double run_s, double longest_step
 }
 bool any_rank_stops(TrainSession& s, bool mine) {
   double flag = mine ? 1.0 : 0.0;
-  for (Communicator* group : {&s.data_parallel(), s.context_parallel(), s.tensor_parallel()})
+  for (Communicator* group :
+       {&s.data_parallel(), s.context_parallel(), s.tensor_parallel(), s.pipeline()})
     if (group && group->size() > 1) group->all_reduce_sum(std::span<double>(&flag, 1));
   return flag > 0.0;
 }

@@ -1,0 +1,187 @@
+// The gradients of one step on a pipeline rank (TrainStep::set_pipeline): the rank's actions of
+// the schedule (parallel/pipeline.h), each chunk's forward and backward through the model's
+// pipeline calls (Note [Pipeline parts] in model/model.h), the hidden states and their gradients
+// over the pipeline group, then the loss, the gradient reductions and the global norm.
+#include <algorithm>
+#include <map>
+
+#include "memo/core/error.h"
+#include "memo/train/step.h"
+
+namespace memo {
+
+// Note [Pipeline step]
+// A pipeline rank runs pipeline_actions(shape, k, rank) for its data-parallel share of k
+// micro-batches (the same windows as without a pipeline: rank d of the data-parallel group takes
+// micro-batches [d k, (d + 1) k)). A forward of chunk g > 0 first receives the micro-batch's
+// hidden state from chunk g - 1's rank; a backward of chunk g below the last receives the
+// gradient of its output from chunk g + 1's rank; results go to the neighbour by posted sends
+// (Note [Pipeline sends]) with one tag per stream: 2 g for the activations into chunk g, 2 g + 1
+// for the gradients into chunk g. The last chunk's forward runs its loss and backward at once
+// (its backward action then has nothing left to do). Every rank draws every micro-batch's tokens
+// from the same source: chunk 0 needs the inputs, the last chunk the targets. After the last
+// action the posted sends complete, and:
+// - the loss: the last rank's sum, summed over the pipeline group (the others add 0) and then
+//   over the data-parallel group, over the step's token count: the one-process mean;
+// - tied embeddings: the first rank's lookup gradient and the last rank's head gradient are
+//   summed over the embedding group, so both copies take the same update;
+// - each rank's gradients are summed over its data-parallel group (the same stage on every
+//   data-parallel rank), as without a pipeline;
+// - the squared norm: each rank's tensors (the tied embedding once, on the first rank), summed
+//   over the pipeline group in rank order.
+// Every kernel of a micro-batch sees the one-process run's values in the same order, so the
+// losses and every gradient but a tied embedding's equal one process's bit for bit; that
+// embedding's two halves are added once, and the norm's partial sums are grouped by rank, each to
+// a rounding. Not yet: the gradient reduction overlapped with the backward, the noise probe,
+// loss masks and a static plan (the session refuses them under --pp); the step's sent buffers are
+// reused only after its last action (at most 2 k V hidden states of [T, C]).
+void TrainStep::set_pipeline(Pipeline pipeline) {
+  MEMO_CHECK(
+      pipeline.group && pipeline.group->size() == pipeline.shape.stages && pipeline.make_strategy,
+      "set_pipeline: a group of ", pipeline.group ? pipeline.group->size() : 0, " ranks for ",
+      pipeline.shape.stages, " stages");
+  MEMO_CHECK(model_.pipeline(), "set_pipeline: the model is not a pipeline rank's");
+  MEMO_CHECK(!probe_, "set_pipeline: the noise probe does not run under a pipeline yet");
+  pipeline_ = std::move(pipeline);
+}
+
+StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
+  const Pipeline& pp = *pipeline_;
+  Communicator& group = *pp.group;
+  const PipelineShape shape = pp.shape;
+  const int G = shape.chunks(), rank = group.rank();
+  const int64_t first = int64_t(data_parallel_.rank()) * micro_steps;
+  const int64_t tokens = counted_tokens(step, first, micro_steps);
+  const float grad_scale = 1.0f / float(tokens);
+  const int64_t B = shape_.micro_batch, S = shape_.seq, T = B * S;
+  const int64_t C = model_.config().hidden_size;
+  const DType act = model_.backend().activation_dtype();
+  auto take_hidden = [&]() -> std::pair<size_t, Tensor> {
+    if (idle_hidden_.empty()) {
+      hidden_buffers_.emplace_back(model_.backend().allocator(model_.backend().device_space()),
+                                   T * C * dtype_bytes(act), "a pipeline hidden state");
+      idle_hidden_.push_back(hidden_buffers_.size() - 1);
+    }
+    const size_t i = idle_hidden_.back();
+    idle_hidden_.pop_back();
+    return {i, hidden_buffers_[i].tensor({T, C}, act)};
+  };
+  auto take_strategy = [&]() {
+    if (idle_strategies_.empty()) {
+      strategies_.push_back(pp.make_strategy());
+      idle_strategies_.push_back(strategies_.back().get());
+    }
+    ActivationStrategy* s = idle_strategies_.back();
+    idle_strategies_.pop_back();
+    return s;
+  };
+  struct Flight {
+    ActivationStrategy* strategy;
+    std::unique_ptr<ChunkPass> pass;
+  };
+  std::map<std::pair<int64_t, int>, Flight> flights;  // (micro-batch, chunk) forward, no backward
+  std::vector<size_t> sent;                           // buffers until the sends complete
+  model_.zero_grads();
+  double loss_sum = 0.0;
+  for (const PipeAction& a : pipeline_actions(shape, int(micro_steps), rank)) {
+    const bool last = a.chunk + 1 == G;
+    const std::pair<int64_t, int> key{a.micro_batch, a.chunk};
+    if (a.op == PipeOp::kForward) {
+      source_(step, first + a.micro_batch, inputs_.data(), targets_.data(), B);
+      const auto [xi, x] = take_hidden();
+      if (a.chunk > 0) group.recv_tagged(x, shape.rank_of(a.chunk - 1), 2 * a.chunk);
+      ActivationStrategy* strategy = take_strategy();
+      if (last) {
+        loss_sum += model_.pipeline_last(inputs_.data(), targets_.data(), B, S, grad_scale, x,
+                                         *strategy, alloc_);
+        idle_strategies_.push_back(strategy);
+        if (a.chunk > 0) {
+          group.post_send(x, shape.rank_of(a.chunk - 1), 2 * (a.chunk - 1) + 1);
+          sent.push_back(xi);
+        } else {
+          idle_hidden_.push_back(xi);
+        }
+        continue;
+      }
+      Flight& f = flights[key];
+      f.strategy = strategy;
+      f.pass = std::make_unique<ChunkPass>(*strategy);
+      const auto [yi, y] = take_hidden();
+      model_.pipeline_forward(*f.pass, a.chunk / shape.stages, inputs_.data(), B, S, x, y, alloc_);
+      idle_hidden_.push_back(xi);
+      group.post_send(y, shape.rank_of(a.chunk + 1), 2 * (a.chunk + 1));
+      sent.push_back(yi);
+    } else if (!last) {
+      const auto [di, dx] = take_hidden();
+      group.recv_tagged(dx, shape.rank_of(a.chunk + 1), 2 * a.chunk + 1);
+      const auto it = flights.find(key);
+      MEMO_CHECK(it != flights.end(), "pipeline: the backward of micro-batch ", a.micro_batch,
+                 " on chunk ", a.chunk, " before its forward");
+      model_.pipeline_backward(*it->second.pass, dx, alloc_);
+      idle_strategies_.push_back(it->second.strategy);
+      flights.erase(it);
+      if (a.chunk > 0) {
+        group.post_send(dx, shape.rank_of(a.chunk - 1), 2 * (a.chunk - 1) + 1);
+        sent.push_back(di);
+      } else {
+        idle_hidden_.push_back(di);
+      }
+    }
+  }
+  group.wait_sends();
+  idle_hidden_.insert(idle_hidden_.end(), sent.begin(), sent.end());
+  group.all_reduce_sum(std::span<double>(&loss_sum, 1));
+  if (pp.embedding_group) pp.embedding_group->all_reduce_sum(model_.grad_weights().embed);
+  if (data_parallel_.size() > 1) {
+    data_parallel_.all_reduce_sum(model_.grads_tensor());
+    data_parallel_.all_reduce_sum(std::span<double>(&loss_sum, 1));
+  }
+  StepGradients g;
+  g.loss = loss_sum / double(tokens);
+  // the tied embedding's second copy (the last rank's head) counts once, on the first rank
+  const bool skip_embedding = pp.embedding_group && !model_.pipeline()->first;
+  Backend& be = model_.backend();
+  if (!skip_embedding) {
+    g.grad_sq = be.sum_squares(model_.grads_tensor());
+  } else {
+    for (const ParamInfo& p : model_.layout().params())
+      if (p.role != ParamRole::kEmbedding)
+        g.grad_sq += be.sum_squares(model_.grads_tensor().part(p.offset, Shape{p.numel}));
+  }
+  group.all_reduce_sum(std::span<double>(&g.grad_sq, 1));
+  return g;
+}
+
+double pipeline_forward_loss(Model& model, const TrainStep::Pipeline& pp, const int32_t* inputs,
+                             const int32_t* targets, int64_t rows, int64_t seq,
+                             ActivationStrategy& strategy, ActivationAllocator& alloc) {
+  Communicator& group = *pp.group;
+  const PipelineShape shape = pp.shape;
+  const int G = shape.chunks(), rank = group.rank();
+  const int64_t T = rows * seq, C = model.config().hidden_size;
+  Backend& be = model.backend();
+  const DType act = be.activation_dtype();
+  RawAllocator& device = be.allocator(be.device_space());
+  // a batch of validation at a time: its hidden states, one per chunk of this rank
+  std::vector<RawBuffer> out;
+  RawBuffer in(device, T * C * dtype_bytes(act), "a pipeline hidden state");
+  const Tensor x = in.tensor({T, C}, act);
+  double loss = 0.0;
+  for (int v = 0; v < shape.virtual_stages; ++v) {
+    const int g = shape.chunk_of(rank, v);
+    if (g > 0) group.recv_tagged(x, shape.rank_of(g - 1), 2 * g);
+    if (g + 1 == G) {
+      loss = model.pipeline_last_loss(inputs, targets, rows, seq, x, strategy, alloc);
+      continue;
+    }
+    out.emplace_back(device, T * C * dtype_bytes(act), "a pipeline hidden state");
+    const Tensor y = out.back().tensor({T, C}, act);
+    model.pipeline_forward_only(v, inputs, rows, seq, x, y, strategy, alloc);
+    group.post_send(y, shape.rank_of(g + 1), 2 * (g + 1));
+  }
+  group.wait_sends();
+  group.all_reduce_sum(std::span<double>(&loss, 1));
+  return loss;
+}
+
+}  // namespace memo

@@ -1,0 +1,149 @@
+// memo train --pp under mpirun (Note [Pipeline step] in train/pipeline_step.cc): the layers split
+// into stages of one process each, 1F1B and interleaved, alone and with data parallelism. The
+// first step's loss equals one process's bit for bit (LLaMA, untied: every kernel sees the same
+// values in the same order), every later loss and every gradient norm within fp32 rounding (the
+// norm's partial sums are grouped by stage, and clipping carries that into the weights); GPT-2's
+// tied embedding sums its two halves of the gradient once; the activation strategies give each
+// other's bits; what a pipeline does not run yet is refused by name.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../cli/cli_test_util.h"
+#include "mpi_launch.h"
+#include "test_util.h"
+
+namespace memo {
+namespace {
+
+using test::mpirun;
+using test::records;
+using test::relative;
+
+constexpr const char* kPipeLlama =
+    R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
+  "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
+constexpr const char* kPipeGpt2 =
+    R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 4, "n_head": 4, "n_positions": 256,
+  "vocab_size": 256, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": true})";
+
+// Tolerance against one process. The gradient norm's squares are summed per stage and the stages'
+// sums added, where one process sums them in one pass: a few fp32 roundings of the norm (~1e-7
+// relative), which clipping and AdamW carry into the next steps' losses at the same scale; a
+// tied embedding's two gradient halves are added once instead of per micro-batch. Measured over
+// 3 steps: below 1e-6. 1e-5 catches a chunk run twice, a lost micro-batch or a stage's gradient
+// left out (each >= 1e-3).
+constexpr double kPpTol = 1e-5;
+
+class PipelineParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::write_text(dir / "llama.json", kPipeLlama);
+    test::write_text(dir / "gpt2.json", kPipeGpt2);
+    test::write_text(dir / "data.txt", test::corpus(40000));
+  }
+  // Four micro-batches a step, no checkpoint (a pipeline does not write one yet).
+  test::CommandResult train(int ranks, const std::string& config, const std::string& out,
+                            const std::string& extra) const {
+    return test::run_command(
+        (ranks == 1 ? std::string("OMP_NUM_THREADS=1 ") : mpirun(ranks)) + test::memo_bin() +
+        " train --config " + dir.str(config) + " --data " + dir.str("data.txt") +
+        " --seq 64 --batch 4 --micro-batch 1 --steps 3 --lr 3e-3 --warmup 1 --val-batches 2 "
+        "--no-checkpoint --log " +
+        out + ".jsonl " + extra);
+  }
+  test::TempDir dir;
+};
+
+void expect_close(const std::string& got, const std::string& want, int pp, bool first_exact) {
+  const auto a = records(want + ".jsonl"), b = records(got + ".jsonl");
+  ASSERT_EQ(a.size(), b.size()) << got;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LT(relative(b[i]["loss"], a[i]["loss"]), kPpTol) << got << " step " << i + 1;
+    EXPECT_LT(relative(b[i]["grad_norm"], a[i]["grad_norm"]), kPpTol) << got << " step " << i + 1;
+    EXPECT_EQ(b[i]["pp"], pp) << got;
+    EXPECT_GT(b[i]["pp_comm_bytes"].get<int64_t>(), 0) << got;
+  }
+  // the validation batches through the pipeline
+  EXPECT_LT(relative(b.back()["val_loss"], a.back()["val_loss"]), kPpTol) << got;
+  if (first_exact) {
+    EXPECT_EQ(b[0]["loss"].get<double>(), a[0]["loss"].get<double>()) << got;
+  }
+}
+
+TEST_F(PipelineParallel, one_f_one_b_interleaved_and_data_parallel_match_one_process) {
+  const std::string one = dir / "one";
+  ASSERT_EQ(train(1, "llama.json", one, "").exit_code, 0);
+  const struct {
+    int ranks;
+    const char* name;
+    const char* flags;
+    int pp;
+  } layouts[] = {{2, "pp2", "--pp 2", 2},
+                 {2, "pp2v2", "--pp 2 --virtual-stages 2", 2},
+                 {4, "pp4", "--pp 4 --pp-layers 1,1,1,1", 4},
+                 {4, "dp2pp2", "--pp 2 --zero 1", 2}};
+  for (const auto& l : layouts) {
+    const test::CommandResult r = train(l.ranks, "llama.json", dir / l.name, l.flags);
+    ASSERT_EQ(r.exit_code, 0) << l.name << "\n" << r.output;
+    EXPECT_NE(r.output.find("memo: pipeline: " + std::to_string(l.pp) + " stages"),
+              std::string::npos)
+        << r.output;
+    // the data-parallel ranks' loss sums are added in two halves: not bit for bit
+    expect_close(dir / l.name, one, l.pp, l.ranks == l.pp);
+  }
+  EXPECT_NE(test::run_command("cat " + dir.str("pp2v2.jsonl")).output.find("\"pp\":2"),
+            std::string::npos);
+}
+
+TEST_F(PipelineParallel, a_tied_embedding_sums_its_two_gradients) {
+  const std::string one = dir / "one", pp2 = dir / "pp2";
+  ASSERT_EQ(train(1, "gpt2.json", one, "").exit_code, 0);
+  const test::CommandResult r = train(2, "gpt2.json", pp2, "--pp 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_close(pp2, one, 2, false);
+}
+
+TEST_F(PipelineParallel, activation_strategies_give_the_same_bits) {
+  std::vector<std::vector<nlohmann::json>> runs;
+  for (const char* kind : {"keep", "recompute", "offload", "memo --alpha 0.5"}) {
+    const std::string out = dir / (std::string("s") + kind[0]);
+    const test::CommandResult r =
+        train(2, "llama.json", out, std::string("--pp 2 --activations ") + kind);
+    ASSERT_EQ(r.exit_code, 0) << kind << "\n" << r.output;
+    runs.push_back(records(out + ".jsonl"));
+  }
+  for (size_t k = 1; k < runs.size(); ++k)
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      EXPECT_EQ(runs[k][i]["loss"].get<double>(), runs[0][i]["loss"].get<double>()) << k;
+      EXPECT_EQ(runs[k][i]["grad_norm"].get<double>(), runs[0][i]["grad_norm"].get<double>()) << k;
+    }
+}
+
+TEST_F(PipelineParallel, what_a_pipeline_does_not_run_is_refused_by_name) {
+  const std::string run = test::memo_bin() + " train --config " + dir.str("llama.json") +
+                          " --data " + dir.str("data.txt") + " --seq 64 --steps 1 --out " +
+                          dir.str("x") + " ";
+  const std::string quiet = " --no-checkpoint";
+  for (const auto& [ranks, flags, says] : std::vector<std::tuple<int, std::string, std::string>>{
+           {2, "--pp 3", "--pp 3 does not divide the job's 2 processes"},
+           {2, "--pp 2 --tp 2", "--pp 2 x --tp 2 x --cp 1 does not divide the job's 2"},
+           {2, "--pp 2 --virtual-stages 2 --batch 1" + quiet,
+            "1 micro-batches per step is not a multiple of --pp 2"},
+           {2, "--pp 2 --pp-layers 3,2" + quiet, "the counts add up to 5, the model has 4 layers"},
+           {1, "--virtual-stages 2", "--virtual-stages splits a pipeline: give --pp 2 or more"},
+           {2, "--pp 2 --activations memo" + quiet,
+            "--pp 2 with memo's cost model (give --alpha) is not implemented yet"},
+           {2, "--pp 2 --batch 2", "--pp 2 with checkpoints (give --no-checkpoint)"}}) {
+    const test::CommandResult r =
+        test::run_command((ranks == 1 ? std::string() : mpirun(ranks)) + run + flags);
+    EXPECT_NE(r.exit_code, 0) << flags;
+    EXPECT_NE(r.output.find(says), std::string::npos) << flags << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace memo
