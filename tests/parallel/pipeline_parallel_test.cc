@@ -4,9 +4,11 @@
 // values in the same order), every later loss and every gradient norm within fp32 rounding (the
 // norm's partial sums are grouped by stage, and clipping carries that into the weights); GPT-2's
 // tied embedding sums its two halves of the gradient once; the activation strategies give each
-// other's bits; what a pipeline does not run yet is refused by name.
+// other's bits; checkpoints are one process's files and resume on another layout; what a
+// pipeline does not run yet is refused by name.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -45,15 +47,14 @@ class PipelineParallel : public ::testing::Test {
     test::write_text(dir / "gpt2.json", kPipeGpt2);
     test::write_text(dir / "data.txt", test::corpus(40000));
   }
-  // Four micro-batches a step, no checkpoint (a pipeline does not write one yet).
+  // Four micro-batches a step; extra gives --steps.
   test::CommandResult train(int ranks, const std::string& config, const std::string& out,
                             const std::string& extra) const {
     return test::run_command(
         (ranks == 1 ? std::string("OMP_NUM_THREADS=1 ") : mpirun(ranks)) + test::memo_bin() +
         " train --config " + dir.str(config) + " --data " + dir.str("data.txt") +
-        " --seq 64 --batch 4 --micro-batch 1 --steps 3 --lr 3e-3 --warmup 1 --val-batches 2 "
-        "--no-checkpoint --log " +
-        out + ".jsonl " + extra);
+        " --seq 64 --batch 4 --micro-batch 1 --lr 3e-3 --warmup 1 --val-batches 2 --out " + out +
+        " --log " + out + ".jsonl " + extra);
   }
   test::TempDir dir;
 };
@@ -76,16 +77,16 @@ void expect_close(const std::string& got, const std::string& want, int pp, bool 
 
 TEST_F(PipelineParallel, one_f_one_b_interleaved_and_data_parallel_match_one_process) {
   const std::string one = dir / "one";
-  ASSERT_EQ(train(1, "llama.json", one, "").exit_code, 0);
+  ASSERT_EQ(train(1, "llama.json", one, "--steps 3 --no-checkpoint").exit_code, 0);
   const struct {
     int ranks;
     const char* name;
     const char* flags;
     int pp;
-  } layouts[] = {{2, "pp2", "--pp 2", 2},
-                 {2, "pp2v2", "--pp 2 --virtual-stages 2", 2},
-                 {4, "pp4", "--pp 4 --pp-layers 1,1,1,1", 4},
-                 {4, "dp2pp2", "--pp 2 --zero 1", 2}};
+  } layouts[] = {{2, "pp2", "--steps 3 --no-checkpoint --pp 2", 2},
+                 {2, "pp2v2", "--steps 3 --no-checkpoint --pp 2 --virtual-stages 2", 2},
+                 {4, "pp4", "--steps 3 --no-checkpoint --pp 4 --pp-layers 1,1,1,1", 4},
+                 {4, "dp2pp2", "--steps 3 --no-checkpoint --pp 2 --zero 1", 2}};
   for (const auto& l : layouts) {
     const test::CommandResult r = train(l.ranks, "llama.json", dir / l.name, l.flags);
     ASSERT_EQ(r.exit_code, 0) << l.name << "\n" << r.output;
@@ -99,12 +100,42 @@ TEST_F(PipelineParallel, one_f_one_b_interleaved_and_data_parallel_match_one_pro
             std::string::npos);
 }
 
+// The tied embedding's two copies sum their gradients, and the checkpoint holds it once: the
+// files of one process (names, order, shapes) within the tolerance.
 TEST_F(PipelineParallel, a_tied_embedding_sums_its_two_gradients) {
   const std::string one = dir / "one", pp2 = dir / "pp2";
-  ASSERT_EQ(train(1, "gpt2.json", one, "").exit_code, 0);
-  const test::CommandResult r = train(2, "gpt2.json", pp2, "--pp 2");
+  ASSERT_EQ(train(1, "gpt2.json", one, "--steps 3").exit_code, 0);
+  const test::CommandResult r = train(2, "gpt2.json", pp2, "--steps 3 --pp 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_close(pp2, one, 2, false);
+  EXPECT_LT(test::weights_difference(pp2, one), kPpTol);
+}
+
+// Note [Pipeline checkpoints]: a pipeline's checkpoint is one process's files, and either
+// resumes on the other layout (1F1B -> one process, one process -> interleaved).
+TEST_F(PipelineParallel, checkpoints_resume_on_another_layout) {
+  const std::string one = dir / "one", pp2 = dir / "pp2";
+  const std::string steps = "--steps 4 --save-every 2";
+  ASSERT_EQ(train(1, "llama.json", one, steps).exit_code, 0);
+  const test::CommandResult saved = train(2, "llama.json", pp2, steps + " --pp 2");
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  EXPECT_LT(test::weights_difference(pp2, one), kPpTol);
+  const auto want = test::losses(one + ".jsonl");
+  for (const auto& [launch, from, layout] :
+       {std::tuple{std::string("OMP_NUM_THREADS=1 "), pp2, std::string()},
+        {mpirun(2), one, std::string(" --pp 2 --virtual-stages 2")}}) {
+    const std::string out = dir / ("resumed-" + std::filesystem::path(from).filename().string());
+    const test::CommandResult r =
+        test::run_command(launch + test::memo_bin() + " train --data " + dir.str("data.txt") +
+                          " --resume " + from + "/step-00000002 --steps 4 --val-batches 2 --out " +
+                          out + " --log " + out + ".jsonl" + layout);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto got = test::losses(out + ".jsonl");
+    ASSERT_EQ(got.size(), 2u) << out;
+    for (int64_t step : {3, 4})
+      EXPECT_LT(relative(std::stod(got.at(step)), std::stod(want.at(step))), kPpTol)
+          << out << " step " << step;
+  }
 }
 
 TEST_F(PipelineParallel, activation_strategies_give_the_same_bits) {
@@ -112,7 +143,8 @@ TEST_F(PipelineParallel, activation_strategies_give_the_same_bits) {
   for (const char* kind : {"keep", "recompute", "offload", "memo --alpha 0.5"}) {
     const std::string out = dir / (std::string("s") + kind[0]);
     const test::CommandResult r =
-        train(2, "llama.json", out, std::string("--pp 2 --activations ") + kind);
+        train(2, "llama.json", out,
+              std::string("--steps 3 --no-checkpoint --pp 2 --activations ") + kind);
     ASSERT_EQ(r.exit_code, 0) << kind << "\n" << r.output;
     runs.push_back(records(out + ".jsonl"));
   }
@@ -136,8 +168,7 @@ TEST_F(PipelineParallel, what_a_pipeline_does_not_run_is_refused_by_name) {
            {2, "--pp 2 --pp-layers 3,2" + quiet, "the counts add up to 5, the model has 4 layers"},
            {1, "--virtual-stages 2", "--virtual-stages splits a pipeline: give --pp 2 or more"},
            {2, "--pp 2 --activations memo" + quiet,
-            "--pp 2 with memo's cost model (give --alpha) is not implemented yet"},
-           {2, "--pp 2 --batch 2", "--pp 2 with checkpoints (give --no-checkpoint)"}}) {
+            "--pp 2 with memo's cost model (give --alpha) is not implemented yet"}}) {
     const test::CommandResult r =
         test::run_command((ranks == 1 ? std::string() : mpirun(ranks)) + run + flags);
     EXPECT_NE(r.exit_code, 0) << flags;

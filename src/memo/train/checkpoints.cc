@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -396,7 +397,7 @@ float* StagingPool::next(int64_t numel) {
 CheckpointWriter::CheckpointWriter(const TrainOptions& o, Model& model, Optimizer& opt,
                                    const std::vector<ZeroShard>& shards,
                                    Communicator& data_parallel, Communicator& job,
-                                   const GradNoiseProbe* probe)
+                                   const GradNoiseProbe* probe, Communicator* pipeline)
     : o_(o),
       model_(model),
       opt_(opt),
@@ -404,6 +405,7 @@ CheckpointWriter::CheckpointWriter(const TrainOptions& o, Model& model, Optimize
       data_parallel_(data_parallel),
       job_(job),
       probe_(probe),
+      pipeline_(pipeline && pipeline->size() > 1 ? pipeline : nullptr),
       pool_(model.backend()) {
   // --async-save: one staging pass now (collective, as a save is), so that the pool's pages are
   // touched before step 1 rather than at the first checkpoint (a fresh 2.5 GB costs 9 s of page
@@ -415,13 +417,107 @@ CheckpointWriter::CheckpointWriter(const TrainOptions& o, Model& model, Optimize
   }
 }
 
+namespace {
+
+// Note [Pipeline checkpoints]
+// Under --pp each rank holds its chunks' tensors (Note [Pipeline parts] in model/model.h) and
+// their optimiser state. At a checkpoint the pipeline of data-parallel rank 0 (whose first rank
+// is the job's rank 0) sends them to its first rank: each other rank sends a header (its
+// tensors' names, shapes and kinds as JSON, the header's length before it) and then each tensor,
+// and the first rank puts all of them in the one-process order (the whole model's layout; an
+// optimiser's state per parameter in that order), dropping the last stage's copy of a tied
+// embedding and of its state, which equal the first stage's. So the files are a one-process
+// run's, and any layout resumes them. The other data-parallel ranks' pipelines hold the same
+// tensors and send nothing.
+
+// Text as the bytes of a bf16 tensor (point-to-point carries any dtype's bits), its length first.
+void send_text(Communicator& group, const std::string& text, int peer) {
+  const uint64_t n = text.size();
+  uint16_t length[4];
+  for (int i = 0; i < 4; ++i) length[i] = uint16_t(n >> (16 * i));
+  group.send(ConstTensor(length, {4}, DType::kBF16, MemSpace::kHost), peer);
+  std::string padded = text;
+  padded.resize((n + 1) / 2 * 2);
+  group.send(
+      ConstTensor(padded.data(), {int64_t(padded.size() / 2)}, DType::kBF16, MemSpace::kHost),
+      peer);
+}
+
+std::string recv_text(Communicator& group, int peer) {
+  uint16_t length[4];
+  group.recv(Tensor(length, {4}, DType::kBF16, MemSpace::kHost), peer);
+  uint64_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= uint64_t(length[i]) << (16 * i);
+  std::string text((n + 1) / 2 * 2, '\0');
+  group.recv(Tensor(text.data(), {int64_t(text.size() / 2)}, DType::kBF16, MemSpace::kHost), peer);
+  text.resize(n);
+  return text;
+}
+
+// The stages' tensors on the pipeline's first rank, in the one-process order; received copies
+// kept in `received`. Collective over the pipeline group.
+void gather_pipeline_tensors(Communicator& group, const ModelConfig& config,
+                             std::vector<NamedTensor>& weights,
+                             std::vector<NamedTensor>& optimizer_state,
+                             std::deque<std::vector<float>>& received) {
+  auto numel = [](const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  };
+  if (group.rank() != 0) {
+    nlohmann::json header = nlohmann::json::array();
+    for (const auto* list : {&weights, &optimizer_state})
+      for (const NamedTensor& t : *list)
+        header.push_back({{"name", t.name}, {"shape", t.shape}, {"state", list != &weights}});
+    send_text(group, header.dump(), 0);
+    for (const auto* list : {&weights, &optimizer_state})
+      for (const NamedTensor& t : *list)
+        group.send(ConstTensor(t.data, {numel(t.shape)}, DType::kF32, MemSpace::kHost), 0);
+    return;
+  }
+  for (int r = 1; r < group.size(); ++r) {
+    const nlohmann::json header = nlohmann::json::parse(recv_text(group, r));
+    for (const nlohmann::json& h : header) {
+      NamedTensor t{h.at("name").get<std::string>(), h.at("shape").get<std::vector<int64_t>>(),
+                    nullptr};
+      received.emplace_back(size_t(numel(t.shape)));
+      group.recv(Tensor(received.back().data(), {numel(t.shape)}, DType::kF32, MemSpace::kHost), r);
+      t.data = received.back().data();
+      (h.at("state").get<bool>() ? optimizer_state : weights).push_back(std::move(t));
+    }
+  }
+  // the one-process order: the layout's, a state tensor "<kind>.<parameter>" at its parameter's
+  // place (stably, so the kinds keep the optimiser's order)
+  const ParamLayout whole(config);
+  std::map<std::string, size_t> place;
+  for (const ParamInfo& p : whole.params()) place.emplace(p.name, place.size());
+  auto order = [&](std::vector<NamedTensor>& list, bool state) {
+    auto key = [&](const NamedTensor& t) {
+      const std::string name = state ? t.name.substr(t.name.find('.') + 1) : t.name;
+      const auto it = place.find(name);
+      return it == place.end() ? place.size() : it->second;
+    };
+    std::stable_sort(list.begin(), list.end(),
+                     [&](const NamedTensor& a, const NamedTensor& b) { return key(a) < key(b); });
+    std::set<std::string> seen;  // a tied embedding's second copy
+    std::erase_if(list, [&](const NamedTensor& t) { return !seen.insert(t.name).second; });
+  };
+  order(weights, false);
+  order(optimizer_state, true);
+}
+
+}  // namespace
+
 std::shared_ptr<void> CheckpointWriter::stage(std::vector<NamedTensor>& weights,
                                               std::vector<NamedTensor>& optimizer_state) {
   // What the views point into, kept together until the write is done: the ZeRO-gathered state
-  // (the views of a host-addressable backend are its own memory) and the staged copies.
+  // (the views of a host-addressable backend are its own memory), the staged copies and the
+  // other pipeline stages' tensors.
   struct Held {
     GatheredState state;
     std::optional<HostStaging> staging;
+    std::deque<std::vector<float>> received;
   };
   Backend& backend = model_.backend();
   auto held = std::make_shared<Held>();
@@ -435,6 +531,8 @@ std::shared_ptr<void> CheckpointWriter::stage(std::vector<NamedTensor>& weights,
   held->staging.emplace(backend, background ? &pool_ : nullptr);
   weights = model_tensors(model_, *held->staging);
   optimizer_state = state_tensors(model_, held->state.tensors, *held->staging);
+  if (pipeline_ && data_parallel_.rank() == 0)  // Note [Pipeline checkpoints]
+    gather_pipeline_tensors(*pipeline_, model_.config(), weights, optimizer_state, held->received);
   return held;
 }
 

@@ -104,10 +104,12 @@ class StagingPool {
 class CheckpointWriter {
  public:
   // shards: the ZeRO-1 shards of the optimiser state over data_parallel (o.zero == 1); probe:
-  // null without a noise scale; job: every rank of the run.
+  // null without a noise scale; job: every rank of the run; pipeline: the pipeline's ranks in
+  // stage order under --pp (Note [Pipeline checkpoints]), else null.
   CheckpointWriter(const TrainOptions& o, Model& model, Optimizer& opt,
                    const std::vector<ZeroShard>& shards, Communicator& data_parallel,
-                   Communicator& job, const GradNoiseProbe* probe);
+                   Communicator& job, const GradNoiseProbe* probe,
+                   Communicator* pipeline = nullptr);
   ~CheckpointWriter();  // waits for a background write (its error, if any, is dropped)
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -138,6 +140,7 @@ class CheckpointWriter {
   Communicator& data_parallel_;
   Communicator& job_;
   const GradNoiseProbe* probe_;
+  Communicator* pipeline_;
   StagingPool pool_;                     // --async-save: the host copies
   std::thread background_;               // rank 0's write in flight
   std::string background_error_;         // its failure, read after the join

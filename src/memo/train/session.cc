@@ -111,7 +111,6 @@ void check_pipeline(const TrainOptions& o, const std::vector<SeqStage>& stages) 
   if (stages.size() > 1) refuse("--seq-schedule");
   if (o.activations.kind == "memo" && !o.activations.alpha)
     refuse("memo's cost model (give --alpha)");
-  if (o.checkpoints) refuse("checkpoints (give --no-checkpoint)");
 }
 
 // What a run over several processes needs: a batch whose micro-batches split evenly over the

@@ -275,6 +275,16 @@ void StepLogger::log_step(const Step& st) {
       record["copy_hidden"] = std::clamp(1.0 - wait_s / copy_s, 0.0, 1.0);
     }
     if (st.skipped) record["skipped"] = st.skipped;
+    if (!st.pipeline_stages.empty()) {  // each stage's peak, and its wait: the bubble it sees
+      std::vector<int64_t> peaks;
+      std::vector<double> waits;
+      for (size_t i = 0; i + 1 < st.pipeline_stages.size(); i += 2) {
+        peaks.push_back(int64_t(st.pipeline_stages[i]));
+        waits.push_back(st.pipeline_stages[i + 1]);
+      }
+      record["pp_stage_peak_bytes"] = peaks;
+      record["pp_stage_wait_s"] = waits;
+    }
     if (st.skipped && std::string_view(st.skipped) == "spike")
       record["spike_median"] = st.spike_median;
     if (validated) {

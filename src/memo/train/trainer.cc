@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "memo/core/error.h"
 #include "memo/train/bad_steps.h"
@@ -128,7 +129,7 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
   const TrainOptions& o = s.options();
   StepLogger logger(s);
   CheckpointWriter checkpoints(o, s.model(), s.optimizer(), s.zero_shards(), s.data_parallel(),
-                               s.job(), s.probe());
+                               s.job(), s.probe(), s.pipeline());
   BadSteps bad(o.skip_nonfinite, o.spike_skip);
   std::optional<BestCheckpoint> best;
   if (s.resume()) {
@@ -167,12 +168,20 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     const std::optional<scaling::BatchChange> change =
         plan.observe(s.probe() ? s.probe()->estimator().b_simple() : std::nullopt);
     const double step_s = seconds_since(t0);
+    // under --pp: each stage's activation peak and its seconds waiting on its neighbours (the
+    // bubble and the transfers), before validation adds to either
+    std::vector<double> stages;
+    if (Communicator* pp = s.pipeline()) {
+      const double mine[2] = {double(s.alloc().peak_live_bytes()), pp->counters().seconds};
+      stages.resize(size_t(2 * pp->size()));
+      pp->all_gather(stages, mine);
+    }
     result.steps_done = run.step;
     result.final_loss = g.loss;
     const std::optional<EvalSum> val = validation(s, run.step);
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
-    logger.log_step(
-        {run, g, step_s, copy0, change, val, seconds_since(t_start), skip_name(verdict), median});
+    logger.log_step({run, g, step_s, copy0, change, val, seconds_since(t_start), skip_name(verdict),
+                     median, std::move(stages)});
     longest_step_s = std::max(longest_step_s, step_s);
     std::string reason = plan.done() ? "" : stop_reason(o, seconds_since(t_begin), longest_step_s);
     const bool stop = any_rank_stops(s, !reason.empty());
