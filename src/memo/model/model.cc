@@ -822,25 +822,8 @@ void Model::pipeline_forward_only(int chunk, const int32_t* inputs, int64_t batc
 double Model::pipeline_last_loss(const int32_t* inputs, const int32_t* targets, int64_t batch,
                                  int64_t seq, ConstTensor x, ActivationStrategy& strategy,
                                  ActivationAllocator& alloc) {
-  check_pipeline_use("pipeline_last_loss");
-  MEMO_CHECK(pipeline_->last, "pipeline_last_loss: this rank does not hold the model's last chunk");
-  const int64_t T = batch * seq, C = config_.hidden_size;
-  check_target_ids("cross_entropy", View<const int32_t>(targets, {T}), config_.vocab_size);
   ChunkPass pass(strategy);
-  const DType act = backend_->activation_dtype();
-  FinalNormActs final_norm;
-  final_norm.hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient, act);
-  pipeline_layers_forward(pass, int(pipeline_->chunks.size()) - 1, inputs, batch, seq, x,
-                          final_norm.hidden, alloc, false);
-  const ScopedMatmulWorkspace workspace(*backend_, alloc);
-  final_norm.xn = alloc.acquire("final.xn", {T, C}, ActKind::kTransient, act);
-  final_norm.inv_rms = alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(T),
-                                     ActKind::kTransient, DType::kF32);
-  arch_.final_norm_forward(final_norm.xn, final_norm.inv_rms, final_norm.hidden, w_, config_,
-                           *backend_);
-  const double loss_sum = head_and_loss(Tensor(), final_norm.xn, targets, T, 1.0f, false, alloc);
-  final_norm.release(alloc);
-  return loss_sum;
+  return pipeline_last_pass(pass, inputs, targets, batch, seq, 1.0f, x, Tensor(), alloc);
 }
 
 void Model::pipeline_forward(ChunkPass& pass, int chunk, const int32_t* inputs, int64_t batch,
@@ -875,16 +858,23 @@ void Model::pipeline_backward(ChunkPass& pass, Tensor dx, ActivationAllocator& a
 double Model::pipeline_last(const int32_t* inputs, const int32_t* targets, int64_t batch,
                             int64_t seq, float grad_scale, Tensor x, ActivationStrategy& strategy,
                             ActivationAllocator& alloc) {
+  ChunkPass pass(strategy);
+  return pipeline_last_pass(pass, inputs, targets, batch, seq, grad_scale, x, x, alloc);
+}
+
+double Model::pipeline_last_pass(ChunkPass& pass, const int32_t* inputs, const int32_t* targets,
+                                 int64_t batch, int64_t seq, float grad_scale, ConstTensor x,
+                                 Tensor dx, ActivationAllocator& alloc) {
   check_pipeline_use("pipeline_last");
   MEMO_CHECK(pipeline_->last, "pipeline_last: this rank does not hold the model's last chunk");
+  const bool backward = !dx.empty();
   const int64_t T = batch * seq, C = config_.hidden_size;
   check_target_ids("cross_entropy", View<const int32_t>(targets, {T}), config_.vocab_size);
-  ChunkPass pass(strategy);
   const DType act = backend_->activation_dtype();
   FinalNormActs final_norm;
   final_norm.hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient, act);
   pipeline_layers_forward(pass, int(pipeline_->chunks.size()) - 1, inputs, batch, seq, x,
-                          final_norm.hidden, alloc);
+                          final_norm.hidden, alloc, backward);
   double loss_sum = 0.0;
   {
     const ScopedMatmulWorkspace workspace(*backend_, alloc);
@@ -893,14 +883,17 @@ double Model::pipeline_last(const int32_t* inputs, const int32_t* targets, int64
                                        ActKind::kTransient, DType::kF32);
     arch_.final_norm_forward(final_norm.xn, final_norm.inv_rms, final_norm.hidden, w_, config_,
                              *backend_);
-    const Tensor dxf = alloc.acquire("final.dxn", {T, C}, ActKind::kTransient, act);
-    loss_sum = head_and_loss(dxf, final_norm.xn, targets, T, grad_scale, true, alloc);
-    backend_->fill(x, 0.0f);  // x, copied into the first layer's slot, becomes dL/d(residual)
-    arch_.final_norm_backward(x, dw_, dxf, final_norm.hidden, final_norm.inv_rms, w_, *backend_);
-    alloc.release(dxf);
+    const Tensor dxf =
+        backward ? alloc.acquire("final.dxn", {T, C}, ActKind::kTransient, act) : Tensor();
+    loss_sum = head_and_loss(dxf, final_norm.xn, targets, T, grad_scale, backward, alloc);
+    if (backward) {
+      backend_->fill(dx, 0.0f);  // x, copied into the first layer's slot, becomes dL/d(residual)
+      arch_.final_norm_backward(dx, dw_, dxf, final_norm.hidden, final_norm.inv_rms, w_, *backend_);
+      alloc.release(dxf);
+    }
     final_norm.release(alloc);
   }
-  pipeline_backward(pass, x, alloc);
+  if (backward) pipeline_backward(pass, dx, alloc);
   return loss_sum;
 }
 

@@ -305,6 +305,11 @@ class Model {
   void pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* inputs, int64_t batch,
                                int64_t seq, ConstTensor x_in, Tensor y, ActivationAllocator& alloc,
                                bool backward = true);
+  // The model's last chunk from x: its forward and loss, and with dx (which may be x's buffer)
+  // its backward, the gradient of its input into dx; a forward only without.
+  double pipeline_last_pass(ChunkPass& pass, const int32_t* inputs, const int32_t* targets,
+                            int64_t batch, int64_t seq, float grad_scale, ConstTensor x, Tensor dx,
+                            ActivationAllocator& alloc);
   std::vector<int32_t> cp_inputs_, cp_targets_;  // this rank's chunks of the micro-batch
   std::map<int64_t, std::pair<RawBuffer, RawBuffer>> rope_;  // seq -> cos, sin ([seq, D/2] f32)
   int32_t doc_eot_ = -1;                                     // set_document_mask

@@ -81,6 +81,12 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   };
   std::map<std::pair<int64_t, int>, Flight> flights;  // (micro-batch, chunk) forward, no backward
   std::vector<size_t> sent;                           // buffers until the sends complete
+  // the gradient of chunk g's input: to chunk g - 1's rank, or on chunk 0 nowhere
+  auto send_back = [&](size_t buffer, const Tensor& dx, int g) {
+    if (g == 0) return idle_hidden_.push_back(buffer);
+    group.post_send(dx, shape.rank_of(g - 1), 2 * (g - 1) + 1);
+    sent.push_back(buffer);
+  };
   model_.zero_grads();
   double loss_sum = 0.0;
   for (const PipeAction& a : pipeline_actions(shape, int(micro_steps), rank)) {
@@ -95,12 +101,7 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
         loss_sum += model_.pipeline_last(inputs_.data(), targets_.data(), B, S, grad_scale, x,
                                          *strategy, alloc_);
         idle_strategies_.push_back(strategy);
-        if (a.chunk > 0) {
-          group.post_send(x, shape.rank_of(a.chunk - 1), 2 * (a.chunk - 1) + 1);
-          sent.push_back(xi);
-        } else {
-          idle_hidden_.push_back(xi);
-        }
+        send_back(xi, x, a.chunk);
         continue;
       }
       Flight& f = flights[key];
@@ -120,12 +121,7 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
       model_.pipeline_backward(*it->second.pass, dx, alloc_);
       idle_strategies_.push_back(it->second.strategy);
       flights.erase(it);
-      if (a.chunk > 0) {
-        group.post_send(dx, shape.rank_of(a.chunk - 1), 2 * (a.chunk - 1) + 1);
-        sent.push_back(di);
-      } else {
-        idle_hidden_.push_back(di);
-      }
+      send_back(di, dx, a.chunk);
     }
   }
   group.wait_sends();
