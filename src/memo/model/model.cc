@@ -52,7 +52,9 @@ Model::Model(const ModelConfig& config, Backend& backend, ModelUse use)
       arch_(memo::architecture(config_.arch)),
       skeletal_(skeletal_layout(config_, backend.activation_dtype())),
       layout_(config_),
-      use_(use) {
+      use_(use),
+      tied_(std::none_of(layout_.params().begin(), layout_.params().end(),
+                         [](const ParamInfo& p) { return p.role == ParamRole::kHead; })) {
   allocate_params();
 }
 
@@ -731,12 +733,10 @@ void Model::set_pipeline(const PipelinePart& part) {
                           backend_->name(), " backend"));
   MEMO_CHECK(use_ == ModelUse::kTraining, "set_pipeline: a pipeline trains");
   const ParamLayout whole(config_);
-  const bool tied = std::none_of(whole.params().begin(), whole.params().end(),
-                                 [](const ParamInfo& p) { return p.role == ParamRole::kHead; });
   layout_ = ParamLayout(whole, [&](const ParamInfo& p) {
     switch (p.role) {
       case ParamRole::kEmbedding:
-        return part.first || (part.last && tied);  // the last chunk's head when tied
+        return part.first || (part.last && tied_);  // the last chunk's head when tied
       case ParamRole::kPositions:
         return part.first;
       case ParamRole::kLayer:

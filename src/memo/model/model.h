@@ -179,6 +179,9 @@ class Model {
   // masks or the eod loss mask.
   void set_pipeline(const PipelinePart& part);
   const std::optional<PipelinePart>& pipeline() const { return pipeline_; }
+  // The head is the embedding (no lm_head tensor): under a pipeline the first and the last rank
+  // each hold it (Note [Pipeline parts]).
+  bool tied_embeddings() const { return tied_; }
   // Chunk `chunk` of this rank's part (not its model's last) for one micro-batch of batch x seq
   // tokens: from the embedding of `inputs` ([batch * seq] host ids) on the model's chunk 0, else
   // from x_in ([T, C], the previous chunk's output); its output into x_out ([T, C]).
@@ -299,6 +302,7 @@ class Model {
   std::vector<int32_t> tp_inputs_, tp_targets_;  // ids relative to this rank's vocabulary rows
   std::optional<ContextParallel> cp_;            // set: context parallel over cp_->group
   std::optional<PipelinePart> pipeline_;         // set_pipeline
+  bool tied_ = false;                            // tied_embeddings(), from the whole layout
   void check_pipeline_use(const char* what) const;
   // The pass's layers [first, last) forward: x0, the first layer's input slot, is written by
   // `input`; the last layer's output goes to y.

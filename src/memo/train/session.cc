@@ -395,10 +395,7 @@ void TrainSession::build_step() {
   if (o_.pp > 1) {
     // tied embeddings: the first and last stage hold the embedding (Note [Pipeline parts])
     const PipelinePart& part = *model_->pipeline();
-    const ParamLayout whole(config_);
-    const bool tied = (part.first || part.last) &&
-                      std::none_of(whole.params().begin(), whole.params().end(),
-                                   [](const ParamInfo& p) { return p.role == ParamRole::kHead; });
+    const bool tied = (part.first || part.last) && model_->tied_embeddings();
     const SkeletalLayout* skeletal = &model_->skeletal();
     ActivationAllocator* alloc = &this->alloc();
     const StrategyOptions strategy = o_.activations;
