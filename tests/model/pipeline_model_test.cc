@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -67,6 +68,7 @@ struct StepResult {
   double loss = 0.0;
   std::map<std::string, std::vector<float>> grads;   // by name (a tied embedding: summed)
   std::map<std::string, std::vector<float>> params;  // as drawn
+  std::vector<int64_t> peaks;                        // each rank's most live activation bytes
 };
 
 StepResult one_process(const ModelConfig& cfg, int m, const char* kind) {
@@ -166,6 +168,7 @@ StepResult pipeline(const ModelConfig& cfg, PipelineShape shape, const std::vect
   }
   for (int r = 0; r < P; ++r) EXPECT_EQ(next[size_t(r)], lists[size_t(r)].size()) << "rank " << r;
   StepResult res;
+  for (const Rank& rank : ranks) res.peaks.push_back(rank.alloc.peak_live_bytes());
   for (double l : losses) res.loss += l;  // in micro-batch order, as one process sums them
   for (Rank& rank : ranks)
     for (const ParamInfo& p : rank.model->layout().params()) {
@@ -240,6 +243,28 @@ TEST(PipelineModel, each_activation_strategy_gives_the_same_bits) {
   for (const char* kind : {"recompute", "offload", "memo"}) {
     expect_same_step(pipe_llama(), {2, 1}, {3, 2}, 3, kind);
     expect_same_step(pipe_llama(), {2, 2}, {1, 2, 1, 1}, 2, kind);
+  }
+}
+
+// Note [Parked micro-batches]: under offload and memo a stage's device peak does not grow with the
+// micro-batches it holds in flight (1F1B: P - r on rank r), where keep's and recompute's do.
+TEST(PipelineModel, parked_micro_batches_leave_one_micro_batchs_buffers_on_the_device) {
+  ModelConfig cfg = pipe_llama();
+  cfg.num_hidden_layers = 8;
+  const PipelineShape shape{4, 1};
+  const std::vector<int> counts{2, 2, 2, 2};
+  for (const char* kind : {"keep", "recompute", "offload", "memo"}) {
+    SCOPED_TRACE(kind);
+    const StepResult one = pipeline(cfg, shape, counts, 1, kind);   // one in flight everywhere
+    const StepResult four = pipeline(cfg, shape, counts, 4, kind);  // rank r: 4 - r in flight
+    const bool parks = std::string_view(kind) == "offload" || std::string_view(kind) == "memo";
+    for (int r = 0; r + 1 < shape.stages; ++r) {
+      if (parks)
+        EXPECT_EQ(four.peaks[size_t(r)], one.peaks[size_t(r)]) << "rank " << r;
+      else
+        EXPECT_GT(four.peaks[size_t(r)], one.peaks[size_t(r)]) << "rank " << r;
+    }
+    EXPECT_EQ(four.peaks.back(), one.peaks.back());  // the last stage runs one at a time
   }
 }
 

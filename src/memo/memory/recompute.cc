@@ -30,10 +30,22 @@ void RecomputeStrategy::begin_step(int64_t batch, int64_t seq) {
              first_, ", ", end_, ") of ", slots_.size());
   batch_ = batch;
   seq_ = seq;
+  parked_run_ = range_parked_;
+  parked_ = false;
+  acquire_work();
+}
+
+void RecomputeStrategy::acquire_work() {
   for (int i = 1; i < layout_.num_fields(); ++i)  // every field but x
-    work_[i] = alloc_.acquire(layout_.fields[size_t(i)].name, layout_.shape(i, batch, seq),
+    work_[i] = alloc_.acquire(layout_.fields[size_t(i)].name, layout_.shape(i, batch_, seq_),
                               ActKind::kSaved, layout_.fields[size_t(i)].dtype);
   work_live_ = true;
+}
+
+void RecomputeStrategy::park() {
+  MEMO_CHECK(parked_run_ && work_live_, "recompute: park() after a micro-batch not set parked");
+  release_work();
+  parked_ = true;
 }
 
 void RecomputeStrategy::bind_layers(const LayerRunner& layers) { layers_ = &layers; }
@@ -52,8 +64,20 @@ const SavedActs& RecomputeStrategy::forward_slot(int layer) {
 
 const SavedActs& RecomputeStrategy::backward_ready(int layer) {
   MEMO_CHECK(x_live_.at(size_t(layer)), "recompute: layer ", layer, " backward before its forward");
+  if (parked_) {  // a new work slot: every live layer's fields point into it
+    MEMO_CHECK(layer + 1 == end_, "recompute: a parked micro-batch's backward starts at layer ",
+               layer, ", not at its top layer ", end_ - 1);
+    acquire_work();
+    for (int l = first_; l < end_; ++l) {
+      const Tensor x = slots_[size_t(l)].x();
+      slots_[size_t(l)] = work_;
+      slots_[size_t(l)].x() = x;
+    }
+    parked_ = false;
+  }
   const SavedActs& s = slots_[size_t(layer)];
-  if (layer + 1 < end_) {  // the top layer's fields are still its forward's
+  // the top layer's fields are still its forward's, unless the micro-batch was parked
+  if (layer + 1 < end_ || parked_run_) {
     MEMO_CHECK(layers_, "recompute: no layers bound to re-run layer ", layer, " with");
     ScopedAct y(alloc_, "recompute.y", layout_.shape(0, batch_, seq_),
                 layout_.fields[0].dtype);  // the layer output: x's shape and dtype

@@ -2,7 +2,9 @@
 // tensors of [T, C]); every other skeletal tensor is written into one shared work slot during the
 // forward and thrown away. Before layer l's backward its forward is re-run into the work slot by
 // the layer's forward itself (the output goes to a scratch [T, C] transient), so the values are the
-// forward's bit for bit. The top layer skips the re-run: the slot still holds its forward.
+// forward's bit for bit. The top layer skips the re-run: the slot still holds its forward. A parked
+// micro-batch (a pipeline chunk: ActivationStrategy::park) gives the work slot back between its
+// forward and its backward, and re-runs its top layer too.
 #pragma once
 
 #include <vector>
@@ -24,8 +26,10 @@ class RecomputeStrategy final : public ActivationStrategy {
   const SavedActs& backward_ready(int layer) override;
   void backward_done(int layer) override;
   void discard(int layer) override;
+  void park() override;
 
  private:
+  void acquire_work();
   void release_x(int layer);
   void release_work();
 
@@ -38,6 +42,8 @@ class RecomputeStrategy final : public ActivationStrategy {
   std::vector<SavedActs> slots_;  // layer l: its own x + the work slot
   std::vector<bool> x_live_;
   bool work_live_ = false;
+  bool parked_run_ = false;  // the micro-batch was set parked (its top layer is re-run too)
+  bool parked_ = false;      // between park() and the first backward_ready
 };
 
 }  // namespace memo

@@ -57,13 +57,22 @@ class ActivationStrategy {
   // The layers [first, last) the next micro-batch runs, called before bind_layers: a pipeline
   // chunk's (Note [Pipeline parts] in model/model.h), whose forward ends at layer last - 1 and
   // whose backward ends at layer first. Without a call, or with last = -1: every layer.
-  void set_layer_range(int first, int last) {
+  // `parked`: the micro-batch's backward does not follow its forward (a pipeline chunk below the
+  // last, whose backward waits for the stages after it while other micro-batches run), so the
+  // model calls park() after the last forward_done, and the strategy may free the device between
+  // the two (Note [Parked micro-batches] in memory/swap_strategy.cc).
+  void set_layer_range(int first, int last, bool parked = false) {
     range_first_ = first;
     range_last_ = last;
+    range_parked_ = parked;
   }
+  // After a parked micro-batch's forward: hold as little on the device as the strategy can until
+  // its first backward_ready, which brings back what the backward needs. keep holds everything.
+  virtual void park() {}
 
  protected:
   int range_first_ = 0, range_last_ = -1;
+  bool range_parked_ = false;
 };
 
 class KeepStrategy final : public ActivationStrategy {

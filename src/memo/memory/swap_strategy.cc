@@ -19,8 +19,8 @@ namespace memo {
 // on a device that can order streams (on the CPU the compute stream is the host thread). Copies
 // queued on D2H and H2D first wait on an event of the compute stream, so they never read a buffer
 // a kernel is still writing.
-// Forward (L layers; the top two, L-2 and L-1, never leave the device; a pipeline chunk's layers
-// [first, last) likewise, with first for 0 and last for L below):
+// Forward (L layers; the top two, L-2 and L-1, never leave the device but in a parked micro-batch;
+// a pipeline chunk's layers [first, last) likewise, with first for 0 and last for L below):
 //   forward_slot(l), 1st call: wait offload_done_[l-3] (x_{l-3} leaves x_ring_[l % 3])
 //   forward_slot(l), 2nd call: wait offload_done_[l-2] (rounding_[l % 2] is free); layer l runs
 //   forward_done(l), l < L-2:  D2H waits for layer l's kernels, then queues x, attn, lse whole
@@ -39,6 +39,24 @@ namespace memo {
 // H2D waits on the offload's event too, so a prefetch never reads a host block still being written.
 // With SwapOptions::poison_released each buffer is filled with NaN when it is handed back, which
 // turns a missing wait or an unrebuilt row into a NaN loss.
+
+// Note [Parked micro-batches]
+// Under a pipeline schedule a stage runs the forwards of several micro-batches before their
+// backwards (1F1B: P - r on rank r; Note [Pipeline schedules] in parallel/pipeline.h), each with
+// its own strategy. Were each to keep its rounding buffers, ring and top two layers on the device,
+// the first stage would hold P micro-batches' worth where the last holds one. A micro-batch set
+// parked (set_layer_range) instead:
+//   forward:  every layer goes to the host as it finishes, the top two included (offload_end_ is
+//             end_, not end_ - 2);
+//   park():   the compute stream waits for the offloads of the top three layers (the others were
+//             waited on by later slot calls), then every device buffer goes back to the allocator,
+//             for the other micro-batches' passes;
+//   backward_ready(end_ - 1), the first after park: the buffers are acquired again and the top two
+//             layers prefetched into them; from there the backward runs as above (the rows past
+//             offload_rows rebuilt by recompute_tokens, the top two's included).
+// So a stage holds one micro-batch's buffers at a time whatever its place in the pipeline, at the
+// price of the top two layers' copies both ways, which the first backward waits on. The values
+// are the ones the layers wrote: bits do not change (tested with poisoned buffers).
 
 namespace {
 
@@ -117,8 +135,10 @@ void SwapStrategy::begin_step(int64_t batch, int64_t seq) {
     h2d_->synchronize();
     release_step_buffers();
   }
+  parked_ = false;  // a parked micro-batch abandoned before its backward (an exception)
   first_ = range_first_;
   end_ = range_last_ < 0 ? L_ : range_last_;
+  offload_end_ = range_parked_ ? end_ : end_ - 2;
   MEMO_CHECK(first_ >= 0 && first_ < end_ && end_ <= L_, name(), ": layers [", first_, ", ", end_,
              ") of ", L_);
   batch_ = batch;
@@ -174,6 +194,13 @@ void SwapStrategy::release_step_buffers() {
   step_live_ = false;
 }
 
+void SwapStrategy::poison_step_buffers() {
+  poison(rounding_[0], false);
+  poison(rounding_[1], false);
+  if (options_.poison_released)
+    for (const Tensor& x : x_ring_) backend_->fill(x, std::numeric_limits<float>::quiet_NaN());
+}
+
 void SwapStrategy::poison(const SavedActs& s, bool x_too) {
   if (!options_.poison_released) return;
   for (int i = x_too ? 0 : 1; i < layout_.num_fields(); ++i)
@@ -206,7 +233,7 @@ void SwapStrategy::forward_done(int layer) {
   if (!profile_.valid) backend_->compute_stream().synchronize();
   layer_forward_s_[size_t(layer)] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - layer_start_).count();
-  if (layer < end_ - 2) queue_offload(layer);
+  if (layer < offload_end_) queue_offload(layer);
   if (layer == end_ - 1 && !profile_.valid) {
     double sum = 0.0;
     for (int l = first_; l < end_; ++l) sum += layer_forward_s_[size_t(l)];
@@ -225,7 +252,8 @@ ActivationStrategy::CopyTime SwapStrategy::copy_time() const {
 
 void SwapStrategy::ensure_host_storage() {
   const int64_t shape[4] = {batch_, seq_, offload_rows_, first_};
-  if (std::equal(shape, shape + 4, host_shape_) && int(host_layers_.size()) >= end_ - 2 - first_)
+  if (std::equal(shape, shape + 4, host_shape_) &&
+      int(host_layers_.size()) >= offload_end_ - first_)
     return;
   host_layers_.clear();  // free before allocating, so the peak is one shape's bytes
   int64_t offset = 0;
@@ -235,7 +263,7 @@ void SwapStrategy::ensure_host_storage() {
         moved_bytes(layout_.fields[size_t(i)], layout_.shape(i, batch_, seq_), offload_rows_),
         kHostAlignBytes);
   }
-  for (int l = first_; l < end_ - 2; ++l)
+  for (int l = first_; l < offload_end_; ++l)
     host_layers_.push_back(host_->allocate(str("the offload of layer ", l), offset));
   std::copy(shape, shape + 4, host_shape_);
 }
@@ -269,11 +297,30 @@ void SwapStrategy::queue_prefetch(int layer) {
   prefetch_done_[size_t(layer)] = h2d_->record();
 }
 
+void SwapStrategy::park() {
+  MEMO_CHECK(step_live_ && offload_end_ == end_ && forward_calls_[size_t(end_ - 1)] == 2, name(),
+             ": park() after a micro-batch that was not set parked or whose forward is not done");
+  for (int l = std::max(first_, end_ - 3); l < end_; ++l)  // the offloads nobody waited on yet
+    backend_->compute_stream().wait(offload_done_[size_t(l)]);
+  poison_step_buffers();
+  release_step_buffers();
+  parked_ = true;
+}
+
 const SavedActs& SwapStrategy::backward_ready(int layer) {
+  if (parked_) {
+    MEMO_CHECK(layer == end_ - 1, name(), ": a parked micro-batch's backward starts at layer ",
+               layer, ", not at its top layer ", end_ - 1);
+    acquire_step_buffers();
+    poison_step_buffers();  // another micro-batch's values: the prefetch must overwrite them all
+    queue_prefetch(layer);
+    if (layer - 1 >= first_) queue_prefetch(layer - 1);
+    parked_ = false;
+  }
   MEMO_CHECK(step_live_ && forward_calls_[size_t(layer)] == 2, name(), ": backward of layer ",
              layer, " before its forward");
   const SavedActs& s = slots_[size_t(layer)];
-  if (layer < end_ - 2) {
+  if (layer < offload_end_) {
     backend_->compute_stream().wait(prefetch_done_[size_t(layer)]);
     MEMO_CHECK(layers_, name(), ": no layers bound to rebuild layer ", layer, " with");
     layers_->recompute_tokens(layer, s, offload_rows_, layout_.token_rows(batch_, seq_));

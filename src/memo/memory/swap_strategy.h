@@ -1,7 +1,8 @@
 // The swap scheduler behind the offload and memo strategies: two rounding buffers, a ring of three
 // layer inputs, a host pool, and the device-to-host and host-to-device copy streams with their
 // events (DESIGN.md sections 2 and 5; the MEMO paper, arXiv 2407.12117, sections 4.1 and 4.3.4).
-// Of each layer below the top two,
+// Of each layer below the top two
+// (of every layer of a parked micro-batch: Note [Parked micro-batches] in swap_strategy.cc),
 // x, attn and lse go to the host whole; of every per-token field the first `offload_rows` token
 // rows go to the host and the rest are rebuilt before the backward by
 // LayerRunner::recompute_tokens. Subclasses choose offload_rows (offload: all; memo: the alpha
@@ -49,6 +50,7 @@ class SwapStrategy : public ActivationStrategy {
   const SavedActs& backward_ready(int layer) override;
   void backward_done(int layer) override;
   void discard(int layer) override;
+  void park() override;
   int64_t host_peak_bytes() const override { return host_ ? host_->peak_bytes() : 0; }
   CopyTime copy_time() const override;
 
@@ -74,6 +76,7 @@ class SwapStrategy : public ActivationStrategy {
   void queue_offload(int layer);
   void queue_prefetch(int layer);
   void poison(const SavedActs& s, bool x_too);
+  void poison_step_buffers();
   void bind_backend(Backend& backend);
 
   const SkeletalLayout layout_;
@@ -81,6 +84,8 @@ class SwapStrategy : public ActivationStrategy {
   SwapOptions options_;
   const int L_;
   int first_ = 0, end_ = 0;  // the micro-batch's layers [first_, end_) (set_layer_range)
+  int offload_end_ = 0;      // layers [first_, offload_end_) go to the host: end_ - 2, or end_
+  bool parked_ = false;      // between park() and the first backward_ready
   int64_t batch_ = 0, seq_ = 0, offload_rows_ = 0;
   const LayerRunner* layers_ = nullptr;
   Backend* backend_ = nullptr;  // the layers' (layers_->backend()); fixed once bound
@@ -97,7 +102,7 @@ class SwapStrategy : public ActivationStrategy {
   // backend's pinned host memory
   std::optional<MemorySpace> host_;
   std::vector<SpaceBuffer> host_layers_;
-  // batch, seq, rows and first layer of host_layers_ (one block per layer of [first_, end_ - 2))
+  // batch, seq, rows and first layer of host_layers_ (a block per layer of [first_, offload_end_))
   int64_t host_shape_[4] = {-1, -1, -1, -1};
   int64_t host_offset_[kMaxSkeletalFields] = {};
 

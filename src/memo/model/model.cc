@@ -791,7 +791,10 @@ void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* i
   refresh_working_weights();
   pass.layers_ = std::make_unique<Layers>(arch_, w_, pass.ctx_);
   ActivationStrategy& strategy = pass.strategy_;
-  strategy.set_layer_range(first, last);
+  // a chunk below the model's last waits for its backward while other micro-batches run
+  const bool parked =
+      backward && !(pipeline_->last && size_t(chunk) + 1 == pipeline_->chunks.size());
+  strategy.set_layer_range(first, last, parked);
   strategy.bind_layers(*pass.layers_);
   strategy.begin_step(batch, seq);
   const Tensor x0 = strategy.forward_slot(first).x();
@@ -807,6 +810,7 @@ void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* i
     else
       strategy.discard(l);
   }
+  if (parked) strategy.park();
 }
 
 void Model::pipeline_forward_only(int chunk, const int32_t* inputs, int64_t batch, int64_t seq,
