@@ -147,6 +147,19 @@ TEST_F(PipelineParallel, activation_strategies_give_the_same_bits) {
               std::string("--steps 3 --no-checkpoint --pp 2 --activations ") + kind);
     ASSERT_EQ(r.exit_code, 0) << kind << "\n" << r.output;
     runs.push_back(records(out + ".jsonl"));
+    // Note [Pipeline host memory]: stage 0 (rank 0, whose record this is) holds 2 micro-batches
+    // of 2 layers; the last stage none. Its pool peaks at the figure printed at the start.
+    const size_t at = r.output.find(" micro-batches in flight x ");
+    if (kind[0] == 'k' || kind[0] == 'r') {
+      EXPECT_EQ(at, std::string::npos) << kind;
+      continue;
+    }
+    ASSERT_NE(at, std::string::npos) << kind << "\n" << r.output;
+    EXPECT_EQ(r.output.substr(at - 21, 21), "stage 0 holds up to 2") << kind;
+    const size_t open = r.output.find(" (", at) + 2;
+    const int64_t planned = std::stoll(r.output.substr(open, r.output.find(" bytes)", at) - open));
+    for (const nlohmann::json& rec : runs.back())
+      EXPECT_EQ(rec["host_peak_bytes"].get<int64_t>(), planned) << kind;
   }
   for (size_t k = 1; k < runs.size(); ++k)
     for (size_t i = 0; i < runs[0].size(); ++i) {
@@ -168,7 +181,9 @@ TEST_F(PipelineParallel, what_a_pipeline_does_not_run_is_refused_by_name) {
            {2, "--pp 2 --pp-layers 3,2" + quiet, "the counts add up to 5, the model has 4 layers"},
            {1, "--virtual-stages 2", "--virtual-stages splits a pipeline: give --pp 2 or more"},
            {2, "--pp 2 --activations memo" + quiet,
-            "--pp 2 with memo's cost model (give --alpha) is not implemented yet"}}) {
+            "--pp 2 with memo's cost model (give --alpha) is not implemented yet"},
+           {2, "--pp 2 --activations offload --host-memory 4KiB" + quiet,
+            "over --host-memory 4.00 KiB; give --host-memory"}}) {
     const test::CommandResult r =
         test::run_command((ranks == 1 ? std::string() : mpirun(ranks)) + run + flags);
     EXPECT_NE(r.exit_code, 0) << flags;

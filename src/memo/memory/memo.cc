@@ -44,6 +44,7 @@ bool MemoStrategy::wants_warmup() const {
 
 MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
   AlphaInputs in = memo_alpha_sizes(layout(), batch, seq);
+  in.num_layers = offloaded_layers() + 2;  // a pipeline chunk's (alpha.h counts L - 2)
   in.host_memory_bytes = host_memory_bytes_;
   in.layer_forward_s =
       options_.layer_forward_s > 0.0 ? options_.layer_forward_s : profile().layer_forward_s;

@@ -24,6 +24,7 @@ std::unique_ptr<ActivationStrategy> make_strategy(const SkeletalLayout& layout,
                           o.copy_bandwidth_gb_per_s, " GB/s must be >= 0"));
   SwapOptions swap;
   swap.host_memory_bytes = o.host_memory_bytes;
+  swap.host_space = o.host_space;
   swap.copy.bandwidth_bytes_per_s = o.copy_bandwidth_gb_per_s * 1e9;
   swap.copy.max_random_delay_s = o.max_random_delay_s;
   swap.copy.random_delay_seed = o.random_delay_seed;

@@ -10,11 +10,15 @@
 
 namespace memo {
 
+class MemorySpace;
+
 struct StrategyOptions {
   std::string kind = "keep";      // keep | recompute | offload | memo
   std::optional<double> alpha;    // memo only: fixed alpha in [0, 1]; empty: the cost model's
   int64_t host_memory_bytes = 0;  // offload, memo: host pool budget (0: unlimited)
   double copy_bandwidth_gb_per_s = 0.0;  // offload, memo: copy throttle in GB/s (0: none)
+  // offload, memo: a host pool shared with other strategies (SwapOptions::host_space)
+  MemorySpace* host_space = nullptr;
   // Given cost-model inputs for memo (0: profiled in a warm-up micro-batch).
   double layer_forward_s = 0.0;
   double bandwidth_bytes_per_s = 0.0;

@@ -111,21 +111,24 @@ void SwapStrategy::bind_backend(Backend& backend) {
   MEMO_CHECK(backend_ == nullptr, name(), ": bound to the ", backend_->name(),
              " backend, now asked to run on the ", backend.name(), " backend");
   backend_ = &backend;
-  host_.emplace("host", options_.host_memory_bytes, backend.allocator(MemSpace::kPinnedHost));
+  host_ = options_.host_space ? options_.host_space
+                              : &own_host_.emplace("host", options_.host_memory_bytes,
+                                                   backend.allocator(MemSpace::kPinnedHost));
   d2h_ = backend.make_copy_stream("d2h", options_.copy);
   h2d_ = backend.make_copy_stream("h2d", options_.copy);
 }
 
-int64_t SwapStrategy::host_layer_bytes(int64_t batch, int64_t seq, int64_t rows) const {
+int64_t swap_host_layer_bytes(const SkeletalLayout& layout, int64_t batch, int64_t seq,
+                              int64_t rows) {
   int64_t bytes = 0;
-  for (const SkeletalField& f : layout_.fields)
+  for (const SkeletalField& f : layout.fields)
     bytes += round_up(moved_bytes(f, f.shape(batch, seq), rows), kHostAlignBytes);
   // MemorySpace rounds each block to 64 bytes, which the field rounding already is.
   return bytes;
 }
 
 int64_t SwapStrategy::planned_host_bytes(int64_t batch, int64_t seq, int64_t rows) const {
-  return std::max(0, L_ - 2) * host_layer_bytes(batch, seq, rows);
+  return std::max(0, offloaded_layers()) * swap_host_layer_bytes(layout_, batch, seq, rows);
 }
 
 void SwapStrategy::begin_step(int64_t batch, int64_t seq) {

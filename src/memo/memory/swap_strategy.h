@@ -9,6 +9,7 @@
 // policy). See Note [Rounding buffers] in swap_strategy.cc.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -24,7 +25,10 @@ namespace memo {
 
 struct SwapOptions {
   int64_t host_memory_bytes = 0;  // host pool budget (0: unlimited)
-  StreamOptions copy;             // both streams: bandwidth throttle, test delays
+  // A host pool shared with other strategies, in place of one of host_memory_bytes: a pipeline
+  // stage's micro-batches in flight share one budget. Must outlive the strategy.
+  MemorySpace* host_space = nullptr;
+  StreamOptions copy;  // both streams: bandwidth throttle, test delays
   // Test/debug: fill every device buffer with NaN when it is handed back for reuse, so a copy that
   // had not finished or a row nobody rebuilt poisons the result.
   bool poison_released = false;
@@ -36,6 +40,11 @@ struct SwapProfile {
   double layer_forward_s = 0.0;  // mean over layers, waits on copies excluded
   double d2h_bytes_per_s = 0.0;  // 0 when nothing was copied
 };
+
+// Host bytes of one offloaded layer: x, attn and lse whole and the first `offload_rows` token
+// rows of every per-token field, each rounded up to 64 bytes.
+int64_t swap_host_layer_bytes(const SkeletalLayout& layout, int64_t batch, int64_t seq,
+                              int64_t offload_rows);
 
 class SwapStrategy : public ActivationStrategy {
  public:
@@ -51,12 +60,16 @@ class SwapStrategy : public ActivationStrategy {
   void backward_done(int layer) override;
   void discard(int layer) override;
   void park() override;
+  // this strategy's pool, or the shared one's (SwapOptions::host_space)
   int64_t host_peak_bytes() const override { return host_ ? host_->peak_bytes() : 0; }
   CopyTime copy_time() const override;
 
   int64_t offload_rows() const { return offload_rows_; }  // of the current micro-batch shape
-  // Host bytes this shape needs: (L - 2) layers of host_layer_bytes.
+  // Host bytes this shape needs: offloaded_layers() layers of swap_host_layer_bytes.
   int64_t planned_host_bytes(int64_t batch, int64_t seq, int64_t offload_rows) const;
+  // Layers the micro-batch sends to the host: L - 2 of a whole model; a pipeline chunk's layers
+  // less its top two, or all of them when parked (Note [Parked micro-batches]).
+  int offloaded_layers() const { return std::max(0, batch_ > 0 ? offload_end_ - first_ : L_ - 2); }
   const SwapProfile& profile() const { return profile_; }
 
  protected:
@@ -69,7 +82,6 @@ class SwapStrategy : public ActivationStrategy {
   Backend* backend() const { return backend_; }
 
  private:
-  int64_t host_layer_bytes(int64_t batch, int64_t seq, int64_t rows) const;
   void acquire_step_buffers();
   void release_step_buffers();
   void ensure_host_storage();
@@ -100,7 +112,8 @@ class SwapStrategy : public ActivationStrategy {
 
   // host: one block per offloaded layer (0 .. L-3), laid out by host_offset_ (bytes), in the
   // backend's pinned host memory
-  std::optional<MemorySpace> host_;
+  std::optional<MemorySpace> own_host_;
+  MemorySpace* host_ = nullptr;  // &*own_host_ or SwapOptions::host_space
   std::vector<SpaceBuffer> host_layers_;
   // batch, seq, rows and first layer of host_layers_ (a block per layer of [first_, offload_end_))
   int64_t host_shape_[4] = {-1, -1, -1, -1};

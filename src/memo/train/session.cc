@@ -6,10 +6,13 @@
 #include <string>
 
 #include "memo/core/error.h"
+#include "memo/core/units.h"
 #include "memo/data/shards.h"
 #include "memo/io/checkpoint.h"
 #include "memo/io/config_json.h"
+#include "memo/memory/memo.h"
 #include "memo/memory/strategy_factory.h"
+#include "memo/memory/swap_strategy.h"
 #include "memo/model/flops.h"
 #include "memo/optim/factory.h"
 #include "memo/train/device_plan.h"
@@ -398,7 +401,10 @@ void TrainSession::build_step() {
     const bool tied = (part.first || part.last) && model_->tied_embeddings();
     const SkeletalLayout* skeletal = &model_->skeletal();
     ActivationAllocator* alloc = &this->alloc();
-    const StrategyOptions strategy = o_.activations;
+    StrategyOptions strategy = o_.activations;
+    if (strategy.kind == "offload" || strategy.kind == "memo")  // Note [Pipeline host memory]
+      strategy.host_space = &pipeline_host_.emplace("host", strategy.host_memory_bytes,
+                                                    backend_.allocator(MemSpace::kPinnedHost));
     step_->set_pipeline(
         {pipeline_shape(), pp_group_.get(), tied ? embedding_group_.get() : nullptr,
          [skeletal, alloc, strategy] { return make_strategy(*skeletal, *alloc, strategy); }});
@@ -439,6 +445,79 @@ void TrainSession::set_pipeline_part() {
                  << pipeline_bubble(shape, int(m)) << "\n";
   if (o_.gns)
     runtime_.log() << "memo: the gradient noise scale is not measured under --pp yet (issue #26)\n";
+  check_pipeline_host(first);
+}
+
+// Note [Pipeline host memory]
+// Under --pp with offload or memo, each micro-batch a stage holds in flight is parked on the host
+// between its forward and its backward (Note [Parked micro-batches] in memory/swap_strategy.cc),
+// and the stage's strategies take their blocks from one pool of --host-memory. A pass of chunk c
+// holds n_c layers there (n_c - 2 on the model's last chunk, whose backward follows its forward
+// at once); a strategy keeps its blocks from pass to pass, and a rank has at most k passes in
+// flight (peak_in_flight of its actions), so a stage needs at most k max_c(n_c) layers of
+// swap_host_layer_bytes: exactly that under 1F1B, where a rank runs one chunk. Every rank works
+// out every stage's figure, so a layout that does not fit is refused on all ranks alike with the
+// fullest stage's numbers, before the weights are drawn.
+void TrainSession::check_pipeline_host(const std::vector<int>& first) {
+  const StrategyOptions& a = o_.activations;
+  if (a.kind != "offload" && a.kind != "memo") return;
+  const PipelineShape shape = pipeline_shape();
+  const int G = shape.chunks();
+  const int64_t B = stage().micro_batch, S = stage().seq;
+  const int m = int(micro_steps() / data_parallel().size());
+  const SkeletalLayout& skeletal = model_->skeletal();
+  const int64_t T = skeletal.token_rows(B, S);
+  // check_pipeline: memo runs with a given alpha under --pp
+  const int64_t rows =
+      a.kind == "memo" ? memo_offload_rows(*a.alpha, T, backend_.reproducible_rows()) : T;
+  const int64_t layer_bytes = swap_host_layer_bytes(skeletal, B, S, rows);
+  struct StageNeed {
+    int stage = 0, in_flight = 0, layers = 0;
+    int64_t bytes = -1;
+  } fullest;
+  for (int p = 0; p < shape.stages; ++p) {
+    StageNeed n{p, peak_in_flight(pipeline_actions(shape, m, p)), 0, 0};
+    for (int v = 0; v < shape.virtual_stages; ++v) {
+      const int g = shape.chunk_of(p, v), layers = first[size_t(g) + 1] - first[size_t(g)];
+      n.layers = std::max(n.layers, g + 1 == G ? std::max(0, layers - 2) : layers);
+    }
+    n.bytes = int64_t(n.in_flight) * n.layers * layer_bytes;
+    if (n.bytes > fullest.bytes) fullest = n;
+  }
+  const std::string what =
+      str("stage ", fullest.stage, " holds up to ", fullest.in_flight,
+          " micro-batches in flight x ", fullest.layers, " layers x ", format_bytes(layer_bytes),
+          " = ", format_bytes(fullest.bytes), " (", fullest.bytes, " bytes)");
+  if (a.host_memory_bytes > 0 && fullest.bytes > a.host_memory_bytes)
+    throw BudgetError(str("--pp ", shape.stages, " --activations ", a.kind, ": ", what,
+                          " of host memory, over --host-memory ", format_bytes(a.host_memory_bytes),
+                          "; give --host-memory ", fullest.bytes, " or more",
+                          a.kind == "memo" ? ", or a lower --alpha" : ""));
+  runtime_.log() << "memo: pipeline: the micro-batches in flight wait on the host (" << a.kind
+                 << ", the top two layers too); the fullest, " << what << "\n";
+}
+
+int64_t TrainSession::host_peak_bytes() const {
+  return pipeline_host_ ? pipeline_host_->peak_bytes() : strategy_->host_peak_bytes();
+}
+
+ActivationStrategy::CopyTime TrainSession::copy_time() const {
+  if (!step_ || !step_->pipeline()) return strategy_->copy_time();
+  ActivationStrategy::CopyTime sum;
+  for (const auto& s : step_->pipeline_strategies()) {
+    const ActivationStrategy::CopyTime t = s->copy_time();
+    sum.copy_s += t.copy_s;
+    sum.wait_s += t.wait_s;
+  }
+  return sum;
+}
+
+std::string TrainSession::activation_summary() const {
+  if (!step_ || !step_->pipeline()) return strategy_->summary();
+  // a strategy describes its last micro-batch: one of the rank's after step 1, else the kind
+  const auto& made = step_->pipeline_strategies();
+  return made.empty() ? str(o_.activations.kind, " per micro-batch in flight")
+                      : made.front()->summary() + " (per micro-batch in flight)";
 }
 
 }  // namespace memo

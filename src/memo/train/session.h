@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memo/backend/caching_allocator.h"
+#include "memo/backend/memory_space.h"
 #include "memo/data/sampler.h"
 #include "memo/data/token_data.h"
 #include "memo/memory/planned_allocator.h"
@@ -64,6 +65,11 @@ class TrainSession {
   }
   CachingAllocator& caching() { return *caching_; }
   ActivationStrategy& strategy() { return *strategy_; }
+  // What the logs report of the step's activations: the strategy's, or under --pp the stage's
+  // (the strategies of its micro-batches in flight, and their shared host pool).
+  int64_t host_peak_bytes() const;
+  ActivationStrategy::CopyTime copy_time() const;
+  std::string activation_summary() const;
   KeepStrategy& eval_strategy() { return *eval_strategy_; }
   TrainStep& step() { return *step_; }
   // Micro-batches of a fixed step of the current stage over all ranks.
@@ -102,6 +108,9 @@ class TrainSession {
   std::optional<WindowSampler> sampler_;
   std::unique_ptr<Communicator> tp_group_, cp_group_, dp_group_, pp_group_, embedding_group_;
   void set_pipeline_part();  // --pp: the model becomes this rank's chunks
+  // --pp with offload or memo: the stages' host memory within --host-memory (first: the chunks'
+  // first layers)
+  void check_pipeline_host(const std::vector<int>& first);
   std::optional<Model> model_;
   std::vector<ZeroShard> shards_;
   size_t mine_ = 0;  // this rank's shard
@@ -110,6 +119,9 @@ class TrainSession {
   std::unique_ptr<PlannedAllocator> planned_;
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<GradNoiseProbe> probe_;
+  // under --pp with offload or memo: the host pool of the stage's micro-batches in flight
+  // (Note [Pipeline host memory]); destroyed after the step's strategies
+  std::optional<MemorySpace> pipeline_host_;
   std::unique_ptr<ActivationStrategy> strategy_;
   std::optional<KeepStrategy> eval_strategy_;
   std::optional<TrainStep> step_;

@@ -92,6 +92,10 @@ class TrainStep {
   };
   void set_pipeline(Pipeline pipeline);
   const std::optional<Pipeline>& pipeline() const { return pipeline_; }
+  // The pipeline's strategies made so far (one per pass in flight at once), for their logs.
+  const std::vector<std::unique_ptr<ActivationStrategy>>& pipeline_strategies() const {
+    return strategies_;
+  }
 
  private:
   Model& model_;

@@ -86,8 +86,8 @@ void print_step_line(std::ostream& progress, const std::string& label, const Ste
 // One JSON line per step. A batch change made after the step rides in its record (as
 // "batch_change"), so every line is a step with its loss.
 nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tokens_per_s,
-                          double mfu, const ActivationAllocator& alloc,
-                          const ActivationStrategy& strategy, const GradNoiseProbe* probe,
+                          double mfu, const ActivationAllocator& alloc, int64_t host_peak_bytes,
+                          const GradNoiseProbe* probe,
                           const std::optional<scaling::BatchChange>& change,
                           const Communicator& data_parallel, const Communicator* context_parallel,
                           const Communicator* tensor_parallel, const Communicator* pipeline,
@@ -104,7 +104,7 @@ nlohmann::json log_record(const StepRun& run, const StepGradients& g, double tok
                         {"peak_bytes", alloc.peak_live_bytes()},
                         {"reserved_bytes", alloc.reserved_bytes()},
                         {"device_peak_bytes", alloc.peak_live_bytes()},
-                        {"host_peak_bytes", strategy.host_peak_bytes()}};
+                        {"host_peak_bytes", host_peak_bytes}};
   record.update(probe ? probe->log_fields() : gns_null_fields());
   // the layout, and what rank 0 sent over its data- and context-parallel groups in this step
   const int cp = context_parallel ? context_parallel->size() : 1;
@@ -236,7 +236,7 @@ void StepLogger::print_stage() {
                     ? str(", RoPE theta ", s_.model().config().rope_theta, " ",
                           rope_type_name(s_.model().config().rope_scaling.type))
                     : std::string())
-            << "; activations: " << s_.strategy().summary() << "\n"
+            << "; activations: " << s_.activation_summary() << "\n"
             << std::flush;
 }
 
@@ -256,7 +256,7 @@ void StepLogger::log_step(const Step& st) {
   const bool validated = st.val && st.val->tokens > 0;
   if (log_.is_open() || tensorboard_) {
     nlohmann::json record = log_record(
-        run, st.g, tokens_per_s, mfu, s_.alloc(), s_.strategy(), s_.probe(), st.change,
+        run, st.g, tokens_per_s, mfu, s_.alloc(), s_.host_peak_bytes(), s_.probe(), st.change,
         s_.data_parallel(), s_.context_parallel(), s_.tensor_parallel(), s_.pipeline(), o.zero);
     if (mfu_peak) record["mfu_peak"] = *mfu_peak;
     if (s_.stages().size() > 1) {  // Note [Length stages]
@@ -266,7 +266,7 @@ void StepLogger::log_step(const Step& st) {
     record["elapsed_s"] = st.elapsed_s;  // since this run's first step began: waits included
     // the offload's copies this step, and how much of their time compute hid (the compute
     // stream's waits on them are the rest)
-    const ActivationStrategy::CopyTime copy1 = s_.strategy().copy_time();
+    const ActivationStrategy::CopyTime copy1 = s_.copy_time();
     if (copy1.copy_s > st.copy_before.copy_s) {
       const double copy_s = copy1.copy_s - st.copy_before.copy_s;
       const double wait_s = copy1.wait_s - st.copy_before.wait_s;

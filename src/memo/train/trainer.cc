@@ -143,7 +143,7 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
   logger.print_peaks(runtime.backend().measure_matmul_peak_flops(0.25));
   // profile on the first micro-batch; its gradients are dropped
   if (s.strategy().wants_warmup()) s.step().warmup(s.start_step() + 1);
-  runtime.log() << "memo: activations: " << s.strategy().summary() << "\n";
+  runtime.log() << "memo: activations: " << s.activation_summary() << "\n";
 
   TrainResult result;
   const auto t_start = Clock::now();
@@ -157,7 +157,7 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
       logger.print_stage();
     }
     const auto t0 = Clock::now();
-    const ActivationStrategy::CopyTime copy0 = s.strategy().copy_time();
+    const ActivationStrategy::CopyTime copy0 = s.copy_time();
     reset_step_counters(s);
     StepGradients g;
     const double median = bad.median();  // what a spike is measured against
