@@ -194,6 +194,63 @@ TEST(ClusterPlan, the_traced_ring_sends_what_the_context_parallel_layout_does) {
   EXPECT_EQ(plan_cluster(cpu_backend(), config, 262144, "keep", o).cp_bytes_per_micro_batch, 0);
 }
 
+// Note [Pipeline cost model]: LLaMA-7B on 16 A800s, TP 8 x PP 2 at S = 65,536 (T = 8,192 tokens
+// per GPU), 8 micro-batches a step against 1. Stage 0 holds 2 micro-batches in flight at m = 8.
+TEST(ClusterPlan, a_pipeline_sizes_each_stage_with_its_micro_batches_in_flight_and_its_bubble) {
+  const ModelConfig config = llama_preset("llama-7b");
+  const int64_t seq = 65536, T = seq / 8;
+  ClusterOptions o = a800s(8, int64_t(2048 * kGiB));
+  o.gpus = 16;
+  o.pp = 2;
+  o.alpha = 0.25;
+  auto plan = [&](const char* strategy, int64_t m) {
+    o.micro_batches = m;
+    return plan_cluster(cpu_backend(), config, seq, strategy, o);
+  };
+  const Sizes layer = llama7b_layer(double(T));
+  const ClusterPlan keep1 = plan("keep", 1), keep8 = plan("keep", 8);
+  ASSERT_EQ(keep8.pp_stage_totals.size(), 2u);
+  EXPECT_EQ(keep8.pp_stage, 0);
+  EXPECT_EQ(keep8.pp_in_flight, 2);
+  EXPECT_EQ(keep1.pp_in_flight, 1);
+  const int n0 = keep8.pp_stage_layers;
+  EXPECT_GE(n0, 15);
+  EXPECT_LE(n0, 17);
+  // keep: the second micro-batch in flight holds every skeletal tensor of stage 0's layers
+  EXPECT_EQ(keep8.pp_stage_totals[0] - keep1.pp_stage_totals[0],
+            int64_t(n0 * (layer.in + layer.attn + layer.other)));
+  EXPECT_EQ(keep8.pp_stage_totals[1], keep1.pp_stage_totals[1]);  // the last stage: one at a time
+  // stage 0's model state: its layers, the embedding; matrices split 8 ways
+  const double layer_matrices = 4.0 * 4096 * 4096 + 3.0 * 4096 * 11008, layer_vectors = 2 * 4096;
+  const double stage0 = n0 * (layer_matrices / 8 + layer_vectors) + 32000.0 * 4096 / 8;
+  EXPECT_EQ(keep8.device.weight_bytes, int64_t(std::ceil(stage0 * 2)));
+  // one data-parallel rank (16 / (8 x 2)): ZeRO 1 shards nothing
+  EXPECT_EQ(keep8.device.optimizer_bytes, int64_t(std::ceil(stage0 * 12)));
+  // memo parks the micro-batches in flight: the device side does not grow, the host side does
+  const ClusterPlan memo1 = plan("memo", 1), memo8 = plan("memo", 8);
+  EXPECT_EQ(memo8.pp_stage_totals, memo1.pp_stage_totals);
+  const double host_layer = layer.in + layer.attn + 0.25 * layer.other;
+  EXPECT_EQ(memo8.host_need_bytes, int64_t(2 * n0 * host_layer) * 8);  // 8 GPUs a node
+  EXPECT_EQ(memo1.host_need_bytes, int64_t(std::max(n0, 32 - n0 - 2) * host_layer) * 8);
+  // the step: 8 micro-batches of the slowest stage, one more for the bubble ((P - 1) / V), and
+  // the fill's hidden state and gradient through the one boundary, 8 GPUs apart: another node
+  EXPECT_DOUBLE_EQ(memo8.pp_bubble, 1.0 / 8);
+  EXPECT_EQ(memo8.pp_bytes_per_micro_batch, T * 4096 * 2);
+  EXPECT_NEAR(memo8.time.pp_comm_s, 2.0 * double(T * 4096 * 2) / 25e9, 1e-15);
+  const double micro_s = (memo8.time.step_s - memo8.time.bubble_s - memo8.time.pp_comm_s) / 8;
+  EXPECT_NEAR(memo8.time.bubble_s, micro_s, 1e-12 * micro_s);
+  EXPECT_NEAR(memo8.time.forward_s + memo8.time.backward_s + memo8.time.recompute_s +
+                  memo8.time.tp_comm_s + memo8.time.cp_comm_s + memo8.time.copy_stall_s,
+              8 * micro_s, 1e-9 * micro_s);
+  EXPECT_NEAR(memo8.tokens_per_s, 8.0 * double(seq) / memo8.time.step_s,
+              1e-9 * memo8.tokens_per_s);  // one pipeline of 16 / (8 x 2)
+  // interleaving halves the bubble
+  o.virtual_stages = 2;
+  const ClusterPlan inter = plan("memo", 8);
+  EXPECT_DOUBLE_EQ(inter.pp_bubble, 1.0 / 16);
+  EXPECT_LT(inter.time.bubble_s, 0.6 * memo8.time.bubble_s);
+}
+
 TEST(ClusterPlan, layouts_that_do_not_divide_are_refused_naming_the_flag) {
   const ModelConfig config = llama_preset("llama-7b");
   ClusterOptions o = a800s(8, 0);
@@ -217,6 +274,26 @@ TEST(ClusterPlan, layouts_that_do_not_divide_are_refused_naming_the_flag) {
   EXPECT_NE(test::error_message<ConfigError>([&] {
               plan_cluster(cpu_backend(), config, 8192, "swap", o);
             }).find("keep, recompute, offload, memo"),
+            std::string::npos);
+  o = a800s(8, 0);
+  o.pp = 3;
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              plan_cluster(cpu_backend(), config, 8192, "keep", o);
+            }).find("--gpus 8 is not a multiple of --tp 8 x --cp 1 x --pp 3"),
+            std::string::npos);
+  o = a800s(1, 0);
+  o.pp = 8;
+  o.virtual_stages = 5;
+  o.micro_batches = 8;
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              plan_cluster(cpu_backend(), config, 8192, "keep", o);
+            }).find("= 40 chunks, the model has 32 layers"),
+            std::string::npos);
+  o.virtual_stages = 2;
+  o.micro_batches = 12;
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              plan_cluster(cpu_backend(), config, 8192, "keep", o);
+            }).find("12 micro-batches per step is not a multiple of --pp 8"),
             std::string::npos);
 }
 

@@ -56,6 +56,7 @@ struct PlanCommandOptions {
   std::string hardware_dir = MEMO_HARDWARE_DIR;
   int64_t gpus_per_node = 8;
   int64_t tp = 1, cp = 1;
+  int64_t pp = 1, virtual_stages = 1, micro_batches = 0;  // 0: 1, or 4 x --pp with a pipeline
   std::string host_memory = "0";
   double host_bandwidth_gb = 0.0;
   double network_gb = 25.0;
@@ -348,6 +349,15 @@ nlohmann::json cluster_json(const ClusterPlan& p) {
           {"requests", p.plan_requests},
           {"cp_bytes_per_micro_batch", p.cp_bytes_per_micro_batch},
           {"tp_bytes_per_micro_batch", p.tp_bytes_per_micro_batch},
+          {"pipeline",
+           {{"stage", p.pp_stage},
+            {"in_flight", p.pp_in_flight},
+            {"stage_layers", p.pp_stage_layers},
+            {"stage_device_need_bytes", p.pp_stage_totals},
+            {"bubble", p.pp_bubble},
+            {"bytes_per_micro_batch", p.pp_bytes_per_micro_batch},
+            {"bubble_s", p.time.bubble_s},
+            {"pp_comm_s", p.time.pp_comm_s}}},
           {"planning_seconds", p.planning_seconds}};
 }
 
@@ -378,12 +388,18 @@ void row(const std::string& label, const std::vector<ClusterPlan>& plans,
 
 void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& config,
                    const ClusterOptions& co, const PlanCommandOptions& o) {
-  const int64_t dp = co.gpus / (co.parallel.tp * co.parallel.cp);
+  const int64_t dp = co.gpus / (co.parallel.tp * co.parallel.cp * co.pp);
   std::cout << "memo plan: " << o.model << " (" << ParamLayout(config).count() / 1e9
             << "B parameters, " << config.num_hidden_layers << " layers, hidden "
             << config.hidden_size << "), seq " << o.seq << " x batch " << co.batch << " per rank\n"
             << "  " << co.gpus << " x " << co.gpu.name << " (" << gib(double(co.gpu.memory_bytes))
             << "): TP " << co.parallel.tp << " with sequence parallelism, CP " << co.parallel.cp
+            << (co.pp > 1 ? str(", PP ", co.pp,
+                                co.virtual_stages > 1
+                                    ? str(" x ", co.virtual_stages, " virtual (interleaved 1F1B)")
+                                    : std::string(" (1F1B)"),
+                                ", ", co.micro_batches, " micro-batches per step")
+                          : std::string())
             << ", DP " << dp << "; ZeRO " << co.zero << "; bf16 mixed precision\n"
             << "  host " << gib(double(co.host_memory_bytes)) << " per node of "
             << std::min(co.gpus, co.gpus_per_node) << " GPUs, host link "
@@ -397,7 +413,13 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
   row("fits", plans, [](const ClusterPlan& p) {
     return p.fits() ? std::string("yes") : std::string(p.device_fits ? "no (host)" : "no (device)");
   });
-  std::cout << "per GPU device memory\n";
+  if (co.pp > 1) {
+    row("fullest stage", plans, [](const ClusterPlan& p) { return std::to_string(p.pp_stage); });
+    row("  its layers", plans,
+        [](const ClusterPlan& p) { return std::to_string(p.pp_stage_layers); });
+    row("  in flight", plans, [](const ClusterPlan& p) { return std::to_string(p.pp_in_flight); });
+  }
+  std::cout << "per GPU device memory" << (co.pp > 1 ? " (the fullest stage)" : "") << "\n";
   row("  weights (bf16)", plans, [&](const ClusterPlan& p) { return g(p.device.weight_bytes); });
   row("  gradients (fp32)", plans,
       [&](const ClusterPlan& p) { return g(p.device.gradient_bytes); });
@@ -429,6 +451,11 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
     row("  TP collective sends (traced)", plans,
         [&](const ClusterPlan& p) { return g(p.tp_bytes_per_micro_batch); });
   row("  copy stalls", plans, [](const ClusterPlan& p) { return secs(p.time.copy_stall_s); });
+  if (co.pp > 1) {
+    row("  pipeline bubble", plans, [](const ClusterPlan& p) { return secs(p.time.bubble_s); });
+    row("  stage transfers (fill)", plans,
+        [](const ClusterPlan& p) { return secs(p.time.pp_comm_s); });
+  }
   row("  total", plans, [](const ClusterPlan& p) { return secs(p.time.step_s); });
   row("tokens/s (cluster)", plans, [](const ClusterPlan& p) {
     char b[32];
@@ -441,6 +468,16 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
     return p.max_seq ? std::to_string(*p.max_seq) : std::string("none");
   });
   row("planning time", plans, [](const ClusterPlan& p) { return secs(p.planning_seconds); });
+  if (co.pp > 1) {
+    std::cout << "pipeline: bubble (p - 1) / (v m) = " << pct(plans.front().pp_bubble)
+              << "; a stage boundary passes " << gib(double(plans.front().pp_bytes_per_micro_batch))
+              << " per micro-batch each way; each stage's device need per GPU:\n";
+    for (const ClusterPlan& p : plans) {
+      std::cout << "  " << p.strategy << ":";
+      for (int64_t b : p.pp_stage_totals) std::cout << " " << gib(double(b));
+      std::cout << "\n";
+    }
+  }
   for (const ClusterPlan& p : plans)
     if (!p.fits()) std::cout << p.strategy << " does not fit: " << p.why_not << "\n";
   std::cout << "\n"
@@ -460,9 +497,12 @@ void run_cluster_plan(const PlanCommandOptions& o) {
   const ModelConfig config = resolve_model(o.model);
   ClusterOptions co;
   co.gpu = find_gpu(o.gpu, o.hardware_dir);
-  co.gpus = o.gpus > 0 ? o.gpus : o.tp * o.cp;
+  co.gpus = o.gpus > 0 ? o.gpus : o.tp * o.cp * o.pp;
   co.gpus_per_node = o.gpus_per_node;
   co.parallel = Parallel{o.tp, o.cp};
+  co.pp = o.pp;
+  co.virtual_stages = o.virtual_stages;
+  co.micro_batches = o.micro_batches > 0 ? o.micro_batches : o.pp > 1 ? 4 * o.pp : 1;
   co.batch = o.batch;
   co.host_memory_bytes = parse_bytes(o.host_memory, "--host-memory");
   co.host_bandwidth_bytes_per_s = o.host_bandwidth_gb * 1e9;
@@ -488,6 +528,9 @@ void run_cluster_plan(const PlanCommandOptions& o) {
                             {"gpu", co.gpu.name},
                             {"tp", co.parallel.tp},
                             {"cp", co.parallel.cp},
+                            {"pp", co.pp},
+                            {"virtual_stages", co.virtual_stages},
+                            {"micro_batches", co.micro_batches},
                             {"seq", o.seq},
                             {"strategies", nlohmann::json::array()}};
       for (const ClusterPlan& p : plans) all["strategies"].push_back(cluster_json(p));
@@ -541,6 +584,13 @@ void add_cluster_layout_flags(CLI::App* cmd, PlanCommandOptions& o) {
   cmd->add_option("--tp", o.tp, "Tensor parallel ranks (with sequence parallelism)")
       ->capture_default_str();
   cmd->add_option("--cp", o.cp, "Context parallel ranks")->capture_default_str();
+  cmd->add_option("--pp", o.pp, "Pipeline stages (1F1B; the outermost split of the GPUs)")
+      ->capture_default_str();
+  cmd->add_option("--virtual-stages", o.virtual_stages,
+                  "Chunks per pipeline stage (interleaved 1F1B)")
+      ->capture_default_str();
+  cmd->add_option("--micro-batches", o.micro_batches,
+                  "Micro-batches per step and pipeline (default: 1, or 4 x --pp with a pipeline)");
 }
 
 // --device and --precision of a --config plan.
@@ -586,6 +636,10 @@ void add_cluster_cost_flags(CLI::App* cmd, PlanCommandOptions& o) {
 void run_plan_command(const PlanCommandOptions& o, const CLI::Option* optimizer_flag) {
   const bool cluster = !o.model.empty() || o.gpus > 0 || !o.gpu.empty();
   if (!cluster) {
+    if (o.pp != 1 || o.virtual_stages != 1 || o.micro_batches != 0)
+      throw ConfigError(
+          "--pp, --virtual-stages and --micro-batches plan a cluster (--model with --gpus and "
+          "--gpu); a --config plan is of one process");
     if (o.config_path.empty())
       throw ConfigError(
           "memo plan needs --config (this machine) or --model with --gpus and --gpu (a cluster)");

@@ -12,6 +12,7 @@
 #include "memo/model/architecture.h"
 #include "memo/model/flops.h"
 #include "memo/model/params.h"
+#include "memo/parallel/pipeline.h"
 #include "memo/train/device_plan.h"
 
 namespace memo {
@@ -37,20 +38,102 @@ namespace memo {
 // counts. Offload (and memo's) copies overlap as scheduled by swap_strategy.cc: layer l's offload
 // under layer l+1's forward, layer l's prefetch under layer l+1's backward; a layer takes the
 // longer of its compute and its copy. Not modelled: the optimiser step, data-parallel gradient
-// all-reduce, pipeline parallelism, kernel launch gaps; the efficiency is stated, not measured
+// all-reduce, kernel launch gaps; the efficiency is stated, not measured
 // (default 0.6: FlashAttention-2 reports 50-73% of A100 peak for its kernels and ~72% model FLOPs
 // utilisation training GPT models, Dao 2023).
+
+// Note [Pipeline cost model]
+// With --pp p the GPUs split into p stages of G / p (the outermost split, as memo train lays
+// them out), the layers cut into p v chunks by balance_layers as memo train cuts them (the head
+// counted by its FLOPs), and a step runs m micro-batches per pipeline through 1F1B (v = 1) or
+// interleaved 1F1B (Note [Pipeline schedules] in parallel/pipeline.h). Each stage is sized apart:
+// - model state: its layers' parameters, the embedding on the first stage (and on the last when
+//   tied), the final norm and head on the last; ZeRO shards over the G / (t p) ranks of a stage;
+// - activations: a shape-only trace of a model of its layers (with the embedding and the head: an
+//   upper bound for the stages without them) for one micro-batch, plus, under keep and recompute,
+//   what its other micro-batches in flight hold (peak_in_flight of its actions, times the layers
+//   of its largest chunk, less the traced layers): every skeletal tensor under keep, each layer's
+//   input under recompute. Offload and memo park the micro-batches in flight on the host (Note
+//   [Parked micro-batches] in memory/swap_strategy.cc), so their device side is one micro-batch's;
+//   their host side holds k x (the largest chunk's layers) per GPU (Note [Pipeline host memory]
+//   in train/session.cc), which is the alpha cost model's offloaded layer count;
+// - time: a stage's micro-batch is its layers' forward and backward as above (the head on the last
+//   stage only, every layer's copies but the last chunk's top two); the step is m of the slowest
+//   stage's, plus the bubble, (p - 1) / v of them, plus the first forward's and the last
+//   backward's transfers through the p v - 1 chunk boundaries, each a [T, C] bf16 hidden state
+//   over NVLink, or the network where a stage spans a node or more; the steady state's transfers
+//   are taken as hidden under compute.
+// The device figures are the fullest stage's.
 
 namespace {
 
 constexpr double kBf16 = 2.0;
 
-// Parameters one rank holds: matrices split t ways, vectors whole.
-double rank_params(const ModelConfig& config, int64_t tp) {
+// One pipeline stage (Note [Pipeline cost model]); without a pipeline, the whole model.
+struct StageShape {
+  int layers = 0;        // all its chunks'
+  int chunk_layers = 0;  // its largest chunk's
+  int in_flight = 1;     // (micro-batch, chunk) passes it holds at once
+  bool first = true;     // the embedding
+  bool last = true;      // the final norm, the head and the loss
+  int copied = 0;        // offload, memo: layers copied out and back per micro-batch
+  int offloaded = 0;     // offload, memo: layers on the host at once
+};
+
+std::vector<StageShape> stage_shapes(const ModelConfig& config, int64_t seq,
+                                     const ClusterOptions& o) {
+  const int L = int(config.num_hidden_layers);
+  if (o.pp == 1) return {StageShape{L, L, 1, true, true, std::max(0, L - 2), std::max(0, L - 2)}};
+  const PipelineShape shape{int(o.pp), int(o.virtual_stages)};
+  const int G = shape.chunks();
+  const ModelFlops f = model_flops(config, seq);
+  const std::vector<int> counts = balance_layers(L, G, f.head / (f.layer_matmul + f.attn_causal));
+  std::vector<StageShape> stages;
+  for (int r = 0; r < shape.stages; ++r) {
+    StageShape st;
+    int host_chunk = 0;  // a parked pass's layers; the last chunk's top two stay on the device
+    for (int v = 0; v < shape.virtual_stages; ++v) {
+      const int g = shape.chunk_of(r, v), n = counts[size_t(g)];
+      st.layers += n;
+      st.chunk_layers = std::max(st.chunk_layers, n);
+      host_chunk = std::max(host_chunk, g + 1 == G ? std::max(0, n - 2) : n);
+    }
+    st.first = r == 0;
+    st.last = r == shape.rank_of(G - 1);
+    st.in_flight = peak_in_flight(pipeline_actions(shape, int(o.micro_batches), r));
+    st.copied = std::max(0, st.layers - (st.last ? 2 : 0));
+    st.offloaded = st.in_flight * host_chunk;
+    stages.push_back(st);
+  }
+  return stages;
+}
+
+// Parameters one rank of a stage holds: matrices split t ways, vectors whole; its layers counted
+// as the model's first st.layers (they are alike).
+double rank_params(const ModelConfig& config, int64_t tp, const StageShape& st) {
   const ParamLayout layout(config);
+  const bool tied = config.tie_word_embeddings;
   double n = 0.0;
-  for (const ParamInfo& p : layout.params())
-    n += p.is_matrix() ? double(p.numel) / double(tp) : double(p.numel);
+  for (const ParamInfo& p : layout.params()) {
+    bool held = false;
+    switch (p.role) {
+      case ParamRole::kEmbedding:
+        held = st.first || (st.last && tied);
+        break;
+      case ParamRole::kPositions:
+        held = st.first;
+        break;
+      case ParamRole::kLayer:
+        held = p.layer < st.layers;
+        break;
+      case ParamRole::kNorm:
+      case ParamRole::kNormBias:
+      case ParamRole::kHead:
+        held = st.last;
+        break;
+    }
+    if (held) n += p.is_matrix() ? double(p.numel) / double(tp) : double(p.numel);
+  }
   return n;
 }
 
@@ -74,8 +157,8 @@ AlphaInputs alpha_sizes(const ModelConfig& config, int64_t batch, int64_t rank_s
 
 bool swaps(const std::string& strategy) { return strategy == "offload" || strategy == "memo"; }
 
-struct Sized {  // the memory side of a plan at one sequence length
-  ClusterMemory device;
+struct Sized {           // the memory side of a plan at one sequence length
+  ClusterMemory device;  // the fullest stage's
   int64_t requests{};
   int64_t cp_bytes{};  // the trace's ring bytes
   int64_t tp_bytes{};  // the trace's TP collectives' bytes
@@ -86,6 +169,9 @@ struct Sized {  // the memory side of a plan at one sequence length
   int64_t host_need{};
   bool host_fits = true;
   std::string host_advice;
+  std::vector<StageShape> stages;
+  std::vector<int64_t> stage_totals;
+  int fullest = 0;
 };
 
 int64_t gpus_on_node(const ClusterOptions& o) { return std::min(o.gpus, o.gpus_per_node); }
@@ -133,26 +219,49 @@ LayerTimes layer_times(const ModelConfig& config, int64_t seq, const ClusterOpti
   return lt;
 }
 
+// One micro-batch's activations on a stage of `layers` layers, traced and planned.
+struct StageTrace {
+  int64_t arena{}, rounding{}, requests{}, cp_bytes{}, tp_bytes{};
+};
+
+StageTrace trace_stage(Backend& target, ModelConfig config, int layers, int64_t rank_seq,
+                       const std::string& strategy, double alpha, const ClusterOptions& o) {
+  config.num_hidden_layers = layers;
+  StrategyOptions so;
+  so.kind = strategy;
+  if (strategy == "memo") so.alpha = std::clamp(alpha, 0.0, 1.0);
+  CommCounters ring, tp;
+  const Trace trace = trace_shapes_only(target, config, o.parallel, o.batch, rank_seq,
+                                        make_strategy_factory(so), DType::kBF16, &ring, &tp);
+  const ActivationPlan plan = plan_activations(trace);
+  StageTrace st;
+  st.requests = int64_t(trace.requests.size());
+  st.cp_bytes = ring.bytes_sent;
+  st.tp_bytes = tp.bytes_sent;
+  if (swaps(strategy))
+    for (const TracedRequest& r : trace.requests)
+      if (r.kind == ActKind::kSaved) st.rounding += r.bytes;
+  st.arena = plan.arena_bytes;
+  return st;
+}
+
 Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq,
                   const std::string& strategy, const ClusterOptions& o) {
   const int64_t t = o.parallel.tp, c = o.parallel.cp;
   const int64_t rank_seq = seq / (t * c);
   Sized s;
-  // model state
-  const double params = rank_params(config, t);
-  const double dp = double(o.gpus / t);
-  s.device.weight_bytes = int64_t(std::ceil(params * 2.0 / (o.zero >= 3 ? dp : 1.0)));
-  s.device.gradient_bytes = int64_t(std::ceil(params * 4.0 / (o.zero >= 2 ? dp : 1.0)));
-  s.device.optimizer_bytes = int64_t(std::ceil(params * 12.0 / (o.zero >= 1 ? dp : 1.0)));
-  s.device.workspace_bytes = o.workspace_bytes;
+  s.stages = stage_shapes(config, seq, o);
+  int offloaded = 0;  // the most layers a GPU holds on the host (L - 2 without a pipeline)
+  for (const StageShape& st : s.stages) offloaded = std::max(offloaded, st.offloaded);
   // alpha first: the memo strategy's device requests do not depend on it, its host bytes do
   s.alpha_in = alpha_sizes(config, o.batch, rank_seq);
+  s.alpha_in.num_layers = offloaded + 2;  // alpha.h counts L - 2 offloaded layers
   s.alpha_in.seq = seq;
   s.alpha_in.bandwidth_bytes_per_s = host_bandwidth(o);
   const LayerTimes lt = layer_times(config, seq, o);
   s.alpha_in.layer_forward_s = lt.fwd_compute + lt.tp_fwd + lt.cp_fwd;
   s.alpha_in.host_memory_bytes = o.host_memory_bytes / gpus_on_node(o);
-  const double L2 = double(std::max<int64_t>(0, config.num_hidden_layers - 2));
+  const double L2 = double(offloaded);
   const double fixed = double(s.alpha_in.input_bytes + s.alpha_in.attn_bytes);
   if (strategy == "memo") {
     if (o.host_memory_bytes <= 0) {
@@ -194,21 +303,46 @@ Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq,
                           gib(double(o.host_memory_bytes)), "; --host-memory ",
                           budget_flag_value(s.host_need), " would fit");
   }
-  // the activation arena: one rank's shape-only trace at bf16, planned
-  StrategyOptions so;
-  so.kind = strategy;
-  if (strategy == "memo") so.alpha = std::clamp(s.alpha, 0.0, 1.0);
-  CommCounters ring, tp;
-  const Trace trace = trace_shapes_only(target, config, o.parallel, o.batch, rank_seq,
-                                        make_strategy_factory(so), DType::kBF16, &ring, &tp);
-  const ActivationPlan plan = plan_activations(trace);
-  s.requests = int64_t(trace.requests.size());
-  s.cp_bytes = ring.bytes_sent;
-  s.tp_bytes = tp.bytes_sent;
-  if (swaps(strategy))
-    for (const TracedRequest& r : trace.requests)
-      if (r.kind == ActKind::kSaved) s.device.rounding_bytes += r.bytes;
-  s.device.activation_bytes = plan.arena_bytes - s.device.rounding_bytes;
+  // what a micro-batch in flight beyond the traced one holds per layer (keep, recompute)
+  const SkeletalLayout skeletal = skeletal_layout(config, DType::kBF16);
+  int64_t held_per_layer = 0;
+  for (int i = 0; i < skeletal.num_fields(); ++i)
+    if (strategy == "keep" || (strategy == "recompute" && i == 0))
+      held_per_layer += skeletal.fields[size_t(i)].bytes(o.batch, rank_seq);
+  // each stage: its model state and one micro-batch's traced arena (a trace per layer count)
+  const double dp = double(o.gpus / (t * o.pp));
+  std::vector<std::pair<int, StageTrace>> traced;
+  int64_t most = -1;
+  for (size_t r = 0; r < s.stages.size(); ++r) {
+    const StageShape& st = s.stages[r];
+    auto it = std::find_if(traced.begin(), traced.end(),
+                           [&](const auto& e) { return e.first == st.layers; });
+    if (it == traced.end()) {
+      traced.emplace_back(st.layers,
+                          trace_stage(target, config, st.layers, rank_seq, strategy, s.alpha, o));
+      it = traced.end() - 1;
+    }
+    const StageTrace& tr = it->second;
+    ClusterMemory m;
+    const double params = rank_params(config, t, st);
+    m.weight_bytes = int64_t(std::ceil(params * 2.0 / (o.zero >= 3 ? dp : 1.0)));
+    m.gradient_bytes = int64_t(std::ceil(params * 4.0 / (o.zero >= 2 ? dp : 1.0)));
+    m.optimizer_bytes = int64_t(std::ceil(params * 12.0 / (o.zero >= 1 ? dp : 1.0)));
+    m.workspace_bytes = o.workspace_bytes;
+    m.rounding_bytes = tr.rounding;
+    const int64_t more_layers =
+        std::max(0, st.in_flight * st.chunk_layers - st.layers);  // 0 without a pipeline
+    m.activation_bytes = tr.arena - tr.rounding + more_layers * held_per_layer;
+    s.stage_totals.push_back(m.total());
+    if (m.total() > most) {
+      most = m.total();
+      s.device = m;
+      s.fullest = int(r);
+      s.requests = tr.requests;
+      s.cp_bytes = tr.cp_bytes;
+      s.tp_bytes = tr.tp_bytes;
+    }
+  }
   return s;
 }
 
@@ -216,22 +350,25 @@ bool fits(const Sized& s, const ClusterOptions& o) {
   return s.host_fits && s.device.total() <= o.gpu.memory_bytes;
 }
 
+// One micro-batch through one stage (the whole model without a pipeline).
 ClusterTime step_time(const ModelConfig& config, int64_t seq, const std::string& strategy,
-                      double alpha, const AlphaInputs& sizes, const ClusterOptions& o) {
+                      double alpha, const AlphaInputs& sizes, const ClusterOptions& o,
+                      const StageShape& st) {
   const LayerTimes lt = layer_times(config, seq, o);
   const ModelFlops f = model_flops(config, seq);
   const double t = double(o.parallel.tp), c = double(o.parallel.cp);
   const double tokens = double(o.batch) * double(seq) / (t * c);
   const double rate = o.gpu.peak_bf16_flops * o.efficiency;
-  const double L = double(config.num_hidden_layers);
+  const double L = double(st.layers);
+  const double head = st.last ? tokens * f.head / rate : 0.0;
   const double moved = swaps(strategy) ? double(sizes.input_bytes + sizes.attn_bytes) +
                                              alpha * double(sizes.other_bytes)
                                        : 0.0;
   const double copy = moved / host_bandwidth(o);  // one layer, each way
-  const double swapped = swaps(strategy) ? std::max(0.0, L - 2.0) : 0.0;
+  const double swapped = swaps(strategy) ? double(st.copied) : 0.0;
   ClusterTime ct;
-  ct.forward_s = L * lt.fwd_compute + tokens * f.head / rate;
-  ct.backward_s = L * lt.bwd_compute + 2.0 * tokens * f.head / rate;
+  ct.forward_s = L * lt.fwd_compute + head;
+  ct.backward_s = L * lt.bwd_compute + 2.0 * head;
   ct.tp_comm_s = L * (lt.tp_fwd + lt.tp_bwd);
   ct.cp_comm_s = L * (lt.cp_fwd + lt.cp_bwd);
   if (strategy == "recompute") {
@@ -263,6 +400,16 @@ void validate_cluster(const ModelConfig& config, int64_t seq, const ClusterOptio
                           o.gpus_per_node, " and --batch ", o.batch, " must be >= 1"));
   if (o.gpus % (t * c) != 0)
     throw ConfigError(str("--gpus ", o.gpus, " is not a multiple of --tp ", t, " x --cp ", c));
+  validate_pipeline({int(o.pp), int(o.virtual_stages)}, int(o.micro_batches));
+  if (o.pp == 1 && o.virtual_stages > 1)
+    throw ConfigError("--virtual-stages splits a pipeline: give --pp 2 or more");
+  if (o.gpus % (t * c * o.pp) != 0)
+    throw ConfigError(
+        str("--gpus ", o.gpus, " is not a multiple of --tp ", t, " x --cp ", c, " x --pp ", o.pp));
+  if (o.pp * o.virtual_stages > config.num_hidden_layers)
+    throw ConfigError(str("--pp ", o.pp, " x --virtual-stages ", o.virtual_stages, " = ",
+                          o.pp * o.virtual_stages, " chunks, the model has ",
+                          config.num_hidden_layers, " layers"));
   if (config.num_attention_heads % t != 0 || config.num_key_value_heads % t != 0 ||
       config.intermediate_size % t != 0)
     throw ConfigError(str("--tp ", t, " must divide the attention heads (",
@@ -318,11 +465,39 @@ ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq
                     gib(double(o.gpu.memory_bytes)), " (short ",
                     gib(double(s.device.total() - o.gpu.memory_bytes)), ")");
   if (!p.host_fits) p.why_not += str(p.why_not.empty() ? "" : "; ", "host: ", s.host_advice);
-  p.time = step_time(config, seq, strategy, s.alpha, s.alpha_in, o);
+  // the slowest stage's micro-batch, m of them, the bubble and the fill's transfers
+  ClusterTime slowest;
+  for (const StageShape& st : s.stages) {
+    const ClusterTime ct = step_time(config, seq, strategy, s.alpha, s.alpha_in, o, st);
+    if (ct.step_s > slowest.step_s) slowest = ct;
+  }
+  const double m = double(o.micro_batches);
+  p.time = slowest;
+  for (double* part : {&p.time.forward_s, &p.time.backward_s, &p.time.recompute_s,
+                       &p.time.tp_comm_s, &p.time.cp_comm_s, &p.time.copy_stall_s})
+    *part *= m;
+  p.time.step_s = m * slowest.step_s;
+  p.pp_stage = s.fullest;
+  p.pp_in_flight = s.stages[size_t(s.fullest)].in_flight;
+  p.pp_stage_layers = s.stages[size_t(s.fullest)].layers;
+  p.pp_stage_totals = s.stage_totals;
+  if (o.pp > 1) {
+    const double v = double(o.virtual_stages);
+    p.pp_bubble = pipeline_bubble({int(o.pp), int(o.virtual_stages)}, int(o.micro_batches));
+    p.pp_bytes_per_micro_batch = p.rank_tokens * config.hidden_size * int64_t(kBf16);
+    // neighbouring stages are G / p GPUs apart: on one node while that is below a node
+    const double nvlink = o.gpu.nvlink_bytes_per_s > 0.0 ? o.gpu.nvlink_bytes_per_s / 2.0
+                                                         : o.gpu.host_link_bytes_per_s;
+    const double link =
+        o.gpus / o.pp >= o.gpus_per_node ? std::min(nvlink, o.network_bytes_per_s) : nvlink;
+    p.time.bubble_s = (double(o.pp) - 1.0) / v * slowest.step_s;
+    p.time.pp_comm_s = 2.0 * (double(o.pp) * v - 1.0) * double(p.pp_bytes_per_micro_batch) / link;
+    p.time.step_s += p.time.bubble_s + p.time.pp_comm_s;
+  }
   const ModelFlops f = model_flops(config, seq);
   p.model_flops_per_token_causal = f.train_causal();
   p.model_flops_per_token_noncausal = f.train_noncausal();
-  const double tokens = double(o.gpus / (t * c)) * double(o.batch) * double(seq);
+  const double tokens = double(o.gpus / (t * c * o.pp)) * m * double(o.batch) * double(seq);
   p.tokens_per_s = tokens / p.time.step_s;
   const double peak = double(o.gpus) * o.gpu.peak_bf16_flops * p.time.step_s;
   p.mfu_causal = tokens * p.model_flops_per_token_causal / peak;

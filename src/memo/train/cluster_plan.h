@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "memo/backend/backend.h"
 #include "memo/model/config.h"
@@ -19,9 +20,12 @@ namespace memo {
 
 struct ClusterOptions {
   GpuSpec gpu;
-  int64_t gpus = 8;                         // G
-  int64_t gpus_per_node = 8;                // GPUs sharing one host's memory
-  Parallel parallel;                        // t (with sequence parallelism) and c
+  int64_t gpus = 8;           // G
+  int64_t gpus_per_node = 8;  // GPUs sharing one host's memory
+  Parallel parallel;          // t (with sequence parallelism) and c
+  // Pipeline parallelism (Note [Pipeline cost model]): p stages of v chunks each, the layers split
+  // as memo train splits them, m micro-batches per step and pipeline.
+  int64_t pp = 1, virtual_stages = 1, micro_batches = 1;
   int64_t batch = 1;                        // sequences per micro-batch per data-parallel rank
   int64_t host_memory_bytes = 0;            // per node; 0: no host memory for activations
   double host_bandwidth_bytes_per_s = 0.0;  // per GPU and direction; 0: gpu.host_link_bytes_per_s
@@ -60,6 +64,8 @@ struct ClusterTime {
   double tp_comm_s{};     // TP all-gathers and reduce-scatters (not overlapped)
   double cp_comm_s{};     // CP ring transfers not hidden under attention
   double copy_stall_s{};  // offload and prefetch time not hidden under compute
+  double bubble_s{};      // pipeline: the fill and drain, (p - 1) / v micro-batches of the slowest
+  double pp_comm_s{};     // pipeline: the first forward's and last backward's stage transfers
   double step_s{};
 };
 
@@ -67,7 +73,14 @@ struct ClusterPlan {
   std::string strategy;
   int64_t seq{};
   int64_t rank_tokens{};  // tokens one GPU holds: batch * seq / (t c)
-  ClusterMemory device;
+  ClusterMemory device;   // under a pipeline: its fullest stage's
+  // Pipeline: that stage, its micro-batches in flight and layers; every stage's device total; the
+  // bubble fraction (p - 1) / (v m); a stage boundary's transfer of one micro-batch (the hidden
+  // state forward, its gradient back: T C bf16 each).
+  int pp_stage = 0, pp_in_flight = 1, pp_stage_layers = 0;
+  std::vector<int64_t> pp_stage_totals;
+  double pp_bubble = 0.0;
+  int64_t pp_bytes_per_micro_batch = 0;
   int64_t device_capacity_bytes{};
   bool device_fits{};
   std::optional<double> alpha;  // memo only
