@@ -101,11 +101,14 @@ TEST_F(PipelineParallel, one_f_one_b_interleaved_and_data_parallel_match_one_pro
 }
 
 // The tied embedding's two copies sum their gradients, and the checkpoint holds it once: the
-// files of one process (names, order, shapes) within the tolerance.
-TEST_F(PipelineParallel, a_tied_embedding_sums_its_two_gradients) {
+// files of one process (names, order, shapes) within the tolerance. With document masks (learned
+// positions restart at each document: each micro-batch in flight keeps its own) and the eod loss
+// mask (the last stage counts what one process counts).
+TEST_F(PipelineParallel, a_tied_embedding_sums_its_two_gradients_and_masks_hold) {
   const std::string one = dir / "one", pp2 = dir / "pp2";
-  ASSERT_EQ(train(1, "gpt2.json", one, "--steps 3").exit_code, 0);
-  const test::CommandResult r = train(2, "gpt2.json", pp2, "--steps 3 --pp 2");
+  const std::string masks = " --document-mask --eot-id 73 --eod-mask-loss";
+  ASSERT_EQ(train(1, "gpt2.json", one, "--steps 3" + masks).exit_code, 0);
+  const test::CommandResult r = train(2, "gpt2.json", pp2, "--steps 3 --pp 2" + masks);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_close(pp2, one, 2, false);
   EXPECT_LT(test::weights_difference(pp2, one), kPpTol);

@@ -756,10 +756,6 @@ void Model::set_pipeline(const PipelinePart& part) {
 
 void Model::check_pipeline_use(const char* what) const {
   MEMO_CHECK(pipeline_, what, ": the model is not a pipeline rank's (set_pipeline)");
-  if (doc_eot_ >= 0 || loss_eot_ >= 0)
-    throw ConfigError(str("pipeline parallelism with ",
-                          doc_eot_ >= 0 ? "document masks" : "--eod-mask-loss",
-                          " is not implemented yet"));
 }
 
 void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* inputs,
@@ -786,7 +782,16 @@ void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* i
   pass.chunk_ = chunk;
   pass.batch_ = batch;
   pass.seq_ = seq;
+  if (doc_eot_ >= 0) {  // every rank has the micro-batch's tokens
+    find_documents(inputs, batch, seq);
+    pass.doc_start_ = doc_start_;
+    pass.positions_ = positions_;
+  }
   pass.ctx_ = layer_context(batch, seq, alloc);
+  if (doc_eot_ >= 0) {
+    pass.ctx_.doc_start = host_view(pass.doc_start_);
+    pass.ctx_.positions = host_view(pass.positions_);
+  }
   const ScopedMatmulWorkspace workspace(*backend_, alloc);
   refresh_working_weights();
   pass.layers_ = std::make_unique<Layers>(arch_, w_, pass.ctx_);
@@ -854,8 +859,10 @@ void Model::pipeline_backward(ChunkPass& pass, Tensor dx, ActivationAllocator& a
     arch_.backward(dx, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], pass.ctx_);
     strategy.backward_done(l);
   }
-  if (pipeline_->first && pass.chunk_ == 0)
+  if (pipeline_->first && pass.chunk_ == 0) {
+    if (doc_eot_ >= 0) positions_ = pass.positions_;  // the learned positions' rows
     embed_backward(dx, host_view(pass.inputs_), pass.batch_, pass.seq_, alloc);
+  }
   pass.chunk_ = -2;  // spent
 }
 
@@ -874,6 +881,12 @@ double Model::pipeline_last_pass(ChunkPass& pass, const int32_t* inputs, const i
   const bool backward = !dx.empty();
   const int64_t T = batch * seq, C = config_.hidden_size;
   check_target_ids("cross_entropy", View<const int32_t>(targets, {T}), config_.vocab_size);
+  if (loss_eot_ >= 0) {  // --eod-mask-loss: the eot inputs' predictions not counted, as in run
+    loss_targets_.assign(targets, targets + T);
+    for (int64_t i = 0; i < T; ++i)
+      if (inputs[i] == loss_eot_) loss_targets_[size_t(i)] = kIgnoredTarget;
+    targets = loss_targets_.data();
+  }
   const DType act = backend_->activation_dtype();
   FinalNormActs final_norm;
   final_norm.hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient, act);

@@ -46,8 +46,8 @@ enum class ModelUse { kTraining, kInference };
 // ChunkPass carries one micro-batch's chunk from its forward to its backward, with its own
 // activation strategy, so a rank holds as many micro-batches in flight as the schedule has.
 // Each kernel sees the data of the one-process run in the same order, so losses and gradients are
-// the one-process run's bit for bit (the summed tied embedding to rounding). Not yet with tensor
-// or context parallelism, document masks or the eod loss mask (each refused by name).
+// the one-process run's bit for bit (the summed tied embedding to rounding), with document masks
+// and the eod loss mask too. Not yet with tensor or context parallelism (refused by name).
 struct PipelinePart {
   std::vector<std::pair<int, int>> chunks;  // layers [first, last) of this rank's chunks, in order
   bool first = true;  // its first chunk is the model's chunk 0 (the embedding)
@@ -72,6 +72,9 @@ class ChunkPass {
   LayerContext ctx_{};
   std::unique_ptr<LayerRunner> layers_;
   std::vector<int32_t> inputs_;  // chunk 0: the token ids, for the embedding's backward
+  // document masks: the micro-batch's document starts and positions (Note [Document masks]),
+  // its own while other micro-batches run between its forward and its backward
+  std::vector<int32_t> doc_start_, positions_;
 };
 
 class Model {

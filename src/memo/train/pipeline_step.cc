@@ -32,8 +32,10 @@ namespace memo {
 // Every kernel of a micro-batch sees the one-process run's values in the same order, so the
 // losses and every gradient but a tied embedding's equal one process's bit for bit; that
 // embedding's two halves are added once, and the norm's partial sums are grouped by rank, each to
-// a rounding. Not yet: the gradient reduction overlapped with the backward, the noise probe,
-// loss masks and a static plan (the session refuses them under --pp); the step's sent buffers are
+// a rounding. Loss masks (the eod mask, prompt-completion data) count the same targets as one
+// process (counted_tokens: every rank draws every micro-batch). Not yet: the gradient reduction
+// overlapped with the backward, the noise probe and a static plan (the session refuses them
+// under --pp); the step's sent buffers are
 // reused only after its last action (at most 2 k V hidden states of [T, C]).
 void TrainStep::set_pipeline(Pipeline pipeline) {
   MEMO_CHECK(

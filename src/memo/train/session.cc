@@ -107,8 +107,6 @@ void check_pipeline(const TrainOptions& o, const std::vector<SeqStage>& stages) 
   };
   if (o.tp > 1) refuse("--tp");
   if (o.cp > 1) refuse("--cp");
-  if (o.document_mask) refuse("--document-mask");
-  if (o.eod_mask_loss) refuse("--eod-mask-loss");
   if (o.batch_schedule) refuse("--batch-schedule noise");
   if (o.device_memory_bytes > 0) refuse("--device-memory (a static plan of the pipeline)");
   if (stages.size() > 1) refuse("--seq-schedule");
