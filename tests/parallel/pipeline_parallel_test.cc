@@ -14,6 +14,10 @@
 #include <vector>
 
 #include "../cli/cli_test_util.h"
+#include "memo/cpu/cpu_backend.h"
+#include "memo/io/config_json.h"
+#include "memo/io/hardware_json.h"
+#include "memo/train/cluster_plan.h"
 #include "mpi_launch.h"
 #include "test_util.h"
 
@@ -164,6 +168,20 @@ TEST_F(PipelineParallel, activation_strategies_give_the_same_bits) {
     for (const nlohmann::json& rec : runs.back())
       EXPECT_EQ(rec["host_peak_bytes"].get<int64_t>(), planned) << kind;
   }
+  // the stage transfers `memo plan --pp` predicts: rank 0 sends each of the 4 micro-batches'
+  // hidden states once, of the plan's bytes per micro-batch (bf16) in fp32 here
+  ClusterOptions o;  // memo plan --model llama.json --gpus 2 --gpu h200 --pp 2 --micro-batches 4
+  o.gpu = find_gpu("h200", test::source_dir() + "/hardware");
+  o.gpus = 2;
+  o.pp = 2;
+  o.micro_batches = 4;
+  o.search_max_seq = false;
+  const int64_t planned =
+      plan_cluster(cpu_backend(), load_model_config(dir / "llama.json"), 64, "keep", o)
+          .pp_bytes_per_micro_batch;
+  EXPECT_EQ(planned, 64 * 32 * 2);
+  for (const auto& run : runs)
+    for (const nlohmann::json& rec : run) EXPECT_EQ(rec["pp_send_bytes"], 4 * planned * 2);
   for (size_t k = 1; k < runs.size(); ++k)
     for (size_t i = 0; i < runs[0].size(); ++i) {
       EXPECT_EQ(runs[k][i]["loss"].get<double>(), runs[0][i]["loss"].get<double>()) << k;

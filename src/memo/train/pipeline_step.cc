@@ -84,10 +84,15 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   std::map<std::pair<int64_t, int>, Flight> flights;  // (micro-batch, chunk) forward, no backward
   std::vector<size_t> sent;                           // buffers until the sends complete
   // the gradient of chunk g's input: to chunk g - 1's rank, or on chunk 0 nowhere
+  pipeline_sent_bytes_ = 0;
+  auto send = [&](size_t buffer, const Tensor& x, int to_chunk, int tag) {
+    group.post_send(x, shape.rank_of(to_chunk), tag);
+    pipeline_sent_bytes_ += x.bytes();
+    sent.push_back(buffer);
+  };
   auto send_back = [&](size_t buffer, const Tensor& dx, int g) {
     if (g == 0) return idle_hidden_.push_back(buffer);
-    group.post_send(dx, shape.rank_of(g - 1), 2 * (g - 1) + 1);
-    sent.push_back(buffer);
+    send(buffer, dx, g - 1, 2 * (g - 1) + 1);
   };
   model_.zero_grads();
   double loss_sum = 0.0;
@@ -112,8 +117,7 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
       const auto [yi, y] = take_hidden();
       model_.pipeline_forward(*f.pass, a.chunk / shape.stages, inputs_.data(), B, S, x, y, alloc_);
       idle_hidden_.push_back(xi);
-      group.post_send(y, shape.rank_of(a.chunk + 1), 2 * (a.chunk + 1));
-      sent.push_back(yi);
+      send(yi, y, a.chunk + 1, 2 * (a.chunk + 1));
     } else if (!last) {
       const auto [di, dx] = take_hidden();
       group.recv_tagged(dx, shape.rank_of(a.chunk + 1), 2 * a.chunk + 1);

@@ -92,6 +92,9 @@ class TrainStep {
   };
   void set_pipeline(Pipeline pipeline);
   const std::optional<Pipeline>& pipeline() const { return pipeline_; }
+  // What this rank's last pipeline step sent to its neighbours: the hidden states and their
+  // gradients (the stage transfers `memo plan --pp` predicts), collectives left out.
+  int64_t pipeline_sent_bytes() const { return pipeline_sent_bytes_; }
   // The pipeline's strategies made so far (one per pass in flight at once), for their logs.
   const std::vector<std::unique_ptr<ActivationStrategy>>& pipeline_strategies() const {
     return strategies_;
@@ -121,6 +124,7 @@ class TrainStep {
   // [T, C] hidden states and their gradients received and sent; a sent one is reused once the
   // step's sends complete.
   std::vector<RawBuffer> hidden_buffers_;
+  int64_t pipeline_sent_bytes_ = 0;
   std::vector<size_t> idle_hidden_;
 };
 
