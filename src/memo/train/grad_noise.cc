@@ -54,7 +54,9 @@ void GradNoiseProbe::after_micro(Tensor grads, int64_t micro, Communicator* tens
   micro_sq_[size_t(micro)] = k * k * sq;
 }
 
-void GradNoiseProbe::end_step(double step_sq_norm, Communicator* data_parallel) {
+void GradNoiseProbe::end_step(double step_sq_norm, Communicator* data_parallel,
+                              Communicator* pipeline) {
+  if (pipeline && pipeline->size() > 1) pipeline->all_reduce_sum(std::span<double>(micro_sq_));
   if (ranks_ == 1) {
     estimator_.update(micro_sq_, step_sq_norm, double(micro_tokens_));
     return;

@@ -58,8 +58,11 @@ class GradNoiseProbe {
   void after_micro(Tensor grads, int64_t micro, Communicator* tensor_parallel = nullptr,
                    double whole_sq = 0.0);
   // After the last micro-batch: |G|^2 of the step's gradient over every rank (before clipping).
-  // With several ranks, data_parallel gathers their micro-batch norms (collective).
-  void end_step(double step_sq_norm, Communicator* data_parallel = nullptr);
+  // With several ranks, data_parallel gathers their micro-batch norms (collective). Under a
+  // pipeline (Note [Pipeline step] in train/pipeline_step.cc) each stage measured its own
+  // tensors' part of every micro-batch: `pipeline` sums them first (collective).
+  void end_step(double step_sq_norm, Communicator* data_parallel = nullptr,
+                Communicator* pipeline = nullptr);
 
   // |g_i|^2 of the last step's micro-batches, per-token-mean gradients (k^2 times the buffer's).
   const std::vector<double>& micro_sq_norms() const { return micro_sq_; }

@@ -33,8 +33,13 @@ namespace memo {
 // losses and every gradient but a tied embedding's equal one process's bit for bit; that
 // embedding's two halves are added once, and the norm's partial sums are grouped by rank, each to
 // a rounding. Loss masks (the eod mask, prompt-completion data) count the same targets as one
-// process (counted_tokens: every rank draws every micro-batch). Not yet: the gradient reduction
-// overlapped with the backward, the noise probe and a static plan (the session refuses them
+// process (counted_tokens: every rank draws every micro-batch). The noise probe (Note
+// [Noise-scale accounting]) runs under 1F1B, where a rank's backwards come in micro-batch order:
+// after each, it measures the rank's part of that micro-batch's gradient, and end_step sums the
+// parts over the pipeline group (each tensor lives on one stage, so the squares add up); not
+// under interleaving (a micro-batch's gradient on a rank comes in V pieces between others') nor
+// with a tied embedding across stages (its two halves' squares do not add up). Not yet: the
+// gradient reduction overlapped with the backward and a static plan (the session refuses it
 // under --pp); the step's sent buffers are
 // reused only after its last action (at most 2 k V hidden states of [T, C]).
 void TrainStep::set_pipeline(Pipeline pipeline) {
@@ -43,8 +48,13 @@ void TrainStep::set_pipeline(Pipeline pipeline) {
       "set_pipeline: a group of ", pipeline.group ? pipeline.group->size() : 0, " ranks for ",
       pipeline.shape.stages, " stages");
   MEMO_CHECK(model_.pipeline(), "set_pipeline: the model is not a pipeline rank's");
-  MEMO_CHECK(!probe_, "set_pipeline: the noise probe does not run under a pipeline yet");
+  MEMO_CHECK(!probe_ || pipeline_probe_runs(pipeline.shape, pipeline.embedding_group != nullptr),
+             "set_pipeline: the noise probe runs under 1F1B without a tied embedding only");
   pipeline_ = std::move(pipeline);
+}
+
+bool pipeline_probe_runs(PipelineShape shape, bool tied_across_stages) {
+  return shape.virtual_stages == 1 && !tied_across_stages;
 }
 
 StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
@@ -94,6 +104,14 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
     if (g == 0) return idle_hidden_.push_back(buffer);
     send(buffer, dx, g - 1, 2 * (g - 1) + 1);
   };
+  if (probe_) probe_->set_micro_steps(micro_steps, data_parallel_.size());
+  int64_t probed = 0;  // the noise probe: micro-batches whose gradient this rank has finished
+  auto probe = [&](int64_t micro) {
+    if (!probe_) return;
+    MEMO_CHECK(micro == probed, "pipeline: micro-batch ", micro, "'s backward after ", probed,
+               " of them: the probe needs them in order (1F1B)");
+    probe_->after_micro(model_.grads_tensor(), probed++);
+  };
   model_.zero_grads();
   double loss_sum = 0.0;
   for (const PipeAction& a : pipeline_actions(shape, int(micro_steps), rank)) {
@@ -109,6 +127,7 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
                                          *strategy, alloc_);
         idle_strategies_.push_back(strategy);
         send_back(xi, x, a.chunk);
+        probe(a.micro_batch);
         continue;
       }
       Flight& f = flights[key];
@@ -128,6 +147,7 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
       idle_strategies_.push_back(it->second.strategy);
       flights.erase(it);
       send_back(di, dx, a.chunk);
+      probe(a.micro_batch);
     }
   }
   group.wait_sends();
@@ -151,6 +171,7 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
         g.grad_sq += be.sum_squares(model_.grads_tensor().part(p.offset, Shape{p.numel}));
   }
   group.all_reduce_sum(std::span<double>(&g.grad_sq, 1));
+  if (probe_) probe_->end_step(g.grad_sq, &data_parallel_, &group);  // before clipping
   return g;
 }
 

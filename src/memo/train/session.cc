@@ -371,8 +371,9 @@ void TrainSession::build_optimizer() {
           : make_optimizer(o_.optimizer.name, model_->layout(), o_.optimizer.options, backend_);
   // see Note [Noise-scale accounting]; sized for the most micro-batches a step will run
   // (with length stages: when some stage's steps have two micro-batches; the others run without)
-  // (not yet under --pp: each stage holds a part of a micro-batch's gradient, at its own time)
-  if (o_.gns && o_.pp == 1 && (stages_.size() > 1 ? plan_->max_micro_steps() : micro_steps()) >= 2)
+  // (under --pp where pipeline_probe_runs: 1F1B without a tied embedding)
+  if (o_.gns && (o_.pp == 1 || pipeline_probe_runs(pipeline_shape(), pipeline_tied())) &&
+      (stages_.size() > 1 ? plan_->max_micro_steps() : micro_steps()) >= 2)
     probe_.emplace(model_->params_numel(), plan_->max_micro_steps() / data_parallel().size(),
                    stage().micro_batch * stage().seq, scaling::NoiseScaleOptions{o_.gns_decay},
                    backend_);
@@ -396,7 +397,7 @@ void TrainSession::build_step() {
   if (o_.pp > 1) {
     // tied embeddings: the first and last stage hold the embedding (Note [Pipeline parts])
     const PipelinePart& part = *model_->pipeline();
-    const bool tied = (part.first || part.last) && model_->tied_embeddings();
+    const bool tied = (part.first || part.last) && pipeline_tied();
     const SkeletalLayout* skeletal = &model_->skeletal();
     ActivationAllocator* alloc = &this->alloc();
     StrategyOptions strategy = o_.activations;
@@ -410,6 +411,8 @@ void TrainSession::build_step() {
 }
 
 PipelineShape TrainSession::pipeline_shape() const { return {o_.pp, o_.virtual_stages}; }
+
+bool TrainSession::pipeline_tied() const { return o_.pp > 1 && model_->tied_embeddings(); }
 
 // Note [Pipeline parts]: this rank's chunks of the layer split, the head counted in the balance
 // by its FLOPs at the run's length over a layer's.
@@ -441,8 +444,10 @@ void TrainSession::set_pipeline_part() {
                  << ", layers " << layers << ", " << m
                  << " micro-batches per step, bubble (P - 1) / (V m) = "
                  << pipeline_bubble(shape, int(m)) << "\n";
-  if (o_.gns)
-    runtime_.log() << "memo: the gradient noise scale is not measured under --pp yet (issue #26)\n";
+  if (o_.gns && !pipeline_probe_runs(shape, pipeline_tied()))
+    runtime_.log() << "memo: the gradient noise scale is not measured under --pp with "
+                   << (shape.virtual_stages > 1 ? "--virtual-stages" : "a tied embedding")
+                   << " yet (issue #26)\n";
   check_pipeline_host(first);
 }
 

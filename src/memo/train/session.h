@@ -52,6 +52,8 @@ class TrainSession {
   // The pipeline's ranks in stage order (--pp; rank r is pipeline rank r / (N / P)); null without.
   Communicator* pipeline() const { return pp_group_.get(); }
   PipelineShape pipeline_shape() const;
+  // --pp with an embedding tied between the first and the last stage
+  bool pipeline_tied() const;
   Model& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
   const std::vector<ZeroShard>& zero_shards() const { return shards_; }
