@@ -204,6 +204,34 @@ TEST_F(PipelineParallel, activation_strategies_give_the_same_bits) {
     }
 }
 
+// --batch-schedule noise on a pipeline (1F1B): the noise probe's B_simple is one process's, so
+// the batch grows at the same steps to the same sizes.
+TEST_F(PipelineParallel, the_noise_batch_schedule_grows_as_in_one_process) {
+  auto cmd = [&](const std::string& out) {
+    return test::memo_bin() + " train --config " + dir.str("llama.json") + " --data " +
+           dir.str("data.txt") +
+           " --seq 32 --batch 8 --micro-batch 2 --warmup 2 --steps 30 --no-checkpoint --out " +
+           out + " --log " + out +
+           ".jsonl --val-batches 1 --batch-schedule noise --eps-max 1e-2 --b-noise 2048 "
+           "--noise-multiple 20 --noise-min-steps 3 --noise-patience 2 --max-batch 24";
+  };
+  const std::string one = dir / "one", pp2 = dir / "pp2";
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + cmd(one)).exit_code, 0);
+  const test::CommandResult r = test::run_command(mpirun(2) + cmd(pp2) + " --pp 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto a = records(one + ".jsonl"), b = records(pp2 + ".jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  int changes = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i]["batch"], a[i]["batch"]) << "step " << i + 1;
+    changes += b[i].contains("batch_change");
+    if (!a[i]["gns_b_simple"].is_null()) {
+      EXPECT_LT(relative(b[i]["gns_b_simple"], a[i]["gns_b_simple"]), kPpTol) << "step " << i + 1;
+    }
+  }
+  EXPECT_GE(changes, 1);
+}
+
 TEST_F(PipelineParallel, what_a_pipeline_does_not_run_is_refused_by_name) {
   const std::string run = test::memo_bin() + " train --config " + dir.str("llama.json") +
                           " --data " + dir.str("data.txt") + " --seq 64 --steps 1 --out " +
