@@ -27,7 +27,7 @@ san_build() {  # dir, flags, linker flags, targets...
   cmake --build "$dir" -j"$jobs" "${targets[@]}"
 }
 
-# Every test but 21. Six long end-to-end runs: the two MPI fault drills, which stop or kill a rank mid-run and resume
+# Every test but 22. Six long end-to-end runs: the two MPI fault drills, which stop or kill a rank mid-run and resume
 # (their code is what the other MPI jobs run, the killed rank's memory is never checked; 78 s
 # under the sanitizers, 54 + 23 s), the two end-to-end runs of the shipped GPT-2 config
 # (`memo train` processes of 37 and 30 s there; the GPT-2 layers run under the sanitizers in
