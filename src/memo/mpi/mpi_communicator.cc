@@ -115,14 +115,7 @@ void MpiCommunicator::wait(MPI_Request& request, const char* op) {
   const auto t0 = Clock::now();
   int polls = 0;
   for (;;) {
-    int done = 0;
-    const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      std::fprintf(stderr, "memo: error: rank %d: %s failed in MPI (error %d); stopping the job\n",
-                   rank_, op, rc);
-      MPI_Abort(comm_, 3);
-    }
-    if (done) return;
+    if (test(request, op)) return;
     if (seconds_since(t0) > timeout_s_) {
       std::fprintf(stderr,
                    "memo: error: rank %d of %d: %s did not complete within %g s (a rank died or "
@@ -428,16 +421,37 @@ int pipeline_tag(int tag) {
 }
 }  // namespace
 
-void MpiCommunicator::post_send(ConstTensor x, int peer, int tag) {
+int64_t MpiCommunicator::post_send(ConstTensor x, int peer, int tag) {
   finish_reductions();  // Note [Overlapped reductions]
   check_peer("post_send", peer);
   MEMO_CHECK(x.contiguous(), "post_send: view ", x.shape(), " must be contiguous");
   Posted p;
   p.bytes = x.bytes();
+  p.ticket = ++sends_posted_;
   MPI_Isend(x.data(), to_int(x.numel(), "post_send"), moved_type(x.dtype()), peer,
             pipeline_tag(tag), comm_, &p.request);
   posted_.push_back(p);
   count(p.bytes, 0);
+  return p.ticket;
+}
+
+bool MpiCommunicator::test(MPI_Request& request, const char* op) {
+  int done = 0;
+  if (const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE); rc != MPI_SUCCESS) {
+    std::fprintf(stderr, "memo: error: rank %d: %s failed in MPI (error %d); stopping the job\n",
+                 rank_, op, rc);
+    MPI_Abort(comm_, 3);
+  }
+  return done != 0;
+}
+
+bool MpiCommunicator::send_done(int64_t ticket) {
+  const auto it = std::find_if(posted_.begin(), posted_.end(),
+                               [&](const Posted& p) { return p.ticket == ticket; });
+  if (it == posted_.end()) return true;  // completed and forgotten
+  if (!test(it->request, "a pipeline send")) return false;
+  posted_.erase(it);
+  return true;
 }
 
 void MpiCommunicator::recv_tagged(Tensor x, int peer, int tag) {

@@ -45,7 +45,8 @@ class MpiCommunicator final : public Communicator {
   void send(ConstTensor x, int peer) override;
   void recv(Tensor x, int peer) override;
   void send_recv(ConstTensor x, int to, Tensor y, int from) override;
-  void post_send(ConstTensor x, int peer, int tag) override;
+  int64_t post_send(ConstTensor x, int peer, int tag) override;
+  bool send_done(int64_t ticket) override;
   void recv_tagged(Tensor x, int peer, int tag) override;
   void wait_sends() override;
   void barrier() override;
@@ -91,7 +92,10 @@ class MpiCommunicator final : public Communicator {
   struct Posted {                // a posted send (Note [Pipeline sends])
     MPI_Request request = MPI_REQUEST_NULL;
     int64_t bytes = 0;
+    int64_t ticket = 0;
   };
+  // MPI_Test on a request; an MPI error stops the job as wait's do
+  bool test(MPI_Request& request, const char* op);
   std::vector<Posted> posted_;
 };
 

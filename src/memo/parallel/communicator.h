@@ -72,13 +72,18 @@ class Communicator {
   // Note [Pipeline sends]
   // A pipeline's ranks send activations one way and gradients the other at times no schedule
   // lines up, so their sends must not wait for the receiver: post_send starts a send of x to
-  // `peer` and returns at once (x must stay unchanged until wait_sends() returns, which completes
-  // every posted send), and recv_tagged receives the next message from `peer` with `tag`. Messages
-  // of one (sender, receiver, tag) arrive in the order posted; those of different tags may be
-  // received in any order, so each stream of a schedule (the activations into one chunk, the
-  // gradients into another) has its own tag. Counted like send and recv. The defaults send and
-  // receive at once, in order (one process, a shape-only trace).
-  virtual void post_send(ConstTensor x, int peer, int tag) { send(x, peer); }
+  // `peer` and returns at once with a ticket (1, 2, ... in post order); x must stay unchanged
+  // until send_done(ticket) says true, which tests without waiting, or wait_sends() returns,
+  // which completes every posted send. recv_tagged receives the next message from `peer` with
+  // `tag`. Messages of one (sender, receiver, tag) arrive in the order posted; those of different
+  // tags may be received in any order, so each stream of a schedule (the activations into one
+  // chunk, the gradients into another) has its own tag. Counted like send and recv. The defaults
+  // send and receive at once, in order (one process, a shape-only trace).
+  virtual int64_t post_send(ConstTensor x, int peer, int tag) {
+    send(x, peer);
+    return ++sends_posted_;
+  }
+  virtual bool send_done(int64_t ticket) { return true; }
   virtual void recv_tagged(Tensor x, int peer, int tag) { recv(x, peer); }
   virtual void wait_sends() {}
   virtual void barrier() = 0;
@@ -97,6 +102,7 @@ class Communicator {
     counters_.seconds += seconds;
   }
   void count_seconds(double seconds) { counters_.seconds += seconds; }
+  int64_t sends_posted_ = 0;  // post_send's last ticket
 
  private:
   CommCounters counters_;

@@ -40,8 +40,8 @@ namespace memo {
 // under interleaving (a micro-batch's gradient on a rank comes in V pieces between others') nor
 // with a tied embedding across stages (its two halves' squares do not add up). Not yet: the
 // gradient reduction overlapped with the backward and a static plan (the session refuses it
-// under --pp); the step's sent buffers are
-// reused only after its last action (at most 2 k V hidden states of [T, C]).
+// under --pp). A sent hidden state's buffer is reused once its send completes (send_done), so a
+// rank holds about as many [T, C] buffers as it has transfers in flight, not 2 k V.
 void TrainStep::set_pipeline(Pipeline pipeline) {
   MEMO_CHECK(
       pipeline.group && pipeline.group->size() == pipeline.shape.stages && pipeline.make_strategy,
@@ -68,7 +68,15 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   const int64_t B = shape_.micro_batch, S = shape_.seq, T = B * S;
   const int64_t C = model_.config().hidden_size;
   const DType act = model_.backend().activation_dtype();
+  // sent buffers and their send's tickets: reused once the send completes
+  std::vector<std::pair<size_t, int64_t>> sent;
   auto take_hidden = [&]() -> std::pair<size_t, Tensor> {
+    if (idle_hidden_.empty())  // a buffer whose send has completed, else a new one
+      std::erase_if(sent, [&](const std::pair<size_t, int64_t>& b) {
+        if (!group.send_done(b.second)) return false;
+        idle_hidden_.push_back(b.first);
+        return true;
+      });
     if (idle_hidden_.empty()) {
       hidden_buffers_.emplace_back(model_.backend().allocator(model_.backend().device_space()),
                                    T * C * dtype_bytes(act), "a pipeline hidden state");
@@ -92,13 +100,11 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
     std::unique_ptr<ChunkPass> pass;
   };
   std::map<std::pair<int64_t, int>, Flight> flights;  // (micro-batch, chunk) forward, no backward
-  std::vector<size_t> sent;                           // buffers until the sends complete
   // the gradient of chunk g's input: to chunk g - 1's rank, or on chunk 0 nowhere
   pipeline_sent_bytes_ = 0;
   auto send = [&](size_t buffer, const Tensor& x, int to_chunk, int tag) {
-    group.post_send(x, shape.rank_of(to_chunk), tag);
+    sent.emplace_back(buffer, group.post_send(x, shape.rank_of(to_chunk), tag));
     pipeline_sent_bytes_ += x.bytes();
-    sent.push_back(buffer);
   };
   auto send_back = [&](size_t buffer, const Tensor& dx, int g) {
     if (g == 0) return idle_hidden_.push_back(buffer);
@@ -151,7 +157,7 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
     }
   }
   group.wait_sends();
-  idle_hidden_.insert(idle_hidden_.end(), sent.begin(), sent.end());
+  for (const auto& [buffer, ticket] : sent) idle_hidden_.push_back(buffer);
   group.all_reduce_sum(std::span<double>(&loss_sum, 1));
   if (pp.embedding_group) pp.embedding_group->all_reduce_sum(model_.grad_weights().embed);
   if (data_parallel_.size() > 1) {

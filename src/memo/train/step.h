@@ -97,6 +97,13 @@ class TrainStep {
   // What this rank's last pipeline step sent to its neighbours: the hidden states and their
   // gradients (the stage transfers `memo plan --pp` predicts), collectives left out.
   int64_t pipeline_sent_bytes() const { return pipeline_sent_bytes_; }
+  // The bytes of the [T, C] buffers this rank's pipeline steps have made for the hidden states
+  // and gradients it receives and sends (kept from step to step).
+  int64_t pipeline_hidden_bytes() const {
+    int64_t bytes = 0;
+    for (const RawBuffer& b : hidden_buffers_) bytes += b.bytes();
+    return bytes;
+  }
   // The pipeline's strategies made so far (one per pass in flight at once), for their logs.
   const std::vector<std::unique_ptr<ActivationStrategy>>& pipeline_strategies() const {
     return strategies_;

@@ -275,8 +275,10 @@ void StepLogger::log_step(const Step& st) {
       record["copy_hidden"] = std::clamp(1.0 - wait_s / copy_s, 0.0, 1.0);
     }
     if (st.skipped) record["skipped"] = st.skipped;
-    if (s_.step().pipeline())  // the stage transfers alone (pp_comm_bytes adds the collectives)
+    if (s_.step().pipeline()) {  // the stage transfers alone (pp_comm_bytes adds the collectives)
       record["pp_send_bytes"] = s_.step().pipeline_sent_bytes();
+      record["pp_hidden_bytes"] = s_.step().pipeline_hidden_bytes();
+    }
     if (!st.pipeline_stages.empty()) {  // each stage's peak, and its wait: the bubble it sees
       std::vector<int64_t> peaks;
       std::vector<double> waits;
