@@ -219,9 +219,7 @@ TEST_F(DataParallel, the_noise_batch_schedule_grows_in_steps_that_split_over_the
     return test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
            dir.str("words.txt") +
            " --seq 32 --batch 8 --micro-batch 2 --warmup 2 --steps 40 --save-every 10 --out " +
-           out + " --log " + out +
-           ".jsonl --batch-schedule noise --eps-max 1e-2 --b-noise 2048 "
-           "--noise-multiple 20 --noise-min-steps 3 --noise-patience 2 --max-batch 24";
+           out + " --log " + out + ".jsonl" + test::kQuickNoiseSchedule;
   };
   const std::string one = dir / "one", two = dir / "two";
   ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + cmd(one)).exit_code, 0);

@@ -218,9 +218,7 @@ TEST_F(PipelineParallel, the_noise_batch_schedule_grows_as_in_one_process) {
     return test::memo_bin() + " train --config " + dir.str("llama.json") + " --data " +
            dir.str("data.txt") +
            " --seq 32 --batch 8 --micro-batch 2 --warmup 2 --steps 30 --no-checkpoint --out " +
-           out + " --log " + out +
-           ".jsonl --val-batches 1 --batch-schedule noise --eps-max 1e-2 --b-noise 2048 "
-           "--noise-multiple 20 --noise-min-steps 3 --noise-patience 2 --max-batch 24";
+           out + " --log " + out + ".jsonl --val-batches 1" + test::kQuickNoiseSchedule;
   };
   const std::string one = dir / "one", pp2 = dir / "pp2";
   ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + cmd(one)).exit_code, 0);
