@@ -3,7 +3,8 @@
 // multiple of 64, memo at alpha 0, 0.3 and 1 and at the cost model's alpha, with random copy delays
 // and NaN-poisoning of released buffers; eval losses too. Also the memory accounting: the host peak
 // equals the planned host bytes, and memo's device peak is below keep's. GPT-2 layers (learned and
-// rotary positions) give bitwise-identical results across the strategies too.
+// rotary positions) give bitwise-identical results across the strategies too, and so does a
+// pipeline chunk's parked micro-batches.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -195,6 +196,59 @@ TEST_F(Strategies, random_copy_delays_and_poisoned_releases_change_no_result) {
     o.random_delay_seed = 42;
     o.poison_released = true;
     expect_identical(*keep_, train_run(o), str(kind, " with delays and poison"));
+  }
+}
+
+// Note [Parked micro-batches]: a pipeline's first chunk (layers 0..3 of 5) runs three
+// micro-batches' forwards, each parked, then their backwards, under copy delays and poisoned
+// releases: the gradients are keep's bit for bit (and the copy threads race nothing: this runs
+// under ThreadSanitizer too).
+StrategyRun parked_run(const StrategyOptions& options) {
+  Model model(config(), cpu_backend());
+  model.set_pipeline({{{0, 4}}, true, false});
+  model.init(11);
+  StrategyRun r;
+  r.alloc = std::make_unique<CachingAllocator>();
+  const int64_t T = kMicro * kSeq, C = config().hidden_size;
+  std::vector<std::unique_ptr<ActivationStrategy>> strategies;
+  std::vector<std::unique_ptr<ChunkPass>> passes;
+  std::vector<std::vector<float>> out(3, std::vector<float>(size_t(T * C)));
+  model.zero_grads();
+  for (int micro = 0; micro < 3; ++micro) {
+    strategies.push_back(make_strategy(model.skeletal(), *r.alloc, options));
+    passes.push_back(std::make_unique<ChunkPass>(*strategies.back()));
+    const std::vector<int32_t> t = tokens(0, micro);
+    model.pipeline_forward(*passes.back(), 0, t.data(), kMicro, kSeq, Tensor(),
+                           View<float>(out[size_t(micro)].data(), {T, C}), *r.alloc);
+  }
+  for (int micro = 0; micro < 3; ++micro) {
+    std::vector<float> dx(size_t(T * C));  // a gradient from the next stage: of the output
+    for (size_t i = 0; i < dx.size(); ++i) dx[i] = 1e-3f * out[size_t(micro)][i];
+    model.pipeline_backward(*passes[size_t(micro)], View<float>(dx.data(), {T, C}), *r.alloc);
+    double sum = 0.0;
+    for (float v : out[size_t(micro)]) sum += double(v);
+    r.losses.push_back(sum);
+  }
+  r.grads.emplace_back(model.grads(), model.grads() + model.params_numel());
+  r.device_peak_bytes = r.alloc->peak_live_bytes();
+  return r;
+}
+
+TEST_F(Strategies, parked_micro_batches_give_keeps_gradients_under_copy_delays) {
+  const StrategyRun keep = parked_run(with("keep"));
+  for (const char* kind : {"recompute", "offload", "memo"}) {
+    StrategyOptions o = with(kind);
+    if (o.kind == "memo") o.alpha = 0.5;
+    if (o.kind != "recompute") {
+      o.max_random_delay_s = 0.0005;
+      o.random_delay_seed = 7;
+    }
+    o.poison_released = true;
+    const StrategyRun r = parked_run(o);
+    expect_identical(keep, r, str(kind, " parked"));
+    if (o.kind != "recompute") {
+      EXPECT_LT(r.device_peak_bytes, keep.device_peak_bytes) << kind;
+    }
   }
 }
 
