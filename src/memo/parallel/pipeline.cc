@@ -153,6 +153,19 @@ int peak_in_flight(const std::vector<PipeAction>& actions) {
   return peak;
 }
 
+ParkedLayers parked_layers(PipelineShape shape, const std::vector<int>& counts, int micro_batches,
+                           int rank) {
+  const int G = shape.chunks();
+  MEMO_CHECK(int(counts.size()) == G, "pipeline: ", counts.size(), " chunk counts for ", G,
+             " chunks");
+  ParkedLayers p{peak_in_flight(pipeline_actions(shape, micro_batches, rank)), 0};
+  for (int v = 0; v < shape.virtual_stages; ++v) {
+    const int g = shape.chunk_of(rank, v), n = counts[size_t(g)];
+    p.layers = std::max(p.layers, g + 1 == G ? std::max(0, n - 2) : n);
+  }
+  return p;
+}
+
 double pipeline_bubble(PipelineShape shape, int micro_batches) {
   validate_pipeline(shape, micro_batches);
   return double(shape.stages - 1) / (double(shape.virtual_stages) * double(micro_batches));

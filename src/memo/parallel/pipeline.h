@@ -79,6 +79,18 @@ int warmup_forwards(PipelineShape shape, int micro_batches, int rank);
 // backward has not. In chunks, so under interleaving a chunk holds L / (P V) layers.
 int peak_in_flight(const std::vector<PipeAction>& actions);
 
+// What rank `rank` holds on the host at once when offload or memo parks its micro-batches in
+// flight (Note [Parked micro-batches] in memory/swap_strategy.cc): up to `in_flight` passes
+// (peak_in_flight of its actions for m micro-batches), each of at most `layers` layers (a chunk's
+// count from `counts`; the model's last chunk less its top two, whose backward follows its
+// forward at once). At most in_flight x layers: exactly that under 1F1B, one chunk per rank.
+struct ParkedLayers {
+  int in_flight = 0, layers = 0;
+  int total() const { return in_flight * layers; }
+};
+ParkedLayers parked_layers(PipelineShape shape, const std::vector<int>& counts, int micro_batches,
+                           int rank);
+
 // (P - 1) / (V m): the bubble of Note [Pipeline schedules].
 double pipeline_bubble(PipelineShape shape, int micro_batches);
 

@@ -91,18 +91,17 @@ std::vector<StageShape> stage_shapes(const ModelConfig& config, int64_t seq,
   std::vector<StageShape> stages;
   for (int r = 0; r < shape.stages; ++r) {
     StageShape st;
-    int host_chunk = 0;  // a parked pass's layers; the last chunk's top two stay on the device
     for (int v = 0; v < shape.virtual_stages; ++v) {
-      const int g = shape.chunk_of(r, v), n = counts[size_t(g)];
+      const int n = counts[size_t(shape.chunk_of(r, v))];
       st.layers += n;
       st.chunk_layers = std::max(st.chunk_layers, n);
-      host_chunk = std::max(host_chunk, g + 1 == G ? std::max(0, n - 2) : n);
     }
     st.first = r == 0;
     st.last = r == shape.rank_of(G - 1);
-    st.in_flight = peak_in_flight(pipeline_actions(shape, int(o.micro_batches), r));
+    const ParkedLayers parked = parked_layers(shape, counts, int(o.micro_batches), r);
+    st.in_flight = parked.in_flight;
     st.copied = std::max(0, st.layers - (st.last ? 2 : 0));
-    st.offloaded = st.in_flight * host_chunk;
+    st.offloaded = parked.total();
     stages.push_back(st);
   }
   return stages;

@@ -454,7 +454,7 @@ void TrainSession::set_pipeline_part() {
     runtime_.log() << "memo: the gradient noise scale is not measured under --pp with "
                    << (shape.virtual_stages > 1 ? "--virtual-stages" : "a tied embedding")
                    << " yet (issue #26)\n";
-  check_pipeline_host(first);
+  check_pipeline_host(counts);
 }
 
 // Note [Pipeline host memory]
@@ -467,11 +467,10 @@ void TrainSession::set_pipeline_part() {
 // swap_host_layer_bytes: exactly that under 1F1B, where a rank runs one chunk. Every rank works
 // out every stage's figure, so a layout that does not fit is refused on all ranks alike with the
 // fullest stage's numbers, before the weights are drawn.
-void TrainSession::check_pipeline_host(const std::vector<int>& first) {
+void TrainSession::check_pipeline_host(const std::vector<int>& counts) {
   const StrategyOptions& a = o_.activations;
   if (a.kind != "offload" && a.kind != "memo") return;
   const PipelineShape shape = pipeline_shape();
-  const int G = shape.chunks();
   const int64_t B = stage().micro_batch, S = stage().seq;
   // the most micro-batches a step will run (a noise schedule grows them): the most in flight
   const int m = int(plan_->max_micro_steps() / data_parallel().size());
@@ -481,27 +480,21 @@ void TrainSession::check_pipeline_host(const std::vector<int>& first) {
   const int64_t rows =
       a.kind == "memo" ? memo_offload_rows(*a.alpha, T, backend_.reproducible_rows()) : T;
   const int64_t layer_bytes = swap_host_layer_bytes(skeletal, B, S, rows);
-  struct StageNeed {
-    int stage = 0, in_flight = 0, layers = 0;
-    int64_t bytes = -1;
-  } fullest;
+  int stage = 0;
+  ParkedLayers fullest;
   for (int p = 0; p < shape.stages; ++p) {
-    StageNeed n{p, peak_in_flight(pipeline_actions(shape, m, p)), 0, 0};
-    for (int v = 0; v < shape.virtual_stages; ++v) {
-      const int g = shape.chunk_of(p, v), layers = first[size_t(g) + 1] - first[size_t(g)];
-      n.layers = std::max(n.layers, g + 1 == G ? std::max(0, layers - 2) : layers);
-    }
-    n.bytes = int64_t(n.in_flight) * n.layers * layer_bytes;
-    if (n.bytes > fullest.bytes) fullest = n;
+    const ParkedLayers n = parked_layers(shape, counts, m, p);
+    if (p == 0 || n.total() > fullest.total()) stage = p, fullest = n;
   }
+  const int64_t bytes = int64_t(fullest.total()) * layer_bytes;
   const std::string what =
-      str("stage ", fullest.stage, " holds up to ", fullest.in_flight,
-          " micro-batches in flight x ", fullest.layers, " layers x ", format_bytes(layer_bytes),
-          " = ", format_bytes(fullest.bytes), " (", fullest.bytes, " bytes)");
-  if (a.host_memory_bytes > 0 && fullest.bytes > a.host_memory_bytes)
+      str("stage ", stage, " holds up to ", fullest.in_flight, " micro-batches in flight x ",
+          fullest.layers, " layers x ", format_bytes(layer_bytes), " = ", format_bytes(bytes), " (",
+          bytes, " bytes)");
+  if (a.host_memory_bytes > 0 && bytes > a.host_memory_bytes)
     throw BudgetError(str("--pp ", shape.stages, " --activations ", a.kind, ": ", what,
                           " of host memory, over --host-memory ", format_bytes(a.host_memory_bytes),
-                          "; give --host-memory ", fullest.bytes, " or more",
+                          "; give --host-memory ", bytes, " or more",
                           a.kind == "memo" ? ", or a lower --alpha" : ""));
   runtime_.log() << "memo: pipeline: the micro-batches in flight wait on the host (" << a.kind
                  << ", the top two layers too); the fullest, " << what << "\n";

@@ -110,9 +110,9 @@ class TrainSession {
   std::optional<WindowSampler> sampler_;
   std::unique_ptr<Communicator> tp_group_, cp_group_, dp_group_, pp_group_, embedding_group_;
   void set_pipeline_part();  // --pp: the model becomes this rank's chunks
-  // --pp with offload or memo: the stages' host memory within --host-memory (first: the chunks'
-  // first layers)
-  void check_pipeline_host(const std::vector<int>& first);
+  // --pp with offload or memo: the stages' host memory within --host-memory (counts: each chunk's
+  // layers)
+  void check_pipeline_host(const std::vector<int>& counts);
   std::optional<Model> model_;
   std::vector<ZeroShard> shards_;
   size_t mine_ = 0;  // this rank's shard
