@@ -1,11 +1,13 @@
 // Pipeline parallelism's layout and schedules (parallel/pipeline.h): the layer split, 1F1B and
 // interleaved 1F1B run every micro-batch's forward and backward once on each chunk, never
 // deadlock, hold the activations Note [Pipeline schedules] says, and their simulated bubble is
-// (P - 1) / (V m); a schedule that cannot run is named.
+// (P - 1) / (V m); a send is known complete only where the schedule proves its peer received it;
+// a schedule that cannot run is named.
 #include "memo/parallel/pipeline.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -172,6 +174,82 @@ TEST(Pipeline, transfers_lengthen_the_step_along_its_longest_path) {
       EXPECT_GE(step, simulate_pipeline(shape, m, lists, t).step_s +
                           2 * (shape.chunks() - 1) * 0.25 - 1e-9);
     }
+}
+
+// Note [Pipeline send completion] on 1F1B over 2 ranks, 4 micro-batches, worked by hand: rank
+// 0 runs F0 F1 B0 F2 B1 F3 B2 B3 and rank 1 F0 B0 F1 B1 F2 B2 F3 B3 (its backwards run with its
+// forwards, so they neither receive nor send). Rank 0's B_k receives the gradient rank 1 sent in
+// its F_k, after receiving rank 0's F_k: rank 0's send of F_k is vouched for there. Rank 1's
+// F_k receives what rank 0 sent in its F_k, after rank 0's B_(k-2) received rank 1's gradient
+// of k - 2; the last two gradients complete with the step.
+TEST(Pipeline, a_send_completes_where_the_schedule_proves_its_peer_received_it) {
+  const PipelineShape shape{2, 1};
+  using Lists = std::vector<std::vector<int>>;
+  EXPECT_EQ(sends_completed(shape, 4, 0), (Lists{{}, {}, {0}, {}, {1}, {}, {3}, {5}}));
+  EXPECT_EQ(sends_completed(shape, 4, 1), (Lists{{}, {}, {}, {}, {0}, {}, {2}, {}}));
+}
+
+// Every release is sound on every shape: with vector clocks over the ranks' actions (an action
+// receives, then sends), the peer's receive of each released send happens before the receive
+// that releases it. And no send is released twice.
+TEST(Pipeline, every_released_send_was_received_first) {
+  for (const auto& [shape, m] : std::vector<std::pair<PipelineShape, int>>{{{2, 1}, 1},
+                                                                           {{2, 1}, 8},
+                                                                           {{4, 1}, 3},
+                                                                           {{4, 1}, 8},
+                                                                           {{2, 2}, 4},
+                                                                           {{4, 2}, 8},
+                                                                           {{3, 3}, 6}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "P " << shape.stages << " V " << shape.virtual_stages << " m " << m);
+    const int P = shape.stages;
+    const auto lists = all_ranks(shape, m);
+    // clock[q] = k: rank q's actions below k (their receives and sends) happened before
+    std::vector<std::vector<int>> clock(size_t(P), std::vector<int>(size_t(P), 0));
+    std::vector<std::vector<std::vector<int>>> at_receive(
+        static_cast<size_t>(P));                           // per rank and action
+    std::map<std::pair<int, int>, std::vector<int>> sent;  // (micro-batch, tag)
+    std::map<std::pair<int, int>, int> received_at;        // ... -> action index
+    std::vector<size_t> next(size_t(P), 0);
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int r = 0; r < P; ++r)
+        for (auto& i = next[size_t(r)]; i < lists[size_t(r)].size(); ++i) {
+          std::vector<int>& c = clock[size_t(r)];
+          const PipeMessage in = action_receive(shape, lists[size_t(r)][i]);
+          if (in.peer >= 0) {
+            const auto it = sent.find({in.micro_batch, in.tag});
+            if (it == sent.end()) break;  // waits for its sender
+            for (int q = 0; q < P; ++q)
+              c[size_t(q)] = std::max(c[size_t(q)], it->second[size_t(q)]);
+            received_at[{in.micro_batch, in.tag}] = int(i);
+          }
+          c[size_t(r)] = int(i) + 1;
+          at_receive[size_t(r)].push_back(c);
+          const PipeMessage out = action_send(shape, lists[size_t(r)][i]);
+          if (out.peer >= 0) sent[{out.micro_batch, out.tag}] = c;
+          moved = true;
+        }
+    }
+    for (int r = 0; r < P; ++r) {
+      ASSERT_EQ(next[size_t(r)], lists[size_t(r)].size()) << "rank " << r;
+      const auto completed = sends_completed(shape, m, r);
+      ASSERT_EQ(completed.size(), lists[size_t(r)].size());
+      std::vector<int> released;
+      for (size_t i = 0; i < completed.size(); ++i)
+        for (int j : completed[i]) {
+          ASSERT_LT(size_t(j), i);
+          const PipeMessage s = action_send(shape, lists[size_t(r)][size_t(j)]);
+          ASSERT_GE(s.peer, 0) << "action " << j << " sends nothing";
+          const int k = received_at.at({s.micro_batch, s.tag});
+          EXPECT_GT(at_receive[size_t(r)][i][size_t(s.peer)], k)
+              << "rank " << r << " action " << i << " releases action " << j << "'s send";
+          released.push_back(j);
+        }
+      std::sort(released.begin(), released.end());
+      EXPECT_EQ(std::adjacent_find(released.begin(), released.end()), released.end());
+    }
+  }
 }
 
 TEST(Pipeline, a_schedule_that_cannot_run_is_named) {

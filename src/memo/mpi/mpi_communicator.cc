@@ -445,13 +445,14 @@ bool MpiCommunicator::test(MPI_Request& request, const char* op) {
   return done != 0;
 }
 
-bool MpiCommunicator::send_done(int64_t ticket) {
+void MpiCommunicator::wait_send(int64_t ticket) {
   const auto it = std::find_if(posted_.begin(), posted_.end(),
                                [&](const Posted& p) { return p.ticket == ticket; });
-  if (it == posted_.end()) return true;  // completed and forgotten
-  if (!test(it->request, "a pipeline send")) return false;
+  if (it == posted_.end()) return;  // completed and forgotten
+  const auto t0 = Clock::now();
+  wait(it->request, "a pipeline send");
   posted_.erase(it);
-  return true;
+  count_seconds(seconds_since(t0));
 }
 
 void MpiCommunicator::recv_tagged(Tensor x, int peer, int tag) {

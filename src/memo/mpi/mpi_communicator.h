@@ -46,7 +46,7 @@ class MpiCommunicator final : public Communicator {
   void recv(Tensor x, int peer) override;
   void send_recv(ConstTensor x, int to, Tensor y, int from) override;
   int64_t post_send(ConstTensor x, int peer, int tag) override;
-  bool send_done(int64_t ticket) override;
+  void wait_send(int64_t ticket) override;
   void recv_tagged(Tensor x, int peer, int tag) override;
   void wait_sends() override;
   void barrier() override;

@@ -73,17 +73,19 @@ class Communicator {
   // A pipeline's ranks send activations one way and gradients the other at times no schedule
   // lines up, so their sends must not wait for the receiver: post_send starts a send of x to
   // `peer` and returns at once with a ticket (1, 2, ... in post order); x must stay unchanged
-  // until send_done(ticket) says true, which tests without waiting, or wait_sends() returns,
-  // which completes every posted send. recv_tagged receives the next message from `peer` with
-  // `tag`. Messages of one (sender, receiver, tag) arrive in the order posted; those of different
-  // tags may be received in any order, so each stream of a schedule (the activations into one
-  // chunk, the gradients into another) has its own tag. Counted like send and recv. The defaults
-  // send and receive at once, in order (one process, a shape-only trace).
+  // until wait_send(ticket) or wait_sends() (every posted send) returns. A pipeline waits on a
+  // send only once the schedule says the peer has received it (Note [Pipeline send completion]
+  // in parallel/pipeline.h), so the wait is short; a send that hangs times out as a receive does.
+  // recv_tagged receives the next message from `peer` with `tag`. Messages of one (sender,
+  // receiver, tag) arrive in the order posted; those of different tags may be received in any
+  // order, so each stream of a schedule (the activations into one chunk, the gradients into
+  // another) has its own tag. Counted like send and recv. The defaults send and receive at once, in
+  // order (one process, a shape-only trace).
   virtual int64_t post_send(ConstTensor x, int peer, int tag) {
     send(x, peer);
     return ++sends_posted_;
   }
-  virtual bool send_done(int64_t ticket) { return true; }
+  virtual void wait_send(int64_t ticket) {}
   virtual void recv_tagged(Tensor x, int peer, int tag) { recv(x, peer); }
   virtual void wait_sends() {}
   virtual void barrier() = 0;

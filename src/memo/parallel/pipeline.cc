@@ -166,6 +166,68 @@ ParkedLayers parked_layers(PipelineShape shape, const std::vector<int>& counts, 
   return p;
 }
 
+PipeMessage action_receive(PipelineShape shape, const PipeAction& a) {
+  const int G = shape.chunks();
+  if (a.op == PipeOp::kForward)
+    return a.chunk > 0 ? PipeMessage{shape.rank_of(a.chunk - 1), a.micro_batch, 2 * a.chunk}
+                       : PipeMessage{};
+  return a.chunk + 1 < G ? PipeMessage{shape.rank_of(a.chunk + 1), a.micro_batch, 2 * a.chunk + 1}
+                         : PipeMessage{};  // the last chunk's backward ran with its forward
+}
+
+PipeMessage action_send(PipelineShape shape, const PipeAction& a) {
+  const int G = shape.chunks();
+  const bool last = a.chunk + 1 == G;
+  if (a.op == PipeOp::kForward && !last)
+    return {shape.rank_of(a.chunk + 1), a.micro_batch, 2 * (a.chunk + 1)};
+  // the gradient of the chunk's input: the last chunk's forward, or a backward below it
+  const bool sends_gradient = a.op == PipeOp::kForward ? last : !last;
+  if (sends_gradient && a.chunk > 0)
+    return {shape.rank_of(a.chunk - 1), a.micro_batch, 2 * (a.chunk - 1) + 1};
+  return {};
+}
+
+std::vector<std::vector<int>> sends_completed(PipelineShape shape, int micro_batches, int rank) {
+  const int P = shape.stages;
+  MEMO_CHECK(rank >= 0 && rank < P, "sends_completed: rank ", rank, " of ", P);
+  std::vector<std::vector<PipeAction>> lists;
+  for (int r = 0; r < P; ++r) lists.push_back(pipeline_actions(shape, micro_batches, r));
+  // each message by (micro-batch, tag): the index of the action that sends it on its rank, and of
+  // the one that receives it
+  auto key = [&](int mb, int tag) { return size_t(mb) * size_t(2 * shape.chunks()) + size_t(tag); };
+  std::vector<int> sent_at(size_t(micro_batches) * size_t(2 * shape.chunks()), -1);
+  std::vector<int> received_at(sent_at.size(), -1);
+  for (int r = 0; r < P; ++r)
+    for (size_t i = 0; i < lists[size_t(r)].size(); ++i) {
+      const PipeAction& a = lists[size_t(r)][i];
+      if (const PipeMessage s = action_send(shape, a); s.peer >= 0)
+        sent_at[key(s.micro_batch, s.tag)] = int(i);
+      if (const PipeMessage m = action_receive(shape, a); m.peer >= 0)
+        received_at[key(m.micro_batch, m.tag)] = int(i);
+    }
+  const std::vector<PipeAction>& mine = lists[size_t(rank)];
+  std::vector<std::vector<int>> out(mine.size());
+  struct Pending {
+    int action, peer, received;  // our sending action; the receiver and its receiving action
+  };
+  std::vector<Pending> pending;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (const PipeMessage m = action_receive(shape, mine[i]); m.peer >= 0) {
+      // the peer sent this message at action `after`, after every receive of its actions before
+      const int after = sent_at[key(m.micro_batch, m.tag)];
+      MEMO_CHECK(after >= 0, "sends_completed: a message nobody sends");
+      std::erase_if(pending, [&](const Pending& p) {
+        if (p.peer != m.peer || p.received > after) return false;
+        out[i].push_back(p.action);
+        return true;
+      });
+    }
+    if (const PipeMessage s = action_send(shape, mine[i]); s.peer >= 0)
+      pending.push_back({int(i), s.peer, received_at[key(s.micro_batch, s.tag)]});
+  }
+  return out;
+}
+
 double pipeline_bubble(PipelineShape shape, int micro_batches) {
   validate_pipeline(shape, micro_batches);
   return double(shape.stages - 1) / (double(shape.virtual_stages) * double(micro_batches));

@@ -91,6 +91,29 @@ struct ParkedLayers {
 ParkedLayers parked_layers(PipelineShape shape, const std::vector<int>& counts, int micro_batches,
                            int rank);
 
+// Note [Pipeline send completion]
+// An action first receives its input (a forward of chunk g > 0: the activation from chunk g - 1's
+// rank; a backward below the last chunk: the gradient from chunk g + 1's rank) and last sends its
+// result (the activation to chunk g + 1's rank, or the gradient of its input to chunk g - 1's).
+// A posted send's buffer may be reused once the send completes, which MPI says only when asked;
+// a rank that asks at run time (MPI_Test) reuses buffers at moments no plan can know. Instead, a
+// rank knows from the schedules alone when a send has surely completed: once it has received a
+// message that the peer sent after the action that received ours (an action's receive precedes
+// its send), the peer's receive has returned, so the data has left our buffer and waiting on the
+// send returns at once. sends_completed gives, for each of the rank's actions, its earlier
+// actions whose sends are complete once its receive has returned; a send no later receive
+// vouches for completes with the step (wait_sends). The buffers in use are then the same at the
+// same action in every step, which a static plan needs, and few: under 1F1B a rank holds about
+// two sent activations and, in the cool-down, its sent gradients (one per backward left).
+struct PipeMessage {
+  int peer = -1;  // the other rank; -1: the action has no such message
+  int micro_batch = 0;
+  int tag = 0;  // 2 g: the activation into chunk g; 2 g + 1: the gradient of chunk g's output
+};
+PipeMessage action_receive(PipelineShape shape, const PipeAction& action);
+PipeMessage action_send(PipelineShape shape, const PipeAction& action);
+std::vector<std::vector<int>> sends_completed(PipelineShape shape, int micro_batches, int rank);
+
 // (P - 1) / (V m): the bubble of Note [Pipeline schedules].
 double pipeline_bubble(PipelineShape shape, int micro_batches);
 

@@ -2,9 +2,6 @@
 // the schedule (parallel/pipeline.h), each chunk's forward and backward through the model's
 // pipeline calls (Note [Pipeline parts] in model/model.h), the hidden states and their gradients
 // over the pipeline group, then the loss, the gradient reductions and the global norm.
-#include <algorithm>
-#include <map>
-
 #include "memo/core/error.h"
 #include "memo/train/step.h"
 
@@ -39,9 +36,10 @@ namespace memo {
 // parts over the pipeline group (each tensor lives on one stage, so the squares add up); not
 // under interleaving (a micro-batch's gradient on a rank comes in V pieces between others') nor
 // with a tied embedding across stages (its two halves' squares do not add up). Not yet: the
-// gradient reduction overlapped with the backward and a static plan (the session refuses it
-// under --pp). A sent hidden state's buffer is reused once its send completes (send_done), so a
-// rank holds about as many [T, C] buffers as it has transfers in flight, not 2 k V.
+// gradient reduction overlapped with the backward. The actions run in a PipelineStage
+// (train/pipeline_stage.h), whose hidden-state buffers come from the activation allocator and
+// go back once the schedule says their send arrived (Note [Pipeline send completion]), so a
+// static plan covers them.
 void TrainStep::set_pipeline(Pipeline pipeline) {
   MEMO_CHECK(
       pipeline.group && pipeline.group->size() == pipeline.shape.stages && pipeline.make_strategy,
@@ -51,6 +49,8 @@ void TrainStep::set_pipeline(Pipeline pipeline) {
   MEMO_CHECK(!probe_ || pipeline_probe_runs(pipeline.shape, pipeline.embedding_group != nullptr),
              "set_pipeline: the noise probe runs under 1F1B without a tied embedding only");
   pipeline_ = std::move(pipeline);
+  stage_ = std::make_unique<PipelineStage>(model_, *pipeline_->group, pipeline_->shape, alloc_,
+                                           pipeline_->make_strategy);
 }
 
 bool pipeline_probe_runs(PipelineShape shape, bool tied_across_stages) {
@@ -60,104 +60,24 @@ bool pipeline_probe_runs(PipelineShape shape, bool tied_across_stages) {
 StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   const Pipeline& pp = *pipeline_;
   Communicator& group = *pp.group;
-  const PipelineShape shape = pp.shape;
-  const int G = shape.chunks(), rank = group.rank();
   const int64_t first = int64_t(data_parallel_.rank()) * micro_steps;
   const int64_t tokens = counted_tokens(step, first, micro_steps);
-  const float grad_scale = 1.0f / float(tokens);
-  const int64_t B = shape_.micro_batch, S = shape_.seq, T = B * S;
-  const int64_t C = model_.config().hidden_size;
-  const DType act = model_.backend().activation_dtype();
-  // sent buffers and their send's tickets: reused once the send completes
-  std::vector<std::pair<size_t, int64_t>> sent;
-  auto take_hidden = [&]() -> std::pair<size_t, Tensor> {
-    if (idle_hidden_.empty())  // a buffer whose send has completed, else a new one
-      std::erase_if(sent, [&](const std::pair<size_t, int64_t>& b) {
-        if (!group.send_done(b.second)) return false;
-        idle_hidden_.push_back(b.first);
-        return true;
-      });
-    if (idle_hidden_.empty()) {
-      hidden_buffers_.emplace_back(model_.backend().allocator(model_.backend().device_space()),
-                                   T * C * dtype_bytes(act), "a pipeline hidden state");
-      idle_hidden_.push_back(hidden_buffers_.size() - 1);
-    }
-    const size_t i = idle_hidden_.back();
-    idle_hidden_.pop_back();
-    return {i, hidden_buffers_[i].tensor({T, C}, act)};
-  };
-  auto take_strategy = [&]() {
-    if (idle_strategies_.empty()) {
-      strategies_.push_back(pp.make_strategy());
-      idle_strategies_.push_back(strategies_.back().get());
-    }
-    ActivationStrategy* s = idle_strategies_.back();
-    idle_strategies_.pop_back();
-    return s;
-  };
-  struct Flight {
-    ActivationStrategy* strategy;
-    std::unique_ptr<ChunkPass> pass;
-  };
-  std::map<std::pair<int64_t, int>, Flight> flights;  // (micro-batch, chunk) forward, no backward
-  // the gradient of chunk g's input: to chunk g - 1's rank, or on chunk 0 nowhere
-  pipeline_sent_bytes_ = 0;
-  auto send = [&](size_t buffer, const Tensor& x, int to_chunk, int tag) {
-    sent.emplace_back(buffer, group.post_send(x, shape.rank_of(to_chunk), tag));
-    pipeline_sent_bytes_ += x.bytes();
-  };
-  auto send_back = [&](size_t buffer, const Tensor& dx, int g) {
-    if (g == 0) return idle_hidden_.push_back(buffer);
-    send(buffer, dx, g - 1, 2 * (g - 1) + 1);
-  };
   if (probe_) probe_->set_micro_steps(micro_steps, data_parallel_.size());
   int64_t probed = 0;  // the noise probe: micro-batches whose gradient this rank has finished
-  auto probe = [&](int64_t micro) {
+  auto probe = [&](int micro) {
     if (!probe_) return;
     MEMO_CHECK(micro == probed, "pipeline: micro-batch ", micro, "'s backward after ", probed,
                " of them: the probe needs them in order (1F1B)");
     probe_->after_micro(model_.grads_tensor(), probed++);
   };
   model_.zero_grads();
-  double loss_sum = 0.0;
-  for (const PipeAction& a : pipeline_actions(shape, int(micro_steps), rank)) {
-    const bool last = a.chunk + 1 == G;
-    const std::pair<int64_t, int> key{a.micro_batch, a.chunk};
-    if (a.op == PipeOp::kForward) {
-      source_(step, first + a.micro_batch, inputs_.data(), targets_.data(), B);
-      const auto [xi, x] = take_hidden();
-      if (a.chunk > 0) group.recv_tagged(x, shape.rank_of(a.chunk - 1), 2 * a.chunk);
-      ActivationStrategy* strategy = take_strategy();
-      if (last) {
-        loss_sum += model_.pipeline_last(inputs_.data(), targets_.data(), B, S, grad_scale, x,
-                                         *strategy, alloc_);
-        idle_strategies_.push_back(strategy);
-        send_back(xi, x, a.chunk);
-        probe(a.micro_batch);
-        continue;
-      }
-      Flight& f = flights[key];
-      f.strategy = strategy;
-      f.pass = std::make_unique<ChunkPass>(*strategy);
-      const auto [yi, y] = take_hidden();
-      model_.pipeline_forward(*f.pass, a.chunk / shape.stages, inputs_.data(), B, S, x, y, alloc_);
-      idle_hidden_.push_back(xi);
-      send(yi, y, a.chunk + 1, 2 * (a.chunk + 1));
-    } else if (!last) {
-      const auto [di, dx] = take_hidden();
-      group.recv_tagged(dx, shape.rank_of(a.chunk + 1), 2 * a.chunk + 1);
-      const auto it = flights.find(key);
-      MEMO_CHECK(it != flights.end(), "pipeline: the backward of micro-batch ", a.micro_batch,
-                 " on chunk ", a.chunk, " before its forward");
-      model_.pipeline_backward(*it->second.pass, dx, alloc_);
-      idle_strategies_.push_back(it->second.strategy);
-      flights.erase(it);
-      send_back(di, dx, a.chunk);
-      probe(a.micro_batch);
-    }
-  }
-  group.wait_sends();
-  for (const auto& [buffer, ticket] : sent) idle_hidden_.push_back(buffer);
+  const int64_t B = shape_.micro_batch;
+  double loss_sum = stage_->run(
+      int(micro_steps), B, shape_.seq, 1.0f / float(tokens),
+      [&](int64_t micro, int32_t* inputs, int32_t* targets) {
+        source_(step, first + micro, inputs, targets, B);
+      },
+      probe);
   group.all_reduce_sum(std::span<double>(&loss_sum, 1));
   if (pp.embedding_group) pp.embedding_group->all_reduce_sum(model_.grad_weights().embed);
   if (data_parallel_.size() > 1) {

@@ -22,6 +22,7 @@
 #include "memo/parallel/communicator.h"
 #include "memo/parallel/pipeline.h"
 #include "memo/train/grad_noise.h"
+#include "memo/train/pipeline_stage.h"
 #include "memo/train/zero.h"
 
 namespace memo {
@@ -96,17 +97,14 @@ class TrainStep {
   const std::optional<Pipeline>& pipeline() const { return pipeline_; }
   // What this rank's last pipeline step sent to its neighbours: the hidden states and their
   // gradients (the stage transfers `memo plan --pp` predicts), collectives left out.
-  int64_t pipeline_sent_bytes() const { return pipeline_sent_bytes_; }
-  // The bytes of the [T, C] buffers this rank's pipeline steps have made for the hidden states
-  // and gradients it receives and sends (kept from step to step).
-  int64_t pipeline_hidden_bytes() const {
-    int64_t bytes = 0;
-    for (const RawBuffer& b : hidden_buffers_) bytes += b.bytes();
-    return bytes;
-  }
+  int64_t pipeline_sent_bytes() const { return stage_ ? stage_->sent_bytes() : 0; }
+  // The most bytes of [T, C] hidden states and gradients this rank's last pipeline step held at
+  // once (received, made, and sent until the schedule says they arrived).
+  int64_t pipeline_hidden_bytes() const { return stage_ ? stage_->hidden_peak_bytes() : 0; }
   // The pipeline's strategies made so far (one per pass in flight at once), for their logs.
   const std::vector<std::unique_ptr<ActivationStrategy>>& pipeline_strategies() const {
-    return strategies_;
+    static const std::vector<std::unique_ptr<ActivationStrategy>> none;
+    return stage_ ? stage_->strategies() : none;
   }
 
  private:
@@ -126,15 +124,7 @@ class TrainStep {
   std::vector<int32_t> inputs_, targets_;  // [micro_batch * seq] host tokens
   std::optional<Pipeline> pipeline_;
   StepGradients pipeline_gradients(int64_t step, int64_t micro_steps);
-  // The pipeline's strategies, made as the schedule first needs them and reused: as many as the
-  // rank has passes in flight at once.
-  std::vector<std::unique_ptr<ActivationStrategy>> strategies_;
-  std::vector<ActivationStrategy*> idle_strategies_;
-  // [T, C] hidden states and their gradients received and sent; a sent one is reused once the
-  // step's sends complete.
-  std::vector<RawBuffer> hidden_buffers_;
-  int64_t pipeline_sent_bytes_ = 0;
-  std::vector<size_t> idle_hidden_;
+  std::unique_ptr<PipelineStage> stage_;  // the rank's actions of each step
 };
 
 // Whether the noise probe runs under a pipeline of this shape (Note [Pipeline step]): 1F1B, and
