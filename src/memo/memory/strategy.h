@@ -61,7 +61,7 @@ class ActivationStrategy {
   // last, whose backward waits for the stages after it while other micro-batches run), so the
   // model calls park() after the last forward_done, and the strategy may free the device between
   // the two (Note [Parked micro-batches] in memory/swap_strategy.cc).
-  void set_layer_range(int first, int last, bool parked = false) {
+  virtual void set_layer_range(int first, int last, bool parked = false) {
     range_first_ = first;
     range_last_ = last;
     range_parked_ = parked;

@@ -95,6 +95,11 @@ class TracingStrategy final : public ActivationStrategy {
   int64_t host_peak_bytes() const override { return inner_.host_peak_bytes(); }
   bool wants_warmup() const override { return inner_.wants_warmup(); }
   std::string summary() const override { return inner_.summary(); }
+  CopyTime copy_time() const override { return inner_.copy_time(); }
+  void set_layer_range(int first, int last, bool parked) override {
+    inner_.set_layer_range(first, last, parked);
+  }
+  void park() override { inner_.park(); }
   const SavedActs& forward_slot(int layer) override;
   void forward_done(int layer) override;
   const SavedActs& backward_ready(int layer) override;

@@ -728,7 +728,8 @@ void Model::set_pipeline(const PipelinePart& part) {
   if (tp_split_ || cp_)
     throw ConfigError(str("pipeline parallelism with ", tp_split_ ? "tensor" : "context",
                           " parallelism is not implemented yet"));
-  if (!backend_->host_can_access(backend_->device_space()))
+  // a meta backend (a static plan's trace: Note [Meta backend]) runs any target's shapes
+  if (backend_->has_values() && !backend_->host_can_access(backend_->device_space()))
     throw ConfigError(str("pipeline parallelism runs on the CPU for now, not on the ",
                           backend_->name(), " backend"));
   MEMO_CHECK(use_ == ModelUse::kTraining, "set_pipeline: a pipeline trains");

@@ -9,6 +9,7 @@
 #include "memo/backend/bf16_storage.h"
 #include "memo/meta/meta_backend.h"
 #include "memo/parallel/shape_communicator.h"
+#include "memo/train/pipeline_stage.h"
 
 namespace memo {
 
@@ -39,6 +40,28 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
   return trace;
 }
 
+Trace trace_pipeline_stage(Model& model, PipelineShape shape, int micro_batches, int rank,
+                           int64_t batch, int64_t seq, const StrategyFactory& make_strategy) {
+  Backend& backend = model.backend();
+  TraceRecorder recorder(backend.allocator(backend.device_space()));
+  {
+    // the strategies the stage makes, each behind a tracing one that marks its layer passes
+    std::vector<std::unique_ptr<ActivationStrategy>> inner;
+    ShapeCommunicator group(shape.stages, rank);
+    PipelineStage stage(model, group, shape, recorder,
+                        [&]() -> std::unique_ptr<ActivationStrategy> {
+                          inner.push_back(make_strategy(model.skeletal(), recorder));
+                          return std::make_unique<TracingStrategy>(*inner.back(), recorder);
+                        });
+    stage.run(micro_batches, batch, seq, 1.0f, [&](int64_t, int32_t* inputs, int32_t* targets) {
+      std::fill_n(inputs, batch * seq, 0);
+      std::fill_n(targets, batch * seq, 0);
+    });
+  }  // the strategies release what they still hold before the trace is read
+  model.zero_grads();
+  return recorder.finish(batch, seq);
+}
+
 Trace trace_shapes_only(Backend& target, const ModelConfig& config, const Parallel& parallel,
                         int64_t batch, int64_t seq, const StrategyFactory& make_strategy,
                         DType activations, CommCounters* context_parallel_comm,
@@ -60,8 +83,9 @@ Trace trace_shapes_only(Backend& target, const ModelConfig& config, const Parall
 namespace {
 
 // Note [Planning on a shadow]
-// A run's plan traces one micro-batch of a shadow of its model: the same config and tensor- and
-// context-parallel layout (ShapeCommunicators of the groups' sizes and this rank), on a
+// A run's plan traces one micro-batch of a shadow of its model (a pipeline rank's: its part, and
+// the rank's whole step) with the same config and tensor- and context-parallel layout
+// (ShapeCommunicators of the groups' sizes and this rank), on a
 // MetaBackend sized as the run's backend (attention scratch, reproducible rows, the
 // matrix-product workspace), under bf16 storage when the run has it. Its requests are the run's
 // (the planned allocator checks every one at run time, and the tests run every strategy in a
@@ -82,6 +106,7 @@ class Shadow {
     model_.emplace(model.config(), storage_ ? static_cast<Backend&>(*storage_) : meta_);
     model_->set_parallel(model.parallel(), model.tensor_parallel_group() ? &tp_ : nullptr);
     model_->set_context_parallel(model.context_parallel_group() ? &cp_ : nullptr);
+    if (model.pipeline()) model_->set_pipeline(*model.pipeline());
   }
   Model& model() { return *model_; }
 
@@ -108,8 +133,13 @@ DevicePlan plan_device_memory(Model& run_model, int64_t batch, int64_t seq, int6
   std::optional<Shadow> shadow;
   if (run_model.has_values()) shadow.emplace(run_model);
   Model& model = shadow ? shadow->model() : run_model;
-  out.activations =
-      plan_activations(trace_model_step(model, batch, seq, make_strategy), options.plan);
+  auto trace = [&](int64_t traced_seq) {
+    if (const auto& pp = options.pipeline)
+      return trace_pipeline_stage(model, pp->shape, pp->micro_batches, pp->rank, batch, traced_seq,
+                                  make_strategy);
+    return trace_model_step(model, batch, traced_seq, make_strategy);
+  };
+  out.activations = plan_activations(trace(seq), options.plan);
   out.need = device_need(run_model.layout().total_numel(), options.optimizer.name,
                          optimizer_state_bytes(options.optimizer.name,
                                                options.optimizer_layout ? *options.optimizer_layout
@@ -125,8 +155,7 @@ DevicePlan plan_device_memory(Model& run_model, int64_t batch, int64_t seq, int6
     const Communicator* cp = model.context_parallel_group();
     const int64_t unit = cp ? 2 * int64_t(cp->size()) : 1;
     const int64_t short_seq = std::max<int64_t>(unit, seq / 4 / unit * unit);
-    const Trace other = short_seq == seq ? out.activations.trace
-                                         : trace_model_step(model, batch, short_seq, make_strategy);
+    const Trace other = short_seq == seq ? out.activations.trace : trace(short_seq);
     out.advice.longest_seq = longest_fitting_seq(out.activations.trace, other,
                                                  out.need.fixed_bytes(), budget_bytes, seq - 1);
     if (out.advice.longest_seq) {  // a sequence the run can split
@@ -146,11 +175,13 @@ std::unique_ptr<PlannedAllocator> planned_allocator_within_budget(Model& model, 
   const ActivationPlan& a = dp.activations;
   char line[240];
   std::snprintf(line, sizeof line,
-                "memo: device plan: needs %s of %s; activation arena %s, %.2f%% over its lower "
-                "bound, %zu requests per micro-batch\n",
+                "memo: device plan%s: needs %s of %s; activation arena %s, %.2f%% over its "
+                "lower bound, %zu requests per %s\n",
+                options.pipeline ? str(" of stage ", options.pipeline->rank).c_str() : "",
                 gib(double(dp.need.total_bytes())).c_str(), gib(double(budget_bytes)).c_str(),
                 gib(double(a.arena_bytes)).c_str(),
-                plan::gap_percent(a.arena_bytes, a.lower_bound_bytes), a.trace.requests.size());
+                plan::gap_percent(a.arena_bytes, a.lower_bound_bytes), a.trace.requests.size(),
+                options.pipeline ? "step" : "micro-batch");
   progress << line;
   Backend& backend = model.backend();
   return std::make_unique<PlannedAllocator>(std::move(dp.activations),

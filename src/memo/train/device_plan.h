@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "memo/memory/activation_plan.h"
@@ -15,6 +16,7 @@
 #include "memo/memory/trace.h"
 #include "memo/model/model.h"
 #include "memo/parallel/communicator.h"
+#include "memo/parallel/pipeline.h"
 #include "memo/train/optimizer_setup.h"
 
 namespace memo {
@@ -26,6 +28,15 @@ struct DevicePlanOptions {
   // The tensors whose optimiser state this process holds: its ZeRO-1 shard (train/zero.h); null:
   // the model's whole layout.
   const ParamLayout* optimizer_layout = nullptr;
+  // Pipeline parallelism: the model is rank `rank`'s part (Model::set_pipeline), and the plan
+  // covers the rank's whole step, `micro_batches` micro-batches through its actions
+  // (trace_pipeline_stage); unset: one micro-batch of a whole model, repeated.
+  struct PipelineStep {
+    PipelineShape shape;
+    int micro_batches = 1;
+    int rank = 0;
+  };
+  std::optional<PipelineStep> pipeline;
 };
 
 // The activation strategies (keep, recompute, offload, memo) of `options`, through one factory.
@@ -47,6 +58,17 @@ struct DevicePlan {
 // zeroed), with the strategy `strategy_name` makes.
 Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
                        const StrategyFactory& make_strategy);
+
+// One step of pipeline rank `rank` (`model` is its part: Model::set_pipeline) under the trace
+// recorder: its PipelineStage's actions for `micro_batches` micro-batches of batch x seq tokens
+// (token id 0), over a ShapeCommunicator that moves nothing, each pass in flight with its own
+// strategy from `make_strategy`. The requests are the run's: the hidden states' buffers, every
+// pass's activations, parked and brought back (Note [Parked micro-batches]), in the schedule's
+// order, which fixes when each buffer goes back (Note [Pipeline send completion]). A
+// PlannedAllocator of its plan serves one whole step of the rank. The model's gradients are left
+// zeroed.
+Trace trace_pipeline_stage(Model& model, PipelineShape shape, int micro_batches, int rank,
+                           int64_t batch, int64_t seq, const StrategyFactory& make_strategy);
 
 // The same trace without data and arithmetic (Note [Meta backend]) of one rank of a run split
 // `parallel` ways (Note [Per-GPU shapes]), on a parameter-less model built here: batch x seq are

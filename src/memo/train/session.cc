@@ -110,7 +110,9 @@ void check_pipeline(const TrainOptions& o, const std::vector<SeqStage>& stages) 
   // the noise schedule needs the probe: under 1F1B (a tied embedding is refused with the model)
   if (o.batch_schedule && o.virtual_stages > 1)
     refuse("--virtual-stages and --batch-schedule noise");
-  if (o.device_memory_bytes > 0) refuse("--device-memory (a static plan of the pipeline)");
+  // the plan covers a step of a fixed number of micro-batches (Note [Pipeline send completion])
+  if (o.device_memory_bytes > 0 && o.batch_schedule)
+    refuse("--device-memory and --batch-schedule noise");
   if (stages.size() > 1) refuse("--seq-schedule");
   if (o.activations.kind == "memo" && !o.activations.alpha)
     refuse("memo's cost model (give --alpha)");
@@ -332,16 +334,31 @@ std::unique_ptr<PlannedAllocator> TrainSession::stage_plan(int k, bool announce)
   if (announce && stages_.size() > 1)
     runtime_.log() << "memo: stage " << k + 1 << " of " << stages_.size() << ": seq " << s.seq
                    << ", micro-batches of " << s.micro_batch << "\n";
+  DevicePlanOptions options{ActivationPlanOptions{}, o_.activations, o_.optimizer,
+                            o_.zero == 1 ? &*shard_layout_ : nullptr, std::nullopt};
+  if (o_.pp > 1)  // this rank's whole step (Note [Planning on a shadow])
+    options.pipeline = DevicePlanOptions::PipelineStep{
+        pipeline_shape(), int(micro_steps() / data_parallel().size()), pp_group_->rank()};
   try {
-    return agreed_planned_allocator(
-        job_, *model_, s.micro_batch, s.seq, o_.device_memory_bytes,
-        DevicePlanOptions{ActivationPlanOptions{}, o_.activations, o_.optimizer,
-                          o_.zero == 1 ? &*shard_layout_ : nullptr},
-        runtime_.log());
+    std::unique_ptr<PlannedAllocator> planned = agreed_planned_allocator(
+        job_, *model_, s.micro_batch, s.seq, o_.device_memory_bytes, options, runtime_.log());
+    if (o_.pp > 1 && announce) {  // the other stages' arenas (the line above is this rank's)
+      const double mine = double(planned->reserved_bytes());
+      std::vector<double> arenas(size_t(o_.pp));
+      pp_group_->all_gather(arenas, std::span<const double>(&mine, 1));
+      std::string each;
+      for (int p = 0; p < o_.pp; ++p)
+        each += str(p ? ", " : "", "stage ", p, " ", format_bytes(int64_t(arenas[size_t(p)])));
+      runtime_.log() << "memo: device plan: activation arenas (each stage's whole step): " << each
+                     << "\n";
+    }
+    return planned;
   } catch (const BudgetError& e) {
     if (stages_.size() == 1) throw;
     throw BudgetError(str("--seq-schedule stage ", k + 1, " (seq ", s.seq, "): ", e.what()));
   } catch (const JobError& e) {
+    if (o_.pp > 1)  // each pipeline stage plans its own step
+      throw JobError(str("pipeline stage ", pp_group_->rank(), " of ", o_.pp, ": ", e.what()));
     if (stages_.size() == 1) throw;
     throw JobError(str("--seq-schedule stage ", k + 1, " (seq ", s.seq, "): ", e.what()));
   }

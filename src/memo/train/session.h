@@ -66,6 +66,8 @@ class TrainSession {
     return planned_ ? *planned_ : static_cast<ActivationAllocator&>(*caching_);
   }
   CachingAllocator& caching() { return *caching_; }
+  // The static plan's arena under --device-memory; null without one.
+  const PlannedAllocator* planned() const { return planned_.get(); }
   ActivationStrategy& strategy() { return *strategy_; }
   // What the logs report of the step's activations: the strategy's, or under --pp the stage's
   // (the strategies of its micro-batches in flight, and their shared host pool).

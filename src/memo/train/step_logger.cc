@@ -280,14 +280,20 @@ void StepLogger::log_step(const Step& st) {
       record["pp_hidden_bytes"] = s_.step().pipeline_hidden_bytes();
     }
     if (!st.pipeline_stages.empty()) {  // each stage's peak, and its wait: the bubble it sees
-      std::vector<int64_t> peaks;
+      std::vector<int64_t> peaks, arenas, tops;
       std::vector<double> waits;
-      for (size_t i = 0; i + 1 < st.pipeline_stages.size(); i += 2) {
+      for (size_t i = 0; i + 3 < st.pipeline_stages.size(); i += 4) {
         peaks.push_back(int64_t(st.pipeline_stages[i]));
         waits.push_back(st.pipeline_stages[i + 1]);
+        arenas.push_back(int64_t(st.pipeline_stages[i + 2]));
+        tops.push_back(int64_t(st.pipeline_stages[i + 3]));
       }
       record["pp_stage_peak_bytes"] = peaks;
       record["pp_stage_wait_s"] = waits;
+      if (s_.planned()) {  // each stage's planned arena, and the highest byte of it used
+        record["pp_stage_arena_bytes"] = arenas;
+        record["pp_stage_arena_used_bytes"] = tops;
+      }
     }
     if (st.skipped && std::string_view(st.skipped) == "spike")
       record["spike_median"] = st.spike_median;

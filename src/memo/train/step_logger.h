@@ -56,8 +56,9 @@ class StepLogger {
     // "spike" (--spike-skip, against the median norm `spike_median`); null: applied.
     const char* skipped = nullptr;
     double spike_median = 0.0;
-    // Under --pp: each stage's activation peak (bytes) and seconds waiting on the pipeline group
-    // in the step, in stage order ([peak, wait] per stage); empty otherwise.
+    // Under --pp: each stage's activation peak (bytes), seconds waiting on the pipeline group in
+    // the step, and under --device-memory its arena and the highest byte of it used, in stage
+    // order ([peak, wait, arena, used] per stage); empty otherwise.
     std::vector<double> pipeline_stages = {};
   };
   void log_step(const Step& step);

@@ -169,11 +169,15 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
         plan.observe(s.probe() ? s.probe()->estimator().b_simple() : std::nullopt);
     const double step_s = seconds_since(t0);
     // under --pp: each stage's activation peak and its seconds waiting on its neighbours (the
-    // bubble and the transfers), before validation adds to either
+    // bubble and the transfers), before validation adds to either; under a static plan, its
+    // arena and the highest byte of it the step used
     std::vector<double> stages;
     if (Communicator* pp = s.pipeline()) {
-      const double mine[2] = {double(s.alloc().peak_live_bytes()), pp->counters().seconds};
-      stages.resize(size_t(2 * pp->size()));
+      const PlannedAllocator* arena = s.planned();
+      const double mine[4] = {double(s.alloc().peak_live_bytes()), pp->counters().seconds,
+                              arena ? double(arena->reserved_bytes()) : 0.0,
+                              arena ? double(arena->peak_top_bytes()) : 0.0};
+      stages.resize(size_t(4 * pp->size()));
       pp->all_gather(stages, mine);
     }
     result.steps_done = run.step;
