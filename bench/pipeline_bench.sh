@@ -5,7 +5,8 @@
 # tokens/s says little), 1F1B with m micro-batches of one sequence per step, under keep and memo
 # (--alpha 0.5). Prints tokens/s and its ratio to one process, the bubble measured on each stage
 # (its seconds waiting on the pipeline over the rest of the step) beside (P - 1) / m, and each
-# stage's activation peak. Medians over the steps after the first.
+# stage's activation peak; then memo at P = 4 in each stage's static plan (--device-memory): its
+# arena and the bytes of it used per stage. Medians over the steps after the first.
 # Usage: bench/pipeline_bench.sh [SEQ [MICRO_BATCHES [STEPS]]]   (default: 1024 8 6)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,8 @@ for act in keep "memo --alpha 0.5"; do
   run "pp2-$tag" 2 --activations $act --pp 2
   run "pp4-$tag" 4 --activations $act --pp 4
 done
+# memo at P = 4 in each stage's static plan of its step (--device-memory: a budget it fits)
+run "pp4-memo-plan" 4 --activations memo --alpha 0.5 --pp 4 --device-memory 16GiB
 /usr/bin/python3 - "$out" "$M" "$S" <<'PY'
 import json, statistics, sys
 out, m, S = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -57,4 +60,12 @@ for tag in ("keep", "memo"):
             bubble = " ".join(f"{w / (step_s - w):.2f}" for w in waits) + f" ({(P - 1) / m:.3f})"
             peaks = " ".join(f"{med(r['pp_stage_peak_bytes'][i] for r in rs) / 2**20:.1f}" for i in range(P))
         print(f"{name:<10} {tps:8.0f} {tps / base:6.2f} {rs[-1]['loss']:10.4f}  {bubble:<32} {peaks}")
+rs = recs("pp4-memo-plan")
+tps = med(r["tokens_per_s"] for r in rs)
+base = med(r["tokens_per_s"] for r in recs("pp4-memo"))
+mib = lambda key: " ".join(f"{med(r[key][i] for r in rs) / 2**20:.1f}" for i in range(4))
+print(f"pp4-memo in its static plan: {tps:.0f} tok/s, x{tps / base:.2f} against pp4-memo; "
+      f"last loss {rs[-1]['loss']:.4f}; per stage, MiB: arena {mib('pp_stage_arena_bytes')}, "
+      f"used {mib('pp_stage_arena_used_bytes')}, live peak {mib('pp_stage_peak_bytes')}; "
+      f"hidden states on stage 0 {med(r['pp_hidden_bytes'] for r in rs) / 2**20:.1f} MiB")
 PY
