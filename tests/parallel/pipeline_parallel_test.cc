@@ -181,10 +181,12 @@ TEST_F(PipelineParallel, checkpoints_resume_on_another_layout) {
 
 TEST_F(PipelineParallel, activation_strategies_give_the_same_bits) {
   std::vector<std::vector<nlohmann::json>> runs;
-  // keep and memo in a static plan of each stage's step, recompute and offload without
+  // keep and memo in a static plan of each stage's step, recompute and offload without; memo's
+  // cost model within a host budget (Note [Pipeline alpha] in train/session.cc)
+  const char* const cost_model = "memo --host-memory 200KiB";
   for (const char* kind : {"keep --device-memory 1GiB", "recompute", "offload",
-                           "memo --alpha 0.5 --device-memory 1GiB"}) {
-    const std::string out = dir / (std::string("s") + kind[0]);
+                           "memo --alpha 0.5 --device-memory 1GiB", cost_model}) {
+    const std::string out = dir / ("s" + std::to_string(runs.size()));
     const test::CommandResult r =
         train(2, "llama.json", out,
               std::string("--steps 3 --no-checkpoint --pp 2 --activations ") + kind);
@@ -192,6 +194,19 @@ TEST_F(PipelineParallel, activation_strategies_give_the_same_bits) {
     runs.push_back(records(out + ".jsonl"));
     if (std::string_view(kind).find("--device-memory") != std::string_view::npos)
       expect_planned_stages(out, 2);
+    if (kind == cost_model) {
+      // each stage's cost model chose an alpha, and the stage's passes in flight (2 on stage 0,
+      // whose record this is) held no more than the budget between them
+      for (const nlohmann::json& rec : runs.back()) {
+        ASSERT_EQ(rec["pp_stage_alpha"].size(), 2u) << r.output;
+        for (const nlohmann::json& a : rec["pp_stage_alpha"]) {
+          EXPECT_GE(a.get<double>(), 0.0);
+          EXPECT_LE(a.get<double>(), 1.0);
+        }
+        EXPECT_LE(rec["host_peak_bytes"].get<int64_t>(), 200 * 1024);
+      }
+      continue;
+    }
     // Note [Pipeline host memory]: stage 0 (rank 0, whose record this is) holds 2 micro-batches
     // of 2 layers; the last stage none. Its pool peaks at the figure printed at the start.
     const size_t at = r.output.find(" micro-batches in flight x ");
@@ -277,8 +292,8 @@ TEST_F(PipelineParallel, what_a_pipeline_does_not_run_is_refused_by_name) {
             "--pp 2 with --device-memory and --batch-schedule noise is not implemented yet"},
            {2, "--pp 2 --device-memory 100KiB" + quiet,
             "pipeline stage 0 of 2: device memory: needs"},
-           {2, "--pp 2 --activations memo" + quiet,
-            "--pp 2 with memo's cost model (give --alpha) is not implemented yet"},
+           {2, "--pp 2 --activations memo --host-memory 4KiB" + quiet,
+            "at alpha 0 of host memory, over --host-memory 4.00 KiB"},
            {2, "--pp 2 --activations offload --host-memory 4KiB" + quiet,
             "over --host-memory 4.00 KiB; give --host-memory"}}) {
     const test::CommandResult r =

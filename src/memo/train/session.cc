@@ -114,8 +114,6 @@ void check_pipeline(const TrainOptions& o, const std::vector<SeqStage>& stages) 
   if (o.device_memory_bytes > 0 && o.batch_schedule)
     refuse("--device-memory and --batch-schedule noise");
   if (stages.size() > 1) refuse("--seq-schedule");
-  if (o.activations.kind == "memo" && !o.activations.alpha)
-    refuse("memo's cost model (give --alpha)");
 }
 
 // What a run over several processes needs: a batch whose micro-batches split evenly over the
@@ -224,6 +222,15 @@ std::unique_ptr<PlannedAllocator> agreed_planned_allocator(Communicator& job, Mo
   if (!refusal.empty()) throw JobError(refusal);
   throw JobError(str("device memory: the plan fits on this rank but not on rank(s) ", ranks,
                      " (their messages say by how much)"));
+}
+
+// Note [Pipeline alpha]: the profile of the stage's first memo strategy, once it has one.
+const SwapProfile* stage_profile(const TrainStep& step) {
+  for (const auto& s : step.pipeline_strategies())
+    if (const auto* m = dynamic_cast<const MemoStrategy*>(s.get());
+        m && m->profile().valid && m->profile().d2h_bytes_per_s > 0.0)
+      return &m->profile();
+  return nullptr;
 }
 
 }  // namespace
@@ -423,9 +430,25 @@ void TrainSession::build_step() {
     if (strategy.kind == "offload" || strategy.kind == "memo")  // Note [Pipeline host memory]
       strategy.host_space = &pipeline_host_.emplace("host", strategy.host_memory_bytes,
                                                     backend_.allocator(MemSpace::kPinnedHost));
-    step_->set_pipeline(
-        {pipeline_shape(), pp_group_.get(), tied ? embedding_group_.get() : nullptr,
-         [skeletal, alloc, strategy] { return make_strategy(*skeletal, *alloc, strategy); }});
+    // Note [Pipeline alpha]
+    // memo's cost model on a pipeline stage: each pass in flight has its own strategy, and the k
+    // passes a rank holds at once share the pool, so each chooses alpha within --host-memory / k.
+    // The stage's first strategy profiles its first pass (at alpha 0: every alpha gives the same
+    // values, so no warm-up micro-batch is spent), and the strategies made after it take its
+    // profile as given, so a stage runs one alpha, chosen from its own chunk's layer time.
+    const bool cost_model = strategy.kind == "memo" && !strategy.alpha;
+    if (cost_model && strategy.host_memory_bytes > 0) strategy.host_memory_bytes /= pp_in_flight_;
+    TrainStep* step = &*step_;
+    step_->set_pipeline({pipeline_shape(), pp_group_.get(), tied ? embedding_group_.get() : nullptr,
+                         [skeletal, alloc, strategy, cost_model, step] {
+                           StrategyOptions o = strategy;
+                           if (cost_model && o.layer_forward_s <= 0.0)
+                             if (const SwapProfile* p = stage_profile(*step)) {
+                               o.layer_forward_s = p->layer_forward_s;
+                               o.bandwidth_bytes_per_s = p->d2h_bytes_per_s;
+                             }
+                           return make_strategy(*skeletal, *alloc, o);
+                         }});
   }
 }
 
@@ -454,6 +477,9 @@ void TrainSession::set_pipeline_part() {
   model_->set_pipeline(part);
   const int64_t m = micro_steps() / data_parallel().size();
   validate_pipeline(shape, int(m));
+  pp_in_flight_ =
+      parked_layers(shape, counts, int(plan_->max_micro_steps() / data_parallel().size()), p)
+          .in_flight;
   std::string layers;
   for (int n : counts) layers += str(layers.empty() ? "" : ",", n);
   runtime_.log() << "memo: pipeline: " << o_.pp << " stages"
@@ -493,9 +519,11 @@ void TrainSession::check_pipeline_host(const std::vector<int>& counts) {
   const int m = int(plan_->max_micro_steps() / data_parallel().size());
   const SkeletalLayout& skeletal = model_->skeletal();
   const int64_t T = skeletal.token_rows(B, S);
-  // check_pipeline: memo runs with a given alpha under --pp
-  const int64_t rows =
-      a.kind == "memo" ? memo_offload_rows(*a.alpha, T, backend_.reproducible_rows()) : T;
+  // memo's cost model: at least x and attention (alpha 0), within its share of the pool
+  const bool cost_model = a.kind == "memo" && !a.alpha;
+  const int64_t rows = a.kind != "memo" ? T
+                       : cost_model     ? 0
+                                    : memo_offload_rows(*a.alpha, T, backend_.reproducible_rows());
   const int64_t layer_bytes = swap_host_layer_bytes(skeletal, B, S, rows);
   int stage = 0;
   ParkedLayers fullest;
@@ -510,11 +538,28 @@ void TrainSession::check_pipeline_host(const std::vector<int>& counts) {
           bytes, " bytes)");
   if (a.host_memory_bytes > 0 && bytes > a.host_memory_bytes)
     throw BudgetError(str("--pp ", shape.stages, " --activations ", a.kind, ": ", what,
-                          " of host memory, over --host-memory ", format_bytes(a.host_memory_bytes),
-                          "; give --host-memory ", bytes, " or more",
-                          a.kind == "memo" ? ", or a lower --alpha" : ""));
+                          cost_model ? " at alpha 0" : "", " of host memory, over --host-memory ",
+                          format_bytes(a.host_memory_bytes), "; give --host-memory ", bytes,
+                          " or more",
+                          a.kind == "memo" && !cost_model ? ", or a lower --alpha" : ""));
   runtime_.log() << "memo: pipeline: the micro-batches in flight wait on the host (" << a.kind
-                 << ", the top two layers too); the fullest, " << what << "\n";
+                 << ", the top two layers too); the fullest, " << what
+                 << (cost_model
+                         ? str(" at alpha 0; each stage's cost model picks its alpha within ",
+                               a.host_memory_bytes > 0
+                                   ? "--host-memory over its micro-batches in flight"
+                                   : "unlimited host memory")
+                         : std::string())
+                 << "\n";
+}
+
+std::optional<double> TrainSession::pipeline_alpha() const {
+  if (!step_ || !step_->pipeline()) return std::nullopt;
+  std::optional<double> alpha;
+  for (const auto& s : step_->pipeline_strategies())
+    if (const auto* m = dynamic_cast<const MemoStrategy*>(s.get()))
+      alpha = std::max(alpha.value_or(0.0), m->alpha());
+  return alpha;
 }
 
 int64_t TrainSession::host_peak_bytes() const {

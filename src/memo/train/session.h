@@ -66,6 +66,9 @@ class TrainSession {
     return planned_ ? *planned_ : static_cast<ActivationAllocator&>(*caching_);
   }
   CachingAllocator& caching() { return *caching_; }
+  // Under --pp with memo: the alpha this stage's passes run at (the highest of its strategies'
+  // last choices: a stage's first pass profiles at 0, Note [Pipeline alpha]); else none.
+  std::optional<double> pipeline_alpha() const;
   // The static plan's arena under --device-memory; null without one.
   const PlannedAllocator* planned() const { return planned_.get(); }
   ActivationStrategy& strategy() { return *strategy_; }
@@ -115,6 +118,7 @@ class TrainSession {
   // --pp with offload or memo: the stages' host memory within --host-memory (counts: each chunk's
   // layers)
   void check_pipeline_host(const std::vector<int>& counts);
+  int pp_in_flight_ = 1;  // --pp: the most passes this rank holds in flight
   std::optional<Model> model_;
   std::vector<ZeroShard> shards_;
   size_t mine_ = 0;  // this rank's shard

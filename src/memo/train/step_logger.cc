@@ -281,13 +281,15 @@ void StepLogger::log_step(const Step& st) {
     }
     if (!st.pipeline_stages.empty()) {  // each stage's peak, and its wait: the bubble it sees
       std::vector<int64_t> peaks, arenas, tops;
-      std::vector<double> waits;
-      for (size_t i = 0; i + 3 < st.pipeline_stages.size(); i += 4) {
+      std::vector<double> waits, alphas;
+      for (size_t i = 0; i + 4 < st.pipeline_stages.size(); i += 5) {
         peaks.push_back(int64_t(st.pipeline_stages[i]));
         waits.push_back(st.pipeline_stages[i + 1]);
         arenas.push_back(int64_t(st.pipeline_stages[i + 2]));
         tops.push_back(int64_t(st.pipeline_stages[i + 3]));
+        alphas.push_back(st.pipeline_stages[i + 4]);
       }
+      if (alphas.front() >= 0.0) record["pp_stage_alpha"] = alphas;  // memo: each stage's
       record["pp_stage_peak_bytes"] = peaks;
       record["pp_stage_wait_s"] = waits;
       if (s_.planned()) {  // each stage's planned arena, and the highest byte of it used

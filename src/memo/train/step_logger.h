@@ -57,8 +57,9 @@ class StepLogger {
     const char* skipped = nullptr;
     double spike_median = 0.0;
     // Under --pp: each stage's activation peak (bytes), seconds waiting on the pipeline group in
-    // the step, and under --device-memory its arena and the highest byte of it used, in stage
-    // order ([peak, wait, arena, used] per stage); empty otherwise.
+    // the step, under --device-memory its arena and the highest byte of it used (else 0), and
+    // under memo its alpha (else -1), in stage order ([peak, wait, arena, used, alpha] per
+    // stage); empty otherwise.
     std::vector<double> pipeline_stages = {};
   };
   void log_step(const Step& step);

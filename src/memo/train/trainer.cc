@@ -141,8 +141,9 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
   // the MFU denominator: the best of at least two timed products, over a quarter second so that
   // a run's start stays short (a process measures once: CpuBackend keeps it)
   logger.print_peaks(runtime.backend().measure_matmul_peak_flops(0.25));
-  // profile on the first micro-batch; its gradients are dropped
-  if (s.strategy().wants_warmup()) s.step().warmup(s.start_step() + 1);
+  // profile on the first micro-batch; its gradients are dropped (under --pp each stage profiles
+  // its first pass instead: Note [Pipeline alpha] in train/session.cc)
+  if (!s.step().pipeline() && s.strategy().wants_warmup()) s.step().warmup(s.start_step() + 1);
   runtime.log() << "memo: activations: " << s.activation_summary() << "\n";
 
   TrainResult result;
@@ -170,14 +171,15 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     const double step_s = seconds_since(t0);
     // under --pp: each stage's activation peak and its seconds waiting on its neighbours (the
     // bubble and the transfers), before validation adds to either; under a static plan, its
-    // arena and the highest byte of it the step used
+    // arena and the highest byte of it the step used; under memo, its alpha
     std::vector<double> stages;
     if (Communicator* pp = s.pipeline()) {
       const PlannedAllocator* arena = s.planned();
-      const double mine[4] = {double(s.alloc().peak_live_bytes()), pp->counters().seconds,
+      const double mine[5] = {double(s.alloc().peak_live_bytes()), pp->counters().seconds,
                               arena ? double(arena->reserved_bytes()) : 0.0,
-                              arena ? double(arena->peak_top_bytes()) : 0.0};
-      stages.resize(size_t(4 * pp->size()));
+                              arena ? double(arena->peak_top_bytes()) : 0.0,
+                              s.pipeline_alpha().value_or(-1.0)};
+      stages.resize(size_t(5 * pp->size()));
       pp->all_gather(stages, mine);
     }
     result.steps_done = run.step;
