@@ -243,6 +243,29 @@ TEST(PipelineModel, ranks_hold_their_chunks_tensors_as_the_whole_model_draws_the
   EXPECT_LT(middle.params_numel() + last.params_numel(), whole.params_numel());
 }
 
+// The noise probe's parts (Note [Pipeline step]): each of a rank's chunks writes one range of
+// the gradient buffer, the ranges of a rank's chunks apart and covering its every tensor; a tied
+// head copy on the last rank lies outside its chunk's range and is named.
+TEST(PipelineModel, each_chunk_writes_one_range_of_the_gradients) {
+  Model first(pipe_llama(), cpu_backend());  // 5 layers: chunks [0, 1) and [3, 4) of 2 x 2
+  first.set_pipeline({{{0, 1}, {3, 4}}, true, false});
+  const auto [o0, n0] = first.pipeline_chunk_params(0);
+  const auto [o1, n1] = first.pipeline_chunk_params(1);
+  EXPECT_EQ(o0, 0);  // the embedding, then layer 0
+  EXPECT_EQ(first.layout().find("model.layers.0.mlp.down_proj.weight").offset +
+                first.layout().find("model.layers.0.mlp.down_proj.weight").numel,
+            o0 + n0);
+  EXPECT_LE(o0 + n0, o1);
+  EXPECT_EQ(o1, first.layout().find("model.layers.3.input_layernorm.weight").offset);
+  EXPECT_EQ(o1 + n1, first.layout().total_numel());
+  Model last(pipe_gpt2(), cpu_backend());  // tied: the head is the embedding, stored first
+  last.set_pipeline({{{1, 2}, {3, 5}}, false, true});
+  EXPECT_NE(test::error_message<Error>([&] {
+              last.pipeline_chunk_params(1);
+            }).find("transformer.h.1.ln_1.weight lies inside the gradient range of chunk [3, 5)"),
+            std::string::npos);
+}
+
 TEST(PipelineModel, one_f_one_b_and_interleaved_steps_equal_one_process_bit_for_bit) {
   for (const ModelConfig& cfg : {pipe_llama(), pipe_gpt2()}) {
     SCOPED_TRACE(cfg.arch == Arch::kGpt2 ? "gpt2" : "llama");

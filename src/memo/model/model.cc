@@ -755,6 +755,34 @@ void Model::set_pipeline(const PipelinePart& part) {
   allocate_params();
 }
 
+std::pair<int64_t, int64_t> Model::pipeline_chunk_params(int chunk) const {
+  check_pipeline_use("pipeline_chunk_params");
+  const int n = int(pipeline_->chunks.size());
+  MEMO_CHECK(chunk >= 0 && chunk < n, "pipeline: chunk ", chunk, " of a rank with ", n);
+  const auto [first, last] = pipeline_->chunks[size_t(chunk)];
+  auto owner = [&](const ParamInfo& p) {  // this rank's chunk index of the tensor
+    if (p.role == ParamRole::kLayer)
+      for (int c = 0; c < n; ++c)
+        if (p.layer >= pipeline_->chunks[size_t(c)].first &&
+            p.layer < pipeline_->chunks[size_t(c)].second)
+          return c;
+    if (p.role == ParamRole::kEmbedding || p.role == ParamRole::kPositions)
+      return pipeline_->first ? 0 : n - 1;  // a tied head copy sits with the last chunk
+    return n - 1;                           // the final norm and the head
+  };
+  int64_t begin = layout_.total_numel(), end = 0;
+  for (const ParamInfo& p : layout_.params())
+    if (owner(p) == chunk) {
+      begin = std::min(begin, p.offset);
+      end = std::max(end, p.offset + p.numel);
+    }
+  for (const ParamInfo& p : layout_.params())
+    MEMO_CHECK(owner(p) == chunk || p.offset + p.numel <= begin || p.offset >= end,
+               "pipeline: ", p.name, " lies inside the gradient range of chunk [", first, ", ",
+               last, ")");
+  return {begin, std::max<int64_t>(end - begin, 0)};
+}
+
 void Model::check_pipeline_use(const char* what) const {
   MEMO_CHECK(pipeline_, what, ": the model is not a pipeline rank's (set_pipeline)");
 }

@@ -182,6 +182,11 @@ class Model {
   // masks or the eod loss mask.
   void set_pipeline(const PipelinePart& part);
   const std::optional<PipelinePart>& pipeline() const { return pipeline_; }
+  // Where this rank's chunk `chunk` (its index among the rank's) writes its gradient: {offset,
+  // numel} of the flat buffer, its layers' tensors with the embedding (and learned positions) on
+  // the model's chunk 0 and the final norm and head on its last. One range in the layout's
+  // order; Error when another chunk's tensor lies inside it (a tied embedding's head copy).
+  std::pair<int64_t, int64_t> pipeline_chunk_params(int chunk) const;
   // The head is the embedding (no lm_head tensor): under a pipeline the first and the last rank
   // each hold it (Note [Pipeline parts]).
   bool tied_embeddings() const { return tied_; }

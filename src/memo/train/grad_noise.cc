@@ -28,7 +28,7 @@ void GradNoiseProbe::set_micro_steps(int64_t micro_steps, int64_t ranks) {
       " ranks (need >= 2 in all, at most ", max_micro_steps_, " per rank)");
   micro_steps_ = micro_steps;
   ranks_ = ranks;
-  micro_sq_.resize(size_t(micro_steps));  // within the capacity reserved at construction
+  micro_sq_.assign(size_t(micro_steps), 0.0);  // within the capacity reserved at construction
 }
 
 void GradNoiseProbe::after_micro(Tensor grads, int64_t micro, Communicator* tensor_parallel,
@@ -52,6 +52,27 @@ void GradNoiseProbe::after_micro(Tensor grads, int64_t micro, Communicator* tens
   }
   // see Note [Noise-scale accounting]: the buffer holds g_i / k
   micro_sq_[size_t(micro)] = k * k * sq;
+}
+
+void GradNoiseProbe::after_micro_part(Tensor grads, int64_t offset, int64_t numel, int64_t micro) {
+  MEMO_CHECK(grads.numel() == numel_ && grads.contiguous() && offset >= 0 && numel >= 0 &&
+                 offset + numel <= numel_ && micro >= 0 && micro < micro_steps_,
+             "noise probe: part [", offset, ", ", offset + numel, ") of micro-batch ", micro,
+             " in a buffer of ", numel_, " and ", micro_steps_, " micro-batches");
+  const double k = double(micro_steps_ * ranks_);  // the buffer holds g_i / k
+  const Tensor g = grads.part(offset, Shape{numel});
+  double sq = 0.0;
+  if (micro_steps_ == 1) {
+    sq = backend_.sum_squares(g);
+  } else {
+    const NoiseProbePass pass = micro == 0                 ? NoiseProbePass::kFirst
+                                : micro + 1 < micro_steps_ ? NoiseProbePass::kMiddle
+                                                           : NoiseProbePass::kLast;
+    sq = backend_.noise_probe_pass(
+        g, sum_.tensor({numel_}).part(offset, Shape{numel}), pass,
+        View<double>(partial_.data(), {backend_.noise_probe_partial_numel(numel)}));
+  }
+  micro_sq_[size_t(micro)] += k * k * sq;
 }
 
 void GradNoiseProbe::end_step(double step_sq_norm, Communicator* data_parallel,

@@ -57,6 +57,11 @@ class GradNoiseProbe {
   // norm, as the buffer holds them) on every rank but the first, so each counts once.
   void after_micro(Tensor grads, int64_t micro, Communicator* tensor_parallel = nullptr,
                    double whole_sq = 0.0);
+  // The same for the `numel` entries from `offset` of the buffer only, adding their squares to
+  // micro-batch `micro`'s: a pipeline rank of interleaved chunks (Note [Pipeline step]) finishes
+  // a micro-batch's gradient in one part per chunk, the parts' micro-batches in order each. Every
+  // part of the buffer sees micro-batches 0 .. k - 1 once each, in order, within a step.
+  void after_micro_part(Tensor grads, int64_t offset, int64_t numel, int64_t micro);
   // After the last micro-batch: |G|^2 of the step's gradient over every rank (before clipping).
   // With several ranks, data_parallel gathers their micro-batch norms (collective). Under a
   // pipeline (Note [Pipeline step] in train/pipeline_step.cc) each stage measured its own

@@ -32,7 +32,7 @@ void PipelineStage::give_hidden(const Tensor& t) {
 }
 
 double PipelineStage::run(int micro_steps, int64_t B, int64_t S, float grad_scale,
-                          const Source& source, const std::function<void(int)>& finished) {
+                          const Source& source, const std::function<void(int, int)>& finished) {
   const int G = shape_.chunks(), rank = group_.rank();
   const int64_t T = B * S, C = model_.config().hidden_size;
   const std::vector<PipeAction> actions = pipeline_actions(shape_, micro_steps, rank);
@@ -93,7 +93,7 @@ double PipelineStage::run(int micro_steps, int64_t B, int64_t S, float grad_scal
                                          *strategy, alloc_);
         idle_strategies_.push_back(strategy);
         send(i, x, action_send(shape_, a));
-        if (finished) finished(a.micro_batch);
+        if (finished) finished(a.micro_batch, a.chunk / shape_.stages);
         continue;
       }
       Flight& f = flights[key];
@@ -116,7 +116,7 @@ double PipelineStage::run(int micro_steps, int64_t B, int64_t S, float grad_scal
         send(i, dx, action_send(shape_, a));
       else
         give_hidden(dx);  // the embedding's gradient is accumulated: nothing to send
-      if (finished) finished(a.micro_batch);
+      if (finished) finished(a.micro_batch, a.chunk / shape_.stages);
     }
   }
   group_.wait_sends();

@@ -35,11 +35,12 @@ class PipelineStage {
                 MakeStrategy make_strategy);
 
   // The rank's actions for micro_steps micro-batches of batch x seq tokens, gradients scaled by
-  // grad_scale and accumulated into the model's; `finished(k)` after micro-batch k's last work
-  // on this rank (its last chunk's forward, or its backward). Returns the sum of the token losses
-  // on the rank of the last chunk, 0 elsewhere. Every buffer it took is back when it returns.
+  // grad_scale and accumulated into the model's; `finished(k, v)` once micro-batch k's gradient
+  // on the rank's chunk v (its index among the rank's) is complete (after the model's last
+  // chunk's forward, or a backward). Returns the sum of the token losses on the rank of the last
+  // chunk, 0 elsewhere. Every buffer it took is back when it returns.
   double run(int micro_steps, int64_t batch, int64_t seq, float grad_scale, const Source& source,
-             const std::function<void(int micro)>& finished = {});
+             const std::function<void(int micro, int chunk)>& finished = {});
 
   // The last run's hidden states sent to the neighbours, in bytes (the stage transfers).
   int64_t sent_bytes() const { return sent_bytes_; }

@@ -31,11 +31,12 @@ namespace memo {
 // embedding's two halves are added once, and the norm's partial sums are grouped by rank, each to
 // a rounding. Loss masks (the eod mask, prompt-completion data) count the same targets as one
 // process (counted_tokens: every rank draws every micro-batch). The noise probe (Note
-// [Noise-scale accounting]) runs under 1F1B, where a rank's backwards come in micro-batch order:
-// after each, it measures the rank's part of that micro-batch's gradient, and end_step sums the
-// parts over the pipeline group (each tensor lives on one stage, so the squares add up); not
-// under interleaving (a micro-batch's gradient on a rank comes in V pieces between others') nor
-// with a tied embedding across stages (its two halves' squares do not add up). Not yet: the
+// [Noise-scale accounting]) measures each micro-batch's gradient in parts: a rank's chunk writes
+// one range of the buffer (Model::pipeline_chunk_params) and runs its micro-batches in order, so
+// after each backward the probe takes that range's part of that micro-batch's gradient
+// (after_micro_part), and end_step sums the parts over the pipeline group (each tensor lives on
+// one chunk of one stage, so the squares add up), under 1F1B and interleaving alike; not with a
+// tied embedding across stages (its two halves' squares do not add up). Not yet: the
 // gradient reduction overlapped with the backward. The actions run in a PipelineStage
 // (train/pipeline_stage.h), whose hidden-state buffers come from the activation allocator and
 // go back once the schedule says their send arrived (Note [Pipeline send completion]), so a
@@ -46,16 +47,14 @@ void TrainStep::set_pipeline(Pipeline pipeline) {
       "set_pipeline: a group of ", pipeline.group ? pipeline.group->size() : 0, " ranks for ",
       pipeline.shape.stages, " stages");
   MEMO_CHECK(model_.pipeline(), "set_pipeline: the model is not a pipeline rank's");
-  MEMO_CHECK(!probe_ || pipeline_probe_runs(pipeline.shape, pipeline.embedding_group != nullptr),
-             "set_pipeline: the noise probe runs under 1F1B without a tied embedding only");
+  MEMO_CHECK(!probe_ || pipeline_probe_runs(pipeline.embedding_group != nullptr),
+             "set_pipeline: the noise probe runs without a tied embedding only");
   pipeline_ = std::move(pipeline);
   stage_ = std::make_unique<PipelineStage>(model_, *pipeline_->group, pipeline_->shape, alloc_,
                                            pipeline_->make_strategy);
 }
 
-bool pipeline_probe_runs(PipelineShape shape, bool tied_across_stages) {
-  return shape.virtual_stages == 1 && !tied_across_stages;
-}
+bool pipeline_probe_runs(bool tied_across_stages) { return !tied_across_stages; }
 
 StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   const Pipeline& pp = *pipeline_;
@@ -63,12 +62,16 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   const int64_t first = int64_t(data_parallel_.rank()) * micro_steps;
   const int64_t tokens = counted_tokens(step, first, micro_steps);
   if (probe_) probe_->set_micro_steps(micro_steps, data_parallel_.size());
-  int64_t probed = 0;  // the noise probe: micro-batches whose gradient this rank has finished
-  auto probe = [&](int micro) {
+  // the noise probe: each chunk's part of each micro-batch's gradient, the micro-batches of a
+  // chunk in order
+  std::vector<int> probed(model_.pipeline()->chunks.size(), 0);
+  auto probe = [&](int micro, int chunk) {
     if (!probe_) return;
-    MEMO_CHECK(micro == probed, "pipeline: micro-batch ", micro, "'s backward after ", probed,
-               " of them: the probe needs them in order (1F1B)");
-    probe_->after_micro(model_.grads_tensor(), probed++);
+    MEMO_CHECK(micro == probed[size_t(chunk)], "pipeline: micro-batch ", micro,
+               "'s backward on chunk ", chunk, " after ", probed[size_t(chunk)], " of them");
+    ++probed[size_t(chunk)];
+    const auto [offset, numel] = model_.pipeline_chunk_params(chunk);
+    probe_->after_micro_part(model_.grads_tensor(), offset, numel, micro);
   };
   model_.zero_grads();
   const int64_t B = shape_.micro_batch;

@@ -44,10 +44,15 @@ std::vector<SeqStage> check_shape_options(TrainOptions& o) {
 // The steps to run: the resumed checkpoint's noise schedule, a new one (its options are checked
 // here, before any output), or a fixed batch. A noise schedule over `dp_ranks` data-parallel
 // ranks grows the batch in steps of --micro-batch x dp_ranks sequences, so that every step's
-// micro-batches split evenly over the ranks.
+// micro-batches split evenly over the ranks (x --pp under interleaving, whose schedule runs a
+// rank's micro-batches in groups of P).
 StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoint>& resume,
                            int64_t start_step, int dp_ranks) {
-  const int64_t unit = o.micro_batch * dp_ranks;
+  const int64_t groups = o.pp > 1 && o.virtual_stages > 1 ? o.pp : 1;
+  const int64_t unit = o.micro_batch * dp_ranks * groups;
+  const std::string unit_is =
+      str("--micro-batch ", o.micro_batch, " x ", dp_ranks, " data-parallel processes",
+          groups > 1 ? str(" x --pp ", o.pp, " (interleaved stages)") : std::string(), " = ", unit);
   if (resume && resume->noise) {
     const int64_t saved = resume->noise->options().micro_batch;
     if (saved % unit != 0)
@@ -65,14 +70,14 @@ StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoin
   scaling::BatchScheduleOptions s = noise_schedule_options(o);
   s.micro_batch = unit;  // the growth unit
   if (dp_ranks > 1 && o.batch < 2 * unit)
-    throw ConfigError(str("--batch-schedule noise over ", dp_ranks,
-                          " data-parallel processes grows the batch in steps of --micro-batch ",
-                          o.micro_batch, " x ", dp_ranks, " = ", unit,
+    throw ConfigError(str("--batch-schedule noise grows the batch in steps of ", unit_is,
                           " sequences and starts from at least two: use --batch ", 2 * unit,
                           " or more"));
+  if (groups > 1 && o.batch % unit != 0)
+    throw ConfigError(
+        str("--batch-schedule noise: --batch ", o.batch, " must be a multiple of ", unit_is));
   if (s.max_batch % unit != 0)
-    throw ConfigError(str("--max-batch ", s.max_batch, " must be a multiple of --micro-batch ",
-                          o.micro_batch, " x ", dp_ranks, " data-parallel processes = ", unit));
+    throw ConfigError(str("--max-batch ", s.max_batch, " must be a multiple of ", unit_is));
   return StepSchedule(scaling::BatchSchedule(s), o.micro_batch);
 }
 
@@ -107,9 +112,6 @@ void check_pipeline(const TrainOptions& o, const std::vector<SeqStage>& stages) 
   };
   if (o.tp > 1) refuse("--tp");
   if (o.cp > 1) refuse("--cp");
-  // the noise schedule needs the probe: under 1F1B (a tied embedding is refused with the model)
-  if (o.batch_schedule && o.virtual_stages > 1)
-    refuse("--virtual-stages and --batch-schedule noise");
   // the plan covers a step of a fixed number of micro-batches (Note [Pipeline send completion])
   if (o.device_memory_bytes > 0 && o.batch_schedule)
     refuse("--device-memory and --batch-schedule noise");
@@ -397,8 +399,8 @@ void TrainSession::build_optimizer() {
           : make_optimizer(o_.optimizer.name, model_->layout(), o_.optimizer.options, backend_);
   // see Note [Noise-scale accounting]; sized for the most micro-batches a step will run
   // (with length stages: when some stage's steps have two micro-batches; the others run without)
-  // (under --pp where pipeline_probe_runs: 1F1B without a tied embedding)
-  if (o_.gns && (o_.pp == 1 || pipeline_probe_runs(pipeline_shape(), pipeline_tied())) &&
+  // (under --pp where pipeline_probe_runs: without a tied embedding)
+  if (o_.gns && (o_.pp == 1 || pipeline_probe_runs(pipeline_tied())) &&
       (stages_.size() > 1 ? plan_->max_micro_steps() : micro_steps()) >= 2)
     probe_.emplace(model_->params_numel(), plan_->max_micro_steps() / data_parallel().size(),
                    stage().micro_batch * stage().seq, scaling::NoiseScaleOptions{o_.gns_decay},
@@ -493,10 +495,9 @@ void TrainSession::set_pipeline_part() {
     throw ConfigError(str("--pp ", o_.pp, " with --batch-schedule noise and an embedding tied ",
                           "between the first and the last stage is not implemented yet (issue ",
                           "#26): the noise probe does not run there; leave one of them out"));
-  if (o_.gns && !pipeline_probe_runs(shape, pipeline_tied()))
-    runtime_.log() << "memo: the gradient noise scale is not measured under --pp with "
-                   << (shape.virtual_stages > 1 ? "--virtual-stages" : "a tied embedding")
-                   << " yet (issue #26)\n";
+  if (o_.gns && !pipeline_probe_runs(pipeline_tied()))
+    runtime_.log() << "memo: the gradient noise scale is not measured under --pp with an "
+                   << "embedding tied between the first and the last stage yet (issue #26)\n";
   check_pipeline_host(counts);
 }
 

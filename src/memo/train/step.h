@@ -91,8 +91,8 @@ class TrainStep {
     // A new activation strategy: each (micro-batch, chunk) in flight has its own.
     std::function<std::unique_ptr<ActivationStrategy>()> make_strategy;
   };
-  // The noise probe may run with a pipeline (Note [Pipeline step]): under 1F1B, without an
-  // embedding tied across stages.
+  // The noise probe may run with a pipeline (Note [Pipeline step]): without an embedding tied
+  // across stages.
   void set_pipeline(Pipeline pipeline);
   const std::optional<Pipeline>& pipeline() const { return pipeline_; }
   // What this rank's last pipeline step sent to its neighbours: the hidden states and their
@@ -127,9 +127,9 @@ class TrainStep {
   std::unique_ptr<PipelineStage> stage_;  // the rank's actions of each step
 };
 
-// Whether the noise probe runs under a pipeline of this shape (Note [Pipeline step]): 1F1B, and
-// no embedding tied across the first and the last stage.
-bool pipeline_probe_runs(PipelineShape shape, bool tied_across_stages);
+// Whether the noise probe runs under a pipeline (Note [Pipeline step]): without an embedding
+// tied across the first and the last stage.
+bool pipeline_probe_runs(bool tied_across_stages);
 
 // One batch's forward through the pipeline (validation under --pp: Note [Pipeline step]): each
 // rank runs its chunks of the batch in order, the hidden states passed on as in a step, on
