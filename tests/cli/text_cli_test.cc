@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "../parallel/mpi_launch.h"
 #include "cli_test_util.h"
 #include "data/small_tokenizer.h"
 #include "memo/backend/caching_allocator.h"
@@ -142,10 +143,11 @@ TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
 }
 
 // Prompt-completion data end to end (Note [Loss mask files], Note [Packed examples]): memo
-// train runs on it, and memo eval's loss over the validation examples is the mean, computed here
-// by running each example alone from the checkpoint's weights, over its completion's tokens and
-// its end (the next end-of-text). (TrainStep's tests show a masked step's loss is the same
-// whatever the micro-batch split and data-parallel layout.)
+// train runs on it, alone and over two pipeline stages with one process's losses, and memo
+// eval's loss over the validation examples is the mean, computed here by running each example
+// alone from the checkpoint's weights, over its completion's tokens and its end (the next
+// end-of-text). (TrainStep's tests show a masked step's loss is the same whatever the micro-batch
+// split and data-parallel layout.)
 TEST_F(TextCli, prompt_completion_data_counts_the_completions_only) {
   const Tokenizer t = test::small_tokenizer();
   const int32_t eot = *t.end_of_text();
@@ -177,6 +179,18 @@ TEST_F(TextCli, prompt_completion_data_counts_the_completions_only) {
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_NE(a.output.find("examples packed whole into"), std::string::npos) << a.output;
   ASSERT_EQ(losses(dir.str("a.jsonl")).size(), 3u);
+  // the same steps through two pipeline stages (Note [Pipeline step]): each micro-batch in flight
+  // keeps its packed examples' masks and the last stage counts the targets one process counts,
+  // so the first step's loss is one process's bit for bit and the later ones within the norm's
+  // rounding (tests/parallel/pipeline_parallel_test.cc)
+  const test::CommandResult p = test::run_command(
+      test::mpirun(2) + train_cmd(dir.str("sft"), "p", "--steps 3 --micro-batch 2 --pp 2"));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const auto one = losses(dir.str("a.jsonl")), pipe = losses(dir.str("p.jsonl"));
+  ASSERT_EQ(pipe.size(), 3u);
+  EXPECT_EQ(pipe.at(1), one.at(1));
+  for (int64_t step : {2, 3})
+    EXPECT_LT(test::relative(std::stod(pipe.at(step)), std::stod(one.at(step))), 1e-5) << step;
   test::expect_clean_failure(
       train_cmd(dir.str("in/part0.txt"), "mixed", "--val-data " + dir.str("sft")),
       "is text and the validation data " + dir.str("sft") + " (1 training shards) is not");

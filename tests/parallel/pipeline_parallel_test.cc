@@ -128,8 +128,23 @@ TEST_F(PipelineParallel, one_f_one_b_interleaved_and_data_parallel_match_one_pro
         << r.output;
     // the data-parallel ranks' loss sums are added in two halves: not bit for bit
     expect_close(dir / l.name, one, l.pp, l.ranks == l.pp, true);
-    if (std::string(l.flags).find("--device-memory") != std::string::npos)
-      expect_planned_stages(dir / l.name, l.pp);
+    if (std::string(l.flags).find("--device-memory") == std::string::npos) continue;
+    expect_planned_stages(dir / l.name, l.pp);
+    // `memo plan --config --pp` plans each stage as the run did (one thread a rank: the
+    // attention scratch is per thread), to the byte
+    const bool interleaved = std::string(l.flags).find("--virtual-stages 2") != std::string::npos;
+    const test::CommandResult plan =
+        test::run_command("OMP_NUM_THREADS=1 " + test::memo_bin() + " plan --config " +
+                          dir.str("llama.json") + " --seq 64 --batch 1 --pp " +
+                          std::to_string(l.pp) + (interleaved ? " --virtual-stages 2" : "") +
+                          " --micro-batches 4 --device-memory 1GiB --json");
+    ASSERT_EQ(plan.exit_code, 0) << plan.output;
+    const nlohmann::json planned = nlohmann::json::parse(plan.output);
+    ASSERT_EQ(planned["stages"].size(), size_t(l.pp));
+    for (int p = 0; p < l.pp; ++p)
+      EXPECT_EQ(planned["stages"][p]["plan_peak_bytes"],
+                records(dir / (std::string(l.name) + ".jsonl"))[0]["pp_stage_arena_bytes"][p])
+          << l.name << " stage " << p;
   }
   EXPECT_NE(test::run_command("cat " + dir.str("pp2v2.jsonl")).output.find("\"pp\":2"),
             std::string::npos);

@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -189,7 +190,7 @@ struct TracedModel {
     // --device cuda: traced on the meta backend with the CUDA backend's sizes and native bf16
     // kernels (cuda/cuda_sizes.h), as memo train --device cuda plans its run on a GPU
     const bool cuda = o.device == "cuda";
-    if (o.cp > 1 || o.tp > 1 || cuda) {
+    if (o.cp > 1 || o.tp > 1 || o.pp > 1 || cuda) {
       meta.emplace(cuda ? static_cast<Backend&>(cuda_sizes) : cpu_backend(), DType::kF32);
       if (bf16) mixed.emplace(*meta);
       model.emplace(config, mixed ? static_cast<Backend&>(*mixed) : *meta);
@@ -275,6 +276,68 @@ void run_plan(const PlanCommandOptions& o) {
   else
     print_plan_text(dp, o, *traced.model, traffic);
   if (!o.timeline_path.empty()) write_timeline(o, dp, budget);
+}
+
+// `mpirun -np P memo train --config ... --pp P [--virtual-stages V]` with --micro-batches per
+// step (memo train's --batch / --micro-batch; default 4 P) of --batch sequences: each stage's
+// plan of its whole step, as the run makes it before step 1 (trace_pipeline_stage on its part,
+// the layers split as memo train splits them), in stage order.
+void run_pipeline_plan(const PlanCommandOptions& o) {
+  const ModelConfig config = load_model_config(o.config_path);
+  check_shape_flags(o, config);
+  if (o.tp > 1 || o.cp > 1)
+    throw ConfigError(str("--pp ", o.pp, " with --tp or --cp is not implemented yet (issue #26)"));
+  if (o.device != "cpu")
+    throw ConfigError("--pp plans a run on the CPU (memo train runs pipelines on the CPU for now)");
+  const PipelineShape shape{int(o.pp), int(o.virtual_stages)};
+  const int m = int(o.micro_batches > 0 ? o.micro_batches : 4 * o.pp);
+  validate_pipeline(shape, m);
+  const std::vector<int> counts = pipeline_layer_counts(config, o.seq, shape);
+  const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
+  nlohmann::json stages = nlohmann::json::array();
+  bool fits = true;
+  std::ostringstream text;
+  for (int p = 0; p < shape.stages; ++p) {
+    TracedModel traced(config, o);
+    const PipelinePart part = pipeline_part(shape, counts, p);
+    traced.model->set_pipeline(part);
+    DevicePlanOptions options = device_plan_options(o, config);
+    options.pipeline = DevicePlanOptions::PipelineStep{shape, m, p};
+    const DevicePlan dp = plan_device_memory(*traced.model, o.batch, o.seq, budget, options);
+    fits = fits && dp.fits();
+    nlohmann::json j = plan_json(dp, o.activations);
+    j["stage"] = p;
+    std::string layers;
+    for (const auto& [first, last] : part.chunks) {
+      j["layers"].push_back({first, last});
+      layers += str(layers.empty() ? "" : ", ", first, "-", last - 1);
+    }
+    stages.push_back(j);
+    text << "stage " << p << " (layers " << layers << "): activation arena "
+         << format_bytes(dp.activations.arena_bytes) << " (" << dp.activations.arena_bytes
+         << " B), " << dp.activations.trace.requests.size() << " requests, needs "
+         << gib(double(dp.need.total_bytes()))
+         << (budget > 0 ? dp.fits() ? ": fits" : ": does not fit: " + dp.over_budget_message()
+                        : std::string())
+         << "\n";
+  }
+  if (o.json) {
+    std::cout << nlohmann::json{{"fits", fits},
+                                {"pp", o.pp},
+                                {"virtual_stages", o.virtual_stages},
+                                {"micro_batches", m},
+                                {"layers", counts},
+                                {"stages", stages}}
+                     .dump(2)
+              << "\n";
+    return;
+  }
+  std::cout << "memo plan: " << o.config_path << ", " << o.pp << " pipeline stages"
+            << (o.virtual_stages > 1 ? str(" x ", o.virtual_stages, " virtual") : std::string())
+            << ", " << m << " micro-batches of batch " << o.batch << " x seq " << o.seq
+            << " per step, activations " << o.activations
+            << "; each stage's plan covers its whole step\n"
+            << text.str();
 }
 
 // --- hardware we do not have ---
@@ -636,13 +699,18 @@ void add_cluster_cost_flags(CLI::App* cmd, PlanCommandOptions& o) {
 void run_plan_command(const PlanCommandOptions& o, const CLI::Option* optimizer_flag) {
   const bool cluster = !o.model.empty() || o.gpus > 0 || !o.gpu.empty();
   if (!cluster) {
-    if (o.pp != 1 || o.virtual_stages != 1 || o.micro_batches != 0)
-      throw ConfigError(
-          "--pp, --virtual-stages and --micro-batches plan a cluster (--model with --gpus and "
-          "--gpu); a --config plan is of one process");
     if (o.config_path.empty())
       throw ConfigError(
           "memo plan needs --config (this machine) or --model with --gpus and --gpu (a cluster)");
+    if (o.pp > 1) {
+      if (!o.timeline_path.empty())
+        throw ConfigError("--timeline draws one process's plan: drop --pp");
+      run_pipeline_plan(o);
+      return;
+    }
+    if (o.virtual_stages != 1 || o.micro_batches != 0)
+      throw ConfigError(
+          "--virtual-stages and --micro-batches plan a pipeline: give --pp 2 or more");
     run_plan(o);
     return;
   }

@@ -86,8 +86,7 @@ std::vector<StageShape> stage_shapes(const ModelConfig& config, int64_t seq,
   if (o.pp == 1) return {StageShape{L, L, 1, true, true, std::max(0, L - 2), std::max(0, L - 2)}};
   const PipelineShape shape{int(o.pp), int(o.virtual_stages)};
   const int G = shape.chunks();
-  const ModelFlops f = model_flops(config, seq);
-  const std::vector<int> counts = balance_layers(L, G, f.head / (f.layer_matmul + f.attn_causal));
+  const std::vector<int> counts = pipeline_layer_counts(config, seq, shape);
   std::vector<StageShape> stages;
   for (int r = 0; r < shape.stages; ++r) {
     StageShape st;

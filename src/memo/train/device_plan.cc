@@ -8,6 +8,7 @@
 
 #include "memo/backend/bf16_storage.h"
 #include "memo/meta/meta_backend.h"
+#include "memo/model/flops.h"
 #include "memo/parallel/shape_communicator.h"
 #include "memo/train/pipeline_stage.h"
 
@@ -38,6 +39,26 @@ Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
       });
   model.zero_grads();
   return trace;
+}
+
+std::vector<int> pipeline_layer_counts(const ModelConfig& config, int64_t seq, PipelineShape shape,
+                                       const std::string& pp_layers) {
+  const int L = int(config.num_hidden_layers), G = shape.chunks();
+  if (!pp_layers.empty()) return parse_pipeline_layers(pp_layers, L, G);
+  const ModelFlops f = model_flops(config, seq);
+  return balance_layers(L, G, f.head / (f.layer_matmul + f.attn_causal));
+}
+
+PipelinePart pipeline_part(PipelineShape shape, const std::vector<int>& counts, int rank) {
+  const std::vector<int> first = chunk_first_layers(counts);
+  PipelinePart part;
+  for (int v = 0; v < shape.virtual_stages; ++v) {
+    const int g = shape.chunk_of(rank, v);
+    part.chunks.emplace_back(first[size_t(g)], first[size_t(g) + 1]);
+  }
+  part.first = rank == 0;
+  part.last = rank == shape.rank_of(shape.chunks() - 1);
+  return part;
 }
 
 Trace trace_pipeline_stage(Model& model, PipelineShape shape, int micro_batches, int rank,

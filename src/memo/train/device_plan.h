@@ -59,6 +59,13 @@ struct DevicePlan {
 Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
                        const StrategyFactory& make_strategy);
 
+// memo train's layer split under pipeline parallelism (Note [Pipeline chunks]): the counts of
+// `pp_layers` (--pp-layers) when given, else balance_layers with the head counted by its FLOPs at
+// `seq` over a layer's; and rank `rank`'s part of it (Note [Pipeline parts]).
+std::vector<int> pipeline_layer_counts(const ModelConfig& config, int64_t seq, PipelineShape shape,
+                                       const std::string& pp_layers = "");
+PipelinePart pipeline_part(PipelineShape shape, const std::vector<int>& counts, int rank);
+
 // One step of pipeline rank `rank` (`model` is its part: Model::set_pipeline) under the trace
 // recorder: its PipelineStage's actions for `micro_batches` micro-batches of batch x seq tokens
 // (token id 0), over a ShapeCommunicator that moves nothing, each pass in flight with its own

@@ -13,7 +13,6 @@
 #include "memo/memory/memo.h"
 #include "memo/memory/strategy_factory.h"
 #include "memo/memory/swap_strategy.h"
-#include "memo/model/flops.h"
 #include "memo/optim/factory.h"
 #include "memo/train/device_plan.h"
 
@@ -462,21 +461,9 @@ bool TrainSession::pipeline_tied() const { return o_.pp > 1 && model_->tied_embe
 // by its FLOPs at the run's length over a layer's.
 void TrainSession::set_pipeline_part() {
   const PipelineShape shape = pipeline_shape();
-  const int L = int(config_.num_hidden_layers), G = shape.chunks();
-  const ModelFlops f = model_flops(config_, stage().seq);
-  const std::vector<int> counts =
-      o_.pp_layers.empty() ? balance_layers(L, G, f.head / (f.layer_matmul + f.attn_causal))
-                           : parse_pipeline_layers(o_.pp_layers, L, G);
-  const std::vector<int> first = chunk_first_layers(counts);
+  const std::vector<int> counts = pipeline_layer_counts(config_, stage().seq, shape, o_.pp_layers);
   const int p = pp_group_->rank();
-  PipelinePart part;
-  for (int v = 0; v < shape.virtual_stages; ++v) {
-    const int g = shape.chunk_of(p, v);
-    part.chunks.emplace_back(first[size_t(g)], first[size_t(g) + 1]);
-  }
-  part.first = p == 0;
-  part.last = p == shape.rank_of(G - 1);
-  model_->set_pipeline(part);
+  model_->set_pipeline(pipeline_part(shape, counts, p));
   const int64_t m = micro_steps() / data_parallel().size();
   validate_pipeline(shape, int(m));
   pp_in_flight_ =
