@@ -111,9 +111,6 @@ void check_pipeline(const TrainOptions& o, const std::vector<SeqStage>& stages) 
   };
   if (o.tp > 1) refuse("--tp");
   if (o.cp > 1) refuse("--cp");
-  // the plan covers a step of a fixed number of micro-batches (Note [Pipeline send completion])
-  if (o.device_memory_bytes > 0 && o.batch_schedule)
-    refuse("--device-memory and --batch-schedule noise");
   if (stages.size() > 1) refuse("--seq-schedule");
 }
 
@@ -331,13 +328,19 @@ void TrainSession::build_model() {
   // made, the current one last), so a stage that would not fit stops the run before step 1
   for (int k = 0; k < int(stages_.size()); ++k)
     if (k != stage_) stage_plan(k, true);
+  // Note [Pipeline plans per batch]: a noise schedule's largest batch is checked here too
+  if (o_.pp > 1 && o_.batch_schedule && plan_->max_micro_steps() != micro_steps())
+    stage_plan(stage_, true, plan_->max_micro_steps());
   planned_ = stage_plan(stage_, true);
+  planned_micro_steps_ = micro_steps();
   const DType stored = start_weights(*model_, o_, resume_);
   if (!o_.save_dtype) o_.save_dtype = stored == DType::kBF16 ? DType::kBF16 : DType::kF32;
 }
 
-std::unique_ptr<PlannedAllocator> TrainSession::stage_plan(int k, bool announce) {
+std::unique_ptr<PlannedAllocator> TrainSession::stage_plan(int k, bool announce,
+                                                           int64_t micro_steps) {
   if (o_.device_memory_bytes <= 0) return nullptr;
+  if (micro_steps == 0) micro_steps = this->micro_steps();
   const SeqStage& s = stages_[size_t(k)];
   if (announce && stages_.size() > 1)
     runtime_.log() << "memo: stage " << k + 1 << " of " << stages_.size() << ": seq " << s.seq
@@ -346,7 +349,7 @@ std::unique_ptr<PlannedAllocator> TrainSession::stage_plan(int k, bool announce)
                             o_.zero == 1 ? &*shard_layout_ : nullptr, std::nullopt};
   if (o_.pp > 1)  // this rank's whole step (Note [Planning on a shadow])
     options.pipeline = DevicePlanOptions::PipelineStep{
-        pipeline_shape(), int(micro_steps() / data_parallel().size()), pp_group_->rank()};
+        pipeline_shape(), int(micro_steps / data_parallel().size()), pp_group_->rank()};
   try {
     std::unique_ptr<PlannedAllocator> planned = agreed_planned_allocator(
         job_, *model_, s.micro_batch, s.seq, o_.device_memory_bytes, options, runtime_.log());
@@ -357,8 +360,8 @@ std::unique_ptr<PlannedAllocator> TrainSession::stage_plan(int k, bool announce)
       std::string each;
       for (int p = 0; p < o_.pp; ++p)
         each += str(p ? ", " : "", "stage ", p, " ", format_bytes(int64_t(arenas[size_t(p)])));
-      runtime_.log() << "memo: device plan: activation arenas (each stage's whole step): " << each
-                     << "\n";
+      runtime_.log() << "memo: device plan: activation arenas (each stage's whole step of "
+                     << micro_steps << " micro-batches): " << each << "\n";
     }
     return planned;
   } catch (const BudgetError& e) {
@@ -370,6 +373,26 @@ std::unique_ptr<PlannedAllocator> TrainSession::stage_plan(int k, bool announce)
     if (stages_.size() == 1) throw;
     throw JobError(str("--seq-schedule stage ", k + 1, " (seq ", s.seq, "): ", e.what()));
   }
+}
+
+// Note [Pipeline plans per batch]
+// A pipeline stage's plan covers its whole step (trace_pipeline_stage), whose requests depend on
+// the micro-batches per step; a noise schedule (--batch-schedule noise) changes them. Before step
+// 1 the stage checks the plans of the first batch and of the largest (--max-batch: the most
+// micro-batches in flight), so a schedule that would outgrow --device-memory stops the run there;
+// when the batch changes, the stage plans the new step and rebuilds the step's strategies over
+// its arena (the old one freed first). Values do not depend on the arena, so the bits are those
+// of an unplanned run.
+void TrainSession::plan_pipeline_batch(int64_t micro_steps) {
+  if (!planned_ || o_.pp == 1 || micro_steps == planned_micro_steps_) return;
+  step_.reset();  // what holds the old arena, before it goes
+  strategy_.reset();
+  planned_.reset();
+  planned_ = stage_plan(stage_, false, micro_steps);
+  planned_micro_steps_ = micro_steps;
+  build_step();
+  runtime_.log() << "memo: device plan: each pipeline stage planned again for " << micro_steps
+                 << " micro-batches per step\n";
 }
 
 void TrainSession::set_stage_positions(int k) {

@@ -88,6 +88,10 @@ class TrainSession {
   const SeqStage& stage() const { return stages_[size_t(stage_)]; }
   int stage_index() const { return stage_; }
   void enter_stage(int k);
+  // Under --pp with --device-memory: the plan and the step for `micro_steps` micro-batches per
+  // step over all data-parallel ranks, made again when a noise schedule has changed them (Note
+  // [Pipeline plans per batch]); a no-op otherwise. Collective over the pipeline group.
+  void plan_pipeline_batch(int64_t micro_steps);
 
  private:
   void read_run();         // the resumed checkpoint, the checks, the schedule, config and data
@@ -97,7 +101,10 @@ class TrainSession {
   void build_step();       // the strategies and the training step
   // The static plan of stage k within --device-memory, agreed by the job (null without a budget);
   // announce: a line naming the stage first (the checks before step 1).
-  std::unique_ptr<PlannedAllocator> stage_plan(int k, bool announce);
+  // stage k's plan of micro_steps micro-batches per step (0: the stage's own count; it matters
+  // under --pp only)
+  std::unique_ptr<PlannedAllocator> stage_plan(int k, bool announce, int64_t micro_steps = 0);
+  int64_t planned_micro_steps_ = 0;
 
   TrainOptions o_;
   Runtime& runtime_;

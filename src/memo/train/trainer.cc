@@ -161,7 +161,8 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     const ActivationStrategy::CopyTime copy0 = s.copy_time();
     reset_step_counters(s);
     StepGradients g;
-    const double median = bad.median();  // what a spike is measured against
+    const double median = bad.median();      // what a spike is measured against
+    s.plan_pipeline_batch(run.micro_steps);  // Note [Pipeline plans per batch]
     const BadSteps::Verdict verdict = step_gradients(s, run, g, bad);
     if (verdict == BadSteps::Verdict::kApply) s.step().update(g, run.lr, o.clip);
     // B_simple after this step's update, before the next step is planned (Note [Noise batch
