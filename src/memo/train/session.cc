@@ -361,7 +361,7 @@ std::unique_ptr<PlannedAllocator> TrainSession::stage_plan(int k, bool announce,
       for (int p = 0; p < o_.pp; ++p)
         each += str(p ? ", " : "", "stage ", p, " ", format_bytes(int64_t(arenas[size_t(p)])));
       runtime_.log() << "memo: device plan: activation arenas (each stage's whole step of "
-                     << micro_steps << " micro-batches): " << each << "\n";
+                     << micro_steps / data_parallel().size() << " micro-batches): " << each << "\n";
     }
     return planned;
   } catch (const BudgetError& e) {
@@ -391,8 +391,8 @@ void TrainSession::plan_pipeline_batch(int64_t micro_steps) {
   planned_ = stage_plan(stage_, false, micro_steps);
   planned_micro_steps_ = micro_steps;
   build_step();
-  runtime_.log() << "memo: device plan: each pipeline stage planned again for " << micro_steps
-                 << " micro-batches per step\n";
+  runtime_.log() << "memo: device plan: each pipeline stage planned again for "
+                 << micro_steps / data_parallel().size() << " micro-batches per step\n";
 }
 
 void TrainSession::set_stage_positions(int k) {
