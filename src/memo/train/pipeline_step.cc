@@ -64,13 +64,17 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   if (probe_) probe_->set_micro_steps(micro_steps, data_parallel_.size());
   // the noise probe: each chunk's part of each micro-batch's gradient, the micro-batches of a
   // chunk in order
-  std::vector<int> probed(model_.pipeline()->chunks.size(), 0);
+  const size_t chunks = model_.pipeline()->chunks.size();
+  std::vector<int> probed(chunks, 0);
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // each chunk's part of the buffer
+  if (probe_)
+    for (size_t c = 0; c < chunks; ++c) ranges.push_back(model_.pipeline_chunk_params(int(c)));
   auto probe = [&](int micro, int chunk) {
     if (!probe_) return;
     MEMO_CHECK(micro == probed[size_t(chunk)], "pipeline: micro-batch ", micro,
                "'s backward on chunk ", chunk, " after ", probed[size_t(chunk)], " of them");
     ++probed[size_t(chunk)];
-    const auto [offset, numel] = model_.pipeline_chunk_params(chunk);
+    const auto [offset, numel] = ranges[size_t(chunk)];
     probe_->after_micro_part(model_.grads_tensor(), offset, numel, micro);
   };
   model_.zero_grads();
