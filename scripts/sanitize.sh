@@ -17,9 +17,13 @@ san_build() {  # dir, flags, linker flags, targets...
   # -g0: a report names each frame's function from the symbol table, without file:line; -g1's
   # line tables cost 9% of the compile (46.3 s against 42.2 s for the heaviest test batch under
   # ASan, 2026-12-05). Rebuild a directory with -g to read a report's lines.
+  # The test files of memo_tests compile at -O0 (MEMO_TESTS_CXX_FLAGS), the library at -O1:
+  # instrumented alike, the 14 test batches in half the time (2m54s against 5m16s of the ASan
+  # build's 13 minutes) for 5% more test time (618 s against 586 s: the tests' own reference
+  # loops run unoptimised), on a 2-core EPYC, 2026-12-05.
   mkdir -p "$dir"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMO_WERROR=OFF -DMEMO_CUDA=OFF \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g0" -DMEMO_SANITIZE="$flags" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g0" -DMEMO_SANITIZE="$flags" -DMEMO_TESTS_CXX_FLAGS=-O0 \
     -DCMAKE_EXE_LINKER_FLAGS="$link" > "$dir/configure.log" 2>&1 ||
     { cat "$dir/configure.log"; exit 1; }
   local targets=()
