@@ -1,5 +1,6 @@
 // memo train --pp under mpirun (Note [Pipeline step] in train/pipeline_step.cc): the layers split
-// into stages of one process each, 1F1B and interleaved, alone and with data parallelism. The
+// into stages, 1F1B and interleaved, alone, with data parallelism and with tensor parallelism
+// inside each stage. The
 // first step's loss equals one process's bit for bit (LLaMA, untied: every kernel sees the same
 // values in the same order), every later loss and every gradient norm within fp32 rounding (the
 // norm's partial sums are grouped by stage, and clipping carries that into the weights); GPT-2's
@@ -164,8 +165,53 @@ TEST_F(PipelineParallel, a_tied_embedding_sums_its_two_gradients_and_masks_hold)
   EXPECT_LT(test::weights_difference(pp2, one), kPpTol);
 }
 
+// --pp with --tp (Note [Pipeline step]): each stage's two tensor-parallel ranks split its
+// layers' heads and units and the head's vocabulary, and pass their sequence-parallel rows of the
+// hidden states to the same rank of the next stage. LLaMA interleaved, in each stage's planned
+// arena, with the noise probe; GPT-2's tied embedding (each copy split over the vocabulary) with
+// document masks and the eod loss mask. Each within the tolerance of one process (the
+// tensor-parallel products add the ranks' partial sums: a few ulps, as kPpTol's), and its
+// checkpoint one process's files.
+TEST_F(PipelineParallel, tensor_parallelism_inside_each_stage_matches_one_process) {
+  const std::string masks = " --document-mask --eot-id 73 --eod-mask-loss";
+  for (const auto& [config, flags, planned] :
+       {std::tuple{"llama.json", std::string(" --virtual-stages 2 --device-memory 1GiB"), true},
+        {"gpt2.json", masks, false}}) {
+    const std::string name = std::filesystem::path(config).stem().string();
+    const std::string one = dir / (name + "-one"), pp2tp2 = dir / (name + "-pp2tp2");
+    const std::string gpt2_masks = planned ? "" : masks;
+    ASSERT_EQ(train(1, config, one, "--steps 3" + gpt2_masks).exit_code, 0);
+    const test::CommandResult r = train(4, config, pp2tp2, "--steps 3 --pp 2 --tp 2" + flags);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("memo: tensor + sequence parallel over 2"), std::string::npos)
+        << r.output;
+    expect_close(pp2tp2, one, 2, false, planned);
+    if (planned) {
+      expect_planned_stages(pp2tp2, 2);
+      // `memo plan --config --pp 2 --tp 2` plans each stage as the run did, to the byte
+      const test::CommandResult plan = test::run_command(
+          "OMP_NUM_THREADS=1 " + test::memo_bin() + " plan --config " + dir.str(config) +
+          " --seq 64 --batch 1 --pp 2 --virtual-stages 2 --tp 2 --micro-batches 4 "
+          "--device-memory 1GiB --json");
+      ASSERT_EQ(plan.exit_code, 0) << plan.output;
+      const nlohmann::json stages = nlohmann::json::parse(plan.output)["stages"];
+      ASSERT_EQ(stages.size(), 2u);
+      for (int p = 0; p < 2; ++p)
+        EXPECT_EQ(stages[p]["plan_peak_bytes"],
+                  records(pp2tp2 + ".jsonl")[0]["pp_stage_arena_bytes"][p])
+            << "stage " << p;
+    }
+    for (const nlohmann::json& rec : records(pp2tp2 + ".jsonl")) {
+      EXPECT_EQ(rec["tp"], 2) << pp2tp2;
+      EXPECT_GT(rec["tp_comm_bytes"].get<int64_t>(), 0) << pp2tp2;
+    }
+    EXPECT_LT(test::weights_difference(pp2tp2, one), kPpTol) << pp2tp2;
+  }
+}
+
 // Note [Pipeline checkpoints]: a pipeline's checkpoint is one process's files, and either
-// resumes on the other layout (1F1B -> one process, one process -> interleaved).
+// resumes on the other layout (1F1B -> one process, one process -> interleaved, and -> 1F1B with
+// tensor parallelism in each stage).
 TEST_F(PipelineParallel, checkpoints_resume_on_another_layout) {
   const std::string one = dir / "one", pp2 = dir / "pp2";
   const std::string steps = "--steps 4 --save-every 2";
@@ -176,8 +222,10 @@ TEST_F(PipelineParallel, checkpoints_resume_on_another_layout) {
   const auto want = test::losses(one + ".jsonl");
   for (const auto& [launch, from, layout] :
        {std::tuple{std::string("OMP_NUM_THREADS=1 "), pp2, std::string()},
-        {mpirun(2), one, std::string(" --pp 2 --virtual-stages 2")}}) {
-    const std::string out = dir / ("resumed-" + std::filesystem::path(from).filename().string());
+        {mpirun(2), one, std::string(" --pp 2 --virtual-stages 2")},
+        {mpirun(4), one, std::string(" --pp 2 --tp 2")}}) {
+    const std::string out = dir / ("resumed-" + std::filesystem::path(from).filename().string() +
+                                   std::to_string(layout.size()));
     const test::CommandResult r =
         test::run_command(launch + test::memo_bin() + " train --data " + dir.str("data.txt") +
                           " --resume " + from + "/step-00000002 --steps 4 --val-batches 2 --out " +

@@ -125,8 +125,8 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
       refuse("key-value heads (grouped-query attention)", config_.num_key_value_heads);
     if (config_.intermediate_size % t != 0) refuse("MLP units", config_.intermediate_size);
   }
-  if (split && pipeline_)
-    throw ConfigError("pipeline parallelism with tensor parallelism is not implemented yet");
+  MEMO_CHECK(!pipeline_, "set_parallel: a pipeline rank's model is split over tensor-parallel ",
+             "ranks before set_pipeline takes its part");
   const TensorShard shard{split ? tp_group->rank() : 0, split ? int(parallel.tp) : 1};
   if (shard.ranks != layout_.shard().ranks || shard.rank != layout_.shard().rank) {
     layout_ = ParamLayout(config_, shard);
@@ -140,8 +140,10 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
 }
 
 int64_t Model::vocab_rows() const {
-  if (!tp_split_) return w_.head.rows();
-  const int64_t rows = w_.head.rows(), first = int64_t(tp_group_->rank()) * rows;
+  // a pipeline rank holds the embedding, the head or both (Note [Pipeline parts]): the same rows
+  const Tensor& part = w_.head.empty() ? w_.embed : w_.head;
+  if (!tp_split_) return part.rows();
+  const int64_t rows = part.rows(), first = int64_t(tp_group_->rank()) * rows;
   return std::min(rows, config_.vocab_size - first);
 }
 
@@ -725,15 +727,14 @@ void Model::set_pipeline(const PipelinePart& part) {
   if (part.last && part.chunks.back().second != L)
     throw ConfigError(str("pipeline: the model's last chunk ends at layer ",
                           part.chunks.back().second, ", not ", L));
-  if (tp_split_ || cp_)
-    throw ConfigError(str("pipeline parallelism with ", tp_split_ ? "tensor" : "context",
-                          " parallelism is not implemented yet"));
+  if (cp_)
+    throw ConfigError("pipeline parallelism with context parallelism is not implemented yet");
   // a meta backend (a static plan's trace: Note [Meta backend]) runs any target's shapes
   if (backend_->has_values() && !backend_->host_can_access(backend_->device_space()))
     throw ConfigError(str("pipeline parallelism runs on the CPU for now, not on the ",
                           backend_->name(), " backend"));
   MEMO_CHECK(use_ == ModelUse::kTraining, "set_pipeline: a pipeline trains");
-  const ParamLayout whole(config_);
+  const ParamLayout whole(config_, layout_.shard());  // this rank's parts under --tp
   layout_ = ParamLayout(whole, [&](const ParamInfo& p) {
     switch (p.role) {
       case ParamRole::kEmbedding:
@@ -787,6 +788,14 @@ void Model::check_pipeline_use(const char* what) const {
   MEMO_CHECK(pipeline_, what, ": the model is not a pipeline rank's (set_pipeline)");
 }
 
+int64_t Model::pipeline_rows(int64_t tokens) const {
+  const int64_t t = tp_split_ ? tp_group_->size() : 1;
+  if (tokens % t != 0)
+    throw ConfigError(str("tensor parallel ", t, ": a micro-batch of ", tokens,
+                          " tokens does not split into ", t, " equal parts of the sequence"));
+  return tokens / t;
+}
+
 void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* inputs,
                                     int64_t batch, int64_t seq, ConstTensor x_in, Tensor y,
                                     ActivationAllocator& alloc, bool backward) {
@@ -797,16 +806,22 @@ void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* i
   MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
   const auto [first, last] = pipeline_->chunks[size_t(chunk)];
   const bool embeds = pipeline_->first && chunk == 0;
-  const int64_t T = batch * seq, C = config_.hidden_size;
-  MEMO_CHECK(y.rows() == T && y.cols() == C, "pipeline: a chunk's output of ", y.shape(), " for ",
-             T, " tokens of width ", C);
+  const int64_t T = batch * seq, C = config_.hidden_size, rows = pipeline_rows(T);
+  MEMO_CHECK(y.rows() == rows && y.cols() == C, "pipeline: a chunk's output of ", y.shape(),
+             " for ", rows, " rows of width ", C);
   if (embeds) {
     check_token_ids("embedding_forward", "token", View<const int32_t>(inputs, {T}),
                     config_.vocab_size);
     pass.inputs_.assign(inputs, inputs + T);
+    if (tp_split_) {  // the ids of this rank's vocabulary rows, as run() takes them
+      const int64_t v0 = int64_t(tp_group_->rank()) * w_.embed.rows(), v1 = v0 + vocab_rows();
+      std::vector<int32_t> local;
+      local_vocab_ids(local, inputs, T, v0, v1);
+      pass.inputs_ = std::move(local);
+    }
   } else {
-    MEMO_CHECK(x_in.rows() == T && x_in.cols() == C, "pipeline: a chunk's input of ", x_in.shape(),
-               " for ", T, " tokens of width ", C);
+    MEMO_CHECK(x_in.rows() == rows && x_in.cols() == C, "pipeline: a chunk's input of ",
+               x_in.shape(), " for ", rows, " rows of width ", C);
   }
   pass.chunk_ = chunk;
   pass.batch_ = batch;
@@ -878,9 +893,9 @@ void Model::pipeline_backward(ChunkPass& pass, Tensor dx, ActivationAllocator& a
   MEMO_CHECK(pass.chunk_ >= 0 && pass.layers_, "pipeline_backward: the pass has no forward");
   MEMO_CHECK(pass.ctx_.alloc == &alloc, "pipeline_backward: another allocator than the forward's");
   const auto [first, last] = pipeline_->chunks[size_t(pass.chunk_)];
-  const int64_t T = pass.batch_ * pass.seq_;
-  MEMO_CHECK(dx.rows() == T && dx.cols() == config_.hidden_size, "pipeline: a gradient of ",
-             dx.shape(), " for ", T, " tokens");
+  const int64_t rows = pipeline_rows(pass.batch_ * pass.seq_);
+  MEMO_CHECK(dx.rows() == rows && dx.cols() == config_.hidden_size, "pipeline: a gradient of ",
+             dx.shape(), " for ", rows, " rows");
   const ScopedMatmulWorkspace workspace(*backend_, alloc);
   ActivationStrategy& strategy = pass.strategy_;
   for (int l = last - 1; l >= first; --l) {
@@ -908,7 +923,7 @@ double Model::pipeline_last_pass(ChunkPass& pass, const int32_t* inputs, const i
   check_pipeline_use("pipeline_last");
   MEMO_CHECK(pipeline_->last, "pipeline_last: this rank does not hold the model's last chunk");
   const bool backward = !dx.empty();
-  const int64_t T = batch * seq, C = config_.hidden_size;
+  const int64_t T = batch * seq, C = config_.hidden_size, rows = pipeline_rows(T);
   check_target_ids("cross_entropy", View<const int32_t>(targets, {T}), config_.vocab_size);
   if (loss_eot_ >= 0) {  // --eod-mask-loss: the eot inputs' predictions not counted, as in run
     loss_targets_.assign(targets, targets + T);
@@ -916,21 +931,26 @@ double Model::pipeline_last_pass(ChunkPass& pass, const int32_t* inputs, const i
       if (inputs[i] == loss_eot_) loss_targets_[size_t(i)] = kIgnoredTarget;
     targets = loss_targets_.data();
   }
+  if (tp_split_) {  // the head's targets in this rank's vocabulary rows (Note [Vocabulary-parallel
+                    // loss])
+    const int64_t v0 = int64_t(tp_group_->rank()) * w_.head.rows(), v1 = v0 + vocab_rows();
+    targets = local_vocab_ids(tp_targets_, targets, T, v0, v1);
+  }
   const DType act = backend_->activation_dtype();
   FinalNormActs final_norm;
-  final_norm.hidden = alloc.acquire("final.hidden", {T, C}, ActKind::kTransient, act);
+  final_norm.hidden = alloc.acquire("final.hidden", {rows, C}, ActKind::kTransient, act);
   pipeline_layers_forward(pass, int(pipeline_->chunks.size()) - 1, inputs, batch, seq, x,
                           final_norm.hidden, alloc, backward);
   double loss_sum = 0.0;
   {
     const ScopedMatmulWorkspace workspace(*backend_, alloc);
-    final_norm.xn = alloc.acquire("final.xn", {T, C}, ActKind::kTransient, act);
-    final_norm.inv_rms = alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(T),
+    final_norm.xn = alloc.acquire("final.xn", {rows, C}, ActKind::kTransient, act);
+    final_norm.inv_rms = alloc.acquire("final.inv_rms", arch_.final_norm_stats_shape(rows),
                                        ActKind::kTransient, DType::kF32);
     arch_.final_norm_forward(final_norm.xn, final_norm.inv_rms, final_norm.hidden, w_, config_,
                              *backend_);
     const Tensor dxf =
-        backward ? alloc.acquire("final.dxn", {T, C}, ActKind::kTransient, act) : Tensor();
+        backward ? alloc.acquire("final.dxn", {rows, C}, ActKind::kTransient, act) : Tensor();
     loss_sum = head_and_loss(dxf, final_norm.xn, targets, T, grad_scale, backward, alloc);
     if (backward) {
       backend_->fill(dx, 0.0f);  // x, copied into the first layer's slot, becomes dL/d(residual)

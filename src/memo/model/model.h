@@ -47,7 +47,10 @@ enum class ModelUse { kTraining, kInference };
 // activation strategy, so a rank holds as many micro-batches in flight as the schedule has.
 // Each kernel sees the data of the one-process run in the same order, so losses and gradients are
 // the one-process run's bit for bit (the summed tied embedding to rounding), with document masks
-// and the eod loss mask too. Not yet with tensor or context parallelism (refused by name).
+// and the eod loss mask too. Under tensor parallelism (set_parallel, before set_pipeline) a rank
+// holds its parts of its chunks' tensors and passes its sequence-parallel rows of the hidden
+// states to the same tensor-parallel rank of the next stage. Not yet with context parallelism
+// (refused by name).
 struct PipelinePart {
   std::vector<std::pair<int, int>> chunks;  // layers [first, last) of this rank's chunks, in order
   bool first = true;  // its first chunk is the model's chunk 0 (the embedding)
@@ -177,9 +180,9 @@ class Model {
   int64_t counted_targets(const int32_t* inputs, const int32_t* targets, int64_t n) const;
 
   // Pipeline parallelism (Note [Pipeline parts]): called before init or loading, the parameters
-  // become the part's tensors and the gradients restart at zero. ConfigError when the chunks are
-  // not increasing layer ranges of the model, or under tensor or context parallelism, document
-  // masks or the eod loss mask.
+  // become the part's tensors (this rank's parts of them after set_parallel) and the gradients
+  // restart at zero. ConfigError when the chunks are not increasing layer ranges of the model, or
+  // under context parallelism.
   void set_pipeline(const PipelinePart& part);
   const std::optional<PipelinePart>& pipeline() const { return pipeline_; }
   // Where this rank's chunk `chunk` (its index among the rank's) writes its gradient: {offset,
@@ -187,12 +190,18 @@ class Model {
   // the model's chunk 0 and the final norm and head on its last. One range in the layout's
   // order; Error when another chunk's tensor lies inside it (a tied embedding's head copy).
   std::pair<int64_t, int64_t> pipeline_chunk_params(int chunk) const;
+  // The rows of the hidden states one micro-batch of `tokens` tokens passes between stages:
+  // this rank's tokens / t under tensor parallelism (Note [Tensor-parallel activations] in
+  // model/parallel.h), all of them otherwise. ConfigError when they do not split.
+  int64_t pipeline_rows(int64_t tokens) const;
   // The head is the embedding (no lm_head tensor): under a pipeline the first and the last rank
   // each hold it (Note [Pipeline parts]).
   bool tied_embeddings() const { return tied_; }
   // Chunk `chunk` of this rank's part (not its model's last) for one micro-batch of batch x seq
   // tokens: from the embedding of `inputs` ([batch * seq] host ids) on the model's chunk 0, else
-  // from x_in ([T, C], the previous chunk's output); its output into x_out ([T, C]).
+  // from x_in ([T, C], the previous chunk's output); its output into x_out ([T, C]). Under tensor
+  // parallelism each [T, C] of these chunk calls is this rank's [pipeline_rows(T), C] of the
+  // sequence-parallel rows; the ids stay the whole micro-batch's.
   void pipeline_forward(ChunkPass& pass, int chunk, const int32_t* inputs, int64_t batch,
                         int64_t seq, ConstTensor x_in, Tensor x_out, ActivationAllocator& alloc);
   // The pass's backward: dx holds the gradient of the chunk's output ([T, C]) and on return that

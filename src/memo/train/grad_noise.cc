@@ -54,7 +54,8 @@ void GradNoiseProbe::after_micro(Tensor grads, int64_t micro, Communicator* tens
   micro_sq_[size_t(micro)] = k * k * sq;
 }
 
-void GradNoiseProbe::after_micro_part(Tensor grads, int64_t offset, int64_t numel, int64_t micro) {
+void GradNoiseProbe::after_micro_part(Tensor grads, int64_t offset, int64_t numel, int64_t micro,
+                                      double whole_sq) {
   MEMO_CHECK(grads.numel() == numel_ && grads.contiguous() && offset >= 0 && numel >= 0 &&
                  offset + numel <= numel_ && micro >= 0 && micro < micro_steps_,
              "noise probe: part [", offset, ", ", offset + numel, ") of micro-batch ", micro,
@@ -72,11 +73,13 @@ void GradNoiseProbe::after_micro_part(Tensor grads, int64_t offset, int64_t nume
         g, sum_.tensor({numel_}).part(offset, Shape{numel}), pass,
         View<double>(partial_.data(), {backend_.noise_probe_partial_numel(numel)}));
   }
-  micro_sq_[size_t(micro)] += k * k * sq;
+  micro_sq_[size_t(micro)] += k * k * (sq - whole_sq);
 }
 
 void GradNoiseProbe::end_step(double step_sq_norm, Communicator* data_parallel,
-                              Communicator* pipeline) {
+                              Communicator* pipeline, Communicator* tensor_parallel) {
+  if (tensor_parallel && tensor_parallel->size() > 1)
+    tensor_parallel->all_reduce_sum(std::span<double>(micro_sq_));
   if (pipeline && pipeline->size() > 1) pipeline->all_reduce_sum(std::span<double>(micro_sq_));
   if (ranks_ == 1) {
     estimator_.update(micro_sq_, step_sq_norm, double(micro_tokens_));

@@ -60,14 +60,19 @@ class GradNoiseProbe {
   // The same for the `numel` entries from `offset` of the buffer only, adding their squares to
   // micro-batch `micro`'s: a pipeline rank of interleaved chunks (Note [Pipeline step]) finishes
   // a micro-batch's gradient in one part per chunk, the parts' micro-batches in order each. Every
-  // part of the buffer sees micro-batches 0 .. k - 1 once each, in order, within a step.
-  void after_micro_part(Tensor grads, int64_t offset, int64_t numel, int64_t micro);
+  // part of the buffer sees micro-batches 0 .. k - 1 once each, in order, within a step. Under
+  // tensor parallelism the caller has summed the part's whole tensors over the group, and gives
+  // their squared norm as `whole_sq` on every rank but the group's first (0 there), so each
+  // counts once when end_step sums the group's parts.
+  void after_micro_part(Tensor grads, int64_t offset, int64_t numel, int64_t micro,
+                        double whole_sq = 0.0);
   // After the last micro-batch: |G|^2 of the step's gradient over every rank (before clipping).
   // With several ranks, data_parallel gathers their micro-batch norms (collective). Under a
   // pipeline (Note [Pipeline step] in train/pipeline_step.cc) each stage measured its own
-  // tensors' part of every micro-batch: `pipeline` sums them first (collective).
+  // tensors' part of every micro-batch: `tensor_parallel` (its ranks' parts, after_micro_part's
+  // under --pp --tp) and `pipeline` sum them first (collective).
   void end_step(double step_sq_norm, Communicator* data_parallel = nullptr,
-                Communicator* pipeline = nullptr);
+                Communicator* pipeline = nullptr, Communicator* tensor_parallel = nullptr);
 
   // |g_i|^2 of the last step's micro-batches, per-token-mean gradients (k^2 times the buffer's).
   const std::vector<double>& micro_sq_norms() const { return micro_sq_; }

@@ -35,6 +35,7 @@ double PipelineStage::run(int micro_steps, int64_t B, int64_t S, float grad_scal
                           const Source& source, const std::function<void(int, int)>& finished) {
   const int G = shape_.chunks(), rank = group_.rank();
   const int64_t T = B * S, C = model_.config().hidden_size;
+  const int64_t rows = model_.pipeline_rows(T);  // T / t under tensor parallelism
   const std::vector<PipeAction> actions = pipeline_actions(shape_, micro_steps, rank);
   const std::vector<std::vector<int>> completed = sends_completed(shape_, micro_steps, rank);
   inputs_.resize(size_t(T));
@@ -84,7 +85,7 @@ double PipelineStage::run(int micro_steps, int64_t B, int64_t S, float grad_scal
       source(a.micro_batch, inputs_.data(), targets_.data());
       Tensor x;  // the previous chunk's output (chunk 0 embeds the inputs instead)
       if (a.chunk > 0) {
-        x = take_hidden(T, C);
+        x = take_hidden(rows, C);
         receive(i, x);
       }
       ActivationStrategy* strategy = take_strategy();
@@ -99,12 +100,12 @@ double PipelineStage::run(int micro_steps, int64_t B, int64_t S, float grad_scal
       Flight& f = flights[key];
       f.strategy = strategy;
       f.pass = std::make_unique<ChunkPass>(*strategy);
-      const Tensor y = take_hidden(T, C);
+      const Tensor y = take_hidden(rows, C);
       model_.pipeline_forward(*f.pass, a.chunk / shape_.stages, inputs_.data(), B, S, x, y, alloc_);
       if (a.chunk > 0) give_hidden(x);
       send(i, y, action_send(shape_, a));
     } else if (!last) {
-      const Tensor dx = take_hidden(T, C);
+      const Tensor dx = take_hidden(rows, C);
       receive(i, dx);
       const auto it = flights.find(key);
       MEMO_CHECK(it != flights.end(), "pipeline: the backward of micro-batch ", a.micro_batch,

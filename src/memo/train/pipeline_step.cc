@@ -24,8 +24,14 @@ namespace memo {
 //   summed over the embedding group, so both copies take the same update;
 // - each rank's gradients are summed over its data-parallel group (the same stage on every
 //   data-parallel rank), as without a pipeline;
-// - the squared norm: each rank's tensors (the tied embedding once, on the first rank), summed
-//   over the pipeline group in rank order.
+// - under tensor parallelism (N = P x T x C x D ranks, the T ranks of one stage consecutive)
+//   each chunk call runs the rank's sequence-parallel rows and tensor parts as without a
+//   pipeline, the hidden states pass between the same tensor-parallel rank of neighbouring
+//   stages, and after the step the whole tensors' gradients (norms, learned positions) are summed
+//   over the tensor-parallel group;
+// - the squared norm: each rank's tensors (the tied embedding once, on the first rank; under
+//   tensor parallelism the whole tensors once, summed over the group first), summed over the
+//   pipeline group in rank order.
 // Every kernel of a micro-batch sees the one-process run's values in the same order, so the
 // losses and every gradient but a tied embedding's equal one process's bit for bit; that
 // embedding's two halves are added once, and the norm's partial sums are grouped by rank, each to
@@ -69,13 +75,27 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   std::vector<std::pair<int64_t, int64_t>> ranges;  // each chunk's part of the buffer
   if (probe_)
     for (size_t c = 0; c < chunks; ++c) ranges.push_back(model_.pipeline_chunk_params(int(c)));
+  Communicator* const tp = model_.tensor_parallel_group();
+  const Tensor grads = model_.grads_tensor();
+  // Under tensor parallelism the probe reads each micro-batch's part with its whole tensors
+  // summed over the group, once per micro-batch (so not again after the step), as without a
+  // pipeline; each counts once, on the group's first rank.
+  auto whole_sq = [&](int64_t offset, int64_t numel) {
+    double sq = 0.0;
+    for (const ParamInfo& p : model_.layout().params())
+      if (!p.is_split() && p.offset >= offset && p.offset + p.numel <= offset + numel)
+        sq += model_.backend().sum_squares(grads.part(p.offset, Shape{p.numel}));
+    return sq;
+  };
   auto probe = [&](int micro, int chunk) {
     if (!probe_) return;
     MEMO_CHECK(micro == probed[size_t(chunk)], "pipeline: micro-batch ", micro,
                "'s backward on chunk ", chunk, " after ", probed[size_t(chunk)], " of them");
     ++probed[size_t(chunk)];
     const auto [offset, numel] = ranges[size_t(chunk)];
-    probe_->after_micro_part(model_.grads_tensor(), offset, numel, micro);
+    if (tp) model_.reduce_tensor_parallel_grads(grads.part(offset, Shape{numel}));
+    probe_->after_micro_part(grads, offset, numel, micro,
+                             tp && tp->rank() != 0 ? whole_sq(offset, numel) : 0.0);
   };
   model_.zero_grads();
   const int64_t B = shape_.micro_batch;
@@ -86,6 +106,7 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
       },
       probe);
   group.all_reduce_sum(std::span<double>(&loss_sum, 1));
+  if (!probe_) model_.reduce_tensor_parallel_grads();  // the whole tensors' (no-op without --tp)
   if (pp.embedding_group) pp.embedding_group->all_reduce_sum(model_.grad_weights().embed);
   if (data_parallel_.size() > 1) {
     data_parallel_.all_reduce_sum(model_.grads_tensor());
@@ -93,18 +114,21 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   }
   StepGradients g;
   g.loss = loss_sum / double(tokens);
-  // the tied embedding's second copy (the last rank's head) counts once, on the first rank
+  // the tied embedding's second copy (the last rank's head) counts once, on the first rank;
+  // under tensor parallelism each rank's parts and the whole tensors once, on its rank 0
   const bool skip_embedding = pp.embedding_group && !model_.pipeline()->first;
   Backend& be = model_.backend();
-  if (!skip_embedding) {
+  if (!skip_embedding && !tp) {
     g.grad_sq = be.sum_squares(model_.grads_tensor());
   } else {
     for (const ParamInfo& p : model_.layout().params())
-      if (p.role != ParamRole::kEmbedding)
+      if ((p.role != ParamRole::kEmbedding || !skip_embedding) &&
+          (!tp || p.is_split() || tp->rank() == 0))
         g.grad_sq += be.sum_squares(model_.grads_tensor().part(p.offset, Shape{p.numel}));
   }
+  if (tp) tp->all_reduce_sum(std::span<double>(&g.grad_sq, 1));
   group.all_reduce_sum(std::span<double>(&g.grad_sq, 1));
-  if (probe_) probe_->end_step(g.grad_sq, &data_parallel_, &group);  // before clipping
+  if (probe_) probe_->end_step(g.grad_sq, &data_parallel_, &group, tp);  // before clipping
   return g;
 }
 
@@ -114,7 +138,7 @@ double pipeline_forward_loss(Model& model, const TrainStep::Pipeline& pp, const 
   Communicator& group = *pp.group;
   const PipelineShape shape = pp.shape;
   const int G = shape.chunks(), rank = group.rank();
-  const int64_t T = rows * seq, C = model.config().hidden_size;
+  const int64_t T = model.pipeline_rows(rows * seq), C = model.config().hidden_size;
   Backend& be = model.backend();
   const DType act = be.activation_dtype();
   RawAllocator& device = be.allocator(be.device_space());
