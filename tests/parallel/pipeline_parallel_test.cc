@@ -165,47 +165,59 @@ TEST_F(PipelineParallel, a_tied_embedding_sums_its_two_gradients_and_masks_hold)
   EXPECT_LT(test::weights_difference(pp2, one), kPpTol);
 }
 
-// --pp with --tp (Note [Pipeline step]): each stage's two tensor-parallel ranks split its
-// layers' heads and units and the head's vocabulary, and pass their sequence-parallel rows of the
-// hidden states to the same rank of the next stage. LLaMA interleaved, in each stage's planned
-// arena, with the noise probe; GPT-2's tied embedding (each copy split over the vocabulary) with
-// document masks and the eod loss mask. Each within the tolerance of one process (the
-// tensor-parallel products add the ranks' partial sums: a few ulps, as kPpTol's), and its
-// checkpoint one process's files.
-TEST_F(PipelineParallel, tensor_parallelism_inside_each_stage_matches_one_process) {
+// --pp with --tp or --cp (Note [Pipeline step]): each stage's two tensor-parallel ranks split
+// its layers' heads and units and the head's vocabulary and pass their sequence-parallel rows of
+// the hidden states to the same rank of the next stage; or its two context-parallel ranks run two
+// chunks of each sequence each and pass those rows. LLaMA (interleaved under --tp) in each stage's
+// planned arena, with the noise probe, and its plan from `memo plan --config --pp` to the byte;
+// GPT-2's tied embedding (each copy split over the vocabulary under --tp) with document masks and
+// the eod loss mask (learned positions over a rank's chunks under --cp). Each within the
+// tolerance of one process (the ranks' partial sums and the ring's merged softmax: a few ulps, as
+// kPpTol's), and its checkpoint one process's files.
+TEST_F(PipelineParallel, tensor_and_context_parallelism_inside_each_stage_match_one_process) {
   const std::string masks = " --document-mask --eot-id 73 --eod-mask-loss";
-  for (const auto& [config, flags, planned] :
-       {std::tuple{"llama.json", std::string(" --virtual-stages 2 --device-memory 1GiB"), true},
-        {"gpt2.json", masks, false}}) {
-    const std::string name = std::filesystem::path(config).stem().string();
-    const std::string one = dir / (name + "-one"), pp2tp2 = dir / (name + "-pp2tp2");
-    const std::string gpt2_masks = planned ? "" : masks;
-    ASSERT_EQ(train(1, config, one, "--steps 3" + gpt2_masks).exit_code, 0);
-    const test::CommandResult r = train(4, config, pp2tp2, "--steps 3 --pp 2 --tp 2" + flags);
+  const std::string llama_one = dir / "llama-one", gpt2_one = dir / "gpt2-one";
+  ASSERT_EQ(train(1, "llama.json", llama_one, "--steps 3").exit_code, 0);
+  ASSERT_EQ(train(1, "gpt2.json", gpt2_one, "--steps 3" + masks).exit_code, 0);
+  const struct {
+    const char* config;
+    const char* name;
+    std::string flags;
+    const char* plan_flags;  // memo plan's layout for a planned run, else null
+  } layouts[] = {{"llama.json", "llama-pp2v2tp2", " --virtual-stages 2 --tp 2 --device-memory 1GiB",
+                  " --virtual-stages 2 --tp 2"},
+                 {"gpt2.json", "gpt2-pp2tp2", " --tp 2" + masks, nullptr},
+                 {"llama.json", "llama-pp2cp2", " --cp 2 --device-memory 1GiB", " --cp 2"},
+                 {"gpt2.json", "gpt2-pp2cp2", " --cp 2" + masks, nullptr}};
+  for (const auto& l : layouts) {
+    const std::string run = dir / l.name;
+    const std::string one = std::string(l.config) == "llama.json" ? llama_one : gpt2_one;
+    const bool tp = l.flags.find("--tp 2") != std::string::npos, planned = l.plan_flags;
+    const test::CommandResult r = train(4, l.config, run, "--steps 3 --pp 2" + l.flags);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("memo: tensor + sequence parallel over 2"), std::string::npos)
+    EXPECT_NE(r.output.find(tp ? "memo: tensor + sequence parallel over 2"
+                               : "memo: context parallel over 2"),
+              std::string::npos)
         << r.output;
-    expect_close(pp2tp2, one, 2, false, planned);
-    if (planned) {
-      expect_planned_stages(pp2tp2, 2);
-      // `memo plan --config --pp 2 --tp 2` plans each stage as the run did, to the byte
-      const test::CommandResult plan = test::run_command(
-          "OMP_NUM_THREADS=1 " + test::memo_bin() + " plan --config " + dir.str(config) +
-          " --seq 64 --batch 1 --pp 2 --virtual-stages 2 --tp 2 --micro-batches 4 "
-          "--device-memory 1GiB --json");
-      ASSERT_EQ(plan.exit_code, 0) << plan.output;
-      const nlohmann::json stages = nlohmann::json::parse(plan.output)["stages"];
-      ASSERT_EQ(stages.size(), 2u);
-      for (int p = 0; p < 2; ++p)
-        EXPECT_EQ(stages[p]["plan_peak_bytes"],
-                  records(pp2tp2 + ".jsonl")[0]["pp_stage_arena_bytes"][p])
-            << "stage " << p;
+    expect_close(run, one, 2, false, planned);
+    for (const nlohmann::json& rec : records(run + ".jsonl")) {
+      EXPECT_EQ(rec[tp ? "tp" : "cp"], 2) << run;
+      EXPECT_GT(rec[tp ? "tp_comm_bytes" : "cp_comm_bytes"].get<int64_t>(), 0) << run;
     }
-    for (const nlohmann::json& rec : records(pp2tp2 + ".jsonl")) {
-      EXPECT_EQ(rec["tp"], 2) << pp2tp2;
-      EXPECT_GT(rec["tp_comm_bytes"].get<int64_t>(), 0) << pp2tp2;
-    }
-    EXPECT_LT(test::weights_difference(pp2tp2, one), kPpTol) << pp2tp2;
+    EXPECT_LT(test::weights_difference(run, one), kPpTol) << run;
+    if (!planned) continue;
+    expect_planned_stages(run, 2);
+    // `memo plan --config --pp 2` with the layout plans each stage as the run did, to the byte
+    const test::CommandResult plan =
+        test::run_command("OMP_NUM_THREADS=1 " + test::memo_bin() + " plan --config " +
+                          dir.str(l.config) + " --seq 64 --batch 1 --pp 2" + l.plan_flags +
+                          " --micro-batches 4 --device-memory 1GiB --json");
+    ASSERT_EQ(plan.exit_code, 0) << plan.output;
+    const nlohmann::json stages = nlohmann::json::parse(plan.output)["stages"];
+    ASSERT_EQ(stages.size(), 2u);
+    for (int p = 0; p < 2; ++p)
+      EXPECT_EQ(stages[p]["plan_peak_bytes"], records(run + ".jsonl")[0]["pp_stage_arena_bytes"][p])
+          << l.name << " stage " << p;
   }
 }
 

@@ -281,14 +281,12 @@ void run_plan(const PlanCommandOptions& o) {
 // `mpirun -np P memo train --config ... --pp P [--virtual-stages V]` with --micro-batches per
 // step (memo train's --batch / --micro-batch; default 4 P) of --batch sequences: each stage's
 // plan of its whole step, as the run makes it before step 1 (trace_pipeline_stage on its part,
-// the layers split as memo train splits them), in stage order. With --tp T: the plan of each
-// stage's first tensor-parallel rank (the others hold the same shapes: the head's part is held
-// at its padded width).
+// the layers split as memo train splits them), in stage order. With --tp T and --cp C: the plan
+// of each stage's first rank (the others hold the same shapes: the head's part is held at its
+// padded width, and every context-parallel rank two chunks of each sequence).
 void run_pipeline_plan(const PlanCommandOptions& o) {
   const ModelConfig config = load_model_config(o.config_path);
   check_shape_flags(o, config);
-  if (o.cp > 1)
-    throw ConfigError(str("--pp ", o.pp, " with --cp is not implemented yet (issue #26)"));
   if (o.device != "cpu")
     throw ConfigError("--pp plans a run on the CPU (memo train runs pipelines on the CPU for now)");
   const PipelineShape shape{int(o.pp), int(o.virtual_stages)};

@@ -191,8 +191,8 @@ void Model::set_context_parallel(Communicator* group) {
     cp_.reset();
     return;
   }
-  if (pipeline_)
-    throw ConfigError("pipeline parallelism with context parallelism is not implemented yet");
+  MEMO_CHECK(!pipeline_, "set_context_parallel: a pipeline rank's model shares its sequences ",
+             "before set_pipeline takes its part");
   cp_ = ContextParallel{group, 0};
 }
 
@@ -727,8 +727,6 @@ void Model::set_pipeline(const PipelinePart& part) {
   if (part.last && part.chunks.back().second != L)
     throw ConfigError(str("pipeline: the model's last chunk ends at layer ",
                           part.chunks.back().second, ", not ", L));
-  if (cp_)
-    throw ConfigError("pipeline parallelism with context parallelism is not implemented yet");
   // a meta backend (a static plan's trace: Note [Meta backend]) runs any target's shapes
   if (backend_->has_values() && !backend_->host_can_access(backend_->device_space()))
     throw ConfigError(str("pipeline parallelism runs on the CPU for now, not on the ",
@@ -788,8 +786,19 @@ void Model::check_pipeline_use(const char* what) const {
   MEMO_CHECK(pipeline_, what, ": the model is not a pipeline rank's (set_pipeline)");
 }
 
-int64_t Model::pipeline_rows(int64_t tokens) const {
-  const int64_t t = tp_split_ ? tp_group_->size() : 1;
+int64_t Model::pipeline_local_seq(int64_t seq) {
+  if (!cp_) return seq;
+  check_context_parallel_seq(seq, cp_->ranks());
+  cp_->seq = seq;
+  return seq / cp_->ranks();
+}
+
+int64_t Model::pipeline_rows(int64_t batch, int64_t seq) const {
+  if (cp_) {
+    check_context_parallel_seq(seq, cp_->ranks());
+    seq /= cp_->ranks();
+  }
+  const int64_t tokens = batch * seq, t = tp_split_ ? tp_group_->size() : 1;
   if (tokens % t != 0)
     throw ConfigError(str("tensor parallel ", t, ": a micro-batch of ", tokens,
                           " tokens does not split into ", t, " equal parts of the sequence"));
@@ -806,17 +815,23 @@ void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* i
   MEMO_CHECK(batch > 0 && seq > 0, "micro-batch of ", batch, " x ", seq, " tokens");
   const auto [first, last] = pipeline_->chunks[size_t(chunk)];
   const bool embeds = pipeline_->first && chunk == 0;
-  const int64_t T = batch * seq, C = config_.hidden_size, rows = pipeline_rows(T);
+  const int64_t T = batch * seq, C = config_.hidden_size, rows = pipeline_rows(batch, seq);
   MEMO_CHECK(y.rows() == rows && y.cols() == C, "pipeline: a chunk's output of ", y.shape(),
              " for ", rows, " rows of width ", C);
+  // under context parallelism the layers run this rank's chunks of each sequence
+  const int64_t local_seq = pipeline_local_seq(seq);
   if (embeds) {
     check_token_ids("embedding_forward", "token", View<const int32_t>(inputs, {T}),
                     config_.vocab_size);
     pass.inputs_.assign(inputs, inputs + T);
+    if (cp_) {  // this rank's chunks of the ids, chunk-major, as run() takes them
+      pass.inputs_.resize(size_t(batch * local_seq));
+      context_parallel_tokens(pass.inputs_.data(), inputs, batch, *cp_);
+    }
     if (tp_split_) {  // the ids of this rank's vocabulary rows, as run() takes them
       const int64_t v0 = int64_t(tp_group_->rank()) * w_.embed.rows(), v1 = v0 + vocab_rows();
       std::vector<int32_t> local;
-      local_vocab_ids(local, inputs, T, v0, v1);
+      local_vocab_ids(local, pass.inputs_.data(), int64_t(pass.inputs_.size()), v0, v1);
       pass.inputs_ = std::move(local);
     }
   } else {
@@ -825,13 +840,14 @@ void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* i
   }
   pass.chunk_ = chunk;
   pass.batch_ = batch;
-  pass.seq_ = seq;
+  pass.seq_ = local_seq;
+  pass.rows_ = rows;
   if (doc_eot_ >= 0) {  // every rank has the micro-batch's tokens
     find_documents(inputs, batch, seq);
     pass.doc_start_ = doc_start_;
     pass.positions_ = positions_;
   }
-  pass.ctx_ = layer_context(batch, seq, alloc);
+  pass.ctx_ = layer_context(batch, local_seq, alloc);
   if (doc_eot_ >= 0) {
     pass.ctx_.doc_start = host_view(pass.doc_start_);
     pass.ctx_.positions = host_view(pass.positions_);
@@ -845,10 +861,10 @@ void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* i
       backward && !(pipeline_->last && size_t(chunk) + 1 == pipeline_->chunks.size());
   strategy.set_layer_range(first, last, parked);
   strategy.bind_layers(*pass.layers_);
-  strategy.begin_step(batch, seq);
+  strategy.begin_step(batch, local_seq);
   const Tensor x0 = strategy.forward_slot(first).x();
   if (embeds)
-    embed_forward(x0, host_view(pass.inputs_), batch, seq, alloc);
+    embed_forward(x0, host_view(pass.inputs_), batch, local_seq, alloc);
   else
     backend_->copy(x0, x_in);
   for (int l = first; l < last; ++l) {
@@ -893,7 +909,7 @@ void Model::pipeline_backward(ChunkPass& pass, Tensor dx, ActivationAllocator& a
   MEMO_CHECK(pass.chunk_ >= 0 && pass.layers_, "pipeline_backward: the pass has no forward");
   MEMO_CHECK(pass.ctx_.alloc == &alloc, "pipeline_backward: another allocator than the forward's");
   const auto [first, last] = pipeline_->chunks[size_t(pass.chunk_)];
-  const int64_t rows = pipeline_rows(pass.batch_ * pass.seq_);
+  const int64_t rows = pass.rows_;
   MEMO_CHECK(dx.rows() == rows && dx.cols() == config_.hidden_size, "pipeline: a gradient of ",
              dx.shape(), " for ", rows, " rows");
   const ScopedMatmulWorkspace workspace(*backend_, alloc);
@@ -923,7 +939,7 @@ double Model::pipeline_last_pass(ChunkPass& pass, const int32_t* inputs, const i
   check_pipeline_use("pipeline_last");
   MEMO_CHECK(pipeline_->last, "pipeline_last: this rank does not hold the model's last chunk");
   const bool backward = !dx.empty();
-  const int64_t T = batch * seq, C = config_.hidden_size, rows = pipeline_rows(T);
+  const int64_t T = batch * seq, C = config_.hidden_size, rows = pipeline_rows(batch, seq);
   check_target_ids("cross_entropy", View<const int32_t>(targets, {T}), config_.vocab_size);
   if (loss_eot_ >= 0) {  // --eod-mask-loss: the eot inputs' predictions not counted, as in run
     loss_targets_.assign(targets, targets + T);
@@ -931,10 +947,17 @@ double Model::pipeline_last_pass(ChunkPass& pass, const int32_t* inputs, const i
       if (inputs[i] == loss_eot_) loss_targets_[size_t(i)] = kIgnoredTarget;
     targets = loss_targets_.data();
   }
-  if (tp_split_) {  // the head's targets in this rank's vocabulary rows (Note [Vocabulary-parallel
-                    // loss])
+  // the head's tokens: this rank's chunks under context parallelism, their targets in its
+  // vocabulary rows under tensor parallelism (Note [Vocabulary-parallel loss]), as in run()
+  const int64_t local_seq = pipeline_local_seq(seq), tokens = batch * local_seq;
+  if (cp_) {
+    cp_targets_.resize(size_t(tokens));
+    context_parallel_tokens(cp_targets_.data(), targets, batch, *cp_);
+    targets = cp_targets_.data();
+  }
+  if (tp_split_) {
     const int64_t v0 = int64_t(tp_group_->rank()) * w_.head.rows(), v1 = v0 + vocab_rows();
-    targets = local_vocab_ids(tp_targets_, targets, T, v0, v1);
+    targets = local_vocab_ids(tp_targets_, targets, tokens, v0, v1);
   }
   const DType act = backend_->activation_dtype();
   FinalNormActs final_norm;
@@ -951,7 +974,8 @@ double Model::pipeline_last_pass(ChunkPass& pass, const int32_t* inputs, const i
                              *backend_);
     const Tensor dxf =
         backward ? alloc.acquire("final.dxn", {rows, C}, ActKind::kTransient, act) : Tensor();
-    loss_sum = head_and_loss(dxf, final_norm.xn, targets, T, grad_scale, backward, alloc);
+    loss_sum = head_and_loss(dxf, final_norm.xn, targets, tokens, grad_scale, backward, alloc);
+    if (cp_) cp_->group->all_reduce_sum(std::span<double>(&loss_sum, 1));
     if (backward) {
       backend_->fill(dx, 0.0f);  // x, copied into the first layer's slot, becomes dL/d(residual)
       arch_.final_norm_backward(dx, dw_, dxf, final_norm.hidden, final_norm.inv_rms, w_, *backend_);

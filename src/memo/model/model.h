@@ -49,8 +49,9 @@ enum class ModelUse { kTraining, kInference };
 // the one-process run's bit for bit (the summed tied embedding to rounding), with document masks
 // and the eod loss mask too. Under tensor parallelism (set_parallel, before set_pipeline) a rank
 // holds its parts of its chunks' tensors and passes its sequence-parallel rows of the hidden
-// states to the same tensor-parallel rank of the next stage. Not yet with context parallelism
-// (refused by name).
+// states to the same tensor-parallel rank of the next stage; under context parallelism
+// (set_context_parallel, before set_pipeline) it runs its chunks of each sequence, and passes
+// their rows, as without a pipeline.
 struct PipelinePart {
   std::vector<std::pair<int, int>> chunks;  // layers [first, last) of this rank's chunks, in order
   bool first = true;  // its first chunk is the model's chunk 0 (the embedding)
@@ -70,8 +71,9 @@ class ChunkPass {
  private:
   friend class Model;
   ActivationStrategy& strategy_;
-  int chunk_ = -1;  // this rank's index of the chunk; -1 before the forward
-  int64_t batch_ = 0, seq_ = 0;
+  int chunk_ = -1;               // this rank's index of the chunk; -1 before the forward
+  int64_t batch_ = 0, seq_ = 0;  // seq_: this rank's share under context parallelism
+  int64_t rows_ = 0;             // of the hidden states it takes and gives
   LayerContext ctx_{};
   std::unique_ptr<LayerRunner> layers_;
   std::vector<int32_t> inputs_;  // chunk 0: the token ids, for the embedding's backward
@@ -181,8 +183,7 @@ class Model {
 
   // Pipeline parallelism (Note [Pipeline parts]): called before init or loading, the parameters
   // become the part's tensors (this rank's parts of them after set_parallel) and the gradients
-  // restart at zero. ConfigError when the chunks are not increasing layer ranges of the model, or
-  // under context parallelism.
+  // restart at zero. ConfigError when the chunks are not increasing layer ranges of the model.
   void set_pipeline(const PipelinePart& part);
   const std::optional<PipelinePart>& pipeline() const { return pipeline_; }
   // Where this rank's chunk `chunk` (its index among the rank's) writes its gradient: {offset,
@@ -190,18 +191,19 @@ class Model {
   // the model's chunk 0 and the final norm and head on its last. One range in the layout's
   // order; Error when another chunk's tensor lies inside it (a tied embedding's head copy).
   std::pair<int64_t, int64_t> pipeline_chunk_params(int chunk) const;
-  // The rows of the hidden states one micro-batch of `tokens` tokens passes between stages:
-  // this rank's tokens / t under tensor parallelism (Note [Tensor-parallel activations] in
+  // The rows of the hidden states one micro-batch of batch x seq tokens passes between stages:
+  // this rank's chunks of each sequence under context parallelism (Note [Context parallel
+  // layout]), of those its 1 / t under tensor parallelism (Note [Tensor-parallel activations] in
   // model/parallel.h), all of them otherwise. ConfigError when they do not split.
-  int64_t pipeline_rows(int64_t tokens) const;
+  int64_t pipeline_rows(int64_t batch, int64_t seq) const;
   // The head is the embedding (no lm_head tensor): under a pipeline the first and the last rank
   // each hold it (Note [Pipeline parts]).
   bool tied_embeddings() const { return tied_; }
   // Chunk `chunk` of this rank's part (not its model's last) for one micro-batch of batch x seq
   // tokens: from the embedding of `inputs` ([batch * seq] host ids) on the model's chunk 0, else
   // from x_in ([T, C], the previous chunk's output); its output into x_out ([T, C]). Under tensor
-  // parallelism each [T, C] of these chunk calls is this rank's [pipeline_rows(T), C] of the
-  // sequence-parallel rows; the ids stay the whole micro-batch's.
+  // or context parallelism each [T, C] of these chunk calls is this rank's
+  // [pipeline_rows(batch, seq), C]; the ids stay the whole micro-batch's.
   void pipeline_forward(ChunkPass& pass, int chunk, const int32_t* inputs, int64_t batch,
                         int64_t seq, ConstTensor x_in, Tensor x_out, ActivationAllocator& alloc);
   // The pass's backward: dx holds the gradient of the chunk's output ([T, C]) and on return that
@@ -321,6 +323,8 @@ class Model {
   std::optional<PipelinePart> pipeline_;         // set_pipeline
   bool tied_ = false;                            // tied_embeddings(), from the whole layout
   void check_pipeline_use(const char* what) const;
+  // seq, or this rank's share of it under context parallelism (recorded in cp_)
+  int64_t pipeline_local_seq(int64_t seq);
   // The pass's layers [first, last) forward: x0, the first layer's input slot, is written by
   // `input`; the last layer's output goes to y.
   void pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* inputs, int64_t batch,

@@ -422,7 +422,7 @@ namespace {
 // Note [Pipeline checkpoints]
 // Under --pp each rank holds its chunks' tensors (Note [Pipeline parts] in model/model.h) and
 // their optimiser state (under --tp gathered whole first, model_tensors). At a checkpoint the
-// pipeline of data-parallel and tensor-parallel rank 0 (whose first rank is the job's rank 0)
+// pipeline of data-, tensor- and context-parallel rank 0 (whose first rank is the job's rank 0)
 // sends them to its first rank: each other rank sends a header (its
 // tensors' names, shapes and kinds as JSON, the header's length before it) and then each tensor,
 // and the first rank puts all of them in the one-process order (the whole model's layout; an
@@ -532,10 +532,12 @@ std::shared_ptr<void> CheckpointWriter::stage(std::vector<NamedTensor>& weights,
   held->staging.emplace(backend, background ? &pool_ : nullptr);
   weights = model_tensors(model_, *held->staging);
   optimizer_state = state_tensors(model_, held->state.tensors, *held->staging);
-  // Note [Pipeline checkpoints] (under --tp every rank of the group has the whole tensors: the
-  // group's first rank sends them)
+  // Note [Pipeline checkpoints] (under --tp and --cp every rank of the group has the whole
+  // tensors: the groups' first rank sends them)
   const Communicator* tp = model_.tensor_parallel_group();
-  if (pipeline_ && data_parallel_.rank() == 0 && (!tp || tp->rank() == 0))
+  const Communicator* cp = model_.context_parallel_group();
+  if (pipeline_ && data_parallel_.rank() == 0 && (!tp || tp->rank() == 0) &&
+      (!cp || cp->rank() == 0))
     gather_pipeline_tensors(*pipeline_, model_.config(), weights, optimizer_state, held->received);
   return held;
 }

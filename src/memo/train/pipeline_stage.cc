@@ -35,7 +35,7 @@ double PipelineStage::run(int micro_steps, int64_t B, int64_t S, float grad_scal
                           const Source& source, const std::function<void(int, int)>& finished) {
   const int G = shape_.chunks(), rank = group_.rank();
   const int64_t T = B * S, C = model_.config().hidden_size;
-  const int64_t rows = model_.pipeline_rows(T);  // T / t under tensor parallelism
+  const int64_t rows = model_.pipeline_rows(B, S);  // this rank's under --cp and --tp
   const std::vector<PipeAction> actions = pipeline_actions(shape_, micro_steps, rank);
   const std::vector<std::vector<int>> completed = sends_completed(shape_, micro_steps, rank);
   inputs_.resize(size_t(T));

@@ -24,11 +24,13 @@ namespace memo {
 //   summed over the embedding group, so both copies take the same update;
 // - each rank's gradients are summed over its data-parallel group (the same stage on every
 //   data-parallel rank), as without a pipeline;
-// - under tensor parallelism (N = P x T x C x D ranks, the T ranks of one stage consecutive)
-//   each chunk call runs the rank's sequence-parallel rows and tensor parts as without a
-//   pipeline, the hidden states pass between the same tensor-parallel rank of neighbouring
-//   stages, and after the step the whole tensors' gradients (norms, learned positions) are summed
-//   over the tensor-parallel group;
+// - under tensor and context parallelism (N = P x T x C x D ranks, the T ranks of a context-
+//   parallel rank consecutive, the T C of one stage too) each chunk call runs the rank's chunks of
+//   each sequence and its sequence-parallel rows and tensor parts as without a pipeline, the
+//   hidden states pass between the same rank of neighbouring stages, the last stage's loss is
+//   summed over the context-parallel group, and after the step the gradients over it (each rank's
+//   share of every tensor) and the whole tensors' (norms, learned positions) over the
+//   tensor-parallel group;
 // - the squared norm: each rank's tensors (the tied embedding once, on the first rank; under
 //   tensor parallelism the whole tensors once, summed over the group first), summed over the
 //   pipeline group in rank order.
@@ -76,10 +78,12 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   if (probe_)
     for (size_t c = 0; c < chunks; ++c) ranges.push_back(model_.pipeline_chunk_params(int(c)));
   Communicator* const tp = model_.tensor_parallel_group();
+  Communicator* const cp = model_.context_parallel_group();
   const Tensor grads = model_.grads_tensor();
-  // Under tensor parallelism the probe reads each micro-batch's part with its whole tensors
-  // summed over the group, once per micro-batch (so not again after the step), as without a
-  // pipeline; each counts once, on the group's first rank.
+  // Under context parallelism the probe reads each micro-batch's part summed over the group's
+  // shares, under tensor parallelism with its whole tensors summed over the group, once per
+  // micro-batch (so not again after the step), as without a pipeline; each whole tensor counts
+  // once, on the group's first rank.
   auto whole_sq = [&](int64_t offset, int64_t numel) {
     double sq = 0.0;
     for (const ParamInfo& p : model_.layout().params())
@@ -93,7 +97,9 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
                "'s backward on chunk ", chunk, " after ", probed[size_t(chunk)], " of them");
     ++probed[size_t(chunk)];
     const auto [offset, numel] = ranges[size_t(chunk)];
-    if (tp) model_.reduce_tensor_parallel_grads(grads.part(offset, Shape{numel}));
+    const Tensor part = grads.part(offset, Shape{numel});
+    if (cp) cp->all_reduce_sum(part);
+    if (tp) model_.reduce_tensor_parallel_grads(part);
     probe_->after_micro_part(grads, offset, numel, micro,
                              tp && tp->rank() != 0 ? whole_sq(offset, numel) : 0.0);
   };
@@ -106,7 +112,10 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
       },
       probe);
   group.all_reduce_sum(std::span<double>(&loss_sum, 1));
-  if (!probe_) model_.reduce_tensor_parallel_grads();  // the whole tensors' (no-op without --tp)
+  if (!probe_) {  // the context-parallel shares, the whole tensors' (no-ops without --cp, --tp)
+    if (cp) cp->all_reduce_sum(grads);
+    model_.reduce_tensor_parallel_grads();
+  }
   if (pp.embedding_group) pp.embedding_group->all_reduce_sum(model_.grad_weights().embed);
   if (data_parallel_.size() > 1) {
     data_parallel_.all_reduce_sum(model_.grads_tensor());
@@ -138,7 +147,7 @@ double pipeline_forward_loss(Model& model, const TrainStep::Pipeline& pp, const 
   Communicator& group = *pp.group;
   const PipelineShape shape = pp.shape;
   const int G = shape.chunks(), rank = group.rank();
-  const int64_t T = model.pipeline_rows(rows * seq), C = model.config().hidden_size;
+  const int64_t T = model.pipeline_rows(rows, seq), C = model.config().hidden_size;
   Backend& be = model.backend();
   const DType act = be.activation_dtype();
   RawAllocator& device = be.allocator(be.device_space());

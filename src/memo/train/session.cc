@@ -109,7 +109,6 @@ void check_pipeline(const TrainOptions& o, const std::vector<SeqStage>& stages) 
     throw ConfigError(str("--pp ", o.pp, " with ", what,
                           " is not implemented yet (issue #26); leave one of them out"));
   };
-  if (o.cp > 1) refuse("--cp");
   if (stages.size() > 1) refuse("--seq-schedule");
 }
 
