@@ -384,6 +384,41 @@ TEST(PlanCluster, one_strategy_prints_one_object) {
   EXPECT_NE(j.at("why_not").get<std::string>().find("even at alpha = 0"), std::string::npos);
 }
 
+// memo plan --layouts (Note [Layout comparison]): every layout of the GPUs, in JSON with each
+// strategy's plan, as text one line a layout; the flags of one layout are refused beside it.
+TEST(PlanCluster, layouts_list_every_split_of_the_gpus) {
+  const std::string cmd = test::memo_bin() +
+                          " plan --model llama-7b --seq 32768 --gpus 8 --gpu a800-80gb "
+                          "--host-memory 1TiB --layouts --hardware-dir " +
+                          test::source_dir() + "/hardware";
+  const test::CommandResult r = test::run_command(cmd + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j.at("layouts").size(), 20u);
+  EXPECT_EQ(j.at("refused_layouts"), 0);
+  for (const nlohmann::json& l : j.at("layouts")) {
+    EXPECT_EQ(l.at("tp").get<int>() * l.at("cp").get<int>() * l.at("pp").get<int>() *
+                  l.at("dp").get<int>(),
+              8);
+    EXPECT_EQ(l.at("strategies").size(), 4u);
+  }
+  EXPECT_FALSE(j.at("layouts")[0].at("best").is_null());
+  const test::CommandResult text = test::run_command(cmd);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("every layout, fastest first"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("  tp  cp  pp  dp  fastest that fits"), std::string::npos);
+  const test::CommandResult one = test::run_command(cluster_cmd("--layouts"));  // with --tp 8
+  EXPECT_NE(one.exit_code, 0);
+  EXPECT_NE(one.output.find("memo: error: --layouts plans every --tp, --cp and --pp of --gpus"),
+            std::string::npos)
+      << one.output;
+  const test::CommandResult here =
+      test::run_command(test::memo_bin() + " plan --config x.json --seq 64 --layouts");
+  EXPECT_NE(here.output.find("memo: error: --layouts compares the layouts of --gpus"),
+            std::string::npos)
+      << here.output;
+}
+
 TEST(PlanCluster, bad_input_fails_with_one_line) {
   for (const std::string& extra :
        {std::string("--gpu b100-1tb"), std::string("--tp 3"),

@@ -7,7 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "memo/cpu/cpu_backend.h"
 #include "memo/io/hardware_json.h"
@@ -39,6 +43,61 @@ struct Sizes {
 Sizes llama7b_layer(double T) {
   return {T * 4096 * 2, T * 4096 * 2 + 32 * T * 4,
           6 * T * 4096 * 2 + 3 * T * 11008 * 2 + 2 * T * 4};
+}
+
+// Note [Layout comparison]: on 8 GPUs of one node every t x c x p dividing 8 is a layout (20 of
+// them: t, c, p powers of two with t c p <= 8), the rest data parallel; each layout's plans are
+// plan_cluster's for it, its best the fastest that fits, and the list fastest first. Without host
+// memory neither offload nor memo fits anywhere.
+TEST(ClusterPlan, layouts_cover_every_split_of_the_gpus_fastest_first) {
+  const ModelConfig config = llama_preset("llama-7b");
+  const int64_t seq = 32768;
+  const std::vector<std::string> strategies = {"keep", "recompute", "offload", "memo"};
+  for (const int64_t host : {int64_t(0), int64_t(1024 * kGiB)}) {
+    ClusterOptions o = a800s(1, host);
+    int refused = -1;
+    const std::vector<LayoutPlan> layouts =
+        plan_layouts(cpu_backend(), config, seq, strategies, o, &refused);
+    EXPECT_EQ(refused, 0);
+    ASSERT_EQ(layouts.size(), 20u);
+    std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
+    double previous = std::numeric_limits<double>::infinity();
+    bool fitting = true;
+    for (const LayoutPlan& l : layouts) {
+      EXPECT_EQ(l.tp * l.cp * l.pp * l.dp, 8);
+      EXPECT_TRUE(seen.insert({l.tp, l.cp, l.pp}).second);
+      ASSERT_EQ(l.plans.size(), strategies.size());
+      double fastest = 0.0;
+      for (const ClusterPlan& p : l.plans) {
+        if (p.fits()) fastest = std::max(fastest, p.tokens_per_s);
+        if (host == 0 && (p.strategy == "offload" || p.strategy == "memo")) {
+          EXPECT_FALSE(p.fits());
+        }
+      }
+      if (l.best < 0) {  // the layouts where nothing fits come last
+        fitting = false;
+        EXPECT_EQ(fastest, 0.0);
+        continue;
+      }
+      EXPECT_TRUE(fitting) << l.tp << " " << l.cp << " " << l.pp;
+      const ClusterPlan& best = l.plans[size_t(l.best)];
+      EXPECT_EQ(best.tokens_per_s, fastest);
+      EXPECT_LE(best.tokens_per_s, previous);
+      previous = best.tokens_per_s;
+      // the plan of that layout alone
+      ClusterOptions alone = o;
+      alone.parallel = Parallel{l.tp, l.cp};
+      alone.pp = l.pp;
+      alone.micro_batches = l.pp > 1 ? 4 * l.pp : 1;
+      const ClusterPlan again = plan_cluster(cpu_backend(), config, seq, best.strategy, alone);
+      EXPECT_EQ(again.tokens_per_s, best.tokens_per_s);
+      EXPECT_EQ(again.device.total(), best.device.total());
+      EXPECT_EQ(again.pp_bubble, best.pp_bubble);
+    }
+    EXPECT_EQ(seen.count({8, 1, 1}) + seen.count({1, 8, 1}) + seen.count({2, 2, 2}) +
+                  seen.count({1, 1, 8}),
+              4u);
+  }
 }
 
 TEST(ClusterPlan, memo_alpha_is_host_bound_at_a_million_tokens_as_the_closed_form_says) {

@@ -66,6 +66,7 @@ struct PlanCommandOptions {
   std::string workspace = "1GiB";
   std::optional<double> alpha;
   bool compare = false;
+  bool layouts = false;
   bool activations_given = false;
 };
 
@@ -548,6 +549,86 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
             << plans.front().max_seq_step << " tokens, each a shape-only trace and plan\n";
 }
 
+// `memo plan --gpus G --layouts` (Note [Layout comparison] in train/cluster_plan.h): one line a
+// layout, fastest first, with the fastest strategy that fits it.
+void run_layout_plan(const PlanCommandOptions& o, const ModelConfig& config,
+                     const ClusterOptions& co, const std::vector<std::string>& strategies) {
+  if (o.tp != 1 || o.cp != 1 || o.pp != 1 || o.virtual_stages != 1 || o.micro_batches != 0)
+    throw ConfigError(
+        "--layouts plans every --tp, --cp and --pp of --gpus; leave those flags (and "
+        "--virtual-stages, --micro-batches) out");
+  int refused = 0;
+  const std::vector<LayoutPlan> layouts =
+      plan_layouts(cpu_backend(), config, o.seq, strategies, co, &refused);
+  if (o.json) {
+    nlohmann::json all = {{"model", o.model},
+                          {"gpus", co.gpus},
+                          {"gpus_per_node", co.gpus_per_node},
+                          {"gpu", co.gpu.name},
+                          {"seq", o.seq},
+                          {"refused_layouts", refused},
+                          {"layouts", nlohmann::json::array()}};
+    for (const LayoutPlan& l : layouts) {
+      nlohmann::json j = {{"tp", l.tp},
+                          {"cp", l.cp},
+                          {"pp", l.pp},
+                          {"dp", l.dp},
+                          {"best", l.best >= 0 ? nlohmann::json(l.plans[size_t(l.best)].strategy)
+                                               : nlohmann::json()},
+                          {"strategies", nlohmann::json::array()}};
+      for (const ClusterPlan& p : l.plans) j["strategies"].push_back(cluster_json(p));
+      all["layouts"].push_back(j);
+    }
+    std::cout << all.dump(2) << "\n";
+    return;
+  }
+  std::cout << "memo plan: " << o.model << " at seq " << o.seq << ", batch " << co.batch
+            << " per micro-batch, on " << co.gpus << " x " << co.gpu.name << " ("
+            << co.gpus_per_node << " per node), host memory " << gib(double(co.host_memory_bytes))
+            << " per node: every layout, fastest first (tensor parallelism within a node; a "
+               "pipeline runs 1F1B over 4 x pp micro-batches)\n";
+  std::cout << "  tp  cp  pp  dp  fastest that fits   tokens/s  MFU causal  GiB per GPU  "
+               "host GiB per node  bubble\n";
+  char line[256];
+  for (const LayoutPlan& l : layouts) {
+    if (l.best < 0) continue;
+    const ClusterPlan& p = l.plans[size_t(l.best)];
+    std::snprintf(
+        line, sizeof(line), "%4lld%4lld%4lld%4lld  %-17s %10.0f %10.1f%% %12.2f %18.2f %6.1f%%\n",
+        (long long)l.tp, (long long)l.cp, (long long)l.pp, (long long)l.dp, p.strategy.c_str(),
+        p.tokens_per_s, 100.0 * p.mfu_causal, double(p.device.total()) / double(int64_t(1) << 30),
+        double(p.host_need_bytes) / double(int64_t(1) << 30), 100.0 * p.pp_bubble);
+    std::cout << line;
+  }
+  bool unfit = false;
+  for (const LayoutPlan& l : layouts) {
+    if (l.best >= 0) continue;
+    unfit = true;
+    // the strategy closest to fitting: least short of device memory, then of host memory
+    auto short_of = [](const ClusterPlan& p) {
+      return std::pair{std::max<int64_t>(0, p.device.total() - p.device_capacity_bytes),
+                       std::max<int64_t>(0, p.host_need_bytes - p.host_capacity_bytes)};
+    };
+    const ClusterPlan* closest = &l.plans.front();
+    for (const ClusterPlan& p : l.plans)
+      if (short_of(p) < short_of(*closest)) closest = &p;
+    std::snprintf(
+        line, sizeof(line), "%4lld%4lld%4lld%4lld  %-17s %10s %11s %12.2f %18.2f %6.1f%%\n",
+        (long long)l.tp, (long long)l.cp, (long long)l.pp, (long long)l.dp,
+        ("none (" + closest->strategy + ")").c_str(), "-", "-",
+        double(closest->device.total()) / double(int64_t(1) << 30),
+        double(closest->host_need_bytes) / double(int64_t(1) << 30), 100.0 * closest->pp_bubble);
+    std::cout << line;
+  }
+  if (unfit)
+    std::cout << "none (S): no strategy fits; S is the closest (least short of device memory, then "
+                 "of host memory), its needs shown; --json has each strategy's reasons\n";
+  if (refused > 0)
+    std::cout << refused << " more layouts left out: their --tp does not divide the heads or "
+              << "the MLP, the sequence does not split into 2 x tp x cp chunks, or there are "
+              << "more stages than layers\n";
+}
+
 void run_cluster_plan(const PlanCommandOptions& o) {
   if (o.model.empty())
     throw ConfigError("--gpus and --gpu plan a model given by --model (a preset or a config.json)");
@@ -579,6 +660,10 @@ void run_cluster_plan(const PlanCommandOptions& o) {
     strategies = {o.activations};
   else
     strategies.assign(std::begin(kStrategyNames), std::end(kStrategyNames));
+  if (o.layouts) {
+    run_layout_plan(o, config, co, strategies);
+    return;
+  }
   std::vector<ClusterPlan> plans;
   for (const std::string& s : strategies)
     plans.push_back(plan_cluster(cpu_backend(), config, o.seq, s, co));
@@ -692,6 +777,9 @@ void add_cluster_cost_flags(CLI::App* cmd, PlanCommandOptions& o) {
       ->capture_default_str();
   cmd->add_option("--alpha", o.alpha, "memo: a fixed alpha instead of the cost model's");
   cmd->add_flag("--compare", o.compare, "Every strategy side by side (the default with --gpus)");
+  cmd->add_flag("--layouts", o.layouts,
+                "Every --tp x --cp x --pp layout of --gpus (the rest data parallel), fastest "
+                "first, each with the fastest strategy that fits (or --activations')");
 }
 
 // The cluster mode when any of --model, --gpus, --gpu is given, after rejecting the flags of the
@@ -699,6 +787,8 @@ void add_cluster_cost_flags(CLI::App* cmd, PlanCommandOptions& o) {
 void run_plan_command(const PlanCommandOptions& o, const CLI::Option* optimizer_flag) {
   const bool cluster = !o.model.empty() || o.gpus > 0 || !o.gpu.empty();
   if (!cluster) {
+    if (o.layouts)
+      throw ConfigError("--layouts compares the layouts of --gpus on --gpu; give both");
     if (o.config_path.empty())
       throw ConfigError(
           "memo plan needs --config (this machine) or --model with --gpus and --gpu (a cluster)");

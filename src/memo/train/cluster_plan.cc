@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "memo/core/error.h"
 #include "memo/memory/activation_plan.h"
@@ -519,6 +520,63 @@ ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq
   }
   p.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return p;
+}
+
+std::vector<LayoutPlan> plan_layouts(Backend& target, const ModelConfig& config, int64_t seq,
+                                     const std::vector<std::string>& strategies,
+                                     const ClusterOptions& options, int* refused) {
+  MEMO_CHECK(!strategies.empty(), "plan_layouts: no strategy");
+  const int64_t G = options.gpus;
+  std::vector<LayoutPlan> out;
+  int skipped = 0;
+  for (int64_t t = 1; t <= std::min(G, options.gpus_per_node); ++t) {
+    if (options.gpus_per_node % t != 0 || G % t != 0) continue;
+    for (int64_t c = 1; t * c <= G; ++c) {
+      if (G % (t * c) != 0) continue;
+      for (int64_t p = 1; t * c * p <= G; ++p) {
+        if (G % (t * c * p) != 0) continue;
+        ClusterOptions o = options;
+        o.parallel = Parallel{t, c};
+        o.pp = p;
+        o.virtual_stages = 1;
+        o.micro_batches = p > 1 ? 4 * p : 1;
+        o.search_max_seq = false;
+        try {
+          validate_cluster(config, seq, o);
+        } catch (const ConfigError&) {
+          ++skipped;
+          continue;
+        }
+        LayoutPlan l{t, c, p, G / (t * c * p), {}, -1};
+        for (const std::string& s : strategies) {
+          l.plans.push_back(plan_cluster(target, config, seq, s, o));
+          const ClusterPlan& last = l.plans.back();
+          if (last.fits() &&
+              (l.best < 0 || last.tokens_per_s > l.plans[size_t(l.best)].tokens_per_s))
+            l.best = int(l.plans.size()) - 1;
+        }
+        out.push_back(std::move(l));
+      }
+    }
+  }
+  // fastest fitting first; then what does not fit, by its smallest device shortfall
+  auto shortfall = [](const LayoutPlan& l) {
+    int64_t least = std::numeric_limits<int64_t>::max();
+    for (const ClusterPlan& p : l.plans)
+      least = std::min(least, std::max<int64_t>(0, p.device.total() - p.device_capacity_bytes));
+    return least;
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const LayoutPlan& a, const LayoutPlan& b) {
+    if ((a.best >= 0) != (b.best >= 0)) return a.best >= 0;
+    if (a.best >= 0) {  // equally fast: the one with more device memory to spare first
+      const ClusterPlan &x = a.plans[size_t(a.best)], &y = b.plans[size_t(b.best)];
+      if (x.tokens_per_s != y.tokens_per_s) return x.tokens_per_s > y.tokens_per_s;
+      return x.device.total() < y.device.total();
+    }
+    return shortfall(a) < shortfall(b);
+  });
+  if (refused) *refused = skipped;
+  return out;
 }
 
 std::string cluster_formulas() {

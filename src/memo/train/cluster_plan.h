@@ -118,4 +118,26 @@ ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq
 // The formulas plan_cluster prints (MFU under both conventions), one line each.
 std::string cluster_formulas();
 
+// One layout of `memo plan --gpus G --layouts`: t x c x p GPUs per model replica, G / (t c p)
+// replicas data parallel, each strategy's plan and the fastest of those that fit.
+struct LayoutPlan {
+  int64_t tp = 1, cp = 1, pp = 1, dp = 1;
+  std::vector<ClusterPlan> plans;  // one per strategy, in the order given
+  int best = -1;                   // the fitting plan with the most tokens/s; -1: none fits
+};
+
+// Note [Layout comparison]
+// Every layout of options.gpus GPUs: each t dividing the GPUs of a node (tensor parallelism stays
+// within one), each c and p with t c p dividing G (1F1B over 4 p micro-batches per step under a
+// pipeline; options' virtual_stages and micro_batches are not used), the rest data parallel.
+// Layouts validate_cluster refuses (t not dividing the heads, the sequence not splitting into the
+// 2 c t chunks, more stages than layers) are left out, counted in *refused. Each is planned under
+// every strategy as plan_cluster plans it (without the longest-sequence search); the list is
+// ordered by the best fitting plan's tokens/s, fastest first (equally fast: the least device
+// memory per GPU first), then the layouts where nothing fits by the least device memory short of
+// fitting.
+std::vector<LayoutPlan> plan_layouts(Backend& target, const ModelConfig& config, int64_t seq,
+                                     const std::vector<std::string>& strategies,
+                                     const ClusterOptions& options, int* refused = nullptr);
+
 }  // namespace memo
