@@ -245,7 +245,7 @@ TEST(PipelineModel, ranks_hold_their_chunks_tensors_as_the_whole_model_draws_the
 
 // The noise probe's parts (Note [Pipeline step]): each of a rank's chunks writes one range of
 // the gradient buffer, the ranges of a rank's chunks apart and covering its every tensor; a tied
-// head copy on the last rank lies outside its chunk's range and is named.
+// head copy on the last rank is no chunk's, its own range beside them.
 TEST(PipelineModel, each_chunk_writes_one_range_of_the_gradients) {
   Model first(pipe_llama(), cpu_backend());  // 5 layers: chunks [0, 1) and [3, 4) of 2 x 2
   first.set_pipeline({{{0, 1}, {3, 4}}, true, false});
@@ -260,10 +260,18 @@ TEST(PipelineModel, each_chunk_writes_one_range_of_the_gradients) {
   EXPECT_EQ(o1 + n1, first.layout().total_numel());
   Model last(pipe_gpt2(), cpu_backend());  // tied: the head is the embedding, stored first
   last.set_pipeline({{{1, 2}, {3, 5}}, false, true});
-  EXPECT_NE(test::error_message<Error>([&] {
-              last.pipeline_chunk_params(1);
-            }).find("transformer.h.1.ln_1.weight lies inside the gradient range of chunk [3, 5)"),
-            std::string::npos);
+  const auto [h0, hn] = last.pipeline_head_copy_params();
+  const ParamInfo& wte = last.layout().find("transformer.wte.weight");
+  EXPECT_EQ(h0, wte.offset);
+  EXPECT_EQ(hn, wte.numel);
+  const auto [l0, ln0] = last.pipeline_chunk_params(0);
+  const auto [l1, ln1] = last.pipeline_chunk_params(1);
+  EXPECT_EQ(l0, last.layout().find("transformer.h.1.ln_1.weight").offset);
+  EXPECT_LE(h0 + hn, l0);
+  EXPECT_LE(l0 + ln0, l1);
+  EXPECT_EQ(l1, last.layout().find("transformer.h.3.ln_1.weight").offset);
+  EXPECT_EQ(l1 + ln1, last.layout().total_numel());  // with the final norm
+  EXPECT_EQ(first.pipeline_head_copy_params(), (std::pair<int64_t, int64_t>{0, 0}));
 }
 
 TEST(PipelineModel, one_f_one_b_and_interleaved_steps_equal_one_process_bit_for_bit) {

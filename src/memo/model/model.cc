@@ -766,8 +766,8 @@ std::pair<int64_t, int64_t> Model::pipeline_chunk_params(int chunk) const {
             p.layer < pipeline_->chunks[size_t(c)].second)
           return c;
     if (p.role == ParamRole::kEmbedding || p.role == ParamRole::kPositions)
-      return pipeline_->first ? 0 : n - 1;  // a tied head copy sits with the last chunk
-    return n - 1;                           // the final norm and the head
+      return pipeline_->first ? 0 : -1;  // a tied head copy: pipeline_head_copy_params
+    return n - 1;                        // the final norm and the head
   };
   int64_t begin = layout_.total_numel(), end = 0;
   for (const ParamInfo& p : layout_.params())
@@ -780,6 +780,14 @@ std::pair<int64_t, int64_t> Model::pipeline_chunk_params(int chunk) const {
                "pipeline: ", p.name, " lies inside the gradient range of chunk [", first, ", ",
                last, ")");
   return {begin, std::max<int64_t>(end - begin, 0)};
+}
+
+std::pair<int64_t, int64_t> Model::pipeline_head_copy_params() const {
+  check_pipeline_use("pipeline_head_copy_params");
+  if (pipeline_->first || !pipeline_->last || !tied_) return {0, 0};
+  for (const ParamInfo& p : layout_.params())
+    if (p.role == ParamRole::kEmbedding) return {p.offset, p.numel};
+  return {0, 0};
 }
 
 void Model::check_pipeline_use(const char* what) const {

@@ -188,9 +188,13 @@ class Model {
   const std::optional<PipelinePart>& pipeline() const { return pipeline_; }
   // Where this rank's chunk `chunk` (its index among the rank's) writes its gradient: {offset,
   // numel} of the flat buffer, its layers' tensors with the embedding (and learned positions) on
-  // the model's chunk 0 and the final norm and head on its last. One range in the layout's
-  // order; Error when another chunk's tensor lies inside it (a tied embedding's head copy).
+  // the model's chunk 0 and the final norm and untied head on its last. One range in the
+  // layout's order; Error when another chunk's tensor lies inside it. A tied embedding's head
+  // copy on the last rank (not also the first) is no chunk's: pipeline_head_copy_params.
   std::pair<int64_t, int64_t> pipeline_chunk_params(int chunk) const;
+  // {offset, numel} of that head copy, written by the model's last chunk ({0, 0} where there is
+  // none).
+  std::pair<int64_t, int64_t> pipeline_head_copy_params() const;
   // The rows of the hidden states one micro-batch of batch x seq tokens passes between stages:
   // this rank's chunks of each sequence under context parallelism (Note [Context parallel
   // layout]), of those its 1 / t under tensor parallelism (Note [Tensor-parallel activations] in

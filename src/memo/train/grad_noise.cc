@@ -55,7 +55,7 @@ void GradNoiseProbe::after_micro(Tensor grads, int64_t micro, Communicator* tens
 }
 
 void GradNoiseProbe::after_micro_part(Tensor grads, int64_t offset, int64_t numel, int64_t micro,
-                                      double whole_sq) {
+                                      double adjust_sq) {
   MEMO_CHECK(grads.numel() == numel_ && grads.contiguous() && offset >= 0 && numel >= 0 &&
                  offset + numel <= numel_ && micro >= 0 && micro < micro_steps_,
              "noise probe: part [", offset, ", ", offset + numel, ") of micro-batch ", micro,
@@ -73,7 +73,7 @@ void GradNoiseProbe::after_micro_part(Tensor grads, int64_t offset, int64_t nume
         g, sum_.tensor({numel_}).part(offset, Shape{numel}), pass,
         View<double>(partial_.data(), {backend_.noise_probe_partial_numel(numel)}));
   }
-  micro_sq_[size_t(micro)] += k * k * (sq - whole_sq);
+  micro_sq_[size_t(micro)] += k * k * (sq + adjust_sq);
 }
 
 void GradNoiseProbe::end_step(double step_sq_norm, Communicator* data_parallel,

@@ -60,12 +60,14 @@ class GradNoiseProbe {
   // The same for the `numel` entries from `offset` of the buffer only, adding their squares to
   // micro-batch `micro`'s: a pipeline rank of interleaved chunks (Note [Pipeline step]) finishes
   // a micro-batch's gradient in one part per chunk, the parts' micro-batches in order each. Every
-  // part of the buffer sees micro-batches 0 .. k - 1 once each, in order, within a step. Under
-  // tensor parallelism the caller has summed the part's whole tensors over the group, and gives
-  // their squared norm as `whole_sq` on every rank but the group's first (0 there), so each
-  // counts once when end_step sums the group's parts.
+  // part of the buffer sees micro-batches 0 .. k - 1 once each, in order, within a step.
+  // adjust_sq is added to the part's squared norm (as the buffer holds it): under tensor
+  // parallelism, where the caller has summed the part's whole tensors over the group, minus their
+  // squared norm on every rank but the group's first, so each counts once when end_step sums the
+  // group's parts; with a tied embedding across stages, plus twice the dot product of its two
+  // halves on the first stage (Note [Tied embedding probe] in train/pipeline_step.cc).
   void after_micro_part(Tensor grads, int64_t offset, int64_t numel, int64_t micro,
-                        double whole_sq = 0.0);
+                        double adjust_sq = 0.0);
   // After the last micro-batch: |G|^2 of the step's gradient over every rank (before clipping).
   // With several ranks, data_parallel gathers their micro-batch norms (collective). Under a
   // pipeline (Note [Pipeline step] in train/pipeline_step.cc) each stage measured its own

@@ -2,6 +2,11 @@
 // the schedule (parallel/pipeline.h), each chunk's forward and backward through the model's
 // pipeline calls (Note [Pipeline parts] in model/model.h), the hidden states and their gradients
 // over the pipeline group, then the loss, the gradient reductions and the global norm.
+#include <algorithm>
+#include <deque>
+#include <span>
+#include <vector>
+
 #include "memo/core/error.h"
 #include "memo/train/step.h"
 
@@ -43,8 +48,8 @@ namespace memo {
 // one range of the buffer (Model::pipeline_chunk_params) and runs its micro-batches in order, so
 // after each backward the probe takes that range's part of that micro-batch's gradient
 // (after_micro_part), and end_step sums the parts over the pipeline group (each tensor lives on
-// one chunk of one stage, so the squares add up), under 1F1B and interleaving alike; not with a
-// tied embedding across stages (its two halves' squares do not add up). Not yet: the
+// one chunk of one stage, so the squares add up), under 1F1B and interleaving alike; a tied
+// embedding's two halves add their cross term (Note [Tied embedding probe]). Not yet: the
 // gradient reduction overlapped with the backward. The actions run in a PipelineStage
 // (train/pipeline_stage.h), whose hidden-state buffers come from the activation allocator and
 // go back once the schedule says their send arrived (Note [Pipeline send completion]), so a
@@ -55,14 +60,48 @@ void TrainStep::set_pipeline(Pipeline pipeline) {
       "set_pipeline: a group of ", pipeline.group ? pipeline.group->size() : 0, " ranks for ",
       pipeline.shape.stages, " stages");
   MEMO_CHECK(model_.pipeline(), "set_pipeline: the model is not a pipeline rank's");
-  MEMO_CHECK(!probe_ || pipeline_probe_runs(pipeline.embedding_group != nullptr),
-             "set_pipeline: the noise probe runs without a tied embedding only");
   pipeline_ = std::move(pipeline);
   stage_ = std::make_unique<PipelineStage>(model_, *pipeline_->group, pipeline_->shape, alloc_,
                                            pipeline_->make_strategy);
 }
 
-bool pipeline_probe_runs(bool tied_across_stages) { return !tied_across_stages; }
+// Note [Tied embedding probe]
+// With a tied embedding across stages the micro-batch gradient's embedding part is the sum of
+// two halves on two ranks: the first rank's lookup gradient L_i and the last rank's head
+// gradient H_i, and |L_i + H_i|^2 = |L_i|^2 + |H_i|^2 + 2 <L_i, H_i>. Each rank's probe adds its
+// half's squares to its part, and the first rank adds the cross term: L_i is zero outside the rows
+// of micro-batch i's input tokens (this rank's vocabulary part of them under tensor parallelism),
+// so after its backward of micro-batch i the last rank sends H_i's rows of those tokens (at most
+// T x C floats, a hidden state's size) over the embedding group, and the first rank, whose backward
+// of micro-batch i comes after (the gradient flows from the last stage to the first), receives
+// them and takes the dot product with its L_i rows. Both run their micro-batches in order, so one
+// tag keeps the messages matched (MPI does not reorder one sender's messages of a tag).
+namespace {
+
+constexpr int kTiedProbeTag = 0;  // the embedding group carries nothing else in a step
+
+// The rows of this rank's part of the embedding that `ids` look up, sorted and once each.
+std::vector<int64_t> looked_up_rows(const Model& model, const ParamInfo& embed,
+                                    std::span<const int32_t> ids) {
+  const int64_t part = embed.shape.at(0);
+  const Communicator* tp = model.tensor_parallel_group();
+  const int64_t v0 = tp ? int64_t(tp->rank()) * part : 0;
+  std::vector<int64_t> rows;
+  for (int32_t id : ids)
+    if (id >= v0 && id < v0 + part) rows.push_back(id - v0);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+const ParamInfo& embedding_param(const ParamLayout& layout) {
+  for (const ParamInfo& p : layout.params())
+    if (p.role == ParamRole::kEmbedding) return p;
+  MEMO_CHECK(false, "pipeline: the tied embedding is not in this rank's layout");
+  return layout.params().front();
+}
+
+}  // namespace
 
 StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   const Pipeline& pp = *pipeline_;
@@ -91,26 +130,67 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
         sq += model_.backend().sum_squares(grads.part(p.offset, Shape{p.numel}));
     return sq;
   };
+  // Note [Tied embedding probe]: the first and the last rank of a tied embedding
+  Communicator* const tied = probe_ ? pp.embedding_group : nullptr;
+  const bool first_rank = model_.pipeline()->first;
+  const auto [copy_offset, copy_numel] = model_.pipeline_head_copy_params();
+  const int64_t C = model_.config().hidden_size, B = shape_.micro_batch;
+  std::deque<std::vector<float>> sent_rows;  // the head copy's rows, until the sends complete
+  std::vector<int32_t> ids(size_t(B * shape_.seq)), targets(ids.size());
+  auto rows_of = [&](int micro) {  // micro-batch `micro`'s embedding rows on this rank
+    source_(step, first + micro, ids.data(), targets.data(), B);
+    return looked_up_rows(model_, embedding_param(model_.layout()), ids);
+  };
+  MEMO_CHECK(!tied || model_.backend().host_can_access(model_.backend().device_space()),
+             "pipeline: the tied embedding's probe reads the gradients on the host");
+  auto reduce = [&](int64_t offset, int64_t numel) {  // the micro-batch's whole part
+    const Tensor part = grads.part(offset, Shape{numel});
+    if (cp) cp->all_reduce_sum(part);
+    if (tp) model_.reduce_tensor_parallel_grads(part);
+  };
   auto probe = [&](int micro, int chunk) {
     if (!probe_) return;
     MEMO_CHECK(micro == probed[size_t(chunk)], "pipeline: micro-batch ", micro,
                "'s backward on chunk ", chunk, " after ", probed[size_t(chunk)], " of them");
     ++probed[size_t(chunk)];
     const auto [offset, numel] = ranges[size_t(chunk)];
-    const Tensor part = grads.part(offset, Shape{numel});
-    if (cp) cp->all_reduce_sum(part);
-    if (tp) model_.reduce_tensor_parallel_grads(part);
-    probe_->after_micro_part(grads, offset, numel, micro,
-                             tp && tp->rank() != 0 ? whole_sq(offset, numel) : 0.0);
+    reduce(offset, numel);
+    double adjust = tp && tp->rank() != 0 ? -whole_sq(offset, numel) : 0.0;
+    const float* g = model_.grads();
+    if (tied && copy_numel > 0 && size_t(chunk) + 1 == chunks) {  // the last rank: H_i's rows
+      reduce(copy_offset, copy_numel);
+      const std::vector<int64_t> rows = rows_of(micro);
+      std::vector<float>& out = sent_rows.emplace_back(rows.size() * size_t(C));
+      for (size_t r = 0; r < rows.size(); ++r)
+        std::copy_n(g + copy_offset + rows[r] * C, C, out.data() + r * size_t(C));
+      tied->post_send(
+          ConstTensor(out.data(), {int64_t(rows.size()), C}, DType::kF32, MemSpace::kHost), 0,
+          kTiedProbeTag);
+      probe_->after_micro_part(grads, copy_offset, copy_numel, micro);
+    }
+    if (tied && first_rank && chunk == 0) {  // the first rank: 2 <L_i, H_i>
+      const std::vector<int64_t> rows = rows_of(micro);
+      std::vector<float> head(rows.size() * size_t(C));
+      tied->recv_tagged(
+          Tensor(head.data(), {int64_t(rows.size()), C}, DType::kF32, MemSpace::kHost), 1,
+          kTiedProbeTag);
+      const float* lookup = g + embedding_param(model_.layout()).offset;
+      double dot = 0.0;
+      for (size_t r = 0; r < rows.size(); ++r)
+        for (int64_t c = 0; c < C; ++c)
+          dot += double(lookup[rows[r] * C + c]) * double(head[r * size_t(C) + size_t(c)]);
+      adjust += 2.0 * dot;
+    }
+    probe_->after_micro_part(grads, offset, numel, micro, adjust);
   };
   model_.zero_grads();
-  const int64_t B = shape_.micro_batch;
   double loss_sum = stage_->run(
       int(micro_steps), B, shape_.seq, 1.0f / float(tokens),
       [&](int64_t micro, int32_t* inputs, int32_t* targets) {
         source_(step, first + micro, inputs, targets, B);
       },
       probe);
+  if (tied) tied->wait_sends();  // the head copy's rows (Note [Tied embedding probe])
   group.all_reduce_sum(std::span<double>(&loss_sum, 1));
   if (!probe_) {  // the context-parallel shares, the whole tensors' (no-ops without --cp, --tp)
     if (cp) cp->all_reduce_sum(grads);

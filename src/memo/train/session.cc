@@ -419,9 +419,7 @@ void TrainSession::build_optimizer() {
           : make_optimizer(o_.optimizer.name, model_->layout(), o_.optimizer.options, backend_);
   // see Note [Noise-scale accounting]; sized for the most micro-batches a step will run
   // (with length stages: when some stage's steps have two micro-batches; the others run without)
-  // (under --pp where pipeline_probe_runs: without a tied embedding)
-  if (o_.gns && (o_.pp == 1 || pipeline_probe_runs(pipeline_tied())) &&
-      (stages_.size() > 1 ? plan_->max_micro_steps() : micro_steps()) >= 2)
+  if (o_.gns && (stages_.size() > 1 ? plan_->max_micro_steps() : micro_steps()) >= 2)
     probe_.emplace(model_->params_numel(), plan_->max_micro_steps() / data_parallel().size(),
                    stage().micro_batch * stage().seq, scaling::NoiseScaleOptions{o_.gns_decay},
                    backend_);
@@ -499,13 +497,6 @@ void TrainSession::set_pipeline_part() {
                  << ", layers " << layers << ", " << m
                  << " micro-batches per step, bubble (P - 1) / (V m) = "
                  << pipeline_bubble(shape, int(m)) << "\n";
-  if (o_.batch_schedule && pipeline_tied())
-    throw ConfigError(str("--pp ", o_.pp, " with --batch-schedule noise and an embedding tied ",
-                          "between the first and the last stage is not implemented yet (issue ",
-                          "#26): the noise probe does not run there; leave one of them out"));
-  if (o_.gns && !pipeline_probe_runs(pipeline_tied()))
-    runtime_.log() << "memo: the gradient noise scale is not measured under --pp with an "
-                   << "embedding tied between the first and the last stage yet (issue #26)\n";
   check_pipeline_host(counts);
 }
 

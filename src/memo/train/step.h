@@ -127,10 +127,6 @@ class TrainStep {
   std::unique_ptr<PipelineStage> stage_;  // the rank's actions of each step
 };
 
-// Whether the noise probe runs under a pipeline (Note [Pipeline step]): without an embedding
-// tied across the first and the last stage.
-bool pipeline_probe_runs(bool tied_across_stages);
-
 // One batch's forward through the pipeline (validation under --pp: Note [Pipeline step]): each
 // rank runs its chunks of the batch in order, the hidden states passed on as in a step, on
 // `strategy` (which discards each layer once the next has run). Returns the batch's loss sum on
