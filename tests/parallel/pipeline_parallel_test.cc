@@ -1,12 +1,12 @@
 // memo train --pp under mpirun (Note [Pipeline step] in train/pipeline_step.cc): the layers split
-// into stages, 1F1B and interleaved, alone, with data parallelism and with tensor parallelism
-// inside each stage. The
-// first step's loss equals one process's bit for bit (LLaMA, untied: every kernel sees the same
-// values in the same order), every later loss and every gradient norm within fp32 rounding (the
-// norm's partial sums are grouped by stage, and clipping carries that into the weights); GPT-2's
-// tied embedding sums its two halves of the gradient once; the activation strategies give each
-// other's bits; checkpoints are one process's files and resume on another layout; what a
-// pipeline does not run yet is refused by name.
+// into stages, 1F1B and interleaved, alone, with data parallelism, with tensor or context
+// parallelism inside each stage, and over length stages. The first step's loss equals one
+// process's bit for bit (LLaMA, untied: every kernel sees the same values in the same order),
+// every later loss and every gradient norm within fp32 rounding (the norm's partial sums are
+// grouped by stage, and clipping carries that into the weights); GPT-2's tied embedding sums its
+// two halves of the gradient once; the noise probe measures what one process measures; the
+// activation strategies give each other's bits; checkpoints are one process's files and resume
+// on another layout; what a pipeline cannot run is refused by name.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -355,6 +355,39 @@ TEST_F(PipelineParallel, the_noise_batch_schedule_grows_as_in_one_process) {
     }
   }
   EXPECT_GE(changes, 1);
+}
+
+// Length stages on a pipeline (Note [Length stages]): each stage of the schedule runs its own
+// pipeline step and static plan, the layer split the first stage's for the whole run, memo's
+// cost model profiling each length again; a run resumed in the second stage on another layout
+// continues it. Within the tolerance of one process.
+TEST_F(PipelineParallel, length_stages_run_through_the_pipeline_and_resume) {
+  const std::string one = dir / "one", pp2 = dir / "pp2";
+  auto staged = [&](const std::string& launch, const std::string& out, const std::string& extra) {
+    return test::run_command(launch + test::memo_bin() + " train --config " +
+                             dir.str("llama.json") + " --data " + dir.str("data.txt") +
+                             " --seq-schedule 32:2,64:2 --save-every 3 --batch 4 "
+                             "--micro-batch 1 --lr 3e-3 --warmup 1 --val-batches 2 --out " +
+                             out + " --log " + out + ".jsonl" + extra);
+  };
+  ASSERT_EQ(staged("OMP_NUM_THREADS=1 ", one, "").exit_code, 0);
+  const test::CommandResult r =
+      staged(mpirun(2), pp2, " --pp 2 --activations memo --host-memory 1MiB --device-memory 1GiB");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_close(pp2, one, 2, false, true);
+  expect_planned_stages(pp2, 2);
+  const auto seqs = records(pp2 + ".jsonl");
+  EXPECT_EQ(seqs[0]["seq"], 32);
+  EXPECT_EQ(seqs[3]["seq"], 64);
+  const std::string resumed = dir / "resumed";
+  const test::CommandResult again = test::run_command(
+      mpirun(2) + test::memo_bin() + " train --data " + dir.str("data.txt") + " --resume " + pp2 +
+      "/step-00000003 --steps 4 --val-batches 2 --pp 2 --virtual-stages 2 --out " + resumed +
+      " --log " + resumed + ".jsonl");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const auto want = test::losses(one + ".jsonl"), got = test::losses(resumed + ".jsonl");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_LT(relative(std::stod(got.at(4)), std::stod(want.at(4))), kPpTol);
 }
 
 TEST_F(PipelineParallel, what_a_pipeline_does_not_run_is_refused_by_name) {

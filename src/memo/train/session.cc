@@ -96,20 +96,12 @@ void check_context_parallel(const TrainOptions& o, const std::vector<SeqStage>& 
                           "matrices, which tensor parallelism splits; use another optimiser"));
 }
 
-// Pipeline parallelism (Note [Pipeline step] in train/pipeline_step.cc): what a pipeline does
-// not run yet, each refused by its flag (the layout's product is checked with the others').
-void check_pipeline(const TrainOptions& o, const std::vector<SeqStage>& stages) {
-  if (o.pp == 1) {
-    if (o.virtual_stages > 1 || !o.pp_layers.empty())
-      throw ConfigError(str(o.virtual_stages > 1 ? "--virtual-stages" : "--pp-layers",
-                            " splits a pipeline: give --pp 2 or more"));
-    return;
-  }
-  auto refuse = [&](const std::string& what) {
-    throw ConfigError(str("--pp ", o.pp, " with ", what,
-                          " is not implemented yet (issue #26); leave one of them out"));
-  };
-  if (stages.size() > 1) refuse("--seq-schedule");
+// Pipeline parallelism (Note [Pipeline step] in train/pipeline_step.cc): the flags that split a
+// pipeline need one (the layout's product is checked with the others').
+void check_pipeline(const TrainOptions& o) {
+  if (o.pp == 1 && (o.virtual_stages > 1 || !o.pp_layers.empty()))
+    throw ConfigError(str(o.virtual_stages > 1 ? "--virtual-stages" : "--pp-layers",
+                          " splits a pipeline: give --pp 2 or more"));
 }
 
 // What a run over several processes needs: a batch whose micro-batches split evenly over the
@@ -271,7 +263,7 @@ void TrainSession::read_run() {
                           " and the validation data ", data_->val->source(), " is not: give ",
                           "validation data of the same kind"));
   if (data_->train.has_loss_mask()) o_.document_mask = true;
-  check_pipeline(o_, stages_);
+  check_pipeline(o_);
   sampler_.emplace(data_->train, stage().seq, o_.seed);
   // a resumed run continues in its checkpoint's precision (older checkpoints did not say)
   if (resume_ && resume_->checkpoint.trainer_state.contains("precision")) {
@@ -477,12 +469,24 @@ PipelineShape TrainSession::pipeline_shape() const { return {o_.pp, o_.virtual_s
 bool TrainSession::pipeline_tied() const { return o_.pp > 1 && model_->tied_embeddings(); }
 
 // Note [Pipeline parts]: this rank's chunks of the layer split, the head counted in the balance
-// by its FLOPs at the run's length over a layer's.
+// by its FLOPs at the run's length over a layer's. With length stages the split is the first
+// stage's for the whole run (a resumed run makes the same), and every stage's micro-batches must
+// suit the schedule; each stage then runs its own pipeline step (enter_stage).
 void TrainSession::set_pipeline_part() {
   const PipelineShape shape = pipeline_shape();
-  const std::vector<int> counts = pipeline_layer_counts(config_, stage().seq, shape, o_.pp_layers);
+  const std::vector<int> counts =
+      pipeline_layer_counts(config_, stages_.front().seq, shape, o_.pp_layers);
   const int p = pp_group_->rank();
   model_->set_pipeline(pipeline_part(shape, counts, p));
+  for (size_t k = 0; k < stages_.size(); ++k)
+    if (k != size_t(stage_)) {
+      try {
+        validate_pipeline(shape,
+                          int(stages_[k].batch / stages_[k].micro_batch / data_parallel().size()));
+      } catch (const ConfigError& e) {
+        throw ConfigError(str("--seq-schedule: stage ", k + 1, ": ", e.what()));
+      }
+    }
   const int64_t m = micro_steps() / data_parallel().size();
   validate_pipeline(shape, int(m));
   pp_in_flight_ =
@@ -514,17 +518,21 @@ void TrainSession::check_pipeline_host(const std::vector<int>& counts) {
   const StrategyOptions& a = o_.activations;
   if (a.kind != "offload" && a.kind != "memo") return;
   const PipelineShape shape = pipeline_shape();
-  const int64_t B = stage().micro_batch, S = stage().seq;
   // the most micro-batches a step will run (a noise schedule grows them): the most in flight
   const int m = int(plan_->max_micro_steps() / data_parallel().size());
   const SkeletalLayout& skeletal = model_->skeletal();
-  const int64_t T = skeletal.token_rows(B, S);
   // memo's cost model: at least x and attention (alpha 0), within its share of the pool
   const bool cost_model = a.kind == "memo" && !a.alpha;
-  const int64_t rows = a.kind != "memo" ? T
-                       : cost_model     ? 0
-                                    : memo_offload_rows(*a.alpha, T, backend_.reproducible_rows());
-  const int64_t layer_bytes = swap_host_layer_bytes(skeletal, B, S, rows);
+  int64_t layer_bytes = 0;  // of the length stage whose layers are the largest
+  for (const SeqStage& s : stages_) {
+    const int64_t T = skeletal.token_rows(s.micro_batch, s.seq);
+    const int64_t rows = a.kind != "memo" ? T
+                         : cost_model
+                             ? 0
+                             : memo_offload_rows(*a.alpha, T, backend_.reproducible_rows());
+    layer_bytes =
+        std::max(layer_bytes, swap_host_layer_bytes(skeletal, s.micro_batch, s.seq, rows));
+  }
   int stage = 0;
   ParkedLayers fullest;
   for (int p = 0; p < shape.stages; ++p) {

@@ -154,7 +154,7 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     const StepRun run = plan.next();
     if (run.stage != s.stage_index()) {  // Note [Length stages]
       s.enter_stage(run.stage);
-      if (s.strategy().wants_warmup()) s.step().warmup(run.step);
+      if (!s.step().pipeline() && s.strategy().wants_warmup()) s.step().warmup(run.step);
       logger.print_stage();
     }
     const auto t0 = Clock::now();
