@@ -140,11 +140,16 @@ void Model::set_parallel(const Parallel& parallel, Communicator* tp_group) {
 }
 
 int64_t Model::vocab_rows() const {
+  const auto [first, end] = vocab_ids();
+  return end - first;
+}
+
+std::pair<int64_t, int64_t> Model::vocab_ids() const {
   // a pipeline rank holds the embedding, the head or both (Note [Pipeline parts]): the same rows
-  const Tensor& part = w_.head.empty() ? w_.embed : w_.head;
-  if (!tp_split_) return part.rows();
-  const int64_t rows = part.rows(), first = int64_t(tp_group_->rank()) * rows;
-  return std::min(rows, config_.vocab_size - first);
+  const int64_t rows = (w_.head.empty() ? w_.embed : w_.head).rows();
+  if (!tp_split_) return {0, rows};
+  const int64_t first = int64_t(tp_group_->rank()) * rows;
+  return {first, first + std::min(rows, config_.vocab_size - first)};
 }
 
 void Model::reduce_tensor_parallel_grads() { reduce_tensor_parallel_grads(grads_); }
@@ -402,7 +407,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
     throw ConfigError(str("tensor parallel ", t, ": a micro-batch of ", T,
                           " tokens does not split into ", t, " equal parts of the sequence"));
   if (tp_split_) {
-    const int64_t v0 = int64_t(tp_group_->rank()) * w_.embed.rows(), v1 = v0 + vocab_rows();
+    const auto [v0, v1] = vocab_ids();
     ids.inputs = local_vocab_ids(tp_inputs_, ids.inputs, T, v0, v1);
     if (ids.targets) ids.targets = local_vocab_ids(tp_targets_, ids.targets, T, v0, v1);
   }
@@ -837,10 +842,9 @@ void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* i
       context_parallel_tokens(pass.inputs_.data(), inputs, batch, *cp_);
     }
     if (tp_split_) {  // the ids of this rank's vocabulary rows, as run() takes them
-      const int64_t v0 = int64_t(tp_group_->rank()) * w_.embed.rows(), v1 = v0 + vocab_rows();
-      std::vector<int32_t> local;
-      local_vocab_ids(local, pass.inputs_.data(), int64_t(pass.inputs_.size()), v0, v1);
-      pass.inputs_ = std::move(local);
+      const auto [v0, v1] = vocab_ids();
+      local_vocab_ids(tp_inputs_, pass.inputs_.data(), int64_t(pass.inputs_.size()), v0, v1);
+      pass.inputs_ = tp_inputs_;
     }
   } else {
     MEMO_CHECK(x_in.rows() == rows && x_in.cols() == C, "pipeline: a chunk's input of ",
@@ -964,7 +968,7 @@ double Model::pipeline_last_pass(ChunkPass& pass, const int32_t* inputs, const i
     targets = cp_targets_.data();
   }
   if (tp_split_) {
-    const int64_t v0 = int64_t(tp_group_->rank()) * w_.head.rows(), v1 = v0 + vocab_rows();
+    const auto [v0, v1] = vocab_ids();
     targets = local_vocab_ids(tp_targets_, targets, tokens, v0, v1);
   }
   const DType act = backend_->activation_dtype();

@@ -314,6 +314,8 @@ class Model {
   void allocate_params();  // params_ and grads_ (training) for layout_, zeroed; the weights bound
   // The vocabulary rows of this rank's part of the embedding and head, without padding.
   int64_t vocab_rows() const;
+  // [first, end) of the vocabulary's ids those rows hold (all of them without tensor parallelism).
+  std::pair<int64_t, int64_t> vocab_ids() const;
   // The parts set_gradients_ready hands out: [0] the embedding's, [1 + l] layer l's, [L + 1] the
   // final norm's and head's ([begin, end) elements).
   std::vector<std::pair<int64_t, int64_t>> grad_parts_;
