@@ -198,7 +198,7 @@ unset MEMO_CUDA_PROFILE
 stage torch_1b 90 python3 scripts/torch_gpu_bench.py "$runs/llama1b.json" 4096 3 bf16 bf16_ckpt \
   > >(tee "$runs/torch.jsonl")
 # 4. attention alone
-stage attention 90 "$b/memo_cuda_attention_bench" 4096 32768 > >(tee "$runs/attention.jsonl")
+stage attention 120 "$b/memo_cuda_attention_bench" 4096 32768 > >(tee "$runs/attention.jsonl")
 stage torch_attention 60 python3 scripts/torch_gpu_attention.py 4096 32768 \
   > >(tee "$runs/torch_attention.jsonl")
 # 5. the quickstart's run in fp32 on the GPU against the CPU's (in the background above), its

@@ -4,7 +4,10 @@
 // (Note [Chunked attention], MEMO_CUDA_ATTENTION=chunked, at head dim 64) measured in the same run,
 // and in fp32 the chunked schedule (up to 8K tokens). FLOPs
 // counted causally: the forward's two products over the S (S + 1) / 2 visible query-key pairs,
-// 4 D H each; the backward's five, 10 D H each.
+// 4 D H each; the backward's five, 10 D H each. At head dim 64, both bf16 kernels also run with
+// document masks (Note [Document masks]: equal documents of S/8 and S/64 rows, the last one
+// taking the remainder), their time against the causal run's at the same window length (issue
+// 25; their FLOPs still counted over the whole causal window, so a ratio is the gain).
 //   memo_cuda_attention_bench [S ...]   (default: 4096 32768)
 // One JSON object a line; scripts/gpu-check.sh runs it beside scripts/torch_gpu_attention.py.
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "memo/backend/attn_mask.h"
 #include "memo/backend/raw_allocator.h"
 #include "memo/core/dtype.h"
 #include "memo/core/error.h"
@@ -34,9 +38,17 @@ struct Timing {
 };
 
 // The best of `reps` timed forward + backward passes after one untimed (algorithms, clocks).
-Timing run(Backend& be, int64_t S, int64_t H, int64_t Hkv, int64_t D, int reps, DType act) {
+// docs > 0: a document mask of `docs` equal documents.
+Timing run(Backend& be, int64_t S, int64_t H, int64_t Hkv, int64_t D, int reps, DType act,
+           int64_t docs = 0) {
   auto& dev = be.allocator(be.device_space());
   const int64_t B = 1, T = B * S;
+  std::vector<int32_t> key_start;  // each row's document start (host memory, as AttnMask takes it)
+  for (int64_t i = 0; docs > 0 && i < T; ++i)
+    key_start.push_back(int32_t(std::min(i / (S / docs), docs - 1) * (S / docs)));
+  const memo::AttnMask mask =
+      docs > 0 ? memo::AttnMask::causal_from(memo::View<const int32_t>(key_start.data(), {T}))
+               : memo::AttnMask::kCausal;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   // activations of dtype `act` (q, k, v, o and their gradients); lse and scratch f32
@@ -71,11 +83,11 @@ Timing run(Backend& be, int64_t S, int64_t H, int64_t Hkv, int64_t D, int reps, 
   for (int r = 0; r <= reps; ++r) {
     sync();
     const auto t0 = std::chrono::steady_clock::now();
-    be.attention_forward(t(o), t(lse), t(q), t(k), t(v), B, H, Hkv, t(fs), memo::AttnMask::kCausal);
+    be.attention_forward(t(o), t(lse), t(q), t(k), t(v), B, H, Hkv, t(fs), mask);
     sync();
     const auto t1 = std::chrono::steady_clock::now();
     be.attention_backward(t(dq), t(dk), t(dv), t(dout), t(q), t(k), t(v), t(o), t(lse), B, H, Hkv,
-                          t(bs), memo::AttnMask::kCausal);
+                          t(bs), mask);
     sync();
     const auto t2 = std::chrono::steady_clock::now();
     if (r == 0) continue;  // warm-up
@@ -120,6 +132,18 @@ int main(int argc, char** argv) try {
       report("chunked_bf16", cb);
       std::printf("{\"seq\": %lld, \"flash_speedup_over_chunked_bf16\": %.2f}\n",
                   static_cast<long long>(S), (cb.fwd_ms + cb.bwd_ms) / (f.fwd_ms + f.bwd_ms));
+      for (const int64_t docs : {int64_t(8), int64_t(64)}) {
+        const Timing fd = run(*flash, S, H, Hkv, D, 3, DType::kBF16, docs);
+        const Timing cd = run(*chunked, S, H, Hkv, D, 3, DType::kBF16, docs);
+        std::printf(
+            "{\"seq\": %lld, \"documents\": %lld, \"flash_bf16_fwd_bwd_ms\": %.3f, "
+            "\"flash_causal_over_docs\": %.2f, \"chunked_bf16_fwd_bwd_ms\": %.3f, "
+            "\"chunked_causal_over_docs\": %.2f}\n",
+            static_cast<long long>(S), static_cast<long long>(docs), fd.fwd_ms + fd.bwd_ms,
+            (f.fwd_ms + f.bwd_ms) / (fd.fwd_ms + fd.bwd_ms), cd.fwd_ms + cd.bwd_ms,
+            (cb.fwd_ms + cb.bwd_ms) / (cd.fwd_ms + cd.bwd_ms));
+        std::fflush(stdout);
+      }
       // f32: 2.8 s a pass at 32K on an H200 (bench/RESULTS.md): at the shorter lengths only
       if (S <= 8192) report("chunked", run(*chunked, S, H, Hkv, D, 3, DType::kF32));
     }

@@ -765,12 +765,14 @@ std::string name(const AttnCase& c, AttnMask mask) {
 struct HostChunkOps {
   int64_t S = 0, H = 0, D = 0;
   int64_t gemms = 0;
+  int64_t madds = 0;  // multiply-adds of every product
   static float load(const void* p, int64_t i, bool bf16) {
     return bf16 ? from_bf16_bits(static_cast<const uint16_t*>(p)[i])
                 : static_cast<const float*>(p)[i];
   }
   void gemm(const RowGemm& g) {
     ++gemms;
+    madds += g.batch * g.m * g.n * g.k;
     for (int64_t bi = 0; bi < g.batch; ++bi) {
       const void* A = elem(g.a, bi * g.stride_a, g.ab_bf16);
       const void* B = elem(g.b, bi * g.stride_b, g.ab_bf16);
@@ -803,7 +805,7 @@ struct HostChunkOps {
           softmax_lane(row, first, vis, lane, kSoftmaxLanes, m[lane], l[lane]);
         for (int half = kSoftmaxLanes / 2; half > 0; half /= 2)
           for (int lane = 0; lane < half; ++lane) softmax_tree_step(m.data(), l.data(), lane, half);
-        for (int64_t t = 0; t < sc.kend; ++t)
+        for (int64_t t = 0; t < sc.cols(); ++t)
           sc.put_prob(h, r, t, softmax_prob(row[t], t, first, vis, m[0], l[0]));
         lse_b[h * S + sc.i0 + r] = m[0] + std::log(l[0]);
       }
@@ -821,7 +823,7 @@ struct HostChunkOps {
                    const float* delta) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t r = 0; r < sc.n; ++r)
-        for (int64_t t = 0; t < sc.kend; ++t)
+        for (int64_t t = 0; t < sc.cols(); ++t)
           grad_scores_item(sc, dp, ds16, lse_b, delta, S, h, r, t);
   }
   void round_rows(XMat dst, XMat src) {
@@ -958,7 +960,7 @@ std::vector<double> check_chunked_attention(const AttnCase& c, AttnMask mask, in
   const int64_t B = c.B, S = c.S, H = c.H, Hkv = c.Hkv, D = c.D, T = B * S;
   ChunkShape cs = chunk_shape(B, S, H, Hkv, D, mask.causal);
   if (rows > 0) cs.rows = rows;
-  cs.key_start = mask.key_start.empty() ? nullptr : mask.key_start.data();
+  cs.key_start = cs.key_start_host = mask.key_start.empty() ? nullptr : mask.key_start.data();
   // q and o strided (ld > cols) as the model's column slices can be
   Buf q = Buf::random(T, H * D, H * D + 3, 91, -2.0f, 2.0f),
       k = Buf::random(T, Hkv * D, Hkv * D, 92, -2.0f, 2.0f),
@@ -1059,6 +1061,73 @@ TEST(CudaBodies, chunked_attention_with_key_start_matches_cpu) {
         {1, S, 2, 1, 8}, AttnMask::causal_from(View<const int32_t>(window.data(), {S})), 32, bf16);
     check_chunked_attention({1, S, 2, 2, 8},
                             AttnMask::full_from(View<const int32_t>(full.data(), {S})), 16, bf16);
+  }
+}
+
+// Note [Chunked attention]: a chunk's products start at the block of its first row's first key.
+// A window of documents then costs what the same documents cost as sequences of their own, and
+// gives the bits of the schedule that computes every key (the host copy of key_start withheld).
+TEST(CudaBodies, chunked_attention_skips_the_keys_before_a_chunks_documents) {
+  const int64_t H = 4, Hkv = 2, D = 8, rows = 16;
+  struct Run {
+    std::vector<float> o, lse, dq, dk, dv;
+    int64_t forward = 0, backward = 0;  // multiply-adds
+  };
+  // One causal call over B sequences of S rows with key_start ks (empty: none); skip: the schedule
+  // has the host copy.
+  auto run = [&](int64_t B, int64_t S, const std::vector<int32_t>& ks, bool skip, bool bf16) {
+    SCOPED_TRACE(str("B", B, " S", S, skip ? " skip" : "", bf16 ? " bf16" : " f32"));
+    ChunkShape cs = chunk_shape(B, S, H, Hkv, D, true, rows);
+    cs.key_start = ks.empty() ? nullptr : ks.data();
+    cs.key_start_host = skip ? cs.key_start : nullptr;
+    const int64_t T = B * S;
+    Buf q = Buf::random(T, H * D, H * D, 71, -2.0f, 2.0f),
+        k = Buf::random(T, Hkv * D, Hkv * D, 72, -2.0f, 2.0f),
+        v = Buf::random(T, Hkv * D, Hkv * D, 73), dout = Buf::random(T, H * D, H * D, 74);
+    Buf o(T, H * D, H * D, kNaN), dq(T, H * D, H * D, kNaN), dk(T, Hkv * D, Hkv * D, kNaN),
+        dv(T, Hkv * D, Hkv * D, kNaN);
+    Buf16 q16(q), k16(k), v16(v), dout16(dout), o16(o), dq16(dq), dk16(dk), dv16(dv);
+    auto x = [&](Buf& f, Buf16& h) { return bf16 ? h.x() : XMat(f.mat()); };
+    Run r;
+    r.lse = nan_vec(B * H * S);
+    std::vector<float> scratch = nan_vec(chunked_backward_scratch_numel(cs));
+    HostChunkOps ops{S, H, D};
+    chunked_attention_forward(ops, cs, x(o, o16), r.lse.data(), x(q, q16), x(k, k16), x(v, v16),
+                              scratch.data());
+    r.forward = ops.madds;
+    chunked_attention_backward(ops, cs, x(dq, dq16), x(dk, dk16), x(dv, dv16), x(dout, dout16),
+                               x(q, q16), x(k, k16), x(v, v16), x(o, o16), r.lse.data(),
+                               scratch.data());
+    r.backward = ops.madds - r.forward;
+    if (bf16) o = o16.widened(), dq = dq16.widened(), dk = dk16.widened(), dv = dv16.widened();
+    r.o = o.logical(), r.dq = dq.logical(), r.dk = dk.logical(), r.dv = dv.logical();
+    return r;
+  };
+  // Two windows of 256 rows: eight documents of 32 (on chunk edges), and documents of 24, 1, 7,
+  // 100 and 124 rows (inside chunks, one of them a single row).
+  const int64_t S = 256;
+  std::vector<int32_t> ks(size_t(2 * S));
+  const std::vector<int64_t> lengths = {24, 1, 7, 100, 124};
+  for (int64_t i = 0; i < S; ++i) ks[size_t(i)] = int32_t(i / 32 * 32);
+  for (int64_t i = 0, start = 0, d = 0, end = lengths[0]; i < S; ++i) {
+    if (i == end) start = end, end += lengths[size_t(++d)];
+    ks[size_t(S + i)] = int32_t(start);
+  }
+  for (bool bf16 : {false, true}) {
+    const Run skipped = run(2, S, ks, true, bf16), full = run(2, S, ks, false, bf16);
+    expect_bits_eq(skipped.o, full.o, "o");
+    expect_bits_eq(skipped.lse, full.lse, "lse");
+    expect_bits_eq(skipped.dq, full.dq, "dq");
+    expect_bits_eq(skipped.dk, full.dk, "dk");
+    expect_bits_eq(skipped.dv, full.dv, "dv");
+    // documents on chunk edges: the work of eight sequences of 32 and of the second window's
+    // documents run alone from their 16-row blocks
+    const Run first = run(1, S, std::vector<int32_t>(ks.begin(), ks.begin() + S), true, bf16);
+    const Run alone = run(8, 32, {}, false, bf16);
+    EXPECT_EQ(first.forward, alone.forward);
+    EXPECT_EQ(first.backward, alone.backward);
+    EXPECT_LT(3 * skipped.forward, full.forward);  // 2 x 8 x 48 + ... against 2 x 136 columns
+    EXPECT_LT(3 * skipped.backward, full.backward);
   }
 }
 

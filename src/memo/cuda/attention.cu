@@ -13,7 +13,7 @@ namespace {
 __global__ void chunk_grad_scores_kernel(cuda::ScoreRows sc, float* dp, uint16_t* ds16,
                                          const float* lse_b, const float* delta, int64_t S) {
   const int64_t h = blockIdx.x / sc.n, r = blockIdx.x % sc.n;
-  for (int64_t t = threadIdx.x; t < sc.kend; t += blockDim.x)
+  for (int64_t t = threadIdx.x; t < sc.cols(); t += blockDim.x)
     cuda::grad_scores_item(sc, dp, ds16, lse_b, delta, S, h, r, t);
 }
 
@@ -35,7 +35,7 @@ __global__ void chunk_softmax_kernel(cuda::ScoreRows sc, float* lse_b, int64_t S
     __syncthreads();
   }
   const float mx = m[0], sum = l[0];
-  for (int64_t t = lane; t < sc.kend; t += cuda::kSoftmaxLanes)
+  for (int64_t t = lane; t < sc.cols(); t += cuda::kSoftmaxLanes)
     sc.put_prob(h, r, t, cuda::softmax_prob(s[t], t, first, visible, mx, sum));
   if (lane == 0) lse_b[h * S + sc.i0 + r] = mx + ::logf(sum);
 }
@@ -200,6 +200,7 @@ void CudaBackend::do_attention_forward(Tensor o, Tensor lse, ConstTensor q, Cons
   }
   cuda::ChunkShape c = cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask.causal, chunk_rows_);
   c.key_start = key_start;
+  c.key_start_host = mask.key_start.empty() ? nullptr : mask.key_start.data();
   check_scratch("attention_forward", scratch, cuda::chunked_forward_scratch_numel(c));
   ChunkOps ops{this, c};
   cuda::chunked_attention_forward(ops, c, xmat(o), dev(lse), xmat(q), xmat(k), xmat(v),
@@ -230,6 +231,7 @@ void CudaBackend::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTe
   }
   cuda::ChunkShape c = cuda::chunk_shape(d.B, d.S, d.H, d.Hkv, d.D, mask.causal, chunk_rows_);
   c.key_start = key_start;
+  c.key_start_host = mask.key_start.empty() ? nullptr : mask.key_start.data();
   check_scratch("attention_backward", scratch, cuda::chunked_backward_scratch_numel(c));
   ChunkOps ops{this, c};
   cuda::chunked_attention_backward(ops, c, xmat(dq), xmat(dk), xmat(dv), xmat(dout), xmat(q),

@@ -20,9 +20,17 @@
 // key/value heads D apart in k and v, so each product is one strided batch over the Hkv groups.
 // dK and dV are zeroed first and accumulate chunk by chunk, j by j, on one stream: a fixed order
 // and no atomics, so the backward is deterministic. The causal chunk computes its whole
-// [n, kend) block and zeroes the masked corner: at most n / 2 wasted columns a row. A mask's
-// key_start (document masks, sliding windows) zeroes the columns before each row's first key
-// too, without skipping their products (not yet run on a GPU).
+// [n, kend) block and zeroes the masked corner: at most n / 2 wasted columns a row.
+// A mask's key_start (document masks, sliding windows) zeroes the columns before each row's first
+// key too, and a chunk's products skip the keys before the kChunkAlign-row block that holds its
+// first row's first key (the least of its rows', as key_start never decreases): each chunk of a
+// sequence computes keys [k0, kend) only, column t of its scores being key k0 + t, so the cost
+// follows the documents' lengths, not the window's. k0 is decided on the host, from the mask's
+// host copy (ChunkShape::key_start_host), before the products are launched. A chunk whose rows
+// see no key at all (a full mask's key_start past the keys) keeps one block of masked columns,
+// so its rows still get o = 0 and lse = -inf. The skipped products add only exact zeros in f32
+// arithmetic (P and dS are 0 there), so the results are those of the unskipped schedule up to
+// the products' own summation order (not yet run on a GPU).
 // bf16 (a mixed-precision run's activations, Note [bf16 storage by conversion]): q, k, v, o, dout
 // and dq, dk, dv are bf16, the products take bf16 operands on the tensor cores and accumulate in
 // f32 (cuBLASLt), the scores, lse and delta stay f32, and the probabilities P and their gradient
@@ -84,6 +92,9 @@ struct ChunkShape {
   int64_t rows = 0;
   // The mask's key_start (backend/attn_mask.h), [B S] in the memory the kernels read; null: none.
   const int32_t* key_start = nullptr;
+  // The same values in host memory, where the schedule decides the keys each chunk skips (the CPU
+  // tests pass one pointer for both); null: none (no key is skipped).
+  const int32_t* key_start_host = nullptr;
   int64_t G() const { return H / Hkv; }
   // Elements of one [H, rows, S] score buffer.
   int64_t scores_numel() const { return H * rows * round_up(S, kChunkAlign); }
@@ -120,20 +131,24 @@ inline int64_t chunked_backward_scratch_numel(const ChunkShape& c) {
 }
 
 // One chunk's score rows: [H, n, ld] f32 scores, row (h, r) query i0 + r of head h over keys
-// [0, kend); under the causal mask it sees keys 0 .. i0 + r, and with a key_start (the
-// sequence's [S] rows of the mask's) keys from key_start[i0 + r] on: columns [first, visible).
-// p16: where the bf16 probabilities go (same indices), null for f32 (in place).
+// [k0, kend), column t being key k0 + t (cols() of them); under the causal mask it sees keys
+// up to i0 + r, and with a key_start (the sequence's [S] rows of the mask's) keys from
+// key_start[i0 + r] on: columns [first, visible). p16: where the bf16 probabilities go (same
+// indices), null for f32 (in place).
 struct ScoreRows {
   float* s = nullptr;
   uint16_t* p16 = nullptr;
   int64_t n = 0, ld = 0, kend = 0, i0 = 0;
   bool causal = true;
   const int32_t* key_start = nullptr;
+  int64_t k0 = 0;  // the first key computed (Note [Chunked attention]); <= every row's first key
+  MEMO_HD int64_t cols() const { return kend - k0; }
   MEMO_HD int64_t index(int64_t h, int64_t r) const { return (h * n + r) * ld; }
   MEMO_HD float* row(int64_t h, int64_t r) const { return s + index(h, r); }
-  MEMO_HD int64_t visible(int64_t r) const { return causal ? i0 + r + 1 : kend; }
+  MEMO_HD int64_t visible(int64_t r) const { return (causal ? i0 + r + 1 : kend) - k0; }
   MEMO_HD int64_t first(int64_t r) const {
-    return key_start == nullptr || key_start[i0 + r] < 0 ? 0 : key_start[i0 + r];
+    const int64_t k = key_start == nullptr ? 0 : key_start[i0 + r];
+    return k > k0 ? k - k0 : 0;
   }
   // Stores probability p of column t of row (h, r).
   MEMO_HD void put_prob(int64_t h, int64_t r, int64_t t, float p) const {
@@ -213,7 +228,7 @@ MEMO_HD inline void grad_scores_item(const ScoreRows& sc, float* dp_base, uint16
 // this sequence; every row of sc to probabilities, its lse); zero(XMat) (f32); delta(float*
 // delta, XMat dout, XMat o, int64_t b) (chunk_delta_item over [H, S] of sequence b);
 // grad_scores(const ScoreRows&, float* dp, uint16_t* ds16, const float* lse_b, const float*
-// delta) (grad_scores_item over every head, row and column t < kend); round_rows(XMat dst,
+// delta) (grad_scores_item over every head, row and column t < sc.cols()); round_rows(XMat dst,
 // XMat src) (dst = src rounded to bf16, element for element, both [rows, cols]).
 
 inline const void* elem(const void* p, int64_t i, bool bf16) {
@@ -227,15 +242,33 @@ inline XMat row_block(XMat x, int64_t r0, int64_t n) {
   return XMat{x.ptr(r0, 0), n, x.cols, x.ld, x.bf16};
 }
 
+// The first key that the chunk of sequence b from query row i0 computes, keys [0, kend) in
+// sight (Note [Chunked attention]): the kChunkAlign block of its first row's first key, at most
+// the block of key kend - 1.
+inline int64_t chunk_first_key(const ChunkShape& c, int64_t b, int64_t i0, int64_t kend) {
+  if (c.key_start_host == nullptr) return 0;
+  const int64_t k = std::min<int64_t>(c.key_start_host[b * c.S + i0], kend - 1);
+  return k <= 0 ? 0 : k / kChunkAlign * kChunkAlign;
+}
+// The score rows of the chunk of sequence b from query row i0, in `scores` (and p16 for bf16).
+inline ScoreRows chunk_scores(const ChunkShape& c, float* scores, uint16_t* p16, int64_t b,
+                              int64_t i0) {
+  const int64_t n = std::min(c.rows, c.S - i0), kend = c.causal ? i0 + n : c.S;
+  const int64_t k0 = chunk_first_key(c, b, i0, kend);
+  return ScoreRows{scores, p16, n,        round_up(kend - k0, kChunkAlign),
+                   kend,   i0,  c.causal, c.key_start ? c.key_start + b * c.S : nullptr,
+                   k0};
+}
+
 // S_h = scale Q_h K_g^T for the heads h = g G + j of one chunk of sequence b, into sc's rows.
 inline RowGemm scores_product(const ChunkShape& c, const ScoreRows& sc, XMat q, XMat k, int64_t b,
                               int64_t j) {
   const int64_t D = c.D, G = c.G(), head_block = sc.n * sc.ld;
   RowGemm g;
   g.trans_b = true;
-  g.m = sc.n, g.n = sc.kend, g.k = D, g.alpha = 1.0f / std::sqrt(float(D));
+  g.m = sc.n, g.n = sc.cols(), g.k = D, g.alpha = 1.0f / std::sqrt(float(D));
   g.a = q.ptr(b * c.S + sc.i0, j * D), g.lda = q.ld, g.stride_a = G * D;
-  g.b = k.ptr(b * c.S, 0), g.ldb = k.ld, g.stride_b = D;
+  g.b = k.ptr(b * c.S + sc.k0, 0), g.ldb = k.ld, g.stride_b = D;
   g.c = sc.s + j * head_block, g.ldc = sc.ld, g.stride_c = G * head_block;
   g.batch = c.Hkv, g.ab_bf16 = q.bf16;
   return g;
@@ -250,18 +283,16 @@ void chunked_attention_forward(Ops& ops, const ChunkShape& c, XMat o, float* lse
   uint16_t* p16 = bf16 ? reinterpret_cast<uint16_t*>(scratch + c.scores_numel()) : nullptr;
   for (int64_t b = 0; b < c.B; ++b) {
     for (int64_t i0 = 0; i0 < S; i0 += c.rows) {
-      const int64_t n = std::min(c.rows, S - i0), kend = c.causal ? i0 + n : S;
-      const ScoreRows sc{scores, p16, n,        round_up(kend, kChunkAlign),
-                         kend,   i0,  c.causal, c.key_start ? c.key_start + b * S : nullptr};
-      const int64_t head_block = n * sc.ld;  // one head's scores
+      const ScoreRows sc = chunk_scores(c, scores, p16, b, i0);
+      const int64_t n = sc.n, head_block = n * sc.ld;  // one head's scores
       for (int64_t j = 0; j < G; ++j) ops.gemm(scores_product(c, sc, q, k, b, j));
       ops.softmax(sc, lse + b * c.H * S);
       for (int64_t j = 0; j < G; ++j) {
         RowGemm g;  // O_h = P_h V_g
-        g.m = n, g.n = D, g.k = kend;
+        g.m = n, g.n = D, g.k = sc.cols();
         g.a = bf16 ? elem(p16, j * head_block, true) : scores + j * head_block;
         g.lda = sc.ld, g.stride_a = G * head_block;
-        g.b = v.ptr(b * S, 0), g.ldb = v.ld, g.stride_b = D;
+        g.b = v.ptr(b * S + sc.k0, 0), g.ldb = v.ld, g.stride_b = D;
         g.c = o.ptr(b * S + i0, j * D), g.ldc = o.ld, g.stride_c = G * D;
         g.batch = c.Hkv, g.ab_bf16 = bf16, g.c_bf16 = o.bf16;
         ops.gemm(g);
@@ -298,16 +329,14 @@ void chunked_attention_backward(Ops& ops, const ChunkShape& c, XMat dq, XMat dk,
     ops.delta(delta, dout, o, b);
     const float* lse_b = lse + b * c.H * S;
     for (int64_t i0 = 0; i0 < S; i0 += c.rows) {
-      const int64_t n = std::min(c.rows, S - i0), kend = c.causal ? i0 + n : S;
-      const ScoreRows sc{scores, p16, n,        round_up(kend, kChunkAlign),
-                         kend,   i0,  c.causal, c.key_start ? c.key_start + b * S : nullptr};
-      const int64_t head_block = n * sc.ld;
+      const ScoreRows sc = chunk_scores(c, scores, p16, b, i0);
+      const int64_t n = sc.n, head_block = n * sc.ld, k0 = sc.k0, cols = sc.cols();
       for (int64_t j = 0; j < G; ++j) {
         RowGemm g = scores_product(c, sc, q, k, b, j);  // S_h, then dP_h = dO_h V_g^T
         ops.gemm(g);
         g.alpha = 1.0f;
         g.a = dout.ptr(b * S + i0, j * D), g.lda = dout.ld;
-        g.b = v.ptr(b * S, 0), g.ldb = v.ld;
+        g.b = v.ptr(b * S + k0, 0), g.ldb = v.ld;
         g.c = dscores + j * head_block;
         ops.gemm(g);
       }
@@ -317,24 +346,24 @@ void chunked_attention_backward(Ops& ops, const ChunkShape& c, XMat dq, XMat dk,
       const void* p = bf16 ? static_cast<const void*>(p16) : scores;
       for (int64_t j = 0; j < G; ++j) {
         RowGemm g;  // dQ_h = scale dS_h K_g
-        g.m = n, g.n = D, g.k = kend, g.alpha = scale;
+        g.m = n, g.n = D, g.k = cols, g.alpha = scale;
         g.a = elem(ds, j * head_block, bf16), g.lda = sc.ld, g.stride_a = G * head_block;
-        g.b = k.ptr(b * S, 0), g.ldb = k.ld, g.stride_b = D;
+        g.b = k.ptr(b * S + k0, 0), g.ldb = k.ld, g.stride_b = D;
         g.c = dq.ptr(b * S + i0, j * D), g.ldc = dq.ld, g.stride_c = G * D;
         g.batch = c.Hkv, g.ab_bf16 = bf16, g.c_bf16 = dq.bf16;
         ops.gemm(g);
         RowGemm t;  // dK_g += scale dS_h^T Q_h, dV_g += P_h^T dO_h (f32)
         t.trans_a = true;
-        t.m = kend, t.n = D, t.k = n, t.alpha = scale, t.beta = 1.0f;
+        t.m = cols, t.n = D, t.k = n, t.alpha = scale, t.beta = 1.0f;
         t.a = elem(ds, j * head_block, bf16), t.lda = sc.ld, t.stride_a = G * head_block;
         t.b = q.ptr(b * S + i0, j * D), t.ldb = q.ld, t.stride_b = G * D;
-        t.c = dk_b.p, t.ldc = dk_b.ld, t.stride_c = D;
+        t.c = dk_b.ptr(k0, 0), t.ldc = dk_b.ld, t.stride_c = D;
         t.batch = c.Hkv, t.ab_bf16 = bf16;
         ops.gemm(t);
         t.alpha = 1.0f;
         t.a = elem(p, j * head_block, bf16);
         t.b = dout.ptr(b * S + i0, j * D), t.ldb = dout.ld;
-        t.c = dv_b.p, t.ldc = dv_b.ld;
+        t.c = dv_b.ptr(k0, 0), t.ldc = dv_b.ld;
         ops.gemm(t);
       }
     }
