@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -21,6 +23,13 @@ namespace {
 
 using test::random_words;
 using test::write_text;
+
+// A checkpoint's folder name: step-00000012.
+std::string str_step_dir(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return name;
+}
 
 std::vector<nlohmann::json> records(const std::string& log_path) {
   std::vector<nlohmann::json> out;
@@ -168,6 +177,66 @@ TEST_F(BatchScheduleCli, killed_run_resumes_mid_schedule_with_identical_steps) {
   EXPECT_GE(changes_after, 1) << "resumed at step " << resumed;
   EXPECT_NE(r.output.find("memo: batch "), std::string::npos) << r.output;
   EXPECT_EQ(steps_run(dir.str("cut.jsonl")), full);
+}
+
+// Note [Length stages] under the noise schedule: 32-token then 64-token sequences (the first
+// 20 x 128 = 2560 tokens, then the rest of the 7680), the batch growing in micro-batches of 64
+// tokens in both; stage 2 starts at the first step that begins past 2560 tokens, whatever the
+// batch by then; resumed at the last step of stage 1 and mid-stage 2, the run continues bit for
+// bit.
+TEST_F(BatchScheduleCli, length_stages_are_spans_of_tokens_and_resume_bit_for_bit) {
+  const std::string run = test::memo_bin() + " train --data " + dir.str("data.txt");
+  const std::string fresh = run + " --config " + dir.str("config.json") +
+                            " --seq-schedule 32:20,64:40 --batch 4 --micro-batch 2 --warmup 2 " +
+                            kNoise + "--save-every 4 --keep-last 0";
+  const test::CommandResult r =
+      test::run_command(fresh + " --out " + dir.str("s") + " --log " + dir.str("s.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("1: seq 32, tokens 0-2560, micro-batches of 2; 2: seq 64, tokens "
+                          "2560-7680, micro-batches of 1"),
+            std::string::npos)
+      << r.output;
+  const std::vector<nlohmann::json> log = records(dir.str("s.jsonl"));
+  int64_t tokens = 0, batch_tokens = 4 * 32, changes = 0, first_of_2 = 0;
+  for (const nlohmann::json& j : log) {
+    const int64_t seq = j.at("seq"), step = j.at("step");
+    EXPECT_EQ(seq, tokens < 2560 ? 32 : 64) << j;
+    if (seq == 64 && first_of_2 == 0) first_of_2 = step;
+    EXPECT_EQ(j.at("stage").get<int>(), seq == 32 ? 1 : 2) << j;
+    EXPECT_EQ(j.at("batch").get<int64_t>() * seq, batch_tokens) << j;
+    EXPECT_EQ(j.at("micro_batches").get<int64_t>(), batch_tokens / 64) << j;
+    tokens += batch_tokens;
+    EXPECT_EQ(j.at("tokens").get<int64_t>(), tokens) << j;
+    if (j.contains("batch_change")) {
+      ++changes;
+      batch_tokens = j.at("batch_change").at("batch_tokens");
+    }
+  }
+  EXPECT_GE(changes, 2);
+  // the batch grew in stage 1, so stage 2 starts before step 21, the fixed batch's
+  ASSERT_GT(first_of_2, 1);
+  EXPECT_LT(first_of_2, 21);
+  EXPECT_NE(
+      r.output.find("memo: stage 2 of 2 from step " + std::to_string(first_of_2) + ": seq 64, " +
+                    log.at(size_t(first_of_2 - 1)).at("batch").dump() + " sequences"),
+      std::string::npos)
+      << r.output;
+  const auto full = steps_run(dir.str("s.jsonl"));
+  // the checkpoint of the last step of stage 1 (or the one before it), and one mid-stage 2
+  for (int64_t from : {(first_of_2 - 1) / 4 * 4, (first_of_2 + 7) / 4 * 4}) {
+    const std::string step_dir = str_step_dir(from);
+    const std::string name = "r" + std::to_string(from);
+    std::filesystem::create_directories(dir / name);
+    std::filesystem::copy(dir / "s" / step_dir, dir / name / step_dir,
+                          std::filesystem::copy_options::recursive);
+    const test::CommandResult rr = test::run_command(run + " --resume " + dir.str(name) +
+                                                     " --log " + dir.str(name + ".jsonl"));
+    ASSERT_EQ(rr.exit_code, 0) << rr.output;
+    const auto resumed = steps_run(dir.str(name + ".jsonl"));
+    ASSERT_EQ(resumed.begin()->first, from + 1) << name;
+    for (const auto& [step, line] : resumed) EXPECT_EQ(line, full.at(step)) << name << " " << step;
+    EXPECT_EQ(resumed.rbegin()->first, full.rbegin()->first) << name;
+  }
 }
 
 TEST_F(BatchScheduleCli, fixed_batch_logs_its_batch_and_tokens) {

@@ -1,7 +1,7 @@
 // What each step of memo train runs (train/step_schedule.h): a fixed batch gives LrSchedule's lr
 // and the same micro-batches every step; a noise schedule takes the run's shape and the fixed
-// run's budget in tokens, follows its controller step for step, and its checkpoint record
-// restores it exactly (and is refused at another step).
+// run's budget in tokens, follows its controller step for step (over length stages too, each a
+// span of tokens), and its checkpoint record restores it exactly (and is refused at another step).
 #include "memo/train/step_schedule.h"
 
 #include <gtest/gtest.h>
@@ -196,6 +196,75 @@ TEST(StepSchedule, noise_schedule_follows_its_controller_and_restores_from_its_r
             }).find("run: the batch schedule is at step 3 but the checkpoint at step 4"),
             std::string::npos);
   EXPECT_FALSE(noise_schedule_from_checkpoint({{"step", 3}}, 3, "run").has_value());
+}
+
+// Note [Length stages] under a noise schedule: stages are spans of tokens (stage 1: 3 steps of
+// 256 = 768 tokens), the batch counts 32-token sequences and a stage-2 step runs its tokens as
+// 64-token ones in the same micro-batches of 64 tokens; a batch change is reported in each step's
+// own sequences; the record restores mid-stage; and what the schedule cannot keep is refused.
+TEST(StepSchedule, noise_schedule_over_length_stages_spans_tokens) {
+  TrainOptions o = noise_options();
+  o.seq_schedule = "32:3,64:5";
+  o.steps = 8;
+  const std::vector<SeqStage> stages = seq_stages(o);
+  check_noise_stages(o, stages);
+  const scaling::BatchScheduleOptions s = noise_schedule_options(o);
+  EXPECT_EQ(s.schedule.total_tokens, 8 * 256);
+  StepSchedule plan{scaling::BatchSchedule(s), 2, stages};
+  // B_simple 200 (no change), 600 (18 sequences of 32 = 576 tokens), then 2000 (62 of 32)
+  struct Want {
+    int64_t batch, micro_steps, tokens_end, seq;
+    int stage;
+  };
+  const Want want[] = {{8, 4, 256, 32, 0},
+                       {8, 4, 512, 32, 0},
+                       {18, 9, 1088, 32, 0},  // starts at 512 < 768 tokens: still stage 1
+                       {9, 9, 1664, 64, 1},   // starts at 1088: stage 2, 9 sequences of 64
+                       {31, 31, 3648, 64, 1}};
+  const double b_simple[] = {200.0, 600.0, 600.0, 2000.0, 2000.0};
+  const int64_t changed_to[] = {0, 18, 0, 31, 0};  // in the next step's sequences
+  for (size_t i = 0; i < 5; ++i) {
+    ASSERT_FALSE(plan.done()) << i;
+    const StepRun r = plan.next();
+    EXPECT_EQ(r.step, int64_t(i) + 1);
+    EXPECT_EQ(r.batch, want[i].batch) << r.step;
+    EXPECT_EQ(r.micro_steps, want[i].micro_steps) << r.step;
+    EXPECT_EQ(r.tokens, r.batch * r.seq) << r.step;
+    EXPECT_EQ(r.tokens_end, want[i].tokens_end) << r.step;
+    EXPECT_EQ(r.seq, want[i].seq) << r.step;
+    EXPECT_EQ(r.stage, want[i].stage) << r.step;
+    const std::optional<scaling::BatchChange> c = plan.observe(b_simple[i]);
+    EXPECT_EQ(c ? c->batch : 0, changed_to[i]) << r.step;
+    if (c) {
+      EXPECT_EQ(c->old_batch, r.batch) << r.step;  // the step that ran, in its sequences
+    }
+    if (i == 3) {  // mid-stage 2: the record restores the same steps
+      const nlohmann::json state = {{"batch_schedule", plan.checkpoint_json()}};
+      const std::optional<scaling::BatchSchedule> restored =
+          noise_schedule_from_checkpoint(state, 4, "run");
+      ASSERT_TRUE(restored.has_value());
+      const StepRun a = plan.next(), b = StepSchedule(*restored, 2, stages).next();
+      EXPECT_EQ(b.batch, a.batch);
+      EXPECT_EQ(b.stage, a.stage);
+      EXPECT_EQ(b.tokens_end, a.tokens_end);
+      EXPECT_EQ(b.lr, a.lr);
+    }
+  }
+  EXPECT_TRUE(plan.done());
+  EXPECT_NE(plan.summary().find("(of 32 tokens, stage 1's length"), std::string::npos)
+      << plan.summary();
+  o.stage_batch = "sequences";
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              check_noise_stages(o, seq_stages(o));
+            }).find("--batch-schedule noise with --stage-batch sequences"),
+            std::string::npos);
+  o.stage_batch = "tokens";
+  o.seq_schedule = "32:3,64:2,256:1";  // 256-token sequences in micro-batches of 64 tokens
+  EXPECT_NE(test::error_message<ConfigError>([&] { check_noise_stages(o, seq_stages(o)); })
+                .find("stage 3's 256-token sequences are longer than a micro-batch's 64 tokens "
+                      "(--micro-batch 2 x 32); the noise schedule grows the batch in "
+                      "micro-batches of one size: use --micro-batch 8 or more"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -28,10 +28,6 @@ std::vector<SeqStage> check_shape_options(TrainOptions& o) {
         str("--batch ", o.batch, " must be a positive multiple of --micro-batch ", o.micro_batch));
   std::vector<SeqStage> stages = seq_stages(o);
   if (!o.seq_schedule.empty()) {
-    if (o.batch_schedule)
-      throw ConfigError(
-          "--seq-schedule with --batch-schedule noise: the noise schedule grows a batch of one "
-          "length, so memo refuses the pair; use a fixed batch with length stages");
     o.seq = stages[0].seq;
     o.steps = stages.back().first_step + stages.back().steps - 1;
   }
@@ -44,9 +40,11 @@ std::vector<SeqStage> check_shape_options(TrainOptions& o) {
 // here, before any output), or a fixed batch. A noise schedule over `dp_ranks` data-parallel
 // ranks grows the batch in steps of --micro-batch x dp_ranks sequences, so that every step's
 // micro-batches split evenly over the ranks (x --pp under interleaving, whose schedule runs a
-// rank's micro-batches in groups of P).
-StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoint>& resume,
-                           int64_t start_step, int dp_ranks) {
+// rank's micro-batches in groups of P). Over length stages, a span of tokens each (Note [Length
+// stages]).
+StepSchedule step_schedule(const TrainOptions& o, const std::vector<SeqStage>& stages,
+                           const std::optional<ResumePoint>& resume, int64_t start_step,
+                           int dp_ranks) {
   const int64_t groups = o.pp > 1 && o.virtual_stages > 1 ? o.pp : 1;
   const int64_t unit = o.micro_batch * dp_ranks * groups;
   const std::string unit_is =
@@ -61,9 +59,11 @@ StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoin
                             " data-parallel ranks; resume with a number of data-parallel ranks "
                             "(processes / --cp) that divides ",
                             saved / o.micro_batch));
-    return StepSchedule(*resume->noise, o.micro_batch);
+    check_noise_stages(o, stages);
+    return StepSchedule(*resume->noise, o.micro_batch, stages);
   }
   if (!o.batch_schedule) return StepSchedule(o, start_step);
+  check_noise_stages(o, stages);
   if (!o.gns)
     throw ConfigError("--batch-schedule noise grows the batch with the noise scale: drop --no-gns");
   scaling::BatchScheduleOptions s = noise_schedule_options(o);
@@ -77,7 +77,7 @@ StepSchedule step_schedule(const TrainOptions& o, const std::optional<ResumePoin
         str("--batch-schedule noise: --batch ", o.batch, " must be a multiple of ", unit_is));
   if (s.max_batch % unit != 0)
     throw ConfigError(str("--max-batch ", s.max_batch, " must be a multiple of ", unit_is));
-  return StepSchedule(scaling::BatchSchedule(s), o.micro_batch);
+  return StepSchedule(scaling::BatchSchedule(s), o.micro_batch, stages);
 }
 
 // The context- and tensor-parallel layout of a job of `ranks` processes: C x T ranks share each
@@ -248,7 +248,8 @@ void TrainSession::read_run() {
     throw ConfigError(str("--pp ", o_.pp, " x --tp ", o_.tp, " x --cp ", o_.cp,
                           " does not divide the job's ", job_size,
                           " processes; use a layout whose product divides the process count"));
-  plan_.emplace(step_schedule(o_, resume_, start_step_, job_size / (o_.cp * o_.tp * o_.pp)));
+  plan_.emplace(
+      step_schedule(o_, stages_, resume_, start_step_, job_size / (o_.cp * o_.tp * o_.pp)));
   stage_ = plan_->next().stage;  // a resumed run's next step's
   config_ = run_model_config(o_, resume_);
   stage_positions_ = stage_positions(o_.stage_rope, stages_.size());
@@ -316,11 +317,12 @@ void TrainSession::build_model() {
   caching_.emplace(0, backend_.allocator(backend_.device_space()));
   // with length stages, every stage's plan is checked here (each dropped before the next is
   // made, the current one last), so a stage that would not fit stops the run before step 1
-  for (int k = 0; k < int(stages_.size()); ++k)
-    if (k != stage_) stage_plan(k, true);
   // Note [Pipeline plans per batch]: a noise schedule's largest batch is checked here too
-  if (o_.pp > 1 && o_.batch_schedule && plan_->max_micro_steps() != micro_steps())
-    stage_plan(stage_, true, plan_->max_micro_steps());
+  const bool grows = o_.pp > 1 && plan_->noise() && plan_->max_micro_steps() != micro_steps();
+  for (int k = 0; k < int(stages_.size()); ++k) {
+    if (k != stage_) stage_plan(k, true);
+    if (grows) stage_plan(k, stages_.size() == 1, plan_->max_micro_steps());
+  }
   planned_ = stage_plan(stage_, true);
   planned_micro_steps_ = micro_steps();
   const DType stored = start_weights(*model_, o_, resume_);
@@ -399,6 +401,7 @@ void TrainSession::enter_stage(int k) {
   sampler_.emplace(data_->train, stage().seq, o_.seed);
   planned_.reset();
   planned_ = stage_plan(k, false);
+  planned_micro_steps_ = micro_steps();  // a noise schedule's batch: plan_pipeline_batch
   if (probe_) probe_->set_micro_tokens(stage().micro_batch * stage().seq);
   build_step();
 }

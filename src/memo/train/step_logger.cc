@@ -204,10 +204,22 @@ void StepLogger::print_start() {
                       ? str(stages[0].batch, " sequences per step")
                       : str(stages[0].batch * stages[0].seq, " tokens per step"))
               << ":";
-    for (size_t k = 0; k < stages.size(); ++k)
-      progress_ << (k ? ";" : "") << " " << k + 1 << ": seq " << stages[k].seq << ", steps "
-                << stages[k].first_step << "-" << stages[k].first_step + stages[k].steps - 1 << ", "
-                << stages[k].batch << " sequences in micro-batches of " << stages[k].micro_batch;
+    // under a noise schedule a stage is a span of tokens (Note [Length stages]), its batch the
+    // schedule's
+    const bool noise = s_.plan().noise() != nullptr;
+    int64_t tokens = 0;
+    for (size_t k = 0; k < stages.size(); ++k) {
+      const SeqStage& st = stages[k];
+      const int64_t span = st.steps * st.batch * st.seq;
+      progress_ << (k ? ";" : "") << " " << k + 1 << ": seq " << st.seq << ", ";
+      if (noise)
+        progress_ << "tokens " << tokens << "-" << tokens + span << ", micro-batches of "
+                  << st.micro_batch;
+      else
+        progress_ << "steps " << st.first_step << "-" << st.first_step + st.steps - 1 << ", "
+                  << st.batch << " sequences in micro-batches of " << st.micro_batch;
+      tokens += span;
+    }
     progress_ << "\n";
   }
   if (o.save_dtype == DType::kBF16)
@@ -227,10 +239,10 @@ void StepLogger::print_peaks(double peak_flops) {
     progress_ << "memo: resuming at step " << s_.start_step() << " from " << o.resume_dir << "\n";
 }
 
-void StepLogger::print_stage() {
+void StepLogger::print_stage(const StepRun& run) {
   const SeqStage& stage = s_.stage();
   progress_ << "memo: stage " << s_.stage_index() + 1 << " of " << s_.stages().size()
-            << " from step " << stage.first_step << ": seq " << stage.seq << ", " << stage.batch
+            << " from step " << run.step << ": seq " << stage.seq << ", " << run.batch
             << " sequences per step in micro-batches of " << stage.micro_batch
             << (s_.model().config().uses_rope()
                     ? str(", RoPE theta ", s_.model().config().rope_theta, " ",

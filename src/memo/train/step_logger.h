@@ -40,8 +40,9 @@ class StepLogger {
   // Then the MFU denominators (peak_flops: the matrix-product ceiling measured at start, FLOP/s;
   // the datasheet's peak where --gpu gives one) and the resume point.
   void print_peaks(double peak_flops);
-  // As a length stage starts (Note [Length stages]): its shape and its activation strategy.
-  void print_stage();
+  // As a length stage starts with `run` (Note [Length stages]): its shape and its activation
+  // strategy.
+  void print_stage(const StepRun& run);
 
   // What one step measured: its run, its gradients, its seconds, its copies and its batch change.
   struct Step {

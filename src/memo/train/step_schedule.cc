@@ -92,6 +92,23 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
   return stages;
 }
 
+void check_noise_stages(const TrainOptions& o, const std::vector<SeqStage>& stages) {
+  if (stages.size() < 2) return;
+  if (o.stage_batch == "sequences")
+    throw ConfigError(
+        "--batch-schedule noise with --stage-batch sequences: the noise schedule counts a step's "
+        "batch in tokens, which it alone grows; keep the tokens per step (--stage-batch tokens)");
+  const int64_t micro_tokens = stages[0].micro_batch * stages[0].seq;
+  for (size_t k = 1; k < stages.size(); ++k)
+    if (stages[k].micro_batch * stages[k].seq != micro_tokens)
+      throw ConfigError(str(
+          "--batch-schedule noise with --seq-schedule: stage ", k + 1, "'s ", stages[k].seq,
+          "-token sequences are longer than a micro-batch's ", micro_tokens,
+          " tokens (--micro-batch ", stages[0].micro_batch, " x ", stages[0].seq,
+          "); the noise schedule grows the batch in micro-batches of one size: use --micro-batch ",
+          (stages[k].seq + stages[0].seq - 1) / stages[0].seq, " or more"));
+}
+
 std::vector<PositionOverrides> stage_positions(const std::vector<std::string>& items,
                                                size_t stages) {
   std::vector<PositionOverrides> out(stages);
@@ -143,17 +160,49 @@ StepSchedule::StepSchedule(const TrainOptions& o, int64_t start_step)
              " steps for --steps ", o.steps);
 }
 
-StepSchedule::StepSchedule(const scaling::BatchSchedule& noise, int64_t micro_batch)
+StepSchedule::StepSchedule(const scaling::BatchSchedule& noise, int64_t micro_batch,
+                           std::vector<SeqStage> stages)
     : seq_(noise.options().seq), micro_batch_(micro_batch), noise_(noise) {
   MEMO_CHECK(micro_batch > 0 && noise.options().micro_batch % micro_batch == 0,
              "StepSchedule: the schedule's unit of ", noise.options().micro_batch,
              " sequences is not a multiple of micro-batches of ", micro_batch);
+  if (stages.size() < 2) return;
+  MEMO_CHECK(stages[0].seq == seq_ && stages[0].micro_batch == micro_batch,
+             "StepSchedule: a noise schedule of ", seq_, "-token sequences in micro-batches of ",
+             micro_batch, " over stages from seq ", stages[0].seq, " in micro-batches of ",
+             stages[0].micro_batch);
+  int64_t before = 0;
+  for (const SeqStage& s : stages) {
+    MEMO_CHECK(s.micro_batch * s.seq == micro_batch * seq_, "StepSchedule: stage of seq ", s.seq,
+               " with micro-batches of ", s.micro_batch, " under a noise schedule");
+    starts_.push_back(before);
+    before += s.steps * s.batch * s.seq;
+  }
+  stages_ = std::move(stages);
+}
+
+int StepSchedule::noise_stage(int64_t tokens) const {
+  int k = 0;
+  while (size_t(k) + 1 < starts_.size() && starts_[size_t(k) + 1] <= tokens) ++k;
+  return k;
+}
+
+int64_t StepSchedule::noise_sequences(int64_t batch, int stage) const {
+  return stages_.empty() ? batch : batch * seq_ / stages_[size_t(stage)].seq;
 }
 
 StepRun StepSchedule::next() const {
   if (noise_) {
     const scaling::StepPlan p = noise_->next();
-    return {p.step, p.batch, p.batch / micro_batch_, p.batch_tokens, p.tokens_end, p.lr, 0, seq_};
+    const int k = noise_stage(noise_->state().tokens);
+    return {p.step,
+            noise_sequences(p.batch, k),
+            p.batch / micro_batch_,
+            p.batch_tokens,
+            p.tokens_end,
+            p.lr,
+            k,
+            stages_.empty() ? seq_ : stages_[size_t(k)].seq};
   }
   const int64_t step = steps_done_ + 1;
   // the stage of the step (past the end: the last one's shape), and the tokens of the stages
@@ -178,7 +227,16 @@ StepRun StepSchedule::next() const {
 }
 
 std::optional<scaling::BatchChange> StepSchedule::observe(std::optional<double> b_simple) {
-  if (noise_) return noise_->observe(b_simple);
+  if (noise_) {
+    const int ran = noise_stage(noise_->state().tokens);
+    std::optional<scaling::BatchChange> change = noise_->observe(b_simple);
+    // in sequences of each step's own length: the step that ran, and the next one
+    if (change) {
+      change->old_batch = noise_sequences(change->old_batch, ran);
+      change->batch = noise_sequences(change->batch, noise_stage(noise_->state().tokens));
+    }
+    return change;
+  }
   ++steps_done_;
   return std::nullopt;
 }
@@ -208,14 +266,20 @@ nlohmann::json StepSchedule::checkpoint_json() const {
 std::string StepSchedule::summary() const {
   if (!noise_) return "";
   const scaling::BatchScheduleOptions& o = noise_->options();
-  char line[600];
+  char line[800];
   std::snprintf(line, sizeof line,
                 "memo: batch schedule noise: %lld sequences per step now, growing in steps of %lld "
-                "sequences up to %lld to track %g x B_simple (hysteresis %g, patience %lld steps, "
-                "after %lld steps with a B_simple); lr from the %s law (eps_max %.4g, B_noise "
-                "%.4g tokens), warm-up over %lld tokens, cosine decay to %g x at %lld tokens",
+                "sequences up to %lld%s to track %g x B_simple (hysteresis %g, patience %lld "
+                "steps, after %lld steps with a B_simple); lr from the %s law (eps_max %.4g, "
+                "B_noise %.4g tokens), warm-up over %lld tokens, cosine decay to %g x at %lld "
+                "tokens",
                 static_cast<long long>(noise_->state().batch),
                 static_cast<long long>(o.micro_batch), static_cast<long long>(o.max_batch),
+                stages_.empty() ? ""
+                                : str(" (of ", o.seq,
+                                      " tokens, stage 1's length; each later stage runs the same "
+                                      "tokens as its longer sequences)")
+                                      .c_str(),
                 o.noise_multiple, o.hysteresis, static_cast<long long>(o.patience),
                 static_cast<long long>(o.min_observations), scaling::law_name(o.law).c_str(),
                 o.law_params.eps_max, o.law_params.b_noise,

@@ -45,6 +45,13 @@ struct StepRun {            // what the trainer runs as step `step`
 // --stage-rope gives a stage its own RoPE base, scaling or position count (the move of Llama 3's
 // and Qwen2.5-1M's long stages), set on the model as the stage starts; its checkpoints' config.json
 // carry them, so a checkpoint loads as the model it is at that step.
+// With --batch-schedule noise (Note [Noise batch schedule]) the stages are spans of tokens, not of
+// steps: the noise schedule's batch grows, so stage k starts at the first step that begins with
+// at least the tokens of the stages before it (each stage's steps x tokens per step, the spans of
+// the same schedule with a fixed batch). The schedule counts its batch in sequences of the first
+// stage's length; a step of stage k runs that batch's tokens as SEQ_k-token sequences, in
+// micro-batches of the same tokens as stage 1's (check_noise_stages), so its micro-batch count,
+// the noise probe's tokens per micro-batch and the schedule's growth unit hold across stages.
 struct SeqStage {
   int64_t seq = 0, batch = 0, micro_batch = 0, steps = 0;
   int64_t first_step = 1;  // the run's number of the stage's first step
@@ -60,6 +67,11 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o);
 // that is not a position field, or a model without RoPE.
 std::vector<PositionOverrides> stage_positions(const std::vector<std::string>& items,
                                                size_t stages);
+
+// A noise schedule over length stages (Note [Length stages]): every stage's tokens per step and
+// per micro-batch are the first stage's (not --stage-batch sequences; no sequence longer than a
+// micro-batch's tokens). ConfigError naming the stage and what would fit otherwise.
+void check_noise_stages(const TrainOptions& o, const std::vector<SeqStage>& stages);
 
 // --max-batch when not given: this many times --batch.
 inline constexpr int64_t kDefaultMaxBatchMultiple = 16;
@@ -83,8 +95,10 @@ class StepSchedule {
   StepSchedule(const TrainOptions& o, int64_t start_step);
   // The noise-driven schedule, from its start or from a restored state, run in micro-batches of
   // micro_batch sequences (its growth unit, options().micro_batch, is a multiple: micro_batch x
-  // the data-parallel ranks).
-  StepSchedule(const scaling::BatchSchedule& noise, int64_t micro_batch);
+  // the data-parallel ranks); over `stages` (check_noise_stages) when more than one, each a span
+  // of tokens (Note [Length stages]).
+  StepSchedule(const scaling::BatchSchedule& noise, int64_t micro_batch,
+               std::vector<SeqStage> stages = {});
 
   StepRun next() const;
   // After the step next() gave ran; b_simple: the noise-scale estimate after this step's update.
@@ -103,10 +117,16 @@ class StepSchedule {
   std::string summary() const;
 
  private:
+  // Noise: the stage of a step that starts after `tokens` tokens, and its sequences for a batch
+  // of `batch` first-stage sequences.
+  int noise_stage(int64_t tokens) const;
+  int64_t noise_sequences(int64_t batch, int stage) const;
+
   LrSchedule fixed_lr_;  // fixed batch only
   int64_t steps_done_ = 0;
   int64_t total_steps_ = 0;
-  std::vector<SeqStage> stages_;  // fixed batch only
+  std::vector<SeqStage> stages_;  // noise: empty for one stage
+  std::vector<int64_t> starts_;   // noise with stages: the tokens before each stage
   int64_t seq_ = 0;               // noise
   int64_t micro_batch_ = 0;       // noise: sequences per micro-batch
   std::optional<scaling::BatchSchedule> noise_;

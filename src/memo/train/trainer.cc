@@ -155,7 +155,7 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     if (run.stage != s.stage_index()) {  // Note [Length stages]
       s.enter_stage(run.stage);
       if (!s.step().pipeline() && s.strategy().wants_warmup()) s.step().warmup(run.step);
-      logger.print_stage();
+      logger.print_stage(run);
     }
     const auto t0 = Clock::now();
     const ActivationStrategy::CopyTime copy0 = s.copy_time();
