@@ -20,6 +20,7 @@
 #include "memo/model/model.h"
 #include "memo/model/params.h"
 #include "memo/mpi/mpi_communicator.h"
+#include "memo/parallel/host_staged_communicator.h"
 
 namespace memo {
 namespace {
@@ -373,6 +374,69 @@ TEST(MpiCommunicator, counters_record_the_bytes_sent) {
   EXPECT_EQ(w.counters().calls, 1);
   EXPECT_EQ(w.counters().bytes_sent, 2 * 4000 * (w.size() - 1) / w.size());
   EXPECT_GE(w.counters().seconds, 0.0);
+}
+
+// Note [Host-staged groups]: a staged group gives the bits and the byte counts of its host
+// communicator for every call (f32 and bf16), and a posted send has its own copy: the sender
+// overwrites x at once, and messages of two tags received in the other order arrive whole.
+TEST(HostStagedCommunicator, every_call_gives_the_host_communicators_bits_and_counts) {
+  MpiCommunicator& w = *g_world;
+  std::unique_ptr<Communicator> host = w.split(0, w.rank());
+  Communicator* raw = host.get();
+  HostStagedCommunicator g(std::move(host), cpu_backend());
+  const int P = g.size(), me = g.rank();
+  EXPECT_EQ(P, w.size());
+  const int next = (me + 1) % P, prev = (me + P - 1) % P;
+  const int64_t n = 1001;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = value(me, i);
+  g.all_reduce_sum(View<float>(x.data(), {n}));
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(x[size_t(i)], rank_order_sum(P, i)) << i;
+  std::vector<bf16> h(static_cast<size_t>(n * P)), part(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n * P; ++i) h[size_t(i)] = float_to_bf16(value(me, i));
+  g.reduce_scatter_sum(View<bf16>(part.data(), {n}), View<const bf16>(h.data(), {n * P}));
+  for (int64_t i = 0; i < n; ++i) {
+    float sum = bf16_to_float(float_to_bf16(value(0, me * n + i)));
+    for (int r = 1; r < P; ++r) sum += bf16_to_float(float_to_bf16(value(r, me * n + i)));
+    ASSERT_EQ(part[size_t(i)].bits, float_to_bf16(sum).bits) << i;
+  }
+  std::vector<float> mine(3, float(me)), all(size_t(3 * P), -1.0f);
+  g.all_gather(View<float>(all.data(), {3 * P}), View<const float>(mine.data(), {3}));
+  for (int r = 0; r < P; ++r) EXPECT_EQ(all[size_t(3 * r + 2)], float(r));
+  g.broadcast(View<float>(mine.data(), {3}), P - 1);
+  EXPECT_EQ(mine[0], float(P - 1));
+  std::vector<float> got(static_cast<size_t>(n), -1.0f);
+  g.send_recv(View<const float>(x.data(), {n}), next, View<float>(got.data(), {n}), prev);
+  EXPECT_EQ(got, x);  // every rank holds the same sums
+  // posted sends of tags 1 then 2, received 2 then 1, the sent buffers overwritten at once (a is
+  // 4 MiB, past Open MPI's eager limit: without its own copy the receiver would read the -2s)
+  const int64_t big = int64_t(1) << 20;
+  std::vector<float> a(static_cast<size_t>(big)), b(7);
+  for (int64_t i = 0; i < big; ++i) a[size_t(i)] = value(me, i);
+  std::fill(b.begin(), b.end(), float(me) + 0.5f);
+  const int64_t ta = g.post_send(View<const float>(a.data(), {big}), next, 1);
+  const int64_t tb = g.post_send(View<const float>(b.data(), {7}), next, 2);
+  std::fill(a.begin(), a.end(), -2.0f);
+  std::fill(b.begin(), b.end(), -2.0f);
+  std::vector<float> ga(static_cast<size_t>(big)), gb(7);
+  g.recv_tagged(View<float>(gb.data(), {7}), prev, 2);
+  g.recv_tagged(View<float>(ga.data(), {big}), prev, 1);
+  for (int64_t i = 0; i < big; ++i) ASSERT_EQ(ga[size_t(i)], value(prev, i)) << i;
+  for (float v : gb) EXPECT_EQ(v, float(prev) + 0.5f);
+  g.wait_send(tb);
+  g.wait_send(ta);
+  g.wait_sends();
+  // the staged group counted what its host communicator counted, call for call
+  EXPECT_EQ(g.counters().calls, raw->counters().calls);
+  EXPECT_EQ(g.counters().bytes_sent, raw->counters().bytes_sent);
+  EXPECT_EQ(g.counters().bytes_received, raw->counters().bytes_received);
+  EXPECT_GT(g.counters().bytes_sent, 0);
+  std::unique_ptr<Communicator> pairs = g.split(me / 2, me);
+  EXPECT_STREQ(pairs->name(), "host-staged");
+  float one = 1.0f;
+  pairs->all_reduce_sum(View<float>(&one, {1}));
+  EXPECT_EQ(one, float(pairs->size()));
+  g.barrier();
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ Runtime::Runtime(Backend& device, std::unique_ptr<Backend> owned_device, Precisi
                    : world     ? nullptr
                                : std::make_unique<SelfCommunicator>(*backend_)),
       world_(owned_world_ ? owned_world_.get() : world),
+      processes_(world ? world : world_),
       out_(out) {}
 
 Runtime::~Runtime() = default;

@@ -40,6 +40,10 @@ class Runtime {
   Precision precision() const { return precision_; }
   // The job: every process of it (a SelfCommunicator over backend() for one process).
   Communicator& world() const { return *world_; }
+  // The same processes as the launcher connects them, for messages in host memory: the MPI
+  // world, which is world() unless the collectives go over NCCL (Note [Host-staged groups] in
+  // parallel/host_staged_communicator.h).
+  Communicator& processes() const { return *processes_; }
   bool parallel() const { return world_->size() > 1; }
   // Rank 0 speaks for the job.
   bool lead() const { return world_->rank() == 0; }
@@ -55,6 +59,7 @@ class Runtime {
   Backend* backend_;
   std::unique_ptr<Communicator> owned_world_;  // NCCL, or the SelfCommunicator of one process
   Communicator* world_;
+  Communicator* processes_;
   std::ostream& out_;
   std::ostream silent_{nullptr};
 };

@@ -14,6 +14,7 @@
 #include "memo/memory/strategy_factory.h"
 #include "memo/memory/swap_strategy.h"
 #include "memo/optim/factory.h"
+#include "memo/parallel/host_staged_communicator.h"
 #include "memo/train/device_plan.h"
 
 namespace memo {
@@ -286,7 +287,12 @@ void TrainSession::split_groups() {
   if (TC > 1 || o_.pp > 1)
     dp_group_ = job_.split((r / per_stage) * TC + r % TC, (r % per_stage) / TC);
   if (o_.pp > 1) {
-    pp_group_ = job_.split(r % per_stage, r / per_stage);
+    // Note [Host-staged groups]: where the collectives go over NCCL, the pipeline's tagged,
+    // non-blocking sends go over the launcher's MPI through host memory
+    Communicator& processes = runtime_.processes();
+    pp_group_ = &processes == &job_ ? job_.split(r % per_stage, r / per_stage)
+                                    : std::make_unique<HostStagedCommunicator>(
+                                          processes.split(r % per_stage, r / per_stage), backend_);
     // tied embeddings: the first and last stage sum their two gradients of it
     const int p = pp_group_->rank();
     embedding_group_ = pp_group_->split(p == 0 || p == o_.pp - 1 ? 0 : 1, p);
