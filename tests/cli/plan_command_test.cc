@@ -394,19 +394,26 @@ TEST(PlanCluster, layouts_list_every_split_of_the_gpus) {
   const test::CommandResult r = test::run_command(cmd + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
-  ASSERT_EQ(j.at("layouts").size(), 20u);
+  ASSERT_EQ(j.at("layouts").size(), 30u);  // 20 splits, 10 pipelines planned interleaved too
   EXPECT_EQ(j.at("refused_layouts"), 0);
+  int interleaved = 0;
   for (const nlohmann::json& l : j.at("layouts")) {
     EXPECT_EQ(l.at("tp").get<int>() * l.at("cp").get<int>() * l.at("pp").get<int>() *
                   l.at("dp").get<int>(),
               8);
     EXPECT_EQ(l.at("strategies").size(), 4u);
+    if (l.at("virtual_stages").get<int>() == 2) {
+      ++interleaved;
+      EXPECT_GT(l.at("pp").get<int>(), 1);
+    }
   }
+  EXPECT_EQ(interleaved, 10);
   EXPECT_FALSE(j.at("layouts")[0].at("best").is_null());
   const test::CommandResult text = test::run_command(cmd);
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("every layout, fastest first"), std::string::npos) << text.output;
-  EXPECT_NE(text.output.find("  tp  cp  pp  dp  fastest that fits"), std::string::npos);
+  EXPECT_NE(text.output.find("  tp  cp   pp  dp  fastest that fits"), std::string::npos);
+  EXPECT_NE(text.output.find(" 8x2"), std::string::npos) << text.output;
   const test::CommandResult one = test::run_command(cluster_cmd("--layouts"));  // with --tp 8
   EXPECT_NE(one.exit_code, 0);
   EXPECT_NE(one.output.find("memo: error: --layouts plans every --tp, --cp and --pp of --gpus"),

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <tuple>
@@ -59,14 +60,18 @@ TEST(ClusterPlan, layouts_cover_every_split_of_the_gpus_fastest_first) {
     const std::vector<LayoutPlan> layouts =
         plan_layouts(cpu_backend(), config, seq, strategies, o, &refused);
     EXPECT_EQ(refused, 0);
-    ASSERT_EQ(layouts.size(), 20u);
-    std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
+    // the 20 splits of 8, the 10 with a pipeline planned again interleaved
+    ASSERT_EQ(layouts.size(), 30u);
+    std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> seen;
+    std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, double> bubble;
     double previous = std::numeric_limits<double>::infinity();
     bool fitting = true;
     for (const LayoutPlan& l : layouts) {
       EXPECT_EQ(l.tp * l.cp * l.pp * l.dp, 8);
-      EXPECT_TRUE(seen.insert({l.tp, l.cp, l.pp}).second);
+      EXPECT_TRUE(seen.insert({l.tp, l.cp, l.pp, l.virtual_stages}).second);
+      EXPECT_TRUE(l.virtual_stages == 1 || (l.pp > 1 && l.virtual_stages == 2));
       ASSERT_EQ(l.plans.size(), strategies.size());
+      bubble[{l.tp, l.cp, l.pp, l.virtual_stages}] = l.plans.front().pp_bubble;
       double fastest = 0.0;
       for (const ClusterPlan& p : l.plans) {
         if (p.fits()) fastest = std::max(fastest, p.tokens_per_s);
@@ -88,15 +93,22 @@ TEST(ClusterPlan, layouts_cover_every_split_of_the_gpus_fastest_first) {
       ClusterOptions alone = o;
       alone.parallel = Parallel{l.tp, l.cp};
       alone.pp = l.pp;
+      alone.virtual_stages = l.virtual_stages;
       alone.micro_batches = l.pp > 1 ? 4 * l.pp : 1;
       const ClusterPlan again = plan_cluster(cpu_backend(), config, seq, best.strategy, alone);
       EXPECT_EQ(again.tokens_per_s, best.tokens_per_s);
       EXPECT_EQ(again.device.total(), best.device.total());
       EXPECT_EQ(again.pp_bubble, best.pp_bubble);
     }
-    EXPECT_EQ(seen.count({8, 1, 1}) + seen.count({1, 8, 1}) + seen.count({2, 2, 2}) +
-                  seen.count({1, 1, 8}),
-              4u);
+    EXPECT_EQ(seen.count({8, 1, 1, 1}) + seen.count({1, 8, 1, 1}) + seen.count({2, 2, 2, 1}) +
+                  seen.count({2, 2, 2, 2}) + seen.count({1, 1, 8, 1}) + seen.count({1, 1, 8, 2}),
+              6u);
+    // interleaving halves the bubble, (p - 1) / (v m)
+    for (const auto& [k, b] : bubble) {
+      if (std::get<3>(k) != 2) continue;
+      EXPECT_DOUBLE_EQ(b, bubble.at({std::get<0>(k), std::get<1>(k), std::get<2>(k), 1}) / 2.0);
+    }
+    EXPECT_DOUBLE_EQ(bubble.at({1, 1, 8, 1}), 7.0 / 32.0);
   }
 }
 

@@ -572,6 +572,7 @@ void run_layout_plan(const PlanCommandOptions& o, const ModelConfig& config,
       nlohmann::json j = {{"tp", l.tp},
                           {"cp", l.cp},
                           {"pp", l.pp},
+                          {"virtual_stages", l.virtual_stages},
                           {"dp", l.dp},
                           {"best", l.best >= 0 ? nlohmann::json(l.plans[size_t(l.best)].strategy)
                                                : nlohmann::json()},
@@ -586,16 +587,20 @@ void run_layout_plan(const PlanCommandOptions& o, const ModelConfig& config,
             << " per micro-batch, on " << co.gpus << " x " << co.gpu.name << " ("
             << co.gpus_per_node << " per node), host memory " << gib(double(co.host_memory_bytes))
             << " per node: every layout, fastest first (tensor parallelism within a node; a "
-               "pipeline runs 1F1B over 4 x pp micro-batches)\n";
-  std::cout << "  tp  cp  pp  dp  fastest that fits   tokens/s  MFU causal  GiB per GPU  "
+               "pipeline runs 4 x pp micro-batches a step by 1F1B, or by interleaved 1F1B over "
+               "two chunks a rank: pp 4x2)\n";
+  std::cout << "  tp  cp   pp  dp  fastest that fits   tokens/s  MFU causal  GiB per GPU  "
                "host GiB per node  bubble\n";
   char line[256];
+  auto pp = [](const LayoutPlan& l) {
+    return l.virtual_stages > 1 ? str(l.pp, "x", l.virtual_stages) : str(l.pp);
+  };
   for (const LayoutPlan& l : layouts) {
     if (l.best < 0) continue;
     const ClusterPlan& p = l.plans[size_t(l.best)];
     std::snprintf(
-        line, sizeof(line), "%4lld%4lld%4lld%4lld  %-17s %10.0f %10.1f%% %12.2f %18.2f %6.1f%%\n",
-        (long long)l.tp, (long long)l.cp, (long long)l.pp, (long long)l.dp, p.strategy.c_str(),
+        line, sizeof(line), "%4lld%4lld%5s%4lld  %-17s %10.0f %10.1f%% %12.2f %18.2f %6.1f%%\n",
+        (long long)l.tp, (long long)l.cp, pp(l).c_str(), (long long)l.dp, p.strategy.c_str(),
         p.tokens_per_s, 100.0 * p.mfu_causal, double(p.device.total()) / double(int64_t(1) << 30),
         double(p.host_need_bytes) / double(int64_t(1) << 30), 100.0 * p.pp_bubble);
     std::cout << line;
@@ -612,12 +617,12 @@ void run_layout_plan(const PlanCommandOptions& o, const ModelConfig& config,
     const ClusterPlan* closest = &l.plans.front();
     for (const ClusterPlan& p : l.plans)
       if (short_of(p) < short_of(*closest)) closest = &p;
-    std::snprintf(
-        line, sizeof(line), "%4lld%4lld%4lld%4lld  %-17s %10s %11s %12.2f %18.2f %6.1f%%\n",
-        (long long)l.tp, (long long)l.cp, (long long)l.pp, (long long)l.dp,
-        ("none (" + closest->strategy + ")").c_str(), "-", "-",
-        double(closest->device.total()) / double(int64_t(1) << 30),
-        double(closest->host_need_bytes) / double(int64_t(1) << 30), 100.0 * closest->pp_bubble);
+    std::snprintf(line, sizeof(line), "%4lld%4lld%5s%4lld  %-17s %10s %11s %12.2f %18.2f %6.1f%%\n",
+                  (long long)l.tp, (long long)l.cp, pp(l).c_str(), (long long)l.dp,
+                  ("none (" + closest->strategy + ")").c_str(), "-", "-",
+                  double(closest->device.total()) / double(int64_t(1) << 30),
+                  double(closest->host_need_bytes) / double(int64_t(1) << 30),
+                  100.0 * closest->pp_bubble);
     std::cout << line;
   }
   if (unfit)
@@ -626,7 +631,7 @@ void run_layout_plan(const PlanCommandOptions& o, const ModelConfig& config,
   if (refused > 0)
     std::cout << refused << " more layouts left out: their --tp does not divide the heads or "
               << "the MLP, the sequence does not split into 2 x tp x cp chunks, or there are "
-              << "more stages than layers\n";
+              << "more chunks than layers\n";
 }
 
 void run_cluster_plan(const PlanCommandOptions& o) {

@@ -535,27 +535,29 @@ std::vector<LayoutPlan> plan_layouts(Backend& target, const ModelConfig& config,
       if (G % (t * c) != 0) continue;
       for (int64_t p = 1; t * c * p <= G; ++p) {
         if (G % (t * c * p) != 0) continue;
-        ClusterOptions o = options;
-        o.parallel = Parallel{t, c};
-        o.pp = p;
-        o.virtual_stages = 1;
-        o.micro_batches = p > 1 ? 4 * p : 1;
-        o.search_max_seq = false;
-        try {
-          validate_cluster(config, seq, o);
-        } catch (const ConfigError&) {
-          ++skipped;
-          continue;
+        for (int64_t v = 1; v <= (p > 1 ? 2 : 1); ++v) {
+          ClusterOptions o = options;
+          o.parallel = Parallel{t, c};
+          o.pp = p;
+          o.virtual_stages = v;
+          o.micro_batches = p > 1 ? 4 * p : 1;
+          o.search_max_seq = false;
+          try {
+            validate_cluster(config, seq, o);
+          } catch (const ConfigError&) {
+            ++skipped;
+            continue;
+          }
+          LayoutPlan l{t, c, p, G / (t * c * p), v, {}, -1};
+          for (const std::string& s : strategies) {
+            l.plans.push_back(plan_cluster(target, config, seq, s, o));
+            const ClusterPlan& last = l.plans.back();
+            if (last.fits() &&
+                (l.best < 0 || last.tokens_per_s > l.plans[size_t(l.best)].tokens_per_s))
+              l.best = int(l.plans.size()) - 1;
+          }
+          out.push_back(std::move(l));
         }
-        LayoutPlan l{t, c, p, G / (t * c * p), {}, -1};
-        for (const std::string& s : strategies) {
-          l.plans.push_back(plan_cluster(target, config, seq, s, o));
-          const ClusterPlan& last = l.plans.back();
-          if (last.fits() &&
-              (l.best < 0 || last.tokens_per_s > l.plans[size_t(l.best)].tokens_per_s))
-            l.best = int(l.plans.size()) - 1;
-        }
-        out.push_back(std::move(l));
       }
     }
   }

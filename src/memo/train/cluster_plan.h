@@ -122,16 +122,19 @@ std::string cluster_formulas();
 // replicas data parallel, each strategy's plan and the fastest of those that fit.
 struct LayoutPlan {
   int64_t tp = 1, cp = 1, pp = 1, dp = 1;
+  int64_t virtual_stages = 1;      // chunks per pipeline rank: 2 is interleaved 1F1B
   std::vector<ClusterPlan> plans;  // one per strategy, in the order given
   int best = -1;                   // the fitting plan with the most tokens/s; -1: none fits
 };
 
 // Note [Layout comparison]
 // Every layout of options.gpus GPUs: each t dividing the GPUs of a node (tensor parallelism stays
-// within one), each c and p with t c p dividing G (1F1B over 4 p micro-batches per step under a
-// pipeline; options' virtual_stages and micro_batches are not used), the rest data parallel.
-// Layouts validate_cluster refuses (t not dividing the heads, the sequence not splitting into the
-// 2 c t chunks, more stages than layers) are left out, counted in *refused. Each is planned under
+// within one), each c and p with t c p dividing G, the rest data parallel. A pipeline runs 4 p
+// micro-batches per step, planned twice: under 1F1B and under interleaved 1F1B with two chunks
+// a rank (half the bubble, for twice the stage transfers and more micro-batches in flight on the
+// first stages); options' virtual_stages and micro_batches are not used. Layouts
+// validate_cluster refuses (t not dividing the heads, the sequence not splitting into the 2 c t
+// chunks, more chunks than layers) are left out, counted in *refused. Each is planned under
 // every strategy as plan_cluster plans it (without the longest-sequence search); the list is
 // ordered by the best fitting plan's tokens/s, fastest first (equally fast: the least device
 // memory per GPU first), then the layouts where nothing fits by the least device memory short of
