@@ -53,6 +53,29 @@ class PlanCommand : public ::testing::Test {
   test::TempDir dir;
 };
 
+// A pipeline on GPUs (its sends staged through host memory: Note [Host-staged groups]) plans each
+// stage's whole step with the CUDA backend's kernel sizes: under keep the first of 4 stages holds
+// the activations of 4 micro-batches in flight, the last of one.
+TEST_F(PlanCommand, a_gpu_pipeline_plans_each_stage_with_the_cuda_sizes) {
+  std::ofstream(dir / "four.json") << R"({"hidden_size": 32, "intermediate_size": 64,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 512})";
+  const std::string cmd = test::memo_bin() + " plan --config " + dir.str("four.json") +
+                          " --seq 64 --batch 1 --pp 4 --micro-batches 8 --activations keep --json";
+  const test::CommandResult cuda = test::run_command(cmd + " --device cuda --precision bf16");
+  ASSERT_EQ(cuda.exit_code, 0) << cuda.output;
+  const test::CommandResult cpu = test::run_command(cmd + " --precision bf16");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  const nlohmann::json g = nlohmann::json::parse(cuda.output),
+                       c = nlohmann::json::parse(cpu.output);
+  ASSERT_EQ(g.at("stages").size(), 4u);
+  auto arena = [](const nlohmann::json& j, int p) {
+    return j.at("stages")[size_t(p)].at("plan_peak_bytes").get<int64_t>();
+  };
+  EXPECT_GT(arena(g, 0), arena(g, 3));
+  EXPECT_NE(arena(g, 0), arena(c, 0));  // the CUDA kernels' scratch, not the CPU's
+}
+
 TEST_F(PlanCommand, json_has_the_budget_plan_and_solver_fields) {
   const test::CommandResult r = test::run_command(plan_cmd("--device-memory 1GiB --json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;

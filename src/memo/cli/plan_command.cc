@@ -284,12 +284,11 @@ void run_plan(const PlanCommandOptions& o) {
 // plan of its whole step, as the run makes it before step 1 (trace_pipeline_stage on its part,
 // the layers split as memo train splits them), in stage order. With --tp T and --cp C: the plan
 // of each stage's first rank (the others hold the same shapes: the head's part is held at its
-// padded width, and every context-parallel rank two chunks of each sequence).
+// padded width, and every context-parallel rank two chunks of each sequence). --device cuda: with
+// the CUDA backend's kernel sizes, as a GPU run plans its stages.
 void run_pipeline_plan(const PlanCommandOptions& o) {
   const ModelConfig config = load_model_config(o.config_path);
   check_shape_flags(o, config);
-  if (o.device != "cpu")
-    throw ConfigError("--pp plans a run on the CPU (memo train runs pipelines on the CPU for now)");
   const PipelineShape shape{int(o.pp), int(o.virtual_stages)};
   const int m = int(o.micro_batches > 0 ? o.micro_batches : 4 * o.pp);
   validate_pipeline(shape, m);
