@@ -252,6 +252,34 @@ TEST(Pipeline, every_released_send_was_received_first) {
   }
 }
 
+// Between two ranks, in each direction, the schedules receive every message in the order the
+// sender sends it, the activations and the gradients alike (interleaving's wrap-around at P = 2
+// sends both kinds one way): a transport without tags that keeps one pair's messages in order
+// (NCCL's point-to-point) would deliver them as MPI's tags do (Note [Pipeline sends]).
+TEST(Pipeline, messages_between_two_ranks_are_received_in_the_order_sent) {
+  int mixed = 0;
+  for (int P : {2, 3, 4})
+    for (int V : {1, 2, 3})
+      for (int m : {P, 2 * P, 3 * P + (V == 1 ? 1 : 0)}) {
+        const PipelineShape shape{P, V};
+        // (from, to) -> (tag, micro-batch) in send order, and in receive order
+        std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> sent, received;
+        for (int r = 0; r < P; ++r)
+          for (const PipeAction& a : pipeline_actions(shape, m, r)) {
+            const PipeMessage in = action_receive(shape, a), out = action_send(shape, a);
+            if (in.peer >= 0) received[{in.peer, r}].emplace_back(in.tag, in.micro_batch);
+            if (out.peer >= 0) sent[{r, out.peer}].emplace_back(out.tag, out.micro_batch);
+          }
+        EXPECT_EQ(sent, received) << "P " << P << " V " << V << " m " << m;
+        for (const auto& [pair, messages] : sent) {
+          const auto gradient = [](const std::pair<int, int>& t) { return t.first % 2 == 1; };
+          mixed += std::any_of(messages.begin(), messages.end(), gradient) &&
+                   !std::all_of(messages.begin(), messages.end(), gradient);
+        }
+      }
+  EXPECT_GT(mixed, 0);  // some pairs carry both kinds one way
+}
+
 TEST(Pipeline, a_schedule_that_cannot_run_is_named) {
   const PipelineShape shape{2, 1};
   auto lists = all_ranks(shape, 2);
