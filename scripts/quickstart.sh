@@ -10,4 +10,4 @@ if [[ ! -s data/kjv.txt ]]; then
   bible gen1:1-rev22:21 > data/kjv.txt.tmp && mv data/kjv.txt.tmp data/kjv.txt
 fi
 exec build/memo train --config configs/small.json --data data/kjv.txt --seq 256 --batch 8 \
-  --steps 200 --lr 2e-3 --warmup 20 --save-every 50 --out runs/kjv-small --log runs/kjv-small.jsonl "$@"
+  --steps 200 --lr 2e-3 --warmup 20 --save-every 50 --out runs/kjv-small --overwrite --log runs/kjv-small.jsonl "$@"

@@ -416,6 +416,60 @@ TEST_F(Cli, keep_last_keeps_the_newest_checkpoints) {
   EXPECT_EQ(find_latest_checkpoint(dir / "one").filename(), "step-00000005");
 }
 
+// Note [One run a directory]: a new run refuses an --out that holds another run's checkpoints
+// (before any output), resuming that run into it is fine, --overwrite removes the other run's
+// checkpoints and writes its own, and --init-from may not name what --overwrite would remove.
+TEST_F(Cli, a_new_run_refuses_a_folder_holding_another_runs_checkpoints) {
+  const std::string a = dir / "a";
+  ASSERT_EQ(test::run_command(train_cmd(a, "--steps 3 --save-every 1 --keep-last 0")).exit_code, 0);
+  const test::CommandResult again = test::run_command(train_cmd(a, "--steps 2"));
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_NE(again.output.find("memo: error: --out " + a +
+                              " holds another run's checkpoints (newest step-00000003): continue "
+                              "that run with --resume " +
+                              a),
+            std::string::npos)
+      << again.output;
+  EXPECT_EQ(again.output.find("step 1/"), std::string::npos) << again.output;
+  EXPECT_EQ(find_latest_checkpoint(a).filename(), "step-00000003");  // untouched
+  // into another folder holding a run, a resumed run is a new run there too
+  const std::string b = dir / "b";
+  ASSERT_EQ(test::run_command(train_cmd(b, "--steps 1")).exit_code, 0);
+  EXPECT_EQ(test::run_command(test::memo_bin() + " train --data " + dir.str("data.txt") +
+                              " --resume " + a + " --steps 4 --out " + b)
+                .exit_code,
+            1);
+  // resuming a run into its own folder, named as the run or as one of its checkpoints
+  ASSERT_EQ(test::run_command(test::memo_bin() + " train --data " + dir.str("data.txt") +
+                              " --resume " + a + "/step-00000002 --steps 4")
+                .exit_code,
+            0);
+  EXPECT_EQ(find_latest_checkpoint(a).filename(), "step-00000004");
+  const test::CommandResult init =
+      test::run_command(test::memo_bin() + " train --data " + dir.str("data.txt") +
+                        " --init-from " + a + " --out " + a + " --overwrite --steps 1");
+  EXPECT_EQ(init.exit_code, 1) << init.output;
+  EXPECT_NE(init.output.find("--overwrite would remove --init-from"), std::string::npos)
+      << init.output;
+  auto steps_in = [](const std::string& folder) {
+    std::vector<std::string> found;
+    for (const auto& e : fs::directory_iterator(folder))
+      if (e.path().filename().string().rfind("step-", 0) == 0)
+        found.push_back(e.path().filename().string());
+    std::sort(found.begin(), found.end());
+    return found;
+  };
+  // --keep-last 2 of the resumed run left steps 3 and 4
+  ASSERT_EQ(steps_in(a), (std::vector<std::string>{"step-00000003", "step-00000004"}));
+  const test::CommandResult over = test::run_command(train_cmd(a, "--steps 2 --overwrite"));
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_NE(over.output.find("memo: --overwrite: removed 2 checkpoints of another run from " + a),
+            std::string::npos)
+      << over.output;
+  EXPECT_EQ(steps_in(a), std::vector<std::string>{"step-00000002"});
+  EXPECT_EQ(find_latest_checkpoint(a).filename(), "step-00000002");
+}
+
 // --skip-nonfinite K: a step whose loss is not finite (SGD at lr 1e30 after one step) is skipped,
 // logged and printed, with no update (the skipped steps' checkpoints hold the model of the last
 // step applied, byte for byte); the (K+1)-th in a row stops the run, naming the step and the lr.

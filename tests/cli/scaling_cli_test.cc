@@ -313,8 +313,7 @@ TEST_F(ScalingCli, lion_run_resumes_with_identical_losses_and_noise_scale) {
 
 TEST_F(ScalingCli, no_gns_and_single_micro_batch_log_null_noise_scale) {
   const std::string base = test::memo_bin() + " train --config " + dir.str("config.json") +
-                           " --data " + dir.str("data.txt") + " --seq 16 --steps 2 --out " +
-                           dir.str("run");
+                           " --data " + dir.str("data.txt") + " --seq 16 --steps 2 --no-checkpoint";
   ASSERT_EQ(
       test::run_command(base + " --batch 2 --micro-batch 1 --no-gns --log " + dir.str("a.jsonl"))
           .exit_code,

@@ -145,8 +145,9 @@ TEST_F(DataParallel, zero_one_equals_zero_zero_and_resumes_on_another_layout) {
     // from ZeRO-1's step-3 checkpoint: ZeRO-0 on 2 ranks continues bit for bit, 4 ranks and one
     // process within the rounding of another summation order
     const std::string from = z1 + "/step-00000003";
+    int n = 0;
     for (const std::string& launch : {mpirun(2), mpirun(4), std::string("OMP_NUM_THREADS=1 ")}) {
-      const std::string out = dir / ("resumed" + std::to_string(launch.size()));
+      const std::string out = dir / ("resumed" + std::to_string(++n));
       const test::CommandResult resumed = test::run_command(
           launch + test::memo_bin() + " train --data " + dir.str("data.txt") + " --resume " + from +
           " --steps 6 --val-batches 2 --zero 0 --out " + out + " --log " + out + ".jsonl");

@@ -156,6 +156,9 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_flag("--async-save", t->async_save,
                "Write checkpoints in the background: the step boundary only copies the state "
                "to host memory (one more copy of it held there); the next save waits");
+  cmd.add_flag("--overwrite", t->overwrite,
+               "Let a new run write into an --out that holds another run's checkpoints, "
+               "removing them (and its latest and best) once this run's weights are loaded");
   cmd.add_option("--resume", t->resume_dir, "Continue the run in this directory (or checkpoint)");
   cmd.add_option("--init-from", t->init_from,
                  "Start from this checkpoint's weights with a fresh optimiser");

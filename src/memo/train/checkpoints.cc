@@ -209,6 +209,67 @@ std::string commit_checkpoint(const TrainOptions& o, const CheckpointData& data,
 
 }  // namespace
 
+namespace {
+
+// The checkpoints of another run in o.out_dir (see Note [One run a directory]), oldest first,
+// with its `latest` and `best` files: empty when there are none, when the run writes none, or
+// when it resumes the run that folder holds.
+std::vector<fs::path> other_runs_checkpoints(const TrainOptions& o) {
+  const fs::path out(o.out_dir);
+  std::error_code ec;
+  if (!o.checkpoints || !fs::is_directory(out, ec)) return {};
+  if (!o.resume_dir.empty()) {
+    const fs::path r(o.resume_dir);
+    const fs::path resumed = has_model_tensors(r) ? r.parent_path() : r;  // a run, or one step
+    if (fs::equivalent(resumed, out, ec)) return {};
+  }
+  std::vector<fs::path> found;
+  for (const auto& e : fs::directory_iterator(out)) {
+    const std::string n = e.path().filename().string();
+    if ((e.is_directory() && n.rfind("step-", 0) == 0) ||
+        (e.is_regular_file() && (n == kLatestFile || n == kBestFile)))
+      found.push_back(e.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+void check_out_dir(const TrainOptions& o) {
+  const std::vector<fs::path> found = other_runs_checkpoints(o);
+  if (found.empty()) return;
+  if (o.overwrite) {
+    // the run reads --init-from's side files (tokenizer, generation config) at every save
+    std::error_code ec;
+    const fs::path out = fs::weakly_canonical(o.out_dir, ec);
+    const fs::path from = fs::weakly_canonical(o.init_from, ec);
+    if (!o.init_from.empty() && (from == out || from.parent_path() == out))
+      throw ConfigError(str("--overwrite would remove --init-from ", o.init_from,
+                            ", which the run reads: copy it out of --out ", o.out_dir,
+                            " first, or give another --out"));
+    return;
+  }
+  std::string newest;
+  for (const fs::path& p : found)
+    if (p.filename().string().rfind("step-", 0) == 0) newest = p.filename().string();
+  throw ConfigError(str("--out ", o.out_dir, " holds another run's checkpoints",
+                        newest.empty() ? std::string() : str(" (newest ", newest, ")"),
+                        ": continue that run with --resume ", o.out_dir,
+                        ", start from its weights with --init-from ", o.out_dir,
+                        " and another --out, or give --overwrite to remove them"));
+}
+
+int remove_other_runs_checkpoints(const TrainOptions& o) {
+  if (!o.overwrite) return 0;
+  int removed = 0;
+  for (const fs::path& p : other_runs_checkpoints(o)) {
+    removed += p.filename().string().rfind("step-", 0) == 0;
+    fs::remove_all(p);
+  }
+  return removed;
+}
+
 const char* precision_name(const Backend& backend) {
   return backend.activation_dtype() == DType::kBF16 ? "bf16" : "fp32";
 }

@@ -45,6 +45,22 @@ struct ResumePoint {
 // Null without --resume; else the checkpoint, its pinned options restored into o (Note [Resume]).
 std::optional<ResumePoint> resume_point(TrainOptions& o);
 
+// Note [One run a directory]
+// A run's --out holds its checkpoints (step-NNNNNNNN, `latest`, `best`), pruned by --keep-last
+// and found by --resume through `latest`. A new run written into a folder that holds another's
+// would mix the two: `latest` would name the new run's first checkpoint while the other's newer
+// steps stay, --keep-last would later remove the other run's checkpoints as the new one passes
+// their step numbers, and a kill before the new run's first save would leave `latest` naming
+// the other run, which --resume would then continue. So a run writes checkpoints only into a
+// folder that holds none, or the run it resumes; else ConfigError naming the newest checkpoint
+// found and the ways out, before any output. --overwrite instead removes the other run's
+// checkpoints (remove_other_runs_checkpoints, once the run's weights are loaded, so that
+// --init-from may name the same folder).
+void check_out_dir(const TrainOptions& o);
+// --overwrite: removes out_dir's checkpoints, `latest` and `best` when check_out_dir found
+// another run's there (rank 0 only; no-op otherwise). Returns how many checkpoints it removed.
+int remove_other_runs_checkpoints(const TrainOptions& o);
+
 // The weights: a resumed checkpoint's (its fp32 master weights where model.safetensors is not
 // f32: Note [Master weights beside bf16]; DataError when they are missing), another run's
 // (--init-from: its model.safetensors), or a fresh initialisation. Returns the dtype they were

@@ -235,6 +235,7 @@ TrainSession::TrainSession(const TrainOptions& options, Runtime& runtime)
 
 void TrainSession::read_run() {
   resume_ = resume_point(o_);
+  check_out_dir(o_);  // Note [One run a directory]
   start_step_ = resume_ ? resume_->step : 0;
   stages_ = check_shape_options(o_);
   const int job_size = job_.size();

@@ -167,6 +167,9 @@ StepLogger::StepLogger(TrainSession& session)
       start_tokens_(session.plan().next().tokens_end - session.plan().next().tokens) {
   const TrainOptions& o = s_.options();
   if (!s_.runtime().lead()) return;
+  if (const int removed = remove_other_runs_checkpoints(o))  // Note [One run a directory]
+    progress_ << "memo: --overwrite: removed " << removed << " checkpoint"
+              << (removed == 1 ? "" : "s") << " of another run from " << o.out_dir << "\n";
   std::filesystem::create_directories(o.out_dir);
   if (!o.run_file.empty())
     write_file_atomic(std::filesystem::path(o.out_dir) / kRunFile, o.run_file);

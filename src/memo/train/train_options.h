@@ -54,6 +54,9 @@ struct TrainOptions {
   double gns_decay = 0.99;    // EMA decay per step of the noise-scale estimator
   uint64_t seed = 1234;
   std::string out_dir = "runs/default";
+  // --overwrite: a new run may write into an out_dir that holds another run's checkpoints, which
+  // it removes first (Note [One run a directory] in train/checkpoints.h)
+  bool overwrite = false;
   int64_t save_every = 0;   // 0: only at the end
   bool checkpoints = true;  // false (--no-checkpoint): none at all (benchmarks, dry runs)
   int64_t keep_last = 2;    // checkpoints kept in out_dir, the newest included (0: every one)
