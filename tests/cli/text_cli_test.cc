@@ -193,7 +193,7 @@ TEST_F(TextCli, prompt_completion_data_counts_the_completions_only) {
     EXPECT_LT(test::relative(std::stod(pipe.at(step)), std::stod(one.at(step))), 1e-5) << step;
   test::expect_clean_failure(
       train_cmd(dir.str("in/part0.txt"), "mixed", "--val-data " + dir.str("sft")),
-      "is text and the validation data " + dir.str("sft") + " (1 training shards) is not");
+      "is text and the validation data " + dir.str("sft") + " (1 validation shards) is not");
 
   const test::CommandResult e =
       test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --data " +
@@ -286,7 +286,8 @@ TEST_F(TextCli, broken_shard_folders_fail_with_one_line_naming_the_file) {
 
 // memo sweep holds out what memo train and memo eval hold out: a shard folder's validation shards
 // (it validated on the tail of the training shards, and trained without it, before they shared
-// train/run_data.h). The same runs on the joined shards with --val-data give the same lines.
+// train/run_data.h). The same runs on the joined shards with --val-data give the same lines, and
+// so does --val-data naming the shard folder.
 TEST_F(TextCli, sweep_validates_on_the_validation_shards) {
   const test::CommandResult t = tokenize();
   ASSERT_EQ(t.exit_code, 0) << t.output;
@@ -312,6 +313,10 @@ TEST_F(TextCli, sweep_validates_on_the_validation_shards) {
   ASSERT_TRUE(shards.at("val_loss").is_number()) << shards.dump();
   EXPECT_EQ(shards.at("val_loss"), files.at("val_loss"));
   EXPECT_EQ(shards.at("curve"), files.at("curve"));  // trained on every training shard
+  // a shard folder given as --val-data gives its validation shards, not its training ones
+  const nlohmann::json folder =
+      sweep(dir.str("train.bin") + " --val-data " + dir.str("shards"), "folder.jsonl");
+  EXPECT_EQ(folder.at("val_loss"), files.at("val_loss"));
 }
 
 TEST_F(TextCli, byte_models_generate_without_a_tokenizer_file) {

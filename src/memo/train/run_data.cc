@@ -32,10 +32,22 @@ int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64
   return int32_t(eot_id);
 }
 
+namespace {
+
+// --val-data: a `memo tokenize` folder gives its validation shards (those its own training holds
+// out), one without them its shards; anything else is read as --data is.
+TokenData given_validation(const std::string& path, int64_t vocab_size) {
+  if (std::optional<TokenData> shards = load_validation_shards(path, vocab_size))
+    return std::move(*shards);
+  return TokenData::load(path, vocab_size);
+}
+
+}  // namespace
+
 RunData load_run_data(const RunDataOptions& o, int64_t vocab_size) {
   TokenData all = TokenData::load(o.data_path, vocab_size);
   if (!o.val_data_path.empty())
-    return RunData{std::move(all), TokenData::load(o.val_data_path, vocab_size)};
+    return RunData{std::move(all), given_validation(o.val_data_path, vocab_size)};
   if (std::optional<TokenData> shards = load_validation_shards(o.data_path, vocab_size))
     return RunData{std::move(all), std::move(shards)};
   auto [train, val] = split_tail(std::move(all), o.val_fraction);
@@ -43,7 +55,7 @@ RunData load_run_data(const RunDataOptions& o, int64_t vocab_size) {
 }
 
 TokenData load_validation_data(const RunDataOptions& o, int64_t vocab_size) {
-  if (!o.val_data_path.empty()) return TokenData::load(o.val_data_path, vocab_size);
+  if (!o.val_data_path.empty()) return given_validation(o.val_data_path, vocab_size);
   if (std::optional<TokenData> shards = load_validation_shards(o.data_path, vocab_size))
     return std::move(*shards);
   return split_tail(TokenData::load(o.data_path, vocab_size), o.val_fraction).second;

@@ -1,5 +1,6 @@
 // The one train/validation split of memo train, memo sweep and memo eval: the validation tokens
-// are --val-data when given, else the validation shards of a `memo tokenize` folder
+// are --val-data when given (a `memo tokenize` folder's validation shards where it has them),
+// else the validation shards of a `memo tokenize` folder
 // (data/shards.h), else the last --val-fraction of the training data, which training then does
 // not see. Loads and checks every token before a caller writes any output. Not a sampler.
 #pragma once
