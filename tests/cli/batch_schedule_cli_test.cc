@@ -196,6 +196,9 @@ TEST_F(BatchScheduleCli, length_stages_are_spans_of_tokens_and_resume_bit_for_bi
                           "2560-7680, micro-batches of 1"),
             std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("step 1 | 128/7680 tok | stage 1/2 seq 32 | batch 4 | loss"),
+            std::string::npos)
+      << r.output;
   const std::vector<nlohmann::json> log = records(dir.str("s.jsonl"));
   int64_t tokens = 0, batch_tokens = 4 * 32, changes = 0, first_of_2 = 0;
   for (const nlohmann::json& j : log) {

@@ -52,8 +52,14 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
 // "step 12/60" for a fixed batch ("step 12/60 | stage 2/3 seq 1024" with length stages); with a
 // noise schedule, whose step count is not known in advance, "step 12 | 3072/8192 tok | batch 8".
 std::string step_label(const StepRun& run, const StepSchedule& plan, int64_t steps, size_t stages) {
-  char label[120];
-  if (stages > 1)
+  char label[160];
+  if (stages > 1 && plan.noise())  // a stage is a span of tokens (Note [Length stages])
+    std::snprintf(label, sizeof label,
+                  "step %lld | %lld/%lld tok | stage %d/%zu seq %lld | batch %lld",
+                  static_cast<long long>(run.step), static_cast<long long>(run.tokens_end),
+                  static_cast<long long>(plan.total_tokens()), run.stage + 1, stages,
+                  static_cast<long long>(run.seq), static_cast<long long>(run.batch));
+  else if (stages > 1)
     std::snprintf(label, sizeof label, "step %lld/%lld | stage %d/%zu seq %lld",
                   static_cast<long long>(run.step), static_cast<long long>(steps), run.stage + 1,
                   stages, static_cast<long long>(run.seq));
