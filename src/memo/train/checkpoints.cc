@@ -207,10 +207,6 @@ std::string commit_checkpoint(const TrainOptions& o, const CheckpointData& data,
   return dir.string();
 }
 
-}  // namespace
-
-namespace {
-
 // The checkpoints of another run in o.out_dir (see Note [One run a directory]), oldest first,
 // with its `latest` and `best` files: empty when there are none, when the run writes none, or
 // when it resumes the run that folder holds.
