@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -324,6 +325,44 @@ TEST(Attention, repeated_calls_are_bitwise_equal) {
                         {&first.dk, &second.dk},
                         {&first.dv, &second.dv}})
       EXPECT_EQ(0, std::memcmp(a->data(), b->data(), a->size() * sizeof(float))) << c;
+  }
+}
+
+// Note [Wide tile products]: on an AVX-512 CPU the products run on 512-bit vectors unless
+// MEMO_CPU_ISA=avx2; both widths give the same bits, at every head dim's column blocks (D 8: the
+// 256-bit tail alone; 16, 32, 48, 64: one block each; 40: a block and the tail; 128: two blocks),
+// under causal, document and full masks.
+TEST(Attention, wide_and_narrow_products_give_the_same_bits) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512 here: one width only";
+  const char* cap = std::getenv("MEMO_CPU_ISA");
+  const std::string saved = cap != nullptr ? cap : "";
+  std::vector<int32_t> ks;
+  for (int64_t i = 0; i < 150; ++i) ks.push_back(int32_t(i / 45 * 45));
+  for (AttnCase c :
+       {AttnCase{1, 150, 2, 1, 8}, AttnCase{1, 150, 2, 2, 16}, AttnCase{1, 150, 4, 2, 32},
+        AttnCase{1, 150, 2, 1, 40}, AttnCase{1, 150, 2, 2, 48}, AttnCase{1, 150, 4, 2, 64},
+        AttnCase{1, 150, 2, 1, 128}})
+    for (const AttnMask& mask : {AttnMask::kCausal, AttnMask::kFull,
+                                 AttnMask::causal_from({ks.data(), {int64_t(ks.size())}})}) {
+      AttnData wide(c, 1.0, 5), narrow(c, 1.0, 5);
+      wide.mask = narrow.mask = mask;
+      ::unsetenv("MEMO_CPU_ISA");
+      wide.run_kernels();
+      ::setenv("MEMO_CPU_ISA", "avx2", 1);
+      narrow.run_kernels();
+      for (auto [a, b] : {std::pair{&wide.o, &narrow.o},
+                          {&wide.lse, &narrow.lse},
+                          {&wide.dq, &narrow.dq},
+                          {&wide.dk, &narrow.dk},
+                          {&wide.dv, &narrow.dv}})
+        EXPECT_EQ(0, std::memcmp(a->data(), b->data(), a->size() * sizeof(float)))
+            << c << (mask.causal ? " causal" : " full")
+            << (mask.key_start.empty() ? "" : " documents");
+    }
+  if (saved.empty()) {
+    ::unsetenv("MEMO_CPU_ISA");
+  } else {
+    ::setenv("MEMO_CPU_ISA", saved.c_str(), 1);
   }
 }
 

@@ -3,8 +3,12 @@
 // multiple of the vector width, so the tile products need no tails); the S x S scores are never
 // stored. Any head_dim D >= 1 works. Oracle: attention_reference.h (float64, full score matrix).
 // The schedule, masks and softmax are attention_tiles.h's (Note [Attention threads and
-// determinism]); this file holds the f32 tiles and their products.
+// determinism]); this file holds the f32 tiles and their products, on 256-bit vectors or, where
+// the CPU has AVX-512, on 512-bit ones (Note [Wide tile products]).
+#include <immintrin.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "memo/cpu/attention_tiles.h"
@@ -81,6 +85,123 @@ void tile_acc(float* c, const float* a, int64_t a_rs, int64_t a_cs, const float*
   if (dp - col == kW) tile_acc_block<1>(c, a, a_rs, a_cs, b, dp, col);
 }
 
+// Note [Wide tile products]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// On a CPU with AVX-512F the two products above run on 512-bit vectors instead: twice the
+// multiply-adds per instruction, and register blocks of 16 accumulators (4 rows x the 64 keys of a
+// score row; rows x up to 64 columns of an accumulation) that load 0.5-1 operands per multiply-add
+// where the 256-bit blocks load 0.75. Element (i, j) of either product is still one chain of
+// fused multiply-adds over the same index in the same order, starting from the same value, so
+// both widths give the same bits (test: CpuAttention.wide_and_narrow_products_give_the_same_bits);
+// the width only decides how many elements one instruction advances. MEMO_CPU_ISA=avx2 keeps the
+// 256-bit products, as on a CPU without AVX-512 (read at each call, so a test can compare both).
+// Both operands are pinned in registers: GCC otherwise folds one of them into each multiply-add
+// as a memory operand, loading it once per accumulator (measured: that made the wide products no
+// faster than the narrow ones).
+
+bool wide_products() {
+  if (!__builtin_cpu_supports("avx512f")) return false;
+  const char* cap = std::getenv("MEMO_CPU_ISA");
+  return cap == nullptr || std::strcmp(cap, "avx2") != 0;
+}
+
+[[gnu::target("avx512f")]] inline void pin(__m512& v) { asm("" : "+v"(v)); }
+
+// tile_dot_nt on 512-bit vectors: register block 4 rows x 64 keys.
+[[gnu::target("avx512f")]] void tile_dot_nt_wide(float* c, const float* a, const float* bt,
+                                                 int64_t dp) {
+  static_assert(kT == 64, "a score row is four 16-float vectors");
+  for (int64_t i = 0; i < kT; i += 4) {
+    __m512 acc[4][4];
+    for (auto& row : acc)
+      for (__m512& x : row) x = _mm512_setzero_ps();
+    for (int64_t d = 0; d < dp; ++d) {
+      __m512 b[4];
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        b[v] = _mm512_loadu_ps(bt + d * kT + 16 * v);
+        pin(b[v]);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        __m512 ar = _mm512_set1_ps(a[(i + r) * dp + d]);
+        pin(ar);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_fmadd_ps(ar, b[v], acc[r][v]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) _mm512_storeu_ps(c + (i + r) * kT + 16 * v, acc[r][v]);
+  }
+}
+
+// tile_acc_block on 512-bit vectors: register block R rows x NC vectors of 16 columns.
+template <int R, int NC>
+[[gnu::target("avx512f")]] void tile_acc_block_wide(float* c, const float* a, int64_t a_rs,
+                                                    int64_t a_cs, const float* b, int64_t dp,
+                                                    int64_t col) {
+  static_assert(kT % R == 0, "row blocks tile the tile");
+  for (int64_t i = 0; i < kT; i += R) {
+    __m512 acc[R][NC];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NC; ++v) acc[r][v] = _mm512_loadu_ps(c + (i + r) * dp + col + 16 * v);
+    for (int64_t j = 0; j < kT; ++j) {
+      __m512 bj[NC];
+#pragma GCC unroll 4
+      for (int v = 0; v < NC; ++v) {
+        bj[v] = _mm512_loadu_ps(b + j * dp + col + 16 * v);
+        pin(bj[v]);
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        __m512 ar = _mm512_set1_ps(a[(i + r) * a_rs + j * a_cs]);
+        pin(ar);
+#pragma GCC unroll 4
+        for (int v = 0; v < NC; ++v) acc[r][v] = _mm512_fmadd_ps(ar, bj[v], acc[r][v]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NC; ++v) _mm512_storeu_ps(c + (i + r) * dp + col + 16 * v, acc[r][v]);
+  }
+}
+
+// tile_acc on 512-bit vectors; a last 8 columns (dp is a multiple of 8) take the 256-bit block.
+[[gnu::target("avx512f")]] void tile_acc_wide(float* c, const float* a, int64_t a_rs, int64_t a_cs,
+                                              const float* b, int64_t dp) {
+  int64_t col = 0;
+  for (; col + 64 <= dp; col += 64) tile_acc_block_wide<4, 4>(c, a, a_rs, a_cs, b, dp, col);
+  const int64_t rest = (dp - col) / 16;
+  if (rest == 3) tile_acc_block_wide<4, 3>(c, a, a_rs, a_cs, b, dp, col);
+  if (rest == 2) tile_acc_block_wide<8, 2>(c, a, a_rs, a_cs, b, dp, col);
+  if (rest == 1) tile_acc_block_wide<16, 1>(c, a, a_rs, a_cs, b, dp, col);
+  col += 16 * rest;
+  if (col < dp) tile_acc_block<1>(c, a, a_rs, a_cs, b, dp, col);
+}
+
+// The products at the width the policy was built for.
+template <bool kWide>
+void dot_nt(float* c, const float* a, const float* bt, int64_t dp) {
+  if constexpr (kWide) {
+    tile_dot_nt_wide(c, a, bt, dp);
+  } else {
+    tile_dot_nt(c, a, bt, dp);
+  }
+}
+template <bool kWide>
+void acc_tile(float* c, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t dp) {
+  if constexpr (kWide) {
+    tile_acc_wide(c, a, a_rs, a_cs, b, dp);
+  } else {
+    tile_acc(c, a, a_rs, a_cs, b, dp);
+  }
+}
+
 // Copies rows [r0, r0 + n) of a head's D columns (src(r, c0 + d)) into dst[kT][dp], zero-padded
 // in both directions; or, transposed (load_tile_t), into dst[dp][kT].
 void load_tile(float* dst, const ConstTensor& src, int64_t r0, int64_t n, int64_t c0, int64_t D,
@@ -95,7 +216,9 @@ void load_tile_t(float* dst, const ConstTensor& src, int64_t r0, int64_t n, int6
     for (int64_t d = 0; d < D; ++d) dst[d * kT + r] = src(r0 + r, c0 + d);
 }
 
-// f32 tiles: q, dO, k, v row-major [kT][dp]; k^T and v^T [dp][kT] for the score products.
+// f32 tiles: q, dO, k, v row-major [kT][dp]; k^T and v^T [dp][kT] for the score products; the
+// products on 512-bit vectors where kWide (Note [Wide tile products]).
+template <bool kWide>
 struct F32Tiles {
   using Elem = float;
   static constexpr bool kByGroup = true;
@@ -123,8 +246,8 @@ struct F32Tiles {
     load_tile_t(t.kt, k, row0, n, c0, s.D, s.dp);
     load_tile(t.v, v, row0, n, c0, s.D, s.dp);
   }
-  static void scores(Fwd& t, const AttnShape& s) { tile_dot_nt(t.p, t.q, t.kt, s.dp); }
-  static void pv(Fwd& t, const AttnShape& s) { tile_acc(t.acc, t.p, kT, 1, t.v, s.dp); }
+  static void scores(Fwd& t, const AttnShape& s) { dot_nt<kWide>(t.p, t.q, t.kt, s.dp); }
+  static void pv(Fwd& t, const AttnShape& s) { acc_tile<kWide>(t.acc, t.p, kT, 1, t.v, s.dp); }
 
   // Per-thread backward workspace: q, dO, k, k^T, v^T, dk, dv, dq tiles (kT * dp each), the P and
   // dP/dS tiles (kT * kT each), lse and D = rowsum(dO * O) of a query tile (kT each).
@@ -152,8 +275,8 @@ struct F32Tiles {
     load_tile_t(t.vt, a.v, row0, n, c0, s.D, s.dp);
   }
   static void scores(Bwd& t, const AttnShape& s) {
-    tile_dot_nt(t.p, t.q, t.kt, s.dp);
-    tile_dot_nt(t.ds, t.dout, t.vt, s.dp);
+    dot_nt<kWide>(t.p, t.q, t.kt, s.dp);
+    dot_nt<kWide>(t.ds, t.dout, t.vt, s.dp);
   }
   static void prepare(Bwd&, const AttnShape&, bool, bool) {}
   static void zero_key_grads(Bwd& t, const AttnShape& s) {
@@ -161,8 +284,8 @@ struct F32Tiles {
     std::fill(t.dv, t.dv + kT * s.dp, 0.0f);
   }
   static void acc_key_grads(Bwd& t, const AttnShape& s) {
-    tile_acc(t.dv, t.p, 1, kT, t.dout, s.dp);  // dv[j] += sum_i p[i][j] dO[i]: p transposed
-    tile_acc(t.dk, t.ds, 1, kT, t.q, s.dp);
+    acc_tile<kWide>(t.dv, t.p, 1, kT, t.dout, s.dp);  // dv[j] += sum_i p[i][j] dO[i]: p transposed
+    acc_tile<kWide>(t.dk, t.ds, 1, kT, t.q, s.dp);
   }
   static void store_key_grads(const Tensor& dk, const Tensor& dv, const Bwd& t, int64_t row0,
                               int64_t n, int64_t c0, const AttnShape& s) {
@@ -173,7 +296,7 @@ struct F32Tiles {
       }
   }
   static void zero_dq(Bwd& t, const AttnShape& s) { std::fill(t.dq, t.dq + kT * s.dp, 0.0f); }
-  static void acc_dq(Bwd& t, const AttnShape& s) { tile_acc(t.dq, t.ds, kT, 1, t.k, s.dp); }
+  static void acc_dq(Bwd& t, const AttnShape& s) { acc_tile<kWide>(t.dq, t.ds, kT, 1, t.k, s.dp); }
   static void store_dq(const Tensor& dq, const Bwd& t, int64_t row0, int64_t n, int64_t c0,
                        const AttnShape& s, bool add) {
     for (int64_t i = 0; i < n; ++i) {
@@ -196,14 +319,19 @@ struct F32Tiles {
 
 int64_t attention_forward_scratch_numel(int64_t head_dim) {
   MEMO_CHECK(head_dim > 0, "attention_forward_scratch_numel: head_dim ", head_dim, " must be > 0");
-  return int64_t(omp_get_max_threads()) * F32Tiles::forward_numel(padded_dim(head_dim));
+  return int64_t(omp_get_max_threads()) * F32Tiles<false>::forward_numel(padded_dim(head_dim));
 }
 
 void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                        int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                        AttnMask mask) {
-  attn::attention_forward<F32Tiles>("attention_forward", o, lse, q, k, v, batch, n_heads,
-                                    n_kv_heads, scratch, mask);
+  if (wide_products()) {
+    attn::attention_forward<F32Tiles<true>>("attention_forward", o, lse, q, k, v, batch, n_heads,
+                                            n_kv_heads, scratch, mask);
+  } else {
+    attn::attention_forward<F32Tiles<false>>("attention_forward", o, lse, q, k, v, batch, n_heads,
+                                             n_kv_heads, scratch, mask);
+  }
 }
 
 int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
@@ -213,14 +341,19 @@ int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t 
              n_heads, ", n_kv_heads ", n_kv_heads, " must all be > 0");
   // threads * (8 kT dp + 2 kT^2 + 2 kT) floats, dp = head_dim rounded up to 8: independent of seq
   // and of the head counts (see Note [Attention threads and determinism]).
-  return int64_t(omp_get_max_threads()) * F32Tiles::backward_numel(padded_dim(head_dim));
+  return int64_t(omp_get_max_threads()) * F32Tiles<false>::backward_numel(padded_dim(head_dim));
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
                         ConstTensor k, ConstTensor v, ConstTensor o, ConstTensor lse, int64_t batch,
                         int64_t n_heads, int64_t n_kv_heads, Tensor scratch, AttnMask mask) {
-  attn::attention_backward<F32Tiles>("attention_backward", dq, dk, dv, dout, q, k, v, o, lse, batch,
-                                     n_heads, n_kv_heads, scratch, mask);
+  if (wide_products()) {
+    attn::attention_backward<F32Tiles<true>>("attention_backward", dq, dk, dv, dout, q, k, v, o,
+                                             lse, batch, n_heads, n_kv_heads, scratch, mask);
+  } else {
+    attn::attention_backward<F32Tiles<false>>("attention_backward", dq, dk, dv, dout, q, k, v, o,
+                                              lse, batch, n_heads, n_kv_heads, scratch, mask);
+  }
 }
 
 }  // namespace memo::cpu

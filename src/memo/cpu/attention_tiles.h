@@ -128,14 +128,19 @@ inline void online_softmax_step(float* p, float* m, float* l, float* acc, const 
       std::fill(pi, pi + kT, 0.0f);
       continue;
     }
-    float mx = m[i];
-#pragma omp simd reduction(max : mx)
-    for (int64_t j = lo; j < hi; ++j) {
-      pi[j] *= scale;
-      mx = std::max(mx, pi[j]);
-    }
+    // The masked keys become -inf first (scaled, they stay -inf), so the scaling and the max run
+    // on whole vectors: GCC 12 left an `omp simd` max over [lo, hi) scalar, a chain of one
+    // 3-cycle max per key that cost as much as the tile's two products.
     std::fill(pi, pi + lo, -std::numeric_limits<float>::infinity());
     std::fill(pi + hi, pi + kT, -std::numeric_limits<float>::infinity());
+    Vec mx_v = splat(m[i]);
+    for (int64_t j = 0; j < kT; j += kW) {
+      const Vec x = load(pi + j) * scale;
+      store(pi + j, x);
+      mx_v = mx_v < x ? x : mx_v;  // std::max's choice per lane
+    }
+    float mx = mx_v[0];
+    for (int64_t w = 1; w < kW; ++w) mx = std::max(mx, mx_v[w]);
     const float corr = std::exp(m[i] - mx);  // m[i] = -inf on the first tile: corr = 0
     Vec sum_v{};
     for (int64_t j = 0; j < kT; j += kW) {
@@ -169,8 +174,8 @@ inline void probs_and_dscores(float* p, float* ds, const float* lse, const float
     if (i >= nq) lo = hi = 0;
     hi = std::max(lo, hi);
     const float lse_i = lse[i], delta_i = delta[i];
-#pragma omp simd
-    for (int64_t j = lo; j < hi; ++j) pi[j] = pi[j] * scale - lse_i;
+    // The whole row on vectors, then the masked keys (lse_i may be -inf where a row sees none)
+    for (int64_t j = 0; j < kT; j += kW) store(pi + j, load(pi + j) * scale - lse_i);
     std::fill(pi, pi + lo, -std::numeric_limits<float>::infinity());
     std::fill(pi + hi, pi + kT, -std::numeric_limits<float>::infinity());
     for (int64_t j = 0; j < kT; j += kW) {
