@@ -59,8 +59,11 @@ template <int NC>
     for (int64_t p = 0; p < K / 2; ++p) {
       __m512bh bv[NC];
 #pragma GCC unroll 4
-      for (int v = 0; v < NC; ++v)
+      for (int v = 0; v < NC; ++v) {
         bv[v] = (__m512bh)_mm512_loadu_si512(b + (p * N + col + v * kLanes) * 2);
+        asm(""
+            : "+v"(bv[v]));  // kept in a register, not reloaded for each row (as in attention.cc)
+      }
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
         int32_t pair;
@@ -131,33 +134,58 @@ void load_rows(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n, int64_t 
   zero_unless_full(dst, n, D, dp);
   for (int64_t r = 0; r < n; ++r) std::memcpy(dst + r * dp, row_bits(src, r0 + r, c0), D * 2);
 }
-void load_cols(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n, int64_t c0, int64_t D,
-               int64_t dp) {
-  zero_unless_full(dst, n, D, dp);
-  for (int64_t r = 0; r < n; ++r) {
-    const uint16_t* row = row_bits(src, r0 + r, c0);
-    for (int64_t d = 0; d < D; ++d) dst[d * kT + r] = row[d];
-  }
+// 16 bf16 elements of each of rows 2p and 2p + 1, interleaved: the 16 words (x[2p][d],
+// x[2p + 1][d]). kInterleave picks lane k of the first operand, then lane k of the second.
+alignas(64) constexpr uint16_t kInterleave[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                  37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                  11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+
+// The transpose of the words (x[2p][d], x[2p + 1][d]) is the columns: 16 row pairs by 16 columns
+// a step. Rows past n and columns past D are zeros, so the tile needs no fill first.
+[[gnu::target("avx512f,avx512bw")]] void load_cols(uint16_t* dst, const Bf16In& src, int64_t r0,
+                                                   int64_t n, int64_t c0, int64_t D, int64_t dp) {
+  const __m512i idx = _mm512_load_si512(kInterleave);
+  for (int64_t p0 = 0; p0 < kT / 2; p0 += 16)
+    for (int64_t d0 = 0; d0 < dp; d0 += 16) {
+      const __mmask32 m = _cvtu32_mask32((1u << std::min<int64_t>(16, D - d0)) - 1);
+      __m512i r[16];
+      for (int p = 0; p < 16; ++p) {
+        const int64_t row = 2 * (p0 + p);
+        const __m512i a = row < n ? _mm512_maskz_loadu_epi16(m, row_bits(src, r0 + row, c0) + d0)
+                                  : _mm512_setzero_si512();
+        const __m512i b = row + 1 < n
+                              ? _mm512_maskz_loadu_epi16(m, row_bits(src, r0 + row + 1, c0) + d0)
+                              : _mm512_setzero_si512();
+        r[p] = _mm512_permutex2var_epi16(a, idx, b);
+      }
+      transpose_16x16(r);
+      for (int c = 0; c < 16; ++c) _mm512_storeu_si512(dst + (d0 + c) * kT + 2 * p0, r[c]);
+    }
 }
 // A pair (row[2p], row[2p + 1]) is one 32-bit word: the layout is the transpose of the rows'
-// words, moved a word at a time (the last, odd column alone).
-void load_pairs_along_d(uint16_t* dst, const Bf16In& src, int64_t r0, int64_t n, int64_t c0,
-                        int64_t D, int64_t dp) {
-  zero_unless_full(dst, n, D, dp);
-  for (int64_t r = 0; r < n; ++r) {
-    const uint16_t* row = row_bits(src, r0 + r, c0);
-    for (int64_t p = 0; p < D / 2; ++p) std::memcpy(dst + (p * kT + r) * 2, row + 2 * p, 4);
-    if (D % 2) dst[((D / 2) * kT + r) * 2] = row[D - 1];
-  }
+// words, 16 rows by 16 words a step (an odd D's last column pairs with a zero). Rows past n and
+// columns past D are zeros, so the tile needs no fill first.
+[[gnu::target("avx512f,avx512bw")]] void load_pairs_along_d(uint16_t* dst, const Bf16In& src,
+                                                            int64_t r0, int64_t n, int64_t c0,
+                                                            int64_t D, int64_t dp) {
+  for (int64_t q0 = 0; q0 < kT; q0 += 16)
+    for (int64_t p0 = 0; p0 < dp / 2; p0 += 16) {
+      const int64_t cols = std::clamp<int64_t>(D - 2 * p0, 0, 32);
+      const __mmask32 m = _cvtu32_mask32(cols == 32 ? ~0u : (1u << cols) - 1);
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = q0 + i < n ? _mm512_maskz_loadu_epi16(m, row_bits(src, r0 + q0 + i, c0) + 2 * p0)
+                          : _mm512_setzero_si512();
+      transpose_16x16(r);
+      for (int c = 0; c < 16 && p0 + c < dp / 2; ++c)
+        _mm512_storeu_si512(dst + ((p0 + c) * kT + q0) * 2, r[c]);
+    }
 }
 // Rows 2p and 2p + 1 interleaved element by element, 16 columns a step.
 [[gnu::target("avx512f,avx512bw")]] void load_pairs_along_rows(uint16_t* dst, const Bf16In& src,
                                                                int64_t r0, int64_t n, int64_t c0,
                                                                int64_t D, int64_t dp) {
   zero_unless_full(dst, n, D, dp);
-  alignas(64) static constexpr uint16_t kInterleave[32] = {
-      0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   const __m512i idx = _mm512_load_si512(kInterleave);
   for (int64_t r = 0; r < n; r += 2) {
     const uint16_t* even = row_bits(src, r0 + r, c0);

@@ -6,6 +6,7 @@
 // Internal to cpu/.
 #pragma once
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -81,6 +82,37 @@ inline Vec exp_neg(Vec x) {
   const IVec bits = (__builtin_convertvector(n, IVec) + 127) << 23;
   const Vec two_n = (Vec)bits;  // same-size vector cast: a bit copy
   return x < kExpMin ? Vec{} : y * two_n;
+}
+
+// A 16 x 16 matrix of 32-bit elements (f32, or pairs of bf16) in 16 registers (r[i] its row i)
+// becomes its transpose (r[j] its column j): 32-bit, then 64-bit interleaves within 128-bit lanes,
+// then two rounds of lane shuffles.
+[[gnu::target("avx512f")]] inline void transpose_16x16(__m512i r[16]) {
+  // The masked forms with every lane set: the unmasked ones pass an undefined vector that GCC 12
+  // then reports as maybe uninitialised.
+  constexpr __mmask16 kAll16 = 0xffff;
+  constexpr __mmask8 kAll8 = 0xff;
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_epi32(kAll16, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_epi32(kAll16, r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_maskz_unpacklo_epi64(kAll8, t[i], t[i + 2]);
+    u[i + 1] = _mm512_maskz_unpackhi_epi64(kAll8, t[i], t[i + 2]);
+    u[i + 2] = _mm512_maskz_unpacklo_epi64(kAll8, t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_maskz_unpackhi_epi64(kAll8, t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_maskz_shuffle_i32x4(kAll16, u[i], u[i + 4], 0x88);
+    t[i + 4] = _mm512_maskz_shuffle_i32x4(kAll16, u[i], u[i + 4], 0xdd);
+    t[i + 8] = _mm512_maskz_shuffle_i32x4(kAll16, u[i + 8], u[i + 12], 0x88);
+    t[i + 12] = _mm512_maskz_shuffle_i32x4(kAll16, u[i + 8], u[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_maskz_shuffle_i32x4(kAll16, t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_maskz_shuffle_i32x4(kAll16, t[i], t[i + 8], 0xdd);
+  }
 }
 
 // The shapes every entry point checks, in the dimension legend of STYLE.md; dp is the head
