@@ -244,9 +244,10 @@ void load_cols(float* dst, const ConstTensor& src, int64_t r0, int64_t n, int64_
 
 // f32 tiles: q, dO, k, v row-major [kT][dp]; k^T and v^T [dp][kT] for the score products; the
 // products on 512-bit vectors where kWide (Note [Wide tile products]).
-template <bool kWide>
+template <bool kWideProducts>
 struct F32Tiles {
   using Elem = float;
+  static constexpr bool kWide = kWideProducts;
   static constexpr bool kByGroup = true;
   static int64_t padded_dim(int64_t head_dim) { return cpu::padded_dim(head_dim); }
   static void put(float& dst, float x) { dst = x; }

@@ -211,6 +211,7 @@ struct Carver {
 
 struct Bf16Tiles {
   using Elem = bf16;
+  static constexpr bool kWide = true;  // AVX512-BF16 implies AVX-512F
   static constexpr bool kByGroup = false;
   static int64_t padded_dim(int64_t head_dim) { return padded_dim16(head_dim); }
   static void put(bf16& dst, float x) { dst = float_to_bf16(x); }

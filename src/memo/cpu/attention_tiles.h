@@ -84,6 +84,110 @@ inline Vec exp_neg(Vec x) {
   return x < kExpMin ? Vec{} : y * two_n;
 }
 
+// The elementwise row steps below on 16 lanes, where the policy's products are 512-bit
+// (kWide): per lane the same operations as on 8 (so the same bits), and sums still
+// accumulated in the 8 lanes' order (the low half of each 16, then the high half).
+typedef float Vec16 __attribute__((vector_size(16 * sizeof(float))));
+typedef int32_t IVec16 __attribute__((vector_size(16 * sizeof(int32_t))));
+[[gnu::target("avx512f")]] inline Vec16 load16(const float* p) {
+  Vec16 v;
+  std::memcpy(&v, p, sizeof(Vec16));
+  return v;
+}
+[[gnu::target("avx512f")]] inline void store16(float* p, Vec16 v) {
+  std::memcpy(p, &v, sizeof(Vec16));
+}
+[[gnu::target("avx512f")]] inline Vec16 exp_neg16(Vec16 x) {
+  const Vec16 xc = x < kExpMin ? Vec16{} + kExpMin : x;
+  const Vec16 n = (xc * kLog2e + kRoundMagic) - kRoundMagic;
+  const Vec16 r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  Vec16 p = Vec16{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const Vec16 y = p * r * r + r + 1.0f;
+  const IVec16 bits = (__builtin_convertvector(n, IVec16) + 127) << 23;
+  const Vec16 two_n = (Vec16)bits;
+  return x < kExpMin ? Vec16{} : y * two_n;
+}
+
+// Row i of online_softmax_step after the masking: the scaling and the running max (returned),
+// then e^(s - mx) in place, its lane sums returned in sum.
+template <bool kWide>
+float scale_and_max(float* pi, float scale, float m) {
+  Vec mx_v = splat(m);
+  for (int64_t j = 0; j < kT; j += kW) {
+    const Vec x = load(pi + j) * scale;
+    store(pi + j, x);
+    mx_v = mx_v < x ? x : mx_v;  // std::max's choice per lane
+  }
+  float mx = mx_v[0];
+  for (int64_t w = 1; w < kW; ++w) mx = std::max(mx, mx_v[w]);
+  return mx;
+}
+template <>
+[[gnu::target("avx512f")]] inline float scale_and_max<true>(float* pi, float scale, float m) {
+  Vec16 mx_v = Vec16{} + m;
+  for (int64_t j = 0; j < kT; j += 16) {
+    const Vec16 x = load16(pi + j) * scale;
+    store16(pi + j, x);
+    mx_v = mx_v < x ? x : mx_v;
+  }
+  float mx = mx_v[0];
+  for (int64_t w = 1; w < 16; ++w) mx = std::max(mx, mx_v[w]);
+  return mx;
+}
+template <bool kWide>
+Vec exp_and_sum(float* pi, float mx) {
+  Vec sum_v{};
+  for (int64_t j = 0; j < kT; j += kW) {
+    const Vec e = exp_neg(load(pi + j) - mx);
+    store(pi + j, e);
+    sum_v += e;
+  }
+  return sum_v;
+}
+template <>
+[[gnu::target("avx512f")]] inline Vec exp_and_sum<true>(float* pi, float mx) {
+  Vec sum_v{};
+  for (int64_t j = 0; j < kT; j += 16) {
+    const Vec16 e = exp_neg16(load16(pi + j) - mx);
+    store16(pi + j, e);
+    sum_v += __builtin_shufflevector(e, e, 0, 1, 2, 3, 4, 5, 6, 7);
+    sum_v += __builtin_shufflevector(e, e, 8, 9, 10, 11, 12, 13, 14, 15);
+  }
+  return sum_v;
+}
+// Row i of probs_and_dscores: s * scale - lse over the whole row (before the masking), and
+// after it p = e^s and ds = p (dp - delta) scale.
+template <bool kWide>
+void shift_row(float* pi, float scale, float lse_i) {
+  for (int64_t j = 0; j < kT; j += kW) store(pi + j, load(pi + j) * scale - lse_i);
+}
+template <>
+[[gnu::target("avx512f")]] inline void shift_row<true>(float* pi, float scale, float lse_i) {
+  for (int64_t j = 0; j < kT; j += 16) store16(pi + j, load16(pi + j) * scale - lse_i);
+}
+template <bool kWide>
+void probs_row(float* pi, float* dsi, float scale, float delta_i) {
+  for (int64_t j = 0; j < kT; j += kW) {
+    const Vec pv = exp_neg(load(pi + j));
+    store(pi + j, pv);
+    store(dsi + j, pv * (load(dsi + j) - delta_i) * scale);
+  }
+}
+template <>
+[[gnu::target("avx512f")]] inline void probs_row<true>(float* pi, float* dsi, float scale,
+                                                       float delta_i) {
+  for (int64_t j = 0; j < kT; j += 16) {
+    const Vec16 pv = exp_neg16(load16(pi + j));
+    store16(pi + j, pv);
+    store16(dsi + j, pv * (load16(dsi + j) - delta_i) * scale);
+  }
+}
+
 // A 16 x 16 matrix of 32-bit elements (f32, or pairs of bf16) in 16 registers (r[i] its row i)
 // becomes its transpose (r[j] its column j): 32-bit, then 64-bit interleaves within 128-bit lanes,
 // then two rounds of lane shuffles.
@@ -148,8 +252,9 @@ inline AttnShape attn_shape(const AttnDims& d, const AttnMask& mask, int64_t dp)
 // One key tile's step of the online softmax of FlashAttention-2 (Algorithm 1) over the raw
 // scores p[kT][kT] of query tile qt: per row, m_new = max(m, rowmax s), acc *= e^(m - m_new),
 // l = l e^(m - m_new) + rowsum e^(s - m_new), and p becomes e^(s - m_new) (0 where masked).
-inline void online_softmax_step(float* p, float* m, float* l, float* acc, const AttnShape& s,
-                                int64_t b, int64_t qt, int64_t kt) {
+template <bool kWide>
+void online_softmax_step(float* p, float* m, float* l, float* acc, const AttnShape& s, int64_t b,
+                         int64_t qt, int64_t kt) {
   const float scale = 1.0f / std::sqrt(float(s.D));
   for (int64_t i = 0; i < kT; ++i) {
     float* pi = p + i * kT;
@@ -165,21 +270,9 @@ inline void online_softmax_step(float* p, float* m, float* l, float* acc, const 
     // 3-cycle max per key that cost as much as the tile's two products.
     std::fill(pi, pi + lo, -std::numeric_limits<float>::infinity());
     std::fill(pi + hi, pi + kT, -std::numeric_limits<float>::infinity());
-    Vec mx_v = splat(m[i]);
-    for (int64_t j = 0; j < kT; j += kW) {
-      const Vec x = load(pi + j) * scale;
-      store(pi + j, x);
-      mx_v = mx_v < x ? x : mx_v;  // std::max's choice per lane
-    }
-    float mx = mx_v[0];
-    for (int64_t w = 1; w < kW; ++w) mx = std::max(mx, mx_v[w]);
+    const float mx = scale_and_max<kWide>(pi, scale, m[i]);
     const float corr = std::exp(m[i] - mx);  // m[i] = -inf on the first tile: corr = 0
-    Vec sum_v{};
-    for (int64_t j = 0; j < kT; j += kW) {
-      const Vec e = exp_neg(load(pi + j) - mx);
-      store(pi + j, e);
-      sum_v += e;
-    }
+    const Vec sum_v = exp_and_sum<kWide>(pi, mx);
     float sum = 0.0f;  // lanes in a fixed order: deterministic
     for (int64_t w = 0; w < kW; ++w) sum += sum_v[w];
     m[i] = mx;
@@ -193,8 +286,9 @@ inline void online_softmax_step(float* p, float* m, float* l, float* acc, const 
 // From the raw scores p and dP = dO.v^T in ds (both [kT][kT]): p_ij = exp(s_ij - lse_i) (0 where
 // masked or padded), ds_ij = p_ij (dp_ij - delta_i) / sqrt(D): the 1/sqrt(D) of dq and dk is
 // folded into ds.
-inline void probs_and_dscores(float* p, float* ds, const float* lse, const float* delta,
-                              const AttnShape& s, int64_t b, int64_t qt, int64_t kt) {
+template <bool kWide>
+void probs_and_dscores(float* p, float* ds, const float* lse, const float* delta,
+                       const AttnShape& s, int64_t b, int64_t qt, int64_t kt) {
   const int64_t nq = s.tile_rows(qt);
   const float scale = 1.0f / std::sqrt(float(s.D));
   for (int64_t i = 0; i < kT; ++i) {
@@ -207,14 +301,10 @@ inline void probs_and_dscores(float* p, float* ds, const float* lse, const float
     hi = std::max(lo, hi);
     const float lse_i = lse[i], delta_i = delta[i];
     // The whole row on vectors, then the masked keys (lse_i may be -inf where a row sees none)
-    for (int64_t j = 0; j < kT; j += kW) store(pi + j, load(pi + j) * scale - lse_i);
+    shift_row<kWide>(pi, scale, lse_i);
     std::fill(pi, pi + lo, -std::numeric_limits<float>::infinity());
     std::fill(pi + hi, pi + kT, -std::numeric_limits<float>::infinity());
-    for (int64_t j = 0; j < kT; j += kW) {
-      const Vec pv = exp_neg(load(pi + j));
-      store(pi + j, pv);
-      store(dsi + j, pv * (load(dsi + j) - delta_i) * scale);
-    }
+    probs_row<kWide>(pi, dsi, scale, delta_i);
   }
 }
 
@@ -238,6 +328,7 @@ struct BackwardArgs {
 //   zero_dq, acc_dq (dq += ds k), store_dq(dq, Bwd, row0, n, c0, s, add);
 //   put(E&, float) and get(const E&): the output rounding and the widening of an element;
 //   kByGroup: whether dq may accumulate over key tiles in its own dtype (the by-group scheme).
+//   kWide: whether the elementwise row steps run on 16 lanes (the CPU has AVX-512F).
 template <class P, class E = typename P::Elem>
 void forward_query_tile(const View<E>& o, const View<float>& lse, const View<const E>& q,
                         const View<const E>& k, const View<const E>& v, const AttnShape& s,
@@ -254,7 +345,7 @@ void forward_query_tile(const View<E>& o, const View<float>& lse, const View<con
   for (int64_t kt = s.first_key_tile(b, qt); kt <= kt_last; ++kt) {
     P::load_kv(t, k, v, b * s.S + kt * kT, s.tile_rows(kt), hk * s.D, s);
     P::scores(t, s);
-    online_softmax_step(t.p, t.m, t.l, t.acc, s, b, qt, kt);
+    online_softmax_step<P::kWide>(t.p, t.m, t.l, t.acc, s, b, qt, kt);
     P::pv(t, s);
   }
   for (int64_t i = 0; i < nq; ++i) {
@@ -294,7 +385,7 @@ template <class P>
 void probs_and_dscores(typename P::Bwd& t, const AttnShape& s, int64_t b, int64_t qt, int64_t kt,
                        bool key_grads, bool for_dq) {
   P::scores(t, s);
-  probs_and_dscores(t.p, t.ds, t.lse, t.delta, s, b, qt, kt);
+  probs_and_dscores<P::kWide>(t.p, t.ds, t.lse, t.delta, s, b, qt, kt);
   P::prepare(t, s, key_grads, for_dq);
 }
 
