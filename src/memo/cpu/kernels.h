@@ -144,7 +144,9 @@ void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
 // o[b,s,h] = sum_{j<=s} softmax_j(q.k_j / sqrt(D)) v_j, with kv head h / (H / Hkv). The S x S
 // score matrix is never stored: tiles of at most kAttnTile x kAttnTile live in scratch. With
 // AttnMask::kFull the sums run over every key j < S (q and k are then two different chunks of the
-// same length, the keys' chunk wholly before the queries').
+// same length, the keys' chunk wholly before the queries'). The tile products run on 512-bit
+// vectors where the CPU has AVX-512 (unless MEMO_CPU_ISA=avx2), with the same bits as on 256
+// (Note [Wide tile products] in attention.cc).
 inline constexpr int64_t kAttnTile = 64;
 int64_t attention_forward_scratch_numel(int64_t head_dim);
 void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
@@ -165,9 +167,10 @@ bool bf16_attention_native();
 const char* bf16_attention_name();
 // Whether a CPU backend runs bf16 attention natively unless told (CpuOptions::bf16_attention):
 // MEMO_CPU_BF16_ATTENTION=1 or 0 when set (anything else: Error), else where it is native and
-// measured faster than the f32 kernels: AMD's AVX512-BF16 cores (1.34-1.48x on a Zen 5,
-// bench/RESULTS.md), not Intel's (0.75x on a Xeon before the tile layouts were vectorised; not
-// measured since; its AMX tiles are not used here).
+// measured faster than the f32 kernels: AMD's AVX512-BF16 cores (1.08-1.28x on a Zen 5 against
+// the f32 kernels on 512-bit vectors, head dims 32-128; bench/RESULTS.md), not Intel's (0.75x on
+// a Xeon before the tile layouts were vectorised; not measured since; its AMX tiles are not used
+// here).
 bool bf16_attention_by_default();
 int64_t attention_bf16_forward_scratch_numel(int64_t head_dim);
 void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, memo::ConstTensor k,
