@@ -21,6 +21,17 @@ using namespace attn;  // NOLINT(google-build-using-namespace): the tile helpers
 
 inline int64_t padded_dim(int64_t head_dim) { return (head_dim + kW - 1) / kW * kW; }
 
+// acc + a * b with one rounding, as the 512-bit products compute it (Note [Wide tile products]):
+// written out, not left to GCC's contraction of acc += a * b, which -O1 (the sanitizer builds)
+// does not do.
+inline Vec fmadd(Vec a, Vec b, Vec acc) {
+#ifdef __FMA__
+  return Vec(_mm256_fmadd_ps(__m256(a), __m256(b), __m256(acc)));
+#else
+  return acc + a * b;
+#endif
+}
+
 // c[kT][kT] = a[kT][dp] . bt[dp][kT]  (bt is the transposed key or value tile). Register block:
 // 4 rows x 16 columns (8 accumulators), vectorised over the key index.
 void tile_dot_nt(float* c, const float* a, const float* bt, int64_t dp) {
@@ -34,8 +45,8 @@ void tile_dot_nt(float* c, const float* a, const float* bt, int64_t dp) {
 #pragma GCC unroll 4
         for (int r = 0; r < 4; ++r) {
           const Vec ar = splat(a[(i + r) * dp + d]);
-          acc[r][0] += ar * b0;
-          acc[r][1] += ar * b1;
+          acc[r][0] = fmadd(ar, b0, acc[r][0]);
+          acc[r][1] = fmadd(ar, b1, acc[r][1]);
         }
       }
 #pragma GCC unroll 4
@@ -68,7 +79,7 @@ void tile_acc_block(float* c, const float* a, int64_t a_rs, int64_t a_cs, const 
       for (int r = 0; r < 4; ++r) {
         const Vec ar = splat(a[(i + r) * a_rs + j * a_cs]);
 #pragma GCC unroll 4
-        for (int v = 0; v < NC; ++v) acc[r][v] += ar * bj[v];
+        for (int v = 0; v < NC; ++v) acc[r][v] = fmadd(ar, bj[v], acc[r][v]);
       }
     }
 #pragma GCC unroll 4
