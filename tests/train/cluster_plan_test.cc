@@ -16,8 +16,11 @@
 
 #include "memo/cpu/cpu_backend.h"
 #include "memo/io/hardware_json.h"
+#include "memo/memory/activation_plan.h"
+#include "memo/memory/strategy_factory.h"
 #include "memo/model/params.h"
 #include "memo/model/presets.h"
+#include "memo/train/device_plan.h"
 #include "test_util.h"
 
 namespace memo {
@@ -89,8 +92,10 @@ TEST(ClusterPlan, layouts_cover_every_split_of_the_gpus_fastest_first) {
       EXPECT_EQ(best.tokens_per_s, fastest);
       EXPECT_LE(best.tokens_per_s, previous);
       previous = best.tokens_per_s;
-      // the plan of that layout alone
+      // the plan of that layout alone (a pipeline's stages by the cost model, as plan_layouts
+      // sizes them; plan_cluster's own default traces each stage's step)
       ClusterOptions alone = o;
+      alone.exact_stages = false;
       alone.parallel = Parallel{l.tp, l.cp};
       alone.pp = l.pp;
       alone.virtual_stages = l.virtual_stages;
@@ -266,7 +271,8 @@ TEST(ClusterPlan, the_traced_ring_sends_what_the_context_parallel_layout_does) {
 }
 
 // Note [Pipeline cost model]: LLaMA-7B on 16 A800s, TP 8 x PP 2 at S = 65,536 (T = 8,192 tokens
-// per GPU), 8 micro-batches a step against 1. Stage 0 holds 2 micro-batches in flight at m = 8.
+// per GPU), 8 micro-batches a step against 1. Stage 0 holds 2 micro-batches in flight at m = 8;
+// each stage is sized by the plan of its whole step's trace.
 TEST(ClusterPlan, a_pipeline_sizes_each_stage_with_its_micro_batches_in_flight_and_its_bubble) {
   const ModelConfig config = llama_preset("llama-7b");
   const int64_t seq = 65536, T = seq / 8;
@@ -287,19 +293,36 @@ TEST(ClusterPlan, a_pipeline_sizes_each_stage_with_its_micro_batches_in_flight_a
   const int n0 = keep8.pp_stage_layers;
   EXPECT_GE(n0, 15);
   EXPECT_LE(n0, 17);
-  // keep: the second micro-batch in flight holds every skeletal tensor of stage 0's layers
+  // each stage's activations: the plan of its whole step's shape-only trace, as the run's
+  const PipelineShape shape{2, 1};
+  const std::vector<int> counts = pipeline_layer_counts(config, seq, shape);
+  StrategyOptions keep;
+  keep.kind = "keep";
+  EXPECT_EQ(keep8.device.activation_bytes + keep8.device.rounding_bytes,
+            plan_activations(trace_pipeline_stage_shapes_only(
+                                 cpu_backend(), config, Parallel{8, 1}, shape, counts, 8, 0, 1, T,
+                                 make_strategy_factory(keep), DType::kBF16))
+                .arena_bytes);
+  // keep: the second micro-batch in flight holds every skeletal tensor of stage 0's layers, and
+  // stage 0 two more hidden states ([T, 4096] bf16), the sends not yet vouched for (Note
+  // [Pipeline send completion]); the last stage holds one micro-batch's layers at a time and one
+  // more received hidden state
+  const int64_t hidden = T * 4096 * 2;
   EXPECT_EQ(keep8.pp_stage_totals[0] - keep1.pp_stage_totals[0],
-            int64_t(n0 * (layer.in + layer.attn + layer.other)));
-  EXPECT_EQ(keep8.pp_stage_totals[1], keep1.pp_stage_totals[1]);  // the last stage: one at a time
+            int64_t(n0 * (layer.in + layer.attn + layer.other)) + 2 * hidden);
+  EXPECT_EQ(keep8.pp_stage_totals[1], keep1.pp_stage_totals[1] + hidden);
   // stage 0's model state: its layers, the embedding; matrices split 8 ways
   const double layer_matrices = 4.0 * 4096 * 4096 + 3.0 * 4096 * 11008, layer_vectors = 2 * 4096;
   const double stage0 = n0 * (layer_matrices / 8 + layer_vectors) + 32000.0 * 4096 / 8;
   EXPECT_EQ(keep8.device.weight_bytes, int64_t(std::ceil(stage0 * 2)));
   // one data-parallel rank (16 / (8 x 2)): ZeRO 1 shards nothing
   EXPECT_EQ(keep8.device.optimizer_bytes, int64_t(std::ceil(stage0 * 12)));
-  // memo parks the micro-batches in flight: the device side does not grow, the host side does
+  // memo parks the micro-batches in flight: the device side grows by one hidden state, not by
+  // layers; the host side grows
   const ClusterPlan memo1 = plan("memo", 1), memo8 = plan("memo", 8);
-  EXPECT_EQ(memo8.pp_stage_totals, memo1.pp_stage_totals);
+  ASSERT_EQ(memo8.pp_stage_totals.size(), 2u);
+  for (size_t r = 0; r < 2; ++r)
+    EXPECT_EQ(memo8.pp_stage_totals[r], memo1.pp_stage_totals[r] + hidden);
   const double host_layer = layer.in + layer.attn + 0.25 * layer.other;
   EXPECT_EQ(memo8.host_need_bytes, int64_t(2 * n0 * host_layer) * 8);  // 8 GPUs a node
   EXPECT_EQ(memo1.host_need_bytes, int64_t(std::max(n0, 32 - n0 - 2) * host_layer) * 8);

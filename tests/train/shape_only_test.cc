@@ -82,6 +82,33 @@ TEST_P(ShapeOnlyTrace, equals_the_real_trace) {
 INSTANTIATE_TEST_SUITE_P(Strategies, ShapeOnlyTrace,
                          ::testing::Values("keep", "recompute", "offload", "memo"));
 
+// A pipeline rank's shape-only step (what memo plan --gpus --pp sizes each stage by) is the
+// step trace_pipeline_stage records on that rank's part of a model with values: 1F1B and
+// interleaved, every rank, the first and last stages (embedding, head) included.
+TEST_P(ShapeOnlyTrace, a_pipeline_stages_step_equals_the_real_one) {
+  ModelConfig config = testing::tiny_config();
+  config.num_hidden_layers = 5;
+  const int64_t batch = 2, seq = 48;
+  for (const PipelineShape shape :
+       {PipelineShape{2, 1}, PipelineShape{3, 1}, PipelineShape{2, 2}}) {
+    const int m = 2 * shape.stages;
+    const std::vector<int> counts = pipeline_layer_counts(config, seq, shape);
+    for (int rank = 0; rank < shape.stages; ++rank) {
+      Model model(config, cpu_backend());
+      model.init(5);
+      model.set_pipeline(pipeline_part(shape, counts, rank));
+      const Trace real =
+          trace_pipeline_stage(model, shape, m, rank, batch, seq, factory(GetParam()));
+      const Trace shapes =
+          trace_pipeline_stage_shapes_only(cpu_backend(), config, Parallel{}, shape, counts, m,
+                                           rank, batch, seq, factory(GetParam()));
+      SCOPED_TRACE(GetParam() + " pp " + std::to_string(shape.stages) + "x" +
+                   std::to_string(shape.virtual_stages) + " rank " + std::to_string(rank));
+      expect_same_trace(shapes, real);
+    }
+  }
+}
+
 // Two optimiser steps of two micro-batches under `alloc` and `kind`.
 void train_steps(Model& model, ActivationAllocator& alloc, const std::string& kind, int64_t batch,
                  int64_t seq) {

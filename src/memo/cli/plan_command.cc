@@ -545,7 +545,8 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
     if (!p.fits()) std::cout << p.strategy << " does not fit: " << p.why_not << "\n";
   std::cout << "\n"
             << cluster_formulas() << "longest seq: bisection over multiples of "
-            << plans.front().max_seq_step << " tokens, each a shape-only trace and plan\n";
+            << plans.front().max_seq_step << " tokens, each a shape-only trace and plan"
+            << (co.pp > 1 ? " (each stage's whole step, traced)" : "") << "\n";
 }
 
 // `memo plan --gpus G --layouts` (Note [Layout comparison] in train/cluster_plan.h): one line a

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "memo/core/error.h"
@@ -50,14 +51,17 @@ namespace memo {
 // interleaved 1F1B (Note [Pipeline schedules] in parallel/pipeline.h). Each stage is sized apart:
 // - model state: its layers' parameters, the embedding on the first stage (and on the last when
 //   tied), the final norm and head on the last; ZeRO shards over the G / (t p) ranks of a stage;
-// - activations: a shape-only trace of a model of its layers (with the embedding and the head: an
-//   upper bound for the stages without them) for one micro-batch, plus, under keep and recompute,
-//   what its other micro-batches in flight hold (peak_in_flight of its actions, times the layers
-//   of its largest chunk, less the traced layers): every skeletal tensor under keep, each layer's
-//   input under recompute. Offload and memo park the micro-batches in flight on the host (Note
-//   [Parked micro-batches] in memory/swap_strategy.cc), so their device side is one micro-batch's;
-//   their host side holds k x (the largest chunk's layers) per GPU (Note [Pipeline host memory]
-//   in train/session.cc), which is the alpha cost model's offloaded layer count;
+// - activations: the plan of a shape-only trace of the stage's whole step, as memo train plans
+//   it before step 1 (trace_pipeline_stage_shapes_only: its part of the model, its actions for
+//   the m micro-batches, each pass in flight with its own strategy, the hidden states' buffers
+//   and the parked micro-batches), so the arena is the run's to the byte. Offload and memo park
+//   the micro-batches in flight on the host (Note [Parked micro-batches] in
+//   memory/swap_strategy.cc); their host side holds k x (the largest chunk's layers) per GPU (Note
+//   [Pipeline host memory] in train/session.cc), which is the alpha cost model's offloaded layer
+//   count. (Until 2026-12-06 this was one micro-batch's trace plus a formula for the others in
+//   flight, 2-3% low under 1F1B and up to a third high under keep with interleaving;
+//   bench/RESULTS.md.) A one-micro-batch trace of a model of the stage's layers (with the
+//   embedding and the head) still gives the communication counts and the rounding buffers;
 // - time: a stage's micro-batch is its layers' forward and backward as above (the head on the last
 //   stage only, every layer's copies but the last chunk's top two); the step is m of the slowest
 //   stage's, plus the bubble, (p - 1) / v of them, plus the first forward's and the last
@@ -223,15 +227,19 @@ struct StageTrace {
   int64_t arena{}, rounding{}, requests{}, cp_bytes{}, tp_bytes{};
 };
 
-StageTrace trace_stage(Backend& target, ModelConfig config, int layers, int64_t rank_seq,
-                       const std::string& strategy, double alpha, const ClusterOptions& o) {
-  config.num_hidden_layers = layers;
+StrategyFactory stage_strategy(const std::string& strategy, double alpha) {
   StrategyOptions so;
   so.kind = strategy;
   if (strategy == "memo") so.alpha = std::clamp(alpha, 0.0, 1.0);
+  return make_strategy_factory(so);
+}
+
+StageTrace trace_stage(Backend& target, ModelConfig config, int layers, int64_t rank_seq,
+                       const std::string& strategy, double alpha, const ClusterOptions& o) {
+  config.num_hidden_layers = layers;
   CommCounters ring, tp;
   const Trace trace = trace_shapes_only(target, config, o.parallel, o.batch, rank_seq,
-                                        make_strategy_factory(so), DType::kBF16, &ring, &tp);
+                                        stage_strategy(strategy, alpha), DType::kBF16, &ring, &tp);
   const ActivationPlan plan = plan_activations(trace);
   StageTrace st;
   st.requests = int64_t(trace.requests.size());
@@ -302,14 +310,19 @@ Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq,
                           gib(double(o.host_memory_bytes)), "; --host-memory ",
                           budget_flag_value(s.host_need), " would fit");
   }
-  // what a micro-batch in flight beyond the traced one holds per layer (keep, recompute)
+  // what a micro-batch in flight beyond the traced one holds per layer (keep, recompute): the
+  // formula of plan_layouts' pipelines (exact_stages false)
   const SkeletalLayout skeletal = skeletal_layout(config, DType::kBF16);
   int64_t held_per_layer = 0;
   for (int i = 0; i < skeletal.num_fields(); ++i)
     if (strategy == "keep" || (strategy == "recompute" && i == 0))
       held_per_layer += skeletal.fields[size_t(i)].bytes(o.batch, rank_seq);
-  // each stage: its model state and one micro-batch's traced arena (a trace per layer count)
+  // each stage: its model state and one micro-batch's traced arena (a trace per layer count);
+  // with a pipeline, the arena of its whole step, traced (Note [Pipeline cost model])
   const double dp = double(o.gpus / (t * o.pp));
+  const PipelineShape shape{int(o.pp), int(o.virtual_stages)};
+  const std::vector<int> counts =
+      o.pp > 1 ? pipeline_layer_counts(config, seq, shape) : std::vector<int>{};
   std::vector<std::pair<int, StageTrace>> traced;
   int64_t most = -1;
   for (size_t r = 0; r < s.stages.size(); ++r) {
@@ -329,9 +342,19 @@ Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq,
     m.optimizer_bytes = int64_t(std::ceil(params * 12.0 / (o.zero >= 1 ? dp : 1.0)));
     m.workspace_bytes = o.workspace_bytes;
     m.rounding_bytes = tr.rounding;
-    const int64_t more_layers =
-        std::max(0, st.in_flight * st.chunk_layers - st.layers);  // 0 without a pipeline
-    m.activation_bytes = tr.arena - tr.rounding + more_layers * held_per_layer;
+    m.activation_bytes = tr.arena - tr.rounding;
+    if (o.pp > 1 && !o.exact_stages)
+      m.activation_bytes +=
+          std::max(0, st.in_flight * st.chunk_layers - st.layers) * held_per_layer;
+    if (o.pp > 1 && o.exact_stages) {
+      const int64_t arena = plan_activations(trace_pipeline_stage_shapes_only(
+                                                 target, config, o.parallel, shape, counts,
+                                                 int(o.micro_batches), int(r), o.batch, rank_seq,
+                                                 stage_strategy(strategy, s.alpha), DType::kBF16))
+                                .arena_bytes;
+      m.rounding_bytes = std::min(tr.rounding, arena);  // one micro-batch's, of the arena
+      m.activation_bytes = arena - m.rounding_bytes;
+    }
     s.stage_totals.push_back(m.total());
     if (m.total() > most) {
       most = m.total();
@@ -387,6 +410,37 @@ ClusterTime step_time(const ModelConfig& config, int64_t seq, const std::string&
   ct.step_s =
       ct.forward_s + ct.backward_s + ct.recompute_s + ct.tp_comm_s + ct.cp_comm_s + ct.copy_stall_s;
   return ct;
+}
+
+// The largest n in [1, cap] with ok(n) (0: none), for an ok that holds up to some n and not
+// after: galloping from the guess g (up while ok holds, else down), then bisecting.
+int64_t largest_fitting(const std::function<bool(int64_t)>& ok, int64_t g, int64_t cap) {
+  g = std::clamp<int64_t>(g, 1, cap);
+  int64_t lo = 0, hi = cap + 1;  // ok(lo) or lo == 0; !ok(hi) or hi == cap + 1
+  if (ok(g)) {
+    lo = g;
+    for (int64_t d = 1; lo + d <= cap; d *= 2) {
+      if (!ok(lo + d)) {
+        hi = lo + d;
+        break;
+      }
+      lo += d;
+    }
+  } else {
+    hi = g;
+    for (int64_t d = 1; hi - d >= 1; d *= 2) {
+      if (ok(hi - d)) {
+        lo = hi - d;
+        break;
+      }
+      hi -= d;
+    }
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (ok(mid) ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 }  // namespace
@@ -502,21 +556,20 @@ ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq
   p.mfu_causal = tokens * p.model_flops_per_token_causal / peak;
   p.mfu_noncausal = tokens * p.model_flops_per_token_noncausal / peak;
   if (o.search_max_seq) {
-    // The need grows with seq: bisect over multiples of the step with real shape-only plans.
-    const int64_t step = 1024 * t * c;
-    auto ok = [&](int64_t n) {
-      return fits(size_memory(target, config, n * step, strategy, o), o);
+    // The need grows with seq: search over multiples of the step with real shape-only plans. A
+    // pipeline's exact stage plans cost seconds each for a large model, so the search runs on
+    // the cost model's (within a few percent) and then on the exact ones from its answer.
+    const int64_t step = 1024 * t * c, cap = int64_t(1) << 16;  // to 64Mi tokens x t c
+    ClusterOptions estimated = o;
+    estimated.exact_stages = false;
+    auto ok_with = [&](const ClusterOptions& with) {
+      return
+          [&](int64_t n) { return fits(size_memory(target, config, n * step, strategy, with), o); };
     };
     p.max_seq_step = step;
-    if (ok(1)) {
-      int64_t lo = 1, hi = 2;
-      while (hi < (int64_t(1) << 16) && ok(hi)) lo = hi, hi *= 2;  // to 64Mi tokens x t c
-      while (hi - lo > 1) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        (ok(mid) ? lo : hi) = mid;
-      }
-      p.max_seq = lo * step;
-    }
+    int64_t n = largest_fitting(ok_with(estimated), 1, cap);
+    if (o.pp > 1 && o.exact_stages) n = largest_fitting(ok_with(o), std::max<int64_t>(n, 1), cap);
+    if (n > 0) p.max_seq = n * step;
   }
   p.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return p;
@@ -542,6 +595,7 @@ std::vector<LayoutPlan> plan_layouts(Backend& target, const ModelConfig& config,
           o.virtual_stages = v;
           o.micro_batches = p > 1 ? 4 * p : 1;
           o.search_max_seq = false;
+          o.exact_stages = false;
           try {
             validate_cluster(config, seq, o);
           } catch (const ConfigError&) {

@@ -37,6 +37,9 @@ struct ClusterOptions {
   int64_t workspace_bytes = int64_t(1) << 30;  // CUDA context, cuBLAS and NCCL buffers (stated)
   std::optional<double> alpha;                 // memo: a fixed alpha instead of the cost model's
   bool search_max_seq = true;                  // also find the longest sequence that fits
+  // A pipeline's stages sized by the plan of their whole step's trace (Note [Pipeline cost
+  // model]), else by one micro-batch's and a formula for the others in flight (plan_layouts).
+  bool exact_stages = true;
 };
 
 // Throws ConfigError naming the flag when the layout does not divide the model or the GPUs.
@@ -135,7 +138,9 @@ struct LayoutPlan {
 // first stages); options' virtual_stages and micro_batches are not used. Layouts
 // validate_cluster refuses (t not dividing the heads, the sequence not splitting into the 2 c t
 // chunks, more chunks than layers) are left out, counted in *refused. Each is planned under
-// every strategy as plan_cluster plans it (without the longest-sequence search); the list is
+// every strategy as plan_cluster plans it (without the longest-sequence search, and a pipeline's
+// stages by the cost model's formula: exact traces of every stage's step would take minutes over
+// the layouts of a large cluster; the chosen layout's own plan is exact); the list is
 // ordered by the best fitting plan's tokens/s, fastest first (equally fast: the least device
 // memory per GPU first), then the layouts where nothing fits by the least device memory short of
 // fitting.

@@ -101,6 +101,22 @@ Trace trace_shapes_only(Backend& target, const ModelConfig& config, const Parall
   return trace;
 }
 
+Trace trace_pipeline_stage_shapes_only(Backend& target, const ModelConfig& config,
+                                       const Parallel& parallel, PipelineShape shape,
+                                       const std::vector<int>& counts, int micro_batches, int rank,
+                                       int64_t batch, int64_t seq,
+                                       const StrategyFactory& make_strategy, DType activations) {
+  MetaBackend meta(target, activations);
+  Model model(config, meta);
+  ShapeCommunicator tp_group(int(parallel.tp), 0);
+  model.set_parallel(Parallel{parallel.tp, 1}, &tp_group);
+  ShapeCommunicator cp_group(int(parallel.cp), 0);
+  model.set_context_parallel(&cp_group);
+  model.set_pipeline(pipeline_part(shape, counts, rank));
+  return trace_pipeline_stage(model, shape, micro_batches, rank, batch,
+                              seq * parallel.cp * parallel.tp, make_strategy);
+}
+
 namespace {
 
 // Note [Planning on a shadow]

@@ -95,6 +95,17 @@ Trace trace_shapes_only(Backend& target, const ModelConfig& config, const Parall
                         CommCounters* context_parallel_comm = nullptr,
                         CommCounters* tensor_parallel_comm = nullptr);
 
+// trace_pipeline_stage without data and arithmetic: pipeline rank `rank`'s part (of the layer
+// counts `counts`, pipeline_layer_counts') of a parameter-less model on a MetaBackend sized as
+// `target`, split `parallel` ways as trace_shapes_only splits it (batch x seq are the rank's).
+// Equal to trace_pipeline_stage on the run's part for t = c = 1 (tests/train/shape_only_test.cc).
+Trace trace_pipeline_stage_shapes_only(Backend& target, const ModelConfig& config,
+                                       const Parallel& parallel, PipelineShape shape,
+                                       const std::vector<int>& counts, int micro_batches, int rank,
+                                       int64_t batch, int64_t seq,
+                                       const StrategyFactory& make_strategy,
+                                       DType activations = DType::kF32);
+
 // Traces, plans and sizes the run. When it does not fit, also traces a shorter sequence (seq / 4)
 // to fit the sizes' dependence on seq and searches for the longest sequence that fits. A model
 // with values is traced on a shadow (Note [Planning on a shadow] in train/device_plan.cc): no
