@@ -59,7 +59,7 @@ namespace memo {
 //   memory/swap_strategy.cc); their host side holds k x (the largest chunk's layers) per GPU (Note
 //   [Pipeline host memory] in train/session.cc), which is the alpha cost model's offloaded layer
 //   count. (Until 2026-12-06 this was one micro-batch's trace plus a formula for the others in
-//   flight, 2-3% low under 1F1B and up to a third high under keep with interleaving;
+//   flight, 2-7% low under 1F1B and up to a third high under keep with interleaving;
 //   bench/RESULTS.md.) A one-micro-batch trace of a model of the stage's layers (with the
 //   embedding and the head) still gives the communication counts and the rounding buffers;
 // - time: a stage's micro-batch is its layers' forward and backward as above (the head on the last
