@@ -189,9 +189,9 @@ void compare_bf16(const BenchOptions& opt) {
     std::vector<bf16> q = rounded(buf.q), k = rounded(buf.k), v = rounded(buf.v),
                       dout = rounded(buf.dout), o(q.size()), dq(q.size()), dk(k.size()),
                       dv(k.size());
-    std::vector<float> scratch(
-        size_t(std::max(memo::cpu::attention_bf16_forward_scratch_numel(buf.D),
-                        memo::cpu::attention_bf16_backward_scratch_numel(buf.D))));
+    std::vector<float> scratch(size_t(
+        std::max(memo::cpu::attention_bf16_forward_scratch_numel(buf.D),
+                 memo::cpu::attention_bf16_backward_scratch_numel(S, buf.D, buf.H, buf.Hkv))));
     const Tensor s(scratch.data(), {int64_t(scratch.size())}),
         lse(buf.lse.data(), {buf.B, buf.H, S});
     auto time = [&](auto&& step) {

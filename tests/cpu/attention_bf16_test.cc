@@ -102,7 +102,7 @@ struct Bf16AttnData {
 
   void run_kernels() {
     scratch.assign(size_t(std::max(attention_bf16_forward_scratch_numel(c.D),
-                                   attention_bf16_backward_scratch_numel(c.D))),
+                                   attention_bf16_backward_scratch_numel(c.S, c.D, c.H, c.Hkv))),
                    0.0f);
     const Tensor s(scratch.data(), {int64_t(scratch.size())});
     const Tensor lse_t(lse.data(), {c.B, c.H, c.S});
@@ -265,6 +265,29 @@ TEST(Bf16Attention, repeats_bit_for_bit_over_runs_and_thread_counts) {
     EXPECT_TRUE(same(first.dk, other->dk));
     EXPECT_TRUE(same(first.dv, other->dv));
     EXPECT_EQ(0, std::memcmp(first.lse.data(), other->lse.data(), first.lse.size() * 4));
+  }
+}
+
+// Note [Group scratch]: the by-group backward (dq accumulated in f32 in the group scratch) and the
+// split one (dq per query tile, recomputing P and dS) give the same bits. B * Hkv = 3 groups take
+// the split scheme on 2 threads and the by-group one on 1.
+TEST(Bf16Attention, by_group_and_split_backwards_give_the_same_bits) {
+  if (skip_without_bf16_attention()) GTEST_SKIP() << bf16_attention_name();
+  for (Bf16Mask mask : {Bf16Mask::kCausal, Bf16Mask::kDocuments, Bf16Mask::kFull}) {
+    const Bf16AttnCase c{"schemes", 3, 150, 4, 1, 24, mask};
+    Bf16AttnData split(c, 11), by_group(c, 11);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(2);
+    split.run_kernels();
+    omp_set_num_threads(1);
+    by_group.run_kernels();
+    omp_set_num_threads(threads);
+    auto same = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
+      return std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
+    };
+    EXPECT_TRUE(same(split.dq, by_group.dq)) << int(mask);
+    EXPECT_TRUE(same(split.dk, by_group.dk)) << int(mask);
+    EXPECT_TRUE(same(split.dv, by_group.dv)) << int(mask);
   }
 }
 

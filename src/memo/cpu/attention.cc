@@ -259,7 +259,7 @@ template <bool kWideProducts>
 struct F32Tiles {
   using Elem = float;
   static constexpr bool kWide = kWideProducts;
-  static constexpr bool kByGroup = true;
+  static constexpr bool kDqInPlace = true;
   static int64_t padded_dim(int64_t head_dim) { return cpu::padded_dim(head_dim); }
   static void put(float& dst, float x) { dst = x; }
   static float get(float x) { return x; }
@@ -334,12 +334,14 @@ struct F32Tiles {
       }
   }
   static void zero_dq(Bwd& t, const AttnShape& s) { std::fill(t.dq, t.dq + kT * s.dp, 0.0f); }
-  static void acc_dq(Bwd& t, const AttnShape& s) { acc_tile<kWide>(t.dq, t.ds, kT, 1, t.k, s.dp); }
-  static void store_dq(const Tensor& dq, const Bwd& t, int64_t row0, int64_t n, int64_t c0,
+  static void acc_dq(Bwd& t, float* acc, const AttnShape& s) {
+    acc_tile<kWide>(acc, t.ds, kT, 1, t.k, s.dp);
+  }
+  static void store_dq(const Tensor& dq, const float* tile, int64_t row0, int64_t n, int64_t c0,
                        const AttnShape& s, bool add) {
     for (int64_t i = 0; i < n; ++i) {
       float* dq_i = &dq(row0 + i, c0);
-      const float* src = t.dq + i * s.dp;
+      const float* src = tile + i * s.dp;
       if (add) {
 #pragma omp simd
         for (int64_t d = 0; d < s.D; ++d) dq_i[d] += src[d];
@@ -377,9 +379,14 @@ int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t 
   MEMO_CHECK(seq > 0 && head_dim > 0 && n_heads > 0 && n_kv_heads > 0,
              "attention_backward_scratch_numel: seq ", seq, ", head_dim ", head_dim, ", n_heads ",
              n_heads, ", n_kv_heads ", n_kv_heads, " must all be > 0");
-  // threads * (8 kT dp + 2 kT^2 + 2 kT) floats, dp = head_dim rounded up to 8: independent of seq
-  // and of the head counts (see Note [Attention threads and determinism]).
-  return int64_t(omp_get_max_threads()) * F32Tiles<false>::backward_numel(padded_dim(head_dim));
+  MEMO_CHECK(n_heads % n_kv_heads == 0, "attention_backward_scratch_numel: n_heads ", n_heads,
+             " is not a multiple of n_kv_heads ", n_kv_heads);
+  // threads * (8 kT dp + 2 kT^2 + 2 kT) floats, dp = head_dim rounded up to 8 (Note [Attention
+  // threads and determinism]), and each thread's delta cache (Note [Group scratch]).
+  const int64_t dp = padded_dim(head_dim);
+  return int64_t(omp_get_max_threads()) *
+         (F32Tiles<false>::backward_numel(dp) +
+          group_scratch_numel<F32Tiles<false>>(seq, n_heads / n_kv_heads, dp));
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,

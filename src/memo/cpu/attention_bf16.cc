@@ -35,8 +35,10 @@ using namespace attn;  // NOLINT(google-build-using-namespace): the tile helpers
 //   dq += dS.k:  dS [kT][kT] rows,       k as pairs along keys
 //   dv^T += dO^T.P, dk^T += q^T.dS: dO^T, q^T [dp][kT] rows, P and dS as pairs along queries;
 //     dk and dv accumulate transposed ([dp][kT]), so no product needs a transposed P or dS.
-// dq is written once per query tile, so only the split scheme of Note [Attention threads and
-// determinism] runs (kByGroup false): 7 tile products per tile pair instead of 5.
+// dq cannot accumulate over key tiles in bf16 (it would be rounded per tile), so the by-group
+// scheme of Note [Attention threads and determinism] accumulates it in f32 in the group scratch
+// (Note [Group scratch]: the split scheme's bits, with 5 tile products per tile pair instead of
+// 7); past that scratch's bound the split scheme runs.
 constexpr int64_t kLanes = 16;  // f32 lanes of a zmm register
 
 inline int64_t padded_dim16(int64_t head_dim) { return (head_dim + kLanes - 1) / kLanes * kLanes; }
@@ -212,7 +214,7 @@ struct Carver {
 struct Bf16Tiles {
   using Elem = bf16;
   static constexpr bool kWide = true;  // AVX512-BF16 implies AVX-512F
-  static constexpr bool kByGroup = false;
+  static constexpr bool kDqInPlace = false;
   static int64_t padded_dim(int64_t head_dim) { return padded_dim16(head_dim); }
   static void put(bf16& dst, float x) { dst = float_to_bf16(x); }
   static float get(bf16 x) { return bf16_to_float(x); }
@@ -302,11 +304,13 @@ struct Bf16Tiles {
       }
   }
   static void zero_dq(Bwd& t, const AttnShape& s) { std::fill(t.dq, t.dq + kT * s.dp, 0.0f); }
-  static void acc_dq(Bwd& t, const AttnShape& s) { dot(t.dq, t.dsr, t.kr, kT, kT, s.dp, true); }
-  static void store_dq(const View<bf16>& dqv, const Bwd& t, int64_t row0, int64_t n, int64_t c0,
-                       const AttnShape& s, bool) {
+  static void acc_dq(Bwd& t, float* acc, const AttnShape& s) {
+    dot(acc, t.dsr, t.kr, kT, kT, s.dp, true);
+  }
+  static void store_dq(const View<bf16>& dqv, const float* tile, int64_t row0, int64_t n,
+                       int64_t c0, const AttnShape& s, bool) {
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t d = 0; d < s.D; ++d) dqv(row0 + i, c0 + d) = float_to_bf16(t.dq[i * s.dp + d]);
+      for (int64_t d = 0; d < s.D; ++d) dqv(row0 + i, c0 + d) = float_to_bf16(tile[i * s.dp + d]);
   }
   static void zero_group_dq(const View<bf16>&, int64_t, int64_t, int64_t, int64_t) {}
 };
@@ -358,10 +362,16 @@ void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, mem
                                      batch, n_heads, n_kv_heads, scratch, mask);
 }
 
-int64_t attention_bf16_backward_scratch_numel(int64_t head_dim) {
-  MEMO_CHECK(head_dim > 0, "attention_bf16_backward_scratch_numel: head_dim ", head_dim,
-             " must be > 0");
-  return int64_t(omp_get_max_threads()) * Bf16Tiles::backward_numel(padded_dim16(head_dim));
+int64_t attention_bf16_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                              int64_t n_kv_heads) {
+  MEMO_CHECK(seq > 0 && head_dim > 0 && n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+             "attention_bf16_backward_scratch_numel: seq ", seq, ", head_dim ", head_dim,
+             ", n_heads ", n_heads, ", n_kv_heads ", n_kv_heads,
+             " must all be > 0, n_heads a multiple of n_kv_heads");
+  const int64_t dp = padded_dim16(head_dim);
+  return int64_t(omp_get_max_threads()) *
+         (Bf16Tiles::backward_numel(dp) +
+          group_scratch_numel<Bf16Tiles>(seq, n_heads / n_kv_heads, dp));
 }
 
 void attention_bf16_backward(memo::Tensor dq, memo::Tensor dk, memo::Tensor dv,

@@ -28,15 +28,31 @@ namespace memo::cpu::attn {
 // Backward, two schemes, chosen from (B*Hkv, threads):
 //   by group: items are (b, kv head) groups. A group owns dk, dv of its kv head and dq of its
 //     G = H/Hkv query heads, so one pass computes all five tile products per (key tile, query
-//     tile) with no sharing: FlashAttention-2's loop (key tiles outer, dq accumulated in dq).
+//     tile) with no sharing: FlashAttention-2's loop (key tiles outer, dq accumulated over them).
 //     Used when the groups spread evenly: ceil(groups / threads) * threads <= 1.25 * groups, and
-//     only where dq can accumulate in its own dtype (f32; a bf16 dq would be rounded per key tile).
+//     where dq can accumulate: in place (f32), or in the group scratch (Note [Group scratch]).
 //   split: otherwise (B*Hkv == 1, or 3 groups on 2 threads), pass 1 has items (b, kv head, key
 //     tile) that own dk, dv rows of that key tile, and pass 2 has items (b, h, query tile) that
 //     own dq rows, recomputing scores and dP. That costs 7 tile products instead of 5, but needs
 //     no atomics and no per-thread O(S) dq partials (at S = 1M, G = 8, D = 128 those would be
 //     4 GiB per thread); scratch stays O(threads * kAttnTile * D), independent of S.
+//
+// Note [Group scratch]
+// A by-group item may keep two things of its group over the whole sequence, per thread, in the
+// scratch after the tiles: delta_i = rowsum(dO_i * O_i) of its G heads ([G][S'] floats, S' = S
+// rounded up to kT), computed once instead of once per (key tile, query tile) pair; and, for a
+// policy whose dq cannot accumulate in place (bf16), an f32 dq accumulator [G][S'][dp]. Each dq
+// element then sees the products of its key tiles in the same order (ascending) from the same
+// zero as in the split scheme's second pass, which also recomputes the same P and dS, so the
+// two schemes give the same bits for bf16 (tested); the group scratch saves that pass's two score
+// products and softmax. The scratch holds them only up to kGroupScratchBytes per thread (at
+// D 32, G 2 the accumulator is 264 bytes a token: S 4096 takes 1.03 MiB); past it delta is
+// recomputed per pair and a bf16 backward takes the split scheme. The sizes depend on S and G,
+// never on the batch, so the group scratch is there (and unused) when the groups do not spread.
+// Below the bound the size is affine in S; across it, a memory plan interpolated between two
+// traced lengths (memo's --seq advice) is off by up to the bound times the threads.
 constexpr int64_t kT = kAttnTile;
+constexpr int64_t kGroupScratchBytes = int64_t(32) << 20;
 constexpr int64_t kW = 8;  // floats per vector of the elementwise parts: one AVX2 ymm register
 static_assert(kT % 32 == 0, "kAttnTile must be a multiple of 32 (two bf16 vectors of keys)");
 
@@ -325,9 +341,11 @@ struct BackwardArgs {
 //   load_query_side(Bwd, a, row0, n, c0, s, key_grads), load_key_side(Bwd, a, row0, n, c0, s,
 //   for_dq), scores(Bwd, s) (p = q.k^T, ds = dO.v^T), prepare(Bwd, s, key_grads, for_dq) after
 //   probs_and_dscores, zero_key_grads, acc_key_grads (dv += p^T dO, dk += ds^T q), store_key_grads,
-//   zero_dq, acc_dq (dq += ds k), store_dq(dq, Bwd, row0, n, c0, s, add);
+//   zero_dq (t.dq = 0), acc_dq(Bwd, acc, s) (acc [kT][dp] += ds k), store_dq(dq, src, row0, n,
+//   c0, s, add) (dq rows (+)= src [kT][dp]);
 //   put(E&, float) and get(const E&): the output rounding and the widening of an element;
-//   kByGroup: whether dq may accumulate over key tiles in its own dtype (the by-group scheme).
+//   kDqInPlace: whether dq may accumulate over key tiles in its own dtype (else the by-group
+//   scheme needs the group scratch's f32 accumulator, Note [Group scratch]).
 //   kWide: whether the elementwise row steps run on 16 lanes (the CPU has AVX-512F).
 template <class P, class E = typename P::Elem>
 void forward_query_tile(const View<E>& o, const View<float>& lse, const View<const E>& q,
@@ -360,25 +378,56 @@ void forward_query_tile(const View<E>& o, const View<float>& lse, const View<con
   }
 }
 
-// Query side of tile qt of head h: q and dO tiles (P::load_query_side), lse, and delta_i =
-// rowsum(dO_i * O_i), which equals sum_j p_ij dp_ij (FlashAttention-2, section 3.1.2); padded
-// rows are zero.
+// delta_i = rowsum(dO_i * O_i) of query row `row` of head h, which equals sum_j p_ij dp_ij
+// (FlashAttention-2, section 3.1.2).
+template <class P, class E = typename P::Elem>
+float row_delta(const BackwardArgs<E>& a, const AttnShape& s, int64_t row, int64_t h) {
+  const E* dout_i = &a.dout(row, h * s.D);
+  const E* o_i = &a.o(row, h * s.D);
+  float delta = 0.0f;
+#pragma omp simd reduction(+ : delta)
+  for (int64_t d = 0; d < s.D; ++d) delta += P::get(dout_i[d]) * P::get(o_i[d]);
+  return delta;
+}
+
+// delta of query tile qt's rows (0 for padded rows) into d[kT].
+// Not inlined: one body computes every delta, so the cached ones (Note [Group scratch]) and
+// the recomputed ones have the same bits.
+template <class P, class E = typename P::Elem>
+[[gnu::noinline]] void tile_deltas(float* d, const BackwardArgs<E>& a, const AttnShape& s,
+                                   int64_t b, int64_t h, int64_t qt) {
+  const int64_t nq = s.tile_rows(qt), row0 = b * s.S + qt * kT;
+  for (int64_t i = 0; i < kT; ++i) d[i] = i < nq ? row_delta<P>(a, s, row0 + i, h) : 0.0f;
+}
+
+// The group scratch of Note [Group scratch]: delta [G][S'] and the f32 dq accumulator
+// [G][S'][dp] (null where absent).
+struct GroupScratch {
+  float* delta = nullptr;
+  float* dq = nullptr;
+};
+inline int64_t padded_seq(const AttnShape& s) { return s.n_tiles() * kT; }
+// Its floats per thread: 0 where it would pass kGroupScratchBytes. S + kT rows per head, not S':
+// a size affine in S, as the planner's scale_trace assumes (S' <= S + kT - 1).
+template <class P>
+int64_t group_scratch_numel(int64_t S, int64_t G, int64_t dp) {
+  const int64_t rows = G * (S + kT);
+  const int64_t n = rows * (1 + (P::kDqInPlace ? 0 : dp));
+  return n * int64_t(sizeof(float)) <= kGroupScratchBytes ? n : 0;
+}
+
+// Query side of tile qt of head h: q and dO tiles (P::load_query_side), lse, and delta from the
+// group scratch's deltas [S'] of head h where given, else computed; padded rows are zero.
 template <class P, class E = typename P::Elem>
 void load_query_side(typename P::Bwd& t, const BackwardArgs<E>& a, const AttnShape& s, int64_t b,
-                     int64_t h, int64_t qt, bool key_grads) {
+                     int64_t h, int64_t qt, bool key_grads, const float* deltas = nullptr) {
   const int64_t nq = s.tile_rows(qt), row0 = b * s.S + qt * kT;
   P::load_query_side(t, a, row0, nq, h * s.D, s, key_grads);
-  for (int64_t i = 0; i < kT; ++i) {
-    float delta = 0.0f;
-    if (i < nq) {
-      const E* dout_i = &a.dout(row0 + i, h * s.D);
-      const E* o_i = &a.o(row0 + i, h * s.D);
-#pragma omp simd reduction(+ : delta)
-      for (int64_t d = 0; d < s.D; ++d) delta += P::get(dout_i[d]) * P::get(o_i[d]);
-    }
-    t.delta[i] = delta;
-    t.lse[i] = i < nq ? a.lse(b, h, qt * kT + i) : 0.0f;
-  }
+  if (deltas)
+    std::copy(deltas + qt * kT, deltas + qt * kT + kT, t.delta);
+  else
+    tile_deltas<P>(t.delta, a, s, b, h, qt);
+  for (int64_t i = 0; i < kT; ++i) t.lse[i] = i < nq ? a.lse(b, h, qt * kT + i) : 0.0f;
 }
 
 template <class P>
@@ -396,9 +445,9 @@ void probs_and_dscores(typename P::Bwd& t, const AttnShape& s, int64_t b, int64_
 template <class P, class E = typename P::Elem>
 void backward_key_tile(const View<E>& dq, const View<E>& dk, const View<E>& dv,
                        const BackwardArgs<E>& a, const AttnShape& s, int64_t b, int64_t hk,
-                       int64_t kt, bool add_dq, float* ws) {
+                       int64_t kt, bool add_dq, float* ws, const GroupScratch& gs = {}) {
   typename P::Bwd t(ws, s.dp);
-  const int64_t nk = s.tile_rows(kt), krow0 = b * s.S + kt * kT;
+  const int64_t nk = s.tile_rows(kt), krow0 = b * s.S + kt * kT, sp = padded_seq(s);
   P::load_key_side(t, a, krow0, nk, hk * s.D, s, add_dq);
   P::zero_key_grads(t, s);
   for (int64_t g = 0; g < s.G; ++g) {
@@ -406,16 +455,47 @@ void backward_key_tile(const View<E>& dq, const View<E>& dk, const View<E>& dv,
     for (int64_t qt = s.causal ? kt : 0; qt < s.n_tiles(); ++qt) {
       // key_start: later query tiles start later still (AttnMask), so none of them sees kt
       if (s.first_key_tile(b, qt) > kt) break;
-      load_query_side<P>(t, a, s, b, h, qt, true);
+      load_query_side<P>(t, a, s, b, h, qt, true, gs.delta ? gs.delta + g * sp : nullptr);
       probs_and_dscores<P>(t, s, b, qt, kt, true, add_dq);
       P::acc_key_grads(t, s);
       if (!add_dq) continue;
-      P::zero_dq(t, s);
-      P::acc_dq(t, s);
-      P::store_dq(dq, t, b * s.S + qt * kT, s.tile_rows(qt), h * s.D, s, true);
+      if constexpr (P::kDqInPlace) {
+        P::zero_dq(t, s);
+        P::acc_dq(t, t.dq, s);
+        P::store_dq(dq, t.dq, b * s.S + qt * kT, s.tile_rows(qt), h * s.D, s, true);
+      } else {
+        P::acc_dq(t, gs.dq + (g * sp + qt * kT) * s.dp, s);
+      }
     }
   }
   P::store_key_grads(dk, dv, t, krow0, nk, hk * s.D, s);
+}
+
+// A by-group item: group hk of sequence b, all its key tiles (Note [Group scratch]).
+template <class P, class E = typename P::Elem>
+void backward_group(const View<E>& dq, const View<E>& dk, const View<E>& dv,
+                    const BackwardArgs<E>& a, const AttnShape& s, int64_t b, int64_t hk, float* ws,
+                    float* group_ws) {
+  GroupScratch gs;
+  const int64_t sp = padded_seq(s);
+  if (group_ws) {
+    gs.delta = group_ws;
+    for (int64_t g = 0; g < s.G; ++g)
+      for (int64_t qt = 0; qt < s.n_tiles(); ++qt)
+        tile_deltas<P>(gs.delta + g * sp + qt * kT, a, s, b, hk * s.G + g, qt);
+    if constexpr (!P::kDqInPlace) {
+      gs.dq = group_ws + s.G * sp;
+      std::fill(gs.dq, gs.dq + s.G * sp * s.dp, 0.0f);
+    }
+  }
+  if constexpr (P::kDqInPlace) P::zero_group_dq(dq, b * s.S, s.S, hk * s.G * s.D, s.G * s.D);
+  for (int64_t kt = 0; kt < s.n_tiles(); ++kt)
+    backward_key_tile<P>(dq, dk, dv, a, s, b, hk, kt, true, ws, gs);
+  if constexpr (!P::kDqInPlace)
+    for (int64_t g = 0; g < s.G; ++g)
+      for (int64_t qt = 0; qt < s.n_tiles(); ++qt)
+        P::store_dq(dq, gs.dq + (g * sp + qt * kT) * s.dp, b * s.S + qt * kT, s.tile_rows(qt),
+                    (hk * s.G + g) * s.D, s, false);
 }
 
 // dq of query tile qt of head h in sequence b: dq_i = sum_{j<=i} ds_ij k_j, recomputing p and dP
@@ -430,9 +510,9 @@ void backward_query_tile(const View<E>& dq, const BackwardArgs<E>& a, const Attn
   for (int64_t kt = s.first_key_tile(b, qt); kt <= kt_last; ++kt) {
     P::load_key_side(t, a, b * s.S + kt * kT, s.tile_rows(kt), h / s.G * s.D, s, true);
     probs_and_dscores<P>(t, s, b, qt, kt, false, true);
-    P::acc_dq(t, s);
+    P::acc_dq(t, t.dq, s);
   }
-  P::store_dq(dq, t, b * s.S + qt * kT, s.tile_rows(qt), h * s.D, s, false);
+  P::store_dq(dq, t.dq, b * s.S + qt * kT, s.tile_rows(qt), h * s.D, s, false);
 }
 
 template <class P, class E = typename P::Elem>
@@ -466,7 +546,9 @@ void attention_backward(const char* name, View<E> dq, View<E> dk, View<E> dv, Vi
       check_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, batch, n_heads, n_kv_heads);
   check_attention_mask(name, mask, d, true);
   const AttnShape s = attn_shape(d, mask, P::padded_dim(d.D));
-  const int64_t per_thread = P::backward_numel(s.dp);
+  const int64_t tiles_numel = P::backward_numel(s.dp);
+  const int64_t group_numel = group_scratch_numel<P>(s.S, s.G, s.dp);
+  const int64_t per_thread = tiles_numel + group_numel;
   const int threads = omp_get_max_threads();
   MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread, name,
              ": scratch has ", scratch.numel(), " floats, needs ", threads * per_thread, " (", name,
@@ -474,15 +556,14 @@ void attention_backward(const char* name, View<E> dq, View<E> dk, View<E> dv, Vi
              " threads)");
   const BackwardArgs<E> a{dout, q, k, v, o, lse};
   const int64_t groups = s.B * s.Hkv, n_tiles = s.n_tiles();
-  const bool by_group = P::kByGroup && (groups + threads - 1) / threads * threads * 4 <= groups * 5;
+  const bool by_group = (P::kDqInPlace || group_numel > 0) &&
+                        (groups + threads - 1) / threads * threads * 4 <= groups * 5;
   if (by_group) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t b = g / s.Hkv, hk = g % s.Hkv;
       float* ws = scratch.data() + omp_get_thread_num() * per_thread;
-      P::zero_group_dq(dq, b * s.S, s.S, hk * s.G * s.D, s.G * s.D);
-      for (int64_t kt = 0; kt < n_tiles; ++kt)
-        backward_key_tile<P>(dq, dk, dv, a, s, b, hk, kt, true, ws);
+      backward_group<P>(dq, dk, dv, a, s, g / s.Hkv, g % s.Hkv, ws,
+                        group_numel > 0 ? ws + tiles_numel : nullptr);
     }
     return;
   }

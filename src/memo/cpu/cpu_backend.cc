@@ -186,7 +186,7 @@ int64_t CpuBackend::attention_backward_scratch_numel(int64_t seq, int64_t head_d
 int64_t CpuBackend::bf16_attention_backward_scratch_numel(int64_t seq, int64_t head_dim,
                                                           int64_t n_heads, int64_t n_kv_heads) {
   return std::max(cpu::attention_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads),
-                  cpu::attention_bf16_backward_scratch_numel(head_dim));
+                  cpu::attention_bf16_backward_scratch_numel(seq, head_dim, n_heads, n_kv_heads));
 }
 void CpuBackend::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout,
                                        ConstTensor q, ConstTensor k, ConstTensor v, ConstTensor o,

@@ -152,7 +152,8 @@ int64_t attention_forward_scratch_numel(int64_t head_dim);
 void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                        int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                        AttnMask mask = AttnMask::kCausal);
-// Recomputes scores tile by tile from q, k and lse. dq, dk, dv overwrite.
+// Recomputes scores tile by tile from q, k and lse. dq, dk, dv overwrite. The scratch is the
+// threads' tiles, plus up to 32 MiB a thread that depends on seq (Note [Group scratch]).
 int64_t attention_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                          int64_t n_kv_heads);
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, ConstTensor q,
@@ -176,7 +177,8 @@ int64_t attention_bf16_forward_scratch_numel(int64_t head_dim);
 void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, memo::ConstTensor k,
                             memo::ConstTensor v, int64_t batch, int64_t n_heads, int64_t n_kv_heads,
                             Tensor scratch, AttnMask mask = AttnMask::kCausal);
-int64_t attention_bf16_backward_scratch_numel(int64_t head_dim);
+int64_t attention_bf16_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
+                                              int64_t n_kv_heads);
 void attention_bf16_backward(memo::Tensor dq, memo::Tensor dk, memo::Tensor dv,
                              memo::ConstTensor dout, memo::ConstTensor q, memo::ConstTensor k,
                              memo::ConstTensor v, memo::ConstTensor o, ConstTensor lse,
