@@ -168,10 +168,10 @@ bool bf16_attention_native();
 const char* bf16_attention_name();
 // Whether a CPU backend runs bf16 attention natively unless told (CpuOptions::bf16_attention):
 // MEMO_CPU_BF16_ATTENTION=1 or 0 when set (anything else: Error), else where it is native and
-// measured faster than the f32 kernels: AMD's AVX512-BF16 cores (1.08-1.28x on a Zen 5 against
-// the f32 kernels on 512-bit vectors, head dims 32-128; bench/RESULTS.md), not Intel's (0.75x on
-// a Xeon before the tile layouts were vectorised; not measured since; its AMX tiles are not used
-// here).
+// measured faster than the f32 kernels: AMD's AVX512-BF16 cores (1.30-1.66x fwd + bwd on a Zen 5
+// against the f32 kernels on 512-bit vectors, head dims 32-128; bench/RESULTS.md), not Intel's
+// (0.75x on a Xeon before the tile layouts were vectorised; not measured since; its AMX tiles are
+// not used here).
 bool bf16_attention_by_default();
 int64_t attention_bf16_forward_scratch_numel(int64_t head_dim);
 void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, memo::ConstTensor k,
