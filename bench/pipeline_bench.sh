@@ -2,11 +2,12 @@
 # Pipeline parallelism on this machine (issue #26), in one run: configs/small.json on the KJV text
 # (scripts/quickstart.sh makes data/kjv.txt), one process of 2 threads against `--pp 2` (2 ranks
 # of 1 thread) and `--pp 4` (4 ranks of 1 thread on the same cores: oversubscribed, so its
-# tokens/s says little), 1F1B with m micro-batches of one sequence per step, under keep and memo
-# (--alpha 0.5). Prints tokens/s and its ratio to one process, the bubble measured on each stage
-# (its seconds waiting on the pipeline over the rest of the step) beside (P - 1) / m, and each
-# stage's activation peak; then memo at P = 4 in each stage's static plan (--device-memory): its
-# arena and the bytes of it used per stage. Medians over the steps after the first.
+# tokens/s says little) and `--pp 2 --tp 2` (4 ranks of 1 thread too), 1F1B with m micro-batches
+# of one sequence per step, under keep and memo (--alpha 0.5). Prints tokens/s and its ratio to
+# one process, the bubble measured on each stage (its seconds waiting on the pipeline over the
+# rest of the step) beside (P - 1) / m, and each stage's activation peak; then memo at P = 4 in
+# each stage's static plan (--device-memory): its arena and the bytes of it used per stage.
+# Medians over the steps after the first.
 # Usage: bench/pipeline_bench.sh [SEQ [MICRO_BATCHES [STEPS]]]   (default: 1024 8 6)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,7 @@ for act in keep "memo --alpha 0.5"; do
   run "one-$tag" 1 --activations $act
   run "pp2-$tag" 2 --activations $act --pp 2
   run "pp4-$tag" 4 --activations $act --pp 4
+  run "pp2tp2-$tag" 4 --activations $act --pp 2 --tp 2
 done
 # memo at P = 4 in each stage's static plan of its step (--device-memory: a budget it fits)
 run "pp4-memo-plan" 4 --activations memo --alpha 0.5 --pp 4 --device-memory 16GiB
@@ -45,11 +47,10 @@ out, m, S = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 med = statistics.median
 def recs(name):  # the steps after the first
     return [json.loads(l) for l in open(f"{out}/{name}.jsonl")][1:]
-print(f"{'run':<10} {'tok/s':>8} {'x one':>6} {'last loss':>10}  {'bubble per stage (formula)':<32} activation peak per stage, MiB")
+print(f"{'run':<12} {'tok/s':>8} {'x one':>6} {'last loss':>10}  {'bubble per stage (formula)':<32} activation peak per stage, MiB")
 for tag in ("keep", "memo"):
     base = med(r["tokens_per_s"] for r in recs(f"one-{tag}"))
-    for P in (1, 2, 4):
-        name = f"one-{tag}" if P == 1 else f"pp{P}-{tag}"
+    for P, name in ((1, f"one-{tag}"), (2, f"pp2-{tag}"), (4, f"pp4-{tag}"), (2, f"pp2tp2-{tag}")):
         rs = recs(name)
         tps = med(r["tokens_per_s"] for r in rs)
         step_s = m * S / tps
@@ -59,7 +60,7 @@ for tag in ("keep", "memo"):
             waits = [med(r["pp_stage_wait_s"][i] for r in rs) for i in range(P)]
             bubble = " ".join(f"{w / (step_s - w):.2f}" for w in waits) + f" ({(P - 1) / m:.3f})"
             peaks = " ".join(f"{med(r['pp_stage_peak_bytes'][i] for r in rs) / 2**20:.1f}" for i in range(P))
-        print(f"{name:<10} {tps:8.0f} {tps / base:6.2f} {rs[-1]['loss']:10.4f}  {bubble:<32} {peaks}")
+        print(f"{name:<12} {tps:8.0f} {tps / base:6.2f} {rs[-1]['loss']:10.4f}  {bubble:<32} {peaks}")
 rs = recs("pp4-memo-plan")
 tps = med(r["tokens_per_s"] for r in rs)
 base = med(r["tokens_per_s"] for r in recs("pp4-memo"))
