@@ -2,6 +2,7 @@
 // (attention_reference.cc), of the reference's backward against finite differences, and of
 // determinism, extreme scores and the entry checks.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -326,6 +327,27 @@ TEST(Attention, repeated_calls_are_bitwise_equal) {
                         {&first.dv, &second.dv}})
       EXPECT_EQ(0, std::memcmp(a->data(), b->data(), a->size() * sizeof(float))) << c;
   }
+}
+
+// Note [Attention threads and determinism]: the thread count picks the backward scheme (B * Hkv
+// of 1 and 3: split on 2 threads, by group on 1), and both give the same bits.
+TEST(Attention, by_group_and_split_backwards_give_the_same_bits) {
+  for (AttnCase c : {AttnCase{3, 150, 6, 1, 12}, AttnCase{1, 200, 2, 1, 40}})
+    for (const AttnMask& mask : {AttnMask::kCausal, AttnMask::kFull}) {
+      AttnData split(c, 1.0, 4), by_group(c, 1.0, 4);
+      split.mask = by_group.mask = mask;
+      const int threads = omp_get_max_threads();
+      omp_set_num_threads(2);
+      split.run_kernels();
+      omp_set_num_threads(1);
+      by_group.run_kernels();
+      omp_set_num_threads(threads);
+      for (auto [a, b] : {std::pair{&split.dq, &by_group.dq},
+                          {&split.dk, &by_group.dk},
+                          {&split.dv, &by_group.dv}})
+        EXPECT_EQ(0, std::memcmp(a->data(), b->data(), a->size() * sizeof(float)))
+            << c << (mask.causal ? " causal" : " full");
+    }
 }
 
 // Note [Wide tile products]: on an AVX-512 CPU the products run on 512-bit vectors unless

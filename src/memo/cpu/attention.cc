@@ -337,6 +337,14 @@ struct F32Tiles {
   static void acc_dq(Bwd& t, float* acc, const AttnShape& s) {
     acc_tile<kWide>(acc, t.ds, kT, 1, t.k, s.dp);
   }
+  // t.dq += ds . k from zero, in t.dk (which a query tile's pass does not use): the split scheme's
+  // sum made as the by-group one makes it in dq (Note [Attention threads and determinism]).
+  static void add_dq_partial(Bwd& t, const AttnShape& s) {
+    std::fill(t.dk, t.dk + kT * s.dp, 0.0f);
+    acc_dq(t, t.dk, s);
+#pragma omp simd
+    for (int64_t e = 0; e < kT * s.dp; ++e) t.dq[e] += t.dk[e];
+  }
   static void store_dq(const Tensor& dq, const float* tile, int64_t row0, int64_t n, int64_t c0,
                        const AttnShape& s, bool add) {
     for (int64_t i = 0; i < n; ++i) {

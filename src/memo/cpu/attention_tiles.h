@@ -22,7 +22,11 @@ namespace memo::cpu::attn {
 // Note [Attention threads and determinism]
 // Every output element is computed by exactly one thread, in an order fixed by the shapes alone,
 // so results are bitwise identical run to run (and do not depend on the thread count or on which
-// thread takes which work item; dynamic schedules are therefore safe).
+// thread takes which work item; dynamic schedules are therefore safe). The two backward schemes
+// below sum each dq element's products in the same order too, so which one the thread count picks
+// changes no bit (tested for both precisions): the f32 split scheme adds each key tile's partial,
+// as the by-group one adds it into dq in place; the bf16 one chains them, as the group scratch's
+// accumulator does.
 // Forward: work items are (b, h, query tile); each owns its o rows and lse entries. B*H == 1 still
 //   gives S / kAttnTile items, so both cores are busy. Heavy items (late query tiles) go first.
 // Backward, two schemes, chosen from (B*Hkv, threads):
@@ -342,7 +346,8 @@ struct BackwardArgs {
 //   for_dq), scores(Bwd, s) (p = q.k^T, ds = dO.v^T), prepare(Bwd, s, key_grads, for_dq) after
 //   probs_and_dscores, zero_key_grads, acc_key_grads (dv += p^T dO, dk += ds^T q), store_key_grads,
 //   zero_dq (t.dq = 0), acc_dq(Bwd, acc, s) (acc [kT][dp] += ds k), store_dq(dq, src, row0, n,
-//   c0, s, add) (dq rows (+)= src [kT][dp]);
+//   c0, s, add) (dq rows (+)= src [kT][dp]); where kDqInPlace, add_dq_partial(Bwd, s) (t.dq +=
+//   ds k computed from zero, as store_dq adds it);
 //   put(E&, float) and get(const E&): the output rounding and the widening of an element;
 //   kDqInPlace: whether dq may accumulate over key tiles in its own dtype (else the by-group
 //   scheme needs the group scratch's f32 accumulator, Note [Group scratch]).
@@ -510,7 +515,11 @@ void backward_query_tile(const View<E>& dq, const BackwardArgs<E>& a, const Attn
   for (int64_t kt = s.first_key_tile(b, qt); kt <= kt_last; ++kt) {
     P::load_key_side(t, a, b * s.S + kt * kT, s.tile_rows(kt), h / s.G * s.D, s, true);
     probs_and_dscores<P>(t, s, b, qt, kt, false, true);
-    P::acc_dq(t, t.dq, s);
+    // the sum the by-group scheme makes: per key tile in place, else chained in f32
+    if constexpr (P::kDqInPlace)
+      P::add_dq_partial(t, s);
+    else
+      P::acc_dq(t, t.dq, s);
   }
   P::store_dq(dq, t.dq, b * s.S + qt * kT, s.tile_rows(qt), h * s.D, s, false);
 }
