@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/kernel_test_util.h"
 #include "memo/core/error.h"
 #include "memo/cpu/kernels.h"
 #include "reference/attention_reference.h"
@@ -276,12 +277,8 @@ TEST(Bf16Attention, by_group_and_split_backwards_give_the_same_bits) {
   for (Bf16Mask mask : {Bf16Mask::kCausal, Bf16Mask::kDocuments, Bf16Mask::kFull}) {
     const Bf16AttnCase c{"schemes", 3, 150, 4, 1, 24, mask};
     Bf16AttnData split(c, 11), by_group(c, 11);
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(2);
-    split.run_kernels();
-    omp_set_num_threads(1);
-    by_group.run_kernels();
-    omp_set_num_threads(threads);
+    test::with_threads(2, [&] { split.run_kernels(); });
+    test::with_threads(1, [&] { by_group.run_kernels(); });
     auto same = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
       return std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
     };

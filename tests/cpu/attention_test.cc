@@ -2,7 +2,6 @@
 // (attention_reference.cc), of the reference's backward against finite differences, and of
 // determinism, extreme scores and the entry checks.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cpu/kernel_test_util.h"
 #include "memo/cpu/kernels.h"
 #include "reference/attention_reference.h"
 
@@ -336,12 +336,8 @@ TEST(Attention, by_group_and_split_backwards_give_the_same_bits) {
     for (const AttnMask& mask : {AttnMask::kCausal, AttnMask::kFull}) {
       AttnData split(c, 1.0, 4), by_group(c, 1.0, 4);
       split.mask = by_group.mask = mask;
-      const int threads = omp_get_max_threads();
-      omp_set_num_threads(2);
-      split.run_kernels();
-      omp_set_num_threads(1);
-      by_group.run_kernels();
-      omp_set_num_threads(threads);
+      test::with_threads(2, [&] { split.run_kernels(); });
+      test::with_threads(1, [&] { by_group.run_kernels(); });
       for (auto [a, b] : {std::pair{&split.dq, &by_group.dq},
                           {&split.dk, &by_group.dk},
                           {&split.dv, &by_group.dv}})
