@@ -312,7 +312,6 @@ struct Bf16Tiles {
     for (int64_t i = 0; i < n; ++i)
       for (int64_t d = 0; d < s.D; ++d) dqv(row0 + i, c0 + d) = float_to_bf16(tile[i * s.dp + d]);
   }
-  static void zero_group_dq(const View<bf16>&, int64_t, int64_t, int64_t, int64_t) {}
 };
 
 void check_bf16_attention(const char* name, std::initializer_list<memo::ConstTensor> tensors) {

@@ -347,7 +347,7 @@ struct BackwardArgs {
 //   probs_and_dscores, zero_key_grads, acc_key_grads (dv += p^T dO, dk += ds^T q), store_key_grads,
 //   zero_dq (t.dq = 0), acc_dq(Bwd, acc, s) (acc [kT][dp] += ds k), store_dq(dq, src, row0, n,
 //   c0, s, add) (dq rows (+)= src [kT][dp]); where kDqInPlace, add_dq_partial(Bwd, s) (t.dq +=
-//   ds k computed from zero, as store_dq adds it);
+//   ds k computed from zero, as store_dq adds it) and zero_group_dq(dq, row0, n, c0, width);
 //   put(E&, float) and get(const E&): the output rounding and the widening of an element;
 //   kDqInPlace: whether dq may accumulate over key tiles in its own dtype (else the by-group
 //   scheme needs the group scratch's f32 accumulator, Note [Group scratch]).
