@@ -216,6 +216,55 @@ TEST(RopeScaling, config_json_round_trips_each_type) {
                    .contains("rope_scaling"));
 }
 
+// transformers 5 writes rope_theta and rope_scaling as one rope_parameters object.
+json as_rope_parameters(json config) {
+  json p =
+      config.contains("rope_scaling") ? config["rope_scaling"] : json{{"rope_type", "default"}};
+  p["rope_theta"] = config["rope_theta"];
+  config.erase("rope_scaling");
+  config.erase("rope_theta");
+  config["rope_parameters"] = p;
+  return config;
+}
+
+TEST(RopeScaling, transformers_5_rope_parameters_read_as_rope_theta_and_rope_scaling) {
+  for (const RopeCase& c : cases()) {
+    const ModelConfig old = model_config_from_json(c.config, "4.x");
+    const json v5 = as_rope_parameters(c.config);
+    const ModelConfig now = model_config_from_json(v5, "5.x");
+    EXPECT_EQ(now.rope_theta, old.rope_theta) << v5.dump();
+    EXPECT_EQ(now.rope_scaling, old.rope_scaling) << v5.dump();
+    // both spellings at once, saying the same: accepted
+    json both = v5;
+    both["rope_theta"] = c.config["rope_theta"];
+    if (c.config.contains("rope_scaling")) both["rope_scaling"] = c.config["rope_scaling"];
+    EXPECT_EQ(model_config_from_json(both, "both").rope_scaling, old.rope_scaling) << both.dump();
+  }
+  // theta in neither: LlamaConfig's default; the top-level theta where rope_parameters has none
+  json bare = llama_json(8, 5e5, 64, nullptr);
+  bare.erase("rope_theta");
+  bare["rope_parameters"] = {{"rope_type", "default"}};
+  EXPECT_EQ(model_config_from_json(bare, "c").rope_theta, 10000.0);
+  bare["rope_theta"] = 5e5;
+  EXPECT_EQ(model_config_from_json(bare, "c").rope_theta, 5e5);
+  // no rope_type: "default"; transformers 5 reads a Qwen2 config the same way
+  json qwen = as_rope_parameters(llama_json(8, 1e6, 64, nullptr));
+  qwen["model_type"] = "qwen2";
+  qwen["rope_parameters"].erase("rope_type");
+  const ModelConfig q = model_config_from_json(qwen, "qwen2.json");
+  EXPECT_EQ(q.rope_theta, 1e6);
+  EXPECT_TRUE(q.rope_scaling.is_default());
+  // memo writes the older spelling, which transformers 4 and 5 both read
+  const json written = model_config_to_json(model_config_from_json(
+      as_rope_parameters(llama_json(
+          8, 5e5, 64, {{"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", 1.25}})),
+      "c"));
+  EXPECT_FALSE(written.contains("rope_parameters"));
+  EXPECT_EQ(written["rope_theta"], 5e5);
+  ASSERT_TRUE(written.contains("rope_scaling"));
+  EXPECT_EQ(written["rope_scaling"]["rope_type"], "yarn");
+}
+
 TEST(RopeScaling, a_config_memo_cannot_compute_is_refused_by_name) {
   const auto refuses = [](const json& config, const std::string& needle) {
     try {
@@ -250,6 +299,36 @@ TEST(RopeScaling, a_config_memo_cannot_compute_is_refused_by_name) {
   json top = with({{"rope_type", "linear"}, {"factor", 2.0}});
   top["original_max_position_embeddings"] = 32;
   refuses(top, "at the top level is longrope's");
+  // transformers 5's rope_parameters
+  const json v5 = as_rope_parameters(with({{"rope_type", "linear"}, {"factor", 2.0}}));
+  json bad = v5;
+  bad["rope_parameters"]["beta_fast"] = 32;
+  refuses(bad, "cfg.json: rope_parameters: field beta_fast = 32 is not one linear takes");
+  bad = v5;
+  bad["rope_parameters"]["partial_rotary_factor"] = 0.5;
+  refuses(bad, "cfg.json: rope_parameters: partial_rotary_factor = 0.5 is not supported");
+  bad = v5;
+  bad["rope_theta"] = 5e5;
+  refuses(bad, "cfg.json: rope_theta = 500000 and rope_parameters' 10000 disagree");
+  bad = v5;
+  bad["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  refuses(bad, "cfg.json: rope_scaling and rope_parameters give different scalings");
+  bad = v5;
+  bad["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}}},
+                            {"sliding_attention", {{"rope_type", "default"}}}};
+  refuses(bad, "field full_attention holds an object: rotary settings per layer type are not");
+  bad["rope_parameters"] = "linear";
+  refuses(bad, "cfg.json: field rope_parameters = \"linear\" is a string");
+  bad["rope_parameters"] = {{"rope_type", "ntk"}};
+  refuses(bad, "rope_type \"ntk\" is not supported");
+  refuses({{"model_type", "gpt2"},
+           {"n_embd", 16},
+           {"n_layer", 1},
+           {"n_head", 2},
+           {"vocab_size", 50},
+           {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e4}}}},
+          "rope_parameters = {\"rope_theta\":10000.0,\"rope_type\":\"default\"} is not supported "
+          "for GPT-2");
   refuses({{"model_type", "gpt2"},
            {"n_embd", 16},
            {"n_layer", 1},

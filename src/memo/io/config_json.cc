@@ -69,10 +69,11 @@ void read_list(const json& j, std::string_view where, const char* name, std::vec
 
 // `type` is the older spelling of `rope_type`. Every key must be one the type takes: a key memo
 // would ignore could mean a different model.
-RopeScaling rope_scaling_from_json(const json& j, std::string_view config_where) {
-  const std::string where = str(config_where, ": rope_scaling");
+RopeScaling rope_scaling_from_json(const json& j, std::string_view config_where,
+                                   const char* field_name) {
+  const std::string where = str(config_where, ": ", field_name);
   if (j.is_null()) return RopeScaling{};
-  if (!j.is_object()) wrong_type(config_where, "rope_scaling", j, "an object or null");
+  if (!j.is_object()) wrong_type(config_where, field_name, j, "an object or null");
   const json* type = field(j, "rope_type");
   const json* old_type = field(j, "type");
   if (type && old_type && *type != *old_type)
@@ -177,6 +178,49 @@ json rope_scaling_to_json(const RopeScaling& s) {
   return j;
 }
 
+// transformers 5's `rope_parameters`: rope_theta and rope_scaling as one object (rope_type, default
+// "default"; rope_theta; the type's fields), which its configs write instead of the two older
+// fields (modeling_rope_utils.py, RotaryEmbeddingConfigMixin). Read into the same ModelConfig
+// fields; where an older field is given too, both must say the same (transformers would take
+// rope_parameters' theta but rope_scaling's scaling: a config that has them disagree is refused).
+// A theta absent from both is LlamaConfig's default, as in transformers.
+void read_rope_parameters(const json& j, std::string_view where, ModelConfig& c) {
+  const json* p = field(j, "rope_parameters");
+  if (!p) return;
+  if (!p->is_object()) wrong_type(where, "rope_parameters", *p, "an object or null");
+  const std::string at = str(where, ": rope_parameters");
+  for (const auto& [key, value] : p->items())
+    if (value.is_object())  // {"full_attention": {...}, "sliding_attention": {...}}
+      throw ConfigError(str(at, ": field ", key,
+                            " holds an object: rotary settings per layer type are not supported; "
+                            "memo rotates every layer alike"));
+  json scaling = *p;
+  if (field(*p, "rope_theta")) {
+    double theta = 0;
+    read_double(*p, at, "rope_theta", theta);
+    if (field(j, "rope_theta") && theta != c.rope_theta)
+      throw ConfigError(str(where, ": rope_theta = ", c.rope_theta, " and rope_parameters' ", theta,
+                            " disagree; give one"));
+    c.rope_theta = theta;
+  }
+  if (field(*p, "partial_rotary_factor")) {
+    double partial = 1.0;
+    read_double(*p, at, "partial_rotary_factor", partial);
+    if (partial != 1.0)
+      throw ConfigError(str(at, ": partial_rotary_factor = ", partial,
+                            " is not supported; memo rotates whole heads (1.0)"));
+  }
+  scaling.erase("rope_theta");
+  scaling.erase("partial_rotary_factor");
+  if (!field(scaling, "rope_type") && !field(scaling, "type")) scaling["rope_type"] = "default";
+  const RopeScaling s = rope_scaling_from_json(scaling, where, "rope_parameters");
+  if (field(j, "rope_scaling") && !(s == c.rope_scaling))
+    throw ConfigError(str(where, ": rope_scaling and rope_parameters give different scalings ",
+                          "(rope_type ", rope_type_name(c.rope_scaling.type), " and ",
+                          rope_type_name(s.type), "); give one"));
+  c.rope_scaling = s;
+}
+
 // Fields memo does not implement; accepting them silently would train or load a different model.
 void reject_unsupported(const json& j, std::string_view where, const ModelConfig& c) {
   double partial = 1.0;
@@ -190,9 +234,11 @@ void reject_unsupported(const json& j, std::string_view where, const ModelConfig
 
 // GPT2Config fields that would change the math memo implements.
 void reject_unsupported_gpt2(const json& j, std::string_view where) {
-  if (const json* v = field(j, "rope_scaling"))
-    throw ConfigError(str(where, ": rope_scaling = ", v->dump(),
-                          " is not supported for GPT-2; memo's GPT-2 rotates with plain RoPE"));
+  for (const char* name : {"rope_scaling", "rope_parameters"})
+    if (const json* v = field(j, name))
+      throw ConfigError(str(where, ": ", name, " = ", v->dump(),
+                            " is not supported for GPT-2; memo's GPT-2 rotates with plain RoPE "
+                            "(memo_position_embedding_type \"rope\", rope_theta)"));
   if (const json* v = field(j, "activation_function");
       v && *v != "gelu_new" && *v != "gelu_pytorch_tanh")
     throw ConfigError(str(where, ": activation_function = ", v->dump(),
@@ -327,6 +373,7 @@ ModelConfig llama_config_from_json(const json& j, std::string_view where, Arch a
   read_bool(j, where, "tie_word_embeddings", c.tie_word_embeddings);
   read_double(j, where, "initializer_range", c.initializer_range);
   if (const json* v = field(j, "rope_scaling")) c.rope_scaling = rope_scaling_from_json(*v, where);
+  read_rope_parameters(j, where, c);
   // Phi-3's longrope configs give the original context at the top level.
   if (const json* v = field(j, "original_max_position_embeddings")) {
     int64_t original = 0;

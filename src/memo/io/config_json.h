@@ -30,10 +30,14 @@ ModelConfig load_model_config(const std::filesystem::path& path);
 // intermediate_size, num_hidden_layers, num_attention_heads, vocab_size. Absent optional fields
 // take the Hugging Face LlamaConfig defaults: num_key_value_heads = num_attention_heads,
 // rms_norm_eps 1e-6, rope_theta 10000, max_position_embeddings 2048, tie_word_embeddings false,
-// initializer_range 0.02. A null value counts as absent. Calls validate().
+// initializer_range 0.02. A null value counts as absent. transformers 5's `rope_parameters`
+// (rope_theta and rope_scaling in one object) is read as those two; given beside them, it must
+// agree with them. Calls validate().
 // A `rope_scaling` object (transformers' fields; null: plain RoPE), checked field by field; the
-// head-dependent checks are ModelConfig::validate's. ConfigError names `where` and the field.
-RopeScaling rope_scaling_from_json(const nlohmann::json& j, std::string_view where);
+// head-dependent checks are ModelConfig::validate's. ConfigError names `where`, `field_name` (the
+// object's name in the file) and the field.
+RopeScaling rope_scaling_from_json(const nlohmann::json& j, std::string_view where,
+                                   const char* field_name = "rope_scaling");
 
 ModelConfig model_config_from_json(const nlohmann::json& json, std::string_view where);
 
