@@ -5,7 +5,7 @@ suite, whose machines lack it).
 
 For each architecture memo trains (Llama with llama3 rope scaling and its attention and MLP
 biases, Qwen2 with YaRN, Qwen3 with q/k norms, head_dim and biases, Mistral with a sliding window
-shorter than the windows, GPT-2), `memo train` runs 2 AdamW steps of a small byte-level model and
+shorter than the windows, Qwen2 with that window on its top layer only, GPT-2), `memo train` runs 2 AdamW steps of a small byte-level model and
 saves it; transformers loads the checkpoint folder (AutoModelForCausalLM, float64, eager
 attention) and its logits over two windows of the corpus, past the original context and the
 sliding window, are compared with those of scripts/torch_reference.py, the float64 PyTorch model
@@ -44,6 +44,8 @@ CONFIGS = {
     "qwen3": dict(BASE, model_type="qwen3", head_dim=16, attention_bias=True,
                   tie_word_embeddings=True, use_sliding_window=False),
     "mistral_window": dict(BASE, model_type="mistral", sliding_window=40),
+    "qwen2_top_layer_window": dict(BASE, model_type="qwen2", use_sliding_window=True,
+                                   sliding_window=40, max_window_layers=1),
     "gpt2": {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 256,
              "vocab_size": 256, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True},
 }

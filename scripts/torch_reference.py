@@ -118,8 +118,6 @@ def config_fields(raw, path):
     model_type = raw.get("model_type") or "llama"
     if model_type not in ("llama", "qwen2", "qwen3", "mistral"):
         raise ReferenceError(f"{path}: model_type {raw['model_type']} is not known to the reference")
-    if raw.get("use_sliding_window"):
-        raise ReferenceError(f"{path}: use_sliding_window is not implemented by the reference")
     # LlamaConfig's attention_bias puts biases on q, k, v and o, its mlp_bias on gate, up and
     # down; Qwen3Config's attention_bias is the same four; Qwen2's q/k/v biases are implied
     attention_bias = bool(raw.get("attention_bias")) and model_type in ("llama", "qwen3")
@@ -133,9 +131,6 @@ def config_fields(raw, path):
         "o_bias": attention_bias,
         "mlp_bias": bool(raw.get("mlp_bias")),
         "qk_norm": model_type == "qwen3",  # Qwen3: RMSNorm over each head of q and k
-        # Mistral's window (MistralConfig's default 4096; null: none): the reference, like memo,
-        # runs only sequences it does not cut into
-        "window": (raw.get("sliding_window", 4096) if model_type == "mistral" else None),
         "C": int(raw["hidden_size"]),
         "F": int(raw["intermediate_size"]),
         "L": int(raw["num_hidden_layers"]),
@@ -147,6 +142,7 @@ def config_fields(raw, path):
         "max_pos": int(raw.get("max_position_embeddings", 2048)),
         "tied": bool(raw.get("tie_word_embeddings", False)),
     }
+    cfg["windows"] = layer_windows(raw, model_type, cfg["L"], path)
     if cfg["H"] % cfg["Hkv"] != 0:
         raise ReferenceError(f"{path}: num_key_value_heads {cfg['Hkv']} does not divide "
                              f"num_attention_heads {cfg['H']}")
@@ -166,6 +162,29 @@ def config_fields(raw, path):
         cfg["rope"].setdefault("original_max_position_embeddings",
                                raw["original_max_position_embeddings"])
     return cfg
+
+
+def layer_windows(raw, model_type, L, path):
+    """Each layer's sliding window (None: the whole causal context). Mistral windows every layer
+    (MistralConfig's default 4096; null: none). Qwen2 and Qwen3 window only when
+    use_sliding_window is set (sliding_window, default 4096), on the layers whose layer_types entry
+    is "sliding_attention"; without layer_types, on the layers from max_window_layers (default
+    28) on: Qwen2Config's reading in transformers 5."""
+    if model_type == "mistral":
+        return [raw.get("sliding_window", 4096)] * L
+    if model_type not in ("qwen2", "qwen3"):
+        return [None] * L
+    window = raw.get("sliding_window", 4096) if raw.get("use_sliding_window") else None
+    types = raw.get("layer_types")
+    if types is None:
+        first = raw.get("max_window_layers", 28)
+        types = ["sliding_attention" if window is not None and i >= first else "full_attention"
+                 for i in range(L)]
+    if len(types) != L or any(t not in ("full_attention", "sliding_attention") for t in types):
+        raise ReferenceError(f"{path}: layer_types {types} is not one of two types a layer")
+    if window is None and "sliding_attention" in types:
+        raise ReferenceError(f"{path}: a sliding_attention layer without a window")
+    return [window if t == "sliding_attention" else None for t in types]
 
 
 def gpt2_param_shapes(cfg):
@@ -429,11 +448,13 @@ def apply_rotary(x, cos, sin):
     return x * cos + rotate_half(x) * sin
 
 
-def attention(x, wq, wk, wv, wo, cfg, cos, sin, biases=(0.0, 0.0, 0.0, 0.0), qk_norm=None):
+def attention(x, wq, wk, wv, wo, cfg, cos, sin, biases=(0.0, 0.0, 0.0, 0.0), qk_norm=None,
+              window=None):
     """Causal grouped-query attention, full softmax matrix. x: [B, S, C] -> [B, S, C].
     `biases` (Qwen2's q, k, v; Llama's attention_bias: q, k, v, o) are added to the products,
     q's, k's and v's before the rotation; `qk_norm` (Qwen3: the q_norm and k_norm weights [D])
-    RMSNorms each head of q and k before the rotation."""
+    RMSNorms each head of q and k before the rotation; `window` (None: none) is the layer's sliding
+    window."""
     B, S, _ = x.shape
     H, Hkv, D = cfg["H"], cfg["Hkv"], cfg["D"]
     bq, bk, bv, bo = biases
@@ -450,8 +471,8 @@ def attention(x, wq, wk, wv, wo, cfg, cos, sin, biases=(0.0, 0.0, 0.0, 0.0), qk_
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)  # [B, H, S, S]
     query, key = torch.arange(S)[:, None], torch.arange(S)[None, :]
     hidden = key > query  # causal
-    if cfg.get("window"):  # Mistral: a key is seen by the `window` queries from it on
-        hidden = hidden | (query - key >= cfg["window"])
+    if window:  # the layer's sliding window: a key is seen by the `window` queries from it on
+        hidden = hidden | (query - key >= window)
     scores = scores.masked_fill(hidden, float("-inf"))
     out = torch.softmax(scores, dim=-1) @ v            # [B, H, S, D]
     return out.transpose(1, 2).reshape(B, S, H * D) @ wo.T + bo
@@ -520,7 +541,8 @@ def forward_logits(params, cfg, inputs):
         h = x + attention(a, params[p + "self_attn.q_proj.weight"],
                           params[p + "self_attn.k_proj.weight"],
                           params[p + "self_attn.v_proj.weight"],
-                          params[p + "self_attn.o_proj.weight"], cfg, cos, sin, biases, qk_norm)
+                          params[p + "self_attn.o_proj.weight"], cfg, cos, sin, biases, qk_norm,
+                          cfg["windows"][i])
         m = rmsnorm(h, params[p + "post_attention_layernorm.weight"], eps)
         gate = m @ params[p + "mlp.gate_proj.weight"].T + bias("mlp.gate_proj", cfg["mlp_bias"])
         up = m @ params[p + "mlp.up_proj.weight"].T + bias("mlp.up_proj", cfg["mlp_bias"])

@@ -193,7 +193,7 @@ TEST(ConfigJson, llama_biases_and_head_dim_read_and_write_back) {
 
 // Qwen3-0.6B's config.json (its fields as published): head_dim 128 with 16 heads over a hidden
 // size of 1024 (q_proj [2048, 1024], o_proj [1024, 2048]), q/k norms of 128, no biases, tied;
-// written back as a Qwen3 config; the sliding window and a sliding layer refused by name.
+// written back as a Qwen3 config.
 TEST(ConfigJson, qwen3_config_reads_and_writes_back) {
   const json q = json::parse(R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false,
     "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128,
@@ -238,24 +238,11 @@ TEST(ConfigJson, qwen3_config_reads_and_writes_back) {
   json absent = q;
   absent.erase("head_dim");
   EXPECT_EQ(model_config_from_json(absent, "qwen3.json").head_dim(), 128);
-  json sliding = q;
-  sliding["use_sliding_window"] = true;
-  std::string msg =
-      error_message<ConfigError>([&] { model_config_from_json(sliding, "qwen3.json"); });
-  EXPECT_NE(msg.find("qwen3.json: use_sliding_window = true is not supported; memo's Qwen3"),
-            std::string::npos)
-      << msg;
-  json layers = q;
-  layers["layer_types"] = json::array();
-  for (int i = 0; i < 28; ++i)
-    layers["layer_types"].push_back(i == 3 ? "sliding_attention" : "full_attention");
-  msg = error_message<ConfigError>([&] { model_config_from_json(layers, "qwen3.json"); });
-  EXPECT_NE(msg.find("qwen3.json: layer_types[3] = \"sliding_attention\" is not supported"),
-            std::string::npos)
-      << msg;
+  EXPECT_EQ(again.sliding_window, 0);
   json mlp = q;
   mlp["mlp_bias"] = true;
-  msg = error_message<ConfigError>([&] { model_config_from_json(mlp, "qwen3.json"); });
+  const std::string msg =
+      error_message<ConfigError>([&] { model_config_from_json(mlp, "qwen3.json"); });
   EXPECT_NE(msg.find("qwen3.json: mlp_bias = true is not supported for \"qwen3\""),
             std::string::npos)
       << msg;
@@ -283,12 +270,86 @@ TEST(ConfigJson, qwen2_config_reads_and_writes_back) {
   EXPECT_EQ(back["use_sliding_window"], false);
   EXPECT_FALSE(back.contains("attention_bias"));
   EXPECT_EQ(model_config_from_json(back, "back").arch, Arch::kQwen2);
-  json sliding = q;
-  sliding["use_sliding_window"] = true;
-  const std::string msg =
-      error_message<ConfigError>([&] { model_config_from_json(sliding, "qwen.json"); });
-  EXPECT_NE(msg.find("qwen.json: use_sliding_window = true is not supported"), std::string::npos)
-      << msg;
+  EXPECT_EQ(c.sliding_window, 0);  // use_sliding_window false: sliding_window changes nothing
+}
+
+// Qwen2's and Qwen3's windows as transformers builds them (configuration_qwen2.py): sliding_window
+// (default 4096) only under use_sliding_window, on the layers layer_types names
+// "sliding_attention", by default those from max_window_layers on; written back with both
+// spellings and read back the same.
+TEST(ConfigJson, qwen_windows_follow_use_sliding_window_max_window_layers_and_layer_types) {
+  for (const char* type : {"qwen2", "qwen3"}) {
+    SCOPED_TRACE(type);
+    const json base{{"model_type", type},       {"hidden_size", 64},
+                    {"intermediate_size", 96},  {"num_hidden_layers", 4},
+                    {"num_attention_heads", 4}, {"vocab_size", 100},
+                    {"head_dim", 16},           {"use_sliding_window", true}};
+    const auto read = [](json j) { return model_config_from_json(j, "q.json"); };
+    const auto windows = [](const ModelConfig& c) {
+      std::vector<int64_t> w;
+      for (int64_t l = 0; l < c.num_hidden_layers; ++l) w.push_back(c.layer_window(l));
+      return w;
+    };
+    json j = base;
+    j["sliding_window"] = 32;
+    j["max_window_layers"] = 1;
+    const ModelConfig top = read(j);
+    EXPECT_EQ(windows(top), (std::vector<int64_t>{0, 32, 32, 32}));
+    const json back = model_config_to_json(top);
+    EXPECT_EQ(back["use_sliding_window"], true);
+    EXPECT_EQ(back["sliding_window"], 32);
+    EXPECT_EQ(back["max_window_layers"], 1);
+    EXPECT_EQ(back["layer_types"], json({"full_attention", "sliding_attention", "sliding_attention",
+                                         "sliding_attention"}));
+    EXPECT_EQ(windows(read(back)), windows(top));
+    json no_types = back;  // what a transformers without layer_types reads
+    no_types.erase("layer_types");
+    EXPECT_EQ(windows(read(no_types)), windows(top));
+    // the defaults: a window of 4096 from layer 28 on (none of 4 layers), from 0 on: every layer
+    j = base;
+    EXPECT_EQ(read(j).sliding_window, 0);
+    j["max_window_layers"] = 0;
+    EXPECT_EQ(windows(read(j)), (std::vector<int64_t>(4, 4096)));
+    EXPECT_TRUE(read(j).sliding_layers.empty());
+    j["sliding_window"] = nullptr;  // no window to slide
+    EXPECT_EQ(read(j).sliding_window, 0);
+    j = base;  // off: sliding_window and max_window_layers change nothing
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = 32;
+    j["max_window_layers"] = 0;
+    EXPECT_EQ(read(j).sliding_window, 0);
+    // layer_types wins over max_window_layers; all "full_attention" (what transformers 5 writes
+    // for a model without a window) is no window
+    j = base;
+    j["sliding_window"] = 32;
+    j["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention",
+                        "full_attention"};
+    const ModelConfig alternate = read(j);
+    EXPECT_EQ(windows(alternate), (std::vector<int64_t>{32, 0, 32, 0}));
+    EXPECT_EQ(windows(read(model_config_to_json(alternate))), windows(alternate));
+    j["use_sliding_window"] = false;
+    j["layer_types"] = json(std::vector<std::string>(4, "full_attention"));
+    EXPECT_EQ(read(j).sliding_window, 0);
+    // refused by name
+    const auto refuses = [&](const json& bad, const std::string& needle) {
+      const std::string msg = error_message<ConfigError>([&] { read(bad); });
+      EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+    };
+    j["layer_types"][2] = "sliding_attention";
+    refuses(j,
+            "q.json: layer_types[2] = \"sliding_attention\" has no window: use_sliding_window "
+            "is false");
+    j["layer_types"][2] = "chunked_attention";
+    refuses(j, "q.json: layer_types[2] = \"chunked_attention\" is not supported");
+    j["layer_types"] = {"full_attention"};
+    refuses(j, "q.json: layer_types names 1 layers; num_hidden_layers is 4");
+    j = base;
+    j["sliding_window"] = 0;
+    refuses(j, "q.json: sliding_window = 0 must be positive");
+    j["sliding_window"] = 32;
+    j["max_window_layers"] = -1;
+    refuses(j, "q.json: max_window_layers = -1 must be 0 or more");
+  }
 }
 
 // Mistral 7B v0.1 (a 4096-token window) and v0.3 (no window): LLaMA's fields under Mistral's
@@ -318,8 +379,19 @@ TEST(ConfigJson, mistral_configs_read_and_write_back_with_their_window) {
   m.erase("sliding_window");  // MistralConfig's default window
   EXPECT_EQ(model_config_from_json(m, "m.json").sliding_window, 4096);
   m["sliding_window"] = 0;
-  const std::string msg = error_message<ConfigError>([&] { model_config_from_json(m, "m.json"); });
+  std::string msg = error_message<ConfigError>([&] { model_config_from_json(m, "m.json"); });
   EXPECT_NE(msg.find("m.json: sliding_window = 0 must be positive"), std::string::npos) << msg;
+  // MistralForCausalLM windows every layer whatever layer_types says: one that says otherwise is
+  // refused; one that agrees is read
+  m["sliding_window"] = 4096;
+  m["layer_types"] = json(std::vector<std::string>(32, "sliding_attention"));
+  EXPECT_TRUE(model_config_from_json(m, "m.json").sliding_layers.empty());
+  m["layer_types"][1] = "full_attention";
+  msg = error_message<ConfigError>([&] { model_config_from_json(m, "m.json"); });
+  EXPECT_NE(msg.find("m.json: layer_types[1] = \"full_attention\" is not supported: "
+                     "MistralForCausalLM windows every layer"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(ConfigJson, malformed_json_gives_path_and_byte) {

@@ -198,11 +198,14 @@ TEST(DocumentMask, qwen2_qwen3_biases_and_yarn_match) {
 }
 
 // Mistral's window (30) inside documents longer than it: the key_start of each row is the later
-// of the two.
+// of the two; then Qwen3's on one of the two layers.
 TEST(DocumentMask, mistral_window_within_documents_matches) {
   ModelConfig c = doc_llama();
   c.arch = Arch::kMistral;
   c.sliding_window = 30;
+  expect_packed_equals_one_by_one(c);
+  c.arch = Arch::kQwen3;  // on the first layer only
+  c.sliding_layers = {true, false};
   expect_packed_equals_one_by_one(c);
 }
 

@@ -208,7 +208,10 @@ TEST(KvDecoder, scaled_rope_qwen2_and_mistral_steps_match_pytorch_float64) {
   ModelConfig mistral = tiny_decoder_llama();  // a window shorter than the prompt (70)
   mistral.arch = Arch::kMistral;
   mistral.sliding_window = 24;
-  for (const ModelConfig& config : {yarn, longrope, qwen2, mistral}) {
+  ModelConfig qwen2_window = qwen2;  // the window (24) on the top layer only
+  qwen2_window.sliding_window = 24;
+  qwen2_window.sliding_layers = {false, true};
+  for (const ModelConfig& config : {yarn, longrope, qwen2, mistral, qwen2_window}) {
     config.validate();
     expect_cached_steps_match_pytorch(config);
   }

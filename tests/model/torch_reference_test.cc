@@ -78,6 +78,23 @@ TEST(ModelVsTorch, mistral_sliding_window_matches) {
   check_against_torch(c, 150, 1);
 }
 
+// Qwen2's window on its top layer only (use_sliding_window from max_window_layers 1) and Qwen3's
+// on its first and third of three (layer_types): each layer windows as its config says, the
+// reference reading the written config.json by transformers' rules.
+TEST(ModelVsTorch, qwen_windows_on_some_layers_match) {
+  ModelConfig c = tiny(false);
+  c.arch = Arch::kQwen2;
+  c.sliding_window = 16;
+  c.sliding_layers = {false, true};
+  c.validate();
+  check_against_torch(c, 40, 2);
+  c.arch = Arch::kQwen3;
+  c.num_hidden_layers = 3;
+  c.sliding_layers = {true, false, true};
+  c.validate();
+  check_against_torch(c, 40, 1);
+}
+
 // A config.json of model_type `type` (48 wide, 6 heads of head_dim 16, so H*D = 96 != C) with
 // yarn past its original context of 32, plus `extra` fields.
 ModelConfig wide_heads(const char* type, const json& extra) {

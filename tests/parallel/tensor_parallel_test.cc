@@ -291,17 +291,21 @@ TEST_F(TensorParallel, llama_biases_match_one_process) {
 }
 
 // Mistral's sliding window (48) shorter than a context-parallel chunk (64 of 256): under --cp 2
-// the ring skips the chunk pairs wholly outside it and cuts the others. Then with document masks
-// too: a document starts at each 'I' (73) of the corpus, every 56 bytes, so documents cross the
-// chunks' edges and some chunk pairs see nothing.
-TEST_F(TensorParallel, mistral_with_a_sliding_window_matches_one_process) {
+// the ring skips the chunk pairs wholly outside it and cuts the others. Then Qwen2's window on its
+// top layer only, with document masks too: a document starts at each 'I' (73) of the corpus,
+// every 56 bytes, so documents cross the chunks' edges and some chunk pairs see nothing.
+TEST_F(TensorParallel, sliding_windows_match_one_process) {
   test::write_text(dir / "mistral.json", R"({"model_type": "mistral", "hidden_size": 32,
     "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512,
     "rms_norm_eps": 1e-6, "sliding_window": 48})");
   layouts_match_one_process("mistral.json");
-  std::filesystem::copy_file(dir / "mistral.json", dir / "mistral_docs.json");
-  layouts_match_one_process("mistral_docs.json", "--document-mask --eot-id 73");
+  test::write_text(dir / "qwen2_window.json", R"({"model_type": "qwen2", "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6, "use_sliding_window": true, "sliding_window": 48,
+    "max_window_layers": 1})");
+  layouts_match_one_process("qwen2_window.json", "--document-mask --eot-id 73");
 }
 
 // GPT-2's learned positions restart at each document on each rank's rows, and --eod-mask-loss

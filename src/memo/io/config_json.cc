@@ -221,6 +221,72 @@ void read_rope_parameters(const json& j, std::string_view where, ModelConfig& c)
   c.rope_scaling = s;
 }
 
+// layer_types: each layer's attention, "full_attention" or "sliding_attention" (one a layer);
+// empty when absent.
+std::vector<bool> read_layer_types(const json& j, std::string_view where, int64_t layers) {
+  const json* v = field(j, "layer_types");
+  if (!v) return {};
+  if (!v->is_array()) wrong_type(where, "layer_types", *v, "a list of strings");
+  if (int64_t(v->size()) != layers)
+    throw ConfigError(
+        str(where, ": layer_types names ", v->size(), " layers; num_hidden_layers is ", layers));
+  std::vector<bool> sliding;
+  for (size_t i = 0; i < v->size(); ++i) {
+    if ((*v)[i] != "full_attention" && (*v)[i] != "sliding_attention")
+      throw ConfigError(str(where, ": layer_types[", i, "] = ", (*v)[i].dump(),
+                            " is not supported; memo's layers are \"full_attention\" or "
+                            "\"sliding_attention\""));
+    sliding.push_back((*v)[i] == "sliding_attention");
+  }
+  return sliding;
+}
+
+// Qwen2Config's and Qwen3Config's window: sliding_window (default 4096; null: none) only under
+// use_sliding_window; on the layers layer_types names "sliding_attention", by default those from
+// max_window_layers (default 28) on, as transformers builds layer_types (configuration_qwen2.py;
+// its docstring once said the bottom layers, its code has always windowed the top ones). A
+// "sliding_attention" layer with no window is refused (transformers cannot build its mask).
+void read_qwen_window(const json& j, std::string_view where, ModelConfig& c) {
+  bool use = false;
+  read_bool(j, where, "use_sliding_window", use);
+  int64_t window = 4096;
+  if (j.contains("sliding_window") && j.at("sliding_window").is_null()) window = 0;
+  read_int(j, where, "sliding_window", window);
+  if (use && field(j, "sliding_window") && window <= 0)
+    throw ConfigError(
+        str(where, ": sliding_window = ", window, " must be positive (or null: no window)"));
+  if (!use) window = 0;
+  int64_t first = 28;
+  read_int(j, where, "max_window_layers", first);
+  if (first < 0)
+    throw ConfigError(str(where, ": max_window_layers = ", first, " must be 0 or more"));
+  std::vector<bool> sliding = read_layer_types(j, where, c.num_hidden_layers);
+  if (sliding.empty())
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) sliding.push_back(window > 0 && l >= first);
+  const auto any = std::find(sliding.begin(), sliding.end(), true);
+  if (any != sliding.end() && window == 0)
+    throw ConfigError(str(where, ": layer_types[", any - sliding.begin(),
+                          "] = \"sliding_attention\" has no window: ",
+                          use ? "sliding_window is null" : "use_sliding_window is false"));
+  if (any == sliding.end()) return;  // no layer windows
+  c.sliding_window = window;
+  if (std::find(sliding.begin(), sliding.end(), false) != sliding.end())
+    c.sliding_layers = std::move(sliding);
+}
+
+// MistralForCausalLM windows every layer whatever layer_types says (transformers warns and points
+// to Ministral's classes): a layer_types that says otherwise is refused, not ignored.
+void check_mistral_layer_types(const json& j, std::string_view where, const ModelConfig& c) {
+  const std::vector<bool> sliding = read_layer_types(j, where, c.num_hidden_layers);
+  for (size_t i = 0; i < sliding.size(); ++i)
+    if (sliding[i] != (c.sliding_window > 0))
+      throw ConfigError(str(where, ": layer_types[", i,
+                            "] = ", sliding[i] ? "\"sliding_attention\"" : "\"full_attention\"",
+                            " is not supported: MistralForCausalLM ",
+                            c.sliding_window > 0 ? "windows every layer" : "has no window",
+                            " (layer types that alternate are Ministral's)"));
+}
+
 // Fields memo does not implement; accepting them silently would train or load a different model.
 void reject_unsupported(const json& j, std::string_view where, const ModelConfig& c) {
   double partial = 1.0;
@@ -302,8 +368,9 @@ ModelConfig gpt2_config_from_json(const json& j, std::string_view where) {
   return c;
 }
 
-// LlamaConfig, Qwen2Config (arch kQwen2: the same fields, q/k/v biases implied, a sliding window
-// that must be off) or MistralConfig (kMistral: the same fields and sliding_window).
+// LlamaConfig, Qwen2Config and Qwen3Config (kQwen2, kQwen3: the same fields, q/k/v biases implied
+// or q/k norms, a sliding window on some layers) or MistralConfig (kMistral: the same fields and
+// sliding_window on every layer).
 ModelConfig llama_config_from_json(const json& j, std::string_view where, Arch arch) {
   for (const char* name : {"hidden_size", "intermediate_size", "num_hidden_layers",
                            "num_attention_heads", "vocab_size"})
@@ -323,26 +390,7 @@ ModelConfig llama_config_from_json(const json& j, std::string_view where, Arch a
       throw ConfigError(str(where, ": sliding_window = ", c.sliding_window,
                             " must be positive (or null: no window)"));
   }
-  if (arch == Arch::kQwen2 || arch == Arch::kQwen3) {
-    // Qwen2 and Qwen3 window attention only with use_sliding_window (then from layer
-    // max_window_layers on); off, sliding_window and max_window_layers change nothing.
-    bool sliding = false;
-    read_bool(j, where, "use_sliding_window", sliding);
-    if (sliding)
-      throw ConfigError(str(where, ": use_sliding_window = true is not supported; memo's ",
-                            arch == Arch::kQwen2 ? "Qwen2" : "Qwen3",
-                            " attends to the whole causal context (set it to false)"));
-  }
-  if (arch == Arch::kQwen3) {
-    c.explicit_head_dim = 128;  // Qwen3Config's default
-    // its layer_types name each layer's attention; memo's are all full
-    if (const json* v = field(j, "layer_types"); v && v->is_array())
-      for (size_t i = 0; i < v->size(); ++i)
-        if ((*v)[i] != "full_attention")
-          throw ConfigError(
-              str(where, ": layer_types[", i, "] = ", (*v)[i].dump(),
-                  " is not supported; memo's Qwen3 layers are all \"full_attention\""));
-  }
+  if (arch == Arch::kQwen3) c.explicit_head_dim = 128;  // Qwen3Config's default
   // LlamaConfig's attention_bias (q, k, v, o) and mlp_bias (gate, up, down); Qwen3Config has the
   // first; the others neither (a true one is refused by name, see ModelConfig::validate)
   read_bool(j, where, "attention_bias", c.attention_bias);
@@ -374,6 +422,8 @@ ModelConfig llama_config_from_json(const json& j, std::string_view where, Arch a
   read_double(j, where, "initializer_range", c.initializer_range);
   if (const json* v = field(j, "rope_scaling")) c.rope_scaling = rope_scaling_from_json(*v, where);
   read_rope_parameters(j, where, c);
+  if (arch == Arch::kQwen2 || arch == Arch::kQwen3) read_qwen_window(j, where, c);
+  if (arch == Arch::kMistral) check_mistral_layer_types(j, where, c);
   // Phi-3's longrope configs give the original context at the top level.
   if (const json* v = field(j, "original_max_position_embeddings")) {
     int64_t original = 0;
@@ -497,7 +547,21 @@ json model_config_to_json(const ModelConfig& c, DType torch_dtype) {
   if (!c.rope_scaling.is_default()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
   if (qwen2 || mistral) j.erase("attention_bias");  // Qwen2's q/k/v biases are implied
   if (qwen2 || mistral || qwen3) j.erase("mlp_bias");
-  if (qwen2 || qwen3) j["use_sliding_window"] = false;
+  if ((qwen2 || qwen3) && c.sliding_window == 0) j["use_sliding_window"] = false;
+  if ((qwen2 || qwen3) && c.sliding_window > 0) {
+    // layer_types for transformers 5; max_window_layers, the first layer that windows, for the
+    // releases that predate layer_types (right where the windowed layers are the top ones)
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = c.sliding_window;
+    json types = json::array();
+    int64_t first = c.num_hidden_layers;
+    for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l)
+      if (c.layer_window(l) > 0) first = l;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      types.push_back(c.layer_window(l) > 0 ? "sliding_attention" : "full_attention");
+    j["max_window_layers"] = first;
+    j["layer_types"] = std::move(types);
+  }
   if (mistral) j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
   return j;
 }

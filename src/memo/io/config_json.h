@@ -2,8 +2,9 @@
 // transformers and a config.json from the Hub loads here. model_type picks the reader: "llama"
 // (or absent) for LlamaConfig names ("qwen2", "qwen3", "mistral": theirs), "gpt2" for GPT2Config
 // names. Not a general HF config reader: fields that would change the math memo implements are
-// rejected (LLaMA: another activation, partial rotary; Qwen2 and Qwen3: a sliding window; GPT-2:
-// another activation_function, scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn, unscaled
+// rejected (LLaMA: another activation, partial rotary; Qwen2 and Qwen3: a layer type other than
+// full or sliding attention; Mistral: a layer_types other than its window's; GPT-2: another
+// activation_function, scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn, unscaled
 // attention, an untied head); other unknown fields are ignored, GPT-2's dropout rates included
 // (memo trains without dropout).
 #pragma once

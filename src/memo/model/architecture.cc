@@ -69,8 +69,10 @@ void layer_rope(Tensor x, int64_t first_row, const LayerContext& ctx, bool backw
 bool attention_key_start(std::vector<int32_t>& out, const LayerContext& ctx, int64_t q0, int64_t n,
                          int64_t k0) {
   const int64_t whole = ctx.cp ? ctx.cp->seq : ctx.seq;
+  MEMO_CHECK(ctx.window >= 0 || ctx.config->sliding_window == 0,
+             "attention_key_start: a context that is no layer's (for_layer)");
   // a window as long as the sequence hides nothing
-  const int64_t window = ctx.config->sliding_window < whole ? ctx.config->sliding_window : 0;
+  const int64_t window = ctx.window > 0 && ctx.window < whole ? ctx.window : 0;
   if (ctx.doc_start.empty() && window == 0) return false;
   MEMO_CHECK(ctx.doc_start.empty() || ctx.doc_start.numel() == ctx.batch * whole,
              "attention_key_start: doc_start ", ctx.doc_start.shape(), " for ", ctx.batch, " x ",

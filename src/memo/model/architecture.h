@@ -50,7 +50,17 @@ struct LayerContext {
   // With document masks, each of the layer's token rows' position ([T], chunk-major under context
   // parallelism), in host memory; empty: positions run on over each sequence.
   View<const int32_t> positions = {};
+  // The layer's sliding window (ModelConfig::layer_window), set by for_layer; -1: no layer's
+  // context yet, which the attention refuses where the model has a window.
+  int64_t window = -1;
 };
+
+// ctx for layer l (global index): with l's sliding window.
+inline LayerContext for_layer(const LayerContext& ctx, int64_t l) {
+  LayerContext c = ctx;
+  c.window = ctx.config->layer_window(l);
+  return c;
+}
 
 // Note [Document masks]
 // Packed windows hold several documents; with document masks (Model::set_document_mask) a token
@@ -81,8 +91,8 @@ void for_each_position_run(View<const int32_t> positions, int64_t r0, int64_t r1
 
 // The first key each query row sees (AttnMask::key_start) when the queries are positions
 // [q0, q0 + n) and the keys start at position k0 of each of ctx.batch whole sequences: the later
-// of its document's start (ctx.doc_start) and, with a sliding window W (ModelConfig), q - W + 1,
-// less k0; rows b n + t. Appended to `out`; returns false (appending nothing) when neither a
+// of its document's start (ctx.doc_start) and, with the layer's sliding window W (ctx.window), q -
+// W + 1, less k0; rows b n + t. Appended to `out`; returns false (appending nothing) when neither a
 // document mask nor a window applies, so the call is plain causal or full.
 bool attention_key_start(std::vector<int32_t>& out, const LayerContext& ctx, int64_t q0, int64_t n,
                          int64_t k0);

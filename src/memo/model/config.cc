@@ -60,9 +60,15 @@ void ModelConfig::validate() const {
   if (!rope_scaling.is_default() && !(is_llama_family() && uses_rope()))
     throw ConfigError("rope_scaling is LLaMA's; memo's GPT-2 rotates with plain RoPE only");
   if (uses_rope()) validate_rope_scaling(rope_scaling, head_dim(), max_position_embeddings);
-  if (sliding_window < 0 || (sliding_window > 0 && arch != Arch::kMistral))
-    throw ConfigError(
-        str("sliding_window = ", sliding_window, " is Mistral's (positive, or null)"));
+  if (sliding_window < 0 || (sliding_window > 0 && arch != Arch::kMistral && arch != Arch::kQwen2 &&
+                             arch != Arch::kQwen3))
+    throw ConfigError(str("sliding_window = ", sliding_window,
+                          " is Mistral's, Qwen2's and Qwen3's (positive, or null)"));
+  if (!sliding_layers.empty() && (sliding_window == 0 || arch == Arch::kMistral ||
+                                  int64_t(sliding_layers.size()) != num_hidden_layers))
+    throw ConfigError(str("layer_types names ", sliding_layers.size(), " layers for ",
+                          num_hidden_layers, " layers with sliding_window = ", sliding_window,
+                          "; it is Qwen2's and Qwen3's, one entry a layer"));
   if (!(initializer_range > 0))
     throw ConfigError(str("initializer_range = ", initializer_range, " must be positive"));
 }

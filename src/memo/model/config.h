@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "memo/model/rope_scaling.h"
 
@@ -36,11 +37,15 @@ struct ModelConfig {
   double rms_norm_eps = 1e-5;  // the norms' eps: RMSNorm's, or GPT-2's layer_norm_epsilon
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;  // `rope_scaling` (null: plain RoPE); LLaMA only
-  // Mistral's sliding_window: a key is seen by the queries less than this many positions after
-  // it; 0 (null): none. The attention skips the key tiles (and context-parallel chunk pairs)
-  // wholly outside the window (backend/attn_mask.h); a backend whose attention cannot window
-  // (CUDA, for now) refuses longer sequences.
+  // The sliding window: on a layer that windows, a key is seen by the queries less than this many
+  // positions after it; 0 (null): no layer windows. Mistral's windows every layer; Qwen2's and
+  // Qwen3's (use_sliding_window) the layers sliding_layers marks. The attention skips the key
+  // tiles (and context-parallel chunk pairs) wholly outside the window (backend/attn_mask.h); a
+  // backend whose attention cannot window (CUDA, for now) refuses longer sequences.
   int64_t sliding_window = 0;
+  // The layers that window, one flag a layer (Qwen2's and Qwen3's layer_types, "sliding_attention"
+  // from max_window_layers on by default); empty: every layer, when sliding_window > 0.
+  std::vector<bool> sliding_layers;
   int64_t max_position_embeddings = 2048;  // GPT-2: n_positions
   bool tie_word_embeddings = false;        // GPT-2: always true
   double initializer_range = 0.02;         // std of the normal weight init (Hugging Face)
@@ -54,6 +59,12 @@ struct ModelConfig {
     return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads;
   }
   int64_t kv_dim() const { return num_key_value_heads * head_dim(); }  // Hkv * D
+  // Layer l's sliding window (0: none).
+  int64_t layer_window(int64_t l) const {
+    return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[size_t(l)])
+               ? sliding_window
+               : 0;
+  }
   bool is_gpt2() const { return arch == Arch::kGpt2; }
   // LLaMA's layer (RMSNorm, RoPE, SwiGLU): LLaMA, Qwen2, Mistral and Qwen3.
   bool is_llama_family() const {

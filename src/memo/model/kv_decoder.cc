@@ -158,7 +158,7 @@ void KvDecoder::attend(int l, int64_t n) {
   const Tensor scratch = scratch_.tensor({scratch_numel});
   const ConstTensor k = k_cache_.tensor({keys, KV}, layer_row),
                     v = v_cache_.tensor({keys, KV}, layer_row);
-  const int64_t window = cfg_.sliding_window;  // key j seen by query i for i - window < j
+  const int64_t window = cfg_.layer_window(l);  // key j seen by query i for i - window < j
   if (prompt) {
     std::vector<int32_t> key_start;
     if (window > 0 && n > window)

@@ -18,11 +18,12 @@ class Layers final : public LayerRunner {
       : arch_(arch), weights_(weights), ctx_(ctx) {}
   Backend& backend() const override { return *ctx_.backend; }
   void forward(int layer, Tensor y, const SavedActs& s) const override {
-    arch_.forward(y, s, weights_.layers[size_t(layer)], ctx_);
+    arch_.forward(y, s, weights_.layers[size_t(layer)], for_layer(ctx_, layer));
   }
   void recompute_tokens(int layer, const SavedActs& s, int64_t row_begin,
                         int64_t row_end) const override {
-    arch_.recompute_tokens(s, row_begin, row_end, weights_.layers[size_t(layer)], ctx_);
+    arch_.recompute_tokens(s, row_begin, row_end, weights_.layers[size_t(layer)],
+                           for_layer(ctx_, layer));
   }
   // Under tensor parallelism a rebuild gathers the same rows of every rank: the least choice. A
   // rank's T/t rows that are not whole reproducible panels cannot be rebuilt in groups bit for
@@ -338,7 +339,7 @@ void forward_layers(Tensor final_hidden, ActivationStrategy& strategy, const Arc
                     const ModelWeights& w, const LayerContext& ctx, int L, bool backward) {
   for (int l = 0; l < L; ++l) {
     Tensor y = l + 1 < L ? strategy.forward_slot(l + 1).x() : final_hidden;
-    arch.forward(y, strategy.forward_slot(l), w.layers[size_t(l)], ctx);
+    arch.forward(y, strategy.forward_slot(l), w.layers[size_t(l)], for_layer(ctx, l));
     if (backward)
       strategy.forward_done(l);
     else
@@ -451,7 +452,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   final_norm.release(alloc);
   for (int l = L - 1; l >= 0; --l) {
     const SavedActs& s = strategy.backward_ready(l);
-    arch_.backward(dres, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], ctx);
+    arch_.backward(dres, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], for_layer(ctx, l));
     strategy.backward_done(l);
     gradients_ready(size_t(l) + 1);
   }
@@ -881,7 +882,7 @@ void Model::pipeline_layers_forward(ChunkPass& pass, int chunk, const int32_t* i
     backend_->copy(x0, x_in);
   for (int l = first; l < last; ++l) {
     const Tensor out = l + 1 < last ? strategy.forward_slot(l + 1).x() : y;
-    arch_.forward(out, strategy.forward_slot(l), w_.layers[size_t(l)], pass.ctx_);
+    arch_.forward(out, strategy.forward_slot(l), w_.layers[size_t(l)], for_layer(pass.ctx_, l));
     if (backward)
       strategy.forward_done(l);
     else
@@ -928,7 +929,7 @@ void Model::pipeline_backward(ChunkPass& pass, Tensor dx, ActivationAllocator& a
   ActivationStrategy& strategy = pass.strategy_;
   for (int l = last - 1; l >= first; --l) {
     const SavedActs& s = strategy.backward_ready(l);
-    arch_.backward(dx, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], pass.ctx_);
+    arch_.backward(dx, dw_.layers[size_t(l)], s, w_.layers[size_t(l)], for_layer(pass.ctx_, l));
     strategy.backward_done(l);
   }
   if (pipeline_->first && pass.chunk_ == 0) {

@@ -1,5 +1,7 @@
 // Qwen2 (Hugging Face Qwen2ForCausalLM): the LLaMA layer with biases on the q, k and v projections,
-// the tied or untied head of its config; the sliding window is refused at load (io/config_json.cc).
+// the tied or untied head of its config; its sliding window (ModelConfig::layer_window, read from
+// use_sliding_window, max_window_layers and layer_types in io/config_json.cc) is applied by the
+// layers' attention, as Mistral's.
 #include "memo/model/llama_layer.h"
 
 namespace memo {
