@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "memo/core/error.h"
 #include "memo/model/flops.h"
 #include "memo/model/model.h"
@@ -54,6 +56,31 @@ TEST(Presets, gpt_train_flops_count_fused_qkv_and_a_two_matrix_mlp) {
   const double forward =
       L * (2.0 * (4.0 * C * C + 2.0 * C * F) + 2.0 * C * double(seq + 1)) + 2.0 * C * V;
   EXPECT_DOUBLE_EQ(train_flops_per_token(gpt_preset_config(p, seq), seq), 3.0 * forward);
+}
+
+// A sliding window counts the keys each query sees, min(i + 1, W), by brute force here, averaged
+// over the layers (Qwen2's window on one of two layers); the whole-matrix count takes W keys a
+// query. A window as long as the sequence, or none, is the causal count, exactly.
+TEST(ModelFlops, a_sliding_window_counts_the_keys_each_query_sees) {
+  ModelConfig c = llama_preset("llama-7b");
+  c.num_hidden_layers = 2;
+  const int64_t S = 1000;
+  const double qd = double(c.num_attention_heads * c.head_dim());
+  const ModelFlops plain = model_flops(c, S);
+  EXPECT_EQ(plain.attn_causal, 2.0 * qd * double(S + 1));
+  EXPECT_EQ(plain.attn_full, 4.0 * qd * double(S));
+  c.arch = Arch::kQwen2;
+  c.sliding_window = 300;
+  c.sliding_layers = {false, true};
+  c.validate();
+  double keys = 0.0;
+  for (int64_t i = 0; i < S; ++i) keys += double(std::min<int64_t>(i + 1, 300));
+  const ModelFlops windowed = model_flops(c, S);
+  EXPECT_DOUBLE_EQ(windowed.attn_causal, (plain.attn_causal + 4.0 * qd * keys / double(S)) / 2.0);
+  EXPECT_DOUBLE_EQ(windowed.attn_full, 4.0 * qd * double(S + 300) / 2.0);
+  EXPECT_EQ(windowed.layer_matmul, plain.layer_matmul);
+  c.sliding_window = S;
+  EXPECT_EQ(model_flops(c, S).attn_causal, plain.attn_causal);
 }
 
 // The published totals of the Hugging Face LLaMA-1 checkpoints (6.7B, 13.0B, 32.5B, 65.2B).

@@ -14,11 +14,15 @@ namespace memo {
 // two or three matrices; GPT-2's fused c_attn is its q, k, v); biases, norms, activations, RoPE
 // and the position add are left out. Causal attention is 2 H D (S + 1): q.k and p.v, 2 FLOPs per
 // multiply-add of each of the H D query columns, over (S + 1) / 2 keys on average (the kernels
-// skip masked tiles); the whole S x S is 4 H D S. The head is 2 C V. A training step is 3 x
-// forward (the backward's products are twice the forward's), and model FLOPs never count
+// skip masked tiles); the whole S x S is 4 H D S. A layer with a sliding window W < S sees
+// min(i + 1, W) keys from query i, (W (W + 1) / 2 + (S - W) W) / S on average, and W in the
+// whole-matrix count (the kernels skip the tiles outside the window too); attn_causal and
+// attn_full are the means over the layers. Document masks are not counted: they are data, and
+// MFU counts the model's causal work over the whole window. The head is 2 C V. A training step
+// is 3 x forward (the backward's products are twice the forward's), and model FLOPs never count
 // recomputation: MFU is tokens x train_causal() / (seconds x peak), and memo plan --gpus prints
 // it also with train_noncausal() (the convention of Korthikanti et al. 2022, ~2x at 1M tokens).
-// Every term is a whole number, exact in a double, so the order of the sums does not matter.
+// Without a window every term is a whole number, exact in a double.
 struct ModelFlops {
   double layers = 0.0;         // L
   double layer_matmul = 0.0;   // one layer's products
