@@ -72,11 +72,18 @@ void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
 // Host views of tensors that live in a backend's device space, for writing a checkpoint: the
 // tensors themselves when the host can address them, else host copies held here.
 // With a pool (--async-save), always copies: the write outlives the step, the tensors do not.
+// A rank that neither writes nor sends the tensors on (keep false) takes part in the gathers and
+// holds nothing: every view is null. Else, under --tp 8, each of a node's ranks would hold the
+// whole model and optimiser state in host memory at every checkpoint.
 class HostStaging {
  public:
-  HostStaging(Backend& backend, StagingPool* pool)
-      : backend_(backend), pool_(pool), direct_(backend.host_can_access(backend.device_space())) {}
+  HostStaging(Backend& backend, StagingPool* pool, bool keep)
+      : backend_(backend),
+        pool_(pool),
+        direct_(backend.host_can_access(backend.device_space())),
+        keep_(keep) {}
   const float* host(const float* device, int64_t numel) {
+    if (!keep_) return nullptr;
     if (pool_) {
       float* copy = pool_->next(numel);
       backend_.copy_to_host(copy, device, numel * int64_t(sizeof(float)));
@@ -95,6 +102,7 @@ class HostStaging {
                     int64_t(t) * numel * int64_t(sizeof(float)), "a checkpoint tensor's parts");
     group.all_gather(parts.tensor({int64_t(t) * numel}, DType::kF32),
                      ConstTensor(part, {numel}, DType::kF32, backend_.device_space()));
+    if (!keep_) return nullptr;
     std::vector<float> host(size_t(int64_t(t) * numel));
     backend_.copy_to_host(host.data(), parts.data(), int64_t(host.size() * sizeof(float)));
     copies_.emplace_back(size_t(p.full_numel()));
@@ -107,6 +115,7 @@ class HostStaging {
   Backend& backend_;
   StagingPool* pool_;
   bool direct_;
+  bool keep_;
   std::deque<std::vector<float>> copies_;  // stable addresses
 };
 
@@ -583,18 +592,19 @@ std::shared_ptr<void> CheckpointWriter::stage(std::vector<NamedTensor>& weights,
                     ? gather_optimizer_state(opt_, o_.optimizer.name, o_.optimizer.options,
                                              model_.layout(), shards_, data_parallel_, backend)
                     : GatheredState{opt_.state(), {}, {}};
-  // Every rank gathers (collective); rank 0 alone keeps copies for a background write.
-  const bool background = o_.async_save && job_.rank() == 0;
-  pool_.rewind();
-  held->staging.emplace(backend, background ? &pool_ : nullptr);
-  weights = model_tensors(model_, *held->staging);
-  optimizer_state = state_tensors(model_, held->state.tensors, *held->staging);
-  // Note [Pipeline checkpoints] (under --tp and --cp every rank of the group has the whole
-  // tensors: the groups' first rank sends them)
+  // Every rank gathers (collective); rank 0 alone keeps copies for a background write. Note
+  // [Pipeline checkpoints]: under --tp and --cp every rank of a stage's group could have the whole
+  // tensors; the groups' first rank sends them, the other ranks hold none.
   const Communicator* tp = model_.tensor_parallel_group();
   const Communicator* cp = model_.context_parallel_group();
-  if (pipeline_ && data_parallel_.rank() == 0 && (!tp || tp->rank() == 0) &&
-      (!cp || cp->rank() == 0))
+  const bool sends = pipeline_ && data_parallel_.rank() == 0 && (!tp || tp->rank() == 0) &&
+                     (!cp || cp->rank() == 0);
+  const bool background = o_.async_save && job_.rank() == 0;
+  pool_.rewind();
+  held->staging.emplace(backend, background ? &pool_ : nullptr, job_.rank() == 0 || sends);
+  weights = model_tensors(model_, *held->staging);
+  optimizer_state = state_tensors(model_, held->state.tensors, *held->staging);
+  if (sends)
     gather_pipeline_tensors(*pipeline_, model_.config(), weights, optimizer_state, held->received);
   return held;
 }
