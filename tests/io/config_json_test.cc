@@ -295,6 +295,7 @@ TEST(ConfigJson, qwen_windows_follow_use_sliding_window_max_window_layers_and_la
     j["max_window_layers"] = 1;
     const ModelConfig top = read(j);
     EXPECT_EQ(windows(top), (std::vector<int64_t>{0, 32, 32, 32}));
+    EXPECT_EQ(top.window_summary(), ", sliding window 32 on 3 of 4 layers");
     const json back = model_config_to_json(top);
     EXPECT_EQ(back["use_sliding_window"], true);
     EXPECT_EQ(back["sliding_window"], 32);
@@ -311,8 +312,10 @@ TEST(ConfigJson, qwen_windows_follow_use_sliding_window_max_window_layers_and_la
     j["max_window_layers"] = 0;
     EXPECT_EQ(windows(read(j)), (std::vector<int64_t>(4, 4096)));
     EXPECT_TRUE(read(j).sliding_layers.empty());
+    EXPECT_EQ(read(j).window_summary(), ", sliding window 4096 on every layer");
     j["sliding_window"] = nullptr;  // no window to slide
     EXPECT_EQ(read(j).sliding_window, 0);
+    EXPECT_EQ(read(j).window_summary(), "");
     j = base;  // off: sliding_window and max_window_layers change nothing
     j["use_sliding_window"] = false;
     j["sliding_window"] = 32;

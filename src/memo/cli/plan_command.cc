@@ -454,7 +454,8 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
   const int64_t dp = co.gpus / (co.parallel.tp * co.parallel.cp * co.pp);
   std::cout << "memo plan: " << o.model << " (" << ParamLayout(config).count() / 1e9
             << "B parameters, " << config.num_hidden_layers << " layers, hidden "
-            << config.hidden_size << "), seq " << o.seq << " x batch " << co.batch << " per rank\n"
+            << config.hidden_size << config.window_summary() << "), seq " << o.seq << " x batch "
+            << co.batch << " per rank\n"
             << "  " << co.gpus << " x " << co.gpu.name << " (" << gib(double(co.gpu.memory_bytes))
             << "): TP " << co.parallel.tp << " with sequence parallelism, CP " << co.parallel.cp
             << (co.pp > 1 ? str(", PP ", co.pp,

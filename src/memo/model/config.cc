@@ -73,6 +73,15 @@ void ModelConfig::validate() const {
     throw ConfigError(str("initializer_range = ", initializer_range, " must be positive"));
 }
 
+std::string ModelConfig::window_summary() const {
+  if (sliding_window == 0) return "";
+  int64_t windowed = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) windowed += layer_window(l) > 0;
+  return windowed == num_hidden_layers ? str(", sliding window ", sliding_window, " on every layer")
+                                       : str(", sliding window ", sliding_window, " on ", windowed,
+                                             " of ", num_hidden_layers, " layers");
+}
+
 ModelConfig PositionOverrides::applied_to(ModelConfig c) const {
   if (rope_theta) c.rope_theta = *rope_theta;
   if (rope_scaling) c.rope_scaling = *rope_scaling;

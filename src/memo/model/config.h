@@ -77,6 +77,10 @@ struct ModelConfig {
     return is_gpt2() ? "n_positions" : "max_position_embeddings";
   }
 
+  // ", sliding window W on every layer" (or "on N of L layers"); empty without a window: what
+  // the start-up lines of memo train and memo plan add to the model's shape.
+  std::string window_summary() const;
+
   // Throws ConfigError naming the field, its value and what is allowed.
   void validate() const;
 };

@@ -28,9 +28,9 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
                       const Communicator& data_parallel, const Communicator* context_parallel) {
   const ModelConfig& config = model.config();
   progress << "memo: " << ParamLayout(config).count() << " parameters (" << config.num_hidden_layers
-           << " layers, hidden " << config.hidden_size << "), " << train_tokens
-           << " training tokens, " << o.batch << " x " << o.seq << " tokens per step ("
-           << micro_steps << " micro-batches), " << opt.name() << " "
+           << " layers, hidden " << config.hidden_size << config.window_summary() << "), "
+           << train_tokens << " training tokens, " << o.batch << " x " << o.seq
+           << " tokens per step (" << micro_steps << " micro-batches), " << opt.name() << " "
            << opt.hyperparameters().dump() << ", " << omp_get_max_threads() << " threads, "
            << model.backend().describe() << "\n";
   if (data_parallel.size() > 1)
