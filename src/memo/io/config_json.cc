@@ -554,11 +554,12 @@ json model_config_to_json(const ModelConfig& c, DType torch_dtype) {
     j["use_sliding_window"] = true;
     j["sliding_window"] = c.sliding_window;
     json types = json::array();
-    int64_t first = c.num_hidden_layers;
-    for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l)
-      if (c.layer_window(l) > 0) first = l;
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-      types.push_back(c.layer_window(l) > 0 ? "sliding_attention" : "full_attention");
+    int64_t first = -1;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const bool windowed = c.layer_window(l) > 0;
+      if (windowed && first < 0) first = l;
+      types.push_back(windowed ? "sliding_attention" : "full_attention");
+    }
     j["max_window_layers"] = first;
     j["layer_types"] = std::move(types);
   }
