@@ -2,6 +2,7 @@
 // in order, the reference backward vs finite differences, and out-of-range ids rejected by name.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,32 @@ TEST(Embedding, out_of_range_id_error_names_position_value_and_vocabulary) {
                                     View<const int32_t>(ids.data(), {T})),
                  DataError);
   }
+}
+
+// The check scans ids in blocks (checks.cc, first_id_outside): the first bad id is named
+// wherever it lies, at a block's first or last position or at the end of a long micro-batch, and
+// the extremes of int32 are caught (a negative id compares as a large unsigned one).
+TEST(Embedding, the_first_bad_id_of_a_long_micro_batch_is_named) {
+  const int64_t T = 10000, C = 2;
+  const int32_t V = 10;
+  std::vector<float> x(T * C), wte(V * C);
+  for (int64_t at : {int64_t(0), int64_t(4095), int64_t(4096), T - 1})
+    for (int32_t bad : {V, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min(),
+                        int32_t(-2)}) {
+      std::vector<int32_t> ids(size_t(T), 3);
+      ids[size_t(at)] = bad;
+      if (at + 1 < T) ids[size_t(T - 1)] = V + 1;  // a later bad id is not the one named
+      try {
+        embedding_forward(Tensor(x.data(), {T, C}), View<const int32_t>(ids.data(), {T}),
+                          ConstTensor(wte.data(), {V, C}));
+        FAIL() << "no DataError for id " << bad << " at " << at;
+      } catch (const DataError& e) {
+        EXPECT_NE(std::string(e.what()).find(
+                      str("token id ", bad, " at position ", at, " is outside the vocabulary")),
+                  std::string::npos)
+            << e.what();
+      }
+    }
 }
 
 // Under tensor parallelism a rank's table holds some of the vocabulary's rows; a token whose row

@@ -1,6 +1,7 @@
 #include "memo/backend/checks.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string_view>
 
 #include "memo/backend/view_checks.h"
@@ -137,32 +138,59 @@ void check_bias_add(Tensor y, ConstTensor b) {
   MEMO_CHECK(is_matrix(y) && is_vector(b, C), "bias_add: y ", y.shape(), " b ", b.shape());
 }
 
-void check_token_ids(const char* op, const char* what, View<const int32_t> ids, int64_t V) {
+namespace {
+
+// The first position of ids whose id is outside [0, V) and not one of the markers allowed
+// (kIgnoredTarget, kOtherShard), or ids.numel(). The test is branch-free over blocks, so the
+// compiler vectorises it; a block with a bad id is scanned again for the first one. (A plan's
+// longest-sequence search checks tens of millions of ids per trace.)
+template <bool kAllowIgnored, bool kAllowOther>
+int64_t first_id_outside(View<const int32_t> ids, int64_t V) {
+  // negative ids wrap to at least 2^31 as unsigned, past any bound
+  const uint32_t bound = uint32_t(std::clamp<int64_t>(V, 0, int64_t(1) << 31));
+  auto bad = [bound](int32_t id) -> unsigned {
+    return unsigned(uint32_t(id) >= bound) & unsigned(!(kAllowIgnored && id == kIgnoredTarget)) &
+           unsigned(!(kAllowOther && id == kOtherShard));
+  };
   const int32_t* p = ids.data();
-  for (int64_t t = 0; t < ids.numel(); ++t)
-    if (p[t] < 0 || p[t] >= V)
-      throw DataError(str(op, ": ", what, " id ", p[t], " at position ", t,
-                          " is outside the vocabulary [0, ", V, ")"));
+  const int64_t n = ids.numel();
+  constexpr int64_t kBlock = 4096;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    unsigned any = 0;
+    for (int64_t t = b; t < e; ++t) any |= bad(p[t]);
+    if (any)
+      for (int64_t t = b; t < e; ++t)
+        if (bad(p[t])) return t;
+  }
+  return n;
+}
+
+[[noreturn]] void throw_id_outside(const char* op, const char* what, int32_t id, int64_t t,
+                                   int64_t V) {
+  throw DataError(str(op, ": ", what, " id ", id, " at position ", t,
+                      " is outside the vocabulary [0, ", V, ")"));
+}
+
+}  // namespace
+
+void check_token_ids(const char* op, const char* what, View<const int32_t> ids, int64_t V) {
+  const int64_t t = first_id_outside<false, false>(ids, V);
+  if (t < ids.numel()) throw_id_outside(op, what, ids.data()[t], t, V);
 }
 
 void check_target_ids(const char* op, View<const int32_t> targets, int64_t V) {
-  const int32_t* p = targets.data();
-  for (int64_t t = 0; t < targets.numel(); ++t)
-    if (p[t] != kIgnoredTarget && (p[t] < 0 || p[t] >= V))
-      throw DataError(str(op, ": target id ", p[t], " at position ", t,
-                          " is outside the vocabulary [0, ", V, ")"));
+  const int64_t t = first_id_outside<true, false>(targets, V);
+  if (t < targets.numel()) throw_id_outside(op, "target", targets.data()[t], t, V);
 }
 
 namespace {
 
 // ids in [0, V) or kOtherShard (targets: or kIgnoredTarget)
 void check_shard_ids(const char* op, const char* what, View<const int32_t> ids, int64_t V) {
-  const bool target = std::string_view(what) == "target";
-  const int32_t* p = ids.data();
-  for (int64_t t = 0; t < ids.numel(); ++t)
-    if (p[t] != kOtherShard && !(target && p[t] == kIgnoredTarget) && (p[t] < 0 || p[t] >= V))
-      throw DataError(str(op, ": ", what, " id ", p[t], " at position ", t,
-                          " is outside the vocabulary [0, ", V, ")"));
+  const int64_t t = std::string_view(what) == "target" ? first_id_outside<true, true>(ids, V)
+                                                       : first_id_outside<false, true>(ids, V);
+  if (t < ids.numel()) throw_id_outside(op, what, ids.data()[t], t, V);
 }
 
 }  // namespace

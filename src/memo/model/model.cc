@@ -293,14 +293,19 @@ void check_ids(TokenIds ids, int64_t tokens, int64_t vocab_size) {
     check_target_ids("cross_entropy", View<const int32_t>(ids.targets, {tokens}), vocab_size);
 }
 
+// Records the whole sequence in cp and returns this rank's share of it.
+int64_t context_parallel_share(ContextParallel& cp, int64_t seq) {
+  check_context_parallel_seq(seq, cp.ranks());
+  cp.seq = seq;
+  return seq / cp.ranks();
+}
+
 // This rank's chunks of every sequence, chunk-major, copied into `inputs` and `targets`; records
 // the whole sequence in cp and returns the rank's share of it.
 int64_t take_context_parallel_chunks(ContextParallel& cp, TokenIds& ids,
                                      std::vector<int32_t>& inputs, std::vector<int32_t>& targets,
                                      int64_t batch, int64_t seq) {
-  check_context_parallel_seq(seq, cp.ranks());
-  cp.seq = seq;
-  seq /= cp.ranks();
+  seq = context_parallel_share(cp, seq);
   inputs.resize(size_t(batch * seq));
   targets.resize(inputs.size());
   context_parallel_tokens(inputs.data(), ids.inputs, batch, cp);
@@ -398,7 +403,15 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
     ids.targets = loss_targets_.data();
   }
   const int64_t whole_seq = seq;
-  if (cp_) seq = take_context_parallel_chunks(*cp_, ids, cp_inputs_, cp_targets_, batch, seq);
+  // A backend without values (a plan's shadow) is passed placeholder ids: its rank's share of
+  // them and their local vocabulary ids are not data, and computing them cost O(seq) host memory
+  // per trace, which a longest-sequence search repeats at tens of millions of tokens. Its entry
+  // checks read the whole micro-batch's ids instead (a superset of the rank's).
+  const bool ids_are_data = backend_->has_values();
+  if (cp_ && ids_are_data)
+    seq = take_context_parallel_chunks(*cp_, ids, cp_inputs_, cp_targets_, batch, seq);
+  else if (cp_)
+    seq = context_parallel_share(*cp_, seq);
   if (doc_eot_ >= 0) find_documents(inputs, batch, whole_seq);
   const int64_t T = batch * seq, C = config_.hidden_size;
   const int L = int(config_.num_hidden_layers);
@@ -407,7 +420,7 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
   if (T % t != 0)
     throw ConfigError(str("tensor parallel ", t, ": a micro-batch of ", T,
                           " tokens does not split into ", t, " equal parts of the sequence"));
-  if (tp_split_) {
+  if (tp_split_ && ids_are_data) {
     const auto [v0, v1] = vocab_ids();
     ids.inputs = local_vocab_ids(tp_inputs_, ids.inputs, T, v0, v1);
     if (ids.targets) ids.targets = local_vocab_ids(tp_targets_, ids.targets, T, v0, v1);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <optional>
 #include <ostream>
 #include <vector>
@@ -28,15 +31,40 @@ std::string DevicePlan::over_budget_message() const {
   return memo::over_budget_message(need, budget_bytes, batch, seq, advice);
 }
 
+namespace {
+
+// n zero token ids, shared by the traces of this thread and grown as needed. A longest-sequence
+// search traces dozens of lengths of up to tens of millions of tokens, and each fresh page
+// costs a fault on its first read; large calloc'd pages that are only read (a trace's ids are
+// const) are the kernel's zero page, and hold no memory.
+const int32_t* zero_token_ids(int64_t n) {
+  struct Zeros {
+    int32_t* ids = nullptr;
+    int64_t n = 0;
+    ~Zeros() { std::free(ids); }
+  };
+  thread_local Zeros zeros;
+  if (zeros.n < n) {
+    std::free(zeros.ids);
+    zeros.n = 0;
+    zeros.ids = static_cast<int32_t*>(std::calloc(size_t(n), sizeof(int32_t)));
+    if (zeros.ids == nullptr) throw std::bad_alloc();
+    zeros.n = n;
+  }
+  return zeros.ids;
+}
+
+}  // namespace
+
 Trace trace_model_step(Model& model, int64_t batch, int64_t seq,
                        const StrategyFactory& make_strategy) {
-  const std::vector<int32_t> tokens(size_t(batch * seq), 0);
+  const int32_t* tokens = zero_token_ids(batch * seq);
   Backend& backend = model.backend();
-  Trace trace = record_step(
-      backend.allocator(backend.device_space()), model.skeletal(), batch, seq, make_strategy,
-      [&](ActivationStrategy& strategy, ActivationAllocator& alloc) {
-        model.forward_backward(tokens.data(), tokens.data(), batch, seq, 1.0f, strategy, alloc);
-      });
+  Trace trace =
+      record_step(backend.allocator(backend.device_space()), model.skeletal(), batch, seq,
+                  make_strategy, [&](ActivationStrategy& strategy, ActivationAllocator& alloc) {
+                    model.forward_backward(tokens, tokens, batch, seq, 1.0f, strategy, alloc);
+                  });
   model.zero_grads();
   return trace;
 }
