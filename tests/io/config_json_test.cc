@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <string>
+
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
 #include "memo/model/params.h"
@@ -403,6 +406,28 @@ TEST(ConfigJson, malformed_json_gives_path_and_byte) {
   std::string msg = error_message<ConfigError>([&] { load_model_config(tmp / "config.json"); });
   EXPECT_NE(msg.find((tmp / "config.json").string()), std::string::npos) << msg;
   EXPECT_NE(msg.find("at byte 20"), std::string::npos) << msg;
+}
+
+// Numbers past a double's range and values nested deep are one short line naming the file; a
+// rope_theta of inf (given by a flag: JSON cannot hold it) is refused, as no config.json could
+// carry it back.
+TEST(ConfigJson, hostile_numbers_and_nesting_are_short_errors) {
+  TempDir tmp;
+  write_file_atomic(tmp / "config.json", R"({"hidden_size": 64, "rope_theta": 1e400})");
+  std::string msg = error_message<ConfigError>([&] { load_model_config(tmp / "config.json"); });
+  EXPECT_NE(msg.find((tmp / "config.json").string() + ": "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("number overflow parsing '1e400'"), std::string::npos) << msg;
+  json j = tiny();
+  j["hidden_size"] = json::parse(std::string(100000, '[') + std::string(100000, ']'));
+  msg = error_message<ConfigError>([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("hidden_size = [[[[...]]]] is a array"), std::string::npos) << msg;
+  for (const double bad :
+       {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 0.0}) {
+    ModelConfig c = model_config_from_json(tiny(), "cfg.json");
+    c.rope_theta = bad;
+    msg = error_message<ConfigError>([&] { c.validate(); });
+    EXPECT_NE(msg.find("must be positive and finite"), std::string::npos) << msg;
+  }
 }
 
 TEST(ConfigJson, missing_file_is_data_error) {

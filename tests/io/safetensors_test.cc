@@ -250,12 +250,18 @@ TEST(Safetensors, invalid_headers_name_the_tensor) {
       {R"({"a":{"dtype":7,"shape":[4],"data_offsets":[0,16]}})", "'a': dtype 7"},
       {R"({"a":5})", "'a': 5 lacks"},
       {R"([1, 2])", "does not start with '{'"},
+      // a value nested 100,000 deep: quoted in short (json_excerpt), not dumped whole, which
+      // overflowed the stack
+      {R"({"a":)" + std::string(100000, '[') + std::string(100000, ']') + "}",
+       "'a': [[[[...]]]] lacks"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,1e400]}})", "number overflow"},
   };
   for (const Case& c : cases) {
     write_file_atomic(tmp / "bad", make_file(c.header, data));
     std::string msg = error_message<FormatError>([&] { SafetensorsFile file(tmp / "bad"); });
     EXPECT_NE(msg.find(c.expect), std::string::npos) << c.header << "\n  gives: " << msg;
     EXPECT_NE(msg.find((tmp / "bad").string()), std::string::npos) << msg;
+    EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
   }
 }
 

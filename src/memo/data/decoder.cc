@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/data/byte_level.h"
 #include "memo/data/split_pattern.h"
 
@@ -206,7 +207,7 @@ void add_steps(const json& d, const std::string& source,
     }
     steps.push_back(std::move(step));
   } else {
-    throw ConfigError(str(source, ": decoder ", type.empty() ? d.dump().substr(0, 200) : type,
+    throw ConfigError(str(source, ": decoder ", type.empty() ? json_excerpt(d, 200) : type,
                           " is not supported; memo reads ByteLevel, ByteFallback, Fuse, Strip, ",
                           "Replace, Metaspace and Sequence"));
   }

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/data/split_pattern.h"
 
 namespace memo {
@@ -231,7 +232,7 @@ void add_steps(const json& n, const std::string& source,
     step->right = n.value("strip_right", true);
     steps.push_back(std::move(step));
   } else {
-    throw ConfigError(str(source, ": normalizer ", type.empty() ? n.dump().substr(0, 200) : type,
+    throw ConfigError(str(source, ": normalizer ", type.empty() ? json_excerpt(n, 200) : type,
                           " is not supported; memo reads NFC, NFD, NFKC, NFKD, Prepend, Replace, ",
                           "Lowercase, Strip and Sequence"));
   }

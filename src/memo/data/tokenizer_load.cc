@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/data/byte_level.h"
 #include "memo/data/tokenizer.h"
 #include "memo/data/tokenizer_impl.h"
@@ -267,14 +268,14 @@ PreTokenizer hf_pre_tokenizer(const json& pre, const std::string& source) {
       if (split.value("behavior", "") != "Isolated" || split.value("invert", false) ||
           !split.at("pattern").contains("Regex"))
         throw ConfigError(str(source, ": only Split with a Regex pattern, behavior Isolated and ",
-                              "invert false is supported, got ", split.dump()));
+                              "invert false is supported, got ", json_excerpt(split)));
       out.kind = PreTokenizerKind::kSplitByteLevel;
       out.prefix_space = list[1].value("add_prefix_space", false);
       out.pattern.emplace(split.at("pattern").at("Regex").get<std::string>());
       return out;
     }
   }
-  throw ConfigError(str(source, ": pre_tokenizer ", type.empty() ? pre.dump().substr(0, 200) : type,
+  throw ConfigError(str(source, ": pre_tokenizer ", type.empty() ? json_excerpt(pre, 200) : type,
                         " is not supported; memo reads none, ByteLevel, Metaspace, or Sequence ",
                         "[Split, ByteLevel]"));
 }
@@ -292,7 +293,7 @@ void hf_post_processor(const json& post, const std::string& source, std::vector<
   }
   if (type != "TemplateProcessing")
     throw ConfigError(
-        str(source, ": post_processor ", type.empty() ? post.dump().substr(0, 200) : type,
+        str(source, ": post_processor ", type.empty() ? json_excerpt(post, 200) : type,
             " is not supported; memo reads TemplateProcessing, ByteLevel and ", "Sequence"));
   bool seen_sequence = false;
   for (const json& piece : post.at("single")) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/json_file.h"
 
@@ -112,7 +113,7 @@ RopeScaling rope_scaling_from_json(const json& j, std::string_view config_where,
   takes.insert(takes.end(), needs.begin(), needs.end());
   for (const auto& [key, value] : j.items()) {
     if (std::find(takes.begin(), takes.end(), key) == takes.end())
-      throw ConfigError(str(where, ": field ", key, " = ", value.dump(), " is not one ",
+      throw ConfigError(str(where, ": field ", key, " = ", json_excerpt(value), " is not one ",
                             rope_type_name(s.type), " takes; memo does not implement it"));
   }
   for (const std::string& key : needs) require(j, where, key.c_str());
@@ -233,7 +234,7 @@ std::vector<bool> read_layer_types(const json& j, std::string_view where, int64_
   std::vector<bool> sliding;
   for (size_t i = 0; i < v->size(); ++i) {
     if ((*v)[i] != "full_attention" && (*v)[i] != "sliding_attention")
-      throw ConfigError(str(where, ": layer_types[", i, "] = ", (*v)[i].dump(),
+      throw ConfigError(str(where, ": layer_types[", i, "] = ", json_excerpt((*v)[i]),
                             " is not supported; memo's layers are \"full_attention\" or "
                             "\"sliding_attention\""));
     sliding.push_back((*v)[i] == "sliding_attention");

@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/json_file.h"
 
@@ -31,7 +32,7 @@ double read_number(const json& j, std::string_view where, const char* name) {
 int64_t read_int(const json& j, std::string_view where, const char* name) {
   const json& v = required(j, where, name);
   if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-    throw ConfigError(str(where, ": field ", name, " = ", v.dump(), " is too large"));
+    throw ConfigError(str(where, ": field ", name, " = ", json_excerpt(v), " is too large"));
   if (!v.is_number_integer())
     wrong_type(where, name, v, "an integer (write 80000000000, not 80e9)");
   return v.get<int64_t>();

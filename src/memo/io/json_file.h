@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/io/atomic_file.h"
 
 namespace memo {
@@ -21,6 +22,8 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
   } catch (const nlohmann::json::parse_error& e) {
     throw E(str(path.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(), ": ",
                 e.what()));
+  } catch (const nlohmann::json::exception& e) {  // a number past a double's range
+    throw E(str(path.string(), ": ", e.what()));
   }
 }
 
@@ -28,7 +31,7 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
 // its value and the type expected.
 [[noreturn]] inline void wrong_type(std::string_view where, const char* name,
                                     const nlohmann::json& v, const char* expected) {
-  throw ConfigError(str(where, ": field ", name, " = ", v.dump(), " is a ", v.type_name(),
+  throw ConfigError(str(where, ": field ", name, " = ", json_excerpt(v), " is a ", v.type_name(),
                         ", expected ", expected));
 }
 

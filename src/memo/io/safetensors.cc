@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/crc32c.h"
 
@@ -92,6 +93,8 @@ json parse_header_object(const std::string& p, std::string_view header) {
   } catch (const json::parse_error& e) {
     throw FormatError(str(p, ": malformed JSON header at byte ", kHeaderLengthBytes + e.byte,
                           " of the file: ", e.what()));
+  } catch (const json::exception& e) {  // a number past a double's range
+    throw FormatError(str(p, ": header: ", e.what()));
   }
   if (!j.is_object()) throw FormatError(str(p, ": header is not a JSON object"));
   return j;
@@ -105,7 +108,7 @@ void read_metadata(const std::string& p, const json& value,
   for (const auto& [k, v] : value.items()) {
     if (!v.is_string())
       throw FormatError(
-          str(p, ": __metadata__ value for '", k, "' is ", v.dump(), ", expected a string"));
+          str(p, ": __metadata__ value for '", k, "' is ", json_excerpt(v), ", expected a string"));
     metadata[k] = v.get<std::string>();
   }
 }
@@ -129,7 +132,7 @@ struct TensorFields {
 };
 
 std::string parse_dtype(const TensorError& bad, const json& dtype) {
-  if (!dtype.is_string()) throw bad(str("dtype ", dtype.dump(), " is not a string"));
+  if (!dtype.is_string()) throw bad(str("dtype ", json_excerpt(dtype), " is not a string"));
   std::string name = dtype.get<std::string>();
   if (dtype_bytes(name) == 0)
     throw bad(str("unknown dtype ", name, "; allowed: BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 ",
@@ -138,11 +141,12 @@ std::string parse_dtype(const TensorError& bad, const json& dtype) {
 }
 
 std::vector<int64_t> parse_shape(const TensorError& bad, const json& shape) {
-  if (!shape.is_array()) throw bad(str("shape ", shape.dump(), " is not an array"));
+  if (!shape.is_array()) throw bad(str("shape ", json_excerpt(shape), " is not an array"));
   std::vector<int64_t> dims;
   for (const json& d : shape) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0)
-      throw bad(str("shape ", shape.dump(), " holds ", d.dump(), "; dims are integers >= 0"));
+      throw bad(str("shape ", json_excerpt(shape), " holds ", json_excerpt(d),
+                    "; dims are integers >= 0"));
     dims.push_back(d.get<int64_t>());
   }
   return dims;
@@ -152,7 +156,7 @@ std::vector<int64_t> parse_shape(const TensorError& bad, const json& shape) {
 std::pair<int64_t, int64_t> parse_offsets(const TensorError& bad, const json& offsets) {
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
       !offsets[1].is_number_unsigned())
-    throw bad(str("data_offsets ", offsets.dump(), " is not [begin, end] of integers >= 0"));
+    throw bad(str("data_offsets ", json_excerpt(offsets), " is not [begin, end] of integers >= 0"));
   uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
   if (begin > end || end > uint64_t(std::numeric_limits<int64_t>::max()))
     throw bad(str("data_offsets [", begin, ", ", end, "] are reversed or too large"));
@@ -163,7 +167,7 @@ std::pair<int64_t, int64_t> parse_offsets(const TensorError& bad, const json& of
 TensorFields parse_tensor(const TensorError& bad, const json& value) {
   if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") ||
       !value.contains("data_offsets"))
-    throw bad(str(value.dump(), " lacks dtype, shape or data_offsets"));
+    throw bad(str(json_excerpt(value), " lacks dtype, shape or data_offsets"));
   TensorFields t;
   t.dtype = parse_dtype(bad, value["dtype"]);
   const int64_t elem_bytes = dtype_bytes(t.dtype);

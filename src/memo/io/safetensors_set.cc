@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/io/atomic_file.h"
 
 namespace memo {
@@ -49,6 +50,8 @@ json parse_index(const fs::path& index, RepeatedKey& repeated) {
   } catch (const json::parse_error& e) {
     throw FormatError(str(index.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(),
                           ": ", e.what()));
+  } catch (const json::exception& e) {  // a number past a double's range
+    throw FormatError(str(index.string(), ": ", e.what()));
   }
 }
 
@@ -74,7 +77,7 @@ std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& 
   std::map<std::string, std::vector<std::string>> shards;
   for (const auto& [tensor, shard] : j.at("weight_map").items()) {
     if (!shard.is_string() || !is_plain_file_name(shard.get<std::string>()))
-      throw FormatError(str(p, ": weight_map maps tensor '", tensor, "' to ", shard.dump(),
+      throw FormatError(str(p, ": weight_map maps tensor '", tensor, "' to ", json_excerpt(shard),
                             "; expected the file name of a shard next to the index"));
     shards[shard.get<std::string>()].push_back(tensor);
   }

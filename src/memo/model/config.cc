@@ -1,5 +1,6 @@
 #include "memo/model/config.h"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -53,10 +54,12 @@ void ModelConfig::validate() const {
   if (vocab_size > std::numeric_limits<int32_t>::max())
     throw ConfigError(str("vocab_size = ", vocab_size, " is over ",
                           std::numeric_limits<int32_t>::max(), ", the most int32 token ids hold"));
-  if (!(rms_norm_eps > 0))
+  // finite too: a JSON file cannot hold inf, so a saved config would not read back
+  if (!(rms_norm_eps > 0 && std::isfinite(rms_norm_eps)))
     throw ConfigError(str(is_gpt2() ? "layer_norm_epsilon = " : "rms_norm_eps = ", rms_norm_eps,
-                          " must be positive"));
-  if (!(rope_theta > 0)) throw ConfigError(str("rope_theta = ", rope_theta, " must be positive"));
+                          " must be positive and finite"));
+  if (!(rope_theta > 0 && std::isfinite(rope_theta)))
+    throw ConfigError(str("rope_theta = ", rope_theta, " must be positive and finite"));
   if (!rope_scaling.is_default() && !(is_llama_family() && uses_rope()))
     throw ConfigError("rope_scaling is LLaMA's; memo's GPT-2 rotates with plain RoPE only");
   if (uses_rope()) validate_rope_scaling(rope_scaling, head_dim(), max_position_embeddings);
@@ -69,8 +72,9 @@ void ModelConfig::validate() const {
     throw ConfigError(str("layer_types names ", sliding_layers.size(), " layers for ",
                           num_hidden_layers, " layers with sliding_window = ", sliding_window,
                           "; it is Qwen2's and Qwen3's, one entry a layer"));
-  if (!(initializer_range > 0))
-    throw ConfigError(str("initializer_range = ", initializer_range, " must be positive"));
+  if (!(initializer_range > 0 && std::isfinite(initializer_range)))
+    throw ConfigError(
+        str("initializer_range = ", initializer_range, " must be positive and finite"));
 }
 
 std::string ModelConfig::window_summary() const {

@@ -1,5 +1,7 @@
 #include "memo/optim/factory.h"
 
+#include "memo/core/json_excerpt.h"
+
 namespace memo {
 
 namespace {
@@ -18,7 +20,7 @@ std::string valid_names() {
 template <class T>
 void merge(T& target, const std::string& name, const nlohmann::json& h) {
   if (!h.is_object())
-    throw ConfigError(str(name, " hyperparameters must be a JSON object, got ", h.dump()));
+    throw ConfigError(str(name, " hyperparameters must be a JSON object, got ", json_excerpt(h)));
   nlohmann::json current = target;
   for (const auto& [key, value] : h.items()) {
     if (!current.contains(key)) {
@@ -28,8 +30,8 @@ void merge(T& target, const std::string& name, const nlohmann::json& h) {
     }
     const bool want_bool = current[key].is_boolean();
     if (want_bool ? !value.is_boolean() : !value.is_number())
-      throw ConfigError(str(name, " hyperparameter '", key, "' = ", value.dump(), " must be a ",
-                            want_bool ? "boolean" : "number"));
+      throw ConfigError(str(name, " hyperparameter '", key, "' = ", json_excerpt(value),
+                            " must be a ", want_bool ? "boolean" : "number"));
     current[key] = value;
   }
   target = current.get<T>();

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 
 namespace memo::scaling {
 
@@ -23,8 +24,8 @@ std::string hex_double(double v) {
 
 double parse_hex_double(const nlohmann::json& j, const char* field) {
   if (!j.is_string())
-    throw FormatError(
-        str("batch schedule state: '", field, "' must be a hex-float string, got ", j.dump()));
+    throw FormatError(str("batch schedule state: '", field, "' must be a hex-float string, got ",
+                          json_excerpt(j)));
   const std::string s = j.get<std::string>();
   char* end = nullptr;
   errno = 0;
@@ -168,7 +169,7 @@ BatchScheduleOptions batch_schedule_options_from_json(const nlohmann::json& j) {
   const std::string law = j.value("law", "");
   if (law != "surge" && law != "sgd")
     throw FormatError(str("batch schedule options: 'law' must be \"surge\" or \"sgd\", got ",
-                          j.contains("law") ? j.at("law").dump() : "nothing"));
+                          j.contains("law") ? json_excerpt(j.at("law")) : "nothing"));
   o.law = law == "surge" ? Law::kSurge : Law::kSgd;
   o.law_params = {hex("eps_max"), hex("b_noise")};
   o.schedule.warmup_tokens = parse_int(j, "warmup_tokens");

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 
 namespace memo::scaling {
 
@@ -29,7 +30,7 @@ SweepFile read_sweep_file(const std::string& path) {
     for (const char* key : {"lr", "batch_tokens"}) {
       if (!j.contains(key) || !j.at(key).is_number() || !(j.at(key).get<double>() > 0.0))
         throw FormatError(str(path, " line ", n, ": '", key, "' must be a positive number, got ",
-                              j.contains(key) ? j.at(key).dump() : "nothing"));
+                              j.contains(key) ? json_excerpt(j.at(key)) : "nothing"));
     }
     if (!j.contains("optimizer") || !j.at("optimizer").is_string())
       throw FormatError(str(path, " line ", n, ": 'optimizer' must be a string"));
