@@ -1,6 +1,9 @@
 #include "memo/io/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <set>
 
 #include "hf_files.h"
 #include "memo/core/dtype.h"
@@ -240,6 +243,30 @@ TEST(Checkpoint, partially_written_temp_directory_is_never_picked) {
   ASSERT_TRUE(fs::exists(run / "step-00000300.tmp-99999" / kModelIndexFile));
   fs::remove(run / kLatestFile);  // even without `latest`, the scan skips temporaries
   EXPECT_EQ(find_latest_checkpoint(run), run / "step-00000100");
+}
+
+// What a writer killed mid-save left (its pid no longer runs) is removed by the next save into
+// the run directory; a live process's temporaries and other names stay.
+TEST(Checkpoint, the_next_save_removes_a_killed_writers_temporaries) {
+  TempDir tmp;
+  State s;
+  fs::path run = tmp / "run";
+  save_run_checkpoint(run, 100, s.data(100));
+  const std::string dead = "999999999";  // above any pid_max (at most 2^22)
+  const std::string alive = std::to_string(::getppid());
+  for (const std::string& name :
+       {"step-00000200.tmp-" + dead, "step-00000100.old-" + dead, "step-00000200.tmp-" + alive,
+        "notes.tmp-" + dead, "step-00000200.tmp-" + dead + "x"})
+    fs::create_directories(run / name / "sub");
+  for (const std::string& name : {"latest.tmp-" + dead, "best.tmp-" + dead})
+    write_file_atomic(run / name, "step-00000200\n");
+  save_run_checkpoint(run, 300, s.data(300));
+  std::set<std::string> left;
+  for (const fs::directory_entry& e : fs::directory_iterator(run))
+    left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{"latest", "step-00000100", "step-00000300",
+                                         "step-00000200.tmp-" + alive, "notes.tmp-" + dead,
+                                         "step-00000200.tmp-" + dead + "x"}));
 }
 
 TEST(Checkpoint, interrupted_save_leaves_previous_checkpoint_loadable) {
