@@ -152,6 +152,31 @@ TEST_F(LongContextEval, by_position_buckets_add_up_to_the_mean_loss) {
       << t.output;
 }
 
+// Every prediction masked (each input is the eot token under --eod-mask-loss) leaves no loss to
+// report: an error, not a loss of 0 and a perplexity of 1. Zero and negative counts are refused.
+TEST_F(LongContextEval, an_evaluation_that_counts_no_token_is_an_error_and_bad_counts_are_refused) {
+  test::write_text(dir / "eot.txt", std::string(1000, 'I'));
+  test::expect_clean_failure(
+      test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " + dir.str("eot.txt") +
+          " --split all --seq 64 --eod-mask-loss --eot-id 73",
+      "eot.txt: the 15 windows of 64 tokens evaluated count none of their targets");
+  const std::string eval = test::memo_bin() + " eval --checkpoint " + dir.str("run");
+  test::expect_clean_failure(eval + " --data " + dir.str("data.txt") + " --by-position 0",
+                             "--by-position: must be above 0, got 0");
+  test::expect_clean_failure(eval + " --data " + dir.str("data.txt") + " --eot-id -5",
+                             "--eot-id: must be 0 or more, got -5");
+  test::expect_clean_failure(eval + " --passkey --max-answer-tokens 0",
+                             "--max-answer-tokens: must be above 0, got 0");
+  test::expect_clean_failure(eval + " --passkey --prefill-chunk 0",
+                             "--prefill-chunk: must be above 0, got 0");
+  const std::string train = test::memo_bin() + " train --config " + dir.str("config.json") +
+                            " --data " + dir.str("data.txt") + " --no-checkpoint";
+  test::expect_clean_failure(train + " --document-mask --eot-id -5",
+                             "--eot-id: must be 0 or more, got -5");
+  test::expect_clean_failure(train + " --seq-schedule ''", "--seq-schedule: is empty");
+  test::expect_clean_failure(train + " --seq-schedule 64:5,", "'' is not SEQ:STEPS");
+}
+
 TEST_F(LongContextEval, passkey_runs_every_length_depth_and_trial) {
   const test::CommandResult r = test::run_command(
       test::memo_bin() + " eval --checkpoint " + dir.str("run") +

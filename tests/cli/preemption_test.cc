@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli_test_util.h"
 #include "memo/io/checkpoint.h"
@@ -50,17 +53,82 @@ TEST_F(Preemption, sigterm_stops_after_the_step_with_a_checkpoint_and_the_resume
   ASSERT_NE(r.output.find("exit 0"), std::string::npos) << r.output;
   const int stopped_at = losses(dir.str("cut.jsonl")).rbegin()->first;
   ASSERT_LT(stopped_at, steps) << "the run ended before the signal";
-  EXPECT_NE(r.output.find("memo: stopped by SIGTERM after step " + std::to_string(stopped_at) +
-                          "; continue with memo train --resume "),
-            std::string::npos)
-      << r.output;
+  const std::string said = "memo: stopped by SIGTERM after step " + std::to_string(stopped_at) +
+                           "; continue with memo train --resume ";
+  const size_t at = r.output.find(said);
+  ASSERT_NE(at, std::string::npos) << r.output;
   EXPECT_EQ(find_latest_checkpoint(dir / "cut").filename(),
             str("step-", std::string(8 - std::to_string(stopped_at).size(), '0'), stopped_at));
-  const test::CommandResult resumed = test::run_command(
-      test::memo_bin() + " train --data " + dir.str("data.txt") + " --steps " +
-      std::to_string(steps) + " --resume " + dir.str("cut") + " --log " + dir.str("cut.jsonl"));
+  // the command as said, nothing added: the checkpoint restores the run's --steps and --data
+  const size_t from = at + said.size() - std::string("memo train --resume ").size();
+  const std::string command = r.output.substr(from, r.output.find('\n', from) - from);
+  const test::CommandResult resumed =
+      test::run_command(test::memo_bin() + command.substr(4) + " --log " + dir.str("cut.jsonl"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(losses(dir.str("cut.jsonl")), losses(dir.str("full.jsonl")));
+  // a run that has done its steps says how to go on; --steps moves its end, and says so
+  test::expect_clean_failure(test::memo_bin() + " train --resume " + dir.str("cut"),
+                             "has run its 60 steps: give --steps above 60 to continue it");
+  const test::CommandResult longer = test::run_command(
+      test::memo_bin() + " train --resume " + dir.str("cut") + " --steps 62 --no-checkpoint");
+  ASSERT_EQ(longer.exit_code, 0) << longer.output;
+  EXPECT_NE(longer.output.find("--steps moves the run's end from step 60 to step 62"),
+            std::string::npos)
+      << longer.output;
+}
+
+// A run of length stages resumes from any step without --steps (the stages' sum is the run's),
+// from step 100 on too, where the default --steps once refused it; another --steps is refused.
+TEST_F(Preemption, a_run_of_length_stages_resumes_past_step_100_with_its_own_steps) {
+  const std::string stages =
+      " --config " + dir.str("config.json") + " --data " + dir.str("data.txt") +
+      " --batch 4 --micro-batch 2 --lr 3e-3 --warmup 2 --seq-schedule 16:70,32:40 --save-every 10";
+  ASSERT_EQ(test::run_command(test::memo_bin() + " train" + stages + " --keep-last 0 --out " +
+                              dir.str("full") + " --log " + dir.str("full.jsonl"))
+                .exit_code,
+            0);
+  fs::create_directories(dir / "cut");
+  fs::copy(dir / "full" / "step-00000100", dir / "cut" / "step-00000100",
+           fs::copy_options::recursive);
+  write_text(dir / "cut" / "latest", "step-00000100\n");
+  const test::CommandResult resumed = test::run_command(
+      test::memo_bin() + " train --resume " + dir.str("cut") + " --log " + dir.str("cut.jsonl"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto full = losses(dir.str("full.jsonl")), cut = losses(dir.str("cut.jsonl"));
+  ASSERT_EQ(cut.size(), 10u);
+  for (const auto& [step, loss] : cut) EXPECT_EQ(loss, full.at(step)) << step;
+  test::expect_clean_failure(
+      test::memo_bin() + " train --resume " + dir.str("cut") + "/step-00000100 --steps 120",
+      "runs length stages (--seq-schedule 16:70,32:40), whose steps are the run's (110); resume "
+      "without --steps");
+}
+
+// A trainer_state.json edited by hand or damaged: one line naming the file and the field.
+TEST_F(Preemption, a_damaged_trainer_state_is_refused_naming_the_file_and_the_field) {
+  ASSERT_EQ(test::run_command(train_cmd(dir / "run", 2, "")).exit_code, 0);
+  const fs::path state = dir / "run" / "step-00000002" / "trainer_state.json";
+  const nlohmann::json good = nlohmann::json::parse(test::file_bytes(state));
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {[](nlohmann::json& j) { j["options"]["seq"] = "32"; },
+       "field 'seq' = \"32\" is not an integer"},
+      {[](nlohmann::json& j) { j["options"].erase("lr"); }, "field 'lr' is missing"},
+      {[](nlohmann::json& j) { j["step"] = -3; }, "field 'step' = -3 is not a step (>= 1)"},
+      {[](nlohmann::json& j) { j["precision"] = 5; }, "field 'precision' = 5 is not a string"},
+      {[](nlohmann::json& j) { j["options"] = nlohmann::json::array(); },
+       "field 'options' = [] is not an object"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good;
+    c.edit(j);
+    write_text(state, j.dump());
+    test::expect_clean_failure(
+        test::memo_bin() + " train --resume " + dir.str("run") + " --steps 3 --no-checkpoint",
+        state.string() + ": " + c.says);
+  }
 }
 
 TEST_F(Preemption, usr1_stops_too_and_exit_signal_none_leaves_the_default_action) {

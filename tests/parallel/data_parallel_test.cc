@@ -310,8 +310,10 @@ TEST_F(DataParallel, a_killed_rank_stops_the_job_and_the_run_resumes_where_it_wa
 
 // Note [Stopping a run]: SIGTERM to one rank of a 2-rank job laid out by `layout` stops every
 // rank after the same step, with a checkpoint and exit status 0; resumed, the run gives the
-// uninterrupted run's losses bit for bit.
-void expect_signal_stops_every_rank(const DataParallel& t, const std::string& layout) {
+// uninterrupted run's losses bit for bit. The line it prints names the job's layout (`said`); the
+// resumed run takes its --steps and --data from the checkpoint.
+void expect_signal_stops_every_rank(const DataParallel& t, const std::string& layout,
+                                    const std::string& said) {
   const std::string full = t.dir / "full", cut = t.dir / "cut";
   ASSERT_EQ(test::run_command(mpirun(2) + t.train_cmd(full, "--steps 60 " + layout)).exit_code, 0);
   const auto [r, seconds] = signal_rank_one(mpirun(2) + t.train_cmd(cut, "--steps 60 " + layout),
@@ -324,23 +326,28 @@ void expect_signal_stops_every_rank(const DataParallel& t, const std::string& la
       << r.output;
   EXPECT_EQ(find_latest_checkpoint(cut).filename().string(),
             str("step-", std::string(8 - std::to_string(stopped).size(), '0'), stopped));
-  const test::CommandResult resumed = test::run_command(
-      mpirun(2) + test::memo_bin() + " train --data " + t.dir.str("data.txt") + " --resume " + cut +
-      " --steps 60 --val-batches 2 --log " + cut + ".jsonl " + layout);
+  EXPECT_NE(r.output.find(str("; continue with memo train --resume ",
+                              find_latest_checkpoint(cut).string(), said,
+                              " in a job of 2 processes as this one\n")),
+            std::string::npos)
+      << r.output;
+  const test::CommandResult resumed =
+      test::run_command(mpirun(2) + test::memo_bin() + " train --resume " + cut +
+                        " --val-batches 2 --log " + cut + ".jsonl " + layout);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(losses(cut + ".jsonl"), losses(full + ".jsonl"));
 }
 
 TEST_F(DataParallel, a_signal_to_one_rank_stops_every_rank_after_the_same_step) {
-  expect_signal_stops_every_rank(*this, "");
+  expect_signal_stops_every_rank(*this, "", "");
 }
 // The same under tensor parallelism, the checkpoints written in the background (the stop waits
 // for the write: Note [Asynchronous checkpoints]), and under context parallelism.
 TEST_F(DataParallel, a_signal_stops_a_tensor_parallel_job_with_a_background_checkpoint) {
-  expect_signal_stops_every_rank(*this, "--tp 2 --async-save --save-every 5");
+  expect_signal_stops_every_rank(*this, "--tp 2 --async-save --save-every 5", " --tp 2");
 }
 TEST_F(DataParallel, a_signal_stops_a_context_parallel_job_after_the_same_step) {
-  expect_signal_stops_every_rank(*this, "--cp 2");
+  expect_signal_stops_every_rank(*this, "--cp 2", " --cp 2");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "memo/cli/commands.h"
+#include "memo/cli/number_check.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
 #include "memo/core/units.h"
@@ -152,12 +153,14 @@ void add_eval_command(CLI::App& app) {
                  "train --document-mask)");
   eval->add_option("--eot-id", o->eot_id,
                    "The token that starts each document (default: the end-of-text token of the "
-                   "data's tokenizer, else of the checkpoint's)");
+                   "data's tokenizer, else of the checkpoint's)")
+      ->check(number_check(false));
   eval->add_flag("--eod-mask-loss", o->eod_mask_loss,
                  "The loss leaves out the predictions made from each --eot-id token (as memo "
                  "train --eod-mask-loss)");
   eval->add_option("--by-position", o->by_position,
-                   "Also the loss by position within the window, in buckets of this many tokens");
+                   "Also the loss by position within the window, in buckets of this many tokens")
+      ->check(number_check(true));
   eval->add_flag("--passkey", o->passkey,
                  "Passkey retrieval: a number hidden in filler text, asked for at the end");
   eval->add_flag(
@@ -169,14 +172,18 @@ void add_eval_command(CLI::App& app) {
   eval->add_option("--depths", o->depths,
                    "Where the key sits, as fractions of the filler before it")
       ->capture_default_str();
-  eval->add_option("--trials", o->trials, "Keys per length and depth")->capture_default_str();
+  eval->add_option("--trials", o->trials, "Keys per length and depth")
+      ->capture_default_str()
+      ->check(number_check(true));
   eval->add_option("--seed", o->seed, "Seed of the keys")->capture_default_str();
   eval->add_option("--prefill-chunk", o->prefill_chunk,
                    "Prompt tokens per KV-decoder forward (bounds the attention's working memory)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_check(true));
   eval->add_option("--max-answer-tokens", o->max_answer_tokens,
                    "Greedy tokens generated for an answer")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_check(true));
   eval->add_option("--svg", o->svg,
                    "Write the loss by position (checkpoints overlaid) or the retrieval heatmap");
   eval->add_flag("--json", o->json, "One JSON object per checkpoint instead of tables");
@@ -250,11 +257,12 @@ void add_eval_command(CLI::App& app) {
       if (o->by_position > 0) {
         nlohmann::json buckets = nlohmann::json::array();
         for (const PositionLoss& b : r.by_position)
-          buckets.push_back({{"from", b.from},
-                             {"to", b.to},
-                             {"tokens", b.tokens},
-                             {"loss", b.loss},
-                             {"perplexity", std::exp(b.loss)}});
+          buckets.push_back(  // a bucket that counts no token has no loss: null
+              {{"from", b.from},
+               {"to", b.to},
+               {"tokens", b.tokens},
+               {"loss", b.tokens > 0 ? nlohmann::json(b.loss) : nlohmann::json()},
+               {"perplexity", b.tokens > 0 ? nlohmann::json(std::exp(b.loss)) : nlohmann::json()}});
         j["by_position"] = buckets;
         curves.push_back({dir.string(), r.by_position});
       }
@@ -266,9 +274,13 @@ void add_eval_command(CLI::App& app) {
                       "loss", "perplexity");
         std::cout << line;
         for (const PositionLoss& b : r.by_position) {
-          std::snprintf(line, sizeof line, "%10lld %10lld %10lld %10.4f %12.3f\n",
-                        (long long)b.from, (long long)b.to, (long long)b.tokens, b.loss,
-                        std::exp(b.loss));
+          if (b.tokens > 0)
+            std::snprintf(line, sizeof line, "%10lld %10lld %10lld %10.4f %12.3f\n",
+                          (long long)b.from, (long long)b.to, (long long)b.tokens, b.loss,
+                          std::exp(b.loss));
+          else  // no token counted here: no loss
+            std::snprintf(line, sizeof line, "%10lld %10lld %10lld %10s %12s\n", (long long)b.from,
+                          (long long)b.to, 0LL, "-", "-");
           std::cout << line;
         }
       } else {

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "memo/cli/commands.h"
+#include "memo/cli/number_check.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
 #include "memo/io/checkpoint.h"
@@ -42,7 +43,8 @@ void add_generate_command(CLI::App& app) {
                 "As a model trained with --document-mask sees it: the prompt's last document "
                 "alone (from its last --eot-id token), from position 0");
   cmd->add_option("--eot-id", o->eot_id,
-                  "The token that starts each document (default: the tokenizer's end-of-text)");
+                  "The token that starts each document (default: the tokenizer's end-of-text)")
+      ->check(number_check(false));
   cmd->add_flag("--no-kv-cache", o->no_kv_cache,
                 "Re-run the whole sequence for every token (the slow baseline, for comparison)");
   auto device = std::make_shared<RuntimeFlags>();

@@ -9,6 +9,7 @@
 
 #include "memo/cli/batch_schedule_flags.h"
 #include "memo/cli/commands.h"
+#include "memo/cli/number_check.h"
 #include "memo/cli/optimizer_flags.h"
 #include "memo/cli/run_file.h"
 #include "memo/cli/runtime.h"
@@ -24,19 +25,6 @@ namespace memo::cli {
 
 namespace {
 
-// A bound on a number flag's value, said in words (CLI11's NonNegativeNumber prints its range's
-// ends as doubles: "not in range 0.000000 to 17976931348623157...000000"). A value that is no
-// number passes here: the option's own conversion refuses it.
-CLI::Validator number_check(bool positive) {
-  return CLI::Validator(
-      [positive](std::string& s) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(s.c_str(), &end);
-        if (end == s.c_str() || *end != '\0' || (positive ? v > 0 : v >= 0)) return "";
-        return str("must be ", positive ? "above 0" : "0 or more", ", got ", s);
-      },
-      positive ? "POSITIVE" : "NONNEGATIVE");
-}
 const CLI::Validator kNonNegative = number_check(false), kPositive = number_check(true);
 
 // Flags whose values need parsing or checking before they become TrainOptions fields.
@@ -57,14 +45,19 @@ struct TrainFlags {
   CLI::Option* alpha_opt = nullptr;
   CLI::Option* lr = nullptr;
   CLI::Option* out = nullptr;
+  CLI::Option* data = nullptr;
+  CLI::Option* steps = nullptr;
   bool print_run = false;  // --print-run
   std::string run_path;    // --run (already read: main() put its keys among the flags)
 };
 
-void add_data_flags(CLI::App& cmd, TrainOptions* t) {
+void add_data_flags(CLI::App& cmd, TrainFlags& f) {
+  TrainOptions* t = &f.options;
   cmd.add_option("--config", t->config_path, "Model config.json (Hugging Face LlamaConfig fields)");
-  cmd.add_option("--data", t->data_path, "Training data: raw text (bytes) or an llm.c token file")
-      ->required();
+  f.data = cmd.add_option(
+      "--data", t->data_path,
+      "Training data: raw text (bytes) or an llm.c token file (required; with --resume: the "
+      "run's own unless given)");
   cmd.add_option("--val-data", t->val_data_path,
                  "Validation data (default: the last --val-fraction of --data)");
   cmd.add_option("--val-fraction", t->val_fraction, "Fraction of --data held out for validation")
@@ -89,8 +82,10 @@ void add_step_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--batch", t->batch, "Sequences per optimiser step")->capture_default_str();
   cmd.add_option("--micro-batch", t->micro_batch, "Sequences per forward/backward (0: --batch)")
       ->capture_default_str();
-  auto* steps =
-      cmd.add_option("--steps", t->steps, "Optimiser steps in total")->capture_default_str();
+  auto* steps = f.steps =
+      cmd.add_option("--steps", t->steps,
+                     "Optimiser steps in total (with --resume: the run's own unless given)")
+          ->capture_default_str();
   f.lr = cmd.add_option("--lr", t->lr, "Peak learning rate")->capture_default_str();
   cmd.add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")
       ->capture_default_str();
@@ -99,6 +94,11 @@ void add_step_flags(CLI::App& cmd, TrainFlags& f) {
                  "Length stages SEQ:STEPS,... (STEPS, or tokens with a t suffix; 1K = 1024), "
                  "e.g. 4K:2000,16K:500: each keeps the first stage's tokens per step and per "
                  "micro-batch (--batch and --micro-batch count the first stage's sequences)")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            return s.empty() ? std::string("is empty; e.g. 4K:2000,16K:500") : std::string();
+          },
+          "SEQ:STEPS,..."))
       ->excludes(seq)
       ->excludes(steps);
   cmd.add_option("--stage-batch", t->stage_batch,
@@ -126,7 +126,8 @@ void add_gradient_flags(CLI::App& cmd, TrainOptions* t) {
                "(documents start at each --eot-id token)");
   cmd.add_option("--eot-id", t->eot_id,
                  "The token that starts each document (default: the end-of-text token of the "
-                 "data's tokenizer)");
+                 "data's tokenizer)")
+      ->check(kNonNegative);
   cmd.add_flag("--eod-mask-loss", t->eod_mask_loss,
                "The loss leaves out the predictions made from each --eot-id token (a document's "
                "first token predicting its second from nothing)");
@@ -308,6 +309,8 @@ TrainOptions resolve_options(const TrainFlags& f) {
     } catch (const nlohmann::json::parse_error& e) {
       throw ConfigError(
           str("--rope-scaling ", f.rope_scaling, ": malformed JSON at byte ", e.byte));
+    } catch (const nlohmann::json::exception& e) {  // a number past a double's range
+      throw ConfigError(str("--rope-scaling ", f.rope_scaling, ": ", e.what()));
     }
     o.positions.rope_scaling = rope_scaling_from_json(j, "--rope-scaling");
   }
@@ -316,6 +319,10 @@ TrainOptions resolve_options(const TrainFlags& f) {
                           " writes checkpoints, and --no-checkpoint asks for none"));
   if (o.resume_dir.empty() && o.config_path.empty() && o.init_from.empty())
     throw ConfigError("--config is required (or --init-from a model, or --resume a run)");
+  o.data_given = f.data->count() > 0;
+  o.steps_given = f.steps->count() > 0;
+  if (o.resume_dir.empty() && !o.data_given)
+    throw ConfigError("--data is required (or --resume a run, which knows its own)");
   if (!o.resume_dir.empty() && f.out->count() == 0) {
     // continue writing into the run being resumed
     const std::filesystem::path r(o.resume_dir);
@@ -352,7 +359,7 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
   CLI::App* train = app.add_subcommand("train", "Train a model");
   // Each group of flags is a section of the run file (Note [Run files]).
   const auto section = [&](const char* name) { train->option_defaults()->group(name); };
-  section("data"), add_data_flags(*train, &f->options);
+  section("data"), add_data_flags(*train, *f);
   section("step"), add_step_flags(*train, *f);
   section("optimizer"), add_optimizer_flags(*train, f->optimizer);
   section("gradients"), add_gradient_flags(*train, &f->options);

@@ -13,8 +13,10 @@
 #include <set>
 #include <span>
 #include <string_view>
+#include <type_traits>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/data/shards.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
@@ -50,23 +52,53 @@ nlohmann::json pinned_options(const TrainOptions& o) {
           {"stage_rope", o.stage_rope}};
 }
 
-void restore_pinned(TrainOptions& o, const nlohmann::json& j) {
-  o.seq = j.at("seq");
-  o.batch = j.at("batch");
-  o.micro_batch = j.at("micro_batch");
-  o.lr = j.at("lr");
-  o.min_lr_ratio = j.at("min_lr_ratio");
-  o.warmup = j.at("warmup");
-  o.clip = j.at("clip");
-  o.gns = j.value("gns", false);  // checkpoints from before the noise scale ran without it
-  o.gns_decay = j.value("gns_decay", 0.99);
-  o.seed = j.at("seed");
-  o.document_mask = j.value("document_mask", false);  // older checkpoints ran without
-  o.eot_id = j.value("eot_id", int64_t(-1));
-  o.eod_mask_loss = j.value("eod_mask_loss", false);
-  o.seq_schedule = j.value("seq_schedule", std::string());
-  o.stage_batch = j.value("stage_batch", std::string("tokens"));
-  o.stage_rope = j.value("stage_rope", std::vector<std::string>());
+// trainer_state.json's field `key` of j as T (`fallback` where an older checkpoint lacks it): a
+// DataError naming the file and the field where it is missing or of another JSON type.
+template <class T>
+T state_field(const nlohmann::json& j, const char* key, const std::string& file,
+              std::optional<T> fallback = std::nullopt) {
+  if (!j.is_object() || !j.contains(key)) {
+    if (fallback) return *fallback;
+    throw DataError(str(file, ": field '", key, "' is missing"));
+  }
+  const nlohmann::json& v = j.at(key);
+  const bool fits = std::is_same_v<T, bool>       ? v.is_boolean()
+                    : std::is_integral_v<T>       ? v.is_number_integer()
+                    : std::is_floating_point_v<T> ? v.is_number()
+                                                  : true;  // strings, lists: get<T> says
+  try {
+    if (fits) return v.get<T>();
+  } catch (const nlohmann::json::exception&) {
+  }
+  throw DataError(str(file, ": field '", key, "' = ", json_excerpt(v), " is not ",
+                      std::is_same_v<T, bool>          ? "a boolean"
+                      : std::is_integral_v<T>          ? "an integer"
+                      : std::is_floating_point_v<T>    ? "a number"
+                      : std::is_same_v<T, std::string> ? "a string"
+                                                       : "of the type memo writes there"));
+}
+
+void restore_pinned(TrainOptions& o, const nlohmann::json& j, const std::string& file) {
+  if (!j.is_object())
+    throw DataError(str(file, ": field 'options' = ", json_excerpt(j), " is not an object"));
+  o.seq = state_field<int64_t>(j, "seq", file);
+  o.batch = state_field<int64_t>(j, "batch", file);
+  o.micro_batch = state_field<int64_t>(j, "micro_batch", file);
+  o.lr = state_field<double>(j, "lr", file);
+  o.min_lr_ratio = state_field<double>(j, "min_lr_ratio", file);
+  o.warmup = state_field<int64_t>(j, "warmup", file);
+  o.clip = state_field<double>(j, "clip", file);
+  // checkpoints from before the noise scale ran without it; from before document masks, without
+  o.gns = state_field<bool>(j, "gns", file, false);
+  o.gns_decay = state_field<double>(j, "gns_decay", file, 0.99);
+  o.seed = state_field<uint64_t>(j, "seed", file);
+  o.document_mask = state_field<bool>(j, "document_mask", file, false);
+  o.eot_id = state_field<int64_t>(j, "eot_id", file, -1);
+  o.eod_mask_loss = state_field<bool>(j, "eod_mask_loss", file, false);
+  o.seq_schedule = state_field<std::string>(j, "seq_schedule", file, "");
+  o.stage_batch = state_field<std::string>(j, "stage_batch", file, "tokens");
+  o.stage_rope =
+      state_field<std::vector<std::string>>(j, "stage_rope", file, std::vector<std::string>());
 }
 
 // Host views of tensors that live in a backend's device space, for writing a checkpoint: the
@@ -357,25 +389,67 @@ void load_model_tensors(Model& model, const SafetensorsSet& file) {
 // as are the optimiser's name and hyperparameters and the noise-scale EMAs (trainer_state.json);
 // the step counter sets the schedule and the sampler (windows are a pure function of seed, step,
 // micro-batch and row), and the options that shape the run are restored from the checkpoint
-// rather than taken from the command line. A noise batch schedule's options and state are saved
-// exactly (hex floats) and restored the same way: its flags on a resuming command line are
+// rather than taken from the command line. --steps and --data, when the command line leaves them
+// out, are the run's own: `memo train --resume DIR` continues a run to its end on its data. Given,
+// --steps moves the end (the cosine schedule is over the new count, so the continuation differs
+// from the run as first planned; the start-up line says so) and --data may name moved data (its
+// windows are the same only if its tokens are). A noise batch schedule's options and state are
+// saved exactly (hex floats) and restored the same way: its flags on a resuming command line are
 // ignored, like --batch. --save-dtype and --max-shard-size shape only the files: a resumed run
 // keeps its checkpoint's (its torch_dtype; trainer_state.json's max_shard_bytes) unless given.
 
+namespace {
+
+void read_resume_state(TrainOptions& o, ResumePoint& r, const std::string& file) {
+  const nlohmann::json& state = r.checkpoint.trainer_state;
+  r.step = state_field<int64_t>(state, "step", file);
+  if (r.step < 1) throw DataError(str(file, ": field 'step' = ", r.step, " is not a step (>= 1)"));
+  if (!state.contains("options")) throw DataError(str(file, ": field 'options' is missing"));
+  const nlohmann::json& pinned = state.at("options");
+  restore_pinned(o, pinned, file);
+  r.run_steps = state_field<int64_t>(pinned, "steps", file);
+  if (!o.steps_given) {
+    o.steps = r.run_steps;
+  } else if (!o.seq_schedule.empty() && o.steps != r.run_steps) {
+    throw ConfigError(str("--steps ", o.steps, ": ", o.resume_dir,
+                          " runs length stages (--seq-schedule ", o.seq_schedule,
+                          "), whose steps are the run's (", r.run_steps,
+                          "); resume without --steps"));
+  }
+  if (!o.data_given) {
+    o.data_path = state_field<std::string>(pinned, "data", file);
+    o.val_data_path = state_field<std::string>(pinned, "val_data", file, "");
+    o.val_fraction = state_field<double>(pinned, "val_fraction", file, 0.05);
+  }
+  o.optimizer = optimizer_choice_from_state(state);
+  if (!o.max_shard_bytes && state.contains("max_shard_bytes"))
+    o.max_shard_bytes = state_field<int64_t>(state, "max_shard_bytes", file);
+  r.noise = noise_schedule_from_checkpoint(state, r.step, o.resume_dir);
+  // fields the session reads later (its precision, the optimiser's count, the best checkpoint):
+  // their types checked here, where a fault names the file
+  state_field<std::string>(state, "precision", file, "");
+  state_field<int64_t>(state, "optimizer_steps", file, 0);
+  if (state.contains("best") && !state.at("best").is_null()) {
+    state_field<int64_t>(state.at("best"), "step", file);
+    state_field<double>(state.at("best"), "val_loss", file);
+  }
+}
+
+}  // namespace
+
 std::optional<ResumePoint> resume_point(TrainOptions& o) {
   if (o.resume_dir.empty()) return std::nullopt;
-  ResumePoint r{load_checkpoint(find_latest_checkpoint(o.resume_dir)), 0, std::nullopt};
-  const nlohmann::json& state = r.checkpoint.trainer_state;
-  if (!state.contains("step") || !state.contains("options"))
+  ResumePoint r{load_checkpoint(find_latest_checkpoint(o.resume_dir)), 0, 0, std::nullopt};
+  if (r.checkpoint.trainer_state.is_null())
     throw DataError(str(o.resume_dir,
                         " holds no trainer state (trainer_state.json): it cannot be resumed; use "
                         "--init-from to start a new run from its weights"));
-  restore_pinned(o, state.at("options"));
-  o.optimizer = optimizer_choice_from_state(state);
-  if (!o.max_shard_bytes && state.contains("max_shard_bytes"))
-    o.max_shard_bytes = state.at("max_shard_bytes").get<int64_t>();
-  r.step = state.at("step");
-  r.noise = noise_schedule_from_checkpoint(state, r.step, o.resume_dir);
+  const std::string file = (r.checkpoint.dir / kTrainerStateFile).string();
+  try {
+    read_resume_state(o, r, file);
+  } catch (const nlohmann::json::exception& e) {  // a field read below restore_pinned
+    throw DataError(str(file, ": ", e.what()));
+  }
   if (o.batch_schedule && !r.noise)
     throw ConfigError(
         str(o.resume_dir, " ran a fixed batch: --batch-schedule cannot be added on --resume"));
@@ -386,8 +460,11 @@ std::optional<ResumePoint> resume_point(TrainOptions& o) {
                             r.noise->options().schedule.total_tokens, " tokens at step ", r.step,
                             ": there is nothing to continue"));
   } else if (o.steps <= r.step) {
-    throw ConfigError(str("--steps ", o.steps, " but the checkpoint is already at step ", r.step,
-                          "; ask for more steps to continue"));
+    throw ConfigError(o.steps_given
+                          ? str("--steps ", o.steps, " but the checkpoint is already at step ",
+                                r.step, "; ask for more steps to continue")
+                          : str(o.resume_dir, " has run its ", o.steps,
+                                " steps: give --steps above ", r.step, " to continue it"));
   }
   return r;
 }

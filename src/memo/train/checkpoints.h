@@ -40,6 +40,7 @@ const char* precision_name(const Backend& backend);
 struct ResumePoint {
   LoadedCheckpoint checkpoint;
   int64_t step = 0;
+  int64_t run_steps = 0;  // the steps the run was started (or last resumed) with
   std::optional<scaling::BatchSchedule> noise;  // the batch schedule, if the run had one
 };
 // Null without --resume; else the checkpoint, its pinned options restored into o (Note [Resume]).

@@ -118,6 +118,10 @@ EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& d
         }
       },
       nullptr, position_bucket);
+  if (sum.tokens == 0)
+    throw DataError(str(data.source(), ": the ", sum.windows, " windows of ", seq,
+                        " tokens evaluated count none of their targets (each is masked out: "
+                        "--eod-mask-loss, or prompt-completion data); there is no loss to report"));
   r.tokens = sum.tokens;
   r.windows = sum.windows;
   r.loss = sum.mean_loss();

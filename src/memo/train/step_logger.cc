@@ -244,8 +244,13 @@ void StepLogger::print_peaks(double peak_flops) {
     progress_ << "memo: MFU against the measured matrix-product ceiling (" << peak_flops / 1e12
               << " TFLOP/s) and the " << o.device_peak_name << " datasheet's dense bf16 peak ("
               << o.device_peak_flops / 1e12 << " TFLOP/s)\n";
-  if (s_.resume())
-    progress_ << "memo: resuming at step " << s_.start_step() << " from " << o.resume_dir << "\n";
+  if (const std::optional<ResumePoint>& r = s_.resume()) {
+    progress_ << "memo: resuming at step " << s_.start_step() << " from " << o.resume_dir;
+    if (!s_.plan().noise() && o.steps != r->run_steps)  // Note [Resume]
+      progress_ << "; --steps moves the run's end from step " << r->run_steps << " to step "
+                << o.steps << ", where the learning-rate schedule now ends";
+    progress_ << "\n";
+  }
 }
 
 void StepLogger::print_stage(const StepRun& run) {

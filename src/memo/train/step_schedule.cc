@@ -48,8 +48,16 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
     bool tokens;  // count is tokens (a t suffix), else steps
   };
   std::vector<Item> items;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
+  // every item between commas, an empty one too (getline drops a trailing one)
+  std::vector<std::string> parts;
+  for (size_t from = 0;;) {
+    const size_t comma = list.find(',', from);
+    parts.push_back(
+        list.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (comma == std::string::npos) break;
+    from = comma + 1;
+  }
+  for (const std::string& item : parts) {
     const size_t colon = item.find(':');
     const std::optional<int64_t> seq =
         colon == std::string::npos ? std::nullopt : parse_token_count(item.substr(0, colon));
@@ -121,6 +129,8 @@ std::vector<PositionOverrides> stage_positions(const std::vector<std::string>& i
       if (k) j = nlohmann::json::parse(item.substr(colon + 1));
     } catch (const nlohmann::json::parse_error& e) {
       throw ConfigError(str("--stage-rope ", item, ": malformed JSON at byte ", e.byte));
+    } catch (const nlohmann::json::exception& e) {  // a number past a double's range
+      throw ConfigError(str("--stage-rope ", item, ": ", e.what()));
     }
     if (!k || !j.is_object())
       throw ConfigError(str("--stage-rope ", item,

@@ -80,7 +80,12 @@ struct TrainOptions {
   int64_t skip_nonfinite = 0;
   double spike_skip = 0.0;
   std::string resume_dir;  // a run directory or checkpoint to continue from
-  std::string init_from;   // a checkpoint to take the weights from (fresh optimiser)
+  // With resume_dir: whether the command line gave --steps and --data. Left out, the run's own
+  // are restored (its steps; its data, val_data and val_fraction); given, --steps moves the run's
+  // end (the learning-rate schedule follows it) and --data names moved data (Note [Resume]).
+  bool steps_given = true;
+  bool data_given = true;
+  std::string init_from;  // a checkpoint to take the weights from (fresh optimiser)
   // --save-dtype: the checkpoints' model.safetensors in kF32 or kBF16 (with the fp32 master
   // weights beside: Note [Master weights beside bf16] in io/checkpoint.h). None: kBF16 when the
   // weights came from a bf16 checkpoint (--init-from or --resume), else kF32; the session sets it.

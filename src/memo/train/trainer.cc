@@ -120,6 +120,21 @@ bool any_rank_stops(TrainSession& s, bool mine) {
   return flag > 0.0;
 }
 
+// The command that continues a stopped run bit for bit: the checkpoint (which restores the
+// run's steps, data and the options that shape it, Note [Resume]) and the job's layout, which a
+// checkpoint does not pin (it resumes on any layout, within rounding).
+std::string resume_command(TrainSession& s, const std::string& checkpoint) {
+  const TrainOptions& o = s.options();
+  std::string cmd = str("memo train --resume ", checkpoint);
+  if (o.cp > 1) cmd += str(" --cp ", o.cp);
+  if (o.tp > 1) cmd += str(" --tp ", o.tp);
+  if (o.pp > 1) cmd += str(" --pp ", o.pp);
+  if (o.virtual_stages > 1) cmd += str(" --virtual-stages ", o.virtual_stages);
+  if (!o.pp_layers.empty()) cmd += str(" --pp-layers ", o.pp_layers);
+  if (s.job().size() > 1) cmd += str(" in a job of ", s.job().size(), " processes as this one");
+  return cmd;
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& options, Runtime& runtime) {
@@ -203,7 +218,7 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
       checkpoints.wait();  // the checkpoint is on disk before the process says so and exits
       result.stopped_by = reason;
       runtime.log() << "memo: stopped by " << reason << " after step " << run.step << "; "
-                    << (o.checkpoints ? str("continue with memo train --resume ", result.checkpoint)
+                    << (o.checkpoints ? str("continue with ", resume_command(s, result.checkpoint))
                                       : std::string("no checkpoint (--no-checkpoint)"))
                     << "\n";
       return result;
