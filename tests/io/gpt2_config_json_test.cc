@@ -82,6 +82,26 @@ TEST(Gpt2ConfigJson, llama_configs_keep_their_names) {
   EXPECT_FALSE(j.contains("memo_position_embedding_type"));
 }
 
+// --rope-theta and --max-position-embeddings on learned positions: refused by name (--rope-theta
+// was once dropped without a word); on GPT-2 with rotary positions they apply.
+TEST(Gpt2ConfigJson, position_flags_on_learned_positions_are_refused) {
+  const ModelConfig learned = model_config_from_json(tiny_gpt2(), "cfg");
+  PositionOverrides theta;
+  theta.rope_theta = 50000.0;
+  std::string msg = error_message<ConfigError>([&] { theta.applied_to(learned); });
+  EXPECT_NE(msg.find("rope_theta: the model has learned positions"), std::string::npos) << msg;
+  PositionOverrides longer;
+  longer.max_position_embeddings = 1024;
+  msg = error_message<ConfigError>([&] { longer.applied_to(learned); });
+  EXPECT_NE(msg.find("max_position_embeddings: the model has learned positions"), std::string::npos)
+      << msg;
+  json j = tiny_gpt2();
+  j["memo_position_embedding_type"] = "rope";
+  const ModelConfig rotary = model_config_from_json(j, "cfg");
+  EXPECT_EQ(theta.applied_to(rotary).rope_theta, 50000.0);
+  EXPECT_EQ(longer.applied_to(rotary).max_position_embeddings, 1024);
+}
+
 TEST(Gpt2ConfigJson, unsupported_variants_are_rejected_with_the_field) {
   auto message = [](json j) {
     return error_message<ConfigError>([&] { model_config_from_json(j, "cfg"); });

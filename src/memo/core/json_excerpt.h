@@ -8,8 +8,7 @@
 namespace memo {
 
 namespace detail {
-inline void json_excerpt_into(std::string& out, const nlohmann::json& v, int depth,
-                              size_t limit) {
+inline void json_excerpt_into(std::string& out, const nlohmann::json& v, int depth, size_t limit) {
   if (!v.is_array() && !v.is_object()) {
     out += v.dump();
     return;

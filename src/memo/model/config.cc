@@ -87,6 +87,12 @@ std::string ModelConfig::window_summary() const {
 }
 
 ModelConfig PositionOverrides::applied_to(ModelConfig c) const {
+  // learned positions (GPT-2's wpe) have no rotation to change, and a table of n_positions rows
+  if (!c.uses_rope() && (rope_theta || max_position_embeddings))
+    throw ConfigError(str(rope_theta ? "rope_theta" : "max_position_embeddings",
+                          ": the model has learned positions (a table of ", c.positions_field(),
+                          " = ", c.max_position_embeddings, " rows), not RoPE; it cannot be ",
+                          rope_theta ? "rotated otherwise" : "given other positions"));
   if (rope_theta) c.rope_theta = *rope_theta;
   if (rope_scaling) c.rope_scaling = *rope_scaling;
   if (max_position_embeddings) c.max_position_embeddings = *max_position_embeddings;
