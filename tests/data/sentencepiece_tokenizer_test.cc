@@ -166,6 +166,14 @@ TEST(SentencePieceBpe, merges_characters_and_falls_back_to_bytes) {
   EXPECT_EQ(t.decode(t.encode("hi ab \xC3\xA9!")), "hi ab \xC3\xA9!");
   EXPECT_EQ(t.token_bytes(sp_hi), " hi");
   EXPECT_EQ(t.token_bytes(3 + 0x21), "!");
+  // a continuation (memo generate's new tokens) keeps its leading space, as streamed: the
+  // decoder's sequence-start strip is for a whole text
+  const std::vector<int32_t> more = {sp_hi, sp_ab, sp, 3 + 0xC3, 3 + 0xA9};
+  EXPECT_EQ(t.decode(more), "hi ab \xC3\xA9");
+  std::string streamed;
+  for (int32_t id : more) streamed += t.token_bytes(id);
+  EXPECT_EQ(t.decode(more, false), streamed);
+  EXPECT_EQ(streamed, " hi ab \xC3\xA9");
   std::mt19937 rng(5);
   for (int i = 0; i < 200; ++i) {
     std::string s(rng() % 100, '\0');

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <map>
 
+#include "data/small_tokenizer.h"
 #include "memo/core/error.h"
+#include "memo/io/atomic_file.h"
+#include "test_util.h"
 
 namespace memo {
 namespace {
@@ -52,6 +55,24 @@ TEST(SampleToken, bad_options_are_refused) {
   EXPECT_THROW(sample_token(kLogits, {-1.0, 0, 1.0, 1}, 0), ConfigError);
   EXPECT_THROW(sample_token(kLogits, {1.0, 0, 0.0, 1}, 0), ConfigError);
   EXPECT_THROW(sample_token(kLogits, {1.0, -2, 1.0, 1}, 0), ConfigError);
+  EXPECT_THROW(sample_token(kLogits, {INFINITY, 0, 1.0, 1}, 0), ConfigError);
+}
+
+// A reply ends, besides at end-of-text, at generation_config.json's eos_token_id (one or a list;
+// ids outside the tokenizer left out), tokenizer_config.json's eos_token and the end-of-turn
+// token of memo's messages template.
+TEST(ReplyStopIds, follow_generation_config_tokenizer_config_and_the_chat_end) {
+  test::TempDir dir;
+  EXPECT_TRUE(reply_stop_ids(dir.path(), Tokenizer::bytes()).empty());
+  write_file_atomic(dir / "generation_config.json", R"({"eos_token_id": [5, 7, 5, 999999]})");
+  EXPECT_EQ(reply_stop_ids(dir.path(), Tokenizer::bytes()), (std::vector<int32_t>{5, 7}));
+  write_file_atomic(dir / "generation_config.json", R"({"eos_token_id": 9})");
+  EXPECT_EQ(reply_stop_ids(dir.path(), Tokenizer::bytes()), (std::vector<int32_t>{9}));
+  nlohmann::json tj = test::small_tokenizer_json();
+  const int32_t im_end = tj["added_tokens"].back()["id"].get<int32_t>() + 1;
+  tj["added_tokens"].push_back({{"id", im_end}, {"content", "<|im_end|>"}, {"special", true}});
+  const Tokenizer chat = Tokenizer::from_hf_json(tj, "chat");
+  EXPECT_EQ(reply_stop_ids(dir.path(), chat), (std::vector<int32_t>{9, im_end}));
 }
 
 }  // namespace

@@ -52,11 +52,13 @@ void add_generate_command(CLI::App& app) {
   cmd->callback([o, device] {
     const std::filesystem::path dir = find_latest_checkpoint(o->checkpoint);
     LoadedCheckpoint ckpt = load_checkpoint(dir);
+    check_config_describes_tensors(ckpt);
     const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);
     Model model(ckpt.config, runtime->backend(), ModelUse::kInference);
     load_model_tensors(model, ckpt.model);
     const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
     o->generate.kv_cache = !o->no_kv_cache;
+    o->generate.stop_ids = reply_stop_ids(dir, tokenizer);
     if (o->document_mask) {
       const std::optional<int32_t> eot =
           o->eot_id >= 0 ? std::optional<int32_t>(int32_t(o->eot_id)) : tokenizer.end_of_text();

@@ -381,7 +381,7 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
   return impl_->token_bytes[size_t(id)];
 }
 
-std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool whole) const {
   const Impl& t = *impl_;
   std::string out;
   std::vector<std::string> spellings;
@@ -397,7 +397,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
       spellings.push_back(t.spelling[size_t(id)]);
     }
   }
-  if (!t.concat_decode) out = t.decoder.decode(std::move(spellings), true);
+  if (!t.concat_decode) out = t.decoder.decode(std::move(spellings), whole);
   return out;
 }
 
@@ -408,6 +408,8 @@ std::optional<int32_t> Tokenizer::special_id(std::string_view content) const {
     if (c == content) return id;
   return std::nullopt;
 }
+
+std::optional<int32_t> Tokenizer::eos_token() const { return impl_->eos_id; }
 
 std::optional<int32_t> Tokenizer::end_of_text() const {
   for (const char* name : {"<|endoftext|>", "<|end_of_text|>"})

@@ -53,8 +53,10 @@ class Tokenizer {
   std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> docs) const;
 
   // The text of the ids: their raw bytes, or the decoder's text of the whole sequence. An id
-  // outside [0, vocab_size()): DataError naming it and its position.
-  std::string decode(std::span<const int32_t> ids) const;
+  // outside [0, vocab_size()): DataError naming it and its position. `whole` false: the ids
+  // continue a sequence (generated after a prompt), so the decoder's rules for a sequence's start
+  // and end (Llama 2's leading-space strip) do not apply: the text equals their token_bytes.
+  std::string decode(std::span<const int32_t> ids, bool whole = true) const;
   // The text of one id inside a sequence (for streaming; the sequence-start rules of a decoder,
   // such as Llama 2's leading-space strip, do not apply); same error.
   std::string_view token_bytes(int32_t id) const;
@@ -64,6 +66,9 @@ class Tokenizer {
   // (LLaMA 3), tokenizer_config.json's eos_token, </s> (Llama 2, Mistral), <eos> (Gemma), else
   // nullopt.
   std::optional<int32_t> end_of_text() const;
+  // tokenizer_config.json's eos_token, where it names an added token (Qwen's <|im_end|>, which
+  // end_of_text() passes over for <|endoftext|>).
+  std::optional<int32_t> eos_token() const;
   std::optional<int32_t> special_id(std::string_view content) const;
   bool is_bytes() const;
   const std::string& source() const;  // the path it came from, for messages

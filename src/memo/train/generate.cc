@@ -8,6 +8,7 @@
 
 #include "memo/core/error.h"
 #include "memo/io/checkpoint.h"
+#include "memo/io/json_file.h"
 #include "memo/model/kv_decoder.h"
 
 namespace memo {
@@ -30,8 +31,8 @@ double seconds_since(Clock::time_point t) {
 }  // namespace
 
 int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, int64_t step) {
-  if (!(o.temperature >= 0.0))
-    throw ConfigError(str("--temperature ", o.temperature, " must be >= 0 (0: greedy)"));
+  if (!(o.temperature >= 0.0 && std::isfinite(o.temperature)))
+    throw ConfigError(str("--temperature ", o.temperature, " must be finite and >= 0 (0: greedy)"));
   if (!(o.top_p > 0.0 && o.top_p <= 1.0))
     throw ConfigError(str("--top-p ", o.top_p, " must lie in (0, 1]"));
   if (o.top_k < 0) throw ConfigError(str("--top-k ", o.top_k, " must be >= 0 (0: all tokens)"));
@@ -101,6 +102,11 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer, std::str
                           ", outside the model's vocabulary of ", V));
   const int64_t total = int64_t(r.prompt_ids.size()) + o.max_new_tokens;
   KvDecoder decoder(model, std::min<int64_t>(total, model.config().max_position_embeddings));
+  if (int64_t(r.prompt_ids.size()) > decoder.max_tokens())
+    throw ConfigError(str("the prompt's ", r.prompt_ids.size(), " tokens exceed the model's ",
+                          model.config().max_position_embeddings,
+                          " positions; give a prompt of at most ", decoder.max_tokens(),
+                          " tokens"));
   if (total > decoder.max_tokens())
     throw ConfigError(str("the prompt's ", r.prompt_ids.size(), " tokens plus --max-new-tokens ",
                           o.max_new_tokens, " exceed the model's ",
@@ -121,6 +127,7 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer, std::str
     if (step == 0) r.first_logits = logits;
     const int32_t id = sample_token(logits, o.sampling, step);
     if (o.stop_at_end_of_text && eot && id == *eot) break;
+    if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) break;
     r.new_ids.push_back(id);
     sequence.push_back(id);
     if (on_text) on_text(tokenizer.token_bytes(id));
@@ -133,8 +140,29 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer, std::str
     }
   }
   r.decode_seconds = seconds_since(t0);
-  r.text = tokenizer.decode(r.new_ids);
+  r.text = tokenizer.decode(r.new_ids, false);  // a continuation of the prompt, as streamed
   return r;
+}
+
+std::vector<int32_t> reply_stop_ids(const std::filesystem::path& checkpoint,
+                                    const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids;
+  auto add = [&](std::optional<int64_t> id) {
+    if (id && *id >= 0 && *id < tokenizer.vocab_size() &&
+        std::find(ids.begin(), ids.end(), int32_t(*id)) == ids.end())
+      ids.push_back(int32_t(*id));
+  };
+  const std::filesystem::path generation = checkpoint / "generation_config.json";
+  if (std::filesystem::is_regular_file(generation)) {
+    const nlohmann::json j = read_json_file<FormatError>(generation);
+    const nlohmann::json eos = j.is_object() ? j.value("eos_token_id", nlohmann::json()) : nullptr;
+    for (const nlohmann::json& id : eos.is_array() ? eos : nlohmann::json::array({eos}))
+      if (id.is_number_integer()) add(id.get<int64_t>());
+  }
+  add(tokenizer.eos_token());
+  for (const char* end_of_turn : {"<|im_end|>", "<|eot_id|>"})
+    add(tokenizer.special_id(end_of_turn));
+  return ids;
 }
 
 Tokenizer checkpoint_tokenizer(const std::filesystem::path& dir, int64_t vocab_size) {

@@ -24,6 +24,14 @@ struct SamplingOptions {
   uint64_t seed = 1234;
 };
 
+// The ids that end a reply besides the tokenizer's end-of-text, as transformers stops: the
+// checkpoint's generation_config.json eos_token_id (an id or a list; Llama 3 Instruct lists
+// <|eot_id|>), tokenizer_config.json's eos_token, and the end-of-turn token memo's messages
+// template closes an assistant turn with (<|im_end|>, <|eot_id|>: Note [Loss mask files]), which a
+// model fine-tuned on it learns to emit. Ids outside the tokenizer are left out.
+std::vector<int32_t> reply_stop_ids(const std::filesystem::path& checkpoint,
+                                    const Tokenizer& tokenizer);
+
 // The token drawn from `logits` at generation step `step` (the random draw is a pure function of
 // seed and step). Bad options (temperature < 0, top_p outside (0, 1]): ConfigError.
 int32_t sample_token(std::span<const float> logits, const SamplingOptions& options, int64_t step);
@@ -33,6 +41,7 @@ struct GenerateOptions {
   SamplingOptions sampling;
   bool kv_cache = true;             // false: re-run the whole sequence for every token (baseline)
   bool stop_at_end_of_text = true;  // stop when the tokenizer's end-of-text token is drawn
+  std::vector<int32_t> stop_ids;    // and when one of these is (reply_stop_ids)
   // Document masks (Note [Document masks] in model/architecture.h; -1: off): the prompt from its
   // last token document_start on, the last document alone, starting at position 0. That is
   // exactly what a model with document masks computes for that document's tokens and those it
@@ -43,7 +52,7 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<int32_t> prompt_ids;  // as run: with document_start, the last document's
   std::vector<int32_t> new_ids;     // without a final end-of-text
-  std::string text;                 // decoded new_ids
+  std::string text;                 // decoded new_ids, as a continuation (what --stream prints)
   std::vector<float> first_logits;  // [V] the logits that chose the first new token (ids past
                                     // the tokenizer's vocabulary at -inf)
   double prefill_seconds = 0.0, decode_seconds = 0.0;  // prompt; the rest
