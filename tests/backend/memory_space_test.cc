@@ -38,7 +38,12 @@ TEST(MemorySpace, over_budget_names_space_request_and_shortfall) {
       test::error_message<BudgetError>([&] { host.allocate("the offload of layer 3", 1 << 20); });
   EXPECT_NE(msg.find("host memory"), std::string::npos) << msg;
   EXPECT_NE(msg.find("the offload of layer 3"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("short 0.00 GiB"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("short 512.00 KiB"), std::string::npos) << msg;  // not "0.00 GiB"
+  EXPECT_EQ(gib(1 << 19), "512.00 KiB");
+  EXPECT_EQ(gib(3.0 * (1 << 20)), "3.00 MiB");
+  EXPECT_EQ(gib(96), "96 B");
+  EXPECT_EQ(gib(0), "0.00 GiB");
+  EXPECT_EQ(gib(41.3 * (1 << 30)), "41.30 GiB");
   EXPECT_EQ(host.live_bytes(), 1 << 19);  // nothing taken by the refused request
 }
 

@@ -176,5 +176,27 @@ TEST_F(CheckpointsOut, bad_save_flags_fail_with_one_line_and_write_nothing) {
   EXPECT_FALSE(fs::exists(dir / "bad"));
 }
 
+// A config.json whose num_hidden_layers is far above its tensors' (a typo of 100000 for a
+// 2-layer model) is refused in one line by eval, generate, --init-from and --resume before a
+// model of that size is built (Note [A config that does not describe its tensors]).
+TEST_F(CheckpointsOut, a_config_far_larger_than_its_tensors_is_refused_before_a_model_is_built) {
+  ASSERT_EQ(test::run_command(train_cmd(dir.str("run"), "--steps 2")).exit_code, 0);
+  const fs::path ckpt = find_latest_checkpoint(dir / "run");
+  nlohmann::json config = nlohmann::json::parse(test::file_bytes(ckpt / kConfigFile));
+  config["num_hidden_layers"] = 100000;
+  write_text(ckpt / kConfigFile, config.dump());
+  const std::string says = (ckpt / kConfigFile).string() + ": num_hidden_layers = 100000 and";
+  const std::string data = " --data " + dir.str("data.txt");
+  test::expect_clean_failure(test::memo_bin() + " eval --checkpoint " + ckpt.string() + data, says);
+  test::expect_clean_failure(
+      test::memo_bin() + " generate --checkpoint " + ckpt.string() + " --prompt ab", says);
+  test::expect_clean_failure(test::memo_bin() + " train --init-from " + ckpt.string() + data +
+                                 " --out " + dir.str("x") + " --steps 1",
+                             says);
+  test::expect_clean_failure(
+      test::memo_bin() + " train --resume " + ckpt.string() + " --steps 3 --out " + dir.str("y"),
+      says);
+}
+
 }  // namespace
 }  // namespace memo

@@ -102,7 +102,7 @@ TEST_F(PlanCommand, over_budget_json_says_what_fits) {
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_FALSE(j["fits"].get<bool>());
   EXPECT_GT(j["shortfall_bytes"].get<int64_t>(), 0);
-  EXPECT_NE(j["message"].get<std::string>().find("budget is 0.00 GiB (262144 B)"),
+  EXPECT_NE(j["message"].get<std::string>().find("budget is 256.00 KiB (262144 B)"),
             std::string::npos)
       << j["message"];
 }

@@ -333,7 +333,20 @@ TEST_F(TextCli, byte_models_generate_without_a_tokenizer_file) {
   EXPECT_EQ(g.output.size(), 11u);  // 10 bytes and a newline
   test::expect_clean_failure(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
                                  " --prompt x --max-new-tokens 500",
-                             "exceed the model's 128 positions");
+                             "exceed the model's 128 positions; use --max-new-tokens <= 127");
+  // a prompt that alone is too long says so, not a negative --max-new-tokens
+  test::expect_clean_failure(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
+                                 " --prompt " + std::string(200, 'a') + " --max-new-tokens 0",
+                             "the prompt's 200 tokens exceed the model's 128 positions; give a "
+                             "prompt of at most 128 tokens");
+  // the validation split shorter than a window: refused before step 1, not after the last
+  write_text(dir.str("short.txt"), test::corpus(300));
+  const test::CommandResult v = test::run_command(
+      test::memo_bin() + " train --config " + dir.str("bytes.json") + " --data " +
+      dir.str("short.txt") + " --seq 32 --batch 2 --steps 3 --out " + dir.str("short"));
+  EXPECT_NE(v.exit_code, 0);
+  EXPECT_NE(v.output.find("the validation data: "), std::string::npos) << v.output;
+  EXPECT_EQ(v.output.find("step 1/"), std::string::npos) << v.output;
 }
 
 }  // namespace

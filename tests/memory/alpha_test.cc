@@ -82,9 +82,14 @@ TEST(ChooseAlpha, host_too_small_for_alpha_zero_says_what_fits) {
   EXPECT_FALSE(c.host_fits);
   EXPECT_EQ(c.alpha, 0.0);
   EXPECT_DOUBLE_EQ(c.alpha_host, (1.0 - 2.0) / 14.0);
-  EXPECT_NE(c.advice.find("short 0.01 GiB"), std::string::npos) << c.advice;
+  EXPECT_NE(c.advice.find("short 8.00 MiB"), std::string::npos) << c.advice;
   EXPECT_NE(c.advice.find("--seq 500"), std::string::npos) << c.advice;  // half the tokens
-  EXPECT_NE(c.advice.find("--host-memory 0.02 GiB"), std::string::npos) << c.advice;
+  EXPECT_NE(c.advice.find("--host-memory 16MiB would fit"), std::string::npos) << c.advice;
+  // a budget that no sequence fits suggests no --seq 0
+  in.host_memory_bytes = 1024;
+  const AlphaChoice none = choose_alpha(in);
+  EXPECT_EQ(none.advice.find("--seq"), std::string::npos) << none.advice;
+  EXPECT_NE(none.advice.find("--host-memory 16MiB would fit"), std::string::npos) << none.advice;
 }
 
 TEST(ChooseAlpha, copy_slower_than_forward_even_at_zero_warns_with_bandwidth_needed) {

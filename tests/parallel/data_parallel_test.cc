@@ -168,7 +168,7 @@ TEST_F(DataParallel, zero_one_equals_zero_zero_and_resumes_on_another_layout) {
 // --device-memory is per process: under ZeRO-1 it counts this rank's shard of the optimiser
 // state, without ZeRO the whole of it, as one process does.
 TEST_F(DataParallel, the_device_budget_counts_this_ranks_optimizer_shard) {
-  // "needs 0.00 GiB (874240 B)", after `from` ("rank 1 of 2: device memory: ")
+  // "needs 853.75 KiB (874240 B)", after `from` ("rank 1 of 2: device memory: ")
   auto need = [](const std::string& output, const std::string& from = "") -> int64_t {
     const size_t at = output.find("needs ", output.find(from));
     const size_t open = output.find('(', at), close = output.find(" B)", at);

@@ -203,6 +203,7 @@ void add_eval_command(CLI::App& app) {
     for (const std::string& path : o->checkpoints) {
       const std::filesystem::path dir = find_latest_checkpoint(path);
       LoadedCheckpoint ckpt = load_checkpoint(dir);
+      check_config_describes_tensors(ckpt);
       Model model(ckpt.config, runtime->backend(), ModelUse::kInference);
       load_model_tensors(model, ckpt.model);
       const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);

@@ -20,6 +20,7 @@
 
 #include "memo/backend/bf16_storage.h"
 #include "memo/cli/commands.h"
+#include "memo/cli/number_check.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/units.h"
 #include "memo/cpu/cpu_backend.h"
@@ -33,6 +34,7 @@
 #include "memo/parallel/shape_communicator.h"
 #include "memo/train/cluster_plan.h"
 #include "memo/train/device_plan.h"
+#include "memo/train/optimizer_setup.h"
 
 namespace memo::cli {
 namespace {
@@ -178,6 +180,7 @@ void check_parallel_flags(const PlanCommandOptions& o) {
   if (o.cp < 1) throw ConfigError(str("--cp ", o.cp, " must be >= 1"));
   if (o.tp < 1) throw ConfigError(str("--tp ", o.tp, " must be >= 1"));
   check_context_parallel_seq(o.seq, int(o.cp));
+  check_tensor_parallel_optimizer(o.optimizer, o.tp);
 }
 
 // Rank 0 of `mpirun -np T*C memo train --tp T --cp C`: the model (its part of the parameters),
@@ -744,7 +747,8 @@ void add_cluster_layout_flags(CLI::App* cmd, PlanCommandOptions& o) {
                   "Chunks per pipeline stage (interleaved 1F1B)")
       ->capture_default_str();
   cmd->add_option("--micro-batches", o.micro_batches,
-                  "Micro-batches per step and pipeline (default: 1, or 4 x --pp with a pipeline)");
+                  "Micro-batches per step and pipeline (default: 1, or 4 x --pp with a pipeline)")
+      ->check(number_check(true));
 }
 
 // --device and --precision of a --config plan.

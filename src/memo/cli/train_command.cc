@@ -18,6 +18,7 @@
 #include "memo/io/checkpoint.h"
 #include "memo/io/config_json.h"
 #include "memo/io/hardware_json.h"
+#include "memo/io/json_file.h"
 #include "memo/train/stop_signals.h"
 #include "memo/train/trainer.h"
 
@@ -277,6 +278,18 @@ void add_activation_flags(CLI::App& cmd, TrainFlags& f) {
                  "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
 }
 
+// The precision a run to be resumed from `resume_dir` was trained in, as its trainer_state.json
+// records it ("fp32" or "bf16"); empty where it does not say (older checkpoints; the session
+// reports a damaged file).
+std::string resumed_precision(const std::string& resume_dir) {
+  const std::filesystem::path state = find_latest_checkpoint(resume_dir) / kTrainerStateFile;
+  if (!std::filesystem::is_regular_file(state)) return "";
+  const nlohmann::json j = read_json_file<FormatError>(state);
+  const nlohmann::json p =
+      j.is_object() ? j.value("precision", nlohmann::json()) : nlohmann::json();
+  return p == "fp32" || p == "bf16" ? p.get<std::string>() : "";
+}
+
 // The options the flags say, checked; device-dependent defaults are filled in by with_device.
 TrainOptions resolve_options(const TrainFlags& f) {
   TrainOptions o = f.options;
@@ -385,7 +398,10 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
     }
     TrainOptions o = resolve_options(*f);
     o.run_file = run_file_text(*train, true);
-    const std::unique_ptr<Runtime> runtime = make_runtime(f->device, world, std::cout);
+    RuntimeFlags device = f->device;
+    if (!o.resume_dir.empty() && device.precision.empty())  // the run's own (Note [Resume])
+      device.precision = resumed_precision(o.resume_dir);
+    const std::unique_ptr<Runtime> runtime = make_runtime(device, world, std::cout);
     with_device(o, *f, runtime->backend());
     memo::train(o, *runtime);
   });

@@ -47,7 +47,9 @@ std::string str(const Args&... args) {
   return detail::concat(args...);
 }
 
-// Formats bytes as GiB with two decimals ("41.30 GiB"), the unit every memory message uses.
+// Formats bytes as GiB with two decimals ("41.30 GiB"), the unit every memory message uses; below
+// 0.1 GiB, where that would read "0.00 GiB" or nearly, in MiB or KiB with two decimals or in
+// bytes ("8.00 MiB", "512.00 KiB", "96 B").
 std::string gib(double bytes);
 
 }  // namespace memo

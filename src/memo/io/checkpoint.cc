@@ -14,6 +14,7 @@
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
 #include "memo/io/json_file.h"
+#include "memo/model/params.h"
 
 namespace memo {
 namespace {
@@ -140,6 +141,33 @@ LoadedCheckpoint load_checkpoint(const fs::path& dir) {
   if (is_file(dir / kTrainerStateFile))
     ckpt.trainer_state = read_json_file<FormatError>(dir / kTrainerStateFile);
   return ckpt;
+}
+
+// Note [A config that does not describe its tensors]
+// A config whose model the tensors cannot nearly hold (num_hidden_layers 100000 beside a 2-layer
+// file) is refused before anything is sized from it: the loaders name the first missing tensor,
+// but only after a model of the config's size (GBs for 1e5 layers, bad_alloc for 1e8) and its
+// tensor list are built. The parameter count is arithmetic, from a 1- and a 2-layer config.
+// Twice the file's elements is the bound, so that a file short of a few tensors still gets the
+// loaders' message naming them.
+void check_config_describes_tensors(const LoadedCheckpoint& ckpt) {
+  const ModelConfig& config = ckpt.config;
+  const SafetensorsSet& tensors = ckpt.model;
+  const fs::path config_path = ckpt.dir / kConfigFile;
+  ModelConfig c = config;
+  c.sliding_layers.clear();
+  c.num_hidden_layers = 1;
+  const double one = double(ParamLayout(c).count());
+  c.num_hidden_layers = 2;
+  const double per_layer = double(ParamLayout(c).count()) - one;
+  const double need = one + double(config.num_hidden_layers - 1) * per_layer;
+  int64_t held = 0;
+  for (const std::string& name : tensors.names()) held += tensors.numel(name);
+  if (need > 2.0 * double(held) + 1e6)
+    throw DataError(str(config_path.string(), ": num_hidden_layers = ", config.num_hidden_layers,
+                        " and the other fields make ", need < 9e18 ? str(int64_t(need)) : str(need),
+                        " parameters; the checkpoint's tensors hold ", held,
+                        " elements: the config does not describe them"));
 }
 
 std::string checkpoint_dir_name(int64_t step) {

@@ -93,6 +93,11 @@ bool has_model_tensors(const std::filesystem::path& dir);
 // FormatError or ConfigError naming the file.
 LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir);
 
+// Refuses (DataError naming config.json) a checkpoint whose config makes a model of more than
+// twice the parameters its tensors hold, before a model is sized from it (Note [A config that
+// does not describe its tensors]). For whoever builds a model from a loaded checkpoint.
+void check_config_describes_tensors(const LoadedCheckpoint& ckpt);
+
 // "step-00000100" for step 100: zero-padded so that names sort by step.
 std::string checkpoint_dir_name(int64_t step);
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "memo/core/error.h"
+#include "memo/memory/budget.h"
 
 namespace memo {
 
@@ -66,7 +67,8 @@ AlphaChoice choose_alpha(const AlphaInputs& in) {
             " cannot hold even alpha = 0: ", in.num_layers - 2, " offloaded layers x (input ",
             gib(double(in.input_bytes)), " + attention output ", gib(double(in.attn_bytes)),
             ") = ", gib(need_host), " (short ", gib(need_host - double(in.host_memory_bytes)),
-            "); --seq ", seq_fit, " or --host-memory ", gib(need_host), " would fit");
+            "); ", seq_fit > 0 ? str("--seq ", seq_fit, " or ") : std::string(), "--host-memory ",
+            budget_flag_value(int64_t(std::ceil(need_host))), " would fit");
   } else if (!c.copy_hidden) {
     const double need_bw = fixed / in.layer_forward_s;
     c.advice =

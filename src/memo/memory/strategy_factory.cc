@@ -1,5 +1,7 @@
 #include "memo/memory/strategy_factory.h"
 
+#include <cmath>
+
 #include "memo/memory/memo.h"
 #include "memo/memory/offload.h"
 #include "memo/memory/recompute.h"
@@ -12,16 +14,17 @@ std::unique_ptr<ActivationStrategy> make_strategy(const SkeletalLayout& layout,
   const bool swaps = o.kind == "offload" || o.kind == "memo";
   if (o.alpha && o.kind != "memo")
     throw ConfigError(str("--alpha applies to --activations memo only, not ", o.kind));
-  if (o.alpha && (*o.alpha < 0.0 || *o.alpha > 1.0))
+  if (o.alpha && !(*o.alpha >= 0.0 && *o.alpha <= 1.0))  // NaN too
     throw ConfigError(str("--alpha ", *o.alpha, " must be in [0, 1]"));
   if (!swaps && (o.host_memory_bytes > 0 || o.copy_bandwidth_gb_per_s > 0.0))
     throw ConfigError(
         str("--host-memory and --copy-bandwidth apply to --activations offload or "
             "memo, not ",
             o.kind));
-  if (o.host_memory_bytes < 0 || o.copy_bandwidth_gb_per_s < 0.0)
+  if (o.host_memory_bytes < 0 ||
+      !(o.copy_bandwidth_gb_per_s >= 0.0 && std::isfinite(o.copy_bandwidth_gb_per_s)))
     throw ConfigError(str("--host-memory ", o.host_memory_bytes, " bytes and --copy-bandwidth ",
-                          o.copy_bandwidth_gb_per_s, " GB/s must be >= 0"));
+                          o.copy_bandwidth_gb_per_s, " GB/s must be finite and >= 0"));
   SwapOptions swap;
   swap.host_memory_bytes = o.host_memory_bytes;
   swap.host_space = o.host_space;

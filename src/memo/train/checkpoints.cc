@@ -440,6 +440,7 @@ void read_resume_state(TrainOptions& o, ResumePoint& r, const std::string& file)
 std::optional<ResumePoint> resume_point(TrainOptions& o) {
   if (o.resume_dir.empty()) return std::nullopt;
   ResumePoint r{load_checkpoint(find_latest_checkpoint(o.resume_dir)), 0, 0, std::nullopt};
+  check_config_describes_tensors(r.checkpoint);
   if (r.checkpoint.trainer_state.is_null())
     throw DataError(str(o.resume_dir,
                         " holds no trainer state (trainer_state.json): it cannot be resumed; use "

@@ -216,9 +216,11 @@ DevicePlan plan_device_memory(Model& run_model, int64_t batch, int64_t seq, int6
     out.need.conversion_scratch_bytes = bf16->scratch_bytes();
   if (!out.fits()) {
     out.advice.smallest_budget_bytes = out.need.total_bytes();
-    // under context parallelism a traced sequence must split into 2C chunks
+    // under context parallelism a traced sequence must split into 2C chunks, and under tensor
+    // parallelism each rank's tokens into t parts (a multiple of 2C t splits both ways)
     const Communicator* cp = model.context_parallel_group();
-    const int64_t unit = cp ? 2 * int64_t(cp->size()) : 1;
+    const int64_t t = model.tensor_parallel() ? int64_t(model.tensor_parallel_group()->size()) : 1;
+    const int64_t unit = (cp ? 2 * int64_t(cp->size()) : 1) * t;
     const int64_t short_seq = std::max<int64_t>(unit, seq / 4 / unit * unit);
     const Trace other = short_seq == seq ? out.activations.trace : trace(short_seq);
     out.advice.longest_seq = longest_fitting_seq(out.activations.trace, other,

@@ -6,6 +6,12 @@
 
 namespace memo {
 
+void check_tensor_parallel_optimizer(const std::string& optimizer, int64_t tp) {
+  if (tp > 1 && optimizer == "adafactor")
+    throw ConfigError(str("--tp ", tp, ": Adafactor's factored statistics are of whole ",
+                          "matrices, which tensor parallelism splits; use another optimiser"));
+}
+
 nlohmann::json hyperparameters_of(const OptimizerChoice& c) {
   const OptimizerOptions& o = c.options;
   if (c.name == "sgd") return o.sgd;

@@ -24,6 +24,10 @@ struct OptimizerChoice {
 // an unknown name.
 nlohmann::json hyperparameters_of(const OptimizerChoice& choice);
 
+// Refuses (ConfigError) an optimiser whose state tensor parallelism over tp ranks cannot split:
+// Adafactor's factored statistics are of whole matrices. memo train and memo plan alike.
+void check_tensor_parallel_optimizer(const std::string& optimizer, int64_t tp);
+
 // {"name": ..., "hyperparameters": {...}}: what trainer_state.json records under "optimizer".
 nlohmann::json optimizer_record(const Optimizer& optimizer);
 // The inverse: the record's name and hyperparameters over default options. Also reads the

@@ -1,6 +1,7 @@
 #include "memo/train/session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 #include <sstream>
 #include <string>
@@ -34,6 +35,14 @@ std::vector<SeqStage> check_shape_options(TrainOptions& o) {
   }
   if (o.seq <= 0) throw ConfigError(str("--seq ", o.seq, " must be positive"));
   if (o.steps <= 0) throw ConfigError(str("--steps ", o.steps, " must be positive"));
+  // the schedule's numbers (written so that a NaN fails each test)
+  if (!(o.lr > 0.0 && std::isfinite(o.lr)))
+    throw ConfigError(str("--lr ", o.lr, " must be a positive finite number"));
+  if (!(o.min_lr_ratio >= 0.0 && o.min_lr_ratio <= 1.0))
+    throw ConfigError(str("--min-lr-ratio ", o.min_lr_ratio, " is outside [0, 1]"));
+  if (o.warmup < 0) throw ConfigError(str("--warmup ", o.warmup, " must be >= 0"));
+  if (!(o.clip >= 0.0 && std::isfinite(o.clip)))
+    throw ConfigError(str("--clip ", o.clip, " must be a finite number >= 0 (0: off)"));
   return stages;
 }
 
@@ -91,10 +100,7 @@ void check_context_parallel(const TrainOptions& o, const std::vector<SeqStage>& 
   if (o.tp < 1 || ranks % (o.tp * o.cp) != 0)
     throw ConfigError(str("--tp ", o.tp, " x --cp ", o.cp, " does not divide the job's ", ranks,
                           " processes; use a layout whose product divides the process count"));
-  if (o.tp == 1) return;
-  if (o.optimizer.name == "adafactor")
-    throw ConfigError(str("--tp ", o.tp, ": Adafactor's factored statistics are of whole ",
-                          "matrices, which tensor parallelism splits; use another optimiser"));
+  check_tensor_parallel_optimizer(o.optimizer.name, o.tp);
 }
 
 // Pipeline parallelism (Note [Pipeline step] in train/pipeline_step.cc): the flags that split a
@@ -141,6 +147,8 @@ ModelConfig run_model_config(const TrainOptions& o, const std::optional<ResumePo
               "its weights with --init-from)"));
     return was;
   }
+  if (!o.init_from.empty())  // before a model is sized from either config
+    check_config_describes_tensors(load_checkpoint(find_latest_checkpoint(o.init_from)));
   const std::filesystem::path path = !o.config_path.empty()
                                          ? std::filesystem::path(o.config_path)
                                          : find_latest_checkpoint(o.init_from) / "config.json";
@@ -267,6 +275,17 @@ void TrainSession::read_run() {
                           "validation data of the same kind"));
   if (data_->train.has_loss_mask()) o_.document_mask = true;
   check_pipeline(o_);
+  // every stage's windows, training and validation, checked now: a validation split shorter
+  // than a window once stopped the run at its last step, before its checkpoint
+  for (const SeqStage& st : stages_) {
+    if (st.seq != stage().seq) WindowSampler(data_->train, st.seq, o_.seed);
+    if (data_->val) try {
+        WindowSampler(*data_->val, st.seq, o_.seed);
+      } catch (const DataError& e) {
+        throw DataError(str("the validation data: ", e.what(),
+                            "; give --val-data, a larger --val-fraction, or a shorter --seq"));
+      }
+  }
   sampler_.emplace(data_->train, stage().seq, o_.seed);
   // a resumed run continues in its checkpoint's precision (older checkpoints did not say)
   if (resume_ && resume_->checkpoint.trainer_state.contains("precision")) {
