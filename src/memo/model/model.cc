@@ -403,10 +403,11 @@ double Model::run(const int32_t* inputs, const int32_t* targets, int64_t batch, 
     ids.targets = loss_targets_.data();
   }
   const int64_t whole_seq = seq;
-  // A backend without values (a plan's shadow) is passed placeholder ids: its rank's share of
-  // them and their local vocabulary ids are not data, and computing them cost O(seq) host memory
-  // per trace, which a longest-sequence search repeats at tens of millions of tokens. Its entry
-  // checks read the whole micro-batch's ids instead (a superset of the rank's).
+  // On a backend without values (a plan's shadow) the ids are placeholders, so this rank's
+  // chunks of them and their local vocabulary ids are not copied out: each copy is O(seq) host
+  // memory per trace, and a longest-sequence search traces at tens of millions of tokens. The
+  // entry checks then read the first ids of the whole micro-batch's buffer, which holds more than
+  // the rank's share, so every read stays in bounds.
   const bool ids_are_data = backend_->has_values();
   if (cp_ && ids_are_data)
     seq = take_context_parallel_chunks(*cp_, ids, cp_inputs_, cp_targets_, batch, seq);
