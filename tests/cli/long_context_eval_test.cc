@@ -34,7 +34,7 @@ TEST(Retrieval, prompts_have_the_length_asked_and_the_key_at_the_depth) {
       const int64_t filler = length - fixed;
       EXPECT_EQ(p.key_position, int64_t(task.preamble.size()) + std::llround(depth * filler));
       const std::string text = bytes.decode(p.ids);
-      EXPECT_EQ(text.substr(size_t(p.key_position), 20), "The pass key is 3141");
+      EXPECT_EQ(text.substr(size_t(p.key_position), 21), " The pass key is 3141");
       EXPECT_EQ(text.substr(0, 9), "There is ");
       EXPECT_EQ(text.substr(text.size() - task.question.size()), task.question);
     }
@@ -50,7 +50,7 @@ TEST(Retrieval, needle_cycles_the_haystack) {
   const RetrievalPrompt p = retrieval_prompt(bytes, task, 200, 0.5, "1234567");
   const std::string text = bytes.decode(p.ids);
   EXPECT_EQ(text.substr(0, 6), "abcabc");
-  EXPECT_NE(text.find(" The special magic number is 1234567. "), std::string::npos);
+  EXPECT_NE(text.find(" The special magic number is 1234567."), std::string::npos);
   EXPECT_THROW(needle_task(bytes, ""), ConfigError);
 }
 

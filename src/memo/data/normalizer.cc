@@ -92,7 +92,9 @@ std::string utf8proc_mapped(std::string_view valid, utf8proc_option_t options) {
 
 struct Normalizer::Step {
   virtual ~Step() = default;
-  virtual std::string apply(std::string_view text) const = 0;
+  // `continued`: the text continues text normalized before it (Tokenizer::encode_continued), so
+  // what belongs only at the start of a text (Prepend, a left Strip) does not apply.
+  virtual std::string apply(std::string_view text, bool continued) const = 0;
 };
 
 namespace {
@@ -100,7 +102,7 @@ namespace {
 struct UnicodeForm : Normalizer::Step {
   utf8proc_option_t options;
   explicit UnicodeForm(utf8proc_option_t o) : options(o) {}
-  std::string apply(std::string_view text) const override {
+  std::string apply(std::string_view text, bool /*continued*/) const override {
     // ASCII is its own normal form in all four: most text skips utf8proc.
     if (std::all_of(text.begin(), text.end(), [](char c) { return (c & 0x80) == 0; }))
       return std::string(text);
@@ -111,8 +113,8 @@ struct UnicodeForm : Normalizer::Step {
 // Hugging Face's Prepend: the string goes before non-empty text.
 struct Prepend : Normalizer::Step {
   std::string prefix;
-  std::string apply(std::string_view text) const override {
-    return text.empty() ? std::string() : prefix + std::string(text);
+  std::string apply(std::string_view text, bool continued) const override {
+    return text.empty() || continued ? std::string(text) : prefix + std::string(text);
   }
 };
 
@@ -121,7 +123,7 @@ struct Replace : Normalizer::Step {
   std::string literal;                // the String pattern, when not a regex
   std::optional<SplitPattern> regex;  // the Regex pattern
   std::string content;
-  std::string apply(std::string_view text) const override {
+  std::string apply(std::string_view text, bool /*continued*/) const override {
     std::vector<Piece> found;
     if (regex) {
       regex->find_all(text, found);
@@ -147,7 +149,7 @@ struct Replace : Normalizer::Step {
 // character at a time): utf8proc's simple mapping, except U+0130, the one character whose
 // unconditional full mapping (SpecialCasing.txt) is two characters, "i" + U+0307.
 struct Lowercase : Normalizer::Step {
-  std::string apply(std::string_view text) const override {
+  std::string apply(std::string_view text, bool /*continued*/) const override {
     return map_valid_runs(text, [](std::string_view v) {
       std::string out;
       out.reserve(v.size());
@@ -166,10 +168,10 @@ struct Lowercase : Normalizer::Step {
 // White_Space characters off the start and/or the end (of the valid text at each end).
 struct Strip : Normalizer::Step {
   bool left = true, right = true;
-  std::string apply(std::string_view text) const override {
+  std::string apply(std::string_view text, bool continued) const override {
     const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
     size_t begin = 0, end = text.size();
-    if (left) {
+    if (left && !continued) {
       while (begin < end) {
         utf8proc_int32_t c = 0;
         const utf8proc_ssize_t n = utf8proc_iterate(p + begin, utf8proc_ssize_t(end - begin), &c);
@@ -251,9 +253,9 @@ Normalizer Normalizer::from_json(const json& normalizer, const std::string& sour
   return out;
 }
 
-std::string Normalizer::normalize(std::string_view text) const {
+std::string Normalizer::normalize(std::string_view text, bool continued) const {
   std::string out(text);
-  for (const auto& step : steps_) out = step->apply(out);
+  for (const auto& step : steps_) out = step->apply(out, continued);
   return out;
 }
 

@@ -25,7 +25,9 @@ class Normalizer {
 
   // The normalized text. Invalid UTF-8 bytes pass through unchanged and each valid run between
   // them is normalized on its own (Hugging Face accepts only valid UTF-8), so any bytes encode.
-  std::string normalize(std::string_view text) const;
+  // `continued`: the text continues text normalized before it, so Prepend and a left Strip,
+  // which belong to a text's start, do not apply.
+  std::string normalize(std::string_view text, bool continued = false) const;
   bool empty() const;
 
   struct Step;

@@ -649,12 +649,25 @@ bool tokenize_documents(DocumentReader& reader, const Tokenizer& tokenizer, int6
   while (!reader.done()) {
     std::vector<Document>& docs = reader.next_batch(batch_bytes);
     std::vector<std::string_view> texts;
+    std::vector<TextStart> starts;
     for (const Document& d : docs) {
-      if (!splits.masks) texts.push_back(d.owned.empty() ? d.text : d.owned);
-      for (const ExamplePart& p : d.pieces)
-        if (p.special < 0) texts.push_back(p.text);
+      if (!splits.masks) {
+        texts.push_back(d.owned.empty() ? d.text : d.owned);
+        starts.push_back(TextStart::sequence);
+      }
+      // An example's text pieces are encoded as the text they continue (Note [Loss mask files]).
+      TextStart next = TextStart::sequence;
+      for (const ExamplePart& p : d.pieces) {
+        if (p.special >= 0) {
+          next = TextStart::after_special;
+        } else {
+          texts.push_back(p.text);
+          starts.push_back(next);
+          if (!p.text.empty()) next = TextStart::continued;
+        }
+      }
     }
-    const std::vector<std::vector<int32_t>> ids = tokenizer.encode_batch(texts);
+    const std::vector<std::vector<int32_t>> ids = tokenizer.encode_batch(texts, starts);
     size_t next = 0;
     std::vector<int32_t> example;
     std::vector<uint8_t> mask;

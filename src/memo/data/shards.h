@@ -32,7 +32,12 @@
 // with the special tokens as their ids and the text between them encoded as ordinary text; the
 // loss counts each "assistant" message's CONTENT and the token that ends it (<|im_end|>,
 // <|eot_id|>), nothing else (not the next end-of-text). A tokenizer with neither set refuses
-// messages. A .mask file is little-endian: the 8 bytes "memomask", uint32 version (1), uint32
+// messages. Each text piece is encoded where it stands (TextStart in data/tokenizer.h): a prompt
+// as a sequence's start; a completion, or a message's CONTENT, as text continuing the piece
+// before it, to which no sequence-start rule applies (a Llama 2 or Mistral tokenizer puts no "▁"
+// before it); text after a special token as Hugging Face encodes text between added tokens. No
+// token spans two pieces, as at generation, where the prompt is encoded alone and the model
+// continues it. A .mask file is little-endian: the 8 bytes "memomask", uint32 version (1), uint32
 // count (the shard's tokens), then ceil(count / 8) bytes; bit i % 8 (least significant first) of
 // byte i / 8 is 1 when the loss counts token i as a target, the prediction made from token i - 1.
 #pragma once

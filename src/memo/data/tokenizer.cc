@@ -189,7 +189,7 @@ namespace {
 // Hugging Face's Metaspace pre-tokenizer on one stretch of text: spaces become the replacement,
 // which is prepended as the scheme says (to text that does not start with it), and with `split`
 // each replacement starts a new piece (MergedWithNext).
-void metaspace_pieces(std::string_view text, const PreTokenizer& pre, bool at_start,
+void metaspace_pieces(std::string_view text, const PreTokenizer& pre, TextStart start,
                       std::string& replaced, std::vector<Piece>& pieces) {
   replaced.clear();
   for (char c : text) {
@@ -199,8 +199,9 @@ void metaspace_pieces(std::string_view text, const PreTokenizer& pre, bool at_st
       replaced += c;
     }
   }
-  const bool prepend =
-      pre.prepend == PrependScheme::kAlways || (pre.prepend == PrependScheme::kFirst && at_start);
+  const bool prepend = start != TextStart::continued &&
+                       (pre.prepend == PrependScheme::kAlways ||
+                        (pre.prepend == PrependScheme::kFirst && start == TextStart::sequence));
   if (prepend && !replaced.empty() && !replaced.starts_with(pre.replacement))
     replaced.insert(0, pre.replacement);
   pieces.clear();
@@ -219,11 +220,11 @@ void metaspace_pieces(std::string_view text, const PreTokenizer& pre, bool at_st
 
 }  // namespace
 
-void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& ids, bool at_start,
+void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& ids, TextStart start,
                                   const Tokenizer& self) const {
   std::string normalized;
   if (!normalizer.empty()) {
-    normalized = normalizer.normalize(text);
+    normalized = normalizer.normalize(text, start == TextStart::continued);
     text = normalized;
   }
   std::vector<Piece> pieces;
@@ -233,12 +234,12 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& i
       merge_characters(text, ids);
       return;
     case PreTokenizerKind::kMetaspace:
-      metaspace_pieces(text, pre, at_start, prefixed, pieces);
+      metaspace_pieces(text, pre, start, prefixed, pieces);
       for (const Piece& p : pieces)
         self.merge_piece(std::string_view(prefixed).substr(p.begin, p.end - p.begin), ids, false);
       return;
     case PreTokenizerKind::kByteLevel:
-      if (pre.prefix_space && !text.empty() && text[0] != ' ') {
+      if (pre.prefix_space && start != TextStart::continued && !text.empty() && text[0] != ' ') {
         prefixed.assign(1, ' ');
         prefixed.append(text);
         text = prefixed;
@@ -262,28 +263,24 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& i
   }
 }
 
-void Tokenizer::encode(std::string_view text, std::vector<int32_t>& ids) const {
+void Tokenizer::encode(std::string_view text, std::vector<int32_t>& ids, TextStart start) const {
   if (impl_->bytes_only) {
     for (char c : text) ids.push_back(static_cast<unsigned char>(c));
     return;
   }
-  impl_->encode_text(text, ids, true, *this);
+  impl_->encode_text(text, ids, start, *this);
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, TextStart start) const {
   std::vector<int32_t> ids;
-  encode(text, ids);
+  encode(text, ids, start);
   return ids;
 }
 
 std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const {
   std::vector<int32_t> ids = impl_->prefix_ids;
   auto ordinary = [&](std::string_view part, bool at_start) {
-    if (impl_->bytes_only) {
-      encode(part, ids);
-    } else {
-      impl_->encode_text(part, ids, at_start, *this);
-    }
+    encode(part, ids, at_start ? TextStart::sequence : TextStart::after_special);
   };
   size_t at = 0;
   while (at < text.size()) {
@@ -340,8 +337,10 @@ std::vector<std::pair<size_t, size_t>> segments(std::string_view text) {
 
 }  // namespace
 
-std::vector<std::vector<int32_t>> Tokenizer::encode_batch(
-    std::span<const std::string_view> docs) const {
+std::vector<std::vector<int32_t>> Tokenizer::encode_batch(std::span<const std::string_view> docs,
+                                                          std::span<const TextStart> starts) const {
+  MEMO_CHECK(starts.empty() || starts.size() == docs.size(), "encode_batch: ", docs.size(),
+             " texts, ", starts.size(), " starts");
   const Impl& t = *impl_;
   const bool can_cut = t.pre.pattern && t.normalizer.empty() && !t.pre.prefix_space &&
                        (t.pre.pattern->pattern() == kGpt2SplitPattern ||
@@ -349,19 +348,25 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(
   struct Task {
     size_t doc;
     std::string_view text;
+    TextStart start;
   };
   std::vector<Task> tasks;
   for (size_t d = 0; d < docs.size(); ++d) {
+    TextStart start = starts.empty() ? TextStart::sequence : starts[d];
     if (!can_cut || docs[d].size() <= 2 * kSegmentBytes) {
-      tasks.push_back({d, docs[d]});
+      tasks.push_back({d, docs[d], start});
       continue;
     }
-    for (const auto& [b, e] : segments(docs[d])) tasks.push_back({d, docs[d].substr(b, e - b)});
+    for (const auto& [b, e] : segments(docs[d])) {
+      tasks.push_back({d, docs[d].substr(b, e - b), start});
+      start = TextStart::continued;  // the rest of the document
+    }
   }
   std::vector<std::vector<int32_t>> ids(tasks.size());
   const int64_t n = int64_t(tasks.size());
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < n; ++i) encode(tasks[size_t(i)].text, ids[size_t(i)]);
+  for (int64_t i = 0; i < n; ++i)
+    encode(tasks[size_t(i)].text, ids[size_t(i)], tasks[size_t(i)].start);
   std::vector<std::vector<int32_t>> out(docs.size());
   for (size_t i = 0; i < tasks.size(); ++i) {
     std::vector<int32_t>& dst = out[tasks[i].doc];

@@ -18,6 +18,17 @@
 
 namespace memo {
 
+// Where ordinary text stands in the sequence its ids join, which decides the prefix rules a
+// tokenizer applies at a text's start: the Prepend normalizer, a left Strip, Metaspace's
+// prepend_scheme and ByteLevel's add_prefix_space.
+enum class TextStart {
+  sequence,       // it begins the sequence: every rule applies (encode())
+  after_special,  // it follows a special token, as Hugging Face encodes the text between added
+                  // tokens: all but Metaspace's prepend_scheme "first"
+  continued,      // it continues ordinary text encoded before it on its own (a completion after
+                  // its prompt): none applies
+};
+
 class Tokenizer {
  public:
   // The byte tokenizer: id i is byte i; no special tokens.
@@ -42,15 +53,18 @@ class Tokenizer {
 
   // Ordinary text: special-token strings in it are encoded as text, never as their ids (a
   // document containing "<|endoftext|>" cannot end itself). Appends to `ids`.
-  void encode(std::string_view text, std::vector<int32_t>& ids) const;
-  std::vector<int32_t> encode(std::string_view text) const;
+  void encode(std::string_view text, std::vector<int32_t>& ids,
+              TextStart start = TextStart::sequence) const;
+  std::vector<int32_t> encode(std::string_view text, TextStart start = TextStart::sequence) const;
   // Text in which special and added tokens' exact strings become their ids, between the BOS/EOS
   // of the post_processor's template or of tokenizer_config.json (prompts).
   std::vector<int32_t> encode_with_special(std::string_view text) const;
   // Documents encoded in parallel (OpenMP, dynamic schedule), one id list each, equal to
-  // encode() of each. With GPT-2's or cl100k's split pattern a long document is also cut into
-  // segments that run in parallel (see Note [Segments of a long document]).
-  std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> docs) const;
+  // encode() of each, with starts[i] where given (empty: all TextStart::sequence). With GPT-2's
+  // or cl100k's split pattern a long document is also cut into segments that run in parallel
+  // (see Note [Segments of a long document]).
+  std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> docs,
+                                                 std::span<const TextStart> starts = {}) const;
 
   // The text of the ids: their raw bytes, or the decoder's text of the whole sequence. An id
   // outside [0, vocab_size()): DataError naming it and its position. `whole` false: the ids

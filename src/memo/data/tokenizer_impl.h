@@ -142,9 +142,9 @@ struct Tokenizer::Impl {
   void merge_ids(const int32_t* initial, size_t n, std::vector<int32_t>& out,
                  bool force_heap) const;
   void merge_characters(std::string_view piece, std::vector<int32_t>& out) const;
-  // One stretch of ordinary text: normalize, pre-tokenize, merge. `at_start`: it begins the
-  // input (Metaspace's prepend_scheme "first").
-  void encode_text(std::string_view text, std::vector<int32_t>& ids, bool at_start,
+  // One stretch of ordinary text: normalize, pre-tokenize, merge, with the prefix rules `start`
+  // asks for.
+  void encode_text(std::string_view text, std::vector<int32_t>& ids, TextStart start,
                    const Tokenizer& self) const;
 };
 

@@ -31,12 +31,13 @@ RetrievalTask passkey_task(const Tokenizer& tokenizer) {
   RetrievalTask t;
   t.preamble =
       "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
-      "it. I will quiz you about the important information there. ";
+      "it. I will quiz you about the important information there.";
   t.filler = tokenizer.encode(
-      "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back "
-      "again. ");
-  t.key_sentence = "The pass key is {key}. Remember it. {key} is the pass key. ";
-  t.question = "What is the pass key? The pass key is";
+      " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back "
+      "again.",
+      TextStart::continued);
+  t.key_sentence = " The pass key is {key}. Remember it. {key} is the pass key.";
+  t.question = " What is the pass key? The pass key is";
   t.key_digits = 5;
   return t;
 }
@@ -45,7 +46,7 @@ RetrievalTask needle_task(const Tokenizer& tokenizer, std::string_view haystack)
   RetrievalTask t;
   t.filler = tokenizer.encode(haystack);
   if (t.filler.empty()) throw ConfigError("--haystack: the file holds no text");
-  t.key_sentence = " The special magic number is {key}. ";
+  t.key_sentence = " The special magic number is {key}.";
   t.question = " What is the special magic number? The special magic number is";
   t.key_digits = 7;
   return t;
@@ -56,8 +57,9 @@ RetrievalPrompt retrieval_prompt(const Tokenizer& tokenizer, const RetrievalTask
   MEMO_CHECK(depth >= 0.0 && depth <= 1.0 && !task.filler.empty(), "retrieval_prompt: depth ",
              depth, ", ", task.filler.size(), " filler ids");
   const std::vector<int32_t> pre = tokenizer.encode(task.preamble),
-                             sentence = tokenizer.encode(with_key(task.key_sentence, key)),
-                             question = tokenizer.encode(task.question);
+                             sentence = tokenizer.encode(with_key(task.key_sentence, key),
+                                                         TextStart::continued),
+                             question = tokenizer.encode(task.question, TextStart::continued);
   const int64_t fixed = int64_t(pre.size() + sentence.size() + question.size());
   if (length < fixed)
     throw ConfigError(str("--lengths ", length, ": a retrieval prompt needs at least ", fixed,

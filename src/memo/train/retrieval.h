@@ -3,14 +3,18 @@
 // key. The prompts are built in token ids, piece by piece, so each has exactly the length asked
 // for and its key at the asked depth; the model reads them through the KV decoder, prefilled in
 // chunks (model/kv_decoder.h), so a length costs the cache, not a training step's activations.
+// Every piece after the first begins with a space and is encoded as text continuing the one
+// before it (TextStart::continued), so the ids at each join are those of the joined text as the
+// tokenizer splits words (" The", "▁The"), not a lone space token or a second "▁".
 //   passkey (Mohtashami and Jaggi 2023, "Landmark Attention", the form LongLoRA and others use):
 //     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize
-//     it. I will quiz you about the important information there." + filler "The grass is green.
-//     The sky is blue. The sun is yellow. Here we go. There and back again." repeated, with "The
-//     pass key is K. Remember it. K is the pass key." at the depth, then "What is the pass key?
+//     it. I will quiz you about the important information there." + filler " The grass is green.
+//     The sky is blue. The sun is yellow. Here we go. There and back again." repeated, with " The
+//     pass key is K. Remember it. K is the pass key." at the depth, then " What is the pass key?
 //     The pass key is"; K a 5-digit number.
-//   needle: the user's haystack text as filler (cycled), "The special magic number is K." at the
-//     depth, then "What is the special magic number? The special magic number is"; K 7 digits.
+//   needle: the user's haystack text as filler (cycled), " The special magic number is K." at
+//     the depth, then " What is the special magic number? The special magic number is"; K 7
+//     digits.
 // The answer is right when its first run of ASCII digits is K.
 #pragma once
 
