@@ -120,6 +120,19 @@ TEST_F(Preemption, a_damaged_trainer_state_is_refused_naming_the_file_and_the_fi
       {[](nlohmann::json& j) { j["precision"] = 5; }, "field 'precision' = 5 is not a string"},
       {[](nlohmann::json& j) { j["options"] = nlohmann::json::array(); },
        "field 'options' = [] is not an object"},
+      {[](nlohmann::json& j) {
+         j["gns"] = {{"ema_g2", "1"}, {"ema_trace", 1.0}, {"updates", 2}, {"skipped", 0}};
+       },
+       "field 'gns.ema_g2' = \"1\" is not a number"},
+      {[](nlohmann::json& j) { j["bad_steps"] = 7; }, "field 'bad_steps' = 7 is not an object"},
+      {[](nlohmann::json& j) {
+         j["bad_steps"] = {{"window", {1.0}},
+                           {"nonfinite_in_a_row", 0},
+                           {"spikes_in_a_row", -1},
+                           {"nonfinite_skipped", 0},
+                           {"spikes_skipped", 0}};
+       },
+       "field 'bad_steps.spikes_in_a_row' = -1 is negative"},
   };
   for (const Case& c : cases) {
     nlohmann::json j = good;

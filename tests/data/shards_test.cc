@@ -104,8 +104,14 @@ TEST_F(Shards, hold_every_document_after_end_of_text_in_input_order) {
     EXPECT_EQ(s.crc32c, crc32c(0, read_file(dir / "out" / s.file))) << s.file;
   EXPECT_NE(progress_.str().find("MB/s, ETA"), std::string::npos) << progress_.str();
   EXPECT_EQ(Tokenizer::load(dir / "out" / kShardTokenizerFile).vocab_size(), m->vocab_size);
-  // A second run finds it complete and writes nothing.
-  EXPECT_TRUE(tokenize_corpus(options("out"), progress_).already_complete);
+  // A second run finds it complete, writes nothing and reports what the first did.
+  const TokenizeResult again = tokenize_corpus(options("out"), progress_);
+  EXPECT_TRUE(again.already_complete);
+  EXPECT_EQ(again.text_bytes, r.text_bytes);
+  EXPECT_GT(again.text_bytes, 0);
+  EXPECT_EQ(again.documents, r.documents);
+  EXPECT_EQ(again.train_tokens, r.train_tokens);
+  EXPECT_EQ(again.shards, r.shards);
 }
 
 TEST_F(Shards, interrupted_runs_resume_to_the_same_files) {

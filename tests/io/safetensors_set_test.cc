@@ -103,6 +103,9 @@ TEST(SafetensorsSet, missing_shard_names_the_index_the_shard_and_a_tensor) {
   EXPECT_EQ(msg, s.index().string() + " lists shard " + s.shard(1) +
                      " (for tensor 'lm_head.weight' and 1 more), but " +
                      (s.tmp / s.shard(1)).string() + " does not exist");
+  fs::create_directory(s.tmp / s.shard(1));
+  const std::string dir = error_message<DataError>([&] { SafetensorsSet::from_index(s.index()); });
+  EXPECT_NE(dir.find((s.tmp / s.shard(1)).string() + " is a directory"), std::string::npos) << dir;
 }
 
 // nlohmann::json would keep the second mapping silently; the index parse sees both.

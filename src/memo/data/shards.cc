@@ -506,6 +506,7 @@ TokenizeResult completed_result(const ShardManifest& old) {
   result.train_tokens = old.json.at("train_tokens");
   result.val_tokens = old.json.at("val_tokens");
   result.documents = old.json.at("documents");
+  result.text_bytes = old.json.at("text_bytes");
   result.shards = int64_t(old.shards.size());
   return result;
 }

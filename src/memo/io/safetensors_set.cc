@@ -172,11 +172,22 @@ SafetensorsSet::SafetensorsSet(fs::path path, std::vector<SafetensorsFile> files
     for (const std::string& name : files_[i].names()) shard_of_[name] = i;
 }
 
+namespace {
+
+// Why a path that should be a file is not one.
+const char* not_a_file(const fs::path& p) {
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) return "is a directory";
+  return fs::exists(p, ec) ? "is not a regular file" : "does not exist";
+}
+
+}  // namespace
+
 SafetensorsSet SafetensorsSet::from_index(const fs::path& index_path) {
   const std::string p = index_path.string();
   std::error_code ec;
   if (!fs::is_regular_file(index_path, ec))
-    throw DataError(str("shard index ", p, " does not exist"));
+    throw DataError(str("shard index ", p, " ", not_a_file(index_path)));
   const std::map<std::string, std::vector<std::string>> shards = read_weight_map(index_path);
   const fs::path dir = index_path.parent_path();
   std::vector<SafetensorsFile> files;
@@ -185,7 +196,7 @@ SafetensorsSet SafetensorsSet::from_index(const fs::path& index_path) {
     if (!fs::is_regular_file(file, ec))
       throw DataError(str(p, " lists shard ", shard, " (for tensor '", tensors.front(), "'",
                           tensors.size() > 1 ? str(" and ", tensors.size() - 1, " more") : "",
-                          "), but ", file.string(), " does not exist"));
+                          "), but ", file.string(), " ", not_a_file(file)));
     files.emplace_back(file);
     const SafetensorsFile& f = files.back();
     for (const std::string& t : tensors)

@@ -53,13 +53,15 @@ nlohmann::json pinned_options(const TrainOptions& o) {
 }
 
 // trainer_state.json's field `key` of j as T (`fallback` where an older checkpoint lacks it): a
-// DataError naming the file and the field where it is missing or of another JSON type.
+// DataError naming the file and the field where it is missing or of another JSON type. `within`:
+// the field j is, when it is not the file's top level (messages say "gns.updates").
 template <class T>
 T state_field(const nlohmann::json& j, const char* key, const std::string& file,
-              std::optional<T> fallback = std::nullopt) {
+              std::optional<T> fallback = std::nullopt, std::string_view within = {}) {
+  const std::string name = within.empty() ? std::string(key) : str(within, ".", key);
   if (!j.is_object() || !j.contains(key)) {
     if (fallback) return *fallback;
-    throw DataError(str(file, ": field '", key, "' is missing"));
+    throw DataError(str(file, ": field '", name, "' is missing"));
   }
   const nlohmann::json& v = j.at(key);
   const bool fits = std::is_same_v<T, bool>       ? v.is_boolean()
@@ -70,7 +72,7 @@ T state_field(const nlohmann::json& j, const char* key, const std::string& file,
     if (fits) return v.get<T>();
   } catch (const nlohmann::json::exception&) {
   }
-  throw DataError(str(file, ": field '", key, "' = ", json_excerpt(v), " is not ",
+  throw DataError(str(file, ": field '", name, "' = ", json_excerpt(v), " is not ",
                       std::is_same_v<T, bool>          ? "a boolean"
                       : std::is_integral_v<T>          ? "an integer"
                       : std::is_floating_point_v<T>    ? "a number"
@@ -432,6 +434,30 @@ void read_resume_state(TrainOptions& o, ResumePoint& r, const std::string& file)
   if (state.contains("best") && !state.at("best").is_null()) {
     state_field<int64_t>(state.at("best"), "step", file);
     state_field<double>(state.at("best"), "val_loss", file);
+  }
+  // the noise-scale probe's and the bad-step guard's states (restored by the session)
+  auto part = [&](const char* key) -> const nlohmann::json* {
+    if (!state.contains(key) || state.at(key).is_null()) return nullptr;
+    if (!state.at(key).is_object())
+      throw DataError(
+          str(file, ": field '", key, "' = ", json_excerpt(state.at(key)), " is not an object"));
+    return &state.at(key);
+  };
+  auto count = [&](const nlohmann::json& j, const char* key, const char* within) {
+    const int64_t n = state_field<int64_t>(j, key, file, std::nullopt, within);
+    if (n < 0) throw DataError(str(file, ": field '", within, ".", key, "' = ", n, " is negative"));
+  };
+  if (const nlohmann::json* gns = part("gns")) {
+    state_field<double>(*gns, "ema_g2", file, std::nullopt, "gns");
+    state_field<double>(*gns, "ema_trace", file, std::nullopt, "gns");
+    count(*gns, "updates", "gns");
+    count(*gns, "skipped", "gns");
+  }
+  if (const nlohmann::json* bad = part("bad_steps")) {
+    state_field<std::vector<double>>(*bad, "window", file, std::nullopt, "bad_steps");
+    for (const char* key :
+         {"nonfinite_in_a_row", "spikes_in_a_row", "nonfinite_skipped", "spikes_skipped"})
+      count(*bad, key, "bad_steps");
   }
 }
 
