@@ -432,6 +432,11 @@ TEST_F(Cli, a_new_run_refuses_a_folder_holding_another_runs_checkpoints) {
       << again.output;
   EXPECT_EQ(again.output.find("step 1/"), std::string::npos) << again.output;
   EXPECT_EQ(find_latest_checkpoint(a).filename(), "step-00000003");  // untouched
+  // what a killed save left (a dead process's temporary) is no run: the folder is free again
+  const std::string killed = dir / "killed";
+  fs::create_directories(fs::path(killed) / "step-00000002.tmp-999999999");
+  ASSERT_EQ(test::run_command(train_cmd(killed, "--steps 1")).exit_code, 0);
+  EXPECT_FALSE(fs::exists(fs::path(killed) / "step-00000002.tmp-999999999"));
   // into another folder holding a run, a resumed run is a new run there too
   const std::string b = dir / "b";
   ASSERT_EQ(test::run_command(train_cmd(b, "--steps 1")).exit_code, 0);

@@ -346,6 +346,80 @@ TEST_F(ScalingCli, malformed_sweep_line_is_named_by_number) {
                                 "\n");
   test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("neg.jsonl"),
                              "line 1: 'lr' must be a positive number");
+  write_text(dir / "seed.jsonl",
+             R"({"optimizer": "adam", "lr": 1, "batch_tokens": 64, "seed": "x"})"
+             "\n");
+  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("seed.jsonl"),
+                             "line 1: 'seed' must be an integer of 0 or more, got \"x\"");
+  write_text(dir / "curve.jsonl",
+             R"({"optimizer": "adam", "lr": 1, "batch_tokens": 64, "curve": [[1]]})"
+             "\n");
+  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("curve.jsonl"),
+                             "line 1: 'curve' point [1] is not [step, tokens, loss]");
+  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str(""), "is a directory");
+}
+
+// A sweep file holds one setup: a sweep of another model, data, budget or precision into it is
+// refused (it used to skip those runs as "already in"), and memo fit refuses a file mixing them.
+TEST_F(ScalingCli, a_sweep_file_holds_one_setup) {
+  ASSERT_EQ(test::run_command(sweep_cmd("1e-3")).exit_code, 0);
+  const nlohmann::json first = read_lines(dir.str("sweep.jsonl")).front();
+  EXPECT_EQ(first.at("model").at("hidden_size"), 16);
+  EXPECT_EQ(first.at("precision"), "fp32");
+  EXPECT_EQ(first.at("data"), dir.str("data.txt"));
+  nlohmann::json wider = nlohmann::json::parse(kTinyScalingConfig);
+  wider["num_hidden_layers"] = 2;
+  write_text(dir / "wider.json", wider.dump());
+  std::string other = sweep_cmd("1e-3");
+  other.replace(other.find(dir.str("config.json")), dir.str("config.json").size(),
+                dir.str("wider.json"));
+  test::expect_clean_failure(other, "'model.num_hidden_layers' = 1 there, 2 here");
+  write_text(dir / "other.txt", std::string(20000, 'x'));
+  test::expect_clean_failure(sweep_cmd("1e-3", "--data " + dir.str("other.txt")),
+                             "holds runs of another setup (its run 1: 'data' = ");
+  test::expect_clean_failure(sweep_cmd("1e-3", "--warmup 2"), "'warmup' = 0 there, 2 here");
+  // the same setup resumes: finished runs skipped, new lrs run
+  const test::CommandResult r = test::run_command(sweep_cmd("1e-3,2e-3"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 runs done, 2 skipped"), std::string::npos) << r.output;
+  // fit: runs of two budgets in one file
+  std::string mixed = test::file_bytes(dir / "sweep.jsonl");
+  nlohmann::json longer = read_lines(dir.str("sweep.jsonl")).back();
+  longer["budget"] = {{"steps", 40}};
+  mixed += longer.dump() + "\n";
+  write_text(dir / "mixed.jsonl", mixed);
+  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("mixed.jsonl"),
+                             "mixed.jsonl line 5: 'budget' = {\"steps\":40} differs from line 1's "
+                             "{\"steps\":3}");
+}
+
+// Options a run would refuse are refused before the first run, not hours into the sweep.
+TEST_F(ScalingCli, every_run_is_checked_before_the_first_starts) {
+  test::expect_clean_failure(sweep_cmd("1e-3,-1"), "lr -1 must be a positive number");
+  test::expect_clean_failure(sweep_cmd("1e-3", "--micro-batch 3"),
+                             "is not a multiple of --micro-batch 3");
+  test::expect_clean_failure(sweep_cmd("1e-3", "--target-loss -3"),
+                             "--target-loss -3 must be a positive number");
+  test::expect_clean_failure(sweep_cmd("1e-3", "--val-windows -1"),
+                             "--val-windows -1 must be 0 or more");
+  test::expect_clean_failure(sweep_cmd("1e-3", "--seed -1"), "must be 0 or more, got -1");
+  EXPECT_FALSE(std::filesystem::exists(dir / "sweep.jsonl"));
+  // --tokens: every batch size spends the same budget
+  std::string tokens = sweep_cmd("1e-3");
+  tokens.replace(tokens.find("--steps 3"), 9, "--tokens 80");
+  test::expect_clean_failure(tokens,
+                             "--tokens 80 is not a multiple of --batches value 32: its runs would "
+                             "see 64 tokens, not the others' budget; give a multiple of every "
+                             "batch (the least is 64)");
+  // Adafactor's relative step ignores the lr: a sweep over lrs, or --lr, would change nothing
+  std::string adafactor = sweep_cmd("1e-3,1e-2");
+  adafactor.replace(adafactor.find("--optimizer adam"), 16, "--optimizer adafactor");
+  test::expect_clean_failure(adafactor, "every --lrs value would give the same run");
+  test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") +
+                                 " --data " + dir.str("data.txt") +
+                                 " --optimizer adafactor --lr 0.5",
+                             "--lr shapes the learning rate, which --optimizer adafactor ignores");
+  EXPECT_EQ(test::run_command(adafactor + " --no-relative-step").exit_code, 0);
 }
 
 TEST_F(ScalingCli, too_few_batch_sizes_for_a_law_is_a_clear_error) {

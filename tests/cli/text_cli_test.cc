@@ -140,6 +140,15 @@ TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
   EXPECT_NE(svg.find("<svg"), std::string::npos);
   EXPECT_NE(svg.find(">a</text>"), std::string::npos);
   EXPECT_NE(svg.find(">b</text>"), std::string::npos);
+  // a line that is not a JSON object, or whose step is no number, is named
+  write_text(dir / "bad.jsonl", "{\"step\": \"a\", \"loss\": 1}\n");
+  test::expect_clean_failure(
+      test::memo_bin() + " plot " + dir.str("bad.jsonl") + " --out " + dir.str("q.svg"),
+      "bad.jsonl line 1: 'step' = \"a\" is not a number");
+  write_text(dir / "text.jsonl", "In the beginning\n");
+  test::expect_clean_failure(
+      test::memo_bin() + " plot " + dir.str("text.jsonl") + " --out " + dir.str("q.svg"),
+      "text.jsonl line 1 is not a JSON object: In the beginning");
 }
 
 // Prompt-completion data end to end (Note [Loss mask files], Note [Packed examples]): memo

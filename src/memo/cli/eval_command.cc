@@ -175,7 +175,9 @@ void add_eval_command(CLI::App& app) {
   eval->add_option("--trials", o->trials, "Keys per length and depth")
       ->capture_default_str()
       ->check(number_check(true));
-  eval->add_option("--seed", o->seed, "Seed of the keys")->capture_default_str();
+  eval->add_option("--seed", o->seed, "Seed of the keys")
+      ->capture_default_str()
+      ->check(number_check(false));
   eval->add_option("--prefill-chunk", o->prefill_chunk,
                    "Prompt tokens per KV-decoder forward (bounds the attention's working memory)")
       ->capture_default_str()

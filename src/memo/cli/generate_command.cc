@@ -37,7 +37,8 @@ void add_generate_command(CLI::App& app) {
                   "Sample among the most likely tokens of total probability >= p; 1: all")
       ->capture_default_str();
   cmd->add_option("--seed", o->generate.sampling.seed, "Random seed of the sampler")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_check(false));
   cmd->add_flag("--stream", o->stream, "Print each token as it is generated");
   cmd->add_flag("--document-mask", o->document_mask,
                 "As a model trained with --document-mask sees it: the prompt's last document "

@@ -1,6 +1,7 @@
 // The `memo` command: parses, validates and reports; the work is in the library. Each
 // subcommand lives in its own file (cli/commands.h).
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -13,6 +14,9 @@
 #include "memo/mpi/mpi_communicator.h"
 
 int main(int argc, char** argv) {
+  // A file past the file-size limit (ulimit -f) fails its write with EFBIG, which memo reports
+  // naming the file, instead of SIGXFSZ killing the process without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   // Under mpirun every rank runs this same command. The world outlives every subcommand, so a rank
   // that fails takes the job down (abort_job_if_parallel) before MPI is finalised.
   std::unique_ptr<memo::MpiCommunicator> world;

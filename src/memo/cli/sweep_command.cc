@@ -1,34 +1,42 @@
 // memo sweep: a learning-rate x batch-size grid of short runs from scratch, in-process
 // (train/short_run.h), one JSON line per finished run appended to --out. Runs already in the
-// file (same optimiser setting, lr, batch and budget) are skipped, so an interrupted sweep
-// resumes. Batch sizes are tokens per step (the surge paper's unit for language models).
+// file (same setup, lr, batch and seed) are skipped, so an interrupted sweep resumes. Batch sizes
+// are tokens per step (the surge paper's unit for language models).
 //
 // A line: {"optimizer", "hyperparameters", "lr", "batch_tokens", "seq", "micro_batch", "seed",
 // "budget" ({"steps"} or {"tokens"}), "warmup", "min_lr_ratio", "clip", "steps", "tokens",
 // "final_loss", "best_loss", "val_loss", "diverged", "curve" ([[step, tokens, loss], ...]),
 // "gns_b_simple", "seconds"} and with --target-loss also "target_loss" (a number, or the list
-// with several levels), "extra_steps", "loss_window", "target_steps", "target_tokens",
+// with several levels), "extra_steps", "target_steps", "target_tokens",
 // "loss_reduction" (for the lowest level: the one that ends the run) and "targets" ([{"loss",
 // "steps", "tokens", "loss_reduction", "b_simple"}] per level, which `memo fit --target-loss`
 // picks from). Losses are smoothed training losses (Note [Smoothed training loss]); null where
 // not available (diverged, target not reached). Several --seed values run the grid once per seed.
+// Every line also names its setup's context: "model" (the config), "data" and "val_data"
+// (absolute paths), "val_fraction", "val_windows", "precision" and "loss_window". A file holds
+// one setup: a sweep whose setup differs from its lines' (all but lr, batch and seed) is refused.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 
 #include "memo/cli/commands.h"
+#include "memo/cli/number_check.h"
 #include "memo/cli/optimizer_flags.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/core/units.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
 #include "memo/scaling/sweep_file.h"
+#include "memo/train/checkpoints.h"
 #include "memo/train/run_data.h"
 #include "memo/train/short_run.h"
 
@@ -52,9 +60,29 @@ nlohmann::json finite_or_null(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
 }
 
+// What every run of the sweep shares beyond its options' key fields: the model, the data, what
+// judges the runs and the precision. A line of an older memo lacks them.
+constexpr const char* kContextFields[] = {"model",       "data",      "val_data",   "val_fraction",
+                                          "val_windows", "precision", "loss_window"};
+
+std::string absolute_or_empty(const std::string& path) {
+  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+}
+
+nlohmann::json sweep_context(const SweepOptions& s, const ModelConfig& config,
+                             const Backend& backend) {
+  return {{"model", model_config_to_json(config)},
+          {"data", absolute_or_empty(s.data.data_path)},
+          {"val_data", absolute_or_empty(s.data.val_data_path)},
+          {"val_fraction", s.data.val_fraction},
+          {"val_windows", s.run.val_windows},
+          {"precision", precision_name(backend)},
+          {"loss_window", s.run.loss_window}};
+}
+
 // What identifies a run: a line with the same values is the same run, and is skipped.
-nlohmann::json run_key(const SweepOptions& s, const OptimizerChoice& optimizer, double lr,
-                       int64_t batch) {
+nlohmann::json run_key(const SweepOptions& s, const nlohmann::json& context,
+                       const OptimizerChoice& optimizer, double lr, int64_t batch) {
   const ShortRunOptions& o = s.run;
   nlohmann::json key{{"optimizer", optimizer.name},
                      {"hyperparameters", hyperparameters_of(optimizer)},
@@ -72,15 +100,33 @@ nlohmann::json run_key(const SweepOptions& s, const OptimizerChoice& optimizer, 
     key["target_loss"] = o.target_losses.size() == 1 ? nlohmann::json(o.target_losses[0])
                                                      : nlohmann::json(o.target_losses);
     key["extra_steps"] = o.extra_steps;
-    key["loss_window"] = o.loss_window;
   }
+  key.update(context);
   return key;
 }
 
 bool same_run(const nlohmann::json& line, const nlohmann::json& key) {
-  for (const auto& [k, v] : key.items())
-    if (!line.contains(k) || line.at(k) != v) return false;
+  for (const auto& [k, v] : key.items()) {
+    const bool context =
+        std::find_if(std::begin(kContextFields), std::end(kContextFields),
+                     [&](const char* f) { return k == f; }) != std::end(kContextFields);
+    if (!line.contains(k) ? !context : line.at(k) != v) return false;
+  }
   return true;
+}
+
+// What differs in a setup field between a line and this sweep: for the model, its first config
+// field that differs.
+std::string setup_difference(const std::string& field, const nlohmann::json& line,
+                             const nlohmann::json& key) {
+  const nlohmann::json &a = line.at(field), &b = key.at(field);
+  if (a.is_object() && b.is_object())
+    for (const auto& [k, v] : b.items())
+      if (!a.contains(k) || a.at(k) != v)
+        return str("'", field, ".", k,
+                   "' = ", a.contains(k) ? json_excerpt(a.at(k)) : std::string("nothing"),
+                   " there, ", json_excerpt(v), " here");
+  return str("'", field, "' = ", json_excerpt(a), " there, ", json_excerpt(b), " here");
 }
 
 std::string fixed4(double v) {
@@ -108,6 +154,29 @@ void check_sweep(SweepOptions& s) {
     if (b <= 0 || b % s.run.seq != 0)
       throw ConfigError(str("--batches value ", b, " is not a positive multiple of --seq ",
                             s.run.seq, " (batches are tokens per step)"));
+  // a token budget every batch size spends whole
+  if (s.tokens > 0) {
+    int64_t lcm = 1;
+    for (int64_t b : s.batches) {
+      lcm = lcm / std::gcd(lcm, b) * b;
+      if (lcm > (int64_t(1) << 50)) break;
+    }
+    for (int64_t b : s.batches)
+      if (s.tokens % b != 0)
+        throw ConfigError(str("--tokens ", s.tokens, " is not a multiple of --batches value ", b,
+                              ": its runs would see ", (s.tokens / b) * b,
+                              " tokens, not the others' budget; give a multiple of every batch",
+                              lcm <= (int64_t(1) << 50) ? str(" (the least is ", lcm, ")") : ""));
+  }
+  // every run's options, before the first run starts
+  for (int64_t b : s.batches)
+    for (double lr : s.lrs) {
+      ShortRunOptions o = s.run;
+      o.lr = lr;
+      o.batch_tokens = b;
+      o.max_steps = s.steps > 0 ? s.steps : s.tokens / b;
+      check_short_run(o);
+    }
 }
 
 // Runs already done; a line cut short by a kill is dropped from the file.
@@ -191,6 +260,10 @@ void print_sweep_header(const SweepOptions& s, const OptimizerChoice& optimizer,
 
 void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimizer) {
   check_sweep(s);
+  if (ignores_learning_rate(optimizer))
+    throw ConfigError(str("--optimizer ", optimizer.name, " ignores the learning rate under its ",
+                          "relative step (on by default), so every --lrs value would give the ",
+                          "same run; give --no-relative-step"));
   s.run.optimizer = optimizer;
   const ModelConfig config = load_model_config(s.config);
   // Data: loaded once for every run, validated before the sweep file is touched.
@@ -199,7 +272,15 @@ void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimize
     throw ConfigError(str(s.data.data_path, " holds prompt-completion examples; memo sweep runs ",
                           "on text data only (it has no document masks to keep packed examples ",
                           "apart)"));
+  const nlohmann::json context = sweep_context(s, config, runtime.backend());
   std::vector<nlohmann::json> done = runs_done(s.out);
+  // a sweep file holds one setup: the runs memo fit compares differ only in lr, batch and seed
+  const nlohmann::json probe = run_key(s, context, optimizer, s.lrs.front(), s.batches.front());
+  for (size_t i = 0; i < done.size(); ++i)
+    if (const std::string field = scaling::differing_setup_field(done[i], probe); !field.empty())
+      throw ConfigError(str(s.out, " holds runs of another setup (its run ", i + 1, ": ",
+                            setup_difference(field, done[i], probe),
+                            "); give this sweep another --out"));
   const int64_t total = int64_t(s.seeds.size() * s.lrs.size() * s.batches.size());
   int64_t index = 0, ran = 0, skipped = 0;
   double run_seconds = 0.0;
@@ -209,7 +290,7 @@ void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimize
       for (double lr : s.lrs) {
         ++index;
         s.run.seed = seed;
-        const nlohmann::json key = run_key(s, optimizer, lr, batch);
+        const nlohmann::json key = run_key(s, context, optimizer, lr, batch);
         bool already = false;
         for (const nlohmann::json& d : done) already = already || same_run(d, key);
         if (already) {
@@ -221,7 +302,7 @@ void run_sweep(Runtime& runtime, SweepOptions s, const OptimizerChoice& optimize
         ShortRunOptions o = s.run;
         o.lr = lr;
         o.batch_tokens = batch;
-        o.max_steps = s.steps > 0 ? s.steps : std::max<int64_t>(1, s.tokens / batch);
+        o.max_steps = s.steps > 0 ? s.steps : s.tokens / batch;
         const ShortRunResult r =
             run_short(runtime.backend(), config, data.train, data.val ? &*data.val : nullptr, o);
         const nlohmann::json line = run_line(key, r, batch);
@@ -288,6 +369,7 @@ void add_sweep_command(CLI::App& app) {
                   "Seeds of the weight init and the data windows, comma-separated: the grid runs "
                   "once per seed (memo fit averages them and shows their spread)")
       ->delimiter(',')
+      ->check(number_check(false))
       ->capture_default_str();
   cmd->add_flag("--gns,!--no-gns", s->run.gns,
                 "Record B_simple (tokens) when a step has >= 2 micro-batches (on by default)");

@@ -45,6 +45,8 @@ struct TrainFlags {
   double alpha = 0.0;
   CLI::Option* alpha_opt = nullptr;
   CLI::Option* lr = nullptr;
+  CLI::Option* warmup = nullptr;
+  CLI::Option* min_lr = nullptr;
   CLI::Option* out = nullptr;
   CLI::Option* data = nullptr;
   CLI::Option* steps = nullptr;
@@ -88,9 +90,9 @@ void add_step_flags(CLI::App& cmd, TrainFlags& f) {
                      "Optimiser steps in total (with --resume: the run's own unless given)")
           ->capture_default_str();
   f.lr = cmd.add_option("--lr", t->lr, "Peak learning rate")->capture_default_str();
-  cmd.add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")
-      ->capture_default_str();
-  cmd.add_option("--warmup", t->warmup, "Linear warm-up steps")->capture_default_str();
+  f.min_lr = cmd.add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")
+                 ->capture_default_str();
+  f.warmup = cmd.add_option("--warmup", t->warmup, "Linear warm-up steps")->capture_default_str();
   cmd.add_option("--seq-schedule", t->seq_schedule,
                  "Length stages SEQ:STEPS,... (STEPS, or tokens with a t suffix; 1K = 1024), "
                  "e.g. 4K:2000,16K:500: each keeps the first stage's tokens per step and per "
@@ -133,7 +135,8 @@ void add_gradient_flags(CLI::App& cmd, TrainOptions* t) {
                "The loss leaves out the predictions made from each --eot-id token (a document's "
                "first token predicting its second from nothing)");
   cmd.add_option("--seed", t->seed, "Seed of the weight init and the data windows")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_check(false));
 }
 
 // Where the run writes (checkpoints, log, progress) and what it starts from.
@@ -299,6 +302,17 @@ TrainOptions resolve_options(const TrainFlags& f) {
     throw ConfigError(
         "--lr is set by the law under --batch-schedule noise: give --eps-max and --b-noise, or "
         "--fit");
+  if (ignores_learning_rate(o.optimizer)) {
+    const char* flag = f.lr->count() > 0       ? "--lr"
+                       : o.batch_schedule      ? "--batch-schedule noise"
+                       : f.warmup->count() > 0 ? "--warmup"
+                       : f.min_lr->count() > 0 ? "--min-lr-ratio"
+                                               : nullptr;
+    if (flag)
+      throw ConfigError(str(flag, " shapes the learning rate, which --optimizer adafactor ignores ",
+                            "under its relative step (on by default: the step size is max(eps2, ",
+                            "RMS(p)) min(1e-2, 1/sqrt(t))); give --no-relative-step to use it"));
+  }
   if (f.alpha_opt->count() > 0) o.activations.alpha = f.alpha;
   if (!f.host_memory.empty())
     o.activations.host_memory_bytes = parse_bytes(f.host_memory, "--host-memory");

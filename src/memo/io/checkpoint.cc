@@ -36,31 +36,6 @@ int64_t parse_step(const std::string& name) {
   return step;
 }
 
-// The temporaries a killed writer left in run_dir (Note [Atomic directory commit]): a
-// checkpoint's `step-N.tmp-PID` or `step-N.old-PID` directory, `latest.tmp-PID` or
-// `best.tmp-PID`, of a process that no longer runs. A kill -9 mid-save leaves a whole checkpoint's
-// worth of bytes there, which nothing else would remove. A live PID's are left alone (another
-// process could be writing them); this process's own are its writers' to remove.
-void remove_stale_temporaries(const fs::path& run_dir) {
-  std::error_code ec;
-  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const size_t dot = name.rfind('.');
-    if (dot == std::string::npos) continue;
-    const std::string base = name.substr(0, dot), tail = name.substr(dot + 1);
-    if (parse_step(base) < 0 && base != kLatestFile && base != kBestFile) continue;
-    if (tail.rfind("tmp-", 0) != 0 && tail.rfind("old-", 0) != 0) continue;
-    const std::string digits = tail.substr(4);
-    if (digits.empty() || digits.size() > 9 ||
-        digits.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    const pid_t pid = pid_t(std::stol(digits));
-    if (pid == ::getpid() || pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
-    std::error_code rm;
-    fs::remove_all(it->path(), rm);
-  }
-}
-
 bool is_file(const fs::path& p) {
   std::error_code ec;
   return fs::is_regular_file(p, ec);
@@ -85,6 +60,31 @@ std::string trim(std::string s) {
 }
 
 }  // namespace
+
+// The temporaries a killed writer left in run_dir (Note [Atomic directory commit]): a
+// checkpoint's `step-N.tmp-PID` or `step-N.old-PID` directory, `latest.tmp-PID` or
+// `best.tmp-PID`, of a process that no longer runs. A kill -9 mid-save leaves a whole checkpoint's
+// worth of bytes there, which nothing else would remove. A live PID's are left alone (another
+// process could be writing them); this process's own are its writers' to remove.
+void remove_stale_temporaries(const fs::path& run_dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t dot = name.rfind('.');
+    if (dot == std::string::npos) continue;
+    const std::string base = name.substr(0, dot), tail = name.substr(dot + 1);
+    if (parse_step(base) < 0 && base != kLatestFile && base != kBestFile) continue;
+    if (tail.rfind("tmp-", 0) != 0 && tail.rfind("old-", 0) != 0) continue;
+    const std::string digits = tail.substr(4);
+    if (digits.empty() || digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    const pid_t pid = pid_t(std::stol(digits));
+    if (pid == ::getpid() || pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    fs::remove_all(it->path(), rm);
+  }
+}
 
 void save_checkpoint(const fs::path& dir, const CheckpointData& data) {
   data.config.validate();

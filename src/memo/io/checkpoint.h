@@ -106,6 +106,11 @@ std::string checkpoint_dir_name(int64_t step);
 std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, int64_t step,
                                           const CheckpointData& data);
 
+// Removes the temporaries a killed writer left in run_dir: a checkpoint's `step-N.tmp-PID` or
+// `step-N.old-PID` directory, `latest.tmp-PID` or `best.tmp-PID`, of a process that no longer
+// runs (save_run_checkpoint does this before each save). A live process's are left alone.
+void remove_stale_temporaries(const std::filesystem::path& run_dir);
+
 // The checkpoint to resume from or load: the directory named by run_dir/latest; else run_dir
 // itself if it holds model tensors (has_model_tensors: a Hugging Face folder, sharded or not);
 // else the highest-step step-NNNNNNNN directory that holds them (a save that committed before

@@ -25,14 +25,18 @@ LoggedNoiseScale late_noise_scale(const std::string& path) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object())
       throw FormatError(str(path, " line ", n, ": not a JSON object: ", line.substr(0, 60)));
+    if (j.contains("batch_tokens") && j.contains("curve"))
+      throw FormatError(str(path, " line ", n, " is a memo sweep run, not a training log's step ",
+                            "record; give a sweep file to --fit"));
     ++out.records;
+    // a step record (memo train's log): its step, and B_simple where the probe had one
+    if (!j.contains("step") || !j.at("step").is_number_integer()) continue;
     if (!j.contains("gns_b_simple") || !j.at("gns_b_simple").is_number()) continue;
     const double v = j.at("gns_b_simple").get<double>();
     if (!(std::isfinite(v) && v > 0.0)) continue;
     ++out.with_value;
     out.b_simple = v;
-    out.step =
-        j.contains("step") && j.at("step").is_number_integer() ? j.at("step").get<int64_t>() : 0;
+    out.step = j.at("step").get<int64_t>();
     found = true;
   }
   if (!found)

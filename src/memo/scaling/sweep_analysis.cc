@@ -9,6 +9,7 @@
 #include <set>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 
 namespace memo::scaling {
 namespace {
@@ -27,7 +28,7 @@ double metric_value(const nlohmann::json& run, const std::string& metric,
     double best = kInf, dist = kInf;
     for (const nlohmann::json& p : run.value("curve", nlohmann::json::array())) {
       const double d = std::abs(p.at(1).get<double>() - double(*at_tokens));
-      if (d < dist) dist = d, best = p.at(2).get<double>();
+      if (d < dist) dist = d, best = p.at(2).is_number() ? p.at(2).get<double>() : kInf;
     }
     return dist <= 0.1 * double(*at_tokens) ? best : kInf;
   }
@@ -89,15 +90,24 @@ double mean(const std::vector<double>& v) {
   return s / double(v.size());
 }
 
-// The optimiser setting every run shares; throws FormatError naming the first line that differs.
+// The optimiser setting every run shares; throws FormatError naming the first line whose setup
+// (kSetupFields: the model, data, optimiser, budget, schedule...) differs from the first line's.
 std::string common_setting(const SweepFile& file, const std::string& path) {
-  const std::string setting = run_setting(file.lines.front().run);
-  for (const SweepLine& l : file.lines)
-    if (run_setting(l.run) != setting)
+  const SweepLine& first = file.lines.front();
+  for (const SweepLine& l : file.lines) {
+    const std::string field = differing_setup_field(l.run, first.run);
+    if (field.empty()) continue;
+    if (field == "optimizer" || field == "hyperparameters")
       throw FormatError(str(path, " line ", l.line, ": optimiser setting ", run_setting(l.run),
-                            " differs from line ", file.lines.front().line, "'s ", setting,
+                            " differs from line ", first.line, "'s ", run_setting(first.run),
                             "; fit one file per setting"));
-  return setting;
+    throw FormatError(str(path, " line ", l.line, ": '", field,
+                          "' = ", json_excerpt(l.run.at(field)), " differs from line ", first.line,
+                          "'s ", json_excerpt(first.run.at(field)),
+                          "; a fit compares runs that differ only in lr, batch_tokens and seed: ",
+                          "fit each setup from its own file"));
+  }
+  return run_setting(first.run);
 }
 
 std::string checked_metric(const SweepFile& file, const std::string& asked) {

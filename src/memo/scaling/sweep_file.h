@@ -22,7 +22,8 @@ struct SweepFile {
 };
 
 // Throws DataError when the file cannot be read, FormatError "PATH line N: ..." for a line that is
-// not a JSON object with the required fields. Blank lines are skipped.
+// not a JSON object with the required fields, or whose seed, losses or curve are not of the types
+// memo sweep writes. Blank lines are skipped.
 SweepFile read_sweep_file(const std::string& path);
 
 // A loss-like value of a run: the number, or +inf for null / absent (a diverged or unfinished run).
@@ -30,5 +31,16 @@ double loss_field(const nlohmann::json& run, const std::string& key);
 
 // The optimiser setting of a run: "name {hyperparameters}", to keep one setting per fit.
 std::string run_setting(const nlohmann::json& run);
+
+// The fields that make a run's setup: all but its grid point (lr, batch_tokens, seed) and what it
+// measured. The runs of one sweep, and of one fit, share them.
+inline constexpr const char* kSetupFields[] = {
+    "optimizer",    "hyperparameters", "model",        "data", "val_data",
+    "val_fraction", "val_windows",     "precision",    "seq",  "micro_batch",
+    "budget",       "warmup",          "min_lr_ratio", "clip", "extra_steps",
+    "loss_window"};
+// The first setup field both runs have with different values; "" when there is none (a field
+// one of them lacks, as lines of an older memo lack some, is not compared).
+std::string differing_setup_field(const nlohmann::json& a, const nlohmann::json& b);
 
 }  // namespace memo::scaling

@@ -262,6 +262,7 @@ std::vector<fs::path> other_runs_checkpoints(const TrainOptions& o) {
     const fs::path resumed = has_model_tensors(r) ? r.parent_path() : r;  // a run, or one step
     if (fs::equivalent(resumed, out, ec)) return {};
   }
+  remove_stale_temporaries(out);  // what a killed run left is no run's checkpoint
   std::vector<fs::path> found;
   for (const auto& e : fs::directory_iterator(out)) {
     const std::string n = e.path().filename().string();
@@ -291,7 +292,9 @@ void check_out_dir(const TrainOptions& o) {
   }
   std::string newest;
   for (const fs::path& p : found)
-    if (p.filename().string().rfind("step-", 0) == 0) newest = p.filename().string();
+    if (const std::string n = p.filename().string();
+        n.rfind("step-", 0) == 0 && n.find('.') == std::string::npos)  // not a live temporary
+      newest = n;
   throw ConfigError(str("--out ", o.out_dir, " holds another run's checkpoints",
                         newest.empty() ? std::string() : str(" (newest ", newest, ")"),
                         ": continue that run with --resume ", o.out_dir,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/core/svg.h"
 
 namespace memo {
@@ -37,7 +38,7 @@ std::vector<Series> metric(const std::vector<TrainLog>& logs, const char* key, d
   std::vector<Series> out(logs.size());
   for (size_t k = 0; k < logs.size(); ++k)
     for (const nlohmann::json& r : logs[k].records)
-      if (r.contains(key) && r[key].is_number() && r.contains("step"))
+      if (r.contains(key) && r[key].is_number() && r.contains("step") && r["step"].is_number())
         out[k].points.emplace_back(r["step"].get<double>(), r[key].get<double>() * scale);
   return out;
 }
@@ -93,17 +94,23 @@ void draw_points(svg::Document& doc, const Panel& p, const std::vector<Series>& 
 }  // namespace
 
 TrainLog read_train_log(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw DataError(str("log ", path, " is a directory"));
   std::ifstream in(path);
   if (!in) throw DataError(str("cannot open log ", path));
   TrainLog log{std::filesystem::path(path).stem().string(), {}};
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
-    try {
-      log.records.push_back(nlohmann::json::parse(line));
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(str(path, " line ", n, " is not JSON: ", e.what()));
-    }
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      throw FormatError(str(path, " line ", n, " is not a JSON object: ", line.substr(0, 60),
+                            line.size() > 60 ? "..." : ""));
+    if (j.contains("step") && !j.at("step").is_number())
+      throw FormatError(
+          str(path, " line ", n, ": 'step' = ", json_excerpt(j.at("step")), " is not a number"));
+    log.records.push_back(std::move(j));
   }
   return log;
 }

@@ -12,6 +12,10 @@ void check_tensor_parallel_optimizer(const std::string& optimizer, int64_t tp) {
                           "matrices, which tensor parallelism splits; use another optimiser"));
 }
 
+bool ignores_learning_rate(const OptimizerChoice& c) {
+  return c.name == "adafactor" && c.options.adafactor.relative_step;
+}
+
 nlohmann::json hyperparameters_of(const OptimizerChoice& c) {
   const OptimizerOptions& o = c.options;
   if (c.name == "sgd") return o.sgd;

@@ -24,6 +24,10 @@ struct OptimizerChoice {
 // an unknown name.
 nlohmann::json hyperparameters_of(const OptimizerChoice& choice);
 
+// Whether the optimiser sets its own step size and ignores the learning rate: Adafactor with its
+// relative step (on by default). Then --lr, a schedule or an lr sweep would change nothing.
+bool ignores_learning_rate(const OptimizerChoice& choice);
+
 // Refuses (ConfigError) an optimiser whose state tensor parallelism over tp ranks cannot split:
 // Adafactor's factored statistics are of whole matrices. memo train and memo plan alike.
 void check_tensor_parallel_optimizer(const std::string& optimizer, int64_t tp);

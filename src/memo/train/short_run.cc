@@ -18,9 +18,7 @@
 #include "memo/train/step.h"
 
 namespace memo {
-namespace {
-
-void check_options(const ShortRunOptions& o) {
+void check_short_run(const ShortRunOptions& o) {
   if (o.seq <= 0) throw ConfigError(str("--seq ", o.seq, " must be positive"));
   if (o.batch_tokens <= 0 || o.batch_tokens % o.seq != 0)
     throw ConfigError(
@@ -31,7 +29,14 @@ void check_options(const ShortRunOptions& o) {
     throw ConfigError(str("batch of ", rows, " sequences (", o.batch_tokens,
                           " tokens) is not a multiple of --micro-batch ", micro));
   if (o.max_steps <= 0) throw ConfigError(str("step budget ", o.max_steps, " must be positive"));
-  if (!(o.lr > 0.0)) throw ConfigError(str("lr ", o.lr, " must be positive"));
+  if (!(o.lr > 0.0) || !std::isfinite(o.lr))
+    throw ConfigError(str("lr ", o.lr, " must be a positive number"));
+  if (o.val_windows < 0)
+    throw ConfigError(str("--val-windows ", o.val_windows, " must be 0 or more"));
+  for (double t : o.target_losses)
+    if (!(t > 0.0) || !std::isfinite(t))
+      throw ConfigError(str("--target-loss ", t,
+                            " must be a positive number (a cross-entropy never goes below 0)"));
   if (o.loss_window <= 0)
     throw ConfigError(str("--loss-window ", o.loss_window, " must be positive"));
   if (!o.target_losses.empty() && o.extra_steps < 0)
@@ -41,6 +46,8 @@ void check_options(const ShortRunOptions& o) {
       throw ConfigError(str("target losses must be strictly decreasing (", o.target_losses[i - 1],
                             " then ", o.target_losses[i], ")"));
 }
+
+namespace {
 
 // The training loss averaged over the last `window` steps (see Note [Smoothed training loss]).
 class SmoothedLoss {
@@ -145,7 +152,7 @@ void train_steps(ShortRunResult& r, TrainStep& train_step, const LrSchedule& sch
 
 ShortRunResult run_short(Backend& backend, const ModelConfig& config, const TokenData& train,
                          const TokenData* val, const ShortRunOptions& o) {
-  check_options(o);
+  check_short_run(o);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t rows = o.batch_tokens / o.seq;
   const int64_t micro_rows = o.micro_batch == 0 ? rows : o.micro_batch;

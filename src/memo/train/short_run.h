@@ -70,6 +70,10 @@ struct ShortRunResult {
   double seconds = 0.0;
 };
 
+// ConfigError naming the first option run_short would refuse (a batch that is not a multiple of
+// seq x micro_batch, an lr that is not a positive number, a target loss <= 0...).
+void check_short_run(const ShortRunOptions& o);
+
 // On `backend`; val may be null (no validation). Throws ConfigError for inconsistent options.
 ShortRunResult run_short(Backend& backend, const ModelConfig& config, const TokenData& train,
                          const TokenData* val, const ShortRunOptions& options);
