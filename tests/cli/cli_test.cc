@@ -45,6 +45,26 @@ class Cli : public ::testing::Test {
   test::TempDir dir;
 };
 
+// memo bench times the trainer's step and prints one JSON object; flags that would time nothing
+// are refused.
+TEST_F(Cli, bench_prints_one_json_object_and_refuses_what_times_nothing) {
+  const test::CommandResult r = test::run_command(
+      test::memo_bin() + " bench --config " + dir.str("config.json") + " --seq 32 --batch 2 --steps 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(j.at("seq"), 32);
+  EXPECT_EQ(j.at("batch"), 2);
+  EXPECT_GT(j.at("step_seconds").get<double>(), 0.0);
+  EXPECT_GT(j.at("tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(j.at("activation_peak_bytes").get<double>(), 0.0);
+  const std::string bench = test::memo_bin() + " bench --config " + dir.str("config.json");
+  test::expect_clean_failure(bench + " --steps 0", "--steps: must be above 0, got 0");
+  test::expect_clean_failure(bench + " --seq -1", "--seq: must be above 0, got -1");
+  test::expect_clean_failure(bench + " --batch 0", "--batch: must be above 0, got 0");
+  test::expect_clean_failure(bench + " --seq 1000",
+                             "--seq 1000 exceeds max_position_embeddings = 512");
+}
+
 TEST_F(Cli, same_command_gives_bitwise_identical_losses) {
   ASSERT_EQ(
       test::run_command(train_cmd(dir / "a", "--steps 6 --log " + dir.str("a.jsonl"))).exit_code,

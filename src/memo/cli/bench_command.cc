@@ -11,6 +11,7 @@
 
 #include "memo/backend/caching_allocator.h"
 #include "memo/cli/commands.h"
+#include "memo/cli/number_check.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/random.h"
 #include "memo/io/config_json.h"
@@ -33,6 +34,9 @@ int64_t peak_rss_bytes() {
 nlohmann::json run_bench(Runtime& runtime, const std::string& config_path, int64_t seq,
                          int64_t batch, int64_t steps) {
   const ModelConfig config = load_model_config(config_path);
+  if (seq > config.max_position_embeddings)
+    throw ConfigError(str("--seq ", seq, " exceeds ", config.positions_field(), " = ",
+                          config.max_position_embeddings, " of the model config"));
   Backend& backend = runtime.backend();
   if (const std::string w = backend.warning(); !w.empty())
     std::cerr << "memo: warning: " << w << "\n";
@@ -86,10 +90,15 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
   CLI::App* bench = app.add_subcommand("bench", "Time a training step: step time, tokens/s, MFU");
   bench->add_option("--config", o->config, "Model config.json")->required();
-  bench->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
-  bench->add_option("--batch", o->batch, "Sequences per step")->capture_default_str();
+  bench->add_option("--seq", o->seq, "Tokens per sequence")
+      ->capture_default_str()
+      ->check(number_check(true));
+  bench->add_option("--batch", o->batch, "Sequences per step")
+      ->capture_default_str()
+      ->check(number_check(true));
   bench->add_option("--steps", o->steps, "Timed steps after one warm-up step")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_check(true));
   auto device = std::make_shared<RuntimeFlags>();
   add_runtime_flags(*bench, *device);
   bench->callback([o, device] {

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "memo/cli/commands.h"
+#include "memo/cli/number_check.h"
 #include "memo/core/error.h"
 #include "memo/io/atomic_file.h"
 #include "memo/scaling/sweep_plot.h"
@@ -33,7 +34,8 @@ void add_fit_command(CLI::App& app) {
                   "target-loss sweeps, else val_loss when present)");
   cmd->add_option(
       "--at-tokens", o->at_tokens,
-      "Judge runs by their smoothed training loss at this many tokens (from the curve) instead");
+      "Judge runs by their smoothed training loss at this many tokens (from the curve) instead")
+      ->check(number_check(true));
   cmd->add_option("--target-loss", o->target_levels,
                   "Target-loss sweeps with several levels: judge at these (comma-separated; one "
                   "analysis per file and level); default: the lowest level")

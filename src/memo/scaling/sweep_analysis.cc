@@ -259,6 +259,10 @@ SweepAnalysis analyse_sweep(const SweepFile& input, const std::string& path,
   const std::set<int64_t> seeds = fill_grid(a, file, options.at_tokens);
   a.seeds = int(seeds.size());
   const bool by_target = a.metric == "loss_reduction";
+  if (by_target && options.at_tokens)
+    throw FormatError(str("--at-tokens ", *options.at_tokens, " judges the smoothed training loss ",
+                          "at that many tokens, and ", path, " is judged by loss_reduction at its ",
+                          "target loss; give --metric final_loss (or best_loss) with it"));
   label_judged_point(a, file, options, by_target);
   std::map<double, std::vector<double>> seed_lrs = seed_optima(a, file, seeds);
   for (const OptimalLr& p : optimal_lrs(a.grid)) {
