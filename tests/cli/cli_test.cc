@@ -48,8 +48,9 @@ class Cli : public ::testing::Test {
 // memo bench times the trainer's step and prints one JSON object; flags that would time nothing
 // are refused.
 TEST_F(Cli, bench_prints_one_json_object_and_refuses_what_times_nothing) {
-  const test::CommandResult r = test::run_command(
-      test::memo_bin() + " bench --config " + dir.str("config.json") + " --seq 32 --batch 2 --steps 2");
+  const test::CommandResult r =
+      test::run_command(test::memo_bin() + " bench --config " + dir.str("config.json") +
+                        " --seq 32 --batch 2 --steps 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
   EXPECT_EQ(j.at("seq"), 32);
@@ -647,6 +648,54 @@ TEST_F(Cli, memo_and_keep_activations_give_identical_log_losses) {
     EXPECT_EQ(hidden, std::clamp(1.0 - wait / copy, 0.0, 1.0)) << r.dump();
   }
   EXPECT_GT(last(dir.str("slow.jsonl")).at("copy_wait_s").get<double>(), 0.0);
+}
+
+// Note [Host memory before step 1]: offload and memo runs whose host memory does not hold a
+// micro-batch's layers are refused before step 1 (no device budget given), each length stage
+// too, with the budget that would do and the longest --seq that fits, which does.
+TEST_F(Cli, a_run_that_overflows_host_memory_is_refused_before_step_1_with_what_fits) {
+  write_text(dir / "deep.json",
+             R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512})");
+  auto cmd = [&](const std::string& flags) {
+    return test::memo_bin() + " train --config " + dir.str("deep.json") + " --data " +
+           dir.str("data.txt") + " --batch 4 --micro-batch 2 --steps 1 --no-checkpoint " + flags;
+  };
+  const test::CommandResult r =
+      test::run_command(cmd("--seq 64 --activations offload --host-memory 60KiB"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << r.output;
+  const std::string said = "--activations offload: each micro-batch sends 2 layers x ";
+  ASSERT_NE(r.output.find(said), std::string::npos) << r.output;
+  const size_t at = r.output.find("or --seq ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const int64_t fits = std::stoll(r.output.substr(at + 9));
+  ASSERT_GT(fits, 0);
+  EXPECT_EQ(
+      test::run_command(cmd(str("--seq ", fits, " --activations offload --host-memory 60KiB")))
+          .exit_code,
+      0);
+  EXPECT_NE(
+      test::run_command(cmd(str("--seq ", fits + 2, " --activations offload --host-memory 60KiB")))
+          .output.find(said),
+      std::string::npos);
+  // the budget it names holds the run
+  const size_t give = r.output.find("give --host-memory ");
+  ASSERT_NE(give, std::string::npos);
+  const std::string bytes = std::to_string(std::stoll(r.output.substr(give + 19)));
+  EXPECT_EQ(
+      test::run_command(cmd("--seq 64 --activations offload --host-memory " + bytes)).exit_code, 0);
+  // a later length stage that would overflow stops the run before stage 1 trains
+  const test::CommandResult stages = test::run_command(
+      test::memo_bin() + " train --config " + dir.str("deep.json") + " --data " +
+      dir.str("data.txt") + " --batch 2 --seq-schedule 32:2,256:2 --stage-batch sequences " +
+      "--activations memo --host-memory 100KiB --out " + dir.str("stages"));
+  EXPECT_EQ(stages.exit_code, 1) << stages.output;
+  EXPECT_EQ(stages.output.find("step 1/"), std::string::npos) << stages.output;
+  EXPECT_NE(stages.output.find("--seq-schedule stage 2 (seq 256): --activations memo: each "
+                               "micro-batch sends 2 layers"),
+            std::string::npos)
+      << stages.output;
 }
 
 TEST_F(Cli, bad_host_memory_size_names_the_flag_and_units) {

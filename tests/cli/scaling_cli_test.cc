@@ -359,12 +359,12 @@ TEST_F(ScalingCli, malformed_sweep_line_is_named_by_number) {
   test::expect_clean_failure(test::memo_bin() + " fit " + dir.str(""), "is a directory");
   // --at-tokens judges the training loss: not a target-loss sweep's loss reduction, not at 0
   write_text(dir / "target.jsonl", synthetic_sweep(1e-3, 2000.0, true));
-  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("target.jsonl") +
-                                 " --at-tokens 1000",
-                             "give --metric final_loss (or best_loss) with it");
-  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("target.jsonl") +
-                                 " --at-tokens 0",
-                             "--at-tokens: must be above 0, got 0");
+  test::expect_clean_failure(
+      test::memo_bin() + " fit " + dir.str("target.jsonl") + " --at-tokens 1000",
+      "give --metric final_loss (or best_loss) with it");
+  test::expect_clean_failure(
+      test::memo_bin() + " fit " + dir.str("target.jsonl") + " --at-tokens 0",
+      "--at-tokens: must be above 0, got 0");
 }
 
 // A sweep file holds one setup: a sweep of another model, data, budget or precision into it is

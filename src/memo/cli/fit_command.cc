@@ -33,8 +33,8 @@ void add_fit_command(CLI::App& app) {
                   "val_loss, final_loss, best_loss or loss_reduction (default: loss_reduction for "
                   "target-loss sweeps, else val_loss when present)");
   cmd->add_option(
-      "--at-tokens", o->at_tokens,
-      "Judge runs by their smoothed training loss at this many tokens (from the curve) instead")
+         "--at-tokens", o->at_tokens,
+         "Judge runs by their smoothed training loss at this many tokens (from the curve) instead")
       ->check(number_check(true));
   cmd->add_option("--target-loss", o->target_levels,
                   "Target-loss sweeps with several levels: judge at these (comma-separated; one "

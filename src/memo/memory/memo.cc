@@ -87,7 +87,14 @@ int64_t MemoStrategy::choose_offload_rows(int64_t batch, int64_t seq) {
   alpha_ = decide(batch, seq).alpha;
   batch_ = batch;
   seq_ = seq;
-  return memo_offload_rows(alpha_, layout().token_rows(batch, seq), backend()->reproducible_rows());
+  const int64_t g = std::max<int64_t>(backend()->reproducible_rows(), 1);
+  int64_t rows = memo_offload_rows(alpha_, layout().token_rows(batch, seq), g);
+  // the cost model sizes alpha from unrounded bytes; the pool takes each field rounded to 64
+  // bytes, so the rows come down a panel at a time to what the pool holds
+  while (host_memory_bytes_ > 0 && rows > 0 &&
+         planned_host_bytes(batch, seq, rows) > host_memory_bytes_)
+    rows = std::max<int64_t>(0, (rows - 1) / g * g);
+  return rows;
 }
 
 }  // namespace memo

@@ -333,6 +333,7 @@ void TrainSession::build_model() {
   }
   set_stage_positions(stage_);
   if (o_.pp > 1) set_pipeline_part();
+  check_host_memory();
   // ZeRO-1: this rank's optimiser covers its shard's tensors only
   shards_ = memo::zero_shards(model_->layout(), o_.zero == 1 ? data_parallel().size() : 1);
   mine_ = o_.zero == 1 ? size_t(data_parallel().rank()) : 0;
@@ -588,6 +589,60 @@ void TrainSession::check_pipeline_host(const std::vector<int>& counts) {
                                    : "unlimited host memory")
                          : std::string())
                  << "\n";
+}
+
+// Note [Host memory before step 1]
+// Without --pp, offload and memo send each micro-batch's layers below the top two to the host
+// (swap_host_layer_bytes each, as the strategy's pool takes them: rounded): offload all their
+// token rows, memo with --alpha its rows, memo's cost model at least alpha 0's (x and the
+// attention). Every length stage's figure is checked against --host-memory here, before the
+// weights are drawn, whatever the device budget: a stage that would not fit used to fail in its
+// first step, after the stages before it had trained. The refusal says what would fit: the
+// --host-memory the stage needs and the longest --seq (in the device plan's rounding unit) whose
+// figure is within the budget.
+void TrainSession::check_host_memory() const {
+  const StrategyOptions& a = o_.activations;
+  if (o_.pp > 1 || (a.kind != "offload" && a.kind != "memo") || a.host_memory_bytes <= 0) return;
+  const SkeletalLayout& skeletal = model_->skeletal();
+  const int64_t layers = std::max(0, skeletal.num_layers - 2);
+  const bool cost_model = a.kind == "memo" && !a.alpha;
+  const int64_t cp = std::max<int64_t>(1, o_.cp), tp = std::max<int64_t>(1, o_.tp);
+  auto need = [&](int64_t micro_batch, int64_t seq) {
+    const int64_t local = seq / cp;  // a context-parallel rank's share
+    const int64_t T = skeletal.token_rows(micro_batch, local);
+    const int64_t rows = a.kind != "memo" ? T
+                         : cost_model
+                             ? 0
+                             : memo_offload_rows(*a.alpha, T, backend_.reproducible_rows());
+    return layers * swap_host_layer_bytes(skeletal, micro_batch, local, rows);
+  };
+  for (size_t k = 0; k < stages_.size(); ++k) {
+    const SeqStage& s = stages_[k];
+    const int64_t bytes = need(s.micro_batch, s.seq);
+    if (bytes <= a.host_memory_bytes) continue;
+    const int64_t unit = 2 * cp * tp;
+    int64_t lo = 0, hi = s.seq / unit;  // lo * unit fits (0: none does)
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (need(s.micro_batch, mid * unit) <= a.host_memory_bytes) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    throw BudgetError(
+        str(stages_.size() > 1 ? str("--seq-schedule stage ", k + 1, " (seq ", s.seq, "): ") : "",
+            "--activations ", a.kind, ": each micro-batch sends ", layers, " layers x ",
+            format_bytes(bytes / layers), " = ", format_bytes(bytes), " (", bytes,
+            " bytes) to the host", cost_model ? " at alpha 0, the least memo offloads" : "",
+            ", over --host-memory ", format_bytes(a.host_memory_bytes), " by ",
+            format_bytes(bytes - a.host_memory_bytes), "; give --host-memory ", bytes, " or more",
+            lo == 0 ? std::string()
+            : stages_.size() > 1
+                ? str(", or a seq of ", lo * unit, " in this stage (the longest that fits)")
+                : str(", or --seq ", lo * unit, " (the longest that fits)"),
+            a.kind == "memo" && !cost_model ? ", or a lower --alpha" : ""));
+  }
 }
 
 std::optional<double> TrainSession::pipeline_alpha() const {

@@ -125,6 +125,7 @@ class TrainSession {
   // --pp with offload or memo: the stages' host memory within --host-memory (counts: each chunk's
   // layers)
   void check_pipeline_host(const std::vector<int>& counts);
+  void check_host_memory() const;
   int pp_in_flight_ = 1;  // --pp: the most passes this rank holds in flight
   std::optional<Model> model_;
   std::vector<ZeroShard> shards_;
