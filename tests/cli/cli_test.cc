@@ -629,6 +629,13 @@ TEST_F(Cli, memo_and_keep_activations_give_identical_log_losses) {
     return nlohmann::json::parse(prev);
   };
   const nlohmann::json k = last(dir.str("keep.jsonl")), m = last(dir.str("fixed.jsonl"));
+  // the alpha the step ran: 0.7 of the 200 token rows, rounded down to whole panels
+  EXPECT_NE(fixed.output.find("memo: activations: memo: alpha 0.7 (given"), std::string::npos)
+      << fixed.output;
+  EXPECT_FALSE(k.contains("alpha"));
+  EXPECT_GT(m.at("alpha").get<double>(), 0.0);
+  EXPECT_LE(m.at("alpha").get<double>(), 0.7);
+  EXPECT_TRUE(last(dir.str("memo.jsonl")).at("alpha").is_number());
   EXPECT_EQ(k.at("host_peak_bytes").get<int64_t>(), 0);
   EXPECT_GT(m.at("host_peak_bytes").get<int64_t>(), 0);
   EXPECT_LT(m.at("device_peak_bytes").get<int64_t>(), k.at("device_peak_bytes").get<int64_t>());

@@ -80,7 +80,17 @@ MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
 }
 
 std::string MemoStrategy::summary() const {
-  return batch_ > 0 ? decide(batch_, seq_).text : std::string("memo: alpha not chosen yet");
+  if (batch_ > 0) return decide(batch_, seq_).text;
+  if (options_.alpha)
+    return str("memo: alpha ", *options_.alpha,
+               " (given; the step log's \"alpha\" is the fraction of token rows offloaded after "
+               "rounding to panels)");
+  return "memo: alpha not chosen yet";
+}
+
+double MemoStrategy::offloaded_alpha() const {
+  const int64_t T = batch_ > 0 ? layout().token_rows(batch_, seq_) : 0;
+  return T > 0 ? double(offload_rows()) / double(T) : 0.0;
 }
 
 int64_t MemoStrategy::choose_offload_rows(int64_t batch, int64_t seq) {

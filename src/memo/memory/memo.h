@@ -37,6 +37,9 @@ class MemoStrategy final : public SwapStrategy {
   bool wants_warmup() const override;
   std::string summary() const override;    // alpha, its inputs and rows for the last shape
   double alpha() const { return alpha_; }  // of the current shape, before rounding to panels
+  // The fraction of the last micro-batch's token rows it offloaded, after rounding to panels
+  // (what the step ran); 0 before the first micro-batch.
+  double offloaded_alpha() const;
 
  protected:
   int64_t choose_offload_rows(int64_t batch, int64_t seq) override;

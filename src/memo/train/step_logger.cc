@@ -16,6 +16,7 @@
 #include "memo/core/units.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/checkpoint.h"
+#include "memo/memory/memo.h"
 #include "memo/model/flops.h"
 
 namespace memo {
@@ -300,6 +301,9 @@ void StepLogger::log_step(const Step& st) {
       record["copy_wait_s"] = wait_s;
       record["copy_hidden"] = std::clamp(1.0 - wait_s / copy_s, 0.0, 1.0);
     }
+    if (!s_.step().pipeline())  // (a pipeline's: pp_stage_alpha below)
+      if (const auto* memo = dynamic_cast<const MemoStrategy*>(&s_.strategy()))
+        record["alpha"] = memo->offloaded_alpha();  // after rounding: what the step ran
     if (st.skipped) record["skipped"] = st.skipped;
     if (s_.step().pipeline()) {  // the stage transfers alone (pp_comm_bytes adds the collectives)
       record["pp_send_bytes"] = s_.step().pipeline_sent_bytes();
