@@ -70,6 +70,55 @@ class TextCli : public ::testing::Test {
   int64_t vocab_ = 0;
 };
 
+// Ids mean the text of the tokenizer that made them: data made by another tokenizer than the
+// checkpoint's (or raw text, read as bytes) is refused by eval, --init-from and --val-data,
+// naming the first id that differs; the checkpoint's own data passes.
+TEST_F(TextCli, data_of_another_tokenizer_is_refused) {
+  ASSERT_EQ(tokenize().exit_code, 0);
+  const test::CommandResult a = test::run_command(train_cmd(dir.str("shards"), "a", "--steps 1"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  // another tokenizer: the same, with two ids swapped
+  nlohmann::json other = test::small_tokenizer_json();
+  nlohmann::json& vocab = other["model"]["vocab"];
+  std::string first, second;
+  for (const auto& [k, v] : vocab.items()) {
+    if (v == 1) first = k;
+    if (v == 2) second = k;
+  }
+  vocab[first] = 2;
+  vocab[second] = 1;
+  write_text(dir.str("other.json"), other.dump());
+  ASSERT_EQ(test::run_command(test::memo_bin() + " tokenize --tokenizer " + dir.str("other.json") +
+                              " --out " + dir.str("other") + " " + dir.str("in"))
+                .exit_code,
+            0);
+  const std::string eval =
+      test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --seq 32 --batches 1 --data ";
+  EXPECT_EQ(test::run_command(eval + dir.str("shards")).exit_code, 0);
+  test::expect_clean_failure(eval + dir.str("other"),
+                             "--data " + dir.str("other") +
+                                 " was tokenised by another tokenizer than checkpoint " +
+                                 dir.str("a") + "/step-00000001's: id 1 is ");
+  // raw text is bytes: the small tokenizer's first 256 ids are the bytes in order, so it reads
+  // them alike; the swapped one does not
+  EXPECT_EQ(test::run_command(eval + dir.str("in/part0.txt")).exit_code, 0);
+  ASSERT_EQ(test::run_command(train_cmd(dir.str("other"), "o", "--steps 1")).exit_code, 0);
+  test::expect_clean_failure(test::memo_bin() + " eval --checkpoint " + dir.str("o") +
+                                 " --seq 32 --batches 1 --data " + dir.str("in/part0.txt"),
+                             " is raw text, read as bytes (id i is byte i): id 1 is \"\\x01\" "
+                             "there");
+  test::expect_clean_failure(test::memo_bin() + " train --init-from " + dir.str("a") + " --data " +
+                                 dir.str("other") +
+                                 " --seq 32 --batch 4 --steps 1 "
+                                 "--out " +
+                                 dir.str("b"),
+                             "than --init-from " + dir.str("a") + "'s: id 1 is ");
+  test::expect_clean_failure(train_cmd(dir.str("shards"), "c", "--val-data " + dir.str("other")),
+                             "--val-data " + dir.str("other") +
+                                 " was tokenised by another tokenizer than --data " +
+                                 dir.str("shards") + "'s");
+}
+
 TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
   const test::CommandResult t = tokenize();
   ASSERT_EQ(t.exit_code, 0) << t.output;

@@ -240,6 +240,7 @@ void add_eval_command(CLI::App& app) {
                                                        " retrieval: ", dir.string())));
         return;
       }
+      check_data_tokenizer(tokenizer, str("checkpoint ", dir.string()), o->data, "--data");
       set_document_mask(model, tokenizer, *o);
       const int64_t vocab = ckpt.config.vocab_size;
       const RunDataOptions split{o->data, "", o->val_fraction};  // memo train's split

@@ -1,6 +1,10 @@
 // Implementation of train/run_data.h.
 #include "memo/train/run_data.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -52,6 +56,69 @@ RunData load_run_data(const RunDataOptions& o, int64_t vocab_size) {
     return RunData{std::move(all), std::move(shards)};
   auto [train, val] = split_tail(std::move(all), o.val_fraction);
   return RunData{std::move(train), std::move(val)};
+}
+
+std::optional<Tokenizer> data_tokenizer(const std::string& data_path) {
+  if (const std::string json = shard_tokenizer_json(data_path); !json.empty())
+    return Tokenizer::from_hf_json(nlohmann::json::parse(json), data_path);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(data_path, ec)) return std::nullopt;
+  // a raw text file: one token per byte, unless it starts as an llm.c token file
+  std::ifstream in(data_path, std::ios::binary);
+  int32_t magic = 0;
+  if (in.read(reinterpret_cast<char*>(&magic), sizeof magic) &&
+      (magic == kLlmcMagic || magic == kLlmcMagicLlama3))
+    return std::nullopt;
+  return Tokenizer::bytes();
+}
+
+namespace {
+
+// The spelling of id in t, or nullopt where t has no such id.
+std::optional<std::string> spelling(const Tokenizer& t, int32_t id) {
+  try {
+    return std::string(t.token_bytes(id));
+  } catch (const DataError&) {
+    return std::nullopt;
+  }
+}
+
+// A token's bytes quoted: printable ASCII as is, other bytes as \xNN.
+std::string shown(const std::optional<std::string>& s) {
+  if (!s) return "no token";
+  std::string out = "\"";
+  char hex[8];
+  for (char c : *s) {
+    if (c >= ' ' && c < 0x7F && c != '"' && c != '\\') {
+      out += c;
+    } else {
+      std::snprintf(hex, sizeof hex, "\\x%02X", unsigned(static_cast<unsigned char>(c)));
+      out += hex;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+void check_data_tokenizer(const Tokenizer& expected, const std::string& what,
+                          const std::string& data_path, const char* flag) {
+  const std::optional<Tokenizer> made = data_tokenizer(data_path);
+  if (!made) return;
+  const int64_t n = std::min(expected.vocab_size(), made->vocab_size());
+  for (int32_t id = 0; id < n; ++id) {
+    const std::optional<std::string> a = spelling(expected, id), b = spelling(*made, id);
+    if (a == b) continue;
+    const bool raw = made->hf_json().is_null();  // the byte tokenizer has no file
+    throw ConfigError(
+        str(flag, " ", data_path,
+            raw ? " is raw text, read as bytes (id i is byte i)"
+                : " was tokenised by another tokenizer than " + what + "'s",
+            ": id ", id, " is ", shown(b), " there and ", shown(a), " in ", what,
+            expected.hf_json().is_null() ? str("; ", what, " reads bytes: give it raw text")
+            : raw ? str("; tokenise it with ", what, "'s tokenizer (memo tokenize --tokenizer ...)")
+                  : str("; tokenise the data with ", what, "'s tokenizer")));
+  }
 }
 
 TokenData load_validation_data(const RunDataOptions& o, int64_t vocab_size) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "memo/data/token_data.h"
+#include "memo/data/tokenizer.h"
 
 namespace memo {
 
@@ -33,6 +34,19 @@ RunData load_run_data(const RunDataOptions& o, int64_t vocab_size);
 // there is neither, or the id lies outside the vocabulary.
 int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64_t vocab_size,
                              const char* flag = "--document-mask");
+
+// The tokenizer that made the tokens at `data_path`, where memo can tell: a `memo tokenize`
+// folder's (or its shards' or glob's), or the byte tokenizer for a raw text file; nullopt for an
+// llm.c token file and for folders or globs without a manifest.
+std::optional<Tokenizer> data_tokenizer(const std::string& data_path);
+
+// ConfigError when the tokens at `data_path` (given by `flag`) were made by a tokenizer whose ids
+// mean other text than `expected`'s (the tokenizer of `what`: a checkpoint, the training data),
+// as far as data_tokenizer can tell: the model would train on, or be scored on, ids that spell
+// something else, without any other error. Ids past the smaller vocabulary are not compared
+// (added tokens appended to a vocabulary keep the ids before them).
+void check_data_tokenizer(const Tokenizer& expected, const std::string& what,
+                          const std::string& data_path, const char* flag);
 
 // The validation tokens alone, the same as load_run_data's: the training data is read only when
 // the validation set is its tail.

@@ -267,6 +267,7 @@ void TrainSession::read_run() {
   // the training and validation tokens (train/run_data.h), checked before any output
   data_.emplace(
       load_run_data({o_.data_path, o_.val_data_path, o_.val_fraction}, config_.vocab_size));
+  check_tokenizers();
   // prompt-completion data: the packed examples must not see each other (Note [Packed examples])
   if (data_->val && data_->val->has_loss_mask() != data_->train.has_loss_mask())
     throw ConfigError(str("the training data ", data_->train.source(), " is ",
@@ -589,6 +590,32 @@ void TrainSession::check_pipeline_host(const std::vector<int>& counts) {
                                    : "unlimited host memory")
                          : std::string())
                  << "\n";
+}
+
+// The data's ids must mean what the weights learned: --data and --val-data against the
+// tokenizer of the checkpoint the run starts from (--init-from, or --resume given new --data),
+// where it has one; else --val-data against --data (train/run_data.h: check_data_tokenizer).
+void TrainSession::check_tokenizers() const {
+  const std::string& from = !o_.init_from.empty() ? o_.init_from
+                            : o_.data_given       ? o_.resume_dir
+                                                  : std::string();
+  std::optional<Tokenizer> expected;
+  std::string what;
+  if (!from.empty()) {
+    const std::filesystem::path file = find_latest_checkpoint(from) / kTokenizerFile;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(file, ec)) {
+      expected = Tokenizer::load(file);
+      what = str(!o_.init_from.empty() ? "--init-from " : "--resume ", from);
+      check_data_tokenizer(*expected, what, o_.data_path, "--data");
+    }
+  }
+  if (o_.val_data_path.empty()) return;
+  if (!expected) {
+    expected = data_tokenizer(o_.data_path);
+    what = str("--data ", o_.data_path);
+  }
+  if (expected) check_data_tokenizer(*expected, what, o_.val_data_path, "--val-data");
 }
 
 // Note [Host memory before step 1]

@@ -126,6 +126,7 @@ class TrainSession {
   // layers)
   void check_pipeline_host(const std::vector<int>& counts);
   void check_host_memory() const;
+  void check_tokenizers() const;
   int pp_in_flight_ = 1;  // --pp: the most passes this rank holds in flight
   std::optional<Model> model_;
   std::vector<ZeroShard> shards_;
