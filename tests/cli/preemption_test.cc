@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -101,6 +102,45 @@ TEST_F(Preemption, a_run_of_length_stages_resumes_past_step_100_with_its_own_ste
       test::memo_bin() + " train --resume " + dir.str("cut") + "/step-00000100 --steps 120",
       "runs length stages (--seq-schedule 16:70,32:40), whose steps are the run's (110); resume "
       "without --steps");
+}
+
+// Note [Resume]: the options a checkpoint pins, given again with the same values, pass (a script
+// may repeat its flags); with other values they are refused, not silently dropped.
+TEST_F(Preemption, a_resumed_run_refuses_other_values_of_the_options_it_keeps) {
+  ASSERT_EQ(test::run_command(train_cmd(dir / "run", 2, "")).exit_code, 0);
+  EXPECT_EQ(test::run_command(train_cmd(dir / "run", 3, "--resume " + dir.str("run"))).exit_code,
+            0);
+  const std::string resume =
+      test::memo_bin() + " train --resume " + dir.str("run") + " --steps 5 --no-checkpoint ";
+  test::expect_clean_failure(resume + "--seq 64",
+                             "--seq 64: " + dir.str("run") +
+                                 " was trained with 32, which a resumed run keeps; resume without "
+                                 "--seq, or start a new run from its weights with --init-from");
+  test::expect_clean_failure(resume + "--lr 0.5", "--lr 0.5: ");
+  test::expect_clean_failure(resume + "--micro-batch 4", "--micro-batch 4: ");
+  test::expect_clean_failure(resume + "--no-gns", "--gns false: ");
+}
+
+// A run resumed from a checkpoint before its last step, into the same --log, holds each step
+// once: the records past the checkpoint are replaced by the resumed run's (bit for bit the same).
+TEST_F(Preemption, a_resumed_log_holds_each_step_once) {
+  const std::string log = dir.str("run.jsonl");
+  ASSERT_EQ(test::run_command(train_cmd(dir / "run", 4, "--save-every 2 --log " + log)).exit_code,
+            0);
+  const std::vector<nlohmann::json> first = test::records(log);
+  std::ofstream(log, std::ios::app) << "{\"step\": 5, \"lo";  // a write a kill cut short
+  ASSERT_EQ(
+      test::run_command(
+          train_cmd(dir / "run", 4, "--log " + log + " --resume " + dir.str("run/step-00000002")))
+          .exit_code,
+      0);
+  const std::vector<nlohmann::json> again = test::records(log);
+  std::vector<int64_t> steps;
+  for (const nlohmann::json& r : again)
+    if (r.contains("step")) steps.push_back(r.at("step"));
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  for (size_t i = 0; i < first.size() && i < again.size(); ++i)
+    EXPECT_EQ(first[i].at("loss"), again[i].at("loss")) << i;
 }
 
 // A trainer_state.json edited by hand or damaged: one line naming the file and the field.

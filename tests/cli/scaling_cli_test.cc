@@ -274,6 +274,20 @@ TEST_F(ScalingCli, lr_json_prints_lr_and_peak_batch) {
                                               dir.str("s.jsonl") + " --json")
                                 .output);
   EXPECT_NEAR(f.at("peak_batch").get<double>(), 2000.0, 100.0);
+  // a sweep whose large batches' best lr lies at the grid's edge (their optimum is below it) is
+  // fitted with a warning (the fit above gave none: its JSON parsed)
+  write_text(dir / "low.jsonl", synthetic_sweep(1e-3, 40.0, false));
+  const test::CommandResult low =
+      test::run_command(test::memo_bin() + " lr --batch 2000 --fit " + dir.str("low.jsonl"));
+  ASSERT_EQ(low.exit_code, 0) << low.output;
+  EXPECT_NE(
+      low.output.find("memo: warning: the fit of " + dir.str("low.jsonl") + " is uncertain: "),
+      std::string::npos)
+      << low.output;
+  EXPECT_NE(low.output.find(" batch sizes have their best lr at the lr grid's edge (a bound, not "
+                            "an optimum: widen --lrs)"),
+            std::string::npos)
+      << low.output;
 }
 
 TEST_F(ScalingCli, lion_run_resumes_with_identical_losses_and_noise_scale) {

@@ -276,6 +276,20 @@ TEST(Tokenizer, refuses_what_it_does_not_implement) {
             std::string::npos);
 }
 
+TEST(Tokenizer, a_file_that_is_no_tokenizer_json_says_what_it_is) {
+  EXPECT_EQ(test::error_message<FormatError>([] {
+              Tokenizer::from_hf_json(json::array({1, 2}), "x.json");
+            }),
+            "x.json is not a Hugging Face tokenizer.json: not a JSON object");
+  const std::string encoder = test::error_message<FormatError>([] {
+    Tokenizer::from_hf_json({{"!", 0}, {"\"", 1}, {"model", 19849}}, "encoder.json");
+  });
+  EXPECT_NE(encoder.find("it has no \"model\" object (it looks like GPT-2's encoder.json: give "
+                         "the folder that holds it and vocab.bpe)"),
+            std::string::npos)
+      << encoder;
+}
+
 TEST(Tokenizer, byte_level_add_prefix_space_prepends_a_space) {
   const Tokenizer plain = small_tokenizer();
   json j = small_tokenizer_json();

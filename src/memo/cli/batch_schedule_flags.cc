@@ -1,5 +1,7 @@
 #include "memo/cli/batch_schedule_flags.h"
 
+#include <iostream>
+
 #include "memo/core/error.h"
 #include "memo/scaling/sweep_analysis.h"
 #include "memo/scaling/sweep_file.h"
@@ -65,6 +67,8 @@ std::optional<scaling::BatchScheduleOptions> resolve_batch_schedule(
     const scaling::SweepAnalysis a =
         scaling::analyse_sweep(scaling::read_sweep_file(f.fit), f.fit, {});
     o.law_params = scaling::law_params_from_sweep(a, o.law);
+    if (const std::string caveats = scaling::fit_caveats(a, o.law_params.b_noise); !caveats.empty())
+      std::cerr << "memo: warning: the fit of " << f.fit << " is uncertain: " << caveats << "\n";
   } else if (f.eps_max_opt->count() > 0 && f.b_noise_opt->count() > 0) {
     o.law_params = {f.eps_max, f.b_noise};
   } else {

@@ -501,7 +501,10 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
   row("alpha", plans, [](const ClusterPlan& p) {
     if (!p.alpha) return std::string("-");
     char b[48];
-    std::snprintf(b, sizeof b, "%.3f (%s)", *p.alpha, p.alpha_bound.c_str());
+    if (p.alpha_bound.empty())  // no host memory to choose it within
+      std::snprintf(b, sizeof b, "%.3f", *p.alpha);
+    else
+      std::snprintf(b, sizeof b, "%.3f (%s)", *p.alpha, p.alpha_bound.c_str());
     return std::string(b);
   });
   row("host memory per node", plans, [&](const ClusterPlan& p) { return g(p.host_need_bytes); });

@@ -411,6 +411,16 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
       return;
     }
     TrainOptions o = resolve_options(*f);
+    if (!o.resume_dir.empty())  // Note [Resume]: the checkpoint pins these
+      for (const char* flag :
+           {"--seq", "--batch", "--micro-batch", "--lr", "--min-lr-ratio", "--warmup", "--clip",
+            "--gns", "--gns-decay", "--seed", "--document-mask", "--eot-id", "--eod-mask-loss",
+            "--seq-schedule", "--stage-batch", "--stage-rope"})
+        if (train->get_option(flag)->count() > 0) {
+          std::string key(flag + 2);
+          std::replace(key.begin(), key.end(), '-', '_');
+          o.pinned_given.push_back(key);
+        }
     o.run_file = run_file_text(*train, true);
     RuntimeFlags device = f->device;
     if (!o.resume_dir.empty() && device.precision.empty())  // the run's own (Note [Resume])

@@ -488,6 +488,15 @@ Tokenizer Tokenizer::from_hf_json(const json& tj, const std::string& source, con
   auto impl = std::make_unique<Impl>();
   impl->source = source;
   json hf = tj;
+  if (!tj.is_object() || !tj.contains("model") || !tj.at("model").is_object()) {
+    // GPT-2's encoder.json maps token strings to ids (its "model" is token 19849)
+    const bool encoder = tj.is_object() && tj.contains("!") && tj.at("!") == 0;
+    throw FormatError(str(source, " is not a Hugging Face tokenizer.json: ",
+                          !tj.is_object() ? "not a JSON object" : "it has no \"model\" object",
+                          encoder ? " (it looks like GPT-2's encoder.json: give the folder that "
+                                    "holds it and vocab.bpe)"
+                                  : ""));
+  }
   try {
     const json& model = tj.at("model");
     TokenizerJsonReader::check_model(model, source);

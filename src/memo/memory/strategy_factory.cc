@@ -21,10 +21,11 @@ std::unique_ptr<ActivationStrategy> make_strategy(const SkeletalLayout& layout,
         str("--host-memory and --copy-bandwidth apply to --activations offload or "
             "memo, not ",
             o.kind));
-  if (o.host_memory_bytes < 0 ||
-      !(o.copy_bandwidth_gb_per_s >= 0.0 && std::isfinite(o.copy_bandwidth_gb_per_s)))
-    throw ConfigError(str("--host-memory ", o.host_memory_bytes, " bytes and --copy-bandwidth ",
-                          o.copy_bandwidth_gb_per_s, " GB/s must be finite and >= 0"));
+  if (o.host_memory_bytes < 0)
+    throw ConfigError(str("--host-memory ", o.host_memory_bytes, " bytes must be 0 or more"));
+  if (!(o.copy_bandwidth_gb_per_s >= 0.0 && std::isfinite(o.copy_bandwidth_gb_per_s)))
+    throw ConfigError(str("--copy-bandwidth ", o.copy_bandwidth_gb_per_s,
+                          " GB/s must be a finite number, 0 or more (0: no throttle)"));
   SwapOptions swap;
   swap.host_memory_bytes = o.host_memory_bytes;
   swap.host_space = o.host_space;

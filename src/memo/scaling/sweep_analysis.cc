@@ -276,6 +276,26 @@ SweepAnalysis analyse_sweep(const SweepFile& input, const std::string& path,
   return a;
 }
 
+std::string fit_caveats(const SweepAnalysis& a, double b_noise) {
+  std::vector<std::string> why;
+  int edge = 0;
+  double lo = kInf, hi = 0.0;
+  for (const BatchSummary& b : a.batches) {
+    edge += b.optimum.at_grid_edge ? 1 : 0;
+    lo = std::min(lo, b.optimum.batch), hi = std::max(hi, b.optimum.batch);
+  }
+  if (edge > 0)
+    why.push_back(str(edge, " of ", a.batches.size(),
+                      " batch sizes have their best lr at the lr grid's edge (a bound, not an "
+                      "optimum: widen --lrs)"));
+  if (!(b_noise >= lo && b_noise <= hi))
+    why.push_back(str("B_noise ", b_noise, " tokens lies outside the batches swept (", lo, " to ",
+                      hi, " tokens): an extrapolation"));
+  std::string out;
+  for (const std::string& w : why) out += (out.empty() ? "" : "; ") + w;
+  return out;
+}
+
 nlohmann::json to_json(const SweepAnalysis& a) {
   nlohmann::json batches = nlohmann::json::array();
   for (const BatchSummary& b : a.batches)

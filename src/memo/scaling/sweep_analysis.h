@@ -64,6 +64,11 @@ SweepAnalysis analyse_sweep(const SweepFile& file, const std::string& path,
                             const SweepAnalysisOptions& options);
 
 nlohmann::json to_json(const SweepAnalysis& analysis);
+
+// Why a law fitted to `analysis` with this B_noise (tokens) is to be taken with care, in one
+// sentence ("" when nothing stands out): batches whose best lr lay at the lr grid's edge (a bound,
+// not an optimum), or a B_noise outside the batch sizes swept (an extrapolation).
+std::string fit_caveats(const SweepAnalysis& analysis, double b_noise);
 std::string to_text(const SweepAnalysis& analysis);
 
 }  // namespace memo::scaling

@@ -394,8 +394,11 @@ void load_model_tensors(Model& model, const SafetensorsSet& file) {
 // as are the optimiser's name and hyperparameters and the noise-scale EMAs (trainer_state.json);
 // the step counter sets the schedule and the sampler (windows are a pure function of seed, step,
 // micro-batch and row), and the options that shape the run are restored from the checkpoint
-// rather than taken from the command line. --steps and --data, when the command line leaves them
-// out, are the run's own: `memo train --resume DIR` continues a run to its end on its data. Given,
+// rather than taken from the command line (given there with another value than the checkpoint's,
+// --seq, --batch, --lr and the rest of pinned_options are refused, not silently dropped; the same
+// value passes, so a script may repeat its flags). --steps and --data, when the command line leaves
+// them out, are the run's own: `memo train --resume DIR` continues a run to its end on its data.
+// Given,
 // --steps moves the end (the cosine schedule is over the new count, so the continuation differs
 // from the run as first planned; the start-up line says so) and --data may name moved data (its
 // windows are the same only if its tokens are). A noise batch schedule's options and state are
@@ -411,7 +414,17 @@ void read_resume_state(TrainOptions& o, ResumePoint& r, const std::string& file)
   if (r.step < 1) throw DataError(str(file, ": field 'step' = ", r.step, " is not a step (>= 1)"));
   if (!state.contains("options")) throw DataError(str(file, ": field 'options' is missing"));
   const nlohmann::json& pinned = state.at("options");
+  const nlohmann::json asked = pinned_options(o);  // the command line's values
   restore_pinned(o, pinned, file);
+  for (const std::string& key : o.pinned_given)
+    if (pinned.contains(key) && asked.at(key) != pinned.at(key)) {
+      std::string flag = "--" + key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      throw ConfigError(str(flag, " ", json_excerpt(asked.at(key)), ": ", o.resume_dir,
+                            " was trained with ", json_excerpt(pinned.at(key)),
+                            ", which a resumed run keeps; resume without ", flag,
+                            ", or start a new run from its weights with --init-from"));
+    }
   r.run_steps = state_field<int64_t>(pinned, "steps", file);
   if (!o.steps_given) {
     o.steps = r.run_steps;

@@ -273,7 +273,11 @@ Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq,
   if (strategy == "memo") {
     if (o.host_memory_bytes <= 0) {
       s.host_fits = L2 == 0.0;
-      s.host_advice = "memo needs host memory (--host-memory)";
+      s.host_advice =
+          str("memo needs host memory: ", gib(L2 * fixed * double(gpus_on_node(o))),
+              " per node at alpha = 0, ",
+              gib(L2 * (fixed + double(s.alpha_in.other_bytes)) * double(gpus_on_node(o))),
+              " at alpha = 1; give --host-memory");
     } else {
       s.choice = choose_alpha(s.alpha_in);
       s.alpha = o.alpha ? *o.alpha : s.choice.alpha;
@@ -286,16 +290,20 @@ Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq,
         const int64_t unit = 1024 * t * c;
         const int64_t seq_fit =
             int64_t(double(seq) * double(o.host_memory_bytes) / need) / unit * unit;
-        s.host_advice =
-            str("memo needs ", gib(need), " of host memory per node even at alpha = 0 (", L2,
-                " offloaded layers x ", gpus_on_node(o), " GPUs x (layer input ",
-                gib(double(s.alpha_in.input_bytes)), " + attention output ",
-                gib(double(s.alpha_in.attn_bytes)), ")), there are ",
-                gib(double(o.host_memory_bytes)), "; --host-memory ",
-                budget_flag_value(int64_t(std::ceil(need))), " or --seq ", seq_fit, " would fit");
+        s.host_advice = str(
+            "memo needs ", gib(need), " of host memory per node even at alpha = 0 (", L2,
+            " offloaded layers x ", gpus_on_node(o), " GPUs x (layer input ",
+            gib(double(s.alpha_in.input_bytes)), " + attention output ",
+            gib(double(s.alpha_in.attn_bytes)), ")), there are ", gib(double(o.host_memory_bytes)),
+            "; --host-memory ", budget_flag_value(int64_t(std::ceil(need))),
+            seq_fit > 0 ? str(" or --seq ", seq_fit, " would fit") : str(" would fit"));
       } else if (o.alpha && !s.host_fits) {
-        s.host_advice = str("--alpha ", *o.alpha, " needs more host memory than there is; --alpha ",
-                            std::floor(s.choice.alpha_host * 1000.0) / 1000.0, " fits");
+        const double need =
+            L2 * (fixed + *o.alpha * double(s.alpha_in.other_bytes)) * double(gpus_on_node(o));
+        s.host_advice =
+            str("--alpha ", *o.alpha, " needs ", gib(need), " of host memory per node, there are ",
+                gib(double(o.host_memory_bytes)), "; --alpha ",
+                std::floor(s.choice.alpha_host * 1000.0) / 1000.0, " fits");
       }
     }
     s.host_need =

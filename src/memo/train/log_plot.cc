@@ -60,7 +60,9 @@ Panel draw_panel(svg::Document& doc, double top, double x0, double x1,
   if (!std::isfinite(y0)) y0 = 0, y1 = 1;
   if (y1 - y0 < 1e-12 * std::max(1.0, std::fabs(y1))) y0 -= 0.5, y1 += 0.5;
   const double pad = 0.05 * (y1 - y0);
-  const Panel p{top, x0, x1 > x0 ? x1 : x0 + 1, y0 - pad, y1 + pad};
+  // a quantity that is never negative (lr, tokens/s, bytes) gets no negative axis label
+  const Panel p{top, x0, x1 > x0 ? x1 : x0 + 1, y0 >= 0 ? std::max(0.0, y0 - pad) : y0 - pad,
+                y1 + pad};
   const svg::PlotArea area{kLeft, top, kW - kRight, top + kPanelH};
   for (int i = 0; i <= 4; ++i) {
     const double y = p.y0 + (p.y1 - p.y0) * i / 4.0;

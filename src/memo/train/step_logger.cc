@@ -48,6 +48,10 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
              << o.seq / (2 * context_parallel->size()) << " tokens, 2 per process\n";
   if (const std::string w = model.backend().warning(); !w.empty())
     progress << "memo: warning: " << w << "\n";
+  if (!o.batch_schedule && o.warmup >= o.steps && o.steps > 0)
+    progress << "memo: note: --warmup " << o.warmup << " is not below --steps " << o.steps
+             << ": the learning rate rises to " << o.lr * double(o.steps) / double(o.warmup)
+             << " (--lr " << o.lr << ") at the last step and does not decay\n";
 }
 
 // "step 12/60" for a fixed batch ("step 12/60 | stage 2/3 seq 1024" with length stages); with a
@@ -168,6 +172,38 @@ std::vector<TensorBoardScalar> tensorboard_scalars(const nlohmann::json& record)
 
 }  // namespace
 
+namespace {
+
+// A resumed run appends to its log from the checkpoint's step on: the records the stopped run
+// wrote after that step (it ran past its last checkpoint before it stopped), and a last line a
+// kill cut short, are dropped first, so the log holds each step once, as TensorBoard's does.
+void drop_records_after(const std::string& path, int64_t step) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return;
+  const std::string text = read_file(path);
+  std::string kept;
+  bool dropped = false;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t end = text.find('\n', pos);
+    if (end == std::string::npos) {  // no newline: a write cut short
+      dropped = true;
+      break;
+    }
+    const std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j.at("step").is_number_integer() &&
+        j.at("step").get<int64_t>() > step) {
+      dropped = true;
+      continue;
+    }
+    kept.append(line).push_back('\n');
+  }
+  if (dropped) write_file_atomic(path, kept);
+}
+
+}  // namespace
+
 StepLogger::StepLogger(TrainSession& session)
     : s_(session),
       progress_(session.runtime().log()),
@@ -181,6 +217,7 @@ StepLogger::StepLogger(TrainSession& session)
   if (!o.run_file.empty())
     write_file_atomic(std::filesystem::path(o.out_dir) / kRunFile, o.run_file);
   if (!o.log_path.empty()) {
+    if (s_.resume()) drop_records_after(o.log_path, s_.start_step());
     log_.open(o.log_path, s_.resume() ? std::ios::app : std::ios::trunc);
     if (!log_) throw DataError(str("cannot open log file ", o.log_path, " for writing"));
   }

@@ -85,6 +85,9 @@ struct TrainOptions {
   // end (the learning-rate schedule follows it) and --data names moved data (Note [Resume]).
   bool steps_given = true;
   bool data_given = true;
+  // With resume_dir: the options the checkpoint pins (pinned_options' keys: "seq", "lr", ...) that
+  // the command line gave; a value other than the checkpoint's is refused, not ignored.
+  std::vector<std::string> pinned_given;
   std::string init_from;  // a checkpoint to take the weights from (fresh optimiser)
   // --save-dtype: the checkpoints' model.safetensors in kF32 or kBF16 (with the fp32 master
   // weights beside: Note [Master weights beside bf16] in io/checkpoint.h). None: kBF16 when the
