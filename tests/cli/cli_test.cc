@@ -66,6 +66,12 @@ TEST_F(Cli, bench_prints_one_json_object_and_refuses_what_times_nothing) {
                              "--seq 1000 exceeds max_position_embeddings = 512");
 }
 
+// --gns-decay is checked whether or not the run has the micro-batches a probe needs.
+TEST_F(Cli, gns_decay_outside_its_range_is_refused_with_one_micro_batch_too) {
+  test::expect_clean_failure(train_cmd(dir / "g", "--steps 1 --micro-batch 4 --gns-decay 1"),
+                             "--gns-decay 1 is outside [0, 1)");
+}
+
 TEST_F(Cli, same_command_gives_bitwise_identical_losses) {
   ASSERT_EQ(
       test::run_command(train_cmd(dir / "a", "--steps 6 --log " + dir.str("a.jsonl"))).exit_code,

@@ -119,6 +119,16 @@ TEST_F(Preemption, a_resumed_run_refuses_other_values_of_the_options_it_keeps) {
   test::expect_clean_failure(resume + "--lr 0.5", "--lr 0.5: ");
   test::expect_clean_failure(resume + "--micro-batch 4", "--micro-batch 4: ");
   test::expect_clean_failure(resume + "--no-gns", "--gns false: ");
+  // --micro-batch 0 (the whole batch), as a run file records it, is the resolved value
+  ASSERT_EQ(test::run_command(train_cmd(dir / "whole", 2, "--micro-batch 0")).exit_code, 0);
+  EXPECT_EQ(
+      test::run_command(train_cmd(dir / "whole", 3, "--micro-batch 0 --resume " + dir.str("whole")))
+          .exit_code,
+      0);
+  EXPECT_EQ(test::run_command(test::memo_bin() + " train --run " + dir.str("whole/run.toml") +
+                              " --resume " + dir.str("whole") + " --steps 4")
+                .exit_code,
+            0);
 }
 
 // A run resumed from a checkpoint before its last step, into the same --log, holds each step

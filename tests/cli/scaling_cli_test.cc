@@ -400,6 +400,20 @@ TEST_F(ScalingCli, a_sweep_file_holds_one_setup) {
   test::expect_clean_failure(sweep_cmd("1e-3", "--data " + dir.str("other.txt")),
                              "holds runs of another setup (its run 1: 'data' = ");
   test::expect_clean_failure(sweep_cmd("1e-3", "--warmup 2"), "'warmup' = 0 there, 2 here");
+  // a target-loss sweep is another setup than a fixed-budget one, and than another target
+  test::expect_clean_failure(sweep_cmd("1e-3", "--target-loss 5"),
+                             "'target_loss' = nothing there, 5.0 here");
+  std::string target = sweep_cmd("1e-3", "--target-loss 5");
+  target.replace(target.find(dir.str("sweep.jsonl")), dir.str("sweep.jsonl").size(),
+                 dir.str("target.jsonl"));
+  ASSERT_EQ(test::run_command(target).exit_code, 0);
+  std::string other_target = target;
+  other_target.replace(other_target.find("--target-loss 5"), 15, "--target-loss 4");
+  test::expect_clean_failure(other_target, "'target_loss' = 5.0 there, 4.0 here");
+  std::string plain = sweep_cmd("1e-3");
+  plain.replace(plain.find(dir.str("sweep.jsonl")), dir.str("sweep.jsonl").size(),
+                dir.str("target.jsonl"));
+  test::expect_clean_failure(plain, "'target_loss' = 5.0 there, nothing here");
   // the same setup resumes: finished runs skipped, new lrs run
   const test::CommandResult r = test::run_command(sweep_cmd("1e-3,2e-3"));
   ASSERT_EQ(r.exit_code, 0) << r.output;

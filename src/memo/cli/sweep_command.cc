@@ -112,13 +112,18 @@ bool same_run(const nlohmann::json& line, const nlohmann::json& key) {
                      [&](const char* f) { return k == f; }) != std::end(kContextFields);
     if (!line.contains(k) ? !context : line.at(k) != v) return false;
   }
-  return true;
+  return line.contains("target_loss") == key.contains("target_loss");
 }
 
 // What differs in a setup field between a line and this sweep: for the model, its first config
 // field that differs.
 std::string setup_difference(const std::string& field, const nlohmann::json& line,
                              const nlohmann::json& key) {
+  if (!line.contains(field) || !key.contains(field))
+    return str("'", field,
+               "' = ", line.contains(field) ? json_excerpt(line.at(field)) : std::string("nothing"),
+               " there, ",
+               key.contains(field) ? json_excerpt(key.at(field)) : std::string("nothing"), " here");
   const nlohmann::json &a = line.at(field), &b = key.at(field);
   if (a.is_object() && b.is_object())
     for (const auto& [k, v] : b.items())

@@ -302,6 +302,9 @@ TrainOptions resolve_options(const TrainFlags& f) {
     throw ConfigError(
         "--lr is set by the law under --batch-schedule noise: give --eps-max and --b-noise, or "
         "--fit");
+  // checked here, not only where a probe is made (a run of one micro-batch makes none)
+  if (!(o.gns_decay >= 0.0 && o.gns_decay < 1.0))
+    throw ConfigError(str("--gns-decay ", o.gns_decay, " is outside [0, 1)"));
   if (ignores_learning_rate(o.optimizer)) {
     const char* flag = f.lr->count() > 0       ? "--lr"
                        : o.batch_schedule      ? "--batch-schedule noise"

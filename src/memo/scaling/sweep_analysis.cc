@@ -101,9 +101,11 @@ std::string common_setting(const SweepFile& file, const std::string& path) {
       throw FormatError(str(path, " line ", l.line, ": optimiser setting ", run_setting(l.run),
                             " differs from line ", first.line, "'s ", run_setting(first.run),
                             "; fit one file per setting"));
-    throw FormatError(str(path, " line ", l.line, ": '", field,
-                          "' = ", json_excerpt(l.run.at(field)), " differs from line ", first.line,
-                          "'s ", json_excerpt(first.run.at(field)),
+    auto value = [&](const nlohmann::json& run) {
+      return run.contains(field) ? json_excerpt(run.at(field)) : std::string("nothing");
+    };
+    throw FormatError(str(path, " line ", l.line, ": '", field, "' = ", value(l.run),
+                          " differs from line ", first.line, "'s ", value(first.run),
                           "; a fit compares runs that differ only in lr, batch_tokens and seed: ",
                           "fit each setup from its own file"));
   }

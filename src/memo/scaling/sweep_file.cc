@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <string_view>
 
 #include "memo/core/error.h"
 #include "memo/core/json_excerpt.h"
@@ -81,8 +82,12 @@ std::string run_setting(const nlohmann::json& run) {
 }
 
 std::string differing_setup_field(const nlohmann::json& a, const nlohmann::json& b) {
-  for (const char* key : kSetupFields)
+  for (const char* key : kSetupFields) {
+    const std::string_view k = key;
+    if ((k == "target_loss" || k == "extra_steps") && a.contains(key) != b.contains(key))
+      return key;
     if (a.contains(key) && b.contains(key) && a.at(key) != b.at(key)) return key;
+  }
   return "";
 }
 

@@ -37,10 +37,11 @@ std::string run_setting(const nlohmann::json& run);
 inline constexpr const char* kSetupFields[] = {
     "optimizer",    "hyperparameters", "model",        "data", "val_data",
     "val_fraction", "val_windows",     "precision",    "seq",  "micro_batch",
-    "budget",       "warmup",          "min_lr_ratio", "clip", "extra_steps",
-    "loss_window"};
-// The first setup field both runs have with different values; "" when there is none (a field
-// one of them lacks, as lines of an older memo lack some, is not compared).
+    "budget",       "warmup",          "min_lr_ratio", "clip", "target_loss",
+    "extra_steps",  "loss_window"};
+// The first setup field both runs have with different values, or that a target-loss run has and
+// the other lacks (target_loss, extra_steps); "" when there is none (another field one of them
+// lacks, as lines of an older memo lack the model, data and precision, is not compared).
 std::string differing_setup_field(const nlohmann::json& a, const nlohmann::json& b);
 
 }  // namespace memo::scaling

@@ -418,6 +418,10 @@ void read_resume_state(TrainOptions& o, ResumePoint& r, const std::string& file)
   restore_pinned(o, pinned, file);
   for (const std::string& key : o.pinned_given)
     if (pinned.contains(key) && asked.at(key) != pinned.at(key)) {
+      // --micro-batch 0 means the whole batch, which the checkpoint records resolved
+      if (key == "micro_batch" && asked.at(key) == 0 && pinned.contains("batch") &&
+          pinned.at(key) == pinned.at("batch"))
+        continue;
       std::string flag = "--" + key;
       std::replace(flag.begin(), flag.end(), '_', '-');
       throw ConfigError(str(flag, " ", json_excerpt(asked.at(key)), ": ", o.resume_dir,
