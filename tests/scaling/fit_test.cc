@@ -29,6 +29,17 @@ TEST(Fit, exact_surge_data_gives_its_parameters_back) {
   EXPECT_EQ(c.best_by_aicc, Law::kSurge);
 }
 
+// With as few batch sizes as the power law has parameters every AICc is undefined (inf): the
+// summary names no law best by it.
+TEST(Fit, no_law_is_best_by_an_undefined_aicc) {
+  const LawComparison c = fit_laws(points_from(Law::kSurge, {3e-4, 4e4}, {1e3, 1e4, 1e5}, 0.0, 1));
+  for (const LawFit& f : c.fits) EXPECT_FALSE(std::isfinite(f.aicc));
+  EXPECT_EQ(c.summary().find("best AICc"), std::string::npos) << c.summary();
+  EXPECT_NE(
+      fit_laws(points_from(Law::kSurge, {3e-4, 4e4}, kBatches, 0.0, 1)).summary().find("best AICc"),
+      std::string::npos);
+}
+
 TEST(Fit, exact_power_data_gives_its_parameters_back) {
   const LawFit f =
       fit_law(Law::kPower, points_from(Law::kPower, {1e-3, 3e4, 0.7}, kBatches, 0.0, 1));

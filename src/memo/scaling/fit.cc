@@ -330,6 +330,9 @@ LawComparison fit_laws(const std::vector<OptimalLr>& points, double confidence) 
 std::string LawComparison::summary() const {
   std::string out;
   char buf[160];
+  // "best AICc" only where some AICc is defined (it needs n > p + 1)
+  bool aicc = false;
+  for (const LawFit& f : fits) aicc = aicc || std::isfinite(f.aicc);
   for (const LawFit& f : fits) {
     const char* names[3] = {"eps_max", "B_noise", "alpha"};
     if (f.law == Law::kPower) names[0] = "eps", names[1] = "B_star";
@@ -342,7 +345,7 @@ std::string LawComparison::summary() const {
     std::snprintf(buf, sizeof buf, "; RSS %.4g, AIC %.2f, AICc %.2f%s%s%s\n", f.rss, f.aic, f.aicc,
                   f.law == best_by_rss ? ", best RSS" : "",
                   f.law == best_by_aic ? ", best AIC" : "",
-                  f.law == best_by_aicc ? ", best AICc" : "");
+                  aicc && f.law == best_by_aicc ? ", best AICc" : "");
     out += buf;
   }
   return out;
