@@ -60,15 +60,13 @@ nlohmann::json finite_or_null(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
 }
 
-// What every run of the sweep shares beyond its options' key fields: the model, the data, what
-// judges the runs and the precision. A line of an older memo lacks them.
-constexpr const char* kContextFields[] = {"model",       "data",      "val_data",   "val_fraction",
-                                          "val_windows", "precision", "loss_window"};
-
 std::string absolute_or_empty(const std::string& path) {
   return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
 }
 
+// What every run of the sweep shares beyond its options' key fields: the model, the data, what
+// judges the runs and the precision (setup fields, scaling/sweep_file.h; a line of an older memo
+// lacks them).
 nlohmann::json sweep_context(const SweepOptions& s, const ModelConfig& config,
                              const Backend& backend) {
   return {{"model", model_config_to_json(config)},
@@ -105,14 +103,12 @@ nlohmann::json run_key(const SweepOptions& s, const nlohmann::json& context,
   return key;
 }
 
+// Whether a line of the file is the run at key's grid point. run_sweep has checked that every
+// line's setup is this sweep's (differing_setup_field), so the grid point decides.
 bool same_run(const nlohmann::json& line, const nlohmann::json& key) {
-  for (const auto& [k, v] : key.items()) {
-    const bool context =
-        std::find_if(std::begin(kContextFields), std::end(kContextFields),
-                     [&](const char* f) { return k == f; }) != std::end(kContextFields);
-    if (!line.contains(k) ? !context : line.at(k) != v) return false;
-  }
-  return line.contains("target_loss") == key.contains("target_loss");
+  for (const char* k : {"lr", "batch_tokens", "seed"})
+    if (!line.contains(k) || line.at(k) != key.at(k)) return false;
+  return true;
 }
 
 // What differs in a setup field between a line and this sweep: for the model, its first config

@@ -551,19 +551,11 @@ void TrainSession::check_pipeline_host(const std::vector<int>& counts) {
   const PipelineShape shape = pipeline_shape();
   // the most micro-batches a step will run (a noise schedule grows them): the most in flight
   const int m = int(plan_->max_micro_steps() / data_parallel().size());
-  const SkeletalLayout& skeletal = model_->skeletal();
   // memo's cost model: at least x and attention (alpha 0), within its share of the pool
   const bool cost_model = a.kind == "memo" && !a.alpha;
   int64_t layer_bytes = 0;  // of the length stage whose layers are the largest
-  for (const SeqStage& s : stages_) {
-    const int64_t T = skeletal.token_rows(s.micro_batch, s.seq);
-    const int64_t rows = a.kind != "memo" ? T
-                         : cost_model
-                             ? 0
-                             : memo_offload_rows(*a.alpha, T, backend_.reproducible_rows());
-    layer_bytes =
-        std::max(layer_bytes, swap_host_layer_bytes(skeletal, s.micro_batch, s.seq, rows));
-  }
+  for (const SeqStage& s : stages_)
+    layer_bytes = std::max(layer_bytes, host_layer_bytes(s.micro_batch, s.seq));
   int stage = 0;
   ParkedLayers fullest;
   for (int p = 0; p < shape.stages; ++p) {
@@ -620,28 +612,32 @@ void TrainSession::check_tokenizers() const {
 
 // Note [Host memory before step 1]
 // Without --pp, offload and memo send each micro-batch's layers below the top two to the host
-// (swap_host_layer_bytes each, as the strategy's pool takes them: rounded): offload all their
-// token rows, memo with --alpha its rows, memo's cost model at least alpha 0's (x and the
-// attention). Every length stage's figure is checked against --host-memory here, before the
-// weights are drawn, whatever the device budget: a stage that would not fit used to fail in its
-// first step, after the stages before it had trained. The refusal says what would fit: the
+// (host_layer_bytes each). Every length stage's figure is checked against --host-memory here,
+// before the weights are drawn, whatever the device budget: a stage that would not fit used to fail
+// in its first step, after the stages before it had trained. The refusal says what would fit: the
 // --host-memory the stage needs and the longest --seq (in the device plan's rounding unit) whose
 // figure is within the budget.
+// One offloaded layer's host bytes for a micro-batch of this shape (its rank's share of the
+// sequence), as the strategy's pool takes them: offload all its token rows, memo with --alpha its
+// rows, memo's cost model at least alpha 0's (x and the attention).
+int64_t TrainSession::host_layer_bytes(int64_t micro_batch, int64_t local_seq) const {
+  const StrategyOptions& a = o_.activations;
+  const SkeletalLayout& skeletal = model_->skeletal();
+  const int64_t T = skeletal.token_rows(micro_batch, local_seq);
+  const int64_t rows = a.kind != "memo" ? T
+                       : !a.alpha       ? 0
+                                  : memo_offload_rows(*a.alpha, T, backend_.reproducible_rows());
+  return swap_host_layer_bytes(skeletal, micro_batch, local_seq, rows);
+}
+
 void TrainSession::check_host_memory() const {
   const StrategyOptions& a = o_.activations;
   if (o_.pp > 1 || (a.kind != "offload" && a.kind != "memo") || a.host_memory_bytes <= 0) return;
-  const SkeletalLayout& skeletal = model_->skeletal();
-  const int64_t layers = std::max(0, skeletal.num_layers - 2);
+  const int64_t layers = std::max(0, model_->skeletal().num_layers - 2);
   const bool cost_model = a.kind == "memo" && !a.alpha;
   const int64_t cp = std::max<int64_t>(1, o_.cp), tp = std::max<int64_t>(1, o_.tp);
   auto need = [&](int64_t micro_batch, int64_t seq) {
-    const int64_t local = seq / cp;  // a context-parallel rank's share
-    const int64_t T = skeletal.token_rows(micro_batch, local);
-    const int64_t rows = a.kind != "memo" ? T
-                         : cost_model
-                             ? 0
-                             : memo_offload_rows(*a.alpha, T, backend_.reproducible_rows());
-    return layers * swap_host_layer_bytes(skeletal, micro_batch, local, rows);
+    return layers * host_layer_bytes(micro_batch, seq / cp);  // a context-parallel rank's share
   };
   for (size_t k = 0; k < stages_.size(); ++k) {
     const SeqStage& s = stages_[k];

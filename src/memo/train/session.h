@@ -125,6 +125,7 @@ class TrainSession {
   // --pp with offload or memo: the stages' host memory within --host-memory (counts: each chunk's
   // layers)
   void check_pipeline_host(const std::vector<int>& counts);
+  int64_t host_layer_bytes(int64_t micro_batch, int64_t local_seq) const;
   void check_host_memory() const;
   void check_tokenizers() const;
   int pp_in_flight_ = 1;  // --pp: the most passes this rank holds in flight
