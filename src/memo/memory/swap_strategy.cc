@@ -238,15 +238,30 @@ void SwapStrategy::forward_done(int layer) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - layer_start_).count();
   if (layer < offload_end_) queue_offload(layer);
   if (layer == end_ - 1 && !profile_.valid) {
+    d2h_->synchronize();  // so the bandwidth covers whole copies
+    const int64_t bytes = d2h_->copied_bytes() - d2h_bytes_before_;
+    const double busy = d2h_->busy_s() - d2h_busy_before_;
+    if (cold_passes_++ == 0) {  // Note [A warm profile]
+      d2h_bytes_before_ += bytes;
+      d2h_busy_before_ += busy;
+      return;
+    }
     double sum = 0.0;
     for (int l = first_; l < end_; ++l) sum += layer_forward_s_[size_t(l)];
     profile_.layer_forward_s = sum / double(end_ - first_);
-    d2h_->synchronize();  // so the bandwidth covers whole copies
-    if (d2h_->busy_s() > 0.0)
-      profile_.d2h_bytes_per_s = double(d2h_->copied_bytes()) / d2h_->busy_s();
+    if (busy > 0.0) profile_.d2h_bytes_per_s = double(bytes) / busy;
     profile_.valid = true;
   }
 }
+
+// Note [A warm profile]
+// The strategy's first forward pass is the first to touch the activation arena's and the host
+// pool's pages, and on a GPU the first to load its kernels: on a 2-core EPYC (2026-12-06) its
+// layers took about ten times as long as in later passes, and the cost model, seeing slow layers
+// that hide slow copies, chose an alpha far too high. The profile times the second forward pass,
+// and its copies' bandwidth from the copy stream's totals since the first ended; memo's warm-up
+// runs two micro-batches when the cost model needs one (TrainStep::warmup), their gradients
+// dropped. An offload run's profile, which only reports, is its second micro-batch's.
 
 ActivationStrategy::CopyTime SwapStrategy::copy_time() const {
   if (!backend_ || !d2h_ || !h2d_) return {};

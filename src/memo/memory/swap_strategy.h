@@ -123,6 +123,11 @@ class SwapStrategy : public ActivationStrategy {
   std::vector<double> layer_forward_s_;
   std::chrono::steady_clock::time_point layer_start_;
   SwapProfile profile_;
+  // Note [A warm profile]: forward passes ended before the profiled one, and the copy stream's
+  // totals when the profiled pass began
+  int cold_passes_ = 0;
+  int64_t d2h_bytes_before_ = 0;
+  double d2h_busy_before_ = 0.0;
 
   // Last: destroyed first, so both streams have finished every copy before any buffer goes.
   // Made by the backend when it is bound.

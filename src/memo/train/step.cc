@@ -138,9 +138,12 @@ void TrainStep::update(const StepGradients& g, double lr, double clip) {
 void TrainStep::warmup(int64_t step) {
   MEMO_CHECK(!pipeline_, "a pipeline step has no warm-up micro-batch");
   source_(step, 0, inputs_.data(), targets_.data(), shape_.micro_batch);
-  model_.zero_grads();
-  model_.forward_backward(inputs_.data(), targets_.data(), shape_.micro_batch, shape_.seq, 0.0f,
-                          strategy_, alloc_);
+  // the strategy times its second pass (Note [A warm profile] in memory/swap_strategy.cc)
+  for (int pass = 0; pass < 2 && strategy_.wants_warmup(); ++pass) {
+    model_.zero_grads();
+    model_.forward_backward(inputs_.data(), targets_.data(), shape_.micro_batch, shape_.seq, 0.0f,
+                            strategy_, alloc_);
+  }
 }
 
 }  // namespace memo

@@ -69,8 +69,9 @@ class TrainStep {
   void update(const StepGradients& g, double lr, double clip);
   // ZeRO-1: the optimiser was built for shards[rank]'s tensors (train/zero.h); null: every tensor.
   void set_zero_shards(const std::vector<ZeroShard>* shards) { shards_ = shards; }
-  // One micro-batch of `step` whose gradients are dropped: the profiling run of strategies that
-  // want one (ActivationStrategy::wants_warmup).
+  // The first micro-batch of `step`, run until the strategy stops wanting a warm-up
+  // (ActivationStrategy::wants_warmup), at most twice, its gradients dropped: the profiling runs
+  // of memo's cost model (Note [A warm profile] in memory/swap_strategy.cc).
   void warmup(int64_t step);
 
   const StepShape& shape() const { return shape_; }

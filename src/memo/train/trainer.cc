@@ -156,8 +156,8 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
   // the MFU denominator: the best of at least two timed products, over a quarter second so that
   // a run's start stays short (a process measures once: CpuBackend keeps it)
   logger.print_peaks(runtime.backend().measure_matmul_peak_flops(0.25));
-  // profile on the first micro-batch; its gradients are dropped (under --pp each stage profiles
-  // its first pass instead: Note [Pipeline alpha] in train/session.cc)
+  // profile on the first micro-batch, run twice, its gradients dropped (under --pp each stage
+  // profiles its second pass instead: Note [Pipeline alpha] in train/session.cc)
   if (!s.step().pipeline() && s.strategy().wants_warmup()) s.step().warmup(s.start_step() + 1);
   runtime.log() << "memo: activations: " << s.activation_summary() << "\n";
 
