@@ -21,7 +21,8 @@ TEST(Units, parse_bytes_accepts_binary_and_decimal_units) {
 }
 
 TEST(Units, parse_bytes_rejects_garbage_naming_the_text_and_the_forms) {
-  for (const char* bad : {"", "-1GiB", "GiB", "1.5 furlongs", "1..5G", "1e3", "99999999999TiB"}) {
+  for (const char* bad :
+       {"", "-1GiB", "GiB", "1.5 furlongs", "1..5G", "1e3", "99999999999TiB", "0.5B"}) {
     try {
       parse_bytes(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "memo/cli/commands.h"
+#include "memo/cli/number_check.h"
 #include "memo/cli/run_file.h"
 #include "memo/core/error.h"
 #include "memo/mpi/mpi_communicator.h"
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   memo::cli::add_tokenize_command(app);
   memo::cli::add_generate_command(app);
   memo::cli::add_plot_command(app);
+  memo::cli::refuse_empty_numbers(app);
   // memo train --run FILE: the file's keys become flags before the command line's (Note [Run
   // files]); the rewritten arguments are kept alive here for argv.
   std::vector<std::string> args(argv, argv + argc);

@@ -24,3 +24,22 @@ inline CLI::Validator number_check(bool positive) {
 }
 
 }  // namespace memo::cli
+
+namespace memo::cli {
+
+// CLI11 converts an empty value to the type's default: `--alpha ""` would run with alpha 0, the
+// user having meant no such thing. Every number flag of `app` and its subcommands refuses one.
+inline void refuse_empty_numbers(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0 && type.rfind("FLOAT", 0) != 0)
+      continue;
+    opt->check(CLI::Validator(
+        [](std::string& s) -> std::string { return s.empty() ? "a number is needed, got ''" : ""; },
+        ""));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    refuse_empty_numbers(*sub);
+}
+
+}  // namespace memo::cli

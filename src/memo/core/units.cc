@@ -45,6 +45,7 @@ int64_t parse_bytes(std::string_view text) {
     if (u != name) continue;
     const double bytes = std::floor(value * scale);
     if (!(bytes <= 0x1p62)) throw bad("is larger than 2^62 bytes");
+    if (bytes == 0 && value > 0) throw bad("is less than one byte");
     return int64_t(bytes);
   }
   throw bad("has an unknown unit");
