@@ -72,6 +72,16 @@ TEST_F(Cli, gns_decay_outside_its_range_is_refused_with_one_micro_batch_too) {
                              "--gns-decay 1 is outside [0, 1)");
 }
 
+// CLI11 reads an empty value as the type's default; a number flag refuses one instead of running
+// with alpha 0 or lr 0.
+TEST_F(Cli, an_empty_value_of_a_number_flag_is_refused) {
+  test::expect_clean_failure(train_cmd(dir / "e", "--steps 1 --activations memo --alpha ''"),
+                             "--alpha: a number is needed, got ''");
+  test::expect_clean_failure(
+      test::memo_bin() + " plan --config " + dir.str("config.json") + " --seq ''",
+      "--seq: a number is needed, got ''");
+}
+
 TEST_F(Cli, same_command_gives_bitwise_identical_losses) {
   ASSERT_EQ(
       test::run_command(train_cmd(dir / "a", "--steps 6 --log " + dir.str("a.jsonl"))).exit_code,
@@ -680,6 +690,27 @@ TEST_F(Cli, a_run_that_overflows_host_memory_is_refused_before_step_1_with_what_
   EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << r.output;
   const std::string said = "--activations offload: each micro-batch sends 2 layers x ";
   ASSERT_NE(r.output.find(said), std::string::npos) << r.output;
+  // memo plan --config says the same of the run, and what a memo run given --alpha sends
+  const std::string plan = test::memo_bin() + " plan --config " + dir.str("deep.json") +
+                           " --seq 64 --batch 2 --host-memory 60KiB --activations ";
+  const test::CommandResult planned = test::run_command(plan + "offload");
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  const std::string from = r.output.substr(r.output.find(said));
+  const std::string refusal = from.substr(0, from.find('\n'));
+  EXPECT_NE(planned.output.find("fits: no: " + refusal), std::string::npos)
+      << planned.output << "\n"
+      << refusal;
+  const test::CommandResult half = test::run_command(plan + "memo --alpha 0.5 --json");
+  ASSERT_EQ(half.exit_code, 0) << half.output;
+  const nlohmann::json j = nlohmann::json::parse(half.output);
+  EXPECT_EQ(j.at("alpha"), 0.5);
+  const test::CommandResult ran =
+      test::run_command(cmd("--seq 64 --activations memo --alpha 0.5 --host-memory 60KiB"));
+  EXPECT_EQ(j.at("host_fits").get<bool>(), ran.exit_code == 0) << j.dump() << ran.output;
+  test::expect_clean_failure(plan + "keep",
+                             "--host-memory applies to --activations offload or memo, not keep");
+  test::expect_clean_failure(plan + "offload --efficiency 0.5",
+                             "--efficiency applies to plans on hardware we do not have");
   const size_t at = r.output.find("or --seq ");
   ASSERT_NE(at, std::string::npos) << r.output;
   const int64_t fits = std::stoll(r.output.substr(at + 9));

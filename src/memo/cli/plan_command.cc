@@ -70,6 +70,18 @@ struct PlanCommandOptions {
   bool compare = false;
   bool layouts = false;
   bool activations_given = false;
+  // the flags of the cluster mode alone, refused by name in a --config plan
+  std::vector<const CLI::Option*> cluster_only;
+};
+
+// offload and memo in a --config plan: what each micro-batch sends to the host, against
+// --host-memory, as memo train checks it before step 1 (Note [Host memory before step 1]).
+struct HostPlan {
+  int64_t bytes = 0;    // per micro-batch; 0: the strategy sends nothing
+  int64_t budget = 0;   // --host-memory; 0: unlimited
+  bool least = false;   // memo's cost model: alpha 0's bytes, the least it sends
+  std::string refusal;  // memo train's refusal of the run; empty when it fits
+  bool fits() const { return refusal.empty(); }
 };
 
 nlohmann::json level_json(const PlanLevel& level) {
@@ -119,7 +131,7 @@ nlohmann::json plan_json(const DevicePlan& dp, const std::string& strategy) {
   return j;
 }
 
-void print_text(const DevicePlan& dp, const PlanCommandOptions& o) {
+void print_text(const DevicePlan& dp, const PlanCommandOptions& o, const HostPlan& host) {
   const ActivationPlan& a = dp.activations;
   std::cout << "memo plan: " << o.config_path << ", batch " << dp.batch << " x seq " << dp.seq
             << ", activations " << o.activations << ", solver " << o.solver << ", "
@@ -128,7 +140,19 @@ void print_text(const DevicePlan& dp, const PlanCommandOptions& o) {
   std::cout << "device need:\n" << need_breakdown(dp.need);
   if (dp.budget_bytes > 0)
     std::cout << "  budget               " << gib(double(dp.budget_bytes)) << "\n";
-  std::cout << "alpha                  n/a (" << o.activations << ")\n";
+  if (o.activations != "memo")
+    std::cout << "alpha                  n/a (" << o.activations << ")\n";
+  else if (o.alpha)
+    std::cout << "alpha                  " << *o.alpha << " (given)\n";
+  else
+    std::cout << "alpha                  the cost model's, chosen when the run starts\n";
+  if (host.bytes > 0) {
+    std::cout << "host need              " << format_bytes(host.bytes) << " (" << host.bytes
+              << " B) per micro-batch" << (host.least ? " at alpha 0, the least memo offloads" : "")
+              << "\n";
+    if (host.budget > 0)
+      std::cout << "  budget               " << format_bytes(host.budget) << " (--host-memory)\n";
+  }
   char line[200];
   std::snprintf(line, sizeof line,
                 "plan peak              %s (%lld B)\nlower bound            %s (%lld B)\ngap       "
@@ -147,7 +171,10 @@ void print_text(const DevicePlan& dp, const PlanCommandOptions& o) {
                   r.solver.c_str(), plan::status_name(r.status), r.solve_seconds);
     std::cout << line;
   }
-  if (dp.budget_bytes == 0)
+  if (!host.fits())
+    std::cout << "fits: no: " << (dp.fits() ? "" : dp.over_budget_message() + "; and ")
+              << host.refusal << "\n";
+  else if (dp.budget_bytes == 0)
     std::cout << "fits: yes (no --device-memory given)\n";
   else if (dp.fits())
     std::cout << "fits: yes, " << gib(double(dp.budget_bytes - dp.need.total_bytes()))
@@ -169,7 +196,8 @@ DevicePlanOptions device_plan_options(const PlanCommandOptions& o, const ModelCo
   options.plan.solver = plan_solver_from_name(o.solver);
   options.plan.mip_seconds = o.mip_seconds;
   options.strategy.kind = o.activations;
-  options.optimizer.name = o.optimizer;     // its default hyperparameters
+  options.strategy.alpha = o.alpha;      // refused by make_strategy for a strategy other than memo
+  options.optimizer.name = o.optimizer;  // its default hyperparameters
   make_strategy_factory(options.strategy);  // reject an unknown strategy before the model is built
   optimizer_state_bytes(o.optimizer, ParamLayout(config),
                         options.optimizer.options);  // or a bad name
@@ -234,9 +262,17 @@ StepTraffic trace_traffic(TracedModel& traced, const PlanCommandOptions& o,
   return traffic;
 }
 
-void print_plan_json(const DevicePlan& dp, const PlanCommandOptions& o,
+void print_plan_json(const DevicePlan& dp, const PlanCommandOptions& o, const HostPlan& host,
                      const StepTraffic& traffic) {
   nlohmann::json j = plan_json(dp, o.activations);
+  j["fits"] = dp.fits() && host.fits();
+  j["device_fits"] = dp.fits();
+  j["host_fits"] = host.fits();
+  if (o.alpha) j["alpha"] = *o.alpha;
+  j["host_need_bytes"] = host.bytes;
+  j["host_need_is_least"] = host.least;
+  j["host_budget_bytes"] = host.budget;
+  if (!host.fits()) j["host_message"] = host.refusal;
   j["cp"] = o.cp;
   j["tp"] = o.tp;
   if (o.cp > 1) j["cp_bytes_per_micro_batch"] = traffic.ring.bytes_sent;
@@ -244,9 +280,9 @@ void print_plan_json(const DevicePlan& dp, const PlanCommandOptions& o,
   std::cout << j.dump(2) << "\n";
 }
 
-void print_plan_text(const DevicePlan& dp, const PlanCommandOptions& o, const Model& model,
-                     const StepTraffic& traffic) {
-  print_text(dp, o);
+void print_plan_text(const DevicePlan& dp, const PlanCommandOptions& o, const HostPlan& host,
+                     const Model& model, const StepTraffic& traffic) {
+  print_text(dp, o, host);
   if (o.cp > 1)
     std::cout << "context parallel: one of " << o.cp << " ranks, " << o.seq / o.cp
               << " tokens of each sequence; the ring and the loss send " << traffic.ring.bytes_sent
@@ -266,19 +302,45 @@ void write_timeline(const PlanCommandOptions& o, const DevicePlan& dp, int64_t b
                                                       ", batch ", o.batch, " x seq ", o.seq)));
 }
 
+// --host-memory of a --config plan: memo train's (per process; 0: unlimited).
+int64_t host_budget(const PlanCommandOptions& o) {
+  const int64_t budget = parse_bytes(o.host_memory, "--host-memory");
+  if (budget > 0 && o.activations != "offload" && o.activations != "memo")
+    throw ConfigError(
+        str("--host-memory applies to --activations offload or memo, not ", o.activations));
+  return budget;
+}
+
+HostPlan plan_host(const PlanCommandOptions& o, const DevicePlanOptions& options,
+                   const Model& model) {
+  HostPlan h;
+  h.budget = host_budget(o);
+  StrategyOptions strategy = options.strategy;
+  strategy.host_memory_bytes = h.budget;
+  const int64_t g = model.backend().reproducible_rows();
+  h.bytes = host_micro_batch_bytes(strategy, model.skeletal(), g, o.batch, o.seq, o.cp);
+  h.least = o.activations == "memo" && !o.alpha;
+  h.refusal = host_over_budget(strategy, model.skeletal(), g, o.batch, o.seq, o.cp, o.tp);
+  return h;
+}
+
 void run_plan(const PlanCommandOptions& o) {
   const ModelConfig config = load_model_config(o.config_path);
   check_shape_flags(o, config);
+  // the trace's strategy has no host budget (the device plan does not depend on it): the host
+  // need is checked against --host-memory as memo train checks it, before its trace
   const DevicePlanOptions options = device_plan_options(o, config);
   const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
+  host_budget(o);
   check_parallel_flags(o);
   TracedModel traced(config, o);
+  const HostPlan host = plan_host(o, options, *traced.model);
   const DevicePlan dp = plan_device_memory(*traced.model, o.batch, o.seq, budget, options);
   const StepTraffic traffic = trace_traffic(traced, o, options);
   if (o.json)
-    print_plan_json(dp, o, traffic);
+    print_plan_json(dp, o, host, traffic);
   else
-    print_plan_text(dp, o, *traced.model, traffic);
+    print_plan_text(dp, o, host, *traced.model, traffic);
   if (!o.timeline_path.empty()) write_timeline(o, dp, budget);
 }
 
@@ -737,10 +799,12 @@ void add_cluster_layout_flags(CLI::App* cmd, PlanCommandOptions& o) {
   cmd->add_option("--gpu", o.gpu,
                   "GPU kind: a name shipped in hardware/ (a800-80gb, a100-80gb, "
                   "h100-sxm, h200) or a path to a JSON file like them");
-  cmd->add_option("--hardware-dir", o.hardware_dir, "Where the shipped GPU files are")
-      ->capture_default_str();
-  cmd->add_option("--gpus-per-node", o.gpus_per_node, "GPUs sharing one host's memory")
-      ->capture_default_str();
+  o.cluster_only.push_back(
+      cmd->add_option("--hardware-dir", o.hardware_dir, "Where the shipped GPU files are")
+          ->capture_default_str());
+  o.cluster_only.push_back(
+      cmd->add_option("--gpus-per-node", o.gpus_per_node, "GPUs sharing one host's memory")
+          ->capture_default_str());
   cmd->add_option("--tp", o.tp, "Tensor parallel ranks (with sequence parallelism)")
       ->capture_default_str();
   cmd->add_option("--cp", o.cp, "Context parallel ranks")->capture_default_str();
@@ -772,24 +836,31 @@ void add_device_flags(CLI::App* cmd, PlanCommandOptions& o) {
 // Hardware we do not have: host memory, links, efficiency and memo's alpha.
 void add_cluster_cost_flags(CLI::App* cmd, PlanCommandOptions& o) {
   cmd->add_option("--host-memory", o.host_memory,
-                  "Host memory per node for offloaded activations, e.g. 2TiB")
+                  "Host memory for offloaded activations, e.g. 2TiB: per node with --gpus; with "
+                  "--config per process, as memo train's (0: unlimited)")
       ->capture_default_str();
-  cmd->add_option(
+  std::vector<const CLI::Option*>& only = o.cluster_only;
+  only.push_back(cmd->add_option(
       "--host-bandwidth", o.host_bandwidth_gb,
-      "Host link GB/s per GPU and direction, all GPUs copying (default: the GPU file's)");
-  cmd->add_option(
-         "--network-bandwidth", o.network_gb,
-         "Between nodes, GB/s per GPU and direction (for TP or CP groups wider than a node)")
-      ->capture_default_str();
-  cmd->add_option("--efficiency", o.efficiency, "Achieved fraction of peak FLOP/s in compute")
-      ->capture_default_str();
-  cmd->add_option("--zero", o.zero, "ZeRO stage over the data-parallel ranks (0-3)")
-      ->capture_default_str();
-  cmd->add_option("--workspace", o.workspace,
-                  "Per-GPU memory outside memo's plan (CUDA context, cuBLAS, NCCL)")
-      ->capture_default_str();
-  cmd->add_option("--alpha", o.alpha, "memo: a fixed alpha instead of the cost model's");
-  cmd->add_flag("--compare", o.compare, "Every strategy side by side (the default with --gpus)");
+      "Host link GB/s per GPU and direction, all GPUs copying (default: the GPU file's)"));
+  only.push_back(
+      cmd->add_option(
+             "--network-bandwidth", o.network_gb,
+             "Between nodes, GB/s per GPU and direction (for TP or CP groups wider than a node)")
+          ->capture_default_str());
+  only.push_back(
+      cmd->add_option("--efficiency", o.efficiency, "Achieved fraction of peak FLOP/s in compute")
+          ->capture_default_str());
+  only.push_back(cmd->add_option("--zero", o.zero, "ZeRO stage over the data-parallel ranks (0-3)")
+                     ->capture_default_str());
+  only.push_back(cmd->add_option("--workspace", o.workspace,
+                                 "Per-GPU memory outside memo's plan (CUDA context, cuBLAS, NCCL)")
+                     ->capture_default_str());
+  cmd->add_option("--alpha", o.alpha,
+                  "memo: a fixed alpha instead of the cost model's (with --config: as memo "
+                  "train's --alpha)");
+  only.push_back(cmd->add_flag("--compare", o.compare,
+                               "Every strategy side by side (the default with --gpus)"));
   cmd->add_flag("--layouts", o.layouts,
                 "Every --tp x --cp x --pp layout of --gpus (the rest data parallel), fastest "
                 "first, each with the fastest strategy that fits (or --activations')");
@@ -805,9 +876,18 @@ void run_plan_command(const PlanCommandOptions& o, const CLI::Option* optimizer_
     if (o.config_path.empty())
       throw ConfigError(
           "memo plan needs --config (this machine) or --model with --gpus and --gpu (a cluster)");
+    for (const CLI::Option* flag : o.cluster_only)
+      if (flag->count() > 0)
+        throw ConfigError(str(flag->get_name(),
+                              " applies to plans on hardware we do not have (--model with --gpus "
+                              "and --gpu); a --config plan is of a run on this machine"));
     if (o.pp > 1) {
       if (!o.timeline_path.empty())
         throw ConfigError("--timeline draws one process's plan: drop --pp");
+      if (host_budget(o) > 0)
+        throw ConfigError(
+            "--host-memory with --pp: memo plan --config does not size a pipeline's host memory "
+            "(memo train --pp checks each stage's before step 1); drop one of them");
       run_pipeline_plan(o);
       return;
     }

@@ -53,6 +53,19 @@ struct DevicePlan {
   std::string over_budget_message() const;  // memory/budget.h's refusal for this plan
 };
 
+// Note [Host memory before step 1]: without a pipeline, offload and memo send each micro-batch's
+// layers below the top two to the host (strategy_host_layer_bytes each, of a context-parallel
+// rank's share of the sequence): host_micro_batch_bytes. The refusal of a micro-batch of this shape
+// whose layers need more than `strategy.host_memory_bytes`, saying by how much and what would fit:
+// the --host-memory it needs and the longest seq (a multiple of 2 x cp x tp) within the budget;
+// empty when it fits or the strategy sends nothing. `stage` prefixes it and names the seq a stage's
+// (--seq-schedule).
+int64_t host_micro_batch_bytes(const StrategyOptions& strategy, const SkeletalLayout& skeletal,
+                               int64_t granularity, int64_t micro_batch, int64_t seq, int64_t cp);
+std::string host_over_budget(const StrategyOptions& strategy, const SkeletalLayout& skeletal,
+                             int64_t granularity, int64_t micro_batch, int64_t seq, int64_t cp,
+                             int64_t tp, const std::string& stage = "");
+
 // One forward and backward of `batch` x `seq` tokens of `model` under the trace recorder (token
 // id 0: the sequence of requests does not depend on values; the model's gradients are left
 // zeroed), with the strategy `strategy_name` makes.

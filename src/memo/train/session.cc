@@ -476,8 +476,9 @@ void TrainSession::build_step() {
     // Note [Pipeline alpha]
     // memo's cost model on a pipeline stage: each pass in flight has its own strategy, and the k
     // passes a rank holds at once share the pool, so each chooses alpha within --host-memory / k.
-    // The stage's first strategy profiles its first pass (at alpha 0: every alpha gives the same
-    // values, so no warm-up micro-batch is spent), and the strategies made after it take its
+    // The stage's first strategy profiles its second pass (Note [A warm profile]; at alpha 0
+    // until then: every alpha gives the same values, so no warm-up micro-batch is spent), and the
+    // strategies made after it take its
     // profile as given, so a stage runs one alpha, chosen from its own chunk's layer time.
     const bool cost_model = strategy.kind == "memo" && !strategy.alpha;
     if (cost_model && strategy.host_memory_bytes > 0) strategy.host_memory_bytes /= pp_in_flight_;
@@ -618,53 +619,21 @@ void TrainSession::check_tokenizers() const {
 // --host-memory the stage needs and the longest --seq (in the device plan's rounding unit) whose
 // figure is within the budget.
 // One offloaded layer's host bytes for a micro-batch of this shape (its rank's share of the
-// sequence), as the strategy's pool takes them: offload all its token rows, memo with --alpha its
-// rows, memo's cost model at least alpha 0's (x and the attention).
+// sequence): memory/strategy_factory.h's strategy_host_layer_bytes.
 int64_t TrainSession::host_layer_bytes(int64_t micro_batch, int64_t local_seq) const {
-  const StrategyOptions& a = o_.activations;
-  const SkeletalLayout& skeletal = model_->skeletal();
-  const int64_t T = skeletal.token_rows(micro_batch, local_seq);
-  const int64_t rows = a.kind != "memo" ? T
-                       : !a.alpha       ? 0
-                                  : memo_offload_rows(*a.alpha, T, backend_.reproducible_rows());
-  return swap_host_layer_bytes(skeletal, micro_batch, local_seq, rows);
+  return strategy_host_layer_bytes(o_.activations, model_->skeletal(), micro_batch, local_seq,
+                                   backend_.reproducible_rows());
 }
 
 void TrainSession::check_host_memory() const {
-  const StrategyOptions& a = o_.activations;
-  if (o_.pp > 1 || (a.kind != "offload" && a.kind != "memo") || a.host_memory_bytes <= 0) return;
-  const int64_t layers = std::max(0, model_->skeletal().num_layers - 2);
-  const bool cost_model = a.kind == "memo" && !a.alpha;
-  const int64_t cp = std::max<int64_t>(1, o_.cp), tp = std::max<int64_t>(1, o_.tp);
-  auto need = [&](int64_t micro_batch, int64_t seq) {
-    return layers * host_layer_bytes(micro_batch, seq / cp);  // a context-parallel rank's share
-  };
+  if (o_.pp > 1) return;
   for (size_t k = 0; k < stages_.size(); ++k) {
     const SeqStage& s = stages_[k];
-    const int64_t bytes = need(s.micro_batch, s.seq);
-    if (bytes <= a.host_memory_bytes) continue;
-    const int64_t unit = 2 * cp * tp;
-    int64_t lo = 0, hi = s.seq / unit;  // lo * unit fits (0: none does)
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo + 1) / 2;
-      if (need(s.micro_batch, mid * unit) <= a.host_memory_bytes) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    throw BudgetError(
-        str(stages_.size() > 1 ? str("--seq-schedule stage ", k + 1, " (seq ", s.seq, "): ") : "",
-            "--activations ", a.kind, ": each micro-batch sends ", layers, " layers x ",
-            format_bytes(bytes / layers), " = ", format_bytes(bytes), " (", bytes,
-            " bytes) to the host", cost_model ? " at alpha 0, the least memo offloads" : "",
-            ", over --host-memory ", format_bytes(a.host_memory_bytes), " by ",
-            format_bytes(bytes - a.host_memory_bytes), "; give --host-memory ", bytes, " or more",
-            lo == 0 ? std::string()
-            : stages_.size() > 1
-                ? str(", or a seq of ", lo * unit, " in this stage (the longest that fits)")
-                : str(", or --seq ", lo * unit, " (the longest that fits)"),
-            a.kind == "memo" && !cost_model ? ", or a lower --alpha" : ""));
+    const std::string refusal = host_over_budget(
+        o_.activations, model_->skeletal(), backend_.reproducible_rows(), s.micro_batch, s.seq,
+        std::max<int64_t>(1, o_.cp), std::max<int64_t>(1, o_.tp),
+        stages_.size() > 1 ? str("--seq-schedule stage ", k + 1, " (seq ", s.seq, "): ") : "");
+    if (!refusal.empty()) throw BudgetError(refusal);
   }
 }
 
