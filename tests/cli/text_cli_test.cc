@@ -165,6 +165,13 @@ TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
   EXPECT_NEAR(j.at("perplexity").get<double>(), std::exp(loss), 1e-9 * std::exp(loss));
   EXPECT_NEAR(j.at("bits_per_byte").get<double>(), loss * tokens / std::log(2.0) / bytes, 1e-9);
   EXPECT_GT(bytes, 2 * tokens);  // BPE tokens of this text hold several bytes each
+  // --split all: the training and the validation shards
+  const test::CommandResult all =
+      test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --data " +
+                              dir.str("shards") + " --seq 32 --split all"));
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  EXPECT_EQ(nlohmann::json::parse(all.output).at("windows").get<int64_t>(),
+            (train.num_tokens() + val->num_tokens() - 1) / 32);
 
   // generate: greedy text, the same streamed or not, with or without the KV cache
   const std::string gen = test::memo_bin() + " generate --checkpoint " + dir.str("a") +
@@ -391,7 +398,16 @@ TEST_F(TextCli, byte_models_generate_without_a_tokenizer_file) {
   EXPECT_EQ(g.output.size(), 11u);  // 10 bytes and a newline
   test::expect_clean_failure(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
                                  " --prompt x --max-new-tokens 500",
-                             "exceed the model's 128 positions; use --max-new-tokens <= 127");
+                             "exceed the model's 128 positions; use --max-new-tokens <= 128");
+  // the last new token is never fed back: a prompt of one token and 128 new ones fill 128
+  // positions; a count near 2^63 is refused, not overflowed
+  EXPECT_EQ(test::run_command(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
+                              " --prompt x --max-new-tokens 128 --temperature 0")
+                .exit_code,
+            0);
+  test::expect_clean_failure(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
+                                 " --prompt x --max-new-tokens 9223372036854775807",
+                             "use --max-new-tokens <= 128");
   // a prompt that alone is too long says so, not a negative --max-new-tokens
   test::expect_clean_failure(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
                                  " --prompt " + std::string(200, 'a') + " --max-new-tokens 0",

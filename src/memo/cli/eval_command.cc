@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "memo/cli/commands.h"
@@ -27,6 +29,16 @@
 
 namespace memo::cli {
 namespace {
+
+// --split all: the whole data, a `memo tokenize` folder's training and validation shards both.
+TokenData load_all_data(const std::string& path, int64_t vocab) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(std::filesystem::path(path) / kShardManifestFile, ec))
+    return TokenData::load(path, vocab);
+  std::optional<TokenData> all = TokenData::load_split(path, "all", vocab);
+  if (!all) throw DataError(str(path, " lists no shards in its ", kShardManifestFile));
+  return std::move(*all);
+}
 
 struct EvalOptions {
   std::vector<std::string> checkpoints;
@@ -213,12 +225,15 @@ void add_eval_command(CLI::App& app) {
         const RetrievalTask task =
             o->passkey ? passkey_task(tokenizer) : needle_task(tokenizer, read_file(o->haystack));
         const std::vector<int64_t> lengths = parse_lengths(o->lengths);
+        // the last answer token is never fed back: l + max_answer_tokens - 1 positions
         for (int64_t l : lengths)
-          if (l + o->max_answer_tokens > ckpt.config.max_position_embeddings)
+          if (l + o->max_answer_tokens - 1 > ckpt.config.max_position_embeddings)
             throw ConfigError(str("--lengths ", l, " and ", o->max_answer_tokens,
                                   " answer tokens exceed the model's ",
                                   ckpt.config.max_position_embeddings, " positions (",
-                                  ckpt.config.positions_field(), ")"));
+                                  ckpt.config.positions_field(),
+                                  "): a prompt of L tokens "
+                                  "answers in L + --max-answer-tokens - 1 positions"));
         const RetrievalReport r =
             run_retrieval(tokenizer, task, lengths, parse_depths(o->depths), o->trials, o->seed,
                           [&](std::span<const int32_t> prompt) {
@@ -245,7 +260,7 @@ void add_eval_command(CLI::App& app) {
       const int64_t vocab = ckpt.config.vocab_size;
       const RunDataOptions split{o->data, "", o->val_fraction};  // memo train's split
       const TokenData data =
-          o->split == "val" ? load_validation_data(split, vocab) : TokenData::load(o->data, vocab);
+          o->split == "val" ? load_validation_data(split, vocab) : load_all_data(o->data, vocab);
       // prompt-completion examples are packed: they must not see each other
       if (data.has_loss_mask() && model.document_mask() < 0)
         model.set_document_mask(

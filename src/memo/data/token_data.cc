@@ -162,7 +162,7 @@ std::vector<ShardInfo> manifest_shards(const fs::path& dir, const ShardManifest&
   check_manifest_vocab(dir, m, vocab_size);
   std::vector<ShardInfo> shards;
   for (const ShardInfo& s : m.shards) {
-    if (s.split != split) continue;
+    if (s.split != split && split != "all") continue;
     for (const std::string& file : {s.file, s.docs, s.mask}) {
       const fs::path f = dir / file;
       if (!file.empty() && !fs::exists(f))
@@ -306,7 +306,9 @@ std::optional<TokenData> TokenData::load_split(const fs::path& dir, const std::s
   std::vector<fs::path> files;
   for (const ShardInfo& s : shards) files.push_back(dir / s.file);
   const std::string source = str(dir.string(), " (", files.size(),
-                                 split == "train" ? " training shards)" : " validation shards)");
+                                 split == "train" ? " training shards)"
+                                 : split == "val" ? " validation shards)"
+                                                  : " shards, training and validation)");
   std::shared_ptr<TokenStore> store = map_files(files, source, vocab_size, m->vocab_size);
   read_sidecars(*store, dir, *m, shards);
   const int64_t n = store->num_tokens();

@@ -40,8 +40,9 @@ class TokenData {
   // end-of-text) a FormatError naming it; prompt-completion shards named one by one or by a glob
   // are a ConfigError (their masks come with the directory only).
   static TokenData load(const std::filesystem::path& path, int64_t vocab_size);
-  // The shards of one split ("train", "val") of the `memo tokenize` directory `dir`, with their
-  // document offsets and loss masks; nullopt when the manifest lists none. Errors as load().
+  // The shards of one split ("train", "val"; "all": both, in the manifest's order) of the
+  // `memo tokenize` directory `dir`, with their document offsets and loss masks; nullopt when the
+  // manifest lists none. Errors as load().
   static std::optional<TokenData> load_split(const std::filesystem::path& dir,
                                              const std::string& split, int64_t vocab_size);
   // Maps `files` in order as one stream named `source`; same errors as load(). tokenizer_ids:
