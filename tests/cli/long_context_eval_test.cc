@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "data/small_tokenizer.h"
 #include "memo/core/error.h"
 #include "memo/data/tokenizer.h"
 #include "memo/train/retrieval.h"
@@ -42,6 +43,30 @@ TEST(Retrieval, prompts_have_the_length_asked_and_the_key_at_the_depth) {
       [&] { retrieval_prompt(bytes, task, fixed - 1, 0.5, "31415"); });
   EXPECT_NE(msg.find("needs at least " + std::to_string(fixed) + " tokens"), std::string::npos)
       << msg;
+}
+
+// A tokenizer whose template puts a BOS before each sequence: the prompt begins with it, as
+// memo generate's do, and still has the length asked for.
+TEST(Retrieval, prompts_begin_with_the_tokenizers_bos) {
+  nlohmann::json tj = test::small_tokenizer_json();
+  const int32_t bos = tj["added_tokens"][1]["id"];  // <|fim|> as the BOS
+  tj["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<|fim|>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"special_tokens",
+       {{"<|fim|>", {{"id", "<|fim|>"}, {"ids", {bos}}, {"tokens", {"<|fim|>"}}}}}}};
+  const Tokenizer tokenizer = Tokenizer::from_hf_json(tj, "bos");
+  ASSERT_EQ(tokenizer.prefix_ids().size(), 1u);
+  const RetrievalTask task = passkey_task(tokenizer);
+  const RetrievalPrompt p = retrieval_prompt(tokenizer, task, 300, 0.5, "31415");
+  ASSERT_EQ(p.ids.size(), 300u);
+  EXPECT_EQ(p.ids[0], bos);
+  EXPECT_EQ(std::count(p.ids.begin(), p.ids.end(), bos), 1);
+  const std::vector<int32_t> pre = tokenizer.encode(task.preamble);
+  EXPECT_TRUE(std::equal(pre.begin(), pre.end(), p.ids.begin() + 1));
+  EXPECT_TRUE(test::small_tokenizer().prefix_ids().empty());
 }
 
 TEST(Retrieval, needle_cycles_the_haystack) {

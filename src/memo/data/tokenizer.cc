@@ -277,6 +277,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, TextStart start) c
   return ids;
 }
 
+std::span<const int32_t> Tokenizer::prefix_ids() const { return impl_->prefix_ids; }
+
 std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const {
   std::vector<int32_t> ids = impl_->prefix_ids;
   auto ordinary = [&](std::string_view part, bool at_start) {

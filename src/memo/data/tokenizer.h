@@ -59,6 +59,8 @@ class Tokenizer {
   // Text in which special and added tokens' exact strings become their ids, between the BOS/EOS
   // of the post_processor's template or of tokenizer_config.json (prompts).
   std::vector<int32_t> encode_with_special(std::string_view text) const;
+  // The ids that template or tokenizer_config.json puts before a sequence (a BOS), or none.
+  std::span<const int32_t> prefix_ids() const;
   // Documents encoded in parallel (OpenMP, dynamic schedule), one id list each, equal to
   // encode() of each, with starts[i] where given (empty: all TextStart::sequence). With GPT-2's
   // or cl100k's split pattern a long document is also cut into segments that run in parallel

@@ -60,14 +60,18 @@ RetrievalPrompt retrieval_prompt(const Tokenizer& tokenizer, const RetrievalTask
                              sentence = tokenizer.encode(with_key(task.key_sentence, key),
                                                          TextStart::continued),
                              question = tokenizer.encode(task.question, TextStart::continued);
-  const int64_t fixed = int64_t(pre.size() + sentence.size() + question.size());
+  // a prompt begins as the tokenizer's sequences do (Llama's BOS), as memo generate's do
+  const std::span<const int32_t> bos = tokenizer.prefix_ids();
+  const int64_t fixed = int64_t(bos.size() + pre.size() + sentence.size() + question.size());
   if (length < fixed)
     throw ConfigError(str("--lengths ", length, ": a retrieval prompt needs at least ", fixed,
-                          " tokens (preamble, key sentence and question)"));
+                          " tokens (", bos.empty() ? "" : "BOS, ",
+                          "preamble, key sentence and question)"));
   const int64_t filler = length - fixed, before = std::llround(depth * double(filler));
   RetrievalPrompt p;
   p.key = key;
-  p.ids = pre;
+  p.ids.assign(bos.begin(), bos.end());
+  p.ids.insert(p.ids.end(), pre.begin(), pre.end());
   append_filler(p.ids, task.filler, 0, before);
   p.key_position = int64_t(p.ids.size());
   p.ids.insert(p.ids.end(), sentence.begin(), sentence.end());
@@ -127,7 +131,7 @@ std::string greedy_answer(const Model& model, const Tokenizer& tokenizer,
   MEMO_CHECK(!prompt.empty() && max_new_tokens > 0 && prefill_chunk > 0,
              "greedy_answer: ", prompt.size(), " prompt tokens, ", max_new_tokens,
              " new, chunks of ", prefill_chunk);
-  KvDecoder decoder(model, int64_t(prompt.size()) + max_new_tokens);
+  KvDecoder decoder(model, int64_t(prompt.size()) + max_new_tokens - 1);  // the last: not fed
   const int64_t V = model.config().vocab_size, known = std::min(V, tokenizer.vocab_size());
   std::vector<float> logits(static_cast<size_t>(V));
   for (size_t at = 0; at < prompt.size(); at += size_t(prefill_chunk))

@@ -46,8 +46,9 @@ struct RetrievalPrompt {
   std::string key;
   int64_t key_position = 0;  // the token where the key sentence starts
 };
-// The prompt of `length` tokens with the key sentence after round(depth * filler tokens) of
-// filler. A length that cannot hold the preamble, key sentence and question: ConfigError
+// The prompt of `length` tokens, the tokenizer's prefix_ids (BOS) first, with the key sentence
+// after round(depth * filler tokens) of filler. A length that cannot hold the BOS, preamble, key
+// sentence and question: ConfigError
 // saying the least length that can.
 RetrievalPrompt retrieval_prompt(const Tokenizer& tokenizer, const RetrievalTask& task,
                                  int64_t length, double depth, const std::string& key);
