@@ -345,12 +345,24 @@ TEST_F(PlanCommand, a_stage_rope_changes_the_positions_from_its_stage_on) {
            {" --stage-rope '2:{\"max_position_embeddings\": 48}'",
             "--seq-schedule: stage 2's seq 64 exceeds max_position_embeddings = 48 (with "
             "--stage-rope)"},
-           {" --stage-rope 2:5", "--stage-rope 2:5: write STAGE:JSON"}}) {
+           {" --stage-rope 2:5", "--stage-rope 2:5: write STAGE:JSON"},
+           // refused before stage 1 trains, not when stage 2 begins
+           {" --document-mask --eot-id 10 --stage-rope '2:{\"rope_scaling\": {\"rope_type\": "
+            "\"dynamic\", \"factor\": 2}}'",
+            "--stage-rope 2 with --document-mask: rope_scaling dynamic"}}) {
     const test::CommandResult bad = test::run_command(fresh + flags + " --out " + dir.str("bad"));
     EXPECT_EQ(bad.exit_code, 1) << flags << "\n" << bad.output;
     EXPECT_NE(bad.output.find(message), std::string::npos) << flags << "\n" << bad.output;
     EXPECT_FALSE(std::filesystem::exists(dir / "bad")) << flags;
+    EXPECT_EQ(bad.output.find("step 1/"), std::string::npos) << flags << "\n" << bad.output;
   }
+  // a model loaded with --init-from takes a --stage-rope from stage 1 on
+  const test::CommandResult init = test::run_command(
+      run + " --init-from " + dir.str("y/step-00000002") +
+      " --seq-schedule 32:1,64:1 --batch 8 --micro-batch 4 --no-checkpoint --stage-rope "
+      "'1:{\"rope_theta\": 20000}'");
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  EXPECT_NE(init.output.find("RoPE theta 20000"), std::string::npos) << init.output;
 }
 
 }  // namespace

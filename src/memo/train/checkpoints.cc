@@ -516,7 +516,8 @@ std::optional<ResumePoint> resume_point(TrainOptions& o) {
   return r;
 }
 
-DType start_weights(Model& model, const TrainOptions& o, const std::optional<ResumePoint>& resume) {
+DType start_weights(Model& model, const ModelConfig& run_config, const TrainOptions& o,
+                    const std::optional<ResumePoint>& resume) {
   if (resume) {
     const LoadedCheckpoint& c = resume->checkpoint;
     if (c.master) {
@@ -538,8 +539,8 @@ DType start_weights(Model& model, const TrainOptions& o, const std::optional<Res
   }
   LoadedCheckpoint init = load_checkpoint(find_latest_checkpoint(o.init_from));
   // the run's model is --init-from's with the position flags, or --config's, which must agree
-  if (model_config_to_json(o.positions.applied_to(init.config)) !=
-      model_config_to_json(model.config()))
+  // (before --stage-rope, which the model may already carry)
+  if (model_config_to_json(o.positions.applied_to(init.config)) != model_config_to_json(run_config))
     throw ConfigError(
         str("--init-from ", o.init_from, " has a different model config than ", o.config_path));
   load_model_tensors(model, init.model);

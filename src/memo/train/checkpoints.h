@@ -65,8 +65,11 @@ int remove_other_runs_checkpoints(const TrainOptions& o);
 // The weights: a resumed checkpoint's (its fp32 master weights where model.safetensors is not
 // f32: Note [Master weights beside bf16]; DataError when they are missing), another run's
 // (--init-from: its model.safetensors), or a fresh initialisation. Returns the dtype they were
-// stored in (LoadedCheckpoint::model_dtype; kF32 for a fresh initialisation).
-DType start_weights(Model& model, const TrainOptions& o, const std::optional<ResumePoint>& resume);
+// stored in (LoadedCheckpoint::model_dtype; kF32 for a fresh initialisation). run_config: the
+// run's model config before --stage-rope (which `model` may already carry), against which
+// --init-from's is checked.
+DType start_weights(Model& model, const ModelConfig& run_config, const TrainOptions& o,
+                    const std::optional<ResumePoint>& resume);
 // The optimiser state, its step count and the noise-scale EMAs of a resumed run.
 void restore_training_state(Optimizer& opt, Backend& backend, GradNoiseProbe* probe,
                             const ResumePoint& resume, const TrainOptions& o,

@@ -186,6 +186,22 @@ void check_positions(const std::vector<SeqStage>& stages,
   }
 }
 
+// Note [Document masks] refuses a rope_scaling whose frequencies follow the sequence's length
+// with masked documents; one that a later stage's --stage-rope brings is refused here, before step
+// 1, not when its stage begins after the others have trained. `masks` says what masks them.
+void check_stage_masks(const std::vector<PositionOverrides>& stage_positions, ModelConfig config,
+                       const std::string& masks) {
+  for (size_t k = 0; k < stage_positions.size(); ++k) {
+    if (!stage_positions[k].any()) continue;
+    config = stage_positions[k].applied_to(config);
+    if (config.uses_rope() && config.rope_scaling.depends_on_length())
+      throw ConfigError(str("--stage-rope ", k + 1, " with ", masks, ": rope_scaling ",
+                            rope_type_name(config.rope_scaling.type),
+                            ": its frequencies follow the sequence's length, which packed "
+                            "documents leave undefined; memo refuses the pair"));
+  }
+}
+
 // The static plan within the budget, agreed by every rank of the job: a rank whose plan does not
 // fit would otherwise end the job (MPI_Abort) while another was still planning, and that rank's
 // own shortfall, which can differ (a ZeRO shard, a sequence chunk), would go unsaid. Each rank
@@ -275,6 +291,11 @@ void TrainSession::read_run() {
                           " and the validation data ", data_->val->source(), " is not: give ",
                           "validation data of the same kind"));
   if (data_->train.has_loss_mask()) o_.document_mask = true;
+  if (o_.document_mask)
+    check_stage_masks(stage_positions_, config_,
+                      data_->train.has_loss_mask()
+                          ? "prompt-completion data (its examples are masked from each other)"
+                          : "--document-mask");
   check_pipeline(o_);
   // every stage's windows, training and validation, checked now: a validation split shorter
   // than a window once stopped the run at its last step, before its checkpoint
@@ -353,7 +374,7 @@ void TrainSession::build_model() {
   }
   planned_ = stage_plan(stage_, true);
   planned_micro_steps_ = micro_steps();
-  const DType stored = start_weights(*model_, o_, resume_);
+  const DType stored = start_weights(*model_, config_, o_, resume_);
   if (!o_.save_dtype) o_.save_dtype = stored == DType::kBF16 ? DType::kBF16 : DType::kF32;
 }
 
