@@ -623,8 +623,9 @@ def parse_args(argv):
 def run(args):
     torch.set_num_threads(args.threads)
     cfg = load_config(args.checkpoint)
-    if args.seq > cfg["max_pos"]:
-        raise ReferenceError(f"--seq {args.seq} exceeds max_position_embeddings {cfg['max_pos']}")
+    # learned positions have a row each; RoPE has no bound (dynamic scaling is run past it)
+    if cfg["arch"] == "gpt2" and args.seq > cfg["max_pos"]:
+        raise ReferenceError(f"--seq {args.seq} exceeds n_positions {cfg['max_pos']}")
     if args.write_gpt2_init is not None:
         if cfg["arch"] != "gpt2":
             raise ReferenceError("--write-gpt2-init needs a config with model_type gpt2")

@@ -143,7 +143,8 @@ TEST(KvDecoder, a_document_mask_generates_from_the_prompts_last_document) {
 
 // The prompt (70 tokens), then one token at a time to 90: each step's logits against the
 // PyTorch reference's logits of a forward over all 90.
-void expect_cached_steps_match_pytorch(const ModelConfig& config) {
+void expect_cached_steps_match_pytorch(const ModelConfig& config, int64_t S = 90,
+                                       int64_t prompt = 70) {
   test::TempDir dir;
   Model model(config, cpu_backend());
   model.init(21);
@@ -153,7 +154,7 @@ void expect_cached_steps_match_pytorch(const ModelConfig& config) {
   for (const ParamInfo& p : model.layout().params())
     data.model.push_back({p.name, p.shape, model.params() + p.offset});
   save_checkpoint(dir.path() / "ckpt", data);
-  const int64_t S = 90, prompt = 70, V = config.vocab_size;  // 90 > one 64-row attention tile
+  const int64_t V = config.vocab_size;  // S = 90 > one 64-row attention tile
   const std::vector<int32_t> tokens = some_tokens(S + 1, 9);
   write_llmc_tokens(dir / "tokens.bin", tokens);
   const std::string cmd = "/usr/bin/python3 " + test::source_dir() +
@@ -215,6 +216,20 @@ TEST(KvDecoder, scaled_rope_qwen2_and_mistral_steps_match_pytorch_float64) {
     config.validate();
     expect_cached_steps_match_pytorch(config);
   }
+}
+
+// dynamic past its context (32 positions; it runs up to factor 4 x 32): the prompt of 70 tokens
+// rotates with the base of length 70, as one forward over them does. Each later step rotates its
+// new key with the base of the length then reached while the cached keys keep theirs (transformers'
+// cache does the same), which no single forward over the whole reproduces.
+TEST(KvDecoder, dynamic_rope_prefills_past_its_context_as_one_forward) {
+  ModelConfig dynamic = tiny_decoder_llama();
+  dynamic.max_position_embeddings = 32;
+  dynamic.rope_scaling.type = RopeType::kDynamic;
+  dynamic.rope_scaling.factor = 4.0;
+  dynamic.rope_theta = 100.0;
+  dynamic.validate();
+  expect_cached_steps_match_pytorch(dynamic, 70, 70);
 }
 
 // Qwen3's q/k head norms with head_dim 16 (H*D = 96 over C = 48), with and without its

@@ -164,8 +164,9 @@ TEST(RopeScaling, plain_rope_and_dynamic_within_the_context_give_the_plain_table
 
 // The model with each scaling type against the PyTorch reference (loss, every gradient, three
 // AdamW steps), at 96 tokens: past the original context of 32 for yarn, longrope and llama3
-// (whose ramps then reach the pairs in play) and the factor 4 of linear.
-ModelConfig scaled(const json& rope_scaling) {
+// (whose ramps then reach the pairs in play) and the factor 4 of linear; dynamic's model has 32
+// positions, so its base grows (it runs up to factor 4 x 32 = 128).
+ModelConfig scaled(const json& rope_scaling, int64_t positions = 128) {
   return model_config_from_json(
       {{"model_type", "llama"},
        {"hidden_size", 48},
@@ -176,7 +177,7 @@ ModelConfig scaled(const json& rope_scaling) {
        {"vocab_size", 61},
        {"rms_norm_eps", 1e-5},
        {"rope_theta", 100.0},  // a small base, so that the 4 pairs span short and long wavelengths
-       {"max_position_embeddings", 128},
+       {"max_position_embeddings", positions},
        {"initializer_range", 0.2},
        {"rope_scaling", rope_scaling}},
       "test");
@@ -201,8 +202,10 @@ TEST(RopeScaling, the_model_with_each_type_matches_the_torch_reference_past_the_
                                     {"original_max_position_embeddings", 32}}};
   for (const json& t : types) {
     SCOPED_TRACE(t.dump());
-    test::check_against_torch(scaled(t), 96, 1);
+    test::check_against_torch(scaled(t, t["rope_type"] == "dynamic" ? 32 : 128), 96, 1);
   }
+  EXPECT_EQ(scaled({{"rope_type", "dynamic"}, {"factor", 4.0}}, 32).max_positions(), 128);
+  EXPECT_EQ(scaled({{"rope_type", "yarn"}, {"factor", 4.0}}, 32).max_positions(), 32);
 }
 
 TEST(RopeScaling, config_json_round_trips_each_type) {

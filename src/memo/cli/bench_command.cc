@@ -34,9 +34,9 @@ int64_t peak_rss_bytes() {
 nlohmann::json run_bench(Runtime& runtime, const std::string& config_path, int64_t seq,
                          int64_t batch, int64_t steps) {
   const ModelConfig config = load_model_config(config_path);
-  if (seq > config.max_position_embeddings)
-    throw ConfigError(str("--seq ", seq, " exceeds ", config.positions_field(), " = ",
-                          config.max_position_embeddings, " of the model config"));
+  if (seq > config.max_positions())
+    throw ConfigError(
+        str("--seq ", seq, " exceeds ", config.positions_limit(), " of the model config"));
   Backend& backend = runtime.backend();
   if (const std::string w = backend.warning(); !w.empty())
     std::cerr << "memo: warning: " << w << "\n";

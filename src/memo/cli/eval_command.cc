@@ -227,11 +227,10 @@ void add_eval_command(CLI::App& app) {
         const std::vector<int64_t> lengths = parse_lengths(o->lengths);
         // the last answer token is never fed back: l + max_answer_tokens - 1 positions
         for (int64_t l : lengths)
-          if (l + o->max_answer_tokens - 1 > ckpt.config.max_position_embeddings)
+          if (l + o->max_answer_tokens - 1 > ckpt.config.max_positions())
             throw ConfigError(str("--lengths ", l, " and ", o->max_answer_tokens,
-                                  " answer tokens exceed the model's ",
-                                  ckpt.config.max_position_embeddings, " positions (",
-                                  ckpt.config.positions_field(),
+                                  " answer tokens exceed the model's ", ckpt.config.max_positions(),
+                                  " positions (", ckpt.config.positions_limit(),
                                   "): a prompt of L tokens "
                                   "answers in L + --max-answer-tokens - 1 positions"));
         const RetrievalReport r =

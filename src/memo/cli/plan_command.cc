@@ -186,9 +186,9 @@ void print_text(const DevicePlan& dp, const PlanCommandOptions& o, const HostPla
 void check_shape_flags(const PlanCommandOptions& o, const ModelConfig& config) {
   if (o.seq <= 0 || o.batch <= 0)
     throw ConfigError(str("--seq ", o.seq, " and --batch ", o.batch, " must be positive"));
-  if (o.seq > config.max_position_embeddings)
-    throw ConfigError(str("--seq ", o.seq, " exceeds ", config.positions_field(), " = ",
-                          config.max_position_embeddings, " of ", o.config_path));
+  if (o.seq > config.max_positions())
+    throw ConfigError(
+        str("--seq ", o.seq, " exceeds ", config.positions_limit(), " of ", o.config_path));
 }
 
 DevicePlanOptions device_plan_options(const PlanCommandOptions& o, const ModelConfig& config) {

@@ -8,6 +8,18 @@
 
 namespace memo {
 
+int64_t ModelConfig::max_positions() const {
+  if (!uses_rope() || rope_scaling.type != RopeType::kDynamic) return max_position_embeddings;
+  return int64_t(std::floor(rope_scaling.factor * double(max_position_embeddings)));
+}
+
+std::string ModelConfig::positions_limit() const {
+  if (max_positions() == max_position_embeddings)
+    return str(positions_field(), " = ", max_position_embeddings);
+  return str(max_positions(), " positions (rope_scaling dynamic: factor ", rope_scaling.factor,
+             " x max_position_embeddings = ", max_position_embeddings, ")");
+}
+
 void ModelConfig::validate() const {
   auto positive = [](const char* field, int64_t v) {
     if (v <= 0) throw ConfigError(str(field, " = ", v, " must be positive"));

@@ -76,6 +76,13 @@ struct ModelConfig {
   const char* positions_field() const {
     return is_gpt2() ? "n_positions" : "max_position_embeddings";
   }
+  // The longest sequence the model runs: max_position_embeddings, or with rope_scaling dynamic,
+  // whose NTK-aware base grows with the length past it, factor x max_position_embeddings (the
+  // context its factor is chosen for; transformers sets no bound).
+  int64_t max_positions() const;
+  // max_positions() in messages: "max_position_embeddings = 4096", or "16384 positions
+  // (rope_scaling dynamic: factor 4 x max_position_embeddings = 4096)".
+  std::string positions_limit() const;
 
   // ", sliding window W on every layer" (or "on N of L layers"); empty without a window: what
   // the start-up lines of memo train and memo plan add to the model's shape.

@@ -81,9 +81,8 @@ EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& d
                     int64_t batch, int64_t max_batches, std::ostream* progress,
                     int64_t position_bucket) {
   const ModelConfig& cfg = model.config();
-  if (seq > cfg.max_position_embeddings)
-    throw ConfigError(
-        str("--seq ", seq, " exceeds ", cfg.positions_field(), " = ", cfg.max_position_embeddings));
+  if (seq > cfg.max_positions())
+    throw ConfigError(str("--seq ", seq, " exceeds ", cfg.positions_limit()));
   if (batch <= 0) throw ConfigError(str("--batch ", batch, " must be positive"));
   if (position_bucket < 0 || position_bucket > seq)
     throw ConfigError(str("--by-position ", position_bucket, " must lie in [1, --seq ", seq, "]"));

@@ -103,20 +103,19 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer, std::str
   // the positions the decoder holds: the prompt's and every new token's but the last, which is
   // never fed back (a count past the model's positions is refused below before it can overflow)
   const int64_t prompt_tokens = int64_t(r.prompt_ids.size()),
-                limit = model.config().max_position_embeddings;
+                limit = model.config().max_positions();
   const int64_t total = o.max_new_tokens > limit
                             ? limit + 1
                             : prompt_tokens + std::max<int64_t>(0, o.max_new_tokens - 1);
   KvDecoder decoder(model, std::min(total, limit));
   if (int64_t(r.prompt_ids.size()) > decoder.max_tokens())
     throw ConfigError(str("the prompt's ", r.prompt_ids.size(), " tokens exceed the model's ",
-                          model.config().max_position_embeddings,
-                          " positions; give a prompt of at most ", decoder.max_tokens(),
+                          limit, " positions; give a prompt of at most ", decoder.max_tokens(),
                           " tokens"));
   if (total > decoder.max_tokens())
     throw ConfigError(
         str("the prompt's ", r.prompt_ids.size(), " tokens plus --max-new-tokens ",
-            o.max_new_tokens, " exceed the model's ", model.config().max_position_embeddings,
+            o.max_new_tokens, " exceed the model's ", limit,
             " positions; use --max-new-tokens <= ", decoder.max_tokens() - prompt_tokens + 1));
   std::vector<int32_t> sequence = r.prompt_ids;
   std::vector<float> logits(static_cast<size_t>(V));

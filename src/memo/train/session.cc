@@ -177,11 +177,10 @@ void check_positions(const std::vector<SeqStage>& stages,
         throw ConfigError(str("--stage-rope ", k + 1, ": ", e.what()));
       }
     }
-    if (stages[k].seq > config.max_position_embeddings)
+    if (stages[k].seq > config.max_positions())
       throw ConfigError(str(stages.size() > 1 ? str("--seq-schedule: stage ", k + 1, "'s seq ")
                                               : std::string("--seq "),
-                            stages[k].seq, " exceeds ", config.positions_field(), " = ",
-                            config.max_position_embeddings,
+                            stages[k].seq, " exceeds ", config.positions_limit(),
                             changed ? " (with --stage-rope)" : " of the model config"));
   }
 }
