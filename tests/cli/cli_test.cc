@@ -382,6 +382,17 @@ TEST_F(Cli, a_model_folders_tokenizer_and_generation_files_are_carried_into_each
   EXPECT_EQ(last.filename(), "step-00000003");
   for (const auto& [name, text] : side) EXPECT_EQ(test::file_bytes(last / name), text) << name;
   EXPECT_FALSE(fs::exists(last / kTokenizerFile));  // the folder had none
+  // a folder without generation_config.json: config.json's token ids, which transformers makes
+  // its generation defaults from, in one of the checkpoint's own
+  fs::remove(dir / "hf" / "generation_config.json");
+  nlohmann::json config = nlohmann::json::parse(test::file_bytes(dir / "hf" / kConfigFile));
+  config["bos_token_id"] = 1;
+  config["eos_token_id"] = nlohmann::json::array({2, 7});
+  write_text(dir / "hf" / kConfigFile, config.dump());
+  ASSERT_EQ(test::run_command(run + "2 --init-from " + dir.str("hf") + " --steps 1").exit_code, 0);
+  const nlohmann::json generation = nlohmann::json::parse(
+      test::file_bytes(find_latest_checkpoint(dir / "run2") / "generation_config.json"));
+  EXPECT_EQ(generation, (nlohmann::json{{"bos_token_id", 1}, {"eos_token_id", {2, 7}}}));
 }
 
 TEST_F(Cli, the_last_log_record_carries_the_validation_loss) {

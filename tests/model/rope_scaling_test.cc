@@ -214,6 +214,17 @@ TEST(RopeScaling, config_json_round_trips_each_type) {
     const ModelConfig b = model_config_from_json(model_config_to_json(a), "written");
     EXPECT_EQ(a.rope_scaling, b.rope_scaling) << c.config.dump();
   }
+  // longrope's original context at the top level too, where transformers 4 reads it
+  int longropes = 0;
+  for (const RopeCase& c : cases())
+    if (c.config.contains("rope_scaling") && c.config.at("rope_scaling").is_object() &&
+        c.config.at("rope_scaling").value("rope_type", "") == "longrope") {
+      const json written = model_config_to_json(model_config_from_json(c.config, "case"));
+      EXPECT_EQ(written.at("original_max_position_embeddings"),
+                written.at("rope_scaling").at("original_max_position_embeddings"));
+      ++longropes;
+    }
+  EXPECT_GT(longropes, 0);
   // plain RoPE writes no rope_scaling at all, as before
   EXPECT_FALSE(model_config_to_json(model_config_from_json(llama_json(8, 1e4, 64, nullptr), "c"))
                    .contains("rope_scaling"));
@@ -299,6 +310,9 @@ TEST(RopeScaling, a_config_memo_cannot_compute_is_refused_by_name) {
   json partial = with(nullptr);
   partial["partial_rotary_factor"] = 0.5;
   refuses(partial, "partial_rotary_factor = 0.5 is not supported");
+  json quantised = with(nullptr);  // not a rope field, but refused by name like one
+  quantised["quantization_config"] = {{"quant_method", "fp8"}};
+  refuses(quantised, "quantization_config is not supported (fp8)");
   json top = with({{"rope_type", "linear"}, {"factor", 2.0}});
   top["original_max_position_embeddings"] = 32;
   refuses(top, "at the top level is longrope's");

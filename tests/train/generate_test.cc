@@ -64,6 +64,9 @@ TEST(SampleToken, bad_options_are_refused) {
 TEST(ReplyStopIds, follow_generation_config_tokenizer_config_and_the_chat_end) {
   test::TempDir dir;
   EXPECT_TRUE(reply_stop_ids(dir.path(), Tokenizer::bytes()).empty());
+  // no generation_config.json: config.json's, as transformers makes its defaults from it
+  write_file_atomic(dir / "config.json", R"({"bos_token_id": 1, "eos_token_id": [3, 4]})");
+  EXPECT_EQ(reply_stop_ids(dir.path(), Tokenizer::bytes()), (std::vector<int32_t>{3, 4}));
   write_file_atomic(dir / "generation_config.json", R"({"eos_token_id": [5, 7, 5, 999999]})");
   EXPECT_EQ(reply_stop_ids(dir.path(), Tokenizer::bytes()), (std::vector<int32_t>{5, 7}));
   write_file_atomic(dir / "generation_config.json", R"({"eos_token_id": 9})");

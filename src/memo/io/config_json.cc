@@ -288,8 +288,19 @@ void check_mistral_layer_types(const json& j, std::string_view where, const Mode
                             " (layer types that alternate are Ministral's)"));
 }
 
+// A quantised checkpoint's weights mean something else than their stored values.
+void reject_quantization(const json& j, std::string_view where) {
+  if (const json* v = field(j, "quantization_config"); v && !v->is_null())
+    throw ConfigError(str(
+        where, ": quantization_config is not supported (",
+        v->is_object() ? v->value("quant_method", std::string("a method")) : std::string("given"),
+        "); memo loads unquantised bf16, f16 or f32 weights: dequantise the "
+        "model first"));
+}
+
 // Fields memo does not implement; accepting them silently would train or load a different model.
 void reject_unsupported(const json& j, std::string_view where, const ModelConfig& c) {
+  reject_quantization(j, where);
   double partial = 1.0;
   read_double(j, where, "partial_rotary_factor", partial);
   if (partial != 1.0)
@@ -301,6 +312,7 @@ void reject_unsupported(const json& j, std::string_view where, const ModelConfig
 
 // GPT2Config fields that would change the math memo implements.
 void reject_unsupported_gpt2(const json& j, std::string_view where) {
+  reject_quantization(j, where);
   for (const char* name : {"rope_scaling", "rope_parameters"})
     if (const json* v = field(j, name))
       throw ConfigError(str(where, ": ", name, " = ", v->dump(),
@@ -546,6 +558,11 @@ json model_config_to_json(const ModelConfig& c, DType torch_dtype) {
   // Qwen3Config's head_dim defaults to 128, not C / H: always written there
   if (c.explicit_head_dim > 0 || qwen3) j["head_dim"] = c.head_dim();
   if (!c.rope_scaling.is_default()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
+  // transformers 4's longrope reads the original context at the top level only (Phi-3's place),
+  // else takes max_position_embeddings for it; 5 reads rope_scaling's
+  if (c.rope_scaling.type == RopeType::kLongrope &&
+      c.rope_scaling.original_max_position_embeddings > 0)
+    j["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
   if (qwen2 || mistral) j.erase("attention_bias");  // Qwen2's q/k/v biases are implied
   if (qwen2 || mistral || qwen3) j.erase("mlp_bias");
   if ((qwen2 || qwen3) && c.sliding_window == 0) j["use_sliding_window"] = false;

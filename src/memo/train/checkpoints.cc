@@ -20,6 +20,7 @@
 #include "memo/data/shards.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
+#include "memo/io/json_file.h"
 #include "memo/train/optimizer_setup.h"
 
 namespace fs = std::filesystem;
@@ -191,6 +192,19 @@ std::vector<std::pair<std::string, std::string>> side_files_of_origin(const Trai
     if (have_tokenizer && std::string_view(name) == kTokenizerFile) continue;
     std::error_code ec;
     if (fs::is_regular_file(dir / name, ec)) files.emplace_back(name, read_file(dir / name));
+  }
+  // A folder without generation_config.json: transformers makes its generation defaults from
+  // config.json's bos_token_id and eos_token_id, which memo's config.json does not carry (they do
+  // not change the model); they go into a generation_config.json of their own instead.
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "generation_config.json", ec) &&
+      fs::is_regular_file(dir / "config.json", ec)) {
+    const nlohmann::json config = read_json_file<FormatError>(dir / "config.json");
+    nlohmann::json generation = nlohmann::json::object();
+    for (const char* key : {"bos_token_id", "eos_token_id"})
+      if (config.is_object() && config.contains(key) && !config[key].is_null())
+        generation[key] = config[key];
+    if (!generation.empty()) files.emplace_back("generation_config.json", generation.dump(2));
   }
   return files;
 }

@@ -156,7 +156,10 @@ std::vector<int32_t> reply_stop_ids(const std::filesystem::path& checkpoint,
         std::find(ids.begin(), ids.end(), int32_t(*id)) == ids.end())
       ids.push_back(int32_t(*id));
   };
-  const std::filesystem::path generation = checkpoint / "generation_config.json";
+  // generation_config.json, or where there is none config.json, from which transformers then
+  // makes its generation defaults
+  std::filesystem::path generation = checkpoint / "generation_config.json";
+  if (!std::filesystem::is_regular_file(generation)) generation = checkpoint / "config.json";
   if (std::filesystem::is_regular_file(generation)) {
     const nlohmann::json j = read_json_file<FormatError>(generation);
     const nlohmann::json eos = j.is_object() ? j.value("eos_token_id", nlohmann::json()) : nullptr;

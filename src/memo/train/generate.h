@@ -26,9 +26,10 @@ struct SamplingOptions {
 
 // The ids that end a reply besides the tokenizer's end-of-text, as transformers stops: the
 // checkpoint's generation_config.json eos_token_id (an id or a list; Llama 3 Instruct lists
-// <|eot_id|>), tokenizer_config.json's eos_token, and the end-of-turn token memo's messages
-// template closes an assistant turn with (<|im_end|>, <|eot_id|>: Note [Loss mask files]), which a
-// model fine-tuned on it learns to emit. Ids outside the tokenizer are left out.
+// <|eot_id|>; config.json's where there is no such file), tokenizer_config.json's eos_token, and
+// the end-of-turn token memo's messages template closes an assistant turn with (<|im_end|>,
+// <|eot_id|>: Note [Loss mask files]), which a model fine-tuned on it learns to emit. Ids outside
+// the tokenizer are left out.
 std::vector<int32_t> reply_stop_ids(const std::filesystem::path& checkpoint,
                                     const Tokenizer& tokenizer);
 
