@@ -194,12 +194,24 @@ TEST_F(LongContextEval, an_evaluation_that_counts_no_token_is_an_error_and_bad_c
                              "--max-answer-tokens: must be above 0, got 0");
   test::expect_clean_failure(eval + " --passkey --prefill-chunk 0",
                              "--prefill-chunk: must be above 0, got 0");
+  // one kind of evaluation's flags are refused by name in the other's, not ignored
+  test::expect_clean_failure(eval + " --passkey --by-position 16",
+                             "--by-position applies to the loss evaluation, not to --passkey");
+  test::expect_clean_failure(eval + " --passkey --data " + dir.str("data.txt"),
+                             "--data applies to the loss evaluation");
+  test::expect_clean_failure(eval + " --data " + dir.str("data.txt") + " --lengths 1K",
+                             "--lengths applies to --passkey and --needle");
+  test::expect_clean_failure(eval + " --data " + dir.str("data.txt") + " --eot-id 3",
+                             "--eot-id says where documents start");
   const std::string train = test::memo_bin() + " train --config " + dir.str("config.json") +
                             " --data " + dir.str("data.txt") + " --no-checkpoint";
   test::expect_clean_failure(train + " --document-mask --eot-id -5",
                              "--eot-id: must be 0 or more, got -5");
   test::expect_clean_failure(train + " --seq-schedule ''", "--seq-schedule: is empty");
   test::expect_clean_failure(train + " --seq-schedule 64:5,", "'' is not SEQ:STEPS");
+  test::expect_clean_failure(train + " --eot-id 3", "--eot-id says where documents start");
+  test::expect_clean_failure(train + " --stage-batch sequences",
+                             "--stage-batch requires --seq-schedule");
 }
 
 TEST_F(LongContextEval, passkey_runs_every_length_depth_and_trial) {

@@ -137,6 +137,11 @@ TEST(StepSchedule, length_stages_keep_the_tokens_per_step_and_run_one_lr_schedul
   const std::string msg = test::error_message<ConfigError>([&] { seq_stages(o); });
   EXPECT_NE(msg.find("stage 2 (seq 48) does not split 256 tokens per step"), std::string::npos)
       << msg;
+  // what would: 9 x 32 = 288 tokens are six 48-token sequences
+  EXPECT_NE(msg.find("a --batch that is a multiple of 3 (whole sequences of 48 tokens per step)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("or --stage-batch sequences"), std::string::npos) << msg;
 }
 
 TEST(StepSchedule, noise_options_take_the_run_shape_and_its_budget_in_tokens) {

@@ -48,6 +48,8 @@ struct EvalOptions {
   bool document_mask = false, eod_mask_loss = false, json = false, passkey = false, needle = false;
   int64_t eot_id = -1;
   std::string lengths = "1K,4K", depths = "0,0.25,0.5,0.75,1";
+  // the flags of one kind of evaluation, refused by name in the other
+  std::vector<const CLI::Option*> loss_only, retrieval_only;
   int64_t trials = 5, prefill_chunk = 4096, max_answer_tokens = 8;
   uint64_t seed = 0;
 };
@@ -146,58 +148,74 @@ void add_eval_command(CLI::App& app) {
   eval->add_option("--checkpoint", o->checkpoints,
                    "Checkpoint (or run) directory; several overlay their loss by position")
       ->required();
-  eval->add_option("--data", o->data,
-                   "Data: raw text (bytes), an llm.c token file, a `memo tokenize` folder or a "
-                   "glob of shards (not read by --passkey and --needle)");
-  eval->add_option("--split", o->split,
-                   "val: a shard folder's validation shards, else the last --val-fraction of the "
-                   "data (as memo train holds it out); all: the whole data")
-      ->check(CLI::IsMember({"val", "all"}))
-      ->capture_default_str();
-  eval->add_option("--val-fraction", o->val_fraction, "Held-out tail when there are no val shards")
-      ->capture_default_str();
-  eval->add_option("--seq", o->seq, "Tokens per window")->capture_default_str();
-  eval->add_option("--batch", o->batch, "Windows per forward")->capture_default_str();
-  eval->add_option("--batches", o->batches, "Forwards to average over; 0: every window")
-      ->capture_default_str();
-  eval->add_flag("--document-mask", o->document_mask,
-                 "Attention within each document of a window, positions from 0 at each (as memo "
-                 "train --document-mask)");
+  o->loss_only.push_back(
+      eval->add_option("--data", o->data,
+                       "Data: raw text (bytes), an llm.c token file, a `memo tokenize` folder or a "
+                       "glob of shards (not read by --passkey and --needle)"));
+  o->loss_only.push_back(
+      eval->add_option(
+              "--split", o->split,
+              "val: a shard folder's validation shards, else the last --val-fraction of the "
+              "data (as memo train holds it out); all: the whole data")
+          ->check(CLI::IsMember({"val", "all"}))
+          ->capture_default_str());
+  o->loss_only.push_back(eval->add_option("--val-fraction", o->val_fraction,
+                                          "Held-out tail when there are no val shards")
+                             ->capture_default_str());
+  o->loss_only.push_back(
+      eval->add_option("--seq", o->seq, "Tokens per window")->capture_default_str());
+  o->loss_only.push_back(
+      eval->add_option("--batch", o->batch, "Windows per forward")->capture_default_str());
+  o->loss_only.push_back(
+      eval->add_option("--batches", o->batches, "Forwards to average over; 0: every window")
+          ->capture_default_str());
+  o->loss_only.push_back(eval->add_flag(
+      "--document-mask", o->document_mask,
+      "Attention within each document of a window, positions from 0 at each (as memo "
+      "train --document-mask)"));
   eval->add_option("--eot-id", o->eot_id,
                    "The token that starts each document (default: the end-of-text token of the "
                    "data's tokenizer, else of the checkpoint's)")
       ->check(number_check(false));
-  eval->add_flag("--eod-mask-loss", o->eod_mask_loss,
-                 "The loss leaves out the predictions made from each --eot-id token (as memo "
-                 "train --eod-mask-loss)");
-  eval->add_option("--by-position", o->by_position,
-                   "Also the loss by position within the window, in buckets of this many tokens")
-      ->check(number_check(true));
+  o->loss_only.push_back(
+      eval->add_flag("--eod-mask-loss", o->eod_mask_loss,
+                     "The loss leaves out the predictions made from each --eot-id token (as memo "
+                     "train --eod-mask-loss)"));
+  o->loss_only.push_back(
+      eval->add_option(
+              "--by-position", o->by_position,
+              "Also the loss by position within the window, in buckets of this many tokens")
+          ->check(number_check(true)));
   eval->add_flag("--passkey", o->passkey,
                  "Passkey retrieval: a number hidden in filler text, asked for at the end");
   eval->add_flag(
       "--needle", o->needle,
       "Needle in a haystack: a number hidden in --haystack's text, asked for at the end");
-  eval->add_option("--haystack", o->haystack, "The text file --needle hides its number in");
-  eval->add_option("--lengths", o->lengths, "Retrieval prompt lengths in tokens (1K = 1024)")
-      ->capture_default_str();
-  eval->add_option("--depths", o->depths,
-                   "Where the key sits, as fractions of the filler before it")
-      ->capture_default_str();
-  eval->add_option("--trials", o->trials, "Keys per length and depth")
-      ->capture_default_str()
-      ->check(number_check(true));
-  eval->add_option("--seed", o->seed, "Seed of the keys")
-      ->capture_default_str()
-      ->check(number_check(false));
-  eval->add_option("--prefill-chunk", o->prefill_chunk,
-                   "Prompt tokens per KV-decoder forward (bounds the attention's working memory)")
-      ->capture_default_str()
-      ->check(number_check(true));
-  eval->add_option("--max-answer-tokens", o->max_answer_tokens,
-                   "Greedy tokens generated for an answer")
-      ->capture_default_str()
-      ->check(number_check(true));
+  o->retrieval_only.push_back(
+      eval->add_option("--haystack", o->haystack, "The text file --needle hides its number in"));
+  o->retrieval_only.push_back(
+      eval->add_option("--lengths", o->lengths, "Retrieval prompt lengths in tokens (1K = 1024)")
+          ->capture_default_str());
+  o->retrieval_only.push_back(
+      eval->add_option("--depths", o->depths,
+                       "Where the key sits, as fractions of the filler before it")
+          ->capture_default_str());
+  o->retrieval_only.push_back(eval->add_option("--trials", o->trials, "Keys per length and depth")
+                                  ->capture_default_str()
+                                  ->check(number_check(true)));
+  o->retrieval_only.push_back(eval->add_option("--seed", o->seed, "Seed of the keys")
+                                  ->capture_default_str()
+                                  ->check(number_check(false)));
+  o->retrieval_only.push_back(
+      eval->add_option(
+              "--prefill-chunk", o->prefill_chunk,
+              "Prompt tokens per KV-decoder forward (bounds the attention's working memory)")
+          ->capture_default_str()
+          ->check(number_check(true)));
+  o->retrieval_only.push_back(eval->add_option("--max-answer-tokens", o->max_answer_tokens,
+                                               "Greedy tokens generated for an answer")
+                                  ->capture_default_str()
+                                  ->check(number_check(true)));
   eval->add_option("--svg", o->svg,
                    "Write the loss by position (checkpoints overlaid) or the retrieval heatmap");
   eval->add_flag("--json", o->json, "One JSON object per checkpoint instead of tables");
@@ -209,6 +227,14 @@ void add_eval_command(CLI::App& app) {
     if (retrieval && o->checkpoints.size() != 1)
       throw ConfigError("--passkey and --needle take one --checkpoint");
     if (o->needle && o->haystack.empty()) throw ConfigError("--needle needs --haystack FILE");
+    for (const CLI::Option* flag : retrieval ? o->loss_only : o->retrieval_only)
+      if (flag->count() > 0)
+        throw ConfigError(str(flag->get_name(), retrieval
+                                                    ? " applies to the loss evaluation, not to "
+                                                      "--passkey or --needle"
+                                                    : " applies to --passkey and --needle"));
+    if (o->passkey && !o->haystack.empty())
+      throw ConfigError("--haystack applies to --needle; --passkey hides its key in fixed filler");
     if (!retrieval && o->data.empty()) throw ConfigError("memo eval needs --data");
     if (!o->svg.empty() && !retrieval && o->by_position <= 0)
       throw ConfigError("--svg draws the loss by position (--by-position N) or a retrieval");
@@ -260,6 +286,10 @@ void add_eval_command(CLI::App& app) {
       const RunDataOptions split{o->data, "", o->val_fraction};  // memo train's split
       const TokenData data =
           o->split == "val" ? load_validation_data(split, vocab) : load_all_data(o->data, vocab);
+      if (o->eot_id >= 0 && !o->document_mask && !o->eod_mask_loss && !data.has_loss_mask())
+        throw ConfigError(
+            "--eot-id says where documents start for --document-mask, --eod-mask-loss or "
+            "prompt-completion data; give one of them");
       // prompt-completion examples are packed: they must not see each other
       if (data.has_loss_mask() && model.document_mask() < 0)
         model.set_document_mask(

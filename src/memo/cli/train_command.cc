@@ -93,22 +93,24 @@ void add_step_flags(CLI::App& cmd, TrainFlags& f) {
   f.min_lr = cmd.add_option("--min-lr-ratio", t->min_lr_ratio, "Cosine decay ends at lr * this")
                  ->capture_default_str();
   f.warmup = cmd.add_option("--warmup", t->warmup, "Linear warm-up steps")->capture_default_str();
-  cmd.add_option("--seq-schedule", t->seq_schedule,
-                 "Length stages SEQ:STEPS,... (STEPS, or tokens with a t suffix; 1K = 1024), "
-                 "e.g. 4K:2000,16K:500: each keeps the first stage's tokens per step and per "
-                 "micro-batch (--batch and --micro-batch count the first stage's sequences)")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            return s.empty() ? std::string("is empty; e.g. 4K:2000,16K:500") : std::string();
-          },
-          "SEQ:STEPS,..."))
-      ->excludes(seq)
-      ->excludes(steps);
+  CLI::Option* schedule =
+      cmd.add_option("--seq-schedule", t->seq_schedule,
+                     "Length stages SEQ:STEPS,... (STEPS, or tokens with a t suffix; 1K = 1024), "
+                     "e.g. 4K:2000,16K:500: each keeps the first stage's tokens per step and per "
+                     "micro-batch (--batch and --micro-batch count the first stage's sequences)")
+          ->check(CLI::Validator(
+              [](std::string& s) {
+                return s.empty() ? std::string("is empty; e.g. 4K:2000,16K:500") : std::string();
+              },
+              "SEQ:STEPS,..."))
+          ->excludes(seq)
+          ->excludes(steps);
   cmd.add_option("--stage-batch", t->stage_batch,
                  "What each --seq-schedule stage keeps of the first's: tokens (per step and per "
                  "micro-batch) or sequences (--batch and --micro-batch as given)")
       ->check(CLI::IsMember({"tokens", "sequences"}))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(schedule);
   cmd.add_option("--stage-rope", t->stage_rope,
                  "From stage K of --seq-schedule on, these config.json position fields, as "
                  "K:JSON, e.g. '2:{\"rope_theta\": 500000}' (rope_theta, rope_scaling, "

@@ -290,6 +290,10 @@ void TrainSession::read_run() {
                           " and the validation data ", data_->val->source(), " is not: give ",
                           "validation data of the same kind"));
   if (data_->train.has_loss_mask()) o_.document_mask = true;
+  if (o_.eot_id >= 0 && !o_.document_mask && !o_.eod_mask_loss)
+    throw ConfigError(
+        "--eot-id says where documents start for --document-mask, --eod-mask-loss or "
+        "prompt-completion data; give one of them");
   if (o_.document_mask)
     check_stage_masks(stage_positions_, config_,
                       data_->train.has_loss_mask()

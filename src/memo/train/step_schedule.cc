@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <sstream>
 #include <utility>
 
@@ -85,12 +86,17 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
     if (sequences) s.batch = o.batch, s.micro_batch = o.micro_batch;
     if (!sequences && (step_tokens % seq != 0 || s.batch % s.micro_batch != 0 ||
                        (micro_tokens >= seq && micro_tokens % seq != 0)))
-      throw ConfigError(str("--seq-schedule: stage ", k + 1, " (seq ", seq, ") does not split ",
-                            step_tokens, " tokens per step (--batch ", o.batch, " x ", seq0,
-                            ") into micro-batches of ", micro_tokens, " tokens (--micro-batch ",
-                            o.micro_batch, " x ", seq0,
-                            ") or of one sequence; use lengths that "
-                            "divide them"));
+      throw ConfigError(
+          str("--seq-schedule: stage ", k + 1, " (seq ", seq, ") does not split ", step_tokens,
+              " tokens per step (--batch ", o.batch, " x ", seq0, ") into micro-batches of ",
+              micro_tokens, " tokens (--micro-batch ", o.micro_batch, " x ", seq0,
+              ") or of one sequence; use lengths that divide them",
+              step_tokens % seq != 0
+                  ? str(", a --batch that is a multiple of ", seq / std::gcd(seq, seq0),
+                        " (whole sequences of ", seq, " tokens per step)")
+                  : std::string(),
+              ", or --stage-batch sequences (--batch and --micro-batch sequences "
+              "in every stage)"));
     const int64_t stage_step_tokens = s.batch * seq;
     s.steps = items[k].tokens ? (items[k].count + stage_step_tokens - 1) / stage_step_tokens
                               : items[k].count;
