@@ -281,6 +281,29 @@ TEST_F(Strategies, memo_warmup_profiles_then_picks_alpha) {
   EXPECT_NE(r.strategy->summary().find("T_layer"), std::string::npos) << r.strategy->summary();
 }
 
+// Note [A warm profile]: the strategy's first pass is the first to touch its pages; the cost
+// model's profile is its second pass's.
+TEST_F(Strategies, memo_profiles_its_second_pass_not_its_cold_first) {
+  const ModelConfig& cfg = config();
+  Model model(cfg, cpu_backend());
+  model.init(11);
+  CachingAllocator alloc;
+  const std::unique_ptr<ActivationStrategy> s =
+      make_strategy(skeletal_layout(cfg, DType::kF32), alloc, with("memo"));
+  const std::vector<int32_t> t = tokens(0, 0);
+  for (int pass = 0; pass < 2; ++pass) {
+    EXPECT_TRUE(s->wants_warmup()) << "before pass " << pass;
+    EXPECT_FALSE(dynamic_cast<const SwapStrategy&>(*s).profile().valid) << "before pass " << pass;
+    model.zero_grads();
+    model.forward_backward(t.data(), t.data() + 1, kMicro, kSeq, 1.0f, *s, alloc);
+  }
+  EXPECT_FALSE(s->wants_warmup());
+  const SwapProfile& p = dynamic_cast<const SwapStrategy&>(*s).profile();
+  EXPECT_TRUE(p.valid);
+  EXPECT_GT(p.layer_forward_s, 0.0);
+  EXPECT_GT(p.d2h_bytes_per_s, 0.0);
+}
+
 TEST_F(Strategies, host_peak_equals_planned_host_bytes) {
   for (double alpha : {0.0, 0.3, 1.0}) {
     const StrategyRun r = train_run(memo_at(alpha));
