@@ -327,13 +327,12 @@ HostPlan plan_host(const PlanCommandOptions& o, const DevicePlanOptions& options
 void run_plan(const PlanCommandOptions& o) {
   const ModelConfig config = load_model_config(o.config_path);
   check_shape_flags(o, config);
-  // the trace's strategy has no host budget (the device plan does not depend on it): the host
-  // need is checked against --host-memory as memo train checks it, before its trace
   const DevicePlanOptions options = device_plan_options(o, config);
   const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
-  host_budget(o);
   check_parallel_flags(o);
   TracedModel traced(config, o);
+  // the trace's strategy has no host budget (the device plan does not depend on it): the host
+  // need is checked against --host-memory as memo train checks it, before its trace
   const HostPlan host = plan_host(o, options, *traced.model);
   const DevicePlan dp = plan_device_memory(*traced.model, o.batch, o.seq, budget, options);
   const StepTraffic traffic = trace_traffic(traced, o, options);
