@@ -421,6 +421,33 @@ TEST_F(TextCli, byte_models_generate_without_a_tokenizer_file) {
   EXPECT_NE(v.exit_code, 0);
   EXPECT_NE(v.output.find("the validation data: "), std::string::npos) << v.output;
   EXPECT_EQ(v.output.find("step 1/"), std::string::npos) << v.output;
+
+  // a byte vocabulary padded past 256 (to a multiple of 32 here): its checkpoint says it was
+  // trained on bytes, so eval and generate take it; generation never draws an id above 255
+  config(dir.str("padded.json"), 288);
+  const test::CommandResult p = test::run_command(
+      test::memo_bin() + " train --config " + dir.str("padded.json") + " --data " +
+      dir.str("kjv.txt") + " --seq 32 --batch 4 --steps 2 --out " + dir.str("padded"));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const test::CommandResult pg =
+      test::run_command(quiet(test::memo_bin() + " generate --checkpoint " + dir.str("padded") +
+                              " --prompt 'In the' --max-new-tokens 20 --temperature 2 --seed 3"));
+  ASSERT_EQ(pg.exit_code, 0) << pg.output;
+  EXPECT_EQ(pg.output.size(), 21u);  // 20 bytes and a newline
+  const test::CommandResult pe =
+      test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("padded") +
+                              " --data " + dir.str("kjv.txt") + " --seq 32 --batch 2 --batches 2"));
+  ASSERT_EQ(pe.exit_code, 0) << pe.output;
+  EXPECT_NE(pe.output.find("\"loss\""), std::string::npos) << pe.output;
+  // without that record, a vocabulary other than 256 is not taken for bytes
+  const fs::path state = fs::path(dir.str("padded")) / "step-00000002" / kTrainerStateFile;
+  nlohmann::json j = nlohmann::json::parse(test::file_bytes(state));
+  EXPECT_EQ(j.at(kDataTokenizerKey), "bytes");
+  j.erase(kDataTokenizerKey);
+  write_text(state.string(), j.dump());
+  test::expect_clean_failure(test::memo_bin() + " generate --checkpoint " + dir.str("padded") +
+                                 " --prompt x --max-new-tokens 2",
+                             "has no tokenizer.json and its vocab_size 288");
 }
 
 }  // namespace

@@ -246,7 +246,8 @@ void add_eval_command(CLI::App& app) {
       check_config_describes_tensors(ckpt);
       Model model(ckpt.config, runtime->backend(), ModelUse::kInference);
       load_model_tensors(model, ckpt.model);
-      const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
+      const Tokenizer tokenizer =
+          checkpoint_tokenizer(dir, ckpt.config.vocab_size, ckpt.trainer_state);
       if (retrieval) {
         const RetrievalTask task =
             o->passkey ? passkey_task(tokenizer) : needle_task(tokenizer, read_file(o->haystack));

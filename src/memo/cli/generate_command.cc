@@ -57,7 +57,8 @@ void add_generate_command(CLI::App& app) {
     const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);
     Model model(ckpt.config, runtime->backend(), ModelUse::kInference);
     load_model_tensors(model, ckpt.model);
-    const Tokenizer tokenizer = checkpoint_tokenizer(dir, ckpt.config.vocab_size);
+    const Tokenizer tokenizer =
+        checkpoint_tokenizer(dir, ckpt.config.vocab_size, ckpt.trainer_state);
     o->generate.kv_cache = !o->no_kv_cache;
     o->generate.stop_ids = reply_stop_ids(dir, tokenizer);
     if (o->document_mask) {

@@ -30,6 +30,9 @@ inline constexpr const char* kConfigFile = "config.json";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
 inline constexpr const char* kTokenizerFile = "tokenizer.json";
+// trainer_state.json's key for the data's tokenizer where no tokenizer.json says it: "bytes" for a
+// run on raw bytes whose vocab_size is not 256 (a padded byte vocabulary).
+inline constexpr const char* kDataTokenizerKey = "data_tokenizer";
 inline constexpr const char* kLatestFile = "latest";
 inline constexpr const char* kBestFile = "best";     // memo train --save-best's checkpoint
 inline constexpr const char* kRunFile = "run.toml";  // the run's flags (memo train --run)

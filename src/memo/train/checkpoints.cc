@@ -22,6 +22,7 @@
 #include "memo/io/config_json.h"
 #include "memo/io/json_file.h"
 #include "memo/train/optimizer_setup.h"
+#include "memo/train/run_data.h"
 
 namespace fs = std::filesystem;
 
@@ -236,6 +237,11 @@ CheckpointData checkpoint_data(const TrainOptions& o, const Model& model, const 
   if (run.best)
     data.trainer_state["best"] = {{"step", run.best->step}, {"val_loss", run.best->val_loss}};
   data.tokenizer_json = shard_tokenizer_json(o.data_path);  // the checkpoint names its tokenizer
+  // or, where a byte vocabulary is padded past 256, says it was trained on bytes
+  if (data.tokenizer_json.empty() && data.config.vocab_size != 256) {
+    const std::optional<Tokenizer> t = data_tokenizer(o.data_path);
+    if (t && t->is_bytes()) data.trainer_state[kDataTokenizerKey] = "bytes";
+  }
   data.side_files = side_files_of_origin(o, !data.tokenizer_json.empty());
   if (!o.run_file.empty()) data.side_files.emplace_back(kRunFile, o.run_file);
   return data;

@@ -172,7 +172,8 @@ std::vector<int32_t> reply_stop_ids(const std::filesystem::path& checkpoint,
   return ids;
 }
 
-Tokenizer checkpoint_tokenizer(const std::filesystem::path& dir, int64_t vocab_size) {
+Tokenizer checkpoint_tokenizer(const std::filesystem::path& dir, int64_t vocab_size,
+                               const nlohmann::json& trainer_state) {
   const std::filesystem::path file = dir / kTokenizerFile;
   if (std::filesystem::exists(file)) {
     Tokenizer t = Tokenizer::load(file);
@@ -181,7 +182,9 @@ Tokenizer checkpoint_tokenizer(const std::filesystem::path& dir, int64_t vocab_s
                             " ids but the model's vocab_size is ", vocab_size));
     return t;
   }
-  if (vocab_size == 256) return Tokenizer::bytes();
+  const bool trained_on_bytes = trainer_state.is_object() &&
+                                trainer_state.value(kDataTokenizerKey, nlohmann::json()) == "bytes";
+  if (vocab_size == 256 || (trained_on_bytes && vocab_size > 256)) return Tokenizer::bytes();
   throw DataError(str("checkpoint ", dir.string(), " has no ", kTokenizerFile,
                       " and its vocab_size ", vocab_size,
                       " is not a byte model's 256; copy the tokenizer.json it was ",

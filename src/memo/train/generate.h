@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -66,8 +67,10 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer, std::str
                         const std::function<void(std::string_view)>& on_text = {});
 
 // The tokenizer a checkpoint directory was trained with: its tokenizer.json, else the byte
-// tokenizer for a vocabulary of 256; else DataError saying how to supply one. A tokenizer with more
-// ids than the config's vocab_size: ConfigError.
-Tokenizer checkpoint_tokenizer(const std::filesystem::path& checkpoint_dir, int64_t vocab_size);
+// tokenizer for a vocabulary of 256 or where trainer_state says memo trained it on bytes (a byte
+// vocabulary padded past 256: the ids above 255 are never drawn); else DataError saying how to
+// supply one. A tokenizer with more ids than the config's vocab_size: ConfigError.
+Tokenizer checkpoint_tokenizer(const std::filesystem::path& checkpoint_dir, int64_t vocab_size,
+                               const nlohmann::json& trainer_state);
 
 }  // namespace memo
