@@ -1280,7 +1280,7 @@ TEST(CudaBodies, sgd_elem_matches_cpu_bitwise) {
 TEST(CudaBodies, signsgd_elem_matches_cpu_bitwise) {
   for (float momentum : {0.0f, 0.9f}) {
     SCOPED_TRACE(str("momentum ", momentum));
-    const SignSgdStep s{0.01f, 1.0f - 0.01f * 0.1f, momentum};
+    const SignSgdStep s{0.01f, 1.0f - 0.01f * 0.1f, momentum, float(1.0 - double(momentum))};
     const bool mom = momentum != 0.0f;
     OptState cpu_st = opt_state(121), body = cpu_st;
     cpu::signsgd_update(tv(cpu_st.p), mom ? tv(cpu_st.s1) : View<float>(), ctv(cpu_st.g), s);
@@ -1296,6 +1296,8 @@ TEST(CudaBodies, adam_elem_matches_cpu_adam_and_adamw_bitwise) {
   AdamStep s;
   s.beta1 = 0.9f;
   s.beta2 = 0.999f;
+  s.one_minus_beta1 = float(1.0 - 0.9);
+  s.one_minus_beta2 = float(1.0 - 0.999);
   s.eps = 1e-3f;  // large enough to show in every result
   s.step_size = 1e-3f / (1.0f - 0.9f * 0.9f * 0.9f);
   s.bias2_sqrt = std::sqrt(1.0f - 0.999f * 0.999f * 0.999f);
@@ -1331,7 +1333,7 @@ TEST(CudaBodies, rmsprop_elem_matches_cpu_bitwise) {
   for (bool centered : {false, true}) {
     for (float momentum : {0.0f, 0.9f}) {
       SCOPED_TRACE(str(centered ? "centered" : "plain", " momentum ", momentum));
-      const RmspropStep s{0.01f, 0.9f, 1e-3f, momentum, 0.02f, centered};
+      const RmspropStep s{0.01f, 0.9f, 1e-3f, momentum, 0.02f, centered, float(1.0 - 0.9)};
       const bool mom = momentum != 0.0f;
       OptState cpu_st = opt_state(151), body = cpu_st;
       // s2 in [0.5, 1): the square average; s3 scaled to [-0.1, 0.1): the grad average, small
@@ -1353,7 +1355,7 @@ TEST(CudaBodies, rmsprop_elem_matches_cpu_bitwise) {
 }
 
 TEST(CudaBodies, lion_elem_matches_cpu_bitwise) {
-  const LionStep s{1e-3f, 0.9f, 0.99f, 1.0f - 1e-3f * 0.1f};
+  const LionStep s{1e-3f, 0.9f, 0.99f, 1.0f - 1e-3f * 0.1f, float(1.0 - 0.9), float(1.0 - 0.99)};
   OptState cpu_st = opt_state(161), body = cpu_st;
   cpu::lion_update(tv(cpu_st.p), tv(cpu_st.s1), ctv(cpu_st.g), s);
   for (int64_t j = 0; j < kOptN; ++j) lion_elem(body.p.data(), body.s1.data(), body.g.data(), s, j);
@@ -1378,10 +1380,12 @@ TEST(CudaBodies, adafactor_matrix_and_vector_match_cpu_bitwise) {
   for (const bool first_moment : {false, true}) {
     AdafactorStep s;
     s.beta2t = 0.8f;
+    s.one_minus_beta2t = float(1.0 - 0.8);
     s.eps1 = 1e-30f;
     s.alpha = 0.01f;
     s.clip_threshold = 1.0;
     s.beta1 = first_moment ? 0.9f : 0.0f;
+    s.one_minus_beta1 = first_moment ? float(1.0 - 0.9) : 1.0f;
     s.keep = first_moment ? 0.999f : 1.0f;
     // matrix [R, C]
     const int64_t R = 13, C = 37;
@@ -1402,9 +1406,9 @@ TEST(CudaBodies, adafactor_matrix_and_vector_match_cpu_bitwise) {
       std::vector<float> gri(static_cast<size_t>(R)), gci(static_cast<size_t>(C));
       std::vector<double> pd(static_cast<size_t>(R + 1));
       for (int64_t r = 0; r < R; ++r)
-        adafactor_row(row_gpu.data(), g.data(), C, s.beta2t, s.eps1, r);
+        adafactor_row(row_gpu.data(), g.data(), C, s.beta2t, s.one_minus_beta2t, s.eps1, r);
       for (int64_t c = 0; c < C; ++c)
-        adafactor_col(col_gpu.data(), g.data(), R, C, s.beta2t, s.eps1, c);
+        adafactor_col(col_gpu.data(), g.data(), R, C, s.beta2t, s.one_minus_beta2t, s.eps1, c);
       pd[size_t(R)] = adafactor_row_mean(row_gpu.data(), R);
       for (int64_t r = 0; r < R; ++r)
         gri[size_t(r)] = adafactor_inv_row(row_gpu[size_t(r)], pd[size_t(R)]);
@@ -1417,7 +1421,7 @@ TEST(CudaBodies, adafactor_matrix_and_vector_match_cpu_bitwise) {
       for (int64_t j = 0; j < R * C; ++j)
         adafactor_apply(p_gpu.data(), first_moment ? m_gpu.data() : nullptr,
                         scale * (g[size_t(j)] * gri[size_t(j / C)] * gci[size_t(j % C)]), s.beta1,
-                        s.keep, j);
+                        s.one_minus_beta1, s.keep, j);
     }
     EXPECT_EQ(row_gpu, row_cpu);
     EXPECT_EQ(col_gpu, col_cpu);
@@ -1436,14 +1440,16 @@ TEST(CudaBodies, adafactor_matrix_and_vector_match_cpu_bitwise) {
                                  first_moment ? View<float>(mv_cpu.data(), {n}) : View<float>(),
                                  View<float>(v_cpu.data(), {n}), View<const float>(gv.data(), {n}),
                                  View<double>(vpartial.data(), {4}), s);
-    for (int64_t j = 0; j < n; ++j) adafactor_v(v_gpu.data(), gv.data(), s.beta2t, s.eps1, j);
+    for (int64_t j = 0; j < n; ++j)
+      adafactor_v(v_gpu.data(), gv.data(), s.beta2t, s.one_minus_beta2t, s.eps1, j);
     double sum = 0.0;
     for (int64_t k = 0; k < 4; ++k) sum += adafactor_v_chunk_sq(gv.data(), v_gpu.data(), n, k);
     const double rms_u = std::sqrt(sum / double(n));
     const float scale = float(s.alpha / std::max(1.0, rms_u / s.clip_threshold));
     for (int64_t j = 0; j < n; ++j)
       adafactor_apply(pv_gpu.data(), first_moment ? mv_gpu.data() : nullptr,
-                      scale * (gv[size_t(j)] / std::sqrt(v_gpu[size_t(j)])), s.beta1, s.keep, j);
+                      scale * (gv[size_t(j)] / std::sqrt(v_gpu[size_t(j)])), s.beta1,
+                      s.one_minus_beta1, s.keep, j);
     EXPECT_EQ(v_gpu, v_cpu);
     EXPECT_EQ(pv_gpu, pv_cpu) << "first moment " << first_moment;
     if (first_moment) {

@@ -352,7 +352,8 @@ TEST(CudaBackend, attention_forward_backward_merge_and_decode) {
 TEST(CudaBackend, optimiser_updates_and_the_noise_probe) {
   REQUIRE_GPU();
   const int64_t n = 40000;
-  AdamStep adam{0.9f, 0.95f, 1e-8f, 1e-3f, 0.3f, 0.01f, 0.999f};
+  AdamStep adam{
+      0.9f, 0.95f, 1e-8f, 1e-3f, 0.3f, 0.01f, 0.999f, float(1.0 - 0.9), float(1.0 - 0.95)};
   compare(
       *g, {rnd({n}, 1), rnd({n}, 2), rnd({n}, 3, 0.0f, 1.0f), rnd({n}, 4)},
       [&](Backend& b, std::vector<Tensor>& t) {
@@ -362,7 +363,7 @@ TEST(CudaBackend, optimiser_updates_and_the_noise_probe) {
         b.sgd_update(t[0], Tensor(), t[3], SgdStep{0.01f, 0.1f, 0.0f, 1.0f, false, false});
         b.adagrad_update(t[0], t[2], t[3], AdagradStep{0.01f, 1e-10f, 0.1f});
         b.rmsprop_update(t[0], t[2], Tensor(), t[1], t[3],
-                         RmspropStep{0.01f, 0.99f, 1e-8f, 0.9f, 0.0f, false});
+                         RmspropStep{0.01f, 0.99f, 1e-8f, 0.9f, 0.0f, false, float(1.0 - 0.99)});
         return 0.0;
       },
       kTol);
@@ -374,7 +375,7 @@ TEST(CudaBackend, optimiser_updates_and_the_noise_probe) {
       [&](Backend& b, std::vector<Tensor>& t) {
         for (int step = 0; step < 3; ++step)
           b.rmsprop_update(t[0], t[1], t[2], t[3], t[4],
-                           RmspropStep{0.01f, 0.99f, 1e-8f, 0.9f, 0.1f, true});
+                           RmspropStep{0.01f, 0.99f, 1e-8f, 0.9f, 0.1f, true, float(1.0 - 0.99)});
         return 0.0;
       },
       kTol);
@@ -387,9 +388,10 @@ TEST(CudaBackend, optimiser_updates_and_the_noise_probe) {
       *g, {rnd({n}, 6), zeros({n}), Buf{away, {n}}},
       [&](Backend& b, std::vector<Tensor>& t) {
         b.signsgd_update(t[0], Tensor(), t[2], SignSgdStep{0.01f, 0.99f, 0.0f});
-        b.signsgd_update(t[0], t[1], t[2], SignSgdStep{0.01f, 0.99f, 0.9f});
+        b.signsgd_update(t[0], t[1], t[2], SignSgdStep{0.01f, 0.99f, 0.9f, float(1.0 - 0.9)});
         b.fill(t[1], 0.0f);
-        b.lion_update(t[0], t[1], t[2], LionStep{1e-4f, 0.9f, 0.99f, 0.999f});
+        b.lion_update(t[0], t[1], t[2],
+                      LionStep{1e-4f, 0.9f, 0.99f, 0.999f, float(1.0 - 0.9), float(1.0 - 0.99)});
         return 0.0;
       },
       kTol);
@@ -418,6 +420,8 @@ TEST(CudaBackend, adafactor_matrix_vector_and_rms) {
   s.eps1 = 1e-30f;
   s.alpha = 0.01f;
   s.beta1 = 0.9f;
+  s.one_minus_beta2t = float(1.0 - 0.8);
+  s.one_minus_beta1 = float(1.0 - 0.9);
   s.keep = 0.999f;
   compare(*g,
           {rnd({R, C}, 1), rnd({R, C}, 2), rnd({R}, 3, 0.1f, 1.0f), rnd({C}, 4, 0.1f, 1.0f),

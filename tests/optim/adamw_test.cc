@@ -10,11 +10,11 @@ namespace {
 
 using test::Params64;
 
-// Loshchilov & Hutter 2019 (Algorithm 2) in torch's order: decay first, scaled by lr.
-TEST(AdamW, decoupled_weight_decay_matches_reference) {
+// Loshchilov & Hutter 2019 (Algorithm 2) in torch's order: decay first, scaled by lr. Betas near 1
+// too (Note [One minus beta]): 1 - 1e-9 rounds to 1.0f, so 1.0f - float(beta) would be 0.
+void check_adamw(const AdamWOptions& o) {
   ParamLayout layout(test::tiny_config());
   const std::vector<bool> decay = decay_matrices_only(layout);
-  const AdamWOptions o{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   AdamW opt(layout, o, decay, cpu_backend());
   Params64 m = test::zeros_like(layout), v = test::zeros_like(layout);
   auto reference = [&](int t, double lr, Params64& p, const Params64& g) {
@@ -29,6 +29,15 @@ TEST(AdamW, decoupled_weight_decay_matches_reference) {
       }
   };
   test::run_against_reference(layout, opt, reference, test::kSteps, test::kAtol, test::kRtol);
+}
+
+TEST(AdamW, decoupled_weight_decay_matches_reference) {
+  check_adamw({.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
+}
+
+TEST(AdamW, betas_that_round_to_one_in_float_match_reference) {
+  check_adamw({.beta1 = 0.9, .beta2 = 1 - 1e-9, .eps = 1e-8, .weight_decay = 0.1});
+  check_adamw({.beta1 = 1 - 1e-9, .beta2 = 0.9999999, .eps = 1e-8, .weight_decay = 0.1});
 }
 
 TEST(AdamW, norms_are_not_decayed_by_default_mask) {

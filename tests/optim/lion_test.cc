@@ -9,10 +9,9 @@ namespace {
 using test::Params64;
 
 // Chen et al. 2023, Algorithm 2, in float64.
-TEST(Lion, update_matches_reference) {
+void check_lion(const LionOptions& o) {
   ParamLayout layout(test::tiny_config());
   const std::vector<bool> decay = decay_matrices_only(layout);
-  const LionOptions o{.beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.5};
   Lion opt(layout, o, decay, cpu_backend());
   Params64 m = test::zeros_like(layout);
   auto reference = [&](int, double lr, Params64& p, const Params64& g) {
@@ -25,6 +24,15 @@ TEST(Lion, update_matches_reference) {
       }
   };
   test::run_against_reference(layout, opt, reference, test::kSteps, test::kAtol, test::kRtol);
+}
+
+TEST(Lion, update_matches_reference) {
+  check_lion({.beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.5});
+}
+
+// Note [One minus beta]: beta1 = 1 - 1e-9 is 1.0f; the first step's c is then g * 1e-9, not 0.
+TEST(Lion, beta_that_rounds_to_one_in_float_matches_reference) {
+  check_lion({.beta1 = 1 - 1e-9, .beta2 = 0.99, .weight_decay = 0.5});
 }
 
 }  // namespace

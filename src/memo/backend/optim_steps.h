@@ -7,6 +7,14 @@
 
 namespace memo {
 
+// Note [One minus beta]
+// An EMA's weights beta and 1 - beta reach the kernels as two floats, each rounded once from the
+// double the user gave: the kernels never compute 1.0f - float(beta). That difference loses
+// 1 - beta's digits as beta nears 1 (float(0.9999999) leaves 1.19e-7, not 1e-7; every beta above
+// 1 - 3e-8 rounds to 1.0f and leaves 0: a moment that never moves, or an Adam second moment that
+// stays 0 and an update divided by eps alone); PyTorch, too, forms 1 - beta in double. The
+// optimisers (optim/) fill both.
+
 struct SgdStep {
   float lr = 0.0f;
   float weight_decay = 0.0f;  // L2, added to the gradient
@@ -18,8 +26,9 @@ struct SgdStep {
 
 struct SignSgdStep {
   float lr = 0.0f;
-  float keep = 1.0f;      // 1 - lr * weight_decay (decoupled), or 1
-  float momentum = 0.0f;  // beta (the buffer is empty when 0)
+  float keep = 1.0f;                // 1 - lr * weight_decay (decoupled), or 1
+  float momentum = 0.0f;            // beta (the buffer is empty when 0)
+  float one_minus_momentum = 1.0f;  // 1 - beta (Note [One minus beta])
 };
 
 struct AdamStep {
@@ -28,6 +37,7 @@ struct AdamStep {
   float bias2_sqrt = 1.0f;    // sqrt(1 - beta2^t)
   float weight_decay = 0.0f;  // Adam: L2 added to the gradient
   float keep = 1.0f;          // AdamW: 1 - lr * weight_decay, applied to p first
+  float one_minus_beta1 = 1.0f, one_minus_beta2 = 1.0f;  // Note [One minus beta]
 };
 
 struct AdagradStep {
@@ -39,11 +49,13 @@ struct AdagradStep {
 struct RmspropStep {
   float lr = 0.0f, alpha = 0.0f, eps = 0.0f, momentum = 0.0f, weight_decay = 0.0f;
   bool centered = false;
+  float one_minus_alpha = 1.0f;  // Note [One minus beta]
 };
 
 struct LionStep {
   float lr = 0.0f, beta1 = 0.0f, beta2 = 0.0f;
-  float keep = 1.0f;  // 1 - lr * weight_decay, or 1
+  float keep = 1.0f;                                     // 1 - lr * weight_decay, or 1
+  float one_minus_beta1 = 1.0f, one_minus_beta2 = 1.0f;  // Note [One minus beta]
 };
 
 struct AdafactorStep {
@@ -53,6 +65,7 @@ struct AdafactorStep {
   double clip_threshold = 1.0;
   float beta1 = 0.0f;  // first moment (the buffer is empty when 0)
   float keep = 1.0f;   // 1 - alpha * weight_decay, or 1
+  float one_minus_beta2t = 1.0f, one_minus_beta1 = 1.0f;  // Note [One minus beta]
 };
 
 }  // namespace memo

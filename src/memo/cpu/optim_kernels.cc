@@ -64,7 +64,7 @@ void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) {
   float* pp = p.data();
   const float* gp = g.data();
   const int64_t n = p.numel();
-  const float keep = s.keep, lr_f = s.lr, beta = s.momentum;
+  const float keep = s.keep, lr_f = s.lr, beta = s.momentum, rest = s.one_minus_momentum;
   if (m.empty()) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
     for (int64_t j = 0; j < n; ++j) pp[j] = pp[j] * keep - lr_f * sign_of(gp[j]);
@@ -73,7 +73,7 @@ void signsgd_update(Tensor p, Tensor m, ConstTensor g, const SignSgdStep& s) {
   float* mp = m.data();
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
   for (int64_t j = 0; j < n; ++j) {
-    mp[j] = beta * mp[j] + (1.0f - beta) * gp[j];
+    mp[j] = beta * mp[j] + rest * gp[j];
     pp[j] = pp[j] * keep - lr_f * sign_of(mp[j]);
   }
 }
@@ -86,12 +86,13 @@ void adam_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s)
   float* vp = v.data();
   const int64_t n = p.numel();
   const float b1 = s.beta1, b2 = s.beta2, eps = s.eps, wd = s.weight_decay;
+  const float r1 = s.one_minus_beta1, r2 = s.one_minus_beta2;
   const float bias2_sqrt = s.bias2_sqrt, step_size = s.step_size;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
   for (int64_t j = 0; j < n; ++j) {
     const float d = gp[j] + wd * pp[j];
-    mp[j] = b1 * mp[j] + (1.0f - b1) * d;
-    vp[j] = b2 * vp[j] + (1.0f - b2) * d * d;
+    mp[j] = b1 * mp[j] + r1 * d;
+    vp[j] = b2 * vp[j] + r2 * d * d;
     pp[j] -= step_size * (mp[j] / (std::sqrt(vp[j]) / bias2_sqrt + eps));
   }
 }
@@ -104,12 +105,13 @@ void adamw_update(Tensor p, Tensor m, Tensor v, ConstTensor g, const AdamStep& s
   float* vp = v.data();
   const int64_t n = p.numel();
   const float b1 = s.beta1, b2 = s.beta2, eps = s.eps, keep = s.keep;
+  const float r1 = s.one_minus_beta1, r2 = s.one_minus_beta2;
   const float bias2_sqrt = s.bias2_sqrt, step_size = s.step_size;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
   for (int64_t j = 0; j < n; ++j) {
     pp[j] *= keep;
-    mp[j] = b1 * mp[j] + (1.0f - b1) * gp[j];
-    vp[j] = b2 * vp[j] + (1.0f - b2) * gp[j] * gp[j];
+    mp[j] = b1 * mp[j] + r1 * gp[j];
+    vp[j] = b2 * vp[j] + r2 * gp[j] * gp[j];
     const float denom = std::sqrt(vp[j]) / bias2_sqrt + eps;
     pp[j] -= step_size * (mp[j] / denom);
   }
@@ -140,14 +142,15 @@ void rmsprop_update(Tensor p, Tensor square_avg, Tensor grad_avg, Tensor buf, Co
   float* b = state_ptr(buf);
   const int64_t n = p.numel();
   const float alpha = s.alpha, eps = s.eps, mu = s.momentum, lr_f = s.lr, wd = s.weight_decay;
+  const float rest = s.one_minus_alpha;
   const bool centered = a != nullptr, use_momentum = b != nullptr;
 #pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
   for (int64_t j = 0; j < n; ++j) {
     const float d = gp[j] + wd * pp[j];
-    v[j] = alpha * v[j] + (1.0f - alpha) * d * d;
+    v[j] = alpha * v[j] + rest * d * d;
     float var = v[j];
     if (centered) {
-      a[j] = alpha * a[j] + (1.0f - alpha) * d;
+      a[j] = alpha * a[j] + rest * d;
       var = v[j] - a[j] * a[j];
     }
     const float den = std::sqrt(var) + eps;
@@ -167,11 +170,12 @@ void lion_update(Tensor p, Tensor m, ConstTensor g, const LionStep& s) {
   float* mp = m.data();
   const int64_t n = p.numel();
   const float b1 = s.beta1, b2 = s.beta2, lr_f = s.lr, keep = s.keep;
+  const float r1 = s.one_minus_beta1, r2 = s.one_minus_beta2;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
   for (int64_t j = 0; j < n; ++j) {
-    const float c = b1 * mp[j] + (1.0f - b1) * gp[j];
+    const float c = b1 * mp[j] + r1 * gp[j];
     pp[j] = pp[j] * keep - lr_f * sign_of(c);
-    mp[j] = b2 * mp[j] + (1.0f - b2) * gp[j];
+    mp[j] = b2 * mp[j] + r2 * gp[j];
   }
 }
 
@@ -205,20 +209,20 @@ void adafactor_update_matrix(Tensor p, Tensor m, Tensor row_t, Tensor col_t, Con
   float* pp = p.data();
   const float* gp = g.data();
   float* mp = state_ptr(m);
-  const float b = s.beta2t, eps1 = s.eps1;
+  const float b = s.beta2t, rb = s.one_minus_beta2t, eps1 = s.eps1;
   float* row = row_t.data();
   float* col = col_t.data();
 #pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
   for (int64_t r = 0; r < R; ++r) {
     double sum = 0.0;
     for (int64_t c = 0; c < C; ++c) sum += double(gp[r * C + c] * gp[r * C + c] + eps1);
-    row[r] = b * row[r] + (1.0f - b) * float(sum / double(C));
+    row[r] = b * row[r] + rb * float(sum / double(C));
   }
 #pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
   for (int64_t c = 0; c < C; ++c) {  // strided reads; Adafactor's matrices are read once per step
     double sum = 0.0;
     for (int64_t r = 0; r < R; ++r) sum += double(gp[r * C + c] * gp[r * C + c] + eps1);
-    col[c] = b * col[c] + (1.0f - b) * float(sum / double(R));
+    col[c] = b * col[c] + rb * float(sum / double(R));
   }
   double row_sum = 0.0;
   for (int64_t r = 0; r < R; ++r) row_sum += row[r];
@@ -240,14 +244,14 @@ void adafactor_update_matrix(Tensor p, Tensor m, Tensor row_t, Tensor col_t, Con
       partial.data());
   const double rms_u = std::sqrt(sum_sq_u / double(R * C));
   const float scale = float(s.alpha / std::max(1.0, rms_u / s.clip_threshold));
-  const float b1 = s.beta1, keep = s.keep;
+  const float b1 = s.beta1, r1 = s.one_minus_beta1, keep = s.keep;
 #pragma omp parallel for schedule(static) if (n >= kParallelMinNumel)
   for (int64_t r = 0; r < R; ++r) {
     for (int64_t c = 0; c < C; ++c) {
       const int64_t j = r * C + c;
       float update = scale * (gp[j] * ri[r] * ci[c]);
       if (mp) {
-        mp[j] = b1 * mp[j] + (1.0f - b1) * update;
+        mp[j] = b1 * mp[j] + r1 * update;
         update = mp[j];
       }
       pp[j] = pp[j] * keep - update;
@@ -265,9 +269,9 @@ void adafactor_update_vector(Tensor p, Tensor m, Tensor v_t, ConstTensor g, View
   const float* gp = g.data();
   float* mp = state_ptr(m);
   float* v = v_t.data();
-  const float b = s.beta2t, eps1 = s.eps1;
+  const float b = s.beta2t, rb = s.one_minus_beta2t, eps1 = s.eps1;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
-  for (int64_t j = 0; j < n; ++j) v[j] = b * v[j] + (1.0f - b) * (gp[j] * gp[j] + eps1);
+  for (int64_t j = 0; j < n; ++j) v[j] = b * v[j] + rb * (gp[j] * gp[j] + eps1);
   const double sum_sq_u = ordered_sum(
       adafactor_chunks(n), n,
       [&](int64_t k) {
@@ -281,12 +285,12 @@ void adafactor_update_vector(Tensor p, Tensor m, Tensor v_t, ConstTensor g, View
       partial.data());
   const double rms_u = std::sqrt(sum_sq_u / double(n));
   const float scale = float(s.alpha / std::max(1.0, rms_u / s.clip_threshold));
-  const float b1 = s.beta1, keep = s.keep;
+  const float b1 = s.beta1, r1 = s.one_minus_beta1, keep = s.keep;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinNumel)
   for (int64_t j = 0; j < n; ++j) {
     float update = scale * (gp[j] / std::sqrt(v[j]));
     if (mp) {
-      mp[j] = b1 * mp[j] + (1.0f - b1) * update;
+      mp[j] = b1 * mp[j] + r1 * update;
       update = mp[j];
     }
     pp[j] = pp[j] * keep - update;

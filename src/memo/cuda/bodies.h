@@ -455,7 +455,7 @@ MEMO_HD inline void signsgd_elem(float* p, float* m, const float* g, SignSgdStep
     p[j] = p[j] * s.keep - s.lr * sign_of(g[j]);
     return;
   }
-  m[j] = s.momentum * m[j] + (1.0f - s.momentum) * g[j];
+  m[j] = s.momentum * m[j] + s.one_minus_momentum * g[j];
   p[j] = p[j] * s.keep - s.lr * sign_of(m[j]);
 }
 MEMO_HD inline void adam_elem(float* p, float* m, float* v, const float* g, AdamStep s,
@@ -465,8 +465,8 @@ MEMO_HD inline void adam_elem(float* p, float* m, float* v, const float* g, Adam
     p[j] *= s.keep;
   else
     d += s.weight_decay * p[j];
-  m[j] = s.beta1 * m[j] + (1.0f - s.beta1) * d;
-  v[j] = s.beta2 * v[j] + (1.0f - s.beta2) * d * d;
+  m[j] = s.beta1 * m[j] + s.one_minus_beta1 * d;
+  v[j] = s.beta2 * v[j] + s.one_minus_beta2 * d * d;
   p[j] -= s.step_size * (m[j] / (::sqrtf(v[j]) / s.bias2_sqrt + s.eps));
 }
 MEMO_HD inline void adagrad_elem(float* p, float* sum, const float* g, AdagradStep s, int64_t j) {
@@ -477,10 +477,10 @@ MEMO_HD inline void adagrad_elem(float* p, float* sum, const float* g, AdagradSt
 MEMO_HD inline void rmsprop_elem(float* p, float* sq, float* ga, float* buf, const float* g,
                                  RmspropStep s, int64_t j) {
   const float d = g[j] + s.weight_decay * p[j];
-  sq[j] = s.alpha * sq[j] + (1.0f - s.alpha) * d * d;
+  sq[j] = s.alpha * sq[j] + s.one_minus_alpha * d * d;
   float var = sq[j];
   if (ga) {
-    ga[j] = s.alpha * ga[j] + (1.0f - s.alpha) * d;
+    ga[j] = s.alpha * ga[j] + s.one_minus_alpha * d;
     var = sq[j] - ga[j] * ga[j];
   }
   const float den = ::sqrtf(var) + s.eps;
@@ -492,24 +492,24 @@ MEMO_HD inline void rmsprop_elem(float* p, float* sq, float* ga, float* buf, con
   }
 }
 MEMO_HD inline void lion_elem(float* p, float* m, const float* g, LionStep s, int64_t j) {
-  const float c = s.beta1 * m[j] + (1.0f - s.beta1) * g[j];
+  const float c = s.beta1 * m[j] + s.one_minus_beta1 * g[j];
   p[j] = p[j] * s.keep - s.lr * sign_of(c);
-  m[j] = s.beta2 * m[j] + (1.0f - s.beta2) * g[j];
+  m[j] = s.beta2 * m[j] + s.one_minus_beta2 * g[j];
 }
 
 // --- Adafactor (cpu/optim_kernels.cc, the same expressions and orders) ---
 // Factored second moment of an [R, C] gradient: row r's and column c's EMA of mean(g^2 + eps1).
-MEMO_HD inline void adafactor_row(float* row, const float* g, int64_t C, float b, float eps1,
-                                  int64_t r) {
+MEMO_HD inline void adafactor_row(float* row, const float* g, int64_t C, float b, float rb,
+                                  float eps1, int64_t r) {
   double sum = 0.0;
   for (int64_t c = 0; c < C; ++c) sum += double(g[r * C + c] * g[r * C + c] + eps1);
-  row[r] = b * row[r] + (1.0f - b) * float(sum / double(C));
+  row[r] = b * row[r] + rb * float(sum / double(C));
 }
 MEMO_HD inline void adafactor_col(float* col, const float* g, int64_t R, int64_t C, float b,
-                                  float eps1, int64_t c) {
+                                  float rb, float eps1, int64_t c) {
   double sum = 0.0;
   for (int64_t r = 0; r < R; ++r) sum += double(g[r * C + c] * g[r * C + c] + eps1);
-  col[c] = b * col[c] + (1.0f - b) * float(sum / double(R));
+  col[c] = b * col[c] + rb * float(sum / double(R));
 }
 MEMO_HD inline double adafactor_row_mean(const float* row, int64_t R) {
   double sum = 0.0;
@@ -532,8 +532,9 @@ MEMO_HD inline double adafactor_u_row_sq(const float* g, const float* ri, const 
 }
 // The vector case: v's EMA, and chunk k's sum of u^2, u = g / sqrt(v), in the CPU's chunks.
 inline constexpr int64_t kAdafactorChunk = 1024;
-MEMO_HD inline void adafactor_v(float* v, const float* g, float b, float eps1, int64_t j) {
-  v[j] = b * v[j] + (1.0f - b) * (g[j] * g[j] + eps1);
+MEMO_HD inline void adafactor_v(float* v, const float* g, float b, float rb, float eps1,
+                                int64_t j) {
+  v[j] = b * v[j] + rb * (g[j] * g[j] + eps1);
 }
 MEMO_HD inline double adafactor_v_chunk_sq(const float* g, const float* v, int64_t n, int64_t k) {
   const int64_t end = (k + 1) * kAdafactorChunk < n ? (k + 1) * kAdafactorChunk : n;
@@ -545,10 +546,10 @@ MEMO_HD inline double adafactor_v_chunk_sq(const float* g, const float* v, int64
   return sum;
 }
 // p = keep p - update, update = the scaled u or, with a first moment, m's EMA of it.
-MEMO_HD inline void adafactor_apply(float* p, float* m, float update, float b1, float keep,
-                                    int64_t j) {
+MEMO_HD inline void adafactor_apply(float* p, float* m, float update, float b1, float r1,
+                                    float keep, int64_t j) {
   if (m) {
-    m[j] = b1 * m[j] + (1.0f - b1) * update;
+    m[j] = b1 * m[j] + r1 * update;
     update = m[j];
   }
   p[j] = p[j] * keep - update;

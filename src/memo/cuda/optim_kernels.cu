@@ -66,9 +66,9 @@ void CudaBackend::do_adafactor_update_matrix(Tensor p, Tensor m, Tensor row_t, T
   float *row = dev(row_t), *col = dev(col_t), *ri = dev(row_inv), *ci = dev(col_inv);
   const float* gp = dev(g);
   double* pd = partial.data();
-  const float b = st.beta2t, eps1 = st.eps1;
-  launch(R, [=] __device__(int64_t r) { cuda::adafactor_row(row, gp, C, b, eps1, r); });
-  launch(C, [=] __device__(int64_t c) { cuda::adafactor_col(col, gp, R, C, b, eps1, c); });
+  const float b = st.beta2t, rb = st.one_minus_beta2t, eps1 = st.eps1;
+  launch(R, [=] __device__(int64_t r) { cuda::adafactor_row(row, gp, C, b, rb, eps1, r); });
+  launch(C, [=] __device__(int64_t c) { cuda::adafactor_col(col, gp, R, C, b, rb, eps1, c); });
   launch(1, [=] __device__(int64_t) { pd[R] = cuda::adafactor_row_mean(row, R); });
   launch(R, [=] __device__(int64_t r) { ri[r] = cuda::adafactor_inv_row(row[r], pd[R]); });
   launch(C, [=] __device__(int64_t c) { ci[c] = cuda::adafactor_inv_col(col[c]); });
@@ -76,10 +76,10 @@ void CudaBackend::do_adafactor_update_matrix(Tensor p, Tensor m, Tensor row_t, T
   const double rms_u = std::sqrt(host_ordered_sum(pd, R) / double(R * C));
   const float scale = float(st.alpha / std::max(1.0, rms_u / st.clip_threshold));
   float *pp = dev(p), *mp = dev(m);
-  const float b1 = st.beta1, keep = st.keep;
+  const float b1 = st.beta1, r1 = st.one_minus_beta1, keep = st.keep;
   launch(R * C, [=] __device__(int64_t j) {
     const int64_t r = j / C, c = j % C;
-    cuda::adafactor_apply(pp, mp, scale * (gp[j] * ri[r] * ci[c]), b1, keep, j);
+    cuda::adafactor_apply(pp, mp, scale * (gp[j] * ri[r] * ci[c]), b1, r1, keep, j);
   });
 }
 void CudaBackend::do_adafactor_update_vector(Tensor p, Tensor m, Tensor v_t, ConstTensor g,
@@ -92,15 +92,15 @@ void CudaBackend::do_adafactor_update_vector(Tensor p, Tensor m, Tensor v_t, Con
   float* v = dev(v_t);
   const float* gp = dev(g);
   double* pd = partial.data();
-  const float b = st.beta2t, eps1 = st.eps1;
-  launch(n, [=] __device__(int64_t j) { cuda::adafactor_v(v, gp, b, eps1, j); });
+  const float b = st.beta2t, rb = st.one_minus_beta2t, eps1 = st.eps1;
+  launch(n, [=] __device__(int64_t j) { cuda::adafactor_v(v, gp, b, rb, eps1, j); });
   launch(chunks, [=] __device__(int64_t k) { pd[k] = cuda::adafactor_v_chunk_sq(gp, v, n, k); });
   const double rms_u = std::sqrt(host_ordered_sum(pd, chunks) / double(n));
   const float scale = float(st.alpha / std::max(1.0, rms_u / st.clip_threshold));
   float *pp = dev(p), *mp = dev(m);
-  const float b1 = st.beta1, keep = st.keep;
+  const float b1 = st.beta1, r1 = st.one_minus_beta1, keep = st.keep;
   launch(n, [=] __device__(int64_t j) {
-    cuda::adafactor_apply(pp, mp, scale * (gp[j] / ::sqrtf(v[j])), b1, keep, j);
+    cuda::adafactor_apply(pp, mp, scale * (gp[j] / ::sqrtf(v[j])), b1, r1, keep, j);
   });
 }
 

@@ -58,9 +58,11 @@ void Adafactor::step(Tensor params, ConstTensor grads, double lr) {
   const View<double> partial(partial_.data(), {partial_.numel()});
   AdafactorStep s;
   s.beta2t = float(beta2t);
+  s.one_minus_beta2t = float(std::pow(t, -options_.decay_exponent));
   s.eps1 = float(options_.eps1);
   s.clip_threshold = options_.clip_threshold;
   s.beta1 = float(options_.beta1);
+  s.one_minus_beta1 = float(1.0 - options_.beta1);  // Note [One minus beta]
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
     const Tensor p = params.part(info.offset, {info.numel});

@@ -33,6 +33,8 @@ void Adam::step(Tensor params, ConstTensor grads, double lr) {
   AdamStep s;
   s.beta1 = float(options_.beta1);
   s.beta2 = float(options_.beta2);
+  s.one_minus_beta1 = float(1.0 - options_.beta1);  // Note [One minus beta]
+  s.one_minus_beta2 = float(1.0 - options_.beta2);
   s.eps = float(options_.eps);
   s.bias2_sqrt = float(std::sqrt(1.0 - std::pow(options_.beta2, t)));
   s.step_size = float(lr / (1.0 - std::pow(options_.beta1, t)));

@@ -26,6 +26,8 @@ void AdamW::step(Tensor params, ConstTensor grads, double lr) {
   AdamStep s;
   s.beta1 = float(options_.beta1);
   s.beta2 = float(options_.beta2);
+  s.one_minus_beta1 = float(1.0 - options_.beta1);  // Note [One minus beta]
+  s.one_minus_beta2 = float(1.0 - options_.beta2);
   s.eps = float(options_.eps);
   const float bias1 = float(1.0 - std::pow(options_.beta1, t));
   s.bias2_sqrt = float(std::sqrt(1.0 - std::pow(options_.beta2, t)));

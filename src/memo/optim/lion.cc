@@ -26,6 +26,8 @@ void Lion::step(Tensor params, ConstTensor grads, double lr) {
   LionStep s;
   s.beta1 = float(options_.beta1);
   s.beta2 = float(options_.beta2);
+  s.one_minus_beta1 = float(1.0 - options_.beta1);  // Note [One minus beta]
+  s.one_minus_beta2 = float(1.0 - options_.beta2);
   s.lr = float(lr);
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];

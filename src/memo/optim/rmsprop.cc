@@ -30,6 +30,7 @@ void Rmsprop::step(Tensor params, ConstTensor grads, double lr) {
   ++steps_done_;
   RmspropStep s;
   s.alpha = float(options_.alpha);
+  s.one_minus_alpha = float(1.0 - options_.alpha);
   s.eps = float(options_.eps);
   s.momentum = float(options_.momentum);
   s.lr = float(lr);

@@ -20,6 +20,7 @@ void SignSgd::step(Tensor params, ConstTensor grads, double lr) {
   ++steps_done_;
   SignSgdStep s;
   s.momentum = float(options_.momentum);
+  s.one_minus_momentum = float(1.0 - options_.momentum);
   s.lr = float(lr);
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamInfo& info = layout_.params()[i];
