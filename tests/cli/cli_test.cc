@@ -543,6 +543,12 @@ TEST_F(Cli, skip_nonfinite_skips_without_updating_then_stops) {
   const std::string model = kModelFile;
   EXPECT_EQ(test::file_bytes(dir / "nf" / "step-00000003" / model),
             test::file_bytes(dir / "nf" / "step-00000001" / model));
+  // resumed without the flag, the run skips as before (Note [Resume]: run_options)
+  const test::CommandResult resumed =
+      test::run_command(test::memo_bin() + " train --resume " + dir.str("nf/step-00000001") +
+                        " --out " + dir.str("nf3") + " 2>&1");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("memo: step 2 skipped: loss"), std::string::npos) << resumed.output;
   const test::CommandResult stop = test::run_command(
       train_cmd(dir / "nf2", "--optimizer sgd --lr 1e30 --warmup 0 --steps 6 --skip-nonfinite 2"));
   EXPECT_NE(stop.exit_code, 0);

@@ -46,11 +46,14 @@ class Preemption : public ::testing::Test {
 
 TEST_F(Preemption, sigterm_stops_after_the_step_with_a_checkpoint_and_the_resumed_run_is_exact) {
   const int steps = 60;
+  const std::string every = " --save-every 20 --keep-last 0 --eval-every 20 --val-batches 2 ";
   ASSERT_EQ(
-      test::run_command(train_cmd(dir / "full", steps, "--log " + dir.str("full.jsonl"))).exit_code,
+      test::run_command(train_cmd(dir / "full", steps, every + "--log " + dir.str("full.jsonl")))
+          .exit_code,
       0);
-  const test::CommandResult r = signal_at_step_10(
-      train_cmd(dir / "cut", steps, "--log " + dir.str("cut.jsonl")), dir.str("cut.jsonl"), "TERM");
+  const test::CommandResult r =
+      signal_at_step_10(train_cmd(dir / "cut", steps, every + "--log " + dir.str("cut.jsonl")),
+                        dir.str("cut.jsonl"), "TERM");
   ASSERT_NE(r.output.find("exit 0"), std::string::npos) << r.output;
   const int stopped_at = losses(dir.str("cut.jsonl")).rbegin()->first;
   ASSERT_LT(stopped_at, steps) << "the run ended before the signal";
@@ -60,13 +63,25 @@ TEST_F(Preemption, sigterm_stops_after_the_step_with_a_checkpoint_and_the_resume
   ASSERT_NE(at, std::string::npos) << r.output;
   EXPECT_EQ(find_latest_checkpoint(dir / "cut").filename(),
             str("step-", std::string(8 - std::to_string(stopped_at).size(), '0'), stopped_at));
-  // the command as said, nothing added: the checkpoint restores the run's --steps and --data
+  // the command as said, nothing added: the checkpoint restores the run's --steps and --data, and
+  // keeps its --log, --save-every and --eval-every (Note [Resume])
   const size_t from = at + said.size() - std::string("memo train --resume ").size();
   const std::string command = r.output.substr(from, r.output.find('\n', from) - from);
-  const test::CommandResult resumed =
-      test::run_command(test::memo_bin() + command.substr(4) + " --log " + dir.str("cut.jsonl"));
+  const test::CommandResult resumed = test::run_command(test::memo_bin() + command.substr(4));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(losses(dir.str("cut.jsonl")), losses(dir.str("full.jsonl")));
+  auto validations = [](const std::string& log) {
+    std::vector<nlohmann::json> v;
+    for (const nlohmann::json& j : test::records(log))
+      if (j.contains("val_loss")) v.push_back({j.at("step"), j.at("val_loss")});
+    return v;
+  };
+  EXPECT_EQ(validations(dir.str("cut.jsonl")).size(), 3u);
+  EXPECT_EQ(validations(dir.str("cut.jsonl")), validations(dir.str("full.jsonl")));
+  for (const char* step : {"step-00000020", "step-00000040", "step-00000060"})
+    EXPECT_EQ(test::file_bytes(dir / "cut" / step / "model.safetensors"),
+              test::file_bytes(dir / "full" / step / "model.safetensors"))
+        << step;
   // a run that has done its steps says how to go on; --steps moves its end, and says so
   test::expect_clean_failure(test::memo_bin() + " train --resume " + dir.str("cut"),
                              "has run its 60 steps: give --steps above 60 to continue it");

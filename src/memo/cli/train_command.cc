@@ -416,11 +416,15 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
       return;
     }
     TrainOptions o = resolve_options(*f);
-    if (!o.resume_dir.empty())  // Note [Resume]: the checkpoint pins these
+    if (!o.resume_dir.empty())  // Note [Resume]: the checkpoint pins these, or keeps the others
       for (const char* flag :
-           {"--seq", "--batch", "--micro-batch", "--lr", "--min-lr-ratio", "--warmup", "--clip",
-            "--gns", "--gns-decay", "--seed", "--document-mask", "--eot-id", "--eod-mask-loss",
-            "--seq-schedule", "--stage-batch", "--stage-rope"})
+           {"--seq",           "--batch",        "--micro-batch",    "--lr",
+            "--min-lr-ratio",  "--warmup",       "--clip",           "--gns",
+            "--gns-decay",     "--seed",         "--document-mask",  "--eot-id",
+            "--eod-mask-loss", "--seq-schedule", "--stage-batch",    "--stage-rope",
+            "--save-every",    "--keep-last",    "--save-best",      "--async-save",
+            "--eval-every",    "--eval-tokens",  "--val-batches",    "--log-every",
+            "--log",           "--tensorboard",  "--skip-nonfinite", "--spike-skip"})
         if (train->get_option(flag)->count() > 0) {
           std::string key(flag + 2);
           std::replace(key.begin(), key.end(), '-', '_');

@@ -36,6 +36,8 @@ inline constexpr const char* kDataTokenizerKey = "data_tokenizer";
 inline constexpr const char* kLatestFile = "latest";
 inline constexpr const char* kBestFile = "best";     // memo train --save-best's checkpoint
 inline constexpr const char* kRunFile = "run.toml";  // the run's flags (memo train --run)
+// what a resumed run keeps of the flags that shape what it writes (Note [Resume])
+inline constexpr const char* kRunOptionsFile = "run_options.json";
 
 // Note [Master weights beside bf16]
 // A checkpoint saved in bf16 (the dtype of a model downloaded in bf16, half the bytes) would

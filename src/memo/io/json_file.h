@@ -3,6 +3,7 @@
 // fault is a ConfigError, a checkpoint's a FormatError.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -20,8 +21,9 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    throw E(str(path.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(), ": ",
-                e.what()));
+    // the parser counts an unexpected end as the byte after the last
+    throw E(str(path.string(), ": malformed JSON at byte ", std::min(e.byte, text.size()), " of ",
+                text.size(), ": ", e.what()));
   } catch (const nlohmann::json::exception& e) {  // a number past a double's range
     throw E(str(path.string(), ": ", e.what()));
   }

@@ -54,6 +54,25 @@ nlohmann::json pinned_options(const TrainOptions& o) {
           {"stage_rope", o.stage_rope}};
 }
 
+// The options that shape what a run writes and when, not what it trains, and the bad-step guard's
+// bounds, which decide which steps apply: a resumed run keeps its checkpoint's unless the command
+// line gives them (Note [Resume]), so that `memo train --resume DIR` goes on saving, validating,
+// logging and skipping as the run did.
+nlohmann::json run_options(const TrainOptions& o) {
+  return {{"save_every", o.save_every},
+          {"keep_last", o.keep_last},
+          {"save_best", o.save_best},
+          {"async_save", o.async_save},
+          {"eval_every", o.eval_every},
+          {"eval_tokens", o.eval_tokens},
+          {"val_batches", o.val_batches},
+          {"log_every", o.log_every},
+          {"log", o.log_path},
+          {"tensorboard", o.tensorboard_dir},
+          {"skip_nonfinite", o.skip_nonfinite},
+          {"spike_skip", o.spike_skip}};
+}
+
 // trainer_state.json's field `key` of j as T (`fallback` where an older checkpoint lacks it): a
 // DataError naming the file and the field where it is missing or of another JSON type. `within`:
 // the field j is, when it is not the file's top level (messages say "gns.updates").
@@ -80,6 +99,40 @@ T state_field(const nlohmann::json& j, const char* key, const std::string& file,
                       : std::is_floating_point_v<T>    ? "a number"
                       : std::is_same_v<T, std::string> ? "a string"
                                                        : "of the type memo writes there"));
+}
+
+// run_options' fields from a checkpoint's run_options.json (absent in checkpoints from before it),
+// each unless the command line gave its flag (o.pinned_given). --eval-tokens and --val-batches
+// exclude each other: either given, neither is restored; --no-checkpoint given, none of the
+// checkpoint flags is.
+void restore_run_options(TrainOptions& o, const fs::path& checkpoint) {
+  const fs::path path = checkpoint / kRunOptionsFile;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return;
+  const nlohmann::json j = read_json_file<DataError>(path);
+  const std::string file = path.string();
+  if (!j.is_object()) throw DataError(str(file, ": ", json_excerpt(j), " is not an object"));
+  auto given = [&](const char* key) {
+    return std::find(o.pinned_given.begin(), o.pinned_given.end(), key) != o.pinned_given.end();
+  };
+  auto keep = [&]<class T>(const char* key, T& field, bool restore = true) {
+    const T value = state_field<T>(j, key, file, field);
+    if (restore && !given(key)) field = value;
+  };
+  const bool checkpoints = o.checkpoints;
+  keep("save_every", o.save_every, checkpoints);
+  keep("keep_last", o.keep_last, checkpoints);
+  keep("save_best", o.save_best, checkpoints);
+  keep("async_save", o.async_save, checkpoints);
+  keep("eval_every", o.eval_every);
+  const bool validation_given = given("eval_tokens") || given("val_batches");
+  keep("eval_tokens", o.eval_tokens, !validation_given);
+  keep("val_batches", o.val_batches, !validation_given);
+  keep("log_every", o.log_every);
+  keep("log", o.log_path);
+  keep("tensorboard", o.tensorboard_dir);
+  keep("skip_nonfinite", o.skip_nonfinite);
+  keep("spike_skip", o.spike_skip);
 }
 
 void restore_pinned(TrainOptions& o, const nlohmann::json& j, const std::string& file) {
@@ -244,6 +297,9 @@ CheckpointData checkpoint_data(const TrainOptions& o, const Model& model, const 
   }
   data.side_files = side_files_of_origin(o, !data.tokenizer_json.empty());
   if (!o.run_file.empty()) data.side_files.emplace_back(kRunFile, o.run_file);
+  // a file of its own, like run.toml: two runs that train the same bits (one saving in the
+  // background, or logging elsewhere) write the same trainer_state.json
+  data.side_files.emplace_back(kRunOptionsFile, run_options(o).dump(2) + "\n");
   return data;
 }
 
@@ -425,6 +481,9 @@ void load_model_tensors(Model& model, const SafetensorsSet& file) {
 // saved exactly (hex floats) and restored the same way: its flags on a resuming command line are
 // ignored, like --batch. --save-dtype and --max-shard-size shape only the files: a resumed run
 // keeps its checkpoint's (its torch_dtype; trainer_state.json's max_shard_bytes) unless given.
+// So do the flags of run_options (--save-every, --eval-every, --log, --tensorboard,
+// --skip-nonfinite, ...): without them a resumed run wrote no periodic checkpoint, no log and no
+// validation points, and stopped at the first non-finite step the run would have skipped.
 
 namespace {
 
@@ -449,6 +508,7 @@ void read_resume_state(TrainOptions& o, ResumePoint& r, const std::string& file)
                             ", which a resumed run keeps; resume without ", flag,
                             ", or start a new run from its weights with --init-from"));
     }
+  restore_run_options(o, r.checkpoint.dir);
   r.run_steps = state_field<int64_t>(pinned, "steps", file);
   if (!o.steps_given) {
     o.steps = r.run_steps;

@@ -86,7 +86,8 @@ struct TrainOptions {
   bool steps_given = true;
   bool data_given = true;
   // With resume_dir: the options the checkpoint pins (pinned_options' keys: "seq", "lr", ...) that
-  // the command line gave; a value other than the checkpoint's is refused, not ignored.
+  // the command line gave, a value other than the checkpoint's refused, not ignored; and those of
+  // run_options ("save_every", "log", ...) it gave, which replace the checkpoint's.
   std::vector<std::string> pinned_given;
   std::string init_from;  // a checkpoint to take the weights from (fresh optimiser)
   // --save-dtype: the checkpoints' model.safetensors in kF32 or kBF16 (with the fp32 master
