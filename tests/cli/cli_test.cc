@@ -512,11 +512,12 @@ TEST_F(Cli, a_new_run_refuses_a_folder_holding_another_runs_checkpoints) {
     std::sort(found.begin(), found.end());
     return found;
   };
-  // --keep-last 2 of the resumed run left steps 3 and 4
-  ASSERT_EQ(steps_in(a), (std::vector<std::string>{"step-00000003", "step-00000004"}));
+  // the resumed run kept the run's --save-every 1 --keep-last 0 (Note [Resume])
+  ASSERT_EQ(steps_in(a), (std::vector<std::string>{"step-00000001", "step-00000002",
+                                                   "step-00000003", "step-00000004"}));
   const test::CommandResult over = test::run_command(train_cmd(a, "--steps 2 --overwrite"));
   ASSERT_EQ(over.exit_code, 0) << over.output;
-  EXPECT_NE(over.output.find("memo: --overwrite: removed 2 checkpoints of another run from " + a),
+  EXPECT_NE(over.output.find("memo: --overwrite: removed 4 checkpoints of another run from " + a),
             std::string::npos)
       << over.output;
   EXPECT_EQ(steps_in(a), std::vector<std::string>{"step-00000002"});

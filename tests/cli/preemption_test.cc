@@ -134,6 +134,18 @@ TEST_F(Preemption, a_resumed_run_refuses_other_values_of_the_options_it_keeps) {
   test::expect_clean_failure(resume + "--lr 0.5", "--lr 0.5: ");
   test::expect_clean_failure(resume + "--micro-batch 4", "--micro-batch 4: ");
   test::expect_clean_failure(resume + "--no-gns", "--gns false: ");
+  // another model's --config is refused, not ignored
+  nlohmann::json wider = nlohmann::json::parse(test::kTinyLlamaConfig);
+  wider["intermediate_size"] = 96;
+  write_text(dir / "wider.json", wider.dump());
+  test::expect_clean_failure(resume + "--config " + dir.str("wider.json"),
+                             "--config " + dir.str("wider.json") +
+                                 " is not the model of --resume " + dir.str("run") +
+                                 " (its config.json)");
+  // a checkpoint folder is no run's --out: its `latest` would make it load the new run
+  test::expect_clean_failure(
+      train_cmd(dir.str("run/step-00000003"), 2, ""),
+      "--out " + dir.str("run/step-00000003") + " is a checkpoint (it holds model.safetensors)");
   // --micro-batch 0 (the whole batch), as a run file records it, is the resolved value
   ASSERT_EQ(test::run_command(train_cmd(dir / "whole", 2, "--micro-batch 0")).exit_code, 0);
   EXPECT_EQ(

@@ -353,6 +353,13 @@ std::vector<fs::path> other_runs_checkpoints(const TrainOptions& o) {
 }  // namespace
 
 void check_out_dir(const TrainOptions& o) {
+  // a checkpoint or model folder: its `latest` would name the new run's checkpoints, so the
+  // folder would load them in place of its own weights (eval, generate, --init-from, --resume)
+  if (has_model_tensors(o.out_dir))
+    throw ConfigError(
+        str("--out ", o.out_dir, " is a checkpoint (it holds ",
+            fs::exists(fs::path(o.out_dir) / kModelFile) ? kModelFile : kModelIndexFile,
+            "): a run writes into a folder of its own; give another --out"));
   const std::vector<fs::path> found = other_runs_checkpoints(o);
   if (found.empty()) return;
   if (o.overwrite) {

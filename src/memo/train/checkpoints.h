@@ -56,7 +56,8 @@ std::optional<ResumePoint> resume_point(TrainOptions& o);
 // folder that holds none, or the run it resumes; else ConfigError naming the newest checkpoint
 // found and the ways out, before any output. --overwrite instead removes the other run's
 // checkpoints (remove_other_runs_checkpoints, once the run's weights are loaded, so that
-// --init-from may name the same folder).
+// --init-from may name the same folder). A folder that is itself a checkpoint or model (it holds
+// model tensors) is refused whatever --overwrite says: its `latest` would make it load the new run.
 void check_out_dir(const TrainOptions& o);
 // --overwrite: removes out_dir's checkpoints, `latest` and `best` when check_out_dir found
 // another run's there (rank 0 only; no-op otherwise). Returns how many checkpoints it removed.

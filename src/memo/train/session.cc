@@ -145,6 +145,17 @@ ModelConfig run_model_config(const TrainOptions& o, const std::optional<ResumePo
               o.resume_dir,
               " continues as it was trained (start a new run from "
               "its weights with --init-from)"));
+    if (!o.config_path.empty()) {  // a script may repeat it; another model is refused, not ignored
+      ModelConfig given = load_model_config(o.config_path);
+      // the positions a length stage's --stage-rope changed are the checkpoint's
+      given.rope_theta = was.rope_theta;
+      given.rope_scaling = was.rope_scaling;
+      given.max_position_embeddings = was.max_position_embeddings;
+      if (model_config_to_json(given) != model_config_to_json(was))
+        throw ConfigError(str("--config ", o.config_path, " is not the model of --resume ",
+                              o.resume_dir, " (its config.json): resume without --config, or ",
+                              "start a new run from its weights with --init-from"));
+    }
     return was;
   }
   if (!o.init_from.empty())  // before a model is sized from either config
