@@ -230,6 +230,17 @@ TEST_F(TensorParallel, layouts_that_do_not_split_are_refused) {
   EXPECT_NE(kv.exit_code, 0);
   EXPECT_NE(kv.output.find("tensor parallel 4: the model's 2 key-value heads"), std::string::npos)
       << kv.output;
+  // a later length stage whose micro-batch does not split: refused before the first trains
+  const test::CommandResult stage = test::run_command(
+      mpirun(2) + test::memo_bin() + " train --config " + dir.str("llama.json") + " --data " +
+      dir.str("data.txt") + " --seq-schedule 32:1,63:1 --stage-batch sequences --batch 4 " +
+      "--micro-batch 1 --tp 2 --no-checkpoint");
+  EXPECT_NE(stage.exit_code, 0);
+  EXPECT_NE(stage.output.find("--tp 2: length stage 2's micro-batch of 1 x 63 = 63 tokens does "
+                              "not split into 2 equal parts"),
+            std::string::npos)
+      << stage.output;
+  EXPECT_EQ(stage.output.find("step 1/"), std::string::npos) << stage.output;
 }
 
 // GPT-2: c_attn's q | k | v blocks split block by block, the row-parallel biases and the learned

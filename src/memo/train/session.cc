@@ -93,13 +93,31 @@ StepSchedule step_schedule(const TrainOptions& o, const std::vector<SeqStage>& s
 // The context- and tensor-parallel layout of a job of `ranks` processes: C x T ranks share each
 // sequence.
 void check_context_parallel(const TrainOptions& o, const std::vector<SeqStage>& stages, int ranks) {
-  if (o.cp < 1 || ranks % o.cp != 0)
+  if (o.cp < 1) throw ConfigError(str("--cp ", o.cp, " must be at least 1"));
+  if (o.tp < 1) throw ConfigError(str("--tp ", o.tp, " must be at least 1"));
+  if (ranks % o.cp != 0)
     throw ConfigError(str("--cp ", o.cp, " does not divide the job's ", ranks,
                           " processes; use a divisor of the process count"));
   for (const SeqStage& s : stages) check_context_parallel_seq(s.seq, o.cp);
-  if (o.tp < 1 || ranks % (o.tp * o.cp) != 0)
+  if (ranks % (o.tp * o.cp) != 0)
     throw ConfigError(str("--tp ", o.tp, " x --cp ", o.cp, " does not divide the job's ", ranks,
                           " processes; use a layout whose product divides the process count"));
+  // each micro-batch's tokens on a rank of the context-parallel group split over the tensor-
+  // parallel ranks, in every length stage (else the stage would fail as it starts, after the
+  // stages before it had trained)
+  if (o.tp > 1)
+    for (size_t k = 0; k < stages.size(); ++k) {
+      const SeqStage& s = stages[k];
+      const int64_t tokens = s.micro_batch * (s.seq / o.cp);
+      if (tokens % o.tp != 0)
+        throw ConfigError(str("--tp ", o.tp, ": ",
+                              stages.size() > 1 ? str("length stage ", k + 1, "'s ") : "the ",
+                              "micro-batch of ", s.micro_batch, " x ", s.seq,
+                              o.cp > 1 ? str(" / --cp ", o.cp) : std::string(), " = ", tokens,
+                              " tokens does not split into ", o.tp,
+                              " equal parts of the sequence; use a --seq or --micro-batch whose "
+                              "tokens it divides"));
+    }
   check_tensor_parallel_optimizer(o.optimizer.name, o.tp);
 }
 
