@@ -134,8 +134,8 @@ TEST_F(PlanCommand, text_report_and_timeline_svg) {
 }
 
 TEST_F(PlanCommand, bad_flags_fail_with_one_line) {
-  for (const char* extra :
-       {"--activations memo2", "--device-memory 3furlongs", "--solver gurobi"}) {
+  for (const char* extra : {"--activations memo2", "--device-memory 3furlongs", "--solver gurobi",
+                            "--pp 0", "--virtual-stages -1", "--pp-layers 1,1"}) {
     const test::CommandResult r = test::run_command(plan_cmd(extra));
     EXPECT_NE(r.exit_code, 0) << extra;
     EXPECT_NE(r.output.find("memo: error: "), std::string::npos) << r.output;

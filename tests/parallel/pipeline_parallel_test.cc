@@ -117,7 +117,7 @@ TEST_F(PipelineParallel, one_f_one_b_interleaved_and_data_parallel_match_one_pro
     const char* flags;
     int pp;
   } layouts[] = {
-      {2, "pp2", "--steps 3 --no-checkpoint --pp 2", 2},
+      {2, "pp2", "--steps 3 --no-checkpoint --pp 2 --pp-layers 3,1 --device-memory 1GiB", 2},
       {2, "pp2v2", "--steps 3 --no-checkpoint --pp 2 --virtual-stages 2 --device-memory 1GiB", 2},
       {4, "pp4", "--steps 3 --no-checkpoint --pp 4 --pp-layers 1,1,1,1 --device-memory 1GiB", 4},
       {4, "dp2pp2", "--steps 3 --no-checkpoint --pp 2 --zero 1", 2}};
@@ -133,12 +133,18 @@ TEST_F(PipelineParallel, one_f_one_b_interleaved_and_data_parallel_match_one_pro
     expect_planned_stages(dir / l.name, l.pp);
     // `memo plan --config --pp` plans each stage as the run did (one thread a rank: the
     // attention scratch is per thread), to the byte
-    const bool interleaved = std::string(l.flags).find("--virtual-stages 2") != std::string::npos;
+    const std::string flags = l.flags;
+    const bool interleaved = flags.find("--virtual-stages 2") != std::string::npos;
+    const size_t split = flags.find("--pp-layers ");  // and its uneven split, as the run's
+    const std::string layers =
+        split == std::string::npos
+            ? ""
+            : " " + flags.substr(split, flags.find(" --", split + 2) - split);
     const test::CommandResult plan =
         test::run_command("OMP_NUM_THREADS=1 " + test::memo_bin() + " plan --config " +
                           dir.str("llama.json") + " --seq 64 --batch 1 --pp " +
                           std::to_string(l.pp) + (interleaved ? " --virtual-stages 2" : "") +
-                          " --micro-batches 4 --device-memory 1GiB --json");
+                          layers + " --micro-batches 4 --device-memory 1GiB --json");
     ASSERT_EQ(plan.exit_code, 0) << plan.output;
     const nlohmann::json planned = nlohmann::json::parse(plan.output);
     ASSERT_EQ(planned["stages"].size(), size_t(l.pp));

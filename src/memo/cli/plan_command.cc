@@ -60,6 +60,7 @@ struct PlanCommandOptions {
   int64_t gpus_per_node = 8;
   int64_t tp = 1, cp = 1;
   int64_t pp = 1, virtual_stages = 1, micro_batches = 0;  // 0: 1, or 4 x --pp with a pipeline
+  std::string pp_layers;                                  // memo train's --pp-layers
   std::string host_memory = "0";
   double host_bandwidth_gb = 0.0;
   double network_gb = 25.0;
@@ -356,7 +357,7 @@ void run_pipeline_plan(const PlanCommandOptions& o) {
   const PipelineShape shape{int(o.pp), int(o.virtual_stages)};
   const int m = int(o.micro_batches > 0 ? o.micro_batches : 4 * o.pp);
   validate_pipeline(shape, m);
-  const std::vector<int> counts = pipeline_layer_counts(config, o.seq, shape);
+  const std::vector<int> counts = pipeline_layer_counts(config, o.seq, shape, o.pp_layers);
   const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
   nlohmann::json stages = nlohmann::json::array();
   bool fits = true;
@@ -720,6 +721,7 @@ void run_cluster_plan(const PlanCommandOptions& o) {
   co.pp = o.pp;
   co.virtual_stages = o.virtual_stages;
   co.micro_batches = o.micro_batches > 0 ? o.micro_batches : o.pp > 1 ? 4 * o.pp : 1;
+  co.pp_layers = o.pp_layers;
   co.batch = o.batch;
   co.host_memory_bytes = parse_bytes(o.host_memory, "--host-memory");
   co.host_bandwidth_bytes_per_s = o.host_bandwidth_gb * 1e9;
@@ -808,10 +810,14 @@ void add_cluster_layout_flags(CLI::App* cmd, PlanCommandOptions& o) {
       ->capture_default_str();
   cmd->add_option("--cp", o.cp, "Context parallel ranks")->capture_default_str();
   cmd->add_option("--pp", o.pp, "Pipeline stages (1F1B; the outermost split of the GPUs)")
+      ->check(number_check(true))
       ->capture_default_str();
   cmd->add_option("--virtual-stages", o.virtual_stages,
                   "Chunks per pipeline stage (interleaved 1F1B)")
+      ->check(number_check(true))
       ->capture_default_str();
+  cmd->add_option("--pp-layers", o.pp_layers,
+                  "Layers of each pipeline chunk, in order (as memo train's; default: balanced)");
   cmd->add_option("--micro-batches", o.micro_batches,
                   "Micro-batches per step and pipeline (default: 1, or 4 x --pp with a pipeline)")
       ->check(number_check(true));
@@ -869,6 +875,9 @@ void add_cluster_cost_flags(CLI::App* cmd, PlanCommandOptions& o) {
 // other mode; else a plan on this machine.
 void run_plan_command(const PlanCommandOptions& o, const CLI::Option* optimizer_flag) {
   const bool cluster = !o.model.empty() || o.gpus > 0 || !o.gpu.empty();
+  if (!o.pp_layers.empty() && (o.pp == 1 || o.layouts))
+    throw ConfigError(o.layouts ? "--pp-layers splits the pipeline of one layout: drop --layouts"
+                                : "--pp-layers splits a pipeline: give --pp 2 or more");
   if (!cluster) {
     if (o.layouts)
       throw ConfigError("--layouts compares the layouts of --gpus on --gpu; give both");

@@ -91,7 +91,7 @@ std::vector<StageShape> stage_shapes(const ModelConfig& config, int64_t seq,
   if (o.pp == 1) return {StageShape{L, L, 1, true, true, std::max(0, L - 2), std::max(0, L - 2)}};
   const PipelineShape shape{int(o.pp), int(o.virtual_stages)};
   const int G = shape.chunks();
-  const std::vector<int> counts = pipeline_layer_counts(config, seq, shape);
+  const std::vector<int> counts = pipeline_layer_counts(config, seq, shape, o.pp_layers);
   std::vector<StageShape> stages;
   for (int r = 0; r < shape.stages; ++r) {
     StageShape st;
@@ -330,7 +330,7 @@ Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq,
   const double dp = double(o.gpus / (t * o.pp));
   const PipelineShape shape{int(o.pp), int(o.virtual_stages)};
   const std::vector<int> counts =
-      o.pp > 1 ? pipeline_layer_counts(config, seq, shape) : std::vector<int>{};
+      o.pp > 1 ? pipeline_layer_counts(config, seq, shape, o.pp_layers) : std::vector<int>{};
   std::vector<std::pair<int, StageTrace>> traced;
   int64_t most = -1;
   for (size_t r = 0; r < s.stages.size(); ++r) {

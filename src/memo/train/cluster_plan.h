@@ -26,6 +26,7 @@ struct ClusterOptions {
   // Pipeline parallelism (Note [Pipeline cost model]): p stages of v chunks each, the layers split
   // as memo train splits them, m micro-batches per step and pipeline.
   int64_t pp = 1, virtual_stages = 1, micro_batches = 1;
+  std::string pp_layers;                    // memo train's --pp-layers (empty: balanced)
   int64_t batch = 1;                        // sequences per micro-batch per data-parallel rank
   int64_t host_memory_bytes = 0;            // per node; 0: no host memory for activations
   double host_bandwidth_bytes_per_s = 0.0;  // per GPU and direction; 0: gpu.host_link_bytes_per_s
