@@ -134,9 +134,19 @@ TEST_F(BatchScheduleCli, law_fitted_to_a_sweep_sets_the_lr) {
   const double eps_max = law.at("eps_max").get<double>(), b_noise = law.at("b_noise").get<double>();
   EXPECT_NEAR(eps_max, 1e-2, 1e-6);
   EXPECT_NEAR(b_noise, 2048.0, 1e-2);
-  const test::CommandResult r =
-      test::run_command(cmd(dir / "run", "--steps 4 --batch-schedule noise --fit " + sweep +
-                                             " --log " + dir.str("run.jsonl")));
+  // the sweep's optimiser and length are the run's: another is refused, its lrs are not this run's
+  test::expect_clean_failure(cmd(dir / "adamw", "--steps 4 --batch-schedule noise --fit " + sweep),
+                             "--fit " + sweep + " swept adam {}; this run trains adamw {");
+  std::string at64;
+  for (nlohmann::json line : test::records(sweep)) at64 += (line["seq"] = 64, line.dump()) + "\n";
+  write_text(dir / "seq64.jsonl", at64);
+  test::expect_clean_failure(
+      cmd(dir / "seq",
+          "--optimizer adam --steps 4 --batch-schedule noise --fit " + dir.str("seq64.jsonl")),
+      "swept --seq 64; this run trains --seq 32");
+  const test::CommandResult r = test::run_command(
+      cmd(dir / "run", "--optimizer adam --steps 4 --batch-schedule noise --fit " + sweep +
+                           " --log " + dir.str("run.jsonl")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const scaling::TokenLrSchedule lr{2 * 4 * 32, 4 * 4 * 32, 0.1};
   const std::vector<nlohmann::json> log = records(dir.str("run.jsonl"));

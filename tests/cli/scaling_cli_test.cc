@@ -469,6 +469,36 @@ TEST_F(ScalingCli, too_few_batch_sizes_for_a_law_is_a_clear_error) {
   write_text(dir / "one.jsonl", one);
   test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("one.jsonl"),
                              "sweep at least 2 batch sizes");
+  // two batch sizes for two parameters: a fit, and no interval (not [nan, nan])
+  std::string two = one;
+  for (double lr : {1e-3, 2e-3, 4e-3})
+    two +=
+        nlohmann::json{
+            {"optimizer", "adam"}, {"lr", lr}, {"batch_tokens", 1024}, {"val_loss", 2.0 - lr}}
+            .dump() +
+        "\n";
+  write_text(dir / "two.jsonl", two);
+  const test::CommandResult fit =
+      test::run_command(test::memo_bin() + " fit " + dir.str("two.jsonl"));
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_EQ(fit.output.find("nan"), std::string::npos) << fit.output;
+  EXPECT_NE(fit.output.find("(no intervals: 2 batch sizes for 2 parameters)"), std::string::npos)
+      << fit.output;
+}
+
+// memo lr refuses what is no law's parameter, and values whose law gives no learning rate,
+// before it prints anything.
+TEST_F(ScalingCli, lr_refuses_infinite_parameters_and_degenerate_results) {
+  const std::string lr = test::memo_bin() + " lr --batch ";
+  test::expect_clean_failure(lr + "100 --b-noise inf --eps-max 0.01",
+                             "--b-noise inf must be positive and finite");
+  test::expect_clean_failure(lr + "100 --b-noise 500 --eps-max inf",
+                             "--eps-max inf must be positive and finite");
+  const test::CommandResult tiny = test::run_command(lr + "1e308 --b-noise 1e-308 --eps-max 0.01");
+  EXPECT_NE(tiny.exit_code, 0);
+  EXPECT_EQ(tiny.output.find("memo: error: "), 0u) << tiny.output;  // nothing printed before
+  EXPECT_NE(tiny.output.find("gives lr 0 at batch 1e+308 tokens"), std::string::npos)
+      << tiny.output;
 }
 
 }  // namespace

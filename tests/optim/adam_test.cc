@@ -1,6 +1,7 @@
 #include "memo/optim/adam.h"
 
 #include <cmath>
+#include <limits>
 
 #include "memo/cpu/cpu_backend.h"
 #include "optim/optim_test_util.h"
@@ -40,6 +41,11 @@ TEST(Adam, beta_out_of_range_is_rejected_with_the_value) {
     EXPECT_NE(std::string(e.what()).find("beta1 = 1 is outside [0, 1)"), std::string::npos)
         << e.what();
   }
+  // ranges of finite numbers: an infinite eps or decay is refused, not run without updates
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(Adam(layout, {.eps = inf}, decay_matrices_only(layout), cpu_backend()), ConfigError);
+  EXPECT_THROW(Adam(layout, {.weight_decay = inf}, decay_matrices_only(layout), cpu_backend()),
+               ConfigError);
 }
 
 }  // namespace

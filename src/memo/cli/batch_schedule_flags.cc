@@ -43,8 +43,33 @@ void add_batch_schedule_flags(CLI::App& cmd, BatchScheduleFlags& f) {
   f.noise_only.insert(f.noise_only.end(), {f.eps_max_opt, f.b_noise_opt, f.fit_opt});
 }
 
+namespace {
+
+// --fit's sweep must be of this run's optimiser setting and length: the lrs it fits are theirs.
+void check_sweep_setup(const scaling::SweepFile& sweep, const std::string& path,
+                       const OptimizerChoice& optimizer, int64_t seq) {
+  if (sweep.lines.empty()) return;  // analyse_sweep says so
+  const nlohmann::json& run = sweep.lines.front().run;
+  const nlohmann::json mine{{"optimizer", optimizer.name},
+                            {"hyperparameters", hyperparameters_of(optimizer)}};
+  // a sweep written by hand may leave the hyperparameters out: the name is then what it says
+  if (run.value("optimizer", nlohmann::json()) != mine.at("optimizer") ||
+      (run.contains("hyperparameters") && run.at("hyperparameters") != mine.at("hyperparameters")))
+    throw ConfigError(str("--fit ", path, " swept ", scaling::run_setting(run),
+                          "; this run trains ", scaling::run_setting(mine),
+                          ": the law's lrs are those of the setting swept (give its --optimizer "
+                          "and flags, or fit a sweep of this one)"));
+  if (seq > 0 && run.contains("seq") && run.at("seq") != seq)
+    throw ConfigError(str("--fit ", path, " swept --seq ", run.at("seq").dump(),
+                          "; this run trains --seq ", seq,
+                          ": the law's batches and lrs are those of the length swept"));
+}
+
+}  // namespace
+
 std::optional<scaling::BatchScheduleOptions> resolve_batch_schedule(
-    const BatchScheduleFlags& f, const std::string& optimizer_name, bool resuming) {
+    const BatchScheduleFlags& f, const OptimizerChoice& optimizer, int64_t seq, bool resuming) {
+  const std::string& optimizer_name = optimizer.name;
   if (f.name != "fixed" && f.name != "noise")
     throw ConfigError(str("--batch-schedule ", f.name, " is not fixed or noise"));
   if (f.name == "fixed") {
@@ -64,9 +89,16 @@ std::optional<scaling::BatchScheduleOptions> resolve_batch_schedule(
   if (f.fit_opt->count() > 0 && given)
     throw ConfigError("give --fit SWEEP.jsonl or --eps-max and --b-noise, not both");
   if (f.fit_opt->count() > 0) {
-    const scaling::SweepAnalysis a =
-        scaling::analyse_sweep(scaling::read_sweep_file(f.fit), f.fit, {});
+    const scaling::SweepFile sweep = scaling::read_sweep_file(f.fit);
+    check_sweep_setup(sweep, f.fit, optimizer, seq);
+    const scaling::SweepAnalysis a = scaling::analyse_sweep(sweep, f.fit, {});
     o.law_params = scaling::law_params_from_sweep(a, o.law);
+    if (!(o.law_params.b_noise > 0))
+      throw ConfigError(str("--fit ", f.fit, ": the ", scaling::law_name(o.law),
+                            " law's fit puts B_noise at ", o.law_params.b_noise,
+                            " tokens, the edge of its range: the sweep does not pin it down "
+                            "(sweep batches on both sides of the optimum's turn, or give "
+                            "--eps-max and --b-noise)"));
     if (const std::string caveats = scaling::fit_caveats(a, o.law_params.b_noise); !caveats.empty())
       std::cerr << "memo: warning: the fit of " << f.fit << " is uncertain: " << caveats << "\n";
   } else if (f.eps_max_opt->count() > 0 && f.b_noise_opt->count() > 0) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memo/scaling/batch_schedule.h"
+#include "memo/train/optimizer_setup.h"
 
 namespace memo::cli {
 
@@ -33,8 +34,10 @@ void add_batch_schedule_flags(CLI::App& command, BatchScheduleFlags& flags);
 // or law_for_optimizer(optimizer_name)) and its parameters given or fitted; train() fills in
 // the run's shape and token schedule. When resuming, the law is left unresolved: the checkpoint's
 // schedule continues (train() refuses to add one to a run that had none). Throws ConfigError with
-// one line for an unknown name, a noise flag without noise, or missing or doubled law parameters.
+// one line for an unknown name, a noise flag without noise, or missing or doubled law parameters;
+// a --fit sweep of another optimiser setting or (seq > 0) another --seq than the run's, whose lrs
+// are not this run's, or one whose fit puts B_noise at 0 (the sweep does not pin it down).
 std::optional<scaling::BatchScheduleOptions> resolve_batch_schedule(
-    const BatchScheduleFlags& flags, const std::string& optimizer_name, bool resuming);
+    const BatchScheduleFlags& flags, const OptimizerChoice& optimizer, int64_t seq, bool resuming);
 
 }  // namespace memo::cli

@@ -70,8 +70,8 @@ LawChoice params_from_log(const LrOptions& o, const LawSourceFlags& f, scaling::
     throw ConfigError(str("--noise-multiple ", o.noise_multiple, " must be positive"));
   if (f.fit->count() == 0 && f.eps_max->count() == 0)
     throw ConfigError("--from-log gives B_noise; give --eps-max X, or --fit SWEEP.jsonl to fit it");
-  if (f.eps_max->count() > 0 && !(o.eps_max > 0))
-    throw ConfigError(str("--eps-max ", o.eps_max, " must be positive"));
+  if (f.eps_max->count() > 0 && !(o.eps_max > 0 && std::isfinite(o.eps_max)))
+    throw ConfigError(str("--eps-max ", o.eps_max, " must be positive and finite"));
   LawChoice p;
   p.logged = scaling::late_noise_scale(o.from_log);
   const double b_noise = o.noise_multiple * p.logged->b_simple;
@@ -90,6 +90,11 @@ LawChoice params_from_fit(const LrOptions& o, scaling::Law law) {
   const scaling::SweepAnalysis a =
       scaling::analyse_sweep(scaling::read_sweep_file(o.fit), o.fit, {});
   const scaling::LawParams fitted = scaling::law_params_from_sweep(a, law);
+  if (!(fitted.b_noise > 0))
+    throw ConfigError(str("--fit ", o.fit, ": the ", o.law, " law's fit puts B_noise at ",
+                          fitted.b_noise,
+                          " tokens, the edge of its range: the sweep does not pin it down "
+                          "(sweep batches on both sides of the optimum's turn)"));
   if (const std::string caveats = scaling::fit_caveats(a, fitted.b_noise); !caveats.empty())
     std::cerr << "memo: warning: the fit of " << o.fit << " is uncertain: " << caveats << "\n";
   return {{fitted.eps_max, fitted.b_noise}, std::nullopt};
@@ -98,9 +103,9 @@ LawChoice params_from_fit(const LrOptions& o, scaling::Law law) {
 LawChoice params_given(const LrOptions& o, const LawSourceFlags& f) {
   if (f.b_noise->count() == 0 || f.eps_max->count() == 0)
     throw ConfigError("give --fit FILE, or both --b-noise and --eps-max, or --from-log RUN.jsonl");
-  if (!(o.b_noise > 0) || !(o.eps_max > 0))
-    throw ConfigError(
-        str("--b-noise ", o.b_noise, " and --eps-max ", o.eps_max, " must be positive"));
+  for (const auto& [flag, v] : {std::pair{"--b-noise", o.b_noise}, {"--eps-max", o.eps_max}})
+    if (!(v > 0 && std::isfinite(v)))
+      throw ConfigError(str(flag, " ", v, " must be positive and finite"));
   return {{o.eps_max, o.b_noise}, std::nullopt};
 }
 
@@ -125,7 +130,7 @@ void print_lr_text(const LrOptions& o, const LawSourceFlags& f, scaling::Law law
                    const LawChoice& p, double lr, std::optional<double> peak) {
   char line[300];
   std::snprintf(line, sizeof line,
-                "lr %.4g at batch %.0f tokens (%s law, eps_max %.4g, B_noise %.4g tokens)\n", lr,
+                "lr %.4g at batch %.10g tokens (%s law, eps_max %.4g, B_noise %.4g tokens)\n", lr,
                 o.batch, o.law.c_str(), p.params[0], p.params[1]);
   std::cout << line;
   if (p.logged) {
@@ -141,7 +146,7 @@ void print_lr_text(const LrOptions& o, const LawSourceFlags& f, scaling::Law law
     std::cout << line;
   }
   if (peak) {
-    std::snprintf(line, sizeof line, "highest optimal lr %.4g at batch %.0f tokens (B_noise)\n",
+    std::snprintf(line, sizeof line, "highest optimal lr %.4g at batch %.10g tokens (B_noise)\n",
                   scaling::law_lr(law, p.params, *peak), *peak);
     std::cout << line;
   } else {
@@ -160,6 +165,12 @@ void run_lr(const LrOptions& o, const LawSourceFlags& f) {
                                               : params_given(o, f);
   const double lr = scaling::law_lr(law, p.params, o.batch);
   const std::optional<double> peak = scaling::law_peak_batch(law, p.params);
+  // checked before anything is printed: values whose law underflows or overflows are refused
+  for (const double v : {lr, peak ? scaling::law_lr(law, p.params, *peak) : lr})
+    if (!(v > 0 && std::isfinite(v)))
+      throw ConfigError(str("the ", o.law, " law with eps_max ", p.params[0], " and B_noise ",
+                            p.params[1], " gives lr ", v, " at batch ", o.batch,
+                            " tokens: not a learning rate; check the values"));
   if (o.json)
     print_lr_json(o, f, p, lr, peak);
   else

@@ -299,7 +299,8 @@ std::string resumed_precision(const std::string& resume_dir) {
 TrainOptions resolve_options(const TrainFlags& f) {
   TrainOptions o = f.options;
   o.optimizer = resolve_optimizer(f.optimizer);
-  o.batch_schedule = resolve_batch_schedule(f.schedule, o.optimizer.name, !o.resume_dir.empty());
+  o.batch_schedule = resolve_batch_schedule(
+      f.schedule, o.optimizer, o.seq_schedule.empty() ? o.seq : 0, !o.resume_dir.empty());
   if (o.batch_schedule && o.resume_dir.empty() && f.lr->count() > 0)
     throw ConfigError(
         "--lr is set by the law under --batch-schedule noise: give --eps-max and --b-noise, or "

@@ -1,5 +1,7 @@
 #include "memo/optim/optimizer.h"
 
+#include <cmath>
+
 #include "memo/optim/checks.h"
 
 namespace memo {
@@ -27,7 +29,8 @@ void check_step_tensors(const ParamLayout& layout, ConstTensor params, ConstTens
 
 void check_option(bool ok, const std::string& optimizer, const std::string& option, double value,
                   const std::string& allowed) {
-  if (!ok)
+  // every range is of finite numbers ("[0, inf)" excludes inf: a decay or eps of inf is no setting)
+  if (!ok || !std::isfinite(value))
     throw ConfigError(str(optimizer, " option ", option, " = ", value, " is outside ", allowed));
 }
 

@@ -337,11 +337,20 @@ std::string LawComparison::summary() const {
     const char* names[3] = {"eps_max", "B_noise", "alpha"};
     if (f.law == Law::kPower) names[0] = "eps", names[1] = "B_star";
     out += law_name(f.law) + ":";
+    bool intervals = true;  // none where no degree of freedom is left or the fit is degenerate
     for (size_t i = 0; i < f.params.size(); ++i) {
-      std::snprintf(buf, sizeof buf, " %s %.4g [%.4g, %.4g]", names[i], f.params[i], f.ci_low[i],
-                    f.ci_high[i]);
+      if (std::isfinite(f.ci_low[i]) && std::isfinite(f.ci_high[i]))
+        std::snprintf(buf, sizeof buf, " %s %.4g [%.4g, %.4g]", names[i], f.params[i], f.ci_low[i],
+                      f.ci_high[i]);
+      else
+        std::snprintf(buf, sizeof buf, " %s %.4g", names[i], f.params[i]), intervals = false;
       out += buf;
     }
+    if (!intervals)
+      out += f.residuals.size() <= f.params.size()
+                 ? str(" (no intervals: ", f.residuals.size(), " batch sizes for ", f.params.size(),
+                       " parameters)")
+                 : std::string(" (no intervals: the fit is degenerate, at an edge of its range)");
     std::snprintf(buf, sizeof buf, "; RSS %.4g, AIC %.2f, AICc %.2f%s%s%s\n", f.rss, f.aic, f.aicc,
                   f.law == best_by_rss ? ", best RSS" : "",
                   f.law == best_by_aic ? ", best AIC" : "",
