@@ -46,6 +46,11 @@ TEST(ParseDuration, bad_text_names_flag_and_value) {
         test::error_message<ConfigError>([&] { parse_duration(bad, "--time-limit"); });
     EXPECT_NE(msg.find("--time-limit '" + std::string(bad) + "'"), std::string::npos) << msg;
   }
+  // a well-formed zero is told so, not how to write a duration
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              parse_duration("0s", "--time-limit");
+            }).find("is no time at all: give a duration above 0"),
+            std::string::npos);
 }
 
 }  // namespace

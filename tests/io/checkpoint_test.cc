@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <set>
 
 #include "hf_files.h"
@@ -61,6 +62,16 @@ TEST(Checkpoint, save_then_load_round_trips_all_parts) {
   c.optimizer->read_into("adamw.m.model.embed_tokens.weight", m.data(), {3, 2});
   EXPECT_EQ(m, s.m);
   EXPECT_EQ(c.trainer_state["step"], 100);
+  // for its weights alone (eval, generate, --init-from), a damaged optimiser state is not read;
+  // resuming still refuses it
+  std::string bytes = read_file(tmp / "ckpt" / kOptimizerFile);
+  bytes[bytes.size() - 1] ^= 0x55;
+  std::ofstream(tmp / "ckpt" / kOptimizerFile, std::ios::binary) << bytes;
+  const LoadedCheckpoint weights = load_checkpoint(tmp / "ckpt", CheckpointUse::kWeights);
+  EXPECT_FALSE(weights.optimizer.has_value());
+  weights.model.read_into("model.norm.weight", norm.data(), {2});
+  EXPECT_EQ(norm, s.norm);
+  EXPECT_THROW(load_checkpoint(tmp / "ckpt"), FormatError);
 }
 
 TEST(Checkpoint, model_only_directory_has_no_optimizer_or_trainer_state) {

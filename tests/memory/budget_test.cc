@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "memo/backend/bf16_storage.h"
 #include "memo/core/units.h"
 #include "memo/cpu/cpu_backend.h"
 #include "memory_test_util.h"
@@ -68,6 +69,26 @@ TEST(Budget, over_budget_refusal_names_need_budget_shortfall_and_what_fits) {
   // the estimate holds for real: a traced plan at that length fits, one token more does not
   EXPECT_TRUE(plan_device_memory(model, 2, *dp.advice.longest_seq, budget).fits());
   EXPECT_FALSE(plan_device_memory(model, 2, *dp.advice.longest_seq + 1, budget).fits());
+}
+
+// bf16 storage's widened copies grow with the sequence too: the advice measures them at the short
+// length as well, so a budget that a shorter sequence fits gets that length, and it fits for real
+// (the scratch at the traced length, counted as fixed, once left none).
+TEST(Budget, bf16_advice_counts_the_conversion_scratch_as_growing_with_the_sequence) {
+  Bf16StorageBackend mixed(cpu_backend());
+  Model model(testing::tiny_config(), mixed);
+  const int64_t seq = 256;
+  const DevicePlan full = plan_device_memory(model, 2, seq, 0);
+  ASSERT_GT(full.need.conversion_scratch_bytes, 0);
+  const DevicePlan quarter = plan_device_memory(model, 2, seq / 4, 0);
+  ASSERT_LT(quarter.need.conversion_scratch_bytes, full.need.conversion_scratch_bytes);
+  // what a quarter of the length needs, less than the fixed part and the full length's scratch
+  const int64_t budget = quarter.need.total_bytes();
+  const DevicePlan dp = plan_device_memory(model, 2, seq, budget);
+  ASSERT_FALSE(dp.fits());
+  ASSERT_TRUE(dp.advice.longest_seq.has_value()) << dp.over_budget_message();
+  EXPECT_GE(*dp.advice.longest_seq, seq / 4);
+  EXPECT_TRUE(plan_device_memory(model, 2, *dp.advice.longest_seq, budget).fits());
 }
 
 TEST(Budget, budget_below_the_model_state_says_no_sequence_fits) {

@@ -208,9 +208,10 @@ TEST(MixedPrecision, the_working_weights_are_bf16_counted_and_follow_the_master_
     model.forward_backward(tokens.data(), tokens.data(), 2, 128, 1.0f, keep, alloc);
   }
   EXPECT_EQ(plan.need.conversion_scratch_bytes, mixed.scratch_bytes());
-  EXPECT_EQ(plan.need.fixed_bytes(), plan.need.weight_bytes + plan.need.working_weight_bytes +
+  EXPECT_EQ(plan.need.total_bytes(), plan.need.weight_bytes + plan.need.working_weight_bytes +
                                          plan.need.conversion_scratch_bytes +
-                                         plan.need.gradient_bytes + plan.need.optimizer_bytes);
+                                         plan.need.gradient_bytes + plan.need.optimizer_bytes +
+                                         plan.need.activation_arena_bytes);
   Model f32(load_model_config(o.config_path), cpu_backend());
   EXPECT_EQ(plan_device_memory(f32, 2, 128, int64_t(1) << 30, DevicePlanOptions{})
                 .need.working_weight_bytes,

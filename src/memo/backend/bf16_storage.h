@@ -47,6 +47,9 @@ class Bf16StorageBackend final : public Backend {
   Backend& inner() const { return inner_; }
   // Bytes of widened scratch held now (grows to the largest call's need, then stays).
   int64_t scratch_bytes() const;
+  // Lets the scratch go, so that the next calls grow it to their own need (a plan measuring it
+  // at another length). No kernel may be in flight.
+  void release_scratch() { slots_.clear(); }
 
   const char* name() const override { return inner_.name(); }
   std::string describe() const override;

@@ -242,7 +242,7 @@ void add_eval_command(CLI::App& app) {
     std::vector<PositionCurve> curves;
     for (const std::string& path : o->checkpoints) {
       const std::filesystem::path dir = find_latest_checkpoint(path);
-      LoadedCheckpoint ckpt = load_checkpoint(dir);
+      LoadedCheckpoint ckpt = load_checkpoint(dir, CheckpointUse::kWeights);
       check_config_describes_tensors(ckpt);
       Model model(ckpt.config, runtime->backend(), ModelUse::kInference);
       load_model_tensors(model, ckpt.model);

@@ -52,7 +52,7 @@ void add_generate_command(CLI::App& app) {
   add_runtime_flags(*cmd, *device);
   cmd->callback([o, device] {
     const std::filesystem::path dir = find_latest_checkpoint(o->checkpoint);
-    LoadedCheckpoint ckpt = load_checkpoint(dir);
+    LoadedCheckpoint ckpt = load_checkpoint(dir, CheckpointUse::kWeights);
     check_config_describes_tensors(ckpt);
     const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);
     Model model(ckpt.config, runtime->backend(), ModelUse::kInference);

@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,26 @@
 #include "memo/cli/run_file.h"
 #include "memo/core/error.h"
 #include "memo/mpi/mpi_communicator.h"
+
+namespace {
+
+// The one line of an error. The standard library's filesystem errors read "filesystem error:
+// cannot create directories: Invalid argument [/proc/x]"; memo says "cannot create directories
+// /proc/x: Invalid argument", as its own errors name what failed first.
+std::string error_text(const std::exception& e) {
+  const auto* fe = dynamic_cast<const std::filesystem::filesystem_error*>(&e);
+  if (!fe) return e.what();
+  std::string what = fe->what();
+  const std::string prefix = "filesystem error: ";
+  if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+  const size_t colon = what.find(": ");
+  const std::string op = colon == std::string::npos ? what : what.substr(0, colon);
+  std::string paths = fe->path1().empty() ? "''" : fe->path1().string();
+  if (!fe->path2().empty()) paths += " -> " + fe->path2().string();
+  return memo::str(op, " ", paths, ": ", fe->code().message());
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // A file past the file-size limit (ulimit -f) fails its write with EFBIG, which memo reports
@@ -81,9 +102,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     if (world && world->size() > 1)
       std::fprintf(stderr, "memo: error: rank %d of %d: %s\n", world->rank(), world->size(),
-                   e.what());
+                   error_text(e).c_str());
     else
-      std::fprintf(stderr, "memo: error: %s\n", e.what());
+      std::fprintf(stderr, "memo: error: %s\n", error_text(e).c_str());
     memo::abort_job_if_parallel(1);
     return 1;
   }

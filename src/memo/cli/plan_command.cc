@@ -296,8 +296,8 @@ void print_plan_text(const DevicePlan& dp, const PlanCommandOptions& o, const Ho
 }
 
 void write_timeline(const PlanCommandOptions& o, const DevicePlan& dp, int64_t budget) {
-  const TimelineSeries series =
-      timeline_series(o.activations, dp.activations, dp.need.fixed_bytes());
+  const TimelineSeries series = timeline_series(
+      o.activations, dp.activations, dp.need.fixed_bytes() + dp.need.conversion_scratch_bytes);
   write_file_atomic(o.timeline_path, timeline_svg({series}, budget,
                                                   str("device bytes over one step: ", o.config_path,
                                                       ", batch ", o.batch, " x seq ", o.seq)));

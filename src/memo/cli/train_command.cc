@@ -352,6 +352,7 @@ TrainOptions resolve_options(const TrainFlags& f) {
                           " writes checkpoints, and --no-checkpoint asks for none"));
   if (o.resume_dir.empty() && o.config_path.empty() && o.init_from.empty())
     throw ConfigError("--config is required (or --init-from a model, or --resume a run)");
+  if (o.out_dir.empty()) throw ConfigError("--out is empty: name the folder the run writes into");
   o.data_given = f.data->count() > 0;
   o.steps_given = f.steps->count() > 0;
   if (o.resume_dir.empty() && !o.data_given)
@@ -431,6 +432,7 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
           std::replace(key.begin(), key.end(), '-', '_');
           o.pinned_given.push_back(key);
         }
+    o.restore_run_options = !o.resume_dir.empty();
     o.run_file = run_file_text(*train, true);
     RuntimeFlags device = f->device;
     if (!o.resume_dir.empty() && device.precision.empty())  // the run's own (Note [Resume])

@@ -133,7 +133,9 @@ double parse_duration(std::string_view text, std::string_view flag) {
     seconds += value * (unit == 0 ? 3600.0 : unit == 1 ? 60.0 : 1.0);
     i = end;
   }
-  if (!(seconds > 0.0) || !std::isfinite(seconds)) throw bad();
+  if (text.empty() || !std::isfinite(seconds)) throw bad();
+  if (!(seconds > 0.0))
+    throw ConfigError(str(flag, " '", text, "' is no time at all: give a duration above 0"));
   return seconds;
 }
 

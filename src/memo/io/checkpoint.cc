@@ -116,7 +116,7 @@ bool has_model_tensors(const fs::path& dir) {
   return is_file(dir / kModelFile) || is_file(dir / kModelIndexFile);
 }
 
-LoadedCheckpoint load_checkpoint(const fs::path& dir) {
+LoadedCheckpoint load_checkpoint(const fs::path& dir, CheckpointUse use) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw DataError(str("checkpoint ", dir.string(), " is not a directory (",
@@ -136,8 +136,11 @@ LoadedCheckpoint load_checkpoint(const fs::path& dir) {
                         std::nullopt,
                         json()};
   ckpt.model_dtype = stored_dtype(torch_dtype_from_json(config, config_path.string()), ckpt.model);
-  if (is_file(dir / kMasterFile)) ckpt.master.emplace(SafetensorsFile(dir / kMasterFile));
-  if (is_file(dir / kOptimizerFile)) ckpt.optimizer.emplace(SafetensorsFile(dir / kOptimizerFile));
+  if (use == CheckpointUse::kResume) {
+    if (is_file(dir / kMasterFile)) ckpt.master.emplace(SafetensorsFile(dir / kMasterFile));
+    if (is_file(dir / kOptimizerFile))
+      ckpt.optimizer.emplace(SafetensorsFile(dir / kOptimizerFile));
+  }
   if (is_file(dir / kTrainerStateFile))
     ckpt.trainer_state = read_json_file<FormatError>(dir / kTrainerStateFile);
   return ckpt;

@@ -95,8 +95,13 @@ bool has_model_tensors(const std::filesystem::path& dir);
 // model's tensors are model.safetensors, else the shards of model.safetensors.index.json (the
 // order transformers looks for them in). Missing directory, config.json or model tensors (or a
 // listed shard): DataError; corrupt files or an index that disagrees with its shards:
-// FormatError or ConfigError naming the file.
-LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir);
+// FormatError or ConfigError naming the file. kWeights (eval, generate, --init-from): the model's
+// tensors only; the master weights and optimiser state, which such a use never reads, are left
+// unread (a checkpoint with damaged optimiser state still evaluates, and a large one is not read
+// twice over for its checksums).
+enum class CheckpointUse { kResume, kWeights };
+LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir,
+                                 CheckpointUse use = CheckpointUse::kResume);
 
 // Refuses (DataError naming config.json) a checkpoint whose config makes a model of more than
 // twice the parameters its tensors hold, before a model is sized from it (Note [A config that

@@ -17,11 +17,12 @@ std::string gib_and_bytes(int64_t bytes) { return str(gib(double(bytes)), " (", 
 }  // namespace
 
 int64_t DeviceNeed::fixed_bytes() const {
-  return weight_bytes + working_weight_bytes + conversion_scratch_bytes + gradient_bytes +
-         optimizer_bytes;
+  return weight_bytes + working_weight_bytes + gradient_bytes + optimizer_bytes;
 }
 
-int64_t DeviceNeed::total_bytes() const { return fixed_bytes() + activation_arena_bytes; }
+int64_t DeviceNeed::total_bytes() const {
+  return fixed_bytes() + conversion_scratch_bytes + activation_arena_bytes;
+}
 
 DeviceNeed device_need(int64_t param_numel, const std::string& optimizer, int64_t optimizer_bytes,
                        int64_t activation_arena_bytes, int64_t working_weight_bytes) {
@@ -55,11 +56,17 @@ std::string need_breakdown(const DeviceNeed& need) {
 }
 
 std::optional<int64_t> longest_fitting_seq(const Trace& trace, const Trace& other,
-                                           int64_t fixed_bytes, int64_t budget_bytes,
+                                           int64_t fixed_bytes, int64_t scratch,
+                                           int64_t other_scratch, int64_t budget_bytes,
                                            int64_t max_seq) {
+  const auto scratch_at = [&](int64_t seq) -> int64_t {
+    if (seq <= other.seq || trace.seq == other.seq) return other_scratch;
+    const double slope = double(scratch - other_scratch) / double(trace.seq - other.seq);
+    return other_scratch + int64_t(std::ceil(slope * double(seq - other.seq)));
+  };
   const auto fits = [&](int64_t seq) {
     const ActivationPlan p = plan_activations(scale_trace(trace, other, seq));
-    return fixed_bytes + p.arena_bytes <= budget_bytes;
+    return fixed_bytes + scratch_at(seq) + p.arena_bytes <= budget_bytes;
   };
   if (max_seq < 1 || !fits(1)) return std::nullopt;
   int64_t lo = 1, hi = max_seq;  // fits(lo); find the largest that fits
@@ -90,10 +97,9 @@ std::string over_budget_message(const DeviceNeed& need, int64_t budget_bytes, in
     fit = str("--seq ", *advice.longest_seq,
               " fits this budget (estimated from the scaled plan) or ");
   else
-    fit =
-        str("no sequence length fits this budget (the weights, gradients and optimizer state alone "
-            "need ",
-            gib(double(need.fixed_bytes())), "); ");
+    fit = str("no sequence length fits this budget (the weights, gradients and optimizer state",
+              need.working_weight_bytes > 0 ? " with the bf16 working weights" : "", " alone need ",
+              gib(double(need.fixed_bytes())), "); ");
   // every term of total_bytes(), so the sum reads true
   std::string bf16;
   if (need.working_weight_bytes > 0)

@@ -28,7 +28,8 @@ struct DeviceNeed {
   // buffers too: they are requests of the trace like any other.
   int64_t activation_arena_bytes{};
 
-  int64_t fixed_bytes() const;  // everything but the arena: does not depend on the sequence
+  // everything but the arena and the conversion scratch, which grow with the sequence
+  int64_t fixed_bytes() const;
   int64_t total_bytes() const;
 };
 
@@ -50,9 +51,14 @@ struct FitAdvice {
 };
 
 // Binary search over seq in [1, max_seq] for the longest whose scaled plan (heuristic solver)
-// plus `fixed_bytes` fits `budget_bytes`. Assumes the need grows with seq.
+// plus `fixed_bytes` plus the conversion scratch fits `budget_bytes`. Assumes the need grows with
+// seq. The scratch (bf16 storage's widened copies, 0 without) was measured with each trace:
+// `scratch` with trace, `other_scratch` with other (other.seq < trace.seq); between the two it is
+// the affine function through them, below other.seq other_scratch (it grows with seq, so that is
+// a bound: the advice errs long, never short of what fits).
 std::optional<int64_t> longest_fitting_seq(const Trace& trace, const Trace& other,
-                                           int64_t fixed_bytes, int64_t budget_bytes,
+                                           int64_t fixed_bytes, int64_t scratch,
+                                           int64_t other_scratch, int64_t budget_bytes,
                                            int64_t max_seq);
 
 // A size --device-memory accepts, rounded up: "1.24GiB" (to 0.01 GiB) or "13MiB" below 1 GiB.

@@ -106,6 +106,7 @@ T state_field(const nlohmann::json& j, const char* key, const std::string& file,
 // exclude each other: either given, neither is restored; --no-checkpoint given, none of the
 // checkpoint flags is.
 void restore_run_options(TrainOptions& o, const fs::path& checkpoint) {
+  if (!o.restore_run_options) return;
   const fs::path path = checkpoint / kRunOptionsFile;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return;
@@ -624,7 +625,8 @@ DType start_weights(Model& model, const ModelConfig& run_config, const TrainOpti
     model.init(o.seed);
     return DType::kF32;
   }
-  LoadedCheckpoint init = load_checkpoint(find_latest_checkpoint(o.init_from));
+  LoadedCheckpoint init =
+      load_checkpoint(find_latest_checkpoint(o.init_from), CheckpointUse::kWeights);
   // the run's model is --init-from's with the position flags, or --config's, which must agree
   // (before --stage-rope, which the model may already carry)
   if (model_config_to_json(o.positions.applied_to(init.config)) != model_config_to_json(run_config))

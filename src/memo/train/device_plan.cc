@@ -251,8 +251,8 @@ DevicePlan plan_device_memory(Model& run_model, int64_t batch, int64_t seq, int6
                                                options.optimizer.options),
                          out.activations.arena_bytes, run_model.working_weights_bytes());
   // bf16 storage's widened copies, grown by the trace on the traced model's address ranges
-  if (const auto* bf16 = dynamic_cast<const Bf16StorageBackend*>(&model.backend()))
-    out.need.conversion_scratch_bytes = bf16->scratch_bytes();
+  auto* const bf16 = dynamic_cast<Bf16StorageBackend*>(&model.backend());
+  if (bf16) out.need.conversion_scratch_bytes = bf16->scratch_bytes();
   if (!out.fits()) {
     out.advice.smallest_budget_bytes = out.need.total_bytes();
     // under context parallelism a traced sequence must split into 2C chunks, and under tensor
@@ -261,9 +261,18 @@ DevicePlan plan_device_memory(Model& run_model, int64_t batch, int64_t seq, int6
     const int64_t t = model.tensor_parallel() ? int64_t(model.tensor_parallel_group()->size()) : 1;
     const int64_t unit = (cp ? 2 * int64_t(cp->size()) : 1) * t;
     const int64_t short_seq = std::max<int64_t>(unit, seq / 4 / unit * unit);
-    const Trace other = short_seq == seq ? out.activations.trace : trace(short_seq);
-    out.advice.longest_seq = longest_fitting_seq(out.activations.trace, other,
-                                                 out.need.fixed_bytes(), budget_bytes, seq - 1);
+    // the scratch grows with the sequence too: measured afresh at the short length (the blocks
+    // only grow, so they are let go first; the plan's own backend, or the shadow's)
+    int64_t other_scratch = out.need.conversion_scratch_bytes;
+    Trace other = out.activations.trace;
+    if (short_seq != seq) {
+      if (bf16) bf16->release_scratch();
+      other = trace(short_seq);
+      if (bf16) other_scratch = bf16->scratch_bytes();
+    }
+    out.advice.longest_seq = longest_fitting_seq(
+        out.activations.trace, other, out.need.fixed_bytes(), out.need.conversion_scratch_bytes,
+        other_scratch, budget_bytes, seq - 1);
     if (out.advice.longest_seq) {  // a sequence the run can split
       const int64_t fit = *out.advice.longest_seq / unit * unit;
       out.advice.longest_seq = fit > 0 ? std::optional<int64_t>(fit) : std::nullopt;

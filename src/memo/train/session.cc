@@ -177,7 +177,8 @@ ModelConfig run_model_config(const TrainOptions& o, const std::optional<ResumePo
     return was;
   }
   if (!o.init_from.empty())  // before a model is sized from either config
-    check_config_describes_tensors(load_checkpoint(find_latest_checkpoint(o.init_from)));
+    check_config_describes_tensors(
+        load_checkpoint(find_latest_checkpoint(o.init_from), CheckpointUse::kWeights));
   const std::filesystem::path path = !o.config_path.empty()
                                          ? std::filesystem::path(o.config_path)
                                          : find_latest_checkpoint(o.init_from) / "config.json";

@@ -89,6 +89,9 @@ struct TrainOptions {
   // the command line gave, a value other than the checkpoint's refused, not ignored; and those of
   // run_options ("save_every", "log", ...) it gave, which replace the checkpoint's.
   std::vector<std::string> pinned_given;
+  // With resume_dir: take the run_options the command line did not give (pinned_given) from the
+  // checkpoint (Note [Resume]). memo train sets it; a library caller's options are all its own.
+  bool restore_run_options = false;
   std::string init_from;  // a checkpoint to take the weights from (fresh optimiser)
   // --save-dtype: the checkpoints' model.safetensors in kF32 or kBF16 (with the fp32 master
   // weights beside: Note [Master weights beside bf16] in io/checkpoint.h). None: kBF16 when the
