@@ -70,6 +70,20 @@ class TextCli : public ::testing::Test {
   int64_t vocab_ = 0;
 };
 
+// An --out folder inside an input folder is not an input: a rerun of the same command finds its
+// own complete run, not "another run" made of its shards read as documents.
+TEST_F(TextCli, an_out_folder_inside_the_inputs_is_not_read_as_input) {
+  const std::string cmd = test::memo_bin() + " tokenize --tokenizer " + dir.str("tok.json") +
+                          " --out " + dir.str("in/shards") + " --shard-tokens 2000 " +
+                          dir.str("in") + " 2>&1";
+  const test::CommandResult first = test::run_command(cmd);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string manifest = read_file(dir / "in" / "shards" / "manifest.json");
+  const test::CommandResult again = test::run_command(cmd);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(read_file(dir / "in" / "shards" / "manifest.json"), manifest);
+}
+
 // Ids mean the text of the tokenizer that made them: data made by another tokenizer than the
 // checkpoint's (or raw text, read as bytes) is refused by eval, --init-from and --val-data,
 // naming the first id that differs; the checkpoint's own data passes.
@@ -170,8 +184,18 @@ TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
       test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --data " +
                               dir.str("shards") + " --seq 32 --split all"));
   ASSERT_EQ(all.exit_code, 0) << all.output;
-  EXPECT_EQ(nlohmann::json::parse(all.output).at("windows").get<int64_t>(),
-            (train.num_tokens() + val->num_tokens() - 1) / 32);
+  const nlohmann::json whole = nlohmann::json::parse(all.output);
+  EXPECT_EQ(whole.at("windows").get<int64_t>(), (train.num_tokens() + val->num_tokens() - 1) / 32);
+  // the bytes are the text's: the end-of-text targets (a control token) count none
+  const Tokenizer tok = test::small_tokenizer();
+  int64_t text_bytes = 0, boundaries = 0;
+  for (int64_t i = 1; i <= whole.at("windows").get<int64_t>() * 32; ++i) {
+    const int32_t id = i < train.num_tokens() ? train[i] : (*val)[i - train.num_tokens()];
+    boundaries += tok.is_control(id);
+    text_bytes += tok.is_control(id) ? 0 : int64_t(tok.token_bytes(id).size());
+  }
+  EXPECT_GT(boundaries, 0);
+  EXPECT_EQ(whole.at("bytes").get<int64_t>(), text_bytes);
 
   // generate: greedy text, the same streamed or not, with or without the KV cache
   const std::string gen = test::memo_bin() + " generate --checkpoint " + dir.str("a") +

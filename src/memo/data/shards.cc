@@ -186,7 +186,12 @@ class ExampleParser {
   std::string tokenizer_;
 };
 
-std::vector<Input> list_inputs(const std::vector<std::string>& inputs) {
+// The files of `inputs` (folders walked in name order). The --out folder, when it lies inside an
+// input folder, is not an input: its shards and manifest are this run's output (a rerun or a
+// resume would otherwise read them as documents and see "another run").
+std::vector<Input> list_inputs(const std::vector<std::string>& inputs, const fs::path& out_dir) {
+  std::error_code ec;
+  const fs::path out_abs = fs::weakly_canonical(out_dir, ec);
   std::vector<Input> out;
   auto add = [&](const fs::path& p) {
     const std::string ext = p.extension().string();
@@ -197,9 +202,16 @@ std::vector<Input> list_inputs(const std::vector<std::string>& inputs) {
     if (!fs::exists(p)) throw DataError(str("input ", in, " does not exist"));
     if (fs::is_directory(p)) {
       std::vector<fs::path> files;
-      for (const auto& e : fs::recursive_directory_iterator(p))
-        if (e.is_regular_file() && !e.path().filename().string().starts_with("."))
-          files.push_back(e.path());
+      for (auto it = fs::recursive_directory_iterator(p); it != fs::recursive_directory_iterator();
+           ++it) {
+        if (it->is_directory() && !out_abs.empty() &&
+            fs::weakly_canonical(it->path(), ec) == out_abs) {
+          it.disable_recursion_pending();
+          continue;
+        }
+        if (it->is_regular_file() && !it->path().filename().string().starts_with("."))
+          files.push_back(it->path());
+      }
       std::sort(files.begin(), files.end());
       for (const fs::path& f : files) add(f);
     } else {
@@ -702,7 +714,7 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
   check_options(o);
   const Tokenizer tokenizer = load_tokenizer(o.tokenizer);
   const int32_t eot = *tokenizer.end_of_text();
-  const std::vector<Input> inputs = list_inputs(o.inputs);
+  const std::vector<Input> inputs = list_inputs(o.inputs, fs::path(o.out_dir));
   RunOutput out{fs::path(o.out_dir)};
   fs::create_directories(out.dir);
   const int token_bytes = tokenizer.vocab_size() <= 65536 ? 2 : 4;

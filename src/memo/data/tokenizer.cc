@@ -416,6 +416,10 @@ std::optional<int32_t> Tokenizer::special_id(std::string_view content) const {
   return std::nullopt;
 }
 
+bool Tokenizer::is_control(int32_t id) const {
+  return id >= 0 && size_t(id) < impl_->control.size() && impl_->control[size_t(id)];
+}
+
 std::optional<int32_t> Tokenizer::eos_token() const { return impl_->eos_id; }
 
 std::optional<int32_t> Tokenizer::end_of_text() const {

@@ -86,6 +86,9 @@ class Tokenizer {
   // end_of_text() passes over for <|endoftext|>).
   std::optional<int32_t> eos_token() const;
   std::optional<int32_t> special_id(std::string_view content) const;
+  // Whether id is an added token marked "special" in tokenizer.json (GPT-2's <|endoftext|>): a
+  // control token, not text (bits per byte counts no bytes for it).
+  bool is_control(int32_t id) const;
   bool is_bytes() const;
   const std::string& source() const;  // the path it came from, for messages
   // Hugging Face tokenizer.json describing this tokenizer (the file itself when loaded from one;

@@ -121,6 +121,7 @@ struct Tokenizer::Impl {
   Decoder decoder;
   std::vector<std::string> spelling;                      // [vocab] when !concat_decode
   std::vector<std::pair<std::string, int32_t>> specials;  // added tokens, longest first
+  std::vector<bool> control;  // [id]: an added token marked "special" (no text; a control token)
   // Around a prompt (encode_with_special): the post_processor's template, or BOS/EOS as
   // tokenizer_config.json's add_bos_token / add_eos_token ask.
   std::vector<int32_t> prefix_ids, suffix_ids;
@@ -131,7 +132,7 @@ struct Tokenizer::Impl {
   void set_vocab(const nlohmann::json& vocab, const std::vector<std::string>& skip);
   void set_vocab_spellings(const nlohmann::json& vocab);
   void add_merge(const std::string& left, const std::string& right, int32_t rank);
-  void add_special(std::string content, int32_t id);
+  void add_special(std::string content, int32_t id, bool is_control = true);
   void finish_specials();
   // Fills token_bytes (and spelling) of every id from the decoder, once the vocabulary is read.
   void finish_decoding(const std::vector<std::string>& spellings);

@@ -76,8 +76,12 @@ void Tokenizer::Impl::add_merge(const std::string& left, const std::string& righ
   merges.insert(ia->second, ib->second, rank, iab->second);
 }
 
-void Tokenizer::Impl::add_special(std::string content, int32_t id) {
+void Tokenizer::Impl::add_special(std::string content, int32_t id, bool is_control) {
   set_token(id, content);
+  if (is_control) {
+    if (control.size() <= size_t(id)) control.resize(size_t(id) + 1, false);
+    control[size_t(id)] = true;
+  }
   specials.emplace_back(std::move(content), id);
 }
 
@@ -437,7 +441,7 @@ struct TokenizerJsonReader {
       for (const json& t : tj.at("added_tokens")) {
         const int32_t id = t.at("id").get<int32_t>();
         const std::string content = t.at("content").get<std::string>();
-        impl.add_special(content, id);
+        impl.add_special(content, id, t.value("special", true));
         if (!impl.concat_decode) {
           if (spellings.size() <= size_t(id)) spellings.resize(size_t(id) + 1);
           spellings[size_t(id)] = content;

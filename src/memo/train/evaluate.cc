@@ -100,7 +100,8 @@ EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& d
       model, strategy, alloc, sampler, batch, max_windows,
       [&](const int32_t* targets, int64_t rows, const EvalSum& so_far) {
         for (int64_t i = 0; i < rows * seq; ++i)
-          if (targets[i] != kIgnoredTarget)
+          // a control token (end of text) predicts a boundary, not text: no bytes
+          if (targets[i] != kIgnoredTarget && !tokenizer.is_control(targets[i]))
             r.bytes += int64_t(tokenizer.token_bytes(targets[i]).size());
         ++done;
         const auto now = std::chrono::steady_clock::now();
