@@ -33,14 +33,17 @@ struct SplitPattern::Compiled {
   ~Compiled() { pcre2_code_free(code); }
 };
 
-// Per-call match state: match data, a JIT stack and the context that points at it.
+// A thread's match state: match data (the whole match only: any pattern's), a JIT stack and the
+// context that points at it. Made once per thread and kept: making one maps the JIT stack and
+// unmapping it frees it, which per call cost ~90 us per document (an mmap and a munmap each) and
+// made 50,000 short JSON lines tokenize 4x slower than the same text as one document.
 namespace {
 struct MatchState {
   pcre2_match_data* data = nullptr;
   pcre2_jit_stack* stack = nullptr;
   pcre2_match_context* context = nullptr;
-  explicit MatchState(const pcre2_code* code) {
-    data = pcre2_match_data_create_from_pattern(code, nullptr);
+  MatchState() {
+    data = pcre2_match_data_create(1, nullptr);
     context = pcre2_match_context_create(nullptr);
     stack = pcre2_jit_stack_create(kJitStackMinBytes, kJitStackMaxBytes, nullptr);
     MEMO_CHECK(data && context && stack, "PCRE2 match state: out of memory");
@@ -54,6 +57,11 @@ struct MatchState {
   MatchState(const MatchState&) = delete;
   MatchState& operator=(const MatchState&) = delete;
 };
+
+MatchState& thread_match_state() {
+  thread_local MatchState state;
+  return state;
+}
 }  // namespace
 
 SplitPattern::SplitPattern(std::string pattern)
@@ -75,7 +83,7 @@ SplitPattern& SplitPattern::operator=(SplitPattern&&) noexcept = default;
 
 void SplitPattern::split(std::string_view text, std::vector<Piece>& pieces) const {
   pieces.clear();
-  MatchState state(compiled_->code);
+  MatchState& state = thread_match_state();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t at = 0;  // end of the last piece
   while (at < text.size()) {
@@ -101,7 +109,7 @@ void SplitPattern::split(std::string_view text, std::vector<Piece>& pieces) cons
 
 void SplitPattern::find_all(std::string_view text, std::vector<Piece>& matches) const {
   matches.clear();
-  MatchState state(compiled_->code);
+  MatchState& state = thread_match_state();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t at = 0;
   while (at < text.size()) {
