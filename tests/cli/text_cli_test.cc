@@ -411,9 +411,12 @@ TEST_F(TextCli, sweep_validates_on_the_validation_shards) {
 TEST_F(TextCli, byte_models_generate_without_a_tokenizer_file) {
   config(dir.str("bytes.json"), 256);
   write_text(dir.str("kjv.txt"), test::corpus(5000));
-  const test::CommandResult t = test::run_command(
-      test::memo_bin() + " train --config " + dir.str("bytes.json") + " --data " +
-      dir.str("kjv.txt") + " --seq 32 --batch 4 --steps 2 --out " + dir.str("run"));
+  auto train = [&](const char* config, const char* data, const char* out, int batch, int steps) {
+    return test::run_command(test::memo_bin() + " train --config " + dir.str(config) + " --data " +
+                             dir.str(data) + " --seq 32 --batch " + std::to_string(batch) +
+                             " --steps " + std::to_string(steps) + " --out " + dir.str(out));
+  };
+  const test::CommandResult t = train("bytes.json", "kjv.txt", "run", 4, 2);
   ASSERT_EQ(t.exit_code, 0) << t.output;
   const test::CommandResult g =
       test::run_command(quiet(test::memo_bin() + " generate --checkpoint " + dir.str("run") +
@@ -439,9 +442,7 @@ TEST_F(TextCli, byte_models_generate_without_a_tokenizer_file) {
                              "prompt of at most 128 tokens");
   // the validation split shorter than a window: refused before step 1, not after the last
   write_text(dir.str("short.txt"), test::corpus(300));
-  const test::CommandResult v = test::run_command(
-      test::memo_bin() + " train --config " + dir.str("bytes.json") + " --data " +
-      dir.str("short.txt") + " --seq 32 --batch 2 --steps 3 --out " + dir.str("short"));
+  const test::CommandResult v = train("bytes.json", "short.txt", "short", 2, 3);
   EXPECT_NE(v.exit_code, 0);
   EXPECT_NE(v.output.find("the validation data: "), std::string::npos) << v.output;
   EXPECT_EQ(v.output.find("step 1/"), std::string::npos) << v.output;
@@ -449,9 +450,7 @@ TEST_F(TextCli, byte_models_generate_without_a_tokenizer_file) {
   // a byte vocabulary padded past 256 (to a multiple of 32 here): its checkpoint says it was
   // trained on bytes, so eval and generate take it; generation never draws an id above 255
   config(dir.str("padded.json"), 288);
-  const test::CommandResult p = test::run_command(
-      test::memo_bin() + " train --config " + dir.str("padded.json") + " --data " +
-      dir.str("kjv.txt") + " --seq 32 --batch 4 --steps 2 --out " + dir.str("padded"));
+  const test::CommandResult p = train("padded.json", "kjv.txt", "padded", 4, 2);
   ASSERT_EQ(p.exit_code, 0) << p.output;
   const test::CommandResult pg =
       test::run_command(quiet(test::memo_bin() + " generate --checkpoint " + dir.str("padded") +
