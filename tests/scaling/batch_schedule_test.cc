@@ -613,6 +613,14 @@ TEST(BatchSchedule, law_params_come_from_a_sweep_fit) {
               law_params_from_sweep(a, Law::kPower);
             }).find("--law power is not surge or sgd"),
             std::string::npos);
+  // a fit at the edge of its range (B_noise 0) sets no lr: refused, naming the sweep
+  SweepAnalysis edge = a;
+  for (LawFit& f : edge.laws.fits)
+    if (f.law == Law::kSgd) f.params.at(1) = 0.0;
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              law_params_from_sweep(edge, Law::kSgd);
+            }).find("--fit sweep.jsonl: the sgd law's fit puts B_noise at 0 tokens"),
+            std::string::npos);
 }
 
 TEST(BatchSchedule, bad_options_name_the_flag_and_the_allowed_range) {

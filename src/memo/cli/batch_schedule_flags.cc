@@ -93,12 +93,6 @@ std::optional<scaling::BatchScheduleOptions> resolve_batch_schedule(
     check_sweep_setup(sweep, f.fit, optimizer, seq);
     const scaling::SweepAnalysis a = scaling::analyse_sweep(sweep, f.fit, {});
     o.law_params = scaling::law_params_from_sweep(a, o.law);
-    if (!(o.law_params.b_noise > 0))
-      throw ConfigError(str("--fit ", f.fit, ": the ", scaling::law_name(o.law),
-                            " law's fit puts B_noise at ", o.law_params.b_noise,
-                            " tokens, the edge of its range: the sweep does not pin it down "
-                            "(sweep batches on both sides of the optimum's turn, or give "
-                            "--eps-max and --b-noise)"));
     if (const std::string caveats = scaling::fit_caveats(a, o.law_params.b_noise); !caveats.empty())
       std::cerr << "memo: warning: the fit of " << f.fit << " is uncertain: " << caveats << "\n";
   } else if (f.eps_max_opt->count() > 0 && f.b_noise_opt->count() > 0) {

@@ -90,11 +90,6 @@ LawChoice params_from_fit(const LrOptions& o, scaling::Law law) {
   const scaling::SweepAnalysis a =
       scaling::analyse_sweep(scaling::read_sweep_file(o.fit), o.fit, {});
   const scaling::LawParams fitted = scaling::law_params_from_sweep(a, law);
-  if (!(fitted.b_noise > 0))
-    throw ConfigError(str("--fit ", o.fit, ": the ", o.law, " law's fit puts B_noise at ",
-                          fitted.b_noise,
-                          " tokens, the edge of its range: the sweep does not pin it down "
-                          "(sweep batches on both sides of the optimum's turn)"));
   if (const std::string caveats = scaling::fit_caveats(a, fitted.b_noise); !caveats.empty())
     std::cerr << "memo: warning: the fit of " << o.fit << " is uncertain: " << caveats << "\n";
   return {{fitted.eps_max, fitted.b_noise}, std::nullopt};

@@ -62,8 +62,16 @@ Law law_for_optimizer(const std::string& optimizer_name) {
 LawParams law_params_from_sweep(const SweepAnalysis& analysis, Law law) {
   if (law != Law::kSurge && law != Law::kSgd)
     throw ConfigError(str("--law ", law_name(law), " is not surge or sgd"));
-  for (const LawFit& f : analysis.laws.fits)
-    if (f.law == law) return {f.params.at(0), f.params.at(1)};
+  for (const LawFit& f : analysis.laws.fits) {
+    if (f.law != law) continue;
+    if (!(f.params.at(1) > 0))
+      throw ConfigError(str("--fit ", analysis.path, ": the ", law_name(law),
+                            " law's fit puts B_noise at ", f.params.at(1),
+                            " tokens, the edge of its range: the sweep does not pin it down "
+                            "(sweep batches on both sides of the optimum's turn, or give "
+                            "--eps-max and --b-noise)"));
+    return {f.params.at(0), f.params.at(1)};
+  }
   throw ConfigError(str(analysis.path, " has no ", law_name(law), " law fit"));
 }
 

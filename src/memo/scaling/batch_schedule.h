@@ -36,7 +36,9 @@ struct TokenLrSchedule {
 Law law_for_optimizer(const std::string& optimizer_name);
 
 // eps_max and B_noise (tokens) of the surge or SGD law as fitted to a sweep (memo fit's fit,
-// fit.h Note [Law fits]). Throws ConfigError for another law or when the sweep has no such fit.
+// fit.h Note [Law fits]). Throws ConfigError for another law, when the sweep has no such fit, or
+// when the fit puts B_noise at 0 (the edge of its range: the sweep does not pin it down, and no lr
+// follows from it).
 LawParams law_params_from_sweep(const SweepAnalysis& analysis, Law law);
 
 struct BatchScheduleOptions {
