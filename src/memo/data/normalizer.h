@@ -4,6 +4,7 @@
 // text it yields is what the tokenizer encodes and what decode gives back.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -38,5 +39,9 @@ class Normalizer {
 
 // The valid UTF-8 prefix length of `text` (bytes): where the first invalid sequence starts.
 size_t valid_utf8_prefix(std::string_view text);
+
+// Unicode's White_Space property (Rust's char::is_whitespace, which Hugging Face's Strip and
+// added tokens' lstrip / rstrip use); false for -1 (an invalid byte).
+bool is_unicode_white_space(int32_t c);
 
 }  // namespace memo

@@ -220,13 +220,50 @@ void metaspace_pieces(std::string_view text, const PreTokenizer& pre, TextStart 
 
 }  // namespace
 
-void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& ids, TextStart start,
-                                  const Tokenizer& self) const {
+// Note [Added tokens in text]
+// Hugging Face finds the added tokens in a text before anything else: first those matched in the
+// raw text (normalized: false, as every special token of the common tokenizers), then, in each
+// stretch between them once normalized, those matched in the normalized text; each remaining
+// stretch is pre-tokenized and merged on its own. memo does the same, with one difference kept on
+// purpose: in documents (encode, encode_batch) the control tokens (marked "special": <|endoftext|>,
+// <|im_start|>) stay text, so a document cannot end itself or forge a chat turn, while the other
+// added tokens (Qwen's <tool_call> and fill-in-the-middle tokens, Gemma 3's line feeds, tabs and
+// HTML tags) become their ids as in Hugging Face. Prompts (encode_with_special) match all.
+void Tokenizer::Impl::encode_with_added(std::string_view text, std::vector<int32_t>& ids,
+                                        TextStart start, const AddedTokenMatcher& raw,
+                                        const AddedTokenMatcher& normalized,
+                                        const Tokenizer& self) const {
+  size_t at = 0;
+  for (auto m = raw.next(text, 0, 0); m; m = raw.next(text, m->end, m->end)) {
+    if (m->begin > at)
+      encode_normalizing(text.substr(at, m->begin - at), ids, start, normalized, self);
+    ids.push_back(m->id);
+    at = m->end;
+    start = TextStart::after_special;
+  }
+  if (at < text.size()) encode_normalizing(text.substr(at), ids, start, normalized, self);
+}
+
+void Tokenizer::Impl::encode_normalizing(std::string_view text, std::vector<int32_t>& ids,
+                                         TextStart start, const AddedTokenMatcher& normalized_set,
+                                         const Tokenizer& self) const {
   std::string normalized;
   if (!normalizer.empty()) {
     normalized = normalizer.normalize(text, start == TextStart::continued);
     text = normalized;
   }
+  size_t at = 0;
+  for (auto m = normalized_set.next(text, 0, 0); m; m = normalized_set.next(text, m->end, m->end)) {
+    if (m->begin > at) encode_normalized(text.substr(at, m->begin - at), ids, start, self);
+    ids.push_back(m->id);
+    at = m->end;
+    start = TextStart::after_special;
+  }
+  if (at < text.size()) encode_normalized(text.substr(at), ids, start, self);
+}
+
+void Tokenizer::Impl::encode_normalized(std::string_view text, std::vector<int32_t>& ids,
+                                        TextStart start, const Tokenizer& self) const {
   std::vector<Piece> pieces;
   std::string prefixed;
   switch (pre.kind) {
@@ -268,7 +305,8 @@ void Tokenizer::encode(std::string_view text, std::vector<int32_t>& ids, TextSta
     for (char c : text) ids.push_back(static_cast<unsigned char>(c));
     return;
   }
-  impl_->encode_text(text, ids, start, *this);
+  impl_->encode_with_added(text, ids, start, impl_->document_raw, impl_->document_normalized,
+                           *this);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, TextStart start) const {
@@ -281,27 +319,12 @@ std::span<const int32_t> Tokenizer::prefix_ids() const { return impl_->prefix_id
 
 std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const {
   std::vector<int32_t> ids = impl_->prefix_ids;
-  auto ordinary = [&](std::string_view part, bool at_start) {
-    encode(part, ids, at_start ? TextStart::sequence : TextStart::after_special);
-  };
-  size_t at = 0;
-  while (at < text.size()) {
-    // The earliest special string at or after `at` (the longest one at that position).
-    size_t best_pos = std::string_view::npos;
-    const std::pair<std::string, int32_t>* best = nullptr;
-    for (const auto& s : impl_->specials) {
-      const size_t pos = text.find(s.first, at);
-      if (pos < best_pos) {
-        best_pos = pos;
-        best = &s;
-      }
-    }
-    if (!best) break;
-    ordinary(text.substr(at, best_pos - at), at == 0);
-    ids.push_back(best->second);
-    at = best_pos + best->first.size();
+  if (impl_->bytes_only) {
+    encode(text, ids);
+  } else {
+    impl_->encode_with_added(text, ids, TextStart::sequence, impl_->prompt_raw,
+                             impl_->prompt_normalized, *this);
   }
-  if (at < text.size()) ordinary(text.substr(at), at == 0);
   ids.insert(ids.end(), impl_->suffix_ids.begin(), impl_->suffix_ids.end());
   return ids;
 }
@@ -313,7 +336,8 @@ std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const
 // newline and continue into a non-space. Neither pattern looks behind, so matching from the
 // segment's start finds the same pieces as matching inside the whole text. Cutting right after
 // such a newline therefore gives the ids of the whole document; the batch test holds it. Other
-// patterns are not cut.
+// patterns are not cut, nor are documents whose added tokens could reach across the cut (one
+// holding a line feed before its end, or taking the white space on its left).
 namespace {
 
 constexpr size_t kSegmentBytes = 1 << 20;
@@ -345,6 +369,8 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(std::span<const std::s
              " texts, ", starts.size(), " starts");
   const Impl& t = *impl_;
   const bool can_cut = t.pre.pattern && t.normalizer.empty() && !t.pre.prefix_space &&
+                       !t.document_raw.spans_line_ends() &&
+                       !t.document_normalized.spans_line_ends() &&
                        (t.pre.pattern->pattern() == kGpt2SplitPattern ||
                         t.pre.pattern->pattern() == kCl100kSplitPattern);
   struct Task {

@@ -51,13 +51,15 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
-  // Ordinary text: special-token strings in it are encoded as text, never as their ids (a
-  // document containing "<|endoftext|>" cannot end itself). Appends to `ids`.
+  // Ordinary text (a document): control tokens' strings in it (added tokens marked "special")
+  // are encoded as text, never as their ids (a document containing "<|endoftext|>" cannot end
+  // itself); other added tokens become their ids, as in Hugging Face (see Note [Added tokens in
+  // text]). Appends to `ids`.
   void encode(std::string_view text, std::vector<int32_t>& ids,
               TextStart start = TextStart::sequence) const;
   std::vector<int32_t> encode(std::string_view text, TextStart start = TextStart::sequence) const;
-  // Text in which special and added tokens' exact strings become their ids, between the BOS/EOS
-  // of the post_processor's template or of tokenizer_config.json (prompts).
+  // Text in which every added token (control tokens too) becomes its id, between the BOS/EOS of
+  // the post_processor's template or of tokenizer_config.json (prompts).
   std::vector<int32_t> encode_with_special(std::string_view text) const;
   // The ids that template or tokenizer_config.json puts before a sequence (a BOS), or none.
   std::span<const int32_t> prefix_ids() const;

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "memo/data/added_tokens.h"
 #include "memo/data/decoder.h"
 #include "memo/data/normalizer.h"
 #include "memo/data/split_pattern.h"
@@ -122,6 +123,15 @@ struct Tokenizer::Impl {
   std::vector<std::string> spelling;                      // [vocab] when !concat_decode
   std::vector<std::pair<std::string, int32_t>> specials;  // added tokens, longest first
   std::vector<bool> control;  // [id]: an added token marked "special" (no text; a control token)
+  // The added tokens as read (in order), and the matchers finish_specials builds from them: in
+  // documents the tokens that are not control tokens, in prompts all (see Note [Added tokens in
+  // text]); each split into the tokens matched in the raw text and those matched once normalized.
+  struct AddedTokenSpec {
+    AddedToken token;
+    bool control = true, normalized = false;
+  };
+  std::vector<AddedTokenSpec> added;
+  AddedTokenMatcher document_raw, document_normalized, prompt_raw, prompt_normalized;
   // Around a prompt (encode_with_special): the post_processor's template, or BOS/EOS as
   // tokenizer_config.json's add_bos_token / add_eos_token ask.
   std::vector<int32_t> prefix_ids, suffix_ids;
@@ -132,7 +142,10 @@ struct Tokenizer::Impl {
   void set_vocab(const nlohmann::json& vocab, const std::vector<std::string>& skip);
   void set_vocab_spellings(const nlohmann::json& vocab);
   void add_merge(const std::string& left, const std::string& right, int32_t rank);
-  void add_special(std::string content, int32_t id, bool is_control = true);
+  // An added token; `is_control`: marked "special" (never matched in documents), and matched in
+  // the raw text unless `normalized`.
+  void add_special(std::string content, int32_t id, bool is_control = true,
+                   bool normalized = false);
   void finish_specials();
   // Fills token_bytes (and spelling) of every id from the decoder, once the vocabulary is read.
   void finish_decoding(const std::vector<std::string>& spellings);
@@ -143,10 +156,20 @@ struct Tokenizer::Impl {
   void merge_ids(const int32_t* initial, size_t n, std::vector<int32_t>& out,
                  bool force_heap) const;
   void merge_characters(std::string_view piece, std::vector<int32_t>& out) const;
-  // One stretch of ordinary text: normalize, pre-tokenize, merge, with the prefix rules `start`
+  // Text with added tokens: the raw matcher's tokens become their ids, and each stretch between
+  // them is encoded by encode_normalizing, the first with the prefix rules `start` asks for, the
+  // others as after a special token.
+  void encode_with_added(std::string_view text, std::vector<int32_t>& ids, TextStart start,
+                         const AddedTokenMatcher& raw, const AddedTokenMatcher& normalized,
+                         const Tokenizer& self) const;
+  // One stretch without raw added tokens: normalized, then the normalized matcher's tokens
+  // become their ids and the rest is encoded by encode_normalized.
+  void encode_normalizing(std::string_view text, std::vector<int32_t>& ids, TextStart start,
+                          const AddedTokenMatcher& normalized, const Tokenizer& self) const;
+  // One stretch of normalized ordinary text: pre-tokenize, merge, with the prefix rules `start`
   // asks for.
-  void encode_text(std::string_view text, std::vector<int32_t>& ids, TextStart start,
-                   const Tokenizer& self) const;
+  void encode_normalized(std::string_view text, std::vector<int32_t>& ids, TextStart start,
+                         const Tokenizer& self) const;
 };
 
 }  // namespace memo

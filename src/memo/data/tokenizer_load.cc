@@ -76,18 +76,33 @@ void Tokenizer::Impl::add_merge(const std::string& left, const std::string& righ
   merges.insert(ia->second, ib->second, rank, iab->second);
 }
 
-void Tokenizer::Impl::add_special(std::string content, int32_t id, bool is_control) {
+void Tokenizer::Impl::add_special(std::string content, int32_t id, bool is_control,
+                                  bool normalized) {
   set_token(id, content);
   if (is_control) {
     if (control.size() <= size_t(id)) control.resize(size_t(id) + 1, false);
     control[size_t(id)] = true;
   }
+  added.push_back({AddedToken{content, id}, is_control, normalized});
   specials.emplace_back(std::move(content), id);
 }
 
 void Tokenizer::Impl::finish_specials() {
   std::stable_sort(specials.begin(), specials.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  // A normalized token is found in normalized text by its normalized string (Hugging Face
+  // normalizes it as a text of its own: Llama 2's Prepend puts U+2581 before it too).
+  std::vector<AddedToken> document[2], prompt[2];
+  for (const AddedTokenSpec& spec : added) {
+    AddedToken t = spec.token;
+    if (spec.normalized && !normalizer.empty()) t.content = normalizer.normalize(t.content);
+    if (!spec.control) document[spec.normalized].push_back(t);
+    prompt[spec.normalized].push_back(std::move(t));
+  }
+  document_raw = AddedTokenMatcher(document[0]);
+  document_normalized = AddedTokenMatcher(document[1]);
+  prompt_raw = AddedTokenMatcher(prompt[0]);
+  prompt_normalized = AddedTokenMatcher(prompt[1]);
 }
 
 // SentencePiece-style vocabulary: spellings are the tokens' strings ("▁the", "<0x0A>").
@@ -441,7 +456,14 @@ struct TokenizerJsonReader {
       for (const json& t : tj.at("added_tokens")) {
         const int32_t id = t.at("id").get<int32_t>();
         const std::string content = t.at("content").get<std::string>();
-        impl.add_special(content, id, t.value("special", true));
+        const bool special = t.value("special", true);
+        // Hugging Face's defaults where a field is missing: a special token matches the raw
+        // text, another the normalized text.
+        impl.add_special(content, id, special, t.value("normalized", !special));
+        AddedToken& token = impl.added.back().token;
+        token.single_word = t.value("single_word", false);
+        token.lstrip = t.value("lstrip", false);
+        token.rstrip = t.value("rstrip", false);
         if (!impl.concat_decode) {
           if (spellings.size() <= size_t(id)) spellings.resize(size_t(id) + 1);
           spellings[size_t(id)] = content;
