@@ -71,8 +71,8 @@ Tokenizer options_tokenizer() {
   tj["normalizer"] = {{"type", "Lowercase"}};
   const int32_t base = tj["added_tokens"][1]["id"].get<int32_t>() + 1;
   auto token = [&](int32_t k, const char* content, bool special) {
-    return json{{"id", base + k},       {"content", content}, {"special", special},
-                {"normalized", !special}, {"lstrip", false},   {"rstrip", false},
+    return json{{"id", base + k},         {"content", content}, {"special", special},
+                {"normalized", !special}, {"lstrip", false},    {"rstrip", false},
                 {"single_word", false}};
   };
   json cls = token(0, "[CLS]", true), sep = token(1, "[SEP]", true), my = token(2, "my", false),
@@ -119,7 +119,8 @@ TEST(AddedTokens, a_document_with_added_tokens_encodes_as_a_batch_and_in_segment
   const std::vector<std::string_view> docs = {doc};
   const std::vector<int32_t> whole = t.encode(doc);
   EXPECT_EQ(t.encode_batch(docs)[0], whole);
-  EXPECT_EQ(std::count(whole.begin(), whole.end(), base + 1), std::count(doc.begin(), doc.end(), 'Y'));
+  EXPECT_EQ(std::count(whole.begin(), whole.end(), base + 1),
+            std::count(doc.begin(), doc.end(), 'Y'));
 }
 
 }  // namespace

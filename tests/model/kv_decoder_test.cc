@@ -232,6 +232,41 @@ TEST(KvDecoder, dynamic_rope_prefills_past_its_context_as_one_forward) {
   expect_cached_steps_match_pytorch(dynamic, 70, 70);
 }
 
+// A prompt prefilled in chunks (memo eval --passkey's --prefill-chunk) gives the logits of one
+// forward over it, also where RoPE depends on the length: the dynamic base and longrope's factors
+// are those of the whole prompt for every chunk, not of the length each chunk reaches (longrope:
+// the first chunk ends inside the original context of 48, the prompt past it).
+TEST(KvDecoder, a_prompt_prefilled_in_chunks_gives_the_logits_of_one_forward) {
+  ModelConfig dynamic = tiny_decoder_llama();
+  dynamic.max_position_embeddings = 32;
+  dynamic.rope_scaling.type = RopeType::kDynamic;
+  dynamic.rope_scaling.factor = 4.0;
+  dynamic.rope_theta = 100.0;
+  ModelConfig longrope = tiny_decoder_llama();
+  longrope.rope_scaling.type = RopeType::kLongrope;
+  longrope.rope_scaling.original_max_position_embeddings = 48;
+  longrope.rope_scaling.short_factor = {1.0, 1.2, 1.5, 2.0};
+  longrope.rope_scaling.long_factor = {1.0, 3.0, 6.0, 12.0};
+  for (const ModelConfig& config : {dynamic, longrope, tiny_decoder_llama()}) {
+    config.validate();
+    Model model(config, cpu_backend());
+    model.init(4);
+    const std::vector<int32_t> prompt = some_tokens(70, 9);
+    std::vector<float> whole(size_t(config.vocab_size)), chunked(whole.size());
+    KvDecoder one(model, 72), many(model, 72);
+    one.prefill(prompt, whole, 4096);
+    many.prefill(prompt, chunked, 16);
+    for (size_t v = 0; v < whole.size(); ++v)
+      ASSERT_NEAR(chunked[v], whole[v], 1e-4)
+          << "rope " << int(config.rope_scaling.type) << " id " << v;
+    // the next step decodes as after a prompt fed at once
+    const int32_t next = 17;
+    one.forward(std::span<const int32_t>(&next, 1), whole);
+    many.forward(std::span<const int32_t>(&next, 1), chunked);
+    for (size_t v = 0; v < whole.size(); ++v) ASSERT_NEAR(chunked[v], whole[v], 1e-4);
+  }
+}
+
 // Qwen3's q/k head norms with head_dim 16 (H*D = 96 over C = 48), with and without its
 // attention_bias, yarn past the original context; LLaMA's attention_bias and mlp_bias with
 // head_dim 12.

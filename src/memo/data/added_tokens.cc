@@ -20,9 +20,9 @@ int32_t code_point_before(std::string_view text, size_t end, size_t& begin) {
   while (begin > 0 && end - begin < 4 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80)
     --begin;
   utf8proc_int32_t c = -1;
-  const utf8proc_ssize_t n = utf8proc_iterate(
-      reinterpret_cast<const utf8proc_uint8_t*>(text.data() + begin),
-      utf8proc_ssize_t(end - begin), &c);
+  const utf8proc_ssize_t n =
+      utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + begin),
+                       utf8proc_ssize_t(end - begin), &c);
   if (n <= 0 || size_t(n) != end - begin) {
     begin = end - 1;
     return -1;
@@ -142,7 +142,8 @@ std::optional<AddedTokenMatcher::Match> AddedTokenMatcher::next(std::string_view
         begin = std::max(start, previous_end);
       }
     if (token.rstrip)
-      while (end < text.size() && is_unicode_white_space(code_point_at(text, end, step))) end += step;
+      while (end < text.size() && is_unicode_white_space(code_point_at(text, end, step)))
+        end += step;
     return Match{begin, end, token.id};
   }
   return std::nullopt;

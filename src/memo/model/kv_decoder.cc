@@ -54,8 +54,9 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
     throw ConfigError(str("generation reached ", position_ + n, " tokens, more than the ",
                           max_tokens_, " the decoder holds"));
   // dynamic and longrope rotate with the frequencies of the length reached (as transformers
-  // does when it decodes): the new rows are rewritten; the cached keys keep their rotation.
-  if (cfg_.uses_rope() && cfg_.rope_scaling.depends_on_length())
+  // does when it decodes): the new rows are rewritten, but for those prefill() wrote for the
+  // whole prompt; the cached keys keep their rotation.
+  if (cfg_.uses_rope() && cfg_.rope_scaling.depends_on_length() && position_ + n > rope_written_)
     write_rope_rows(position_, position_ + n, position_ + n);
   Backend& be = model_.backend();
   const bool direct = be.host_can_access(be.device_space());
@@ -111,6 +112,20 @@ void KvDecoder::forward(std::span<const int32_t> tokens, std::span<float> logits
     be.copy_to_host(logits.data(), logits_.data(), V * int64_t(sizeof(float)));
   }
   position_ += n;
+}
+
+void KvDecoder::prefill(std::span<const int32_t> prompt, std::span<float> logits, int64_t chunk) {
+  const int64_t n = int64_t(prompt.size());
+  MEMO_CHECK(n > 0 && chunk > 0, "KvDecoder::prefill: ", n, " tokens in chunks of ", chunk);
+  if (position_ + n > max_tokens_)
+    throw ConfigError(str("generation reached ", position_ + n, " tokens, more than the ",
+                          max_tokens_, " the decoder holds"));
+  if (cfg_.uses_rope() && cfg_.rope_scaling.depends_on_length()) {
+    write_rope_rows(position_, position_ + n, position_ + n);
+    rope_written_ = position_ + n;
+  }
+  for (int64_t at = 0; at < n; at += chunk)
+    forward(prompt.subspan(size_t(at), size_t(std::min(n - at, chunk))), logits);
 }
 
 void KvDecoder::layer(int l, int64_t n) {

@@ -25,7 +25,11 @@ class KvDecoder {
   // the cache; writes the logits of the last one into logits [V]. More tokens than the cache
   // holds: ConfigError naming both; an id outside the vocabulary: DataError.
   void forward(std::span<const int32_t> tokens, std::span<float> logits);
-  void reset() { position_ = 0; }  // forget the cache
+  // forward() over a prompt in chunks of at most `chunk` tokens (a bound on the activations'
+  // memory), with the result of one forward over it: RoPE that depends on the length (dynamic,
+  // longrope) rotates every prompt row for the prompt's whole length, as one forward would.
+  void prefill(std::span<const int32_t> prompt, std::span<float> logits, int64_t chunk);
+  void reset() { position_ = rope_written_ = 0; }  // forget the cache
   int64_t position() const { return position_; }
   int64_t max_tokens() const { return max_tokens_; }
 
@@ -38,6 +42,7 @@ class KvDecoder {
   const Model& model_;
   const ModelConfig& cfg_;
   int64_t max_tokens_;
+  int64_t rope_written_ = 0;  // length-dependent RoPE: rows below it already hold their rotation
   int64_t position_ = 0;
   // Every buffer lives in the model backend's device space (read by its kernels).
   SpaceArray<float> k_cache_, v_cache_;    // [L, max_tokens, Hkv*D] each, after RoPE for k

@@ -134,9 +134,7 @@ std::string greedy_answer(const Model& model, const Tokenizer& tokenizer,
   KvDecoder decoder(model, int64_t(prompt.size()) + max_new_tokens - 1);  // the last: not fed
   const int64_t V = model.config().vocab_size, known = std::min(V, tokenizer.vocab_size());
   std::vector<float> logits(static_cast<size_t>(V));
-  for (size_t at = 0; at < prompt.size(); at += size_t(prefill_chunk))
-    decoder.forward(prompt.subspan(at, std::min(prompt.size() - at, size_t(prefill_chunk))),
-                    logits);
+  decoder.prefill(prompt, logits, prefill_chunk);
   const std::optional<int32_t> eot = tokenizer.end_of_text();
   std::vector<int32_t> ids;
   for (int64_t i = 0; i < max_new_tokens; ++i) {
