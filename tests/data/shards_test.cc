@@ -155,6 +155,20 @@ TEST_F(Shards, validation_takes_the_documents_of_the_last_input_bytes) {
   joined.insert(joined.end(), v.begin(), v.end());
   EXPECT_EQ(joined, expected_stream());  // val documents are the last ones, in order
   EXPECT_FALSE(load_validation_shards(dir / "in", 1000));
+  // Both splits (memo eval --split all) in input order, though the manifest lists the last
+  // training shard after validation shards (it is written when the input ends).
+  o.out_dir = dir.str("small");
+  o.shard_tokens = 300;
+  tokenize_corpus(o, progress_);
+  const std::optional<ShardManifest> m = read_shard_manifest(dir / "small");
+  ASSERT_TRUE(m);
+  size_t first_val = 0;
+  while (m->shards[first_val].split == "train") ++first_val;
+  EXPECT_TRUE(std::any_of(m->shards.begin() + long(first_val), m->shards.end(),
+                          [](const ShardInfo& s) { return s.split == "train"; }));
+  const std::optional<TokenData> all = TokenData::load_split(dir / "small", "all", 1000);
+  ASSERT_TRUE(all);
+  EXPECT_EQ(read_all(*all), expected_stream());
 }
 
 TEST_F(Shards, windows_across_shard_boundaries_equal_the_concatenation) {
@@ -214,6 +228,40 @@ TEST_F(Shards, missing_truncated_or_out_of_vocabulary_shards_name_the_file) {
   write_file_atomic(docs, d.substr(0, d.size() - 2));
   msg = error_message<FormatError>([&] { TokenData::load(dir / "out2", 1000); });
   EXPECT_NE(msg.find(docs.string() + " counts"), std::string::npos) << msg;
+  // a shard whose llm.c header is damaged is not read as raw bytes
+  tokenize_corpus(options("out3"), progress_);
+  const fs::path first = dir / "out3" / "train-000000.bin";
+  std::string header = read_file(first);
+  header[0] = char(header[0] + 1);
+  write_file_atomic(first, header);
+  msg = error_message<FormatError>([&] { TokenData::load(dir / "out3", 1000); });
+  EXPECT_NE(
+      msg.find(first.string() + " is listed in its folder's manifest.json but does not start"),
+      std::string::npos)
+      << msg;
+  header[0] = char(header[0] - 1);
+  write_file_atomic(first, header);
+  // the manifest's shard entries: names in the folder, each once, of a known split
+  const fs::path manifest = dir / "out3" / kShardManifestFile;
+  const nlohmann::json good = nlohmann::json::parse(read_file(manifest));
+  for (const auto& [field, value, want] :
+       std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"file", "../out/train-000000.bin", "is not a file name in the folder"},
+           {"file", ".", "is not a file name in the folder"},
+           {"file", "train-000001.bin", "is listed twice"},
+           {"split", "test", "neither \"train\" nor \"val\""},
+           {"tokens", -5, "has -5 tokens"}}) {
+    nlohmann::json j = good;
+    j["shards"][0][field] = value;
+    write_file_atomic(manifest, j.dump());
+    msg = error_message<FormatError>([&] { TokenData::load(dir / "out3", 1000); });
+    EXPECT_NE(msg.find(want), std::string::npos) << field << ": " << msg;
+  }
+  nlohmann::json j = good;
+  j["shards"][1]["tokens"] = j["shards"][1]["tokens"].get<int64_t>() + 1;
+  write_file_atomic(manifest, j.dump());
+  msg = error_message<FormatError>([&] { TokenData::load(dir / "out3", 1000); });
+  EXPECT_NE(msg.find("train-000001.bin holds"), std::string::npos) << msg;
 }
 
 TEST_F(Shards, another_run_in_the_same_folder_is_refused) {

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <ostream>
+#include <set>
 
 #include "memo/core/error.h"
 #include "memo/data/token_data.h"
@@ -45,18 +46,34 @@ std::optional<ShardManifest> read_shard_manifest(const fs::path& dir) {
       throw FormatError(str(file.string(), ": data_format \"", m.data_format,
                             "\" is neither \"text\" nor \"prompt-completion\""));
     m.end_of_text = m.json.value("end_of_text", -1);
+    std::set<std::string> listed;
+    // A shard's files are plain names in the folder, each listed once.
+    auto file_name = [&](const std::string& name) {
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+        throw FormatError(
+            str(file.string(), ": shard file \"", name, "\" is not a file name in the folder"));
+      if (!listed.insert(name).second)
+        throw FormatError(str(file.string(), ": shard file \"", name, "\" is listed twice"));
+      return name;
+    };
     for (const json& s : m.json.at("shards")) {
       ShardInfo& info = m.shards.emplace_back();
-      info.file = s.at("file").get<std::string>();
+      info.file = file_name(s.at("file").get<std::string>());
       info.split = s.at("split").get<std::string>();
+      if (info.split != "train" && info.split != "val")
+        throw FormatError(str(file.string(), ": shard ", info.file, " has split \"", info.split,
+                              "\", neither \"train\" nor \"val\""));
       info.tokens = s.at("tokens").get<int64_t>();
+      if (info.tokens < 0)
+        throw FormatError(
+            str(file.string(), ": shard ", info.file, " has ", info.tokens, " tokens"));
       info.crc32c = s.at("crc32c").get<uint32_t>();
       if (s.contains("docs")) {
-        info.docs = s.at("docs").get<std::string>();
+        info.docs = file_name(s.at("docs").get<std::string>());
         info.docs_crc32c = s.at("docs_crc32c").get<uint32_t>();
       }
       if (s.contains("mask")) {
-        info.mask = s.at("mask").get<std::string>();
+        info.mask = file_name(s.at("mask").get<std::string>());
         info.mask_crc32c = s.at("mask_crc32c").get<uint32_t>();
       }
       if (m.data_format == kShardPromptCompletionFormat && (info.mask.empty() || info.docs.empty()))

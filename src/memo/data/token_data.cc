@@ -160,15 +160,20 @@ std::vector<ShardInfo> manifest_shards(const fs::path& dir, const ShardManifest&
     throw DataError(str(dir.string(), " is an unfinished `memo tokenize` run (", manifest,
                         " says complete: false); rerun the same tokenize command to finish it"));
   check_manifest_vocab(dir, m, vocab_size);
+  // "all": the training shards, then the validation shards, in the order of the input (the
+  // manifest lists them as written, and a split's last shard is written after the other's).
   std::vector<ShardInfo> shards;
-  for (const ShardInfo& s : m.shards) {
-    if (s.split != split && split != "all") continue;
-    for (const std::string& file : {s.file, s.docs, s.mask}) {
-      const fs::path f = dir / file;
-      if (!file.empty() && !fs::exists(f))
-        throw DataError(str("shard file ", f.string(), " listed in ", manifest, " is missing"));
+  for (const char* part : {"train", "val"}) {
+    if (split != part && split != "all") continue;
+    for (const ShardInfo& s : m.shards) {
+      if (s.split != part) continue;
+      for (const std::string& file : {s.file, s.docs, s.mask}) {
+        const fs::path f = dir / file;
+        if (!file.empty() && !fs::exists(f))
+          throw DataError(str("shard file ", f.string(), " listed in ", manifest, " is missing"));
+      }
+      shards.push_back(s);
     }
-    shards.push_back(s);
   }
   return shards;
 }
@@ -243,14 +248,26 @@ TokenData::TokenData(std::vector<int32_t> tokens, std::string source, int64_t vo
 
 namespace {
 
+// `listed`: the shards of a manifest (one per file), whose files must be llm.c token files of the
+// token counts it records (a damaged header is never read as raw bytes).
 std::shared_ptr<TokenStore> map_files(const std::vector<fs::path>& files, const std::string& source,
-                                      int64_t vocab_size, int64_t tokenizer_ids) {
+                                      int64_t vocab_size, int64_t tokenizer_ids,
+                                      const std::vector<ShardInfo>* listed = nullptr) {
   check_vocab(vocab_size, source);
   if (files.empty()) throw DataError(str(source, " has no token files"));
   auto store = std::make_shared<TokenStore>();
-  for (const fs::path& f : files) {
+  for (size_t i = 0; i < files.size(); ++i) {
+    const fs::path& f = files[i];
     MappedFile map(f);
     TokenSegment s = parse_file(map.bytes(), f.string());
+    if (listed && s.width_bytes == 1)
+      throw FormatError(str(f.string(), " is listed in its folder's ", kShardManifestFile,
+                            " but does not start with the llm.c magic (", kLlmcMagic, " or ",
+                            kLlmcMagicLlama3, "): the shard is damaged; re-run `memo tokenize`"));
+    if (listed && s.count != (*listed)[i].tokens)
+      throw FormatError(str(f.string(), " holds ", s.count, " tokens, but its folder's ",
+                            kShardManifestFile, " records ", (*listed)[i].tokens,
+                            ": the shard is damaged or from another run; re-run `memo tokenize`"));
     check_width(s, f.string(), tokenizer_ids);
     check_segment(s, f.string(), vocab_size);
     s.first = store->num_tokens();
@@ -309,7 +326,7 @@ std::optional<TokenData> TokenData::load_split(const fs::path& dir, const std::s
                                  split == "train" ? " training shards)"
                                  : split == "val" ? " validation shards)"
                                                   : " shards, training and validation)");
-  std::shared_ptr<TokenStore> store = map_files(files, source, vocab_size, m->vocab_size);
+  std::shared_ptr<TokenStore> store = map_files(files, source, vocab_size, m->vocab_size, &shards);
   read_sidecars(*store, dir, *m, shards);
   const int64_t n = store->num_tokens();
   return TokenData(std::move(store), 0, n, source, vocab_size);
