@@ -205,6 +205,18 @@ TEST(Tokenizer, encode_batch_equals_one_by_one) {
   for (size_t i = 0; i < docs.size(); ++i) EXPECT_EQ(batch[i], t.encode(docs[i]));
 }
 
+// An error inside the parallel loop (here PCRE2's match limit on a catastrophic pattern) is
+// thrown to the caller, not left to terminate the process.
+TEST(Tokenizer, encode_batch_throws_what_one_document_throws) {
+  json tj = small_tokenizer_json("Sequence");
+  tj["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(a+)+$"}};
+  const Tokenizer t = Tokenizer::from_hf_json(tj, "catastrophic");
+  const std::string bad = std::string(80, 'a') + "b hello";
+  const std::vector<std::string_view> docs = {"the", bad, "and", bad};
+  const std::string msg = test::error_message<DataError>([&] { t.encode_batch(docs); });
+  EXPECT_NE(msg.find("match limit"), std::string::npos) << msg;
+}
+
 TEST(Tokenizer, long_documents_cut_into_segments_give_the_ids_of_the_whole) {
   std::mt19937 rng(12);
   // > 3 MiB: cut twice into segments of about 1 MiB (a middle one too), line ends of every

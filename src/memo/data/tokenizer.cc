@@ -13,6 +13,7 @@
 #include "memo/data/tokenizer.h"
 
 #include <algorithm>
+#include <exception>
 #include <queue>
 
 #include "memo/core/error.h"
@@ -392,9 +393,19 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(std::span<const std::s
   }
   std::vector<std::vector<int32_t>> ids(tasks.size());
   const int64_t n = int64_t(tasks.size());
+  // An exception may not leave an OpenMP region (it would terminate the process): the first one
+  // (a split pattern's match limit, a normalizer's error) is kept and thrown after it.
+  std::exception_ptr failed;
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < n; ++i)
-    encode(tasks[size_t(i)].text, ids[size_t(i)], tasks[size_t(i)].start);
+  for (int64_t i = 0; i < n; ++i) {
+    try {
+      encode(tasks[size_t(i)].text, ids[size_t(i)], tasks[size_t(i)].start);
+    } catch (...) {
+#pragma omp critical(memo_encode_batch_error)
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
   std::vector<std::vector<int32_t>> out(docs.size());
   for (size_t i = 0; i < tasks.size(); ++i) {
     std::vector<int32_t>& dst = out[tasks[i].doc];
