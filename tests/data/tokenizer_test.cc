@@ -288,6 +288,33 @@ TEST(Tokenizer, refuses_what_it_does_not_implement) {
             std::string::npos);
 }
 
+// Ids that are no token ids (fractions, beyond int32, far past the file's entries) are refused
+// by entry, never cast (2^40 would become 0) or allocated for (two billion table rows).
+TEST(Tokenizer, refuses_ids_that_are_not_token_ids) {
+  const std::string spelling = byte_level_encode(" the");
+  for (const json& id : {json(1099511627776LL), json(3.7), json(-1), json("7"), json(2000000000)}) {
+    json j = small_tokenizer_json();
+    j["model"]["vocab"][spelling] = id;
+    const std::string msg =
+        test::error_message<FormatError>([&] { Tokenizer::from_hf_json(j, "x.json"); });
+    EXPECT_TRUE(msg.find("vocabulary entry \"" + spelling + "\"") != std::string::npos ||
+                msg.find("is far beyond the") != std::string::npos)
+        << id.dump() << ": " << msg;
+  }
+  json j = small_tokenizer_json();
+  j["added_tokens"][0]["id"] = 2000000000;
+  EXPECT_NE(test::error_message<FormatError>([&] {
+              Tokenizer::from_hf_json(j, "x.json");
+            }).find("token id 2000000000 is far beyond the"),
+            std::string::npos);
+  j = small_tokenizer_json();
+  j["added_tokens"][0]["id"] = 12.5;
+  EXPECT_NE(test::error_message<FormatError>([&] {
+              Tokenizer::from_hf_json(j, "x.json");
+            }).find("the id of added token \"<|endoftext|>\" is 12.5"),
+            std::string::npos);
+}
+
 TEST(Tokenizer, a_file_that_is_no_tokenizer_json_says_what_it_is) {
   EXPECT_EQ(test::error_message<FormatError>([] {
               Tokenizer::from_hf_json(json::array({1, 2}), "x.json");

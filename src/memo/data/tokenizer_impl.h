@@ -94,8 +94,13 @@ struct PreTokenizer {
   bool split = true;  // kMetaspace: each replacement character starts a new piece
 };
 
+// How far past its entries a tokenizer file's ids may reach (ids need not be dense, but an id of
+// two billion in a file of 50,000 tokens is a damaged file, not a table to allocate).
+constexpr int64_t kIdSlack = int64_t(1) << 20;
+
 struct Tokenizer::Impl {
   std::string source;
+  int64_t id_limit = kIdSlack;  // ids below it are accepted: the file's entries plus kIdSlack
   bool bytes_only = false;
   // [vocab] each id's text inside a sequence: its raw bytes for byte-level BPE, else what the
   // decoder makes of the token alone (see Decoder::decode, whole = false).

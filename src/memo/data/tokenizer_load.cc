@@ -3,6 +3,7 @@
 // does not implement is refused by name, in one line, before any text is encoded.
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "memo/core/error.h"
@@ -26,10 +27,22 @@ json parse_json(std::string_view text, const std::string& source) {
   }
 }
 
+// A token id as written in a tokenizer file: an integer in [0, 2^31).
+int32_t json_token_id(const json& v, const std::string& source, std::string_view what) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+      v.get<int64_t>() > std::numeric_limits<int32_t>::max())
+    throw FormatError(str(source, ": the id of ", what, " is ", json_excerpt(v, 40),
+                          ", not a token id (an integer from 0 to 2^31 - 1)"));
+  return v.get<int32_t>();
+}
+
 }  // namespace
 
 void Tokenizer::Impl::set_token(int32_t id, std::string bytes) {
   if (id < 0) throw FormatError(str(source, ": token id ", id, " is negative"));
+  if (int64_t(id) >= id_limit)
+    throw FormatError(str(source, ": token id ", id, " is far beyond the ", id_limit - kIdSlack,
+                          " tokens the file defines (ids are counted from 0)"));
   if (size_t(id) >= token_bytes.size()) {
     token_bytes.resize(size_t(id) + 1);
     defined.resize(size_t(id) + 1, 0);
@@ -48,7 +61,7 @@ void Tokenizer::Impl::set_vocab(const json& vocab, const std::vector<std::string
     if (!raw)
       throw FormatError(str(source, ": vocabulary entry \"", spelling,
                             "\" is not spelled in GPT-2's byte-level alphabet"));
-    const int32_t id = id_json.get<int32_t>();
+    const int32_t id = json_token_id(id_json, source, str("vocabulary entry \"", spelling, "\""));
     if (raw->size() == 1) byte_id[static_cast<unsigned char>((*raw)[0])] = id;
     id_of_bytes.emplace(*raw, id);
     set_token(id, std::move(*raw));
@@ -113,10 +126,10 @@ void Tokenizer::Impl::set_vocab_spellings(const json& vocab) {
   for (int b = 0; b < 256; ++b) {
     std::snprintf(fallback, sizeof fallback, "<0x%02X>", b);
     auto it = vocab.find(fallback);
-    if (it != vocab.end()) byte_id[size_t(b)] = it->get<int32_t>();
+    if (it != vocab.end()) byte_id[size_t(b)] = json_token_id(*it, source, fallback);
   }
   for (const auto& [spelling, id_json] : vocab.items()) {
-    const int32_t id = id_json.get<int32_t>();
+    const int32_t id = json_token_id(id_json, source, str("vocabulary entry \"", spelling, "\""));
     id_of_bytes.emplace(spelling, id);
     set_token(id, spelling);
   }
@@ -154,9 +167,10 @@ Tokenizer Tokenizer::from_gpt2_files(std::string_view encoder_json, std::string_
   impl->source = source;
   const std::string kEndOfText = "<|endoftext|>";
   const json encoder = parse_json(encoder_json, source + "/encoder.json");
+  impl->id_limit = int64_t(encoder.size()) + kIdSlack;
   impl->set_vocab(encoder, {kEndOfText});
   if (encoder.contains(kEndOfText))
-    impl->add_special(kEndOfText, encoder[kEndOfText].get<int32_t>());
+    impl->add_special(kEndOfText, json_token_id(encoder[kEndOfText], source, "<|endoftext|>"));
   impl->finish_specials();
   // vocab.bpe: a "#version" line, then one "left right" merge per line in rank order.
   json merges = json::array();
@@ -325,7 +339,8 @@ void hf_post_processor(const json& post, const std::string& source, std::vector<
       throw FormatError(str(source, ": the post_processor's template names ", name,
                             ", which is not among its special_tokens"));
     for (const json& id : post.at("special_tokens").at(name).at("ids"))
-      (seen_sequence ? after : before).push_back(id.get<int32_t>());
+      (seen_sequence ? after : before)
+          .push_back(json_token_id(id, source, str("post_processor token ", name)));
   }
 }
 
@@ -454,7 +469,9 @@ struct TokenizerJsonReader {
     }
     if (tj.contains("added_tokens"))
       for (const json& t : tj.at("added_tokens")) {
-        const int32_t id = t.at("id").get<int32_t>();
+        const int32_t id =
+            json_token_id(t.at("id"), impl.source,
+                          str("added token ", json_excerpt(t.value("content", json()), 40)));
         const std::string content = t.at("content").get<std::string>();
         const bool special = t.value("special", true);
         // Hugging Face's defaults where a field is missing: a special token matches the raw
@@ -526,6 +543,8 @@ Tokenizer Tokenizer::from_hf_json(const json& tj, const std::string& source, con
   try {
     const json& model = tj.at("model");
     TokenizerJsonReader::check_model(model, source);
+    impl->id_limit = int64_t(model.at("vocab").size()) +
+                     int64_t(tj.value("added_tokens", json::array()).size()) + kIdSlack;
     TokenizerJsonReader::read_pipeline(*impl, tj, source);
     impl->ignore_merges = model.value("ignore_merges", false);
     TokenizerJsonReader::read_vocab(*impl, tj, model, source);
