@@ -32,6 +32,7 @@ void ModelConfig::validate() const {
   positive("num_key_value_heads", num_key_value_heads);
   positive("vocab_size", vocab_size);
   positive(positions_field(), max_position_embeddings);
+  check_sizes();
   if (explicit_head_dim < 0 || (explicit_head_dim > 0 && !is_llama_family()))
     throw ConfigError(str("head_dim = ", explicit_head_dim,
                           " is LLaMA's (positive, or absent: hidden_size / num_attention_heads)"));
@@ -87,6 +88,47 @@ void ModelConfig::validate() const {
   if (!(initializer_range > 0 && std::isfinite(initializer_range)))
     throw ConfigError(
         str("initializer_range = ", initializer_range, " must be positive and finite"));
+}
+
+// Note [Sizes a config may ask for]
+// Every count memo derives from a config (elements, bytes, a layer's offsets) is int64, and the
+// host keeps a few structures per layer. So the fields are bounded before anything is sized from
+// them: each dimension to int32 (like vocab_size), layers to kMaxLayers, positions (dynamic RoPE's
+// factor included) to 2^40, and the parameter count, computed in long double, to 2^50 (1e15: its
+// bytes, gradients and optimiser state stay far inside int64). A config past them is a damaged or
+// mistyped file, refused by field.
+void ModelConfig::check_sizes() const {
+  const bool gpt = is_gpt2();
+  constexpr int64_t kInt32 = std::numeric_limits<int32_t>::max();
+  auto at_most = [](const char* field, int64_t v, int64_t limit, const char* why) {
+    if (v > limit) throw ConfigError(str(field, " = ", v, " is over ", limit, why));
+  };
+  at_most(gpt ? "n_embd" : "hidden_size", hidden_size, kInt32, "");
+  at_most(gpt ? "n_inner" : "intermediate_size", intermediate_size, kInt32, "");
+  at_most(gpt ? "n_head" : "num_attention_heads", num_attention_heads, kInt32, "");
+  at_most("num_key_value_heads", num_key_value_heads, kInt32, "");
+  at_most("head_dim", explicit_head_dim, kInt32, "");
+  at_most(gpt ? "n_layer" : "num_hidden_layers", num_hidden_layers, kMaxLayers,
+          " (memo's limit; the deepest published models have a few hundred)");
+  at_most(positions_field(), max_position_embeddings, int64_t(1) << 40, " (2^40 tokens)");
+  if (uses_rope() && rope_scaling.type == RopeType::kDynamic &&
+      !(rope_scaling.factor * double(max_position_embeddings) <= std::ldexp(1.0, 40)))
+    throw ConfigError(str("rope_scaling dynamic: factor ", rope_scaling.factor, " x ",
+                          positions_field(), " = ", max_position_embeddings,
+                          " positions is over 2^40 tokens"));
+  const long double C = hidden_size, F = intermediate_size, V = vocab_size,
+                    HD = (long double)num_attention_heads *
+                         (explicit_head_dim > 0 ? explicit_head_dim
+                                                : hidden_size / num_attention_heads),
+                    KV = (long double)num_key_value_heads *
+                         (explicit_head_dim > 0 ? explicit_head_dim
+                                                : hidden_size / num_attention_heads);
+  const long double per_layer = C * (2 * HD + 2 * KV) + 3 * C * F + 4 * C;
+  const long double total =
+      num_hidden_layers * per_layer + 2 * V * C + (uses_rope() ? 0 : max_position_embeddings * C);
+  if (!(total <= std::ldexp(1.0L, 50)))
+    throw ConfigError(str("the config asks for about ", double(total),
+                          " parameters, over 2^50 (1e15); check its sizes"));
 }
 
 std::string ModelConfig::window_summary() const {

@@ -90,6 +90,9 @@ struct ModelConfig {
 
   // Throws ConfigError naming the field, its value and what is allowed.
   void validate() const;
+  // The bounds of Note [Sizes a config may ask for] (config.cc); part of validate().
+  void check_sizes() const;
+  static constexpr int64_t kMaxLayers = 65536;
 };
 
 // A loaded model's positions changed for a new run (context extension: `memo train --rope-theta`,
