@@ -196,6 +196,15 @@ TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
   }
   EXPECT_GT(boundaries, 0);
   EXPECT_EQ(whole.at("bytes").get<int64_t>(), text_bytes);
+  // a checkpoint without a tokenizer (trained on a lone token file) still has a loss; no bits
+  // per byte
+  const test::CommandResult bare =
+      test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("b") +
+                              " --data " + dir.str("val.bin") + " --seq 32 --split all"));
+  ASSERT_EQ(bare.exit_code, 0) << bare.output;
+  const nlohmann::json jb = nlohmann::json::parse(bare.output);
+  EXPECT_GT(jb.at("loss").get<double>(), 0.0);
+  EXPECT_TRUE(jb.at("bits_per_byte").is_null()) << bare.output;
 
   // generate: greedy text, the same streamed or not, with or without the KV cache
   const std::string gen = test::memo_bin() + " generate --checkpoint " + dir.str("a") +

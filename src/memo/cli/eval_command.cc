@@ -97,9 +97,9 @@ struct Loaded {
   LoadedCheckpoint ckpt;
 };
 
-void set_document_mask(Model& model, const Tokenizer& tokenizer, const EvalOptions& o) {
+void set_document_mask(Model& model, const Tokenizer* tokenizer, const EvalOptions& o) {
   if (!o.document_mask && !o.eod_mask_loss) return;
-  const std::optional<int32_t> ckpt_eot = tokenizer.end_of_text();
+  const std::optional<int32_t> ckpt_eot = tokenizer ? tokenizer->end_of_text() : std::nullopt;
   const bool data_names_it = o.eot_id >= 0 || !shard_tokenizer_json(o.data).empty();
   const int32_t eot =
       data_names_it || !ckpt_eot
@@ -246,9 +246,12 @@ void add_eval_command(CLI::App& app) {
       check_config_describes_tensors(ckpt);
       Model model(ckpt.config, runtime->backend(), ModelUse::kInference);
       load_model_tensors(model, ckpt.model);
-      const Tokenizer tokenizer =
-          checkpoint_tokenizer(dir, ckpt.config.vocab_size, ckpt.trainer_state);
+      // the loss needs no tokenizer: without one, no bits per byte
+      const std::optional<Tokenizer> known =
+          checkpoint_tokenizer_if_any(dir, ckpt.config.vocab_size, ckpt.trainer_state);
       if (retrieval) {
+        const Tokenizer tokenizer =
+            checkpoint_tokenizer(dir, ckpt.config.vocab_size, ckpt.trainer_state);
         const RetrievalTask task =
             o->passkey ? passkey_task(tokenizer) : needle_task(tokenizer, read_file(o->haystack));
         const std::vector<int64_t> lengths = parse_lengths(o->lengths);
@@ -281,7 +284,9 @@ void add_eval_command(CLI::App& app) {
                                                        " retrieval: ", dir.string())));
         return;
       }
-      check_data_tokenizer(tokenizer, str("checkpoint ", dir.string()), o->data, "--data");
+      const Tokenizer* tokenizer = known ? &*known : nullptr;
+      if (tokenizer)
+        check_data_tokenizer(*tokenizer, str("checkpoint ", dir.string()), o->data, "--data");
       set_document_mask(model, tokenizer, *o);
       const int64_t vocab = ckpt.config.vocab_size;
       const RunDataOptions split{o->data, "", o->val_fraction};  // memo train's split
@@ -299,9 +304,14 @@ void add_eval_command(CLI::App& app) {
       const EvalReport r = evaluate(model, tokenizer, data, o->seq, o->batch, o->batches,
                                     ::isatty(2) ? &std::cerr : nullptr, o->by_position);
       nlohmann::json j{
-          {"loss", r.loss},     {"perplexity", r.perplexity}, {"bits_per_byte", r.bits_per_byte},
-          {"tokens", r.tokens}, {"bytes", r.bytes},           {"windows", r.windows},
-          {"seq", o->seq},      {"data", data.source()}};
+          {"loss", r.loss},
+          {"perplexity", r.perplexity},
+          {"bits_per_byte", r.bits_per_byte ? nlohmann::json(*r.bits_per_byte) : nlohmann::json()},
+          {"tokens", r.tokens},
+          {"bytes", r.bytes},
+          {"windows", r.windows},
+          {"seq", o->seq},
+          {"data", data.source()}};
       if (o->checkpoints.size() > 1) j["checkpoint"] = dir.string();
       if (o->by_position > 0) {
         nlohmann::json buckets = nlohmann::json::array();

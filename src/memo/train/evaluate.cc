@@ -77,7 +77,7 @@ EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationA
   return r;
 }
 
-EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& data, int64_t seq,
+EvalReport evaluate(Model& model, const Tokenizer* tokenizer, const TokenData& data, int64_t seq,
                     int64_t batch, int64_t max_batches, std::ostream* progress,
                     int64_t position_bucket) {
   const ModelConfig& cfg = model.config();
@@ -99,10 +99,10 @@ EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& d
   const EvalSum sum = evaluate_windows(
       model, strategy, alloc, sampler, batch, max_windows,
       [&](const int32_t* targets, int64_t rows, const EvalSum& so_far) {
-        for (int64_t i = 0; i < rows * seq; ++i)
+        for (int64_t i = 0; tokenizer && i < rows * seq; ++i)
           // a control token (end of text) predicts a boundary, not text: no bytes
-          if (targets[i] != kIgnoredTarget && !tokenizer.is_control(targets[i]))
-            r.bytes += int64_t(tokenizer.token_bytes(targets[i]).size());
+          if (targets[i] != kIgnoredTarget && !tokenizer->is_control(targets[i]))
+            r.bytes += int64_t(tokenizer->token_bytes(targets[i]).size());
         ++done;
         const auto now = std::chrono::steady_clock::now();
         if (progress && (now - last_print > std::chrono::seconds(1) || done == batches)) {
@@ -126,7 +126,7 @@ EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& d
   r.windows = sum.windows;
   r.loss = sum.mean_loss();
   r.perplexity = std::exp(r.loss);
-  r.bits_per_byte = r.bytes > 0 ? sum.loss_sum / std::log(2.0) / double(r.bytes) : 0.0;
+  if (r.bytes > 0) r.bits_per_byte = sum.loss_sum / std::log(2.0) / double(r.bytes);
   for (size_t k = 0; k < sum.bucket_loss.size(); ++k) {
     const int64_t from = int64_t(k) * position_bucket;
     r.by_position.push_back(

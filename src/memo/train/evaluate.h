@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,9 +57,11 @@ struct PositionLoss {
 };
 
 struct EvalReport {
-  double loss = 0.0;           // mean over target tokens, nats
-  double perplexity = 0.0;     // exp(loss)
-  double bits_per_byte = 0.0;  // sum of losses / ln 2 / bytes
+  double loss = 0.0;        // mean over target tokens, nats
+  double perplexity = 0.0;  // exp(loss)
+  // sum of losses / ln 2 / bytes; none without a tokenizer (a checkpoint trained on an llm.c
+  // token file) or when the targets spell no bytes
+  std::optional<double> bits_per_byte;
   int64_t tokens = 0, bytes = 0, windows = 0;
   std::vector<PositionLoss> by_position;  // with a position bucket
 };
@@ -68,7 +71,8 @@ struct EvalReport {
 // not know (DataError).
 // position_bucket > 0 (at most seq): the report's by_position, buckets of that many positions
 // (the last one shorter when it does not divide seq).
-EvalReport evaluate(Model& model, const Tokenizer& tokenizer, const TokenData& data, int64_t seq,
+// tokenizer: spells the targets' bytes for bits per byte; null: none are counted.
+EvalReport evaluate(Model& model, const Tokenizer* tokenizer, const TokenData& data, int64_t seq,
                     int64_t batch, int64_t max_batches, std::ostream* progress,
                     int64_t position_bucket = 0);
 

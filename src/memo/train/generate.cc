@@ -172,8 +172,9 @@ std::vector<int32_t> reply_stop_ids(const std::filesystem::path& checkpoint,
   return ids;
 }
 
-Tokenizer checkpoint_tokenizer(const std::filesystem::path& dir, int64_t vocab_size,
-                               const nlohmann::json& trainer_state) {
+std::optional<Tokenizer> checkpoint_tokenizer_if_any(const std::filesystem::path& dir,
+                                                     int64_t vocab_size,
+                                                     const nlohmann::json& trainer_state) {
   const std::filesystem::path file = dir / kTokenizerFile;
   if (std::filesystem::exists(file)) {
     Tokenizer t = Tokenizer::load(file);
@@ -185,6 +186,13 @@ Tokenizer checkpoint_tokenizer(const std::filesystem::path& dir, int64_t vocab_s
   const bool trained_on_bytes = trainer_state.is_object() &&
                                 trainer_state.value(kDataTokenizerKey, nlohmann::json()) == "bytes";
   if (vocab_size == 256 || (trained_on_bytes && vocab_size > 256)) return Tokenizer::bytes();
+  return std::nullopt;
+}
+
+Tokenizer checkpoint_tokenizer(const std::filesystem::path& dir, int64_t vocab_size,
+                               const nlohmann::json& trainer_state) {
+  if (std::optional<Tokenizer> t = checkpoint_tokenizer_if_any(dir, vocab_size, trainer_state))
+    return std::move(*t);
   throw DataError(str("checkpoint ", dir.string(), " has no ", kTokenizerFile,
                       " and its vocab_size ", vocab_size,
                       " is not a byte model's 256; copy the tokenizer.json it was ",

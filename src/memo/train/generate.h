@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -72,5 +73,10 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer, std::str
 // supply one. A tokenizer with more ids than the config's vocab_size: ConfigError.
 Tokenizer checkpoint_tokenizer(const std::filesystem::path& checkpoint_dir, int64_t vocab_size,
                                const nlohmann::json& trainer_state);
+// The same, but nullopt where checkpoint_tokenizer says there is none (memo eval's loss needs no
+// tokenizer: a model trained on an llm.c token file has none).
+std::optional<Tokenizer> checkpoint_tokenizer_if_any(const std::filesystem::path& checkpoint_dir,
+                                                     int64_t vocab_size,
+                                                     const nlohmann::json& trainer_state);
 
 }  // namespace memo
