@@ -199,8 +199,8 @@ TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
   // a checkpoint without a tokenizer (trained on a lone token file) still has a loss; no bits
   // per byte
   const test::CommandResult bare =
-      test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("b") +
-                              " --data " + dir.str("val.bin") + " --seq 32 --split all"));
+      test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("b") + " --data " +
+                              dir.str("val.bin") + " --seq 32 --split all"));
   ASSERT_EQ(bare.exit_code, 0) << bare.output;
   const nlohmann::json jb = nlohmann::json::parse(bare.output);
   EXPECT_GT(jb.at("loss").get<double>(), 0.0);

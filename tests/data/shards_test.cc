@@ -241,6 +241,21 @@ TEST_F(Shards, missing_truncated_or_out_of_vocabulary_shards_name_the_file) {
       << msg;
   header[0] = char(header[0] - 1);
   write_file_atomic(first, header);
+  // the folder's tokenizer.json (which checkpoints copy) must be the one the shards were written
+  // with
+  const fs::path tok = dir / "out3" / kShardTokenizerFile;
+  const std::string tok_text = read_file(tok);
+  write_file_atomic(tok, "{");
+  msg = error_message<FormatError>([&] { shard_tokenizer_json(dir.str("out3")); });
+  EXPECT_NE(msg.find(tok.string() + " is not valid JSON"), std::string::npos) << msg;
+  nlohmann::json other = nlohmann::json::parse(tok_text);
+  other["added_tokens"][0]["content"] = "<|other|>";
+  write_file_atomic(tok, other.dump());
+  msg = error_message<FormatError>([&] { shard_tokenizer_json(dir.str("out3")); });
+  EXPECT_NE(msg.find("is not the tokenizer its shards were written with"), std::string::npos)
+      << msg;
+  write_file_atomic(tok, tok_text);
+  EXPECT_EQ(shard_tokenizer_json(dir.str("out3")), tok_text);
   // the manifest's shard entries: names in the folder, each once, of a known split
   const fs::path manifest = dir / "out3" / kShardManifestFile;
   const nlohmann::json good = nlohmann::json::parse(read_file(manifest));

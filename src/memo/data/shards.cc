@@ -93,7 +93,25 @@ std::string shard_tokenizer_json(const std::string& data_path) {
   if (dir.empty()) dir = ".";
   if (!fs::exists(dir / kShardManifestFile, ec) || !fs::exists(dir / kShardTokenizerFile, ec))
     return "";
-  return read_file(dir / kShardTokenizerFile);
+  // The copy a checkpoint keeps must be the tokenizer the shards were written with: it parses,
+  // and its checksum is the one the manifest records.
+  const fs::path file = dir / kShardTokenizerFile;
+  std::string text = read_file(file);
+  json parsed;
+  try {
+    parsed = json::parse(text);
+  } catch (const json::exception& e) {
+    throw FormatError(str(file.string(), " is not valid JSON (", e.what(),
+                          "): the shard folder is damaged; re-run `memo tokenize`"));
+  }
+  const std::optional<ShardManifest> m = read_shard_manifest(dir);
+  const json run = m ? m->json.value("run", json()) : json();
+  if (run.is_object() && run.contains("tokenizer_crc32c") &&
+      run["tokenizer_crc32c"] != crc32c(0, parsed.dump()))
+    throw FormatError(str(file.string(), " is not the tokenizer its shards were written with (its",
+                          " checksum differs from the manifest's tokenizer_crc32c); re-run ",
+                          "`memo tokenize`"));
+  return text;
 }
 
 namespace {

@@ -84,7 +84,9 @@ struct ShardManifest {
 std::optional<ShardManifest> read_shard_manifest(const std::filesystem::path& dir);
 
 // The tokenizer.json of the shard directory behind a --data value (the directory itself, or the
-// folder of a shard file or glob), or "" when there is none (raw text, a lone llm.c file).
+// folder of a shard file or glob), or "" when there is none (raw text, a lone llm.c file). One
+// that does not parse, or whose checksum is not the manifest's tokenizer_crc32c: FormatError
+// naming it.
 std::string shard_tokenizer_json(const std::string& data_path);
 
 struct TokenizeOptions {
