@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "memo/backend/caching_allocator.h"
+#include "memo/backend/space_array.h"
 #include "memo/core/random.h"
 #include "memo/cpu/cpu_backend.h"
 #include "memo/cpu/tensor_ops.h"
@@ -59,6 +60,44 @@ TEST(GradNoiseProbe, micro_norms_are_exact_and_the_step_gradient_is_their_sum) {
   probe.end_step(cpu::sum_squares(View<const float>(model.grads(), {n})));
   EXPECT_EQ(probe.estimator().state().updates, 1);
   EXPECT_TRUE(probe.log_fields().at("gns_g2").is_number());
+}
+
+// With a loss mask micro-batch i writes (n_i / N) g_i: the probe rescales each norm by
+// (N / n_i)^2, leaves out the micro-batch that counts nothing, and estimates with the harmonic mean
+// of the n_i as the small batch and N as the big one (Note [Noise-scale accounting]).
+TEST(GradNoiseProbe, micro_batches_that_count_different_tokens_are_weighed_by_their_counts) {
+  const int64_t n = 3;
+  SpaceArray<float> buffer(cpu_backend(), n, "grads");
+  const std::vector<std::vector<float>> g = {{1, 2, 3}, {0, 0, 0}, {2, 0, 1}};
+  const std::vector<int64_t> counts = {4, 0, 12};
+  GradNoiseProbe probe(n, 3, 8, {}, cpu_backend());
+  probe.set_micro_steps(3);
+  probe.set_counts(counts, 16);
+  std::vector<float> step(n, 0.0f);
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      buffer.data()[j] = float(counts[size_t(i)]) / 16.0f * g[size_t(i)][size_t(j)];
+      step[size_t(j)] += buffer.data()[j];
+    }
+    probe.after_micro(buffer.tensor({n}), i);
+  }
+  EXPECT_NEAR(probe.micro_sq_norms()[0], 14.0, 1e-9);
+  EXPECT_EQ(probe.micro_sq_norms()[1], 0.0);
+  EXPECT_NEAR(probe.micro_sq_norms()[2], 5.0, 1e-9);
+  double big = 0.0;
+  for (float v : step) big += double(v) * v;
+  probe.end_step(big);
+  scaling::NoiseScaleEstimator want;
+  want.update({14.0, 5.0}, big, 2.0 / (1.0 / 4 + 1.0 / 12), 16.0);  // harmonic mean 6, N 16
+  EXPECT_NEAR(*probe.estimator().g2(), *want.g2(), 1e-9);
+  EXPECT_NEAR(*probe.estimator().trace(), *want.trace(), 1e-9);
+  EXPECT_NEAR(*probe.estimator().g2(), (16 * big - 6 * 9.5) / 10, 1e-9);
+  // a step with one micro-batch that counts anything has nothing to compare: no update
+  probe.set_micro_steps(3);
+  probe.set_counts(std::vector<int64_t>{0, 16, 0}, 16);
+  for (int64_t i = 0; i < 3; ++i) probe.after_micro(buffer.tensor({n}), i);
+  probe.end_step(big);
+  EXPECT_EQ(probe.estimator().state().updates, 1);
 }
 
 TEST(GradNoiseProbe, micro_batch_count_changes_within_its_capacity_only) {

@@ -23,6 +23,12 @@ NoiseScaleEstimator::NoiseScaleEstimator(NoiseScaleOptions options) : options_(o
 
 bool NoiseScaleEstimator::update(const std::vector<double>& small_sq_norms, double big_sq_norm,
                                  double micro_batch) {
+  return update(small_sq_norms, big_sq_norm, micro_batch,
+                double(small_sq_norms.size()) * micro_batch);
+}
+
+bool NoiseScaleEstimator::update(const std::vector<double>& small_sq_norms, double big_sq_norm,
+                                 double micro_batch, double big_batch) {
   const size_t k = small_sq_norms.size();
   if (k < 2)
     throw ConfigError(str("noise scale needs at least 2 micro-batch gradients per step, got ", k,
@@ -33,8 +39,7 @@ bool NoiseScaleEstimator::update(const std::vector<double>& small_sq_norms, doub
     ++state_.skipped;
     return false;
   }
-  const NoiseEstimate e =
-      estimate_noise(mean_small, big_sq_norm, micro_batch, double(k) * micro_batch);
+  const NoiseEstimate e = estimate_noise(mean_small, big_sq_norm, micro_batch, big_batch);
   const double d = options_.decay;
   state_.ema_g2 = d * state_.ema_g2 + (1.0 - d) * e.g2;
   state_.ema_trace = d * state_.ema_trace + (1.0 - d) * e.trace;

@@ -43,6 +43,11 @@ class NoiseScaleEstimator {
   // mean over micro_batch examples or tokens), big_sq_norm = |mean_k g_k|^2. A step with a
   // non-finite norm is skipped (counted, returns false), as a step the loss scaler skips.
   bool update(const std::vector<double>& small_sq_norms, double big_sq_norm, double micro_batch);
+  // The same where the micro-batches count different numbers of examples or tokens (a loss mask):
+  // micro_batch is the harmonic mean of their counts (E mean_k |g_k|^2 = |G|^2 + tr / that mean)
+  // and big_batch the step's whole count.
+  bool update(const std::vector<double>& small_sq_norms, double big_sq_norm, double micro_batch,
+              double big_batch);
   // Debiased EMAs; nullopt before the first update.
   std::optional<double> g2() const;
   std::optional<double> trace() const;

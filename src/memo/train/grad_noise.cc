@@ -16,6 +16,7 @@ GradNoiseProbe::GradNoiseProbe(int64_t numel, int64_t max_micro_steps, int64_t m
       backend_(backend),
       sum_(backend, numel, "the noise probe's side buffer"),
       micro_sq_(size_t(std::max<int64_t>(max_micro_steps, 0)), 0.0),
+      counts_(size_t(std::max<int64_t>(max_micro_steps, 0)), 0.0),
       partial_(size_t(backend.noise_probe_partial_numel(numel)), 0.0) {
   MEMO_CHECK(max_micro_steps >= 1 && micro_tokens > 0, "noise probe needs micro-batches, got ",
              max_micro_steps, " of ", micro_tokens, " tokens");
@@ -29,13 +30,46 @@ void GradNoiseProbe::set_micro_steps(int64_t micro_steps, int64_t ranks) {
   micro_steps_ = micro_steps;
   ranks_ = ranks;
   micro_sq_.assign(size_t(micro_steps), 0.0);  // within the capacity reserved at construction
+  counts_.assign(size_t(micro_steps), 0.0);
+  step_tokens_ = 0.0;  // until set_counts: every micro-batch counts micro_tokens_
+}
+
+void GradNoiseProbe::set_counts(std::span<const int64_t> micro_counts, int64_t step_tokens) {
+  MEMO_CHECK(int64_t(micro_counts.size()) == micro_steps_ && step_tokens > 0,
+             "noise probe: counts of ", micro_counts.size(), " micro-batches (", micro_steps_,
+             " run) and ", step_tokens, " in the step");
+  for (size_t i = 0; i < micro_counts.size(); ++i) counts_[i] = double(micro_counts[i]);
+  step_tokens_ = double(step_tokens);
+}
+
+double GradNoiseProbe::scale(int64_t micro) const {
+  if (step_tokens_ == 0.0) return double(micro_steps_ * ranks_);
+  const double n = counts_[size_t(micro)];
+  return n > 0.0 ? step_tokens_ / n : 0.0;
+}
+
+void GradNoiseProbe::update(const std::vector<double>& sq, const std::vector<double>& counts,
+                            double big_sq) {
+  if (step_tokens_ == 0.0) {
+    estimator_.update(sq, big_sq, double(micro_tokens_));
+    return;
+  }
+  std::vector<double> counted;  // the micro-batches that count targets, and 1 / n_i summed
+  double inverse_sum = 0.0;
+  for (size_t i = 0; i < sq.size(); ++i)
+    if (counts[i] > 0.0) {
+      counted.push_back(sq[i]);
+      inverse_sum += 1.0 / counts[i];
+    }
+  if (counted.size() < 2) return;  // this step has no two gradients to compare
+  estimator_.update(counted, big_sq, double(counted.size()) / inverse_sum, step_tokens_);
 }
 
 void GradNoiseProbe::after_micro(Tensor grads, int64_t micro, Communicator* tensor_parallel,
                                  double whole_sq) {
   MEMO_CHECK(grads.numel() == numel_ && grads.contiguous(), "noise probe: gradients ",
              grads.shape(), " are not the flat buffer of ", numel_);
-  const double k = double(micro_steps_ * ranks_);  // the buffer holds g_i / k
+  const double k = scale(micro);  // the buffer holds g_i / k
   double sq = 0.0;
   if (micro_steps_ == 1) {  // this rank's only micro-batch: the buffer is its gradient alone
     sq = backend_.sum_squares(grads);
@@ -60,7 +94,7 @@ void GradNoiseProbe::after_micro_part(Tensor grads, int64_t offset, int64_t nume
                  offset + numel <= numel_ && micro >= 0 && micro < micro_steps_,
              "noise probe: part [", offset, ", ", offset + numel, ") of micro-batch ", micro,
              " in a buffer of ", numel_, " and ", micro_steps_, " micro-batches");
-  const double k = double(micro_steps_ * ranks_);  // the buffer holds g_i / k
+  const double k = scale(micro);  // the buffer holds g_i / k
   const Tensor g = grads.part(offset, Shape{numel});
   double sq = 0.0;
   if (micro_steps_ == 1) {
@@ -82,14 +116,17 @@ void GradNoiseProbe::end_step(double step_sq_norm, Communicator* data_parallel,
     tensor_parallel->all_reduce_sum(std::span<double>(micro_sq_));
   if (pipeline && pipeline->size() > 1) pipeline->all_reduce_sum(std::span<double>(micro_sq_));
   if (ranks_ == 1) {
-    estimator_.update(micro_sq_, step_sq_norm, double(micro_tokens_));
+    update(micro_sq_, counts_, step_sq_norm);
     return;
   }
   MEMO_CHECK(data_parallel && data_parallel->size() == ranks_, "noise probe: a step of ", ranks_,
              " ranks needs their communicator");
   all_sq_.resize(micro_sq_.size() * size_t(ranks_));
   data_parallel->all_gather(std::span<double>(all_sq_), std::span<const double>(micro_sq_));
-  estimator_.update(all_sq_, step_sq_norm, double(micro_tokens_));
+  all_counts_.resize(all_sq_.size());
+  if (step_tokens_ > 0.0)
+    data_parallel->all_gather(std::span<double>(all_counts_), std::span<const double>(counts_));
+  update(all_sq_, all_counts_, step_sq_norm);
 }
 
 nlohmann::json GradNoiseProbe::log_fields() const {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "memo/backend/backend.h"
@@ -30,6 +31,11 @@ namespace memo {
 // data parallelism each of the P ranks runs k micro-batches of the step's k P: the buffer holds
 // g_i / (k P), each rank measures its own micro-batches, and end_step gathers the k P norms in rank
 // order, so the estimate is the one-process run's.
+// With a loss mask (--eod-mask-loss, prompt-completion data) micro-batch i counts n_i of the
+// step's N targets and writes (n_i / N) g_i (Note [Counted tokens] in train/step.cc): set_counts
+// gives the probe the n_i and N, it scales micro-batch i's norm by (N / n_i)^2, leaves out a
+// micro-batch that counts none, and takes the small batch as the harmonic mean of the n_i (the
+// mean of |g_i|^2 is |G|^2 + tr / that mean) and the big one as N.
 // Reordering the accumulation changes the step gradient's rounding (the sum is formed outside
 // the kernels), so a run with the probe is deterministic but not bitwise equal to one without.
 class GradNoiseProbe {
@@ -49,6 +55,9 @@ class GradNoiseProbe {
   int64_t micro_steps() const { return micro_steps_; }
   // Tokens per micro-batch from the next step on (a length stage's: Note [Length stages]).
   void set_micro_tokens(int64_t micro_tokens) { micro_tokens_ = micro_tokens; }
+  // This step's targets the loss counts: this rank's micro-batches' (micro_steps() of them) and
+  // the whole step's over every rank. Not called: every micro-batch counts micro_tokens.
+  void set_counts(std::span<const int64_t> micro_counts, int64_t step_tokens);
   // After micro-batch `micro` (0-based) of a step; grads is the model's gradient buffer, zero
   // before micro-batch 0 (the trainer's zero_grads); the probe zeroes it for the later ones.
   // Under tensor parallelism (tensor_parallel: the group) each rank holds parts of the
@@ -76,7 +85,8 @@ class GradNoiseProbe {
   void end_step(double step_sq_norm, Communicator* data_parallel = nullptr,
                 Communicator* pipeline = nullptr, Communicator* tensor_parallel = nullptr);
 
-  // |g_i|^2 of the last step's micro-batches, per-token-mean gradients (k^2 times the buffer's).
+  // |g_i|^2 of the last step's micro-batches, per-token-mean gradients (k^2 times the buffer's;
+  // (N / n_i)^2 times with counts, 0 for a micro-batch that counts none).
   const std::vector<double>& micro_sq_norms() const { return micro_sq_; }
   const scaling::NoiseScaleEstimator& estimator() const { return estimator_; }
   scaling::NoiseScaleEstimator& estimator() { return estimator_; }
@@ -95,7 +105,14 @@ class GradNoiseProbe {
   std::vector<double> micro_sq_;  // [micro_steps_] |g_i|^2 of this rank's micro-batches;
                                   // capacity max_micro_steps_
   std::vector<double> all_sq_;    // [micro_steps_ ranks_] every rank's, in rank order
-  std::vector<double> partial_;   // [chunks] per-chunk sums of the fused pass
+  // set_counts: this rank's n_i ([micro_steps_]; capacity max_micro_steps_), the step's N (0: not
+  // given this step, every micro-batch counts micro_tokens_), and every rank's n_i
+  std::vector<double> counts_;
+  double step_tokens_ = 0.0;
+  std::vector<double> all_counts_;
+  double scale(int64_t micro) const;  // N / n_i (k without counts): the buffer holds g_i / it
+  void update(const std::vector<double>& sq, const std::vector<double>& counts, double big_sq);
+  std::vector<double> partial_;  // [chunks] per-chunk sums of the fused pass
 };
 
 // The log fields for a run without the probe: all null.

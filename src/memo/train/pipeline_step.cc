@@ -108,7 +108,10 @@ StepGradients TrainStep::pipeline_gradients(int64_t step, int64_t micro_steps) {
   Communicator& group = *pp.group;
   const int64_t first = int64_t(data_parallel_.rank()) * micro_steps;
   const int64_t tokens = counted_tokens(step, first, micro_steps);
-  if (probe_) probe_->set_micro_steps(micro_steps, data_parallel_.size());
+  if (probe_) {
+    probe_->set_micro_steps(micro_steps, data_parallel_.size());
+    if (!micro_counts_.empty()) probe_->set_counts(micro_counts_, tokens);
+  }
   // the noise probe: each chunk's part of each micro-batch's gradient, the micro-batches of a
   // chunk in order
   const size_t chunks = model_.pipeline()->chunks.size();

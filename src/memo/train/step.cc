@@ -38,7 +38,10 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
   const int64_t first = int64_t(data_parallel_.rank()) * micro_steps;
   const int64_t tokens = counted_tokens(step, first, micro_steps);
   const float grad_scale = 1.0f / float(tokens);
-  if (probe_) probe_->set_micro_steps(micro_steps, ranks);
+  if (probe_) {
+    probe_->set_micro_steps(micro_steps, ranks);
+    if (!micro_counts_.empty()) probe_->set_counts(micro_counts_, tokens);
+  }
   model_.zero_grads();
   Communicator* const cp = model_.context_parallel_group();
   double loss_sum = 0.0;
@@ -106,12 +109,14 @@ StepGradients TrainStep::gradients(int64_t step, int64_t micro_steps) {
 int64_t TrainStep::counted_tokens(int64_t step, int64_t first, int64_t micro_steps) {
   const int64_t ranks = data_parallel_.size();
   const int64_t all = shape_.micro_batch * shape_.seq * micro_steps * ranks;
+  micro_counts_.clear();
   if (!masked_targets_ && model_.eod_loss_mask() < 0) return all;
   const int64_t n = shape_.micro_batch * shape_.seq;
   double counted = 0.0;
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     source_(step, first + micro, inputs_.data(), targets_.data(), shape_.micro_batch);
-    counted += double(model_.counted_targets(inputs_.data(), targets_.data(), n));
+    micro_counts_.push_back(model_.counted_targets(inputs_.data(), targets_.data(), n));
+    counted += double(micro_counts_.back());
   }
   if (ranks > 1) data_parallel_.all_reduce_sum(std::span<double>(&counted, 1));
   if (counted == 0.0)

@@ -122,6 +122,9 @@ class TrainStep {
   // The targets the loss counts of the step's micro-batches [first, first + micro_steps) on
   // every data-parallel rank (Note [Counted tokens]).
   int64_t counted_tokens(int64_t step, int64_t first, int64_t micro_steps);
+  // counted_tokens' count of each of this rank's micro-batches, where a loss mask makes them
+  // differ (empty without one); the noise probe's n_i (Note [Noise-scale accounting])
+  std::vector<int64_t> micro_counts_;
   std::vector<int32_t> inputs_, targets_;  // [micro_batch * seq] host tokens
   std::optional<Pipeline> pipeline_;
   StepGradients pipeline_gradients(int64_t step, int64_t micro_steps);
