@@ -325,6 +325,10 @@ TEST_F(TextCli, prompt_completion_data_counts_the_completions_only) {
   EXPECT_EQ(j.at("tokens").get<int64_t>(), counted);
   EXPECT_LT(j.at("windows").get<int64_t>(), val_examples / 2);  // examples share windows
   EXPECT_NEAR(j.at("loss").get<double>(), sum / double(counted), 1e-5 * sum / double(counted));
+  // the examples are packed at their end-of-text: a mask cut at another token is refused
+  test::expect_clean_failure(test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --data " +
+                                 dir.str("sft") + " --seq 64 --eot-id 10",
+                             "(their manifest's end_of_text); give that, or leave --eot-id out");
 }
 
 TEST_F(TextCli, killed_tokenize_resumes_to_the_files_of_an_uninterrupted_run) {

@@ -33,6 +33,17 @@ int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64
   if (eot_id >= vocab_size)
     throw ConfigError(
         str("--eot-id ", eot_id, " lies outside the vocabulary of ", vocab_size, " ids"));
+  // prompt-completion examples are packed at their end-of-text tokens (the .docs files): a mask
+  // cut at another token would let examples see each other and cut each one apart
+  std::error_code ec;
+  std::filesystem::path dir(data_path);
+  if (!std::filesystem::is_directory(dir, ec)) dir = dir.parent_path();
+  if (const std::optional<ShardManifest> m = read_shard_manifest(dir.empty() ? "." : dir);
+      m && m->data_format == kShardPromptCompletionFormat && m->end_of_text >= 0 &&
+      eot_id != m->end_of_text)
+    throw ConfigError(str("--eot-id ", eot_id, ": the prompt-completion examples of ", data_path,
+                          " end with token ", m->end_of_text,
+                          " (their manifest's end_of_text); give that, or leave --eot-id out"));
   return int32_t(eot_id);
 }
 
