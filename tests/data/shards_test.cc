@@ -488,6 +488,10 @@ TEST_F(PromptCompletion, lines_that_are_not_examples_name_the_file_and_offset) {
         "a.jsonl at byte 35: a prompt-completion line needs the string fields");
   fails("b.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n",
         "b.jsonl at byte 0: the messages hold no \"assistant\" message");
+  fails("m.jsonl",
+        "{\"prompt\": \"a\", \"completion\": \"b\", \"messages\": [{\"role\": "
+        "\"assistant\", \"content\": \"x\"}]}\n",
+        "m.jsonl at byte 0: a line has \"messages\" or \"prompt\" and \"completion\", not both");
   fails("c.jsonl", "{\"messages\": [{\"role\": \"assistant\", \"content\": \"hi\"}]}\n",
         "has neither", "tok.json");
 }

@@ -170,7 +170,12 @@ class ExampleParser {
 
   void parse(const json& j, Document& d, const std::string& where) const {
     if (!j.is_object()) throw DataError(str(where, ": the JSON line is not an object"));
-    if (j.contains("messages")) return parse_messages(j["messages"], d, where);
+    if (j.contains("messages")) {
+      if (j.contains("prompt") || j.contains("completion"))
+        throw DataError(str(where, ": a line has \"messages\" or \"prompt\" and ",
+                            "\"completion\", not both (which would be trained on?)"));
+      return parse_messages(j["messages"], d, where);
+    }
     if (!j.contains("prompt") || !j["prompt"].is_string() || !j.contains("completion") ||
         !j["completion"].is_string())
       throw DataError(str(where, ": a prompt-completion line needs the string fields \"prompt\" ",
