@@ -92,6 +92,8 @@ TEST_F(RunFile, bad_files_are_one_line_errors_naming_the_key) {
       {"[run]\nkeep-last = -1\n", "--keep-last: must be 0 or more, got -1"},
       {"[run]\nspike-skip = -0.5\n", "--spike-skip: must be 0 or more, got -0.5"},
       {"[data]\neval-tokens = 0\n", "--eval-tokens: must be above 0, got 0"},
+      {"[step]\nseq = [16, 32]\n", "line 2: [step] seq: --seq takes one value, not a list"},
+      {"[step]\nseq = []\n", "--seq takes one value, not a list"},
   };
   for (const auto& [text, needle] : cases) {
     write_text(dir / "bad.toml", text);

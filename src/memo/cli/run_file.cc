@@ -174,6 +174,9 @@ std::vector<std::string> run_file_flags(const CLI::App& cmd, const std::string& 
         throw ConfigError(str(where, ": --", key, " belongs in [", o->get_group(), "]"));
       std::vector<std::string> texts;
       if (const toml::array* list = value.as_array()) {
+        if (o->get_items_expected_max() <= 1)
+          throw ConfigError(str(where, ": --", key, " takes one value, not a list"));
+        if (list->empty()) throw ConfigError(str(where, ": an empty list; leave the key out"));
         for (const toml::node& element : *list)
           texts.push_back(flag_text(element, kind_of(*o), where));
       } else {
