@@ -205,6 +205,15 @@ TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
   const nlohmann::json jb = nlohmann::json::parse(bare.output);
   EXPECT_GT(jb.at("loss").get<double>(), 0.0);
   EXPECT_TRUE(jb.at("bits_per_byte").is_null()) << bare.output;
+  // a --batch past the data's windows is one batch of them all, not an allocation of its size
+  const test::CommandResult wide =
+      test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("b") + " --data " +
+                              dir.str("val.bin") + " --seq 32 --split all --batch 99999999999"));
+  ASSERT_EQ(wide.exit_code, 0) << wide.output;
+  EXPECT_EQ(nlohmann::json::parse(wide.output).at("loss"), jb.at("loss"));
+  test::expect_clean_failure(test::memo_bin() + " eval --checkpoint " + dir.str("b") + " --data " +
+                                 dir.str("val.bin") + " --batches -1",
+                             "--batches: must be 0 or more, got -1");
 
   // generate: greedy text, the same streamed or not, with or without the KV cache
   const std::string gen = test::memo_bin() + " generate --checkpoint " + dir.str("a") +

@@ -168,6 +168,7 @@ void add_eval_command(CLI::App& app) {
       eval->add_option("--batch", o->batch, "Windows per forward")->capture_default_str());
   o->loss_only.push_back(
       eval->add_option("--batches", o->batches, "Forwards to average over; 0: every window")
+          ->check(number_check(false))
           ->capture_default_str());
   o->loss_only.push_back(eval->add_flag(
       "--document-mask", o->document_mask,

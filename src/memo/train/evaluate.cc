@@ -26,8 +26,9 @@ EvalSum evaluate_windows(Model& model, ActivationStrategy& strategy, ActivationA
              "token losses");
   const int64_t seq = sampler.seq();
   const int64_t buckets = position_bucket > 0 ? (seq + position_bucket - 1) / position_bucket : 0;
-  std::vector<float> token_losses(position_bucket > 0 ? size_t(batch * seq) : 0);
   const int64_t windows = std::min(max_windows, sampler.num_sequential_windows());
+  batch = std::min(batch, std::max<int64_t>(windows, 1));  // no rows for windows there are not
+  std::vector<float> token_losses(position_bucket > 0 ? size_t(batch * seq) : 0);
   std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());
   EvalSum r;
   r.bucket_loss.assign(size_t(buckets), 0.0);
@@ -90,7 +91,9 @@ EvalReport evaluate(Model& model, const Tokenizer* tokenizer, const TokenData& d
   CachingAllocator alloc(0, model.backend().allocator(model.backend().device_space()));
   KeepStrategy strategy(model.skeletal(), alloc);
   const int64_t all_windows = sampler.num_sequential_windows();
-  const int64_t max_windows = max_batches > 0 ? max_batches * batch : all_windows;
+  batch = std::min(batch, std::max<int64_t>(all_windows, 1));  // --batch past the data: one batch
+  const int64_t max_windows =
+      max_batches > 0 && max_batches < all_windows / batch + 1 ? max_batches * batch : all_windows;
   const int64_t batches = (std::min(max_windows, all_windows) + batch - 1) / batch;
   EvalReport r;
   int64_t done = 0;
