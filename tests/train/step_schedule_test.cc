@@ -142,6 +142,12 @@ TEST(StepSchedule, length_stages_keep_the_tokens_per_step_and_run_one_lr_schedul
             std::string::npos)
       << msg;
   EXPECT_NE(msg.find("or --stage-batch sequences"), std::string::npos) << msg;
+  // step counts whose sum would overflow are refused by the flag that gave them
+  o.seq_schedule = "32:4611686018427387904,32:4611686018427387904";
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              seq_stages(o);
+            }).find("the stages add up to over 2^40 steps"),
+            std::string::npos);
 }
 
 TEST(StepSchedule, noise_options_take_the_run_shape_and_its_budget_in_tokens) {

@@ -100,6 +100,9 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
     const int64_t stage_step_tokens = s.batch * seq;
     s.steps = items[k].tokens ? (items[k].count + stage_step_tokens - 1) / stage_step_tokens
                               : items[k].count;
+    constexpr int64_t kMaxSteps = int64_t(1) << 40;  // far past any run, far inside int64
+    if (s.steps > kMaxSteps - first)
+      throw ConfigError(str("--seq-schedule ", list, ": the stages add up to over 2^40 steps"));
     first += s.steps;
     stages.push_back(s);
   }
