@@ -275,6 +275,12 @@ TEST_F(PlanCommand, length_stages_run_in_memo_plans_arenas_and_resume_bit_for_bi
         test::run_command(run + " --resume " + dir.str(name) + " --out " + dir.str(name) +
                           " --log " + dir.str(name + ".jsonl"));
     ASSERT_EQ(rr.exit_code, 0) << rr.output;
+    if (from == 3) {  // the start-up lines give the stage it resumes in, not the first stage's
+      EXPECT_NE(rr.output.find("4 x 64 tokens per step (4 micro-batches)"), std::string::npos)
+          << rr.output;
+      EXPECT_NE(rr.output.find("; in stage 2 of 2 (seq 64, RoPE theta"), std::string::npos)
+          << rr.output;
+    }
     const auto resumed = log(name);
     ASSERT_EQ(resumed.size(), size_t(5 - from)) << name;
     for (const auto& [step, j] : resumed) {

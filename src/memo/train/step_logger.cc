@@ -24,13 +24,15 @@ namespace {
 
 // The start-of-run lines: the model and data, then the backend (the BLAS warning before the first
 // matrix product: a forced OpenBLAS core the CPU cannot run crashes at the first sgemm).
+// stage: the length stage the run starts in (a resumed run's may be a later one).
 void print_run_header(std::ostream& progress, const Model& model, const TrainOptions& o,
-                      const Optimizer& opt, int64_t train_tokens, int64_t micro_steps,
-                      const Communicator& data_parallel, const Communicator* context_parallel) {
+                      const SeqStage& stage, const Optimizer& opt, int64_t train_tokens,
+                      int64_t micro_steps, const Communicator& data_parallel,
+                      const Communicator* context_parallel) {
   const ModelConfig& config = model.config();
   progress << "memo: " << ParamLayout(config).count() << " parameters (" << config.num_hidden_layers
            << " layers, hidden " << config.hidden_size << config.window_summary() << "), "
-           << train_tokens << " training tokens, " << o.batch << " x " << o.seq
+           << train_tokens << " training tokens, " << stage.batch << " x " << stage.seq
            << " tokens per step (" << micro_steps << " micro-batches), " << opt.name() << " "
            << opt.hyperparameters().dump() << ", " << omp_get_max_threads() << " threads, "
            << model.backend().describe() << "\n";
@@ -45,7 +47,7 @@ void print_run_header(std::ostream& progress, const Model& model, const TrainOpt
   if (context_parallel)
     progress << "memo: context parallel over " << context_parallel->size()
              << " processes: each sequence in " << 2 * context_parallel->size() << " chunks of "
-             << o.seq / (2 * context_parallel->size()) << " tokens, 2 per process\n";
+             << stage.seq / (2 * context_parallel->size()) << " tokens, 2 per process\n";
   if (const std::string w = model.backend().warning(); !w.empty())
     progress << "memo: warning: " << w << "\n";
   if (!o.batch_schedule && o.warmup >= o.steps && o.steps > 0)
@@ -234,8 +236,9 @@ void StepLogger::print_start() {
               << " shards of whole tensors, " << mine.end - mine.begin << " of "
               << s_.model().layout().total_numel() << " parameter slots on rank 0\n";
   }
-  print_run_header(progress_, s_.model(), o, s_.optimizer(), s_.data().train.num_tokens(),
-                   s_.micro_steps(), s_.data_parallel(), s_.context_parallel());
+  print_run_header(progress_, s_.model(), o, s_.stage(), s_.optimizer(),
+                   s_.data().train.num_tokens(), s_.micro_steps(), s_.data_parallel(),
+                   s_.context_parallel());
   if (s_.plan().noise()) progress_ << s_.plan().summary() << "\n";
   if (const WindowSampler& w = s_.sampler(); w.packed())
     progress_ << "memo: prompt-completion data: " << w.num_examples()
@@ -287,6 +290,15 @@ void StepLogger::print_peaks(double peak_flops) {
     if (!s_.plan().noise() && o.steps != r->run_steps)  // Note [Resume]
       progress_ << "; --steps moves the run's end from step " << r->run_steps << " to step "
                 << o.steps << ", where the learning-rate schedule now ends";
+    if (s_.stages().size() > 1) {  // the stage it resumes in, as print_stage says it on entry
+      const SeqStage& stage = s_.stage();
+      progress_ << "; in stage " << s_.stage_index() + 1 << " of " << s_.stages().size() << " (seq "
+                << stage.seq;
+      if (s_.model().config().uses_rope())
+        progress_ << ", RoPE theta " << s_.model().config().rope_theta << " "
+                  << rope_type_name(s_.model().config().rope_scaling.type);
+      progress_ << ")";
+    }
     progress_ << "\n";
   }
 }
