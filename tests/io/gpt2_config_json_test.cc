@@ -139,6 +139,15 @@ TEST(Gpt2ConfigJson, unsupported_variants_are_rejected_with_the_field) {
   j = tiny_gpt2();
   j["n_embd"] = 0;
   EXPECT_NE(message(j).find("n_embd = 0 must be positive"), std::string::npos) << message(j);
+  // GPT-2's names in the head checks, and no head_dim, which GPT2Config would ignore
+  j = tiny_gpt2();
+  j["n_embd"] = j["n_head"].get<int64_t>() * 8 + 1;
+  EXPECT_NE(message(j).find("n_embd = "), std::string::npos) << message(j);
+  EXPECT_NE(message(j).find(" is not divisible by n_head = "), std::string::npos) << message(j);
+  EXPECT_EQ(message(j).find("head_dim"), std::string::npos) << message(j);
+  j = tiny_gpt2();
+  j["head_dim"] = 16;
+  EXPECT_NE(message(j).find("head_dim is not a GPT-2 field"), std::string::npos) << message(j);
 }
 
 TEST(Gpt2ConfigJson, hub_style_config_with_dropout_loads) {

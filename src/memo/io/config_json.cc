@@ -345,6 +345,9 @@ void reject_unsupported_gpt2(const json& j, std::string_view where) {
 
 ModelConfig gpt2_config_from_json(const json& j, std::string_view where) {
   for (const char* name : {"n_embd", "n_layer", "n_head", "vocab_size"}) require(j, where, name);
+  if (j.contains("head_dim") && !j.at("head_dim").is_null())
+    throw ConfigError(str(where, ": head_dim is not a GPT-2 field (GPT2Config ignores it: the ",
+                          "head dim is n_embd / n_head); leave it out"));
   ModelConfig c;
   c.arch = Arch::kGpt2;
   c.position_embedding = PositionEmbedding::kLearned;

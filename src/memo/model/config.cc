@@ -37,18 +37,20 @@ void ModelConfig::validate() const {
     throw ConfigError(str("head_dim = ", explicit_head_dim,
                           " is LLaMA's (positive, or absent: hidden_size / num_attention_heads)"));
   if (explicit_head_dim == 0 && hidden_size % num_attention_heads != 0)
-    throw ConfigError(str("hidden_size = ", hidden_size,
-                          " is not divisible by num_attention_heads = ", num_attention_heads,
-                          "; hidden_size must be a multiple of it (e.g. ",
-                          (hidden_size / num_attention_heads + 1) * num_attention_heads,
-                          ") or head_dim given"));
+    throw ConfigError(str(gpt ? "n_embd = " : "hidden_size = ", hidden_size,
+                          " is not divisible by ",
+                          gpt ? "n_head = " : "num_attention_heads = ", num_attention_heads, "; ",
+                          gpt ? "n_embd" : "hidden_size", " must be a multiple of it (e.g. ",
+                          (hidden_size / num_attention_heads + 1) * num_attention_heads, ")",
+                          gpt ? "" : " or head_dim given"));
   if (is_llama_family() && !uses_rope())
     throw ConfigError(
         "a LLaMA config has rotary position embeddings only (learned ones are GPT-2's)");
   if (uses_rope() && head_dim() % 2 != 0)
-    throw ConfigError(str(
-        explicit_head_dim > 0 ? "head_dim = " : "head_dim = hidden_size / num_attention_heads = ",
-        head_dim(), " must be even for rotary embeddings"));
+    throw ConfigError(str(explicit_head_dim > 0 ? "head_dim = "
+                          : gpt                 ? "the head dim n_embd / n_head = "
+                                                : "head_dim = hidden_size / num_attention_heads = ",
+                          head_dim(), " must be even for rotary embeddings"));
   if (attention_bias && arch != Arch::kLlama && arch != Arch::kQwen3)
     throw ConfigError("attention_bias is LLaMA's and Qwen3's (Qwen2's q/k/v biases are implied)");
   if (mlp_bias && arch != Arch::kLlama) throw ConfigError("mlp_bias is LLaMA's");
