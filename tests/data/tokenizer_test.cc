@@ -13,6 +13,7 @@
 #include "memo/core/error.h"
 #include "memo/data/byte_level.h"
 #include "memo/data/split_pattern.h"
+#include "memo/io/atomic_file.h"
 #include "test_util.h"
 
 namespace memo {
@@ -313,6 +314,15 @@ TEST(Tokenizer, refuses_ids_that_are_not_token_ids) {
               Tokenizer::from_hf_json(j, "x.json");
             }).find("the id of added token \"<|endoftext|>\" is 12.5"),
             std::string::npos);
+}
+
+// 200,000 nested brackets: a short error, not a stack overflow in the parsed document's copy.
+TEST(Tokenizer, a_deeply_nested_file_is_a_short_error) {
+  test::TempDir dir;
+  write_file_atomic(dir / "tokenizer.json", std::string(200'000, '[') + std::string(200'000, ']'));
+  const std::string msg =
+      test::error_message<FormatError>([&] { Tokenizer::load(dir / "tokenizer.json"); });
+  EXPECT_NE(msg.find("JSON nested more than 256 deep at byte 256"), std::string::npos) << msg;
 }
 
 TEST(Tokenizer, a_file_that_is_no_tokenizer_json_says_what_it_is) {

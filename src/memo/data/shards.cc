@@ -22,6 +22,7 @@
 #include "memo/data/tokenizer.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/crc32c.h"
+#include "memo/io/json_file.h"
 #include "memo/io/mapped_file.h"
 
 namespace memo {
@@ -97,6 +98,7 @@ std::string shard_tokenizer_json(const std::string& data_path) {
   // and its checksum is the one the manifest records.
   const fs::path file = dir / kShardTokenizerFile;
   std::string text = read_file(file);
+  check_json_depth<FormatError>(text, file.string());
   json parsed;
   try {
     parsed = json::parse(text);

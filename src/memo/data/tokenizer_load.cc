@@ -12,6 +12,7 @@
 #include "memo/data/tokenizer.h"
 #include "memo/data/tokenizer_impl.h"
 #include "memo/io/atomic_file.h"
+#include "memo/io/json_file.h"
 
 namespace memo {
 namespace {
@@ -20,6 +21,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 json parse_json(std::string_view text, const std::string& source) {
+  check_json_depth<FormatError>(text, source);
   try {
     return json::parse(text);
   } catch (const json::exception& e) {

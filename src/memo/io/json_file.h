@@ -15,9 +15,40 @@
 
 namespace memo {
 
+// Nesting no JSON file memo reads comes near (a tokenizer.json nests about 8 deep); the parser
+// builds a deeper document, but copying one recurses once per level and overflows the stack.
+constexpr size_t kMaxJsonDepth = 256;
+
+// E naming `what` when `text` nests arrays and objects deeper than kMaxJsonDepth (a scan of the
+// brackets outside strings; malformed text is left to the parser).
+template <class E>
+void check_json_depth(std::string_view text, std::string_view what) {
+  size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        throw E(str(what, ": JSON nested more than ", kMaxJsonDepth, " deep at byte ", i));
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
 template <class E>
 nlohmann::json read_json_file(const std::filesystem::path& path) {
   const std::string text = read_file(path);
+  check_json_depth<E>(text, path.string());
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

@@ -11,6 +11,7 @@
 #include "memo/core/error.h"
 #include "memo/core/json_excerpt.h"
 #include "memo/io/atomic_file.h"
+#include "memo/io/json_file.h"
 
 namespace memo {
 namespace {
@@ -45,11 +46,13 @@ json parse_index(const fs::path& index, RepeatedKey& repeated) {
     return true;
   };
   const std::string text = read_file(index);
+  check_json_depth<FormatError>(text, index.string());
   try {
     return json::parse(text, watch);
   } catch (const json::parse_error& e) {
-    throw FormatError(str(index.string(), ": malformed JSON at byte ", e.byte, " of ", text.size(),
-                          ": ", e.what()));
+    // the parser counts an unexpected end as the byte after the last
+    throw FormatError(str(index.string(), ": malformed JSON at byte ",
+                          std::min(e.byte, text.size()), " of ", text.size(), ": ", e.what()));
   } catch (const json::exception& e) {  // a number past a double's range
     throw FormatError(str(index.string(), ": ", e.what()));
   }
