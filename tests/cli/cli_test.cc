@@ -462,6 +462,20 @@ TEST_F(Cli, keep_last_keeps_the_newest_checkpoints) {
   EXPECT_EQ(kept("one", "--keep-last 1"), (std::vector<std::string>{"step-00000005"}));
   EXPECT_EQ(kept("all", "--keep-last 0").size(), 5u);
   EXPECT_EQ(find_latest_checkpoint(dir / "one").filename(), "step-00000005");
+  // the period flags' bounds, on the command line and in a checkpoint's run_options.json
+  test::expect_clean_failure(train_cmd(dir / "x", "--steps 2 --log-every 0"),
+                             "--log-every: must be above 0, got 0");
+  test::expect_clean_failure(train_cmd(dir / "x", "--steps 2 --save-every -3"),
+                             "--save-every: must be 0 or more, got -3");
+  test::expect_clean_failure(train_cmd(dir / "x", "--steps 2 --val-batches -3"),
+                             "--val-batches: must be 0 or more, got -3");
+  const fs::path options = dir / "one" / "step-00000005" / kRunOptionsFile;
+  nlohmann::json j = nlohmann::json::parse(read_file(options));
+  j["keep_last"] = -1;
+  write_file_atomic(options, j.dump());
+  test::expect_clean_failure(
+      test::memo_bin() + " train --resume " + (dir / "one").string() + " --steps 6",
+      "field 'keep_last' = -1 must be 0 or more (as its flag --keep-last)");
 }
 
 // Note [One run a directory]: a new run refuses an --out that holds another run's checkpoints

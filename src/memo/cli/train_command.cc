@@ -66,7 +66,8 @@ void add_data_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--val-fraction", t->val_fraction, "Fraction of --data held out for validation")
       ->capture_default_str();
   cmd.add_option("--val-batches", t->val_batches, "Micro-batches of validation windows at the end")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd.add_option("--eval-every", t->eval_every,
                  "Validate every N steps too, on the same windows each time (0: at the end)")
       ->capture_default_str()
@@ -148,7 +149,8 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
       cmd.add_option("--out", t->out_dir, "Run directory for checkpoints")->capture_default_str();
   auto* every = cmd.add_option("--save-every", t->save_every,
                                "Checkpoint period in steps (0: only at the end)")
-                    ->capture_default_str();
+                    ->capture_default_str()
+                    ->check(kNonNegative);
   cmd.add_flag("--no-checkpoint{false}", t->checkpoints,
                "Write no checkpoint, not even at the end (benchmarks, dry runs)")
       ->excludes(every);
@@ -208,7 +210,8 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
                            : std::string();
       });
   cmd.add_option("--log-every", t->log_every, "Progress line period in steps")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kPositive);
 }
 
 // Context extension: the loaded model's positions changed for this run (saved in its config.json).

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -105,6 +106,12 @@ T state_field(const nlohmann::json& j, const char* key, const std::string& file,
 // each unless the command line gave its flag (o.pinned_given). --eval-tokens and --val-batches
 // exclude each other: either given, neither is restored; --no-checkpoint given, none of the
 // checkpoint flags is.
+// A run_options.json key's flag: "keep_last" -> "keep-last".
+std::string flag_name(std::string key) {
+  std::replace(key.begin(), key.end(), '_', '-');
+  return key;
+}
+
 void restore_run_options(TrainOptions& o, const fs::path& checkpoint) {
   if (!o.restore_run_options) return;
   const fs::path path = checkpoint / kRunOptionsFile;
@@ -116,8 +123,17 @@ void restore_run_options(TrainOptions& o, const fs::path& checkpoint) {
   auto given = [&](const char* key) {
     return std::find(o.pinned_given.begin(), o.pinned_given.end(), key) != o.pinned_given.end();
   };
+  // the bounds the flags have (a hand-edited file: --keep-last -1 is refused, so is its -1 here)
   auto keep = [&]<class T>(const char* key, T& field, bool restore = true) {
     const T value = state_field<T>(j, key, file, field);
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      const bool positive =
+          std::string_view(key) == "log_every" || std::string_view(key) == "eval_tokens";
+      if (!(positive ? value > 0 : value >= 0) || !std::isfinite(double(value)))
+        throw DataError(str(file, ": field '", key, "' = ", value, " must be ",
+                            positive ? "above 0" : "0 or more", " (as its flag --", flag_name(key),
+                            ")"));
+    }
     if (restore && !given(key)) field = value;
   };
   const bool checkpoints = o.checkpoints;
