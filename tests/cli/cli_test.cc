@@ -19,6 +19,7 @@
 #include "memo/cpu/cpu_backend.h"
 #include "memo/data/token_data.h"
 #include "memo/io/checkpoint.h"
+#include "memo/io/crc32c.h"
 #include "memo/memory/strategy.h"
 #include "memo/model/model.h"
 #include "test_util.h"
@@ -476,6 +477,25 @@ TEST_F(Cli, keep_last_keeps_the_newest_checkpoints) {
   test::expect_clean_failure(
       test::memo_bin() + " train --resume " + (dir / "one").string() + " --steps 6",
       "field 'keep_last' = -1 must be 0 or more (as its flag --keep-last)");
+  // weights holding a NaN (a diverged run's save) are refused by eval, generate and --init-from
+  const fs::path weights = dir / "two" / "step-00000005" / "model.safetensors";
+  std::string bytes = read_file(weights);
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  const float nan = std::nanf("");
+  std::memcpy(bytes.data() + 8 + header + 4, &nan, 4);  // the second value of the first tensor
+  // its checksum made to match, as a file written with the NaN would have it
+  const size_t at = bytes.find("crc32c:");
+  ASSERT_LT(at, 8 + header);
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "crc32c:%08x",
+                crc32c(0, std::string_view(bytes).substr(8 + header)));
+  bytes.replace(at, 15, crc);
+  write_file_atomic(weights, bytes);
+  test::expect_clean_failure(
+      test::memo_bin() + " eval --checkpoint " + (dir / "two").string() + " --data " +
+          dir.str("data.txt"),
+      "holds NaN or infinite values (the run diverged before this save?)");
 }
 
 // Note [One run a directory]: a new run refuses an --out that holds another run's checkpoints

@@ -486,6 +486,16 @@ void load_model_tensors(Model& model, const SafetensorsSet& file) {
     read_part_into_device(file, names[i], model.layout(), p.is_split() ? &p : nullptr,
                           model.params() + p.offset, p.shape, model.backend(), staging);
   }
+  // weights that hold NaN or infinity (a run that diverged before it was saved) would evaluate to
+  // no loss and generate NUL bytes: refused, naming the first such tensor (one pass over them)
+  Backend& be = model.backend();
+  if (std::isfinite(be.sum_squares(model.params_tensor()))) return;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const ParamInfo& p = model.layout().params()[i];
+    if (!std::isfinite(be.sum_squares(model.params_tensor().part(p.offset, Shape{p.numel}))))
+      throw DataError(str(file.path().string(), ": tensor ", names[i],
+                          " holds NaN or infinite values (the run diverged before this save?)"));
+  }
 }
 
 // Note [Resume]
