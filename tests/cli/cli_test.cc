@@ -492,10 +492,9 @@ TEST_F(Cli, keep_last_keeps_the_newest_checkpoints) {
                 crc32c(0, std::string_view(bytes).substr(8 + header)));
   bytes.replace(at, 15, crc);
   write_file_atomic(weights, bytes);
-  test::expect_clean_failure(
-      test::memo_bin() + " eval --checkpoint " + (dir / "two").string() + " --data " +
-          dir.str("data.txt"),
-      "holds NaN or infinite values (the run diverged before this save?)");
+  test::expect_clean_failure(test::memo_bin() + " eval --checkpoint " + (dir / "two").string() +
+                                 " --data " + dir.str("data.txt"),
+                             "holds NaN or infinite values (the run diverged before this save?)");
 }
 
 // Note [One run a directory]: a new run refuses an --out that holds another run's checkpoints

@@ -152,10 +152,10 @@ TEST_F(Preemption, a_resumed_run_refuses_other_values_of_the_options_it_keeps) {
       test::run_command(train_cmd(dir / "whole", 3, "--micro-batch 0 --resume " + dir.str("whole")))
           .exit_code,
       0);
-  EXPECT_EQ(test::run_command(test::memo_bin() + " train --run " + dir.str("whole/run.toml") +
-                              " --resume " + dir.str("whole") + " --steps 4")
-                .exit_code,
-            0);
+  const test::CommandResult from_file =
+      test::run_command(test::memo_bin() + " train --run " + dir.str("whole/run.toml") +
+                        " --resume " + dir.str("whole") + " --steps 4");
+  EXPECT_EQ(from_file.exit_code, 0) << from_file.output;
 }
 
 // A run resumed from a checkpoint before its last step, into the same --log, holds each step

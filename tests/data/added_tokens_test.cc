@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/small_tokenizer.h"
+#include "memo/core/error.h"
 #include "memo/data/tokenizer.h"
 
 namespace memo {
@@ -44,6 +45,9 @@ TEST(AddedTokens, single_word_skips_matches_inside_words) {
   // Punctuation is no word character; a combining mark (U+0330) is.
   EXPECT_EQ(matches(m, "<mask>, <mask>- \xE2\x97\x8C\xCC\xB0<mask>"),
             (Matches{{"<mask>", 7}, {"<mask>", 7}}));
+  // Symbols Unicode counts as letters (Other_Alphabetic): circled A, squared A, emoji-block A.
+  for (const char* letter : {"\xE2\x92\xB6", "\xF0\x9F\x84\xB0", "\xF0\x9F\x85\xB0"})
+    EXPECT_EQ(matches(m, std::string(letter) + "<mask>"), Matches{}) << letter;
 }
 
 TEST(AddedTokens, lstrip_and_rstrip_take_white_space_up_to_the_previous_match) {
@@ -101,6 +105,20 @@ TEST(AddedTokens, prompts_match_all_documents_all_but_control_tokens) {
   for (int32_t id : text(" is anthony [sep]")) want.push_back(id);
   EXPECT_EQ(t.encode("[CLS] My name is Anthony [SEP]"), want);
   EXPECT_EQ(t.decode(t.encode("My name")), "myname");  // the stripped space is gone, as in HF
+}
+
+TEST(AddedTokens, a_flag_that_is_no_boolean_names_its_token) {
+  json tj = test::small_tokenizer_json();
+  tj["added_tokens"][1]["lstrip"] = "yes";
+  std::string msg;
+  try {
+    Tokenizer::from_hf_json(tj, "flags");
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("added token \"<|fim|>\": lstrip is \"yes\", not true or false"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(AddedTokens, a_document_with_added_tokens_encodes_as_a_batch_and_in_segments) {

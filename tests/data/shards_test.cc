@@ -239,6 +239,17 @@ TEST_F(Shards, missing_truncated_or_out_of_vocabulary_shards_name_the_file) {
       msg.find(first.string() + " is listed in its folder's manifest.json but does not start"),
       std::string::npos)
       << msg;
+  // named by a glob or one by one, the same shards are held to the same entries
+  for (const std::string& named : {dir.str("out3") + "/train-*.bin", first.string()}) {
+    msg = error_message<FormatError>([&] { TokenData::load(named, 1000); });
+    EXPECT_NE(msg.find(first.string() + " is listed in its folder's manifest.json but does not "),
+              std::string::npos)
+        << named << ": " << msg;
+  }
+  write_file_atomic(dir / "out3" / "stray.bin", "raw bytes");
+  msg = error_message<DataError>([&] { TokenData::load(dir / "out3" / "stray.bin", 1000); });
+  EXPECT_NE(msg.find("stray.bin is not listed in its folder's manifest.json"), std::string::npos)
+      << msg;
   header[0] = char(header[0] - 1);
   write_file_atomic(first, header);
   // the folder's tokenizer.json (which checkpoints copy) must be the one the shards were written
@@ -252,6 +263,10 @@ TEST_F(Shards, missing_truncated_or_out_of_vocabulary_shards_name_the_file) {
   other["added_tokens"][0]["content"] = "<|other|>";
   write_file_atomic(tok, other.dump());
   msg = error_message<FormatError>([&] { shard_tokenizer_json(dir.str("out3")); });
+  EXPECT_NE(msg.find("is not the tokenizer its shards were written with"), std::string::npos)
+      << msg;
+  // ... before anything reads the shards, not when the first checkpoint copies it
+  msg = error_message<FormatError>([&] { TokenData::load(dir / "out3", 1000); });
   EXPECT_NE(msg.find("is not the tokenizer its shards were written with"), std::string::npos)
       << msg;
   write_file_atomic(tok, tok_text);

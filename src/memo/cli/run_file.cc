@@ -94,7 +94,9 @@ std::string switch_value(const CLI::Option& o) {
 std::string option_value(const CLI::Option& o) {
   if (kind_of(o) == Kind::kSwitch) return switch_value(o);
   const std::vector<std::string>& results = o.results();
-  if (results.size() == 1) return toml_value(kind_of(o), results.front());
+  // a one-value flag given twice takes the last (CLI11): the file holds that one
+  if (results.size() == 1 || o.get_items_expected_max() <= 1)
+    return toml_value(kind_of(o), results.back());
   std::string array = "[";
   for (size_t i = 0; i < results.size(); ++i)
     array += (i ? ", " : "") + toml_value(kind_of(o), results[i]);

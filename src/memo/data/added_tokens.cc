@@ -42,13 +42,16 @@ int32_t code_point_at(std::string_view text, size_t begin, size_t& length) {
 }
 
 // Rust regex's \w, which Hugging Face's single_word uses: Alphabetic (letters, letter numbers,
-// and the circled letters, the one Alphabetic block outside them and the marks), marks, decimal
-// digits, connector punctuation and the joiners.
+// marks, and the circled, parenthesized and squared Latin letters, symbols that Unicode counts as
+// Other_Alphabetic), marks, decimal digits, connector punctuation and the joiners.
 bool is_word(int32_t c) {
   if (c < 0) return false;
   if (c < 0x80)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-  if (c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9)) return true;
+  if (c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9) ||
+      (c >= 0x1F130 && c <= 0x1F149) || (c >= 0x1F150 && c <= 0x1F169) ||
+      (c >= 0x1F170 && c <= 0x1F189))
+    return true;
   switch (utf8proc_category(c)) {
     case UTF8PROC_CATEGORY_LU:
     case UTF8PROC_CATEGORY_LL:

@@ -335,19 +335,36 @@ std::optional<TokenData> TokenData::load_split(const fs::path& dir, const std::s
 TokenData TokenData::load(const fs::path& path, int64_t vocab_size) {
   const std::string p = path.string();
   check_vocab(vocab_size, p);
-  int64_t tokenizer_ids = 0;      // known from a manifest
+  // A shard folder's tokenizer.json is checked (shard_tokenizer_json, data/shards.h) before
+  // anything trains on its shards: a checkpoint copies it, and the run should not find out there.
+  shard_tokenizer_json(p);
   if (!fs::is_directory(path)) {  // shard files named one by one or by a glob: their folder's
     const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");  // manifest
     if (std::optional<ShardManifest> m = read_shard_manifest(dir)) {
       check_manifest_vocab(dir, *m, vocab_size);
-      tokenizer_ids = m->vocab_size;
       if (m->data_format == kShardPromptCompletionFormat)
         throw ConfigError(str(p, " names prompt-completion shards one by one; give their folder ",
                               dir.string(), " so that their loss masks are read"));
+      // each named file is one of the manifest's shards, held to its entry as the folder's are
+      const bool glob = p.find_first_of("*?[") != std::string::npos && !fs::exists(path);
+      const std::vector<fs::path> files = glob ? glob_files(p) : std::vector<fs::path>{path};
+      std::vector<ShardInfo> listed;
+      for (const fs::path& f : files) {
+        const std::string name = f.filename().string();
+        const auto it = std::find_if(m->shards.begin(), m->shards.end(),
+                                     [&](const ShardInfo& s) { return s.file == name; });
+        if (it == m->shards.end())
+          throw DataError(str(f.string(), " is not listed in its folder's ", kShardManifestFile,
+                              "; give the folder, or shards that `memo tokenize` wrote there"));
+        listed.push_back(*it);
+      }
+      std::shared_ptr<TokenStore> store = map_files(files, p, vocab_size, m->vocab_size, &listed);
+      const int64_t n = store->num_tokens();
+      return TokenData(std::move(store), 0, n, p, vocab_size);
     }
   }
   if (p.find_first_of("*?[") != std::string::npos && !fs::exists(path))
-    return load_files(glob_files(p), p, vocab_size, tokenizer_ids);
+    return load_files(glob_files(p), p, vocab_size);
   if (fs::is_directory(path)) {
     if (fs::exists(path / kShardManifestFile)) {
       std::optional<TokenData> train = load_split(path, "train", vocab_size);
@@ -357,7 +374,7 @@ TokenData TokenData::load(const fs::path& path, int64_t vocab_size) {
     std::vector<fs::path> files = glob_files((path / "*.bin").string());
     return load_files(files, str(p, " (", files.size(), " files)"), vocab_size);
   }
-  return load_files({path}, p, vocab_size, tokenizer_ids);
+  return load_files({path}, p, vocab_size);
 }
 
 std::optional<TokenData> load_validation_shards(const fs::path& path, int64_t vocab_size) {

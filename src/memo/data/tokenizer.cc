@@ -230,6 +230,9 @@ void metaspace_pieces(std::string_view text, const PreTokenizer& pre, TextStart 
 // <|im_start|>) stay text, so a document cannot end itself or forge a chat turn, while the other
 // added tokens (Qwen's <tool_call> and fill-in-the-middle tokens, Gemma 3's line feeds, tabs and
 // HTML tags) become their ids as in Hugging Face. Prompts (encode_with_special) match all.
+// One more difference, on a case no published tokenizer has: after a token that strips the white
+// space on its right, memo looks for the next token after that white space; Hugging Face looks
+// from the token's own end and can emit a token overlapping the stripped space (its text twice).
 void Tokenizer::Impl::encode_with_added(std::string_view text, std::vector<int32_t>& ids,
                                         TextStart start, const AddedTokenMatcher& raw,
                                         const AddedTokenMatcher& normalized,

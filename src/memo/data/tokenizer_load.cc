@@ -475,14 +475,22 @@ struct TokenizerJsonReader {
             json_token_id(t.at("id"), impl.source,
                           str("added token ", json_excerpt(t.value("content", json()), 40)));
         const std::string content = t.at("content").get<std::string>();
-        const bool special = t.value("special", true);
-        // Hugging Face's defaults where a field is missing: a special token matches the raw
-        // text, another the normalized text.
-        impl.add_special(content, id, special, t.value("normalized", !special));
+        // a flag, or Hugging Face's default where it is missing
+        auto flag = [&](const char* name, bool fallback) {
+          if (!t.contains(name)) return fallback;
+          if (!t.at(name).is_boolean())
+            throw FormatError(str(impl.source, ": added token ", json_excerpt(t.at("content"), 40),
+                                  ": ", name, " is ", json_excerpt(t.at(name), 20),
+                                  ", not true or false"));
+          return t.at(name).get<bool>();
+        };
+        const bool special = flag("special", true);
+        // a special token matches the raw text, another the normalized text
+        impl.add_special(content, id, special, flag("normalized", !special));
         AddedToken& token = impl.added.back().token;
-        token.single_word = t.value("single_word", false);
-        token.lstrip = t.value("lstrip", false);
-        token.rstrip = t.value("rstrip", false);
+        token.single_word = flag("single_word", false);
+        token.lstrip = flag("lstrip", false);
+        token.rstrip = flag("rstrip", false);
         if (!impl.concat_decode) {
           if (spellings.size() <= size_t(id)) spellings.resize(size_t(id) + 1);
           spellings[size_t(id)] = content;

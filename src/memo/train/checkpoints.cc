@@ -127,8 +127,8 @@ void restore_run_options(TrainOptions& o, const fs::path& checkpoint) {
   auto keep = [&]<class T>(const char* key, T& field, bool restore = true) {
     const T value = state_field<T>(j, key, file, field);
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
-      const bool positive =
-          std::string_view(key) == "log_every" || std::string_view(key) == "eval_tokens";
+      // eval_tokens 0: not given (--val-batches decides)
+      const bool positive = std::string_view(key) == "log_every";
       if (!(positive ? value > 0 : value >= 0) || !std::isfinite(double(value)))
         throw DataError(str(file, ": field '", key, "' = ", value, " must be ",
                             positive ? "above 0" : "0 or more", " (as its flag --", flag_name(key),

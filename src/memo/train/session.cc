@@ -7,6 +7,7 @@
 #include <string>
 
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/core/units.h"
 #include "memo/data/shards.h"
 #include "memo/io/checkpoint.h"
@@ -344,7 +345,11 @@ void TrainSession::read_run() {
   sampler_.emplace(data_->train, stage().seq, o_.seed);
   // a resumed run continues in its checkpoint's precision (older checkpoints did not say)
   if (resume_ && resume_->checkpoint.trainer_state.contains("precision")) {
-    const std::string was = resume_->checkpoint.trainer_state.at("precision");
+    const nlohmann::json& field = resume_->checkpoint.trainer_state.at("precision");
+    if (field != "fp32" && field != "bf16")
+      throw DataError(str(o_.resume_dir, ": trainer_state.json's precision ", json_excerpt(field),
+                          " is neither \"fp32\" nor \"bf16\""));
+    const std::string was = field.get<std::string>();
     if (was != precision_name(backend_))
       throw ConfigError(str(o_.resume_dir, " was trained in ", was, " and this run is ",
                             precision_name(backend_), ": resume with --precision ", was,
