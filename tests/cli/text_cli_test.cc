@@ -73,12 +73,16 @@ class TextCli : public ::testing::Test {
 // An --out folder inside an input folder is not an input: a rerun of the same command finds its
 // own complete run, not "another run" made of its shards read as documents.
 TEST_F(TextCli, an_out_folder_inside_the_inputs_is_not_read_as_input) {
+  // nor is a hidden folder (a cloned dataset repository's .git)
+  fs::create_directories(dir / "in" / ".git" / "objects");
+  write_text(dir / "in" / ".git" / "objects" / "pack", "not text to train on");
   const std::string cmd = test::memo_bin() + " tokenize --tokenizer " + dir.str("tok.json") +
                           " --out " + dir.str("in/shards") + " --shard-tokens 2000 " +
                           dir.str("in") + " 2>&1";
   const test::CommandResult first = test::run_command(cmd);
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string manifest = read_file(dir / "in" / "shards" / "manifest.json");
+  EXPECT_EQ(manifest.find(".git"), std::string::npos) << manifest;
   const test::CommandResult again = test::run_command(cmd);
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_EQ(read_file(dir / "in" / "shards" / "manifest.json"), manifest);

@@ -107,6 +107,19 @@ TEST(AddedTokens, prompts_match_all_documents_all_but_control_tokens) {
   EXPECT_EQ(t.decode(t.encode("My name")), "myname");  // the stripped space is gone, as in HF
 }
 
+// An end-of-text marked "special": false stays a control token: a document cannot end itself.
+TEST(AddedTokens, the_end_of_text_is_a_control_token_whatever_the_file_says) {
+  json tj = test::small_tokenizer_json();
+  tj["added_tokens"][0]["special"] = false;  // <|endoftext|>
+  const Tokenizer t = Tokenizer::from_hf_json(tj, "eot");
+  const int32_t eot = *t.end_of_text();
+  EXPECT_TRUE(t.is_control(eot));
+  const std::vector<int32_t> doc = t.encode("one<|endoftext|>two");
+  EXPECT_EQ(std::count(doc.begin(), doc.end(), eot), 0);
+  const std::vector<int32_t> prompt = t.encode_with_special("one<|endoftext|>two");
+  EXPECT_EQ(std::count(prompt.begin(), prompt.end(), eot), 1);
+}
+
 TEST(AddedTokens, a_flag_that_is_no_boolean_names_its_token) {
   json tj = test::small_tokenizer_json();
   tj["added_tokens"][1]["lstrip"] = "yes";

@@ -246,8 +246,10 @@ std::vector<Input> list_inputs(const std::vector<std::string>& inputs, const fs:
       std::vector<fs::path> files;
       for (auto it = fs::recursive_directory_iterator(p); it != fs::recursive_directory_iterator();
            ++it) {
-        if (it->is_directory() && !out_abs.empty() &&
-            fs::weakly_canonical(it->path(), ec) == out_abs) {
+        // the output folder, and hidden folders (.git of a cloned dataset repository, .cache)
+        if (it->is_directory() &&
+            (it->path().filename().string().starts_with(".") ||
+             (!out_abs.empty() && fs::weakly_canonical(it->path(), ec) == out_abs))) {
           it.disable_recursion_pending();
           continue;
         }

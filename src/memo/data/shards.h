@@ -24,8 +24,10 @@
 // document start), then its prompt and completion, or its rendered messages. A prompt-completion
 // example's loss counts the completion's tokens and the next example's end-of-text (the end of
 // this one: the model learns to stop); a split ends with one more end-of-text, the end of its
-// last example. Messages are rendered with the tokenizer's chat tokens, as Hugging Face's
-// templates for those tokenizers do:
+// last example. Messages are rendered with the tokenizer's chat tokens in the turn layout of
+// Hugging Face's templates for those tokenizers, the turns exactly as given (a model's own
+// chat_template may add a default system turn, an empty <think> block, a BOS, or trim contents:
+// those parts are the data's to give):
 //   ChatML (<|im_start|>, <|im_end|>: Qwen)  <|im_start|>ROLE\nCONTENT<|im_end|>\n
 //   Llama 3 (<|start_header_id|>, <|end_header_id|>, <|eot_id|>)
 //                          <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>

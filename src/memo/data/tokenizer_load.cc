@@ -567,7 +567,25 @@ Tokenizer Tokenizer::from_hf_json(const json& tj, const std::string& source, con
     throw FormatError(str(source, " is not a Hugging Face tokenizer.json: ", e.what()));
   }
   impl->hf = std::move(hf);
-  return Tokenizer(std::move(impl));
+  Tokenizer t(std::move(impl));
+  // The ids that delimit documents and sequences are control tokens whatever tokenizer.json says:
+  // a "</s>" marked "special": false would otherwise be matched in a document, which could then
+  // end itself (a document boundary memo tokenize's .docs do not list).
+  std::vector<int32_t> boundaries = t.impl_->prefix_ids;
+  boundaries.insert(boundaries.end(), t.impl_->suffix_ids.begin(), t.impl_->suffix_ids.end());
+  for (const std::optional<int32_t> id : {t.end_of_text(), t.impl_->eos_id})
+    if (id) boundaries.push_back(*id);
+  bool changed = false;
+  for (Impl::AddedTokenSpec& spec : t.impl_->added)
+    if (!spec.control &&
+        std::find(boundaries.begin(), boundaries.end(), spec.token.id) != boundaries.end()) {
+      spec.control = changed = true;
+      std::vector<bool>& control = t.impl_->control;
+      if (control.size() <= size_t(spec.token.id)) control.resize(size_t(spec.token.id) + 1, false);
+      control[size_t(spec.token.id)] = true;
+    }
+  if (changed) t.impl_->finish_specials();
+  return t;
 }
 
 Tokenizer Tokenizer::from_hf_json(const json& tj, const std::string& source) {
