@@ -222,14 +222,18 @@ TEST(KvDecoder, scaled_rope_qwen2_and_mistral_steps_match_pytorch_float64) {
 // rotates with the base of length 70, as one forward over them does. Each later step rotates its
 // new key with the base of the length then reached while the cached keys keep theirs (transformers'
 // cache does the same), which no single forward over the whole reproduces.
-TEST(KvDecoder, dynamic_rope_prefills_past_its_context_as_one_forward) {
+ModelConfig dynamic_past_32() {
   ModelConfig dynamic = tiny_decoder_llama();
   dynamic.max_position_embeddings = 32;
   dynamic.rope_scaling.type = RopeType::kDynamic;
   dynamic.rope_scaling.factor = 4.0;
   dynamic.rope_theta = 100.0;
   dynamic.validate();
-  expect_cached_steps_match_pytorch(dynamic, 70, 70);
+  return dynamic;
+}
+
+TEST(KvDecoder, dynamic_rope_prefills_past_its_context_as_one_forward) {
+  expect_cached_steps_match_pytorch(dynamic_past_32(), 70, 70);
 }
 
 // A prompt prefilled in chunks (memo eval --passkey's --prefill-chunk) gives the logits of one
@@ -237,11 +241,7 @@ TEST(KvDecoder, dynamic_rope_prefills_past_its_context_as_one_forward) {
 // are those of the whole prompt for every chunk, not of the length each chunk reaches (longrope:
 // the first chunk ends inside the original context of 48, the prompt past it).
 TEST(KvDecoder, a_prompt_prefilled_in_chunks_gives_the_logits_of_one_forward) {
-  ModelConfig dynamic = tiny_decoder_llama();
-  dynamic.max_position_embeddings = 32;
-  dynamic.rope_scaling.type = RopeType::kDynamic;
-  dynamic.rope_scaling.factor = 4.0;
-  dynamic.rope_theta = 100.0;
+  const ModelConfig dynamic = dynamic_past_32();
   ModelConfig longrope = tiny_decoder_llama();
   longrope.rope_scaling.type = RopeType::kLongrope;
   longrope.rope_scaling.original_max_position_embeddings = 48;
