@@ -530,8 +530,9 @@ void check_options(const TokenizeOptions& o) {
 Tokenizer load_tokenizer(const std::string& path) {
   Tokenizer tokenizer = Tokenizer::load(path);
   if (tokenizer.is_bytes() || !tokenizer.end_of_text())
-    throw ConfigError(str("tokenizer ", path, " has no end-of-text token (<|endoftext|> ",
-                          "or <|end_of_text|>) to separate documents"));
+    throw ConfigError(str("tokenizer ", path, " has no end-of-text token to separate documents ",
+                          "(an added <|endoftext|> or <|end_of_text|>, tokenizer_config.json's ",
+                          "eos_token, </s> or <eos>)"));
   return tokenizer;
 }
 
