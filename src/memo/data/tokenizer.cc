@@ -228,11 +228,12 @@ void metaspace_pieces(std::string_view text, const PreTokenizer& pre, TextStart 
 // stretch is pre-tokenized and merged on its own. memo does the same, with one difference kept on
 // purpose: in documents (encode, encode_batch) the control tokens (marked "special": <|endoftext|>,
 // <|im_start|>) stay text, so a document cannot end itself or forge a chat turn, while the other
-// added tokens (Qwen's <tool_call> and fill-in-the-middle tokens, Gemma 3's line feeds, tabs and
-// HTML tags) become their ids as in Hugging Face. Prompts (encode_with_special) match all.
-// One more difference, on a case no published tokenizer has: after a token that strips the white
-// space on its right, memo looks for the next token after that white space; Hugging Face looks
-// from the token's own end and can emit a token overlapping the stripped space (its text twice).
+// added tokens (Qwen's <tool_call> and fill-in-the-middle tokens; Gemma 3 has 6,406, line-feed
+// runs and HTML tags among them) become their ids as in Hugging Face. Prompts (encode_with_special)
+// match all. One more difference, on a case no published tokenizer has: after a token that strips
+// the white space on its right, memo looks for the next token after that white space; Hugging Face
+// looks from the token's own end and can emit a token overlapping the stripped space (its text
+// twice).
 void Tokenizer::Impl::encode_with_added(std::string_view text, std::vector<int32_t>& ids,
                                         TextStart start, const AddedTokenMatcher& raw,
                                         const AddedTokenMatcher& normalized,
@@ -341,7 +342,8 @@ std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const
 // segment's start finds the same pieces as matching inside the whole text. Cutting right after
 // such a newline therefore gives the ids of the whole document; the batch test holds it. Other
 // patterns are not cut, nor are documents whose added tokens could reach across the cut (one
-// holding a line feed before its end, or taking the white space on its left).
+// holding such a line feed, or taking the white space on its left: AddedTokenMatcher::
+// spans_line_ends).
 namespace {
 
 constexpr size_t kSegmentBytes = 1 << 20;
