@@ -151,6 +151,7 @@ struct Tokenizer::Impl {
   // the raw text unless `normalized`.
   void add_special(std::string content, int32_t id, bool is_control = true,
                    bool normalized = false);
+  void mark_control(int32_t id);  // control[id] = true, the vector grown to hold it
   void finish_specials();
   // Fills token_bytes (and spelling) of every id from the decoder, once the vocabulary is read.
   void finish_decoding(const std::vector<std::string>& spellings);

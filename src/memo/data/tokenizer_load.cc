@@ -94,12 +94,14 @@ void Tokenizer::Impl::add_merge(const std::string& left, const std::string& righ
 void Tokenizer::Impl::add_special(std::string content, int32_t id, bool is_control,
                                   bool normalized) {
   set_token(id, content);
-  if (is_control) {
-    if (control.size() <= size_t(id)) control.resize(size_t(id) + 1, false);
-    control[size_t(id)] = true;
-  }
+  if (is_control) mark_control(id);
   added.push_back({AddedToken{content, id}, is_control, normalized});
   specials.emplace_back(std::move(content), id);
+}
+
+void Tokenizer::Impl::mark_control(int32_t id) {
+  if (control.size() <= size_t(id)) control.resize(size_t(id) + 1, false);
+  control[size_t(id)] = true;
 }
 
 void Tokenizer::Impl::finish_specials() {
@@ -580,9 +582,7 @@ Tokenizer Tokenizer::from_hf_json(const json& tj, const std::string& source, con
     if (!spec.control &&
         std::find(boundaries.begin(), boundaries.end(), spec.token.id) != boundaries.end()) {
       spec.control = changed = true;
-      std::vector<bool>& control = t.impl_->control;
-      if (control.size() <= size_t(spec.token.id)) control.resize(size_t(spec.token.id) + 1, false);
-      control[size_t(spec.token.id)] = true;
+      t.impl_->mark_control(spec.token.id);
     }
   if (changed) t.impl_->finish_specials();
   return t;

@@ -118,13 +118,9 @@ void ModelConfig::check_sizes() const {
     throw ConfigError(str("rope_scaling dynamic: factor ", rope_scaling.factor, " x ",
                           positions_field(), " = ", max_position_embeddings,
                           " positions is over 2^40 tokens"));
+  // each factor is within int32 here, so head_dim() and kv_dim() hold their products
   const long double C = hidden_size, F = intermediate_size, V = vocab_size,
-                    HD = (long double)num_attention_heads *
-                         (explicit_head_dim > 0 ? explicit_head_dim
-                                                : hidden_size / num_attention_heads),
-                    KV = (long double)num_key_value_heads *
-                         (explicit_head_dim > 0 ? explicit_head_dim
-                                                : hidden_size / num_attention_heads);
+                    HD = (long double)num_attention_heads * head_dim(), KV = kv_dim();
   const long double per_layer = C * (2 * HD + 2 * KV) + 3 * C * F + 4 * C;
   const long double total =
       num_hidden_layers * per_layer + 2 * V * C + (uses_rope() ? 0 : max_position_embeddings * C);
