@@ -308,8 +308,8 @@ void read_sidecars(TokenStore& store, const fs::path& dir, const ShardManifest& 
 }  // namespace
 
 TokenData TokenData::load_files(const std::vector<fs::path>& files, const std::string& source,
-                                int64_t vocab_size, int64_t tokenizer_ids) {
-  std::shared_ptr<TokenStore> store = map_files(files, source, vocab_size, tokenizer_ids);
+                                int64_t vocab_size) {
+  std::shared_ptr<TokenStore> store = map_files(files, source, vocab_size, 0);
   const int64_t n = store->num_tokens();
   return TokenData(std::move(store), 0, n, source, vocab_size);
 }

@@ -45,11 +45,10 @@ class TokenData {
   // manifest lists none. Errors as load().
   static std::optional<TokenData> load_split(const std::filesystem::path& dir,
                                              const std::string& split, int64_t vocab_size);
-  // Maps `files` in order as one stream named `source`; same errors as load(). tokenizer_ids:
-  // the ids of the tokenizer that wrote them when known (a shard manifest), else 0.
+  // Maps `files` (no shard manifest's: load() holds those to their entries) in order as one
+  // stream named `source`; same errors as load().
   static TokenData load_files(const std::vector<std::filesystem::path>& files,
-                              const std::string& source, int64_t vocab_size,
-                              int64_t tokenizer_ids = 0);
+                              const std::string& source, int64_t vocab_size);
 
   // Tokens already in memory; `source` names them in messages. Checks every id like load().
   TokenData(std::vector<int32_t> tokens, std::string source, int64_t vocab_size);
