@@ -495,6 +495,32 @@ TEST_F(Cli, keep_last_keeps_the_newest_checkpoints) {
   test::expect_clean_failure(test::memo_bin() + " eval --checkpoint " + (dir / "two").string() +
                                  " --data " + dir.str("data.txt"),
                              "holds NaN or infinite values (the run diverged before this save?)");
+  // so is optimiser state that no run could have written: a NaN moment, a negative second moment
+  const fs::path state = dir / "three" / "step-00000005" / kOptimizerFile;
+  const std::string saved = read_file(state);
+  auto resume_with = [&](const std::string& prefix, float value) {
+    std::string b = saved;
+    uint64_t h = 0;
+    std::memcpy(&h, b.data(), 8);
+    const nlohmann::json index = nlohmann::json::parse(b.substr(8, h));
+    for (const auto& [name, entry] : index.items())
+      if (name.rfind(prefix, 0) == 0) {
+        const size_t offset = entry.at("data_offsets").at(0).get<size_t>();
+        std::memcpy(b.data() + 8 + h + offset, &value, 4);
+        break;
+      }
+    const size_t crc_at = b.find("crc32c:");
+    ASSERT_LT(crc_at, 8 + h);
+    char c[16];
+    std::snprintf(c, sizeof c, "crc32c:%08x", crc32c(0, std::string_view(b).substr(8 + h)));
+    b.replace(crc_at, 15, c);
+    write_file_atomic(state, b);
+    test::expect_clean_failure(
+        test::memo_bin() + " train --resume " + (dir / "three").string() + " --steps 6",
+        str(" state tensor ", prefix));
+  };
+  resume_with("exp_avg_sq.", -1.0f);
+  resume_with("exp_avg.", std::nanf(""));
 }
 
 // Note [One run a directory]: a new run refuses an --out that holds another run's checkpoints

@@ -1,5 +1,6 @@
 #include "memo/train/optimizer_setup.h"
 
+#include <cmath>
 #include <vector>
 
 #include "memo/core/error.h"
@@ -95,6 +96,19 @@ void restore_optimizer(Optimizer& optimizer, Backend& backend, const Safetensors
       throw DataError(str(source, ": the ", optimizer.name(), " state tensor ", s.name,
                           " cannot be restored: ", e.what()));
     }
+    // A NaN or infinity would carry into every later step, and a negative second moment would
+    // make Adam's denominator the root of a negative number. What was read is in s.data where the
+    // host reaches it, else in staging.
+    const bool second_moment = s.name.starts_with("exp_avg_sq");
+    const bool direct = backend.host_can_access(backend.device_space());
+    const float* values = direct ? s.data : staging.data();
+    const int64_t n = direct ? s.numel() : int64_t(staging.size());
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(values[i]) || (second_moment && values[i] < 0.0f))
+        throw DataError(str(source, ": the ", optimizer.name(), " state tensor ", s.name, " holds ",
+                            values[i], " at element ", i,
+                            second_moment ? " (a second moment is finite and not negative)"
+                                          : " (the run diverged before this save?)"));
   }
   optimizer.set_steps_done(steps_done);
 }
