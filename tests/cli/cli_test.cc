@@ -621,6 +621,24 @@ TEST_F(Cli, unknown_flag_is_rejected) {
   test::expect_clean_failure(train_cmd(dir / "out", "--steps 1 --frobnicate 3"), "--frobnicate");
 }
 
+// A damaged file's bytes quoted in a message come out as \xNN: the line stays printable UTF-8.
+TEST_F(Cli, bytes_that_are_not_utf8_in_an_error_are_shown_escaped) {
+  const std::string header = "{\"a\xFF\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+  std::string file(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(file.data(), &n, 8);
+  file += header + std::string(4, '\0');
+  fs::create_directories(dir / "damaged");
+  write_text(dir / "damaged" / "model.safetensors", file);
+  write_text(dir / "damaged" / "config.json", read_file(dir.str("config.json")));
+  const test::CommandResult r =
+      test::run_command(test::memo_bin() + " eval --checkpoint " + dir.str("damaged") + " --data " +
+                        dir.str("data.txt"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("last read: '\"a\\xFF'"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\xFF'), std::string::npos) << r.output;
+}
+
 TEST_F(Cli, missing_data_file_names_the_path) {
   test::expect_clean_failure(test::memo_bin() + " train --config " + dir.str("config.json") +
                                  " --data " + dir.str("nope.txt"),

@@ -1,5 +1,7 @@
 // The `memo` command: parses, validates and reports; the work is in the library. Each
 // subcommand lives in its own file (cli/commands.h).
+#include <utf8proc.h>
+
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
@@ -33,6 +35,37 @@ std::string error_text(const std::exception& e) {
   return memo::str(op, " ", paths, ": ", fe->code().message());
 }
 
+// A message as one printable line: line feeds and tabs become spaces, and bytes that are not
+// UTF-8 (a damaged file's text quoted by a parser) and other control characters \xNN, so the
+// terminal and a log reader see what was there.
+std::string one_line(const std::string& text) {
+  std::string out;
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  const auto n = utf8proc_ssize_t(text.size());
+  for (utf8proc_ssize_t i = 0; i < n;) {
+    utf8proc_int32_t c = 0;
+    const utf8proc_ssize_t len = utf8proc_iterate(bytes + i, n - i, &c);
+    if (len > 0 && c >= 0x20 && c != 0x7F) {
+      out.append(text, size_t(i), size_t(len));
+      i += len;
+      continue;
+    }
+    if (len > 0 && (c == '\n' || c == '\t')) {
+      out += ' ';
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", unsigned(bytes[i]));
+      out += hex;
+    }
+    ++i;
+  }
+  return out;
+}
+
+void report(const char* format, const std::string& text) {
+  std::fprintf(stderr, format, one_line(text).c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -45,7 +78,7 @@ int main(int argc, char** argv) {
   try {
     if (memo::MpiCommunicator::launched_by_mpirun()) world = memo::MpiCommunicator::world();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "memo: error: %s\n", e.what());
+    report("memo: error: %s\n", e.what());
     return 1;
   }
   CLI::App app{
@@ -80,7 +113,7 @@ int main(int argc, char** argv) {
       argv = rewritten.data();
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "memo: error: %s\n", e.what());
+    report("memo: error: %s\n", e.what());
     return 1;
   }
   try {
@@ -93,18 +126,18 @@ int main(int argc, char** argv) {
     std::string msg = e.what();
     for (char& c : msg)
       if (c == '\n') c = ' ';
-    std::fprintf(stderr, "memo: error: %s (see memo --help)\n", msg.c_str());
+    report("memo: error: %s (see memo --help)\n", msg);
     return 2;
   } catch (const memo::JobError& e) {  // every rank stops here: each reports, none aborts
-    std::fprintf(stderr, "memo: error: rank %d of %d: %s\n", world ? world->rank() : 0,
-                 world ? world->size() : 1, e.what());
+    report("memo: error: %s\n", memo::str("rank ", world ? world->rank() : 0, " of ",
+                                          world ? world->size() : 1, ": ", e.what()));
     return 1;
   } catch (const std::exception& e) {
     if (world && world->size() > 1)
-      std::fprintf(stderr, "memo: error: rank %d of %d: %s\n", world->rank(), world->size(),
-                   error_text(e).c_str());
+      report("memo: error: %s\n",
+             memo::str("rank ", world->rank(), " of ", world->size(), ": ", error_text(e)));
     else
-      std::fprintf(stderr, "memo: error: %s\n", error_text(e).c_str());
+      report("memo: error: %s\n", error_text(e));
     memo::abort_job_if_parallel(1);
     return 1;
   }
