@@ -75,12 +75,14 @@ TEST_F(Cli, gns_decay_outside_its_range_is_refused_with_one_micro_batch_too) {
 
 // CLI11 reads an empty value as the type's default; a number flag refuses one instead of running
 // with alpha 0 or lr 0.
-TEST_F(Cli, an_empty_value_of_a_number_flag_is_refused) {
+TEST_F(Cli, an_empty_or_too_large_value_of_a_number_flag_is_refused) {
   test::expect_clean_failure(train_cmd(dir / "e", "--steps 1 --activations memo --alpha ''"),
                              "--alpha: a number is needed, got ''");
   test::expect_clean_failure(
       test::memo_bin() + " plan --config " + dir.str("config.json") + " --seq ''",
       "--seq: a number is needed, got ''");
+  test::expect_clean_failure(train_cmd(dir / "e", "--steps 99999999999999999999"),
+                             "--steps: must fit in 64 bits, got 99999999999999999999");
 }
 
 TEST_F(Cli, same_command_gives_bitwise_identical_losses) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 
@@ -28,14 +29,29 @@ inline CLI::Validator number_check(bool positive) {
 namespace memo::cli {
 
 // CLI11 converts an empty value to the type's default: `--alpha ""` would run with alpha 0, the
-// user having meant no such thing. Every number flag of `app` and its subcommands refuses one.
+// user having meant no such thing; and it clamps an integer past 64 bits to the largest one, so
+// that a later bound would quote a number the user never gave. Every number flag of `app` and its
+// subcommands refuses both.
 inline void refuse_empty_numbers(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     const std::string type = opt->get_type_name();
-    if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0 && type.rfind("FLOAT", 0) != 0)
-      continue;
+    const bool is_unsigned = type.rfind("UINT", 0) == 0;
+    const bool integer = type.rfind("INT", 0) == 0 || is_unsigned;
+    if (!integer && type.rfind("FLOAT", 0) != 0) continue;
     opt->check(CLI::Validator(
-        [](std::string& s) -> std::string { return s.empty() ? "a number is needed, got ''" : ""; },
+        [integer, is_unsigned](std::string& s) -> std::string {
+          if (s.empty()) return "a number is needed, got ''";
+          if (!integer) return "";
+          errno = 0;
+          char* end = nullptr;
+          if (is_unsigned)
+            (void)std::strtoull(s.c_str(), &end, 10);
+          else
+            (void)std::strtoll(s.c_str(), &end, 10);
+          if (errno == ERANGE && end != s.c_str() && *end == '\0')
+            return str("must fit in 64 bits, got ", s);
+          return "";
+        },
         ""));
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
