@@ -525,6 +525,47 @@ TEST_F(Cli, keep_last_keeps_the_newest_checkpoints) {
   resume_with("exp_avg.", std::nanf(""));
 }
 
+// Note [Resume]: flags a resumed run cannot honour are refused by name; a branch into another
+// --out leaves the first run's log alone; the run file stays the run's, with the resume's flags
+// after it as comments; a checkpoint named with a trailing slash resumes; a log that cannot be
+// written stops the run.
+TEST_F(Cli, a_resumed_run_refuses_what_it_cannot_honour_and_leaves_the_first_runs_files) {
+  const std::string a = dir / "a", log = dir / "a.jsonl";
+  ASSERT_EQ(test::run_command(train_cmd(a, "--steps 4 --save-every 2 --keep-last 0 --log " + log))
+                .exit_code,
+            0);
+  const std::string first_log = read_file(log), first_run = read_file(fs::path(a) / kRunFile);
+  const std::string resume = test::memo_bin() + " train --resume " + a;
+  test::expect_clean_failure(resume + " --beta2 0.9",
+                             "--beta2: " + a + " holds its optimiser, hyperparameters and state");
+  test::expect_clean_failure(resume + " --val-fraction 0.2",
+                             "--val-fraction: " + a + " holds its data and validation split");
+  test::expect_clean_failure(resume + " --init-from " + a, "give one of the two");
+  const std::string step2 = a + "/step-00000002/";
+  test::expect_clean_failure(
+      test::memo_bin() + " train --resume " + step2 + " --out " + dir.str("b") + " --steps 3",
+      "a branch must not rewrite that; give this run its own --log");
+  const test::CommandResult branch =
+      test::run_command(test::memo_bin() + " train --resume " + step2 + " --out " + dir.str("b") +
+                        " --steps 3 --log " + dir.str("b.jsonl"));
+  ASSERT_EQ(branch.exit_code, 0) << branch.output;
+  EXPECT_EQ(read_file(log), first_log);
+  const std::string branch_run = read_file(dir / "b" / kRunFile);
+  EXPECT_EQ(branch_run.substr(0, first_run.size()), first_run);
+  EXPECT_NE(branch_run.find("\n# resumed from " + a + "/step-00000002 with:\n"), std::string::npos)
+      << branch_run;
+  EXPECT_NE(branch_run.find("\n#   steps = 3\n"), std::string::npos) << branch_run;
+  // a log the disk (here: the file-size limit) will not take stops the run, naming the file
+  const test::CommandResult full =
+      test::run_command("ulimit -f 4; " + train_cmd(dir / "c", "--steps 40 --no-checkpoint --log " +
+                                                                   dir.str("c.jsonl")));
+  EXPECT_EQ(full.exit_code, 1) << full.output;
+  EXPECT_NE(full.output.find("memo: error: cannot write the log " + dir.str("c.jsonl") +
+                             ": File too large\n"),
+            std::string::npos)
+      << full.output;
+}
+
 // Note [One run a directory]: a new run refuses an --out that holds another run's checkpoints
 // (before any output), resuming that run into it is fine, --overwrite removes the other run's
 // checkpoints and writes its own, and --init-from may not name what --overwrite would remove.

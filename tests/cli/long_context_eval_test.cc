@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -230,8 +231,18 @@ TEST_F(LongContextEval, passkey_runs_every_length_depth_and_trial) {
   const test::CommandResult too_long = test::run_command(
       test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --passkey --lengths 1M");
   EXPECT_NE(too_long.exit_code, 0);
-  EXPECT_NE(too_long.output.find("exceed the model's 512 positions"), std::string::npos)
+  EXPECT_NE(too_long.output.find("exceed the model's max_position_embeddings = 512"),
+            std::string::npos)
       << too_long.output;
+  // a length past 2^63 with the answer: refused, not wrapped round
+  test::expect_clean_failure(test::memo_bin() + " eval --checkpoint " + dir.str("run") +
+                                 " --passkey --lengths 300 --max-answer-tokens " +
+                                 std::to_string(std::numeric_limits<int64_t>::max()),
+                             "--lengths 300 and 9223372036854775807 answer tokens exceed the "
+                             "model's max_position_embeddings = 512");
+  test::expect_clean_failure(test::memo_bin() + " eval --checkpoint " + dir.str("run") +
+                                 " --data " + dir.str("data.txt") + " --seq -5",
+                             "--seq -5 must be positive");
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "memo/data/tokenizer.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/crc32c.h"
+#include "memo/train/run_data.h"
 #include "test_util.h"
 
 namespace memo {
@@ -302,6 +303,22 @@ TEST_F(Shards, another_run_in_the_same_folder_is_refused) {
   EXPECT_NE(msg.find("holds shards of another run"), std::string::npos) << msg;
 }
 
+// Shards are tokens already: a folder of them given as input, or found inside one, is refused.
+TEST_F(Shards, an_input_holding_shards_is_refused) {
+  tokenize_corpus(options("out"), progress_);
+  TokenizeOptions o = options("again");
+  o.inputs = {dir.str("out")};
+  std::string msg = error_message<DataError>([&] { tokenize_corpus(o, progress_); });
+  EXPECT_NE(msg.find("holds memo tokenize shards (manifest.json): they are tokens already; "
+                     "train on them with --data " +
+                     dir.str("out")),
+            std::string::npos)
+      << msg;
+  o.inputs = {dir.str("")};
+  msg = error_message<DataError>([&] { tokenize_corpus(o, progress_); });
+  EXPECT_NE(msg.find("train on them with --data " + dir.str("out")), std::string::npos) << msg;
+}
+
 TEST_F(Shards, json_line_without_text_names_the_file_and_offset) {
   write_file_atomic(dir / "bad.jsonl", "{\"text\": \"ok\"}\n{\"body\": \"x\"}\n");
   TokenizeOptions o = options("out");
@@ -420,6 +437,36 @@ TEST_F(PromptCompletion, examples_carry_a_mask_of_what_the_loss_counts) {
   const std::string msg =
       error_message<ConfigError>([&] { TokenData::load(dir.str("out") + "/train-*.bin", 1000); });
   EXPECT_NE(msg.find("names prompt-completion shards one by one"), std::string::npos) << msg;
+}
+
+// A ChatML fine-tune of a Llama 2 or Mistral tokenizer names <|im_end|> its eos_token: examples
+// are then separated by its </s>, not by the token that ends each turn (document masks would cut
+// every example at its turns), and training's document masks start where the manifest says.
+TEST_F(PromptCompletion, a_turn_end_named_eos_token_does_not_separate_examples) {
+  nlohmann::json tj = nlohmann::json::parse(read_file(dir / "chat.json"));
+  for (nlohmann::json& t : tj["added_tokens"])
+    if (t["content"] == "<|endoftext|>") t["content"] = "</s>";
+  fs::create_directories(dir / "hermes");
+  write_file_atomic(dir / "hermes" / "tokenizer.json", tj.dump());
+  write_file_atomic(dir / "hermes" / "tokenizer_config.json", R"({"eos_token": "<|im_end|>"})");
+  const Tokenizer t = Tokenizer::load(dir / "hermes");
+  const int32_t im_end = *t.special_id("<|im_end|>"), sep = *t.special_id("</s>");
+  ASSERT_EQ(t.end_of_text(), im_end);
+  TokenizeOptions o = sft_options("hermes-out");
+  o.tokenizer = dir.str("hermes");
+  ASSERT_TRUE(tokenize_corpus(o, progress_).complete);
+  EXPECT_EQ(read_shard_manifest(dir / "hermes-out")->end_of_text, sep);
+  const TokenData d = TokenData::load(dir / "hermes-out", 1000);
+  EXPECT_EQ(read_all(d), ids_);  // </s> has <|endoftext|>'s id
+  EXPECT_EQ(d.document_starts(), starts_);
+  EXPECT_EQ(document_start_token(dir.str("hermes-out"), -1, 1000, "--document-mask"), sep);
+  // with no other end-of-text token the examples could not be told apart: refused
+  for (nlohmann::json& t : tj["added_tokens"])
+    if (t["content"] == "</s>") t["content"] = "<|sep|>";
+  write_file_atomic(dir / "hermes" / "tokenizer.json", tj.dump());
+  o.out_dir = dir.str("hermes-out2");
+  const std::string msg = error_message<ConfigError>([&] { tokenize_corpus(o, progress_); });
+  EXPECT_NE(msg.find("also ends each chat turn"), std::string::npos) << msg;
 }
 
 TEST_F(PromptCompletion, windows_hold_whole_examples_and_count_their_completions) {

@@ -205,7 +205,19 @@ TEST(RopeScaling, the_model_with_each_type_matches_the_torch_reference_past_the_
     test::check_against_torch(scaled(t, t["rope_type"] == "dynamic" ? 32 : 128), 96, 1);
   }
   EXPECT_EQ(scaled({{"rope_type", "dynamic"}, {"factor", 4.0}}, 32).max_positions(), 128);
-  EXPECT_EQ(scaled({{"rope_type", "yarn"}, {"factor", 4.0}}, 32).max_positions(), 32);
+  // yarn: factor x its original context, and never below max_position_embeddings
+  EXPECT_EQ(scaled({{"rope_type", "yarn"}, {"factor", 4.0}}, 32).max_positions(), 128);
+  const ModelConfig qwen = scaled(
+      {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}}, 32);
+  EXPECT_EQ(qwen.max_positions(), 128);
+  EXPECT_EQ(qwen.positions_limit(),
+            "128 positions (rope_scaling yarn: factor 4 x original_max_position_embeddings = 32)");
+  EXPECT_EQ(
+      scaled({{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 16}},
+             128)
+          .max_positions(),
+      128);
+  EXPECT_EQ(scaled({{"rope_type", "linear"}, {"factor", 4.0}}, 32).max_positions(), 32);
 }
 
 TEST(RopeScaling, config_json_round_trips_each_type) {

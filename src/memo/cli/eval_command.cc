@@ -257,12 +257,13 @@ void add_eval_command(CLI::App& app) {
             o->passkey ? passkey_task(tokenizer) : needle_task(tokenizer, read_file(o->haystack));
         const std::vector<int64_t> lengths = parse_lengths(o->lengths);
         // the last answer token is never fed back: l + max_answer_tokens - 1 positions
+        // (compared so that no sum overflows)
         for (int64_t l : lengths)
-          if (l + o->max_answer_tokens - 1 > ckpt.config.max_positions())
+          if (o->max_answer_tokens - 1 > ckpt.config.max_positions() - l)
             throw ConfigError(str("--lengths ", l, " and ", o->max_answer_tokens,
-                                  " answer tokens exceed the model's ", ckpt.config.max_positions(),
-                                  " positions (", ckpt.config.positions_limit(),
-                                  "): a prompt of L tokens "
+                                  " answer tokens exceed the model's ",
+                                  ckpt.config.positions_limit(),
+                                  ": a prompt of L tokens "
                                   "answers in L + --max-answer-tokens - 1 positions"));
         const RetrievalReport r =
             run_retrieval(tokenizer, task, lengths, parse_depths(o->depths), o->trials, o->seed,

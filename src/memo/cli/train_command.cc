@@ -301,6 +301,8 @@ std::string resumed_precision(const std::string& resume_dir) {
 // The options the flags say, checked; device-dependent defaults are filled in by with_device.
 TrainOptions resolve_options(const TrainFlags& f) {
   TrainOptions o = f.options;
+  // --resume run/step-00000010/ (as a shell completes it) names the checkpoint, not a folder in it
+  while (o.resume_dir.size() > 1 && o.resume_dir.back() == '/') o.resume_dir.pop_back();
   o.optimizer = resolve_optimizer(f.optimizer);
   o.batch_schedule = resolve_batch_schedule(
       f.schedule, o.optimizer, o.seq_schedule.empty() ? o.seq : 0, !o.resume_dir.empty());
@@ -389,6 +391,48 @@ void with_device(TrainOptions& o, const TrainFlags& f, Backend& backend) {
   }
 }
 
+// Flags a resumed run cannot honour (Note [Resume]): refused by name rather than dropped. The
+// optimiser and its hyperparameters are the checkpoint's (its state is theirs); the validation
+// split is the run's unless --data names new data; --init-from has nothing to start.
+void check_resume_flags(const CLI::App& train, const TrainOptions& o) {
+  const std::string keep = str(", which a resumed run keeps; resume without it, or start a new ",
+                               "run from its weights with --init-from");
+  for (const CLI::Option* opt : train.get_options())
+    if (opt->get_group() == "optimizer" && opt->count() > 0)
+      throw ConfigError(str(opt->get_name(), ": ", o.resume_dir,
+                            " holds its optimiser, hyperparameters and state (trainer_state.json)",
+                            keep));
+  if (!o.data_given)
+    for (const char* flag : {"--val-data", "--val-fraction"})
+      if (train.get_option(flag)->count() > 0)
+        throw ConfigError(str(flag, ": ", o.resume_dir, " holds its data and validation split",
+                              keep, " (or give --data as well)"));
+  if (!o.init_from.empty())
+    throw ConfigError(str("--init-from ", o.init_from, ": --resume ", o.resume_dir,
+                          " continues a run from its own weights; give one of the two"));
+}
+
+// The run file a resumed run writes: the resumed checkpoint's (the run as it was started, which
+// `--run` repeats), then the keys this command gives, as comments; this command's file alone
+// where the checkpoint has none.
+std::string resumed_run_file(const std::string& resume_dir, const std::string& flags) {
+  const std::filesystem::path original = find_latest_checkpoint(resume_dir) / kRunFile;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(original, ec)) return flags;
+  std::string text = read_file(original);
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  text += str("\n# resumed from ", find_latest_checkpoint(resume_dir).string(), " with:\n");
+  size_t at = 0;
+  while (at < flags.size()) {
+    size_t end = flags.find('\n', at);
+    if (end == std::string::npos) end = flags.size();
+    const std::string_view line(flags.data() + at, end - at);
+    if (!line.empty() && line[0] != '#' && line[0] != '[') text += str("#   ", line, "\n");
+    at = end + 1;
+  }
+  return text;
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, MpiCommunicator* world) {
@@ -437,6 +481,10 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
         }
     o.restore_run_options = !o.resume_dir.empty();
     o.run_file = run_file_text(*train, true);
+    if (!o.resume_dir.empty()) {
+      check_resume_flags(*train, o);
+      o.run_file = resumed_run_file(o.resume_dir, o.run_file);
+    }
     RuntimeFlags device = f->device;
     if (!o.resume_dir.empty() && device.precision.empty())  // the run's own (Note [Resume])
       device.precision = resumed_precision(o.resume_dir);

@@ -46,8 +46,9 @@ void WindowSampler::pack_examples() {
     throw DataError(str(data_->source(), " has a loss mask but no document offsets to cut its ",
                         "examples at; rerun `memo tokenize --format prompt-completion`"));
   const int64_t n = data_->num_tokens(), k = int64_t(starts->size());
+  // the last example's length leaves out the split's closing end-of-text, a target only
   auto length_of = [&](int64_t i) {
-    return (i + 1 < k ? (*starts)[size_t(i + 1)] : n) - (*starts)[size_t(i)];
+    return (i + 1 < k ? (*starts)[size_t(i + 1)] : n - 1) - (*starts)[size_t(i)];
   };
   std::vector<uint8_t> mask(static_cast<size_t>(seq_));
   examples_ = k;

@@ -231,6 +231,23 @@ class ExampleParser {
 // The files of `inputs` (folders walked in name order). The --out folder, when it lies inside an
 // input folder, is not an input: its shards and manifest are this run's output (a rerun or a
 // resume would otherwise read them as documents and see "another run").
+// A folder that `memo tokenize` wrote holds tokens, not text: read as text, its shards would be
+// documents of binary noise (or its manifest a malformed JSON line).
+void refuse_shard_folder(const fs::path& dir, const std::string& given) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / kShardManifestFile, ec)) return;
+  try {
+    const json m = json::parse(read_file(dir / kShardManifestFile));
+    if (!m.is_object() || m.value("format", "") != kShardFormat) return;
+  } catch (const json::exception&) {
+    return;
+  }
+  throw DataError(str("input ", given,
+                      dir.string() == given ? "" : str(" holds ", dir.string(), ", which"),
+                      " holds memo tokenize shards (", kShardManifestFile,
+                      "): they are tokens already; train on them with --data ", dir.string()));
+}
+
 std::vector<Input> list_inputs(const std::vector<std::string>& inputs, const fs::path& out_dir) {
   std::error_code ec;
   const fs::path out_abs = fs::weakly_canonical(out_dir, ec);
@@ -243,6 +260,7 @@ std::vector<Input> list_inputs(const std::vector<std::string>& inputs, const fs:
     const fs::path p(in);
     if (!fs::exists(p)) throw DataError(str("input ", in, " does not exist"));
     if (fs::is_directory(p)) {
+      refuse_shard_folder(p, in);
       std::vector<fs::path> files;
       for (auto it = fs::recursive_directory_iterator(p); it != fs::recursive_directory_iterator();
            ++it) {
@@ -253,6 +271,7 @@ std::vector<Input> list_inputs(const std::vector<std::string>& inputs, const fs:
           it.disable_recursion_pending();
           continue;
         }
+        if (it->is_directory()) refuse_shard_folder(it->path(), in);
         if (it->is_regular_file() && !it->path().filename().string().starts_with("."))
           files.push_back(it->path());
       }
@@ -536,6 +555,24 @@ Tokenizer load_tokenizer(const std::string& path) {
   return tokenizer;
 }
 
+// The token that starts each prompt-completion example: the end of text, unless that is a chat
+// token (ChatML fine-tunes of Mistral or Llama 2 set eos_token to <|im_end|>), which would cut an
+// example at each of its turns under document masks; then the first of the other end-of-text
+// names the tokenizer has.
+int32_t example_separator(const Tokenizer& t, const ChatTokens& chat, const std::string& path) {
+  auto is_chat = [&](int32_t id) {
+    return id == chat.start || id == chat.end_header || id == chat.end;
+  };
+  const int32_t eot = *t.end_of_text();
+  if (!is_chat(eot)) return eot;
+  for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"})
+    if (const std::optional<int32_t> id = t.special_id(name); id && !is_chat(*id)) return *id;
+  throw ConfigError(str("tokenizer ", path, ": its end-of-text token ", eot,
+                        " also ends each chat turn, so examples could not be told apart from ",
+                        "their turns, and it has no other (<|endoftext|>, <|end_of_text|>, </s>, ",
+                        "<eos>) to separate them"));
+}
+
 json new_manifest(const json& run, const Tokenizer& tokenizer, int32_t eot, int token_bytes,
                   const std::string& data_format) {
   return {{"format", kShardFormat},
@@ -758,7 +795,10 @@ bool tokenize_documents(DocumentReader& reader, const Tokenizer& tokenizer, int6
 TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress) {
   check_options(o);
   const Tokenizer tokenizer = load_tokenizer(o.tokenizer);
-  const int32_t eot = *tokenizer.end_of_text();
+  const ChatTokens chat = chat_tokens(tokenizer);
+  const int32_t eot = o.format == kShardPromptCompletionFormat
+                          ? example_separator(tokenizer, chat, o.tokenizer)
+                          : *tokenizer.end_of_text();
   const std::vector<Input> inputs = list_inputs(o.inputs, fs::path(o.out_dir));
   RunOutput out{fs::path(o.out_dir)};
   fs::create_directories(out.dir);
@@ -777,7 +817,7 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
   remove_temporaries(out.dir);
   write_file_atomic(out.dir / kShardTokenizerFile, tokenizer.hf_json().dump());
   ShardWriter writer(out.dir, o.shard_tokens, token_bytes, masks, out.manifest);
-  const ExampleParser examples(chat_tokens(tokenizer), o.tokenizer);
+  const ExampleParser examples(chat, o.tokenizer);
 
   // Resume at the earlier of the two splits' first unwritten documents.
   const SplitState& first = out.train.resume_doc <= out.val.resume_doc ? out.train : out.val;

@@ -1,5 +1,6 @@
 #include "memo/model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -9,13 +10,30 @@
 namespace memo {
 
 int64_t ModelConfig::max_positions() const {
-  if (!uses_rope() || rope_scaling.type != RopeType::kDynamic) return max_position_embeddings;
-  return int64_t(std::floor(rope_scaling.factor * double(max_position_embeddings)));
+  if (!uses_rope()) return max_position_embeddings;
+  if (rope_scaling.type == RopeType::kDynamic)
+    return int64_t(std::floor(rope_scaling.factor * double(max_position_embeddings)));
+  if (rope_scaling.type == RopeType::kYarn)
+    return std::max(max_position_embeddings,
+                    int64_t(std::floor(rope_scaling.factor * double(yarn_original_positions()))));
+  return max_position_embeddings;
+}
+
+int64_t ModelConfig::yarn_original_positions() const {
+  return rope_scaling.original_max_position_embeddings > 0
+             ? rope_scaling.original_max_position_embeddings
+             : max_position_embeddings;
 }
 
 std::string ModelConfig::positions_limit() const {
   if (max_positions() == max_position_embeddings)
     return str(positions_field(), " = ", max_position_embeddings);
+  if (rope_scaling.type == RopeType::kYarn)
+    return str(
+        max_positions(), " positions (rope_scaling yarn: factor ", rope_scaling.factor, " x ",
+        rope_scaling.original_max_position_embeddings > 0 ? "original_max_position_embeddings"
+                                                          : "max_position_embeddings",
+        " = ", yarn_original_positions(), ")");
   return str(max_positions(), " positions (rope_scaling dynamic: factor ", rope_scaling.factor,
              " x max_position_embeddings = ", max_position_embeddings, ")");
 }

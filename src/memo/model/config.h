@@ -76,10 +76,15 @@ struct ModelConfig {
   const char* positions_field() const {
     return is_gpt2() ? "n_positions" : "max_position_embeddings";
   }
-  // The longest sequence the model runs: max_position_embeddings, or with rope_scaling dynamic,
-  // whose NTK-aware base grows with the length past it, factor x max_position_embeddings (the
-  // context its factor is chosen for; transformers sets no bound).
+  // The longest sequence the model runs: max_position_embeddings, or the context a scaling's
+  // factor is chosen for (transformers sets no bound): with rope_scaling dynamic, whose NTK-aware
+  // base grows with the length past it, factor x max_position_embeddings; with yarn, at least
+  // factor x its original context (original_max_position_embeddings, else
+  // max_position_embeddings), as vLLM serves it: Qwen2.5's cards turn yarn on by adding
+  // rope_scaling and leave max_position_embeddings at the original 32768.
   int64_t max_positions() const;
+  // yarn's original context: original_max_position_embeddings, else max_position_embeddings.
+  int64_t yarn_original_positions() const;
   // max_positions() in messages: "max_position_embeddings = 4096", or "16384 positions
   // (rope_scaling dynamic: factor 4 x max_position_embeddings = 4096)".
   std::string positions_limit() const;

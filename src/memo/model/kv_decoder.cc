@@ -17,8 +17,8 @@ KvDecoder::KvDecoder(const Model& model, int64_t max_tokens)
     : model_(model), cfg_(model.config()), max_tokens_(max_tokens) {
   if (max_tokens <= 0 || max_tokens > cfg_.max_positions())
     throw ConfigError(str("a decoder for ", max_tokens, " tokens: the model has ",
-                          cfg_.max_positions(), " positions (", cfg_.positions_limit(),
-                          "); ask for at most that many tokens, prompt included"));
+                          cfg_.positions_limit(),
+                          "; ask for at most that many tokens, prompt included"));
   if (cfg_.sliding_window > 0 && max_tokens > cfg_.sliding_window &&
       !model.backend().masked_attention())
     throw ConfigError(str("a decoder for ", max_tokens, " tokens: longer than sliding_window = ",

@@ -27,8 +27,9 @@ double BadSteps::median() const {
 
 BadSteps::Verdict BadSteps::judge(int64_t step, double loss, double grad_norm,
                                   const std::string& advice) {
-  // Without --skip-nonfinite only the loss is checked, as before the flag existed.
-  const bool finite = std::isfinite(loss) && (skip_nonfinite_ == 0 || std::isfinite(grad_norm));
+  // Both, with --skip-nonfinite or without: a finite loss over gradients that overflowed would
+  // write NaN into every weight at this step's update (and into the next checkpoint).
+  const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
   if (!finite) {
     if (++nonfinite_in_a_row_ > skip_nonfinite_)
       throw Error(

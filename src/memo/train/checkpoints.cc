@@ -146,8 +146,23 @@ void restore_run_options(TrainOptions& o, const fs::path& checkpoint) {
   keep("eval_tokens", o.eval_tokens, !validation_given);
   keep("val_batches", o.val_batches, !validation_given);
   keep("log_every", o.log_every);
-  keep("log", o.log_path);
-  keep("tensorboard", o.tensorboard_dir);
+  // the log and the events are the run's, in its folder's place: a resumed run that writes into
+  // another --out (a branch) must not rewrite the first run's records past its step
+  const bool same_folder = fs::weakly_canonical(checkpoint.parent_path(), ec) ==
+                           fs::weakly_canonical(fs::path(o.out_dir), ec);
+  for (auto [key, field] : {std::pair<const char*, std::string*>{"log", &o.log_path},
+                            {"tensorboard", &o.tensorboard_dir}}) {
+    std::string value = *field;
+    keep(key, value);
+    if (same_folder || given(key) || value.empty()) {
+      *field = value;
+    } else {
+      throw ConfigError(str("--out ", o.out_dir, " is not the folder of ", o.resume_dir,
+                            ", whose run writes its --", key, " to ", value,
+                            ": a branch must not rewrite that; give this run its own --", key,
+                            " (or --", key, " '' for none)"));
+    }
+  }
   keep("skip_nonfinite", o.skip_nonfinite);
   keep("spike_skip", o.spike_skip);
 }

@@ -82,6 +82,7 @@ EvalReport evaluate(Model& model, const Tokenizer* tokenizer, const TokenData& d
                     int64_t batch, int64_t max_batches, std::ostream* progress,
                     int64_t position_bucket) {
   const ModelConfig& cfg = model.config();
+  if (seq <= 0) throw ConfigError(str("--seq ", seq, " must be positive"));
   if (seq > cfg.max_positions())
     throw ConfigError(str("--seq ", seq, " exceeds ", cfg.positions_limit()));
   if (batch <= 0) throw ConfigError(str("--batch ", batch, " must be positive"));

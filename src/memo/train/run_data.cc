@@ -16,6 +16,14 @@ namespace memo {
 
 int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64_t vocab_size,
                              const char* flag) {
+  std::error_code ec;
+  std::filesystem::path dir(data_path);
+  if (!std::filesystem::is_directory(dir, ec)) dir = dir.parent_path();
+  const std::optional<ShardManifest> m = read_shard_manifest(dir.empty() ? "." : dir);
+  // `memo tokenize`'s folders name the token their documents start with: the tokenizer's end of
+  // text may come from a tokenizer_config.json the folder does not carry, and prompt-completion
+  // examples may be separated by another (example_separator in data/shards.cc)
+  if (eot_id < 0 && m && m->end_of_text >= 0) eot_id = m->end_of_text;
   if (eot_id < 0) {
     const std::string json = shard_tokenizer_json(data_path);
     if (json.empty())
@@ -35,11 +43,7 @@ int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64
         str("--eot-id ", eot_id, " lies outside the vocabulary of ", vocab_size, " ids"));
   // prompt-completion examples are packed at their end-of-text tokens (the .docs files): a mask
   // cut at another token would let examples see each other and cut each one apart
-  std::error_code ec;
-  std::filesystem::path dir(data_path);
-  if (!std::filesystem::is_directory(dir, ec)) dir = dir.parent_path();
-  if (const std::optional<ShardManifest> m = read_shard_manifest(dir.empty() ? "." : dir);
-      m && m->data_format == kShardPromptCompletionFormat && m->end_of_text >= 0 &&
+  if (m && m->data_format == kShardPromptCompletionFormat && m->end_of_text >= 0 &&
       eot_id != m->end_of_text)
     throw ConfigError(str("--eot-id ", eot_id, ": the prompt-completion examples of ", data_path,
                           " end with token ", m->end_of_text,

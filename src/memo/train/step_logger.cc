@@ -3,12 +3,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -382,7 +384,16 @@ void StepLogger::log_step(const Step& st) {
       record["val_loss"] = st.val->mean_loss();
       record["val_tokens"] = st.val->tokens;
     }
-    if (log_.is_open()) log_ << record.dump() << "\n" << std::flush;
+    if (log_.is_open()) {
+      errno = 0;
+      log_ << record.dump() << "\n" << std::flush;
+      // a full disk or a file-size limit: said, not a log that ends mid-record after a run that
+      // seemed to succeed
+      if (!log_)
+        throw DataError(str("cannot write the log ", o.log_path, ": ",
+                            errno ? std::error_code(errno, std::generic_category()).message()
+                                  : std::string("the write failed")));
+    }
     if (tensorboard_) tensorboard_->write_step(run.step, tensorboard_scalars(record));
   }
   if (run.step % o.log_every == 0 || plan.done()) {
