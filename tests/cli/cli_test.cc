@@ -649,7 +649,7 @@ TEST_F(Cli, skip_nonfinite_skips_without_updating_then_stops) {
   // resumed without the flag, the run skips as before (Note [Resume]: run_options)
   const test::CommandResult resumed =
       test::run_command(test::memo_bin() + " train --resume " + dir.str("nf/step-00000001") +
-                        " --out " + dir.str("nf3") + " 2>&1");
+                        " --out " + dir.str("nf3") + " --log " + dir.str("nf3.jsonl"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("memo: step 2 skipped: loss"), std::string::npos) << resumed.output;
   const test::CommandResult stop = test::run_command(

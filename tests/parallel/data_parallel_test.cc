@@ -127,6 +127,17 @@ TEST_F(DataParallel, micro_batches_that_do_not_split_are_refused) {
       << r.output;
 }
 
+// Commands other than memo train would run whole on every rank: refused, once, with the count.
+TEST_F(DataParallel, commands_that_do_not_share_their_work_are_refused_under_mpirun) {
+  const test::CommandResult r = test::run_command(mpirun(2) + test::memo_bin() + " plan --config " +
+                                                  dir.str("config.json") + " --seq 64 --batch 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("memo: error: memo plan runs as one process; of the commands only memo "
+                          "train runs under mpirun (2 ranks here)"),
+            std::string::npos)
+      << r.output;
+}
+
 // ZeRO-1 shards the optimiser over the ranks and changes no value; its checkpoint holds the whole
 // state, so it resumes on another layout (here: ZeRO-0 on 2 and on 4 ranks, and one process).
 TEST_F(DataParallel, zero_one_equals_zero_zero_and_resumes_on_another_layout) {
@@ -249,11 +260,12 @@ TEST_F(DataParallel, the_noise_batch_schedule_grows_in_steps_that_split_over_the
   const std::string from = two + "/step-00000010";
   const test::CommandResult on_one = test::run_command(
       "OMP_NUM_THREADS=1 " + test::memo_bin() + " train --data " + dir.str("words.txt") +
-      " --resume " + from + " --steps 40 --val-batches 2 --out " + dir.str("r1"));
+      " --resume " + from + " --steps 40 --val-batches 2 --out " + dir.str("r1") + " --log " +
+      dir.str("r1.jsonl"));
   EXPECT_EQ(on_one.exit_code, 0) << on_one.output;
-  const test::CommandResult on_four =
-      test::run_command(mpirun(4) + test::memo_bin() + " train --data " + dir.str("words.txt") +
-                        " --resume " + from + " --steps 40 --out " + dir.str("r4"));
+  const test::CommandResult on_four = test::run_command(
+      mpirun(4) + test::memo_bin() + " train --data " + dir.str("words.txt") + " --resume " + from +
+      " --steps 40 --out " + dir.str("r4") + " --log " + dir.str("r4.jsonl"));
   EXPECT_NE(on_four.exit_code, 0);
   EXPECT_NE(on_four.output.find("batch schedule grows in steps of 4 sequences"), std::string::npos)
       << on_four.output;

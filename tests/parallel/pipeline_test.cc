@@ -47,11 +47,22 @@ TEST(Pipeline, explicit_layer_counts_are_checked_by_name) {
            {"9,8,0,15", "'0' is not a positive layer count"},
            {"9,8,x,7", "'x' is not a positive layer count"},
            {"9,8,,7", "'' is not a positive layer count"},
-           {"9,8,8,7 ", "'7 ' is not a positive layer count"}})
+           {"9,8,8,7 ", "'7 ' is not a positive layer count"},
+           // counts that would wrap round an int to the right sum
+           {"2147483647,2147483647,5,1", "2147483647 layers in one chunk, the model has 32"}})
     EXPECT_NE(
         test::error_message<ConfigError>([&] { parse_pipeline_layers(text, 32, 4); }).find(says),
         std::string::npos)
         << text;
+  // shapes whose chunk or schedule counts would overflow are refused before they are counted
+  EXPECT_NE(test::error_message<ConfigError>([] {
+              validate_pipeline(2, int64_t(1) << 30, 4);
+            }).find("chunks: more than 65536"),
+            std::string::npos);
+  EXPECT_NE(test::error_message<ConfigError>([] {
+              validate_pipeline(2, 1, 2147483647);
+            }).find("more than the 16777216 a schedule runs"),
+            std::string::npos);
 }
 
 TEST(Pipeline, one_f_one_b_warms_up_then_alternates_then_cools_down) {

@@ -116,6 +116,16 @@ int main(int argc, char** argv) {
     report("memo: error: %s\n", e.what());
     return 1;
   }
+  // Only memo train shares its work over ranks: another command under mpirun would run whole on
+  // every rank (a sweep's rows written N times, N tokenize runs racing in one folder).
+  if (world && world->size() > 1 && args.size() > 1 && args[1] != "train" &&
+      args[1].rfind("-", 0) != 0) {
+    if (world->rank() == 0)
+      report("memo: error: %s\n",
+             memo::str("memo ", args[1], " runs as one process; of the commands only memo train ",
+                       "runs under mpirun (", world->size(), " ranks here)"));
+    return 1;
+  }
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's action
   } catch (const CLI::CallForHelp& e) {

@@ -354,9 +354,9 @@ void run_plan(const PlanCommandOptions& o) {
 void run_pipeline_plan(const PlanCommandOptions& o) {
   const ModelConfig config = load_model_config(o.config_path);
   check_shape_flags(o, config);
+  validate_pipeline(o.pp, o.virtual_stages, o.micro_batches > 0 ? o.micro_batches : 4 * o.pp);
   const PipelineShape shape{int(o.pp), int(o.virtual_stages)};
   const int m = int(o.micro_batches > 0 ? o.micro_batches : 4 * o.pp);
-  validate_pipeline(shape, m);
   const std::vector<int> counts = pipeline_layer_counts(config, o.seq, shape, o.pp_layers);
   const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
   nlohmann::json stages = nlohmann::json::array();

@@ -331,7 +331,8 @@ bool bf16_attention_native() {
 
 bool bf16_attention_by_default() {
   static const bool on = [] {
-    if (const char* want = std::getenv("MEMO_CPU_BF16_ATTENTION")) {
+    // empty counts as unset, as for MEMO_CPU_ISA
+    if (const char* want = std::getenv("MEMO_CPU_BF16_ATTENTION"); want && *want) {
       if (std::string_view(want) != "0" && std::string_view(want) != "1")
         throw Error(str("MEMO_CPU_BF16_ATTENTION=", want, ": expected 1 (on) or 0 (off)"));
       return std::string_view(want) == "1";

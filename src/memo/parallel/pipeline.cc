@@ -70,7 +70,7 @@ std::vector<int> balance_layers(int layers, int chunks, double head_cost) {
 
 std::vector<int> parse_pipeline_layers(const std::string& text, int layers, int chunks) {
   std::vector<int> counts;
-  int sum = 0;
+  int64_t sum = 0;
   size_t at = 0;
   while (true) {
     const size_t end = std::min(text.find(',', at), text.size());
@@ -81,6 +81,9 @@ std::vector<int> parse_pipeline_layers(const std::string& text, int layers, int 
     if (ec != std::errc() || ptr != last || n < 1)
       throw ConfigError(str("--pp-layers ", text, ": '", std::string(first, last),
                             "' is not a positive layer count (e.g. --pp-layers 9,8,8,7)"));
+    if (n > layers)
+      throw ConfigError(
+          str("--pp-layers ", text, ": ", n, " layers in one chunk, the model has ", layers));
     counts.push_back(n);
     sum += n;
     if (end == text.size()) break;
@@ -101,11 +104,18 @@ std::vector<int> chunk_first_layers(const std::vector<int>& counts) {
   return first;
 }
 
-void validate_pipeline(PipelineShape shape, int micro_batches) {
-  const int P = shape.stages, V = shape.virtual_stages;
+void validate_pipeline(int64_t P, int64_t V, int64_t micro_batches) {
   if (P < 1 || V < 1 || micro_batches < 1)
     throw ConfigError(str("pipeline: --pp ", P, ", --virtual-stages ", V, " and ", micro_batches,
                           " micro-batches per step must each be at least 1"));
+  // (P and V each at most the bound first, so that their product does not overflow)
+  if (P > kMaxPipelineChunks || V > kMaxPipelineChunks || P * V > kMaxPipelineChunks)
+    throw ConfigError(str("pipeline: --pp ", P, " x --virtual-stages ", V, " chunks: more than ",
+                          kMaxPipelineChunks, ", the most layers a model has"));
+  if (micro_batches * V > kMaxPipelineMicroBatches)
+    throw ConfigError(str("pipeline: ", micro_batches,
+                          " micro-batches per step x --virtual-stages ", V, ": more than the ",
+                          kMaxPipelineMicroBatches, " a schedule runs; use larger micro-batches"));
   if (V > 1 && micro_batches % P != 0)
     throw ConfigError(str("interleaved pipeline (--virtual-stages ", V, "): ", micro_batches,
                           " micro-batches per step is not a multiple of --pp ", P,

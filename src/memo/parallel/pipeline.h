@@ -65,9 +65,16 @@ struct PipeAction {
   bool operator==(const PipeAction&) const = default;
 };
 
-// ConfigError when the schedule cannot run the shape: P or V below 1, m below 1, or interleaving
-// (V > 1) with m not a multiple of P.
-void validate_pipeline(PipelineShape shape, int micro_batches);
+// ConfigError when the schedule cannot run the shape: P or V below 1, m below 1, more than
+// kMaxPipelineChunks chunks (a model has no more layers: ModelConfig::check_sizes) or
+// kMaxPipelineMicroBatches micro-batches, or interleaving (V > 1) with m not a multiple of P. The
+// int64 form checks flags before they are narrowed into a PipelineShape.
+inline constexpr int64_t kMaxPipelineChunks = int64_t(1) << 16;
+inline constexpr int64_t kMaxPipelineMicroBatches = int64_t(1) << 24;
+void validate_pipeline(int64_t stages, int64_t virtual_stages, int64_t micro_batches);
+inline void validate_pipeline(PipelineShape shape, int64_t micro_batches) {
+  validate_pipeline(shape.stages, shape.virtual_stages, micro_batches);
+}
 
 // Rank `rank`'s actions for one step (Note [Pipeline schedules]).
 std::vector<PipeAction> pipeline_actions(PipelineShape shape, int micro_batches, int rank);

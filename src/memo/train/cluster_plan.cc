@@ -461,7 +461,7 @@ void validate_cluster(const ModelConfig& config, int64_t seq, const ClusterOptio
                           o.gpus_per_node, " and --batch ", o.batch, " must be >= 1"));
   if (o.gpus % (t * c) != 0)
     throw ConfigError(str("--gpus ", o.gpus, " is not a multiple of --tp ", t, " x --cp ", c));
-  validate_pipeline({int(o.pp), int(o.virtual_stages)}, int(o.micro_batches));
+  validate_pipeline(o.pp, o.virtual_stages, o.micro_batches);
   if (o.pp == 1 && o.virtual_stages > 1)
     throw ConfigError("--virtual-stages splits a pipeline: give --pp 2 or more");
   if (o.gpus % (t * c * o.pp) != 0)

@@ -565,6 +565,8 @@ bool TrainSession::pipeline_tied() const { return o_.pp > 1 && model_->tied_embe
 // suit the schedule; each stage then runs its own pipeline step (enter_stage).
 void TrainSession::set_pipeline_part() {
   const PipelineShape shape = pipeline_shape();
+  const int64_t m = micro_steps() / data_parallel().size();
+  validate_pipeline(shape, m);  // before shape.chunks() is counted on
   const std::vector<int> counts =
       pipeline_layer_counts(config_, stages_.front().seq, shape, o_.pp_layers);
   const int p = pp_group_->rank();
@@ -573,13 +575,11 @@ void TrainSession::set_pipeline_part() {
     if (k != size_t(stage_)) {
       try {
         validate_pipeline(shape,
-                          int(stages_[k].batch / stages_[k].micro_batch / data_parallel().size()));
+                          stages_[k].batch / stages_[k].micro_batch / data_parallel().size());
       } catch (const ConfigError& e) {
         throw ConfigError(str("--seq-schedule: stage ", k + 1, ": ", e.what()));
       }
     }
-  const int64_t m = micro_steps() / data_parallel().size();
-  validate_pipeline(shape, int(m));
   pp_in_flight_ =
       parked_layers(shape, counts, int(plan_->max_micro_steps() / data_parallel().size()), p)
           .in_flight;
