@@ -14,7 +14,13 @@ Plan place_in_order(const Problem& problem, const std::vector<std::size_t>& orde
                     std::int64_t* candidates) {
   const std::size_t n = problem.buffers.size();
   Plan plan{std::vector<Bytes>(n, 0), 0};
-  std::vector<std::size_t> placed;
+  // the placed buffers of nonzero size, as arrays the scan below reads in order (every placement
+  // scans them all: a pipeline stage's step has 10^5 buffers)
+  struct Placed {
+    Step begin, end;
+    Bytes lo, hi;
+  };
+  std::vector<Placed> placed;
   placed.reserve(n);
   std::vector<std::pair<Bytes, Bytes>>
       taken;  // [lo, hi) byte ranges of placed buffers alive with b
@@ -22,11 +28,8 @@ Plan place_in_order(const Problem& problem, const std::vector<std::size_t>& orde
     const Buffer& b = problem.buffers[i];
     const Bytes size = aligned_size(b);
     taken.clear();
-    for (std::size_t j : placed) {
-      const Bytes size_j = aligned_size(problem.buffers[j]);
-      if (size_j > 0 && alive_together(b, problem.buffers[j]))
-        taken.emplace_back(plan.offsets[j], plan.offsets[j] + size_j);
-    }
+    for (const Placed& p : placed)
+      if (p.begin < b.end && b.begin < p.end) taken.emplace_back(p.lo, p.hi);
     std::sort(taken.begin(), taken.end());
     // Walk the gaps between taken ranges from the bottom. `cur` is the top of everything below.
     const auto round_up = [&](Bytes x) { return (x + b.align - 1) / b.align * b.align; };
@@ -47,7 +50,7 @@ Plan place_in_order(const Problem& problem, const std::vector<std::size_t>& orde
     }
     plan.offsets[i] = best_offset;
     plan.peak = std::max(plan.peak, best_offset + size);
-    placed.push_back(i);
+    if (size > 0) placed.push_back({b.begin, b.end, best_offset, best_offset + size});
   }
   return plan;
 }

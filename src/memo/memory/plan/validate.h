@@ -1,5 +1,6 @@
-// The independent check every plan passes before it is used. A plain O(n^2) loop over pairs that
-// shares no code with any solver, so a solver bug cannot hide behind the same bug here.
+// The independent check every plan passes before it is used: a sweep over time that shares no
+// code with any solver, so a solver bug cannot hide behind the same bug here
+// (tests/memory/plan/validate_test.cc checks it against every pair on random plans).
 #pragma once
 
 #include "memo/memory/plan/problem.h"
