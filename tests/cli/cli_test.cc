@@ -83,6 +83,8 @@ TEST_F(Cli, an_empty_or_too_large_value_of_a_number_flag_is_refused) {
       "--seq: a number is needed, got ''");
   test::expect_clean_failure(train_cmd(dir / "e", "--steps 99999999999999999999"),
                              "--steps: must fit in 64 bits, got 99999999999999999999");
+  test::expect_clean_failure(train_cmd(dir / "e", "--seed 0xFFFFFFFFFFFFFFFFFFFF"),
+                             "--seed: must fit in 64 bits, got 0xFFFFFFFFFFFFFFFFFFFF");
 }
 
 TEST_F(Cli, same_command_gives_bitwise_identical_losses) {
@@ -537,7 +539,9 @@ TEST_F(Cli, a_resumed_run_refuses_what_it_cannot_honour_and_leaves_the_first_run
   const std::string first_log = read_file(log), first_run = read_file(fs::path(a) / kRunFile);
   const std::string resume = test::memo_bin() + " train --resume " + a;
   test::expect_clean_failure(resume + " --beta2 0.9",
-                             "--beta2: " + a + " holds its optimiser, hyperparameters and state");
+                             "--beta2 0.9: " + a + " was trained with adamw {");
+  test::expect_clean_failure(resume + " --optimizer lion",
+                             "--optimizer lion: " + a + " was trained with adamw, which");
   test::expect_clean_failure(resume + " --val-fraction 0.2",
                              "--val-fraction: " + a + " holds its data and validation split");
   test::expect_clean_failure(resume + " --init-from " + a, "give one of the two");
@@ -545,9 +549,16 @@ TEST_F(Cli, a_resumed_run_refuses_what_it_cannot_honour_and_leaves_the_first_run
   test::expect_clean_failure(
       test::memo_bin() + " train --resume " + step2 + " --out " + dir.str("b") + " --steps 3",
       "a branch must not rewrite that; give this run its own --log");
+  // a copy of a checkpoint is a branch too: its run's log is still the first run's
+  fs::create_directories(dir / "copy");
+  fs::copy(a + "/step-00000002", dir / "copy" / "step-00000002", fs::copy_options::recursive);
+  test::expect_clean_failure(
+      test::memo_bin() + " train --resume " + dir.str("copy") + "/step-00000002 --steps 3",
+      "a branch must not rewrite that");
+  // an optimiser flag that repeats the checkpoint's (a requeued job's own command) is fine
   const test::CommandResult branch =
       test::run_command(test::memo_bin() + " train --resume " + step2 + " --out " + dir.str("b") +
-                        " --steps 3 --log " + dir.str("b.jsonl"));
+                        " --steps 3 --log " + dir.str("b.jsonl") + " --optimizer adamw");
   ASSERT_EQ(branch.exit_code, 0) << branch.output;
   EXPECT_EQ(read_file(log), first_log);
   const std::string branch_run = read_file(dir / "b" / kRunFile);

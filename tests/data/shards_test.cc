@@ -486,8 +486,9 @@ TEST_F(PromptCompletion, windows_hold_whole_examples_and_count_their_completions
     int64_t t = 0;
     while (t < seq && example < starts_.size()) {
       const int64_t s = starts_[example];
+      // (the last example ends before the split's closing end-of-text, a target only)
       const int64_t end =
-          example + 1 < starts_.size() ? starts_[example + 1] : int64_t(ids_.size());
+          example + 1 < starts_.size() ? starts_[example + 1] : int64_t(ids_.size()) - 1;
       if (t > 0 && t + end - s > seq) break;  // the next window's
       bool counted = false;
       for (int64_t i = s + 1; i < std::min(end + 1, s + seq + 1); ++i) counted |= mask_[size_t(i)];
@@ -528,6 +529,23 @@ TEST_F(PromptCompletion, windows_hold_whole_examples_and_count_their_completions
   EXPECT_EQ(a, b);
   EXPECT_EQ(ta, tb);
   EXPECT_EQ(a[0], eot);
+}
+
+// The last example of a split holds its tokens up to the split's closing end-of-text, which is
+// its last target and no input: an example of exactly seq tokens there is packed whole.
+TEST_F(PromptCompletion, a_last_example_of_exactly_the_window_is_whole) {
+  write_file_atomic(dir / "last.jsonl",
+                    "{\"prompt\": \" the\", \"completion\": \" and\"}\n"
+                    "{\"prompt\": \" hello the and of\", \"completion\": \" in that he the\"}\n");
+  TokenizeOptions o = sft_options("last");
+  o.inputs = {dir.str("last.jsonl")};
+  ASSERT_TRUE(tokenize_corpus(o, progress_).complete);
+  const TokenData d = TokenData::load(dir / "last", 1000);
+  const int64_t last = d.num_tokens() - 1 - d.document_starts()->back();
+  ASSERT_GT(last, d.document_starts()->at(1) - d.document_starts()->at(0));
+  const WindowSampler sampler(d, last, 1);
+  EXPECT_EQ(sampler.truncated_examples(), 0);
+  EXPECT_EQ(sampler.num_sequential_windows(), 2);
 }
 
 TEST_F(PromptCompletion, lines_that_are_not_examples_name_the_file_and_offset) {

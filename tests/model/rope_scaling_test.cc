@@ -218,6 +218,12 @@ TEST(RopeScaling, the_model_with_each_type_matches_the_torch_reference_past_the_
           .max_positions(),
       128);
   EXPECT_EQ(scaled({{"rope_type", "linear"}, {"factor", 4.0}}, 32).max_positions(), 32);
+  for (const double factor : {1e12, 1e300})  // past 2^40 positions, or past a double's int64
+    EXPECT_NE(test::error_message<Error>([&] {
+                scaled({{"rope_type", "yarn"}, {"factor", factor}}, 32);
+              }).find("positions is over 2^40 tokens"),
+              std::string::npos)
+        << factor;
 }
 
 TEST(RopeScaling, config_json_round_trips_each_type) {

@@ -118,8 +118,10 @@ int main(int argc, char** argv) {
   }
   // Only memo train shares its work over ranks: another command under mpirun would run whole on
   // every rank (a sweep's rows written N times, N tokenize runs racing in one folder).
-  if (world && world->size() > 1 && args.size() > 1 && args[1] != "train" &&
-      args[1].rfind("-", 0) != 0) {
+  const bool a_command =
+      args.size() > 1 &&
+      !app.get_subcommands([&](const CLI::App* c) { return c->get_name() == args[1]; }).empty();
+  if (world && world->size() > 1 && a_command && args[1] != "train") {
     if (world->rank() == 0)
       report("memo: error: %s\n",
              memo::str("memo ", args[1], " runs as one process; of the commands only memo train ",

@@ -42,14 +42,17 @@ inline void refuse_empty_numbers(CLI::App& app) {
         [integer, is_unsigned](std::string& s) -> std::string {
           if (s.empty()) return "a number is needed, got ''";
           if (!integer) return "";
-          errno = 0;
-          char* end = nullptr;
-          if (is_unsigned)
-            (void)std::strtoull(s.c_str(), &end, 10);
-          else
-            (void)std::strtoll(s.c_str(), &end, 10);
-          if (errno == ERANGE && end != s.c_str() && *end == '\0')
-            return str("must fit in 64 bits, got ", s);
+          // decimal, and the 0x hexadecimal CLI11 also reads
+          for (const int base : {10, 16}) {
+            errno = 0;
+            char* end = nullptr;
+            if (is_unsigned)
+              (void)std::strtoull(s.c_str(), &end, base);
+            else
+              (void)std::strtoll(s.c_str(), &end, base);
+            if (errno == ERANGE && end != s.c_str() && *end == '\0')
+              return str("must fit in 64 bits, got ", s);
+          }
           return "";
         },
         ""));

@@ -19,6 +19,7 @@
 #include "memo/io/config_json.h"
 #include "memo/io/hardware_json.h"
 #include "memo/io/json_file.h"
+#include "memo/train/optimizer_setup.h"
 #include "memo/train/stop_signals.h"
 #include "memo/train/trainer.h"
 
@@ -391,17 +392,31 @@ void with_device(TrainOptions& o, const TrainFlags& f, Backend& backend) {
   }
 }
 
-// Flags a resumed run cannot honour (Note [Resume]): refused by name rather than dropped. The
-// optimiser and its hyperparameters are the checkpoint's (its state is theirs); the validation
-// split is the run's unless --data names new data; --init-from has nothing to start.
-void check_resume_flags(const CLI::App& train, const TrainOptions& o) {
+// Flags a resumed run cannot honour (Note [Resume]): refused by name rather than dropped. An
+// optimiser flag must repeat what the checkpoint holds (its state is that optimiser's: a
+// requeued job reruns its own command with --resume); the validation split is the run's unless
+// --data names new data; --init-from has nothing to start.
+void check_resume_flags(const CLI::App& train, const TrainFlags& f, const TrainOptions& o) {
   const std::string keep = str(", which a resumed run keeps; resume without it, or start a new ",
                                "run from its weights with --init-from");
-  for (const CLI::Option* opt : train.get_options())
-    if (opt->get_group() == "optimizer" && opt->count() > 0)
-      throw ConfigError(str(opt->get_name(), ": ", o.resume_dir,
-                            " holds its optimiser, hyperparameters and state (trainer_state.json)",
-                            keep));
+  const CLI::Option* name = train.get_option("--optimizer");
+  bool optimizer_given = name->count() > 0;
+  for (const auto& [key, option] : f.optimizer.options) optimizer_given |= option->count() > 0;
+  const std::filesystem::path state = find_latest_checkpoint(o.resume_dir) / kTrainerStateFile;
+  std::error_code ec;
+  if (optimizer_given && std::filesystem::is_regular_file(state, ec)) {
+    const OptimizerChoice held = optimizer_choice_from_state(read_json_file<FormatError>(state));
+    if (name->count() > 0 && o.optimizer.name != held.name)
+      throw ConfigError(str("--optimizer ", o.optimizer.name, ": ", o.resume_dir,
+                            " was trained with ", held.name, keep));
+    const nlohmann::json asked = hyperparameters_of(o.optimizer), had = hyperparameters_of(held);
+    for (const auto& [key, option] : f.optimizer.options)
+      if (option->count() > 0 &&
+          (!had.contains(key) || asked.value(key, nlohmann::json()) != had.at(key)))
+        throw ConfigError(str(option->get_name(), " ", asked.value(key, nlohmann::json()).dump(),
+                              ": ", o.resume_dir, " was trained with ", held.name, " ", had.dump(),
+                              keep));
+  }
   if (!o.data_given)
     for (const char* flag : {"--val-data", "--val-fraction"})
       if (train.get_option(flag)->count() > 0)
@@ -482,7 +497,7 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
     o.restore_run_options = !o.resume_dir.empty();
     o.run_file = run_file_text(*train, true);
     if (!o.resume_dir.empty()) {
-      check_resume_flags(*train, o);
+      check_resume_flags(*train, *f, o);
       o.run_file = resumed_run_file(o.resume_dir, o.run_file);
     }
     RuntimeFlags device = f->device;

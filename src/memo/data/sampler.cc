@@ -97,7 +97,7 @@ int64_t WindowSampler::window_start(int64_t step, int64_t micro, int64_t row) co
 
 void WindowSampler::copy_pack(const Pack& p, int32_t* inputs, int32_t* targets) const {
   data_->copy(p.start, p.length, inputs);
-  // the last example of the data has no next end-of-text: its last target is not counted
+  // every input has its target: a pack ends by the data's last token (pack_examples)
   const int64_t known = std::min(p.length, data_->num_tokens() - 1 - p.start);
   data_->copy(p.start + 1, known, targets);
   std::vector<uint8_t> counted(static_cast<size_t>(known));

@@ -136,6 +136,10 @@ void ModelConfig::check_sizes() const {
     throw ConfigError(str("rope_scaling dynamic: factor ", rope_scaling.factor, " x ",
                           positions_field(), " = ", max_position_embeddings,
                           " positions is over 2^40 tokens"));
+  if (uses_rope() && rope_scaling.type == RopeType::kYarn &&
+      !(rope_scaling.factor * double(yarn_original_positions()) <= std::ldexp(1.0, 40)))
+    throw ConfigError(str("rope_scaling yarn: factor ", rope_scaling.factor, " x its original ",
+                          yarn_original_positions(), " positions is over 2^40 tokens"));
   // each factor is within int32 here, so head_dim() and kv_dim() hold their products
   const long double C = hidden_size, F = intermediate_size, V = vocab_size,
                     HD = (long double)num_attention_heads * head_dim(), KV = kv_dim();

@@ -112,7 +112,7 @@ void validate_pipeline(int64_t P, int64_t V, int64_t micro_batches) {
   if (P > kMaxPipelineChunks || V > kMaxPipelineChunks || P * V > kMaxPipelineChunks)
     throw ConfigError(str("pipeline: --pp ", P, " x --virtual-stages ", V, " chunks: more than ",
                           kMaxPipelineChunks, ", the most layers a model has"));
-  if (micro_batches * V > kMaxPipelineMicroBatches)
+  if (micro_batches > kMaxPipelineMicroBatches / V)  // (m x V would overflow for a huge m)
     throw ConfigError(str("pipeline: ", micro_batches,
                           " micro-batches per step x --virtual-stages ", V, ": more than the ",
                           kMaxPipelineMicroBatches, " a schedule runs; use larger micro-batches"));

@@ -60,7 +60,9 @@ nlohmann::json pinned_options(const TrainOptions& o) {
 // line gives them (Note [Resume]), so that `memo train --resume DIR` goes on saving, validating,
 // logging and skipping as the run did.
 nlohmann::json run_options(const TrainOptions& o) {
-  return {{"save_every", o.save_every},
+  std::error_code ec;
+  return {{"out", fs::weakly_canonical(fs::path(o.out_dir), ec).string()},
+          {"save_every", o.save_every},
           {"keep_last", o.keep_last},
           {"save_best", o.save_best},
           {"async_save", o.async_save},
@@ -147,9 +149,13 @@ void restore_run_options(TrainOptions& o, const fs::path& checkpoint) {
   keep("val_batches", o.val_batches, !validation_given);
   keep("log_every", o.log_every);
   // the log and the events are the run's, in its folder's place: a resumed run that writes into
-  // another --out (a branch) must not rewrite the first run's records past its step
-  const bool same_folder = fs::weakly_canonical(checkpoint.parent_path(), ec) ==
-                           fs::weakly_canonical(fs::path(o.out_dir), ec);
+  // another --out (a branch, or a copy of a checkpoint) must not rewrite the first run's records
+  // past its step. The folder is the one the run wrote (older checkpoints: the checkpoint's)
+  const fs::path run_folder = j.contains("out") && j["out"].is_string()
+                                  ? fs::path(j["out"].get<std::string>())
+                                  : checkpoint.parent_path();
+  const bool same_folder =
+      fs::weakly_canonical(run_folder, ec) == fs::weakly_canonical(fs::path(o.out_dir), ec);
   for (auto [key, field] : {std::pair<const char*, std::string*>{"log", &o.log_path},
                             {"tensorboard", &o.tensorboard_dir}}) {
     std::string value = *field;
