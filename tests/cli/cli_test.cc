@@ -869,7 +869,7 @@ TEST_F(Cli, a_run_that_overflows_host_memory_is_refused_before_step_1_with_what_
           .exit_code,
       0);
   EXPECT_NE(
-      test::run_command(cmd(str("--seq ", fits + 2, " --activations offload --host-memory 60KiB")))
+      test::run_command(cmd(str("--seq ", fits + 1, " --activations offload --host-memory 60KiB")))
           .output.find(said),
       std::string::npos);
   // the budget it names holds the run

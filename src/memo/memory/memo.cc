@@ -53,13 +53,36 @@ MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
   const AlphaChoice choice = choose_alpha(in);
   if (!choice.host_fits) throw BudgetError(str("memo: ", choice.advice));
   Decision d;
+  const int64_t g = backend()->reproducible_rows();
+  const int64_t T = layout().token_rows(batch, seq);
   if (options_.alpha) {
     d.alpha = *options_.alpha;
-    if (d.alpha > choice.alpha_host)
-      throw BudgetError(str("memo: --alpha ", d.alpha, " needs ", gib(host_bytes_at(in, d.alpha)),
-                            " of host memory for ", in.num_layers - 2, " offloaded layers, budget ",
-                            gib(double(host_memory_bytes_)), "; --alpha ",
-                            std::floor(choice.alpha_host * 100.0) / 100.0, " fits"));
+    // the pool holds the rows alpha rounds down to (memo_offload_rows), as memo plan, the
+    // session's check before step 1 and the pool itself count them
+    const int64_t need = planned_host_bytes(batch, seq, memo_offload_rows(d.alpha, T, g));
+    if (host_memory_bytes_ > 0 && need > host_memory_bytes_) {
+      // the most rows, in panels, that fit, and an alpha that rounds to no more
+      int64_t lo = 0, hi = (T + g - 1) / g;
+      while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (planned_host_bytes(batch, seq, std::min(mid * g, T)) <= host_memory_bytes_)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      // the fewest decimals whose alpha rounds to those rows (rows / T cut to 2 decimals could
+      // round down a panel)
+      const int64_t rows = std::min(lo * g, T);
+      double fits = 0.0;
+      for (double scale = 100.0; scale <= 1e15; scale *= 10.0) {
+        fits = std::ceil(double(rows) / double(T) * scale) / scale;
+        if (memo_offload_rows(fits, T, g) == rows) break;
+      }
+      throw BudgetError(str("memo: --alpha ", d.alpha, " needs ", gib(double(need)), " (", need,
+                            " bytes) of host memory for ", in.num_layers - 2,
+                            " offloaded layers, budget ", gib(double(host_memory_bytes_)), " (",
+                            host_memory_bytes_, " bytes); --alpha ", fits, " fits"));
+    }
     d.text = str("memo: alpha ", d.alpha, " (given)");
   } else if (wants_warmup()) {
     d.alpha = 0.0;  // the warm-up: least host memory; every alpha gives the same
@@ -70,8 +93,6 @@ MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
     d.text = str("memo: ", describe(in, choice));
     if (!choice.copy_hidden) d.text += str("; warning: ", choice.advice);
   }
-  const int64_t g = backend()->reproducible_rows();
-  const int64_t T = layout().token_rows(batch, seq);
   const int64_t rows = memo_offload_rows(d.alpha, T, g);
   d.text += str("; offloading ", rows, " of ", T, " token rows (alpha ", double(rows) / double(T),
                 " after rounding to ", g, "-row panels), host ",

@@ -48,7 +48,8 @@ std::string host_over_budget(const StrategyOptions& a, const SkeletalLayout& ske
   if (a.host_memory_bytes <= 0 || bytes <= a.host_memory_bytes) return "";
   const int64_t layers = std::max(1, skeletal.num_layers - 2);
   const bool cost_model = a.kind == "memo" && !a.alpha;
-  const int64_t unit = 2 * cp * tp;
+  // lengths the layout takes: context parallelism cuts 2 cp chunks, sequence parallelism tp parts
+  const int64_t unit = cp > 1 ? 2 * cp * tp : tp;
   int64_t lo = 0, hi = seq / unit;  // lo * unit fits (0: none does)
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo + 1) / 2;
