@@ -251,6 +251,17 @@ TEST(ClusterPlan, the_longest_sequence_fits_and_one_step_more_does_not) {
         plan_cluster(cpu_backend(), config, *p.max_seq + p.max_seq_step, strategy, o).fits());
     o.search_max_seq = true;
   }
+  // a host that holds memo only under one step of 1024 t c tokens: the search goes on in the
+  // layout's own unit (t here), so what fits at the asked length is not reported as "none"
+  o.host_memory_bytes = int64_t(3 * kGiB);
+  const ClusterPlan short_fit = plan_cluster(cpu_backend(), config, 4096, "memo", o);
+  ASSERT_TRUE(short_fit.fits());
+  ASSERT_TRUE(short_fit.max_seq.has_value());
+  EXPECT_EQ(short_fit.max_seq_step, 8);
+  EXPECT_GE(*short_fit.max_seq, 4096);
+  EXPECT_LT(*short_fit.max_seq, 8192);
+  o.search_max_seq = false;
+  EXPECT_FALSE(plan_cluster(cpu_backend(), config, *short_fit.max_seq + 8, "memo", o).fits());
 }
 
 // LLaMA-7B, TP 4 x CP 2 on 8 GPUs at S = 262,144: a GPU holds T = 32,768 tokens; the trace's

@@ -267,7 +267,10 @@ Sized size_memory(Backend& target, const ModelConfig& config, int64_t seq,
   s.alpha_in.bandwidth_bytes_per_s = host_bandwidth(o);
   const LayerTimes lt = layer_times(config, seq, o);
   s.alpha_in.layer_forward_s = lt.fwd_compute + lt.tp_fwd + lt.cp_fwd;
-  s.alpha_in.host_memory_bytes = o.host_memory_bytes / gpus_on_node(o);
+  // a GPU's share of the node's budget; a budget under a byte per GPU is still a budget (0 would
+  // read as none)
+  s.alpha_in.host_memory_bytes =
+      o.host_memory_bytes > 0 ? std::max<int64_t>(1, o.host_memory_bytes / gpus_on_node(o)) : 0;
   const double L2 = double(offloaded);
   const double fixed = double(s.alpha_in.input_bytes + s.alpha_in.attn_bytes);
   if (strategy == "memo") {
@@ -488,8 +491,10 @@ void validate_cluster(const ModelConfig& config, int64_t seq, const ClusterOptio
   if (o.zero < 0 || o.zero > 3) throw ConfigError(str("--zero ", o.zero, " must be 0, 1, 2 or 3"));
   if (o.alpha && !(*o.alpha >= 0.0 && *o.alpha <= 1.0))
     throw ConfigError(str("--alpha ", *o.alpha, " must be in [0, 1]"));
-  if (o.host_memory_bytes < 0 || o.workspace_bytes < 0 || o.host_bandwidth_bytes_per_s < 0.0)
-    throw ConfigError("--host-memory, --workspace and --host-bandwidth must not be negative");
+  if (o.host_memory_bytes < 0 || o.workspace_bytes < 0 || !(o.host_bandwidth_bytes_per_s >= 0.0) ||
+      !std::isfinite(o.host_bandwidth_bytes_per_s))
+    throw ConfigError(
+        "--host-memory, --workspace and --host-bandwidth must be finite and not negative");
   if (!(o.network_bytes_per_s > 0.0))
     throw ConfigError(
         str("--network-bandwidth ", o.network_bytes_per_s / 1e9, " must be positive"));
@@ -577,7 +582,23 @@ ClusterPlan plan_cluster(Backend& target, const ModelConfig& config, int64_t seq
     p.max_seq_step = step;
     int64_t n = largest_fitting(ok_with(estimated), 1, cap);
     if (o.pp > 1 && o.exact_stages) n = largest_fitting(ok_with(o), std::max<int64_t>(n, 1), cap);
-    if (n > 0) p.max_seq = n * step;
+    if (n > 0) {
+      p.max_seq = n * step;
+    } else {
+      // under one step: the lengths the layout takes (2 c chunks under context parallelism, t
+      // parts under sequence parallelism), so a run that fits at a short length says so
+      const int64_t fine = c > 1 ? 2 * t * c : t;
+      auto ok_fine = [&](const ClusterOptions& with) {
+        return [&](int64_t k) {
+          return fits(size_memory(target, config, k * fine, strategy, with), o);
+        };
+      };
+      const int64_t below = step / fine - 1;
+      int64_t k = largest_fitting(ok_fine(estimated), 1, below);
+      if (o.pp > 1 && o.exact_stages)
+        k = largest_fitting(ok_fine(o), std::max<int64_t>(k, 1), below);
+      if (k > 0) p.max_seq = k * fine, p.max_seq_step = fine;
+    }
   }
   p.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return p;
