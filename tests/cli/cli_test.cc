@@ -889,6 +889,22 @@ TEST_F(Cli, a_run_that_overflows_host_memory_is_refused_before_step_1_with_what_
                                "micro-batch sends 2 layers"),
             std::string::npos)
       << stages.output;
+  // a first stage over budget names the budget of the run's hungriest stage too
+  const test::CommandResult first = test::run_command(
+      test::memo_bin() + " train --config " + dir.str("deep.json") + " --data " +
+      dir.str("data.txt") + " --batch 2 --seq-schedule 32:2,256:2 --stage-batch sequences " +
+      "--activations memo --host-memory 1KiB --out " + dir.str("stages1"));
+  EXPECT_EQ(first.exit_code, 1) << first.output;
+  const size_t every = first.output.find("; every stage fits --host-memory ");
+  ASSERT_NE(every, std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("--seq-schedule stage 1 (seq 32)"), std::string::npos)
+      << first.output;
+  const std::string most = std::to_string(std::stoll(first.output.substr(every + 33)));
+  const test::CommandResult runs = test::run_command(
+      test::memo_bin() + " train --config " + dir.str("deep.json") + " --data " +
+      dir.str("data.txt") + " --batch 2 --seq-schedule 32:1,256:1 --stage-batch sequences " +
+      "--activations memo --no-checkpoint --host-memory " + most);
+  EXPECT_EQ(runs.exit_code, 0) << runs.output;
 }
 
 TEST_F(Cli, bad_host_memory_size_names_the_flag_and_units) {

@@ -298,6 +298,9 @@ TEST_F(PlanCommand, length_stages_run_in_memo_plans_arenas_and_resume_bit_for_bi
             std::string::npos)
       << over.output;
   EXPECT_EQ(over.output.find("step 1/"), std::string::npos) << over.output;
+  // the length it advises is the stage's (--seq is no flag beside --seq-schedule)
+  EXPECT_EQ(over.output.find("--seq "), std::string::npos) << over.output;
+  EXPECT_NE(over.output.find(" in this stage fits"), std::string::npos) << over.output;
   const test::CommandResult one = test::run_command(
       test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
       dir.str("data.txt") + " --seq 32 --steps 1 --batch 16 --micro-batch 2 " +

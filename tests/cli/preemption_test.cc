@@ -114,7 +114,8 @@ TEST_F(Preemption, a_run_of_length_stages_resumes_past_step_100_with_its_own_ste
   ASSERT_EQ(cut.size(), 10u);
   for (const auto& [step, loss] : cut) EXPECT_EQ(loss, full.at(step)) << step;
   test::expect_clean_failure(
-      test::memo_bin() + " train --resume " + dir.str("cut") + "/step-00000100 --steps 120",
+      test::memo_bin() + " train --resume " + dir.str("cut") + "/step-00000100 --steps 120 --log " +
+          dir.str("cut2.jsonl"),
       "runs length stages (--seq-schedule 16:70,32:40), whose steps are the run's (110); resume "
       "without --steps");
 }

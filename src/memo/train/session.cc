@@ -445,7 +445,15 @@ std::unique_ptr<PlannedAllocator> TrainSession::stage_plan(int k, bool announce,
     return planned;
   } catch (const BudgetError& e) {
     if (stages_.size() == 1) throw;
-    throw BudgetError(str("--seq-schedule stage ", k + 1, " (seq ", s.seq, "): ", e.what()));
+    // --seq is not a flag beside --seq-schedule: the advice is a length for this stage
+    std::string what = e.what();
+    const size_t at = what.find("--seq ");
+    const size_t fits = what.find(" fits this budget", at);
+    if (at != std::string::npos && fits != std::string::npos &&
+        what.find_first_not_of("0123456789", at + 6) == fits)
+      what.replace(at, fits + 17 - at,
+                   str("a seq of ", what.substr(at + 6, fits - at - 6), " in this stage fits"));
+    throw BudgetError(str("--seq-schedule stage ", k + 1, " (seq ", s.seq, "): ", what));
   } catch (const JobError& e) {
     if (o_.pp > 1)  // each pipeline stage plans its own step
       throw JobError(str("pipeline stage ", pp_group_->rank(), " of ", o_.pp, ": ", e.what()));
@@ -692,7 +700,19 @@ void TrainSession::check_host_memory() const {
         o_.activations, model_->skeletal(), backend_.reproducible_rows(), s.micro_batch, s.seq,
         std::max<int64_t>(1, o_.cp), std::max<int64_t>(1, o_.tp),
         stages_.size() > 1 ? str("--seq-schedule stage ", k + 1, " (seq ", s.seq, "): ") : "");
-    if (!refusal.empty()) throw BudgetError(refusal);
+    if (refusal.empty()) continue;
+    // the budget the whole run needs: its hungriest stage's, which may come later
+    int64_t most = 0;
+    for (const SeqStage& t : stages_)
+      most = std::max(most, host_micro_batch_bytes(o_.activations, model_->skeletal(),
+                                                   backend_.reproducible_rows(), t.micro_batch,
+                                                   t.seq, std::max<int64_t>(1, o_.cp)));
+    const int64_t here =
+        host_micro_batch_bytes(o_.activations, model_->skeletal(), backend_.reproducible_rows(),
+                               s.micro_batch, s.seq, std::max<int64_t>(1, o_.cp));
+    throw BudgetError(most > here ? str(refusal, "; every stage fits --host-memory ", most,
+                                        " or more (stage by stage, the largest)")
+                                  : refusal);
   }
 }
 
