@@ -118,7 +118,7 @@ TEST_F(CheckpointsOut, killed_run_saving_bf16_shards_resumes_with_identical_loss
 
   test::expect_clean_failure(test::memo_bin() + " train --data " + dir.str("data.txt") +
                                  " --steps " + std::to_string(steps) + " --resume " +
-                                 dir.str("bare"),
+                                 dir.str("bare") + " --log " + dir.str("bare.jsonl"),
                              "and no model.fp32.safetensors (the fp32 weights): it cannot be "
                              "resumed bit for bit; use --init-from");
 }

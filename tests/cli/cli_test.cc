@@ -85,6 +85,10 @@ TEST_F(Cli, an_empty_or_too_large_value_of_a_number_flag_is_refused) {
                              "--steps: must fit in 64 bits, got 99999999999999999999");
   test::expect_clean_failure(train_cmd(dir / "e", "--seed 0xFFFFFFFFFFFFFFFFFFFF"),
                              "--seed: must fit in 64 bits, got 0xFFFFFFFFFFFFFFFFFFFF");
+  // a long decimal that fits (a seed from date +%s%N) is no hex number
+  const test::CommandResult seeded = test::run_command(
+      train_cmd(dir / "s", "--steps 1 --no-checkpoint --seed 1733552345123456789"));
+  EXPECT_EQ(seeded.exit_code, 0) << seeded.output;
 }
 
 TEST_F(Cli, same_command_gives_bitwise_identical_losses) {

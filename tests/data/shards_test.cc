@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <sstream>
 
@@ -529,6 +530,25 @@ TEST_F(PromptCompletion, windows_hold_whole_examples_and_count_their_completions
   EXPECT_EQ(a, b);
   EXPECT_EQ(ta, tb);
   EXPECT_EQ(a[0], eot);
+}
+
+// A .docs file of prompt-completion shards that lost an entry (its count made to match) would
+// merge two examples into one that sees both: every end-of-text there must be listed.
+TEST_F(PromptCompletion, an_unlisted_example_start_is_refused) {
+  ASSERT_TRUE(tokenize_corpus(sft_options("out"), progress_).complete);
+  const fs::path docs = dir / "out" / "train-000001.docs";
+  std::string d = read_file(docs);
+  uint32_t count = 0;
+  std::memcpy(&count, d.data() + 12, 4);
+  ASSERT_GE(count, 2u);
+  d.erase(16 + 4, 4);  // the second entry
+  --count;
+  std::memcpy(d.data() + 12, &count, 4);
+  write_file_atomic(docs, d);
+  const std::string msg = error_message<FormatError>([&] { TokenData::load(dir / "out", 1000); });
+  EXPECT_NE(msg.find(docs.string() + " does not list the end-of-text at offset "),
+            std::string::npos)
+      << msg;
 }
 
 // The last example of a split holds its tokens up to the split's closing end-of-text, which is

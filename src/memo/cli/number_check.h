@@ -43,7 +43,11 @@ inline void refuse_empty_numbers(CLI::App& app) {
           if (s.empty()) return "a number is needed, got ''";
           if (!integer) return "";
           // decimal, and the 0x hexadecimal CLI11 also reads
+          const size_t sign = s[0] == '-' || s[0] == '+' ? 1 : 0;
+          const bool hex =
+              s.size() > sign + 2 && s[sign] == '0' && (s[sign + 1] == 'x' || s[sign + 1] == 'X');
           for (const int base : {10, 16}) {
+            if (base == 16 && !hex) continue;
             errno = 0;
             char* end = nullptr;
             if (is_unsigned)

@@ -394,8 +394,10 @@ void with_device(TrainOptions& o, const TrainFlags& f, Backend& backend) {
 
 // Flags a resumed run cannot honour (Note [Resume]): refused by name rather than dropped. An
 // optimiser flag must repeat what the checkpoint holds (its state is that optimiser's: a
-// requeued job reruns its own command with --resume); the validation split is the run's unless
-// --data names new data; --init-from has nothing to start.
+// requeued job reruns its own command with --resume); a hyperparameter flag is read against
+// --optimizer as given (default adamw), so a run of another optimiser repeats --optimizer with
+// it. The validation split is the run's unless --data names new data; --init-from has nothing
+// to start.
 void check_resume_flags(const CLI::App& train, const TrainFlags& f, const TrainOptions& o) {
   const std::string keep = str(", which a resumed run keeps; resume without it, or start a new ",
                                "run from its weights with --init-from");

@@ -288,6 +288,28 @@ void read_sidecars(TokenStore& store, const fs::path& dir, const ShardManifest& 
     else
       read_document_offsets(dir / shards[i].docs, store.segments[i], m.end_of_text, starts);
   }
+  if (all_docs && m.data_format == kShardPromptCompletionFormat && m.end_of_text >= 0) {
+    // Every end-of-text of prompt-completion shards starts an example (an example's own text
+    // holds control tokens as text), but the split's closing one, its last token: a .docs file
+    // that lost an entry would merge two examples into one that sees both.
+    size_t next = 0;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const TokenSegment& seg = store.segments[i];
+      for (int64_t t = 0; t < seg.count; ++t) {
+        int32_t id = 0;
+        std::memcpy(&id, seg.data + t * seg.width_bytes, size_t(seg.width_bytes));
+        if (id != m.end_of_text) continue;
+        const int64_t at = seg.first + t;
+        while (next < starts.size() && starts[next] < at) ++next;
+        const bool listed = next < starts.size() && starts[next] == at;
+        const bool closing = i + 1 == shards.size() && t + 1 == seg.count;
+        if (!listed && !closing)
+          throw FormatError(str((dir / shards[i].docs).string(), " does not list the end-of-text ",
+                                "at offset ", t, " of ", shards[i].file, ", where an example ",
+                                "starts: the file is damaged; re-run `memo tokenize`"));
+      }
+    }
+  }
   if (all_docs) store.doc_starts = std::move(starts);
   if (m.data_format != kShardPromptCompletionFormat) return;
   for (size_t i = 0; i < shards.size(); ++i) {

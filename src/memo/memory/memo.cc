@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace memo {
 
@@ -74,14 +75,22 @@ MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
       // round down a panel)
       const int64_t rows = std::min(lo * g, T);
       double fits = 0.0;
-      for (double scale = 100.0; scale <= 1e15; scale *= 10.0) {
+      std::string shown;
+      for (double scale = 100.0; scale <= 1e6 && shown.empty(); scale *= 10.0) {
         fits = std::ceil(double(rows) / double(T) * scale) / scale;
-        if (memo_offload_rows(fits, T, g) == rows) break;
+        if (memo_offload_rows(fits, T, g) == rows) shown = str(fits);
+      }
+      if (shown.empty()) {  // rows / T itself a short decimal that alpha x T floors below
+        fits = double(rows) / double(T);
+        while (memo_offload_rows(fits, T, g) < rows) fits = std::nextafter(fits, 2.0);
+        char text[32];
+        std::snprintf(text, sizeof text, "%.17g", fits);
+        shown = text;
       }
       throw BudgetError(str("memo: --alpha ", d.alpha, " needs ", gib(double(need)), " (", need,
                             " bytes) of host memory for ", in.num_layers - 2,
                             " offloaded layers, budget ", gib(double(host_memory_bytes_)), " (",
-                            host_memory_bytes_, " bytes); --alpha ", fits, " fits"));
+                            host_memory_bytes_, " bytes); --alpha ", shown, " fits"));
     }
     d.text = str("memo: alpha ", d.alpha, " (given)");
   } else if (wants_warmup()) {

@@ -163,8 +163,9 @@ void restore_run_options(TrainOptions& o, const fs::path& checkpoint) {
     if (same_folder || given(key) || value.empty()) {
       *field = value;
     } else {
-      throw ConfigError(str("--out ", o.out_dir, " is not the folder of ", o.resume_dir,
-                            ", whose run writes its --", key, " to ", value,
+      throw ConfigError(str("--out ", o.out_dir, " is not ", run_folder.string(),
+                            ", the folder of the run of ", o.resume_dir, ", which writes its --",
+                            key, " to ", value,
                             ": a branch must not rewrite that; give this run its own --", key,
                             " (or --", key, " '' for none)"));
     }

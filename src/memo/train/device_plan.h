@@ -57,7 +57,8 @@ struct DevicePlan {
 // layers below the top two to the host (strategy_host_layer_bytes each, of a context-parallel
 // rank's share of the sequence): host_micro_batch_bytes. The refusal of a micro-batch of this shape
 // whose layers need more than `strategy.host_memory_bytes`, saying by how much and what would fit:
-// the --host-memory it needs and the longest seq (a multiple of 2 x cp x tp) within the budget;
+// the --host-memory it needs and the longest seq (a multiple of 2 x cp x tp under context
+// parallelism, else of tp) within the budget;
 // empty when it fits or the strategy sends nothing. `stage` prefixes it and names the seq a stage's
 // (--seq-schedule).
 int64_t host_micro_batch_bytes(const StrategyOptions& strategy, const SkeletalLayout& skeletal,

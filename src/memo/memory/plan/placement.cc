@@ -18,17 +18,18 @@ namespace {
 
 // The buffers of nonzero size by lifetime, to find those alive with a given one without scanning
 // them all: grouped by lifetime length into classes [2^c, 2^(c+1)), each sorted by begin. One of
-// class c alive with [a, b) begins in (a - 2^(c+1), b): a binary search finds that run, and the
-// run's buffers that end by a are no more than about as many as those alive with [a, b) there.
-// So a placement costs the buffers alive with it, not every placed one (a pipeline stage's whole
-// step has 10^5 buffers).
+// class c alive with [a, b) begins in (a - 2^(c+1), b): a binary search finds that run. Its
+// buffers that end by a are among those alive at step a - 2^c, so a placement scans about the
+// buffers alive with it or within a lifetime before it, not every placed one (a pipeline
+// stage's whole step has 10^5 buffers).
 class LifetimeIndex {
  public:
   explicit LifetimeIndex(const std::vector<Buffer>& buffers) {
     for (std::size_t i = 0; i < buffers.size(); ++i) {
       const Buffer& b = buffers[i];
       if (aligned_size(b) == 0) continue;
-      const auto c = std::size_t(std::bit_width(std::uint64_t(b.end - b.begin)) - 1);
+      // (in unsigned arithmetic: a lifetime may span more than half the int64 steps)
+      const auto c = std::size_t(std::bit_width(std::uint64_t(b.end) - std::uint64_t(b.begin)) - 1);
       if (classes_.size() <= c) classes_.resize(c + 1);
       classes_[c].push_back({b.begin, b.end, i});
     }
@@ -43,7 +44,9 @@ class LifetimeIndex {
   void for_each_alive_with(Step a, Step b, F&& f) const {
     for (std::size_t c = 0; c < classes_.size(); ++c) {
       const std::vector<Entry>& v = classes_[c];
-      const Step first = c >= 61 ? std::numeric_limits<Step>::min() : a - (Step(2) << c) + 1;
+      // a - 2^(c+1) + 1, or the least step where that would fall below it
+      constexpr Step kLeast = std::numeric_limits<Step>::min();
+      const Step first = c >= 62 || a < kLeast + (Step(2) << c) ? kLeast : a - (Step(2) << c) + 1;
       auto it = std::lower_bound(v.begin(), v.end(), first,
                                  [](const Entry& e, Step s) { return e.begin < s; });
       for (; it != v.end() && it->begin < b; ++it)
