@@ -539,7 +539,12 @@ void load_model_tensors(Model& model, const SafetensorsSet& file) {
 // keeps its checkpoint's (its torch_dtype; trainer_state.json's max_shard_bytes) unless given.
 // So do the flags of run_options (--save-every, --eval-every, --log, --tensorboard,
 // --skip-nonfinite, ...): without them a resumed run wrote no periodic checkpoint, no log and no
-// validation points, and stopped at the first non-finite step the run would have skipped.
+// validation points, and stopped at the first non-finite step the run would have skipped. The
+// log and events are restored only into the folder the run wrote (run_options.json's "out"): a
+// branch into another --out, or a copied checkpoint, names its own or none. The optimiser flags
+// are checked against trainer_state.json's optimiser, as the pinned ones are (cli/train_command.cc:
+// check_resume_flags, which also refuses --val-data / --val-fraction without --data, and
+// --init-from).
 
 namespace {
 
