@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -612,9 +613,15 @@ void print_cluster(const std::vector<ClusterPlan>& plans, const ModelConfig& con
   }
   for (const ClusterPlan& p : plans)
     if (!p.fits()) std::cout << p.strategy << " does not fit: " << p.why_not << "\n";
+  // the search's unit: 1024 t c tokens, or the layout's own where nothing that long fits
+  std::set<int64_t> units;
+  for (const ClusterPlan& p : plans) units.insert(p.max_seq_step);
+  std::string steps;
+  for (auto u = units.rbegin(); u != units.rend(); ++u)
+    steps += str(steps.empty() ? "" : " or ", *u);
   std::cout << "\n"
-            << cluster_formulas() << "longest seq: bisection over multiples of "
-            << plans.front().max_seq_step << " tokens, each a shape-only trace and plan"
+            << cluster_formulas() << "longest seq: bisection over multiples of " << steps
+            << " tokens, each a shape-only trace and plan"
             << (co.pp > 1 ? " (each stage's whole step, traced)" : "") << "\n";
 }
 
