@@ -138,6 +138,9 @@ TEST_F(TextCli, data_of_another_tokenizer_is_refused) {
 }
 
 TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
+  // a tokenizer_config.json beside the tokenizer travels with the shards into each checkpoint
+  const std::string config = R"({"eos_token": "<|endoftext|>", "model_max_length": 2048})";
+  write_text(dir.str("tokenizer_config.json"), config);
   const test::CommandResult t = tokenize();
   ASSERT_EQ(t.exit_code, 0) << t.output;
   EXPECT_NE(t.output.find("MB/s, ETA"), std::string::npos) << t.output;
@@ -166,6 +169,9 @@ TEST_F(TextCli, sharded_training_equals_training_on_the_concatenated_file) {
   EXPECT_EQ(read_file(dir / "a" / "step-00000004" / "tokenizer.json"),
             read_file(dir / "shards" / "tokenizer.json"));
   EXPECT_FALSE(fs::exists(dir / "b" / "step-00000004" / "tokenizer.json"));
+  EXPECT_EQ(read_file(dir / "shards" / "tokenizer_config.json"), config);
+  EXPECT_EQ(read_file(dir / "a" / "step-00000004" / "tokenizer_config.json"), config);
+  EXPECT_FALSE(fs::exists(dir / "b" / "step-00000004" / "tokenizer_config.json"));
   // a glob of the training shards is the same stream
   const test::CommandResult g = test::run_command(train_cmd(
       "'" + dir.str("shards") + "/train-*.bin'", "g", "--val-data " + dir.str("val.bin")));

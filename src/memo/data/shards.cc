@@ -116,6 +116,17 @@ std::string shard_tokenizer_json(const std::string& data_path) {
   return text;
 }
 
+std::string shard_tokenizer_config(const std::string& data_path) {
+  std::error_code ec;
+  fs::path dir(data_path);
+  if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::exists(dir / kShardManifestFile, ec) ||
+      !fs::is_regular_file(dir / kShardTokenizerConfigFile, ec))
+    return "";
+  return read_file(dir / kShardTokenizerConfigFile);
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -611,7 +622,8 @@ void remove_temporaries(const fs::path& dir) {
     const std::string name = e.path().filename().string();
     if (name.find(".tmp-") != std::string::npos &&
         (name.starts_with("train-") || name.starts_with("val-") ||
-         name.starts_with(kShardManifestFile) || name.starts_with(kShardTokenizerFile)))
+         name.starts_with(kShardManifestFile) || name.starts_with(kShardTokenizerFile) ||
+         name.starts_with(kShardTokenizerConfigFile)))
       fs::remove(e.path());
   }
 }
@@ -816,6 +828,14 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
   }
   remove_temporaries(out.dir);
   write_file_atomic(out.dir / kShardTokenizerFile, tokenizer.hf_json().dump());
+  {
+    std::error_code ec;
+    const fs::path given(o.tokenizer);
+    const fs::path config =
+        (fs::is_directory(given, ec) ? given : given.parent_path()) / kShardTokenizerConfigFile;
+    if (fs::is_regular_file(config, ec))
+      write_file_atomic(out.dir / kShardTokenizerConfigFile, read_file(config));
+  }
   ShardWriter writer(out.dir, o.shard_tokens, token_bytes, masks, out.manifest);
   const ExampleParser examples(chat, o.tokenizer);
 

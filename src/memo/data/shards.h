@@ -56,6 +56,9 @@ namespace memo {
 
 inline constexpr const char* kShardManifestFile = "manifest.json";
 inline constexpr const char* kShardTokenizerFile = "tokenizer.json";
+// tokenizer_config.json beside the tokenizer given, copied as it is where there is one: its
+// eos_token, which tokenizer.json cannot say, is what a checkpoint of these shards stops at.
+inline constexpr const char* kShardTokenizerConfigFile = "tokenizer_config.json";
 inline constexpr const char* kShardFormat = "memo-token-shards";
 inline constexpr int kShardFormatVersion = 2;  // 1: no .docs or .mask files (still read)
 inline constexpr const char* kShardTextFormat = "text";
@@ -90,6 +93,9 @@ std::optional<ShardManifest> read_shard_manifest(const std::filesystem::path& di
 // that does not parse, or whose checksum is not the manifest's tokenizer_crc32c: FormatError
 // naming it.
 std::string shard_tokenizer_json(const std::string& data_path);
+// The tokenizer_config.json a `memo tokenize` folder (or a shard in it) carries; empty where it
+// has none.
+std::string shard_tokenizer_config(const std::string& data_path);
 
 struct TokenizeOptions {
   std::string tokenizer;  // Tokenizer::load path

@@ -335,6 +335,13 @@ CheckpointData checkpoint_data(const TrainOptions& o, const Model& model, const 
     if (t && t->is_bytes()) data.trainer_state[kDataTokenizerKey] = "bytes";
   }
   data.side_files = side_files_of_origin(o, !data.tokenizer_json.empty());
+  // the shards' tokenizer_config.json beside their tokenizer.json, unless the model folder the
+  // run started from gave one (its eos_token: what generation stops at)
+  if (!data.tokenizer_json.empty() &&
+      std::none_of(data.side_files.begin(), data.side_files.end(),
+                   [](const auto& f) { return f.first == kShardTokenizerConfigFile; }))
+    if (std::string config = shard_tokenizer_config(o.data_path); !config.empty())
+      data.side_files.emplace_back(kShardTokenizerConfigFile, std::move(config));
   if (!o.run_file.empty()) data.side_files.emplace_back(kRunFile, o.run_file);
   // a file of its own, like run.toml: two runs that train the same bits (one saving in the
   // background, or logging elsewhere) write the same trainer_state.json
