@@ -433,12 +433,12 @@ void check_resume_flags(const CLI::App& train, const TrainFlags& f, const TrainO
 // `--run` repeats), then the keys this command gives, as comments; this command's file alone
 // where the checkpoint has none.
 std::string resumed_run_file(const std::string& resume_dir, const std::string& flags) {
-  const std::filesystem::path original = find_latest_checkpoint(resume_dir) / kRunFile;
+  const std::filesystem::path checkpoint = find_latest_checkpoint(resume_dir);
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(original, ec)) return flags;
-  std::string text = read_file(original);
+  if (!std::filesystem::is_regular_file(checkpoint / kRunFile, ec)) return flags;
+  std::string text = read_file(checkpoint / kRunFile);
   if (!text.empty() && text.back() != '\n') text += '\n';
-  text += str("\n# resumed from ", find_latest_checkpoint(resume_dir).string(), " with:\n");
+  text += str("\n# resumed from ", checkpoint.string(), " with:\n");
   size_t at = 0;
   while (at < flags.size()) {
     size_t end = flags.find('\n', at);

@@ -87,11 +87,16 @@ std::optional<ShardManifest> read_shard_manifest(const fs::path& dir) {
   return m;
 }
 
-std::string shard_tokenizer_json(const std::string& data_path) {
+fs::path shard_folder(const std::string& data_path) {
   std::error_code ec;
   fs::path dir(data_path);
   if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
-  if (dir.empty()) dir = ".";
+  return dir.empty() ? fs::path(".") : dir;
+}
+
+std::string shard_tokenizer_json(const std::string& data_path) {
+  std::error_code ec;
+  const fs::path dir = shard_folder(data_path);
   if (!fs::exists(dir / kShardManifestFile, ec) || !fs::exists(dir / kShardTokenizerFile, ec))
     return "";
   // The copy a checkpoint keeps must be the tokenizer the shards were written with: it parses,
@@ -118,9 +123,7 @@ std::string shard_tokenizer_json(const std::string& data_path) {
 
 std::string shard_tokenizer_config(const std::string& data_path) {
   std::error_code ec;
-  fs::path dir(data_path);
-  if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
-  if (dir.empty()) dir = ".";
+  const fs::path dir = shard_folder(data_path);
   if (!fs::exists(dir / kShardManifestFile, ec) ||
       !fs::is_regular_file(dir / kShardTokenizerConfigFile, ec))
     return "";

@@ -93,6 +93,8 @@ std::optional<ShardManifest> read_shard_manifest(const std::filesystem::path& di
 // that does not parse, or whose checksum is not the manifest's tokenizer_crc32c: FormatError
 // naming it.
 std::string shard_tokenizer_json(const std::string& data_path);
+// The folder a --data path names: itself, or the folder of a shard (or a glob of them) in it.
+std::filesystem::path shard_folder(const std::string& data_path);
 // The tokenizer_config.json a `memo tokenize` folder (or a shard in it) carries; empty where it
 // has none.
 std::string shard_tokenizer_config(const std::string& data_path);

@@ -16,10 +16,7 @@ namespace memo {
 
 int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64_t vocab_size,
                              const char* flag) {
-  std::error_code ec;
-  std::filesystem::path dir(data_path);
-  if (!std::filesystem::is_directory(dir, ec)) dir = dir.parent_path();
-  const std::optional<ShardManifest> m = read_shard_manifest(dir.empty() ? "." : dir);
+  const std::optional<ShardManifest> m = read_shard_manifest(shard_folder(data_path));
   // `memo tokenize`'s folders name the token their documents start with: the tokenizer's end of
   // text may come from a tokenizer_config.json the folder does not carry, and prompt-completion
   // examples may be separated by another (example_separator in data/shards.cc)
