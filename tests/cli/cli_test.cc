@@ -548,6 +548,15 @@ TEST_F(Cli, a_resumed_run_refuses_what_it_cannot_honour_and_leaves_the_first_run
                              "--optimizer lion: " + a + " was trained with adamw, which");
   test::expect_clean_failure(resume + " --val-fraction 0.2",
                              "--val-fraction: " + a + " holds its data and validation split");
+  // a hyperparameter flag is read against the checkpoint's optimiser, not the default adamw
+  const std::string l = dir / "lion";
+  ASSERT_EQ(test::run_command(train_cmd(l, "--steps 2 --optimizer lion --beta2 0.98")).exit_code,
+            0);
+  const std::string resume_lion = test::memo_bin() + " train --resume " + l + " --steps 3";
+  test::expect_clean_failure(resume_lion + " --momentum 0.9",
+                             "--momentum does not apply to --optimizer lion; its flags:");
+  const test::CommandResult lion = test::run_command(resume_lion + " --beta2 0.98");
+  EXPECT_EQ(lion.exit_code, 0) << lion.output;
   test::expect_clean_failure(resume + " --init-from " + a, "give one of the two");
   const std::string step2 = a + "/step-00000002/";
   test::expect_clean_failure(

@@ -28,7 +28,8 @@ std::string names_list() {
 }  // namespace
 
 void add_optimizer_flags(CLI::App& cmd, OptimizerFlags& flags) {
-  cmd.add_option("--optimizer", flags.name, "Optimiser: " + names_list())->capture_default_str();
+  flags.name_option = cmd.add_option("--optimizer", flags.name, "Optimiser: " + names_list())
+                          ->capture_default_str();
   // key -> "name default, ..." over every optimiser that has it, in the factory's order
   std::map<std::string, std::string> help;
   std::map<std::string, bool> is_bool;

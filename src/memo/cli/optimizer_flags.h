@@ -16,6 +16,7 @@ struct OptimizerFlags {
   std::map<std::string, double> numbers;        // by hyperparameter key (beta1, weight_decay)
   std::map<std::string, bool> booleans;         // nesterov, centered, relative_step
   std::map<std::string, CLI::Option*> options;  // to tell which were given
+  CLI::Option* name_option = nullptr;           // --optimizer, to tell whether it was given
 };
 
 // Registers the flags on `command`; `flags` must outlive parsing.

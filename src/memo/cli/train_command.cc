@@ -299,12 +299,25 @@ std::string resumed_precision(const std::string& resume_dir) {
   return p == "fp32" || p == "bf16" ? p.get<std::string>() : "";
 }
 
+// The optimiser a run to be resumed from `resume_dir` was trained with, as its trainer_state.json
+// records it; empty where there is none (the session reports a missing checkpoint).
+std::string resumed_optimizer(const std::string& resume_dir) {
+  const std::filesystem::path state = find_latest_checkpoint(resume_dir) / kTrainerStateFile;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(state, ec)) return "";
+  return optimizer_choice_from_state(read_json_file<FormatError>(state)).name;
+}
+
 // The options the flags say, checked; device-dependent defaults are filled in by with_device.
 TrainOptions resolve_options(const TrainFlags& f) {
   TrainOptions o = f.options;
   // --resume run/step-00000010/ (as a shell completes it) names the checkpoint, not a folder in it
   while (o.resume_dir.size() > 1 && o.resume_dir.back() == '/') o.resume_dir.pop_back();
-  o.optimizer = resolve_optimizer(f.optimizer);
+  // A resumed run's hyperparameter flags are read against its own optimiser, not the default.
+  OptimizerFlags optimizer = f.optimizer;
+  if (!o.resume_dir.empty() && f.optimizer.name_option->count() == 0)
+    if (std::string held = resumed_optimizer(o.resume_dir); !held.empty()) optimizer.name = held;
+  o.optimizer = resolve_optimizer(optimizer);
   o.batch_schedule = resolve_batch_schedule(
       f.schedule, o.optimizer, o.seq_schedule.empty() ? o.seq : 0, !o.resume_dir.empty());
   if (o.batch_schedule && o.resume_dir.empty() && f.lr->count() > 0)
@@ -395,9 +408,8 @@ void with_device(TrainOptions& o, const TrainFlags& f, Backend& backend) {
 // Flags a resumed run cannot honour (Note [Resume]): refused by name rather than dropped. An
 // optimiser flag must repeat what the checkpoint holds (its state is that optimiser's: a
 // requeued job reruns its own command with --resume); a hyperparameter flag is read against
-// --optimizer as given (default adamw), so a run of another optimiser repeats --optimizer with
-// it. The validation split is the run's unless --data names new data; --init-from has nothing
-// to start.
+// --optimizer as given, or else the checkpoint's optimiser (resolve_options). The validation split
+// is the run's unless --data names new data; --init-from has nothing to start.
 void check_resume_flags(const CLI::App& train, const TrainFlags& f, const TrainOptions& o) {
   const std::string keep = str(", which a resumed run keeps; resume without it, or start a new ",
                                "run from its weights with --init-from");
