@@ -1,7 +1,10 @@
-// Byte sizes from the command line.
+// Byte sizes and durations from the command line; words for the commands memo prints.
 #include "memo/core/units.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
 
 #include "memo/core/error.h"
 
@@ -38,6 +41,23 @@ TEST(Units, format_bytes_picks_a_binary_unit) {
   EXPECT_EQ(format_bytes(512), "512 B");
   EXPECT_EQ(format_bytes(1536), "1.50 KiB");
   EXPECT_EQ(format_bytes(int64_t(3) << 30), "3.00 GiB");
+}
+
+// A printed command pastes back as it was: /bin/sh reads each word back byte for byte.
+TEST(Units, shell_word_survives_a_shell) {
+  EXPECT_EQ(shell_word("runs/a-1/step-00000010"), "runs/a-1/step-00000010");
+  EXPECT_EQ(shell_word("my runs/a"), "'my runs/a'");
+  EXPECT_EQ(shell_word(""), "''");
+  for (const std::string word : {"my runs/a", "it's", "$HOME/x", "a\\b", "*", "x;rm -rf y",
+                                 "tab\there", "\"q\"", "~user", "`id`", "é/ü", "''"}) {
+    FILE* pipe = popen(("printf '%s' " + shell_word(word)).c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string back;
+    char buf[256];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) back.append(buf, n);
+    EXPECT_EQ(pclose(pipe), 0) << word;
+    EXPECT_EQ(back, word) << shell_word(word);
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "memo/core/units.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -137,6 +138,17 @@ double parse_duration(std::string_view text, std::string_view flag) {
   if (!(seconds > 0.0))
     throw ConfigError(str(flag, " '", text, "' is no time at all: give a duration above 0"));
   return seconds;
+}
+
+std::string shell_word(std::string_view word) {
+  const auto plain = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("_-./:,+=@%").find(c) != std::string_view::npos;
+  };
+  if (!word.empty() && std::all_of(word.begin(), word.end(), plain)) return std::string(word);
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 }  // namespace memo

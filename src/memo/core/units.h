@@ -34,4 +34,9 @@ std::string duration_str(double seconds);
 // the flag and the text for anything else (empty, zero, negative, an unknown unit).
 double parse_duration(std::string_view text, std::string_view flag);
 
+// `word` as a POSIX shell reads it back as one word: as it is where every byte is one a shell
+// leaves alone (letters, digits, and _ - . / : , + = @ %), else in single quotes, each ' written
+// as '\''. For commands memo prints for a user to paste (the one that resumes a run).
+std::string shell_word(std::string_view word);
+
 }  // namespace memo

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "memo/core/error.h"
+#include "memo/core/units.h"
 #include "memo/train/bad_steps.h"
 #include "memo/train/evaluate.h"
 #include "memo/train/session.h"
@@ -125,7 +126,7 @@ bool any_rank_stops(TrainSession& s, bool mine) {
 // checkpoint does not pin (it resumes on any layout, within rounding).
 std::string resume_command(TrainSession& s, const std::string& checkpoint) {
   const TrainOptions& o = s.options();
-  std::string cmd = str("memo train --resume ", checkpoint);
+  std::string cmd = str("memo train --resume ", shell_word(checkpoint));
   if (o.cp > 1) cmd += str(" --cp ", o.cp);
   if (o.tp > 1) cmd += str(" --tp ", o.tp);
   if (o.pp > 1) cmd += str(" --pp ", o.pp);
