@@ -70,6 +70,13 @@ TEST_F(Preemption, sigterm_stops_after_the_step_with_a_checkpoint_and_the_resume
   const test::CommandResult resumed = test::run_command(test::memo_bin() + command.substr(4));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(losses(dir.str("cut.jsonl")), losses(dir.str("full.jsonl")));
+  // the resumed run's elapsed_s goes on from the stopped run's, never back to 0
+  double elapsed = -1.0;
+  for (const nlohmann::json& j : test::records(dir.str("cut.jsonl")))
+    if (j.contains("elapsed_s")) {
+      EXPECT_GE(j.at("elapsed_s").get<double>(), elapsed) << j.dump();
+      elapsed = j.at("elapsed_s").get<double>();
+    }
   auto validations = [](const std::string& log) {
     std::vector<nlohmann::json> v;
     for (const nlohmann::json& j : test::records(log))

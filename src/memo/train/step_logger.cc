@@ -181,9 +181,12 @@ namespace {
 // A resumed run appends to its log from the checkpoint's step on: the records the stopped run
 // wrote after that step (it ran past its last checkpoint before it stopped), and a last line a
 // kill cut short, are dropped first, so the log holds each step once, as TensorBoard's does.
-void drop_records_after(const std::string& path, int64_t step) {
+// Returns the elapsed_s of the checkpoint's step as the log has it (0 where it has none), from
+// which the resumed run's elapsed_s goes on.
+double drop_records_after(const std::string& path, int64_t step) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return;
+  if (!std::filesystem::is_regular_file(path, ec)) return 0.0;
+  double elapsed_s = 0.0;
   const std::string text = read_file(path);
   std::string kept;
   bool dropped = false;
@@ -201,9 +204,14 @@ void drop_records_after(const std::string& path, int64_t step) {
       dropped = true;
       continue;
     }
+    if (j.is_object() && j.value("step", nlohmann::json()) == step &&
+        j.value("elapsed_s", nlohmann::json()).is_number() &&
+        std::isfinite(j.at("elapsed_s").get<double>()) && j.at("elapsed_s").get<double>() >= 0.0)
+      elapsed_s = j.at("elapsed_s").get<double>();
     kept.append(line).push_back('\n');
   }
   if (dropped) write_file_atomic(path, kept);
+  return elapsed_s;
 }
 
 }  // namespace
@@ -221,7 +229,7 @@ StepLogger::StepLogger(TrainSession& session)
   if (!o.run_file.empty())
     write_file_atomic(std::filesystem::path(o.out_dir) / kRunFile, o.run_file);
   if (!o.log_path.empty()) {
-    if (s_.resume()) drop_records_after(o.log_path, s_.start_step());
+    if (s_.resume()) elapsed_before_s_ = drop_records_after(o.log_path, s_.start_step());
     log_.open(o.log_path, s_.resume() ? std::ios::app : std::ios::trunc);
     if (!log_) throw DataError(str("cannot open log file ", o.log_path, " for writing"));
   }
@@ -341,7 +349,7 @@ void StepLogger::log_step(const Step& st) {
       record["stage"] = run.stage + 1;
       record["seq"] = run.seq;
     }
-    record["elapsed_s"] = st.elapsed_s;  // since this run's first step began: waits included
+    record["elapsed_s"] = elapsed_before_s_ + st.elapsed_s;  // waits included; across resumes
     // the offload's copies this step, and how much of their time compute hid (the compute
     // stream's waits on them are the rest)
     const ActivationStrategy::CopyTime copy1 = s_.copy_time();

@@ -52,7 +52,7 @@ class StepLogger {
     ActivationStrategy::CopyTime copy_before;  // the strategy's copy time before the step
     const std::optional<scaling::BatchChange>& change;
     const std::optional<EvalSum>& val;  // validation after the last step
-    double elapsed_s = 0.0;             // since the first step began
+    double elapsed_s = 0.0;             // since this process's first step began
     // Note [Bad steps]: why the step was skipped (no update): "nonfinite" (--skip-nonfinite) or
     // "spike" (--spike-skip, against the median norm `spike_median`); null: applied.
     const char* skipped = nullptr;
@@ -72,6 +72,8 @@ class StepLogger {
   std::optional<TensorBoardWriter> tensorboard_;  // --tensorboard; rank 0 only
   double peak_flops_ = 0.0;
   int64_t start_tokens_;  // tokens before the first step of this run
+  // a resumed run's log: the elapsed_s its checkpoint's step had, which this run's goes on from
+  double elapsed_before_s_ = 0.0;
 };
 
 }  // namespace memo
