@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "../cli/cli_test_util.h"
+#include "memo/memory/budget.h"
 #include "mpi_launch.h"
 #include "test_util.h"
 
@@ -209,6 +210,14 @@ TEST_F(DataParallel, the_device_budget_counts_this_ranks_optimizer_shard) {
   ASSERT_NE(z1.output.find(r1), std::string::npos) << z1.output;
   const int64_t n0 = need(z1.output, r0), n1 = need(z1.output, r1);
   ASSERT_NE(n0, n1) << z1.output;
+  // each rank's own advice, then what fits them all: the larger need
+  const std::string every =
+      "; for every rank: --device-memory " + budget_flag_value(std::max(n0, n1)) + " fits\n";
+  for (const std::string& r : {r0, r1}) {
+    const size_t at = z1.output.find(r);
+    EXPECT_EQ(z1.output.substr(z1.output.find('\n', at) + 1 - every.size(), every.size()), every)
+        << z1.output;
+  }
   const bool zero_fits = n0 < n1;
   const test::CommandResult between = test::run_command(
       mpirun(2) + train_cmd(dir / "between", "--steps 2 --zero 1 --device-memory " +
@@ -219,6 +228,11 @@ TEST_F(DataParallel, the_device_budget_counts_this_ranks_optimizer_shard) {
                                    "the plan fits on this rank but not on rank(s) " +
                                    (zero_fits ? "1" : "0");
   EXPECT_NE(between.output.find(fitting_says), std::string::npos) << between.output;
+  EXPECT_NE(between.output.find("for every rank: "), std::string::npos) << between.output;
+  EXPECT_NE(
+      between.output.find("--device-memory " + budget_flag_value(std::max(n0, n1)) + " fits\n"),
+      std::string::npos)
+      << between.output;
   EXPECT_EQ(between.output.find("device plan: needs"), std::string::npos) << between.output;
 }
 

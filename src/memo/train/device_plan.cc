@@ -287,7 +287,7 @@ std::unique_ptr<PlannedAllocator> planned_allocator_within_budget(Model& model, 
                                                                   const DevicePlanOptions& options,
                                                                   std::ostream& progress) {
   DevicePlan dp = plan_device_memory(model, batch, seq, budget_bytes, options);
-  if (!dp.fits()) throw BudgetError(dp.over_budget_message());
+  if (!dp.fits()) throw OverBudgetError(dp.over_budget_message(), dp.advice);
   const ActivationPlan& a = dp.activations;
   char line[240];
   std::snprintf(line, sizeof line,

@@ -53,6 +53,15 @@ struct DevicePlan {
   std::string over_budget_message() const;  // memory/budget.h's refusal for this plan
 };
 
+// A plan over its budget: the refusal (DevicePlan::over_budget_message) and its advice, which a
+// job whose ranks plan different needs (ZeRO-1 shards) combines into one for every rank.
+class OverBudgetError : public BudgetError {
+ public:
+  OverBudgetError(const std::string& what, const FitAdvice& advice)
+      : BudgetError(what), advice(advice) {}
+  FitAdvice advice;
+};
+
 // Note [Host memory before step 1]: without a pipeline, offload and memo send each micro-batch's
 // layers below the top two to the host (strategy_host_layer_bytes each, of a context-parallel
 // rank's share of the sequence): host_micro_batch_bytes. The refusal of a micro-batch of this shape

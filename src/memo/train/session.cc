@@ -236,7 +236,9 @@ void check_stage_masks(const std::vector<PositionOverrides>& stage_positions, Mo
 // fit would otherwise end the job (MPI_Abort) while another was still planning, and that rank's
 // own shortfall, which can differ (a ZeRO shard, a sequence chunk), would go unsaid. Each rank
 // plans, the ranks exchange whether theirs fits, and when one does not every rank stops with a
-// JobError: its own refusal, or which ranks refused.
+// JobError: its own refusal, or which ranks refused. Where the refusing ranks' advice differs
+// (ZeRO-1 shards), each rank adds what fits them all: the shortest of their sequences and the
+// largest of their budgets.
 std::unique_ptr<PlannedAllocator> agreed_planned_allocator(Communicator& job, Model& model,
                                                            int64_t batch, int64_t seq,
                                                            int64_t budget_bytes,
@@ -246,25 +248,48 @@ std::unique_ptr<PlannedAllocator> agreed_planned_allocator(Communicator& job, Mo
     return planned_allocator_within_budget(model, batch, seq, budget_bytes, options, progress);
   std::unique_ptr<PlannedAllocator> planned;
   std::string refusal;
+  // [refused, longest seq that fits (0: none; -1: no advice), smallest budget that fits]
+  double mine[3] = {0.0, -1.0, 0.0};
   std::ostringstream line;  // printed once the job agrees, so no rank's line precedes a refusal
   try {
     planned = planned_allocator_within_budget(model, batch, seq, budget_bytes, options, line);
+  } catch (const OverBudgetError& e) {
+    refusal = e.what();
+    mine[0] = 1.0;
+    mine[1] = double(e.advice.longest_seq.value_or(0));
+    mine[2] = double(e.advice.smallest_budget_bytes);
   } catch (const BudgetError& e) {
     refusal = e.what();
+    mine[0] = 1.0;
   }
-  const double mine = refusal.empty() ? 0.0 : 1.0;
-  std::vector<double> refused(size_t(job.size()));
-  job.all_gather(refused, std::span<const double>(&mine, 1));
+  std::vector<double> all(size_t(3 * job.size()));
+  job.all_gather(all, std::span<const double>(mine, 3));
   std::string ranks;
-  for (size_t r = 0; r < refused.size(); ++r)
-    if (refused[r] != 0.0) ranks += str(ranks.empty() ? "" : ", ", r);
+  bool advised = true, differ = false;
+  double longest = 0.0, budget = 0.0;
+  for (size_t r = 0; r < size_t(job.size()); ++r) {
+    const double* theirs = &all[3 * r];
+    if (theirs[0] == 0.0) continue;
+    if (ranks.empty()) longest = theirs[1], budget = theirs[2];
+    advised &= theirs[1] >= 0.0;
+    differ |= theirs[1] != longest || theirs[2] != budget;
+    longest = std::min(longest, theirs[1]);
+    budget = std::max(budget, theirs[2]);
+    ranks += str(ranks.empty() ? "" : ", ", r);
+  }
   if (ranks.empty()) {
     progress << line.str();
     return planned;
   }
-  if (!refusal.empty()) throw JobError(refusal);
+  const std::string every =
+      advised && (differ || refusal.empty())
+          ? str("; for every rank: ",
+                longest > 0.0 ? str("--seq ", int64_t(longest), " (estimated) or ") : "",
+                "--device-memory ", budget_flag_value(int64_t(budget)), " fits")
+          : "";
+  if (!refusal.empty()) throw JobError(refusal + every);
   throw JobError(str("device memory: the plan fits on this rank but not on rank(s) ", ranks,
-                     " (their messages say by how much)"));
+                     " (their messages say by how much)", every));
 }
 
 // Note [Pipeline alpha]: the profile of the stage's first memo strategy, once it has one.
