@@ -219,6 +219,17 @@ TEST_F(PlanCommand, a_cuda_plan_takes_the_cuda_backends_sizes_and_native_bf16_ke
   EXPECT_NE(cluster.exit_code, 0);
   EXPECT_NE(cluster.output.find("--device applies to --config plans"), std::string::npos)
       << cluster.output;
+  // the other flags of a --config plan are refused by name too, never dropped
+  const std::string on_gpus = test::memo_bin() +
+                              " plan --model llama-7b --seq 4096 --gpu h200 --hardware-dir " +
+                              test::source_dir() + "/hardware ";
+  for (const char* flag : {"--device-memory 10GiB", "--solver mip", "--mip-seconds 5",
+                           "--timeline t.svg", "--precision fp32"}) {
+    const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
+    test::expect_clean_failure(on_gpus + flag,
+                               name + " applies to --config plans (a run on this machine)");
+  }
+  test::expect_clean_failure(on_gpus + "--gpus -2", "--gpus");
 }
 
 TEST_F(PlanCommand, train_over_budget_is_refused_before_step_1) {

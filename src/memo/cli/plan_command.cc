@@ -74,6 +74,7 @@ struct PlanCommandOptions {
   bool activations_given = false;
   // the flags of the cluster mode alone, refused by name in a --config plan
   std::vector<const CLI::Option*> cluster_only;
+  std::vector<const CLI::Option*> config_only;  // of a --config plan, refused with --gpus
 };
 
 // offload and memo in a --config plan: what each micro-batch sends to the host, against
@@ -330,7 +331,8 @@ void run_plan(const PlanCommandOptions& o) {
   const ModelConfig config = load_model_config(o.config_path);
   check_shape_flags(o, config);
   const DevicePlanOptions options = device_plan_options(o, config);
-  const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
+  const int64_t budget =
+      o.device_memory.empty() ? 0 : parse_bytes(o.device_memory, "--device-memory");
   check_parallel_flags(o);
   TracedModel traced(config, o);
   // the trace's strategy has no host budget (the device plan does not depend on it): the host
@@ -359,7 +361,8 @@ void run_pipeline_plan(const PlanCommandOptions& o) {
   const PipelineShape shape{int(o.pp), int(o.virtual_stages)};
   const int m = int(o.micro_batches > 0 ? o.micro_batches : 4 * o.pp);
   const std::vector<int> counts = pipeline_layer_counts(config, o.seq, shape, o.pp_layers);
-  const int64_t budget = o.device_memory.empty() ? 0 : parse_bytes(o.device_memory);
+  const int64_t budget =
+      o.device_memory.empty() ? 0 : parse_bytes(o.device_memory, "--device-memory");
   nlohmann::json stages = nlohmann::json::array();
   bool fits = true;
   std::ostringstream text;
@@ -786,14 +789,22 @@ CLI::Option* add_run_flags(CLI::App* cmd, const std::shared_ptr<PlanCommandOptio
                       "Optimiser whose state the device need counts (--config plans; default "
                       "hyperparameters)")
           ->capture_default_str();
-  cmd->add_option("--device-memory", o->device_memory,
-                  "Device memory budget, e.g. 1.5GiB (default: none)");
-  cmd->add_option("--solver", o->solver, "Planner: heuristic, or mip (CBC after the heuristics)")
-      ->capture_default_str();
-  cmd->add_option("--mip-seconds", o->mip_seconds, "CBC time limit per level in seconds")
-      ->capture_default_str();
+  std::vector<const CLI::Option*>& only = o->config_only;
+  only.push_back(cmd->add_option(
+      "--device-memory", o->device_memory,
+      "With --config: the device memory budget, e.g. 1.5GiB (default: none; with --gpus the "
+      "GPU's)"));
+  only.push_back(
+      cmd->add_option("--solver", o->solver,
+                      "With --config: the planner, heuristic or mip (CBC after the heuristics)")
+          ->capture_default_str());
+  only.push_back(cmd->add_option("--mip-seconds", o->mip_seconds,
+                                 "With --config: CBC's time limit per level in seconds")
+                     ->check(number_check(true))
+                     ->capture_default_str());
   cmd->add_flag("--json", o->json, "Print one JSON object");
-  cmd->add_option("--timeline", o->timeline_path, "Write device bytes over one step as an SVG");
+  only.push_back(cmd->add_option("--timeline", o->timeline_path,
+                                 "With --config: write device bytes over one step as an SVG"));
   return optimizer_flag;
 }
 
@@ -803,7 +814,8 @@ void add_cluster_layout_flags(CLI::App* cmd, PlanCommandOptions& o) {
       "--model", o.model,
       "Model to plan on --gpus: 7b, 13b, 30b, 65b (the MEMO paper's GPT sizes), llama-7b .. "
       "llama-65b, or a config.json");
-  cmd->add_option("--gpus", o.gpus, "GPUs of the run (default: --tp x --cp)");
+  cmd->add_option("--gpus", o.gpus, "GPUs of the run (default: --tp x --cp x --pp)")
+      ->check(number_check(true));
   cmd->add_option("--gpu", o.gpu,
                   "GPU kind: a name shipped in hardware/ (a800-80gb, a100-80gb, "
                   "h100-sxm, h200) or a path to a JSON file like them");
@@ -838,18 +850,20 @@ void add_device_flags(CLI::App* cmd, PlanCommandOptions& o) {
                   "without a GPU; the fused bf16 attention where it applies, else the chunked one)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--precision", o.precision,
-                  "With --config: the run's precision (bf16: bf16 activations and working "
-                  "weights, as memo train --precision bf16). Default: as memo train's, bf16 "
-                  "with --device cuda, else fp32")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  o.config_only.push_back(
+      cmd->add_option("--precision", o.precision,
+                      "With --config: the run's precision (bf16: bf16 activations and working "
+                      "weights, as memo train --precision bf16). Default: as memo train's, bf16 "
+                      "with --device cuda, else fp32; --gpus plans bf16 mixed precision")
+          ->check(CLI::IsMember({"fp32", "bf16"})));
 }
 
 // Hardware we do not have: host memory, links, efficiency and memo's alpha.
 void add_cluster_cost_flags(CLI::App* cmd, PlanCommandOptions& o) {
   cmd->add_option("--host-memory", o.host_memory,
-                  "Host memory for offloaded activations, e.g. 2TiB: per node with --gpus; with "
-                  "--config per process, as memo train's (0: unlimited)")
+                  "Host memory for offloaded activations, e.g. 2TiB: with --gpus per node (0: "
+                  "none, so offload and memo are refused); with --config per process, as memo "
+                  "train's (0: unlimited)")
       ->capture_default_str();
   std::vector<const CLI::Option*>& only = o.cluster_only;
   only.push_back(cmd->add_option(
@@ -924,6 +938,12 @@ void run_plan_command(const PlanCommandOptions& o, const CLI::Option* optimizer_
     throw ConfigError(
         "--optimizer applies to --config plans; --gpus plans count Adam's "
         "mixed-precision state (fp32 master weights and two moments)");
+  for (const CLI::Option* flag : o.config_only)
+    if (flag->count() > 0)
+      throw ConfigError(str(flag->get_name(),
+                            " applies to --config plans (a run on this machine); plans on --gpus "
+                            "take the GPU's memory, plan bf16 mixed precision with the heuristic "
+                            "placement and draw no timeline"));
   run_cluster_plan(o);
 }
 
