@@ -427,6 +427,16 @@ TEST_F(ScalingCli, a_sweep_file_holds_one_setup) {
   test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("mixed.jsonl"),
                              "mixed.jsonl line 5: 'budget' = {\"steps\":40} differs from line 1's "
                              "{\"steps\":3}");
+  // larger micro-batches for the larger batches are one setup (bench/surge_study.sh's parts)
+  std::string parts = test::file_bytes(dir / "sweep.jsonl");
+  nlohmann::json coarser = read_lines(dir.str("sweep.jsonl")).back();
+  coarser["micro_batch"] = coarser.at("micro_batch").get<int64_t>() * 2 + 1;
+  coarser["lr"] = 5e-3;
+  parts += coarser.dump() + "\n";
+  write_text(dir / "parts.jsonl", parts);
+  const test::CommandResult fit =
+      test::run_command(test::memo_bin() + " fit " + dir.str("parts.jsonl"));
+  EXPECT_EQ(fit.output.find("differs"), std::string::npos) << fit.output;
 }
 
 // Options a run would refuse are refused before the first run, not hours into the sweep.
@@ -439,6 +449,14 @@ TEST_F(ScalingCli, every_run_is_checked_before_the_first_starts) {
   test::expect_clean_failure(sweep_cmd("1e-3", "--val-windows -1"),
                              "--val-windows -1 must be 0 or more");
   test::expect_clean_failure(sweep_cmd("1e-3", "--seed -1"), "must be 0 or more, got -1");
+  test::expect_clean_failure(sweep_cmd("1e-3", "--seq 0"), "must be above 0, got 0");
+  test::expect_clean_failure(sweep_cmd("1e-3", "--tokens -5"), "must be above 0, got -5");
+  test::expect_clean_failure(sweep_cmd("1e-3", "--warmup -1"), "--warmup -1 must be >= 0");
+  test::expect_clean_failure(sweep_cmd("1e-3", "--clip -1"), "--clip -1 must be a finite number");
+  test::expect_clean_failure(sweep_cmd("1e-3", "--min-lr-ratio 2"),
+                             "--min-lr-ratio 2 is outside [0, 1]");
+  test::expect_clean_failure(sweep_cmd("1e-3", "--extra-steps -1"),
+                             "--extra-steps -1 must be >= 0");
   EXPECT_FALSE(std::filesystem::exists(dir / "sweep.jsonl"));
   // --tokens: every batch size spends the same budget
   std::string tokens = sweep_cmd("1e-3");

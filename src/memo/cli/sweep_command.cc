@@ -352,9 +352,13 @@ void add_sweep_command(CLI::App& app) {
                   "Batch sizes in tokens per step, comma-separated, each a multiple of --seq")
       ->delimiter(',')
       ->required();
-  cmd->add_option("--tokens", s->tokens, "Tokens per run (steps = tokens / batch)");
-  cmd->add_option("--steps", s->steps, "Steps per run (the cap with --target-loss)");
-  cmd->add_option("--seq", s->run.seq, "Tokens per sequence")->capture_default_str();
+  cmd->add_option("--tokens", s->tokens, "Tokens per run (steps = tokens / batch)")
+      ->check(number_check(true));
+  cmd->add_option("--steps", s->steps, "Steps per run (the cap with --target-loss)")
+      ->check(number_check(true));
+  cmd->add_option("--seq", s->run.seq, "Tokens per sequence")
+      ->check(number_check(true))
+      ->capture_default_str();
   cmd->add_option(
          "--micro-batch", s->run.micro_batch,
          "Sequences per forward/backward (0: the whole batch); >= 2 micro-batches give B_simple")

@@ -33,12 +33,13 @@ double loss_field(const nlohmann::json& run, const std::string& key);
 std::string run_setting(const nlohmann::json& run);
 
 // The fields that make a run's setup: all but its grid point (lr, batch_tokens, seed) and what it
-// measured. The runs of one sweep, and of one fit, share them.
+// measured. The runs of one sweep, and of one fit, share them. Not micro_batch: it splits a
+// step's gradient into parts without changing its sum (beyond rounding), so a study that runs its
+// large batches in larger micro-batches (bench/surge_study.sh) is one setup.
 inline constexpr const char* kSetupFields[] = {
-    "optimizer",    "hyperparameters", "model",        "data", "val_data",
-    "val_fraction", "val_windows",     "precision",    "seq",  "micro_batch",
-    "budget",       "warmup",          "min_lr_ratio", "clip", "target_loss",
-    "extra_steps",  "loss_window"};
+    "optimizer",   "hyperparameters", "model",       "data",       "val_data", "val_fraction",
+    "val_windows", "precision",       "seq",         "budget",     "warmup",   "min_lr_ratio",
+    "clip",        "target_loss",     "extra_steps", "loss_window"};
 // The first setup field both runs have with different values, or that a target-loss run has and
 // the other lacks (target_loss, extra_steps); "" when there is none (another field one of them
 // lacks, as lines of an older memo lack the model, data and precision, is not compared).

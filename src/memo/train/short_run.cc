@@ -31,6 +31,11 @@ void check_short_run(const ShortRunOptions& o) {
   if (o.max_steps <= 0) throw ConfigError(str("step budget ", o.max_steps, " must be positive"));
   if (!(o.lr > 0.0) || !std::isfinite(o.lr))
     throw ConfigError(str("lr ", o.lr, " must be a positive number"));
+  if (!(o.min_lr_ratio >= 0.0 && o.min_lr_ratio <= 1.0))
+    throw ConfigError(str("--min-lr-ratio ", o.min_lr_ratio, " is outside [0, 1]"));
+  if (o.warmup < 0) throw ConfigError(str("--warmup ", o.warmup, " must be >= 0"));
+  if (!(o.clip >= 0.0 && std::isfinite(o.clip)))
+    throw ConfigError(str("--clip ", o.clip, " must be a finite number >= 0 (0: off)"));
   if (o.val_windows < 0)
     throw ConfigError(str("--val-windows ", o.val_windows, " must be 0 or more"));
   for (double t : o.target_losses)
@@ -39,8 +44,7 @@ void check_short_run(const ShortRunOptions& o) {
                             " must be a positive number (a cross-entropy never goes below 0)"));
   if (o.loss_window <= 0)
     throw ConfigError(str("--loss-window ", o.loss_window, " must be positive"));
-  if (!o.target_losses.empty() && o.extra_steps < 0)
-    throw ConfigError(str("--extra-steps ", o.extra_steps, " must be >= 0"));
+  if (o.extra_steps < 0) throw ConfigError(str("--extra-steps ", o.extra_steps, " must be >= 0"));
   for (size_t i = 1; i < o.target_losses.size(); ++i)
     if (!(o.target_losses[i] < o.target_losses[i - 1]))
       throw ConfigError(str("target losses must be strictly decreasing (", o.target_losses[i - 1],
