@@ -2,10 +2,10 @@
 # The checks that need an NVIDIA GPU, in one call on a lent GPU machine (the device tool runs it in
 # the repository root of a copy of the working tree). That machine has the CUDA toolkit and
 # PyTorch but none of memo's Debian libraries, so memo is built here and carried:
-#   scripts/gpu-check.sh prepare   (here: builds memo, memo_cuda_tests and memo_nccl_check for
-#                                   x86-64-v3 into build-gpu/, and packs them with the Debian
-#                                   libraries they need and the KJV corpus into
-#                                   build-gpu/bundle.tar.xz, about 23 MB)
+#   scripts/gpu-check.sh prepare   (here: builds memo, memo_cuda_tests, memo_nccl_check and
+#                                   memo_cuda_attention_bench for x86-64-v3 into build-gpu/, and
+#                                   packs them with the Debian libraries they need and the KJV
+#                                   corpus into build-gpu/bundle.tar.xz, about 24 MB)
 #   scripts/gpu-check.sh           (there, carrying build-gpu/bundle.tar.xz)
 # There it runs, each stage under its own time limit, in about 7 minutes on one H200 (a stage that
 # would start past GPU_CHECK_BUDGET_S, 420 s, is skipped and says so; GPU_CHECK_ONLY="kernels

@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   CLI::App app{
-      "memo: train LLaMA and GPT-2 language models on long sequences within a memory budget"};
+      "memo: train decoder-only language models (LLaMA, Qwen2, Qwen3, Mistral, GPT-2) on long "
+      "sequences within a memory budget"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Every subcommand's flags");
   // A flag given twice takes its last value, as shell wrappers that append flags expect.

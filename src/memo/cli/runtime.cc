@@ -17,12 +17,14 @@ void add_runtime_flags(CLI::App& cmd, RuntimeFlags& flags, bool with_nccl) {
                  "under mpirun, else GPU 0)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  cmd.add_option(
-         "--precision", flags.precision,
-         "fp32, or bf16: bf16 weights and activations, f32 master weights, gradients, "
-         "optimiser state, statistics and loss (native bf16 kernels on cuda; by "
-         "conversion to f32 on the CPU). Default: bf16 on cuda, fp32 on the CPU; memo train "
-         "--resume: the run's")
+  // eval and generate hold no optimiser; train alone resumes
+  const bool trains = cmd.get_name() != "eval" && cmd.get_name() != "generate";
+  cmd.add_option("--precision", flags.precision,
+                 str("fp32, or bf16: bf16 weights and activations, f32 ",
+                     trains ? "master weights, gradients, optimiser state, " : "",
+                     "statistics and loss (native bf16 kernels on cuda; by conversion to f32 on "
+                     "the CPU). Default: bf16 on cuda, fp32 on the CPU",
+                     cmd.get_name() == "train" ? "; with --resume: the run's" : ""))
       ->check(CLI::IsMember({"fp32", "bf16"}));
   if (with_nccl)
     cmd.add_flag("--nccl", flags.nccl,

@@ -57,14 +57,18 @@ struct TrainFlags {
 
 void add_data_flags(CLI::App& cmd, TrainFlags& f) {
   TrainOptions* t = &f.options;
-  cmd.add_option("--config", t->config_path, "Model config.json (Hugging Face LlamaConfig fields)");
+  cmd.add_option("--config", t->config_path,
+                 "Model config.json in Hugging Face's fields (LlamaForCausalLM, "
+                 "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, GPT2LMHeadModel)");
   f.data = cmd.add_option(
       "--data", t->data_path,
-      "Training data: raw text (bytes) or an llm.c token file (required; with --resume: the "
-      "run's own unless given)");
+      "Training data: raw text (bytes), an llm.c token file, a memo tokenize folder or a glob "
+      "of token files (required; with --resume: the run's own unless given)");
   cmd.add_option("--val-data", t->val_data_path,
-                 "Validation data (default: the last --val-fraction of --data)");
-  cmd.add_option("--val-fraction", t->val_fraction, "Fraction of --data held out for validation")
+                 "Validation data (default: a tokenize folder's validation shards, else the last "
+                 "--val-fraction of --data)");
+  cmd.add_option("--val-fraction", t->val_fraction,
+                 "Fraction of --data held out for validation when it has no validation shards")
       ->capture_default_str();
   cmd.add_option("--val-batches", t->val_batches, "Micro-batches of validation windows at the end")
       ->capture_default_str()
@@ -123,7 +127,8 @@ void add_step_flags(CLI::App& cmd, TrainFlags& f) {
 void add_gradient_flags(CLI::App& cmd, TrainOptions* t) {
   cmd.add_flag("--gns,!--no-gns", t->gns,
                "Log the gradient noise scale B_simple (tokens) when a step has >= 2 "
-               "micro-batches (on by default)");
+               "micro-batches (on by default; its sum of the micro-batches rounds differently, "
+               "so --no-gns changes the last bits)");
   cmd.add_option("--gns-decay", t->gns_decay, "EMA decay per step of the noise-scale estimator")
       ->capture_default_str();
   cmd.add_option("--clip", t->clip, "Clip the global gradient norm to this (0: off)")
