@@ -67,10 +67,15 @@ TEST_F(Cli, bench_prints_one_json_object_and_refuses_what_times_nothing) {
                              "--seq 1000 exceeds max_position_embeddings = 512");
 }
 
-// --gns-decay is checked whether or not the run has the micro-batches a probe needs.
+// --gns-decay is checked whether or not the run has the micro-batches a probe needs; a bad
+// --batch is named alone, not as a multiple of the --micro-batch it defaults.
 TEST_F(Cli, gns_decay_outside_its_range_is_refused_with_one_micro_batch_too) {
   test::expect_clean_failure(train_cmd(dir / "g", "--steps 1 --micro-batch 4 --gns-decay 1"),
                              "--gns-decay 1 is outside [0, 1)");
+  test::expect_clean_failure(train_cmd(dir / "g", "--steps 1 --batch -1 --micro-batch 0"),
+                             "--batch -1 must be positive");
+  test::expect_clean_failure(train_cmd(dir / "g", "--steps 1 --val-fraction 0"),
+                             "--val-fraction 0 for ");
 }
 
 // CLI11 reads an empty value as the type's default; a number flag refuses one instead of running

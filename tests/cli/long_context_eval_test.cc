@@ -204,6 +204,11 @@ TEST_F(LongContextEval, an_evaluation_that_counts_no_token_is_an_error_and_bad_c
                              "--lengths applies to --passkey and --needle");
   test::expect_clean_failure(eval + " --data " + dir.str("data.txt") + " --eot-id 3",
                              "--eot-id says where documents start");
+  test::expect_clean_failure(eval + " --passkey --eot-id 3",
+                             "--eot-id applies to the loss evaluation, not to --passkey");
+  test::expect_clean_failure(
+      test::memo_bin() + " generate --checkpoint " + dir.str("nowhere") + " --prompt a --eot-id 3",
+      "--eot-id says where documents start for --document-mask");
   const std::string train = test::memo_bin() + " train --config " + dir.str("config.json") +
                             " --data " + dir.str("data.txt") + " --no-checkpoint";
   test::expect_clean_failure(train + " --document-mask --eot-id -5",

@@ -50,6 +50,7 @@ struct EvalOptions {
   std::string lengths = "1K,4K", depths = "0,0.25,0.5,0.75,1";
   // the flags of one kind of evaluation, refused by name in the other
   std::vector<const CLI::Option*> loss_only, retrieval_only;
+  const CLI::Option* val_fraction_opt = nullptr;
   int64_t trials = 5, prefill_chunk = 4096, max_answer_tokens = 8;
   uint64_t seed = 0;
 };
@@ -159,9 +160,10 @@ void add_eval_command(CLI::App& app) {
               "data (as memo train holds it out); all: the whole data")
           ->check(CLI::IsMember({"val", "all"}))
           ->capture_default_str());
-  o->loss_only.push_back(eval->add_option("--val-fraction", o->val_fraction,
-                                          "Held-out tail when there are no val shards")
-                             ->capture_default_str());
+  o->val_fraction_opt = eval->add_option("--val-fraction", o->val_fraction,
+                                         "Held-out tail when there are no val shards")
+                            ->capture_default_str();
+  o->loss_only.push_back(o->val_fraction_opt);
   o->loss_only.push_back(
       eval->add_option("--seq", o->seq, "Tokens per window")->capture_default_str());
   o->loss_only.push_back(
@@ -174,10 +176,11 @@ void add_eval_command(CLI::App& app) {
       "--document-mask", o->document_mask,
       "Attention within each document of a window, positions from 0 at each (as memo "
       "train --document-mask)"));
-  eval->add_option("--eot-id", o->eot_id,
-                   "The token that starts each document (default: the end-of-text token of the "
-                   "data's tokenizer, else of the checkpoint's)")
-      ->check(number_check(false));
+  o->loss_only.push_back(
+      eval->add_option("--eot-id", o->eot_id,
+                       "The token that starts each document (default: the end-of-text token of "
+                       "the data's tokenizer, else of the checkpoint's)")
+          ->check(number_check(false)));
   o->loss_only.push_back(
       eval->add_flag("--eod-mask-loss", o->eod_mask_loss,
                      "The loss leaves out the predictions made from each --eot-id token (as memo "
@@ -237,6 +240,10 @@ void add_eval_command(CLI::App& app) {
     if (o->passkey && !o->haystack.empty())
       throw ConfigError("--haystack applies to --needle; --passkey hides its key in fixed filler");
     if (!retrieval && o->data.empty()) throw ConfigError("memo eval needs --data");
+    if (o->split == "all" && o->val_fraction_opt->count() > 0)
+      throw ConfigError(
+          "--val-fraction says what --split val holds out; --split all reads the "
+          "whole data");
     if (!o->svg.empty() && !retrieval && o->by_position <= 0)
       throw ConfigError("--svg draws the loss by position (--by-position N) or a retrieval");
     const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);

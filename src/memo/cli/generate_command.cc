@@ -51,6 +51,10 @@ void add_generate_command(CLI::App& app) {
   auto device = std::make_shared<RuntimeFlags>();
   add_runtime_flags(*cmd, *device);
   cmd->callback([o, device] {
+    if (o->eot_id >= 0 && !o->document_mask)
+      throw ConfigError(
+          "--eot-id says where documents start for --document-mask; give both, or "
+          "neither");
     const std::filesystem::path dir = find_latest_checkpoint(o->checkpoint);
     LoadedCheckpoint ckpt = load_checkpoint(dir, CheckpointUse::kWeights);
     check_config_describes_tensors(ckpt);

@@ -478,7 +478,7 @@ int32_t TokenData::operator[](int64_t i) const {
 std::pair<TokenData, TokenData> split_tail(TokenData data, double val_fraction) {
   if (!(val_fraction > 0.0 && val_fraction < 1.0))
     throw ConfigError(
-        str("validation fraction ", val_fraction, " for ", data.source_, " must lie in (0, 1)"));
+        str("--val-fraction ", val_fraction, " for ", data.source_, " must lie in (0, 1)"));
   const int64_t n = data.num_tokens();
   if (n < 2)
     throw DataError(str(data.source_, " holds ", n, " token; a train/validation split needs 2"));

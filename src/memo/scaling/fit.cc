@@ -254,7 +254,7 @@ LawFit fit_law(Law law, const std::vector<OptimalLr>& points, double confidence)
     throw ConfigError(str("the ", law_name(law), " law has ", p, " parameters but only ", n,
                           " batch sizes were given; sweep at least ", p, " batch sizes"));
   if (!(confidence > 0.0 && confidence < 1.0))
-    throw ConfigError(str("confidence ", confidence, " must be in (0, 1)"));
+    throw ConfigError(str("--confidence ", confidence, " must be in (0, 1)"));
   Problem pr{law, p, {}, {}};
   for (const OptimalLr& pt : points) {
     pr.x.push_back(std::log(pt.batch));

@@ -25,8 +25,9 @@ namespace {
 // The shape options, and the stages they run in (Note [Length stages]): with --seq-schedule,
 // o.seq becomes the first stage's length and o.steps the stages' sum.
 std::vector<SeqStage> check_shape_options(TrainOptions& o) {
+  if (o.batch <= 0) throw ConfigError(str("--batch ", o.batch, " must be positive"));
   if (o.micro_batch == 0) o.micro_batch = o.batch;
-  if (o.batch <= 0 || o.micro_batch <= 0 || o.batch % o.micro_batch != 0)
+  if (o.micro_batch <= 0 || o.batch % o.micro_batch != 0)
     throw ConfigError(
         str("--batch ", o.batch, " must be a positive multiple of --micro-batch ", o.micro_batch));
   std::vector<SeqStage> stages = seq_stages(o);
