@@ -323,13 +323,13 @@ TEST_F(TextCli, prompt_completion_data_counts_the_completions_only) {
     ckpt.model.read_into(p.name, model.params() + p.offset, p.shape);
   CachingAllocator alloc;
   KeepStrategy keep(skeletal_layout(ckpt.config, DType::kF32), alloc);
-  double sum = 0.0;
-  int64_t counted = 0;
+  double sum = 0.0, sum_all = 0.0;
+  int64_t counted = 0, counted_all = 0;
   const int64_t val_start = int64_t(double(lines.size()) * 0.7);
   int64_t val_examples = 0;
   for (size_t i = 0; i < examples.size(); ++i) {
-    if (offsets[i] < val_start) continue;
-    ++val_examples;
+    const bool val = offsets[i] >= val_start;
+    val_examples += val;
     std::vector<int32_t> in = {eot};
     t.encode(examples[i].first, in);
     const int64_t prompt = int64_t(in.size());
@@ -339,11 +339,24 @@ TEST_F(TextCli, prompt_completion_data_counts_the_completions_only) {
     tgt.push_back(eot);
     std::vector<float> token_losses(in.size());
     model.forward_loss(in.data(), tgt.data(), 1, int64_t(in.size()), keep, alloc, token_losses);
-    for (size_t k = size_t(prompt - 1); k < in.size(); ++k) sum += token_losses[k], ++counted;
+    for (size_t k = size_t(prompt - 1); k < in.size(); ++k) {
+      sum_all += token_losses[k], ++counted_all;
+      if (val) sum += token_losses[k], ++counted;
+    }
   }
   EXPECT_EQ(j.at("tokens").get<int64_t>(), counted);
   EXPECT_LT(j.at("windows").get<int64_t>(), val_examples / 2);  // examples share windows
   EXPECT_NEAR(j.at("loss").get<double>(), sum / double(counted), 1e-5 * sum / double(counted));
+  // --split all: the train split's examples, then the validation split's, each split closed by
+  // its own end-of-text
+  const test::CommandResult all =
+      test::run_command(quiet(test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --data " +
+                              dir.str("sft") + " --seq 64 --split all"));
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  const nlohmann::json ja = nlohmann::json::parse(all.output);
+  EXPECT_EQ(ja.at("tokens").get<int64_t>(), counted_all);
+  EXPECT_NEAR(ja.at("loss").get<double>(), sum_all / double(counted_all),
+              1e-5 * sum_all / double(counted_all));
   // the examples are packed at their end-of-text: a mask cut at another token is refused
   test::expect_clean_failure(test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --data " +
                                  dir.str("sft") + " --seq 64 --eot-id 10",

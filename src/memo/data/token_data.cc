@@ -290,7 +290,7 @@ void read_sidecars(TokenStore& store, const fs::path& dir, const ShardManifest& 
   }
   if (all_docs && m.data_format == kShardPromptCompletionFormat && m.end_of_text >= 0) {
     // Every end-of-text of prompt-completion shards starts an example (an example's own text
-    // holds control tokens as text), but the split's closing one, its last token: a .docs file
+    // holds control tokens as text), but each split's closing one, its last token: a .docs file
     // that lost an entry would merge two examples into one that sees both.
     size_t next = 0;
     for (size_t i = 0; i < shards.size(); ++i) {
@@ -302,7 +302,9 @@ void read_sidecars(TokenStore& store, const fs::path& dir, const ShardManifest& 
         const int64_t at = seg.first + t;
         while (next < starts.size() && starts[next] < at) ++next;
         const bool listed = next < starts.size() && starts[next] == at;
-        const bool closing = i + 1 == shards.size() && t + 1 == seg.count;
+        // a split's last token (with --split all the train split's comes before the val's)
+        const bool closing = t + 1 == seg.count &&
+                             (i + 1 == shards.size() || shards[i + 1].split != shards[i].split);
         if (!listed && !closing)
           throw FormatError(str((dir / shards[i].docs).string(), " does not list the end-of-text ",
                                 "at offset ", t, " of ", shards[i].file, ", where an example ",
