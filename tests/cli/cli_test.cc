@@ -595,6 +595,49 @@ TEST_F(Cli, a_resumed_run_refuses_what_it_cannot_honour_and_leaves_the_first_run
       << full.output;
 }
 
+// Note [Resume]: a resumed run keeps where and in how much memory it ran (the device,
+// --device-memory, the activation strategy with its alpha and host budget) unless given; a new
+// --activations takes none of the old strategy's fields.
+TEST_F(Cli, a_resumed_run_keeps_its_device_budget_and_activation_strategy) {
+  const std::string a = dir / "a";
+  const test::CommandResult first =
+      test::run_command(train_cmd(a,
+                                  "--steps 2 --activations memo --alpha 0.5 --host-memory 8MiB "
+                                  "--device-memory 64MiB"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto plan_line = [](const std::string& out) {
+    const size_t at = out.find("memo: device plan: needs");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  const std::string memo_line = "memo: activations: memo: alpha 0.5 (given";
+  ASSERT_NE(first.output.find(memo_line), std::string::npos) << first.output;
+  const test::CommandResult resumed =
+      test::run_command(test::memo_bin() + " train --resume " + a + " --steps 3");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find(memo_line), std::string::npos) << resumed.output;
+  EXPECT_EQ(plan_line(resumed.output), plan_line(first.output)) << resumed.output;
+  EXPECT_NE(plan_line(first.output), "");
+  const test::CommandResult keep = test::run_command(test::memo_bin() + " train --resume " + a +
+                                                     " --steps 4 --activations keep");
+  ASSERT_EQ(keep.exit_code, 0) << keep.output;
+  EXPECT_NE(keep.output.find("memo: activations: keep"), std::string::npos) << keep.output;
+  EXPECT_NE(keep.output.find(" of 64.00 MiB"), std::string::npos) << keep.output;
+  // the device too: a run of --device cuda resumes on cuda (here: refused, no GPU) unless given
+  const fs::path options = find_latest_checkpoint(a) / kRunOptionsFile;
+  nlohmann::json j = nlohmann::json::parse(read_file(options));
+  EXPECT_EQ(j.at("device"), "cpu");
+  j["device"] = "cuda";
+  write_file_atomic(options, j.dump());
+  const test::CommandResult cuda =
+      test::run_command(test::memo_bin() + " train --resume " + a + " --steps 5 --no-checkpoint");
+  if (cuda.exit_code != 0) {  // without a GPU, or without the CUDA backend
+    EXPECT_NE(cuda.output.find("memo: error: --device cuda: "), std::string::npos) << cuda.output;
+  }
+  const test::CommandResult cpu =
+      test::run_command(test::memo_bin() + " train --resume " + a + " --steps 5 --device cpu");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
+}
+
 // Note [One run a directory]: a new run refuses an --out that holds another run's checkpoints
 // (before any output), resuming that run into it is fine, --overwrite removes the other run's
 // checkpoints and writes its own, and --init-from may not name what --overwrite would remove.

@@ -304,6 +304,17 @@ std::string resumed_precision(const std::string& resume_dir) {
   return p == "fp32" || p == "bf16" ? p.get<std::string>() : "";
 }
 
+// The device a run to be resumed from `resume_dir` ran on ("cpu" or "cuda"), as its
+// run_options.json records it; empty where it does not say (older checkpoints).
+std::string resumed_device(const std::string& resume_dir) {
+  const std::filesystem::path options = find_latest_checkpoint(resume_dir) / kRunOptionsFile;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(options, ec)) return "";
+  const nlohmann::json j = read_json_file<FormatError>(options);
+  const nlohmann::json d = j.is_object() ? j.value("device", nlohmann::json()) : nlohmann::json();
+  return d == "cpu" || d == "cuda" ? d.get<std::string>() : "";
+}
+
 // The optimiser a run to be resumed from `resume_dir` was trained with, as its trainer_state.json
 // records it; empty where there is none (the session reports a missing checkpoint).
 std::string resumed_optimizer(const std::string& resume_dir) {
@@ -348,6 +359,7 @@ TrainOptions resolve_options(const TrainFlags& f) {
     o.activations.host_memory_bytes = parse_bytes(f.host_memory, "--host-memory");
   if (!f.device_memory.empty())
     o.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
+  o.device_memory_given = !f.device_memory.empty();
   if (!f.save_dtype.empty()) o.save_dtype = f.save_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   o.exit_signals = parse_exit_signals(f.exit_signal);
   if (!f.time_limit.empty()) o.time_limit_s = parse_duration(f.time_limit, "--time-limit");
@@ -501,13 +513,15 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
     TrainOptions o = resolve_options(*f);
     if (!o.resume_dir.empty())  // Note [Resume]: the checkpoint pins these, or keeps the others
       for (const char* flag :
-           {"--seq",           "--batch",        "--micro-batch",    "--lr",
-            "--min-lr-ratio",  "--warmup",       "--clip",           "--gns",
-            "--gns-decay",     "--seed",         "--document-mask",  "--eot-id",
-            "--eod-mask-loss", "--seq-schedule", "--stage-batch",    "--stage-rope",
-            "--save-every",    "--keep-last",    "--save-best",      "--async-save",
-            "--eval-every",    "--eval-tokens",  "--val-batches",    "--log-every",
-            "--log",           "--tensorboard",  "--skip-nonfinite", "--spike-skip"})
+           {"--seq",           "--batch",        "--micro-batch",   "--lr",
+            "--min-lr-ratio",  "--warmup",       "--clip",          "--gns",
+            "--gns-decay",     "--seed",         "--document-mask", "--eot-id",
+            "--eod-mask-loss", "--seq-schedule", "--stage-batch",   "--stage-rope",
+            "--save-every",    "--keep-last",    "--save-best",     "--async-save",
+            "--eval-every",    "--eval-tokens",  "--val-batches",   "--log-every",
+            "--activations",   "--alpha",        "--host-memory",   "--copy-bandwidth",
+            "--device-memory", "--log",          "--tensorboard",   "--skip-nonfinite",
+            "--spike-skip"})
         if (train->get_option(flag)->count() > 0) {
           std::string key(flag + 2);
           std::replace(key.begin(), key.end(), '-', '_');
@@ -520,8 +534,12 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
       o.run_file = resumed_run_file(o.resume_dir, o.run_file);
     }
     RuntimeFlags device = f->device;
-    if (!o.resume_dir.empty() && device.precision.empty())  // the run's own (Note [Resume])
-      device.precision = resumed_precision(o.resume_dir);
+    if (!o.resume_dir.empty()) {  // the run's own (Note [Resume])
+      if (train->get_option("--device")->count() == 0)
+        if (std::string d = resumed_device(o.resume_dir); !d.empty()) device.device = d;
+      if (device.precision.empty()) device.precision = resumed_precision(o.resume_dir);
+    }
+    o.device = device.device;
     const std::unique_ptr<Runtime> runtime = make_runtime(device, world, std::cout);
     with_device(o, *f, runtime->backend());
     memo::train(o, *runtime);

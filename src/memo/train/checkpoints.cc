@@ -55,13 +55,22 @@ nlohmann::json pinned_options(const TrainOptions& o) {
           {"stage_rope", o.stage_rope}};
 }
 
-// The options that shape what a run writes and when, not what it trains, and the bad-step guard's
-// bounds, which decide which steps apply: a resumed run keeps its checkpoint's unless the command
-// line gives them (Note [Resume]), so that `memo train --resume DIR` goes on saving, validating,
-// logging and skipping as the run did.
+// The options that shape what a run writes and when, not what it trains, the bad-step guard's
+// bounds, which decide which steps apply, and where and in how much memory it runs (the device,
+// --device-memory where given, the activation strategy and its host budget): a resumed run keeps
+// its checkpoint's unless the command line gives them (Note [Resume]), so that `memo train
+// --resume DIR` goes on saving, validating, logging, skipping and fitting as the run did.
 nlohmann::json run_options(const TrainOptions& o) {
   std::error_code ec;
+  const StrategyOptions& a = o.activations;
   return {{"out", fs::weakly_canonical(fs::path(o.out_dir), ec).string()},
+          {"device", o.device},
+          {"device_memory",
+           o.device_memory_given ? nlohmann::json(o.device_memory_bytes) : nlohmann::json()},
+          {"activations", a.kind},
+          {"alpha", a.alpha ? nlohmann::json(*a.alpha) : nlohmann::json()},
+          {"host_memory", a.host_memory_bytes},
+          {"copy_bandwidth", a.copy_bandwidth_gb_per_s},
           {"save_every", o.save_every},
           {"keep_last", o.keep_last},
           {"save_best", o.save_best},
@@ -172,6 +181,24 @@ void restore_run_options(TrainOptions& o, const fs::path& checkpoint) {
   }
   keep("skip_nonfinite", o.skip_nonfinite);
   keep("spike_skip", o.spike_skip);
+  // the memory it fits in: --device-memory where the run gave it (else this device's default);
+  // the strategy's fields with its name, none of them when --activations names another
+  if (j.contains("device_memory") && !j.at("device_memory").is_null()) {
+    int64_t budget = o.device_memory_bytes;
+    keep("device_memory", budget);
+    if (!given("device_memory")) o.device_memory_bytes = budget, o.device_memory_given = true;
+  }
+  StrategyOptions& a = o.activations;
+  const bool strategy = !given("activations");
+  keep("activations", a.kind, strategy);
+  if (strategy && !given("alpha") && j.contains("alpha")) {
+    const nlohmann::json& alpha = j.at("alpha");
+    if (!alpha.is_null() && !alpha.is_number())
+      throw DataError(str(file, ": field 'alpha' = ", json_excerpt(alpha), " is not a number"));
+    a.alpha = alpha.is_null() ? std::nullopt : std::optional<double>(alpha.get<double>());
+  }
+  keep("host_memory", a.host_memory_bytes, strategy);
+  keep("copy_bandwidth", a.copy_bandwidth_gb_per_s, strategy);
 }
 
 void restore_pinned(TrainOptions& o, const nlohmann::json& j, const std::string& file) {

@@ -120,6 +120,8 @@ struct TrainOptions {
   // --device-memory: plan the activations into one arena and check the whole device need against
   // this many bytes before step 1 (train/device_plan.h); 0: no budget, the caching allocator.
   int64_t device_memory_bytes = 0;
+  bool device_memory_given = false;  // by the flag, not the device's default (a resume keeps it)
+  std::string device = "cpu";        // --device, as the run's run_options.json records it
   // --zero 1: shard the optimiser state and update over the data-parallel ranks (train/zero.h);
   // 0: every rank keeps all of it. Not pinned by a checkpoint: a run resumes on either.
   int zero = 0;
