@@ -595,6 +595,28 @@ TEST_F(Cli, a_resumed_run_refuses_what_it_cannot_honour_and_leaves_the_first_run
       << full.output;
 }
 
+// memo's start-up line names the rows it offloads after the pool's 64-byte rounding has trimmed
+// them, as the step log counts them (a budget a byte short of alpha 1's: 602 rows said, 512 sent).
+TEST_F(Cli, memo_says_the_rows_it_offloads_after_the_pools_rounding) {
+  const std::string deep =
+      R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+      "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 512})";
+  write_text(dir / "deep4.json", deep);
+  const std::string run = test::memo_bin() + " train --config " + dir.str("deep4.json") +
+                          " --data " + dir.str("data.txt") +
+                          " --seq 301 --batch 2 --steps 1 --no-checkpoint --activations memo ";
+  const test::CommandResult r =
+      test::run_command(run + "--host-memory 4035967 --log " + dir.str("m.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("; offloading ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const int64_t said = std::stoll(r.output.substr(at + 13));
+  const nlohmann::json step = test::records(dir.str("m.jsonl")).back();
+  EXPECT_EQ(said, std::llround(step.at("alpha").get<double>() * 602.0)) << r.output;
+  EXPECT_LE(step.at("host_peak_bytes").get<int64_t>(), 4035967);
+}
+
 // Note [Resume]: a resumed run keeps where and in how much memory it ran (the device,
 // --device-memory, the activation strategy with its alpha and host budget) unless given; a new
 // --activations takes none of the old strategy's fields.

@@ -232,6 +232,38 @@ TEST_F(PlanCommand, a_cuda_plan_takes_the_cuda_backends_sizes_and_native_bf16_ke
   test::expect_clean_failure(on_gpus + "--gpus -2", "--gpus");
 }
 
+// Note [Tensor-parallel activations]: under --tp a rank rebuilds only whole panels of its rows,
+// so at a length whose rank rows are not whole panels memo sends them all, as offload does; the
+// plan counts that, and its advice is a length whose rows are whole panels, where alpha 0 fits.
+TEST_F(PlanCommand, memo_under_tp_counts_every_row_of_rows_that_are_not_whole_panels) {
+  std::string deep = kTinyConfig;
+  deep.replace(deep.find("\"num_hidden_layers\": 2"), 22, "\"num_hidden_layers\": 4");
+  std::ofstream(dir / "deep.json") << deep;
+  auto host = [&](int64_t seq, const std::string& activations) {
+    const test::CommandResult r = test::run_command(
+        test::memo_bin() + " plan --config " + dir.str("deep.json") + " --batch 2 --tp 2 --seq " +
+        std::to_string(seq) + " --host-memory 400KiB --json --activations " + activations);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output);
+  };
+  const nlohmann::json odd = host(301, "memo --alpha 0"), all = host(301, "offload");
+  EXPECT_EQ(odd.at("host_need_bytes"), all.at("host_need_bytes"));
+  const std::string said = odd.at("host_message").get<std::string>();
+  EXPECT_NE(said.find("(all its 301 token rows a rank: under --tp they must be whole 128-row "
+                      "panels to be rebuilt)"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(said.find("a lower --alpha"), std::string::npos) << said;
+  const size_t at = said.find("or --seq ");
+  ASSERT_NE(at, std::string::npos) << said;
+  const int64_t advised = std::stoll(said.substr(at + 9));
+  EXPECT_EQ(advised % 256, 0) << said;
+  const nlohmann::json whole = host(advised, "memo --alpha 0");
+  EXPECT_TRUE(whole.at("host_fits").get<bool>()) << whole.dump();
+  EXPECT_LT(whole.at("host_need_bytes").get<int64_t>(),
+            host(advised, "offload").at("host_need_bytes").get<int64_t>());
+}
+
 TEST_F(PlanCommand, train_over_budget_is_refused_before_step_1) {
   const test::CommandResult r = test::run_command(train_cmd("c", "--device-memory 256KiB"));
   EXPECT_EQ(r.exit_code, 1) << r.output;

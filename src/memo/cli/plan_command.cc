@@ -321,7 +321,7 @@ HostPlan plan_host(const PlanCommandOptions& o, const DevicePlanOptions& options
   StrategyOptions strategy = options.strategy;
   strategy.host_memory_bytes = h.budget;
   const int64_t g = model.backend().reproducible_rows();
-  h.bytes = host_micro_batch_bytes(strategy, model.skeletal(), g, o.batch, o.seq, o.cp);
+  h.bytes = host_micro_batch_bytes(strategy, model.skeletal(), g, o.batch, o.seq, o.cp, o.tp);
   h.least = o.activations == "memo" && !o.alpha;
   h.refusal = host_over_budget(strategy, model.skeletal(), g, o.batch, o.seq, o.cp, o.tp);
   return h;

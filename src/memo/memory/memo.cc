@@ -43,7 +43,7 @@ bool MemoStrategy::wants_warmup() const {
   return !options_.alpha && !given && !profile().valid;
 }
 
-MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
+MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq, bool all_rows) const {
   AlphaInputs in = memo_alpha_sizes(layout(), batch, seq);
   in.num_layers = offloaded_layers() + 2;  // a pipeline chunk's (alpha.h counts L - 2)
   in.host_memory_bytes = host_memory_bytes_;
@@ -53,7 +53,7 @@ MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
                                                                   : profile().d2h_bytes_per_s;
   const AlphaChoice choice = choose_alpha(in);
   if (!choice.host_fits) throw BudgetError(str("memo: ", choice.advice));
-  Decision d;
+  Decision d{};
   const int64_t g = backend()->reproducible_rows();
   const int64_t T = layout().token_rows(batch, seq);
   if (options_.alpha) {
@@ -102,15 +102,34 @@ MemoStrategy::Decision MemoStrategy::decide(int64_t batch, int64_t seq) const {
     d.text = str("memo: ", describe(in, choice));
     if (!choice.copy_hidden) d.text += str("; warning: ", choice.advice);
   }
-  const int64_t rows = memo_offload_rows(d.alpha, T, g);
-  d.text += str("; offloading ", rows, " of ", T, " token rows (alpha ", double(rows) / double(T),
-                " after rounding to ", g, "-row panels), host ",
-                gib(double(planned_host_bytes(batch, seq, rows))));
+  if (all_rows) {  // Note [Tensor-parallel activations]
+    const int64_t need = planned_host_bytes(batch, seq, T);
+    if (host_memory_bytes_ > 0 && need > host_memory_bytes_)
+      throw BudgetError(str("memo: under --tp a rank's ", T, " token rows are not whole ", g,
+                            "-row panels, so all of them travel: ", gib(double(need)), " (", need,
+                            " bytes) of host memory, budget ", gib(double(host_memory_bytes_)),
+                            "; give --host-memory ", need, " or more, or a --seq whose rank rows ",
+                            "are whole panels"));
+    d.alpha = 1.0;
+    d.rows = T;
+    d.text += str("; offloading all ", T, " token rows (under --tp a rank's rows must be whole ", g,
+                  "-row panels to be rebuilt), host ", gib(double(need)));
+    return d;
+  }
+  // the cost model sizes alpha from unrounded bytes; the pool takes each field rounded to 64
+  // bytes, so the rows come down a panel at a time to what the pool holds
+  d.rows = memo_offload_rows(d.alpha, T, g);
+  while (host_memory_bytes_ > 0 && d.rows > 0 &&
+         planned_host_bytes(batch, seq, d.rows) > host_memory_bytes_)
+    d.rows = std::max<int64_t>(0, (d.rows - 1) / std::max<int64_t>(g, 1) * std::max<int64_t>(g, 1));
+  d.text += str("; offloading ", d.rows, " of ", T, " token rows (alpha ",
+                double(d.rows) / double(T), " after rounding to ", g, "-row panels), host ",
+                gib(double(planned_host_bytes(batch, seq, d.rows))));
   return d;
 }
 
 std::string MemoStrategy::summary() const {
-  if (batch_ > 0) return decide(batch_, seq_).text;
+  if (batch_ > 0) return decide(batch_, seq_, all_rows_).text;
   if (options_.alpha)
     return str("memo: alpha ", *options_.alpha,
                " (given; the step log's \"alpha\" is the fraction of token rows offloaded after "
@@ -124,17 +143,13 @@ double MemoStrategy::offloaded_alpha() const {
 }
 
 int64_t MemoStrategy::choose_offload_rows(int64_t batch, int64_t seq) {
-  alpha_ = decide(batch, seq).alpha;
+  const bool all_rows = layers() && layers()->all_rows_travel(layout().token_rows(batch, seq));
+  const Decision d = decide(batch, seq, all_rows);
+  all_rows_ = all_rows;
+  alpha_ = d.alpha;
   batch_ = batch;
   seq_ = seq;
-  const int64_t g = std::max<int64_t>(backend()->reproducible_rows(), 1);
-  int64_t rows = memo_offload_rows(alpha_, layout().token_rows(batch, seq), g);
-  // the cost model sizes alpha from unrounded bytes; the pool takes each field rounded to 64
-  // bytes, so the rows come down a panel at a time to what the pool holds
-  while (host_memory_bytes_ > 0 && rows > 0 &&
-         planned_host_bytes(batch, seq, rows) > host_memory_bytes_)
-    rows = std::max<int64_t>(0, (rows - 1) / g * g);
-  return rows;
+  return d.rows;
 }
 
 }  // namespace memo

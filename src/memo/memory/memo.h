@@ -26,6 +26,13 @@ struct MemoOptions {
 // backend with values today (the CPU) promises 128 rows, so that path runs only under test.
 int64_t memo_offload_rows(double alpha, int64_t tokens, int64_t granularity);
 
+// Whether memo sends all of a rank's `tokens` rows whatever alpha is: under tensor parallelism
+// (tp > 1) a rebuild gathers the same rows of every rank, and rows that are not whole panels of
+// `granularity` cannot be rebuilt bit for bit in groups (Note [Tensor-parallel activations]).
+inline bool memo_moves_all_rows(int64_t tokens, int64_t granularity, int64_t tp) {
+  return tp > 1 && granularity > 0 && tokens % granularity != 0;
+}
+
 // The cost model's per-layer byte sizes for one micro-batch shape (timings and host left unset).
 AlphaInputs memo_alpha_sizes(const SkeletalLayout& layout, int64_t batch, int64_t seq);
 
@@ -47,15 +54,18 @@ class MemoStrategy final : public SwapStrategy {
  private:
   struct Decision {
     double alpha;
+    int64_t rows;  // token rows offloaded: alpha's panels, as many as the pool holds, or all T
     std::string text;
   };
-  Decision decide(int64_t batch,
-                  int64_t seq) const;  // throws BudgetError when nothing fits
+  // all_rows: every row travels whatever alpha is (LayerRunner::all_rows_travel). Throws
+  // BudgetError when nothing fits.
+  Decision decide(int64_t batch, int64_t seq, bool all_rows) const;
 
   MemoOptions options_;
   int64_t host_memory_bytes_;
   double alpha_ = 0.0;
   int64_t batch_ = 0, seq_ = 0;  // the last shape begin_step saw
+  bool all_rows_ = false;        // and whether all its rows travel
 };
 
 }  // namespace memo

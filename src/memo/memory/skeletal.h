@@ -88,6 +88,10 @@ class LayerRunner {
   // choice: under tensor parallelism a rebuild runs collectives over the group, so its ranks must
   // rebuild the same rows (the model takes the least). One rank: `rows`.
   virtual int64_t agree_offload_rows(int64_t rows) const { return rows; }
+  // Whether every one of this rank's `tokens` rows must travel whatever is chosen (under tensor
+  // parallelism, rows that are not whole reproducible panels: agree_offload_rows returns them
+  // all). Collective-free, so a strategy can say it before the micro-batch.
+  virtual bool all_rows_travel(int64_t tokens) const { return false; }
 };
 
 }  // namespace memo

@@ -44,12 +44,12 @@ std::unique_ptr<ActivationStrategy> make_strategy(const SkeletalLayout& layout,
 }
 
 int64_t strategy_host_layer_bytes(const StrategyOptions& o, const SkeletalLayout& layout,
-                                  int64_t batch, int64_t local_seq, int64_t granularity) {
+                                  int64_t batch, int64_t local_seq, int64_t granularity,
+                                  int64_t tp) {
   if (o.kind != "offload" && o.kind != "memo") return 0;
   const int64_t T = layout.token_rows(batch, local_seq);
-  const int64_t rows = o.kind != "memo" ? T
-                       : !o.alpha       ? 0
-                                        : memo_offload_rows(*o.alpha, T, granularity);
+  const bool all = o.kind != "memo" || memo_moves_all_rows(T, granularity, tp);
+  const int64_t rows = all ? T : !o.alpha ? 0 : memo_offload_rows(*o.alpha, T, granularity);
   return swap_host_layer_bytes(layout, batch, local_seq, rows);
 }
 

@@ -38,9 +38,11 @@ std::unique_ptr<ActivationStrategy> make_strategy(const SkeletalLayout& layout,
 // Host bytes one offloaded layer of a micro-batch of this shape (a rank's share of the sequence)
 // takes from the strategy's pool: offload all its token rows, memo with a given alpha its rows
 // (whole multiples of `granularity`, the backend's reproducible_rows), memo's cost model at least
-// alpha 0's (x and the attention); 0 for keep and recompute. memo train checks it against
-// --host-memory before step 1, and memo plan --config reports it.
+// alpha 0's (x and the attention), and all T rows under --tp T > 1 where they are not whole panels
+// (memo_moves_all_rows); 0 for keep and recompute. memo train checks it against --host-memory
+// before step 1, and memo plan --config reports it.
 int64_t strategy_host_layer_bytes(const StrategyOptions& options, const SkeletalLayout& layout,
-                                  int64_t batch, int64_t local_seq, int64_t granularity);
+                                  int64_t batch, int64_t local_seq, int64_t granularity,
+                                  int64_t tp = 1);
 
 }  // namespace memo

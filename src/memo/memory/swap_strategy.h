@@ -80,6 +80,8 @@ class SwapStrategy : public ActivationStrategy {
   const SkeletalLayout& layout() const { return layout_; }
   // The backend the layers run on (from bind_layers); null before the first micro-batch.
   Backend* backend() const { return backend_; }
+  // The layers (from bind_layers); null before the first micro-batch.
+  const LayerRunner* layers() const { return layers_; }
 
  private:
   void acquire_step_buffers();

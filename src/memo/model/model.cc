@@ -31,12 +31,16 @@ class Layers final : public LayerRunner {
   int64_t agree_offload_rows(int64_t rows) const override {
     if (!ctx_.tp) return rows;
     const int t = ctx_.tp->size();
-    const int64_t mine = ctx_.batch * ctx_.seq / t, g = ctx_.backend->reproducible_rows();
-    if (g > 0 && mine % g != 0) return mine;
+    const int64_t mine = ctx_.batch * ctx_.seq / t;
+    if (all_rows_travel(mine)) return mine;
     const double own = double(rows);
     std::vector<double> all(static_cast<size_t>(t));
     ctx_.tp->all_gather(std::span<double>(all), std::span<const double>(&own, 1));
     return int64_t(*std::min_element(all.begin(), all.end()));
+  }
+  bool all_rows_travel(int64_t tokens) const override {
+    const int64_t g = ctx_.backend->reproducible_rows();
+    return ctx_.tp && g > 0 && tokens % g != 0;
   }
 
  private:

@@ -5,12 +5,14 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <numeric>
 #include <optional>
 #include <ostream>
 #include <vector>
 
 #include "memo/backend/bf16_storage.h"
 #include "memo/core/units.h"
+#include "memo/memory/memo.h"
 #include "memo/meta/meta_backend.h"
 #include "memo/model/flops.h"
 #include "memo/parallel/shape_communicator.h"
@@ -33,23 +35,29 @@ std::string DevicePlan::over_budget_message() const {
 }
 
 int64_t host_micro_batch_bytes(const StrategyOptions& strategy, const SkeletalLayout& skeletal,
-                               int64_t granularity, int64_t micro_batch, int64_t seq, int64_t cp) {
+                               int64_t granularity, int64_t micro_batch, int64_t seq, int64_t cp,
+                               int64_t tp) {
   const int64_t layers = std::max(0, skeletal.num_layers - 2);
-  return layers * strategy_host_layer_bytes(strategy, skeletal, micro_batch, seq / cp, granularity);
+  return layers *
+         strategy_host_layer_bytes(strategy, skeletal, micro_batch, seq / cp, granularity, tp);
 }
 
 std::string host_over_budget(const StrategyOptions& a, const SkeletalLayout& skeletal,
                              int64_t granularity, int64_t micro_batch, int64_t seq, int64_t cp,
                              int64_t tp, const std::string& stage) {
   auto need = [&](int64_t s) {
-    return host_micro_batch_bytes(a, skeletal, granularity, micro_batch, s, cp);
+    return host_micro_batch_bytes(a, skeletal, granularity, micro_batch, s, cp, tp);
   };
   const int64_t bytes = need(seq);
   if (a.host_memory_bytes <= 0 || bytes <= a.host_memory_bytes) return "";
   const int64_t layers = std::max(1, skeletal.num_layers - 2);
-  const bool cost_model = a.kind == "memo" && !a.alpha;
-  // lengths the layout takes: context parallelism cuts 2 cp chunks, sequence parallelism tp parts
-  const int64_t unit = cp > 1 ? 2 * cp * tp : tp;
+  const int64_t rows = skeletal.token_rows(micro_batch, seq / cp);
+  const bool all_rows = a.kind == "memo" && memo_moves_all_rows(rows, granularity, tp);
+  const bool cost_model = a.kind == "memo" && !a.alpha && !all_rows;
+  // lengths the layout takes: context parallelism cuts 2 cp chunks, sequence parallelism tp parts;
+  // memo under --tp, whole panels a rank (else all rows travel: memo_moves_all_rows)
+  int64_t unit = cp > 1 ? 2 * cp * tp : tp;
+  if (a.kind == "memo" && tp > 1 && granularity > 0) unit = std::lcm(unit, cp * tp * granularity);
   int64_t lo = 0, hi = seq / unit;  // lo * unit fits (0: none does)
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo + 1) / 2;
@@ -59,16 +67,19 @@ std::string host_over_budget(const StrategyOptions& a, const SkeletalLayout& ske
       hi = mid - 1;
     }
   }
-  return str(stage, "--activations ", a.kind, ": each micro-batch sends ", layers, " layers x ",
-             format_bytes(bytes / layers), " = ", format_bytes(bytes), " (", bytes,
-             " bytes) to the host", cost_model ? " at alpha 0, the least memo offloads" : "",
-             ", over --host-memory ", format_bytes(a.host_memory_bytes), " by ",
-             format_bytes(bytes - a.host_memory_bytes), "; give --host-memory ", bytes, " or more",
-             lo == 0 ? std::string()
-             : stage.empty()
-                 ? str(", or --seq ", lo * unit, " (the longest that fits)")
-                 : str(", or a seq of ", lo * unit, " in this stage (the longest that fits)"),
-             a.kind == "memo" && !cost_model ? ", or a lower --alpha" : "");
+  return str(
+      stage, "--activations ", a.kind, ": each micro-batch sends ", layers, " layers x ",
+      format_bytes(bytes / layers), " = ", format_bytes(bytes), " (", bytes, " bytes) to the host",
+      cost_model ? " at alpha 0, the least memo offloads" : "",
+      all_rows ? str(" (all its ", rows, " token rows a rank: under --tp they must be whole ",
+                     granularity, "-row panels to be rebuilt)")
+               : std::string(),
+      ", over --host-memory ", format_bytes(a.host_memory_bytes), " by ",
+      format_bytes(bytes - a.host_memory_bytes), "; give --host-memory ", bytes, " or more",
+      lo == 0         ? std::string()
+      : stage.empty() ? str(", or --seq ", lo * unit, " (the longest that fits)")
+                      : str(", or a seq of ", lo * unit, " in this stage (the longest that fits)"),
+      a.kind == "memo" && !cost_model && !all_rows ? ", or a lower --alpha" : "");
 }
 
 namespace {

@@ -71,7 +71,8 @@ class OverBudgetError : public BudgetError {
 // empty when it fits or the strategy sends nothing. `stage` prefixes it and names the seq a stage's
 // (--seq-schedule).
 int64_t host_micro_batch_bytes(const StrategyOptions& strategy, const SkeletalLayout& skeletal,
-                               int64_t granularity, int64_t micro_batch, int64_t seq, int64_t cp);
+                               int64_t granularity, int64_t micro_batch, int64_t seq, int64_t cp,
+                               int64_t tp);
 std::string host_over_budget(const StrategyOptions& strategy, const SkeletalLayout& skeletal,
                              int64_t granularity, int64_t micro_batch, int64_t seq, int64_t cp,
                              int64_t tp, const std::string& stage = "");

@@ -715,7 +715,7 @@ void TrainSession::check_tokenizers() const {
 // sequence): memory/strategy_factory.h's strategy_host_layer_bytes.
 int64_t TrainSession::host_layer_bytes(int64_t micro_batch, int64_t local_seq) const {
   return strategy_host_layer_bytes(o_.activations, model_->skeletal(), micro_batch, local_seq,
-                                   backend_.reproducible_rows());
+                                   backend_.reproducible_rows(), std::max<int64_t>(1, o_.tp));
 }
 
 void TrainSession::check_host_memory() const {
@@ -730,12 +730,13 @@ void TrainSession::check_host_memory() const {
     // the budget the whole run needs: its hungriest stage's, which may come later
     int64_t most = 0;
     for (const SeqStage& t : stages_)
-      most = std::max(most, host_micro_batch_bytes(o_.activations, model_->skeletal(),
-                                                   backend_.reproducible_rows(), t.micro_batch,
-                                                   t.seq, std::max<int64_t>(1, o_.cp)));
-    const int64_t here =
-        host_micro_batch_bytes(o_.activations, model_->skeletal(), backend_.reproducible_rows(),
-                               s.micro_batch, s.seq, std::max<int64_t>(1, o_.cp));
+      most = std::max(
+          most, host_micro_batch_bytes(o_.activations, model_->skeletal(),
+                                       backend_.reproducible_rows(), t.micro_batch, t.seq,
+                                       std::max<int64_t>(1, o_.cp), std::max<int64_t>(1, o_.tp)));
+    const int64_t here = host_micro_batch_bytes(
+        o_.activations, model_->skeletal(), backend_.reproducible_rows(), s.micro_batch, s.seq,
+        std::max<int64_t>(1, o_.cp), std::max<int64_t>(1, o_.tp));
     throw BudgetError(most > here ? str(refusal, "; every stage fits --host-memory ", most,
                                         " or more (stage by stage, the largest)")
                                   : refusal);
