@@ -376,6 +376,12 @@ TEST(StrategyErrors, factory_rejects_bad_combinations) {
               make_strategy(skeletal_layout(cfg, DType::kF32), alloc, o);
             }).find("--host-memory and --copy-bandwidth apply"),
             std::string::npos);
+  o = with("offload");
+  o.copy_bandwidth_gb_per_s = 1e-12;  // 1 B/s: a layer's copy would take hours
+  EXPECT_NE(test::error_message<ConfigError>([&] {
+              make_strategy(skeletal_layout(cfg, DType::kF32), alloc, o);
+            }).find("--copy-bandwidth 1e-12 GB/s is below 0.001 GB/s"),
+            std::string::npos);
   o = memo_at(1.5);
   EXPECT_NE(test::error_message<ConfigError>([&] {
               make_strategy(skeletal_layout(cfg, DType::kF32), alloc, o);

@@ -1,5 +1,6 @@
 #include "memo/backend/copy_stream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -100,10 +101,10 @@ void CopyStream::run() {
     const auto t0 = Clock::now();
     std::memcpy(task.dst, task.src, size_t(task.bytes));
     if (options_.bandwidth_bytes_per_s > 0.0) {
-      const auto min_end =
-          t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                   double(task.bytes) / options_.bandwidth_bytes_per_s));
-      std::this_thread::sleep_until(min_end);
+      // capped at a day before the cast: past ~292 years of nanoseconds it would overflow
+      const double s = std::min(double(task.bytes) / options_.bandwidth_bytes_per_s, 86400.0);
+      std::this_thread::sleep_until(
+          t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
     }
     busy_s_.fetch_add(std::chrono::duration<double>(Clock::now() - t0).count());
     copied_bytes_.fetch_add(task.bytes);

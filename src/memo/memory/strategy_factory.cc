@@ -26,6 +26,11 @@ std::unique_ptr<ActivationStrategy> make_strategy(const SkeletalLayout& layout,
   if (!(o.copy_bandwidth_gb_per_s >= 0.0 && std::isfinite(o.copy_bandwidth_gb_per_s)))
     throw ConfigError(str("--copy-bandwidth ", o.copy_bandwidth_gb_per_s,
                           " GB/s must be a finite number, 0 or more (0: no throttle)"));
+  // a throttle below 1 MB/s holds a layer's copy for hours: a typo, not a link to study
+  if (o.copy_bandwidth_gb_per_s > 0.0 && o.copy_bandwidth_gb_per_s < kMinCopyBandwidthGBs)
+    throw ConfigError(str("--copy-bandwidth ", o.copy_bandwidth_gb_per_s, " GB/s is below ",
+                          kMinCopyBandwidthGBs, " GB/s (1 MB/s), the slowest throttle memo takes ",
+                          "(0: no throttle)"));
   SwapOptions swap;
   swap.host_memory_bytes = o.host_memory_bytes;
   swap.host_space = o.host_space;

@@ -29,6 +29,8 @@ struct StrategyOptions {
 };
 
 inline constexpr const char* kStrategyNames[] = {"keep", "recompute", "offload", "memo"};
+// The slowest --copy-bandwidth (GB/s) a run takes; 0 means no throttle.
+inline constexpr double kMinCopyBandwidthGBs = 1e-3;
 
 // Throws ConfigError naming the flag and the allowed values on a bad combination.
 std::unique_ptr<ActivationStrategy> make_strategy(const SkeletalLayout& layout,
