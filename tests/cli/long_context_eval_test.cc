@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,12 +17,15 @@
 #include "data/small_tokenizer.h"
 #include "memo/core/error.h"
 #include "memo/data/tokenizer.h"
+#include "memo/io/checkpoint.h"
 #include "memo/train/retrieval.h"
 #include "svg_check.h"
 #include "test_util.h"
 
 namespace memo {
 namespace {
+
+namespace fs = std::filesystem;
 
 TEST(Retrieval, prompts_have_the_length_asked_and_the_key_at_the_depth) {
   const Tokenizer bytes = Tokenizer::bytes();
@@ -218,6 +222,42 @@ TEST_F(LongContextEval, an_evaluation_that_counts_no_token_is_an_error_and_bad_c
   test::expect_clean_failure(train + " --eot-id 3", "--eot-id says where documents start");
   test::expect_clean_failure(train + " --stage-batch sequences",
                              "--stage-batch requires --seq-schedule");
+}
+
+// A base model asked past its context (the usual comparison with its extended run): refused with
+// the way past it; --max-position-embeddings evaluates it as a config that says so would, and
+// memo plan --config takes the run's folder and the same flag.
+TEST_F(LongContextEval, position_flags_evaluate_and_plan_a_checkpoint_past_its_context) {
+  const std::string eval = test::memo_bin() + " eval --checkpoint ";
+  const std::string args =
+      " --data " + dir.str("data.txt") + " --split all --seq 600 --batch 1 --batches 1 --json";
+  test::expect_clean_failure(eval + dir.str("run") + args,
+                             "--seq 600 exceeds max_position_embeddings = 512 of --checkpoint " +
+                                 dir.str("run") + "; --max-position-embeddings N evaluates it");
+  const test::CommandResult past =
+      test::run_command(eval + dir.str("run") + args + " --max-position-embeddings 600");
+  ASSERT_EQ(past.exit_code, 0) << past.output;
+  // the same checkpoint whose config.json says 600 positions
+  const fs::path from = find_latest_checkpoint(dir / "run");
+  fs::copy(from, dir / "wide", fs::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(test::file_bytes(dir / "wide" / kConfigFile));
+  config["max_position_embeddings"] = 600;
+  test::write_text(dir / "wide" / kConfigFile, config.dump());
+  const test::CommandResult wide = test::run_command(eval + dir.str("wide") + args);
+  ASSERT_EQ(wide.exit_code, 0) << wide.output;
+  EXPECT_EQ(nlohmann::json::parse(past.output).at("loss"),
+            nlohmann::json::parse(wide.output).at("loss"));
+  const std::string plan = test::memo_bin() + " plan --seq 600 --batch 1 --json --config ";
+  test::expect_clean_failure(plan + dir.str("run"),
+                             "--max-position-embeddings N (and a "
+                             "--rope-scaling) plans the run that extends it");
+  const test::CommandResult planned =
+      test::run_command(plan + dir.str("run") + " --max-position-embeddings 600");
+  const test::CommandResult planned_wide =
+      test::run_command(plan + (dir / "wide" / kConfigFile).string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_EQ(nlohmann::json::parse(planned.output).at("plan_peak_bytes"),
+            nlohmann::json::parse(planned_wide.output).at("plan_peak_bytes"));
 }
 
 TEST_F(LongContextEval, passkey_runs_every_length_depth_and_trial) {

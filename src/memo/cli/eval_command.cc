@@ -14,6 +14,7 @@
 
 #include "memo/cli/commands.h"
 #include "memo/cli/number_check.h"
+#include "memo/cli/position_flags.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
 #include "memo/core/units.h"
@@ -53,6 +54,7 @@ struct EvalOptions {
   const CLI::Option* val_fraction_opt = nullptr;
   int64_t trials = 5, prefill_chunk = 4096, max_answer_tokens = 8;
   uint64_t seed = 0;
+  PositionFlags positions;  // each checkpoint evaluated with them (a base model past its context)
 };
 
 // "1K,4K,16K": 1K = 1024 tokens, 1M = 1024K.
@@ -223,6 +225,7 @@ void add_eval_command(CLI::App& app) {
   eval->add_option("--svg", o->svg,
                    "Write the loss by position (checkpoints overlaid) or the retrieval heatmap");
   eval->add_flag("--json", o->json, "One JSON object per checkpoint instead of tables");
+  add_position_flags(*eval, o->positions, "Evaluate each checkpoint with");
   auto device = std::make_shared<RuntimeFlags>();
   add_runtime_flags(*eval, *device);
   eval->callback([o, device] {
@@ -246,6 +249,7 @@ void add_eval_command(CLI::App& app) {
           "whole data");
     if (!o->svg.empty() && !retrieval && o->by_position <= 0)
       throw ConfigError("--svg draws the loss by position (--by-position N) or a retrieval");
+    const PositionOverrides positions = resolve_position_flags(o->positions);
     const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);
     std::vector<PositionCurve> curves;
     for (const std::string& path : o->checkpoints) {
@@ -254,6 +258,16 @@ void add_eval_command(CLI::App& app) {
       check_config_describes_tensors(ckpt);
       Model model(ckpt.config, runtime->backend(), ModelUse::kInference);
       load_model_tensors(model, ckpt.model);
+      model.set_positions(positions, str("--checkpoint ", path));
+      const ModelConfig& config = model.config();
+      // the positions a checkpoint was trained on bound what it is asked; a RoPE model may be
+      // asked past them (how a base model fails past its context) with the position flags
+      const std::string past =
+          str(" of --checkpoint ", path,
+              config.uses_rope() && !positions.max_position_embeddings
+                  ? "; --max-position-embeddings N evaluates it with more positions than it "
+                    "was trained on"
+                  : "");
       // the loss needs no tokenizer: without one, no bits per byte
       const std::optional<Tokenizer> known =
           checkpoint_tokenizer_if_any(dir, ckpt.config.vocab_size, ckpt.trainer_state);
@@ -266,12 +280,12 @@ void add_eval_command(CLI::App& app) {
         // the last answer token is never fed back: l + max_answer_tokens - 1 positions
         // (compared so that no sum overflows)
         for (int64_t l : lengths)
-          if (o->max_answer_tokens - 1 > ckpt.config.max_positions() - l)
+          if (o->max_answer_tokens - 1 > config.max_positions() - l)
             throw ConfigError(str("--lengths ", l, " and ", o->max_answer_tokens,
-                                  " answer tokens exceed the model's ",
-                                  ckpt.config.positions_limit(),
-                                  ": a prompt of L tokens "
-                                  "answers in L + --max-answer-tokens - 1 positions"));
+                                  " answer tokens exceed the model's ", config.positions_limit(),
+                                  ": a prompt of L tokens answers in L + --max-answer-tokens - 1 "
+                                  "positions",
+                                  past));
         const RetrievalReport r =
             run_retrieval(tokenizer, task, lengths, parse_depths(o->depths), o->trials, o->seed,
                           [&](std::span<const int32_t> prompt) {
@@ -309,6 +323,8 @@ void add_eval_command(CLI::App& app) {
       if (data.has_loss_mask() && model.document_mask() < 0)
         model.set_document_mask(
             document_start_token(o->data, o->eot_id, vocab, "prompt-completion data"));
+      if (o->seq > config.max_positions())
+        throw ConfigError(str("--seq ", o->seq, " exceeds ", config.positions_limit(), past));
       // The progress bar only on a terminal: scripts read one JSON object from the output.
       const EvalReport r = evaluate(model, tokenizer, data, o->seq, o->batch, o->batches,
                                     ::isatty(2) ? &std::cerr : nullptr, o->by_position);

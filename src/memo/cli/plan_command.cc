@@ -22,11 +22,13 @@
 #include "memo/backend/bf16_storage.h"
 #include "memo/cli/commands.h"
 #include "memo/cli/number_check.h"
+#include "memo/cli/position_flags.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/units.h"
 #include "memo/cpu/cpu_backend.h"
 #include "memo/cuda/cuda_sizes.h"
 #include "memo/io/atomic_file.h"
+#include "memo/io/checkpoint.h"
 #include "memo/io/config_json.h"
 #include "memo/io/hardware_json.h"
 #include "memo/memory/timeline.h"
@@ -75,6 +77,7 @@ struct PlanCommandOptions {
   // the flags of the cluster mode alone, refused by name in a --config plan
   std::vector<const CLI::Option*> cluster_only;
   std::vector<const CLI::Option*> config_only;  // of a --config plan, refused with --gpus
+  PositionFlags positions;                      // --config plans: the config's, changed
 };
 
 // offload and memo in a --config plan: what each micro-batch sends to the host, against
@@ -191,7 +194,11 @@ void check_shape_flags(const PlanCommandOptions& o, const ModelConfig& config) {
     throw ConfigError(str("--seq ", o.seq, " and --batch ", o.batch, " must be positive"));
   if (o.seq > config.max_positions())
     throw ConfigError(
-        str("--seq ", o.seq, " exceeds ", config.positions_limit(), " of ", o.config_path));
+        str("--seq ", o.seq, " exceeds ", config.positions_limit(), " of ", o.config_path,
+            config.uses_rope() && o.positions.max_positions_opt->count() == 0
+                ? "; --max-position-embeddings N (and a --rope-scaling) plans the run that "
+                  "extends it"
+                : ""));
 }
 
 DevicePlanOptions device_plan_options(const PlanCommandOptions& o, const ModelConfig& config) {
@@ -327,8 +334,25 @@ HostPlan plan_host(const PlanCommandOptions& o, const DevicePlanOptions& options
   return h;
 }
 
+// --config's model: a config.json, or the config of a model or run folder (its newest
+// checkpoint's), with the position flags' changes (a length past the config's context, planned
+// before the run that extends it).
+ModelConfig plan_config(const PlanCommandOptions& o) {
+  std::error_code ec;
+  const std::filesystem::path path = std::filesystem::is_directory(o.config_path, ec)
+                                         ? find_latest_checkpoint(o.config_path) / kConfigFile
+                                         : std::filesystem::path(o.config_path);
+  const ModelConfig config = load_model_config(path);
+  const PositionOverrides p = resolve_position_flags(o.positions);
+  if (!p.any()) return config;
+  if (!config.uses_rope())
+    throw ConfigError(
+        str(o.config_path, ": the model's positions are learned (no RoPE to change)"));
+  return p.applied_to(config);
+}
+
 void run_plan(const PlanCommandOptions& o) {
-  const ModelConfig config = load_model_config(o.config_path);
+  const ModelConfig config = plan_config(o);
   check_shape_flags(o, config);
   const DevicePlanOptions options = device_plan_options(o, config);
   const int64_t budget =
@@ -355,7 +379,7 @@ void run_plan(const PlanCommandOptions& o) {
 // padded width, and every context-parallel rank two chunks of each sequence). --device cuda: with
 // the CUDA backend's kernel sizes, as a GPU run plans its stages.
 void run_pipeline_plan(const PlanCommandOptions& o) {
-  const ModelConfig config = load_model_config(o.config_path);
+  const ModelConfig config = plan_config(o);
   check_shape_flags(o, config);
   validate_pipeline(o.pp, o.virtual_stages, o.micro_batches > 0 ? o.micro_batches : 4 * o.pp);
   const PipelineShape shape{int(o.pp), int(o.virtual_stages)};
@@ -777,7 +801,10 @@ void run_cluster_plan(const PlanCommandOptions& o) {
 // The flags of a plan of a run on this machine (--config), but --device and --precision; returns
 // --optimizer, which the cluster mode rejects.
 CLI::Option* add_run_flags(CLI::App* cmd, const std::shared_ptr<PlanCommandOptions>& o) {
-  cmd->add_option("--config", o->config_path, "Model config.json (a run on this machine)");
+  cmd->add_option("--config", o->config_path,
+                  "Model config.json, or a model or run folder (a run on this machine)");
+  for (const CLI::Option* flag : add_position_flags(*cmd, o->positions, "With --config: plan with"))
+    o->config_only.push_back(flag);
   cmd->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Sequences per micro-batch")->capture_default_str();
   cmd->add_option("--activations", o->activations,
@@ -942,8 +969,7 @@ void run_plan_command(const PlanCommandOptions& o, const CLI::Option* optimizer_
     if (flag->count() > 0)
       throw ConfigError(str(flag->get_name(),
                             " applies to --config plans (a run on this machine); plans on --gpus "
-                            "take the GPU's memory, plan bf16 mixed precision with the heuristic "
-                            "placement and draw no timeline"));
+                            "do not read it"));
   run_cluster_plan(o);
 }
 

@@ -11,6 +11,7 @@
 #include "memo/cli/commands.h"
 #include "memo/cli/number_check.h"
 #include "memo/cli/optimizer_flags.h"
+#include "memo/cli/position_flags.h"
 #include "memo/cli/run_file.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
@@ -38,11 +39,7 @@ struct TrainFlags {
   std::string gpu, hardware_dir = MEMO_HARDWARE_DIR, device_memory, host_memory;
   std::string save_dtype, max_shard_size;
   std::string exit_signal = "TERM,INT,USR1", time_limit;
-  std::string rope_scaling;  // --rope-scaling's JSON
-  double rope_theta = 0;
-  int64_t max_positions = 0;
-  CLI::Option* rope_theta_opt = nullptr;
-  CLI::Option* max_positions_opt = nullptr;
+  PositionFlags positions;
   double alpha = 0.0;
   CLI::Option* alpha_opt = nullptr;
   CLI::Option* lr = nullptr;
@@ -221,19 +218,6 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
 }
 
 // Context extension: the loaded model's positions changed for this run (saved in its config.json).
-void add_position_flags(CLI::App& cmd, TrainFlags& f) {
-  f.rope_theta_opt =
-      cmd.add_option("--rope-theta", f.rope_theta,
-                     "Train with this RoPE base instead of the model config's (e.g. 500000)");
-  cmd.add_option("--rope-scaling", f.rope_scaling,
-                 "Train with this rope_scaling, as JSON in transformers' fields, e.g. "
-                 "'{\"rope_type\": \"yarn\", \"factor\": 4, "
-                 "\"original_max_position_embeddings\": 8192}' (null: plain RoPE)");
-  f.max_positions_opt =
-      cmd.add_option("--max-position-embeddings", f.max_positions,
-                     "Train with this many positions (the longest --seq) instead of the config's");
-}
-
 // The device beyond --device and --precision: its datasheet and its memory budget.
 void add_gpu_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--gpu", f.gpu,
@@ -369,20 +353,7 @@ TrainOptions resolve_options(const TrainFlags& f) {
     throw ConfigError(str("--max-shard-size '", f.max_shard_size,
                           "' is 0 bytes; a shard holds at least one tensor byte (transformers' "
                           "default is 5GB)"));
-  if (f.rope_theta_opt->count() > 0) o.positions.rope_theta = f.rope_theta;
-  if (f.max_positions_opt->count() > 0) o.positions.max_position_embeddings = f.max_positions;
-  if (!f.rope_scaling.empty()) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(f.rope_scaling);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw ConfigError(
-          str("--rope-scaling ", f.rope_scaling, ": malformed JSON at byte ", e.byte));
-    } catch (const nlohmann::json::exception& e) {  // a number past a double's range
-      throw ConfigError(str("--rope-scaling ", f.rope_scaling, ": ", e.what()));
-    }
-    o.positions.rope_scaling = rope_scaling_from_json(j, "--rope-scaling");
-  }
+  o.positions = resolve_position_flags(f.positions);
   if (!o.checkpoints && (o.save_best || o.async_save))
     throw ConfigError(str(o.save_best ? "--save-best" : "--async-save",
                           " writes checkpoints, and --no-checkpoint asks for none"));
@@ -491,7 +462,7 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
   section("optimizer"), add_optimizer_flags(*train, f->optimizer);
   section("gradients"), add_gradient_flags(*train, &f->options);
   section("run"), add_run_dir_flags(*train, *f);
-  section("positions"), add_position_flags(*train, *f);
+  section("positions"), add_position_flags(*train, f->positions, "Train with");
   section("runtime"), add_runtime_flags(*train, f->device, true);
   section("gpu"), add_gpu_flags(*train, *f);
   section("layout"), add_layout_flags(*train, &f->options);

@@ -195,7 +195,8 @@ ModelConfig run_model_config(const TrainOptions& o, const std::optional<ResumePo
 // Each stage's length within its positions: the model's, with the --stage-rope of the stages up
 // to it applied (each checked: a stage's bad field stops the run before any output).
 void check_positions(const std::vector<SeqStage>& stages,
-                     const std::vector<PositionOverrides>& stage_positions, ModelConfig config) {
+                     const std::vector<PositionOverrides>& stage_positions, ModelConfig config,
+                     bool positions_given) {
   bool changed = false;
   for (size_t k = 0; k < stages.size(); ++k) {
     changed = changed || stage_positions[k].any();
@@ -213,7 +214,11 @@ void check_positions(const std::vector<SeqStage>& stages,
       throw ConfigError(str(stages.size() > 1 ? str("--seq-schedule: stage ", k + 1, "'s seq ")
                                               : std::string("--seq "),
                             stages[k].seq, " exceeds ", config.positions_limit(),
-                            changed ? " (with --stage-rope)" : " of the model config"));
+                            changed ? " (with --stage-rope)" : " of the model config",
+                            config.uses_rope() && !positions_given && !changed
+                                ? "; --max-position-embeddings N (and a --rope-scaling) extends "
+                                  "it for this run"
+                                : ""));
   }
 }
 
@@ -335,7 +340,7 @@ void TrainSession::read_run() {
   stage_ = plan_->next().stage;  // a resumed run's next step's
   config_ = run_model_config(o_, resume_);
   stage_positions_ = stage_positions(o_.stage_rope, stages_.size());
-  check_positions(stages_, stage_positions_, config_);
+  check_positions(stages_, stage_positions_, config_, o_.positions.any());
   // the training and validation tokens (train/run_data.h), checked before any output
   data_.emplace(
       load_run_data({o_.data_path, o_.val_data_path, o_.val_fraction}, config_.vocab_size));
