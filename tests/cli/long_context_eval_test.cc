@@ -208,6 +208,8 @@ TEST_F(LongContextEval, an_evaluation_that_counts_no_token_is_an_error_and_bad_c
                              "--lengths applies to --passkey and --needle");
   test::expect_clean_failure(eval + " --data " + dir.str("data.txt") + " --eot-id 3",
                              "--eot-id says where documents start");
+  test::expect_clean_failure(eval + " --passkey --lengths 100,", "--lengths 100,: '' is not");
+  test::expect_clean_failure(eval + " --passkey --depths 0.5,,1", "--depths 0.5,,1: '' is not");
   test::expect_clean_failure(eval + " --passkey --eot-id 3",
                              "--eot-id applies to the loss evaluation, not to --passkey");
   test::expect_clean_failure(

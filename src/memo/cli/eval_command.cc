@@ -10,7 +10,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "memo/cli/commands.h"
 #include "memo/cli/number_check.h"
@@ -57,11 +56,22 @@ struct EvalOptions {
   PositionFlags positions;  // each checkpoint evaluated with them (a base model past its context)
 };
 
+// A comma-separated list's items, the empty ones too ("1K,", ",1K" and "" hold one), so that
+// each is checked.
+std::vector<std::string> list_items(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t at = 0;;) {
+    const size_t comma = list.find(',', at);
+    out.push_back(list.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
+}
+
 // "1K,4K,16K": 1K = 1024 tokens, 1M = 1024K.
 std::vector<int64_t> parse_lengths(const std::string& list) {
   std::vector<int64_t> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
+  for (const std::string& item : list_items(list)) {
     const std::optional<int64_t> v = parse_token_count(item);
     if (!v)
       throw ConfigError(
@@ -73,8 +83,7 @@ std::vector<int64_t> parse_lengths(const std::string& list) {
 
 std::vector<double> parse_depths(const std::string& list) {
   std::vector<double> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
+  for (const std::string& item : list_items(list)) {
     size_t used = 0;
     double v = -1;
     try {
@@ -250,6 +259,10 @@ void add_eval_command(CLI::App& app) {
     if (!o->svg.empty() && !retrieval && o->by_position <= 0)
       throw ConfigError("--svg draws the loss by position (--by-position N) or a retrieval");
     const PositionOverrides positions = resolve_position_flags(o->positions);
+    // checked before any checkpoint is read
+    const std::vector<int64_t> lengths =
+        retrieval ? parse_lengths(o->lengths) : std::vector<int64_t>();
+    const std::vector<double> depths = retrieval ? parse_depths(o->depths) : std::vector<double>();
     const std::unique_ptr<Runtime> runtime = make_runtime(*device, nullptr, std::cout);
     std::vector<PositionCurve> curves;
     for (const std::string& path : o->checkpoints) {
@@ -276,7 +289,6 @@ void add_eval_command(CLI::App& app) {
             checkpoint_tokenizer(dir, ckpt.config.vocab_size, ckpt.trainer_state);
         const RetrievalTask task =
             o->passkey ? passkey_task(tokenizer) : needle_task(tokenizer, read_file(o->haystack));
-        const std::vector<int64_t> lengths = parse_lengths(o->lengths);
         // the last answer token is never fed back: l + max_answer_tokens - 1 positions
         // (compared so that no sum overflows)
         for (int64_t l : lengths)
@@ -287,7 +299,7 @@ void add_eval_command(CLI::App& app) {
                                   "positions",
                                   past));
         const RetrievalReport r =
-            run_retrieval(tokenizer, task, lengths, parse_depths(o->depths), o->trials, o->seed,
+            run_retrieval(tokenizer, task, lengths, depths, o->trials, o->seed,
                           [&](std::span<const int32_t> prompt) {
                             return greedy_answer(model, tokenizer, prompt, o->max_answer_tokens,
                                                  o->prefill_chunk);

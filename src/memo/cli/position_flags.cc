@@ -10,13 +10,15 @@ namespace memo::cli {
 std::vector<const CLI::Option*> add_position_flags(CLI::App& cmd, PositionFlags& f,
                                                    const std::string& use) {
   f.rope_theta_opt = cmd.add_option("--rope-theta", f.rope_theta,
-                                    use + " this RoPE base instead of the model config's (e.g. "
-                                          "500000)");
+                                    use +
+                                        " this RoPE base instead of the model config's (e.g. "
+                                        "500000)");
   CLI::Option* scaling = cmd.add_option(
       "--rope-scaling", f.rope_scaling,
-      use + " this rope_scaling, as JSON in transformers' fields, e.g. "
-            "'{\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": "
-            "8192}' (null: plain RoPE)");
+      use +
+          " this rope_scaling, as JSON in transformers' fields, e.g. "
+          "'{\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": "
+          "8192}' (null: plain RoPE)");
   f.max_positions_opt =
       cmd.add_option("--max-position-embeddings", f.max_positions,
                      use + " this many positions (the longest --seq) instead of the config's");
