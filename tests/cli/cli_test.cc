@@ -373,6 +373,10 @@ TEST_F(Cli, position_flags_extend_a_loaded_models_context_and_are_saved) {
                                  " --rope-theta 1e6 --data " + dir.str("data.txt") +
                                  " --seq 600 --batch 2 --micro-batch 1 --steps 4",
                              "continues as it was trained");
+  // said first, before the run's finished steps (a resume that tries to extend, without --steps)
+  test::expect_clean_failure(
+      test::memo_bin() + " train --resume " + dir.str("ext") + " --rope-theta 1e6",
+      "continues as it was trained");
   EXPECT_FALSE(fs::exists(dir / "bad"));
 }
 

@@ -662,6 +662,17 @@ std::optional<ResumePoint> resume_point(TrainOptions& o) {
   if (o.resume_dir.empty()) return std::nullopt;
   ResumePoint r{load_checkpoint(find_latest_checkpoint(o.resume_dir)), 0, 0, std::nullopt};
   check_config_describes_tensors(r.checkpoint);
+  // the position flags first: a resume that tries to extend the context learns the way to do it
+  // before any other refusal
+  const PositionOverrides& p = o.positions;
+  const ModelConfig& was = r.checkpoint.config;
+  if (p.any() && model_config_to_json(p.applied_to(was)) != model_config_to_json(was))
+    throw ConfigError(
+        str("--rope-theta, --rope-scaling and --max-position-embeddings change a "
+            "model for a new run; ",
+            o.resume_dir,
+            " continues as it was trained (start a new run from its weights with "
+            "--init-from)"));
   if (r.checkpoint.trainer_state.is_null())
     throw DataError(str(o.resume_dir,
                         " holds no trainer state (trainer_state.json): it cannot be resumed; use "

@@ -152,19 +152,13 @@ void check_data_parallel(const TrainOptions& o, const std::vector<SeqStage>& sta
   }
 }
 
-// The model of the run: a resumed run's as it was (position flags must agree with it), else
-// --config's, or --init-from's own config.json, with the position flags applied.
+// The model of the run: a resumed run's as it was (position flags must agree with it: checked by
+// resume_point), else --config's, or --init-from's own config.json, with the position flags
+// applied.
 ModelConfig run_model_config(const TrainOptions& o, const std::optional<ResumePoint>& resume) {
   const PositionOverrides& p = o.positions;
   if (resume) {
     const ModelConfig& was = resume->checkpoint.config;
-    if (p.any() && model_config_to_json(p.applied_to(was)) != model_config_to_json(was))
-      throw ConfigError(
-          str("--rope-theta, --rope-scaling and --max-position-embeddings change a "
-              "model for a new run; ",
-              o.resume_dir,
-              " continues as it was trained (start a new run from "
-              "its weights with --init-from)"));
     if (!o.config_path.empty()) {  // a script may repeat it; another model is refused, not ignored
       ModelConfig given = load_model_config(o.config_path);
       // the positions a length stage's --stage-rope changed are the checkpoint's
