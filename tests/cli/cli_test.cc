@@ -619,6 +619,14 @@ TEST_F(Cli, memo_says_the_rows_it_offloads_after_the_pools_rounding) {
   const nlohmann::json step = test::records(dir.str("m.jsonl")).back();
   EXPECT_EQ(said, std::llround(step.at("alpha").get<double>() * 602.0)) << r.output;
   EXPECT_LE(step.at("host_peak_bytes").get<int64_t>(), 4035967);
+  // two layers: both stay on the device, so nothing is offloaded whatever --alpha says
+  const test::CommandResult two = test::run_command(train_cmd(
+      dir / "two",
+      "--steps 1 --no-checkpoint --activations memo --alpha 0.5 --log " + dir.str("two.jsonl")));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const nlohmann::json last = test::records(dir.str("two.jsonl")).back();
+  EXPECT_EQ(last.at("alpha"), 0.0);
+  EXPECT_EQ(last.at("host_peak_bytes"), 0);
 }
 
 // Note [Resume]: a resumed run keeps where and in how much memory it ran (the device,

@@ -139,7 +139,8 @@ std::string MemoStrategy::summary() const {
 
 double MemoStrategy::offloaded_alpha() const {
   const int64_t T = batch_ > 0 ? layout().token_rows(batch_, seq_) : 0;
-  return T > 0 ? double(offload_rows()) / double(T) : 0.0;
+  // a model of one or two layers (or a pipeline chunk's last two) offloads nothing: alpha 0
+  return T > 0 && offloaded_layers() > 0 ? double(offload_rows()) / double(T) : 0.0;
 }
 
 int64_t MemoStrategy::choose_offload_rows(int64_t batch, int64_t seq) {
