@@ -136,6 +136,10 @@ void set_limits(CbcModel& model, const MipOptions& options,
   // 10 s limit, vs 10.7 s) and kept a 30-buffer instance from being proven (timeout at 10 s vs
   // optimal in 6.2 s). cbc_parameters can turn them back on.
   model.set_parameter("cuts", "off");
+  // Preprocessing off: CBC 2.10 (Debian 12) crashes in CglPreProcess::postProcess when the time
+  // limit runs out during its preprocessing (plan_bench at limits of 1-2 s died in it; coin-or/Cbc
+  // issue 168).
+  model.set_parameter("preprocess", "off");
   for (const auto& [name, value] : options.cbc_parameters) model.set_parameter(name, value);
 }
 
