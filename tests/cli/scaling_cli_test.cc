@@ -437,6 +437,16 @@ TEST_F(ScalingCli, a_sweep_file_holds_one_setup) {
   const test::CommandResult fit =
       test::run_command(test::memo_bin() + " fit " + dir.str("parts.jsonl"));
   EXPECT_EQ(fit.output.find("differs"), std::string::npos) << fit.output;
+  // target-loss runs of other caps (a study's small and large batch groups) are one setup in a fit
+  std::string capped = test::file_bytes(dir / "target.jsonl");
+  nlohmann::json longer_cap = read_lines(dir.str("target.jsonl")).back();
+  longer_cap["budget"] = {{"steps", 40}};
+  longer_cap["lr"] = 5e-3;
+  capped += longer_cap.dump() + "\n";
+  write_text(dir / "capped.jsonl", capped);
+  const test::CommandResult caps =
+      test::run_command(test::memo_bin() + " fit " + dir.str("capped.jsonl"));
+  EXPECT_EQ(caps.output.find("differs"), std::string::npos) << caps.output;
 }
 
 // Options a run would refuse are refused before the first run, not hours into the sweep.

@@ -95,7 +95,7 @@ double mean(const std::vector<double>& v) {
 std::string common_setting(const SweepFile& file, const std::string& path) {
   const SweepLine& first = file.lines.front();
   for (const SweepLine& l : file.lines) {
-    const std::string field = differing_setup_field(l.run, first.run);
+    const std::string field = differing_setup_field(l.run, first.run, true);
     if (field.empty()) continue;
     if (field == "optimizer" || field == "hyperparameters")
       throw FormatError(str(path, " line ", l.line, ": optimiser setting ", run_setting(l.run),

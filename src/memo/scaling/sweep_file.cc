@@ -81,9 +81,11 @@ std::string run_setting(const nlohmann::json& run) {
          run.value("hyperparameters", nlohmann::json::object()).dump();
 }
 
-std::string differing_setup_field(const nlohmann::json& a, const nlohmann::json& b) {
+std::string differing_setup_field(const nlohmann::json& a, const nlohmann::json& b, bool for_fit) {
+  const bool caps = for_fit && a.contains("target_loss") && b.contains("target_loss");
   for (const char* key : kSetupFields) {
     const std::string_view k = key;
+    if (caps && k == "budget") continue;
     if ((k == "target_loss" || k == "extra_steps") && a.contains(key) != b.contains(key))
       return key;
     if (a.contains(key) && b.contains(key) && a.at(key) != b.at(key)) return key;

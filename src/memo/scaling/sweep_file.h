@@ -43,6 +43,10 @@ inline constexpr const char* kSetupFields[] = {
 // The first setup field both runs have with different values, or that a target-loss run has and
 // the other lacks (target_loss, extra_steps); "" when there is none (another field one of them
 // lacks, as lines of an older memo lack the model, data and precision, is not compared).
-std::string differing_setup_field(const nlohmann::json& a, const nlohmann::json& b);
+// for_fit: a fit's runs, where two target-loss runs' budgets may differ (there it only caps a run
+// that does not reach the target, which counts as not reaching it whatever the cap; a sweep file
+// keeps one cap, so that a rerun does not skip a run an earlier, smaller cap cut short).
+std::string differing_setup_field(const nlohmann::json& a, const nlohmann::json& b,
+                                  bool for_fit = false);
 
 }  // namespace memo::scaling
