@@ -125,6 +125,9 @@ TEST_F(ContextParallel, two_and_four_ranks_match_one_process) {
   EXPECT_EQ(records(cp2 + ".jsonl")[0]["cp_comm_bytes"].get<int64_t>(), cp_bytes(2, 2));
   EXPECT_EQ(records(cp4 + ".jsonl")[0]["cp_comm_bytes"].get<int64_t>(), cp_bytes(4, 2));
   EXPECT_EQ(records(dp2cp2 + ".jsonl")[0]["cp_comm_bytes"].get<int64_t>(), cp_bytes(2, 1));
+  // the last step's too: the validation after it is not the step's
+  ASSERT_TRUE(records(cp2 + ".jsonl").back().contains("val_loss"));
+  EXPECT_EQ(records(cp2 + ".jsonl").back()["cp_comm_bytes"].get<int64_t>(), cp_bytes(2, 2));
   EXPECT_EQ(records(cp2 + ".jsonl")[0]["comm_bytes"].get<int64_t>(), 0);
   EXPECT_GT(records(dp2cp2 + ".jsonl")[0]["comm_bytes"].get<int64_t>(), 0);
 }

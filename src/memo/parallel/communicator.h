@@ -95,6 +95,8 @@ class Communicator {
 
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = {}; }
+  // Puts back counters taken earlier: what ran between (validation) leaves the step's alone.
+  void restore_counters(const CommCounters& counters) { counters_ = counters; }
 
  protected:
   void count(int64_t sent, int64_t received, double seconds = 0.0) {

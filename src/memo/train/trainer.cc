@@ -60,12 +60,16 @@ const char* skip_name(BadSteps::Verdict v) {
   return nullptr;
 }
 
+std::vector<Communicator*> step_groups(TrainSession& s) {
+  std::vector<Communicator*> groups{&s.data_parallel()};
+  for (Communicator* g : {s.context_parallel(), s.tensor_parallel(), s.pipeline()})
+    if (g) groups.push_back(g);
+  return groups;
+}
+
 void reset_step_counters(TrainSession& s) {
   s.alloc().reset_peak();
-  s.data_parallel().reset_counters();
-  if (Communicator* cp = s.context_parallel()) cp->reset_counters();
-  if (Communicator* tp = s.tensor_parallel()) tp->reset_counters();
-  if (Communicator* pp = s.pipeline()) pp->reset_counters();
+  for (Communicator* g : step_groups(s)) g->reset_counters();
 }
 
 // The validation loss after the last step and every --eval-every steps, on the same windows each
@@ -201,7 +205,11 @@ TrainResult train(const TrainOptions& options, Runtime& runtime) {
     }
     result.steps_done = run.step;
     result.final_loss = g.loss;
+    // the step's record counts the step's collectives, not validation's
+    std::vector<CommCounters> counted;
+    for (Communicator* g : step_groups(s)) counted.push_back(g->counters());
     const std::optional<EvalSum> val = validation(s, run.step);
+    for (size_t i = 0; Communicator * g : step_groups(s)) g->restore_counters(counted[i++]);
     if (val && val->tokens > 0) result.val_loss = val->mean_loss();
     logger.log_step({run, g, step_s, copy0, change, val, seconds_since(t_start), skip_name(verdict),
                      median, std::move(stages)});
