@@ -15,6 +15,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-12}
 every=${2:-4}
+if ((every < 1 || steps <= every)); then
+  echo "checkpoint_bench: STEPS $steps must exceed EVERY $every >= 1 (a checkpoint before the last step to time)" >&2
+  exit 2
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/config.json" <<'EOF'
@@ -22,8 +26,8 @@ cat > "$work/config.json" <<'EOF'
  "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 32000, "rms_norm_eps": 1e-5,
  "rope_theta": 10000.0, "max_position_embeddings": 2048, "tie_word_embeddings": false}
 EOF
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(date -u +%F)"
-threads=${THREADS:-$(nproc)}
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores, $(date -u +%F)"
+threads=${THREADS:-$(nproc --all)}
 echo "205M-parameter LLaMA, --seq 64 --batch 1, $steps steps; checkpoints every $every steps;" \
   "$threads training threads"
 run() {  # name [flags]

@@ -27,7 +27,7 @@ steps=${2:-8}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(date -u +%F)"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores, $(date -u +%F)"
 echo "small model, --seq $seq --batch 8 --micro-batch 2, $steps steps; figures: median over steps 2..$steps"
 run() {  # name ranks threads zero cp tp [extra flags]
   local name=$1 ranks=$2 threads=$3 zero=$4 cp=${5:-1} tp=${6:-1} launch=()

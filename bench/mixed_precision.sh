@@ -14,7 +14,7 @@ seq=${1:-1024}
 steps=${2:-6}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(date -u +%F)"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores, $(date -u +%F)"
 echo "small model, --seq $seq --batch 4 --micro-batch 2, $steps steps; tokens/s: median over steps 2..$steps"
 run() {  # name precision activations [extra flags]
   local name=$1 precision=$2 activations=$3

@@ -17,7 +17,7 @@ STEPS=${3:-6}
 [[ -f data/kjv.txt ]] || { echo "data/kjv.txt is missing: run scripts/quickstart.sh first" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p'), $(nproc) cores, $(date -u +%F)"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p'), $(nproc --all) cores, $(date -u +%F)"
 echo "configs/small.json, seq $S, $M micro-batches of 1 sequence per step, $STEPS steps"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 run() {  # name ranks flags...
@@ -27,9 +27,10 @@ run() {  # name ranks flags...
              --micro-batch 1 --steps "$STEPS" --lr 1e-3 --no-checkpoint --val-batches 1
              --log "$out/$name.jsonl" "$@")
   if ((ranks == 1)); then
-    OMP_NUM_THREADS=2 "${cmd[@]}" > "$out/$name.out" 2>&1
+    OMP_NUM_THREADS=2 "${cmd[@]}" > "$out/$name.out" 2>&1 || { cat "$out/$name.out"; exit 1; }
   else
-    OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np "$ranks" "${cmd[@]}" > "$out/$name.out" 2>&1
+    OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np "$ranks" "${cmd[@]}" \
+      > "$out/$name.out" 2>&1 || { cat "$out/$name.out"; exit 1; }
   fi
 }
 for act in keep "memo --alpha 0.5"; do
