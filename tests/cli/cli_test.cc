@@ -637,7 +637,7 @@ TEST_F(Cli, a_resumed_run_keeps_its_device_budget_and_activation_strategy) {
   const test::CommandResult first =
       test::run_command(train_cmd(a,
                                   "--steps 2 --activations memo --alpha 0.5 --host-memory 8MiB "
-                                  "--device-memory 64MiB"));
+                                  "--device-memory 64MiB --zero 1"));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   auto plan_line = [](const std::string& out) {
     const size_t at = out.find("memo: device plan: needs");
@@ -651,24 +651,34 @@ TEST_F(Cli, a_resumed_run_keeps_its_device_budget_and_activation_strategy) {
   EXPECT_NE(resumed.output.find(memo_line), std::string::npos) << resumed.output;
   EXPECT_EQ(plan_line(resumed.output), plan_line(first.output)) << resumed.output;
   EXPECT_NE(plan_line(first.output), "");
+  const fs::path options = find_latest_checkpoint(a) / kRunOptionsFile;
+  EXPECT_EQ(nlohmann::json::parse(read_file(options)).at("zero"), 1);
+  // --activations repeating the run's keeps its fields (a requeue script's own command)
+  const test::CommandResult again = test::run_command(test::memo_bin() + " train --resume " + a +
+                                                      " --steps 4 --activations memo");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find(memo_line), std::string::npos) << again.output;
   const test::CommandResult keep = test::run_command(test::memo_bin() + " train --resume " + a +
-                                                     " --steps 4 --activations keep");
+                                                     " --steps 5 --activations keep");
   ASSERT_EQ(keep.exit_code, 0) << keep.output;
   EXPECT_NE(keep.output.find("memo: activations: keep"), std::string::npos) << keep.output;
   EXPECT_NE(keep.output.find(" of 64.00 MiB"), std::string::npos) << keep.output;
   // the device too: a run of --device cuda resumes on cuda (here: refused, no GPU) unless given
-  const fs::path options = find_latest_checkpoint(a) / kRunOptionsFile;
-  nlohmann::json j = nlohmann::json::parse(read_file(options));
+  nlohmann::json j = nlohmann::json::parse(read_file(find_latest_checkpoint(a) / kRunOptionsFile));
   EXPECT_EQ(j.at("device"), "cpu");
   j["device"] = "cuda";
-  write_file_atomic(options, j.dump());
+  write_file_atomic(find_latest_checkpoint(a) / kRunOptionsFile, j.dump());
   const test::CommandResult cuda =
-      test::run_command(test::memo_bin() + " train --resume " + a + " --steps 5 --no-checkpoint");
+      test::run_command(test::memo_bin() + " train --resume " + a + " --steps 6 --no-checkpoint");
   if (cuda.exit_code != 0) {  // without a GPU, or without the CUDA backend
     EXPECT_NE(cuda.output.find("memo: error: --device cuda: "), std::string::npos) << cuda.output;
+    EXPECT_NE(cuda.output.find("(--device cuda is the run's, from " + a +
+                               "; give --device cpu to resume it on this CPU)"),
+              std::string::npos)
+        << cuda.output;
   }
   const test::CommandResult cpu =
-      test::run_command(test::memo_bin() + " train --resume " + a + " --steps 5 --device cpu");
+      test::run_command(test::memo_bin() + " train --resume " + a + " --steps 6 --device cpu");
   EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
 }
 

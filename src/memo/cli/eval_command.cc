@@ -276,7 +276,7 @@ void add_eval_command(CLI::App& app) {
       // the positions a checkpoint was trained on bound what it is asked; a RoPE model may be
       // asked past them (how a base model fails past its context) with the position flags
       const std::string past =
-          str(" of --checkpoint ", path,
+          str(" of --checkpoint ", path, positions.any() ? " with the position flags" : "",
               config.uses_rope() && !positions.max_position_embeddings
                   ? "; --max-position-embeddings N evaluates it with more positions than it "
                     "was trained on"

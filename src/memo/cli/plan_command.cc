@@ -31,6 +31,7 @@
 #include "memo/io/checkpoint.h"
 #include "memo/io/config_json.h"
 #include "memo/io/hardware_json.h"
+#include "memo/memory/memo.h"
 #include "memo/memory/timeline.h"
 #include "memo/meta/meta_backend.h"
 #include "memo/model/presets.h"
@@ -195,6 +196,7 @@ void check_shape_flags(const PlanCommandOptions& o, const ModelConfig& config) {
   if (o.seq > config.max_positions())
     throw ConfigError(
         str("--seq ", o.seq, " exceeds ", config.positions_limit(), " of ", o.config_path,
+            resolve_position_flags(o.positions).any() ? " with the position flags" : "",
             config.uses_rope() && o.positions.max_positions_opt->count() == 0
                 ? "; --max-position-embeddings N (and a --rope-scaling) plans the run that "
                   "extends it"
@@ -329,7 +331,8 @@ HostPlan plan_host(const PlanCommandOptions& o, const DevicePlanOptions& options
   strategy.host_memory_bytes = h.budget;
   const int64_t g = model.backend().reproducible_rows();
   h.bytes = host_micro_batch_bytes(strategy, model.skeletal(), g, o.batch, o.seq, o.cp, o.tp);
-  h.least = o.activations == "memo" && !o.alpha;
+  h.least = o.activations == "memo" && !o.alpha &&
+            !memo_moves_all_rows(model.skeletal().token_rows(o.batch, o.seq / o.cp), g, o.tp);
   h.refusal = host_over_budget(strategy, model.skeletal(), g, o.batch, o.seq, o.cp, o.tp);
   return h;
 }

@@ -15,6 +15,7 @@
 #include "memo/cli/run_file.h"
 #include "memo/cli/runtime.h"
 #include "memo/core/error.h"
+#include "memo/core/json_excerpt.h"
 #include "memo/core/units.h"
 #include "memo/io/checkpoint.h"
 #include "memo/io/config_json.h"
@@ -296,7 +297,11 @@ std::string resumed_device(const std::string& resume_dir) {
   if (!std::filesystem::is_regular_file(options, ec)) return "";
   const nlohmann::json j = read_json_file<FormatError>(options);
   const nlohmann::json d = j.is_object() ? j.value("device", nlohmann::json()) : nlohmann::json();
-  return d == "cpu" || d == "cuda" ? d.get<std::string>() : "";
+  if (d.is_null()) return "";
+  if (d != "cpu" && d != "cuda")
+    throw DataError(str(options.string(), ": field 'device' = ", json_excerpt(d),
+                        " is not \"cpu\" or \"cuda\""));
+  return d.get<std::string>();
 }
 
 // The optimiser a run to be resumed from `resume_dir` was trained with, as its trainer_state.json
@@ -369,8 +374,6 @@ TrainOptions resolve_options(const TrainFlags& f) {
     const std::filesystem::path r(o.resume_dir);
     o.out_dir = has_model_tensors(r) ? r.parent_path().string() : r.string();
   }
-  if (!f.gpu.empty() && f.device.device != "cuda")
-    throw ConfigError("--gpu names the GPU of --device cuda");
   return o;
 }
 
@@ -492,7 +495,7 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
             "--eval-every",    "--eval-tokens",  "--val-batches",   "--log-every",
             "--activations",   "--alpha",        "--host-memory",   "--copy-bandwidth",
             "--device-memory", "--log",          "--tensorboard",   "--skip-nonfinite",
-            "--spike-skip"})
+            "--spike-skip",    "--zero"})
         if (train->get_option(flag)->count() > 0) {
           std::string key(flag + 2);
           std::replace(key.begin(), key.end(), '-', '_');
@@ -505,13 +508,24 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
       o.run_file = resumed_run_file(o.resume_dir, o.run_file);
     }
     RuntimeFlags device = f->device;
+    bool device_restored = false;
     if (!o.resume_dir.empty()) {  // the run's own (Note [Resume])
       if (train->get_option("--device")->count() == 0)
-        if (std::string d = resumed_device(o.resume_dir); !d.empty()) device.device = d;
+        if (std::string d = resumed_device(o.resume_dir); !d.empty())
+          device_restored = d != device.device, device.device = d;
       if (device.precision.empty()) device.precision = resumed_precision(o.resume_dir);
     }
     o.device = device.device;
-    const std::unique_ptr<Runtime> runtime = make_runtime(device, world, std::cout);
+    if (!f->gpu.empty() && o.device != "cuda")  // a resumed cuda run's own device counts
+      throw ConfigError("--gpu names the GPU of --device cuda");
+    std::unique_ptr<Runtime> runtime;
+    try {
+      runtime = make_runtime(device, world, std::cout);
+    } catch (const ConfigError& e) {
+      if (!device_restored) throw;
+      throw ConfigError(str(e.what(), " (--device ", device.device, " is the run's, from ",
+                            o.resume_dir, "; give --device cpu to resume it on this CPU)"));
+    }
     with_device(o, *f, runtime->backend());
     memo::train(o, *runtime);
   });

@@ -57,8 +57,8 @@ nlohmann::json pinned_options(const TrainOptions& o) {
 
 // The options that shape what a run writes and when, not what it trains, the bad-step guard's
 // bounds, which decide which steps apply, and where and in how much memory it runs (the device,
-// --device-memory where given, the activation strategy and its host budget): a resumed run keeps
-// its checkpoint's unless the command line gives them (Note [Resume]), so that `memo train
+// --device-memory where given, ZeRO, the activation strategy and its host budget): a resumed run
+// keeps its checkpoint's unless the command line gives them (Note [Resume]), so that `memo train
 // --resume DIR` goes on saving, validating, logging, skipping and fitting as the run did.
 nlohmann::json run_options(const TrainOptions& o) {
   std::error_code ec;
@@ -67,6 +67,7 @@ nlohmann::json run_options(const TrainOptions& o) {
           {"device", o.device},
           {"device_memory",
            o.device_memory_given ? nlohmann::json(o.device_memory_bytes) : nlohmann::json()},
+          {"zero", o.zero},
           {"activations", a.kind},
           {"alpha", a.alpha ? nlohmann::json(*a.alpha) : nlohmann::json()},
           {"host_memory", a.host_memory_bytes},
@@ -188,8 +189,11 @@ void restore_run_options(TrainOptions& o, const fs::path& checkpoint) {
     keep("device_memory", budget);
     if (!given("device_memory")) o.device_memory_bytes = budget, o.device_memory_given = true;
   }
+  // ZeRO-1's shards are part of what fits (--device-memory counts this rank's shard)
+  keep("zero", o.zero);
   StrategyOptions& a = o.activations;
-  const bool strategy = !given("activations");
+  // the strategy's fields go with its name: kept where --activations is not given or repeats it
+  const bool strategy = !given("activations") || j.value("activations", nlohmann::json()) == a.kind;
   keep("activations", a.kind, strategy);
   if (strategy && !given("alpha") && j.contains("alpha")) {
     const nlohmann::json& alpha = j.at("alpha");

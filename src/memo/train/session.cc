@@ -267,12 +267,17 @@ std::unique_ptr<PlannedAllocator> agreed_planned_allocator(Communicator& job, Mo
   std::string ranks;
   bool advised = true, differ = false;
   double longest = 0.0, budget = 0.0;
+  // as the refusals print them: budgets that round to the same flag value say the same
+  const auto said = [](const double* a) {
+    return str(int64_t(a[1]), " ", budget_flag_value(int64_t(a[2])));
+  };
+  std::string first;
   for (size_t r = 0; r < size_t(job.size()); ++r) {
     const double* theirs = &all[3 * r];
     if (theirs[0] == 0.0) continue;
-    if (ranks.empty()) longest = theirs[1], budget = theirs[2];
+    if (ranks.empty()) longest = theirs[1], budget = theirs[2], first = said(theirs);
     advised &= theirs[1] >= 0.0;
-    differ |= theirs[1] != longest || theirs[2] != budget;
+    differ |= said(theirs) != first;
     longest = std::min(longest, theirs[1]);
     budget = std::max(budget, theirs[2]);
     ranks += str(ranks.empty() ? "" : ", ", r);
@@ -767,7 +772,17 @@ ActivationStrategy::CopyTime TrainSession::copy_time() const {
 }
 
 std::string TrainSession::activation_summary() const {
-  if (!step_ || !step_->pipeline()) return strategy_->summary();
+  if (!step_ || !step_->pipeline()) {
+    // said before the first micro-batch, where a given alpha's text cannot know it yet
+    const int64_t rows =
+        model_->skeletal().token_rows(stage().micro_batch, stage().seq / std::max(1, o_.cp));
+    const int64_t g = backend_.reproducible_rows();
+    if (o_.activations.kind == "memo" && o_.activations.alpha &&
+        memo_moves_all_rows(rows, g, o_.tp))
+      return str(strategy_->summary(), "; under --tp a rank's ", rows, " token rows are not whole ",
+                 g, "-row panels, so all of them travel");
+    return strategy_->summary();
+  }
   // a strategy describes its last micro-batch: one of the rank's after step 1, else the kind
   const auto& made = step_->pipeline_strategies();
   return made.empty() ? str(o_.activations.kind, " per micro-batch in flight")

@@ -123,7 +123,8 @@ struct TrainOptions {
   bool device_memory_given = false;  // by the flag, not the device's default (a resume keeps it)
   std::string device = "cpu";        // --device, as the run's run_options.json records it
   // --zero 1: shard the optimiser state and update over the data-parallel ranks (train/zero.h);
-  // 0: every rank keeps all of it. Not pinned by a checkpoint: a run resumes on either.
+  // 0: every rank keeps all of it. Not pinned by a checkpoint: a resumed run keeps its own unless
+  // given (run_options.json), and resumes on either.
   int zero = 0;
   // --cp C: context parallelism (model/context_parallel.h) over groups of C consecutive ranks; the
   // job's P ranks are P / C data-parallel groups of them. 1: every rank is data parallel.
