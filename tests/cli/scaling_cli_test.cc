@@ -427,26 +427,21 @@ TEST_F(ScalingCli, a_sweep_file_holds_one_setup) {
   test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("mixed.jsonl"),
                              "mixed.jsonl line 5: 'budget' = {\"steps\":40} differs from line 1's "
                              "{\"steps\":3}");
-  // larger micro-batches for the larger batches are one setup (bench/surge_study.sh's parts)
-  std::string parts = test::file_bytes(dir / "sweep.jsonl");
-  nlohmann::json coarser = read_lines(dir.str("sweep.jsonl")).back();
-  coarser["micro_batch"] = coarser.at("micro_batch").get<int64_t>() * 2 + 1;
-  coarser["lr"] = 5e-3;
-  parts += coarser.dump() + "\n";
-  write_text(dir / "parts.jsonl", parts);
-  const test::CommandResult fit =
-      test::run_command(test::memo_bin() + " fit " + dir.str("parts.jsonl"));
-  EXPECT_EQ(fit.output.find("differs"), std::string::npos) << fit.output;
-  // target-loss runs of other caps (a study's small and large batch groups) are one setup in a fit
-  std::string capped = test::file_bytes(dir / "target.jsonl");
-  nlohmann::json longer_cap = read_lines(dir.str("target.jsonl")).back();
-  longer_cap["budget"] = {{"steps", 40}};
-  longer_cap["lr"] = 5e-3;
-  capped += longer_cap.dump() + "\n";
-  write_text(dir / "capped.jsonl", capped);
-  const test::CommandResult caps =
-      test::run_command(test::memo_bin() + " fit " + dir.str("capped.jsonl"));
-  EXPECT_EQ(caps.output.find("differs"), std::string::npos) << caps.output;
+  // one setup in a fit: a file's runs and a copy of its last at another lr with `field` changed
+  auto fits_with = [&](const std::string& file, const char* field, const nlohmann::json& value) {
+    nlohmann::json run = read_lines(dir.str(file)).back();
+    run[field] = value;
+    run["lr"] = 5e-3;
+    write_text(dir / "one_setup.jsonl", test::file_bytes(dir / file) + run.dump() + "\n");
+    const test::CommandResult fit =
+        test::run_command(test::memo_bin() + " fit " + dir.str("one_setup.jsonl"));
+    EXPECT_EQ(fit.output.find("differs"), std::string::npos) << field << ": " << fit.output;
+  };
+  // larger micro-batches for the larger batches (bench/surge_study.sh's parts)
+  fits_with("sweep.jsonl", "micro_batch",
+            read_lines(dir.str("sweep.jsonl")).back().at("micro_batch").get<int64_t>() * 2 + 1);
+  // target-loss runs of other caps (a study's small and large batch groups)
+  fits_with("target.jsonl", "budget", nlohmann::json{{"steps", 40}});
 }
 
 // Options a run would refuse are refused before the first run, not hours into the sweep.
