@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "memo/cli/batch_schedule_flags.h"
 #include "memo/cli/commands.h"
@@ -277,40 +278,43 @@ void add_activation_flags(CLI::App& cmd, TrainFlags& f) {
                  "offload, memo: throttle each copy stream to this many GB/s (0: no throttle)");
 }
 
-// The precision a run to be resumed from `resume_dir` was trained in, as its trainer_state.json
-// records it ("fp32" or "bf16"); empty where it does not say (older checkpoints; the session
-// reports a damaged file).
+// `file` (trainer_state.json, run_options.json) of the checkpoint a run resumed from
+// `resume_dir` continues, parsed; null where it has none (older checkpoints; the session reports
+// a missing checkpoint).
+nlohmann::json resumed_file(const std::string& resume_dir, const char* file) {
+  const std::filesystem::path path = find_latest_checkpoint(resume_dir) / file;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return nullptr;
+  return read_json_file<FormatError>(path);
+}
+
+// The precision a run to be resumed was trained in, as its trainer_state.json records it ("fp32"
+// or "bf16"); empty where it does not say (older checkpoints; the session reports a damaged file).
 std::string resumed_precision(const std::string& resume_dir) {
-  const std::filesystem::path state = find_latest_checkpoint(resume_dir) / kTrainerStateFile;
-  if (!std::filesystem::is_regular_file(state)) return "";
-  const nlohmann::json j = read_json_file<FormatError>(state);
+  const nlohmann::json j = resumed_file(resume_dir, kTrainerStateFile);
   const nlohmann::json p =
       j.is_object() ? j.value("precision", nlohmann::json()) : nlohmann::json();
   return p == "fp32" || p == "bf16" ? p.get<std::string>() : "";
 }
 
-// The device a run to be resumed from `resume_dir` ran on ("cpu" or "cuda"), as its
-// run_options.json records it; empty where it does not say (older checkpoints).
+// The device a run to be resumed ran on ("cpu" or "cuda"), as its run_options.json records it;
+// empty where it does not say (older checkpoints).
 std::string resumed_device(const std::string& resume_dir) {
-  const std::filesystem::path options = find_latest_checkpoint(resume_dir) / kRunOptionsFile;
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(options, ec)) return "";
-  const nlohmann::json j = read_json_file<FormatError>(options);
+  const nlohmann::json j = resumed_file(resume_dir, kRunOptionsFile);
   const nlohmann::json d = j.is_object() ? j.value("device", nlohmann::json()) : nlohmann::json();
   if (d.is_null()) return "";
   if (d != "cpu" && d != "cuda")
-    throw DataError(str(options.string(), ": field 'device' = ", json_excerpt(d),
-                        " is not \"cpu\" or \"cuda\""));
+    throw DataError(str((find_latest_checkpoint(resume_dir) / kRunOptionsFile).string(),
+                        ": field 'device' = ", json_excerpt(d), " is not \"cpu\" or \"cuda\""));
   return d.get<std::string>();
 }
 
-// The optimiser a run to be resumed from `resume_dir` was trained with, as its trainer_state.json
-// records it; empty where there is none (the session reports a missing checkpoint).
-std::string resumed_optimizer(const std::string& resume_dir) {
-  const std::filesystem::path state = find_latest_checkpoint(resume_dir) / kTrainerStateFile;
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(state, ec)) return "";
-  return optimizer_choice_from_state(read_json_file<FormatError>(state)).name;
+// The optimiser a run to be resumed was trained with, as its trainer_state.json records it; none
+// where there is no such file.
+std::optional<OptimizerChoice> resumed_optimizer(const std::string& resume_dir) {
+  const nlohmann::json j = resumed_file(resume_dir, kTrainerStateFile);
+  if (j.is_null()) return std::nullopt;
+  return optimizer_choice_from_state(j);
 }
 
 // The options the flags say, checked; device-dependent defaults are filled in by with_device.
@@ -321,7 +325,8 @@ TrainOptions resolve_options(const TrainFlags& f) {
   // A resumed run's hyperparameter flags are read against its own optimiser, not the default.
   OptimizerFlags optimizer = f.optimizer;
   if (!o.resume_dir.empty() && f.optimizer.name_option->count() == 0)
-    if (std::string held = resumed_optimizer(o.resume_dir); !held.empty()) optimizer.name = held;
+    if (const std::optional<OptimizerChoice> held = resumed_optimizer(o.resume_dir))
+      optimizer.name = held->name;
   o.optimizer = resolve_optimizer(optimizer);
   o.batch_schedule = resolve_batch_schedule(
       f.schedule, o.optimizer, o.seq_schedule.empty() ? o.seq : 0, !o.resume_dir.empty());
@@ -407,10 +412,10 @@ void check_resume_flags(const CLI::App& train, const TrainFlags& f, const TrainO
   const CLI::Option* name = train.get_option("--optimizer");
   bool optimizer_given = name->count() > 0;
   for (const auto& [key, option] : f.optimizer.options) optimizer_given |= option->count() > 0;
-  const std::filesystem::path state = find_latest_checkpoint(o.resume_dir) / kTrainerStateFile;
-  std::error_code ec;
-  if (optimizer_given && std::filesystem::is_regular_file(state, ec)) {
-    const OptimizerChoice held = optimizer_choice_from_state(read_json_file<FormatError>(state));
+  const std::optional<OptimizerChoice> held_choice =
+      optimizer_given ? resumed_optimizer(o.resume_dir) : std::nullopt;
+  if (held_choice) {
+    const OptimizerChoice& held = *held_choice;
     if (name->count() > 0 && o.optimizer.name != held.name)
       throw ConfigError(str("--optimizer ", o.optimizer.name, ": ", o.resume_dir,
                             " was trained with ", held.name, keep));
