@@ -1,6 +1,7 @@
 // The CUDA backend's attention (backend_impl.cuh; math: cpu/kernels.h): the fused bf16 kernels
 // (Note [Flash attention] in cuda/flash_attention.h) where they apply, else the chunked schedule
 // over cuBLASLt products (Note [Chunked attention] in cuda/chunked_attention.h), in f32 or bf16.
+#include <algorithm>
 #include <cmath>
 
 #include "memo/cuda/backend_impl.cuh"
@@ -69,15 +70,15 @@ struct FlashLane {
                  : "memory");
   }
 };
-// Blocks over (tile, head, sequence); the causal forward and dQ start with the last query tiles,
-// the longest, so the short ones fill the tail.
+// Blocks over (tile, head, sequence b0 + z); the causal forward and dQ start with the last query
+// tiles, the longest, so the short ones fill the tail.
 template <int kD>
 __global__ void __launch_bounds__(cuda::kFlashThreads)
-    flash_forward_kernel(cuda::FlashArgs f, int64_t tiles) {
+    flash_forward_kernel(cuda::FlashArgs f, int64_t tiles, int64_t b0) {
   extern __shared__ __align__(16) unsigned char flash_smem[];
   FlashLane th{int(threadIdx.x), flash_smem};
   const int64_t tile = f.causal ? tiles - 1 - blockIdx.x : blockIdx.x;
-  cuda::flash_forward_block<kD>(th, f, blockIdx.z, blockIdx.y, tile * cuda::kFlashRows);
+  cuda::flash_forward_block<kD>(th, f, b0 + blockIdx.z, blockIdx.y, tile * cuda::kFlashRows);
 }
 template <int kD>
 __global__ void __launch_bounds__(cuda::kFlashThreads)
@@ -260,10 +261,14 @@ void CudaBackend::flash_forward_launch_d(const cuda::FlashArgs& f, int64_t B) {
   flash_smem<flash_forward_kernel<kD>>(bytes);
   const int64_t tiles = (f.S + cuda::kFlashRows - 1) / cuda::kFlashRows;
   if (tiles == 0 || B == 0) return;
-  flash_forward_kernel<kD>
-      <<<dim3(unsigned(tiles), unsigned(f.H), unsigned(B)), cuda::kFlashThreads, bytes, s()>>>(
-          f, tiles);
-  check_cuda(cudaGetLastError(), "flash attention forward launch");
+  constexpr int64_t kMaxGridZ = 65535;  // a grid's z extent; more sequences take more launches
+  for (int64_t b0 = 0; b0 < B; b0 += kMaxGridZ) {
+    const int64_t n = std::min(kMaxGridZ, B - b0);
+    flash_forward_kernel<kD>
+        <<<dim3(unsigned(tiles), unsigned(f.H), unsigned(n)), cuda::kFlashThreads, bytes, s()>>>(
+            f, tiles, b0);
+    check_cuda(cudaGetLastError(), "flash attention forward launch");
+  }
 }
 void CudaBackend::flash_forward_launch(const cuda::FlashArgs& f, int64_t B) {
   if (f.D == 32) return flash_forward_launch_d<32>(f, B);

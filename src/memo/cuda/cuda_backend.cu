@@ -13,6 +13,19 @@
 namespace memo {
 namespace cuda_impl {
 
+#ifndef MEMO_CUDA_ARCHITECTURES
+#define MEMO_CUDA_ARCHITECTURES "90"
+#endif
+
+namespace {
+
+// Loads nothing and does nothing: whether the GPU can run it says whether memo's kernels were
+// built for this GPU (sm_XX code for its architecture, or PTX of an earlier one that the driver
+// compiles for it).
+__global__ void arch_probe_kernel() {}
+
+}  // namespace
+
 CudaBackend::CudaBackend(int device) {
   const int count = cuda_device_count();
   if (device < 0 || device >= count)
@@ -34,6 +47,17 @@ CudaBackend::CudaBackend(int device) {
   cudaDeviceProp prop{};
   check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   device_name_ = prop.name;
+  cudaFuncAttributes probe{};
+  const cudaError_t image = cudaFuncGetAttributes(&probe, arch_probe_kernel);
+  if (image == cudaErrorNoKernelImageForDevice || image == cudaErrorInvalidDeviceFunction ||
+      image == cudaErrorUnsupportedPtxVersion) {
+    cudaGetLastError();
+    throw ConfigError(str("--device cuda: GPU ", device, " (", prop.name, ") is sm_", prop.major,
+                          prop.minor, " and memo's CUDA kernels were built for CUDA architectures ",
+                          MEMO_CUDA_ARCHITECTURES, "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=",
+                          prop.major, prop.minor, " (", cudaGetErrorString(image), ")"));
+  }
+  check_cuda(image, "cudaFuncGetAttributes");
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
   description_ = str(
