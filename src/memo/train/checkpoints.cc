@@ -303,17 +303,16 @@ std::vector<NamedTensor> state_tensors(Model& model, const std::vector<StateTens
   return out;
 }
 
-// The tokenizer and generation files of the folder the run started from (the checkpoint it
-// resumed, which carried them on, or --init-from's), for every checkpoint the run writes; the
-// data's own tokenizer.json, when its shards name one, comes first.
-std::vector<std::pair<std::string, std::string>> side_files_of_origin(const TrainOptions& o,
-                                                                      bool have_tokenizer) {
+}  // namespace
+
+// Read once, when the run starts: a resumed checkpoint is pruned by --keep-last once newer ones
+// exist, and an --init-from folder may move while the run trains.
+std::vector<std::pair<std::string, std::string>> side_files_of_origin(const TrainOptions& o) {
   const std::string& from = !o.resume_dir.empty() ? o.resume_dir : o.init_from;
   std::vector<std::pair<std::string, std::string>> files;
   if (from.empty()) return files;
   const fs::path dir = find_latest_checkpoint(from);
   for (const char* name : kModelSideFiles) {
-    if (have_tokenizer && std::string_view(name) == kTokenizerFile) continue;
     std::error_code ec;
     if (fs::is_regular_file(dir / name, ec)) files.emplace_back(name, read_file(dir / name));
   }
@@ -333,13 +332,16 @@ std::vector<std::pair<std::string, std::string>> side_files_of_origin(const Trai
   return files;
 }
 
+namespace {
+
 // Everything a checkpoint writes, made on the calling thread: the tensors are host views
 // (model_tensors, state_tensors) that every rank made, the rest is owned here, so that a
-// background write reads nothing that training changes.
+// background write reads nothing that training changes. origin: side_files_of_origin's.
 CheckpointData checkpoint_data(const TrainOptions& o, const Model& model, const Optimizer& opt,
                                std::vector<NamedTensor> model_tensors,
                                std::vector<NamedTensor> state, const GradNoiseProbe* probe,
-                               const StepSchedule& plan, int64_t step, const RunState& run) {
+                               const StepSchedule& plan, int64_t step, const RunState& run,
+                               const std::vector<std::pair<std::string, std::string>>& origin) {
   CheckpointData data;
   data.config = model.config();
   data.model = std::move(model_tensors);
@@ -365,7 +367,9 @@ CheckpointData checkpoint_data(const TrainOptions& o, const Model& model, const 
     const std::optional<Tokenizer> t = data_tokenizer(o.data_path);
     if (t && t->is_bytes()) data.trainer_state[kDataTokenizerKey] = "bytes";
   }
-  data.side_files = side_files_of_origin(o, !data.tokenizer_json.empty());
+  for (const auto& file : origin)  // the data's own tokenizer.json, where its shards name one, first
+    if (data.tokenizer_json.empty() || file.first != kTokenizerFile)
+      data.side_files.push_back(file);
   // the shards' tokenizer_config.json beside their tokenizer.json, unless the model folder the
   // run started from gave one (its eos_token: what generation stops at)
   if (!data.tokenizer_json.empty() &&
@@ -789,6 +793,7 @@ CheckpointWriter::CheckpointWriter(const TrainOptions& o, Model& model, Optimize
       probe_(probe),
       pipeline_(pipeline && pipeline->size() > 1 ? pipeline : nullptr),
       pool_(model.backend()) {
+  if (o.checkpoints && job.rank() == 0) origin_files_ = side_files_of_origin(o);
   // --async-save: one staging pass now (collective, as a save is), so that the pool's pages are
   // touched before step 1 rather than at the first checkpoint (a fresh 2.5 GB costs 9 s of page
   // faults on a 2-core EPYC VM, a reused one 0.2 s), and a host that cannot hold the copy fails
@@ -942,7 +947,8 @@ std::string CheckpointWriter::save(const StepSchedule& plan, int64_t step, const
   }
   const std::string dir = (fs::path(o_.out_dir) / checkpoint_dir_name(step)).string();
   auto data = std::make_shared<CheckpointData>(checkpoint_data(
-      o_, model_, opt_, std::move(weights), std::move(optimizer_state), probe_, plan, step, run));
+      o_, model_, opt_, std::move(weights), std::move(optimizer_state), probe_, plan, step, run,
+      origin_files_));
   const auto write = [this, data, staging, step, run]() {
     try {
       commit_checkpoint(o_, *data, step, run);

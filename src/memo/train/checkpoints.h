@@ -166,6 +166,13 @@ class CheckpointWriter {
   std::thread background_;               // rank 0's write in flight
   std::string background_error_;         // its failure, read after the join
   std::optional<int64_t> pending_step_;  // every rank: the step whose write is in flight
+  // rank 0: the start folder's tokenizer and generation files (side_files_of_origin)
+  std::vector<std::pair<std::string, std::string>> origin_files_;
 };
+
+// The tokenizer and generation files of the folder a run starts from (--resume's checkpoint or
+// --init-from's folder), as (name, contents), for each checkpoint it writes; empty for a fresh
+// run. CheckpointWriter reads them once, when it is made.
+std::vector<std::pair<std::string, std::string>> side_files_of_origin(const TrainOptions& o);
 
 }  // namespace memo
