@@ -191,6 +191,33 @@ TEST_F(Preemption, a_resumed_log_holds_each_step_once) {
     EXPECT_EQ(first[i].at("loss"), again[i].at("loss")) << i;
 }
 
+// The run's --data and --log given as relative paths name the same files to a resume started
+// from another working directory, one that holds other data under the same name.
+TEST_F(Preemption, a_resume_from_another_directory_reads_the_runs_data_and_writes_its_log) {
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  write_text(dir / "a" / "data.txt", test::corpus(20000));
+  write_text(dir / "b" / "data.txt", test::corpus(20000).substr(7000));
+  const std::string memo = fs::absolute(test::memo_bin()).string();
+  const std::string tail = " --config " + dir.str("config.json") +
+                           " --data data.txt --seq 32 --batch 4 --lr 3e-3 --warmup 2";
+  ASSERT_EQ(test::run_command("cd " + dir.str("a") + " && " + memo + " train" + tail +
+                              " --steps 6 --no-checkpoint --log straight.jsonl")
+                .exit_code,
+            0);
+  ASSERT_EQ(test::run_command("cd " + dir.str("a") + " && " + memo + " train" + tail +
+                              " --steps 6 --save-every 3 --keep-last 0 --out run --log run.jsonl")
+                .exit_code,
+            0);
+  fs::remove_all(dir / "a" / "run" / "step-00000006");
+  write_text(dir / "a" / "run" / "latest", "step-00000003");
+  const test::CommandResult r =
+      test::run_command("cd " + dir.str("b") + " && " + memo + " train --resume ../a/run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "b" / "run.jsonl"));
+  EXPECT_EQ(losses(dir.str("a/run.jsonl")), losses(dir.str("a/straight.jsonl")));
+}
+
 // A trainer_state.json edited by hand or damaged: one line naming the file and the field.
 TEST_F(Preemption, a_damaged_trainer_state_is_refused_naming_the_file_and_the_field) {
   ASSERT_EQ(test::run_command(train_cmd(dir / "run", 2, "")).exit_code, 0);

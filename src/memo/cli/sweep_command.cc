@@ -60,10 +60,6 @@ nlohmann::json finite_or_null(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
 }
 
-std::string absolute_or_empty(const std::string& path) {
-  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
-}
-
 // What every run of the sweep shares beyond its options' key fields: the model, the data, what
 // judges the runs and the precision (setup fields, scaling/sweep_file.h; a line of an older memo
 // lacks them).

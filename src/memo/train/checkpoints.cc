@@ -18,6 +18,7 @@
 
 #include "memo/core/error.h"
 #include "memo/core/json_excerpt.h"
+#include "memo/core/units.h"
 #include "memo/data/shards.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
@@ -44,8 +45,8 @@ nlohmann::json pinned_options(const TrainOptions& o) {
           {"gns_decay", o.gns_decay},
           {"seed", o.seed},
           {"steps", o.steps},
-          {"data", o.data_path},
-          {"val_data", o.val_data_path},
+          {"data", absolute_or_empty(o.data_path)},  // a resume from elsewhere reads the same
+          {"val_data", absolute_or_empty(o.val_data_path)},
           {"val_fraction", o.val_fraction},
           {"document_mask", o.document_mask},
           {"eot_id", o.eot_id},
@@ -80,8 +81,8 @@ nlohmann::json run_options(const TrainOptions& o) {
           {"eval_tokens", o.eval_tokens},
           {"val_batches", o.val_batches},
           {"log_every", o.log_every},
-          {"log", o.log_path},
-          {"tensorboard", o.tensorboard_dir},
+          {"log", absolute_or_empty(o.log_path)},
+          {"tensorboard", absolute_or_empty(o.tensorboard_dir)},
           {"skip_nonfinite", o.skip_nonfinite},
           {"spike_skip", o.spike_skip}};
 }
@@ -367,7 +368,8 @@ CheckpointData checkpoint_data(const TrainOptions& o, const Model& model, const 
     const std::optional<Tokenizer> t = data_tokenizer(o.data_path);
     if (t && t->is_bytes()) data.trainer_state[kDataTokenizerKey] = "bytes";
   }
-  for (const auto& file : origin)  // the data's own tokenizer.json, where its shards name one, first
+  for (const auto& file :
+       origin)  // the data's own tokenizer.json, where its shards name one, first
     if (data.tokenizer_json.empty() || file.first != kTokenizerFile)
       data.side_files.push_back(file);
   // the shards' tokenizer_config.json beside their tokenizer.json, unless the model folder the
@@ -571,7 +573,8 @@ void load_model_tensors(Model& model, const SafetensorsSet& file) {
 // rather than taken from the command line (given there with another value than the checkpoint's,
 // --seq, --batch, --lr and the rest of pinned_options are refused, not silently dropped; the same
 // value passes, so a script may repeat its flags). --steps and --data, when the command line leaves
-// them out, are the run's own: `memo train --resume DIR` continues a run to its end on its data.
+// them out, are the run's own: `memo train --resume DIR` continues a run to its end on its data
+// (recorded, as --log is, as an absolute path: a resume from another directory reads the same).
 // Given,
 // --steps moves the end (the cosine schedule is over the new count, so the continuation differs
 // from the run as first planned; the start-up line says so) and --data may name moved data (its
@@ -946,9 +949,9 @@ std::string CheckpointWriter::save(const StepSchedule& plan, int64_t step, const
     return "";
   }
   const std::string dir = (fs::path(o_.out_dir) / checkpoint_dir_name(step)).string();
-  auto data = std::make_shared<CheckpointData>(checkpoint_data(
-      o_, model_, opt_, std::move(weights), std::move(optimizer_state), probe_, plan, step, run,
-      origin_files_));
+  auto data = std::make_shared<CheckpointData>(checkpoint_data(o_, model_, opt_, std::move(weights),
+                                                               std::move(optimizer_state), probe_,
+                                                               plan, step, run, origin_files_));
   const auto write = [this, data, staging, step, run]() {
     try {
       commit_checkpoint(o_, *data, step, run);
