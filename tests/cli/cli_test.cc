@@ -243,6 +243,10 @@ TEST_F(Cli, eval_prints_one_json_object_with_the_mean_loss) {
                              "each document with --eot-id N"),
             std::string::npos)
       << none.output;
+  // an id past the vocabulary, 2^32 + 46 too (it once wrapped to 46)
+  for (const char* id : {"256", "4294967342", "2147483648"})
+    test::expect_clean_failure(gen + " --eot-id " + id,
+                               str("--eot-id ", id, " lies outside the vocabulary of 256 ids"));
   const test::CommandResult dot = test::run_command(gen + " --eot-id 46");  // '.': ". cd"
   ASSERT_EQ(dot.exit_code, 0) << dot.output;
   EXPECT_NE(dot.output.find("generate: 4 prompt tokens"), std::string::npos) << dot.output;

@@ -140,6 +140,14 @@ TEST_F(PlanCommand, bad_flags_fail_with_one_line) {
     EXPECT_NE(r.exit_code, 0) << extra;
     EXPECT_NE(r.output.find("memo: error: "), std::string::npos) << r.output;
   }
+  // a micro-batch past 2^32 tokens (once std::bad_alloc, or a check failure past 2^62)
+  test::expect_clean_failure(plan_cmd("--batch 4611686018427387904"),
+                             "--batch 4611686018427387904 x --seq 64 tokens: memo plans "
+                             "micro-batches of at most 2^32 (4294967296) tokens");
+  test::expect_clean_failure(plan_cmd("--batch 67108865"), "memo plans micro-batches of at most");
+  // context parallelism over more ranks than an int doubles to
+  test::expect_clean_failure(plan_cmd("--cp 2147483647"),
+                             "does not split into 4294967294 equal chunks");
 }
 
 TEST_F(PlanCommand, train_with_device_memory_gives_the_same_losses_and_reports_the_arena) {
@@ -524,6 +532,10 @@ TEST(PlanCluster, bad_input_fails_with_one_line) {
   }
   const test::CommandResult r = test::run_command(cluster_cmd("--gpu b100-1tb"));
   EXPECT_NE(r.output.find("a800-80gb"), std::string::npos) << r.output;  // names the shipped ones
+  // 2^32 tokens a micro-batch at most (past 2^34 the byte counts once overflowed)
+  test::expect_clean_failure(cluster_cmd("--batch 4097"),
+                             "--batch 4097 x --seq 1048576 tokens: memo plans micro-batches");
+  test::expect_clean_failure(cluster_cmd("--seq 17179869184"), "memo plans micro-batches");
   const test::CommandResult m =
       test::run_command(test::memo_bin() +
                         " plan --model gpt-3b --gpus 8 --gpu a800-80gb --seq 8192 --hardware-dir " +

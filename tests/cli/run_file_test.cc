@@ -72,6 +72,28 @@ TEST_F(RunFile, the_command_line_wins_over_the_file) {
   EXPECT_NE(r.output.find("\nseq = 16\n"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\nno-checkpoint = true\n"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("steps = 9"), std::string::npos) << r.output;
+  // over the file's keys that a command-line flag excludes too: --no-checkpoint, save-every
+  write_text(dir / "s.toml", "[step]\nsteps = 9\n\n[run]\nsave-every = 3\n");
+  const test::CommandResult s = test::run_command(
+      test::memo_bin() + " train --run " + dir.str("s.toml") + " --no-checkpoint --config " +
+      dir.str("config.json") + " --data " + dir.str("data.txt") + " --print-run");
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_NE(s.output.find("\nno-checkpoint = true\n"), std::string::npos) << s.output;
+  EXPECT_EQ(s.output.find("save-every = 3"), std::string::npos) << s.output;
+}
+
+// --run takes a run's folder for its run.toml; an empty path, or a folder without one, is refused.
+TEST_F(RunFile, a_runs_folder_stands_for_its_run_file) {
+  fs::create_directories(dir / "r");
+  write_text(dir / "r" / kRunFile, "[step]\nsteps = 7\n");
+  const std::string memo = test::memo_bin() + " train --config " + dir.str("config.json") +
+                           " --data " + dir.str("data.txt") + " --print-run --run ";
+  const test::CommandResult r = test::run_command(memo + dir.str("r"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nsteps = 7\n"), std::string::npos) << r.output;
+  test::expect_clean_failure(memo + "''", "--run '': give a run file");
+  fs::create_directories(dir / "empty");
+  test::expect_clean_failure(memo + dir.str("empty"), "empty: a folder without run.toml");
 }
 
 TEST_F(RunFile, bad_files_are_one_line_errors_naming_the_key) {

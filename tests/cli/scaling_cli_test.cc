@@ -379,6 +379,9 @@ TEST_F(ScalingCli, malformed_sweep_line_is_named_by_number) {
   test::expect_clean_failure(
       test::memo_bin() + " fit " + dir.str("target.jsonl") + " --at-tokens 0",
       "--at-tokens: must be above 0, got 0");
+  // an empty --metric is refused like an unknown one (it once meant the default)
+  test::expect_clean_failure(test::memo_bin() + " fit " + dir.str("target.jsonl") + " --metric ''",
+                             "--metric: unknown metric ''; valid: val_loss");
 }
 
 // A sweep file holds one setup: a sweep of another model, data, budget or precision into it is

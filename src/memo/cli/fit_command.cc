@@ -31,7 +31,14 @@ void add_fit_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print JSON instead of text");
   cmd->add_option("--metric", o->metric,
                   "val_loss, final_loss, best_loss or loss_reduction (default: loss_reduction for "
-                  "target-loss sweeps, else val_loss when present)");
+                  "target-loss sweeps, else val_loss when present)")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return v.empty() ? "unknown metric ''; valid: val_loss, final_loss, best_loss, "
+                               "loss_reduction"
+                             : "";
+          },
+          "", "metric"));
   cmd->add_option(
          "--at-tokens", o->at_tokens,
          "Judge runs by their smoothed training loss at this many tokens (from the curve) instead")

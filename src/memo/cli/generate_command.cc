@@ -66,6 +66,9 @@ void add_generate_command(CLI::App& app) {
     o->generate.kv_cache = !o->no_kv_cache;
     o->generate.stop_ids = reply_stop_ids(dir, tokenizer);
     if (o->document_mask) {
+      if (o->eot_id >= ckpt.config.vocab_size)  // checked before it narrows to an id
+        throw ConfigError(str("--eot-id ", o->eot_id, " lies outside the vocabulary of ",
+                              ckpt.config.vocab_size, " ids"));
       const std::optional<int32_t> eot =
           o->eot_id >= 0 ? std::optional<int32_t>(int32_t(o->eot_id)) : tokenizer.end_of_text();
       if (!eot)
@@ -73,8 +76,9 @@ void add_generate_command(CLI::App& app) {
                               "'s tokenizer has no end-of-text token; give the token that starts "
                               "each document with --eot-id N"));
       if (*eot >= ckpt.config.vocab_size)
-        throw ConfigError(str("--eot-id ", *eot, " lies outside the vocabulary of ",
-                              ckpt.config.vocab_size, " ids"));
+        throw ConfigError(str("--document-mask: the tokenizer's end-of-text ", *eot,
+                              " lies outside the vocabulary of ", ckpt.config.vocab_size,
+                              " ids; give the token that starts each document with --eot-id N"));
       o->generate.document_start = *eot;
     }
     std::function<void(std::string_view)> on_text;

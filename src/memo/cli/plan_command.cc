@@ -190,9 +190,21 @@ void print_text(const DevicePlan& dp, const PlanCommandOptions& o, const HostPla
     std::cout << "fits: no: " << dp.over_budget_message() << "\n";
 }
 
+// The tokens of a micro-batch that memo plans, at most: 2^32 (a million-token sequence 4,096
+// times); past it a shadow trace's token ids and the plans' byte counts would not fit.
+constexpr int64_t kMaxPlanTokens = int64_t(1) << 32;
+
+void check_plan_tokens(int64_t seq, int64_t batch) {
+  if (seq > 0 && batch > 0 && batch > kMaxPlanTokens / seq)
+    throw ConfigError(str("--batch ", batch, " x --seq ", seq,
+                          " tokens: memo plans micro-batches of at most 2^32 (", kMaxPlanTokens,
+                          ") tokens"));
+}
+
 void check_shape_flags(const PlanCommandOptions& o, const ModelConfig& config) {
   if (o.seq <= 0 || o.batch <= 0)
     throw ConfigError(str("--seq ", o.seq, " and --batch ", o.batch, " must be positive"));
+  check_plan_tokens(o.seq, o.batch);
   if (o.seq > config.max_positions())
     throw ConfigError(
         str("--seq ", o.seq, " exceeds ", config.positions_limit(), " of ", o.config_path,
@@ -749,6 +761,7 @@ void run_cluster_plan(const PlanCommandOptions& o) {
                           ", or a path to a JSON file like them"));
   if (o.compare && o.activations_given)
     throw ConfigError("--compare prints every strategy; leave out --activations");
+  check_plan_tokens(o.seq, o.batch);
   const ModelConfig config = resolve_model(o.model);
   ClusterOptions co;
   co.gpu = find_gpu(o.gpu, o.hardware_dir);

@@ -7,10 +7,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <vector>
 
 #include "memo/core/error.h"
+#include "memo/io/checkpoint.h"
 
 namespace memo::cli {
 namespace {
@@ -139,6 +143,21 @@ bool given_on_command_line(const std::vector<std::string>& args, const CLI::Opti
   return false;
 }
 
+// Whether a flag given on the command line excludes o (--no-checkpoint a file's save-every): the
+// command line wins over those keys too.
+bool excluded_by_command_line(const CLI::App& cmd, const std::vector<std::string>& args,
+                              const CLI::Option& o) {
+  for (const CLI::Option* c : cmd.get_options()) {
+    if (c == &o || !given_on_command_line(args, *c)) continue;
+    const std::set<CLI::Option*>& theirs = c->get_excludes();
+    const std::set<CLI::Option*>& ours = o.get_excludes();
+    if (std::any_of(theirs.begin(), theirs.end(), [&](const CLI::Option* x) { return x == &o; }) ||
+        std::any_of(ours.begin(), ours.end(), [&](const CLI::Option* x) { return x == c; }))
+      return true;
+  }
+  return false;
+}
+
 // The keys of the run file at `path` as flags of `cmd`: checked (Note [Run files]), then one
 // "--key=text" argument per value.
 std::vector<std::string> run_file_flags(const CLI::App& cmd, const std::string& path,
@@ -184,7 +203,9 @@ std::vector<std::string> run_file_flags(const CLI::App& cmd, const std::string& 
       } else {
         texts.push_back(flag_text(value, kind_of(*o), where));
       }
-      if (given_on_command_line(command_line, *o)) continue;  // the command line wins
+      if (given_on_command_line(command_line, *o) ||
+          excluded_by_command_line(cmd, command_line, *o))
+        continue;  // the command line wins
       for (const std::string& text : texts) flags.push_back("--" + key + "=" + text);
     }
   }
@@ -195,7 +216,7 @@ std::vector<std::string> run_file_flags(const CLI::App& cmd, const std::string& 
 
 std::vector<std::string> with_run_file(const CLI::App& cmd, const std::vector<std::string>& args) {
   std::vector<std::string> rest;
-  std::string path;
+  std::optional<std::string> path;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--run" && i + 1 < args.size()) {
       path = args[++i];
@@ -205,8 +226,19 @@ std::vector<std::string> with_run_file(const CLI::App& cmd, const std::vector<st
       rest.push_back(args[i]);
     }
   }
-  if (path.empty()) return args;  // CLI11 reports a --run without a file
-  std::vector<std::string> out = run_file_flags(cmd, path, rest);
+  if (!path) return args;  // CLI11 reports a --run without a file
+  if (path->empty()) throw ConfigError("--run '': give a run file (a run's run.toml)");
+  // a run's folder stands for its run.toml
+  std::error_code ec;
+  if (std::filesystem::is_directory(*path, ec)) {
+    const std::filesystem::path inside = std::filesystem::path(*path) / kRunFile;
+    if (!std::filesystem::is_regular_file(inside, ec))
+      throw ConfigError(str("--run ", *path, ": a folder without ", kRunFile, "; give a run file"));
+    *path = inside.string();
+  } else if (std::filesystem::exists(*path, ec) && !std::filesystem::is_regular_file(*path, ec)) {
+    throw ConfigError(str("--run ", *path, ": not a file"));
+  }
+  std::vector<std::string> out = run_file_flags(cmd, *path, rest);
   out.insert(out.end(), rest.begin(), rest.end());
   return out;
 }

@@ -83,10 +83,11 @@ AttnMask own_chunks_mask(std::vector<int32_t>& key_start, const Ring& r, const L
 }  // namespace
 
 void check_context_parallel_seq(int64_t seq, int ranks) {
-  if (ranks > 1 && seq % (2 * int64_t(ranks)) != 0)
-    throw ConfigError(str("--seq ", seq, " does not split into ", 2 * ranks,
+  const int64_t chunks = 2 * int64_t(ranks);
+  if (ranks > 1 && seq % chunks != 0)
+    throw ConfigError(str("--seq ", seq, " does not split into ", chunks,
                           " equal chunks for context parallelism over ", ranks,
-                          " ranks (each holds 2); use a multiple of ", 2 * ranks));
+                          " ranks (each holds 2); use a multiple of ", chunks));
 }
 
 void context_parallel_tokens(int32_t* local, const int32_t* full, int64_t batch,
