@@ -65,6 +65,42 @@ TEST_F(Cli, bench_prints_one_json_object_and_refuses_what_times_nothing) {
   test::expect_clean_failure(bench + " --batch 0", "--batch: must be above 0, got 0");
   test::expect_clean_failure(bench + " --seq 1000",
                              "--seq 1000 exceeds max_position_embeddings = 512");
+  test::expect_clean_failure(bench + " --seq 512 --batch 9007199254740993",
+                             "memo runs micro-batches of at most 2^32");
+}
+
+// A step or micro-batch of more tokens than any run holds is refused before a product of them
+// wraps (--batch 2^52 + 1 at --seq 4096 once crashed), and a --seq-schedule stage's too; an
+// --eval-tokens of INT64_MAX means all of the validation data (it once wrapped and failed the run
+// after its last step).
+TEST_F(Cli, steps_of_more_tokens_than_a_run_holds_are_refused_and_eval_tokens_may_say_all) {
+  test::expect_clean_failure(
+      train_cmd(dir / "t", "--steps 1 --seq 4096 --batch 4503599627370497 --micro-batch 1"),
+      "--batch 4503599627370497 x --seq 4096 tokens a step: memo runs steps of at most 2^40");
+  test::expect_clean_failure(
+      train_cmd(dir / "t", "--steps 1 --seq 64 --batch 134217730 --micro-batch 67108865"),
+      "--micro-batch 67108865 x --seq 64 tokens a micro-batch: memo runs micro-batches of at "
+      "most 2^32");
+  test::expect_clean_failure(
+      test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
+          dir.str("data.txt") +
+          " --seq-schedule 16:1,64:1 --stage-batch sequences --batch 34359738368 --micro-batch 1",
+      "--seq-schedule stage 2: --batch 34359738368 x --seq 64 tokens a step");
+  test::expect_clean_failure(train_cmd(dir / "t", "--steps 4611686018427387904 --seq 32 --batch 4"),
+                             "a run of more than 2^62 tokens");
+  const test::CommandResult all = test::run_command(
+      train_cmd(dir / "t", "--steps 2 --no-checkpoint --eval-tokens 9223372036854775807"));
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  EXPECT_NE(all.output.find("validation loss"), std::string::npos) << all.output;
+  // a validation split shorter than a window: refused, unless nothing validates
+  const std::string short_val =
+      train_cmd(dir / "v",
+                "--steps 1 --no-checkpoint --seq 512 --batch 1 --micro-batch 1 "
+                "--val-fraction 0.01");
+  test::expect_clean_failure(short_val, "or --val-batches 0 (no validation)");
+  const test::CommandResult none = test::run_command(short_val + " --val-batches 0");
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_EQ(none.output.find("validation loss"), std::string::npos) << none.output;
 }
 
 // --gns-decay is checked whether or not the run has the micro-batches a probe needs; a bad

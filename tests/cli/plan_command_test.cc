@@ -133,6 +133,22 @@ TEST_F(PlanCommand, text_report_and_timeline_svg) {
   EXPECT_TRUE(has_text("keep plan peak"));
 }
 
+// A model larger than the machine plans on its shadow (a 70B LLaMA's weights alone are 262 GiB
+// in f32; the plan once allocated them on the CPU and failed).
+TEST_F(PlanCommand, a_model_larger_than_the_machine_plans_without_its_weights) {
+  write_text(dir / "70b.json",
+             R"({"architectures": ["LlamaForCausalLM"], "hidden_act": "silu", "hidden_size": 8192,
+                 "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
+                 "num_key_value_heads": 8, "vocab_size": 128256, "rms_norm_eps": 1e-05,
+                 "max_position_embeddings": 8192, "tie_word_embeddings": false})");
+  const test::CommandResult r = test::run_command(test::memo_bin() + " plan --config " +
+                                                  dir.str("70b.json") + " --seq 128 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  // 70.6e9 parameters: f32 weights and gradients and AdamW's two moments, 16 bytes each
+  EXPECT_GT(j.at("device_need_bytes").get<double>(), 16 * 70e9) << j.dump();
+}
+
 TEST_F(PlanCommand, bad_flags_fail_with_one_line) {
   for (const char* extra : {"--activations memo2", "--device-memory 3furlongs", "--solver gurobi",
                             "--pp 0", "--virtual-stages -1", "--pp-layers 1,1"}) {

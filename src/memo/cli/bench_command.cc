@@ -20,6 +20,7 @@
 #include "memo/model/model.h"
 #include "memo/optim/adamw.h"
 #include "memo/train/step.h"
+#include "memo/train/step_schedule.h"
 
 namespace memo::cli {
 namespace {
@@ -34,6 +35,10 @@ int64_t peak_rss_bytes() {
 nlohmann::json run_bench(Runtime& runtime, const std::string& config_path, int64_t seq,
                          int64_t batch, int64_t steps) {
   const ModelConfig config = load_model_config(config_path);
+  if (batch > kMaxMicroBatchTokens / seq)
+    throw ConfigError(str("--batch ", batch, " x --seq ", seq,
+                          " tokens: memo runs micro-batches of at most 2^32 (",
+                          kMaxMicroBatchTokens, ") tokens"));
   if (seq > config.max_positions())
     throw ConfigError(
         str("--seq ", seq, " exceeds ", config.positions_limit(), " of the model config"));

@@ -39,6 +39,7 @@
 #include "memo/train/cluster_plan.h"
 #include "memo/train/device_plan.h"
 #include "memo/train/optimizer_setup.h"
+#include "memo/train/step_schedule.h"
 
 namespace memo::cli {
 namespace {
@@ -190,15 +191,12 @@ void print_text(const DevicePlan& dp, const PlanCommandOptions& o, const HostPla
     std::cout << "fits: no: " << dp.over_budget_message() << "\n";
 }
 
-// The tokens of a micro-batch that memo plans, at most: 2^32 (a million-token sequence 4,096
-// times); past it a shadow trace's token ids and the plans' byte counts would not fit.
-constexpr int64_t kMaxPlanTokens = int64_t(1) << 32;
-
+// A micro-batch of at most kMaxMicroBatchTokens (train/step_schedule.h), as memo train runs.
 void check_plan_tokens(int64_t seq, int64_t batch) {
-  if (seq > 0 && batch > 0 && batch > kMaxPlanTokens / seq)
+  if (seq > 0 && batch > 0 && batch > kMaxMicroBatchTokens / seq)
     throw ConfigError(str("--batch ", batch, " x --seq ", seq,
-                          " tokens: memo plans micro-batches of at most 2^32 (", kMaxPlanTokens,
-                          ") tokens"));
+                          " tokens: memo plans micro-batches of at most 2^32 (",
+                          kMaxMicroBatchTokens, ") tokens"));
 }
 
 void check_shape_flags(const PlanCommandOptions& o, const ModelConfig& config) {
@@ -245,20 +243,16 @@ struct TracedModel {
     const bool bf16 = (o.precision.empty() ? default_precision(o.device) : o.precision) == "bf16";
     // --device cuda: traced on the meta backend with the CUDA backend's sizes and native bf16
     // kernels (cuda/cuda_sizes.h), as memo train --device cuda plans its run on a GPU
+    // Every plan is of a shadow (Note [Planning on a shadow]): no parameter is allocated, so a
+    // model larger than this machine plans here too.
     const bool cuda = o.device == "cuda";
-    if (o.cp > 1 || o.tp > 1 || o.pp > 1 || cuda) {
-      meta.emplace(cuda ? static_cast<Backend&>(cuda_sizes) : cpu_backend(), DType::kF32);
-      if (bf16) mixed.emplace(*meta);
-      model.emplace(config, mixed ? static_cast<Backend&>(*mixed) : *meta);
-      tp_group.emplace(int(o.tp));
-      if (o.tp > 1) model->set_parallel(Parallel{o.tp, 1}, &*tp_group);
-      cp_group.emplace(int(o.cp));
-      model->set_context_parallel(&*cp_group);  // a group of one is none
-    } else {
-      // zero weights: the request sequence does not depend on values
-      if (bf16) mixed.emplace(cpu_backend());
-      model.emplace(config, mixed ? static_cast<Backend&>(*mixed) : cpu_backend());
-    }
+    meta.emplace(cuda ? static_cast<Backend&>(cuda_sizes) : cpu_backend(), DType::kF32);
+    if (bf16) mixed.emplace(*meta);
+    model.emplace(config, mixed ? static_cast<Backend&>(*mixed) : *meta);
+    tp_group.emplace(int(o.tp));
+    if (o.tp > 1) model->set_parallel(Parallel{o.tp, 1}, &*tp_group);
+    cp_group.emplace(int(o.cp));
+    model->set_context_parallel(&*cp_group);  // a group of one is none
   }
 
   CudaSizes cuda_sizes;

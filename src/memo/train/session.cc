@@ -363,13 +363,16 @@ void TrainSession::read_run() {
   check_pipeline(o_);
   // every stage's windows, training and validation, checked now: a validation split shorter
   // than a window once stopped the run at its last step, before its checkpoint
+  // (not where nothing validates: --val-batches 0 without --eval-tokens)
+  const bool validates = o_.eval_tokens > 0 || o_.val_batches > 0;
   for (const SeqStage& st : stages_) {
     if (st.seq != stage().seq) WindowSampler(data_->train, st.seq, o_.seed);
-    if (data_->val) try {
+    if (data_->val && validates) try {
         WindowSampler(*data_->val, st.seq, o_.seed);
       } catch (const DataError& e) {
         throw DataError(str("the validation data: ", e.what(),
-                            "; give --val-data, a larger --val-fraction, or a shorter --seq"));
+                            "; give --val-data, a larger --val-fraction, a shorter --seq, or "
+                            "--val-batches 0 (no validation)"));
       }
   }
   sampler_.emplace(data_->train, stage().seq, o_.seed);

@@ -41,8 +41,37 @@ std::optional<scaling::BatchSchedule> noise_schedule_from_checkpoint(
   return s;
 }
 
+namespace {
+
+// A stage's tokens a step and a micro-batch within kMaxStepTokens and kMaxMicroBatchTokens, and
+// the run's tokens so far (`run_tokens`, this stage's added) within 2^62: checked before they
+// are multiplied. `stage`: "" or "--seq-schedule stage K: ".
+void check_stage_tokens(const std::string& stage, int64_t batch, int64_t micro_batch, int64_t seq,
+                        int64_t steps, int64_t& run_tokens) {
+  if (seq <= 0 || batch <= 0 || micro_batch <= 0 || steps <= 0) return;  // refused elsewhere
+  if (batch > kMaxStepTokens / seq)
+    throw ConfigError(str(stage, "--batch ", batch, " x --seq ", seq,
+                          " tokens a step: memo runs steps of at most 2^40 (", kMaxStepTokens,
+                          ") tokens"));
+  if (micro_batch > kMaxMicroBatchTokens / seq)
+    throw ConfigError(str(stage, "--micro-batch ", micro_batch, " x --seq ", seq,
+                          " tokens a micro-batch: memo runs micro-batches of at most 2^32 (",
+                          kMaxMicroBatchTokens, ") tokens; give a smaller --micro-batch"));
+  constexpr int64_t kMaxRunTokens = int64_t(1) << 62;
+  if (steps > (kMaxRunTokens - run_tokens) / (batch * seq))
+    throw ConfigError(str(stage, "--steps ", steps, " of ", batch * seq,
+                          " tokens: a run of more than 2^62 tokens"));
+  run_tokens += steps * batch * seq;
+}
+
+}  // namespace
+
 std::vector<SeqStage> seq_stages(const TrainOptions& o) {
-  if (o.seq_schedule.empty()) return {{o.seq, o.batch, o.micro_batch, o.steps, 1}};
+  int64_t run_tokens = 0;
+  if (o.seq_schedule.empty()) {
+    check_stage_tokens("", o.batch, o.micro_batch, o.seq, o.steps, run_tokens);
+    return {{o.seq, o.batch, o.micro_batch, o.steps, 1}};
+  }
   const std::string& list = o.seq_schedule;
   struct Item {
     int64_t seq, count;
@@ -77,6 +106,8 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
     throw ConfigError(str("--stage-batch ", o.stage_batch, ": write tokens or sequences"));
   const bool sequences = o.stage_batch == "sequences";
   const int64_t seq0 = items[0].seq;
+  int64_t unused = 0;  // the stage's steps are not known yet: its shape alone, one step
+  check_stage_tokens("--seq-schedule stage 1: ", o.batch, o.micro_batch, seq0, 1, unused);
   const int64_t step_tokens = o.batch * seq0, micro_tokens = o.micro_batch * seq0;
   std::vector<SeqStage> stages;
   int64_t first = 1;
@@ -97,12 +128,17 @@ std::vector<SeqStage> seq_stages(const TrainOptions& o) {
                   : std::string(),
               ", or --stage-batch sequences (--batch and --micro-batch sequences "
               "in every stage)"));
+    const std::string where = str("--seq-schedule stage ", k + 1, ": ");
+    unused = 0;
+    check_stage_tokens(where, s.batch, s.micro_batch, seq, 1, unused);
     const int64_t stage_step_tokens = s.batch * seq;
-    s.steps = items[k].tokens ? (items[k].count + stage_step_tokens - 1) / stage_step_tokens
-                              : items[k].count;
+    s.steps = items[k].tokens
+                  ? items[k].count / stage_step_tokens + (items[k].count % stage_step_tokens != 0)
+                  : items[k].count;
     constexpr int64_t kMaxSteps = int64_t(1) << 40;  // far past any run, far inside int64
     if (s.steps > kMaxSteps - first)
       throw ConfigError(str("--seq-schedule ", list, ": the stages add up to over 2^40 steps"));
+    check_stage_tokens(where, s.batch, s.micro_batch, seq, s.steps, run_tokens);
     first += s.steps;
     stages.push_back(s);
   }

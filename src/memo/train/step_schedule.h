@@ -52,6 +52,11 @@ struct StepRun {            // what the trainer runs as step `step`
 // stage's length; a step of stage k runs that batch's tokens as SEQ_k-token sequences, in
 // micro-batches of the same tokens as stage 1's (check_noise_stages), so its micro-batch count,
 // the noise probe's tokens per micro-batch and the schedule's growth unit hold across stages.
+// The most tokens a step and a micro-batch of a run may hold: past them a run's token counts
+// could overflow, and no machine holds a micro-batch's buffers (memo plan refuses the same).
+inline constexpr int64_t kMaxStepTokens = int64_t(1) << 40;
+inline constexpr int64_t kMaxMicroBatchTokens = int64_t(1) << 32;
+
 struct SeqStage {
   int64_t seq = 0, batch = 0, micro_batch = 0, steps = 0;
   int64_t first_step = 1;  // the run's number of the stage's first step

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -83,9 +84,13 @@ std::optional<EvalSum> validation(TrainSession& s, int64_t step) {
   // --eval-tokens: the windows that hold that many targets, else --val-batches micro-batches
   // (at the current stage's length: Note [Length stages])
   const int64_t seq = s.stage().seq, micro_batch = s.stage().micro_batch;
-  const int64_t windows =
-      o.eval_tokens > 0 ? (o.eval_tokens + seq - 1) / seq : o.val_batches * micro_batch;
-  EvalForward forward;  // under --pp: the batch through the pipeline
+  // (written so that neither overflows: INT64_MAX means all of it, as any count past it does)
+  const int64_t windows = o.eval_tokens > 0 ? o.eval_tokens / seq + (o.eval_tokens % seq != 0)
+                          : o.val_batches > std::numeric_limits<int64_t>::max() / micro_batch
+                              ? std::numeric_limits<int64_t>::max()
+                              : o.val_batches * micro_batch;
+  if (windows == 0) return std::nullopt;  // --val-batches 0: no validation
+  EvalForward forward;                    // under --pp: the batch through the pipeline
   if (const std::optional<TrainStep::Pipeline>& pp = s.step().pipeline())
     forward = [&s, &pp](const int32_t* inputs, const int32_t* targets, int64_t rows, int64_t n) {
       return pipeline_forward_loss(s.model(), *pp, inputs, targets, rows, n, s.eval_strategy(),
