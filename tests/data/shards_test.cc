@@ -419,6 +419,17 @@ TEST_F(PromptCompletion, examples_carry_a_mask_of_what_the_loss_counts) {
   for (int64_t s : starts_)
     if (s >= train.num_tokens()) tail.push_back(s - train.num_tokens());
   EXPECT_EQ(val.document_starts(), tail);
+  {  // a split exactly at an example's start: the start is the validation view's, at 0
+    ASSERT_GT(starts_.size(), 2u);
+    const int64_t n = int64_t(ids_.size()), at = starts_[starts_.size() / 2];
+    auto [head, rest] = split_tail(TokenData::load(dir / "out", 1000), double(n - at) / double(n));
+    ASSERT_EQ(head.num_tokens(), at);
+    const std::vector<int64_t> before(starts_.begin(),
+                                      starts_.begin() + ptrdiff_t(starts_.size() / 2));
+    EXPECT_EQ(head.document_starts(), before);
+    ASSERT_TRUE(rest.document_starts().has_value());
+    EXPECT_EQ(rest.document_starts()->front(), 0);
+  }
   uint8_t bit = 2;
   val.copy_mask(0, 1, &bit);
   EXPECT_EQ(bit, mask_[size_t(train.num_tokens())]);
@@ -549,6 +560,16 @@ TEST_F(PromptCompletion, an_unlisted_example_start_is_refused) {
   EXPECT_NE(msg.find(docs.string() + " does not list the end-of-text at offset "),
             std::string::npos)
       << msg;
+  // an entry repeated (the count unchanged): an empty example, refused
+  ASSERT_TRUE(tokenize_corpus(sft_options("twice"), progress_).complete);
+  const fs::path twice = dir / "twice" / "train-000001.docs";
+  std::string t = read_file(twice);
+  std::memcpy(t.data() + 16 + 4, t.data() + 16, 4);  // the second entry = the first
+  write_file_atomic(twice, t);
+  const std::string again =
+      error_message<FormatError>([&] { TokenData::load(dir / "twice", 1000); });
+  EXPECT_NE(again.find(twice.string() + ": document offset "), std::string::npos) << again;
+  EXPECT_NE(again.find("(entry 1) is not ascending"), std::string::npos) << again;
 }
 
 // The last example of a split holds its tokens up to the split's closing end-of-text, which is
@@ -566,6 +587,24 @@ TEST_F(PromptCompletion, a_last_example_of_exactly_the_window_is_whole) {
   const WindowSampler sampler(d, last, 1);
   EXPECT_EQ(sampler.truncated_examples(), 0);
   EXPECT_EQ(sampler.num_sequential_windows(), 2);
+}
+
+// Examples that fill a window exactly share it: three of L tokens make two windows of 2 L.
+TEST_F(PromptCompletion, examples_that_fill_a_window_exactly_share_it) {
+  std::string lines;
+  for (int i = 0; i < 3; ++i) lines += "{\"prompt\": \" the and\", \"completion\": \" of that\"}\n";
+  write_file_atomic(dir / "three.jsonl", lines);
+  TokenizeOptions o = sft_options("three");
+  o.inputs = {dir.str("three.jsonl")};
+  ASSERT_TRUE(tokenize_corpus(o, progress_).complete);
+  const TokenData d = TokenData::load(dir / "three", 1000);
+  const std::vector<int64_t> starts = *d.document_starts();
+  ASSERT_EQ(starts.size(), 3u);
+  const int64_t L = starts[1] - starts[0];
+  ASSERT_EQ(starts[2] - starts[1], L);
+  ASSERT_EQ(d.num_tokens() - 1 - starts[2], L);
+  EXPECT_EQ(WindowSampler(d, 2 * L, 1).num_sequential_windows(), 2);
+  EXPECT_EQ(WindowSampler(d, 2 * L - 1, 1).num_sequential_windows(), 3);
 }
 
 TEST_F(PromptCompletion, lines_that_are_not_examples_name_the_file_and_offset) {

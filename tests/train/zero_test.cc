@@ -38,6 +38,12 @@ TEST(ZeroShards, cover_every_tensor_once_in_even_shares) {
     for (const ParamInfo& p : layout.params()) largest = std::max(largest, p.numel);
     const int64_t even = layout.total_numel() / ranks;
     for (const ZeroShard& s : shards) EXPECT_LE(std::abs((s.end - s.begin) - even), largest);
+    // by the midpoint rule a shard ends within half a tensor of its even share's end: the
+    // tensor across that end goes to the side that holds its midpoint
+    for (int r = 0; r + 1 < ranks; ++r) {
+      const int64_t target = layout.total_numel() * (r + 1) / ranks;
+      EXPECT_LE(std::abs(shards[size_t(r)].end - target), largest / 2 + 1) << "rank " << r;
+    }
   }
 }
 
