@@ -248,6 +248,8 @@ TEST_F(Preemption, a_damaged_trainer_state_is_refused_naming_the_file_and_the_fi
                            {"spikes_skipped", 0}};
        },
        "field 'bad_steps.spikes_in_a_row' = -1 is negative"},
+      {[](nlohmann::json& j) { j["options"]["seq"] = -128; },
+       "field 'options.seq' = -128 must be positive"},
   };
   for (const Case& c : cases) {
     nlohmann::json j = good;
@@ -256,6 +258,21 @@ TEST_F(Preemption, a_damaged_trainer_state_is_refused_naming_the_file_and_the_fi
     test::expect_clean_failure(
         test::memo_bin() + " train --resume " + dir.str("run") + " --steps 3 --no-checkpoint",
         state.string() + ": " + c.says);
+  }
+  write_text(state, good.dump());
+  // run_options.json's values as its fields, not as flags the user did not type
+  const fs::path options = dir / "run" / "step-00000002" / "run_options.json";
+  const nlohmann::json run = nlohmann::json::parse(test::file_bytes(options));
+  for (const auto& [key, value, says] :
+       {std::tuple<const char*, nlohmann::json, const char*>{
+            "activations", "bogus", "field 'activations' = \"bogus\" is not one of keep"},
+        {"zero", 5, "field 'zero' = 5 is not a stage memo runs (0 or 1)"}}) {
+    nlohmann::json j = run;
+    j[key] = value;
+    write_text(options, j.dump());
+    test::expect_clean_failure(
+        test::memo_bin() + " train --resume " + dir.str("run") + " --steps 3 --no-checkpoint",
+        options.string() + ": " + says);
   }
 }
 

@@ -23,6 +23,7 @@
 #include "memo/io/atomic_file.h"
 #include "memo/io/config_json.h"
 #include "memo/io/json_file.h"
+#include "memo/memory/strategy_factory.h"
 #include "memo/train/optimizer_setup.h"
 #include "memo/train/run_data.h"
 
@@ -192,7 +193,14 @@ void restore_run_options(TrainOptions& o, const fs::path& checkpoint) {
   }
   // ZeRO-1's shards are part of what fits (--device-memory counts this rank's shard)
   keep("zero", o.zero);
+  if (const int64_t zero = state_field<int64_t>(j, "zero", file, 0); zero > 1)
+    throw DataError(str(file, ": field 'zero' = ", zero, " is not a stage memo runs (0 or 1)"));
   StrategyOptions& a = o.activations;
+  if (const std::string kind = state_field<std::string>(j, "activations", file, a.kind);
+      std::none_of(std::begin(kStrategyNames), std::end(kStrategyNames),
+                   [&](const char* name) { return kind == name; }))
+    throw DataError(str(file, ": field 'activations' = ", json_excerpt(nlohmann::json(kind)),
+                        " is not one of keep, recompute, offload, memo"));
   // the strategy's fields go with its name: kept where --activations is not given or repeats it
   const bool strategy = !given("activations") || j.value("activations", nlohmann::json()) == a.kind;
   keep("activations", a.kind, strategy);
@@ -212,6 +220,11 @@ void restore_pinned(TrainOptions& o, const nlohmann::json& j, const std::string&
   o.seq = state_field<int64_t>(j, "seq", file);
   o.batch = state_field<int64_t>(j, "batch", file);
   o.micro_batch = state_field<int64_t>(j, "micro_batch", file);
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"seq", o.seq},
+                                   {"batch", o.batch},
+                                   {"micro_batch", o.micro_batch}})
+    if (value <= 0)
+      throw DataError(str(file, ": field 'options.", key, "' = ", value, " must be positive"));
   o.lr = state_field<double>(j, "lr", file);
   o.min_lr_ratio = state_field<double>(j, "min_lr_ratio", file);
   o.warmup = state_field<int64_t>(j, "warmup", file);
