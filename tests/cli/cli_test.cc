@@ -101,6 +101,12 @@ TEST_F(Cli, steps_of_more_tokens_than_a_run_holds_are_refused_and_eval_tokens_ma
   const test::CommandResult none = test::run_command(short_val + " --val-batches 0");
   ASSERT_EQ(none.exit_code, 0) << none.output;
   EXPECT_EQ(none.output.find("validation loss"), std::string::npos) << none.output;
+  test::expect_clean_failure(short_val + " --val-batches 0 --eval-every 1",
+                             "--eval-every 1 needs validation points, and --val-batches 0 asks "
+                             "for none");
+  test::expect_clean_failure(short_val + " --eval-tokens 100",
+                             "or no --eval-tokens and "
+                             "--val-batches 0 (no validation)");
 }
 
 // --gns-decay is checked whether or not the run has the micro-batches a probe needs; a bad

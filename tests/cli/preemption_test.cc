@@ -216,6 +216,19 @@ TEST_F(Preemption, a_resume_from_another_directory_reads_the_runs_data_and_write
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(fs::exists(dir / "b" / "run.jsonl"));
   EXPECT_EQ(losses(dir.str("a/run.jsonl")), losses(dir.str("a/straight.jsonl")));
+  // "link/.." is where the link leads, then up: the recorded path names the file trained on
+  fs::create_directories(dir / "other" / "sub");
+  write_text(dir / "other" / "data.txt", test::corpus(20000).substr(3000));
+  fs::create_directory_symlink(dir / "other" / "sub", dir / "a" / "link");
+  ASSERT_EQ(test::run_command("cd " + dir.str("a") + " && " + memo + " train" + tail +
+                              " --data link/../data.txt --steps 1 --out linked")
+                .exit_code,
+            0);
+  const nlohmann::json state = nlohmann::json::parse(
+      test::file_bytes(dir / "a" / "linked" / "step-00000001" / "trainer_state.json"));
+  EXPECT_TRUE(
+      fs::equivalent(state.at("options").at("data").get<std::string>(), dir / "other" / "data.txt"))
+      << state.at("options").dump();
 }
 
 // A trainer_state.json edited by hand or damaged: one line naming the file and the field.

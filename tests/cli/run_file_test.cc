@@ -80,6 +80,17 @@ TEST_F(RunFile, the_command_line_wins_over_the_file) {
   ASSERT_EQ(s.exit_code, 0) << s.output;
   EXPECT_NE(s.output.find("\nno-checkpoint = true\n"), std::string::npos) << s.output;
   EXPECT_EQ(s.output.find("save-every = 3"), std::string::npos) << s.output;
+  // and over the keys that need a dropped one, and the checkpoint keys --no-checkpoint excludes
+  write_text(dir / "n.toml",
+             "[step]\nseq-schedule = '16:2,32:2'\nstage-batch = 'sequences'\n\n[run]\n"
+             "save-every = 2\nasync-save = true\nsave-best = true\n");
+  const test::CommandResult n = test::run_command(
+      test::memo_bin() + " train --run " + dir.str("n.toml") + " --seq 32 --no-checkpoint " +
+      "--config " + dir.str("config.json") + " --data " + dir.str("data.txt") + " --print-run");
+  ASSERT_EQ(n.exit_code, 0) << n.output;
+  for (const char* gone :
+       {"seq-schedule = ", "stage-batch = 'sequences'", "async-save = true", "save-best = true"})
+    EXPECT_EQ(n.output.find(gone), std::string::npos) << gone << "\n" << n.output;
 }
 
 // --run takes a run's folder for its run.toml; an empty path, or a folder without one, is refused.

@@ -95,8 +95,9 @@ TEST(MixedPrecision, the_four_strategies_give_the_same_bf16_losses_bit_for_bit) 
       }
       if (!native) continue;
       // every activation but the f32 statistics, log-sum-exp, loss path and scratch is halved (at
-      // hidden 32 the f32 logits of a 256-byte vocabulary are a large share of the peak)
-      EXPECT_LT(double(keep_bf16_peak), 0.7 * double(keep_f32_peak));
+      // hidden 32 the f32 logits of a 256-byte vocabulary, and beside them their bf16 gradient,
+      // Note [bf16 loss gradient], are a large share of the peak)
+      EXPECT_LT(double(keep_bf16_peak), 0.75 * double(keep_f32_peak));
       EXPECT_GT(double(keep_bf16_peak), 0.4 * double(keep_f32_peak));
     }
 }

@@ -256,7 +256,8 @@ TEST(ShapeOnlyTrace, tensor_parallel_traces_the_layers_collectives) {
 
 // A bf16 trace (a GPU run in mixed precision): the same requests as the f32 trace, each of its
 // dtype's bytes: statistics, the log-sum-exp, the loss path and attention scratch stay f32, every
-// other activation (saved, transient, communication) is bf16.
+// other activation (saved, transient, communication) is bf16; and one more a chunk of the head,
+// the loss gradient rounded to bf16 (Note [bf16 loss gradient]), its chunk of logits as large.
 TEST(ShapeOnlyTrace, a_bf16_trace_keeps_statistics_and_the_loss_path_in_f32) {
   // f32 attention kernels, whose scratch is the same in both (bf16 ones size their own)
   CpuBackend f32_attention(CpuOptions{.bf16_attention = false});
@@ -266,7 +267,12 @@ TEST(ShapeOnlyTrace, a_bf16_trace_keeps_statistics_and_the_loss_path_in_f32) {
         trace_shapes_only(f32_attention, config, Parallel{2, 2}, 1, 64, factory("memo"));
     const Trace bf16 = trace_shapes_only(f32_attention, config, Parallel{2, 2}, 1, 64,
                                          factory("memo"), DType::kBF16);
-    ASSERT_EQ(f32.requests.size(), bf16.requests.size());
+    std::vector<TracedRequest> rounded, rest;
+    for (const TracedRequest& r : bf16.requests)
+      (r.name == "head.dlogits_bf16" ? rounded : rest).push_back(r);
+    ASSERT_EQ(rounded.size(), 1u);  // one chunk at 64 tokens a rank
+    EXPECT_EQ(rounded[0].dtype, DType::kBF16);
+    ASSERT_EQ(f32.requests.size(), rest.size());
     const std::set<std::string> f32_names = {"inv_rms1",
                                              "inv_rms2",
                                              "mean1",
@@ -285,7 +291,10 @@ TEST(ShapeOnlyTrace, a_bf16_trace_keeps_statistics_and_the_loss_path_in_f32) {
                                              "tp.ce_stats"};
     int halved = 0;
     for (size_t i = 0; i < f32.requests.size(); ++i) {
-      const TracedRequest &a = f32.requests[i], &b = bf16.requests[i];
+      const TracedRequest &a = f32.requests[i], &b = rest[i];
+      if (a.name == "head.logits") {
+        EXPECT_EQ(rounded[0].bytes, a.bytes / 2);
+      }
       ASSERT_EQ(a.name, b.name);
       EXPECT_EQ(a.dtype, DType::kF32) << a.name;
       const bool stays = f32_names.count(a.name) > 0;

@@ -179,7 +179,12 @@ std::vector<std::string> run_file_flags(const CLI::App& cmd, const std::string& 
       throw ConfigError(str(where, ": memo ", cmd.get_name(), " has no flag --", key));
     return o;
   };
-  std::vector<std::string> flags;
+  struct Key {
+    const CLI::Option* option;
+    std::string key;
+    std::vector<std::string> texts;
+  };
+  std::vector<Key> keys;
   for (const auto& [section, node] : doc) {
     const std::string at = str(file, ": line ", node.source().begin.line);
     const toml::table* table = node.as_table();
@@ -203,12 +208,30 @@ std::vector<std::string> run_file_flags(const CLI::App& cmd, const std::string& 
       } else {
         texts.push_back(flag_text(value, kind_of(*o), where));
       }
-      if (given_on_command_line(command_line, *o) ||
-          excluded_by_command_line(cmd, command_line, *o))
-        continue;  // the command line wins
-      for (const std::string& text : texts) flags.push_back("--" + key + "=" + text);
+      keys.push_back({o, key, std::move(texts)});
     }
   }
+  // The command line wins: over a key it gives, over one a flag it gives excludes, and then over
+  // a key that needs a dropped one (--stage-batch without the --seq-schedule the --seq dropped).
+  std::set<const CLI::Option*> dropped;
+  for (const Key& k : keys)
+    if (given_on_command_line(command_line, *k.option) ||
+        excluded_by_command_line(cmd, command_line, *k.option))
+      dropped.insert(k.option);
+  for (bool more = true; more;) {
+    more = false;
+    for (const Key& k : keys) {
+      if (dropped.count(k.option)) continue;
+      const std::set<CLI::Option*>& needs = k.option->get_needs();
+      if (std::any_of(needs.begin(), needs.end(),
+                      [&](const CLI::Option* n) { return dropped.count(n) > 0; }))
+        more = dropped.insert(k.option).second;
+    }
+  }
+  std::vector<std::string> flags;
+  for (const Key& k : keys)
+    if (!dropped.count(k.option))
+      for (const std::string& text : k.texts) flags.push_back("--" + k.key + "=" + text);
   return flags;
 }
 

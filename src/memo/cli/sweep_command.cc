@@ -60,14 +60,20 @@ nlohmann::json finite_or_null(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
 }
 
+// A data path as sweep files have always named it: absolute and lexically normal (a setup field,
+// compared with the lines already in the file).
+std::string setup_path(const std::string& path) {
+  return std::filesystem::path(absolute_or_empty(path)).lexically_normal().string();
+}
+
 // What every run of the sweep shares beyond its options' key fields: the model, the data, what
 // judges the runs and the precision (setup fields, scaling/sweep_file.h; a line of an older memo
 // lacks them).
 nlohmann::json sweep_context(const SweepOptions& s, const ModelConfig& config,
                              const Backend& backend) {
   return {{"model", model_config_to_json(config)},
-          {"data", absolute_or_empty(s.data.data_path)},
-          {"val_data", absolute_or_empty(s.data.val_data_path)},
+          {"data", setup_path(s.data.data_path)},
+          {"val_data", setup_path(s.data.val_data_path)},
           {"val_fraction", s.data.val_fraction},
           {"val_windows", s.run.val_windows},
           {"precision", precision_name(backend)},

@@ -156,9 +156,10 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
                                "Checkpoint period in steps (0: only at the end)")
                     ->capture_default_str()
                     ->check(kNonNegative);
-  cmd.add_flag("--no-checkpoint{false}", t->checkpoints,
-               "Write no checkpoint, not even at the end (benchmarks, dry runs)")
-      ->excludes(every);
+  CLI::Option* none =
+      cmd.add_flag("--no-checkpoint{false}", t->checkpoints,
+                   "Write no checkpoint, not even at the end (benchmarks, dry runs)")
+          ->excludes(every);
   cmd.add_option("--keep-last", t->keep_last,
                  "Checkpoints kept in --out, the newest (latest) included; older ones are removed "
                  "as each is written (0: keep every one)")
@@ -166,10 +167,12 @@ void add_run_dir_flags(CLI::App& cmd, TrainFlags& f) {
       ->check(kNonNegative);
   cmd.add_flag("--save-best", t->save_best,
                "Also checkpoint each step whose validation loss is the lowest so far (see "
-               "--eval-every), name it in <out>/best, and keep it whatever --keep-last says");
+               "--eval-every), name it in <out>/best, and keep it whatever --keep-last says")
+      ->excludes(none);
   cmd.add_flag("--async-save", t->async_save,
                "Write checkpoints in the background: the step boundary only copies the state "
-               "to host memory (one more copy of it held there); the next save waits");
+               "to host memory (one more copy of it held there); the next save waits")
+      ->excludes(none);
   cmd.add_flag("--overwrite", t->overwrite,
                "Let a new run write into an --out that holds another run's checkpoints, "
                "removing them (and its latest and best) once this run's weights are loaded");
@@ -364,9 +367,6 @@ TrainOptions resolve_options(const TrainFlags& f) {
                           "' is 0 bytes; a shard holds at least one tensor byte (transformers' "
                           "default is 5GB)"));
   o.positions = resolve_position_flags(f.positions);
-  if (!o.checkpoints && (o.save_best || o.async_save))
-    throw ConfigError(str(o.save_best ? "--save-best" : "--async-save",
-                          " writes checkpoints, and --no-checkpoint asks for none"));
   if (o.resume_dir.empty() && o.config_path.empty() && o.init_from.empty())
     throw ConfigError("--config is required (or --init-from a model, or --resume a run)");
   if (o.out_dir.empty()) throw ConfigError("--out is empty: name the folder the run writes into");

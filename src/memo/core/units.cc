@@ -98,8 +98,11 @@ std::string duration_str(double s) {
     std::snprintf(buf, sizeof buf, "%.0fs", s);
   else if (s < 3600)
     std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else if (s < 9.2e18)  // hours of a run of up to 2^62 tokens: past an int
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s) / 3600,
+                  static_cast<long long>(s) % 3600 / 60);
   else
-    std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
+    std::snprintf(buf, sizeof buf, "%.3gs", s);
   return buf;
 }
 
@@ -153,7 +156,9 @@ std::string shell_word(std::string_view word) {
 }
 
 std::string absolute_or_empty(const std::string& path) {
-  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+  // not lexically_normal: "link/.." is where the link leads, then up, which only the file system
+  // resolves
+  return path.empty() ? path : std::filesystem::absolute(path).string();
 }
 
 }  // namespace memo

@@ -39,9 +39,10 @@ double parse_duration(std::string_view text, std::string_view flag);
 // as '\''. For commands memo prints for a user to paste (the one that resumes a run).
 std::string shell_word(std::string_view word);
 
-// path made absolute against the working directory and normalised (no file is read: a glob's
-// pattern stays one); empty stays empty. For paths a run records and a later process, perhaps
-// elsewhere, reads back (a checkpoint's data and log, a sweep's setup).
+// path made absolute against the working directory (no file is read: a glob's pattern stays
+// one; "..", which a symbolic link before it would change, is kept); empty stays empty. For paths a
+// run records and a later process, perhaps elsewhere, reads back (a checkpoint's data and log, a
+// sweep's setup).
 std::string absolute_or_empty(const std::string& path);
 
 }  // namespace memo

@@ -52,10 +52,13 @@ CudaBackend::CudaBackend(int device) {
   if (image == cudaErrorNoKernelImageForDevice || image == cudaErrorInvalidDeviceFunction ||
       image == cudaErrorUnsupportedPtxVersion) {
     cudaGetLastError();
-    throw ConfigError(str("--device cuda: GPU ", device, " (", prop.name, ") is sm_", prop.major,
-                          prop.minor, " and memo's CUDA kernels were built for CUDA architectures ",
-                          MEMO_CUDA_ARCHITECTURES, "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=",
-                          prop.major, prop.minor, " (", cudaGetErrorString(image), ")"));
+    // the fused attention's bf16 mma.sync and ldmatrix need sm_80 (Ampere) or newer
+    throw ConfigError(str(
+        "--device cuda: GPU ", device, " (", prop.name, ") is sm_", prop.major, prop.minor,
+        " and memo's CUDA kernels were built for CUDA architectures ", MEMO_CUDA_ARCHITECTURES,
+        prop.major < 8 ? str("; they need sm_80 or newer")
+                       : str("; rebuild with -DCMAKE_CUDA_ARCHITECTURES=", prop.major, prop.minor),
+        " (", cudaGetErrorString(image), ")"));
   }
   check_cuda(image, "cudaFuncGetAttributes");
   int runtime = 0;

@@ -681,11 +681,25 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
   const int64_t V = vocab_rows();
   const Tensor head = w_.head.slice_rows(0, V);
   const Tensor dhead = backward ? dw_.head.slice_rows(0, V) : Tensor();
-  // Chunk so one chunk of logits is at most 16 Mi floats (64 MiB); a function of (T, V) only,
-  // so every strategy and every run sums the head gradient in the same order.
-  constexpr int64_t kMaxLogitFloats = int64_t(1) << 24;
-  const int64_t chunk = std::max<int64_t>(1, std::min(tokens, kMaxLogitFloats / w_.head.rows()));
   Communicator* const tp = tp_split_ ? tp_group_ : nullptr;
+  // Note [bf16 loss gradient]
+  // Under bf16 storage the head's two backward products take dL/dlogits rounded to bf16, as
+  // PyTorch's autocast does (the gradient of its bf16 logits is bf16): with bf16 x and head both
+  // products are native bf16 ones (the backend's bf16 kernels, accumulating in f32), not f32 ones
+  // over a widened copy of the whole head each chunk (on an H200 at 852M the f32 products ran on
+  // the SIMT pipes, about a fifth of a 4K step: bench/cuda/performance_model.md). The loss and
+  // the softmax stay f32. Where a vocabulary split over tensor-parallel ranks ends in padding
+  // (Note [Tensor-parallel parameters]), every rank of the group keeps the f32 products: a padded
+  // part's gradient is not one contiguous block to round.
+  const int64_t parts = tp ? tp->size() : 1;
+  const bool bf16_dlogits =
+      backward && head.dtype() == DType::kBF16 && w_.head.rows() * parts == config_.vocab_size;
+  // Chunk so one chunk's logits (and their bf16 gradient) take at most 64 MiB; a function of
+  // (T, V) and the precision only, so every strategy and every run sums the head gradient in the
+  // same order.
+  constexpr int64_t kMaxLogitBytes = int64_t(1) << 26;
+  const int64_t row_bytes = w_.head.rows() * (bf16_dlogits ? 6 : 4);
+  const int64_t chunk = std::max<int64_t>(1, std::min(tokens, kMaxLogitBytes / row_bytes));
   const TpGather all_rows(alloc, tp, "tp.head_in", xf, xf.dtype());
   std::optional<TpPartial> partial;  // the gradient of every token's row, this rank's share
   if (backward) partial.emplace(alloc, tp, "tp.head_din", dxf.rows(), dxf.cols(), dxf.dtype());
@@ -718,7 +732,13 @@ double Model::head_and_loss(Tensor dxf, ConstTensor xf, const int32_t* targets, 
       alloc.release(target);
       alloc.release(stats);
     }
-    if (backward) {  // logits now holds dL/dlogits
+    if (backward && bf16_dlogits) {  // Note [bf16 loss gradient]
+      Tensor d16 = alloc.acquire("head.dlogits_bf16", {n, V}, ActKind::kTransient, DType::kBF16);
+      backend_->convert(d16, logits);
+      backend_->matmul(dhead, d16, x, true, false, 1.0f, 1.0f);
+      backend_->matmul(dx_all.slice_rows(t0, t1), d16, head, false, false);
+      alloc.release(d16);
+    } else if (backward) {  // logits now holds dL/dlogits
       backend_->matmul(dhead, logits, x, true, false, 1.0f, 1.0f);
       backend_->matmul(dx_all.slice_rows(t0, t1), logits, head, false, false);
     }

@@ -365,13 +365,18 @@ void TrainSession::read_run() {
   // than a window once stopped the run at its last step, before its checkpoint
   // (not where nothing validates: --val-batches 0 without --eval-tokens)
   const bool validates = o_.eval_tokens > 0 || o_.val_batches > 0;
+  if (!validates && (o_.eval_every > 0 || o_.save_best))
+    throw ConfigError(str(o_.save_best ? "--save-best" : str("--eval-every ", o_.eval_every),
+                          " needs validation points, and --val-batches 0 asks for none; give "
+                          "--val-batches or --eval-tokens a count, or leave it out"));
   for (const SeqStage& st : stages_) {
     if (st.seq != stage().seq) WindowSampler(data_->train, st.seq, o_.seed);
     if (data_->val && validates) try {
         WindowSampler(*data_->val, st.seq, o_.seed);
       } catch (const DataError& e) {
         throw DataError(str("the validation data: ", e.what(),
-                            "; give --val-data, a larger --val-fraction, a shorter --seq, or "
+                            "; give --val-data, a larger --val-fraction, a shorter --seq, or ",
+                            o_.eval_tokens > 0 ? "no --eval-tokens and " : "",
                             "--val-batches 0 (no validation)"));
       }
   }
