@@ -653,16 +653,19 @@ void check_bf16_attention(Backend* g, int64_t B, int64_t S, int64_t H, int64_t H
   }
 }
 
+// Puts back the attention a test changed: the fused kernels, chunks sized by the backend.
+struct DefaultAttention {
+  Backend* b;
+  ~DefaultAttention() {
+    set_cuda_attention_chunk_rows(*b, 0);
+    set_cuda_flash_attention(*b, true);
+  }
+};
+
 TEST(CudaBackend, bf16_attention_is_within_bf16_rounding_of_the_cpus_bf16_storage) {
   REQUIRE_GPU();
   ASSERT_TRUE(g->bf16_attention());
-  struct Rows {
-    Backend* b;
-    ~Rows() {
-      set_cuda_attention_chunk_rows(*b, 0);
-      set_cuda_flash_attention(*b, true);
-    }
-  } const reset{g};
+  const DefaultAttention reset{g};
   // one chunk at 1,500 rows and 32 heads; then 64-row chunks over two sequences (dK and dV
   // accumulate over the chunks in f32 and are rounded once a sequence)
   check_bf16_attention(g, 1, 1500, 32, 8, 0);
@@ -681,13 +684,7 @@ TEST(CudaBackend, bf16_attention_is_within_bf16_rounding_of_the_cpus_bf16_storag
 TEST(CudaBackend, bf16_attention_with_documents_and_windows_matches_the_cpus_bf16_storage) {
   REQUIRE_GPU();
   ASSERT_TRUE(g->bf16_attention());
-  struct Rows {
-    Backend* b;
-    ~Rows() {
-      set_cuda_attention_chunk_rows(*b, 0);
-      set_cuda_flash_attention(*b, true);
-    }
-  } const reset{g};
+  const DefaultAttention reset{g};
   auto documents = [](int64_t B, int64_t S, const std::vector<int64_t>& starts) {
     std::vector<int32_t> ks(size_t(B * S));
     for (int64_t b = 0; b < B; ++b)
