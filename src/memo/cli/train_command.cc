@@ -479,8 +479,8 @@ void add_train_command(CLI::App& app, MpiCommunicator* world) {
   section("run file");
   // read by main() before parsing (with_run_file); here for --help and print_run's exclusion
   train->add_option("--run", f->run_path,
-                    "Take the flags from this TOML run file (Note [Run files]): [section] and "
-                    "one key per flag; the command line wins");
+                    "Take the flags from this TOML run file, or a run's folder's run.toml (Note "
+                    "[Run files]): [section] and one key per flag; the command line wins");
   train->add_flag("--print-run", f->print_run,
                   "Print the flags given as a run file (the others' defaults as comments) and "
                   "exit");
