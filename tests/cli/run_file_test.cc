@@ -63,34 +63,34 @@ TEST_F(RunFile, a_run_file_gives_the_bits_of_its_flags_and_print_run_round_trips
 }
 
 TEST_F(RunFile, the_command_line_wins_over_the_file) {
-  write_text(dir / "r.toml", "[step]\nsteps = 9\nseq = 16\n\n[run]\nno-checkpoint = true\n");
-  const test::CommandResult r = test::run_command(
-      test::memo_bin() + " train --run " + dir.str("r.toml") + " --steps 2 --config " +
-      dir.str("config.json") + " --data " + dir.str("data.txt") + " --print-run");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("\nsteps = 2\n"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("\nseq = 16\n"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("\nno-checkpoint = true\n"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("steps = 9"), std::string::npos) << r.output;
+  // the flags --print-run gives for run file `text` under the command line's `flags`
+  auto printed = [&](const std::string& name, const std::string& text, const std::string& flags) {
+    write_text(dir / name, text);
+    const test::CommandResult r = test::run_command(
+        test::memo_bin() + " train --run " + dir.str(name) + " " + flags + " --config " +
+        dir.str("config.json") + " --data " + dir.str("data.txt") + " --print-run");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  const std::string r = printed(
+      "r.toml", "[step]\nsteps = 9\nseq = 16\n\n[run]\nno-checkpoint = true\n", "--steps 2");
+  EXPECT_NE(r.find("\nsteps = 2\n"), std::string::npos) << r;
+  EXPECT_NE(r.find("\nseq = 16\n"), std::string::npos) << r;
+  EXPECT_NE(r.find("\nno-checkpoint = true\n"), std::string::npos) << r;
+  EXPECT_EQ(r.find("steps = 9"), std::string::npos) << r;
   // over the file's keys that a command-line flag excludes too: --no-checkpoint, save-every
-  write_text(dir / "s.toml", "[step]\nsteps = 9\n\n[run]\nsave-every = 3\n");
-  const test::CommandResult s = test::run_command(
-      test::memo_bin() + " train --run " + dir.str("s.toml") + " --no-checkpoint --config " +
-      dir.str("config.json") + " --data " + dir.str("data.txt") + " --print-run");
-  ASSERT_EQ(s.exit_code, 0) << s.output;
-  EXPECT_NE(s.output.find("\nno-checkpoint = true\n"), std::string::npos) << s.output;
-  EXPECT_EQ(s.output.find("save-every = 3"), std::string::npos) << s.output;
+  const std::string s =
+      printed("s.toml", "[step]\nsteps = 9\n\n[run]\nsave-every = 3\n", "--no-checkpoint");
+  EXPECT_NE(s.find("\nno-checkpoint = true\n"), std::string::npos) << s;
+  EXPECT_EQ(s.find("save-every = 3"), std::string::npos) << s;
   // and over the keys that need a dropped one, and the checkpoint keys --no-checkpoint excludes
-  write_text(dir / "n.toml",
-             "[step]\nseq-schedule = '16:2,32:2'\nstage-batch = 'sequences'\n\n[run]\n"
-             "save-every = 2\nasync-save = true\nsave-best = true\n");
-  const test::CommandResult n = test::run_command(
-      test::memo_bin() + " train --run " + dir.str("n.toml") + " --seq 32 --no-checkpoint " +
-      "--config " + dir.str("config.json") + " --data " + dir.str("data.txt") + " --print-run");
-  ASSERT_EQ(n.exit_code, 0) << n.output;
+  const std::string n = printed("n.toml",
+                                "[step]\nseq-schedule = '16:2,32:2'\nstage-batch = 'sequences'\n\n"
+                                "[run]\nsave-every = 2\nasync-save = true\nsave-best = true\n",
+                                "--seq 32 --no-checkpoint");
   for (const char* gone :
        {"seq-schedule = ", "stage-batch = 'sequences'", "async-save = true", "save-best = true"})
-    EXPECT_EQ(n.output.find(gone), std::string::npos) << gone << "\n" << n.output;
+    EXPECT_EQ(n.find(gone), std::string::npos) << gone << "\n" << n;
 }
 
 // --run takes a run's folder for its run.toml; an empty path, or a folder without one, is refused.

@@ -35,10 +35,7 @@ int64_t peak_rss_bytes() {
 nlohmann::json run_bench(Runtime& runtime, const std::string& config_path, int64_t seq,
                          int64_t batch, int64_t steps) {
   const ModelConfig config = load_model_config(config_path);
-  if (batch > kMaxMicroBatchTokens / seq)
-    throw ConfigError(str("--batch ", batch, " x --seq ", seq,
-                          " tokens: memo runs micro-batches of at most 2^32 (",
-                          kMaxMicroBatchTokens, ") tokens"));
+  check_micro_batch_tokens(batch, seq, "runs");
   if (seq > config.max_positions())
     throw ConfigError(
         str("--seq ", seq, " exceeds ", config.positions_limit(), " of the model config"));

@@ -191,18 +191,10 @@ void print_text(const DevicePlan& dp, const PlanCommandOptions& o, const HostPla
     std::cout << "fits: no: " << dp.over_budget_message() << "\n";
 }
 
-// A micro-batch of at most kMaxMicroBatchTokens (train/step_schedule.h), as memo train runs.
-void check_plan_tokens(int64_t seq, int64_t batch) {
-  if (seq > 0 && batch > 0 && batch > kMaxMicroBatchTokens / seq)
-    throw ConfigError(str("--batch ", batch, " x --seq ", seq,
-                          " tokens: memo plans micro-batches of at most 2^32 (",
-                          kMaxMicroBatchTokens, ") tokens"));
-}
-
 void check_shape_flags(const PlanCommandOptions& o, const ModelConfig& config) {
   if (o.seq <= 0 || o.batch <= 0)
     throw ConfigError(str("--seq ", o.seq, " and --batch ", o.batch, " must be positive"));
-  check_plan_tokens(o.seq, o.batch);
+  check_micro_batch_tokens(o.batch, o.seq, "plans");
   if (o.seq > config.max_positions())
     throw ConfigError(
         str("--seq ", o.seq, " exceeds ", config.positions_limit(), " of ", o.config_path,
@@ -755,7 +747,7 @@ void run_cluster_plan(const PlanCommandOptions& o) {
                           ", or a path to a JSON file like them"));
   if (o.compare && o.activations_given)
     throw ConfigError("--compare prints every strategy; leave out --activations");
-  check_plan_tokens(o.seq, o.batch);
+  check_micro_batch_tokens(o.batch, o.seq, "plans");
   const ModelConfig config = resolve_model(o.model);
   ClusterOptions co;
   co.gpu = find_gpu(o.gpu, o.hardware_dir);

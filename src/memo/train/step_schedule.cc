@@ -66,6 +66,12 @@ void check_stage_tokens(const std::string& stage, int64_t batch, int64_t micro_b
 
 }  // namespace
 
+void check_micro_batch_tokens(int64_t batch, int64_t seq, const char* verb) {
+  if (seq > 0 && batch > 0 && batch > kMaxMicroBatchTokens / seq)
+    throw ConfigError(str("--batch ", batch, " x --seq ", seq, " tokens: memo ", verb,
+                          " micro-batches of at most 2^32 (", kMaxMicroBatchTokens, ") tokens"));
+}
+
 std::vector<SeqStage> seq_stages(const TrainOptions& o) {
   int64_t run_tokens = 0;
   if (o.seq_schedule.empty()) {

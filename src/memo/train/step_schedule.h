@@ -56,6 +56,9 @@ struct StepRun {            // what the trainer runs as step `step`
 // could overflow, and no machine holds a micro-batch's buffers (memo plan refuses the same).
 inline constexpr int64_t kMaxStepTokens = int64_t(1) << 40;
 inline constexpr int64_t kMaxMicroBatchTokens = int64_t(1) << 32;
+// ConfigError where --batch sequences of seq tokens (both positive) exceed kMaxMicroBatchTokens:
+// "--batch B x --seq S tokens: memo <verb> micro-batches of at most 2^32 (...) tokens".
+void check_micro_batch_tokens(int64_t batch, int64_t seq, const char* verb);
 
 struct SeqStage {
   int64_t seq = 0, batch = 0, micro_batch = 0, steps = 0;
