@@ -53,15 +53,8 @@ TEST(Retrieval, prompts_have_the_length_asked_and_the_key_at_the_depth) {
 // A tokenizer whose template puts a BOS before each sequence: the prompt begins with it, as
 // memo generate's do, and still has the length asked for.
 TEST(Retrieval, prompts_begin_with_the_tokenizers_bos) {
-  nlohmann::json tj = test::small_tokenizer_json();
+  const nlohmann::json tj = test::small_bos_tokenizer_json();
   const int32_t bos = tj["added_tokens"][1]["id"];  // <|fim|> as the BOS
-  tj["post_processor"] = {
-      {"type", "TemplateProcessing"},
-      {"single",
-       {{{"SpecialToken", {{"id", "<|fim|>"}, {"type_id", 0}}}},
-        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-      {"special_tokens",
-       {{"<|fim|>", {{"id", "<|fim|>"}, {"ids", {bos}}, {"tokens", {"<|fim|>"}}}}}}};
   const Tokenizer tokenizer = Tokenizer::from_hf_json(tj, "bos");
   ASSERT_EQ(tokenizer.prefix_ids().size(), 1u);
   const RetrievalTask task = passkey_task(tokenizer);

@@ -11,8 +11,10 @@
 #include "cli_test_util.h"
 #include "data/small_tokenizer.h"
 #include "memo/backend/caching_allocator.h"
+#include "memo/core/error.h"
 #include "memo/cpu/cpu_backend.h"
 #include "memo/data/token_data.h"
+#include "memo/data/tokenizer.h"
 #include "memo/io/atomic_file.h"
 #include "memo/io/checkpoint.h"
 #include "memo/memory/strategy.h"
@@ -361,6 +363,41 @@ TEST_F(TextCli, prompt_completion_data_counts_the_completions_only) {
   test::expect_clean_failure(test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --data " +
                                  dir.str("sft") + " --seq 64 --eot-id 10",
                              "(their manifest's end_of_text); give that, or leave --eot-id out");
+}
+
+// A Llama-style tokenizer (a BOS template) lays documents out as BOS ... end-of-text (Note
+// [Document layout]): training restarts documents at the BOS and --eod-mask-loss leaves out the
+// predictions made from the end of text, in memo train and memo eval alike.
+TEST_F(TextCli, a_bos_tokenizers_documents_start_at_the_bos_and_end_at_the_end_of_text) {
+  write_text(dir.str("bos.json"), test::small_bos_tokenizer_json().dump());
+  const Tokenizer t = Tokenizer::load(dir / "bos.json");
+  const int32_t bos = t.prefix_ids()[0], eot = *t.end_of_text();
+  ASSERT_EQ(test::run_command(test::memo_bin() + " tokenize --tokenizer " + dir.str("bos.json") +
+                              " --out " + dir.str("bos") + " " + dir.str("in"))
+                .exit_code,
+            0);
+  const test::CommandResult a = test::run_command(
+      train_cmd(dir.str("bos"), "a", "--steps 1 --document-mask --eod-mask-loss"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(
+      a.output.find(str("memo: documents: attention and positions restart at each token ", bos,
+                        "; the loss leaves out the predictions made from token ", eot, "\n")),
+      std::string::npos)
+      << a.output;
+  // eval counts every prediction of its windows but those made from the end of text
+  const test::CommandResult e = test::run_command(
+      quiet(test::memo_bin() + " eval --checkpoint " + dir.str("a") + " --data " + dir.str("bos") +
+            " --split all --seq 32 --batches 300 --eod-mask-loss --json"));
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const nlohmann::json j = nlohmann::json::parse(e.output);
+  const int64_t inputs = j["windows"].get<int64_t>() * 32;
+  const TokenData d = TokenData::load(dir / "bos", vocab_);
+  std::vector<int32_t> ids(static_cast<size_t>(inputs));
+  d.copy(0, inputs, ids.data());
+  // the windows hold a different number of each, so that the count tells which was left out
+  ASSERT_GT(std::count(ids.begin(), ids.end(), eot), 0);
+  ASSERT_NE(std::count(ids.begin(), ids.end(), bos), std::count(ids.begin(), ids.end(), eot));
+  EXPECT_EQ(j["tokens"].get<int64_t>(), inputs - std::count(ids.begin(), ids.end(), eot));
 }
 
 TEST_F(TextCli, killed_tokenize_resumes_to_the_files_of_an_uninterrupted_run) {

@@ -145,6 +145,67 @@ TEST_F(Shards, interrupted_runs_resume_to_the_same_files) {
   }
 }
 
+// Note [Document layout]: a tokenizer with a BOS frames each document as BOS ... end-of-text, the
+// .docs files and the manifest's document_start name the BOS, a killed run resumes to the same
+// files, and a folder written before document_start existed still reads as end-of-text ...
+TEST_F(Shards, a_bos_tokenizer_frames_each_document_and_resumes_in_that_layout) {
+  write_file_atomic(dir / "bos.json", test::small_bos_tokenizer_json().dump());
+  const Tokenizer t = Tokenizer::load(dir / "bos.json");
+  const int32_t bos = t.prefix_ids()[0], eot = *t.end_of_text();
+  ASSERT_NE(bos, eot);
+  std::vector<int32_t> want;
+  std::vector<int64_t> starts;
+  for (const std::string& d : docs_) {
+    starts.push_back(int64_t(want.size()));
+    want.push_back(bos);
+    t.encode(d, want);
+    want.push_back(eot);
+  }
+  TokenizeOptions o = options("bos");
+  o.tokenizer = dir.str("bos.json");
+  EXPECT_TRUE(tokenize_corpus(o, progress_).complete);
+  const TokenData d = TokenData::load(dir / "bos", 1000);
+  EXPECT_EQ(read_all(d), want);
+  EXPECT_EQ(d.document_starts(), starts);
+  const ShardManifest m = *read_shard_manifest(dir / "bos");
+  EXPECT_EQ(m.document_start, bos);
+  EXPECT_EQ(m.end_of_text, eot);
+  const DocumentTokens dt = document_tokens(dir.str("bos"), -1, 1000);
+  EXPECT_EQ(dt.start, bos);
+  EXPECT_EQ(dt.end, eot);
+  EXPECT_EQ(document_tokens(dir.str("bos"), 7, 1000).end, 7);  // --eot-id names both
+  // Killed after each of the first shards (one ends inside a document's text, so the resumed
+  // document drops its BOS and some text), then rerun: the same files.
+  for (int64_t stop : {1, 2}) {
+    TokenizeOptions part = o;
+    part.out_dir = dir.str("bos-part" + std::to_string(stop));
+    part.stop_after_shards = stop;
+    EXPECT_FALSE(tokenize_corpus(part, progress_).complete);
+    part.stop_after_shards = 0;
+    EXPECT_TRUE(tokenize_corpus(part, progress_).complete);
+    for (const ShardInfo& s : m.shards)
+      for (const std::string& f : {s.file, s.docs})
+        EXPECT_EQ(read_file(dir / "bos" / f), read_file(fs::path(part.out_dir) / f)) << f;
+  }
+  // Without document_start (a folder of an older memo) the documents must start with the end
+  // of text: these do not, and the offsets' check says so.
+  nlohmann::json j = m.json;
+  j.erase("document_start");
+  write_file_atomic(dir / "bos" / kShardManifestFile, j.dump());
+  EXPECT_NE(error_message<FormatError>([&] {
+              TokenData::load(dir / "bos", 1000);
+            }).find(str("starts with token ", bos, ", not the manifest's document start ", eot)),
+            std::string::npos);
+  // The old layout's folder without the field reads as before.
+  tokenize_corpus(options("plain"), progress_);
+  j = read_shard_manifest(dir / "plain")->json;
+  EXPECT_EQ(j.at("document_start"), eot);
+  j.erase("document_start");
+  write_file_atomic(dir / "plain" / kShardManifestFile, j.dump());
+  EXPECT_EQ(read_all(TokenData::load(dir / "plain", 1000)), expected_stream());
+  EXPECT_EQ(read_shard_manifest(dir / "plain")->document_start, eot);
+}
+
 TEST_F(Shards, validation_takes_the_documents_of_the_last_input_bytes) {
   TokenizeOptions o = options("out");
   o.val_fraction = 0.2;
@@ -471,7 +532,7 @@ TEST_F(PromptCompletion, a_turn_end_named_eos_token_does_not_separate_examples) 
   const TokenData d = TokenData::load(dir / "hermes-out", 1000);
   EXPECT_EQ(read_all(d), ids_);  // </s> has <|endoftext|>'s id
   EXPECT_EQ(d.document_starts(), starts_);
-  EXPECT_EQ(document_start_token(dir.str("hermes-out"), -1, 1000, "--document-mask"), sep);
+  EXPECT_EQ(document_tokens(dir.str("hermes-out"), -1, 1000, "--document-mask").start, sep);
   // with no other end-of-text token the examples could not be told apart: refused
   for (nlohmann::json& t : tj["added_tokens"])
     if (t["content"] == "</s>") t["content"] = "<|sep|>";

@@ -55,6 +55,21 @@ inline json small_tokenizer_json(const std::string& pre_tokenizer_type = "ByteLe
           {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
 }
 
+// small_tokenizer_json with a TemplateProcessing post-processor that puts <|fim|> before each
+// sequence as its BOS (a Llama-style tokenizer).
+inline json small_bos_tokenizer_json() {
+  json tj = small_tokenizer_json();
+  const int32_t bos = tj["added_tokens"][1]["id"];
+  tj["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<|fim|>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"special_tokens",
+       {{"<|fim|>", {{"id", "<|fim|>"}, {"ids", {bos}}, {"tokens", {"<|fim|>"}}}}}}};
+  return tj;
+}
+
 inline Tokenizer small_tokenizer(const std::string& pre = "ByteLevel") {
   return Tokenizer::from_hf_json(small_tokenizer_json(pre), "small");
 }

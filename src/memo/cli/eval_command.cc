@@ -111,15 +111,15 @@ struct Loaded {
 
 void set_document_mask(Model& model, const Tokenizer* tokenizer, const EvalOptions& o) {
   if (!o.document_mask && !o.eod_mask_loss) return;
-  const std::optional<int32_t> ckpt_eot = tokenizer ? tokenizer->end_of_text() : std::nullopt;
+  const int32_t ckpt_eot = tokenizer ? tokenizer->end_of_text().value_or(-1) : -1;
   const bool data_names_it = o.eot_id >= 0 || !shard_tokenizer_json(o.data).empty();
-  const int32_t eot =
-      data_names_it || !ckpt_eot
-          ? document_start_token(o.data, o.eot_id, model.config().vocab_size,
-                                 o.document_mask ? "--document-mask" : "--eod-mask-loss")
-          : *ckpt_eot;
-  if (o.document_mask) model.set_document_mask(eot);
-  if (o.eod_mask_loss) model.set_eod_loss_mask(eot);
+  const DocumentTokens t =
+      data_names_it || ckpt_eot < 0
+          ? document_tokens(o.data, o.eot_id, model.config().vocab_size,
+                            o.document_mask ? "--document-mask" : "--eod-mask-loss")
+          : DocumentTokens{ckpt_eot, ckpt_eot};
+  if (o.document_mask) model.set_document_mask(t.start);
+  if (o.eod_mask_loss) model.set_eod_loss_mask(t.end);
 }
 
 void print_retrieval(const RetrievalReport& r, const std::string& name, std::ostream& out) {
@@ -189,13 +189,13 @@ void add_eval_command(CLI::App& app) {
       "train --document-mask)"));
   o->loss_only.push_back(
       eval->add_option("--eot-id", o->eot_id,
-                       "The token that starts each document (default: the end-of-text token of "
-                       "the data's tokenizer, else of the checkpoint's)")
+                       "The token that starts each document and ends the one before (default: "
+                       "as memo train --eot-id, else the checkpoint tokenizer's end of text)")
           ->check(number_check(false)));
   o->loss_only.push_back(
       eval->add_flag("--eod-mask-loss", o->eod_mask_loss,
-                     "The loss leaves out the predictions made from each --eot-id token (as memo "
-                     "train --eod-mask-loss)"));
+                     "The loss leaves out the predictions made from each end-of-text (or "
+                     "--eot-id) token (as memo train --eod-mask-loss)"));
   o->loss_only.push_back(
       eval->add_option(
               "--by-position", o->by_position,
@@ -334,7 +334,7 @@ void add_eval_command(CLI::App& app) {
       // prompt-completion examples are packed: they must not see each other
       if (data.has_loss_mask() && model.document_mask() < 0)
         model.set_document_mask(
-            document_start_token(o->data, o->eot_id, vocab, "prompt-completion data"));
+            document_tokens(o->data, o->eot_id, vocab, "prompt-completion data").start);
       if (o->seq > config.max_positions())
         throw ConfigError(str("--seq ", o->seq, " exceeds ", config.positions_limit(), past));
       // The progress bar only on a terminal: scripts read one JSON object from the output.

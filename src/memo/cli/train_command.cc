@@ -136,12 +136,14 @@ void add_gradient_flags(CLI::App& cmd, TrainOptions* t) {
                "Attention within each document of a packed window, positions from 0 at each "
                "(documents start at each --eot-id token)");
   cmd.add_option("--eot-id", t->eot_id,
-                 "The token that starts each document (default: the end-of-text token of the "
-                 "data's tokenizer)")
+                 "The token that starts each document and ends the one before (default: the "
+                 "memo tokenize folder's document start and end of text: BOS and end of text "
+                 "for a tokenizer with a BOS, else its end of text for both)")
       ->check(kNonNegative);
   cmd.add_flag("--eod-mask-loss", t->eod_mask_loss,
-               "The loss leaves out the predictions made from each --eot-id token (a document's "
-               "first token predicting its second from nothing)");
+               "The loss leaves out the predictions made from each end-of-text (or --eot-id) "
+               "token: of a document's first text token from nothing, or, where documents start "
+               "with a BOS, of the next document's BOS");
   cmd.add_option("--seed", t->seed, "Seed of the weight init and the data windows")
       ->capture_default_str()
       ->check(number_check(false));

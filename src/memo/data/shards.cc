@@ -47,6 +47,7 @@ std::optional<ShardManifest> read_shard_manifest(const fs::path& dir) {
       throw FormatError(str(file.string(), ": data_format \"", m.data_format,
                             "\" is neither \"text\" nor \"prompt-completion\""));
     m.end_of_text = m.json.value("end_of_text", -1);
+    m.document_start = m.json.value("document_start", m.end_of_text);
     std::set<std::string> listed;
     // A shard's files are plain names in the folder, each listed once.
     auto file_name = [&](const std::string& name) {
@@ -587,8 +588,42 @@ int32_t example_separator(const Tokenizer& t, const ChatTokens& chat, const std:
                         "<eos>) to separate them"));
 }
 
-json new_manifest(const json& run, const Tokenizer& tokenizer, int32_t eot, int token_bytes,
-                  const std::string& data_format) {
+// The tokens around a document's text (Note [Document layout]): head, then the text's ids, then
+// tail when it is >= 0.
+struct DocumentFrame {
+  std::vector<int32_t> head;
+  int32_t tail = -1;
+  int64_t size(size_t text_tokens) const {
+    return int64_t(head.size()) + int64_t(text_tokens) + (tail >= 0 ? 1 : 0);
+  }
+};
+
+// A new run's frame: BOS ... end-of-text where the tokenizer puts control tokens other than the
+// end of text before a sequence and the documents are text; end-of-text ... otherwise.
+DocumentFrame new_frame(const Tokenizer& t, int32_t eot, const std::string& data_format) {
+  const std::span<const int32_t> bos = t.prefix_ids();
+  const bool framed =
+      data_format == kShardTextFormat && !bos.empty() &&
+      std::ranges::all_of(bos, [&](int32_t id) { return id != eot && t.is_control(id); });
+  if (!framed) return {{eot}, -1};
+  return {std::vector<int32_t>(bos.begin(), bos.end()), eot};
+}
+
+// The frame of a manifest's documents: a run resumed continues in the layout it began with
+// (one written before document_start has none: end-of-text ...).
+DocumentFrame manifest_frame(const json& manifest, const Tokenizer& t) {
+  const int32_t eot = manifest.at("end_of_text").get<int32_t>();
+  const int32_t start = manifest.value("document_start", eot);
+  if (start == eot) return {{eot}, -1};
+  const std::span<const int32_t> bos = t.prefix_ids();
+  if (bos.empty() || bos.front() != start)
+    throw FormatError(str("the manifest's document_start ", start, " is not the first token the ",
+                          "tokenizer puts before a sequence"));
+  return {std::vector<int32_t>(bos.begin(), bos.end()), eot};
+}
+
+json new_manifest(const json& run, const Tokenizer& tokenizer, int32_t eot,
+                  const DocumentFrame& frame, int token_bytes, const std::string& data_format) {
   return {{"format", kShardFormat},
           {"version", kShardFormatVersion},
           {"data_format", data_format},
@@ -596,6 +631,7 @@ json new_manifest(const json& run, const Tokenizer& tokenizer, int32_t eot, int 
           {"tokenizer_file", kShardTokenizerFile},
           {"vocab_size", tokenizer.vocab_size()},
           {"end_of_text", eot},
+          {"document_start", frame.head.front()},
           {"token_bytes", token_bytes},
           {"complete", false},
           {"shards", json::array()}};
@@ -683,7 +719,7 @@ struct ShardedSplits {
   ShardWriter& writer;
   RunOutput& out;
   int64_t val_start;  // offset among all input bytes where the val split starts
-  int32_t eot;
+  DocumentFrame frame;
   bool masks;  // prompt-completion
   int64_t stop_after_shards;
   int64_t new_shards = 0;
@@ -693,19 +729,22 @@ struct ShardedSplits {
   bool add(const Document& d, const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) {
     SplitState& s = d.global_offset >= val_start ? out.val : out.train;
     if (d.index < s.resume_doc) return true;  // already in this split's shards
+    // The document's tokens: the frame's head, its text's ids, the frame's tail; a resumed run
+    // drops the first `skip`, which the shards before hold.
     const int64_t skip = d.index == s.resume_doc ? s.resume_skip : 0;
-    // The document's tokens: end-of-text, then its text's ids.
-    const int64_t doc_tokens = 1 + int64_t(ids.size());
+    const int64_t doc_tokens = frame.size(ids.size());
+    const int64_t head = int64_t(frame.head.size());
     const bool eot_counted = s.end_counted;
-    if (skip == 0) {
-      s.pending_docs.push_back(s.tokens + int64_t(s.pending.size()));
-      s.pending.push_back(eot);
+    if (skip == 0) s.pending_docs.push_back(s.tokens + int64_t(s.pending.size()));
+    for (int64_t i = skip; i < head; ++i) {
+      s.pending.push_back(frame.head[size_t(i)]);
       if (masks) s.pending_mask.push_back(eot_counted);
     }
-    const size_t from = size_t(std::max<int64_t>(skip - 1, 0));
+    const size_t from = std::min(size_t(std::max<int64_t>(skip - head, 0)), ids.size());
     s.pending.insert(s.pending.end(), ids.begin() + int64_t(from), ids.end());
     s.pending_mask.insert(s.pending_mask.end(), mask.begin() + int64_t(std::min(from, mask.size())),
                           mask.end());
+    if (frame.tail >= 0 && skip < doc_tokens) s.pending.push_back(frame.tail);
     s.end_counted = d.counts_end;
     while (int64_t(s.pending.size()) >= writer.shard_tokens()) {
       writer.write(s, writer.shard_tokens());
@@ -820,13 +859,15 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
   const int token_bytes = tokenizer.vocab_size() <= 65536 ? 2 : 4;
 
   const json run = run_description(tokenizer, inputs, o);
-  out.manifest = new_manifest(run, tokenizer, eot, token_bytes, o.format);
+  DocumentFrame frame = new_frame(tokenizer, eot, o.format);
+  out.manifest = new_manifest(run, tokenizer, eot, frame, token_bytes, o.format);
   const bool masks = o.format == kShardPromptCompletionFormat;
   TokenizeResult result;
   if (std::optional<ShardManifest> old = read_shard_manifest(out.dir)) {
     check_same_run(*old, run, o.out_dir);
     if (old->complete) return completed_result(*old);
     out.resume_from(old->json);
+    frame = manifest_frame(old->json, tokenizer);
     result.resumed = true;
   }
   remove_temporaries(out.dir);
@@ -854,7 +895,7 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
     progress << "tokenize: resuming " << o.out_dir << " at document " << first.resume_doc << " ("
              << out.train.shards << " train and " << out.val.shards << " val shards done)\n";
   ProgressMeter meter(progress, reader);
-  ShardedSplits splits{writer, out, val_start, eot, masks, o.stop_after_shards};
+  ShardedSplits splits{writer, out, val_start, std::move(frame), masks, o.stop_after_shards};
   int64_t documents = first.resume_doc;
   if (!tokenize_documents(reader, tokenizer, o.batch_bytes, splits, documents, meter))
     return result;

@@ -2,7 +2,7 @@
 //   DIR/tokenizer.json        the tokenizer (Hugging Face format), copied into checkpoints
 //   DIR/train-000000.bin ...  llm.c token files, uint16 ids (magic 20240520) when the vocabulary
 //   DIR/val-000000.bin ...    has at most 65536 ids, else uint32 (llm.c's Llama 3 variant,
-//                             magic 20240801 version 7); each document starts with end-of-text
+//                             magic 20240801 version 7); documents as Note [Document layout]
 //   DIR/train-000000.docs     where the shard's documents start (Note [Document offsets])
 //   DIR/train-000000.mask     --format prompt-completion: which targets the loss counts
 //                             (Note [Loss mask files])
@@ -12,11 +12,24 @@
 // Shards and the manifest are written atomically; after a kill, rerunning the same command
 // continues after the last complete shard (see Note [Resuming a tokenize run]).
 //
+// Note [Document layout]
+// A text document's tokens are its text's ids framed as the model the tokenizer belongs to was
+// pretrained on, so that a run continuing that model sees documents laid out as before:
+//   - a tokenizer whose template (or tokenizer_config.json's add_bos_token) puts a BOS before a
+//     sequence (Llama 2 and 3, Mistral, Gemma): BOS, the text, then the end-of-text token, as
+//     `tokenizer.encode(text, bos=True, eos=True)` in Meta's and torchtitan's training code;
+//   - any other (GPT-2, Qwen): the end-of-text token, then the text (llm.c's layout).
+// The first token of each layout is the document start: the manifest's document_start (absent
+// in folders written before it: end_of_text), where --document-mask restarts attention and
+// positions; --eod-mask-loss leaves out the predictions made from end_of_text tokens (under the
+// BOS layout, the one that crosses into the next document). A prompt-completion example starts
+// with its end-of-text (Note [Loss mask files]) under either tokenizer.
+//
 // Note [Document offsets]
 // A .docs file lists the offsets, within its shard, of the documents that start there (their
-// end-of-text token), ascending; a document that began in the previous shard is not listed
+// document start token), ascending; a document that began in the previous shard is not listed
 // again. Little-endian: the 8 bytes "memodocs", uint32 version (1), uint32 count, then count
-// uint32 offsets. Readers check each listed token is the manifest's end_of_text.
+// uint32 offsets. Readers check each listed token is the manifest's document_start.
 //
 // Note [Loss mask files]
 // --format prompt-completion reads JSON lines holding either "prompt" and "completion" strings
@@ -80,6 +93,7 @@ struct ShardManifest {
   bool complete = false;
   std::string data_format = kShardTextFormat;  // or kShardPromptCompletionFormat
   int32_t end_of_text = -1;
+  int32_t document_start = -1;  // Note [Document layout]; end_of_text where the file has none
   std::vector<ShardInfo> shards;
   nlohmann::json json;  // the whole manifest
 };

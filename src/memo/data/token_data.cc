@@ -197,8 +197,8 @@ std::string_view sidecar_body(std::string_view bytes, const char* magic, const s
 }
 
 // Where the documents of shard s (tokens at stream position first) start, as stream positions;
-// each must lie in the shard, ascending, on an end-of-text token.
-void read_document_offsets(const fs::path& path, const TokenSegment& seg, int32_t eot,
+// each must lie in the shard, ascending, on the document start token (Note [Document layout]).
+void read_document_offsets(const fs::path& path, const TokenSegment& seg, int32_t start_id,
                            std::vector<int64_t>& starts) {
   const MappedFile map(path);
   uint32_t count = 0;
@@ -213,9 +213,9 @@ void read_document_offsets(const fs::path& path, const TokenSegment& seg, int32_
                             ") is not ascending within the shard's ", seg.count, " tokens"));
     int32_t id = 0;
     std::memcpy(&id, seg.data + int64_t(offset) * seg.width_bytes, size_t(seg.width_bytes));
-    if (eot >= 0 && id != eot)
+    if (start_id >= 0 && id != start_id)
       throw FormatError(str(path.string(), ": the document at offset ", offset, " starts with ",
-                            "token ", id, ", not the end-of-text ", eot));
+                            "token ", id, ", not the manifest's document start ", start_id));
     previous = int64_t(offset);
     starts.push_back(seg.first + int64_t(offset));
   }
@@ -286,7 +286,7 @@ void read_sidecars(TokenStore& store, const fs::path& dir, const ShardManifest& 
     if (shards[i].docs.empty())
       all_docs = false;
     else
-      read_document_offsets(dir / shards[i].docs, store.segments[i], m.end_of_text, starts);
+      read_document_offsets(dir / shards[i].docs, store.segments[i], m.document_start, starts);
   }
   if (all_docs && m.data_format == kShardPromptCompletionFormat && m.end_of_text >= 0) {
     // Every end-of-text of prompt-completion shards starts an example (an example's own text

@@ -66,12 +66,14 @@ inline LayerContext for_layer(const LayerContext& ctx, int64_t l) {
 // Packed windows hold several documents; with document masks (Model::set_document_mask) a token
 // attends only to the earlier tokens of its own document, and its position (RoPE's, or GPT-2's
 // learned row) counts from its document's first token, the Hugging Face position_ids convention
-// for packed data. Documents start at each end-of-text token (memo tokenize begins every
-// document with one, as llm.c's token files do) and at the window's start; so the prediction
-// made from a document's last token is the next document's end-of-text, the end of the
-// document. The prediction made from the end-of-text itself sees nothing of its document;
-// --eod-mask-loss (Megatron-LM's option, Model::set_eod_loss_mask) leaves it out of the loss
-// (Note [Counted tokens] in train/step.cc). The attention takes key_start = the document's start
+// for packed data. Documents start at each document start token and at the window's start:
+// the end of text in GPT-2's layout (as llm.c's token files), where the prediction made from a
+// document's last token is the next one's end of text and the one made from the end of text
+// sees nothing of its document; the BOS in a Llama tokenizer's, where each document ends with
+// the end of text, whose prediction is the next document's BOS (Note [Document layout] in
+// data/shards.h). --eod-mask-loss (Megatron-LM's option, Model::set_eod_loss_mask) leaves the
+// predictions made from the end of text out of the loss (Note [Counted tokens] in
+// train/step.cc). The attention takes key_start = the document's start
 // (AttnMask), the ring passes the same whole-sequence starts to each chunk pair, and RoPE runs
 // over the runs of consecutive positions (for_each_position_run), each with its rows of the
 // tables. The plan depends on shapes only: key_start and positions are host vectors.

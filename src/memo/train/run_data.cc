@@ -2,6 +2,7 @@
 #include "memo/train/run_data.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,14 +15,19 @@
 
 namespace memo {
 
-int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64_t vocab_size,
-                             const char* flag) {
+DocumentTokens document_tokens(const std::string& data_path, int64_t eot_id, int64_t vocab_size,
+                               const char* flag) {
   const std::optional<ShardManifest> m = read_shard_manifest(shard_folder(data_path));
-  // `memo tokenize`'s folders name the token their documents start with: the tokenizer's end of
-  // text may come from a tokenizer_config.json the folder does not carry, and prompt-completion
-  // examples may be separated by another (example_separator in data/shards.cc)
-  if (eot_id < 0 && m && m->end_of_text >= 0) eot_id = m->end_of_text;
-  if (eot_id < 0) {
+  // `memo tokenize`'s folders name the tokens their documents start and end with: the
+  // tokenizer's end of text may come from a tokenizer_config.json the folder does not carry, a
+  // Llama tokenizer's documents start with its BOS, and prompt-completion examples may be
+  // separated by another (example_separator in data/shards.cc)
+  DocumentTokens t{int32_t(std::clamp<int64_t>(eot_id, -1, INT32_MAX)), -1};
+  if (eot_id >= 0) {
+    t.end = t.start;
+  } else if (m && m->end_of_text >= 0) {
+    t = {m->document_start, m->end_of_text};
+  } else {
     const std::string json = shard_tokenizer_json(data_path);
     if (json.empty())
       throw ConfigError(str(flag, ": ", data_path,
@@ -33,19 +39,23 @@ int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64
       throw ConfigError(str(flag, ": the tokenizer of ", data_path,
                             " has no end-of-text token; give the token that starts each "
                             "document with --eot-id N"));
-    eot_id = *eot;
+    t = {*eot, *eot};
   }
   if (eot_id >= vocab_size)
     throw ConfigError(
         str("--eot-id ", eot_id, " lies outside the vocabulary of ", vocab_size, " ids"));
+  for (const int32_t id : {t.start, t.end})
+    if (id < 0 || id >= vocab_size)
+      throw ConfigError(str(flag, ": the documents of ", data_path, " start or end with token ", id,
+                            ", outside the model's vocabulary of ", vocab_size, " ids"));
   // prompt-completion examples are packed at their end-of-text tokens (the .docs files): a mask
   // cut at another token would let examples see each other and cut each one apart
-  if (m && m->data_format == kShardPromptCompletionFormat && m->end_of_text >= 0 &&
+  if (m && m->data_format == kShardPromptCompletionFormat && m->end_of_text >= 0 && eot_id >= 0 &&
       eot_id != m->end_of_text)
     throw ConfigError(str("--eot-id ", eot_id, ": the prompt-completion examples of ", data_path,
                           " end with token ", m->end_of_text,
                           " (their manifest's end_of_text); give that, or leave --eot-id out"));
-  return int32_t(eot_id);
+  return t;
 }
 
 namespace {

@@ -28,12 +28,19 @@ struct RunData {
 // The training and validation tokens of `o`. Errors: those of TokenData::load and split_tail.
 RunData load_run_data(const RunDataOptions& o, int64_t vocab_size);
 
-// The token that starts each document under --document-mask (Note [Document masks]) and whose
-// predictions --eod-mask-loss leaves out: eot_id when >= 0, else the end-of-text id of the
-// tokenizer of the `memo tokenize` folder behind data_path. ConfigError, naming `flag`, when
-// there is neither, or the id lies outside the vocabulary.
-int32_t document_start_token(const std::string& data_path, int64_t eot_id, int64_t vocab_size,
-                             const char* flag = "--document-mask");
+// The token that starts each document under --document-mask (Note [Document masks]), and the
+// one whose predictions --eod-mask-loss leaves out.
+struct DocumentTokens {
+  int32_t start = -1;
+  int32_t end = -1;
+};
+
+// The document tokens of the data at data_path: eot_id for both when >= 0; else those the
+// manifest of the `memo tokenize` folder behind it names (its document_start and end_of_text:
+// Note [Document layout] in data/shards.h); else the end of text of the tokenizer beside it, for
+// both. ConfigError, naming `flag`, when there is none, or an id lies outside the vocabulary.
+DocumentTokens document_tokens(const std::string& data_path, int64_t eot_id, int64_t vocab_size,
+                               const char* flag = "--document-mask");
 
 // The tokenizer that made the tokens at `data_path`, where memo can tell: a `memo tokenize`
 // folder's (or its shards' or glob's), or the byte tokenizer for a raw text file; nullopt for an

@@ -423,11 +423,11 @@ void TrainSession::build_model() {
   model_->set_parallel(Parallel{o_.tp, 1}, tp_group_.get());
   model_->set_context_parallel(cp_group_.get());
   if (o_.document_mask || o_.eod_mask_loss) {
-    const int32_t eot =
-        document_start_token(o_.data_path, o_.eot_id, config_.vocab_size,
-                             o_.document_mask ? "--document-mask" : "--eod-mask-loss");
-    if (o_.document_mask) model_->set_document_mask(eot);
-    if (o_.eod_mask_loss) model_->set_eod_loss_mask(eot);
+    const DocumentTokens t =
+        document_tokens(o_.data_path, o_.eot_id, config_.vocab_size,
+                        o_.document_mask ? "--document-mask" : "--eod-mask-loss");
+    if (o_.document_mask) model_->set_document_mask(t.start);
+    if (o_.eod_mask_loss) model_->set_eod_loss_mask(t.end);
   }
   set_stage_positions(stage_);
   if (o_.pp > 1) set_pipeline_part();

@@ -257,6 +257,16 @@ void StepLogger::print_start() {
               << w.dropped_examples()
               << " left out: nothing counted remains), the loss over completion tokens only, "
                  "document masks on\n";
+  // Note [Document layout] in data/shards.h: which token is which, said where a run begins
+  if (const Model& m = s_.model(); m.document_mask() >= 0 || m.eod_loss_mask() >= 0) {
+    progress_ << "memo: documents:";
+    if (m.document_mask() >= 0)
+      progress_ << " attention and positions restart at each token " << m.document_mask();
+    if (m.document_mask() >= 0 && m.eod_loss_mask() >= 0) progress_ << ";";
+    if (m.eod_loss_mask() >= 0)
+      progress_ << " the loss leaves out the predictions made from token " << m.eod_loss_mask();
+    progress_ << "\n";
+  }
   const std::vector<SeqStage>& stages = s_.stages();
   if (stages.size() > 1) {
     progress_ << "memo: length stages (--seq-schedule), "
