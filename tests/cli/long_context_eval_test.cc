@@ -285,5 +285,16 @@ TEST_F(LongContextEval, passkey_runs_every_length_depth_and_trial) {
                              "--seq -5 must be positive");
 }
 
+TEST(Retrieval, an_answer_with_more_digits_than_the_key_is_wrong) {
+  const Tokenizer bytes = Tokenizer::bytes();
+  const RetrievalTask task = passkey_task(bytes);
+  const std::string key = retrieval_key(7, 0, task.key_digits);
+  const RetrievalReport r = run_retrieval(
+      bytes, task, {400}, {0.5}, 1, 7, [&](std::span<const int32_t>) { return " " + key + "9."; });
+  EXPECT_EQ(r.trials.at(0).parsed, key + "9");
+  EXPECT_FALSE(r.trials.at(0).correct);
+  EXPECT_EQ(r.accuracy[0][0], 0.0);
+}
+
 }  // namespace
 }  // namespace memo

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "data/small_tokenizer.h"
@@ -602,6 +603,14 @@ TEST_F(PromptCompletion, windows_hold_whole_examples_and_count_their_completions
   EXPECT_EQ(a, b);
   EXPECT_EQ(ta, tb);
   EXPECT_EQ(a[0], eot);
+  // every packed window is drawn: 64 draws a window find each of them
+  std::set<std::vector<int32_t>> seen;
+  const int64_t windows = sampler.num_sequential_windows();
+  for (int64_t step = 0; step < 64 * windows; ++step) {
+    sampler.fill(step, 0, in.data(), tgt.data(), 1);
+    seen.insert(in);
+  }
+  EXPECT_EQ(int64_t(seen.size()), windows);
 }
 
 // A .docs file of prompt-completion shards that lost an entry (its count made to match) would

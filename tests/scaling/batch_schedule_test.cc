@@ -662,5 +662,19 @@ TEST(BatchSchedule, bad_options_name_the_flag_and_the_allowed_range) {
   }
 }
 
+// The batch grows to the smallest B_simple of the streak that passed the band.
+TEST(BatchSchedule, grows_to_the_streaks_smallest_b_simple) {
+  BatchScheduleOptions o = base_options();
+  o.min_observations = 1;
+  o.patience = 3;
+  BatchSchedule s(o);
+  EXPECT_FALSE(s.observe(4000.0));
+  EXPECT_FALSE(s.observe(2000.0));
+  const std::optional<BatchChange> c = s.observe(8000.0);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->b_simple, 2000.0);
+  EXPECT_EQ(c->batch, 30);  // floor(2000 / 128) = 15 micro-batches of 2
+}
+
 }  // namespace
 }  // namespace memo::scaling

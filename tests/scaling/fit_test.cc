@@ -6,6 +6,7 @@
 
 #include "memo/core/error.h"
 #include "memo/core/random.h"
+#include "memo/scaling/sweep_analysis.h"
 
 namespace memo::scaling {
 namespace {
@@ -122,6 +123,24 @@ TEST(Fit, steps_to_target_line_recovers_b_noise_and_minima) {
   EXPECT_THROW(fit_steps_to_target({{100, 1e5}}), ConfigError);
   // More steps at larger E: slope > 0, no trade-off.
   EXPECT_THROW(fit_steps_to_target({{100, 1e5}, {200, 4e5}, {50, 2.5e4}}), ConfigError);
+}
+
+// Scattered (S, E) pairs: the slope's interval reaches past 0, which the text says in words
+// rather than as a negative noise scale; tight ones print both bounds.
+TEST(Fit, a_target_interval_reaching_zero_is_printed_as_unbounded_below) {
+  SweepAnalysis a;
+  a.metric = "loss_reduction";
+  a.eps_max_surge = a.eps_max_sgd = 1e-3;
+  a.target = fit_steps_to_target({{1000, 1e5}, {300, 4e5}, {400, 1.6e6}});
+  ASSERT_LT(a.target->b_noise_ci_low, 0.0);
+  std::string text = to_text(a);
+  EXPECT_NE(text.find("[<= 0, "), std::string::npos) << text;
+  EXPECT_NE(text.find("(not bounded from below: more batch sizes or seeds)"), std::string::npos);
+  a.target = fit_steps_to_target({{1000, 1e5}, {500, 4e5}, {400, 1.6e6}, {380, 6.4e6}});
+  ASSERT_GT(a.target->b_noise_ci_low, 0.0);
+  text = to_text(a);
+  EXPECT_EQ(text.find("<= 0"), std::string::npos) << text;
+  EXPECT_EQ(text.find("not bounded"), std::string::npos) << text;
 }
 
 TEST(Fit, eps_max_from_eq23_and_eq24_inverts_the_laws) {

@@ -105,5 +105,22 @@ TEST(NoiseScale, non_finite_norms_are_skipped_and_bad_input_rejected) {
   EXPECT_THROW(NoiseScaleEstimator({.decay = 1.0}), ConfigError);
 }
 
+TEST(NoiseScale, a_non_finite_step_norm_is_skipped_too) {
+  NoiseScaleEstimator est;
+  EXPECT_FALSE(est.update({1.0, 2.0}, INFINITY, 4.0));
+  EXPECT_FALSE(est.update({1.0, 2.0}, NAN, 4.0));
+  EXPECT_EQ(est.state().skipped, 2);
+  EXPECT_EQ(est.state().updates, 0);
+}
+
+// One update of expected norms: both debiased EMAs are the one-step estimates.
+TEST(NoiseScale, g2_and_trace_are_debiased_from_the_first_update) {
+  NoiseScaleEstimator est({.decay = 0.99});
+  const double g2 = 2.0, tr = 300.0, b = 4, B = 32;
+  ASSERT_TRUE(est.update({g2 + tr / b, g2 + tr / b}, g2 + tr / B, b, B));
+  EXPECT_NEAR(*est.g2(), g2, 1e-9);
+  EXPECT_NEAR(*est.trace(), tr, 1e-9 * tr);
+}
+
 }  // namespace
 }  // namespace memo::scaling

@@ -78,5 +78,31 @@ TEST(ReplyStopIds, follow_generation_config_tokenizer_config_and_the_chat_end) {
   EXPECT_EQ(reply_stop_ids(dir.path(), chat), (std::vector<int32_t>{9, im_end}));
 }
 
+// Temperature 2: p_v proportional to exp(l_v / 2) (kills a temperature that multiplies).
+TEST(SampleToken, temperature_divides_the_logits) {
+  std::map<int32_t, int> count;
+  const int n = 20000;
+  for (int64_t step = 0; step < n; ++step) ++count[sample_token(kLogits, {2.0, 0, 1.0, 42}, step)];
+  double z = 0;
+  for (float l : kLogits) z += std::exp(double(l) / 2.0);
+  for (int32_t v = 0; v < 5; ++v) {
+    const double p = std::exp(double(kLogits[size_t(v)]) / 2.0) / z;
+    EXPECT_NEAR(count[v], n * p, 5 * std::sqrt(n * p * (1 - p)) + 1) << "id " << v;
+  }
+}
+
+// top-p 0.9 keeps ids 1, 3, 2 (mass 0.946): the draw is renormalised over them.
+TEST(SampleToken, top_p_draws_from_the_renormalised_nucleus) {
+  std::map<int32_t, int> count;
+  const int n = 20000;
+  for (int64_t step = 0; step < n; ++step) ++count[sample_token(kLogits, {1.0, 0, 0.9, 42}, step)];
+  const double z = std::exp(3.0) * 2 + std::exp(2.0);
+  EXPECT_EQ(count[0] + count[4], 0);
+  for (int32_t v : {1, 2, 3}) {
+    const double p = std::exp(double(kLogits[size_t(v)])) / z;
+    EXPECT_NEAR(count[v], n * p, 5 * std::sqrt(n * p * (1 - p)) + 1) << "id " << v;
+  }
+}
+
 }  // namespace
 }  // namespace memo

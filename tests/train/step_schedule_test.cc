@@ -278,5 +278,22 @@ TEST(StepSchedule, noise_schedule_over_length_stages_spans_tokens) {
             std::string::npos);
 }
 
+// A noise-schedule step that starts exactly where a stage starts runs that stage's length.
+TEST(StepSchedule, a_noise_step_starting_at_a_stage_boundary_runs_the_new_length) {
+  TrainOptions o = noise_options();
+  o.seq_schedule = "32:3,64:5";
+  o.steps = 8;
+  const std::vector<SeqStage> stages = seq_stages(o);
+  StepSchedule plan{scaling::BatchSchedule(noise_schedule_options(o)), 2, stages};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(plan.next().stage, 0) << i;
+    plan.observe(std::nullopt);  // no B_simple: the batch stays
+  }
+  const StepRun r = plan.next();  // starts at 768 tokens, stage 2's first
+  EXPECT_EQ(r.stage, 1);
+  EXPECT_EQ(r.seq, 64);
+  EXPECT_EQ(r.batch, 4);
+}
+
 }  // namespace
 }  // namespace memo

@@ -390,10 +390,17 @@ std::string to_text(const SweepAnalysis& a) {
                                a.batches.size(), ")\n");
   if (a.target) {
     const TargetLossFit& t = *a.target;
-    std::snprintf(buf, sizeof buf,
-                  "target loss (Eq. 22): B_noise %.4g tokens [%.4g, %.4g], S_min %.4g steps, E_min "
-                  "%.4g tokens\n",
-                  t.b_noise, t.b_noise_ci_low, t.b_noise_ci_high, t.s_min, t.e_min);
+    // the interval is the slope's (t quantile x standard error): where it reaches 0 the points do
+    // not bound B_noise from below, and a negative noise scale means nothing
+    char low[32];
+    std::snprintf(low, sizeof low, t.b_noise_ci_low > 0.0 ? "%.4g" : "<= 0", t.b_noise_ci_low);
+    std::snprintf(
+        buf, sizeof buf,
+        "target loss (Eq. 22): B_noise %.4g tokens [%s, %.4g]%s, S_min %.4g steps, E_min "
+        "%.4g tokens\n",
+        t.b_noise, low, t.b_noise_ci_high,
+        t.b_noise_ci_low > 0.0 ? "" : " (not bounded from below: more batch sizes or seeds)",
+        t.s_min, t.e_min);
     out += buf;
     std::snprintf(buf, sizeof buf, "eps_max: surge (Eq. 23) %.4g, sgd (Eq. 24, alpha 1) %.4g\n",
                   *a.eps_max_surge, *a.eps_max_sgd);
