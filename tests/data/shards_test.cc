@@ -154,6 +154,8 @@ TEST_F(Shards, a_bos_tokenizer_frames_each_document_and_resumes_in_that_layout) 
   const Tokenizer t = Tokenizer::load(dir / "bos.json");
   const int32_t bos = t.prefix_ids()[0], eot = *t.end_of_text();
   ASSERT_NE(bos, eot);
+  EXPECT_EQ(t.document_start(), bos);  // what memo generate --document-mask restarts at
+  EXPECT_EQ(test::small_tokenizer().document_start(), eot);
   std::vector<int32_t> want;
   std::vector<int64_t> starts;
   for (const std::string& d : docs_) {

@@ -44,7 +44,8 @@ void add_generate_command(CLI::App& app) {
                 "As a model trained with --document-mask sees it: the prompt's last document "
                 "alone (from its last --eot-id token), from position 0");
   cmd->add_option("--eot-id", o->eot_id,
-                  "The token that starts each document (default: the tokenizer's end-of-text)")
+                  "The token that starts each document (default: the tokenizer's BOS where it "
+                  "puts one before a sequence, else its end of text)")
       ->check(number_check(false));
   cmd->add_flag("--no-kv-cache", o->no_kv_cache,
                 "Re-run the whole sequence for every token (the slow baseline, for comparison)");
@@ -70,13 +71,13 @@ void add_generate_command(CLI::App& app) {
         throw ConfigError(str("--eot-id ", o->eot_id, " lies outside the vocabulary of ",
                               ckpt.config.vocab_size, " ids"));
       const std::optional<int32_t> eot =
-          o->eot_id >= 0 ? std::optional<int32_t>(int32_t(o->eot_id)) : tokenizer.end_of_text();
+          o->eot_id >= 0 ? std::optional<int32_t>(int32_t(o->eot_id)) : tokenizer.document_start();
       if (!eot)
         throw ConfigError(str("--document-mask: ", dir.string(),
                               "'s tokenizer has no end-of-text token; give the token that starts "
                               "each document with --eot-id N"));
       if (*eot >= ckpt.config.vocab_size)
-        throw ConfigError(str("--document-mask: the tokenizer's end-of-text ", *eot,
+        throw ConfigError(str("--document-mask: the tokenizer's document start ", *eot,
                               " lies outside the vocabulary of ", ckpt.config.vocab_size,
                               " ids; give the token that starts each document with --eot-id N"));
       o->generate.document_start = *eot;

@@ -601,12 +601,8 @@ struct DocumentFrame {
 // A new run's frame: BOS ... end-of-text where the tokenizer puts control tokens other than the
 // end of text before a sequence and the documents are text; end-of-text ... otherwise.
 DocumentFrame new_frame(const Tokenizer& t, int32_t eot, const std::string& data_format) {
-  const std::span<const int32_t> bos = t.prefix_ids();
-  const bool framed =
-      data_format == kShardTextFormat && !bos.empty() &&
-      std::ranges::all_of(bos, [&](int32_t id) { return id != eot && t.is_control(id); });
-  if (!framed) return {{eot}, -1};
-  return {std::vector<int32_t>(bos.begin(), bos.end()), eot};
+  if (data_format != kShardTextFormat || t.document_start() == eot) return {{eot}, -1};
+  return {std::vector<int32_t>(t.prefix_ids().begin(), t.prefix_ids().end()), eot};
 }
 
 // The frame of a manifest's documents: a run resumed continues in the layout it began with

@@ -473,6 +473,16 @@ std::optional<int32_t> Tokenizer::end_of_text() const {
   return std::nullopt;
 }
 
+std::optional<int32_t> Tokenizer::document_start() const {
+  const std::optional<int32_t> eot = end_of_text();
+  if (!eot) return std::nullopt;
+  const std::span<const int32_t> bos = prefix_ids();
+  const bool framed = !bos.empty() && std::ranges::all_of(bos, [&](int32_t id) {
+    return id != *eot && is_control(id);
+  });
+  return framed ? bos.front() : *eot;
+}
+
 bool Tokenizer::is_bytes() const { return impl_->bytes_only; }
 const std::string& Tokenizer::source() const { return impl_->source; }
 const nlohmann::json& Tokenizer::hf_json() const { return impl_->hf; }

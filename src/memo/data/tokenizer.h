@@ -84,6 +84,10 @@ class Tokenizer {
   // (LLaMA 3), tokenizer_config.json's eos_token, </s> (Llama 2, Mistral), <eos> (Gemma), else
   // nullopt.
   std::optional<int32_t> end_of_text() const;
+  // The token each text document starts with (Note [Document layout] in data/shards.h): the
+  // first of prefix_ids() where those are control tokens other than the end of text (a BOS),
+  // else the end of text; nullopt without an end of text.
+  std::optional<int32_t> document_start() const;
   // tokenizer_config.json's eos_token, where it names an added token (Qwen's <|im_end|>, which
   // end_of_text() passes over for <|endoftext|>).
   std::optional<int32_t> eos_token() const;
