@@ -84,8 +84,25 @@ TEST_F(Cli, steps_of_more_tokens_than_a_run_holds_are_refused_and_eval_tokens_ma
   test::expect_clean_failure(
       test::memo_bin() + " train --config " + dir.str("config.json") + " --data " +
           dir.str("data.txt") +
-          " --seq-schedule 16:1,64:1 --stage-batch sequences --batch 34359738368 --micro-batch 1",
+          " --seq-schedule 16:1,64:1 --stage-batch sequences --batch 34359738368 "
+          "--micro-batch 4096",
       "--seq-schedule stage 2: --batch 34359738368 x --seq 64 tokens a step");
+  // so is a step of more micro-batches than the noise probe keeps norms for, and a noise
+  // schedule's largest step (2^30 micro-batches once ended in std::bad_alloc)
+  test::expect_clean_failure(
+      train_cmd(dir / "t", "--steps 1 --seq 1 --batch 33554432 --micro-batch 1"),
+      "--batch 33554432 in micro-batches of 1 sequences: memo runs at most 2^24 (16777216) "
+      "micro-batches a step; give a larger --micro-batch");
+  const std::string noise = test::memo_bin() + " train --config " + dir.str("config.json") +
+                            " --data " + dir.str("data.txt") + " --out " + dir.str("t") +
+                            " --steps 3 --seq 64 --batch 8 --micro-batch 4 --warmup 0 "
+                            "--batch-schedule noise --eps-max 1e-3 --b-noise 1000 ";
+  test::expect_clean_failure(noise + "--max-batch 9000000000000",
+                             "--max-batch 9000000000000 x --seq 64 tokens a step: memo runs steps "
+                             "of at most 2^40");
+  test::expect_clean_failure(
+      noise + "--max-batch 134217728",
+      "--max-batch 134217728 in micro-batches of 4 sequences: memo runs at most 2^24");
   test::expect_clean_failure(train_cmd(dir / "t", "--steps 4611686018427387904 --seq 32 --batch 4"),
                              "a run of more than 2^62 tokens");
   const test::CommandResult all = test::run_command(

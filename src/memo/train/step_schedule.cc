@@ -57,6 +57,10 @@ void check_stage_tokens(const std::string& stage, int64_t batch, int64_t micro_b
     throw ConfigError(str(stage, "--micro-batch ", micro_batch, " x --seq ", seq,
                           " tokens a micro-batch: memo runs micro-batches of at most 2^32 (",
                           kMaxMicroBatchTokens, ") tokens; give a smaller --micro-batch"));
+  if (batch / micro_batch > kMaxMicroSteps)
+    throw ConfigError(str(stage, "--batch ", batch, " in micro-batches of ", micro_batch,
+                          " sequences: memo runs at most 2^24 (", kMaxMicroSteps,
+                          ") micro-batches a step; give a larger --micro-batch"));
   constexpr int64_t kMaxRunTokens = int64_t(1) << 62;
   if (steps > (kMaxRunTokens - run_tokens) / (batch * seq))
     throw ConfigError(str(stage, "--steps ", steps, " of ", batch * seq,

@@ -56,6 +56,10 @@ struct StepRun {            // what the trainer runs as step `step`
 // could overflow, and no machine holds a micro-batch's buffers (memo plan refuses the same).
 inline constexpr int64_t kMaxStepTokens = int64_t(1) << 40;
 inline constexpr int64_t kMaxMicroBatchTokens = int64_t(1) << 32;
+// The most micro-batches a step may run: the noise probe keeps a norm of each, and the plans of
+// the pipeline count them in an int (16M: a step of 4M tokens in micro-batches of one 512-token
+// sequence needs 8,192).
+inline constexpr int64_t kMaxMicroSteps = int64_t(1) << 24;
 // ConfigError where --batch sequences of seq tokens (both positive) exceed kMaxMicroBatchTokens:
 // "--batch B x --seq S tokens: memo <verb> micro-batches of at most 2^32 (...) tokens".
 void check_micro_batch_tokens(int64_t batch, int64_t seq, const char* verb);
