@@ -1112,5 +1112,26 @@ TEST_F(Cli, device_cuda_without_a_gpu_fails_with_one_line) {
   }
 }
 
+// --batches N over windows that end in a partial batch: N batches of --batch windows, the partial
+// one only past them (--batches N + 1 is every window).
+TEST_F(Cli, eval_batches_stops_after_that_many_batches_before_a_partial_one) {
+  ASSERT_EQ(test::run_command(train_cmd(dir / "run", "--steps 1")).exit_code, 0);
+  write_text(dir / "small.txt", corpus(2000));
+  auto windows = [&](int64_t batch, int64_t batches) {
+    const test::CommandResult r = test::run_command(
+        test::memo_bin() + " eval --checkpoint " + dir.str("run") + " --data " +
+        dir.str("small.txt") + " --split all --seq 32 --batch " + std::to_string(batch) +
+        " --batches " + std::to_string(batches) + " --json 2>/dev/null");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output).at("windows").get<int64_t>();
+  };
+  const int64_t all = windows(1, 0);
+  int64_t batch = 8;
+  while (all % batch == 0) ++batch;
+  ASSERT_GE(all / batch, 1);
+  EXPECT_EQ(windows(batch, all / batch), all / batch * batch);
+  EXPECT_EQ(windows(batch, all / batch + 1), all);
+}
+
 }  // namespace
 }  // namespace memo

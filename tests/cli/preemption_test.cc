@@ -320,5 +320,31 @@ TEST_F(Preemption, bad_values_are_refused_by_name) {
                              "--time-limit '3d': write a duration");
 }
 
+// A run's --val-fraction is its own on resume without --data: the resumed steps train on the
+// same split (the losses of the uninterrupted run) and validate on the same tail.
+TEST_F(Preemption, a_resumed_run_keeps_its_val_fraction) {
+  const std::string split = "--val-fraction 0.3 --eval-every 3 --val-batches 2 ";
+  ASSERT_EQ(
+      test::run_command(train_cmd(dir / "straight", 6,
+                                  split + "--no-checkpoint --log " + dir.str("straight.jsonl")))
+          .exit_code,
+      0);
+  ASSERT_EQ(test::run_command(
+                train_cmd(dir / "run", 6,
+                          split + "--save-every 3 --keep-last 0 --log " + dir.str("run.jsonl")))
+                .exit_code,
+            0);
+  fs::remove_all(dir / "run" / "step-00000006");
+  write_text(dir / "run" / "latest", "step-00000003");
+  const test::CommandResult r =
+      test::run_command(test::memo_bin() + " train --resume " + dir.str("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(losses(dir.str("run.jsonl")), losses(dir.str("straight.jsonl")));
+  const auto last = [](const std::string& log) {
+    return test::records(log).back().at("val_loss").get<double>();
+  };
+  EXPECT_EQ(last(dir.str("run.jsonl")), last(dir.str("straight.jsonl")));
+}
+
 }  // namespace
 }  // namespace memo

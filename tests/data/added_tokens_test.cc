@@ -154,5 +154,23 @@ TEST(AddedTokens, a_document_with_added_tokens_encodes_as_a_batch_and_in_segment
             std::count(doc.begin(), doc.end(), 'Y'));
 }
 
+// single_word's word characters are Rust regex's \w: ASCII digits and '_' as well as letters, so
+// "<mask>" touching either is inside a word and skipped.
+TEST(AddedTokens, single_word_counts_digits_and_underscores_as_word_characters) {
+  AddedToken mask{"<mask>", 7};
+  mask.single_word = true;
+  const AddedTokenMatcher m({mask});
+  for (const char* text : {"a_<mask>", "_<mask>", "<mask>_", "9<mask>", "<mask>0"})
+    EXPECT_EQ(matches(m, text), Matches{}) << text;
+  EXPECT_EQ(matches(m, "-<mask>."), (Matches{{"<mask>", 7}}));
+}
+
+// Two added tokens with the same content (a tokenizer.json may list one twice, or two normalize
+// to the same string): the content is the first's, as Hugging Face's AddedVocabulary keeps it.
+TEST(AddedTokens, a_content_given_twice_matches_its_first_token) {
+  const AddedTokenMatcher m({{"<x>", 1}, {"<y>", 2}, {"<x>", 3}});
+  EXPECT_EQ(matches(m, "a<x>b<y>"), (Matches{{"<x>", 1}, {"<y>", 2}}));
+}
+
 }  // namespace
 }  // namespace memo

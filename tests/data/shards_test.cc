@@ -707,5 +707,52 @@ TEST_F(PromptCompletion, lines_that_are_not_examples_name_the_file_and_offset) {
         "has neither", "tok.json");
 }
 
+// Llama 3's chat tokens (<|start_header_id|>, <|end_header_id|>, <|eot_id|>): each message
+// rendered as header, role, end of header, "\n\n", content, <|eot_id|>; the loss counts an
+// assistant message's content and the <|eot_id|> that ends it (the model learns to stop), nothing
+// of the other messages.
+TEST_F(PromptCompletion, llama3_messages_count_the_assistants_content_and_its_eot_id) {
+  nlohmann::json tj = nlohmann::json::parse(read_file(dir / "chat.json"));
+  int32_t next = 0;
+  for (nlohmann::json& t : tj["added_tokens"]) {
+    if (t["content"] == "<|im_start|>") t["content"] = "<|start_header_id|>";
+    if (t["content"] == "<|im_end|>") t["content"] = "<|eot_id|>";
+    next = std::max(next, t["id"].get<int32_t>() + 1);
+  }
+  tj["added_tokens"].push_back({{"id", next}, {"content", "<|end_header_id|>"}, {"special", true}});
+  write_file_atomic(dir / "llama3.json", tj.dump());
+  const Tokenizer t = Tokenizer::load(dir / "llama3.json");
+  const int32_t eot = *t.end_of_text(), header = *t.special_id("<|start_header_id|>"),
+                end_header = *t.special_id("<|end_header_id|>"),
+                eot_id = *t.special_id("<|eot_id|>");
+  write_file_atomic(dir / "l3.jsonl", R"({"messages": [{"role": "user", "content": "hello the"}, )"
+                                      R"({"role": "assistant", "content": "and of"}]})"
+                                      "\n");
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> mask;
+  auto part = [&](const std::vector<int32_t>& x, bool counted) {
+    ids.insert(ids.end(), x.begin(), x.end());
+    mask.insert(mask.end(), x.size(), uint8_t(counted));
+  };
+  const TextStart after = TextStart::after_special, cont = TextStart::continued;
+  part({eot}, false);
+  part({header}, false), part(t.encode("user", after), false), part({end_header}, false);
+  part(t.encode("\n\n", after), false), part(t.encode("hello the", cont), false);
+  part({eot_id}, false);
+  part({header}, false), part(t.encode("assistant", after), false), part({end_header}, false);
+  part(t.encode("\n\n", after), false), part(t.encode("and of", cont), true);
+  part({eot_id}, true);
+  part({eot}, false);
+  TokenizeOptions o = sft_options("l3-out");
+  o.tokenizer = dir.str("llama3.json");
+  o.inputs = {dir.str("l3.jsonl")};
+  ASSERT_TRUE(tokenize_corpus(o, progress_).complete);
+  const TokenData d = TokenData::load(dir / "l3-out", 1000);
+  EXPECT_EQ(read_all(d), ids);
+  std::vector<uint8_t> got(static_cast<size_t>(d.num_tokens()));
+  d.copy_mask(0, d.num_tokens(), got.data());
+  EXPECT_EQ(got, mask);
+}
+
 }  // namespace
 }  // namespace memo

@@ -436,5 +436,23 @@ TEST(ConfigJson, missing_file_is_data_error) {
   EXPECT_NE(msg.find("none.json"), std::string::npos) << msg;
 }
 
+// max_position_embeddings left out takes each architecture's Hugging Face default
+// (LlamaConfig 2048, Qwen2Config and Qwen3Config 32768, MistralConfig 131072): it sets the
+// longest --seq and YaRN's original context, and is written back.
+TEST(ConfigJson, max_position_embeddings_defaults_follow_each_architecture) {
+  for (const auto& [type, positions] : {std::pair<const char*, int64_t>{"llama", 2048},
+                                        {"qwen2", 32768},
+                                        {"qwen3", 32768},
+                                        {"mistral", 131072}}) {
+    SCOPED_TRACE(type);
+    const json j{{"model_type", type},     {"hidden_size", 64}, {"intermediate_size", 96},
+                 {"num_hidden_layers", 2}, {"head_dim", 16},    {"num_attention_heads", 4},
+                 {"vocab_size", 100}};
+    const ModelConfig c = model_config_from_json(j, "cfg.json");
+    EXPECT_EQ(c.max_position_embeddings, positions);
+    EXPECT_EQ(model_config_to_json(c)["max_position_embeddings"], positions);
+  }
+}
+
 }  // namespace
 }  // namespace memo

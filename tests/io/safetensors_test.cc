@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "memo/core/error.h"
@@ -420,6 +421,23 @@ TEST(Safetensors, missing_file_is_data_error) {
   TempDir tmp;
   std::string msg = error_message<DataError>([&] { SafetensorsFile file(tmp / "nope"); });
   EXPECT_NE(msg.find("nope"), std::string::npos) << msg;
+}
+
+// F16's top exponent (0x1f) is infinity (mantissa 0) or NaN, not a large finite number: a
+// loaded checkpoint holding them is then refused as non-finite, not trained on as 65536.
+TEST(Safetensors, f16_infinities_and_nan_widen_to_float_infinities_and_nan) {
+  TempDir tmp;
+  // F16 0x7c00 = +inf, 0xfc00 = -inf, 0x7e00 = NaN, 0x7bff = 65504 (the largest finite)
+  const std::string header = R"({"h":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})";
+  write_file_atomic(tmp / "x",
+                    make_file(header, std::string("\x00\x7c\x00\xfc\x00\x7e\xff\x7b", 8)));
+  SafetensorsFile file(tmp / "x");
+  std::vector<float> h(4);
+  file.read_into("h", h.data(), {4});
+  EXPECT_EQ(h[0], std::numeric_limits<float>::infinity());
+  EXPECT_EQ(h[1], -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(h[2])) << h[2];
+  EXPECT_EQ(h[3], 65504.0f);
 }
 
 }  // namespace
