@@ -190,6 +190,19 @@ TEST_F(Shards, a_bos_tokenizer_frames_each_document_and_resumes_in_that_layout) 
       for (const std::string& f : {s.file, s.docs})
         EXPECT_EQ(read_file(dir / "bos" / f), read_file(fs::path(part.out_dir) / f)) << f;
   }
+  // an unfinished folder whose document_start is not the tokenizer's BOS is not continued
+  TokenizeOptions bad = o;
+  bad.out_dir = dir.str("bos-bad");
+  bad.stop_after_shards = 1;
+  tokenize_corpus(bad, progress_);
+  nlohmann::json tampered = read_shard_manifest(dir / "bos-bad")->json;
+  tampered["document_start"] = 5;
+  write_file_atomic(dir / "bos-bad" / kShardManifestFile, tampered.dump());
+  bad.stop_after_shards = 0;
+  EXPECT_NE(error_message<FormatError>([&] { tokenize_corpus(bad, progress_); })
+                .find("manifest.json: document_start 5 is not the first token the tokenizer "
+                      "puts before a sequence"),
+            std::string::npos);
   // Without document_start (a folder of an older memo) the documents must start with the end
   // of text: these do not, and the offsets' check says so.
   nlohmann::json j = m.json;

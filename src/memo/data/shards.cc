@@ -607,15 +607,14 @@ DocumentFrame new_frame(const Tokenizer& t, int32_t eot, const std::string& data
 
 // The frame of a manifest's documents: a run resumed continues in the layout it began with
 // (one written before document_start has none: end-of-text ...).
-DocumentFrame manifest_frame(const json& manifest, const Tokenizer& t) {
-  const int32_t eot = manifest.at("end_of_text").get<int32_t>();
-  const int32_t start = manifest.value("document_start", eot);
-  if (start == eot) return {{eot}, -1};
+DocumentFrame manifest_frame(const ShardManifest& m, const Tokenizer& t, const fs::path& dir) {
+  if (m.document_start == m.end_of_text) return {{m.end_of_text}, -1};
   const std::span<const int32_t> bos = t.prefix_ids();
-  if (bos.empty() || bos.front() != start)
-    throw FormatError(str("the manifest's document_start ", start, " is not the first token the ",
-                          "tokenizer puts before a sequence"));
-  return {std::vector<int32_t>(bos.begin(), bos.end()), eot};
+  if (bos.empty() || bos.front() != m.document_start)
+    throw FormatError(str((dir / kShardManifestFile).string(), ": document_start ",
+                          m.document_start, " is not the first token the tokenizer puts before ",
+                          "a sequence"));
+  return {std::vector<int32_t>(bos.begin(), bos.end()), m.end_of_text};
 }
 
 json new_manifest(const json& run, const Tokenizer& tokenizer, int32_t eot,
@@ -863,7 +862,7 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& o, std::ostream& progress)
     check_same_run(*old, run, o.out_dir);
     if (old->complete) return completed_result(*old);
     out.resume_from(old->json);
-    frame = manifest_frame(old->json, tokenizer);
+    frame = manifest_frame(*old, tokenizer, out.dir);
     result.resumed = true;
   }
   remove_temporaries(out.dir);
