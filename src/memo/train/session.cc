@@ -89,17 +89,12 @@ StepSchedule step_schedule(const TrainOptions& o, const std::vector<SeqStage>& s
         str("--batch-schedule noise: --batch ", o.batch, " must be a multiple of ", unit_is));
   if (s.max_batch % unit != 0)
     throw ConfigError(str("--max-batch ", s.max_batch, " must be a multiple of ", unit_is));
-  // the largest step the schedule may grow to, as check_stage_tokens bounds a fixed one
-  const std::string max_batch = str(
-      "--max-batch ", s.max_batch,
-      o.batch_schedule->max_batch == 0 ? str(" (", kDefaultMaxBatchMultiple, " x --batch)") : "");
-  if (s.max_batch > kMaxStepTokens / o.seq)
-    throw ConfigError(str(max_batch, " x --seq ", o.seq, " tokens a step: memo runs steps of at ",
-                          "most 2^40 (", kMaxStepTokens, ") tokens"));
-  if (s.max_batch / o.micro_batch > kMaxMicroSteps)
-    throw ConfigError(str(max_batch, " in micro-batches of ", o.micro_batch,
-                          " sequences: memo runs at most 2^24 (", kMaxMicroSteps,
-                          ") micro-batches a step; give a larger --micro-batch"));
+  // the largest step the schedule may grow to, bounded as a fixed one (check_stage_tokens)
+  check_step_bounds(
+      str("--max-batch ", s.max_batch,
+          o.batch_schedule->max_batch == 0 ? str(" (", kDefaultMaxBatchMultiple, " x --batch)")
+                                           : ""),
+      s.max_batch, o.micro_batch, o.seq);
   return StepSchedule(scaling::BatchSchedule(s), o.micro_batch, stages);
 }
 

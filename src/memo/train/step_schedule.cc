@@ -49,18 +49,11 @@ namespace {
 void check_stage_tokens(const std::string& stage, int64_t batch, int64_t micro_batch, int64_t seq,
                         int64_t steps, int64_t& run_tokens) {
   if (seq <= 0 || batch <= 0 || micro_batch <= 0 || steps <= 0) return;  // refused elsewhere
-  if (batch > kMaxStepTokens / seq)
-    throw ConfigError(str(stage, "--batch ", batch, " x --seq ", seq,
-                          " tokens a step: memo runs steps of at most 2^40 (", kMaxStepTokens,
-                          ") tokens"));
+  check_step_bounds(str(stage, "--batch ", batch), batch, micro_batch, seq);
   if (micro_batch > kMaxMicroBatchTokens / seq)
     throw ConfigError(str(stage, "--micro-batch ", micro_batch, " x --seq ", seq,
                           " tokens a micro-batch: memo runs micro-batches of at most 2^32 (",
                           kMaxMicroBatchTokens, ") tokens; give a smaller --micro-batch"));
-  if (batch / micro_batch > kMaxMicroSteps)
-    throw ConfigError(str(stage, "--batch ", batch, " in micro-batches of ", micro_batch,
-                          " sequences: memo runs at most 2^24 (", kMaxMicroSteps,
-                          ") micro-batches a step; give a larger --micro-batch"));
   constexpr int64_t kMaxRunTokens = int64_t(1) << 62;
   if (steps > (kMaxRunTokens - run_tokens) / (batch * seq))
     throw ConfigError(str(stage, "--steps ", steps, " of ", batch * seq,
@@ -69,6 +62,17 @@ void check_stage_tokens(const std::string& stage, int64_t batch, int64_t micro_b
 }
 
 }  // namespace
+
+void check_step_bounds(const std::string& what, int64_t batch, int64_t micro_batch, int64_t seq) {
+  if (batch > kMaxStepTokens / seq)
+    throw ConfigError(str(what, " x --seq ", seq,
+                          " tokens a step: memo runs steps of at most 2^40 (", kMaxStepTokens,
+                          ") tokens"));
+  if (batch / micro_batch > kMaxMicroSteps)
+    throw ConfigError(str(what, " in micro-batches of ", micro_batch,
+                          " sequences: memo runs at most 2^24 (", kMaxMicroSteps,
+                          ") micro-batches a step; give a larger --micro-batch"));
+}
 
 void check_micro_batch_tokens(int64_t batch, int64_t seq, const char* verb) {
   if (seq > 0 && batch > 0 && batch > kMaxMicroBatchTokens / seq)

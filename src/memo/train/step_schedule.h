@@ -60,6 +60,11 @@ inline constexpr int64_t kMaxMicroBatchTokens = int64_t(1) << 32;
 // the pipeline count them in an int (16M: a step of 4M tokens in micro-batches of one 512-token
 // sequence needs 8,192).
 inline constexpr int64_t kMaxMicroSteps = int64_t(1) << 24;
+// ConfigError where a step of `batch` sequences of seq tokens (all positive) exceeds
+// kMaxStepTokens ("WHAT x --seq S tokens a step: ...") or holds more than kMaxMicroSteps
+// micro-batches of micro_batch ("WHAT in micro-batches of M sequences: ..."); what names the
+// batch ("--batch 8").
+void check_step_bounds(const std::string& what, int64_t batch, int64_t micro_batch, int64_t seq);
 // ConfigError where --batch sequences of seq tokens (both positive) exceed kMaxMicroBatchTokens:
 // "--batch B x --seq S tokens: memo <verb> micro-batches of at most 2^32 (...) tokens".
 void check_micro_batch_tokens(int64_t batch, int64_t seq, const char* verb);
