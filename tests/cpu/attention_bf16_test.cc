@@ -1,7 +1,8 @@
-// Tests of the bf16 attention on AVX512-BF16 (attention_bf16.cc) against the float64 reference
-// (attention_reference.h) within a bound derived from bf16 rounding, of its determinism over runs
-// and thread counts, and of its refusals. Skipped where the CPU has no AVX512-BF16 (or
-// MEMO_CPU_ISA caps it away): there bf16 attention widens to the f32 kernel, which
+// Tests of the bf16 attention (attention_bf16.cc) on each of its product paths this CPU runs (AMX
+// tiles, and vdpbf16ps under MEMO_CPU_ISA=avx512_bf16; Note [AMX tiles for attention]) against the
+// float64 reference (attention_reference.h) within a bound derived from bf16 rounding, of its
+// determinism over runs and thread counts, and of its refusals. Skipped where the CPU has no
+// AVX512-BF16 (or MEMO_CPU_ISA caps it away): there bf16 attention widens to the f32 kernel, which
 // attention_test.cc checks.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -208,26 +209,42 @@ double worst_ratio(const std::vector<bf16>& got, const std::vector<double>& want
 
 bool skip_without_bf16_attention() { return !bf16_attention_native(); }
 
+// The MEMO_CPU_ISA caps that run each product path of this CPU: none (AMX tiles where it has them,
+// else vdpbf16ps), and avx512_bf16 (vdpbf16ps) where the first is AMX. bf16_attention_native()
+// is asked first, so the cap oneDNN takes once is the environment's, not a test's.
+std::vector<std::string> bf16_attention_caps() {
+  std::vector<std::string> caps{""};
+  if (bf16_attention_native() && bf16_attention_on_amx()) caps.emplace_back("avx512_bf16");
+  return caps;
+}
+
 class Bf16AttentionVsReference : public ::testing::TestWithParam<Bf16AttnCase> {};
 
 TEST_P(Bf16AttentionVsReference, within_the_bf16_rounding_bound_of_float64) {
   if (skip_without_bf16_attention()) GTEST_SKIP() << bf16_attention_name();
   Bf16AttnData data(GetParam(), 7);
-  data.run_kernels();
   data.run_reference();
-  data.sum_magnitudes();
-  EXPECT_LT(worst_ratio(data.o, data.o64, data.o_abs, nullptr), 1.0);
-  EXPECT_LT(worst_ratio(data.dv, data.dv64, data.dv_abs, nullptr), 1.0);
-  EXPECT_LT(worst_ratio(data.dq, data.dq64, data.dq_abs, &data.dq_ext), 1.0);
-  EXPECT_LT(worst_ratio(data.dk, data.dk64, data.dk_abs, &data.dk_ext), 1.0);
-  for (size_t e = 0; e < data.lse.size(); ++e) {  // f32 statistics: the f32 kernel's tolerance
-    if (data.lse64[e] == -INFINITY) {
-      EXPECT_EQ(data.lse[e], -INFINITY) << "lse " << e;
-      continue;
-    }
-    EXPECT_LT(std::abs(data.lse[e] - data.lse64[e]), 2e-5 * (1.0 + std::abs(data.lse64[e])))
-        << "lse " << e;
-  }
+  for (const std::string& cap : bf16_attention_caps())
+    test::with_isa_cap(cap, [&] {
+      SCOPED_TRACE(bf16_attention_name());
+      if (!cap.empty()) {
+        EXPECT_FALSE(bf16_attention_on_amx());  // the dispatch follows the cap
+      }
+      data.run_kernels();
+      data.sum_magnitudes();
+      EXPECT_LT(worst_ratio(data.o, data.o64, data.o_abs, nullptr), 1.0);
+      EXPECT_LT(worst_ratio(data.dv, data.dv64, data.dv_abs, nullptr), 1.0);
+      EXPECT_LT(worst_ratio(data.dq, data.dq64, data.dq_abs, &data.dq_ext), 1.0);
+      EXPECT_LT(worst_ratio(data.dk, data.dk64, data.dk_abs, &data.dk_ext), 1.0);
+      for (size_t e = 0; e < data.lse.size(); ++e) {  // f32 statistics: the f32 kernel's tolerance
+        if (data.lse64[e] == -INFINITY) {
+          EXPECT_EQ(data.lse[e], -INFINITY) << "lse " << e;
+          continue;
+        }
+        EXPECT_LT(std::abs(data.lse[e] - data.lse64[e]), 2e-5 * (1.0 + std::abs(data.lse64[e])))
+            << "lse " << e;
+      }
+    });
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -246,46 +263,50 @@ INSTANTIATE_TEST_SUITE_P(
                                    Bf16Mask::kFullWithStarts}),
     [](const auto& info) { return std::string(info.param.name); });
 
-// Note [Attention threads and determinism]: the same bits on every run and thread count.
+bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
+  return std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
+}
+
+// Note [Attention threads and determinism]: the same bits on every run and thread count, on each
+// product path.
 TEST(Bf16Attention, repeats_bit_for_bit_over_runs_and_thread_counts) {
   if (skip_without_bf16_attention()) GTEST_SKIP() << bf16_attention_name();
   const Bf16AttnCase c{"repeat", 2, 150, 4, 2, 32, Bf16Mask::kDocuments};
-  Bf16AttnData first(c, 9), again(c, 9), one_thread(c, 9);
-  first.run_kernels();
-  again.run_kernels();
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  one_thread.run_kernels();
-  omp_set_num_threads(threads);
-  for (const Bf16AttnData* other : {&again, &one_thread}) {
-    auto same = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
-      return std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
-    };
-    EXPECT_TRUE(same(first.o, other->o));
-    EXPECT_TRUE(same(first.dq, other->dq));
-    EXPECT_TRUE(same(first.dk, other->dk));
-    EXPECT_TRUE(same(first.dv, other->dv));
-    EXPECT_EQ(0, std::memcmp(first.lse.data(), other->lse.data(), first.lse.size() * 4));
-  }
+  for (const std::string& cap : bf16_attention_caps())
+    test::with_isa_cap(cap, [&] {
+      SCOPED_TRACE(bf16_attention_name());
+      Bf16AttnData first(c, 9), again(c, 9), one_thread(c, 9);
+      first.run_kernels();
+      again.run_kernels();
+      test::with_threads(1, [&] { one_thread.run_kernels(); });
+      for (const Bf16AttnData* other : {&again, &one_thread}) {
+        EXPECT_TRUE(same_bits(first.o, other->o));
+        EXPECT_TRUE(same_bits(first.dq, other->dq));
+        EXPECT_TRUE(same_bits(first.dk, other->dk));
+        EXPECT_TRUE(same_bits(first.dv, other->dv));
+        EXPECT_EQ(0, std::memcmp(first.lse.data(), other->lse.data(), first.lse.size() * 4));
+      }
+    });
 }
 
 // Note [Group scratch]: the by-group backward (dq accumulated in f32 in the group scratch) and the
-// split one (dq per query tile, recomputing P and dS) give the same bits. B * Hkv = 3 groups take
-// the split scheme on 2 threads and the by-group one on 1.
+// split one (dq per query tile, recomputing P and dS) give the same bits, on each product path.
+// B * Hkv = 3 groups take the split scheme on 2 threads and the by-group one on 1.
 TEST(Bf16Attention, by_group_and_split_backwards_give_the_same_bits) {
   if (skip_without_bf16_attention()) GTEST_SKIP() << bf16_attention_name();
-  for (Bf16Mask mask : {Bf16Mask::kCausal, Bf16Mask::kDocuments, Bf16Mask::kFull}) {
-    const Bf16AttnCase c{"schemes", 3, 150, 4, 1, 24, mask};
-    Bf16AttnData split(c, 11), by_group(c, 11);
-    test::with_threads(2, [&] { split.run_kernels(); });
-    test::with_threads(1, [&] { by_group.run_kernels(); });
-    auto same = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
-      return std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
-    };
-    EXPECT_TRUE(same(split.dq, by_group.dq)) << int(mask);
-    EXPECT_TRUE(same(split.dk, by_group.dk)) << int(mask);
-    EXPECT_TRUE(same(split.dv, by_group.dv)) << int(mask);
-  }
+  for (const std::string& cap : bf16_attention_caps())
+    test::with_isa_cap(cap, [&] {
+      SCOPED_TRACE(bf16_attention_name());
+      for (Bf16Mask mask : {Bf16Mask::kCausal, Bf16Mask::kDocuments, Bf16Mask::kFull}) {
+        const Bf16AttnCase c{"schemes", 3, 150, 4, 1, 24, mask};
+        Bf16AttnData split(c, 11), by_group(c, 11);
+        test::with_threads(2, [&] { split.run_kernels(); });
+        test::with_threads(1, [&] { by_group.run_kernels(); });
+        EXPECT_TRUE(same_bits(split.dq, by_group.dq)) << int(mask);
+        EXPECT_TRUE(same_bits(split.dk, by_group.dk)) << int(mask);
+        EXPECT_TRUE(same_bits(split.dv, by_group.dv)) << int(mask);
+      }
+    });
 }
 
 TEST(Bf16Attention, refuses_an_f32_tensor_and_small_scratch_by_name) {

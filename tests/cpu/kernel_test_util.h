@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace memo::test {
@@ -101,6 +103,20 @@ void with_threads(int n, const F& f) {
   omp_set_num_threads(n);
   f();
   omp_set_num_threads(old);
+}
+
+// f with MEMO_CPU_ISA=cap (as the environment has it where cap is empty), restored after.
+template <class F>
+void with_isa_cap(const std::string& cap, const F& f) {
+  if (cap.empty()) return f();
+  const char* old = std::getenv("MEMO_CPU_ISA");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("MEMO_CPU_ISA", cap.c_str(), 1);
+  f();
+  if (old == nullptr)
+    ::unsetenv("MEMO_CPU_ISA");
+  else
+    ::setenv("MEMO_CPU_ISA", saved.c_str(), 1);
 }
 
 // Shapes every row-wise kernel test runs: 1, primes, and sizes that are not multiples of the

@@ -2,7 +2,10 @@
 // the schedule of attention_tiles.h with bf16 tiles whose six products run on vdpbf16ps
 // (Note [bf16 attention on the CPU]). Oracle: attention_reference.h, within the bound
 // tests/cpu/attention_bf16_test.cc derives.
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -98,6 +101,106 @@ void dot(float* c, const uint16_t* a, const uint16_t* b, int64_t M, int64_t K, i
   }
 }
 
+// Note [AMX tiles for attention]
+// On a CPU with AMX (Sapphire Rapids on) the six products run on tile registers instead: one
+// tdpbf16ps multiplies a 16 x 32 bf16 tile by a 32 x 16 one held as 16 rows of pairs, the layout
+// `dot` reads (b [K/2][N][2]), and adds the 16 x 16 f32 result to a third tile; so the layouts,
+// the roundings and everything around the products stay as above. A block of 2 x 2 result tiles
+// (32 x 32) shares each loaded operand tile twice, with the K/32 steps accumulated in the tiles
+// in ascending order and stored once; a product's rows and columns go in steps of 16, its
+// reduction in steps of 32, so the products over d (S = q.k^T, dP = dO.v^T) read q, dO, k and v
+// with d padded to 32 (zeros past D) while dp, the outputs and the scratch sizes stay as for 16.
+// A product's bits are fixed by the shapes, so runs repeat bit for bit and the two backward
+// schemes agree as before; they differ from vdpbf16ps's (each tdpbf16ps sums 32 products in the
+// hardware's own order), which the bound of the tests covers. Linux hands the tile state to a
+// process only on request (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, made once); each thread
+// loads the tile configuration at the start of each work item (oneDNN's kernels load their own
+// in between) and releases the tiles at its end. MEMO_CPU_ISA below amx runs the vdpbf16ps
+// products instead (read at each call, so a test can compare both).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+bool amx_permitted() {
+  static const bool permitted = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
+    if ((edx & kAmxBf16) == 0 || (edx & kAmxTile) == 0) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;  // <asm/prctl.h>
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return permitted;
+}
+
+// Tiles 0-7, each 16 rows of 64 bytes: 0-3 the f32 results, 4-5 a's rows, 6-7 b's pairs.
+[[gnu::target("amx-tile")]] void amx_configure() {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) config.colsb[t] = 64, config.rows[t] = 16;
+  // GCC 12's _tile_loadconfig names only 8 bytes of the configuration as read, so the stores of
+  // the rows and columns were dropped as dead (a #GP at ldtilecfg): the whole object here.
+  asm volatile("ldtilecfg %0" : : "m"(config));
+}
+[[gnu::target("amx-tile")]] void amx_release() { _tile_release(); }
+
+// One block of dot on tiles: result rows [i, i + 16 R), columns [j, j + 16 C), R, C in {1, 2}.
+template <int R, int C>
+[[gnu::target("amx-tile,amx-bf16")]] inline void amx_block(float* c, const uint16_t* a,
+                                                           const uint16_t* b, int64_t i, int64_t j,
+                                                           int64_t K, int64_t N, bool accumulate) {
+  const int64_t lda = K * 2, ldb = N * 4, ldc = N * 4;  // bytes between rows
+  float* c0 = c + i * N + j;
+  float* c1 = c0 + 16 * N;
+  if (accumulate) {
+    _tile_loadd(0, c0, ldc);
+    if constexpr (C == 2) _tile_loadd(1, c0 + 16, ldc);
+    if constexpr (R == 2) _tile_loadd(2, c1, ldc);
+    if constexpr (R == 2 && C == 2) _tile_loadd(3, c1 + 16, ldc);
+  } else {
+    _tile_zero(0);
+    if constexpr (C == 2) _tile_zero(1);
+    if constexpr (R == 2) _tile_zero(2);
+    if constexpr (R == 2 && C == 2) _tile_zero(3);
+  }
+  for (int64_t k = 0; k < K; k += 32) {
+    _tile_loadd(4, a + i * K + k, lda);
+    if constexpr (R == 2) _tile_loadd(5, a + (i + 16) * K + k, lda);
+    _tile_loadd(6, b + (k / 2 * N + j) * 2, ldb);
+    if constexpr (C == 2) _tile_loadd(7, b + (k / 2 * N + j + 16) * 2, ldb);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (C == 2) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (R == 2) _tile_dpbf16ps(2, 5, 6);
+    if constexpr (R == 2 && C == 2) _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c0, ldc);
+  if constexpr (C == 2) _tile_stored(1, c0 + 16, ldc);
+  if constexpr (R == 2) _tile_stored(2, c1, ldc);
+  if constexpr (R == 2 && C == 2) _tile_stored(3, c1 + 16, ldc);
+}
+
+// dot on tiles: c[M][N] (+)= a[M][K] . b, M and N multiples of 16, K of 32.
+void amx_dot(float* c, const uint16_t* a, const uint16_t* b, int64_t M, int64_t K, int64_t N,
+             bool accumulate) {
+  for (int64_t i = 0; i < M; i += 32) {
+    const bool two_rows = M - i >= 32;
+    for (int64_t j = 0; j < N; j += 32) {
+      const bool two_cols = N - j >= 32;
+      if (two_rows && two_cols)
+        amx_block<2, 2>(c, a, b, i, j, K, N, accumulate);
+      else if (two_rows)
+        amx_block<2, 1>(c, a, b, i, j, K, N, accumulate);
+      else if (two_cols)
+        amx_block<1, 2>(c, a, b, i, j, K, N, accumulate);
+      else
+        amx_block<1, 1>(c, a, b, i, j, K, N, accumulate);
+    }
+  }
+}
+
 // f32 [kT][kT] -> bf16, rounded to nearest even: as rows (for P.v and dS.k) or as pairs along
 // rows [kT/2][kT][2] (for dO^T.P and q^T.dS).
 [[gnu::target("avx512f,avx512bw,avx512bf16")]] void round_rows(uint16_t* dst, const float* src) {
@@ -149,7 +252,7 @@ alignas(64) constexpr uint16_t kInterleave[32] = {0,  32, 1,  33, 2,  34, 3,  35
   const __m512i idx = _mm512_load_si512(kInterleave);
   for (int64_t p0 = 0; p0 < kT / 2; p0 += 16)
     for (int64_t d0 = 0; d0 < dp; d0 += 16) {
-      const __mmask32 m = _cvtu32_mask32((1u << std::min<int64_t>(16, D - d0)) - 1);
+      const __mmask32 m = _cvtu32_mask32((1u << std::clamp<int64_t>(D - d0, 0, 16)) - 1);
       __m512i r[16];
       for (int p = 0; p < 16; ++p) {
         const int64_t row = 2 * (p0 + p);
@@ -211,77 +314,106 @@ struct Carver {
   uint16_t* bits(int64_t n) { return reinterpret_cast<uint16_t*>(std::exchange(ws, ws + n / 2)); }
 };
 
+// The tiles' products on vdpbf16ps (kAmx false) or AMX tiles (Note [AMX tiles for attention]).
+template <bool kAmx>
 struct Bf16Tiles {
   using Elem = bf16;
   static constexpr bool kWide = true;  // AVX512-BF16 implies AVX-512F
   static constexpr bool kDqInPlace = false;
   static int64_t padded_dim(int64_t head_dim) { return padded_dim16(head_dim); }
+  // The reduction length of the products over d, and so the row length of their operands (q and
+  // dO rows, k and v pairs along d): dp, or for AMX dp rounded up to 32 (zeros past D).
+  static int64_t kdim(int64_t dp) { return kAmx ? (dp + 31) / 32 * 32 : dp; }
+  static void mm(float* c, const uint16_t* a, const uint16_t* b, int64_t M, int64_t K, int64_t N,
+                 bool accumulate) {
+    if constexpr (kAmx)
+      amx_dot(c, a, b, M, K, N, accumulate);
+    else
+      dot(c, a, b, M, K, N, accumulate);
+  }
+  // The tile configuration of a work item's thread, for as long as its workspace lives.
+  struct Tiles {
+    Tiles() {
+      if constexpr (kAmx) amx_configure();
+    }
+    ~Tiles() {
+      if constexpr (kAmx) amx_release();
+    }
+    Tiles(const Tiles&) = delete;
+    Tiles& operator=(const Tiles&) = delete;
+  };
   static void put(bf16& dst, float x) { dst = float_to_bf16(x); }
   static float get(bf16 x) { return bf16_to_float(x); }
 
   // Per-thread forward workspace, in floats: the o accumulator (kT dp) and scores (kT kT), m and
-  // l (kT each); then bf16 q rows, k pairs along d, v pairs along keys (kT dp each) and P (kT kT).
+  // l (kT each); then bf16 q rows and k pairs along d (kT kdim each), v pairs along keys (kT dp)
+  // and P (kT kT).
   static int64_t forward_numel(int64_t dp) {
-    return kT * dp + kT * kT + 2 * kT + (3 * kT * dp + kT * kT) / 2;
+    return kT * dp + kT * kT + 2 * kT + (2 * kT * kdim(dp) + kT * dp + kT * kT) / 2;
   }
   struct Fwd {
+    Tiles tiles;
     float *acc, *p, *m, *l;
     uint16_t *q, *kp, *vp, *pb;
     Fwd(float* ws, int64_t dp) {
       Carver c{ws};
       acc = c.f32(kT * dp), p = c.f32(kT * kT), m = c.f32(kT), l = c.f32(kT);
-      q = c.bits(kT * dp), kp = c.bits(kT * dp), vp = c.bits(kT * dp), pb = c.bits(kT * kT);
+      q = c.bits(kT * kdim(dp)), kp = c.bits(kT * kdim(dp)), vp = c.bits(kT * dp);
+      pb = c.bits(kT * kT);
     }
   };
   static void load_q(Fwd& t, const Bf16In& q, int64_t row0, int64_t n, int64_t c0,
                      const AttnShape& s) {
-    load_rows(t.q, q, row0, n, c0, s.D, s.dp);
+    load_rows(t.q, q, row0, n, c0, s.D, kdim(s.dp));
   }
   static void load_kv(Fwd& t, const Bf16In& k, const Bf16In& v, int64_t row0, int64_t n, int64_t c0,
                       const AttnShape& s) {
-    load_pairs_along_d(t.kp, k, row0, n, c0, s.D, s.dp);
+    load_pairs_along_d(t.kp, k, row0, n, c0, s.D, kdim(s.dp));
     load_pairs_along_rows(t.vp, v, row0, n, c0, s.D, s.dp);
   }
-  static void scores(Fwd& t, const AttnShape& s) { dot(t.p, t.q, t.kp, kT, s.dp, kT, false); }
+  static void scores(Fwd& t, const AttnShape& s) { mm(t.p, t.q, t.kp, kT, kdim(s.dp), kT, false); }
   static void pv(Fwd& t, const AttnShape& s) {
     round_rows(t.pb, t.p);
-    dot(t.acc, t.pb, t.vp, kT, kT, s.dp, true);
+    mm(t.acc, t.pb, t.vp, kT, kT, s.dp, true);
   }
 
   // Per-thread backward workspace, in floats: dq [kT][dp], dk^T and dv^T [dp][kT], P and dP/dS
-  // [kT][kT], lse and delta [kT]; then bf16 q and dO rows, q^T and dO^T, k and v pairs along d,
-  // k pairs along keys (kT dp each), and P and dS as pairs along queries and dS as rows (kT kT).
+  // [kT][kT], lse and delta [kT]; then bf16 q and dO rows and k and v pairs along d (kT kdim each),
+  // q^T, dO^T and k pairs along keys (kT dp each), and P and dS as pairs along queries and dS as
+  // rows (kT kT).
   static int64_t backward_numel(int64_t dp) {
-    return 3 * kT * dp + 2 * kT * kT + 2 * kT + (7 * kT * dp + 3 * kT * kT) / 2;
+    return 3 * kT * dp + 2 * kT * kT + 2 * kT + (4 * kT * kdim(dp) + 3 * kT * dp + 3 * kT * kT) / 2;
   }
   struct Bwd {
+    Tiles tiles;
     float *dq, *dkt, *dvt, *p, *ds, *lse, *delta;
     uint16_t *q, *dout, *qt, *doutt, *kp, *vp, *kr, *pp, *dsp, *dsr;
     Bwd(float* ws, int64_t dp) {
       Carver c{ws};
       dq = c.f32(kT * dp), dkt = c.f32(kT * dp), dvt = c.f32(kT * dp);
       p = c.f32(kT * kT), ds = c.f32(kT * kT), lse = c.f32(kT), delta = c.f32(kT);
-      for (uint16_t** b : {&q, &dout, &qt, &doutt, &kp, &vp, &kr}) *b = c.bits(kT * dp);
+      for (uint16_t** b : {&q, &dout, &kp, &vp}) *b = c.bits(kT * kdim(dp));
+      for (uint16_t** b : {&qt, &doutt, &kr}) *b = c.bits(kT * dp);
       for (uint16_t** b : {&pp, &dsp, &dsr}) *b = c.bits(kT * kT);
     }
   };
   static void load_query_side(Bwd& t, const BackwardArgs<bf16>& a, int64_t row0, int64_t n,
                               int64_t c0, const AttnShape& s, bool key_grads) {
-    load_rows(t.q, a.q, row0, n, c0, s.D, s.dp);
-    load_rows(t.dout, a.dout, row0, n, c0, s.D, s.dp);
+    load_rows(t.q, a.q, row0, n, c0, s.D, kdim(s.dp));
+    load_rows(t.dout, a.dout, row0, n, c0, s.D, kdim(s.dp));
     if (!key_grads) return;
     load_cols(t.qt, a.q, row0, n, c0, s.D, s.dp);
     load_cols(t.doutt, a.dout, row0, n, c0, s.D, s.dp);
   }
   static void load_key_side(Bwd& t, const BackwardArgs<bf16>& a, int64_t row0, int64_t n,
                             int64_t c0, const AttnShape& s, bool for_dq) {
-    load_pairs_along_d(t.kp, a.k, row0, n, c0, s.D, s.dp);
-    load_pairs_along_d(t.vp, a.v, row0, n, c0, s.D, s.dp);
+    load_pairs_along_d(t.kp, a.k, row0, n, c0, s.D, kdim(s.dp));
+    load_pairs_along_d(t.vp, a.v, row0, n, c0, s.D, kdim(s.dp));
     if (for_dq) load_pairs_along_rows(t.kr, a.k, row0, n, c0, s.D, s.dp);
   }
   static void scores(Bwd& t, const AttnShape& s) {
-    dot(t.p, t.q, t.kp, kT, s.dp, kT, false);
-    dot(t.ds, t.dout, t.vp, kT, s.dp, kT, false);
+    mm(t.p, t.q, t.kp, kT, kdim(s.dp), kT, false);
+    mm(t.ds, t.dout, t.vp, kT, kdim(s.dp), kT, false);
   }
   static void prepare(Bwd& t, const AttnShape&, bool key_grads, bool for_dq) {
     if (key_grads) round_row_pairs(t.pp, t.p), round_row_pairs(t.dsp, t.ds);
@@ -292,8 +424,8 @@ struct Bf16Tiles {
     std::fill(t.dvt, t.dvt + kT * s.dp, 0.0f);
   }
   static void acc_key_grads(Bwd& t, const AttnShape& s) {
-    dot(t.dvt, t.doutt, t.pp, s.dp, kT, kT, true);  // dv^T[d][j] += sum_i dO[i][d] p[i][j]
-    dot(t.dkt, t.qt, t.dsp, s.dp, kT, kT, true);
+    mm(t.dvt, t.doutt, t.pp, s.dp, kT, kT, true);  // dv^T[d][j] += sum_i dO[i][d] p[i][j]
+    mm(t.dkt, t.qt, t.dsp, s.dp, kT, kT, true);
   }
   static void store_key_grads(const View<bf16>& dkv, const View<bf16>& dvv, const Bwd& t,
                               int64_t row0, int64_t n, int64_t c0, const AttnShape& s) {
@@ -305,7 +437,7 @@ struct Bf16Tiles {
   }
   static void zero_dq(Bwd& t, const AttnShape& s) { std::fill(t.dq, t.dq + kT * s.dp, 0.0f); }
   static void acc_dq(Bwd& t, float* acc, const AttnShape& s) {
-    dot(acc, t.dsr, t.kr, kT, kT, s.dp, true);
+    mm(acc, t.dsr, t.kr, kT, kT, s.dp, true);
   }
   static void store_dq(const View<bf16>& dqv, const float* tile, int64_t row0, int64_t n,
                        int64_t c0, const AttnShape& s, bool) {
@@ -329,6 +461,12 @@ bool bf16_attention_native() {
   return native;
 }
 
+bool bf16_attention_on_amx() {
+  if (!amx_permitted()) return false;
+  const char* cap = std::getenv("MEMO_CPU_ISA");
+  return cap == nullptr || *cap == '\0' || std::string_view(cap) == "amx";
+}
+
 bool bf16_attention_by_default() {
   static const bool on = [] {
     // empty counts as unset, as for MEMO_CPU_ISA
@@ -337,29 +475,42 @@ bool bf16_attention_by_default() {
         throw Error(str("MEMO_CPU_BF16_ATTENTION=", want, ": expected 1 (on) or 0 (off)"));
       return std::string_view(want) == "1";
     }
-    return bf16_attention_native() && __builtin_cpu_is("amd");
+    return bf16_attention_native() && (__builtin_cpu_is("amd") || bf16_attention_on_amx());
   }();
   return on;
 }
 
 const char* bf16_attention_name() {
-  return bf16_attention_native() ? "bf16 attention on AVX512-BF16 (vdpbf16ps)"
-                                 : "no bf16 attention: it needs AVX512-BF16 and bf16 products";
+  if (!bf16_attention_native()) return "no bf16 attention: it needs AVX512-BF16 and bf16 products";
+  return bf16_attention_on_amx() ? "bf16 attention on AMX tiles"
+                                 : "bf16 attention on AVX512-BF16 (vdpbf16ps)";
+}
+
+// The per-thread tile workspace of this call's policy (Note [AMX tiles for attention]).
+int64_t bf16_forward_numel(int64_t dp) {
+  return bf16_attention_on_amx() ? Bf16Tiles<true>::forward_numel(dp)
+                                 : Bf16Tiles<false>::forward_numel(dp);
 }
 
 int64_t attention_bf16_forward_scratch_numel(int64_t head_dim) {
   MEMO_CHECK(head_dim > 0, "attention_bf16_forward_scratch_numel: head_dim ", head_dim,
              " must be > 0");
-  return int64_t(omp_get_max_threads()) * Bf16Tiles::forward_numel(padded_dim16(head_dim));
+  return int64_t(omp_get_max_threads()) * bf16_forward_numel(padded_dim16(head_dim));
 }
 
 void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, memo::ConstTensor k,
                             memo::ConstTensor v, int64_t batch, int64_t n_heads, int64_t n_kv_heads,
                             Tensor scratch, AttnMask mask) {
   check_bf16_attention("attention_bf16_forward", {o, q, k, v});
-  attn::attention_forward<Bf16Tiles>("attention_bf16_forward", o.as<bf16>(), lse,
-                                     q.as<const bf16>(), k.as<const bf16>(), v.as<const bf16>(),
-                                     batch, n_heads, n_kv_heads, scratch, mask);
+  auto run = [&](auto policy) {
+    attn::attention_forward<decltype(policy)>(
+        "attention_bf16_forward", o.as<bf16>(), lse, q.as<const bf16>(), k.as<const bf16>(),
+        v.as<const bf16>(), batch, n_heads, n_kv_heads, scratch, mask);
+  };
+  if (bf16_attention_on_amx())
+    run(Bf16Tiles<true>{});
+  else
+    run(Bf16Tiles<false>{});
 }
 
 int64_t attention_bf16_backward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
@@ -369,9 +520,10 @@ int64_t attention_bf16_backward_scratch_numel(int64_t seq, int64_t head_dim, int
              ", n_heads ", n_heads, ", n_kv_heads ", n_kv_heads,
              " must all be > 0, n_heads a multiple of n_kv_heads");
   const int64_t dp = padded_dim16(head_dim);
+  const int64_t tiles = bf16_attention_on_amx() ? Bf16Tiles<true>::backward_numel(dp)
+                                                : Bf16Tiles<false>::backward_numel(dp);
   return int64_t(omp_get_max_threads()) *
-         (Bf16Tiles::backward_numel(dp) +
-          group_scratch_numel<Bf16Tiles>(seq, n_heads / n_kv_heads, dp));
+         (tiles + group_scratch_numel<Bf16Tiles<false>>(seq, n_heads / n_kv_heads, dp));
 }
 
 void attention_bf16_backward(memo::Tensor dq, memo::Tensor dk, memo::Tensor dv,
@@ -380,10 +532,16 @@ void attention_bf16_backward(memo::Tensor dq, memo::Tensor dk, memo::Tensor dv,
                              int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                              AttnMask mask) {
   check_bf16_attention("attention_bf16_backward", {dq, dk, dv, dout, q, k, v, o});
-  attn::attention_backward<Bf16Tiles>("attention_bf16_backward", dq.as<bf16>(), dk.as<bf16>(),
-                                      dv.as<bf16>(), dout.as<const bf16>(), q.as<const bf16>(),
-                                      k.as<const bf16>(), v.as<const bf16>(), o.as<const bf16>(),
-                                      lse, batch, n_heads, n_kv_heads, scratch, mask);
+  auto run = [&](auto policy) {
+    attn::attention_backward<decltype(policy)>(
+        "attention_bf16_backward", dq.as<bf16>(), dk.as<bf16>(), dv.as<bf16>(),
+        dout.as<const bf16>(), q.as<const bf16>(), k.as<const bf16>(), v.as<const bf16>(),
+        o.as<const bf16>(), lse, batch, n_heads, n_kv_heads, scratch, mask);
+  };
+  if (bf16_attention_on_amx())
+    run(Bf16Tiles<true>{});
+  else
+    run(Bf16Tiles<false>{});
 }
 
 }  // namespace memo::cpu

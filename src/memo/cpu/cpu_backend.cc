@@ -22,12 +22,14 @@ CpuBackend& cpu_backend() {
 
 std::string CpuBackend::warning() const { return cpu::blas_warning(); }
 
-// The bf16 products are named too: a bf16 run over this backend uses them (or says it cannot).
+// The bf16 products and attention are named too: a bf16 run over this backend uses them (or says
+// it cannot).
 std::string CpuBackend::describe() const {
   return str("cpu, fp32, ", cpu::blas_name(), "; ",
              bf16_products()               ? cpu::bf16_products_name()
              : cpu::bf16_products_native() ? "bf16 products off (f32 by conversion)"
-                                           : cpu::bf16_products_name());
+                                           : cpu::bf16_products_name(),
+             bf16_attention() ? str("; ", cpu::bf16_attention_name()) : std::string());
 }
 
 bool CpuBackend::bf16_products() const {

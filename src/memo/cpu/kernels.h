@@ -161,17 +161,20 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, ConstTensor dout, Const
                         int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                         AttnMask mask = AttnMask::kCausal);
 // The same over bf16 q, k, v, o, dO, dq, dk, dv (lse and scratch f32) on a CPU with AVX512-BF16:
-// tile products on vdpbf16ps, P and dS rounded to bf16 before their products, each output rounded
-// once (Note [bf16 attention on the CPU] in attention_bf16.cc). Only where bf16_attention_native():
+// tile products on AMX tiles where the CPU has them (Note [AMX tiles for attention]), else on
+// vdpbf16ps; P and dS rounded to bf16 before their products, each output rounded once (Note [bf16
+// attention on the CPU] in attention_bf16.cc). Only where bf16_attention_native():
 // bf16_products_native() and the CPU has AVX512-BF16 (MEMO_CPU_ISA=avx512|avx2 turns it off).
 bool bf16_attention_native();
 const char* bf16_attention_name();
+// Whether this call's bf16 attention runs on AMX tiles: the CPU has them, Linux granted them, and
+// MEMO_CPU_ISA (read at each call) is unset or amx. The scratch sizes below follow it.
+bool bf16_attention_on_amx();
 // Whether a CPU backend runs bf16 attention natively unless told (CpuOptions::bf16_attention):
 // MEMO_CPU_BF16_ATTENTION=1 or 0 when set (anything else: Error), else where it is native and
-// measured faster than the f32 kernels: AMD's AVX512-BF16 cores (1.30-1.66x fwd + bwd on a Zen 5
-// against the f32 kernels on 512-bit vectors, head dims 32-128; bench/RESULTS.md), not Intel's
-// (0.75x on a Xeon before the tile layouts were vectorised; not measured since; its AMX tiles are
-// not used here).
+// measured faster than the f32 kernels (bench/RESULTS.md): on AMX tiles (1.50-2.04x fwd + bwd on
+// a Xeon, head dims 32-128) and on AMD's AVX512-BF16 cores (1.30-1.66x on a Zen 5), not on an
+// Intel core's vdpbf16ps (0.73-0.87x on the same Xeon).
 bool bf16_attention_by_default();
 int64_t attention_bf16_forward_scratch_numel(int64_t head_dim);
 void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, memo::ConstTensor k,
