@@ -18,7 +18,8 @@ namespace {
 
 // The CPU backend with its native bf16 products off: every kernel f32, as this file tests.
 CpuBackend& f32_cpu() {
-  static CpuBackend be(CpuOptions{.bf16_products = false, .bf16_attention = false});
+  static CpuBackend be(
+      CpuOptions{.bf16_products = false, .bf16_attention = false, .bf16_elementwise = false});
   return be;
 }
 

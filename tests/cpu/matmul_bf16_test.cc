@@ -174,7 +174,8 @@ TEST(MatmulBf16, token_panels_rebuild_rows_from_a_panel_start_bit_for_bit) {
 // The backend sends two bf16 operands to the native products when they are on and the CPU has
 // them; with them off (the reference of Note [bf16 storage by conversion]) it takes f32 only.
 TEST(MatmulBf16, the_cpu_backend_dispatches_by_its_option_and_the_cpu) {
-  CpuBackend off(CpuOptions{.bf16_products = false, .bf16_attention = false});
+  CpuBackend off(
+      CpuOptions{.bf16_products = false, .bf16_attention = false, .bf16_elementwise = false});
   EXPECT_FALSE(off.bf16_products());
   EXPECT_NE(off.describe().find(bf16_products_native() ? "bf16 products off" : "no bf16 products"),
             std::string::npos)

@@ -136,7 +136,8 @@ TEST(MetaBackend, takes_sizes_and_row_granularity_from_its_target) {
   // and its native bf16 kernels, so a bf16 trace widens what the run widens
   EXPECT_EQ(meta.bf16_products(), cpu_backend().bf16_products());    // AMX or AVX512-BF16
   EXPECT_EQ(meta.bf16_attention(), cpu_backend().bf16_attention());  // AMD's AVX512-BF16
-  CpuBackend f32_kernels(CpuOptions{.bf16_products = false, .bf16_attention = false});
+  CpuBackend f32_kernels(
+      CpuOptions{.bf16_products = false, .bf16_attention = false, .bf16_elementwise = false});
   EXPECT_FALSE(MetaBackend(f32_kernels).bf16_products());
   struct Native final : CpuBackend {
     bool bf16_products() const override { return true; }

@@ -63,7 +63,8 @@ TrainOptions options(const fs::path& dir, bool gpt2) {
 // first way is this one, run once).
 TEST(MixedPrecision, the_four_strategies_give_the_same_bf16_losses_bit_for_bit) {
   std::ostringstream quiet;
-  CpuBackend f32_kernels(CpuOptions{.bf16_products = false, .bf16_attention = false});
+  CpuBackend f32_kernels(
+      CpuOptions{.bf16_products = false, .bf16_attention = false, .bf16_elementwise = false});
   for (CpuBackend* be : {&cpu_backend(), &f32_kernels})
     for (const bool gpt2 : {false, true}) {
       const bool native = be == &cpu_backend();
@@ -229,7 +230,8 @@ TEST(MixedPrecision, native_bf16_kernels_shrink_the_planned_conversion_scratch) 
     bool bf16_attention() const override { return true; }
     bool bf16_elementwise() const override { return true; }
   } native;
-  CpuBackend f32_kernels(CpuOptions{.bf16_products = false, .bf16_attention = false});
+  CpuBackend f32_kernels(
+      CpuOptions{.bf16_products = false, .bf16_attention = false, .bf16_elementwise = false});
   test::TempDir dir;
   const ModelConfig config = load_model_config(options(dir.path(), false).config_path);
   int64_t scratch[2] = {0, 0};

@@ -5,6 +5,7 @@
 
 #include "memo/backend/checks.h"
 #include "memo/backend/view_checks.h"
+#include "memo/cpu/elem.h"
 #include "memo/cpu/kernels.h"
 
 namespace memo::cpu {
@@ -13,8 +14,8 @@ namespace {
 constexpr int64_t kBiasColBlock = 128;
 }  // namespace
 
-void bias_backward(Tensor db, ConstTensor dy) {
-  check_bias_backward(db, dy);
+template <class A>
+void bias_backward(Tensor db, View<const A> dy) {
   const int64_t T = dy.rows(), C = dy.cols();
   const int64_t n_blocks = (C + kBiasColBlock - 1) / kBiasColBlock;
   float* dbp = db.data();
@@ -24,29 +25,44 @@ void bias_backward(Tensor db, ConstTensor dy) {
     const int64_t n = std::min(kBiasColBlock, C - c0);
     double acc[kBiasColBlock] = {};
     for (int64_t t = 0; t < T; ++t) {
-      const float* dyr = dy.data() + t * dy.ld() + c0;
+      const A* dyr = dy.data() + t * dy.ld() + c0;
 #pragma omp simd
-      for (int64_t c = 0; c < n; ++c) acc[c] += double(dyr[c]);
+      for (int64_t c = 0; c < n; ++c) acc[c] += double(wide(dyr[c]));
     }
     for (int64_t c = 0; c < n; ++c) dbp[c0 + c] = float(double(dbp[c0 + c]) + acc[c]);
   }
 }
+
+void bias_backward(Tensor db, ConstTensor dy) {
+  check_bias_backward(db, dy);
+  bias_backward<float>(db, dy);
+}
+
+template void bias_backward<bf16>(Tensor, View<const bf16>);
 
 }  // namespace memo::cpu
 
 namespace memo::cpu {
 
 // Each element is one float add, so a row's result does not depend on which rows share the call.
-void bias_add(Tensor y, ConstTensor b) {
-  check_bias_add(y, b);
+template <class A, class W>
+void bias_add(View<A> y, View<const W> b) {
   const int64_t T = y.rows(), C = y.cols();
-  const float* bp = b.data();
+  const W* bp = b.data();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
-    float* yr = y.data() + t * y.ld();
+    A* yr = y.data() + t * y.ld();
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) yr[c] += bp[c];
+    for (int64_t c = 0; c < C; ++c) put(yr[c], wide(yr[c]) + wide(bp[c]));
   }
 }
+
+void bias_add(Tensor y, ConstTensor b) {
+  check_bias_add(y, b);
+  bias_add<float, float>(y, b);
+}
+
+template void bias_add<bf16, bf16>(View<bf16>, View<const bf16>);
+template void bias_add<bf16, float>(View<bf16>, View<const float>);
 
 }  // namespace memo::cpu

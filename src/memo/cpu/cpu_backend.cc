@@ -101,22 +101,46 @@ void CpuBackend::do_matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor 
   if (bf16_operands(*this, a, b)) return cpu::matmul_bf16_token_panels(c, a, b, false, beta);
   cpu::matmul_token_panels_kn(c, a, b, beta);
 }
+// Note [bf16 elementwise on the CPU]: a bf16 activation takes the kernels over bf16, whose working
+// weights may be bf16 or f32; every other argument is f32 (the checked views say so if not).
+namespace {
+bool is_bf16(ConstTensor t) { return t.dtype() == DType::kBF16; }
+}  // namespace
+
 void CpuBackend::do_rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
                                     float eps) {
-  cpu::rmsnorm_forward(y, inv_rms, x, w, eps);
+  if (!is_bf16(x)) return cpu::rmsnorm_forward(y, inv_rms, x, w, eps);
+  if (is_bf16(w))
+    return cpu::rmsnorm_forward<bf16, bf16>(y.as<bf16>(), inv_rms, x.as<const bf16>(),
+                                            w.as<const bf16>(), eps);
+  cpu::rmsnorm_forward<bf16, float>(y.as<bf16>(), inv_rms, x.as<const bf16>(), w, eps);
 }
 void CpuBackend::do_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
                                      ConstTensor w, ConstTensor inv_rms) {
-  cpu::rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
+  if (!is_bf16(x)) return cpu::rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
+  if (is_bf16(w))
+    return cpu::rmsnorm_backward<bf16, bf16>(dx.as<bf16>(), dw, dy.as<const bf16>(),
+                                             x.as<const bf16>(), w.as<const bf16>(), inv_rms);
+  cpu::rmsnorm_backward<bf16, float>(dx.as<bf16>(), dw, dy.as<const bf16>(), x.as<const bf16>(), w,
+                                     inv_rms);
 }
 void CpuBackend::do_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
                                       ConstTensor w, ConstTensor b, float eps) {
-  cpu::layernorm_forward(y, mean, rstd, x, w, b, eps);
+  if (!is_bf16(x)) return cpu::layernorm_forward(y, mean, rstd, x, w, b, eps);
+  if (is_bf16(w))
+    return cpu::layernorm_forward<bf16, bf16>(y.as<bf16>(), mean, rstd, x.as<const bf16>(),
+                                              w.as<const bf16>(), b.as<const bf16>(), eps);
+  cpu::layernorm_forward<bf16, float>(y.as<bf16>(), mean, rstd, x.as<const bf16>(), w, b, eps);
 }
 void CpuBackend::do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy,
                                        ConstTensor x, ConstTensor w, ConstTensor mean,
                                        ConstTensor rstd) {
-  cpu::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+  if (!is_bf16(x)) return cpu::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+  if (is_bf16(w))
+    return cpu::layernorm_backward<bf16, bf16>(dx.as<bf16>(), dw, db, dy.as<const bf16>(),
+                                               x.as<const bf16>(), w.as<const bf16>(), mean, rstd);
+  cpu::layernorm_backward<bf16, float>(dx.as<bf16>(), dw, db, dy.as<const bf16>(),
+                                       x.as<const bf16>(), w, mean, rstd);
 }
 void CpuBackend::do_rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
                                double attention_factor, int64_t first_position) {
@@ -124,29 +148,52 @@ void CpuBackend::do_rope_table(Tensor cos, Tensor sin, std::span<const double> i
 }
 void CpuBackend::do_rope_forward(Tensor x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                                  int64_t first_row) {
+  if (is_bf16(x)) return cpu::rope_forward(x.as<bf16>(), cos, sin, head_dim, first_row);
   cpu::rope_forward(x, cos, sin, head_dim, first_row);
 }
 void CpuBackend::do_rope_backward(Tensor dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
                                   int64_t first_row) {
+  if (is_bf16(dx)) return cpu::rope_backward(dx.as<bf16>(), cos, sin, head_dim, first_row);
   cpu::rope_backward(dx, cos, sin, head_dim, first_row);
 }
 void CpuBackend::do_swiglu_forward(Tensor a, ConstTensor g, ConstTensor u) {
+  if (is_bf16(g))
+    return cpu::swiglu_forward<bf16>(a.as<bf16>(), g.as<const bf16>(), u.as<const bf16>());
   cpu::swiglu_forward(a, g, u);
 }
 void CpuBackend::do_swiglu_backward(Tensor dg, Tensor du, ConstTensor da, ConstTensor g,
                                     ConstTensor u) {
+  if (is_bf16(g))
+    return cpu::swiglu_backward<bf16>(dg.as<bf16>(), du.as<bf16>(), da.as<const bf16>(),
+                                      g.as<const bf16>(), u.as<const bf16>());
   cpu::swiglu_backward(dg, du, da, g, u);
 }
-void CpuBackend::do_gelu_forward(Tensor y, ConstTensor x) { cpu::gelu_forward(y, x); }
+void CpuBackend::do_gelu_forward(Tensor y, ConstTensor x) {
+  if (is_bf16(x)) return cpu::gelu_forward<bf16>(y.as<bf16>(), x.as<const bf16>());
+  cpu::gelu_forward(y, x);
+}
 void CpuBackend::do_gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
+  if (is_bf16(x))
+    return cpu::gelu_backward<bf16>(dx.as<bf16>(), dy.as<const bf16>(), x.as<const bf16>());
   cpu::gelu_backward(dx, dy, x);
 }
-void CpuBackend::do_bias_add(Tensor y, ConstTensor b) { cpu::bias_add(y, b); }
-void CpuBackend::do_bias_backward(Tensor db, ConstTensor dy) { cpu::bias_backward(db, dy); }
+void CpuBackend::do_bias_add(Tensor y, ConstTensor b) {
+  if (!is_bf16(y)) return cpu::bias_add(y, b);
+  if (is_bf16(b)) return cpu::bias_add<bf16, bf16>(y.as<bf16>(), b.as<const bf16>());
+  cpu::bias_add<bf16, float>(y.as<bf16>(), b);
+}
+void CpuBackend::do_bias_backward(Tensor db, ConstTensor dy) {
+  if (is_bf16(dy)) return cpu::bias_backward<bf16>(db, dy.as<const bf16>());
+  cpu::bias_backward(db, dy);
+}
 void CpuBackend::do_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
-  cpu::embedding_forward(x, tokens, wte);
+  if (!is_bf16(x)) return cpu::embedding_forward(x, tokens, wte);
+  if (is_bf16(wte))
+    return cpu::embedding_forward<bf16, bf16>(x.as<bf16>(), tokens, wte.as<const bf16>());
+  cpu::embedding_forward<bf16, float>(x.as<bf16>(), tokens, wte);
 }
 void CpuBackend::do_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) {
+  if (is_bf16(dx)) return cpu::embedding_backward<bf16>(dwte, dx.as<const bf16>(), tokens);
   cpu::embedding_backward(dwte, dx, tokens);
 }
 void CpuBackend::do_cross_entropy(Tensor losses, Tensor dlogits, ConstTensor logits,
@@ -212,7 +259,10 @@ void CpuBackend::do_attention_decode(Tensor o, ConstTensor q, ConstTensor k, Con
                                      Tensor scratch) {
   cpu::attention_decode(o, q, k, v, first, n_heads, n_kv_heads, scratch);
 }
-void CpuBackend::do_copy(Tensor dst, ConstTensor src) { cpu::copy(dst, src); }
+void CpuBackend::do_copy(Tensor dst, ConstTensor src) {
+  if (is_bf16(dst)) return cpu::copy(dst.as<bf16>(), src.as<const bf16>());
+  cpu::copy(dst, src);
+}
 void CpuBackend::do_convert(Tensor dst, ConstTensor src) {
   const bool to_bf16 = dst.dtype() == DType::kBF16, from_bf16 = src.dtype() == DType::kBF16;
   if (to_bf16 && from_bf16) {
@@ -225,9 +275,21 @@ void CpuBackend::do_convert(Tensor dst, ConstTensor src) {
     cpu::copy(dst, src);
   }
 }
-void CpuBackend::do_fill(Tensor dst, float value) { cpu::fill(dst, value); }
-void CpuBackend::do_scale(Tensor x, float factor) { cpu::scale(x, factor); }
-void CpuBackend::do_add_into(Tensor dst, ConstTensor src) { cpu::add_into(dst, src); }
+void CpuBackend::do_fill(Tensor dst, float value) {
+  if (is_bf16(dst)) return cpu::fill(dst.as<bf16>(), value);
+  cpu::fill(dst, value);
+}
+void CpuBackend::do_scale(Tensor x, float factor) {
+  if (is_bf16(x)) return cpu::scale(x.as<bf16>(), factor);
+  cpu::scale(x, factor);
+}
+void CpuBackend::do_add_into(Tensor dst, ConstTensor src) {
+  if (is_bf16(dst) && is_bf16(src))
+    return cpu::add_into<bf16, bf16>(dst.as<bf16>(), src.as<const bf16>());
+  if (is_bf16(dst)) return cpu::add_into<bf16, float>(dst.as<bf16>(), src);
+  if (is_bf16(src)) return cpu::add_into<float, bf16>(dst, src.as<const bf16>());
+  cpu::add_into(dst, src);
+}
 double CpuBackend::do_sum(ConstTensor x) { return cpu::sum(x); }
 double CpuBackend::do_sum_squares(ConstTensor x) { return cpu::sum_squares(x); }
 

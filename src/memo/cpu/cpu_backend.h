@@ -22,10 +22,14 @@ struct CpuOptions {
   // false keeps every kernel f32, so Bf16StorageBackend widens (Note [bf16 storage by
   // conversion]): the reference the native products are checked against.
   bool bf16_products = true;
-  // bf16 attention on vdpbf16ps where the CPU has it (cpu::bf16_attention_native); by default
-  // where it is measured faster than the f32 kernels (cpu::bf16_attention_by_default: AMD's
-  // AVX512-BF16 cores, or MEMO_CPU_BF16_ATTENTION); false keeps attention f32.
+  // bf16 attention on AMX tiles or vdpbf16ps where the CPU has them (cpu::bf16_attention_native);
+  // by default where it is measured faster than the f32 kernels (cpu::bf16_attention_by_default:
+  // AMX, AMD's AVX512-BF16 cores, or MEMO_CPU_BF16_ATTENTION); false keeps attention f32.
   bool bf16_attention = cpu::bf16_attention_by_default();
+  // The layers' row and elementwise kernels on bf16 tensors as they are (Note [bf16 elementwise on
+  // the CPU]: the bits of widening, without the widened copies); false lets Bf16StorageBackend
+  // widen them, the reference they are checked against.
+  bool bf16_elementwise = true;
 };
 
 class CpuBackend : public Backend {
@@ -52,6 +56,7 @@ class CpuBackend : public Backend {
   double measure_bf16_matmul_peak_flops(double seconds) override;
   bool bf16_products() const override;
   bool bf16_attention() const override;
+  bool bf16_elementwise() const override { return options_.bf16_elementwise; }
 
   int64_t attention_forward_scratch_numel(int64_t seq, int64_t head_dim, int64_t n_heads,
                                           int64_t n_kv_heads) override;

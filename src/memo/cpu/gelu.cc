@@ -6,6 +6,7 @@
 
 #include "memo/backend/checks.h"
 #include "memo/backend/view_checks.h"
+#include "memo/cpu/elem.h"
 #include "memo/cpu/kernels.h"
 #include "memo/cpu/vec_math.h"
 
@@ -25,34 +26,39 @@ constexpr float kGeluMaxSq = 1e30f;
 
 // y = x s, s = sigmoid(z). For large finite x (z = inf once x^3 overflows) e^-z = 0 and y = x;
 // for large negative x e^-z = inf and y = -0, the limit; NaN flows through. (x = -inf gives NaN.)
-void gelu_forward(Tensor y, ConstTensor x) {
-  check_gelu_forward(y, x);
+template <class A>
+void gelu_forward(View<A> y, View<const A> x) {
   const int64_t T = x.rows(), C = x.cols();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
-    const float* xr = x.data() + t * x.ld();
-    float* yr = y.data() + t * y.ld();
+    const A* xr = x.data() + t * x.ld();
+    A* yr = y.data() + t * y.ld();
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-      const float v = xr[c];
+      const float v = wide(xr[c]);
       const float z = v * (kGeluA + kGeluB * (v * v));
-      yr[c] = v / (1.0f + exp_f32(-z));
+      put(yr[c], v / (1.0f + exp_f32(-z)));
     }
   }
 }
 
+void gelu_forward(Tensor y, ConstTensor x) {
+  check_gelu_forward(y, x);
+  gelu_forward<float>(y, x);
+}
+
 // From y = x s(z), s' = s (1 - s):  dy/dx = s + x s (1 - s) dz/dx,  dz/dx = A + 3 B x^2.
-void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
-  check_gelu_backward(dx, dy, x);
+template <class A>
+void gelu_backward(View<A> dx, View<const A> dy, View<const A> x) {
   const int64_t T = x.rows(), C = x.cols();
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMinNumel)
   for (int64_t t = 0; t < T; ++t) {
-    const float* xr = x.data() + t * x.ld();
-    const float* dyr = dy.data() + t * dy.ld();
-    float* dxr = dx.data() + t * dx.ld();
+    const A* xr = x.data() + t * x.ld();
+    const A* dyr = dy.data() + t * dy.ld();
+    A* dxr = dx.data() + t * dx.ld();
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-      const float v = xr[c];
+      const float v = wide(xr[c]);
       const float v2 = v * v;
       const float z = v * (kGeluA + kGeluB * v2);
       const float e = exp_f32(-z);
@@ -62,11 +68,19 @@ void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
       const float one_minus_s = v >= 0.0f ? e * s : 1.0f - s;
       // Multiplied left to right so that a zero factor (s or 1 - s saturated) comes before
       // dz/dx, which is large (1e35 at |x| = 1e18): 0 * large stays 0.
-      const float d = dyr[c];  // read before writing: dx may alias dy
+      const float d = wide(dyr[c]);  // read before writing: dx may alias dy
       const float v2c = v2 < kGeluMaxSq ? v2 : kGeluMaxSq;
-      dxr[c] = d * (s + ((v * s) * one_minus_s) * (kGeluA + kGeluB3 * v2c));
+      put(dxr[c], d * (s + ((v * s) * one_minus_s) * (kGeluA + kGeluB3 * v2c)));
     }
   }
 }
+
+void gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
+  check_gelu_backward(dx, dy, x);
+  gelu_backward<float>(dx, dy, x);
+}
+
+template void gelu_forward<bf16>(View<bf16>, View<const bf16>);
+template void gelu_backward<bf16>(View<bf16>, View<const bf16>, View<const bf16>);
 
 }  // namespace memo::cpu

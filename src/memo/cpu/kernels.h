@@ -65,6 +65,42 @@ void rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w, flo
 void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, ConstTensor w,
                       ConstTensor inv_rms);
 
+// The row and elementwise kernels of this section and the next ones over bf16 activations (X, A)
+// and f32 or bf16 working weights (W), statistics and weight gradients f32: the f32 kernels'
+// arithmetic on widened elements, each output rounded once (Note [bf16 elementwise on the CPU] in
+// cpu/elem.h). Unchecked: Backend checked the shapes. Instantiated for X = A = bf16 only.
+template <class X, class W>
+void rmsnorm_forward(View<X> y, Tensor inv_rms, View<const X> x, View<const W> w, float eps);
+template <class X, class W>
+void rmsnorm_backward(View<X> dx, Tensor dw, View<const X> dy, View<const X> x, View<const W> w,
+                      ConstTensor inv_rms);
+template <class X, class W>
+void layernorm_forward(View<X> y, Tensor mean, Tensor rstd, View<const X> x, View<const W> w,
+                       View<const W> b, float eps);
+template <class X, class W>
+void layernorm_backward(View<X> dx, Tensor dw, Tensor db, View<const X> dy, View<const X> x,
+                        View<const W> w, ConstTensor mean, ConstTensor rstd);
+void rope_forward(View<bf16> x, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                  int64_t first_row);
+void rope_backward(View<bf16> dx, ConstTensor cos, ConstTensor sin, int64_t head_dim,
+                   int64_t first_row);
+template <class A>
+void swiglu_forward(View<A> a, View<const A> g, View<const A> u);
+template <class A>
+void swiglu_backward(View<A> dg, View<A> du, View<const A> da, View<const A> g, View<const A> u);
+template <class A>
+void gelu_forward(View<A> y, View<const A> x);
+template <class A>
+void gelu_backward(View<A> dx, View<const A> dy, View<const A> x);
+template <class A, class W>
+void bias_add(View<A> y, View<const W> b);
+template <class A>
+void bias_backward(Tensor db, View<const A> dy);
+template <class A, class W>
+void embedding_forward(View<A> x, View<const int32_t> tokens, View<const W> wte);
+template <class A>
+void embedding_backward(Tensor dwte, View<const A> dx, View<const int32_t> tokens);
+
 // --- LayerNorm (PyTorch semantics: biased variance) ---
 // y[t,:] = (x[t,:] - mean[t]) * rstd[t] * w + b,  rstd[t] = 1 / sqrt(var_c x[t,c] + eps), var the
 // biased (divide by C) variance.  x, y: [T, C]; w, b: [C]; mean, rstd: [T], saved for the backward.

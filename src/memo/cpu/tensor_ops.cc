@@ -8,6 +8,7 @@
 
 #include "memo/backend/checks.h"
 #include "memo/backend/view_checks.h"
+#include "memo/cpu/elem.h"
 
 namespace memo::cpu {
 namespace {
@@ -71,13 +72,51 @@ void scale(Tensor x, float factor) {
   for (int64_t i = 0; i < n; ++i) d[i] *= factor;
 }
 
-void add_into(Tensor dst, ConstTensor src) {
-  check_add_into(dst, src);
-  float* d = dst.data();
-  const float* s = src.data();
+template <class D, class S>
+void add_into(View<D> dst, View<const S> src) {
+  D* d = dst.data();
+  const S* s = src.data();
   const int64_t n = dst.numel();
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+  for (int64_t i = 0; i < n; ++i) put(d[i], wide(d[i]) + wide(s[i]));
+}
+
+void add_into(Tensor dst, ConstTensor src) {
+  check_add_into(dst, src);
+  add_into<float, float>(dst, src);
+}
+
+template void add_into<bf16, bf16>(View<bf16>, View<const bf16>);
+template void add_into<bf16, float>(View<bf16>, View<const float>);
+template void add_into<float, bf16>(View<float>, View<const bf16>);
+
+// bf16 copies, fills and scales (Note [bf16 elementwise on the CPU]): the same rows or elements as
+// the f32 ones, a copy moving the bits.
+void copy(View<bf16> dst, View<const bf16> src) {
+  if (dst.contiguous() && src.contiguous()) {
+    std::memcpy(dst.data(), src.data(), size_t(dst.numel()) * sizeof(bf16));
+    return;
+  }
+  const int64_t rows = dst.ndim() == 2 ? dst.rows() : 1, cols = dst.numel() / rows;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst.data() + r * (dst.ndim() == 2 ? dst.ld() : 0),
+                src.data() + r * (src.ndim() == 2 ? src.ld() : 0), size_t(cols) * sizeof(bf16));
+}
+
+void fill(View<bf16> dst, float value) {
+  const bf16 v = float_to_bf16(value);
+  bf16* d = dst.data();
+  const int64_t n = dst.numel();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) d[i] = v;
+}
+
+void scale(View<bf16> x, float factor) {
+  bf16* d = x.data();
+  const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) put(d[i], wide(d[i]) * factor);
 }
 
 // One thread in index order: the loss of a micro-batch is this sum of its token losses, and it

@@ -17,6 +17,13 @@ void scale(Tensor x, float factor);          // x *= factor
 double sum(ConstTensor x);                   // sum x, in double, in index order (one thread)
 double sum_squares(ConstTensor x);           // sum x^2, in double
 void add_into(Tensor dst, ConstTensor src);  // dst += src
+// The same over bf16 (Note [bf16 elementwise on the CPU]), unchecked: Backend checked the shapes.
+// add_into is instantiated for every pair of f32 and bf16 but (f32, f32), the function above.
+template <class D, class S>
+void add_into(View<D> dst, View<const S> src);
+void copy(View<bf16> dst, View<const bf16> src);
+void fill(View<bf16> dst, float value);
+void scale(View<bf16> x, float factor);
 // The noise-scale probe's fused pass (Backend::noise_probe_pass): sum g^2 over fixed chunks of
 // kNoiseProbeChunk with 8 double lanes each, chunk sums added in order; noise_probe_chunks(n)
 // partial sums.
