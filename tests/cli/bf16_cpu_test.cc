@@ -100,7 +100,8 @@ TEST_F(Bf16Cpu, bf16_attention_follows_the_cpu_or_the_environment) {
         " --seq 32 --batch 4 --steps 3" + " --val-batches 1 --precision bf16 --out " +
         dir.str(name) + " --log " + dir.str(name + ".jsonl"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_EQ(contains(r.output, "native bf16 products, attention;"), on[0] == '1') << r.output;
+    EXPECT_EQ(contains(r.output, "native bf16 products, attention, elementwise;"), on[0] == '1')
+        << r.output;
     EXPECT_EQ(contains(r.output, cpu::bf16_attention_name()), on[0] == '1') << r.output;
   }
   expect_close_first_losses(dir.str("attention1.jsonl"), dir.str("attention0.jsonl"));

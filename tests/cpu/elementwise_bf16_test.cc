@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memo/backend/bf16_storage.h"
@@ -75,48 +76,51 @@ void expect_same_bits(const std::string& what, const std::vector<Mat>& args,
 struct RowShape {
   int64_t T, C, pad;
 };
-// One row; widths off the 8- and 16-lane vectors; a strided slice; rows for two threads.
+// One row; widths off the 8- and 16-lane vectors; a strided slice; rows for two threads. The norms
+// also take f32 activations with bf16 weights (a bf16 model decoding in f32).
 const RowShape kShapes[] = {{1, 24, 0}, {7, 37, 0}, {5, 64, 6}, {300, 257, 0}};
 
 TEST(Bf16Elementwise, norms_give_the_bits_of_widening) {
   const DType b16 = DType::kBF16, f32 = DType::kF32;
   for (const RowShape& s : kShapes)
-    for (DType wt : {b16, f32}) {
+    for (auto [xt, wt] : {std::pair{b16, b16}, {b16, f32}, {f32, b16}}) {
       const std::string at = std::to_string(s.T) + "x" + std::to_string(s.C) +
-                             (wt == b16 ? " bf16 weights" : " f32 weights");
+                             (xt == b16 ? " bf16" : " f32") + " activations, " +
+                             (wt == b16 ? "bf16" : "f32") + " weights";
       // y, inv_rms, x, w
       expect_same_bits("rmsnorm_forward " + at,
-                       {Mat(s.T, s.C, b16, 1, 1.0f, s.pad), Mat(s.T, 1, f32, 2), Mat(s.T, s.C, b16, 3, 3.0f, s.pad),
-                        Mat(1, s.C, wt, 4)},
+                       {Mat(s.T, s.C, xt, 1, 1.0f, s.pad), Mat(s.T, 1, f32, 2),
+                        Mat(s.T, s.C, xt, 3, 3.0f, s.pad), Mat(1, s.C, wt, 4)},
                        [](Backend& be, std::vector<Mat>& m) {
                          be.rmsnorm_forward(m[0].t(), m[1].v(), m[2].t(), m[3].v(), 1e-5f);
                        });
       // dx (added into), dw, dy, x, w, inv_rms
       expect_same_bits("rmsnorm_backward " + at,
-                       {Mat(s.T, s.C, b16, 5, 1.0f, s.pad), Mat(1, s.C, f32, 6), Mat(s.T, s.C, b16, 7, 1.0f, s.pad),
-                        Mat(s.T, s.C, b16, 8, 2.0f, s.pad), Mat(1, s.C, wt, 9), Mat(s.T, 1, f32, 10)},
+                       {Mat(s.T, s.C, xt, 5, 1.0f, s.pad), Mat(1, s.C, f32, 6),
+                        Mat(s.T, s.C, xt, 7, 1.0f, s.pad), Mat(s.T, s.C, xt, 8, 2.0f, s.pad),
+                        Mat(1, s.C, wt, 9), Mat(s.T, 1, f32, 10)},
                        [](Backend& be, std::vector<Mat>& m) {
                          be.rmsnorm_backward(m[0].t(), m[1].v(), m[2].t(), m[3].t(), m[4].v(),
                                              m[5].v());
                        });
       // y, mean, rstd, x, w, b
-      expect_same_bits("layernorm_forward " + at,
-                       {Mat(s.T, s.C, b16, 11, 1.0f, s.pad), Mat(s.T, 1, f32, 12), Mat(s.T, 1, f32, 13),
-                        Mat(s.T, s.C, b16, 14, 3.0f, s.pad), Mat(1, s.C, wt, 15), Mat(1, s.C, wt, 16)},
-                       [](Backend& be, std::vector<Mat>& m) {
-                         be.layernorm_forward(m[0].t(), m[1].v(), m[2].v(), m[3].t(), m[4].v(), m[5].v(),
-                                              1e-5f);
-                       });
+      expect_same_bits(
+          "layernorm_forward " + at,
+          {Mat(s.T, s.C, xt, 11, 1.0f, s.pad), Mat(s.T, 1, f32, 12), Mat(s.T, 1, f32, 13),
+           Mat(s.T, s.C, xt, 14, 3.0f, s.pad), Mat(1, s.C, wt, 15), Mat(1, s.C, wt, 16)},
+          [](Backend& be, std::vector<Mat>& m) {
+            be.layernorm_forward(m[0].t(), m[1].v(), m[2].v(), m[3].t(), m[4].v(), m[5].v(), 1e-5f);
+          });
       // dx (added into), dw, db, dy, x, w, mean, rstd
-      expect_same_bits("layernorm_backward " + at,
-                       {Mat(s.T, s.C, b16, 17, 1.0f, s.pad), Mat(1, s.C, f32, 18), Mat(1, s.C, f32, 19),
-                        Mat(s.T, s.C, b16, 20, 1.0f, s.pad), Mat(s.T, s.C, b16, 21, 2.0f, s.pad),
-                        Mat(1, s.C, wt, 22), Mat(s.T, 1, f32, 23, 0.1f), Mat(s.T, 1, f32, 24, 0.5f)},
-                       [](Backend& be, std::vector<Mat>& m) {
-                         be.layernorm_backward(m[0].t(), m[1].v(), m[2].v(), m[3].t(), m[4].t(),
-                                               m[5].v(), m[6].v(),
-                                               m[7].v());
-                       });
+      expect_same_bits(
+          "layernorm_backward " + at,
+          {Mat(s.T, s.C, xt, 17, 1.0f, s.pad), Mat(1, s.C, f32, 18), Mat(1, s.C, f32, 19),
+           Mat(s.T, s.C, xt, 20, 1.0f, s.pad), Mat(s.T, s.C, xt, 21, 2.0f, s.pad),
+           Mat(1, s.C, wt, 22), Mat(s.T, 1, f32, 23, 0.1f), Mat(s.T, 1, f32, 24, 0.5f)},
+          [](Backend& be, std::vector<Mat>& m) {
+            be.layernorm_backward(m[0].t(), m[1].v(), m[2].v(), m[3].t(), m[4].t(), m[5].v(),
+                                  m[6].v(), m[7].v());
+          });
     }
 }
 
@@ -125,12 +129,11 @@ TEST(Bf16Elementwise, activations_rope_biases_and_embeddings_give_the_bits_of_wi
   for (const RowShape& s : kShapes) {
     const std::string at = std::to_string(s.T) + "x" + std::to_string(s.C);
     // a, g (large enough to saturate the sigmoid), u; then dg, du, da, g, u
-    expect_same_bits("swiglu_forward " + at,
-                     {Mat(s.T, s.C, b16, 31, 1.0f, s.pad), Mat(s.T, s.C, b16, 32, 8.0f, s.pad),
-                      Mat(s.T, s.C, b16, 33, 1.0f, s.pad)},
-                     [](Backend& be, std::vector<Mat>& m) {
-                       be.swiglu_forward(m[0].t(), m[1].t(), m[2].t());
-                     });
+    expect_same_bits(
+        "swiglu_forward " + at,
+        {Mat(s.T, s.C, b16, 31, 1.0f, s.pad), Mat(s.T, s.C, b16, 32, 8.0f, s.pad),
+         Mat(s.T, s.C, b16, 33, 1.0f, s.pad)},
+        [](Backend& be, std::vector<Mat>& m) { be.swiglu_forward(m[0].t(), m[1].t(), m[2].t()); });
     expect_same_bits("swiglu_backward " + at,
                      {Mat(s.T, s.C, b16, 34, 1.0f, s.pad), Mat(s.T, s.C, b16, 35, 1.0f, s.pad),
                       Mat(s.T, s.C, b16, 36, 1.0f, s.pad), Mat(s.T, s.C, b16, 37, 8.0f, s.pad),
@@ -146,12 +149,13 @@ TEST(Bf16Elementwise, activations_rope_biases_and_embeddings_give_the_bits_of_wi
                        be.gelu_backward(m[2].t(), m[0].t(), m[1].t());
                      });
     for (DType wt : {b16, f32})
-      expect_same_bits(std::string("biases ") + at,
-                       {Mat(s.T, s.C, b16, 42, 1.0f, s.pad), Mat(1, s.C, wt, 43), Mat(1, s.C, f32, 44)},
-                       [](Backend& be, std::vector<Mat>& m) {
-                         be.bias_add(m[0].t(), m[1].v());
-                         be.bias_backward(m[2].v(), m[0].t());
-                       });
+      expect_same_bits(
+          std::string("biases ") + at,
+          {Mat(s.T, s.C, b16, 42, 1.0f, s.pad), Mat(1, s.C, wt, 43), Mat(1, s.C, f32, 44)},
+          [](Backend& be, std::vector<Mat>& m) {
+            be.bias_add(m[0].t(), m[1].v());
+            be.bias_backward(m[2].v(), m[0].t());
+          });
     // RoPE over heads of 8 (pairs (i, i + 4)): the C columns rounded down to whole heads.
     const int64_t heads = s.C / 8;
     expect_same_bits("rope " + at,
@@ -161,17 +165,18 @@ TEST(Bf16Elementwise, activations_rope_biases_and_embeddings_give_the_bits_of_wi
                        be.rope_forward(m[0].t(), m[1].t(), m[2].t(), 8, 2);
                        be.rope_backward(m[0].t(), m[1].t(), m[2].t(), 8, 1);
                      });
-    for (DType wt : {b16, f32}) {
+    for (auto [xt, wt] : {std::pair{b16, b16}, {b16, f32}, {f32, b16}}) {
       std::vector<int32_t> ids;
       for (int64_t t = 0; t < s.T; ++t) ids.push_back(int32_t(t * 7 % 5));
       if (s.T > 2) ids[1] = kOtherShard;
-      expect_same_bits(std::string("embedding ") + at,
-                       {Mat(s.T, s.C, b16, 48, 1.0f, s.pad), Mat(5, s.C, wt, 49), Mat(5, s.C, f32, 50)},
-                       [&ids](Backend& be, std::vector<Mat>& m) {
-                         const View<const int32_t> tokens(ids.data(), {int64_t(ids.size())});
-                         be.embedding_forward(m[0].t(), tokens, m[1].t());
-                         be.embedding_backward(m[2].t(), m[0].t(), tokens);
-                       });
+      expect_same_bits(
+          std::string("embedding ") + at,
+          {Mat(s.T, s.C, b16, 48, 1.0f, s.pad), Mat(5, s.C, wt, 49), Mat(5, s.C, f32, 50)},
+          [&ids](Backend& be, std::vector<Mat>& m) {
+            const View<const int32_t> tokens(ids.data(), {int64_t(ids.size())});
+            be.embedding_forward(m[0].t(), tokens, m[1].t());
+            be.embedding_backward(m[2].t(), m[0].t(), tokens);
+          });
     }
   }
 }
@@ -191,9 +196,7 @@ TEST(Bf16Elementwise, copies_fills_scales_and_adds_give_the_bits_of_widening) {
     for (DType dst : {b16, f32})
       for (DType src : {b16, f32})
         expect_same_bits("add_into " + at, {Mat(s.T * s.C, 1, dst, 54), Mat(s.T * s.C, 1, src, 55)},
-                         [](Backend& be, std::vector<Mat>& m) {
-                           be.add_into(m[0].v(), m[1].v());
-                         });
+                         [](Backend& be, std::vector<Mat>& m) { be.add_into(m[0].v(), m[1].v()); });
   }
 }
 

@@ -75,7 +75,10 @@ TEST(Budget, over_budget_refusal_names_need_budget_shortfall_and_what_fits) {
 // length as well, so a budget that a shorter sequence fits gets that length, and it fits for real
 // (the scratch at the traced length, counted as fixed, once left none).
 TEST(Budget, bf16_advice_counts_the_conversion_scratch_as_growing_with_the_sequence) {
-  Bf16StorageBackend mixed(cpu_backend());
+  // the CPU with its kernels widened, so that there are widened copies to count
+  CpuBackend widening(
+      CpuOptions{.bf16_products = false, .bf16_attention = false, .bf16_elementwise = false});
+  Bf16StorageBackend mixed(widening);
   Model model(testing::tiny_config(), mixed);
   const int64_t seq = 256;
   const DevicePlan full = plan_device_memory(model, 2, seq, 0);

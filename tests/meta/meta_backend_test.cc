@@ -148,7 +148,8 @@ TEST(MetaBackend, takes_sizes_and_row_granularity_from_its_target) {
   EXPECT_TRUE(over_native.bf16_products());
   EXPECT_TRUE(over_native.bf16_attention());
   EXPECT_TRUE(over_native.bf16_elementwise());
-  EXPECT_FALSE(meta.bf16_elementwise());
+  EXPECT_EQ(meta.bf16_elementwise(), cpu_backend().bf16_elementwise());  // every CPU
+  EXPECT_FALSE(MetaBackend(f32_kernels).bf16_elementwise());
 }
 
 TEST(CpuBackend, sum_adds_in_index_order_in_double) {

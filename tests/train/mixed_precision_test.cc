@@ -178,7 +178,10 @@ TEST(MixedPrecision, checkpoints_hold_f32_master_weights_and_a_bf16_run_resumes_
 // The device need counts the bf16 working copy beside the f32 parameters, and the model computes
 // with it: bf16 weights that follow every write of the master weights.
 TEST(MixedPrecision, the_working_weights_are_bf16_counted_and_follow_the_master_weights) {
-  Bf16StorageBackend mixed(cpu_backend());
+  // the CPU with its kernels widened, so that there are widened copies to count
+  CpuBackend widening(
+      CpuOptions{.bf16_products = false, .bf16_attention = false, .bf16_elementwise = false});
+  Bf16StorageBackend mixed(widening);
   test::TempDir dir;
   const TrainOptions o = options(dir.path(), false);
   Model model(load_model_config(o.config_path), mixed);

@@ -65,4 +65,7 @@ void bias_add(Tensor y, ConstTensor b) {
 template void bias_add<bf16, bf16>(View<bf16>, View<const bf16>);
 template void bias_add<bf16, float>(View<bf16>, View<const float>);
 
+template void bias_add<float, bf16>(View<float>, View<const bf16>);
+
+template void bias_add<float, float>(View<float>, View<const float>);
 }  // namespace memo::cpu

@@ -101,46 +101,50 @@ void CpuBackend::do_matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor 
   if (bf16_operands(*this, a, b)) return cpu::matmul_bf16_token_panels(c, a, b, false, beta);
   cpu::matmul_token_panels_kn(c, a, b, beta);
 }
-// Note [bf16 elementwise on the CPU]: a bf16 activation takes the kernels over bf16, whose working
-// weights may be bf16 or f32; every other argument is f32 (the checked views say so if not).
+// Note [bf16 elementwise on the CPU]: activations X and working weights W are each f32 or bf16
+// (a bf16 run's layers: both bf16; a bf16 model decoding in f32: f32 activations, bf16 weights);
+// every other argument is f32 (the checked views say so if not).
 namespace {
 bool is_bf16(ConstTensor t) { return t.dtype() == DType::kBF16; }
+// f(x_tag, w_tag) with the element types of x and w: float or bf16 each.
+template <class F>
+void by_dtypes(ConstTensor x, ConstTensor w, F&& f) {
+  if (is_bf16(x)) {
+    if (is_bf16(w)) return f(bf16{}, bf16{});
+    return f(bf16{}, float{});
+  }
+  if (is_bf16(w)) return f(float{}, bf16{});
+  f(float{}, float{});
+}
 }  // namespace
 
 void CpuBackend::do_rmsnorm_forward(Tensor y, Tensor inv_rms, ConstTensor x, ConstTensor w,
                                     float eps) {
-  if (!is_bf16(x)) return cpu::rmsnorm_forward(y, inv_rms, x, w, eps);
-  if (is_bf16(w))
-    return cpu::rmsnorm_forward<bf16, bf16>(y.as<bf16>(), inv_rms, x.as<const bf16>(),
-                                            w.as<const bf16>(), eps);
-  cpu::rmsnorm_forward<bf16, float>(y.as<bf16>(), inv_rms, x.as<const bf16>(), w, eps);
+  by_dtypes(x, w, [&]<class X, class W>(X, W) {
+    cpu::rmsnorm_forward<X, W>(y.as<X>(), inv_rms, x.as<const X>(), w.as<const W>(), eps);
+  });
 }
 void CpuBackend::do_rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x,
                                      ConstTensor w, ConstTensor inv_rms) {
-  if (!is_bf16(x)) return cpu::rmsnorm_backward(dx, dw, dy, x, w, inv_rms);
-  if (is_bf16(w))
-    return cpu::rmsnorm_backward<bf16, bf16>(dx.as<bf16>(), dw, dy.as<const bf16>(),
-                                             x.as<const bf16>(), w.as<const bf16>(), inv_rms);
-  cpu::rmsnorm_backward<bf16, float>(dx.as<bf16>(), dw, dy.as<const bf16>(), x.as<const bf16>(), w,
-                                     inv_rms);
+  by_dtypes(x, w, [&]<class X, class W>(X, W) {
+    cpu::rmsnorm_backward<X, W>(dx.as<X>(), dw, dy.as<const X>(), x.as<const X>(), w.as<const W>(),
+                                inv_rms);
+  });
 }
 void CpuBackend::do_layernorm_forward(Tensor y, Tensor mean, Tensor rstd, ConstTensor x,
                                       ConstTensor w, ConstTensor b, float eps) {
-  if (!is_bf16(x)) return cpu::layernorm_forward(y, mean, rstd, x, w, b, eps);
-  if (is_bf16(w))
-    return cpu::layernorm_forward<bf16, bf16>(y.as<bf16>(), mean, rstd, x.as<const bf16>(),
-                                              w.as<const bf16>(), b.as<const bf16>(), eps);
-  cpu::layernorm_forward<bf16, float>(y.as<bf16>(), mean, rstd, x.as<const bf16>(), w, b, eps);
+  by_dtypes(x, w, [&]<class X, class W>(X, W) {
+    cpu::layernorm_forward<X, W>(y.as<X>(), mean, rstd, x.as<const X>(), w.as<const W>(),
+                                 b.as<const W>(), eps);
+  });
 }
 void CpuBackend::do_layernorm_backward(Tensor dx, Tensor dw, Tensor db, ConstTensor dy,
                                        ConstTensor x, ConstTensor w, ConstTensor mean,
                                        ConstTensor rstd) {
-  if (!is_bf16(x)) return cpu::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
-  if (is_bf16(w))
-    return cpu::layernorm_backward<bf16, bf16>(dx.as<bf16>(), dw, db, dy.as<const bf16>(),
-                                               x.as<const bf16>(), w.as<const bf16>(), mean, rstd);
-  cpu::layernorm_backward<bf16, float>(dx.as<bf16>(), dw, db, dy.as<const bf16>(),
-                                       x.as<const bf16>(), w, mean, rstd);
+  by_dtypes(x, w, [&]<class X, class W>(X, W) {
+    cpu::layernorm_backward<X, W>(dx.as<X>(), dw, db, dy.as<const X>(), x.as<const X>(),
+                                  w.as<const W>(), mean, rstd);
+  });
 }
 void CpuBackend::do_rope_table(Tensor cos, Tensor sin, std::span<const double> inv_freq,
                                double attention_factor, int64_t first_position) {
@@ -178,19 +182,16 @@ void CpuBackend::do_gelu_backward(Tensor dx, ConstTensor dy, ConstTensor x) {
   cpu::gelu_backward(dx, dy, x);
 }
 void CpuBackend::do_bias_add(Tensor y, ConstTensor b) {
-  if (!is_bf16(y)) return cpu::bias_add(y, b);
-  if (is_bf16(b)) return cpu::bias_add<bf16, bf16>(y.as<bf16>(), b.as<const bf16>());
-  cpu::bias_add<bf16, float>(y.as<bf16>(), b);
+  by_dtypes(y, b, [&]<class A, class W>(A, W) { cpu::bias_add<A, W>(y.as<A>(), b.as<const W>()); });
 }
 void CpuBackend::do_bias_backward(Tensor db, ConstTensor dy) {
   if (is_bf16(dy)) return cpu::bias_backward<bf16>(db, dy.as<const bf16>());
   cpu::bias_backward(db, dy);
 }
 void CpuBackend::do_embedding_forward(Tensor x, View<const int32_t> tokens, ConstTensor wte) {
-  if (!is_bf16(x)) return cpu::embedding_forward(x, tokens, wte);
-  if (is_bf16(wte))
-    return cpu::embedding_forward<bf16, bf16>(x.as<bf16>(), tokens, wte.as<const bf16>());
-  cpu::embedding_forward<bf16, float>(x.as<bf16>(), tokens, wte);
+  by_dtypes(x, wte, [&]<class A, class W>(A, W) {
+    cpu::embedding_forward<A, W>(x.as<A>(), tokens, wte.as<const W>());
+  });
 }
 void CpuBackend::do_embedding_backward(Tensor dwte, ConstTensor dx, View<const int32_t> tokens) {
   if (is_bf16(dx)) return cpu::embedding_backward<bf16>(dwte, dx.as<const bf16>(), tokens);

@@ -72,4 +72,7 @@ template void embedding_forward<bf16, bf16>(View<bf16>, View<const int32_t>, Vie
 template void embedding_forward<bf16, float>(View<bf16>, View<const int32_t>, View<const float>);
 template void embedding_backward<bf16>(Tensor, View<const bf16>, View<const int32_t>);
 
+template void embedding_forward<float, bf16>(View<float>, View<const int32_t>, View<const bf16>);
+
+template void embedding_forward<float, float>(View<float>, View<const int32_t>, View<const float>);
 }  // namespace memo::cpu

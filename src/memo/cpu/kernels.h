@@ -68,7 +68,8 @@ void rmsnorm_backward(Tensor dx, Tensor dw, ConstTensor dy, ConstTensor x, Const
 // The row and elementwise kernels of this section and the next ones over bf16 activations (X, A)
 // and f32 or bf16 working weights (W), statistics and weight gradients f32: the f32 kernels'
 // arithmetic on widened elements, each output rounded once (Note [bf16 elementwise on the CPU] in
-// cpu/elem.h). Unchecked: Backend checked the shapes. Instantiated for X = A = bf16 only.
+// cpu/elem.h). Unchecked: Backend checked the shapes. Instantiated for A = bf16, and X and W each
+// f32 or bf16 (f32 activations with bf16 weights: a bf16 model decoding in f32).
 template <class X, class W>
 void rmsnorm_forward(View<X> y, Tensor inv_rms, View<const X> x, View<const W> w, float eps);
 template <class X, class W>

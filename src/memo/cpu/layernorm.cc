@@ -130,4 +130,15 @@ template void layernorm_backward<bf16, float>(View<bf16>, Tensor, Tensor, View<c
                                               View<const bf16>, View<const float>, ConstTensor,
                                               ConstTensor);
 
+template void layernorm_forward<float, bf16>(View<float>, Tensor, Tensor, View<const float>,
+                                             View<const bf16>, View<const bf16>, float);
+template void layernorm_backward<float, bf16>(View<float>, Tensor, Tensor, View<const float>,
+                                              View<const float>, View<const bf16>, ConstTensor,
+                                              ConstTensor);
+
+template void layernorm_forward<float, float>(View<float>, Tensor, Tensor, View<const float>,
+                                              View<const float>, View<const float>, float);
+template void layernorm_backward<float, float>(View<float>, Tensor, Tensor, View<const float>,
+                                               View<const float>, View<const float>, ConstTensor,
+                                               ConstTensor);
 }  // namespace memo::cpu

@@ -99,4 +99,13 @@ template void rmsnorm_backward<bf16, bf16>(View<bf16>, Tensor, View<const bf16>,
 template void rmsnorm_backward<bf16, float>(View<bf16>, Tensor, View<const bf16>, View<const bf16>,
                                             View<const float>, ConstTensor);
 
+template void rmsnorm_forward<float, bf16>(View<float>, Tensor, View<const float>, View<const bf16>,
+                                           float);
+template void rmsnorm_backward<float, bf16>(View<float>, Tensor, View<const float>,
+                                            View<const float>, View<const bf16>, ConstTensor);
+
+template void rmsnorm_forward<float, float>(View<float>, Tensor, View<const float>,
+                                            View<const float>, float);
+template void rmsnorm_backward<float, float>(View<float>, Tensor, View<const float>,
+                                             View<const float>, View<const float>, ConstTensor);
 }  // namespace memo::cpu
