@@ -207,7 +207,13 @@ TEST_F(PlanCommand, a_bf16_plan_is_the_bf16_runs_arena_and_counts_the_working_we
       nlohmann::json::parse(test::run_command(plan_base + " --precision bf16").output);
   for (const auto& [step, j] : log("bf16"))
     EXPECT_EQ(j["reserved_bytes"].get<int64_t>(), bf16["plan_peak_bytes"].get<int64_t>()) << step;
-  EXPECT_LT(bf16["plan_peak_bytes"].get<int64_t>(), f32["plan_peak_bytes"].get<int64_t>());
+  // bf16 activations take half the bytes: the plan is smaller than fp32's with the f32 attention
+  // kernel's scratch (the bf16 tiles' per-thread layouts and cached query sides are larger, and at
+  // this tiny width most of the plan)
+  const nlohmann::json bf16_f32_attention = nlohmann::json::parse(
+      test::run_command("env MEMO_CPU_BF16_ATTENTION=0 " + plan_base + " --precision bf16").output);
+  EXPECT_LT(bf16_f32_attention["plan_peak_bytes"].get<int64_t>(),
+            f32["plan_peak_bytes"].get<int64_t>());
   const int64_t weights = f32["need"]["weight_bytes"].get<int64_t>();
   EXPECT_EQ(f32["need"]["working_weight_bytes"].get<int64_t>(), 0);
   EXPECT_EQ(bf16["need"]["working_weight_bytes"].get<int64_t>(), weights / 2);

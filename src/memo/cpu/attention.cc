@@ -260,6 +260,7 @@ struct F32Tiles {
   using Elem = float;
   static constexpr bool kWide = kWideProducts;
   static constexpr bool kDqInPlace = true;
+  static constexpr bool kCachedQuerySide = false;  // its query side is two row copies
   static int64_t padded_dim(int64_t head_dim) { return cpu::padded_dim(head_dim); }
   static void put(float& dst, float x) { dst = x; }
   static float get(float x) { return x; }

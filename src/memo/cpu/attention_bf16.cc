@@ -405,6 +405,31 @@ struct Bf16Tiles {
     load_cols(t.qt, a.q, row0, n, c0, s.D, s.dp);
     load_cols(t.doutt, a.dout, row0, n, c0, s.D, s.dp);
   }
+  // The query side of one tile kept in the group scratch (Note [Group scratch]): q and dO rows
+  // (kT kdim each), q^T and dO^T (kT dp each), laid out once per query tile instead of once per
+  // (key tile, query tile) pair.
+  static constexpr bool kCachedQuerySide = true;
+  static int64_t query_side_numel(int64_t dp) { return kT * (kdim(dp) + dp); }
+  struct QuerySide {
+    uint16_t *q, *dout, *qt, *doutt;
+    QuerySide(float* cache, int64_t dp) {
+      Carver c{cache};
+      q = c.bits(kT * kdim(dp)), dout = c.bits(kT * kdim(dp));
+      qt = c.bits(kT * dp), doutt = c.bits(kT * dp);
+    }
+  };
+  static void build_query_side(float* cache, const BackwardArgs<bf16>& a, int64_t row0, int64_t n,
+                               int64_t c0, const AttnShape& s) {
+    const QuerySide qs(cache, s.dp);
+    load_rows(qs.q, a.q, row0, n, c0, s.D, kdim(s.dp));
+    load_rows(qs.dout, a.dout, row0, n, c0, s.D, kdim(s.dp));
+    load_cols(qs.qt, a.q, row0, n, c0, s.D, s.dp);
+    load_cols(qs.doutt, a.dout, row0, n, c0, s.D, s.dp);
+  }
+  static void use_query_side(Bwd& t, float* cache, const AttnShape& s) {
+    const QuerySide qs(cache, s.dp);
+    t.q = qs.q, t.dout = qs.dout, t.qt = qs.qt, t.doutt = qs.doutt;
+  }
   static void load_key_side(Bwd& t, const BackwardArgs<bf16>& a, int64_t row0, int64_t n,
                             int64_t c0, const AttnShape& s, bool for_dq) {
     load_pairs_along_d(t.kp, a.k, row0, n, c0, s.D, kdim(s.dp));
@@ -520,10 +545,13 @@ int64_t attention_bf16_backward_scratch_numel(int64_t seq, int64_t head_dim, int
              ", n_heads ", n_heads, ", n_kv_heads ", n_kv_heads,
              " must all be > 0, n_heads a multiple of n_kv_heads");
   const int64_t dp = padded_dim16(head_dim);
-  const int64_t tiles = bf16_attention_on_amx() ? Bf16Tiles<true>::backward_numel(dp)
-                                                : Bf16Tiles<false>::backward_numel(dp);
-  return int64_t(omp_get_max_threads()) *
-         (tiles + group_scratch_numel<Bf16Tiles<false>>(seq, n_heads / n_kv_heads, dp));
+  const int64_t G = n_heads / n_kv_heads;
+  const int64_t per_thread =
+      bf16_attention_on_amx()
+          ? Bf16Tiles<true>::backward_numel(dp) + group_scratch_numel<Bf16Tiles<true>>(seq, G, dp)
+          : Bf16Tiles<false>::backward_numel(dp) +
+                group_scratch_numel<Bf16Tiles<false>>(seq, G, dp);
+  return int64_t(omp_get_max_threads()) * per_thread;
 }
 
 void attention_bf16_backward(memo::Tensor dq, memo::Tensor dk, memo::Tensor dv,

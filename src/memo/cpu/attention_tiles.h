@@ -49,7 +49,11 @@ namespace memo::cpu::attn {
 // element then sees the products of its key tiles in the same order (ascending) from the same
 // zero as in the split scheme's second pass, which also recomputes the same P and dS, so the
 // two schemes give the same bits for bf16 (tested); the group scratch saves that pass's two score
-// products and softmax. The scratch holds them only up to kGroupScratchBytes per thread (at
+// products and softmax. A policy whose query side is laid out at a cost (P::kCachedQuerySide: the
+// bf16 tiles' q and dO rows and their transposes) also keeps each query tile's layouts there,
+// built once per group instead of once per (key tile, query tile) pair: the same values, so the
+// same bits; where they would pass the bound the scratch goes without them. The scratch holds
+// them only up to kGroupScratchBytes per thread (at
 // D 32, G 2 the accumulator is 264 bytes a token: S 4096 takes 1.03 MiB); past it delta is
 // recomputed per pair and a bf16 backward takes the split scheme. The sizes depend on S and G,
 // never on the batch, so the group scratch is there (and unused) when the groups do not spread.
@@ -446,24 +450,42 @@ template <class P, class E = typename P::Elem>
 struct GroupScratch {
   float* delta = nullptr;
   float* dq = nullptr;
+  float* query_side = nullptr;  // [G][n_tiles][P::query_side_numel(dp)] (Note [Group scratch])
 };
 inline int64_t padded_seq(const AttnShape& s) { return s.n_tiles() * kT; }
 // Its floats per thread: 0 where it would pass kGroupScratchBytes. S + kT rows per head, not S':
-// a size affine in S, as the planner's scale_trace assumes (S' <= S + kT - 1).
+// a size affine in S, as the planner's scale_trace assumes (S' <= S + kT - 1). With the cached
+// query sides where they fit too, else without them.
+template <class P>
+int64_t group_base_numel(int64_t S, int64_t G, int64_t dp) {
+  return G * (S + kT) * (1 + (P::kDqInPlace ? 0 : dp));
+}
+template <class P>
+int64_t group_query_side_numel(int64_t S, int64_t G, int64_t dp) {
+  if constexpr (P::kCachedQuerySide)
+    return G * (S + kT) * (P::query_side_numel(dp) / kT);
+  else
+    return 0;
+}
 template <class P>
 int64_t group_scratch_numel(int64_t S, int64_t G, int64_t dp) {
-  const int64_t rows = G * (S + kT);
-  const int64_t n = rows * (1 + (P::kDqInPlace ? 0 : dp));
-  return n * int64_t(sizeof(float)) <= kGroupScratchBytes ? n : 0;
+  const int64_t base = group_base_numel<P>(S, G, dp);
+  const int64_t full = base + group_query_side_numel<P>(S, G, dp);
+  if (full * int64_t(sizeof(float)) <= kGroupScratchBytes) return full;
+  return base * int64_t(sizeof(float)) <= kGroupScratchBytes ? base : 0;
 }
 
-// Query side of tile qt of head h: q and dO tiles (P::load_query_side), lse, and delta from the
-// group scratch's deltas [S'] of head h where given, else computed; padded rows are zero.
+// Query side of tile qt of head h: q and dO tiles (P::load_query_side, or the group scratch's
+// cached layouts where given), lse, and delta from the group scratch's deltas [S'] of head h where
+// given, else computed; padded rows are zero.
 template <class P, class E = typename P::Elem>
 void load_query_side(typename P::Bwd& t, const BackwardArgs<E>& a, const AttnShape& s, int64_t b,
-                     int64_t h, int64_t qt, bool key_grads, const float* deltas = nullptr) {
+                     int64_t h, int64_t qt, bool key_grads, const float* deltas = nullptr,
+                     float* cached = nullptr) {
   const int64_t nq = s.tile_rows(qt), row0 = b * s.S + qt * kT;
-  P::load_query_side(t, a, row0, nq, h * s.D, s, key_grads);
+  if constexpr (P::kCachedQuerySide)
+    if (cached) P::use_query_side(t, cached, s);
+  if (!cached) P::load_query_side(t, a, row0, nq, h * s.D, s, key_grads);
   if (deltas)
     std::copy(deltas + qt * kT, deltas + qt * kT + kT, t.delta);
   else
@@ -496,7 +518,11 @@ void backward_key_tile(const View<E>& dq, const View<E>& dk, const View<E>& dv,
     for (int64_t qt = s.causal ? kt : 0; qt < s.n_tiles(); ++qt) {
       // key_start: later query tiles start later still (AttnMask), so none of them sees kt
       if (s.first_key_tile(b, qt) > kt) break;
-      load_query_side<P>(t, a, s, b, h, qt, true, gs.delta ? gs.delta + g * sp : nullptr);
+      float* cached = nullptr;
+      if constexpr (P::kCachedQuerySide)
+        if (gs.query_side)
+          cached = gs.query_side + (g * s.n_tiles() + qt) * P::query_side_numel(s.dp);
+      load_query_side<P>(t, a, s, b, h, qt, true, gs.delta ? gs.delta + g * sp : nullptr, cached);
       probs_and_dscores<P>(t, s, b, qt, kt, true, add_dq);
       P::acc_key_grads(t, s);
       if (!add_dq) continue;
@@ -516,7 +542,7 @@ void backward_key_tile(const View<E>& dq, const View<E>& dk, const View<E>& dv,
 template <class P, class E = typename P::Elem>
 void backward_group(const View<E>& dq, const View<E>& dk, const View<E>& dv,
                     const BackwardArgs<E>& a, const AttnShape& s, int64_t b, int64_t hk, float* ws,
-                    float* group_ws) {
+                    float* group_ws, bool cache_query_sides) {
   GroupScratch gs;
   const int64_t sp = padded_seq(s);
   if (group_ws) {
@@ -528,6 +554,15 @@ void backward_group(const View<E>& dq, const View<E>& dk, const View<E>& dv,
       gs.dq = group_ws + s.G * sp;
       std::fill(gs.dq, gs.dq + s.G * sp * s.dp, 0.0f);
     }
+    if constexpr (P::kCachedQuerySide)
+      if (cache_query_sides) {
+        gs.query_side = group_ws + s.G * sp * (1 + (P::kDqInPlace ? 0 : s.dp));
+        const int64_t qs = P::query_side_numel(s.dp);
+        for (int64_t g = 0; g < s.G; ++g)
+          for (int64_t qt = 0; qt < s.n_tiles(); ++qt)
+            P::build_query_side(gs.query_side + (g * s.n_tiles() + qt) * qs, a, b * s.S + qt * kT,
+                                s.tile_rows(qt), (hk * s.G + g) * s.D, s);
+      }
   }
   if constexpr (P::kDqInPlace) P::zero_group_dq(dq, b * s.S, s.S, hk * s.G * s.D, s.G * s.D);
   for (int64_t kt = 0; kt < s.n_tiles(); ++kt)
@@ -608,7 +643,8 @@ void attention_backward(const char* name, View<E> dq, View<E> dk, View<E> dv, Vi
     for (int64_t g = 0; g < groups; ++g) {
       float* ws = scratch.data() + omp_get_thread_num() * per_thread;
       backward_group<P>(dq, dk, dv, a, s, g / s.Hkv, g % s.Hkv, ws,
-                        group_numel > 0 ? ws + tiles_numel : nullptr);
+                        group_numel > 0 ? ws + tiles_numel : nullptr,
+                        group_numel > group_base_numel<P>(s.S, s.G, s.dp));
     }
     return;
   }
