@@ -1,7 +1,8 @@
 // Causal grouped-query attention over bf16 q, k, v, o, dO, dq, dk, dv on a CPU with AVX512-BF16:
-// the schedule of attention_tiles.h with bf16 tiles whose six products run on vdpbf16ps
-// (Note [bf16 attention on the CPU]). Oracle: attention_reference.h, within the bound
-// tests/cpu/attention_bf16_test.cc derives.
+// the schedule of attention_tiles.h with bf16 tiles whose six products run on vdpbf16ps (Note
+// [bf16 attention on the CPU]) or, where the CPU has them, on AMX tiles (Note [AMX tiles for
+// attention]). Oracle: attention_reference.h, within the bound tests/cpu/attention_bf16_test.cc
+// derives.
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
