@@ -54,9 +54,14 @@ struct Mat {
   }
   Tensor v() { return t().reshape({rows * cols}); }
   bool operator==(const Mat& o) const {
+    // the bits (memcmp, not ==: NaN payloads and signed zeros count); an empty vector's data()
+    // may be null, which memcmp must not get
+    const auto same = [](const void* x, const void* y, size_t n) {
+      return n == 0 || std::memcmp(x, y, n) == 0;
+    };
     return b.size() == o.b.size() && f.size() == o.f.size() &&
-           std::memcmp(b.data(), o.b.data(), b.size() * sizeof(bf16)) == 0 &&
-           std::memcmp(f.data(), o.f.data(), f.size() * sizeof(float)) == 0;
+           same(b.data(), o.b.data(), b.size() * sizeof(bf16)) &&
+           same(f.data(), o.f.data(), f.size() * sizeof(float));
   }
 };
 
