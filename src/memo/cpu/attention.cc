@@ -266,14 +266,14 @@ struct F32Tiles {
   static float get(float x) { return x; }
 
   // Per-thread forward workspace, in floats: q, k^T, v, o-accumulator tiles (kT * dp each), the
-  // score tile (kT * kT), running max and sum (kT each).
-  static int64_t forward_numel(int64_t dp) { return 4 * kT * dp + kT * kT + 2 * kT; }
+  // score tile (kT * kT), running max (kT) and sum (kT * kW).
+  static int64_t forward_numel(int64_t dp) { return 4 * kT * dp + kT * kT + kT + kT * kW; }
   struct Fwd {
     float *q, *kt, *v, *acc, *p, *m, *l;
     Fwd(float* ws, int64_t dp) {
       for (float** f : {&q, &kt, &v, &acc}) *f = ws, ws += kT * dp;
       p = ws, ws += kT * kT;
-      m = ws, l = ws + kT;
+      m = ws, l = ws + kT;  // l: kT * kW
     }
   };
   static void load_q(Fwd& t, const ConstTensor& q, int64_t row0, int64_t n, int64_t c0,
@@ -286,6 +286,7 @@ struct F32Tiles {
     load_tile(t.v, v, row0, n, c0, s.D, s.dp);
   }
   static void scores(Fwd& t, const AttnShape& s) { dot_nt<kWide>(t.p, t.q, t.kt, s.dp); }
+  static float* probs(Fwd& t) { return t.p; }
   static void pv(Fwd& t, const AttnShape& s) { acc_tile<kWide>(t.acc, t.p, kT, 1, t.v, s.dp); }
 
   // Per-thread backward workspace: q, dO, k, k^T, v^T, dk, dv, dq tiles (kT * dp each), the P and
@@ -317,7 +318,7 @@ struct F32Tiles {
     dot_nt<kWide>(t.p, t.q, t.kt, s.dp);
     dot_nt<kWide>(t.ds, t.dout, t.vt, s.dp);
   }
-  static void prepare(Bwd&, const AttnShape&, bool, bool) {}
+  static constexpr bool kRoundsProbs = false;  // P and dS stay f32, in place
   static void zero_key_grads(Bwd& t, const AttnShape& s) {
     std::fill(t.dk, t.dk + kT * s.dp, 0.0f);
     std::fill(t.dv, t.dv + kT * s.dp, 0.0f);

@@ -202,29 +202,11 @@ void amx_dot(float* c, const uint16_t* a, const uint16_t* b, int64_t M, int64_t 
   }
 }
 
-// f32 [kT][kT] -> bf16, rounded to nearest even: as rows (for P.v and dS.k) or as pairs along
-// rows [kT/2][kT][2] (for dO^T.P and q^T.dS).
-[[gnu::target("avx512f,avx512bw,avx512bf16")]] void round_rows(uint16_t* dst, const float* src) {
-  for (int64_t e = 0; e < kT * kT; e += 2 * kLanes) {
-    const __m512bh x =
-        _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + e + kLanes), _mm512_loadu_ps(src + e));
-    _mm512_storeu_si512(dst + e, (__m512i)x);
-  }
-}
-[[gnu::target("avx512f,avx512bw,avx512bf16")]] void round_row_pairs(uint16_t* dst,
-                                                                    const float* src) {
-  // lanes 0..15 of the conversion hold row 2p's 16 columns, 16..31 row 2p+1's: interleave them
-  alignas(64) static constexpr uint16_t kInterleave[32] = {
-      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i idx = _mm512_load_si512(kInterleave);
-  for (int64_t p = 0; p < kT / 2; ++p)
-    for (int64_t j = 0; j < kT; j += kLanes) {
-      const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + (2 * p + 1) * kT + j),
-                                             _mm512_loadu_ps(src + 2 * p * kT + j));
-      _mm512_storeu_si512(dst + (p * kT + j) * 2, _mm512_permutexvar_epi16(idx, (__m512i)x));
-    }
-}
+// The two rows of a bf16 conversion of 16 + 16 lanes (row 2p's columns, then row 2p + 1's) as
+// pairs along rows: the words (x[2p][j], x[2p + 1][j]).
+alignas(64) constexpr uint16_t kInterleaveHalves[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                        21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                        11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
 // Rows [r0, r0 + n) of a head's D columns of a bf16 tensor (src(r, c0 + d)) into a zero-padded
 // tile: rows [kT][dp]; columns [dp][kT] (the transpose); pairs along d [dp/2][kT][2]; pairs along
@@ -346,11 +328,11 @@ struct Bf16Tiles {
   static void put(bf16& dst, float x) { dst = float_to_bf16(x); }
   static float get(bf16 x) { return bf16_to_float(x); }
 
-  // Per-thread forward workspace, in floats: the o accumulator (kT dp) and scores (kT kT), m and
-  // l (kT each); then bf16 q rows and k pairs along d (kT kdim each), v pairs along keys (kT dp)
+  // Per-thread forward workspace, in floats: the o accumulator (kT dp) and scores (kT kT), m (kT)
+  // and l (kT kW); then bf16 q rows and k pairs along d (kT kdim each), v pairs along keys (kT dp)
   // and P (kT kT).
   static int64_t forward_numel(int64_t dp) {
-    return kT * dp + kT * kT + 2 * kT + (2 * kT * kdim(dp) + kT * dp + kT * kT) / 2;
+    return kT * dp + kT * kT + kT + kT * kW + (2 * kT * kdim(dp) + kT * dp + kT * kT) / 2;
   }
   struct Fwd {
     Tiles tiles;
@@ -358,7 +340,7 @@ struct Bf16Tiles {
     uint16_t *q, *kp, *vp, *pb;
     Fwd(float* ws, int64_t dp) {
       Carver c{ws};
-      acc = c.f32(kT * dp), p = c.f32(kT * kT), m = c.f32(kT), l = c.f32(kT);
+      acc = c.f32(kT * dp), p = c.f32(kT * kT), m = c.f32(kT), l = c.f32(kT * kW);
       q = c.bits(kT * kdim(dp)), kp = c.bits(kT * kdim(dp)), vp = c.bits(kT * dp);
       pb = c.bits(kT * kT);
     }
@@ -373,10 +355,8 @@ struct Bf16Tiles {
     load_pairs_along_rows(t.vp, v, row0, n, c0, s.D, s.dp);
   }
   static void scores(Fwd& t, const AttnShape& s) { mm(t.p, t.q, t.kp, kT, kdim(s.dp), kT, false); }
-  static void pv(Fwd& t, const AttnShape& s) {
-    round_rows(t.pb, t.p);
-    mm(t.acc, t.pb, t.vp, kT, kT, s.dp, true);
-  }
+  static uint16_t* probs(Fwd& t) { return t.pb; }  // rounded by the online softmax
+  static void pv(Fwd& t, const AttnShape& s) { mm(t.acc, t.pb, t.vp, kT, kT, s.dp, true); }
 
   // Per-thread backward workspace, in floats: dq [kT][dp], dk^T and dv^T [dp][kT], P and dP/dS
   // [kT][kT], lse and delta [kT]; then bf16 q and dO rows and k and v pairs along d (kT kdim each),
@@ -441,9 +421,37 @@ struct Bf16Tiles {
     mm(t.p, t.q, t.kp, kT, kdim(s.dp), kT, false);
     mm(t.ds, t.dout, t.vp, kT, kdim(s.dp), kT, false);
   }
-  static void prepare(Bwd& t, const AttnShape&, bool key_grads, bool for_dq) {
-    if (key_grads) round_row_pairs(t.pp, t.p), round_row_pairs(t.dsp, t.ds);
-    if (for_dq) round_rows(t.dsr, t.ds);
+  // P and dS of two query rows at a time in registers (Note [Softmax rows in registers]), rounded
+  // to nearest even into P and dS as pairs along queries (key_grads) and dS as rows (for_dq).
+  static constexpr bool kRoundsProbs = true;
+  [[gnu::target("avx512f,avx512bw,avx512bf16")]] static void round_probs_and_dscores(
+      Bwd& t, const AttnShape& s, int64_t b, int64_t qt, int64_t kt, bool key_grads, bool for_dq) {
+    const __m512i interleave = _mm512_load_si512(kInterleaveHalves);
+    const float scale = 1.0f / std::sqrt(float(s.D));
+    for (int64_t i = 0; i < kT; i += 2) {
+      Row16 p0, ds0, p1, ds1;  // rows i and i + 1, in registers
+      int64_t lo, hi;
+      probs_keys(s, b, qt, kt, i, lo, hi);
+      probs_row16(t.p + i * kT, t.ds + i * kT, lo, hi, scale, t.lse[i], t.delta[i], p0, ds0);
+      probs_keys(s, b, qt, kt, i + 1, lo, hi);
+      probs_row16(t.p + (i + 1) * kT, t.ds + (i + 1) * kT, lo, hi, scale, t.lse[i + 1],
+                  t.delta[i + 1], p1, ds1);
+      if (key_grads)
+        for (int64_t v = 0; v < kV16; ++v) {  // the words (row i, row i + 1) per key
+          const int64_t at = (i / 2 * kT + 16 * v) * 2;
+          const __m512bh pw = _mm512_cvtne2ps_pbh(p1[v], p0[v]);
+          const __m512bh dsw = _mm512_cvtne2ps_pbh(ds1[v], ds0[v]);
+          _mm512_storeu_si512(t.pp + at, _mm512_permutexvar_epi16(interleave, (__m512i)pw));
+          _mm512_storeu_si512(t.dsp + at, _mm512_permutexvar_epi16(interleave, (__m512i)dsw));
+        }
+      if (for_dq)
+        for (int64_t v = 0; v < kV16; v += 2) {
+          _mm512_storeu_si512(t.dsr + i * kT + 16 * v,
+                              (__m512i)_mm512_cvtne2ps_pbh(ds0[v + 1], ds0[v]));
+          _mm512_storeu_si512(t.dsr + (i + 1) * kT + 16 * v,
+                              (__m512i)_mm512_cvtne2ps_pbh(ds1[v + 1], ds1[v]));
+        }
+    }
   }
   static void zero_key_grads(Bwd& t, const AttnShape& s) {
     std::fill(t.dkt, t.dkt + kT * s.dp, 0.0f);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "memo/backend/checks.h"
 #include "memo/cpu/kernels.h"
@@ -132,15 +133,15 @@ typedef int32_t IVec16 __attribute__((vector_size(16 * sizeof(int32_t))));
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const Vec16 y = p * r * r + r + 1.0f;
-  const IVec16 bits = (__builtin_convertvector(n, IVec16) + 127) << 23;
-  const Vec16 two_n = (Vec16)bits;
-  return x < kExpMin ? Vec16{} : y * two_n;
+  // y 2^n by vscalefps: one rounding of the exact product, as y * two_n (n in [-126, 127])
+  // rounds in exp_neg, so the same bits in one instruction instead of four.
+  const __mmask16 seen = _mm512_cmp_ps_mask(__m512(x), _mm512_set1_ps(kExpMin), _CMP_NLT_US);
+  return Vec16(_mm512_maskz_scalef_ps(seen, __m512(y), __m512(n)));
 }
 
-// Row i of online_softmax_step after the masking: the scaling and the running max (returned),
-// then e^(s - mx) in place, its lane sums returned in sum.
-template <bool kWide>
-float scale_and_max(float* pi, float scale, float m) {
+// Row i of online_softmax_step on 8 lanes, after the masking: the scaling and the running max
+// (returned), then e^(s - mx) in place, its lane sums returned.
+inline float scale_and_max(float* pi, float scale, float m) {
   Vec mx_v = splat(m);
   for (int64_t j = 0; j < kT; j += kW) {
     const Vec x = load(pi + j) * scale;
@@ -151,28 +152,7 @@ float scale_and_max(float* pi, float scale, float m) {
   for (int64_t w = 1; w < kW; ++w) mx = std::max(mx, mx_v[w]);
   return mx;
 }
-template <>
-[[gnu::target("avx512f")]] inline float scale_and_max<true>(float* pi, float scale, float m) {
-  Vec16 mx_v = Vec16{} + m;
-  for (int64_t j = 0; j < kT; j += 16) {
-    const Vec16 x = load16(pi + j) * scale;
-    store16(pi + j, x);
-    mx_v = mx_v < x ? x : mx_v;
-  }
-  // A tree of maxima: the same value as a chain (a max rounds nothing), a quarter of the latency.
-  // (GCC 12's _mm512_reduce_max_ps trips its own maybe-uninitialized warning.)
-  typedef float Vec4 __attribute__((vector_size(4 * sizeof(float))));
-  const auto max = [](auto a, auto b) { return a < b ? b : a; };
-  const Vec m8 = max(__builtin_shufflevector(mx_v, mx_v, 0, 1, 2, 3, 4, 5, 6, 7),
-                     __builtin_shufflevector(mx_v, mx_v, 8, 9, 10, 11, 12, 13, 14, 15));
-  Vec4 m4 =
-      max(__builtin_shufflevector(m8, m8, 0, 1, 2, 3), __builtin_shufflevector(m8, m8, 4, 5, 6, 7));
-  m4 = max(m4, __builtin_shufflevector(m4, m4, 2, 3, 0, 1));
-  m4 = max(m4, __builtin_shufflevector(m4, m4, 1, 0, 3, 2));
-  return m4[0];
-}
-template <bool kWide>
-Vec exp_and_sum(float* pi, float mx) {
+inline Vec exp_and_sum(float* pi, float mx) {
   Vec sum_v{};
   for (int64_t j = 0; j < kT; j += kW) {
     const Vec e = exp_neg(load(pi + j) - mx);
@@ -181,62 +161,100 @@ Vec exp_and_sum(float* pi, float mx) {
   }
   return sum_v;
 }
-template <>
-[[gnu::target("avx512f")]] inline Vec exp_and_sum<true>(float* pi, float mx) {
-  Vec sum_v{};
-  for (int64_t j = 0; j < kT; j += 16) {
-    const Vec16 e = exp_neg16(load16(pi + j) - mx);
-    store16(pi + j, e);
-    sum_v += __builtin_shufflevector(e, e, 0, 1, 2, 3, 4, 5, 6, 7);
-    sum_v += __builtin_shufflevector(e, e, 8, 9, 10, 11, 12, 13, 14, 15);
-  }
-  return sum_v;
+
+// Note [Softmax rows in registers]
+// On 16 lanes a tile row of kT = 64 scores is 4 registers, so the row steps below load it once,
+// then scale, mask, take the maximum, exponentiate, sum and (bf16) round it there and store only
+// the result: the same operations per element as the passes over memory they replace (so the same
+// bits), without storing and reloading the row between passes. A row's masked keys become -inf by
+// a select on the lane's key index.
+constexpr int64_t kV16 = kT / 16;  // 16-lane vectors in a tile row
+typedef Vec16 Row16[kV16];
+
+// The lanes of vector v of a row outside the visible keys [lo, hi) become `fill`.
+[[gnu::target("avx512f")]] inline Vec16 mask_keys(Vec16 x, int64_t v, int64_t lo, int64_t hi,
+                                                  float fill) {
+  const IVec16 key = IVec16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} + int32_t(16 * v);
+  return (key >= int32_t(lo)) & (key < int32_t(hi)) ? x : Vec16{} + fill;
 }
-// Row i of probs_and_dscores: s * scale - lse over the whole row (before the masking), and
-// after it p = e^s and ds = p (dp - delta) scale.
-template <bool kWide>
-void shift_row(float* pi, float scale, float lse_i) {
+
+// The largest lane by a tree of maxima: the same value as a chain (a max rounds nothing), a
+// quarter of the latency. (GCC 12's _mm512_reduce_max_ps trips its own maybe-uninitialized
+// warning.)
+[[gnu::target("avx512f")]] inline float max_lane(Vec16 x) {
+  typedef float Vec4 __attribute__((vector_size(4 * sizeof(float))));
+  const auto max = [](auto a, auto b) { return a < b ? b : a; };
+  const Vec m8 = max(__builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7),
+                     __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15));
+  Vec4 m4 =
+      max(__builtin_shufflevector(m8, m8, 0, 1, 2, 3), __builtin_shufflevector(m8, m8, 4, 5, 6, 7));
+  m4 = max(m4, __builtin_shufflevector(m4, m4, 2, 3, 0, 1));
+  m4 = max(m4, __builtin_shufflevector(m4, m4, 1, 0, 3, 2));
+  return m4[0];
+}
+
+// One row of online_softmax_step in registers (Note [Softmax rows in registers]): x holds the raw
+// scores of keys [0, kT), of which [lo, hi) are visible (lo < hi), and becomes e^(s - m_new); m,
+// the row's lanes of l [kW] and its accumulator ai [dp] are updated.
+[[gnu::target("avx512f")]] inline void softmax_row16(Row16& x, int64_t lo, int64_t hi, float scale,
+                                                     float& m, float* l, float* ai, int64_t dp) {
+  const bool masked = lo > 0 || hi < kT;
+  Vec16 mx_v = Vec16{} + m;
+  for (int64_t v = 0; v < kV16; ++v) {
+    x[v] *= scale;
+    if (masked) x[v] = mask_keys(x[v], v, lo, hi, -std::numeric_limits<float>::infinity());
+    mx_v = mx_v < x[v] ? x[v] : mx_v;  // std::max's choice per lane
+  }
+  const float mx = max_lane(mx_v);
+  Vec sum_v{};  // the 8 lanes' order: the low half of each 16, then the high half
+  for (int64_t v = 0; v < kV16; ++v) {
+    x[v] = exp_neg16(x[v] - mx);
+    sum_v += __builtin_shufflevector(x[v], x[v], 0, 1, 2, 3, 4, 5, 6, 7);
+    sum_v += __builtin_shufflevector(x[v], x[v], 8, 9, 10, 11, 12, 13, 14, 15);
+  }
+  if (mx == m) {  // corr = e^0 = 1 exactly: l * 1 and acc * 1 change no bit
+    store(l, load(l) + sum_v);
+    return;
+  }
+  const float corr = std::exp(m - mx);  // m = -inf on the first tile: corr = 0
+  m = mx;
+  store(l, load(l) * corr + sum_v);
+#pragma omp simd
+  for (int64_t d = 0; d < dp; ++d) ai[d] *= corr;
+}
+
+// Row i of probs_and_dscores on 8 lanes: s * scale - lse over the whole row (before the
+// masking), and after it p = e^s and ds = p (dp - delta) scale.
+inline void shift_row(float* pi, float scale, float lse_i) {
   for (int64_t j = 0; j < kT; j += kW) store(pi + j, load(pi + j) * scale - lse_i);
 }
-template <>
-[[gnu::target("avx512f")]] inline void shift_row<true>(float* pi, float scale, float lse_i) {
-  for (int64_t j = 0; j < kT; j += 16) store16(pi + j, load16(pi + j) * scale - lse_i);
-}
-template <bool kWide>
-void probs_row(float* pi, float* dsi, float scale, float delta_i) {
+inline void probs_row(float* pi, float* dsi, float scale, float delta_i) {
   for (int64_t j = 0; j < kT; j += kW) {
     const Vec pv = exp_neg(load(pi + j));
     store(pi + j, pv);
     store(dsi + j, pv * (load(dsi + j) - delta_i) * scale);
   }
 }
-template <>
-[[gnu::target("avx512f")]] inline void probs_row<true>(float* pi, float* dsi, float scale,
-                                                       float delta_i) {
-  for (int64_t j = 0; j < kT; j += 16) {
-    const Vec16 pv = exp_neg16(load16(pi + j));
-    store16(pi + j, pv);
-    store16(dsi + j, pv * (load16(dsi + j) - delta_i) * scale);
-  }
-}
-
 // shift_row and probs_row in one pass, for a row with no masked key: the same operations on each
 // element, without storing and reloading the shifted scores.
-template <bool kWide>
-void shifted_probs_row(float* pi, float* dsi, float scale, float lse_i, float delta_i) {
+inline void shifted_probs_row(float* pi, float* dsi, float scale, float lse_i, float delta_i) {
   for (int64_t j = 0; j < kT; j += kW) {
     const Vec pv = exp_neg(load(pi + j) * scale - lse_i);
     store(pi + j, pv);
     store(dsi + j, pv * (load(dsi + j) - delta_i) * scale);
   }
 }
-template <>
-[[gnu::target("avx512f")]] inline void shifted_probs_row<true>(float* pi, float* dsi, float scale,
-                                                               float lse_i, float delta_i) {
-  for (int64_t j = 0; j < kT; j += 16) {
-    const Vec16 pv = exp_neg16(load16(pi + j) * scale - lse_i);
-    store16(pi + j, pv);
-    store16(dsi + j, pv * (load16(dsi + j) - delta_i) * scale);
+// The same on 16 lanes in registers (Note [Softmax rows in registers]): from row i's raw scores
+// pi and dP dsi, whose keys [lo, hi) are unmasked, its p and ds.
+[[gnu::target("avx512f")]] inline void probs_row16(const float* pi, const float* dsi, int64_t lo,
+                                                   int64_t hi, float scale, float lse_i,
+                                                   float delta_i, Row16& p, Row16& ds) {
+  const bool masked = lo > 0 || hi < kT;
+  for (int64_t v = 0; v < kV16; ++v) {
+    Vec16 x = load16(pi + 16 * v) * scale - lse_i;
+    if (masked) x = mask_keys(x, v, lo, hi, -std::numeric_limits<float>::infinity());
+    p[v] = exp_neg16(x);
+    ds[v] = p[v] * (load16(dsi + 16 * v) - delta_i) * scale;
   }
 }
 
@@ -303,10 +321,13 @@ inline AttnShape attn_shape(const AttnDims& d, const AttnMask& mask, int64_t dp)
 
 // One key tile's step of the online softmax of FlashAttention-2 (Algorithm 1) over the raw
 // scores p[kT][kT] of query tile qt: per row, m_new = max(m, rowmax s), acc *= e^(m - m_new),
-// l = l e^(m - m_new) + rowsum e^(s - m_new), and p becomes e^(s - m_new) (0 where masked).
-template <bool kWide>
-void online_softmax_step(float* p, float* m, float* l, float* acc, const AttnShape& s, int64_t b,
-                         int64_t qt, int64_t kt) {
+// l = l e^(m - m_new) + rowsum e^(s - m_new), and the probabilities e^(s - m_new) (0 where masked)
+// go to out: p itself (f32), or bf16 rows [kT][kT] rounded to nearest even, for the policy's P.v.
+// l is kept as kW partial sums per row ([kT][kW]), summed in lane order once at the tile's end: a
+// row step adds a vector instead of reducing one (a chain of kW dependent adds per row per key
+// tile). On 8 lanes, over memory:
+inline void online_softmax_step_narrow(float* p, float* m, float* l, float* acc, const AttnShape& s,
+                                       int64_t b, int64_t qt, int64_t kt) {
   const float scale = 1.0f / std::sqrt(float(s.D));
   for (int64_t i = 0; i < kT; ++i) {
     float* pi = p + i * kT;
@@ -322,49 +343,110 @@ void online_softmax_step(float* p, float* m, float* l, float* acc, const AttnSha
     // 3-cycle max per key that cost as much as the tile's two products.
     std::fill(pi, pi + lo, -std::numeric_limits<float>::infinity());
     std::fill(pi + hi, pi + kT, -std::numeric_limits<float>::infinity());
-    const float mx = scale_and_max<kWide>(pi, scale, m[i]);
-    const Vec sum_v = exp_and_sum<kWide>(pi, mx);
-    float sum = 0.0f;  // lanes in a fixed order: deterministic
-    for (int64_t w = 0; w < kW; ++w) sum += sum_v[w];
+    const float mx = scale_and_max(pi, scale, m[i]);
+    const Vec sum_v = exp_and_sum(pi, mx);
+    float* li = l + i * kW;
     if (mx == m[i]) {  // corr = e^0 = 1 exactly: l * 1 and acc * 1 change no bit
-      l[i] += sum;
+      store(li, load(li) + sum_v);
       continue;
     }
     const float corr = std::exp(m[i] - mx);  // m[i] = -inf on the first tile: corr = 0
     m[i] = mx;
-    l[i] = l[i] * corr + sum;
+    store(li, load(li) * corr + sum_v);
     float* ai = acc + i * s.dp;
 #pragma omp simd
     for (int64_t d = 0; d < s.dp; ++d) ai[d] *= corr;
   }
 }
+// On 16 lanes, each row in registers (Note [Softmax rows in registers]), into p:
+[[gnu::target("avx512f")]] inline void online_softmax_step_wide(float* p, float* m, float* l,
+                                                                float* acc, const AttnShape& s,
+                                                                int64_t b, int64_t qt, int64_t kt,
+                                                                float* out) {
+  const float scale = 1.0f / std::sqrt(float(s.D));
+  for (int64_t i = 0; i < kT; ++i) {
+    int64_t lo, hi;
+    s.visible(b, qt, kt, i, lo, hi);
+    Row16 x;
+    for (int64_t v = 0; v < kV16; ++v) x[v] = lo < hi ? load16(p + i * kT + 16 * v) : Vec16{};
+    if (lo < hi) softmax_row16(x, lo, hi, scale, m[i], l + i * kW, acc + i * s.dp, s.dp);
+    for (int64_t v = 0; v < kV16; ++v) store16(out + i * kT + 16 * v, x[v]);
+  }
+}
+// and into bf16 rows.
+[[gnu::target("avx512f,avx512bw,avx512bf16")]] inline void online_softmax_step_wide(
+    float* p, float* m, float* l, float* acc, const AttnShape& s, int64_t b, int64_t qt, int64_t kt,
+    uint16_t* out) {
+  static_assert(kV16 % 2 == 0, "a row is whole pairs of 16-lane vectors");
+  const float scale = 1.0f / std::sqrt(float(s.D));
+  for (int64_t i = 0; i < kT; ++i) {
+    int64_t lo, hi;
+    s.visible(b, qt, kt, i, lo, hi);
+    Row16 x;
+    for (int64_t v = 0; v < kV16; ++v) x[v] = lo < hi ? load16(p + i * kT + 16 * v) : Vec16{};
+    if (lo < hi) softmax_row16(x, lo, hi, scale, m[i], l + i * kW, acc + i * s.dp, s.dp);
+    for (int64_t v = 0; v < kV16; v += 2)  // the same rounding as a row's conversion in memory
+      _mm512_storeu_si512(out + i * kT + 16 * v, (__m512i)_mm512_cvtne2ps_pbh(x[v + 1], x[v]));
+  }
+}
+template <bool kWide, class Out>
+void online_softmax_step(float* p, float* m, float* l, float* acc, const AttnShape& s, int64_t b,
+                         int64_t qt, int64_t kt, Out* out) {
+  if constexpr (kWide) {
+    online_softmax_step_wide(p, m, l, acc, s, b, qt, kt, out);
+  } else {
+    static_assert(std::is_same_v<Out, float>, "bf16 probabilities need the 16-lane steps");
+    online_softmax_step_narrow(p, m, l, acc, s, b, qt, kt);
+  }
+}
+
+// Keys [lo, hi) are unmasked for query row i of probs_and_dscores (lo == hi: none, as for padded
+// rows).
+inline void probs_keys(const AttnShape& s, int64_t b, int64_t qt, int64_t kt, int64_t i,
+                       int64_t& lo, int64_t& hi) {
+  s.visible(b, qt, kt, i, lo, hi);
+  if (i >= s.tile_rows(qt)) lo = hi = 0;
+  hi = std::max(lo, hi);
+}
 
 // From the raw scores p and dP = dO.v^T in ds (both [kT][kT]): p_ij = exp(s_ij - lse_i) (0 where
 // masked or padded), ds_ij = p_ij (dp_ij - delta_i) / sqrt(D): the 1/sqrt(D) of dq and dk is
-// folded into ds.
-template <bool kWide>
-void probs_and_dscores(float* p, float* ds, const float* lse, const float* delta,
-                       const AttnShape& s, int64_t b, int64_t qt, int64_t kt) {
-  const int64_t nq = s.tile_rows(qt);
+// folded into ds. In place, on 8 lanes:
+inline void probs_and_dscores_narrow(float* p, float* ds, const float* lse, const float* delta,
+                                     const AttnShape& s, int64_t b, int64_t qt, int64_t kt) {
   const float scale = 1.0f / std::sqrt(float(s.D));
   for (int64_t i = 0; i < kT; ++i) {
     float* pi = p + i * kT;
     float* dsi = ds + i * kT;
-    // Keys [lo, hi) are unmasked for query row i; none for padded rows.
     int64_t lo, hi;
-    s.visible(b, qt, kt, i, lo, hi);
-    if (i >= nq) lo = hi = 0;
-    hi = std::max(lo, hi);
+    probs_keys(s, b, qt, kt, i, lo, hi);
     const float lse_i = lse[i], delta_i = delta[i];
     if (lo == 0 && hi == kT) {
-      shifted_probs_row<kWide>(pi, dsi, scale, lse_i, delta_i);
+      shifted_probs_row(pi, dsi, scale, lse_i, delta_i);
       continue;
     }
     // The whole row on vectors, then the masked keys (lse_i may be -inf where a row sees none)
-    shift_row<kWide>(pi, scale, lse_i);
+    shift_row(pi, scale, lse_i);
     std::fill(pi, pi + lo, -std::numeric_limits<float>::infinity());
     std::fill(pi + hi, pi + kT, -std::numeric_limits<float>::infinity());
-    probs_row<kWide>(pi, dsi, scale, delta_i);
+    probs_row(pi, dsi, scale, delta_i);
+  }
+}
+// and on 16 lanes.
+[[gnu::target("avx512f")]] inline void probs_and_dscores_wide(float* p, float* ds, const float* lse,
+                                                              const float* delta,
+                                                              const AttnShape& s, int64_t b,
+                                                              int64_t qt, int64_t kt) {
+  const float scale = 1.0f / std::sqrt(float(s.D));
+  for (int64_t i = 0; i < kT; ++i) {
+    int64_t lo, hi;
+    probs_keys(s, b, qt, kt, i, lo, hi);
+    Row16 pv, dsv;
+    probs_row16(p + i * kT, ds + i * kT, lo, hi, scale, lse[i], delta[i], pv, dsv);
+    for (int64_t v = 0; v < kV16; ++v) {
+      store16(p + i * kT + 16 * v, pv[v]);
+      store16(ds + i * kT + 16 * v, dsv[v]);
+    }
   }
 }
 
@@ -378,13 +460,17 @@ struct BackwardArgs {
 // The policy P (attention.cc's F32Tiles, attention_bf16.cc's Bf16Tiles) provides, with E its
 // element type and dp its padded head dimension:
 //   forward_numel(dp), backward_numel(dp): the per-thread workspace in floats;
-//   Fwd: the forward workspace, Fwd(ws, dp), with float members acc [kT][dp], p [kT][kT], m, l;
-//   load_q(Fwd, q, row0, n, c0, s), load_kv(Fwd, k, v, row0, n, c0, s), scores(Fwd, s)
-//   (p = q_tile . k_tile^T, raw), pv(Fwd, s) (acc += p . v_tile);
+//   Fwd: the forward workspace, Fwd(ws, dp), with float members acc [kT][dp], p [kT][kT], m [kT], l
+//   [kT][kW]; load_q(Fwd, q, row0, n, c0, s), load_kv(Fwd, k, v, row0, n, c0, s), scores(Fwd, s) (p
+//   = q_tile . k_tile^T, raw), probs(Fwd) (where the online softmax puts the probabilities: p
+//   itself as float*, or bf16 rows as uint16_t*), pv(Fwd, s) (acc += probs . v_tile);
 //   Bwd: the backward workspace, Bwd(ws, dp), with float members p, ds [kT][kT], lse, delta [kT];
 //   load_query_side(Bwd, a, row0, n, c0, s, key_grads), load_key_side(Bwd, a, row0, n, c0, s,
-//   for_dq), scores(Bwd, s) (p = q.k^T, ds = dO.v^T), prepare(Bwd, s, key_grads, for_dq) after
-//   probs_and_dscores, zero_key_grads, acc_key_grads (dv += p^T dO, dk += ds^T q), store_key_grads,
+//   for_dq), scores(Bwd, s) (p = q.k^T, ds = dO.v^T); kRoundsProbs: whether the policy computes
+//   P and dS itself from those (round_probs_and_dscores(Bwd, s, b, qt, kt, key_grads, for_dq),
+//   into its own layouts: key_grads for the key gradients' products, for_dq for dq's), else
+//   probs_and_dscores does in place; zero_key_grads, acc_key_grads (dv += p^T dO, dk += ds^T q),
+//   store_key_grads,
 //   zero_dq (t.dq = 0), acc_dq(Bwd, acc, s) (acc [kT][dp] += ds k), store_dq(dq, src, row0, n,
 //   c0, s, add) (dq rows (+)= src [kT][dp]); where kDqInPlace, add_dq_partial(Bwd, s) (t.dq +=
 //   ds k computed from zero, as store_dq adds it) and zero_group_dq(dq, row0, n, c0, width);
@@ -402,24 +488,26 @@ void forward_query_tile(const View<E>& o, const View<float>& lse, const View<con
   P::load_q(t, q, row0, nq, h * s.D, s);
   std::fill(t.acc, t.acc + kT * s.dp, 0.0f);
   std::fill(t.m, t.m + kT, -std::numeric_limits<float>::infinity());
-  std::fill(t.l, t.l + kT, 0.0f);
+  std::fill(t.l, t.l + kT * kW, 0.0f);
   // causal: key tiles after the query tile are skipped; key_start: those before the tile's first
   const int64_t kt_last = s.causal ? qt : s.n_tiles() - 1;
   for (int64_t kt = s.first_key_tile(b, qt); kt <= kt_last; ++kt) {
     P::load_kv(t, k, v, b * s.S + kt * kT, s.tile_rows(kt), hk * s.D, s);
     P::scores(t, s);
-    online_softmax_step<P::kWide>(t.p, t.m, t.l, t.acc, s, b, qt, kt);
+    online_softmax_step<P::kWide>(t.p, t.m, t.l, t.acc, s, b, qt, kt, P::probs(t));
     P::pv(t, s);
   }
   for (int64_t i = 0; i < nq; ++i) {
-    if (t.l[i] == 0.0f) {  // no key visible (AttnMask): o = 0, lse = -inf
+    float l_i = 0.0f;  // lanes in a fixed order: deterministic
+    for (int64_t w = 0; w < kW; ++w) l_i += t.l[i * kW + w];
+    if (l_i == 0.0f) {  // no key visible (AttnMask): o = 0, lse = -inf
       for (int64_t d = 0; d < s.D; ++d) P::put(o(row0 + i, h * s.D + d), 0.0f);
       lse(b, h, qt * kT + i) = -std::numeric_limits<float>::infinity();
       continue;
     }
-    const float inv_l = 1.0f / t.l[i];
+    const float inv_l = 1.0f / l_i;
     for (int64_t d = 0; d < s.D; ++d) P::put(o(row0 + i, h * s.D + d), t.acc[i * s.dp + d] * inv_l);
-    lse(b, h, qt * kT + i) = t.m[i] + std::log(t.l[i]);
+    lse(b, h, qt * kT + i) = t.m[i] + std::log(l_i);
   }
 }
 
@@ -497,8 +585,12 @@ template <class P>
 void probs_and_dscores(typename P::Bwd& t, const AttnShape& s, int64_t b, int64_t qt, int64_t kt,
                        bool key_grads, bool for_dq) {
   P::scores(t, s);
-  probs_and_dscores<P::kWide>(t.p, t.ds, t.lse, t.delta, s, b, qt, kt);
-  P::prepare(t, s, key_grads, for_dq);
+  if constexpr (P::kRoundsProbs)
+    P::round_probs_and_dscores(t, s, b, qt, kt, key_grads, for_dq);
+  else if constexpr (P::kWide)
+    probs_and_dscores_wide(t.p, t.ds, t.lse, t.delta, s, b, qt, kt);
+  else
+    probs_and_dscores_narrow(t.p, t.ds, t.lse, t.delta, s, b, qt, kt);
 }
 
 // Key tile kt of kv head hk in sequence b, over all G query heads of the group and all query
