@@ -116,7 +116,7 @@ struct AttnBuffers {
     dk.assign(T * Hkv * D, 0.0f);
     dv.assign(T * Hkv * D, 0.0f);
     lse.assign(B * H * S, 0.0f);
-    scratch.assign(std::max(memo::cpu::attention_forward_scratch_numel(D),
+    scratch.assign(std::max(memo::cpu::attention_forward_scratch_numel(D, H, Hkv),
                             memo::cpu::attention_backward_scratch_numel(S, D, H, Hkv)),
                    0.0f);
   }
@@ -190,7 +190,7 @@ void compare_bf16(const BenchOptions& opt) {
                       dout = rounded(buf.dout), o(q.size()), dq(q.size()), dk(k.size()),
                       dv(k.size());
     std::vector<float> scratch(size_t(
-        std::max(memo::cpu::attention_bf16_forward_scratch_numel(buf.D),
+        std::max(memo::cpu::attention_bf16_forward_scratch_numel(buf.D, buf.H, buf.Hkv),
                  memo::cpu::attention_bf16_backward_scratch_numel(S, buf.D, buf.H, buf.Hkv))));
     const Tensor s(scratch.data(), {int64_t(scratch.size())}),
         lse(buf.lse.data(), {buf.B, buf.H, S});

@@ -103,7 +103,7 @@ struct Bf16AttnData {
   }
 
   void run_kernels() {
-    scratch.assign(size_t(std::max(attention_bf16_forward_scratch_numel(c.D),
+    scratch.assign(size_t(std::max(attention_bf16_forward_scratch_numel(c.D, c.H, c.Hkv),
                                    attention_bf16_backward_scratch_numel(c.S, c.D, c.H, c.Hkv))),
                    0.0f);
     const Tensor s(scratch.data(), {int64_t(scratch.size())});
@@ -289,6 +289,25 @@ TEST(Bf16Attention, repeats_bit_for_bit_over_runs_and_thread_counts) {
     });
 }
 
+// Note [Attention threads and determinism]: forward items of 4, 2 and 1 heads of a kv head (1, 2
+// and 3 threads at S 256, G 4) give the same bits, on each product path.
+TEST(Bf16Attention, forward_items_of_one_two_or_four_heads_give_the_same_bits) {
+  if (skip_without_bf16_attention()) GTEST_SKIP() << bf16_attention_name();
+  const Bf16AttnCase c{"item heads", 1, 256, 4, 1, 40, Bf16Mask::kDocuments};
+  for (const std::string& cap : bf16_attention_caps())
+    test::with_isa_cap(cap, [&] {
+      SCOPED_TRACE(bf16_attention_name());
+      Bf16AttnData four(c, 12), two(c, 12), one(c, 12);
+      test::with_threads(1, [&] { four.run_kernels(); });
+      test::with_threads(2, [&] { two.run_kernels(); });
+      test::with_threads(3, [&] { one.run_kernels(); });
+      for (const Bf16AttnData* other : {&two, &one}) {
+        EXPECT_TRUE(same_bits(four.o, other->o));
+        EXPECT_EQ(0, std::memcmp(four.lse.data(), other->lse.data(), four.lse.size() * 4));
+      }
+    });
+}
+
 // Note [Group scratch]: the by-group backward (dq accumulated in f32 in the group scratch) and the
 // split one (dq per query tile, recomputing P and dS) give the same bits, on each product path.
 // B * Hkv = 3 groups take the split scheme on 2 threads and the by-group one on 1.
@@ -316,7 +335,7 @@ TEST(Bf16Attention, refuses_an_f32_tensor_and_small_scratch_by_name) {
   const Tensor lse(data.lse.data(), {1, 2, 64});
   const View<const bf16> q(data.q.data(), {64, 32}), k(data.k.data(), {64, 16}),
       v(data.v.data(), {64, 16});
-  std::vector<float> big(size_t(attention_bf16_forward_scratch_numel(16)));
+  std::vector<float> big(size_t(attention_bf16_forward_scratch_numel(16, 2, 1)));
   try {
     attention_bf16_forward(Tensor(o32.data(), {64, 32}), lse, q, k, v, 1, 2, 1,
                            Tensor(big.data(), {int64_t(big.size())}));

@@ -64,7 +64,7 @@ struct AttnData {
   }
 
   void run_kernels() {
-    scratch.assign(std::max(attention_forward_scratch_numel(c.D),
+    scratch.assign(std::max(attention_forward_scratch_numel(c.D, c.H, c.Hkv),
                             attention_backward_scratch_numel(c.S, c.D, c.H, c.Hkv)),
                    0.0f);
     Tensor s(scratch.data(), {int64_t(scratch.size())});
@@ -162,7 +162,7 @@ TEST(Attention, merge_of_two_key_blocks_equals_attention_over_both) {
   const int64_t n = 70, H = 4, Hkv = 2, D = 16, QD = H * D, KD = Hkv * D;
   AttnData whole({1, 2 * n, H, Hkv, D}, 1.0, 5);
   whole.run_reference();
-  std::vector<float> scratch(size_t(attention_forward_scratch_numel(D)));
+  std::vector<float> scratch(size_t(attention_forward_scratch_numel(D, H, Hkv)));
   const Tensor s(scratch.data(), {int64_t(scratch.size())});
   auto rows = [&](std::vector<float>& x, int64_t width, int64_t r0) {
     return Tensor(x.data() + r0 * width, {n, width});
@@ -286,7 +286,7 @@ INSTANTIATE_TEST_SUITE_P(Masks, MaskedAttention, ::testing::ValuesIn(mask_cases(
 
 TEST(Attention, rejects_a_key_start_that_decreases_or_passes_a_causal_row) {
   AttnData data({1, 8, 2, 1, 4}, 1.0, 1);
-  std::vector<float> scratch(attention_forward_scratch_numel(4));
+  std::vector<float> scratch(attention_forward_scratch_numel(4, 2, 1));
   for (auto [ks, causal, want] :
        {std::tuple{std::vector<int32_t>{0, 0, 2, 2, 1, 5, 5, 5}, true, "below the row before's"},
         {std::vector<int32_t>{0, 0, 3, 3, 4, 5, 6, 7}, true, "after the row itself"},
@@ -326,6 +326,23 @@ TEST(Attention, repeated_calls_are_bitwise_equal) {
                         {&first.dk, &second.dk},
                         {&first.dv, &second.dv}})
       EXPECT_EQ(0, std::memcmp(a->data(), b->data(), a->size() * sizeof(float))) << c;
+  }
+}
+
+// Note [Attention threads and determinism]: the thread count picks how many heads of a kv head a
+// forward item takes (forward_item_heads; S 256 is 4 query tiles, G 4: 4 heads on 1 thread, 2 on
+// 2, 1 on 3), and each gives the same bits.
+TEST(Attention, forward_items_of_one_two_or_four_heads_give_the_same_bits) {
+  for (const AttnMask& mask : {AttnMask::kCausal, AttnMask::kFull}) {
+    AttnData four({1, 256, 4, 1, 24}, 1.0, 6), two = four, one = four;
+    four.mask = two.mask = one.mask = mask;
+    test::with_threads(1, [&] { four.run_kernels(); });
+    test::with_threads(2, [&] { two.run_kernels(); });
+    test::with_threads(3, [&] { one.run_kernels(); });
+    for (const AttnData* other : {&two, &one}) {
+      EXPECT_EQ(0, std::memcmp(four.o.data(), other->o.data(), four.o.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(four.lse.data(), other->lse.data(), four.lse.size() * 4));
+    }
   }
 }
 
@@ -431,7 +448,7 @@ TEST(Attention, rejects_small_scratch_naming_the_need) {
 
 TEST(Attention, rejects_kv_shape_naming_the_expected_one) {
   AttnData data({1, 8, 2, 1, 4}, 1.0, 1);
-  std::vector<float> scratch(attention_forward_scratch_numel(4));
+  std::vector<float> scratch(attention_forward_scratch_numel(4, 2, 1));
   try {
     attention_forward(Tensor(data.o.data(), {8, 8}), Tensor(data.lse.data(), {1, 2, 8}),
                       ConstTensor(data.q.data(), {8, 8}), ConstTensor(data.k.data(), {8, 4}),

@@ -969,7 +969,7 @@ std::vector<double> check_chunked_attention(const AttnCase& c, AttnMask mask, in
   if (bf16) q = q16.widened(), k = k16.widened(), v = v16.widened(), dout = dout16.widened();
   Buf o_cpu(T, H * D, H * D, kNaN), o_chunk(T, H * D, H * D + 5, kNaN);
   std::vector<float> lse_cpu = nan_vec(B * H * S), lse_chunk = nan_vec(B * H * S);
-  std::vector<float> fwd_scratch(cpu::attention_forward_scratch_numel(D));
+  std::vector<float> fwd_scratch(cpu::attention_forward_scratch_numel(D, H, Hkv));
   cpu::attention_forward(o_cpu.t(), View<float>(lse_cpu.data(), {B, H, S}), q.ct(), k.ct(), v.ct(),
                          B, H, Hkv, View<float>(fwd_scratch.data(), {int64_t(fwd_scratch.size())}),
                          mask);

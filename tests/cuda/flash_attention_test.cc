@@ -371,7 +371,7 @@ std::vector<double> check_flash(const Case& c, AttnMask mask, bool wide) {
   };
   // the CPU reference, f32 over the widened inputs; the backward from its o rounded to bf16
   std::vector<float> o_ref(size_t(T * H * D)), lse_ref(size_t(B * H * S));
-  std::vector<float> fs(size_t(cpu::attention_forward_scratch_numel(D)));
+  std::vector<float> fs(size_t(cpu::attention_forward_scratch_numel(D, H, Hkv)));
   cpu::attention_forward(view(o_ref, H * D), View<float>(lse_ref.data(), {B, H, S}),
                          view(qf, H * D), view(kf, Hkv * D), view(vf, Hkv * D), B, H, Hkv,
                          View<float>(fs.data(), {int64_t(fs.size())}), mask);

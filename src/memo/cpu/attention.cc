@@ -265,15 +265,25 @@ struct F32Tiles {
   static void put(float& dst, float x) { dst = x; }
   static float get(float x) { return x; }
 
-  // Per-thread forward workspace, in floats: q, k^T, v, o-accumulator tiles (kT * dp each), the
-  // score tile (kT * kT), running max (kT) and sum (kT * kW).
-  static int64_t forward_numel(int64_t dp) { return 4 * kT * dp + kT * kT + kT + kT * kW; }
+  // Per-thread forward workspace, in floats: the k^T and v tiles (kT * dp each) and the score tile
+  // (kT * kT), shared by the heads of an item; per head, its q and o-accumulator tiles (kT * dp
+  // each), running max (kT) and sum (kT * kW).
+  static int64_t forward_head_numel(int64_t dp) { return 2 * kT * dp + kT + kT * kW; }
+  static int64_t forward_numel(int64_t dp, int64_t heads) {
+    return 2 * kT * dp + kT * kT + heads * forward_head_numel(dp);
+  }
   struct Fwd {
-    float *q, *kt, *v, *acc, *p, *m, *l;
-    Fwd(float* ws, int64_t dp) {
-      for (float** f : {&q, &kt, &v, &acc}) *f = ws, ws += kT * dp;
-      p = ws, ws += kT * kT;
-      m = ws, l = ws + kT;  // l: kT * kW
+    float *kt, *v, *p;
+    float *q = nullptr, *acc = nullptr, *m = nullptr, *l = nullptr;  // of the head in use
+    float* heads;
+    int64_t dp;
+    Fwd(float* ws, int64_t dp_) : dp(dp_) {
+      kt = ws, v = ws + kT * dp, p = ws + 2 * kT * dp;
+      heads = p + kT * kT;
+    }
+    void head(int64_t g) {
+      q = heads + g * forward_head_numel(dp);
+      acc = q + kT * dp, m = acc + kT * dp, l = m + kT;  // l: kT * kW
     }
   };
   static void load_q(Fwd& t, const ConstTensor& q, int64_t row0, int64_t n, int64_t c0,
@@ -367,9 +377,10 @@ struct F32Tiles {
 
 }  // namespace
 
-int64_t attention_forward_scratch_numel(int64_t head_dim) {
-  MEMO_CHECK(head_dim > 0, "attention_forward_scratch_numel: head_dim ", head_dim, " must be > 0");
-  return int64_t(omp_get_max_threads()) * F32Tiles<false>::forward_numel(padded_dim(head_dim));
+int64_t attention_forward_scratch_numel(int64_t head_dim, int64_t n_heads, int64_t n_kv_heads) {
+  check_forward_scratch_args("attention_forward_scratch_numel", head_dim, n_heads, n_kv_heads);
+  return int64_t(omp_get_max_threads()) *
+         F32Tiles<false>::forward_numel(padded_dim(head_dim), n_heads / n_kv_heads);
 }
 
 void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,

@@ -328,21 +328,33 @@ struct Bf16Tiles {
   static void put(bf16& dst, float x) { dst = float_to_bf16(x); }
   static float get(bf16 x) { return bf16_to_float(x); }
 
-  // Per-thread forward workspace, in floats: the o accumulator (kT dp) and scores (kT kT), m (kT)
-  // and l (kT kW); then bf16 q rows and k pairs along d (kT kdim each), v pairs along keys (kT dp)
-  // and P (kT kT).
-  static int64_t forward_numel(int64_t dp) {
-    return kT * dp + kT * kT + kT + kT * kW + (2 * kT * kdim(dp) + kT * dp + kT * kT) / 2;
+  // Per-thread forward workspace, in floats: the scores (kT kT), then bf16 k pairs along d (kT
+  // kdim), v pairs along keys (kT dp) and P (kT kT), shared by the heads of an item; per head, the
+  // o accumulator (kT dp), m (kT) and l (kT kW), then its bf16 q rows (kT kdim).
+  static int64_t forward_head_numel(int64_t dp) {
+    return kT * dp + kT + kT * kW + kT * kdim(dp) / 2;
+  }
+  static int64_t forward_numel(int64_t dp, int64_t heads) {
+    return kT * kT + (kT * kdim(dp) + kT * dp + kT * kT) / 2 + heads * forward_head_numel(dp);
   }
   struct Fwd {
     Tiles tiles;
-    float *acc, *p, *m, *l;
-    uint16_t *q, *kp, *vp, *pb;
-    Fwd(float* ws, int64_t dp) {
+    float* p;
+    uint16_t *kp, *vp, *pb;
+    float *acc = nullptr, *m = nullptr, *l = nullptr;  // of the head in use
+    uint16_t* q = nullptr;
+    float* heads;
+    int64_t dp;
+    Fwd(float* ws, int64_t dp_) : dp(dp_) {
       Carver c{ws};
-      acc = c.f32(kT * dp), p = c.f32(kT * kT), m = c.f32(kT), l = c.f32(kT * kW);
-      q = c.bits(kT * kdim(dp)), kp = c.bits(kT * kdim(dp)), vp = c.bits(kT * dp);
-      pb = c.bits(kT * kT);
+      p = c.f32(kT * kT);
+      kp = c.bits(kT * kdim(dp)), vp = c.bits(kT * dp), pb = c.bits(kT * kT);
+      heads = c.ws;
+    }
+    void head(int64_t g) {
+      Carver c{heads + g * forward_head_numel(dp)};
+      acc = c.f32(kT * dp), m = c.f32(kT), l = c.f32(kT * kW);
+      q = c.bits(kT * kdim(dp));
     }
   };
   static void load_q(Fwd& t, const Bf16In& q, int64_t row0, int64_t n, int64_t c0,
@@ -521,15 +533,16 @@ const char* bf16_attention_name() {
 }
 
 // The per-thread tile workspace of this call's policy (Note [AMX tiles for attention]).
-int64_t bf16_forward_numel(int64_t dp) {
-  return bf16_attention_on_amx() ? Bf16Tiles<true>::forward_numel(dp)
-                                 : Bf16Tiles<false>::forward_numel(dp);
+int64_t bf16_forward_numel(int64_t dp, int64_t group) {
+  return bf16_attention_on_amx() ? Bf16Tiles<true>::forward_numel(dp, group)
+                                 : Bf16Tiles<false>::forward_numel(dp, group);
 }
 
-int64_t attention_bf16_forward_scratch_numel(int64_t head_dim) {
-  MEMO_CHECK(head_dim > 0, "attention_bf16_forward_scratch_numel: head_dim ", head_dim,
-             " must be > 0");
-  return int64_t(omp_get_max_threads()) * bf16_forward_numel(padded_dim16(head_dim));
+int64_t attention_bf16_forward_scratch_numel(int64_t head_dim, int64_t n_heads,
+                                             int64_t n_kv_heads) {
+  check_forward_scratch_args("attention_bf16_forward_scratch_numel", head_dim, n_heads, n_kv_heads);
+  return int64_t(omp_get_max_threads()) *
+         bf16_forward_numel(padded_dim16(head_dim), n_heads / n_kv_heads);
 }
 
 void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, memo::ConstTensor k,

@@ -28,8 +28,11 @@ namespace memo::cpu::attn {
 // changes no bit (tested for both precisions): the f32 split scheme adds each key tile's partial,
 // as the by-group one adds it into dq in place; the bf16 one chains them, as the group scratch's
 // accumulator does.
-// Forward: work items are (b, h, query tile); each owns its o rows and lse entries. B*H == 1 still
-//   gives S / kAttnTile items, so both cores are busy. Heavy items (late query tiles) go first.
+// Forward: work items are (b, heads of one kv head, query tile); each owns its o rows and lse
+//   entries, and lays out each key and value tile once for its heads (forward_item_heads: all G
+//   of the group where that leaves every thread 4 items, else fewer, down to one). B*H == 1
+//   still gives S / kAttnTile items, so both cores are busy. Heavy items (late query tiles) go
+//   first. A head's bits do not depend on which other heads share its item.
 // Backward, two schemes, chosen from (B*Hkv, threads):
 //   by group: items are (b, kv head) groups. A group owns dk, dv of its kv head and dq of its
 //     G = H/Hkv query heads, so one pass computes all five tile products per (key tile, query
@@ -459,55 +462,66 @@ struct BackwardArgs {
 
 // The policy P (attention.cc's F32Tiles, attention_bf16.cc's Bf16Tiles) provides, with E its
 // element type and dp its padded head dimension:
-//   forward_numel(dp), backward_numel(dp): the per-thread workspace in floats;
-//   Fwd: the forward workspace, Fwd(ws, dp), with float members acc [kT][dp], p [kT][kT], m [kT], l
-//   [kT][kW]; load_q(Fwd, q, row0, n, c0, s), load_kv(Fwd, k, v, row0, n, c0, s), scores(Fwd, s) (p
-//   = q_tile . k_tile^T, raw), probs(Fwd) (where the online softmax puts the probabilities: p
-//   itself as float*, or bf16 rows as uint16_t*), pv(Fwd, s) (acc += probs . v_tile);
-//   Bwd: the backward workspace, Bwd(ws, dp), with float members p, ds [kT][kT], lse, delta [kT];
-//   load_query_side(Bwd, a, row0, n, c0, s, key_grads), load_key_side(Bwd, a, row0, n, c0, s,
-//   for_dq), scores(Bwd, s) (p = q.k^T, ds = dO.v^T); kRoundsProbs: whether the policy computes
-//   P and dS itself from those (round_probs_and_dscores(Bwd, s, b, qt, kt, key_grads, for_dq),
-//   into its own layouts: key_grads for the key gradients' products, for_dq for dq's), else
-//   probs_and_dscores does in place; zero_key_grads, acc_key_grads (dv += p^T dO, dk += ds^T q),
-//   store_key_grads,
-//   zero_dq (t.dq = 0), acc_dq(Bwd, acc, s) (acc [kT][dp] += ds k), store_dq(dq, src, row0, n,
-//   c0, s, add) (dq rows (+)= src [kT][dp]); where kDqInPlace, add_dq_partial(Bwd, s) (t.dq +=
-//   ds k computed from zero, as store_dq adds it) and zero_group_dq(dq, row0, n, c0, width);
-//   put(E&, float) and get(const E&): the output rounding and the widening of an element;
-//   kDqInPlace: whether dq may accumulate over key tiles in its own dtype (else the by-group
-//   scheme needs the group scratch's f32 accumulator, Note [Group scratch]).
-//   kWide: whether the elementwise row steps run on 16 lanes (the CPU has AVX-512F).
+//   forward_numel(dp, heads), backward_numel(dp): the per-thread workspace in floats;
+//   Fwd: the forward workspace of an item's heads, Fwd(ws, dp), with float members p [kT][kT]
+//   (shared) and, of the head chosen by head(g), acc [kT][dp], m [kT], l [kT][kW]; load_q(Fwd, q,
+//   row0, n, c0, s), load_kv(Fwd, k, v, row0, n, c0, s), scores(Fwd, s) (p = q_tile . k_tile^T,
+//   raw), probs(Fwd) (where the online softmax puts the probabilities: p itself as float*, or bf16
+//   rows as uint16_t*), pv(Fwd, s) (acc += probs . v_tile); Bwd: the backward workspace, Bwd(ws,
+//   dp), with float members p, ds [kT][kT], lse, delta [kT]; load_query_side(Bwd, a, row0, n, c0,
+//   s, key_grads), load_key_side(Bwd, a, row0, n, c0, s, for_dq), scores(Bwd, s) (p = q.k^T, ds =
+//   dO.v^T); kRoundsProbs: whether the policy computes P and dS itself from those
+//   (round_probs_and_dscores(Bwd, s, b, qt, kt, key_grads, for_dq), into its own layouts: key_grads
+//   for the key gradients' products, for_dq for dq's), else probs_and_dscores does in place;
+//   zero_key_grads, acc_key_grads (dv += p^T dO, dk += ds^T q), store_key_grads, zero_dq (t.dq =
+//   0), acc_dq(Bwd, acc, s) (acc [kT][dp] += ds k), store_dq(dq, src, row0, n, c0, s, add) (dq rows
+//   (+)= src [kT][dp]); where kDqInPlace, add_dq_partial(Bwd, s) (t.dq += ds k computed from zero,
+//   as store_dq adds it) and zero_group_dq(dq, row0, n, c0, width); put(E&, float) and get(const
+//   E&): the output rounding and the widening of an element; kDqInPlace: whether dq may accumulate
+//   over key tiles in its own dtype (else the by-group scheme needs the group scratch's f32
+//   accumulator, Note [Group scratch]). kWide: whether the elementwise row steps run on 16 lanes
+//   (the CPU has AVX-512F).
 template <class P, class E = typename P::Elem>
 void forward_query_tile(const View<E>& o, const View<float>& lse, const View<const E>& q,
                         const View<const E>& k, const View<const E>& v, const AttnShape& s,
-                        int64_t b, int64_t h, int64_t qt, float* ws) {
+                        int64_t b, int64_t h0, int64_t heads, int64_t qt, float* ws) {
   const int64_t nq = s.tile_rows(qt), row0 = b * s.S + qt * kT;
   typename P::Fwd t(ws, s.dp);
-  const int64_t hk = h / s.G;
-  P::load_q(t, q, row0, nq, h * s.D, s);
-  std::fill(t.acc, t.acc + kT * s.dp, 0.0f);
-  std::fill(t.m, t.m + kT, -std::numeric_limits<float>::infinity());
-  std::fill(t.l, t.l + kT * kW, 0.0f);
+  const int64_t hk = h0 / s.G;
+  for (int64_t g = 0; g < heads; ++g) {
+    t.head(g);
+    P::load_q(t, q, row0, nq, (h0 + g) * s.D, s);
+    std::fill(t.acc, t.acc + kT * s.dp, 0.0f);
+    std::fill(t.m, t.m + kT, -std::numeric_limits<float>::infinity());
+    std::fill(t.l, t.l + kT * kW, 0.0f);
+  }
   // causal: key tiles after the query tile are skipped; key_start: those before the tile's first
   const int64_t kt_last = s.causal ? qt : s.n_tiles() - 1;
   for (int64_t kt = s.first_key_tile(b, qt); kt <= kt_last; ++kt) {
     P::load_kv(t, k, v, b * s.S + kt * kT, s.tile_rows(kt), hk * s.D, s);
-    P::scores(t, s);
-    online_softmax_step<P::kWide>(t.p, t.m, t.l, t.acc, s, b, qt, kt, P::probs(t));
-    P::pv(t, s);
-  }
-  for (int64_t i = 0; i < nq; ++i) {
-    float l_i = 0.0f;  // lanes in a fixed order: deterministic
-    for (int64_t w = 0; w < kW; ++w) l_i += t.l[i * kW + w];
-    if (l_i == 0.0f) {  // no key visible (AttnMask): o = 0, lse = -inf
-      for (int64_t d = 0; d < s.D; ++d) P::put(o(row0 + i, h * s.D + d), 0.0f);
-      lse(b, h, qt * kT + i) = -std::numeric_limits<float>::infinity();
-      continue;
+    for (int64_t g = 0; g < heads; ++g) {  // the masks are the same for every head
+      t.head(g);
+      P::scores(t, s);
+      online_softmax_step<P::kWide>(t.p, t.m, t.l, t.acc, s, b, qt, kt, P::probs(t));
+      P::pv(t, s);
     }
-    const float inv_l = 1.0f / l_i;
-    for (int64_t d = 0; d < s.D; ++d) P::put(o(row0 + i, h * s.D + d), t.acc[i * s.dp + d] * inv_l);
-    lse(b, h, qt * kT + i) = t.m[i] + std::log(l_i);
+  }
+  for (int64_t g = 0; g < heads; ++g) {
+    t.head(g);
+    const int64_t h = h0 + g;
+    for (int64_t i = 0; i < nq; ++i) {
+      float l_i = 0.0f;  // lanes in a fixed order: deterministic
+      for (int64_t w = 0; w < kW; ++w) l_i += t.l[i * kW + w];
+      if (l_i == 0.0f) {  // no key visible (AttnMask): o = 0, lse = -inf
+        for (int64_t d = 0; d < s.D; ++d) P::put(o(row0 + i, h * s.D + d), 0.0f);
+        lse(b, h, qt * kT + i) = -std::numeric_limits<float>::infinity();
+        continue;
+      }
+      const float inv_l = 1.0f / l_i;
+      for (int64_t d = 0; d < s.D; ++d)
+        P::put(o(row0 + i, h * s.D + d), t.acc[i * s.dp + d] * inv_l);
+      lse(b, h, qt * kT + i) = t.m[i] + std::log(l_i);
+    }
   }
 }
 
@@ -687,6 +701,21 @@ void backward_query_tile(const View<E>& dq, const BackwardArgs<E>& a, const Attn
   P::store_dq(dq, t.dq, b * s.S + qt * kT, s.tile_rows(qt), h * s.D, s, false);
 }
 
+inline void check_forward_scratch_args(const char* name, int64_t head_dim, int64_t n_heads,
+                                       int64_t n_kv_heads) {
+  MEMO_CHECK(head_dim > 0 && n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0, name,
+             ": head_dim ", head_dim, ", n_heads ", n_heads, ", n_kv_heads ", n_kv_heads,
+             " must all be > 0, n_heads a multiple of n_kv_heads");
+}
+
+// The heads of one forward item (Note [Attention threads and determinism]): the largest divisor
+// of G that still gives every thread 4 items, else 1.
+inline int64_t forward_item_heads(const AttnShape& s, int threads) {
+  for (int64_t heads = s.G; heads > 1; --heads)
+    if (s.G % heads == 0 && s.B * s.H / heads * s.n_tiles() >= 4 * int64_t(threads)) return heads;
+  return 1;
+}
+
 template <class P, class E = typename P::Elem>
 void attention_forward(const char* name, View<E> o, View<float> lse, View<const E> q,
                        View<const E> k, View<const E> v, int64_t batch, int64_t n_heads,
@@ -694,18 +723,19 @@ void attention_forward(const char* name, View<E> o, View<float> lse, View<const 
   const AttnDims d = check_attention_forward(o, lse, q, k, v, batch, n_heads, n_kv_heads);
   check_attention_mask(name, mask, d, true);
   const AttnShape s = attn_shape(d, mask, P::padded_dim(d.D));
-  const int64_t per_thread = P::forward_numel(s.dp);
+  const int64_t per_thread = P::forward_numel(s.dp, s.G);
   const int threads = omp_get_max_threads();
   MEMO_CHECK(scratch.contiguous() && scratch.numel() >= threads * per_thread, name,
              ": scratch has ", scratch.numel(), " floats, needs ", threads * per_thread, " (", name,
-             "_scratch_numel(", s.D, ") with ", threads, " threads)");
-  const int64_t heads = s.B * s.H, n_items = heads * s.n_tiles();
+             "_scratch_numel(", s.D, ", ", s.H, ", ", s.Hkv, ") with ", threads, " threads)");
+  const int64_t item_heads = forward_item_heads(s, threads);
+  const int64_t units = s.B * s.H / item_heads, n_items = units * s.n_tiles();
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t item = 0; item < n_items; ++item) {
-    const int64_t qt = s.n_tiles() - 1 - item / heads;  // late (heavy) query tiles first
-    const int64_t bh = item % heads;
+    const int64_t qt = s.n_tiles() - 1 - item / units;  // late (heavy) query tiles first
+    const int64_t bh = item % units * item_heads;       // its first head, as b * H + h
     float* ws = scratch.data() + omp_get_thread_num() * per_thread;
-    forward_query_tile<P>(o, lse, q, k, v, s, bh / s.H, bh % s.H, qt, ws);
+    forward_query_tile<P>(o, lse, q, k, v, s, bh / s.H, bh % s.H, item_heads, qt, ws);
   }
 }
 

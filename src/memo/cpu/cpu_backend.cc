@@ -210,15 +210,16 @@ void CpuBackend::do_vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor
                                       ConstTensor target_logit, float grad_scale) {
   cpu::vocab_parallel_ce(losses, dlogits, logits, targets, stats, target_logit, grad_scale);
 }
-int64_t CpuBackend::attention_forward_scratch_numel(int64_t, int64_t head_dim, int64_t, int64_t) {
-  return cpu::attention_forward_scratch_numel(head_dim);
+int64_t CpuBackend::attention_forward_scratch_numel(int64_t, int64_t head_dim, int64_t n_heads,
+                                                    int64_t n_kv_heads) {
+  return cpu::attention_forward_scratch_numel(head_dim, n_heads, n_kv_heads);
 }
 // bf16 attention's scratch, at least the f32 kernel's: a call with an f32 tensor among its bf16
 // ones is widened by Bf16StorageBackend and runs the f32 kernel in the same scratch.
-int64_t CpuBackend::bf16_attention_forward_scratch_numel(int64_t, int64_t head_dim, int64_t,
-                                                         int64_t) {
-  return std::max(cpu::attention_forward_scratch_numel(head_dim),
-                  cpu::attention_bf16_forward_scratch_numel(head_dim));
+int64_t CpuBackend::bf16_attention_forward_scratch_numel(int64_t, int64_t head_dim, int64_t n_heads,
+                                                         int64_t n_kv_heads) {
+  return std::max(cpu::attention_forward_scratch_numel(head_dim, n_heads, n_kv_heads),
+                  cpu::attention_bf16_forward_scratch_numel(head_dim, n_heads, n_kv_heads));
 }
 // bf16 q (bf16_attention(): Bf16StorageBackend hands bf16 calls over as they are) runs on the
 // bf16 kernels, which refuse other dtypes by name.

@@ -185,7 +185,9 @@ void vocab_parallel_ce(Tensor losses, Tensor dlogits, ConstTensor logits,
 // vectors where the CPU has AVX-512 (unless MEMO_CPU_ISA=avx2), with the same bits as on 256
 // (Note [Wide tile products] in attention.cc).
 inline constexpr int64_t kAttnTile = 64;
-int64_t attention_forward_scratch_numel(int64_t head_dim);
+// The scratch holds the tiles of one item per thread: the key and value tiles of a kv head and
+// the query-side tiles of the heads that share them (up to n_heads / n_kv_heads).
+int64_t attention_forward_scratch_numel(int64_t head_dim, int64_t n_heads, int64_t n_kv_heads);
 void attention_forward(Tensor o, Tensor lse, ConstTensor q, ConstTensor k, ConstTensor v,
                        int64_t batch, int64_t n_heads, int64_t n_kv_heads, Tensor scratch,
                        AttnMask mask = AttnMask::kCausal);
@@ -213,7 +215,7 @@ bool bf16_attention_on_amx();
 // a Xeon, head dims 32-128) and on AMD's AVX512-BF16 cores (1.30-1.66x on a Zen 5), not on an
 // Intel core's vdpbf16ps (0.79-0.83x on the same Xeon).
 bool bf16_attention_by_default();
-int64_t attention_bf16_forward_scratch_numel(int64_t head_dim);
+int64_t attention_bf16_forward_scratch_numel(int64_t head_dim, int64_t n_heads, int64_t n_kv_heads);
 void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, memo::ConstTensor k,
                             memo::ConstTensor v, int64_t batch, int64_t n_heads, int64_t n_kv_heads,
                             Tensor scratch, AttnMask mask = AttnMask::kCausal);
