@@ -444,10 +444,10 @@ struct Bf16Tiles {
       Row16 p0, ds0, p1, ds1;  // rows i and i + 1, in registers
       int64_t lo, hi;
       probs_keys(s, b, qt, kt, i, lo, hi);
-      probs_row16(t.p + i * kT, t.ds + i * kT, lo, hi, scale, t.lse[i], t.delta[i], p0, ds0);
+      probs_row16<true>(t.p + i * kT, t.ds + i * kT, lo, hi, scale, t.lse[i], t.delta[i], p0, ds0);
       probs_keys(s, b, qt, kt, i + 1, lo, hi);
-      probs_row16(t.p + (i + 1) * kT, t.ds + (i + 1) * kT, lo, hi, scale, t.lse[i + 1],
-                  t.delta[i + 1], p1, ds1);
+      probs_row16<true>(t.p + (i + 1) * kT, t.ds + (i + 1) * kT, lo, hi, scale, t.lse[i + 1],
+                        t.delta[i + 1], p1, ds1);
       if (key_grads)
         for (int64_t v = 0; v < kV16; ++v) {  // the words (row i, row i + 1) per key
           const int64_t at = (i / 2 * kT + 16 * v) * 2;
