@@ -211,9 +211,9 @@ const char* bf16_attention_name();
 bool bf16_attention_on_amx();
 // Whether a CPU backend runs bf16 attention natively unless told (CpuOptions::bf16_attention):
 // MEMO_CPU_BF16_ATTENTION=1 or 0 when set (anything else: Error), else where it is native and
-// measured faster than the f32 kernels (bench/RESULTS.md): on AMX tiles (1.72-2.37x fwd + bwd on
+// measured faster than the f32 kernels (bench/RESULTS.md): on AMX tiles (2.07-2.53x fwd + bwd on
 // a Xeon, head dims 32-128) and on AMD's AVX512-BF16 cores (1.30-1.66x on a Zen 5), not on an
-// Intel core's vdpbf16ps (0.79-0.83x on the same Xeon).
+// Intel core's vdpbf16ps (0.77-0.85x on the same Xeon).
 bool bf16_attention_by_default();
 int64_t attention_bf16_forward_scratch_numel(int64_t head_dim, int64_t n_heads, int64_t n_kv_heads);
 void attention_bf16_forward(memo::Tensor o, Tensor lse, memo::ConstTensor q, memo::ConstTensor k,
