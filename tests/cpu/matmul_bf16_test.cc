@@ -171,6 +171,50 @@ TEST(MatmulBf16, token_panels_rebuild_rows_from_a_panel_start_bit_for_bit) {
   }
 }
 
+// Note [Packed weights for token panels]: the panels read b laid out once per call, into c's
+// column slice with beta, for both weight layouts, and in column blocks where b passes the
+// 64 MiB of one layout (K 2048 x N 16448 bf16): the results against a double reference, and rows
+// rebuilt from a panel start with the whole call's bits.
+TEST(MatmulBf16, token_panels_on_laid_out_weights_match_the_reference) {
+  SKIP_WITHOUT_BF16_PRODUCTS();
+  struct Case {
+    int64_t T, N, K, ldc;
+    float beta;
+    int64_t col_step;  // the columns checked against the reference
+  };
+  for (const Case& cs : {Case{2 * kTokenPanelRows + 9, 40, 72, 48, 0.5f, 1},
+                         Case{kTokenPanelRows + 3, 16448, 2048, 16448, 0.0f, 97}})
+    for (bool trans_b : {true, false}) {
+      if (cs.N > 1000 && !trans_b) continue;  // one wide case is enough
+      SCOPED_TRACE(testing::Message() << "N " << cs.N << (trans_b ? " b [N, K]" : " b [K, N]"));
+      const int64_t T = cs.T, N = cs.N, K = cs.K;
+      const std::vector<bf16> x = random_bf16s(T * K, 82), w = random_bf16s(N * K, 83);
+      const std::vector<float> c0 = test::random_floats(T * cs.ldc, 84);
+      std::vector<float> c = c0, part = c0;
+      const memo::ConstTensor xv(View<const bf16>(x.data(), {T, K}));
+      const memo::ConstTensor wv(View<const bf16>(w.data(), trans_b ? Shape{N, K} : Shape{K, N}));
+      const auto out = [&](std::vector<float>& v) {
+        return memo::Tensor(View<float>(v.data(), {T, cs.ldc})).slice_cols(0, N);
+      };
+      matmul_bf16_token_panels(out(c), xv, wv, trans_b, cs.beta);
+      for (int64_t i = 0; i < T; i += (N > 1000 ? kTokenPanelRows - 1 : 1))
+        for (int64_t j = 0; j < N; j += cs.col_step) {
+          double want = cs.beta * double(c0[size_t(i * cs.ldc + j)]), mag = std::abs(want);
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = double(bf16_to_float(x[size_t(i * K + k)])) *
+                             double(bf16_to_float(w[size_t(trans_b ? j * K + k : k * N + j)]));
+            want += p, mag += std::abs(p);
+          }
+          ASSERT_NEAR(c[size_t(i * cs.ldc + j)], want, 1e-6 * K * mag) << i << "," << j;
+        }
+      matmul_bf16_token_panels(out(part).slice_rows(kTokenPanelRows, T),
+                               xv.slice_rows(kTokenPanelRows, T), wv, trans_b, cs.beta);
+      EXPECT_EQ(0, std::memcmp(part.data() + kTokenPanelRows * cs.ldc,
+                               c.data() + kTokenPanelRows * cs.ldc,
+                               (T - kTokenPanelRows) * cs.ldc * sizeof(float)));
+    }
+}
+
 // The backend sends two bf16 operands to the native products when they are on and the CPU has
 // them; with them off (the reference of Note [bf16 storage by conversion]) it takes f32 only.
 TEST(MatmulBf16, the_cpu_backend_dispatches_by_its_option_and_the_cpu) {

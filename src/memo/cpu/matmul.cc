@@ -200,6 +200,169 @@ class Bf16Products {
   std::map<ProductKey, Bf16Product> products_;
 };
 
+// Note [Packed weights for token panels]
+// oneDNN's AMX and AVX512-BF16 kernels read b in a blocked layout of their own; given b as rows or
+// columns, every call first copies it into that layout. A token-panel product makes one call per
+// 128 rows with the same b, so that copy was repeated for every panel: at 128 rows it cost 20-45%
+// of the product (bench/RESULTS.md). matmul_bf16_token_panels therefore lays b out once per call,
+// with oneDNN's reorder into the layout the panel's primitive asks for (format "any"), and runs
+// every panel on it. The laid-out copy takes one buffer per thread of at most kPackedBytes: a
+// wider b (past 32 Mi elements, e.g. 4096 x 8192) goes in column blocks that fit it (narrow blocks
+// cost more than the copy saves: 512 + 176 columns of a 688-wide b ran at 0.4x). A panel's
+// primitive is fixed by its rows, block columns, K, strides, dtypes and beta, so a row's bits
+// still depend only on its panel (Note [Token panels]): a rebuilt range makes the same calls.
+constexpr int64_t kPackedBytes = int64_t(64) << 20;
+// The columns of b laid out at a time: all of them where they fit kPackedBytes, else a multiple
+// of 64 that does.
+int64_t packed_columns(int64_t N, int64_t K) {
+  if (N * K * 2 <= kPackedBytes) return N;
+  return std::max<int64_t>(64, kPackedBytes / (2 * K) / 64 * 64);
+}
+
+struct PackedProduct {
+  dnnl_primitive_t primitive = nullptr, reorder = nullptr;
+  dnnl_memory_t a = nullptr, b = nullptr, packed = nullptr, c = nullptr;
+  size_t packed_bytes = 0;
+};
+
+// The key: panel rows, block columns, K, the three row strides, b's transpose, c's dtype, beta's
+// bits.
+using PackedKey = std::array<int64_t, 9>;
+
+PackedProduct make_packed_product(const PackedKey& key) {
+  const auto [M, N, K, lda, ldb, ldc, trans_b, c_bf16, beta_bits] = key;
+  float beta;
+  const uint32_t bits = uint32_t(beta_bits);
+  std::memcpy(&beta, &bits, 4);
+  dnnl_memory_desc_t a, b, any, c;
+  const int64_t a_dims[2] = {M, K}, b_dims[2] = {K, N}, c_dims[2] = {M, N};
+  const int64_t a_strides[2] = {lda, 1}, c_strides[2] = {ldc, 1};
+  const int64_t b_strides[2] = {trans_b ? 1 : ldb, trans_b ? ldb : 1};
+  dnnl_ok(dnnl_memory_desc_init_by_strides(&a, 2, a_dims, dnnl_bf16, a_strides), "a's descriptor");
+  dnnl_ok(dnnl_memory_desc_init_by_strides(&b, 2, b_dims, dnnl_bf16, b_strides), "b's descriptor");
+  dnnl_ok(dnnl_memory_desc_init_by_tag(&any, 2, b_dims, dnnl_bf16, dnnl_format_tag_any),
+          "packed b's descriptor");
+  dnnl_ok(dnnl_memory_desc_init_by_strides(&c, 2, c_dims, c_bf16 ? dnnl_bf16 : dnnl_f32, c_strides),
+          "c's descriptor");
+  dnnl_matmul_desc_t desc;
+  dnnl_ok(dnnl_matmul_desc_init(&desc, &a, &any, nullptr, &c), "matmul descriptor");
+  dnnl_primitive_attr_t attr = nullptr;
+  dnnl_post_ops_t post_ops = nullptr;
+  dnnl_ok(dnnl_primitive_attr_create(&attr), "attribute creation");
+  if (beta != 0.0f) {
+    dnnl_ok(dnnl_post_ops_create(&post_ops), "post-op creation");
+    dnnl_ok(dnnl_post_ops_append_sum(post_ops, beta), "beta");
+    dnnl_ok(dnnl_primitive_attr_set_post_ops(attr, post_ops), "post-ops");
+  }
+  dnnl_primitive_desc_t pd = nullptr;
+  const dnnl_status_t made = dnnl_primitive_desc_create(&pd, &desc, attr, cpu_engine(), nullptr);
+  if (post_ops) dnnl_post_ops_destroy(post_ops);
+  dnnl_primitive_attr_destroy(attr);
+  dnnl_ok(made, "bf16 matmul descriptor");
+  const dnnl_memory_desc_t* packed = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  PackedProduct p;
+  dnnl_ok(dnnl_primitive_create(&p.primitive, pd), "bf16 matmul primitive");
+  dnnl_primitive_desc_t rpd = nullptr;
+  dnnl_ok(dnnl_reorder_primitive_desc_create(&rpd, &b, cpu_engine(), packed, cpu_engine(), nullptr),
+          "b's reorder descriptor");
+  dnnl_ok(dnnl_primitive_create(&p.reorder, rpd), "b's reorder");
+  dnnl_primitive_desc_destroy(rpd);
+  p.packed_bytes = dnnl_memory_desc_get_size(packed);
+  dnnl_ok(dnnl_memory_create(&p.a, &a, cpu_engine(), DNNL_MEMORY_NONE), "a's memory");
+  dnnl_ok(dnnl_memory_create(&p.b, &b, cpu_engine(), DNNL_MEMORY_NONE), "b's memory");
+  dnnl_ok(dnnl_memory_create(&p.packed, packed, cpu_engine(), DNNL_MEMORY_NONE), "packed memory");
+  dnnl_ok(dnnl_memory_create(&p.c, &c, cpu_engine(), DNNL_MEMORY_NONE), "c's memory");
+  dnnl_primitive_desc_destroy(pd);
+  return p;
+}
+
+// This thread's packed-weight products and the one buffer their laid-out b takes turns in.
+class PackedProducts {
+ public:
+  ~PackedProducts() { clear(); }
+  const PackedProduct& get(const PackedKey& key) {
+    auto it = products_.find(key);
+    if (it != products_.end()) return it->second;
+    if (products_.size() >= kMaxProducts) clear();
+    return products_.emplace(key, make_packed_product(key)).first->second;
+  }
+  void* buffer(size_t bytes) {
+    if (bytes > bytes_) {
+      std::free(buffer_);
+      buffer_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+      MEMO_CHECK(buffer_ != nullptr, "matmul_bf16_token_panels: no memory for ", bytes,
+                 " bytes of packed weights");
+      bytes_ = bytes;
+    }
+    return buffer_;
+  }
+
+ private:
+  static constexpr size_t kMaxProducts = 512;
+  void clear() {
+    for (auto& [key, p] : products_) {
+      for (dnnl_memory_t m : {p.a, p.b, p.packed, p.c}) dnnl_memory_destroy(m);
+      dnnl_primitive_destroy(p.reorder);
+      dnnl_primitive_destroy(p.primitive);
+    }
+    products_.clear();
+  }
+  std::map<PackedKey, PackedProduct> products_;
+  void* buffer_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+dnnl_stream_t this_threads_stream() {
+  thread_local const dnnl_stream_t stream = [] {
+    dnnl_stream_t s = nullptr;
+    dnnl_ok(dnnl_stream_create(&s, cpu_engine(), dnnl_stream_default_flags), "stream creation");
+    return s;
+  }();
+  return stream;
+}
+
+// c = a @ op(b) + beta c by token panels on b laid out once per column block (Note [Packed
+// weights for token panels]); a and c bf16 or c f32, shapes checked by the caller.
+void run_packed_panels(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b, bool trans_b,
+                       float beta) {
+  uint32_t beta_bits;
+  std::memcpy(&beta_bits, &beta, 4);
+  const int64_t T = c.rows(), N = c.cols(), K = a.cols();
+  const auto* abits = static_cast<const uint16_t*>(a.data());
+  const auto* bbits = static_cast<const uint16_t*>(b.data());
+  auto* cbytes = static_cast<char*>(c.data());
+  const int64_t c_elem = c.dtype() == DType::kBF16 ? 2 : 4;
+  thread_local PackedProducts products;
+  const dnnl_stream_t stream = this_threads_stream();
+  const int64_t columns = packed_columns(N, K);
+  for (int64_t n0 = 0; n0 < N; n0 += columns) {
+    const int64_t nb = std::min(columns, N - n0);
+    const uint16_t* block = bbits + (trans_b ? n0 * blas_ld(b) : n0);
+    const PackedProduct* laid_out = nullptr;  // the panel shape b is laid out for now
+    for (int64_t r0 = 0; r0 < T; r0 += kTokenPanelRows) {
+      const int64_t rows = std::min(kTokenPanelRows, T - r0);
+      const PackedProduct& p = products.get({rows, nb, K, blas_ld(a), blas_ld(b), blas_ld(c),
+                                             trans_b, c.dtype() == DType::kBF16, beta_bits});
+      void* buffer = products.buffer(p.packed_bytes);
+      if (laid_out != &p) {
+        dnnl_ok(dnnl_memory_set_data_handle(p.b, const_cast<uint16_t*>(block)), "b's handle");
+        dnnl_ok(dnnl_memory_set_data_handle(p.packed, buffer), "packed b's handle");
+        const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, p.b}, {DNNL_ARG_TO, p.packed}};
+        dnnl_ok(dnnl_primitive_execute(p.reorder, stream, 2, args), "b's reorder");
+        laid_out = &p;
+      }
+      dnnl_ok(dnnl_memory_set_data_handle(p.a, const_cast<uint16_t*>(abits + r0 * blas_ld(a))),
+              "a's handle");
+      dnnl_ok(dnnl_memory_set_data_handle(p.c, cbytes + (r0 * blas_ld(c) + n0) * c_elem),
+              "c's handle");
+      const dnnl_exec_arg_t args[3] = {
+          {DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.packed}, {DNNL_ARG_DST, p.c}};
+      dnnl_ok(dnnl_primitive_execute(p.primitive, stream, 3, args), "bf16 matmul");
+    }
+  }
+  dnnl_ok(dnnl_stream_wait(stream), "stream wait");
+}
+
 void run_bf16_product(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b, bool trans_a,
                       bool trans_b, float alpha, float beta, int64_t M, int64_t N, int64_t K) {
   uint32_t alpha_bits, beta_bits;
@@ -220,11 +383,7 @@ void run_bf16_product(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b, 
   dnnl_ok(dnnl_memory_set_data_handle(p.a, const_cast<void*>(a.data())), "a's handle");
   dnnl_ok(dnnl_memory_set_data_handle(p.b, const_cast<void*>(b.data())), "b's handle");
   dnnl_ok(dnnl_memory_set_data_handle(p.c, c.data()), "c's handle");
-  thread_local const dnnl_stream_t stream = [] {
-    dnnl_stream_t s = nullptr;
-    dnnl_ok(dnnl_stream_create(&s, cpu_engine(), dnnl_stream_default_flags), "stream creation");
-    return s;
-  }();
+  const dnnl_stream_t stream = this_threads_stream();
   const dnnl_exec_arg_t args[3] = {
       {DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}};
   dnnl_ok(dnnl_primitive_execute(p.primitive, stream, 3, args), "bf16 matmul");
@@ -345,14 +504,21 @@ void check_isa_cap() {
 #endif
 }
 
+namespace {
+void check_bf16_product(const char* name, const memo::Tensor& c, const memo::ConstTensor& a,
+                        const memo::ConstTensor& b) {
+  MEMO_CHECK(a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16 &&
+                 (c.dtype() == DType::kF32 || c.dtype() == DType::kBF16),
+             name, ": c ", dtype_name(c.dtype()), " = a ", dtype_name(a.dtype()), " @ b ",
+             dtype_name(b.dtype()), " (need bf16 operands, c f32 or bf16)");
+  MEMO_CHECK(bf16_products_native(), name, ": ", bf16_products_name());
+}
+}  // namespace
+
 void matmul_bf16(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b, bool trans_a,
                  bool trans_b, float alpha, float beta) {
   check_matmul(c, a, b, trans_a, trans_b, alpha, beta);
-  MEMO_CHECK(a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16 &&
-                 (c.dtype() == DType::kF32 || c.dtype() == DType::kBF16),
-             "matmul_bf16: c ", dtype_name(c.dtype()), " = a ", dtype_name(a.dtype()), " @ b ",
-             dtype_name(b.dtype()), " (need bf16 operands, c f32 or bf16)");
-  MEMO_CHECK(bf16_products_native(), "matmul_bf16: ", bf16_products_name());
+  check_bf16_product("matmul_bf16", c, a, b);
   const int64_t M = c.rows(), N = c.cols();
   const int64_t K = trans_a ? a.rows() : a.cols();
   if (M == 0 || N == 0) return;
@@ -378,10 +544,18 @@ void matmul_bf16_token_panels(memo::Tensor c, memo::ConstTensor a, memo::ConstTe
                               bool trans_b, float beta) {
   MEMO_CHECK(c.ndim() == 2 && a.ndim() == 2 && c.rows() == a.rows(), "matmul_bf16_token_panels: c ",
              c.shape(), " a ", a.shape(), " (need the same token rows)");
-  for (int64_t r0 = 0; r0 < c.rows(); r0 += kTokenPanelRows) {
-    const int64_t r1 = std::min(c.rows(), r0 + kTokenPanelRows);
-    matmul_bf16(c.slice_rows(r0, r1), a.slice_rows(r0, r1), b, false, trans_b, 1.0f, beta);
+  check_matmul(c, a, b, false, trans_b, 1.0f, beta);
+  check_bf16_product("matmul_bf16_token_panels", c, a, b);
+  if (c.rows() == 0 || c.cols() == 0 || a.cols() == 0) {  // nothing to lay out: matmul_bf16's cases
+    for (int64_t r0 = 0; r0 < c.rows(); r0 += kTokenPanelRows) {
+      const int64_t r1 = std::min(c.rows(), r0 + kTokenPanelRows);
+      matmul_bf16(c.slice_rows(r0, r1), a.slice_rows(r0, r1), b, false, trans_b, 1.0f, beta);
+    }
+    return;
   }
+#if defined(MEMO_BLAS_DNNL)
+  run_packed_panels(c, a, b, trans_b, beta);
+#endif
 }
 
 bool bf16_products_native() {
