@@ -3,7 +3,10 @@
 // dx = dy W and dW = dy^T x) and on a large square product (the peak). Also checks that repeated
 // calls give the same bits, and times each library right after an OpenMP kernel, as in training.
 // Usage: matmul_bench [tokens...]   (default 1024 8192); matmul_bench --peak: square products
-// only (to compare OPENBLAS_CORETYPE settings); matmul_bench -1: the OpenMP interplay only.
+// only (to compare OPENBLAS_CORETYPE settings); matmul_bench -1: the OpenMP interplay only;
+// matmul_bench --bf16-panels [tokens...]: memo's bf16 token panels (Note [Packed weights for
+// token panels]) against one 128-row matmul_bf16 call per panel (the way before) and one call
+// for all rows, on the forward's per-token products.
 // Results: bench/RESULTS.md.
 #include <cblas.h>
 #include <dnnl.h>
@@ -183,12 +186,72 @@ void time_after_openmp(const Product& p) {
 
 }  // namespace
 
+// memo's bf16 token panels on weights laid out once (matmul_bf16_token_panels) against a
+// matmul_bf16 call per 128-row panel (oneDNN lays the weights out in every call) and one call
+// over all T rows, alternating, best wall time of each. GFLOP/s and the ratios to the per-panel
+// calls.
+void time_bf16_panels(const char* what, int64_t T, int64_t N, int64_t K) {
+  using memo::bf16;
+  std::vector<bf16> a(size_t(T * K)), b(size_t(N * K));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = memo::float_to_bf16(float(int(i % 17) - 8) / 8.0f);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = memo::float_to_bf16(float(int(i % 13) - 6) / 6.0f);
+  std::vector<float> c(size_t(T * N));
+  const memo::ConstTensor av(memo::View<const bf16>(a.data(), {T, K})),
+      bv(memo::View<const bf16>(b.data(), {N, K}));
+  const memo::Tensor cv(memo::View<float>(c.data(), {T, N}));
+  const auto calls = [&](int way) {
+    if (way == 0) {
+      memo::cpu::matmul_bf16_token_panels(cv, av, bv, true);
+    } else if (way == 1) {
+      for (int64_t r0 = 0; r0 < T; r0 += memo::cpu::kTokenPanelRows) {
+        const int64_t r1 = std::min(T, r0 + memo::cpu::kTokenPanelRows);
+        memo::cpu::matmul_bf16(cv.slice_rows(r0, r1), av.slice_rows(r0, r1), bv, false, true);
+      }
+    } else {
+      memo::cpu::matmul_bf16(cv, av, bv, false, true);
+    }
+  };
+  double best[3] = {1e300, 1e300, 1e300};
+  for (int way = 0; way < 3; ++way) calls(way);  // warm-up: primitives, thread pools
+  for (int rep = 0; rep < kMaxReps; ++rep)
+    for (int way = 0; way < 3; ++way) {
+      const auto t0 = Clock::now();
+      calls(way);
+      best[way] = std::min(best[way], seconds_since(t0));
+    }
+  const double gflop = 2.0 * double(T) * double(N) * double(K) * 1e-9;
+  std::printf("%-18s %5ld %5ld %5ld  %8.1f %8.1f %8.1f  %6.2f %6.2f\n", what, long(T), long(N),
+              long(K), gflop / best[0], gflop / best[1], gflop / best[2], best[1] / best[0],
+              best[1] / best[2]);
+  std::fflush(stdout);
+}
+
+int bf16_panels(const std::vector<int64_t>& tokens) {
+  if (!memo::cpu::bf16_products_native()) {
+    std::printf("%s\n", memo::cpu::bf16_products_name());
+    return 0;
+  }
+  std::printf("%s; threads %d, best of %d alternating calls, GFLOP/s\n",
+              memo::cpu::bf16_products_name(), kThreads, kMaxReps);
+  std::printf("%-18s %5s %5s %5s  %8s %8s %8s  %6s %6s\n", "x W^T", "T", "N", "K", "panels",
+              "per-call", "one call", "p/pc", "one/pc");
+  for (auto [C, F] : {std::pair<int64_t, int64_t>{256, 688}, {1024, 2752}})
+    for (int64_t T : tokens) {
+      time_bf16_panels("q, o (C->C)", T, C, C);
+      time_bf16_panels("k, v (C->C/2)", T, C / 2, C);
+      time_bf16_panels("gate, up (C->F)", T, F, C);
+    }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const bool peak_only = argc > 1 && std::strcmp(argv[1], "--peak") == 0;
+  const bool panels = argc > 1 && std::strcmp(argv[1], "--bf16-panels") == 0;
   std::vector<int64_t> tokens;
-  for (int i = peak_only ? 2 : 1; i < argc; ++i) tokens.push_back(std::atol(argv[i]));
+  for (int i = peak_only || panels ? 2 : 1; i < argc; ++i) tokens.push_back(std::atol(argv[i]));
   if (tokens.empty()) tokens = {1024, 8192};
   set_threads(kThreads);
+  if (panels) return bf16_panels(tokens);
   std::printf("load average at start: %.2f\n", load_average());
   const dnnl_version_t* v = dnnl_version();
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
