@@ -125,42 +125,34 @@ typedef int32_t IVec16 __attribute__((vector_size(16 * sizeof(int32_t))));
 [[gnu::target("avx512f")]] inline void store16(float* p, Vec16 v) {
   std::memcpy(p, &v, sizeof(Vec16));
 }
-[[gnu::target("avx512f")]] inline Vec16 exp_neg16(Vec16 x) {
+// exp_neg on 16 lanes (kCoarse false: the same bits), or, kCoarse, for x whose exp is used as
+// bf16 (the bf16 tiles' P, rounded to 2^-9 relative, and the sums of it in l): the same
+// reduction with a degree-4 polynomial instead of Cephes' degree 7, fitted to the relative error
+// of exp on [-ln2/2, ln2/2] (an iterated weighted least squares): at most 5.4e-6 relative,
+// evaluated in f32, against bf16's 3.9e-3; three fewer operations a vector.
+template <bool kCoarse>
+[[gnu::target("avx512f")]] inline Vec16 exp_neg16_as(Vec16 x) {
   const Vec16 xc = x < kExpMin ? Vec16{} + kExpMin : x;
   const Vec16 n = (xc * kLog2e + kRoundMagic) - kRoundMagic;
   const Vec16 r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  Vec16 p = Vec16{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  Vec16 p;
+  if constexpr (kCoarse) {
+    p = Vec16{} + 4.1277639568e-2f;
+    p = p * r + 1.6753505170e-1f;
+    p = p * r + 5.0005114079e-1f;
+  } else {
+    p = Vec16{} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+  }
   const Vec16 y = p * r * r + r + 1.0f;
   // y 2^n by vscalefps: one rounding of the exact product, as y * two_n (n in [-126, 127])
   // rounds in exp_neg, so the same bits in one instruction instead of four.
   const __mmask16 seen = _mm512_cmp_ps_mask(__m512(x), _mm512_set1_ps(kExpMin), _CMP_NLT_US);
   return Vec16(_mm512_maskz_scalef_ps(seen, __m512(y), __m512(n)));
-}
-
-// exp(x) for x <= ~0 where the result is used as bf16 (the bf16 tiles' P, rounded to 2^-9 relative,
-// and the sums of it in l): the same reduction, with a degree-4 polynomial instead of Cephes'
-// degree 7, fitted to the relative error of exp on [-ln2/2, ln2/2] (an iterated weighted least
-// squares): at most 5.4e-6 relative, evaluated in f32, against bf16's 3.9e-3. Three fewer
-// operations a vector.
-[[gnu::target("avx512f")]] inline Vec16 exp_neg16_coarse(Vec16 x) {
-  const Vec16 xc = x < kExpMin ? Vec16{} + kExpMin : x;
-  const Vec16 n = (xc * kLog2e + kRoundMagic) - kRoundMagic;
-  const Vec16 r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  Vec16 p = Vec16{} + 4.1277639568e-2f;
-  p = p * r + 1.6753505170e-1f;
-  p = p * r + 5.0005114079e-1f;
-  const Vec16 y = p * r * r + r + 1.0f;
-  const __mmask16 seen = _mm512_cmp_ps_mask(__m512(x), _mm512_set1_ps(kExpMin), _CMP_NLT_US);
-  return Vec16(_mm512_maskz_scalef_ps(seen, __m512(y), __m512(n)));
-}
-template <bool kCoarse>
-[[gnu::target("avx512f")]] inline Vec16 exp_neg16_as(Vec16 x) {
-  return kCoarse ? exp_neg16_coarse(x) : exp_neg16(x);
 }
 
 // Row i of online_softmax_step on 8 lanes, after the masking: the scaling and the running max
@@ -385,6 +377,18 @@ inline void online_softmax_step_narrow(float* p, float* m, float* l, float* acc,
     for (int64_t d = 0; d < s.dp; ++d) ai[d] *= corr;
   }
 }
+// Row i of the 16-lane step: its raw scores in x, stepped by softmax_row16 (zeros where the row
+// sees no key of the tile).
+template <bool kCoarse>
+[[gnu::target("avx512f")]] inline void softmax_step_row16(Row16& x, const float* p, float* m,
+                                                          float* l, float* acc, const AttnShape& s,
+                                                          int64_t b, int64_t qt, int64_t kt,
+                                                          int64_t i, float scale) {
+  int64_t lo, hi;
+  s.visible(b, qt, kt, i, lo, hi);
+  for (int64_t v = 0; v < kV16; ++v) x[v] = lo < hi ? load16(p + i * kT + 16 * v) : Vec16{};
+  if (lo < hi) softmax_row16<kCoarse>(x, lo, hi, scale, m[i], l + i * kW, acc + i * s.dp, s.dp);
+}
 // On 16 lanes, each row in registers (Note [Softmax rows in registers]), into p:
 [[gnu::target("avx512f")]] inline void online_softmax_step_wide(float* p, float* m, float* l,
                                                                 float* acc, const AttnShape& s,
@@ -392,11 +396,8 @@ inline void online_softmax_step_narrow(float* p, float* m, float* l, float* acc,
                                                                 float* out) {
   const float scale = 1.0f / std::sqrt(float(s.D));
   for (int64_t i = 0; i < kT; ++i) {
-    int64_t lo, hi;
-    s.visible(b, qt, kt, i, lo, hi);
     Row16 x;
-    for (int64_t v = 0; v < kV16; ++v) x[v] = lo < hi ? load16(p + i * kT + 16 * v) : Vec16{};
-    if (lo < hi) softmax_row16<false>(x, lo, hi, scale, m[i], l + i * kW, acc + i * s.dp, s.dp);
+    softmax_step_row16<false>(x, p, m, l, acc, s, b, qt, kt, i, scale);
     for (int64_t v = 0; v < kV16; ++v) store16(out + i * kT + 16 * v, x[v]);
   }
 }
@@ -407,11 +408,8 @@ inline void online_softmax_step_narrow(float* p, float* m, float* l, float* acc,
   static_assert(kV16 % 2 == 0, "a row is whole pairs of 16-lane vectors");
   const float scale = 1.0f / std::sqrt(float(s.D));
   for (int64_t i = 0; i < kT; ++i) {
-    int64_t lo, hi;
-    s.visible(b, qt, kt, i, lo, hi);
     Row16 x;
-    for (int64_t v = 0; v < kV16; ++v) x[v] = lo < hi ? load16(p + i * kT + 16 * v) : Vec16{};
-    if (lo < hi) softmax_row16<true>(x, lo, hi, scale, m[i], l + i * kW, acc + i * s.dp, s.dp);
+    softmax_step_row16<true>(x, p, m, l, acc, s, b, qt, kt, i, scale);
     for (int64_t v = 0; v < kV16; v += 2)  // the same rounding as a row's conversion in memory
       _mm512_storeu_si512(out + i * kT + 16 * v, (__m512i)_mm512_cvtne2ps_pbh(x[v + 1], x[v]));
   }

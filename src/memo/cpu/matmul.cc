@@ -133,22 +133,19 @@ dnnl_engine_t cpu_engine() {
 // The key: M, N, K, the three row strides, the transposes, c's dtype, alpha's and beta's bits.
 using ProductKey = std::array<int64_t, 10>;
 
-Bf16Product make_bf16_product(const ProductKey& key) {
-  const auto [M, N, K, lda, ldb, ldc, trans_a, trans_b, c_bf16, scales] = key;
-  float alpha, beta;
-  const uint64_t bits = uint64_t(scales);
-  const uint32_t alpha_bits = uint32_t(bits >> 32), beta_bits = uint32_t(bits);
-  std::memcpy(&alpha, &alpha_bits, 4);
-  std::memcpy(&beta, &beta_bits, 4);
-  dnnl_memory_desc_t a, b, c;
-  const int64_t a_dims[2] = {M, K}, b_dims[2] = {K, N}, c_dims[2] = {M, N};
-  const int64_t a_strides[2] = {trans_a ? 1 : lda, trans_a ? lda : 1};
-  const int64_t b_strides[2] = {trans_b ? 1 : ldb, trans_b ? ldb : 1};
-  const int64_t c_strides[2] = {ldc, 1};
-  dnnl_ok(dnnl_memory_desc_init_by_strides(&a, 2, a_dims, dnnl_bf16, a_strides), "a's descriptor");
-  dnnl_ok(dnnl_memory_desc_init_by_strides(&b, 2, b_dims, dnnl_bf16, b_strides), "b's descriptor");
-  dnnl_ok(dnnl_memory_desc_init_by_strides(&c, 2, c_dims, c_bf16 ? dnnl_bf16 : dnnl_f32, c_strides),
-          "c's descriptor");
+// A 2-D bf16 (or f32) descriptor with row stride ld, or its transpose's (column stride ld).
+dnnl_memory_desc_t strided_md(int64_t rows, int64_t cols, int64_t ld, bool transposed,
+                              dnnl_data_type_t type, const char* what) {
+  dnnl_memory_desc_t md;
+  const int64_t dims[2] = {rows, cols}, strides[2] = {transposed ? 1 : ld, transposed ? ld : 1};
+  dnnl_ok(dnnl_memory_desc_init_by_strides(&md, 2, dims, type, strides), what);
+  return md;
+}
+
+// The primitive descriptor of c = alpha a . b + beta c (alpha an output scale, beta a sum
+// post-op).
+dnnl_primitive_desc_t matmul_descriptor(const dnnl_memory_desc_t& a, const dnnl_memory_desc_t& b,
+                                        const dnnl_memory_desc_t& c, float alpha, float beta) {
   dnnl_matmul_desc_t desc;
   dnnl_ok(dnnl_matmul_desc_init(&desc, &a, &b, nullptr, &c), "matmul descriptor");
   dnnl_primitive_attr_t attr = nullptr;
@@ -165,6 +162,46 @@ Bf16Product make_bf16_product(const ProductKey& key) {
   if (post_ops) dnnl_post_ops_destroy(post_ops);
   dnnl_primitive_attr_destroy(attr);
   dnnl_ok(made, "bf16 matmul descriptor");
+  return pd;
+}
+
+// A thread's cache of products by key; past kMaxProducts shapes (a long generation's growing
+// cache, many sequence lengths) it starts afresh rather than grow without bound.
+template <class Key, class Product, Product (*kMake)(const Key&), void (*kDestroy)(Product&)>
+class ProductCache {
+ public:
+  ProductCache() = default;
+  ProductCache(const ProductCache&) = delete;
+  ProductCache& operator=(const ProductCache&) = delete;
+  ~ProductCache() { clear(); }
+  const Product& get(const Key& key) {
+    auto it = products_.find(key);
+    if (it != products_.end()) return it->second;
+    if (products_.size() >= kMaxProducts) clear();
+    return products_.emplace(key, kMake(key)).first->second;
+  }
+
+ private:
+  static constexpr size_t kMaxProducts = 512;
+  void clear() {
+    for (auto& [key, p] : products_) kDestroy(p);
+    products_.clear();
+  }
+  std::map<Key, Product> products_;
+};
+
+Bf16Product make_bf16_product(const ProductKey& key) {
+  const auto [M, N, K, lda, ldb, ldc, trans_a, trans_b, c_bf16, scales] = key;
+  float alpha, beta;
+  const uint64_t bits = uint64_t(scales);
+  const uint32_t alpha_bits = uint32_t(bits >> 32), beta_bits = uint32_t(bits);
+  std::memcpy(&alpha, &alpha_bits, 4);
+  std::memcpy(&beta, &beta_bits, 4);
+  const dnnl_memory_desc_t a = strided_md(M, K, lda, trans_a, dnnl_bf16, "a's descriptor");
+  const dnnl_memory_desc_t b = strided_md(K, N, ldb, trans_b, dnnl_bf16, "b's descriptor");
+  const dnnl_memory_desc_t c =
+      strided_md(M, N, ldc, false, c_bf16 ? dnnl_bf16 : dnnl_f32, "c's descriptor");
+  const dnnl_primitive_desc_t pd = matmul_descriptor(a, b, c, alpha, beta);
   Bf16Product p;
   dnnl_ok(dnnl_primitive_create(&p.primitive, pd), "bf16 matmul primitive");
   dnnl_primitive_desc_destroy(pd);
@@ -174,31 +211,11 @@ Bf16Product make_bf16_product(const ProductKey& key) {
   return p;
 }
 
-// This thread's primitives; past kMaxProducts shapes (a long generation's growing cache, many
-// sequence lengths) it starts afresh rather than grow without bound.
-class Bf16Products {
- public:
-  ~Bf16Products() { clear(); }
-  const Bf16Product& get(const ProductKey& key) {
-    auto it = products_.find(key);
-    if (it != products_.end()) return it->second;
-    if (products_.size() >= kMaxProducts) clear();
-    return products_.emplace(key, make_bf16_product(key)).first->second;
-  }
-
- private:
-  static constexpr size_t kMaxProducts = 512;
-  void clear() {
-    for (auto& [key, p] : products_) {
-      dnnl_memory_destroy(p.a);
-      dnnl_memory_destroy(p.b);
-      dnnl_memory_destroy(p.c);
-      dnnl_primitive_destroy(p.primitive);
-    }
-    products_.clear();
-  }
-  std::map<ProductKey, Bf16Product> products_;
-};
+void destroy_bf16_product(Bf16Product& p) {
+  for (dnnl_memory_t m : {p.a, p.b, p.c}) dnnl_memory_destroy(m);
+  dnnl_primitive_destroy(p.primitive);
+}
+using Bf16Products = ProductCache<ProductKey, Bf16Product, make_bf16_product, destroy_bf16_product>;
 
 // Note [Packed weights for token panels]
 // oneDNN's AMX and AVX512-BF16 kernels read b in a blocked layout of their own; given b as rows or
@@ -234,31 +251,15 @@ PackedProduct make_packed_product(const PackedKey& key) {
   float beta;
   const uint32_t bits = uint32_t(beta_bits);
   std::memcpy(&beta, &bits, 4);
-  dnnl_memory_desc_t a, b, any, c;
-  const int64_t a_dims[2] = {M, K}, b_dims[2] = {K, N}, c_dims[2] = {M, N};
-  const int64_t a_strides[2] = {lda, 1}, c_strides[2] = {ldc, 1};
-  const int64_t b_strides[2] = {trans_b ? 1 : ldb, trans_b ? ldb : 1};
-  dnnl_ok(dnnl_memory_desc_init_by_strides(&a, 2, a_dims, dnnl_bf16, a_strides), "a's descriptor");
-  dnnl_ok(dnnl_memory_desc_init_by_strides(&b, 2, b_dims, dnnl_bf16, b_strides), "b's descriptor");
+  const dnnl_memory_desc_t a = strided_md(M, K, lda, false, dnnl_bf16, "a's descriptor");
+  const dnnl_memory_desc_t b = strided_md(K, N, ldb, trans_b, dnnl_bf16, "b's descriptor");
+  const dnnl_memory_desc_t c =
+      strided_md(M, N, ldc, false, c_bf16 ? dnnl_bf16 : dnnl_f32, "c's descriptor");
+  dnnl_memory_desc_t any;
+  const int64_t b_dims[2] = {K, N};
   dnnl_ok(dnnl_memory_desc_init_by_tag(&any, 2, b_dims, dnnl_bf16, dnnl_format_tag_any),
           "packed b's descriptor");
-  dnnl_ok(dnnl_memory_desc_init_by_strides(&c, 2, c_dims, c_bf16 ? dnnl_bf16 : dnnl_f32, c_strides),
-          "c's descriptor");
-  dnnl_matmul_desc_t desc;
-  dnnl_ok(dnnl_matmul_desc_init(&desc, &a, &any, nullptr, &c), "matmul descriptor");
-  dnnl_primitive_attr_t attr = nullptr;
-  dnnl_post_ops_t post_ops = nullptr;
-  dnnl_ok(dnnl_primitive_attr_create(&attr), "attribute creation");
-  if (beta != 0.0f) {
-    dnnl_ok(dnnl_post_ops_create(&post_ops), "post-op creation");
-    dnnl_ok(dnnl_post_ops_append_sum(post_ops, beta), "beta");
-    dnnl_ok(dnnl_primitive_attr_set_post_ops(attr, post_ops), "post-ops");
-  }
-  dnnl_primitive_desc_t pd = nullptr;
-  const dnnl_status_t made = dnnl_primitive_desc_create(&pd, &desc, attr, cpu_engine(), nullptr);
-  if (post_ops) dnnl_post_ops_destroy(post_ops);
-  dnnl_primitive_attr_destroy(attr);
-  dnnl_ok(made, "bf16 matmul descriptor");
+  const dnnl_primitive_desc_t pd = matmul_descriptor(a, any, c, 1.0f, beta);
   const dnnl_memory_desc_t* packed = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   PackedProduct p;
   dnnl_ok(dnnl_primitive_create(&p.primitive, pd), "bf16 matmul primitive");
@@ -276,39 +277,34 @@ PackedProduct make_packed_product(const PackedKey& key) {
   return p;
 }
 
-// This thread's packed-weight products and the one buffer their laid-out b takes turns in.
-class PackedProducts {
+void destroy_packed_product(PackedProduct& p) {
+  for (dnnl_memory_t m : {p.a, p.b, p.packed, p.c}) dnnl_memory_destroy(m);
+  dnnl_primitive_destroy(p.reorder);
+  dnnl_primitive_destroy(p.primitive);
+}
+using PackedProducts =
+    ProductCache<PackedKey, PackedProduct, make_packed_product, destroy_packed_product>;
+
+// The one buffer of a thread that its laid-out b take turns in.
+class PackedBuffer {
  public:
-  ~PackedProducts() { clear(); }
-  const PackedProduct& get(const PackedKey& key) {
-    auto it = products_.find(key);
-    if (it != products_.end()) return it->second;
-    if (products_.size() >= kMaxProducts) clear();
-    return products_.emplace(key, make_packed_product(key)).first->second;
-  }
-  void* buffer(size_t bytes) {
+  PackedBuffer() = default;
+  PackedBuffer(const PackedBuffer&) = delete;
+  PackedBuffer& operator=(const PackedBuffer&) = delete;
+  ~PackedBuffer() { std::free(data_); }
+  void* get(size_t bytes) {
     if (bytes > bytes_) {
-      std::free(buffer_);
-      buffer_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-      MEMO_CHECK(buffer_ != nullptr, "matmul_bf16_token_panels: no memory for ", bytes,
-                 " bytes of packed weights");
+      std::free(data_);
+      data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+      MEMO_CHECK(data_ != nullptr, "matmul_bf16_token_panels: no memory for ", bytes,
+                 " bytes of laid-out weights");
       bytes_ = bytes;
     }
-    return buffer_;
+    return data_;
   }
 
  private:
-  static constexpr size_t kMaxProducts = 512;
-  void clear() {
-    for (auto& [key, p] : products_) {
-      for (dnnl_memory_t m : {p.a, p.b, p.packed, p.c}) dnnl_memory_destroy(m);
-      dnnl_primitive_destroy(p.reorder);
-      dnnl_primitive_destroy(p.primitive);
-    }
-    products_.clear();
-  }
-  std::map<PackedKey, PackedProduct> products_;
-  void* buffer_ = nullptr;
+  void* data_ = nullptr;
   size_t bytes_ = 0;
 };
 
@@ -333,6 +329,7 @@ void run_packed_panels(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b,
   auto* cbytes = static_cast<char*>(c.data());
   const int64_t c_elem = c.dtype() == DType::kBF16 ? 2 : 4;
   thread_local PackedProducts products;
+  thread_local PackedBuffer packed_buffer;
   const dnnl_stream_t stream = this_threads_stream();
   const int64_t columns = packed_columns(N, K);
   for (int64_t n0 = 0; n0 < N; n0 += columns) {
@@ -343,7 +340,7 @@ void run_packed_panels(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b,
       const int64_t rows = std::min(kTokenPanelRows, T - r0);
       const PackedProduct& p = products.get({rows, nb, K, blas_ld(a), blas_ld(b), blas_ld(c),
                                              trans_b, c.dtype() == DType::kBF16, beta_bits});
-      void* buffer = products.buffer(p.packed_bytes);
+      void* buffer = packed_buffer.get(p.packed_bytes);
       if (laid_out != &p) {
         dnnl_ok(dnnl_memory_set_data_handle(p.b, const_cast<uint16_t*>(block)), "b's handle");
         dnnl_ok(dnnl_memory_set_data_handle(p.packed, buffer), "packed b's handle");
