@@ -30,8 +30,9 @@ using namespace attn;  // NOLINT(google-build-using-namespace): the tile helpers
 // Every product accumulates in f32 and rounds nothing; what is rounded to bf16 is what a bf16
 // GPU kernel rounds (FlashAttention-2): the probabilities P before P.V and P^T.dO, dS before
 // dS.K and dS^T.q, and each output element once, from its f32 accumulator. The softmax, its
-// statistics (m, l, lse) and delta stay f32, as in the f32 kernel (attention_tiles.h). The
-// products of one row are summed in an order fixed by the shapes, so runs repeat bit for bit.
+// statistics (m, l, lse) and delta stay f32, as in the f32 kernel (attention_tiles.h), with a
+// shorter exp for the P that is rounded to bf16 (exp_neg16_as, 5.4e-6 relative). The products of
+// one row are summed in an order fixed by the shapes, so runs repeat bit for bit.
 // Layouts per tile, dp = D rounded up to 16 (a vector of f32 columns):
 //   S = q.k^T:   q [kT][dp] rows,        k as pairs along d: [dp/2][kT][2]
 //   dP = dO.v^T: dO [kT][dp] rows,       v as pairs along d

@@ -335,18 +335,21 @@ void run_packed_panels(memo::Tensor c, memo::ConstTensor a, memo::ConstTensor b,
   for (int64_t n0 = 0; n0 < N; n0 += columns) {
     const int64_t nb = std::min(columns, N - n0);
     const uint16_t* block = bbits + (trans_b ? n0 * blas_ld(b) : n0);
-    const PackedProduct* laid_out = nullptr;  // the panel shape b is laid out for now
+    // The panel shape b is laid out for now, by key (a cache refill could reuse an address).
+    PackedKey laid_out{};
     for (int64_t r0 = 0; r0 < T; r0 += kTokenPanelRows) {
       const int64_t rows = std::min(kTokenPanelRows, T - r0);
-      const PackedProduct& p = products.get({rows, nb, K, blas_ld(a), blas_ld(b), blas_ld(c),
-                                             trans_b, c.dtype() == DType::kBF16, beta_bits});
+      const PackedKey key{rows,       nb,         K,       blas_ld(a),
+                          blas_ld(b), blas_ld(c), trans_b, c.dtype() == DType::kBF16,
+                          beta_bits};
+      const PackedProduct& p = products.get(key);
       void* buffer = packed_buffer.get(p.packed_bytes);
-      if (laid_out != &p) {
+      if (laid_out != key) {
         dnnl_ok(dnnl_memory_set_data_handle(p.b, const_cast<uint16_t*>(block)), "b's handle");
         dnnl_ok(dnnl_memory_set_data_handle(p.packed, buffer), "packed b's handle");
         const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, p.b}, {DNNL_ARG_TO, p.packed}};
         dnnl_ok(dnnl_primitive_execute(p.reorder, stream, 2, args), "b's reorder");
-        laid_out = &p;
+        laid_out = key;
       }
       dnnl_ok(dnnl_memory_set_data_handle(p.a, const_cast<uint16_t*>(abits + r0 * blas_ld(a))),
               "a's handle");
