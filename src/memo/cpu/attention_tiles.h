@@ -212,7 +212,7 @@ typedef Vec16 Row16[kV16];
 // One row of online_softmax_step in registers (Note [Softmax rows in registers]): x holds the raw
 // scores of keys [0, kT), of which [lo, hi) are visible (lo < hi), and becomes e^(s - m_new); m,
 // the row's lanes of l [kW] and its accumulator ai [dp] are updated. kCoarse: P is used as bf16
-// (exp_neg16_coarse).
+// (exp_neg16_as).
 template <bool kCoarse>
 [[gnu::target("avx512f")]] inline void softmax_row16(Row16& x, int64_t lo, int64_t hi, float scale,
                                                      float& m, float* l, float* ai, int64_t dp) {
