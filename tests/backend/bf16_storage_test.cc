@@ -224,5 +224,77 @@ TEST(Bf16Storage, a_backend_with_bf16_elementwise_kernels_gets_bf16_tensors_as_t
   EXPECT_EQ(inner.seen, (std::vector<DType>{DType::kBF16, DType::kF32, DType::kBF16}));
 }
 
+// Products over more token rows than one chunk (Note [Widened products by chunks]): the token
+// panels keep the f32 kernel's bits on the widened operands, rounded once, accumulating or not; the
+// widened scratch holds the weight and one chunk, not the whole operand.
+TEST(Bf16Storage, token_panels_by_chunks_keep_the_f32_kernels_bits) {
+  Bf16StorageBackend be(f32_cpu());
+  ASSERT_TRUE(be.widens_by_chunks());
+  const int64_t K = 64, N = 48;
+  const int64_t T = 3 * Bf16StorageBackend::kChunkBytes / ((K + N) * 4) + 92;  // 4 chunks
+  const std::vector<bf16> a = random_bf16(T * K, 10), b = random_bf16(N * K, 11);
+  const std::vector<float> aw = widen(a), bw = widen(b);
+  for (float beta : {0.0f, 1.0f}) {
+    std::vector<bf16> c = random_bf16(T * N, 12);
+    std::vector<float> want = widen(c);
+    be.matmul_token_panels(View<bf16>(c.data(), {T, N}), View<const bf16>(a.data(), {T, K}),
+                           View<const bf16>(b.data(), {N, K}), beta);
+    f32_cpu().matmul_token_panels(View<float>(want.data(), {T, N}),
+                                  View<const float>(aw.data(), {T, K}),
+                                  View<const float>(bw.data(), {N, K}), beta);
+    for (size_t i = 0; i < c.size(); ++i)
+      ASSERT_EQ(c[i].bits, float_to_bf16(want[i]).bits) << "beta " << beta << " at " << i;
+  }
+  EXPECT_LE(be.scratch_bytes(), N * K * 4 + Bf16StorageBackend::kChunkBytes);
+}
+
+// A plain product by chunks of rows (dx = dy w, the down projection) and a weight's gradient by
+// chunks of its sum over tokens (dw += dy^T x into f32): each element within one bf16 step (the
+// rounded product) or the f32 sum's bound (the gradient) of the double reference, a NaN in c
+// cleared where beta = 0, and a repeat gives the same bits.
+TEST(Bf16Storage, products_and_gradients_by_chunks_match_the_double_reference) {
+  Bf16StorageBackend be(f32_cpu());
+  const int64_t K = 40, N = 24;
+  const int64_t T = 2 * Bf16StorageBackend::kChunkBytes / ((K + N) * 4) + 333;  // 3 chunks
+  const std::vector<bf16> a = random_bf16(T * K, 13), b = random_bf16(N * K, 14),
+                          dy = random_bf16(T * N, 15);
+  // c = a b^T + c (bf16, accumulating), rounded once per element
+  std::vector<bf16> c = random_bf16(T * N, 16);
+  const std::vector<bf16> c0 = c;
+  be.matmul(View<bf16>(c.data(), {T, N}), View<const bf16>(a.data(), {T, K}),
+            View<const bf16>(b.data(), {N, K}), false, true, 1.0f, 1.0f);
+  for (int64_t i = 0; i < T; i += 7)
+    for (int64_t j = 0; j < N; ++j) {
+      double want = bf16_to_float(c0[size_t(i * N + j)]);
+      for (int64_t k = 0; k < K; ++k)
+        want += double(bf16_to_float(a[size_t(i * K + k)])) *
+                double(bf16_to_float(b[size_t(j * K + k)]));
+      ASSERT_LE(bf16_ulps(bf16_to_float(c[size_t(i * N + j)]), want), 1.0) << i << "," << j;
+    }
+  // dw = alpha dy^T a + beta dw (f32): |error| <= T u sum_t |dy a| (f32's u = 2^-24), with
+  // beta = 0 over a NaN and beta = 1 over 0.5
+  for (float beta : {0.0f, 1.0f}) {
+    const float start = beta == 0.0f ? std::nanf("") : 0.5f;
+    std::vector<float> dw(size_t(N * K), start), again(size_t(N * K), start);
+    for (std::vector<float>* out : {&dw, &again})
+      be.matmul(View<float>(out->data(), {N, K}), View<const bf16>(dy.data(), {T, N}),
+                View<const bf16>(a.data(), {T, K}), true, false, 0.5f, beta);
+    EXPECT_EQ(dw, again) << "beta " << beta;
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < K; ++j) {
+        double want = beta == 0.0f ? 0.0 : 0.5, bound = 0.0;
+        for (int64_t t = 0; t < T; ++t) {
+          const double p = 0.5 * double(bf16_to_float(dy[size_t(t * N + i)])) *
+                           double(bf16_to_float(a[size_t(t * K + j)]));
+          want += p;
+          bound += std::abs(p);
+        }
+        ASSERT_LE(std::abs(double(dw[size_t(i * K + j)]) - want),
+                  double(T + 2) * std::ldexp(1.0, -24) * (bound + 0.5))
+            << "beta " << beta << " at " << i << "," << j;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace memo

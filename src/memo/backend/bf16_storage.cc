@@ -1,5 +1,6 @@
 #include "memo/backend/bf16_storage.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "memo/core/error.h"
@@ -13,7 +14,8 @@ namespace memo {
 // which saves a third of a product's conversions.
 class Bf16StorageBackend::Call {
  public:
-  explicit Call(Bf16StorageBackend& be) : be_(be) {}
+  explicit Call(Bf16StorageBackend& be, size_t first_slot = 0) : be_(be), next_(first_slot) {}
+  size_t slots_used() const { return next_; }
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 
@@ -52,7 +54,7 @@ class Bf16StorageBackend::Call {
   }
 
   Bf16StorageBackend& be_;
-  size_t next_ = 0;
+  size_t next_;
   std::vector<std::pair<Tensor, Tensor>> outputs_;  // (bf16 argument, its f32 copy)
 };
 
@@ -77,6 +79,12 @@ std::string Bf16StorageBackend::warning() const {
   if (inner_.bf16_products() || !inner.empty()) return inner;
   return str(inner_.name(), " has no native bf16 products: bf16 runs compute in f32 by conversion,",
              " at about the fp32 rate (", inner_.describe(), ")");
+}
+
+int64_t Bf16StorageBackend::chunk_rows(int64_t floats_per_row) const {
+  const int64_t panel = std::max<int64_t>(1, inner_.reproducible_rows());
+  const int64_t fit = kChunkBytes / (std::max<int64_t>(1, floats_per_row) * int64_t(sizeof(float)));
+  return std::max(panel, fit / panel * panel);
 }
 
 int64_t Bf16StorageBackend::scratch_bytes() const {
@@ -119,9 +127,60 @@ bool native(const Backend& inner, ConstTensor a, ConstTensor b) {
 
 }  // namespace
 
+// Note [Widened products by chunks]
+// Where inner has no bf16 products, every product widens its bf16 operands, and a step spends
+// about a tenth of its time converting (a perf profile under MEMO_CPU_ISA=avx2, configs/small.json
+// at 1024 x 4). Widened whole, a [T, N] operand's f32 copy is written to memory and read back by
+// the product; widened a chunk of about kChunkBytes at a time, it is still in the cache when the
+// product reads it. So:
+//   - a product whose result rows are a's rows (every token-wise product, and dx = dy w) goes
+//     by chunks of rows, b widened once. For the token panels a chunk is a whole number of
+//     inner's reproducible rows, so their bits do not change; a plain product's rows may change
+//     their last bits (the BLAS's bits depend on the call's shape, Note [Token panels]), as
+//     between any two calls of different shapes;
+//   - a weight's gradient, an f32 c summed over a's and b's token rows (dw += dy^T x), goes by
+//     chunks of the sum, c += a_chunk^T b_chunk, where c itself fits in kChunkBytes (else each
+//     chunk would move more bytes of c than it saves). This changes the order of the sum, and
+//     its bits, against one call.
+// Chunks depend on the shapes only, so runs repeat bit for bit, the strategies agree (the token
+// ranges memo rebuilds are token panels) and the plan's trace grows the same scratch.
+// Where inner has bf16 products, the only products widened here are those with an f32 operand
+// (the loss path, already in chunks of rows), which go whole as before.
+bool Bf16StorageBackend::widens_by_chunks() const { return !inner_.bf16_products(); }
+
+template <class Product>
+void Bf16StorageBackend::by_row_chunks(Tensor c, ConstTensor a, ConstTensor b, float beta,
+                                       const Product& product) {
+  Call weights(*this);
+  const ConstTensor wide_b = weights.in(b);
+  const int64_t rows = chunk_rows(a.cols() + c.cols());
+  for (int64_t r0 = 0; r0 < c.rows(); r0 += rows) {
+    const int64_t r1 = std::min(c.rows(), r0 + rows);
+    Call k(*this, weights.slots_used());
+    const Tensor cr = c.slice_rows(r0, r1);
+    product(beta == 0.0f ? k.out(cr) : k.io(cr), k.in(a.slice_rows(r0, r1)), wide_b);
+    k.write_back();
+  }
+}
+
 void Bf16StorageBackend::do_matmul(Tensor c, ConstTensor a, ConstTensor b, bool trans_a,
                                    bool trans_b, float alpha, float beta) {
   if (native(inner_, a, b)) return inner_.matmul(c, a, b, trans_a, trans_b, alpha, beta);
+  if (widens_by_chunks() && !trans_a && c.rows() > chunk_rows(a.cols() + c.cols()))
+    return by_row_chunks(c, a, b, beta, [&](Tensor cr, ConstTensor ar, ConstTensor wide_b) {
+      inner_.matmul(cr, ar, wide_b, false, trans_b, alpha, beta);
+    });
+  const int64_t sum_rows = chunk_rows(a.cols() + b.cols());
+  if (widens_by_chunks() && trans_a && !trans_b && c.dtype() == DType::kF32 &&
+      c.bytes() <= kChunkBytes && a.rows() > sum_rows) {
+    for (int64_t r0 = 0; r0 < a.rows(); r0 += sum_rows) {
+      const int64_t r1 = std::min(a.rows(), r0 + sum_rows);
+      Call k(*this);
+      inner_.matmul(c, k.in(a.slice_rows(r0, r1)), k.in(b.slice_rows(r0, r1)), true, false, alpha,
+                    r0 == 0 ? beta : 1.0f);
+    }
+    return;
+  }
   Call k(*this);
   inner_.matmul(beta == 0.0f ? k.out(c) : k.io(c), k.in(a), k.in(b), trans_a, trans_b, alpha, beta);
   k.write_back();
@@ -130,6 +189,10 @@ void Bf16StorageBackend::do_matmul(Tensor c, ConstTensor a, ConstTensor b, bool 
 void Bf16StorageBackend::do_matmul_token_panels(Tensor c, ConstTensor a, ConstTensor b,
                                                 float beta) {
   if (native(inner_, a, b)) return inner_.matmul_token_panels(c, a, b, beta);
+  if (widens_by_chunks())
+    return by_row_chunks(c, a, b, beta, [&](Tensor cr, ConstTensor ar, ConstTensor wide_b) {
+      inner_.matmul_token_panels(cr, ar, wide_b, beta);
+    });
   Call k(*this);
   inner_.matmul_token_panels(beta == 0.0f ? k.out(c) : k.io(c), k.in(a), k.in(b), beta);
   k.write_back();
@@ -138,6 +201,10 @@ void Bf16StorageBackend::do_matmul_token_panels(Tensor c, ConstTensor a, ConstTe
 void Bf16StorageBackend::do_matmul_token_panels_kn(Tensor c, ConstTensor a, ConstTensor b,
                                                    float beta) {
   if (native(inner_, a, b)) return inner_.matmul_token_panels_kn(c, a, b, beta);
+  if (widens_by_chunks())
+    return by_row_chunks(c, a, b, beta, [&](Tensor cr, ConstTensor ar, ConstTensor wide_b) {
+      inner_.matmul_token_panels_kn(cr, ar, wide_b, beta);
+    });
   Call k(*this);
   inner_.matmul_token_panels_kn(beta == 0.0f ? k.out(c) : k.io(c), k.in(a), k.in(b), beta);
   k.write_back();

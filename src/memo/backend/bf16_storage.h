@@ -45,6 +45,11 @@ class Bf16StorageBackend final : public Backend {
   // inner computes in f32 and must outlive this.
   explicit Bf16StorageBackend(Backend& inner);
   Backend& inner() const { return inner_; }
+  // A product's widened token rows go by chunks of about this many bytes of f32 (Note [Widened
+  // products by chunks] in bf16_storage.cc).
+  static constexpr int64_t kChunkBytes = int64_t(1) << 20;
+  // Whether products are widened chunk by chunk: where inner has no bf16 products.
+  bool widens_by_chunks() const;
   // Bytes of widened scratch held now (grows to the largest call's need, then stays).
   int64_t scratch_bytes() const;
   // Lets the scratch go, so that the next calls grow it to their own need (a plan measuring it
@@ -185,6 +190,12 @@ class Bf16StorageBackend final : public Backend {
 
  private:
   class Call;
+  // The rows of a chunk: about kChunkBytes of f32 operand and result rows, a multiple of inner's
+  // reproducible rows.
+  int64_t chunk_rows(int64_t floats_per_row) const;
+  // c = product(c's rows, a's rows, b widened) chunk by chunk of rows (beta: c is read).
+  template <class Product>
+  void by_row_chunks(Tensor c, ConstTensor a, ConstTensor b, float beta, const Product& product);
   // dst = src converted (either dtype), contiguous or by rows with unit column stride.
   void convert_any(Tensor dst, ConstTensor src);
   Backend& inner_;
