@@ -6,7 +6,9 @@
 // only (to compare OPENBLAS_CORETYPE settings); matmul_bench -1: the OpenMP interplay only;
 // matmul_bench --bf16-panels [tokens...]: memo's bf16 token panels (Note [Packed weights for
 // token panels]) against one 128-row matmul_bf16 call per panel (the way before) and one call
-// for all rows, on the forward's per-token products.
+// for all rows, on the forward's per-token products. matmul_bench --bf16-backward [tokens...]:
+// the backward's bf16 products (dx and the weights' gradients), a gradient also as two halves of
+// its token sum, one a thread.
 // Results: bench/RESULTS.md.
 #include <cblas.h>
 #include <dnnl.h>
@@ -244,14 +246,81 @@ int bf16_panels(const std::vector<int64_t>& tokens) {
   return 0;
 }
 
+// A backward product of bf16 operands, c = op(a) b (a weight's gradient into f32 when trans_a),
+// as memo::cpu::matmul_bf16 makes it: one call, and for a gradient also its sum over the tokens
+// split in halves, one a thread, added in order (exploring). Best wall time of alternating calls.
+void time_bf16_backward(const char* what, int64_t M, int64_t N, int64_t K, bool trans_a) {
+  using memo::bf16;
+  std::vector<bf16> a(size_t(M * K)), b(size_t(K * N));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = memo::float_to_bf16(float(int(i % 17) - 8) / 8.0f);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = memo::float_to_bf16(float(int(i % 13) - 6) / 6.0f);
+  std::vector<float> c(size_t(M * N)), part(size_t(2 * M * N));
+  const memo::ConstTensor av = trans_a
+                                   ? memo::ConstTensor(memo::View<const bf16>(a.data(), {K, M}))
+                                   : memo::ConstTensor(memo::View<const bf16>(a.data(), {M, K}));
+  const memo::ConstTensor bv(memo::View<const bf16>(b.data(), {K, N}));
+  const memo::Tensor cv(memo::View<float>(c.data(), {M, N}));
+  const auto calls = [&](int way) {
+    if (way == 0) return memo::cpu::matmul_bf16(cv, av, bv, trans_a, false);
+#pragma omp parallel num_threads(2)
+    {
+      const int t = omp_get_thread_num();
+      const int64_t k0 = t * (K / 2), k1 = t == 0 ? K / 2 : K;
+      memo::cpu::matmul_bf16(memo::View<float>(part.data() + t * M * N, {M, N}),
+                             av.slice_rows(k0, k1), bv.slice_rows(k0, k1), true, false);
+#pragma omp barrier
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < M * N; ++i) c[size_t(i)] = part[size_t(i)] + part[size_t(M * N + i)];
+    }
+  };
+  const int ways = trans_a ? 2 : 1;
+  double best[2] = {1e300, 1e300};
+  for (int way = 0; way < ways; ++way) calls(way);
+  for (int rep = 0; rep < kMaxReps; ++rep)
+    for (int way = 0; way < ways; ++way) {
+      const auto t0 = Clock::now();
+      calls(way);
+      best[way] = std::min(best[way], seconds_since(t0));
+    }
+  const double gflop = 2.0 * double(M) * double(N) * double(K) * 1e-9;
+  std::printf("%-24s %5ld %5ld %5ld  %8.1f", what, long(M), long(N), long(K), gflop / best[0]);
+  if (trans_a) std::printf(" %8.1f  %6.2f", gflop / best[1], best[0] / best[1]);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+int bf16_backward(const std::vector<int64_t>& tokens) {
+  if (!memo::cpu::bf16_products_native()) {
+    std::printf("%s\n", memo::cpu::bf16_products_name());
+    return 0;
+  }
+  std::printf("%s; threads %d, best of %d alternating calls, GFLOP/s\n",
+              memo::cpu::bf16_products_name(), kThreads, kMaxReps);
+  std::printf("%-24s %5s %5s %5s  %8s %8s  %6s\n", "product", "M", "N", "K", "one call", "halves",
+              "h/one");
+  for (auto [C, F] : {std::pair<int64_t, int64_t>{256, 688}, {1024, 2752}})
+    for (int64_t T : tokens) {
+      time_bf16_backward("dx = dy W (C->F)", T, F, C, false);
+      time_bf16_backward("dx = dy W (F->C)", T, C, F, false);
+      time_bf16_backward("dx = dy W (C->C)", T, C, C, false);
+      time_bf16_backward("dW = dy^T x (CxF)", C, F, T, true);
+      time_bf16_backward("dW = dy^T x (FxC)", F, C, T, true);
+      time_bf16_backward("dW = dy^T x (CxC)", C, C, T, true);
+    }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const bool peak_only = argc > 1 && std::strcmp(argv[1], "--peak") == 0;
   const bool panels = argc > 1 && std::strcmp(argv[1], "--bf16-panels") == 0;
+  const bool backward = argc > 1 && std::strcmp(argv[1], "--bf16-backward") == 0;
   std::vector<int64_t> tokens;
-  for (int i = peak_only || panels ? 2 : 1; i < argc; ++i) tokens.push_back(std::atol(argv[i]));
+  for (int i = peak_only || panels || backward ? 2 : 1; i < argc; ++i)
+    tokens.push_back(std::atol(argv[i]));
   if (tokens.empty()) tokens = {1024, 8192};
   set_threads(kThreads);
   if (panels) return bf16_panels(tokens);
+  if (backward) return bf16_backward(tokens);
   std::printf("load average at start: %.2f\n", load_average());
   const dnnl_version_t* v = dnnl_version();
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
