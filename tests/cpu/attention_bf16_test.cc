@@ -4,8 +4,11 @@
 // determinism over runs and thread counts, and of its refusals. Skipped where the CPU has no
 // AVX512-BF16 (or MEMO_CPU_ISA caps it away): there bf16 attention widens to the f32 kernel, which
 // attention_test.cc checks.
+#include <cpuid.h>
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,8 +19,10 @@
 
 #include "cpu/kernel_test_util.h"
 #include "memo/core/error.h"
+#include "memo/cpu/cpu_backend.h"
 #include "memo/cpu/kernels.h"
 #include "reference/attention_reference.h"
+#include "test_util.h"
 
 namespace memo::cpu {
 namespace {
@@ -354,6 +359,48 @@ TEST(Bf16Attention, refuses_an_f32_tensor_and_small_scratch_by_name) {
               std::string::npos)
         << e.what();
   }
+}
+
+// The CPU's AMX tile bits (CPUID leaf 7: AMX-BF16, AMX-TILE).
+bool cpu_has_amx() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (edx & (1u << 22)) != 0 && (edx & (1u << 24)) != 0;
+}
+
+// Run by the test below in a process of its own (the first request for the tiles is the one
+// Linux answers): a sigaltstack too small for the AMX signal frame, installed before memo asks,
+// makes Linux refuse the tiles; memo then says why and runs attention without them.
+TEST(AmxRefusal, child_with_a_small_sigaltstack) {
+  if (std::getenv("MEMO_AMX_REFUSAL_CHILD") == nullptr)
+    GTEST_SKIP() << "run by AmxRefusal.a_refused_request_is_named in a process of its own";
+  static std::vector<char> stack(4096);
+  stack_t ss{};
+  ss.ss_sp = stack.data();
+  ss.ss_size = stack.size();
+  ASSERT_EQ(sigaltstack(&ss, nullptr), 0);
+  const std::string why = amx_refusal();
+  EXPECT_NE(why.find("Linux refused them"), std::string::npos) << why;
+  EXPECT_NE(why.find("sigaltstack"), std::string::npos) << why;
+  EXPECT_FALSE(bf16_attention_on_amx());
+  EXPECT_NE(cpu_backend().describe().find(why), std::string::npos);  // the start-up line
+  if (bf16_attention_native()) {
+    EXPECT_STREQ(bf16_attention_name(), "bf16 attention on AVX512-BF16 (vdpbf16ps)");
+  }
+}
+
+TEST(AmxRefusal, a_refused_request_is_named) {
+  if (!cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX tiles";
+  char self[4096] = {};
+  ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
+  const test::CommandResult r =
+      test::run_command(str("MEMO_AMX_REFUSAL_CHILD=1 '", self,
+                            "' --gtest_filter=AmxRefusal.child_with_a_small_sigaltstack"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[  PASSED  ] 1 test"), std::string::npos) << r.output;
+  // this process's own answer (granted, unless a sanitizer's runtime installed a small stack
+  // first) is named on the start-up line exactly when it is a refusal
+  EXPECT_EQ(amx_refusal().empty(), cpu_backend().describe().find("refused") == std::string::npos);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // attention]). Oracle: attention_reference.h, within the bound tests/cpu/attention_bf16_test.cc
 // derives.
 #include <cpuid.h>
+#include <errno.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -127,17 +129,20 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-bool amx_permitted() {
-  static const bool permitted = [] {
+// The CPU's AMX and Linux's answer to the request: 0 granted, else its errno (-1: no AMX).
+int amx_request() {
+  static const int answer = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return -1;
     constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
-    if ((edx & kAmxBf16) == 0 || (edx & kAmxTile) == 0) return false;
+    if ((edx & kAmxBf16) == 0 || (edx & kAmxTile) == 0) return -1;
     constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;  // <asm/prctl.h>
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0 ? 0 : errno;
   }();
-  return permitted;
+  return answer;
 }
+
+bool amx_permitted() { return amx_request() == 0; }
 
 // Tiles 0-7, each 16 rows of 64 bytes: 0-3 the f32 results, 4-5 a's rows, 6-7 b's pairs.
 [[gnu::target("amx-tile")]] void amx_configure() {
@@ -512,6 +517,16 @@ bool bf16_attention_on_amx() {
   if (!amx_permitted()) return false;
   const char* cap = std::getenv("MEMO_CPU_ISA");
   return cap == nullptr || *cap == '\0' || std::string_view(cap) == "amx";
+}
+
+std::string amx_refusal() {
+  const int err = amx_request();
+  if (err <= 0) return {};
+  return str(
+      "the CPU has AMX tiles but Linux refused them to this process (arch_prctl ",
+      "ARCH_REQ_XCOMP_PERM: ", std::strerror(err),
+      err == ENOSPC ? ", as a thread's sigaltstack is smaller than the AMX signal frame" : "",
+      err == EINVAL ? ", as this kernel predates Linux 5.16" : "", ")");
 }
 
 bool bf16_attention_by_default() {

@@ -29,7 +29,8 @@ std::string CpuBackend::describe() const {
              bf16_products()               ? cpu::bf16_products_name()
              : cpu::bf16_products_native() ? "bf16 products off (f32 by conversion)"
                                            : cpu::bf16_products_name(),
-             bf16_attention() ? str("; ", cpu::bf16_attention_name()) : std::string());
+             bf16_attention() ? str("; ", cpu::bf16_attention_name()) : std::string(),
+             cpu::amx_refusal().empty() ? std::string() : str("; ", cpu::amx_refusal()));
 }
 
 bool CpuBackend::bf16_products() const {

@@ -209,6 +209,10 @@ const char* bf16_attention_name();
 // Whether this call's bf16 attention runs on AMX tiles: the CPU has them, Linux granted them, and
 // MEMO_CPU_ISA (read at each call) is unset or amx. The scratch sizes below follow it.
 bool bf16_attention_on_amx();
+// Why a CPU with AMX runs without it: Linux refused the tiles to this process (a sigaltstack
+// smaller than the AMX signal frame, a kernel before 5.16), with the errno; empty where the tiles
+// were granted or the CPU has none. oneDNN's bf16 products then fall back too.
+std::string amx_refusal();
 // Whether a CPU backend runs bf16 attention natively unless told (CpuOptions::bf16_attention):
 // MEMO_CPU_BF16_ATTENTION=1 or 0 when set (anything else: Error), else where it is native and
 // measured faster than the f32 kernels (bench/RESULTS.md): on AMX tiles (2.07-2.53x fwd + bwd on
