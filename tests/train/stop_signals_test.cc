@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -65,11 +66,13 @@ TEST(StopSignals, a_signal_during_sgemm_leaves_the_heap_and_the_products_intact)
       std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
       kill(getpid(), SIGUSR1);
     });
-    while (StopSignals::received() == 0)
+    std::fill(c.begin(), c.end(), 0.0f);
+    do {  // at least one pair of products a round, even when the signal comes before the first
       for (const bool ta : {false, true})
         cpu::matmul(View<float>(c.data(), {M, N}),
                     ta ? View<const float>(a.data(), {K, M}) : View<const float>(a.data(), {M, K}),
                     View<const float>(b.data(), {K, N}), ta, false);
+    } while (StopSignals::received() == 0);
     sender.join();
     ASSERT_EQ(StopSignals::received(), SIGUSR1);
     for (float x : c) ASSERT_EQ(x, float(K)) << "round " << round;
