@@ -188,15 +188,37 @@ void time_after_openmp(const Product& p) {
 
 }  // namespace
 
+// n bf16 values in a small repeating pattern (period `period`), exact in bf16.
+std::vector<memo::bf16> bf16_pattern(int64_t n, int period) {
+  std::vector<memo::bf16> v(static_cast<size_t>(n));
+  const int half = period / 2;
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = memo::float_to_bf16(float(int(i % size_t(period)) - half) / float(half));
+  return v;
+}
+
+// The best wall time of each of `ways` ways of making one product, after a warm-up call of each
+// (primitives, thread pools), over kMaxReps rounds that alternate them.
+template <class Calls>
+std::vector<double> best_of_alternating(int ways, const Calls& calls) {
+  std::vector<double> best(static_cast<size_t>(ways), 1e300);
+  for (int way = 0; way < ways; ++way) calls(way);
+  for (int rep = 0; rep < kMaxReps; ++rep)
+    for (int way = 0; way < ways; ++way) {
+      const auto t0 = Clock::now();
+      calls(way);
+      best[size_t(way)] = std::min(best[size_t(way)], seconds_since(t0));
+    }
+  return best;
+}
+
 // memo's bf16 token panels on weights laid out once (matmul_bf16_token_panels) against a
 // matmul_bf16 call per 128-row panel (oneDNN lays the weights out in every call) and one call
 // over all T rows, alternating, best wall time of each. GFLOP/s and the ratios to the per-panel
 // calls.
 void time_bf16_panels(const char* what, int64_t T, int64_t N, int64_t K) {
   using memo::bf16;
-  std::vector<bf16> a(size_t(T * K)), b(size_t(N * K));
-  for (size_t i = 0; i < a.size(); ++i) a[i] = memo::float_to_bf16(float(int(i % 17) - 8) / 8.0f);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = memo::float_to_bf16(float(int(i % 13) - 6) / 6.0f);
+  const std::vector<bf16> a = bf16_pattern(T * K, 17), b = bf16_pattern(N * K, 13);
   std::vector<float> c(size_t(T * N));
   const memo::ConstTensor av(memo::View<const bf16>(a.data(), {T, K})),
       bv(memo::View<const bf16>(b.data(), {N, K}));
@@ -213,14 +235,7 @@ void time_bf16_panels(const char* what, int64_t T, int64_t N, int64_t K) {
       memo::cpu::matmul_bf16(cv, av, bv, false, true);
     }
   };
-  double best[3] = {1e300, 1e300, 1e300};
-  for (int way = 0; way < 3; ++way) calls(way);  // warm-up: primitives, thread pools
-  for (int rep = 0; rep < kMaxReps; ++rep)
-    for (int way = 0; way < 3; ++way) {
-      const auto t0 = Clock::now();
-      calls(way);
-      best[way] = std::min(best[way], seconds_since(t0));
-    }
+  const std::vector<double> best = best_of_alternating(3, calls);
   const double gflop = 2.0 * double(T) * double(N) * double(K) * 1e-9;
   std::printf("%-18s %5ld %5ld %5ld  %8.1f %8.1f %8.1f  %6.2f %6.2f\n", what, long(T), long(N),
               long(K), gflop / best[0], gflop / best[1], gflop / best[2], best[1] / best[0],
@@ -251,9 +266,7 @@ int bf16_panels(const std::vector<int64_t>& tokens) {
 // split in halves, one a thread, added in order (exploring). Best wall time of alternating calls.
 void time_bf16_backward(const char* what, int64_t M, int64_t N, int64_t K, bool trans_a) {
   using memo::bf16;
-  std::vector<bf16> a(size_t(M * K)), b(size_t(K * N));
-  for (size_t i = 0; i < a.size(); ++i) a[i] = memo::float_to_bf16(float(int(i % 17) - 8) / 8.0f);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = memo::float_to_bf16(float(int(i % 13) - 6) / 6.0f);
+  const std::vector<bf16> a = bf16_pattern(M * K, 17), b = bf16_pattern(K * N, 13);
   std::vector<float> c(size_t(M * N)), part(size_t(2 * M * N));
   const memo::ConstTensor av = trans_a
                                    ? memo::ConstTensor(memo::View<const bf16>(a.data(), {K, M}))
@@ -273,15 +286,7 @@ void time_bf16_backward(const char* what, int64_t M, int64_t N, int64_t K, bool 
       for (int64_t i = 0; i < M * N; ++i) c[size_t(i)] = part[size_t(i)] + part[size_t(M * N + i)];
     }
   };
-  const int ways = trans_a ? 2 : 1;
-  double best[2] = {1e300, 1e300};
-  for (int way = 0; way < ways; ++way) calls(way);
-  for (int rep = 0; rep < kMaxReps; ++rep)
-    for (int way = 0; way < ways; ++way) {
-      const auto t0 = Clock::now();
-      calls(way);
-      best[way] = std::min(best[way], seconds_since(t0));
-    }
+  const std::vector<double> best = best_of_alternating(trans_a ? 2 : 1, calls);
   const double gflop = 2.0 * double(M) * double(N) * double(K) * 1e-9;
   std::printf("%-24s %5ld %5ld %5ld  %8.1f", what, long(M), long(N), long(K), gflop / best[0]);
   if (trans_a) std::printf(" %8.1f  %6.2f", gflop / best[1], best[0] / best[1]);
