@@ -25,12 +25,13 @@ std::string CpuBackend::warning() const { return cpu::blas_warning(); }
 // The bf16 products and attention are named too: a bf16 run over this backend uses them (or says
 // it cannot).
 std::string CpuBackend::describe() const {
+  const std::string amx_refusal = cpu::amx_refusal();
   return str("cpu, fp32, ", cpu::blas_name(), "; ",
              bf16_products()               ? cpu::bf16_products_name()
              : cpu::bf16_products_native() ? "bf16 products off (f32 by conversion)"
                                            : cpu::bf16_products_name(),
              bf16_attention() ? str("; ", cpu::bf16_attention_name()) : std::string(),
-             cpu::amx_refusal().empty() ? std::string() : str("; ", cpu::amx_refusal()));
+             amx_refusal.empty() ? std::string() : str("; ", amx_refusal));
 }
 
 bool CpuBackend::bf16_products() const {
